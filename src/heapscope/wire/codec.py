@@ -1,0 +1,298 @@
+"""Python mirror of wire.h: struct layouts, record decoding, and a ring writer.
+
+wire.h is the definition and documents the protocol; this module repeats its
+layouts as `struct` formats. tests/unit/wire compares every size and offset
+here with the C compiler's, so the two cannot drift apart silently.
+
+The producer's hot loop (MALLOC and FREE records) runs in C
+(producer/_ingest.c); Python decodes only the rare records (stacks, modules,
+heaps) that the C loop hands back, plus the handshake.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+from dataclasses import dataclass
+from enum import IntEnum
+
+WIRE_MAGIC = 0x31575350414548
+WIRE_VERSION = 1
+TOKEN_SIZE = 16
+META_SIZE = 4096
+BUILD_ID_MAX = 40
+HEAP_NAME_SIZE = 32
+MAX_FRAMES = 256
+
+ENV_SOCKET = "HEAPSCOPE_SOCKET"
+ENV_TOKEN = "HEAPSCOPE_TOKEN"
+
+
+class RecordType(IntEnum):
+    PAD = 0
+    MALLOC = 1
+    FREE = 2
+    STACK = 3
+    MODULE = 4
+    HEAP = 5
+
+
+class Status(IntEnum):
+    OK = 0
+    REJECTED = 1
+
+
+class Unwinder(IntEnum):
+    AUTO = 0
+    LIBUNWIND = 1
+    FP = 2
+    NONE = 3
+
+
+class ClientState(IntEnum):
+    CONNECTING = 0
+    ACTIVE = 1
+    DISABLED = 2
+
+
+class ClientError(IntEnum):
+    NONE = 0
+    PRODUCER_GONE = 1
+    SHUTTING_DOWN = 2
+    RECORD_TOO_BIG = 3
+    FORKED = 4
+    OUT_OF_MEMORY = 5
+
+
+CFG_BLOCK_CLIENT = 1
+STACK_TRUNCATED = 1
+
+HELLO = struct.Struct("<QIIII16s")
+CONFIG = struct.Struct("<QIIQQQIIII")
+HEADER = struct.Struct("<Q")
+MALLOC = struct.Struct("<QQQQQQ")
+FREE = struct.Struct("<QQ")
+STACK = struct.Struct("<QII")
+MODULE = struct.Struct(f"<QQQQQII{BUILD_ID_MAX}s")
+HEAP = struct.Struct(f"<QII{HEAP_NAME_SIZE}s")
+
+# struct hs_ring_meta: field name -> (offset, struct format)
+META_FIELDS: dict[str, tuple[int, str]] = {
+    "magic": (0, "<Q"),
+    "version": (8, "<I"),
+    "ring_size": (16, "<Q"),
+    "write_pos": (64, "<Q"),
+    "read_pos": (128, "<Q"),
+    "shutting_down": (192, "<I"),
+    "client_state": (196, "<I"),
+    "client_error": (200, "<I"),
+    "unwinder": (204, "<I"),
+    "blocked_ns": (208, "<Q"),
+    "dropped_records": (216, "<Q"),
+    "unwinding_errors": (224, "<Q"),
+    "unwind_ns": (232, "<Q"),
+    "stack_table_full": (240, "<Q"),
+    "addr_table_full": (248, "<Q"),
+    "truncated_stacks": (256, "<Q"),
+    "module_rescans": (264, "<Q"),
+}
+META_STRUCT_SIZE = 272
+CLIENT_COUNTERS = tuple(list(META_FIELDS)[9:])
+
+
+def header(size: int, rtype: int) -> int:
+    return (size & 0xFFFFFFFF) | (rtype << 32)
+
+
+def align8(n: int) -> int:
+    return (n + 7) & ~7
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    """The client's first message."""
+
+    magic: int
+    version: int
+    pid: int
+    ppid: int
+    token: bytes
+
+    def pack(self) -> bytes:
+        return HELLO.pack(self.magic, self.version, self.pid, self.ppid, 0, self.token)
+
+    @classmethod
+    def unpack(cls, data: bytes) -> Hello:
+        magic, version, pid, ppid, _, token = HELLO.unpack(data)
+        return cls(magic, version, pid, ppid, token)
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """The producer's answer to a Hello."""
+
+    status: int
+    interval: int
+    ring_size: int
+    seed: int
+    flags: int
+    unwinder: int
+    max_frames: int
+
+    def pack(self) -> bytes:
+        return CONFIG.pack(
+            WIRE_MAGIC, WIRE_VERSION, self.status, self.interval, self.ring_size,
+            self.seed, self.flags, self.unwinder, self.max_frames, 0,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class StackRecord:
+    """A stack definition: return addresses, leaf first."""
+
+    stack_id: int
+    pcs: tuple[int, ...]
+    truncated: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleRecord:
+    """One loaded ELF object of the target; rel_pc = pc - base."""
+
+    base: int
+    start: int
+    end: int
+    file_offset: int
+    vaddr: int
+    build_id: bytes
+    path: str
+
+
+@dataclass(frozen=True, slots=True)
+class HeapRecord:
+    """A heap the client samples, with its interval."""
+
+    heap_id: int
+    interval: int
+    name: str
+
+
+class MalformedRecord(ValueError):
+    """A record whose size does not match its type."""
+
+
+def decode_record(rec: bytes) -> StackRecord | ModuleRecord | HeapRecord:
+    """Decode one whole non-hot record (header included), as _ingest hands it over."""
+    if len(rec) < HEADER.size:
+        raise MalformedRecord("record shorter than its header")
+    (hdr,) = HEADER.unpack_from(rec)
+    rtype = hdr >> 32
+    body = memoryview(rec)[HEADER.size:]
+    if rtype == RecordType.STACK:
+        if len(body) < STACK.size:
+            raise MalformedRecord("truncated stack record")
+        stack_id, depth, flags = STACK.unpack_from(body)
+        if depth > MAX_FRAMES or len(body) < STACK.size + 8 * depth:
+            raise MalformedRecord(f"stack record with bad depth {depth}")
+        pcs = struct.unpack_from(f"<{depth}Q", body, STACK.size)
+        return StackRecord(stack_id, pcs, bool(flags & STACK_TRUNCATED))
+    if rtype == RecordType.MODULE:
+        if len(body) < MODULE.size:
+            raise MalformedRecord("truncated module record")
+        base, start, end, off, vaddr, bid_len, path_len, bid = MODULE.unpack_from(body)
+        if bid_len > BUILD_ID_MAX or len(body) < MODULE.size + path_len:
+            raise MalformedRecord("module record with bad lengths")
+        path = bytes(body[MODULE.size:MODULE.size + path_len]).decode("utf-8", "replace")
+        return ModuleRecord(base, start, end, off, vaddr, bid[:bid_len], path)
+    if rtype == RecordType.HEAP:
+        if len(body) < HEAP.size:
+            raise MalformedRecord("truncated heap record")
+        interval, heap_id, _, name = HEAP.unpack_from(body)
+        return HeapRecord(heap_id, interval, name.split(b"\0", 1)[0].decode("utf-8", "replace"))
+    raise MalformedRecord(f"unexpected record type {rtype}")
+
+
+# Encoders: used by tests to play the client's part, and by nothing on the
+# hot path. Each returns a whole record, header included.
+
+def _record(rtype: int, body: bytes) -> bytes:
+    size = align8(HEADER.size + len(body))
+    return HEADER.pack(header(size, rtype)) + body + b"\0" * (size - HEADER.size - len(body))
+
+
+def encode_malloc(seq: int, addr: int, sample_size: int, alloc_size: int,
+                  stack_id: int, ts: int) -> bytes:
+    return _record(RecordType.MALLOC, MALLOC.pack(seq, addr, sample_size, alloc_size, stack_id, ts))
+
+
+def encode_free(seq: int, addr: int) -> bytes:
+    return _record(RecordType.FREE, FREE.pack(seq, addr))
+
+
+def encode_stack(stack_id: int, pcs: tuple[int, ...] | list[int], truncated: bool = False) -> bytes:
+    body = STACK.pack(stack_id, len(pcs), STACK_TRUNCATED if truncated else 0)
+    return _record(RecordType.STACK, body + struct.pack(f"<{len(pcs)}Q", *pcs))
+
+
+def encode_module(m: ModuleRecord) -> bytes:
+    path = m.path.encode()
+    body = MODULE.pack(m.base, m.start, m.end, m.file_offset, m.vaddr,
+                       len(m.build_id), len(path), m.build_id)
+    return _record(RecordType.MODULE, body + path)
+
+
+def encode_heap(heap_id: int, interval: int, name: str) -> bytes:
+    return _record(RecordType.HEAP, HEAP.pack(interval, heap_id, 0, name.encode()))
+
+
+class RingWriter:
+    """Writes records into a shared ring the way the client does (single thread).
+
+    For tests: lets them feed the real producer any byte sequence, including
+    malformed ones, through the real shared memory.
+    """
+
+    def __init__(self, shm: mmap.mmap) -> None:
+        self.shm = shm
+        (self.ring_size,) = struct.unpack_from("<Q", shm, META_FIELDS["ring_size"][0])
+
+    def _pos(self, name: str) -> int:
+        return struct.unpack_from("<Q", self.shm, META_FIELDS[name][0])[0]
+
+    def space(self) -> int:
+        return self.ring_size - (self._pos("write_pos") - self._pos("read_pos"))
+
+    def write(self, record: bytes) -> bool:
+        """Append one record (its header word is written last). False when full."""
+        size = len(record)
+        wp = self._pos("write_pos")
+        off = wp & (self.ring_size - 1)
+        pad = self.ring_size - off if off + size > self.ring_size else 0
+        if pad + size > self.space():
+            return False
+        if pad:
+            self._put(off, _pad_record(pad))
+            wp += pad
+            off = 0
+        struct.pack_into("<Q", self.shm, META_FIELDS["write_pos"][0], wp + size)
+        base = META_SIZE + off
+        self.shm[base + 8:base + size] = record[8:]
+        self.shm[base:base + 8] = record[:8]
+        return True
+
+    def _put(self, off: int, record: bytes) -> None:
+        base = META_SIZE + off
+        self.shm[base:base + len(record)] = record
+
+    def set(self, name: str, value: int) -> None:
+        off, fmt = META_FIELDS[name]
+        struct.pack_into(fmt, self.shm, off, value)
+
+
+def _pad_record(size: int) -> bytes:
+    return HEADER.pack(header(size, RecordType.PAD)) + b"\0" * (size - HEADER.size)
+
+
+def read_meta(shm: mmap.mmap | bytes, name: str) -> int:
+    off, fmt = META_FIELDS[name]
+    return struct.unpack_from(fmt, shm, off)[0]

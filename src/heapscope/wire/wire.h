@@ -1,0 +1,228 @@
+/*
+ * wire.h: the one definition of the protocol between the client (inside the
+ * target) and the producer (the `heapscope record` process).
+ *
+ * The Python mirror is heapscope/wire/codec.py; tests/unit/wire checks every
+ * size and offset below against it, so change both together and bump
+ * HS_WIRE_VERSION.
+ *
+ * 1. Handshake, over an AF_UNIX SOCK_STREAM socket at $HEAPSCOPE_SOCKET.
+ *
+ *      client                                   producer
+ *      connect() ----------------------------->  accept()
+ *      hs_hello{magic, version, pid, token} -->  checks magic, version, token
+ *                                                and pid == SO_PEERCRED pid
+ *                 <----------------------------  hs_config{status, interval, ...}
+ *                                                + SCM_RIGHTS [ring memfd]
+ *      mmap(memfd)                                 (only when status == OK)
+ *
+ *    The socket then stays open and carries nothing: EOF tells the producer
+ *    that the process is gone, and tells the client that the producer is.
+ *
+ * 2. Shared memory: one per process, created by the producer.
+ *
+ *      [ hs_ring_meta, padded to HS_META_SIZE ][ data: ring_size bytes ]
+ *
+ *    ring_size is a power of two. Positions are free-running u64 byte counts;
+ *    the byte for position p lives at data[p & (ring_size - 1)].
+ *
+ * 3. Records. Each record is an 8-byte header followed by a fixed struct and
+ *    an optional variable tail, the whole padded to a multiple of 8:
+ *
+ *      header (u64, little endian) = size | (type << 32)
+ *        size: bytes of the whole record including the header (multiple of 8)
+ *        type: enum hs_record_type
+ *
+ *    A record never wraps: a writer that would cross the end of the data area
+ *    first fills the rest with one HS_REC_PAD record.
+ *
+ *    Writers (any thread of the target) reserve space with a CAS on
+ *    write_pos, write the body, and publish by storing the header last with
+ *    release order. A zero header means "reserved, not yet written": the
+ *    reader stops there, which keeps the ring FIFO. The reader zeroes every
+ *    byte it consumed before it advances read_pos, so a fresh reservation
+ *    always starts on zeroes.
+ *
+ *    Sequence numbers: one gapless counter per process, taken by every
+ *    sampled malloc (after the real allocator returned) and every free that
+ *    is sent (before the real free runs). The producer applies MALLOC and
+ *    FREE in sequence order, so a free that lands in the ring before its
+ *    malloc, or an address reused by another thread, is booked right.
+ *
+ *    Only frees of sampled addresses are sent: the client keeps the set of
+ *    live sampled addresses.
+ */
+#ifndef HEAPSCOPE_WIRE_H
+#define HEAPSCOPE_WIRE_H
+
+#include <stdint.h>
+
+#define HS_WIRE_MAGIC 0x31575350414548ull /* "HEAPSW1" little endian */
+#define HS_WIRE_VERSION 1u
+#define HS_TOKEN_SIZE 16
+#define HS_META_SIZE 4096u
+#define HS_BUILD_ID_MAX 40
+#define HS_HEAP_NAME_SIZE 32
+#define HS_MAX_FRAMES 256
+
+/* Environment variables the client reads (all set by `heapscope record`). */
+#define HS_ENV_SOCKET "HEAPSCOPE_SOCKET"
+#define HS_ENV_TOKEN "HEAPSCOPE_TOKEN" /* 32 hex digits */
+
+enum hs_record_type {
+  HS_REC_PAD = 0,    /* filler up to the end of the data area; no body */
+  HS_REC_MALLOC = 1, /* struct hs_malloc */
+  HS_REC_FREE = 2,   /* struct hs_free */
+  HS_REC_STACK = 3,  /* struct hs_stack + u64 pcs[depth], leaf first */
+  HS_REC_MODULE = 4, /* struct hs_module + char path[path_len] */
+  HS_REC_HEAP = 5,   /* struct hs_heap */
+  HS_REC_TYPE_COUNT = 6,
+};
+
+enum hs_status {
+  HS_STATUS_OK = 0,
+  HS_STATUS_REJECTED = 1, /* unknown session, bad version, pid mismatch */
+};
+
+enum hs_config_flags {
+  HS_CFG_BLOCK_CLIENT = 1u << 0, /* wait for space instead of dropping */
+};
+
+enum hs_unwinder {
+  HS_UNWINDER_AUTO = 0, /* libunwind if it loads, else frame pointers */
+  HS_UNWINDER_LIBUNWIND = 1,
+  HS_UNWINDER_FP = 2,
+  HS_UNWINDER_NONE = 3, /* only the immediate caller */
+};
+
+enum hs_client_state {
+  HS_CLIENT_CONNECTING = 0,
+  HS_CLIENT_ACTIVE = 1,
+  HS_CLIENT_DISABLED = 2, /* turned itself off; see client_error */
+};
+
+enum hs_client_error {
+  HS_ERR_NONE = 0,
+  HS_ERR_PRODUCER_GONE = 1,   /* socket closed while waiting for space */
+  HS_ERR_SHUTTING_DOWN = 2,   /* the producer asked the client to stop */
+  HS_ERR_RECORD_TOO_BIG = 3,  /* a record larger than the ring */
+  HS_ERR_FORKED = 4,          /* fork() without exec: the child stops */
+  HS_ERR_OUT_OF_MEMORY = 5,   /* mmap for client tables failed */
+};
+
+/* client -> producer, first bytes on the socket. */
+struct hs_hello {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t pid;
+  uint32_t ppid;
+  uint32_t reserved;
+  uint8_t token[HS_TOKEN_SIZE];
+};
+
+/* producer -> client, with the ring memfd attached when status == OK. */
+struct hs_config {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t status;       /* enum hs_status */
+  uint64_t interval;     /* mean sampling interval in bytes, >= 1 */
+  uint64_t ring_size;    /* data bytes, power of two */
+  uint64_t seed;         /* sampler seed; each thread mixes in its index */
+  uint32_t flags;        /* enum hs_config_flags */
+  uint32_t unwinder;     /* enum hs_unwinder */
+  uint32_t max_frames;   /* <= HS_MAX_FRAMES */
+  uint32_t reserved;
+};
+
+/* First HS_META_SIZE bytes of the shared memory. Counters are written by the
+ * client with relaxed atomics and read by the producer at any time. */
+struct hs_ring_meta {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t reserved0;
+  uint64_t ring_size;
+  uint64_t pad0[5];
+  /* Own cache lines: written by different processes. */
+  uint64_t write_pos; /* next byte to reserve; CAS by writers */
+  uint64_t pad1[7];
+  uint64_t read_pos; /* everything below is consumed and zeroed */
+  uint64_t pad2[7];
+  uint32_t shutting_down; /* producer -> client: stop sending */
+  uint32_t client_state;  /* enum hs_client_state */
+  uint32_t client_error;  /* enum hs_client_error */
+  uint32_t unwinder;      /* enum hs_unwinder actually in use */
+  /* Client statistics, for rare events only: counting every sample here
+   * would make all threads write one cache line. The producer counts the
+   * records it reads itself. */
+  uint64_t blocked_ns;          /* time threads waited for ring space */
+  uint64_t dropped_records;     /* records lost to a full ring */
+  uint64_t unwinding_errors;    /* unwinds that returned no frame */
+  uint64_t unwind_ns;           /* estimated total unwinding time */
+  uint64_t stack_table_full;    /* stacks sent again: interning table full */
+  uint64_t addr_table_full;     /* sampled addresses the free set missed */
+  uint64_t truncated_stacks;    /* stacks cut at max_frames */
+  uint64_t module_rescans;      /* dl_iterate_phdr rescans (map_reparses) */
+};
+
+struct hs_malloc {
+  uint64_t seq;         /* per-process sequence number */
+  uint64_t addr;        /* returned by the real allocator */
+  uint64_t sample_size; /* bytes this sample stands for (interval*k or size) */
+  uint64_t alloc_size;  /* bytes the program asked for */
+  uint64_t stack_id;    /* hash of the stack; defined once by HS_REC_STACK */
+  uint64_t ts;          /* CLOCK_MONOTONIC_COARSE, ns */
+};
+
+struct hs_free {
+  uint64_t seq;
+  uint64_t addr;
+};
+
+struct hs_stack {
+  uint64_t stack_id;
+  uint32_t depth;  /* number of u64 pcs that follow (return addresses) */
+  uint32_t flags;  /* HS_STACK_TRUNCATED */
+};
+#define HS_STACK_TRUNCATED 1u
+
+/* One loaded ELF object (from dl_iterate_phdr). rel_pc = pc - base. */
+struct hs_module {
+  uint64_t base;         /* dlpi_addr: load bias of the object */
+  uint64_t start;        /* first byte of the executable PT_LOAD */
+  uint64_t end;          /* one past its last byte */
+  uint64_t file_offset;  /* p_offset of that segment, page aligned */
+  uint64_t vaddr;        /* p_vaddr of that segment, page aligned */
+  uint32_t build_id_len; /* bytes used in build_id */
+  uint32_t path_len;     /* bytes of path that follow (no NUL) */
+  uint8_t build_id[HS_BUILD_ID_MAX];
+};
+
+struct hs_heap {
+  uint64_t interval;
+  uint32_t heap_id;
+  uint32_t reserved;
+  char name[HS_HEAP_NAME_SIZE]; /* NUL terminated */
+};
+
+#define HS_RECORD_HEADER(size, type) \
+  ((uint64_t)(uint32_t)(size) | ((uint64_t)(uint32_t)(type) << 32))
+#define HS_RECORD_SIZE(header) ((uint32_t)((header) & 0xffffffffu))
+#define HS_RECORD_TYPE(header) ((uint32_t)((header) >> 32))
+#define HS_ALIGN8(n) (((n) + 7u) & ~(uint64_t)7u)
+
+#if defined(__cplusplus)
+#define HS_STATIC_ASSERT static_assert
+#else
+#define HS_STATIC_ASSERT _Static_assert
+#endif
+HS_STATIC_ASSERT(sizeof(struct hs_hello) == 40, "hs_hello");
+HS_STATIC_ASSERT(sizeof(struct hs_config) == 56, "hs_config");
+HS_STATIC_ASSERT(sizeof(struct hs_ring_meta) <= HS_META_SIZE, "meta");
+HS_STATIC_ASSERT(sizeof(struct hs_ring_meta) == 272, "hs_ring_meta");
+HS_STATIC_ASSERT(sizeof(struct hs_malloc) == 48, "hs_malloc");
+HS_STATIC_ASSERT(sizeof(struct hs_free) == 16, "hs_free");
+HS_STATIC_ASSERT(sizeof(struct hs_stack) == 16, "hs_stack");
+HS_STATIC_ASSERT(sizeof(struct hs_module) == 88, "hs_module");
+HS_STATIC_ASSERT(sizeof(struct hs_heap) == 48, "hs_heap");
+
+#endif /* HEAPSCOPE_WIRE_H */
