@@ -285,8 +285,7 @@ class RingWriter:
         self.shm[base:base + len(record)] = record
 
     def set(self, name: str, value: int) -> None:
-        off, fmt = META_FIELDS[name]
-        struct.pack_into(fmt, self.shm, off, value)
+        write_meta(self.shm, name, value)
 
 
 def _pad_record(size: int) -> bytes:
@@ -296,3 +295,8 @@ def _pad_record(size: int) -> bytes:
 def read_meta(shm: mmap.mmap | bytes, name: str) -> int:
     off, fmt = META_FIELDS[name]
     return struct.unpack_from(fmt, shm, off)[0]
+
+
+def write_meta(shm: mmap.mmap, name: str, value: int) -> None:
+    off, fmt = META_FIELDS[name]
+    struct.pack_into(fmt, shm, off, value)

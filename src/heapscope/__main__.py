@@ -1,0 +1,3 @@
+from heapscope.cli import run
+
+run()

@@ -1,0 +1,38 @@
+"""The callsite trie: one node per distinct path of frames from the root.
+
+Shared by every process of a recording, as heapprofd's GlobalCallstackTrie.
+Ids start at 1 and are never reused, so a callsite id means the same path in
+every dump of the profile.
+"""
+
+from __future__ import annotations
+
+from heapscope.model import CallsiteId, FrameId
+
+
+class CallsiteTrie:
+    def __init__(self) -> None:
+        self._children: dict[tuple[int, int], CallsiteId] = {}  # (parent id or 0, frame) -> id
+        self.new: list[tuple[int, int, int | None, int]] = []  # (id, depth, parent, frame) to store
+
+    def __len__(self) -> int:
+        return len(self._children)
+
+    def callsite(self, frames: list[FrameId]) -> CallsiteId:
+        """The callsite for `frames`, root first; creates the missing nodes."""
+        parent = 0
+        for depth, frame in enumerate(frames):
+            key = (parent, frame)
+            node = self._children.get(key)
+            if node is None:
+                node = CallsiteId(len(self._children) + 1)
+                self._children[key] = node
+                self.new.append((node, depth, parent or None, frame))
+            parent = node
+        if not parent:
+            raise ValueError("a callsite needs at least one frame")
+        return CallsiteId(parent)
+
+    def take_new(self) -> list[tuple[int, int, int | None, int]]:
+        new, self.new = self.new, []
+        return new

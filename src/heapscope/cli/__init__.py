@@ -1,0 +1,58 @@
+"""Command line: one module per subcommand, a table of them, `main(argv) -> int`.
+
+Each subcommand module has `NAME`, `HELP`, `add_arguments(parser)` and
+`main(args) -> int`. Errors are raised as heapscope.errors types and turned
+into one line on stderr here; a traceback only with -v.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+
+from heapscope import __version__
+from heapscope.cli import record, report
+from heapscope.errors import HeapscopeError
+
+COMMANDS: tuple[ModuleType, ...] = (record, report)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="heapscope",
+        description="Sampling native-heap profiler: which call stacks hold your memory.",
+    )
+    parser.add_argument("--version", action="version", version=f"heapscope {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for cmd in COMMANDS:
+        p = sub.add_parser(cmd.NAME, help=cmd.HELP, description=cmd.HELP)
+        cmd.add_arguments(p)
+        p.set_defaults(_main=cmd.main)
+    return parser
+
+
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args._main(args))
+    except HeapscopeError as e:
+        if args.verbose:
+            raise
+        print(f"heapscope: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+def run() -> None:
+    """Console-script entry point."""
+    sys.exit(main())

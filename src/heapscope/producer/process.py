@@ -1,0 +1,69 @@
+"""One profiled process: its ring, its ingest, its heap state and stats."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import socket
+from dataclasses import dataclass, field
+
+from heapscope.bookkeeping.dump import ProcessHeap
+from heapscope.model import HEAP_NAME, ProcessFlags, ProcessInfo
+from heapscope.producer._ingest import Ingest
+from heapscope.wire import codec
+
+
+@dataclass(slots=True)
+class ProcessStats:
+    """Counted by the producer in Python (the C ingest counts the rest)."""
+
+    malformed_records: int = 0  # rare records that failed to decode
+    heaps: int = 0
+    modules: int = 0
+    stacks: int = 0
+    truncated_stacks: int = 0
+
+
+@dataclass(slots=True)
+class ProcessState:
+    info: ProcessInfo
+    sock: socket.socket
+    memfd: int
+    shm: mmap.mmap
+    ingest: Ingest
+    flags: ProcessFlags = field(default_factory=ProcessFlags)
+    heap: ProcessHeap = field(default_factory=ProcessHeap)
+    stats: ProcessStats = field(default_factory=ProcessStats)
+    heap_name: str = HEAP_NAME
+    last_dump_ts: int = 0
+    stream: list[bytes] = field(default_factory=list)
+    # Kept when the process ends, after its ring is unmapped.
+    final_stats: dict[str, int] = field(default_factory=dict)
+    final_meta: dict[str, int] = field(default_factory=dict)
+
+    def meta(self, name: str) -> int:
+        return codec.read_meta(self.shm, name)
+
+    def request_shutdown(self) -> None:
+        codec.write_meta(self.shm, "shutting_down", 1)
+
+    def close(self) -> None:
+        self.ingest.close()
+        self.shm.close()
+        os.close(self.memfd)
+        self.sock.close()
+
+
+def create_ring(ring_size: int) -> tuple[int, mmap.mmap]:
+    """A fresh shared-memory ring: memfd + mapping with the meta header written."""
+    fd = os.memfd_create("heapscope-ring", os.MFD_CLOEXEC)
+    try:
+        os.ftruncate(fd, codec.META_SIZE + ring_size)
+        shm = mmap.mmap(fd, codec.META_SIZE + ring_size, mmap.MAP_SHARED)
+    except OSError:
+        os.close(fd)
+        raise
+    codec.write_meta(shm, "magic", codec.WIRE_MAGIC)
+    codec.write_meta(shm, "version", codec.WIRE_VERSION)
+    codec.write_meta(shm, "ring_size", ring_size)
+    return fd, shm

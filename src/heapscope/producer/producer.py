@@ -1,0 +1,353 @@
+"""The producer loop: accept clients, drain their rings, dump their heaps.
+
+Single-threaded: one `poll()` call accepts new clients, drains every ring
+through the C ingest, decodes the rare records, and ends the processes whose
+socket reached EOF (final drain, flush, final dump). The caller runs it until
+the target exits, then calls `finish()`.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import select
+import socket
+import struct
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from heapscope.bookkeeping.dump import ProcessHeap
+from heapscope.bookkeeping.frames import FrameTable
+from heapscope.bookkeeping.trie import CallsiteTrie
+from heapscope.model import ProcessInfo, Upid
+from heapscope.producer._ingest import Ingest
+from heapscope.producer.config import RecordConfig
+from heapscope.producer.process import ProcessState, create_ring
+from heapscope.store.writer import ProfileWriter
+from heapscope.wire import codec
+
+DRAIN_BATCH = 1 << 18  # records per ring per poll: keeps the loop responsive
+HANDSHAKE_TIMEOUT_S = 5.0
+STREAM = struct.Struct("<7Q")
+PEERCRED = struct.Struct("3i")
+
+
+class Producer:
+    """Owns the listening socket, the per-process states and the bookkeeping."""
+
+    def __init__(self, writer: ProfileWriter, config: RecordConfig,
+                 log: Callable[[str], None] = lambda _msg: None) -> None:
+        self.writer = writer
+        self.config = config
+        self.log = log
+        self.token = secrets.token_bytes(codec.TOKEN_SIZE)
+        self.frames = FrameTable(config.skip_symbol_prefixes)
+        self.trie = CallsiteTrie()
+        self.processes: dict[int, ProcessState] = {}  # by socket fd
+        self.ended: list[ProcessState] = []
+        self.next_upid = 1
+        self.rejected_clients = 0
+        self.samples_total = 0
+        self._dir = tempfile.TemporaryDirectory(prefix="heapscope-")
+        self.socket_path = str(Path(self._dir.name) / "producer.sock")
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(self.socket_path)
+        self.listener.listen(64)
+        self.listener.setblocking(False)
+
+    def client_env(self) -> dict[str, str]:
+        """Environment variables that make the client connect to this producer."""
+        return {codec.ENV_SOCKET: self.socket_path, codec.ENV_TOKEN: self.token.hex()}
+
+    # -- the loop ------------------------------------------------------------
+
+    def poll(self, timeout: float) -> int:
+        """One round: accept, drain, end. Returns the number of records drained."""
+        rlist: list[socket.socket] = [p.sock for p in self.processes.values()]
+        if self.listener.fileno() >= 0:
+            rlist.append(self.listener)
+        readable, _, _ = select.select(rlist, [], [], timeout)
+        drained = 0
+        for s in readable:
+            if s is self.listener:
+                self._accept_all()
+        for p in list(self.processes.values()):
+            drained += self._drain(p)
+        for s in readable:
+            p = self.processes.get(s.fileno()) if s is not self.listener else None
+            if p is not None and self._peer_closed(p.sock):
+                self._end(p, reason="exit", disconnected=True)
+        return drained
+
+    def stop_accepting(self) -> None:
+        if self.listener.fileno() >= 0:
+            self.listener.close()
+
+    def finish(self) -> None:
+        """End every process still connected (the session is over)."""
+        self.stop_accepting()
+        for p in list(self.processes.values()):
+            p.request_shutdown()
+            self._end(p, reason="end", disconnected=False)
+        self._dir.cleanup()
+
+    def live_summary(self) -> tuple[int, int]:
+        """(samples so far, sampled bytes not yet freed) over all processes."""
+        samples, live = self.samples_total, 0
+        for p in self.processes.values():
+            st = p.ingest.stats()
+            samples += st["mallocs"]
+            for _sid, ab, fb, _ac, _fc in struct.iter_unpack("<5Q", p.ingest.totals()):
+                live += ab - fb
+        return samples, live
+
+    # -- clients -------------------------------------------------------------
+
+    def _accept_all(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return
+            try:
+                self._handshake(conn)
+            except (OSError, ValueError) as e:
+                self.rejected_clients += 1
+                self.log(f"client rejected: {e}")
+                conn.close()
+
+    def _handshake(self, conn: socket.socket) -> None:
+        conn.settimeout(HANDSHAKE_TIMEOUT_S)
+        data = _recv_exactly(conn, codec.HELLO.size)
+        hello = codec.Hello.unpack(data)
+        peer_pid, peer_uid, _ = PEERCRED.unpack(
+            conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, PEERCRED.size))
+        problem = None
+        if hello.magic != codec.WIRE_MAGIC or hello.version != codec.WIRE_VERSION:
+            problem = f"wire version {hello.version} (expected {codec.WIRE_VERSION})"
+        elif not secrets.compare_digest(hello.token, self.token):
+            problem = "unknown session"
+        elif hello.pid != peer_pid:
+            problem = f"pid {hello.pid} does not match the socket's peer {peer_pid}"
+        if problem:
+            conn.sendall(codec.Config(codec.Status.REJECTED, 0, 0, 0, 0, 0, 0).pack())
+            raise ValueError(problem)
+
+        cfg = self.config
+        memfd, shm = create_ring(cfg.shmem_size)
+        try:
+            ingest = Ingest(memfd, cfg.shmem_size, stream=cfg.stream_allocations)
+        except Exception:
+            shm.close()
+            os.close(memfd)
+            raise
+        upid = Upid(self.next_upid)
+        seed = secrets.randbits(64) if cfg.seed is None else (cfg.seed + upid - 1) & (2**64 - 1)
+        reply = codec.Config(
+            status=codec.Status.OK, interval=cfg.interval, ring_size=cfg.shmem_size, seed=seed,
+            flags=codec.CFG_BLOCK_CLIENT if cfg.block_client else 0,
+            unwinder=int(cfg.unwinder), max_frames=cfg.max_frames,
+        ).pack()
+        try:
+            socket.send_fds(conn, [reply], [memfd])
+        except OSError:
+            ingest.close()
+            shm.close()
+            os.close(memfd)
+            raise
+        conn.setblocking(False)
+        self.next_upid += 1
+        info = _process_info(upid, hello.pid, hello.ppid, peer_uid)
+        info.parent_upid = self._upid_of(hello.ppid)
+        p = ProcessState(info=info, sock=conn, memfd=memfd, shm=shm, ingest=ingest)
+        p.flags.sampling_interval_bytes = p.flags.orig_sampling_interval_bytes = cfg.interval
+        p.last_dump_ts = info.start_ts
+        self.processes[conn.fileno()] = p
+        self.writer.add_process(info)
+        self.writer.commit()
+        self.log(f"pid {info.pid} ({info.name}) connected as upid {upid}")
+
+    def _upid_of(self, pid: int) -> Upid | None:
+        for p in reversed([*self.ended, *self.processes.values()]):
+            if p.info.pid == pid:
+                return p.info.upid
+        return None
+
+    @staticmethod
+    def _peer_closed(sock: socket.socket) -> bool:
+        try:
+            return sock.recv(64, socket.MSG_DONTWAIT) == b""
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return True
+
+    # -- records -------------------------------------------------------------
+
+    def _drain(self, p: ProcessState, limit: int = DRAIN_BATCH) -> int:
+        before = p.ingest.stats()["records"]
+        for rec in p.ingest.drain(limit):
+            self._handle_record(p, rec)
+        if self.config.stream_allocations:
+            chunk = p.ingest.take_stream()
+            if chunk:
+                p.stream.append(chunk)
+        return p.ingest.stats()["records"] - before
+
+    def _handle_record(self, p: ProcessState, rec: bytes) -> None:
+        try:
+            r = codec.decode_record(rec)
+        except codec.MalformedRecord:
+            p.stats.malformed_records += 1
+            return
+        if isinstance(r, codec.StackRecord):
+            p.stats.stacks += 1
+            p.stats.truncated_stacks += r.truncated
+            p.heap.define_stack(r.stack_id, r.pcs)
+        elif isinstance(r, codec.ModuleRecord):
+            p.stats.modules += 1
+            self.frames.add_module(p.heap.modules, r)
+        else:
+            p.stats.heaps += 1
+            p.heap_name = r.name or p.heap_name
+            p.flags.sampling_interval_bytes = r.interval
+
+    # -- dumps ---------------------------------------------------------------
+
+    def dump(self, p: ProcessState, reason: str, final: bool = False) -> None:
+        """Write one dump of `p`: the change of every callsite since the last one."""
+        heap: ProcessHeap = p.heap
+        heap.resolve(self.frames, self.trie)
+        totals = heap.totals_by_callsite(p.ingest.totals(), self.frames, self.trie, final)
+        rows = heap.delta_rows(totals)
+        w = self.writer
+        w.add_mappings(self.frames.mappings.take_new())
+        w.add_frames(self.frames.frames.take_new())
+        w.add_callsites(self.trie.take_new())
+        ts = max(time.monotonic_ns(), p.last_dump_ts + 1)
+        w.add_dump(p.info.upid, p.last_dump_ts, ts, reason, rows, p.heap_name)
+        p.last_dump_ts = ts
+        if p.stream:
+            w.add_stream(self._stream_rows(p))
+        w.commit()
+
+    def dump_all(self, reason: str) -> None:
+        for p in list(self.processes.values()):
+            self._drain(p, limit=0)
+            self.dump(p, reason)
+
+    def _stream_rows(self, p: ProcessState) -> list[tuple[int, int, str, int, int, int, int, int | None]]:
+        upid, callsites = p.info.upid, p.heap.callsites
+        rows = []
+        for chunk in p.stream:
+            for kind, seq, addr, size, sample, stack, ts in STREAM.iter_unpack(chunk):
+                rows.append((upid, seq, "malloc" if kind == 1 else "free", ts, addr, size, sample,
+                             callsites.get(stack) if stack else None))
+        p.stream.clear()
+        return rows
+
+    def _end(self, p: ProcessState, reason: str, disconnected: bool) -> None:
+        """Final drain, flush of pending operations, final dump, stats."""
+        while self._drain(p, limit=0):
+            pass
+        p.ingest.flush()
+        self._drain(p, limit=0)  # take the stream of what flush applied
+        p.info.end_ts = time.monotonic_ns()
+        p.flags.disconnected = disconnected
+        p.flags.client_error = _client_error_name(p.meta("client_error"))
+        p.flags.unwinder = _unwinder_name(p.meta("unwinder"), p.meta("client_state"))
+        st = p.ingest.stats()
+        p.flags.buffer_corrupted = bool(st["corrupt"])
+        p.flags.buffer_overran = p.meta("dropped_records") > 0
+        self.dump(p, reason, final=True)
+        self.writer.add_process(p.info)
+        self.writer.set_process_flags(p.info, p.flags)
+        self.writer.add_stats(self._stats_rows(p, st))
+        self.writer.commit()
+        self.samples_total += st["mallocs"]
+        p.final_stats = st
+        p.final_meta = {name: p.meta(name) for name in codec.CLIENT_COUNTERS}
+        del self.processes[p.sock.fileno()]
+        p.close()
+        self.ended.append(p)
+
+    def _stats_rows(self, p: ProcessState, st: dict[str, int]) -> list[tuple[str, int | None, str, str, int, str]]:
+        u = p.info.upid
+        m = p.meta
+        rows = [
+            ("heap_samples", "info", "producer", st["mallocs"], "sampled mallocs received"),
+            ("frees", "info", "producer", st["frees"], "frees of sampled addresses received"),
+            ("unwinding_errors", "error", "client", m("unwinding_errors"), "unwinds that found no frame"),
+            ("map_reparses", "info", "client", m("module_rescans"), "rescans of loaded objects"),
+            ("total_unwinding_time_us", "info", "client", m("unwind_ns") // 1000,
+             "estimated time spent unwinding in the target"),
+            ("client_blocked_us", "info", "client", m("blocked_ns") // 1000,
+             "time the target waited for ring space"),
+            ("dropped_records", "data_loss", "client", m("dropped_records"), "records lost to a full ring"),
+            ("stack_table_full", "info", "client", m("stack_table_full"), "stacks sent again"),
+            ("addr_table_full", "data_loss", "client", m("addr_table_full"), "sampled addresses not tracked"),
+            ("truncated_stacks", "info", "client", m("truncated_stacks"), "stacks cut at --max-frames"),
+            ("malformed_records", "error", "producer",
+             st["malformed_records"] + p.stats.malformed_records, "records skipped as malformed"),
+            ("buffer_corrupted", "error", "producer", st["corrupt"], "ring found corrupt; reading stopped"),
+            ("late_records", "info", "producer", st["late_records"], "operations applied after a gap"),
+            ("sequence_gaps", "data_loss", "producer", st["gaps_skipped"], "sequence numbers never received"),
+            ("implicit_frees", "info", "producer", st["implicit_frees"], "addresses reused before their free"),
+            ("untracked_frees", "info", "producer", st["untracked_frees"], "frees of unknown addresses"),
+            ("stacks", "info", "producer", p.stats.stacks, "distinct stacks received"),
+            ("modules", "info", "producer", p.stats.modules, "loaded objects announced"),
+        ]
+        return [(name, u, sev, src, int(v), desc) for name, sev, src, v, desc in rows]
+
+    def global_stats(self) -> list[tuple[str, int | None, str, str, int, str]]:
+        return [("rejected_clients", None, "error", "producer", self.rejected_clients,
+                 "connections refused: unknown session, version or pid")]
+
+
+def _client_error_name(value: int) -> str:
+    if value == codec.ClientError.NONE:
+        return ""
+    try:
+        return codec.ClientError(value).name.lower()
+    except ValueError:
+        return f"unknown error {value}"
+
+
+def _unwinder_name(value: int, state: int) -> str:
+    if state != codec.ClientState.ACTIVE and value == 0:
+        return ""
+    try:
+        return {codec.Unwinder.LIBUNWIND: "libunwind", codec.Unwinder.FP: "frame pointers",
+                codec.Unwinder.NONE: "none"}[codec.Unwinder(value)]
+    except (KeyError, ValueError):
+        return str(value)
+
+
+def _recv_exactly(conn: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = conn.recv(n - len(buf))
+        if not chunk:
+            raise ValueError("connection closed during the handshake")
+        buf += chunk
+    return bytes(buf)
+
+
+def _process_info(upid: Upid, pid: int, ppid: int, uid: int) -> ProcessInfo:
+    """What /proc says about a client; it is alive, waiting for our answer."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        raw = b""
+    args = [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        exe = args[0] if args else ""
+    name = os.path.basename(exe) or (os.path.basename(args[0]) if args else str(pid))
+    return ProcessInfo(upid=upid, pid=pid, ppid=ppid, name=name, cmdline=" ".join(args), exe=exe,
+                       uid=uid, start_ts=time.monotonic_ns())

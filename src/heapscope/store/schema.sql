@@ -1,0 +1,125 @@
+-- The heapscope profile database. Table and column names follow Perfetto's
+-- trace_processor, so queries written for heapprofd traces run unchanged.
+-- heapscope's own additions are prefixed `heapscope_`.
+
+CREATE TABLE IF NOT EXISTS heapscope_metadata (
+  key TEXT PRIMARY KEY,
+  value TEXT
+);
+
+-- One row per profiled process (an exec'd child is a new upid).
+CREATE TABLE IF NOT EXISTS process (
+  upid INTEGER PRIMARY KEY,
+  id INTEGER GENERATED ALWAYS AS (upid) VIRTUAL,
+  pid INTEGER NOT NULL,
+  name TEXT,                -- executable basename
+  cmdline TEXT,             -- arguments joined by spaces
+  start_ts INTEGER,         -- ns, CLOCK_MONOTONIC
+  end_ts INTEGER,
+  parent_upid INTEGER,
+  uid INTEGER
+);
+
+-- Per-process facts heapprofd puts in ProcessHeapSamples.
+CREATE TABLE IF NOT EXISTS heapscope_process (
+  upid INTEGER PRIMARY KEY,
+  exe TEXT,
+  ppid INTEGER,
+  from_startup INTEGER,
+  disconnected INTEGER,
+  buffer_overran INTEGER,
+  buffer_corrupted INTEGER,
+  rejected_concurrent INTEGER,
+  hit_guardrail INTEGER,
+  client_error TEXT,
+  unwinder TEXT,
+  sampling_interval_bytes INTEGER,
+  orig_sampling_interval_bytes INTEGER
+);
+
+CREATE TABLE IF NOT EXISTS stats (
+  name TEXT NOT NULL,
+  idx INTEGER,              -- upid for per-process stats, else NULL
+  severity TEXT NOT NULL,   -- info, data_loss, error
+  source TEXT NOT NULL,     -- client, producer
+  value INTEGER NOT NULL,
+  description TEXT
+);
+
+CREATE TABLE IF NOT EXISTS stack_profile_mapping (
+  id INTEGER PRIMARY KEY,
+  build_id TEXT,            -- hex, '' when unknown
+  exact_offset INTEGER,
+  start_offset INTEGER,
+  start INTEGER,
+  "end" INTEGER,
+  load_bias INTEGER,
+  name TEXT
+);
+
+CREATE TABLE IF NOT EXISTS stack_profile_frame (
+  id INTEGER PRIMARY KEY,
+  name TEXT,                -- function name (demangled), '' until symbolized
+  mapping INTEGER NOT NULL REFERENCES stack_profile_mapping(id),
+  rel_pc INTEGER NOT NULL,  -- address in the ELF file's virtual address space
+  symbol_set_id INTEGER,
+  deobfuscated_name TEXT,
+  type TEXT
+);
+
+CREATE TABLE IF NOT EXISTS stack_profile_callsite (
+  id INTEGER PRIMARY KEY,
+  depth INTEGER NOT NULL,   -- 0 = root (outermost frame)
+  parent_id INTEGER,
+  frame_id INTEGER NOT NULL REFERENCES stack_profile_frame(id)
+);
+
+CREATE TABLE IF NOT EXISTS stack_profile_symbol (
+  id INTEGER PRIMARY KEY,
+  symbol_set_id INTEGER NOT NULL,
+  name TEXT,
+  source_file TEXT,
+  line_number INTEGER,
+  inlined INTEGER
+);
+
+-- Per dump and callsite: a positive row for what was allocated since the
+-- previous dump and a negative row for what was freed, so
+-- SUM(size) WHERE ts <= T is the unreleased bytes at T.
+CREATE TABLE IF NOT EXISTS heap_profile_allocation (
+  id INTEGER PRIMARY KEY,
+  ts INTEGER NOT NULL,
+  upid INTEGER NOT NULL,
+  heap_name TEXT NOT NULL,
+  callsite_id INTEGER NOT NULL,
+  count INTEGER NOT NULL,
+  size INTEGER NOT NULL
+);
+
+-- One row per dump of a process heap, also when nothing changed.
+CREATE TABLE IF NOT EXISTS heap_profile (
+  id INTEGER PRIMARY KEY,
+  ts INTEGER NOT NULL,      -- window start
+  ts_end INTEGER NOT NULL,  -- = heap_profile_allocation.ts of this dump
+  dur INTEGER NOT NULL,
+  upid INTEGER NOT NULL,
+  heap_name TEXT,
+  reason TEXT               -- exit, end, periodic, signal, peak
+);
+
+-- --stream-allocations: every sampled malloc and sent free, raw.
+CREATE TABLE IF NOT EXISTS heapscope_allocation_stream (
+  upid INTEGER NOT NULL,
+  seq INTEGER NOT NULL,
+  kind TEXT NOT NULL,       -- malloc, free
+  ts INTEGER,
+  address INTEGER NOT NULL,
+  size INTEGER,
+  sample_size INTEGER,
+  callsite_id INTEGER
+);
+
+CREATE INDEX IF NOT EXISTS heap_profile_allocation_upid_ts
+  ON heap_profile_allocation(upid, ts);
+CREATE INDEX IF NOT EXISTS stack_profile_callsite_parent
+  ON stack_profile_callsite(parent_id);
