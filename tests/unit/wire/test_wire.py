@@ -1,0 +1,102 @@
+"""wire.h and codec.py describe the same bytes: sizes, offsets, constants."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from heapscope.wire import codec
+
+WIRE_H = Path(__file__).parents[3] / "src" / "heapscope" / "wire" / "wire.h"
+
+STRUCTS = {
+    "hs_hello": codec.HELLO,
+    "hs_config": codec.CONFIG,
+    "hs_malloc": codec.MALLOC,
+    "hs_free": codec.FREE,
+    "hs_stack": codec.STACK,
+    "hs_module": codec.MODULE,
+    "hs_heap": codec.HEAP,
+}
+CONSTANTS = {
+    "HS_WIRE_MAGIC": codec.WIRE_MAGIC,
+    "HS_WIRE_VERSION": codec.WIRE_VERSION,
+    "HS_TOKEN_SIZE": codec.TOKEN_SIZE,
+    "HS_META_SIZE": codec.META_SIZE,
+    "HS_BUILD_ID_MAX": codec.BUILD_ID_MAX,
+    "HS_HEAP_NAME_SIZE": codec.HEAP_NAME_SIZE,
+    "HS_MAX_FRAMES": codec.MAX_FRAMES,
+    "HS_REC_PAD": codec.RecordType.PAD,
+    "HS_REC_MALLOC": codec.RecordType.MALLOC,
+    "HS_REC_FREE": codec.RecordType.FREE,
+    "HS_REC_STACK": codec.RecordType.STACK,
+    "HS_REC_MODULE": codec.RecordType.MODULE,
+    "HS_REC_HEAP": codec.RecordType.HEAP,
+    "HS_CFG_BLOCK_CLIENT": codec.CFG_BLOCK_CLIENT,
+    "HS_STACK_TRUNCATED": codec.STACK_TRUNCATED,
+    "HS_UNWINDER_FP": codec.Unwinder.FP,
+    "HS_CLIENT_DISABLED": codec.ClientState.DISABLED,
+    "HS_ERR_FORKED": codec.ClientError.FORKED,
+    "HS_ERR_OUT_OF_MEMORY": codec.ClientError.OUT_OF_MEMORY,
+}
+
+
+@pytest.fixture(scope="module")
+def c_layout(tmp_path_factory: pytest.TempPathFactory) -> dict[str, int]:
+    """Sizes, offsets and constants as the C compiler sees them."""
+    cc = shutil.which("cc")
+    if cc is None:
+        pytest.fail("no C compiler: the package cannot have been built either")
+    lines = [f'  printf("\\"sizeof {s}\\": %zu,\\n", sizeof(struct {s}));' for s in STRUCTS]
+    lines.append('  printf("\\"sizeof hs_ring_meta\\": %zu,\\n", sizeof(struct hs_ring_meta));')
+    lines += [f'  printf("\\"meta {f}\\": %zu,\\n", offsetof(struct hs_ring_meta, {f}));'
+              for f in codec.META_FIELDS]
+    lines += [f'  printf("\\"const {c}\\": %llu,\\n", (unsigned long long)({c}));' for c in CONSTANTS]
+    src = ("#include <stdio.h>\n#include <stddef.h>\n#include \"wire.h\"\nint main(void) {\n"
+           '  printf("{");\n' + "\n".join(lines) + '\n  printf("\\"end\\": 0}");\n  return 0;\n}\n')
+    d = tmp_path_factory.mktemp("wire")
+    (d / "layout.c").write_text(src)
+    subprocess.run([cc, "-std=c11", "-Wall", "-Werror", "-I", str(WIRE_H.parent), "-o", str(d / "layout"),
+                    str(d / "layout.c")], check=True, timeout=60)
+    out = subprocess.run([str(d / "layout")], check=True, capture_output=True, text=True, timeout=10).stdout
+    return json.loads(out)
+
+
+@pytest.mark.parametrize("name", sorted(STRUCTS))
+def test_struct_sizes_match(c_layout: dict[str, int], name: str) -> None:
+    assert STRUCTS[name].size == c_layout[f"sizeof {name}"]
+
+
+def test_meta_offsets_match(c_layout: dict[str, int]) -> None:
+    assert codec.META_STRUCT_SIZE == c_layout["sizeof hs_ring_meta"]
+    for field, (offset, _) in codec.META_FIELDS.items():
+        assert offset == c_layout[f"meta {field}"], field
+
+
+def test_constants_match(c_layout: dict[str, int]) -> None:
+    for name, value in CONSTANTS.items():
+        assert int(value) == c_layout[f"const {name}"], name
+
+
+def test_records_round_trip() -> None:
+    stack = codec.encode_stack(0xABC, [0x401000, 0x402000], truncated=True)
+    assert len(stack) % 8 == 0
+    assert codec.decode_record(stack) == codec.StackRecord(0xABC, (0x401000, 0x402000), True)
+    mod = codec.ModuleRecord(0x1000, 0x2000, 0x3000, 0x1000, 0x1000, bytes(range(20)), "/usr/bin/x")
+    assert codec.decode_record(codec.encode_module(mod)) == mod
+    assert codec.decode_record(codec.encode_heap(1, 4096, "libc.malloc")) == codec.HeapRecord(1, 4096, "libc.malloc")
+
+
+@pytest.mark.parametrize("record", [
+    b"",
+    codec.encode_stack(1, [1, 2, 3])[:-8],  # depth says 3, two pcs present
+    codec.encode_module(codec.ModuleRecord(0, 0, 0, 0, 0, b"", "x"))[:40],
+    codec.encode_malloc(1, 2, 3, 4, 5, 6),  # a hot record is not for Python
+])
+def test_malformed_records_raise(record: bytes) -> None:
+    with pytest.raises(codec.MalformedRecord):
+        codec.decode_record(record)
