@@ -1,0 +1,111 @@
+"""`heapscope report`: the top functions of each process of a profile, as a text table."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from heapscope.errors import UsageError
+from heapscope.model import VIEWS
+from heapscope.store.reader import open_profile
+from heapscope.view.report import FunctionRow, ProcessReport, build_reports
+from heapscope.view.units import format_percent, format_value
+
+NAME = "report"
+HELP = "print the functions that hold the most memory, per process"
+
+_VIEW_HELP = {
+    "space": "bytes not yet freed at the dump (default)",
+    "alloc_space": "bytes allocated up to the dump, freed or not",
+    "objects": "allocations not yet freed at the dump",
+    "alloc_objects": "allocations made up to the dump",
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE", help="profile database written by `heapscope record`")
+    p.add_argument(
+        "--view", choices=VIEWS, default="space",
+        help="what to rank by: " + "; ".join(f"{v}: {h}" for v, h in _VIEW_HELP.items()),
+    )
+    p.add_argument("--top", type=int, default=20, metavar="N", help="rows per process (default: 20)")
+    p.add_argument("-p", "--pid", type=int, metavar="PID", help="only this process")
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.top < 1:
+        raise UsageError(f"--top must be at least 1, not {args.top}")
+    with open_profile(args.file) as profile:
+        reports = build_reports(profile, args.view, args.pid)
+    text = "\n".join(render_report(r, args.top) for r in reports)
+    if not reports:
+        text = f"{args.file}: no processes in this profile\n"
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # `heapscope report x.db | head`: the reader left; that is not an
+        # error. Point stdout at /dev/null so the interpreter's final flush
+        # does not complain about the closed pipe either.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return 0
+
+
+def render_report(r: ProcessReport, top: int) -> str:
+    """A header and the table of one process, ending with a newline."""
+    info, flags = r.process.info, r.process.flags
+    lines = [f"pid {info.pid}  {info.name or '?'}  (upid {info.upid})"]
+    if info.cmdline:
+        lines.append(f"  {'cmdline:':<10} {info.cmdline}")
+    if r.dump_count:
+        dumps = f"{r.dump_count} dump" + ("" if r.dump_count == 1 else "s")
+        total = f"{format_value(r.view, r.view_total)} at the last of {dumps}"
+    else:
+        total = "no dumps"
+    lines.append(f"  {r.view + ':':<10} {total}")
+    if flags is not None:
+        sampling = _sampling(flags.sampling_interval_bytes, flags.orig_sampling_interval_bytes)
+        lines.append(f"  {'sampling:':<10} {sampling}")
+        lines.append(f"  {'unwinder:':<10} {flags.unwinder or 'unknown'}")
+    if r.warnings:
+        lines.append(f"  {'warnings:':<10} {'; '.join(r.warnings)}")
+    lines.append("")
+    if r.rows:
+        lines.extend(_table(r.rows[:top], r.view, r.view_total))
+        if len(r.rows) > top:
+            lines.append(f"({len(r.rows) - top} more functions; --top N shows more)")
+    else:
+        lines.append("(no allocations in this view)")
+    return "\n".join(lines) + "\n"
+
+
+def _sampling(interval: int, asked: int) -> str:
+    if interval == 1:
+        text = "every allocation (exact)"
+    elif interval > 1:
+        text = f"one sample per {interval:,} bytes on average"
+    else:
+        text = "unknown interval"
+    if asked not in (0, interval):
+        text += f" (asked for {asked:,})"
+    return text
+
+
+def _table(rows: Sequence[FunctionRow], view: str, whole: int) -> list[str]:
+    header = ("total", "total %", "self", "self %", "function", "library")
+    cells = [header] + [
+        (format_value(view, r.total_value), format_percent(r.total_value, whole),
+         format_value(view, r.self_value), format_percent(r.self_value, whole), r.function, r.library)
+        for r in rows
+    ]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(header))]
+    out = []
+    for c in cells:
+        # Numbers right-aligned; the last column is not padded (no trailing blanks).
+        numbers = [c[i].rjust(widths[i]) for i in range(4)]
+        out.append("  ".join([*numbers, c[4].ljust(widths[4]), c[5]]).rstrip())
+    return out
