@@ -1,0 +1,172 @@
+"""The producer against a client played by the test: handshake, records, dumps.
+
+The test is the target process here (SO_PEERCRED gives the producer our pid),
+writing records through the real shared ring the producer hands out.
+"""
+
+from __future__ import annotations
+
+import mmap
+import socket
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from heapscope.model import HEAP_NAME
+from heapscope.producer.config import RecordConfig
+from heapscope.producer.producer import Producer
+from heapscope.store.writer import ProfileWriter
+from heapscope.wire import codec
+
+pytestmark = pytest.mark.timeout(30)
+
+MODULE = codec.ModuleRecord(base=0x400000, start=0x401000, end=0x402000, file_offset=0x1000,
+                            vaddr=0x1000, build_id=bytes.fromhex("aabbccdd"), path="/bin/fake")
+
+
+class FakeClient:
+    """Plays the client's side of the protocol from Python."""
+
+    def __init__(self, producer: Producer, token: bytes | None = None, pid: int | None = None) -> None:
+        import os
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(producer.socket_path)
+        hello = codec.Hello(codec.WIRE_MAGIC, codec.WIRE_VERSION, pid or os.getpid(), os.getppid(),
+                            token if token is not None else producer.token)
+        self.sock.sendall(hello.pack())
+        producer.poll(0.5)  # accept and answer
+        msg, fds, _, _ = socket.recv_fds(self.sock, codec.CONFIG.size, 1)
+        fields = codec.CONFIG.unpack(msg)
+        self.status, self.interval = fields[2], fields[3]
+        self.ring: codec.RingWriter | None = None
+        if fds:
+            ring_size = fields[4]
+            self.shm = mmap.mmap(fds[0], codec.META_SIZE + ring_size)
+            self.ring = codec.RingWriter(self.shm)
+
+    def send(self, *records: bytes) -> None:
+        assert self.ring is not None
+        for r in records:
+            assert self.ring.write(r)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def producer(tmp_path: Path) -> Iterator[Producer]:
+    writer = ProfileWriter(tmp_path / "p.db")
+    p = Producer(writer, RecordConfig(interval=1, shmem_size=1 << 16))
+    yield p
+    p.finish()
+    writer.close()
+
+
+def _rows(producer: Producer, sql: str) -> list[tuple]:
+    producer.writer.commit()
+    db = sqlite3.connect(producer.writer.path)
+    try:
+        return db.execute(sql).fetchall()
+    finally:
+        db.close()
+
+
+def _end(producer: Producer, client: FakeClient) -> None:
+    """Close the client's socket and let the producer see the EOF."""
+    before = len(producer.processes)
+    client.close()
+    while len(producer.processes) == before:
+        producer.poll(0.5)
+
+
+def test_records_become_a_dump_with_alloc_and_free_rows(producer: Producer) -> None:
+    # GIVEN a client that allocates 3 blocks on one stack and 1 on another, and frees one
+    c = FakeClient(producer)
+    assert c.status == codec.Status.OK and c.interval == 1
+    c.send(codec.encode_heap(1, 1, HEAP_NAME), codec.encode_module(MODULE),
+           codec.encode_stack(7, [0x401100, 0x401200]), codec.encode_stack(8, [0x401300, 0x401200]))
+    c.send(codec.encode_malloc(1, 0x1000, 100, 100, 7, 10), codec.encode_free(3, 0x1000),  # free before seq 2
+           codec.encode_malloc(2, 0x2000, 50, 50, 7, 11), codec.encode_malloc(4, 0x1000, 30, 30, 8, 12),
+           codec.encode_malloc(5, 0x3000, 20, 20, 7, 13))
+    # WHEN the process goes away
+    _end(producer, c)
+    # THEN one dump holds the allocations and the free, per callsite
+    rows = _rows(producer, "SELECT callsite_id, count, size FROM heap_profile_allocation ORDER BY size")
+    by_leaf = {}
+    for cs, count, size in rows:
+        by_leaf.setdefault(cs, []).append((count, size))
+    assert sorted(by_leaf.values()) == sorted([[(-1, -100), (3, 170)], [(1, 30)]])
+    frames = _rows(producer, "SELECT f.rel_pc, m.name, m.build_id FROM stack_profile_frame f "
+                             "JOIN stack_profile_mapping m ON f.mapping = m.id ORDER BY f.rel_pc")
+    # rel_pc = return address - 1 - load base
+    assert frames == [(0x10FF, "/bin/fake", "aabbccdd"), (0x11FF, "/bin/fake", "aabbccdd"),
+                      (0x12FF, "/bin/fake", "aabbccdd")]
+    depths = _rows(producer, "SELECT depth, COUNT(*) FROM stack_profile_callsite GROUP BY depth")
+    assert depths == [(0, 1), (1, 2)]  # one root (the shared caller), two leaves
+    stats = dict(_rows(producer, "SELECT name, value FROM stats WHERE idx = 1"))
+    assert stats["heap_samples"] == 4 and stats["frees"] == 1 and stats["malformed_records"] == 0
+
+
+def test_malformed_records_are_counted_and_skipped(producer: Producer) -> None:
+    c = FakeClient(producer)
+    c.send(codec.encode_module(MODULE), codec.encode_stack(7, [0x401100]))
+    bad_type = codec.HEADER.pack(codec.header(16, 9)) + b"\0" * 8
+    short_malloc = codec.HEADER.pack(codec.header(16, codec.RecordType.MALLOC)) + b"\0" * 8
+    bad_depth = codec.encode_stack(9, [1])
+    bad_depth = bad_depth[:16] + (500).to_bytes(4, "little") + bad_depth[20:]
+    c.send(bad_type, short_malloc, bad_depth, codec.encode_malloc(1, 0x10, 8, 8, 7, 1))
+    _end(producer, c)
+    stats = dict(_rows(producer, "SELECT name, value FROM stats WHERE idx = 1"))
+    assert stats["malformed_records"] == 3
+    assert stats["heap_samples"] == 1
+    assert _rows(producer, "SELECT SUM(size) FROM heap_profile_allocation") == [(8,)]
+
+
+def test_a_corrupt_ring_ends_only_that_process(producer: Producer) -> None:
+    bad, good = FakeClient(producer), FakeClient(producer)
+    huge = codec.HEADER.pack(codec.header(1 << 20, codec.RecordType.MALLOC)) + b"\0" * 48
+    bad.send(codec.encode_module(MODULE), codec.encode_stack(7, [0x401100]),
+             codec.encode_malloc(1, 0x10, 8, 8, 7, 1), huge)
+    good.send(codec.encode_module(MODULE), codec.encode_stack(7, [0x401100]),
+              codec.encode_malloc(1, 0x10, 16, 16, 7, 1))
+    _end(producer, bad)
+    _end(producer, good)
+    corrupt = dict(_rows(producer, "SELECT idx, value FROM stats WHERE name = 'buffer_corrupted'"))
+    assert corrupt == {1: 1, 2: 0}
+    sizes = dict(_rows(producer, "SELECT upid, SUM(size) FROM heap_profile_allocation GROUP BY upid"))
+    assert sizes == {1: 8, 2: 16}  # what came before the corruption is kept
+
+
+@pytest.mark.parametrize("token,pid", [(b"\1" * 16, None), (None, 1)])
+def test_unknown_session_or_pid_is_rejected_and_counted(producer: Producer, token, pid) -> None:
+    c = FakeClient(producer, token=token, pid=pid)
+    assert c.status == codec.Status.REJECTED and c.ring is None
+    assert not producer.processes
+    assert producer.rejected_clients == 1
+
+
+def test_a_stack_that_never_arrives_is_kept_under_a_placeholder(producer: Producer) -> None:
+    c = FakeClient(producer)
+    c.send(codec.encode_malloc(1, 0x10, 64, 64, 1234, 1))
+    _end(producer, c)
+    assert _rows(producer, "SELECT f.name, a.size FROM heap_profile_allocation a JOIN stack_profile_callsite c"
+                           " ON a.callsite_id = c.id JOIN stack_profile_frame f ON c.frame_id = f.id") == [
+        ("[stack never received]", 64)]
+
+
+def test_skip_symbol_prefix_collapses_frames_into_filtered(tmp_path: Path) -> None:
+    writer = ProfileWriter(tmp_path / "p.db")
+    producer = Producer(writer, RecordConfig(interval=1, shmem_size=1 << 16, skip_symbol_prefixes=("/usr/lib/",)))
+    lib = codec.ModuleRecord(0x7000000, 0x7001000, 0x7002000, 0x1000, 0x1000, b"", "/usr/lib/libx.so")
+    c = FakeClient(producer)
+    c.send(codec.encode_module(MODULE), codec.encode_module(lib),
+           codec.encode_stack(7, [0x7001100, 0x7001200, 0x401100]),
+           codec.encode_malloc(1, 0x10, 64, 64, 7, 1))
+    _end(producer, c)
+    producer.finish()
+    path = [r[0] for r in _rows(producer, "SELECT f.name FROM stack_profile_callsite c JOIN stack_profile_frame f"
+                                          " ON c.frame_id = f.id ORDER BY c.depth")]
+    assert path == ["", "FILTERED"]
+    writer.close()
