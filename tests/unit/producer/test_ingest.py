@@ -1,0 +1,515 @@
+"""The C ingest loop (heapscope.producer._ingest) against the real shared ring.
+
+Each test plays the client with codec.RingWriter and codec.encode_*, and checks
+what the producer booked: per-stack totals, live allocations, the stream and
+the counters.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+import threading
+import time
+
+import pytest
+
+from heapscope.wire import codec
+
+pytestmark = pytest.mark.timeout(60)
+
+S1, S2, S3 = 0x1111, 0x2222, 0x3333
+A, B = 0x7F00_0000_1000, 0x7F00_0000_2000
+
+
+def malloc(seq: int, addr: int, size: int, stack: int, ts: int = 0, alloc_size: int | None = None) -> bytes:
+    return codec.encode_malloc(seq, addr, size, size if alloc_size is None else alloc_size, stack, ts)
+
+
+def free(seq: int, addr: int) -> bytes:
+    return codec.encode_free(seq, addr)
+
+
+def raw_record(size_field: int, rtype: int, body_len: int) -> bytes:
+    """A record whose header may lie about its size; body_len + 8 bytes long."""
+    return codec.HEADER.pack(codec.header(size_field, rtype)) + b"\xab" * body_len
+
+
+# ---- bookkeeping in sequence order ----
+
+def test_in_order_malloc_and_free_totals(make_ring):
+    # GIVEN two stacks, three mallocs and one free, in order
+    ring = make_ring()
+    ring.feed([malloc(1, A, 100, S1, ts=10), malloc(2, B, 50, S2, ts=20),
+               free(3, A), malloc(4, A, 30, S1, ts=15)])
+    # THEN the totals are cumulative per stack, and the live set holds the rest
+    assert ring.totals() == {S1: (130, 100, 2, 1), S2: (50, 0, 1, 0)}
+    assert ring.live() == {A: (30, 30, S1, 4), B: (50, 50, S2, 2)}
+    st = ring.stats()
+    assert (st["records"], st["mallocs"], st["frees"]) == (4, 3, 1)
+    assert (st["committed_seq"], st["pending"], st["live_allocations"]) == (4, 0, 2)
+    assert st["untracked_frees"] == st["implicit_frees"] == st["late_records"] == 0
+    assert ring.ingest.last_ts == 20
+
+
+def test_free_arriving_before_its_malloc(make_ring):
+    # GIVEN thread 2 freed A (seq 2) and wrote its record before thread 1's malloc (seq 1)
+    ring = make_ring()
+    ring.feed([free(2, A)])
+    assert ring.stats()["pending"] == 1
+    assert ring.totals() == {}
+    ring.feed([malloc(1, A, 64, S1)])
+    # THEN sequence order books the malloc first and the free frees it
+    assert ring.totals() == {S1: (64, 64, 1, 1)}
+    assert ring.live() == {}
+    st = ring.stats()
+    assert st["untracked_frees"] == 0
+    assert (st["pending"], st["max_pending"], st["committed_seq"]) == (0, 1, 2)
+
+
+def test_address_reused_by_another_thread(make_ring):
+    # GIVEN T1: malloc A (1), free A (2); T2 gets A back: malloc A (3).
+    # T2's record lands before T1's free.
+    ring = make_ring()
+    ring.feed([malloc(1, A, 100, S1), malloc(3, A, 200, S2), free(2, A)])
+    # THEN the free hits T1's allocation and T2's stays live
+    assert ring.totals() == {S1: (100, 100, 1, 1), S2: (200, 0, 1, 0)}
+    assert ring.live() == {A: (200, 200, S2, 3)}
+    assert ring.stats()["implicit_frees"] == 0
+
+
+def test_interleaved_threads_many_addresses(make_ring):
+    # GIVEN a reference model, and ops written in a shuffled order within windows
+    ring = make_ring(1 << 20)
+    rng = random.Random(1234)
+    ops, live, model = [], {}, {}
+    pool = [0x5500_0000 + 16 * i for i in range(3000)]
+    seq = 0
+    for _ in range(40000):
+        seq += 1
+        addr = rng.choice(pool)
+        if addr in live:
+            stack, size = live.pop(addr)
+            t = model[stack]
+            model[stack] = (t[0], t[1] + size, t[2], t[3] + 1)
+            ops.append(free(seq, addr))
+        else:
+            stack, size = rng.choice((S1, S2, S3)), rng.randrange(1, 5000)
+            live[addr] = (stack, size)
+            t = model.get(stack, (0, 0, 0, 0))
+            model[stack] = (t[0] + size, t[1], t[2] + 1, t[3])
+            ops.append(malloc(seq, addr, size, stack))
+    shuffled = []
+    for i in range(0, len(ops), 16):
+        window = ops[i:i + 16]
+        rng.shuffle(window)
+        shuffled += window
+    # WHEN it is drained
+    ring.feed(shuffled)
+    # THEN sequence order undoes the shuffle
+    assert ring.totals() == model
+    assert {a: (r[0], r[2]) for a, r in ring.live().items()} == {a: (v[1], v[0]) for a, v in live.items()}
+    st = ring.stats()
+    assert st["implicit_frees"] == st["untracked_frees"] == st["late_records"] == 0
+    assert st["committed_seq"] == seq and st["pending"] == 0 and st["max_pending"] > 1
+
+
+def test_realloc_like_free_then_malloc(make_ring):
+    # GIVEN realloc moving A to B, then realloc growing B in place
+    ring = make_ring()
+    ring.feed([malloc(1, A, 100, S1), free(2, A), malloc(3, B, 300, S2), free(4, B), malloc(5, B, 500, S2)])
+    assert ring.totals() == {S1: (100, 100, 1, 1), S2: (800, 300, 2, 1)}
+    assert ring.live() == {B: (500, 500, S2, 5)}
+
+
+def test_implicit_free_when_address_is_still_live(make_ring):
+    # GIVEN A allocated twice with no free in between (the free was not sent)
+    ring = make_ring()
+    ring.feed([malloc(1, A, 100, S1), malloc(2, A, 40, S2)])
+    # THEN the first allocation is freed implicitly
+    assert ring.totals() == {S1: (100, 100, 1, 1), S2: (40, 0, 1, 0)}
+    assert ring.live() == {A: (40, 40, S2, 2)}
+    assert ring.stats()["implicit_frees"] == 1
+
+
+def test_untracked_free(make_ring):
+    ring = make_ring()
+    ring.feed([free(1, A), malloc(2, B, 8, S1)])
+    assert ring.stats()["untracked_frees"] == 1
+    assert ring.totals() == {S1: (8, 0, 1, 0)}
+
+
+def test_late_and_duplicate_records(make_ring):
+    ring = make_ring()
+    ring.feed([malloc(1, A, 10, S1), malloc(2, B, 20, S1)])
+    # WHEN seq 2 comes again (duplicate) and then a stale free of seq 1
+    ring.feed([malloc(2, B, 20, S1), free(1, A)])
+    # THEN both are applied at once and counted late
+    st = ring.stats()
+    assert st["late_records"] == 2
+    assert st["implicit_frees"] == 1
+    assert st["committed_seq"] == 2
+    assert ring.totals() == {S1: (50, 30, 3, 2)}
+    assert ring.live() == {B: (20, 20, S1, 2)}
+
+
+def test_duplicate_seq_while_pending(make_ring):
+    ring = make_ring()
+    ring.feed([malloc(3, A, 10, S1), malloc(3, A, 10, S1), malloc(2, B, 5, S1)])
+    assert ring.stats()["pending"] == 3
+    ring.feed([malloc(1, 0x9990, 1, S2)])
+    st = ring.stats()
+    assert (st["pending"], st["committed_seq"], st["late_records"]) == (0, 3, 1)
+    assert st["implicit_frees"] == 1
+
+
+def test_flush_skips_gaps(make_ring):
+    # GIVEN seq 2 and 5 never arrive
+    ring = make_ring()
+    ring.feed([malloc(1, A, 10, S1), malloc(3, B, 20, S1), free(4, B), malloc(6, B, 7, S2)])
+    st = ring.stats()
+    assert (st["committed_seq"], st["pending"]) == (1, 3)
+    assert ring.totals() == {S1: (10, 0, 1, 0)}
+    # WHEN the process ended
+    ring.ingest.flush()
+    st = ring.stats()
+    assert (st["committed_seq"], st["pending"], st["gaps_skipped"]) == (6, 0, 2)
+    assert ring.totals() == {S1: (30, 20, 2, 1), S2: (7, 0, 1, 0)}
+    # AND a missing op turning up after all is applied late
+    ring.feed([free(2, A)])
+    st = ring.stats()
+    assert st["late_records"] == 1
+    assert ring.totals()[S1] == (30, 30, 2, 2)
+
+
+def test_gap_skipped_after_one_second_in_drain(make_ring):
+    ring = make_ring()
+    ring.feed([malloc(2, A, 10, S1)])
+    assert ring.stats()["pending"] == 1
+    ring.ingest.drain()
+    assert ring.stats()["pending"] == 1  # too early to give up
+    # The gap policy is defined on elapsed monotonic time; there is no event to wait on.
+    time.sleep(1.1)
+    ring.ingest.drain()
+    st = ring.stats()
+    assert (st["pending"], st["gaps_skipped"], st["committed_seq"]) == (0, 1, 2)
+    assert ring.live() == {A: (10, 10, S1, 2)}
+
+
+def test_address_and_stack_zero(make_ring):
+    ring = make_ring()
+    ring.feed([malloc(1, 0, 16, 0), malloc(2, 16, 32, 0), free(3, 0)])
+    assert ring.totals() == {0: (48, 16, 2, 1)}
+    assert ring.live() == {16: (32, 32, 0, 2)}
+
+
+# ---- rare records ----
+
+def test_stack_module_heap_returned_whole_in_ring_order(make_ring):
+    ring = make_ring()
+    module = codec.ModuleRecord(base=0x400000, start=0x401000, end=0x402000, file_offset=0x1000,
+                                vaddr=0x1000, build_id=bytes(range(20)), path="/usr/lib/libfoo.so.1")
+    recs = [codec.encode_heap(0, 4096, "libc.malloc"), codec.encode_module(module),
+            codec.encode_stack(S1, [0x401234, 0x401100], truncated=True), malloc(1, A, 8, S1),
+            codec.encode_stack(S2, [])]
+    ring.feed(recs)
+    assert ring.returned == [recs[0], recs[1], recs[2], recs[4]]
+    decoded = [codec.decode_record(r) for r in ring.returned]
+    assert decoded[0] == codec.HeapRecord(0, 4096, "libc.malloc")
+    assert decoded[1] == module
+    assert decoded[2] == codec.StackRecord(S1, (0x401234, 0x401100), True)
+    assert decoded[3] == codec.StackRecord(S2, (), False)
+    assert ring.stats()["mallocs"] == 1
+
+
+def test_max_records_limits_one_drain(make_ring):
+    ring = make_ring()
+    for i in range(10):
+        assert ring.writer.write(codec.encode_stack(i + 1, [i]))
+    first = ring.ingest.drain(3)
+    assert len(first) == 3
+    assert ring.meta("read_pos") == 3 * 32
+    assert len(ring.ingest.drain()) == 7
+    assert ring.ingest.drain() == []
+
+
+# ---- the ring itself ----
+
+def test_wraparound_many_laps_with_pads_zeroes_what_it_read(make_ring):
+    # GIVEN a 4 KiB ring and records of uneven sizes, so writers pad at the end
+    ring = make_ring(4096)
+    rng = random.Random(7)
+    recs, stacks_sent, seq = [], [], 0
+    for i in range(3000):
+        depth = rng.randrange(0, 40)
+        recs.append(codec.encode_stack(i + 1, list(range(depth))))
+        stacks_sent.append(i + 1)
+        seq += 1
+        recs.append(malloc(seq, A + 16 * i, 16, S1))
+        seq += 1
+        recs.append(free(seq, A + 16 * i))
+    # WHEN written and drained lap after lap
+    ring.feed(recs)
+    # THEN everything came through, in order
+    assert ring.meta("write_pos") > 100 * 4096
+    assert ring.meta("read_pos") == ring.meta("write_pos")
+    assert [codec.decode_record(r).stack_id for r in ring.returned] == stacks_sent
+    st = ring.stats()
+    assert st["pads"] > 0 and st["malformed_records"] == 0 and st["corrupt"] == 0
+    assert ring.totals() == {S1: (16 * 3000, 16 * 3000, 3000, 3000)}
+    # AND every byte read was zeroed for the writers
+    assert ring.data() == bytes(4096)
+
+
+def test_reserved_but_unwritten_record_stops_the_reader(make_ring):
+    # GIVEN a writer that reserved space (write_pos moved) but has not stored its header yet
+    ring = make_ring()
+    ring.writer.write(malloc(1, A, 8, S1))
+    rec = malloc(2, B, 8, S1)
+    wp = ring.meta("write_pos")
+    ring.writer.set("write_pos", wp + len(rec))
+    ring.put_raw(wp + 8, rec[8:])
+    ring.writer.write(malloc(3, A + 32, 8, S1))
+    # WHEN drained
+    ring.ingest.drain()
+    # THEN the reader stops at the zero header, keeping FIFO order
+    assert ring.meta("read_pos") == wp
+    assert ring.stats()["mallocs"] == 1
+    # AND resumes once the header is stored
+    ring.put_raw(wp, rec[:8])
+    ring.ingest.drain()
+    assert ring.stats()["mallocs"] == 3 and ring.stats()["committed_seq"] == 3
+
+
+def test_read_pos_published_while_draining_a_full_ring(make_ring):
+    # GIVEN a writer thread that blocks on a full ring until read_pos moves
+    ring = make_ring(1 << 12)
+    n = 20000
+    done = threading.Event()
+
+    def writer() -> None:
+        w = codec.RingWriter(ring.shm)
+        for i in range(n):
+            rec = malloc(i + 1, A + 16 * (i % 100), 16, S1)
+            deadline = time.monotonic() + 20
+            while not w.write(rec):
+                assert time.monotonic() < deadline
+        done.set()
+
+    t = threading.Thread(target=writer, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 30
+    while ring.stats()["mallocs"] < n and time.monotonic() < deadline:
+        ring.ingest.drain()
+    t.join(timeout=30)
+    assert done.is_set()
+    st = ring.stats()
+    assert st["mallocs"] == n and st["implicit_frees"] == n - 100
+
+
+# ---- a hostile or broken client ----
+
+def test_unknown_type_and_wrong_sizes_are_skipped(make_ring):
+    ring = make_ring()
+    bad = [
+        raw_record(16, 9, 8),                            # unknown type
+        raw_record(48, codec.RecordType.MALLOC, 40),     # MALLOC too short
+        raw_record(64, codec.RecordType.MALLOC, 56),     # MALLOC too long
+        raw_record(16, codec.RecordType.FREE, 8),        # FREE too short
+        raw_record(16, codec.RecordType.STACK, 8),       # STACK without its struct
+        codec.HEADER.pack(codec.header(32, codec.RecordType.STACK)) + codec.STACK.pack(S1, 3, 0) + b"\0" * 8,
+        codec.HEADER.pack(codec.header(24, codec.RecordType.STACK)) + codec.STACK.pack(S1, 300, 0),
+        raw_record(40, codec.RecordType.MODULE, 32),     # MODULE too short
+        codec.HEADER.pack(codec.header(8 + codec.MODULE.size, codec.RecordType.MODULE))
+        + codec.MODULE.pack(0, 0, 0, 0, 0, 0, 50, b""),  # path longer than the record
+        codec.HEADER.pack(codec.header(8 + codec.MODULE.size, codec.RecordType.MODULE))
+        + codec.MODULE.pack(0, 0, 0, 0, 0, 41, 0, b""),  # build id longer than its field
+        raw_record(24, codec.RecordType.HEAP, 16),       # HEAP too short
+    ]
+    recs = [malloc(1, A, 10, S1)] + bad + [free(2, A), codec.encode_stack(S1, [1, 2])]
+    ring.feed(recs)
+    st = ring.stats()
+    assert st["malformed_records"] == len(bad)
+    assert st["corrupt"] == 0
+    assert st["records"] == len(recs)
+    assert ring.totals() == {S1: (10, 10, 1, 1)}
+    assert [codec.decode_record(r) for r in ring.returned] == [codec.StackRecord(S1, (1, 2), False)]
+    assert ring.data() == bytes(ring.size)
+
+
+@pytest.mark.parametrize(
+    ("name", "record"),
+    [
+        ("huge length", raw_record(1 << 20, codec.RecordType.MALLOC, 48)),
+        ("length beyond write_pos", raw_record(128, codec.RecordType.MALLOC, 48)),
+        ("length not a multiple of 8", raw_record(60, codec.RecordType.MALLOC, 56)),
+        ("length below the header", raw_record(4, codec.RecordType.PAD, 8)),
+        ("zero length", raw_record(0, codec.RecordType.MALLOC, 8)),
+    ],
+)
+def test_broken_framing_marks_the_ring_corrupt(make_ring, name, record):
+    # GIVEN one good record, then a badly framed one
+    ring = make_ring()
+    ring.feed([malloc(1, A, 10, S1), record])
+    # THEN reading stops for good at the broken record
+    st = ring.stats()
+    assert st["corrupt"] == 1, name
+    assert st["mallocs"] == 1 and st["records"] == 1
+    assert ring.returned == []
+    assert ring.meta("read_pos") == 56
+    ring.feed([codec.encode_stack(S2, [1]), malloc(2, B, 5, S1)])
+    assert ring.ingest.drain() == [] and ring.stats()["records"] == 1
+    assert ring.totals() == {S1: (10, 0, 1, 0)}
+
+
+def test_record_crossing_the_end_is_corrupt(make_ring, ingest_mod):
+    # GIVEN a ring whose reader starts 64 bytes before the end
+    ring = make_ring(4096)
+    ring.writer.set("write_pos", 4096 - 64)
+    ring.writer.set("read_pos", 4096 - 64)
+    ring.ingest.close()
+    ring.ingest = ingest_mod.Ingest(ring.fd, 4096)
+    # WHEN a 128-byte record claims to start there
+    ring.put_raw(4096 - 64, codec.HEADER.pack(codec.header(128, codec.RecordType.STACK)))
+    ring.writer.set("write_pos", 4096 + 64)
+    assert ring.ingest.drain() == []
+    assert ring.stats()["corrupt"] == 1
+
+
+@pytest.mark.parametrize(
+    ("write_pos", "read_pos"),
+    [(12, 0), (0, 64), (4096 + 64, 0), (1 << 63, 8)],
+    ids=["unaligned", "behind read_pos", "more than the ring", "absurd"],
+)
+def test_bad_positions_mark_the_ring_corrupt(make_ring, ingest_mod, write_pos, read_pos):
+    ring = make_ring(4096)
+    ring.writer.set("read_pos", read_pos)
+    ring.ingest.close()
+    ring.ingest = ingest_mod.Ingest(ring.fd, 4096)
+    ring.writer.set("write_pos", write_pos)
+    assert ring.ingest.drain() == []
+    assert ring.stats()["corrupt"] == 1
+    assert ring.ingest.drain() == []
+
+
+def _fuzz_records(rng: random.Random) -> bytes:
+    """Plausibly framed records with random types, sizes, seqs and bodies."""
+    out = b""
+    while len(out) < 4096:
+        kind = rng.randrange(4)
+        if kind == 0:
+            rec = codec.encode_malloc(rng.randrange(40), rng.randrange(8) * 16, rng.randrange(1 << 64),
+                                      rng.randrange(1 << 64), rng.randrange(4), rng.randrange(1 << 64))
+        elif kind == 1:
+            rec = free(rng.randrange(40), rng.randrange(8) * 16)
+        else:
+            size = 8 * rng.randrange(1, 20)
+            rtype = rng.choice([0, 1, 2, 3, 4, 5, 6, 0xFFFFFFFF])
+            rec = codec.HEADER.pack(codec.header(size, rtype)) + rng.randbytes(size - 8)
+        out += rec
+    return out[:4096]
+
+
+def test_fuzz_arbitrary_bytes_never_crash(make_ring):
+    # GIVEN rings filled with random bytes, random positions, mutated valid records,
+    # or plausibly framed random records
+    rng = random.Random(20261123)
+    valid = [malloc(1, A, 10, S1), free(2, A), codec.encode_stack(S1, [1, 2, 3]),
+             codec.encode_heap(1, 4096, "x"), codec.encode_module(codec.ModuleRecord(1, 2, 3, 4, 5, b"ab", "/p"))]
+    deadline = time.monotonic() + 15
+    cases = 0
+    for case in range(3000):
+        if time.monotonic() > deadline:
+            break
+        cases += 1
+        ring = make_ring(4096)
+        mode = case % 3
+        if mode == 0:
+            ring.put_raw(0, rng.randbytes(4096))
+            wp = rng.choice([rng.randrange(0, 1 << 64), rng.randrange(0, 4097) & ~7, 4096])
+        elif mode == 1:
+            blob = bytearray(b"".join(rng.choice(valid) for _ in range(40)))
+            for _ in range(rng.randrange(1, 20)):
+                blob[rng.randrange(len(blob))] = rng.randrange(256)
+            blob = blob[:4096]
+            ring.put_raw(0, bytes(blob))
+            wp = len(blob) & ~7
+        else:
+            blob = _fuzz_records(rng)
+            ring.put_raw(0, blob)
+            wp = len(blob)
+        ring.writer.set("write_pos", wp)
+        # WHEN drained, in bounded and unbounded steps
+        returned = 0
+        for max_records in (rng.randrange(1, 5), 0, 0):
+            for rec in ring.ingest.drain(max_records):
+                returned += 1
+                try:
+                    codec.decode_record(rec)  # whatever is handed over must decode
+                except codec.MalformedRecord:
+                    pytest.fail(f"case {case}: ingest returned an undecodable record {rec!r}")
+        ring.ingest.flush()
+        # THEN the producer is consistent, and what it consumed is zeroed
+        st = ring.stats()
+        assert st["corrupt"] in (0, 1)
+        assert st["pending"] == 0
+        assert len(ring.ingest.live()) == 40 * st["live_allocations"]
+        assert st["records"] == st["mallocs"] + st["frees"] + st["pads"] + st["malformed_records"] + returned
+        rp = ring.meta("read_pos")
+        assert rp <= 4096 and ring.data()[:rp] == bytes(rp)
+        ring.close()
+    assert cases >= 100
+
+
+# ---- stream and life cycle ----
+
+def test_take_stream_rows(make_ring):
+    ring = make_ring(stream=True)
+    ring.feed([free(2, A), malloc(1, A, 4096, S1, ts=77, alloc_size=100), free(3, B)])
+    assert ring.stream() == [
+        (1, 1, A, 100, 4096, S1, 77),
+        (2, 2, A, 100, 4096, S1, 0),
+        (2, 3, B, 0, 0, 0, 0),
+    ]
+    assert ring.stream() == []
+    ring.feed([malloc(4, B, 8, S2, ts=5)])
+    assert ring.stream() == [(1, 4, B, 8, 8, S2, 5)]
+    assert ring.ingest.last_ts == 77
+
+
+def test_stream_off_by_default(make_ring):
+    ring = make_ring()
+    ring.feed([malloc(1, A, 8, S1)])
+    assert ring.ingest.take_stream() == b""
+
+
+def test_constructor_checks_ring_size(ingest_mod, shm_factory):
+    fd, _ = shm_factory(4096)
+    with pytest.raises(ValueError):
+        ingest_mod.Ingest(fd, 3000)  # not a power of two
+    with pytest.raises(ValueError):
+        ingest_mod.Ingest(fd, 2048)  # meta says 4096
+    with pytest.raises(ValueError):
+        ingest_mod.Ingest(fd, 8192)  # larger than the file
+    ingest_mod.Ingest(fd, 4096).close()
+
+
+def test_close_is_idempotent_and_final(make_ring):
+    ring = make_ring()
+    ring.feed([malloc(1, A, 8, S1)])
+    ring.ingest.close()
+    ring.ingest.close()
+    for call in (ring.ingest.drain, ring.ingest.flush, ring.ingest.totals, ring.ingest.live,
+                 ring.ingest.take_stream, ring.ingest.stats):
+        with pytest.raises(ValueError):
+            call()
+    with pytest.raises(ValueError):
+        _ = ring.ingest.last_ts
+
+
+def test_totals_layout_is_five_u64(make_ring):
+    ring = make_ring()
+    ring.feed([malloc(1, A, 8, S1)])
+    raw = ring.ingest.totals()
+    assert len(raw) == 40
+    assert struct.unpack("<5Q", raw) == (S1, 8, 0, 1, 0)
