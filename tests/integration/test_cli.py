@@ -1,0 +1,83 @@
+"""`heapscope record` as a command: exit status and I/O pass through; bad input is
+refused with one `heapscope:` line before the target starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hs_integration import HEAPSCOPE, exit_status, run_process
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("mode", "status"), [("exit3", 3), ("sigterm", 143)])
+def test_exit_status_is_the_targets(programs, record, mode, status):
+    target = programs.path("lifecycle")
+    plain = run_process([target, mode])
+    assert exit_status(plain.returncode) == status  # the program itself
+    rec = record([target, mode], interval=1)
+    assert rec.returncode == status, rec.describe()
+    assert rec.stdout == plain.stdout
+
+
+@pytest.mark.timeout(60)
+def test_stdin_stdout_stderr_pass_through_unchanged(programs, record):
+    target = programs.path("lifecycle")
+    stdin = b"line A\nline B \x00\xfe\xff\n" * 1000 + b"no newline at the end"
+    plain = run_process([target, "io"], input=stdin)
+    assert plain.returncode == 0
+    rec = record([target, "io"], interval=1, input=stdin)
+    assert rec.returncode == 0, rec.describe()
+    assert rec.stdout == plain.stdout, "stdout differs from an unprofiled run"
+    assert plain.stderr in rec.stderr, (
+        f"the target's stderr {plain.stderr!r} is not found intact in record's stderr {rec.stderr!r}"
+    )
+
+
+def _marker_cmd(marker: Path) -> list[str]:
+    return ["/bin/sh", "-c", 'echo started > "$1"', "sh", str(marker)]
+
+
+def _assert_refused(run, marker: Path | None) -> None:
+    err = run.stderr.decode(errors="replace")
+    assert run.returncode != 0, run.describe()
+    assert "Traceback" not in err, run.describe()
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("heapscope:"), (
+        f"expected one line starting with 'heapscope:', got:\n{err}"
+    )
+    if marker is not None:
+        assert not marker.exists(), "the target was started although the command was refused"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("interval", ["0", "-5", "abc"])
+def test_bad_interval_is_refused_before_start(tmp_path, interval):
+    marker = tmp_path / "marker"
+    run = run_process(
+        [*HEAPSCOPE, "record", "-o", str(tmp_path / "p.db"), "-i", interval, "--", *_marker_cmd(marker)]
+    )
+    _assert_refused(run, marker)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("argv", [[], ["--"]], ids=["no-args", "empty-after-dashes"])
+def test_no_command_is_refused(tmp_path, argv):
+    run = run_process([*HEAPSCOPE, "record", "-o", str(tmp_path / "p.db"), *argv])
+    _assert_refused(run, None)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("cmd", ["/nonexistent/heapscope-test-cmd", "heapscope-test-no-such-command"])
+def test_command_not_found(tmp_path, cmd):
+    run = run_process([*HEAPSCOPE, "record", "-o", str(tmp_path / "p.db"), "--", cmd])
+    _assert_refused(run, None)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("where", ["proc", "missing-dir"])
+def test_unwritable_output_is_refused_before_start(tmp_path, where):
+    out = "/proc/heapscope-test.db" if where == "proc" else str(tmp_path / "missing" / "p.db")
+    marker = tmp_path / "marker"
+    run = run_process([*HEAPSCOPE, "record", "-o", out, "--", *_marker_cmd(marker)])
+    _assert_refused(run, marker)

@@ -1,0 +1,67 @@
+"""Targets that fork, exec, spawn, crash or kill themselves: no hang, right numbers."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hs_integration import assert_exact, exit_status
+
+
+@pytest.mark.timeout(120)
+def test_fork_in_multithreaded_target(programs, record):
+    """fork() while another thread is in malloc; the child allocates and _exits."""
+    rec = record([programs.path("forking")], interval=1)
+    assert rec.returncode == 0, rec.describe()
+    m = re.fullmatch(rb"child exited 0\nparent pid (\d+) child pid (\d+)\n", rec.stdout)
+    assert m, f"unexpected stdout {rec.stdout!r}\n{rec.describe()}"
+    parent_pid, child_pid = int(m[1]), int(m[2])
+
+    profile = rec.profile()
+    truth = programs.truth("forking")
+    parent = profile.upid_of_pid(parent_pid)
+    assert parent is not None, f"no process with pid {parent_pid}: {profile.processes_text()}"
+    parent_paths = [fn for fn in truth if fn != "child_alloc"]
+    assert_exact(profile, parent, truth, parent_paths, context=rec.describe())
+    leaked = profile.views_of(parent, "child_alloc")
+    assert leaked.alloc_objects == 0, f"the child's allocations were booked to the parent: {leaked}"
+
+    # A forked child may or may not be profiled (heapprofd stops profiling in fork
+    # children); if it has rows, they must be right.
+    child = profile.upid_of_pid(child_pid)
+    if child is not None and profile.callsite_views(child):
+        assert_exact(profile, child, truth, ["child_alloc"], context="forked child")
+
+
+@pytest.mark.timeout(120)
+def test_fork_exec_and_posix_spawn_children_are_own_processes(programs, record):
+    tiny = programs.path("tiny")
+    rec = record([programs.path("spawn"), tiny], interval=1)
+    assert rec.returncode == 0, rec.describe()
+    assert rec.stdout == b"fork+exec exited 0\nposix_spawn exited 0\n"
+
+    profile = rec.profile()
+    spawn_upid = profile.only_upid("spawn")
+    # after_spawn runs after posix_spawn (clone with CLONE_VM|CLONE_VFORK): the
+    # parent's profile must survive it.
+    assert_exact(profile, spawn_upid, programs.truth("spawn"), context=rec.describe())
+
+    tiny_upids = profile.upids_named("tiny")
+    assert len(tiny_upids) == 2, f"expected two exec'd tiny processes: {profile.processes_text()}"
+    tiny_truth = programs.truth("tiny")
+    for upid in tiny_upids:
+        assert upid != spawn_upid
+        assert_exact(profile, upid, tiny_truth, context=f"exec'd child upid {upid}")
+    for fn in tiny_truth:
+        assert profile.views_of(spawn_upid, fn).alloc_objects == 0, f"{fn} booked to the parent"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("mode", "status"), [("segv", 139), ("sigkill", 137)])
+def test_target_dying_of_a_signal_keeps_its_profile(programs, record, mode, status):
+    rec = record([programs.path("lifecycle"), mode], interval=1)
+    assert exit_status(rec.returncode) == status, rec.describe()
+    assert rec.stdout == f"about to {mode}\n".encode()
+    profile = rec.profile()
+    upid = profile.only_upid("lifecycle")
+    assert_exact(profile, upid, programs.truth("lifecycle"), context=rec.describe())
