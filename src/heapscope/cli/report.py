@@ -16,6 +16,8 @@ from heapscope.view.units import format_percent, format_value
 NAME = "report"
 HELP = "print the functions that hold the most memory, per process"
 
+_W = len("alloc_objects:")  # width of the header labels
+
 _VIEW_HELP = {
     "space": "bytes not yet freed at the dump (default)",
     "alloc_space": "bytes allocated up to the dump, freed or not",
@@ -60,26 +62,26 @@ def render_report(r: ProcessReport, top: int) -> str:
     info, flags = r.process.info, r.process.flags
     lines = [f"pid {info.pid}  {info.name or '?'}  (upid {info.upid})"]
     if info.cmdline:
-        lines.append(f"  {'cmdline:':<10} {info.cmdline}")
+        lines.append(f"  {'cmdline:':<{_W}} {info.cmdline}")
     if r.dump_count:
         dumps = f"{r.dump_count} dump" + ("" if r.dump_count == 1 else "s")
         total = f"{format_value(r.view, r.view_total)} at the last of {dumps}"
     else:
         total = "no dumps"
-    lines.append(f"  {r.view + ':':<10} {total}")
+    lines.append(f"  {r.view + ':':<{_W}} {total}")
     if flags is not None:
         sampling = _sampling(flags.sampling_interval_bytes, flags.orig_sampling_interval_bytes)
-        lines.append(f"  {'sampling:':<10} {sampling}")
-        lines.append(f"  {'unwinder:':<10} {flags.unwinder or 'unknown'}")
+        lines.append(f"  {'sampling:':<{_W}} {sampling}")
+        lines.append(f"  {'unwinder:':<{_W}} {flags.unwinder or 'unknown'}")
     if r.warnings:
-        lines.append(f"  {'warnings:':<10} {'; '.join(r.warnings)}")
+        lines.append(f"  {'warnings:':<{_W}} {'; '.join(r.warnings)}")
     lines.append("")
     if r.rows:
-        lines.extend(_table(r.rows[:top], r.view, r.view_total))
+        lines.extend("  " + line for line in _table(r.rows[:top], r.view, r.view_total))
         if len(r.rows) > top:
-            lines.append(f"({len(r.rows) - top} more functions; --top N shows more)")
+            lines.append(f"  ({len(r.rows) - top} more functions; --top N shows more)")
     else:
-        lines.append("(no allocations in this view)")
+        lines.append("  (no allocations in this view)")
     return "\n".join(lines) + "\n"
 
 

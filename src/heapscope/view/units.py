@@ -45,3 +45,7 @@ def format_percent(part: int, whole: int) -> str:
     if whole == 0:
         return "-"
     return f"{100.0 * part / whole:.1f}%"
+
+
+#: The name `heapscope record` uses for its status line and summary.
+human_bytes = format_bytes

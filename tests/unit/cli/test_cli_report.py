@@ -1,0 +1,130 @@
+"""`heapscope report` in-process through heapscope.cli.main, plus one real pipe to `head`."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import heapscope
+from heapscope.cli import main
+
+
+def test_default_view_prints_every_process(known_profile: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(known_profile)]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    blocks = out.split("\npid ")
+    assert len(blocks) == 3
+    prog = blocks[0]
+    assert prog.startswith("pid 100  prog  (upid 1)\n")
+    assert "  cmdline:       prog --run fast\n" in prog
+    assert "  space:         434 B at the last of 2 dumps\n" in prog
+    assert "  sampling:      one sample per 4,096 bytes on average\n" in prog
+    assert "  unwinder:      libunwind\n" in prog
+    assert "warnings" not in prog
+    assert prog.endswith("  prog+0x1a2b  prog\n")  # the table; its layout is checked below
+    child = blocks[1]
+    assert child.startswith("200  child  (upid 2)\n")
+    assert "  warnings:      buffer overran; client error: ring full; dropped_records = 3\n" in child
+    assert "  sampling:      every allocation (exact)\n" in child
+    assert blocks[2].startswith("300  idle  (upid 3)\n")
+    assert "  space:         no dumps\n" in blocks[2]
+
+
+def test_table_columns_line_up(known_profile: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(known_profile), "--pid", "100"]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("  total"):].splitlines()
+    assert table == [
+        "  total  total %   self  self %  function     library",
+        "  434 B   100.0%    0 B    0.0%  main         prog",
+        "  426 B    98.2%   16 B    3.7%  parse        prog",
+        "  410 B    94.5%  410 B   94.5%  malloc       libc.so.6",
+        "    8 B     1.8%    8 B    1.8%  prog+0x1a2b  prog",
+    ]
+
+
+@pytest.mark.parametrize(("view", "first_rows"), [
+    ("alloc_space", ["  504 B   100.0%    0 B    0.0%  main      prog",
+                     "  480 B    95.2%  480 B   95.2%  malloc    libc.so.6"]),
+    ("objects", ["      7   100.0%     0    0.0%  main      prog",
+                 "      6    85.7%     1   14.3%  parse     prog"]),
+    ("alloc_objects", ["      9   100.0%     0    0.0%  main      prog",
+                       "      7    77.8%     7   77.8%  malloc    libc.so.6"]),
+])
+def test_views_and_top(known_profile: Path, capsys: pytest.CaptureFixture[str], view: str,
+                       first_rows: list[str]) -> None:
+    assert main(["report", str(known_profile), "--pid", "100", "--view", view, "--top", "2"]) == 0
+    out = capsys.readouterr().out
+    lines = out[out.index("  total"):].splitlines()
+    assert lines[1:3] == first_rows
+    assert len(lines) == 4 and "more functions; --top N shows more" in lines[3]
+
+
+def test_unknown_pid_lists_pids(known_profile: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(known_profile), "--pid", "7"]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == f"heapscope: error: {known_profile}: no process with pid 7 (pids present: 100, 200, 300)\n"
+
+
+def _bad_files(tmp: Path, good: Path) -> dict[str, Path]:
+    files = {"missing": tmp / "missing.db"}
+    files["empty"] = tmp / "empty.db"
+    files["empty"].write_bytes(b"")
+    files["text"] = tmp / "notes.txt"
+    files["text"].write_text("not a profile\n" * 20)
+    files["sqlite"] = tmp / "other.db"
+    db = sqlite3.connect(files["sqlite"])
+    db.execute("CREATE TABLE t (x)")
+    db.commit()
+    db.close()
+    data = good.read_bytes()
+    files["truncated"] = tmp / "truncated.db"
+    files["truncated"].write_bytes(data[: len(data) * 2 // 3])
+    page = int.from_bytes(data[16:18], "big")
+    files["corrupt"] = tmp / "corrupt.db"
+    files["corrupt"].write_bytes(data[:page] + bytes((i * 31 + 7) & 0xFF for i in range(len(data) - page)))
+    return files
+
+
+@pytest.mark.parametrize(("kind", "phrase"), [
+    ("missing", "no such file"),
+    ("empty", "empty file, not a heapscope profile"),
+    ("text", "not a heapscope profile (not an SQLite database)"),
+    ("sqlite", "not a heapscope profile (no heapscope_metadata table)"),
+    ("truncated", "truncated"),
+    ("corrupt", "corrupt profile"),
+])
+def test_bad_files_give_one_line_and_exit_1(known_profile: Path, tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str], kind: str, phrase: str) -> None:
+    path = _bad_files(tmp_path, known_profile)[kind]
+    assert main(["report", str(path)]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith(f"heapscope: error: {path}: ") and phrase in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_top_must_be_positive(known_profile: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(known_profile), "--top", "0"]) == 2
+    assert "--top must be at least 1" in capsys.readouterr().err
+
+
+def test_closed_pipe_is_quiet(known_profile: Path) -> None:
+    # GIVEN a reader that has gone before heapscope writes anything (`| head -0`)
+    src = str(Path(heapscope.__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-m", "heapscope", "report", str(known_profile)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert proc.stdout is not None
+    proc.stdout.close()
+    # WHEN heapscope writes its report THEN it exits 0 and says nothing on stderr
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    assert err == b""

@@ -1,0 +1,164 @@
+"""store.reader: what it reads from a known profile, and the one-line errors for bad files."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from heapscope.errors import ProfileError
+from heapscope.store.reader import ViewValues, fallback_frame_name, mapping_basename, open_profile
+from heapscope.store.writer import ProfileWriter
+
+# Leaf callsites of the known profile (tests/unit/conftest.py draws the tree).
+SITE_A, SITE_B, SITE_C, SITE_D, SITE_E = 4, 6, 7, 8, 3
+
+
+def test_processes_dumps_and_flags(known_profile: Path) -> None:
+    with open_profile(known_profile) as prof:
+        procs = prof.processes()
+        assert [(p.info.upid, p.info.pid, p.info.name) for p in procs] == [
+            (1, 100, "prog"), (2, 200, "child"), (3, 300, "idle")]
+        prog, child, _ = procs
+        assert prog.info.cmdline == "prog --run fast" and prog.info.exe == "/usr/bin/prog"
+        assert prog.flags is not None and prog.flags.sampling_interval_bytes == 4096
+        assert child.flags is not None and child.flags.buffer_overran and child.flags.client_error == "ring full"
+        assert child.info.parent_upid == 1 and child.info.end_ts == 1600
+        assert [(d.ts_end, d.reason) for d in prof.dumps(1)] == [(1000, "periodic"), (2000, "exit")]
+        assert prof.dumps(3) == [] and prof.last_dump_ts(3) is None
+        assert prof.metadata()["format"] == "heapscope-profile"
+        assert [(s.name, s.value) for s in prof.stats(2)] == [("dropped_records", 3), ("unwinding_errors", 0)]
+        assert len(prof.stats()) == 3
+
+
+def test_callsite_values_default_to_the_last_dump(known_profile: Path) -> None:
+    with open_profile(known_profile) as prof:
+        assert prof.callsite_values(1) == {
+            SITE_A: ViewValues(space=110, objects=2, alloc_space=150, alloc_objects=3),
+            SITE_B: ViewValues(space=0, objects=0, alloc_space=30, alloc_objects=1),
+            SITE_C: ViewValues(space=8, objects=1, alloc_space=8, alloc_objects=1),
+            SITE_D: ViewValues(space=300, objects=3, alloc_space=300, alloc_objects=3),
+            SITE_E: ViewValues(space=16, objects=1, alloc_space=16, alloc_objects=1),
+        }
+        # At the first dump, only its rows count.
+        assert prof.callsite_values(1, 1000) == {
+            SITE_A: ViewValues(100, 2, 100, 2),
+            SITE_B: ViewValues(30, 1, 30, 1),
+            SITE_C: ViewValues(8, 1, 8, 1),
+        }
+        assert prof.callsite_values(2) == {SITE_B: ViewValues(4096, 4, 4096, 4)}
+        assert prof.callsite_values(3) == {}
+
+
+def test_callsite_and_frame_lookups(known_profile: Path) -> None:
+    with open_profile(known_profile) as prof:
+        cs = prof.callsites()
+        assert cs[1] == (None, 1) and cs[SITE_A] == (3, 4)
+        frames = prof.frames()
+        assert frames[4].name == "malloc" and frames[4].mapping_name.endswith("libc.so.6")
+        assert frames[5].display_name == "prog+0x1a2b"
+
+
+def test_names() -> None:
+    assert mapping_basename("/a/b/libfoo.so") == "libfoo.so"
+    assert mapping_basename("[vdso]") == "[vdso]"
+    assert mapping_basename("") == "[unknown]"
+    assert fallback_frame_name("/a/libfoo.so", 0x1A2B) == "libfoo.so+0x1a2b"
+
+
+def test_the_connection_is_read_only(known_profile: Path) -> None:
+    with open_profile(known_profile) as prof, pytest.raises(sqlite3.OperationalError, match="readonly"):
+        prof.db.execute("DELETE FROM process")
+
+
+# --- files that are not readable profiles: one line naming the file each ---
+
+def _error_of(path: Path) -> str:
+    with pytest.raises(ProfileError) as e:
+        open_profile(path).close()
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith(str(path))
+    return msg
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    assert _error_of(tmp_path / "nope.db").endswith(": no such file")
+
+
+def test_directory(tmp_path: Path) -> None:
+    assert "is a directory" in _error_of(tmp_path)
+
+
+def test_empty_file(tmp_path: Path) -> None:
+    p = tmp_path / "empty.db"
+    p.write_bytes(b"")
+    assert "empty file" in _error_of(p)
+
+
+def test_not_sqlite(tmp_path: Path) -> None:
+    p = tmp_path / "text.db"
+    p.write_text("hello, I am a text file and not a database at all\n" * 10)
+    assert _error_of(p).endswith("not a heapscope profile (not an SQLite database)")
+
+
+def test_other_sqlite_database(tmp_path: Path) -> None:
+    p = tmp_path / "other.db"
+    with sqlite3.connect(p) as db:
+        db.execute("CREATE TABLE t (x)")
+    db.close()
+    assert _error_of(p).endswith("not a heapscope profile (no heapscope_metadata table)")
+
+
+def test_empty_sqlite_database(tmp_path: Path) -> None:
+    p = tmp_path / "blank.db"
+    sqlite3.connect(p).close()  # creates a 0-byte file
+    assert "empty" in _error_of(p)
+
+
+def test_metadata_without_our_format(tmp_path: Path) -> None:
+    p = tmp_path / "meta.db"
+    with sqlite3.connect(p) as db:
+        db.execute("CREATE TABLE heapscope_metadata (key TEXT PRIMARY KEY, value TEXT)")
+        db.execute("INSERT INTO heapscope_metadata VALUES ('format', 'something-else')")
+    db.close()
+    assert "not a heapscope profile (no format=heapscope-profile metadata)" in _error_of(p)
+
+
+def test_newer_schema_version(tmp_path: Path) -> None:
+    p = tmp_path / "future.db"
+    w = ProfileWriter(p)
+    w.set_metadata("schema_version", "99")
+    w.close()
+    assert "schema version 99 is not supported" in _error_of(p)
+
+
+def test_truncated(known_profile: Path, tmp_path: Path) -> None:
+    p = tmp_path / "cut.db"
+    data = known_profile.read_bytes()
+    p.write_bytes(data[: len(data) // 2])
+    assert "truncated" in _error_of(p)
+
+
+def test_truncated_inside_the_header(known_profile: Path, tmp_path: Path) -> None:
+    p = tmp_path / "cut.db"
+    p.write_bytes(known_profile.read_bytes()[:40])
+    assert "truncated" in _error_of(p)
+
+
+def test_corrupt_pages_fail_with_one_line(known_profile: Path, tmp_path: Path) -> None:
+    # GIVEN a profile whose every page after the first is overwritten with garbage
+    p = tmp_path / "corrupt.db"
+    shutil.copy(known_profile, p)
+    data = bytearray(p.read_bytes())
+    page_size = int.from_bytes(data[16:18], "big")
+    for i in range(page_size, len(data)):
+        data[i] = (i * 7 + 13) & 0xFF
+    p.write_bytes(bytes(data))
+    # WHEN it is opened and read THEN one ProfileError names the file
+    with pytest.raises(ProfileError) as e, open_profile(p) as prof:
+        prof.processes()
+        prof.callsite_values(1)
+        prof.frames()
+    assert str(e.value).startswith(str(p)) and "\n" not in str(e.value)
