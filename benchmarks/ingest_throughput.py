@@ -24,7 +24,6 @@ import importlib.util
 import mmap
 import os
 import random
-import struct
 import subprocess
 import sys
 import sysconfig

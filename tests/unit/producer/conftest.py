@@ -1,8 +1,9 @@
 """Fixtures for the C ingest loop: the extension itself, and shared rings to feed it.
 
-When heapscope is not installed (a fresh clone), the extension is compiled
-with `cc` into a session temporary directory and loaded under its real name,
-so the tests always run against the C sources of this tree.
+An installed heapscope is used as it is. When heapscope runs from src/ (a
+fresh clone), the extension is compiled with `cc` into a session temporary
+directory and loaded under its real name, so the tests run against the C
+sources of this tree and never against a stale hand-built .so left in src/.
 """
 
 from __future__ import annotations
@@ -47,7 +48,9 @@ def _compile(out_dir: Path) -> Path:
 @pytest.fixture(scope="session")
 def ingest_mod(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
     try:
-        return importlib.import_module(MODULE_NAME)
+        module = importlib.import_module(MODULE_NAME)
+        if not Path(module.__file__ or "").resolve().is_relative_to(SRC):
+            return module
     except ImportError:
         pass
     path = _compile(tmp_path_factory.mktemp("ingest_build"))
