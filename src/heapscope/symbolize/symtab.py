@@ -1,0 +1,184 @@
+"""One ELF file's function symbols, sorted for address lookup, and its build id.
+
+Owns reading ELF files; knows nothing of profiles. pyelftools parses the
+headers and notes; the symbol entries themselves are decoded here with
+`struct`, because pyelftools builds a Python object per symbol and is ~10x
+slower on a large `.symtab` (libpython has ~15k function symbols, a big C++
+binary several 100k).
+
+Lookup model: every function symbol covers [start, end). A sized symbol ends
+at start + size. A symbol of size 0 (hand-written assembly, some stripped
+objects) covers up to the next symbol or the end of its section: the
+nearest-preceding rule, bounded so that it never runs into other code.
+"""
+
+from __future__ import annotations
+
+import struct
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from elftools.common.exceptions import ELFError
+from elftools.elf.elffile import ELFFile
+
+_STT_FUNC = 2
+_STT_GNU_IFUNC = 10
+_SHN_UNDEF = 0
+_SHN_LORESERVE = 0xFF00  # ABS, COMMON and friends: no section to bound a size-0 symbol
+_BINDING_RANK = {1: 2, 2: 1, 0: 0}  # GLOBAL over WEAK over LOCAL among aliases
+
+# Nested symbols (a local label symbol inside a function, say) are rare; the
+# lookup looks back this many symbols for one that still covers the address.
+_MAX_LOOKBACK = 8
+
+try:
+    import cxxfilt
+
+    def demangle(name: str) -> str:
+        """`ns::Klass::method(int)` for `_ZN2ns5Klass6methodEi`; the raw name when it is not mangled."""
+        if not name.startswith("_Z"):
+            return name
+        try:
+            return str(cxxfilt.demangle(name))
+        except Exception:  # cxxfilt.InvalidName, or a libstdc++ that cannot demangle it
+            return name
+
+except Exception:  # cxxfilt needs libstdc++ through ctypes; without it, show raw names
+
+    def demangle(name: str) -> str:
+        """The raw name: no demangler is available."""
+        return name
+
+
+class ElfReadError(Exception):
+    """The file cannot be read as an ELF object."""
+
+
+@dataclass(slots=True)
+class ElfSymbols:
+    """The function symbols of one ELF file, sorted by start address."""
+
+    path: str
+    build_id: str  # hex of .note.gnu.build-id, "" when the file has none
+    source: str  # ".symtab", ".dynsym", or "" when the file has no function symbols
+    starts: list[int] = field(default_factory=list)
+    ends: list[int] = field(default_factory=list)  # exclusive
+    raw_names: list[str] = field(default_factory=list)
+    _demangled: dict[int, str] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def lookup(self, addr: int) -> str | None:
+        """The demangled name of the function containing `addr`, None when none does."""
+        i = bisect_right(self.starts, addr) - 1
+        stop = max(-1, i - _MAX_LOOKBACK)
+        while i > stop:
+            if addr < self.ends[i]:
+                name = self._demangled.get(i)
+                if name is None:
+                    name = self._demangled[i] = demangle(self.raw_names[i])
+                return name
+            i -= 1
+        return None
+
+
+def read_elf_symbols(path: str | Path) -> ElfSymbols:
+    """Read `path`'s build id and function symbols (.symtab, else .dynsym).
+
+    Raises OSError when the file cannot be opened, ElfReadError when it is
+    not a readable ELF file.
+    """
+    with open(path, "rb") as f:
+        try:
+            elf = ELFFile(f)
+            build_id = _build_id(elf)
+            for section_type in ("SHT_SYMTAB", "SHT_DYNSYM"):
+                table = next((s for s in elf.iter_sections() if s["sh_type"] == section_type), None)
+                if table is None:
+                    continue
+                starts, ends, names = _function_symbols(elf, table)
+                if starts:
+                    return ElfSymbols(str(path), build_id, table.name, starts, ends, names)
+            return ElfSymbols(str(path), build_id, "")
+        except (ELFError, struct.error, ValueError, IndexError) as e:
+            raise ElfReadError(f"{path}: not a readable ELF file ({e})") from e
+
+
+def _build_id(elf: ELFFile) -> str:
+    for section in elf.iter_sections():
+        if section["sh_type"] != "SHT_NOTE":
+            continue
+        for note in section.iter_notes():
+            if note["n_type"] == "NT_GNU_BUILD_ID":
+                return str(note["n_desc"]).lower()
+    return ""
+
+
+def _function_symbols(elf: ELFFile, table: Any) -> tuple[list[int], list[int], list[str]]:
+    """(starts, ends, raw names) of the defined function symbols of `table`, sorted by start."""
+    data: bytes = table.data()
+    strtab: bytes = elf.get_section(table["sh_link"]).data()
+    endian = "<" if elf.little_endian else ">"
+    if elf.elfclass == 64:
+        entry = struct.Struct(endian + "IBBHQQ")  # name, info, other, shndx, value, size
+
+        def fields(t: tuple[int, ...]) -> tuple[int, int, int, int, int]:
+            return t[0], t[1], t[3], t[4], t[5]
+    else:
+        entry = struct.Struct(endian + "IIIBBH")  # name, value, size, info, other, shndx
+
+        def fields(t: tuple[int, ...]) -> tuple[int, int, int, int, int]:
+            return t[0], t[3], t[5], t[1], t[2]
+
+    stride = table["sh_entsize"] or entry.size
+    thumb = elf["e_machine"] == "EM_ARM"  # bit 0 of an ARM function address selects Thumb mode
+    section_ends = {i: s["sh_addr"] + s["sh_size"] for i, s in enumerate(elf.iter_sections())}
+
+    # start -> (rank, name_offset, size, shndx): the best of the aliases at one address.
+    best: dict[int, tuple[tuple[int, int, int], int, int, int]] = {}
+    for off in range(0, len(data) - entry.size + 1, stride):
+        name_off, info, shndx, value, size = fields(entry.unpack_from(data, off))
+        if (info & 0xF) not in (_STT_FUNC, _STT_GNU_IFUNC) or shndx == _SHN_UNDEF or name_off == 0:
+            continue
+        if thumb:
+            value &= ~1
+        # Prefer a sized symbol, then the most visible binding, then the name
+        # with fewer leading underscores (`malloc` over `__libc_malloc`).
+        underscores = _leading_underscores(strtab, name_off)
+        rank = (1 if size else 0, _BINDING_RANK.get(info >> 4, 0), -underscores)
+        old = best.get(value)
+        if old is None or rank > old[0]:
+            best[value] = (rank, name_off, size, shndx)
+
+    starts = sorted(best)
+    ends: list[int] = []
+    names: list[str] = []
+    for k, start in enumerate(starts):
+        _, name_off, size, shndx = best[start]
+        if size:
+            end = start + size
+        else:
+            end = starts[k + 1] if k + 1 < len(starts) else 1 << 64
+            if shndx < _SHN_LORESERVE and shndx in section_ends:
+                end = min(end, section_ends[shndx])
+        ends.append(end)
+        names.append(_cstring(strtab, name_off))
+    return starts, ends, names
+
+
+def _cstring(strtab: bytes, off: int) -> str:
+    end = strtab.find(b"\0", off)
+    raw = strtab[off:] if end < 0 else strtab[off:end]
+    name = raw.decode("utf-8", "replace")
+    # A versioned definition in .symtab (`memcpy@@GLIBC_2.14`): the version is not part of the name.
+    return name.split("@", 1)[0] if "@" in name else name
+
+
+def _leading_underscores(strtab: bytes, off: int) -> int:
+    n = 0
+    while off + n < len(strtab) and strtab[off + n] == 0x5F:  # "_"
+        n += 1
+    return n

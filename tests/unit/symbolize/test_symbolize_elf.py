@@ -1,0 +1,220 @@
+"""symbolize.elf on programs compiled here: names from .symtab, .dynsym, demangling,
+fallbacks, and the refusal of a file whose build id is not the recorded one.
+
+Addresses come from `nm` (the ELF virtual address of each symbol) plus a few
+bytes, which is what the producer stores as rel_pc for a call inside it.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sqlite3
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from heapscope.model import Frame, Mapping, MappingId
+from heapscope.store.writer import ProfileWriter
+from heapscope.symbolize.elf import SymbolCache, fill_function_names
+from heapscope.symbolize.symtab import read_elf_symbols
+
+pytestmark = pytest.mark.skipif(
+    not all(shutil.which(t) for t in ("cc", "c++", "nm", "strip", "readelf")),
+    reason="needs cc, c++ and binutils",
+)
+
+C_PROGRAM = r"""
+#include <stdlib.h>
+static int hidden_helper(int x) { return x * 3 + 1; }
+void *leaf_allocator(size_t n) { return malloc(n + (size_t)hidden_helper((int)n)); }
+int main(void) { free(leaf_allocator(16)); return 0; }
+"""
+
+CXX_PROGRAM = r"""
+#include <cstdlib>
+namespace ns {
+struct Klass { int method(int x); };
+int Klass::method(int x) { return x * 2 + static_cast<int>(reinterpret_cast<long>(std::malloc(1)) & 1); }
+}
+int main() { ns::Klass k; return k.method(3) == 0; }
+"""
+
+C_LIBRARY = r"""
+#include <stdlib.h>
+static int hidden_helper(int x) { return x * 5 + 2; }
+void *leaf_allocator(size_t n) { return malloc(n + (size_t)hidden_helper((int)n)); }
+"""
+
+BUILD = ["-O0", "-g", "-fno-inline", "-Wl,--build-id=sha1"]
+
+
+@dataclass(frozen=True)
+class Binaries:
+    prog: Path  # C executable with .symtab
+    cxx: Path  # C++ executable
+    lib_stripped: Path  # shared library, stripped: .dynsym only
+    prog_stripped: Path  # executable, stripped: no function symbols at all
+
+
+def _nm(path: Path, *flags: str) -> dict[str, int]:
+    out = subprocess.run(["nm", *flags, str(path)], check=True, capture_output=True, text=True).stdout
+    syms = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[1] in "TtWi":
+            syms[parts[2]] = int(parts[0], 16)
+    return syms
+
+
+def _build_id(path: Path) -> str:
+    out = subprocess.run(["readelf", "-n", str(path)], check=True, capture_output=True, text=True).stdout
+    m = re.search(r"Build ID: ([0-9a-f]+)", out)
+    assert m, out
+    return m.group(1)
+
+
+@pytest.fixture(scope="module")
+def binaries(tmp_path_factory: pytest.TempPathFactory) -> Binaries:
+    d = tmp_path_factory.mktemp("symbolize")
+    (d / "prog.c").write_text(C_PROGRAM)
+    (d / "klass.cc").write_text(CXX_PROGRAM)
+    (d / "leaf.c").write_text(C_LIBRARY)
+    subprocess.run(["cc", *BUILD, "-o", str(d / "prog"), str(d / "prog.c")], check=True)
+    subprocess.run(["c++", *BUILD, "-o", str(d / "klass"), str(d / "klass.cc")], check=True)
+    subprocess.run(["cc", *BUILD, "-shared", "-fPIC", "-o", str(d / "libleaf.so"), str(d / "leaf.c")], check=True)
+    subprocess.run(["strip", "--strip-all", "-o", str(d / "libleaf-stripped.so"), str(d / "libleaf.so")],
+                   check=True)
+    subprocess.run(["strip", "--strip-all", "-o", str(d / "prog-stripped"), str(d / "prog")], check=True)
+    return Binaries(d / "prog", d / "klass", d / "libleaf-stripped.so", d / "prog-stripped")
+
+
+def _profile(path: Path, mappings: list[Mapping], frames: list[Frame]) -> sqlite3.Connection:
+    w = ProfileWriter(path)
+    w.add_mappings(enumerate(mappings, start=1))
+    w.add_frames(enumerate(frames, start=1))
+    w.close()
+    return sqlite3.connect(path)
+
+
+def _names(db: sqlite3.Connection) -> list[str]:
+    return [r[0] for r in db.execute("SELECT name FROM stack_profile_frame ORDER BY id")]
+
+
+def _mapping(path: Path | str, build_id: str) -> Mapping:
+    return Mapping(build_id, 0, 0, 0x1000, 0x9000, 0, str(path))
+
+
+def test_names_from_symtab_and_demangled_cxx(binaries: Binaries, tmp_path: Path) -> None:
+    # GIVEN frames inside functions of a C and a C++ executable, one outside
+    # any function, and one that already has a name
+    c = _nm(binaries.prog)
+    cxx = _nm(binaries.cxx)
+    db = _profile(tmp_path / "p.db", [
+        _mapping(binaries.prog, _build_id(binaries.prog)),
+        _mapping(binaries.cxx, _build_id(binaries.cxx)),
+    ], [
+        Frame(MappingId(1), c["leaf_allocator"] + 4),
+        Frame(MappingId(1), c["hidden_helper"] + 1),
+        Frame(MappingId(1), c["main"] + 9),
+        Frame(MappingId(2), cxx["_ZN2ns5Klass6methodEi"] + 6),
+        Frame(MappingId(2), cxx["main"]),
+        Frame(MappingId(1), 0x10),  # inside the ELF header: no function there
+        Frame(MappingId(1), c["main"] + 1, "kept_as_is"),
+    ])
+    # WHEN names are filled in
+    result = fill_function_names(db)
+    # THEN each frame has its function's (demangled) name, or the fallback
+    assert _names(db) == [
+        "leaf_allocator", "hidden_helper", "main", "ns::Klass::method(int)", "main", "prog+0x10", "kept_as_is",
+    ]
+    assert (result.frames, result.symbolized, result.fallback) == (6, 5, 1)
+    assert [(m.mapping_id, m.status, m.frames, m.symbolized, m.symbol_source) for m in result.mappings] == [
+        (1, "ok", 4, 3, ".symtab"), (2, "ok", 2, 2, ".symtab")]
+    assert result.problems() == []
+    # AND a second run finds nothing left to do
+    assert fill_function_names(db).frames == 0
+
+
+def test_stripped_files_fall_back_to_dynsym_or_the_address(binaries: Binaries, tmp_path: Path) -> None:
+    # GIVEN a stripped library (exports in .dynsym, the static helper gone)
+    # and a stripped executable (no defined function symbols at all)
+    lib = _nm(binaries.lib_stripped, "-D")
+    full = _nm(binaries.lib_stripped.with_name("libleaf.so"))
+    prog = _nm(binaries.prog)
+    db = _profile(tmp_path / "p.db", [
+        _mapping(binaries.lib_stripped, _build_id(binaries.lib_stripped)),
+        _mapping(binaries.prog_stripped, _build_id(binaries.prog_stripped)),
+    ], [
+        Frame(MappingId(1), lib["leaf_allocator"] + 5),
+        Frame(MappingId(1), full["hidden_helper"] + 2),
+        Frame(MappingId(2), prog["leaf_allocator"] + 4),
+    ])
+    result = fill_function_names(db)
+    assert _names(db) == [
+        "leaf_allocator",
+        f"libleaf-stripped.so+0x{full['hidden_helper'] + 2:x}",
+        f"prog-stripped+0x{prog['leaf_allocator'] + 4:x}",
+    ]
+    lib_result, prog_result = result.mappings
+    assert (lib_result.status, lib_result.symbol_source, lib_result.symbolized) == ("ok", ".dynsym", 1)
+    assert prog_result.no_symbols and prog_result.symbolized == 0
+
+
+def test_a_file_with_another_build_id_is_never_used(binaries: Binaries, tmp_path: Path) -> None:
+    # GIVEN a mapping recorded with a build id the file on disk does not have
+    c = _nm(binaries.prog)
+    real = _build_id(binaries.prog)
+    recorded = "0123456789abcdef0123456789abcdef01234567"
+    db = _profile(tmp_path / "p.db", [
+        _mapping(binaries.prog, recorded),
+        _mapping(binaries.prog, ""),  # no recorded build id: the file is trusted
+        _mapping(binaries.prog, real.upper()),  # hex case does not matter
+    ], [
+        Frame(MappingId(1), c["leaf_allocator"] + 4),
+        Frame(MappingId(2), c["leaf_allocator"] + 4),
+        Frame(MappingId(3), c["leaf_allocator"] + 4),
+    ])
+    result = fill_function_names(db, SymbolCache())
+    assert _names(db) == [f"prog+0x{c['leaf_allocator'] + 4:x}", "leaf_allocator", "leaf_allocator"]
+    mismatch = result.mappings[0]
+    assert mismatch.build_id_mismatch and mismatch.file_build_id == real and mismatch.symbolized == 0
+    assert [m.status for m in result.mappings[1:]] == ["ok", "ok"]
+    [line] = result.problems()
+    assert str(binaries.prog) in line and recorded in line and "not used" in line
+
+
+def test_missing_files_and_pseudo_mappings(tmp_path: Path) -> None:
+    not_elf = tmp_path / "libtext.so"
+    not_elf.write_text("this is not an ELF file\n")
+    db = _profile(tmp_path / "p.db", [
+        _mapping("/nonexistent/dir/libgone.so", "ab"),
+        _mapping("[vdso]", ""),
+        _mapping("", ""),
+        _mapping(not_elf, ""),
+    ], [
+        Frame(MappingId(1), 0x1A2B),
+        Frame(MappingId(2), 0x9F0),
+        Frame(MappingId(3), 0x42),
+        Frame(MappingId(4), 0x7),
+    ])
+    result = fill_function_names(db)
+    assert _names(db) == ["libgone.so+0x1a2b", "[vdso]+0x9f0", "[unknown]+0x42", "libtext.so+0x7"]
+    assert [m.status for m in result.mappings] == ["missing_file", "no_file", "no_file", "unreadable"]
+    assert result.mappings[0].missing_file
+    assert len(result.problems()) == 2
+
+
+def test_symbol_table_lookup_edges(binaries: Binaries) -> None:
+    syms = read_elf_symbols(binaries.prog)
+    c = _nm(binaries.prog)
+    start = c["leaf_allocator"]
+    i = syms.starts.index(start)
+    end = syms.ends[i]
+    assert syms.lookup(start) == "leaf_allocator"
+    assert syms.lookup(end - 1) == "leaf_allocator"
+    assert syms.lookup(end) != "leaf_allocator"
+    assert syms.lookup(0) is None
+    assert syms.build_id == _build_id(binaries.prog)
