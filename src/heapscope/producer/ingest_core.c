@@ -208,9 +208,13 @@ static int write_pos_ok(const struct hs_ingest *g, uint64_t wp) {
 void hs_ingest_drain(struct hs_ingest *g, uint64_t max_records) {
   g->records.len = 0;
   g->records_count = 0;
-  if (g->corrupt) return;
-  const uint64_t mask = g->ring_size - 1;
   const uint64_t t_ns = now_ns();
+  if (g->corrupt) {
+    /* Nothing more will be read, but what waits still times out. */
+    skip_timed_out_gaps(g, t_ns);
+    return;
+  }
+  const uint64_t mask = g->ring_size - 1;
   uint64_t rp = g->read_pos;
   uint64_t published = rp;
   uint64_t wp = __atomic_load_n(&g->meta->write_pos, __ATOMIC_ACQUIRE);

@@ -362,6 +362,19 @@ def test_broken_framing_marks_the_ring_corrupt(make_ring, name, record):
     assert ring.totals() == {S1: (10, 0, 1, 0)}
 
 
+def test_ops_pending_on_a_corrupt_ring_are_still_flushed(make_ring):
+    # GIVEN an op waiting for seq 1, then broken framing
+    ring = make_ring()
+    ring.feed([malloc(2, A, 10, S1), raw_record(1 << 20, codec.RecordType.MALLOC, 48)])
+    assert ring.stats()["corrupt"] == 1 and ring.stats()["pending"] == 1
+    # WHEN the process ends
+    ring.ingest.flush()
+    # THEN what was read is booked
+    st = ring.stats()
+    assert (st["pending"], st["gaps_skipped"], st["committed_seq"]) == (0, 1, 2)
+    assert ring.totals() == {S1: (10, 0, 1, 0)}
+
+
 def test_record_crossing_the_end_is_corrupt(make_ring, ingest_mod):
     # GIVEN a ring whose reader starts 64 bytes before the end
     ring = make_ring(4096)
