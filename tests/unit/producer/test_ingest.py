@@ -114,6 +114,21 @@ def test_interleaved_threads_many_addresses(make_ring):
     assert st["committed_seq"] == seq and st["pending"] == 0 and st["max_pending"] > 1
 
 
+def test_many_stacks_keep_first_seen_order(make_ring):
+    # GIVEN 5000 distinct stacks (the table grows several times), each used twice
+    ring = make_ring(1 << 20)
+    rng = random.Random(99)
+    ids = list(dict.fromkeys(rng.getrandbits(64) for _ in range(5000)))
+    recs = [malloc(i + 1, 0x1000 + 16 * i, 8, sid) for i, sid in enumerate(ids)]
+    recs += [malloc(len(ids) + i + 1, 0x1000 + 16 * i, 8, sid) for i, sid in enumerate(ids)]
+    ring.feed(recs)
+    rows = list(struct.iter_unpack("<5Q", ring.ingest.totals()))
+    # THEN one row per stack, in the order stacks were first seen, each re-malloc an implicit free
+    assert [r[0] for r in rows] == ids
+    assert all(r[1:] == (16, 8, 2, 1) for r in rows)
+    assert ring.stats()["implicit_frees"] == len(ids)
+
+
 def test_realloc_like_free_then_malloc(make_ring):
     # GIVEN realloc moving A to B, then realloc growing B in place
     ring = make_ring()
