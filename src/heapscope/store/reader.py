@@ -11,12 +11,14 @@ The connection is read-only (`mode=ro`); reading never changes a profile.
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Concatenate, ParamSpec, TypeVar
 
 from heapscope.errors import ProfileError
 from heapscope.model import CallsiteId, FrameId, ProcessFlags, ProcessInfo, Upid
@@ -153,6 +155,32 @@ def _check_file(p: Path) -> None:
         raise ProfileError(f"{p}: truncated ({size} of {page_size * page_count} bytes)")
 
 
+_T = TypeVar("_T")
+_P = ParamSpec("_P")
+
+
+@contextmanager
+def _profile_errors(path: Path) -> Iterator[None]:
+    """Map failures met mid-read (corrupt pages, values of the wrong type) to one ProfileError line."""
+    try:
+        yield
+    except sqlite3.DatabaseError as e:
+        raise ProfileError(f"{path}: {_describe(e)}") from e
+    except _BadValue as e:
+        raise ProfileError(f"{path}: corrupt profile ({e})") from e
+
+
+def _reads(method: Callable[Concatenate[Profile, _P], _T]) -> Callable[Concatenate[Profile, _P], _T]:
+    """Decorate a Profile query so that its row conversions fail as ProfileError too."""
+
+    @functools.wraps(method)
+    def wrapper(self: Profile, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        with _profile_errors(self.path):
+            return method(self, *args, **kwargs)
+
+    return wrapper
+
+
 class Profile:
     """A validated, read-only profile database. Close it, or use it as a context manager."""
 
@@ -171,16 +199,8 @@ class Profile:
     def close(self) -> None:
         self.db.close()
 
-    @contextmanager
-    def _sql_errors(self) -> Iterator[None]:
-        """Map SQLite failures met mid-read (corrupt pages) to one ProfileError line."""
-        try:
-            yield
-        except sqlite3.DatabaseError as e:
-            raise ProfileError(f"{self.path}: {_describe(e)}") from e
-
     def _rows(self, sql: str, params: Sequence[object] = ()) -> list[tuple[object, ...]]:
-        with self._sql_errors():
+        with _profile_errors(self.path):
             return self.db.execute(sql, params).fetchall()
 
     def _validate(self) -> None:
@@ -212,10 +232,12 @@ class Profile:
         for table in sorted(_REQUIRED_TABLES):
             self._rows(f"SELECT 1 FROM {table} LIMIT 1")
 
+    @_reads
     def metadata(self) -> dict[str, str]:
         """The `heapscope_metadata` key/value pairs."""
         return {str(k): str(v) for k, v in self._rows("SELECT key, value FROM heapscope_metadata")}
 
+    @_reads
     def processes(self) -> list[Process]:
         """All processes, by upid, each with its heapscope_process flags when present."""
         rows = self._rows(
@@ -244,6 +266,7 @@ class Profile:
             out.append(Process(info, flags))
         return out
 
+    @_reads
     def dumps(self, upid: int) -> list[Dump]:
         """The `heap_profile` rows of one process, oldest first."""
         rows = self._rows(
@@ -254,11 +277,13 @@ class Profile:
         return [Dump(_int(r[0]), _int(r[1]), _int(r[2]), Upid(_int(r[3])), _str(r[4]), _str(r[5]))
                 for r in rows]
 
+    @_reads
     def last_dump_ts(self, upid: int) -> int | None:
         """The timestamp of the process's last dump, None when it has none."""
         rows = self._rows("SELECT MAX(ts_end) FROM heap_profile WHERE upid = ?", (upid,))
         return None if rows[0][0] is None else _int(rows[0][0])
 
+    @_reads
     def callsite_values(self, upid: int, ts: int | None = None) -> dict[CallsiteId, ViewValues]:
         """Each callsite's four views at `ts` (default: the last dump), all heaps merged.
 
@@ -279,6 +304,7 @@ class Profile:
         return {CallsiteId(_int(r[0])): ViewValues(_int(r[1]), _int(r[2]), _int(r[3]), _int(r[4]))
                 for r in rows}
 
+    @_reads
     def callsites(self) -> dict[CallsiteId, tuple[CallsiteId | None, FrameId]]:
         """callsite id -> (parent id or None for a root, frame id); read once, then cached."""
         if self._callsites is None:
@@ -290,6 +316,7 @@ class Profile:
             }
         return self._callsites
 
+    @_reads
     def frames(self) -> dict[FrameId, FrameInfo]:
         """frame id -> (function name, mapping name, rel_pc); read once, then cached."""
         if self._frames is None:
@@ -300,6 +327,7 @@ class Profile:
             self._frames = {FrameId(_int(r[0])): FrameInfo(_str(r[1]), _str(r[2]), _int(r[3])) for r in rows}
         return self._frames
 
+    @_reads
     def stats(self, upid: int | None = None) -> list[Stat]:
         """`stats` rows: all of them, or those of one process (idx = upid)."""
         sql = "SELECT name, idx, severity, source, value, description FROM stats"
@@ -318,6 +346,10 @@ _REQUIRED_TABLES = frozenset({
 })
 
 
+class _BadValue(ValueError):
+    """A column holds a value of the wrong type: the profile is damaged."""
+
+
 def _describe(e: sqlite3.DatabaseError) -> str:
     msg = str(e)
     if "not a database" in msg:
@@ -332,8 +364,11 @@ def _int(v: object) -> int:
     if v is None:
         return 0
     if isinstance(v, int | float | str):
-        return int(v)
-    raise ProfileError(f"unexpected value {v!r} in an integer column")
+        try:
+            return int(v)
+        except ValueError:
+            pass
+    raise _BadValue(f"unexpected value {v!r} in an integer column")
 
 
 def _str(v: object) -> str:

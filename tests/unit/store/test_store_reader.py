@@ -162,3 +162,15 @@ def test_corrupt_pages_fail_with_one_line(known_profile: Path, tmp_path: Path) -
         prof.callsite_values(1)
         prof.frames()
     assert str(e.value).startswith(str(p)) and "\n" not in str(e.value)
+
+
+def test_a_value_of_the_wrong_type_is_one_line(known_profile: Path) -> None:
+    # GIVEN a profile whose callsite table holds text where an id belongs
+    db = sqlite3.connect(known_profile)
+    db.execute("UPDATE stack_profile_callsite SET parent_id = 'junk' WHERE id = 2")
+    db.commit()
+    db.close()
+    # WHEN the callsites are read THEN one ProfileError names the file
+    with open_profile(known_profile) as prof, pytest.raises(ProfileError) as e:
+        prof.callsites()
+    assert str(e.value) == f"{known_profile}: corrupt profile (unexpected value 'junk' in an integer column)"
