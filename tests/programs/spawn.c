@@ -9,8 +9,8 @@
  *   main > before_spawn             1000           10        1000      10
  *   main > after_spawn              2000           20        2000      20
  * Each started PROGRAM is its own process with its own ground truth (tiny's).
- * stdout: "fork+exec exited 0\nposix_spawn exited 0\n". Exit status 0 when both
- * children exited 0.
+ * stdout: "fork+exec exited 0\nposix_spawn exited 0\nparent pid P\n" (P tells the
+ * parent apart from a profiled fork child). Exit status 0 when both children exited 0.
  * `--print-truth` prints the two lines above and exits without allocating.
  */
 #include <spawn.h>
@@ -65,5 +65,6 @@ int main(int argc, char **argv) {
   printf("posix_spawn exited %d\n", spawn_code);
 
   after_spawn();
+  printf("parent pid %d\n", (int)getpid());
   return exec_code == 0 && spawn_code == 0 ? 0 : 1;
 }
