@@ -13,10 +13,12 @@ def _recorded_upid(rec, name):
 
 
 @pytest.mark.timeout(120)
-def test_basic_every_entry_point_exact(programs, record):
+@pytest.mark.parametrize("unwinder", ["auto", "fp"])
+def test_basic_every_entry_point_exact(programs, record, unwinder):
     """malloc, free, realloc growth, calloc, posix_memalign, aligned_alloc, memalign,
-    valloc and pvalloc on their own paths, at several depths."""
-    rec = record([programs.path("basic")], interval=1)
+    valloc and pvalloc on their own paths, at several depths. The programs keep frame
+    pointers, so the frame-pointer unwinder must find every path too."""
+    rec = record([programs.path("basic")], interval=1, extra=["--unwinder", unwinder])
     profile, upid = _recorded_upid(rec, "basic")
     assert_exact(profile, upid, programs.truth("basic"), context=rec.describe())
 
