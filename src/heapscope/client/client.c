@@ -1,0 +1,436 @@
+/*
+ * client.c: connection to the producer, and the slow paths of the hooks.
+ *
+ * Life of the client in one process:
+ *   - dormant when HEAPSCOPE_SOCKET is unset, or when anything in the
+ *     handshake fails: every hook then passes straight through after one
+ *     predictable branch (hs_enabled == 0). Nothing is ever printed, unless
+ *     HEAPSCOPE_DEBUG=1 (one line per event, with write(2)).
+ *   - active: sampled mallocs and the frees of sampled addresses are written
+ *     to the shared ring. The socket stays open and silent: its EOF is how
+ *     each side learns that the other is gone.
+ *   - disabled, for good, after the first failure (producer gone, shutting
+ *     down, record too big): a process-local flag turns every hook into a
+ *     pass-through, and meta.client_state/client_error say why.
+ *
+ * fork(): the pthread_atfork child handler only clears hs_enabled (and
+ * closes the child's copy of the socket, so a long-lived child does not hide
+ * the parent's exit from the producer). It writes nothing to the shared
+ * memory, which the parent keeps using, and touches no lock (another thread
+ * of the parent may have held one at the fork). The child is simply not
+ * profiled; if it execs, the preloaded library starts over and connects as a
+ * new process. vfork()/posix_spawn() children share our memory and run only
+ * until exec: they bypass atfork, may take the normal paths (recording
+ * under the parent's name), and never wait on anything but the bounded
+ * ring wait, so they cannot deadlock.
+ */
+#include "client.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "real.h"
+#include "ring.h"
+#include "modules.h"
+#include "stacks.h"
+#include "unwind.h"
+#include "wire.h"
+
+HS_TLS struct hs_thread hs_thread_state;
+int hs_enabled;
+size_t hs_page_size = 4096;
+
+static struct {
+  struct hs_ring ring;
+  uint64_t interval;
+  uint64_t seed;
+  uint32_t max_frames;
+  int sock;
+  int debug;
+  uint32_t threads; /* per-process thread index for sampler seeds */
+} cl = {.sock = -1};
+
+/* The process-wide sequence counter, starting at 1, on its own cache line:
+ * every sampled malloc and every sent free bumps it. */
+static struct {
+  uint64_t next;
+  char pad[56];
+} seq_line __attribute__((aligned(64))) = {1, {0}};
+
+/* ---- debug output (never stdio, never allocates) ---- */
+
+void hs_debug(const char *msg, uint64_t value) {
+  if (!cl.debug)
+    return;
+  char line[160];
+  size_t n = 0;
+  static const char prefix[] = "heapscope: ";
+  memcpy(line, prefix, sizeof prefix - 1);
+  n = sizeof prefix - 1;
+  size_t m = strnlen(msg, 100);
+  memcpy(line + n, msg, m);
+  n += m;
+  if (value != UINT64_MAX) {
+    char digits[24];
+    int d = 0;
+    do {
+      digits[d++] = (char)('0' + value % 10);
+      value /= 10;
+    } while (value);
+    line[n++] = ' ';
+    while (d)
+      line[n++] = digits[--d];
+  }
+  line[n++] = '\n';
+  ssize_t w = write(2, line, n);
+  (void)w;
+}
+
+/* ---- disabling ---- */
+
+static void disable(int error) {
+  if (!__atomic_exchange_n(&hs_enabled, 0, __ATOMIC_RELAXED))
+    return; /* already off (another thread got there first) */
+  struct hs_ring_meta *m = cl.ring.meta;
+  __atomic_store_n(&m->client_error, (uint32_t)error, __ATOMIC_RELAXED);
+  __atomic_store_n(&m->client_state, HS_CLIENT_DISABLED, __ATOMIC_RELEASE);
+  hs_debug("client disabled, error", (uint64_t)error);
+}
+
+/* Checks a status: a negative one disables the client. Returns 1 if the
+ * caller may go on. */
+static int ok(int rc) {
+  if (rc < 0) {
+    disable(-rc);
+    return 0;
+  }
+  return 1;
+}
+
+/* ---- slow paths ---- */
+
+static void thread_init(struct hs_thread *t) {
+  uint32_t index = __atomic_fetch_add(&cl.threads, 1, __ATOMIC_RELAXED);
+  hs_sampler_init(&t->sampler, cl.interval, hs_sampler_mix_seed(cl.seed, index));
+}
+
+static uint64_t coarse_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void sample(struct hs_thread *t, void *addr, size_t size, uint64_t sample_size) {
+  struct hs_ring_meta *m = cl.ring.meta;
+  uint64_t pcs[HS_MAX_FRAMES];
+  int truncated = 0;
+  uint32_t depth;
+  /* Unwind time, measured on 1 unwind in 64 and scaled: clock_gettime on
+   * every sample would be a visible part of the cost. */
+  if ((t->unwinds++ & 63) == 0) {
+    uint64_t t0 = hs_now_ns();
+    depth = hs_unwind(pcs, cl.max_frames, &truncated);
+    __atomic_fetch_add(&m->unwind_ns, (hs_now_ns() - t0) * 64, __ATOMIC_RELAXED);
+  } else {
+    depth = hs_unwind(pcs, cl.max_frames, &truncated);
+  }
+  if (depth == 0)
+    __atomic_fetch_add(&m->unwinding_errors, 1, __ATOMIC_RELAXED);
+  if (truncated)
+    __atomic_fetch_add(&m->truncated_stacks, 1, __ATOMIC_RELAXED);
+
+  uint64_t id = hs_stack_id(pcs, depth);
+  enum hs_intern in = hs_stacks_intern(id);
+  if (in != HS_STACK_KNOWN) {
+    if (in == HS_STACK_FULL)
+      __atomic_fetch_add(&m->stack_table_full, 1, __ATOMIC_RELAXED);
+    if (!ok(hs_modules_check(&cl.ring, pcs, depth)))
+      return;
+    struct hs_stack st = {id, depth, truncated ? HS_STACK_TRUNCATED : 0};
+    if (!ok(hs_ring_write(&cl.ring, HS_REC_STACK, &st, sizeof st, pcs,
+                          depth * sizeof(uint64_t), 0)))
+      return;
+  }
+  if (hs_addrset_insert(addr) != HS_OK)
+    __atomic_fetch_add(&m->addr_table_full, 1, __ATOMIC_RELAXED);
+  struct hs_malloc rec = {0, (uint64_t)(uintptr_t)addr, sample_size, size, id, coarse_ns()};
+  (void)ok(hs_ring_write(&cl.ring, HS_REC_MALLOC, &rec, sizeof rec, NULL, 0, 1));
+}
+
+void hs_record_alloc_slow(void *addr, size_t size) {
+  struct hs_thread *t = &hs_thread_state;
+  if (!__atomic_load_n(&hs_enabled, __ATOMIC_ACQUIRE))
+    return;
+  if (t->sampler.interval == 0)
+    thread_init(t);
+  uint64_t sample_size = hs_sampler_sample(&t->sampler, size);
+  if (sample_size == 0 || addr == NULL)
+    return;
+  int saved_errno = errno;
+  /* Guard: unwinding, the loader and the ring wait may allocate. */
+  t->guard = 1;
+  sample(t, addr, size, sample_size);
+  t->guard = 0;
+  errno = saved_errno;
+}
+
+void hs_record_free_slow(void *addr) {
+  struct hs_thread *t = &hs_thread_state;
+  int saved_errno = errno;
+  /* Guard: a blocking ring wait calls nanosleep/recv; keep any allocation
+   * they might do out of the client. */
+  t->guard = 1;
+  if (hs_addrset_remove(addr)) {
+    struct hs_free rec = {0, (uint64_t)(uintptr_t)addr};
+    (void)ok(hs_ring_write(&cl.ring, HS_REC_FREE, &rec, sizeof rec, NULL, 0, 1));
+  }
+  t->guard = 0;
+  errno = saved_errno;
+}
+
+/* ---- handshake ---- */
+
+static int hexval(char c) {
+  if (c >= '0' && c <= '9')
+    return c - '0';
+  if (c >= 'a' && c <= 'f')
+    return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F')
+    return c - 'A' + 10;
+  return -1;
+}
+
+static HS_MUST_CHECK int parse_token(const char *s, uint8_t *out) {
+  if (!s || strlen(s) != 2 * HS_TOKEN_SIZE)
+    return -1;
+  for (int i = 0; i < HS_TOKEN_SIZE; i++) {
+    int hi = hexval(s[2 * i]), lo = hexval(s[2 * i + 1]);
+    if (hi < 0 || lo < 0)
+      return -1;
+    out[i] = (uint8_t)(hi << 4 | lo);
+  }
+  return 0;
+}
+
+static HS_MUST_CHECK int send_all(int fd, const void *buf, size_t len) {
+  const char *p = buf;
+  while (len) {
+    ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return -1;
+    p += n;
+    len -= (size_t)n;
+  }
+  return 0;
+}
+
+/* Receives the config and the memfd that comes with its first bytes. */
+static HS_MUST_CHECK int recv_config(int fd, struct hs_config *cfg, int *memfd) {
+  char *p = (char *)cfg;
+  size_t got = 0;
+  *memfd = -1;
+  while (got < sizeof *cfg) {
+    union {
+      struct cmsghdr h;
+      char buf[CMSG_SPACE(4 * sizeof(int))];
+    } ctl;
+    struct iovec iov = {p + got, sizeof *cfg - got};
+    struct msghdr msg = {0};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctl.buf;
+    msg.msg_controllen = sizeof ctl.buf;
+    ssize_t n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      break;
+    got += (size_t)n;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+        continue;
+      size_t nfds = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      int fds[4];
+      memcpy(fds, CMSG_DATA(c), nfds * sizeof(int));
+      for (size_t i = 0; i < nfds; i++) {
+        if (*memfd < 0)
+          *memfd = fds[i];
+        else
+          close(fds[i]); /* unexpected extra descriptors */
+      }
+    }
+  }
+  if (got < sizeof *cfg) {
+    if (*memfd >= 0)
+      close(*memfd);
+    *memfd = -1;
+    return -1;
+  }
+  return 0;
+}
+
+/* Connects and maps the ring. Returns 0 when profiling can start. */
+static HS_MUST_CHECK int connect_producer(const char *path, struct hs_config *cfg) {
+  struct hs_hello hello;
+  memset(&hello, 0, sizeof hello);
+  if (parse_token(getenv(HS_ENV_TOKEN), hello.token) != 0) {
+    hs_debug("bad or missing " HS_ENV_TOKEN, UINT64_MAX);
+    return -1;
+  }
+  struct sockaddr_un sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sun_family = AF_UNIX;
+  size_t plen = strlen(path);
+  if (plen == 0 || plen >= sizeof sa.sun_path) {
+    hs_debug("socket path too long", plen);
+    return -1;
+  }
+  memcpy(sa.sun_path, path, plen);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return -1;
+  struct timeval tv = {10, 0};
+  if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0 ||
+      setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) != 0 ||
+      connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+    hs_debug("cannot connect, errno", (uint64_t)errno);
+    close(fd);
+    return -1;
+  }
+  hello.magic = HS_WIRE_MAGIC;
+  hello.version = HS_WIRE_VERSION;
+  hello.pid = (uint32_t)getpid();
+  hello.ppid = (uint32_t)getppid();
+  int memfd = -1;
+  if (send_all(fd, &hello, sizeof hello) != 0 || recv_config(fd, cfg, &memfd) != 0) {
+    hs_debug("handshake failed, errno", (uint64_t)errno);
+    close(fd);
+    return -1;
+  }
+  if (cfg->magic != HS_WIRE_MAGIC || cfg->version != HS_WIRE_VERSION ||
+      cfg->status != HS_STATUS_OK || memfd < 0 || cfg->interval < 1 ||
+      cfg->ring_size < 4096 || (cfg->ring_size & (cfg->ring_size - 1)) ||
+      cfg->ring_size > (UINT64_C(1) << 40) || cfg->unwinder > HS_UNWINDER_NONE) {
+    hs_debug("rejected by the producer, status", cfg->status);
+    if (memfd >= 0)
+      close(memfd);
+    close(fd);
+    return -1;
+  }
+  size_t len = HS_META_SIZE + cfg->ring_size;
+  void *shm = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+  close(memfd);
+  if (shm == MAP_FAILED) {
+    hs_debug("cannot map the ring, errno", (uint64_t)errno);
+    close(fd);
+    return -1;
+  }
+  struct hs_ring_meta *m = shm;
+  if (m->magic != HS_WIRE_MAGIC || m->version != HS_WIRE_VERSION ||
+      m->ring_size != cfg->ring_size) {
+    hs_debug("bad ring header", UINT64_MAX);
+    munmap(shm, len);
+    close(fd);
+    return -1;
+  }
+  cl.sock = fd;
+  cl.ring.meta = m;
+  cl.ring.data = (unsigned char *)shm + HS_META_SIZE;
+  cl.ring.size = cfg->ring_size;
+  cl.ring.block = (cfg->flags & HS_CFG_BLOCK_CLIENT) != 0;
+  cl.ring.sock = fd;
+  cl.ring.seq = &seq_line.next;
+  return 0;
+}
+
+static void atfork_child(void) {
+  /* See the top of this file: local flag only, no shared writes, no locks. */
+  __atomic_store_n(&hs_enabled, 0, __ATOMIC_RELAXED);
+  if (cl.sock >= 0) {
+    close(cl.sock);
+    cl.sock = -1;
+  }
+}
+
+static void fail_start(struct hs_ring_meta *m, int error) {
+  __atomic_store_n(&m->client_error, (uint32_t)error, __ATOMIC_RELAXED);
+  __atomic_store_n(&m->client_state, HS_CLIENT_DISABLED, __ATOMIC_RELEASE);
+  hs_debug("cannot start, error", (uint64_t)error);
+}
+
+static void start(void) {
+  long ps = sysconf(_SC_PAGESIZE);
+  if (ps > 0)
+    hs_page_size = (size_t)ps;
+  const char *dbg = getenv("HEAPSCOPE_DEBUG");
+  cl.debug = dbg && dbg[0] == '1' && dbg[1] == '\0';
+  const char *path = getenv(HS_ENV_SOCKET);
+  if (!path)
+    return; /* dormant */
+  struct hs_config cfg;
+  if (connect_producer(path, &cfg) != 0)
+    return;
+  cl.interval = cfg.interval;
+  cl.seed = cfg.seed;
+  cl.max_frames = cfg.max_frames == 0 || cfg.max_frames > HS_MAX_FRAMES ? HS_MAX_FRAMES
+                                                                      : cfg.max_frames;
+  struct hs_ring_meta *m = cl.ring.meta;
+  if (hs_stacks_init() != HS_OK)
+    hs_debug("no stack table; stacks are sent every time", UINT64_MAX);
+  int rc = hs_modules_init();
+  uint32_t unwinder = hs_unwind_init(cfg.unwinder);
+  __atomic_store_n(&m->unwinder, unwinder, __ATOMIC_RELAXED);
+  if (rc != HS_OK || pthread_atfork(NULL, NULL, atfork_child) != 0) {
+    fail_start(m, HS_ERR_OUT_OF_MEMORY);
+    return;
+  }
+  /* The heap and the loaded objects go first, before any sample can. */
+  struct hs_heap heap;
+  memset(&heap, 0, sizeof heap);
+  heap.interval = cfg.interval;
+  heap.heap_id = 1;
+  memcpy(heap.name, "libc.malloc", sizeof "libc.malloc");
+  rc = hs_ring_write(&cl.ring, HS_REC_HEAP, &heap, sizeof heap, NULL, 0, 0);
+  if (rc >= 0)
+    rc = hs_modules_scan(&cl.ring);
+  if (rc < 0) {
+    fail_start(m, -rc);
+    return;
+  }
+  __atomic_store_n(&m->client_state, HS_CLIENT_ACTIVE, __ATOMIC_RELAXED);
+  /* Release: a thread that sees hs_enabled (acquire in the slow paths) sees
+   * the ring and the tables set up. */
+  __atomic_store_n(&hs_enabled, 1, __ATOMIC_RELEASE);
+  hs_debug("profiling, unwinder", unwinder);
+}
+
+__attribute__((constructor)) static void hs_client_init(void) {
+  struct hs_thread *t = &hs_thread_state;
+  (void)hs_real_resolve();
+  /* Guard: getenv is safe, but the socket calls, dlopen(libunwind),
+   * dl_iterate_phdr and the unwinder warm-up all allocate. hs_enabled is
+   * still 0 here, so nothing can be sampled before the ring is ready. */
+  t->guard = 1;
+  start();
+  t->guard = 0;
+}
+
+__attribute__((destructor)) static void hs_client_fini(void) {
+  if (!__atomic_load_n(&hs_enabled, __ATOMIC_ACQUIRE))
+    return;
+  struct hs_thread *t = &hs_thread_state;
+  int saved = t->guard;
+  /* Guard: a last module rescan calls dl_iterate_phdr. */
+  t->guard = 1;
+  (void)ok(hs_modules_flush(&cl.ring));
+  t->guard = saved;
+}

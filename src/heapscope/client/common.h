@@ -1,0 +1,45 @@
+/*
+ * common.h: small things every client file shares: attributes, the status
+ * convention, the per-thread state with the reentrancy guard, debug output.
+ */
+#ifndef HEAPSCOPE_CLIENT_COMMON_H
+#define HEAPSCOPE_CLIENT_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sampler.h"
+
+#define HS_HIDDEN __attribute__((visibility("hidden")))
+#define HS_EXPORT __attribute__((visibility("default")))
+#define HS_MUST_CHECK __attribute__((warn_unused_result))
+#define HS_TLS __thread __attribute__((tls_model("initial-exec")))
+#define HS_LIKELY(x) __builtin_expect(!!(x), 1)
+#define HS_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* Status of every client function that can fail: HS_OK, HS_DROPPED (the
+ * record was lost but the client keeps going), or a negative value that
+ * disables the client: -(enum hs_client_error). */
+enum { HS_OK = 0, HS_DROPPED = 1 };
+
+/* Everything one thread owns. Initial-exec TLS: one %fs-relative access, no
+ * __tls_get_addr call (which may allocate) and no lazy setup. */
+struct hs_thread {
+  struct hs_sampler sampler; /* countdown first: the hot field */
+  /* Reentrancy guard. While set, the hooks go straight to the real
+   * allocator. It is set around everything the client does itself, because
+   * libc, the loader and libunwind allocate internally: without it a hook
+   * would recurse into the client, or deadlock on a lock the client already
+   * holds. It also covers signal handlers that allocate while this thread
+   * is inside the client. */
+  int guard;
+  uint32_t unwinds; /* count of this thread's unwinds, for timing 1 in 64 */
+};
+
+extern HS_TLS struct hs_thread hs_thread_state HS_HIDDEN;
+
+/* One line on stderr via write(2), only when HEAPSCOPE_DEBUG=1. Never stdio,
+ * never allocates. */
+HS_HIDDEN void hs_debug(const char *msg, uint64_t value);
+
+#endif

@@ -1,0 +1,107 @@
+/*
+ * hooks.c: the interposed symbols, and nothing else (no logic). Each one
+ * calls the real allocator and one hs_record_alloc()/hs_record_free().
+ *
+ *   free:    record the free BEFORE the real free, so that the freed address
+ *            cannot be handed out again (and recorded) before this free's
+ *            sequence number is taken.
+ *   realloc: record free(old) -> real realloc -> record alloc(new, size).
+ *   calloc:  size = n * size; on overflow only the real calloc runs (it fails).
+ *   pvalloc: size rounded up to the page, as the allocator does.
+ *
+ * Pointers from the bootstrap arena (real.h) are never passed to the real
+ * allocator: free ignores them, realloc copies them out.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "client.h"
+#include "real.h"
+
+HS_EXPORT void *malloc(size_t size) {
+  void *p = HS_REAL(malloc)(size);
+  hs_record_alloc(p, size);
+  return p;
+}
+
+HS_EXPORT void free(void *p) {
+  if (hs_arena_owns(p))
+    return;
+  hs_record_free(p);
+  HS_REAL(free)(p);
+}
+
+HS_EXPORT void *calloc(size_t n, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(n, size, &total))
+    return HS_REAL(calloc)(n, size);
+  void *p = HS_REAL(calloc)(n, size);
+  hs_record_alloc(p, total);
+  return p;
+}
+
+static void *realloc_from_arena(void *old, size_t size) {
+  void *p = HS_REAL(malloc)(size);
+  if (p) {
+    size_t n = hs_arena_size(old);
+    memcpy(p, old, n < size ? n : size);
+  }
+  hs_record_alloc(p, size);
+  return p;
+}
+
+HS_EXPORT void *realloc(void *old, size_t size) {
+  if (old && hs_arena_owns(old))
+    return realloc_from_arena(old, size);
+  hs_record_free(old);
+  void *p = HS_REAL(realloc)(old, size);
+  hs_record_alloc(p, size);
+  return p;
+}
+
+HS_EXPORT void *reallocarray(void *old, size_t n, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(n, size, &total)) {
+    errno = ENOMEM; /* what the real one does; old stays valid */
+    return NULL;
+  }
+  if (old && hs_arena_owns(old))
+    return realloc_from_arena(old, total);
+  hs_record_free(old);
+  void *p = HS_REAL(reallocarray)(old, n, size);
+  hs_record_alloc(p, total);
+  return p;
+}
+
+HS_EXPORT int posix_memalign(void **out, size_t align, size_t size) {
+  int rc = HS_REAL(posix_memalign)(out, align, size);
+  if (rc == 0)
+    hs_record_alloc(*out, size);
+  return rc;
+}
+
+HS_EXPORT void *aligned_alloc(size_t align, size_t size) {
+  void *p = HS_REAL(aligned_alloc)(align, size);
+  hs_record_alloc(p, size);
+  return p;
+}
+
+HS_EXPORT void *memalign(size_t align, size_t size) {
+  void *p = HS_REAL(memalign)(align, size);
+  hs_record_alloc(p, size);
+  return p;
+}
+
+HS_EXPORT void *valloc(size_t size) {
+  void *p = HS_REAL(valloc)(size);
+  hs_record_alloc(p, size);
+  return p;
+}
+
+HS_EXPORT void *pvalloc(size_t size) {
+  void *p = HS_REAL(pvalloc)(size);
+  size_t page = hs_page_size;
+  size_t rounded = size + page - 1 < size ? size : (size + page - 1) & ~(page - 1);
+  hs_record_alloc(p, rounded);
+  return p;
+}

@@ -1,0 +1,205 @@
+/* modules.c: see modules.h. */
+#include "modules.h"
+
+#include <elf.h>
+#include <link.h>
+#include <limits.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "wire.h"
+
+struct known {
+  uint64_t base, start, end;
+};
+
+#define KNOWN_MAX 8192
+#define SCRATCH_SIZE (1u << 20)
+#define RESCAN_EVERY_NS 1000000
+
+static struct known *known;  /* append-only; entries before `nknown` are complete */
+static uint32_t nknown;
+static uint32_t merge_lock;
+static uint64_t last_rescan_ns;
+static int rescan_pending;
+static size_t page_size = 4096;
+
+int hs_modules_init(void) {
+  long ps = sysconf(_SC_PAGESIZE);
+  if (ps > 0)
+    page_size = (size_t)ps;
+  void *m = mmap(NULL, KNOWN_MAX * sizeof(struct known), PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED)
+    return -HS_ERR_OUT_OF_MEMORY;
+  known = m;
+  return HS_OK;
+}
+
+/* One collected object in the scratch buffer: the record body, then the
+ * path; entries are 8-aligned. */
+struct collected {
+  uint32_t path_len;
+  uint32_t entry_size;
+  struct hs_module mod;
+  char path[];
+};
+
+struct scan {
+  unsigned char *buf;
+  size_t used;
+  int first;
+};
+
+static uint32_t read_build_id(const struct dl_phdr_info *info, uint8_t *out) {
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_NOTE)
+      continue;
+    size_t align = ph->p_align == 8 ? 8 : 4;
+    const unsigned char *p = (const unsigned char *)(info->dlpi_addr + ph->p_vaddr);
+    const unsigned char *end = p + ph->p_memsz;
+    while (p + sizeof(ElfW(Nhdr)) <= end) {
+      const ElfW(Nhdr) *nh = (const ElfW(Nhdr) *)p;
+      size_t name_off = sizeof(ElfW(Nhdr));
+      size_t desc_off = name_off + ((nh->n_namesz + align - 1) & ~(align - 1));
+      size_t next = desc_off + ((nh->n_descsz + align - 1) & ~(align - 1));
+      if (next > (size_t)(end - p))
+        break;
+      if (nh->n_type == NT_GNU_BUILD_ID && nh->n_namesz == 4 &&
+          memcmp(p + name_off, "GNU", 4) == 0) {
+        uint32_t n = nh->n_descsz < HS_BUILD_ID_MAX ? nh->n_descsz : HS_BUILD_ID_MAX;
+        memcpy(out, p + desc_off, n);
+        return n;
+      }
+      p += next;
+    }
+  }
+  return 0;
+}
+
+static int collect(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)size;
+  struct scan *sc = data;
+  int first = sc->first;
+  sc->first = 0;
+  const ElfW(Phdr) *text = NULL;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
+      text = ph;
+      break;
+    }
+  }
+  if (!text)
+    return 0;
+  if (sc->used + sizeof(struct collected) + PATH_MAX + 8 > SCRATCH_SIZE)
+    return 1; /* buffer full: the rest is picked up by a later rescan */
+  struct collected *c = (struct collected *)(sc->buf + sc->used);
+  uint64_t mask = ~(uint64_t)(page_size - 1);
+  memset(&c->mod, 0, sizeof c->mod);
+  c->mod.base = info->dlpi_addr;
+  c->mod.start = (info->dlpi_addr + text->p_vaddr) & mask;
+  c->mod.end = info->dlpi_addr + text->p_vaddr + text->p_memsz;
+  c->mod.file_offset = text->p_offset & mask;
+  c->mod.vaddr = text->p_vaddr & mask;
+  c->mod.build_id_len = read_build_id(info, c->mod.build_id);
+  size_t n = 0;
+  const char *name = info->dlpi_name;
+  if (first && (name == NULL || name[0] == '\0')) {
+    /* The main program has no name here. */
+    ssize_t r = readlink("/proc/self/exe", c->path, PATH_MAX);
+    n = r > 0 ? (size_t)r : 0;
+  } else if (name) {
+    n = strnlen(name, PATH_MAX);
+    memcpy(c->path, name, n);
+  }
+  c->path_len = (uint32_t)n;
+  c->entry_size = (uint32_t)HS_ALIGN8(sizeof(struct collected) + n);
+  c->mod.path_len = c->path_len;
+  sc->used += c->entry_size;
+  return 0;
+}
+
+static int is_known(const struct hs_module *m, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++)
+    if (known[i].base == m->base && known[i].start == m->start && known[i].end == m->end)
+      return 1;
+  return 0;
+}
+
+int hs_modules_scan(struct hs_ring *r) {
+  if (!known)
+    return HS_OK;
+  unsigned char *buf = mmap(NULL, SCRATCH_SIZE, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (buf == MAP_FAILED)
+    return HS_OK; /* try again at the next rescan */
+  struct scan sc = {buf, 0, 1};
+  /* No client lock is held here (see modules.h). */
+  dl_iterate_phdr(collect, &sc);
+  int rc = HS_OK;
+  uint32_t unlocked = 0;
+  if (__atomic_compare_exchange_n(&merge_lock, &unlocked, 1, 0, __ATOMIC_ACQUIRE,
+                                  __ATOMIC_RELAXED)) {
+    uint32_t n = __atomic_load_n(&nknown, __ATOMIC_RELAXED);
+    for (size_t off = 0; off < sc.used && rc >= 0;) {
+      struct collected *c = (struct collected *)(buf + off);
+      off += c->entry_size;
+      if (is_known(&c->mod, n) || n >= KNOWN_MAX)
+        continue;
+      known[n] = (struct known){c->mod.base, c->mod.start, c->mod.end};
+      n++;
+      __atomic_store_n(&nknown, n, __ATOMIC_RELEASE);
+      rc = hs_ring_write(r, HS_REC_MODULE, &c->mod, sizeof c->mod, c->path, c->path_len, 0);
+    }
+    __atomic_store_n(&merge_lock, 0, __ATOMIC_RELEASE);
+  }
+  /* else: another thread is merging an equivalent scan right now. */
+  munmap(buf, SCRATCH_SIZE);
+  return rc < 0 ? rc : HS_OK;
+}
+
+static int covered(uint64_t pc, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++)
+    if (pc >= known[i].start && pc < known[i].end)
+      return 1;
+  return 0;
+}
+
+static uint64_t coarse_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int hs_modules_check(struct hs_ring *r, const uint64_t *pcs, uint32_t depth) {
+  if (!known)
+    return HS_OK;
+  uint32_t n = __atomic_load_n(&nknown, __ATOMIC_ACQUIRE);
+  uint32_t i = 0;
+  while (i < depth && covered(pcs[i], n))
+    i++;
+  if (i == depth)
+    return HS_OK;
+  uint64_t now = coarse_ns();
+  uint64_t last = __atomic_load_n(&last_rescan_ns, __ATOMIC_RELAXED);
+  if (now - last < RESCAN_EVERY_NS ||
+      !__atomic_compare_exchange_n(&last_rescan_ns, &last, now, 0, __ATOMIC_RELAXED,
+                                   __ATOMIC_RELAXED)) {
+    __atomic_store_n(&rescan_pending, 1, __ATOMIC_RELAXED);
+    return HS_OK;
+  }
+  __atomic_store_n(&rescan_pending, 0, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&r->meta->module_rescans, 1, __ATOMIC_RELAXED);
+  return hs_modules_scan(r);
+}
+
+int hs_modules_flush(struct hs_ring *r) {
+  if (!__atomic_exchange_n(&rescan_pending, 0, __ATOMIC_RELAXED))
+    return HS_OK;
+  __atomic_fetch_add(&r->meta->module_rescans, 1, __ATOMIC_RELAXED);
+  return hs_modules_scan(r);
+}

@@ -1,0 +1,51 @@
+/*
+ * real.h: the allocator we interpose on (the next definition of each symbol,
+ * found with dlsym(RTLD_NEXT); glibc 2.36 does not export __libc_malloc).
+ *
+ * Bootstrap: every pointer starts at a boot_* function that resolves all of
+ * them on first use, so no branch is needed on the hot path and the first
+ * hook call may come before our constructor (another library's constructor,
+ * or libc's own init). While resolving, dlsym itself may call malloc or
+ * calloc: those calls are served from a static bump arena. free() of an arena
+ * pointer is ignored, realloc() of one copies it out (hs_arena_owns()).
+ */
+#ifndef HEAPSCOPE_CLIENT_REAL_H
+#define HEAPSCOPE_CLIENT_REAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common.h"
+
+struct hs_real_fns {
+  void *(*malloc)(size_t);
+  void (*free)(void *);
+  void *(*calloc)(size_t, size_t);
+  void *(*realloc)(void *, size_t);
+  void *(*reallocarray)(void *, size_t, size_t);
+  int (*posix_memalign)(void **, size_t, size_t);
+  void *(*aligned_alloc)(size_t, size_t);
+  void *(*memalign)(size_t, size_t);
+  void *(*valloc)(size_t);
+  void *(*pvalloc)(size_t);
+};
+
+extern struct hs_real_fns hs_real HS_HIDDEN;
+
+/* Loads one pointer of hs_real (relaxed: another thread may be publishing). */
+#define HS_REAL(fn) __atomic_load_n(&hs_real.fn, __ATOMIC_RELAXED)
+
+/* Resolves the real functions now (idempotent). Returns 1 once resolved. */
+HS_HIDDEN int hs_real_resolve(void);
+
+#define HS_ARENA_SIZE (64 * 1024)
+extern unsigned char hs_arena[HS_ARENA_SIZE] HS_HIDDEN;
+
+static inline int hs_arena_owns(const void *p) {
+  return (uintptr_t)p - (uintptr_t)hs_arena < (uintptr_t)HS_ARENA_SIZE;
+}
+
+/* Bytes usable at an arena pointer (for realloc's copy). */
+HS_HIDDEN size_t hs_arena_size(const void *p);
+
+#endif

@@ -1,0 +1,109 @@
+/* ring.c: see ring.h. */
+#include "ring.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+uint64_t hs_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* 1 while the producer's end of the socket is open. EOF (0) or a hard error
+ * means it is gone; EAGAIN means alive with nothing to say. */
+static int producer_alive(int sock) {
+  char c;
+  ssize_t n = recv(sock, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n > 0)
+    return 1;
+  if (n == 0)
+    return 0;
+  return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+}
+
+#define SPINS_BEFORE_SLEEP 128
+#define SLEEP_NS 75000
+#define LIVENESS_EVERY_NS 1000000
+
+int hs_ring_write(struct hs_ring *r, uint32_t type, const void *a, size_t alen, const void *b,
+                  size_t blen, int take_seq) {
+  struct hs_ring_meta *m = r->meta;
+  uint64_t size = HS_ALIGN8(8 + alen + blen);
+  if (size > r->size / 2)
+    return -HS_ERR_RECORD_TOO_BIG; /* larger records may never fit after a pad */
+  if (__atomic_load_n(&m->shutting_down, __ATOMIC_RELAXED))
+    return -HS_ERR_SHUTTING_DOWN;
+
+  uint64_t mask = r->size - 1;
+  uint64_t wp = __atomic_load_n(&m->write_pos, __ATOMIC_RELAXED);
+  uint64_t pad, off;
+  unsigned spins = 0;
+  uint64_t wait_start = 0, last_check = 0;
+  int rc = HS_OK;
+  for (;;) {
+    uint64_t rp = __atomic_load_n(&m->read_pos, __ATOMIC_ACQUIRE);
+    off = wp & mask;
+    pad = off + size > r->size ? r->size - off : 0;
+    /* Positions come from shared memory: compute with what we loaded, and
+     * treat nonsense (rp > wp) as a full ring rather than trusting it. */
+    if (rp <= wp && wp + pad + size - rp <= r->size) {
+      if (__atomic_compare_exchange_n(&m->write_pos, &wp, wp + pad + size, 1,
+                                      __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+        break;
+      continue; /* wp was reloaded by the failed CAS */
+    }
+    /* Full. */
+    if (!r->block) {
+      __atomic_fetch_add(&m->dropped_records, 1, __ATOMIC_RELAXED);
+      return HS_DROPPED;
+    }
+    if (__atomic_load_n(&m->shutting_down, __ATOMIC_RELAXED)) {
+      rc = -HS_ERR_SHUTTING_DOWN;
+      break;
+    }
+    if (spins < SPINS_BEFORE_SLEEP) {
+      spins++;
+      __builtin_ia32_pause();
+    } else {
+      uint64_t now = hs_now_ns();
+      if (!wait_start)
+        wait_start = last_check = now;
+      if (now - last_check >= LIVENESS_EVERY_NS) {
+        last_check = now;
+        if (!producer_alive(r->sock)) {
+          rc = -HS_ERR_PRODUCER_GONE;
+          break;
+        }
+      }
+      struct timespec ts = {0, SLEEP_NS};
+      nanosleep(&ts, NULL);
+    }
+    wp = __atomic_load_n(&m->write_pos, __ATOMIC_RELAXED);
+  }
+  if (wait_start)
+    __atomic_fetch_add(&m->blocked_ns, hs_now_ns() - wait_start, __ATOMIC_RELAXED);
+  if (rc != HS_OK)
+    return rc;
+
+  if (pad) {
+    /* The rest of the data area: a PAD record, header only. */
+    uint64_t *hdr = (uint64_t *)(r->data + off);
+    __atomic_store_n(hdr, HS_RECORD_HEADER(pad, HS_REC_PAD), __ATOMIC_RELEASE);
+    off = 0;
+  }
+  unsigned char *dst = r->data + off;
+  if (alen)
+    memcpy(dst + 8, a, alen);
+  if (blen)
+    memcpy(dst + 8 + alen, b, blen);
+  if (take_seq) {
+    uint64_t seq = __atomic_fetch_add(r->seq, 1, __ATOMIC_RELAXED);
+    memcpy(dst + 8, &seq, sizeof seq);
+  }
+  /* Tail padding is already zero: the reader zeroes what it consumed. */
+  __atomic_store_n((uint64_t *)dst, HS_RECORD_HEADER(size, type), __ATOMIC_RELEASE);
+  return HS_OK;
+}

@@ -1,0 +1,46 @@
+/*
+ * ring.h: the writer side of the shared ring (the protocol is in wire.h).
+ *
+ * Any thread may write. A record is reserved with a CAS loop on write_pos,
+ * its body is copied in, and its 8-byte header is stored last with release
+ * order; the reader stops at a zero header, so the ring stays FIFO. A record
+ * that would cross the end of the data area is preceded by an HS_REC_PAD
+ * record filling the rest (reserved in the same CAS).
+ *
+ * When the ring is full: with HS_CFG_BLOCK_CLIENT the writer waits (spins a
+ * little, then sleeps ~75 us at a time), watching meta.shutting_down and,
+ * every millisecond, whether the producer is still alive (EOF on the
+ * socket). Without it, the record is dropped and counted.
+ */
+#ifndef HEAPSCOPE_CLIENT_RING_H
+#define HEAPSCOPE_CLIENT_RING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common.h"
+#include "wire.h"
+
+struct hs_ring {
+  struct hs_ring_meta *meta;
+  unsigned char *data;
+  uint64_t size; /* power of two */
+  int block;     /* HS_CFG_BLOCK_CLIENT */
+  int sock;      /* for the liveness check while blocked */
+  uint64_t *seq; /* the process-wide sequence counter */
+};
+
+/* Writes one record of `type` whose body is a[0..alen) followed by
+ * b[0..blen). When take_seq is set, the first 8 bytes of the body are
+ * replaced by a fresh sequence number, taken after the space is reserved:
+ * a dropped record therefore never leaves a hole in the sequence.
+ * Returns HS_OK, HS_DROPPED, or -(enum hs_client_error) when the client must
+ * stop. Never blocks forever. */
+HS_HIDDEN HS_MUST_CHECK int hs_ring_write(struct hs_ring *r, uint32_t type, const void *a,
+                                         size_t alen, const void *b, size_t blen,
+                                         int take_seq);
+
+/* CLOCK_MONOTONIC in ns. */
+HS_HIDDEN uint64_t hs_now_ns(void);
+
+#endif

@@ -1,0 +1,32 @@
+/*
+ * stacks.h: stack ids, and the set of ids already sent to the producer.
+ *
+ * stack_id = a 64-bit hash of (depth, pcs), never 0. The set is a lock-free
+ * open-addressing table of 2^20 ids in an anonymous mmap (8 MiB of address
+ * space, touched page by page). Insertion is a CAS from 0; nothing is ever
+ * deleted. The thread whose CAS inserts an id is the one that sends its
+ * HS_REC_STACK (before its own HS_REC_MALLOC); the others send only the
+ * MALLOC: the producer tolerates a MALLOC that arrives before its STACK.
+ */
+#ifndef HEAPSCOPE_CLIENT_STACKS_H
+#define HEAPSCOPE_CLIENT_STACKS_H
+
+#include <stdint.h>
+
+#include "common.h"
+
+enum hs_intern {
+  HS_STACK_KNOWN = 0, /* already sent (or being sent by another thread) */
+  HS_STACK_NEW = 1,   /* this caller inserted it: send the STACK record */
+  HS_STACK_FULL = 2,  /* no room: send the STACK record every time */
+};
+
+HS_HIDDEN uint64_t hs_stack_id(const uint64_t *pcs, uint32_t depth);
+
+/* Maps the table. -HS_ERR_OUT_OF_MEMORY on failure (then every lookup says
+ * HS_STACK_FULL, which is still correct, only slower). */
+HS_HIDDEN HS_MUST_CHECK int hs_stacks_init(void);
+
+HS_HIDDEN HS_MUST_CHECK enum hs_intern hs_stacks_intern(uint64_t stack_id);
+
+#endif

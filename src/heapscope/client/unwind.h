@@ -1,0 +1,30 @@
+/*
+ * unwind.h: the call stack of a sampled allocation, taken in the target.
+ *
+ * libunwind's unw_backtrace() (fast trace cache on x86_64), loaded with
+ * dlopen("libunwind.so.8") so that nothing is needed at build time; else a
+ * frame-pointer walk; or only the immediate caller (HS_UNWINDER_NONE). The
+ * leading frames that belong to this library are stripped, so the leaf is
+ * the caller of malloc (operator new, or the user's function). Return
+ * addresses are stored as they come: the producer subtracts 1 to land in
+ * the call instruction when it symbolizes.
+ */
+#ifndef HEAPSCOPE_CLIENT_UNWIND_H
+#define HEAPSCOPE_CLIENT_UNWIND_H
+
+#include <stdint.h>
+
+#include "common.h"
+
+/* Picks and warms the unwinder (call under the guard: the first call of any
+ * unwinder allocates). Returns the one in use: AUTO resolves to LIBUNWIND or
+ * FP; LIBUNWIND falls back to FP when the library does not load. */
+HS_HIDDEN uint32_t hs_unwind_init(uint32_t requested);
+
+/* Fills pcs (room for max_frames <= HS_MAX_FRAMES), leaf first. Returns the
+ * depth; sets *truncated when the stack had more frames. Call under the
+ * guard and without holding any client lock: libunwind takes the loader
+ * lock (dl_iterate_phdr). */
+HS_HIDDEN uint32_t hs_unwind(uint64_t *pcs, uint32_t max_frames, int *truncated);
+
+#endif
