@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import mmap
 import os
 import socket
@@ -56,9 +57,11 @@ class ProcessState:
 
 def create_ring(ring_size: int) -> tuple[int, mmap.mmap]:
     """A fresh shared-memory ring: memfd + mapping with the meta header written."""
-    fd = os.memfd_create("heapscope-ring", os.MFD_CLOEXEC)
+    fd = os.memfd_create("heapscope-ring", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         os.ftruncate(fd, codec.META_SIZE + ring_size)
+        # The client is untrusted: a ring it could shrink would fault the producer.
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
         shm = mmap.mmap(fd, codec.META_SIZE + ring_size, mmap.MAP_SHARED)
     except OSError:
         os.close(fd)
