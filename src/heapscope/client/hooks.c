@@ -67,8 +67,10 @@ HS_EXPORT void *reallocarray(void *old, size_t n, size_t size) {
   }
   if (old && hs_arena_owns(old))
     return realloc_from_arena(old, total);
+  /* glibc's reallocarray calls realloc through the PLT, i.e. our hook,
+   * which would record it twice: call the real realloc ourselves. */
   hs_record_free(old);
-  void *p = HS_REAL(reallocarray)(old, n, size);
+  void *p = HS_REAL(realloc)(old, total);
   hs_record_alloc(p, total);
   return p;
 }

@@ -41,7 +41,7 @@ int hs_ring_write(struct hs_ring *r, uint32_t type, const void *a, size_t alen, 
   uint64_t wp = __atomic_load_n(&m->write_pos, __ATOMIC_RELAXED);
   uint64_t pad, off;
   unsigned spins = 0;
-  uint64_t wait_start = 0, last_check = 0;
+  uint64_t wait_start = 0, last_check = 0; /* last_check: also accounted up to */
   int rc = HS_OK;
   for (;;) {
     uint64_t rp = __atomic_load_n(&m->read_pos, __ATOMIC_ACQUIRE);
@@ -72,6 +72,9 @@ int hs_ring_write(struct hs_ring *r, uint32_t type, const void *a, size_t alen, 
       if (!wait_start)
         wait_start = last_check = now;
       if (now - last_check >= LIVENESS_EVERY_NS) {
+        /* blocked_ns grows while we wait, so the producer sees a stall as
+         * it happens, not only once it ends. */
+        __atomic_fetch_add(&m->blocked_ns, now - last_check, __ATOMIC_RELAXED);
         last_check = now;
         if (!producer_alive(r->sock)) {
           rc = -HS_ERR_PRODUCER_GONE;
@@ -84,7 +87,7 @@ int hs_ring_write(struct hs_ring *r, uint32_t type, const void *a, size_t alen, 
     wp = __atomic_load_n(&m->write_pos, __ATOMIC_RELAXED);
   }
   if (wait_start)
-    __atomic_fetch_add(&m->blocked_ns, hs_now_ns() - wait_start, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&m->blocked_ns, hs_now_ns() - last_check, __ATOMIC_RELAXED);
   if (rc != HS_OK)
     return rc;
 
