@@ -93,6 +93,7 @@ def main(args: argparse.Namespace) -> int:
     except OSError as e:
         writer.close()
         raise TargetError(f"cannot run {command[0]}: {e.strerror}") from e
+    producer.target_pid = child.pid
 
     restore = _forward_signals(child)
     try:

@@ -49,6 +49,8 @@ class Producer:
         self.ended: list[ProcessState] = []
         self.next_upid = 1
         self.rejected_clients = 0
+        self.session_ending = False  # the target exited: what ends now ends with the session
+        self.target_pid = 0  # its own exit ends the session, so it is no disconnect
         self.samples_total = 0
         self._dir = tempfile.TemporaryDirectory(prefix="heapscope-")
         self.socket_path = str(Path(self._dir.name) / "producer.sock")
@@ -78,10 +80,13 @@ class Producer:
         for s in readable:
             p = self.processes.get(s.fileno()) if s is not self.listener else None
             if p is not None and self._peer_closed(p.sock):
-                self._end(p, reason="exit", disconnected=True)
+                ends_session = self.session_ending or p.info.pid == self.target_pid
+                self._end(p, reason="exit", disconnected=not ends_session)
         return drained
 
     def stop_accepting(self) -> None:
+        """The session is ending: no new clients, and exits from now on are not disconnects."""
+        self.session_ending = True
         if self.listener.fileno() >= 0:
             self.listener.close()
 

@@ -147,8 +147,8 @@ def process_warnings(process: StoredProcess, stats: list[Stat]) -> list[str]:
     out: list[str] = []
     f = process.flags
     if f is not None:
-        if f.disconnected:
-            out.append("disconnected")
+        # `disconnected` (exited before the session ended) is normal for a
+        # child process, so it is a fact of the process, not a warning.
         if f.buffer_overran:
             out.append("buffer overran")
         if f.buffer_corrupted:
