@@ -142,6 +142,10 @@ class Producer:
             conn.sendall(codec.Config(codec.Status.REJECTED, 0, 0, 0, 0, 0, 0).pack())
             raise ValueError(problem)
 
+        # Read /proc now: the client waits for our answer; after it, a short
+        # program may be gone before we look.
+        upid = Upid(self.next_upid)
+        info = _process_info(upid, hello.pid, hello.ppid, peer_uid)
         cfg = self.config
         memfd, shm = create_ring(cfg.shmem_size)
         try:
@@ -150,7 +154,6 @@ class Producer:
             shm.close()
             os.close(memfd)
             raise
-        upid = Upid(self.next_upid)
         seed = secrets.randbits(64) if cfg.seed is None else (cfg.seed + upid - 1) & (2**64 - 1)
         reply = codec.Config(
             status=codec.Status.OK, interval=cfg.interval, ring_size=cfg.shmem_size, seed=seed,
@@ -166,7 +169,6 @@ class Producer:
             raise
         conn.setblocking(False)
         self.next_upid += 1
-        info = _process_info(upid, hello.pid, hello.ppid, peer_uid)
         info.parent_upid = self._upid_of(hello.ppid)
         p = ProcessState(info=info, sock=conn, memfd=memfd, shm=shm, ingest=ingest)
         p.flags.sampling_interval_bytes = p.flags.orig_sampling_interval_bytes = cfg.interval
