@@ -56,10 +56,12 @@ def test_cxx_leaf_is_operator_new_and_parent_is_caller(programs, record):
     rec = record([programs.path("cxx")], interval=1)
     profile, upid = _recorded_upid(rec, "cxx")
     stacks = profile.stacks(upid)
+    # libstdc++'s operator new[](unsigned long) is a bare `jmp` to operator new
+    # (a tail call, no frame of its own), so new[] also shows operator new as leaf.
     expected_leaf = {
         "make_widgets": "operator new(unsigned long)",
         "churn_widgets": "operator new(unsigned long)",
-        "make_arrays": "operator new[](unsigned long)",
+        "make_arrays": "operator new(unsigned long)",
     }
     for caller, leaf in expected_leaf.items():
         mine = [s for s in stacks.values() if any(frame_matches(n, caller) for n in s)]

@@ -1,8 +1,8 @@
 /* cxx: C++ new/delete and new[]/delete[], for exact checks at sampling interval 1.
  *
- * The leaf frame of these callsites is `operator new(unsigned long)` or
- * `operator new[](unsigned long)` (libstdc++ calls malloc); its parent is the user
- * function below. Widget is 5 x 8 = 40 bytes; int[256] is 1024 bytes (no array
+ * The leaf frame of these callsites is `operator new(unsigned long)` (libstdc++
+ * calls malloc from it; its `operator new[]` is a bare tail jump to `operator new`,
+ * so it leaves no frame); the leaf's parent is the user function below. Widget is 5 x 8 = 40 bytes; int[256] is 1024 bytes (no array
  * cookie for a trivially destructible type).
  *
  * Ground truth (views at exit):
