@@ -5,6 +5,8 @@
 #include <link.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "wire.h"
 
@@ -18,6 +20,7 @@ static uint32_t active = HS_UNWINDER_FP;
 static unw_backtrace_fn unw_backtrace_p;
 static uintptr_t own_start, own_end; /* our executable segment */
 static pthread_t main_thread;
+static int have_main_thread;
 
 /* Room for our own leading frames on top of max_frames. */
 #define OWN_FRAMES_SLACK 16
@@ -51,7 +54,7 @@ static int find_own_text(struct dl_phdr_info *info, size_t size, void *data) {
  * pthread_getattr_np (which allocates and reads /proc). */
 static uintptr_t stack_top(void) {
   pthread_t self = pthread_self();
-  if (pthread_equal(self, main_thread))
+  if (have_main_thread && pthread_equal(self, main_thread))
     return (uintptr_t)__libc_stack_end;
   return (uintptr_t)self;
 }
@@ -122,7 +125,13 @@ uint32_t hs_unwind(uint64_t *pcs, uint32_t max_frames, int *truncated) {
 }
 
 uint32_t hs_unwind_init(uint32_t requested) {
-  main_thread = pthread_self(); /* the constructor runs on the main thread */
+  /* The constructor runs on the main thread when preloaded; if we were
+   * loaded by another thread, no thread is treated as the main one (its
+   * frame-pointer walks then find no bound and return nothing). */
+  if (syscall(SYS_gettid) == getpid()) {
+    main_thread = pthread_self();
+    have_main_thread = 1;
+  }
   dl_iterate_phdr(find_own_text, (void *)(uintptr_t)&hs_unwind_init);
   active = HS_UNWINDER_FP;
   if (requested == HS_UNWINDER_NONE) {

@@ -247,7 +247,8 @@ def test_dormant_workload_unchanged(client_lib, build_program):
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("unwinder", [codec.Unwinder.AUTO, codec.Unwinder.FP])
+@pytest.mark.parametrize("unwinder", [codec.Unwinder.AUTO, codec.Unwinder.FP,
+                                      codec.Unwinder.NONE])
 def test_interval_one_records_everything(client_lib, build_program, producer_factory, unwinder):
     iters = 300
     exe = build_program("workload.c", f"-DITERS={iters}")
@@ -261,8 +262,8 @@ def test_interval_one_records_everything(client_lib, build_program, producer_fac
     assert ring.meta("client_state") == codec.ClientState.ACTIVE
     assert ring.meta("client_error") == codec.ClientError.NONE
     assert ring.meta("dropped_records") == 0
-    if unwinder == codec.Unwinder.FP:
-        assert ring.meta("unwinder") == codec.Unwinder.FP
+    if unwinder != codec.Unwinder.AUTO:
+        assert ring.meta("unwinder") == unwinder
     else:
         assert ring.meta("unwinder") in (codec.Unwinder.LIBUNWIND, codec.Unwinder.FP)
     assert len(prod.hellos) == 1 and prod.hellos[0].pid > 0
@@ -306,6 +307,12 @@ def test_interval_one_records_everything(client_lib, build_program, producer_fac
     assert prog[0].start < prog[0].end
     assert any("libc.so" in m.path for m in modules)
     by_id = {s.stack_id: s for s in stacks}
+    # The client strips its own frames: no stack starts inside it.
+    ours_lib = [m for m in modules if m.path == str(client_lib)]
+    assert len(ours_lib) == 1
+    assert not [s for s in stacks if s.pcs and ours_lib[0].start <= s.pcs[0] < ours_lib[0].end]
+    if unwinder == codec.Unwinder.NONE:
+        assert {len(s.pcs) for s in stacks} == {1}
     for m in ours:
         pcs = by_id[m[4]].pcs
         assert pcs, "empty stack"
