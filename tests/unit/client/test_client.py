@@ -12,7 +12,6 @@ import mmap
 import os
 import shutil
 import socket
-import struct
 import subprocess
 import tempfile
 import threading
@@ -414,3 +413,42 @@ def test_rejected_handshake_stays_dormant(client_lib, build_program, producer_fa
     res = subprocess.run([str(exe)], env=env, capture_output=True, timeout=60)
     assert res.returncode == 0 and res.stderr == b""
     assert prod.ring.meta("write_pos") == 0
+
+
+@pytest.mark.timeout(120)
+def test_dlopen_after_start_sends_the_new_module(client_lib, build_program, producer_factory):
+    plugin = build_program("plugin.c", "-shared", "-fPIC")
+    exe = build_program("dlopen_prog.c", "-ldl")
+    prod = producer_factory(interval=1, ring_size=1 << 16)
+    res = prod.run([str(exe), str(plugin)], client_lib)
+    assert res.returncode == 0 and res.stdout == b"plugin done\n", res.stderr
+    mallocs, frees, stacks, modules, _ = decode(prod.ring.records)
+    plug = [m for m in modules if m.path == str(plugin)]
+    assert len(plug) == 1 and plug[0].build_id
+    assert prod.ring.meta("module_rescans") >= 1
+    by_id = {s.stack_id: s for s in stacks}
+    ours = [m for m in mallocs if 31000 <= m[3] < 31100]
+    assert len(ours) == 100
+    assert all(plug[0].start <= by_id[m[4]].pcs[0] < plug[0].end for m in ours)
+    # The module record comes before the first stack that needs it.
+    kinds = [(t, codec.decode_record(r)) for t, r in prod.ring.records
+             if t in (codec.RecordType.MODULE, codec.RecordType.STACK)]
+    first_mod = next(i for i, (t, r) in enumerate(kinds)
+                     if t == codec.RecordType.MODULE and r.path == str(plugin))
+    first_stack = next(i for i, (t, r) in enumerate(kinds)
+                       if t == codec.RecordType.STACK and r.pcs
+                       and plug[0].start <= r.pcs[0] < plug[0].end)
+    assert first_mod < first_stack
+
+
+@pytest.mark.timeout(60)
+def test_debug_lines_only_when_asked(client_lib):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HEAPSCOPE_")}
+    env.update({"LD_PRELOAD": str(client_lib), codec.ENV_SOCKET: "/nonexistent/s",
+                codec.ENV_TOKEN: "00" * 16})
+    quiet = subprocess.run(["true"], env=env, capture_output=True, timeout=30)
+    assert quiet.stderr == b""
+    env["HEAPSCOPE_DEBUG"] = "1"
+    loud = subprocess.run(["true"], env=env, capture_output=True, timeout=30)
+    lines = loud.stderr.decode().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("heapscope: cannot connect")
