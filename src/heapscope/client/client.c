@@ -158,10 +158,14 @@ static void sample(struct hs_thread *t, void *addr, size_t size, uint64_t sample
                           depth * sizeof(uint64_t), 0)))
       return;
   }
+  struct hs_malloc rec = {0, (uint64_t)(uintptr_t)addr, sample_size, size, id, coarse_ns()};
+  int rc = hs_ring_write(&cl.ring, HS_REC_MALLOC, &rec, sizeof rec, NULL, 0, 1);
+  if (!ok(rc) || rc == HS_DROPPED)
+    return; /* the producer never hears of addr: neither should it of its free */
+  /* Nobody can free addr before we return it, so adding it after the record
+   * is written is early enough. */
   if (hs_addrset_insert(addr) != HS_OK)
     __atomic_fetch_add(&m->addr_table_full, 1, __ATOMIC_RELAXED);
-  struct hs_malloc rec = {0, (uint64_t)(uintptr_t)addr, sample_size, size, id, coarse_ns()};
-  (void)ok(hs_ring_write(&cl.ring, HS_REC_MALLOC, &rec, sizeof rec, NULL, 0, 1));
 }
 
 void hs_record_alloc_slow(void *addr, size_t size) {

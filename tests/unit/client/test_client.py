@@ -402,6 +402,15 @@ def test_drop_mode_counts_and_keeps_sequence(client_lib, build_program, producer
     mallocs, frees, *_ = decode(prod.ring.records)
     seqs = sorted([m[0] for m in mallocs] + [f[0] for f in frees])
     assert seqs == list(range(1, len(seqs) + 1))  # a dropped record takes no number
+    # A dropped malloc's address is not tracked, so its free is never sent.
+    ops = sorted([(m[0], 1, m[1]) for m in mallocs] + [(f[0], 0, f[1]) for f in frees])
+    live: set[int] = set()
+    for _, is_malloc, addr in ops:
+        if is_malloc:
+            live.add(addr)
+        else:
+            assert addr in live
+            live.discard(addr)
 
 
 @pytest.mark.timeout(120)
