@@ -461,3 +461,27 @@ def test_debug_lines_only_when_asked(client_lib):
     loud = subprocess.run(["true"], env=env, capture_output=True, timeout=30)
     lines = loud.stderr.decode().splitlines()
     assert len(lines) == 1 and lines[0].startswith("heapscope: cannot connect")
+
+
+@pytest.mark.timeout(120)
+def test_operator_new_is_the_leaf(client_lib, build_dir, producer_factory):
+    cxx = shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    exe = build_dir / "new_delete"
+    subprocess.run([cxx, "-O2", "-fno-omit-frame-pointer", "-o", str(exe),
+                    str(Path(__file__).with_name("new_delete.cc"))], check=True, timeout=120)
+    prod = producer_factory(interval=1, ring_size=1 << 16)
+    res = prod.run([str(exe)], client_lib)
+    assert res.returncode == 0 and res.stdout == b"new done\n", res.stderr
+    mallocs, frees, stacks, modules, _ = decode(prod.ring.records)
+    by_id = {s.stack_id: s for s in stacks}
+    blobs = [m for m in mallocs if m[3] == 32000]
+    assert len(blobs) == 50
+    freed = {f[1] for f in frees}
+    assert all(m[1] in freed for m in blobs)
+    prog = next(m for m in modules if m.path == str(exe))
+    for m in blobs:
+        pcs = by_id[m[4]].pcs
+        assert "libstdc++" in _module_of(modules, pcs[0])  # operator new
+        assert prog.start <= pcs[1] < prog.end  # make() or main()
