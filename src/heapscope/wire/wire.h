@@ -43,6 +43,11 @@
  *    byte it consumed before it advances read_pos, so a fresh reservation
  *    always starts on zeroes.
  *
+ *    A writer that dies between reserving and publishing (a thread killed
+ *    mid-record) leaves a zero header that is never filled: the reader
+ *    stops there for good, and records after it are lost. The producer
+ *    seals the memfd (no shrink or grow) before handing it over.
+ *
  *    Sequence numbers: one gapless counter per process, taken by every
  *    sampled malloc (after the real allocator returned) and every free that
  *    is sent (before the real free runs). The producer applies MALLOC and
@@ -105,8 +110,10 @@ enum hs_client_error {
   HS_ERR_NONE = 0,
   HS_ERR_PRODUCER_GONE = 1,   /* socket closed while waiting for space */
   HS_ERR_SHUTTING_DOWN = 2,   /* the producer asked the client to stop */
-  HS_ERR_RECORD_TOO_BIG = 3,  /* a record larger than the ring */
-  HS_ERR_FORKED = 4,          /* fork() without exec: the child stops */
+  HS_ERR_RECORD_TOO_BIG = 3,  /* a record larger than half the ring (with a
+                                 PAD in front it might never fit) */
+  HS_ERR_FORKED = 4,          /* reserved: a fork child stops profiling but
+                                 must not write the meta its parent uses */
   HS_ERR_OUT_OF_MEMORY = 5,   /* mmap for client tables failed */
 };
 
