@@ -8,15 +8,29 @@ into one line on stderr here; a traceback only with -v.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 from types import ModuleType
 
 from heapscope import __version__
-from heapscope.cli import record, report
 from heapscope.errors import HeapscopeError
 
-COMMANDS: tuple[ModuleType, ...] = (record, report)
+# In the order `heapscope --help` lists them.
+COMMAND_NAMES = ("record", "report", "flamegraph", "diff", "leaks", "sql", "symbolize", "export")
+
+
+def commands() -> list[ModuleType]:
+    """The subcommand modules present in this build."""
+    found = []
+    for name in COMMAND_NAMES:
+        module = f"heapscope.cli.{name}"
+        try:
+            found.append(importlib.import_module(module))
+        except ModuleNotFoundError as e:
+            if e.name != module:  # a command's own dependency missing is a real error
+                raise
+    return found
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for cmd in COMMANDS:
+    for cmd in commands():
         p = sub.add_parser(cmd.NAME, help=cmd.HELP, description=cmd.HELP)
         cmd.add_arguments(p)
         p.set_defaults(_main=cmd.main)
