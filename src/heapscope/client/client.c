@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "real.h"
+#include "inject.h"
 #include "ring.h"
 #include "modules.h"
 #include "stacks.h"
@@ -283,10 +284,11 @@ static HS_MUST_CHECK int recv_config(int fd, struct hs_config *cfg, int *memfd) 
 }
 
 /* Connects and maps the ring. Returns 0 when profiling can start. */
-static HS_MUST_CHECK int connect_producer(const char *path, struct hs_config *cfg) {
+static HS_MUST_CHECK int connect_producer(const char *path, const char *token,
+                                          struct hs_config *cfg) {
   struct hs_hello hello;
   memset(&hello, 0, sizeof hello);
-  if (parse_token(getenv(HS_ENV_TOKEN), hello.token) != 0) {
+  if (parse_token(token, hello.token) != 0) {
     hs_debug("bad or missing " HS_ENV_TOKEN, UINT64_MAX);
     return -1;
   }
@@ -371,18 +373,12 @@ static void fail_start(struct hs_ring_meta *m, int error) {
   hs_debug("cannot start, error", (uint64_t)error);
 }
 
-static void start(void) {
-  long ps = sysconf(_SC_PAGESIZE);
-  if (ps > 0)
-    hs_page_size = (size_t)ps;
-  const char *dbg = getenv("HEAPSCOPE_DEBUG");
-  cl.debug = dbg && dbg[0] == '1' && dbg[1] == '\0';
-  const char *path = getenv(HS_ENV_SOCKET);
-  if (!path)
-    return; /* dormant */
+/* Connects to the producer at path and starts profiling. Returns 0 when
+ * profiling runs, -1 when the client stays dormant. */
+static int start(const char *path, const char *token) {
   struct hs_config cfg;
-  if (connect_producer(path, &cfg) != 0)
-    return;
+  if (connect_producer(path, token, &cfg) != 0)
+    return -1;
   cl.interval = cfg.interval;
   cl.seed = cfg.seed;
   cl.max_frames = cfg.max_frames == 0 || cfg.max_frames > HS_MAX_FRAMES ? HS_MAX_FRAMES
@@ -395,7 +391,7 @@ static void start(void) {
   __atomic_store_n(&m->unwinder, unwinder, __ATOMIC_RELAXED);
   if (rc != HS_OK || pthread_atfork(NULL, NULL, atfork_child) != 0) {
     fail_start(m, HS_ERR_OUT_OF_MEMORY);
-    return;
+    return -1;
   }
   /* The heap and the loaded objects go first, before any sample can. */
   struct hs_heap heap;
@@ -408,24 +404,62 @@ static void start(void) {
     rc = hs_modules_scan(&cl.ring);
   if (rc < 0) {
     fail_start(m, -rc);
-    return;
+    return -1;
   }
   __atomic_store_n(&m->client_state, HS_CLIENT_ACTIVE, __ATOMIC_RELAXED);
   /* Release: a thread that sees hs_enabled (acquire in the slow paths) sees
    * the ring and the tables set up. */
   __atomic_store_n(&hs_enabled, 1, __ATOMIC_RELEASE);
   hs_debug("profiling, unwinder", unwinder);
+  return 0;
 }
+
+/* Set by the first session start, in the constructor or by an attach: a
+ * process is profiled by one session in its life (the interned stacks and
+ * the address set belong to that session). */
+static int session_taken;
 
 __attribute__((constructor)) static void hs_client_init(void) {
   struct hs_thread *t = &hs_thread_state;
   (void)hs_real_resolve();
+  long ps = sysconf(_SC_PAGESIZE);
+  if (ps > 0)
+    hs_page_size = (size_t)ps;
+  const char *dbg = getenv("HEAPSCOPE_DEBUG");
+  cl.debug = dbg && dbg[0] == '1' && dbg[1] == '\0';
+  const char *path = getenv(HS_ENV_SOCKET);
+  if (!path)
+    return; /* dormant, or loaded by an attach that calls heapscope_attach */
   /* Guard: getenv is safe, but the socket calls, dlopen(libunwind),
    * dl_iterate_phdr and the unwinder warm-up all allocate. hs_enabled is
    * still 0 here, so nothing can be sampled before the ring is ready. */
   t->guard = 1;
-  start();
+  if (start(path, getenv(HS_ENV_TOKEN)) == 0)
+    __atomic_store_n(&session_taken, 1, __ATOMIC_RELAXED);
   t->guard = 0;
+}
+
+/* Attach to a running process: `heapscope record -p PID` dlopen()s this
+ * library into it through gdb, then calls this with the producer's socket
+ * path and token (32 hex digits). The library was not preloaded, so its
+ * malloc family interposes nothing: hs_inject_hooks() points the GOT
+ * entries of every loaded object at our hooks. Allocations made before
+ * this call are not tracked, and their frees pass through untracked.
+ * Returns HS_ATTACH_OK, or why not (enum hs_attach_result in client.h). */
+HS_EXPORT int heapscope_attach(const char *socket_path, const char *token) {
+  if (__atomic_exchange_n(&session_taken, 1, __ATOMIC_ACQ_REL))
+    return HS_ATTACH_BUSY;
+  struct hs_thread *t = &hs_thread_state;
+  int saved = t->guard;
+  /* Guard: as in the constructor (socket, loader, unwinder warm-up). */
+  t->guard = 1;
+  int result = HS_ATTACH_OK;
+  if (!socket_path || !token || start(socket_path, token) != 0)
+    result = HS_ATTACH_NO_SESSION;
+  else if (hs_inject_hooks() <= 0)
+    result = HS_ATTACH_NO_HOOKS;
+  t->guard = saved;
+  return result;
 }
 
 __attribute__((destructor)) static void hs_client_fini(void) {

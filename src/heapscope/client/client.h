@@ -46,6 +46,16 @@ static inline void hs_record_free(void *addr) {
   hs_record_free_slow(addr);
 }
 
+/* What heapscope_attach() returns (the producer reads it through gdb). */
+enum hs_attach_result {
+  HS_ATTACH_OK = 0,
+  HS_ATTACH_BUSY = 1,       /* this process has (or had) a session already */
+  HS_ATTACH_NO_SESSION = 2, /* connect or handshake failed: stays dormant */
+  HS_ATTACH_NO_HOOKS = 3,   /* profiling, but no GOT entry could be patched */
+};
+
+HS_EXPORT int heapscope_attach(const char *socket_path, const char *token);
+
 /* Page size, cached by the constructor (for pvalloc). */
 extern size_t hs_page_size HS_HIDDEN;
 

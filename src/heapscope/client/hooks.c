@@ -107,3 +107,20 @@ HS_EXPORT void *pvalloc(size_t size) {
   hs_record_alloc(p, rounded);
   return p;
 }
+
+/* Hidden aliases: inside this library `&malloc` may resolve to the first
+ * malloc of the global scope (libc's, when we were dlopen()ed rather than
+ * preloaded); inject.c needs the addresses of ours. */
+#define HS_HOOK_ALIAS(name) \
+  extern __typeof(name) hs_hook_##name \
+      __attribute__((alias(#name), copy(name), visibility("hidden")))
+HS_HOOK_ALIAS(malloc);
+HS_HOOK_ALIAS(free);
+HS_HOOK_ALIAS(calloc);
+HS_HOOK_ALIAS(realloc);
+HS_HOOK_ALIAS(reallocarray);
+HS_HOOK_ALIAS(posix_memalign);
+HS_HOOK_ALIAS(aligned_alloc);
+HS_HOOK_ALIAS(memalign);
+HS_HOOK_ALIAS(valloc);
+HS_HOOK_ALIAS(pvalloc);

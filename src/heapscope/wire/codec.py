@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 WIRE_MAGIC = 0x31575350414548
-WIRE_VERSION = 1
+WIRE_VERSION = 2
 TOKEN_SIZE = 16
 META_SIZE = 4096
 BUILD_ID_MAX = 40
@@ -40,6 +40,7 @@ class RecordType(IntEnum):
 class Status(IntEnum):
     OK = 0
     REJECTED = 1
+    NOT_TARGETED = 2  # a valid session that does not profile this process: stay dormant
 
 
 class Unwinder(IntEnum):

@@ -18,6 +18,13 @@
  *
  *    The socket then stays open and carries nothing: EOF tells the producer
  *    that the process is gone, and tells the client that the producer is.
+ *    With status NOT_TARGETED (or REJECTED) no memfd comes, the client
+ *    closes the socket and stays dormant.
+ *
+ *    Attach to a running process (record -p): the producer loads the client
+ *    with dlopen() through gdb and calls the exported
+ *    heapscope_attach(socket, token), which does the same handshake with
+ *    those two strings instead of the environment (see client.c).
  *
  * 2. Shared memory: one per process, created by the producer.
  *
@@ -63,7 +70,7 @@
 #include <stdint.h>
 
 #define HS_WIRE_MAGIC 0x31575350414548ull /* "HEAPSW1" little endian */
-#define HS_WIRE_VERSION 1u
+#define HS_WIRE_VERSION 2u
 #define HS_TOKEN_SIZE 16
 #define HS_META_SIZE 4096u
 #define HS_BUILD_ID_MAX 40
@@ -87,6 +94,8 @@ enum hs_record_type {
 enum hs_status {
   HS_STATUS_OK = 0,
   HS_STATUS_REJECTED = 1, /* unknown session, bad version, pid mismatch */
+  HS_STATUS_NOT_TARGETED = 2, /* a valid session that does not profile this
+                                 process (record -n): stay dormant, no ring */
 };
 
 enum hs_config_flags {

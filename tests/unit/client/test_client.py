@@ -26,7 +26,7 @@ from heapscope.wire import codec
 
 EXPORTED = {
     "malloc", "free", "calloc", "realloc", "reallocarray", "posix_memalign",
-    "aligned_alloc", "memalign", "valloc", "pvalloc",
+    "aligned_alloc", "memalign", "valloc", "pvalloc", "heapscope_attach",
 }
 
 

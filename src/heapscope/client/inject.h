@@ -1,0 +1,22 @@
+/*
+ * inject.h: interposition without LD_PRELOAD, for a client loaded into a
+ * running process (heapscope_attach). As heaptrack's inject mode does, it
+ * rewrites the GOT: every JUMP_SLOT / GLOB_DAT relocation of a malloc-family
+ * symbol in every loaded object (except this library, the dynamic loader and
+ * the vdso) is pointed at our hook. RELRO pages are made writable for the
+ * store and read-only again after it. An 8-byte aligned store is atomic on
+ * x86_64, so threads of the target calling through an entry see either the
+ * old or the new function, both valid.
+ *
+ * Limits: objects dlopen()ed later are not patched; calls that do not go
+ * through a GOT (a static binary, libc's internal direct calls) stay unseen.
+ */
+#ifndef HEAPSCOPE_CLIENT_INJECT_H
+#define HEAPSCOPE_CLIENT_INJECT_H
+
+#include "common.h"
+
+/* Returns the number of GOT entries now pointing at our hooks. */
+HS_HIDDEN int hs_inject_hooks(void);
+
+#endif
