@@ -1,0 +1,58 @@
+"""`heapscope export`: write a profile in a format other tools read (pprof, Perfetto, ...)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from heapscope.errors import OutputError
+from heapscope.export import FORMATS
+from heapscope.model import VIEWS
+from heapscope.store.reader import open_profile
+
+NAME = "export"
+HELP = "write a profile as pprof, Perfetto trace, Chrome JSON, speedscope or collapsed stacks"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="PROFILE", help="profile database written by `heapscope record`")
+    p.add_argument("--format", "-f", required=True, choices=list(FORMATS), metavar="F",
+                   help="; ".join(f"{f.name}: {f.help}" for f in FORMATS.values()))
+    p.add_argument("-o", "--output", metavar="OUT",
+                   help="output file (default: PROFILE's name with the format's suffix; '-' for stdout)")
+    p.add_argument("--view", choices=VIEWS, default="space",
+                   help="the view single-view formats show, and pprof's default sample type (default: space)")
+    p.add_argument("-p", "--pid", type=int, metavar="PID", help="only this process")
+    p.add_argument("--dump", type=int, metavar="N",
+                   help="only dump N of each process (1 = first, -1 = last); default: the last for"
+                        " pprof/speedscope/collapsed, every dump for perfetto/chrome-json")
+
+
+def default_output(profile_path: str, fmt: str) -> Path:
+    p = Path(profile_path)
+    stem = p.name[:-3] if p.name.endswith(".db") else p.name
+    return p.with_name(stem + FORMATS[fmt].suffix)
+
+
+def main(args: argparse.Namespace) -> int:
+    fmt = FORMATS[args.format]
+    exporter = fmt.exporter()
+    with open_profile(args.file) as profile:
+        if args.output == "-":
+            exporter(profile, sys.stdout.buffer, view=args.view, pid=args.pid, dump=args.dump)
+            sys.stdout.buffer.flush()
+            return 0
+        out = Path(args.output) if args.output else default_output(args.file, args.format)
+        tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+        try:
+            with tmp.open("wb") as f:
+                exporter(profile, f, view=args.view, pid=args.pid, dump=args.dump)
+            tmp.replace(out)
+        except OSError as e:
+            raise OutputError(f"cannot write {out}: {e.strerror or e}") from e
+        finally:
+            tmp.unlink(missing_ok=True)
+    print(f"wrote {out}", file=sys.stderr)
+    return 0

@@ -1,0 +1,150 @@
+"""pprof export: a gzipped `perftools.profiles.Profile` (profile.proto), written as it goes.
+
+Go heap-profile conventions, so `go tool pprof -inuse_space/-alloc_objects/...` work:
+sample types alloc_objects/count, alloc_space/bytes, inuse_objects/count,
+inuse_space/bytes; `default_sample_type` is the chosen view (inuse_space by
+default); `period_type` space/bytes with `period` = the sampling interval.
+Values are the profile's estimates (already scaled), as pprof expects.
+
+One sample per callsite at the chosen dump (default: each process's last).
+With several processes, samples carry a numeric label `pid`.
+
+Locations: `address` is the runtime address of the frame. heapscope's rel_pc
+is already taken at return address - 1 (inside the call instruction), which
+is what pprof wants for a caller frame, so address = rel_pc + the mapping's
+load address, without a further adjustment. Lines come from
+stack_profile_symbol (innermost inlined function first, as pprof wants) when
+the frame was symbolized with file:line, else one line naming the function;
+frames without any name get no line at all, so that pprof symbolizes them
+itself from the mapping's file and build id (`pprof -symbolize=local`).
+"""
+
+from __future__ import annotations
+
+import gzip
+from typing import BinaryIO
+
+from heapscope.export import _proto as pb
+from heapscope.export._common import Frames, check_view, interval_of, pick_dump, process_label, select_processes
+from heapscope.export._sink import Sink
+from heapscope.model import CallsiteId, FrameId
+from heapscope.store.reader import Profile
+
+# Profile field numbers (google/pprof proto/profile.proto).
+_SAMPLE_TYPE, _SAMPLE, _MAPPING, _LOCATION, _FUNCTION, _STRING = 1, 2, 3, 4, 5, 6
+_PERIOD_TYPE, _PERIOD, _COMMENT, _DEFAULT_SAMPLE_TYPE = 11, 12, 13, 14
+
+SAMPLE_TYPES = (("alloc_objects", "count"), ("alloc_space", "bytes"),
+                ("inuse_objects", "count"), ("inuse_space", "bytes"))
+VIEW_SAMPLE_TYPE = {"alloc_objects": "alloc_objects", "alloc_space": "alloc_space",
+                    "objects": "inuse_objects", "space": "inuse_space"}
+
+
+class _Writer:
+    def __init__(self, sink: Sink) -> None:
+        self.sink = sink
+        self.strings: dict[str, int] = {}
+        self.s("")  # string_table[0] must be ""
+
+    def s(self, text: str) -> int:
+        i = self.strings.get(text)
+        if i is None:
+            i = len(self.strings)
+            self.strings[text] = i
+            self.sink.write(pb.string(_STRING, text))
+        return i
+
+    def field(self, number: int, body: bytes) -> None:
+        self.sink.write(pb.blob(number, body))
+
+
+def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | None = None,
+           dump: int | None = None) -> None:
+    check_view(view)
+    processes = select_processes(profile, pid)
+    gz = gzip.GzipFile(fileobj=out, mode="wb", compresslevel=6, mtime=0)
+    sink = Sink(gz)  # type: ignore[arg-type]
+    w = _Writer(sink)
+
+    for name, unit in SAMPLE_TYPES:
+        w.field(_SAMPLE_TYPE, pb.opt_uint(1, w.s(name)) + pb.opt_uint(2, w.s(unit)))
+    w.field(_PERIOD_TYPE, pb.opt_uint(1, w.s("space")) + pb.opt_uint(2, w.s("bytes")))
+    sink.write(pb.uint(_PERIOD, interval_of(profile, processes[0] if processes else None)))
+    sink.write(pb.uint(_DEFAULT_SAMPLE_TYPE, w.s(VIEW_SAMPLE_TYPE[view])))
+    sink.write(pb.uint(_COMMENT, w.s(f"heapscope export of {profile.path.name}")))
+
+    mapping_ids = _write_mappings(profile, w, {p.info.exe for p in processes if p.info.exe})
+    frames = Frames(profile)
+    location_ids: dict[FrameId, int] = {}
+    function_ids: dict[tuple[str, str], int] = {}
+
+    def function_id(name: str, file: str) -> int:
+        fid = function_ids.get((name, file))
+        if fid is None:
+            fid = len(function_ids) + 1
+            function_ids[(name, file)] = fid
+            n = w.s(name)
+            w.field(_FUNCTION, pb.uint(1, fid) + pb.opt_uint(2, n) + pb.opt_uint(3, n)
+                    + pb.opt_uint(4, w.s(file) if file else 0))
+        return fid
+
+    def location_id(fid: FrameId) -> int:
+        lid = location_ids.get(fid)
+        if lid is None:
+            lid = len(location_ids) + 1
+            location_ids[fid] = lid
+            info = frames.info.get(fid)
+            mid, address = 0, 0
+            if info is not None:
+                mid, base = mapping_ids.get(frames.mapping.get(fid, 0), (0, 0))
+                address = info.rel_pc + base
+            body = pb.uint(1, lid) + pb.opt_uint(2, mid) + pb.opt_uint(3, address)
+            if info is not None and (info.name or fid in frames.symbols):
+                for line in reversed(frames.chain(fid)):  # innermost first
+                    body += pb.blob(4, pb.uint(1, function_id(line.name, line.file))
+                                    + pb.opt_uint(2, line.line))
+            w.field(_LOCATION, body)
+        return lid
+
+    several = len(processes) > 1
+    pid_key = w.s("pid") if several else 0
+    for p in processes:
+        d = pick_dump(profile.dumps(p.info.upid), dump, process_label(p))
+        if d is None:
+            continue
+        label = pb.blob(3, pb.uint(1, pid_key) + pb.uint(3, p.info.pid)) if several else b""
+        values = profile.callsite_values(p.info.upid, d.ts_end)
+        for cs, v in values.items():
+            if not (v.alloc_objects or v.alloc_space or v.objects or v.space):
+                continue
+            locs = [location_id(f) for f in reversed(frames.path(CallsiteId(cs)))]  # leaf first
+            w.field(_SAMPLE, pb.packed(1, locs)
+                    + pb.packed(2, (v.alloc_objects, v.alloc_space, v.objects, v.space)) + label)
+    sink.flush()
+    gz.close()
+
+
+def _write_mappings(profile: Profile, w: _Writer, exes: set[str]) -> dict[int, tuple[int, int]]:
+    """Write the mappings, main binaries first; stored id -> (pprof id, runtime address of rel_pc 0)."""
+    rows = profile._rows(
+        'SELECT m.id, m.build_id, m.exact_offset, m.start, m."end", m.load_bias, m.name,'
+        " COALESCE(MIN(f.name != ''), 0), COALESCE(MAX(f.symbol_set_id IS NOT NULL), 0)"
+        " FROM stack_profile_mapping m LEFT JOIN stack_profile_frame f ON f.mapping = m.id"
+        " GROUP BY m.id ORDER BY m.id")
+    rows.sort(key=lambda r: (str(r[6]) not in exes, int(str(r[0]))))
+    out: dict[int, tuple[int, int]] = {}
+    for r in rows:
+        mid, build_id, offset, start, end, load_bias, name = (
+            int(str(r[0])), str(r[1] or ""), int(str(r[2] or 0)), int(str(r[3] or 0)), int(str(r[4] or 0)),
+            int(str(r[5] or 0)), str(r[6] or ""))
+        named, symbolized = bool(r[7]), bool(r[8])
+        if start == 0 and end == 0:
+            out[mid] = (0, 0)  # no code behind it (unknown pc, special frames): location without mapping
+            continue
+        pid_ = len(out) + 1
+        out[mid] = (pid_, start - offset - load_bias)
+        w.field(_MAPPING, pb.uint(1, pid_) + pb.opt_uint(2, start) + pb.opt_uint(3, end)
+                + pb.opt_uint(4, offset) + pb.opt_uint(5, w.s(name)) + pb.opt_uint(6, w.s(build_id))
+                + pb.opt_uint(7, int(named)) + pb.opt_uint(8, int(symbolized))
+                + pb.opt_uint(9, int(symbolized)) + pb.opt_uint(10, int(symbolized)))
+    return out
