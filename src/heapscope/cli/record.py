@@ -18,7 +18,7 @@ from heapscope.errors import TargetError, UsageError
 from heapscope.producer.config import DEFAULT_INTERVAL, DEFAULT_SHMEM_SIZE, RecordConfig, parse_size
 from heapscope.producer.producer import Producer
 from heapscope.store.writer import ProfileWriter
-from heapscope.symbolize.elf import fill_function_names
+from heapscope.symbolize.profile import symbolize_profile
 from heapscope.view.units import human_bytes
 from heapscope.wire.codec import Unwinder
 
@@ -107,7 +107,7 @@ def main(args: argparse.Namespace) -> int:
         writer.set_metadata("duration_ns", int((time.monotonic() - started) * 1e9))
         writer.commit()
     if not args.no_symbolize:
-        fill_function_names(writer.db)
+        symbolize_profile(writer.db)
     writer.close()
     if not args.quiet:
         _summary(producer, output, returncode, time.monotonic() - started)

@@ -1,0 +1,189 @@
+"""Symbolizes a profile database in place: functions, files, lines and inlined frames.
+
+Owns the step "frame -> stack_profile_symbol rows + name". For every frame
+without a symbol set (stack_profile_frame.symbol_set_id IS NULL), per mapping:
+find the file (locate.py, build ids checked), ask llvm-symbolizer for the
+inline chain of each rel_pc (llvm.py), and write it with Perfetto's
+semantics:
+
+  * the rows of one frame share a symbol_set_id; they are written innermost
+    first, so the most-inlined function has id == symbol_set_id;
+  * inlined = 1 on a function that was inlined into the next row's, 0 on the
+    last (outermost) one, the function whose code the address is in;
+  * stack_profile_frame.name = that outermost function, demangled.
+
+Without llvm-symbolizer, or without DWARF for a mapping, frames get their
+function name from the symbol table (symtab.py) and no symbol rows; with no
+usable file at all they keep their name or get `lib+0x...`. Running it again
+later (say with a binary path) upgrades exactly those frames.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from heapscope.store.reader import fallback_frame_name
+from heapscope.symbolize.llvm import SourceFrame, SymbolizerError, find_llvm_symbolizer, symbolize_file
+from heapscope.symbolize.locate import DEFAULT_DEBUG_ROOTS, Located, Locator
+from heapscope.symbolize.symtab import ElfReadError, ElfSymbols, read_elf_symbols
+
+# The bookkeeping names frames of --skip-symbol-prefix mappings so; they are not code locations.
+_FILTERED = "FILTERED"
+
+MappingOutcome = Literal[
+    "symbolized",  # DWARF: function, file, line, inlines
+    "no_symbolizer",  # DWARF found, llvm-symbolizer missing: function names only
+    "symbolizer_failed",  # llvm-symbolizer failed on the file: function names only
+    "no_debug_info",  # the right file, without DWARF: function names only
+    "not_found",
+    "build_id_mismatch",
+    "not_a_file",  # [vdso], anonymous code
+]
+
+
+@dataclass(slots=True)
+class MappingReport:
+    mapping_id: int
+    name: str
+    build_id: str
+    frames: int  # frames of the mapping this run looked at
+    outcome: MappingOutcome = "not_found"
+    with_lines: int = 0  # frames given symbol rows
+    named: int = 0  # frames given a function name (with or without rows)
+    file: str = ""  # the file used
+    detail: str = ""
+
+
+@dataclass(slots=True)
+class SymbolizeReport:
+    symbolizer: str | None  # the llvm-symbolizer used, None when none was
+    mappings: list[MappingReport] = field(default_factory=list)
+    index_files: int | None = None  # ELF files indexed, in index mode
+
+    @property
+    def frames(self) -> int:
+        return sum(m.frames for m in self.mappings)
+
+    @property
+    def with_lines(self) -> int:
+        return sum(m.with_lines for m in self.mappings)
+
+    @property
+    def named(self) -> int:
+        return sum(m.named for m in self.mappings)
+
+    def problems(self) -> list[MappingReport]:
+        """Mappings left without full symbols, for the user to act on."""
+        return [m for m in self.mappings if m.outcome != "symbolized" or m.with_lines < m.frames]
+
+
+def symbolize_profile(
+    db: sqlite3.Connection,
+    binary_path: Sequence[str] = (),
+    *,
+    index: bool = False,
+    debug_roots: Sequence[str] = DEFAULT_DEBUG_ROOTS,
+    symbolizer: str | None = "auto",
+) -> SymbolizeReport:
+    """Symbolize every frame of `db` that has no symbol set yet, and commit.
+
+    `symbolizer`: a path to llvm-symbolizer, "auto" to look for one, None for
+    symbol-table names only.
+    """
+    tool = find_llvm_symbolizer() if symbolizer == "auto" else symbolizer
+    locator = Locator(binary_path, index=index, debug_roots=debug_roots)
+    report = SymbolizeReport(tool, index_files=locator.index.files if locator.index else None)
+
+    mappings = {int(r[0]): (str(r[1] or ""), str(r[2] or "").lower())
+                for r in db.execute("SELECT id, name, build_id FROM stack_profile_mapping")}
+    pending: dict[int, list[tuple[int, int, str]]] = defaultdict(list)
+    for frame_id, mapping_id, rel_pc, name in db.execute(
+        "SELECT id, mapping, rel_pc, name FROM stack_profile_frame WHERE symbol_set_id IS NULL"
+    ):
+        if name != _FILTERED:
+            pending[int(mapping_id)].append((int(frame_id), int(rel_pc), str(name or "")))
+
+    next_symbol_id = int(db.execute("SELECT COALESCE(MAX(id) + 1, 0) FROM stack_profile_symbol").fetchone()[0])
+    symbol_rows: list[tuple[int, int, str, str | None, int | None, int]] = []
+    frame_updates: list[tuple[str, int | None, int]] = []
+
+    for mapping_id in sorted(pending):
+        frames = pending[mapping_id]
+        path, build_id = mappings.get(mapping_id, ("", ""))
+        m = MappingReport(mapping_id, path, build_id, len(frames))
+        report.mappings.append(m)
+        located = locator.locate(path, build_id)
+        chains = _chains(tool, located, [rel_pc for _, rel_pc, _ in frames], m)
+        names = _SymtabNames(located.symbol_files)
+        for (frame_id, rel_pc, old_name), chain in zip(frames, chains, strict=True):
+            if chain:
+                set_id = next_symbol_id
+                for depth, f in enumerate(chain):
+                    symbol_rows.append((next_symbol_id, set_id, f.function, f.file or None, f.line or None,
+                                        int(depth < len(chain) - 1)))
+                    next_symbol_id += 1
+                outer = chain[-1].function or names.lookup(rel_pc)
+                m.with_lines += 1
+                if outer:
+                    m.named += 1
+                frame_updates.append((outer or old_name or fallback_frame_name(path, rel_pc), set_id, frame_id))
+                continue
+            fn = names.lookup(rel_pc)
+            if fn:
+                m.named += 1
+            frame_updates.append((fn or old_name or fallback_frame_name(path, rel_pc), None, frame_id))
+
+    db.executemany(
+        "INSERT INTO stack_profile_symbol (id, symbol_set_id, name, source_file, line_number, inlined)"
+        " VALUES (?, ?, ?, ?, ?, ?)", symbol_rows)
+    db.executemany("UPDATE stack_profile_frame SET name = ?, symbol_set_id = ? WHERE id = ?", frame_updates)
+    db.commit()
+    return report
+
+
+def _chains(tool: str | None, located: Located, addresses: list[int], m: MappingReport) -> list[list[SourceFrame]]:
+    """Inline chains per address when DWARF and the tool are there; else [] each, with m.outcome saying why."""
+    none: list[list[SourceFrame]] = [[] for _ in addresses]
+    if located.status != "found":
+        m.outcome = located.status
+        m.file = located.symbol_files[0] if located.symbol_files else ""
+        if located.mismatches:
+            m.detail = ", ".join(f"{p} has {b or 'no build id'}" for p, b in located.mismatches)
+        return none
+    m.file = located.debug_file
+    if tool is None:
+        m.outcome = "no_symbolizer"
+        return none
+    try:
+        chains = symbolize_file(tool, located.debug_file, addresses)
+    except SymbolizerError as e:
+        m.outcome = "symbolizer_failed"
+        m.detail = str(e)
+        return none
+    m.outcome = "symbolized"
+    return chains
+
+
+class _SymtabNames:
+    """Function names from the symbol table of the first readable file, loaded on first use."""
+
+    def __init__(self, files: list[str]) -> None:
+        self._files = files
+        self._symbols: ElfSymbols | None = None
+        self._loaded = False
+
+    def lookup(self, addr: int) -> str | None:
+        if not self._loaded:
+            self._loaded = True
+            for path in self._files:
+                try:
+                    self._symbols = read_elf_symbols(path)
+                except (OSError, ElfReadError):
+                    continue
+                if len(self._symbols):
+                    break
+        return self._symbols.lookup(addr) if self._symbols is not None else None
