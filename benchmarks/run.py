@@ -7,6 +7,8 @@ order of the tools rotates from round to round, so drift of the machine hits eve
 tool alike. Reported numbers are medians over rounds, ratios are against the
 unprofiled run of the same command in the same round set:
 
+  target wall x   heapscope only: the target's own run time (spawn to exit, measured by
+                  heapscope), without its start-up and post-processing (symbolization)
   wall x, cpu x   wall time and user+sys CPU of the whole process tree (target,
                   and the profiler's own processes; wait4 rusage via measure.c)
   peak RSS        ru_maxrss of that tree: the largest single process in it
@@ -185,6 +187,7 @@ class Sample:
     status: int
     profile_bytes: int
     stats: dict[str, int]
+    target_wall: float | None = None  # heapscope: spawn to exit of the target only
 
 
 def run_once(argv: list[str], stdin: Path | None, tool: Tool, profile: Path, work_dir: Path) -> Sample:
@@ -200,12 +203,27 @@ def run_once(argv: list[str], stdin: Path | None, tool: Tool, profile: Path, wor
         wall = time.perf_counter() - t0
     utime, stime, maxrss = usage.read_text().split() if usage.exists() else ("nan", "nan", "0")
     files = tool.profile_files(profile)
-    stats = heapscope_stats(profile) if isinstance(tool, Heapscope) and profile.exists() else {}
+    is_heapscope = isinstance(tool, Heapscope) and profile.exists()
+    stats = heapscope_stats(profile) if is_heapscope else {}
+    target_wall = heapscope_target_wall(profile) if is_heapscope else None
     if proc.returncode != 0:
         sys.stderr.write(f"[{tool.name}] exit {proc.returncode}: {' '.join(argv)}\n")
         sys.stderr.write(proc.stderr.decode(errors="replace")[-2000:] + "\n")
     return Sample(wall, float(utime) + float(stime), int(maxrss), proc.returncode,
-                  sum(f.stat().st_size for f in files), stats)
+                  sum(f.stat().st_size for f in files), stats, target_wall)
+
+
+def heapscope_target_wall(db: Path) -> float | None:
+    """Seconds from the target's start to its exit, as heapscope measured them."""
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            row = con.execute("SELECT value FROM heapscope_metadata WHERE key = 'target_wall_ns'").fetchone()
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return None
+    return int(row[0]) / 1e9 if row else None
 
 
 def heapscope_stats(db: Path) -> dict[str, int]:
@@ -283,9 +301,9 @@ def main(argv: list[str] | None = None) -> int:
                       f"exit {sample.status}", file=sys.stderr)
 
     print(f"\nMachine: {machine()}; {rounds} round(s), medians.\n")
-    print("| workload | tool | wall | wall x | cpu x | peak RSS | profile | heapscope samples/s | "
+    print("| workload | tool | wall | wall x | target wall x | cpu x | peak RSS | profile | heapscope samples/s | "
           "heapscope blocked / drops |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     stats_lines = []
     for w in loads:
         base = results.get((w.name, "none"))
@@ -294,18 +312,21 @@ def main(argv: list[str] | None = None) -> int:
         for tool in tools:
             samples = results.get((w.name, tool.name))
             if not samples:
-                print(f"| {w.name} | {tool.name} | n/a | n/a | n/a | n/a | n/a | | |")
+                print(f"| {w.name} | {tool.name} | n/a | n/a | n/a | n/a | n/a | n/a | | |")
                 continue
             failed = [s.status for s in samples if s.status != 0]
             if failed:
                 print(f"| {w.name} | {tool.name} (FAILED: exit {failed[0]} in {len(failed)}/{len(samples)} runs) "
-                      "| n/a | n/a | n/a | n/a | n/a | | |")
+                      "| n/a | n/a | n/a | n/a | n/a | n/a | | |")
                 continue
             wall = statistics.median(s.wall for s in samples)
             cpu = statistics.median(s.cpu for s in samples)
             rss = statistics.median(s.maxrss_kib for s in samples) * 1024
             size = statistics.median(s.profile_bytes for s in samples)
             sps = blocked = ""
+            target_walls = [s.target_wall for s in samples if s.target_wall is not None]
+            target_x = (statistics.median(target_walls) / base_wall
+                        if target_walls and base_wall else None)
             last = samples[-1].stats
             if isinstance(tool, Heapscope):
                 n = last.get("heap_samples")
@@ -316,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
                 stats_lines.append(f"- {w.name}: " + ", ".join(f"{k}={v}" for k, v in last.items()))
             print(f"| {w.name} | {tool.name} | {wall:.2f}s | "
                   f"{fmt_ratio(wall / base_wall if base_wall and tool.name != 'none' else None)} | "
+                  f"{fmt_ratio(target_x)} | "
                   f"{fmt_ratio(cpu / base_cpu if base_cpu and tool.name != 'none' else None)} | "
                   f"{fmt_size(rss)} | {fmt_size(size) if size else '-'} | {sps} | {blocked} |")
     if stats_lines:

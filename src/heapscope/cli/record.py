@@ -98,6 +98,8 @@ def main(args: argparse.Namespace) -> int:
     restore = _forward_signals(child)
     try:
         returncode = _run(producer, child, status_line, started)
+        # The target's own run time, apart from heapscope's start-up and post-processing.
+        writer.set_metadata("target_wall_ns", int((time.monotonic() - started) * 1e9))
     finally:
         for sig, handler in restore.items():
             signal.signal(sig, handler)
