@@ -1,0 +1,62 @@
+"""`heapscope flamegraph`: write a self-contained interactive HTML flamegraph."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from heapscope.errors import OutputError
+
+NAME = "flamegraph"
+HELP = "write an interactive HTML flamegraph (one file, works offline)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE", help="profile database written by `heapscope record`")
+    p.add_argument("-o", "--output", metavar="HTML",
+                   help="where to write the page (default: FILE with .html instead of .db)")
+    p.add_argument("-p", "--pid", type=int, metavar="PID", help="only this process")
+    p.add_argument("--force", action="store_true", help="overwrite an existing output file")
+
+
+def default_output(profile: str) -> Path:
+    path = Path(profile)
+    return path.with_suffix(".html") if path.suffix == ".db" else Path(f"{path}.html")
+
+
+def write_page(out: Path, html: str, force: bool) -> None:
+    """Write `html` to `out`; refuses to replace a file unless `force` or it is our own output."""
+    if out.exists() and not force and not _ours(out):
+        raise OutputError(f"{out}: exists and was not written by heapscope (use --force to overwrite)")
+    try:
+        out.write_text(html, encoding="utf-8")
+    except OSError as e:
+        raise OutputError(f"{out}: cannot write: {e.strerror or e}") from e
+
+
+def _ours(path: Path) -> bool:
+    try:
+        with path.open("rb") as f:
+            head = f.read(512)
+    except OSError:
+        return False
+    return b'<meta name="generator" content="heapscope">' in head
+
+
+def main(args: argparse.Namespace) -> int:
+    from heapscope.errors import HeapscopeError
+    from heapscope.store.reader import open_profile
+    from heapscope.view.flamegraph import payload, profile_graphs, render_html
+
+    out = Path(args.output) if args.output else default_output(args.file)
+    with open_profile(args.file) as profile:
+        graphs = profile_graphs(profile, args.pid)
+        if args.pid is not None and not graphs:
+            raise HeapscopeError(f"{args.file}: no process with pid {args.pid} has a dump")
+        meta = profile.metadata()
+    subtitle = meta.get("command", "")
+    html = render_html(payload(graphs, title=Path(args.file).name, subtitle=subtitle))
+    write_page(out, html, args.force)
+    print(f"wrote {out} ({len(html.encode()) / 1024:.0f} KiB, {len(graphs)} process"
+          f"{'' if len(graphs) == 1 else 'es'})")
+    return 0

@@ -1,0 +1,265 @@
+"""The merged call tree of one process: Perfetto's `experimental_flamegraph` rule.
+
+Callsites are merged by (frame name, mapping name) under the same merged
+parent, so two return addresses in one function become one node, while the
+same function reached along two paths stays two nodes:
+
+    callsites                          merged tree
+    [1] main@0x10 ─ [2] f@0x20 (A)      main ─┬─ f   self = A + B
+    [1] main@0x10 ─ [3] f@0x24 (B)            └─ g   self = C
+    [4] main@0x14 ─ [5] g@0x30 (C)
+
+A node's self value is the sum of the callsites mapped to it; its
+cumulative value adds all its descendants. Nodes are kept in preorder with
+siblings sorted by (name, mapping), so ids are stable and a parent always
+comes before its children. The tree serves the flamegraph HTML, `diff`,
+`report --tree` and `sql --flamegraph`.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from heapscope.errors import ProfileError
+from heapscope.model import CallsiteId
+from heapscope.store.reader import Profile, ViewValues, fallback_frame_name
+
+#: The four per-node numbers of experimental_flamegraph, in ViewValues order.
+FIELDS = ("space", "objects", "alloc_space", "alloc_objects")
+
+
+@dataclass(slots=True)
+class MergedTree:
+    """Nodes in preorder; index i describes node i."""
+
+    parent: list[int] = field(default_factory=list)  # -1 for a root
+    depth: list[int] = field(default_factory=list)  # 0 for a root
+    name: list[str] = field(default_factory=list)  # function, or `lib+0x..` when unsymbolized
+    map_name: list[str] = field(default_factory=list)  # the mapping's file path
+    source_file: list[str | None] = field(default_factory=list)  # from stack_profile_symbol
+    line_number: list[int | None] = field(default_factory=list)
+    node_of: dict[CallsiteId, int] = field(default_factory=dict)  # callsite -> its node
+
+    def __len__(self) -> int:
+        return len(self.parent)
+
+    def path(self, node: int) -> list[int]:
+        """Node ids from the root down to `node`."""
+        out = []
+        while node >= 0:
+            out.append(node)
+            node = self.parent[node]
+        return out[::-1]
+
+    def self_values(self, values: dict[CallsiteId, ViewValues], view: str) -> list[int]:
+        """Per node: the summed `view` of its callsites in `values`."""
+        out = [0] * len(self)
+        for cs, v in values.items():
+            node = self.node_of.get(cs)
+            if node is not None:
+                out[node] += v.get(view)
+        return out
+
+    def cumulative(self, self_values: list[int]) -> list[int]:
+        """Per node: its own value plus all its descendants' (preorder makes one pass enough)."""
+        total = list(self_values)
+        for i in range(len(total) - 1, -1, -1):
+            p = self.parent[i]
+            if p >= 0:
+                total[p] += total[i]
+        return total
+
+
+def query(profile: Profile, sql: str, params: Iterable[object] = ()) -> list[tuple[object, ...]]:
+    """Run a read query on the profile; SQLite failures become one ProfileError line."""
+    try:
+        return profile.db.execute(sql, tuple(params)).fetchall()
+    except sqlite3.DatabaseError as e:
+        raise ProfileError(f"{profile.path}: cannot read profile ({e})") from e
+
+
+def frame_sources(profile: Profile) -> dict[int, tuple[str, int | None]]:
+    """frame id -> (source file, line) for frames whose symbol set names one."""
+    rows = query(
+        profile,
+        "SELECT f.id, s.source_file, s.line_number FROM stack_profile_frame f"
+        " JOIN stack_profile_symbol s ON s.id = f.symbol_set_id"
+        " WHERE s.source_file IS NOT NULL AND s.source_file != ''",
+    )
+    return {int(r[0]): (str(r[1]), None if r[2] is None else int(r[2])) for r in rows}  # type: ignore[arg-type]
+
+
+def build_tree(profile: Profile, callsite_ids: Iterable[CallsiteId]) -> MergedTree:
+    """The merged tree of `callsite_ids` and their ancestors."""
+    callsites = profile.callsites()
+    frames = profile.frames()
+    sources = frame_sources(profile)
+
+    # First pass: merge in arbitrary order, with node keys (parent, name, map).
+    keys: dict[tuple[int, str, str], int] = {}
+    k_parent: list[int] = []
+    k_name: list[str] = []
+    k_map: list[str] = []
+    k_src: list[tuple[str, int | None] | None] = []
+    raw_node: dict[CallsiteId, int] = {}
+
+    def frame_key(frame_id: int) -> tuple[str, str, tuple[str, int | None] | None]:
+        info = frames.get(frame_id)  # type: ignore[call-overload]
+        if info is None:
+            return f"[frame {frame_id}]", "", None
+        name = info.name or fallback_frame_name(info.mapping_name, info.rel_pc)
+        return name, info.mapping_name, sources.get(frame_id)
+
+    for leaf in callsite_ids:
+        # Collect the not yet merged part of the path, leaf first.
+        chain: list[CallsiteId] = []
+        node: CallsiteId | None = leaf
+        while node is not None and node not in raw_node and len(chain) <= len(callsites):
+            entry = callsites.get(node)
+            if entry is None:
+                break
+            chain.append(node)
+            node = entry[0]
+        parent_node = raw_node.get(node, -1) if node is not None else -1
+        for cs in reversed(chain):
+            name, map_name, src = frame_key(callsites[cs][1])
+            key = (parent_node, name, map_name)
+            idx = keys.get(key)
+            if idx is None:
+                idx = len(k_parent)
+                keys[key] = idx
+                k_parent.append(parent_node)
+                k_name.append(name)
+                k_map.append(map_name)
+                k_src.append(src)
+            elif k_src[idx] is None and src is not None:
+                k_src[idx] = src
+            raw_node[cs] = idx
+            parent_node = idx
+
+    # Second pass: renumber in preorder, siblings by (name, mapping).
+    children: list[list[int]] = [[] for _ in k_parent]
+    roots: list[int] = []
+    for i, p in enumerate(k_parent):
+        (roots if p < 0 else children[p]).append(i)
+
+    def order(ids: list[int]) -> list[int]:
+        return sorted(ids, key=lambda i: (k_name[i], k_map[i]), reverse=True)  # reversed for the stack
+
+    tree = MergedTree()
+    new_id = [0] * len(k_parent)
+    stack = [(i, -1, 0) for i in order(roots)]
+    while stack:
+        old, parent, depth = stack.pop()
+        nid = len(tree.parent)
+        new_id[old] = nid
+        tree.parent.append(parent)
+        tree.depth.append(depth)
+        tree.name.append(k_name[old])
+        tree.map_name.append(k_map[old])
+        src = k_src[old]
+        tree.source_file.append(src[0] if src else None)
+        tree.line_number.append(src[1] if src else None)
+        stack.extend((c, nid, depth + 1) for c in order(children[old]))
+    tree.node_of = {cs: new_id[old] for cs, old in raw_node.items()}
+    return tree
+
+
+@dataclass(frozen=True, slots=True)
+class FlamegraphRow:
+    """One row of experimental_flamegraph (heapprofd.md §8.3), in its column order."""
+
+    id: int
+    ts: int
+    upid: int
+    profile_type: str
+    focus_str: str | None
+    depth: int
+    name: str
+    map_name: str
+    count: int
+    cumulative_count: int
+    size: int
+    cumulative_size: int
+    alloc_count: int
+    cumulative_alloc_count: int
+    alloc_size: int
+    cumulative_alloc_size: int
+    parent_id: int | None
+    source_file: str | None
+    line_number: int | None
+
+
+COLUMNS = tuple(FlamegraphRow.__slots__)  # type: ignore[attr-defined]
+
+
+def experimental_flamegraph(
+    profile: Profile, ts: int, upid: int, focus_str: str | None = None
+) -> list[FlamegraphRow]:
+    """What `experimental_flamegraph('native', ts, NULL, upid, NULL, focus_str)` returns.
+
+    Rows with `ts <= ts` of the process, all heaps merged. With `focus_str`
+    (a case-insensitive substring of the name), only matching nodes, their
+    ancestors and their descendants are kept; cumulative values are summed
+    over the kept nodes only and an ancestor that is kept only for its path
+    keeps no self value, so every number describes focused memory.
+    """
+    values = profile.callsite_values(upid, ts)
+    tree = build_tree(profile, sorted(values))
+    selfs = {f: tree.self_values(values, f) for f in FIELDS}
+    keep = focus_mask(tree, focus_str) if focus_str else None
+    if keep is not None:
+        for f in FIELDS:
+            selfs[f] = [v if keep[i] == 2 else 0 for i, v in enumerate(selfs[f])]
+    cums = {f: tree.cumulative(selfs[f]) for f in FIELDS}
+    rows = []
+    for i in range(len(tree)):
+        if keep is not None and not keep[i]:
+            continue
+        p = tree.parent[i]
+        rows.append(FlamegraphRow(
+            id=i, ts=ts, upid=upid, profile_type="native", focus_str=focus_str, depth=tree.depth[i],
+            name=tree.name[i], map_name=tree.map_name[i],
+            count=selfs["objects"][i], cumulative_count=cums["objects"][i],
+            size=selfs["space"][i], cumulative_size=cums["space"][i],
+            alloc_count=selfs["alloc_objects"][i], cumulative_alloc_count=cums["alloc_objects"][i],
+            alloc_size=selfs["alloc_space"][i], cumulative_alloc_size=cums["alloc_space"][i],
+            parent_id=None if p < 0 else p, source_file=tree.source_file[i], line_number=tree.line_number[i],
+        ))
+    return rows
+
+
+def focus_mask(tree: MergedTree, focus_str: str) -> list[int]:
+    """Per node: 2 = a match or below one, 1 = an ancestor of a match only, 0 = dropped."""
+    needle = focus_str.lower()
+    keep = [0] * len(tree)
+    for i in range(len(tree)):  # preorder: a parent's mark is final before its children
+        p = tree.parent[i]
+        if needle in tree.name[i].lower() or (p >= 0 and keep[p] == 2):
+            keep[i] = 2
+    for i in range(len(tree) - 1, -1, -1):
+        p = tree.parent[i]
+        if keep[i] and p >= 0 and not keep[p]:
+            keep[p] = 1
+    return keep
+
+
+def path_filter(
+    tree: MergedTree, focus: re.Pattern[str] | None, ignore: re.Pattern[str] | None
+) -> list[bool]:
+    """Per node: True if the path root..node has a function matching `focus` (when
+    given) and none matching `ignore` (when given). Applied to leaf callsites by
+    `report --focus/--ignore`."""
+    ok_focus = [focus is None] * len(tree)
+    bad = [False] * len(tree)
+    for i in range(len(tree)):
+        p = tree.parent[i]
+        name = tree.name[i]
+        if focus is not None:
+            ok_focus[i] = (p >= 0 and ok_focus[p]) or bool(focus.search(name))
+        if ignore is not None:
+            bad[i] = (p >= 0 and bad[p]) or bool(ignore.search(name))
+    return [f and not b for f, b in zip(ok_focus, bad, strict=True)]
