@@ -42,6 +42,7 @@ class Located:
 
     status: LocateStatus
     debug_file: str = ""  # a matching file with DWARF (status "found")
+    matched: list[str] = field(default_factory=list)  # files of the right build, with DWARF or not
     symbol_files: list[str] = field(default_factory=list)  # matching files with a symbol table
     mismatches: list[tuple[str, str]] = field(default_factory=list)  # (path, its build id)
 
@@ -124,7 +125,7 @@ class Locator:
                         result.mismatches.append((debug.path, debug.build_id or "(CRC differs)"))
                     elif self._accept(debug, result):
                         return result
-        if result.symbol_files:
+        if result.matched:
             result.status = "no_debug_info"
         elif result.mismatches:
             result.status = "build_id_mismatch"
@@ -152,6 +153,7 @@ class Locator:
     @staticmethod
     def _accept(info: ElfInfo, result: Located) -> bool:
         """Book a matching file; True when it has DWARF and the search is over."""
+        result.matched.append(info.path)
         if info.has_dwarf:
             result.status = "found"
             result.debug_file = info.path
