@@ -1,0 +1,74 @@
+"""speedscope JSON: one `sampled` profile per view (and per process), one dump.
+
+File format: speedscope's `file-format-spec.ts` (spec formats.md §4). Each
+callsite is one sample, its frames root first, weighted by the view's value;
+`bytes` is the unit of the space views and `none` that of the object counts.
+`activeProfileIndex` opens the chosen view. The profiles are written first
+and `shared.frames` last (JSON objects are unordered), so frames are interned
+while the samples stream out.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import BinaryIO
+
+from heapscope.export._common import Frames, check_view, pick_dump, process_label, select_processes
+from heapscope.export._sink import Sink
+from heapscope.model import VIEWS, CallsiteId
+from heapscope.store.reader import Profile
+
+SCHEMA = "https://www.speedscope.app/file-format-schema.json"
+UNITS = {"space": "bytes", "alloc_space": "bytes", "objects": "none", "alloc_objects": "none"}
+
+
+def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | None = None,
+           dump: int | None = None) -> None:
+    check_view(view)
+    processes = select_processes(profile, pid)
+    frames = Frames(profile)
+    sink = Sink(out)
+    frame_index: dict[tuple[str, str, int], int] = {}
+    stacks: dict[CallsiteId, str] = {}
+
+    def stack(cs: CallsiteId) -> str:
+        s = stacks.get(cs)
+        if s is None:
+            idx = []
+            for fid in frames.path(cs):
+                for line in frames.chain(fid):
+                    k = (line.name, line.file, line.line)
+                    i = frame_index.get(k)
+                    if i is None:
+                        i = frame_index[k] = len(frame_index)
+                    idx.append(str(i))
+            s = stacks[cs] = "[" + ",".join(idx) + "]"
+        return s
+
+    chosen = [(p, pick_dump(profile.dumps(p.info.upid), dump, process_label(p))) for p in processes]
+    several = len(processes) > 1
+    name = profile.path.name if not processes else process_label(processes[0]) if not several else profile.path.name
+    sink.text(f'{{"$schema":"{SCHEMA}","version":"0.0.1","name":{json.dumps(name + " heap")},'
+              f'"exporter":"heapscope","activeProfileIndex":{VIEWS.index(view)},"profiles":[')
+    first_profile = True
+    for p, d in chosen:
+        values = profile.callsite_values(p.info.upid, d.ts_end) if d is not None else {}
+        for v in VIEWS:
+            items = [(CallsiteId(cs), vals.get(v)) for cs, vals in values.items() if vals.get(v) > 0]
+            title = f"{process_label(p)}: {v}" if several else v
+            sink.text(("" if first_profile else ",") + f'{{"type":"sampled","name":{json.dumps(title)},'
+                      f'"unit":"{UNITS[v]}","startValue":0,"endValue":{sum(w for _, w in items)},"samples":[')
+            first_profile = False
+            for i, (cs, _) in enumerate(items):
+                sink.text(("," if i else "") + stack(cs))
+            sink.text('],"weights":[' + ",".join(str(w) for _, w in items) + "]}")
+    sink.text('],"shared":{"frames":[')
+    for i, (fname, file, line) in enumerate(frame_index):
+        entry: dict[str, object] = {"name": fname}
+        if file:
+            entry["file"] = file
+        if line:
+            entry["line"] = line
+        sink.text(("," if i else "") + json.dumps(entry, separators=(",", ":")))
+    sink.text("]}}\n")
+    sink.flush()
