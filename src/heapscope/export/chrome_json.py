@@ -1,0 +1,234 @@
+"""Chrome trace JSON with memory-infra `heaps_v2` dumps (chrome://tracing, catapult).
+
+As Chromium's heap-profiling exporter writes it (seed 003), one `ph:"v"` event
+per heapscope dump, plus catapult's import rules (spec formats.md §2):
+`version` always present, node and string ids from 1, a `types` map with id 0
+= "[unknown]" and a `types` column in every allocator, every allocator dump
+with a `guid`, hex strings in `allocators` and `process_mmaps`, maps
+incremental per process (a later dump adds only new strings and nodes).
+
+Values. The view picks live (space, objects) or allocated (alloc_space,
+alloc_objects) allocations; `sizes`/`counts` are the two of that family.
+- With `record --stream-allocations`, every sampled allocation's real size is
+  known, and the seed's de-sampling applies exactly: entries are grouped by
+  (callsite, allocation size); a size below the sampling rate is scaled by
+  `sampling_rate / size` (count and bytes), larger ones are exact.
+- Without the stream, the profile holds heapprofd-style estimates: bytes are
+  already scaled to real bytes (interval x samples), so they are written as they
+  are; counts are sample counts (exact at interval 1).
+Then, as the seed does, entries whose size is under MIN_SIZE_THRESHOLD *and*
+whose count is under MIN_COUNT_THRESHOLD are dropped (the allocator summary
+keeps their bytes). Chromium's thresholds are the defaults.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import BinaryIO
+
+from heapscope.export._common import (
+    Frames, check_view, interval_of, pick_dumps, process_label, select_processes)
+from heapscope.export._sink import Sink
+from heapscope.model import CallsiteId
+from heapscope.store.reader import Dump, Profile
+from heapscope.store.reader import Process as StoredProcess
+
+MIN_SIZE_THRESHOLD = 16 * 1024
+MIN_COUNT_THRESHOLD = 1024
+_LIVE_VIEWS = ("space", "objects")
+
+
+def _hex(n: float) -> str:
+    return format(max(0, int(round(n))), "x")
+
+
+class _Maps:
+    """One process's incremental string and node tables (ids from 1)."""
+
+    def __init__(self) -> None:
+        self.strings: dict[str, int] = {"[unknown]": 1}
+        self.nodes: dict[tuple[int, int], int] = {}  # (name_sid, parent or 0) -> id
+        self.new_strings: list[tuple[int, str]] = [(1, "[unknown]")]
+        self.new_nodes: list[tuple[int, int, int]] = []
+        self.callsite_node: dict[CallsiteId, int] = {}
+
+    def sid(self, s: str) -> int:
+        i = self.strings.get(s)
+        if i is None:
+            i = self.strings[s] = len(self.strings) + 1
+            self.new_strings.append((i, s))
+        return i
+
+    def node(self, frames: Frames, cs: CallsiteId) -> int:
+        n = self.callsite_node.get(cs)
+        if n is None:
+            parent = 0
+            for name in list(frames.names(cs)) or ["[no frames]"]:
+                k = (self.sid(name), parent)
+                nid = self.nodes.get(k)
+                if nid is None:
+                    nid = self.nodes[k] = len(self.nodes) + 1
+                    self.new_nodes.append((nid, k[0], parent))
+                parent = nid
+            n = self.callsite_node[cs] = parent
+        return n
+
+
+def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | None = None,
+           dump: int | None = None, min_size: int = MIN_SIZE_THRESHOLD,
+           min_count: int = MIN_COUNT_THRESHOLD) -> None:
+    check_view(view)
+    processes = select_processes(profile, pid)
+    frames = Frames(profile)
+    sink = Sink(out)
+    live = view in _LIVE_VIEWS
+    sink.text('{"traceEvents":[\n')
+    first = True
+
+    def event(obj: dict[str, object]) -> None:
+        nonlocal first
+        sink.text(("" if first else ",\n") + json.dumps(obj, separators=(",", ":")))
+        first = False
+
+    dumps: list[tuple[Dump, StoredProcess]] = []
+    for p in processes:
+        event({"pid": p.info.pid, "ph": "M", "name": "process_name", "args": {"name": p.info.name or "?"}})
+        dumps.extend((d, p) for d in pick_dumps(profile.dumps(p.info.upid), dump, process_label(p)))
+    dumps.sort(key=lambda dp: (dp[0].ts_end, dp[0].id))
+    maps: dict[int, _Maps] = {}
+    streams: dict[int, _Stream] = {}
+    for dump_no, (d, p) in enumerate(dumps, 1):
+        upid = int(p.info.upid)
+        m = maps.setdefault(upid, _Maps())
+        rate = interval_of(profile, p)
+        st = streams.get(upid)
+        if st is None and upid not in streams:
+            st = streams[upid] = _Stream.open(profile, upid)
+        if st is not None:
+            groups = st.advance(d.ts_end, live)
+            entries = _desample(groups, rate)
+        else:
+            values = profile.callsite_values(upid, d.ts_end)
+            entries = {cs: ((v.objects, v.space) if live else (v.alloc_objects, v.alloc_space))
+                       for cs, v in values.items()}
+        total_count = sum(c for c, _ in entries.values())
+        total_size = sum(s for _, s in entries.values())
+        by_node: dict[int, list[float]] = {}
+        mapping_ids: set[int] = set()
+        for cs, (count, size) in entries.items():
+            if count <= 0 and size <= 0:
+                continue
+            for fid in frames.path(cs):
+                mapping_ids.add(frames.mapping.get(fid, 0))
+            if size < min_size and count < min_count:
+                continue
+            acc = by_node.setdefault(m.node(frames, cs), [0.0, 0.0])
+            acc[0] += count
+            acc[1] += size
+        heaps: dict[str, object] = {
+            "version": 1,
+            "maps": {
+                "strings": [{"id": i, "string": s} for i, s in m.new_strings],
+                "nodes": [{"id": i, "name_sid": sid, **({"parent": par} if par else {})}
+                          for i, sid, par in m.new_nodes],
+                "types": [{"id": 0, "name_sid": 1}],
+            },
+            "allocators": {"malloc": {
+                "counts": [round(c) for c, _ in by_node.values()],
+                "sizes": [round(s) for _, s in by_node.values()],
+                "types": [0] * len(by_node),
+                "nodes": list(by_node),
+            }},
+        }
+        m.new_strings, m.new_nodes = [], []
+        guid = f"{p.info.pid:x}{dump_no:08x}"
+        dumps_arg = {
+            "level_of_detail": "detailed",
+            "process_mmaps": {"vm_regions": _regions(profile, mapping_ids)},
+            "allocators": {
+                "malloc": {"guid": guid + "01", "attrs": {
+                    "size": {"type": "scalar", "units": "bytes", "value": _hex(total_size)},
+                    "virtual_size": {"type": "scalar", "units": "bytes", "value": _hex(total_size)}}},
+                "malloc/allocated_objects": {"guid": guid + "02", "attrs": {
+                    "shim_allocated_objects_count": {"type": "scalar", "units": "objects",
+                                                     "value": _hex(total_count)},
+                    "shim_allocated_objects_size": {"type": "scalar", "units": "bytes",
+                                                    "value": _hex(total_size)}}},
+            },
+            "heaps_v2": heaps,
+        }
+        event({"pid": p.info.pid, "ph": "v", "name": "periodic_interval", "ts": d.ts_end // 1000,
+               "id": str(dump_no), "cat": "disabled-by-default-memory-infra", "args": {"dumps": dumps_arg}})
+    sink.text('\n],"metadata":{"heapscope-view":' + json.dumps(view) + "}}\n")
+    sink.flush()
+
+
+def _desample(groups: dict[tuple[CallsiteId, int], int], rate: int) -> dict[CallsiteId, tuple[float, float]]:
+    """Seed 003's de-sampling of (callsite, size) -> sample count, summed per callsite."""
+    out: dict[CallsiteId, tuple[float, float]] = {}
+    for (cs, size), n in groups.items():
+        count, total = float(n), float(size) * n
+        if 0 < size < rate:
+            multiplier = rate / size
+            count *= multiplier
+            total *= multiplier
+        c0, s0 = out.get(cs, (0.0, 0.0))
+        out[cs] = (c0 + count, s0 + total)
+    return out
+
+
+class _Stream:
+    """A process's heapscope_allocation_stream, replayed up to each dump in sequence order."""
+
+    def __init__(self, rows: list[tuple[object, ...]]) -> None:
+        self.rows = rows
+        self.pos = 0
+        self.live: dict[int, tuple[CallsiteId, int]] = {}  # address -> (callsite, size)
+        self.allocated: dict[tuple[CallsiteId, int], int] = {}
+
+    @classmethod
+    def open(cls, profile: Profile, upid: int) -> _Stream | None:
+        rows = profile._rows(
+            "SELECT kind, ts, address, size, callsite_id FROM heapscope_allocation_stream"
+            " WHERE upid = ? ORDER BY seq", (upid,))
+        return cls(rows) if any(r[0] == "malloc" for r in rows) else None
+
+    def advance(self, ts: int, live: bool) -> dict[tuple[CallsiteId, int], int]:
+        rows = self.rows
+        while self.pos < len(rows):
+            kind, rts, address, size, cs = rows[self.pos]
+            if rts is not None and int(str(rts)) > ts:
+                break
+            self.pos += 1
+            addr = int(str(address))
+            if kind == "malloc":
+                k = (CallsiteId(int(str(cs or 0))), int(str(size or 0)))
+                self.live[addr] = k
+                self.allocated[k] = self.allocated.get(k, 0) + 1
+            else:
+                self.live.pop(addr, None)
+        if not live:
+            return dict(self.allocated)
+        groups: dict[tuple[CallsiteId, int], int] = {}
+        for k in self.live.values():
+            groups[k] = groups.get(k, 0) + 1
+        return groups
+
+
+def _regions(profile: Profile, mapping_ids: set[int]) -> list[dict[str, object]]:
+    if not mapping_ids:
+        return []
+    ids = sorted(mapping_ids)
+    rows = profile._rows(
+        f'SELECT start, "end", name, build_id FROM stack_profile_mapping WHERE id IN ({",".join("?" * len(ids))})'
+        " ORDER BY start", ids)
+    out: list[dict[str, object]] = []
+    for start, end, name, build_id in rows:
+        s, e = int(str(start or 0)), int(str(end or 0))
+        if e <= s:
+            continue
+        region: dict[str, object] = {"sa": _hex(s), "sz": _hex(e - s), "pf": 5, "mf": str(name or "")}
+        if build_id:
+            region["id"] = str(build_id)
+        out.append(region)
+    return out
