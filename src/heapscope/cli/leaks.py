@@ -1,0 +1,63 @@
+"""`heapscope leaks`: memory each process never freed before it exited."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from heapscope.errors import HeapscopeError, UsageError
+
+NAME = "leaks"
+HELP = "list the call stacks whose memory was never freed, per process"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE", help="profile database written by `heapscope record`")
+    p.add_argument("-p", "--pid", type=int, metavar="PID", help="only this process")
+    p.add_argument("--top", type=int, default=20, metavar="N", help="stacks per process (default: 20)")
+    p.add_argument("--depth", type=int, default=0, metavar="N",
+                   help="frames shown per stack, leaf first (default: all)")
+
+
+def main(args: argparse.Namespace) -> int:
+    from heapscope.store.reader import open_profile
+    from heapscope.view.leaks import find_leaks
+
+    if args.top < 1:
+        raise UsageError(f"--top must be at least 1, not {args.top}")
+    with open_profile(args.file) as profile:
+        found = find_leaks(profile, args.pid)
+    if args.pid is not None and not found:
+        raise HeapscopeError(f"{args.file}: no process with pid {args.pid}")
+    sys.stdout.write("\n".join(render(p, args.top, args.depth) for p in found) or "no processes\n")
+    return 0
+
+
+def render(pl: object, top: int, depth: int) -> str:
+    from heapscope.view.leaks import ProcessLeaks
+    from heapscope.view.units import format_bytes, format_percent
+
+    assert isinstance(pl, ProcessLeaks)
+    info = pl.process.info
+    head = f"pid {info.pid}  {info.name or '?'}  (upid {info.upid})"
+    if pl.ts is None:
+        return head + "\n  no dumps: nothing to say about leaks\n"
+    if not pl.leaks:
+        return head + f"\n  no leaks: everything was freed by the final dump ({pl.reason})\n"
+    n = len(pl.leaks)
+    lines = [head, f"  {format_bytes(pl.total_bytes)} in {pl.total_objects:,} allocations never freed"
+                   f" (final dump: {pl.reason}), {n} call stack{'' if n == 1 else 's'}", ""]
+    for leak in pl.leaks[:top]:
+        allocs = f"{leak.objects:,} allocation{'' if leak.objects == 1 else 's'}"
+        lines.append(f"  {format_bytes(leak.bytes)} in {allocs} ({format_percent(leak.bytes, pl.total_bytes)})")
+        stack = leak.stack if depth <= 0 else leak.stack[:depth]
+        width = max(len(f.function) for f in stack)
+        lib_width = max(len(f.library) for f in stack)
+        for f in stack:
+            lines.append(f"      {f.function.ljust(width)}  {f.library.ljust(lib_width)}  {f.source}".rstrip())
+        if len(stack) < len(leak.stack):
+            lines.append(f"      ... {len(leak.stack) - len(stack)} more frames")
+        lines.append("")
+    if n > top:
+        lines.append(f"  ({n - top} more stacks; --top N shows more)")
+    return "\n".join(lines) + "\n"
