@@ -14,9 +14,9 @@ NAME = "symbolize"
 HELP = "symbolize a profile in place (function, file:line, inlined frames), e.g. with debug files from elsewhere"
 
 _WHY = {
-    "no_symbolizer": "no llvm-symbolizer: function names only",
-    "symbolizer_failed": "llvm-symbolizer failed: function names only",
-    "no_debug_info": "no debug info: function names only",
+    "no_symbolizer": "no llvm-symbolizer",
+    "symbolizer_failed": "llvm-symbolizer failed",
+    "no_debug_info": "no debug info",
     "not_found": "not found",
     "build_id_mismatch": "build id mismatch",
     "not_a_file": "not a file",
@@ -81,6 +81,8 @@ def main(args: argparse.Namespace) -> int:
             why = _WHY.get(m.outcome, "no line info for some addresses")
             if m.outcome == "symbolized":
                 why = f"no line info for {m.frames - m.with_lines:,} addresses"
+            elif m.named:
+                why += f" ({m.named:,} named from the symbol table)"
             line = f"  {m.name or '(no name)':<{width}}  {m.frames:>7,} frames  {why}"
             if m.outcome in ("not_found", "build_id_mismatch") and m.build_id:
                 line += f" (build id {m.build_id})"

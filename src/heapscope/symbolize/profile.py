@@ -152,7 +152,8 @@ def _chains(tool: str | None, located: Located, addresses: list[int], m: Mapping
         m.outcome = located.status
         m.file = located.symbol_files[0] if located.symbol_files else ""
         if located.mismatches:
-            m.detail = ", ".join(f"{p} has {b or 'no build id'}" for p, b in located.mismatches)
+            refused = ", ".join(f"{p} has {b or 'no build id'}" for p, b in located.mismatches)
+            m.detail = refused if m.outcome == "build_id_mismatch" else f"refused (build id mismatch): {refused}"
         return none
     m.file = located.debug_file
     if tool is None:
