@@ -1,0 +1,117 @@
+"""Diff: how each call path grew between two snapshots.
+
+The snapshots may come from two profiles (two runs of a program) or two dumps
+of one. Addresses differ between runs, so call paths are matched by their
+functions: a path is the tuple of (function, library basename) from the root
+down, as in the merged tree. Sorting these tuples gives the preorder of the
+union tree, siblings by name, which is what the flamegraph page expects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from heapscope.errors import HeapscopeError
+from heapscope.model import VIEWS
+from heapscope.store.reader import Process, Profile, mapping_basename
+from heapscope.view.flamegraph import ProcessGraph, Snapshot
+from heapscope.view.tree import MergedTree, build_tree
+
+PathKey = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Side:
+    """One snapshot: where it comes from and each path's own value per view."""
+
+    label: str  # e.g. "before.db pid 12 dump 2/3"
+    process: Process
+    ts: int
+    self_values: dict[PathKey, dict[str, int]]
+    sources: dict[PathKey, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """The growth of one call path (its own value, not its descendants')."""
+
+    path: PathKey  # root first
+    before: int
+    after: int
+
+    @property
+    def delta(self) -> int:
+        return self.after - self.before
+
+
+def pick_process(profile: Profile, pid: int | None) -> Process:
+    """The process `pid`, or the first process that has a dump."""
+    for p in profile.processes():
+        if (pid is None or p.info.pid == pid) and profile.dumps(p.info.upid):
+            return p
+    what = f"no process with pid {pid} has a dump" if pid is not None else "no process has a dump"
+    raise HeapscopeError(f"{profile.path}: {what}")
+
+
+def dump_ts(profile: Profile, process: Process, index: int | None) -> tuple[int, str]:
+    """The ts of dump number `index` (1-based; negative from the end; None = last) and a label."""
+    tss = sorted({d.ts_end for d in profile.dumps(process.info.upid)})
+    i = len(tss) if index is None else index
+    pos = i - 1 if i > 0 else len(tss) + i
+    if not tss or not 0 <= pos < len(tss) or i == 0:
+        raise HeapscopeError(f"{profile.path}: pid {process.info.pid} has {len(tss)} dumps; no dump {index}")
+    return tss[pos], f"dump {pos + 1}/{len(tss)}"
+
+
+def read_side(profile: Profile, process: Process, ts: int, label: str) -> Side:
+    values = profile.callsite_values(process.info.upid, ts)
+    tree = build_tree(profile, sorted(values))
+    keys = path_keys(tree)
+    selfs: dict[PathKey, dict[str, int]] = {}
+    per_view = {v: tree.self_values(values, v) for v in VIEWS}
+    for i, key in enumerate(keys):
+        selfs[key] = {v: per_view[v][i] for v in VIEWS}
+    sources = {key: f"{tree.source_file[i]}:{tree.line_number[i]}" if tree.line_number[i] else str(tree.source_file[i])
+               for i, key in enumerate(keys) if tree.source_file[i]}
+    return Side(label, process, ts, selfs, sources)
+
+
+def path_keys(tree: MergedTree) -> list[PathKey]:
+    keys: list[PathKey] = []
+    for i in range(len(tree)):
+        here = (tree.name[i], mapping_basename(tree.map_name[i]))
+        p = tree.parent[i]
+        keys.append((*keys[p], here) if p >= 0 else (here,))
+    return keys
+
+
+def changes(a: Side, b: Side, view: str) -> list[Change]:
+    """Every path whose own value differs, largest growth first, largest shrink last."""
+    out = []
+    for key in a.self_values.keys() | b.self_values.keys():
+        before = a.self_values.get(key, {}).get(view, 0)
+        after = b.self_values.get(key, {}).get(view, 0)
+        if before != after:
+            out.append(Change(key, before, after))
+    out.sort(key=lambda c: (-c.delta, c.path))
+    return out
+
+
+def diff_graph(a: Side, b: Side) -> ProcessGraph:
+    """The union tree with two snapshots, before and after, for the flamegraph page."""
+    keys = sorted(a.self_values.keys() | b.self_values.keys())
+    index = {k: i for i, k in enumerate(keys)}
+    tree = MergedTree()
+    for k in keys:
+        tree.parent.append(index[k[:-1]] if len(k) > 1 else -1)
+        tree.depth.append(len(k) - 1)
+        tree.name.append(k[-1][0])
+        tree.map_name.append(k[-1][1])
+        src = b.sources.get(k) or a.sources.get(k)
+        tree.source_file.append(src)
+        tree.line_number.append(None)
+    graph = ProcessGraph(f"{b.process.info.name or '?'}: {a.label} → {b.label}", b.process.info.upid, tree)
+    for side, label in ((a, "before"), (b, "after")):
+        selfs = {v: [side.self_values.get(k, {}).get(v, 0) for k in keys] for v in VIEWS}
+        graph.snapshots.append(Snapshot(side.ts, label, selfs))
+    return graph
