@@ -51,10 +51,11 @@ static int ingest_check(IngestObject *self) {
 }
 
 static int Ingest_init(IngestObject *self, PyObject *args, PyObject *kwds) {
-  static char *kwlist[] = {"fd", "ring_size", "stream", NULL};
-  int fd, stream = 0;
+  static char *kwlist[] = {"fd", "ring_size", "stream", "dump_at_max", NULL};
+  int fd, stream = 0, dump_at_max = 0;
   Py_ssize_t ring_size;
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "in|$p:Ingest", kwlist, &fd, &ring_size, &stream))
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "in|$pp:Ingest", kwlist, &fd, &ring_size, &stream,
+                                   &dump_at_max))
     return -1;
   if (self->busy) {
     PyErr_SetString(PyExc_RuntimeError, "Ingest.drain() is running in another thread");
@@ -90,7 +91,7 @@ static int Ingest_init(IngestObject *self, PyObject *args, PyObject *kwds) {
     return -1;
   }
   struct hs_ingest *g = PyMem_RawMalloc(sizeof *g);
-  if (!g || hs_ingest_init(g, map, (uint64_t)ring_size, stream) < 0) {
+  if (!g || hs_ingest_init(g, map, (uint64_t)ring_size, stream, dump_at_max) < 0) {
     PyMem_RawFree(g);
     munmap(map, map_size);
     PyErr_NoMemory();
@@ -165,6 +166,28 @@ static PyObject *Ingest_totals(IngestObject *self, PyObject *Py_UNUSED(ignored))
                                    (Py_ssize_t)(s->count * sizeof(struct hs_stack_totals)));
 }
 
+static PyObject *Ingest_peak(IngestObject *self, PyObject *Py_UNUSED(ignored)) {
+  if (ingest_check(self) < 0) return NULL;
+  const struct hs_ingest *g = self->g;
+  if (!g->dump_at_max) {
+    PyErr_SetString(PyExc_ValueError, "Ingest was not made with dump_at_max=True");
+    return NULL;
+  }
+  size_t n = g->stacks.count;
+  PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * 5 * sizeof(uint64_t)));
+  if (!out) return NULL;
+  uint64_t *row = (uint64_t *)PyBytes_AS_STRING(out);
+  for (size_t i = 0; i < n; i++, row += 5) {
+    const struct hs_peak_row *p = i < g->peak_cap ? &g->peak[i] : NULL;
+    row[0] = g->stacks.totals[i].stack_id;
+    row[1] = p ? p->max_bytes : 0;
+    row[2] = 0;
+    row[3] = p ? p->max_count : 0;
+    row[4] = 0;
+  }
+  return out;
+}
+
 static PyObject *Ingest_live(IngestObject *self, PyObject *Py_UNUSED(ignored)) {
   if (ingest_check(self) < 0) return NULL;
   const struct hs_ingest *g = self->g;
@@ -216,7 +239,9 @@ static PyObject *Ingest_stats(IngestObject *self, PyObject *Py_UNUSED(ignored)) 
       put_stat(d, "implicit_frees", g->st.implicit_frees) < 0 ||
       put_stat(d, "untracked_frees", g->st.untracked_frees) < 0 ||
       put_stat(d, "committed_seq", g->committed_seq) < 0 ||
-      put_stat(d, "max_pending", g->st.max_pending) < 0) {
+      put_stat(d, "max_pending", g->st.max_pending) < 0 ||
+      put_stat(d, "current_unfreed", g->cur_unfreed) < 0 ||
+      put_stat(d, "peak_unfreed", g->max_unfreed) < 0 || put_stat(d, "peak_ts", g->max_ts) < 0) {
     Py_DECREF(d);
     return NULL;
   }
@@ -249,6 +274,10 @@ static PyMethodDef Ingest_methods[] = {
     {"totals", (PyCFunction)Ingest_totals, METH_NOARGS,
      "totals() -> bytes\n--\n\n"
      "5 x u64 per stack: stack_id, alloc_bytes, free_bytes, alloc_count, free_count."},
+    {"peak", (PyCFunction)Ingest_peak, METH_NOARGS,
+     "peak() -> bytes\n--\n\n"
+     "dump_at_max: 5 x u64 per stack, like totals(), holding the state at the peak:\n"
+     "stack_id, bytes unfreed at the peak, 0, allocations unfreed at the peak, 0."},
     {"live", (PyCFunction)Ingest_live, METH_NOARGS,
      "live() -> bytes\n--\n\n5 x u64 per live allocation: addr, sample_size, alloc_size, stack_id, seq."},
     {"take_stream", (PyCFunction)Ingest_take_stream, METH_NOARGS,
@@ -269,7 +298,7 @@ static PyTypeObject IngestType = {
     .tp_name = "heapscope.producer._ingest.Ingest",
     .tp_basicsize = sizeof(IngestObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Ingest(fd, ring_size, *, stream=False)\n--\n\n"
+    .tp_doc = "Ingest(fd, ring_size, *, stream=False, dump_at_max=False)\n--\n\n"
               "Reads one process's shared ring and keeps its heap bookkeeping.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Ingest_init,

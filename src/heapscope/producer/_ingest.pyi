@@ -18,14 +18,16 @@ class Ingest:
     RuntimeError.
     """
 
-    def __init__(self, fd: int, ring_size: int, *, stream: bool = False) -> None:
+    def __init__(self, fd: int, ring_size: int, *, stream: bool = False,
+                 dump_at_max: bool = False) -> None:
         """Map `fd` (HS_META_SIZE + ring_size bytes, MAP_SHARED, read/write).
 
         Raises ValueError if ring_size is not a power of two (>= 8), if the
         file is smaller than the mapping, or if the meta page's ring_size
         differs; OSError if fstat or mmap fails. With stream=True every
-        applied op is also kept for take_stream(). Reading starts at the
-        meta page's read_pos.
+        applied op is also kept for take_stream(). With dump_at_max=True the
+        per-stack state at the peak of unfreed sampled bytes is kept for
+        peak(). Reading starts at the meta page's read_pos.
         """
 
     def drain(self, max_records: int = 0) -> list[bytes]:
@@ -60,6 +62,16 @@ class Ingest:
         sample sizes. Rows are in the order stacks were first seen.
         """
 
+    def peak(self) -> bytes:
+        """dump_at_max: the state at the process's peak of unfreed sampled bytes.
+
+        5 x u64 rows in the order of totals(): stack_id, bytes of the stack
+        unfreed at the peak, 0, allocations unfreed at the peak, 0. Their
+        bytes sum to stats()["peak_unfreed"]. heapprofd's semantics (§5.3):
+        the peak is per process, reached by a malloc; ValueError without
+        dump_at_max.
+        """
+
     def live(self) -> bytes:
         """Per live sampled allocation: 5 x u64 rows, in no particular order.
 
@@ -83,7 +95,9 @@ class Ingest:
         committed: applied at once), gaps_skipped (sequence numbers given
         up on), pending (ops waiting now), live_allocations, implicit_frees
         (malloc at a live address), untracked_frees (free of an address not
-        live), committed_seq, max_pending.
+        live), committed_seq, max_pending; with dump_at_max also
+        current_unfreed, peak_unfreed and peak_ts (ts of the peak's malloc),
+        else 0.
         """
 
     @property

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import dataclass
 
 from heapscope.errors import UsageError
@@ -22,6 +23,8 @@ class RecordConfig:
     skip_symbol_prefixes: tuple[str, ...] = ()  # mappings shown as one FILTERED frame
     stream_allocations: bool = False  # also store every malloc and free raw
     max_frames: int = 128
+    dump_at_max: bool = False  # dumps show the peak of unfreed sampled bytes, not the end state
+    names: tuple[str, ...] = ()  # -n: profile only processes whose name matches one (empty = all)
 
     def __post_init__(self) -> None:
         if self.interval < 1:
@@ -51,3 +54,30 @@ def parse_size(text: str, what: str) -> int:
     if value < 1:
         raise UsageError(f"{what} must be a positive number of bytes, not {text!r}")
     return value * mult
+
+
+def normalize_cmdline(argv0: str) -> str:
+    """heapprofd's normalization (proc_utils.cc): argv0, cut at the first '@', basename."""
+    return argv0.split("@", 1)[0].rsplit("/", 1)[-1]
+
+
+def name_matches(patterns: tuple[str, ...], exe: str, args: list[str]) -> bool:
+    """Does a process match one of the -n patterns?
+
+    A pattern is normalized like the process's argv0 and compared with it and
+    with the executable's basename; a pattern with `*` is a glob (a leading
+    `/` globs the full argv0); a pattern with a space is compared with the
+    whole command line.
+    """
+    argv0 = args[0] if args else exe
+    names = {normalize_cmdline(argv0), exe.rsplit("/", 1)[-1]}
+    for pat in patterns:
+        if " " in pat and pat == " ".join(args):
+            return True
+        if "*" in pat:
+            target = [argv0.split("@", 1)[0]] if pat.startswith("/") else names
+            if any(fnmatch.fnmatchcase(t, pat) for t in target):
+                return True
+        elif normalize_cmdline(pat) in names:
+            return True
+    return False

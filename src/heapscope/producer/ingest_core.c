@@ -44,10 +44,53 @@ static void stream_row(struct hs_ingest *g, uint64_t kind, uint64_t seq, uint64_
   g->stream_rows.len += sizeof row;
 }
 
+/* ---- dump_at_max ---- */
+
+static int peak_reserve(struct hs_ingest *g, size_t idx) {
+  if (idx < g->peak_cap) return 0;
+  size_t cap = g->peak_cap ? g->peak_cap : 256;
+  while (cap <= idx) cap *= 2;
+  struct hs_peak_row *p = realloc(g->peak, cap * sizeof *p);
+  if (!p) return -1;
+  memset(p + g->peak_cap, 0, (cap - g->peak_cap) * sizeof *p);
+  g->peak = p;
+  g->peak_cap = cap;
+  return 0;
+}
+
+static void peak_add(struct hs_ingest *g, uint32_t idx, uint64_t bytes, uint64_t ts) {
+  struct hs_peak_row *r = &g->peak[idx];
+  r->cur_bytes += bytes;
+  r->cur_count++;
+  g->cur_unfreed += bytes;
+  if (g->cur_unfreed <= g->max_unfreed) return;
+  if (g->peak_clean) {
+    r->max_bytes = r->cur_bytes;
+    r->max_count = r->cur_count;
+  } else {
+    for (size_t i = 0; i < g->stacks.count; i++) {
+      g->peak[i].max_bytes = g->peak[i].cur_bytes;
+      g->peak[i].max_count = g->peak[i].cur_count;
+    }
+    g->peak_clean = 1;
+  }
+  g->max_unfreed = g->cur_unfreed;
+  g->max_ts = ts;
+}
+
+static void peak_sub(struct hs_ingest *g, uint32_t idx, uint64_t bytes) {
+  struct hs_peak_row *r = &g->peak[idx];
+  r->cur_bytes -= bytes;
+  r->cur_count--;
+  g->cur_unfreed -= bytes;
+  g->peak_clean = 0;
+}
+
 static void book_free(struct hs_ingest *g, const struct hs_live *e) {
   struct hs_stack_totals *t = &g->stacks.totals[e->stack_idx];
   t->free_bytes += e->sample_size;
   t->free_count++;
+  if (g->dump_at_max) peak_sub(g, e->stack_idx, e->sample_size);
 }
 
 static void apply_malloc(struct hs_ingest *g, const struct hs_op *op) {
@@ -56,7 +99,7 @@ static void apply_malloc(struct hs_ingest *g, const struct hs_op *op) {
     return;
   }
   int64_t idx = hs_stacks_index(&g->stacks, op->stack_id);
-  if (idx < 0) {
+  if (idx < 0 || (g->dump_at_max && peak_reserve(g, (size_t)idx) < 0)) {
     g->oom = 1;
     return;
   }
@@ -77,6 +120,7 @@ static void apply_malloc(struct hs_ingest *g, const struct hs_op *op) {
   struct hs_stack_totals *t = &g->stacks.totals[idx];
   t->alloc_bytes += op->sample_size;
   t->alloc_count++;
+  if (g->dump_at_max) peak_add(g, (uint32_t)idx, op->sample_size, op->ts);
   if (op->ts > g->last_ts) g->last_ts = op->ts;
   if (g->stream) {
     stream_row(g, HS_REC_MALLOC, op->seq, op->addr, op->alloc_size, op->sample_size, op->stack_id,
@@ -290,8 +334,11 @@ void hs_ingest_drain(struct hs_ingest *g, uint64_t max_records) {
 
 /* ---- life cycle ---- */
 
-int hs_ingest_init(struct hs_ingest *g, void *map, uint64_t ring_size, int stream) {
+int hs_ingest_init(struct hs_ingest *g, void *map, uint64_t ring_size, int stream,
+                   int dump_at_max) {
   memset(g, 0, sizeof *g);
+  g->dump_at_max = dump_at_max;
+  g->peak_clean = 1;
   g->meta = map;
   g->data = (uint8_t *)map + HS_META_SIZE;
   g->ring_size = ring_size;
@@ -313,6 +360,9 @@ void hs_ingest_destroy(struct hs_ingest *g) {
   hs_pending_destroy(&g->pending);
   free(g->stream_rows.p);
   free(g->records.p);
+  free(g->peak);
+  g->peak = NULL;
+  g->peak_cap = 0;
   g->stream_rows = (struct hs_buf){0};
   g->records = (struct hs_buf){0};
 }

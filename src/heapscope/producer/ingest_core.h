@@ -59,6 +59,16 @@ struct hs_stream_row {
   uint64_t ts;
 };
 
+/* dump_at_max: per stack, the sampled bytes not freed now and at the peak
+ * (heapprofd's retain_max{cur, max, cur_count, max_count}). Parallel to
+ * stacks.totals, by the same index. */
+struct hs_peak_row {
+  uint64_t cur_bytes;
+  uint64_t cur_count;
+  uint64_t max_bytes;
+  uint64_t max_count;
+};
+
 struct hs_ingest {
   uint8_t *data;                /* ring data area (after the meta page) */
   struct hs_ring_meta *meta;
@@ -77,10 +87,22 @@ struct hs_ingest {
   struct hs_buf stream_rows;    /* hs_stream_row[] since the last take */
   struct hs_buf records;        /* whole STACK/MODULE/HEAP records of the last drain */
   size_t records_count;
+  /* dump_at_max (heapprofd §5.3): the process peak of sampled unfreed bytes.
+   * At a new peak every row's max is set to its cur; when nothing but
+   * mallocs happened since the previous peak (peak_clean), only the row of
+   * the new malloc can differ, so only it is copied. */
+  int dump_at_max;
+  int peak_clean;
+  uint64_t cur_unfreed;
+  uint64_t max_unfreed;
+  uint64_t max_ts;             /* ts of the malloc that made the peak */
+  struct hs_peak_row *peak;    /* peak_cap rows, zeroed beyond stacks.count */
+  size_t peak_cap;
 };
 
 /* map: HS_META_SIZE + ring_size bytes of the shared memory. -1 on ENOMEM. */
-int hs_ingest_init(struct hs_ingest *g, void *map, uint64_t ring_size, int stream);
+int hs_ingest_init(struct hs_ingest *g, void *map, uint64_t ring_size, int stream,
+                   int dump_at_max);
 void hs_ingest_destroy(struct hs_ingest *g);
 /* Read up to max_records (0 = all) committed records. The STACK, MODULE and
  * HEAP records read are left in g->records (g->records_count of them). */

@@ -21,9 +21,9 @@ from pathlib import Path
 from heapscope.bookkeeping.dump import ProcessHeap
 from heapscope.bookkeeping.frames import FrameTable
 from heapscope.bookkeeping.trie import CallsiteTrie
-from heapscope.model import ProcessInfo, Upid
+from heapscope.model import ProcessFlags, ProcessInfo, Upid
 from heapscope.producer._ingest import Ingest
-from heapscope.producer.config import RecordConfig
+from heapscope.producer.config import RecordConfig, name_matches
 from heapscope.producer.process import ProcessState, create_ring
 from heapscope.store.writer import ProfileWriter
 from heapscope.wire import codec
@@ -49,8 +49,11 @@ class Producer:
         self.ended: list[ProcessState] = []
         self.next_upid = 1
         self.rejected_clients = 0
+        self.untargeted_clients = 0  # valid clients left dormant by -n
         self.session_ending = False  # the target exited: what ends now ends with the session
-        self.target_pid = 0  # its own exit ends the session, so it is no disconnect
+        self.target_pids: set[int] = set()  # their own exit ends the session, so it is no disconnect
+        self.attach_pids: set[int] = set()  # -p: attached while running (from_startup = false)
+        self.guardrail = ""  # which guardrail was hit, if any
         self.samples_total = 0
         self._dir = tempfile.TemporaryDirectory(prefix="heapscope-")
         self.socket_path = str(Path(self._dir.name) / "producer.sock")
@@ -65,12 +68,20 @@ class Producer:
 
     # -- the loop ------------------------------------------------------------
 
-    def poll(self, timeout: float) -> int:
-        """One round: accept, drain, end. Returns the number of records drained."""
+    def poll(self, timeout: float, wake: socket.socket | None = None) -> int:
+        """One round: accept, drain, end. Returns the number of records drained.
+
+        `wake`, when given, also ends the wait when it becomes readable (the
+        caller's signal.set_wakeup_fd socket); the caller empties it.
+        """
         rlist: list[socket.socket] = [p.sock for p in self.processes.values()]
         if self.listener.fileno() >= 0:
             rlist.append(self.listener)
+        if wake is not None:
+            rlist.append(wake)
         readable, _, _ = select.select(rlist, [], [], timeout)
+        if wake is not None and wake in readable:
+            readable.remove(wake)
         drained = 0
         for s in readable:
             if s is self.listener:
@@ -80,7 +91,7 @@ class Producer:
         for s in readable:
             p = self.processes.get(s.fileno()) if s is not self.listener else None
             if p is not None and self._peer_closed(p.sock):
-                ends_session = self.session_ending or p.info.pid == self.target_pid
+                ends_session = self.session_ending or p.info.pid in self.target_pids
                 self._end(p, reason="exit", disconnected=not ends_session)
         return drained
 
@@ -132,14 +143,25 @@ class Producer:
         peer_pid, peer_uid, _ = PEERCRED.unpack(
             conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, PEERCRED.size))
         problem = None
+        status = codec.Status.REJECTED
         if hello.magic != codec.WIRE_MAGIC or hello.version != codec.WIRE_VERSION:
             problem = f"wire version {hello.version} (expected {codec.WIRE_VERSION})"
         elif not secrets.compare_digest(hello.token, self.token):
             problem = "unknown session"
         elif hello.pid != peer_pid:
             problem = f"pid {hello.pid} does not match the socket's peer {peer_pid}"
+        elif self.config.names and hello.pid not in self.attach_pids:
+            args = _cmdline_args(hello.pid)
+            exe = _exe(hello.pid, args)
+            if not name_matches(self.config.names, exe, args):
+                # A valid client that -n does not pick: dormant, and no error.
+                conn.sendall(codec.Config(codec.Status.NOT_TARGETED, 0, 0, 0, 0, 0, 0).pack())
+                conn.close()
+                self.untargeted_clients += 1
+                self.log(f"pid {hello.pid} ({os.path.basename(exe)}) not targeted by -n: dormant")
+                return
         if problem:
-            conn.sendall(codec.Config(codec.Status.REJECTED, 0, 0, 0, 0, 0, 0).pack())
+            conn.sendall(codec.Config(status, 0, 0, 0, 0, 0, 0).pack())
             raise ValueError(problem)
 
         # Read /proc now: the client waits for our answer; after it, a short
@@ -149,7 +171,8 @@ class Producer:
         cfg = self.config
         memfd, shm = create_ring(cfg.shmem_size)
         try:
-            ingest = Ingest(memfd, cfg.shmem_size, stream=cfg.stream_allocations)
+            ingest = Ingest(memfd, cfg.shmem_size, stream=cfg.stream_allocations,
+                            dump_at_max=cfg.dump_at_max)
         except Exception:
             shm.close()
             os.close(memfd)
@@ -172,6 +195,7 @@ class Producer:
         info.parent_upid = self._upid_of(hello.ppid)
         p = ProcessState(info=info, sock=conn, memfd=memfd, shm=shm, ingest=ingest)
         p.flags.sampling_interval_bytes = p.flags.orig_sampling_interval_bytes = cfg.interval
+        p.flags.from_startup = hello.pid not in self.attach_pids
         p.last_dump_ts = info.start_ts
         self.processes[conn.fileno()] = p
         self.writer.add_process(info)
@@ -229,7 +253,10 @@ class Producer:
         """Write one dump of `p`: the change of every callsite since the last one."""
         heap: ProcessHeap = p.heap
         heap.resolve(self.frames, self.trie)
-        totals = heap.totals_by_callsite(p.ingest.totals(), self.frames, self.trie, final)
+        # dump_at_max: the rows are the state at the peak (heapprofd's
+        # self_max), so SUM(size) up to this dump is the peak.
+        packed = p.ingest.peak() if self.config.dump_at_max else p.ingest.totals()
+        totals = heap.totals_by_callsite(packed, self.frames, self.trie, final)
         rows = heap.delta_rows(totals)
         w = self.writer
         w.add_mappings(self.frames.mappings.take_new())
@@ -238,14 +265,40 @@ class Producer:
         ts = max(time.monotonic_ns(), p.last_dump_ts + 1)
         w.add_dump(p.info.upid, p.last_dump_ts, ts, reason, rows, p.heap_name)
         p.last_dump_ts = ts
+        unreleased = sum(t.alloc_bytes - t.free_bytes for t in totals.values())
+        self.log(f"dump {heap.dumps} ({reason}) of pid {p.info.pid}: {unreleased} bytes unreleased")
         if p.stream:
             w.add_stream(self._stream_rows(p))
         w.commit()
 
     def dump_all(self, reason: str) -> None:
+        """A consistent dump of every process: each ring is drained first."""
         for p in list(self.processes.values()):
-            self._drain(p, limit=0)
+            while self._drain(p, limit=0):
+                pass
             self.dump(p, reason)
+
+    def hit_guardrail(self, what: str) -> None:
+        """A producer guardrail was hit: final dumps, then the targets run on unprofiled."""
+        self.guardrail = what
+        self.stop_accepting()
+        for p in list(self.processes.values()):
+            p.flags.hit_guardrail = True
+            p.request_shutdown()
+            self._end(p, reason="guardrail", disconnected=False)
+
+    def reject_concurrent(self, pid: int) -> None:
+        """-p PID that another session profiles: recorded, not attached."""
+        upid = Upid(self.next_upid)
+        self.next_upid += 1
+        args = _cmdline_args(pid)
+        info = _process_info(upid, pid, _ppid(pid), _uid(pid))
+        info.cmdline = " ".join(args)
+        info.end_ts = info.start_ts
+        flags = ProcessFlags(from_startup=False, rejected_concurrent=True)
+        self.writer.add_process(info)
+        self.writer.set_process_flags(info, flags)
+        self.writer.commit()
 
     def _stream_rows(self, p: ProcessState) -> list[tuple[int, int, str, int, int, int, int, int | None]]:
         upid, callsites = p.info.upid, p.heap.callsites
@@ -311,8 +364,16 @@ class Producer:
         return [(name, u, sev, src, int(v), desc) for name, sev, src, v, desc in rows]
 
     def global_stats(self) -> list[tuple[str, int | None, str, str, int, str]]:
-        return [("rejected_clients", None, "error", "producer", self.rejected_clients,
-                 "connections refused: unknown session, version or pid")]
+        rows: list[tuple[str, int | None, str, str, int, str]] = [
+            ("rejected_clients", None, "error", "producer", self.rejected_clients,
+             "connections refused: unknown session, version or pid"),
+            ("untargeted_clients", None, "info", "producer", self.untargeted_clients,
+             "processes left dormant: not picked by -n"),
+        ]
+        if self.guardrail:
+            rows.append(("hit_guardrail", None, "data_loss", "producer", 1,
+                         f"profiling stopped early: {self.guardrail}"))
+        return rows
 
 
 def _client_error_name(value: int) -> str:
@@ -346,15 +407,41 @@ def _recv_exactly(conn: socket.socket, n: int) -> bytes:
 
 def _process_info(upid: Upid, pid: int, ppid: int, uid: int) -> ProcessInfo:
     """What /proc says about a client; it is alive, waiting for our answer."""
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        raw = b""
-    args = [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
-    try:
-        exe = os.readlink(f"/proc/{pid}/exe")
-    except OSError:
-        exe = args[0] if args else ""
+    args = _cmdline_args(pid)
+    exe = _exe(pid, args)
     name = os.path.basename(exe) or (os.path.basename(args[0]) if args else str(pid))
     return ProcessInfo(upid=upid, pid=pid, ppid=ppid, name=name, cmdline=" ".join(args), exe=exe,
                        uid=uid, start_ts=time.monotonic_ns())
+
+
+def _cmdline_args(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
+
+
+def _exe(pid: int, args: list[str]) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return args[0] if args else ""
+
+
+def _status_field(pid: int, key: str) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _ppid(pid: int) -> int:
+    return _status_field(pid, "PPid")
+
+
+def _uid(pid: int) -> int:
+    return _status_field(pid, "Uid")
