@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Sequence
 
@@ -34,14 +35,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--top", type=int, default=20, metavar="N", help="rows per process (default: 20)")
     p.add_argument("-p", "--pid", type=int, metavar="PID", help="only this process")
+    p.add_argument("--tree", action="store_true",
+                   help="print the call tree (functions merged per path) with totals instead of the table")
+    p.add_argument("--min-percent", type=float, default=1.0, metavar="P",
+                   help="--tree hides subtrees under P%% of the view's total (default: 1)")
+    p.add_argument("--focus", metavar="REGEX", help="count only call stacks with a function matching REGEX")
+    p.add_argument("--ignore", metavar="REGEX", help="leave out call stacks with a function matching REGEX")
 
 
 def main(args: argparse.Namespace) -> int:
     if args.top < 1:
         raise UsageError(f"--top must be at least 1, not {args.top}")
+    focus, ignore = _regex(args.focus, "--focus"), _regex(args.ignore, "--ignore")
     with open_profile(args.file) as profile:
-        reports = build_reports(profile, args.view, args.pid)
-    text = "\n".join(render_report(r, args.top) for r in reports)
+        reports = build_reports(profile, args.view, args.pid, focus=focus, ignore=ignore)
+        if args.tree:
+            text = "\n".join(render_tree(profile, r, focus, ignore, args.min_percent) for r in reports)
+        else:
+            text = "\n".join(render_report(r, args.top) for r in reports)
     if not reports:
         text = f"{args.file}: no processes in this profile\n"
     try:
@@ -55,6 +66,15 @@ def main(args: argparse.Namespace) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
     return 0
+
+
+def _regex(pattern: str | None, flag: str) -> re.Pattern[str] | None:
+    if pattern is None:
+        return None
+    try:
+        return re.compile(pattern)
+    except re.error as e:
+        raise UsageError(f"{flag} {pattern!r}: not a regular expression ({e})") from e
 
 
 def render_report(r: ProcessReport, top: int) -> str:
@@ -111,3 +131,49 @@ def _table(rows: Sequence[FunctionRow], view: str, whole: int) -> list[str]:
         numbers = [c[i].rjust(widths[i]) for i in range(4)]
         out.append("  ".join([*numbers, c[4].ljust(widths[4]), c[5]]).rstrip())
     return out
+
+
+def render_tree(profile: object, r: ProcessReport, focus: re.Pattern[str] | None,
+                ignore: re.Pattern[str] | None, min_percent: float) -> str:
+    """The process header, then its merged call tree: total, share and self per node, indented."""
+    from heapscope.store.reader import Profile, mapping_basename
+    from heapscope.view.report import filter_callsites
+    from heapscope.view.tree import build_tree
+
+    assert isinstance(profile, Profile)
+    head = render_report(r, 1).split("\n\n", 1)[0]
+    if r.ts is None:
+        return head + "\n\n  (no dumps)\n"
+    values = profile.callsite_values(r.process.info.upid, r.ts)
+    if focus is not None or ignore is not None:
+        values = filter_callsites(profile, values, focus, ignore)
+    tree = build_tree(profile, sorted(values))
+    own = tree.self_values(values, r.view)
+    total = tree.cumulative(own)
+    whole = r.view_total
+    floor = abs(whole) * min_percent / 100.0
+    cells = []
+    hidden = 0
+    shown = [False] * len(tree)
+    for i in range(len(tree)):
+        p = tree.parent[i]
+        if total[i] == 0:
+            continue
+        if abs(total[i]) < floor or (p >= 0 and not shown[p]):
+            hidden += p < 0 or shown[p]
+            continue
+        shown[i] = True
+        label = "  " * tree.depth[i] + tree.name[i]
+        cells.append((format_value(r.view, total[i]), format_percent(total[i], whole),
+                      format_value(r.view, own[i]) if own[i] else "", label, mapping_basename(tree.map_name[i])))
+    if not cells:
+        return head + "\n\n  (no allocations in this view)\n"
+    widths = [max(len(c[k]) for c in cells) for k in range(4)]
+    lines = [head, "", "  " + "  ".join(["total".rjust(widths[0]), "%".rjust(widths[1]), "self".rjust(widths[2]),
+                                         "call tree"])]
+    for c in cells:
+        lines.append("  " + "  ".join([c[0].rjust(widths[0]), c[1].rjust(widths[1]), c[2].rjust(widths[2]),
+                                       f"{c[3]}  [{c[4]}]"]))
+    if hidden:
+        lines.append(f"  ({hidden} subtrees under {min_percent:g}% hidden; --min-percent 0 shows all)")
+    return "\n".join(lines) + "\n"

@@ -9,6 +9,7 @@ columns (heapprofd.md §8.3), materialized on demand: `--flamegraph --ts T
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sqlite3
 import sys
 from collections.abc import Sequence
@@ -130,10 +131,8 @@ class Shell:
         self.db: sqlite3.Connection = profile.db  # type: ignore[attr-defined]
 
     def loop(self) -> int:
-        try:
+        with contextlib.suppress(ImportError):
             import readline  # noqa: F401  (line editing and history for input())
-        except ImportError:
-            pass
         interactive = sys.stdin.isatty()
         if interactive:
             print(f"heapscope sql on {self.profile.path}; .help for commands")  # type: ignore[attr-defined]

@@ -19,12 +19,13 @@ name. For one view at one timestamp:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from heapscope.errors import HeapscopeError
 from heapscope.model import VIEWS, CallsiteId, FrameId
 from heapscope.store.reader import Process as StoredProcess
-from heapscope.store.reader import Profile, Stat, mapping_basename
+from heapscope.store.reader import Profile, Stat, ViewValues, mapping_basename
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,8 +51,15 @@ class ProcessReport:
     warnings: list[str] = field(default_factory=list)  # producer flags and data-loss stats
 
 
-def build_reports(profile: Profile, view: str, pid: int | None = None) -> list[ProcessReport]:
-    """One report per process of the profile (only those with `pid` when given)."""
+def build_reports(
+    profile: Profile, view: str, pid: int | None = None,
+    focus: re.Pattern[str] | None = None, ignore: re.Pattern[str] | None = None,
+) -> list[ProcessReport]:
+    """One report per process of the profile (only those with `pid` when given).
+
+    With `focus`, only callsites with a matching function on their path count;
+    with `ignore`, callsites with a matching function on their path do not.
+    """
     if view not in VIEWS:
         raise HeapscopeError(f"unknown view {view!r} (one of: {', '.join(VIEWS)})")
     processes = profile.processes()
@@ -61,11 +69,12 @@ def build_reports(profile: Profile, view: str, pid: int | None = None) -> list[P
             present = ", ".join(str(p) for p in sorted({p.info.pid for p in processes})) or "none"
             raise HeapscopeError(f"{profile.path}: no process with pid {pid} (pids present: {present})")
         processes = chosen
-    return [build_process_report(profile, p, view) for p in processes]
+    return [build_process_report(profile, p, view, focus=focus, ignore=ignore) for p in processes]
 
 
 def build_process_report(
-    profile: Profile, process: StoredProcess, view: str, ts: int | None = None
+    profile: Profile, process: StoredProcess, view: str, ts: int | None = None,
+    focus: re.Pattern[str] | None = None, ignore: re.Pattern[str] | None = None,
 ) -> ProcessReport:
     """The report of one process at `ts` (default: its last dump)."""
     upid = process.info.upid
@@ -73,6 +82,8 @@ def build_process_report(
     if ts is None and dumps:
         ts = max(d.ts_end for d in dumps)
     values = profile.callsite_values(upid, ts) if ts is not None else {}
+    if focus is not None or ignore is not None:
+        values = filter_callsites(profile, values, focus, ignore)
     leaf_values = {cs: v.get(view) for cs, v in values.items()}
     rows = function_rows(profile, leaf_values)
     return ProcessReport(
@@ -84,6 +95,18 @@ def build_process_report(
         rows=rows,
         warnings=process_warnings(process, profile.stats(upid)),
     )
+
+
+def filter_callsites(
+    profile: Profile, values: dict[CallsiteId, ViewValues],
+    focus: re.Pattern[str] | None, ignore: re.Pattern[str] | None,
+) -> dict[CallsiteId, ViewValues]:
+    """The callsites whose path passes `focus` (a function matches) and `ignore` (none matches)."""
+    from heapscope.view.tree import build_tree, path_filter
+
+    tree = build_tree(profile, sorted(values))
+    ok = path_filter(tree, focus, ignore)
+    return {cs: v for cs, v in values.items() if ok[tree.node_of[cs]]}
 
 
 def function_rows(profile: Profile, leaf_values: dict[CallsiteId, int]) -> list[FunctionRow]:
