@@ -16,8 +16,10 @@ HELP = "compare two profiles (or two dumps of one): growth per call path, text a
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("before", metavar="BEFORE", help="profile database (the baseline)")
     p.add_argument("after", metavar="AFTER", nargs="?", help="profile database (default: BEFORE, with --dump-a/-b)")
-    p.add_argument("--dump-a", type=int, metavar="N", help="dump of BEFORE, 1-based, negative from the end (default: last)")
-    p.add_argument("--dump-b", type=int, metavar="M", help="dump of AFTER, 1-based, negative from the end (default: last)")
+    p.add_argument("--dump-a", type=int, metavar="N",
+                   help="dump of BEFORE, 1-based, negative from the end (default: last)")
+    p.add_argument("--dump-b", type=int, metavar="M",
+                   help="dump of AFTER, 1-based, negative from the end (default: last)")
     p.add_argument("-p", "--pid", type=int, metavar="PID",
                    help="compare this process (default: the first with a dump; in both files)")
     p.add_argument("--view", choices=VIEWS, default="space", help="what to compare (default: space)")
