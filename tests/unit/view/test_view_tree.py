@@ -1,0 +1,70 @@
+"""view.tree: the merged tree and experimental_flamegraph rows on the known profile
+(tests/unit/conftest.py). At ts 2000, upid 1, the merged tree in preorder is
+
+    id  node                       own space  own alloc_space
+    0   main                              0        0
+    1     emit                            0        0
+    2       malloc (site B)               0       30
+    3     parse                           0        0
+    4       malloc (site D)             300      300
+    5       parse (site E)               16       16
+    6         malloc (site A)           110      150
+    7     prog+0x1a2b (site C)            8        8
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from heapscope.store.reader import open_profile
+from heapscope.view.tree import COLUMNS, build_tree, experimental_flamegraph, path_filter
+
+NAMES = ["main", "emit", "malloc", "parse", "malloc", "parse", "malloc", "prog+0x1a2b"]
+
+
+def test_columns_are_those_of_perfetto() -> None:
+    assert COLUMNS == (
+        "id", "ts", "upid", "profile_type", "focus_str", "depth", "name", "map_name", "count",
+        "cumulative_count", "size", "cumulative_size", "alloc_count", "cumulative_alloc_count", "alloc_size",
+        "cumulative_alloc_size", "parent_id", "source_file", "line_number")
+
+
+def test_rows_merge_by_function_and_mapping(known_profile: Path) -> None:
+    with open_profile(known_profile) as prof:
+        rows = experimental_flamegraph(prof, 2000, 1)
+    assert [r.name for r in rows] == NAMES
+    assert [r.parent_id for r in rows] == [None, 0, 1, 0, 3, 3, 5, 0]
+    assert [r.depth for r in rows] == [0, 1, 2, 1, 2, 2, 3, 1]
+    assert [r.size for r in rows] == [0, 0, 0, 0, 300, 16, 110, 8]
+    assert [r.cumulative_size for r in rows] == [434, 0, 0, 426, 300, 126, 110, 8]
+    assert [r.cumulative_alloc_size for r in rows] == [504, 30, 30, 466, 300, 166, 150, 8]
+    assert [r.cumulative_count for r in rows] == [7, 0, 0, 6, 3, 3, 2, 1]
+    assert [r.cumulative_alloc_count for r in rows] == [9, 1, 1, 7, 3, 4, 3, 1]
+    assert rows[2].map_name.endswith("libc.so.6") and rows[0].map_name == "/usr/bin/prog"
+    assert {(r.ts, r.upid, r.profile_type, r.focus_str) for r in rows} == {(2000, 1, "native", None)}
+
+
+def test_earlier_dump(known_profile: Path) -> None:
+    with open_profile(known_profile) as prof:
+        rows = experimental_flamegraph(prof, 1000, 1)
+    assert rows[0].cumulative_size == 138 and rows[0].cumulative_alloc_size == 138
+
+
+def test_focus_keeps_matches_ancestors_and_descendants(known_profile: Path) -> None:
+    with open_profile(known_profile) as prof:
+        rows = experimental_flamegraph(prof, 2000, 1, focus_str="EMIT")
+    assert [(r.id, r.name, r.alloc_size, r.cumulative_alloc_size) for r in rows] == [
+        (0, "main", 0, 30), (1, "emit", 0, 30), (2, "malloc", 30, 30)]
+    with open_profile(known_profile) as prof:
+        rows = experimental_flamegraph(prof, 2000, 1, focus_str="pars")
+    # parse and everything below it; main only as the path to it (no self value of its own)
+    assert [r.id for r in rows] == [0, 3, 4, 5, 6]
+    assert rows[0].cumulative_size == 426
+
+
+def test_path_filter(known_profile: Path) -> None:
+    with open_profile(known_profile) as prof:
+        tree = build_tree(prof, sorted(prof.callsite_values(1, 2000)))
+    assert path_filter(tree, re.compile("emit"), None) == [False, True, True, False, False, False, False, False]
+    assert path_filter(tree, None, re.compile("^parse$")) == [True, True, True, False, False, False, False, True]
