@@ -130,10 +130,7 @@ class Frames:
         got = self._chains.get(fid)
         if got is None:
             lines = self.symbols.get(fid)
-            if lines and all(s.name for s in lines):
-                got = tuple(reversed(lines))
-            else:
-                got = (SymLine(self.name(fid), "", 0),)
+            got = tuple(reversed(lines)) if lines and all(s.name for s in lines) else (SymLine(self.name(fid), "", 0),)
             self._chains[fid] = got
         return got
 

