@@ -1,0 +1,300 @@
+"""The views people look at, on real recordings: flamegraph HTML (in headless
+chromium), diff, leaks, sql --flamegraph and report --tree/--focus/--ignore.
+
+growth.c's ground truth (its header) gives the expected growth between
+`growth 2` and `growth 6` and the leaks of each run; tiny.c's gives the totals.
+Browser checks drive Debian's chromium through playwright-core installed in
+tests/.node (see .ci/run) and skip, saying why, when either is missing.
+Screenshots land in the test's tmp_path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from hs_integration import HEAPSCOPE, Programs, Recorder, run_process
+
+from heapscope.model import VIEWS, Frame, Mapping, MappingId, ProcessFlags, ProcessInfo, Upid
+from heapscope.store.reader import open_profile
+from heapscope.store.writer import ProfileWriter
+from heapscope.view.diff import changes, dump_ts, pick_process, read_side
+from heapscope.view.leaks import find_leaks
+from heapscope.view.report import build_reports
+
+pytestmark = pytest.mark.timeout(180)
+
+NODE_DIR = Path(__file__).resolve().parents[1] / ".node"
+DRIVER = Path(__file__).resolve().parent / "browser" / "drive.cjs"
+CHROMIUM = os.environ.get("HS_CHROMIUM", "/usr/bin/chromium")
+
+
+def heapscope(*args: object, timeout: float = 120) -> str:
+    run = run_process([*HEAPSCOPE, *(str(a) for a in args)], timeout=timeout)
+    assert run.returncode == 0, run.describe()
+    return run.stdout.decode()
+
+
+def browser(tmp_path: Path, page: Path, steps: list[dict], timeout_ms: int = 20000) -> dict:
+    """Run steps on `page` in headless chromium; fail on any console error or network request."""
+    missing = [what for what, ok in (
+        (CHROMIUM, Path(CHROMIUM).exists()), ("node", shutil.which("node") is not None),
+        (str(NODE_DIR / "node_modules" / "playwright-core"), (NODE_DIR / "node_modules" / "playwright-core").exists()),
+    ) if not ok]
+    if missing:
+        pytest.skip(f"browser test needs {', '.join(missing)} (apt-get install chromium nodejs npm;"
+                    f" npm install --prefix tests/.node playwright-core)")
+    plan = tmp_path / f"plan-{page.stem}.json"
+    plan.write_text(json.dumps({"page": str(page.resolve()), "steps": steps, "timeoutMs": timeout_ms}))
+    env = {**os.environ, "HS_NODE_DIR": str(NODE_DIR), "HS_CHROMIUM": CHROMIUM}
+    proc = subprocess.run(["node", str(DRIVER), str(plan)], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["errors"] == [], out["errors"]
+    assert out["requests"] == [], f"the page asked the network for {out['requests']}"
+    return out
+
+
+def recorded(record: Recorder, programs: Programs, name: str, *args: str) -> Path:
+    rec = record([programs.path(name), *args])
+    assert rec.returncode == 0, rec.describe()
+    return rec.db
+
+
+def write_multi_dump_profile(path: Path) -> list[int]:
+    """A profile of one process with 4 dumps whose unreleased bytes rise and fall; returns them."""
+    w = ProfileWriter(path)
+    w.set_metadata("command", "synthetic")
+    w.add_mappings([(1, Mapping("aa", 0, 0, 0x1000, 0x9000, 0, "/usr/bin/server"))])
+    w.add_frames([(1, Frame(MappingId(1), 0x10, "main")), (2, Frame(MappingId(1), 0x20, "handle_request")),
+                  (3, Frame(MappingId(1), 0x30, "cache_put"))])
+    w.add_callsites([(1, 0, None, 1), (2, 1, 1, 2), (3, 2, 2, 3)])
+    p = ProcessInfo(Upid(1), pid=42, ppid=1, name="server", cmdline="server", exe="/usr/bin/server", uid=0,
+                    start_ts=0)
+    w.add_process(p)
+    w.set_process_flags(p, ProcessFlags(unwinder="libunwind", sampling_interval_bytes=1,
+                                        orig_sampling_interval_bytes=1))
+    w.add_dump(1, 0, 1_000_000_000, "periodic", [(2, 10, 1000), (3, 5, 5000)], "libc.malloc")
+    w.add_dump(1, 1_000_000_000, 2_000_000_000, "periodic", [(3, 5, 5000)], "libc.malloc")
+    w.add_dump(1, 2_000_000_000, 3_000_000_000, "periodic", [(3, -8, -8000)], "libc.malloc")
+    w.add_dump(1, 3_000_000_000, 4_000_000_000, "exit", [(2, 1, 24000)], "libc.malloc")
+    w.commit()
+    w.close()
+    return [6000, 11000, 3000, 27000]
+
+
+def write_big_profile(path: Path, callsites: int = 200_000, seed: int = 7) -> None:
+    """A profile with `callsites` distinct callsites (a random tree over 4,000 functions
+    in three libraries), every leaf allocating, two dumps."""
+    rng = random.Random(seed)
+    w = ProfileWriter(path)
+    libs = ["/usr/bin/bigapp", "/usr/lib/libengine.so", "/usr/lib/x86_64-linux-gnu/libc.so.6"]
+    w.add_mappings([(i + 1, Mapping(f"{i:02x}", 0, 0, 0x1000 * (i + 1), 0x1000 * (i + 2), 0, lib))
+                    for i, lib in enumerate(libs)])
+    nfun = 4000
+    w.add_frames([(f + 1, Frame(MappingId(1 + f % 3), 0x100 + f * 16,
+                                f"ns{f % 37}::Component{f % 113}::method_{f}")) for f in range(nfun)])
+    rows = [(1, 0, None, 1)]
+    depth = {1: 0}
+    for cs in range(2, callsites + 1):
+        parent = max(1, cs - 1 - int(rng.expovariate(1 / 40))) if rng.random() < 0.9 else rng.randint(1, cs - 1)
+        depth[cs] = depth[parent] + 1
+        rows.append((cs, depth[cs], parent, rng.randint(1, nfun)))
+    w.add_callsites(rows)
+    p = ProcessInfo(Upid(1), pid=7, ppid=1, name="bigapp", cmdline="bigapp", exe=libs[0], uid=0, start_ts=0)
+    w.add_process(p)
+    first = [(cs, rng.randint(1, 50), rng.randint(16, 50_000)) for cs in range(1, callsites + 1)]
+    w.add_dump(1, 0, 1_000_000_000, "periodic", first, "libc.malloc")
+    w.add_dump(1, 1_000_000_000, 2_000_000_000, "exit",
+               [(cs, -1, -min(size, 16)) for cs, _, size in first[::3]], "libc.malloc")
+    w.commit()
+    w.close()
+
+
+# --- leaks, diff, sql, report --------------------------------------------------------------
+
+
+def test_leaks_of_a_program_with_known_leaks(record: Recorder, programs: Programs) -> None:
+    db = recorded(record, programs, "growth", "3")
+    with open_profile(db) as prof:
+        [pl] = find_leaks(prof)
+    got = [(leak.stack[0].function, leak.bytes, leak.objects) for leak in pl.leaks]
+    # GIVEN growth 3 keeps shrink_pool 5 x 2000, steady 10 x 500, grow_cache 3 x 1000 and frees temp_work
+    assert got == [("shrink_pool", 10000, 5), ("steady", 5000, 10), ("grow_cache", 3000, 3)]
+    assert all(leak.stack[1].function == "main" for leak in pl.leaks)
+    assert pl.reason == "exit"
+    out = heapscope("leaks", db)
+    assert "temp_work" not in out
+    assert out.index("shrink_pool") < out.index("steady") < out.index("grow_cache")
+    assert "17.6 KiB in 18 allocations never freed" in out
+
+
+def test_leaks_none_when_everything_is_freed(record: Recorder, programs: Programs) -> None:
+    db = recorded(record, programs, "growth", "8")  # shrink_pool empty; but cache and steady kept
+    with open_profile(db) as prof:
+        [pl] = find_leaks(prof)
+    assert {leak.stack[0].function for leak in pl.leaks} == {"grow_cache", "steady"}
+
+
+def test_diff_of_two_runs(record: Recorder, programs: Programs, tmp_path: Path) -> None:
+    before = recorded(record, programs, "growth", "2")
+    after = recorded(record, programs, "growth", "6")
+    sides = []
+    for db in (before, after):
+        with open_profile(db) as prof:
+            proc = pick_process(prof, None)
+            ts, label = dump_ts(prof, proc, None)
+            sides.append(read_side(prof, proc, ts, label))
+    by_leaf = {c.path[-1][0]: (c.before, c.after) for c in changes(*sides, "space")}
+    assert by_leaf == {"grow_cache": (2000, 6000), "shrink_pool": (12000, 4000)}
+    by_leaf = {c.path[-1][0]: c.delta for c in changes(*sides, "alloc_objects")}
+    assert by_leaf == {"grow_cache": 4, "shrink_pool": -4, "temp_work": 4}
+
+    html = tmp_path / "diff.html"
+    out = heapscope("diff", before, after, "-o", html)
+    growths, shrinks = out.split("largest shrinks:")
+    assert "+3.9 KiB" in growths and "grow_cache" in growths and "shrink_pool" not in growths
+    assert "-7.8 KiB" in shrinks and "shrink_pool" in shrinks
+    assert "steady" not in out
+    res = browser(tmp_path, html, [
+        {"do": "eval", "js": "[window.heapscope.dumpCount(), window.heapscope.rootTotal('space')]"},
+        {"do": "hoverFrame", "name": "grow_cache"},
+        {"do": "eval", "js": "document.getElementById('tip').innerText"},
+        {"do": "screenshot", "path": str(tmp_path / "diff.png")},
+    ])
+    assert res["results"][0] == [2, 5000 + 6000 + 4000]
+    assert "+3.9 KiB" in res["results"][2]
+
+
+def test_diff_of_two_dumps_of_one_profile(tmp_path: Path) -> None:
+    db = tmp_path / "multi.db"
+    write_multi_dump_profile(db)
+    out = heapscope("diff", db, "--dump-a", "2", "--dump-b", "-1")
+    assert "space: 10.7 KiB (dump 2/4) -> 26.4 KiB (dump 4/4), +15.6 KiB" in out
+    assert "handle_request" in out.split("largest shrinks:")[0]
+    assert "cache_put" in out.split("largest shrinks:")[1]
+
+
+def test_sql_flamegraph_and_shell(record: Recorder, programs: Programs) -> None:
+    db = recorded(record, programs, "tiny")
+    out = heapscope("sql", db, "--flamegraph",
+                    "SELECT name, cumulative_size, cumulative_alloc_count FROM experimental_flamegraph"
+                    " WHERE name IN ('main', 'tiny_half', 'tiny_free') ORDER BY name")
+    rows = [line.split() for line in out.splitlines()[2:-1]]
+    assert rows == [["main", "115000", "35"], ["tiny_free", "0", "20"], ["tiny_half", "5000", "4"]]
+    header = heapscope("sql", db, "--flamegraph", "--focus", "KEEP").splitlines()[0].split()
+    assert header[:6] == ["id", "ts", "upid", "profile_type", "focus_str", "depth"]
+    assert header[-3:] == ["parent_id", "source_file", "line_number"]
+    run = run_process([*HEAPSCOPE, "sql", str(db)], input=(
+        b".tables\nSELECT COUNT(*)\n  FROM process;\n.flamegraph\n"
+        b"SELECT name FROM experimental_flamegraph WHERE size = 100000;\n.quit\nSELECT 'not reached';\n"))
+    text = run.stdout.decode()
+    assert run.returncode == 0, run.describe()
+    assert "heap_profile_allocation" in text and "stack_profile_callsite" in text
+    assert "tiny_big" in text and "not reached" not in text
+
+
+def test_report_tree_focus_ignore(record: Recorder, programs: Programs) -> None:
+    db = recorded(record, programs, "tiny")
+    tree = heapscope("report", db, "--tree", "--min-percent", "0")
+    lines = [line for line in tree.splitlines() if "[" in line]
+    main = next(line for line in lines if line.split()[-2] == "main")
+    big = next(line for line in lines if line.split()[-2] == "tiny_big")
+    assert main.startswith("  112.3 KiB") and big.index("tiny_big") > main.index("main")
+    with open_profile(db) as prof:
+        import re
+
+        [r] = build_reports(prof, "space", focus=re.compile("tiny_(keep|half)"))
+        assert r.view_total == 15000
+        [r] = build_reports(prof, "alloc_objects", ignore=re.compile("^tiny_big$"))
+        assert r.view_total == 34
+    out = heapscope("report", db, "--ignore", "tiny_big")
+    assert "14.6 KiB at the last" in out
+
+
+# --- flamegraph HTML in a browser ------------------------------------------------------------
+
+
+def test_flamegraph_page_of_a_real_profile(record: Recorder, programs: Programs, tmp_path: Path) -> None:
+    db = recorded(record, programs, "tiny")
+    html = tmp_path / "tiny.html"
+    heapscope("flamegraph", db, "-o", html)
+    text = html.read_text()
+    assert "<script src" not in text and "http://" not in text and "https://" not in text
+    with open_profile(db) as prof:
+        expected = {v: build_reports(prof, v)[0].view_total for v in VIEWS}
+    totals_js = "Object.fromEntries(['space','alloc_space','objects','alloc_objects']" \
+                ".map(v => [v, window.heapscope.rootTotal(v)]))"
+    res = browser(tmp_path, html, [
+        {"do": "eval", "js": totals_js},
+        {"do": "screenshot", "path": str(tmp_path / "flame.png")},
+        {"do": "type", "selector": "#search", "text": "tiny_ke"},
+        {"do": "waitFor", "js": "window.heapscope.matchText() !== ''"},
+        {"do": "eval", "js": "window.heapscope.matchText()"},
+        {"do": "screenshot", "path": str(tmp_path / "search.png")},
+        {"do": "type", "selector": "#search", "text": ""},
+        {"do": "clickFrame", "name": "tiny_half"},
+        {"do": "eval", "js": "[window.heapscope.zoomName(), document.getElementById('crumbs').innerText]"},
+        {"do": "click", "selector": "#views button[data-view='alloc_objects']"},
+        {"do": "click", "selector": "#layout button[data-layout='icicle']"},
+        {"do": "click", "selector": "#reset"},
+        {"do": "hoverFrame", "name": "tiny_keep"},
+        {"do": "eval", "js": "document.getElementById('tip').innerText"},
+        {"do": "screenshot", "path": str(tmp_path / "icicle.png")},
+        {"do": "eval", "js": "document.querySelectorAll('#tl circle').length"},
+    ])
+    r = res["results"]
+    assert r[0] == expected
+    assert r[4] == "1 frames match · 9.8 KiB (8.7% of all)"
+    assert r[8][0] == "tiny_half" and r[8][1].split("›")[-1].strip() == "tiny_half"
+    tip = r[13]
+    assert "tiny_keep" in tip and "tiny.c:" in tip and "total" in tip and "10 (" in tip
+    assert r[15] == 1  # one dump: one point
+
+
+def test_flamegraph_timeline_selects_a_dump(tmp_path: Path) -> None:
+    db = tmp_path / "multi.db"
+    unreleased = write_multi_dump_profile(db)
+    html = tmp_path / "multi.html"
+    heapscope("flamegraph", db, "-o", html)
+    res = browser(tmp_path, html, [
+        {"do": "eval", "js": "document.querySelectorAll('#tl circle.pt').length"},
+        {"do": "eval", "js": "window.heapscope.data().processes[0].dumps.map(d => d.totals.space)"},
+        {"do": "click", "selector": "#tl circle[data-dump='1']"},
+        {"do": "eval", "js": "[window.heapscope.state.dump, window.heapscope.rootTotal('space')]"},
+        {"do": "screenshot", "path": str(tmp_path / "timeline.png")},
+    ])
+    assert res["results"][0] == 4
+    assert res["results"][1] == unreleased
+    assert res["results"][3] == [1, unreleased[1]]
+
+
+def test_flamegraph_of_200k_callsites_is_small_and_fast(tmp_path: Path) -> None:
+    db = tmp_path / "big.db"
+    write_big_profile(db)
+    html = tmp_path / "big.html"
+    t0 = time.monotonic()
+    heapscope("flamegraph", db, "-o", html)
+    write_s = time.monotonic() - t0
+    size = html.stat().st_size
+    res = browser(tmp_path, html, [
+        {"do": "eval", "js": "[window.heapscope.loadMs, window.heapscope.data().processes[0].depth.length]"},
+        {"do": "eval", "js": "(() => { const t = performance.now();"
+                             " document.querySelector(\"#views button[data-view='alloc_space']\").click();"
+                             " return performance.now() - t; })()"},
+        {"do": "screenshot", "path": str(tmp_path / "big.png")},
+    ])
+    load_ms, nodes = res["results"][0]
+    print(f"200k callsites: html {size / 1e6:.2f} MB, written in {write_s:.1f} s, page ready in"
+          f" {res['readyMs']} ms (data decoded and drawn in {load_ms:.0f} ms), {nodes} nodes,"
+          f" view switch {res['results'][1]:.0f} ms")
+    assert nodes > 150_000  # little merging: the random tree rarely repeats a (parent, function) pair
+    assert res["readyMs"] < 3000
+    assert res["results"][1] < 1000
+    assert size < 8_000_000
