@@ -30,7 +30,8 @@ from heapscope.view.report import build_reports
 
 pytestmark = pytest.mark.timeout(180)
 
-NODE_DIR = Path(__file__).resolve().parents[1] / ".node"
+NODE_MODULES = Path(os.environ.get("HEAPSCOPE_NODE_MODULES")
+                    or Path(__file__).resolve().parents[1] / ".node" / "node_modules")
 DRIVER = Path(__file__).resolve().parent / "browser" / "drive.cjs"
 CHROMIUM = os.environ.get("HS_CHROMIUM", "/usr/bin/chromium")
 
@@ -45,14 +46,14 @@ def browser(tmp_path: Path, page: Path, steps: list[dict], timeout_ms: int = 200
     """Run steps on `page` in headless chromium; fail on any console error or network request."""
     missing = [what for what, ok in (
         (CHROMIUM, Path(CHROMIUM).exists()), ("node", shutil.which("node") is not None),
-        (str(NODE_DIR / "node_modules" / "playwright-core"), (NODE_DIR / "node_modules" / "playwright-core").exists()),
+        (str(NODE_MODULES / "playwright-core"), (NODE_MODULES / "playwright-core").exists()),
     ) if not ok]
     if missing:
         pytest.skip(f"browser test needs {', '.join(missing)} (apt-get install chromium nodejs npm;"
                     f" npm install --prefix tests/.node playwright-core)")
     plan = tmp_path / f"plan-{page.stem}.json"
     plan.write_text(json.dumps({"page": str(page.resolve()), "steps": steps, "timeoutMs": timeout_ms}))
-    env = {**os.environ, "HS_NODE_DIR": str(NODE_DIR), "HS_CHROMIUM": CHROMIUM}
+    env = {**os.environ, "HS_NODE_MODULES": str(NODE_MODULES), "HS_CHROMIUM": CHROMIUM}
     proc = subprocess.run(["node", str(DRIVER), str(plan)], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)

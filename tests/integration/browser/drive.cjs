@@ -8,11 +8,11 @@
 //                  {"do": "screenshot", "path": "..."}]}
 // Result: {"errors": [console errors and page errors], "requests": [non-file URLs asked for],
 //          "readyMs": wall time from navigation to body[data-ready], "results": [one per step]}
-// playwright-core is found through HS_NODE_DIR (tests/.node); no browser is downloaded.
+// playwright-core is found in HS_NODE_MODULES (tests/.node/node_modules); no browser is downloaded.
 "use strict";
 const fs = require("fs");
 const path = require("path");
-const { chromium } = require(path.join(process.env.HS_NODE_DIR, "node_modules", "playwright-core"));
+const { chromium } = require(path.join(process.env.HS_NODE_MODULES, "playwright-core"));
 
 async function main() {
   const plan = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
