@@ -2,6 +2,10 @@
 
     report.py  top functions per process: self and total for each view
     units.py   human-readable bytes, counts and percentages
+    tree.py    the merged call tree (experimental_flamegraph's rule, focus, path filters)
+    flamegraph.py  the self-contained HTML page (templates/: page, hand-written JS and CSS)
+    diff.py    growth per call path between two snapshots, matched by function and library
+    leaks.py   call stacks never freed by a process's final dump
 
 May import: heapscope.store, heapscope.model, heapscope.errors.
 """
