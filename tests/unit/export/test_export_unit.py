@@ -1,0 +1,131 @@
+"""Exporters on small profiles written with the real ProfileWriter, decoded field by field."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+
+import pytest
+from export_support import check_chrome_trace, decode, packed_ints
+
+from heapscope.errors import UsageError
+from heapscope.export import FORMATS, export
+from heapscope.export import _proto as pb
+from heapscope.export.chrome_json import _desample
+from heapscope.model import CallsiteId, Frame, Mapping, ProcessFlags, ProcessInfo, Upid
+from heapscope.store.reader import open_profile
+from heapscope.store.writer import ProfileWriter
+
+START, OFFSET, BIAS = 0x555555554000, 0x1000, 0x0
+
+
+@pytest.fixture
+def db(tmp_path):
+    path = tmp_path / "p.db"
+    w = ProfileWriter(path)
+    w.set_metadata("interval", 4096)
+    info = ProcessInfo(upid=Upid(1), pid=77, ppid=1, name="demo", cmdline="/bin/demo -x", exe="/bin/demo",
+                       uid=0, start_ts=1000)
+    w.add_process(info)
+    w.set_process_flags(info, ProcessFlags(sampling_interval_bytes=4096, orig_sampling_interval_bytes=4096))
+    w.add_mappings([(1, Mapping("ab" * 20, OFFSET, 0, START, START + 0x2000, BIAS, "/bin/demo"))])
+    w.add_frames([(1, Frame(1, 0x1100, "main")), (2, Frame(1, 0x1200, "parse")), (3, Frame(1, 0x1300, ""))])
+    w.db.execute("UPDATE stack_profile_frame SET symbol_set_id = 9 WHERE id = 2")
+    w.db.executemany("INSERT INTO stack_profile_symbol (id, symbol_set_id, name, source_file, line_number,"
+                     " inlined) VALUES (?, 9, ?, 'demo.c', ?, ?)", [(1, "helper", 7, 1), (2, "parse", 8, 0)])
+    w.add_callsites([(1, 0, None, 1), (2, 1, 1, 2), (3, 2, 2, 3), (4, 1, 1, 3)])
+    w.add_dump(1, 1000, 2000, "periodic", [(3, 4, 16384), (4, 1, 65536), (3, -1, -4096)], "libc.malloc")
+    w.add_dump(1, 2000, 3000, "end", [(3, 2, 8192)], "libc.malloc")
+    w.close()
+    return path
+
+
+def run_export(db, fmt, **kw) -> bytes:
+    buf = io.BytesIO()
+    with open_profile(db) as p:
+        export(fmt, p, buf, **kw)
+    return buf.getvalue()
+
+
+def test_varints():
+    assert pb.varint(0) == b"\x00" and pb.varint(300) == b"\xac\x02"
+    assert pb.varint(-1) == b"\xff" * 9 + b"\x01"
+    assert decode(pb.uint(3, 300) + pb.string(6, "x")) == [(3, 300), (6, b"x")]
+    assert packed_ints(b"".join(pb.varint(v) for v in (1, 300, 5))) == [1, 300, 5]
+
+
+def test_pprof_fields(db):
+    msg = decode(gzip.decompress(run_export(db, "pprof", view="alloc_space")))
+    strings = [v.decode() for f, v in msg if f == 6]
+    assert strings[0] == ""
+    types = [[strings[x] for _, x in decode(v)] for f, v in msg if f == 1]
+    assert types == [["alloc_objects", "count"], ["alloc_space", "bytes"], ["inuse_objects", "count"],
+                     ["inuse_space", "bytes"]]
+    assert strings[dict((f, v) for f, v in msg if f in (12, 14))[14]] == "alloc_space"
+    assert dict((f, v) for f, v in msg if f == 12)[12] == 4096
+    locs = {dict(decode(v))[1]: decode(v) for f, v in msg if f == 4}
+    funcs = {dict(decode(v))[1]: dict(decode(v)) for f, v in msg if f == 5}
+    (mapping,) = [dict(decode(v)) for f, v in msg if f == 3]
+    assert strings[mapping[6]] == "ab" * 20 and strings[mapping[5]] == "/bin/demo"
+    samples = [dict((f, packed_ints(v)) for f, v in decode(s)) for f, s in msg if f == 2]
+    by_leaf = {}
+    for s in samples:
+        assert len(s[2]) == 4
+        by_leaf[tuple(s[1])] = s[2]
+    assert sorted(v[1] for v in by_leaf.values()) == [16384 + 8192, 65536]
+    for ids in by_leaf:
+        for lid in ids:
+            fields = dict(locs[lid])
+            rel_pc = fields[3] - (START - OFFSET - BIAS)
+            assert rel_pc in (0x1100, 0x1200, 0x1300)
+            lines = [dict(decode(v)) for f, v in locs[lid] if f == 4]
+            names = [strings[funcs[ln[1]][2]] for ln in lines]
+            assert names == {0x1100: ["main"], 0x1200: ["helper", "parse"], 0x1300: []}[rel_pc]
+
+
+def test_perfetto_packets(db):
+    packets = [decode(v) for f, v in decode(run_export(db, "perfetto"))]
+    assert dict(packets[0]).get(6), "first packet is the clock snapshot"
+    clocks = [dict(decode(v)) for f, v in decode(dict(packets[0])[6]) if f == 1]
+    assert {c[1] for c in clocks} >= {4, 6} and len({c[2] for c in clocks}) == 1
+    interned = [dict(p) for p in packets if 12 in dict(p)]
+    assert interned[0][13] == 1 and interned[0][41] == 1 and all(p[10] == 1 for p in interned)
+    profiles = [dict(decode(dict(p)[37])) for p in packets if 37 in dict(p)]
+    assert [p[7] for p in profiles] == [0, 1]
+    totals = []
+    for p in profiles:
+        heap = decode(p[5])
+        samples = {dict(decode(v))[1]: dict(decode(v)) for f, v in heap if f == 2}
+        totals.append({cs: (s[2], s[3], s[5], s[6]) for cs, s in samples.items()})
+    assert totals[0][3] == (16384, 4096, 4, 1) and totals[1][3] == (24576, 4096, 6, 1)
+    assert totals[1][4] == (65536, 0, 1, 0)
+
+
+def test_collapsed_speedscope_chrome(db):
+    lines = run_export(db, "collapsed", view="space").decode().splitlines()
+    assert sorted(lines) == ["main;demo+0x1300 65536",
+                             "main;parse;helper;demo+0x1300 20480"]
+    doc = json.loads(run_export(db, "speedscope", view="objects"))
+    assert doc["activeProfileIndex"] == 2 and doc["profiles"][2]["unit"] == "none"
+    assert sum(doc["profiles"][0]["weights"]) == 65536 + 20480
+    chrome = json.loads(run_export(db, "chrome-json", view="alloc_space"))
+    assert check_chrome_trace(chrome) == []
+    dumps = [e for e in chrome["traceEvents"] if e.get("ph") == "v"]
+    assert len(dumps) == 2 and [d["id"] for d in dumps] == ["1", "2"]
+    assert int(dumps[1]["args"]["dumps"]["allocators"]["malloc"]["attrs"]["size"]["value"], 16) == 65536 + 24576
+
+
+def test_desampling_follows_the_seed():
+    out = _desample({(CallsiteId(1), 64): 3, (CallsiteId(1), 8192): 2, (CallsiteId(2), 0): 1}, 4096)
+    assert out[CallsiteId(1)] == (3 * 64 + 2, 3 * 4096 + 2 * 8192)
+    assert out[CallsiteId(2)] == (1, 0)
+
+
+def test_dump_and_pid_selection(db):
+    assert run_export(db, "collapsed", view="space", dump=1).decode().count("\n") == 2
+    with pytest.raises(UsageError, match="--dump 3"):
+        run_export(db, "collapsed", dump=3)
+    with pytest.raises(Exception, match="no process with pid 5"):
+        run_export(db, "pprof", pid=5)
+    assert set(FORMATS) == {"pprof", "perfetto", "chrome-json", "speedscope", "collapsed"}
