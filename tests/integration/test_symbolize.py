@@ -4,6 +4,7 @@ included), and `heapscope symbolize` does the same later for a profile recorded 
 
 from __future__ import annotations
 
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -150,3 +151,20 @@ def test_symbolize_refuses_a_bad_profile(tmp_path: Path) -> None:
     assert run.stderr.decode().strip() == f"heapscope: error: {bad}: not a heapscope profile (not an SQLite database)"
     usage = run_process([*HEAPSCOPE, "symbolize", str(bad), "--index"], timeout=60)
     assert usage.returncode == 2 and b"--index needs --binary-path" in usage.stderr, usage.describe()
+
+
+def test_symbolize_without_llvm_symbolizer_says_so_and_names_from_symtab(record: Recorder, tmp_path: Path) -> None:
+    # GIVEN a --no-symbolize record of a program with symbols, and llvm-symbolizer disabled
+    prog = _compile(tmp_path / "full" / "prog")
+    rec = record([prog], extra=["--no-symbolize"])
+    assert rec.returncode == 0, rec.describe()
+    env = {**os.environ, "HEAPSCOPE_LLVM_SYMBOLIZER": "none"}
+    # WHEN symbolized
+    run = run_process([*HEAPSCOPE, "symbolize", str(rec.db)], timeout=120, env=env)
+    # THEN it says so once, names frames from the symbol tables, and writes no symbol rows
+    assert run.returncode == 0, run.describe()
+    assert run.stderr.decode().count("llvm-symbolizer not found") == 1, run.describe()
+    with sqlite3.connect(rec.db) as db:
+        names = {n for (n,) in db.execute("SELECT name FROM stack_profile_frame")}
+        assert db.execute("SELECT COUNT(*) FROM stack_profile_symbol").fetchone()[0] == 0
+    assert {"main", "app::outer_fn(unsigned long)"} <= names
