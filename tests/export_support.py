@@ -9,7 +9,9 @@ import shutil
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-VALIDATORS = Path(os.environ.get("HEAPSCOPE_VALIDATORS", "/work/shared/validators"))
+# The project's shared/ folder sits beside the checkout (on CI too).
+VALIDATORS = Path(os.environ.get("HEAPSCOPE_VALIDATORS",
+                                 Path(__file__).resolve().parents[2] / "shared" / "validators"))
 NODE_MODULES = Path(os.environ.get("HEAPSCOPE_NODE_MODULES", str(ROOT / "tests" / ".node" / "node_modules")))
 CHROMIUM = "/usr/bin/chromium"
 
