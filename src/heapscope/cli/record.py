@@ -129,7 +129,7 @@ def main(args: argparse.Namespace) -> int:
     writer.set_metadata("started_unix_ns", time.time_ns())
     verbose = bool(args.verbose)
     producer = Producer(writer, config, log=_log if verbose else lambda _m: None)
-    say = (lambda _m: None) if args.quiet else _log
+    say = _log if verbose or not args.quiet else (lambda _m: None)
     session = _Session(producer, guard, duration, args.continuous_dump, args.dump_phase, say)
 
     status_line = _StatusLine(enabled=not args.quiet and sys.stderr.isatty())
@@ -162,8 +162,10 @@ def main(args: argparse.Namespace) -> int:
         # The target's own run time, apart from heapscope's start-up and post-processing.
         writer.set_metadata("target_wall_ns", int((time.monotonic() - started) * 1e9))
     finally:
-        for sig, handler in restore.items():
-            signal.signal(sig, handler)
+        if child is not None:
+            for sig, handler in restore.items():
+                signal.signal(sig, handler)
+        # -p: a second Ctrl-C while detaching and writing is ignored, not a traceback.
         session.uninstall_signals()
         status_line.clear()
         t_detach = time.monotonic()
@@ -184,6 +186,9 @@ def main(args: argparse.Namespace) -> int:
     writer.close()
     if not args.quiet:
         _summary(producer, output, returncode, time.monotonic() - started)
+    if child is None:
+        for sig, handler in restore.items():
+            signal.signal(sig, handler)
     if errors:
         if not session.attached:
             raise TargetError("; ".join(errors))
