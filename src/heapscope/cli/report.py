@@ -93,6 +93,8 @@ def render_report(r: ProcessReport, top: int) -> str:
         sampling = _sampling(flags.sampling_interval_bytes, flags.orig_sampling_interval_bytes)
         lines.append(f"  {'sampling:':<{_W}} {sampling}")
         lines.append(f"  {'unwinder:':<{_W}} {flags.unwinder or 'unknown'}")
+        if not flags.from_startup:
+            lines.append(f"  {'attached:':<{_W}} while running (-p): allocations before the attach are not seen")
     if r.warnings:
         lines.append(f"  {'warnings:':<{_W}} {'; '.join(r.warnings)}")
     lines.append("")
