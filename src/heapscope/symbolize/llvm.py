@@ -1,9 +1,10 @@
 """llvm-symbolizer in batch mode: addresses of one ELF file in, inline chains out.
 
-Owns finding the tool and talking to it. One run per file: every address is
-written to stdin at once (`--obj=FILE`, one hex address a line) and the tool
-answers one JSON object per line, in order, with the inline chain innermost
-first (`--inlines`). `--functions=linkage --demangle` gives the demangled
+Owns finding the tool and talking to it. One run for a whole profile: every
+address of every file is written to stdin at once (`CODE "FILE" 0xADDR` a
+line; starting the tool costs tens of milliseconds, a profile has dozens of
+libraries) and the tool answers one JSON object per line, in order, with the
+inline chain innermost first (`--inlines`). `--functions=linkage --demangle` gives the demangled
 linkage name with parameters, `ns::Klass::method(int)`, the spelling the
 symbol table path uses too.
 
@@ -66,25 +67,34 @@ def find_llvm_symbolizer() -> str | None:
     return best[1] if best else None
 
 
-def symbolize_file(tool: str, path: str, addresses: Sequence[int], timeout: float = 600) -> list[list[SourceFrame]]:
-    """The inline chain (innermost first) of each address of `path`, [] where nothing is known."""
-    if not addresses:
-        return []
-    stdin = "".join(f"0x{a:x}\n" for a in addresses)
+def symbolize_files(tool: str, requests: Sequence[tuple[str, Sequence[int]]],
+                     timeout: float = 600) -> list[list[list[SourceFrame]]]:
+    """For each (path, addresses): the inline chain (innermost first) of each address, [] where unknown."""
+    lines_in = [f'CODE "{path}" 0x{a:x}\n' for path, addresses in requests for a in addresses]
+    if not lines_in:
+        return [[] for _ in requests]
+    if any('"' in path or "\n" in path for path, _ in requests):
+        raise SymbolizerError(f"{tool}: a file name with a quote or newline cannot be passed")
     try:
         done = subprocess.run(
-            [tool, *_FLAGS, f"--obj={path}"], input=stdin, capture_output=True, text=True,
+            [tool, *_FLAGS], input="".join(lines_in), capture_output=True, text=True,
             timeout=timeout, check=False, errors="replace",
         )
     except (OSError, subprocess.TimeoutExpired) as e:
         raise SymbolizerError(f"{tool}: {e}") from e
     lines = done.stdout.splitlines()
-    if done.returncode != 0 or len(lines) != len(addresses):
+    if done.returncode != 0 or len(lines) != len(lines_in):
         err = done.stderr.strip().splitlines()
         raise SymbolizerError(
-            f"{tool} on {path}: exit status {done.returncode}, {len(lines)} answers for"
-            f" {len(addresses)} addresses{': ' + err[-1] if err else ''}")
-    return [_parse(line, tool) for line in lines]
+            f"{tool}: exit status {done.returncode}, {len(lines)} answers for"
+            f" {len(lines_in)} addresses{': ' + err[-1] if err else ''}")
+    chains = iter([_parse(line, tool) for line in lines])
+    return [[next(chains) for _ in addresses] for _, addresses in requests]
+
+
+def symbolize_file(tool: str, path: str, addresses: Sequence[int], timeout: float = 600) -> list[list[SourceFrame]]:
+    """The inline chain (innermost first) of each address of `path`, [] where nothing is known."""
+    return symbolize_files(tool, [(path, addresses)], timeout)[0]
 
 
 def _parse(line: str, tool: str) -> list[SourceFrame]:

@@ -27,7 +27,13 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from heapscope.store.reader import fallback_frame_name
-from heapscope.symbolize.llvm import SourceFrame, SymbolizerError, find_llvm_symbolizer, symbolize_file
+from heapscope.symbolize.llvm import (
+    SourceFrame,
+    SymbolizerError,
+    find_llvm_symbolizer,
+    symbolize_file,
+    symbolize_files,
+)
 from heapscope.symbolize.locate import DEFAULT_DEBUG_ROOTS, Located, Locator
 from heapscope.symbolize.symtab import ElfReadError, ElfSymbols, read_elf_symbols
 
@@ -111,13 +117,16 @@ def symbolize_profile(
     symbol_rows: list[tuple[int, int, str, str | None, int | None, int]] = []
     frame_updates: list[tuple[str, int | None, int]] = []
 
+    work = []
     for mapping_id in sorted(pending):
-        frames = pending[mapping_id]
         path, build_id = mappings.get(mapping_id, ("", ""))
-        m = MappingReport(mapping_id, path, build_id, len(frames))
+        m = MappingReport(mapping_id, path, build_id, len(pending[mapping_id]))
         report.mappings.append(m)
-        located = locator.locate(path, build_id)
-        chains = _chains(tool, located, [rel_pc for _, rel_pc, _ in frames], m)
+        work.append((m, pending[mapping_id], locator.locate(path, build_id)))
+    all_chains = _all_chains(tool, work)
+
+    for (m, frames, located), chains in zip(work, all_chains, strict=True):
+        path = m.name
         names = _SymtabNames(located.symbol_files)
         for (frame_id, rel_pc, old_name), chain in zip(frames, chains, strict=True):
             if chain:
@@ -143,6 +152,30 @@ def symbolize_profile(
     db.executemany("UPDATE stack_profile_frame SET name = ?, symbol_set_id = ? WHERE id = ?", frame_updates)
     db.commit()
     return report
+
+
+def _all_chains(tool: str | None,
+                work: list[tuple[MappingReport, list[tuple[int, int, str]], Located]]) -> list[list[list[SourceFrame]]]:
+    """Inline chains for every mapping: one llvm-symbolizer run for all of them.
+
+    Should that run fail, each file is tried on its own, so that one bad file
+    costs only its own frames and its report says why.
+    """
+    ready = [i for i, (m, _, located) in enumerate(work) if tool is not None and located.status == "found"]
+    out: list[list[list[SourceFrame]] | None] = [None] * len(work)
+    if ready:
+        assert tool is not None
+        try:
+            batch = symbolize_files(tool, [(work[i][2].debug_file, [pc for _, pc, _ in work[i][1]]) for i in ready])
+        except SymbolizerError:
+            batch = None
+        if batch is not None:
+            for i, chains in zip(ready, batch, strict=True):
+                m, _, located = work[i]
+                m.file, m.outcome = located.debug_file, "symbolized"
+                out[i] = chains
+    return [chains if chains is not None else _chains(tool, located, [pc for _, pc, _ in frames], m)
+            for chains, (m, frames, located) in zip(out, work, strict=True)]
 
 
 def _chains(tool: str | None, located: Located, addresses: list[int], m: MappingReport) -> list[list[SourceFrame]]:
