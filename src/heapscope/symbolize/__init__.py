@@ -7,7 +7,6 @@
     elfinfo.py   one ELF file's build id, DWARF presence, .gnu_debuglink (headers only)
     llvm.py      llvm-symbolizer in batch mode
     symtab.py    one ELF file: build id and sorted function symbols (pyelftools + struct)
-    elf.py       fill_function_names(db): names every unnamed frame, checks build ids
 
 May import: heapscope.store (the fallback name spelling), heapscope.model.
 """

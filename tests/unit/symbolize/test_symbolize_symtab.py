@@ -1,4 +1,4 @@
-"""symbolize.elf on programs compiled here: names from .symtab, .dynsym, demangling,
+"""Symbol-table names (no llvm-symbolizer) on programs compiled here: names from .symtab, .dynsym, demangling,
 fallbacks, and the refusal of a file whose build id is not the recorded one.
 
 Addresses come from `nm` (the ELF virtual address of each symbol) plus a few
@@ -18,7 +18,7 @@ import pytest
 
 from heapscope.model import Frame, Mapping, MappingId
 from heapscope.store.writer import ProfileWriter
-from heapscope.symbolize.elf import SymbolCache, fill_function_names
+from heapscope.symbolize.profile import symbolize_profile
 from heapscope.symbolize.symtab import read_elf_symbols
 
 pytestmark = pytest.mark.skipif(
@@ -109,7 +109,7 @@ def _mapping(path: Path | str, build_id: str) -> Mapping:
 
 def test_names_from_symtab_and_demangled_cxx(binaries: Binaries, tmp_path: Path) -> None:
     # GIVEN frames inside functions of a C and a C++ executable, one outside
-    # any function, and one that already has a name
+    # any function, and one named by an earlier pass (names are refreshed)
     c = _nm(binaries.prog)
     cxx = _nm(binaries.cxx)
     db = _profile(tmp_path / "p.db", [
@@ -122,20 +122,20 @@ def test_names_from_symtab_and_demangled_cxx(binaries: Binaries, tmp_path: Path)
         Frame(MappingId(2), cxx["_ZN2ns5Klass6methodEi"] + 6),
         Frame(MappingId(2), cxx["main"]),
         Frame(MappingId(1), 0x10),  # inside the ELF header: no function there
-        Frame(MappingId(1), c["main"] + 1, "kept_as_is"),
+        Frame(MappingId(1), c["main"] + 1, "old_name"),  # re-named: no symbol set yet
     ])
     # WHEN names are filled in
-    result = fill_function_names(db)
+    result = symbolize_profile(db, symbolizer=None)
     # THEN each frame has its function's (demangled) name, or the fallback
     assert _names(db) == [
-        "leaf_allocator", "hidden_helper", "main", "ns::Klass::method(int)", "main", "prog+0x10", "kept_as_is",
+        "leaf_allocator", "hidden_helper", "main", "ns::Klass::method(int)", "main", "prog+0x10", "main",
     ]
-    assert (result.frames, result.symbolized, result.fallback) == (6, 5, 1)
-    assert [(m.mapping_id, m.status, m.frames, m.symbolized, m.symbol_source) for m in result.mappings] == [
-        (1, "ok", 4, 3, ".symtab"), (2, "ok", 2, 2, ".symtab")]
-    assert result.problems() == []
-    # AND a second run finds nothing left to do
-    assert fill_function_names(db).frames == 0
+    assert [(m.mapping_id, m.frames, m.named) for m in result.mappings] == [(1, 5, 4), (2, 2, 2)]
+    # AND a second run (frames without symbol rows stay open to a better
+    # binary later) changes nothing
+    before = _names(db)
+    symbolize_profile(db, symbolizer=None)
+    assert _names(db) == before
 
 
 def test_stripped_files_fall_back_to_dynsym_or_the_address(binaries: Binaries, tmp_path: Path) -> None:
@@ -152,15 +152,15 @@ def test_stripped_files_fall_back_to_dynsym_or_the_address(binaries: Binaries, t
         Frame(MappingId(1), full["hidden_helper"] + 2),
         Frame(MappingId(2), prog["leaf_allocator"] + 4),
     ])
-    result = fill_function_names(db)
+    result = symbolize_profile(db, symbolizer=None)
     assert _names(db) == [
         "leaf_allocator",
         f"libleaf-stripped.so+0x{full['hidden_helper'] + 2:x}",
         f"prog-stripped+0x{prog['leaf_allocator'] + 4:x}",
     ]
     lib_result, prog_result = result.mappings
-    assert (lib_result.status, lib_result.symbol_source, lib_result.symbolized) == ("ok", ".dynsym", 1)
-    assert prog_result.no_symbols and prog_result.symbolized == 0
+    assert (lib_result.frames, lib_result.named) == (2, 1)
+    assert prog_result.named == 0
 
 
 def test_a_file_with_another_build_id_is_never_used(binaries: Binaries, tmp_path: Path) -> None:
@@ -177,13 +177,11 @@ def test_a_file_with_another_build_id_is_never_used(binaries: Binaries, tmp_path
         Frame(MappingId(2), c["leaf_allocator"] + 4),
         Frame(MappingId(3), c["leaf_allocator"] + 4),
     ])
-    result = fill_function_names(db, SymbolCache())
+    result = symbolize_profile(db, symbolizer=None)
     assert _names(db) == [f"prog+0x{c['leaf_allocator'] + 4:x}", "leaf_allocator", "leaf_allocator"]
     mismatch = result.mappings[0]
-    assert mismatch.build_id_mismatch and mismatch.file_build_id == real and mismatch.symbolized == 0
-    assert [m.status for m in result.mappings[1:]] == ["ok", "ok"]
-    [line] = result.problems()
-    assert str(binaries.prog) in line and recorded in line and "not used" in line
+    assert mismatch.outcome == "build_id_mismatch" and real in mismatch.detail and mismatch.named == 0
+    assert [m.named for m in result.mappings[1:]] == [1, 1]
 
 
 def test_missing_files_and_pseudo_mappings(tmp_path: Path) -> None:
@@ -200,11 +198,9 @@ def test_missing_files_and_pseudo_mappings(tmp_path: Path) -> None:
         Frame(MappingId(3), 0x42),
         Frame(MappingId(4), 0x7),
     ])
-    result = fill_function_names(db)
+    result = symbolize_profile(db, symbolizer=None)
     assert _names(db) == ["libgone.so+0x1a2b", "[vdso]+0x9f0", "[unknown]+0x42", "libtext.so+0x7"]
-    assert [m.status for m in result.mappings] == ["missing_file", "no_file", "no_file", "unreadable"]
-    assert result.mappings[0].missing_file
-    assert len(result.problems()) == 2
+    assert [m.named for m in result.mappings] == [0, 0, 0, 0]
 
 
 def test_symbol_table_lookup_edges(binaries: Binaries) -> None:
