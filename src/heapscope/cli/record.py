@@ -20,7 +20,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from importlib import resources
 from pathlib import Path
 
 from heapscope import __version__
@@ -29,7 +28,6 @@ from heapscope.producer import attach
 from heapscope.producer.config import DEFAULT_INTERVAL, DEFAULT_SHMEM_SIZE, RecordConfig, parse_size
 from heapscope.producer.producer import Producer
 from heapscope.store.writer import ProfileWriter
-from heapscope.symbolize.profile import symbolize_profile
 from heapscope.view.units import human_bytes
 from heapscope.wire.codec import Unwinder
 
@@ -139,6 +137,7 @@ def main(args: argparse.Namespace) -> int:
     locks: list[attach.PidLock] = []
     errors: list[str] = []
     returncode = 0
+    symbolizer = None
     session.install_signals()
     try:
         if command:
@@ -157,6 +156,11 @@ def main(args: argparse.Namespace) -> int:
             restore = session.detach_on_signals()
             for pid in pids:
                 session.attach(pid, library, locks, errors)
+        if not args.no_symbolize:
+            # Imported and started only now: that work overlaps the target's run.
+            from heapscope.symbolize.live import LiveSymbolizer
+            symbolizer = LiveSymbolizer()
+            producer.on_module = symbolizer.module
         if child is not None or producer.attach_pids:
             returncode = session.run(child, status_line, started)
         # The target's own run time, apart from heapscope's start-up and post-processing.
@@ -181,8 +185,8 @@ def main(args: argparse.Namespace) -> int:
     if child is not None and child.returncode is None:
         # --duration or a guardrail ended the session: the target runs on unprofiled.
         returncode = _wait_child(child)
-    if not args.no_symbolize:
-        symbolize_profile(writer.db)
+    if symbolizer is not None:
+        symbolizer.finish(writer.db)
     writer.close()
     if not args.quiet:
         _summary(producer, output, returncode, time.monotonic() - started)
@@ -442,7 +446,7 @@ def _resolve(program: str) -> str:
 
 
 def _client_library() -> Path:
-    lib = Path(str(resources.files("heapscope") / "client" / "libheapscope.so"))
+    lib = Path(__file__).resolve().parent.parent / "client" / "libheapscope.so"
     if not lib.is_file():
         raise TargetError(f"the client library is missing ({lib}); reinstall heapscope with `pip install .`")
     return lib

@@ -49,6 +49,8 @@ class Producer:
         self.ended: list[ProcessState] = []
         self.next_upid = 1
         self.rejected_clients = 0
+        # Called with (path, build id hex) for every module announced (record's early symbolization).
+        self.on_module: Callable[[str, str], None] | None = None
         self.untargeted_clients = 0  # valid clients left dormant by -n
         self.session_ending = False  # the target exited: what ends now ends with the session
         self.target_pids: set[int] = set()  # their own exit ends the session, so it is no disconnect
@@ -242,6 +244,8 @@ class Producer:
         elif isinstance(r, codec.ModuleRecord):
             p.stats.modules += 1
             self.frames.add_module(p.heap.modules, r)
+            if self.on_module is not None:
+                self.on_module(r.path, r.build_id.hex())
         else:
             p.stats.heaps += 1
             p.heap_name = r.name or p.heap_name

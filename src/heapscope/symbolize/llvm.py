@@ -13,11 +13,13 @@ HEAPSCOPE_LLVM_SYMBOLIZER=PATH picks the tool; `none` disables it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
 import subprocess
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -90,6 +92,78 @@ def symbolize_files(tool: str, requests: Sequence[tuple[str, Sequence[int]]],
             f" {len(lines_in)} addresses{': ' + err[-1] if err else ''}")
     chains = iter([_parse(line, tool) for line in lines])
     return [[next(chains) for _ in addresses] for _, addresses in requests]
+
+
+class WarmSymbolizer:
+    """One llvm-symbolizer kept running while the target runs.
+
+    `warm(path)` asks for address 0 of a file as soon as the file is known,
+    so that the tool reads its debug info on the producer's idle core; the
+    real addresses then cost only their lookups when recording ends. A reader
+    thread drains the tool's output so neither side ever blocks on a full pipe.
+    """
+
+    def __init__(self, tool: str) -> None:
+        self.tool = tool
+        self.proc = subprocess.Popen([tool, *_FLAGS], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True, errors="replace", bufsize=1)
+        self._answers: list[str] = []
+        self._cond = threading.Condition()
+        self._asked = 0
+        self._warmed: set[str] = set()
+        self._reader = threading.Thread(target=self._read, name="llvm-symbolizer-reader", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self._cond:
+                self._answers.append(line)
+                self._cond.notify_all()
+        with self._cond:
+            self._cond.notify_all()
+
+    def _ask(self, lines: list[str]) -> None:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write("".join(lines))
+            self.proc.stdin.flush()
+        except OSError as e:
+            raise SymbolizerError(f"{self.tool}: {e}") from e
+        self._asked += len(lines)
+
+    def warm(self, path: str) -> None:
+        if path in self._warmed or '"' in path or "\n" in path or self.proc.poll() is not None:
+            return
+        self._warmed.add(path)
+        self._ask([f'CODE "{path}" 0x0\n'])
+
+    def symbolize_files(self, requests: Sequence[tuple[str, Sequence[int]]],
+                        timeout: float = 600) -> list[list[list[SourceFrame]]]:
+        """As the module function `symbolize_files`, on this running tool."""
+        if any('"' in path or "\n" in path for path, _ in requests):
+            raise SymbolizerError(f"{self.tool}: a file name with a quote or newline cannot be passed")
+        first = self._asked
+        self._ask([f'CODE "{path}" 0x{a:x}\n' for path, addresses in requests for a in addresses])
+        with self._cond:
+            done = self._cond.wait_for(
+                lambda: len(self._answers) >= self._asked or not self._reader.is_alive(), timeout)
+            answers = self._answers[first:self._asked]
+        if not done or len(answers) != self._asked - first:
+            raise SymbolizerError(f"{self.tool}: {len(answers)} answers for {self._asked - first} addresses")
+        chains = iter([_parse(line, self.tool) for line in answers])
+        return [[next(chains) for _ in addresses] for _, addresses in requests]
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._reader.join(timeout=10)
 
 
 def symbolize_file(tool: str, path: str, addresses: Sequence[int], timeout: float = 600) -> list[list[SourceFrame]]:

@@ -30,6 +30,7 @@ from heapscope.store.reader import fallback_frame_name
 from heapscope.symbolize.llvm import (
     SourceFrame,
     SymbolizerError,
+    WarmSymbolizer,
     find_llvm_symbolizer,
     symbolize_file,
     symbolize_files,
@@ -94,13 +95,15 @@ def symbolize_profile(
     index: bool = False,
     debug_roots: Sequence[str] = DEFAULT_DEBUG_ROOTS,
     symbolizer: str | None = "auto",
+    warm: WarmSymbolizer | None = None,
 ) -> SymbolizeReport:
     """Symbolize every frame of `db` that has no symbol set yet, and commit.
 
     `symbolizer`: a path to llvm-symbolizer, "auto" to look for one, None for
-    symbol-table names only.
+    symbol-table names only. `warm`: an llvm-symbolizer already running (and
+    already reading the files), used instead of starting one.
     """
-    tool = find_llvm_symbolizer() if symbolizer == "auto" else symbolizer
+    tool = warm.tool if warm is not None else find_llvm_symbolizer() if symbolizer == "auto" else symbolizer
     locator = Locator(binary_path, index=index, debug_roots=debug_roots)
     report = SymbolizeReport(tool, index_files=locator.index.files if locator.index else None)
 
@@ -123,7 +126,7 @@ def symbolize_profile(
         m = MappingReport(mapping_id, path, build_id, len(pending[mapping_id]))
         report.mappings.append(m)
         work.append((m, pending[mapping_id], locator.locate(path, build_id)))
-    all_chains = _all_chains(tool, work)
+    all_chains = _all_chains(tool, work, warm)
 
     for (m, frames, located), chains in zip(work, all_chains, strict=True):
         path = m.name
@@ -154,8 +157,8 @@ def symbolize_profile(
     return report
 
 
-def _all_chains(tool: str | None,
-                work: list[tuple[MappingReport, list[tuple[int, int, str]], Located]]) -> list[list[list[SourceFrame]]]:
+def _all_chains(tool: str | None, work: list[tuple[MappingReport, list[tuple[int, int, str]], Located]],
+                warm: WarmSymbolizer | None = None) -> list[list[list[SourceFrame]]]:
     """Inline chains for every mapping: one llvm-symbolizer run for all of them.
 
     Should that run fail, each file is tried on its own, so that one bad file
@@ -165,8 +168,9 @@ def _all_chains(tool: str | None,
     out: list[list[list[SourceFrame]] | None] = [None] * len(work)
     if ready:
         assert tool is not None
+        requests = [(work[i][2].debug_file, [pc for _, pc, _ in work[i][1]]) for i in ready]
         try:
-            batch = symbolize_files(tool, [(work[i][2].debug_file, [pc for _, pc, _ in work[i][1]]) for i in ready])
+            batch = warm.symbolize_files(requests) if warm is not None else symbolize_files(tool, requests)
         except SymbolizerError:
             batch = None
         if batch is not None:
