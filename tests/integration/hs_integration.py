@@ -30,6 +30,18 @@ HEAPSCOPE = (sys.executable, "-m", "heapscope")
 DEFAULT_SEED = 12345
 
 
+# The example query of Perfetto's heapprofd docs (seed 001), copied verbatim.
+SEED_EXAMPLE_QUERY = """\
+select a.callsite_id, a.ts, a.upid, f.name, f.rel_pc, m.build_id, m.name as mapping_name,
+sum(a.size) as space_size, sum(a.count) as space_count
+from heap_profile_allocation a join
+stack_profile_callsite c ON (a.callsite_id = c.id) join
+stack_profile_frame f ON (c.frame_id = f.id) join
+stack_profile_mapping m ON (f.mapping = m.id)
+group by 1, 2, 3, 4, 5, 6, 7 order by space_size desc;
+"""
+
+
 def _load_build_module():
     spec = importlib.util.spec_from_file_location("heapscope_test_programs_build", PROGRAMS_DIR / "build.py")
     assert spec is not None and spec.loader is not None

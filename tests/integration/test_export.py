@@ -23,21 +23,12 @@ from export_support import (
     reader_missing,
     validator,
 )
-from hs_integration import HEAPSCOPE, run_process
+from hs_integration import HEAPSCOPE, SEED_EXAMPLE_QUERY, run_process
 
 from heapscope.model import VIEWS
 from heapscope.store.reader import open_profile
 from heapscope.view.report import build_reports
 
-SEED_EXAMPLE_QUERY = """\
-select a.callsite_id, a.ts, a.upid, f.name, f.rel_pc, m.build_id, m.name as mapping_name,
-sum(a.size) as space_size, sum(a.count) as space_count
-from heap_profile_allocation a join
-stack_profile_callsite c ON (a.callsite_id = c.id) join
-stack_profile_frame f ON (c.frame_id = f.id) join
-stack_profile_mapping m ON (f.mapping = m.id)
-group by 1, 2, 3, 4, 5, 6, 7 order by space_size desc;
-"""
 PPROF_TYPES = {"alloc_objects": "alloc_objects", "alloc_space": "alloc_space",
                "objects": "inuse_objects", "space": "inuse_space"}
 

@@ -3,17 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-# Copied verbatim from the seed (Perfetto's heapprofd docs).
-SEED_EXAMPLE_QUERY = """\
-select a.callsite_id, a.ts, a.upid, f.name, f.rel_pc, m.build_id, m.name as mapping_name,
-sum(a.size) as space_size, sum(a.count) as space_count
-from heap_profile_allocation a join
-stack_profile_callsite c ON (a.callsite_id = c.id) join
-stack_profile_frame f ON (c.frame_id = f.id) join
-stack_profile_mapping m ON (f.mapping = m.id)
-group by 1, 2, 3, 4, 5, 6, 7 order by space_size desc;
-"""
+from hs_integration import SEED_EXAMPLE_QUERY
 
 
 @pytest.mark.timeout(120)
