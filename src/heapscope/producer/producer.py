@@ -21,10 +21,12 @@ from pathlib import Path
 from heapscope.bookkeeping.dump import ProcessHeap
 from heapscope.bookkeeping.frames import FrameTable
 from heapscope.bookkeeping.trie import CallsiteTrie
-from heapscope.model import ProcessFlags, ProcessInfo, Upid
+from heapscope.model import ProcessFlags, Upid
+from heapscope.producer import procfs
 from heapscope.producer._ingest import Ingest
 from heapscope.producer.config import RecordConfig, name_matches
 from heapscope.producer.process import ProcessState, create_ring
+from heapscope.producer.stats import StatRow, process_stats_rows
 from heapscope.store.writer import ProfileWriter
 from heapscope.wire import codec
 
@@ -153,8 +155,8 @@ class Producer:
         elif hello.pid != peer_pid:
             problem = f"pid {hello.pid} does not match the socket's peer {peer_pid}"
         elif self.config.names and hello.pid not in self.attach_pids:
-            args = _cmdline_args(hello.pid)
-            exe = _exe(hello.pid, args)
+            args = procfs.cmdline_args(hello.pid)
+            exe = procfs.exe_path(hello.pid, args)
             if not name_matches(self.config.names, exe, args):
                 # A valid client that -n does not pick: dormant, and no error.
                 conn.sendall(codec.Config(codec.Status.NOT_TARGETED, 0, 0, 0, 0, 0, 0).pack())
@@ -169,7 +171,7 @@ class Producer:
         # Read /proc now: the client waits for our answer; after it, a short
         # program may be gone before we look.
         upid = Upid(self.next_upid)
-        info = _process_info(upid, hello.pid, hello.ppid, peer_uid)
+        info = procfs.process_info(upid, hello.pid, hello.ppid, peer_uid)
         cfg = self.config
         memfd, shm = create_ring(cfg.shmem_size)
         try:
@@ -295,8 +297,8 @@ class Producer:
         """-p PID that another session profiles: recorded, not attached."""
         upid = Upid(self.next_upid)
         self.next_upid += 1
-        args = _cmdline_args(pid)
-        info = _process_info(upid, pid, _ppid(pid), _uid(pid))
+        args = procfs.cmdline_args(pid)
+        info = procfs.process_info(upid, pid, procfs.ppid(pid), procfs.uid(pid))
         info.cmdline = " ".join(args)
         info.end_ts = info.start_ts
         flags = ProcessFlags(from_startup=False, rejected_concurrent=True)
@@ -330,7 +332,7 @@ class Producer:
         self.dump(p, reason, final=True)
         self.writer.add_process(p.info)
         self.writer.set_process_flags(p.info, p.flags)
-        self.writer.add_stats(self._stats_rows(p, st))
+        self.writer.add_stats(process_stats_rows(p, st))
         self.writer.commit()
         self.samples_total += st["mallocs"]
         p.final_stats = st
@@ -339,36 +341,8 @@ class Producer:
         p.close()
         self.ended.append(p)
 
-    def _stats_rows(self, p: ProcessState, st: dict[str, int]) -> list[tuple[str, int | None, str, str, int, str]]:
-        u = p.info.upid
-        m = p.meta
-        rows = [
-            ("heap_samples", "info", "producer", st["mallocs"], "sampled mallocs received"),
-            ("frees", "info", "producer", st["frees"], "frees of sampled addresses received"),
-            ("unwinding_errors", "error", "client", m("unwinding_errors"), "unwinds that found no frame"),
-            ("map_reparses", "info", "client", m("module_rescans"), "rescans of loaded objects"),
-            ("total_unwinding_time_us", "info", "client", m("unwind_ns") // 1000,
-             "estimated time spent unwinding in the target"),
-            ("client_blocked_us", "info", "client", m("blocked_ns") // 1000,
-             "time the target waited for ring space"),
-            ("dropped_records", "data_loss", "client", m("dropped_records"), "records lost to a full ring"),
-            ("stack_table_full", "info", "client", m("stack_table_full"), "stacks sent again"),
-            ("addr_table_full", "data_loss", "client", m("addr_table_full"), "sampled addresses not tracked"),
-            ("truncated_stacks", "info", "client", m("truncated_stacks"), "stacks cut at --max-frames"),
-            ("malformed_records", "error", "producer",
-             st["malformed_records"] + p.stats.malformed_records, "records skipped as malformed"),
-            ("buffer_corrupted", "error", "producer", st["corrupt"], "ring found corrupt; reading stopped"),
-            ("late_records", "info", "producer", st["late_records"], "operations applied after a gap"),
-            ("sequence_gaps", "data_loss", "producer", st["gaps_skipped"], "sequence numbers never received"),
-            ("implicit_frees", "info", "producer", st["implicit_frees"], "addresses reused before their free"),
-            ("untracked_frees", "info", "producer", st["untracked_frees"], "frees of unknown addresses"),
-            ("stacks", "info", "producer", p.stats.stacks, "distinct stacks received"),
-            ("modules", "info", "producer", p.stats.modules, "loaded objects announced"),
-        ]
-        return [(name, u, sev, src, int(v), desc) for name, sev, src, v, desc in rows]
-
-    def global_stats(self) -> list[tuple[str, int | None, str, str, int, str]]:
-        rows: list[tuple[str, int | None, str, str, int, str]] = [
+    def global_stats(self) -> list[StatRow]:
+        rows: list[StatRow] = [
             ("rejected_clients", None, "error", "producer", self.rejected_clients,
              "connections refused: unknown session, version or pid"),
             ("untargeted_clients", None, "info", "producer", self.untargeted_clients,
@@ -407,45 +381,3 @@ def _recv_exactly(conn: socket.socket, n: int) -> bytes:
             raise ValueError("connection closed during the handshake")
         buf += chunk
     return bytes(buf)
-
-
-def _process_info(upid: Upid, pid: int, ppid: int, uid: int) -> ProcessInfo:
-    """What /proc says about a client; it is alive, waiting for our answer."""
-    args = _cmdline_args(pid)
-    exe = _exe(pid, args)
-    name = os.path.basename(exe) or (os.path.basename(args[0]) if args else str(pid))
-    return ProcessInfo(upid=upid, pid=pid, ppid=ppid, name=name, cmdline=" ".join(args), exe=exe,
-                       uid=uid, start_ts=time.monotonic_ns())
-
-
-def _cmdline_args(pid: int) -> list[str]:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
-
-
-def _exe(pid: int, args: list[str]) -> str:
-    try:
-        return os.readlink(f"/proc/{pid}/exe")
-    except OSError:
-        return args[0] if args else ""
-
-
-def _status_field(pid: int, key: str) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
-
-
-def _ppid(pid: int) -> int:
-    return _status_field(pid, "PPid")
-
-
-def _uid(pid: int) -> int:
-    return _status_field(pid, "Uid")

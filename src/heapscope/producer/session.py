@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from heapscope.errors import TargetError, UsageError
-from heapscope.producer import attach
+from heapscope.producer import attach, procfs
 from heapscope.producer.producer import Producer
 
 STATUS_EVERY_S = 0.5
@@ -186,7 +186,7 @@ class Guardrails:
     def check(self) -> str:
         """'' while within the limits, else which one was passed."""
         if self.memory_kb is not None:
-            kb = _self_status_kb("RssAnon") + _self_status_kb("VmSwap")
+            kb = procfs.status_field("self", "RssAnon") + procfs.status_field("self", "VmSwap")
             if kb > self.memory_kb:
                 return f"producer memory {kb / 1024:.1f} MB > --max-producer-memory {self.memory_kb / 1024:g} MB"
         if self.cpu_s is not None:
@@ -195,13 +195,3 @@ class Guardrails:
             if used > self.cpu_s:
                 return f"producer CPU {used:.2f} s > --max-producer-cpu {self.cpu_s:g} s"
         return ""
-
-
-def _self_status_kb(key: str) -> int:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0

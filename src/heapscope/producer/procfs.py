@@ -1,0 +1,52 @@
+"""What /proc says about a process: its command line, executable, status fields."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from heapscope.model import ProcessInfo, Upid
+
+
+def process_info(upid: Upid, pid: int, ppid: int, uid: int) -> ProcessInfo:
+    """What /proc says about a client; it is alive, waiting for our answer."""
+    args = cmdline_args(pid)
+    exe = exe_path(pid, args)
+    name = os.path.basename(exe) or (os.path.basename(args[0]) if args else str(pid))
+    return ProcessInfo(upid=upid, pid=pid, ppid=ppid, name=name, cmdline=" ".join(args), exe=exe,
+                       uid=uid, start_ts=time.monotonic_ns())
+
+
+def cmdline_args(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
+
+
+def exe_path(pid: int, args: list[str]) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return args[0] if args else ""
+
+
+def status_field(pid: int | str, key: str) -> int:
+    """A number from /proc/PID/status (`pid` may be "self"); 0 when unreadable."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def ppid(pid: int) -> int:
+    return status_field(pid, "PPid")
+
+
+def uid(pid: int) -> int:
+    return status_field(pid, "Uid")

@@ -1,0 +1,42 @@
+"""Per-process statistics, as rows of the profile's `stats` table.
+
+heapprofd's names where they mean the same (heap_samples, unwinding_errors,
+map_reparses, total_unwinding_time_us); severity `data_loss` or `error` marks
+what the report warns about.
+"""
+
+from __future__ import annotations
+
+from heapscope.producer.process import ProcessState
+
+StatRow = tuple[str, int | None, str, str, int, str]  # name, idx (upid), severity, source, value, description
+
+
+def process_stats_rows(p: ProcessState, st: dict[str, int]) -> list[StatRow]:
+    """The stats rows of one process that ended: the client's counters and the ingest's."""
+    u = p.info.upid
+    m = p.meta
+    rows = [
+        ("heap_samples", "info", "producer", st["mallocs"], "sampled mallocs received"),
+        ("frees", "info", "producer", st["frees"], "frees of sampled addresses received"),
+        ("unwinding_errors", "error", "client", m("unwinding_errors"), "unwinds that found no frame"),
+        ("map_reparses", "info", "client", m("module_rescans"), "rescans of loaded objects"),
+        ("total_unwinding_time_us", "info", "client", m("unwind_ns") // 1000,
+         "estimated time spent unwinding in the target"),
+        ("client_blocked_us", "info", "client", m("blocked_ns") // 1000,
+         "time the target waited for ring space"),
+        ("dropped_records", "data_loss", "client", m("dropped_records"), "records lost to a full ring"),
+        ("stack_table_full", "info", "client", m("stack_table_full"), "stacks sent again"),
+        ("addr_table_full", "data_loss", "client", m("addr_table_full"), "sampled addresses not tracked"),
+        ("truncated_stacks", "info", "client", m("truncated_stacks"), "stacks cut at --max-frames"),
+        ("malformed_records", "error", "producer",
+         st["malformed_records"] + p.stats.malformed_records, "records skipped as malformed"),
+        ("buffer_corrupted", "error", "producer", st["corrupt"], "ring found corrupt; reading stopped"),
+        ("late_records", "info", "producer", st["late_records"], "operations applied after a gap"),
+        ("sequence_gaps", "data_loss", "producer", st["gaps_skipped"], "sequence numbers never received"),
+        ("implicit_frees", "info", "producer", st["implicit_frees"], "addresses reused before their free"),
+        ("untracked_frees", "info", "producer", st["untracked_frees"], "frees of unknown addresses"),
+        ("stacks", "info", "producer", p.stats.stacks, "distinct stacks received"),
+        ("modules", "info", "producer", p.stats.modules, "loaded objects announced"),
+    ]
+    return [(name, u, sev, src, int(v), desc) for name, sev, src, v, desc in rows]
