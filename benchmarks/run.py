@@ -203,9 +203,8 @@ def run_once(argv: list[str], stdin: Path | None, tool: Tool, profile: Path, wor
         wall = time.perf_counter() - t0
     utime, stime, maxrss = usage.read_text().split() if usage.exists() else ("nan", "nan", "0")
     files = tool.profile_files(profile)
-    is_heapscope = isinstance(tool, Heapscope) and profile.exists()
-    stats = heapscope_stats(profile) if is_heapscope else {}
-    target_wall = heapscope_target_wall(profile) if is_heapscope else None
+    stats, target_wall = (heapscope_readout(profile) if isinstance(tool, Heapscope) and profile.exists()
+                          else ({}, None))
     if proc.returncode != 0:
         sys.stderr.write(f"[{tool.name}] exit {proc.returncode}: {' '.join(argv)}\n")
         sys.stderr.write(proc.stderr.decode(errors="replace")[-2000:] + "\n")
@@ -213,29 +212,18 @@ def run_once(argv: list[str], stdin: Path | None, tool: Tool, profile: Path, wor
                   sum(f.stat().st_size for f in files), stats, target_wall)
 
 
-def heapscope_target_wall(db: Path) -> float | None:
-    """Seconds from the target's start to its exit, as heapscope measured them."""
-    try:
-        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-        try:
-            row = con.execute("SELECT value FROM heapscope_metadata WHERE key = 'target_wall_ns'").fetchone()
-        finally:
-            con.close()
-    except sqlite3.Error:
-        return None
-    return int(row[0]) / 1e9 if row else None
-
-
-def heapscope_stats(db: Path) -> dict[str, int]:
+def heapscope_readout(db: Path) -> tuple[dict[str, int], float | None]:
+    """The profile's stats summed by name, and the target's own run time in seconds."""
     try:
         con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
         try:
             rows = con.execute("SELECT name, SUM(value) FROM stats GROUP BY name ORDER BY name").fetchall()
+            wall = con.execute("SELECT value FROM heapscope_metadata WHERE key = 'target_wall_ns'").fetchone()
         finally:
             con.close()
     except sqlite3.Error as e:
-        return {f"(stats unreadable: {e})": 0}
-    return {name: int(v) for name, v in rows}
+        return {f"(stats unreadable: {e})": 0}, None
+    return {name: int(v) for name, v in rows}, int(wall[0]) / 1e9 if wall else None
 
 
 def fmt_ratio(x: float | None) -> str:
