@@ -6,7 +6,7 @@ checker (a FrameId is not a CallsiteId).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NewType
 
 MappingId = NewType("MappingId", int)
@@ -80,4 +80,3 @@ class ProcessFlags:
     unwinder: str = ""
     sampling_interval_bytes: int = 0
     orig_sampling_interval_bytes: int = 0
-    extra: dict[str, int] = field(default_factory=dict)

@@ -19,10 +19,8 @@ class ProcessStats:
     """Counted by the producer in Python (the C ingest counts the rest)."""
 
     malformed_records: int = 0  # rare records that failed to decode
-    heaps: int = 0
     modules: int = 0
     stacks: int = 0
-    truncated_stacks: int = 0
 
 
 @dataclass(slots=True)

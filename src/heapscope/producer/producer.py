@@ -58,7 +58,6 @@ class Producer:
         self.target_pids: set[int] = set()  # their own exit ends the session, so it is no disconnect
         self.attach_pids: set[int] = set()  # -p: attached while running (from_startup = false)
         self.guardrail = ""  # which guardrail was hit, if any
-        self.samples_total = 0
         self._dir = tempfile.TemporaryDirectory(prefix="heapscope-")
         self.socket_path = str(Path(self._dir.name) / "producer.sock")
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -115,7 +114,8 @@ class Producer:
 
     def live_summary(self) -> tuple[int, int]:
         """(samples so far, sampled bytes not yet freed) over all processes."""
-        samples, live = self.samples_total, 0
+        samples = sum(p.final_stats["mallocs"] for p in self.ended)
+        live = 0
         for p in self.processes.values():
             st = p.ingest.stats()
             samples += st["mallocs"]
@@ -241,7 +241,6 @@ class Producer:
             return
         if isinstance(r, codec.StackRecord):
             p.stats.stacks += 1
-            p.stats.truncated_stacks += r.truncated
             p.heap.define_stack(r.stack_id, r.pcs)
         elif isinstance(r, codec.ModuleRecord):
             p.stats.modules += 1
@@ -249,7 +248,6 @@ class Producer:
             if self.on_module is not None:
                 self.on_module(r.path, r.build_id.hex())
         else:
-            p.stats.heaps += 1
             p.heap_name = r.name or p.heap_name
             p.flags.sampling_interval_bytes = r.interval
 
@@ -334,7 +332,6 @@ class Producer:
         self.writer.set_process_flags(p.info, p.flags)
         self.writer.add_stats(process_stats_rows(p, st))
         self.writer.commit()
-        self.samples_total += st["mallocs"]
         p.final_stats = st
         p.final_meta = {name: p.meta(name) for name in codec.CLIENT_COUNTERS}
         del self.processes[p.sock.fileno()]
