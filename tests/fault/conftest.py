@@ -9,11 +9,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 
 from hs_integration import Programs, Recorder  # noqa: E402
-
-import pytest  # noqa: E402
 
 
 @pytest.fixture(scope="session")
