@@ -27,6 +27,7 @@ from hs_integration import HEAPSCOPE, SEED_EXAMPLE_QUERY, run_process
 
 from heapscope.model import VIEWS
 from heapscope.store.reader import open_profile
+from heapscope.store.sql import SqlConsole
 from heapscope.view.report import build_reports
 
 PPROF_TYPES = {"alloc_objects": "alloc_objects", "alloc_space": "alloc_space",
@@ -166,8 +167,8 @@ def test_perfetto_trace_processor(tiny, tmp_path):
     got = _tp(out, SEED_EXAMPLE_QUERY, errors_q)
     assert got[errors_q] == []
     with open_profile(tiny) as p:
-        ours = [dict(zip([c[0] for c in cur.description], r, strict=True))
-                for cur in [p.db.execute(SEED_EXAMPLE_QUERY)] for r in cur.fetchall()]
+        result = SqlConsole(p).execute(SEED_EXAMPLE_QUERY)
+        ours = [dict(zip(result.columns, r, strict=True)) for r in result.rows]
 
     def key(r: dict) -> tuple:
         return (r["ts"], r["name"], r["rel_pc"], r["build_id"], r["mapping_name"], r["space_size"], r["space_count"])
@@ -185,7 +186,7 @@ def test_perfetto_ui_flamegraph(tiny, tmp_path):
                timeout=240, env=node_env())
     res = json.loads(text[text.index("{"):])
     with open_profile(tiny) as p:
-        rows = p.db.execute("SELECT COUNT(*) FROM heap_profile_allocation").fetchone()[0]
+        rows = SqlConsole(p).execute("SELECT COUNT(*) FROM heap_profile_allocation").rows[0][0]
     assert res["errors"] == [] and res["heap_profile_allocation_rows"] == rows, res
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from heapscope.errors import UsageError
 from heapscope.model import VIEWS
+from heapscope.view.diff import Change
 
 NAME = "diff"
 HELP = "compare two profiles (or two dumps of one): growth per call path, text and HTML"
@@ -38,10 +39,10 @@ def main(args: argparse.Namespace) -> int:
     if args.after is None and args.dump_a is None:
         raise UsageError("one profile: give --dump-a N (and optionally --dump-b M) to compare two of its dumps")
     sides = []
-    for file, index in ((args.before, args.dump_a), (after_file, args.dump_b)):
+    for file, index, flag in ((args.before, args.dump_a, "--dump-a"), (after_file, args.dump_b, "--dump-b")):
         with open_profile(file) as profile:
             proc = pick_process(profile, args.pid)
-            ts, which = dump_ts(profile, proc, index)
+            ts, which = dump_ts(profile, proc, index, flag)
             label = f"{Path(file).name} {which}" if args.after else which
             sides.append(read_side(profile, proc, ts, label))
     a, b = sides
@@ -59,7 +60,7 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def render(a: object, b: object, rows: list, view: str, top: int) -> str:
+def render(a: object, b: object, rows: list[Change], view: str, top: int) -> str:
     from heapscope.view.units import format_value
 
     def total(side: object) -> int:

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
 from heapscope.errors import OutputError
 from heapscope.export import FORMATS
 from heapscope.model import VIEWS
+from heapscope.store.files import atomic_output
 from heapscope.store.reader import open_profile
+from heapscope.store.writer import is_profile
 
 NAME = "export"
 HELP = "write a profile as pprof, Perfetto trace, Chrome JSON, speedscope or collapsed stacks"
@@ -28,12 +29,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dump", type=int, metavar="N",
                    help="only dump N of each process (1 = first, -1 = last); default: the last for"
                         " pprof/speedscope/collapsed, every dump for perfetto/chrome-json")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing output file (never a heapscope profile, nor through a link)")
 
 
 def default_output(profile_path: str, fmt: str) -> Path:
     p = Path(profile_path)
     stem = p.name[:-3] if p.name.endswith(".db") else p.name
     return p.with_name(stem + FORMATS[fmt].suffix)
+
+
+def _any_file(_path: Path) -> bool:
+    """Any regular file but a profile (checked before) may be replaced, with --force."""
+    return True
 
 
 def main(args: argparse.Namespace) -> int:
@@ -45,14 +53,9 @@ def main(args: argparse.Namespace) -> int:
             sys.stdout.buffer.flush()
             return 0
         out = Path(args.output) if args.output else default_output(args.file, args.format)
-        tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-        try:
-            with tmp.open("wb") as f:
-                exporter(profile, f, view=args.view, pid=args.pid, dump=args.dump)
-            tmp.replace(out)
-        except OSError as e:
-            raise OutputError(f"cannot write {out}: {e.strerror or e}") from e
-        finally:
-            tmp.unlink(missing_ok=True)
+        if is_profile(out):
+            raise OutputError(f"{out}: is a heapscope profile; an export never replaces one")
+        with atomic_output(out, args.force, _any_file, "file") as f:
+            exporter(profile, f, view=args.view, pid=args.pid, dump=args.dump)
     print(f"wrote {out}", file=sys.stderr)
     return 0

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from heapscope.errors import OutputError
+from heapscope.store.files import atomic_output
+from heapscope.store.writer import is_profile
 
 NAME = "flamegraph"
 HELP = "write an interactive HTML flamegraph (one file, works offline)"
@@ -25,26 +28,30 @@ def default_output(profile: str) -> Path:
 
 
 def write_page(out: Path, html: str, force: bool) -> None:
-    """Write `html` to `out`; refuses to replace a file unless `force` or it is our own output."""
-    if out.exists() and not force and not _ours(out):
-        raise OutputError(f"{out}: exists and was not written by heapscope (use --force to overwrite)")
-    try:
-        out.write_text(html, encoding="utf-8")
-    except OSError as e:
-        raise OutputError(f"{out}: cannot write: {e.strerror or e}") from e
+    """Write `html` to `out` (0600, never through a link); refuses to replace a file unless
+    `force` or it is our own output, and never replaces a heapscope profile."""
+    if is_profile(out):
+        raise OutputError(f"{out}: is a heapscope profile; a page never replaces one")
+    with atomic_output(out, force, lambda p: force or _ours(p),
+                       "page written by heapscope (use --force to overwrite)", ours_needs_force=False) as f:
+        f.write(html.encode("utf-8"))
 
 
 def _ours(path: Path) -> bool:
     try:
-        with path.open("rb") as f:
+        with open(path, "rb", opener=_nofollow) as f:
             head = f.read(512)
     except OSError:
         return False
     return b'<meta name="generator" content="heapscope">' in head
 
 
+def _nofollow(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+
+
 def main(args: argparse.Namespace) -> int:
-    from heapscope.errors import HeapscopeError
+    from heapscope.errors import UnknownProcessError
     from heapscope.store.reader import open_profile
     from heapscope.view.flamegraph import payload, profile_graphs, render_html
 
@@ -52,7 +59,7 @@ def main(args: argparse.Namespace) -> int:
     with open_profile(args.file) as profile:
         graphs = profile_graphs(profile, args.pid)
         if args.pid is not None and not graphs:
-            raise HeapscopeError(f"{args.file}: no process with pid {args.pid} has a dump")
+            raise UnknownProcessError(f"{args.file}: process pid {args.pid} has no dump")
         meta = profile.metadata()
     subtitle = meta.get("command", "")
     html = render_html(payload(graphs, title=Path(args.file).name, subtitle=subtitle))

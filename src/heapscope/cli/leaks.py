@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from heapscope.errors import HeapscopeError, UsageError
+from heapscope.errors import UsageError
 
 NAME = "leaks"
 HELP = "list the call stacks whose memory was never freed, per process"
@@ -27,8 +27,6 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(f"--top must be at least 1, not {args.top}")
     with open_profile(args.file) as profile:
         found = find_leaks(profile, args.pid)
-    if args.pid is not None and not found:
-        raise HeapscopeError(f"{args.file}: no process with pid {args.pid}")
     sys.stdout.write("\n".join(render(p, args.top, args.depth) for p in found) or "no processes\n")
     return 0
 

@@ -45,6 +45,7 @@ UNWINDERS = {"auto": Unwinder.AUTO, "libunwind": Unwinder.LIBUNWIND, "fp": Unwin
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", metavar="FILE",
                    help="profile database to write (default: heapscope.<command>.<pid>.db)")
+    p.add_argument("--force", action="store_true", help="replace an existing heapscope profile at --output")
     p.add_argument("-i", "--interval", default=str(DEFAULT_INTERVAL), metavar="BYTES",
                    help=f"mean bytes between samples (default {DEFAULT_INTERVAL}; 1 records every allocation)")
     p.add_argument("--seed", type=int, metavar="N",
@@ -115,7 +116,7 @@ def main(args: argparse.Namespace) -> int:
         name = Path(command[0]).name
     output = Path(args.output or f"heapscope.{name}.{os.getpid()}.db")
 
-    writer = ProfileWriter(output)  # fails here, before the target starts, if unwritable
+    writer = ProfileWriter(output, force=args.force)  # fails here, before the target starts, if unwritable
     writer.set_metadata("heapscope_version", __version__)
     writer.set_metadata("command", " ".join(command) if command else "-p " + ",".join(map(str, pids)))
     writer.set_metadata("interval", config.interval)

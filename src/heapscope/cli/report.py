@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from heapscope.errors import UsageError
 from heapscope.model import VIEWS
 from heapscope.store.reader import open_profile
+from heapscope.store.select import VIEW_HELP
 from heapscope.view.report import FunctionRow, ProcessReport, build_reports
 from heapscope.view.units import format_percent, format_value
 
@@ -19,19 +20,13 @@ HELP = "print the functions that hold the most memory, per process"
 
 _W = len("alloc_objects:")  # width of the header labels
 
-_VIEW_HELP = {
-    "space": "bytes not yet freed at the dump (default)",
-    "alloc_space": "bytes allocated up to the dump, freed or not",
-    "objects": "allocations not yet freed at the dump",
-    "alloc_objects": "allocations made up to the dump",
-}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="profile database written by `heapscope record`")
     p.add_argument(
         "--view", choices=VIEWS, default="space",
-        help="what to rank by: " + "; ".join(f"{v}: {h}" for v, h in _VIEW_HELP.items()),
+        help="what to rank by: " + "; ".join(f"{v}: {h}" for v, h in VIEW_HELP.items()) + " (default: space)",
     )
     p.add_argument("--top", type=int, default=20, metavar="N", help="rows per process (default: 20)")
     p.add_argument("-p", "--pid", type=int, metavar="PID", help="only this process")

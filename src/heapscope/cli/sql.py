@@ -15,6 +15,8 @@ import sys
 from collections.abc import Sequence
 
 from heapscope.errors import HeapscopeError, UsageError
+from heapscope.store.reader import Profile
+from heapscope.store.sql import Result, SqlConsole
 
 NAME = "sql"
 HELP = "run SQL on a profile (Perfetto's table names), or open an SQL shell"
@@ -53,54 +55,40 @@ def main(args: argparse.Namespace) -> int:
     if not args.flamegraph and (args.ts is not None or args.upid is not None or args.focus is not None):
         raise UsageError("--ts, --upid and --focus go with --flamegraph")
     with open_profile(args.file) as profile:
+        console = SqlConsole(profile)
         if args.flamegraph:
-            materialize(profile, args.ts, args.upid, args.focus)
+            materialize(console, args.ts, args.upid, args.focus)
             if args.query is None:
                 args.query = f"SELECT * FROM {TABLE} ORDER BY id"
         if args.query is not None:
-            cur = execute(profile.db, args.query)
-            sys.stdout.write(format_table(cur))
+            sys.stdout.write(format_table(console.execute(args.query)))
             return 0
-        return Shell(profile).loop()
+        return Shell(console).loop()
 
 
-def materialize(profile: object, ts: int | None, upid: int | None, focus: str | None) -> int:
+def materialize(console: SqlConsole, ts: int | None, upid: int | None, focus: str | None) -> int:
     """(Re)create the temp table experimental_flamegraph; returns its row count."""
-    from heapscope.store.reader import Profile
+    from heapscope.errors import UnknownProcessError
+    from heapscope.store.select import process_with_dump
     from heapscope.view.tree import COLUMNS, experimental_flamegraph
 
-    assert isinstance(profile, Profile)
+    profile: Profile = console.profile
     if upid is None:
-        with_dumps = [p.info.upid for p in profile.processes() if profile.last_dump_ts(p.info.upid) is not None]
-        if not with_dumps:
-            raise HeapscopeError(f"{profile.path}: no process has a dump")
-        upid = with_dumps[0]
+        upid = process_with_dump(profile, None).info.upid
     if ts is None:
         ts = profile.last_dump_ts(upid)
         if ts is None:
-            raise HeapscopeError(f"{profile.path}: process upid {upid} has no dump")
+            raise UnknownProcessError(f"{profile.path}: process upid {upid} has no dump")
     rows = experimental_flamegraph(profile, ts, upid, focus)
-    db = profile.db
-    db.execute(f"DROP TABLE IF EXISTS temp.{TABLE}")
-    db.execute(f"CREATE TEMP TABLE {TABLE} ({', '.join(COLUMNS)})")
-    db.executemany(f"INSERT INTO temp.{TABLE} VALUES ({', '.join('?' * len(COLUMNS))})",
-                   ([getattr(r, c) for c in COLUMNS] for r in rows))
+    console.load_table(TABLE, COLUMNS, ([getattr(r, c) for c in COLUMNS] for r in rows))
     return len(rows)
 
 
-def execute(db: sqlite3.Connection, sql: str) -> sqlite3.Cursor:
-    try:
-        return db.execute(sql)
-    except sqlite3.Error as e:
-        raise HeapscopeError(f"SQL error: {e}") from e
-
-
-def format_table(cur: sqlite3.Cursor, limit: int | None = None) -> str:
+def format_table(result: Result) -> str:
     """Aligned columns with a header, like sqlite3's `.mode column`; numbers right-aligned."""
-    if cur.description is None:
+    if not result.columns:
         return ""
-    header = [d[0] for d in cur.description]
-    rows = cur.fetchall() if limit is None else cur.fetchmany(limit)
+    header, rows = result.columns, result.rows
     cells = [["NULL" if v is None else str(v) for v in r] for r in rows]
     widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(header)]
     numeric = [all(isinstance(r[i], int | float) or r[i] is None for r in rows) and rows != []
@@ -126,16 +114,15 @@ class Shell:
         ".quit                   leave (also .exit or Ctrl-D)\n"
     )
 
-    def __init__(self, profile: object) -> None:
-        self.profile = profile
-        self.db: sqlite3.Connection = profile.db  # type: ignore[attr-defined]
+    def __init__(self, console: SqlConsole) -> None:
+        self.console = console
 
     def loop(self) -> int:
         with contextlib.suppress(ImportError):
             import readline  # noqa: F401  (line editing and history for input())
         interactive = sys.stdin.isatty()
         if interactive:
-            print(f"heapscope sql on {self.profile.path}; .help for commands")  # type: ignore[attr-defined]
+            print(f"heapscope sql on {self.console.profile.path}; .help for commands")
         buf = ""
         while True:
             try:
@@ -159,7 +146,7 @@ class Shell:
 
     def run(self, sql: str) -> None:
         try:
-            sys.stdout.write(format_table(execute(self.db, sql)))
+            sys.stdout.write(format_table(self.console.execute(sql)))
         except HeapscopeError as e:
             print(f"error: {e}", file=sys.stderr)
 
@@ -171,14 +158,9 @@ class Shell:
         if cmd == ".help":
             sys.stdout.write(self.HELP)
         elif cmd == ".tables":
-            names = [r[0] for r in self.db.execute(
-                "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite_%'"
-                " UNION ALL SELECT name FROM sqlite_temp_master WHERE type = 'table' ORDER BY 1")]
-            print("\n".join(names))
+            print("\n".join(self.console.tables()))
         elif cmd == ".schema":
-            sql = ("SELECT sql FROM sqlite_master WHERE sql IS NOT NULL"
-                   " UNION ALL SELECT sql FROM sqlite_temp_master WHERE sql IS NOT NULL")
-            rows = [r[0] for r in self.db.execute(sql)]
+            rows = self.console.schema()
             if rest:
                 rows = [s for s in rows if rest[0].lower() in s.split("(", 1)[0].lower()]
             print(";\n".join(rows) + (";" if rows else ""))
@@ -186,7 +168,7 @@ class Shell:
             try:
                 ts = int(rest[0]) if len(rest) > 0 else None
                 upid = int(rest[1]) if len(rest) > 1 else None
-                n = materialize(self.profile, ts, upid, rest[2] if len(rest) > 2 else None)
+                n = materialize(self.console, ts, upid, rest[2] if len(rest) > 2 else None)
                 print(f"{TABLE}: {n} rows")
             except (ValueError, HeapscopeError) as e:
                 print(f"error: {e}", file=sys.stderr)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import sqlite3
 import sys
+from pathlib import Path
 
 from heapscope.errors import OutputError, UsageError
 from heapscope.store.reader import open_profile
+from heapscope.store.writer import symbolize_in_place
 
 NAME = "symbolize"
 HELP = "symbolize a profile in place (function, file:line, inlined frames), e.g. with debug files from elsewhere"
@@ -51,16 +52,8 @@ def main(args: argparse.Namespace) -> int:
         pass
     if not os.access(args.file, os.W_OK) or not os.access(os.path.dirname(os.path.abspath(args.file)), os.W_OK):
         raise OutputError(f"{args.file}: cannot symbolize in place: not writable")
-    try:
-        db = sqlite3.connect(args.file)
-    except sqlite3.Error as e:
-        raise OutputError(f"{args.file}: cannot open for writing: {e}") from e
-    try:
-        report = symbolize_profile(db, dirs, index=args.index)
-    except sqlite3.Error as e:
-        raise OutputError(f"{args.file}: cannot write symbols: {e}") from e
-    finally:
-        db.close()
+    with symbolize_in_place(Path(args.file)) as store:
+        report = symbolize_profile(store, dirs, index=args.index)
 
     err = sys.stderr
     if report.index_files is not None:

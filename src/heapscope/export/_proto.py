@@ -20,9 +20,8 @@ _U64 = (1 << 64) - 1
 
 
 def varint(n: int) -> bytes:
-    """Base-128 varint; negative ints as their 64-bit two's complement (int64 fields)."""
-    if n < 0:
-        n &= _U64
+    """Base-128 varint of the value's low 64 bits: negative ints as their two's complement (int64 fields)."""
+    n &= _U64
     if n < 0x80:
         return bytes((n,))
     out = bytearray()

@@ -29,7 +29,7 @@ from typing import BinaryIO
 from heapscope.export._common import Frames, check_view, interval_of, pick_dumps, process_label, select_processes
 from heapscope.export._sink import Sink
 from heapscope.model import CallsiteId
-from heapscope.store.reader import Dump, Profile
+from heapscope.store.reader import Dump, Profile, StreamEvent
 from heapscope.store.reader import Process as StoredProcess
 
 MIN_SIZE_THRESHOLD = 16 * 1024
@@ -95,7 +95,7 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
         dumps.extend((d, p) for d in pick_dumps(profile.dumps(p.info.upid), dump, process_label(p)))
     dumps.sort(key=lambda dp: (dp[0].ts_end, dp[0].id))
     maps: dict[int, _Maps] = {}
-    streams: dict[int, _Stream] = {}
+    streams: dict[int, _Stream | None] = {}
     for dump_no, (d, p) in enumerate(dumps, 1):
         upid = int(p.info.upid)
         m = maps.setdefault(upid, _Maps())
@@ -179,33 +179,30 @@ def _desample(groups: dict[tuple[CallsiteId, int], int], rate: int) -> dict[Call
 class _Stream:
     """A process's heapscope_allocation_stream, replayed up to each dump in sequence order."""
 
-    def __init__(self, rows: list[tuple[object, ...]]) -> None:
-        self.rows = rows
+    def __init__(self, events: list[StreamEvent]) -> None:
+        self.events = events
         self.pos = 0
         self.live: dict[int, tuple[CallsiteId, int]] = {}  # address -> (callsite, size)
         self.allocated: dict[tuple[CallsiteId, int], int] = {}
 
     @classmethod
     def open(cls, profile: Profile, upid: int) -> _Stream | None:
-        rows = profile._rows(
-            "SELECT kind, ts, address, size, callsite_id FROM heapscope_allocation_stream"
-            " WHERE upid = ? ORDER BY seq", (upid,))
-        return cls(rows) if any(r[0] == "malloc" for r in rows) else None
+        events = profile.allocation_stream(upid)
+        return cls(events) if any(e.kind == "malloc" for e in events) else None
 
     def advance(self, ts: int, live: bool) -> dict[tuple[CallsiteId, int], int]:
-        rows = self.rows
-        while self.pos < len(rows):
-            kind, rts, address, size, cs = rows[self.pos]
-            if rts is not None and int(str(rts)) > ts:
+        events = self.events
+        while self.pos < len(events):
+            e = events[self.pos]
+            if e.ts is not None and e.ts > ts:
                 break
             self.pos += 1
-            addr = int(str(address))
-            if kind == "malloc":
-                k = (CallsiteId(int(str(cs or 0))), int(str(size or 0)))
-                self.live[addr] = k
+            if e.kind == "malloc":
+                k = (e.callsite, e.size)
+                self.live[e.address] = k
                 self.allocated[k] = self.allocated.get(k, 0) + 1
             else:
-                self.live.pop(addr, None)
+                self.live.pop(e.address, None)
         if not live:
             return dict(self.allocated)
         groups: dict[tuple[CallsiteId, int], int] = {}
@@ -217,17 +214,12 @@ class _Stream:
 def _regions(profile: Profile, mapping_ids: set[int]) -> list[dict[str, object]]:
     if not mapping_ids:
         return []
-    ids = sorted(mapping_ids)
-    rows = profile._rows(
-        f'SELECT start, "end", name, build_id FROM stack_profile_mapping WHERE id IN ({",".join("?" * len(ids))})'
-        " ORDER BY start", ids)
     out: list[dict[str, object]] = []
-    for start, end, name, build_id in rows:
-        s, e = int(str(start or 0)), int(str(end or 0))
-        if e <= s:
+    for m in sorted((m for m in profile.mappings() if m.id in mapping_ids), key=lambda m: m.start):
+        if m.end <= m.start:
             continue
-        region: dict[str, object] = {"sa": _hex(s), "sz": _hex(e - s), "pf": 5, "mf": str(name or "")}
-        if build_id:
-            region["id"] = str(build_id)
+        region: dict[str, object] = {"sa": _hex(m.start), "sz": _hex(m.end - m.start), "pf": 5, "mf": m.name}
+        if m.build_id:
+            region["id"] = m.build_id
         out.append(region)
     return out

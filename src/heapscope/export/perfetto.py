@@ -23,8 +23,8 @@ from typing import BinaryIO
 from heapscope.export import _proto as pb
 from heapscope.export._common import Frames, check_view, pick_dumps, process_label, select_processes
 from heapscope.export._sink import Sink
-from heapscope.model import CallsiteId
-from heapscope.store.reader import Profile
+from heapscope.store.reader import Dump, Profile
+from heapscope.store.reader import Process as StoredProcess
 
 _SEQ = 1  # trusted_packet_sequence_id of our one writer sequence
 _CHUNK = 4096
@@ -46,7 +46,7 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
     def packet(body: bytes) -> None:
         sink.write(pb.blob(1, body))
 
-    dumps = []
+    dumps: list[tuple[Dump, StoredProcess]] = []
     for p in processes:
         dumps.extend((d, p) for d in pick_dumps(profile.dumps(p.info.upid), dump, process_label(p)))
     dumps.sort(key=lambda dp: (dp[0].ts_end, dp[0].id))
@@ -72,20 +72,16 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
         totals = state.setdefault(k, {})
         after = applied.get(k, -1 << 62)
         if d.ts_end > after:
-            for cs, count, size in profile._rows(
-                    "SELECT callsite_id, count, size FROM heap_profile_allocation"
-                    " WHERE upid = ? AND heap_name = ? AND ts > ? AND ts <= ?",
-                    (k[0], k[1], after, d.ts_end)):
-                t = totals.get(int(str(cs)))
+            for cs, count, size in profile.allocation_deltas(k[0], k[1], after, d.ts_end):
+                t = totals.get(cs)
                 if t is None:
-                    t = totals[int(str(cs))] = [0, 0, 0, 0]
-                n, s = int(str(count)), int(str(size))
-                if s > 0 or n > 0:
-                    t[0] += s
-                    t[2] += n
+                    t = totals[cs] = [0, 0, 0, 0]
+                if size > 0 or count > 0:
+                    t[0] += size
+                    t[2] += count
                 else:
-                    t[1] -= s
-                    t[3] -= n
+                    t[1] -= size
+                    t[3] -= count
             applied[k] = d.ts_end
         f = p.flags
         interval = f.sampling_interval_bytes if f is not None else 0
@@ -135,45 +131,33 @@ def _write_interned(profile: Profile, packet, upids: list[int], t0: int) -> None
         if batch:
             emit(field, batch)
 
-    mappings = profile._rows('SELECT id, build_id, exact_offset, start_offset, start, "end", load_bias, name'
-                             " FROM stack_profile_mapping ORDER BY id")
+    mappings = profile.mappings()
     build_ids: dict[str, int] = {}
     paths: dict[str, int] = {}
-    for r in mappings:
-        bid = str(r[1] or "")
-        if bid and bid not in build_ids:
-            build_ids[bid] = len(build_ids) + 1
-        name = str(r[7] or "")
-        if name not in paths:
-            paths[name] = len(paths) + 1
+    for m in mappings:
+        if m.build_id and m.build_id not in build_ids:
+            build_ids[m.build_id] = len(build_ids) + 1
+        if m.name not in paths:
+            paths[m.name] = len(paths) + 1
     chunked(_I_BUILD_IDS, (pb.uint(1, i) + pb.blob(2, _hex_bytes(b)) for b, i in build_ids.items()))
     chunked(_I_MAPPING_PATHS, (pb.uint(1, i) + pb.string(2, n) for n, i in paths.items()))
     chunked(_I_MAPPINGS, (
-        pb.uint(1, int(str(r[0]))) + pb.opt_uint(2, build_ids.get(str(r[1] or ""), 0))
-        + pb.uint(3, int(str(r[3] or 0))) + pb.uint(4, int(str(r[4] or 0))) + pb.uint(5, int(str(r[5] or 0)))
-        + pb.uint(6, int(str(r[6] or 0))) + pb.uint(7, paths[str(r[7] or "")]) + pb.uint(8, int(str(r[2] or 0)))
-        for r in mappings))
-
-    names: dict[str, int] = {}
-    frame_rows = profile._rows("SELECT id, name, mapping, rel_pc FROM stack_profile_frame ORDER BY id")
-    for r in frame_rows:
-        n = str(r[1] or "")
-        if n not in names:
-            names[n] = len(names) + 1
-    chunked(_I_FUNCTION_NAMES, (pb.uint(1, i) + pb.string(2, n) for n, i in names.items()))
-    chunked(_I_FRAMES, (
-        pb.uint(1, int(str(r[0]))) + pb.uint(2, names[str(r[1] or "")]) + pb.uint(3, int(str(r[2])))
-        + pb.uint(4, int(str(r[3])))
-        for r in frame_rows))
-    del frame_rows
+        pb.uint(1, m.id) + pb.opt_uint(2, build_ids.get(m.build_id, 0))
+        + pb.uint(3, m.start_offset) + pb.uint(4, m.start) + pb.uint(5, m.end)
+        + pb.uint(6, m.load_bias) + pb.uint(7, paths[m.name]) + pb.uint(8, m.exact_offset)
+        for m in mappings))
 
     frames = Frames(profile)
-    marks = ",".join("?" * len(upids))
-    used = profile._rows(f"SELECT DISTINCT callsite_id FROM heap_profile_allocation WHERE upid IN ({marks})",
-                         upids) if upids else []
+    names: dict[str, int] = {}
+    for info in frames.info.values():
+        if info.name not in names:
+            names[info.name] = len(names) + 1
+    chunked(_I_FUNCTION_NAMES, (pb.uint(1, i) + pb.string(2, n) for n, i in names.items()))
+    chunked(_I_FRAMES, (
+        pb.uint(1, fid) + pb.uint(2, names[info.name]) + pb.uint(3, info.mapping_id) + pb.uint(4, info.rel_pc)
+        for fid, info in frames.info.items()))
     chunked(_I_CALLSTACKS, (
-        pb.uint(1, int(str(r[0]))) + pb.unpacked(2, frames.path(CallsiteId(int(str(r[0])))))
-        for r in used))
+        pb.uint(1, cs) + pb.unpacked(2, frames.path(cs)) for cs in profile.used_callsites(upids)))
     if first:
         emit(_I_FUNCTION_NAMES, [])
 

@@ -126,18 +126,12 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
 
 def _write_mappings(profile: Profile, w: _Writer, exes: set[str]) -> dict[int, tuple[int, int]]:
     """Write the mappings, main binaries first; stored id -> (pprof id, runtime address of rel_pc 0)."""
-    rows = profile._rows(
-        'SELECT m.id, m.build_id, m.exact_offset, m.start, m."end", m.load_bias, m.name,'
-        " COALESCE(MIN(f.name != ''), 0), COALESCE(MAX(f.symbol_set_id IS NOT NULL), 0)"
-        " FROM stack_profile_mapping m LEFT JOIN stack_profile_frame f ON f.mapping = m.id"
-        " GROUP BY m.id ORDER BY m.id")
-    rows.sort(key=lambda r: (str(r[6]) not in exes, int(str(r[0]))))
+    rows = sorted(profile.mappings(), key=lambda m: (m.name not in exes, m.id))
     out: dict[int, tuple[int, int]] = {}
-    for r in rows:
+    for m in rows:
         mid, build_id, offset, start, end, load_bias, name = (
-            int(str(r[0])), str(r[1] or ""), int(str(r[2] or 0)), int(str(r[3] or 0)), int(str(r[4] or 0)),
-            int(str(r[5] or 0)), str(r[6] or ""))
-        named, symbolized = bool(r[7]), bool(r[8])
+            m.id, m.build_id, m.exact_offset, m.start, m.end, m.load_bias, m.name)
+        named, symbolized = m.all_named, m.any_symbolized
         if start == 0 and end == 0:
             out[mid] = (0, 0)  # no code behind it (unknown pc, special frames): location without mapping
             continue

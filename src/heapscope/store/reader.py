@@ -1,10 +1,17 @@
 """Reads a profile database: validation on open, then typed queries.
 
 `open_profile()` is the one door: it turns every way a file can fail to be a
-heapscope profile (missing, not SQLite, another SQLite database, truncated,
-corrupt) into a ProfileError of one line that names the file. Queries made
-later that hit a corrupt page are mapped the same way, so callers only ever
-see ProfileError.
+heapscope profile (missing, not a regular file, not SQLite, another SQLite
+database, truncated, corrupt) into a ProfileError of one line that names the
+file. It never blocks: the file is opened O_NONBLOCK and checked to be a
+regular file before SQLite sees it, so a FIFO or a device is refused at once.
+
+Every query returns typed records, converted once here (store/values.py):
+u64 columns come back unsigned, a NULL where the schema forbids one, text in
+an integer column or a corrupt page met mid-read are one ProfileError line,
+and the callsite tree is checked for parent cycles before anyone walks it.
+Exporters, views and commands use these queries, never SQL of their own;
+`heapscope sql` goes through store/sql.py.
 
 The connection is read-only (`mode=ro`); reading never changes a profile.
 """
@@ -14,20 +21,37 @@ from __future__ import annotations
 import functools
 import os
 import sqlite3
+import stat
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Concatenate, ParamSpec, TypeVar
+from typing import Concatenate, NamedTuple, ParamSpec, TypeVar
 
 from heapscope.errors import ProfileError
-from heapscope.model import CallsiteId, FrameId, ProcessFlags, ProcessInfo, Upid
-from heapscope.store.writer import SCHEMA_VERSION
+from heapscope.model import CallsiteId, FrameId, MappingId, ProcessFlags, ProcessInfo, Upid
+from heapscope.store.values import (
+    BadValue,
+    int_from_sql,
+    opt_int_from_sql,
+    req_int_from_sql,
+    req_str_from_sql,
+    req_u64_from_sql,
+    str_from_sql,
+    u64_from_sql,
+)
+from heapscope.store.writer import PROFILE_FORMAT, SCHEMA_VERSION
 
-PROFILE_FORMAT = "heapscope-profile"
+__all__ = [
+    "PROFILE_FORMAT", "AllocationDelta", "Dump", "DumpValues", "FrameInfo", "Mapping", "Process", "Profile",
+    "Stat", "StreamEvent", "SymbolLine", "ViewValues", "fallback_frame_name", "mapping_basename", "open_profile",
+]
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _SQLITE_HEADER_SIZE = 100
+# No real call stack is deeper: the client unwinds at most wire.codec.MAX_FRAMES
+# frames; a deeper chain is damage (and would make every path walk quadratic).
+MAX_CALLSITE_DEPTH = 1 << 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,11 +95,62 @@ class FrameInfo:
     name: str  # '' when not symbolized
     mapping_name: str  # path of the mapping's file, or a pseudo name like [vdso]
     rel_pc: int
+    mapping_id: MappingId = MappingId(0)
 
     @property
     def display_name(self) -> str:
         """The function name, or `<library>+0x<rel_pc>` when there is none."""
         return self.name or fallback_frame_name(self.mapping_name, self.rel_pc)
+
+
+@dataclass(frozen=True, slots=True)
+class Mapping:
+    """One `stack_profile_mapping` row, with flags of its frames' symbolization."""
+
+    id: MappingId
+    build_id: str  # hex, '' when unknown
+    exact_offset: int
+    start_offset: int
+    start: int
+    end: int
+    load_bias: int
+    name: str
+    all_named: bool  # every frame of the mapping has a function name (False without frames)
+    any_symbolized: bool  # some frame has symbol rows (file, line, inlines)
+
+
+class SymbolLine(NamedTuple):
+    """One function of a symbolized frame (several when calls were inlined), innermost first."""
+
+    name: str
+    source_file: str  # '' when unknown
+    line_number: int  # 0 when unknown
+
+
+class DumpValues(NamedTuple):
+    """The delta rows of one dump timestamp and callsite, summed as ViewValues."""
+
+    ts: int
+    callsite: CallsiteId
+    values: ViewValues
+
+
+class AllocationDelta(NamedTuple):
+    """One `heap_profile_allocation` row: +allocated or -freed since the previous dump."""
+
+    callsite: CallsiteId
+    allocations: int  # the row's count
+    size: int
+
+
+class StreamEvent(NamedTuple):
+    """One `heapscope_allocation_stream` row (record --stream-allocations)."""
+
+    kind: str  # malloc, free
+    ts: int | None
+    address: int
+    size: int
+    callsite: CallsiteId
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +187,7 @@ def open_profile(path: str | os.PathLike[str]) -> Profile:
     _check_file(p)
     try:
         db = sqlite3.connect(f"{p.resolve().as_uri()}?mode=ro", uri=True)
-    except sqlite3.Error as e:
+    except (sqlite3.Error, OSError, ValueError) as e:
         raise ProfileError(f"{p}: cannot open: {e}") from e
     profile = Profile(p, db)
     try:
@@ -123,18 +198,35 @@ def open_profile(path: str | os.PathLike[str]) -> Profile:
     return profile
 
 
+_KINDS = ((stat.S_ISDIR, "is a directory"), (stat.S_ISFIFO, "is a FIFO"), (stat.S_ISSOCK, "is a socket"),
+          (stat.S_ISCHR, "is a character device"), (stat.S_ISBLK, "is a block device"))
+
+
 def _check_file(p: Path) -> None:
-    """The checks SQLite would do vaguely or not at all, with a clear line each."""
+    """The checks SQLite would do vaguely, slowly or not at all, with a clear line each.
+
+    The file is opened O_NONBLOCK (a FIFO without a writer would otherwise
+    block the open) and checked with fstat before a byte is read.
+    """
     try:
-        if p.is_dir():
-            raise ProfileError(f"{p}: is a directory, not a heapscope profile")
-        with p.open("rb") as f:
-            header = f.read(_SQLITE_HEADER_SIZE)
-        size = p.stat().st_size
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except FileNotFoundError as e:
         raise ProfileError(f"{p}: no such file") from e
     except OSError as e:
         raise ProfileError(f"{p}: cannot read: {e.strerror or e}") from e
+    try:
+        st = os.fstat(fd)
+        for is_kind, kind in _KINDS:
+            if is_kind(st.st_mode):
+                raise ProfileError(f"{p}: {kind}, not a heapscope profile")
+        if not stat.S_ISREG(st.st_mode):
+            raise ProfileError(f"{p}: not a regular file, not a heapscope profile")
+        header = os.pread(fd, _SQLITE_HEADER_SIZE, 0)
+    except OSError as e:
+        raise ProfileError(f"{p}: cannot read: {e.strerror or e}") from e
+    finally:
+        os.close(fd)
+    size = st.st_size
     if not header:
         raise ProfileError(f"{p}: empty file, not a heapscope profile")
     if not header.startswith(_SQLITE_MAGIC):
@@ -150,7 +242,7 @@ def _check_file(p: Path) -> None:
     change_counter = header[24:28]
     page_count = int.from_bytes(header[28:32], "big")
     valid_for = header[92:96]
-    wal_exists = Path(f"{p}-wal").exists()
+    wal_exists = os.path.lexists(f"{p}-wal")
     if change_counter == valid_for and not wal_exists and size < page_size * page_count:
         raise ProfileError(f"{p}: truncated ({size} of {page_size * page_count} bytes)")
 
@@ -166,8 +258,10 @@ def _profile_errors(path: Path) -> Iterator[None]:
         yield
     except sqlite3.DatabaseError as e:
         raise ProfileError(f"{path}: {_describe(e)}") from e
-    except _BadValue as e:
+    except BadValue as e:
         raise ProfileError(f"{path}: corrupt profile ({e})") from e
+    except (OverflowError, MemoryError, RecursionError) as e:
+        raise ProfileError(f"{path}: corrupt profile ({type(e).__name__}: {e})") from e
 
 
 def _reads(method: Callable[Concatenate[Profile, _P], _T]) -> Callable[Concatenate[Profile, _P], _T]:
@@ -186,7 +280,7 @@ class Profile:
 
     def __init__(self, path: Path, db: sqlite3.Connection) -> None:
         self.path = path
-        self.db = db
+        self._db = db
         self._frames: dict[FrameId, FrameInfo] | None = None
         self._callsites: dict[CallsiteId, tuple[CallsiteId | None, FrameId]] | None = None
 
@@ -197,15 +291,19 @@ class Profile:
         self.close()
 
     def close(self) -> None:
-        self.db.close()
+        self._db.close()
 
     def _rows(self, sql: str, params: Sequence[object] = ()) -> list[tuple[object, ...]]:
         with _profile_errors(self.path):
-            return self.db.execute(sql, params).fetchall()
+            return self._db.execute(sql, params).fetchall()
+
+    def _iter(self, sql: str, params: Sequence[object] = ()) -> Iterator[tuple[object, ...]]:
+        with _profile_errors(self.path):
+            yield from self._db.execute(sql, params)
 
     def _validate(self) -> None:
         try:
-            tables = {str(r[0]) for r in self.db.execute(
+            tables = {str(r[0]) for r in self._db.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()}
         except sqlite3.DatabaseError as e:
             raise ProfileError(f"{self.path}: {_describe(e)}") from e
@@ -232,10 +330,22 @@ class Profile:
         for table in sorted(_REQUIRED_TABLES):
             self._rows(f"SELECT 1 FROM {table} LIMIT 1")
 
+    def sql_connection(self) -> sqlite3.Connection:
+        """The connection itself, for store/sql.py only (it locks it down first)."""
+        return self._db
+
     @_reads
     def metadata(self) -> dict[str, str]:
         """The `heapscope_metadata` key/value pairs."""
-        return {str(k): str(v) for k, v in self._rows("SELECT key, value FROM heapscope_metadata")}
+        return {str_from_sql(k): str_from_sql(v) for k, v in self._rows("SELECT key, value FROM heapscope_metadata")}
+
+    @_reads
+    def interval(self) -> int:
+        """The profile's sampling interval in bytes (its `interval` metadata), 1 when absent or unreadable."""
+        try:
+            return max(1, int(self.metadata().get("interval", "1")))
+        except ValueError:
+            return 1
 
     @_reads
     def processes(self) -> list[Process]:
@@ -249,19 +359,25 @@ class Profile:
         )
         out = []
         for r in rows:
+            parent = opt_int_from_sql(r[6], "process.parent_upid")
             info = ProcessInfo(
-                upid=Upid(_int(r[0])), pid=_int(r[1]), ppid=_int(r[10]), name=_str(r[2]),
-                cmdline=_str(r[3]), exe=_str(r[9]), uid=_int(r[7]), start_ts=_int(r[4]),
-                end_ts=None if r[5] is None else _int(r[5]),
-                parent_upid=None if r[6] is None else Upid(_int(r[6])),
+                upid=Upid(req_int_from_sql(r[0], "process.upid")), pid=req_int_from_sql(r[1], "process.pid"),
+                ppid=int_from_sql(r[10], "heapscope_process.ppid"), name=str_from_sql(r[2]),
+                cmdline=str_from_sql(r[3]), exe=str_from_sql(r[9]), uid=int_from_sql(r[7], "process.uid"),
+                start_ts=int_from_sql(r[4], "process.start_ts"),
+                end_ts=opt_int_from_sql(r[5], "process.end_ts"),
+                parent_upid=None if parent is None else Upid(parent),
             )
             flags = None
             if r[8] is not None:
                 flags = ProcessFlags(
-                    from_startup=bool(r[11]), disconnected=bool(r[12]), buffer_overran=bool(r[13]),
-                    buffer_corrupted=bool(r[14]), rejected_concurrent=bool(r[15]),
-                    hit_guardrail=bool(r[16]), client_error=_str(r[17]), unwinder=_str(r[18]),
-                    sampling_interval_bytes=_int(r[19]), orig_sampling_interval_bytes=_int(r[20]),
+                    from_startup=bool(int_from_sql(r[11])), disconnected=bool(int_from_sql(r[12])),
+                    buffer_overran=bool(int_from_sql(r[13])), buffer_corrupted=bool(int_from_sql(r[14])),
+                    rejected_concurrent=bool(int_from_sql(r[15])), hit_guardrail=bool(int_from_sql(r[16])),
+                    client_error=str_from_sql(r[17]), unwinder=str_from_sql(r[18]),
+                    sampling_interval_bytes=u64_from_sql(r[19], "heapscope_process.sampling_interval_bytes"),
+                    orig_sampling_interval_bytes=u64_from_sql(
+                        r[20], "heapscope_process.orig_sampling_interval_bytes"),
                 )
             out.append(Process(info, flags))
         return out
@@ -274,14 +390,16 @@ class Profile:
             " ORDER BY ts_end, id",
             (upid,),
         )
-        return [Dump(_int(r[0]), _int(r[1]), _int(r[2]), Upid(_int(r[3])), _str(r[4]), _str(r[5]))
+        return [Dump(req_int_from_sql(r[0], "heap_profile.id"), req_int_from_sql(r[1], "heap_profile.ts"),
+                     req_int_from_sql(r[2], "heap_profile.ts_end"), Upid(req_int_from_sql(r[3], "heap_profile.upid")),
+                     str_from_sql(r[4]), str_from_sql(r[5]))
                 for r in rows]
 
     @_reads
     def last_dump_ts(self, upid: int) -> int | None:
         """The timestamp of the process's last dump, None when it has none."""
         rows = self._rows("SELECT MAX(ts_end) FROM heap_profile WHERE upid = ?", (upid,))
-        return None if rows[0][0] is None else _int(rows[0][0])
+        return opt_int_from_sql(rows[0][0], "heap_profile.ts_end")
 
     @_reads
     def callsite_values(self, upid: int, ts: int | None = None) -> dict[CallsiteId, ViewValues]:
@@ -301,31 +419,125 @@ class Profile:
             " FROM heap_profile_allocation WHERE upid = ? AND ts <= ? GROUP BY callsite_id",
             (upid, ts),
         )
-        return {CallsiteId(_int(r[0])): ViewValues(_int(r[1]), _int(r[2]), _int(r[3]), _int(r[4]))
-                for r in rows}
+        return {CallsiteId(req_int_from_sql(r[0], _ALLOC_CALLSITE)): _view_values(r, 1) for r in rows}
+
+    @_reads
+    def dump_values(self, upid: int) -> list[DumpValues]:
+        """The delta rows of a process summed per (dump timestamp, callsite), by timestamp."""
+        rows = self._rows(
+            "SELECT ts, callsite_id, SUM(size), SUM(count),"
+            " SUM(CASE WHEN size > 0 THEN size ELSE 0 END), SUM(CASE WHEN count > 0 THEN count ELSE 0 END)"
+            " FROM heap_profile_allocation WHERE upid = ? GROUP BY ts, callsite_id ORDER BY ts",
+            (upid,),
+        )
+        return [DumpValues(req_int_from_sql(r[0], "heap_profile_allocation.ts"),
+                           CallsiteId(req_int_from_sql(r[1], _ALLOC_CALLSITE)), _view_values(r, 2)) for r in rows]
+
+    @_reads
+    def allocation_deltas(self, upid: int, heap_name: str, after: int, upto: int) -> list[AllocationDelta]:
+        """The delta rows of one process heap with `after < ts <= upto`."""
+        rows = self._rows(
+            "SELECT callsite_id, count, size FROM heap_profile_allocation"
+            " WHERE upid = ? AND heap_name = ? AND ts > ? AND ts <= ?",
+            (upid, heap_name, after, upto),
+        )
+        return [AllocationDelta(CallsiteId(req_int_from_sql(r[0], _ALLOC_CALLSITE)),
+                                req_int_from_sql(r[1], "heap_profile_allocation.count"),
+                                req_int_from_sql(r[2], "heap_profile_allocation.size")) for r in rows]
+
+    @_reads
+    def used_callsites(self, upids: Sequence[int]) -> list[CallsiteId]:
+        """The callsites that have delta rows in any of `upids`, each once."""
+        if not upids:
+            return []
+        marks = ",".join("?" * len(upids))
+        rows = self._rows(
+            f"SELECT DISTINCT callsite_id FROM heap_profile_allocation WHERE upid IN ({marks})", list(upids))
+        return [CallsiteId(req_int_from_sql(r[0], _ALLOC_CALLSITE)) for r in rows]
 
     @_reads
     def callsites(self) -> dict[CallsiteId, tuple[CallsiteId | None, FrameId]]:
-        """callsite id -> (parent id or None for a root, frame id); read once, then cached."""
+        """callsite id -> (parent id or None for a root, frame id); read once, checked, then cached.
+
+        A parent that does not exist makes its child a root. A parent cycle or
+        a chain deeper than MAX_CALLSITE_DEPTH is damage: ProfileError.
+        """
         if self._callsites is None:
             rows = self._rows("SELECT id, parent_id, frame_id FROM stack_profile_callsite")
-            self._callsites = {
-                CallsiteId(_int(r[0])): (
-                    None if r[1] is None else CallsiteId(_int(r[1])), FrameId(_int(r[2])))
-                for r in rows
-            }
+            callsites: dict[CallsiteId, tuple[CallsiteId | None, FrameId]] = {}
+            for r in rows:
+                parent = opt_int_from_sql(r[1], "stack_profile_callsite.parent_id")
+                callsites[CallsiteId(req_int_from_sql(r[0], "stack_profile_callsite.id"))] = (
+                    None if parent is None else CallsiteId(parent),
+                    FrameId(req_int_from_sql(r[2], "stack_profile_callsite.frame_id")))
+            _check_tree(callsites)
+            self._callsites = callsites
         return self._callsites
 
     @_reads
     def frames(self) -> dict[FrameId, FrameInfo]:
-        """frame id -> (function name, mapping name, rel_pc); read once, then cached."""
+        """frame id -> (function name, mapping name, rel_pc, mapping id); read once, then cached."""
         if self._frames is None:
             rows = self._rows(
-                "SELECT f.id, f.name, m.name, f.rel_pc FROM stack_profile_frame f"
-                " LEFT JOIN stack_profile_mapping m ON m.id = f.mapping"
+                "SELECT f.id, f.name, m.name, f.rel_pc, f.mapping FROM stack_profile_frame f"
+                " LEFT JOIN stack_profile_mapping m ON m.id = f.mapping ORDER BY f.id"
             )
-            self._frames = {FrameId(_int(r[0])): FrameInfo(_str(r[1]), _str(r[2]), _int(r[3])) for r in rows}
+            self._frames = {
+                FrameId(req_int_from_sql(r[0], "stack_profile_frame.id")): FrameInfo(
+                    str_from_sql(r[1]), str_from_sql(r[2]), req_u64_from_sql(r[3], "stack_profile_frame.rel_pc"),
+                    MappingId(req_int_from_sql(r[4], "stack_profile_frame.mapping")))
+                for r in rows}
         return self._frames
+
+    @_reads
+    def frame_symbols(self) -> dict[FrameId, list[SymbolLine]]:
+        """The symbol rows of each symbolized frame, in Perfetto's order (innermost function first)."""
+        out: dict[FrameId, list[SymbolLine]] = {}
+        for fid, name, file, line in self._rows(
+                "SELECT f.id, s.name, s.source_file, s.line_number FROM stack_profile_frame f"
+                " JOIN stack_profile_symbol s ON s.symbol_set_id = f.symbol_set_id"
+                " WHERE f.symbol_set_id IS NOT NULL ORDER BY f.id, s.id"):
+            out.setdefault(FrameId(req_int_from_sql(fid, "stack_profile_frame.id")), []).append(SymbolLine(
+                str_from_sql(name), str_from_sql(file), int_from_sql(line, "stack_profile_symbol.line_number")))
+        return out
+
+    @_reads
+    def frame_sources(self) -> dict[FrameId, tuple[str, int | None]]:
+        """frame id -> (source file, line) for frames whose symbol set names a file."""
+        rows = self._rows(
+            "SELECT f.id, s.source_file, s.line_number FROM stack_profile_frame f"
+            " JOIN stack_profile_symbol s ON s.id = f.symbol_set_id"
+            " WHERE s.source_file IS NOT NULL AND s.source_file != ''",
+        )
+        return {FrameId(req_int_from_sql(r[0], "stack_profile_frame.id")):
+                (str_from_sql(r[1]), opt_int_from_sql(r[2], "stack_profile_symbol.line_number")) for r in rows}
+
+    @_reads
+    def mappings(self) -> list[Mapping]:
+        """Every mapping, by id, u64 values unsigned."""
+        rows = self._rows(
+            'SELECT m.id, m.build_id, m.exact_offset, m.start_offset, m.start, m."end", m.load_bias, m.name,'
+            " COALESCE(MIN(f.name != ''), 0),"
+            " COALESCE(MAX(f.symbol_set_id IS NOT NULL), 0)"
+            " FROM stack_profile_mapping m LEFT JOIN stack_profile_frame f ON f.mapping = m.id"
+            " GROUP BY m.id ORDER BY m.id")
+        col = "stack_profile_mapping."
+        return [Mapping(MappingId(req_int_from_sql(r[0], col + "id")), str_from_sql(r[1]),
+                        u64_from_sql(r[2], col + "exact_offset"), u64_from_sql(r[3], col + "start_offset"),
+                        u64_from_sql(r[4], col + "start"), u64_from_sql(r[5], col + "end"),
+                        u64_from_sql(r[6], col + "load_bias"), str_from_sql(r[7]),
+                        bool(int_from_sql(r[8])), bool(int_from_sql(r[9]))) for r in rows]
+
+    @_reads
+    def allocation_stream(self, upid: int) -> list[StreamEvent]:
+        """A process's heapscope_allocation_stream, in sequence order (empty without --stream-allocations)."""
+        col = "heapscope_allocation_stream."
+        return [StreamEvent(req_str_from_sql(r[0], col + "kind"), opt_int_from_sql(r[1], col + "ts"),
+                            req_u64_from_sql(r[2], col + "address"), u64_from_sql(r[3], col + "size"),
+                            CallsiteId(int_from_sql(r[4], col + "callsite_id")))
+                for r in self._rows(
+                    "SELECT kind, ts, address, size, callsite_id FROM heapscope_allocation_stream"
+                    " WHERE upid = ? ORDER BY seq", (upid,))]
 
     @_reads
     def stats(self, upid: int | None = None) -> list[Stat]:
@@ -336,40 +548,60 @@ class Profile:
             sql += " WHERE idx = ?"
             params = (upid,)
         rows = self._rows(sql + " ORDER BY rowid", params)
-        return [Stat(_str(r[0]), None if r[1] is None else _int(r[1]), _str(r[2]), _str(r[3]),
-                     _int(r[4]), _str(r[5])) for r in rows]
+        return [Stat(req_str_from_sql(r[0], "stats.name"), opt_int_from_sql(r[1], "stats.idx"),
+                     req_str_from_sql(r[2], "stats.severity"), req_str_from_sql(r[3], "stats.source"),
+                     req_int_from_sql(r[4], "stats.value"), str_from_sql(r[5])) for r in rows]
 
+
+_ALLOC_CALLSITE = "heap_profile_allocation.callsite_id"
 
 _REQUIRED_TABLES = frozenset({
     "heapscope_metadata", "process", "heapscope_process", "stats", "stack_profile_mapping",
     "stack_profile_frame", "stack_profile_callsite", "heap_profile_allocation", "heap_profile",
+    "stack_profile_symbol", "heapscope_allocation_stream",
 })
 
 
-class _BadValue(ValueError):
-    """A column holds a value of the wrong type: the profile is damaged."""
+def _view_values(r: tuple[object, ...], first: int) -> ViewValues:
+    col = "heap_profile_allocation."
+    return ViewValues(int_from_sql(r[first], col + "size"), int_from_sql(r[first + 1], col + "count"),
+                      int_from_sql(r[first + 2], col + "size"), int_from_sql(r[first + 3], col + "count"))
+
+
+def _check_tree(callsites: dict[CallsiteId, tuple[CallsiteId | None, FrameId]]) -> None:
+    """Refuse parent cycles and absurdly deep chains; one pass, each callsite walked once."""
+    depth: dict[CallsiteId, int] = {}
+    for start in callsites:
+        if start in depth:
+            continue
+        chain: list[CallsiteId] = []
+        on_chain: set[CallsiteId] = set()
+        node: CallsiteId | None = start
+        base = -1
+        while node is not None:
+            known = depth.get(node)
+            if known is not None:
+                base = known
+                break
+            if node in on_chain:
+                raise BadValue(f"stack_profile_callsite has a parent cycle through callsite {node}")
+            entry = callsites.get(node)
+            if entry is None:  # a dangling parent: its child is a root
+                break
+            chain.append(node)
+            on_chain.add(node)
+            node = entry[0]
+        for i, cs in enumerate(reversed(chain)):
+            depth[cs] = base + 1 + i
+        if chain and depth[chain[0]] >= MAX_CALLSITE_DEPTH:
+            raise BadValue(f"stack_profile_callsite {chain[0]} is {depth[chain[0]] + 1} frames deep"
+                           f" (at most {MAX_CALLSITE_DEPTH})")
 
 
 def _describe(e: sqlite3.DatabaseError) -> str:
-    msg = str(e)
+    msg = str(e).splitlines()[0] if str(e) else type(e).__name__
     if "not a database" in msg:
         return "not a heapscope profile (not an SQLite database)"
     if "malformed" in msg or "corrupt" in msg:
         return f"corrupt profile ({msg})"
     return f"cannot read profile ({msg})"
-
-
-def _int(v: object) -> int:
-    """An INTEGER column; NULL reads as 0 (older or partial rows)."""
-    if v is None:
-        return 0
-    if isinstance(v, int | float | str):
-        try:
-            return int(v)
-        except ValueError:
-            pass
-    raise _BadValue(f"unexpected value {v!r} in an integer column")
-
-
-def _str(v: object) -> str:
-    return "" if v is None else str(v)

@@ -1,47 +1,96 @@
-"""Writes a profile database as the recording goes.
+"""Writes a profile database as the recording goes, and symbols into one later.
 
 Every dump is committed when it is written, so a producer that dies later
 loses nothing already dumped. Ids are assigned by the bookkeeping (its
-interners and trie) and stored as they are.
+interners and trie) and stored as they are. Integers are converted once, on
+the way in (store/values.py): u64 columns keep all 64 bits, signed ones are
+clamped, so no value can fail the recording with an OverflowError.
+
+Files are created as store/files.py says: 0600, never through a link, an
+existing profile replaced only with `force`, anything else never.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import sqlite3
-from collections.abc import Iterable
+import stat
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 
 from heapscope.errors import OutputError
 from heapscope.model import Frame, Mapping, ProcessFlags, ProcessInfo
+from heapscope.store.files import check_replaceable, create_private, remove_file
+from heapscope.store.values import (
+    BadValue,
+    i64_to_sql,
+    opt_i64_to_sql,
+    req_int_from_sql,
+    req_u64_from_sql,
+    str_from_sql,
+    u64_to_sql,
+)
 
 SCHEMA_VERSION = "1"
+PROFILE_FORMAT = "heapscope-profile"
+PROFILE_KIND = "heapscope profile"
+# SQLite's files beside a database while it is written (https://www.sqlite.org/tempfiles.html).
+_SIDECARS = ("-wal", "-shm", "-journal")
 
 
 def schema_sql() -> str:
     return resources.files("heapscope.store").joinpath("schema.sql").read_text()
 
 
+def is_profile(path: Path) -> bool:
+    """Whether `path` is a heapscope profile (SQLite with our format in heapscope_metadata)."""
+    try:
+        with open(path, "rb", opener=_nofollow_nonblock) as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode) or not f.read(16).startswith(b"SQLite format 3"):
+                return False
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            row = db.execute("SELECT value FROM heapscope_metadata WHERE key = 'format'").fetchone()
+        finally:
+            db.close()
+    except (OSError, sqlite3.Error):
+        return False
+    return row is not None and row[0] == PROFILE_FORMAT
+
+
+def _nofollow_nonblock(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+
+
 class ProfileWriter:
     """An open profile database being written."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, force: bool = False) -> None:
         self.path = Path(path)
+        if check_replaceable(self.path, force, is_profile, PROFILE_KIND):
+            remove_file(self.path)
+        # The database and the SQLite files beside it are all created here,
+        # O_EXCL and 0600, so that none of them can be a planted link.
+        for suffix in _SIDECARS:
+            _remove_stale(Path(f"{self.path}{suffix}"))
+        os.close(create_private(self.path))
+        for suffix in ("-wal", "-shm"):
+            os.close(create_private(Path(f"{self.path}{suffix}")))
         try:
-            if self.path.is_dir():
-                raise OutputError(f"{self.path} is a directory")
-            if self.path.exists():
-                self.path.unlink()
             self.db = sqlite3.connect(self.path)
             # The profile is rebuilt from scratch on every run: durability per
             # dump matters, fsync per dump does not.
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.executescript(schema_sql())
-        except (OSError, sqlite3.Error) as e:
+        except sqlite3.Error as e:
             raise OutputError(f"cannot write {self.path}: {e}") from e
-        self.set_metadata("format", "heapscope-profile")
+        self.set_metadata("format", PROFILE_FORMAT)
         self.set_metadata("schema_version", SCHEMA_VERSION)
 
     def set_metadata(self, key: str, value: object) -> None:
@@ -51,57 +100,73 @@ class ProfileWriter:
         self.db.execute(
             "INSERT OR REPLACE INTO process (upid, pid, name, cmdline, start_ts, end_ts, parent_upid, uid)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (p.upid, p.pid, p.name, p.cmdline, p.start_ts, p.end_ts, p.parent_upid, p.uid),
+            (i64_to_sql(p.upid), i64_to_sql(p.pid), p.name, p.cmdline, i64_to_sql(p.start_ts),
+             opt_i64_to_sql(p.end_ts), opt_i64_to_sql(p.parent_upid), i64_to_sql(p.uid)),
         )
 
     def set_process_flags(self, p: ProcessInfo, f: ProcessFlags) -> None:
         self.db.execute(
             "INSERT OR REPLACE INTO heapscope_process VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (p.upid, p.exe, p.ppid, int(f.from_startup), int(f.disconnected), int(f.buffer_overran),
-             int(f.buffer_corrupted), int(f.rejected_concurrent), int(f.hit_guardrail),
-             f.client_error, f.unwinder, f.sampling_interval_bytes, f.orig_sampling_interval_bytes),
+            (i64_to_sql(p.upid), p.exe, i64_to_sql(p.ppid), int(f.from_startup), int(f.disconnected),
+             int(f.buffer_overran), int(f.buffer_corrupted), int(f.rejected_concurrent), int(f.hit_guardrail),
+             f.client_error, f.unwinder, u64_to_sql(f.sampling_interval_bytes),
+             u64_to_sql(f.orig_sampling_interval_bytes)),
         )
 
     def add_mappings(self, rows: Iterable[tuple[int, Mapping]]) -> None:
         self.db.executemany(
             'INSERT INTO stack_profile_mapping (id, build_id, exact_offset, start_offset, start, "end",'
             " load_bias, name) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            ((i, m.build_id, m.exact_offset, m.start_offset, m.start, m.end, m.load_bias, m.name)
+            ((i64_to_sql(i), m.build_id, u64_to_sql(m.exact_offset), u64_to_sql(m.start_offset),
+              u64_to_sql(m.start), u64_to_sql(m.end), u64_to_sql(m.load_bias), m.name)
              for i, m in rows),
         )
 
     def add_frames(self, rows: Iterable[tuple[int, Frame]]) -> None:
         self.db.executemany(
             "INSERT INTO stack_profile_frame (id, name, mapping, rel_pc) VALUES (?, ?, ?, ?)",
-            ((i, f.name, f.mapping, f.rel_pc) for i, f in rows),
+            ((i64_to_sql(i), f.name, i64_to_sql(f.mapping), u64_to_sql(f.rel_pc)) for i, f in rows),
         )
 
     def add_callsites(self, rows: Iterable[tuple[int, int, int | None, int]]) -> None:
         """Rows of (id, depth, parent_id, frame_id)."""
         self.db.executemany(
-            "INSERT INTO stack_profile_callsite (id, depth, parent_id, frame_id) VALUES (?, ?, ?, ?)", rows
+            "INSERT INTO stack_profile_callsite (id, depth, parent_id, frame_id) VALUES (?, ?, ?, ?)",
+            ((i64_to_sql(i), i64_to_sql(d), opt_i64_to_sql(p), i64_to_sql(f)) for i, d, p, f in rows),
         )
 
     def add_dump(self, upid: int, ts_start: int, ts_end: int, reason: str,
                  rows: Iterable[tuple[int, int, int]], heap_name: str) -> None:
         """One dump: rows of (callsite_id, count, size) deltas since the previous one."""
+        ts_start, ts_end, upid = i64_to_sql(ts_start), i64_to_sql(ts_end), i64_to_sql(upid)
         self.db.execute(
             "INSERT INTO heap_profile (ts, ts_end, dur, upid, heap_name, reason) VALUES (?, ?, ?, ?, ?, ?)",
-            (ts_start, ts_end, max(0, ts_end - ts_start), upid, heap_name, reason),
+            (ts_start, ts_end, i64_to_sql(max(0, ts_end - ts_start)), upid, heap_name, reason),
         )
         self.db.executemany(
             "INSERT INTO heap_profile_allocation (ts, upid, heap_name, callsite_id, count, size)"
             " VALUES (?, ?, ?, ?, ?, ?)",
-            ((ts_end, upid, heap_name, c, n, s) for c, n, s in rows),
+            ((ts_end, upid, heap_name, i64_to_sql(c), i64_to_sql(n), i64_to_sql(s)) for c, n, s in rows),
         )
 
     def add_stats(self, rows: Iterable[tuple[str, int | None, str, str, int, str]]) -> None:
         """Rows of (name, idx, severity, source, value, description)."""
-        self.db.executemany("INSERT INTO stats VALUES (?, ?, ?, ?, ?, ?)", rows)
+        self.db.executemany(
+            "INSERT INTO stats VALUES (?, ?, ?, ?, ?, ?)",
+            ((n, opt_i64_to_sql(i), sev, src, i64_to_sql(v), d) for n, i, sev, src, v, d in rows),
+        )
 
     def add_stream(self, rows: Iterable[tuple[int, int, str, int, int, int, int, int | None]]) -> None:
         """Rows of (upid, seq, kind, ts, address, size, sample_size, callsite_id)."""
-        self.db.executemany("INSERT INTO heapscope_allocation_stream VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        self.db.executemany(
+            "INSERT INTO heapscope_allocation_stream VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            ((i64_to_sql(u), u64_to_sql(q), k, i64_to_sql(t), u64_to_sql(a), u64_to_sql(s), u64_to_sql(ss),
+              opt_i64_to_sql(c)) for u, q, k, t, a, s, ss, c in rows),
+        )
+
+    def symbols(self) -> SymbolWriter:
+        """The symbolizer's view of this profile (it writes symbols through it)."""
+        return SymbolWriter(self.db, self.path)
 
     def commit(self) -> None:
         self.db.commit()
@@ -111,3 +176,113 @@ class ProfileWriter:
         self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         self.db.execute("PRAGMA journal_mode=DELETE")
         self.db.close()
+
+
+def _remove_stale(path: Path) -> None:
+    """A leftover SQLite file beside the profile being replaced (or one planted there): unlink it."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise OutputError(f"{path}: cannot check: {e.strerror or e}") from e
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+        raise OutputError(f"{path}: is in the way of the profile's SQLite files and is not a regular file")
+    remove_file(path)
+
+
+class SymbolWriter:
+    """What the symbolizer reads and writes: frames without symbols, mappings, symbol rows."""
+
+    def __init__(self, db: sqlite3.Connection, path: Path | None = None) -> None:
+        self.db = db
+        self.path = path
+
+    def mappings(self) -> dict[int, tuple[str, str]]:
+        """mapping id -> (path, build id in lower case)."""
+        return {req_int_from_sql(r[0], "stack_profile_mapping.id"): (str_from_sql(r[1]), str_from_sql(r[2]).lower())
+                for r in self._rows("SELECT id, name, build_id FROM stack_profile_mapping")}
+
+    def unsymbolized_frames(self) -> list[tuple[int, int, int, str]]:
+        """(frame id, mapping id, rel_pc, name) of every frame without a symbol set."""
+        return [(req_int_from_sql(r[0], "stack_profile_frame.id"),
+                 req_int_from_sql(r[1], "stack_profile_frame.mapping"),
+                 req_u64_from_sql(r[2], "stack_profile_frame.rel_pc"), str_from_sql(r[3]))
+                for r in self._rows("SELECT id, mapping, rel_pc, name FROM stack_profile_frame"
+                                    " WHERE symbol_set_id IS NULL ORDER BY id")]
+
+    def next_symbol_id(self) -> int:
+        rows = self._rows("SELECT COALESCE(MAX(id) + 1, 0) FROM stack_profile_symbol")
+        return req_int_from_sql(rows[0][0], "stack_profile_symbol.id")
+
+    def write_symbols(self, symbols: Iterable[tuple[int, int, str, str | None, int | None, int]],
+                      frames: Iterable[tuple[str, int | None, int]]) -> None:
+        """Rows of stack_profile_symbol (id, set id, name, file, line, inlined) and of frame
+        updates (name, symbol set id, frame id); committed together."""
+        try:
+            self.db.executemany(
+                "INSERT INTO stack_profile_symbol (id, symbol_set_id, name, source_file, line_number, inlined)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                ((i64_to_sql(i), i64_to_sql(s), n, f, opt_i64_to_sql(ln), inl) for i, s, n, f, ln, inl in symbols))
+            self.db.executemany("UPDATE stack_profile_frame SET name = ?, symbol_set_id = ? WHERE id = ?",
+                                ((n, opt_i64_to_sql(s), i64_to_sql(f)) for n, s, f in frames))
+            self.db.commit()
+        except sqlite3.Error as e:
+            raise OutputError(f"{self.path or 'profile'}: cannot write symbols: {e}") from e
+
+    def _rows(self, sql: str) -> list[tuple[object, ...]]:
+        try:
+            return self.db.execute(sql).fetchall()
+        except sqlite3.Error as e:
+            raise OutputError(f"{self.path or 'profile'}: cannot read for symbolizing: {e}") from e
+
+
+@contextmanager
+def symbolize_in_place(path: Path) -> Iterator[SymbolWriter]:
+    """A SymbolWriter on a private copy of the profile at `path`, renamed over it at the end.
+
+    The copy has an unpredictable name (mkstemp, beside the profile), so no
+    fixed name (and no SQLite journal of a fixed name) exists while writing,
+    and the profile is replaced whole or not at all. `path` must be a
+    regular file, not a link. A damaged value met while reading is an
+    OutputError naming the file.
+    """
+    try:
+        src = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        why = "is a symbolic link" if e.errno == 40 else (e.strerror or str(e))
+        raise OutputError(f"{path}: cannot symbolize in place: {why}") from e
+    try:
+        st = os.fstat(src)
+        if not stat.S_ISREG(st.st_mode):
+            raise OutputError(f"{path}: cannot symbolize in place: not a regular file")
+        directory = path.parent if str(path.parent) else Path(".")
+        try:
+            fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
+        except OSError as e:
+            raise OutputError(f"{path}: cannot symbolize in place: {e.strerror or e}") from e
+    except BaseException:
+        os.close(src)
+        raise
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(src, "rb") as fin, os.fdopen(fd, "wb") as fout:
+            shutil.copyfileobj(fin, fout)
+            os.fchmod(fout.fileno(), stat.S_IMODE(st.st_mode) & 0o666)
+            if os.geteuid() == 0:
+                os.fchown(fout.fileno(), st.st_uid, st.st_gid)
+        db = sqlite3.connect(tmp)
+        try:
+            yield SymbolWriter(db, path)
+            db.commit()
+        except BadValue as e:
+            raise OutputError(f"{path}: corrupt profile ({e})") from e
+        finally:
+            db.close()
+        os.replace(tmp, path)
+    except OSError as e:
+        raise OutputError(f"{path}: cannot symbolize in place: {e.strerror or e}") from e
+    finally:
+        for name in (tmp, Path(f"{tmp}-journal")):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name)

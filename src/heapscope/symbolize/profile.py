@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from heapscope.store.reader import fallback_frame_name
+from heapscope.store.writer import ProfileWriter, SymbolWriter
 from heapscope.symbolize.llvm import (
     SourceFrame,
     SymbolizerError,
@@ -89,7 +90,7 @@ class SymbolizeReport:
 
 
 def symbolize_profile(
-    db: sqlite3.Connection,
+    store: SymbolWriter | ProfileWriter | sqlite3.Connection,
     binary_path: Sequence[str] = (),
     *,
     index: bool = False,
@@ -97,7 +98,11 @@ def symbolize_profile(
     symbolizer: str | None = "auto",
     warm: WarmSymbolizer | None = None,
 ) -> SymbolizeReport:
-    """Symbolize every frame of `db` that has no symbol set yet, and commit.
+    """Symbolize every frame of the profile that has no symbol set yet, and commit.
+
+    `store`: where the symbols go, through store/writer.py: a SymbolWriter
+    (`heapscope symbolize`), the ProfileWriter of a recording, or the
+    recording's connection (wrapped in a SymbolWriter).
 
     `symbolizer`: a path to llvm-symbolizer, "auto" to look for one, None for
     symbol-table names only. `warm`: an llvm-symbolizer already running (and
@@ -107,16 +112,15 @@ def symbolize_profile(
     locator = Locator(binary_path, index=index, debug_roots=debug_roots)
     report = SymbolizeReport(tool, index_files=locator.index.files if locator.index else None)
 
-    mappings = {int(r[0]): (str(r[1] or ""), str(r[2] or "").lower())
-                for r in db.execute("SELECT id, name, build_id FROM stack_profile_mapping")}
+    symbols = (store.symbols() if isinstance(store, ProfileWriter)
+               else SymbolWriter(store) if isinstance(store, sqlite3.Connection) else store)
+    mappings = symbols.mappings()
     pending: dict[int, list[tuple[int, int, str]]] = defaultdict(list)
-    for frame_id, mapping_id, rel_pc, name in db.execute(
-        "SELECT id, mapping, rel_pc, name FROM stack_profile_frame WHERE symbol_set_id IS NULL"
-    ):
+    for frame_id, mapping_id, rel_pc, name in symbols.unsymbolized_frames():
         if name != _FILTERED:
-            pending[int(mapping_id)].append((int(frame_id), int(rel_pc), str(name or "")))
+            pending[mapping_id].append((frame_id, rel_pc, name))
 
-    next_symbol_id = int(db.execute("SELECT COALESCE(MAX(id) + 1, 0) FROM stack_profile_symbol").fetchone()[0])
+    next_symbol_id = symbols.next_symbol_id()
     symbol_rows: list[tuple[int, int, str, str | None, int | None, int]] = []
     frame_updates: list[tuple[str, int | None, int]] = []
 
@@ -149,11 +153,7 @@ def symbolize_profile(
                 m.named += 1
             frame_updates.append((fn or old_name or fallback_frame_name(path, rel_pc), None, frame_id))
 
-    db.executemany(
-        "INSERT INTO stack_profile_symbol (id, symbol_set_id, name, source_file, line_number, inlined)"
-        " VALUES (?, ?, ?, ?, ?, ?)", symbol_rows)
-    db.executemany("UPDATE stack_profile_frame SET name = ?, symbol_set_id = ? WHERE id = ?", frame_updates)
-    db.commit()
+    symbols.write_symbols(symbol_rows, frame_updates)
     return report
 
 

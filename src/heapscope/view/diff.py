@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from heapscope.errors import HeapscopeError
 from heapscope.model import VIEWS
 from heapscope.store.reader import Process, Profile, mapping_basename
+from heapscope.store.select import dump_position, process_with_dump
 from heapscope.view.flamegraph import ProcessGraph, Snapshot
 from heapscope.view.tree import MergedTree, build_tree
 
@@ -46,20 +46,15 @@ class Change:
 
 def pick_process(profile: Profile, pid: int | None) -> Process:
     """The process `pid`, or the first process that has a dump."""
-    for p in profile.processes():
-        if (pid is None or p.info.pid == pid) and profile.dumps(p.info.upid):
-            return p
-    what = f"no process with pid {pid} has a dump" if pid is not None else "no process has a dump"
-    raise HeapscopeError(f"{profile.path}: {what}")
+    return process_with_dump(profile, pid)
 
 
-def dump_ts(profile: Profile, process: Process, index: int | None) -> tuple[int, str]:
-    """The ts of dump number `index` (1-based; negative from the end; None = last) and a label."""
+def dump_ts(profile: Profile, process: Process, index: int | None, flag: str = "--dump") -> tuple[int, str]:
+    """The ts of dump number `index` (1-based; negative from the end; None = last) and a label.
+
+    Dumps of several heaps at one timestamp count as one."""
     tss = sorted({d.ts_end for d in profile.dumps(process.info.upid)})
-    i = len(tss) if index is None else index
-    pos = i - 1 if i > 0 else len(tss) + i
-    if not tss or not 0 <= pos < len(tss) or i == 0:
-        raise HeapscopeError(f"{profile.path}: pid {process.info.pid} has {len(tss)} dumps; no dump {index}")
+    pos = dump_position(index, len(tss), f"{profile.path} pid {process.info.pid}", flag)
     return tss[pos], f"dump {pos + 1}/{len(tss)}"
 
 

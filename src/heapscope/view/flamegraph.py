@@ -28,8 +28,9 @@ from dataclasses import dataclass, field
 from importlib import resources
 
 from heapscope.model import VIEWS, CallsiteId
-from heapscope.store.reader import Process, Profile, ViewValues, mapping_basename
-from heapscope.view.tree import MergedTree, build_tree, query
+from heapscope.store.reader import DumpValues, Process, Profile, ViewValues, mapping_basename
+from heapscope.store.select import select_processes
+from heapscope.view.tree import MergedTree, build_tree
 
 
 @dataclass(slots=True)
@@ -74,26 +75,23 @@ def process_label(p: Process) -> str:
 def process_graph(profile: Profile, process: Process) -> ProcessGraph:
     """The merged tree of a process and its four views at each of its dumps."""
     upid = process.info.upid
-    rows = query(
-        profile,
-        "SELECT ts, callsite_id, SUM(size), SUM(count),"
-        " SUM(CASE WHEN size > 0 THEN size ELSE 0 END), SUM(CASE WHEN count > 0 THEN count ELSE 0 END)"
-        " FROM heap_profile_allocation WHERE upid = ? GROUP BY ts, callsite_id ORDER BY ts",
-        (upid,),
-    )
-    dump_ts = sorted({d.ts_end for d in profile.dumps(upid)} | {int(r[0]) for r in rows})  # type: ignore[arg-type]
-    by_ts: dict[int, list[tuple[object, ...]]] = {}
+    rows = profile.dump_values(upid)
+    dump_ts = sorted({d.ts_end for d in profile.dumps(upid)} | {r.ts for r in rows})
+    by_ts: dict[int, list[DumpValues]] = {}
     for r in rows:
-        by_ts.setdefault(int(r[0]), []).append(r)  # type: ignore[arg-type]
-    callsite_ids = sorted({CallsiteId(int(r[1])) for r in rows})  # type: ignore[arg-type]
+        by_ts.setdefault(r.ts, []).append(r)
+    callsite_ids = sorted({r.callsite for r in rows})
     tree = build_tree(profile, callsite_ids)
     graph = ProcessGraph(process_label(process), upid, tree)
     running: dict[CallsiteId, list[int]] = {}
     for n, ts in enumerate(dump_ts):
         for r in by_ts.get(ts, ()):
-            acc = running.setdefault(CallsiteId(int(r[1])), [0, 0, 0, 0])  # type: ignore[arg-type]
-            for k in range(4):
-                acc[k] += int(r[2 + k])  # type: ignore[call-overload]
+            acc = running.setdefault(r.callsite, [0, 0, 0, 0])
+            v = r.values
+            acc[0] += v.space
+            acc[1] += v.objects
+            acc[2] += v.alloc_space
+            acc[3] += v.alloc_objects
         values = {cs: ViewValues(*v) for cs, v in running.items()}
         graph.snapshots.append(Snapshot(ts, f"dump {n + 1}", {v: tree.self_values(values, v) for v in VIEWS}))
     return graph
@@ -168,11 +166,10 @@ def _markup(s: str) -> object:
 
 
 def profile_graphs(profile: Profile, pid: int | None = None) -> list[ProcessGraph]:
-    """A graph per process with at least one dump (only `pid` when given)."""
+    """A graph per process with at least one dump (only `pid` when given; UnknownProcessError
+    when the profile has no such process)."""
     out = []
-    for p in profile.processes():
-        if pid is not None and p.info.pid != pid:
-            continue
+    for p in select_processes(profile, pid):
         g = process_graph(profile, p)
         if g.snapshots:
             out.append(g)

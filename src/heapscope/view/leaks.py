@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from heapscope.store.reader import Process, Profile, mapping_basename
+from heapscope.store.select import select_processes
 from heapscope.view.tree import build_tree
 
 
@@ -38,10 +39,9 @@ class ProcessLeaks:
 
 
 def find_leaks(profile: Profile, pid: int | None = None) -> list[ProcessLeaks]:
+    """Per process (only `pid` when given; UnknownProcessError when there is none such)."""
     out = []
-    for p in profile.processes():
-        if pid is not None and p.info.pid != pid:
-            continue
+    for p in select_processes(profile, pid):
         dumps = profile.dumps(p.info.upid)
         if not dumps:
             out.append(ProcessLeaks(p, None, "", 0, 0, []))
@@ -57,11 +57,16 @@ def find_leaks(profile: Profile, pid: int | None = None) -> list[ProcessLeaks]:
                 continue
             stack = [
                 Frame(tree.name[i], mapping_basename(tree.map_name[i]),
-                      "" if tree.source_file[i] is None else
-                      f"{tree.source_file[i]}:{tree.line_number[i]}" if tree.line_number[i] else tree.source_file[i])
+                      _source(tree.source_file[i], tree.line_number[i]))
                 for i in reversed(tree.path(node))
             ]
             leaks.append(Leak(space[node], objects[node], stack))
         leaks.sort(key=lambda x: (-x.bytes, -x.objects, [f.function for f in x.stack]))
         out.append(ProcessLeaks(p, last.ts_end, last.reason, sum(space), sum(objects), leaks))
     return out
+
+
+def _source(file: str | None, line: int | None) -> str:
+    if file is None:
+        return ""
+    return f"{file}:{line}" if line else file

@@ -22,10 +22,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from heapscope.errors import HeapscopeError
-from heapscope.model import VIEWS, CallsiteId, FrameId
+from heapscope.model import CallsiteId, FrameId
 from heapscope.store.reader import Process as StoredProcess
 from heapscope.store.reader import Profile, Stat, ViewValues, mapping_basename
+from heapscope.store.select import check_view, select_processes
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,15 +60,8 @@ def build_reports(
     With `focus`, only callsites with a matching function on their path count;
     with `ignore`, callsites with a matching function on their path do not.
     """
-    if view not in VIEWS:
-        raise HeapscopeError(f"unknown view {view!r} (one of: {', '.join(VIEWS)})")
-    processes = profile.processes()
-    if pid is not None:
-        chosen = [p for p in processes if p.info.pid == pid]
-        if not chosen:
-            present = ", ".join(str(p) for p in sorted({p.info.pid for p in processes})) or "none"
-            raise HeapscopeError(f"{profile.path}: no process with pid {pid} (pids present: {present})")
-        processes = chosen
+    check_view(view)
+    processes = select_processes(profile, pid)
     return [build_process_report(profile, p, view, focus=focus, ignore=ignore) for p in processes]
 
 
@@ -136,10 +129,8 @@ def function_rows(profile: Profile, leaf_values: dict[CallsiteId, int]) -> list[
         seen: set[int] = set()
         node: CallsiteId | None = leaf
         first = True
-        # Walk leaf -> root. A damaged profile with a cycle in parent_id must
-        # not hang the report: no real path is longer than there are callsites.
-        steps = 0
-        while node is not None and steps <= len(callsites):
+        # Walk leaf -> root; the reader has refused parent cycles.
+        while node is not None:
             entry = callsites.get(node)
             if entry is None:
                 break
@@ -152,7 +143,6 @@ def function_rows(profile: Profile, leaf_values: dict[CallsiteId, int]) -> list[
                 seen.add(fn)
                 total_values[fn] = total_values.get(fn, 0) + value
             node = parent
-            steps += 1
 
     names = {fn: key for key, fn in function_ids.items()}
     rows = [

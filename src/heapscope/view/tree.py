@@ -19,12 +19,10 @@ comes before its children. The tree serves the flamegraph HTML, `diff`,
 from __future__ import annotations
 
 import re
-import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from heapscope.errors import ProfileError
-from heapscope.model import CallsiteId
+from heapscope.model import CallsiteId, FrameId
 from heapscope.store.reader import Profile, ViewValues, fallback_frame_name
 
 #: The four per-node numbers of experimental_flamegraph, in ViewValues order.
@@ -73,30 +71,11 @@ class MergedTree:
         return total
 
 
-def query(profile: Profile, sql: str, params: Iterable[object] = ()) -> list[tuple[object, ...]]:
-    """Run a read query on the profile; SQLite failures become one ProfileError line."""
-    try:
-        return profile.db.execute(sql, tuple(params)).fetchall()
-    except sqlite3.DatabaseError as e:
-        raise ProfileError(f"{profile.path}: cannot read profile ({e})") from e
-
-
-def frame_sources(profile: Profile) -> dict[int, tuple[str, int | None]]:
-    """frame id -> (source file, line) for frames whose symbol set names one."""
-    rows = query(
-        profile,
-        "SELECT f.id, s.source_file, s.line_number FROM stack_profile_frame f"
-        " JOIN stack_profile_symbol s ON s.id = f.symbol_set_id"
-        " WHERE s.source_file IS NOT NULL AND s.source_file != ''",
-    )
-    return {int(r[0]): (str(r[1]), None if r[2] is None else int(r[2])) for r in rows}  # type: ignore[arg-type]
-
-
 def build_tree(profile: Profile, callsite_ids: Iterable[CallsiteId]) -> MergedTree:
     """The merged tree of `callsite_ids` and their ancestors."""
     callsites = profile.callsites()
     frames = profile.frames()
-    sources = frame_sources(profile)
+    sources = profile.frame_sources()
 
     # First pass: merge in arbitrary order, with node keys (parent, name, map).
     keys: dict[tuple[int, str, str], int] = {}
@@ -106,8 +85,8 @@ def build_tree(profile: Profile, callsite_ids: Iterable[CallsiteId]) -> MergedTr
     k_src: list[tuple[str, int | None] | None] = []
     raw_node: dict[CallsiteId, int] = {}
 
-    def frame_key(frame_id: int) -> tuple[str, str, tuple[str, int | None] | None]:
-        info = frames.get(frame_id)  # type: ignore[call-overload]
+    def frame_key(frame_id: FrameId) -> tuple[str, str, tuple[str, int | None] | None]:
+        info = frames.get(frame_id)
         if info is None:
             return f"[frame {frame_id}]", "", None
         name = info.name or fallback_frame_name(info.mapping_name, info.rel_pc)
@@ -193,7 +172,7 @@ class FlamegraphRow:
     line_number: int | None
 
 
-COLUMNS = tuple(FlamegraphRow.__slots__)  # type: ignore[attr-defined]
+COLUMNS: tuple[str, ...] = tuple(FlamegraphRow.__slots__)
 
 
 def experimental_flamegraph(

@@ -70,7 +70,7 @@ def test_names() -> None:
 
 def test_the_connection_is_read_only(known_profile: Path) -> None:
     with open_profile(known_profile) as prof, pytest.raises(sqlite3.OperationalError, match="readonly"):
-        prof.db.execute("DELETE FROM process")
+        prof.sql_connection().execute("DELETE FROM process")
 
 
 # --- files that are not readable profiles: one line naming the file each ---
@@ -173,4 +173,5 @@ def test_a_value_of_the_wrong_type_is_one_line(known_profile: Path) -> None:
     # WHEN the callsites are read THEN one ProfileError names the file
     with open_profile(known_profile) as prof, pytest.raises(ProfileError) as e:
         prof.callsites()
-    assert str(e.value) == f"{known_profile}: corrupt profile (unexpected value 'junk' in an integer column)"
+    assert str(e.value) == (
+        f"{known_profile}: corrupt profile (unexpected value 'junk' in stack_profile_callsite.parent_id)")

@@ -1,0 +1,86 @@
+"""Choosing what a command looks at: views, processes by pid, dumps by number.
+
+One place for these, so that every command says the same line, with the same
+error class, for the same mistake (an unknown view, a pid the profile does not
+have, a dump number out of range).
+"""
+
+from __future__ import annotations
+
+from heapscope.errors import UnknownDumpError, UnknownProcessError, UnknownViewError
+from heapscope.model import VIEWS
+from heapscope.store.reader import Dump, Process, Profile
+
+#: What each view measures, for --help texts.
+VIEW_HELP = {
+    "space": "bytes not yet freed at the dump",
+    "alloc_space": "bytes allocated up to the dump, freed or not",
+    "objects": "allocations not yet freed at the dump",
+    "alloc_objects": "allocations made up to the dump",
+}
+
+
+def check_view(view: str) -> str:
+    """`view` when it is one of VIEWS; UnknownViewError otherwise."""
+    if view not in VIEWS:
+        raise UnknownViewError(f"unknown view {view!r} (one of: {', '.join(VIEWS)})")
+    return view
+
+
+def process_label(p: Process) -> str:
+    """`name (pid N)`: how a process is named in messages and exports."""
+    return f"{p.info.name or '?'} (pid {p.info.pid})"
+
+
+def select_processes(profile: Profile, pid: int | None) -> list[Process]:
+    """All processes (pid None), or those with `pid`; UnknownProcessError naming the pids present."""
+    processes = profile.processes()
+    if pid is None:
+        return processes
+    chosen = [p for p in processes if p.info.pid == pid]
+    if not chosen:
+        raise _unknown_pid(profile, pid, processes)
+    return chosen
+
+
+def process_with_dump(profile: Profile, pid: int | None) -> Process:
+    """The process `pid` that has a dump, or (pid None) the first process with one."""
+    processes = profile.processes()
+    for p in processes:
+        if (pid is None or p.info.pid == pid) and profile.last_dump_ts(p.info.upid) is not None:
+            return p
+    if pid is not None and not any(p.info.pid == pid for p in processes):
+        raise _unknown_pid(profile, pid, processes)
+    what = f"process pid {pid} has no dump" if pid is not None else "no process has a dump"
+    raise UnknownProcessError(f"{profile.path}: {what}")
+
+
+def _unknown_pid(profile: Profile, pid: int, processes: list[Process]) -> UnknownProcessError:
+    present = ", ".join(str(p) for p in sorted({p.info.pid for p in processes})) or "none"
+    return UnknownProcessError(f"{profile.path}: no process with pid {pid} (pids present: {present})")
+
+
+def dump_position(n: int | None, count: int, what: str, flag: str = "--dump") -> int:
+    """The 0-based position of dump `n` among `count`: 1 is the first, -1 (and None) the last."""
+    if n is None and count:
+        return count - 1
+    if n is None or n == 0 or not -count <= n <= count:
+        shown = "(none)" if n is None else n
+        raise UnknownDumpError(
+            f"{flag} {shown}: {what} has {count} dump(s)" + (f" (use 1..{count}, or -1 for the last)" if count else ""))
+    return n - 1 if n > 0 else count + n
+
+
+def pick_dump(dumps: list[Dump], n: int | None, what: str) -> Dump | None:
+    """Dump `n` of a process (see dump_position); None when it has no dumps and none was asked for."""
+    if not dumps:
+        return None
+    return dumps[dump_position(n, len(dumps), what)]
+
+
+def pick_dumps(dumps: list[Dump], n: int | None, what: str) -> list[Dump]:
+    """All dumps when `n` is None, else just dump `n`."""
+    if n is None:
+        return dumps
+    d = pick_dump(dumps, n, what)
+    return [] if d is None else [d]

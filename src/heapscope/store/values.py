@@ -1,0 +1,101 @@
+"""Integers between Python and SQLite's signed 64-bit INTEGER, converted once each way.
+
+Unsigned 64-bit values (return addresses, rel_pc, mapping bounds, offsets,
+load biases, sampling intervals, allocation sizes and addresses of the
+stream) may be 2^63 or more, which SQLite's INTEGER cannot hold: the writer
+stores them as the signed integer with the same 64 bits (two's complement,
+so 2^64 - 1 is stored as -1) and the reader turns them back. Perfetto's
+trace_processor stores such values as int64 too, so queries that only
+compare or group them run unchanged. Signed columns (ids, timestamps, the
+delta rows' counts and sizes, stats) are clamped to the int64 range rather
+than letting one out-of-range number fail the whole recording.
+
+Reading, a value of the wrong type (text that is not a number, a blob, a
+real that is not an integer, NULL where the schema says NOT NULL) raises
+BadValue, which the reader turns into one ProfileError line.
+"""
+
+from __future__ import annotations
+
+U64_MASK = (1 << 64) - 1
+I64_MIN = -(1 << 63)
+I64_MAX = (1 << 63) - 1
+
+
+class BadValue(ValueError):
+    """A column holds a value of the wrong type: the profile is damaged."""
+
+
+def u64_to_sql(n: int) -> int:
+    """An unsigned 64-bit value (taken modulo 2^64) as the int64 with the same bits."""
+    n &= U64_MASK
+    return n - (1 << 64) if n > I64_MAX else n
+
+
+def i64_to_sql(n: int) -> int:
+    """A signed value clamped to the int64 range."""
+    return I64_MIN if n < I64_MIN else I64_MAX if n > I64_MAX else n
+
+
+def opt_i64_to_sql(n: int | None) -> int | None:
+    return None if n is None else i64_to_sql(n)
+
+
+def _integer(v: object, column: str) -> int:
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and v.is_integer() and I64_MIN <= v <= I64_MAX:
+        return int(v)
+    if isinstance(v, str):
+        try:
+            n = int(v.strip())
+        except ValueError:
+            pass
+        else:
+            if I64_MIN <= n <= U64_MASK:
+                return n
+    shown = repr(v) if not isinstance(v, bytes | str) or len(v) < 40 else f"{v[:37]!r}..."
+    raise BadValue(f"unexpected value {shown} in {column or 'an integer column'}")
+
+
+def int_from_sql(v: object, column: str = "") -> int:
+    """A nullable signed INTEGER column; NULL reads as 0."""
+    return 0 if v is None else _integer(v, column)
+
+
+def req_int_from_sql(v: object, column: str) -> int:
+    """A NOT NULL signed INTEGER column; NULL is damage."""
+    if v is None:
+        raise BadValue(f"NULL in {column}, which may not be NULL")
+    return _integer(v, column)
+
+
+def opt_int_from_sql(v: object, column: str = "") -> int | None:
+    """A nullable INTEGER column whose NULL means something (no parent, no end)."""
+    return None if v is None else _integer(v, column)
+
+
+def u64_from_sql(v: object, column: str = "") -> int:
+    """A u64 column (see u64_to_sql); NULL reads as 0."""
+    return int_from_sql(v, column) & U64_MASK
+
+
+def req_u64_from_sql(v: object, column: str) -> int:
+    return req_int_from_sql(v, column) & U64_MASK
+
+
+def str_from_sql(v: object) -> str:
+    """A TEXT column; NULL reads as ''."""
+    if v is None:
+        return ""
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    return str(v)
+
+
+def req_str_from_sql(v: object, column: str) -> str:
+    if v is None:
+        raise BadValue(f"NULL in {column}, which may not be NULL")
+    return str_from_sql(v)
