@@ -48,8 +48,8 @@ def main(args: argparse.Namespace) -> int:
     if args.index and not dirs:
         raise UsageError("--index needs --binary-path DIR to index")
 
-    with open_profile(args.file):  # validation only: one clear line for every kind of bad file
-        pass
+    with open_profile(args.file) as profile:  # one clear line for every kind of bad or damaged file
+        profile.check()
     if not os.access(args.file, os.W_OK) or not os.access(os.path.dirname(os.path.abspath(args.file)), os.W_OK):
         raise OutputError(f"{args.file}: cannot symbolize in place: not writable")
     with symbolize_in_place(Path(args.file)) as store:

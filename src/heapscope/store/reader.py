@@ -151,6 +151,8 @@ class StreamEvent(NamedTuple):
     address: int
     size: int
     callsite: CallsiteId
+    seq: int
+    sample_size: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -534,10 +536,25 @@ class Profile:
         col = "heapscope_allocation_stream."
         return [StreamEvent(req_str_from_sql(r[0], col + "kind"), opt_int_from_sql(r[1], col + "ts"),
                             req_u64_from_sql(r[2], col + "address"), u64_from_sql(r[3], col + "size"),
-                            CallsiteId(int_from_sql(r[4], col + "callsite_id")))
+                            CallsiteId(int_from_sql(r[4], col + "callsite_id")), req_u64_from_sql(r[5], col + "seq"),
+                            u64_from_sql(r[6], col + "sample_size"))
                 for r in self._rows(
-                    "SELECT kind, ts, address, size, callsite_id FROM heapscope_allocation_stream"
+                    "SELECT kind, ts, address, size, callsite_id, seq, sample_size FROM heapscope_allocation_stream"
                     " WHERE upid = ? ORDER BY seq", (upid,))]
+
+    def check(self) -> None:
+        """Read every row through the typed queries: ProfileError at the first damaged value,
+        for commands that change a profile and must not build on a damaged one."""
+        self.metadata()
+        for p in self.processes():
+            self.dumps(p.info.upid)
+            self.dump_values(p.info.upid)
+            self.allocation_stream(p.info.upid)
+        self.callsites()
+        self.frames()
+        self.frame_symbols()
+        self.mappings()
+        self.stats()
 
     @_reads
     def stats(self, upid: int | None = None) -> list[Stat]:

@@ -1,6 +1,15 @@
 -- The heapscope profile database. Table and column names follow Perfetto's
 -- trace_processor, so queries written for heapprofd traces run unchanged.
 -- heapscope's own additions are prefixed `heapscope_`.
+--
+-- Integers. Columns marked "u64" hold unsigned 64-bit values (addresses,
+-- offsets, sizes, intervals) that may be 2^63 or more. SQLite's INTEGER is a
+-- signed 64-bit number, so such a value is stored as the signed integer with
+-- the same 64 bits (two's complement: 2^64 - 1 is stored as -1), as Perfetto's
+-- trace_processor stores them; heapscope's reader turns them back
+-- (store/values.py). Equality and grouping work on the stored values as they
+-- are; an ORDER BY or a comparison on a u64 column sees values >= 2^63 as
+-- negative. The other integer columns are signed and clamped to int64.
 
 CREATE TABLE IF NOT EXISTS heapscope_metadata (
   key TEXT PRIMARY KEY,
@@ -33,8 +42,8 @@ CREATE TABLE IF NOT EXISTS heapscope_process (
   hit_guardrail INTEGER,
   client_error TEXT,
   unwinder TEXT,
-  sampling_interval_bytes INTEGER,
-  orig_sampling_interval_bytes INTEGER
+  sampling_interval_bytes INTEGER,       -- u64
+  orig_sampling_interval_bytes INTEGER   -- u64
 );
 
 CREATE TABLE IF NOT EXISTS stats (
@@ -49,11 +58,11 @@ CREATE TABLE IF NOT EXISTS stats (
 CREATE TABLE IF NOT EXISTS stack_profile_mapping (
   id INTEGER PRIMARY KEY,
   build_id TEXT,            -- hex, '' when unknown
-  exact_offset INTEGER,
-  start_offset INTEGER,
-  start INTEGER,
-  "end" INTEGER,
-  load_bias INTEGER,
+  exact_offset INTEGER,     -- u64
+  start_offset INTEGER,     -- u64
+  start INTEGER,            -- u64
+  "end" INTEGER,            -- u64
+  load_bias INTEGER,        -- u64
   name TEXT
 );
 
@@ -61,7 +70,7 @@ CREATE TABLE IF NOT EXISTS stack_profile_frame (
   id INTEGER PRIMARY KEY,
   name TEXT,                -- function name (demangled), '' until symbolized
   mapping INTEGER NOT NULL REFERENCES stack_profile_mapping(id),
-  rel_pc INTEGER NOT NULL,  -- address in the ELF file's virtual address space
+  rel_pc INTEGER NOT NULL,  -- u64: address in the ELF file's virtual address space
   symbol_set_id INTEGER,
   deobfuscated_name TEXT,
   type TEXT
@@ -110,12 +119,12 @@ CREATE TABLE IF NOT EXISTS heap_profile (
 -- --stream-allocations: every sampled malloc and sent free, raw.
 CREATE TABLE IF NOT EXISTS heapscope_allocation_stream (
   upid INTEGER NOT NULL,
-  seq INTEGER NOT NULL,
+  seq INTEGER NOT NULL,     -- u64
   kind TEXT NOT NULL,       -- malloc, free
   ts INTEGER,
-  address INTEGER NOT NULL,
-  size INTEGER,
-  sample_size INTEGER,
+  address INTEGER NOT NULL, -- u64
+  size INTEGER,             -- u64
+  sample_size INTEGER,      -- u64
   callsite_id INTEGER
 );
 

@@ -36,11 +36,8 @@ _READ_WITHOUT_ARGUMENT = frozenset({
     "page_count", "page_size", "user_version", "schema_version", "application_id", "encoding", "freelist_count",
     "journal_mode", "query_only",
 })
-_WHAT = {
-    sqlite3.SQLITE_ATTACH: "ATTACH (and VACUUM INTO)", sqlite3.SQLITE_DETACH: "DETACH",
-    sqlite3.SQLITE_INSERT: "INSERT", sqlite3.SQLITE_UPDATE: "UPDATE", sqlite3.SQLITE_DELETE: "DELETE",
-    sqlite3.SQLITE_PRAGMA: "this PRAGMA",
-}
+_WHAT = {sqlite3.SQLITE_ATTACH: "ATTACH (and VACUUM)", sqlite3.SQLITE_DETACH: "DETACH",
+         sqlite3.SQLITE_PRAGMA: "a PRAGMA that writes"}
 
 
 class Result(NamedTuple):
@@ -58,6 +55,7 @@ class SqlConsole:
         self._db = profile.sql_connection()
         self._unlocked = False
         self._denied: str | None = None
+        self._db.set_authorizer(None)
         self._db.execute("PRAGMA query_only = ON")
         self._db.set_authorizer(self._authorize)
 
@@ -69,7 +67,9 @@ class SqlConsole:
             name = arg1.lower()
             if name in _READ_PRAGMAS or (name in _READ_WITHOUT_ARGUMENT and arg2 is None):
                 return sqlite3.SQLITE_OK
-        self._denied = _WHAT.get(action, "a statement that changes the database")
+        if self._denied is None:
+            self._denied = _WHAT.get(action) if action in (sqlite3.SQLITE_ATTACH, sqlite3.SQLITE_DETACH,
+                                                           sqlite3.SQLITE_PRAGMA) else ""
         return sqlite3.SQLITE_DENY
 
     def execute(self, sql: str, limit: int | None = None) -> Result:
@@ -82,7 +82,8 @@ class SqlConsole:
             raise SqlError(f"SQL error: {_line(e)}") from e
         except sqlite3.DatabaseError as e:
             if self._denied is not None:
-                raise SqlError(f"refused: heapscope sql is read-only ({self._denied} is not allowed)") from e
+                what = self._denied or _first_word(sql)
+                raise SqlError(f"refused: heapscope sql is read-only ({what} is not allowed)") from e
             if isinstance(e, sqlite3.OperationalError | sqlite3.IntegrityError | sqlite3.ProgrammingError):
                 raise SqlError(f"SQL error: {_line(e)}") from e
             raise ProfileError(f"{self.profile.path}: cannot read profile ({_line(e)})") from e
@@ -119,6 +120,11 @@ class SqlConsole:
         finally:
             self._db.execute("PRAGMA query_only = ON")
             self._unlocked = False
+
+
+def _first_word(sql: str) -> str:
+    words = sql.split(None, 1)
+    return words[0].upper() if words else "this statement"
 
 
 def _line(e: BaseException) -> str:
