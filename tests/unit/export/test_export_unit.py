@@ -31,9 +31,8 @@ def db(tmp_path):
     w.set_process_flags(info, ProcessFlags(sampling_interval_bytes=4096, orig_sampling_interval_bytes=4096))
     w.add_mappings([(1, Mapping("ab" * 20, OFFSET, 0, START, START + 0x2000, BIAS, "/bin/demo"))])
     w.add_frames([(1, Frame(1, 0x1100, "main")), (2, Frame(1, 0x1200, "parse")), (3, Frame(1, 0x1300, ""))])
-    w.db.execute("UPDATE stack_profile_frame SET symbol_set_id = 9 WHERE id = 2")
-    w.db.executemany("INSERT INTO stack_profile_symbol (id, symbol_set_id, name, source_file, line_number,"
-                     " inlined) VALUES (?, 9, ?, 'demo.c', ?, ?)", [(1, "helper", 7, 1), (2, "parse", 8, 0)])
+    w.symbols().write_symbols([(1, 9, "helper", "demo.c", 7, 1), (2, 9, "parse", "demo.c", 8, 0)],
+                              [("parse", 9, 2)])
     w.add_callsites([(1, 0, None, 1), (2, 1, 1, 2), (3, 2, 2, 3), (4, 1, 1, 3)])
     w.add_dump(1, 1000, 2000, "periodic", [(3, 4, 16384), (4, 1, 65536), (3, -1, -4096)], "libc.malloc")
     w.add_dump(1, 2000, 3000, "end", [(3, 2, 8192)], "libc.malloc")
