@@ -1,5 +1,13 @@
 """The profile database (SQLite, Perfetto's table names): schema, writer, reader.
 
+    schema.sql  the tables (which integer columns are u64, and how they are stored)
+    values.py   integers to and from SQLite, converted once each way
+    writer.py   ProfileWriter (record), SymbolWriter (symbolize, in place or live)
+    reader.py   open_profile(): validation, then typed queries; the only way to read
+    select.py   views, processes by pid, dumps by number: one error line per mistake
+    sql.py      `heapscope sql`: read-only SQL (no writes, no ATTACH, no VACUUM INTO)
+    files.py    creating files safely and the overwrite policy
+
 May import: heapscope.model, heapscope.errors. Nothing here knows about the
 wire or the producer.
 """

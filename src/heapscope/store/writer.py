@@ -13,6 +13,7 @@ existing profile replaced only with `force`, anything else never.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import sqlite3
@@ -250,7 +251,7 @@ def symbolize_in_place(path: Path) -> Iterator[SymbolWriter]:
     try:
         src = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
-        why = "is a symbolic link" if e.errno == 40 else (e.strerror or str(e))
+        why = "is a symbolic link" if e.errno == errno.ELOOP else (e.strerror or str(e))
         raise OutputError(f"{path}: cannot symbolize in place: {why}") from e
     try:
         st = os.fstat(src)
