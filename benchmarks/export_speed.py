@@ -33,7 +33,7 @@ STREAM = 1_000_000
 
 def build(path: Path) -> None:
     rng = random.Random(7)
-    w = ProfileWriter(path)
+    w = ProfileWriter(path, force=True)
     w.set_metadata("interval", 4096)
     info = ProcessInfo(upid=Upid(1), pid=4242, ppid=1, name="big", cmdline="/usr/bin/big --run", exe="/usr/bin/big",
                        uid=0, start_ts=1_000_000_000)
@@ -109,7 +109,7 @@ def main() -> int:
         target = out / f"big{fmt.suffix}"
         t = time.perf_counter()
         proc = subprocess.Popen([sys.executable, "-m", "heapscope", "export", str(db), "--format", name,
-                                 "-o", str(target)], stderr=subprocess.DEVNULL)
+                                 "-o", str(target), "--force"], stderr=subprocess.DEVNULL)
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
         wall = time.perf_counter() - t
