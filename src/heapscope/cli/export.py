@@ -6,12 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from heapscope.errors import OutputError
 from heapscope.export import FORMATS
 from heapscope.model import VIEWS
-from heapscope.store.files import atomic_output
+from heapscope.store.files import EXPORT, atomic_output
 from heapscope.store.reader import open_profile
-from heapscope.store.writer import is_profile
 
 NAME = "export"
 HELP = "write a profile as pprof, Perfetto trace, Chrome JSON, speedscope or collapsed stacks"
@@ -39,11 +37,6 @@ def default_output(profile_path: str, fmt: str) -> Path:
     return p.with_name(stem + FORMATS[fmt].suffix)
 
 
-def _any_file(_path: Path) -> bool:
-    """Any regular file but a profile (checked before) may be replaced, with --force."""
-    return True
-
-
 def main(args: argparse.Namespace) -> int:
     fmt = FORMATS[args.format]
     exporter = fmt.exporter()
@@ -53,9 +46,7 @@ def main(args: argparse.Namespace) -> int:
             sys.stdout.buffer.flush()
             return 0
         out = Path(args.output) if args.output else default_output(args.file, args.format)
-        if is_profile(out):
-            raise OutputError(f"{out}: is a heapscope profile; an export never replaces one")
-        with atomic_output(out, args.force, _any_file, "file") as f:
+        with atomic_output(out, args.force, EXPORT) as f:
             exporter(profile, f, view=args.view, pid=args.pid, dump=args.dump)
     print(f"wrote {out}", file=sys.stderr)
     return 0

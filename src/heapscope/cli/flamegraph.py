@@ -6,9 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from heapscope.errors import OutputError
-from heapscope.store.files import atomic_output
-from heapscope.store.writer import is_profile
+from heapscope.store.files import OutputKind, atomic_output
 
 NAME = "flamegraph"
 HELP = "write an interactive HTML flamegraph (one file, works offline)"
@@ -30,10 +28,7 @@ def default_output(profile: str) -> Path:
 def write_page(out: Path, html: str, force: bool) -> None:
     """Write `html` to `out` (0600, never through a link); refuses to replace a file unless
     `force` or it is our own output, and never replaces a heapscope profile."""
-    if is_profile(out):
-        raise OutputError(f"{out}: is a heapscope profile; a page never replaces one")
-    with atomic_output(out, force, lambda p: force or _ours(p),
-                       "page written by heapscope (use --force to overwrite)", ours_needs_force=False) as f:
+    with atomic_output(out, force, PAGE) as f:
         f.write(html.encode("utf-8"))
 
 
@@ -48,6 +43,9 @@ def _ours(path: Path) -> bool:
 
 def _nofollow(path: str, flags: int) -> int:
     return os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+
+
+PAGE = OutputKind("flamegraph page", _ours, rewrite_ours=True, others_with_force=True)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -9,19 +9,22 @@ The rules (issue 10):
   destination's own directory and are renamed over the destination, so
   readers never see half a file and no fixed name exists to plant;
 - files are created 0600: a profile holds every process's command line;
-- an existing file is replaced only when it is what the command writes (a
-  heapscope profile for `record`, our own HTML for `flamegraph`, ...) and
-  `--force` is given; any other file is never replaced.
+- an existing file is replaced only as check_replaceable() says, the one
+  place of that policy: a profile only by `record --force`, a file that is
+  not a profile never by `record`, other files by exports and pages only
+  with `--force` (a page heapscope wrote itself is just rewritten).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import sqlite3
 import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -29,16 +32,56 @@ from heapscope.errors import OutputError
 
 PRIVATE_MODE = 0o600
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+PROFILE_FORMAT = "heapscope-profile"
 
 
-def check_replaceable(path: Path, force: bool, ours: Callable[[Path], bool], what: str, *,
-                      ours_needs_force: bool = True) -> bool:
-    """Whether `path` exists and may be replaced; OutputError (one line) when it must not be.
+def is_profile(path: Path) -> bool:
+    """Whether `path` is a heapscope profile (SQLite with our format in heapscope_metadata).
 
-    `ours(path)` says whether an existing regular file is of the kind the
-    command writes (`what`, e.g. "heapscope profile"); only such a file is
-    replaced, and only with `force` (unless `ours_needs_force` is False: a
-    page heapscope wrote itself is just rewritten).
+    Never follows a link and never blocks (a FIFO is not a profile)."""
+    try:
+        with open(path, "rb", opener=_nofollow_nonblock) as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode) or not f.read(16).startswith(b"SQLite format 3"):
+                return False
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            row = db.execute("SELECT value FROM heapscope_metadata WHERE key = 'format'").fetchone()
+        finally:
+            db.close()
+    except (OSError, sqlite3.Error):
+        return False
+    return row is not None and row[0] == PROFILE_FORMAT
+
+
+def _nofollow_nonblock(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+
+
+def _never(_path: Path) -> bool:
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class OutputKind:
+    """What a command writes, for the overwrite policy."""
+
+    what: str  # for messages: "heapscope profile", "export", ...
+    is_ours: Callable[[Path], bool] = _never  # an existing file of this kind
+    rewrite_ours: bool = False  # replace our own earlier output without --force (pages)
+    others_with_force: bool = False  # replace any other regular file (never a profile) with --force
+
+
+PROFILE = OutputKind("heapscope profile", is_profile)
+EXPORT = OutputKind("export", others_with_force=True)
+
+
+def check_replaceable(path: Path, force: bool, kind: OutputKind) -> bool:
+    """The overwrite policy: whether `path` exists and may be replaced; OutputError (one line) if not.
+
+    Never a link (dangling or not), a directory or anything but a regular file.
+    A file of the command's own kind with --force (or always, for a kind that
+    rewrites its own output). A heapscope profile only by `record --force`.
+    Any other file only by a kind that allows it, with --force.
     """
     try:
         st = os.lstat(path)
@@ -52,11 +95,17 @@ def check_replaceable(path: Path, force: bool, ours: Callable[[Path], bool], wha
         raise OutputError(f"{path}: is a directory")
     if not stat.S_ISREG(st.st_mode):
         raise OutputError(f"{path}: exists and is not a regular file; refusing to replace it")
-    if not ours(path):
-        raise OutputError(f"{path}: exists and is not a {what}; refusing to replace it")
-    if not force and ours_needs_force:
-        raise OutputError(f"{path}: a {what} is already there (use --force to replace it)")
-    return True
+    if kind.is_ours(path):
+        if force or kind.rewrite_ours:
+            return True
+        raise OutputError(f"{path}: a {kind.what} is already there (use --force to replace it)")
+    if is_profile(path):
+        raise OutputError(f"{path}: is a heapscope profile; only `heapscope record --force` replaces one")
+    if kind.others_with_force:
+        if force:
+            return True
+        raise OutputError(f"{path}: exists (use --force to replace it)")
+    raise OutputError(f"{path}: exists and is not a {kind.what}; refusing to replace it")
 
 
 def create_private(path: Path) -> int:
@@ -82,14 +131,13 @@ def remove_file(path: Path) -> None:
 
 
 @contextmanager
-def atomic_output(path: Path, force: bool, ours: Callable[[Path], bool], what: str, *,
-                  ours_needs_force: bool = True) -> Iterator[BinaryIO]:
+def atomic_output(path: Path, force: bool, kind: OutputKind) -> Iterator[BinaryIO]:
     """A binary file that becomes `path` when the block ends without an error.
 
     The data goes to an unpredictably named 0600 file beside `path`, which is
     renamed over it at the end (rename replaces a link itself, never its target).
     """
-    check_replaceable(path, force, ours, what, ours_needs_force=ours_needs_force)
+    check_replaceable(path, force, kind)
     directory = path.parent if str(path.parent) else Path(".")
     try:
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
@@ -99,7 +147,7 @@ def atomic_output(path: Path, force: bool, ours: Callable[[Path], bool], what: s
         with os.fdopen(fd, "wb") as f:
             yield f
         # The destination may have changed since the check: look again.
-        check_replaceable(path, force, ours, what, ours_needs_force=ours_needs_force)
+        check_replaceable(path, force, kind)
         os.replace(tmp, path)
     except OSError as e:
         raise OutputError(f"{path}: cannot write: {e.strerror or e}") from e
@@ -107,7 +155,3 @@ def atomic_output(path: Path, force: bool, ours: Callable[[Path], bool], what: s
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
 
-
-def never_ours(_path: Path) -> bool:
-    """For outputs that never replace anything."""
-    return False

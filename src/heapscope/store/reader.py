@@ -30,6 +30,7 @@ from typing import Concatenate, NamedTuple, ParamSpec, TypeVar
 
 from heapscope.errors import ProfileError
 from heapscope.model import CallsiteId, FrameId, MappingId, ProcessFlags, ProcessInfo, Upid
+from heapscope.store.files import PROFILE_FORMAT
 from heapscope.store.values import (
     BadValue,
     int_from_sql,
@@ -40,7 +41,7 @@ from heapscope.store.values import (
     str_from_sql,
     u64_from_sql,
 )
-from heapscope.store.writer import PROFILE_FORMAT, SCHEMA_VERSION
+from heapscope.store.writer import SCHEMA_VERSION
 
 __all__ = [
     "PROFILE_FORMAT", "AllocationDelta", "Dump", "DumpValues", "FrameInfo", "Mapping", "Process", "Profile",

@@ -41,6 +41,10 @@ def opt_i64_to_sql(n: int | None) -> int | None:
     return None if n is None else i64_to_sql(n)
 
 
+def opt_u64_to_sql(n: int | None) -> int | None:
+    return None if n is None else u64_to_sql(n)
+
+
 def _integer(v: object, column: str) -> int:
     if isinstance(v, bool):
         return int(v)

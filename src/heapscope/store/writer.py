@@ -26,11 +26,12 @@ from pathlib import Path
 
 from heapscope.errors import OutputError
 from heapscope.model import Frame, Mapping, ProcessFlags, ProcessInfo
-from heapscope.store.files import check_replaceable, create_private, remove_file
+from heapscope.store.files import PROFILE, PROFILE_FORMAT, check_replaceable, create_private, remove_file
 from heapscope.store.values import (
     BadValue,
     i64_to_sql,
     opt_i64_to_sql,
+    opt_u64_to_sql,
     req_int_from_sql,
     req_u64_from_sql,
     str_from_sql,
@@ -38,8 +39,6 @@ from heapscope.store.values import (
 )
 
 SCHEMA_VERSION = "1"
-PROFILE_FORMAT = "heapscope-profile"
-PROFILE_KIND = "heapscope profile"
 # SQLite's files beside a database while it is written (https://www.sqlite.org/tempfiles.html).
 _SIDECARS = ("-wal", "-shm", "-journal")
 
@@ -48,32 +47,12 @@ def schema_sql() -> str:
     return resources.files("heapscope.store").joinpath("schema.sql").read_text()
 
 
-def is_profile(path: Path) -> bool:
-    """Whether `path` is a heapscope profile (SQLite with our format in heapscope_metadata)."""
-    try:
-        with open(path, "rb", opener=_nofollow_nonblock) as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode) or not f.read(16).startswith(b"SQLite format 3"):
-                return False
-        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-        try:
-            row = db.execute("SELECT value FROM heapscope_metadata WHERE key = 'format'").fetchone()
-        finally:
-            db.close()
-    except (OSError, sqlite3.Error):
-        return False
-    return row is not None and row[0] == PROFILE_FORMAT
-
-
-def _nofollow_nonblock(path: str, flags: int) -> int:
-    return os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-
-
 class ProfileWriter:
     """An open profile database being written."""
 
     def __init__(self, path: str | os.PathLike[str], *, force: bool = False) -> None:
         self.path = Path(path)
-        if check_replaceable(self.path, force, is_profile, PROFILE_KIND):
+        if check_replaceable(self.path, force, PROFILE):
             remove_file(self.path)
         # The database and the SQLite files beside it are all created here,
         # O_EXCL and 0600, so that none of them can be a planted link.
@@ -157,12 +136,13 @@ class ProfileWriter:
             ((n, opt_i64_to_sql(i), sev, src, i64_to_sql(v), d) for n, i, sev, src, v, d in rows),
         )
 
-    def add_stream(self, rows: Iterable[tuple[int, int, str, int, int, int, int, int | None]]) -> None:
-        """Rows of (upid, seq, kind, ts, address, size, sample_size, callsite_id)."""
+    def add_stream(self, rows: Iterable[tuple[int, int, str, int | None, int, int | None, int | None, int | None]]
+                   ) -> None:
+        """Rows of (upid, seq, kind, ts, address, size, sample_size, callsite_id); a free has no sizes."""
         self.db.executemany(
             "INSERT INTO heapscope_allocation_stream VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            ((i64_to_sql(u), u64_to_sql(q), k, i64_to_sql(t), u64_to_sql(a), u64_to_sql(s), u64_to_sql(ss),
-              opt_i64_to_sql(c)) for u, q, k, t, a, s, ss, c in rows),
+            ((i64_to_sql(u), u64_to_sql(q), k, opt_i64_to_sql(t), u64_to_sql(a), opt_u64_to_sql(s),
+              opt_u64_to_sql(ss), opt_i64_to_sql(c)) for u, q, k, t, a, s, ss, c in rows),
         )
 
     def symbols(self) -> SymbolWriter:

@@ -50,7 +50,8 @@ def test_every_u64_column_holds_the_largest_value(tmp_path: Path) -> None:
     w.add_process(info)
     w.set_process_flags(info, ProcessFlags(sampling_interval_bytes=U64_MAX, orig_sampling_interval_bytes=U64_MAX))
     w.add_dump(1, 0, 10, "exit", [(1, 1, 1 << 64)], "libc.malloc")
-    w.add_stream([(1, U64_MAX, "malloc", 5, U64_MAX, U64_MAX, U64_MAX, 1)])
+    w.add_stream([(1, U64_MAX, "malloc", 5, U64_MAX, U64_MAX, U64_MAX, 1),
+                  (1, 0, "free", None, U64_MAX, None, None, None)])
     w.add_stats([("big", None, "info", "producer", 1 << 64, "")])
     w.close()
     # WHEN it is read back THEN every u64 comes back whole, signed values clamped
@@ -62,8 +63,9 @@ def test_every_u64_column_holds_the_largest_value(tmp_path: Path) -> None:
         assert p.flags is not None
         assert (p.flags.sampling_interval_bytes, p.flags.orig_sampling_interval_bytes) == (U64_MAX, U64_MAX)
         assert p.info.start_ts == (1 << 63) - 1
-        (e,) = prof.allocation_stream(1)
+        e, free = prof.allocation_stream(1)
         assert (e.seq, e.address, e.size, e.sample_size) == (U64_MAX,) * 4
+        assert (free.kind, free.ts, free.address, free.size) == ("free", None, U64_MAX, 0)
         assert prof.callsite_values(1)[1].space == (1 << 63) - 1  # type: ignore[index]
         assert prof.stats()[0].value == (1 << 63) - 1
     # AND plain SQL sees the int64 with the same bits, as trace_processor would
