@@ -1,8 +1,7 @@
-/* ingest_tables.c: growth and deletion for the tables of ingest_tables.h. */
-#include "ingest_tables.h"
+/* tracker_tables.c: growth and deletion for the tables of tracker_tables.h. */
+#include "tracker_tables.h"
 
 #include <stdlib.h>
-#include <string.h>
 
 /* ---- live sampled allocations ---- */
 
@@ -52,15 +51,15 @@ void hs_live_remove(struct hs_live_table *t, struct hs_live *e) {
   t->count--;
 }
 
-/* ---- per-stack totals ---- */
+/* ---- stacks ---- */
 
 int hs_stacks_init(struct hs_stacks *s, size_t capacity) {
   s->slots = calloc(capacity, sizeof *s->slots);
   s->mask = capacity - 1;
-  s->totals_cap = capacity / 2;
-  s->totals = calloc(s->totals_cap, sizeof *s->totals);
+  s->stacks_cap = capacity / 2;
+  s->stacks = calloc(s->stacks_cap, sizeof *s->stacks);
   s->count = 0;
-  if (!s->slots || !s->totals) {
+  if (!s->slots || !s->stacks) {
     hs_stacks_destroy(s);
     return -1;
   }
@@ -69,9 +68,9 @@ int hs_stacks_init(struct hs_stacks *s, size_t capacity) {
 
 void hs_stacks_destroy(struct hs_stacks *s) {
   free(s->slots);
-  free(s->totals);
+  free(s->stacks);
   s->slots = NULL;
-  s->totals = NULL;
+  s->stacks = NULL;
   s->count = 0;
 }
 
@@ -98,16 +97,15 @@ static int stacks_grow(struct hs_stacks *s) {
 int64_t hs_stacks_add(struct hs_stacks *s, uint64_t stack_id) {
   if (s->count >= UINT32_MAX - 1) return -1; /* indices are u32 in hs_live */
   if ((s->count + 1) * 8 > (s->mask + 1) * 5 && stacks_grow(s) < 0) return -1;
-  if (s->count == s->totals_cap) {
-    size_t cap = s->totals_cap * 2;
-    struct hs_stack_totals *totals = realloc(s->totals, cap * sizeof *totals);
-    if (!totals) return -1;
-    s->totals = totals;
-    s->totals_cap = cap;
+  if (s->count == s->stacks_cap) {
+    size_t cap = s->stacks_cap * 2;
+    struct hs_stack_entry *stacks = realloc(s->stacks, cap * sizeof *stacks);
+    if (!stacks) return -1;
+    s->stacks = stacks;
+    s->stacks_cap = cap;
   }
   size_t idx = s->count++;
-  memset(&s->totals[idx], 0, sizeof s->totals[idx]);
-  s->totals[idx].stack_id = stack_id;
+  s->stacks[idx] = (struct hs_stack_entry){stack_id, HS_NO_BUCKET, 0};
   struct hs_stack_slot *slot = stacks_empty_slot(s->slots, s->mask, stack_id);
   slot->stack_id = stack_id;
   slot->idx_plus1 = (uint32_t)(idx + 1);

@@ -1,23 +1,24 @@
 /*
- * ingest_tables.h: the two hash tables of the ingest loop.
+ * tracker_tables.h: the two hash tables of the heap tracker (tracker.h).
  *
  *   hs_live_table    addr -> {seq, sample_size, alloc_size, stack_idx}
  *                    the live sampled allocations; entries come and go.
- *   hs_stacks        stack_id -> index into a dense array of totals
- *                    (cumulative, never deleted, so indices are stable and
- *                    a live entry can point at its totals with a u32).
+ *   hs_stacks        stack_id -> index into a dense array of stacks, each
+ *                    naming the bucket of totals it books into (never
+ *                    deleted, so indices are stable and a live entry can
+ *                    point at its stack with a u32).
  *
  * Both use open addressing with linear probing over a power-of-two slot
  * array, keys mixed with the splitmix64 finalizer (addresses are 16-byte
  * aligned and often in arithmetic progressions, so their low bits alone
  * would cluster). The live table deletes with backward shift, so it never
  * needs tombstones. The hot lookups are static inline here; growth lives in
- * ingest_tables.c.
+ * tracker_tables.c.
  *
- * NB: not thread-safe; the ingest object that owns them serialises callers.
+ * NB: not thread-safe; the tracker that owns them serialises callers.
  */
-#ifndef HEAPSCOPE_INGEST_TABLES_H
-#define HEAPSCOPE_INGEST_TABLES_H
+#ifndef HEAPSCOPE_TRACKER_TABLES_H
+#define HEAPSCOPE_TRACKER_TABLES_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -38,7 +39,7 @@ struct hs_live {
   uint64_t seq;         /* sequence number of the malloc that made it live */
   uint64_t sample_size;
   uint64_t alloc_size;
-  uint32_t stack_idx;   /* index into hs_stacks.totals */
+  uint32_t stack_idx;   /* index into hs_stacks.stacks */
   uint32_t used;        /* 0 = empty slot (so address 0 needs no special case) */
 };
 
@@ -81,15 +82,17 @@ static inline struct hs_live *hs_live_slot(const struct hs_live_table *t, uint64
   }
 }
 
-/* ---- per-stack totals, keyed by stack id ---- */
+/* ---- stacks, keyed by stack id ---- */
 
-/* Exactly the 5 x u64 row that Ingest.totals() hands to Python. */
-struct hs_stack_totals {
+#define HS_NO_BUCKET UINT32_MAX
+
+/* One stack the tracker has seen. Its ops are booked in buckets[bucket] of
+ * the tracker: its own bucket until the stack's callsite is known, then the
+ * callsite's (tracker.h). */
+struct hs_stack_entry {
   uint64_t stack_id;
-  uint64_t alloc_bytes;
-  uint64_t free_bytes;
-  uint64_t alloc_count;
-  uint64_t free_count;
+  uint32_t bucket;  /* HS_NO_BUCKET until the tracker gives it one */
+  uint32_t reserved;
 };
 
 struct hs_stack_slot {
@@ -101,9 +104,9 @@ struct hs_stack_slot {
 struct hs_stacks {
   struct hs_stack_slot *slots;
   size_t mask;
-  struct hs_stack_totals *totals; /* dense, in first-seen order */
+  struct hs_stack_entry *stacks; /* dense, in first-seen order */
   size_t count;
-  size_t totals_cap;
+  size_t stacks_cap;
 };
 
 int hs_stacks_init(struct hs_stacks *s, size_t capacity);
@@ -111,7 +114,7 @@ void hs_stacks_destroy(struct hs_stacks *s);
 /* Slow path of hs_stacks_index: append a new stack. -1 on ENOMEM. */
 int64_t hs_stacks_add(struct hs_stacks *s, uint64_t stack_id);
 
-/* Index of stack_id's totals, created on first sight. -1 on ENOMEM. */
+/* Index of stack_id's entry, created on first sight (bucket HS_NO_BUCKET). -1 on ENOMEM. */
 static inline int64_t hs_stacks_index(struct hs_stacks *s, uint64_t stack_id) {
   size_t i = (size_t)hs_mix64(stack_id) & s->mask;
   for (;;) {
@@ -122,4 +125,4 @@ static inline int64_t hs_stacks_index(struct hs_stacks *s, uint64_t stack_id) {
   }
 }
 
-#endif /* HEAPSCOPE_INGEST_TABLES_H */
+#endif /* HEAPSCOPE_TRACKER_TABLES_H */
