@@ -119,6 +119,7 @@ static void apply_malloc(struct hs_tracker *t, const struct hs_op *op) {
   touch(t, b);
   b->cur.alloc_bytes += op->sample_size;
   b->cur.alloc_count++;
+  t->sampled_bytes += op->sample_size;
   t->cur_unfreed += op->sample_size;
   if (t->cur_unfreed > t->max_unfreed) {
     t->max_unfreed = t->cur_unfreed;

@@ -154,6 +154,7 @@ struct hs_tracker {
   size_t buckets_cap;
   /* the peak */
   uint64_t ops;         /* ops applied: the clock of `touched` */
+  uint64_t sampled_bytes; /* sampled bytes allocated, in all */
   uint64_t cur_unfreed; /* sampled bytes not freed now */
   uint64_t max_unfreed; /* ... at the peak */
   uint64_t max_ts;      /* ts of the malloc that made the peak */

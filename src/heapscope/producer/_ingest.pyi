@@ -102,8 +102,8 @@ class Tracker:
         (sequence numbers given up on), pending (ops waiting now),
         live_allocations, implicit_frees (malloc at a live address),
         untracked_frees (free of an address not live), committed_seq,
-        max_pending, current_unfreed, peak_unfreed and peak_ts (ts of the
-        malloc that made the peak).
+        max_pending, sampled_bytes (allocated in all), current_unfreed,
+        peak_unfreed and peak_ts (ts of the malloc that made the peak).
         """
 
     @property

@@ -34,6 +34,7 @@ def test_in_order_malloc_and_free_totals(make_heap):
     assert (st["committed_seq"], st["pending"], st["live_allocations"]) == (4, 0, 2)
     assert st["untracked_frees"] == st["implicit_frees"] == st["late_records"] == 0
     assert st["current_unfreed"] == 80
+    assert st["sampled_bytes"] == 180
     assert h.t.last_ts == 20
 
 
