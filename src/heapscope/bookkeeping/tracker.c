@@ -28,25 +28,31 @@ static int64_t bucket_new(struct hs_tracker *t, uint64_t callsite_id, uint32_t s
     struct hs_bucket *b = realloc(t->buckets, cap * sizeof *b);
     if (!b) return -1;
     t->buckets = b;
+    struct hs_bucket_rest *r = realloc(t->rest, cap * sizeof *r);
+    if (!r) return -1; /* buckets grew alone: harmless, the capacity stays */
+    t->rest = r;
     t->buckets_cap = cap;
   }
-  struct hs_bucket *b = &t->buckets[t->nbuckets];
-  memset(b, 0, sizeof *b);
-  b->touched = t->ops;
-  b->callsite_id = callsite_id;
-  b->stack_idx = stack_idx;
+  size_t i = t->nbuckets;
+  memset(&t->buckets[i], 0, sizeof t->buckets[i]);
+  memset(&t->rest[i], 0, sizeof t->rest[i]);
+  t->buckets[i].epoch = t->peak_epoch; /* it did not exist at the peak: all zero there */
+  t->buckets[i].stack_idx = stack_idx;
+  t->rest[i].callsite_id = callsite_id;
   return (int64_t)t->nbuckets++;
 }
 
-/* The bucket's state at the peak. */
-static inline struct hs_totals at_peak(const struct hs_tracker *t, const struct hs_bucket *b) {
-  return b->touched <= t->peak_op ? b->cur : b->at_peak;
+/* Bucket i's state at the peak. */
+static inline struct hs_totals at_peak(const struct hs_tracker *t, size_t i) {
+  return t->buckets[i].epoch != t->peak_epoch ? t->buckets[i].cur : t->rest[i].at_peak;
 }
 
-/* Call before changing b during op number t->ops. */
+/* Call before changing b: its first change since the peak saves its state there. */
 static inline void touch(const struct hs_tracker *t, struct hs_bucket *b) {
-  if (b->touched <= t->peak_op) b->at_peak = b->cur;
-  b->touched = t->ops;
+  if (b->epoch != t->peak_epoch) {
+    t->rest[b - t->buckets].at_peak = b->cur;
+    b->epoch = t->peak_epoch;
+  }
 }
 
 static inline void totals_add(struct hs_totals *to, const struct hs_totals *x) {
@@ -69,12 +75,15 @@ static void stream_row(struct hs_tracker *t, uint64_t kind, uint64_t seq, uint64
   t->stream_rows.len += sizeof row;
 }
 
-static inline struct hs_bucket *bucket_of(const struct hs_tracker *t, uint32_t stack_idx) {
-  return &t->buckets[t->stacks.stacks[stack_idx].bucket];
+/* The bucket a live allocation books its free in: the one of its malloc,
+ * or the callsite's that one was folded into since. */
+static inline struct hs_bucket *bucket_of(const struct hs_tracker *t, const struct hs_live *e) {
+  struct hs_bucket *b = &t->buckets[e->bucket_plus1 - 1];
+  return b->into_plus1 ? &t->buckets[b->into_plus1 - 1] : b;
 }
 
 static void book_free(struct hs_tracker *t, const struct hs_live *e) {
-  struct hs_bucket *b = bucket_of(t, e->stack_idx);
+  struct hs_bucket *b = bucket_of(t, e);
   touch(t, b);
   b->cur.free_bytes += e->sample_size;
   b->cur.free_count++;
@@ -86,45 +95,43 @@ static void apply_malloc(struct hs_tracker *t, const struct hs_op *op) {
     t->oom = 1;
     return;
   }
-  int64_t idx = hs_stacks_index(&t->stacks, op->stack_id);
-  if (idx < 0) {
+  struct hs_stack_slot *s = hs_stacks_get(&t->stacks, op->stack_id);
+  if (!s) {
     t->oom = 1;
     return;
   }
-  struct hs_stack_entry *s = &t->stacks.stacks[idx];
+  const uint32_t idx = s->idx_plus1 - 1;
   if (s->bucket == HS_NO_BUCKET) {
-    int64_t b = bucket_new(t, 0, (uint32_t)idx);
+    int64_t b = bucket_new(t, 0, idx);
     if (b < 0) {
       t->oom = 1;
       return;
     }
     s->bucket = (uint32_t)b;
   }
-  t->ops++;
   struct hs_live *e = hs_live_slot(&t->live, op->addr);
-  if (e->used) {
+  if (e->bucket_plus1) {
     /* Its free was never seen (or not yet: then it will count as untracked). */
     book_free(t, e);
     t->st.implicit_frees++;
   } else {
-    e->used = 1;
     e->addr = op->addr;
     t->live.count++;
   }
   e->seq = op->seq;
   e->sample_size = op->sample_size;
   e->alloc_size = op->alloc_size;
-  e->stack_idx = (uint32_t)idx;
+  e->stack_idx = idx;
+  e->bucket_plus1 = s->bucket + 1;
   struct hs_bucket *b = &t->buckets[s->bucket];
   touch(t, b);
   b->cur.alloc_bytes += op->sample_size;
   b->cur.alloc_count++;
-  t->sampled_bytes += op->sample_size;
   t->cur_unfreed += op->sample_size;
   if (t->cur_unfreed > t->max_unfreed) {
     t->max_unfreed = t->cur_unfreed;
     t->max_ts = op->ts;
-    t->peak_op = t->ops;
+    t->peak_epoch++; /* every bucket's cur is now its state at the peak */
   }
   if (op->ts > t->last_ts) t->last_ts = op->ts;
   if (t->stream) {
@@ -139,11 +146,10 @@ static void apply_free(struct hs_tracker *t, const struct hs_op *op) {
     if (t->stream) stream_row(t, HS_OP_FREE, op->seq, op->addr, 0, 0, 0, 0);
     return;
   }
-  t->ops++;
   book_free(t, e);
   if (t->stream) {
     stream_row(t, HS_OP_FREE, op->seq, op->addr, e->alloc_size, e->sample_size,
-               t->stacks.stacks[e->stack_idx].stack_id, 0);
+               t->stacks.ids[e->stack_idx], 0);
   }
   hs_live_remove(&t->live, e);
 }
@@ -225,32 +231,30 @@ void hs_tracker_flush(struct hs_tracker *t) {
 
 int hs_tracker_set_callsite(struct hs_tracker *t, uint64_t stack_id, uint64_t callsite_id) {
   if (callsite_id == 0) return 0;
-  int64_t si = hs_stacks_index(&t->stacks, stack_id);
-  int64_t ci = hs_stacks_index(&t->callsites, callsite_id);
-  if (si < 0 || ci < 0) return -1;
-  struct hs_stack_entry *c = &t->callsites.stacks[ci];
+  struct hs_stack_slot *s = hs_stacks_get(&t->stacks, stack_id);
+  struct hs_stack_slot *c = s ? hs_stacks_get(&t->callsites, callsite_id) : NULL;
+  if (!c) return -1;
   if (c->bucket == HS_NO_BUCKET) {
     int64_t b = bucket_new(t, callsite_id, 0);
     if (b < 0) return -1;
     c->bucket = (uint32_t)b;
   }
-  struct hs_stack_entry *s = &t->stacks.stacks[si];
   if (s->bucket == HS_NO_BUCKET) {
     s->bucket = c->bucket;
     return 0;
   }
-  struct hs_bucket *from = &t->buckets[s->bucket], *to = &t->buckets[c->bucket];
-  if (from->callsite_id != 0) return 0; /* it has one already */
+  if (t->rest[s->bucket].callsite_id != 0) return 0; /* it has one already */
   /* Fold the stack's bucket into the callsite's, peak state included. */
-  struct hs_totals peak_to = at_peak(t, to), peak_from = at_peak(t, from);
-  t->ops++;
+  struct hs_bucket *from = &t->buckets[s->bucket], *to = &t->buckets[c->bucket];
+  struct hs_totals peak_to = at_peak(t, c->bucket), peak_from = at_peak(t, s->bucket);
   totals_add(&to->cur, &from->cur);
   totals_add(&peak_to, &peak_from);
-  to->at_peak = peak_to;
-  to->touched = t->ops;
-  memset(from, 0, sizeof *from);
-  from->dead = 1;
-  from->touched = t->ops;
+  t->rest[c->bucket].at_peak = peak_to;
+  to->epoch = t->peak_epoch;
+  from->cur = (struct hs_totals){0};
+  from->into_plus1 = c->bucket + 1;
+  from->epoch = t->peak_epoch;
+  t->rest[s->bucket].at_peak = (struct hs_totals){0};
   s->bucket = c->bucket;
   return 0;
 }
@@ -267,13 +271,13 @@ int64_t hs_tracker_dump(struct hs_tracker *t) {
   struct hs_dump_row *row = out_rows(t, 2 * t->nbuckets, sizeof *row), *first = row;
   if (!row) return -1;
   for (size_t i = 0; i < t->nbuckets; i++) {
-    struct hs_bucket *b = &t->buckets[i];
+    struct hs_bucket_rest *b = &t->rest[i];
     if (b->callsite_id == 0) continue;
-    struct hs_totals now = b->cur;
+    struct hs_totals now = t->buckets[i].cur;
     if (t->dump_at_max) {
       /* heapprofd's dump_at_max: the rows are the unreleased state at the
        * peak, so their sum up to this dump is the peak. */
-      struct hs_totals p = at_peak(t, b);
+      struct hs_totals p = at_peak(t, i);
       now = (struct hs_totals){p.alloc_bytes - p.free_bytes, 0, p.alloc_count - p.free_count, 0};
     }
     const struct hs_totals *d = &b->dumped;
@@ -295,9 +299,9 @@ int64_t hs_tracker_peak(struct hs_tracker *t) {
   struct hs_peak_row *row = out_rows(t, t->nbuckets, sizeof *row), *first = row;
   if (!row) return -1;
   for (size_t i = 0; i < t->nbuckets; i++) {
-    const struct hs_bucket *b = &t->buckets[i];
+    const struct hs_bucket_rest *b = &t->rest[i];
     if (b->callsite_id == 0) continue;
-    struct hs_totals p = at_peak(t, b);
+    struct hs_totals p = at_peak(t, i);
     if (p.alloc_count == 0 && p.alloc_bytes == 0) continue;
     *row++ = (struct hs_peak_row){b->callsite_id, p.alloc_count - p.free_count, p.alloc_bytes - p.free_bytes,
                                   p.alloc_count, p.alloc_bytes};
@@ -311,9 +315,10 @@ int64_t hs_tracker_totals(struct hs_tracker *t) {
   if (!row) return -1;
   for (size_t i = 0; i < t->nbuckets; i++) {
     const struct hs_bucket *b = &t->buckets[i];
-    if (b->dead) continue;
-    uint64_t stack_id = b->callsite_id ? 0 : t->stacks.stacks[b->stack_idx].stack_id;
-    *row++ = (struct hs_totals_row){b->callsite_id, stack_id, b->cur.alloc_bytes, b->cur.free_bytes,
+    if (b->into_plus1) continue;
+    uint64_t callsite_id = t->rest[i].callsite_id;
+    uint64_t stack_id = callsite_id ? 0 : t->stacks.ids[b->stack_idx];
+    *row++ = (struct hs_totals_row){callsite_id, stack_id, b->cur.alloc_bytes, b->cur.free_bytes,
                                     b->cur.alloc_count, b->cur.free_count};
   }
   t->out.len = (size_t)(row - first) * sizeof *row;
@@ -325,9 +330,9 @@ int64_t hs_tracker_live(struct hs_tracker *t) {
   if (!row) return -1;
   for (size_t i = 0; i <= t->live.mask; i++) {
     const struct hs_live *e = &t->live.slots[i];
-    if (!e->used) continue;
+    if (!e->bucket_plus1) continue;
     *row++ = (struct hs_live_row){e->addr, e->sample_size, e->alloc_size,
-                                  t->stacks.stacks[e->stack_idx].stack_id, e->seq};
+                                  t->stacks.ids[e->stack_idx], e->seq};
   }
   t->out.len = (size_t)(row - first) * sizeof *row;
   return row - first;
@@ -338,10 +343,16 @@ int64_t hs_tracker_unresolved(struct hs_tracker *t) {
   if (!row) return -1;
   for (size_t i = 0; i < t->nbuckets; i++) {
     const struct hs_bucket *b = &t->buckets[i];
-    if (b->callsite_id == 0 && !b->dead) *row++ = t->stacks.stacks[b->stack_idx].stack_id;
+    if (t->rest[i].callsite_id == 0 && !b->into_plus1) *row++ = t->stacks.ids[b->stack_idx];
   }
   t->out.len = (size_t)(row - first) * sizeof *row;
   return row - first;
+}
+
+uint64_t hs_tracker_sampled_bytes(const struct hs_tracker *t) {
+  uint64_t sum = 0;
+  for (size_t i = 0; i < t->nbuckets; i++) sum += t->buckets[i].cur.alloc_bytes;
+  return sum;
 }
 
 /* ---- life cycle ---- */
@@ -364,9 +375,11 @@ void hs_tracker_destroy(struct hs_tracker *t) {
   hs_stacks_destroy(&t->callsites);
   hs_pending_destroy(&t->pending);
   free(t->buckets);
+  free(t->rest);
   free(t->stream_rows.p);
   free(t->out.p);
   t->buckets = NULL;
+  t->rest = NULL;
   t->nbuckets = t->buckets_cap = 0;
   t->stream_rows = (struct hs_buf){0};
   t->out = (struct hs_buf){0};

@@ -24,10 +24,11 @@
  *
  * The peak (heapprofd's dump_at_max, kept always). A malloc that takes the
  * sampled unreleased bytes above their maximum makes a new peak. Rather than
- * copy every bucket at each new peak, each bucket remembers the op number of
- * its last change (`touched`): a bucket untouched since the peak still holds
- * its peak state in `cur`; the first change after the peak saves `cur` into
- * `at_peak` before it applies. A new peak is O(1), an op O(1).
+ * copy every bucket at each new peak, peaks are numbered (`peak_epoch`) and
+ * each bucket remembers the peak of its last change (`epoch`): a bucket not
+ * changed since the latest peak still holds its state there in `cur`; its
+ * first change after it saves `cur` into `at_peak` before applying. A new
+ * peak is O(1), an op O(1).
  *
  * Every row type handed to Python is declared here once; bookkeeping/rows.py
  * mirrors them and tests/unit/bookkeeping/test_rows.py checks both against
@@ -68,14 +69,19 @@ struct hs_totals {
   uint64_t free_count;
 };
 
+/* A bucket of totals, in two parallel arrays: what every op reads and
+ * writes (48 bytes, so a few thousand stay in L1), and the rest. */
 struct hs_bucket {
   struct hs_totals cur;
-  struct hs_totals at_peak; /* the state at the peak, when touched > peak_op */
+  uint64_t epoch;       /* peak_epoch at its last change */
+  uint32_t into_plus1;  /* a stack bucket folded into its callsite's: that one + 1 */
+  uint32_t stack_idx;   /* a stack's bucket (callsite_id 0): that stack */
+};
+
+struct hs_bucket_rest {
+  struct hs_totals at_peak; /* the state at the peak, when epoch == peak_epoch */
   struct hs_totals dumped;  /* what the last dump reported (callsite buckets) */
-  uint64_t touched;         /* op number of the last change */
   uint64_t callsite_id;     /* 0: the bucket of one stack whose callsite is not known yet */
-  uint32_t stack_idx;       /* callsite_id 0: that stack */
-  uint32_t dead;            /* a stack bucket folded into its callsite's */
 };
 
 /* ---- rows handed to Python (mirrored in bookkeeping/rows.py) ---- */
@@ -150,15 +156,14 @@ struct hs_tracker {
   struct hs_stacks callsites; /* callsite id -> its bucket (the same table type) */
   struct hs_pending pending;
   struct hs_bucket *buckets;
+  struct hs_bucket_rest *rest; /* parallel to buckets */
   size_t nbuckets;
   size_t buckets_cap;
   /* the peak */
-  uint64_t ops;         /* ops applied: the clock of `touched` */
-  uint64_t sampled_bytes; /* sampled bytes allocated, in all */
   uint64_t cur_unfreed; /* sampled bytes not freed now */
   uint64_t max_unfreed; /* ... at the peak */
   uint64_t max_ts;      /* ts of the malloc that made the peak */
-  uint64_t peak_op;     /* op number of that malloc */
+  uint64_t peak_epoch;  /* peaks reached so far */
   struct hs_buf stream_rows; /* hs_stream_row[] since the last take */
   struct hs_buf out;         /* the rows of the last row call below */
 };
@@ -187,5 +192,8 @@ int64_t hs_tracker_peak(struct hs_tracker *t);       /* hs_peak_row, non-zero ca
 int64_t hs_tracker_totals(struct hs_tracker *t);     /* hs_totals_row, creation order */
 int64_t hs_tracker_live(struct hs_tracker *t);       /* hs_live_row, no order */
 int64_t hs_tracker_unresolved(struct hs_tracker *t); /* uint64_t stack ids without callsite */
+
+/* Sampled bytes allocated in all (a sum over the buckets: for stats, not per op). */
+uint64_t hs_tracker_sampled_bytes(const struct hs_tracker *t);
 
 #endif /* HEAPSCOPE_TRACKER_H */

@@ -197,7 +197,7 @@ static int tracker_stats_into(const struct hs_tracker *t, PyObject *d) {
           put_stat(d, "untracked_frees", t->st.untracked_frees) < 0 ||
           put_stat(d, "committed_seq", t->committed_seq) < 0 ||
           put_stat(d, "max_pending", t->st.max_pending) < 0 ||
-          put_stat(d, "sampled_bytes", t->sampled_bytes) < 0 ||
+          put_stat(d, "sampled_bytes", hs_tracker_sampled_bytes(t)) < 0 ||
           put_stat(d, "current_unfreed", t->cur_unfreed) < 0 ||
           put_stat(d, "peak_unfreed", t->max_unfreed) < 0 || put_stat(d, "peak_ts", t->max_ts) < 0)
              ? -1
