@@ -2,7 +2,7 @@
 
 Fills a shared ring with prebuilt MALLOC and FREE records (correct headers
 and positions, written straight into the mapping), then times Ingest.drain()
-over it. Two workloads:
+over it: the ring reader and the heap tracker it feeds. Two workloads:
 
   in-order    sequence numbers in ring order (one thread)
   shuffled    sequence numbers shuffled within windows of 8 (threads racing)
@@ -48,9 +48,10 @@ def load_ingest() -> ModuleType:
         pass
     src = ROOT / "src" / "heapscope"
     out = Path(tempfile.mkdtemp(prefix="hs-ingest-")) / f"_ingest{sysconfig.get_config_var('EXT_SUFFIX')}"
-    subprocess.run(["cc", "-O2", "-shared", "-fPIC", f"-I{sysconfig.get_paths()['include']}",
-                    f"-I{src / 'wire'}", *sorted(str(p) for p in (src / "producer").glob("*.c")),
-                    "-o", str(out)], check=True)
+    flags = (src / "producer" / "_ingest.flags").read_text().split()  # the package build's
+    sources = sorted(str(p) for d in ("producer", "bookkeeping") for p in (src / d).glob("*.c"))
+    subprocess.run(["cc", *flags, "-shared", "-fPIC", f"-I{sysconfig.get_paths()['include']}",
+                    f"-I{src / 'wire'}", f"-I{src / 'bookkeeping'}", *sources, "-o", str(out)], check=True)
     loader = ExtensionFileLoader(MODULE_NAME, str(out))
     spec = importlib.util.spec_from_file_location(MODULE_NAME, out, loader=loader)
     assert spec is not None
@@ -110,8 +111,8 @@ def run(ingest: ModuleType, ring_size: int, data: bytes, count: int, rounds: int
             w.set("write_pos", len(data))
             ing = ingest.Ingest(fd, ring_size)
             t0 = time.perf_counter()
-            ing.drain()
-            ing.flush()
+            ing.drain(time.monotonic_ns())
+            ing.tracker.flush()
             elapsed = time.perf_counter() - t0
             st = ing.stats()
             assert st["records"] == count and st["corrupt"] == 0 and st["malformed_records"] == 0, st

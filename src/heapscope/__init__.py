@@ -5,12 +5,25 @@ bookkeeping -> wire; client/ is C only):
 
     client/      LD_PRELOAD library inside the target: hooks, sampler, unwinder
     wire/        the protocol between client and producer (wire.h + mirror)
-    producer/    `heapscope record`'s loop: handshakes, per-process state, C ingest
-    bookkeeping/ frames, callsite trie, dumps
+    producer/    `heapscope record`'s loop: handshakes, per-process state, the
+                 ring reader (C) that moves records out of each shared ring
+    bookkeeping/ the heap tracker (C: sequence order, live allocations, totals
+                 per callsite, the peak, dump rows), frames, callsite trie
     store/       the profile database (SQLite, Perfetto's names)
     symbolize/   function names from ELF files
     view/        reports built from a profile
     cli/         the command line
+
+The path of one sampled allocation: the client's malloc hook samples it,
+unwinds, and writes a MALLOC record (its stack id, and a STACK record the first
+time) into the process's shared ring (wire/wire.h). The producer's ring reader
+(producer/ingest_core.c) checks the framing and hands the MALLOC to that
+process's heap tracker (bookkeeping/tracker.c), which applies it in sequence
+order to its live table and its stack's totals; the STACK record goes to
+Python. At a dump the producer resolves new stacks to frames and callsites
+(bookkeeping/frames.py, trie.py), tells the tracker each stack's callsite
+once, and writes the tracker's rows per callsite (what changed since the last
+dump; at the final one also the peak) through store/writer.py.
 """
 
 __version__ = "0.1.0"

@@ -1,37 +1,50 @@
-"""Per-process heap state between dumps: stacks -> callsites, totals -> rows."""
+"""Per-process heap state between dumps: stacks -> callsites, tracker rows -> dumps.
+
+The tracker (tracker.h, in C) keeps the totals; this side resolves each
+stack to its callsite once, tells the tracker, and reads back the rows of a
+dump, already summed per callsite.
+"""
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from heapscope.bookkeeping.frames import FrameTable, ProcessModules
+from heapscope.bookkeeping.rows import DUMP_ROW, PEAK_ROW
 from heapscope.bookkeeping.trie import CallsiteTrie
-from heapscope.model import CallsiteId, CallsiteTotals, FrameId
-
-TOTALS = struct.Struct("<5Q")  # stack_id, alloc_bytes, free_bytes, alloc_count, free_count
+from heapscope.model import CallsiteId, FrameId
 
 NO_FRAMES = "[no frames]"
 UNDEFINED_STACK = "[stack never received]"
 
 
+class Tracker(Protocol):
+    """What a dump needs of heapscope.producer._ingest.Tracker."""
+
+    def set_callsite(self, stack_id: int, callsite_id: int, /) -> None: ...
+    def unresolved(self) -> list[int]: ...
+    def dump(self) -> bytes: ...
+    def peak(self) -> bytes: ...
+
+
 @dataclass(slots=True)
 class ProcessHeap:
-    """What a process's dumps need: its stacks, modules and last totals."""
+    """What a process's dumps need: its stacks, modules and callsites."""
 
     modules: ProcessModules = field(default_factory=ProcessModules)
     frame_cache: dict[int, FrameId] = field(default_factory=dict)
     stacks: dict[int, tuple[int, ...]] = field(default_factory=dict)  # defined, not yet resolved
     callsites: dict[int, CallsiteId] = field(default_factory=dict)  # stack id -> callsite
-    previous: dict[CallsiteId, CallsiteTotals] = field(default_factory=dict)
+    unreleased: int = 0  # sum of the sizes of every row dumped so far
     dumps: int = 0
 
     def define_stack(self, stack_id: int, pcs: tuple[int, ...]) -> None:
         if stack_id not in self.callsites:
             self.stacks[stack_id] = pcs
 
-    def resolve(self, frames: FrameTable, trie: CallsiteTrie) -> None:
-        """Turn stacks received since the last dump into callsites.
+    def resolve(self, frames: FrameTable, trie: CallsiteTrie, tracker: Tracker) -> None:
+        """Turn stacks received since the last dump into callsites, and tell the tracker.
 
         Done at dump time rather than on arrival: by then every module the
         client announced before the dump is known, whatever the order of
@@ -39,45 +52,32 @@ class ProcessHeap:
         """
         for stack_id, pcs in self.stacks.items():
             path = frames.frames_of(self.modules, self.frame_cache, pcs)
-            self.callsites[stack_id] = trie.callsite(path or [frames.special(NO_FRAMES)])
+            cs = trie.callsite(path or [frames.special(NO_FRAMES)])
+            self.callsites[stack_id] = cs
+            tracker.set_callsite(stack_id, cs)
         self.stacks.clear()
 
-    def totals_by_callsite(self, packed: bytes, frames: FrameTable, trie: CallsiteTrie,
-                           final: bool) -> dict[CallsiteId, CallsiteTotals]:
-        """Cumulative totals per callsite from the ingest's per-stack totals.
+    def dump_rows(self, tracker: Tracker, frames: FrameTable, trie: CallsiteTrie,
+                  final: bool) -> list[tuple[int, int, int]]:
+        """Rows (callsite, count, size) of what changed since the previous dump.
 
         A stack whose definition has not arrived yet waits for the next dump;
         at the final dump it is booked under a placeholder frame so that no
         byte is lost.
         """
-        out: dict[CallsiteId, CallsiteTotals] = {}
-        for stack_id, ab, fb, ac, fc in TOTALS.iter_unpack(packed):
-            cs = self.callsites.get(stack_id)
-            if cs is None:
-                if not final:
-                    continue
+        self.resolve(frames, trie, tracker)
+        if final:
+            stray = tracker.unresolved()
+            if stray:
                 cs = trie.callsite([frames.special(UNDEFINED_STACK)])
-            t = out.get(cs)
-            if t is None:
-                out[cs] = CallsiteTotals(ab, fb, ac, fc)
-            else:
-                t.alloc_bytes += ab
-                t.free_bytes += fb
-                t.alloc_count += ac
-                t.free_count += fc
-        return out
-
-    def delta_rows(self, totals: dict[CallsiteId, CallsiteTotals]) -> list[tuple[int, int, int]]:
-        """Rows (callsite, count, size) for what changed since the previous dump."""
-        rows: list[tuple[int, int, int]] = []
-        prev = self.previous
-        zero = CallsiteTotals()
-        for cs, t in totals.items():
-            p = prev.get(cs, zero)
-            if t.alloc_count != p.alloc_count or t.alloc_bytes != p.alloc_bytes:
-                rows.append((cs, t.alloc_count - p.alloc_count, t.alloc_bytes - p.alloc_bytes))
-            if t.free_count != p.free_count or t.free_bytes != p.free_bytes:
-                rows.append((cs, p.free_count - t.free_count, p.free_bytes - t.free_bytes))
-        self.previous = totals
+                for stack_id in stray:
+                    tracker.set_callsite(stack_id, cs)
+        rows: list[tuple[int, int, int]] = list(DUMP_ROW.iter_unpack(tracker.dump()))
+        self.unreleased += sum(size for _cs, _count, size in rows)
         self.dumps += 1
         return rows
+
+    @staticmethod
+    def peak_rows(tracker: Tracker) -> list[tuple[int, int, int, int, int]]:
+        """Rows (callsite, count, size, alloc_count, alloc_size) at the process's peak."""
+        return list(PEAK_ROW.iter_unpack(tracker.peak()))

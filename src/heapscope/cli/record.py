@@ -328,7 +328,9 @@ def _log(msg: str) -> None:
 def _summary(producer: Producer, output: Path, returncode: int, elapsed: float) -> None:
     procs = producer.ended
     samples = sum(p.final_stats["mallocs"] for p in procs)
-    sampled = sum(t.alloc_bytes for p in procs for t in p.heap.previous.values())
+    # What the dumps summed: all sampled bytes, or with --dump-at-max those at the peak.
+    key = "peak_unfreed" if producer.config.dump_at_max else "sampled_bytes"
+    sampled = sum(p.final_stats[key] for p in procs)
     blocked_us = sum(p.final_meta["blocked_ns"] for p in procs) // 1000
     dropped = sum(p.final_meta["dropped_records"] for p in procs)
     unwinders = sorted({p.flags.unwinder for p in procs if p.flags.unwinder}) or ["none (no process connected)"]

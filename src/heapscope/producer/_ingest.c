@@ -1,12 +1,16 @@
 /*
- * _ingest.c: the Python face of the ingest loop (heapscope.producer._ingest).
+ * _ingest.c: the Python face of the ring reader and of the heap tracker
+ * (heapscope.producer._ingest; the interface is in _ingest.pyi).
  *
- * The Python producer keeps the rare work (handshake, stacks, modules,
- * dumps); this extension owns the per-record loop of ingest_core.c. One
- * Ingest object per traced process wraps one mapping of its ring. drain()
- * releases the GIL for the pure-C part, so the object carries a `busy` flag:
- * a second thread calling into it meanwhile gets RuntimeError instead of
- * racing the loop. The interface is in _ingest.pyi.
+ *   Tracker   one process's heap bookkeeping (bookkeeping/tracker.h): ops
+ *             in, rows out. Usable alone, as the unit tests do.
+ *   Ingest    one mapping of one process's ring (ingest_core.h), feeding
+ *             the Tracker it made (Ingest.tracker).
+ *
+ * Every row crosses as packed bytes of the structs of tracker.h, mirrored in
+ * bookkeeping/rows.py. Ingest.drain() releases the GIL for the pure-C part,
+ * so both objects carry a `busy` flag: another thread calling into either
+ * meanwhile gets RuntimeError instead of racing the loop.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -16,13 +20,262 @@
 #include <sys/stat.h>
 
 #include "ingest_core.h"
+#include "tracker.h"
+
+static const char BUSY[] = "Ingest.drain() is running in another thread";
+
+/* ---- Tracker ---- */
+
+typedef struct {
+  PyObject_HEAD
+  struct hs_tracker *t; /* NULL when closed or not initialised */
+  int busy;
+} TrackerObject;
+
+static void tracker_release(TrackerObject *self) {
+  if (self->t) {
+    hs_tracker_destroy(self->t);
+    PyMem_RawFree(self->t);
+    self->t = NULL;
+  }
+}
+
+/* 0 when self may be used now; else an exception is set. */
+static int tracker_check(TrackerObject *self) {
+  if (!self->t) {
+    PyErr_SetString(PyExc_ValueError, "Tracker is closed");
+    return -1;
+  }
+  if (self->busy) {
+    PyErr_SetString(PyExc_RuntimeError, BUSY);
+    return -1;
+  }
+  return 0;
+}
+
+/* MemoryError if the tracker dropped something since the last call. */
+static PyObject *tracker_oom(struct hs_tracker *t, PyObject *result) {
+  if (t->oom) {
+    t->oom = 0;
+    Py_XDECREF(result);
+    return PyErr_NoMemory();
+  }
+  return result;
+}
+
+static int Tracker_init(TrackerObject *self, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"stream", "dump_at_max", NULL};
+  int stream = 0, dump_at_max = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$pp:Tracker", kwlist, &stream, &dump_at_max)) return -1;
+  if (self->busy) {
+    PyErr_SetString(PyExc_RuntimeError, BUSY);
+    return -1;
+  }
+  tracker_release(self);
+  struct hs_tracker *t = PyMem_RawMalloc(sizeof *t);
+  if (!t || hs_tracker_init(t, stream, dump_at_max) < 0) {
+    PyMem_RawFree(t);
+    PyErr_NoMemory();
+    return -1;
+  }
+  self->t = t;
+  return 0;
+}
+
+static void Tracker_dealloc(TrackerObject *self) {
+  tracker_release(self);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Tracker_malloc(TrackerObject *self, PyObject *args) {
+  unsigned long long seq, addr, alloc_size, sample_size, stack_id, ts, now_ns;
+  if (!PyArg_ParseTuple(args, "KKKKKKK:malloc", &seq, &addr, &alloc_size, &sample_size, &stack_id, &ts,
+                        &now_ns))
+    return NULL;
+  if (tracker_check(self) < 0) return NULL;
+  hs_tracker_malloc(self->t, seq, addr, alloc_size, sample_size, stack_id, ts, now_ns);
+  return tracker_oom(self->t, Py_NewRef(Py_None));
+}
+
+static PyObject *Tracker_free(TrackerObject *self, PyObject *args) {
+  unsigned long long seq, addr, now_ns;
+  if (!PyArg_ParseTuple(args, "KKK:free", &seq, &addr, &now_ns)) return NULL;
+  if (tracker_check(self) < 0) return NULL;
+  hs_tracker_free(self->t, seq, addr, now_ns);
+  return tracker_oom(self->t, Py_NewRef(Py_None));
+}
+
+static PyObject *Tracker_expire(TrackerObject *self, PyObject *arg) {
+  unsigned long long now_ns = PyLong_AsUnsignedLongLong(arg);
+  if (PyErr_Occurred()) return NULL;
+  if (tracker_check(self) < 0) return NULL;
+  hs_tracker_expire(self->t, now_ns);
+  return tracker_oom(self->t, Py_NewRef(Py_None));
+}
+
+static PyObject *Tracker_flush(TrackerObject *self, PyObject *Py_UNUSED(ignored)) {
+  if (tracker_check(self) < 0) return NULL;
+  hs_tracker_flush(self->t);
+  return tracker_oom(self->t, Py_NewRef(Py_None));
+}
+
+static PyObject *Tracker_set_callsite(TrackerObject *self, PyObject *args) {
+  unsigned long long stack_id, callsite_id;
+  if (!PyArg_ParseTuple(args, "KK:set_callsite", &stack_id, &callsite_id)) return NULL;
+  if (tracker_check(self) < 0) return NULL;
+  if (callsite_id == 0) {
+    PyErr_SetString(PyExc_ValueError, "callsite ids start at 1");
+    return NULL;
+  }
+  if (hs_tracker_set_callsite(self->t, stack_id, callsite_id) < 0) return PyErr_NoMemory();
+  Py_RETURN_NONE;
+}
+
+/* The rows a hs_tracker_* row call left in t->out, as bytes. */
+static PyObject *rows(TrackerObject *self, int64_t (*fill)(struct hs_tracker *)) {
+  if (tracker_check(self) < 0) return NULL;
+  if (fill(self->t) < 0) return PyErr_NoMemory();
+  return PyBytes_FromStringAndSize((const char *)self->t->out.p, (Py_ssize_t)self->t->out.len);
+}
+
+static PyObject *Tracker_dump(TrackerObject *self, PyObject *Py_UNUSED(ignored)) {
+  return rows(self, hs_tracker_dump);
+}
+
+static PyObject *Tracker_peak(TrackerObject *self, PyObject *Py_UNUSED(ignored)) {
+  return rows(self, hs_tracker_peak);
+}
+
+static PyObject *Tracker_totals(TrackerObject *self, PyObject *Py_UNUSED(ignored)) {
+  return rows(self, hs_tracker_totals);
+}
+
+static PyObject *Tracker_live(TrackerObject *self, PyObject *Py_UNUSED(ignored)) {
+  return rows(self, hs_tracker_live);
+}
+
+static PyObject *Tracker_unresolved(TrackerObject *self, PyObject *Py_UNUSED(ignored)) {
+  if (tracker_check(self) < 0) return NULL;
+  int64_t n = hs_tracker_unresolved(self->t);
+  if (n < 0) return PyErr_NoMemory();
+  PyObject *list = PyList_New((Py_ssize_t)n);
+  if (!list) return NULL;
+  const uint64_t *ids = (const uint64_t *)self->t->out.p;
+  for (int64_t i = 0; i < n; i++) {
+    PyObject *v = PyLong_FromUnsignedLongLong(ids[i]);
+    if (!v) {
+      Py_DECREF(list);
+      return NULL;
+    }
+    PyList_SET_ITEM(list, (Py_ssize_t)i, v);
+  }
+  return list;
+}
+
+static PyObject *Tracker_take_stream(TrackerObject *self, PyObject *Py_UNUSED(ignored)) {
+  if (tracker_check(self) < 0) return NULL;
+  struct hs_buf *b = &self->t->stream_rows;
+  PyObject *out = PyBytes_FromStringAndSize((const char *)b->p, (Py_ssize_t)b->len);
+  if (!out) return NULL;
+  b->len = 0;
+  return out;
+}
+
+static int put_stat(PyObject *d, const char *key, uint64_t value) {
+  PyObject *v = PyLong_FromUnsignedLongLong(value);
+  if (!v) return -1;
+  int r = PyDict_SetItemString(d, key, v);
+  Py_DECREF(v);
+  return r;
+}
+
+static int tracker_stats_into(const struct hs_tracker *t, PyObject *d) {
+  return (put_stat(d, "late_records", t->st.late_records) < 0 ||
+          put_stat(d, "gaps_skipped", t->st.gaps_skipped) < 0 || put_stat(d, "pending", t->pending.n) < 0 ||
+          put_stat(d, "live_allocations", t->live.count) < 0 ||
+          put_stat(d, "implicit_frees", t->st.implicit_frees) < 0 ||
+          put_stat(d, "untracked_frees", t->st.untracked_frees) < 0 ||
+          put_stat(d, "committed_seq", t->committed_seq) < 0 ||
+          put_stat(d, "max_pending", t->st.max_pending) < 0 ||
+          put_stat(d, "sampled_bytes", hs_tracker_sampled_bytes(t)) < 0 ||
+          put_stat(d, "current_unfreed", t->cur_unfreed) < 0 ||
+          put_stat(d, "peak_unfreed", t->max_unfreed) < 0 || put_stat(d, "peak_ts", t->max_ts) < 0)
+             ? -1
+             : 0;
+}
+
+static PyObject *Tracker_stats(TrackerObject *self, PyObject *Py_UNUSED(ignored)) {
+  if (tracker_check(self) < 0) return NULL;
+  PyObject *d = PyDict_New();
+  if (!d) return NULL;
+  if (tracker_stats_into(self->t, d) < 0) {
+    Py_DECREF(d);
+    return NULL;
+  }
+  return d;
+}
+
+static PyObject *Tracker_close(TrackerObject *self, PyObject *Py_UNUSED(ignored)) {
+  if (self->busy) {
+    PyErr_SetString(PyExc_RuntimeError, BUSY);
+    return NULL;
+  }
+  tracker_release(self);
+  Py_RETURN_NONE;
+}
+
+static PyObject *Tracker_get_last_ts(TrackerObject *self, void *Py_UNUSED(closure)) {
+  if (!self->t) {
+    PyErr_SetString(PyExc_ValueError, "Tracker is closed");
+    return NULL;
+  }
+  return PyLong_FromUnsignedLongLong(self->t->last_ts);
+}
+
+static PyMethodDef Tracker_methods[] = {
+    {"malloc", (PyCFunction)Tracker_malloc, METH_VARARGS,
+     "malloc(seq, addr, alloc_size, sample_size, stack_id, ts, now_ns) -> None"},
+    {"free", (PyCFunction)Tracker_free, METH_VARARGS, "free(seq, addr, now_ns) -> None"},
+    {"expire", (PyCFunction)Tracker_expire, METH_O, "expire(now_ns) -> None"},
+    {"flush", (PyCFunction)Tracker_flush, METH_NOARGS, "flush() -> None"},
+    {"set_callsite", (PyCFunction)Tracker_set_callsite, METH_VARARGS, "set_callsite(stack_id, callsite_id) -> None"},
+    {"dump", (PyCFunction)Tracker_dump, METH_NOARGS, "dump() -> bytes (DUMP_ROW rows)"},
+    {"peak", (PyCFunction)Tracker_peak, METH_NOARGS, "peak() -> bytes (PEAK_ROW rows)"},
+    {"totals", (PyCFunction)Tracker_totals, METH_NOARGS, "totals() -> bytes (TOTALS_ROW rows)"},
+    {"live", (PyCFunction)Tracker_live, METH_NOARGS, "live() -> bytes (LIVE_ROW rows)"},
+    {"unresolved", (PyCFunction)Tracker_unresolved, METH_NOARGS, "unresolved() -> list[int]"},
+    {"take_stream", (PyCFunction)Tracker_take_stream, METH_NOARGS, "take_stream() -> bytes (STREAM_ROW rows)"},
+    {"stats", (PyCFunction)Tracker_stats, METH_NOARGS, "stats() -> dict[str, int]"},
+    {"close", (PyCFunction)Tracker_close, METH_NOARGS, "close() -> None"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Tracker_getset[] = {
+    {"last_ts", (getter)Tracker_get_last_ts, NULL, "Largest MALLOC ts applied so far (ns).", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject TrackerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "heapscope.producer._ingest.Tracker",
+    .tp_basicsize = sizeof(TrackerObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Tracker(*, stream=False, dump_at_max=False)\n--\n\nOne process's heap bookkeeping.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Tracker_init,
+    .tp_dealloc = (destructor)Tracker_dealloc,
+    .tp_methods = Tracker_methods,
+    .tp_getset = Tracker_getset,
+};
+
+/* ---- Ingest ---- */
 
 typedef struct {
   PyObject_HEAD
   struct hs_ingest *g; /* NULL when closed or not initialised */
+  TrackerObject *tracker;
   void *map;
   size_t map_size;
-  int busy;
 } IngestObject;
 
 static void ingest_release(IngestObject *self) {
@@ -37,17 +290,12 @@ static void ingest_release(IngestObject *self) {
   }
 }
 
-/* 0 when self may be used now; else an exception is set. */
 static int ingest_check(IngestObject *self) {
   if (!self->g) {
     PyErr_SetString(PyExc_ValueError, "Ingest is closed");
     return -1;
   }
-  if (self->busy) {
-    PyErr_SetString(PyExc_RuntimeError, "Ingest.drain() is running in another thread");
-    return -1;
-  }
-  return 0;
+  return tracker_check(self->tracker);
 }
 
 static int Ingest_init(IngestObject *self, PyObject *args, PyObject *kwds) {
@@ -57,8 +305,8 @@ static int Ingest_init(IngestObject *self, PyObject *args, PyObject *kwds) {
   if (!PyArg_ParseTupleAndKeywords(args, kwds, "in|$pp:Ingest", kwlist, &fd, &ring_size, &stream,
                                    &dump_at_max))
     return -1;
-  if (self->busy) {
-    PyErr_SetString(PyExc_RuntimeError, "Ingest.drain() is running in another thread");
+  if (self->tracker && self->tracker->busy) {
+    PyErr_SetString(PyExc_RuntimeError, BUSY);
     return -1;
   }
   ingest_release(self);
@@ -78,25 +326,34 @@ static int Ingest_init(IngestObject *self, PyObject *args, PyObject *kwds) {
                  (long long)st.st_size, map_size);
     return -1;
   }
+  PyObject *tracker = PyObject_CallFunction((PyObject *)&TrackerType, NULL);
+  if (!tracker) return -1;
+  TrackerObject *tr = (TrackerObject *)tracker;
+  tr->t->stream = stream;
+  tr->t->dump_at_max = dump_at_max;
   void *map = mmap(NULL, map_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (map == MAP_FAILED) {
+    Py_DECREF(tracker);
     PyErr_SetFromErrno(PyExc_OSError);
     return -1;
   }
   uint64_t meta_ring_size = __atomic_load_n(&((struct hs_ring_meta *)map)->ring_size, __ATOMIC_RELAXED);
   if (meta_ring_size != (uint64_t)ring_size) {
     munmap(map, map_size);
+    Py_DECREF(tracker);
     PyErr_Format(PyExc_ValueError, "ring meta says ring_size %llu, expected %zd",
                  (unsigned long long)meta_ring_size, ring_size);
     return -1;
   }
   struct hs_ingest *g = PyMem_RawMalloc(sizeof *g);
-  if (!g || hs_ingest_init(g, map, (uint64_t)ring_size, stream, dump_at_max) < 0) {
-    PyMem_RawFree(g);
+  if (!g) {
     munmap(map, map_size);
+    Py_DECREF(tracker);
     PyErr_NoMemory();
     return -1;
   }
+  hs_ingest_init(g, map, (uint64_t)ring_size, tr->t);
+  Py_XSETREF(self->tracker, tr);
   self->g = g;
   self->map = map;
   self->map_size = map_size;
@@ -105,14 +362,16 @@ static int Ingest_init(IngestObject *self, PyObject *args, PyObject *kwds) {
 
 static void Ingest_dealloc(IngestObject *self) {
   ingest_release(self);
+  Py_CLEAR(self->tracker);
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static PyObject *Ingest_drain(IngestObject *self, PyObject *args, PyObject *kwds) {
-  static char *kwlist[] = {"max_records", NULL};
-  unsigned long long max_records = 0;
-  PyObject *max_obj = NULL;
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:drain", kwlist, &max_obj)) return NULL;
+  static char *kwlist[] = {"now_ns", "max_records", NULL};
+  PyObject *now_obj, *max_obj = NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:drain", kwlist, &now_obj, &max_obj)) return NULL;
+  unsigned long long now_ns = PyLong_AsUnsignedLongLong(now_obj), max_records = 0;
+  if (PyErr_Occurred()) return NULL;
   if (max_obj) {
     max_records = PyLong_AsUnsignedLongLong(max_obj);
     if (PyErr_Occurred()) return NULL;
@@ -120,11 +379,11 @@ static PyObject *Ingest_drain(IngestObject *self, PyObject *args, PyObject *kwds
   if (ingest_check(self) < 0) return NULL;
   struct hs_ingest *g = self->g;
 
-  self->busy = 1;
+  self->tracker->busy = 1;
   Py_BEGIN_ALLOW_THREADS
-  hs_ingest_drain(g, max_records);
+  hs_ingest_drain(g, max_records, now_ns);
   Py_END_ALLOW_THREADS
-  self->busy = 0;
+  self->tracker->busy = 0;
 
   PyObject *list = PyList_New((Py_ssize_t)g->records_count);
   if (!list) return NULL;
@@ -146,82 +405,7 @@ static PyObject *Ingest_drain(IngestObject *self, PyObject *args, PyObject *kwds
     Py_DECREF(list);
     return PyErr_NoMemory();
   }
-  return list;
-}
-
-static PyObject *Ingest_flush(IngestObject *self, PyObject *Py_UNUSED(ignored)) {
-  if (ingest_check(self) < 0) return NULL;
-  hs_ingest_flush(self->g);
-  if (self->g->oom) {
-    self->g->oom = 0;
-    return PyErr_NoMemory();
-  }
-  Py_RETURN_NONE;
-}
-
-static PyObject *Ingest_totals(IngestObject *self, PyObject *Py_UNUSED(ignored)) {
-  if (ingest_check(self) < 0) return NULL;
-  const struct hs_stacks *s = &self->g->stacks;
-  return PyBytes_FromStringAndSize((const char *)s->totals,
-                                   (Py_ssize_t)(s->count * sizeof(struct hs_stack_totals)));
-}
-
-static PyObject *Ingest_peak(IngestObject *self, PyObject *Py_UNUSED(ignored)) {
-  if (ingest_check(self) < 0) return NULL;
-  const struct hs_ingest *g = self->g;
-  if (!g->dump_at_max) {
-    PyErr_SetString(PyExc_ValueError, "Ingest was not made with dump_at_max=True");
-    return NULL;
-  }
-  size_t n = g->stacks.count;
-  PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * 5 * sizeof(uint64_t)));
-  if (!out) return NULL;
-  uint64_t *row = (uint64_t *)PyBytes_AS_STRING(out);
-  for (size_t i = 0; i < n; i++, row += 5) {
-    const struct hs_peak_row *p = i < g->peak_cap ? &g->peak[i] : NULL;
-    row[0] = g->stacks.totals[i].stack_id;
-    row[1] = p ? p->max_bytes : 0;
-    row[2] = 0;
-    row[3] = p ? p->max_count : 0;
-    row[4] = 0;
-  }
-  return out;
-}
-
-static PyObject *Ingest_live(IngestObject *self, PyObject *Py_UNUSED(ignored)) {
-  if (ingest_check(self) < 0) return NULL;
-  const struct hs_ingest *g = self->g;
-  PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(g->live.count * 5 * sizeof(uint64_t)));
-  if (!out) return NULL;
-  uint64_t *row = (uint64_t *)PyBytes_AS_STRING(out);
-  for (size_t i = 0; i <= g->live.mask; i++) {
-    const struct hs_live *e = &g->live.slots[i];
-    if (!e->used) continue;
-    row[0] = e->addr;
-    row[1] = e->sample_size;
-    row[2] = e->alloc_size;
-    row[3] = g->stacks.totals[e->stack_idx].stack_id;
-    row[4] = e->seq;
-    row += 5;
-  }
-  return out;
-}
-
-static PyObject *Ingest_take_stream(IngestObject *self, PyObject *Py_UNUSED(ignored)) {
-  if (ingest_check(self) < 0) return NULL;
-  struct hs_buf *b = &self->g->stream_rows;
-  PyObject *out = PyBytes_FromStringAndSize((const char *)b->p, (Py_ssize_t)b->len);
-  if (!out) return NULL;
-  b->len = 0;
-  return out;
-}
-
-static int put_stat(PyObject *d, const char *key, uint64_t value) {
-  PyObject *v = PyLong_FromUnsignedLongLong(value);
-  if (!v) return -1;
-  int r = PyDict_SetItemString(d, key, v);
-  Py_DECREF(v);
-  return r;
+  return tracker_oom(g->tracker, list);
 }
 
 static PyObject *Ingest_stats(IngestObject *self, PyObject *Py_UNUSED(ignored)) {
@@ -232,16 +416,7 @@ static PyObject *Ingest_stats(IngestObject *self, PyObject *Py_UNUSED(ignored)) 
   if (put_stat(d, "records", g->st.records) < 0 || put_stat(d, "mallocs", g->st.mallocs) < 0 ||
       put_stat(d, "frees", g->st.frees) < 0 || put_stat(d, "pads", g->st.pads) < 0 ||
       put_stat(d, "malformed_records", g->st.malformed_records) < 0 ||
-      put_stat(d, "corrupt", (uint64_t)g->corrupt) < 0 ||
-      put_stat(d, "late_records", g->st.late_records) < 0 ||
-      put_stat(d, "gaps_skipped", g->st.gaps_skipped) < 0 || put_stat(d, "pending", g->pending.n) < 0 ||
-      put_stat(d, "live_allocations", g->live.count) < 0 ||
-      put_stat(d, "implicit_frees", g->st.implicit_frees) < 0 ||
-      put_stat(d, "untracked_frees", g->st.untracked_frees) < 0 ||
-      put_stat(d, "committed_seq", g->committed_seq) < 0 ||
-      put_stat(d, "max_pending", g->st.max_pending) < 0 ||
-      put_stat(d, "current_unfreed", g->cur_unfreed) < 0 ||
-      put_stat(d, "peak_unfreed", g->max_unfreed) < 0 || put_stat(d, "peak_ts", g->max_ts) < 0) {
+      put_stat(d, "corrupt", (uint64_t)g->corrupt) < 0 || tracker_stats_into(g->tracker, d) < 0) {
     Py_DECREF(d);
     return NULL;
   }
@@ -249,47 +424,36 @@ static PyObject *Ingest_stats(IngestObject *self, PyObject *Py_UNUSED(ignored)) 
 }
 
 static PyObject *Ingest_close(IngestObject *self, PyObject *Py_UNUSED(ignored)) {
-  if (self->busy) {
-    PyErr_SetString(PyExc_RuntimeError, "Ingest.drain() is running in another thread");
+  if (self->tracker && self->tracker->busy) {
+    PyErr_SetString(PyExc_RuntimeError, BUSY);
     return NULL;
   }
   ingest_release(self);
+  if (self->tracker) tracker_release(self->tracker);
   Py_RETURN_NONE;
 }
 
-static PyObject *Ingest_get_last_ts(IngestObject *self, void *Py_UNUSED(closure)) {
-  if (!self->g) {
-    PyErr_SetString(PyExc_ValueError, "Ingest is closed");
+static PyObject *Ingest_get_tracker(IngestObject *self, void *Py_UNUSED(closure)) {
+  if (!self->tracker) {
+    PyErr_SetString(PyExc_ValueError, "Ingest is not initialised");
     return NULL;
   }
-  return PyLong_FromUnsignedLongLong(self->g->last_ts);
+  return Py_NewRef((PyObject *)self->tracker);
 }
 
 static PyMethodDef Ingest_methods[] = {
     {"drain", (PyCFunction)(void (*)(void))Ingest_drain, METH_VARARGS | METH_KEYWORDS,
-     "drain(max_records=0) -> list[bytes]\n--\n\n"
-     "Read committed records; apply MALLOC/FREE; return STACK/MODULE/HEAP records whole."},
-    {"flush", (PyCFunction)Ingest_flush, METH_NOARGS,
-     "flush() -> None\n--\n\nApply every pending op in seq order, skipping gaps."},
-    {"totals", (PyCFunction)Ingest_totals, METH_NOARGS,
-     "totals() -> bytes\n--\n\n"
-     "5 x u64 per stack: stack_id, alloc_bytes, free_bytes, alloc_count, free_count."},
-    {"peak", (PyCFunction)Ingest_peak, METH_NOARGS,
-     "peak() -> bytes\n--\n\n"
-     "dump_at_max: 5 x u64 per stack, like totals(), holding the state at the peak:\n"
-     "stack_id, bytes unfreed at the peak, 0, allocations unfreed at the peak, 0."},
-    {"live", (PyCFunction)Ingest_live, METH_NOARGS,
-     "live() -> bytes\n--\n\n5 x u64 per live allocation: addr, sample_size, alloc_size, stack_id, seq."},
-    {"take_stream", (PyCFunction)Ingest_take_stream, METH_NOARGS,
-     "take_stream() -> bytes\n--\n\n"
-     "7 x u64 per op applied since the last call: kind, seq, addr, alloc_size, sample_size, stack_id, ts."},
-    {"stats", (PyCFunction)Ingest_stats, METH_NOARGS, "stats() -> dict[str, int]\n--\n\nCounters."},
-    {"close", (PyCFunction)Ingest_close, METH_NOARGS, "close() -> None\n--\n\nUnmap the ring; idempotent."},
+     "drain(now_ns, max_records=0) -> list[bytes]\n--\n\n"
+     "Read committed records; MALLOC/FREE go to the tracker; return STACK/MODULE/HEAP records whole."},
+    {"stats", (PyCFunction)Ingest_stats, METH_NOARGS,
+     "stats() -> dict[str, int]\n--\n\nThe reader's counters and the tracker's."},
+    {"close", (PyCFunction)Ingest_close, METH_NOARGS,
+     "close() -> None\n--\n\nUnmap the ring and close the tracker; idempotent."},
     {NULL, NULL, 0, NULL},
 };
 
 static PyGetSetDef Ingest_getset[] = {
-    {"last_ts", (getter)Ingest_get_last_ts, NULL, "Largest MALLOC ts applied so far (ns).", NULL},
+    {"tracker", (getter)Ingest_get_tracker, NULL, "The Tracker the ring's ops go to.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -299,7 +463,7 @@ static PyTypeObject IngestType = {
     .tp_basicsize = sizeof(IngestObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Ingest(fd, ring_size, *, stream=False, dump_at_max=False)\n--\n\n"
-              "Reads one process's shared ring and keeps its heap bookkeeping.",
+              "Reads one process's shared ring into a Tracker of its own.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Ingest_init,
     .tp_dealloc = (destructor)Ingest_dealloc,
@@ -310,17 +474,16 @@ static PyTypeObject IngestType = {
 static struct PyModuleDef ingest_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_ingest",
-    .m_doc = "The producer's per-record loop: ring reading, seq ordering, heap bookkeeping.",
+    .m_doc = "The producer's ring reader (Ingest) and the heap tracker it feeds (Tracker).",
     .m_size = -1,
 };
 
 PyMODINIT_FUNC PyInit__ingest(void) {
-  if (PyType_Ready(&IngestType) < 0) return NULL;
+  if (PyType_Ready(&TrackerType) < 0 || PyType_Ready(&IngestType) < 0) return NULL;
   PyObject *m = PyModule_Create(&ingest_module);
   if (!m) return NULL;
-  Py_INCREF(&IngestType);
-  if (PyModule_AddObject(m, "Ingest", (PyObject *)&IngestType) < 0) {
-    Py_DECREF(&IngestType);
+  if (PyModule_AddObjectRef(m, "Tracker", (PyObject *)&TrackerType) < 0 ||
+      PyModule_AddObjectRef(m, "Ingest", (PyObject *)&IngestType) < 0) {
     Py_DECREF(m);
     return NULL;
   }

@@ -1,20 +1,124 @@
-"""The producer's per-record loop, in C (_ingest.c, ingest_core.c).
+"""The producer's ring reader and the heap tracker it feeds, in C.
 
-One `Ingest` per traced process reads that process's shared ring
-(wire.h), applies MALLOC and FREE records in sequence order to a table of
-live sampled allocations and to per-stack totals, and hands the rare records
-(STACK, MODULE, HEAP) back to Python whole. No Python object is made per
-MALLOC or FREE.
+`Ingest` (_ingest.c, ingest_core.c) reads one process's shared ring
+(wire.h): MALLOC and FREE records go to its `Tracker`; the rare records
+(STACK, MODULE, HEAP) come back to Python whole. No Python object is made
+per MALLOC or FREE.
 
-Packed outputs are little-endian u64 rows; read them with
-`struct.iter_unpack("<5Q", ...)` or `"<7Q"` for the stream.
+`Tracker` (bookkeeping/tracker.c) is one process's heap bookkeeping:
+sequence ordering, the live sampled allocations, cumulative totals per
+callsite (per stack until its callsite is set), the peak of sampled
+unreleased bytes, and the rows of each dump. Its packed outputs are rows of
+the structs of tracker.h; read them with the Structs of
+heapscope.bookkeeping.rows.
 """
 
+class Tracker:
+    """One process's heap bookkeeping.
+
+    NB: not thread-safe. While the Ingest that owns it drains (GIL
+    released), any call from another thread raises RuntimeError.
+    """
+
+    def __init__(self, *, stream: bool = False, dump_at_max: bool = False) -> None:
+        """With stream=True every applied op is kept for take_stream(). With
+        dump_at_max=True dump() reports the state at the peak."""
+
+    def malloc(self, seq: int, addr: int, alloc_size: int, sample_size: int, stack_id: int, ts: int,
+               now_ns: int, /) -> None:
+        """A sampled malloc with sequence number seq, arrived at now_ns (CLOCK_MONOTONIC).
+
+        Applied now if every smaller seq was, else kept until they are (or
+        until they are given up on: expire(), flush()). A malloc at an
+        address still live first frees it (implicit_frees).
+        """
+
+    def free(self, seq: int, addr: int, now_ns: int, /) -> None:
+        """A free of a sampled address, in sequence order as malloc()."""
+
+    def expire(self, now_ns: int, /) -> None:
+        """Give up on missing seqs whose successor arrived more than 1 s before now_ns."""
+
+    def flush(self) -> None:
+        """Apply every pending op in sequence order, skipping the gaps.
+
+        For when the process has ended and nothing more will come.
+        """
+
+    def set_callsite(self, stack_id: int, callsite_id: int, /) -> None:
+        """From now on stack_id books into callsite_id (>= 1), with what it booked so far.
+
+        A stack keeps its first callsite; ValueError for callsite 0.
+        """
+
+    def dump(self) -> bytes:
+        """DUMP_ROW rows of what changed per callsite since the previous dump.
+
+        (callsite_id, count, size): new allocations as a row with count,
+        size >= 0, new frees as one with count, size <= 0. With dump_at_max
+        the cumulative state reported is the unreleased state at the peak
+        (so a row may shrink it). Stacks without a callsite wait.
+        """
+
+    def peak(self) -> bytes:
+        """PEAK_ROW rows of the state at the peak of sampled unreleased bytes, cumulative.
+
+        (callsite_id, count, size unreleased at the peak, alloc_count,
+        alloc_size allocated up to the peak), for callsites that allocated
+        something before the peak. The peak is reached by a malloc;
+        stats()["peak_unfreed"] is the sum of size over all buckets.
+        """
+
+    def totals(self) -> bytes:
+        """TOTALS_ROW rows, cumulative, in the order buckets were made.
+
+        (callsite_id, stack_id, alloc_bytes, free_bytes, alloc_count,
+        free_count): a callsite's (stack_id 0), or a stack's that has no
+        callsite yet (callsite_id 0). Bytes are sample sizes.
+        """
+
+    def live(self) -> bytes:
+        """LIVE_ROW rows, one per live sampled allocation, in no particular order.
+
+        (addr, sample_size, alloc_size, stack_id, seq of its malloc).
+        """
+
+    def unresolved(self) -> list[int]:
+        """Ids of the stacks that booked something and have no callsite yet."""
+
+    def take_stream(self) -> bytes:
+        """STREAM_ROW rows of the ops applied since the last call (stream=True; else b"").
+
+        (kind 1 malloc / 2 free, seq, addr, alloc_size, sample_size,
+        stack_id, ts). For a free, sizes and stack are those of the
+        allocation it freed (0 if the address was not live) and ts is 0. The
+        free implied by a malloc at a still-live address has no row of its own.
+        """
+
+    def stats(self) -> dict[str, int]:
+        """Counters since construction.
+
+        late_records (seq already committed: applied at once), gaps_skipped
+        (sequence numbers given up on), pending (ops waiting now),
+        live_allocations, implicit_frees (malloc at a live address),
+        untracked_frees (free of an address not live), committed_seq,
+        max_pending, sampled_bytes (allocated in all), current_unfreed,
+        peak_unfreed and peak_ts (ts of the malloc that made the peak).
+        """
+
+    @property
+    def last_ts(self) -> int:
+        """Largest MALLOC ts applied so far (ns, the client's CLOCK_MONOTONIC_COARSE)."""
+
+    def close(self) -> None:
+        """Free the tables; idempotent. Later calls raise ValueError."""
+
+
 class Ingest:
-    """Reader and bookkeeper of one process's ring.
+    """Reader of one process's ring, feeding its own Tracker.
 
     NB: not thread-safe. drain() releases the GIL while it reads; any other
-    call on the same object from another thread meanwhile raises
+    call on it or its tracker from another thread meanwhile raises
     RuntimeError.
     """
 
@@ -24,85 +128,38 @@ class Ingest:
 
         Raises ValueError if ring_size is not a power of two (>= 8), if the
         file is smaller than the mapping, or if the meta page's ring_size
-        differs; OSError if fstat or mmap fails. With stream=True every
-        applied op is also kept for take_stream(). With dump_at_max=True the
-        per-stack state at the peak of unfreed sampled bytes is kept for
-        peak(). Reading starts at the meta page's read_pos.
+        differs; OSError if fstat or mmap fails. stream and dump_at_max are
+        the Tracker's. Reading starts at the meta page's read_pos.
         """
 
-    def drain(self, max_records: int = 0) -> list[bytes]:
-        """Read committed records from read_pos; 0 = no limit, else stop after that many.
+    @property
+    def tracker(self) -> Tracker:
+        """The Tracker this ring's MALLOC and FREE records go to."""
 
-        MALLOC and FREE are applied (or wait for their turn in sequence
-        order); PAD is skipped; STACK, MODULE and HEAP records are returned
-        whole (header included), in ring order, ready for
-        `codec.decode_record`. Consumed bytes are zeroed before read_pos is
-        published (at the end, and at least every 64 KiB). Stops at a zero
-        header (space reserved but not written yet) or when caught up with
-        write_pos. Ops that waited more than 1 s for a missing sequence
-        number stop waiting: the gap is skipped and counted.
+    def drain(self, now_ns: int, max_records: int = 0) -> list[bytes]:
+        """Read committed records from read_pos at time now_ns; max_records 0 = no limit.
+
+        MALLOC and FREE go to the tracker (arrived at now_ns; then
+        tracker.expire(now_ns)); PAD is skipped; STACK, MODULE and HEAP
+        records are returned whole (header included), in ring order, ready
+        for `codec.decode_record`. Consumed bytes are zeroed before read_pos
+        is published (at the end, and at least every 64 KiB). Stops at a
+        zero header (space reserved but not written yet) or when caught up
+        with write_pos.
 
         A well-framed record whose body does not fit its type, or of an
         unknown type, is counted in `malformed_records` and skipped. Broken
         framing (bad size, bad positions) marks the ring corrupt: this call
         returns what it had read and every later call returns []. Raises
-        MemoryError if the tables could not grow (an op was dropped).
-        """
-
-    def flush(self) -> None:
-        """Apply every pending op in sequence order, skipping the gaps.
-
-        For when the process has ended and nothing more will come.
-        """
-
-    def totals(self) -> bytes:
-        """Per stack seen, cumulative: 5 x u64 rows.
-
-        stack_id, alloc_bytes, free_bytes, alloc_count, free_count; bytes are
-        sample sizes. Rows are in the order stacks were first seen.
-        """
-
-    def peak(self) -> bytes:
-        """dump_at_max: the state at the process's peak of unfreed sampled bytes.
-
-        5 x u64 rows in the order of totals(): stack_id, bytes of the stack
-        unfreed at the peak, 0, allocations unfreed at the peak, 0. Their
-        bytes sum to stats()["peak_unfreed"]. heapprofd's semantics (§5.3):
-        the peak is per process, reached by a malloc; ValueError without
-        dump_at_max.
-        """
-
-    def live(self) -> bytes:
-        """Per live sampled allocation: 5 x u64 rows, in no particular order.
-
-        addr, sample_size, alloc_size, stack_id, seq (of its malloc).
-        """
-
-    def take_stream(self) -> bytes:
-        """The ops applied since the last call (stream=True; else b""): 7 x u64 rows.
-
-        kind (1 malloc, 2 free), seq, addr, alloc_size, sample_size, stack_id, ts.
-        For a free, sizes and stack are those of the allocation it freed
-        (0 if the address was not live) and ts is 0. The free implied by a
-        malloc at a still-live address has no row of its own.
+        MemoryError if a table could not grow (an op was dropped).
         """
 
     def stats(self) -> dict[str, int]:
-        """Counters since construction.
+        """The reader's counters and its tracker's (Tracker.stats()).
 
         records (all consumed, PAD and malformed included), mallocs, frees,
-        pads, malformed_records, corrupt (0/1), late_records (seq already
-        committed: applied at once), gaps_skipped (sequence numbers given
-        up on), pending (ops waiting now), live_allocations, implicit_frees
-        (malloc at a live address), untracked_frees (free of an address not
-        live), committed_seq, max_pending; with dump_at_max also
-        current_unfreed, peak_unfreed and peak_ts (ts of the peak's malloc),
-        else 0.
+        pads, malformed_records, corrupt (0/1).
         """
 
-    @property
-    def last_ts(self) -> int:
-        """Largest MALLOC ts applied so far (ns, the client's CLOCK_MONOTONIC_COARSE)."""
-
     def close(self) -> None:
-        """Unmap the ring and free the tables; idempotent. Later calls raise ValueError."""
+        """Unmap the ring and close the tracker; idempotent. Later calls raise ValueError."""

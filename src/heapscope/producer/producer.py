@@ -1,9 +1,11 @@
 """The producer loop: accept clients, drain their rings, dump their heaps.
 
 Single-threaded: one `poll()` call accepts new clients, drains every ring
-through the C ingest, decodes the rare records, and ends the processes whose
-socket reached EOF (final drain, flush, final dump). The caller runs it until
-the target exits, then calls `finish()`.
+through the C ingest (whose MALLOC and FREE records go to the process's heap
+tracker, bookkeeping/tracker.h), decodes the rare records, and ends the
+processes whose socket reached EOF (final drain, flush, final dump with the
+process's peak). The caller runs it until the target exits, then calls
+`finish()`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 
 from heapscope.bookkeeping.dump import ProcessHeap
 from heapscope.bookkeeping.frames import FrameTable
+from heapscope.bookkeeping.rows import OP_MALLOC, STREAM_ROW
 from heapscope.bookkeeping.trie import CallsiteTrie
 from heapscope.model import ProcessFlags, Upid
 from heapscope.producer import procfs
@@ -32,7 +35,6 @@ from heapscope.wire import codec
 
 DRAIN_BATCH = 1 << 18  # records per ring per poll: keeps the loop responsive
 HANDSHAKE_TIMEOUT_S = 5.0
-STREAM = struct.Struct("<7Q")
 PEERCRED = struct.Struct("3i")
 
 
@@ -119,8 +121,7 @@ class Producer:
         for p in self.processes.values():
             st = p.ingest.stats()
             samples += st["mallocs"]
-            for _sid, ab, fb, _ac, _fc in struct.iter_unpack("<5Q", p.ingest.totals()):
-                live += ab - fb
+            live += st["current_unfreed"]
         return samples, live
 
     # -- clients -------------------------------------------------------------
@@ -225,10 +226,10 @@ class Producer:
 
     def _drain(self, p: ProcessState, limit: int = DRAIN_BATCH) -> int:
         before = p.ingest.stats()["records"]
-        for rec in p.ingest.drain(limit):
+        for rec in p.ingest.drain(time.monotonic_ns(), limit):
             self._handle_record(p, rec)
         if self.config.stream_allocations:
-            chunk = p.ingest.take_stream()
+            chunk = p.ingest.tracker.take_stream()
             if chunk:
                 p.stream.append(chunk)
         return p.ingest.stats()["records"] - before
@@ -254,14 +255,15 @@ class Producer:
     # -- dumps ---------------------------------------------------------------
 
     def dump(self, p: ProcessState, reason: str, final: bool = False) -> None:
-        """Write one dump of `p`: the change of every callsite since the last one."""
+        """Write one dump of `p`: the change of every callsite since the last one.
+
+        With dump_at_max the tracker's rows are the state at the peak
+        (heapprofd's self_max), so SUM(size) up to this dump is the peak. The
+        final dump also writes the process's peak (heapscope_peak_allocation).
+        """
         heap: ProcessHeap = p.heap
-        heap.resolve(self.frames, self.trie)
-        # dump_at_max: the rows are the state at the peak (heapprofd's
-        # self_max), so SUM(size) up to this dump is the peak.
-        packed = p.ingest.peak() if self.config.dump_at_max else p.ingest.totals()
-        totals = heap.totals_by_callsite(packed, self.frames, self.trie, final)
-        rows = heap.delta_rows(totals)
+        tracker = p.ingest.tracker
+        rows = heap.dump_rows(tracker, self.frames, self.trie, final)
         w = self.writer
         w.add_mappings(self.frames.mappings.take_new())
         w.add_frames(self.frames.frames.take_new())
@@ -269,8 +271,11 @@ class Producer:
         ts = max(time.monotonic_ns(), p.last_dump_ts + 1)
         w.add_dump(p.info.upid, p.last_dump_ts, ts, reason, rows, p.heap_name)
         p.last_dump_ts = ts
-        unreleased = sum(t.alloc_bytes - t.free_bytes for t in totals.values())
-        self.log(f"dump {heap.dumps} ({reason}) of pid {p.info.pid}: {unreleased} bytes unreleased")
+        if final:
+            peak = heap.peak_rows(tracker)
+            if peak:
+                w.add_peak(p.info.upid, tracker.stats()["peak_ts"], p.heap_name, peak)
+        self.log(f"dump {heap.dumps} ({reason}) of pid {p.info.pid}: {heap.unreleased} bytes unreleased")
         if p.stream:
             w.add_stream(self._stream_rows(p))
         w.commit()
@@ -306,10 +311,10 @@ class Producer:
 
     def _stream_rows(self, p: ProcessState) -> list[tuple[int, int, str, int, int, int, int, int | None]]:
         upid, callsites = p.info.upid, p.heap.callsites
-        rows = []
+        rows: list[tuple[int, int, str, int, int, int, int, int | None]] = []
         for chunk in p.stream:
-            for kind, seq, addr, size, sample, stack, ts in STREAM.iter_unpack(chunk):
-                rows.append((upid, seq, "malloc" if kind == 1 else "free", ts, addr, size, sample,
+            for kind, seq, addr, size, sample, stack, ts in STREAM_ROW.iter_unpack(chunk):
+                rows.append((upid, seq, "malloc" if kind == OP_MALLOC else "free", ts, addr, size, sample,
                              callsites.get(stack) if stack else None))
         p.stream.clear()
         return rows
@@ -318,7 +323,7 @@ class Producer:
         """Final drain, flush of pending operations, final dump, stats."""
         while self._drain(p, limit=0):
             pass
-        p.ingest.flush()
+        p.ingest.tracker.flush()
         self._drain(p, limit=0)  # take the stream of what flush applied
         p.info.end_ts = time.monotonic_ns()
         p.flags.disconnected = disconnected

@@ -105,6 +105,20 @@ CREATE TABLE IF NOT EXISTS heap_profile_allocation (
   size INTEGER NOT NULL
 );
 
+-- Each process's peak of sampled unreleased bytes (heapprofd's dump_at_max
+-- state, kept in every profile), written at its final dump: cumulative rows,
+-- not deltas, one per callsite with something allocated up to the peak.
+CREATE TABLE IF NOT EXISTS heapscope_peak_allocation (
+  ts INTEGER NOT NULL,           -- when the process reached its peak (CLOCK_MONOTONIC ns)
+  upid INTEGER NOT NULL,
+  heap_name TEXT NOT NULL,
+  callsite_id INTEGER NOT NULL,
+  count INTEGER NOT NULL,        -- sampled allocations not freed at the peak
+  size INTEGER NOT NULL,         -- sampled bytes not freed at the peak
+  alloc_count INTEGER NOT NULL,  -- sampled allocations made up to the peak
+  alloc_size INTEGER NOT NULL    -- sampled bytes allocated up to the peak
+);
+
 -- One row per dump of a process heap, also when nothing changed.
 CREATE TABLE IF NOT EXISTS heap_profile (
   id INTEGER PRIMARY KEY,

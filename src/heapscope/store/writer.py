@@ -129,6 +129,16 @@ class ProfileWriter:
             ((ts_end, upid, heap_name, i64_to_sql(c), i64_to_sql(n), i64_to_sql(s)) for c, n, s in rows),
         )
 
+    def add_peak(self, upid: int, ts: int, heap_name: str,
+                 rows: Iterable[tuple[int, int, int, int, int]]) -> None:
+        """A process's peak, reached at ts: rows of (callsite_id, count, size, alloc_count, alloc_size)."""
+        self.db.executemany(
+            "INSERT INTO heapscope_peak_allocation"
+            " (ts, upid, heap_name, callsite_id, count, size, alloc_count, alloc_size)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            ((ts, upid, heap_name, c, n, s, ac, asz) for c, n, s, ac, asz in rows),
+        )
+
     def add_stats(self, rows: Iterable[tuple[str, int | None, str, str, int, str]]) -> None:
         """Rows of (name, idx, severity, source, value, description)."""
         self.db.executemany(

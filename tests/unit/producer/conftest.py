@@ -1,66 +1,29 @@
-"""Fixtures for the C ingest loop: the extension itself, and shared rings to feed it.
+"""Fixtures for the C ring reader: the extension itself (tests/native_ext.py), and shared rings to feed it.
 
-An installed heapscope is used as it is. When heapscope runs from src/ (a
-fresh clone), the extension is compiled with `cc` into a session temporary
-directory and loaded under its real name, so the tests run against the C
-sources of this tree and never against a stale hand-built .so left in src/.
+The ring's clock is the test's: every drain passes `Ring.now_ns`, which a
+test moves forward to make waiting ops time out.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import mmap
 import os
-import shutil
 import struct
-import subprocess
-import sys
-import sysconfig
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from importlib.machinery import ExtensionFileLoader
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+from native_ext import load_ingest
 
+from heapscope.bookkeeping.rows import LIVE_ROW, STREAM_ROW, TOTALS_ROW
 from heapscope.wire import codec
-
-MODULE_NAME = "heapscope.producer._ingest"
-SRC = Path(__file__).resolve().parents[3] / "src" / "heapscope"
-
-
-def _compile(out_dir: Path) -> Path:
-    cc = os.environ.get("CC", "cc")
-    if shutil.which(cc) is None:
-        pytest.skip(f"heapscope is not installed and there is no C compiler ({cc}) to build _ingest")
-    suffix = sysconfig.get_config_var("EXT_SUFFIX")
-    out = out_dir / f"_ingest{suffix}"
-    sources = sorted(str(p) for p in (SRC / "producer").glob("*.c"))
-    cmd = [cc, "-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC",
-           f"-I{sysconfig.get_paths()['include']}", f"-I{SRC / 'wire'}", *sources, "-o", str(out)]
-    subprocess.run(cmd, check=True, timeout=120)
-    return out
 
 
 @pytest.fixture(scope="session")
 def ingest_mod(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
-    try:
-        module = importlib.import_module(MODULE_NAME)
-        if not Path(module.__file__ or "").resolve().is_relative_to(SRC):
-            return module
-    except ImportError:
-        pass
-    path = _compile(tmp_path_factory.mktemp("ingest_build"))
-    loader = ExtensionFileLoader(MODULE_NAME, str(path))
-    spec = importlib.util.spec_from_file_location(MODULE_NAME, path, loader=loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    sys.modules[MODULE_NAME] = module
-    return module
+    return load_ingest(tmp_path_factory.mktemp("ingest_build"))
 
 
 @dataclass
@@ -74,6 +37,10 @@ class Ring:
     ingest: Any
     returned: list[bytes] = field(default_factory=list)
     closed: bool = False
+    now_ns: int = 1_000_000_000  # the clock every drain is given
+
+    def drain(self, max_records: int = 0) -> list[bytes]:
+        return self.ingest.drain(self.now_ns, max_records)
 
     def close(self) -> None:
         if not self.closed:
@@ -92,8 +59,8 @@ class Ring:
         """Write every record, draining whenever the ring is full, then drain."""
         for rec in records:
             while not self.writer.write(rec):
-                self.returned += self.ingest.drain()
-        self.returned += self.ingest.drain()
+                self.returned += self.drain()
+        self.returned += self.drain()
 
     def put_raw(self, offset: int, raw: bytes) -> None:
         """Write bytes into the data area, bypassing the writer."""
@@ -104,17 +71,16 @@ class Ring:
         return self.ingest.stats()
 
     def totals(self) -> dict[int, tuple[int, int, int, int]]:
-        out = {}
-        for stack_id, ab, fb, ac, fc in struct.iter_unpack("<5Q", self.ingest.totals()):
-            out[stack_id] = (ab, fb, ac, fc)
-        return out
+        """stack id -> (alloc_bytes, free_bytes, alloc_count, free_count), no callsite being set"""
+        rows = TOTALS_ROW.iter_unpack(self.ingest.tracker.totals())
+        return {sid: (ab, fb, ac, fc) for _cs, sid, ab, fb, ac, fc in rows}
 
     def live(self) -> dict[int, tuple[int, int, int, int]]:
         """addr -> (sample_size, alloc_size, stack_id, seq)"""
-        return {row[0]: row[1:] for row in struct.iter_unpack("<5Q", self.ingest.live())}
+        return {row[0]: row[1:] for row in LIVE_ROW.iter_unpack(self.ingest.tracker.live())}
 
     def stream(self) -> list[tuple[int, ...]]:
-        return list(struct.iter_unpack("<7Q", self.ingest.take_stream()))
+        return list(STREAM_ROW.iter_unpack(self.ingest.tracker.take_stream()))
 
 
 def make_shm(size: int) -> tuple[int, mmap.mmap]:

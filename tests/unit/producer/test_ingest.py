@@ -1,14 +1,14 @@
-"""The C ingest loop (heapscope.producer._ingest) against the real shared ring.
+"""The C ring reader (heapscope.producer._ingest.Ingest) against the real shared ring.
 
 Each test plays the client with codec.RingWriter and codec.encode_*, and checks
-what the producer booked: per-stack totals, live allocations, the stream and
-the counters.
+what the reader did: records consumed, validated, handed back or sent on to
+its tracker, read_pos published and bytes zeroed. What the tracker does with
+the ops is tested in tests/unit/bookkeeping/test_tracker.py.
 """
 
 from __future__ import annotations
 
 import random
-import struct
 import threading
 import time
 
@@ -35,7 +35,7 @@ def raw_record(size_field: int, rtype: int, body_len: int) -> bytes:
     return codec.HEADER.pack(codec.header(size_field, rtype)) + b"\xab" * body_len
 
 
-# ---- bookkeeping in sequence order ----
+# ---- ops reach the tracker ----
 
 def test_in_order_malloc_and_free_totals(make_ring):
     # GIVEN two stacks, three mallocs and one free, in order
@@ -49,33 +49,7 @@ def test_in_order_malloc_and_free_totals(make_ring):
     assert (st["records"], st["mallocs"], st["frees"]) == (4, 3, 1)
     assert (st["committed_seq"], st["pending"], st["live_allocations"]) == (4, 0, 2)
     assert st["untracked_frees"] == st["implicit_frees"] == st["late_records"] == 0
-    assert ring.ingest.last_ts == 20
-
-
-def test_free_arriving_before_its_malloc(make_ring):
-    # GIVEN thread 2 freed A (seq 2) and wrote its record before thread 1's malloc (seq 1)
-    ring = make_ring()
-    ring.feed([free(2, A)])
-    assert ring.stats()["pending"] == 1
-    assert ring.totals() == {}
-    ring.feed([malloc(1, A, 64, S1)])
-    # THEN sequence order books the malloc first and the free frees it
-    assert ring.totals() == {S1: (64, 64, 1, 1)}
-    assert ring.live() == {}
-    st = ring.stats()
-    assert st["untracked_frees"] == 0
-    assert (st["pending"], st["max_pending"], st["committed_seq"]) == (0, 1, 2)
-
-
-def test_address_reused_by_another_thread(make_ring):
-    # GIVEN T1: malloc A (1), free A (2); T2 gets A back: malloc A (3).
-    # T2's record lands before T1's free.
-    ring = make_ring()
-    ring.feed([malloc(1, A, 100, S1), malloc(3, A, 200, S2), free(2, A)])
-    # THEN the free hits T1's allocation and T2's stays live
-    assert ring.totals() == {S1: (100, 100, 1, 1), S2: (200, 0, 1, 0)}
-    assert ring.live() == {A: (200, 200, S2, 3)}
-    assert ring.stats()["implicit_frees"] == 0
+    assert ring.ingest.tracker.last_ts == 20
 
 
 def test_interleaved_threads_many_addresses(make_ring):
@@ -114,108 +88,41 @@ def test_interleaved_threads_many_addresses(make_ring):
     assert st["committed_seq"] == seq and st["pending"] == 0 and st["max_pending"] > 1
 
 
-def test_many_stacks_keep_first_seen_order(make_ring):
-    # GIVEN 5000 distinct stacks (the table grows several times), each used twice
-    ring = make_ring(1 << 20)
-    rng = random.Random(99)
-    ids = list(dict.fromkeys(rng.getrandbits(64) for _ in range(5000)))
-    recs = [malloc(i + 1, 0x1000 + 16 * i, 8, sid) for i, sid in enumerate(ids)]
-    recs += [malloc(len(ids) + i + 1, 0x1000 + 16 * i, 8, sid) for i, sid in enumerate(ids)]
-    ring.feed(recs)
-    rows = list(struct.iter_unpack("<5Q", ring.ingest.totals()))
-    # THEN one row per stack, in the order stacks were first seen, each re-malloc an implicit free
-    assert [r[0] for r in rows] == ids
-    assert all(r[1:] == (16, 8, 2, 1) for r in rows)
-    assert ring.stats()["implicit_frees"] == len(ids)
-
-
-def test_realloc_like_free_then_malloc(make_ring):
-    # GIVEN realloc moving A to B, then realloc growing B in place
+def test_drain_gives_up_gaps_by_the_clock_it_is_given(make_ring):
+    # GIVEN seq 2 read at t0, seq 1 never written
     ring = make_ring()
-    ring.feed([malloc(1, A, 100, S1), free(2, A), malloc(3, B, 300, S2), free(4, B), malloc(5, B, 500, S2)])
-    assert ring.totals() == {S1: (100, 100, 1, 1), S2: (800, 300, 2, 1)}
-    assert ring.live() == {B: (500, 500, S2, 5)}
-
-
-def test_implicit_free_when_address_is_still_live(make_ring):
-    # GIVEN A allocated twice with no free in between (the free was not sent)
-    ring = make_ring()
-    ring.feed([malloc(1, A, 100, S1), malloc(2, A, 40, S2)])
-    # THEN the first allocation is freed implicitly
-    assert ring.totals() == {S1: (100, 100, 1, 1), S2: (40, 0, 1, 0)}
-    assert ring.live() == {A: (40, 40, S2, 2)}
-    assert ring.stats()["implicit_frees"] == 1
-
-
-def test_untracked_free(make_ring):
-    ring = make_ring()
-    ring.feed([free(1, A), malloc(2, B, 8, S1)])
-    assert ring.stats()["untracked_frees"] == 1
-    assert ring.totals() == {S1: (8, 0, 1, 0)}
-
-
-def test_late_and_duplicate_records(make_ring):
-    ring = make_ring()
-    ring.feed([malloc(1, A, 10, S1), malloc(2, B, 20, S1)])
-    # WHEN seq 2 comes again (duplicate) and then a stale free of seq 1
-    ring.feed([malloc(2, B, 20, S1), free(1, A)])
-    # THEN both are applied at once and counted late
-    st = ring.stats()
-    assert st["late_records"] == 2
-    assert st["implicit_frees"] == 1
-    assert st["committed_seq"] == 2
-    assert ring.totals() == {S1: (50, 30, 3, 2)}
-    assert ring.live() == {B: (20, 20, S1, 2)}
-
-
-def test_duplicate_seq_while_pending(make_ring):
-    ring = make_ring()
-    ring.feed([malloc(3, A, 10, S1), malloc(3, A, 10, S1), malloc(2, B, 5, S1)])
-    assert ring.stats()["pending"] == 3
-    ring.feed([malloc(1, 0x9990, 1, S2)])
-    st = ring.stats()
-    assert (st["pending"], st["committed_seq"], st["late_records"]) == (0, 3, 1)
-    assert st["implicit_frees"] == 1
-
-
-def test_flush_skips_gaps(make_ring):
-    # GIVEN seq 2 and 5 never arrive
-    ring = make_ring()
-    ring.feed([malloc(1, A, 10, S1), malloc(3, B, 20, S1), free(4, B), malloc(6, B, 7, S2)])
-    st = ring.stats()
-    assert (st["committed_seq"], st["pending"]) == (1, 3)
-    assert ring.totals() == {S1: (10, 0, 1, 0)}
-    # WHEN the process ended
-    ring.ingest.flush()
-    st = ring.stats()
-    assert (st["committed_seq"], st["pending"], st["gaps_skipped"]) == (6, 0, 2)
-    assert ring.totals() == {S1: (30, 20, 2, 1), S2: (7, 0, 1, 0)}
-    # AND a missing op turning up after all is applied late
-    ring.feed([free(2, A)])
-    st = ring.stats()
-    assert st["late_records"] == 1
-    assert ring.totals()[S1] == (30, 30, 2, 2)
-
-
-def test_gap_skipped_after_one_second_in_drain(make_ring):
-    ring = make_ring()
+    t0 = ring.now_ns
     ring.feed([malloc(2, A, 10, S1)])
     assert ring.stats()["pending"] == 1
-    ring.ingest.drain()
-    assert ring.stats()["pending"] == 1  # too early to give up
-    # The gap policy is defined on elapsed monotonic time; there is no event to wait on.
-    time.sleep(1.1)
-    ring.ingest.drain()
+    # WHEN drained again exactly 1 s later by the caller's clock: still waiting
+    ring.now_ns = t0 + 1_000_000_000
+    ring.drain()
+    assert ring.stats()["pending"] == 1
+    # THEN a drain after that gives the gap up
+    ring.now_ns += 1
+    ring.drain()
     st = ring.stats()
     assert (st["pending"], st["gaps_skipped"], st["committed_seq"]) == (0, 1, 2)
     assert ring.live() == {A: (10, 10, S1, 2)}
 
 
-def test_address_and_stack_zero(make_ring):
+def test_ops_on_a_corrupt_ring_still_time_out(make_ring):
+    # GIVEN an op waiting for seq 1, then broken framing
     ring = make_ring()
-    ring.feed([malloc(1, 0, 16, 0), malloc(2, 16, 32, 0), free(3, 0)])
-    assert ring.totals() == {0: (48, 16, 2, 1)}
-    assert ring.live() == {16: (32, 32, 0, 2)}
+    ring.feed([malloc(2, A, 10, S1), raw_record(1 << 20, codec.RecordType.MALLOC, 48)])
+    assert ring.stats()["corrupt"] == 1 and ring.stats()["pending"] == 1
+    # WHEN the reader keeps draining the corrupt ring past the timeout
+    ring.now_ns += 2_000_000_000
+    assert ring.drain() == []
+    # THEN what was read is applied
+    st = ring.stats()
+    assert (st["pending"], st["gaps_skipped"], st["committed_seq"]) == (0, 1, 2)
+
+
+def test_stream_rows_come_through_the_ring(make_ring):
+    ring = make_ring(stream=True)
+    ring.feed([free(2, A), malloc(1, A, 4096, S1, ts=77, alloc_size=100)])
+    assert ring.stream() == [(1, 1, A, 100, 4096, S1, 77), (2, 2, A, 100, 4096, S1, 0)]
 
 
 # ---- rare records ----
@@ -241,11 +148,11 @@ def test_max_records_limits_one_drain(make_ring):
     ring = make_ring()
     for i in range(10):
         assert ring.writer.write(codec.encode_stack(i + 1, [i]))
-    first = ring.ingest.drain(3)
+    first = ring.drain(3)
     assert len(first) == 3
     assert ring.meta("read_pos") == 3 * 32
-    assert len(ring.ingest.drain()) == 7
-    assert ring.ingest.drain() == []
+    assert len(ring.drain()) == 7
+    assert ring.drain() == []
 
 
 # ---- the ring itself ----
@@ -286,13 +193,13 @@ def test_reserved_but_unwritten_record_stops_the_reader(make_ring):
     ring.put_raw(wp + 8, rec[8:])
     ring.writer.write(malloc(3, A + 32, 8, S1))
     # WHEN drained
-    ring.ingest.drain()
+    ring.drain()
     # THEN the reader stops at the zero header, keeping FIFO order
     assert ring.meta("read_pos") == wp
     assert ring.stats()["mallocs"] == 1
     # AND resumes once the header is stored
     ring.put_raw(wp, rec[:8])
-    ring.ingest.drain()
+    ring.drain()
     assert ring.stats()["mallocs"] == 3 and ring.stats()["committed_seq"] == 3
 
 
@@ -315,7 +222,7 @@ def test_read_pos_published_while_draining_a_full_ring(make_ring):
     t.start()
     deadline = time.monotonic() + 30
     while ring.stats()["mallocs"] < n and time.monotonic() < deadline:
-        ring.ingest.drain()
+        ring.drain()
     t.join(timeout=30)
     assert done.is_set()
     st = ring.stats()
@@ -373,7 +280,7 @@ def test_broken_framing_marks_the_ring_corrupt(make_ring, name, record):
     assert ring.returned == []
     assert ring.meta("read_pos") == 56
     ring.feed([codec.encode_stack(S2, [1]), malloc(2, B, 5, S1)])
-    assert ring.ingest.drain() == [] and ring.stats()["records"] == 1
+    assert ring.drain() == [] and ring.stats()["records"] == 1
     assert ring.totals() == {S1: (10, 0, 1, 0)}
 
 
@@ -383,7 +290,7 @@ def test_ops_pending_on_a_corrupt_ring_are_still_flushed(make_ring):
     ring.feed([malloc(2, A, 10, S1), raw_record(1 << 20, codec.RecordType.MALLOC, 48)])
     assert ring.stats()["corrupt"] == 1 and ring.stats()["pending"] == 1
     # WHEN the process ends
-    ring.ingest.flush()
+    ring.ingest.tracker.flush()
     # THEN what was read is booked
     st = ring.stats()
     assert (st["pending"], st["gaps_skipped"], st["committed_seq"]) == (0, 1, 2)
@@ -400,7 +307,7 @@ def test_record_crossing_the_end_is_corrupt(make_ring, ingest_mod):
     # WHEN a 128-byte record claims to start there
     ring.put_raw(4096 - 64, codec.HEADER.pack(codec.header(128, codec.RecordType.STACK)))
     ring.writer.set("write_pos", 4096 + 64)
-    assert ring.ingest.drain() == []
+    assert ring.drain() == []
     assert ring.stats()["corrupt"] == 1
 
 
@@ -415,9 +322,9 @@ def test_bad_positions_mark_the_ring_corrupt(make_ring, ingest_mod, write_pos, r
     ring.ingest.close()
     ring.ingest = ingest_mod.Ingest(ring.fd, 4096)
     ring.writer.set("write_pos", write_pos)
-    assert ring.ingest.drain() == []
+    assert ring.drain() == []
     assert ring.stats()["corrupt"] == 1
-    assert ring.ingest.drain() == []
+    assert ring.drain() == []
 
 
 def _fuzz_records(rng: random.Random) -> bytes:
@@ -470,18 +377,18 @@ def test_fuzz_arbitrary_bytes_never_crash(make_ring):
         # WHEN drained, in bounded and unbounded steps
         returned = 0
         for max_records in (rng.randrange(1, 5), 0, 0):
-            for rec in ring.ingest.drain(max_records):
+            for rec in ring.drain(max_records):
                 returned += 1
                 try:
                     codec.decode_record(rec)  # whatever is handed over must decode
                 except codec.MalformedRecord:
                     pytest.fail(f"case {case}: ingest returned an undecodable record {rec!r}")
-        ring.ingest.flush()
+        ring.ingest.tracker.flush()
         # THEN the producer is consistent, and what it consumed is zeroed
         st = ring.stats()
         assert st["corrupt"] in (0, 1)
         assert st["pending"] == 0
-        assert len(ring.ingest.live()) == 40 * st["live_allocations"]
+        assert len(ring.live()) == st["live_allocations"]
         assert st["records"] == st["mallocs"] + st["frees"] + st["pads"] + st["malformed_records"] + returned
         rp = ring.meta("read_pos")
         assert rp <= 4096 and ring.data()[:rp] == bytes(rp)
@@ -489,26 +396,7 @@ def test_fuzz_arbitrary_bytes_never_crash(make_ring):
     assert cases >= 100
 
 
-# ---- stream and life cycle ----
-
-def test_take_stream_rows(make_ring):
-    ring = make_ring(stream=True)
-    ring.feed([free(2, A), malloc(1, A, 4096, S1, ts=77, alloc_size=100), free(3, B)])
-    assert ring.stream() == [
-        (1, 1, A, 100, 4096, S1, 77),
-        (2, 2, A, 100, 4096, S1, 0),
-        (2, 3, B, 0, 0, 0, 0),
-    ]
-    assert ring.stream() == []
-    ring.feed([malloc(4, B, 8, S2, ts=5)])
-    assert ring.stream() == [(1, 4, B, 8, 8, S2, 5)]
-    assert ring.ingest.last_ts == 77
-
-
-def test_stream_off_by_default(make_ring):
-    ring = make_ring()
-    ring.feed([malloc(1, A, 8, S1)])
-    assert ring.ingest.take_stream() == b""
+# ---- life cycle ----
 
 
 def test_constructor_checks_ring_size(ingest_mod, shm_factory):
@@ -527,17 +415,9 @@ def test_close_is_idempotent_and_final(make_ring):
     ring.feed([malloc(1, A, 8, S1)])
     ring.ingest.close()
     ring.ingest.close()
-    for call in (ring.ingest.drain, ring.ingest.flush, ring.ingest.totals, ring.ingest.live,
-                 ring.ingest.take_stream, ring.ingest.stats):
+    tracker = ring.ingest.tracker
+    for call in (ring.drain, ring.ingest.stats, tracker.flush, tracker.totals, tracker.live, tracker.stats):
         with pytest.raises(ValueError):
             call()
-    with pytest.raises(ValueError):
-        _ = ring.ingest.last_ts
 
 
-def test_totals_layout_is_five_u64(make_ring):
-    ring = make_ring()
-    ring.feed([malloc(1, A, 8, S1)])
-    raw = ring.ingest.totals()
-    assert len(raw) == 40
-    assert struct.unpack("<5Q", raw) == (S1, 8, 0, 1, 0)

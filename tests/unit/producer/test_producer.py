@@ -170,3 +170,40 @@ def test_skip_symbol_prefix_collapses_frames_into_filtered(tmp_path: Path) -> No
                                           " ON c.frame_id = f.id ORDER BY c.depth")]
     assert path == ["", "FILTERED"]
     writer.close()
+
+
+PEAK_SQL = ("SELECT f.rel_pc, p.ts, p.heap_name, p.count, p.size, p.alloc_count, p.alloc_size"
+            " FROM heapscope_peak_allocation p JOIN stack_profile_callsite c ON p.callsite_id = c.id"
+            " JOIN stack_profile_frame f ON c.frame_id = f.id ORDER BY f.rel_pc")
+
+
+def test_final_dump_writes_the_peak_freed_before_exit(producer: Producer) -> None:
+    # GIVEN stack 7 allocates 100 and stack 8 50 (the peak, 150, at ts 11); both are freed,
+    # then 20 more on stack 7; a dump in between, and stack 8's record arriving only after it
+    c = FakeClient(producer)
+    c.send(codec.encode_heap(1, 1, HEAP_NAME), codec.encode_module(MODULE),
+           codec.encode_stack(7, [0x401100, 0x401200]))
+    c.send(codec.encode_malloc(1, 0x1000, 100, 100, 7, 10), codec.encode_malloc(2, 0x2000, 50, 50, 8, 11),
+           codec.encode_free(3, 0x1000))
+    producer.dump_all("signal")
+    c.send(codec.encode_stack(8, [0x401300, 0x401200]), codec.encode_free(4, 0x2000),
+           codec.encode_malloc(5, 0x3000, 20, 20, 7, 13))
+    # WHEN the process goes away
+    _end(producer, c)
+    # THEN the peak is its own snapshot: unreleased at the peak, and allocated up to it
+    assert _rows(producer, PEAK_SQL) == [(0x10FF, 11, HEAP_NAME, 1, 100, 1, 100),
+                                         (0x12FF, 11, HEAP_NAME, 1, 50, 1, 50)]
+    # AND the dumps are deltas as before: the first without the stack not yet received
+    dumps = _rows(producer, "SELECT a.ts, f.rel_pc, a.count, a.size FROM heap_profile_allocation a"
+                            " JOIN stack_profile_callsite c ON a.callsite_id = c.id"
+                            " JOIN stack_profile_frame f ON c.frame_id = f.id ORDER BY a.ts, f.rel_pc, a.size")
+    first, last = dumps[0][0], dumps[-1][0]
+    assert [r[1:] for r in dumps if r[0] == first] == [(0x10FF, -1, -100), (0x10FF, 1, 100)]
+    assert [r[1:] for r in dumps if r[0] == last] == [(0x10FF, 1, 20), (0x12FF, -1, -50), (0x12FF, 1, 50)]
+
+
+def test_no_peak_rows_for_a_process_that_allocated_nothing(producer: Producer) -> None:
+    c = FakeClient(producer)
+    c.send(codec.encode_module(MODULE), codec.encode_free(1, 0x10))
+    _end(producer, c)
+    assert _rows(producer, "SELECT COUNT(*) FROM heapscope_peak_allocation") == [(0,)]

@@ -1,78 +1,12 @@
-"""Unit tests for session features: the dump_at_max peak in the C ingest, -n matching, config."""
+"""Unit tests for session features: -n matching, config. (The peak: tests/unit/bookkeeping/test_tracker.py.)"""
 
 from __future__ import annotations
-
-import struct
 
 import pytest
 
 from heapscope.producer.config import name_matches, normalize_cmdline
-from heapscope.wire import codec
 
 pytestmark = pytest.mark.timeout(60)
-
-S1, S2 = 0x1111, 0x2222
-A, B, C = 0x7F00_0000_1000, 0x7F00_0000_2000, 0x7F00_0000_3000
-
-
-def malloc(seq: int, addr: int, size: int, stack: int, ts: int = 0) -> bytes:
-    return codec.encode_malloc(seq, addr, size, size, stack, ts)
-
-
-@pytest.fixture
-def peak_ring(ingest_mod, shm_factory):  # noqa: ANN001, ANN201
-    rings = []
-
-    def make(size: int = 1 << 16):  # noqa: ANN202
-        fd, shm = shm_factory(size)
-        ing = ingest_mod.Ingest(fd, size, dump_at_max=True)
-        rings.append(ing)
-        return codec.RingWriter(shm), ing
-
-    yield make
-    for ing in rings:
-        ing.close()
-
-
-def feed(writer: codec.RingWriter, ing, records: list[bytes]) -> None:  # noqa: ANN001
-    for r in records:
-        assert writer.write(r)
-    ing.drain()
-
-
-def peak(ing) -> dict[int, tuple[int, int]]:  # noqa: ANN001
-    return {sid: (b, n) for sid, b, _z, n, _z2 in struct.iter_unpack("<5Q", ing.peak())}
-
-
-def test_peak_is_the_state_at_the_maximum_not_the_end(peak_ring) -> None:  # noqa: ANN001
-    w, ing = peak_ring()
-    # GIVEN S1 100 + S2 50 live (peak 150), then S1 freed and S2 grows to 120 (end 120)
-    feed(w, ing, [malloc(1, A, 100, S1, ts=5), malloc(2, B, 50, S2, ts=6), codec.encode_free(3, A),
-                  malloc(4, C, 70, S2, ts=7)])
-    # THEN peak() holds the per-stack state at 150, and the stats say so
-    assert peak(ing) == {S1: (100, 1), S2: (50, 1)}
-    st = ing.stats()
-    assert (st["peak_unfreed"], st["current_unfreed"], st["peak_ts"]) == (150, 120, 6)
-    # WHEN a new malloc passes the old peak after a free: every stack is re-snapshotted
-    feed(w, ing, [malloc(5, A, 40, S1, ts=9)])
-    assert peak(ing) == {S1: (40, 1), S2: (120, 2)}
-    assert ing.stats()["peak_unfreed"] == 160
-    # the cumulative totals are unchanged by the mode
-    totals = {sid: (ab, fb) for sid, ab, fb, _ac, _fc in struct.iter_unpack("<5Q", ing.totals())}
-    assert totals == {S1: (140, 100), S2: (120, 0)}
-
-
-def test_peak_of_consecutive_mallocs_updates_only_their_stack(peak_ring) -> None:  # noqa: ANN001
-    w, ing = peak_ring()
-    feed(w, ing, [malloc(1, A, 10, S1), malloc(2, B, 20, S2), malloc(3, C, 30, S1)])
-    assert peak(ing) == {S1: (40, 2), S2: (20, 1)}
-    assert sum(b for b, _ in peak(ing).values()) == ing.stats()["peak_unfreed"] == 60
-
-
-def test_peak_requires_dump_at_max(make_ring) -> None:  # noqa: ANN001
-    ring = make_ring()
-    with pytest.raises(ValueError):
-        ring.ingest.peak()
 
 
 @pytest.mark.parametrize(("argv0", "expected"), [

@@ -1,8 +1,7 @@
-/* ingest_tables.c: growth and deletion for the tables of ingest_tables.h. */
-#include "ingest_tables.h"
+/* tracker_tables.c: growth and deletion for the tables of tracker_tables.h. */
+#include "tracker_tables.h"
 
 #include <stdlib.h>
-#include <string.h>
 
 /* ---- live sampled allocations ---- */
 
@@ -25,7 +24,7 @@ int hs_live_grow(struct hs_live_table *t) {
   if (!slots) return -1;
   struct hs_live_table grown = {slots, new_cap - 1, t->count};
   for (size_t i = 0; i < old_cap; i++) {
-    if (t->slots[i].used) *hs_live_slot(&grown, t->slots[i].addr) = t->slots[i];
+    if (t->slots[i].bucket_plus1) *hs_live_slot(&grown, t->slots[i].addr) = t->slots[i];
   }
   free(t->slots);
   *t = grown;
@@ -40,7 +39,7 @@ void hs_live_remove(struct hs_live_table *t, struct hs_live *e) {
   for (;;) {
     j = (j + 1) & t->mask;
     struct hs_live *next = &t->slots[j];
-    if (!next->used) break;
+    if (!next->bucket_plus1) break;
     size_t home = (size_t)hs_mix64(next->addr) & t->mask;
     /* Distance from its home to j, against distance from the hole to j. */
     if (((j - home) & t->mask) >= ((j - hole) & t->mask)) {
@@ -48,19 +47,19 @@ void hs_live_remove(struct hs_live_table *t, struct hs_live *e) {
       hole = j;
     }
   }
-  t->slots[hole].used = 0;
+  t->slots[hole].bucket_plus1 = 0;
   t->count--;
 }
 
-/* ---- per-stack totals ---- */
+/* ---- stacks ---- */
 
 int hs_stacks_init(struct hs_stacks *s, size_t capacity) {
   s->slots = calloc(capacity, sizeof *s->slots);
   s->mask = capacity - 1;
-  s->totals_cap = capacity / 2;
-  s->totals = calloc(s->totals_cap, sizeof *s->totals);
+  s->ids_cap = capacity / 2;
+  s->ids = calloc(s->ids_cap, sizeof *s->ids);
   s->count = 0;
-  if (!s->slots || !s->totals) {
+  if (!s->slots || !s->ids) {
     hs_stacks_destroy(s);
     return -1;
   }
@@ -69,9 +68,9 @@ int hs_stacks_init(struct hs_stacks *s, size_t capacity) {
 
 void hs_stacks_destroy(struct hs_stacks *s) {
   free(s->slots);
-  free(s->totals);
+  free(s->ids);
   s->slots = NULL;
-  s->totals = NULL;
+  s->ids = NULL;
   s->count = 0;
 }
 
@@ -95,21 +94,19 @@ static int stacks_grow(struct hs_stacks *s) {
   return 0;
 }
 
-int64_t hs_stacks_add(struct hs_stacks *s, uint64_t stack_id) {
-  if (s->count >= UINT32_MAX - 1) return -1; /* indices are u32 in hs_live */
-  if ((s->count + 1) * 8 > (s->mask + 1) * 5 && stacks_grow(s) < 0) return -1;
-  if (s->count == s->totals_cap) {
-    size_t cap = s->totals_cap * 2;
-    struct hs_stack_totals *totals = realloc(s->totals, cap * sizeof *totals);
-    if (!totals) return -1;
-    s->totals = totals;
-    s->totals_cap = cap;
+struct hs_stack_slot *hs_stacks_add(struct hs_stacks *s, uint64_t stack_id) {
+  if (s->count >= UINT32_MAX - 1) return NULL; /* indices are u32 in hs_live */
+  if ((s->count + 1) * 8 > (s->mask + 1) * 5 && stacks_grow(s) < 0) return NULL;
+  if (s->count == s->ids_cap) {
+    size_t cap = s->ids_cap * 2;
+    uint64_t *ids = realloc(s->ids, cap * sizeof *ids);
+    if (!ids) return NULL;
+    s->ids = ids;
+    s->ids_cap = cap;
   }
   size_t idx = s->count++;
-  memset(&s->totals[idx], 0, sizeof s->totals[idx]);
-  s->totals[idx].stack_id = stack_id;
+  s->ids[idx] = stack_id;
   struct hs_stack_slot *slot = stacks_empty_slot(s->slots, s->mask, stack_id);
-  slot->stack_id = stack_id;
-  slot->idx_plus1 = (uint32_t)(idx + 1);
-  return (int64_t)idx;
+  *slot = (struct hs_stack_slot){stack_id, (uint32_t)(idx + 1), HS_NO_BUCKET};
+  return slot;
 }

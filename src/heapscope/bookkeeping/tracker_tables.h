@@ -1,23 +1,24 @@
 /*
- * ingest_tables.h: the two hash tables of the ingest loop.
+ * tracker_tables.h: the two hash tables of the heap tracker (tracker.h).
  *
- *   hs_live_table    addr -> {seq, sample_size, alloc_size, stack_idx}
+ *   hs_live_table    addr -> {seq, sample_size, alloc_size, stack_idx, bucket}
  *                    the live sampled allocations; entries come and go.
- *   hs_stacks        stack_id -> index into a dense array of totals
- *                    (cumulative, never deleted, so indices are stable and
- *                    a live entry can point at its totals with a u32).
+ *   hs_stacks        stack_id -> {index into a dense array of stack ids,
+ *                    the bucket of totals it books into} (never deleted, so
+ *                    indices are stable and a live entry can point at its
+ *                    stack with a u32).
  *
  * Both use open addressing with linear probing over a power-of-two slot
  * array, keys mixed with the splitmix64 finalizer (addresses are 16-byte
  * aligned and often in arithmetic progressions, so their low bits alone
  * would cluster). The live table deletes with backward shift, so it never
  * needs tombstones. The hot lookups are static inline here; growth lives in
- * ingest_tables.c.
+ * tracker_tables.c.
  *
- * NB: not thread-safe; the ingest object that owns them serialises callers.
+ * NB: not thread-safe; the tracker that owns them serialises callers.
  */
-#ifndef HEAPSCOPE_INGEST_TABLES_H
-#define HEAPSCOPE_INGEST_TABLES_H
+#ifndef HEAPSCOPE_TRACKER_TABLES_H
+#define HEAPSCOPE_TRACKER_TABLES_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -38,8 +39,9 @@ struct hs_live {
   uint64_t seq;         /* sequence number of the malloc that made it live */
   uint64_t sample_size;
   uint64_t alloc_size;
-  uint32_t stack_idx;   /* index into hs_stacks.totals */
-  uint32_t used;        /* 0 = empty slot (so address 0 needs no special case) */
+  uint32_t stack_idx;   /* index into hs_stacks.ids */
+  uint32_t bucket_plus1; /* the tracker's bucket it was booked in, + 1; 0 = empty slot
+                           (so address 0 needs no special case) */
 };
 
 struct hs_live_table {
@@ -64,62 +66,60 @@ static inline struct hs_live *hs_live_find(const struct hs_live_table *t, uint64
   size_t i = (size_t)hs_mix64(addr) & t->mask;
   for (;;) {
     struct hs_live *e = &t->slots[i];
-    if (!e->used) return NULL;
+    if (!e->bucket_plus1) return NULL;
     if (e->addr == addr) return e;
     i = (i + 1) & t->mask;
   }
 }
 
-/* The slot holding addr, or the empty slot where it belongs (used == 0: the
+/* The slot holding addr, or the empty slot where it belongs (bucket_plus1 == 0: the
  * caller fills it and counts it). Call hs_live_reserve() first. */
 static inline struct hs_live *hs_live_slot(const struct hs_live_table *t, uint64_t addr) {
   size_t i = (size_t)hs_mix64(addr) & t->mask;
   for (;;) {
     struct hs_live *e = &t->slots[i];
-    if (!e->used || e->addr == addr) return e;
+    if (!e->bucket_plus1 || e->addr == addr) return e;
     i = (i + 1) & t->mask;
   }
 }
 
-/* ---- per-stack totals, keyed by stack id ---- */
+/* ---- stacks, keyed by stack id ---- */
 
-/* Exactly the 5 x u64 row that Ingest.totals() hands to Python. */
-struct hs_stack_totals {
-  uint64_t stack_id;
-  uint64_t alloc_bytes;
-  uint64_t free_bytes;
-  uint64_t alloc_count;
-  uint64_t free_count;
-};
+#define HS_NO_BUCKET UINT32_MAX
 
+/* One stack the tracker has seen. Its ops are booked in buckets[bucket] of
+ * the tracker: its own bucket until the stack's callsite is known, then the
+ * callsite's (tracker.h). The bucket lives in the hash slot, so a malloc
+ * finds it with the lookup it makes anyway. */
 struct hs_stack_slot {
   uint64_t stack_id;
   uint32_t idx_plus1; /* 0 = empty slot */
-  uint32_t reserved;
+  uint32_t bucket;    /* HS_NO_BUCKET until the tracker gives it one */
 };
 
 struct hs_stacks {
   struct hs_stack_slot *slots;
   size_t mask;
-  struct hs_stack_totals *totals; /* dense, in first-seen order */
+  uint64_t *ids; /* dense, in first-seen order: ids[idx] */
   size_t count;
-  size_t totals_cap;
+  size_t ids_cap;
 };
 
 int hs_stacks_init(struct hs_stacks *s, size_t capacity);
 void hs_stacks_destroy(struct hs_stacks *s);
-/* Slow path of hs_stacks_index: append a new stack. -1 on ENOMEM. */
-int64_t hs_stacks_add(struct hs_stacks *s, uint64_t stack_id);
+/* Slow path of hs_stacks_get: append a new stack. NULL on ENOMEM. */
+struct hs_stack_slot *hs_stacks_add(struct hs_stacks *s, uint64_t stack_id);
 
-/* Index of stack_id's totals, created on first sight. -1 on ENOMEM. */
-static inline int64_t hs_stacks_index(struct hs_stacks *s, uint64_t stack_id) {
+/* The slot of stack_id, created on first sight (bucket HS_NO_BUCKET); valid
+ * until the next stack is added. NULL on ENOMEM. */
+static inline struct hs_stack_slot *hs_stacks_get(struct hs_stacks *s, uint64_t stack_id) {
   size_t i = (size_t)hs_mix64(stack_id) & s->mask;
   for (;;) {
-    const struct hs_stack_slot *slot = &s->slots[i];
+    struct hs_stack_slot *slot = &s->slots[i];
     if (!slot->idx_plus1) return hs_stacks_add(s, stack_id);
-    if (slot->stack_id == stack_id) return (int64_t)slot->idx_plus1 - 1;
+    if (slot->stack_id == stack_id) return slot;
     i = (i + 1) & s->mask;
   }
 }
 
-#endif /* HEAPSCOPE_INGEST_TABLES_H */
+#endif /* HEAPSCOPE_TRACKER_TABLES_H */

@@ -1,5 +1,5 @@
 /*
- * ingest_order.h: operations that arrived ahead of their turn.
+ * tracker_order.h: operations that arrived ahead of their turn.
  *
  * MALLOC and FREE carry a per-process gapless sequence number, taken before
  * the ring write, so records of different threads land out of order. An op
@@ -13,8 +13,8 @@
  *
  * NB: not thread-safe.
  */
-#ifndef HEAPSCOPE_INGEST_ORDER_H
-#define HEAPSCOPE_INGEST_ORDER_H
+#ifndef HEAPSCOPE_TRACKER_ORDER_H
+#define HEAPSCOPE_TRACKER_ORDER_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -26,7 +26,7 @@ struct hs_op {
   uint64_t alloc_size;  /* MALLOC only */
   uint64_t stack_id;    /* MALLOC only */
   uint64_t ts;          /* MALLOC only */
-  uint32_t kind;        /* HS_REC_MALLOC or HS_REC_FREE */
+  uint32_t kind;        /* HS_OP_MALLOC or HS_OP_FREE (tracker.h) */
   uint32_t reserved;
 };
 
@@ -55,4 +55,4 @@ void hs_pending_pop(struct hs_pending *p, struct hs_op *out);
  * whose seq is <= committed (already applied). 0 when nothing waits. */
 uint64_t hs_pending_oldest(struct hs_pending *p, uint64_t committed);
 
-#endif /* HEAPSCOPE_INGEST_ORDER_H */
+#endif /* HEAPSCOPE_TRACKER_ORDER_H */

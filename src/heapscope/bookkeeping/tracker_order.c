@@ -1,5 +1,5 @@
-/* ingest_order.c: the pending-operation heap and its arrival fifo. */
-#include "ingest_order.h"
+/* tracker_order.c: the pending-operation heap and its arrival fifo. */
+#include "tracker_order.h"
 
 #include <stdlib.h>
 

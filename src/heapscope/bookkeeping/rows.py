@@ -1,0 +1,28 @@
+"""The rows the heap tracker hands to Python, declared once each.
+
+Each `struct.Struct` mirrors one struct of bookkeeping/tracker.h field for
+field (little-endian u64/i64, no padding), in `ROWS` by its C name with its
+field names; tests/unit/bookkeeping/test_rows.py checks sizes and offsets
+against the compiler, as tests/unit/wire/test_wire.py does for wire.h.
+"""
+
+from __future__ import annotations
+
+import struct
+
+DUMP_ROW = struct.Struct("<Qqq")  # what changed at one callsite since the previous dump
+PEAK_ROW = struct.Struct("<5Q")  # one callsite at the process's peak, cumulative
+TOTALS_ROW = struct.Struct("<6Q")  # one bucket of totals now
+LIVE_ROW = struct.Struct("<5Q")  # one live sampled allocation
+STREAM_ROW = struct.Struct("<7Q")  # one op as applied (--stream-allocations)
+
+ROWS: dict[str, tuple[struct.Struct, tuple[str, ...]]] = {
+    "hs_dump_row": (DUMP_ROW, ("callsite_id", "count", "size")),
+    "hs_peak_row": (PEAK_ROW, ("callsite_id", "count", "size", "alloc_count", "alloc_size")),
+    "hs_totals_row": (TOTALS_ROW, ("callsite_id", "stack_id", "alloc_bytes", "free_bytes", "alloc_count",
+                                   "free_count")),
+    "hs_live_row": (LIVE_ROW, ("addr", "sample_size", "alloc_size", "stack_id", "seq")),
+    "hs_stream_row": (STREAM_ROW, ("kind", "seq", "addr", "alloc_size", "sample_size", "stack_id", "ts")),
+}
+
+OP_MALLOC, OP_FREE = 1, 2  # hs_stream_row.kind (HS_OP_MALLOC, HS_OP_FREE)

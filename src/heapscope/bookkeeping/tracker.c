@@ -1,0 +1,386 @@
+/* tracker.c: sequence ordering, the live table, totals per callsite, the peak, dump rows. */
+#include "tracker.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define HS_LIVE_INITIAL 1024
+#define HS_STACKS_INITIAL 256
+#define HS_CALLSITES_INITIAL 256
+
+int hs_buf_reserve(struct hs_buf *b, size_t more) {
+  if (b->cap - b->len >= more) return 0;
+  size_t cap = b->cap ? b->cap : 4096;
+  while (cap - b->len < more) cap *= 2;
+  uint8_t *p = realloc(b->p, cap);
+  if (!p) return -1;
+  b->p = p;
+  b->cap = cap;
+  return 0;
+}
+
+/* ---- buckets ---- */
+
+static int64_t bucket_new(struct hs_tracker *t, uint64_t callsite_id, uint32_t stack_idx) {
+  if (t->nbuckets >= UINT32_MAX - 1) return -1;
+  if (t->nbuckets == t->buckets_cap) {
+    size_t cap = t->buckets_cap ? t->buckets_cap * 2 : 256;
+    struct hs_bucket *b = realloc(t->buckets, cap * sizeof *b);
+    if (!b) return -1;
+    t->buckets = b;
+    struct hs_bucket_rest *r = realloc(t->rest, cap * sizeof *r);
+    if (!r) return -1; /* buckets grew alone: harmless, the capacity stays */
+    t->rest = r;
+    t->buckets_cap = cap;
+  }
+  size_t i = t->nbuckets;
+  memset(&t->buckets[i], 0, sizeof t->buckets[i]);
+  memset(&t->rest[i], 0, sizeof t->rest[i]);
+  t->buckets[i].epoch = t->peak_epoch; /* it did not exist at the peak: all zero there */
+  t->buckets[i].stack_idx = stack_idx;
+  t->rest[i].callsite_id = callsite_id;
+  return (int64_t)t->nbuckets++;
+}
+
+/* Bucket i's state at the peak. */
+static inline struct hs_totals at_peak(const struct hs_tracker *t, size_t i) {
+  return t->buckets[i].epoch != t->peak_epoch ? t->buckets[i].cur : t->rest[i].at_peak;
+}
+
+/* Call before changing b: its first change since the peak saves its state there. */
+static inline void touch(const struct hs_tracker *t, struct hs_bucket *b) {
+  if (b->epoch != t->peak_epoch) {
+    t->rest[b - t->buckets].at_peak = b->cur;
+    b->epoch = t->peak_epoch;
+  }
+}
+
+static inline void totals_add(struct hs_totals *to, const struct hs_totals *x) {
+  to->alloc_bytes += x->alloc_bytes;
+  to->free_bytes += x->free_bytes;
+  to->alloc_count += x->alloc_count;
+  to->free_count += x->free_count;
+}
+
+/* ---- applying ops ---- */
+
+static void stream_row(struct hs_tracker *t, uint64_t kind, uint64_t seq, uint64_t addr,
+                       uint64_t alloc_size, uint64_t sample_size, uint64_t stack_id, uint64_t ts) {
+  if (hs_buf_reserve(&t->stream_rows, sizeof(struct hs_stream_row)) < 0) {
+    t->oom = 1;
+    return;
+  }
+  struct hs_stream_row row = {kind, seq, addr, alloc_size, sample_size, stack_id, ts};
+  memcpy(t->stream_rows.p + t->stream_rows.len, &row, sizeof row);
+  t->stream_rows.len += sizeof row;
+}
+
+/* The bucket a live allocation books its free in: the one of its malloc,
+ * or the callsite's that one was folded into since. */
+static inline struct hs_bucket *bucket_of(const struct hs_tracker *t, const struct hs_live *e) {
+  struct hs_bucket *b = &t->buckets[e->bucket_plus1 - 1];
+  return b->into_plus1 ? &t->buckets[b->into_plus1 - 1] : b;
+}
+
+static void book_free(struct hs_tracker *t, const struct hs_live *e) {
+  struct hs_bucket *b = bucket_of(t, e);
+  touch(t, b);
+  b->cur.free_bytes += e->sample_size;
+  b->cur.free_count++;
+  t->cur_unfreed -= e->sample_size;
+}
+
+static void apply_malloc(struct hs_tracker *t, const struct hs_op *op) {
+  if (hs_live_reserve(&t->live) < 0) {
+    t->oom = 1;
+    return;
+  }
+  struct hs_stack_slot *s = hs_stacks_get(&t->stacks, op->stack_id);
+  if (!s) {
+    t->oom = 1;
+    return;
+  }
+  const uint32_t idx = s->idx_plus1 - 1;
+  if (s->bucket == HS_NO_BUCKET) {
+    int64_t b = bucket_new(t, 0, idx);
+    if (b < 0) {
+      t->oom = 1;
+      return;
+    }
+    s->bucket = (uint32_t)b;
+  }
+  struct hs_live *e = hs_live_slot(&t->live, op->addr);
+  if (e->bucket_plus1) {
+    /* Its free was never seen (or not yet: then it will count as untracked). */
+    book_free(t, e);
+    t->st.implicit_frees++;
+  } else {
+    e->addr = op->addr;
+    t->live.count++;
+  }
+  e->seq = op->seq;
+  e->sample_size = op->sample_size;
+  e->alloc_size = op->alloc_size;
+  e->stack_idx = idx;
+  e->bucket_plus1 = s->bucket + 1;
+  struct hs_bucket *b = &t->buckets[s->bucket];
+  touch(t, b);
+  b->cur.alloc_bytes += op->sample_size;
+  b->cur.alloc_count++;
+  t->cur_unfreed += op->sample_size;
+  if (t->cur_unfreed > t->max_unfreed) {
+    t->max_unfreed = t->cur_unfreed;
+    t->max_ts = op->ts;
+    t->peak_epoch++; /* every bucket's cur is now its state at the peak */
+  }
+  if (op->ts > t->last_ts) t->last_ts = op->ts;
+  if (t->stream) {
+    stream_row(t, HS_OP_MALLOC, op->seq, op->addr, op->alloc_size, op->sample_size, op->stack_id, op->ts);
+  }
+}
+
+static void apply_free(struct hs_tracker *t, const struct hs_op *op) {
+  struct hs_live *e = hs_live_find(&t->live, op->addr);
+  if (!e) {
+    t->st.untracked_frees++;
+    if (t->stream) stream_row(t, HS_OP_FREE, op->seq, op->addr, 0, 0, 0, 0);
+    return;
+  }
+  book_free(t, e);
+  if (t->stream) {
+    stream_row(t, HS_OP_FREE, op->seq, op->addr, e->alloc_size, e->sample_size,
+               t->stacks.ids[e->stack_idx], 0);
+  }
+  hs_live_remove(&t->live, e);
+}
+
+static inline void apply(struct hs_tracker *t, const struct hs_op *op) {
+  if (op->kind == HS_OP_MALLOC)
+    apply_malloc(t, op);
+  else
+    apply_free(t, op);
+}
+
+/* Apply the pending ops whose turn has come. */
+static void commit_ready(struct hs_tracker *t) {
+  struct hs_pending *p = &t->pending;
+  while (p->n > 0 && p->heap[0].seq <= t->committed_seq + 1) {
+    struct hs_op op;
+    hs_pending_pop(p, &op);
+    if (op.seq <= t->committed_seq) {
+      t->st.late_records++; /* a duplicate of an op applied meanwhile */
+    } else {
+      t->committed_seq = op.seq;
+    }
+    apply(t, &op);
+  }
+}
+
+static inline void submit(struct hs_tracker *t, const struct hs_op *op, uint64_t now_ns) {
+  if (op->seq <= t->committed_seq) {
+    t->st.late_records++;
+    apply(t, op);
+  } else if (op->seq == t->committed_seq + 1) {
+    t->committed_seq = op->seq;
+    apply(t, op);
+    if (t->pending.n > 0) commit_ready(t);
+  } else {
+    if (hs_pending_push(&t->pending, op, now_ns) < 0) {
+      t->oom = 1;
+      return;
+    }
+    if (t->pending.n > t->st.max_pending) t->st.max_pending = t->pending.n;
+  }
+}
+
+void hs_tracker_malloc(struct hs_tracker *t, uint64_t seq, uint64_t addr, uint64_t alloc_size,
+                       uint64_t sample_size, uint64_t stack_id, uint64_t ts, uint64_t now_ns) {
+  struct hs_op op = {seq, addr, sample_size, alloc_size, stack_id, ts, HS_OP_MALLOC, 0};
+  submit(t, &op, now_ns);
+}
+
+void hs_tracker_free(struct hs_tracker *t, uint64_t seq, uint64_t addr, uint64_t now_ns) {
+  struct hs_op op = {seq, addr, 0, 0, 0, 0, HS_OP_FREE, 0};
+  submit(t, &op, now_ns);
+}
+
+/* Give up on the missing seqs before the next pending op, then apply. */
+static void skip_gap(struct hs_tracker *t) {
+  uint64_t next = t->pending.heap[0].seq;
+  if (next > t->committed_seq + 1) {
+    t->st.gaps_skipped += next - 1 - t->committed_seq;
+    t->committed_seq = next - 1;
+  }
+  commit_ready(t);
+}
+
+void hs_tracker_expire(struct hs_tracker *t, uint64_t now_ns) {
+  for (;;) {
+    uint64_t oldest = hs_pending_oldest(&t->pending, t->committed_seq);
+    if (t->pending.n == 0 || now_ns < oldest || now_ns - oldest <= HS_GAP_TIMEOUT_NS) return;
+    skip_gap(t);
+  }
+}
+
+void hs_tracker_flush(struct hs_tracker *t) {
+  while (t->pending.n > 0) skip_gap(t);
+  hs_pending_oldest(&t->pending, t->committed_seq); /* empties the fifo */
+}
+
+/* ---- callsites ---- */
+
+int hs_tracker_set_callsite(struct hs_tracker *t, uint64_t stack_id, uint64_t callsite_id) {
+  if (callsite_id == 0) return 0;
+  struct hs_stack_slot *s = hs_stacks_get(&t->stacks, stack_id);
+  struct hs_stack_slot *c = s ? hs_stacks_get(&t->callsites, callsite_id) : NULL;
+  if (!c) return -1;
+  if (c->bucket == HS_NO_BUCKET) {
+    int64_t b = bucket_new(t, callsite_id, 0);
+    if (b < 0) return -1;
+    c->bucket = (uint32_t)b;
+  }
+  if (s->bucket == HS_NO_BUCKET) {
+    s->bucket = c->bucket;
+    return 0;
+  }
+  if (t->rest[s->bucket].callsite_id != 0) return 0; /* it has one already */
+  /* Fold the stack's bucket into the callsite's, peak state included. */
+  struct hs_bucket *from = &t->buckets[s->bucket], *to = &t->buckets[c->bucket];
+  struct hs_totals peak_to = at_peak(t, c->bucket), peak_from = at_peak(t, s->bucket);
+  totals_add(&to->cur, &from->cur);
+  totals_add(&peak_to, &peak_from);
+  t->rest[c->bucket].at_peak = peak_to;
+  to->epoch = t->peak_epoch;
+  from->cur = (struct hs_totals){0};
+  from->into_plus1 = c->bucket + 1;
+  from->epoch = t->peak_epoch;
+  t->rest[s->bucket].at_peak = (struct hs_totals){0};
+  s->bucket = c->bucket;
+  return 0;
+}
+
+/* ---- rows ---- */
+
+static void *out_rows(struct hs_tracker *t, size_t n, size_t row_size) {
+  t->out.len = 0;
+  if (hs_buf_reserve(&t->out, n * row_size + 1) < 0) return NULL;
+  return t->out.p;
+}
+
+int64_t hs_tracker_dump(struct hs_tracker *t) {
+  struct hs_dump_row *row = out_rows(t, 2 * t->nbuckets, sizeof *row), *first = row;
+  if (!row) return -1;
+  for (size_t i = 0; i < t->nbuckets; i++) {
+    struct hs_bucket_rest *b = &t->rest[i];
+    if (b->callsite_id == 0) continue;
+    struct hs_totals now = t->buckets[i].cur;
+    if (t->dump_at_max) {
+      /* heapprofd's dump_at_max: the rows are the unreleased state at the
+       * peak, so their sum up to this dump is the peak. */
+      struct hs_totals p = at_peak(t, i);
+      now = (struct hs_totals){p.alloc_bytes - p.free_bytes, 0, p.alloc_count - p.free_count, 0};
+    }
+    const struct hs_totals *d = &b->dumped;
+    if (now.alloc_count != d->alloc_count || now.alloc_bytes != d->alloc_bytes) {
+      *row++ = (struct hs_dump_row){b->callsite_id, (int64_t)(now.alloc_count - d->alloc_count),
+                                    (int64_t)(now.alloc_bytes - d->alloc_bytes)};
+    }
+    if (now.free_count != d->free_count || now.free_bytes != d->free_bytes) {
+      *row++ = (struct hs_dump_row){b->callsite_id, (int64_t)(d->free_count - now.free_count),
+                                    (int64_t)(d->free_bytes - now.free_bytes)};
+    }
+    b->dumped = now;
+  }
+  t->out.len = (size_t)(row - first) * sizeof *row;
+  return row - first;
+}
+
+int64_t hs_tracker_peak(struct hs_tracker *t) {
+  struct hs_peak_row *row = out_rows(t, t->nbuckets, sizeof *row), *first = row;
+  if (!row) return -1;
+  for (size_t i = 0; i < t->nbuckets; i++) {
+    const struct hs_bucket_rest *b = &t->rest[i];
+    if (b->callsite_id == 0) continue;
+    struct hs_totals p = at_peak(t, i);
+    if (p.alloc_count == 0 && p.alloc_bytes == 0) continue;
+    *row++ = (struct hs_peak_row){b->callsite_id, p.alloc_count - p.free_count, p.alloc_bytes - p.free_bytes,
+                                  p.alloc_count, p.alloc_bytes};
+  }
+  t->out.len = (size_t)(row - first) * sizeof *row;
+  return row - first;
+}
+
+int64_t hs_tracker_totals(struct hs_tracker *t) {
+  struct hs_totals_row *row = out_rows(t, t->nbuckets, sizeof *row), *first = row;
+  if (!row) return -1;
+  for (size_t i = 0; i < t->nbuckets; i++) {
+    const struct hs_bucket *b = &t->buckets[i];
+    if (b->into_plus1) continue;
+    uint64_t callsite_id = t->rest[i].callsite_id;
+    uint64_t stack_id = callsite_id ? 0 : t->stacks.ids[b->stack_idx];
+    *row++ = (struct hs_totals_row){callsite_id, stack_id, b->cur.alloc_bytes, b->cur.free_bytes,
+                                    b->cur.alloc_count, b->cur.free_count};
+  }
+  t->out.len = (size_t)(row - first) * sizeof *row;
+  return row - first;
+}
+
+int64_t hs_tracker_live(struct hs_tracker *t) {
+  struct hs_live_row *row = out_rows(t, t->live.count, sizeof *row), *first = row;
+  if (!row) return -1;
+  for (size_t i = 0; i <= t->live.mask; i++) {
+    const struct hs_live *e = &t->live.slots[i];
+    if (!e->bucket_plus1) continue;
+    *row++ = (struct hs_live_row){e->addr, e->sample_size, e->alloc_size,
+                                  t->stacks.ids[e->stack_idx], e->seq};
+  }
+  t->out.len = (size_t)(row - first) * sizeof *row;
+  return row - first;
+}
+
+int64_t hs_tracker_unresolved(struct hs_tracker *t) {
+  uint64_t *row = out_rows(t, t->nbuckets, sizeof *row), *first = row;
+  if (!row) return -1;
+  for (size_t i = 0; i < t->nbuckets; i++) {
+    const struct hs_bucket *b = &t->buckets[i];
+    if (t->rest[i].callsite_id == 0 && !b->into_plus1) *row++ = t->stacks.ids[b->stack_idx];
+  }
+  t->out.len = (size_t)(row - first) * sizeof *row;
+  return row - first;
+}
+
+uint64_t hs_tracker_sampled_bytes(const struct hs_tracker *t) {
+  uint64_t sum = 0;
+  for (size_t i = 0; i < t->nbuckets; i++) sum += t->buckets[i].cur.alloc_bytes;
+  return sum;
+}
+
+/* ---- life cycle ---- */
+
+int hs_tracker_init(struct hs_tracker *t, int stream, int dump_at_max) {
+  memset(t, 0, sizeof *t);
+  t->stream = stream;
+  t->dump_at_max = dump_at_max;
+  if (hs_live_init(&t->live, HS_LIVE_INITIAL) < 0 || hs_stacks_init(&t->stacks, HS_STACKS_INITIAL) < 0 ||
+      hs_stacks_init(&t->callsites, HS_CALLSITES_INITIAL) < 0 || hs_pending_init(&t->pending) < 0) {
+    hs_tracker_destroy(t);
+    return -1;
+  }
+  return 0;
+}
+
+void hs_tracker_destroy(struct hs_tracker *t) {
+  hs_live_destroy(&t->live);
+  hs_stacks_destroy(&t->stacks);
+  hs_stacks_destroy(&t->callsites);
+  hs_pending_destroy(&t->pending);
+  free(t->buckets);
+  free(t->rest);
+  free(t->stream_rows.p);
+  free(t->out.p);
+  t->buckets = NULL;
+  t->rest = NULL;
+  t->nbuckets = t->buckets_cap = 0;
+  t->stream_rows = (struct hs_buf){0};
+  t->out = (struct hs_buf){0};
+}

@@ -1,0 +1,199 @@
+/*
+ * tracker.h: the heap tracker of one process, in plain C (no Python).
+ *
+ *   malloc/free + seq --seq order--> live table   addr -> sampled allocation
+ *   (hs_tracker_malloc/free)     |-> buckets      cumulative totals per callsite
+ *                                |                (per stack until its callsite is known)
+ *                                \-> peak         the process's largest sampled
+ *                                                 unreleased bytes, and every
+ *                                                 bucket's totals at that moment
+ *   hs_tracker_dump() --> rows of what changed per callsite since the last dump
+ *   hs_tracker_peak() --> rows of the state at the peak
+ *
+ * The producer's ring reader (producer/ingest_core.c) feeds it the MALLOC
+ * and FREE records of one process; the Python side (bookkeeping/dump.py)
+ * tells it each stack's callsite once, when the stack is resolved, and
+ * reads dump rows. Totals are therefore summed per callsite once, here.
+ *
+ * Sequence order. MALLOC and FREE carry a per-process gapless sequence
+ * number taken before the ring write, so ops of different threads arrive out
+ * of order; an op waits in tracker_order.h's heap until its predecessors are
+ * applied. A missing seq is given up on when the op after it has waited
+ * HS_GAP_TIMEOUT_NS by the caller's clock (now_ns: the tracker reads no
+ * clock itself), or at hs_tracker_flush().
+ *
+ * The peak (heapprofd's dump_at_max, kept always). A malloc that takes the
+ * sampled unreleased bytes above their maximum makes a new peak. Rather than
+ * copy every bucket at each new peak, peaks are numbered (`peak_epoch`) and
+ * each bucket remembers the peak of its last change (`epoch`): a bucket not
+ * changed since the latest peak still holds its state there in `cur`; its
+ * first change after it saves `cur` into `at_peak` before applying. A new
+ * peak is O(1), an op O(1).
+ *
+ * Every row type handed to Python is declared here once; bookkeeping/rows.py
+ * mirrors them and tests/unit/bookkeeping/test_rows.py checks both against
+ * the compiler.
+ *
+ * NB: not thread-safe; the caller serialises calls.
+ */
+#ifndef HEAPSCOPE_TRACKER_H
+#define HEAPSCOPE_TRACKER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tracker_order.h"
+#include "tracker_tables.h"
+
+/* Ops that waited this long (by the caller's now_ns) no longer wait for a missing seq. */
+#define HS_GAP_TIMEOUT_NS 1000000000ull
+
+/* The kinds of hs_stream_row. */
+#define HS_OP_MALLOC 1u
+#define HS_OP_FREE 2u
+
+struct hs_buf {
+  uint8_t *p;
+  size_t len;
+  size_t cap;
+};
+
+/* Make room for `more` bytes after len. -1 on ENOMEM. */
+int hs_buf_reserve(struct hs_buf *b, size_t more);
+
+/* Cumulative counters of sampled allocations; bytes are sample sizes. */
+struct hs_totals {
+  uint64_t alloc_bytes;
+  uint64_t free_bytes;
+  uint64_t alloc_count;
+  uint64_t free_count;
+};
+
+/* A bucket of totals, in two parallel arrays: what every op reads and
+ * writes (48 bytes, so a few thousand stay in L1), and the rest. */
+struct hs_bucket {
+  struct hs_totals cur;
+  uint64_t epoch;       /* peak_epoch at its last change */
+  uint32_t into_plus1;  /* a stack bucket folded into its callsite's: that one + 1 */
+  uint32_t stack_idx;   /* a stack's bucket (callsite_id 0): that stack */
+};
+
+struct hs_bucket_rest {
+  struct hs_totals at_peak; /* the state at the peak, when epoch == peak_epoch */
+  struct hs_totals dumped;  /* what the last dump reported (callsite buckets) */
+  uint64_t callsite_id;     /* 0: the bucket of one stack whose callsite is not known yet */
+};
+
+/* ---- rows handed to Python (mirrored in bookkeeping/rows.py) ---- */
+
+/* hs_tracker_dump(): one change of one callsite since the previous dump.
+ * New allocations give a row with count, size >= 0, new frees one with
+ * count, size <= 0, so summing rows up to a dump gives what is unreleased. */
+struct hs_dump_row {
+  uint64_t callsite_id;
+  int64_t count;
+  int64_t size;
+};
+
+/* hs_tracker_peak(): one callsite at the process's peak, cumulative. */
+struct hs_peak_row {
+  uint64_t callsite_id;
+  uint64_t count;       /* sampled allocations not freed at the peak */
+  uint64_t size;        /* their sampled bytes */
+  uint64_t alloc_count; /* sampled allocations made up to the peak */
+  uint64_t alloc_size;  /* their sampled bytes */
+};
+
+/* hs_tracker_totals(): one bucket now. A callsite's (stack_id 0), or a
+ * stack's whose callsite is not known yet (callsite_id 0). */
+struct hs_totals_row {
+  uint64_t callsite_id;
+  uint64_t stack_id;
+  uint64_t alloc_bytes;
+  uint64_t free_bytes;
+  uint64_t alloc_count;
+  uint64_t free_count;
+};
+
+/* hs_tracker_live(): one live sampled allocation. */
+struct hs_live_row {
+  uint64_t addr;
+  uint64_t sample_size;
+  uint64_t alloc_size;
+  uint64_t stack_id;
+  uint64_t seq; /* of its malloc */
+};
+
+/* The stream (stream=1): one op as applied. For a free, sizes and stack are
+ * those of the allocation it freed (0 if the address was not live), ts 0. */
+struct hs_stream_row {
+  uint64_t kind; /* HS_OP_MALLOC or HS_OP_FREE */
+  uint64_t seq;
+  uint64_t addr;
+  uint64_t alloc_size;
+  uint64_t sample_size;
+  uint64_t stack_id;
+  uint64_t ts;
+};
+
+struct hs_tracker_stats {
+  uint64_t late_records;    /* ops whose seq was already committed */
+  uint64_t gaps_skipped;    /* sequence numbers given up on */
+  uint64_t implicit_frees;  /* a malloc at an address still live */
+  uint64_t untracked_frees; /* a free of an address not live */
+  uint64_t max_pending;
+};
+
+struct hs_tracker {
+  int stream;      /* keep hs_stream_rows for take_stream */
+  int dump_at_max; /* dumps report the state at the peak (heapprofd §5.3) */
+  int oom;         /* an allocation failed; an op or a row was dropped */
+  uint64_t committed_seq;
+  uint64_t last_ts; /* largest MALLOC ts applied */
+  struct hs_tracker_stats st;
+  struct hs_live_table live;
+  struct hs_stacks stacks;    /* stack id -> its bucket */
+  struct hs_stacks callsites; /* callsite id -> its bucket (the same table type) */
+  struct hs_pending pending;
+  struct hs_bucket *buckets;
+  struct hs_bucket_rest *rest; /* parallel to buckets */
+  size_t nbuckets;
+  size_t buckets_cap;
+  /* the peak */
+  uint64_t cur_unfreed; /* sampled bytes not freed now */
+  uint64_t max_unfreed; /* ... at the peak */
+  uint64_t max_ts;      /* ts of the malloc that made the peak */
+  uint64_t peak_epoch;  /* peaks reached so far */
+  struct hs_buf stream_rows; /* hs_stream_row[] since the last take */
+  struct hs_buf out;         /* the rows of the last row call below */
+};
+
+int hs_tracker_init(struct hs_tracker *t, int stream, int dump_at_max);
+void hs_tracker_destroy(struct hs_tracker *t);
+
+/* One op, arrived at now_ns (the caller's CLOCK_MONOTONIC): applied now if
+ * its turn has come, else kept until it has. */
+void hs_tracker_malloc(struct hs_tracker *t, uint64_t seq, uint64_t addr, uint64_t alloc_size,
+                       uint64_t sample_size, uint64_t stack_id, uint64_t ts, uint64_t now_ns);
+void hs_tracker_free(struct hs_tracker *t, uint64_t seq, uint64_t addr, uint64_t now_ns);
+/* Give up on the missing seqs that ops arrived more than HS_GAP_TIMEOUT_NS
+ * before now_ns wait for. */
+void hs_tracker_expire(struct hs_tracker *t, uint64_t now_ns);
+/* Apply every pending op in seq order, skipping the gaps. */
+void hs_tracker_flush(struct hs_tracker *t);
+
+/* From now on stack_id books into callsite_id (> 0), with what it booked so
+ * far. A stack keeps its first callsite. -1 on ENOMEM. */
+int hs_tracker_set_callsite(struct hs_tracker *t, uint64_t stack_id, uint64_t callsite_id);
+
+/* Each fills t->out with rows and returns their count; -1 on ENOMEM. */
+int64_t hs_tracker_dump(struct hs_tracker *t);       /* hs_dump_row; marks them dumped */
+int64_t hs_tracker_peak(struct hs_tracker *t);       /* hs_peak_row, non-zero callsites */
+int64_t hs_tracker_totals(struct hs_tracker *t);     /* hs_totals_row, creation order */
+int64_t hs_tracker_live(struct hs_tracker *t);       /* hs_live_row, no order */
+int64_t hs_tracker_unresolved(struct hs_tracker *t); /* uint64_t stack ids without callsite */
+
+/* Sampled bytes allocated in all (a sum over the buckets: for stats, not per op). */
+uint64_t hs_tracker_sampled_bytes(const struct hs_tracker *t);
+
+#endif /* HEAPSCOPE_TRACKER_H */

@@ -1,0 +1,78 @@
+"""tracker.h and bookkeeping/rows.py describe the same rows: sizes, offsets, signedness."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+from native_ext import SRC, build_flags
+
+from heapscope.bookkeeping.rows import OP_FREE, OP_MALLOC, ROWS
+
+
+def py_layout(s: struct.Struct) -> list[tuple[int, int, bool]]:
+    """(offset, size, signed) of each field of a little-endian Struct without padding."""
+    fmt, fields, off = s.format.lstrip("<"), [], 0
+    count = ""
+    for ch in fmt:
+        if ch.isdigit():
+            count += ch
+            continue
+        for _ in range(int(count or 1)):
+            size = struct.calcsize("<" + ch)
+            fields.append((off, size, ch.islower()))
+            off += size
+        count = ""
+    return fields
+
+
+@pytest.fixture(scope="module")
+def c_layout(tmp_path_factory: pytest.TempPathFactory) -> dict[str, int]:
+    """Sizes, offsets and signedness of the row structs as the compiler sees them."""
+    cc = shutil.which("cc")
+    if cc is None:
+        pytest.fail("no C compiler: the package cannot have been built either")
+    lines = []
+    for name, (_s, fields) in ROWS.items():
+        lines.append(f'  printf("\\"sizeof {name}\\": %zu,\\n", sizeof(struct {name}));')
+        for f in fields:
+            lines.append(f'  printf("\\"{name}.{f}\\": %zu,\\n", offsetof(struct {name}, {f}));')
+            lines.append(f'  printf("\\"{name}.{f} size\\": %zu,\\n", sizeof(((struct {name} *)0)->{f}));')
+            field_type = f"__typeof__(((struct {name} *)0)->{f})"
+            lines.append(f'  printf("\\"{name}.{f} signed\\": %d,\\n", (int)(({field_type})-1 < 0));')
+    for const in ("HS_OP_MALLOC", "HS_OP_FREE"):
+        lines.append(f'  printf("\\"{const}\\": %u,\\n", (unsigned)({const}));')
+    src = ("#include <stdio.h>\n#include <stddef.h>\n#include \"tracker.h\"\nint main(void) {\n"
+           '  printf("{");\n' + "\n".join(lines) + '\n  printf("\\"end\\": 0}");\n  return 0;\n}\n')
+    d = tmp_path_factory.mktemp("rows")
+    (d / "layout.c").write_text(src)
+    subprocess.run([cc, *build_flags(), "-Werror", "-Wno-type-limits", "-I", str(SRC / "bookkeeping"),
+                    "-o", str(d / "layout"), str(d / "layout.c")], check=True, timeout=60)
+    out = subprocess.run([str(d / "layout")], check=True, capture_output=True, text=True, timeout=10).stdout
+    return json.loads(out)
+
+
+@pytest.mark.parametrize("name", sorted(ROWS))
+def test_row_layout_matches_the_compiler(c_layout: dict[str, int], name: str) -> None:
+    s, fields = ROWS[name]
+    assert s.size == c_layout[f"sizeof {name}"]
+    layout = py_layout(s)
+    assert len(layout) == len(fields)
+    for (off, size, signed), f in zip(layout, fields, strict=True):
+        assert (off, size, signed) == (c_layout[f"{name}.{f}"], c_layout[f"{name}.{f} size"],
+                                       bool(c_layout[f"{name}.{f} signed"])), f
+
+
+def test_stream_kinds_match(c_layout: dict[str, int]) -> None:
+    assert (OP_MALLOC, OP_FREE) == (c_layout["HS_OP_MALLOC"], c_layout["HS_OP_FREE"])
+
+
+def test_tracker_sources_are_where_meson_builds_them() -> None:
+    meson = (SRC / "producer" / "meson.build").read_text()
+    for p in sorted((SRC / "bookkeeping").glob("*.c")):
+        assert f"../bookkeeping/{p.name}" in meson, p.name
+    assert Path(SRC / "producer" / "_ingest.flags").read_text().split() == build_flags()
