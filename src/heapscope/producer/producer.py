@@ -8,6 +8,8 @@ the target exits, then calls `finish()`.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import secrets
 import select
@@ -34,6 +36,9 @@ DRAIN_BATCH = 1 << 18  # records per ring per poll: keeps the loop responsive
 HANDSHAKE_TIMEOUT_S = 5.0
 STREAM = struct.Struct("<7Q")
 PEERCRED = struct.Struct("3i")
+OWNED_PREFIX = "heapscope-"
+OWNER_FILE = "owner.lock"
+_POLL_IN = select.POLLIN | select.POLLPRI | select.POLLHUP | select.POLLERR
 
 
 class Producer:
@@ -58,7 +63,10 @@ class Producer:
         self.target_pids: set[int] = set()  # their own exit ends the session, so it is no disconnect
         self.attach_pids: set[int] = set()  # -p: attached while running (from_startup = false)
         self.guardrail = ""  # which guardrail was hit, if any
-        self._dir = tempfile.TemporaryDirectory(prefix="heapscope-")
+        # A private (0700) directory in the shared temp dir; the owner lock in
+        # it tells a later run whether this one is still alive (session.py).
+        self._dir = tempfile.TemporaryDirectory(prefix=OWNED_PREFIX)
+        self._owner_fd = take_ownership(Path(self._dir.name))
         self.socket_path = str(Path(self._dir.name) / "producer.sock")
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(self.socket_path)
@@ -77,14 +85,24 @@ class Producer:
         `wake`, when given, also ends the wait when it becomes readable (the
         caller's signal.set_wakeup_fd socket); the caller empties it.
         """
-        rlist: list[socket.socket] = [p.sock for p in self.processes.values()]
-        if self.listener.fileno() >= 0:
-            rlist.append(self.listener)
+        # poll(), not select(): a session may hold far more than 1024 descriptors.
+        poller = select.poll()
+        for fd in self.processes:
+            poller.register(fd, _POLL_IN)
+        listening = self.listener.fileno()
+        if listening >= 0:
+            poller.register(listening, _POLL_IN)
         if wake is not None:
-            rlist.append(wake)
-        readable, _, _ = select.select(rlist, [], [], timeout)
-        if wake is not None and wake in readable:
-            readable.remove(wake)
+            poller.register(wake.fileno(), _POLL_IN)
+        try:
+            events = poller.poll(max(0, int(timeout * 1000 + 0.999)))
+        except InterruptedError:
+            events = []
+        ready = {fd for fd, _ev in events}
+        readable: list[socket.socket] = []
+        if listening >= 0 and listening in ready:
+            readable.append(self.listener)
+        readable += [q.sock for fd, q in self.processes.items() if fd in ready]
         drained = 0
         for s in readable:
             if s is self.listener:
@@ -92,10 +110,10 @@ class Producer:
         for p in list(self.processes.values()):
             drained += self._drain(p)
         for s in readable:
-            p = self.processes.get(s.fileno()) if s is not self.listener else None
-            if p is not None and self._peer_closed(p.sock):
-                ends_session = self.session_ending or p.info.pid in self.target_pids
-                self._end(p, reason="exit", disconnected=not ends_session)
+            ended = self.processes.get(s.fileno()) if s is not self.listener else None
+            if ended is not None and self._peer_closed(ended.sock):
+                ends_session = self.session_ending or ended.info.pid in self.target_pids
+                self._end(ended, reason="exit", disconnected=not ends_session)
         return drained
 
     def stop_accepting(self) -> None:
@@ -107,10 +125,30 @@ class Producer:
     def finish(self) -> None:
         """End every process still connected (the session is over)."""
         self.stop_accepting()
-        for p in list(self.processes.values()):
-            p.request_shutdown()
-            self._end(p, reason="end", disconnected=False)
-        self._dir.cleanup()
+        try:
+            for p in list(self.processes.values()):
+                p.request_shutdown()
+                self._end(p, reason="end", disconnected=False)
+        finally:
+            self.abandon()
+
+    def abandon(self) -> None:
+        """Let every client go without another dump (after an internal error, or
+        at the very end): each is told to stop, so it never waits on a ring nobody
+        drains, and runs on unprofiled. Safe to call more than once."""
+        self.stop_accepting()
+        for fd, p in list(self.processes.items()):
+            with contextlib.suppress(Exception):
+                p.request_shutdown()
+            with contextlib.suppress(Exception):
+                p.close()
+            del self.processes[fd]
+        with contextlib.suppress(OSError):
+            self._dir.cleanup()
+        if self._owner_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._owner_fd)
+            self._owner_fd = -1
 
     def live_summary(self) -> tuple[int, int]:
         """(samples so far, sampled bytes not yet freed) over all processes."""
@@ -349,6 +387,18 @@ class Producer:
             rows.append(("hit_guardrail", None, "data_loss", "producer", 1,
                          f"profiling stopped early: {self.guardrail}"))
         return rows
+
+
+def take_ownership(directory: Path) -> int:
+    """Lock `directory` as this live process's own: an flock on a file inside,
+    taken before the file gets its final name (so the name never exists
+    unlocked) and released by the kernel when this process dies, however."""
+    tmp = directory / (OWNER_FILE + ".new")
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    os.rename(tmp, directory / OWNER_FILE)
+    return fd
 
 
 def _client_error_name(value: int) -> str:
