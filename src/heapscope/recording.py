@@ -71,6 +71,9 @@ class RecordingOptions:
     max_cpu_s: float | None = None
     symbolize: bool = True
     command: str = ""  # for the profile's metadata
+    # Pass SIGTERM, SIGHUP, ... on to a started target (the CLI); an in-process
+    # host (a test runner with its own SIGALRM timeout, say) keeps its handlers.
+    forward_signals: bool = True
 
     def __post_init__(self) -> None:
         check_positive(self.duration, "--duration (seconds)", MAX_DURATION_S)
@@ -161,8 +164,9 @@ class Recording:
         self.started = time.monotonic()
         return self.producer
 
-    def start(self, argv: list[str], executable: str | None = None) -> int:
-        """Start `argv` under the client; its pid."""
+    def start(self, argv: list[str], executable: str | None = None,
+              stdin: int | None = None, stdout: int | None = None) -> int:
+        """Start `argv` under the client; its pid. `stdin`/`stdout`: as for subprocess.Popen."""
         if not argv:
             raise UsageError("no command to profile")
         producer = self._open(" ".join(argv))
@@ -170,9 +174,10 @@ class Recording:
         env.update(producer.client_env())
         preload = env.get("LD_PRELOAD", "")
         env["LD_PRELOAD"] = f"{self.library}:{preload}" if preload else str(self.library)
-        self._forward_signals()
+        if self.options.forward_signals:
+            self._forward_signals()
         try:
-            self.child = subprocess.Popen(argv, executable=executable, env=env)
+            self.child = subprocess.Popen(argv, executable=executable, env=env, stdin=stdin, stdout=stdout)
         except OSError as e:
             raise TargetError(f"cannot run {argv[0]}: {e.strerror}") from e
         producer.target_pids.add(self.child.pid)
