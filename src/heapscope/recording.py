@@ -26,6 +26,7 @@ import contextlib
 import errno
 import importlib.resources
 import os
+import resource
 import signal
 import socket
 import sqlite3
@@ -49,6 +50,9 @@ STATUS_EVERY_S = 0.5
 IDLE_POLL_S = 0.005
 GUARDRAIL_EVERY_S = 1.0
 MAX_DURATION_S = 366 * 24 * 3600.0
+# Each profiled process holds a socket and a ring's memfd here: a common soft
+# limit of 1024 descriptors would stop a recording at ~500 live processes.
+WANTED_NOFILE = 1 << 16
 # Signals sent to heapscope by pid are passed on to the target. SIGINT and
 # SIGQUIT from the terminal already reach the target through its process
 # group, so they are passed on only when heapscope is not in the foreground.
@@ -97,6 +101,7 @@ class Summary:
     client_errors: list[str] = field(default_factory=list)
     exit_status: int | None = None  # the target's, shell style (128+N for signal N)
     output_bytes: int = 0
+    no_descriptors: int = 0  # processes not profiled: heapscope was out of file descriptors
     problems: list[str] = field(default_factory=list)  # what went wrong inside heapscope, one line each
 
 
@@ -134,6 +139,7 @@ class Recording:
             s.setblocking(False)
         self._locks: list[attach.PidLock] = []
         self._symbolizer: Any = None
+        self._nofile: tuple[int, int] | None = None  # the limit before we raised it
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -142,6 +148,7 @@ class Recording:
             removed = remove_stale_dirs()
             if removed:
                 self.log(f"removed {removed} session director{'ies' if removed > 1 else 'y'} of dead runs")
+        self._raise_nofile()
         self._install_signal(signal.SIGUSR1, self._on_usr1)
         if threading.current_thread() is threading.main_thread():
             self._old_wakeup = signal.set_wakeup_fd(self._wake_w.fileno(), warn_on_full_buffer=False)
@@ -177,7 +184,8 @@ class Recording:
         if self.options.forward_signals:
             self._forward_signals()
         try:
-            self.child = subprocess.Popen(argv, executable=executable, env=env, stdin=stdin, stdout=stdout)
+            self.child = subprocess.Popen(argv, executable=executable, env=env, stdin=stdin, stdout=stdout,
+                                          preexec_fn=self._restore_nofile if self._nofile else None)
         except OSError as e:
             raise TargetError(f"cannot run {argv[0]}: {e.strerror}") from e
         producer.target_pids.add(self.child.pid)
@@ -240,6 +248,20 @@ class Recording:
         self._locks.append(lock)
         self.attached.append(pid)
         self.say(f"attached to pid {pid} in {(time.monotonic() - t0) * 1000:.1f} ms")
+
+    def _raise_nofile(self) -> None:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = WANTED_NOFILE if hard == resource.RLIM_INFINITY else min(hard, WANTED_NOFILE)
+        if soft != resource.RLIM_INFINITY and soft < want:
+            with contextlib.suppress(OSError, ValueError):
+                resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+                self._nofile = (soft, hard)
+
+    def _restore_nofile(self) -> None:
+        """The target gets the limit it would have had without heapscope (also run in the child)."""
+        if self._nofile is not None:
+            with contextlib.suppress(OSError, ValueError):
+                resource.setrlimit(resource.RLIMIT_NOFILE, self._nofile)
 
     def _start_symbolizer(self) -> None:
         if not self.options.symbolize or self.producer is None:
@@ -473,6 +495,8 @@ class Recording:
                     self.writer.close()
                 self.summary.output_bytes = self.output.stat().st_size if self.output.exists() else 0
             self.summary.elapsed_s = time.monotonic() - self.started
+            self._restore_nofile()
+            self._nofile = None
             # Last: a signal after the target's end (say SIGUSR1) must find our handler.
             self._uninstall_signals()
 
@@ -506,6 +530,7 @@ class Recording:
         procs = producer.ended
         s = self.summary
         s.processes = len(procs)
+        s.no_descriptors = producer.no_descriptors
         with contextlib.suppress(Exception):
             s.samples = sum(p.final_stats.get("mallocs", 0) for p in procs)
             s.sampled_bytes = sum(t.alloc_bytes for p in procs for t in p.heap.previous.values())

@@ -283,6 +283,44 @@ def test_descriptors_above_1024(bins, tmp_path) -> None:
     assert query(db, "SELECT COUNT(*) FROM process") == [(17,)]
 
 
+def test_600_concurrent_processes_under_a_1024_descriptor_limit(bins, tmp_path) -> None:
+    # GIVEN heapscope started with the common soft limit of 1024 descriptors, and
+    # 600 processes alive at once (a socket and a ring each: 1200 descriptors)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2048:
+        pytest.skip(f"RLIMIT_NOFILE hard limit {hard} < 2048")
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
+
+    db = tmp_path / "many.db"
+    r = subprocess.run(record("-o", db, "--shmem-size", "64k", "--", bins["record_fanout"], "together", "600",
+                              verbose=False), capture_output=True, timeout=280, preexec_fn=limit)
+    # THEN all of them are profiled
+    assert r.returncode == 0, r.stderr.decode()
+    assert b"all 600 ready" in r.stdout
+    assert query(db, "SELECT COUNT(*) FROM process") == [(601,)]
+    assert query(db, "SELECT SUM(count) FROM heap_profile_allocation WHERE upid > 1 AND count > 0") == [(1200,)]
+
+
+def test_out_of_descriptors_is_counted_and_said(bins, tmp_path) -> None:
+    # GIVEN a hard limit of 1024 descriptors that heapscope cannot raise, and 600 processes at once
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
+
+    db = tmp_path / "few.db"
+    argv = [*HEAPSCOPE, "record", "-o", str(db), "--shmem-size", "64k", "--", bins["record_fanout"], "together",
+            "600"]
+    r = subprocess.run(argv, capture_output=True, timeout=280, preexec_fn=limit)
+    # THEN every process runs to its end; those heapscope could not take are counted and said
+    assert r.returncode == 0, r.stderr.decode()
+    assert b"all 600 ready" in r.stdout and b"done 600" in r.stdout
+    ((profiled,),) = query(db, "SELECT COUNT(*) FROM process")
+    ((refused,),) = query(db, "SELECT value FROM stats WHERE name = 'clients_without_descriptors'")
+    assert refused > 0 and profiled + refused == 601
+    assert f"{refused:,} processes not profiled: heapscope ran out of file descriptors".encode() in r.stderr
+
+
 @pytest.fixture
 def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
     if os.geteuid() != 0:

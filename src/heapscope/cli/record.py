@@ -237,6 +237,9 @@ def _summary(s: Summary) -> None:
     ]
     if s.client_errors:
         lines.append("client stopped early: " + "; ".join(s.client_errors))
+    if s.no_descriptors:
+        lines.append(f"{s.no_descriptors:,} processes not profiled: heapscope ran out of file descriptors "
+                     "(raise `ulimit -n`)")
     if s.exit_status is not None and s.exit_status > 128:
         with contextlib.suppress(ValueError):
             lines.append(f"target died of {signal.Signals(s.exit_status - 128).name}")

@@ -9,6 +9,7 @@ the target exits, then calls `finish()`.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import secrets
@@ -56,6 +57,8 @@ class Producer:
         self.ended: list[ProcessState] = []
         self.next_upid = 1
         self.rejected_clients = 0
+        self.no_descriptors = 0  # clients turned away: heapscope was out of file descriptors
+        self._spare_fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)  # for _refuse_one
         # Called with (path, build id hex) for every module announced (record's early symbolization).
         self.on_module: Callable[[str, str], None] | None = None
         self.untargeted_clients = 0  # valid clients left dormant by -n
@@ -145,10 +148,11 @@ class Producer:
             del self.processes[fd]
         with contextlib.suppress(OSError):
             self._dir.cleanup()
-        if self._owner_fd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(self._owner_fd)
-            self._owner_fd = -1
+        for fd in (self._owner_fd, self._spare_fd):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._owner_fd = self._spare_fd = -1
 
     def live_summary(self) -> tuple[int, int]:
         """(samples so far, sampled bytes not yet freed) over all processes."""
@@ -169,14 +173,41 @@ class Producer:
                 conn, _ = self.listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError:
+            except OSError as e:
+                if e.errno in (errno.EMFILE, errno.ENFILE):
+                    self._refuse_one()
                 return
             try:
                 self._handshake(conn)
-            except (OSError, ValueError) as e:
+            except OSError as e:
+                # Out of descriptors for its ring (memfd_create): not profiled, and said.
+                if e.errno in (errno.EMFILE, errno.ENFILE):
+                    self.no_descriptors += 1
+                else:
+                    self.rejected_clients += 1
+                self.log(f"client rejected: {e}")
+                conn.close()
+            except ValueError as e:
                 self.rejected_clients += 1
                 self.log(f"client rejected: {e}")
                 conn.close()
+
+    def _refuse_one(self) -> None:
+        """Out of descriptors: free the spare one to take the waiting client and
+        close it at once (its client goes dormant, the process runs on
+        unprofiled), rather than leave it pending and the loop spinning."""
+        if self._spare_fd >= 0:
+            os.close(self._spare_fd)
+            self._spare_fd = -1
+        try:
+            conn, _ = self.listener.accept()
+            conn.close()
+            self.no_descriptors += 1
+            self.log("client refused: heapscope is out of file descriptors")
+        except OSError:
+            pass
+        with contextlib.suppress(OSError):
+            self._spare_fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
 
     def _handshake(self, conn: socket.socket) -> None:
         conn.settimeout(HANDSHAKE_TIMEOUT_S)
@@ -382,6 +413,8 @@ class Producer:
              "connections refused: unknown session, version or pid"),
             ("untargeted_clients", None, "info", "producer", self.untargeted_clients,
              "processes left dormant: not picked by -n"),
+            ("clients_without_descriptors", None, "data_loss", "producer", self.no_descriptors,
+             "processes not profiled: heapscope was out of file descriptors"),
         ]
         if self.guardrail:
             rows.append(("hit_guardrail", None, "data_loss", "producer", 1,
