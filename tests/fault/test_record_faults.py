@@ -522,6 +522,22 @@ def test_attach_refuses_a_jemalloc_program(tmp_path, procs) -> None:
     assert t.wait() == 0
 
 
+def test_attach_refuses_a_stopped_process(bins, tmp_path, procs) -> None:
+    gdb_or_skip()
+    t = procs([bins["record_driven"]])
+    t.out.wait_for(r"^ready ")
+    os.kill(t.p.pid, signal.SIGSTOP)
+    try:
+        r = subprocess.run(attach_argv(t.p.pid, tmp_path / "x.db"), capture_output=True, timeout=60)
+    finally:
+        os.kill(t.p.pid, signal.SIGCONT)
+    assert r.returncode != 0 and b"is stopped" in r.stderr, r.stderr.decode()
+    t.send("a")
+    t.out.wait_for(r"^ok a 65536$")
+    t.send("x 0")
+    assert t.wait() == 0
+
+
 def test_ten_attaches_to_a_threaded_allocating_program_never_hang(bins, tmp_path, procs) -> None:
     gdb_or_skip()
     for i in range(10):

@@ -52,7 +52,7 @@ _LIBC = re.compile(r"^libc\.so\.6$|^libc-2\.\d+\.so$")
 _GDB_SCRIPT = r"""
 import gdb, re
 unsafe = re.compile(r"malloc|calloc|realloc|free|memalign|valloc|arena|tcache|_int_|_dl_|dl_open|dlopen|"
-                    r"dlclose|dlsym|dlerror|dl_iterate|fork|heapscope|hs_|lll_lock")
+                    r"dlclose|dlsym|dlerror|dl_iterate|fork|heapscope|hs_|lll_lock|exit|_IO_cleanup|_IO_flush_all")
 def is_safe(thread):
     thread.switch()
     frame = gdb.newest_frame()
@@ -123,7 +123,27 @@ def check_target(pid: int) -> None:
         raise TargetError(f"pid {pid} is a kernel thread or a zombie: nothing to attach to") from None
     except PermissionError:
         raise TargetError(_ptrace_hint(pid)) from None
+    state, tracer = _state(pid)
+    if state in ("T", "t"):
+        raise TargetError(f"pid {pid} is stopped: continue it first (kill -CONT {pid}); gdb could not run "
+                          "anything in it")
+    if tracer:
+        raise TargetError(f"pid {pid} is already traced by pid {tracer} (a debugger or strace): detach that first")
     check_linkage(pid)
+
+
+def _state(pid: int) -> tuple[str, int]:
+    """(state letter, tracer pid or 0) from /proc/PID/status."""
+    state, tracer = "", 0
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("State:"):
+                state = line.split()[1]
+            elif line.startswith("TracerPid:"):
+                tracer = int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return state, tracer
 
 
 def check_linkage(pid: int) -> None:
