@@ -27,6 +27,7 @@ import os
 import pwd
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -36,6 +37,7 @@ from pathlib import Path
 from heapscope.errors import TargetError
 
 GDB_TIMEOUT_S = 60.0  # one whole attach, all tries together
+GDB_INTERRUPT_S = 10.0  # for gdb to unwind an interrupted call and detach
 RETRY_PAUSE_S = 0.02  # between two tries when every thread was inside the allocator
 # heapscope_attach() results (enum hs_attach_result in client/client.h).
 ATTACH_OK, ATTACH_BUSY, ATTACH_NO_SESSION, ATTACH_NO_HOOKS = 0, 1, 2, 3
@@ -297,10 +299,16 @@ class Injection:
             raise TargetError(f"heapscope_attach returned {code} in pid {self.pid}")
 
     def kill(self) -> None:
+        """Give up: interrupt gdb first, so that it unwinds a call still running in
+        the target (unwindonsignal) and detaches cleanly; kill it only if it hangs."""
         self.retry_at = 0.0
         if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.communicate()
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.communicate(timeout=GDB_INTERRUPT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.communicate()
 
 
 def start_injection(pid: int, library: Path, socket_path: str, token_hex: str) -> Injection:
@@ -316,6 +324,8 @@ def start_injection(pid: int, library: Path, socket_path: str, token_hex: str) -
         gdb, "-nx", "-batch", "-p", str(pid),
         "-ex", "set confirm off",
         "-ex", "set scheduler-locking off",
+        # An interrupted call is unwound (registers restored) rather than left half-done in the target.
+        "-ex", "set unwindonsignal on",
         "-ex", f"python exec(bytes.fromhex('{code}').decode())",
     ]
     return Injection(pid, argv, _spawn(argv))
