@@ -1,4 +1,5 @@
-"""Profiling sessions: continuous dumps, SIGUSR1, dump-at-max, -n, -p attach/detach, guardrails.
+"""Profiling sessions: continuous dumps, SIGUSR1, dump-at-max, -n, -p attach/detach, guardrails,
+and the Recording object used in-process (what a test-runner plugin or a live view drives).
 
 The target (sessions/phases.c) is driven one command per line on its stdin and
 answers one line per finished phase on its stdout; `heapscope record -v` logs
@@ -20,6 +21,9 @@ import threading
 from pathlib import Path
 
 import pytest
+
+from heapscope.producer.config import RecordConfig
+from heapscope.recording import Recording, RecordingOptions
 
 HERE = Path(__file__).resolve().parent / "sessions"
 HEAPSCOPE = (sys.executable, "-m", "heapscope")
@@ -328,3 +332,92 @@ def test_cpu_guardrail(bin_dir: Path, tmp_path: Path, procs) -> None:
     h.send("q")
     assert h.wait() == 0
     assert query(db, "SELECT hit_guardrail FROM heapscope_process") == [(1,)]
+
+
+class InProcess:
+    """A Recording run in this process: the loop in this (main) thread, the test's
+    steps in another; the Recording's -v log lines go to a queue the steps wait on."""
+
+    def __init__(self, bin_dir: Path, db: Path) -> None:
+        self.log: queue.Queue[str] = queue.Queue()
+        self.rec = Recording(RecordConfig(interval=1, seed=1), db,
+                             RecordingOptions(symbolize=False, forward_signals=False), log=self.log.put)
+        self.argv = [str(bin_dir / "phases")]
+        self.failure: list[BaseException] = []
+
+    def wait_log(self, pattern: str) -> str:
+        while True:
+            line = self.log.get(timeout=WAIT_S)
+            if pattern in line:
+                return line
+
+    def run(self, steps) -> int:  # noqa: ANN001
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        with self.rec as rec:
+            rec.start(self.argv, stdin=in_r, stdout=out_w)
+            os.close(in_r)
+            os.close(out_w)
+            stdin, out = os.fdopen(in_w, "wb", buffering=0), Lines(os.fdopen(out_r, "rb"))
+
+            def drive() -> None:
+                try:
+                    steps(rec, stdin, out)
+                except BaseException as e:  # reported by the test's thread
+                    self.failure.append(e)
+                    with contextlib.suppress(OSError):
+                        stdin.write(b"q\n")
+                    rec.stop()
+
+            t = threading.Thread(target=drive, daemon=True)
+            t.start()
+            code = rec.run_until_exit()
+            t.join(timeout=WAIT_S)
+            stdin.close()
+        if self.failure:
+            raise self.failure[0]
+        return code
+
+
+def test_recording_in_process_dump_on_request(bin_dir: Path, tmp_path: Path) -> None:
+    db = tmp_path / "inproc.db"
+    ip = InProcess(bin_dir, db)
+
+    def steps(rec: Recording, stdin, out: Lines) -> None:  # noqa: ANN001
+        out.wait_for(lambda s: s.startswith("ready"), "target start")
+        stdin.write(b"a\n")
+        out.wait_for(lambda s: s.startswith("ok a "), "phase a")
+        # WHEN another thread asks for a dump (a live view, an HTTP endpoint)
+        rec.request_dump("manual")
+        ip.wait_log(f"(manual) of pid {rec.child.pid}: {MIB} bytes unreleased")
+        stdin.write(b"a\nq\n")
+
+    # THEN the dump is in the profile, and the figures are the run's
+    assert ip.run(steps) == 0
+    (upid,) = query(db, "SELECT upid FROM process")[0]
+    assert cumulative_by_dump(db, upid) == [("manual", MIB), ("exit", 2 * MIB)]
+    s = ip.rec.summary
+    assert (s.processes, s.samples, s.exit_status, s.problems) == (1, 32, 0, [])
+    assert s.sampled_bytes == 2 * MIB and s.output_bytes > 0
+
+
+def test_recording_in_process_stop_lets_the_target_run_on(bin_dir: Path, tmp_path: Path) -> None:
+    db = tmp_path / "stop.db"
+    ip = InProcess(bin_dir, db)
+
+    def steps(rec: Recording, stdin, out: Lines) -> None:  # noqa: ANN001
+        out.wait_for(lambda s: s.startswith("ready"), "target start")
+        stdin.write(b"a\n")
+        out.wait_for(lambda s: s.startswith("ok a "), "phase a")
+        # WHEN the session is stopped while the target runs
+        rec.stop()
+        ip.wait_log("(end) of pid")
+        # THEN the target runs on unprofiled, and the recording waits for its end
+        stdin.write(b"a\n")
+        out.wait_for(lambda s: s.startswith(f"ok a {2 * MIB}"), "phase a after the stop")
+        stdin.write(b"q\n")
+
+    assert ip.run(steps) == 0
+    (upid,) = query(db, "SELECT upid FROM process")[0]
+    assert cumulative_by_dump(db, upid) == [("end", MIB)]
+    assert ip.rec.summary.exit_status == 0

@@ -1,44 +1,32 @@
 """`heapscope record -- CMD ...` / `-p PID`: profile a program (or attach to one) and write its profile.
 
-A session: start the target under the client (or attach to running pids),
-then loop: accept and drain clients, dump when asked (-c every MS after
---dump-phase, SIGUSR1 to heapscope), check the producer's guardrails every
-second; end with final dumps when the target exits, --duration passes, or
-(-p) on Ctrl-C. SIGUSR1 and the other signals wake the loop through
-signal.set_wakeup_fd.
+Only flags and printing live here: the recording itself (start or attach,
+signals, dumps, guardrails, teardown and the summary's figures) is
+heapscope.recording.Recording. Every option value is checked before the
+target starts (one line, exit 2).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import shutil
 import signal
-import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
-from heapscope import __version__
 from heapscope.errors import TargetError, UsageError
-from heapscope.producer import attach
 from heapscope.producer.config import DEFAULT_INTERVAL, DEFAULT_SHMEM_SIZE, RecordConfig, parse_size
-from heapscope.producer.producer import Producer
-from heapscope.producer.session import Guardrails, Session
-from heapscope.store.writer import ProfileWriter
+from heapscope.recording import MAX_DURATION_S, Recording, RecordingOptions, Summary, client_library
 from heapscope.view.units import human_bytes
 from heapscope.wire.codec import Unwinder
 
 NAME = "record"
 HELP = "run a command under the profiler and write its heap profile"
 
-# Signals sent to heapscope by pid are passed on to the target. SIGINT and
-# SIGQUIT from the terminal already reach the target through its process
-# group, so they are passed on only when heapscope is not in the foreground.
-FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR2, signal.SIGALRM)
-TERMINAL = (signal.SIGINT, signal.SIGQUIT)
 UNWINDERS = {"auto": Unwinder.AUTO, "libunwind": Unwinder.LIBUNWIND, "fp": Unwinder.FP, "none": Unwinder.NONE}
 
 
@@ -100,112 +88,49 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("give either -p PID or a command to run, not both")
     if not pids and not command:
         raise UsageError("no command to profile: heapscope record [options] -- CMD [ARGS...] (or -p PID)")
-    if args.continuous_dump < 0 or args.dump_phase < 0:
-        raise UsageError("--continuous-dump and --dump-phase are milliseconds >= 0")
-    duration = _parse_duration(args.duration) if args.duration else None
-    guard = Guardrails(args.max_producer_memory, args.max_producer_cpu)
-    library = _client_library()
+    options = RecordingOptions(
+        duration=_parse_duration(args.duration) if args.duration is not None else None,
+        continuous_ms=args.continuous_dump, phase_ms=args.dump_phase,
+        max_memory_mb=args.max_producer_memory, max_cpu_s=args.max_producer_cpu,
+        symbolize=not args.no_symbolize, force=args.force,
+        command=" ".join(command) if command else "-p " + ",".join(map(str, pids)),
+    )
+    if args.output is not None and not args.output.strip():
+        raise UsageError("-o/--output must not be empty")
+    library = client_library()
     if pids:
-        attach.find_gdb()
-        for pid in pids:
-            attach.check_target(pid)
         executable = ""
         name = f"pid{pids[0]}"
     else:
         executable = _resolve(command[0])
         name = Path(command[0]).name
     output = Path(args.output or f"heapscope.{name}.{os.getpid()}.db")
-
-    writer = ProfileWriter(output, force=args.force)  # fails here, before the target starts, if unwritable
-    writer.set_metadata("heapscope_version", __version__)
-    writer.set_metadata("command", " ".join(command) if command else "-p " + ",".join(map(str, pids)))
-    writer.set_metadata("interval", config.interval)
-    writer.set_metadata("started_unix_ns", time.time_ns())
     verbose = bool(args.verbose)
-    producer = Producer(writer, config, log=_log if verbose else lambda _m: None)
-    say = _log if verbose or not args.quiet else (lambda _m: None)
-    session = Session(producer, guard, duration, args.continuous_dump, args.dump_phase, say, _log)
-
+    say = _log if verbose or not args.quiet else _quiet
+    rec = Recording(config, output, options, library=library, say=say, warn=_log,
+                    log=_log if verbose else _quiet)
     status_line = _StatusLine(enabled=not args.quiet and sys.stderr.isatty())
-    started = time.monotonic()
-    child: subprocess.Popen[bytes] | None = None
-    restore: dict[int, object] = {}
-    locks: list[attach.PidLock] = []
-    errors: list[str] = []
-    returncode = 0
-    symbolizer = None
-    session.install_signals()
-    try:
+    with rec:
         if command:
-            env = dict(os.environ)
-            env.update(producer.client_env())
-            preload = env.get("LD_PRELOAD", "")
-            env["LD_PRELOAD"] = f"{library}:{preload}" if preload else str(library)
-            try:
-                child = subprocess.Popen(command, executable=executable, env=env)
-            except OSError as e:
-                writer.close()
-                raise TargetError(f"cannot run {command[0]}: {e.strerror}") from e
-            producer.target_pids.add(child.pid)
-            restore = _forward_signals(child)
+            rec.start(command, executable=executable)
         else:
-            restore = session.detach_on_signals()
-            for pid in pids:
-                session.attach(pid, library, locks, errors)
-        if not args.no_symbolize:
-            # Imported and started only now: that work overlaps the target's run.
-            from heapscope.symbolize.live import LiveSymbolizer
-            symbolizer = LiveSymbolizer()
-            producer.on_module = symbolizer.module
-        if child is not None or producer.attach_pids:
-            returncode = session.run(child, started, status_line.updater(producer, started))
-        # The target's own run time, apart from heapscope's start-up and post-processing.
-        writer.set_metadata("target_wall_ns", int((time.monotonic() - started) * 1e9))
-    finally:
-        if child is not None:
-            for sig, handler in restore.items():
-                signal.signal(sig, handler)
-        # -p: a second Ctrl-C while detaching and writing is ignored, not a traceback.
-        session.uninstall_signals()
-        status_line.clear()
-        t_detach = time.monotonic()
-        attached_live = [p.info.pid for p in producer.processes.values() if p.info.pid in producer.attach_pids]
-        producer.finish()
-        for pid in attached_live:
-            say(f"detached from pid {pid} in {(time.monotonic() - t_detach) * 1000:.1f} ms")
-        for lock in locks:
-            lock.release()
-        writer.add_stats(producer.global_stats())
-        writer.set_metadata("duration_ns", int((time.monotonic() - started) * 1e9))
-        writer.commit()
-    if child is not None and child.returncode is None:
-        # --duration or a guardrail ended the session: the target runs on unprofiled.
-        returncode = _wait_child(child)
-    if symbolizer is not None:
-        symbolizer.finish(writer.db)
-    writer.close()
+            rec.attach(pids)
+        rec.status = status_line.updater(rec)
+        try:
+            returncode = rec.run_until_exit()
+        finally:
+            status_line.clear()
+    for e in rec.errors:
+        _log(f"error: {e}")
     if not args.quiet:
-        _summary(producer, output, returncode, time.monotonic() - started)
-    if child is None:
-        for sig, handler in restore.items():
-            signal.signal(sig, handler)
-    if errors:
-        if not session.attached:
-            raise TargetError("; ".join(errors))
-        for e in errors:
-            _log(f"error: {e}")
-        return 1
+        _summary(rec.summary)
+    elif rec.summary.problems:
+        pass  # already said, one line each, as they happened
     return returncode
 
 
-def _wait_child(child: subprocess.Popen[bytes]) -> int:
-    while True:
-        try:
-            code = child.wait()
-            break
-        except KeyboardInterrupt:
-            continue
-    return 128 - code if code < 0 else code
+def _quiet(_msg: str) -> None:
+    pass
 
 
 def _pids(values: list[str]) -> list[int]:
@@ -236,8 +161,8 @@ def _parse_duration(text: str) -> float:
         value = float(t)
     except ValueError:
         raise UsageError(f"--duration must be a time like 500ms, 30s or 2m, not {text!r}") from None
-    if value <= 0:
-        raise UsageError(f"--duration must be positive, not {text!r}")
+    if not math.isfinite(value) or value <= 0 or value * mult > MAX_DURATION_S:
+        raise UsageError(f"--duration must be a positive time up to a year, not {text!r}")
     return value * mult
 
 
@@ -269,30 +194,6 @@ def _resolve(program: str) -> str:
     return found
 
 
-def _client_library() -> Path:
-    lib = Path(__file__).resolve().parent.parent / "client" / "libheapscope.so"
-    if not lib.is_file():
-        raise TargetError(f"the client library is missing ({lib}); reinstall heapscope with `pip install .`")
-    return lib
-
-
-def _forward_signals(child: subprocess.Popen[bytes]) -> dict[int, object]:
-    in_foreground = False
-    with contextlib.suppress(OSError):
-        in_foreground = os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp()
-
-    def forward(sig: int, _frame: object) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            child.send_signal(sig)
-
-    restore: dict[int, object] = {}
-    for sig in FORWARDED:
-        restore[sig] = signal.signal(sig, forward)
-    for sig in TERMINAL:
-        restore[sig] = signal.signal(sig, signal.SIG_IGN if in_foreground else forward)
-    return restore
-
-
 class _StatusLine:
     """One line on the terminal that the next write replaces; never on a pipe."""
 
@@ -300,9 +201,10 @@ class _StatusLine:
         self.enabled = enabled
         self.shown = False
 
-    def updater(self, producer: Producer, started: float) -> Callable[[float], None] | None:
-        """What the session calls to refresh the line; None when there is no line."""
-        if not self.enabled:
+    def updater(self, rec: Recording) -> Callable[[float], None] | None:
+        """What the recording calls to refresh the line; None when there is no line."""
+        producer, started = rec.producer, rec.started
+        if not self.enabled or producer is None:
             return None
 
         def update(now: float) -> None:
@@ -325,30 +227,26 @@ def _log(msg: str) -> None:
     print(f"heapscope: {msg}", file=sys.stderr)
 
 
-def _summary(producer: Producer, output: Path, returncode: int, elapsed: float) -> None:
-    procs = producer.ended
-    samples = sum(p.final_stats["mallocs"] for p in procs)
-    # What the dumps summed: all sampled bytes, or with --dump-at-max those at the peak.
-    key = "peak_unfreed" if producer.config.dump_at_max else "sampled_bytes"
-    sampled = sum(p.final_stats[key] for p in procs)
-    blocked_us = sum(p.final_meta["blocked_ns"] for p in procs) // 1000
-    dropped = sum(p.final_meta["dropped_records"] for p in procs)
-    unwinders = sorted({p.flags.unwinder for p in procs if p.flags.unwinder}) or ["none (no process connected)"]
-    share = blocked_us / 1e6 / elapsed * 100 if elapsed > 0 else 0.0
-    size = output.stat().st_size if output.exists() else 0
+def _summary(s: Summary) -> None:
+    unwinders = s.unwinders or ["none (no process connected)"]
+    share = s.blocked_ms / 1e3 / s.elapsed_s * 100 if s.elapsed_s > 0 else 0.0
     lines = [
-        f"recorded {len(procs)} process{'es' if len(procs) != 1 else ''}, {samples:,} samples, "
-        f"{human_bytes(sampled)} sampled, interval {producer.config.interval} B, {elapsed:.2f} s",
-        f"unwinder {', '.join(unwinders)}; target blocked {blocked_us / 1000:.1f} ms ({share:.1f}%); "
-        f"{dropped:,} records dropped",
+        f"recorded {s.processes} process{'es' if s.processes != 1 else ''}, {s.samples:,} samples, "
+        f"{human_bytes(s.sampled_bytes)} sampled, interval {s.interval} B, {s.elapsed_s:.2f} s",
+        f"unwinder {', '.join(unwinders)}; target blocked {s.blocked_ms:.1f} ms ({share:.1f}%); "
+        f"{s.dropped_records:,} records dropped",
     ]
-    errors = sorted({f"{p.info.name}: {p.flags.client_error}" for p in procs if p.flags.client_error})
-    if errors:
-        lines.append("client stopped early: " + "; ".join(errors))
-    if returncode > 128:
+    if s.client_errors:
+        lines.append("client stopped early: " + "; ".join(s.client_errors))
+    if s.no_descriptors:
+        lines.append(f"{s.no_descriptors:,} processes not profiled: heapscope ran out of file descriptors "
+                     "(raise `ulimit -n`)")
+    if s.exit_status is not None and s.exit_status > 128:
         with contextlib.suppress(ValueError):
-            lines.append(f"target died of {signal.Signals(returncode - 128).name}")
-    lines.append(f"profile written to {output} ({human_bytes(size)})")
-    lines.append(f"next: heapscope report {output}")
+            lines.append(f"target died of {signal.Signals(s.exit_status - 128).name}")
+    if s.problems:
+        lines.append(f"profile incomplete: {s.problems[0]}")
+    lines.append(f"profile written to {s.output} ({human_bytes(s.output_bytes)})")
+    lines.append(f"next: heapscope report {s.output}")
     for line in lines:
         print(f"heapscope: {line}", file=sys.stderr)

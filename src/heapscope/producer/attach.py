@@ -1,8 +1,15 @@
 """Attach to a running process (`heapscope record -p PID`) and let it go again.
 
-    check the pid (exists, ours, not profiled by another session: a lock file)
-      -> gdb -p PID: dlopen(libheapscope.so), heapscope_attach(socket, token)
-         (runs in the background: the client's handshake needs the producer
+    check the pid: exists, ours, not init or heapscope itself, dynamically
+      linked against glibc, no other allocator (jemalloc, tcmalloc, ...)
+      -> lock it: an abstract unix socket named after the pid, so two
+         sessions never attach to one process (no file in a shared directory)
+      -> gdb -p PID stops every thread and picks one that is not inside the
+         allocator or the dynamic loader (one that holds the malloc lock would
+         deadlock on itself in dlopen); when every thread is inside, gdb lets
+         go and tries again a little later
+      -> on that thread: dlopen(libheapscope.so), heapscope_attach(socket,
+         token) (in the background: the client's handshake needs the producer
          loop running meanwhile)
       -> the client patches the GOT of every loaded object; from here the
          process is profiled like a preloaded one, with from_startup = false
@@ -14,35 +21,92 @@ Every failure becomes one TargetError line that says what to do.
 
 from __future__ import annotations
 
+import binascii
 import contextlib
-import fcntl
 import os
 import pwd
 import re
 import shutil
+import signal
+import socket
 import subprocess
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from heapscope.errors import TargetError
 
-LOCK_DIR = Path("/tmp")
-GDB_TIMEOUT_S = 60.0
+GDB_TIMEOUT_S = 60.0  # one whole attach, all tries together
+GDB_INTERRUPT_S = 10.0  # for gdb to unwind an interrupted call and detach
+RETRY_PAUSE_S = 0.02  # between two tries when every thread was inside the allocator
 # heapscope_attach() results (enum hs_attach_result in client/client.h).
 ATTACH_OK, ATTACH_BUSY, ATTACH_NO_SESSION, ATTACH_NO_HOOKS = 0, 1, 2, 3
-_VALUE = re.compile(r"^\$(\d+) = (?:\([^)]*\) )?(-?\w+)", re.MULTILINE)
+# Allocators the client cannot sit in front of: their malloc is not glibc's,
+# and pointers from before the attach are theirs (a crash in
+# malloc_usable_size on redis-server, linked with libjemalloc).
+FOREIGN_ALLOCATORS = re.compile(
+    r"^lib(jemalloc|tcmalloc(_minimal)?|mimalloc|hoard|snmalloc|rpmalloc|scudo|umem|tbbmalloc)[.-]")
+_LIBC = re.compile(r"^libc\.so\.6$|^libc-2\.\d+\.so$")
+
+# Run inside gdb's Python: pick a thread outside the allocator and the loader,
+# call dlopen and heapscope_attach there. Prints heapscope-unsafe when there
+# is none, else heapscope-handle N and heapscope-result N.
+_GDB_SCRIPT = r"""
+import gdb, re
+unsafe = re.compile(r"malloc|calloc|realloc|free|memalign|valloc|arena|tcache|_int_|_dl_|dl_open|dlopen|"
+                    r"dlclose|dlsym|dlerror|dl_iterate|fork|heapscope|hs_|lll_lock|exit|_IO_cleanup|_IO_flush_all")
+def is_safe(thread):
+    thread.switch()
+    frame = gdb.newest_frame()
+    depth = 0
+    while frame is not None and depth < 256:
+        if unsafe.search(frame.name() or ""):
+            return False
+        try:
+            frame = frame.older()
+        except gdb.error:
+            return False
+        depth += 1
+    return frame is None
+pick = None
+for t in sorted(gdb.selected_inferior().threads(), key=lambda t: t.num):
+    try:
+        if t.is_valid() and is_safe(t):
+            pick = t
+            break
+    except gdb.error:
+        pass
+if pick is None:
+    print("heapscope-unsafe")
+else:
+    pick.switch()
+    h = int(gdb.parse_and_eval('((void *(*)(const char *, int)) dlopen)("%s", 2)' % LIB))
+    print("heapscope-handle %d" % h)
+    if h:
+        f = int(gdb.parse_and_eval('((void *(*)(void *, const char *)) dlsym)((void *) %d, "heapscope_attach")' % h))
+        print("heapscope-symbol %d" % f)
+        if f:
+            r = int(gdb.parse_and_eval('((int (*)(const char *, const char *)) %d)("%s", "%s")' % (f, SOCK, TOKEN)))
+            print("heapscope-result %d" % r)
+"""
+_MARK = re.compile(r"^heapscope-(unsafe|handle|symbol|result)(?: (-?\d+))?$", re.MULTILINE)
 
 
 class AlreadyProfiled(TargetError):
     """Another heapscope session profiles this pid (rejected_concurrent)."""
 
 
-def lock_path(pid: int) -> Path:
-    return LOCK_DIR / f"heapscope-pid-{pid}.lock"
+def lock_name(pid: int) -> bytes:
+    return f"\0heapscope-pid-{pid}".encode()
 
 
 def check_target(pid: int) -> None:
-    """Fail with a clear message when `pid` cannot be attached to."""
+    """Fail with a clear message when `pid` cannot (or must not) be attached to."""
+    if pid == 1:
+        raise TargetError("pid 1 is init: heapscope does not attach to it (stopping it in gdb would "
+                          "stop the whole system)")
+    if pid == os.getpid():
+        raise TargetError(f"pid {pid} is this heapscope process itself")
     try:
         st = os.stat(f"/proc/{pid}")
     except FileNotFoundError:
@@ -61,6 +125,86 @@ def check_target(pid: int) -> None:
         raise TargetError(f"pid {pid} is a kernel thread or a zombie: nothing to attach to") from None
     except PermissionError:
         raise TargetError(_ptrace_hint(pid)) from None
+    state, tracer = _state(pid)
+    if state in ("T", "t"):
+        raise TargetError(f"pid {pid} is stopped: continue it first (kill -CONT {pid}); gdb could not run "
+                          "anything in it")
+    if tracer:
+        raise TargetError(f"pid {pid} is already traced by pid {tracer} (a debugger or strace): detach that first")
+    check_linkage(pid)
+
+
+def _state(pid: int) -> tuple[str, int]:
+    """(state letter, tracer pid or 0) from /proc/PID/status."""
+    state, tracer = "", 0
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("State:"):
+                state = line.split()[1]
+            elif line.startswith("TracerPid:"):
+                tracer = int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return state, tracer
+
+
+def check_linkage(pid: int) -> None:
+    """Refuse what an injected dlopen would crash: static programs, no glibc, another allocator."""
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except FileNotFoundError:
+        raise TargetError(f"no process with pid {pid} (it exited)") from None
+    except PermissionError:
+        raise TargetError(_ptrace_hint(pid)) from None
+    names = {os.path.basename(line.split(None, 5)[5]) for line in maps.splitlines() if len(line.split(None, 5)) == 6}
+    if not _dynamic(pid):
+        raise TargetError(f"pid {pid} runs a statically linked program: there is no loader to bring the "
+                          "client in (attaching would kill it); it cannot be profiled")
+    if not any(_LIBC.match(n) for n in names):
+        raise TargetError(f"pid {pid} is not linked with glibc: heapscope can only attach to glibc programs")
+    foreign = sorted(n for n in names if FOREIGN_ALLOCATORS.match(n))
+    if foreign:
+        raise TargetError(f"pid {pid} allocates with {foreign[0]}, not glibc's malloc: heapscope cannot attach "
+                          "to it (profile it from its start with `heapscope record -- CMD` instead)")
+    if _defines_malloc(pid):
+        raise TargetError(f"pid {pid} has its own malloc (its executable defines one): heapscope cannot attach "
+                          "to it")
+
+
+def _dynamic(pid: int) -> bool:
+    """Does the program have an ELF interpreter (PT_INTERP), i.e. a dynamic loader?"""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
+    try:
+        with open(f"/proc/{pid}/exe", "rb") as f:
+            elf = ELFFile(f)
+            return any(seg["p_type"] == "PT_INTERP" for seg in elf.iter_segments())
+    except FileNotFoundError:
+        raise TargetError(f"no process with pid {pid} (it exited)") from None
+    except PermissionError:
+        raise TargetError(_ptrace_hint(pid)) from None
+    except (OSError, ELFError) as e:
+        raise TargetError(f"cannot read the executable of pid {pid}: {e}") from None
+
+
+def _defines_malloc(pid: int) -> bool:
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
+
+    try:
+        with open(f"/proc/{pid}/exe", "rb") as f:
+            section = ELFFile(f).get_section_by_name(".dynsym")
+            if not isinstance(section, SymbolTableSection):
+                return False
+            for name in ("malloc", "free"):
+                for sym in section.get_symbol_by_name(name) or []:
+                    if sym["st_shndx"] != "SHN_UNDEF" and sym["st_info"]["type"] in ("STT_FUNC", "STT_GNU_IFUNC"):
+                        return True
+    except (OSError, ELFError):
+        return False
+    return False
 
 
 def find_gdb() -> str:
@@ -72,58 +216,79 @@ def find_gdb() -> str:
 
 
 class PidLock:
-    """An exclusive lock per pid: two heapscope sessions never attach to the same process."""
+    """An exclusive lock per pid: two heapscope sessions never attach to the same process.
+
+    An abstract-namespace unix socket bound to a name made of the pid: no file
+    anybody could plant a symlink at, and the kernel frees it when we die.
+    """
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
-        self.path = lock_path(pid)
+        self.sock: socket.socket | None = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-        except PermissionError:
-            raise AlreadyProfiled(f"pid {pid} is being profiled by another user's heapscope "
-                                  f"session ({self.path})") from None
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self.fd)
+            self.sock.bind(lock_name(pid))
+        except OSError:
+            self.sock.close()
+            self.sock = None
             raise AlreadyProfiled(f"pid {pid} is already being profiled by another heapscope session") from None
-        os.ftruncate(self.fd, 0)
-        os.write(self.fd, f"{os.getpid()}\n".encode())
 
     def release(self) -> None:
-        if self.fd >= 0:
-            with contextlib.suppress(OSError):
-                self.path.unlink()
-            os.close(self.fd)
-            self.fd = -1
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
 
 
 @dataclass
 class Injection:
-    """gdb running heapscope_attach() inside the target, in the background."""
+    """gdb running heapscope_attach() inside the target, in the background.
+
+    Retries (a new gdb) while every thread of the target is inside the
+    allocator or the loader; the caller polls done() and bounds the whole.
+    """
 
     pid: int
+    argv: list[str]
     proc: subprocess.Popen[str]
+    tries: int = 1
+    retry_at: float = 0.0
+    output: str = field(default="")
 
     def done(self) -> bool:
-        return self.proc.poll() is not None
+        if self.retry_at:
+            if time.monotonic() < self.retry_at:
+                return False
+            self.retry_at = 0.0
+            self.tries += 1
+            self.proc = _spawn(self.argv)
+            return False
+        if self.proc.poll() is None:
+            return False
+        out, err = self.proc.communicate()
+        mark = _MARK.search(out)
+        if mark is not None and mark.group(1) == "unsafe" and alive(self.pid):
+            self.retry_at = time.monotonic() + RETRY_PAUSE_S
+            return False
+        self.output = out + err
+        return True
 
     def result(self) -> None:
         """After done(): raise unless the client is profiling the process now."""
-        out, err = self.proc.communicate()
-        text = out + err
+        text = self.output
         if "ptrace: Operation not permitted" in text or "Could not attach to process" in text:
+            if not alive(self.pid):
+                raise TargetError(f"pid {self.pid} exited while heapscope was attaching to it")
             raise TargetError(_ptrace_hint(self.pid))
-        if "No such process" in text:
-            raise TargetError(f"no process with pid {self.pid} (it exited)")
-        values = {int(m.group(1)): m.group(2) for m in _VALUE.finditer(out)}
-        handle, result = values.get(1), values.get(2)
-        if handle is None or handle in ("0x0", "0"):
-            raise TargetError(f"could not load the client into pid {self.pid} (dlopen failed; "
-                              f"a static binary, or no dlopen in its libc):\n{_tail(text)}")
-        if result is None:
+        if "No such process" in text or not alive(self.pid):
+            raise TargetError(f"pid {self.pid} exited while heapscope was attaching to it")
+        if "Python scripting is not supported" in text:
+            raise TargetError("attaching (-p) needs gdb with Python scripting (Debian's gdb has it)")
+        values = {m.group(1): m.group(2) for m in _MARK.finditer(text)}
+        handle, symbol, result = values.get("handle"), values.get("symbol"), values.get("result")
+        if handle is None or handle == "0":
+            raise TargetError(f"could not load the client into pid {self.pid} (dlopen failed):\n{_tail(text)}")
+        if symbol is None or symbol == "0" or result is None:
             raise TargetError(f"gdb could not call heapscope_attach in pid {self.pid}:\n{_tail(text)}")
-        code = int(result, 0)
+        code = int(result, 10)
         if code == ATTACH_BUSY:
             raise AlreadyProfiled(f"pid {self.pid} is already being profiled (its client has a session)")
         if code == ATTACH_NO_SESSION:
@@ -134,9 +299,16 @@ class Injection:
             raise TargetError(f"heapscope_attach returned {code} in pid {self.pid}")
 
     def kill(self) -> None:
+        """Give up: interrupt gdb first, so that it unwinds a call still running in
+        the target (unwindonsignal) and detaches cleanly; kill it only if it hangs."""
+        self.retry_at = 0.0
         if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.communicate()
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.communicate(timeout=GDB_INTERRUPT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.communicate()
 
 
 def start_injection(pid: int, library: Path, socket_path: str, token_hex: str) -> Injection:
@@ -144,18 +316,34 @@ def start_injection(pid: int, library: Path, socket_path: str, token_hex: str) -
     gdb = find_gdb()
     lib = str(library)
     for s in (lib, socket_path, token_hex):
-        if '"' in s or "\\" in s:
-            raise TargetError(f"cannot pass {s!r} to gdb (quote or backslash in a path)")
+        if '"' in s or "\\" in s or "%" in s or "\n" in s:
+            raise TargetError(f"cannot pass {s!r} to gdb (quote, backslash or newline in a path)")
+    script = f"LIB = {lib!r}\nSOCK = {socket_path!r}\nTOKEN = {token_hex!r}\n" + _GDB_SCRIPT
+    code = binascii.hexlify(script.encode()).decode()
     argv = [
         gdb, "-nx", "-batch", "-p", str(pid),
         "-ex", "set confirm off",
-        "-ex", f'print (void *) dlopen("{lib}", 2)',
-        "-ex", 'print ((int (*)(const char *, const char *)) dlsym($1, "heapscope_attach"))'
-               f'("{socket_path}", "{token_hex}")',
+        "-ex", "set scheduler-locking off",
+        # An interrupted call is unwound (registers restored) rather than left half-done in the target.
+        "-ex", "set unwindonsignal on",
+        "-ex", f"python exec(bytes.fromhex('{code}').decode())",
     ]
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+    return Injection(pid, argv, _spawn(argv))
+
+
+def _spawn(argv: list[str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
-    return Injection(pid, proc)
+
+
+def alive(pid: int) -> bool:
+    """Is `pid` still running (not gone, not a zombie)?"""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return False
+    return data[data.rfind(b")") + 2:][:1] not in (b"Z", b"X", b"")
 
 
 def _ptrace_hint(pid: int) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import math
 from dataclasses import dataclass
 
 from heapscope.errors import UsageError
@@ -11,6 +12,12 @@ from heapscope.wire.codec import MAX_FRAMES, Unwinder
 DEFAULT_INTERVAL = 4096
 DEFAULT_SHMEM_SIZE = 8 << 20
 MAX_SHMEM_SIZE = 512 << 20
+# A mean of 1 TiB between samples is far beyond any heap (an interval past the
+# total allocated bytes records nothing); it keeps the client's 64-bit
+# countdown arithmetic (interval times the exponential draw) far from overflow.
+MAX_INTERVAL = 1 << 40
+MAX_SEED = (1 << 64) - 1
+MAX_DUMP_MS = 7 * 24 * 3600 * 1000  # a week between dumps: anything longer is a typo
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,8 +34,16 @@ class RecordConfig:
     names: tuple[str, ...] = ()  # -n: profile only processes whose name matches one (empty = all)
 
     def __post_init__(self) -> None:
-        if self.interval < 1:
-            raise UsageError(f"--interval must be a positive number of bytes, not {self.interval}")
+        if not 1 <= self.interval <= MAX_INTERVAL:
+            raise UsageError(f"--interval must be between 1 and {MAX_INTERVAL} bytes (1 TiB), not {self.interval}")
+        if self.seed is not None and not 0 <= self.seed <= MAX_SEED:
+            raise UsageError(f"--seed must be between 0 and 2^64-1, not {self.seed}")
+        for name in self.names:
+            if not name.strip():
+                raise UsageError("-n/--name must not be empty")
+        for prefix in self.skip_symbol_prefixes:
+            if not prefix:
+                raise UsageError("--skip-symbol-prefix must not be empty")
         s = self.shmem_size
         if s < 8192 or s % 4096 or s & (s - 1) or s > MAX_SHMEM_SIZE:
             raise UsageError(
@@ -54,6 +69,22 @@ def parse_size(text: str, what: str) -> int:
     if value < 1:
         raise UsageError(f"{what} must be a positive number of bytes, not {text!r}")
     return value * mult
+
+
+def check_positive(value: float | None, what: str, limit: float) -> float | None:
+    """A finite number in (0, limit], or None; anything else is a UsageError."""
+    if value is None:
+        return None
+    if not math.isfinite(value) or value <= 0 or value > limit:
+        raise UsageError(f"{what} must be a positive number up to {limit:g}, not {value!r}")
+    return value
+
+
+def check_ms(value: int, what: str) -> int:
+    """Milliseconds in [0, MAX_DUMP_MS]."""
+    if not 0 <= value <= MAX_DUMP_MS:
+        raise UsageError(f"{what} must be milliseconds between 0 and {MAX_DUMP_MS}, not {value}")
+    return value
 
 
 def normalize_cmdline(argv0: str) -> str:

@@ -10,6 +10,9 @@ process's peak). The caller runs it until the target exits, then calls
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import os
 import secrets
 import select
@@ -36,6 +39,9 @@ from heapscope.wire import codec
 DRAIN_BATCH = 1 << 18  # records per ring per poll: keeps the loop responsive
 HANDSHAKE_TIMEOUT_S = 5.0
 PEERCRED = struct.Struct("3i")
+OWNED_PREFIX = "heapscope-"
+OWNER_FILE = "owner.lock"
+_POLL_IN = select.POLLIN | select.POLLPRI | select.POLLHUP | select.POLLERR
 
 
 class Producer:
@@ -53,6 +59,8 @@ class Producer:
         self.ended: list[ProcessState] = []
         self.next_upid = 1
         self.rejected_clients = 0
+        self.no_descriptors = 0  # clients turned away: heapscope was out of file descriptors
+        self._spare_fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)  # for _refuse_one
         # Called with (path, build id hex) for every module announced (record's early symbolization).
         self.on_module: Callable[[str, str], None] | None = None
         self.untargeted_clients = 0  # valid clients left dormant by -n
@@ -60,7 +68,10 @@ class Producer:
         self.target_pids: set[int] = set()  # their own exit ends the session, so it is no disconnect
         self.attach_pids: set[int] = set()  # -p: attached while running (from_startup = false)
         self.guardrail = ""  # which guardrail was hit, if any
-        self._dir = tempfile.TemporaryDirectory(prefix="heapscope-")
+        # A private (0700) directory in the shared temp dir; the owner lock in
+        # it tells a later run whether this one is still alive (session.py).
+        self._dir = tempfile.TemporaryDirectory(prefix=OWNED_PREFIX)
+        self._owner_fd = take_ownership(Path(self._dir.name))
         self.socket_path = str(Path(self._dir.name) / "producer.sock")
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(self.socket_path)
@@ -79,14 +90,24 @@ class Producer:
         `wake`, when given, also ends the wait when it becomes readable (the
         caller's signal.set_wakeup_fd socket); the caller empties it.
         """
-        rlist: list[socket.socket] = [p.sock for p in self.processes.values()]
-        if self.listener.fileno() >= 0:
-            rlist.append(self.listener)
+        # poll(), not select(): a session may hold far more than 1024 descriptors.
+        poller = select.poll()
+        for fd in self.processes:
+            poller.register(fd, _POLL_IN)
+        listening = self.listener.fileno()
+        if listening >= 0:
+            poller.register(listening, _POLL_IN)
         if wake is not None:
-            rlist.append(wake)
-        readable, _, _ = select.select(rlist, [], [], timeout)
-        if wake is not None and wake in readable:
-            readable.remove(wake)
+            poller.register(wake.fileno(), _POLL_IN)
+        try:
+            events = poller.poll(max(0, int(timeout * 1000 + 0.999)))
+        except InterruptedError:
+            events = []
+        ready = {fd for fd, _ev in events}
+        readable: list[socket.socket] = []
+        if listening >= 0 and listening in ready:
+            readable.append(self.listener)
+        readable += [q.sock for fd, q in self.processes.items() if fd in ready]
         drained = 0
         for s in readable:
             if s is self.listener:
@@ -94,10 +115,10 @@ class Producer:
         for p in list(self.processes.values()):
             drained += self._drain(p)
         for s in readable:
-            p = self.processes.get(s.fileno()) if s is not self.listener else None
-            if p is not None and self._peer_closed(p.sock):
-                ends_session = self.session_ending or p.info.pid in self.target_pids
-                self._end(p, reason="exit", disconnected=not ends_session)
+            ended = self.processes.get(s.fileno()) if s is not self.listener else None
+            if ended is not None and self._peer_closed(ended.sock):
+                ends_session = self.session_ending or ended.info.pid in self.target_pids
+                self._end(ended, reason="exit", disconnected=not ends_session)
         return drained
 
     def stop_accepting(self) -> None:
@@ -109,10 +130,31 @@ class Producer:
     def finish(self) -> None:
         """End every process still connected (the session is over)."""
         self.stop_accepting()
-        for p in list(self.processes.values()):
-            p.request_shutdown()
-            self._end(p, reason="end", disconnected=False)
-        self._dir.cleanup()
+        try:
+            for p in list(self.processes.values()):
+                p.request_shutdown()
+                self._end(p, reason="end", disconnected=False)
+        finally:
+            self.abandon()
+
+    def abandon(self) -> None:
+        """Let every client go without another dump (after an internal error, or
+        at the very end): each is told to stop, so it never waits on a ring nobody
+        drains, and runs on unprofiled. Safe to call more than once."""
+        self.stop_accepting()
+        for fd, p in list(self.processes.items()):
+            with contextlib.suppress(Exception):
+                p.request_shutdown()
+            with contextlib.suppress(Exception):
+                p.close()
+            del self.processes[fd]
+        with contextlib.suppress(OSError):
+            self._dir.cleanup()
+        for fd in (self._owner_fd, self._spare_fd):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._owner_fd = self._spare_fd = -1
 
     def live_summary(self) -> tuple[int, int]:
         """(samples so far, sampled bytes not yet freed) over all processes."""
@@ -132,14 +174,41 @@ class Producer:
                 conn, _ = self.listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError:
+            except OSError as e:
+                if e.errno in (errno.EMFILE, errno.ENFILE):
+                    self._refuse_one()
                 return
             try:
                 self._handshake(conn)
-            except (OSError, ValueError) as e:
+            except OSError as e:
+                # Out of descriptors for its ring (memfd_create): not profiled, and said.
+                if e.errno in (errno.EMFILE, errno.ENFILE):
+                    self.no_descriptors += 1
+                else:
+                    self.rejected_clients += 1
+                self.log(f"client rejected: {e}")
+                conn.close()
+            except ValueError as e:
                 self.rejected_clients += 1
                 self.log(f"client rejected: {e}")
                 conn.close()
+
+    def _refuse_one(self) -> None:
+        """Out of descriptors: free the spare one to take the waiting client and
+        close it at once (its client goes dormant, the process runs on
+        unprofiled), rather than leave it pending and the loop spinning."""
+        if self._spare_fd >= 0:
+            os.close(self._spare_fd)
+            self._spare_fd = -1
+        try:
+            conn, _ = self.listener.accept()
+            conn.close()
+            self.no_descriptors += 1
+            self.log("client refused: heapscope is out of file descriptors")
+        except OSError:
+            pass
+        with contextlib.suppress(OSError):
+            self._spare_fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
 
     def _handshake(self, conn: socket.socket) -> None:
         conn.settimeout(HANDSHAKE_TIMEOUT_S)
@@ -349,11 +418,25 @@ class Producer:
              "connections refused: unknown session, version or pid"),
             ("untargeted_clients", None, "info", "producer", self.untargeted_clients,
              "processes left dormant: not picked by -n"),
+            ("clients_without_descriptors", None, "data_loss", "producer", self.no_descriptors,
+             "processes not profiled: heapscope was out of file descriptors"),
         ]
         if self.guardrail:
             rows.append(("hit_guardrail", None, "data_loss", "producer", 1,
                          f"profiling stopped early: {self.guardrail}"))
         return rows
+
+
+def take_ownership(directory: Path) -> int:
+    """Lock `directory` as this live process's own: an flock on a file inside,
+    taken before the file gets its final name (so the name never exists
+    unlocked) and released by the kernel when this process dies, however."""
+    tmp = directory / (OWNER_FILE + ".new")
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    os.rename(tmp, directory / OWNER_FILE)
+    return fd
 
 
 def _client_error_name(value: int) -> str:

@@ -1,182 +1,34 @@
-"""A recording session: the loop around the producer and what it reacts to.
+"""What a recording watches besides its clients: the producer's own guardrails,
+and the session directories that crashed runs left behind.
 
-Signals (SIGUSR1: a dump of every process now; with -p, SIGINT/SIGTERM/SIGHUP:
-detach), dump times (-c every MS after --dump-phase), the producer's own
-guardrails (checked every second), attaching to running pids, and the end:
-the target's exit, --duration, or a detach. Signals wake the loop through
-signal.set_wakeup_fd.
+The recording itself (start or attach, the loop, dumps, signals, teardown)
+is heapscope.recording.Recording.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
-import signal
-import socket
-import subprocess
-import time
-from collections.abc import Callable
+import shutil
+import stat
+import tempfile
 from pathlib import Path
 
-from heapscope.errors import TargetError, UsageError
-from heapscope.producer import attach, procfs
-from heapscope.producer.producer import Producer
+from heapscope.producer import procfs
+from heapscope.producer.config import check_positive
+from heapscope.producer.producer import OWNED_PREFIX, OWNER_FILE
 
-STATUS_EVERY_S = 0.5
-IDLE_POLL_S = 0.005
-GUARDRAIL_EVERY_S = 1.0
-# -p: these end the session (detach); the targets are not ours to signal.
-DETACH_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-class Session:
-    """The record loop and what it reacts to: signals, dump times, guardrails, the end."""
-
-    def __init__(self, producer: Producer, guard: Guardrails, duration: float | None,
-                 continuous_ms: int, phase_ms: int, say: Callable[[str], None],
-                 warn: Callable[[str], None]) -> None:
-        self.producer = producer
-        self.guard = guard
-        self.duration = duration
-        self.interval = continuous_ms / 1000
-        self.phase = phase_ms / 1000
-        self.say = say  # progress, quiet with -q
-        self.warn = warn  # always shown
-        self.usr1 = 0  # SIGUSR1s not yet answered with a dump
-        self.stop = False  # -p: Ctrl-C or SIGTERM: detach now
-        self.attached: list[int] = []
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._old_wakeup = -1
-        self._old_usr1: object = None
-
-    def install_signals(self) -> None:
-        for s in (self._wake_r, self._wake_w):
-            s.setblocking(False)
-        self._old_wakeup = signal.set_wakeup_fd(self._wake_w.fileno(), warn_on_full_buffer=False)
-        self._old_usr1 = signal.signal(signal.SIGUSR1, self._on_usr1)
-
-    def uninstall_signals(self) -> None:
-        signal.signal(signal.SIGUSR1, self._old_usr1)  # type: ignore[arg-type]
-        signal.set_wakeup_fd(self._old_wakeup)
-        self._wake_r.close()
-        self._wake_w.close()
-
-    def detach_on_signals(self) -> dict[int, object]:
-        restore: dict[int, object] = {}
-        for sig in DETACH_SIGNALS:
-            restore[sig] = signal.signal(sig, self._on_stop)
-        return restore
-
-    def _on_usr1(self, _sig: int, _frame: object) -> None:
-        self.usr1 += 1
-
-    def _on_stop(self, _sig: int, _frame: object) -> None:
-        self.stop = True
-
-    def _poll(self, timeout: float) -> int:
-        drained = self.producer.poll(timeout, wake=self._wake_r)
-        with contextlib.suppress(BlockingIOError, InterruptedError):
-            while self._wake_r.recv(512):
-                pass
-        return drained
-
-    def attach(self, pid: int, library: Path, locks: list[attach.PidLock], errors: list[str]) -> None:
-        """Load the client into `pid`; failures go to `errors` (rejections also to the profile)."""
-        producer = self.producer
-        try:
-            lock = attach.PidLock(pid)
-        except attach.AlreadyProfiled as e:
-            producer.reject_concurrent(pid)
-            errors.append(str(e))
-            return
-        producer.attach_pids.add(pid)
-        producer.target_pids.add(pid)
-        t0 = time.monotonic()
-        env = producer.client_env()
-        injection = attach.start_injection(pid, library, env["HEAPSCOPE_SOCKET"], env["HEAPSCOPE_TOKEN"])
-        try:
-            while not injection.done():
-                if time.monotonic() - t0 > attach.GDB_TIMEOUT_S:
-                    injection.kill()
-                    raise TargetError(f"attaching to pid {pid} timed out after {attach.GDB_TIMEOUT_S:.0f} s "
-                                      "(is it stopped, or holding the malloc lock?)")
-                self._poll(IDLE_POLL_S)
-            injection.result()
-        except attach.AlreadyProfiled as e:
-            producer.attach_pids.discard(pid)
-            producer.reject_concurrent(pid)
-            lock.release()
-            errors.append(str(e))
-            return
-        except TargetError as e:
-            producer.attach_pids.discard(pid)
-            lock.release()
-            errors.append(str(e))
-            return
-        locks.append(lock)
-        self.attached.append(pid)
-        self.say(f"attached to pid {pid} in {(time.monotonic() - t0) * 1000:.1f} ms")
-
-    def run(self, child: subprocess.Popen[bytes] | None, started: float,
-            status: Callable[[float], None] | None = None) -> int:
-        """Loop until the session ends; the target's exit status (0 when attached).
-
-        `status(now)` is called every STATUS_EVERY_S, for a live status line.
-        """
-        producer = self.producer
-        busy = False
-        next_status = started + STATUS_EVERY_S
-        next_dump = started + self.phase if self.interval > 0 else None
-        next_guard = started + GUARDRAIL_EVERY_S if self.guard.enabled else None
-        end_at = started + self.duration if self.duration is not None else None
-        code: int | None = None
-        while True:
-            busy = self._poll(0 if busy else IDLE_POLL_S) > 0
-            while self.usr1 > 0:
-                self.usr1 -= 1
-                producer.dump_all("signal")
-            now = time.monotonic()
-            if next_dump is not None and now >= next_dump:
-                producer.dump_all("periodic")
-                while next_dump <= now:
-                    next_dump += self.interval
-            if next_guard is not None and now >= next_guard:
-                hit = self.guard.check()
-                if hit:
-                    producer.hit_guardrail(hit)
-                    self.warn(f"guardrail hit: {hit}; final dumps written, the targets run on unprofiled")
-                    next_guard = next_dump = None
-                else:
-                    next_guard = now + GUARDRAIL_EVERY_S
-            if child is not None:
-                code = child.poll()
-                if code is not None:
-                    break
-            elif self.stop or not any(p.info.pid in producer.attach_pids for p in producer.processes.values()):
-                break
-            if end_at is not None and now >= end_at:
-                break
-            if producer.guardrail and child is None:
-                break
-            if status is not None and now >= next_status:
-                status(now)
-                next_status = now + STATUS_EVERY_S
-        if code is None:
-            return 0
-        # The target is gone; its socket (and those of children that exited with
-        # it) has reached EOF: end them as exited before ending the rest.
-        producer.stop_accepting()
-        while producer.poll(0):
-            pass
-        return 128 - code if code < 0 else code
+MAX_MEMORY_MB = float(1 << 30)  # 1 PiB
+MAX_CPU_S = 10.0 * 365 * 24 * 3600  # ten years
 
 
 class Guardrails:
     """heapprofd's max_heapprofd_memory_kb / max_heapprofd_cpu_secs, for heapscope itself."""
 
     def __init__(self, memory_mb: float | None, cpu_s: float | None) -> None:
-        if (memory_mb is not None and memory_mb <= 0) or (cpu_s is not None and cpu_s <= 0):
-            raise UsageError("--max-producer-memory and --max-producer-cpu must be positive")
+        memory_mb = check_positive(memory_mb, "--max-producer-memory", MAX_MEMORY_MB)
+        cpu_s = check_positive(cpu_s, "--max-producer-cpu", MAX_CPU_S)
         self.memory_kb = memory_mb * 1024 if memory_mb is not None else None
         self.cpu_s = cpu_s
         self.enabled = memory_mb is not None or cpu_s is not None
@@ -195,3 +47,48 @@ class Guardrails:
             if used > self.cpu_s:
                 return f"producer CPU {used:.2f} s > --max-producer-cpu {self.cpu_s:g} s"
         return ""
+
+
+def remove_stale_dirs(tmp: str | None = None) -> int:
+    """Remove the session directories of our own runs that died without cleaning up.
+
+    Only directories named heapscope-* that are real directories (not
+    symlinks) owned by our uid, holding an owner lock that nobody holds any
+    more: the run that made it is dead (the kernel drops an flock with its
+    last holder). Returns how many were removed.
+    """
+    base = Path(tmp or tempfile.gettempdir())
+    removed = 0
+    me = os.geteuid()
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return 0
+    for entry in entries:
+        if not entry.name.startswith(OWNED_PREFIX):
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != me:
+            continue
+        path = Path(entry.path)
+        try:
+            fd = os.open(path / OWNER_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue  # not ours (no owner lock), or being created right now
+        try:
+            if os.fstat(fd).st_uid != me:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # its run is alive
+            # rmtree works through directory fds here and never follows a symlink.
+            with contextlib.suppress(OSError):
+                shutil.rmtree(path)
+                removed += 1
+        finally:
+            os.close(fd)
+    return removed

@@ -162,6 +162,10 @@ class ProfileWriter:
     def commit(self) -> None:
         self.db.commit()
 
+    def rollback(self) -> None:
+        """Drop what was added since the last commit (a write that failed half way)."""
+        self.db.rollback()
+
     def close(self) -> None:
         self.db.commit()
         self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")

@@ -8,11 +8,14 @@ profile on that warm process, so the user waits only for the lookups.
 
 from __future__ import annotations
 
-import sqlite3
+from typing import TYPE_CHECKING
 
 from heapscope.symbolize.llvm import SymbolizerError, WarmSymbolizer, find_llvm_symbolizer
 from heapscope.symbolize.locate import Locator
 from heapscope.symbolize.profile import SymbolizeReport, symbolize_profile
+
+if TYPE_CHECKING:
+    from heapscope.store.writer import ProfileWriter
 
 
 class LiveSymbolizer:
@@ -39,9 +42,9 @@ class LiveSymbolizer:
             except SymbolizerError:
                 self.close()
 
-    def finish(self, db: sqlite3.Connection) -> SymbolizeReport:
+    def finish(self, writer: ProfileWriter) -> SymbolizeReport:
         try:
-            return symbolize_profile(db, warm=self.warm) if self.warm else symbolize_profile(db)
+            return symbolize_profile(writer, warm=self.warm) if self.warm else symbolize_profile(writer)
         finally:
             self.close()
 
