@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from heapscope.errors import OutputError
+from heapscope.errors import OutputError, UsageError
 from heapscope.export import FORMATS
 from heapscope.model import VIEWS
 from heapscope.store.reader import open_profile
@@ -18,8 +18,9 @@ HELP = "write a profile as pprof, Perfetto trace, Chrome JSON, speedscope or col
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="PROFILE", help="profile database written by `heapscope record`")
-    p.add_argument("--format", "-f", required=True, choices=list(FORMATS), metavar="F",
-                   help="; ".join(f"{f.name}: {f.help}" for f in FORMATS.values()))
+    p.add_argument("--format", "-f", required=True, choices=[*FORMATS, "clickhouse"], metavar="F",
+                   help="; ".join(f"{f.name}: {f.help}" for f in FORMATS.values())
+                   + "; clickhouse: rows into a ClickHouse table (--to URL), or a SQL script (-o)")
     p.add_argument("-o", "--output", metavar="OUT",
                    help="output file (default: PROFILE's name with the format's suffix; '-' for stdout)")
     p.add_argument("--view", choices=VIEWS, default="space",
@@ -28,6 +29,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dump", type=int, metavar="N",
                    help="only dump N of each process (1 = first, -1 = last); default: the last for"
                         " pprof/speedscope/collapsed, every dump for perfetto/chrome-json")
+    from heapscope.cli.push import add_clickhouse_arguments
+    add_clickhouse_arguments(p)
 
 
 def default_output(profile_path: str, fmt: str) -> Path:
@@ -37,6 +40,11 @@ def default_output(profile_path: str, fmt: str) -> Path:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.format == "clickhouse":
+        from heapscope.cli.push import export_clickhouse
+        return export_clickhouse(args)
+    if args.to or args.label or args.host:
+        raise UsageError("--to, --label and --host go with --format clickhouse")
     fmt = FORMATS[args.format]
     exporter = fmt.exporter()
     with open_profile(args.file) as profile:

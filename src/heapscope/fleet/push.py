@@ -274,6 +274,7 @@ class Pusher:
         self._closing = False
         self._deadline = float("inf")
         self._busy = False
+        self._down = False  # the last profile failed for want of a server
         self._thread = threading.Thread(target=self._run, name="heapscope-push", daemon=True)
         self._thread.start()
 
@@ -343,7 +344,11 @@ class Pusher:
                     self._busy = False
 
     def _deliver(self, item: PushItem) -> None:
-        for attempt in range(self.attempts):
+        # While the server is known to be down (the last profile used up its
+        # tries), each profile gets one try: a dead server must not make the
+        # queue back up behind long backoff series.
+        attempts = 1 if self._down else self.attempts
+        for attempt in range(attempts):
             try:
                 self.sender.send(item)
             except PushError as e:
@@ -354,10 +359,14 @@ class Pusher:
                 with self._cond:
                     self.stats.sent += 1
                     self.stats.sent_bytes += len(item.pprof)
+                self._down = False
                 return
             with self._cond:
                 self.stats.last_error = f"{item.what}: {error}"
-            if not error.retry or attempt + 1 == self.attempts:
+            if not error.retry:
+                break
+            if attempt + 1 == attempts:
+                self._down = True
                 break
             delay = min(self.max_backoff, self.backoff * 2 ** attempt) * (0.5 + random.random() / 2)
             if not self._pause(delay):
