@@ -7,6 +7,9 @@
         ?seconds=N             400: a delta profile over time is not offered (dumps are snapshots)
         ?debug=N (N != 0)      400: only the binary format is served
         ?gc=1                  accepted and ignored (there is no collector to run)
+    GET/POST /debug/pprof/symbol   "num_symbols: 1" / no symbols: every frame heapscope could name
+                               is named in the profile already; pprof asks this endpoint for the
+                               others (google/pprof internal/symbolz) and fails when it is missing
 
 Go answers /heap and /allocs with the same four sample types and only the
 default differs (https://pkg.go.dev/net/http/pprof); `go tool pprof URL` and
@@ -141,6 +144,9 @@ def _handler_class(owner: PprofServer, request_timeout: float) -> type[BaseHTTPR
             if path == "/debug/pprof":
                 self._send(HTTPStatus.OK, _INDEX, "text/html; charset=utf-8")
                 return
+            if path == "/debug/pprof/symbol":
+                self._send(HTTPStatus.OK, b"num_symbols: 1\n", "text/plain; charset=utf-8")
+                return
             view = _VIEW_OF.get(path)
             if view is None:
                 self._error(HTTPStatus.NOT_FOUND, f"{url.path}: not served (heapscope serves"
@@ -162,6 +168,14 @@ def _handler_class(owner: PprofServer, request_timeout: float) -> type[BaseHTTPR
                     return
                 pid = int(text)
             self._profile(view, pid)
+
+        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+            if urlsplit(self.path).path.rstrip("/") != "/debug/pprof/symbol":
+                self._error(HTTPStatus.NOT_FOUND, f"{urlsplit(self.path).path}: POST is only for /debug/pprof/symbol")
+                return
+            length = self.headers.get("Content-Length", "0")
+            self.rfile.read(min(int(length) if length.isdigit() else 0, 1 << 20))
+            self._send(HTTPStatus.OK, b"", "text/plain; charset=utf-8")  # no further names to give
 
         def _profile(self, view: str, pid: int | None) -> None:
             from heapscope.fleet import pprof_source
