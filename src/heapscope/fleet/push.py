@@ -275,6 +275,7 @@ class Pusher:
         self._deadline = float("inf")
         self._busy = False
         self._down = False  # the last profile failed for want of a server
+        self._abandoned = False  # close() returned while a request was in flight
         self._thread = threading.Thread(target=self._run, name="heapscope-push", daemon=True)
         self._thread.start()
 
@@ -300,16 +301,18 @@ class Pusher:
             self._closing = True
             self._deadline = self._clock() + max(0.0, drain_timeout)
             self._cond.notify_all()
-        self._thread.join(timeout=drain_timeout + 1.0 + (self.sender_timeout() if drain_timeout > 0 else 0))
+        self._thread.join(timeout=drain_timeout + 0.5)
         with self._cond:
             self.stats.dropped += len(self._queue)
             self._queue.clear()
+            if self._thread.is_alive():
+                # A request still in flight is left to its own timeout on the
+                # daemon worker; it counts as dropped whatever becomes of it.
+                self._abandoned = True
+                self.stats.dropped += int(self._busy)
+                return self.stats
         self.sender.close()
         return self.stats
-
-    def sender_timeout(self) -> float:
-        t = getattr(self.sender, "timeout", 0.0)
-        return float(t) if isinstance(t, int | float) else 0.0
 
     def summary(self) -> str:
         """One line: what was pushed where, and what was lost and why."""
@@ -357,11 +360,15 @@ class Pusher:
                 error = PushError(f"{type(e).__name__}: {e}", retry=False)
             else:
                 with self._cond:
+                    if self._abandoned:
+                        return
                     self.stats.sent += 1
                     self.stats.sent_bytes += len(item.pprof)
                 self._down = False
                 return
             with self._cond:
+                if self._abandoned:
+                    return
                 self.stats.last_error = f"{item.what}: {error}"
             if not error.retry:
                 break
@@ -374,7 +381,8 @@ class Pusher:
             with self._cond:
                 self.stats.retries += 1
         with self._cond:
-            self.stats.failed += 1
+            if not self._abandoned:
+                self.stats.failed += 1
 
     def _pause(self, delay: float) -> bool:
         """Wait `delay` seconds unless the drain deadline comes first; False when it did."""
