@@ -233,6 +233,7 @@ class Writer:
                     import clickhouse_connect
                 except ModuleNotFoundError as e:
                     raise UsageError("--to http://...: needs clickhouse-connect: pip install 'heapscope[fleet]'") from e
+                _quiet_driver()
                 self._client = clickhouse_connect.get_client(
                     host=dest.host, port=dest.port, username=dest.username, password=dest.password,
                     secure=dest.secure, connect_timeout=timeout, send_receive_timeout=timeout)
@@ -345,5 +346,21 @@ def _where(dest: Destination) -> str:
 
 
 def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return text[0][:300] if text else type(e).__name__
+    """What went wrong, short: drivers wrap the socket error in layers of text."""
+    text = str(e)
+    for needle, said in (("Connection refused", "cannot connect (connection refused)"),
+                         ("Name or service not known", "cannot resolve host"),
+                         ("timed out", "no answer in time")):
+        if needle in text:
+            return said
+    lines = text.strip().splitlines()
+    return lines[0][:300] if lines else type(e).__name__
+
+
+def _quiet_driver() -> None:
+    """clickhouse-connect logs its errors too; heapscope says each failure once, in one line."""
+    import logging
+
+    log = logging.getLogger("clickhouse_connect")
+    log.addHandler(logging.NullHandler())
+    log.propagate = False
