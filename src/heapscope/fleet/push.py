@@ -269,7 +269,7 @@ class Pusher:
         self.backoff, self.max_backoff = backoff, max_backoff
         self.stats = PushStats()
         self._clock = clock
-        self._queue: deque[PushItem] = deque()
+        self._queue: deque[PushItem | Callable[[], list[PushItem]]] = deque()
         self._cond = threading.Condition()
         self._closing = False
         self._deadline = float("inf")
@@ -279,8 +279,12 @@ class Pusher:
         self._thread = threading.Thread(target=self._run, name="heapscope-push", daemon=True)
         self._thread.start()
 
-    def submit(self, item: PushItem) -> bool:
-        """Queue `item` without waiting; False (counted as dropped) when the queue is full or closed."""
+    def submit(self, item: PushItem | Callable[[], list[PushItem]]) -> bool:
+        """Queue `item` without waiting; False (counted as dropped) when the queue is full or closed.
+
+        `item` may be a function that makes the items, called on the worker
+        thread: building pprof from a profile then costs the caller nothing.
+        """
         with self._cond:
             self.stats.submitted += 1
             if self._closing or len(self._queue) >= self.queue_size:
@@ -341,10 +345,26 @@ class Pusher:
                 item = self._queue.popleft()
                 self._busy = True
             try:
-                self._deliver(item)
+                if isinstance(item, PushItem):
+                    self._deliver(item)
+                else:
+                    self._make_and_deliver(item)
             finally:
                 with self._cond:
                     self._busy = False
+
+    def _make_and_deliver(self, make: Callable[[], list[PushItem]]) -> None:
+        try:
+            items = make()
+        except Exception as e:  # a profile that cannot be read is a lost push, not a dead worker
+            with self._cond:
+                self.stats.failed += 1
+                self.stats.last_error = f"building the profile: {e}"
+            return
+        with self._cond:
+            self.stats.submitted += len(items) - 1  # the function was counted as one profile
+        for it in items:
+            self._deliver(it)
 
     def _deliver(self, item: PushItem) -> None:
         # While the server is known to be down (the last profile used up its
