@@ -103,3 +103,20 @@ def test_unreachable_server_is_one_line(timed_profile):
     with open_profile(timed_profile) as p, pytest.raises(HeapscopeError) as e:
         clickhouse.write(p, f"http://127.0.0.1:{port}/profiles")
     assert str(e.value).startswith(f"ClickHouse 127.0.0.1:{port}: ") and "\n" not in str(e.value)
+
+
+def test_planted_staging_file_is_refused_and_kept(timed_profile, tmp_path):
+    # GIVEN the chDB directory exists with a symlink where heapscope stages its rows
+    import os
+
+    ch = tmp_path / "ch"
+    with Writer(parse_destination(f"chdb:{ch}")) as w:
+        w.create()
+    victim = tmp_path / "victim"
+    victim.write_text("keep me")
+    planted = ch / f".heapscope-insert-{os.getpid()}.json"
+    planted.symlink_to(victim)
+    # WHEN rows are written THEN the write fails in one line, and neither file is touched
+    with open_profile(timed_profile) as p, pytest.raises(HeapscopeError, match="insert failed: .*File exists"):
+        clickhouse.write(p, f"chdb:{ch}")
+    assert victim.read_text() == "keep me" and planted.is_symlink()
