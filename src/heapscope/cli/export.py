@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from heapscope.errors import UsageError
 from heapscope.export import FORMATS
 from heapscope.model import VIEWS
 from heapscope.store.files import EXPORT, atomic_output
@@ -17,8 +18,9 @@ HELP = "write a profile as pprof, Perfetto trace, Chrome JSON, speedscope or col
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="PROFILE", help="profile database written by `heapscope record`")
-    p.add_argument("--format", "-f", required=True, choices=list(FORMATS), metavar="F",
-                   help="; ".join(f"{f.name}: {f.help}" for f in FORMATS.values()))
+    p.add_argument("--format", "-f", required=True, choices=[*FORMATS, "clickhouse"], metavar="F",
+                   help="; ".join(f"{f.name}: {f.help}" for f in FORMATS.values())
+                   + "; clickhouse: rows into a ClickHouse table (--to URL), or a SQL script (-o)")
     p.add_argument("-o", "--output", metavar="OUT",
                    help="output file (default: PROFILE's name with the format's suffix; '-' for stdout)")
     p.add_argument("--view", choices=VIEWS, default="space",
@@ -29,6 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         " pprof/speedscope/collapsed, every dump for perfetto/chrome-json")
     p.add_argument("--force", action="store_true",
                    help="replace an existing output file (never a heapscope profile, nor through a link)")
+    from heapscope.cli.push import add_clickhouse_arguments
+    add_clickhouse_arguments(p)
 
 
 def default_output(profile_path: str, fmt: str) -> Path:
@@ -38,6 +42,11 @@ def default_output(profile_path: str, fmt: str) -> Path:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.format == "clickhouse":
+        from heapscope.cli.push import export_clickhouse
+        return export_clickhouse(args)
+    if args.to or args.label or args.host:
+        raise UsageError("--to, --label and --host go with --format clickhouse")
     fmt = FORMATS[args.format]
     exporter = fmt.exporter()
     with open_profile(args.file) as profile:

@@ -1,0 +1,174 @@
+"""Many machines: rows/s into chDB, bytes per pushed profile, push and scrape latency on loopback.
+
+A synthetic profile written with the real ProfileWriter (one process, CALLSITES
+leaf callsites of depth 8-24 over 2,000 functions in 4 libraries, DUMPS
+continuous dumps, each touching every callsite), and optionally a real
+recording of tests/programs/sampled at the default interval (--real).
+
+    python benchmarks/fleet.py [--callsites N] [--dumps N] [--real]
+
+Measured: ClickHouse rows built and inserted per second into chDB (the whole
+`heapscope export --format clickhouse --to chdb:DIR` path, in process); gzip
+pprof bytes per pushed dump; wall time per push to a loopback Pyroscope-shaped
+and Parca server (tests/fleet_support.py); time per /debug/pprof/heap answer.
+Not measured here: the overhead of `record --serve` / `--push` on the target,
+which needs them wired into `record` (issue 14; see fleet/live.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from heapscope.fleet import clickhouse, pprof_source  # noqa: E402
+from heapscope.fleet.push import Pusher, PushItem  # noqa: E402
+from heapscope.fleet.serve import PprofServer, Snapshot  # noqa: E402
+from heapscope.model import Frame, Mapping, ProcessFlags, ProcessInfo, Upid  # noqa: E402
+from heapscope.store.reader import open_profile  # noqa: E402
+from heapscope.store.writer import ProfileWriter  # noqa: E402
+
+
+def build(path: Path, callsites: int, dumps: int) -> None:
+    rng = random.Random(7)
+    w = ProfileWriter(path)
+    w.set_metadata("interval", 4096)
+    w.set_metadata("started_unix_ns", time.time_ns())
+    w.set_metadata("started_monotonic_ns", 0)
+    info = ProcessInfo(upid=Upid(1), pid=4242, ppid=1, name="big", cmdline="/usr/bin/big", exe="/usr/bin/big",
+                       uid=0, start_ts=1)
+    w.add_process(info)
+    w.set_process_flags(info, ProcessFlags(unwinder="libunwind", sampling_interval_bytes=4096,
+                                           orig_sampling_interval_bytes=4096))
+    libs = ["/usr/bin/big", "/usr/lib/libone.so", "/usr/lib/libtwo.so", "/usr/lib/x86_64-linux-gnu/libc.so.6"]
+    w.add_mappings((i + 1, Mapping(f"{i:02x}" * 20, 0x1000, 0, 0x400000 * (i + 1), 0x400000 * (i + 1) + 0x200000,
+                                   0, name)) for i, name in enumerate(libs))
+    w.add_frames((i + 1, Frame(i % 4 + 1, 0x1000 + 16 * i, f"function_{i}")) for i in range(2000))
+    children: dict[tuple[int | None, int], int] = {}
+    rows: list[tuple[int, int, int | None, int]] = []
+    leaves: list[int] = []
+    while len(leaves) < callsites:
+        parent: int | None = None
+        for d in range(rng.randint(8, 24)):
+            frame = rng.randrange(2000) + 1 if d > 2 else d + 1
+            node = children.get((parent, frame))
+            if node is None:
+                node = children[(parent, frame)] = len(rows) + 1
+                rows.append((node, d, parent, frame))
+            parent = node
+        assert parent is not None
+        leaves.append(parent)
+    w.add_callsites(rows)
+    for n in range(dumps):
+        ts = (n + 1) * 1_000_000_000
+        deltas = []
+        for leaf in leaves:
+            size = rng.choice((16, 64, 256, 4096))
+            deltas.append((leaf, 2, 2 * size))
+            deltas.append((leaf, -1, -size))
+        w.add_dump(1, ts - 1_000_000_000, ts, "periodic", deltas, "libc.malloc")
+    w.close()
+
+
+def record_real(tmp: Path) -> Path:
+    import importlib.util
+    import subprocess
+
+    spec = importlib.util.spec_from_file_location("programs_build", ROOT / "tests" / "programs" / "build.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    binary = mod.build("sampled")
+    db = tmp / "sampled.db"
+    subprocess.run([sys.executable, "-m", "heapscope", "record", "-q", "-o", str(db), "-c", "20", "--", str(binary)],
+                   check=True, timeout=300)
+    return db
+
+
+def clickhouse_rate(db: Path, tmp: Path) -> tuple[int, float, float]:
+    """(rows, seconds to build rows alone, seconds to build and insert into chDB)."""
+    with open_profile(db) as p:
+        t0 = time.perf_counter()
+        n = sum(1 for _ in clickhouse.rows(p, host="bench"))
+        build_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        clickhouse.write(p, f"chdb:{tmp / 'ch'}", host="bench")
+        total_s = time.perf_counter() - t0
+    return n, build_s, total_s
+
+
+def pprof_sizes(db: Path) -> list[int]:
+    with open_profile(db) as p:
+        proc = p.processes()[0]
+        return [len(pprof_source.build(p, pid=proc.info.pid, dump=i + 1).data)
+                for i in range(len(p.dumps(proc.info.upid)))]
+
+
+def push_times(db: Path, url_kind: str, tmp: Path, count: int = 10) -> list[float]:
+    from fleet_support import ParcaServer, PyroscopeServer, parca_messages
+
+    with open_profile(db) as p:
+        data = pprof_source.build(p).data
+    server = ParcaServer(parca_messages(tmp / "proto")) if url_kind == "parca" else PyroscopeServer()
+    times = []
+    try:
+        pusher = Pusher(server.url, {"service": "bench"}, queue_size=1)
+        for i in range(count):
+            t0 = time.perf_counter()
+            pusher.submit(PushItem(data, time.time_ns(), time.time_ns(), (), f"bench {i}"))
+            server.wait_for(i + 1, timeout=60)
+            times.append(time.perf_counter() - t0)
+        pusher.close()
+    finally:
+        server.close()
+    return times
+
+
+def scrape_times(db: Path, count: int = 5) -> list[float]:
+    times = []
+    with PprofServer(lambda: Snapshot(db), "127.0.0.1:0") as s:
+        for _ in range(count):
+            t0 = time.perf_counter()
+            with urllib.request.urlopen(s.url + "heap", timeout=120) as r:
+                r.read()
+            times.append(time.perf_counter() - t0)
+    return times
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--callsites", type=int, default=20_000)
+    ap.add_argument("--dumps", type=int, default=10)
+    ap.add_argument("--real", action="store_true", help="also record tests/programs/sampled and measure it")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        profiles = {"synthetic": tmp / "synthetic.db"}
+        build(profiles["synthetic"], args.callsites, args.dumps)
+        if args.real:
+            profiles["sampled (real, -c 20)"] = record_real(tmp)
+        print("| profile | ClickHouse rows | rows/s built | rows/s built + inserted (chDB) | pprof bytes/dump"
+              " (median) | push Pyroscope ms | push Parca ms | /debug/pprof/heap ms |")
+        print("|---|---|---|---|---|---|---|---|")
+        for name, db in profiles.items():
+            sub = tmp / name.split()[0]
+            sub.mkdir()
+            n, build_s, total_s = clickhouse_rate(db, sub)
+            sizes = pprof_sizes(db)
+            pyro = statistics.median(push_times(db, "pyroscope", sub)) * 1000
+            parca = statistics.median(push_times(db, "parca", sub)) * 1000
+            scrape = statistics.median(scrape_times(db)) * 1000
+            print(f"| {name} | {n:,} | {n / build_s:,.0f} | {n / total_s:,.0f} | {statistics.median(sizes):,.0f}"
+                  f" | {pyro:.1f} | {parca:.1f} | {scrape:.1f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""`heapscope push FILE URL`: send a finished profile's dumps to Pyroscope or Parca."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from heapscope.errors import HeapscopeError, UsageError
+from heapscope.store.files import EXPORT, atomic_output
+
+NAME = "push"
+HELP = "send a profile's dumps to Pyroscope (pyroscope+http://) or Parca (parca+grpc://)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="PROFILE", help="profile database written by `heapscope record`")
+    p.add_argument("url", metavar="URL",
+                   help="pyroscope+http[s]://HOST:PORT[/PREFIX] or parca+grpc[s]://HOST:PORT")
+    p.add_argument("--label", action="append", default=[], metavar="K=V",
+                   help="a label of every pushed profile (repeatable), e.g. service=api, host=web1")
+    p.add_argument("-p", "--pid", type=int, metavar="PID", help="only this process")
+    p.add_argument("--dump", type=int, metavar="N",
+                   help="only dump N of each process (1 = first, -1 = last; default: every dump)")
+    p.add_argument("--timeout", type=float, default=10.0, metavar="S",
+                   help="seconds to wait for the server per request (default 10)")
+    p.add_argument("--attempts", type=int, default=4, metavar="N",
+                   help="tries per profile when the server is unreachable or answers 429/5xx (default 4)")
+
+
+def main(args: argparse.Namespace) -> int:
+    from heapscope.export._common import pick_dumps, process_label, select_processes
+    from heapscope.fleet import pprof_source
+    from heapscope.fleet.push import Pusher, PushItem, parse_labels, parse_target
+    from heapscope.store.reader import open_profile
+
+    target = parse_target(args.url)
+    labels = parse_labels(args.label)
+    if args.timeout <= 0 or args.attempts < 1:
+        raise UsageError("--timeout must be > 0 and --attempts at least 1")
+    items: list[PushItem] = []
+    with open_profile(args.file) as profile:
+        for p in select_processes(profile, args.pid):
+            dumps = profile.dumps(p.info.upid)
+            for d in pick_dumps(dumps, args.dump, process_label(p)):
+                n = next(i for i, x in enumerate(dumps, 1) if x.id == d.id)
+                built = pprof_source.build(profile, pid=p.info.pid, dump=n)
+                item_labels: tuple[tuple[str, str], ...] = (("pid", str(p.info.pid)),)
+                if p.info.exe:
+                    item_labels += (("executable", p.info.exe.rsplit("/", 1)[-1]),)
+                items.append(PushItem(built.data, built.start_unix_ns, built.end_unix_ns, item_labels,
+                                      f"dump {n} of pid {p.info.pid}"))
+    if not items:
+        raise HeapscopeError(f"{args.file}: no dumps to push")
+    pusher = Pusher(target, labels, queue_size=len(items), attempts=args.attempts, timeout=args.timeout)
+    for item in items:
+        pusher.submit(item)
+    # Every profile gets its tries: the longest backoff series plus the request timeouts.
+    budget = len(items) * args.attempts * (args.timeout + pusher.max_backoff)
+    stats = pusher.close(drain_timeout=budget)
+    line = pusher.summary()
+    if stats.failed or stats.dropped:
+        raise HeapscopeError(line)
+    print(line, file=sys.stderr)
+    return 0
+
+
+# --- `heapscope export --format clickhouse` (cli/export.py hands over here) ----------------
+
+
+def add_clickhouse_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--to", metavar="URL",
+                   help="clickhouse: http[s]://HOST:8123/DATABASE[/TABLE] (a server, through clickhouse-connect)"
+                        " or chdb:DIR (a local chDB directory); without it, -o gets a SQL script")
+    p.add_argument("--label", action="append", default=[], metavar="K=V",
+                   help="clickhouse: a label of every row (repeatable), e.g. service=api")
+    p.add_argument("--host", metavar="NAME", help="clickhouse: the host column (default: this machine's name)")
+
+
+def export_clickhouse(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from heapscope.fleet import clickhouse
+    from heapscope.fleet.push import parse_labels
+    from heapscope.store.reader import open_profile
+
+    labels = parse_labels(args.label)
+    if args.view != "space":
+        raise UsageError("--view does not apply to --format clickhouse (rows hold all four views)")
+    if args.to and args.output:
+        raise UsageError("--format clickhouse takes --to URL or -o FILE, not both")
+    dest = clickhouse.parse_destination(args.to) if args.to else None
+    with open_profile(args.file) as profile:
+        if dest is not None:
+            n = clickhouse.write(profile, dest, host=args.host, labels=labels, pid=args.pid, dump=args.dump)
+            print(f"wrote {n} rows to {dest.database}.{dest.table} at {args.to}", file=sys.stderr)
+            return 0
+        if args.output == "-":
+            clickhouse.write_script(profile, sys.stdout.buffer, host=args.host, labels=labels, pid=args.pid,
+                                    dump=args.dump)
+            sys.stdout.buffer.flush()
+            return 0
+        p = Path(args.file)
+        out = Path(args.output) if args.output else p.with_name(
+            (p.name[:-3] if p.name.endswith(".db") else p.name) + ".clickhouse.sql")
+        with atomic_output(out, getattr(args, "force", False), EXPORT) as f:
+            n = clickhouse.write_script(profile, f, host=args.host, labels=labels, pid=args.pid, dump=args.dump)
+    print(f"wrote {out} ({n} rows; clickhouse-client --multiquery < {out.name})", file=sys.stderr)
+    return 0

@@ -1,0 +1,115 @@
+"""PprofServer: Go's /debug/pprof/heap and /allocs, answered from a profile file, loopback only."""
+
+from __future__ import annotations
+
+import gzip
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from export_support import decode
+from fleet_support import go_missing, go_pprof, raw_totals
+
+from heapscope.errors import ProfileError, UsageError
+from heapscope.fleet.serve import PprofServer, Snapshot, parse_address
+
+
+def get(url: str) -> tuple[int, bytes, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=20) as r:
+            return r.status, r.read(), r.headers.get("Content-Type", "")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read(), e.headers.get("Content-Type", "")
+
+
+@pytest.fixture
+def server(known_profile: Path) -> Iterator[PprofServer]:
+    calls: list[int] = []
+
+    def snapshot() -> Snapshot:
+        calls.append(1)
+        return Snapshot(known_profile)
+
+    with PprofServer(snapshot, "127.0.0.1:0") as s:
+        s.calls = calls  # type: ignore[attr-defined]
+        yield s
+
+
+def default_type(body: bytes) -> str:
+    msg = decode(gzip.decompress(body))
+    strings = [v.decode() for f, v in msg if f == 6]  # type: ignore[union-attr]
+    return strings[next(v for f, v in msg if f == 14)]  # type: ignore[index]
+
+
+def test_heap_and_allocs(server):
+    status, body, ctype = get(server.url + "heap")
+    assert status == 200 and ctype == "application/octet-stream" and body[:2] == b"\x1f\x8b"
+    assert default_type(body) == "inuse_space"
+    status, body, _ = get(server.url + "allocs?gc=1")
+    assert status == 200 and default_type(body) == "alloc_space"
+    assert len(server.calls) == 2  # a fresh snapshot per request
+    status, body, ctype = get(server.url)
+    assert status == 200 and b"heap" in body and ctype.startswith("text/html")
+    assert server.requests == 3 and server.errors == 0
+
+
+@pytest.mark.parametrize(("query", "status", "line"), [
+    ("heap?seconds=30", 400, "seconds: delta profiles over an interval are not offered"),
+    ("allocs?debug=1", 400, "debug=1: only the binary pprof format"),
+    ("heap?pid=999", 404, "pid 999: not profiled (pids present: 100, 200, 300)"),
+    ("heap?pid=abc", 400, "pid='abc': not a process id"),
+    ("goroutine", 404, "/debug/pprof/goroutine: not served"),
+])
+def test_refusals_are_one_line(server, query, status, line):
+    got, body, ctype = get(server.url + query)
+    assert got == status and ctype.startswith("text/plain")
+    text = body.decode()
+    assert text.startswith(line) and text.count("\n") == 1
+    assert server.errors == 1
+
+
+def test_pid_selects_one_process(server):
+    status, body, _ = get(server.url + "heap?pid=200")
+    assert status == 200
+    samples = [v for f, v in decode(gzip.decompress(body)) if f == 2]
+    assert len(samples) == 1
+
+
+def test_snapshot_failure_is_503(tmp_path):
+    def broken() -> Snapshot:
+        raise ProfileError(f"{tmp_path}/x.db: no such file")
+
+    with PprofServer(broken, "127.0.0.1:0") as s:
+        status, body, _ = get(s.url + "heap")
+    assert status == 503 and body.decode() == f"{tmp_path}/x.db: no such file\n"
+
+
+def test_loopback_only_unless_allowed():
+    with pytest.raises(UsageError, match="not a loopback address.*--serve-remote"):
+        parse_address("0.0.0.0:6060")
+    with pytest.raises(UsageError, match="not a loopback address"):
+        PprofServer(lambda: Snapshot(Path("x")), ("192.0.2.1", 6060))
+    assert parse_address("0.0.0.0:6060", allow_remote=True) == ("0.0.0.0", 6060)
+    assert parse_address(":6060") == ("127.0.0.1", 6060)
+    assert parse_address("[::1]:6060") == ("::1", 6060)
+    assert parse_address("localhost:1") == ("localhost", 1)
+    for bad in ("6060", "127.0.0.1:http", "127.0.0.1:70000", ""):
+        with pytest.raises(UsageError, match="expected HOST:PORT"):
+            parse_address(bad)
+
+
+def test_port_in_use_is_one_line(server):
+    with pytest.raises(UsageError, match=rf"--serve 127.0.0.1:{server.port}: cannot listen"):
+        PprofServer(lambda: Snapshot(Path("x")), f"127.0.0.1:{server.port}")
+
+
+@pytest.mark.timeout(240)
+def test_go_tool_pprof_over_http(server, tmp_path):
+    if go_missing():
+        pytest.skip(go_missing())
+    raw = go_pprof(["-raw", server.url + "heap"], tmp_path)
+    assert raw_totals(raw)["inuse_space"] == 434 + 4096
+    top = go_pprof(["-top", server.url + "allocs?pid=100"], tmp_path)
+    assert "Type: alloc_space" in top and "malloc" in top
