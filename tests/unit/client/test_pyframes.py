@@ -196,3 +196,87 @@ def test_no_allocation_or_lock_in_the_walker(tmp_path: Path) -> None:
     allowed = {"dlsym", "dlopen", "dladdr1", "dl_iterate_phdr", "snprintf", "strtoul", "strncmp", "strrchr",
                "memcmp", "memcpy", "memset", "pthread_self", "_GLOBAL_OFFSET_TABLE_", "__stack_chk_fail"}
     assert undefined <= allowed, undefined - allowed
+
+
+# Run with the PROBE_PRELOAD build in LD_PRELOAD: every malloc() walks.
+WORKLOAD = r'''
+import asyncio, json, multiprocessing, sys, threading
+
+def gen(n):
+    for i in range(n):
+        yield {"k": [i] * (i % 7), "s": str(i) * 3}
+
+def enc(n=3000):
+    return sum(len(json.dumps(d)) for d in gen(n))
+
+async def co(i):
+    await asyncio.sleep(0)
+    return [str(j) for j in range(i * 50)]
+
+async def amain():
+    return sum(len(x) for x in await asyncio.gather(*(co(i) for i in range(40))))
+
+class K:
+    def deep(self, k):
+        return self.deep(k - 1) if k else enc(300)
+
+if __name__ == "__main__":
+    out = []
+    threads = [threading.Thread(target=lambda: out.append(enc())) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print(sorted(out), asyncio.run(amain()), len([[x] * 10 for x in range(20000)]))
+    print(K().deep(200))
+    for method in ("fork", "spawn"):
+        with multiprocessing.get_context(method).Pool(2) as pool:
+            print(method, pool.map(enc, [10, 20, 30]))
+'''
+
+
+@pytest.fixture(scope="module")
+def preload_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("pyframes") / "preload.so"
+    subprocess.run(
+        [_cc(), "-std=gnu11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-D_GNU_SOURCE", "-DPROBE_PRELOAD",
+         "-Wall", "-Wextra", "-Werror", f"-I{CLIENT_DIR}", str(HERE / "pyframes_probe.c"),
+         str(CLIENT_DIR / "pyframes.c"), "-o", str(out), "-ldl", "-lpthread"],
+        check=True, timeout=120,
+    )
+    return out
+
+
+@pytest.mark.skipif(not PYTHONS, reason="no CPython 3.8-3.13 installed")
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("python", PYTHONS, ids=str)
+def test_walk_inside_every_malloc(python: Path, preload_lib: Path, tmp_path: Path) -> None:
+    script = tmp_path / "workload.py"
+    script.write_text(WORKLOAD)
+    plain = subprocess.run([str(python), str(script)], capture_output=True, text=True, timeout=240)
+    env = {**os.environ, "LD_PRELOAD": str(preload_lib), "PROBE_EVERY": "1"}
+    probed = subprocess.run([str(python), str(script)], capture_output=True, text=True, timeout=240, env=env)
+    assert plain.returncode == probed.returncode == 0, probed.stderr
+    assert probed.stdout == plain.stdout
+    # One line per process that ran its destructors (the main one; pool
+    # workers leave through os._exit).
+    counts = [dict(zip(line.split()[1::2], map(int, line.split()[2::2]), strict=True))
+              for line in probed.stderr.splitlines() if line.startswith("probe: ")]
+    assert counts, probed.stderr
+    for c in counts:
+        assert c["state"] == 1 and c["invalid"] == 0 and c["code_fail"] == 0, c
+    assert counts[-1]["walks"] > 1000 and counts[-1]["frames"] > 10 * counts[-1]["walks"] // 2, counts[-1]
+
+
+@pytest.mark.skipif(not PYTHONS, reason="no CPython 3.8-3.13 installed")
+@pytest.mark.timeout(120)
+def test_walk_cost_is_printed(probe_lib: Path) -> None:
+    """Not an assertion on speed: prints the mean walk time at depth ~30 for
+    the record (pytest -s)."""
+    code = ("import ctypes, sys; p = ctypes.CDLL(sys.argv[1]); p.probe_bench.restype = ctypes.c_double;"
+            "p.probe_bench.argtypes = [ctypes.c_int]; p.probe_detect();"
+            "f = lambda k: f(k - 1) if k else p.probe_bench(100000); print(f(28))")
+    for python in PYTHONS:
+        res = subprocess.run([str(python), "-c", code, str(probe_lib)], capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, res.stderr
+        print(f"{python}: {float(res.stdout):.0f} ns per walk of 30 frames")
