@@ -510,6 +510,27 @@ static int copy_str(uintptr_t s, char *buf, uint32_t cap, uint32_t *len) {
   return 0;
 }
 
+static inline uint64_t mix(uint64_t h, uint64_t v) {
+  /* splitmix64's finalizer over h ^ v: every input bit reaches every output bit. */
+  uint64_t z = h ^ (v + 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+uint64_t hs_py_code_key(uint64_t code_addr) {
+  if (hs_py_state() != HS_PY_SUPPORTED) return 0;
+  const struct hs_py_layout *L = rt.lay;
+  uintptr_t code = (uintptr_t)code_addr;
+  if (!is_a(code, rt.code_type)) return 0;
+  uint64_t h = mix(0, code);
+  h = mix(h, load_ptr(code, L->co_qualname ? L->co_qualname : L->co_name));
+  h = mix(h, load_ptr(code, L->co_filename));
+  h = mix(h, load_ptr(code, L->co_lines));
+  h = mix(h, (uint64_t)(uint32_t)load_i32(code, L->co_firstlineno));
+  return h ? h : 1;
+}
+
 int hs_py_code_info(uint64_t code_addr, struct hs_py_code_info *out) {
   if (hs_py_state() != HS_PY_SUPPORTED) return -1;
   const struct hs_py_layout *L = rt.lay;

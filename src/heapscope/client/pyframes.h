@@ -111,6 +111,12 @@ struct hs_py_code_info {
  * fields are a str, a str and a bytes. Hook-safe like hs_py_walk(). */
 int hs_py_code_info(uint64_t code, struct hs_py_code_info *out) HS_PY_API;
 
+/* The interning key of a code object: a hash of its address and of the
+ * addresses of its name, file and line table objects and its first line, so
+ * that a code object freed and another allocated at the same address get
+ * different keys. 0 if `code` does not validate. Hook-safe. */
+uint64_t hs_py_code_key(uint64_t code) HS_PY_API;
+
 /* The layout rows, for the layout-check test. One per minor version. */
 struct hs_py_layout {
   uint8_t minor;          /* 3.<minor> */

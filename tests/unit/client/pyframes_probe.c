@@ -30,6 +30,13 @@ EXPORT const char *probe_status(void) {
   return hs_py_status_line();
 }
 
+/* Keys of two code objects (distinct if the objects differ) and of a
+ * non-code object (0). */
+EXPORT int probe_keys(uint64_t code_a, uint64_t code_b, uint64_t not_code) {
+  uint64_t a = hs_py_code_key(code_a), b = hs_py_code_key(code_b);
+  return a != 0 && b != 0 && a != b && a == hs_py_code_key(code_a) && hs_py_code_key(not_code) == 0;
+}
+
 EXPORT int probe_eval_range_known(void) {
   uint64_t lo, hi;
   hs_py_eval_range(&lo, &hi);
@@ -78,6 +85,7 @@ EXPORT int probe_walk(char *buf, size_t cap) {
     struct hs_py_code_info info = {name, sizeof name, 0, file, sizeof file, 0,
                                    table, sizeof table, 0, 0, 0, 0};
     if (hs_py_code_info(frames[i].code, &info) != 0) return -1;
+    if (hs_py_code_key(frames[i].code) == 0) return -1;
     putf(&o, "%ld\t%ld\t%ld\t%ld\t", (long)frames[i].flags, (long)frames[i].lasti,
          (long)info.first_line, (long)info.line_format);
     put(&o, name, info.name_len);

@@ -144,6 +144,8 @@ def main():
     𠀀()
     fork_case()
     eval_known = probe.probe_eval_range_known()
+    probe.probe_keys.argtypes = [ctypes.c_uint64] * 3
+    keys_ok = probe.probe_keys(id(a.__code__), id(b.__code__), id(main))
     # Unknown versions: a future one, then a free-threaded 3.13.
     unsupported = []
     for version, free_threaded in ((0x030E00F0, 0), (0x030D00F0, 1), (0x020700F0, 0)):
@@ -156,6 +158,7 @@ def main():
         "state": state,
         "status": probe.probe_status().decode(),
         "eval_range_known": eval_known,
+        "keys_ok": keys_ok,
         "cases": results,
         "unsupported": unsupported,
         "redetected": again,

@@ -142,6 +142,7 @@ def test_walk_matches_getframe(python: Path, runs: dict[str, dict[str, Any]]) ->
     assert run["state"] == 1, run["status"]
     assert "layout known" in run["status"]
     assert run["eval_range_known"] == 1
+    assert run["keys_ok"] == 1
     assert sorted(run["cases"]) == sorted(CASES)
     for label in CASES:
         case = run["cases"][label]
@@ -280,3 +281,36 @@ def test_walk_cost_is_printed(probe_lib: Path) -> None:
         res = subprocess.run([str(python), "-c", code, str(probe_lib)], capture_output=True, text=True, timeout=60)
         assert res.returncode == 0, res.stderr
         print(f"{python}: {float(res.stdout):.0f} ns per walk of 30 frames")
+
+
+def _libpython(python: Path) -> Path | None:
+    res = subprocess.run(
+        [str(python), "-c", "import sysconfig as s; print(s.get_config_var('LIBDIR'), s.get_config_var('INSTSONAME'))"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )
+    libdir, soname = res.stdout.split()
+    lib = Path(libdir) / soname
+    return lib if lib.exists() and ".so" in soname else None
+
+
+@pytest.mark.skipif(not PYTHONS, reason="no CPython 3.8-3.13 installed")
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("python", PYTHONS, ids=str)
+def test_embedded_interpreter_dlopened_local(python: Path, preload_lib: Path, build_program) -> None:
+    """A host dlopen()s libpython RTLD_LOCAL after start-up: detection finds
+    it on the second call, and the walks inside malloc() see its frames."""
+    lib = _libpython(python)
+    if lib is None:
+        pytest.skip(f"{python} has no shared libpython")
+    host = build_program("pyframes_embed.c", "-ldl")
+    env = {**os.environ, "LD_PRELOAD": str(preload_lib), "PROBE_EVERY": "1"}
+    res = subprocess.run([str(host), str(lib)], capture_output=True, text=True, timeout=240, env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    # (C's stdio and Python's sys.stdout flush in their own order)
+    assert sorted(res.stdout.splitlines()) == ["after 1", "before 0", "sum 35556000"], res.stdout
+    line = [x for x in res.stderr.splitlines() if x.startswith("probe: ")][-1].split()
+    c = dict(zip(line[1::2], map(int, line[2::2]), strict=True))
+    # 19990 strings of 800 bytes or more (those of i < 10 are 400 bytes:
+    # pymalloc's), each allocated under 3 frames (<genexpr>, embedded_work,
+    # <module>).
+    assert c["invalid"] == 0 and c["code_fail"] == 0 and c["frames"] >= 3 * 19990, c
