@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -296,7 +297,8 @@ def _libpython(python: Path) -> Path | None:
 @pytest.mark.skipif(not PYTHONS, reason="no CPython 3.8-3.13 installed")
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("python", PYTHONS, ids=str)
-def test_embedded_interpreter_dlopened_local(python: Path, preload_lib: Path, build_program) -> None:
+def test_embedded_interpreter_dlopened_local(python: Path, preload_lib: Path,
+                                             build_program: Callable[..., Path]) -> None:
     """A host dlopen()s libpython RTLD_LOCAL after start-up: detection finds
     it on the second call, and the walks inside malloc() see its frames."""
     lib = _libpython(python)
