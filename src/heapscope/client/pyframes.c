@@ -1,0 +1,563 @@
+/*
+ * pyframes.c: the CPython frame walker (see pyframes.h and
+ * docs/python-frames.md).
+ *
+ * Which thread state. We call PyGILState_GetThisThreadState(): on 3.8-3.13
+ * it is a pthread_getspecific() of the runtime's GIL-state TSS key (see
+ * Python/pystate.c of each version), so it takes no lock, allocates nothing
+ * and does not need the GIL. It returns the thread state bound to *this*
+ * thread even while the thread has released the GIL (Py_BEGIN_ALLOW_THREADS
+ * around a C library that allocates), which is exactly when a native
+ * allocation wants its Python callers. The "current" thread state of 3.12+
+ * (_Py_tss_tstate, a TLS variable) is NULL in that case, and reading it from
+ * a dlopen()ed libpython may go through __tls_get_addr, which can allocate.
+ * The TSS key only exists between Py_Initialize() and finalization, so we
+ * ask Py_IsInitialized() (a plain load of _PyRuntime.initialized) first.
+ * Limitation: a thread running a sub-interpreter has its main-interpreter
+ * thread state in that key, so we would show that chain (documented).
+ *
+ * Why plain loads are safe. The chain we read belongs to the calling thread
+ * and only the calling thread changes it; the hook runs synchronously inside
+ * that thread, at a malloc() call site of CPython or of a C extension, never
+ * in the middle of a frame link/unlink (CPython links a frame only after
+ * filling it: _PyFrame_Initialize then `frame->previous = ...`). So every
+ * pointer on the chain points into live memory: frames (on the thread's
+ * data stack, or inside a generator), and code objects the frames hold
+ * strong references to. What we still guard against is a layout mismatch
+ * or a state we did not foresee: every pointer is checked to be non-NULL,
+ * canonical user-space and aligned before it is read; every code object
+ * (and every 3.8-3.10 frame) must have the exact type (ob_type ==
+ * &PyCode_Type / &PyFrame_Type); an instruction offset must fall inside its
+ * code object; owners must be known values; the walk is bounded. A mismatch
+ * ends the walk (HS_PY_WALK_INVALID), it never reads past it. We chose not
+ * to copy through process_vm_readv(): one syscall per load would cost tens
+ * of microseconds per sample for a risk the checks above already cover.
+ *
+ * Nothing here takes a lock, allocates or calls into libc in hs_py_walk()
+ * or hs_py_code_info() except pthread_self() and the two CPython functions
+ * named above; both are async-signal-safe in practice (no locks, no
+ * allocation).
+ */
+#include "pyframes.h"
+
+#include <dlfcn.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The layout rows. Every number comes from that version's own headers
+ * (offsetof/sizeof on x86-64 / aarch64 LP64 builds without Py_TRACE_REFS);
+ * tests/unit/client/pyframes_layout.c checks each row against the headers
+ * of every installed CPython. */
+static const struct hs_py_layout layouts[] = {
+  /* minor model line_format pad
+   * ts_interp ts_thread_id ts_frame cf_current
+   * fr_back fr_code fr_instr fr_is_entry fr_owner
+   * co_filename co_name co_qualname co_lines co_firstlineno
+   * co_firsttraceable co_code_adaptive
+   * ob_type bytes_size bytes_sval str_length str_state
+   * str_ascii_size str_compact_size */
+  {8, HS_PY_MODEL_FRAMEOBJECT, HS_PY_LINES_LNOTAB, 0,
+   16, 176, 24, 0,
+   24, 32, 104, 0, 0,
+   104, 112, 0, 120, 40, 0, 0,
+   8, 16, 32, 16, 32, 48, 72},
+  {9, HS_PY_MODEL_FRAMEOBJECT, HS_PY_LINES_LNOTAB, 0,
+   16, 176, 24, 0,
+   24, 32, 104, 0, 0,
+   104, 112, 0, 120, 40, 0, 0,
+   8, 16, 32, 16, 32, 48, 72},
+  {10, HS_PY_MODEL_FRAMEOBJECT, HS_PY_LINES_310, 0,
+   16, 176, 24, 0,
+   24, 32, 96, 0, 0,
+   104, 112, 0, 120, 40, 0, 0,
+   8, 16, 32, 16, 32, 48, 72},
+  {11, HS_PY_MODEL_CFRAME, HS_PY_LINES_LOCATIONS, 0,
+   16, 152, 56, 8,
+   48, 32, 56, 68, 69,
+   112, 120, 128, 136, 72, 168, 184,
+   8, 16, 32, 16, 32, 48, 72},
+  {12, HS_PY_MODEL_CFRAME, HS_PY_LINES_LOCATIONS, 0,
+   16, 136, 56, 0,
+   8, 0, 56, 0, 70,
+   112, 120, 128, 136, 68, 176, 192,
+   8, 16, 32, 16, 32, 40, 56},
+  {13, HS_PY_MODEL_TSTATE, HS_PY_LINES_LOCATIONS, 0,
+   16, 152, 72, 0,
+   8, 0, 56, 0, 70,
+   112, 120, 128, 136, 68, 184, 200,
+   8, 16, 32, 16, 32, 40, 56},
+};
+
+const struct hs_py_layout *hs_py_layout_for(unsigned minor) {
+  for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
+    if (layouts[i].minor == minor) return &layouts[i];
+  return NULL;
+}
+
+/* Owner values of _PyInterpreterFrame (Include/internal/pycore_frame.h). */
+#define OWNED_BY_GENERATOR 1
+#define OWNED_BY_CSTACK 3 /* 3.12+: the shim frame of an eval activation */
+
+/* Bounds. The chain bound stops a cycle; strings and tables longer than
+ * these are not names or line tables we want. */
+#define MAX_CHAIN_STEPS 100000
+#define MAX_STR_CHARS (1u << 20)
+#define MAX_CODE_UNITS (1u << 26)
+
+typedef void *(*get_tstate_fn)(void);
+typedef int (*is_initialized_fn)(void);
+
+struct py_runtime {
+  const struct hs_py_layout *lay; /* NULL unless supported */
+  get_tstate_fn get_tstate;
+  is_initialized_fn is_initialized;
+  uintptr_t code_type, frame_type, unicode_type, bytes_type;
+  uint64_t eval_lo, eval_hi;
+  unsigned long hexversion;
+};
+
+static struct py_runtime rt;
+static int rt_state; /* enum hs_py_state, published last (release) */
+static char status_line[200] = "python frames: no CPython in the process";
+
+/* ------------------------------------------------------------------ */
+/* Validated loads                                                     */
+
+/* Non-NULL, not in the first page, canonical user space (x86-64 and
+ * aarch64 both stay below 2^47 for user space by default), aligned. */
+static inline int ptr_ok(uintptr_t p, uintptr_t align) {
+  return p >= 4096 && p < ((uintptr_t)1 << 47) && (p & (align - 1)) == 0;
+}
+
+static inline uintptr_t load_ptr(uintptr_t base, unsigned off) {
+  return *(const volatile uintptr_t *)(base + off);
+}
+static inline int32_t load_i32(uintptr_t base, unsigned off) {
+  return *(const volatile int32_t *)(base + off);
+}
+static inline int8_t load_i8(uintptr_t base, unsigned off) {
+  return *(const volatile int8_t *)(base + off);
+}
+
+/* p is an object whose type is exactly `type`. */
+static inline int is_a(uintptr_t p, uintptr_t type) {
+  return ptr_ok(p, 8) && load_ptr(p, rt.lay->ob_type) == type;
+}
+
+/* ------------------------------------------------------------------ */
+/* Detection (start-up, not hook-safe)                                 */
+
+struct find_lib {
+  char path[512];
+};
+
+static int find_libpython(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)size;
+  struct find_lib *f = data;
+  const char *name = info->dlpi_name;
+  if (name == NULL || name[0] == '\0') return 0;
+  const char *base = strrchr(name, '/');
+  base = base ? base + 1 : name;
+  if (strncmp(base, "libpython3", 10) != 0) return 0;
+  snprintf(f->path, sizeof f->path, "%s", name);
+  return 1;
+}
+
+/* A symbol of CPython: in the global scope (the python executable exports
+ * its symbols, and a libpython it links against is global), else in a
+ * libpython3 a host program dlopen()ed RTLD_LOCAL (an embedded interpreter).
+ * The handle from RTLD_NOLOAD is kept: libpython stays mapped while we hold
+ * pointers to its type objects. */
+static void *lib_handle;
+
+static void *py_sym(const char *name) {
+  void *p = dlsym(RTLD_DEFAULT, name);
+  if (p != NULL || lib_handle == NULL) return p;
+  return dlsym(lib_handle, name);
+}
+
+static unsigned long version_from_string(const char *v) {
+  /* "3.9.18 (main, ...)" -> 0x030912f0 (the final-release form). */
+  char *end;
+  unsigned long major = strtoul(v, &end, 10);
+  if (*end != '.') return 0;
+  unsigned long minor = strtoul(end + 1, &end, 10);
+  unsigned long micro = 0;
+  if (*end == '.') micro = strtoul(end + 1, &end, 10);
+  if (major > 255 || minor > 255 || micro > 255) return 0;
+  return (major << 24) | (minor << 16) | (micro << 8) | 0xf0;
+}
+
+static int publish(int state) {
+  __atomic_store_n(&rt_state, state, __ATOMIC_RELEASE);
+  return state;
+}
+
+static int unsupported(const char *why) {
+  rt.lay = NULL;
+  snprintf(status_line, sizeof status_line,
+           "python frames: off, CPython %lu.%lu %s: stacks are native-only",
+           (rt.hexversion >> 24) & 0xff, (rt.hexversion >> 16) & 0xff, why);
+  return publish(HS_PY_UNSUPPORTED);
+}
+
+static int detect(int fake, unsigned long fake_version, int fake_free_threaded) {
+  /* Once supported, the row stays: walkers on other threads may be using
+   * it. Re-detection only upgrades ABSENT. */
+  if (!fake && __atomic_load_n(&rt_state, __ATOMIC_ACQUIRE) == HS_PY_SUPPORTED)
+    return HS_PY_SUPPORTED;
+  if (dlsym(RTLD_DEFAULT, "Py_IsInitialized") == NULL && lib_handle == NULL) {
+    struct find_lib f = {{0}};
+    if (dl_iterate_phdr(find_libpython, &f) != 0)
+      lib_handle = dlopen(f.path, RTLD_LAZY | RTLD_NOLOAD);
+  }
+  struct py_runtime r;
+  memset(&r, 0, sizeof r);
+  r.is_initialized = (is_initialized_fn)py_sym("Py_IsInitialized");
+  r.get_tstate = (get_tstate_fn)py_sym("PyGILState_GetThisThreadState");
+  if (r.is_initialized == NULL || r.get_tstate == NULL) {
+    snprintf(status_line, sizeof status_line, "python frames: no CPython in the process");
+    return publish(HS_PY_ABSENT);
+  }
+  const unsigned long *pv = py_sym("Py_Version"); /* 3.11+ */
+  if (pv != NULL) {
+    r.hexversion = *pv;
+  } else {
+    const char *(*get_version)(void) = (const char *(*)(void))py_sym("Py_GetVersion");
+    r.hexversion = get_version ? version_from_string(get_version()) : 0;
+  }
+  /* 3.13+ carries _Py_DebugOffsets at the start of _PyRuntime: the cookie
+   * "xdebugpy", the version, then free_threaded (pycore_runtime.h). */
+  int free_threaded = 0;
+  const unsigned char *runtime = py_sym("_PyRuntime");
+  if (runtime != NULL && memcmp(runtime, "xdebugpy", 8) == 0) {
+    uint64_t ft;
+    memcpy(&ft, runtime + 16, sizeof ft);
+    free_threaded = ft != 0;
+  }
+  if (fake) {
+    r.hexversion = fake_version;
+    free_threaded = fake_free_threaded;
+  }
+  rt = r;
+  if (r.hexversion == 0) {
+    snprintf(status_line, sizeof status_line,
+             "python frames: off, the CPython version could not be read: stacks are native-only");
+    return publish(HS_PY_UNSUPPORTED);
+  }
+  if (free_threaded) return unsupported("is a free-threaded build");
+  unsigned major = (r.hexversion >> 24) & 0xff, minor = (r.hexversion >> 16) & 0xff;
+  const struct hs_py_layout *lay = major == 3 ? hs_py_layout_for(minor) : NULL;
+  if (lay == NULL) return unsupported("has an unknown layout");
+  r.code_type = (uintptr_t)py_sym("PyCode_Type");
+  r.frame_type = (uintptr_t)py_sym("PyFrame_Type");
+  r.unicode_type = (uintptr_t)py_sym("PyUnicode_Type");
+  r.bytes_type = (uintptr_t)py_sym("PyBytes_Type");
+  uintptr_t type_type = (uintptr_t)py_sym("PyType_Type");
+  if (!r.code_type || !r.frame_type || !r.unicode_type || !r.bytes_type || !type_type)
+    return unsupported("lacks a type symbol");
+  /* Self-check of the object header: a type object's own type is
+   * PyType_Type. A debug (Py_TRACE_REFS) or free-threaded build moves
+   * ob_type and fails here. */
+  if (*(const uintptr_t *)(r.code_type + lay->ob_type) != type_type)
+    return unsupported("has an unexpected object header");
+  void *eval = py_sym("_PyEval_EvalFrameDefault");
+  Dl_info info;
+  const ElfW(Sym) *sym = NULL;
+  if (eval != NULL && dladdr1(eval, &info, (void **)&sym, RTLD_DL_SYMENT) && sym != NULL) {
+    r.eval_lo = (uint64_t)(uintptr_t)eval;
+    r.eval_hi = r.eval_lo + sym->st_size;
+  }
+  r.lay = lay;
+  rt = r;
+  snprintf(status_line, sizeof status_line, "python frames: CPython %u.%u (layout known)",
+           major, minor);
+  return publish(HS_PY_SUPPORTED);
+}
+
+int hs_py_detect(void) {
+  return detect(0, 0, 0);
+}
+
+int hs_py_detect_as(unsigned long hexversion, int free_threaded) {
+  return detect(1, hexversion, free_threaded);
+}
+
+int hs_py_state(void) {
+  return __atomic_load_n(&rt_state, __ATOMIC_ACQUIRE);
+}
+
+unsigned long hs_py_hexversion(void) {
+  return rt.hexversion;
+}
+
+int hs_py_line_format(void) {
+  return hs_py_state() == HS_PY_SUPPORTED ? rt.lay->line_format : 0;
+}
+
+const char *hs_py_status_line(void) {
+  return status_line;
+}
+
+void hs_py_eval_range(uint64_t *lo, uint64_t *hi) {
+  int ok = hs_py_state() == HS_PY_SUPPORTED;
+  *lo = ok ? rt.eval_lo : 0;
+  *hi = ok ? rt.eval_hi : 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* The walk (hook-safe)                                                */
+
+/* Byte offset of the instruction a 3.11+ frame is at, or -2 if the pointer
+ * is outside the code object. -1 = not started yet. */
+static int32_t instr_offset(uintptr_t code, uintptr_t instr) {
+  const struct hs_py_layout *L = rt.lay;
+  uintptr_t first = code + L->co_code_adaptive;
+  /* ob_size of a code object is its number of code units. */
+  intptr_t units = (intptr_t)load_ptr(code, L->bytes_size);
+  if (units < 0 || (uintptr_t)units > MAX_CODE_UNITS) return -2;
+  intptr_t off = (intptr_t)(instr - first);
+  if (L->minor <= 12) {
+    /* prev_instr: the code unit before the next instruction; the frame
+     * is at prev_instr (the _PyInterpreterFrame_LASTI of 3.11/3.12). */
+    if (off < 0) return off >= -2 ? -1 : -2;
+  } else if (off < 0) {
+    return -2;
+  }
+  if (off >= units * 2 || (off & 1)) return -2;
+  return (int32_t)off;
+}
+
+/* 3.11+: sys._getframe() skips a frame that has not reached its first
+ * traceable instruction (_PyFrame_IsIncomplete in pycore_frame.h). */
+static int incomplete(uintptr_t code, int8_t owner, int32_t off) {
+  if (owner == OWNED_BY_GENERATOR) return 0;
+  int32_t first = load_i32(code, rt.lay->co_firsttraceable);
+  /* 3.11/3.12 compare prev_instr (off) with first + firsttraceable, 3.13
+   * instr_ptr: both "strictly below". */
+  return off < first * 2;
+}
+
+int hs_py_walk(struct hs_py_frame *out, int max, unsigned *why) {
+  unsigned w = 0;
+  int n = 0;
+  if (hs_py_state() != HS_PY_SUPPORTED || !rt.is_initialized()) {
+    w = HS_PY_WALK_NOSTATE;
+    goto done;
+  }
+  const struct hs_py_layout *L = rt.lay;
+  uintptr_t ts = (uintptr_t)rt.get_tstate();
+  if (ts == 0) {
+    w = HS_PY_WALK_NOSTATE;
+    goto done;
+  }
+  if (!ptr_ok(ts, 8) || load_ptr(ts, L->ts_thread_id) != (uintptr_t)pthread_self() ||
+      !ptr_ok(load_ptr(ts, L->ts_interp), 8)) {
+    w = HS_PY_WALK_INVALID;
+    goto done;
+  }
+  uintptr_t f = load_ptr(ts, L->ts_frame);
+  if (L->model == HS_PY_MODEL_CFRAME) {
+    if (f == 0) goto done;
+    if (!ptr_ok(f, 8)) {
+      w = HS_PY_WALK_INVALID;
+      goto done;
+    }
+    f = load_ptr(f, L->cf_current);
+  }
+  for (int steps = 0; f != 0; steps++) {
+    if (n >= max || steps >= MAX_CHAIN_STEPS) {
+      w |= HS_PY_WALK_TRUNCATED;
+      break;
+    }
+    if (!ptr_ok(f, 8)) {
+      w |= HS_PY_WALK_INVALID;
+      break;
+    }
+    if (L->model == HS_PY_MODEL_FRAMEOBJECT) {
+      uintptr_t code = load_ptr(f, L->fr_code);
+      if (load_ptr(f, L->ob_type) != rt.frame_type || !is_a(code, rt.code_type)) {
+        w |= HS_PY_WALK_INVALID;
+        break;
+      }
+      int32_t lasti = load_i32(f, L->fr_instr);
+      /* 3.8/3.9 count bytes, 3.10 code units; -1 before the first one. */
+      if (lasti < 0) lasti = -1;
+      else if (L->minor == 10) lasti *= 2;
+      out[n].code = code;
+      out[n].lasti = lasti;
+      out[n].flags = HS_PY_FRAME_ENTRY;
+      n++;
+      f = load_ptr(f, L->fr_back);
+      continue;
+    }
+    int8_t owner = load_i8(f, L->fr_owner);
+    if (owner == OWNED_BY_CSTACK && L->minor >= 12) {
+      /* The shim frame _PyEval_EvalFrameDefault pushes under its first
+       * frame: what was emitted just before it closes a run. */
+      if (n > 0) out[n - 1].flags |= HS_PY_FRAME_ENTRY;
+      f = load_ptr(f, L->fr_back);
+      continue;
+    }
+    if (owner < 0 || owner > 2) {
+      w |= HS_PY_WALK_INVALID;
+      break;
+    }
+    uintptr_t code = load_ptr(f, L->fr_code);
+    if (!is_a(code, rt.code_type)) {
+      w |= HS_PY_WALK_INVALID;
+      break;
+    }
+    int32_t off = instr_offset(code, load_ptr(f, L->fr_instr));
+    if (off == -2) {
+      w |= HS_PY_WALK_INVALID;
+      break;
+    }
+    uint32_t flags = 0;
+    if (L->minor == 11 && load_i8(f, L->fr_is_entry) != 0) flags |= HS_PY_FRAME_ENTRY;
+    if (incomplete(code, owner, off)) {
+      /* Not shown, but its activation boundary still counts: hand it to
+       * the frame emitted before it (or drop it if there is none: the
+       * splice then sees one run fewer; documented). */
+      if ((flags & HS_PY_FRAME_ENTRY) && n > 0) out[n - 1].flags |= HS_PY_FRAME_ENTRY;
+    } else {
+      out[n].code = code;
+      out[n].lasti = off;
+      out[n].flags = flags;
+      n++;
+    }
+    f = load_ptr(f, L->fr_back);
+  }
+done:
+  if (why != NULL) *why = w;
+  return n;
+}
+
+/* ------------------------------------------------------------------ */
+/* Code objects (hook-safe)                                            */
+
+/* Appends code point c as UTF-8; a lone surrogate U+DC80..U+DCFF (what
+ * surrogateescape makes of an undecodable byte in a file name) becomes that
+ * byte again, other surrogates U+FFFD. Returns 0 when it does not fit. */
+static int put_utf8(char *buf, uint32_t cap, uint32_t *len, uint32_t c) {
+  unsigned char b[4];
+  uint32_t k;
+  if (c >= 0xdc80 && c <= 0xdcff) {
+    b[0] = (unsigned char)(c - 0xdc00);
+    k = 1;
+  } else {
+    if (c >= 0xd800 && c <= 0xdfff) c = 0xfffd;
+    if (c < 0x80) {
+      b[0] = (unsigned char)c;
+      k = 1;
+    } else if (c < 0x800) {
+      b[0] = (unsigned char)(0xc0 | (c >> 6));
+      b[1] = (unsigned char)(0x80 | (c & 0x3f));
+      k = 2;
+    } else if (c < 0x10000) {
+      b[0] = (unsigned char)(0xe0 | (c >> 12));
+      b[1] = (unsigned char)(0x80 | ((c >> 6) & 0x3f));
+      b[2] = (unsigned char)(0x80 | (c & 0x3f));
+      k = 3;
+    } else {
+      b[0] = (unsigned char)(0xf0 | (c >> 18));
+      b[1] = (unsigned char)(0x80 | ((c >> 12) & 0x3f));
+      b[2] = (unsigned char)(0x80 | ((c >> 6) & 0x3f));
+      b[3] = (unsigned char)(0x80 | (c & 0x3f));
+      k = 4;
+    }
+  }
+  if (cap - *len < k) return 0;
+  memcpy(buf + *len, b, k);
+  *len += k;
+  return 1;
+}
+
+/* Copies str object s as UTF-8. Returns -1 if s is not a str we can read,
+ * 1 if it was cut, 0 otherwise. The layout of PyASCIIObject.state (bits:
+ * interned 0-1, kind 2-4, compact 5, ascii 6) is the same in 3.8-3.13 and
+ * is checked by the layout test. */
+static int copy_str(uintptr_t s, char *buf, uint32_t cap, uint32_t *len) {
+  const struct hs_py_layout *L = rt.lay;
+  *len = 0;
+  if (!is_a(s, rt.unicode_type)) return -1;
+  intptr_t length = (intptr_t)load_ptr(s, L->str_length);
+  uint32_t state = (uint32_t)load_i32(s, L->str_state);
+  unsigned kind = (state >> 2) & 7, compact = (state >> 5) & 1, ascii = (state >> 6) & 1;
+  if (length < 0 || (uintptr_t)length > MAX_STR_CHARS) return -1;
+  if (kind != 1 && kind != 2 && kind != 4) return -1;
+  uintptr_t data;
+  if (compact) {
+    data = s + (ascii ? L->str_ascii_size : L->str_compact_size);
+  } else {
+    /* A legacy (non-compact) str: PyUnicodeObject.data.any follows the
+     * compact header. */
+    data = load_ptr(s, L->str_compact_size);
+    if (!ptr_ok(data, kind)) return -1;
+  }
+  if (buf == NULL) cap = 0;
+  for (intptr_t i = 0; i < length; i++) {
+    uint32_t c;
+    if (kind == 1) c = ((const volatile uint8_t *)data)[i];
+    else if (kind == 2) c = ((const volatile uint16_t *)data)[i];
+    else c = ((const volatile uint32_t *)data)[i];
+    if (c > 0x10ffff) return -1;
+    if (!put_utf8(buf, cap, len, c)) return 1;
+  }
+  return 0;
+}
+
+static inline uint64_t mix(uint64_t h, uint64_t v) {
+  /* splitmix64's finalizer over h ^ v: every input bit reaches every output bit. */
+  uint64_t z = h ^ (v + 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+uint64_t hs_py_code_key(uint64_t code_addr) {
+  if (hs_py_state() != HS_PY_SUPPORTED) return 0;
+  const struct hs_py_layout *L = rt.lay;
+  uintptr_t code = (uintptr_t)code_addr;
+  if (!is_a(code, rt.code_type)) return 0;
+  uint64_t h = mix(0, code);
+  h = mix(h, load_ptr(code, L->co_qualname ? L->co_qualname : L->co_name));
+  h = mix(h, load_ptr(code, L->co_filename));
+  h = mix(h, load_ptr(code, L->co_lines));
+  h = mix(h, (uint64_t)(uint32_t)load_i32(code, L->co_firstlineno));
+  return h ? h : 1;
+}
+
+int hs_py_code_info(uint64_t code_addr, struct hs_py_code_info *out) {
+  if (hs_py_state() != HS_PY_SUPPORTED) return -1;
+  const struct hs_py_layout *L = rt.lay;
+  uintptr_t code = (uintptr_t)code_addr;
+  if (!is_a(code, rt.code_type)) return -1;
+  out->truncated = 0;
+  out->line_format = L->line_format;
+  out->first_line = load_i32(code, L->co_firstlineno);
+  uintptr_t name = load_ptr(code, L->co_qualname ? L->co_qualname : L->co_name);
+  int r = copy_str(name, out->name, out->name_cap, &out->name_len);
+  if (r < 0) return -1;
+  if (r > 0) out->truncated |= 1;
+  r = copy_str(load_ptr(code, L->co_filename), out->file, out->file_cap, &out->file_len);
+  if (r < 0) return -1;
+  if (r > 0) out->truncated |= 2;
+  uintptr_t table = load_ptr(code, L->co_lines);
+  if (!is_a(table, rt.bytes_type)) return -1;
+  intptr_t size = (intptr_t)load_ptr(table, L->bytes_size);
+  if (size < 0 || (uintptr_t)size > MAX_CODE_UNITS) return -1;
+  uint32_t take = (uint32_t)size;
+  if (out->table == NULL) out->table_cap = 0;
+  if (take > out->table_cap) {
+    take = out->table_cap;
+    out->truncated |= 4;
+  }
+  const volatile uint8_t *src = (const volatile uint8_t *)(table + L->bytes_sval);
+  for (uint32_t i = 0; i < take; i++) out->table[i] = src[i];
+  out->table_len = take;
+  return 0;
+}
