@@ -217,7 +217,7 @@ class ParcaSender:
 
     def __init__(self, target: PushTarget, labels: dict[str, str], timeout: float) -> None:
         try:
-            import grpc  # type: ignore[import-untyped]
+            import grpc
         except ModuleNotFoundError as e:
             raise UsageError("pushing to Parca needs grpcio and protobuf: pip install 'heapscope[fleet]'") from e
         from heapscope.fleet import _parca

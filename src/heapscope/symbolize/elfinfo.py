@@ -15,6 +15,7 @@ from pathlib import Path
 
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import NoteSection, Section
 
 _ELF_MAGIC = b"\x7fELF"
 _DWARF_SECTIONS = (".debug_info", ".zdebug_info")
@@ -58,10 +59,7 @@ def read_elf_info(path: str | Path) -> ElfInfo:
                 name = section.name
                 kind = section["sh_type"]
                 if kind == "SHT_NOTE" and not build_id:
-                    for note in section.iter_notes():
-                        if note["n_type"] == "NT_GNU_BUILD_ID":
-                            build_id = str(note["n_desc"]).lower()
-                            break
+                    build_id = note_build_id(section)
                 elif name in _DWARF_SECTIONS and kind != "SHT_NOBITS" and section["sh_size"] > 0:
                     has_dwarf = True
                 elif kind in ("SHT_SYMTAB", "SHT_DYNSYM"):
@@ -92,3 +90,13 @@ def file_crc32(path: str | Path) -> int:
         while chunk := f.read(1 << 20):
             crc = zlib.crc32(chunk, crc)
     return crc & 0xFFFFFFFF
+
+
+def note_build_id(section: Section) -> str:
+    """The GNU build id held by a note section, lower-case hex; '' when it holds none."""
+    if not isinstance(section, NoteSection):
+        return ""
+    for note in section.iter_notes():
+        if note["n_type"] == "NT_GNU_BUILD_ID":
+            return str(note["n_desc"]).lower()
+    return ""

@@ -23,6 +23,8 @@ from typing import Any
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
+from heapscope.symbolize.elfinfo import note_build_id
+
 _STT_FUNC = 2
 _STT_GNU_IFUNC = 10
 _SHN_UNDEF = 0
@@ -109,11 +111,8 @@ def read_elf_symbols(path: str | Path) -> ElfSymbols:
 
 def _build_id(elf: ELFFile) -> str:
     for section in elf.iter_sections():
-        if section["sh_type"] != "SHT_NOTE":
-            continue
-        for note in section.iter_notes():
-            if note["n_type"] == "NT_GNU_BUILD_ID":
-                return str(note["n_desc"]).lower()
+        if section["sh_type"] == "SHT_NOTE" and (build_id := note_build_id(section)):
+            return build_id
     return ""
 
 
