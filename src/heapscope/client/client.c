@@ -30,8 +30,11 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -54,6 +57,7 @@ static struct {
   uint64_t seed;
   uint32_t max_frames;
   int sock;
+  uint64_t sock_dev, sock_ino; /* identity of sock (see keep_high) */
   int debug;
   uint32_t threads; /* per-process thread index for sampler seeds */
 } cl = {.sock = -1};
@@ -202,6 +206,24 @@ void hs_record_free_slow(void *addr) {
 
 /* ---- handshake ---- */
 
+/* Bound of one wait for ring space in blocking mode: the producer drains
+ * the ring continuously, so a wait this long means it stopped reading. 10 s
+ * by default; HEAPSCOPE_MAX_WAIT_MS overrides it (the tests use a short
+ * one). */
+static uint64_t max_wait_ns(void) {
+  uint64_t ms = 10000;
+  const char *s = secure_getenv("HEAPSCOPE_MAX_WAIT_MS");
+  if (s && *s) {
+    uint64_t v = 0;
+    int digits = 0;
+    for (; *s >= '0' && *s <= '9' && digits < 9; s++, digits++)
+      v = v * 10 + (uint64_t)(*s - '0');
+    if (*s == '\0' && v > 0)
+      ms = v;
+  }
+  return ms * 1000000u;
+}
+
 static int hexval(char c) {
   if (c >= '0' && c <= '9')
     return c - '0';
@@ -283,6 +305,36 @@ static HS_MUST_CHECK int recv_config(int fd, struct hs_config *cfg, int *memfd) 
   return 0;
 }
 
+/* Moves fd out of the way of the program: programs reuse the lowest free
+ * numbers, and daemons close everything they did not open, commonly with a
+ * loop up to the soft RLIMIT_NOFILE (sysconf(_SC_OPEN_MAX)). When the hard
+ * limit allows, the socket goes just above the soft limit (raised for the
+ * one F_DUPFD_CLOEXEC, then put back: a descriptor keeps working above the
+ * limit), where neither such a loop nor the program's own opens reach it;
+ * else just below it. closefrom()/close_range() still close it: the
+ * identity check (hs_sock_is_ours) notices that, and the client stops.
+ * Returns the new descriptor (the old one is closed), or fd unchanged. */
+static int keep_high(int fd) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur < 64)
+    return fd;
+  int moved = -1;
+  rlim_t soft = rl.rlim_cur;
+  if (rl.rlim_max == RLIM_INFINITY || rl.rlim_max > soft + 16) {
+    struct rlimit raised = {soft + 16, rl.rlim_max};
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) {
+      moved = fcntl(fd, F_DUPFD_CLOEXEC, (int)soft);
+      (void)setrlimit(RLIMIT_NOFILE, &rl);
+    }
+  }
+  if (moved < 0)
+    moved = fcntl(fd, F_DUPFD_CLOEXEC, (int)(soft - soft / 8));
+  if (moved < 0)
+    return fd;
+  close(fd);
+  return moved;
+}
+
 /* Connects and maps the ring. Returns 0 when profiling can start. */
 static HS_MUST_CHECK int connect_producer(const char *path, const char *token,
                                           struct hs_config *cfg) {
@@ -348,7 +400,19 @@ static HS_MUST_CHECK int connect_producer(const char *path, const char *token,
     close(fd);
     return -1;
   }
+  fd = keep_high(fd);
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    munmap(shm, len);
+    close(fd);
+    return -1;
+  }
   cl.sock = fd;
+  cl.sock_dev = (uint64_t)st.st_dev;
+  cl.sock_ino = (uint64_t)st.st_ino;
+  cl.ring.sock_dev = cl.sock_dev;
+  cl.ring.sock_ino = cl.sock_ino;
+  cl.ring.max_wait_ns = max_wait_ns();
   cl.ring.meta = m;
   cl.ring.data = (unsigned char *)shm + HS_META_SIZE;
   cl.ring.size = cfg->ring_size;
@@ -361,10 +425,10 @@ static HS_MUST_CHECK int connect_producer(const char *path, const char *token,
 static void atfork_child(void) {
   /* See the top of this file: local flag only, no shared writes, no locks. */
   __atomic_store_n(&hs_enabled, 0, __ATOMIC_RELAXED);
-  if (cl.sock >= 0) {
+  /* Only our socket: the program may have closed it and reused the slot. */
+  if (cl.sock >= 0 && hs_sock_is_ours(cl.sock, cl.sock_dev, cl.sock_ino))
     close(cl.sock);
-    cl.sock = -1;
-  }
+  cl.sock = -1;
 }
 
 static void fail_start(struct hs_ring_meta *m, int error) {
@@ -425,16 +489,16 @@ __attribute__((constructor)) static void hs_client_init(void) {
   long ps = sysconf(_SC_PAGESIZE);
   if (ps > 0)
     hs_page_size = (size_t)ps;
-  const char *dbg = getenv("HEAPSCOPE_DEBUG");
+  const char *dbg = secure_getenv("HEAPSCOPE_DEBUG");
   cl.debug = dbg && dbg[0] == '1' && dbg[1] == '\0';
-  const char *path = getenv(HS_ENV_SOCKET);
+  const char *path = secure_getenv(HS_ENV_SOCKET);
   if (!path)
     return; /* dormant, or loaded by an attach that calls heapscope_attach */
-  /* Guard: getenv is safe, but the socket calls, dlopen(libunwind),
+  /* Guard: secure_getenv is safe, but the socket calls, dlopen(libunwind),
    * dl_iterate_phdr and the unwinder warm-up all allocate. hs_enabled is
    * still 0 here, so nothing can be sampled before the ring is ready. */
   t->guard = 1;
-  if (start(path, getenv(HS_ENV_TOKEN)) == 0)
+  if (start(path, secure_getenv(HS_ENV_TOKEN)) == 0)
     __atomic_store_n(&session_taken, 1, __ATOMIC_RELAXED);
   t->guard = 0;
 }
