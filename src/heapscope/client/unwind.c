@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <link.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -94,8 +95,8 @@ static void stack_bounds(struct hs_thread *t) {
  * frame pointers uses %rbp as a plain register (alignment masks such as -16
  * or -8 are common, and a signal handler's frame saves whatever the
  * interrupted code had), and `fp + 16 > hi` wraps for those. A walk that
- * does not start on this thread's stack (a sigaltstack, a coroutine's stack)
- * returns nothing. With only_caller set, it stops at the first frame
+ * starts on the alternate signal stack stays on it; one that starts on no
+ * stack we know (a coroutine's) returns nothing. With only_caller set, it stops at the first frame
  * outside this library. */
 static __attribute__((noinline)) uint32_t fp_walk(uint64_t *pcs, uint32_t max, int only_caller) {
   struct hs_thread *t = &hs_thread_state;
@@ -104,6 +105,14 @@ static __attribute__((noinline)) uint32_t fp_walk(uint64_t *pcs, uint32_t max, i
   uintptr_t lo = t->stack_lo, hi = t->stack_hi;
   uintptr_t fp = (uintptr_t)__builtin_frame_address(0);
   uint32_t n = 0;
+  if (fp < lo || fp >= hi) {
+    /* A signal handler on the alternate stack: walk that one only. */
+    stack_t ss;
+    if (sigaltstack(NULL, &ss) != 0 || !(ss.ss_flags & SS_ONSTACK))
+      return 0;
+    lo = (uintptr_t)ss.ss_sp;
+    hi = lo + ss.ss_size;
+  }
   if (hi - lo < 16 || fp < lo || fp > hi - 16 || (fp & 7))
     return 0;
   while (n < max) {
