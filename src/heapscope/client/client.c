@@ -31,10 +31,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <linux/io_uring.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -335,6 +337,43 @@ static int keep_high(int fd) {
   return moved;
 }
 
+/* Keeps the socket open even after the program closed every descriptor
+ * (closefrom(3), a close loop up to a limit the socket could not be kept
+ * above): the producer takes the socket's EOF for the process's exit, so a
+ * socket closed by the program would end its profile early. The pin is an
+ * io_uring with the socket as its one registered file: the ring's mapping
+ * holds the io_uring, which holds the socket, whatever happens to the
+ * descriptors of either. Nothing unmaps it: it goes, and the socket with it,
+ * when the address space does (exit, exec), which is exactly the EOF the
+ * producer waits for. MADV_DONTFORK keeps it out of fork children, which
+ * must not hold their parent's socket open. Returns 1 when pinned; 0 where
+ * io_uring is missing or forbidden (seccomp, kernel.io_uring_disabled):
+ * then a lost socket is detected (hs_sock_is_ours) rather than survived. */
+static int pin_socket(int fd) {
+#ifdef SYS_io_uring_setup
+  const char *pin = secure_getenv("HEAPSCOPE_PIN_SOCKET");
+  if (pin && strcmp(pin, "0") == 0)
+    return 0; /* the tests' way to take the detection path */
+  struct io_uring_params p;
+  memset(&p, 0, sizeof p);
+  int ring = (int)syscall(SYS_io_uring_setup, 1, &p);
+  if (ring < 0)
+    return 0;
+  size_t len = p.sq_off.array + p.sq_entries * sizeof(uint32_t);
+  void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, ring, IORING_OFF_SQ_RING);
+  int fds[1] = {fd};
+  int ok = m != MAP_FAILED && madvise(m, len, MADV_DONTFORK) == 0 &&
+           syscall(SYS_io_uring_register, ring, IORING_REGISTER_FILES, fds, 1) == 0;
+  if (!ok && m != MAP_FAILED)
+    munmap(m, len);
+  close(ring);
+  return ok;
+#else
+  (void)fd;
+  return 0;
+#endif
+}
+
 /* Connects and maps the ring. Returns 0 when profiling can start. */
 static HS_MUST_CHECK int connect_producer(const char *path, const char *token,
                                           struct hs_config *cfg) {
@@ -412,6 +451,9 @@ static HS_MUST_CHECK int connect_producer(const char *path, const char *token,
   cl.sock_ino = (uint64_t)st.st_ino;
   cl.ring.sock_dev = cl.sock_dev;
   cl.ring.sock_ino = cl.sock_ino;
+  cl.ring.sock_pinned = pin_socket(fd);
+  hs_debug("socket descriptor", (uint64_t)fd);
+  hs_debug("socket pinned", (uint64_t)cl.ring.sock_pinned);
   cl.ring.max_wait_ns = max_wait_ns();
   cl.ring.meta = m;
   cl.ring.data = (unsigned char *)shm + HS_META_SIZE;

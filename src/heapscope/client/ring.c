@@ -27,7 +27,9 @@ int hs_sock_is_ours(int fd, uint64_t dev, uint64_t ino) {
  * to say. */
 static int producer_check(const struct hs_ring *r) {
   if (!hs_sock_is_ours(r->sock, r->sock_dev, r->sock_ino))
-    return -HS_ERR_SOCKET_LOST;
+    /* Pinned: the producer still has its connection and reads the ring;
+     * only the wait's bound can end the wait now. */
+    return r->sock_pinned ? HS_OK : -HS_ERR_SOCKET_LOST;
   char c;
   ssize_t n = recv(r->sock, &c, 1, MSG_PEEK | MSG_DONTWAIT);
   if (n > 0)

@@ -12,7 +12,9 @@
  * every millisecond, whether the producer is still alive (EOF on the
  * socket) and whether the descriptor is still our socket (hs_sock_is_ours:
  * a program that closed it and opened a file of its own in the same slot
- * must not be taken for the producer). The whole wait is bounded by
+ * must not be taken for the producer; when the socket itself is pinned open,
+ * a lost descriptor only means the wait cannot watch the producer any more).
+ * The whole wait is bounded by
  * max_wait_ns: past it the writer gives up with HS_ERR_WAIT_TIMEOUT and the
  * client disables itself. Without HS_CFG_BLOCK_CLIENT a record that does not
  * fit is dropped and counted.
@@ -33,6 +35,7 @@ struct hs_ring {
   int block;     /* HS_CFG_BLOCK_CLIENT */
   int sock;      /* for the liveness check while blocked */
   uint64_t sock_dev, sock_ino; /* identity of sock, taken at connect */
+  int sock_pinned;             /* the socket outlives sock (client.c, pin_socket) */
   uint64_t max_wait_ns;        /* bound of one wait for space */
   uint64_t *seq; /* the process-wide sequence counter */
 };
