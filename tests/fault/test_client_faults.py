@@ -83,7 +83,12 @@ def views_everywhere(profile: Profile, function: str) -> Views:
 
 
 def client_errors(profile: Profile) -> set[str]:
-    return {profile.heapscope_process(r["upid"])["client_error"] or "" for r in profile.processes()}
+    errors = set()
+    for r in profile.processes():
+        row = profile.heapscope_process(r["upid"])
+        assert row is not None, f"no heapscope_process row for upid {r['upid']}"
+        errors.add(str(row["client_error"] or ""))
+    return errors
 
 
 def check_exact(rec: Recording, truth: dict[str, Views]) -> None:
@@ -105,6 +110,7 @@ def check_exact(rec: Recording, truth: dict[str, Views]) -> None:
 FDS_TRUTH = {
     "fds_before": Views(204950, 100, 0, 0),
     "fds_after": Views(219900, 200, 58725, 50),
+    "fds_late": Views(12800000, 200000, 0, 0),
 }
 
 
@@ -123,6 +129,28 @@ def test_program_closes_and_reuses_descriptors(record: Recorder, how: str, kind:
     rec = record([exe, how, kind], extra=["--unwinder", unwinder], timeout=60)
     assert_same_behaviour(plain, rec)
     check_exact(rec, FDS_TRUTH)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("how", ["closefrom", "dup2"])
+def test_unpinned_socket_lost_never_hangs(tmp_path: Path, how: str) -> None:
+    """Where the socket cannot be pinned (no io_uring), the program's closing
+    it ends the connection: the client must then never take the program's
+    socket in its slot for the producer (before the fix, the full ring's
+    wait peeked at it, found it alive, and waited forever)."""
+    exe = build("client_fds.c", NO_UNWIND_TABLES)
+    plain = plain_run([exe, how, "socket"])
+    db = tmp_path / "unpinned.db"
+    argv = [*HEAPSCOPE, "record", "-o", str(db), "-i", "1", "--block-client", "--", str(exe), how, "socket"]
+    run = run_process(argv, timeout=120, env=dict(os.environ, HEAPSCOPE_PIN_SOCKET="0"))
+    rec = Recording(run.argv, run.returncode, run.stdout, run.stderr, db)
+    assert_same_behaviour(plain, rec)
+    profile = rec.profile()
+    try:
+        upid = profile.processes()[0]["upid"]
+        assert profile.views_of(upid, "fds_before") == FDS_TRUTH["fds_before"], profile.describe_process(upid)
+    finally:
+        profile.close()
 
 
 @pytest.mark.timeout(300)

@@ -13,6 +13,20 @@
  *     down, record too big): a process-local flag turns every hook into a
  *     pass-through, and meta.client_state/client_error say why.
  *
+ * Descriptors: the client keeps one, the socket, and programs close and
+ * reuse descriptors they did not open (daemons: a close loop up to the
+ * limit, closefrom(3), dup2 over low numbers). The socket is moved above
+ * the numbers programs reuse (keep_high), pinned open so that closing the
+ * descriptor does not end the connection (pin_socket), and never trusted
+ * without checking its identity (hs_sock_is_ours: the fork child's close,
+ * the ring wait's liveness check). libunwind's own pipe is taken away
+ * altogether (unwind.c, tame_libunwind).
+ *
+ * Settings, read with secure_getenv (a setuid target ignores them):
+ * HEAPSCOPE_SOCKET and HEAPSCOPE_TOKEN (wire.h), HEAPSCOPE_DEBUG=1, and two
+ * for the tests: HEAPSCOPE_MAX_WAIT_MS (bound of a wait for ring space,
+ * default 10000) and HEAPSCOPE_PIN_SOCKET=0 (no pin).
+ *
  * fork(): the pthread_atfork child handler only clears hs_enabled (and
  * closes the child's copy of the socket, so a long-lived child does not hide
  * the parent's exit from the producer). It writes nothing to the shared

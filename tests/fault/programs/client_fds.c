@@ -13,6 +13,7 @@
  * 1000+i bytes (i < 200) after, of which the last 50 stay live:
  *   fds_before: alloc_space 204950, alloc_objects 100, space 0, objects 0
  *   fds_after:  alloc_space 219900, alloc_objects 200, space 58725, objects 50
+ *   fds_late:   alloc_space 12800000, alloc_objects 200000, space 0, objects 0
  * (fds_after is called below fds_deep frames of 4 KiB each, on fresh stack
  * pages.) The program checks that its own descriptors carried exactly its bytes (no
  * byte read away, none written by anyone else) and prints what it saw.
@@ -31,6 +32,13 @@
 
 static __attribute__((noinline)) void *fds_before(size_t n) { return malloc(n); }
 static __attribute__((noinline)) void *fds_after(size_t n) { return malloc(n); }
+
+/* A longer run after the descriptors went: a producer that took their
+ * closing for the end of the process would miss most of it. */
+static __attribute__((noinline)) void fds_late(void) {
+  for (int i = 0; i < 200000; i++)
+    free(malloc(64));
+}
 
 /* Allocates from stack pages no earlier sample touched (unwinders cache
  * what they validated per page), some levels below the caller. */
@@ -150,6 +158,7 @@ int main(int argc, char **argv) {
     free(keep[i]);
   for (int i = 0; i < SLOTS; i++)
     good += check_chan(kind, &chans[i], 1000 + i);
+  fds_late();
   printf("%s %s: lowest descriptor %d, %d of %d exchanges intact\n", how, kind, lowest, good,
          8 + SLOTS);
   return good == 8 + SLOTS ? 0 : 1;
