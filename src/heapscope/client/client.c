@@ -74,6 +74,7 @@ static struct {
   uint32_t max_frames;
   int sock;
   uint64_t sock_dev, sock_ino; /* identity of sock (see keep_high) */
+  pid_t pid;                   /* the process that connected */
   int debug;
   uint32_t threads; /* per-process thread index for sampler seeds */
 } cl = {.sock = -1};
@@ -461,6 +462,7 @@ static HS_MUST_CHECK int connect_producer(const char *path, const char *token,
     return -1;
   }
   cl.sock = fd;
+  cl.pid = getpid();
   cl.sock_dev = (uint64_t)st.st_dev;
   cl.sock_ino = (uint64_t)st.st_ino;
   cl.ring.sock_dev = cl.sock_dev;
@@ -583,12 +585,21 @@ HS_EXPORT int heapscope_attach(const char *socket_path, const char *token) {
 }
 
 __attribute__((destructor)) static void hs_client_fini(void) {
-  if (!__atomic_load_n(&hs_enabled, __ATOMIC_ACQUIRE))
-    return;
   struct hs_thread *t = &hs_thread_state;
   int saved = t->guard;
   /* Guard: a last module rescan calls dl_iterate_phdr. */
   t->guard = 1;
-  (void)ok(hs_modules_flush(&cl.ring));
+  if (__atomic_load_n(&hs_enabled, __ATOMIC_ACQUIRE))
+    (void)ok(hs_modules_flush(&cl.ring));
+  /* The pin (pin_socket) lets go of the socket only some time after the
+   * process is gone (the kernel tears an io_uring down in a worker), so the
+   * producer could learn of a normal exit after the parent did. Shut the
+   * socket down here instead: the producer sees EOF now, as it would have
+   * when exit closed the last descriptor. Ours only: not a vfork child's
+   * exit (another pid, same socket) nor a descriptor the program reused.
+   * This library is finalized last (preloaded: initialized first), after
+   * the program's destructors and atexit handlers. */
+  if (cl.sock >= 0 && cl.pid == getpid() && hs_sock_is_ours(cl.sock, cl.sock_dev, cl.sock_ino))
+    (void)shutdown(cl.sock, SHUT_RDWR);
   t->guard = saved;
 }

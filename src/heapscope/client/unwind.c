@@ -96,8 +96,8 @@ static void stack_bounds(struct hs_thread *t) {
  * or -8 are common, and a signal handler's frame saves whatever the
  * interrupted code had), and `fp + 16 > hi` wraps for those. A walk that
  * starts on the alternate signal stack stays on it; one that starts on no
- * stack we know (a coroutine's) returns nothing. With only_caller set, it stops at the first frame
- * outside this library. */
+ * stack we know (a coroutine's) returns nothing. With only_caller set, it
+ * stops at the first frame outside this library. */
 static __attribute__((noinline)) uint32_t fp_walk(uint64_t *pcs, uint32_t max, int only_caller) {
   struct hs_thread *t = &hs_thread_state;
   if (!t->stack_known)
