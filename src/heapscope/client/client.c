@@ -362,13 +362,39 @@ static int keep_high(int fd) {
  * when the address space does (exit, exec), which is exactly the EOF the
  * producer waits for. MADV_DONTFORK keeps it out of fork children, which
  * must not hold their parent's socket open. Returns 1 when pinned; 0 where
- * io_uring is missing or forbidden (seccomp, kernel.io_uring_disabled):
+ * io_uring is missing or forbidden (kernel.io_uring_disabled), or under a
+ * seccomp filter (seccomp_maybe):
  * then a lost socket is detected (hs_sock_is_ours) rather than survived. */
+/* 1 unless /proc/self/status says the process runs under no seccomp
+ * filter. A filter set up before us (a container, a service manager) may
+ * kill on a system call it does not know, and io_uring is a common one to
+ * leave out. Plain open/read: no stdio, no allocation. */
+static int seccomp_maybe(void) {
+  int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return 1;
+  char buf[4096];
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0)
+    return 1;
+  buf[n] = '\0';
+  const char *line = strstr(buf, "\nSeccomp:");
+  if (!line)
+    return 1;
+  line += strlen("\nSeccomp:");
+  while (*line == ' ' || *line == '\t')
+    line++;
+  return *line != '0';
+}
+
 static int pin_socket(int fd) {
 #ifdef SYS_io_uring_setup
   const char *pin = secure_getenv("HEAPSCOPE_PIN_SOCKET");
   if (pin && strcmp(pin, "0") == 0)
     return 0; /* the tests' way to take the detection path */
+  if (seccomp_maybe())
+    return 0;
   struct io_uring_params p;
   memset(&p, 0, sizeof p);
   int ring = (int)syscall(SYS_io_uring_setup, 1, &p);
