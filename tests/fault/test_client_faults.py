@@ -211,12 +211,14 @@ LIFE_TRUTH: dict[str, dict[str, Views]] = {
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("unwinder", ["auto", "fp"])
 @pytest.mark.parametrize("mode", sorted(LIFE_TRUTH))
-def test_process_life(record: Recorder, mode: str) -> None:
+def test_process_life(record: Recorder, mode: str, unwinder: str) -> None:
+    """fp: every new thread finds its own stack bounds on its first sample."""
     exe = life()
     plain = plain_run([exe, mode])
     assert plain.returncode == 0, plain.describe()
-    rec = record([exe, mode], timeout=120)
+    rec = record([exe, mode], extra=["--unwinder", unwinder], timeout=120)
     assert_same_behaviour(plain, rec)
     check_exact(rec, LIFE_TRUTH[mode])
 
