@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -89,10 +90,10 @@ static int open_chan(const char *kind, struct chan *c, int i) {
     c->rd = p[0];
     c->wr = p[1];
   } else {
-    char path[64];
-    snprintf(path, sizeof path, "/tmp/hs-client-fds-%d-%d", (int)getpid(), i);
-    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
-    unlink(path);
+    /* A regular file that touches no directory. */
+    char name[32];
+    snprintf(name, sizeof name, "client-fds-%d", i);
+    int fd = memfd_create(name, 0);
     if (fd < 0)
       return -1;
     c->rd = c->wr = fd;
