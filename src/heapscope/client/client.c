@@ -13,6 +13,20 @@
  *     down, record too big): a process-local flag turns every hook into a
  *     pass-through, and meta.client_state/client_error say why.
  *
+ * Descriptors: the client keeps one, the socket, and programs close and
+ * reuse descriptors they did not open (daemons: a close loop up to the
+ * limit, closefrom(3), dup2 over low numbers). The socket is moved above
+ * the numbers programs reuse (keep_high), pinned open so that closing the
+ * descriptor does not end the connection (pin_socket), and never trusted
+ * without checking its identity (hs_sock_is_ours: the fork child's close,
+ * the ring wait's liveness check). libunwind's own pipe is taken away
+ * altogether (unwind.c, tame_libunwind).
+ *
+ * Settings, read with secure_getenv (a setuid target ignores them):
+ * HEAPSCOPE_SOCKET and HEAPSCOPE_TOKEN (wire.h), HEAPSCOPE_DEBUG=1, and two
+ * for the tests: HEAPSCOPE_MAX_WAIT_MS (bound of a wait for ring space,
+ * default 10000) and HEAPSCOPE_PIN_SOCKET=0 (no pin).
+ *
  * fork(): the pthread_atfork child handler only clears hs_enabled (and
  * closes the child's copy of the socket, so a long-lived child does not hide
  * the parent's exit from the producer). It writes nothing to the shared
@@ -30,8 +44,13 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <linux/io_uring.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -54,6 +73,8 @@ static struct {
   uint64_t seed;
   uint32_t max_frames;
   int sock;
+  uint64_t sock_dev, sock_ino; /* identity of sock (see keep_high) */
+  pid_t pid;                   /* the process that connected */
   int debug;
   uint32_t threads; /* per-process thread index for sampler seeds */
 } cl = {.sock = -1};
@@ -202,6 +223,24 @@ void hs_record_free_slow(void *addr) {
 
 /* ---- handshake ---- */
 
+/* Bound of one wait for ring space in blocking mode: the producer drains
+ * the ring continuously, so a wait this long means it stopped reading. 10 s
+ * by default; HEAPSCOPE_MAX_WAIT_MS overrides it (the tests use a short
+ * one). */
+static uint64_t max_wait_ns(void) {
+  uint64_t ms = 10000;
+  const char *s = secure_getenv("HEAPSCOPE_MAX_WAIT_MS");
+  if (s && *s) {
+    uint64_t v = 0;
+    int digits = 0;
+    for (; *s >= '0' && *s <= '9' && digits < 9; s++, digits++)
+      v = v * 10 + (uint64_t)(*s - '0');
+    if (*s == '\0' && v > 0)
+      ms = v;
+  }
+  return ms * 1000000u;
+}
+
 static int hexval(char c) {
   if (c >= '0' && c <= '9')
     return c - '0';
@@ -283,6 +322,99 @@ static HS_MUST_CHECK int recv_config(int fd, struct hs_config *cfg, int *memfd) 
   return 0;
 }
 
+/* Moves fd out of the way of the program: programs reuse the lowest free
+ * numbers, and daemons close everything they did not open, commonly with a
+ * loop up to the soft RLIMIT_NOFILE (sysconf(_SC_OPEN_MAX)). When the hard
+ * limit allows, the socket goes just above the soft limit (raised for the
+ * one F_DUPFD_CLOEXEC, then put back: a descriptor keeps working above the
+ * limit), where neither such a loop nor the program's own opens reach it;
+ * else just below it. closefrom()/close_range() still close it: the
+ * identity check (hs_sock_is_ours) notices that, and the client stops.
+ * Returns the new descriptor (the old one is closed), or fd unchanged. */
+static int keep_high(int fd) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur < 64)
+    return fd;
+  int moved = -1;
+  rlim_t soft = rl.rlim_cur;
+  if (rl.rlim_max == RLIM_INFINITY || rl.rlim_max > soft + 16) {
+    struct rlimit raised = {soft + 16, rl.rlim_max};
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) {
+      moved = fcntl(fd, F_DUPFD_CLOEXEC, (int)soft);
+      (void)setrlimit(RLIMIT_NOFILE, &rl);
+    }
+  }
+  if (moved < 0)
+    moved = fcntl(fd, F_DUPFD_CLOEXEC, (int)(soft - soft / 8));
+  if (moved < 0)
+    return fd;
+  close(fd);
+  return moved;
+}
+
+/* Keeps the socket open even after the program closed every descriptor
+ * (closefrom(3), a close loop up to a limit the socket could not be kept
+ * above): the producer takes the socket's EOF for the process's exit, so a
+ * socket closed by the program would end its profile early. The pin is an
+ * io_uring with the socket as its one registered file: the ring's mapping
+ * holds the io_uring, which holds the socket, whatever happens to the
+ * descriptors of either. Nothing unmaps it: it goes, and the socket with it,
+ * when the address space does (exit, exec), which is exactly the EOF the
+ * producer waits for. MADV_DONTFORK keeps it out of fork children, which
+ * must not hold their parent's socket open. Returns 1 when pinned; 0 where
+ * io_uring is missing or forbidden (kernel.io_uring_disabled), or under a
+ * seccomp filter (seccomp_maybe):
+ * then a lost socket is detected (hs_sock_is_ours) rather than survived. */
+/* 1 unless /proc/self/status says the process runs under no seccomp
+ * filter. A filter set up before us (a container, a service manager) may
+ * kill on a system call it does not know, and io_uring is a common one to
+ * leave out. Plain open/read: no stdio, no allocation. */
+static int seccomp_maybe(void) {
+  int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return 1;
+  char buf[4096];
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0)
+    return 1;
+  buf[n] = '\0';
+  const char *line = strstr(buf, "\nSeccomp:");
+  if (!line)
+    return 1;
+  line += strlen("\nSeccomp:");
+  while (*line == ' ' || *line == '\t')
+    line++;
+  return *line != '0';
+}
+
+static int pin_socket(int fd) {
+#ifdef SYS_io_uring_setup
+  const char *pin = secure_getenv("HEAPSCOPE_PIN_SOCKET");
+  if (pin && strcmp(pin, "0") == 0)
+    return 0; /* the tests' way to take the detection path */
+  if (seccomp_maybe())
+    return 0;
+  struct io_uring_params p;
+  memset(&p, 0, sizeof p);
+  int ring = (int)syscall(SYS_io_uring_setup, 1, &p);
+  if (ring < 0)
+    return 0;
+  size_t len = p.sq_off.array + p.sq_entries * sizeof(uint32_t);
+  void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, ring, IORING_OFF_SQ_RING);
+  int fds[1] = {fd};
+  int ok = m != MAP_FAILED && madvise(m, len, MADV_DONTFORK) == 0 &&
+           syscall(SYS_io_uring_register, ring, IORING_REGISTER_FILES, fds, 1) == 0;
+  if (!ok && m != MAP_FAILED)
+    munmap(m, len);
+  close(ring);
+  return ok;
+#else
+  (void)fd;
+  return 0;
+#endif
+}
+
 /* Connects and maps the ring. Returns 0 when profiling can start. */
 static HS_MUST_CHECK int connect_producer(const char *path, const char *token,
                                           struct hs_config *cfg) {
@@ -348,7 +480,23 @@ static HS_MUST_CHECK int connect_producer(const char *path, const char *token,
     close(fd);
     return -1;
   }
+  fd = keep_high(fd);
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    munmap(shm, len);
+    close(fd);
+    return -1;
+  }
   cl.sock = fd;
+  cl.pid = getpid();
+  cl.sock_dev = (uint64_t)st.st_dev;
+  cl.sock_ino = (uint64_t)st.st_ino;
+  cl.ring.sock_dev = cl.sock_dev;
+  cl.ring.sock_ino = cl.sock_ino;
+  cl.ring.sock_pinned = pin_socket(fd);
+  hs_debug("socket descriptor", (uint64_t)fd);
+  hs_debug("socket pinned", (uint64_t)cl.ring.sock_pinned);
+  cl.ring.max_wait_ns = max_wait_ns();
   cl.ring.meta = m;
   cl.ring.data = (unsigned char *)shm + HS_META_SIZE;
   cl.ring.size = cfg->ring_size;
@@ -361,10 +509,10 @@ static HS_MUST_CHECK int connect_producer(const char *path, const char *token,
 static void atfork_child(void) {
   /* See the top of this file: local flag only, no shared writes, no locks. */
   __atomic_store_n(&hs_enabled, 0, __ATOMIC_RELAXED);
-  if (cl.sock >= 0) {
+  /* Only our socket: the program may have closed it and reused the slot. */
+  if (cl.sock >= 0 && hs_sock_is_ours(cl.sock, cl.sock_dev, cl.sock_ino))
     close(cl.sock);
-    cl.sock = -1;
-  }
+  cl.sock = -1;
 }
 
 static void fail_start(struct hs_ring_meta *m, int error) {
@@ -425,16 +573,16 @@ __attribute__((constructor)) static void hs_client_init(void) {
   long ps = sysconf(_SC_PAGESIZE);
   if (ps > 0)
     hs_page_size = (size_t)ps;
-  const char *dbg = getenv("HEAPSCOPE_DEBUG");
+  const char *dbg = secure_getenv("HEAPSCOPE_DEBUG");
   cl.debug = dbg && dbg[0] == '1' && dbg[1] == '\0';
-  const char *path = getenv(HS_ENV_SOCKET);
+  const char *path = secure_getenv(HS_ENV_SOCKET);
   if (!path)
     return; /* dormant, or loaded by an attach that calls heapscope_attach */
-  /* Guard: getenv is safe, but the socket calls, dlopen(libunwind),
+  /* Guard: secure_getenv is safe, but the socket calls, dlopen(libunwind),
    * dl_iterate_phdr and the unwinder warm-up all allocate. hs_enabled is
    * still 0 here, so nothing can be sampled before the ring is ready. */
   t->guard = 1;
-  if (start(path, getenv(HS_ENV_TOKEN)) == 0)
+  if (start(path, secure_getenv(HS_ENV_TOKEN)) == 0)
     __atomic_store_n(&session_taken, 1, __ATOMIC_RELAXED);
   t->guard = 0;
 }
@@ -463,12 +611,21 @@ HS_EXPORT int heapscope_attach(const char *socket_path, const char *token) {
 }
 
 __attribute__((destructor)) static void hs_client_fini(void) {
-  if (!__atomic_load_n(&hs_enabled, __ATOMIC_ACQUIRE))
-    return;
   struct hs_thread *t = &hs_thread_state;
   int saved = t->guard;
   /* Guard: a last module rescan calls dl_iterate_phdr. */
   t->guard = 1;
-  (void)ok(hs_modules_flush(&cl.ring));
+  if (__atomic_load_n(&hs_enabled, __ATOMIC_ACQUIRE))
+    (void)ok(hs_modules_flush(&cl.ring));
+  /* The pin (pin_socket) lets go of the socket only some time after the
+   * process is gone (the kernel tears an io_uring down in a worker), so the
+   * producer could learn of a normal exit after the parent did. Shut the
+   * socket down here instead: the producer sees EOF now, as it would have
+   * when exit closed the last descriptor. Ours only: not a vfork child's
+   * exit (another pid, same socket) nor a descriptor the program reused.
+   * This library is finalized last (preloaded: initialized first), after
+   * the program's destructors and atexit handlers. */
+  if (cl.sock >= 0 && cl.pid == getpid() && hs_sock_is_ours(cl.sock, cl.sock_dev, cl.sock_ino))
+    (void)shutdown(cl.sock, SHUT_RDWR);
   t->guard = saved;
 }

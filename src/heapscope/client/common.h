@@ -34,6 +34,8 @@ struct hs_thread {
    * is inside the client. */
   int guard;
   uint32_t unwinds; /* count of this thread's unwinds, for timing 1 in 64 */
+  int stack_known;  /* stack_lo/hi set (unwind.c, frame-pointer walk) */
+  uintptr_t stack_lo, stack_hi; /* this thread's stack, [lo, hi) */
 };
 
 extern HS_TLS struct hs_thread hs_thread_state HS_HIDDEN;

@@ -9,6 +9,8 @@
  *   calloc:  size = n * size; on overflow only the real calloc runs (it fails).
  *   pvalloc: size rounded up to the page, as the allocator does.
  *
+ * malloc_usable_size: the arena answers for its own pointers.
+ *
  * Pointers from the bootstrap arena (real.h) are never passed to the real
  * allocator: free ignores them, realloc copies them out.
  */
@@ -108,19 +110,20 @@ HS_EXPORT void *pvalloc(size_t size) {
   return p;
 }
 
+/* The arena's pointers have their own size; everything else is the real
+ * allocator's business (a jemalloc behind us answers for its own). */
+HS_EXPORT size_t malloc_usable_size(void *p) {
+  if (hs_arena_owns(p))
+    return hs_arena_size(p);
+  return HS_REAL(malloc_usable_size)(p);
+}
+
 /* Hidden aliases: inside this library `&malloc` may resolve to the first
  * malloc of the global scope (libc's, when we were dlopen()ed rather than
- * preloaded); inject.c needs the addresses of ours. */
-#define HS_HOOK_ALIAS(name) \
-  extern __typeof(name) hs_hook_##name \
-      __attribute__((alias(#name), copy(name), visibility("hidden")))
-HS_HOOK_ALIAS(malloc);
-HS_HOOK_ALIAS(free);
-HS_HOOK_ALIAS(calloc);
-HS_HOOK_ALIAS(realloc);
-HS_HOOK_ALIAS(reallocarray);
-HS_HOOK_ALIAS(posix_memalign);
-HS_HOOK_ALIAS(aligned_alloc);
-HS_HOOK_ALIAS(memalign);
-HS_HOOK_ALIAS(valloc);
-HS_HOOK_ALIAS(pvalloc);
+ * preloaded); inject.c needs the addresses of ours. One per member of the
+ * family (family.h). */
+#define HS_HOOK_ALIAS(ret, name, params, required)          \
+  extern ret hs_hook_##name params                         \
+      __attribute__((alias(#name), copy(name), visibility("hidden")));
+HS_MALLOC_FAMILY(HS_HOOK_ALIAS)
+#undef HS_HOOK_ALIAS

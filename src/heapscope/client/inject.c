@@ -1,6 +1,8 @@
 /* inject.c: see inject.h. */
 #include "inject.h"
 
+#include "family.h"
+
 #include <dlfcn.h>
 #include <elf.h>
 #include <link.h>
@@ -11,42 +13,27 @@
 #include <unistd.h>
 
 /* The hidden aliases of hooks.c. */
-extern __typeof(malloc) hs_hook_malloc HS_HIDDEN;
-extern __typeof(free) hs_hook_free HS_HIDDEN;
-extern __typeof(calloc) hs_hook_calloc HS_HIDDEN;
-extern __typeof(realloc) hs_hook_realloc HS_HIDDEN;
-extern void *hs_hook_reallocarray(void *, size_t, size_t) HS_HIDDEN;
-extern __typeof(posix_memalign) hs_hook_posix_memalign HS_HIDDEN;
-extern __typeof(aligned_alloc) hs_hook_aligned_alloc HS_HIDDEN;
-extern void *hs_hook_memalign(size_t, size_t) HS_HIDDEN;
-extern void *hs_hook_valloc(size_t) HS_HIDDEN;
-extern void *hs_hook_pvalloc(size_t) HS_HIDDEN;
+#define HS_HOOK_DECL(ret, name, params, required) extern ret hs_hook_##name params HS_HIDDEN;
+HS_MALLOC_FAMILY(HS_HOOK_DECL)
+#undef HS_HOOK_DECL
 
-static const struct {
-  const char *name;
-  void *hook;
-} hooks[] = {
-    {"malloc", (void *)hs_hook_malloc},
-    {"free", (void *)hs_hook_free},
-    {"calloc", (void *)hs_hook_calloc},
-    {"realloc", (void *)hs_hook_realloc},
-    {"reallocarray", (void *)hs_hook_reallocarray},
-    {"posix_memalign", (void *)hs_hook_posix_memalign},
-    {"aligned_alloc", (void *)hs_hook_aligned_alloc},
-    {"memalign", (void *)hs_hook_memalign},
-    {"valloc", (void *)hs_hook_valloc},
-    {"pvalloc", (void *)hs_hook_pvalloc},
+static const struct hs_got_hook hooks[] = {
+#define HS_HOOK_ENTRY(ret, name, params, required) {#name, (void *)hs_hook_##name},
+    HS_MALLOC_FAMILY(HS_HOOK_ENTRY)
+#undef HS_HOOK_ENTRY
 };
 
-static void *hook_for(const char *name) {
-  for (size_t i = 0; i < sizeof hooks / sizeof hooks[0]; i++) {
-    if (strcmp(hooks[i].name, name) == 0)
-      return hooks[i].hook;
+static void *hook_for(const struct hs_got_hook *table, size_t n, const char *name) {
+  for (size_t i = 0; i < n; i++) {
+    if (strcmp(table[i].name, name) == 0)
+      return table[i].hook;
   }
   return NULL;
 }
 
 struct object {
+  const struct hs_got_hook *table;
+  size_t n;
   ElfW(Addr) base;
   const ElfW(Sym) *symtab;
   const char *strtab;
@@ -67,7 +54,7 @@ static int patch(const struct object *o, const ElfW(Rela) *rel, size_t bytes) {
     if (type != R_X86_64_JUMP_SLOT && type != R_X86_64_GLOB_DAT)
       continue;
     const ElfW(Sym) *sym = &o->symtab[ELF64_R_SYM(rel[i].r_info)];
-    void *hook = hook_for(o->strtab + sym->st_name);
+    void *hook = hook_for(o->table, o->n, o->strtab + sym->st_name);
     if (!hook)
       continue;
     void **slot = (void **)(o->base + rel[i].r_offset);
@@ -82,17 +69,9 @@ static int patch(const struct object *o, const ElfW(Rela) *rel, size_t bytes) {
   return n;
 }
 
-static int patch_object(struct dl_phdr_info *info, size_t size, void *data) {
-  (void)size;
-  int *patched = data;
-  Dl_info self;
-  if (dladdr((void *)hs_inject_hooks, &self) && self.dli_fbase &&
-      (ElfW(Addr))self.dli_fbase == info->dlpi_addr)
-    return 0; /* this library: its own calls go to the real allocator */
-  const char *name = info->dlpi_name ? info->dlpi_name : "";
-  if (strstr(name, "linux-vdso") || strstr(name, "/ld-linux") || strstr(name, "/ld-2."))
-    return 0;
-  struct object o = {.base = info->dlpi_addr, .page = sysconf(_SC_PAGESIZE)};
+static int patch_one(struct dl_phdr_info *info, const struct hs_got_hook *table, size_t n) {
+  struct object o = {.table = table, .n = n, .base = info->dlpi_addr,
+                     .page = sysconf(_SC_PAGESIZE)};
   const ElfW(Dyn) *dyn = NULL;
   for (int i = 0; i < info->dlpi_phnum; i++) {
     const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
@@ -122,11 +101,48 @@ static int patch_object(struct dl_phdr_info *info, size_t size, void *data) {
   }
   if (!o.symtab || !o.strtab)
     return 0;
+  int patched = 0;
   if (jmprel && pltrel_is_rela)
-    *patched += patch(&o, jmprel, jmprel_size);
+    patched += patch(&o, jmprel, jmprel_size);
   if (rela)
-    *patched += patch(&o, rela, rela_size);
+    patched += patch(&o, rela, rela_size);
+  return patched;
+}
+
+static int patch_object(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)size;
+  int *patched = data;
+  Dl_info self;
+  if (dladdr((void *)hs_inject_hooks, &self) && self.dli_fbase &&
+      (ElfW(Addr))self.dli_fbase == info->dlpi_addr)
+    return 0; /* this library: its own calls go to the real allocator */
+  const char *name = info->dlpi_name ? info->dlpi_name : "";
+  if (strstr(name, "linux-vdso") || strstr(name, "/ld-linux") || strstr(name, "/ld-2."))
+    return 0;
+  *patched += patch_one(info, hooks, sizeof hooks / sizeof hooks[0]);
   return 0;
+}
+
+struct one_object {
+  uintptr_t base;
+  const struct hs_got_hook *table;
+  size_t n;
+  int patched;
+};
+
+static int patch_if_base(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)size;
+  struct one_object *w = data;
+  if (info->dlpi_addr != w->base)
+    return 0;
+  w->patched = patch_one(info, w->table, w->n);
+  return 1;
+}
+
+int hs_inject_object(uintptr_t base, const struct hs_got_hook *table, size_t n) {
+  struct one_object w = {base, table, n, 0};
+  dl_iterate_phdr(patch_if_base, &w);
+  return w.patched;
 }
 
 int hs_inject_hooks(void) {

@@ -14,9 +14,23 @@
 #ifndef HEAPSCOPE_CLIENT_INJECT_H
 #define HEAPSCOPE_CLIENT_INJECT_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include "common.h"
 
 /* Returns the number of GOT entries now pointing at our hooks. */
 HS_HIDDEN int hs_inject_hooks(void);
+
+/* One symbol to redirect: its name and the function to call instead. */
+struct hs_got_hook {
+  const char *name;
+  void *hook;
+};
+
+/* The same rewrite for one loaded object only (the one whose load base is
+ * `base`) and the n symbols of table; unwind.c uses it to take libunwind's
+ * memory validation off file descriptors. Returns the entries patched. */
+HS_HIDDEN int hs_inject_object(uintptr_t base, const struct hs_got_hook *table, size_t n);
 
 #endif

@@ -37,21 +37,14 @@ size_t hs_arena_size(const void *p) {
   return (size_t)sz;
 }
 
-static void *boot_malloc(size_t n);
-static void boot_free(void *p);
-static void *boot_calloc(size_t n, size_t size);
-static void *boot_realloc(void *p, size_t n);
-static void *boot_reallocarray(void *p, size_t n, size_t size);
-static int boot_posix_memalign(void **out, size_t align, size_t n);
-static void *boot_aligned_alloc(size_t align, size_t n);
-static void *boot_memalign(size_t align, size_t n);
-static void *boot_valloc(size_t n);
-static void *boot_pvalloc(size_t n);
+#define HS_BOOT_DECL(ret, name, params, required) static ret boot_##name params;
+HS_MALLOC_FAMILY(HS_BOOT_DECL)
+#undef HS_BOOT_DECL
 
 struct hs_real_fns hs_real = {
-    boot_malloc,   boot_free,          boot_calloc,        boot_realloc,
-    boot_reallocarray, boot_posix_memalign, boot_aligned_alloc, boot_memalign,
-    boot_valloc,   boot_pvalloc,
+#define HS_BOOT_INIT(ret, name, params, required) boot_##name,
+    HS_MALLOC_FAMILY(HS_BOOT_INIT)
+#undef HS_BOOT_INIT
 };
 
 enum { UNRESOLVED = 0, RESOLVING = 1, RESOLVED = 2, FAILED = 3 };
@@ -73,37 +66,26 @@ int hs_real_resolve(void) {
   int saved = t->guard;
   t->guard = 1;
   struct hs_real_fns r;
-  r.malloc = (void *(*)(size_t))dlsym(RTLD_NEXT, "malloc");
-  r.free = (void (*)(void *))dlsym(RTLD_NEXT, "free");
-  r.calloc = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "calloc");
-  r.realloc = (void *(*)(void *, size_t))dlsym(RTLD_NEXT, "realloc");
-  r.reallocarray = (void *(*)(void *, size_t, size_t))dlsym(RTLD_NEXT, "reallocarray");
-  r.posix_memalign = (int (*)(void **, size_t, size_t))dlsym(RTLD_NEXT, "posix_memalign");
-  r.aligned_alloc = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "aligned_alloc");
-  r.memalign = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "memalign");
-  r.valloc = (void *(*)(size_t))dlsym(RTLD_NEXT, "valloc");
-  r.pvalloc = (void *(*)(size_t))dlsym(RTLD_NEXT, "pvalloc");
+  int missing = 0;
+#define HS_LOOKUP(ret, name, params, required)        \
+  r.name = (ret(*) params)dlsym(RTLD_NEXT, #name);    \
+  if ((required) && !r.name)                          \
+    missing = 1;
+  HS_MALLOC_FAMILY(HS_LOOKUP)
+#undef HS_LOOKUP
   t->guard = saved;
-  if (!r.malloc || !r.free || !r.calloc || !r.realloc || !r.posix_memalign || !r.memalign) {
+  if (missing) {
     /* No allocator behind us: nothing sensible to do but keep serving the
      * arena until it runs out. */
     __atomic_store_n(&resolve_state, FAILED, __ATOMIC_RELEASE);
     return 0;
   }
-  __atomic_store_n(&hs_real.malloc, r.malloc, __ATOMIC_RELAXED);
-  __atomic_store_n(&hs_real.free, r.free, __ATOMIC_RELAXED);
-  __atomic_store_n(&hs_real.calloc, r.calloc, __ATOMIC_RELAXED);
-  __atomic_store_n(&hs_real.realloc, r.realloc, __ATOMIC_RELAXED);
-  if (r.reallocarray)
-    __atomic_store_n(&hs_real.reallocarray, r.reallocarray, __ATOMIC_RELAXED);
-  __atomic_store_n(&hs_real.posix_memalign, r.posix_memalign, __ATOMIC_RELAXED);
-  if (r.aligned_alloc)
-    __atomic_store_n(&hs_real.aligned_alloc, r.aligned_alloc, __ATOMIC_RELAXED);
-  __atomic_store_n(&hs_real.memalign, r.memalign, __ATOMIC_RELAXED);
-  if (r.valloc)
-    __atomic_store_n(&hs_real.valloc, r.valloc, __ATOMIC_RELAXED);
-  if (r.pvalloc)
-    __atomic_store_n(&hs_real.pvalloc, r.pvalloc, __ATOMIC_RELAXED);
+  /* An optional function the allocator lacks keeps its boot_* fallback. */
+#define HS_PUBLISH(ret, name, params, required) \
+  if (r.name)                                   \
+    __atomic_store_n(&hs_real.name, r.name, __ATOMIC_RELAXED);
+  HS_MALLOC_FAMILY(HS_PUBLISH)
+#undef HS_PUBLISH
   __atomic_store_n(&resolve_state, RESOLVED, __ATOMIC_RELEASE);
   return 1;
 }
@@ -191,4 +173,12 @@ static void *boot_pvalloc(size_t n) {
     return HS_REAL(pvalloc)(n);
   size_t page = 4096;
   return boot_memalign(page, (n + page - 1) & ~(page - 1));
+}
+
+static size_t boot_malloc_usable_size(void *p) {
+  if (hs_arena_owns(p))
+    return hs_arena_size(p);
+  if (hs_real_resolve() && HS_REAL(malloc_usable_size) != boot_malloc_usable_size)
+    return HS_REAL(malloc_usable_size)(p);
+  return 0;
 }

@@ -16,18 +16,13 @@
 #include <stdint.h>
 
 #include "common.h"
+#include "family.h"
 
+/* One pointer per member of the family (family.h). */
 struct hs_real_fns {
-  void *(*malloc)(size_t);
-  void (*free)(void *);
-  void *(*calloc)(size_t, size_t);
-  void *(*realloc)(void *, size_t);
-  void *(*reallocarray)(void *, size_t, size_t);
-  int (*posix_memalign)(void **, size_t, size_t);
-  void *(*aligned_alloc)(size_t, size_t);
-  void *(*memalign)(size_t, size_t);
-  void *(*valloc)(size_t);
-  void *(*pvalloc)(size_t);
+#define HS_REAL_FIELD(ret, name, params, required) ret(*name) params;
+  HS_MALLOC_FAMILY(HS_REAL_FIELD)
+#undef HS_REAL_FIELD
 };
 
 extern struct hs_real_fns hs_real HS_HIDDEN;

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 
 uint64_t hs_now_ns(void) {
@@ -12,16 +13,31 @@ uint64_t hs_now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* 1 while the producer's end of the socket is open. EOF (0) or a hard error
- * means it is gone; EAGAIN means alive with nothing to say. */
-static int producer_alive(int sock) {
-  char c;
-  ssize_t n = recv(sock, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-  if (n > 0)
-    return 1;
-  if (n == 0)
+int hs_sock_is_ours(int fd, uint64_t dev, uint64_t ino) {
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0)
     return 0;
-  return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+  return S_ISSOCK(st.st_mode) && (uint64_t)st.st_dev == dev && (uint64_t)st.st_ino == ino;
+}
+
+/* HS_OK while the producer's end of our socket is open. Identity first: a
+ * descriptor the program reopened (a socket, a pipe, a file) in our slot
+ * would otherwise answer for the producer, or be read from. Then EOF (0) or
+ * a hard error means the producer is gone; EAGAIN means alive with nothing
+ * to say. */
+static int producer_check(const struct hs_ring *r) {
+  if (!hs_sock_is_ours(r->sock, r->sock_dev, r->sock_ino))
+    /* Pinned: the producer still has its connection and reads the ring;
+     * only the wait's bound can end the wait now. */
+    return r->sock_pinned ? HS_OK : -HS_ERR_SOCKET_LOST;
+  char c;
+  ssize_t n = recv(r->sock, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n > 0)
+    return HS_OK;
+  if (n == 0)
+    return -HS_ERR_PRODUCER_GONE;
+  return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? HS_OK
+                                                                   : -HS_ERR_PRODUCER_GONE;
 }
 
 #define SPINS_BEFORE_SLEEP 128
@@ -76,10 +92,11 @@ int hs_ring_write(struct hs_ring *r, uint32_t type, const void *a, size_t alen, 
          * it happens, not only once it ends. */
         __atomic_fetch_add(&m->blocked_ns, now - last_check, __ATOMIC_RELAXED);
         last_check = now;
-        if (!producer_alive(r->sock)) {
-          rc = -HS_ERR_PRODUCER_GONE;
+        rc = producer_check(r);
+        if (rc == HS_OK && now - wait_start >= r->max_wait_ns)
+          rc = -HS_ERR_WAIT_TIMEOUT;
+        if (rc != HS_OK)
           break;
-        }
       }
       struct timespec ts = {0, SLEEP_NS};
       nanosleep(&ts, NULL);

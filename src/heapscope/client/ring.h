@@ -10,7 +10,14 @@
  * When the ring is full: with HS_CFG_BLOCK_CLIENT the writer waits (spins a
  * little, then sleeps ~75 us at a time), watching meta.shutting_down and,
  * every millisecond, whether the producer is still alive (EOF on the
- * socket). Without it, the record is dropped and counted.
+ * socket) and whether the descriptor is still our socket (hs_sock_is_ours:
+ * a program that closed it and opened a file of its own in the same slot
+ * must not be taken for the producer; when the socket itself is pinned open,
+ * a lost descriptor only means the wait cannot watch the producer any more).
+ * The whole wait is bounded by
+ * max_wait_ns: past it the writer gives up with HS_ERR_WAIT_TIMEOUT and the
+ * client disables itself. Without HS_CFG_BLOCK_CLIENT a record that does not
+ * fit is dropped and counted.
  */
 #ifndef HEAPSCOPE_CLIENT_RING_H
 #define HEAPSCOPE_CLIENT_RING_H
@@ -27,8 +34,16 @@ struct hs_ring {
   uint64_t size; /* power of two */
   int block;     /* HS_CFG_BLOCK_CLIENT */
   int sock;      /* for the liveness check while blocked */
+  uint64_t sock_dev, sock_ino; /* identity of sock, taken at connect */
+  int sock_pinned;             /* the socket outlives sock (client.c, pin_socket) */
+  uint64_t max_wait_ns;        /* bound of one wait for space */
   uint64_t *seq; /* the process-wide sequence counter */
 };
+
+/* 1 when fd is still the socket whose identity (device, inode) was taken at
+ * connect; 0 when the program closed it or put something else in its slot.
+ * Async-signal-safe (one fstat), so the fork child handler may call it. */
+HS_HIDDEN int hs_sock_is_ours(int fd, uint64_t dev, uint64_t ino);
 
 /* Writes one record of `type` whose body is a[0..alen) followed by
  * b[0..blen). When take_seq is set, the first 8 bytes of the body are

@@ -2,12 +2,16 @@
 #include "unwind.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <link.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "inject.h"
 #include "wire.h"
 
 /* Exported by ld.so: the stack pointer at process start, i.e. just above
@@ -47,11 +51,10 @@ static int find_own_text(struct dl_phdr_info *info, size_t size, void *data) {
   return 1;
 }
 
-/* The top of the current thread's stack, exclusive. Main thread: glibc's
- * __libc_stack_end. Other threads: glibc places its struct pthread (the
- * thread control block) at the top of the thread's stack mapping, right
- * above the frames, so pthread_self() bounds them without a call to
- * pthread_getattr_np (which allocates and reads /proc). */
+/* The top of the current thread's stack, exclusive, when its bounds are
+ * unknown. Main thread: glibc's __libc_stack_end. Other threads: glibc
+ * places its struct pthread (the thread control block) at the top of the
+ * thread's stack mapping, right above the frames. */
 static uintptr_t stack_top(void) {
   pthread_t self = pthread_self();
   if (have_main_thread && pthread_equal(self, main_thread))
@@ -59,20 +62,61 @@ static uintptr_t stack_top(void) {
   return (uintptr_t)self;
 }
 
+/* The bounds of this thread's stack, [lo, hi), found once per thread with
+ * pthread_getattr_np (it allocates, and reads /proc/self/maps on the main
+ * thread: we are under the guard, in the slow path). When it fails the walk
+ * keeps the old bound, from its own frame to stack_top(). */
+static void stack_bounds(struct hs_thread *t) {
+  pthread_attr_t attr;
+  void *addr = NULL;
+  size_t size = 0;
+  uintptr_t lo = 0, hi = 0;
+  if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+    if (pthread_attr_getstack(&attr, &addr, &size) == 0 && size > 0) {
+      lo = (uintptr_t)addr;
+      hi = lo + size;
+    }
+    pthread_attr_destroy(&attr);
+  }
+  if (hi <= lo) {
+    lo = (uintptr_t)__builtin_frame_address(0);
+    hi = stack_top();
+  }
+  t->stack_lo = lo;
+  t->stack_hi = hi > lo ? hi : lo;
+  t->stack_known = 1;
+}
+
 /* Frame-pointer walk: [fp] = caller's fp, [fp + 8] = return address. Every
- * step is bounded: fp 8-aligned, strictly increasing, below the stack top,
- * so it only reads this thread's live stack even through frames compiled
- * without frame pointers (which end the walk early, or add a wrong pc).
- * With only_caller set, it stops at the first frame outside this library. */
+ * frame is checked against this thread's stack before it is read: fp
+ * 8-aligned, strictly increasing, and lo <= fp <= hi - 16, compared without
+ * arithmetic on the loaded value, which may be anything: code built without
+ * frame pointers uses %rbp as a plain register (alignment masks such as -16
+ * or -8 are common, and a signal handler's frame saves whatever the
+ * interrupted code had), and `fp + 16 > hi` wraps for those. A walk that
+ * starts on the alternate signal stack stays on it; one that starts on no
+ * stack we know (a coroutine's) returns nothing. With only_caller set, it
+ * stops at the first frame outside this library. */
 static __attribute__((noinline)) uint32_t fp_walk(uint64_t *pcs, uint32_t max, int only_caller) {
+  struct hs_thread *t = &hs_thread_state;
+  if (!t->stack_known)
+    stack_bounds(t);
+  uintptr_t lo = t->stack_lo, hi = t->stack_hi;
   uintptr_t fp = (uintptr_t)__builtin_frame_address(0);
-  uintptr_t top = stack_top();
   uint32_t n = 0;
-  if (fp >= top || top - fp > (UINT64_C(1) << 30))
-    return 0; /* not on the stack we know (a sigaltstack, a coroutine) */
+  if (fp < lo || fp >= hi) {
+    /* A signal handler on the alternate stack: walk that one only. */
+    stack_t ss;
+    if (sigaltstack(NULL, &ss) != 0 || !(ss.ss_flags & SS_ONSTACK))
+      return 0;
+    lo = (uintptr_t)ss.ss_sp;
+    hi = lo + ss.ss_size;
+  }
+  if (hi - lo < 16 || fp < lo || fp > hi - 16 || (fp & 7))
+    return 0;
   while (n < max) {
-    if ((fp & 7) || fp + 16 > top)
-      break;
+    /* Here lo <= fp <= hi - 16 and fp is 8-aligned: both words are on the
+     * live part of our stack. */
     const uintptr_t *frame = (const uintptr_t *)fp;
     uintptr_t next = frame[0], ret = frame[1];
     if (ret == 0)
@@ -80,7 +124,7 @@ static __attribute__((noinline)) uint32_t fp_walk(uint64_t *pcs, uint32_t max, i
     pcs[n++] = ret;
     if (only_caller && (ret < own_start || ret >= own_end))
       break;
-    if (next <= fp)
+    if (next <= fp || next > hi - 16 || (next & 7))
       break;
     fp = next;
   }
@@ -137,6 +181,73 @@ static void per_thread_cache(void *libunwind) {
     (void)set_policy(*local_as, 2);
 }
 
+/* libunwind 1.6 (src/x86_64/Ginit.c: open_pipe, write_validate,
+ * validate_mem) checks that an address is readable, when a DWARF step fails
+ * and it falls back on the frame chain, by read()ing a pipe it opened once
+ * (pipe2) to drain it, then writing one byte from the address into it; a
+ * failed read makes it close both ends and open a new pipe. A program that
+ * closes its descriptors and opens its own in the freed numbers then has
+ * libunwind block in read() on the program's socket, write stack bytes into
+ * the program's file, or close the program's descriptors. So, in libunwind's
+ * GOT only (hs_inject_object), pipe2 fails: libunwind holds no descriptor
+ * and its pipe ends stay -1; read(-1) answers "nothing to drain" (EAGAIN);
+ * and syscall(SYS_write, -1, addr, 1) checks addr without any descriptor
+ * (see unw_syscall). Everything else passes through. */
+static int unw_pipe2(int fds[2], int flags) {
+  (void)fds;
+  (void)flags;
+  errno = EMFILE;
+  return -1;
+}
+
+static ssize_t unw_read(int fd, void *buf, size_t n) {
+  if (fd == -1) {
+    errno = EAGAIN;
+    return -1;
+  }
+  return read(fd, buf, n);
+}
+
+static long unw_syscall(long nr, ...) {
+  va_list ap;
+  long a[6];
+  va_start(ap, nr);
+  for (int i = 0; i < 6; i++)
+    a[i] = va_arg(ap, long);
+  va_end(ap);
+  if (nr == SYS_write && (int)a[0] == -1) {
+    /* rt_sigprocmask reads its new set from addr before it looks at `how`:
+     * with an invalid `how` it fails with EFAULT when addr is unreadable
+     * and EINVAL otherwise, and changes nothing. No descriptor, and a call
+     * that sandboxes (seccomp filters a program may install) allow. It
+     * reads 8 bytes where libunwind wrote 1: a word at the very end of a
+     * mapping is refused, which only ends the stack there. */
+    long rc = syscall(SYS_rt_sigprocmask, -1L, a[1], 0L, 8L);
+    if (rc == 0 || errno != EFAULT)
+      return 1;
+    errno = EFAULT;
+    return -1;
+  }
+  return syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+}
+
+static const struct hs_got_hook unw_hooks[] = {
+    {"pipe2", (void *)unw_pipe2},
+    {"read", (void *)unw_read},
+    {"syscall", (void *)unw_syscall},
+};
+
+/* Points libunwind's pipe2/read/syscall at the functions above. Returns 1
+ * when all three are redirected: only then is libunwind safe to use. */
+static int tame_libunwind(void *sym) {
+  Dl_info info;
+  if (!dladdr(sym, &info) || !info.dli_fbase)
+    return 0;
+  int n = hs_inject_object((uintptr_t)info.dli_fbase, unw_hooks,
+                           sizeof unw_hooks / sizeof unw_hooks[0]);
+  return n >= (int)(sizeof unw_hooks / sizeof unw_hooks[0]);
+}
+
 uint32_t hs_unwind_init(uint32_t requested) {
   /* The constructor runs on the main thread when preloaded; if we were
    * loaded by another thread, no thread is treated as the main one (its
@@ -155,8 +266,11 @@ uint32_t hs_unwind_init(uint32_t requested) {
     void *h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
     if (h) {
       unw_backtrace_p = (unw_backtrace_fn)dlsym(h, "unw_backtrace");
-      if (unw_backtrace_p)
+      /* Before its first use, which opens the pipe: see tame_libunwind. */
+      if (unw_backtrace_p && tame_libunwind((void *)unw_backtrace_p))
         active = HS_UNWINDER_LIBUNWIND;
+      else
+        hs_debug("libunwind not usable (cannot redirect its pipe); frame pointers", UINT64_MAX);
       per_thread_cache(h);
     }
   }

@@ -63,6 +63,8 @@ class ClientError(IntEnum):
     RECORD_TOO_BIG = 3
     FORKED = 4
     OUT_OF_MEMORY = 5
+    SOCKET_LOST = 6
+    WAIT_TIMEOUT = 7
 
 
 CFG_BLOCK_CLIENT = 1

@@ -124,6 +124,11 @@ enum hs_client_error {
   HS_ERR_FORKED = 4,          /* reserved: a fork child stops profiling but
                                  must not write the meta its parent uses */
   HS_ERR_OUT_OF_MEMORY = 5,   /* mmap for client tables failed */
+  HS_ERR_SOCKET_LOST = 6,     /* the program closed the client's socket, or
+                                 put another file in its slot (close loop,
+                                 closefrom, dup2) */
+  HS_ERR_WAIT_TIMEOUT = 7,    /* a wait for ring space passed its bound
+                                 (the producer stopped reading) */
 };
 
 /* client -> producer, first bytes on the socket. */

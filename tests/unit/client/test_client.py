@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -24,10 +25,19 @@ import pytest
 
 from heapscope.wire import codec
 
-EXPORTED = {
-    "malloc", "free", "calloc", "realloc", "reallocarray", "posix_memalign",
-    "aligned_alloc", "memalign", "valloc", "pvalloc", "heapscope_attach",
-}
+CLIENT_SRC = Path(__file__).resolve().parents[3] / "src" / "heapscope" / "client"
+
+
+def malloc_family() -> list[str]:
+    """The hooked malloc family as family.h writes it once (HS_MALLOC_FAMILY)."""
+    text = (CLIENT_SRC / "family.h").read_text()
+    body = text[text.index("#define HS_MALLOC_FAMILY(X)"):].split("\n\n")[0]
+    names = re.findall(r"X\([^,]+,\s*(\w+)\s*,", body)
+    assert "malloc" in names and "free" in names, body
+    return names
+
+
+EXPORTED = {*malloc_family(), "heapscope_attach"}
 
 
 @dataclass
@@ -220,6 +230,26 @@ def test_exports_only_the_malloc_family(client_lib):
                          text=True, check=True, timeout=30).stdout
     names = {line.split()[-1] for line in out.splitlines() if line.strip()}
     assert names == EXPORTED
+
+
+def test_version_script_lists_the_family_of_family_h():
+    text = (CLIENT_SRC / "preload.map").read_text()
+    body = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    glob = body[body.index("global:") + len("global:"):body.index("local:")]
+    assert {n.strip() for n in glob.split(";") if n.strip()} == EXPORTED
+
+
+@pytest.mark.timeout(120)
+def test_settings_are_read_with_secure_getenv(client_lib):
+    """A setuid target must not take the socket path or debug switch from its caller."""
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("no nm")
+    out = subprocess.run([nm, "-D", "--undefined-only", str(client_lib)], capture_output=True,
+                         text=True, check=True, timeout=30).stdout
+    imported = {line.split()[-1].split("@")[0] for line in out.splitlines() if line.strip()}
+    assert "secure_getenv" in imported
+    assert "getenv" not in imported
 
 
 @pytest.mark.timeout(120)

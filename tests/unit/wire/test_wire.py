@@ -42,6 +42,8 @@ CONSTANTS = {
     "HS_CLIENT_DISABLED": codec.ClientState.DISABLED,
     "HS_ERR_FORKED": codec.ClientError.FORKED,
     "HS_ERR_OUT_OF_MEMORY": codec.ClientError.OUT_OF_MEMORY,
+    "HS_ERR_SOCKET_LOST": codec.ClientError.SOCKET_LOST,
+    "HS_ERR_WAIT_TIMEOUT": codec.ClientError.WAIT_TIMEOUT,
 }
 
 
