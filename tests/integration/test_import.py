@@ -286,3 +286,107 @@ def test_existing_output_needs_force(tmp_path):
     assert not target.exists() and not link.is_symlink()
     with open_profile(link) as p:
         assert p.processes()
+
+
+# --- symbolization by build id of an unsymbolized trace ----------------------------------------
+
+
+def _device_trace(binary: Path, out: Path, build_id: bytes) -> Path:
+    """An Android-like trace: `binary` mapped at a device path that does not exist here, frames
+    without names at main and tiny_big (their ELF addresses + 1)."""
+    from elftools.elf.elffile import ELFFile
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pt
+
+    with binary.open("rb") as f:
+        symtab = ELFFile(f).get_section_by_name(".symtab")
+        addr = {s.name: s["st_value"] for s in symtab.iter_symbols() if s.name in ("main", "tiny_big")}
+    trace = pt.Trace()
+    p = trace.packet.add()
+    p.trusted_packet_sequence_id = 1
+    p.sequence_flags = 1
+    d = p.interned_data
+    d.build_ids.add(iid=1, str=build_id)
+    for i, part in enumerate(("data", "local", "tmp", "tiny"), 1):
+        d.mapping_paths.add(iid=i, str=part.encode())
+    d.mappings.add(iid=1, build_id=1, path_string_ids=[1, 2, 3, 4], start=0x5000, end=0x9000)
+    d.frames.add(iid=1, mapping_id=1, rel_pc=addr["main"] + 1)
+    d.frames.add(iid=2, mapping_id=1, rel_pc=addr["tiny_big"] + 1)
+    d.callstacks.add(iid=1, frame_ids=[1, 2])
+    p = trace.packet.add()
+    p.trusted_packet_sequence_id = 1
+    p.profile_packet.index = 0
+    h = p.profile_packet.process_dumps.add(pid=4242, heap_name="libc.malloc", timestamp=1000)
+    h.samples.add(callstack_id=1, self_allocated=100000, alloc_count=1)
+    out.write_bytes(trace.SerializeToString())
+    return out
+
+
+def _frames(db: Path) -> list[tuple[str, str | None]]:
+    with open_profile(db) as p:
+        return sorted(p.db.execute(
+            "select f.name, s.source_file from stack_profile_frame f"
+            " left join stack_profile_symbol s on s.id = f.symbol_set_id").fetchall())
+
+
+@pytest.mark.timeout(180)
+def test_unsymbolized_trace_symbolized_by_build_id(programs, tmp_path):
+    from heapscope.symbolize.elfinfo import read_elf_info
+    from heapscope.symbolize.llvm import find_llvm_symbolizer
+
+    binary = programs.path("tiny")
+    build_id = read_elf_info(binary).build_id
+    assert build_id
+    trace = _device_trace(binary, tmp_path / "dev.pftrace", bytes.fromhex(build_id))
+    # Found by build id under another name: an index of the directory the binary is in.
+    db = tmp_path / "a.db"
+    run = heapscope_import(trace, db, "--binary-path", str(binary.parent), "--index")
+    assert run.returncode == 0, run.describe()
+    got = _frames(db)
+    assert [n for n, _ in got] == ["main", "tiny_big"]
+    if find_llvm_symbolizer():  # file:line needs llvm-symbolizer (.ci/run installs llvm)
+        assert all(src and src.endswith("tiny.c") for _, src in got), got
+    # Imported without symbols, symbolized later: the same.
+    later = tmp_path / "b.db"
+    run = heapscope_import(trace, later, "--no-symbolize")
+    assert run.returncode == 0, run.describe()
+    assert b"heapscope symbolize" in run.stderr  # says how
+    assert [n for n, _ in _frames(later)] == ["", ""]
+    run = run_process([*HEAPSCOPE, "symbolize", str(later), "--binary-path", str(binary.parent), "--index"],
+                      timeout=120)
+    assert run.returncode == 0, run.describe()
+    assert _frames(later) == got
+    # A file whose build id differs is never used.
+    wrong = _device_trace(binary, tmp_path / "wrong.pftrace", bytes(20))
+    db = tmp_path / "c.db"
+    run = heapscope_import(wrong, db, "--binary-path", str(binary.parent), "--index")
+    assert run.returncode == 0, run.describe()
+    assert all(n.startswith("tiny+0x") and src is None for n, src in _frames(db)), _frames(db)
+
+
+# --- every command works on an imported trace ---------------------------------------------------
+
+
+@pytest.mark.timeout(300)
+def test_every_command_reads_an_imported_trace(tmp_path):
+    if not (TRACES / "heap_profile_data_local_tmp.textproto").exists():
+        pytest.skip(f"{TRACES} not found")
+    trace = to_binary(TRACES / "heap_profile_data_local_tmp.textproto", tmp_path / "t.pftrace")
+    db = tmp_path / "t.db"
+    run = heapscope_import(trace, db)
+    assert run.returncode == 0, run.describe()
+    commands = [
+        ["report", str(db)], ["report", str(db), "--tree", "--view", "alloc_space"],
+        ["flamegraph", str(db), "-o", str(tmp_path / "f.html")], ["leaks", str(db)],
+        ["diff", str(db), str(db)], ["sql", str(db), "select count(*) from heap_profile_allocation"],
+    ]
+    for fmt, suffix in (("pprof", ".pb.gz"), ("perfetto", ".pftrace"), ("chrome-json", ".json"),
+                        ("speedscope", ".speedscope.json"), ("collapsed", ".collapsed")):
+        commands.append(["export", str(db), "--format", fmt, "-o", str(tmp_path / f"e{suffix}")])
+    for argv in commands:
+        r = run_process([*HEAPSCOPE, *argv], timeout=120)
+        assert r.returncode == 0, r.describe()
+    report = run_process([*HEAPSCOPE, "report", str(db)], timeout=60).stdout.decode()
+    assert "malloc" in report and "mallocer" in report
+    # symbolize runs, and says which device files it could not find (exit 1: not fully symbolized).
+    r = run_process([*HEAPSCOPE, "symbolize", str(db)], timeout=120)
+    assert r.returncode == 1 and b"/data/local/tmp/mallocer" in r.stderr and b"Traceback" not in r.stderr
