@@ -169,18 +169,26 @@ class _Sequence:
     legacy_callstacks: dict[int, Any] = field(default_factory=dict)
     pending: list[Any] = field(default_factory=list)  # ProcessHeapSamples until the dump ends
     resolved: dict[int, int] = field(default_factory=dict)  # callstack iid -> callsite id
+    resolved_frames: dict[int, int] = field(default_factory=dict)  # frame iid -> frame id
+    resolved_mappings: dict[int, int] = field(default_factory=dict)  # mapping iid -> mapping id
     prev_index: int | None = None
 
     def clear_interned(self) -> None:
         for d in (self.function_names, self.build_ids, self.mapping_paths, self.mappings, self.frames,
-                  self.callstacks, self.resolved):
+                  self.callstacks):
             d.clear()
+        self.forget_resolved()
+
+    def forget_resolved(self) -> None:
+        self.resolved.clear()
+        self.resolved_frames.clear()
+        self.resolved_mappings.clear()
 
     def clear_legacy(self) -> None:
         if self.legacy_strings or self.legacy_mappings or self.legacy_frames or self.legacy_callstacks:
             for d in (self.legacy_strings, self.legacy_mappings, self.legacy_frames, self.legacy_callstacks):
                 d.clear()
-            self.resolved.clear()
+            self.forget_resolved()
 
 
 @dataclass(slots=True)
@@ -412,6 +420,9 @@ class HeapprofdImporter:
         return s if s is not None else table.get(iid)
 
     def _frame(self, seq: _Sequence, iid: int) -> int:
+        fid = seq.resolved_frames.get(iid)
+        if fid is not None:
+            return fid
         f = seq.legacy_frames.get(iid)
         if f is None:
             f = seq.frames.get(iid)
@@ -423,9 +434,13 @@ class HeapprofdImporter:
         fid = self.frame_ids.get(frame)
         if fid is None:
             fid = self.frame_ids[frame] = len(self.frame_ids) + 1
+        seq.resolved_frames[iid] = fid
         return fid
 
     def _mapping(self, seq: _Sequence, iid: int) -> int:
+        mid = seq.resolved_mappings.get(iid)
+        if mid is not None:
+            return mid
         m = seq.legacy_mappings.get(iid)
         if m is None:
             m = seq.mappings.get(iid)
@@ -442,6 +457,7 @@ class HeapprofdImporter:
         mid = self.mapping_ids.get(mapping)
         if mid is None:
             mid = self.mapping_ids[mapping] = len(self.mapping_ids) + 1
+        seq.resolved_mappings[iid] = mid
         return mid
 
     def _problem(self, name: str, upid: int | None) -> None:
