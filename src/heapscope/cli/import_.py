@@ -29,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from heapscope.importer.heapprofd import import_trace, iter_names
+    from heapscope.importer.heapprofd import import_trace, problem_phrases
     from heapscope.store.writer import ProfileWriter
 
     trace = Path(args.trace)
@@ -70,7 +70,7 @@ def main(args: argparse.Namespace) -> int:
     print(f"heapscope: {trace} -> {out}: {summary.processes:,} processes, {summary.dumps:,} dumps,"
           f" {summary.callsites:,} callsites, {summary.frames:,} frames ({int(named):,} with a function name)",
           file=err)
-    problems = list(iter_names(summary))
+    problems = list(problem_phrases(summary))
     if problems:
         print(f"heapscope: data lost in the trace: {', '.join(problems)}", file=err)
     if int(named) < summary.frames:

@@ -239,6 +239,7 @@ class HeapprofdImporter:
         self.correction: dict[tuple[int, int, str, int], tuple[int, int, int, int]] = {}
         self.module_symbols: list[Any] = []
         self.heap_samples_seen = 0
+        self.streaming_packets = 0
         self.summary = ImportSummary()
         self.problems: dict[tuple[str, int | None], int] = {}
 
@@ -273,6 +274,10 @@ class HeapprofdImporter:
         if packet.HasField("profile_packet"):
             self._profile_packet(seq_id, seq, packet.profile_packet)
             used = True
+        if packet.HasField("streaming_allocation") or packet.HasField("streaming_free"):
+            # stream_allocations=true: raw mallocs and frees without pid or callstack; trace_processor
+            # does not import them either.
+            self.streaming_packets += 1
         if not used:
             self.summary.ignored_packets += 1
 
@@ -465,7 +470,7 @@ class HeapprofdImporter:
 
     # -- the end
 
-    def finish(self) -> None:
+    def finish(self, name: str) -> None:
         """Account for what the trace left open. Raises ProfileError without any heap profile."""
         for seq in self.seqs.values():
             if seq.pending:
@@ -473,7 +478,11 @@ class HeapprofdImporter:
                 self._problem("heapprofd_non_finalized_profile", None)
                 seq.pending = []
         if not self.heap_samples_seen:
-            raise ProfileError("no heapprofd heap profile in this trace (no ProfilePacket with process dumps)")
+            if self.streaming_packets:
+                raise ProfileError(
+                    f"{name}: no heapprofd heap profile in this trace, only streamed allocations"
+                    " (stream_allocations=true: no callstacks to import)")
+            raise ProfileError(f"{name}: no heapprofd heap profile in this trace (no ProfilePacket with process dumps)")
 
     def write(self, writer: ProfileWriter, source: str) -> ImportSummary:
         s = self.summary
@@ -603,7 +612,7 @@ def import_trace(trace: str | os.PathLike[str], writer_factory: Any) -> tuple[Im
     del data
     imp = HeapprofdImporter()
     imp.feed(packets)
-    imp.finish()
+    imp.finish(name)
     writer: ProfileWriter = writer_factory()
     try:
         summary = imp.write(writer, name)
@@ -613,7 +622,7 @@ def import_trace(trace: str | os.PathLike[str], writer_factory: Any) -> tuple[Im
     return summary, writer
 
 
-def iter_names(summary: ImportSummary) -> Iterator[str]:
+def problem_phrases(summary: ImportSummary) -> Iterator[str]:
     """The data-loss problems of an import, as `name = value` phrases."""
     for name, n in sorted(summary.problems.items()):
         yield f"{name} = {n:,}"

@@ -310,3 +310,12 @@ def test_a_trace_without_heap_profiles(tmp_path):
     with pytest.raises(ProfileError, match="no heapprofd heap profile"):
         run_import(tmp_path, INTERNED + "packet { track_event { name: \"x\" } }")
     assert not (tmp_path / "t.pftrace.db").exists()
+
+
+def test_a_trace_of_streamed_allocations_only(tmp_path):
+    stream = """
+packet { trusted_packet_sequence_id: 5 streaming_allocation { address: 4096 size: 16 sample_size: 16 heap_id: 1 } }
+packet { trusted_packet_sequence_id: 5 streaming_free { address: 4096 heap_id: 1 } }
+"""
+    with pytest.raises(ProfileError, match="only streamed allocations"):
+        run_import(tmp_path, stream)
