@@ -48,13 +48,14 @@ def heapscope_import(trace: Path, out: Path, *extra: str, timeout: float = 120):
 
 
 # Per allocation row: (ts, pid, heap, callsite path root first, count, size); a frame is
-# (mapping name, build id, rel_pc, name), the name being the outermost symbol when the frame has symbols.
+# (mapping name, build id, rel_pc, name), the name being the outermost symbol when the frame has symbols,
+# else the deobfuscated name of a Java frame when there is one.
 _TP_ROWS = ("select a.ts, p.pid, a.heap_name, a.callsite_id, a.count, a.size"
             " from heap_profile_allocation a join process p using (upid)")
 _TP_CALLSITES = "select id, parent_id, frame_id from stack_profile_callsite"
 _TP_FRAMES = ("select f.id, m.name as mname, m.build_id, f.rel_pc,"
               " coalesce((select s.name from stack_profile_symbol s where s.symbol_set_id = f.symbol_set_id"
-              " order by s.id desc limit 1), f.name) as name"
+              " order by s.id desc limit 1), f.deobfuscated_name, f.name) as name"
               " from stack_profile_frame f join stack_profile_mapping m on f.mapping = m.id")
 
 

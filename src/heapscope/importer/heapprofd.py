@@ -238,6 +238,10 @@ class HeapprofdImporter:
         self.seen: dict[tuple[int, int, str, int], set[int]] = {}  # (seq, upid, heap, iid) -> callsites
         self.correction: dict[tuple[int, int, str, int], tuple[int, int, int, int]] = {}
         self.module_symbols: list[Any] = []
+        # package -> obfuscated class -> (class, obfuscated method -> method); uid -> package
+        self.deobfuscation: dict[str, dict[str, tuple[str, dict[str, str]]]] = {}
+        self.packages: dict[int, str] = {}
+        self.used: set[tuple[int, int]] = set()  # (upid, callsite) pairs with rows
         self.heap_samples_seen = 0
         self.streaming_packets = 0
         self.summary = ImportSummary()
@@ -270,6 +274,13 @@ class HeapprofdImporter:
             used = True
         if packet.HasField("module_symbols"):
             self.module_symbols.append(packet.module_symbols)
+            used = True
+        if packet.HasField("deobfuscation_mapping"):
+            self._deobfuscation(packet.deobfuscation_mapping)
+            used = True
+        if packet.HasField("packages_list"):
+            for pkg in packet.packages_list.packages:
+                self.packages[int(pkg.uid)] = pkg.name
             used = True
         if packet.HasField("profile_packet"):
             self._profile_packet(seq_id, seq, packet.profile_packet)
@@ -396,6 +407,7 @@ class HeapprofdImporter:
             if d_an < 0 or d_ab < 0 or d_fn < 0 or d_fb < 0:
                 self._problem("heapprofd_malformed_packet", upid)
                 continue
+            self.used.add((upid, callsite))
             if d_an or d_ab:
                 dump.rows.append((callsite, d_an, d_ab))
             if (d_fn or d_fb) and heap != _ART_HEAP:
@@ -492,7 +504,10 @@ class HeapprofdImporter:
         writer.set_metadata("interval", intervals[0] if intervals else 1)
 
         writer.add_mappings((i, m) for m, i in self.mapping_ids.items())
-        writer.add_frames((i, f) for f, i in self.frame_ids.items())
+        deobfuscated = self._deobfuscated_names()
+        writer.add_frames((i, Frame(f.mapping, f.rel_pc, deobfuscated.get(i, f.name)))
+                          for f, i in self.frame_ids.items())
+        writer.set_deobfuscated_names((n, i) for i, n in deobfuscated.items())
         writer.add_callsites(self.callsite_rows)
         self._write_symbols(writer)
 
@@ -537,6 +552,56 @@ class HeapprofdImporter:
         for (name, _idx), n in self.problems.items():
             s.problems[name] = s.problems.get(name, 0) + n
         return s
+
+    # -- Java frames: ProGuard/R8 maps (DeobfuscationMapping)
+
+    def _deobfuscation(self, dm: Any) -> None:
+        classes = self.deobfuscation.setdefault(dm.package_name, {})
+        for c in dm.obfuscated_classes:
+            members = {m.obfuscated_name: m.deobfuscated_name for m in c.obfuscated_methods}
+            members.update({m.obfuscated_name: m.deobfuscated_name for m in c.obfuscated_members})
+            classes[c.obfuscated_name] = (c.deobfuscated_name, members)
+
+    def _deobfuscated_names(self) -> dict[int, str]:
+        """frame id -> `Class.method` for frames named `cls.m` that a map of their package knows.
+
+        The package of a frame: from its mapping path (/data/app/<package>-<suffix>/base.apk), else
+        those of the processes whose stacks hold it (by uid in packages_list, or their name), else
+        any package whose map has the class (JIT code in memfd:jit-cache).
+        """
+        if not self.deobfuscation:
+            return {}
+        by_upid = {p.upid: p for p in self.procs.values()}
+        callsites = {row[0]: (row[2], row[3]) for row in self.callsite_rows}  # id -> (parent, frame)
+        frame_packages: dict[int, set[str]] = {}
+        for upid, cs in self.used:
+            proc = by_upid[upid]
+            t = self.tree.get(proc.pid)
+            of_process: set[str] = set()
+            if t is not None:
+                if int(t.uid) in self.packages:
+                    of_process.add(self.packages[int(t.uid)])
+                if t.cmdline and t.cmdline[0] in self.deobfuscation:
+                    of_process.add(t.cmdline[0])
+            node: int | None = cs
+            while node is not None:
+                parent, frame_id = callsites[node]
+                frame_packages.setdefault(frame_id, set()).update(of_process)
+                node = parent
+        mappings = {i: m for m, i in self.mapping_ids.items()}
+        out: dict[int, str] = {}
+        for frame, fid in self.frame_ids.items():
+            cls, dot, method = frame.name.rpartition(".")
+            if not dot or not cls:
+                continue
+            apk = _apk_package(mappings[frame.mapping].name)
+            pkgs = [apk] if apk else sorted(frame_packages.get(fid, ())) or sorted(self.deobfuscation)
+            for pkg in pkgs:
+                known = self.deobfuscation.get(pkg, {}).get(cls)
+                if known is not None:
+                    out[fid] = f"{known[0] or cls}.{known[1].get(method) or method}"
+                    break
+        return out
 
     def _stats_rows(self, p: _Proc) -> list[StatRow]:
         st = p.stats
@@ -620,6 +685,17 @@ def import_trace(trace: str | os.PathLike[str], writer_factory: Any) -> tuple[Im
         writer.close()
         raise
     return summary, writer
+
+
+def _apk_package(path: str) -> str:
+    """`com.example` for /data/app/com.example-XyZ==/base.apk (and /data/app/~~AbC==/com.example-XyZ==/...)."""
+    parts = path.strip("/").split("/")
+    if len(parts) < 3 or parts[:2] != ["data", "app"]:
+        return ""
+    for part in parts[2:-1]:
+        if not part.startswith("~~"):
+            return part.split("-", 1)[0]
+    return ""
 
 
 def problem_phrases(summary: ImportSummary) -> Iterator[str]:

@@ -86,6 +86,10 @@ class ProfileWriter:
         """Rows of (name, symbol_set_id, frame_id): a frame's symbolized name and its symbol rows."""
         self.db.executemany("UPDATE stack_profile_frame SET name = ?, symbol_set_id = ? WHERE id = ?", rows)
 
+    def set_deobfuscated_names(self, rows: Iterable[tuple[str, int]]) -> None:
+        """Rows of (deobfuscated_name, frame_id), for Java frames named through a ProGuard/R8 map."""
+        self.db.executemany("UPDATE stack_profile_frame SET deobfuscated_name = ? WHERE id = ?", rows)
+
     def add_callsites(self, rows: Iterable[tuple[int, int, int | None, int]]) -> None:
         """Rows of (id, depth, parent_id, frame_id)."""
         self.db.executemany(

@@ -319,3 +319,42 @@ packet { trusted_packet_sequence_id: 5 streaming_free { address: 4096 heap_id: 1
 """
     with pytest.raises(ProfileError, match="only streamed allocations"):
         run_import(tmp_path, stream)
+
+
+JAVA = """
+packet { process_tree { processes { pid: 42 uid: 10001 cmdline: "com.example.app" } } }
+packet { packages_list { packages { name: "com.example.app" uid: 10001 } } }
+packet {
+  trusted_packet_sequence_id: 1
+  sequence_flags: 1
+  interned_data {
+    mapping_paths { iid: 1 str: "data" }
+    mapping_paths { iid: 2 str: "app" }
+    mapping_paths { iid: 3 str: "com.example.lib-XyZ==" }
+    mapping_paths { iid: 4 str: "base.apk" }
+    mapping_paths { iid: 5 str: "memfd:jit-cache" }
+    function_names { iid: 1 str: "a.b" }
+    function_names { iid: 2 str: "a.c" }
+    mappings { iid: 1 path_string_ids: 1 path_string_ids: 2 path_string_ids: 3 path_string_ids: 4 }
+    mappings { iid: 2 path_string_ids: 5 }
+    frames { iid: 1 function_name_id: 1 mapping_id: 1 rel_pc: 16 }
+    frames { iid: 2 function_name_id: 2 mapping_id: 2 rel_pc: 32 }
+    callstacks { iid: 10 frame_ids: 1 frame_ids: 2 }
+  }
+}
+packet { deobfuscation_mapping { package_name: "com.example.lib"
+  obfuscated_classes { obfuscated_name: "a" deobfuscated_name: "com.example.lib.Parser"
+                       obfuscated_methods { obfuscated_name: "b" deobfuscated_name: "parse" } } } }
+packet { deobfuscation_mapping { package_name: "com.example.app"
+  obfuscated_classes { obfuscated_name: "a" deobfuscated_name: "com.example.app.Cache"
+                       obfuscated_methods { obfuscated_name: "c" deobfuscated_name: "grow" } } } }
+"""
+
+
+def test_java_frames_are_deobfuscated_with_the_map_of_their_package(tmp_path):
+    """The apk path names the package of frame 1; frame 2 (JIT code) is the process's, by its uid."""
+    _, db = run_import(tmp_path, JAVA + dump(0, 100, sample(10, 64, 1), heap="com.android.art"))
+    with open_profile(db) as p:
+        assert sorted(p.db.execute("SELECT rel_pc, name, deobfuscated_name FROM stack_profile_frame").fetchall()) == [
+            (16, "com.example.lib.Parser.parse", "com.example.lib.Parser.parse"),
+            (32, "com.example.app.Cache.grow", "com.example.app.Cache.grow")]
