@@ -201,6 +201,19 @@ class _Dump:
     rows: list[tuple[int, int, int]] = field(default_factory=list)  # callsite, count, size
 
 
+_ZERO = (0, 0, 0, 0)
+
+
+@dataclass(slots=True)
+class _HeapState:
+    """What the deltas of one (sequence, process, heap) are computed from."""
+
+    # callsite -> its last cumulative (alloc count, alloc bytes, free count, free bytes)
+    prev: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)
+    # callstack id -> (the callsite(s) it named, the offset its values get: trace_processor's correction)
+    sources: dict[int, tuple[int | frozenset[int], tuple[int, int, int, int]]] = field(default_factory=dict)
+
+
 @dataclass(slots=True)
 class _Proc:
     upid: int
@@ -233,10 +246,7 @@ class HeapprofdImporter:
         self.callsite_rows: list[tuple[int, int, int | None, int]] = []
         self.dumps: dict[tuple[int, str, int], _Dump] = {}
         self.last_dump_ts: dict[tuple[int, str], int] = {}
-        # Delta state: (seq, upid, heap, callsite) -> previous cumulative (alloc n, alloc B, free n, free B)
-        self.prev: dict[tuple[int, int, str, int], tuple[int, int, int, int]] = {}
-        self.seen: dict[tuple[int, int, str, int], set[int]] = {}  # (seq, upid, heap, iid) -> callsites
-        self.correction: dict[tuple[int, int, str, int], tuple[int, int, int, int]] = {}
+        self.heaps: dict[tuple[int, int, str], _HeapState] = {}  # (sequence, upid, heap) -> delta state
         self.module_symbols: list[Any] = []
         # package -> obfuscated class -> (class, obfuscated method -> method); uid -> package
         self.deobfuscation: dict[str, dict[str, tuple[str, dict[str, str]]]] = {}
@@ -375,6 +385,9 @@ class HeapprofdImporter:
         proc.first_ts = dump.start if proc.first_ts is None else min(proc.first_ts, dump.start)
         proc.last_ts = max(proc.last_ts, ts)
         with_count = bool(h.orig_sampling_interval_bytes)
+        state = self.heaps.get((seq_id, upid, heap))
+        if state is None:
+            state = self.heaps[(seq_id, upid, heap)] = _HeapState()
         for s in h.samples:
             self.summary.samples += 1
             iid = int(s.callstack_id)
@@ -393,15 +406,17 @@ class HeapprofdImporter:
             else:
                 alloc_n, alloc_b = int(s.alloc_count), int(s.self_allocated)
                 free_n, free_b = int(s.free_count), int(s.self_freed)
-            k = (seq_id, upid, heap, callsite)
-            prev = self.prev.get(k, (0, 0, 0, 0))
-            src = (seq_id, upid, heap, iid)
-            known = self.seen.setdefault(src, set())
-            if callsite not in known:
-                known.add(callsite)
-                self.correction[src] = prev
-            c = self.correction.get(src)
-            if c is not None:
+            prev = state.prev.get(callsite, _ZERO)
+            source = state.sources.get(iid)
+            if source is None:
+                c = prev  # the first time this id is seen: it continues what its callsite had
+                state.sources[iid] = (callsite, c)
+            else:
+                seen, c = source
+                if not (seen == callsite if isinstance(seen, int) else callsite in seen):
+                    c = prev  # the id names other frames now (interned again): continue those
+                    state.sources[iid] = ((frozenset((seen,)) if isinstance(seen, int) else seen) | {callsite}, c)
+            if c is not _ZERO:
                 alloc_n, alloc_b, free_n, free_b = alloc_n + c[0], alloc_b + c[1], free_n + c[2], free_b + c[3]
             d_an, d_ab, d_fn, d_fb = alloc_n - prev[0], alloc_b - prev[1], free_n - prev[2], free_b - prev[3]
             if d_an < 0 or d_ab < 0 or d_fn < 0 or d_fb < 0:
@@ -412,7 +427,7 @@ class HeapprofdImporter:
                 dump.rows.append((callsite, d_an, d_ab))
             if (d_fn or d_fb) and heap != _ART_HEAP:
                 dump.rows.append((callsite, -d_fn, -d_fb))
-            self.prev[k] = (alloc_n, alloc_b, free_n, free_b)
+            state.prev[callsite] = (alloc_n, alloc_b, free_n, free_b)
 
     # -- interned data -> our rows
 
