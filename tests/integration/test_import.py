@@ -173,9 +173,20 @@ def _view_values(db: Path) -> dict[str, dict]:
     return out
 
 
+ROUND_TRIPS = {
+    "tiny": lambda programs, tmp: dict(cmd=[programs.path("tiny")], interval=1),
+    # three processes: spawn and the two `tiny`s it starts
+    "spawn": lambda programs, tmp: dict(cmd=[programs.path("spawn"), programs.path("tiny")], interval=1),
+    # a dump every 2 ms, frees between dumps, sampled at the default interval
+    "phases": lambda programs, tmp: dict(cmd=[programs.path("phases"), tmp / "done"], interval=4096,
+                                         extra=["-c", "2"], input=b"go\n"),
+}
+
+
 @pytest.mark.timeout(300)
-def test_round_trip_through_perfetto(programs, record, tmp_path):
-    rec = record([programs.path("tiny")], interval=1)
+@pytest.mark.parametrize("case", sorted(ROUND_TRIPS))
+def test_round_trip_through_perfetto(programs, record, tmp_path, case):
+    rec = record(**ROUND_TRIPS[case](programs, tmp_path))
     assert rec.returncode == 0, rec.describe()
     trace = tmp_path / "t.pftrace"
     run = run_process([*HEAPSCOPE, "export", str(rec.db), "--format", "perfetto", "-o", str(trace)], timeout=120)
@@ -183,7 +194,13 @@ def test_round_trip_through_perfetto(programs, record, tmp_path):
     back = tmp_path / "back.db"
     run = heapscope_import(trace, back)
     assert run.returncode == 0, run.describe()
-    assert _view_values(back) == _view_values(rec.db)
+    ours = _view_values(rec.db)
+    if case == "phases":  # frees between dumps: the deltas are more than one dump's totals
+        (proc,) = [v for k, v in ours.items() if k not in VIEWS]
+        assert len(proc["dumps"]) >= 2, proc
+    if case == "spawn":
+        assert len([k for k in ours if k not in VIEWS]) == 3
+    assert _view_values(back) == ours
     # The reports' function tables, view by view, are the same text.
     for view in VIEWS:
         texts = []

@@ -240,6 +240,7 @@ class HeapprofdImporter:
         self.seqs: dict[int, _Sequence] = {}
         self.procs: dict[int, _Proc] = {}  # pid -> process
         self.tree: dict[int, Any] = {}  # pid -> ProcessTree.Process
+        self.tree_order: dict[int, int] = {}  # pid -> its first place in a ProcessTree
         self.mapping_ids: dict[Mapping, int] = {}
         self.frame_ids: dict[Frame, int] = {}
         self.callsite_ids: dict[tuple[int, int], int] = {}  # (parent or 0, frame) -> callsite
@@ -281,6 +282,7 @@ class HeapprofdImporter:
         if packet.HasField("process_tree"):
             for p in packet.process_tree.processes:
                 self.tree[int(p.pid)] = p
+                self.tree_order.setdefault(int(p.pid), len(self.tree_order))
             used = True
         if packet.HasField("module_symbols"):
             self.module_symbols.append(packet.module_symbols)
@@ -511,8 +513,21 @@ class HeapprofdImporter:
                     " (stream_allocations=true: no callstacks to import)")
             raise ProfileError(f"{name}: no heapprofd heap profile in this trace (no ProfilePacket with process dumps)")
 
+    def _renumber(self) -> None:
+        """Final upids: dense, in the order of the ProcessTree (as trace_processor numbers them), then
+        in the order the heap dumps named them."""
+        order = sorted(self.procs.values(), key=lambda p: (self.tree_order.get(p.pid, len(self.tree_order)), p.upid))
+        new = {p.upid: i for i, p in enumerate(order, 1)}
+        for p in self.procs.values():
+            p.upid = new[p.upid]
+        for d in self.dumps.values():
+            d.upid = new[d.upid]
+        self.used = {(new[u], cs) for u, cs in self.used}
+        self.problems = {(name, None if u is None else new[u]): n for (name, u), n in self.problems.items()}
+
     def write(self, writer: ProfileWriter, source: str) -> ImportSummary:
         s = self.summary
+        self._renumber()
         writer.set_metadata("imported_from", source)
         writer.set_metadata("command", f"heapprofd trace {Path(source).name}")
         intervals = [p.flags.sampling_interval_bytes for p in self.procs.values() if p.flags.sampling_interval_bytes]
