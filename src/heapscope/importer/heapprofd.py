@@ -34,8 +34,10 @@ Other packets are ignored; a trace without any ProcessHeapSamples is an error.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
+import sqlite3
 import stat
 import zlib
 from collections.abc import Iterable, Iterator
@@ -43,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from heapscope.errors import ProfileError
+from heapscope.errors import OutputError, ProfileError
 from heapscope.model import Frame, Mapping, ProcessFlags, ProcessInfo, Upid
 from heapscope.store.writer import ProfileWriter
 
@@ -711,8 +713,17 @@ def import_trace(trace: str | os.PathLike[str], writer_factory: Any) -> tuple[Im
     writer: ProfileWriter = writer_factory()
     try:
         summary = imp.write(writer, name)
-    except BaseException:
-        writer.close()
+    except BaseException as e:
+        # No half-written profile is left behind.
+        writer.db.close()
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            with contextlib.suppress(OSError):
+                os.unlink(f"{writer.path}{suffix}")
+        if isinstance(e, OverflowError):
+            # SQLite integers are signed 64-bit; no heapprofd address, size or time comes near 2**63.
+            raise ProfileError(f"{name}: corrupt trace (a value above 2**63 - 1)") from e
+        if isinstance(e, sqlite3.Error):
+            raise OutputError(f"{writer.path}: cannot write: {e}") from e
         raise
     return summary, writer
 

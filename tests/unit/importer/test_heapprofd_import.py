@@ -358,3 +358,15 @@ def test_java_frames_are_deobfuscated_with_the_map_of_their_package(tmp_path):
         assert sorted(p.db.execute("SELECT rel_pc, name, deobfuscated_name FROM stack_profile_frame").fetchall()) == [
             (16, "com.example.lib.Parser.parse", "com.example.lib.Parser.parse"),
             (32, "com.example.app.Cache.grow", "com.example.app.Cache.grow")]
+
+
+def test_a_value_past_63_bits_is_refused_and_leaves_no_file(tmp_path):
+    text = """
+packet { trusted_packet_sequence_id: 1 sequence_flags: 1 interned_data {
+  mappings { iid: 1 start: 18446744073709547520 end: 18446744073709551615 }
+  frames { iid: 1 mapping_id: 1 rel_pc: 18446744073709551615 }
+  callstacks { iid: 1 frame_ids: 1 } } }
+""" + dump(0, 100, sample(1, 16, 1))
+    with pytest.raises(ProfileError, match="corrupt trace"):
+        run_import(tmp_path, text)
+    assert [f.name for f in tmp_path.iterdir()] == ["t.pftrace"]
