@@ -231,6 +231,7 @@ class _Unresolved(Exception):
 
 
 def _text(b: bytes | str) -> str:
+    """A string of the trace: proto2 `string` fields holding invalid UTF-8 come back as bytes."""
     return b if isinstance(b, str) else b.decode("utf-8", "replace")
 
 
@@ -294,7 +295,7 @@ class HeapprofdImporter:
             used = True
         if packet.HasField("packages_list"):
             for pkg in packet.packages_list.packages:
-                self.packages[int(pkg.uid)] = pkg.name
+                self.packages[int(pkg.uid)] = _text(pkg.name)
             used = True
         if packet.HasField("profile_packet"):
             self._profile_packet(seq_id, seq, packet.profile_packet)
@@ -362,7 +363,7 @@ class HeapprofdImporter:
         if proc is None:
             proc = self.procs[pid] = _Proc(upid=len(self.procs) + 1, pid=pid)
         upid = proc.upid
-        heap = h.heap_name or _UNKNOWN_HEAP
+        heap = _text(h.heap_name) or _UNKNOWN_HEAP
         ts = int(h.timestamp)
         f = proc.flags
         f.from_startup |= bool(h.from_startup)
@@ -560,7 +561,7 @@ class HeapprofdImporter:
 
         for p in sorted(self.procs.values(), key=lambda p: p.upid):
             t = self.tree.get(p.pid)
-            args = [str(a) for a in t.cmdline] if t is not None else []
+            args = [_text(a) for a in t.cmdline] if t is not None else []
             exe = args[0] if args else ""
             info = ProcessInfo(
                 upid=Upid(p.upid), pid=p.pid, ppid=int(t.ppid) if t is not None else 0,
@@ -588,11 +589,11 @@ class HeapprofdImporter:
     # -- Java frames: ProGuard/R8 maps (DeobfuscationMapping)
 
     def _deobfuscation(self, dm: Any) -> None:
-        classes = self.deobfuscation.setdefault(dm.package_name, {})
+        classes = self.deobfuscation.setdefault(_text(dm.package_name), {})
         for c in dm.obfuscated_classes:
-            members = {m.obfuscated_name: m.deobfuscated_name for m in c.obfuscated_methods}
-            members.update({m.obfuscated_name: m.deobfuscated_name for m in c.obfuscated_members})
-            classes[c.obfuscated_name] = (c.deobfuscated_name, members)
+            members = {_text(m.obfuscated_name): _text(m.deobfuscated_name) for m in c.obfuscated_methods}
+            members.update({_text(m.obfuscated_name): _text(m.deobfuscated_name) for m in c.obfuscated_members})
+            classes[_text(c.obfuscated_name)] = (_text(c.deobfuscated_name), members)
 
     def _deobfuscated_names(self) -> dict[int, str]:
         """frame id -> `Class.method` for frames named `cls.m` that a map of their package knows.
@@ -613,8 +614,8 @@ class HeapprofdImporter:
             if t is not None:
                 if int(t.uid) in self.packages:
                     of_process.add(self.packages[int(t.uid)])
-                if t.cmdline and t.cmdline[0] in self.deobfuscation:
-                    of_process.add(t.cmdline[0])
+                if t.cmdline and _text(t.cmdline[0]) in self.deobfuscation:
+                    of_process.add(_text(t.cmdline[0]))
             node: int | None = cs
             while node is not None:
                 parent, frame_id = callsites[node]
@@ -656,12 +657,12 @@ class HeapprofdImporter:
             return
         by_key: dict[tuple[str, str], dict[int, Any]] = {}
         for ms in self.module_symbols:
-            keys = [("p", ms.path)]
+            keys = [("p", _text(ms.path))]
             if ms.build_id:
                 # A string field that holds the raw build id bytes (trace_processor shows their hex),
                 # or a build id already written in hex.
-                raw = ms.build_id.encode("utf-8", "surrogateescape")
-                keys = [("b", raw.hex()), ("b", ms.build_id.lower())]
+                raw = ms.build_id if isinstance(ms.build_id, bytes) else ms.build_id.encode()
+                keys = [("b", raw.hex()), ("b", _text(ms.build_id).lower())]
             for key in keys:
                 table = by_key.setdefault(key, {})
                 for a in ms.address_symbols:
@@ -680,10 +681,10 @@ class HeapprofdImporter:
                 continue
             set_id = next_id
             for depth, ln in enumerate(lines):
-                symbol_rows.append((next_id, set_id, ln.function_name, ln.source_file_name or None,
+                symbol_rows.append((next_id, set_id, _text(ln.function_name), _text(ln.source_file_name) or None,
                                     int(ln.line_number) or None, int(depth < len(lines) - 1)))
                 next_id += 1
-            frame_rows.append((lines[-1].function_name or frame.name, set_id, fid))
+            frame_rows.append((_text(lines[-1].function_name) or frame.name, set_id, fid))
         writer.add_symbols(symbol_rows)
         writer.set_frame_symbols(frame_rows)
 

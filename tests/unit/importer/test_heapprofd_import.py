@@ -370,3 +370,13 @@ packet { trusted_packet_sequence_id: 1 sequence_flags: 1 interned_data {
     with pytest.raises(ProfileError, match="corrupt trace"):
         run_import(tmp_path, text)
     assert [f.name for f in tmp_path.iterdir()] == ["t.pftrace"]
+
+
+def test_strings_that_are_not_utf8(tmp_path):
+    """protobuf hands proto2 `string` fields with invalid UTF-8 over as bytes; they are stored as text."""
+    trace = pt.Trace.FromString(serialize(INTERNED + dump(0, 100, sample(10, 1, 1), heap="HEAP")))
+    data = bytes(trace.SerializeToString()).replace(b"HEAP", b"\xff\xfeAP")
+    _, db = run_import(tmp_path, data)
+    with open_profile(db) as p:
+        (heap,) = p.db.execute("SELECT DISTINCT heap_name FROM heap_profile_allocation").fetchone()
+    assert heap == "\ufffd\ufffdAP"
