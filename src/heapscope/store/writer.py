@@ -108,6 +108,20 @@ class ProfileWriter:
             ((i64_to_sql(i), f.name, i64_to_sql(f.mapping), u64_to_sql(f.rel_pc)) for i, f in rows),
         )
 
+    def add_symbols(self, rows: Iterable[tuple[int, int, str, str | None, int | None, int]]) -> None:
+        """stack_profile_symbol rows of (id, symbol_set_id, name, source_file, line_number, inlined)."""
+        self.db.executemany(
+            "INSERT INTO stack_profile_symbol (id, symbol_set_id, name, source_file, line_number, inlined)"
+            " VALUES (?, ?, ?, ?, ?, ?)", rows)
+
+    def set_frame_symbols(self, rows: Iterable[tuple[str, int, int]]) -> None:
+        """Rows of (name, symbol_set_id, frame_id): a frame's symbolized name and its symbol rows."""
+        self.db.executemany("UPDATE stack_profile_frame SET name = ?, symbol_set_id = ? WHERE id = ?", rows)
+
+    def set_deobfuscated_names(self, rows: Iterable[tuple[str, int]]) -> None:
+        """Rows of (deobfuscated_name, frame_id), for Java frames named through a ProGuard/R8 map."""
+        self.db.executemany("UPDATE stack_profile_frame SET deobfuscated_name = ? WHERE id = ?", rows)
+
     def add_callsites(self, rows: Iterable[tuple[int, int, int | None, int]]) -> None:
         """Rows of (id, depth, parent_id, frame_id)."""
         self.db.executemany(

@@ -1,0 +1,4 @@
+"""Reading profiles that other tools wrote into heapscope's profile database.
+
+heapprofd.py: Perfetto traces with heapprofd ProfilePackets (`.pftrace`).
+"""
