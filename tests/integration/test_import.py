@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from collections import Counter
@@ -20,12 +21,17 @@ from export_support import VALIDATORS, node_env, reader_missing, validator
 from hs_integration import HEAPSCOPE, run_process
 
 from heapscope.model import VIEWS
-from heapscope.store.reader import open_profile
+from heapscope.store.reader import Profile, open_profile
 from heapscope.view.report import build_reports
 
 TRACES = VALIDATORS.parent / "heapprofd-traces"
 TEXT_TRACES = sorted(TRACES.glob("*.textproto")) if TRACES.is_dir() else []
 
+
+
+def _sql(p: Profile) -> sqlite3.Connection:
+    """The raw tables of an opened profile, read-only: what these tests check row by row."""
+    return sqlite3.connect(f"file:{p.path}?mode=ro", uri=True)
 
 def skip_unless(*needs: str) -> None:
     why = reader_missing(*needs)
@@ -82,7 +88,7 @@ def _ours(db: Path) -> dict[str, list[dict]]:
     with open_profile(db) as p:
         out = {}
         for q in (_TP_ROWS, _TP_CALLSITES, _TP_FRAMES):
-            cur = p.db.execute(q)
+            cur = _sql(p).execute(q)
             names = [c[0] for c in cur.description]
             out[q] = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
         return out
@@ -130,7 +136,7 @@ def test_symbols_of_the_trace_give_file_and_line(tmp_path):
     run = heapscope_import(trace, db, "--no-symbolize")
     assert run.returncode == 0, run.describe()
     with open_profile(db) as p:
-        got = sorted(p.db.execute(
+        got = sorted(_sql(p).execute(
             "select f.name, s.source_file, s.line_number from stack_profile_frame f"
             " join stack_profile_symbol s on s.id = f.symbol_set_id").fetchall())
     assert got == [("symbolized f2", "f2.cc", 22), ("symbolized f2", "f2.cc", 23), ("symbolized f3", "f3.cc", 33)]
@@ -341,7 +347,7 @@ def _device_trace(binary: Path, out: Path, build_id: bytes) -> Path:
 
 def _frames(db: Path) -> list[tuple[str, str | None]]:
     with open_profile(db) as p:
-        return sorted(p.db.execute(
+        return sorted(_sql(p).execute(
             "select f.name, s.source_file from stack_profile_frame f"
             " left join stack_profile_symbol s on s.id = f.symbol_set_id").fetchall())
 
