@@ -36,6 +36,9 @@ class ProcessState:
     heap_name: str = HEAP_NAME
     last_dump_ts: int = 0
     stream: list[bytes] = field(default_factory=list)
+    # A pidfd, when the program closed heapscope's socket but runs on: its ring is
+    # still read, and its exit is seen here instead of as the socket's EOF.
+    exit_fd: int | None = None
     # Kept when the process ends, after its ring is unmapped.
     final_stats: dict[str, int] = field(default_factory=dict)
     final_meta: dict[str, int] = field(default_factory=dict)
@@ -51,6 +54,9 @@ class ProcessState:
         self.shm.close()
         os.close(self.memfd)
         self.sock.close()
+        if self.exit_fd is not None:
+            os.close(self.exit_fd)
+            self.exit_fd = None
 
 
 def create_ring(ring_size: int) -> tuple[int, mmap.mmap]:

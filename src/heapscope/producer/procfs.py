@@ -50,3 +50,14 @@ def ppid(pid: int) -> int:
 
 def uid(pid: int) -> int:
     return status_field(pid, "Uid")
+
+
+def has_exited(pid: int) -> bool:
+    """True when `pid` is gone or a zombie (it ran its exit; only its parent's wait is left)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return True
+    # The state follows the command name, which is in parentheses and may hold any byte.
+    state = stat[stat.rfind(b")") + 2:][:1]
+    return state in (b"Z", b"X", b"")

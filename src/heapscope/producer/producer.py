@@ -59,6 +59,7 @@ class Producer:
         self.ended: list[ProcessState] = []
         self.next_upid = 1
         self.rejected_clients = 0
+        self.sockets_lost = 0  # processes that closed heapscope's socket and were followed to their exit
         self.no_descriptors = 0  # clients turned away: heapscope was out of file descriptors
         self._spare_fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)  # for _refuse_one
         # Called with (path, build id hex) for every module announced (record's early symbolization).
@@ -92,7 +93,10 @@ class Producer:
         """
         # poll(), not select(): a session may hold far more than 1024 descriptors.
         poller = select.poll()
-        for fd in self.processes:
+        watched: dict[int, int] = {}  # polled fd -> key in self.processes
+        for fd, q in self.processes.items():
+            watched[fd if q.exit_fd is None else q.exit_fd] = fd
+        for fd in watched:
             poller.register(fd, _POLL_IN)
         listening = self.listener.fileno()
         if listening >= 0:
@@ -103,7 +107,7 @@ class Producer:
             events = poller.poll(max(0, int(timeout * 1000 + 0.999)))
         except InterruptedError:
             events = []
-        ready = {fd for fd, _ev in events}
+        ready = {watched.get(fd, fd) for fd, _ev in events}
         readable: list[socket.socket] = []
         if listening >= 0 and listening in ready:
             readable.append(self.listener)
@@ -116,7 +120,13 @@ class Producer:
             drained += self._drain(p)
         for s in readable:
             ended = self.processes.get(s.fileno()) if s is not self.listener else None
-            if ended is not None and self._peer_closed(ended.sock):
+            if ended is None:
+                continue
+            if ended.exit_fd is not None:  # the pidfd of a process that lost its socket: it exited
+                self._end(ended, reason="exit", disconnected=False)
+            elif self._peer_closed(ended.sock):
+                if not self.session_ending and self._watch_exit(ended):
+                    continue
                 ends_session = self.session_ending or ended.info.pid in self.target_pids
                 self._end(ended, reason="exit", disconnected=not ends_session)
         return drained
@@ -282,6 +292,22 @@ class Producer:
                 return p.info.upid
         return None
 
+    def _watch_exit(self, p: ProcessState) -> bool:
+        """The socket of `p` closed: if the process runs on (it closed the descriptor
+        itself, as daemons do), watch its exit through a pidfd and keep reading its
+        ring, which it still shares. False when it is gone (or no pidfd can be had)."""
+        try:
+            pidfd = os.pidfd_open(p.info.pid)
+        except OSError:
+            return False
+        if procfs.has_exited(p.info.pid):
+            os.close(pidfd)
+            return False
+        p.exit_fd = pidfd
+        self.sockets_lost += 1
+        self.log(f"pid {p.info.pid} closed its heapscope socket; its ring is read until it exits")
+        return True
+
     @staticmethod
     def _peer_closed(sock: socket.socket) -> bool:
         try:
@@ -418,6 +444,8 @@ class Producer:
              "connections refused: unknown session, version or pid"),
             ("untargeted_clients", None, "info", "producer", self.untargeted_clients,
              "processes left dormant: not picked by -n"),
+            ("sockets_lost", None, "info", "producer", self.sockets_lost,
+             "processes that closed heapscope's socket: their rings were read until they exited"),
             ("clients_without_descriptors", None, "data_loss", "producer", self.no_descriptors,
              "processes not profiled: heapscope was out of file descriptors"),
         ]
