@@ -295,7 +295,10 @@ class Producer:
     def _watch_exit(self, p: ProcessState) -> bool:
         """The socket of `p` closed: if the process runs on (it closed the descriptor
         itself, as daemons do), watch its exit through a pidfd and keep reading its
-        ring, which it still shares. False when it is gone (or no pidfd can be had)."""
+        ring, which it still shares. False when it is gone (or no pidfd can be had),
+        or when its client no longer profiles (nothing more can come)."""
+        if p.meta("client_state") != codec.ClientState.ACTIVE:
+            return False
         try:
             pidfd = os.pidfd_open(p.info.pid)
         except OSError:
