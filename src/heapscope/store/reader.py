@@ -286,6 +286,7 @@ class Profile:
         self._db = db
         self._frames: dict[FrameId, FrameInfo] | None = None
         self._callsites: dict[CallsiteId, tuple[CallsiteId | None, FrameId]] | None = None
+        self._tables: dict[str, bool] = {}
 
     def __enter__(self) -> Profile:
         return self
@@ -425,6 +426,28 @@ class Profile:
         return {CallsiteId(req_int_from_sql(r[0], _ALLOC_CALLSITE)): _view_values(r, 1) for r in rows}
 
     @_reads
+    def peak_values(self, upid: int) -> tuple[int, dict[CallsiteId, ViewValues]] | None:
+        """The process's peak (heapscope_peak_allocation): its timestamp and each callsite's four
+        views there, all heaps merged; None when the profile has no peak rows for it."""
+        if not self._has_table("heapscope_peak_allocation"):
+            return None
+        col = "heapscope_peak_allocation."
+        rows = self._rows(
+            "SELECT callsite_id, SUM(size), SUM(count), SUM(alloc_size), SUM(alloc_count), MAX(ts)"
+            " FROM heapscope_peak_allocation WHERE upid = ? GROUP BY callsite_id", (upid,))
+        if not rows:
+            return None
+        ts = max(req_int_from_sql(r[5], col + "ts") for r in rows)
+        return ts, {CallsiteId(req_int_from_sql(r[0], col + "callsite_id")): _view_values(r, 1) for r in rows}
+
+    def _has_table(self, name: str) -> bool:
+        got = self._tables.get(name)
+        if got is None:
+            got = self._tables[name] = bool(self._rows(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)))
+        return got
+
+    @_reads
     def dump_values(self, upid: int) -> list[DumpValues]:
         """The delta rows of a process summed per (dump timestamp, callsite), by timestamp."""
         rows = self._rows(
@@ -506,14 +529,14 @@ class Profile:
 
     @_reads
     def frame_sources(self) -> dict[FrameId, tuple[str, int | None]]:
-        """frame id -> (source file, line) for frames whose symbol set names a file."""
-        rows = self._rows(
-            "SELECT f.id, s.source_file, s.line_number FROM stack_profile_frame f"
-            " JOIN stack_profile_symbol s ON s.id = f.symbol_set_id"
-            " WHERE s.source_file IS NOT NULL AND s.source_file != ''",
-        )
-        return {FrameId(req_int_from_sql(r[0], "stack_profile_frame.id")):
-                (str_from_sql(r[1]), opt_int_from_sql(r[2], "stack_profile_symbol.line_number")) for r in rows}
+        """frame id -> (source file, line) of the frame's own function: the outermost row of its
+        symbol set (the innermost rows are functions inlined into it), when that names a file."""
+        out: dict[FrameId, tuple[str, int | None]] = {}
+        for fid, lines in self.frame_symbols().items():
+            own = lines[-1]
+            if own.source_file:
+                out[fid] = (own.source_file, own.line_number or None)
+        return out
 
     @_reads
     def mappings(self) -> list[Mapping]:
