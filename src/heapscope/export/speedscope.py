@@ -3,7 +3,9 @@
 File format: speedscope's `file-format-spec.ts` (spec formats.md §4). Each
 callsite is one sample, its frames root first, weighted by the view's value;
 `bytes` is the unit of the space views and `none` that of the object counts.
-`activeProfileIndex` opens the chosen view. The profiles are written first
+`activeProfileIndex` opens the chosen view. Every profile is of one state of a
+process, named in its title: its peak for the held views, its end for the
+allocated ones (--dump chooses); object counts are de-sampled estimates. The profiles are written first
 and `shared.frames` last (JSON objects are unordered), so frames are interned
 while the samples stream out.
 """
@@ -13,7 +15,8 @@ from __future__ import annotations
 import json
 from typing import BinaryIO
 
-from heapscope.export._common import Frames, check_view, pick_dump, process_label, select_processes
+from heapscope.estimate import desampled_map
+from heapscope.export._common import Frames, check_view, chosen_states, process_label, select_processes
 from heapscope.export._sink import Sink
 from heapscope.model import VIEWS, CallsiteId
 from heapscope.store.reader import Profile
@@ -23,7 +26,7 @@ UNITS = {"space": "bytes", "alloc_space": "bytes", "objects": "none", "alloc_obj
 
 
 def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | None = None,
-           dump: int | None = None) -> None:
+           dump: str | int | None = None) -> None:
     check_view(view)
     processes = select_processes(profile, pid)
     frames = Frames(profile)
@@ -45,17 +48,20 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
             s = stacks[cs] = "[" + ",".join(idx) + "]"
         return s
 
-    chosen = [(p, pick_dump(profile.dumps(p.info.upid), dump, process_label(p))) for p in processes]
+    chosen = chosen_states(profile, processes, dump, view)
     several = len(processes) > 1
-    name = profile.path.name if not processes else process_label(processes[0]) if not several else profile.path.name
+    if len(chosen) == 1:
+        name = f"{process_label(chosen[0][0])}, {chosen[0][1].label}"
+    else:
+        name = profile.path.name + (f" ({len(chosen)} processes)" if several else "")
     sink.text(f'{{"$schema":"{SCHEMA}","version":"0.0.1","name":{json.dumps(name + " heap")},'
               f'"exporter":"heapscope","activeProfileIndex":{VIEWS.index(view)},"profiles":[')
     first_profile = True
-    for p, d in chosen:
-        values = profile.callsite_values(p.info.upid, d.ts_end) if d is not None else {}
+    for p, st in chosen:
+        values = desampled_map(st.values, st.interval)
         for v in VIEWS:
             items = [(CallsiteId(cs), vals.get(v)) for cs, vals in values.items() if vals.get(v) > 0]
-            title = f"{process_label(p)}: {v}" if several else v
+            title = f"{process_label(p)}: {v} ({st.label})" if several else f"{v} ({st.label})"
             sink.text(("" if first_profile else ",") + f'{{"type":"sampled","name":{json.dumps(title)},'
                       f'"unit":"{UNITS[v]}","startValue":0,"endValue":{sum(w for _, w in items)},"samples":[')
             first_profile = False

@@ -118,11 +118,16 @@ def frame_functions(profile: Profile) -> Callable[[FrameId], tuple[FrameFn, ...]
     return get
 
 
-def build_tree(profile: Profile, callsite_ids: Iterable[CallsiteId]) -> MergedTree:
+def build_tree(profile: Profile, callsite_ids: Iterable[CallsiteId], inlined: bool = True) -> MergedTree:
     """The merged tree of `callsite_ids` and their ancestors; a frame with inlined calls is
-    one node per function (callers first), and its callsite maps to the innermost."""
+    one node per function (callers first), and its callsite maps to the innermost. Without
+    `inlined` (Perfetto's experimental_flamegraph), a frame is one node, its own function's."""
     callsites = profile.callsites()
-    functions = frame_functions(profile)
+    all_functions = frame_functions(profile)
+
+    def functions(frame_id: FrameId) -> tuple[FrameFn, ...]:
+        fns = all_functions(frame_id)
+        return fns if inlined else fns[:1]
 
     # First pass: merge in arbitrary order, with node keys (parent, name, map).
     keys: dict[tuple[int, str, str], int] = {}
@@ -228,7 +233,7 @@ def experimental_flamegraph(
     keeps no self value, so every number describes focused memory.
     """
     values = profile.callsite_values(upid, ts)
-    tree = build_tree(profile, sorted(values))
+    tree = build_tree(profile, sorted(values), inlined=False)
     selfs = {f: tree.self_values(values, f) for f in FIELDS}
     keep = focus_mask(tree, focus_str) if focus_str else None
     if keep is not None:
