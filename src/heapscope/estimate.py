@@ -4,26 +4,33 @@ The sampler (client/sampler.c, heapprofd's math) records an allocation of
 `s >= I` bytes at its size, always; a smaller one is recorded with
 probability p(s) = 1 - e^(-s/I), as k*I bytes where k >= 1 counts the
 crossings of the Poisson countdown. So every sample of an allocation of s
-bytes stands for 1/p(s) allocations, and sampled bytes are an unbiased
-estimate of real bytes without any correction.
+bytes stands for 1/p(s) allocations (p = 1 for s >= I), and sampled bytes
+are an unbiased estimate of real bytes without any correction.
 
-What a profile stores per callsite is the number of samples n and their
-sampled bytes B, not each allocation's real size, so s is estimated from
-them (the method of moments, assuming one allocation size per callsite):
+Per callsite a profile stores the number of samples n, their sampled bytes
+B and (since the real_size column) their real bytes R: the sum of the sizes
+the program asked for, over the same samples. The estimate takes the mean
+real size s = R/n as the size of every allocation of the callsite:
+
+    N = n / p(s),   standard error sqrt(n * (1 - p(s))) / p(s)
+
+the Horvitz-Thompson estimate and the square root of its variance
+N (1 - p) / p with N estimated. It is unbiased when a callsite allocates one
+size; a callsite of mixed sizes below I is underestimated (1/p is convex),
+by less than the spread of its sizes makes 1/p vary.
+
+Profiles without real sizes (written before the column) fall back on the
+method of moments from n and B alone, assuming one size per callsite:
 
 * m = B/n >= I * e/(e-1): the samples are of allocations of at least I bytes,
   each recorded exactly: the estimate is n, with no error.
 * I <= m < I * e/(e-1): allocations of s < I, for which the mean number of
   crossings of a sample is E[k | k >= 1] = x / (1 - e^-x) with x = s/I.
   Solving x/(1-e^-x) = m/I gives x, and the estimate is N = n / (1 - e^-x)
-  (= B/s). When no sample crossed twice (m = I) x is taken as 1/n, the
-  value at which n samples would show half a double crossing on average.
-
-The standard error given is that of the count at the estimated size:
-sqrt(n * (1 - p)) / p, the Horvitz-Thompson variance N(1-p)/p with N
-estimated. It does not include the error of the size estimate, which for
-allocations much smaller than I can be as large again (few samples cross
-twice); a callsite of mixed sizes is underestimated (1/p is convex).
+  (= B/s). When no sample crossed twice (m = I) x is taken as ~1/(2n).
+  The standard error then adds the error of x (delta method: the variance of
+  k given k >= 1 is mu (1 + x - mu), mu = x/(1-e^-x)), which for allocations
+  much smaller than I is the larger part: few samples cross twice.
 
 At interval 1 every allocation is a sample: the estimate is n, exact. Rows
 of fewer than I sampled bytes per sample cannot come from the sampler at
@@ -63,31 +70,44 @@ def _ratio_to_x(r: float) -> float:
     return (lo + hi) / 2
 
 
-def estimate_count(samples: int, sampled_bytes: int, interval: int) -> Estimate:
-    """The number of allocations behind `samples` samples of `sampled_bytes` at `interval`.
+def estimate_count(samples: int, sampled_bytes: int, interval: int, real_bytes: int | None = None) -> Estimate:
+    """The number of allocations behind `samples` samples of `sampled_bytes` (of `real_bytes`
+    real bytes, when known) at `interval`.
 
     Negative inputs (freed rows of a delta) are estimated by their magnitude
     and keep their sign.
     """
     if samples == 0:
         return Estimate(0.0, 0.0)
-    if samples < 0 or (sampled_bytes < 0 and samples > 0):
-        e = estimate_count(abs(samples), abs(sampled_bytes), interval)
-        return Estimate(-e.value if samples < 0 else e.value, e.stderr)
+    if samples < 0:
+        e = estimate_count(-samples, abs(sampled_bytes), interval, None if real_bytes is None else abs(real_bytes))
+        return Estimate(-e.value, e.stderr)
     if interval <= 1:
         return Estimate(float(samples), 0.0)
-    r = sampled_bytes / (samples * interval)
+    if real_bytes is not None and real_bytes > 0:
+        x = real_bytes / samples / interval
+        if x >= 1.0:
+            return Estimate(float(samples), 0.0)
+        p = -math.expm1(-x)
+        return Estimate(samples / p, math.sqrt(samples * (1.0 - p)) / p)
+    r = abs(sampled_bytes) / (samples * interval)
     if r < 1.0 or r >= LARGE_RATIO:  # under I per sample no sampler records: taken as exact
         return Estimate(float(samples), 0.0)
-    floor = 1.0 + 0.5 / samples  # m = I: take x = ~1/n (see the module doc)
-    x = _ratio_to_x(max(r, floor))
+    x = _ratio_to_x(max(r, 1.0 + 0.25 / samples))  # m = I: no double crossing seen (module doc)
     p = -math.expm1(-x)
-    return Estimate(samples / p, math.sqrt(samples * (1.0 - p)) / p)
+    n_hat = samples / p
+    mu = x / p
+    var_k = max(mu * (1.0 + x - mu), 1e-12)
+    df = (p - x * math.exp(-x)) / (p * p)  # d/dx of x / (1 - e^-x)
+    var_x = var_k / samples / (df * df)
+    dlog = math.exp(-x) / p  # -d/dx of log p(x)
+    rel_var = (1.0 - p) / samples + dlog * dlog * var_x
+    return Estimate(n_hat, n_hat * math.sqrt(rel_var))
 
 
-def estimate_int(samples: int, sampled_bytes: int, interval: int) -> int:
+def estimate_int(samples: int, sampled_bytes: int, interval: int, real_bytes: int | None = None) -> int:
     """estimate_count rounded to an integer, for views and exports that carry integers."""
-    return round(estimate_count(samples, sampled_bytes, interval).value)
+    return round(estimate_count(samples, sampled_bytes, interval, real_bytes).value)
 
 
 def combine(estimates: list[Estimate]) -> Estimate:
@@ -101,8 +121,10 @@ def desampled(values: ViewValues, interval: int) -> ViewValues:
 
     if interval <= 1:
         return values
-    return ViewValues(values.space, estimate_int(values.objects, values.space, interval),
-                      values.alloc_space, estimate_int(values.alloc_objects, values.alloc_space, interval))
+    return ViewValues(values.space, estimate_int(values.objects, values.space, interval, values.real_space),
+                      values.alloc_space,
+                      estimate_int(values.alloc_objects, values.alloc_space, interval, values.alloc_real_space),
+                      values.real_space, values.alloc_real_space)
 
 
 def desampled_map(values: dict[CallsiteId, ViewValues], interval: int) -> dict[CallsiteId, ViewValues]:
@@ -115,5 +137,18 @@ def desampled_map(values: dict[CallsiteId, ViewValues], interval: int) -> dict[C
 def view_estimate(values: dict[CallsiteId, ViewValues], view: str, interval: int) -> Estimate:
     """The estimated number of allocations of an object view over `values`, with its standard error."""
     live = view == "objects"
-    return combine([estimate_count(v.objects if live else v.alloc_objects, v.space if live else v.alloc_space,
-                                   interval) for v in values.values()])
+    return combine([estimate_count(v.objects, v.space, interval, v.real_space) if live
+                    else estimate_count(v.alloc_objects, v.alloc_space, interval, v.alloc_real_space)
+                    for v in values.values()])
+
+
+def add_values(a: ViewValues, b: ViewValues) -> ViewValues:
+    """The sum of two callsites' values (a real size stays unknown if either is)."""
+    from heapscope.store.reader import ViewValues
+
+    def opt(x: int | None, y: int | None) -> int | None:
+        return None if x is None or y is None else x + y
+
+    return ViewValues(a.space + b.space, a.objects + b.objects, a.alloc_space + b.alloc_space,
+                      a.alloc_objects + b.alloc_objects, opt(a.real_space, b.real_space),
+                      opt(a.alloc_real_space, b.alloc_real_space))

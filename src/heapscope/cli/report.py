@@ -159,7 +159,8 @@ def _table(rows: Sequence[FunctionRow], view: str, whole: int, sort: str = "self
         v = r.self_value if which == "self" else r.total_value
         return format_value(view, v), format_percent(v, whole)
 
-    cells = [header] + [(*pair(r, first), *pair(r, second), r.function, r.source or "-", r.library) for r in rows]
+    cells = [header] + [(*pair(r, first), *pair(r, second), r.function, _short(r.source) or "-", r.library)
+                      for r in rows]
     widths = [max(len(c[i]) for c in cells) for i in range(len(header))]
     out = []
     for c in cells:
@@ -216,4 +217,9 @@ def render_tree(profile: object, r: ProcessReport, focus: re.Pattern[str] | None
 def _where(file: str | None, line: int | None) -> str:
     if not file:
         return ""
-    return f"{file}:{line}" if line else file
+    return _short(f"{file}:{line}" if line else file)
+
+
+def _short(source: str) -> str:
+    """`file.c:12` for `/long/path/to/file.c:12`: the table stays readable; exports keep the path."""
+    return source.rsplit("/", 1)[-1]

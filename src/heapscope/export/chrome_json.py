@@ -110,8 +110,9 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
         else:
             values = profile.callsite_values(upid, d.ts_end)
             # Counts de-sampled as every view does (heapscope/estimate.py); sizes need no correction.
-            entries = {cs: ((estimate_int(v.objects, v.space, rate), v.space) if live
-                            else (estimate_int(v.alloc_objects, v.alloc_space, rate), v.alloc_space))
+            entries = {cs: ((estimate_int(v.objects, v.space, rate, v.real_space), v.space) if live
+                            else (estimate_int(v.alloc_objects, v.alloc_space, rate, v.alloc_real_space),
+                                  v.alloc_space))
                        for cs, v in values.items()}
         total_count = sum(c for c, _ in entries.values())
         total_size = sum(s for _, s in entries.values())

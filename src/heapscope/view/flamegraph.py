@@ -27,7 +27,7 @@ import json
 from dataclasses import dataclass, field
 from importlib import resources
 
-from heapscope.estimate import desampled_map
+from heapscope.estimate import add_values, desampled_map
 from heapscope.model import VIEWS, CallsiteId, Upid
 from heapscope.store.reader import DumpValues, Process, Profile, ViewValues, mapping_basename
 from heapscope.store.select import dump_position, process_interval, select_processes
@@ -88,19 +88,15 @@ def process_graph(profile: Profile, process: Process, dump: str | int | None = N
     callsite_ids = sorted({r.callsite for r in rows} | (set(peak[1]) if peak else set()))
     tree = build_tree(profile, callsite_ids)
     graph = ProcessGraph(process_label(process), upid, tree)
-    running: dict[CallsiteId, list[int]] = {}
+    running: dict[CallsiteId, ViewValues] = {}
     peak_at = -1
     for n, ts in enumerate(dump_ts):
         if peak is not None and peak_at < 0 and peak[0] <= ts:
             peak_at = _add_peak(graph, peak, interval)
         for r in by_ts.get(ts, ()):
-            acc = running.setdefault(r.callsite, [0, 0, 0, 0])
-            v = r.values
-            acc[0] += v.space
-            acc[1] += v.objects
-            acc[2] += v.alloc_space
-            acc[3] += v.alloc_objects
-        values = desampled_map({cs: ViewValues(*v) for cs, v in running.items()}, interval)
+            o = running.get(r.callsite)
+            running[r.callsite] = r.values if o is None else add_values(o, r.values)
+        values = desampled_map(running, interval)
         graph.snapshots.append(Snapshot(ts, f"dump {n + 1}", {v: tree.self_values(values, v) for v in VIEWS}))
     if peak is not None and peak_at < 0:
         peak_at = _add_peak(graph, peak, interval)

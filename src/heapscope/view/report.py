@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, field
 
 from heapscope.errors import UsageError
-from heapscope.estimate import Estimate, combine, desampled, view_estimate
+from heapscope.estimate import Estimate, add_values, combine, desampled, view_estimate
 from heapscope.model import CallsiteId, FrameId
 from heapscope.store.reader import Process as StoredProcess
 from heapscope.store.reader import Profile, Stat, ViewValues, mapping_basename
@@ -81,24 +81,23 @@ class ProcessLine:
 def build_reports(
     profile: Profile, view: str, pid: int | None = None,
     focus: re.Pattern[str] | None = None, ignore: re.Pattern[str] | None = None,
-    dump: str | int | None = None, sort: str = "self", merge: str | None = None,
+    dump: str | int | None = None, sort: str = "self", merge: str | None = None, keep_common: bool = False,
 ) -> list[ProcessReport]:
     """One report per process of the profile (only those with `pid` when given).
 
     With `focus`, only callsites with a matching function on their path count;
     with `ignore`, callsites with a matching function on their path do not.
     `dump` chooses the state (store.select.process_state); `merge="exe"`
-    gives one report per executable, its processes' values summed.
+    gives one report per executable, its processes' values summed. With
+    `keep_common`, root functions on every stack stay in the rows.
     """
     check_view(view)
     processes = select_processes(profile, pid)
-    if merge is None:
-        return [build_process_report(profile, p, view, focus=focus, ignore=ignore, dump=dump, sort=sort)
-                for p in processes]
     groups: dict[str, list[StoredProcess]] = {}
     for p in processes:
-        groups.setdefault(executable(p), []).append(p)
-    return [build_group_report(profile, g, view, focus=focus, ignore=ignore, dump=dump, sort=sort)
+        groups.setdefault(executable(p) if merge is not None else str(p.info.upid), []).append(p)
+    return [build_group_report(profile, g, view, focus=focus, ignore=ignore, dump=dump, sort=sort,
+                               keep_common=keep_common)
             for g in groups.values()]
 
 
@@ -124,15 +123,16 @@ def build_process_report(
 def build_group_report(
     profile: Profile, processes: list[StoredProcess], view: str,
     focus: re.Pattern[str] | None = None, ignore: re.Pattern[str] | None = None,
-    dump: str | int | None = None, sort: str = "self",
+    dump: str | int | None = None, sort: str = "self", keep_common: bool = False,
 ) -> ProcessReport:
     """One report over `processes`, each at its own state `dump`, values summed per callsite."""
     states = [process_state(profile, p, dump, view) for p in processes]
-    return _report(profile, processes, states, view, focus, ignore, sort)
+    return _report(profile, processes, states, view, focus, ignore, sort, keep_common)
 
 
 def _report(profile: Profile, processes: list[StoredProcess], states: list[State | None], view: str,
-            focus: re.Pattern[str] | None, ignore: re.Pattern[str] | None, sort: str) -> ProcessReport:
+            focus: re.Pattern[str] | None, ignore: re.Pattern[str] | None, sort: str,
+            keep_common: bool = False) -> ProcessReport:
     if sort not in SORTS:
         raise UsageError(f"unknown sort {sort!r} (one of: {', '.join(SORTS)})")
     raw: dict[CallsiteId, ViewValues] = {}
@@ -150,7 +150,7 @@ def _report(profile: Profile, processes: list[StoredProcess], states: list[State
         raw = {cs: v for cs, v in raw.items() if cs in keep}
         estimates = {cs: v for cs, v in estimates.items() if cs in keep}
     leaf_values = {cs: v.get(view) for cs, v in estimates.items()}
-    rows, common = function_rows(profile, leaf_values, sort)
+    rows, common = function_rows(profile, leaf_values, sort, keep_common)
     est = None
     samples = sum(v.objects if view in ("space", "objects") else v.alloc_objects for v in raw.values())
     if view in ("objects", "alloc_objects") and interval > 1:
@@ -175,8 +175,7 @@ def _report(profile: Profile, processes: list[StoredProcess], states: list[State
 
 def _add(acc: dict[CallsiteId, ViewValues], cs: CallsiteId, v: ViewValues) -> None:
     o = acc.get(cs)
-    acc[cs] = v if o is None else ViewValues(o.space + v.space, o.objects + v.objects,
-                                             o.alloc_space + v.alloc_space, o.alloc_objects + v.alloc_objects)
+    acc[cs] = v if o is None else add_values(o, v)
 
 
 def process_lines(profile: Profile, processes: list[StoredProcess]) -> list[ProcessLine]:
@@ -207,8 +206,8 @@ def filter_callsites(
     return {cs: v for cs, v in values.items() if ok[tree.node_of[cs]]}
 
 
-def function_rows(profile: Profile, leaf_values: dict[CallsiteId, int],
-                  sort: str = "total") -> tuple[list[FunctionRow], list[str]]:
+def function_rows(profile: Profile, leaf_values: dict[CallsiteId, int], sort: str = "total",
+                  keep_common: bool = False) -> tuple[list[FunctionRow], list[str]]:
     """Self and total per function from per-callsite values, ranked by `sort` (self or total), and
     the root functions that are on every stack (left out of the rows when more than one function
     remains). Inlined functions are functions of their own, named `name [inlined]`."""
@@ -272,7 +271,7 @@ def function_rows(profile: Profile, leaf_values: dict[CallsiteId, int],
     # A root function on every stack says nothing about where memory goes;
     # the leaf of a single stack stays (it is where the memory is).
     common = [fn for fn in (prefix or []) if self_values.get(fn, 0) == 0]
-    dropped = set(common)
+    dropped = set() if keep_common else set(common)
     rows = [
         FunctionRow(function=names[fn][0], library=names[fn][1],
                     self_value=self_values.get(fn, 0), total_value=total,
