@@ -53,7 +53,11 @@ def main(args: argparse.Namespace) -> int:
         reports = build_reports(profile, args.view, args.pid, focus=focus, ignore=ignore, dump=dump,
                                 sort=args.sort, merge=args.merge)
         processes = select_processes(profile, args.pid)
-        head = render_processes(process_lines(profile, processes)) + "\n" if len(processes) > 1 else ""
+        ranked = process_lines(profile, processes)
+        head = render_processes(ranked) + "\n" if len(processes) > 1 else ""
+        # Sections in the order of the table: by peak.
+        rank = {line.process.info.upid: k for k, line in enumerate(ranked)}
+        reports.sort(key=lambda r: min(rank.get(p.info.upid, 0) for p in r.processes or [r.process]))
         if args.tree:
             text = head + "\n".join(render_tree(profile, r, focus, ignore, args.min_percent) for r in reports)
         else:
@@ -153,20 +157,25 @@ def _sampling(interval: int, asked: int) -> str:
 
 def _table(rows: Sequence[FunctionRow], view: str, whole: int, sort: str = "self") -> list[str]:
     first, second = ("self", "total") if sort == "self" else ("total", "self")
-    header = (first, first + " %", second, second + " %", "function", "location", "library")
+    with_samples = any(r.samples is not None for r in rows)
+    header = (first, first + " %", second, second + " %", *(("samples",) if with_samples else ()),
+              "function", "location", "library")
+    n = 5 if with_samples else 4  # right-aligned number columns
 
     def pair(r: FunctionRow, which: str) -> tuple[str, str]:
         v = r.self_value if which == "self" else r.total_value
         return format_value(view, v), format_percent(v, whole)
 
-    cells = [header] + [(*pair(r, first), *pair(r, second), r.function, _short(r.source) or "-", r.library)
-                      for r in rows]
+    cells = [header] + [
+        (*pair(r, first), *pair(r, second), *((format_count(r.samples or 0),) if with_samples else ()),
+         r.function, _short(r.source) or "-", r.library)
+        for r in rows]
     widths = [max(len(c[i]) for c in cells) for i in range(len(header))]
     out = []
     for c in cells:
         # Numbers right-aligned; the last column is not padded (no trailing blanks).
-        numbers = [c[i].rjust(widths[i]) for i in range(4)]
-        out.append("  ".join([*numbers, c[4].ljust(widths[4]), c[5].ljust(widths[5]), c[6]]).rstrip())
+        numbers = [c[i].rjust(widths[i]) for i in range(n)]
+        out.append("  ".join([*numbers, c[n].ljust(widths[n]), c[n + 1].ljust(widths[n + 1]), c[n + 2]]).rstrip())
     return out
 
 

@@ -20,7 +20,7 @@ name. For one view at one timestamp:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from heapscope.errors import UsageError
 from heapscope.estimate import Estimate, add_values, combine, desampled, view_estimate
@@ -40,6 +40,7 @@ class FunctionRow:
     self_value: int  # callsites whose leaf frame is this function
     total_value: int  # callsites with this function anywhere on their path, once each
     source: str = ""  # file:line where the function holds the most (its own line), '' when unknown
+    samples: int | None = None  # object views at interval > 1: the raw samples behind self_value
 
 
 #: How the table is ranked.
@@ -151,6 +152,10 @@ def _report(profile: Profile, processes: list[StoredProcess], states: list[State
         estimates = {cs: v for cs, v in estimates.items() if cs in keep}
     leaf_values = {cs: v.get(view) for cs, v in estimates.items()}
     rows, common = function_rows(profile, leaf_values, sort, keep_common)
+    if view in ("objects", "alloc_objects") and interval > 1:
+        raw_rows, _ = function_rows(profile, {cs: v.get(view) for cs, v in raw.items()}, sort, True)
+        raw_self = {(x.function, x.library): x.self_value for x in raw_rows}
+        rows = [replace(x, samples=raw_self.get((x.function, x.library), 0)) for x in rows]
     est = None
     samples = sum(v.objects if view in ("space", "objects") else v.alloc_objects for v in raw.values())
     if view in ("objects", "alloc_objects") and interval > 1:

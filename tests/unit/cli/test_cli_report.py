@@ -26,7 +26,8 @@ def test_default_view_prints_every_process(known_profile: Path, capsys: pytest.C
         "  200  4.0 KiB    4.0 KiB        4    0.00 s  /usr/bin/child",
         "  100    434 B      504 B        9         ?  /usr/bin/prog",
         "  300      0 B        0 B        0         ?  idle"]
-    blocks = ["pid " + blocks[1], *blocks[2:]]
+    # AND the sections follow in its order: child (4 KiB), prog, idle
+    blocks = ["pid " + blocks[2], blocks[1], blocks[3]]  # prog, child, idle
     prog = blocks[0]
     assert prog.startswith("pid 100  prog  (upid 1)\n")
     assert "  cmdline:       prog --run fast\n" in prog
@@ -60,10 +61,11 @@ def test_table_columns_line_up(known_profile: Path, capsys: pytest.CaptureFixtur
 @pytest.mark.parametrize(("view", "first_rows"), [
     ("alloc_space", ["  480 B    95.2%  480 B   95.2%  malloc    -         libc.so.6",
                      "  466 B    92.5%   16 B    3.2%  parse     -         prog"]),
-    ("objects", ["      6    85.7%     1   14.3%  parse     -         prog",
-                 "      5    71.4%     5   71.4%  malloc    -         libc.so.6"]),
-    ("alloc_objects", ["      7    77.8%     7   77.8%  malloc    -         libc.so.6",
-                       "      7    77.8%     1   11.1%  parse     -         prog"]),
+    # object views at interval > 1 show the raw samples behind each self value
+    ("objects", ["      6    85.7%     1   14.3%        1  parse     -         prog",
+                 "      5    71.4%     5   71.4%        5  malloc    -         libc.so.6"]),
+    ("alloc_objects", ["      7    77.8%     7   77.8%        7  malloc    -         libc.so.6",
+                       "      7    77.8%     1   11.1%        1  parse     -         prog"]),
 ])
 def test_views_and_top(known_profile: Path, capsys: pytest.CaptureFixture[str], view: str,
                        first_rows: list[str]) -> None:
