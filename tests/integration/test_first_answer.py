@@ -62,6 +62,11 @@ def test_the_default_report_shows_the_peak_freed_before_exit(record: Recorder, p
     assert "leftover" not in space
     objects = _rows(rec.db, "objects")
     assert objects["hold_big"][0] == BIG[0] and objects["hold_small"][0] == SMALL[0]
+    # AND --stacks lists the peak's call stacks, largest first, each with its lines
+    stacks = _report(rec.db, "--stacks")
+    body = stacks[stacks.index("\n\n") + 2:].split("\n\n")
+    assert body[0].startswith("  1.0 MiB (50.6%)\n      hold_big  peakfree.c:"), stacks
+    assert body[1].startswith("  1000.0 KiB (49.4%)\n      hold_small  peakfree.c:"), stacks
     # AND --dump end shows the exit state: only leftover is left
     end = _rows(rec.db, "space", dump="end")
     assert end["leftover"][0] == LEFT[1] and "hold_small" not in end

@@ -38,6 +38,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sort", choices=SORTS, default="self",
                    help="rank functions by the memory they hold themselves (self, the default) or with"
                         " their callees (total)")
+    p.add_argument("--stacks", action="store_true",
+                   help="list the call stacks that hold the most (heaptrack's peak consumers), each in full,"
+                        " instead of the table of functions")
     p.add_argument("--merge", choices=("exe",),
                    help="exe: one report per executable, its processes summed (each at its own state)")
     p.add_argument("--focus", metavar="REGEX", help="count only call stacks with a function matching REGEX")
@@ -60,6 +63,8 @@ def main(args: argparse.Namespace) -> int:
         reports.sort(key=lambda r: min(rank.get(p.info.upid, 0) for p in r.processes or [r.process]))
         if args.tree:
             text = head + "\n".join(render_tree(profile, r, focus, ignore, args.min_percent) for r in reports)
+        elif args.stacks:
+            text = head + "\n".join(render_stacks(profile, r, args.top) for r in reports)
         else:
             text = head + "\n".join(render_report(r, args.top) for r in reports)
     if not reports:
@@ -221,6 +226,36 @@ def render_tree(profile: object, r: ProcessReport, focus: re.Pattern[str] | None
     if hidden:
         lines.append(f"  ({hidden} subtrees under {min_percent:g}% hidden; --min-percent 0 shows all)")
     return "\n".join(lines) + "\n"
+
+
+def render_stacks(profile: object, r: ProcessReport, top: int) -> str:
+    """The process header, then its `top` call stacks by self value, each leaf first with lines."""
+    from heapscope.store.reader import Profile, mapping_basename
+    from heapscope.view.tree import build_tree
+
+    assert isinstance(profile, Profile)
+    head = render_report(r, 1).split("\n\n", 1)[0]
+    if r.ts is None:
+        return head + "\n\n  (no dumps)\n"
+    tree = build_tree(profile, sorted(r.values))
+    own = tree.self_values(r.values, r.view)
+    nodes = sorted((i for i in range(len(tree)) if own[i] != 0), key=lambda i: (-abs(own[i]), i))
+    if not nodes:
+        return head + "\n\n  (no allocations in this view)\n"
+    lines = [head, ""]
+    common = len(r.common)
+    for i in nodes[:top]:
+        lines.append(f"  {format_value(r.view, own[i])} ({format_percent(own[i], r.view_total)})")
+        path = tree.path(i)[::-1]
+        shown = path[:max(1, len(path) - common)]  # the roots on every stack are left out
+        width = max(len(tree.name[k]) for k in shown)
+        for k in shown:
+            lines.append(f"      {tree.name[k].ljust(width)}  {_where(tree.source_file[k], tree.line_number[k]) or '-'}"
+                         f"  {mapping_basename(tree.map_name[k])}")
+        lines.append("")
+    if len(nodes) > top:
+        lines.append(f"  ({len(nodes) - top} more stacks; --top N shows more)")
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def _where(file: str | None, line: int | None) -> str:
