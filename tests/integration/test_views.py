@@ -276,6 +276,50 @@ def test_flamegraph_timeline_selects_a_dump(tmp_path: Path) -> None:
     assert res["results"][3] == [1, unreleased[1]]
 
 
+def write_two_process_profile(path: Path) -> None:
+    """server (pid 42): dumps of 1000 then 0 bytes, its peak 9000 bytes at 1.5 s; worker (pid 43):
+    one dump of 500 bytes and no peak rows (a profile of before the peak table)."""
+    w = ProfileWriter(path)
+    w.add_mappings([(1, Mapping("aa", 0, 0, 0x1000, 0x9000, 0, "/usr/bin/server"))])
+    w.add_frames([(1, Frame(MappingId(1), 0x10, "main")), (2, Frame(MappingId(1), 0x20, "handle_request")),
+                  (3, Frame(MappingId(1), 0x30, "cache_put"))])
+    w.add_callsites([(1, 0, None, 1), (2, 1, 1, 2), (3, 2, 2, 3)])
+    for upid, pid, name in ((1, 42, "server"), (2, 43, "worker")):
+        p = ProcessInfo(Upid(upid), pid=pid, ppid=1, name=name, cmdline=name, exe=f"/usr/bin/{name}", uid=0,
+                        start_ts=0)
+        w.add_process(p)
+        w.set_process_flags(p, ProcessFlags(unwinder="libunwind", sampling_interval_bytes=1,
+                                            orig_sampling_interval_bytes=1))
+    w.add_dump(1, 0, 1_000_000_000, "periodic", [(2, 10, 1000)], "libc.malloc")
+    w.add_dump(1, 1_000_000_000, 2_000_000_000, "exit", [(2, -10, -1000), (3, 8, 8000), (3, -8, -8000)],
+               "libc.malloc")
+    w.add_peak(1, 1_500_000_000, "libc.malloc",
+               [(2, 10, 1000, 10, 1000, 1000, 1000), (3, 8, 8000, 8, 8000, 8000, 8000)])
+    w.add_dump(2, 0, 1_000_000_000, "exit", [(3, 5, 500)], "libc.malloc")
+    w.commit()
+    w.close()
+
+
+def test_flamegraph_opens_at_the_peak_of_all_processes(tmp_path: Path) -> None:
+    db = tmp_path / "two.db"
+    write_two_process_profile(db)
+    html = tmp_path / "two.html"
+    heapscope("flamegraph", db, "-o", html)
+    res = browser(tmp_path, html, [
+        {"do": "eval", "js": "[...document.querySelectorAll('#proc option')].map(o => o.textContent)"},
+        {"do": "eval", "js": "[window.heapscope.rootTotal('space'), window.heapscope.rootTotal('objects')]"},
+        {"do": "screenshot", "path": str(tmp_path / "all.png")},
+        {"do": "eval", "js": "window.heapscope.data().processes[1].dumps.map(d => d.label)"},
+        {"do": "eval", "js": "window.heapscope.data().processes[1].start"},
+    ])
+    r = res["results"]
+    # THEN the page opens on "all processes": server at its peak (9000) and worker at its end (500)
+    assert r[0] == ["all processes", "pid 42 server", "pid 43 worker"]
+    assert r[1] == [9500, 23]
+    # AND server's timeline has its dumps and its peak, between them, where the page opens it
+    assert r[3] == ["dump 1", "peak", "dump 2"] and r[4] == 1
+
+
 def test_flamegraph_of_200k_callsites_is_small_and_fast(tmp_path: Path) -> None:
     db = tmp_path / "big.db"
     write_big_profile(db)
