@@ -242,7 +242,10 @@ def all_processes(profile: Profile, graphs: list[ProcessGraph], merge: str | Non
         new.source_file.append(tree.source_file[old])
         new.line_number.append(tree.line_number[old])
     label = "all processes" + (" (merged by executable)" if merge else "")
-    snap = Snapshot(max((g.snapshots[g.start].ts for g in graphs), default=0), "each process at its peak",
+    states = {"its peak" if g.snapshots[g.start].label == "peak"
+              else "its end" if g.start in (-1, len(g.snapshots) - 1) else "the dump chosen" for g in graphs}
+    what = "each process at " + " or ".join(sorted(states))
+    snap = Snapshot(max((g.snapshots[g.start].ts for g in graphs), default=0), what,
                     {v: [selfs[v][old] for old in order] for v in VIEWS})
     return ProcessGraph(label, -1, new, [snap], 0)
 
