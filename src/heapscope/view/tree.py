@@ -127,7 +127,11 @@ def build_tree(profile: Profile, callsite_ids: Iterable[CallsiteId], inlined: bo
 
     def functions(frame_id: FrameId) -> tuple[FrameFn, ...]:
         fns = all_functions(frame_id)
-        return fns if inlined else fns[:1]
+        if inlined or len(fns) == 1:
+            return fns
+        # experimental_flamegraph's rule: the frame's name, the source of its first symbol
+        # row (the innermost inlined function's), as Perfetto joins symbol_set_id.
+        return (fns[0]._replace(source_file=fns[-1].source_file, line_number=fns[-1].line_number),)
 
     # First pass: merge in arbitrary order, with node keys (parent, name, map).
     keys: dict[tuple[int, str, str], int] = {}
