@@ -35,13 +35,14 @@ def tiny(programs, tmp_path_factory) -> Path:
 def report_totals(db: Path) -> dict[str, int]:
     """The four views' totals of `heapscope report`, named as Go names them."""
     with open_profile(db) as p:
-        return {GO_NAME[v]: sum(r.view_total for r in build_reports(p, v)) for v in VIEWS}
+        return {GO_NAME[v]: sum(r.view_total for r in build_reports(p, v, dump="end")) for v in VIEWS}
 
 
 def report_rows(db: Path, view: str) -> list[tuple[object, ...]]:
     with open_profile(db) as p:
         return sorted((r.process.info.pid, row.function, row.library, row.self_value, row.total_value)
-                      for r in build_reports(p, view) for row in r.rows)
+                      for r in build_reports(p, view, dump="end", sort="total", keep_common=True)
+                      for row in r.rows)
 
 
 def digest(path: Path) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import time
@@ -129,7 +130,7 @@ def test_leaks_of_a_program_with_known_leaks(record: Recorder, programs: Program
     # GIVEN growth 3 keeps shrink_pool 5 x 2000, steady 10 x 500, grow_cache 3 x 1000 and frees temp_work
     assert got == [("shrink_pool", 10000, 5), ("steady", 5000, 10), ("grow_cache", 3000, 3)]
     assert all(leak.stack[1].function == "main" for leak in pl.leaks)
-    assert pl.reason == "exit"
+    assert pl.reason.startswith("end (dump 1 of 1, exit,")
     out = heapscope("leaks", db)
     assert "temp_work" not in out
     assert out.index("shrink_pool") < out.index("steady") < out.index("grow_cache")
@@ -205,18 +206,16 @@ def test_report_tree_focus_ignore(record: Recorder, programs: Programs) -> None:
     db = recorded(record, programs, "tiny")
     tree = heapscope("report", db, "--tree", "--min-percent", "0")
     lines = [line for line in tree.splitlines() if "[" in line]
-    main = next(line for line in lines if line.split()[-2] == "main")
-    big = next(line for line in lines if line.split()[-2] == "tiny_big")
+    main = next(line for line in lines if re.search(r" main  \[", line))
+    big = next(line for line in lines if re.search(r" tiny_big  \[", line))
     assert main.startswith("  112.3 KiB") and big.index("tiny_big") > main.index("main")
     with open_profile(db) as prof:
-        import re
-
         [r] = build_reports(prof, "space", focus=re.compile("tiny_(keep|half)"))
         assert r.view_total == 15000
         [r] = build_reports(prof, "alloc_objects", ignore=re.compile("^tiny_big$"))
         assert r.view_total == 34
     out = heapscope("report", db, "--ignore", "tiny_big")
-    assert "14.6 KiB at the last" in out
+    assert "\n  space:         14.6 KiB\n" in out
 
 
 # --- flamegraph HTML in a browser ------------------------------------------------------------
@@ -229,7 +228,8 @@ def test_flamegraph_page_of_a_real_profile(record: Recorder, programs: Programs,
     text = html.read_text()
     assert "<script src" not in text and "http://" not in text and "https://" not in text
     with open_profile(db) as prof:
-        expected = {v: build_reports(prof, v)[0].view_total for v in VIEWS}
+        # the page opens at the peak, for every view
+        expected = {v: build_reports(prof, v, dump="peak")[0].view_total for v in VIEWS}
     totals_js = "Object.fromEntries(['space','alloc_space','objects','alloc_objects']" \
                 ".map(v => [v, window.heapscope.rootTotal(v)]))"
     res = browser(tmp_path, html, [
@@ -256,7 +256,7 @@ def test_flamegraph_page_of_a_real_profile(record: Recorder, programs: Programs,
     assert r[8][0] == "tiny_half" and r[8][1].split("›")[-1].strip() == "tiny_half"
     tip = r[13]
     assert "tiny_keep" in tip and "tiny.c:" in tip and "total" in tip and "10 (" in tip
-    assert r[15] == 1  # one dump: one point
+    assert r[15] == 2  # one dump and the peak: two points
 
 
 def test_flamegraph_timeline_selects_a_dump(tmp_path: Path) -> None:
@@ -274,6 +274,50 @@ def test_flamegraph_timeline_selects_a_dump(tmp_path: Path) -> None:
     assert res["results"][0] == 4
     assert res["results"][1] == unreleased
     assert res["results"][3] == [1, unreleased[1]]
+
+
+def write_two_process_profile(path: Path) -> None:
+    """server (pid 42): dumps of 1000 then 0 bytes, its peak 9000 bytes at 1.5 s; worker (pid 43):
+    one dump of 500 bytes and no peak rows (a profile of before the peak table)."""
+    w = ProfileWriter(path)
+    w.add_mappings([(1, Mapping("aa", 0, 0, 0x1000, 0x9000, 0, "/usr/bin/server"))])
+    w.add_frames([(1, Frame(MappingId(1), 0x10, "main")), (2, Frame(MappingId(1), 0x20, "handle_request")),
+                  (3, Frame(MappingId(1), 0x30, "cache_put"))])
+    w.add_callsites([(1, 0, None, 1), (2, 1, 1, 2), (3, 2, 2, 3)])
+    for upid, pid, name in ((1, 42, "server"), (2, 43, "worker")):
+        p = ProcessInfo(Upid(upid), pid=pid, ppid=1, name=name, cmdline=name, exe=f"/usr/bin/{name}", uid=0,
+                        start_ts=0)
+        w.add_process(p)
+        w.set_process_flags(p, ProcessFlags(unwinder="libunwind", sampling_interval_bytes=1,
+                                            orig_sampling_interval_bytes=1))
+    w.add_dump(1, 0, 1_000_000_000, "periodic", [(2, 10, 1000)], "libc.malloc")
+    w.add_dump(1, 1_000_000_000, 2_000_000_000, "exit", [(2, -10, -1000), (3, 8, 8000), (3, -8, -8000)],
+               "libc.malloc")
+    w.add_peak(1, 1_500_000_000, "libc.malloc",
+               [(2, 10, 1000, 10, 1000, 1000, 1000), (3, 8, 8000, 8, 8000, 8000, 8000)])
+    w.add_dump(2, 0, 1_000_000_000, "exit", [(3, 5, 500)], "libc.malloc")
+    w.commit()
+    w.close()
+
+
+def test_flamegraph_opens_at_the_peak_of_all_processes(tmp_path: Path) -> None:
+    db = tmp_path / "two.db"
+    write_two_process_profile(db)
+    html = tmp_path / "two.html"
+    heapscope("flamegraph", db, "-o", html)
+    res = browser(tmp_path, html, [
+        {"do": "eval", "js": "[...document.querySelectorAll('#proc option')].map(o => o.textContent)"},
+        {"do": "eval", "js": "[window.heapscope.rootTotal('space'), window.heapscope.rootTotal('objects')]"},
+        {"do": "screenshot", "path": str(tmp_path / "all.png")},
+        {"do": "eval", "js": "window.heapscope.data().processes[1].dumps.map(d => d.label)"},
+        {"do": "eval", "js": "window.heapscope.data().processes[1].start"},
+    ])
+    r = res["results"]
+    # THEN the page opens on "all processes": server at its peak (9000) and worker at its end (500)
+    assert r[0] == ["all processes", "pid 42 server", "pid 43 worker"]
+    assert r[1] == [9500, 23]
+    # AND server's timeline has its dumps and its peak, between them, where the page opens it
+    assert r[3] == ["dump 1", "peak", "dump 2"] and r[4] == 1
 
 
 def test_flamegraph_of_200k_callsites_is_small_and_fast(tmp_path: Path) -> None:

@@ -58,8 +58,8 @@ class ProcessHeap:
         self.stacks.clear()
 
     def dump_rows(self, tracker: Tracker, frames: FrameTable, trie: CallsiteTrie,
-                  final: bool) -> list[tuple[int, int, int]]:
-        """Rows (callsite, count, size) of what changed since the previous dump.
+                  final: bool) -> list[tuple[int, int, int, int]]:
+        """Rows (callsite, count, size, real size) of what changed since the previous dump.
 
         A stack whose definition has not arrived yet waits for the next dump;
         at the final dump it is booked under a placeholder frame so that no
@@ -72,12 +72,12 @@ class ProcessHeap:
                 cs = trie.callsite([frames.special(UNDEFINED_STACK)])
                 for stack_id in stray:
                     tracker.set_callsite(stack_id, cs)
-        rows: list[tuple[int, int, int]] = list(DUMP_ROW.iter_unpack(tracker.dump()))
-        self.unreleased += sum(size for _cs, _count, size in rows)
+        rows: list[tuple[int, int, int, int]] = list(DUMP_ROW.iter_unpack(tracker.dump()))
+        self.unreleased += sum(row[2] for row in rows)
         self.dumps += 1
         return rows
 
     @staticmethod
-    def peak_rows(tracker: Tracker) -> list[tuple[int, int, int, int, int]]:
-        """Rows (callsite, count, size, alloc_count, alloc_size) at the process's peak."""
+    def peak_rows(tracker: Tracker) -> list[tuple[int, int, int, int, int, int, int]]:
+        """Rows (callsite, count, size, alloc_count, alloc_size, real_size, alloc_real_size) at the peak."""
         return list(PEAK_ROW.iter_unpack(tracker.peak()))

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import struct
 
-DUMP_ROW = struct.Struct("<Qqq")  # what changed at one callsite since the previous dump
-PEAK_ROW = struct.Struct("<5Q")  # one callsite at the process's peak, cumulative
+DUMP_ROW = struct.Struct("<Qqqq")  # what changed at one callsite since the previous dump
+PEAK_ROW = struct.Struct("<7Q")  # one callsite at the process's peak, cumulative
 TOTALS_ROW = struct.Struct("<6Q")  # one bucket of totals now
 LIVE_ROW = struct.Struct("<5Q")  # one live sampled allocation
 STREAM_ROW = struct.Struct("<7Q")  # one op as applied (--stream-allocations)
 
 ROWS: dict[str, tuple[struct.Struct, tuple[str, ...]]] = {
-    "hs_dump_row": (DUMP_ROW, ("callsite_id", "count", "size")),
-    "hs_peak_row": (PEAK_ROW, ("callsite_id", "count", "size", "alloc_count", "alloc_size")),
+    "hs_dump_row": (DUMP_ROW, ("callsite_id", "count", "size", "real_size")),
+    "hs_peak_row": (PEAK_ROW, ("callsite_id", "count", "size", "alloc_count", "alloc_size", "real_size",
+                                 "alloc_real_size")),
     "hs_totals_row": (TOTALS_ROW, ("callsite_id", "stack_id", "alloc_bytes", "free_bytes", "alloc_count",
                                    "free_count")),
     "hs_live_row": (LIVE_ROW, ("addr", "sample_size", "alloc_size", "stack_id", "seq")),

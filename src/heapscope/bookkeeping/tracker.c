@@ -60,6 +60,8 @@ static inline void totals_add(struct hs_totals *to, const struct hs_totals *x) {
   to->free_bytes += x->free_bytes;
   to->alloc_count += x->alloc_count;
   to->free_count += x->free_count;
+  to->alloc_real += x->alloc_real;
+  to->free_real += x->free_real;
 }
 
 /* ---- applying ops ---- */
@@ -87,6 +89,7 @@ static void book_free(struct hs_tracker *t, const struct hs_live *e) {
   touch(t, b);
   b->cur.free_bytes += e->sample_size;
   b->cur.free_count++;
+  b->cur.free_real += e->alloc_size;
   t->cur_unfreed -= e->sample_size;
 }
 
@@ -127,6 +130,7 @@ static void apply_malloc(struct hs_tracker *t, const struct hs_op *op) {
   touch(t, b);
   b->cur.alloc_bytes += op->sample_size;
   b->cur.alloc_count++;
+  b->cur.alloc_real += op->alloc_size;
   t->cur_unfreed += op->sample_size;
   if (t->cur_unfreed > t->max_unfreed) {
     t->max_unfreed = t->cur_unfreed;
@@ -278,16 +282,19 @@ int64_t hs_tracker_dump(struct hs_tracker *t) {
       /* heapprofd's dump_at_max: the rows are the unreleased state at the
        * peak, so their sum up to this dump is the peak. */
       struct hs_totals p = at_peak(t, i);
-      now = (struct hs_totals){p.alloc_bytes - p.free_bytes, 0, p.alloc_count - p.free_count, 0};
+      now = (struct hs_totals){p.alloc_bytes - p.free_bytes, 0, p.alloc_count - p.free_count, 0,
+                               p.alloc_real - p.free_real, 0};
     }
     const struct hs_totals *d = &b->dumped;
     if (now.alloc_count != d->alloc_count || now.alloc_bytes != d->alloc_bytes) {
       *row++ = (struct hs_dump_row){b->callsite_id, (int64_t)(now.alloc_count - d->alloc_count),
-                                    (int64_t)(now.alloc_bytes - d->alloc_bytes)};
+                                    (int64_t)(now.alloc_bytes - d->alloc_bytes),
+                                    (int64_t)(now.alloc_real - d->alloc_real)};
     }
     if (now.free_count != d->free_count || now.free_bytes != d->free_bytes) {
       *row++ = (struct hs_dump_row){b->callsite_id, (int64_t)(d->free_count - now.free_count),
-                                    (int64_t)(d->free_bytes - now.free_bytes)};
+                                    (int64_t)(d->free_bytes - now.free_bytes),
+                                    (int64_t)(d->free_real - now.free_real)};
     }
     b->dumped = now;
   }
@@ -304,7 +311,7 @@ int64_t hs_tracker_peak(struct hs_tracker *t) {
     struct hs_totals p = at_peak(t, i);
     if (p.alloc_count == 0 && p.alloc_bytes == 0) continue;
     *row++ = (struct hs_peak_row){b->callsite_id, p.alloc_count - p.free_count, p.alloc_bytes - p.free_bytes,
-                                  p.alloc_count, p.alloc_bytes};
+                                  p.alloc_count, p.alloc_bytes, p.alloc_real - p.free_real, p.alloc_real};
   }
   t->out.len = (size_t)(row - first) * sizeof *row;
   return row - first;

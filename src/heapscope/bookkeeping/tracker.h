@@ -61,16 +61,19 @@ struct hs_buf {
 /* Make room for `more` bytes after len. -1 on ENOMEM. */
 int hs_buf_reserve(struct hs_buf *b, size_t more);
 
-/* Cumulative counters of sampled allocations; bytes are sample sizes. */
+/* Cumulative counters of sampled allocations; bytes are sample sizes, the
+ * real ones are the sizes the program asked for (for heapscope/estimate.py). */
 struct hs_totals {
   uint64_t alloc_bytes;
   uint64_t free_bytes;
   uint64_t alloc_count;
   uint64_t free_count;
+  uint64_t alloc_real;
+  uint64_t free_real;
 };
 
 /* A bucket of totals, in two parallel arrays: what every op reads and
- * writes (48 bytes, so a few thousand stay in L1), and the rest. */
+ * writes (64 bytes, one cache line), and the rest. */
 struct hs_bucket {
   struct hs_totals cur;
   uint64_t epoch;       /* peak_epoch at its last change */
@@ -93,6 +96,7 @@ struct hs_dump_row {
   uint64_t callsite_id;
   int64_t count;
   int64_t size;
+  int64_t real_size; /* the real sizes of the same samples */
 };
 
 /* hs_tracker_peak(): one callsite at the process's peak, cumulative. */
@@ -102,6 +106,8 @@ struct hs_peak_row {
   uint64_t size;        /* their sampled bytes */
   uint64_t alloc_count; /* sampled allocations made up to the peak */
   uint64_t alloc_size;  /* their sampled bytes */
+  uint64_t real_size;       /* the real sizes of the samples not freed at the peak */
+  uint64_t alloc_real_size; /* ... of the samples made up to the peak */
 };
 
 /* hs_tracker_totals(): one bucket now. A callsite's (stack_id 0), or a

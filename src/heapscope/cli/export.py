@@ -26,9 +26,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--view", choices=VIEWS, default="space",
                    help="the view single-view formats show, and pprof's default sample type (default: space)")
     p.add_argument("-p", "--pid", type=int, metavar="PID", help="only this process")
-    p.add_argument("--dump", type=int, metavar="N",
-                   help="only dump N of each process (1 = first, -1 = last); default: the last for"
-                        " pprof/speedscope/collapsed, every dump for perfetto/chrome-json")
+    p.add_argument("--dump", metavar="peak|end|N",
+                   help="pprof/speedscope/collapsed: the state of each process (peak, end, or dump N; 1 = first,"
+                        " -1 = last; default: peak for space/objects, end for the alloc views);"
+                        " perfetto/chrome-json: only dump N (end = -1; default: every dump)")
     p.add_argument("--force", action="store_true",
                    help="replace an existing output file (never a heapscope profile, nor through a link)")
     from heapscope.cli.push import add_clickhouse_arguments
@@ -49,6 +50,13 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("--to, --label and --host go with --format clickhouse")
     fmt = FORMATS[args.format]
     exporter = fmt.exporter()
+    if args.dump is not None:
+        from heapscope.store.select import parse_dump
+        args.dump = parse_dump(args.dump)
+        if args.format in ("perfetto", "chrome-json") and isinstance(args.dump, str):
+            if args.dump == "peak":
+                raise UsageError(f"--dump peak: {args.format} exports dumps; use --dump end or N")
+            args.dump = -1
     with open_profile(args.file) as profile:
         if args.output == "-":
             exporter(profile, sys.stdout.buffer, view=args.view, pid=args.pid, dump=args.dump)

@@ -17,6 +17,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", metavar="HTML",
                    help="where to write the page (default: FILE with .html instead of .db)")
     p.add_argument("-p", "--pid", type=int, metavar="PID", help="only this process")
+    p.add_argument("--dump", metavar="peak|end|N",
+                   help="the state the page opens at: peak (the default), end, or dump N; every dump and"
+                        " the peak stay on its timeline")
+    p.add_argument("--merge", choices=("exe",),
+                   help="exe: the 'all processes' graph has one node per executable, its processes merged")
     p.add_argument("--force", action="store_true", help="overwrite an existing output file")
 
 
@@ -51,17 +56,19 @@ PAGE = OutputKind("flamegraph page", _ours, rewrite_ours=True, others_with_force
 def main(args: argparse.Namespace) -> int:
     from heapscope.errors import UnknownProcessError
     from heapscope.store.reader import open_profile
+    from heapscope.store.select import parse_dump
     from heapscope.view.flamegraph import payload, profile_graphs, render_html
 
     out = Path(args.output) if args.output else default_output(args.file)
     with open_profile(args.file) as profile:
-        graphs = profile_graphs(profile, args.pid)
+        dump = None if args.dump is None else parse_dump(args.dump)
+        graphs = profile_graphs(profile, args.pid, dump, args.merge)
         if args.pid is not None and not graphs:
             raise UnknownProcessError(f"{args.file}: process pid {args.pid} has no dump")
         meta = profile.metadata()
     subtitle = meta.get("command", "")
     html = render_html(payload(graphs, title=Path(args.file).name, subtitle=subtitle))
     write_page(out, html, args.force)
-    print(f"wrote {out} ({len(html.encode()) / 1024:.0f} KiB, {len(graphs)} process"
-          f"{'' if len(graphs) == 1 else 'es'})")
+    n = len([g for g in graphs if g.upid >= 0])
+    print(f"wrote {out} ({len(html.encode()) / 1024:.0f} KiB, {n} process{'' if n == 1 else 'es'})")
     return 0

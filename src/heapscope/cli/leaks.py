@@ -17,16 +17,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top", type=int, default=20, metavar="N", help="stacks per process (default: 20)")
     p.add_argument("--depth", type=int, default=0, metavar="N",
                    help="frames shown per stack, leaf first (default: all)")
+    p.add_argument("--dump", metavar="peak|end|N",
+                   help="which state: end (the last dump, the default: what was never freed), peak, or dump N")
 
 
 def main(args: argparse.Namespace) -> int:
     from heapscope.store.reader import open_profile
+    from heapscope.store.select import parse_dump
     from heapscope.view.leaks import find_leaks
 
     if args.top < 1:
         raise UsageError(f"--top must be at least 1, not {args.top}")
     with open_profile(args.file) as profile:
-        found = find_leaks(profile, args.pid)
+        found = find_leaks(profile, args.pid, None if args.dump is None else parse_dump(args.dump))
     sys.stdout.write("\n".join(render(p, args.top, args.depth) for p in found) or "no processes\n")
     return 0
 
@@ -41,12 +44,18 @@ def render(pl: object, top: int, depth: int) -> str:
     if pl.ts is None:
         return head + "\n  no dumps: nothing to say about leaks\n"
     if not pl.leaks:
-        return head + f"\n  no leaks: everything was freed by the final dump ({pl.reason})\n"
+        return head + f"\n  no leaks: everything was freed by the state shown: {pl.reason}\n"
     n = len(pl.leaks)
-    lines = [head, f"  {format_bytes(pl.total_bytes)} in {pl.total_objects:,} allocations never freed"
-                   f" (final dump: {pl.reason}), {n} call stack{'' if n == 1 else 's'}", ""]
+    approx = "~" if pl.estimate is not None else ""
+    what = "never freed" if pl.reason.startswith("end") else "not freed"
+    lines = [head, f"  {format_bytes(pl.total_bytes)} in {approx}{pl.total_objects:,} allocations {what}"
+                   f" ({pl.reason}), {n} call stack{'' if n == 1 else 's'}"]
+    if pl.estimate is not None:
+        lines.append(f"  allocation counts are estimates from {pl.samples:,} samples"
+                     f" (standard error of the total {round(pl.estimate.stderr):,})")
+    lines.append("")
     for leak in pl.leaks[:top]:
-        allocs = f"{leak.objects:,} allocation{'' if leak.objects == 1 else 's'}"
+        allocs = f"{approx}{leak.objects:,} allocation{'' if leak.objects == 1 else 's'}"
         lines.append(f"  {format_bytes(leak.bytes)} in {allocs} ({format_percent(leak.bytes, pl.total_bytes)})")
         stack = leak.stack if depth <= 0 else leak.stack[:depth]
         width = max(len(f.function) for f in stack)

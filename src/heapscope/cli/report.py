@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from heapscope.errors import UsageError
 from heapscope.model import VIEWS
 from heapscope.store.reader import open_profile
-from heapscope.store.select import VIEW_HELP
-from heapscope.view.report import FunctionRow, ProcessReport, build_reports
-from heapscope.view.units import format_percent, format_value
+from heapscope.store.select import DUMP_HELP, VIEW_HELP, parse_dump, select_processes
+from heapscope.view.report import SORTS, FunctionRow, ProcessLine, ProcessReport, build_reports, process_lines
+from heapscope.view.units import format_bytes, format_count, format_percent, format_value
 
 NAME = "report"
 HELP = "print the functions that hold the most memory, per process"
@@ -34,6 +34,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="print the call tree (functions merged per path) with totals instead of the table")
     p.add_argument("--min-percent", type=float, default=1.0, metavar="P",
                    help="--tree hides subtrees under P%% of the view's total (default: 1)")
+    p.add_argument("--dump", metavar="peak|end|N", help=DUMP_HELP)
+    p.add_argument("--sort", choices=SORTS, default="self",
+                   help="rank functions by the memory they hold themselves (self, the default) or with"
+                        " their callees (total)")
+    p.add_argument("--stacks", action="store_true",
+                   help="list the call stacks that hold the most (heaptrack's peak consumers), each in full,"
+                        " instead of the table of functions")
+    p.add_argument("--merge", choices=("exe",),
+                   help="exe: one report per executable, its processes summed (each at its own state)")
     p.add_argument("--focus", metavar="REGEX", help="count only call stacks with a function matching REGEX")
     p.add_argument("--ignore", metavar="REGEX", help="leave out call stacks with a function matching REGEX")
 
@@ -42,12 +51,22 @@ def main(args: argparse.Namespace) -> int:
     if args.top < 1:
         raise UsageError(f"--top must be at least 1, not {args.top}")
     focus, ignore = _regex(args.focus, "--focus"), _regex(args.ignore, "--ignore")
+    dump = None if args.dump is None else parse_dump(args.dump)
     with open_profile(args.file) as profile:
-        reports = build_reports(profile, args.view, args.pid, focus=focus, ignore=ignore)
+        reports = build_reports(profile, args.view, args.pid, focus=focus, ignore=ignore, dump=dump,
+                                sort=args.sort, merge=args.merge)
+        processes = select_processes(profile, args.pid)
+        ranked = process_lines(profile, processes)
+        head = render_processes(ranked) + "\n" if len(processes) > 1 else ""
+        # Sections in the order of the table: by peak.
+        rank = {line.process.info.upid: k for k, line in enumerate(ranked)}
+        reports.sort(key=lambda r: min(rank.get(p.info.upid, 0) for p in r.processes or [r.process]))
         if args.tree:
-            text = "\n".join(render_tree(profile, r, focus, ignore, args.min_percent) for r in reports)
+            text = head + "\n".join(render_tree(profile, r, focus, ignore, args.min_percent) for r in reports)
+        elif args.stacks:
+            text = head + "\n".join(render_stacks(profile, r, args.top) for r in reports)
         else:
-            text = "\n".join(render_report(r, args.top) for r in reports)
+            text = head + "\n".join(render_report(r, args.top) for r in reports)
     if not reports:
         text = f"{args.file}: no processes in this profile\n"
     try:
@@ -72,15 +91,40 @@ def _regex(pattern: str | None, flag: str) -> re.Pattern[str] | None:
         raise UsageError(f"{flag} {pattern!r}: not a regular expression ({e})") from e
 
 
+def render_processes(lines: Sequence[ProcessLine]) -> str:
+    """The table of processes, ranked by peak."""
+    header = ("pid", "peak", "allocated", "samples", "lifetime", "executable")
+    cells = [header] + [
+        (str(r.process.info.pid), format_bytes(r.peak), format_bytes(r.allocated), format_count(r.samples),
+         "?" if r.lifetime_ns is None else f"{r.lifetime_ns / 1e9:.2f} s",
+         r.process.info.exe or r.process.info.name or "?")
+        for r in lines
+    ]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(header))]
+    out = [f"{len(lines)} processes, by peak (sampled bytes unreleased at each one's peak):"]
+    for c in cells:
+        out.append("  " + "  ".join([*(c[i].rjust(widths[i]) for i in range(5)), c[5]]).rstrip())
+    return "\n".join(out) + "\n"
+
+
 def render_report(r: ProcessReport, top: int) -> str:
-    """A header and the table of one process, ending with a newline."""
+    """A header and the table of one process (or merged processes), ending with a newline."""
     info, flags = r.process.info, r.process.flags
-    lines = [f"pid {info.pid}  {info.name or '?'}  (upid {info.upid})"]
-    if info.cmdline:
-        lines.append(f"  {'cmdline:':<{_W}} {info.cmdline}")
-    if r.dump_count:
-        dumps = f"{r.dump_count} dump" + ("" if r.dump_count == 1 else "s")
-        total = f"{format_value(r.view, r.view_total)} at the last of {dumps}"
+    if len(r.processes) > 1:
+        pids = ", ".join(str(p.info.pid) for p in r.processes)
+        lines = [f"{info.exe or info.name or '?'}: {len(r.processes)} processes merged (pids {pids})"]
+    else:
+        lines = [f"pid {info.pid}  {info.name or '?'}  (upid {info.upid})"]
+        if info.cmdline:
+            lines.append(f"  {'cmdline:':<{_W}} {info.cmdline}")
+    if r.ts is not None:
+        lines.append(f"  {'showing:':<{_W}} {r.state} (--dump peak|end|N)")
+        total = format_value(r.view, r.view_total)
+        if r.estimate is not None:
+            total = (f"~{format_count(round(r.estimate.value))} allocations (estimate, standard error"
+                     f" {format_count(round(r.estimate.stderr))}) from {format_count(r.samples)} samples")
+        elif r.view in ("objects", "alloc_objects"):
+            total += " allocations (exact)"
     else:
         total = "no dumps"
     lines.append(f"  {r.view + ':':<{_W}} {total}")
@@ -92,9 +136,11 @@ def render_report(r: ProcessReport, top: int) -> str:
             lines.append(f"  {'attached:':<{_W}} while running (-p): allocations before the attach are not seen")
     if r.warnings:
         lines.append(f"  {'warnings:':<{_W}} {'; '.join(r.warnings)}")
+    if r.common and r.rows:
+        lines.append(f"  {'on every stack:':<{_W}} {' > '.join(r.common)} (left out)")
     lines.append("")
     if r.rows:
-        lines.extend("  " + line for line in _table(r.rows[:top], r.view, r.view_total))
+        lines.extend("  " + line for line in _table(r.rows[:top], r.view, r.view_total, r.sort))
         if len(r.rows) > top:
             lines.append(f"  ({len(r.rows) - top} more functions; --top N shows more)")
     else:
@@ -114,19 +160,27 @@ def _sampling(interval: int, asked: int) -> str:
     return text
 
 
-def _table(rows: Sequence[FunctionRow], view: str, whole: int) -> list[str]:
-    header = ("total", "total %", "self", "self %", "function", "library")
+def _table(rows: Sequence[FunctionRow], view: str, whole: int, sort: str = "self") -> list[str]:
+    first, second = ("self", "total") if sort == "self" else ("total", "self")
+    with_samples = any(r.samples is not None for r in rows)
+    header = (first, first + " %", second, second + " %", *(("samples",) if with_samples else ()),
+              "function", "location", "library")
+    n = 5 if with_samples else 4  # right-aligned number columns
+
+    def pair(r: FunctionRow, which: str) -> tuple[str, str]:
+        v = r.self_value if which == "self" else r.total_value
+        return format_value(view, v), format_percent(v, whole)
+
     cells = [header] + [
-        (format_value(view, r.total_value), format_percent(r.total_value, whole),
-         format_value(view, r.self_value), format_percent(r.self_value, whole), r.function, r.library)
-        for r in rows
-    ]
+        (*pair(r, first), *pair(r, second), *((format_count(r.samples or 0),) if with_samples else ()),
+         r.function, _short(r.source) or "-", r.library)
+        for r in rows]
     widths = [max(len(c[i]) for c in cells) for i in range(len(header))]
     out = []
     for c in cells:
         # Numbers right-aligned; the last column is not padded (no trailing blanks).
-        numbers = [c[i].rjust(widths[i]) for i in range(4)]
-        out.append("  ".join([*numbers, c[4].ljust(widths[4]), c[5]]).rstrip())
+        numbers = [c[i].rjust(widths[i]) for i in range(n)]
+        out.append("  ".join([*numbers, c[n].ljust(widths[n]), c[n + 1].ljust(widths[n + 1]), c[n + 2]]).rstrip())
     return out
 
 
@@ -134,16 +188,13 @@ def render_tree(profile: object, r: ProcessReport, focus: re.Pattern[str] | None
                 ignore: re.Pattern[str] | None, min_percent: float) -> str:
     """The process header, then its merged call tree: total, share and self per node, indented."""
     from heapscope.store.reader import Profile, mapping_basename
-    from heapscope.view.report import filter_callsites
     from heapscope.view.tree import build_tree
 
     assert isinstance(profile, Profile)
     head = render_report(r, 1).split("\n\n", 1)[0]
     if r.ts is None:
         return head + "\n\n  (no dumps)\n"
-    values = profile.callsite_values(r.process.info.upid, r.ts)
-    if focus is not None or ignore is not None:
-        values = filter_callsites(profile, values, focus, ignore)
+    values = r.values
     tree = build_tree(profile, sorted(values))
     own = tree.self_values(values, r.view)
     total = tree.cumulative(own)
@@ -162,7 +213,8 @@ def render_tree(profile: object, r: ProcessReport, focus: re.Pattern[str] | None
         shown[i] = True
         label = "  " * tree.depth[i] + tree.name[i]
         cells.append((format_value(r.view, total[i]), format_percent(total[i], whole),
-                      format_value(r.view, own[i]) if own[i] else "", label, mapping_basename(tree.map_name[i])))
+                      format_value(r.view, own[i]) if own[i] else "", label, mapping_basename(tree.map_name[i]),
+                      _where(tree.source_file[i], tree.line_number[i])))
     if not cells:
         return head + "\n\n  (no allocations in this view)\n"
     widths = [max(len(c[k]) for c in cells) for k in range(4)]
@@ -170,7 +222,48 @@ def render_tree(profile: object, r: ProcessReport, focus: re.Pattern[str] | None
                                          "call tree"])]
     for c in cells:
         lines.append("  " + "  ".join([c[0].rjust(widths[0]), c[1].rjust(widths[1]), c[2].rjust(widths[2]),
-                                       f"{c[3]}  [{c[4]}]"]))
+                                       f"{c[3]}  [{c[4]}]" + (f"  {c[5]}" if c[5] else "")]))
     if hidden:
         lines.append(f"  ({hidden} subtrees under {min_percent:g}% hidden; --min-percent 0 shows all)")
     return "\n".join(lines) + "\n"
+
+
+def render_stacks(profile: object, r: ProcessReport, top: int) -> str:
+    """The process header, then its `top` call stacks by self value, each leaf first with lines."""
+    from heapscope.store.reader import Profile, mapping_basename
+    from heapscope.view.tree import build_tree
+
+    assert isinstance(profile, Profile)
+    head = render_report(r, 1).split("\n\n", 1)[0]
+    if r.ts is None:
+        return head + "\n\n  (no dumps)\n"
+    tree = build_tree(profile, sorted(r.values))
+    own = tree.self_values(r.values, r.view)
+    nodes = sorted((i for i in range(len(tree)) if own[i] != 0), key=lambda i: (-abs(own[i]), i))
+    if not nodes:
+        return head + "\n\n  (no allocations in this view)\n"
+    lines = [head, ""]
+    common = len(r.common)
+    for i in nodes[:top]:
+        lines.append(f"  {format_value(r.view, own[i])} ({format_percent(own[i], r.view_total)})")
+        path = tree.path(i)[::-1]
+        shown = path[:max(1, len(path) - common)]  # the roots on every stack are left out
+        width = max(len(tree.name[k]) for k in shown)
+        for k in shown:
+            lines.append(f"      {tree.name[k].ljust(width)}  {_where(tree.source_file[k], tree.line_number[k]) or '-'}"
+                         f"  {mapping_basename(tree.map_name[k])}")
+        lines.append("")
+    if len(nodes) > top:
+        lines.append(f"  ({len(nodes) - top} more stacks; --top N shows more)")
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _where(file: str | None, line: int | None) -> str:
+    if not file:
+        return ""
+    return _short(f"{file}:{line}" if line else file)
+
+
+def _short(source: str) -> str:
+    """`file.c:12` for `/long/path/to/file.c:12`: the table stays readable; exports keep the path."""
+    return source.rsplit("/", 1)[-1]

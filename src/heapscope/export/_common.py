@@ -8,17 +8,37 @@ from dataclasses import dataclass
 from heapscope.model import CallsiteId, FrameId, MappingId
 from heapscope.store.reader import FrameInfo, Profile, mapping_basename
 from heapscope.store.reader import Process as StoredProcess
-from heapscope.store.select import check_view, pick_dump, pick_dumps, process_label, select_processes
+from heapscope.store.select import (
+    State,
+    check_view,
+    pick_dump,
+    pick_dumps,
+    process_interval,
+    process_label,
+    process_state,
+    select_processes,
+)
 
-__all__ = ["Frames", "SymLine", "check_view", "interval_of", "pick_dump", "pick_dumps", "process_label",
-           "select_processes"]
+__all__ = ["Frames", "SymLine", "check_view", "chosen_states", "interval_of", "pick_dump", "pick_dumps",
+           "process_label", "select_processes"]
 
 
 def interval_of(profile: Profile, p: StoredProcess | None = None) -> int:
     """The sampling interval in bytes: the process's own, else the profile's metadata, else 1."""
-    if p is not None and p.flags is not None and p.flags.sampling_interval_bytes > 0:
-        return p.flags.sampling_interval_bytes
-    return profile.interval()
+    return process_interval(profile, p)
+
+
+def chosen_states(profile: Profile, processes: list[StoredProcess], dump: str | int | None,
+                  view: str) -> list[tuple[StoredProcess, State]]:
+    """Each process with the state a single-state export shows: `dump` (peak, end or N), by
+    default the peak for the views of held memory and the end for the allocated ones. Processes
+    without dumps are left out."""
+    out = []
+    for p in processes:
+        st = process_state(profile, p, dump, view)
+        if st is not None:
+            out.append((p, st))
+    return out
 
 
 @dataclass(frozen=True, slots=True)

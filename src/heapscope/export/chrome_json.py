@@ -15,7 +15,7 @@ alloc_objects) allocations; `sizes`/`counts` are the two of that family.
   `sampling_rate / size` (count and bytes), larger ones are exact.
 - Without the stream, the profile holds heapprofd-style estimates: bytes are
   already scaled to real bytes (interval x samples), so they are written as they
-  are; counts are sample counts (exact at interval 1).
+  are; counts are de-sampled estimates (heapscope/estimate.py; exact at interval 1).
 Then, as the seed does, entries whose size is under MIN_SIZE_THRESHOLD *and*
 whose count is under MIN_COUNT_THRESHOLD are dropped (the allocator summary
 keeps their bytes). Chromium's thresholds are the defaults.
@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 from typing import BinaryIO
 
+from heapscope.estimate import estimate_int
 from heapscope.export._common import Frames, check_view, interval_of, pick_dumps, process_label, select_processes
 from heapscope.export._sink import Sink
 from heapscope.model import CallsiteId
@@ -108,7 +109,10 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
             entries = _desample(groups, rate)
         else:
             values = profile.callsite_values(upid, d.ts_end)
-            entries = {cs: ((v.objects, v.space) if live else (v.alloc_objects, v.alloc_space))
+            # Counts de-sampled as every view does (heapscope/estimate.py); sizes need no correction.
+            entries = {cs: ((estimate_int(v.objects, v.space, rate, v.real_space), v.space) if live
+                            else (estimate_int(v.alloc_objects, v.alloc_space, rate, v.alloc_real_space),
+                                  v.alloc_space))
                        for cs, v in values.items()}
         total_count = sum(c for c, _ in entries.values())
         total_size = sum(s for _, s in entries.values())

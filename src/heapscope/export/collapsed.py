@@ -3,14 +3,17 @@
 The format of flamegraph.pl and speedscope's importer (`^(.*) (\\d+)$`): a single
 space, then an integer. Frame names cannot escape `;` or a newline, so those
 become `:` and a space. With several processes each line starts with a frame
-naming the process. Callsites whose value is zero are left out.
+naming the process. Callsites whose value is zero are left out. The state is
+each process's peak for the held views, its end for the allocated ones (--dump
+chooses); object counts are de-sampled estimates (heapscope/estimate.py).
 """
 
 from __future__ import annotations
 
 from typing import BinaryIO
 
-from heapscope.export._common import Frames, check_view, pick_dump, process_label, select_processes
+from heapscope.estimate import desampled_map
+from heapscope.export._common import Frames, check_view, chosen_states, process_label, select_processes
 from heapscope.export._sink import Sink
 from heapscope.model import CallsiteId
 from heapscope.store.reader import Profile
@@ -23,18 +26,15 @@ def clean(name: str) -> str:
 
 
 def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | None = None,
-           dump: int | None = None) -> None:
+           dump: str | int | None = None) -> None:
     check_view(view)
     processes = select_processes(profile, pid)
     frames = Frames(profile)
     sink = Sink(out)
     several = len(processes) > 1
-    for p in processes:
-        d = pick_dump(profile.dumps(p.info.upid), dump, process_label(p))
-        if d is None:
-            continue
+    for p, st in chosen_states(profile, processes, dump, view):
         prefix = clean(process_label(p)) + ";" if several else ""
-        for cs, v in profile.callsite_values(p.info.upid, d.ts_end).items():
+        for cs, v in desampled_map(st.values, st.interval).items():
             value = v.get(view)
             if value <= 0:
                 continue

@@ -6,8 +6,11 @@ inuse_space/bytes; `default_sample_type` is the chosen view (inuse_space by
 default); `period_type` space/bytes with `period` = the sampling interval.
 Values are the profile's estimates (already scaled), as pprof expects.
 
-One sample per callsite at the chosen dump (default: each process's last).
-With several processes, samples carry a numeric label `pid`.
+One sample per callsite at the chosen state of each process (default: its
+peak for space/objects, its end for the alloc views; `dump` chooses); object
+counts are de-sampled estimates (heapscope/estimate.py). With several
+processes, samples carry a numeric label `pid`, and comments name each
+process with its state, the largest first; the period is the largest's.
 
 Locations: `address` is the runtime address of the frame. heapscope's rel_pc
 is already taken at return address - 1 (inside the call instruction), which
@@ -24,8 +27,9 @@ from __future__ import annotations
 import gzip
 from typing import BinaryIO
 
+from heapscope.estimate import desampled_map
 from heapscope.export import _proto as pb
-from heapscope.export._common import Frames, check_view, interval_of, pick_dump, process_label, select_processes
+from heapscope.export._common import Frames, check_view, chosen_states, interval_of, process_label, select_processes
 from heapscope.export._sink import Sink
 from heapscope.model import CallsiteId, FrameId
 from heapscope.store.reader import Profile
@@ -59,9 +63,13 @@ class _Writer:
 
 
 def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | None = None,
-           dump: int | None = None) -> None:
+           dump: str | int | None = None) -> None:
     check_view(view)
     processes = select_processes(profile, pid)
+    chosen = chosen_states(profile, processes, dump, view)
+    # The header describes the data: the process holding the most names the period.
+    weights = {p.info.upid: sum(abs(v.get(view)) for v in st.values.values()) for p, st in chosen}
+    main_process = max((p for p, _ in chosen), key=lambda p: weights[p.info.upid], default=None)
     gz = gzip.GzipFile(fileobj=out, mode="wb", compresslevel=6, mtime=0)
     sink = Sink(gz)  # type: ignore[arg-type]
     w = _Writer(sink)
@@ -69,9 +77,11 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
     for name, unit in SAMPLE_TYPES:
         w.field(_SAMPLE_TYPE, pb.opt_uint(1, w.s(name)) + pb.opt_uint(2, w.s(unit)))
     w.field(_PERIOD_TYPE, pb.opt_uint(1, w.s("space")) + pb.opt_uint(2, w.s("bytes")))
-    sink.write(pb.uint(_PERIOD, interval_of(profile, processes[0] if processes else None)))
+    sink.write(pb.uint(_PERIOD, interval_of(profile, main_process)))
     sink.write(pb.uint(_DEFAULT_SAMPLE_TYPE, w.s(VIEW_SAMPLE_TYPE[view])))
     sink.write(pb.uint(_COMMENT, w.s(f"heapscope export of {profile.path.name}")))
+    for p, st in sorted(chosen, key=lambda c: -weights[c[0].info.upid]):
+        sink.write(pb.uint(_COMMENT, w.s(f"{process_label(p)}: {st.label}")))
 
     mapping_ids = _write_mappings(profile, w, {p.info.exe for p in processes if p.info.exe})
     frames = Frames(profile)
@@ -108,12 +118,9 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
 
     several = len(processes) > 1
     pid_key = w.s("pid") if several else 0
-    for p in processes:
-        d = pick_dump(profile.dumps(p.info.upid), dump, process_label(p))
-        if d is None:
-            continue
+    for p, st in chosen:
         label = pb.blob(3, pb.uint(1, pid_key) + pb.uint(3, p.info.pid)) if several else b""
-        values = profile.callsite_values(p.info.upid, d.ts_end)
+        values = desampled_map(st.values, st.interval)
         for cs, v in values.items():
             if not (v.alloc_objects or v.alloc_space or v.objects or v.space):
                 continue

@@ -3,7 +3,10 @@
 File format: speedscope's `file-format-spec.ts` (spec formats.md §4). Each
 callsite is one sample, its frames root first, weighted by the view's value;
 `bytes` is the unit of the space views and `none` that of the object counts.
-`activeProfileIndex` opens the chosen view. The profiles are written first
+`activeProfileIndex` opens the chosen view. Each view is of one state of each
+process: its peak for the held views, its end for the allocated ones (--dump
+chooses one for all; the file's name says which the chosen view shows);
+object counts are de-sampled estimates. The profiles are written first
 and `shared.frames` last (JSON objects are unordered), so frames are interned
 while the samples stream out.
 """
@@ -13,7 +16,8 @@ from __future__ import annotations
 import json
 from typing import BinaryIO
 
-from heapscope.export._common import Frames, check_view, pick_dump, process_label, select_processes
+from heapscope.estimate import desampled_map
+from heapscope.export._common import Frames, check_view, chosen_states, process_label, select_processes
 from heapscope.export._sink import Sink
 from heapscope.model import VIEWS, CallsiteId
 from heapscope.store.reader import Profile
@@ -23,7 +27,7 @@ UNITS = {"space": "bytes", "alloc_space": "bytes", "objects": "none", "alloc_obj
 
 
 def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | None = None,
-           dump: int | None = None) -> None:
+           dump: str | int | None = None) -> None:
     check_view(view)
     processes = select_processes(profile, pid)
     frames = Frames(profile)
@@ -45,15 +49,21 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
             s = stacks[cs] = "[" + ",".join(idx) + "]"
         return s
 
-    chosen = [(p, pick_dump(profile.dumps(p.info.upid), dump, process_label(p))) for p in processes]
+    # Each view at its own default state (the peak for held memory, the end for allocated totals).
+    by_view = {v: dict((p.info.upid, st) for p, st in chosen_states(profile, processes, dump, v)) for v in VIEWS}
+    chosen = [p for p in processes if p.info.upid in by_view[view]]
     several = len(processes) > 1
-    name = profile.path.name if not processes else process_label(processes[0]) if not several else profile.path.name
+    if len(chosen) == 1:
+        name = f"{process_label(chosen[0])}, {by_view[view][chosen[0].info.upid].label}"
+    else:
+        name = profile.path.name + (f" ({len(chosen)} processes)" if several else "")
     sink.text(f'{{"$schema":"{SCHEMA}","version":"0.0.1","name":{json.dumps(name + " heap")},'
               f'"exporter":"heapscope","activeProfileIndex":{VIEWS.index(view)},"profiles":[')
     first_profile = True
-    for p, d in chosen:
-        values = profile.callsite_values(p.info.upid, d.ts_end) if d is not None else {}
+    for p in chosen:
         for v in VIEWS:
+            st = by_view[v].get(p.info.upid)
+            values = desampled_map(st.values, st.interval) if st is not None else {}
             items = [(CallsiteId(cs), vals.get(v)) for cs, vals in values.items() if vals.get(v) > 0]
             title = f"{process_label(p)}: {v}" if several else v
             sink.text(("" if first_profile else ",") + f'{{"type":"sampled","name":{json.dumps(title)},'

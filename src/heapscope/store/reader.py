@@ -83,6 +83,10 @@ class ViewValues:
     objects: int  # unreleased allocations: SUM(count)
     alloc_space: int  # allocated bytes: SUM(size) of the positive rows
     alloc_objects: int  # allocations: SUM(count) of the positive rows
+    # The real (asked-for) bytes of the samples behind objects / alloc_objects, for
+    # heapscope/estimate.py; None in profiles written before the real_size column.
+    real_space: int | None = None
+    alloc_real_space: int | None = None
 
     def get(self, view: str) -> int:
         """The value of `view`, one of heapscope.model.VIEWS."""
@@ -286,6 +290,7 @@ class Profile:
         self._db = db
         self._frames: dict[FrameId, FrameInfo] | None = None
         self._callsites: dict[CallsiteId, tuple[CallsiteId | None, FrameId]] | None = None
+        self._tables: dict[str, bool] = {}
 
     def __enter__(self) -> Profile:
         return self
@@ -418,11 +423,49 @@ class Profile:
         rows = self._rows(
             "SELECT callsite_id, SUM(size), SUM(count),"
             " SUM(CASE WHEN size > 0 THEN size ELSE 0 END),"
-            " SUM(CASE WHEN count > 0 THEN count ELSE 0 END)"
+            " SUM(CASE WHEN count > 0 THEN count ELSE 0 END)" + self._real_columns() +
             " FROM heap_profile_allocation WHERE upid = ? AND ts <= ? GROUP BY callsite_id",
             (upid, ts),
         )
         return {CallsiteId(req_int_from_sql(r[0], _ALLOC_CALLSITE)): _view_values(r, 1) for r in rows}
+
+    @_reads
+    def peak_values(self, upid: int) -> tuple[int, dict[CallsiteId, ViewValues]] | None:
+        """The process's peak (heapscope_peak_allocation): its timestamp and each callsite's four
+        views there, all heaps merged; None when the profile has no peak rows for it."""
+        if not self._has_table("heapscope_peak_allocation"):
+            return None
+        col = "heapscope_peak_allocation."
+        real = (", SUM(real_size), SUM(alloc_real_size)"
+                if self._has_column("heapscope_peak_allocation", "real_size") else ", NULL, NULL")
+        rows = self._rows(
+            "SELECT callsite_id, SUM(size), SUM(count), SUM(alloc_size), SUM(alloc_count)" + real + ", MAX(ts)"
+            " FROM heapscope_peak_allocation WHERE upid = ? GROUP BY callsite_id", (upid,))
+        if not rows:
+            return None
+        ts = max(req_int_from_sql(r[7], col + "ts") for r in rows)
+        return ts, {CallsiteId(req_int_from_sql(r[0], col + "callsite_id")): _view_values(r, 1) for r in rows}
+
+    def _real_columns(self) -> str:
+        """The two real-size sums of heap_profile_allocation rows, NULLs for older profiles."""
+        if not self._has_column("heap_profile_allocation", "real_size"):
+            return ", NULL, NULL"
+        return ", SUM(real_size), SUM(CASE WHEN count > 0 THEN real_size END)"
+
+    def _has_column(self, table: str, column: str) -> bool:
+        key = f"{table}.{column}"
+        got = self._tables.get(key)
+        if got is None:
+            got = self._tables[key] = any(
+                str(r[1]) == column for r in self._rows(f"PRAGMA table_info({table})"))
+        return got
+
+    def _has_table(self, name: str) -> bool:
+        got = self._tables.get(name)
+        if got is None:
+            got = self._tables[name] = bool(self._rows(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)))
+        return got
 
     @_reads
     def dump_values(self, upid: int) -> list[DumpValues]:
@@ -430,7 +473,8 @@ class Profile:
         rows = self._rows(
             "SELECT ts, callsite_id, SUM(size), SUM(count),"
             " SUM(CASE WHEN size > 0 THEN size ELSE 0 END), SUM(CASE WHEN count > 0 THEN count ELSE 0 END)"
-            " FROM heap_profile_allocation WHERE upid = ? GROUP BY ts, callsite_id ORDER BY ts",
+            + self._real_columns()
+            + " FROM heap_profile_allocation WHERE upid = ? GROUP BY ts, callsite_id ORDER BY ts",
             (upid,),
         )
         return [DumpValues(req_int_from_sql(r[0], "heap_profile_allocation.ts"),
@@ -506,14 +550,14 @@ class Profile:
 
     @_reads
     def frame_sources(self) -> dict[FrameId, tuple[str, int | None]]:
-        """frame id -> (source file, line) for frames whose symbol set names a file."""
-        rows = self._rows(
-            "SELECT f.id, s.source_file, s.line_number FROM stack_profile_frame f"
-            " JOIN stack_profile_symbol s ON s.id = f.symbol_set_id"
-            " WHERE s.source_file IS NOT NULL AND s.source_file != ''",
-        )
-        return {FrameId(req_int_from_sql(r[0], "stack_profile_frame.id")):
-                (str_from_sql(r[1]), opt_int_from_sql(r[2], "stack_profile_symbol.line_number")) for r in rows}
+        """frame id -> (source file, line) of the frame's own function: the outermost row of its
+        symbol set (the innermost rows are functions inlined into it), when that names a file."""
+        out: dict[FrameId, tuple[str, int | None]] = {}
+        for fid, lines in self.frame_symbols().items():
+            own = lines[-1]
+            if own.source_file:
+                out[fid] = (own.source_file, own.line_number or None)
+        return out
 
     @_reads
     def mappings(self) -> list[Mapping]:
@@ -582,8 +626,13 @@ _REQUIRED_TABLES = frozenset({
 
 def _view_values(r: tuple[object, ...], first: int) -> ViewValues:
     col = "heap_profile_allocation."
+    real = alloc_real = None
+    if len(r) > first + 5:
+        real = opt_int_from_sql(r[first + 4], col + "real_size")
+        alloc_real = opt_int_from_sql(r[first + 5], col + "real_size")
     return ViewValues(int_from_sql(r[first], col + "size"), int_from_sql(r[first + 1], col + "count"),
-                      int_from_sql(r[first + 2], col + "size"), int_from_sql(r[first + 3], col + "count"))
+                      int_from_sql(r[first + 2], col + "size"), int_from_sql(r[first + 3], col + "count"),
+                      real, alloc_real)
 
 
 def _check_tree(callsites: dict[CallsiteId, tuple[CallsiteId | None, FrameId]]) -> None:

@@ -102,7 +102,10 @@ CREATE TABLE IF NOT EXISTS heap_profile_allocation (
   heap_name TEXT NOT NULL,
   callsite_id INTEGER NOT NULL,
   count INTEGER NOT NULL,
-  size INTEGER NOT NULL
+  size INTEGER NOT NULL,
+  -- heapscope: the real (asked-for) bytes of the same samples, for de-sampled
+  -- allocation counts (heapscope/estimate.py); NULL in older profiles.
+  real_size INTEGER
 );
 
 -- Each process's peak of sampled unreleased bytes (heapprofd's dump_at_max
@@ -116,7 +119,9 @@ CREATE TABLE IF NOT EXISTS heapscope_peak_allocation (
   count INTEGER NOT NULL,        -- sampled allocations not freed at the peak
   size INTEGER NOT NULL,         -- sampled bytes not freed at the peak
   alloc_count INTEGER NOT NULL,  -- sampled allocations made up to the peak
-  alloc_size INTEGER NOT NULL    -- sampled bytes allocated up to the peak
+  alloc_size INTEGER NOT NULL,   -- sampled bytes allocated up to the peak
+  real_size INTEGER,             -- real bytes of the samples not freed at the peak (NULL in older profiles)
+  alloc_real_size INTEGER        -- real bytes of the samples made up to the peak
 );
 
 -- One row per dump of a process heap, also when nothing changed.

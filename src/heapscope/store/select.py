@@ -7,9 +7,11 @@ have, a dump number out of range).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from heapscope.errors import UnknownDumpError, UnknownProcessError, UnknownViewError
-from heapscope.model import VIEWS
-from heapscope.store.reader import Dump, Process, Profile
+from heapscope.model import VIEWS, CallsiteId
+from heapscope.store.reader import Dump, Process, Profile, ViewValues
 
 #: What each view measures, for --help texts.
 VIEW_HELP = {
@@ -84,3 +86,82 @@ def pick_dumps(dumps: list[Dump], n: int | None, what: str) -> list[Dump]:
         return dumps
     d = pick_dump(dumps, n, what)
     return [] if d is None else [d]
+
+
+# ---- which state of a process a view shows: the peak, the end, or dump N ----
+
+#: Views that answer "what held memory": they show the peak unless told otherwise.
+HELD_VIEWS = frozenset({"space", "objects"})
+
+DUMP_HELP = ("which state to show: peak (the process's peak of unreleased memory), end (its last dump),"
+             " or N (dump N, 1 = first, -1 = last); default: peak for space/objects, end for the alloc views")
+
+
+def parse_dump(text: str) -> str | int:
+    """`--dump` as given: 'peak', 'end', or a dump number; UnknownDumpError otherwise."""
+    t = text.strip().lower()
+    if t in ("peak", "end"):
+        return t
+    try:
+        n = int(t)
+    except ValueError:
+        raise UnknownDumpError(
+            f"--dump {text!r}: use peak, end, or a dump number (1 = first, -1 = last)") from None
+    return n  # checked against each process's dumps when used (dump_position)
+
+
+def default_dump(view: str) -> str:
+    """peak for the views of held memory, end for the allocated totals (which only grow)."""
+    return "peak" if view in HELD_VIEWS else "end"
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    """The values of one process at the state a command shows, and which state that is."""
+
+    kind: str  # peak, end, dump
+    ts: int
+    label: str  # "peak at 1.20 s", "end (dump 2 of 2, exit)", "dump 1 of 3 (periodic)"
+    values: dict[CallsiteId, ViewValues]  # raw sampled values (see heapscope.estimate)
+    interval: int  # the process's sampling interval, for estimates
+
+
+def process_interval(profile: Profile, p: Process | None = None) -> int:
+    """The sampling interval in bytes: the process's own, else the profile's metadata, else 1."""
+    if p is not None and p.flags is not None and p.flags.sampling_interval_bytes > 0:
+        return p.flags.sampling_interval_bytes
+    return profile.interval()
+
+
+def _seconds(p: Process, ts: int) -> str:
+    return f"{max(0, ts - p.info.start_ts) / 1e9:.2f} s" if p.info.start_ts else f"ts {ts}"
+
+
+def process_state(profile: Profile, p: Process, choice: str | int | None, view: str = "space") -> State | None:
+    """The state `choice` (None: default_dump(view)) of process `p`; None when it has no dumps.
+
+    The peak falls back to the end, saying so, for a process without peak rows
+    (profiles written before the peak table, or nothing allocated).
+    """
+    if choice is None:
+        choice = default_dump(view)
+    upid = p.info.upid
+    interval = process_interval(profile, p)
+    dumps = profile.dumps(upid)
+    if choice == "peak":
+        peak = profile.peak_values(upid)
+        if peak is not None:
+            ts, values = peak
+            return State("peak", ts, f"peak at {_seconds(p, ts)}", values, interval)
+    if not dumps:
+        return None
+    if isinstance(choice, int):
+        pos = dump_position(choice, len(dumps), process_label(p))
+        d = dumps[pos]
+        label = f"dump {pos + 1} of {len(dumps)} ({d.reason or '?'}, at {_seconds(p, d.ts_end)})"
+        return State("dump", d.ts_end, label, profile.callsite_values(upid, d.ts_end), interval)
+    d = dumps[-1]
+    label = f"end (dump {len(dumps)} of {len(dumps)}, {d.reason or '?'}, at {_seconds(p, d.ts_end)})"
+    if choice == "peak":
+        label += "; no peak recorded"
+    return State("end", d.ts_end, label, profile.callsite_values(upid, d.ts_end), interval)

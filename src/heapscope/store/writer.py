@@ -130,27 +130,29 @@ class ProfileWriter:
         )
 
     def add_dump(self, upid: int, ts_start: int, ts_end: int, reason: str,
-                 rows: Iterable[tuple[int, int, int]], heap_name: str) -> None:
-        """One dump: rows of (callsite_id, count, size) deltas since the previous one."""
+                 rows: Iterable[tuple[int, ...]], heap_name: str) -> None:
+        """One dump: rows of (callsite_id, count, size[, real_size]) deltas since the previous one."""
         ts_start, ts_end, upid = i64_to_sql(ts_start), i64_to_sql(ts_end), i64_to_sql(upid)
         self.db.execute(
             "INSERT INTO heap_profile (ts, ts_end, dur, upid, heap_name, reason) VALUES (?, ?, ?, ?, ?, ?)",
             (ts_start, ts_end, i64_to_sql(max(0, ts_end - ts_start)), upid, heap_name, reason),
         )
         self.db.executemany(
-            "INSERT INTO heap_profile_allocation (ts, upid, heap_name, callsite_id, count, size)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
-            ((ts_end, upid, heap_name, i64_to_sql(c), i64_to_sql(n), i64_to_sql(s)) for c, n, s in rows),
+            "INSERT INTO heap_profile_allocation (ts, upid, heap_name, callsite_id, count, size, real_size)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            ((ts_end, upid, heap_name, i64_to_sql(r[0]), i64_to_sql(r[1]), i64_to_sql(r[2]),
+              i64_to_sql(r[3]) if len(r) > 3 else None) for r in rows),
         )
 
     def add_peak(self, upid: int, ts: int, heap_name: str,
-                 rows: Iterable[tuple[int, int, int, int, int]]) -> None:
-        """A process's peak, reached at ts: rows of (callsite_id, count, size, alloc_count, alloc_size)."""
+                 rows: Iterable[tuple[int, ...]]) -> None:
+        """A process's peak, reached at ts: rows of (callsite_id, count, size, alloc_count, alloc_size
+        [, real_size, alloc_real_size])."""
         self.db.executemany(
             "INSERT INTO heapscope_peak_allocation"
-            " (ts, upid, heap_name, callsite_id, count, size, alloc_count, alloc_size)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            ((ts, upid, heap_name, c, n, s, ac, asz) for c, n, s, ac, asz in rows),
+            " (ts, upid, heap_name, callsite_id, count, size, alloc_count, alloc_size, real_size, alloc_real_size)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            ((ts, upid, heap_name, *r[:5], *(r[5:7] if len(r) >= 7 else (None, None))) for r in rows),
         )
 
     def add_stats(self, rows: Iterable[tuple[str, int | None, str, str, int, str]]) -> None:

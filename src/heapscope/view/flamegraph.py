@@ -27,9 +27,10 @@ import json
 from dataclasses import dataclass, field
 from importlib import resources
 
-from heapscope.model import VIEWS, CallsiteId
+from heapscope.estimate import add_values, desampled_map
+from heapscope.model import VIEWS, CallsiteId, Upid
 from heapscope.store.reader import DumpValues, Process, Profile, ViewValues, mapping_basename
-from heapscope.store.select import select_processes
+from heapscope.store.select import dump_position, process_interval, select_processes
 from heapscope.view.tree import MergedTree, build_tree
 
 
@@ -50,6 +51,7 @@ class ProcessGraph:
     upid: int
     tree: MergedTree
     snapshots: list[Snapshot] = field(default_factory=list)
+    start: int = -1  # the snapshot the page opens at (-1: the last)
 
 
 class Strings:
@@ -72,29 +74,44 @@ def process_label(p: Process) -> str:
     return f"pid {p.info.pid} {p.info.name or '?'}"
 
 
-def process_graph(profile: Profile, process: Process) -> ProcessGraph:
-    """The merged tree of a process and its four views at each of its dumps."""
+def process_graph(profile: Profile, process: Process, dump: str | int | None = None) -> ProcessGraph:
+    """The merged tree of a process and its four views at each of its dumps and at its peak
+    (object views de-sampled); the page opens at the state `dump` (default: the peak)."""
     upid = process.info.upid
+    interval = process_interval(profile, process)
     rows = profile.dump_values(upid)
     dump_ts = sorted({d.ts_end for d in profile.dumps(upid)} | {r.ts for r in rows})
     by_ts: dict[int, list[DumpValues]] = {}
     for r in rows:
         by_ts.setdefault(r.ts, []).append(r)
-    callsite_ids = sorted({r.callsite for r in rows})
+    peak = profile.peak_values(upid)
+    callsite_ids = sorted({r.callsite for r in rows} | (set(peak[1]) if peak else set()))
     tree = build_tree(profile, callsite_ids)
     graph = ProcessGraph(process_label(process), upid, tree)
-    running: dict[CallsiteId, list[int]] = {}
+    running: dict[CallsiteId, ViewValues] = {}
+    peak_at = -1
     for n, ts in enumerate(dump_ts):
+        if peak is not None and peak_at < 0 and peak[0] <= ts:
+            peak_at = _add_peak(graph, peak, interval)
         for r in by_ts.get(ts, ()):
-            acc = running.setdefault(r.callsite, [0, 0, 0, 0])
-            v = r.values
-            acc[0] += v.space
-            acc[1] += v.objects
-            acc[2] += v.alloc_space
-            acc[3] += v.alloc_objects
-        values = {cs: ViewValues(*v) for cs, v in running.items()}
+            o = running.get(r.callsite)
+            running[r.callsite] = r.values if o is None else add_values(o, r.values)
+        values = desampled_map(running, interval)
         graph.snapshots.append(Snapshot(ts, f"dump {n + 1}", {v: tree.self_values(values, v) for v in VIEWS}))
+    if peak is not None and peak_at < 0:
+        peak_at = _add_peak(graph, peak, interval)
+    if isinstance(dump, int):
+        dumps = [k for k, s in enumerate(graph.snapshots) if s.label != "peak"]
+        graph.start = dumps[dump_position(dump, len(dumps), process_label(process))]
+    elif dump != "end" and peak_at >= 0:
+        graph.start = peak_at
     return graph
+
+
+def _add_peak(graph: ProcessGraph, peak: tuple[int, dict[CallsiteId, ViewValues]], interval: int) -> int:
+    values = desampled_map(peak[1], interval)
+    graph.snapshots.append(Snapshot(peak[0], "peak", {v: graph.tree.self_values(values, v) for v in VIEWS}))
+    return len(graph.snapshots) - 1
 
 
 def _sparse(values: list[int]) -> list[int]:
@@ -127,8 +144,9 @@ def encode_process(graph: ProcessGraph, strings: Strings) -> dict[str, object]:
             # Shift by one for the root, which holds nothing itself.
             "self": {v: _sparse([0, *vals]) for v, vals in s.self_values.items()},
         })
+    start = graph.start if 0 <= graph.start < len(dumps) else len(dumps) - 1
     return {"label": graph.label, "upid": graph.upid, "depth": depth, "name": name, "lib": lib,
-            "src": src, "dumps": dumps}
+            "src": src, "dumps": dumps, "start": start}
 
 
 def payload(graphs: list[ProcessGraph], *, title: str, mode: str = "profile",
@@ -165,12 +183,94 @@ def _markup(s: str) -> object:
     return Markup(s)
 
 
-def profile_graphs(profile: Profile, pid: int | None = None) -> list[ProcessGraph]:
+def profile_graphs(profile: Profile, pid: int | None = None, dump: str | int | None = None,
+                   merge: str | None = None) -> list[ProcessGraph]:
     """A graph per process with at least one dump (only `pid` when given; UnknownProcessError
-    when the profile has no such process)."""
+    when the profile has no such process); with several, an "all processes" graph comes first:
+    one node per process (per executable with merge="exe"), each at the state it opens at."""
     out = []
     for p in select_processes(profile, pid):
-        g = process_graph(profile, p)
+        g = process_graph(profile, p, dump)
         if g.snapshots:
             out.append(g)
+    if len(out) > 1 or (merge is not None and out):
+        out.insert(0, all_processes(profile, out, merge))
+    return out
+
+
+def all_processes(profile: Profile, graphs: list[ProcessGraph], merge: str | None = None) -> ProcessGraph:
+    """One tree whose roots are the processes (or executables), each holding its own tree, with
+    one snapshot: every process at the state its own graph opens at."""
+    by_upid = {p.info.upid: p for p in profile.processes()}
+    tree = MergedTree()
+    selfs: dict[str, list[int]] = {v: [] for v in VIEWS}
+    groups: dict[str, list[ProcessGraph]] = {}
+    for g in graphs:
+        p = by_upid.get(Upid(g.upid))
+        key = g.label if merge is None or p is None else (p.info.exe or p.info.name or g.label)
+        groups.setdefault(key, []).append(g)
+    for key, members in groups.items():
+        label = key if merge is None else f"{key} ({len(members)} process{'' if len(members) == 1 else 'es'})"
+        root = len(tree.parent)
+        _append_node(tree, selfs, -1, 0, label, "", None, None)
+        # Merge the members' trees under the root by (parent, name, mapping), like build_tree.
+        keys: dict[tuple[int, str, str], int] = {}
+        for g in members:
+            t = g.tree
+            snap = g.snapshots[g.start if 0 <= g.start < len(g.snapshots) else -1]
+            mapped = [0] * len(t)
+            for i in range(len(t)):
+                parent = root if t.parent[i] < 0 else mapped[t.parent[i]]
+                k = (parent, t.name[i], t.map_name[i])
+                node = keys.get(k)
+                if node is None:
+                    node = keys[k] = len(tree.parent)
+                    _append_node(tree, selfs, parent, tree.depth[parent] + 1, t.name[i], t.map_name[i],
+                                 t.source_file[i], t.line_number[i])
+                mapped[i] = node
+                for v in VIEWS:
+                    selfs[v][node] += snap.self_values[v][i]
+    # The nodes were appended parent first but not in preorder when several members merge: reorder.
+    order = _preorder(tree)
+    new = MergedTree()
+    new_id = {old: k for k, old in enumerate(order)}
+    for old in order:
+        new.parent.append(-1 if tree.parent[old] < 0 else new_id[tree.parent[old]])
+        new.depth.append(tree.depth[old])
+        new.name.append(tree.name[old])
+        new.map_name.append(tree.map_name[old])
+        new.source_file.append(tree.source_file[old])
+        new.line_number.append(tree.line_number[old])
+    label = "all processes" + (" (merged by executable)" if merge else "")
+    states = {"its peak" if g.snapshots[g.start].label == "peak"
+              else "its end" if g.start in (-1, len(g.snapshots) - 1) else "the dump chosen" for g in graphs}
+    what = "each process at " + " or ".join(sorted(states))
+    snap = Snapshot(max((g.snapshots[g.start].ts for g in graphs), default=0), what,
+                    {v: [selfs[v][old] for old in order] for v in VIEWS})
+    return ProcessGraph(label, -1, new, [snap], 0)
+
+
+def _append_node(tree: MergedTree, selfs: dict[str, list[int]], parent: int, depth: int, name: str,
+                 map_name: str, source_file: str | None, line_number: int | None) -> None:
+    tree.parent.append(parent)
+    tree.depth.append(depth)
+    tree.name.append(name)
+    tree.map_name.append(map_name)
+    tree.source_file.append(source_file)
+    tree.line_number.append(line_number)
+    for v in VIEWS:
+        selfs[v].append(0)
+
+
+def _preorder(tree: MergedTree) -> list[int]:
+    children: list[list[int]] = [[] for _ in tree.parent]
+    roots: list[int] = []
+    for i, p in enumerate(tree.parent):
+        (roots if p < 0 else children[p]).append(i)
+    out: list[int] = []
+    stack = list(reversed(roots))
+    while stack:
+        i = stack.pop()
+        out.append(i)
+        stack.extend(reversed(children[i]))
     return out

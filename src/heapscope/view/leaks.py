@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from heapscope.estimate import Estimate, desampled_map, view_estimate
 from heapscope.store.reader import Process, Profile, mapping_basename
-from heapscope.store.select import select_processes
+from heapscope.store.select import process_state, select_processes
 from heapscope.view.tree import build_tree
 
 
@@ -24,30 +25,33 @@ class Frame:
 @dataclass(frozen=True, slots=True)
 class Leak:
     bytes: int  # unreleased at the final dump
-    objects: int  # allocations still live
+    objects: int  # allocations still live (estimated; exact at interval 1)
     stack: list[Frame]  # leaf (the allocating function) first
 
 
 @dataclass(frozen=True, slots=True)
 class ProcessLeaks:
     process: Process
-    ts: int | None  # the final dump, None without dumps
-    reason: str  # why that dump was taken (exit, end, ...)
+    ts: int | None  # the state shown (the final dump by default), None without dumps
+    reason: str  # which state: "end (dump 2 of 2, exit, ...)", "peak at ..."
     total_bytes: int
-    total_objects: int
+    total_objects: int  # estimated allocations (exact at interval 1)
     leaks: list[Leak]  # largest first
+    samples: int = 0  # the raw samples behind total_objects
+    estimate: Estimate | None = None  # at interval > 1: total_objects as an estimate with its error
 
 
-def find_leaks(profile: Profile, pid: int | None = None) -> list[ProcessLeaks]:
-    """Per process (only `pid` when given; UnknownProcessError when there is none such)."""
+def find_leaks(profile: Profile, pid: int | None = None, dump: str | int | None = None) -> list[ProcessLeaks]:
+    """Per process (only `pid` when given; UnknownProcessError when there is none such), at the
+    state `dump` (store.select.process_state; default: the end, where unfreed means never freed)."""
     out = []
     for p in select_processes(profile, pid):
-        dumps = profile.dumps(p.info.upid)
-        if not dumps:
+        st = process_state(profile, p, "end" if dump is None else dump, "space")
+        if st is None:
             out.append(ProcessLeaks(p, None, "", 0, 0, []))
             continue
-        last = max(dumps, key=lambda d: (d.ts_end, d.id))
-        values = {cs: v for cs, v in profile.callsite_values(p.info.upid, last.ts_end).items() if v.space > 0}
+        raw = {cs: v for cs, v in st.values.items() if v.space > 0}
+        values = desampled_map(raw, st.interval)
         tree = build_tree(profile, sorted(values))
         space = tree.self_values(values, "space")
         objects = tree.self_values(values, "objects")
@@ -62,7 +66,9 @@ def find_leaks(profile: Profile, pid: int | None = None) -> list[ProcessLeaks]:
             ]
             leaks.append(Leak(space[node], objects[node], stack))
         leaks.sort(key=lambda x: (-x.bytes, -x.objects, [f.function for f in x.stack]))
-        out.append(ProcessLeaks(p, last.ts_end, last.reason, sum(space), sum(objects), leaks))
+        est = view_estimate(raw, "objects", st.interval) if st.interval > 1 else None
+        out.append(ProcessLeaks(p, st.ts, st.label, sum(space), sum(objects), leaks,
+                                sum(v.objects for v in raw.values()), est))
     return out
 
 

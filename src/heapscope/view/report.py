@@ -20,74 +20,183 @@ name. For one view at one timestamp:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from heapscope.errors import UsageError
+from heapscope.estimate import Estimate, add_values, combine, desampled, view_estimate
 from heapscope.model import CallsiteId, FrameId
 from heapscope.store.reader import Process as StoredProcess
 from heapscope.store.reader import Profile, Stat, ViewValues, mapping_basename
-from heapscope.store.select import check_view, select_processes
+from heapscope.store.select import State, check_view, process_interval, process_state, select_processes
+from heapscope.view.tree import frame_functions
 
 
 @dataclass(frozen=True, slots=True)
 class FunctionRow:
     """One line of the report."""
 
-    function: str  # demangled name, or `lib+0x...` when unknown
+    function: str  # demangled name, or `lib+0x...` when unknown; inlined ones end with ` [inlined]`
     library: str  # basename of the mapping's file
     self_value: int  # callsites whose leaf frame is this function
     total_value: int  # callsites with this function anywhere on their path, once each
+    source: str = ""  # file:line where the function holds the most (its own line), '' when unknown
+    samples: int | None = None  # object views at interval > 1: the raw samples behind self_value
+
+
+#: How the table is ranked.
+SORTS = ("self", "total")
 
 
 @dataclass(slots=True)
 class ProcessReport:
-    """The report of one process for one view at one timestamp."""
+    """The report of one process (or of processes merged) for one view at one state."""
+
+    process: StoredProcess  # the first of `processes`
+    view: str  # one of heapscope.model.VIEWS
+    ts: int | None  # the timestamp the values are taken at; None without dumps
+    dump_count: int
+    view_total: int  # the view's value over the whole process (all callsites), objects de-sampled
+    rows: list[FunctionRow]  # every function with a non-zero self or total, ranked by `sort`
+    warnings: list[str] = field(default_factory=list)  # producer flags and data-loss stats
+    state: str = ""  # which state the values are of: "peak at 1.20 s", "end (...)"
+    processes: list[StoredProcess] = field(default_factory=list)  # more than one when merged
+    samples: int = 0  # raw sample count behind the view (its objects family)
+    estimate: Estimate | None = None  # the object views at interval > 1: estimate and standard error
+    interval: int = 1
+    common: list[str] = field(default_factory=list)  # root functions on every stack, left out of rows
+    sort: str = "self"
+    values: dict[CallsiteId, ViewValues] = field(default_factory=dict)  # per callsite, objects de-sampled
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessLine:
+    """One line of the table of processes a report opens with."""
 
     process: StoredProcess
-    view: str  # one of heapscope.model.VIEWS
-    ts: int | None  # the dump timestamp the values are taken at; None without dumps
-    dump_count: int
-    view_total: int  # the view's value over the whole process (all callsites)
-    rows: list[FunctionRow]  # every function with a non-zero self or total, by total desc
-    warnings: list[str] = field(default_factory=list)  # producer flags and data-loss stats
+    peak: int  # sampled bytes unreleased at the process's peak (or at its end without peak rows)
+    allocated: int  # bytes allocated up to the end
+    samples: int  # samples taken up to the end
+    lifetime_ns: int | None  # end_ts - start_ts, None when unknown
 
 
 def build_reports(
     profile: Profile, view: str, pid: int | None = None,
     focus: re.Pattern[str] | None = None, ignore: re.Pattern[str] | None = None,
+    dump: str | int | None = None, sort: str = "self", merge: str | None = None, keep_common: bool = False,
 ) -> list[ProcessReport]:
     """One report per process of the profile (only those with `pid` when given).
 
     With `focus`, only callsites with a matching function on their path count;
     with `ignore`, callsites with a matching function on their path do not.
+    `dump` chooses the state (store.select.process_state); `merge="exe"`
+    gives one report per executable, its processes' values summed. With
+    `keep_common`, root functions on every stack stay in the rows.
     """
     check_view(view)
     processes = select_processes(profile, pid)
-    return [build_process_report(profile, p, view, focus=focus, ignore=ignore) for p in processes]
+    groups: dict[str, list[StoredProcess]] = {}
+    for p in processes:
+        groups.setdefault(executable(p) if merge is not None else str(p.info.upid), []).append(p)
+    return [build_group_report(profile, g, view, focus=focus, ignore=ignore, dump=dump, sort=sort,
+                               keep_common=keep_common)
+            for g in groups.values()]
+
+
+def executable(p: StoredProcess) -> str:
+    """What `--merge exe` groups by: the executable's path, else the process name."""
+    return p.info.exe or p.info.name or "?"
 
 
 def build_process_report(
     profile: Profile, process: StoredProcess, view: str, ts: int | None = None,
     focus: re.Pattern[str] | None = None, ignore: re.Pattern[str] | None = None,
+    dump: str | int | None = None, sort: str = "self",
 ) -> ProcessReport:
-    """The report of one process at `ts` (default: its last dump)."""
-    upid = process.info.upid
-    dumps = profile.dumps(upid)
-    if ts is None and dumps:
-        ts = max(d.ts_end for d in dumps)
-    values = profile.callsite_values(upid, ts) if ts is not None else {}
+    """The report of one process at the state `dump` (default: by view), or at dump timestamp `ts`."""
+    if ts is not None:
+        upid = process.info.upid
+        values = profile.callsite_values(upid, ts)
+        state = State("dump", ts, f"at ts {ts}", values, process_interval(profile, process))
+        return _report(profile, [process], [state], view, focus, ignore, sort)
+    return build_group_report(profile, [process], view, focus=focus, ignore=ignore, dump=dump, sort=sort)
+
+
+def build_group_report(
+    profile: Profile, processes: list[StoredProcess], view: str,
+    focus: re.Pattern[str] | None = None, ignore: re.Pattern[str] | None = None,
+    dump: str | int | None = None, sort: str = "self", keep_common: bool = False,
+) -> ProcessReport:
+    """One report over `processes`, each at its own state `dump`, values summed per callsite."""
+    states = [process_state(profile, p, dump, view) for p in processes]
+    return _report(profile, processes, states, view, focus, ignore, sort, keep_common)
+
+
+def _report(profile: Profile, processes: list[StoredProcess], states: list[State | None], view: str,
+            focus: re.Pattern[str] | None, ignore: re.Pattern[str] | None, sort: str,
+            keep_common: bool = False) -> ProcessReport:
+    if sort not in SORTS:
+        raise UsageError(f"unknown sort {sort!r} (one of: {', '.join(SORTS)})")
+    raw: dict[CallsiteId, ViewValues] = {}
+    estimates: dict[CallsiteId, ViewValues] = {}
+    interval = 1
+    for st in states:
+        if st is None:
+            continue
+        interval = max(interval, st.interval)
+        for cs, v in st.values.items():
+            _add(raw, cs, v)
+            _add(estimates, cs, desampled(v, st.interval))
     if focus is not None or ignore is not None:
-        values = filter_callsites(profile, values, focus, ignore)
-    leaf_values = {cs: v.get(view) for cs, v in values.items()}
-    rows = function_rows(profile, leaf_values)
+        keep = filter_callsites(profile, raw, focus, ignore)
+        raw = {cs: v for cs, v in raw.items() if cs in keep}
+        estimates = {cs: v for cs, v in estimates.items() if cs in keep}
+    leaf_values = {cs: v.get(view) for cs, v in estimates.items()}
+    rows, common = function_rows(profile, leaf_values, sort, keep_common)
+    if view in ("objects", "alloc_objects") and interval > 1:
+        raw_rows, _ = function_rows(profile, {cs: v.get(view) for cs, v in raw.items()}, sort, True)
+        raw_self = {(x.function, x.library): x.self_value for x in raw_rows}
+        rows = [replace(x, samples=raw_self.get((x.function, x.library), 0)) for x in rows]
+    est = None
+    samples = sum(v.objects if view in ("space", "objects") else v.alloc_objects for v in raw.values())
+    if view in ("objects", "alloc_objects") and interval > 1:
+        est = combine([view_estimate({cs: v}, view, st.interval) for st in states if st is not None
+                       for cs, v in st.values.items() if cs in raw])
+    shown = [s for s in states if s is not None]
+    if len(processes) == 1:
+        label = shown[0].label if shown else ""
+    else:
+        kinds = sorted({s.kind for s in shown})
+        label = f"sum of {len(processes)} processes, each at its {'/'.join(kinds) or 'state'}"
+    first = processes[0]
+    warnings = [w for p in processes for w in process_warnings(p, profile.stats(p.info.upid))]
     return ProcessReport(
-        process=process,
-        view=view,
-        ts=ts,
-        dump_count=len(dumps),
-        view_total=sum(leaf_values.values()),
-        rows=rows,
-        warnings=process_warnings(process, profile.stats(upid)),
+        process=first, view=view, ts=shown[0].ts if shown else None,
+        dump_count=sum(len(profile.dumps(p.info.upid)) for p in processes),
+        view_total=sum(leaf_values.values()), rows=rows, warnings=warnings, state=label,
+        processes=list(processes), samples=samples, estimate=est, interval=interval, common=common, sort=sort,
+        values=estimates,
     )
+
+
+def _add(acc: dict[CallsiteId, ViewValues], cs: CallsiteId, v: ViewValues) -> None:
+    o = acc.get(cs)
+    acc[cs] = v if o is None else add_values(o, v)
+
+
+def process_lines(profile: Profile, processes: list[StoredProcess]) -> list[ProcessLine]:
+    """The table of processes: ranked by peak, then allocated bytes."""
+    out = []
+    for p in processes:
+        upid = p.info.upid
+        end = process_state(profile, p, "end")
+        peak = profile.peak_values(upid)
+        end_values = end.values if end is not None else {}
+        held = sum(v.space for v in (peak[1] if peak is not None else end_values).values())
+        life = None if p.info.end_ts is None or not p.info.start_ts else p.info.end_ts - p.info.start_ts
+        out.append(ProcessLine(p, held, sum(v.alloc_space for v in end_values.values()),
+                               sum(v.alloc_objects for v in end_values.values()), life))
+    out.sort(key=lambda r: (-r.peak, -r.allocated, r.process.info.upid))
+    return out
 
 
 def filter_callsites(
@@ -102,31 +211,38 @@ def filter_callsites(
     return {cs: v for cs, v in values.items() if ok[tree.node_of[cs]]}
 
 
-def function_rows(profile: Profile, leaf_values: dict[CallsiteId, int]) -> list[FunctionRow]:
-    """Self and total per function from per-callsite values, sorted by total, then self, desc."""
+def function_rows(profile: Profile, leaf_values: dict[CallsiteId, int], sort: str = "total",
+                  keep_common: bool = False) -> tuple[list[FunctionRow], list[str]]:
+    """Self and total per function from per-callsite values, ranked by `sort` (self or total), and
+    the root functions that are on every stack (left out of the rows when more than one function
+    remains). Inlined functions are functions of their own, named `name [inlined]`."""
     callsites = profile.callsites()
-    frames = profile.frames()
+    functions = frame_functions(profile)
 
     # Intern functions to small ints so the path walk below hashes ints only.
     function_ids: dict[tuple[str, str], int] = {}
-    frame_function: dict[FrameId, int] = {}
+    frame_fns: dict[FrameId, tuple[tuple[int, str], ...]] = {}
 
-    def function_of(frame_id: FrameId) -> int:
-        fn = frame_function.get(frame_id)
-        if fn is None:
-            info = frames.get(frame_id)
-            key = (info.display_name, mapping_basename(info.mapping_name)) if info else (
-                f"[frame {frame_id}]", "[unknown]")
-            fn = function_ids.setdefault(key, len(function_ids))
-            frame_function[frame_id] = fn
-        return fn
+    def fns_of(frame_id: FrameId) -> tuple[tuple[int, str], ...]:
+        got = frame_fns.get(frame_id)
+        if got is None:
+            got = tuple(
+                (function_ids.setdefault((f.name, mapping_basename(f.map_name)), len(function_ids)),
+                 "" if f.source_file is None else f"{f.source_file}:{f.line_number}" if f.line_number
+                 else f.source_file)
+                for f in functions(frame_id))
+            frame_fns[frame_id] = got
+        return got
 
     self_values: dict[int, int] = {}
     total_values: dict[int, int] = {}
+    where: dict[int, dict[str, int]] = {}  # function -> source line -> value held there
+    prefix: list[int] | None = None  # the root functions common to every stack so far
     for leaf, value in leaf_values.items():
         if value == 0:
             continue
         seen: set[int] = set()
+        path: list[int] = []
         node: CallsiteId | None = leaf
         first = True
         # Walk leaf -> root; the reader has refused parent cycles.
@@ -135,24 +251,44 @@ def function_rows(profile: Profile, leaf_values: dict[CallsiteId, int]) -> list[
             if entry is None:
                 break
             parent, frame_id = entry
-            fn = function_of(frame_id)
-            if first:
-                self_values[fn] = self_values.get(fn, 0) + value
-                first = False
-            if fn not in seen:
-                seen.add(fn)
-                total_values[fn] = total_values.get(fn, 0) + value
+            for fn, src in reversed(fns_of(frame_id)):  # innermost inlined function first
+                path.append(fn)
+                if first:
+                    self_values[fn] = self_values.get(fn, 0) + value
+                    first = False
+                if fn not in seen:
+                    seen.add(fn)
+                    total_values[fn] = total_values.get(fn, 0) + value
+                    if src:
+                        w = where.setdefault(fn, {})
+                        w[src] = w.get(src, 0) + value
             node = parent
+        path.reverse()
+        if prefix is None:
+            prefix = path
+        else:
+            n = 0
+            while n < len(prefix) and n < len(path) and prefix[n] == path[n]:
+                n += 1
+            del prefix[n:]
 
     names = {fn: key for key, fn in function_ids.items()}
+    # A root function on every stack says nothing about where memory goes;
+    # the leaf of a single stack stays (it is where the memory is).
+    common = [fn for fn in (prefix or []) if self_values.get(fn, 0) == 0]
+    dropped = set() if keep_common else set(common)
     rows = [
         FunctionRow(function=names[fn][0], library=names[fn][1],
-                    self_value=self_values.get(fn, 0), total_value=total)
+                    self_value=self_values.get(fn, 0), total_value=total,
+                    source=max(where[fn].items(), key=lambda kv: (abs(kv[1]), kv[0]))[0] if fn in where else "")
         for fn, total in total_values.items()
-        if total != 0 or self_values.get(fn, 0) != 0
+        if (total != 0 or self_values.get(fn, 0) != 0) and fn not in dropped
     ]
-    rows.sort(key=lambda r: (-r.total_value, -r.self_value, r.function, r.library))
-    return rows
+    if sort == "self":
+        rows.sort(key=lambda r: (-r.self_value, -r.total_value, r.function, r.library))
+    else:
+        rows.sort(key=lambda r: (-r.total_value, -r.self_value, r.function, r.library))
+    return rows, [names[fn][0] for fn in common]
 
 
 def process_warnings(process: StoredProcess, stats: list[Stat]) -> list[str]:

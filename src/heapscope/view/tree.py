@@ -19,8 +19,9 @@ comes before its children. The tree serves the flamegraph HTML, `diff`,
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from heapscope.model import CallsiteId, FrameId
 from heapscope.store.reader import Profile, ViewValues, fallback_frame_name
@@ -71,11 +72,66 @@ class MergedTree:
         return total
 
 
-def build_tree(profile: Profile, callsite_ids: Iterable[CallsiteId]) -> MergedTree:
-    """The merged tree of `callsite_ids` and their ancestors."""
-    callsites = profile.callsites()
+INLINED = " [inlined]"
+
+
+class FrameFn(NamedTuple):
+    """One function of a frame: the frame's own, or one inlined into it."""
+
+    name: str  # inlined functions end with INLINED
+    map_name: str
+    source_file: str | None
+    line_number: int | None
+
+
+def frame_functions(profile: Profile) -> Callable[[FrameId], tuple[FrameFn, ...]]:
+    """frame id -> its functions, outermost (the frame's own) first, then those inlined into it.
+
+    The symbol rows of a frame are innermost first (Perfetto's order); each row's
+    line is where that function is at the pc, so the frame's own function gets
+    the outermost row's line, not that of a header inlined into it.
+    """
     frames = profile.frames()
-    sources = profile.frame_sources()
+    symbols = profile.frame_symbols()
+    cache: dict[FrameId, tuple[FrameFn, ...]] = {}
+
+    def get(frame_id: FrameId) -> tuple[FrameFn, ...]:
+        got = cache.get(frame_id)
+        if got is not None:
+            return got
+        info = frames.get(frame_id)
+        if info is None:
+            got = (FrameFn(f"[frame {frame_id}]", "", None, None),)
+        else:
+            own = info.name or fallback_frame_name(info.mapping_name, info.rel_pc)
+            rows = symbols.get(frame_id, [])
+            if rows and all(r.name for r in rows):
+                outer = rows[-1]
+                got = (FrameFn(own, info.mapping_name, outer.source_file or None, outer.line_number or None),
+                       *(FrameFn(r.name + INLINED, info.mapping_name, r.source_file or None, r.line_number or None)
+                         for r in reversed(rows[:-1])))
+            else:
+                got = (FrameFn(own, info.mapping_name, None, None),)
+        cache[frame_id] = got
+        return got
+
+    return get
+
+
+def build_tree(profile: Profile, callsite_ids: Iterable[CallsiteId], inlined: bool = True) -> MergedTree:
+    """The merged tree of `callsite_ids` and their ancestors; a frame with inlined calls is
+    one node per function (callers first), and its callsite maps to the innermost. Without
+    `inlined` (Perfetto's experimental_flamegraph), a frame is one node, its own function's."""
+    callsites = profile.callsites()
+    all_functions = frame_functions(profile)
+
+    def functions(frame_id: FrameId) -> tuple[FrameFn, ...]:
+        fns = all_functions(frame_id)
+        if inlined or len(fns) == 1:
+            return fns
+        # experimental_flamegraph's rule: the frame's name, the source of its first symbol
+        # row (the innermost inlined function's), as Perfetto joins symbol_set_id.
+        return (fns[0]._replace(source_file=fns[-1].source_file, line_number=fns[-1].line_number),)
 
     # First pass: merge in arbitrary order, with node keys (parent, name, map).
     keys: dict[tuple[int, str, str], int] = {}
@@ -84,13 +140,6 @@ def build_tree(profile: Profile, callsite_ids: Iterable[CallsiteId]) -> MergedTr
     k_map: list[str] = []
     k_src: list[tuple[str, int | None] | None] = []
     raw_node: dict[CallsiteId, int] = {}
-
-    def frame_key(frame_id: FrameId) -> tuple[str, str, tuple[str, int | None] | None]:
-        info = frames.get(frame_id)
-        if info is None:
-            return f"[frame {frame_id}]", "", None
-        name = info.name or fallback_frame_name(info.mapping_name, info.rel_pc)
-        return name, info.mapping_name, sources.get(frame_id)
 
     for leaf in callsite_ids:
         # Collect the not yet merged part of the path, leaf first.
@@ -104,20 +153,21 @@ def build_tree(profile: Profile, callsite_ids: Iterable[CallsiteId]) -> MergedTr
             node = entry[0]
         parent_node = raw_node.get(node, -1) if node is not None else -1
         for cs in reversed(chain):
-            name, map_name, src = frame_key(callsites[cs][1])
-            key = (parent_node, name, map_name)
-            idx = keys.get(key)
-            if idx is None:
-                idx = len(k_parent)
-                keys[key] = idx
-                k_parent.append(parent_node)
-                k_name.append(name)
-                k_map.append(map_name)
-                k_src.append(src)
-            elif k_src[idx] is None and src is not None:
-                k_src[idx] = src
-            raw_node[cs] = idx
-            parent_node = idx
+            for fn in functions(callsites[cs][1]):
+                src = None if fn.source_file is None else (fn.source_file, fn.line_number)
+                key = (parent_node, fn.name, fn.map_name)
+                idx = keys.get(key)
+                if idx is None:
+                    idx = len(k_parent)
+                    keys[key] = idx
+                    k_parent.append(parent_node)
+                    k_name.append(fn.name)
+                    k_map.append(fn.map_name)
+                    k_src.append(src)
+                elif k_src[idx] is None and src is not None:
+                    k_src[idx] = src
+                parent_node = idx
+            raw_node[cs] = parent_node
 
     # Second pass: renumber in preorder, siblings by (name, mapping).
     children: list[list[int]] = [[] for _ in k_parent]
@@ -187,7 +237,7 @@ def experimental_flamegraph(
     keeps no self value, so every number describes focused memory.
     """
     values = profile.callsite_values(upid, ts)
-    tree = build_tree(profile, sorted(values))
+    tree = build_tree(profile, sorted(values), inlined=False)
     selfs = {f: tree.self_values(values, f) for f in FIELDS}
     keep = focus_mask(tree, focus_str) if focus_str else None
     if keep is not None:

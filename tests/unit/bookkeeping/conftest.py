@@ -56,10 +56,18 @@ class Heap:
         return list(STREAM_ROW.iter_unpack(self.t.take_stream()))
 
     def dump(self) -> list[tuple[int, int, int]]:
+        """(callsite, count, size) per row; dump_real() has the real sizes too"""
+        return [row[:3] for row in self.dump_real()]
+
+    def dump_real(self) -> list[tuple[int, int, int, int]]:
         return list(DUMP_ROW.iter_unpack(self.t.dump()))
 
     def peak(self) -> dict[int, tuple[int, int, int, int]]:
         """callsite id -> (count, size, alloc_count, alloc_size) at the peak"""
+        return {cs: v[:4] for cs, v in self.peak_real().items()}
+
+    def peak_real(self) -> dict[int, tuple[int, ...]]:
+        """callsite id -> (count, size, alloc_count, alloc_size, real_size, alloc_real_size) at the peak"""
         return {row[0]: row[1:] for row in PEAK_ROW.iter_unpack(self.t.peak())}
 
 

@@ -427,3 +427,20 @@ def test_close_is_idempotent_and_final(make_heap):
         h.malloc(2, B, 8, S1)
     with pytest.raises(ValueError):
         _ = h.t.last_ts
+
+
+def test_rows_carry_the_real_sizes_of_their_samples(make_heap):
+    # GIVEN two small allocations sampled at 4096 bytes each and a large one recorded exactly
+    h = make_heap()
+    h.malloc(1, A, 4096, S1, alloc_size=24)
+    h.malloc(2, B, 4096, S1, alloc_size=40)
+    h.malloc(3, C, 10000, S2, alloc_size=10000)
+    h.t.set_callsite(S1, 7)
+    h.t.set_callsite(S2, 9)
+    # THEN the rows carry sampled bytes and, beside them, the real ones
+    assert sorted(h.dump_real()) == [(7, 2, 8192, 64), (9, 1, 10000, 10000)]
+    # WHEN the 24-byte one is freed: the free row takes its real size back
+    h.free(4, A)
+    assert h.dump_real() == [(7, -1, -4096, -24)]
+    # AND the peak (all three live) has the real sizes of what was live and allocated then
+    assert h.peak_real() == {7: (2, 8192, 2, 8192, 64, 64), 9: (1, 10000, 1, 10000, 10000, 10000)}

@@ -19,15 +19,25 @@ def test_default_view_prints_every_process(known_profile: Path, capsys: pytest.C
     out, err = capsys.readouterr()
     assert err == ""
     blocks = out.split("\npid ")
-    assert len(blocks) == 3
+    assert len(blocks) == 4
+    # THEN a table of processes, ranked by peak, opens the report
+    assert blocks[0].splitlines()[1:] == [
+        "  pid     peak  allocated  samples  lifetime  executable",
+        "  200  4.0 KiB    4.0 KiB        4    0.00 s  /usr/bin/child",
+        "  100    434 B      504 B        9         ?  /usr/bin/prog",
+        "  300      0 B        0 B        0         ?  idle"]
+    # AND the sections follow in its order: child (4 KiB), prog, idle
+    blocks = ["pid " + blocks[2], blocks[1], blocks[3]]  # prog, child, idle
     prog = blocks[0]
     assert prog.startswith("pid 100  prog  (upid 1)\n")
     assert "  cmdline:       prog --run fast\n" in prog
-    assert "  space:         434 B at the last of 2 dumps\n" in prog
+    assert "  showing:       end (dump 2 of 2, exit, at 0.00 s); no peak recorded (--dump peak|end|N)\n" in prog
+    assert "  space:         434 B\n" in prog
+    assert "  on every stack: main (left out)\n" in prog
     assert "  sampling:      one sample per 4,096 bytes on average\n" in prog
     assert "  unwinder:      libunwind\n" in prog
     assert "warnings" not in prog
-    assert prog.endswith("  prog+0x1a2b  prog\n")  # the table; its layout is checked below
+    assert prog.endswith("  prog+0x1a2b  -         prog\n")  # the table; its layout is checked below
     child = blocks[1]
     assert child.startswith("200  child  (upid 2)\n")
     assert "  warnings:      buffer overran; client error: ring full; dropped_records = 3\n" in child
@@ -37,29 +47,30 @@ def test_default_view_prints_every_process(known_profile: Path, capsys: pytest.C
 
 
 def test_table_columns_line_up(known_profile: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["report", str(known_profile), "--pid", "100"]) == 0
+    assert main(["report", str(known_profile), "--pid", "100", "--sort", "total"]) == 0
     out = capsys.readouterr().out
     table = out[out.index("  total"):].splitlines()
     assert table == [
-        "  total  total %   self  self %  function     library",
-        "  434 B   100.0%    0 B    0.0%  main         prog",
-        "  426 B    98.2%   16 B    3.7%  parse        prog",
-        "  410 B    94.5%  410 B   94.5%  malloc       libc.so.6",
-        "    8 B     1.8%    8 B    1.8%  prog+0x1a2b  prog",
+        "  total  total %   self  self %  function     location  library",
+        "  426 B    98.2%   16 B    3.7%  parse        -         prog",
+        "  410 B    94.5%  410 B   94.5%  malloc       -         libc.so.6",
+        "    8 B     1.8%    8 B    1.8%  prog+0x1a2b  -         prog",
     ]
 
 
 @pytest.mark.parametrize(("view", "first_rows"), [
-    ("alloc_space", ["  504 B   100.0%    0 B    0.0%  main      prog",
-                     "  480 B    95.2%  480 B   95.2%  malloc    libc.so.6"]),
-    ("objects", ["      7   100.0%     0    0.0%  main      prog",
-                 "      6    85.7%     1   14.3%  parse     prog"]),
-    ("alloc_objects", ["      9   100.0%     0    0.0%  main      prog",
-                       "      7    77.8%     7   77.8%  malloc    libc.so.6"]),
+    ("alloc_space", ["  480 B    95.2%  480 B   95.2%  malloc    -         libc.so.6",
+                     "  466 B    92.5%   16 B    3.2%  parse     -         prog"]),
+    # object views at interval > 1 show the raw samples behind each self value
+    ("objects", ["      6    85.7%     1   14.3%        1  parse     -         prog",
+                 "      5    71.4%     5   71.4%        5  malloc    -         libc.so.6"]),
+    ("alloc_objects", ["      7    77.8%     7   77.8%        7  malloc    -         libc.so.6",
+                       "      7    77.8%     1   11.1%        1  parse     -         prog"]),
 ])
 def test_views_and_top(known_profile: Path, capsys: pytest.CaptureFixture[str], view: str,
                        first_rows: list[str]) -> None:
-    assert main(["report", str(known_profile), "--pid", "100", "--view", view, "--top", "2"]) == 0
+    assert main(["report", str(known_profile), "--pid", "100", "--view", view, "--top", "2",
+                 "--sort", "total"]) == 0
     out = capsys.readouterr().out
     lines = out[out.index("  total"):].splitlines()
     assert lines[1:3] == first_rows

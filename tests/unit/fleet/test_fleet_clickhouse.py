@@ -19,7 +19,8 @@ pytest.importorskip("chdb", reason="chdb comes with the test extra")
 def report_rows(db, view):
     with open_profile(db) as p:
         return sorted((r.process.info.pid, row.function, row.library, row.self_value, row.total_value)
-                      for r in build_reports(p, view) for row in r.rows)
+                      for r in build_reports(p, view, dump="end", sort="total", keep_common=True)
+                      for row in r.rows)
 
 
 def ch_rows(w: Writer, view: str, table: str = "heapscope.heapscope_samples"):

@@ -28,27 +28,23 @@ LIBC = "libc.so.6"
 # (function, library, self, total) in report order.
 EXPECTED = {
     "space": (434, [
-        ("main", "prog", 0, 434),
         ("parse", "prog", 16, 426),  # A + D + E, A and E once despite the recursion
         ("malloc", LIBC, 410, 410),  # A + D (+ B, which is 0)
         ("prog+0x1a2b", "prog", 8, 8),
         # emit holds nothing: B was freed
     ]),
     "alloc_space": (504, [
-        ("main", "prog", 0, 504),
         ("malloc", LIBC, 480, 480),
         ("parse", "prog", 16, 466),
         ("emit", "prog", 0, 30),
         ("prog+0x1a2b", "prog", 8, 8),
     ]),
     "objects": (7, [
-        ("main", "prog", 0, 7),
         ("parse", "prog", 1, 6),
         ("malloc", LIBC, 5, 5),
         ("prog+0x1a2b", "prog", 1, 1),
     ]),
     "alloc_objects": (9, [
-        ("main", "prog", 0, 9),
         ("malloc", LIBC, 7, 7),  # ties with parse on total; more self first
         ("parse", "prog", 1, 7),
         ("prog+0x1a2b", "prog", 1, 1),
@@ -60,22 +56,31 @@ EXPECTED = {
 @pytest.mark.parametrize("view", sorted(EXPECTED))
 def test_self_and_total_per_view(known_profile: Path, view: str) -> None:
     with open_profile(known_profile) as prof:
-        reports = build_reports(prof, view)
+        reports = build_reports(prof, view, sort="total")
     by_upid = {r.process.info.upid: r for r in reports}
     r = by_upid[1]
     total, rows = EXPECTED[view]
     assert r.view_total == total
     assert r.ts == 2000 and r.dump_count == 2
     assert [(x.function, x.library, x.self_value, x.total_value) for x in r.rows] == rows
+    assert r.common == ["main"]  # on every stack, so left out
+
+
+def test_default_ranks_by_self_at_the_end_without_a_peak(known_profile: Path) -> None:
+    with open_profile(known_profile) as prof:
+        [r] = build_reports(prof, "space", pid=100)
+    assert r.state.startswith("end (dump 2 of 2,") and r.state.endswith("no peak recorded")
+    assert [(x.function, x.self_value, x.total_value) for x in r.rows] == [
+        ("malloc", 410, 410), ("parse", 16, 426), ("prog+0x1a2b", 8, 8)]
 
 
 def test_at_the_first_dump(known_profile: Path) -> None:
     with open_profile(known_profile) as prof:
         proc = prof.processes()[0]
-        r = build_process_report(prof, proc, "space", ts=1000)
+        r = build_process_report(prof, proc, "space", ts=1000, sort="total")
     assert r.view_total == 138
     assert [(x.function, x.self_value, x.total_value) for x in r.rows] == [
-        ("main", 0, 138), ("malloc", 130, 130), ("parse", 0, 100), ("emit", 0, 30), ("prog+0x1a2b", 8, 8),
+        ("malloc", 130, 130), ("parse", 0, 100), ("emit", 0, 30), ("prog+0x1a2b", 8, 8),
     ]
 
 
@@ -83,8 +88,8 @@ def test_second_process_and_its_warnings(known_profile: Path) -> None:
     with open_profile(known_profile) as prof:
         [r] = build_reports(prof, "space", pid=200)
     assert r.view_total == 4096
-    assert [(x.function, x.self_value, x.total_value) for x in r.rows] == [
-        ("malloc", 4096, 4096), ("emit", 0, 4096), ("main", 0, 4096)]
+    assert [(x.function, x.self_value, x.total_value) for x in r.rows] == [("malloc", 4096, 4096)]
+    assert r.common == ["main", "emit"]
     assert r.warnings == ["buffer overran", "client error: ring full", "dropped_records = 3"]
 
 

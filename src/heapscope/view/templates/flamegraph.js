@@ -392,7 +392,7 @@
     state.proc = k;
     const p = P();
     if (!p.parent) prepare(p);
-    state.dump = p.dumps.length - 1;
+    state.dump = p.start !== undefined && p.start >= 0 && p.start < p.dumps.length ? p.start : p.dumps.length - 1;
     state.zoom = 0;
     render.scrolled = false;
     timeline();

@@ -1,0 +1,210 @@
+"""Issue 11, the first answer is the right one: what `report`, `flamegraph` and `leaks` show
+without flags for programs that free their memory before exiting, with inlined code, at the
+default sampling interval, and as trees of processes.
+
+peakfree (tests/programs/peakfree.c) holds 4000 x 256 B in hold_small and 16 x 64 KiB in
+hold_big at its peak, frees both, and keeps 10 x 50 B from leftover to the end.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from hs_integration import HEAPSCOPE, Programs, Recorder, run_process
+
+from heapscope.estimate import Estimate, estimate_count
+from heapscope.store.reader import open_profile
+from heapscope.symbolize.llvm import find_llvm_symbolizer
+from heapscope.view.flamegraph import payload, profile_graphs
+from heapscope.view.report import build_reports
+
+pytestmark = pytest.mark.timeout(180)
+
+SMALL = (4000, 4000 * 256)
+BIG = (16, 16 * 65536)
+LEFT = (10, 500)
+
+
+def _report(db: Path, *args: str) -> str:
+    run = run_process([*HEAPSCOPE, "report", str(db), *args], timeout=60)
+    assert run.returncode == 0, run.describe()
+    return run.stdout.decode()
+
+
+def _rows(db: Path, view: str, **kw: object) -> dict[str, tuple[int, int, str]]:
+    with open_profile(db) as prof:
+        [r] = build_reports(prof, view, **kw)  # type: ignore[arg-type]
+    return {x.function: (x.self_value, x.total_value, x.source) for x in r.rows}
+
+
+def test_the_default_report_shows_the_peak_freed_before_exit(record: Recorder, programs: Programs) -> None:
+    # GIVEN peakfree recorded exactly (-i 1): its peak is freed before it exits
+    rec = record([programs.path("peakfree")])
+    assert rec.returncode == 0, rec.describe()
+    # WHEN report runs without flags
+    out = _report(rec.db)
+    # THEN it shows the peak, says so, and ranks the peak's functions by what they hold themselves
+    assert re.search(r"\n  showing: +peak at [0-9.]+ s \(--dump peak\|end\|N\)\n", out), out
+    table = out[out.index("  self  self %"):].splitlines()
+    assert table[1].split()[:5] == ["1.0", "MiB", "50.6%", "1.0", "MiB"] and "hold_big" in table[1], out
+    assert "hold_small" in table[2] and "1000.0 KiB" in table[2], out
+    # AND root frames on every stack are left out, and named
+    assert re.search(r"\n  on every stack: .*main \(left out\)\n", out), out
+    assert not any(line.split()[-2:-1] == ["main"] for line in table[1:]), out
+    # AND the figures are exact at interval 1, the allocations too
+    space = _rows(rec.db, "space")
+    assert space["hold_big"][:2] == (BIG[1], BIG[1]) and space["hold_small"][:2] == (SMALL[1], SMALL[1])
+    assert "leftover" not in space
+    objects = _rows(rec.db, "objects")
+    assert objects["hold_big"][0] == BIG[0] and objects["hold_small"][0] == SMALL[0]
+    # AND --stacks lists the peak's call stacks, largest first, each with its lines
+    stacks = _report(rec.db, "--stacks")
+    body = stacks[stacks.index("\n\n") + 2:].split("\n\n")
+    assert body[0].startswith("  1.0 MiB (50.6%)\n      hold_big  peakfree.c:"), stacks
+    assert body[1].startswith("  1000.0 KiB (49.4%)\n      hold_small  peakfree.c:"), stacks
+    # AND --dump end shows the exit state: only leftover is left
+    end = _rows(rec.db, "space", dump="end")
+    assert end["leftover"][0] == LEFT[1] and "hold_small" not in end
+    assert "showing:       end (dump 1 of 1," in _report(rec.db, "--dump", "end")
+
+
+def test_leaks_and_flamegraph_say_which_state_they_show(record: Recorder, programs: Programs,
+                                                        tmp_path: Path) -> None:
+    rec = record([programs.path("peakfree")])
+    assert rec.returncode == 0, rec.describe()
+    # WHEN leaks runs: it shows the end, where unfreed means never freed
+    run = run_process([*HEAPSCOPE, "leaks", str(rec.db)], timeout=60)
+    assert run.returncode == 0, run.describe()
+    assert "500 B in 10 allocations never freed (end (dump 1 of 1, exit," in run.stdout.decode()
+    # AND the flamegraph opens at the peak, with the dumps on its timeline
+    with open_profile(rec.db) as prof:
+        graphs = profile_graphs(prof)
+        data = payload(graphs, title="t")
+    [proc] = data["processes"]  # type: ignore[index]
+    start = proc["dumps"][proc["start"]]
+    assert start["label"] == "peak" and start["totals"]["space"] == SMALL[1] + BIG[1]
+    assert start["totals"]["objects"] == SMALL[0] + BIG[0]
+    assert proc["dumps"][-1]["totals"]["space"] == LEFT[1]
+    # AND the command writes the page
+    out = tmp_path / "fg.html"
+    run = run_process([*HEAPSCOPE, "flamegraph", str(rec.db), "-o", str(out)], timeout=60)
+    assert run.returncode == 0 and out.exists(), run.describe()
+
+
+def test_object_counts_are_estimates_within_their_error(record: Recorder, programs: Programs) -> None:
+    # GIVEN peakfree recorded at the default interval (4096 bytes), a fixed seed
+    rec = record([programs.path("peakfree")], interval=None)
+    assert rec.returncode == 0, rec.describe()
+    with open_profile(rec.db) as prof:
+        [p] = prof.processes()
+        assert p.flags is not None and p.flags.sampling_interval_bytes == 4096
+        [r] = build_reports(prof, "objects")
+    rows = {x.function: x.self_value for x in r.rows}
+    # THEN 64 KiB blocks are recorded exactly: 16, no error
+    assert rows["hold_big"] == BIG[0]
+    # AND 256-byte ones, ~6% of them sampled, are estimated within 4 standard errors
+    samples, est = _callsite_estimate(prof_path=rec.db, function="hold_small")
+    assert 100 < samples < 600
+    assert est.stderr > 0 and abs(est.value - SMALL[0]) <= 4 * est.stderr, (samples, est)
+    assert abs(rows["hold_small"] - SMALL[0]) <= 4 * est.stderr
+    # AND the report says they are estimates, from how many samples
+    out = _report(rec.db, "--view", "objects")
+    m = re.search(r"\n  objects: +~([0-9,]+) allocations \(estimate, standard error ([0-9,]+)\) from ([0-9,]+)"
+                  r" samples\n", out)
+    assert m, out
+    assert int(m[3].replace(",", "")) == samples + BIG[0]
+
+
+def _callsite_estimate(prof_path: Path, function: str) -> tuple[int, Estimate]:
+    with open_profile(prof_path) as prof:
+        [p] = prof.processes()
+        peak = prof.peak_values(p.info.upid)
+        assert peak is not None
+        frames, callsites = prof.frames(), prof.callsites()
+        hits = [v for cs, v in peak[1].items() if frames[callsites[cs][1]].name == function]
+    [v] = hits
+    return v.objects, estimate_count(v.objects, v.space, 4096, v.real_space)
+
+
+INLINED_SRC = Path(__file__).parents[1] / "unit" / "symbolize" / "inlined.cpp"
+
+
+@pytest.mark.skipif(find_llvm_symbolizer() is None, reason="llvm-symbolizer not installed (Debian package `llvm`)")
+@pytest.mark.skipif(shutil.which("c++") is None, reason="needs c++")
+def test_inlined_frames_in_report_tree_and_flamegraph(record: Recorder, tmp_path: Path) -> None:
+    # GIVEN a -O2 -g program whose malloc sits in two helpers inlined into outer_fn (line 7)
+    prog = tmp_path / "inl"
+    src = tmp_path / "inlined.cc"
+    src.write_text(INLINED_SRC.read_text())
+    subprocess.run(["c++", "-O2", "-g", "-fno-omit-frame-pointer", "-o", str(prog), str(src)], check=True,
+                   timeout=120)
+    rec = record([prog])
+    assert rec.returncode == 0, rec.describe()
+    # WHEN report runs on the alloc view (the block is freed before exit)
+    rows = _rows(rec.db, "alloc_space")
+    # THEN the inlined functions are rows of their own, marked, each with its own line
+    assert rows["inner_alloc [inlined]"][2].endswith("/inlined.cc:4")
+    assert rows["middle_alloc [inlined]"][2].endswith("/inlined.cc:5")
+    assert rows["app::outer_fn(unsigned long)"][2].endswith("/inlined.cc:7")
+    assert rows["inner_alloc [inlined]"][0] > 0  # the innermost holds the bytes itself
+    # AND --tree nests them under outer_fn with their lines
+    tree = _report(rec.db, "--view", "alloc_space", "--tree", "--min-percent", "0")
+    lines = tree.splitlines()
+    i = next(k for k, x in enumerate(lines) if "app::outer_fn(unsigned long)" in x)
+    assert "inlined.cc:7" in lines[i]
+    assert "middle_alloc [inlined]" in lines[i + 1] and "inlined.cc:5" in lines[i + 1]
+    assert "inner_alloc [inlined]" in lines[i + 2] and "inlined.cc:4" in lines[i + 2]
+    # AND the flamegraph's nodes do too; outer_fn's tooltip line is its own (7), not an inline's
+    with open_profile(rec.db) as prof:
+        data = payload(profile_graphs(prof, dump="end"), title="t")
+    strings = data["strings"]
+    [proc] = data["processes"]  # type: ignore[index]
+    named = {strings[n]: (strings[s] if s >= 0 else "") for n, s in zip(proc["name"], proc["src"], strict=True)}
+    assert named["app::outer_fn(unsigned long)"].endswith("inlined.cc:7")
+    assert named["inner_alloc [inlined]"].endswith("inlined.cc:4")
+
+
+def test_a_shell_script_gives_a_process_table_and_merged_views(record: Recorder, programs: Programs,
+                                                               tmp_path: Path) -> None:
+    # GIVEN a shell script that runs peakfree twice and tiny once
+    peakfree, tiny = programs.path("peakfree"), programs.path("tiny")
+    script = tmp_path / "build.sh"
+    script.write_text(f"#!/bin/sh\n{peakfree}\n{peakfree}\n{tiny}\n")
+    script.chmod(0o755)
+    rec = record(["/bin/sh", str(script)])
+    assert rec.returncode == 0, rec.describe()
+    # WHEN report runs: it opens with the processes ranked by peak
+    out = _report(rec.db)
+    head = out[:out.index("\n\n")].splitlines()
+    assert re.match(r"\d+ processes, by peak", head[0]), out
+    assert head[1].split() == ["pid", "peak", "allocated", "samples", "lifetime", "executable"]
+    assert head[2].endswith("peakfree") and head[3].endswith("peakfree"), out
+    assert head[2].split()[1:3] == ["2.0", "MiB"], out
+    # AND --merge exe sums the two peakfree processes, each at its own peak
+    with open_profile(rec.db) as prof:
+        merged = build_reports(prof, "space", merge="exe")
+    [pf] = [r for r in merged if len(r.processes) == 2]
+    by_fn = {x.function: x.self_value for x in pf.rows}
+    assert by_fn["hold_small"] == 2 * SMALL[1] and by_fn["hold_big"] == 2 * BIG[1]
+    assert "processes merged" in _report(rec.db, "--merge", "exe")
+    # AND the flamegraph has an "all processes" graph first, one root per process
+    with open_profile(rec.db) as prof:
+        graphs = profile_graphs(prof)
+        n = len([p for p in prof.processes() if prof.dumps(p.info.upid)])
+    assert graphs[0].label == "all processes"
+    roots = [i for i, p in enumerate(graphs[0].tree.parent) if p < 0]
+    assert len(roots) == n == len(graphs) - 1
+    assert sum(graphs[0].snapshots[0].self_values["space"]) == sum(
+        sum(g.snapshots[g.start].self_values["space"]) for g in graphs[1:])
+    # AND the pprof export names the processes, the largest first
+    pb = tmp_path / "out.pb.gz"
+    run = run_process([*HEAPSCOPE, "export", str(rec.db), "-f", "pprof", "-o", str(pb)], timeout=60)
+    assert run.returncode == 0, run.describe()
+    raw = gzip.decompress(pb.read_bytes())
+    assert b"peakfree (pid" in raw and b": peak at" in raw
+
