@@ -244,10 +244,23 @@ def test_chrome_json_exact_at_interval_1(tiny, programs, tmp_path):
         (d,) = chrome_stacks(doc)
         assert d["summary_size"] == sum(getattr(t, view) for t in truth.values())
         assert d["summary_count"] == sum(getattr(t, count_view) for t in truth.values())
-        # Every entry passed the seed's thresholds; with the small sizes of `tiny` only tiny_big does.
+        # Every entry is kept by default: the entries add up to the summary.
+        assert sum(size for _n, _c, size in d["entries"]) == d["summary_size"]
+        assert "tiny_big" in {e[0][-1] for e in d["entries"]} and len(d["entries"]) > 1
+        assert "heapscope-dropped" not in doc["metadata"]
+        # Chromium's thresholds on request: only tiny_big passes, and the export says what it dropped.
+        out = tmp_path / f"{view}.thresholds.json"
+        r = run_process([*HEAPSCOPE, "export", str(tiny), "--format", "chrome-json", "-o", str(out), "--view", view,
+                         "--chrome-thresholds"], timeout=120)
+        assert r.returncode == 0, r.describe()
+        assert b"dropped" in r.stderr and b"Chromium's thresholds" in r.stderr, r.stderr
+        doc = json.loads(out.read_text())
+        assert check_chrome_trace(doc) == []
+        (d,) = chrome_stacks(doc)
         for _names, count, size in d["entries"]:
             assert size >= 16 * 1024 or count >= 1024
         assert [e[0][-1] for e in d["entries"]] == ["tiny_big"]
+        assert doc["metadata"]["heapscope-dropped"]["entries"] >= 1
 
 
 @pytest.mark.timeout(300)

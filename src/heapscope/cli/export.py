@@ -29,6 +29,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dump", type=int, metavar="N",
                    help="only dump N of each process (1 = first, -1 = last); default: the last for"
                         " pprof/speedscope/collapsed, every dump for perfetto/chrome-json")
+    p.add_argument("--chrome-thresholds", action="store_true",
+                   help="chrome-json: drop entries under Chromium's thresholds (16 KiB and 1024 objects), as"
+                        " Chrome does; default: keep every entry")
     p.add_argument("--force", action="store_true",
                    help="replace an existing output file (never a heapscope profile, nor through a link)")
     from heapscope.cli.push import add_clickhouse_arguments
@@ -49,13 +52,22 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("--to, --label and --host go with --format clickhouse")
     fmt = FORMATS[args.format]
     exporter = fmt.exporter()
+    extra: dict[str, object] = {}
+    if args.format == "chrome-json":
+        extra = {"thresholds": args.chrome_thresholds, "warn": _warn}
+    elif args.chrome_thresholds:
+        raise UsageError("--chrome-thresholds goes with --format chrome-json")
     with open_profile(args.file) as profile:
         if args.output == "-":
-            exporter(profile, sys.stdout.buffer, view=args.view, pid=args.pid, dump=args.dump)
+            exporter(profile, sys.stdout.buffer, view=args.view, pid=args.pid, dump=args.dump, **extra)
             sys.stdout.buffer.flush()
             return 0
         out = Path(args.output) if args.output else default_output(args.file, args.format)
         with atomic_output(out, args.force, EXPORT) as f:
-            exporter(profile, f, view=args.view, pid=args.pid, dump=args.dump)
+            exporter(profile, f, view=args.view, pid=args.pid, dump=args.dump, **extra)
     print(f"wrote {out}", file=sys.stderr)
     return 0
+
+
+def _warn(msg: str) -> None:
+    print(f"heapscope: {msg}", file=sys.stderr)
