@@ -246,7 +246,24 @@ def _summary(s: Summary) -> None:
             lines.append(f"target died of {signal.Signals(s.exit_status - 128).name}")
     if s.problems:
         lines.append(f"profile incomplete: {s.problems[0]}")
+    lines += [f"not profiled: {line}" for line in s.not_profiled]
+    for pk in s.peaks:
+        lines.append(f"{pk.name} (pid {pk.pid}): peak {human_bytes(pk.peak_bytes)} sampled unreleased; largest stacks:")
+        lines += [f"  {human_bytes(size):>10}  {path}" for path, size in pk.top]
+    lines += [f"shallow stacks: {line}" for line in s.shallow_stacks]
+    lines += s.symbol_notes
+    if s.unsymbolized:
+        lines.append(f"{_frames(s.unsymbolized_frames)} left unsymbolized (shown as module+0x...):")
+        for m in s.unsymbolized:
+            lines.append(f"  {m.module}: {_frames(m.frames)}; fix: {m.fix}")
+        rest = s.unsymbolized_frames - sum(m.frames for m in s.unsymbolized)
+        if rest > 0:
+            lines.append(f"  ... and {_frames(rest)} of other modules (heapscope symbolize {s.output} lists them)")
     lines.append(f"profile written to {s.output} ({human_bytes(s.output_bytes)})")
     lines.append(f"next: heapscope report {s.output}")
     for line in lines:
         print(f"heapscope: {line}", file=sys.stderr)
+
+
+def _frames(n: int) -> str:
+    return f"{n:,} frame{'s' if n != 1 else ''}"

@@ -61,6 +61,8 @@ def main(args: argparse.Namespace) -> int:
     if report.symbolizer is None:
         print("heapscope: llvm-symbolizer not found (install the `llvm` package):"
               " function names from symbol tables only, no files, lines or inlined frames", file=err)
+    for line in report.debuginfod_errors:
+        print(f"heapscope: {line}", file=err)
     if not report.frames:
         print(f"heapscope: {args.file}: every frame is already symbolized", file=err)
         return 0
@@ -81,5 +83,7 @@ def main(args: argparse.Namespace) -> int:
                 line += f" (build id {m.build_id})"
             if m.detail:
                 line += f": {m.detail}"
+            if m.build_id and m.build_id in report.debuginfod_missing and m.outcome != "symbolized":
+                line += f"; debuginfod: {report.debuginfod_missing[m.build_id]}"
             print(line, file=err)
     return 0 if report.named or report.with_lines else 1

@@ -1,0 +1,135 @@
+"""What a recording is missing, and what the user can do about it.
+
+Three kinds of gaps that `record` names at its end (and `stats` keeps):
+  * modules whose frames stayed unsymbolized (`git+0x1f120`), with the fix:
+    the distribution's debug package (Debian's `PKG-dbgsym`, found with
+    dpkg-query), a debuginfod server (DEBUGINFOD_URLS), or `heapscope symbolize
+    --binary-path`;
+  * a target the client could not be preloaded into: a statically linked
+    executable (no PT_INTERP: no dynamic loader reads LD_PRELOAD), or a
+    setuid/setgid one that runs in the loader's secure mode (it then ignores
+    LD_PRELOAD; see ld.so(8), "Secure-execution mode");
+  * `--unwinder fp` on code built without frame pointers: stacks one or two
+    frames deep.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from elftools.common.exceptions import ELFError
+from elftools.elf.elffile import ELFFile
+
+from heapscope.symbolize.profile import MappingReport, SymbolizeReport
+
+DPKG_TIMEOUT_S = 3.0
+# --unwinder fp: a process whose sampled stacks are mostly this shallow had no frame pointers to walk.
+SHALLOW_DEPTH = 2
+SHALLOW_SHARE = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Unsymbolized:
+    """A module some of whose frames have no function name."""
+
+    module: str  # the mapping's path
+    frames: int  # frames left without a name
+    build_id: str
+    fix: str  # one phrase: what would symbolize them
+
+
+def unsymbolized_modules(report: SymbolizeReport) -> list[Unsymbolized]:
+    """The modules of `report` with frames left nameless, most frames first, each with its fix."""
+    out: list[Unsymbolized] = []
+    for m in report.mappings:
+        missing = m.frames - m.named
+        if missing <= 0 or m.outcome == "not_a_file":
+            continue
+        out.append(Unsymbolized(m.name, missing, m.build_id, _fix(m, report)))
+    out.sort(key=lambda u: (-u.frames, u.module))
+    return out
+
+
+def _fix(m: MappingReport, report: SymbolizeReport) -> str:
+    if m.outcome == "no_symbolizer":
+        return "install llvm-symbolizer (Debian package `llvm`)"
+    if m.outcome == "symbolizer_failed":
+        return f"llvm-symbolizer failed on {m.file or m.name}"
+    if m.outcome == "build_id_mismatch":
+        return f"the file at {m.name} is another build now; give the recorded one: heapscope symbolize PROFILE" \
+               " --binary-path DIR"
+    pkg = owning_package(m.name)
+    if pkg:
+        return f"install its debug symbols: apt install {pkg}-dbgsym (Debian's debug archive; -dbg on older releases)"
+    if report.debuginfod:
+        why = report.debuginfod_missing.get(m.build_id) if m.build_id else "no build id to ask by"
+        return (f"no debuginfod server had it ({why or 'not asked'}); build it with -g, or give its debug file:"
+                " heapscope symbolize PROFILE --binary-path DIR")
+    return ("build it with -g, or give its debug file: heapscope symbolize PROFILE --binary-path DIR"
+            " (or set DEBUGINFOD_URLS to a debuginfod server)")
+
+
+def owning_package(path: str) -> str:
+    """The Debian package that installed `path`, '' when none (or no dpkg)."""
+    if not path.startswith("/") or shutil.which("dpkg-query") is None:
+        return ""
+    candidates = [path, os.path.realpath(path)]
+    for p in list(candidates):
+        if p.startswith("/usr/"):
+            candidates.append(p[4:])  # merged /usr: dpkg knows /lib/..., the loader says /usr/lib/...
+        else:
+            candidates.append("/usr" + p)
+    for p in dict.fromkeys(candidates):
+        try:
+            run = subprocess.run(["dpkg-query", "-S", p], capture_output=True, text=True, timeout=DPKG_TIMEOUT_S,
+                                 env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"})
+        except (OSError, subprocess.SubprocessError):
+            return ""
+        if run.returncode == 0 and ":" in run.stdout:
+            pkg = run.stdout.splitlines()[0].split(":", 1)[0].split(",")[0].strip()
+            if pkg and " " not in pkg:
+                return pkg
+    return ""
+
+
+def preload_blocker(executable: str) -> str | None:
+    """Why the client cannot be preloaded into `executable`, or None when nothing is known to stop it."""
+    try:
+        st = os.stat(executable)
+    except OSError:
+        return None
+    if st.st_mode & stat.S_ISUID and st.st_uid != os.getuid():
+        return "it is setuid: the dynamic loader ignores LD_PRELOAD in secure-execution mode"
+    if st.st_mode & stat.S_ISGID and st.st_gid != os.getgid():
+        return "it is setgid: the dynamic loader ignores LD_PRELOAD in secure-execution mode"
+    try:
+        with open(executable, "rb") as f:
+            if f.read(4) != b"\x7fELF":
+                return None  # a script: its interpreter decides
+            f.seek(0)
+            elf = ELFFile(f)
+            if elf["e_type"] not in ("ET_EXEC", "ET_DYN"):
+                return None
+            if not any(seg["p_type"] == "PT_INTERP" for seg in elf.iter_segments()):
+                return "it is statically linked: no dynamic loader runs, so LD_PRELOAD cannot load the client"
+    except (OSError, ELFError, ValueError):
+        return None
+    return None
+
+
+def mostly_shallow(depths: Iterable[int]) -> tuple[int, int]:
+    """(stacks at most SHALLOW_DEPTH frames deep, all stacks) among `depths` (frames per sampled stack)."""
+    n = shallow = 0
+    for d in depths:
+        n += 1
+        shallow += d <= SHALLOW_DEPTH
+    return shallow, n
+
+
+def is_mostly_shallow(shallow: int, total: int) -> bool:
+    return total > 0 and shallow / total > SHALLOW_SHARE
