@@ -39,6 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     # Imported here so that `heapscope --help` does not load pyelftools.
+    from heapscope.symbolize.missing import fix_for
     from heapscope.symbolize.profile import symbolize_profile
 
     dirs = [d for arg in args.binary_path for d in arg.split(os.pathsep) if d]
@@ -83,7 +84,7 @@ def main(args: argparse.Namespace) -> int:
                 line += f" (build id {m.build_id})"
             if m.detail:
                 line += f": {m.detail}"
-            if m.build_id and m.build_id in report.debuginfod_missing and m.outcome != "symbolized":
-                line += f"; debuginfod: {report.debuginfod_missing[m.build_id]}"
+            if m.outcome in ("not_found", "no_debug_info", "build_id_mismatch", "no_symbolizer"):
+                line += f"; fix: {fix_for(m, report)}"
             print(line, file=err)
     return 0 if report.named or report.with_lines else 1

@@ -50,12 +50,12 @@ def unsymbolized_modules(report: SymbolizeReport) -> list[Unsymbolized]:
         missing = m.frames - m.named
         if missing <= 0 or m.outcome == "not_a_file":
             continue
-        out.append(Unsymbolized(m.name, missing, m.build_id, _fix(m, report)))
+        out.append(Unsymbolized(m.name, missing, m.build_id, fix_for(m, report)))
     out.sort(key=lambda u: (-u.frames, u.module))
     return out
 
 
-def _fix(m: MappingReport, report: SymbolizeReport) -> str:
+def fix_for(m: MappingReport, report: SymbolizeReport) -> str:
     if m.outcome == "no_symbolizer":
         return "install llvm-symbolizer (Debian package `llvm`)"
     if m.outcome == "symbolizer_failed":
