@@ -45,17 +45,16 @@ class Unsymbolized:
 
 def unsymbolized_modules(report: SymbolizeReport) -> list[Unsymbolized]:
     """The modules of `report` with frames left nameless, most frames first, each with its fix."""
-    out: list[Unsymbolized] = []
-    for m in report.mappings:
-        missing = m.frames - m.named
-        if missing <= 0 or m.outcome == "not_a_file":
-            continue
-        out.append(Unsymbolized(m.name, missing, m.build_id, fix_for(m, report)))
+    todo = [m for m in report.mappings if m.frames > m.named and m.outcome != "not_a_file"]
+    packages = owning_packages([m.name for m in todo])
+    out = [Unsymbolized(m.name, m.frames - m.named, m.build_id, fix_for(m, report, packages.get(m.name, "")))
+           for m in todo]
     out.sort(key=lambda u: (-u.frames, u.module))
     return out
 
 
-def fix_for(m: MappingReport, report: SymbolizeReport) -> str:
+def fix_for(m: MappingReport, report: SymbolizeReport, package: str | None = None) -> str:
+    """What would symbolize the frames of `m`; `package`: the Debian package of its file, None to look it up."""
     if m.outcome == "no_symbolizer":
         return "install llvm-symbolizer (Debian package `llvm`)"
     if m.outcome == "symbolizer_failed":
@@ -63,7 +62,7 @@ def fix_for(m: MappingReport, report: SymbolizeReport) -> str:
     if m.outcome == "build_id_mismatch":
         return f"the file at {m.name} is another build now; give the recorded one: heapscope symbolize PROFILE" \
                " --binary-path DIR"
-    pkg = owning_package(m.name)
+    pkg = owning_package(m.name) if package is None else package
     if pkg:
         return f"install its debug symbols: apt install {pkg}-dbgsym (Debian's debug archive; -dbg on older releases)"
     if report.debuginfod:
@@ -76,25 +75,36 @@ def fix_for(m: MappingReport, report: SymbolizeReport) -> str:
 
 def owning_package(path: str) -> str:
     """The Debian package that installed `path`, '' when none (or no dpkg)."""
-    if not path.startswith("/") or shutil.which("dpkg-query") is None:
-        return ""
-    candidates = [path, os.path.realpath(path)]
-    for p in list(candidates):
-        if p.startswith("/usr/"):
-            candidates.append(p[4:])  # merged /usr: dpkg knows /lib/..., the loader says /usr/lib/...
-        else:
-            candidates.append("/usr" + p)
-    for p in dict.fromkeys(candidates):
-        try:
-            run = subprocess.run(["dpkg-query", "-S", p], capture_output=True, text=True, timeout=DPKG_TIMEOUT_S,
-                                 env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"})
-        except (OSError, subprocess.SubprocessError):
-            return ""
-        if run.returncode == 0 and ":" in run.stdout:
-            pkg = run.stdout.splitlines()[0].split(":", 1)[0].split(",")[0].strip()
-            if pkg and " " not in pkg:
-                return pkg
-    return ""
+    return owning_packages([path]).get(path, "")
+
+
+def owning_packages(paths: Iterable[str]) -> dict[str, str]:
+    """path -> the Debian package that installed it, for those dpkg knows; one dpkg-query run for all."""
+    names: dict[str, list[str]] = {}  # a name dpkg may know the file by -> the paths asked
+    for path in paths:
+        if not path.startswith("/"):
+            continue
+        for p in (path, os.path.realpath(path)):
+            # merged /usr: dpkg may know /lib/... when the loader says /usr/lib/..., or the other way
+            for q in (p, p[4:] if p.startswith("/usr/") else "/usr" + p):
+                known = names.setdefault(q, [])
+                if path not in known:
+                    known.append(path)
+    if not names or shutil.which("dpkg-query") is None:
+        return {}
+    try:
+        run = subprocess.run(["dpkg-query", "-S", *names], capture_output=True, text=True, timeout=DPKG_TIMEOUT_S,
+                             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"})
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    out: dict[str, str] = {}
+    for line in run.stdout.splitlines():  # "pkg[:arch][, pkg2]: /path"
+        pkgs, sep, file = line.partition(": ")
+        pkg = pkgs.split(",")[0].split(":")[0].strip()
+        if sep and pkg and " " not in pkg:
+            for path in names.get(file.strip(), []):
+                out.setdefault(path, pkg)
+    return out
 
 
 def preload_blocker(executable: str) -> str | None:

@@ -16,6 +16,7 @@ from heapscope.symbolize.missing import (
     is_mostly_shallow,
     mostly_shallow,
     owning_package,
+    owning_packages,
     preload_blocker,
     unsymbolized_modules,
 )
@@ -100,3 +101,5 @@ def test_owning_package_of_a_system_file() -> None:
         pytest.skip("no x86_64 libc")
     assert owning_package(libc) == "libc6"
     assert owning_package("/nonexistent/file") == ""
+    both = owning_packages([libc, "/usr" + libc if not libc.startswith("/usr/") else libc[4:], "/nonexistent"])
+    assert set(both.values()) == {"libc6"} and len(both) == 2
