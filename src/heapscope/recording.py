@@ -611,7 +611,7 @@ class Recording:
                 mods = unsymbolized_modules(report)
                 s.symbol_notes = list(report.debuginfod_errors)
                 s.unsymbolized_frames = sum(m.frames for m in mods)
-                s.unsymbolized = mods[:UNSYMBOLIZED_SHOWN] if len(mods) <= UNSYMBOLIZED_SHOWN + 1 else mods
+                s.unsymbolized = mods if len(mods) <= UNSYMBOLIZED_SHOWN + 1 else mods[:UNSYMBOLIZED_SHOWN]
             if self.producer is None or not self.output.is_file() or not self.producer.ended:
                 return
             from heapscope.store.reader import open_profile

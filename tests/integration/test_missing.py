@@ -284,3 +284,30 @@ def test_symbolize_with_debuginfod_refuses_a_symlinked_cache(tmp_path: Path, spl
     err = run.stderr.decode()
     assert "symbolic link" in err and "refused" in err, err
     assert list(elsewhere.iterdir()) == [] and server.requests == []
+
+
+def test_many_unsymbolized_modules_are_summed_up(tmp_path: Path) -> None:
+    # GIVEN a program whose allocations come from 8 stripped libraries (two frames each)
+    libs = []
+    for i in range(8):
+        src = tmp_path / f"l{i}.c"
+        src.write_text("#include <stdlib.h>\n"
+                       f"__attribute__((noinline)) static void *in{i}(int n) {{ return malloc(n); }}\n"
+                       f"void *lib{i}(int n) {{ return in{i}(n + {i}); }}\n")
+        so = tmp_path / f"libl{i}.so"
+        subprocess.run(["cc", "-O1", "-fPIC", "-shared", "-fno-omit-frame-pointer", "-o", str(so), str(src)],
+                       check=True, timeout=60)
+        subprocess.run(["objcopy", "--strip-all", str(so)], check=True)
+        libs.append(so)
+    main = tmp_path / "main.c"
+    main.write_text("#include <stdio.h>\n" + "".join(f"void *lib{i}(int);\n" for i in range(8))
+                    + "int main(void) {\n" + "".join(f"  lib{i}(100);\n" for i in range(8)) + "  return 0;\n}\n")
+    prog = tmp_path / "prog"
+    subprocess.run(["cc", "-g", "-o", str(prog), str(main), *map(str, libs), f"-Wl,-rpath,{tmp_path}"],
+                   check=True, timeout=60)
+    # WHEN it is recorded
+    _db, err = _record(tmp_path, [prog], "-i", "1")
+    # THEN the summary names 5 of them, and sums up the rest in one line
+    named = [ln for ln in err.splitlines() if ".so:" in ln and "fix:" in ln]
+    assert len(named) == 5, err
+    assert "... and " in err and " of other modules" in err, err
