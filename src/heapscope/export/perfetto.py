@@ -30,6 +30,7 @@ from typing import BinaryIO
 from heapscope.export import _proto as pb
 from heapscope.export._common import Frames, check_view, pick_dumps, process_label, select_processes
 from heapscope.export._sink import Sink
+from heapscope.model import CallsiteId, FrameId
 from heapscope.store.reader import Dump, Profile, SymbolLine
 from heapscope.store.reader import Process as StoredProcess
 
@@ -69,7 +70,7 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
                         + b"".join(pb.string(3, a) for a in args))
     packet(pb.uint(_P_TIMESTAMP, t0) + pb.blob(_P_PROCESS_TREE, tree))
 
-    _write_interned(profile, packet, [p.info.upid for p in processes], t0)
+    used_frames = _write_interned(profile, packet, [p.info.upid for p in processes], t0)
 
     index = 0
     state: dict[tuple[int, str], dict[int, list[int]]] = {}  # (upid, heap) -> callsite -> totals
@@ -112,17 +113,20 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
                    + pb.uint(_P_FLAGS, _SEQ_NEEDS_INCREMENTAL_STATE) + pb.blob(_P_PROFILE, body))
             index += 1
     last = max([t0] + [d.ts_end for d, _ in dumps])
-    _write_symbols(profile, packet, last)
+    _write_symbols(profile, packet, last, used_frames)
     sink.flush()
 
 
-def _write_symbols(profile: Profile, packet: Callable[[bytes], None], ts: int) -> None:
-    """ModuleSymbols packets: one per mapping with symbolized frames, at most _CHUNK addresses each."""
+def _write_symbols(profile: Profile, packet: Callable[[bytes], None], ts: int, used: set[FrameId]) -> None:
+    """ModuleSymbols packets: one per mapping with symbolized frames, at most _CHUNK addresses each.
+
+    Only frames of the exported callstacks: trace_processor knows no others, and counts
+    symbols for a frame it does not know as an error (stackprofile_invalid_frame_id)."""
     frames = profile.frames()
     by_mapping: dict[int, dict[int, list[SymbolLine]]] = {}
     for fid, lines in profile.frame_symbols().items():
         info = frames.get(fid)
-        if info is None or not lines:
+        if info is None or not lines or fid not in used:
             continue
         by_mapping.setdefault(int(info.mapping_id), {}).setdefault(info.rel_pc, lines)
     if not by_mapping:
@@ -143,7 +147,8 @@ def _write_symbols(profile: Profile, packet: Callable[[bytes], None], ts: int) -
             packet(pb.uint(_P_TIMESTAMP, ts) + pb.blob(_P_MODULE_SYMBOLS, body))
 
 
-def _write_interned(profile: Profile, packet, upids: list[int], t0: int) -> None:  # type: ignore[no-untyped-def]
+def _write_interned(profile: Profile, packet, upids: list[int], t0: int) -> set[FrameId]:  # type: ignore[no-untyped-def]
+    """The interned packets; the frames the exported callstacks use."""
     first = True
 
     def emit(field: int, entries: list[bytes]) -> None:
@@ -192,10 +197,17 @@ def _write_interned(profile: Profile, packet, upids: list[int], t0: int) -> None
     chunked(_I_FRAMES, (
         pb.uint(1, fid) + pb.uint(2, names[info.name]) + pb.uint(3, info.mapping_id) + pb.uint(4, info.rel_pc)
         for fid, info in frames.info.items()))
-    chunked(_I_CALLSTACKS, (
-        pb.uint(1, cs) + pb.unpacked(2, frames.path(cs)) for cs in profile.used_callsites(upids)))
+    used: set[FrameId] = set()
+
+    def callstack(cs: CallsiteId) -> bytes:
+        path = frames.path(cs)
+        used.update(path)
+        return pb.uint(1, cs) + pb.unpacked(2, path)
+
+    chunked(_I_CALLSTACKS, (callstack(cs) for cs in profile.used_callsites(upids)))
     if first:
         emit(_I_FUNCTION_NAMES, [])
+    return used
 
 
 def _hex_bytes(h: str) -> bytes:
