@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from heapscope import __version__
 from heapscope.errors import HeapscopeError, TargetError, UsageError
-from heapscope.model import CallsiteId
+from heapscope.model import CallsiteId, FrameId
 from heapscope.producer import attach
 from heapscope.producer.config import RecordConfig, check_ms, check_positive
 from heapscope.producer.producer import Producer
@@ -539,6 +539,7 @@ class Recording:
                 writer.set_metadata("target_wall_ns", int((time.monotonic() - self.started) * 1e9))
                 writer.add_stats(producer.global_stats())
                 writer.add_stats(self._not_profiled_stats(producer))
+                writer.add_stats(self._shallow_stats(producer))
                 writer.set_metadata("duration_ns", int((time.monotonic() - self.started) * 1e9))
                 writer.commit()
             except Exception as e:
@@ -616,33 +617,40 @@ class Recording:
                 return
             from heapscope.store.reader import open_profile
             with open_profile(self.output) as profile:
-                self._peaks_and_depths(profile)
+                self._peaks(profile)
         except Exception as e:  # the profile is written; these figures are a bonus
             self.log(f"summary figures unavailable: {_describe(e)}")
 
-    def _peaks_and_depths(self, profile: Profile) -> None:
-        from heapscope.symbolize.missing import SHALLOW_DEPTH, is_mostly_shallow, mostly_shallow
+    def _shallow_stats(self, producer: Producer) -> list[tuple[str, int | None, str, str, int, str]]:
+        """--unwinder fp on code without frame pointers: the processes whose stacks are mostly
+        one or two frames deep (read from what the producer committed), for `stats` and the summary."""
+        fp = {int(p.info.upid): p for p in producer.ended if p.flags.unwinder == "frame pointers"}
+        if not fp:
+            return []
+        rows: list[tuple[str, int | None, str, str, int, str]] = []
+        try:
+            from heapscope.store.reader import open_profile
+            from heapscope.symbolize.missing import SHALLOW_DEPTH, is_mostly_shallow, mostly_shallow
+            with open_profile(self.output) as profile:
+                callsites = profile.callsites()
+                depth: dict[CallsiteId, int] = {}
+                for upid, p in sorted(fp.items()):
+                    shallow, n = mostly_shallow(_depth(callsites, depth, cs) for cs in profile.used_callsites([upid]))
+                    if not is_mostly_shallow(shallow, n):
+                        continue
+                    line = (f"{p.info.name or '?'} (pid {p.info.pid}): {shallow:,} of {n:,} stacks are at most"
+                            f" {SHALLOW_DEPTH} frames deep with --unwinder fp: its code has no frame pointers;"
+                            " record with --unwinder libunwind (or build with -fno-omit-frame-pointer)")
+                    self.summary.shallow_stacks.append(line)
+                    rows.append(("shallow_fp_stacks", upid, "data_loss", "producer", shallow, line))
+        except Exception as e:  # a check of the data, never a reason to lose it
+            self.log(f"frame-pointer depth check unavailable: {_describe(e)}")
+        return rows
+
+    def _peaks(self, profile: Profile) -> None:
         s = self.summary
         callsites = profile.callsites()
         frames = profile.frames()
-        depth: dict[CallsiteId, int] = {}
-
-        def depth_of(cs: CallsiteId) -> int:
-            chain: list[CallsiteId] = []
-            node: CallsiteId | None = cs
-            base = 0
-            while node is not None:
-                if node in depth:
-                    base = depth[node]
-                    break
-                entry = callsites.get(node)
-                if entry is None:
-                    break
-                chain.append(node)
-                node = entry[0]
-            for i, n in enumerate(reversed(chain)):
-                depth[n] = base + i + 1
-            return depth.get(cs, 0)
 
         def path_text(cs: CallsiteId) -> str:
             names: list[str] = []
@@ -658,10 +666,8 @@ class Recording:
             shown = list(reversed(names[:STACK_FRAMES_SHOWN]))
             return ("… > " if more else "") + " > ".join(shown)
 
-        by_pid = {p.info.upid: p for p in self.producer.ended} if self.producer else {}
         for stored in profile.processes():
             upid = int(stored.info.upid)
-            label = f"{stored.info.name or '?'} (pid {stored.info.pid})"
             peak = profile.peak_callsites(upid)
             if peak is not None:
                 _ts, rows = peak
@@ -669,15 +675,6 @@ class Recording:
                 if total > 0:
                     s.peaks.append(ProcessPeak(stored.info.pid, stored.info.name or "?", total,
                                                [(path_text(cs), size) for cs, size in rows[:TOP_STACKS] if size > 0]))
-            state = by_pid.get(stored.info.upid)
-            unwinder = state.flags.unwinder if state is not None else (stored.flags.unwinder if stored.flags else "")
-            if unwinder == "frame pointers":
-                shallow, n = mostly_shallow(depth_of(cs) for cs in profile.used_callsites([upid]))
-                if is_mostly_shallow(shallow, n):
-                    s.shallow_stacks.append(
-                        f"{label}: {shallow:,} of {n:,} stacks are at most {SHALLOW_DEPTH} frames deep with"
-                        " --unwinder fp: its code has no frame pointers; record with --unwinder libunwind"
-                        " (or build with -fno-omit-frame-pointer)")
         s.peaks.sort(key=lambda pk: -pk.peak_bytes)
 
     def _uninstall_signals(self) -> None:
@@ -691,6 +688,26 @@ class Recording:
             self._old_wakeup = None
         self._wake_r.close()
         self._wake_w.close()
+
+
+def _depth(callsites: dict[CallsiteId, tuple[CallsiteId | None, FrameId]], memo: dict[CallsiteId, int],
+           cs: CallsiteId) -> int:
+    """Frames in the stack of callsite `cs` (memoized; the reader has refused parent cycles)."""
+    chain: list[CallsiteId] = []
+    node: CallsiteId | None = cs
+    base = 0
+    while node is not None:
+        if node in memo:
+            base = memo[node]
+            break
+        entry = callsites.get(node)
+        if entry is None:
+            break
+        chain.append(node)
+        node = entry[0]
+    for i, n in enumerate(reversed(chain)):
+        memo[n] = base + i + 1
+    return memo.get(cs, 0)
 
 
 def client_library() -> Path:
