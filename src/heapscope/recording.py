@@ -581,7 +581,7 @@ class Recording:
         path = executable or (program if "/" in program else None) or shutil.which(program) or program
         why: str | None = None
         with contextlib.suppress(Exception):
-            from heapscope.symbolize.missing import preload_blocker
+            from heapscope.symbolize.preload import preload_blocker
             why = preload_blocker(path)
         self._target = (path, why)
         if why:

@@ -5,10 +5,8 @@ Three kinds of gaps that `record` names at its end (and `stats` keeps):
     the distribution's debug package (Debian's `PKG-dbgsym`, found with
     dpkg-query), a debuginfod server (DEBUGINFOD_URLS), or `heapscope symbolize
     --binary-path`;
-  * a target the client could not be preloaded into: a statically linked
-    executable (no PT_INTERP: no dynamic loader reads LD_PRELOAD), or a
-    setuid/setgid one that runs in the loader's secure mode (it then ignores
-    LD_PRELOAD; see ld.so(8), "Secure-execution mode");
+  * a target the client could not be preloaded into (preload.py: static,
+    setuid/setgid);
   * `--unwinder fp` on code built without frame pointers: stacks one or two
     frames deep.
 """
@@ -17,15 +15,15 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
 import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
-
+from heapscope.symbolize.preload import preload_blocker
 from heapscope.symbolize.profile import MappingReport, SymbolizeReport
+
+__all__ = ["Unsymbolized", "fix_for", "is_mostly_shallow", "mostly_shallow", "owning_package", "owning_packages",
+           "preload_blocker", "unsymbolized_modules"]
 
 DPKG_TIMEOUT_S = 3.0
 # --unwinder fp: a process whose sampled stacks are mostly this shallow had no frame pointers to walk.
@@ -105,31 +103,6 @@ def owning_packages(paths: Iterable[str]) -> dict[str, str]:
             for path in names.get(file.strip(), []):
                 out.setdefault(path, pkg)
     return out
-
-
-def preload_blocker(executable: str) -> str | None:
-    """Why the client cannot be preloaded into `executable`, or None when nothing is known to stop it."""
-    try:
-        st = os.stat(executable)
-    except OSError:
-        return None
-    if st.st_mode & stat.S_ISUID and st.st_uid != os.getuid():
-        return "it is setuid: the dynamic loader ignores LD_PRELOAD in secure-execution mode"
-    if st.st_mode & stat.S_ISGID and st.st_gid != os.getgid():
-        return "it is setgid: the dynamic loader ignores LD_PRELOAD in secure-execution mode"
-    try:
-        with open(executable, "rb") as f:
-            if f.read(4) != b"\x7fELF":
-                return None  # a script: its interpreter decides
-            f.seek(0)
-            elf = ELFFile(f)
-            if elf["e_type"] not in ("ET_EXEC", "ET_DYN"):
-                return None
-            if not any(seg["p_type"] == "PT_INTERP" for seg in elf.iter_segments()):
-                return "it is statically linked: no dynamic loader runs, so LD_PRELOAD cannot load the client"
-    except (OSError, ELFError, ValueError):
-        return None
-    return None
 
 
 def mostly_shallow(depths: Iterable[int]) -> tuple[int, int]:

@@ -103,3 +103,14 @@ def test_owning_package_of_a_system_file() -> None:
     assert owning_package("/nonexistent/file") == ""
     both = owning_packages([libc, "/usr" + libc if not libc.startswith("/usr/") else libc[4:], "/nonexistent"])
     assert set(both.values()) == {"libc6"} and len(both) == 2
+
+
+def test_damaged_elf_headers_are_no_verdict(tmp_path: Path) -> None:
+    short = tmp_path / "short"
+    short.write_bytes(b"\x7fELF\x02\x01\x01" + b"\0" * 9 + b"\x02\x00")
+    assert preload_blocker(str(short)) is None
+    huge = tmp_path / "huge"
+    # ELF64, ET_EXEC, program headers far past the end of the file
+    huge.write_bytes(b"\x7fELF\x02\x01\x01" + b"\0" * 9 + b"\x02\x00\x3e\x00" + b"\0" * 12
+                     + (1 << 40).to_bytes(8, "little") + b"\0" * 14 + b"\x38\x00\x05\x00" + b"\0" * 8)
+    assert preload_blocker(str(huge)) is None
