@@ -108,7 +108,7 @@ def test_static_binary_is_named_with_the_reason(tmp_path: Path) -> None:
     db, err = _record(tmp_path, [prog])
     # THEN it runs (its output is its own) and the summary says it was not profiled, and why
     assert "recorded 0 processes" in err
-    assert f"not profiled: {prog}" in err and "statically linked" in err, err
+    assert f"{prog} (pid " in err and "was not profiled: it is statically linked" in err, err
     # AND `stats` says so too
     rows = _stats(db, "target_not_profiled")
     assert len(rows) == 1 and rows[0][0] == 1 and "statically linked" in rows[0][1], rows

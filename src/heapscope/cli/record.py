@@ -246,7 +246,7 @@ def _summary(s: Summary) -> None:
             lines.append(f"target died of {signal.Signals(s.exit_status - 128).name}")
     if s.problems:
         lines.append(f"profile incomplete: {s.problems[0]}")
-    lines += [f"not profiled: {line}" for line in s.not_profiled]
+    lines += s.not_profiled
     for pk in s.peaks:
         lines.append(f"{pk.name} (pid {pk.pid}): peak {human_bytes(pk.peak_bytes)} sampled unreleased; largest stacks:")
         lines += [f"  {human_bytes(size):>10}  {path}" for path, size in pk.top]
