@@ -590,7 +590,7 @@ class Recording:
     def _not_profiled_stats(self, producer: Producer) -> list[tuple[str, int | None, str, str, int, str]]:
         """The started target when its pid never connected: a line for the summary, a row for `stats`."""
         child, target = self.child, self._target
-        if child is None or target is None or self.config.names:
+        if child is None or target is None or (self.config.names and not target[1]):
             return []  # with -n the target may rightly stay dormant
         connected = {p.info.pid for p in producer.ended} | {p.info.pid for p in producer.processes.values()}
         if child.pid in connected:
