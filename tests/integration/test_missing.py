@@ -315,3 +315,14 @@ def test_many_unsymbolized_modules_are_summed_up(tmp_path: Path) -> None:
     named = [ln for ln in err.splitlines() if ".so:" in ln and "fix:" in ln]
     assert len(named) == 5, err
     assert "... and " in err and " of other modules" in err, err
+
+
+def test_summary_of_many_processes_shows_the_largest_peaks(tmp_path: Path) -> None:
+    # GIVEN a shell that runs a program 8 times (9 processes, each with a peak)
+    prog = _build(tmp_path, "prog", "-O0", "-fno-omit-frame-pointer", "-fno-inline")
+    script = " ; ".join([str(prog)] * 8)
+    # WHEN the shell is recorded
+    _db, err = _record(tmp_path, ["/bin/sh", "-c", script], "-i", "1")
+    # THEN the summary shows five peaks and counts the rest in one line
+    assert sum("largest stacks" in ln for ln in err.splitlines()) == 5, err
+    assert "... and 4 more processes with smaller peaks" in err, err

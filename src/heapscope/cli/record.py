@@ -27,6 +27,8 @@ from heapscope.wire.codec import Unwinder
 NAME = "record"
 HELP = "run a command under the profiler and write its heap profile"
 
+PEAKS_SHOWN = 5  # processes whose peak the summary shows, largest first
+
 UNWINDERS = {"auto": Unwinder.AUTO, "libunwind": Unwinder.LIBUNWIND, "fp": Unwinder.FP, "none": Unwinder.NONE}
 
 
@@ -247,9 +249,13 @@ def _summary(s: Summary) -> None:
     if s.problems:
         lines.append(f"profile incomplete: {s.problems[0]}")
     lines += s.not_profiled
-    for pk in s.peaks:
+    shown = s.peaks if len(s.peaks) <= PEAKS_SHOWN + 1 else s.peaks[:PEAKS_SHOWN]
+    for pk in shown:
         lines.append(f"{pk.name} (pid {pk.pid}): peak {human_bytes(pk.peak_bytes)} sampled unreleased; largest stacks:")
         lines += [f"  {human_bytes(size):>10}  {path}" for path, size in pk.top]
+    if len(shown) < len(s.peaks):
+        lines.append(f"... and {len(s.peaks) - len(shown):,} more processes with smaller peaks"
+                     f" (heapscope report {s.output})")
     lines += [f"shallow stacks: {line}" for line in s.shallow_stacks]
     lines += s.symbol_notes
     if s.unsymbolized:
