@@ -13,7 +13,8 @@ Owns the lookup order. For a mapping recorded as PATH with build id BUILD_ID
   6. PATH itself
   7. ROOT/.build-id/ab/cdef....debug for each debug root (Debian's /usr/lib/debug)
   8. with a debuginfod client (DEBUGINFOD_URLS), the server's debuginfo for BUILD_ID
-     (debuginfod.py), when none of the above has DWARF
+     (debuginfod.py), when none of the above has DWARF; and when no file of the
+     build is here at all, the server's executable (for its symbol table)
 
 A candidate whose build id differs from the recorded one is never used. The
 first candidate with DWARF wins. A matching candidate without DWARF (a stripped
@@ -137,6 +138,11 @@ class Locator:
             info = self.infos.get(fetched) if fetched else None
             if info is not None and info.build_id == build_id and self._accept(info, result):
                 return result
+            if not result.matched:  # no file of this build here at all: its symbol table, at least
+                fetched = self.debuginfod.fetch(build_id, "executable")
+                info = self.infos.get(fetched) if fetched else None
+                if info is not None and info.build_id == build_id and self._accept(info, result):
+                    return result
         if result.matched:
             result.status = "no_debug_info"
         elif result.mismatches:

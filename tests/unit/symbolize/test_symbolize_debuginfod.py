@@ -152,3 +152,16 @@ def test_urls_from_env() -> None:
     assert urls_from_env({"DEBUGINFOD_URLS": "https://a.example/ http://b.example ftp://c"}) == [
         "https://a.example", "http://b.example"]
     assert urls_from_env({}) == []
+
+
+def test_locator_takes_the_executable_when_no_file_of_the_build_is_here(build: SplitBuild, tmp_path: Path) -> None:
+    # GIVEN a server with the (unstripped) executable of the build but no debuginfo, and no local file
+    s = Server({f"/buildid/{build.build_id}/executable": build.full.read_bytes()})
+    try:
+        d = Debuginfod([s.url], tmp_path / "c")
+        located = Locator((), debug_roots=[], debuginfod=d).locate("/gone/prog", build.build_id)
+        # THEN the executable is used (here it has DWARF too), after the debuginfo was asked for
+        assert located.status == "found" and located.debug_file.endswith(f"{build.build_id}.executable")
+        assert s.requests == [f"/buildid/{build.build_id}/debuginfo", f"/buildid/{build.build_id}/executable"]
+    finally:
+        s.close()
