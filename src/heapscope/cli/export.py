@@ -30,6 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="pprof/speedscope/collapsed: the state of each process (peak, end, or dump N; 1 = first,"
                         " -1 = last; default: peak for space/objects, end for the alloc views);"
                         " perfetto/chrome-json: only dump N (end = -1; default: every dump)")
+    p.add_argument("--chrome-thresholds", action="store_true",
+                   help="chrome-json: drop entries under Chromium's thresholds (16 KiB and 1024 objects), as"
+                        " Chrome does; default: keep every entry")
     p.add_argument("--force", action="store_true",
                    help="replace an existing output file (never a heapscope profile, nor through a link)")
     from heapscope.cli.push import add_clickhouse_arguments
@@ -57,13 +60,22 @@ def main(args: argparse.Namespace) -> int:
             if args.dump == "peak":
                 raise UsageError(f"--dump peak: {args.format} exports dumps; use --dump end or N")
             args.dump = -1
+    extra: dict[str, object] = {}
+    if args.format == "chrome-json":
+        extra = {"thresholds": args.chrome_thresholds, "warn": _warn}
+    elif args.chrome_thresholds:
+        raise UsageError("--chrome-thresholds goes with --format chrome-json")
     with open_profile(args.file) as profile:
         if args.output == "-":
-            exporter(profile, sys.stdout.buffer, view=args.view, pid=args.pid, dump=args.dump)
+            exporter(profile, sys.stdout.buffer, view=args.view, pid=args.pid, dump=args.dump, **extra)
             sys.stdout.buffer.flush()
             return 0
         out = Path(args.output) if args.output else default_output(args.file, args.format)
         with atomic_output(out, args.force, EXPORT) as f:
-            exporter(profile, f, view=args.view, pid=args.pid, dump=args.dump)
+            exporter(profile, f, view=args.view, pid=args.pid, dump=args.dump, **extra)
     print(f"wrote {out}", file=sys.stderr)
     return 0
+
+
+def _warn(msg: str) -> None:
+    print(f"heapscope: {msg}", file=sys.stderr)

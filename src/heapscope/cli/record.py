@@ -27,6 +27,8 @@ from heapscope.wire.codec import Unwinder
 NAME = "record"
 HELP = "run a command under the profiler and write its heap profile"
 
+PEAKS_SHOWN = 5  # processes whose peak the summary shows, largest first
+
 UNWINDERS = {"auto": Unwinder.AUTO, "libunwind": Unwinder.LIBUNWIND, "fp": Unwinder.FP, "none": Unwinder.NONE}
 
 
@@ -246,7 +248,28 @@ def _summary(s: Summary) -> None:
             lines.append(f"target died of {signal.Signals(s.exit_status - 128).name}")
     if s.problems:
         lines.append(f"profile incomplete: {s.problems[0]}")
+    lines += s.not_profiled
+    shown = s.peaks if len(s.peaks) <= PEAKS_SHOWN + 1 else s.peaks[:PEAKS_SHOWN]
+    for pk in shown:
+        lines.append(f"{pk.name} (pid {pk.pid}): peak {human_bytes(pk.peak_bytes)} sampled unreleased; largest stacks:")
+        lines += [f"  {human_bytes(size):>10}  {path}" for path, size in pk.top]
+    if len(shown) < len(s.peaks):
+        lines.append(f"... and {len(s.peaks) - len(shown):,} more processes with smaller peaks"
+                     f" (heapscope report {s.output})")
+    lines += [f"shallow stacks: {line}" for line in s.shallow_stacks]
+    lines += s.symbol_notes
+    if s.unsymbolized:
+        lines.append(f"{_frames(s.unsymbolized_frames)} left unsymbolized (shown as module+0x...):")
+        for m in s.unsymbolized:
+            lines.append(f"  {m.module}: {_frames(m.frames)}; fix: {m.fix}")
+        rest = s.unsymbolized_frames - sum(m.frames for m in s.unsymbolized)
+        if rest > 0:
+            lines.append(f"  ... and {_frames(rest)} of other modules (heapscope symbolize {s.output} lists them)")
     lines.append(f"profile written to {s.output} ({human_bytes(s.output_bytes)})")
     lines.append(f"next: heapscope report {s.output}")
     for line in lines:
         print(f"heapscope: {line}", file=sys.stderr)
+
+
+def _frames(n: int) -> str:
+    return f"{n:,} frame{'s' if n != 1 else ''}"

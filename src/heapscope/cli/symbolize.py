@@ -39,6 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     # Imported here so that `heapscope --help` does not load pyelftools.
+    from heapscope.symbolize.missing import fix_for
     from heapscope.symbolize.profile import symbolize_profile
 
     dirs = [d for arg in args.binary_path for d in arg.split(os.pathsep) if d]
@@ -61,6 +62,8 @@ def main(args: argparse.Namespace) -> int:
     if report.symbolizer is None:
         print("heapscope: llvm-symbolizer not found (install the `llvm` package):"
               " function names from symbol tables only, no files, lines or inlined frames", file=err)
+    for line in report.debuginfod_errors:
+        print(f"heapscope: {line}", file=err)
     if not report.frames:
         print(f"heapscope: {args.file}: every frame is already symbolized", file=err)
         return 0
@@ -81,5 +84,7 @@ def main(args: argparse.Namespace) -> int:
                 line += f" (build id {m.build_id})"
             if m.detail:
                 line += f": {m.detail}"
+            if m.outcome in ("not_found", "no_debug_info", "build_id_mismatch", "no_symbolizer"):
+                line += f"; fix: {fix_for(m, report)}"
             print(line, file=err)
     return 0 if report.named or report.with_lines else 1

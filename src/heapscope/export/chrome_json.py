@@ -16,14 +16,17 @@ alloc_objects) allocations; `sizes`/`counts` are the two of that family.
 - Without the stream, the profile holds heapprofd-style estimates: bytes are
   already scaled to real bytes (interval x samples), so they are written as they
   are; counts are de-sampled estimates (heapscope/estimate.py; exact at interval 1).
-Then, as the seed does, entries whose size is under MIN_SIZE_THRESHOLD *and*
-whose count is under MIN_COUNT_THRESHOLD are dropped (the allocator summary
-keeps their bytes). Chromium's thresholds are the defaults.
+Every entry is kept by default. With `thresholds=True` (`export
+--chrome-thresholds`), as the seed does, entries whose size is under
+MIN_SIZE_THRESHOLD *and* whose count is under MIN_COUNT_THRESHOLD are dropped
+(the allocator summary keeps their bytes); what was dropped is said through
+`warn` and written in the trace's metadata (`heapscope-dropped`).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import BinaryIO
 
 from heapscope.estimate import estimate_int
@@ -75,9 +78,15 @@ class _Maps:
 
 
 def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | None = None,
-           dump: int | None = None, min_size: int = MIN_SIZE_THRESHOLD,
-           min_count: int = MIN_COUNT_THRESHOLD) -> None:
+           dump: int | None = None, thresholds: bool = False, min_size: int = MIN_SIZE_THRESHOLD,
+           min_count: int = MIN_COUNT_THRESHOLD, warn: Callable[[str], None] | None = None) -> None:
+    """`thresholds`: drop Chromium's small entries (min_size / min_count); off, every entry is kept."""
     check_view(view)
+    if not thresholds:
+        min_size = min_count = 0
+    dropped_entries = 0
+    dropped_bytes = 0.0
+    kept_bytes = 0.0
     processes = select_processes(profile, pid)
     frames = Frames(profile)
     sink = Sink(out)
@@ -124,7 +133,10 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
             for fid in frames.path(cs):
                 mapping_ids.add(frames.mapping.get(fid, 0))
             if size < min_size and count < min_count:
+                dropped_entries += 1
+                dropped_bytes += max(0.0, size)
                 continue
+            kept_bytes += max(0.0, size)
             acc = by_node.setdefault(m.node(frames, cs), [0.0, 0.0])
             acc[0] += count
             acc[1] += size
@@ -162,8 +174,17 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
         }
         event({"pid": p.info.pid, "ph": "v", "name": "periodic_interval", "ts": d.ts_end // 1000,
                "id": str(dump_no), "cat": "disabled-by-default-memory-infra", "args": {"dumps": dumps_arg}})
-    sink.text('\n],"metadata":{"heapscope-view":' + json.dumps(view) + "}}\n")
+    meta = '"heapscope-view":' + json.dumps(view)
+    if dropped_entries:
+        meta += ',"heapscope-dropped":' + json.dumps(
+            {"entries": dropped_entries, "bytes": round(dropped_bytes), "min_size": min_size, "min_count": min_count})
+    sink.text('\n],"metadata":{' + meta + "}}\n")
     sink.flush()
+    if dropped_entries and warn is not None:
+        total = dropped_bytes + kept_bytes
+        share = dropped_bytes / total * 100 if total > 0 else 0.0
+        warn(f"chrome-json: dropped {dropped_entries:,} entries under Chromium's thresholds (size < {min_size:,} B"
+             f" and count < {min_count:,}): {share:.1f}% of the bytes over all dumps; the allocator totals keep them")
 
 
 def _desample(groups: dict[tuple[CallsiteId, int], int], rate: int) -> dict[CallsiteId, tuple[float, float]]:

@@ -13,17 +13,25 @@ Packet order (spec formats.md §3, heapprofd.md §7.5), all on one writer sequen
                    heapprofd writes them; trace_processor turns them back into the
                    +alloc / -free delta rows of heap_profile_allocation. A dump with more
                    than _CHUNK callsites continues in the next packet (`continued`).
+  ModuleSymbols    last, once the frames exist in trace_processor: per mapping (path +
+                   build id), per symbolized rel_pc, the inline chain as `Line`s,
+                   innermost function first as in stack_profile_symbol; trace_processor
+                   fills its stack_profile_symbol from them and sets the frames'
+                   symbol_set_id, so the UI shows file:line and inlined frames
+                   (the same packets `traceconv symbolize` appends to a trace).
 Interned ids are the profile's own frame, mapping and callsite ids (all >= 1).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import BinaryIO
 
 from heapscope.export import _proto as pb
 from heapscope.export._common import Frames, check_view, pick_dumps, process_label, select_processes
 from heapscope.export._sink import Sink
-from heapscope.store.reader import Dump, Profile
+from heapscope.model import CallsiteId, FrameId
+from heapscope.store.reader import Dump, Profile, SymbolLine
 from heapscope.store.reader import Process as StoredProcess
 
 _SEQ = 1  # trusted_packet_sequence_id of our one writer sequence
@@ -31,7 +39,7 @@ _CHUNK = 4096
 _CLOCKS = (6, 4, 3, 1)  # BOOTTIME, MONOTONIC_COARSE, MONOTONIC, REALTIME
 # TracePacket fields
 _P_TIMESTAMP, _P_SEQ_ID, _P_INTERNED, _P_FLAGS, _P_CLEARED = 8, 10, 12, 13, 41
-_P_CLOCK_SNAPSHOT, _P_PROCESS_TREE, _P_PROFILE = 6, 2, 37
+_P_CLOCK_SNAPSHOT, _P_PROCESS_TREE, _P_PROFILE, _P_MODULE_SYMBOLS = 6, 2, 37, 61
 _SEQ_INCREMENTAL_STATE_CLEARED, _SEQ_NEEDS_INCREMENTAL_STATE = 1, 2
 # InternedData fields
 _I_FUNCTION_NAMES, _I_FRAMES, _I_CALLSTACKS, _I_BUILD_IDS, _I_MAPPING_PATHS, _I_MAPPINGS = 5, 6, 7, 16, 17, 19
@@ -62,7 +70,7 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
                         + b"".join(pb.string(3, a) for a in args))
     packet(pb.uint(_P_TIMESTAMP, t0) + pb.blob(_P_PROCESS_TREE, tree))
 
-    _write_interned(profile, packet, [p.info.upid for p in processes], t0)
+    used_frames = _write_interned(profile, packet, [p.info.upid for p in processes], t0)
 
     index = 0
     state: dict[tuple[int, str], dict[int, list[int]]] = {}  # (upid, heap) -> callsite -> totals
@@ -104,10 +112,43 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
             packet(pb.uint(_P_TIMESTAMP, d.ts_end) + pb.uint(_P_SEQ_ID, _SEQ)
                    + pb.uint(_P_FLAGS, _SEQ_NEEDS_INCREMENTAL_STATE) + pb.blob(_P_PROFILE, body))
             index += 1
+    last = max([t0] + [d.ts_end for d, _ in dumps])
+    _write_symbols(profile, packet, last, used_frames)
     sink.flush()
 
 
-def _write_interned(profile: Profile, packet, upids: list[int], t0: int) -> None:  # type: ignore[no-untyped-def]
+def _write_symbols(profile: Profile, packet: Callable[[bytes], None], ts: int, used: set[FrameId]) -> None:
+    """ModuleSymbols packets: one per mapping with symbolized frames, at most _CHUNK addresses each.
+
+    Only frames of the exported callstacks: trace_processor knows no others, and counts
+    symbols for a frame it does not know as an error (stackprofile_invalid_frame_id)."""
+    frames = profile.frames()
+    by_mapping: dict[int, dict[int, list[SymbolLine]]] = {}
+    for fid, lines in profile.frame_symbols().items():
+        info = frames.get(fid)
+        if info is None or not lines or fid not in used:
+            continue
+        by_mapping.setdefault(int(info.mapping_id), {}).setdefault(info.rel_pc, lines)
+    if not by_mapping:
+        return
+    for m in profile.mappings():
+        addresses = by_mapping.get(int(m.id))
+        if not addresses:
+            continue
+        head = pb.string(1, m.name) + (pb.blob(2, _hex_bytes(m.build_id)) if m.build_id else b"")
+        items = sorted(addresses.items())
+        for lo in range(0, len(items), _CHUNK):
+            body = head + b"".join(
+                pb.blob(3, pb.uint(1, pc) + b"".join(
+                    pb.blob(2, pb.string(1, s.name) + (pb.string(2, s.source_file) if s.source_file else b"")
+                            + pb.opt_uint(3, s.line_number))
+                    for s in lines))
+                for pc, lines in items[lo:lo + _CHUNK])
+            packet(pb.uint(_P_TIMESTAMP, ts) + pb.blob(_P_MODULE_SYMBOLS, body))
+
+
+def _write_interned(profile: Profile, packet, upids: list[int], t0: int) -> set[FrameId]:  # type: ignore[no-untyped-def]
+    """The interned packets; the frames the exported callstacks use."""
     first = True
 
     def emit(field: int, entries: list[bytes]) -> None:
@@ -156,10 +197,17 @@ def _write_interned(profile: Profile, packet, upids: list[int], t0: int) -> None
     chunked(_I_FRAMES, (
         pb.uint(1, fid) + pb.uint(2, names[info.name]) + pb.uint(3, info.mapping_id) + pb.uint(4, info.rel_pc)
         for fid, info in frames.info.items()))
-    chunked(_I_CALLSTACKS, (
-        pb.uint(1, cs) + pb.unpacked(2, frames.path(cs)) for cs in profile.used_callsites(upids)))
+    used: set[FrameId] = set()
+
+    def callstack(cs: CallsiteId) -> bytes:
+        path = frames.path(cs)
+        used.update(path)
+        return pb.uint(1, cs) + pb.unpacked(2, path)
+
+    chunked(_I_CALLSTACKS, (callstack(cs) for cs in profile.used_callsites(upids)))
     if first:
         emit(_I_FUNCTION_NAMES, [])
+    return used
 
 
 def _hex_bytes(h: str) -> bytes:

@@ -587,6 +587,20 @@ class Profile:
                     "SELECT kind, ts, address, size, callsite_id, seq, sample_size FROM heapscope_allocation_stream"
                     " WHERE upid = ? ORDER BY seq", (upid,))]
 
+    @_reads
+    def peak_callsites(self, upid: int) -> tuple[int, list[tuple[CallsiteId, int]]] | None:
+        """A process's peak (heapscope_peak_allocation): its ts and the unreleased bytes of each callsite
+        there, largest first; None when the profile has no peak rows for it."""
+        rows = self._rows(
+            "SELECT ts, callsite_id, SUM(size) FROM heapscope_peak_allocation WHERE upid = ?"
+            " GROUP BY ts, callsite_id ORDER BY 3 DESC, 2", (upid,))
+        if not rows:
+            return None
+        col = "heapscope_peak_allocation."
+        ts = req_int_from_sql(rows[0][0], col + "ts")
+        return ts, [(CallsiteId(req_int_from_sql(r[1], col + "callsite_id")), int_from_sql(r[2], col + "size"))
+                    for r in rows if req_int_from_sql(r[0], col + "ts") == ts]
+
     def check(self) -> None:
         """Read every row through the typed queries: ProfileError at the first damaged value,
         for commands that change a profile and must not build on a damaged one."""

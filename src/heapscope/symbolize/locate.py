@@ -12,6 +12,9 @@ Owns the lookup order. For a mapping recorded as PATH with build id BUILD_ID
   (with an index: instead of 1-5, every ELF file under the DIRs with BUILD_ID)
   6. PATH itself
   7. ROOT/.build-id/ab/cdef....debug for each debug root (Debian's /usr/lib/debug)
+  8. with a debuginfod client (DEBUGINFOD_URLS), the server's debuginfo for BUILD_ID
+     (debuginfod.py), when none of the above has DWARF; and when no file of the
+     build is here at all, the server's executable (for its symbol table)
 
 A candidate whose build id differs from the recorded one is never used. The
 first candidate with DWARF wins. A matching candidate without DWARF (a stripped
@@ -26,9 +29,12 @@ import os
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from heapscope.symbolize.elfinfo import ElfInfo, NotElfError, file_crc32, is_elf, read_elf_info
+
+if TYPE_CHECKING:
+    from heapscope.symbolize.debuginfod import Debuginfod
 
 DEFAULT_DEBUG_ROOTS = ("/usr/lib/debug",)
 _APK_PREFIX = "base.apk!"
@@ -93,8 +99,10 @@ class Locator:
         *,
         index: bool = False,
         debug_roots: Sequence[str] = DEFAULT_DEBUG_ROOTS,
+        debuginfod: Debuginfod | None = None,
     ) -> None:
         self.binary_path = [os.path.abspath(d) for d in binary_path]
+        self.debuginfod = debuginfod
         self.debug_roots = list(debug_roots)
         self.infos = ElfInfoCache()
         self.index = BuildIdIndex(self.binary_path, self.infos) if index else None
@@ -125,6 +133,16 @@ class Locator:
                         result.mismatches.append((debug.path, debug.build_id or "(CRC differs)"))
                     elif self._accept(debug, result):
                         return result
+        if self.debuginfod is not None and build_id:
+            fetched = self.debuginfod.fetch(build_id)
+            info = self.infos.get(fetched) if fetched else None
+            if info is not None and info.build_id == build_id and self._accept(info, result):
+                return result
+            if not result.matched:  # no file of this build here at all: its symbol table, at least
+                fetched = self.debuginfod.fetch(build_id, "executable")
+                info = self.infos.get(fetched) if fetched else None
+                if info is not None and info.build_id == build_id and self._accept(info, result):
+                    return result
         if result.matched:
             result.status = "no_debug_info"
         elif result.mismatches:

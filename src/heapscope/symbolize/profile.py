@@ -28,6 +28,7 @@ from typing import Literal
 
 from heapscope.store.reader import fallback_frame_name
 from heapscope.store.writer import ProfileWriter, SymbolWriter
+from heapscope.symbolize.debuginfod import Debuginfod
 from heapscope.symbolize.llvm import (
     SourceFrame,
     SymbolizerError,
@@ -71,6 +72,9 @@ class SymbolizeReport:
     symbolizer: str | None  # the llvm-symbolizer used, None when none was
     mappings: list[MappingReport] = field(default_factory=list)
     index_files: int | None = None  # ELF files indexed, in index mode
+    debuginfod: list[str] = field(default_factory=list)  # the servers asked (DEBUGINFOD_URLS)
+    debuginfod_errors: list[str] = field(default_factory=list)  # one line per failure
+    debuginfod_missing: dict[str, str] = field(default_factory=dict)  # build id -> why no server had it
 
     @property
     def frames(self) -> int:
@@ -97,6 +101,7 @@ def symbolize_profile(
     debug_roots: Sequence[str] = DEFAULT_DEBUG_ROOTS,
     symbolizer: str | None = "auto",
     warm: WarmSymbolizer | None = None,
+    debuginfod: Debuginfod | None | Literal["env"] = "env",
 ) -> SymbolizeReport:
     """Symbolize every frame of the profile that has no symbol set yet, and commit.
 
@@ -106,11 +111,16 @@ def symbolize_profile(
 
     `symbolizer`: a path to llvm-symbolizer, "auto" to look for one, None for
     symbol-table names only. `warm`: an llvm-symbolizer already running (and
-    already reading the files), used instead of starting one.
+    already reading the files), used instead of starting one. `debuginfod`: a
+    client for files found nowhere else; "env" = from DEBUGINFOD_URLS (none when unset).
     """
+    if debuginfod == "env":
+        debuginfod = Debuginfod.from_env()
     tool = warm.tool if warm is not None else find_llvm_symbolizer() if symbolizer == "auto" else symbolizer
-    locator = Locator(binary_path, index=index, debug_roots=debug_roots)
+    locator = Locator(binary_path, index=index, debug_roots=debug_roots, debuginfod=debuginfod)
     report = SymbolizeReport(tool, index_files=locator.index.files if locator.index else None)
+    if debuginfod is not None:
+        report.debuginfod = list(debuginfod.urls)
 
     symbols = (store.symbols() if isinstance(store, ProfileWriter)
                else SymbolWriter(store) if isinstance(store, sqlite3.Connection) else store)
@@ -154,6 +164,9 @@ def symbolize_profile(
             frame_updates.append((fn or old_name or fallback_frame_name(path, rel_pc), None, frame_id))
 
     symbols.write_symbols(symbol_rows, frame_updates)
+    if debuginfod is not None:
+        report.debuginfod_errors = list(dict.fromkeys(debuginfod.errors))
+        report.debuginfod_missing = dict(debuginfod.missing)
     return report
 
 

@@ -1,14 +1,23 @@
 """Diff: how each call path grew between two snapshots.
 
-The snapshots may come from two profiles (two runs of a program) or two dumps
-of one. Addresses differ between runs, so call paths are matched by their
-functions: a path is the tuple of (function, library basename) from the root
-down, as in the merged tree. Sorting these tuples gives the preorder of the
-union tree, siblings by name, which is what the flamegraph page expects.
+The snapshots may come from two profiles (two runs, or two builds, of a
+program) or two dumps of one. Addresses differ between runs and builds, so call
+paths are matched by their functions: a path is the tuple of (function, where)
+from the root down, as in the merged tree, where `where` is
+
+  * the basename of the function's source file when it is known (build
+    directories and executable names differ between builds; `foo.c` does not);
+  * else the library's basename (`libc.so.6`);
+  * else, for the process's own executable, EXECUTABLE, so that `app-1.2` and
+    `app-1.3` built without debug info still match by function name.
+
+Sorting these tuples gives the preorder of the union tree, siblings by name,
+which is what the flamegraph page expects.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from heapscope.model import VIEWS
@@ -18,6 +27,7 @@ from heapscope.view.flamegraph import ProcessGraph, Snapshot
 from heapscope.view.tree import MergedTree, build_tree
 
 PathKey = tuple[tuple[str, str], ...]
+EXECUTABLE = "[executable]"  # `where` of a frame of the process's executable without a source file
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +71,7 @@ def dump_ts(profile: Profile, process: Process, index: int | None, flag: str = "
 def read_side(profile: Profile, process: Process, ts: int, label: str) -> Side:
     values = profile.callsite_values(process.info.upid, ts)
     tree = build_tree(profile, sorted(values))
-    keys = path_keys(tree)
+    keys = path_keys(tree, process.info.exe)
     selfs: dict[PathKey, dict[str, int]] = {}
     per_view = {v: tree.self_values(values, v) for v in VIEWS}
     for i, key in enumerate(keys):
@@ -71,10 +81,19 @@ def read_side(profile: Profile, process: Process, ts: int, label: str) -> Side:
     return Side(label, process, ts, selfs, sources)
 
 
-def path_keys(tree: MergedTree) -> list[PathKey]:
+def path_keys(tree: MergedTree, executable: str = "") -> list[PathKey]:
+    """Each node's path of (function, where), root first; see the module's docstring."""
+    exe = os.path.basename(executable) if executable else ""
     keys: list[PathKey] = []
     for i in range(len(tree)):
-        here = (tree.name[i], mapping_basename(tree.map_name[i]))
+        source = tree.source_file[i]
+        if source:
+            where = os.path.basename(source)
+        else:
+            where = mapping_basename(tree.map_name[i])
+            if exe and where == exe:
+                where = EXECUTABLE
+        here = (tree.name[i], where)
         p = tree.parent[i]
         keys.append((*keys[p], here) if p >= 0 else (here,))
     return keys

@@ -1,0 +1,118 @@
+"""What a recording is missing, and what the user can do about it.
+
+Three kinds of gaps that `record` names at its end (and `stats` keeps):
+  * modules whose frames stayed unsymbolized (`git+0x1f120`), with the fix:
+    the distribution's debug package (Debian's `PKG-dbgsym`, found with
+    dpkg-query), a debuginfod server (DEBUGINFOD_URLS), or `heapscope symbolize
+    --binary-path`;
+  * a target the client could not be preloaded into (preload.py: static,
+    setuid/setgid);
+  * `--unwinder fp` on code built without frame pointers: stacks one or two
+    frames deep.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from heapscope.symbolize.preload import preload_blocker
+from heapscope.symbolize.profile import MappingReport, SymbolizeReport
+
+__all__ = ["Unsymbolized", "fix_for", "is_mostly_shallow", "mostly_shallow", "owning_package", "owning_packages",
+           "preload_blocker", "unsymbolized_modules"]
+
+DPKG_TIMEOUT_S = 3.0
+# --unwinder fp: a process whose sampled stacks are mostly this shallow had no frame pointers to walk.
+SHALLOW_DEPTH = 2
+SHALLOW_SHARE = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Unsymbolized:
+    """A module some of whose frames have no function name."""
+
+    module: str  # the mapping's path
+    frames: int  # frames left without a name
+    build_id: str
+    fix: str  # one phrase: what would symbolize them
+
+
+def unsymbolized_modules(report: SymbolizeReport) -> list[Unsymbolized]:
+    """The modules of `report` with frames left nameless, most frames first, each with its fix."""
+    todo = [m for m in report.mappings if m.frames > m.named and m.outcome != "not_a_file"]
+    packages = owning_packages([m.name for m in todo])
+    out = [Unsymbolized(m.name, m.frames - m.named, m.build_id, fix_for(m, report, packages.get(m.name, "")))
+           for m in todo]
+    out.sort(key=lambda u: (-u.frames, u.module))
+    return out
+
+
+def fix_for(m: MappingReport, report: SymbolizeReport, package: str | None = None) -> str:
+    """What would symbolize the frames of `m`; `package`: the Debian package of its file, None to look it up."""
+    if m.outcome == "no_symbolizer":
+        return "install llvm-symbolizer (Debian package `llvm`)"
+    if m.outcome == "symbolizer_failed":
+        return f"llvm-symbolizer failed on {m.file or m.name}"
+    if m.outcome == "build_id_mismatch":
+        return f"the file at {m.name} is another build now; give the recorded one: heapscope symbolize PROFILE" \
+               " --binary-path DIR"
+    pkg = owning_package(m.name) if package is None else package
+    if pkg:
+        return f"install its debug symbols: apt install {pkg}-dbgsym (Debian's debug archive; -dbg on older releases)"
+    if report.debuginfod:
+        why = report.debuginfod_missing.get(m.build_id) if m.build_id else "no build id to ask by"
+        return (f"no debuginfod server had it ({why or 'not asked'}); build it with -g, or give its debug file:"
+                " heapscope symbolize PROFILE --binary-path DIR")
+    return ("build it with -g, or give its debug file: heapscope symbolize PROFILE --binary-path DIR"
+            " (or set DEBUGINFOD_URLS to a debuginfod server)")
+
+
+def owning_package(path: str) -> str:
+    """The Debian package that installed `path`, '' when none (or no dpkg)."""
+    return owning_packages([path]).get(path, "")
+
+
+def owning_packages(paths: Iterable[str]) -> dict[str, str]:
+    """path -> the Debian package that installed it, for those dpkg knows; one dpkg-query run for all."""
+    names: dict[str, list[str]] = {}  # a name dpkg may know the file by -> the paths asked
+    for path in paths:
+        if not path.startswith("/"):
+            continue
+        for p in (path, os.path.realpath(path)):
+            # merged /usr: dpkg may know /lib/... when the loader says /usr/lib/..., or the other way
+            for q in (p, p[4:] if p.startswith("/usr/") else "/usr" + p):
+                known = names.setdefault(q, [])
+                if path not in known:
+                    known.append(path)
+    if not names or shutil.which("dpkg-query") is None:
+        return {}
+    try:
+        run = subprocess.run(["dpkg-query", "-S", *names], capture_output=True, text=True, timeout=DPKG_TIMEOUT_S,
+                             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"})
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    out: dict[str, str] = {}
+    for line in run.stdout.splitlines():  # "pkg[:arch][, pkg2]: /path"
+        pkgs, sep, file = line.partition(": ")
+        pkg = pkgs.split(",")[0].split(":")[0].strip()
+        if sep and pkg and " " not in pkg:
+            for path in names.get(file.strip(), []):
+                out.setdefault(path, pkg)
+    return out
+
+
+def mostly_shallow(depths: Iterable[int]) -> tuple[int, int]:
+    """(stacks at most SHALLOW_DEPTH frames deep, all stacks) among `depths` (frames per sampled stack)."""
+    n = shallow = 0
+    for d in depths:
+        n += 1
+        shallow += d <= SHALLOW_DEPTH
+    return shallow, n
+
+
+def is_mostly_shallow(shallow: int, total: int) -> bool:
+    return total > 0 and shallow / total > SHALLOW_SHARE

@@ -1,0 +1,328 @@
+"""`record` says what is missing: unsymbolized modules with their fix, targets the client
+could not be preloaded into, frame-pointer stacks of code without frame pointers; and
+debug files come from a debuginfod server (a loopback one started here)."""
+
+from __future__ import annotations
+
+import http.server
+import os
+import shutil
+import sqlite3
+import stat
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hs_integration import HEAPSCOPE, run_process
+
+from heapscope.symbolize.llvm import find_llvm_symbolizer
+
+pytestmark = [
+    pytest.mark.timeout(180),
+    pytest.mark.skipif(not all(shutil.which(t) for t in ("cc", "c++", "objcopy", "readelf")),
+                       reason="needs cc, c++, objcopy and readelf"),
+]
+
+PROGRAM = r"""
+#include <stdio.h>
+#include <stdlib.h>
+void *keep[64];
+__attribute__((noinline)) void *leaf_alloc(int i) { return malloc(4096 + i); }
+__attribute__((noinline)) void middle(int i) { keep[i % 64] = leaf_alloc(i); }
+__attribute__((noinline)) void top(int n) { for (int i = 0; i < n; i++) middle(i); }
+int main(void) { top(256); puts("done"); return 0; }
+"""
+INLINED = (Path(__file__).parents[1] / "unit" / "symbolize" / "inlined.cpp").read_text()
+
+
+def _build(tmp: Path, name: str, *flags: str, source: str = PROGRAM, cxx: bool = False) -> Path:
+    src = tmp / f"{name}.{'cc' if cxx else 'c'}"
+    src.write_text(source)
+    out = tmp / name
+    subprocess.run(["c++" if cxx else "cc", "-g", "-Wl,--build-id=sha1", *flags, "-o", str(out), str(src)],
+                   check=True, timeout=120, capture_output=True)
+    return out
+
+
+def _build_id(path: Path) -> str:
+    note = subprocess.run(["readelf", "-n", str(path)], check=True, capture_output=True, text=True).stdout
+    return note.split("Build ID:")[1].split()[0]
+
+
+def _strip(full: Path, out: Path) -> Path:
+    subprocess.run(["objcopy", "--strip-all", str(full), str(out)], check=True)
+    return out
+
+
+def _record(tmp: Path, argv: list[str | Path], *extra: str, env: dict[str, str] | None = None,
+            name: str = "p.db") -> tuple[Path, str]:
+    db = tmp / name
+    run = run_process([*HEAPSCOPE, "record", "-o", str(db), *extra, "--", *map(str, argv)], timeout=120,
+                      env=env)
+    assert run.returncode == 0, run.describe()
+    return db, run.stderr.decode(errors="replace")
+
+
+def _stats(db: Path, name: str) -> list[tuple[int, str]]:
+    with sqlite3.connect(db) as c:
+        return [(int(v), str(d)) for v, d in c.execute("SELECT value, description FROM stats WHERE name = ?",
+                                                         (name,))]
+
+
+# --- unsymbolized modules -------------------------------------------------------------------------
+
+
+def test_stripped_binary_is_named_with_frames_and_fix(tmp_path: Path) -> None:
+    # GIVEN a stripped build of a program whose allocating functions are not exported
+    prog = _strip(_build(tmp_path, "full", "-O1", "-fno-omit-frame-pointer", "-fno-inline"), tmp_path / "stripped")
+    # WHEN it is recorded
+    db, err = _record(tmp_path, [prog], "-i", "1")
+    # THEN the summary names the module, how many of its frames stayed unsymbolized, and the fix
+    assert "left unsymbolized" in err, err
+    line = next(ln for ln in err.splitlines() if f"{prog}:" in ln and "fix:" in ln)
+    assert " frames; fix:" in line or " frame; fix:" in line, line
+    assert "--binary-path" in line, line
+    # AND its stacks show the module+offset names the summary talks about
+    with sqlite3.connect(db) as c:
+        names = {n for (n,) in c.execute("SELECT name FROM stack_profile_frame")}
+    assert any(n.startswith("stripped+0x") for n in names), names
+
+
+def test_debug_build_has_no_unsymbolized_line(tmp_path: Path) -> None:
+    prog = _build(tmp_path, "full", "-O1", "-fno-omit-frame-pointer", "-fno-inline")
+    _db, err = _record(tmp_path, [prog], "-i", "1")
+    assert f"{prog}:" not in err, err
+
+
+# --- targets the client cannot get into ------------------------------------------------------------
+
+
+def test_static_binary_is_named_with_the_reason(tmp_path: Path) -> None:
+    try:
+        prog = _build(tmp_path, "static", "-O1", "-static")
+    except subprocess.CalledProcessError as e:
+        pytest.skip(f"no static libc to link with: {e.stderr.decode(errors='replace')[:200]}")
+    # WHEN a statically linked program is recorded
+    db, err = _record(tmp_path, [prog])
+    # THEN the summary says it was not profiled, and why
+    assert "recorded 0 processes" in err
+    assert f"{prog} (pid " in err and "was not profiled: it is statically linked" in err, err
+    # AND `stats` says so too
+    rows = _stats(db, "target_not_profiled")
+    assert len(rows) == 1 and rows[0][0] == 1 and "statically linked" in rows[0][1], rows
+
+
+def test_profiled_target_is_not_reported_missing(tmp_path: Path) -> None:
+    prog = _build(tmp_path, "dyn", "-O1")
+    db, err = _record(tmp_path, [prog])
+    assert "not profiled" not in err, err
+    assert _stats(db, "target_not_profiled") == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a setuid file of another user needs root to create")
+def test_setuid_binary_is_named_with_the_reason(tmp_path: Path) -> None:
+    prog = _build(tmp_path, "suid", "-O1")
+    os.chown(prog, 65534, 65534)
+    os.chmod(prog, 0o4755)
+    tmp_path.chmod(0o755)
+    _db, err = _record(tmp_path, [prog])
+    assert "setuid" in err and "not profiled" in err, err
+
+
+# --- frame pointers ---------------------------------------------------------------------------------
+
+
+def test_fp_unwinder_without_frame_pointers_is_said(tmp_path: Path) -> None:
+    # GIVEN a program built without frame pointers
+    prog = _build(tmp_path, "nofp", "-O2", "-fomit-frame-pointer", "-fno-inline")
+    # WHEN it is recorded with --unwinder fp
+    db, err = _record(tmp_path, [prog], "-i", "1", "--unwinder", "fp")
+    # THEN the summary says its stacks are too shallow and suggests libunwind
+    line = next((ln for ln in err.splitlines() if "shallow stacks" in ln), "")
+    assert "--unwinder libunwind" in line, err
+    # AND `stats` keeps it
+    rows = _stats(db, "shallow_fp_stacks")
+    assert len(rows) == 1 and rows[0][0] > 0 and "--unwinder libunwind" in rows[0][1], rows
+
+
+def test_fp_unwinder_with_frame_pointers_is_not_flagged(tmp_path: Path) -> None:
+    prog = _build(tmp_path, "fp", "-O0", "-fno-omit-frame-pointer", "-fno-inline")
+    db, err = _record(tmp_path, [prog], "-i", "1", "--unwinder", "fp")
+    assert "shallow stacks" not in err, err
+    assert _stats(db, "shallow_fp_stacks") == []
+
+
+# --- peak in the summary ------------------------------------------------------------------------------
+
+
+def test_summary_shows_peak_and_largest_stacks(tmp_path: Path) -> None:
+    from heapscope.view.units import human_bytes
+    prog = _build(tmp_path, "prog", "-O0", "-fno-omit-frame-pointer", "-fno-inline")
+    _db, err = _record(tmp_path, [prog], "-i", "1")
+    lines = err.splitlines()
+    at = next(i for i, ln in enumerate(lines) if "largest stacks" in ln)
+    # Nothing is freed: at interval 1 the peak is every byte allocated, 256 blocks of 4096+i bytes
+    want = sum(4096 + i for i in range(256))
+    assert "prog (pid " in lines[at] and f"peak {human_bytes(want)} " in lines[at], lines[at]
+    assert lines[at + 1].split()[1:3] == human_bytes(want).split(), lines[at + 1]
+    assert lines[at + 1].endswith("top > middle > leaf_alloc"), lines[at + 1]
+
+
+# --- debuginfod ------------------------------------------------------------------------------------------
+
+
+class _Server:
+    """A loopback debuginfod: /buildid/<id>/debuginfo from `files`; 404 otherwise."""
+
+    def __init__(self, files: dict[str, bytes]) -> None:
+        self.requests: list[str] = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                outer.requests.append(self.path)
+                body = files.get(self.path)
+                if body is None:
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_args: object) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture
+def split_inlined(tmp_path: Path) -> tuple[Path, str, bytes]:
+    """(stripped -O2 program with inlined helpers, its build id, its debug file's bytes)."""
+    full = _build(tmp_path, "inl_full", "-O2", "-fno-omit-frame-pointer", source=INLINED, cxx=True)
+    debug = tmp_path / "inl.debug"
+    subprocess.run(["objcopy", "--only-keep-debug", str(full), str(debug)], check=True)
+    stripped = _strip(full, tmp_path / "inl")
+    return stripped, _build_id(full), debug.read_bytes()
+
+
+@pytest.fixture
+def server_of(request: pytest.FixtureRequest) -> Iterator[object]:
+    servers: list[_Server] = []
+
+    def start(files: dict[str, bytes]) -> _Server:
+        s = _Server(files)
+        servers.append(s)
+        return s
+
+    yield start
+    for s in servers:
+        s.close()
+
+
+@pytest.mark.skipif(find_llvm_symbolizer() is None, reason="llvm-symbolizer not installed (Debian package `llvm`)")
+def test_record_symbolizes_from_debuginfod(tmp_path: Path, split_inlined, server_of) -> None:
+    prog, build_id, debug = split_inlined
+    server = server_of({f"/buildid/{build_id}/debuginfo": debug})
+    cache = tmp_path / "cache"
+    env = dict(os.environ, DEBUGINFOD_URLS=server.url, HEAPSCOPE_DEBUGINFOD_CACHE=str(cache))
+    # WHEN the stripped program is recorded with DEBUGINFOD_URLS set
+    db, err = _record(tmp_path, [prog], "-i", "1", env=env)
+    # THEN its allocating frame has the inline chain from the server's debug file
+    with sqlite3.connect(db) as c:
+        chain = c.execute("SELECT s.name, s.line_number FROM stack_profile_frame f JOIN stack_profile_symbol s"
+                          " ON s.symbol_set_id = f.symbol_set_id WHERE f.name LIKE 'app::outer_fn%'"
+                          " ORDER BY s.id").fetchall()
+    assert chain == [("inner_alloc", 4), ("middle_alloc", 5), ("app::outer_fn(unsigned long)", 7)], err
+    assert f"{prog}:" not in err, err
+    # AND the file is cached privately, so `symbolize` later needs no server
+    assert stat.S_IMODE(os.lstat(cache).st_mode) == 0o700
+    assert (cache / f"{build_id}.debuginfo").read_bytes() == debug
+    # (llvm-symbolizer reads DEBUGINFOD_URLS too and may ask the server on its own)
+    assert f"/buildid/{build_id}/debuginfo" in server.requests, server.requests
+
+
+def test_debuginfod_without_the_file_says_so(tmp_path: Path, split_inlined, server_of) -> None:
+    prog, build_id, _debug = split_inlined
+    server = server_of({})
+    env = dict(os.environ, DEBUGINFOD_URLS=server.url, HEAPSCOPE_DEBUGINFOD_CACHE=str(tmp_path / "cache"))
+    _db, err = _record(tmp_path, [prog], "-i", "1", env=env)
+    line = next(ln for ln in err.splitlines() if f"{prog}:" in ln)
+    assert "no debuginfod server had it" in line and "not found" in line, line
+
+
+def test_debuginfod_unreachable_is_one_line(tmp_path: Path, split_inlined) -> None:
+    prog, _build_id_, _debug = split_inlined
+    # A port nothing listens on: bind, note the port, close.
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    env = dict(os.environ, DEBUGINFOD_URLS=f"http://127.0.0.1:{port}",
+               HEAPSCOPE_DEBUGINFOD_CACHE=str(tmp_path / "cache"))
+    _db, err = _record(tmp_path, [prog], "-i", "1", env=env)
+    assert sum("unreachable" in ln for ln in err.splitlines()) >= 1, err
+    assert "Traceback" not in err
+
+
+def test_symbolize_with_debuginfod_refuses_a_symlinked_cache(tmp_path: Path, split_inlined, server_of) -> None:
+    prog, build_id, debug = split_inlined
+    server = server_of({f"/buildid/{build_id}/debuginfo": debug})
+    db, _err = _record(tmp_path, [prog], "-i", "1", "--no-symbolize")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    (tmp_path / "cache").symlink_to(elsewhere)
+    env = dict(os.environ, DEBUGINFOD_URLS=server.url, HEAPSCOPE_DEBUGINFOD_CACHE=str(tmp_path / "cache"))
+    run = run_process([*HEAPSCOPE, "symbolize", str(db)], timeout=120, env=env)
+    err = run.stderr.decode()
+    assert "symbolic link" in err and "refused" in err, err
+    assert list(elsewhere.iterdir()) == [] and server.requests == []
+
+
+def test_many_unsymbolized_modules_are_summed_up(tmp_path: Path) -> None:
+    # GIVEN a program whose allocations come from 8 stripped libraries (two frames each)
+    libs = []
+    for i in range(8):
+        src = tmp_path / f"l{i}.c"
+        src.write_text("#include <stdlib.h>\n"
+                       f"__attribute__((noinline)) static void *in{i}(int n) {{ return malloc(n); }}\n"
+                       f"void *lib{i}(int n) {{ return in{i}(n + {i}); }}\n")
+        so = tmp_path / f"libl{i}.so"
+        subprocess.run(["cc", "-O1", "-fPIC", "-shared", "-fno-omit-frame-pointer", "-o", str(so), str(src)],
+                       check=True, timeout=60)
+        subprocess.run(["objcopy", "--strip-all", str(so)], check=True)
+        libs.append(so)
+    main = tmp_path / "main.c"
+    main.write_text("#include <stdio.h>\n" + "".join(f"void *lib{i}(int);\n" for i in range(8))
+                    + "int main(void) {\n" + "".join(f"  lib{i}(100);\n" for i in range(8)) + "  return 0;\n}\n")
+    prog = tmp_path / "prog"
+    subprocess.run(["cc", "-g", "-o", str(prog), str(main), *map(str, libs), f"-Wl,-rpath,{tmp_path}"],
+                   check=True, timeout=60)
+    # WHEN it is recorded
+    _db, err = _record(tmp_path, [prog], "-i", "1")
+    # THEN the summary names 5 of them, and sums up the rest in one line
+    named = [ln for ln in err.splitlines() if ".so:" in ln and "fix:" in ln]
+    assert len(named) == 5, err
+    assert "... and " in err and " of other modules" in err, err
+
+
+def test_summary_of_many_processes_shows_the_largest_peaks(tmp_path: Path) -> None:
+    # GIVEN a shell that runs a program 8 times (9 processes, each with a peak)
+    prog = _build(tmp_path, "prog", "-O0", "-fno-omit-frame-pointer", "-fno-inline")
+    script = " ; ".join([str(prog)] * 8)
+    # WHEN the shell is recorded
+    _db, err = _record(tmp_path, ["/bin/sh", "-c", script], "-i", "1")
+    # THEN the summary shows five peaks and counts the rest in one line
+    assert sum("largest stacks" in ln for ln in err.splitlines()) == 5, err
+    assert "... and 4 more processes with smaller peaks" in err, err
