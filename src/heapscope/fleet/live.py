@@ -80,8 +80,11 @@ class Live:
                 for n in range(done + 1, len(dumps) + 1):
                     built = pprof_source.build(profile, pid=p.info.pid, dump=n)
                     labels: tuple[tuple[str, str], ...] = (("pid", str(p.info.pid)),)
-                    if p.info.exe:
-                        labels += (("executable", p.info.exe.rsplit("/", 1)[-1]),)
+                    # While the process runs its executable is not stored yet (heapscope_process
+                    # is written when it ends): its name stands in.
+                    exe = p.info.exe or p.info.name
+                    if exe:
+                        labels += (("executable", exe.rsplit("/", 1)[-1]),)
                     items.append(PushItem(built.data, built.start_unix_ns, built.end_unix_ns, labels,
                                           f"dump {n} of pid {p.info.pid}"))
         return items
