@@ -198,8 +198,8 @@ class Recording:
         return self.producer
 
     def start(self, argv: list[str], executable: str | None = None,
-              stdin: int | None = None, stdout: int | None = None) -> int:
-        """Start `argv` under the client; its pid. `stdin`/`stdout`: as for subprocess.Popen."""
+              stdin: int | None = None, stdout: int | None = None, stderr: int | None = None) -> int:
+        """Start `argv` under the client; its pid. `stdin`/`stdout`/`stderr`: as for subprocess.Popen."""
         if not argv:
             raise UsageError("no command to profile")
         producer = self._open(" ".join(argv))
@@ -211,6 +211,7 @@ class Recording:
             self._forward_signals()
         try:
             self.child = subprocess.Popen(argv, executable=executable, env=env, stdin=stdin, stdout=stdout,
+                                          stderr=stderr,
                                           preexec_fn=self._restore_nofile if self._nofile else None)
         except OSError as e:
             raise TargetError(f"cannot run {argv[0]}: {e.strerror}") from e
