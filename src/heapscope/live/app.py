@@ -294,7 +294,7 @@ class LiveApp(App[None]):
         self._tick()
 
     def action_threads(self) -> None:
-        self.notify("threads: not recorded (the client does not send thread ids)", timeout=4)
+        self._said("threads: not recorded (the client does not send thread ids), so no thread filter", "information")
 
     def action_dump(self) -> None:
         self.run_worker(self._dump, thread=True, exit_on_error=False, group="dumps")
