@@ -85,6 +85,12 @@ class OutputRelay:
         with contextlib.suppress(OSError):
             os.write(1, data)
 
+    def since(self, version: int) -> tuple[list[str], int]:
+        """The lines kept after `version` (as many as are still kept), and the version now."""
+        with self._lock:
+            new = min(self.version - version, len(self.lines))
+            return (list(self.lines)[len(self.lines) - new:] if new > 0 else []), self.version
+
     def pass_through(self) -> None:
         """The view is gone: from now on the target's output goes to our stdout."""
         with self._lock:
@@ -181,14 +187,11 @@ class LiveApp(App[None]):
             return
         self._show_output()
         snap = self.snapshots.latest()
-        key = (snap.seq if snap else 0, self.namer_version(), self.view_name, self.pid)
+        key = (snap.seq if snap else 0, self.namer.known, self.view_name, self.pid)
         if snap is None or key == self._shown:
             return
         self._shown = key
         self._show(snap)
-
-    def namer_version(self) -> int:
-        return len(self.namer._names)
 
     def _show_output(self) -> None:
         log = self.query_one("#output", RichLog)
@@ -196,11 +199,8 @@ class LiveApp(App[None]):
         while self._messages_seen < len(msgs):
             log.write(f"heapscope: {msgs[self._messages_seen]}")
             self._messages_seen += 1
-        relay = self.relay
-        if relay is not None and relay.version != self._output_version:
-            new = relay.version - self._output_version
-            lines = list(relay.lines)[-min(new, OUTPUT_LINES):]
-            self._output_version = relay.version
+        if self.relay is not None:
+            lines, self._output_version = self.relay.since(self._output_version)
             for line in lines:
                 log.write(line)
 

@@ -38,6 +38,11 @@ class Namer:
         found = self._names.get((path, offset))  # a dict read: safe against the writer thread
         return found or fallback_frame_name(path, offset)
 
+    @property
+    def known(self) -> int:
+        """How many frames have a name by now (the view redraws when it grows)."""
+        return len(self._names)
+
     def want(self, frames: Iterable[FrameKey]) -> None:
         with self._cond:
             for path, offset, fixed in frames:
