@@ -207,3 +207,37 @@ def test_no_terminal_is_one_line(tmp_path):
         "heapscope: error: live needs a terminal (stdin or stderr is not one); use `heapscope record` to record"
         " without the view"]
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.timeout(300)
+def test_attach_and_quit(programs, tmp_path):
+    """`live -p PID`: the table shows what is allocated after the attach; q detaches, the target runs on."""
+    if shutil.which("tmux") is None or shutil.which("gdb") is None:
+        pytest.skip("tmux and gdb are needed (.ci/run installs both)")
+    ctl = tmp_path / "ctl"
+    os.mkfifo(ctl)
+    target = subprocess.Popen([programs.path("steps"), ctl], stdout=subprocess.PIPE, start_new_session=True)
+    tmux = fifo = None
+    try:
+        fifo = Fifo(ctl)
+        tmux = Tmux([*HEAPSCOPE, "live", "-i", "1", "-o", "att.db", "-p", str(target.pid)], tmp_path)
+        tmux.wait_for(f"attached to pid {target.pid}")
+        fifo.step()  # step 1, after the attach: grow_one is seen
+        tmux.wait_for(lambda s: row_of(s, "grow_one").split()[:3] == ["976.6", "KiB", "1,000"])
+        tmux.keys("q")
+        assert tmux.exit_status() == 0
+        tmux.wait_for(f"detached from pid {target.pid}")
+        assert target.poll() is None  # let go, still running
+        for _ in range(3):
+            fifo.step()
+        out, _ = target.communicate(timeout=60)
+        assert target.returncode == 0 and out == b"step 1 done\nstep 2 done\nstep 3 done\nstep 4 done\n"
+        assert totals(tmp_path / "att.db") == {"grow_one": {"space": 1000000, "objects": 1000,
+                                                            "alloc_space": 1000000, "alloc_objects": 1000}}
+    finally:
+        for x in (fifo, tmux):
+            if x is not None:
+                x.close()
+        if target.poll() is None:
+            target.kill()
+            target.wait(timeout=30)
