@@ -6,13 +6,19 @@ continuous dumps, each touching every callsite), and optionally a real
 recording of tests/programs/sampled at the default interval (--real).
 
     python benchmarks/fleet.py [--callsites N] [--dumps N] [--real]
+    python benchmarks/fleet.py --overhead [--rounds N] [--ops N]
 
 Measured: ClickHouse rows built and inserted per second into chDB (the whole
 `heapscope export --format clickhouse --to chdb:DIR` path, in process); gzip
 pprof bytes per pushed dump; wall time per push to a loopback Pyroscope-shaped
 and Parca server (tests/fleet_support.py); time per /debug/pprof/heap answer.
-Not measured here: the overhead of `record --serve` / `--push` on the target,
-which needs them wired into `record` (issue 14; see fleet/live.py).
+
+--overhead: what `record --serve` (a scraper fetching /debug/pprof/heap every
+second) and `record --push` (a loopback Pyroscope, a push per 10 s dump) add to
+the wall time of a recording of benchmarks/alloc_bench.c (1 thread, -O2),
+against the same `record -c 10000` without them. Rounds are interleaved (each
+round runs the three in a rotated order) and medians reported with the
+spread and the machine's load average, since the machine may be shared.
 """
 
 from __future__ import annotations
@@ -143,12 +149,98 @@ def scrape_times(db: Path, count: int = 5) -> list[float]:
     return times
 
 
+def overhead(rounds: int, ops: int) -> None:
+    import os
+    import subprocess
+    import threading
+
+    from fleet_support import PyroscopeServer, free_port
+
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        exe = tmp / "alloc_bench"
+        src = ROOT / "benchmarks" / "alloc_bench.c"
+        subprocess.run(["cc", "-O2", "-g", "-pthread", "-Wall", "-o", str(exe), str(src)], check=True)
+        pyroscope = PyroscopeServer()
+        base = [sys.executable, "-m", "heapscope", "record", "-q", "--force", "-c", "10000"]
+        target = ["--", str(exe), "1", str(ops)]
+        configs = ["plain", "serve + scrape 1/s", "push every 10 s"]
+        walls: dict[str, list[float]] = {c: [] for c in configs}
+        cpus: dict[str, list[float]] = {c: [] for c in configs}  # heapscope and the target, user + sys
+        scrapes: list[int] = []
+        pushes: list[int] = []
+        loads = [os.getloadavg()[0]]
+        try:
+            for r in range(rounds):
+                order = configs[r % 3:] + configs[:r % 3]
+                for config in order:
+                    db = tmp / f"{config.split()[0]}.db"
+                    argv = [*base, "-o", str(db)]
+                    stop = threading.Event()
+                    scraper = None
+                    before = len(pyroscope.received)
+                    if config.startswith("serve"):
+                        port = free_port()
+                        argv += ["--serve", f"127.0.0.1:{port}"]
+                        done = [0]
+
+                        def scrape(port: int = port, done: list[int] = done, stop: threading.Event = stop) -> None:
+                            while not stop.wait(1.0):
+                                try:
+                                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/debug/pprof/heap",
+                                                                timeout=30) as resp:
+                                        resp.read()
+                                    done[0] += 1
+                                except OSError:
+                                    pass  # not listening yet, or the recording just ended
+                        scraper = threading.Thread(target=scrape, daemon=True)
+                    elif config.startswith("push"):
+                        argv += ["--push", pyroscope.url, "--label", "service=bench"]
+                    t0 = time.perf_counter()
+                    proc = subprocess.Popen([*argv, *target], stdout=subprocess.DEVNULL)
+                    if scraper is not None:
+                        scraper.start()
+                    _, status, usage = os.wait4(proc.pid, 0)
+                    proc.returncode = os.waitstatus_to_exitcode(status)
+                    walls[config].append(time.perf_counter() - t0)
+                    cpus[config].append(usage.ru_utime + usage.ru_stime)
+                    stop.set()
+                    if scraper is not None:
+                        scraper.join()
+                        scrapes.append(done[0])
+                    if config.startswith("push"):
+                        pushes.append(len(pyroscope.received) - before)
+                    assert proc.returncode == 0, f"{config}: exit status {proc.returncode}"
+                loads.append(os.getloadavg()[0])
+        finally:
+            pyroscope.close()
+    plain = statistics.median(walls["plain"])
+    print(f"alloc_bench 1 thread, {ops:,} ops; {rounds} interleaved rounds; load average (1 min) "
+          f"{min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} cores")
+    plain_cpu = statistics.median(cpus["plain"])
+    print("| recording | median wall s | min-max s | added wall (median) | median CPU s (all) | added CPU |")
+    print("|---|---|---|---|---|---|")
+    for c in configs:
+        w, u = walls[c], cpus[c]
+        added = "" if c == "plain" else f"{(statistics.median(w) / plain - 1) * 100:+.1f}%"
+        added_cpu = "" if c == "plain" else f"{statistics.median(u) - plain_cpu:+.2f} s"
+        print(f"| {c} | {statistics.median(w):.2f} | {min(w):.2f}-{max(w):.2f} | {added} | {statistics.median(u):.2f}"
+              f" | {added_cpu} |")
+    print(f"scrapes answered per run: {scrapes}; profiles pushed per run: {pushes}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--overhead", action="store_true", help="measure record --serve / --push against a plain record")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--ops", type=int, default=40_000_000, help="alloc_bench operations per run (--overhead)")
     ap.add_argument("--callsites", type=int, default=20_000)
     ap.add_argument("--dumps", type=int, default=10)
     ap.add_argument("--real", action="store_true", help="also record tests/programs/sampled and measure it")
     args = ap.parse_args()
+    if args.overhead:
+        overhead(args.rounds, args.ops)
+        return
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         profiles = {"synthetic": tmp / "synthetic.db"}

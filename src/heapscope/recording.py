@@ -16,8 +16,16 @@ target's.
 
 Hooks for a live view or an HTTP endpoint: `request_dump(reason)` and
 `stop()` may be called from a signal handler or another thread (they only set
-a flag and wake the loop); `dump_now(reason)` dumps at once from the loop's
-own thread; `status` is called every STATUS_EVERY_S from the loop.
+a flag and wake the loop); `fresh_dump()` / `fresh_snapshot()`, from another
+thread, ask the loop for a dump and wait until it is committed (an HTTP
+scrape); `dump_now(reason)` dumps at once from the loop's own thread;
+`status` is called every STATUS_EVERY_S from the loop; `on_dump` functions
+after each committed continuous dump (a pusher queues it and returns);
+`every(seconds, fn)` calls fn(producer) on the loop's thread (a live view's
+snapshot of per-callsite totals: producer state is read there and nowhere
+else). Every hook runs on the loop's thread and must return at once.
+
+The fleet options (--serve, --push, --label) are wired by `with_fleet()`.
 """
 
 from __future__ import annotations
@@ -49,10 +57,13 @@ from heapscope.producer.session import Guardrails, remove_stale_dirs
 from heapscope.store.writer import ProfileWriter
 
 if TYPE_CHECKING:
+    from heapscope.fleet.live import Live
+    from heapscope.fleet.serve import Snapshot
     from heapscope.store.reader import Profile
     from heapscope.symbolize.missing import Unsymbolized
 
 STATUS_EVERY_S = 0.5
+FRESH_DUMP_TIMEOUT_S = 20.0  # a scrape waits this long for its dump, then gets an error
 TOP_STACKS = 3  # the largest stacks at each process's peak, in the summary
 STACK_FRAMES_SHOWN = 4  # innermost frames of each
 UNSYMBOLIZED_SHOWN = 5  # modules named (with their fix) in the summary
@@ -131,6 +142,12 @@ class Summary:
     symbol_notes: list[str] = field(default_factory=list)  # e.g. a debuginfod server that failed
 
 
+@dataclass(eq=False, slots=True)
+class _Waiter:
+    event: threading.Event = field(default_factory=threading.Event)
+    dumped: bool = False
+
+
 class Recording:
     """Start or attach, loop, dump, guard, tear down; see the module's docstring."""
 
@@ -168,6 +185,12 @@ class Recording:
         self._symbol_report: Any = None  # the SymbolizeReport of the end of the recording
         self._target: tuple[str, str | None] | None = None  # started: (its path, why it cannot be preloaded)
         self._nofile: tuple[int, int] | None = None  # the limit before we raised it
+        self.on_dump: list[Callable[[Path], None]] = []  # after each committed continuous dump
+        self.fleet: Live | None = None  # --serve/--push: closed (final dumps pushed) by close()
+        self.fleet_lines: list[str] = []  # its summary lines, once closed
+        self._every: list[list[Any]] = []  # [period s, fn(producer), next time]
+        self._waiters: list[_Waiter] = []  # fresh_dump() callers waiting for the next dump
+        self._waiters_lock = threading.Lock()
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -200,8 +223,8 @@ class Recording:
         return self.producer
 
     def start(self, argv: list[str], executable: str | None = None,
-              stdin: int | None = None, stdout: int | None = None) -> int:
-        """Start `argv` under the client; its pid. `stdin`/`stdout`: as for subprocess.Popen."""
+              stdin: int | None = None, stdout: int | None = None, stderr: int | None = None) -> int:
+        """Start `argv` under the client; its pid. `stdin`/`stdout`/`stderr`: as for subprocess.Popen."""
         if not argv:
             raise UsageError("no command to profile")
         producer = self._open(" ".join(argv))
@@ -214,6 +237,7 @@ class Recording:
             self._forward_signals()
         try:
             self.child = subprocess.Popen(argv, executable=executable, env=env, stdin=stdin, stdout=stdout,
+                                          stderr=stderr,
                                           preexec_fn=self._restore_nofile if self._nofile else None)
         except OSError as e:
             raise TargetError(f"cannot run {argv[0]}: {e.strerror}") from e
@@ -317,6 +341,69 @@ class Recording:
         self._stopping = True
         self._wake()
 
+    def fresh_dump(self, timeout: float = FRESH_DUMP_TIMEOUT_S) -> None:
+        """From another thread: a dump of every process by the loop, returned from once committed.
+
+        Concurrent callers share the next dump. HeapscopeError when the
+        recording is over or failed, or the dump did not come within `timeout`.
+        """
+        waiter = _Waiter()
+        with self._waiters_lock:
+            if self._ended or self._failed or self.producer is None:
+                raise HeapscopeError("the recording is over" if self._ended else "the recording is not running")
+            self._waiters.append(waiter)
+        self._wake()
+        if not waiter.event.wait(timeout):
+            with self._waiters_lock:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+            raise HeapscopeError(f"no dump within {timeout:.0f} s (the recording is busy)")
+        if self._failed:
+            raise HeapscopeError("the recording failed; see its error line")
+        if not waiter.dumped:
+            raise HeapscopeError("the recording is over")
+
+    def fresh_snapshot(self) -> Snapshot:
+        """What PprofServer serves: the profile after a fresh dump (its latest dumps)."""
+        from heapscope.fleet.serve import Snapshot
+
+        self.fresh_dump()
+        return Snapshot(self.output, None)
+
+    def every(self, seconds: float, fn: Callable[[Producer], None]) -> None:
+        """Call fn(producer) on the loop's thread every `seconds` (first at once); it must return at once."""
+        self._every.append([seconds, fn, 0.0])
+
+    def with_fleet(self, args: Any) -> Live:
+        """--serve/--push/--label of `args` (fleet.live.add_arguments): the server listens at once
+        (a bad address fails here, before any target starts); pushes follow each continuous dump
+        and the final ones; close() stops both and keeps their summary lines in `fleet_lines`."""
+        from heapscope.fleet.live import Live
+
+        fleet = Live.from_args(args, snapshot=self.fresh_snapshot)
+        self.fleet = fleet
+        self.on_dump.append(fleet.dumped)
+        if fleet.server is not None:
+            self.say(f"serving {fleet.server.url}heap and /allocs")
+        return fleet
+
+    def _answer_waiters(self) -> None:
+        with self._waiters_lock:
+            waiters, self._waiters = self._waiters, []
+        if not waiters:
+            return
+        self.dump_now("signal")
+        for w in waiters:
+            w.dumped = True
+            w.event.set()
+
+    def _release_waiters(self) -> None:
+        """The loop is over: nobody waits for a dump that will not come."""
+        with self._waiters_lock:
+            waiters, self._waiters = self._waiters, []
+        for w in waiters:
+            w.event.set()
+
     def dump_now(self, reason: str) -> None:
         """A dump of every process now; only from the loop's thread (or between start and run)."""
         if self.producer is None or self._failed or self._ended:
@@ -390,6 +477,7 @@ class Recording:
         except Exception as e:  # the loop's own bookkeeping: same as a producer failure
             self._fail(e)
         self._ended = True
+        self._release_waiters()
         if self.child is not None:
             if code is None:
                 # --duration, a guardrail, stop() or a failure ended the session:
@@ -418,11 +506,23 @@ class Recording:
             busy = self._poll(0 if busy else IDLE_POLL_S) > 0
             while self._dumps_requested:
                 self.dump_now(self._dumps_requested.pop(0))
+            if self._waiters:
+                self._answer_waiters()
             now = time.monotonic()
             if next_dump is not None and now >= next_dump:
                 self.dump_now("periodic")
                 while next_dump <= now:
                     next_dump += interval
+                self._dumped()
+            for job in self._every:
+                if now >= job[2] and not self._failed:
+                    job[2] = now + job[0]
+                    try:
+                        job[1](producer)
+                    except Exception as e:  # a watcher's bug must not end the recording
+                        self._every.remove(job)
+                        self.warn(f"live view stopped: {_describe(e)}")
+                        break
             if next_guard is not None and now >= next_guard and not self._failed:
                 hit = self.guard.check()
                 if hit:
@@ -451,6 +551,13 @@ class Recording:
                 with contextlib.suppress(Exception):
                     self.status(now)
                 next_status = now + STATUS_EVERY_S
+
+    def _dumped(self) -> None:
+        if self._failed:
+            return
+        for fn in self.on_dump:
+            with contextlib.suppress(Exception):  # a pusher only queues; nothing of it may stop us
+                fn(self.output)
 
     def _target_exited(self, producer: Producer, code: int) -> int:
         # The target is gone; its socket (and those of children that exited with
@@ -504,6 +611,7 @@ class Recording:
     def close(self) -> None:
         """Write what is left, symbolize, and let everything go; always safe to call."""
         self._ended = True
+        self._release_waiters()
         try:
             if self.child is not None and self.child.returncode is None:
                 # An exception left the session early: the target still ends under us.
@@ -525,10 +633,29 @@ class Recording:
                 self.summary.output_bytes = self.output.stat().st_size if self.output.exists() else 0
                 self._missing_figures()
             self.summary.elapsed_s = time.monotonic() - self.started
+            self._close_fleet()
             self._restore_nofile()
             self._nofile = None
             # Last: a signal after the target's end (say SIGUSR1) must find our handler.
             self._uninstall_signals()
+
+    def _close_fleet(self) -> None:
+        """Stop serving; push the final dumps (now symbolized) and give the pushers a bounded drain."""
+        fleet, self.fleet = self.fleet, None
+        if fleet is None:
+            return
+        if fleet.server is not None:
+            fleet.server.close()  # before the last push: no scrape may wait on a loop that is gone
+        if self.writer is not None and self.output.exists() and not self._failed:
+            self._dumped_final(fleet)
+        try:
+            self.fleet_lines = fleet.close()
+        except Exception as e:
+            self.fleet_lines = [f"serving/pushing ended badly: {_describe(e)}"]
+
+    def _dumped_final(self, fleet: Live) -> None:
+        with contextlib.suppress(Exception):
+            fleet.dumped(self.output)
 
     def _write_end(self) -> None:
         producer, writer = self.producer, self.writer

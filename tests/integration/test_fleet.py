@@ -8,13 +8,18 @@ started and stopped by each test; every subprocess has a timeout.
 from __future__ import annotations
 
 import hashlib
+import os
+import re
+import select
+import subprocess
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from fleet_support import ParcaServer, PyroscopeServer, free_port, go_missing, go_pprof, parca_messages, raw_totals
-from hs_integration import HEAPSCOPE, Recorder, run_process
+from hs_integration import HEAPSCOPE, Recorder, kill_group, run_process
 
 from heapscope.fleet.serve import PprofServer, Snapshot
 from heapscope.model import VIEWS
@@ -191,3 +196,128 @@ def test_server_errors_are_one_line(tiny, pyroscope):
     pyroscope.hold = threading.Event()  # a server that never answers in time
     run = heapscope("push", tiny, pyroscope.url, "--timeout", "0.5", "--attempts", "1")
     assert run.returncode == 1 and one_line(run.stderr).endswith("no answer within 0.5 s)")
+
+
+# --- while recording: record --serve / --push -----------------------------------------------
+
+
+class LiveRecord:
+    """`heapscope record ... -- phases DONE` in its own session; the test feeds its stdin and reads
+    its output through pipes, each read bounded by a deadline (no sleeps)."""
+
+    def __init__(self, programs, tmp_path: Path, *options: object) -> None:
+        self.db = tmp_path / "live.db"
+        self.argv = [*HEAPSCOPE, "record", "-i", "1", "-o", str(self.db), *(str(o) for o in options), "--",
+                     str(programs.path("phases")), str(tmp_path / "done")]
+        self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, start_new_session=True)
+        self.out = {self.proc.stdout.fileno(): b"", self.proc.stderr.fileno(): b""}
+
+    def wait_for(self, stream, text: bytes, timeout: float = 60) -> bytes:
+        """Read `stream` until `text` appears; all of it so far."""
+        fd = stream.fileno()
+        deadline = time.monotonic() + timeout
+        while text not in self.out[fd]:
+            left = deadline - time.monotonic()
+            assert left > 0, f"no {text!r} within {timeout} s; got {self.out[fd]!r}"
+            ready, _, _ = select.select([fd], [], [], left)
+            if ready:
+                chunk = os.read(fd, 65536)
+                assert chunk, f"EOF before {text!r}; got {self.out[fd]!r}"
+                self.out[fd] += chunk
+        return self.out[fd]
+
+    def finish(self, timeout: float = 60) -> tuple[int, str]:
+        """Let phase 2 run; the exit status and the whole of stderr."""
+        seen = self.out[self.proc.stderr.fileno()]
+        try:
+            out, err = self.proc.communicate(b"go\n", timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_group(self.proc)
+            pytest.fail(f"timed out after {timeout}s: {' '.join(self.argv)}")
+        return self.proc.returncode, (seen + err).decode()
+
+    def close(self) -> None:
+        if self.proc.returncode is None:
+            kill_group(self.proc)
+
+
+@pytest.fixture
+def live_record(programs, tmp_path) -> Iterator[Callable[..., LiveRecord]]:
+    started: list[LiveRecord] = []
+
+    def start(*options: object) -> LiveRecord:
+        started.append(LiveRecord(programs, tmp_path, *options))
+        return started[-1]
+
+    yield start
+    for r in started:
+        r.close()
+
+
+def inuse_at_dump(db: Path, n: int) -> dict[str, int]:
+    """The four views summed over callsites at the process's dump `n` (1 = first), Go's names."""
+    with open_profile(db) as p:
+        (proc,) = p.processes()
+        dump = p.dumps(proc.info.upid)[n - 1]
+        values = p.callsite_values(proc.info.upid, dump.ts_end).values()
+        return {GO_NAME[v]: sum(x.get(v) for x in values) for v in VIEWS}
+
+
+@pytest.mark.timeout(300)
+def test_go_tool_pprof_scrapes_a_live_recording(live_record, tmp_path):
+    """phases holds 1000 x 100 bytes and waits on its stdin: the scrape takes a fresh dump (dump 1)
+    whose totals are what go tool pprof reads, and the ground truth."""
+    if go_missing():
+        pytest.skip(go_missing())
+    rec = live_record("--serve", "127.0.0.1:0")
+    served = rec.wait_for(rec.proc.stderr, b"/debug/pprof/heap and /allocs\n")
+    url = re.search(rb"serving (http://127\.0\.0\.1:\d+/debug/pprof/)heap", served).group(1).decode()
+    rec.wait_for(rec.proc.stdout, b"phase 1 done\n")
+    raw = go_pprof(["-raw", url + "heap"], tmp_path)
+    top = go_pprof(["-top", url + "allocs"], tmp_path)
+    status, err = rec.finish()
+    assert status == 0, err
+    assert "served 4 requests on " + url in err, err  # each pprof run also asks /symbol
+    assert "inuse_space/bytes[dflt]" in raw and "Type: alloc_space" in top
+    got = raw_totals(raw)
+    assert got["inuse_space"] == 100000 and got["inuse_objects"] == 1000, raw
+    assert got == inuse_at_dump(rec.db, 1)
+    with open_profile(rec.db) as p:
+        (proc,) = p.processes()
+        assert [d.reason for d in p.dumps(proc.info.upid)] == ["signal", "signal", "exit"]
+
+
+@pytest.mark.timeout(300)
+def test_push_follows_continuous_dumps(live_record, pyroscope, tmp_path):
+    """-c: every continuous dump is pushed while the target runs, the final one after it ends."""
+    rec = live_record("-c", "100", "--push", pyroscope.url, "--label", "service=api")
+    rec.wait_for(rec.proc.stdout, b"phase 1 done\n")
+    first = pyroscope.wait_for(1)[0]  # pushed while the target waits in phase 1
+    assert first.labels["__app__"] == "api" and first.labels["executable"] == "phases"
+    status, err = rec.finish()
+    assert status == 0, err
+    with open_profile(rec.db) as p:
+        (proc,) = p.processes()
+        dumps = len(p.dumps(proc.info.upid))
+    received = pyroscope.wait_for(dumps)
+    assert len(received) == dumps
+    assert f"push to {pyroscope.url}: {dumps} of {dumps} profiles sent" in err, err
+    if go_missing():
+        return
+    last = tmp_path / "last.pb.gz"
+    last.write_bytes(received[-1].profile)
+    assert raw_totals(go_pprof(["-raw", str(last)], tmp_path)) == inuse_at_dump(rec.db, dumps)
+
+
+@pytest.mark.timeout(300)
+def test_push_to_a_dead_server_costs_the_recording_nothing(live_record):
+    """Nothing listens: the target runs and exits as usual, the profile is whole, the loss is said."""
+    url = f"pyroscope+http://127.0.0.1:{free_port()}"
+    rec = live_record("-c", "100", "--push", url, "-q")
+    rec.wait_for(rec.proc.stdout, b"phase 1 done\n")
+    status, err = rec.finish()
+    assert status == 0, err
+    (line,) = [x for x in err.splitlines() if x.startswith(f"heapscope: push to {url}: 0 of ")]
+    assert "failed" in line and "connection refused" in line, err
+    assert report_totals(rec.db)["inuse_space"] == 200000  # phase_one's and phase_two's kept blocks

@@ -17,7 +17,7 @@ from heapscope import __version__
 from heapscope.errors import HeapscopeError
 
 # In the order `heapscope --help` lists them.
-COMMAND_NAMES = ("record", "report", "flamegraph", "diff", "leaks", "sql", "symbolize", "export", "import_",
+COMMAND_NAMES = ("record", "live", "report", "flamegraph", "diff", "leaks", "sql", "symbolize", "export", "import_",
                  "push")
 
 

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from heapscope.errors import TargetError, UsageError
+from heapscope.fleet import live as fleet_live
 from heapscope.producer.config import DEFAULT_INTERVAL, DEFAULT_SHMEM_SIZE, RecordConfig, parse_size
 from heapscope.recording import MAX_DURATION_S, Recording, RecordingOptions, Summary, client_library
 from heapscope.view.units import human_bytes
@@ -75,6 +76,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-producer-cpu", type=float, metavar="SECONDS",
                    help="stop profiling when heapscope's own CPU time exceeds SECONDS")
     p.add_argument("--no-symbolize", action="store_true", help="leave function names empty")
+    fleet_live.add_arguments(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no status line and no summary")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
                    help="the program to profile and its arguments")
@@ -113,6 +115,8 @@ def main(args: argparse.Namespace) -> int:
                     log=_log if verbose else _quiet)
     status_line = _StatusLine(enabled=not args.quiet and sys.stderr.isatty())
     with rec:
+        if args.serve or args.push:
+            rec.with_fleet(args)
         if command:
             rec.start(command, executable=executable)
         else:
@@ -128,6 +132,9 @@ def main(args: argparse.Namespace) -> int:
         _summary(rec.summary)
     elif rec.summary.problems:
         pass  # already said, one line each, as they happened
+    for line in rec.fleet_lines:
+        if not args.quiet or "failed" in line or "dropped" in line:  # a loss is said even with -q
+            _log(line)
     return returncode
 
 

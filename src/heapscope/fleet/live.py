@@ -1,12 +1,12 @@
 """Serving and pushing while `record` runs: its options, and one object for the session to hold.
 
-How `record` wires it (a few lines in cli/record.py, once a recording can
-take a consistent dump on request):
+How a recording wires it (heapscope.recording.Recording.with_fleet, called
+by `record` and `live` when --serve or --push is given):
 
     live.add_arguments(parser)                               # --serve, --serve-remote, --push, --label
     fleet = live.Live.from_args(args, snapshot=recording.fresh_snapshot)   # before the target starts
     ... after each committed continuous dump:  fleet.dumped(output)       # returns at once
-    ... at the end:                            for line in fleet.close(): say(line)
+    ... at the end, profile written:           fleet.dumped(output); for line in fleet.close(): say(line)
 
 `snapshot` returns a Snapshot (profile path, dump) taken for the request; the
 server calls it on its own threads. `dumped()` only queues a function for the
@@ -80,8 +80,11 @@ class Live:
                 for n in range(done + 1, len(dumps) + 1):
                     built = pprof_source.build(profile, pid=p.info.pid, dump=n)
                     labels: tuple[tuple[str, str], ...] = (("pid", str(p.info.pid)),)
-                    if p.info.exe:
-                        labels += (("executable", p.info.exe.rsplit("/", 1)[-1]),)
+                    # While the process runs its executable is not stored yet (heapscope_process
+                    # is written when it ends): its name stands in.
+                    exe = p.info.exe or p.info.name
+                    if exe:
+                        labels += (("executable", exe.rsplit("/", 1)[-1]),)
                     items.append(PushItem(built.data, built.start_unix_ns, built.end_unix_ns, labels,
                                           f"dump {n} of pid {p.info.pid}"))
         return items

@@ -62,7 +62,9 @@ class ProfileWriter:
         for suffix in ("-wal", "-shm"):
             os.close(create_private(Path(f"{self.path}{suffix}")))
         try:
-            self.db = sqlite3.connect(self.path)
+            # One thread at a time, not always the one that opened it: `heapscope live`
+            # opens the profile on the main thread and records on another.
+            self.db = sqlite3.connect(self.path, check_same_thread=False)
             # The profile is rebuilt from scratch on every run: durability per
             # dump matters, fsync per dump does not.
             self.db.execute("PRAGMA journal_mode=WAL")

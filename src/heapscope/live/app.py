@@ -1,0 +1,327 @@
+"""The live view: memory over time, the top stacks now, keys for a dump and a flamegraph.
+
+Everything shown comes from the HeapSnapshot the recording loop published
+last (snapshot.py) and from the target's output relayed by OutputRelay; the
+view's thread never reads producer state. A dump (`d`) and a flamegraph
+(`f`) are asked of the recording with Recording.fresh_dump() from a worker
+thread, so the view stays responsive while the loop writes them.
+
+    q  quit the view (final dumps; a started target runs on and is waited for)
+    d  take a dump now            f  write a flamegraph page of the state now
+    1-4 sort by unreleased bytes, unreleased objects, allocated bytes, allocations
+    p  next process (all, then each pid)    t  thread filter (threads are not recorded)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.widgets import DataTable, Footer, RichLog, Sparkline, Static
+
+from heapscope.live.names import Namer
+from heapscope.live.snapshot import FrameKey, HeapSnapshot, Site, Snapshotter
+from heapscope.view.units import human_bytes
+
+REFRESH_S = 0.25  # how often the view looks for a new snapshot (one is taken every second)
+TOP = 100  # stacks in the table
+VIEW_TITLES = {"space": "unreleased", "objects": "objects", "alloc_space": "allocated", "alloc_objects": "allocs"}
+OUTPUT_LINES = 500
+
+
+class OutputRelay:
+    """Reads the target's stdout and stderr (one pipe) on its own thread, always, so the target
+    never blocks on a full pipe. While the view is up the lines are kept for it (the last
+    OUTPUT_LINES); after it closes they go straight to heapscope's stdout."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.lines: deque[str] = deque(maxlen=OUTPUT_LINES)
+        self.version = 0
+        self._lock = threading.Lock()
+        self._passthrough = False
+        self._partial = b""
+        self._thread = threading.Thread(target=self._run, name="heapscope-live-output", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self.fd, 65536)
+            except InterruptedError:
+                continue
+            except OSError:
+                chunk = b""
+            with self._lock:
+                if not chunk:
+                    if self._partial:
+                        self._keep(self._partial)
+                    self._partial = b""
+                    break
+                if self._passthrough:
+                    self._write(chunk)
+                    continue
+                data = self._partial + chunk
+                *whole, self._partial = data.split(b"\n")
+                for line in whole:
+                    self._keep(line)
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+    def _keep(self, line: bytes) -> None:
+        self.lines.append(line.decode("utf-8", "replace").rstrip("\r"))
+        self.version += 1
+
+    @staticmethod
+    def _write(data: bytes) -> None:
+        with contextlib.suppress(OSError):
+            os.write(1, data)
+
+    def since(self, version: int) -> tuple[list[str], int]:
+        """The lines kept after `version` (as many as are still kept), and the version now."""
+        with self._lock:
+            new = min(self.version - version, len(self.lines))
+            return (list(self.lines)[len(self.lines) - new:] if new > 0 else []), self.version
+
+    def pass_through(self) -> None:
+        """The view is gone: from now on the target's output goes to our stdout."""
+        with self._lock:
+            self._passthrough = True
+            if self._partial:
+                self._write(self._partial)
+                self._partial = b""
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+
+class Control:
+    """What the view may ask of the recording (all safe from any thread)."""
+
+    def __init__(self, fresh_dump: Callable[[], None], output: Path, finished: threading.Event,
+                 messages: deque[str], flamegraph: Callable[[int | None, int], Path]) -> None:
+        self.fresh_dump = fresh_dump
+        self.output = output
+        self.finished = finished  # the recording loop is over (the target exited, or a guardrail)
+        self.messages = messages  # heapscope's own lines while the view is up
+        self.flamegraph = flamegraph  # (pid or None, number) -> the page written
+
+
+class LiveApp(App[None]):
+    CSS = """
+    #status { height: 1; background: $boost; }
+    #memory { height: 5; }
+    .chart { width: 1fr; padding: 0 1; }
+    .chart Sparkline { height: 3; }
+    #picker { height: 1; }
+    #sites { height: 1fr; }
+    #stack { height: 4; border-top: solid $secondary; }
+    #output { height: 6; border-top: solid $secondary; }
+    """
+    BINDINGS: ClassVar[list[Binding | tuple[str, str] | tuple[str, str, str]]] = [
+        Binding("q", "quit_view", "quit"),
+        Binding("d", "dump", "dump now"),
+        Binding("f", "flamegraph", "flamegraph"),
+        Binding("1", "sort('space')", "unreleased"),
+        Binding("2", "sort('objects')", "objects"),
+        Binding("3", "sort('alloc_space')", "allocated"),
+        Binding("4", "sort('alloc_objects')", "allocs"),
+        Binding("p", "next_process", "process"),
+        Binding("t", "threads", "threads"),
+    ]
+
+    def __init__(self, snapshots: Snapshotter, control: Control, relay: OutputRelay | None, title: str) -> None:
+        super().__init__()
+        self.snapshots = snapshots
+        self.control = control
+        self.relay = relay
+        self.heading = title
+        self.namer = Namer()
+        self.view_name = "space"
+        self.pid: int | None = None  # None: every process
+        self.quit_by_key = False
+        self._shown: tuple[int, int, str, int | None] = (-1, -1, "", None)
+        self._output_version = 0
+        self._messages_seen = 0
+        self._rows: list[Site] = []
+        self._flamegraphs = 0
+        self._last_action = ""
+
+    def compose(self) -> ComposeResult:
+        yield Static(self.heading, id="status", markup=False)
+        with Horizontal(id="memory"):
+            with Vertical(classes="chart"):
+                yield Static("unreleased", id="unreleased-label", markup=False)
+                yield Sparkline([0.0], id="unreleased")
+            with Vertical(classes="chart"):
+                yield Static("allocated", id="allocated-label", markup=False)
+                yield Sparkline([0.0], id="allocated")
+        yield Static("", id="picker", markup=False)
+        table: DataTable[str] = DataTable(id="sites", cursor_type="row", zebra_stripes=True)
+        yield table
+        yield Static("", id="stack", markup=False)
+        yield RichLog(id="output", max_lines=OUTPUT_LINES, markup=False, highlight=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._columns()
+        self.set_interval(REFRESH_S, self._tick)
+        self._tick()
+
+    def on_unmount(self) -> None:
+        self.namer.close()
+
+    # -- refresh -----------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        if self.control.finished.is_set():
+            self.exit()
+            return
+        self._show_output()
+        snap = self.snapshots.latest()
+        key = (snap.seq if snap else 0, self.namer.known, self.view_name, self.pid)
+        if snap is None or key == self._shown:
+            return
+        self._shown = key
+        self._show(snap)
+
+    def _show_output(self) -> None:
+        log = self.query_one("#output", RichLog)
+        msgs = self.control.messages
+        while self._messages_seen < len(msgs):
+            log.write(f"heapscope: {msgs[self._messages_seen]}")
+            self._messages_seen += 1
+        if self.relay is not None:
+            lines, self._output_version = self.relay.since(self._output_version)
+            for line in lines:
+                log.write(line)
+
+    def _show(self, snap: HeapSnapshot) -> None:
+        procs = [p for p in snap.processes if self.pid is None or p.pid == self.pid]
+        unreleased = sum(p.unreleased for p in procs)
+        allocated = sum(p.allocated for p in procs)
+        pids = {p.pid for p in procs}
+        series_u = [float(sum(v[0] for pid, v in point.items() if pid in pids)) for _t, point in snap.history]
+        series_a = [float(sum(v[1] for pid, v in point.items() if pid in pids)) for _t, point in snap.history]
+        self.query_one("#unreleased", Sparkline).data = series_u[-120:] or [0.0]
+        self.query_one("#allocated", Sparkline).data = series_a[-120:] or [0.0]
+        self.query_one("#unreleased-label", Static).update(
+            f"unreleased {human_bytes(unreleased)} (peak shown {human_bytes(int(max(series_u or [0])))})")
+        self.query_one("#allocated-label", Static).update(f"allocated {human_bytes(allocated)}")
+        running = sum(1 for p in snap.processes if p.running)
+        who = "all processes" if self.pid is None else next(
+            (p.label for p in snap.processes if p.pid == self.pid), f"pid {self.pid}")
+        self.query_one("#picker", Static).update(
+            f"process [p]: {who} ({running} running, {len(snap.processes)} seen)   threads [t]: not recorded"
+            f"   sort [1-4]: {VIEW_TITLES[self.view_name]}")
+        self.query_one("#status", Static).update(
+            f"{self.heading}   {snap.elapsed_s:6.1f} s   {snap.samples:,} samples   {self._last_action}")
+        self._table(procs)
+
+    def _table(self, procs: list[Any]) -> None:
+        merged: dict[tuple[FrameKey, ...], list[int]] = {}
+        for p in procs:
+            for s in p.sites:
+                acc = merged.setdefault(s.frames, [0, 0, 0, 0])
+                acc[0] += s.alloc_bytes
+                acc[1] += s.free_bytes
+                acc[2] += s.alloc_count
+                acc[3] += s.free_count
+        sites = [Site(f, *v) for f, v in merged.items()]
+        sites.sort(key=lambda s: (-s.value(self.view_name), -s.alloc_bytes))
+        top = sites[:TOP]
+        self.namer.want(f for s in top for f in s.frames[:8])
+        table = self.query_one("#sites", DataTable)
+        cursor = table.cursor_row
+        table.clear()
+        for s in top:
+            names = [self.namer.name(f) for f in s.frames]
+            table.add_row(human_bytes(s.value("space")), f"{s.value('objects'):,}",
+                          human_bytes(s.alloc_bytes), f"{s.alloc_count:,}", names[0] if names else "?",
+                          " < ".join(names[1:4]) + (" < ..." if len(names) > 4 else ""))
+        self._rows = top
+        if top:
+            table.move_cursor(row=min(cursor, len(top) - 1), scroll=False)
+        self._stack(table.cursor_row)
+
+    def _columns(self) -> None:
+        table = self.query_one("#sites", DataTable)
+        table.clear(columns=True)
+        for view, title in VIEW_TITLES.items():
+            table.add_column(title + (" ▼" if view == self.view_name else ""), width=12)
+        table.add_column("function", width=28)
+        table.add_column("called from")
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._stack(event.cursor_row)
+
+    def _stack(self, row: int) -> None:
+        text = ""
+        if 0 <= row < len(self._rows):
+            names = [self.namer.name(f) for f in self._rows[row].frames]
+            text = "stack: " + " < ".join(names)
+        self.query_one("#stack", Static).update(text)
+
+    # -- keys ----------------------------------------------------------------------------
+
+    def action_quit_view(self) -> None:
+        self.quit_by_key = True
+        self.exit()
+
+    def action_sort(self, view: str) -> None:
+        self.view_name = view
+        self._columns()
+        self._shown = (-1, -1, "", None)
+        self._tick()
+
+    def action_next_process(self) -> None:
+        snap = self.snapshots.latest()
+        pids = [p.pid for p in snap.processes] if snap else []
+        if self.pid is None:
+            self.pid = pids[0] if pids else None
+        elif self.pid in pids and pids.index(self.pid) + 1 < len(pids):
+            self.pid = pids[pids.index(self.pid) + 1]
+        else:
+            self.pid = None
+        self._tick()
+
+    def action_threads(self) -> None:
+        self._said("threads: not recorded (the client does not send thread ids), so no thread filter", "information")
+
+    def action_dump(self) -> None:
+        self.run_worker(self._dump, thread=True, exit_on_error=False, group="dumps")
+
+    def action_flamegraph(self) -> None:
+        self._flamegraphs += 1
+        n, pid = self._flamegraphs, self.pid
+        self.run_worker(lambda: self._flamegraph(pid, n), thread=True, exit_on_error=False, group="dumps")
+
+    def _dump(self) -> None:
+        try:
+            self.control.fresh_dump()
+        except Exception as e:
+            self.call_from_thread(self._said, f"no dump: {e}", "error")
+            return
+        self.call_from_thread(self._said, f"dump written to {self.control.output}", "information")
+
+    def _flamegraph(self, pid: int | None, n: int) -> None:
+        try:
+            path = self.control.flamegraph(pid, n)
+        except Exception as e:
+            self.call_from_thread(self._said, f"no flamegraph: {e}", "error")
+            return
+        self.call_from_thread(self._said, f"flamegraph written to {path}", "information")
+
+    def _said(self, text: str, severity: str) -> None:
+        self._last_action = text
+        self.notify(text, severity="error" if severity == "error" else "information", timeout=6, markup=False)
+        self.query_one("#output", RichLog).write(f"heapscope: {text}")
+        self._shown = (-1, -1, "", None)

@@ -1,0 +1,206 @@
+"""Consistent snapshots of a recording's heaps, taken on the recording loop's thread.
+
+`Snapshotter.take(producer)` is handed to `Recording.every(1.0, ...)`: it
+runs between two polls of the producer, so every process's totals are those
+of the records drained so far, all read at one moment. It reads the tracker's
+totals (tracker.h hs_tracker_totals: one bucket per callsite, or per stack
+while the stack's callsite is not known yet) and the frame tables, and
+changes nothing: dumps and the profile are exactly those of a plain
+recording. Frames are keyed by (module path, offset in it), the way a dump's
+frames are, so a stack's bucket and its callsite's bucket add up to one row.
+
+The result is an immutable HeapSnapshot, swapped in under a lock; readers
+(the view's thread) take `latest()` and never see a half-built one.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from heapscope.bookkeeping.frames import FILTERED
+from heapscope.bookkeeping.rows import TOTALS_ROW
+from heapscope.model import Frame, Mapping
+
+if TYPE_CHECKING:
+    from heapscope.producer.process import ProcessState
+    from heapscope.producer.producer import Producer
+
+HISTORY = 600  # points of memory over time kept (10 minutes at one a second)
+NOT_RECEIVED = ("[stack not received yet]", 0, "")
+
+
+# A frame: (module path, offset in the module, fixed name or ""); leaf first in a stack.
+FrameKey = tuple[str, int, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Site:
+    """One stack of one process, now."""
+
+    frames: tuple[FrameKey, ...]  # leaf first
+    alloc_bytes: int
+    free_bytes: int
+    alloc_count: int
+    free_count: int
+
+    def value(self, view: str) -> int:
+        """One of heapscope.model.VIEWS."""
+        if view == "space":
+            return self.alloc_bytes - self.free_bytes
+        if view == "objects":
+            return self.alloc_count - self.free_count
+        if view == "alloc_space":
+            return self.alloc_bytes
+        return self.alloc_count
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessView:
+    pid: int
+    name: str
+    running: bool  # False: ended (its last totals are kept)
+    sites: tuple[Site, ...]
+    unreleased: int  # sampled bytes not freed
+    allocated: int  # sampled bytes allocated since it connected
+
+    @property
+    def label(self) -> str:
+        return f"{self.pid} {self.name.rsplit('/', 1)[-1] or '?'}" + ("" if self.running else " (ended)")
+
+
+@dataclass(frozen=True, slots=True)
+class HeapSnapshot:
+    seq: int  # 1, 2, ... in the order taken
+    elapsed_s: float  # since the snapshotter started
+    processes: tuple[ProcessView, ...]
+    # (elapsed s, {pid: (unreleased, allocated)}), oldest first
+    history: tuple[tuple[float, dict[int, tuple[int, int]]], ...]
+    samples: int
+
+
+class Snapshotter:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._latest: HeapSnapshot | None = None
+        self._started = time.monotonic()
+        self._seq = 0
+        self._nodes: list[tuple[int, int]] = []  # callsite id - 1 -> (parent id or 0, frame id)
+        self._frames: list[Frame] = []  # frame id - 1 -> frame
+        self._mappings: list[Mapping] = []  # mapping id - 1 -> mapping
+        self._paths: dict[int, tuple[FrameKey, ...]] = {}  # callsite id -> frames, leaf first
+        self._ended: dict[int, ProcessView] = {}  # by pid: the last view of processes that ended
+        self._history: deque[tuple[float, dict[int, tuple[int, int]]]] = deque(maxlen=HISTORY)
+
+    def latest(self) -> HeapSnapshot | None:
+        with self._lock:
+            return self._latest
+
+    # -- on the recording loop's thread ----------------------------------------------
+
+    def take(self, producer: Producer) -> None:
+        self._catch_up(producer)
+        views: list[ProcessView] = []
+        running: set[int] = set()
+        samples = sum(p.final_stats.get("mallocs", 0) for p in producer.ended)
+        for p in producer.processes.values():
+            view = self._process(producer, p)
+            views.append(view)
+            running.add(view.pid)
+            samples += p.ingest.stats()["mallocs"]
+        with self._lock:
+            last = self._latest
+        if last is not None:  # processes gone since: their last totals, marked ended
+            for v in last.processes:
+                if v.pid not in running and v.pid not in self._ended:
+                    self._ended[v.pid] = ProcessView(v.pid, v.name, False, v.sites, v.unreleased, v.allocated)
+        views += [v for pid, v in self._ended.items() if pid not in running]
+        now = time.monotonic() - self._started
+        self._history.append((now, {v.pid: (v.unreleased, v.allocated) for v in views if v.running}))
+        self._seq += 1
+        snap = HeapSnapshot(self._seq, now, tuple(views), tuple(self._history), samples)
+        with self._lock:
+            self._latest = snap
+
+    def _process(self, producer: Producer, p: ProcessState) -> ProcessView:
+        by_frames: dict[tuple[FrameKey, ...], list[int]] = {}
+        stacks = p.heap.stacks
+        for callsite, stack, ab, fb, ac, fc in TOTALS_ROW.iter_unpack(p.ingest.tracker.totals()):
+            if callsite:
+                frames = self._path(callsite)
+            else:
+                pcs = stacks.get(stack)
+                frames = self._stack_frames(producer, p, pcs) if pcs is not None else (NOT_RECEIVED,)
+            acc = by_frames.get(frames)
+            if acc is None:
+                by_frames[frames] = [ab, fb, ac, fc]
+            else:
+                acc[0] += ab
+                acc[1] += fb
+                acc[2] += ac
+                acc[3] += fc
+        sites = tuple(Site(f, *v) for f, v in by_frames.items() if v[0] or v[2])
+        allocated = sum(s.alloc_bytes for s in sites)
+        unreleased = sum(s.alloc_bytes - s.free_bytes for s in sites)
+        return ProcessView(p.info.pid, p.info.name or p.info.cmdline, True, sites, unreleased, allocated)
+
+    def _catch_up(self, producer: Producer) -> None:
+        """Extend the id -> value lists by what was interned since the last snapshot.
+
+        Ids are handed out densely from 1 in insertion order (trie.py, frames.py
+        Interner), and a dict keeps insertion order, so the n-th key has id n.
+        """
+        children = producer.trie._children  # (parent, frame) -> id, read only
+        if len(children) > len(self._nodes):
+            self._nodes.extend(itertools.islice(children, len(self._nodes), None))
+        frames = producer.frames.frames.ids
+        if len(frames) > len(self._frames):
+            self._frames.extend(itertools.islice(frames, len(self._frames), None))
+        mappings = producer.frames.mappings.ids
+        if len(mappings) > len(self._mappings):
+            self._mappings.extend(itertools.islice(mappings, len(self._mappings), None))
+
+    def _path(self, callsite: int) -> tuple[FrameKey, ...]:
+        path = self._paths.get(callsite)
+        if path is None:
+            out: list[FrameKey] = []
+            node = callsite
+            while node and node <= len(self._nodes):
+                parent, frame_id = self._nodes[node - 1]
+                out.append(self._frame_key(frame_id))
+                node = parent
+            path = self._paths[callsite] = tuple(out)
+        return path
+
+    def _frame_key(self, frame_id: int) -> FrameKey:
+        if not 0 < frame_id <= len(self._frames):
+            return ("[unknown]", 0, "")
+        f = self._frames[frame_id - 1]
+        m = self._mappings[f.mapping - 1] if 0 < f.mapping <= len(self._mappings) else None
+        return (m.name if m is not None else "[unknown]", f.rel_pc, f.name or "")
+
+    @staticmethod
+    def _stack_frames(producer: Producer, p: ProcessState, pcs: tuple[int, ...]) -> tuple[FrameKey, ...]:
+        """As FrameTable.frames_of would name them, without interning anything."""
+        mods = p.heap.modules
+        skip = producer.frames.skip_prefixes
+        out: list[FrameKey] = []
+        for pc in pcs:
+            addr = pc - 1
+            i = mods.find(addr)
+            if i is None:
+                out.append(("[unknown]", addr, ""))
+                continue
+            m = mods.modules[i]
+            if skip and m.path.startswith(skip):
+                key: FrameKey = (m.path, 0, FILTERED)
+                if out and out[-1] == key:
+                    continue
+                out.append(key)
+            else:
+                out.append((m.path, addr - m.base, ""))
+        return tuple(out) or (("[no frames]", 0, ""),)

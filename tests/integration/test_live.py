@@ -1,0 +1,243 @@
+"""`heapscope live` driven in tmux: a real terminal, real keys, the screen read back.
+
+The target (tests/programs/steps.c) takes one step per line the test writes
+into a FIFO, so each phase starts when the test says so. Every wait polls
+`tmux capture-pane` (or a file) until what is expected appears, with a
+deadline; each test runs its own tmux server and kills it at the end.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from hs_integration import HEAPSCOPE
+
+from heapscope.store.reader import open_profile
+from heapscope.view.report import build_reports
+
+POLL_S = 0.05  # between two looks at the screen: a poll interval, not a synchronisation
+_servers = itertools.count()
+
+
+class Tmux:
+    """One tmux server (its own socket) with one 160x45 pane running `argv`."""
+
+    def __init__(self, argv: list[str], cwd: Path) -> None:
+        self.socket = f"heapscope-test-{os.getpid()}-{next(_servers)}"
+        self.status = cwd / "status"
+        command = f"{shlex.join(argv)}; echo $? > {shlex.quote(str(self.status))}"
+        self._tmux("-f", "/dev/null", "new-session", "-d", "-x", "160", "-y", "45", "-c", str(cwd),
+                   "sh", "-c", command, ";", "set-option", "remain-on-exit", "on")
+
+    def _tmux(self, *args: str) -> str:
+        # Without COLUMNS/LINES (pytest may set them): the view must take the pane's size.
+        env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+        run = subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, timeout=30, env=env)
+        assert run.returncode == 0, f"tmux {' '.join(args)}: {run.stderr}"
+        return run.stdout
+
+    def screen(self) -> str:
+        return self._tmux("capture-pane", "-p", "-J")
+
+    def keys(self, *keys: str) -> None:
+        self._tmux("send-keys", *keys)
+
+    def wait_for(self, what: str | Callable[[str], bool], timeout: float = 60) -> str:
+        """The screen, once `what` (a text, or a test of the screen) is on it."""
+        test = what if callable(what) else (lambda screen: what in screen)
+        deadline = time.monotonic() + timeout
+        while True:
+            screen = self.screen()
+            if test(screen):
+                return screen
+            if time.monotonic() > deadline:
+                pytest.fail(f"not on the screen within {timeout} s: {what!r}\n--- screen ---\n{screen}")
+            time.sleep(POLL_S)
+
+    def exit_status(self, timeout: float = 60) -> int:
+        deadline = time.monotonic() + timeout
+        while not (self.status.exists() and self.status.read_text().endswith("\n")):
+            if time.monotonic() > deadline:
+                pytest.fail(f"heapscope live did not exit within {timeout} s\n--- screen ---\n{self.screen()}")
+            time.sleep(POLL_S)
+        return int(self.status.read_text())
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=30)
+
+
+class Fifo:
+    """The writing end of the target's control FIFO, opened once the target reads it."""
+
+    def __init__(self, path: Path, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+                break
+            except OSError as e:
+                if e.errno != errno.ENXIO or time.monotonic() > deadline:
+                    raise  # ENXIO: nobody reads it yet
+            time.sleep(POLL_S)
+        os.set_blocking(self.fd, True)
+
+    def step(self) -> None:
+        os.write(self.fd, b"\n")
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+@pytest.fixture
+def live(programs, tmp_path) -> Iterator[Callable[..., tuple[Tmux, Fifo]]]:
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed (apt-get install tmux; .ci/run does)")
+    opened: list[Tmux | Fifo] = []
+
+    def start(*options: str) -> tuple[Tmux, Fifo]:
+        ctl = tmp_path / "ctl"
+        os.mkfifo(ctl)
+        tmux = Tmux([*HEAPSCOPE, "live", "-i", "1", "-o", "live.db", *options, "--", str(programs.path("steps")),
+                     str(ctl)], tmp_path)
+        opened.append(tmux)
+        fifo = Fifo(ctl)
+        opened.append(fifo)
+        return tmux, fifo
+
+    yield start
+    for x in reversed(opened):
+        x.close()
+
+
+def first_row(screen: str) -> str:
+    """The table's first row (the line under its header)."""
+    lines = screen.splitlines()
+    for i, line in enumerate(lines):
+        if "function" in line and "called from" in line:
+            return lines[i + 1] if i + 1 < len(lines) else ""
+    return ""
+
+
+def row_of(screen: str, function: str) -> str:
+    return next((line for line in screen.splitlines() if re.search(rf"\s{function}\s", line)), "")
+
+
+def totals(db: Path) -> dict[str, dict[str, int]]:
+    """Per function: the four views of `heapscope report` (self values)."""
+    out: dict[str, dict[str, int]] = {}
+    with open_profile(db) as p:
+        for view in ("space", "objects", "alloc_space", "alloc_objects"):
+            for r in build_reports(p, view):
+                for row in r.rows:
+                    if row.function in ("grow_one", "grow_two") and row.self_value:
+                        out.setdefault(row.function, {})[view] = row.self_value
+    return out
+
+
+@pytest.mark.timeout(300)
+def test_phases_keys_and_quit(live, tmp_path):
+    tmux, fifo = live()
+    tmux.wait_for("threads [t]: not recorded")
+    fifo.step()  # step 1: grow_one keeps 1000 x 1000 bytes
+    screen = tmux.wait_for(lambda s: row_of(s, "grow_one").split()[:3] == ["976.6", "KiB", "1,000"])
+    assert "step 1 done" in screen and "main" in row_of(screen, "grow_one"), screen
+    fifo.step()  # step 2: grow_two keeps 100 x 50000 bytes, now the top row
+    tmux.wait_for(lambda s: "grow_two" in first_row(s) and first_row(s).split()[:3] == ["4.8", "MiB", "100"])
+    tmux.keys("3")  # sort by allocated bytes
+    tmux.wait_for("allocated ▼")
+    fifo.step()  # step 3: grow_one's blocks freed; still allocated, nothing unreleased
+    screen = tmux.wait_for(lambda s: row_of(s, "grow_one").split()[:4] == ["0", "B", "0", "976.6"])
+    assert "grow_two" in first_row(screen)
+    tmux.keys("p")  # the one process
+    tmux.wait_for(re.compile(r"process \[p\]: \d+ steps").search)
+    tmux.keys("t")
+    tmux.wait_for("the client does not send thread ids")
+    tmux.keys("d")
+    tmux.wait_for("dump written to live.db")
+    tmux.keys("f")
+    tmux.wait_for("flamegraph written to live.live-1.html")
+    assert b'<meta name="generator" content="heapscope">' in (tmp_path / "live.live-1.html").read_bytes()[:2048]
+    tmux.keys("q")
+    tmux.wait_for("view closed: profiling stopped; waiting for pid")
+    assert not tmux.status.exists()  # the target runs on, and heapscope waits for it
+    fifo.step()  # step 4: the target exits
+    assert tmux.exit_status() == 0
+    screen = tmux.wait_for("profile written to live.db")
+    assert "step 4 done" in screen
+    with open_profile(tmp_path / "live.db") as p:
+        (proc,) = p.processes()
+        assert [d.reason for d in p.dumps(proc.info.upid)] == ["signal", "signal", "end"]
+    # Every step was taken before q: the truth of steps.c, whole.
+    assert totals(tmp_path / "live.db") == {
+        "grow_one": {"alloc_space": 1000000, "alloc_objects": 1000},
+        "grow_two": {"space": 5000000, "objects": 100, "alloc_space": 5000000, "alloc_objects": 100},
+    }
+
+
+@pytest.mark.timeout(300)
+def test_target_exit_closes_the_view(live, tmp_path):
+    tmux, fifo = live()
+    tmux.wait_for("threads [t]: not recorded")
+    fifo.step()
+    tmux.wait_for(lambda s: "grow_one" in first_row(s))
+    for _ in range(3):
+        fifo.step()
+    assert tmux.exit_status() == 0
+    screen = tmux.wait_for("profile written to live.db")
+    assert "waiting for pid" not in screen
+    assert totals(tmp_path / "live.db")["grow_two"]["space"] == 5000000
+
+
+@pytest.mark.timeout(60)
+def test_no_terminal_is_one_line(tmp_path):
+    run = subprocess.run([*HEAPSCOPE, "live", "--", "true"], stdin=subprocess.DEVNULL, capture_output=True,
+                         cwd=tmp_path, timeout=60)
+    assert run.returncode == 2
+    assert run.stderr.decode().splitlines() == [
+        "heapscope: error: live needs a terminal (stdin or stderr is not one); use `heapscope record` to record"
+        " without the view"]
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.timeout(300)
+def test_attach_and_quit(programs, tmp_path):
+    """`live -p PID`: the table shows what is allocated after the attach; q detaches, the target runs on."""
+    if shutil.which("tmux") is None or shutil.which("gdb") is None:
+        pytest.skip("tmux and gdb are needed (.ci/run installs both)")
+    ctl = tmp_path / "ctl"
+    os.mkfifo(ctl)
+    target = subprocess.Popen([programs.path("steps"), ctl], stdout=subprocess.PIPE, start_new_session=True)
+    tmux = fifo = None
+    try:
+        fifo = Fifo(ctl)
+        tmux = Tmux([*HEAPSCOPE, "live", "-i", "1", "-o", "att.db", "-p", str(target.pid)], tmp_path)
+        tmux.wait_for(f"attached to pid {target.pid}")
+        fifo.step()  # step 1, after the attach: grow_one is seen
+        tmux.wait_for(lambda s: row_of(s, "grow_one").split()[:3] == ["976.6", "KiB", "1,000"])
+        tmux.keys("q")
+        assert tmux.exit_status() == 0
+        tmux.wait_for(f"detached from pid {target.pid}")
+        assert target.poll() is None  # let go, still running
+        for _ in range(3):
+            fifo.step()
+        out, _ = target.communicate(timeout=60)
+        assert target.returncode == 0 and out == b"step 1 done\nstep 2 done\nstep 3 done\nstep 4 done\n"
+        assert totals(tmp_path / "att.db") == {"grow_one": {"space": 1000000, "objects": 1000,
+                                                            "alloc_space": 1000000, "alloc_objects": 1000}}
+    finally:
+        for x in (fifo, tmux):
+            if x is not None:
+                x.close()
+        if target.poll() is None:
+            target.kill()
+            target.wait(timeout=30)
