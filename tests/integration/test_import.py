@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -148,7 +149,7 @@ def test_symbols_of_the_trace_give_file_and_line(tmp_path):
 # --- round trip: record -> export perfetto -> import ------------------------------------------
 
 
-def _view_values(db: Path) -> dict[str, dict]:
+def _view_values(db: Path, views: tuple[str, ...] = tuple(VIEWS)) -> dict[str, dict]:
     """Per process and view, every function row of the report and each callsite path's values."""
     out: dict[str, dict] = {}
     with open_profile(db) as p:
@@ -173,7 +174,7 @@ def _view_values(db: Path) -> dict[str, dict]:
                 per_dump.append((d.ts_end, d.heap_name, sorted(
                     (path(cs), v.space, v.objects, v.alloc_space, v.alloc_objects) for cs, v in vals.items())))
             out[key] = {"dumps": per_dump}
-        for view in VIEWS:
+        for view in views:
             reports = build_reports(p, view)
             out[view] = {"total": [r.view_total for r in reports]}
     return out
@@ -200,28 +201,37 @@ def test_round_trip_through_perfetto(programs, record, tmp_path, case):
     back = tmp_path / "back.db"
     run = heapscope_import(trace, back)
     assert run.returncode == 0, run.describe()
-    ours = _view_values(rec.db)
+    # Every stored value comes back (the per-dump rows below). The de-sampled object
+    # estimates of the reports need each sample's real size, which Perfetto's HeapSample
+    # has no field for: an imported trace estimates from bytes alone, so at an interval
+    # above 1 only the byte views' reports are the same (at interval 1 all four are exact).
+    views = tuple(VIEWS) if case != "phases" else ("space", "alloc_space")
+    ours = _view_values(rec.db, views)
     if case == "phases":  # frees between dumps: the deltas are more than one dump's totals
         (proc,) = [v for k, v in ours.items() if k not in VIEWS]
         assert len(proc["dumps"]) >= 2, proc
     if case == "spawn":
         assert len([k for k in ours if k not in VIEWS]) == 3
-    assert _view_values(back) == ours
+    assert _view_values(back, views) == ours
     # The reports' function tables, view by view, are the same text.
-    for view in VIEWS:
+    for view in views:
         texts = []
         for db in (rec.db, back):
             r = run_process([*HEAPSCOPE, "report", str(db), "--view", view], timeout=60)
             assert r.returncode == 0, r.describe()
             texts.append([ln for ln in r.stdout.decode().splitlines() if ln.startswith("  ") and "%" in ln])
         assert texts[0] == texts[1] and texts[0], view
-    # leaks: the same stacks, lines and sizes. Only why the last dump was taken is not in a
-    # trace (heapscope says "exit", an imported trace "end").
+    # leaks: the same stacks, lines and sizes. Only why the last dump was taken and when the
+    # process started are not in a trace (heapscope says "exit, at 0.03 s", an imported trace
+    # "end, at 0.00 s").
     leaks = []
     for db in (rec.db, back):
         r = run_process([*HEAPSCOPE, "leaks", str(db)], timeout=60)
         assert r.returncode == 0, r.describe()
-        leaks.append(r.stdout.decode().replace("(final dump: exit)", "(final dump: end)"))
+        text = re.sub(r"\(dump (\d+) of (\d+), \w+, at [\d.]+ s\)", r"(dump \1 of \2)", r.stdout.decode())
+        if case == "phases":  # estimated counts (see above): the same samples, other estimates
+            text = re.sub(r"~[\d,]+|standard error of the total [\d,]+", "~", text)
+        leaks.append(text)
     assert leaks[0] == leaks[1] and "never freed" in leaks[0]
     # diff: nothing grew, nothing shrank.
     d = run_process([*HEAPSCOPE, "diff", str(rec.db), str(back)], timeout=60)

@@ -133,11 +133,11 @@ def row_of(screen: str, function: str) -> str:
 
 
 def totals(db: Path) -> dict[str, dict[str, int]]:
-    """Per function: the four views of `heapscope report` (self values)."""
+    """Per function: the four views of `heapscope report --dump end` (self values)."""
     out: dict[str, dict[str, int]] = {}
     with open_profile(db) as p:
         for view in ("space", "objects", "alloc_space", "alloc_objects"):
-            for r in build_reports(p, view):
+            for r in build_reports(p, view, dump="end"):
                 for row in r.rows:
                     if row.function in ("grow_one", "grow_two") and row.self_value:
                         out.setdefault(row.function, {})[view] = row.self_value
