@@ -17,6 +17,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", metavar="HTML",
                    help="where to write the page (default: FILE with .html instead of .db)")
     p.add_argument("-p", "--pid", type=int, metavar="PID", help="only this process")
+    p.add_argument("--heap", metavar="NAME",
+                   help="only this heap (libc.malloc, or a custom heap; default: all heaps merged)")
     p.add_argument("--force", action="store_true", help="overwrite an existing output file")
 
 
@@ -51,10 +53,12 @@ PAGE = OutputKind("flamegraph page", _ours, rewrite_ours=True, others_with_force
 def main(args: argparse.Namespace) -> int:
     from heapscope.errors import UnknownProcessError
     from heapscope.store.reader import open_profile
+    from heapscope.store.select import select_heap
     from heapscope.view.flamegraph import payload, profile_graphs, render_html
 
     out = Path(args.output) if args.output else default_output(args.file)
     with open_profile(args.file) as profile:
+        select_heap(profile, args.heap)
         graphs = profile_graphs(profile, args.pid)
         if args.pid is not None and not graphs:
             raise UnknownProcessError(f"{args.file}: process pid {args.pid} has no dump")

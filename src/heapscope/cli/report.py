@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 from heapscope.errors import UsageError
 from heapscope.model import VIEWS
-from heapscope.store.reader import open_profile
-from heapscope.store.select import VIEW_HELP
+from heapscope.store.reader import Profile, open_profile
+from heapscope.store.select import VIEW_HELP, heap_names, heap_peaks, select_heap
 from heapscope.view.report import FunctionRow, ProcessReport, build_reports
 from heapscope.view.units import format_percent, format_value
 
@@ -36,6 +36,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="--tree hides subtrees under P%% of the view's total (default: 1)")
     p.add_argument("--focus", metavar="REGEX", help="count only call stacks with a function matching REGEX")
     p.add_argument("--ignore", metavar="REGEX", help="leave out call stacks with a function matching REGEX")
+    p.add_argument("--heap", metavar="NAME",
+                   help="only this heap (libc.malloc, or a custom heap; default: all heaps merged)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -43,6 +45,8 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(f"--top must be at least 1, not {args.top}")
     focus, ignore = _regex(args.focus, "--focus"), _regex(args.ignore, "--ignore")
     with open_profile(args.file) as profile:
+        heaps = render_heaps(profile, args.heap)
+        select_heap(profile, args.heap)
         reports = build_reports(profile, args.view, args.pid, focus=focus, ignore=ignore)
         if args.tree:
             text = "\n".join(render_tree(profile, r, focus, ignore, args.min_percent) for r in reports)
@@ -50,6 +54,7 @@ def main(args: argparse.Namespace) -> int:
             text = "\n".join(render_report(r, args.top) for r in reports)
     if not reports:
         text = f"{args.file}: no processes in this profile\n"
+    text = heaps + text
     try:
         sys.stdout.write(text)
         sys.stdout.flush()
@@ -61,6 +66,20 @@ def main(args: argparse.Namespace) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
     return 0
+
+
+def render_heaps(profile: Profile, heap: str | None) -> str:
+    """The heaps of the profile, each with its own peak per process, when it
+    has more than the malloc heap (custom heaps, issue 16); '' otherwise."""
+    if len(heap_names(profile)) < 2:
+        return ""
+    names = {p.info.upid: f"pid {p.info.pid} {p.info.name or '?'}" for p in profile.processes()}
+    lines = ["heaps (unreleased at each heap's own peak):"]
+    for upid, name, size, count in heap_peaks(profile):
+        lines.append(f"  {name:<31} {format_value('space', size):>10} {count:>10} objects   {names.get(upid, upid)}")
+    lines.append(f"  showing: {heap if heap else 'all heaps merged'}"
+                 + ("" if heap else " (--heap NAME for one)"))
+    return "\n".join(lines) + "\n\n"
 
 
 def _regex(pattern: str | None, flag: str) -> re.Pattern[str] | None:

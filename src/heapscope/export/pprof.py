@@ -27,7 +27,7 @@ from typing import BinaryIO
 from heapscope.export import _proto as pb
 from heapscope.export._common import Frames, check_view, interval_of, pick_dump, process_label, select_processes
 from heapscope.export._sink import Sink
-from heapscope.model import CallsiteId, FrameId
+from heapscope.model import HEAP_NAME, CallsiteId, FrameId
 from heapscope.store.reader import Profile
 
 # Profile field numbers (google/pprof proto/profile.proto).
@@ -108,11 +108,18 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
 
     several = len(processes) > 1
     pid_key = w.s("pid") if several else 0
+    heap_key = 0
     for p in processes:
-        d = pick_dump(profile.dumps(p.info.upid), dump, process_label(p))
+        dumps = profile.dumps(p.info.upid)
+        d = pick_dump(dumps, dump, process_label(p))
         if d is None:
             continue
         label = pb.blob(3, pb.uint(1, pid_key) + pb.uint(3, p.info.pid)) if several else b""
+        # A custom heap (issue 16; --heap picks one): a `heap` label with its name.
+        heaps = {x.heap_name for x in dumps}
+        if len(heaps) == 1 and d.heap_name != HEAP_NAME:
+            heap_key = heap_key or w.s("heap")
+            label += pb.blob(3, pb.uint(1, heap_key) + pb.uint(2, w.s(d.heap_name)))
         values = profile.callsite_values(p.info.upid, d.ts_end)
         for cs, v in values.items():
             if not (v.alloc_objects or v.alloc_space or v.objects or v.space):
