@@ -27,7 +27,7 @@ from typing import Any
 
 NAME_MAX = 31  # wire.h HS_HEAP_NAME_SIZE - 1
 RESERVED = frozenset({"libc.malloc"})
-_NAME = re.compile(r"[A-Za-z0-9._-]{1,%d}" % NAME_MAX)
+_NAME = re.compile(rf"[A-Za-z0-9._-]{{1,{NAME_MAX}}}")
 _ADDR_LIMIT = 1 << 56
 
 

@@ -73,10 +73,11 @@ def render_heaps(profile: Profile, heap: str | None) -> str:
     has more than the malloc heap (custom heaps, issue 16); '' otherwise."""
     if len(heap_names(profile)) < 2:
         return ""
-    names = {p.info.upid: f"pid {p.info.pid} {p.info.name or '?'}" for p in profile.processes()}
+    names: dict[int, str] = {p.info.upid: f"pid {p.info.pid} {p.info.name or '?'}" for p in profile.processes()}
     lines = ["heaps (unreleased at each heap's own peak):"]
     for upid, name, size, count in heap_peaks(profile):
-        lines.append(f"  {name:<31} {format_value('space', size):>10} {count:>10} objects   {names.get(upid, upid)}")
+        who = names.get(upid, str(upid))
+        lines.append(f"  {name:<31} {format_value('space', size):>10} {count:>10} objects   {who}")
     lines.append(f"  showing: {heap if heap else 'all heaps merged'}"
                  + ("" if heap else " (--heap NAME for one)"))
     return "\n".join(lines) + "\n\n"

@@ -27,9 +27,9 @@ from heapscope.bookkeeping.dump import UNDEFINED_STACK, ProcessHeap
 from heapscope.bookkeeping.frames import FrameTable
 from heapscope.bookkeeping.rows import DUMP_ROW, OP_MALLOC, STREAM_ROW
 from heapscope.bookkeeping.trie import CallsiteTrie
+from heapscope.heaps import valid_name as valid_heap_name
 from heapscope.model import ProcessFlags, Upid
 from heapscope.producer import procfs
-from heapscope.heaps import valid_name as valid_heap_name
 from heapscope.producer._ingest import Ingest, Tracker
 from heapscope.producer.config import RecordConfig, name_matches
 from heapscope.producer.process import CustomHeap, ProcessState, create_ring
@@ -159,11 +159,11 @@ class Producer:
 
     def live_summary(self) -> tuple[int, int]:
         """(samples so far, sampled bytes not yet freed) over all processes."""
-        samples = sum(p.final_stats["mallocs"] for p in self.ended)
+        samples = sum(p.final_stats["mallocs"] + sum(h.samples for h in p.custom_heaps.values()) for p in self.ended)
         live = 0
         for p in self.processes.values():
             st = p.ingest.stats()
-            samples += st["mallocs"]
+            samples += st["mallocs"] + sum(h.samples for h in p.custom_heaps.values())
             live += st["current_unfreed"]
         return samples, live
 
@@ -468,6 +468,8 @@ class Producer:
         self.writer.add_process(p.info)
         self.writer.set_process_flags(p.info, p.flags)
         self.writer.add_stats(process_stats_rows(p, st))
+        if p.custom_heaps:
+            self.writer.add_stats(_custom_heap_stats(p))
         self.writer.commit()
         p.final_stats = st
         p.final_meta = {name: p.meta(name) for name in codec.CLIENT_COUNTERS}
@@ -500,6 +502,28 @@ def take_ownership(directory: Path) -> int:
     os.write(fd, f"{os.getpid()}\n".encode())
     os.rename(tmp, directory / OWNER_FILE)
     return fd
+
+
+def _custom_heap_stats(p: ProcessState) -> list[StatRow]:
+    """Stats rows of a process's custom heaps, summed; the description names each heap's share."""
+    heaps = list(p.custom_heaps.values())
+    stats = [h.tracker.stats() for h in heaps]
+
+    def each(values: list[int]) -> str:
+        return ", ".join(f"{h.name} {v}" for h, v in zip(heaps, values, strict=True))
+
+    samples = [h.samples for h in heaps]
+    frees = [h.frees for h in heaps]
+    gaps = [s["gaps_skipped"] for s in stats]
+    u = p.info.upid
+    return [
+        ("custom_heap_samples", u, "info", "producer", sum(samples),
+         f"sampled allocations on custom heaps: {each(samples)}"),
+        ("custom_heap_frees", u, "info", "producer", sum(frees),
+         f"frees of sampled custom heap addresses: {each(frees)}"),
+        ("custom_heap_sequence_gaps", u, "data_loss", "producer", sum(gaps),
+         f"custom heap sequence numbers never received: {each(gaps)}"),
+    ]
 
 
 def _client_error_name(value: int) -> str:
