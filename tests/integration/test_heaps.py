@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import math
+import os
 import subprocess
 import sys
 import textwrap
@@ -204,3 +205,52 @@ def test_heap_views_and_exports(arena, record, tmp_path):
     html = tmp_path / "f.html"
     out = run_process([*HEAPSCOPE, "flamegraph", db, "--heap", "test.pool", "-o", html])
     assert out.returncode == 0 and html.stat().st_size > 0, out.describe()
+
+
+THREADED = textwrap.dedent("""\
+    import threading
+    import heapscope.heaps as heaps
+
+    pool = heaps.register("py.shared")
+    def worker(k):
+        base = (k + 1) << 32
+        for i in range(3000):
+            pool.alloc(base + 16 * i, 32)
+        for i in range(0, 3000, 2):
+            pool.free(base + 16 * i)
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads: t.start()
+    for t in threads: t.join()
+    print("enabled" if pool.enabled else "disabled")
+""")
+
+
+@pytest.mark.timeout(120)
+def test_python_threads_share_a_heap_exactly(record, tmp_path):
+    """Four threads on one heap (ctypes drops the GIL: the calls really overlap):
+    the heap's lock and its own sequence keep every view exact at -i 1."""
+    script = tmp_path / "threaded.py"
+    script.write_text(THREADED)
+    rec = record([sys.executable, script], interval=1)
+    assert rec.returncode == 0 and rec.stdout == b"enabled\n", rec.describe()
+    profile = rec.profile()
+    (upid,) = [r["upid"] for r in profile.processes()]
+    rows = profile.query("SELECT SUM(CASE WHEN size > 0 THEN size ELSE 0 END) AS a, SUM(size) AS s,"
+                         " SUM(count) AS n FROM heap_profile_allocation WHERE upid = ? AND heap_name = 'py.shared'",
+                         (upid,))
+    assert (rows[0]["a"], rows[0]["s"], rows[0]["n"]) == (4 * 3000 * 32, 4 * 1500 * 32, 4 * 1500)
+    stats = profile.stats(upid)
+    assert stats["custom_heap_sequence_gaps"] == 0 and stats["custom_heap_samples"] == 12000, stats
+
+
+@pytest.mark.timeout(60)
+def test_arena_with_a_dormant_client_is_a_no_op(arena):
+    """The client preloaded but no session (no HEAPSCOPE_SOCKET): register finds the
+    functions, they answer 0, and the program runs as without them."""
+    import heapscope
+
+    lib = Path(heapscope.__file__).parent / "client" / "libheapscope.so"
+    plain = run_process([arena])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HEAPSCOPE_")}
+    dormant = subprocess.run([str(arena)], env={**env, "LD_PRELOAD": str(lib)}, capture_output=True, timeout=30)
+    assert dormant.returncode == 0 and dormant.stdout == plain.stdout, dormant
