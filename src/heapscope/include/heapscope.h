@@ -93,8 +93,11 @@ static inline uint32_t heapscope_heap_register(const char *name) {
   return heapscope_heap_register_interval(name, 0);
 }
 
+/* Inlined even at -O0, so that the caller is the leaf frame of a sample. */
+#define HEAPSCOPE__INLINE static inline __attribute__((always_inline))
+
 /* `size` bytes at addr were handed out from heap. */
-static inline void heapscope_heap_alloc(uint32_t heap, const void *addr, uint64_t size) {
+HEAPSCOPE__INLINE void heapscope_heap_alloc(uint32_t heap, const void *addr, uint64_t size) {
   if (__builtin_expect(heap != 0, 0)) {
     heapscope_alloc_fn fn = __atomic_load_n(&heapscope__api.alloc, __ATOMIC_RELAXED);
     if (!fn) { /* the heap was registered from another translation unit */
@@ -107,7 +110,7 @@ static inline void heapscope_heap_alloc(uint32_t heap, const void *addr, uint64_
 }
 
 /* addr goes back to heap: call it before the pool can reuse addr. */
-static inline void heapscope_heap_free(uint32_t heap, const void *addr) {
+HEAPSCOPE__INLINE void heapscope_heap_free(uint32_t heap, const void *addr) {
   if (__builtin_expect(heap != 0, 0)) {
     heapscope_free_fn fn = __atomic_load_n(&heapscope__api.free_, __ATOMIC_RELAXED);
     if (!fn) {

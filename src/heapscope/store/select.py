@@ -117,7 +117,8 @@ def heap_peaks(profile: Profile) -> list[tuple[int, str, int, int]]:
             " GROUP BY upid, heap_name ORDER BY upid, heap_name").fetchall()
     except sqlite3.DatabaseError as e:
         raise ProfileError(f"{profile.path}: {e}") from e
-    return [(int(r[0]), str(r[1]), int(r[2] or 0), int(r[3] or 0)) for r in rows]
+    peaks = [(int(r[0]), str(r[1]), int(r[2] or 0), int(r[3] or 0)) for r in rows]
+    return sorted(peaks, key=lambda x: (x[0], x[1] != HEAP_NAME, x[1]))
 
 
 def select_heap(profile: Profile, heap: str | None) -> None:
