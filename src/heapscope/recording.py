@@ -691,7 +691,8 @@ class Recording:
         s.processes = len(procs)
         s.no_descriptors = producer.no_descriptors
         with contextlib.suppress(Exception):
-            s.samples = sum(p.final_stats.get("mallocs", 0) for p in procs)
+            s.samples = sum(p.final_stats.get("mallocs", 0) + sum(h.samples for h in p.custom_heaps.values())
+                            for p in procs)  # custom heaps (issue 16) included
             # What the dumps summed: all sampled bytes, or with --dump-at-max those at the peak.
             key = "peak_unfreed" if self.config.dump_at_max else "sampled_bytes"
             s.sampled_bytes = sum(p.final_stats.get(key, 0) for p in procs)

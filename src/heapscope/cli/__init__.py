@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"heapscope {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="show tracebacks on errors")
+    parser.add_argument("--include", action=_PrintInclude,
+                        help="print the directory of heapscope.h (the custom heap API) and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for cmd in commands():
@@ -50,6 +52,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+
+class _PrintInclude(argparse.Action):
+    """`heapscope --include`: like --version, it prints and exits (no command needed)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=str(kwargs.get("help")))
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        from importlib.resources import files
+
+        print(files("heapscope") / "include")
+        parser.exit()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,6 +11,7 @@ from heapscope.export import FORMATS
 from heapscope.model import VIEWS
 from heapscope.store.files import EXPORT, atomic_output
 from heapscope.store.reader import open_profile
+from heapscope.store.select import select_heap
 
 NAME = "export"
 HELP = "write a profile as pprof, Perfetto trace, Chrome JSON, speedscope or collapsed stacks"
@@ -26,6 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--view", choices=VIEWS, default="space",
                    help="the view single-view formats show, and pprof's default sample type (default: space)")
     p.add_argument("-p", "--pid", type=int, metavar="PID", help="only this process")
+    p.add_argument("--heap", metavar="NAME",
+                   help="only this heap (libc.malloc, or a custom heap; default: all heaps merged)")
     p.add_argument("--dump", metavar="peak|end|N",
                    help="pprof/speedscope/collapsed: the state of each process (peak, end, or dump N; 1 = first,"
                         " -1 = last; default: peak for space/objects, end for the alloc views);"
@@ -66,6 +69,7 @@ def main(args: argparse.Namespace) -> int:
     elif args.chrome_thresholds:
         raise UsageError("--chrome-thresholds goes with --format chrome-json")
     with open_profile(args.file) as profile:
+        select_heap(profile, args.heap)
         if args.output == "-":
             exporter(profile, sys.stdout.buffer, view=args.view, pid=args.pid, dump=args.dump, **extra)
             sys.stdout.buffer.flush()

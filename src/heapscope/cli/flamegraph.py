@@ -22,6 +22,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         " the peak stay on its timeline")
     p.add_argument("--merge", choices=("exe",),
                    help="exe: the 'all processes' graph has one node per executable, its processes merged")
+    p.add_argument("--heap", metavar="NAME",
+                   help="only this heap (libc.malloc, or a custom heap; default: all heaps merged)")
     p.add_argument("--force", action="store_true", help="overwrite an existing output file")
 
 
@@ -56,11 +58,12 @@ PAGE = OutputKind("flamegraph page", _ours, rewrite_ours=True, others_with_force
 def main(args: argparse.Namespace) -> int:
     from heapscope.errors import UnknownProcessError
     from heapscope.store.reader import open_profile
-    from heapscope.store.select import parse_dump
+    from heapscope.store.select import parse_dump, select_heap
     from heapscope.view.flamegraph import payload, profile_graphs, render_html
 
     out = Path(args.output) if args.output else default_output(args.file)
     with open_profile(args.file) as profile:
+        select_heap(profile, args.heap)
         dump = None if args.dump is None else parse_dump(args.dump)
         graphs = profile_graphs(profile, args.pid, dump, args.merge)
         if args.pid is not None and not graphs:

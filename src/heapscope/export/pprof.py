@@ -31,7 +31,7 @@ from heapscope.estimate import desampled_map
 from heapscope.export import _proto as pb
 from heapscope.export._common import Frames, check_view, chosen_states, interval_of, process_label, select_processes
 from heapscope.export._sink import Sink
-from heapscope.model import CallsiteId, FrameId
+from heapscope.model import HEAP_NAME, CallsiteId, FrameId
 from heapscope.store.reader import Profile
 
 # Profile field numbers (google/pprof proto/profile.proto).
@@ -118,8 +118,14 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
 
     several = len(processes) > 1
     pid_key = w.s("pid") if several else 0
+    heap_key = 0
     for p, st in chosen:
         label = pb.blob(3, pb.uint(1, pid_key) + pb.uint(3, p.info.pid)) if several else b""
+        # A custom heap (custom heaps; --heap picks one): a `heap` label with its name.
+        heaps = {x.heap_name for x in profile.dumps(p.info.upid)}
+        if len(heaps) == 1 and (name := next(iter(heaps))) != HEAP_NAME:
+            heap_key = heap_key or w.s("heap")
+            label += pb.blob(3, pb.uint(1, heap_key) + pb.uint(2, w.s(name)))
         values = desampled_map(st.values, st.interval)
         for cs, v in values.items():
             if not (v.alloc_objects or v.alloc_space or v.objects or v.space):

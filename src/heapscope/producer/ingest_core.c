@@ -23,7 +23,7 @@ static void publish(struct hs_ingest *g) {
   __atomic_store_n(&g->meta->read_pos, g->read_pos, __ATOMIC_RELEASE);
 }
 
-/* A STACK, MODULE or HEAP record, copied out of the ring: is its body sane? */
+/* A STACK, MODULE, HEAP or custom heap record, copied out of the ring: is its body sane? */
 static int rare_record_ok(uint32_t type, const uint8_t *rec, uint32_t size) {
   const uint8_t *body = rec + 8;
   uint64_t body_size = size - 8;
@@ -42,6 +42,11 @@ static int rare_record_ok(uint32_t type, const uint8_t *rec, uint32_t size) {
     }
     case HS_REC_HEAP:
       return body_size >= sizeof(struct hs_heap);
+    /* Custom heaps go to Python: their trackers are made there (producer.py). */
+    case HS_REC_HEAP_MALLOC:
+      return body_size == sizeof(struct hs_heap_malloc);
+    case HS_REC_HEAP_FREE:
+      return body_size == sizeof(struct hs_heap_free);
     default:
       return 0;
   }
@@ -98,7 +103,8 @@ void hs_ingest_drain(struct hs_ingest *g, uint64_t max_records, uint64_t now_ns)
       hs_tracker_free(g->tracker, f.seq, f.addr, now_ns);
     } else if (type == HS_REC_PAD) {
       g->st.pads++;
-    } else if (type == HS_REC_STACK || type == HS_REC_MODULE || type == HS_REC_HEAP) {
+    } else if (type == HS_REC_STACK || type == HS_REC_MODULE || type == HS_REC_HEAP ||
+               type == HS_REC_HEAP_MALLOC || type == HS_REC_HEAP_FREE) {
       /* Copy first, then validate the copy: the client may still scribble. */
       if (hs_buf_reserve(&g->records, size) < 0) {
         g->oom = 1;

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from heapscope.bookkeeping.dump import ProcessHeap
 from heapscope.model import HEAP_NAME, ProcessFlags, ProcessInfo
-from heapscope.producer._ingest import Ingest
+from heapscope.producer._ingest import Ingest, Tracker
 from heapscope.wire import codec
 
 
@@ -21,6 +21,19 @@ class ProcessStats:
     malformed_records: int = 0  # rare records that failed to decode
     modules: int = 0
     stacks: int = 0
+
+
+@dataclass(slots=True)
+class CustomHeap:
+    """One custom heap of a process (wire.h, "Custom heaps"): its own tracker
+    and sequence; its stacks resolve through the process's malloc heap."""
+
+    heap_id: int
+    name: str
+    interval: int
+    tracker: Tracker
+    samples: int = 0
+    frees: int = 0
 
 
 @dataclass(slots=True)
@@ -39,6 +52,7 @@ class ProcessState:
     # A pidfd, when the program closed heapscope's socket but runs on: its ring is
     # still read, and its exit is seen here instead of as the socket's EOF.
     exit_fd: int | None = None
+    custom_heaps: dict[int, CustomHeap] = field(default_factory=dict)  # by heap id
     # Kept when the process ends, after its ring is unmapped.
     final_stats: dict[str, int] = field(default_factory=dict)
     final_meta: dict[str, int] = field(default_factory=dict)
@@ -50,6 +64,8 @@ class ProcessState:
         codec.write_meta(self.shm, "shutting_down", 1)
 
     def close(self) -> None:
+        for h in self.custom_heaps.values():
+            h.tracker.close()
         self.ingest.close()
         self.shm.close()
         os.close(self.memfd)

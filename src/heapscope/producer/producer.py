@@ -23,15 +23,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from heapscope.bookkeeping.dump import ProcessHeap
+from heapscope.bookkeeping.dump import UNDEFINED_STACK, ProcessHeap
 from heapscope.bookkeeping.frames import FrameTable
-from heapscope.bookkeeping.rows import OP_MALLOC, STREAM_ROW
+from heapscope.bookkeeping.rows import DUMP_ROW, OP_MALLOC, STREAM_ROW
 from heapscope.bookkeeping.trie import CallsiteTrie
+from heapscope.heaps import valid_name as valid_heap_name
 from heapscope.model import ProcessFlags, Upid
 from heapscope.producer import procfs
-from heapscope.producer._ingest import Ingest
+from heapscope.producer._ingest import Ingest, Tracker
 from heapscope.producer.config import RecordConfig, name_matches
-from heapscope.producer.process import ProcessState, create_ring
+from heapscope.producer.process import CustomHeap, ProcessState, create_ring
 from heapscope.producer.stats import StatRow, process_stats_rows
 from heapscope.store.writer import ProfileWriter
 from heapscope.wire import codec
@@ -168,11 +169,11 @@ class Producer:
 
     def live_summary(self) -> tuple[int, int]:
         """(samples so far, sampled bytes not yet freed) over all processes."""
-        samples = sum(p.final_stats["mallocs"] for p in self.ended)
+        samples = sum(p.final_stats["mallocs"] + sum(h.samples for h in p.custom_heaps.values()) for p in self.ended)
         live = 0
         for p in self.processes.values():
             st = p.ingest.stats()
-            samples += st["mallocs"]
+            samples += st["mallocs"] + sum(h.samples for h in p.custom_heaps.values())
             live += st["current_unfreed"]
         return samples, live
 
@@ -324,15 +325,18 @@ class Producer:
 
     def _drain(self, p: ProcessState, limit: int = DRAIN_BATCH) -> int:
         before = p.ingest.stats()["records"]
-        for rec in p.ingest.drain(time.monotonic_ns(), limit):
-            self._handle_record(p, rec)
+        now = time.monotonic_ns()
+        for rec in p.ingest.drain(now, limit):
+            self._handle_record(p, rec, now)
+        for h in p.custom_heaps.values():
+            h.tracker.expire(now)
         if self.config.stream_allocations:
             chunk = p.ingest.tracker.take_stream()
             if chunk:
                 p.stream.append(chunk)
         return p.ingest.stats()["records"] - before
 
-    def _handle_record(self, p: ProcessState, rec: bytes) -> None:
+    def _handle_record(self, p: ProcessState, rec: bytes, now: int) -> None:
         try:
             r = codec.decode_record(rec)
         except codec.MalformedRecord:
@@ -346,9 +350,62 @@ class Producer:
             self.frames.add_module(p.heap.modules, r)
             if self.on_module is not None:
                 self.on_module(r.path, r.build_id.hex())
+        elif isinstance(r, codec.HeapMallocRecord):
+            h = self._custom_heap(p, r.heap_id)
+            if h is not None:
+                h.samples += 1
+                h.tracker.malloc(r.seq, r.addr, r.alloc_size, r.sample_size, r.stack_id, r.ts, now)
+        elif isinstance(r, codec.HeapFreeRecord):
+            h = self._custom_heap(p, r.heap_id)
+            if h is not None:
+                h.frees += 1
+                h.tracker.free(r.seq, r.addr, now)
+        elif r.heap_id >= codec.FIRST_CUSTOM_HEAP:
+            self._add_custom_heap(p, r)
         else:
             p.heap_name = r.name or p.heap_name
             p.flags.sampling_interval_bytes = r.interval
+
+    # -- custom heaps (wire.h, "Custom heaps") ---------------------------------
+
+    def _add_custom_heap(self, p: ProcessState, r: codec.HeapRecord) -> None:
+        """A heap the program registered: its own tracker, its own sequence."""
+        if (r.heap_id in p.custom_heaps or r.heap_id >= codec.FIRST_CUSTOM_HEAP + codec.MAX_CUSTOM_HEAPS
+                or not valid_heap_name(r.name) or r.interval < 1
+                or any(h.name == r.name for h in p.custom_heaps.values())):
+            p.stats.malformed_records += 1
+            return
+        p.custom_heaps[r.heap_id] = CustomHeap(
+            r.heap_id, r.name, r.interval, Tracker(dump_at_max=self.config.dump_at_max))
+        self.log(f"pid {p.info.pid}: custom heap {r.name} (interval {r.interval})")
+
+    @staticmethod
+    def _custom_heap(p: ProcessState, heap_id: int) -> CustomHeap | None:
+        h = p.custom_heaps.get(heap_id)
+        if h is None:  # the client announces a heap before any of its records
+            p.stats.malformed_records += 1
+        return h
+
+    def _custom_heap_rows(self, p: ProcessState, final: bool) -> list[tuple[CustomHeap, list[tuple[int, int, int]]]]:
+        """The dump rows of each custom heap. Called after the malloc heap's
+        dump_rows, whose resolve gave every stack received so far its callsite
+        (stack ids are shared by all the heaps of a process)."""
+        out = []
+        callsites = p.heap.callsites
+        for h in p.custom_heaps.values():
+            tracker = h.tracker
+            if final:
+                tracker.flush()
+            stray = None
+            for stack_id in tracker.unresolved():
+                cs = callsites.get(stack_id)
+                if cs is None and final:
+                    stray = stray or self.trie.callsite([self.frames.special(UNDEFINED_STACK)])
+                    cs = stray
+                if cs is not None:
+                    tracker.set_callsite(stack_id, cs)
+            out.append((h, list(DUMP_ROW.iter_unpack(tracker.dump()))))
+        return out
 
     # -- dumps ---------------------------------------------------------------
 
@@ -362,17 +419,23 @@ class Producer:
         heap: ProcessHeap = p.heap
         tracker = p.ingest.tracker
         rows = heap.dump_rows(tracker, self.frames, self.trie, final)
+        custom = self._custom_heap_rows(p, final) if p.custom_heaps else []
         w = self.writer
         w.add_mappings(self.frames.mappings.take_new())
         w.add_frames(self.frames.frames.take_new())
         w.add_callsites(self.trie.take_new())
         ts = max(time.monotonic_ns(), p.last_dump_ts + 1)
         w.add_dump(p.info.upid, p.last_dump_ts, ts, reason, rows, p.heap_name)
-        p.last_dump_ts = ts
         if final:
             peak = heap.peak_rows(tracker)
             if peak:
                 w.add_peak(p.info.upid, tracker.stats()["peak_ts"], p.heap_name, peak)
+        for h, h_rows in custom:
+            w.add_dump(p.info.upid, p.last_dump_ts, ts, reason, h_rows, h.name)
+            peak = heap.peak_rows(h.tracker) if final else []
+            if peak:
+                w.add_peak(p.info.upid, h.tracker.stats()["peak_ts"], h.name, peak)
+        p.last_dump_ts = ts
         self.log(f"dump {heap.dumps} ({reason}) of pid {p.info.pid}: {heap.unreleased} bytes unreleased")
         if p.stream:
             w.add_stream(self._stream_rows(p))
@@ -434,6 +497,8 @@ class Producer:
         self.writer.add_process(p.info)
         self.writer.set_process_flags(p.info, p.flags)
         self.writer.add_stats(process_stats_rows(p, st))
+        if p.custom_heaps:
+            self.writer.add_stats(_custom_heap_stats(p))
         self.writer.commit()
         p.final_stats = st
         p.final_meta = {name: p.meta(name) for name in codec.CLIENT_COUNTERS}
@@ -468,6 +533,28 @@ def take_ownership(directory: Path) -> int:
     os.write(fd, f"{os.getpid()}\n".encode())
     os.rename(tmp, directory / OWNER_FILE)
     return fd
+
+
+def _custom_heap_stats(p: ProcessState) -> list[StatRow]:
+    """Stats rows of a process's custom heaps, summed; the description names each heap's share."""
+    heaps = list(p.custom_heaps.values())
+    stats = [h.tracker.stats() for h in heaps]
+
+    def each(values: list[int]) -> str:
+        return ", ".join(f"{h.name} {v}" for h, v in zip(heaps, values, strict=True))
+
+    samples = [h.samples for h in heaps]
+    frees = [h.frees for h in heaps]
+    gaps = [s["gaps_skipped"] for s in stats]
+    u = p.info.upid
+    return [
+        ("custom_heap_samples", u, "info", "producer", sum(samples),
+         f"sampled allocations on custom heaps: {each(samples)}"),
+        ("custom_heap_frees", u, "info", "producer", sum(frees),
+         f"frees of sampled custom heap addresses: {each(frees)}"),
+        ("custom_heap_sequence_gaps", u, "data_loss", "producer", sum(gaps),
+         f"custom heap sequence numbers never received: {each(gaps)}"),
+    ]
 
 
 def _client_error_name(value: int) -> str:

@@ -7,10 +7,11 @@ have, a dump number out of range).
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass
 
-from heapscope.errors import UnknownDumpError, UnknownProcessError, UnknownViewError
-from heapscope.model import VIEWS, CallsiteId
+from heapscope.errors import ProfileError, UnknownDumpError, UnknownProcessError, UnknownViewError, UsageError
+from heapscope.model import HEAP_NAME, VIEWS, CallsiteId
 from heapscope.store.reader import Dump, Process, Profile, ViewValues
 
 #: What each view measures, for --help texts.
@@ -20,6 +21,10 @@ VIEW_HELP = {
     "objects": "allocations not yet freed at the dump",
     "alloc_objects": "allocations made up to the dump",
 }
+
+
+class UnknownHeapError(UsageError):
+    """--heap names a heap the profile does not have."""
 
 
 def check_view(view: str) -> str:
@@ -165,3 +170,52 @@ def process_state(profile: Profile, p: Process, choice: str | int | None, view: 
     if choice == "peak":
         label += "; no peak recorded"
     return State("end", d.ts_end, label, profile.callsite_values(upid, d.ts_end), interval)
+
+
+# -- heaps (issue 16: custom heaps) ---------------------------------------------
+
+#: The tables that carry a heap_name, shadowed by select_heap.
+_HEAP_TABLES = ("heap_profile", "heap_profile_allocation", "heapscope_peak_allocation")
+
+
+def heap_names(profile: Profile) -> list[str]:
+    """The heaps that have dumps in the profile, libc.malloc first, then by name."""
+    db = profile.sql_connection()
+    try:
+        rows = db.execute("SELECT DISTINCT heap_name FROM main.heap_profile").fetchall()
+    except sqlite3.DatabaseError as e:
+        raise ProfileError(f"{profile.path}: {e}") from e
+    return sorted({str(r[0]) for r in rows if r[0] is not None}, key=lambda n: (n != HEAP_NAME, n))
+
+
+def heap_peaks(profile: Profile) -> list[tuple[int, str, int, int]]:
+    """(upid, heap name, bytes, allocations) unreleased at each process heap's own peak."""
+    db = profile.sql_connection()
+    try:
+        rows = db.execute(
+            "SELECT upid, heap_name, SUM(size), SUM(count) FROM main.heapscope_peak_allocation"
+            " GROUP BY upid, heap_name ORDER BY upid, heap_name").fetchall()
+    except sqlite3.DatabaseError as e:
+        raise ProfileError(f"{profile.path}: {e}") from e
+    peaks = [(int(r[0]), str(r[1]), int(r[2] or 0), int(r[3] or 0)) for r in rows]
+    return sorted(peaks, key=lambda x: (x[0], x[1] != HEAP_NAME, x[1]))
+
+
+def select_heap(profile: Profile, heap: str | None) -> None:
+    """Make every later read of `profile` see only heap `heap` (None: all heaps).
+
+    Temporary views named like the tables shadow them on this connection
+    (SQLite resolves an unqualified name in the temp schema first), so every
+    reader query, view and export sees one heap without knowing of heaps.
+    UnknownHeapError naming the heaps present when the profile has no such heap.
+    """
+    if heap is None:
+        return
+    names = heap_names(profile)
+    if heap not in names:
+        raise UnknownHeapError(f"{profile.path}: no heap named {heap!r} (heaps: {', '.join(names) or 'none'})")
+    literal = "'" + heap.replace("'", "''") + "'"  # views take no parameters; the name is one of names
+    db = profile.sql_connection()
+    for table in _HEAP_TABLES:
+        db.execute(f"DROP VIEW IF EXISTS temp.{table}")
+        db.execute(f"CREATE TEMP VIEW {table} AS SELECT * FROM main.{table} WHERE heap_name = {literal}")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 WIRE_MAGIC = 0x31575350414548
-WIRE_VERSION = 2
+WIRE_VERSION = 3
 TOKEN_SIZE = 16
 META_SIZE = 4096
 BUILD_ID_MAX = 40
@@ -35,6 +35,8 @@ class RecordType(IntEnum):
     STACK = 3
     MODULE = 4
     HEAP = 5
+    HEAP_MALLOC = 6  # custom heaps (wire.h, issue 16)
+    HEAP_FREE = 7
 
 
 class Status(IntEnum):
@@ -78,6 +80,11 @@ FREE = struct.Struct("<QQ")
 STACK = struct.Struct("<QII")
 MODULE = struct.Struct(f"<QQQQQII{BUILD_ID_MAX}s")
 HEAP = struct.Struct(f"<QII{HEAP_NAME_SIZE}s")
+# Custom heaps (wire.h, "Custom heaps"): MALLOC / FREE with a heap id.
+FIRST_CUSTOM_HEAP = 2
+MAX_CUSTOM_HEAPS = 64
+HEAP_MALLOC = struct.Struct("<QIIQQQQQ")
+HEAP_FREE = struct.Struct("<QIIQ")
 
 # struct hs_ring_meta: field name -> (offset, struct format)
 META_FIELDS: dict[str, tuple[int, str]] = {
@@ -180,11 +187,36 @@ class HeapRecord:
     name: str
 
 
+@dataclass(frozen=True, slots=True)
+class HeapMallocRecord:
+    """A sampled allocation on a custom heap; seq is that heap's own."""
+
+    heap_id: int
+    seq: int
+    addr: int
+    sample_size: int
+    alloc_size: int
+    stack_id: int
+    ts: int
+
+
+@dataclass(frozen=True, slots=True)
+class HeapFreeRecord:
+    """A free of a sampled address on a custom heap."""
+
+    heap_id: int
+    seq: int
+    addr: int
+
+
 class MalformedRecord(ValueError):
     """A record whose size does not match its type."""
 
 
-def decode_record(rec: bytes) -> StackRecord | ModuleRecord | HeapRecord:
+RareRecord = StackRecord | ModuleRecord | HeapRecord | HeapMallocRecord | HeapFreeRecord
+
+
+def decode_record(rec: bytes) -> RareRecord:
     """Decode one whole non-hot record (header included), as _ingest hands it over."""
     if len(rec) < HEADER.size:
         raise MalformedRecord("record shorter than its header")
@@ -212,6 +244,16 @@ def decode_record(rec: bytes) -> StackRecord | ModuleRecord | HeapRecord:
             raise MalformedRecord("truncated heap record")
         interval, heap_id, _, name = HEAP.unpack_from(body)
         return HeapRecord(heap_id, interval, name.split(b"\0", 1)[0].decode("utf-8", "replace"))
+    if rtype == RecordType.HEAP_MALLOC:
+        if len(body) < HEAP_MALLOC.size:
+            raise MalformedRecord("truncated heap malloc record")
+        seq, heap_id, _, addr, sample_size, alloc_size, stack_id, ts = HEAP_MALLOC.unpack_from(body)
+        return HeapMallocRecord(heap_id, seq, addr, sample_size, alloc_size, stack_id, ts)
+    if rtype == RecordType.HEAP_FREE:
+        if len(body) < HEAP_FREE.size:
+            raise MalformedRecord("truncated heap free record")
+        seq, heap_id, _, addr = HEAP_FREE.unpack_from(body)
+        return HeapFreeRecord(heap_id, seq, addr)
     raise MalformedRecord(f"unexpected record type {rtype}")
 
 
@@ -246,6 +288,16 @@ def encode_module(m: ModuleRecord) -> bytes:
 
 def encode_heap(heap_id: int, interval: int, name: str) -> bytes:
     return _record(RecordType.HEAP, HEAP.pack(interval, heap_id, 0, name.encode()))
+
+
+def encode_heap_malloc(heap_id: int, seq: int, addr: int, sample_size: int, alloc_size: int,
+                       stack_id: int, ts: int) -> bytes:
+    return _record(RecordType.HEAP_MALLOC,
+                   HEAP_MALLOC.pack(seq, heap_id, 0, addr, sample_size, alloc_size, stack_id, ts))
+
+
+def encode_heap_free(heap_id: int, seq: int, addr: int) -> bytes:
+    return _record(RecordType.HEAP_FREE, HEAP_FREE.pack(seq, heap_id, 0, addr))
 
 
 class RingWriter:

@@ -70,7 +70,7 @@
 #include <stdint.h>
 
 #define HS_WIRE_MAGIC 0x31575350414548ull /* "HEAPSW1" little endian */
-#define HS_WIRE_VERSION 2u
+#define HS_WIRE_VERSION 3u
 #define HS_TOKEN_SIZE 16
 #define HS_META_SIZE 4096u
 #define HS_BUILD_ID_MAX 40
@@ -88,7 +88,9 @@ enum hs_record_type {
   HS_REC_STACK = 3,  /* struct hs_stack + u64 pcs[depth], leaf first */
   HS_REC_MODULE = 4, /* struct hs_module + char path[path_len] */
   HS_REC_HEAP = 5,   /* struct hs_heap */
-  HS_REC_TYPE_COUNT = 6,
+  HS_REC_HEAP_MALLOC = 6, /* struct hs_heap_malloc (custom heaps, below) */
+  HS_REC_HEAP_FREE = 7,   /* struct hs_heap_free */
+  HS_REC_TYPE_COUNT = 8,
 };
 
 enum hs_status {
@@ -225,6 +227,41 @@ struct hs_heap {
   char name[HS_HEAP_NAME_SIZE]; /* NUL terminated */
 };
 
+/* ---- Custom heaps (issue 16) ----
+ *
+ * A program reports the allocations of its own pools through the public
+ * API (include/heapscope.h, client/heaps.c). Each heap it registers gets an
+ * id >= HS_FIRST_CUSTOM_HEAP (1 is libc.malloc) and one HS_REC_HEAP record
+ * with its name and interval, written before the id is handed back, so it
+ * comes before every record of that heap in the ring.
+ *
+ * HS_REC_HEAP_MALLOC / HS_REC_HEAP_FREE are MALLOC / FREE with a heap id.
+ * Each custom heap has its own gapless sequence counter, starting at 1
+ * (heapprofd numbers each heap apart too): the producer keeps one tracker
+ * per (process, heap) and orders each heap's ops on their own. Stack ids
+ * are shared with the malloc heap (one interning table per process).
+ */
+#define HS_FIRST_CUSTOM_HEAP 2u
+#define HS_MAX_CUSTOM_HEAPS 64u
+
+struct hs_heap_malloc {
+  uint64_t seq; /* the heap's own sequence number */
+  uint32_t heap_id;
+  uint32_t reserved;
+  uint64_t addr;
+  uint64_t sample_size;
+  uint64_t alloc_size;
+  uint64_t stack_id;
+  uint64_t ts;
+};
+
+struct hs_heap_free {
+  uint64_t seq;
+  uint32_t heap_id;
+  uint32_t reserved;
+  uint64_t addr;
+};
+
 #define HS_RECORD_HEADER(size, type) \
   ((uint64_t)(uint32_t)(size) | ((uint64_t)(uint32_t)(type) << 32))
 #define HS_RECORD_SIZE(header) ((uint32_t)((header) & 0xffffffffu))
@@ -245,5 +282,7 @@ HS_STATIC_ASSERT(sizeof(struct hs_free) == 16, "hs_free");
 HS_STATIC_ASSERT(sizeof(struct hs_stack) == 16, "hs_stack");
 HS_STATIC_ASSERT(sizeof(struct hs_module) == 88, "hs_module");
 HS_STATIC_ASSERT(sizeof(struct hs_heap) == 48, "hs_heap");
+HS_STATIC_ASSERT(sizeof(struct hs_heap_malloc) == 56, "hs_heap_malloc");
+HS_STATIC_ASSERT(sizeof(struct hs_heap_free) == 24, "hs_heap_free");
 
 #endif /* HEAPSCOPE_WIRE_H */

@@ -37,7 +37,8 @@ def malloc_family() -> list[str]:
     return names
 
 
-EXPORTED = {*malloc_family(), "heapscope_attach"}
+EXPORTED = {*malloc_family(), "heapscope_attach",
+            "heapscope_heap_register_v1", "heapscope_heap_alloc_v1", "heapscope_heap_free_v1"}
 
 
 @dataclass

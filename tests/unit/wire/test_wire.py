@@ -21,6 +21,8 @@ STRUCTS = {
     "hs_stack": codec.STACK,
     "hs_module": codec.MODULE,
     "hs_heap": codec.HEAP,
+    "hs_heap_malloc": codec.HEAP_MALLOC,
+    "hs_heap_free": codec.HEAP_FREE,
 }
 CONSTANTS = {
     "HS_WIRE_MAGIC": codec.WIRE_MAGIC,
@@ -36,6 +38,10 @@ CONSTANTS = {
     "HS_REC_STACK": codec.RecordType.STACK,
     "HS_REC_MODULE": codec.RecordType.MODULE,
     "HS_REC_HEAP": codec.RecordType.HEAP,
+    "HS_REC_HEAP_MALLOC": codec.RecordType.HEAP_MALLOC,
+    "HS_REC_HEAP_FREE": codec.RecordType.HEAP_FREE,
+    "HS_FIRST_CUSTOM_HEAP": codec.FIRST_CUSTOM_HEAP,
+    "HS_MAX_CUSTOM_HEAPS": codec.MAX_CUSTOM_HEAPS,
     "HS_CFG_BLOCK_CLIENT": codec.CFG_BLOCK_CLIENT,
     "HS_STACK_TRUNCATED": codec.STACK_TRUNCATED,
     "HS_UNWINDER_FP": codec.Unwinder.FP,

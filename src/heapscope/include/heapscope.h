@@ -1,0 +1,125 @@
+/*
+ * heapscope.h: report the allocations of your own pools (arenas, object
+ * pools, slabs, memory from a GPU runtime) to heapscope as named heaps.
+ *
+ *   #include <heapscope.h>        // cc -I"$(heapscope --include)" ...
+ *
+ *   static uint32_t arena_heap;
+ *   arena_heap = heapscope_heap_register("myapp.arena"); // 0: not profiled
+ *   void *p = arena_alloc(a, n);  heapscope_heap_alloc(arena_heap, p, n);
+ *   heapscope_heap_free(arena_heap, p);  arena_free(a, p);
+ *
+ * Nothing to link: the functions live in heapscope's client library, which
+ * `heapscope record` preloads into the program, and are found at run time
+ * with dlsym(). Without record (or on a process heapscope does not profile)
+ * register returns 0, and alloc/free on heap 0 cost one predictable branch
+ * (benchmarks/heaps_noop.py measures it). glibc before 2.34 needs -ldl.
+ *
+ * Names: 1 to 31 characters of [A-Za-z0-9._-], and not "libc.malloc".
+ * A bad name gives 0. Registering a name again returns the same heap.
+ * Up to 64 heaps per process; each is sampled like malloc, with the
+ * session's interval or its own (heapscope_heap_register_interval).
+ *
+ * Report a free BEFORE the memory can be handed out again (before the
+ * pool's own free), so that its reuse is always ordered after it. Frees of
+ * addresses never reported (or not sampled) are ignored. Addresses are any
+ * non-zero values below 2^56; each heap has its own address space.
+ *
+ * The calls never block the program for long, never fail it, and keep
+ * errno. A heap registered before the profiler connected, or in a process
+ * attached to later (record -p), stays 0: register at start-up.
+ */
+#ifndef HEAPSCOPE_H
+#define HEAPSCOPE_H
+
+#include <dlfcn.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef RTLD_DEFAULT
+#define HEAPSCOPE__DEFAULT RTLD_DEFAULT
+#else
+#define HEAPSCOPE__DEFAULT ((void *)0) /* its value in glibc and musl */
+#endif
+
+/* The client's exported functions (client/heaps.c); ABI version 1. */
+typedef uint32_t (*heapscope_register_fn)(const char *name, uint64_t interval);
+typedef void (*heapscope_alloc_fn)(uint32_t heap, const void *addr, uint64_t size);
+typedef void (*heapscope_free_fn)(uint32_t heap, const void *addr);
+
+/* Looked up once per translation unit; racing threads find the same values. */
+static struct {
+  heapscope_register_fn reg;
+  heapscope_alloc_fn alloc;
+  heapscope_free_fn free_;
+  int looked_up;
+} heapscope__api __attribute__((unused));
+
+static inline void *heapscope__find(const char *name) {
+  return dlsym(HEAPSCOPE__DEFAULT, name);
+}
+
+static inline void heapscope__lookup(void) {
+  heapscope_register_fn reg;
+  heapscope_alloc_fn alloc;
+  heapscope_free_fn free_;
+  void *p;
+  /* memcpy: ISO C has no cast from void * to a function pointer. */
+  p = heapscope__find("heapscope_heap_register_v1");
+  memcpy(&reg, &p, sizeof reg);
+  p = heapscope__find("heapscope_heap_alloc_v1");
+  memcpy(&alloc, &p, sizeof alloc);
+  p = heapscope__find("heapscope_heap_free_v1");
+  memcpy(&free_, &p, sizeof free_);
+  if (!reg || !alloc || !free_)
+    reg = 0, alloc = 0, free_ = 0;
+  __atomic_store_n(&heapscope__api.reg, reg, __ATOMIC_RELAXED);
+  __atomic_store_n(&heapscope__api.alloc, alloc, __ATOMIC_RELAXED);
+  __atomic_store_n(&heapscope__api.free_, free_, __ATOMIC_RELAXED);
+  __atomic_store_n(&heapscope__api.looked_up, 1, __ATOMIC_RELEASE);
+}
+
+/* A heap sampled with its own mean interval in bytes (0: the session's,
+ * 1: every allocation). Returns its id, or 0 when not profiled. */
+static inline uint32_t heapscope_heap_register_interval(const char *name, uint64_t interval) {
+  if (!__atomic_load_n(&heapscope__api.looked_up, __ATOMIC_ACQUIRE))
+    heapscope__lookup();
+  heapscope_register_fn reg = __atomic_load_n(&heapscope__api.reg, __ATOMIC_RELAXED);
+  return reg ? reg(name, interval) : 0;
+}
+
+/* A heap sampled with the session's interval. Returns its id, or 0. */
+static inline uint32_t heapscope_heap_register(const char *name) {
+  return heapscope_heap_register_interval(name, 0);
+}
+
+/* Inlined even at -O0, so that the caller is the leaf frame of a sample. */
+#define HEAPSCOPE__INLINE static inline __attribute__((always_inline))
+
+/* `size` bytes at addr were handed out from heap. */
+HEAPSCOPE__INLINE void heapscope_heap_alloc(uint32_t heap, const void *addr, uint64_t size) {
+  if (__builtin_expect(heap != 0, 0)) {
+    heapscope_alloc_fn fn = __atomic_load_n(&heapscope__api.alloc, __ATOMIC_RELAXED);
+    if (!fn) { /* the heap was registered from another translation unit */
+      heapscope__lookup();
+      fn = __atomic_load_n(&heapscope__api.alloc, __ATOMIC_RELAXED);
+    }
+    if (fn)
+      fn(heap, addr, size);
+  }
+}
+
+/* addr goes back to heap: call it before the pool can reuse addr. */
+HEAPSCOPE__INLINE void heapscope_heap_free(uint32_t heap, const void *addr) {
+  if (__builtin_expect(heap != 0, 0)) {
+    heapscope_free_fn fn = __atomic_load_n(&heapscope__api.free_, __ATOMIC_RELAXED);
+    if (!fn) {
+      heapscope__lookup();
+      fn = __atomic_load_n(&heapscope__api.free_, __ATOMIC_RELAXED);
+    }
+    if (fn)
+      fn(heap, addr);
+  }
+}
+
+#endif /* HEAPSCOPE_H */
