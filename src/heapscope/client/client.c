@@ -626,8 +626,13 @@ __attribute__((destructor)) static void hs_client_fini(void) {
    * exit (another pid, same socket) nor a descriptor the program reused.
    * This library is finalized last (preloaded: initialized first), after
    * the program's destructors and atexit handlers. */
-  if (cl.sock >= 0 && cl.pid == getpid() && hs_sock_is_ours(cl.sock, cl.sock_dev, cl.sock_ino))
+  if (cl.sock >= 0 && cl.pid == getpid() && hs_sock_is_ours(cl.sock, cl.sock_dev, cl.sock_ino)) {
+    /* Said first: an EOF from a client still ACTIVE means the program closed
+     * our socket and runs on, and the producer follows it to its exit. */
+    if (cl.ring.meta && __atomic_load_n(&cl.ring.meta->client_state, __ATOMIC_RELAXED) == HS_CLIENT_ACTIVE)
+      __atomic_store_n(&cl.ring.meta->client_state, HS_CLIENT_EXITING, __ATOMIC_RELEASE);
     (void)shutdown(cl.sock, SHUT_RDWR);
+  }
   t->guard = saved;
 }
 

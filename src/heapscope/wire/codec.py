@@ -56,6 +56,7 @@ class ClientState(IntEnum):
     CONNECTING = 0
     ACTIVE = 1
     DISABLED = 2
+    EXITING = 3
 
 
 class ClientError(IntEnum):

@@ -115,6 +115,7 @@ enum hs_client_state {
   HS_CLIENT_CONNECTING = 0,
   HS_CLIENT_ACTIVE = 1,
   HS_CLIENT_DISABLED = 2, /* turned itself off; see client_error */
+  HS_CLIENT_EXITING = 3,  /* the process ran its last destructor and shut the socket down */
 };
 
 enum hs_client_error {

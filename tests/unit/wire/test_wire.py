@@ -46,6 +46,7 @@ CONSTANTS = {
     "HS_STACK_TRUNCATED": codec.STACK_TRUNCATED,
     "HS_UNWINDER_FP": codec.Unwinder.FP,
     "HS_CLIENT_DISABLED": codec.ClientState.DISABLED,
+    "HS_CLIENT_EXITING": codec.ClientState.EXITING,
     "HS_ERR_FORKED": codec.ClientError.FORKED,
     "HS_ERR_OUT_OF_MEMORY": codec.ClientError.OUT_OF_MEMORY,
     "HS_ERR_SOCKET_LOST": codec.ClientError.SOCKET_LOST,
