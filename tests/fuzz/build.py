@@ -85,11 +85,12 @@ def seed_inputs() -> dict[str, bytes]:
     f1 = codec.encode_free(3, 0x1000)
     f2 = codec.encode_free(4, 0x2000)
     big = codec.ModuleRecord(0, 0, 0, 0, 0, b"", "/lib/" + "x" * 20)
+    m3 = codec.encode_malloc(4, 0x3000, 9000, 9000, 8, 30)
     seeds = {
         "in_order": _input(7, 0, [(codec.encode_module(module) + stack + heap + m1 + m2 + f1 + f2, 0)]),
         "out_of_order": _input(7 | MODE_DUMP_AT_MAX, 0, [(stack + m2 + f1 + m1 + f2, 0)]),
         "streamed": _input(7 | MODE_STREAM, 0, [(m1 + f1, 1), (m2 + f2, 0)]),
-        "peak": _input(7 | MODE_DUMP_AT_MAX, 0, [(m1 + m2, 0), (f1, 0), (codec.encode_malloc(4, 0x3000, 9000, 9000, 8, 30), 0)]),
+        "peak": _input(7 | MODE_DUMP_AT_MAX, 0, [(m1 + m2, 0), (f1, 0), (m3, 0)]),
         "gap": _input(7, 0, [(m2 + codec.encode_malloc(5, 0x5000, 1, 1, 9, 40), 0)]),
         "duplicate_seq": _input(7, 0, [(m1 + m1 + f1 + f1, 0)]),
         "implicit_free": _input(7, 0, [(m1 + codec.encode_malloc(2, 0x1000, 8, 8, 7, 11), 0)]),
