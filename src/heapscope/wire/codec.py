@@ -124,6 +124,9 @@ class Hello:
 
     @classmethod
     def unpack(cls, data: bytes) -> Hello:
+        """Raises MalformedRecord unless `data` is exactly one hs_hello."""
+        if len(data) != HELLO.size:
+            raise MalformedRecord(f"hello of {len(data)} bytes (expected {HELLO.size})")
         magic, version, pid, ppid, _, token = HELLO.unpack(data)
         return cls(magic, version, pid, ppid, token)
 
@@ -145,6 +148,17 @@ class Config:
             WIRE_MAGIC, WIRE_VERSION, self.status, self.interval, self.ring_size,
             self.seed, self.flags, self.unwinder, self.max_frames, 0,
         )
+
+    @classmethod
+    def unpack(cls, data: bytes) -> Config:
+        """The client's side, for tests. Raises MalformedRecord unless `data` is one
+        hs_config of this wire version."""
+        if len(data) != CONFIG.size:
+            raise MalformedRecord(f"config of {len(data)} bytes (expected {CONFIG.size})")
+        magic, version, status, interval, ring_size, seed, flags, unwinder, max_frames, _ = CONFIG.unpack(data)
+        if magic != WIRE_MAGIC or version != WIRE_VERSION:
+            raise MalformedRecord(f"config of wire version {version} (expected {WIRE_VERSION})")
+        return cls(status, interval, ring_size, seed, flags, unwinder, max_frames)
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +193,7 @@ class HeapRecord:
 
 
 class MalformedRecord(ValueError):
-    """A record whose size does not match its type."""
+    """A record or handshake message whose bytes do not fit its type."""
 
 
 def decode_record(rec: bytes) -> StackRecord | ModuleRecord | HeapRecord:
