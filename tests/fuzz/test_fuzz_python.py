@@ -33,6 +33,7 @@ CRASHES_OPEN = {
     "allocation_callsite_real.sql": "export_int_values",
     "mapping_load_bias_real.sql": "export_int_values",
     "frame_mapping_text.sql": "export_int_values",
+    "elf_huge_strtab.elfpatch": "elf_huge_section",
 }
 
 
@@ -56,14 +57,16 @@ def test_fuzz_python_bounded(target: str, tmp_path: Path) -> None:
     assert res.returncode == 0 and not artifacts, f"{target}: {artifacts}\n{res.stderr[-6000:]}"
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in (HERE / "crashes").glob("*.sql")))
+@pytest.mark.parametrize("name", sorted(p.name for p in (HERE / "crashes").iterdir()
+                                         if p.suffix in (".sql", ".elfpatch")))
 def test_crash_input_is_handled(name: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     if name in CRASHES_OPEN:
         request.applymarker(pytest.mark.xfail(strict=True, reason=f"open finding {CRASHES_OPEN[name]}"))
     env = dict(os.environ, HEAPSCOPE_FUZZ_WORK=str(tmp_path))
+    mode = ["profile", "--replay-sql"] if name.endswith(".sql") else ["elf", "--replay-elf"]
     try:
-        res = subprocess.run([sys.executable, str(PY_FUZZ), "profile", "--replay-sql", str(HERE / "crashes" / name)],
-                             capture_output=True, text=True, timeout=60, env=env)
+        res = subprocess.run([sys.executable, str(PY_FUZZ), *mode, str(HERE / "crashes" / name)],
+                             capture_output=True, text=True, timeout=30, env=env)
     except subprocess.TimeoutExpired:
-        pytest.fail(f"{name}: still running after 60 s")
+        pytest.fail(f"{name}: still running after 30 s")
     assert res.returncode == 0, res.stderr[-3000:]
