@@ -67,7 +67,7 @@ class Ingest:
 
         5 x u64 rows in the order of totals(): stack_id, bytes of the stack
         unfreed at the peak, 0, allocations unfreed at the peak, 0. Their
-        bytes sum to stats()["peak_unfreed"]. heapprofd's semantics (§5.3):
+        bytes sum to stats()["peak_unfreed"]. heapprofd's semantics (docs/profile.md):
         the peak is per process, reached by a malloc; ValueError without
         dump_at_max.
         """

@@ -87,7 +87,7 @@ struct hs_ingest {
   struct hs_buf stream_rows;    /* hs_stream_row[] since the last take */
   struct hs_buf records;        /* whole STACK/MODULE/HEAP records of the last drain */
   size_t records_count;
-  /* dump_at_max (heapprofd §5.3): the process peak of sampled unfreed bytes.
+  /* dump_at_max (docs/profile.md): the process peak of sampled unfreed bytes.
    * At a new peak every row's max is set to its cur; when nothing but
    * mallocs happened since the previous peak (peak_clean), only the row of
    * the new malloc can differ, so only it is copied. */
