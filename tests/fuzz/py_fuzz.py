@@ -46,7 +46,7 @@ if str(ROOT / "src") not in sys.path:
     sys.path.insert(0, str(ROOT / "src"))
 
 try:
-    import atheris
+    import atheris  # type: ignore[import-untyped]
 except ImportError:  # the plain mutator below still works
     atheris = None
 
@@ -219,13 +219,13 @@ class Bytes:
         self.data = data
         self.pos = 0
 
-    def int(self, n: int) -> int:
+    def num(self, n: int) -> int:
         chunk = self.data[self.pos:self.pos + n]
         self.pos += n
         return int.from_bytes(chunk.ljust(n, b"\0"), "little", signed=True)
 
     def pick(self, items: list[str]) -> str:
-        return items[self.int(1) % len(items)]
+        return items[self.num(1) % len(items)]
 
     def raw(self, n: int) -> bytes:
         chunk = self.data[self.pos:self.pos + n]
@@ -237,19 +237,19 @@ class Bytes:
 
 
 def edit_value(b: Bytes) -> object:
-    kind = b.int(1) % 8
+    kind = b.num(1) % 8
     if kind == 0:
         return None
     if kind == 1:
-        return b.int(1)  # small ids, so edits hit existing rows: cycles, dangling ids
+        return b.num(1)  # small ids, so edits hit existing rows: cycles, dangling ids
     if kind == 2:
-        return b.int(8)  # u64 stored as int64: negative and huge values
+        return b.num(8)  # u64 stored as int64: negative and huge values
     if kind == 3:
-        return b.int(2) / 7.0
+        return b.num(2) / 7.0
     if kind == 4:
-        return b.raw(b.int(1) % 12).decode("utf-8", "replace")
+        return b.raw(b.num(1) % 12).decode("utf-8", "replace")
     if kind == 5:
-        return b.raw(b.int(1) % 12)
+        return b.raw(b.num(1) % 12)
     if kind == 6:
         return -(2**63)
     return 2**63 - 1
@@ -307,9 +307,9 @@ def fuzz_rows(data: bytes) -> None:
         if not b.left():
             break
         table = b.pick(sorted(tables))
-        rowid = b.int(1) % 12
+        rowid = b.num(1) % 12
         with contextlib.suppress(sqlite3.Error):  # a constraint said no: the edit does not happen
-            if b.int(1) % 6 == 0:
+            if b.num(1) % 6 == 0:
                 db.execute(f"DELETE FROM {table} WHERE rowid = ?", (rowid,))
             else:
                 col = b.pick(tables[table])

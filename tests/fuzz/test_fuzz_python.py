@@ -70,3 +70,20 @@ def test_crash_input_is_handled(name: str, tmp_path: Path, request: pytest.Fixtu
     except subprocess.TimeoutExpired:
         pytest.fail(f"{name}: still running after 30 s")
     assert res.returncode == 0, res.stderr[-3000:]
+
+
+def test_codec_handshake_messages_of_the_wrong_size() -> None:
+    """Found by the codec target: a short Hello raised struct.error, which the producer does not catch."""
+    from heapscope.wire import codec
+
+    hello = codec.Hello(codec.WIRE_MAGIC, codec.WIRE_VERSION, 1, 0, b"t" * 16).pack()
+    assert codec.Hello.unpack(hello).pid == 1
+    config = codec.Config(codec.Status.OK, 4096, 1 << 20, 7, 0, 0, 64)
+    assert codec.Config.unpack(config.pack()) == config
+    for bad in (b"", hello[:-1], hello + b"\0"):
+        with pytest.raises(codec.MalformedRecord):
+            codec.Hello.unpack(bad)
+    with pytest.raises(codec.MalformedRecord):
+        codec.Config.unpack(config.pack()[:-8])
+    with pytest.raises(codec.MalformedRecord, match="wire version"):
+        codec.Config.unpack(b"\0" * codec.CONFIG.size)

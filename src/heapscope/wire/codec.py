@@ -269,10 +269,10 @@ class RingWriter:
 
     def __init__(self, shm: mmap.mmap) -> None:
         self.shm = shm
-        (self.ring_size,) = struct.unpack_from("<Q", shm, META_FIELDS["ring_size"][0])
+        self.ring_size = int(struct.unpack_from("<Q", shm, META_FIELDS["ring_size"][0])[0])
 
     def _pos(self, name: str) -> int:
-        return struct.unpack_from("<Q", self.shm, META_FIELDS[name][0])[0]
+        return int(struct.unpack_from("<Q", self.shm, META_FIELDS[name][0])[0])
 
     def space(self) -> int:
         return self.ring_size - (self._pos("write_pos") - self._pos("read_pos"))
@@ -309,7 +309,7 @@ def _pad_record(size: int) -> bytes:
 
 def read_meta(shm: mmap.mmap | bytes, name: str) -> int:
     off, fmt = META_FIELDS[name]
-    return struct.unpack_from(fmt, shm, off)[0]
+    return int(struct.unpack_from(fmt, shm, off)[0])
 
 
 def write_meta(shm: mmap.mmap, name: str, value: int) -> None:
