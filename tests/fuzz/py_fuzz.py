@@ -272,6 +272,8 @@ OPEN_FINDINGS: dict[str, tuple[str, str, str]] = {
     # pprof.py _write_mappings(), _common.py _i()), where the views say "corrupt
     # profile" (store/reader.py _int()).
     "export_int_values": ("ValueError", "/heapscope/export/", "*"),
+    # view/flamegraph.py process_graph(): int(r[1]) on a BLOB callsite_id, likewise.
+    "flamegraph_int_values": ("ValueError", "/heapscope/view/flamegraph.py", "*"),
     # symbolize/symtab.py _function_symbols() (and any section read in
     # symbolize/): a section header with sh_size >= 2**63 makes pyelftools'
     # read() raise OverflowError, which read_elf_symbols does not map to

@@ -33,6 +33,7 @@ CRASHES_OPEN = {
     "allocation_callsite_real.sql": "export_int_values",
     "mapping_load_bias_real.sql": "export_int_values",
     "frame_mapping_text.sql": "export_int_values",
+    "allocation_callsite_blob.sql": "flamegraph_int_values",
     "elf_huge_strtab.elfpatch": "elf_huge_section",
 }
 
