@@ -50,8 +50,10 @@ try:
 except ImportError:  # the plain mutator below still works
     atheris = None
 
-_instrument = (atheris.instrument_imports() if atheris is not None and "--random" not in sys.argv
-               else contextlib.nullcontext())
+# Coverage instrumentation only when atheris fuzzes (it slows every import down).
+_FUZZING = atheris is not None and __name__ == "__main__" and not {
+    "--random", "--replay-sql", "--replay-elf", "--write-seeds"} & set(sys.argv)
+_instrument = atheris.instrument_imports() if _FUZZING else contextlib.nullcontext()
 with _instrument:
     import heapscope.cli
     import heapscope.cli.diff

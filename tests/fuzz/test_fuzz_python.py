@@ -67,9 +67,9 @@ def test_crash_input_is_handled(name: str, tmp_path: Path, request: pytest.Fixtu
     mode = ["profile", "--replay-sql"] if name.endswith(".sql") else ["elf", "--replay-elf"]
     try:
         res = subprocess.run([sys.executable, str(PY_FUZZ), *mode, str(HERE / "crashes" / name)],
-                             capture_output=True, text=True, timeout=30, env=env)
+                             capture_output=True, text=True, timeout=20, env=env)
     except subprocess.TimeoutExpired:
-        pytest.fail(f"{name}: still running after 30 s")
+        pytest.fail(f"{name}: still running after 20 s")
     assert res.returncode == 0, res.stderr[-3000:]
 
 
