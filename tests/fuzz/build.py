@@ -32,8 +32,10 @@ HARNESS = HERE / "ingest_fuzz.c"
 CFLAGS = ["-g", "-O1", "-fno-omit-frame-pointer", "-fsanitize=fuzzer,address,undefined",
           "-fno-sanitize-recover=undefined"]
 
-# Importable without an installed heapscope (the benchmark runs from a clone).
-if str(ROOT / "src") not in sys.path:
+# An installed heapscope wins (it has the built extensions); a fresh clone runs from src/.
+try:
+    import heapscope  # noqa: F401
+except ImportError:
     sys.path.insert(0, str(ROOT / "src"))
 
 from heapscope.wire import codec  # noqa: E402

@@ -42,7 +42,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT / "src") not in sys.path:
+# An installed heapscope wins (it has the built extensions); a fresh clone runs from src/.
+try:
+    import heapscope  # noqa: F401
+except ImportError:
     sys.path.insert(0, str(ROOT / "src"))
 
 try:
