@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FUZZ = ROOT / "tests" / "fuzz"
 sys.path.insert(0, str(FUZZ))
 
-import build  # noqa: E402
+import fuzz_build as build  # noqa: E402
 
 PY_TARGETS = ("codec", "profile", "rows", "elf")
 

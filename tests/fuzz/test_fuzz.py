@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import build  # noqa: E402
+import fuzz_build as build  # noqa: E402
 
 from heapscope.wire import codec  # noqa: E402
 
