@@ -110,7 +110,7 @@ def _is_hex(v: object) -> bool:
 
 
 def check_chrome_trace(doc: object) -> list[str]:
-    """Every rule of spec formats.md §2 and seed 003 we know catapult's importer applies
+    """Every rule of docs/exports.md (Chrome JSON) we know catapult's importer applies
     (or trips on). Returns the problems found; [] means the file passes."""
     errs: list[str] = []
     events = doc.get("traceEvents") if isinstance(doc, dict) else doc

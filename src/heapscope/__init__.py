@@ -1,7 +1,9 @@
 """heapscope: a sampling native-heap profiler for Linux.
 
-Pipeline (one folder a part; imports point one way, cli -> views -> store ->
-bookkeeping -> wire; client/ is C only):
+Pipeline (one folder a part; imports point one way: cli -> producer ->
+bookkeeping -> wire, producer -> store, cli -> view | export | symbolize ->
+store; every part may use model and errors; client/ is C only; docs/ beside
+src/ explains each part):
 
     client/      LD_PRELOAD library inside the target: hooks, sampler, unwinder
     wire/        the protocol between client and producer (wire.h + mirror)
@@ -12,6 +14,7 @@ bookkeeping -> wire; client/ is C only):
     store/       the profile database (SQLite, Perfetto's names)
     symbolize/   function names from ELF files
     view/        reports built from a profile
+    export/      a profile in other tools' formats (pprof, Perfetto, Chrome JSON, ...)
     cli/         the command line
 
 The path of one sampled allocation: the client's malloc hook samples it,

@@ -30,7 +30,7 @@ HEAPSCOPE = (sys.executable, "-m", "heapscope")
 DEFAULT_SEED = 12345
 
 
-# The example query of Perfetto's heapprofd docs (seed 001), copied verbatim.
+# The example query of Perfetto's heapprofd docs (docs/profile.md), copied verbatim.
 SEED_EXAMPLE_QUERY = """\
 select a.callsite_id, a.ts, a.upid, f.name, f.rel_pc, m.build_id, m.name as mapping_name,
 sum(a.size) as space_size, sum(a.count) as space_count

@@ -1,4 +1,4 @@
-"""The example query of seed 001 ("Example SQL Queries") runs unchanged on our profile."""
+"""The example query of Perfetto's heapprofd docs (docs/profile.md) runs unchanged on our profile."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Python's sqlite3 cannot register a table-valued function, so Perfetto's
 `experimental_flamegraph(...)` is offered as a temp table of the same name and
-columns (heapprofd.md §8.3), materialized on demand: `--flamegraph --ts T
+columns (docs/profile.md), materialized on demand: `--flamegraph --ts T
 --upid U [--focus STR]` on the command line, `.flamegraph T U [STR]` in the shell.
 """
 

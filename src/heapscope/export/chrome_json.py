@@ -1,7 +1,7 @@
 """Chrome trace JSON with memory-infra `heaps_v2` dumps (chrome://tracing, catapult).
 
-As Chromium's heap-profiling exporter writes it (seed 003), one `ph:"v"` event
-per heapscope dump, plus catapult's import rules (spec formats.md §2):
+As Chromium's heap-profiling exporter writes it, one `ph:"v"` event
+per heapscope dump, plus catapult's import rules (docs/exports.md):
 `version` always present, node and string ids from 1, a `types` map with id 0
 = "[unknown]" and a `types` column in every allocator, every allocator dump
 with a `guid`, hex strings in `allocators` and `process_mmaps`, maps

@@ -1,6 +1,6 @@
 """Perfetto export: a trace of heapprofd ProfilePackets that trace_processor and ui.perfetto.dev load.
 
-Packet order (spec formats.md §3, heapprofd.md §7.5), all on one writer sequence:
+Packet order (docs/exports.md, "Perfetto trace"), all on one writer sequence:
   ClockSnapshot    BOOTTIME, MONOTONIC_COARSE, MONOTONIC and REALTIME all at the same
                    value, so trace_processor's clock conversion is the identity and its
                    `ts` columns equal the profile's (CLOCK_MONOTONIC ns)

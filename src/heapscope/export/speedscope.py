@@ -1,6 +1,6 @@
 """speedscope JSON: one `sampled` profile per view (and per process), one dump.
 
-File format: speedscope's `file-format-spec.ts` (spec formats.md §4). Each
+File format: speedscope's `file-format-spec.ts` (docs/exports.md). Each
 callsite is one sample, its frames root first, weighted by the view's value;
 `bytes` is the unit of the space views and `none` that of the object counts.
 `activeProfileIndex` opens the chosen view. Each view is of one state of each

@@ -199,7 +199,7 @@ def build_tree(profile: Profile, callsite_ids: Iterable[CallsiteId], inlined: bo
 
 @dataclass(frozen=True, slots=True)
 class FlamegraphRow:
-    """One row of experimental_flamegraph (heapprofd.md §8.3), in its column order."""
+    """One row of experimental_flamegraph (docs/profile.md), in its column order."""
 
     id: int
     ts: int

@@ -134,6 +134,9 @@ class Hello:
 
     @classmethod
     def unpack(cls, data: bytes) -> Hello:
+        """Raises MalformedRecord unless `data` is exactly one hs_hello."""
+        if len(data) != HELLO.size:
+            raise MalformedRecord(f"hello of {len(data)} bytes (expected {HELLO.size})")
         magic, version, pid, ppid, _, token = HELLO.unpack(data)
         return cls(magic, version, pid, ppid, token)
 
@@ -155,6 +158,17 @@ class Config:
             WIRE_MAGIC, WIRE_VERSION, self.status, self.interval, self.ring_size,
             self.seed, self.flags, self.unwinder, self.max_frames, 0,
         )
+
+    @classmethod
+    def unpack(cls, data: bytes) -> Config:
+        """The client's side, for tests. Raises MalformedRecord unless `data` is one
+        hs_config of this wire version."""
+        if len(data) != CONFIG.size:
+            raise MalformedRecord(f"config of {len(data)} bytes (expected {CONFIG.size})")
+        magic, version, status, interval, ring_size, seed, flags, unwinder, max_frames, _ = CONFIG.unpack(data)
+        if magic != WIRE_MAGIC or version != WIRE_VERSION:
+            raise MalformedRecord(f"config of wire version {version} (expected {WIRE_VERSION})")
+        return cls(status, interval, ring_size, seed, flags, unwinder, max_frames)
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,7 +225,7 @@ class HeapFreeRecord:
 
 
 class MalformedRecord(ValueError):
-    """A record whose size does not match its type."""
+    """A record or handshake message whose bytes do not fit its type."""
 
 
 RareRecord = StackRecord | ModuleRecord | HeapRecord | HeapMallocRecord | HeapFreeRecord
@@ -310,10 +324,10 @@ class RingWriter:
 
     def __init__(self, shm: mmap.mmap) -> None:
         self.shm = shm
-        (self.ring_size,) = struct.unpack_from("<Q", shm, META_FIELDS["ring_size"][0])
+        self.ring_size = int(struct.unpack_from("<Q", shm, META_FIELDS["ring_size"][0])[0])
 
     def _pos(self, name: str) -> int:
-        return struct.unpack_from("<Q", self.shm, META_FIELDS[name][0])[0]
+        return int(struct.unpack_from("<Q", self.shm, META_FIELDS[name][0])[0])
 
     def space(self) -> int:
         return self.ring_size - (self._pos("write_pos") - self._pos("read_pos"))
@@ -350,7 +364,7 @@ def _pad_record(size: int) -> bytes:
 
 def read_meta(shm: mmap.mmap | bytes, name: str) -> int:
     off, fmt = META_FIELDS[name]
-    return struct.unpack_from(fmt, shm, off)[0]
+    return int(struct.unpack_from(fmt, shm, off)[0])
 
 
 def write_meta(shm: mmap.mmap, name: str, value: int) -> None:
