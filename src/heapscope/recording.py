@@ -17,7 +17,9 @@ target's.
 Hooks for a live view or an HTTP endpoint: `request_dump(reason)` and
 `stop()` may be called from a signal handler or another thread (they only set
 a flag and wake the loop); `dump_now(reason)` dumps at once from the loop's
-own thread; `status` is called every STATUS_EVERY_S from the loop.
+own thread; `status` is called every STATUS_EVERY_S from the loop;
+`call_soon(fn)` runs fn on the loop's thread as soon as it wakes (the pytest
+plugin's per-test windows: the producer is not thread-safe).
 """
 
 from __future__ import annotations
@@ -129,6 +131,7 @@ class Recording:
         self.errors: list[str] = []  # attach failures
         self.started = time.monotonic()
         self._dumps_requested: list[str] = []
+        self._calls: list[Callable[[], None]] = []
         self._stopping = False
         self._failed = False  # an internal error: profiling abandoned
         self._ended = False  # the loop is over: requests are ignored
@@ -284,6 +287,34 @@ class Recording:
             self._dumps_requested.append(reason)
             self._wake()
 
+    def call_soon(self, fn: Callable[[], None]) -> bool:
+        """Run fn on the loop's thread as soon as it wakes; False once the loop is over.
+
+        fn may use `producer` (drain, read a tracker). An exception in it is
+        its own affair: it is dropped, recording goes on.
+        """
+        if self._ended:
+            return False
+        self._calls.append(fn)
+        self._wake()
+        return True
+
+    def caught_up(self, pid: int) -> Any:
+        """The producer's ProcessState of `pid` with every record its ring holds
+        handled and its stacks resolved to callsites; None if it is not
+        profiled (or profiling failed). Only from the loop's thread (call_soon).
+        """
+        producer = self.producer
+        if producer is None or self._failed:
+            return None
+        p = next((q for q in producer.processes.values() if q.info.pid == pid), None)
+        if p is None:
+            return None
+        while producer._drain(p, limit=0):
+            pass
+        p.heap.resolve(producer.frames, producer.trie, p.ingest.tracker)
+        return p
+
     def stop(self) -> None:
         """End the session: final dumps; attached targets are let go, a started one runs on."""
         self._stopping = True
@@ -390,6 +421,9 @@ class Recording:
             busy = self._poll(0 if busy else IDLE_POLL_S) > 0
             while self._dumps_requested:
                 self.dump_now(self._dumps_requested.pop(0))
+            while self._calls:
+                with contextlib.suppress(Exception):
+                    self._calls.pop(0)()
             now = time.monotonic()
             if next_dump is not None and now >= next_dump:
                 self.dump_now("periodic")
