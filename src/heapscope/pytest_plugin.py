@@ -41,7 +41,6 @@ import signal
 import socket
 import sys
 import tempfile
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,7 +52,7 @@ from heapscope.errors import HeapscopeError
 from heapscope.model import Frame, Mapping
 
 ENV_SOCKET = "HEAPSCOPE_PYTEST_SOCKET"
-ASK_TIMEOUT_S = 30.0
+ASK_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 10.0
 TOP_STACKS = 3  # stacks named per test
 STACK_DEPTH = 6  # frames shown per stack
@@ -164,7 +163,7 @@ def _run_parent(config: pytest.Config) -> int:
         os.environ[ENV_SOCKET] = str(work / "control.sock")
         try:
             with Recording(rcfg, output, opts, warn=warn) as rec:
-                parent = _Parent(rec, listener, interval, config.getoption("heapscope_top"))
+                parent = _Parent(rec, listener, interval, config.getoption("heapscope_top"), bool(out))
                 pid = rec.start(argv)
                 parent.serve(pid)
                 code = rec.run_until_exit()
@@ -199,8 +198,9 @@ class _Named:
 class _Parent:
     """Answers the child's questions on the Recording's loop thread."""
 
-    def __init__(self, rec: Any, listener: socket.socket, interval: int, top: int) -> None:
+    def __init__(self, rec: Any, listener: socket.socket, interval: int, top: int, keep: bool) -> None:
         self.rec = rec
+        self.keep = keep  # the profile is kept (--heapscope-output)
         self.listener = listener
         self.interval = interval
         self.top = max(top, 0)
@@ -210,31 +210,64 @@ class _Parent:
         self.frames: list[Frame | None] = [None]
         self.mappings: list[Mapping | None] = [None]
         self.symbols: dict[str, Any] = {}
+        self.conn: socket.socket | None = None
+        self.buf = b""
 
     def serve(self, pid: int) -> None:
+        """Answer the child's questions from the Recording's loop: it wakes on our sockets."""
         self.pid = pid
-        threading.Thread(target=self._reader, name="heapscope-pytest", daemon=True).start()
+        self.rec.status = self._idle
+        self.listener.setblocking(False)
+        self.rec.watch(self.listener.fileno(), self._accept)
 
-    def _reader(self) -> None:
-        """The child's questions, one line of JSON each; answered from the loop (call_soon)."""
-        self.listener.settimeout(None)
+    def _accept(self) -> None:
         try:
             conn, _ = self.listener.accept()
         except OSError:
             return
-        with conn, conn.makefile("rb") as lines:
-            for line in lines:
-                try:
-                    msg = json.loads(line)
-                except ValueError:
-                    break
-                if not self.rec.call_soon(lambda m=msg: self._answer(conn, m)):
-                    self._send(conn, {"off": "the recording has ended"})
+        conn.setblocking(False)
+        self.rec.watch(self.listener.fileno(), None)
+        self.conn = conn
+        self.rec.watch(conn.fileno(), self._read)
+
+    def _read(self) -> None:
+        """The child's questions, one line of JSON each; it waits for each answer."""
+        conn = self.conn
+        if conn is None:
+            return
+        try:
+            chunk = conn.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:  # the child is gone
+            self.rec.watch(conn.fileno(), None)
+            conn.close()
+            self.conn = None
+            return
+        self.buf += chunk
+        while b"\n" in self.buf:
+            line, self.buf = self.buf.split(b"\n", 1)
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                msg = {}
+            self._answer(conn, msg)
+
+    def _idle(self, _now: float) -> None:
+        """Every STATUS_EVERY_S on the loop: resolve the stacks so far while the tests run
+        on the other core, so that the final dump after the last test has little left to do."""
+        self.rec.caught_up(self.pid, resolve=True)
 
     @staticmethod
     def _send(conn: socket.socket, reply: dict[str, Any]) -> None:
+        data = json.dumps(reply).encode() + b"\n"
+        conn.setblocking(True)
+        conn.settimeout(ASK_TIMEOUT_S)
         with contextlib.suppress(OSError):
-            conn.sendall(json.dumps(reply).encode() + b"\n")
+            conn.sendall(data)
+        conn.setblocking(False)
 
     def _answer(self, conn: socket.socket, msg: dict[str, Any]) -> None:
         try:
@@ -244,11 +277,18 @@ class _Parent:
         self._send(conn, reply)
 
     def _window(self, msg: dict[str, Any]) -> dict[str, Any]:
-        p = self.rec.caught_up(self.pid)
+        # Stacks are resolved to callsites only when a kept profile needs it (below);
+        # the few stacks a message names are named from their pcs.
+        p = self.rec.caught_up(self.pid, resolve=False)
         if p is None:
             return {"off": "the test process is not profiled"}
         tracker = p.ingest.tracker
         if msg.get("op") == "start":
+            st = tracker.stats() if self.keep else {}
+            if st and st["window_peak"] > 0 and st["window_peak"] >= st["peak_unfreed"]:
+                # The closing stretch holds the process's peak: new_window keeps its rows,
+                # by callsite, for the profile's heapscope_peak_allocation.
+                p.heap.resolve(self.rec.producer.frames, self.rec.producer.trie, tracker)
             tracker.new_window()
             return {"ok": 1}
         st = tracker.stats()
@@ -262,26 +302,30 @@ class _Parent:
             rows = list(WINDOW_ROW.iter_unpack(tracker.window()))
             by_peak = sorted((r for r in rows if r[2] > 0), key=lambda r: -r[2])[:TOP_STACKS]
             by_leak = sorted((r for r in rows if r[4] > 0), key=lambda r: -r[4])[:TOP_STACKS]
-            reply["peak_stacks"] = [[r[2], self._stack(r[0])] for r in by_peak]
-            reply["leak_stacks"] = [[r[4], self._stack(r[0])] for r in by_leak]
+            reply["peak_stacks"] = [[r[2], self._stack(p, r[0], r[1])] for r in by_peak]
+            reply["leak_stacks"] = [[r[4], self._stack(p, r[0], r[1])] for r in by_leak]
         return reply
 
     # -- names ---------------------------------------------------------------
 
-    def _stack(self, callsite: int) -> list[str]:
-        """The callsite's frames, leaf first, named; through `order_frames`."""
+    def _stack(self, p: Any, callsite: int, stack_id: int) -> list[str]:
+        """A callsite's (or a stack's) frames, leaf first, named; through `order_frames`."""
         producer = self.rec.producer
-        if not callsite:
-            return ["[stack not received yet]"]
-        _catch_up(self.parents, producer.trie._children, lambda key, _node: key)
+        frame_ids: list[int] = []
+        if callsite:
+            _catch_up(self.parents, producer.trie._children, lambda key, _node: key)
+            node = callsite
+            while node and len(frame_ids) < 1024:
+                node, frame_id = self.parents[node]
+                frame_ids.append(frame_id)
+        else:
+            pcs = p.heap.stacks.get(stack_id)
+            if pcs is None:
+                return ["[stack not received yet]"]
+            frame_ids = list(reversed(producer.frames.frames_of(p.heap.modules, p.heap.frame_cache, pcs)))
         _catch_up(self.frames, producer.frames.frames.ids, lambda frame, _i: frame)
         _catch_up(self.mappings, producer.frames.mappings.ids, lambda mapping, _i: mapping)
-        named: list[_Named] = []
-        node = callsite
-        while node and len(named) < 256:
-            parent, frame_id = self.parents[node]
-            named.append(self._name(frame_id))
-            node = parent
+        named = [self._name(f) for f in frame_ids]
         return [f"{n.name} ({n.where})" if n.where else n.name for n in order_frames(named)[:STACK_DEPTH]]
 
     def _name(self, frame_id: int) -> _Named:

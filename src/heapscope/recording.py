@@ -18,8 +18,9 @@ Hooks for a live view or an HTTP endpoint: `request_dump(reason)` and
 `stop()` may be called from a signal handler or another thread (they only set
 a flag and wake the loop); `dump_now(reason)` dumps at once from the loop's
 own thread; `status` is called every STATUS_EVERY_S from the loop;
-`call_soon(fn)` runs fn on the loop's thread as soon as it wakes (the pytest
-plugin's per-test windows: the producer is not thread-safe).
+`watch(fd, fn)` makes the loop wake when fd is readable and call fn, on its
+own thread (the pytest plugin's per-test windows: the producer is not
+thread-safe).
 """
 
 from __future__ import annotations
@@ -131,7 +132,7 @@ class Recording:
         self.errors: list[str] = []  # attach failures
         self.started = time.monotonic()
         self._dumps_requested: list[str] = []
-        self._calls: list[Callable[[], None]] = []
+        self._watched: dict[int, Callable[[], None]] = {}
         self._stopping = False
         self._failed = False  # an internal error: profiling abandoned
         self._ended = False  # the loop is over: requests are ignored
@@ -287,22 +288,22 @@ class Recording:
             self._dumps_requested.append(reason)
             self._wake()
 
-    def call_soon(self, fn: Callable[[], None]) -> bool:
-        """Run fn on the loop's thread as soon as it wakes; False once the loop is over.
+    def watch(self, fd: int, fn: Callable[[], None] | None) -> None:
+        """The loop also wakes when `fd` is readable, and then calls fn (None: no more).
 
-        fn may use `producer` (drain, read a tracker). An exception in it is
-        its own affair: it is dropped, recording goes on.
+        fn runs on the loop's thread after each wake-up (it reads fd without
+        blocking, and may use `producer` through caught_up()); an exception
+        in it is its own affair, recording goes on.
         """
-        if self._ended:
-            return False
-        self._calls.append(fn)
-        self._wake()
-        return True
+        if fn is None:
+            self._watched.pop(fd, None)
+        else:
+            self._watched[fd] = fn
 
-    def caught_up(self, pid: int) -> Any:
+    def caught_up(self, pid: int, resolve: bool = True) -> Any:
         """The producer's ProcessState of `pid` with every record its ring holds
-        handled and its stacks resolved to callsites; None if it is not
-        profiled (or profiling failed). Only from the loop's thread (call_soon).
+        handled (and its stacks resolved to callsites); None if it is not
+        profiled (or profiling failed). Only from the loop's thread (a watch() function).
         """
         producer = self.producer
         if producer is None or self._failed:
@@ -312,7 +313,8 @@ class Recording:
             return None
         while producer._drain(p, limit=0):
             pass
-        p.heap.resolve(producer.frames, producer.trie, p.ingest.tracker)
+        if resolve:
+            p.heap.resolve(producer.frames, producer.trie, p.ingest.tracker)
         return p
 
     def stop(self) -> None:
@@ -370,9 +372,12 @@ class Recording:
         drained = 0
         if not self._failed:
             try:
-                drained = self.producer.poll(timeout, wake=self._wake_r)
+                drained = self.producer.poll(timeout, wake=self._wake_r, watch=tuple(self._watched))
             except Exception as e:
                 self._fail(e)
+        for fn in list(self._watched.values()):
+            with contextlib.suppress(Exception):
+                fn()
         with contextlib.suppress(BlockingIOError, InterruptedError, OSError):
             while self._wake_r.recv(512):
                 pass
@@ -421,9 +426,6 @@ class Recording:
             busy = self._poll(0 if busy else IDLE_POLL_S) > 0
             while self._dumps_requested:
                 self.dump_now(self._dumps_requested.pop(0))
-            while self._calls:
-                with contextlib.suppress(Exception):
-                    self._calls.pop(0)()
             now = time.monotonic()
             if next_dump is not None and now >= next_dump:
                 self.dump_now("periodic")

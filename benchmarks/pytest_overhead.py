@@ -1,0 +1,92 @@
+"""What `--heapscope` costs a test suite: the same pytest run with and without it.
+
+A generated suite of TESTS tests doing everyday Python work (build and sort
+lists of dicts, format and parse JSON, join strings), a few ms each, some
+with limit_memory / limit_leaks marks (inert without --heapscope). Each
+round runs `python -m pytest -q` on it without and with `--heapscope`
+(order alternating per round), in a fresh process; wall time of the whole
+command, medians over ROUNDS.
+
+    python benchmarks/pytest_overhead.py [--rounds 7] [--tests 300] [--interval 4096]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SUITE = '''
+import json
+import pytest
+
+def work(n):
+    rows = [{"id": i, "name": f"item-{i}", "tags": [str(i % 7), str(i % 11)], "score": (i * 7919) % 1000}
+            for i in range(n)]
+    rows.sort(key=lambda r: (r["score"], r["name"]))
+    text = json.dumps(rows)
+    back = json.loads(text)
+    return len(back) + len(",".join(r["name"] for r in back))
+'''
+
+ONE = '''
+{mark}def test_{i}():
+    assert work({n}) > 0
+'''
+
+
+def write_suite(d: Path, tests: int) -> None:
+    parts = [SUITE]
+    for i in range(tests):
+        mark = ""
+        if i % 10 == 0:
+            mark = '@pytest.mark.limit_memory("512 MB")\n'
+        elif i % 10 == 5:
+            mark = '@pytest.mark.limit_leaks("64 MB")\n'
+        parts.append(ONE.format(i=i, n=1000 + (i % 5) * 400, mark=mark))
+    (d / "test_suite.py").write_text("".join(parts))
+
+
+def run(d: Path, extra: list[str]) -> float:
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-W", "ignore::pytest.PytestAssertRewriteWarning", "test_suite.py", *extra],
+                          cwd=d, capture_output=True, text=True, timeout=600,
+                          env={k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"})
+    elapsed = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"pytest {' '.join(extra)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr}")
+    return elapsed
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--tests", type=int, default=300)
+    ap.add_argument("--interval", default="4096")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="hs-pytest-bench-") as tmp:
+        d = Path(tmp)
+        write_suite(d, args.tests)
+        on = ["--heapscope", "--heapscope-interval", args.interval]
+        run(d, [])  # warm the page cache and the bytecode
+        plain: list[float] = []
+        profiled: list[float] = []
+        for r in range(args.rounds):
+            order = [([], plain), (on, profiled)]
+            for extra, into in (order if r % 2 == 0 else order[::-1]):
+                into.append(run(d, extra))
+        p, h = statistics.median(plain), statistics.median(profiled)
+        print(f"{args.tests} tests, {args.rounds} interleaved rounds, interval {args.interval}")
+        print(f"  without --heapscope: median {p:.2f} s  (all: {', '.join(f'{x:.2f}' for x in plain)})")
+        print(f"  with    --heapscope: median {h:.2f} s  (all: {', '.join(f'{x:.2f}' for x in profiled)})")
+        print(f"  ratio: {h / p:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
