@@ -4,8 +4,10 @@ A generated suite of TESTS tests doing everyday Python work (build and sort
 lists of dicts, format and parse JSON, join strings), a few ms each, some
 with limit_memory / limit_leaks marks (inert without --heapscope). Each
 round runs `python -m pytest -q` on it without and with `--heapscope`
-(order alternating per round), in a fresh process; wall time of the whole
-command, medians over ROUNDS.
+(order alternating per round), in a fresh process: wall time of the whole
+command and CPU time (user+sys) of its process tree; medians over ROUNDS,
+and the median of each round's with/without ratio (robust to a machine whose
+load changes between rounds).
 
     python benchmarks/pytest_overhead.py [--rounds 7] [--tests 300] [--interval 4096]
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -52,16 +55,19 @@ def write_suite(d: Path, tests: int) -> None:
     (d / "test_suite.py").write_text("".join(parts))
 
 
-def run(d: Path, extra: list[str]) -> float:
+def run(d: Path, extra: list[str]) -> tuple[float, float]:
+    """(wall s, cpu s of the tree)"""
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                            "-W", "ignore::pytest.PytestAssertRewriteWarning", "test_suite.py", *extra],
                           cwd=d, capture_output=True, text=True, timeout=600,
                           env={k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"})
     elapsed = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise SystemExit(f"pytest {' '.join(extra)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr}")
-    return elapsed
+    return elapsed, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
 
 
 def main() -> None:
@@ -75,17 +81,21 @@ def main() -> None:
         write_suite(d, args.tests)
         on = ["--heapscope", "--heapscope-interval", args.interval]
         run(d, [])  # warm the page cache and the bytecode
-        plain: list[float] = []
-        profiled: list[float] = []
+        plain: list[tuple[float, float]] = []
+        profiled: list[tuple[float, float]] = []
         for r in range(args.rounds):
             order = [([], plain), (on, profiled)]
             for extra, into in (order if r % 2 == 0 else order[::-1]):
                 into.append(run(d, extra))
-        p, h = statistics.median(plain), statistics.median(profiled)
         print(f"{args.tests} tests, {args.rounds} interleaved rounds, interval {args.interval}")
-        print(f"  without --heapscope: median {p:.2f} s  (all: {', '.join(f'{x:.2f}' for x in plain)})")
-        print(f"  with    --heapscope: median {h:.2f} s  (all: {', '.join(f'{x:.2f}' for x in profiled)})")
-        print(f"  ratio: {h / p:.2f}x")
+        for label, k in (("wall", 0), ("cpu", 1)):
+            p = statistics.median(x[k] for x in plain)
+            h = statistics.median(x[k] for x in profiled)
+            paired = statistics.median(b[k] / a[k] for a, b in zip(plain, profiled, strict=True))
+            print(f"  {label}: without median {p:.2f} s, with --heapscope median {h:.2f} s; "
+                  f"ratio of medians {h / p:.2f}x, median of paired ratios {paired:.2f}x")
+            print(f"        without: {', '.join(f'{x[k]:.2f}' for x in plain)}")
+            print(f"        with:    {', '.join(f'{x[k]:.2f}' for x in profiled)}")
 
 
 if __name__ == "__main__":

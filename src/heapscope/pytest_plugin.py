@@ -120,7 +120,8 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "sampled heap at its end (with --heapscope)")
     if not config.getoption("heapscope") or not os.environ.get(ENV_SOCKET):
         return
-    child = _Child(config, os.environ[ENV_SOCKET])
+    # Taken out of the environment: a pytest that a test runs is not our child.
+    child = _Child(config, os.environ.pop(ENV_SOCKET))
     config.pluginmanager.register(child, "heapscope-child")
 
 

@@ -214,6 +214,8 @@ def test_hangs():
 
 def test_after_the_hang():
     release(hold(1024 * 1024))
+    # a pytest this test would start is no child of the plugin's
+    assert "HEAPSCOPE_PYTEST_SOCKET" not in os.environ
 '''
 
 
