@@ -318,3 +318,41 @@ def test_api_refuses_a_missing_command(tmp_path: Path) -> None:
 
     with pytest.raises(TargetError, match="cannot run"), api.recording([str(tmp_path / "nope")], tmp_path / "c.db"):
         pass
+
+
+PARENT_KILLED = HEADER + '''
+import signal
+
+def test_first():
+    release(hold(1024 * 1024))
+
+def test_kills_the_recording():
+    os.kill(os.getppid(), signal.SIGKILL)
+
+def test_after():
+    release(hold(1024 * 1024))
+
+def test_after_too():
+    pass
+'''
+
+
+def test_tests_run_on_when_the_recording_dies(suite_dir: Path) -> None:
+    # GIVEN the parent that holds the recording is killed in the middle of the run
+    run = run_pytest(suite_dir, "test_parent_killed.py", PARENT_KILLED, "--heapscope")
+    # THEN (the child writes the JUnit report) every test ran and passed, and it said so once
+    assert run.returncode == -signal.SIGKILL
+    assert {name: o for name, (o, _m) in run.outcomes.items()} == {
+        "test_first": "passed", "test_kills_the_recording": "passed", "test_after": "passed",
+        "test_after_too": "passed"}, run.stderr
+    assert run.stderr.count("the tests run on unmeasured") == 1, run.stderr
+
+
+def test_python_frames_first_allocator_frames_left_out() -> None:
+    from heapscope.pytest_plugin import _Named, order_frames
+
+    stack = [_Named("malloc", "libc.so.6", False), _Named("hs_test_hold", "libx.so", False),
+             _Named("build_index (app.py:12)", "", True), _Named("_PyEval_EvalFrameDefault", "libpython", False),
+             _Named("main (app.py:30)", "", True), _Named("hook", "libheapscope.so", False)]
+    assert [f.name for f in order_frames(stack)] == [
+        "build_index (app.py:12)", "main (app.py:30)", "hs_test_hold", "_PyEval_EvalFrameDefault"]
