@@ -179,7 +179,8 @@ def _run_parent(config: pytest.Config) -> int:
             shutil.rmtree(work, ignore_errors=True)
             sys.stdout.flush()
             sys.stderr.flush()
-            signal.signal(-died, signal.SIG_DFL)
+            with contextlib.suppress(OSError, ValueError):  # SIGKILL has no handler to reset
+                signal.signal(-died, signal.SIG_DFL)
             os.kill(os.getpid(), -died)
         return code
     except HeapscopeError as e:
