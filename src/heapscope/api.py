@@ -101,8 +101,10 @@ def recording(argv: Sequence[str], output: str | Path, *, interval: int = 4096, 
         raise running._error
 
 
-def record(argv: Sequence[str], output: str | Path, **kwargs: object) -> Summary:
+def record(argv: Sequence[str], output: str | Path, *, interval: int = 4096, seed: int | None = None,
+           force: bool = False, symbolize: bool = True, continuous_ms: int = 0) -> Summary:
     """Record `argv` to its end; the summary (exit_status included)."""
-    with recording(argv, output, **kwargs) as rec:  # type: ignore[arg-type]
+    with recording(argv, output, interval=interval, seed=seed, force=force, symbolize=symbolize,
+                   continuous_ms=continuous_ms) as rec:
         pass
     return rec.summary
