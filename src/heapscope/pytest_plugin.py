@@ -52,6 +52,7 @@ from heapscope.errors import HeapscopeError
 from heapscope.model import Frame, Mapping
 
 ENV_SOCKET = "HEAPSCOPE_PYTEST_SOCKET"
+ENV_ALLOCATOR = "HEAPSCOPE_PYTEST_PYTHONMALLOC"  # the parent set PYTHONMALLOC
 ASK_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 10.0
 TOP_STACKS = 3  # stacks named per test
@@ -109,6 +110,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="mean bytes between samples (default 4096; 1 = every allocation)")
     group.addoption("--heapscope-top", type=int, default=5, metavar="N",
                     help="tests shown in the report (default 5)")
+    group.addoption("--heapscope-pymalloc", action="store_true", default=False,
+                    help="keep CPython's small-object allocator (its arenas are not malloc'd, so small "
+                         "Python objects go unseen); by default the tests run with PYTHONMALLOC=malloc")
     group.addoption("--heapscope-output", default=None, metavar="FILE",
                     help="also keep the whole run's profile there (symbolized; default: none kept)")
 
@@ -120,7 +124,10 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "sampled heap at its end (with --heapscope)")
     if not config.getoption("heapscope") or not os.environ.get(ENV_SOCKET):
         return
-    # Taken out of the environment: a pytest that a test runs is not our child.
+    # Taken out of the environment: a pytest that a test runs is not our child,
+    # and a Python it runs has the allocator it would have had.
+    if os.environ.pop(ENV_ALLOCATOR, None):
+        os.environ.pop("PYTHONMALLOC", None)
     child = _Child(config, os.environ.pop(ENV_SOCKET))
     config.pluginmanager.register(child, "heapscope-child")
 
@@ -162,6 +169,12 @@ def _run_parent(config: pytest.Config) -> int:
             print(f"heapscope: {msg}", file=sys.stderr, flush=True)
 
         os.environ[ENV_SOCKET] = str(work / "control.sock")
+        # CPython takes objects of up to 512 bytes from arenas it maps itself, not
+        # from malloc: with its own allocator they would be invisible to the client.
+        allocator = None
+        if not config.getoption("heapscope_pymalloc") and "PYTHONMALLOC" not in os.environ:
+            allocator = os.environ["PYTHONMALLOC"] = "malloc"
+            os.environ[ENV_ALLOCATOR] = "1"  # the child takes both out of its environment again
         try:
             with Recording(rcfg, output, opts, warn=warn) as rec:
                 parent = _Parent(rec, listener, interval, config.getoption("heapscope_top"), bool(out))
@@ -170,6 +183,9 @@ def _run_parent(config: pytest.Config) -> int:
                 code = rec.run_until_exit()
         finally:
             os.environ.pop(ENV_SOCKET, None)
+            if allocator is not None:
+                os.environ.pop("PYTHONMALLOC", None)
+                os.environ.pop(ENV_ALLOCATOR, None)
         if out:
             print(f"heapscope: the run's profile is in {output}", file=sys.stderr)
         died = rec.child.returncode if rec.child is not None else 0

@@ -214,8 +214,9 @@ def test_hangs():
 
 def test_after_the_hang():
     release(hold(1024 * 1024))
-    # a pytest this test would start is no child of the plugin's
+    # a pytest this test would start is no child of the plugin's, and has the usual allocator
     assert "HEAPSCOPE_PYTEST_SOCKET" not in os.environ
+    assert "PYTHONMALLOC" not in os.environ
 '''
 
 
@@ -356,3 +357,27 @@ def test_python_frames_first_allocator_frames_left_out() -> None:
              _Named("main (app.py:30)", "", True), _Named("hook", "libheapscope.so", False)]
     assert [f.name for f in order_frames(stack)] == [
         "build_index (app.py:12)", "main (app.py:30)", "hs_test_hold", "_PyEval_EvalFrameDefault"]
+
+
+PYTHON_OBJECTS = """
+import pytest
+
+@pytest.mark.limit_memory("8 MB")
+def test_small_objects():
+    # 200,000 tuples of two ints: each well under pymalloc's 512-byte limit
+    keep = [(i + 1000, i + 2000) for i in range(200_000)]
+    assert len(keep) == 200_000
+"""
+
+
+def test_small_python_objects_are_seen(suite_dir: Path) -> None:
+    # GIVEN a test holding ~200k small tuples at once (56 B each + two 28 B ints: ~22 MB with the list)
+    run = run_pytest(suite_dir, "test_pyobj.py", PYTHON_OBJECTS, "--heapscope")
+    # THEN (PYTHONMALLOC=malloc in the child) its peak is seen and passes the limit
+    outcome, message = run.outcomes["test_small_objects"]
+    assert outcome == "failure", (run.outcomes, run.stderr)
+    m = ESTIMATE.search(message)
+    assert m is not None and float(m.group(1)) * SCALE[m.group(2)] > 15e6, message
+    # AND with CPython's own allocator kept, those objects go unseen
+    run = run_pytest(suite_dir, "test_pyobj.py", PYTHON_OBJECTS, "--heapscope", "--heapscope-pymalloc")
+    assert run.outcomes["test_small_objects"][0] == "passed", run.outcomes
