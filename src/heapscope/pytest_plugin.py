@@ -378,8 +378,9 @@ def _catch_up(table: list[Any], source: dict[Any, int], value: Any) -> None:
 
 
 def is_python_frame(name: str, mapping_path: str) -> bool:
-    """A frame of Python code (the client's Python frames: a `[python]` mapping or `file.py:line` names)."""
-    return mapping_path.startswith("[python") or ".py:" in name or name.endswith(".py")
+    """A frame of Python code: the producer gives Python frames a mapping of their own,
+    `[python]` or the source file (main's docs/python-frames.md, "the splice")."""
+    return mapping_path.startswith("[python") or mapping_path.endswith((".py", ".pyw")) or ".py:" in name
 
 
 def order_frames(frames: list[_Named]) -> list[_Named]:

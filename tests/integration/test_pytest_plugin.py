@@ -350,13 +350,15 @@ def test_tests_run_on_when_the_recording_dies(suite_dir: Path) -> None:
 
 
 def test_python_frames_first_allocator_frames_left_out() -> None:
-    from heapscope.pytest_plugin import _Named, order_frames
+    from heapscope.pytest_plugin import _Named, is_python_frame, order_frames
 
     stack = [_Named("malloc", "libc.so.6", False), _Named("hs_test_hold", "libx.so", False),
              _Named("build_index (app.py:12)", "", True), _Named("_PyEval_EvalFrameDefault", "libpython", False),
              _Named("main (app.py:30)", "", True), _Named("hook", "libheapscope.so", False)]
     assert [f.name for f in order_frames(stack)] == [
         "build_index (app.py:12)", "main (app.py:30)", "hs_test_hold", "_PyEval_EvalFrameDefault"]
+    assert is_python_frame("build_index", "/src/app.py") and is_python_frame("f", "[python]")
+    assert not is_python_frame("malloc", "/usr/lib/x86_64-linux-gnu/libc.so.6")
 
 
 PYTHON_OBJECTS = """
