@@ -233,7 +233,7 @@ def test_a_crash_is_reported_as_without_the_plugin(suite_dir: Path) -> None:
 
 def test_a_hang_is_reported_as_without_the_plugin(suite_dir: Path) -> None:
     # GIVEN a test that hangs, under pytest-timeout
-    run = run_pytest(suite_dir, "test_hang.py", HANG, "--heapscope")
+    run = run_pytest(suite_dir, "test_hang.py", HANG, "--heapscope", "--heapscope-python-objects")
     # THEN it fails on its timeout and the next test runs and is measured
     assert run.outcomes["test_hangs"][0] == "failure", run.outcomes
     assert "Timeout" in run.outcomes["test_hangs"][1]
@@ -372,14 +372,15 @@ def test_small_objects():
 """
 
 
-def test_small_python_objects_are_seen(suite_dir: Path) -> None:
+def test_small_python_objects_are_seen_with_the_option(suite_dir: Path) -> None:
     # GIVEN a test holding ~200k small tuples at once (56 B each + two 28 B ints: ~22 MB with the list)
-    run = run_pytest(suite_dir, "test_pyobj.py", PYTHON_OBJECTS, "--heapscope")
-    # THEN (PYTHONMALLOC=malloc in the child) its peak is seen and passes the limit
+    # WHEN run with --heapscope-python-objects (PYTHONMALLOC=malloc in the child)
+    run = run_pytest(suite_dir, "test_pyobj.py", PYTHON_OBJECTS, "--heapscope", "--heapscope-python-objects")
+    # THEN its peak is seen and passes the limit
     outcome, message = run.outcomes["test_small_objects"]
     assert outcome == "failure", (run.outcomes, run.stderr)
     m = ESTIMATE.search(message)
     assert m is not None and float(m.group(1)) * SCALE[m.group(2)] > 15e6, message
-    # AND with CPython's own allocator kept, those objects go unseen
-    run = run_pytest(suite_dir, "test_pyobj.py", PYTHON_OBJECTS, "--heapscope", "--heapscope-pymalloc")
+    # AND by default (CPython's own allocator) those objects go unseen: only the list's array is
+    run = run_pytest(suite_dir, "test_pyobj.py", PYTHON_OBJECTS, "--heapscope")
     assert run.outcomes["test_small_objects"][0] == "passed", run.outcomes
