@@ -9,7 +9,7 @@ command and CPU time (user+sys) of its process tree; medians over ROUNDS,
 and the median of each round's with/without ratio (robust to a machine whose
 load changes between rounds).
 
-    python benchmarks/pytest_overhead.py [--rounds 7] [--tests 300] [--interval 4096]
+    python benchmarks/pytest_overhead.py [--rounds 7] [--tests 300] [--interval 4096] [--python-objects]
 """
 
 from __future__ import annotations
@@ -75,11 +75,14 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--tests", type=int, default=300)
     ap.add_argument("--interval", default="4096")
+    ap.add_argument("--python-objects", action="store_true", help="also pass --heapscope-python-objects")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="hs-pytest-bench-") as tmp:
         d = Path(tmp)
         write_suite(d, args.tests)
         on = ["--heapscope", "--heapscope-interval", args.interval]
+        if args.python_objects:
+            on.append("--heapscope-python-objects")
         run(d, [])  # warm the page cache and the bytecode
         plain: list[tuple[float, float]] = []
         profiled: list[tuple[float, float]] = []
@@ -87,7 +90,8 @@ def main() -> None:
             order = [([], plain), (on, profiled)]
             for extra, into in (order if r % 2 == 0 else order[::-1]):
                 into.append(run(d, extra))
-        print(f"{args.tests} tests, {args.rounds} interleaved rounds, interval {args.interval}")
+        print(f"{args.tests} tests, {args.rounds} interleaved rounds, interval {args.interval}"
+              + (", --heapscope-python-objects" if args.python_objects else ""))
         for label, k in (("wall", 0), ("cpu", 1)):
             p = statistics.median(x[k] for x in plain)
             h = statistics.median(x[k] for x in profiled)
