@@ -18,8 +18,8 @@ socket:
 A test's peak is the highest sampled unreleased bytes of the process during
 its call, minus those at its start; what it leaks is the sampled unreleased
 bytes at its end minus those at its start. Both are sampled estimates: at
-interval I their standard error is about sqrt(I * bytes)
-(/work/shared/spec/README.md, accuracy). Every question waits at most
+interval I their standard error is about sqrt(I * bytes) (the project's
+accuracy bound for many small allocations). Every question waits at most
 ASK_TIMEOUT_S; on no answer the child stops asking, says so once, and the
 tests run on unmeasured. The child prints the report at its end (pytest's
 terminal summary); the parent exits with the child's status, so a test
@@ -81,7 +81,7 @@ def parse_bytes(text: str | int | float) -> int:
 
 
 def standard_error(interval: int, nbytes: int) -> float:
-    """Standard error of a sampled byte estimate (spec README, accuracy)."""
+    """Standard error of a sampled byte estimate at `interval`: about sqrt(interval * bytes)."""
     return math.sqrt(interval * max(nbytes, 0)) if interval > 1 else 0.0
 
 
@@ -399,7 +399,7 @@ _ALLOCATOR = frozenset({"malloc", "calloc", "realloc", "free", "posix_memalign",
 
 
 @dataclass(slots=True)
-class TestHeap:
+class HeapFigures:
     nodeid: str
     peak: int
     leak: int
@@ -416,7 +416,7 @@ class _Child:
         self.interval = _interval(config)
         self.top = config.getoption("heapscope_top")
         self.off = ""  # why nothing is measured any more
-        self.results: dict[str, TestHeap] = {}
+        self.results: dict[str, HeapFigures] = {}
         self.sock: socket.socket | None = None
         self.buf = b""
         # Replies are read into this buffer: no allocation of ours lands in a test's window.
@@ -468,7 +468,7 @@ class _Child:
         reply = self._ask({"op": "end", "want": bool(limits)})
         if reply is None:
             return
-        res = TestHeap(item.nodeid, reply["peak"], reply["leak"], reply["interval"],
+        res = HeapFigures(item.nodeid, reply["peak"], reply["leak"], reply["interval"],
                        [(n, s) for n, s in reply.get("peak_stacks", [])],
                        [(n, s) for n, s in reply.get("leak_stacks", [])])
         self.results[item.nodeid] = res
@@ -512,7 +512,7 @@ def _limits(item: pytest.Item) -> dict[str, int]:
     return limits
 
 
-def _check(res: TestHeap, limits: dict[str, int]) -> list[str]:
+def _check(res: HeapFigures, limits: dict[str, int]) -> list[str]:
     lines: list[str] = []
     for name, value, stacks, what in (("limit_memory", res.peak, res.peak_stacks, "sampled heap peak"),
                                       ("limit_leaks", res.leak, res.leak_stacks, "sampled heap held at its end")):
