@@ -53,7 +53,9 @@ from heapscope.model import Frame, Mapping
 
 ENV_SOCKET = "HEAPSCOPE_PYTEST_SOCKET"
 ENV_ALLOCATOR = "HEAPSCOPE_PYTEST_PYTHONMALLOC"  # the parent set PYTHONMALLOC
-ASK_TIMEOUT_S = 10.0
+# The parent may be slow (a loaded machine, a large first resolve of stacks) but must
+# never hang the tests: bounded, and only paid once (the child stops asking).
+ASK_TIMEOUT_S = 60.0
 CONNECT_TIMEOUT_S = 10.0
 TOP_STACKS = 3  # stacks named per test
 STACK_DEPTH = 6  # frames shown per stack

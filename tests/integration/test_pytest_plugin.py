@@ -136,6 +136,7 @@ def test_marks_pass_and_fail_with_the_stack_and_the_standard_error(suite_dir: Pa
     run = run_pytest(suite_dir, "test_marks.py", MARKS, "--heapscope")
     # THEN the ones within their limits pass
     assert run.returncode == 1, run.stdout + run.stderr
+    assert "the tests run on unmeasured" not in run.stderr, run.stderr
     for name in MUST_PASS:
         assert run.outcomes[name][0] == "passed", (name, run.outcomes[name], run.stderr)
     # AND the ones over fail, naming hs_test_hold's stack and the estimate ± its standard error
