@@ -23,7 +23,9 @@ scrape); `dump_now(reason)` dumps at once from the loop's own thread;
 after each committed continuous dump (a pusher queues it and returns);
 `every(seconds, fn)` calls fn(producer) on the loop's thread (a live view's
 snapshot of per-callsite totals: producer state is read there and nowhere
-else). Every hook runs on the loop's thread and must return at once.
+else); `watch(fd, fn)` makes the loop wake when fd is readable and call fn
+(the pytest plugin's per-test windows). Every hook runs on the loop's thread
+and must return at once: the producer is not thread-safe.
 
 The fleet options (--serve, --push, --label) are wired by `with_fleet()`.
 """
@@ -171,6 +173,7 @@ class Recording:
         self.errors: list[str] = []  # attach failures
         self.started = time.monotonic()
         self._dumps_requested: list[str] = []
+        self._watched: dict[int, Callable[[], None]] = {}
         self._stopping = False
         self._failed = False  # an internal error: profiling abandoned
         self._ended = False  # the loop is over: requests are ignored
@@ -336,6 +339,35 @@ class Recording:
             self._dumps_requested.append(reason)
             self._wake()
 
+    def watch(self, fd: int, fn: Callable[[], None] | None) -> None:
+        """The loop also wakes when `fd` is readable, and then calls fn (None: no more).
+
+        fn runs on the loop's thread after each wake-up (it reads fd without
+        blocking, and may use `producer` through caught_up()); an exception
+        in it is its own affair, recording goes on.
+        """
+        if fn is None:
+            self._watched.pop(fd, None)
+        else:
+            self._watched[fd] = fn
+
+    def caught_up(self, pid: int, resolve: bool = True) -> Any:
+        """The producer's ProcessState of `pid` with every record its ring holds
+        handled (and its stacks resolved to callsites); None if it is not
+        profiled (or profiling failed). Only from the loop's thread (a watch() function).
+        """
+        producer = self.producer
+        if producer is None or self._failed:
+            return None
+        p = next((q for q in producer.processes.values() if q.info.pid == pid), None)
+        if p is None:
+            return None
+        while producer._drain(p, limit=0):
+            pass
+        if resolve:
+            p.heap.resolve(producer.frames, producer.trie, p.ingest.tracker)
+        return p
+
     def stop(self) -> None:
         """End the session: final dumps; attached targets are let go, a started one runs on."""
         self._stopping = True
@@ -454,9 +486,12 @@ class Recording:
         drained = 0
         if not self._failed:
             try:
-                drained = self.producer.poll(timeout, wake=self._wake_r)
+                drained = self.producer.poll(timeout, wake=self._wake_r, watch=tuple(self._watched))
             except Exception as e:
                 self._fail(e)
+        for fn in list(self._watched.values()):
+            with contextlib.suppress(Exception):
+                fn()
         with contextlib.suppress(BlockingIOError, InterruptedError, OSError):
             while self._wake_r.recv(512):
                 pass

@@ -233,6 +233,17 @@ void hs_tracker_flush(struct hs_tracker *t) {
 
 /* ---- callsites ---- */
 
+/* win_start covers buckets [0, n), the new ones zero. */
+static int window_cover(struct hs_tracker *t, size_t n) {
+  if (n <= t->win_n) return 0;
+  struct hs_totals *w = realloc(t->win_start, n * sizeof *w);
+  if (!w) return -1;
+  memset(w + t->win_n, 0, (n - t->win_n) * sizeof *w);
+  t->win_start = w;
+  t->win_n = n;
+  return 0;
+}
+
 int hs_tracker_set_callsite(struct hs_tracker *t, uint64_t stack_id, uint64_t callsite_id) {
   if (callsite_id == 0) return 0;
   struct hs_stack_slot *s = hs_stacks_get(&t->stacks, stack_id);
@@ -259,6 +270,12 @@ int hs_tracker_set_callsite(struct hs_tracker *t, uint64_t stack_id, uint64_t ca
   from->into_plus1 = c->bucket + 1;
   from->epoch = t->peak_epoch;
   t->rest[s->bucket].at_peak = (struct hs_totals){0};
+  if (s->bucket < t->win_n && (t->win_start[s->bucket].alloc_count || t->win_start[s->bucket].free_count)) {
+    /* The window's start state moves with the totals. */
+    if (c->bucket >= t->win_n && window_cover(t, c->bucket + 1) < 0) return -1;
+    totals_add(&t->win_start[c->bucket], &t->win_start[s->bucket]);
+    t->win_start[s->bucket] = (struct hs_totals){0};
+  }
   s->bucket = c->bucket;
   return 0;
 }
@@ -303,6 +320,14 @@ int64_t hs_tracker_dump(struct hs_tracker *t) {
 }
 
 int64_t hs_tracker_peak(struct hs_tracker *t) {
+  if (t->best_unfreed > t->max_unfreed) {
+    /* An earlier window held the process's peak. */
+    t->out.len = 0;
+    if (hs_buf_reserve(&t->out, t->best.len + 1) < 0) return -1;
+    memcpy(t->out.p, t->best.p, t->best.len);
+    t->out.len = t->best.len;
+    return (int64_t)(t->best.len / sizeof(struct hs_peak_row));
+  }
   struct hs_peak_row *row = out_rows(t, t->nbuckets, sizeof *row), *first = row;
   if (!row) return -1;
   for (size_t i = 0; i < t->nbuckets; i++) {
@@ -315,6 +340,64 @@ int64_t hs_tracker_peak(struct hs_tracker *t) {
   }
   t->out.len = (size_t)(row - first) * sizeof *row;
   return row - first;
+}
+
+/* ---- peak windows ---- */
+
+int hs_tracker_new_window(struct hs_tracker *t) {
+  if (t->max_unfreed > t->best_unfreed) {
+    /* The closing window holds the process's peak so far: keep its rows. */
+    int64_t n = hs_tracker_peak(t);
+    if (n < 0) return -1;
+    struct hs_buf keep = {0};
+    if (hs_buf_reserve(&keep, t->out.len + 1) < 0) return -1;
+    memcpy(keep.p, t->out.p, t->out.len);
+    keep.len = t->out.len;
+    free(t->best.p);
+    t->best = keep;
+    t->best_unfreed = t->max_unfreed;
+    t->best_ts = t->max_ts;
+  }
+  t->win_n = 0;
+  if (window_cover(t, t->nbuckets) < 0) return -1;
+  for (size_t i = 0; i < t->nbuckets; i++) t->win_start[i] = t->buckets[i].cur;
+  t->win_base = t->cur_unfreed;
+  t->max_unfreed = t->cur_unfreed;
+  t->max_ts = t->last_ts;
+  t->peak_epoch++; /* every bucket's cur is now its state at the (window's) peak */
+  return 0;
+}
+
+int64_t hs_tracker_window(struct hs_tracker *t) {
+  struct hs_window_row *row = out_rows(t, t->nbuckets, sizeof *row), *first = row;
+  if (!row) return -1;
+  for (size_t i = 0; i < t->nbuckets; i++) {
+    const struct hs_bucket *b = &t->buckets[i];
+    if (b->into_plus1) continue;
+    struct hs_totals s = i < t->win_n ? t->win_start[i] : (struct hs_totals){0};
+    struct hs_totals p = at_peak(t, i), c = b->cur;
+    if (c.alloc_count == s.alloc_count && c.free_count == s.free_count) continue;
+    uint64_t callsite_id = t->rest[i].callsite_id;
+    uint64_t stack_id = callsite_id ? 0 : t->stacks.ids[b->stack_idx];
+    int64_t held = (int64_t)(s.alloc_bytes - s.free_bytes), held_n = (int64_t)(s.alloc_count - s.free_count);
+    *row++ = (struct hs_window_row){callsite_id, stack_id,
+                                    (int64_t)(p.alloc_bytes - p.free_bytes) - held,
+                                    (int64_t)(p.alloc_count - p.free_count) - held_n,
+                                    (int64_t)(c.alloc_bytes - c.free_bytes) - held,
+                                    (int64_t)(c.alloc_count - c.free_count) - held_n,
+                                    c.alloc_bytes - s.alloc_bytes};
+  }
+  t->out.len = (size_t)(row - first) * sizeof *row;
+  return row - first;
+}
+
+uint64_t hs_tracker_process_peak(const struct hs_tracker *t, uint64_t *ts) {
+  if (t->best_unfreed > t->max_unfreed) {
+    if (ts) *ts = t->best_ts;
+    return t->best_unfreed;
+  }
+  if (ts) *ts = t->max_ts;
+  return t->max_unfreed;
 }
 
 int64_t hs_tracker_totals(struct hs_tracker *t) {
@@ -385,6 +468,11 @@ void hs_tracker_destroy(struct hs_tracker *t) {
   free(t->rest);
   free(t->stream_rows.p);
   free(t->out.p);
+  free(t->win_start);
+  free(t->best.p);
+  t->win_start = NULL;
+  t->win_n = 0;
+  t->best = (struct hs_buf){0};
   t->buckets = NULL;
   t->rest = NULL;
   t->nbuckets = t->buckets_cap = 0;

@@ -9,6 +9,8 @@
  *                                                 bucket's totals at that moment
  *   hs_tracker_dump() --> rows of what changed per callsite since the last dump
  *   hs_tracker_peak() --> rows of the state at the peak
+ *   hs_tracker_new_window() / hs_tracker_window() --> what one stretch of
+ *                          time (a test) added: at its own peak, and at its end
  *
  * The producer's ring reader (producer/ingest_core.c) feeds it the MALLOC
  * and FREE records of one process; the Python side (bookkeeping/dump.py)
@@ -110,6 +112,19 @@ struct hs_peak_row {
   uint64_t alloc_real_size; /* ... of the samples made up to the peak */
 };
 
+/* hs_tracker_window(): one bucket's change since hs_tracker_new_window(),
+ * for buckets that changed. A callsite's, or a stack's whose callsite is not
+ * known yet (callsite_id 0). */
+struct hs_window_row {
+  uint64_t callsite_id;
+  uint64_t stack_id;
+  int64_t peak_size;  /* sampled unreleased bytes at the window's peak, minus at its start */
+  int64_t peak_count;
+  int64_t end_size;   /* ... now, minus at its start */
+  int64_t end_count;
+  uint64_t alloc_size; /* sampled bytes allocated since its start */
+};
+
 /* hs_tracker_totals(): one bucket now. A callsite's (stack_id 0), or a
  * stack's whose callsite is not known yet (callsite_id 0). */
 struct hs_totals_row {
@@ -170,6 +185,13 @@ struct hs_tracker {
   uint64_t max_unfreed; /* ... at the peak */
   uint64_t max_ts;      /* ts of the malloc that made the peak */
   uint64_t peak_epoch;  /* peaks reached so far */
+  /* peak windows (hs_tracker_new_window) */
+  uint64_t win_base;           /* cur_unfreed at the window's start */
+  struct hs_totals *win_start; /* each bucket's cur at the window's start; beyond win_n: zero */
+  size_t win_n;
+  struct hs_buf best;     /* hs_peak_row[]: the process's peak, when an earlier window held it */
+  uint64_t best_unfreed;  /* ... its sampled unreleased bytes */
+  uint64_t best_ts;
   struct hs_buf stream_rows; /* hs_stream_row[] since the last take */
   struct hs_buf out;         /* the rows of the last row call below */
 };
@@ -198,6 +220,19 @@ int64_t hs_tracker_peak(struct hs_tracker *t);       /* hs_peak_row, non-zero ca
 int64_t hs_tracker_totals(struct hs_tracker *t);     /* hs_totals_row, creation order */
 int64_t hs_tracker_live(struct hs_tracker *t);       /* hs_live_row, no order */
 int64_t hs_tracker_unresolved(struct hs_tracker *t); /* uint64_t stack ids without callsite */
+
+/* Peak windows. From now on the peak (max_unfreed, hs_tracker_peak's state)
+ * is that of a new window starting at the current state; each bucket's
+ * state now is kept to subtract. The process's peak is not lost: when the
+ * closing window's peak is the highest so far its rows are kept, and
+ * hs_tracker_peak() and hs_tracker_process_peak() answer with the higher.
+ * Resolve stacks first: a stack without callsite has no row in the kept
+ * peak. O(buckets). Not for dump_at_max (its dumps follow the window).
+ * -1 on ENOMEM (the window is not started). */
+int hs_tracker_new_window(struct hs_tracker *t);
+int64_t hs_tracker_window(struct hs_tracker *t); /* hs_window_row, changed buckets */
+/* The process's peak of sampled unreleased bytes, over all windows (its ts in *ts). */
+uint64_t hs_tracker_process_peak(const struct hs_tracker *t, uint64_t *ts);
 
 /* Sampled bytes allocated in all (a sum over the buckets: for stats, not per op). */
 uint64_t hs_tracker_sampled_bytes(const struct hs_tracker *t);

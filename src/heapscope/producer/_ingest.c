@@ -146,6 +146,16 @@ static PyObject *Tracker_peak(TrackerObject *self, PyObject *Py_UNUSED(ignored))
   return rows(self, hs_tracker_peak);
 }
 
+static PyObject *Tracker_new_window(TrackerObject *self, PyObject *Py_UNUSED(ignored)) {
+  if (tracker_check(self) < 0) return NULL;
+  if (hs_tracker_new_window(self->t) < 0) return PyErr_NoMemory();
+  Py_RETURN_NONE;
+}
+
+static PyObject *Tracker_window(TrackerObject *self, PyObject *Py_UNUSED(ignored)) {
+  return rows(self, hs_tracker_window);
+}
+
 static PyObject *Tracker_totals(TrackerObject *self, PyObject *Py_UNUSED(ignored)) {
   return rows(self, hs_tracker_totals);
 }
@@ -190,6 +200,7 @@ static int put_stat(PyObject *d, const char *key, uint64_t value) {
 }
 
 static int tracker_stats_into(const struct hs_tracker *t, PyObject *d) {
+  uint64_t peak_ts = 0, peak = hs_tracker_process_peak(t, &peak_ts);
   return (put_stat(d, "late_records", t->st.late_records) < 0 ||
           put_stat(d, "gaps_skipped", t->st.gaps_skipped) < 0 || put_stat(d, "pending", t->pending.n) < 0 ||
           put_stat(d, "live_allocations", t->live.count) < 0 ||
@@ -199,7 +210,8 @@ static int tracker_stats_into(const struct hs_tracker *t, PyObject *d) {
           put_stat(d, "max_pending", t->st.max_pending) < 0 ||
           put_stat(d, "sampled_bytes", hs_tracker_sampled_bytes(t)) < 0 ||
           put_stat(d, "current_unfreed", t->cur_unfreed) < 0 ||
-          put_stat(d, "peak_unfreed", t->max_unfreed) < 0 || put_stat(d, "peak_ts", t->max_ts) < 0)
+          put_stat(d, "peak_unfreed", peak) < 0 || put_stat(d, "peak_ts", peak_ts) < 0 ||
+          put_stat(d, "window_base", t->win_base) < 0 || put_stat(d, "window_peak", t->max_unfreed) < 0)
              ? -1
              : 0;
 }
@@ -241,6 +253,8 @@ static PyMethodDef Tracker_methods[] = {
     {"set_callsite", (PyCFunction)Tracker_set_callsite, METH_VARARGS, "set_callsite(stack_id, callsite_id) -> None"},
     {"dump", (PyCFunction)Tracker_dump, METH_NOARGS, "dump() -> bytes (DUMP_ROW rows)"},
     {"peak", (PyCFunction)Tracker_peak, METH_NOARGS, "peak() -> bytes (PEAK_ROW rows)"},
+    {"new_window", (PyCFunction)Tracker_new_window, METH_NOARGS, "new_window() -> None"},
+    {"window", (PyCFunction)Tracker_window, METH_NOARGS, "window() -> bytes (WINDOW_ROW rows)"},
     {"totals", (PyCFunction)Tracker_totals, METH_NOARGS, "totals() -> bytes (TOTALS_ROW rows)"},
     {"live", (PyCFunction)Tracker_live, METH_NOARGS, "live() -> bytes (LIVE_ROW rows)"},
     {"unresolved", (PyCFunction)Tracker_unresolved, METH_NOARGS, "unresolved() -> list[int]"},

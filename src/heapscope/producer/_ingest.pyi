@@ -69,6 +69,25 @@ class Tracker:
         stats()["peak_unfreed"] is the sum of size over all buckets.
         """
 
+    def new_window(self) -> None:
+        """Start a peak window (a test, say) at the current state.
+
+        From now on peak() and stats()["window_peak"] follow the window's own
+        peak, and window() reports what changed since. The process's peak
+        is kept: peak() and stats()["peak_unfreed"] answer with the highest
+        over all windows. Resolve stacks (set_callsite) first: the rows of
+        a kept peak hold callsites only. Not meant for dump_at_max.
+        """
+
+    def window(self) -> bytes:
+        """WINDOW_ROW rows, one per bucket changed since new_window().
+
+        (callsite_id, stack_id (callsite 0: not known yet), unreleased
+        size and count at the window's peak minus at its start, the same at
+        the end (now), sampled bytes allocated since). Their window total is
+        stats()["window_peak"] - stats()["window_base"].
+        """
+
     def totals(self) -> bytes:
         """TOTALS_ROW rows, cumulative, in the order buckets were made.
 
@@ -103,7 +122,9 @@ class Tracker:
         live_allocations, implicit_frees (malloc at a live address),
         untracked_frees (free of an address not live), committed_seq,
         max_pending, sampled_bytes (allocated in all), current_unfreed,
-        peak_unfreed and peak_ts (ts of the malloc that made the peak).
+        peak_unfreed and peak_ts (ts of the malloc that made the peak),
+        window_base (current_unfreed at new_window()) and window_peak (the
+        window's peak; both 0 and the process's peak before any window).
         """
 
     @property

@@ -86,11 +86,12 @@ class Producer:
 
     # -- the loop ------------------------------------------------------------
 
-    def poll(self, timeout: float, wake: socket.socket | None = None) -> int:
+    def poll(self, timeout: float, wake: socket.socket | None = None, watch: tuple[int, ...] = ()) -> int:
         """One round: accept, drain, end. Returns the number of records drained.
 
         `wake`, when given, also ends the wait when it becomes readable (the
-        caller's signal.set_wakeup_fd socket); the caller empties it.
+        caller's signal.set_wakeup_fd socket); the caller empties it. So do
+        the descriptors in `watch` (the caller's own, read by the caller).
         """
         # poll(), not select(): a session may hold far more than 1024 descriptors.
         poller = select.poll()
@@ -104,6 +105,8 @@ class Producer:
             poller.register(listening, _POLL_IN)
         if wake is not None:
             poller.register(wake.fileno(), _POLL_IN)
+        for fd in watch:
+            poller.register(fd, _POLL_IN)
         try:
             events = poller.poll(max(0, int(timeout * 1000 + 0.999)))
         except InterruptedError:

@@ -1,0 +1,529 @@
+"""The pytest plugin: per-test sampled peaks, `limit_memory` and `limit_leaks`.
+
+    python3 -m pytest --heapscope tests/
+
+How it records (re-exec). The client must be in the process from its start
+(LD_PRELOAD), so with `--heapscope` the pytest that the user started runs no
+test: it becomes the parent, holding a `Recording` (recording.py), and runs
+the same pytest command again as its child under the client. The child runs
+the tests and, around each test's call, asks the parent over a private Unix
+socket:
+
+    child: {"op": "start"}               parent: drains the child's ring,
+                                          starts a peak window (tracker.h)
+    child: {"op": "end", "want": ...}    parent: drains again, reads the
+                                          window: peak and end relative to
+                                          the start, per callsite
+
+A test's peak is the highest sampled unreleased bytes of the process during
+its call, minus those at its start; what it leaks is the sampled unreleased
+bytes at its end minus those at its start. Both are sampled estimates: at
+interval I their standard error is about sqrt(I * bytes) (the project's
+accuracy bound for many small allocations). Every question waits at most
+ASK_TIMEOUT_S; on no answer the child stops asking, says so once, and the
+tests run on unmeasured. The child prints the report at its end (pytest's
+terminal summary); the parent exits with the child's status, so a test
+that crashes the interpreter shows as it would without the plugin.
+
+Without `--heapscope` the plugin only declares its marks: they do nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from heapscope.bookkeeping.rows import WINDOW_ROW
+from heapscope.errors import HeapscopeError
+from heapscope.model import Frame, Mapping
+
+ENV_SOCKET = "HEAPSCOPE_PYTEST_SOCKET"
+ENV_ALLOCATOR = "HEAPSCOPE_PYTEST_PYTHONMALLOC"  # the parent set PYTHONMALLOC
+# The parent may be slow (a loaded machine, a large first resolve of stacks) but must
+# never hang the tests: bounded, and only paid once (the child stops asking).
+ASK_TIMEOUT_S = 60.0
+CONNECT_TIMEOUT_S = 10.0
+TOP_STACKS = 3  # stacks named per test
+STACK_DEPTH = 6  # frames shown per stack
+MAX_LINE = 1 << 20
+
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
+          "t": 1000**4, "tb": 1000**4, "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
+_LIMIT = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*")
+
+
+def parse_bytes(text: str | int | float) -> int:
+    """"24 MB" (SI, 10^6), "24 MiB" (IEC, 2^20), "512kB", "100" (bytes); ValueError otherwise."""
+    if isinstance(text, bool):
+        raise ValueError(f"not a size: {text!r}")
+    if isinstance(text, int | float):
+        value, unit = float(text), ""
+    else:
+        m = _LIMIT.fullmatch(str(text))
+        if m is None or m.group(2).lower() not in _UNITS:
+            raise ValueError(f"not a size: {text!r} (say e.g. 24 MB, 24 MiB, 512 kB)")
+        value, unit = float(m.group(1)), m.group(2).lower()
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"not a size: {text!r}")
+    return int(value * _UNITS[unit])
+
+
+def standard_error(interval: int, nbytes: int) -> float:
+    """Standard error of a sampled byte estimate at `interval`: about sqrt(interval * bytes)."""
+    return math.sqrt(interval * max(nbytes, 0)) if interval > 1 else 0.0
+
+
+def format_size(n: float) -> str:
+    """SI units, as limits are usually written: 24.0 MB, 512.0 kB, 100 B."""
+    sign, v = ("-" if n < 0 else ""), abs(float(n))
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if v >= scale:
+            return f"{sign}{v / scale:.1f} {unit}"
+    return f"{sign}{v:.0f} B"
+
+
+def estimate(interval: int, nbytes: int) -> str:
+    return f"{format_size(nbytes)} ± {format_size(standard_error(interval, nbytes))}"
+
+
+# -- options and marks ---------------------------------------------------------
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("heapscope", "native heap profiling (heapscope)")
+    group.addoption("--heapscope", action="store_true", default=False,
+                    help="record each test's sampled native heap peak; report the largest; enforce "
+                         "limit_memory / limit_leaks marks")
+    group.addoption("--heapscope-interval", default="4096", metavar="BYTES",
+                    help="mean bytes between samples (default 4096; 1 = every allocation)")
+    group.addoption("--heapscope-top", type=int, default=5, metavar="N",
+                    help="tests shown in the report (default 5)")
+    group.addoption("--heapscope-python-objects", action="store_true", default=False,
+                    help="run the tests with PYTHONMALLOC=malloc, so that Python objects of up to 512 bytes "
+                         "(from CPython's own arenas otherwise, unseen) are seen; slower (about 2x)")
+    group.addoption("--heapscope-output", default=None, metavar="FILE",
+                    help="also keep the whole run's profile there (symbolized; default: none kept)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "limit_memory(size): fail when the test's sampled heap peak exceeds size "
+                                       "(with --heapscope)")
+    config.addinivalue_line("markers", "limit_leaks(size): fail when the test still holds more than size of "
+                                       "sampled heap at its end (with --heapscope)")
+    if not config.getoption("heapscope") or not os.environ.get(ENV_SOCKET):
+        return
+    # Taken out of the environment: a pytest that a test runs is not our child,
+    # and a Python it runs has the allocator it would have had.
+    if os.environ.pop(ENV_ALLOCATOR, None):
+        os.environ.pop("PYTHONMALLOC", None)
+    child = _Child(config, os.environ.pop(ENV_SOCKET))
+    config.pluginmanager.register(child, "heapscope-child")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    if not config.getoption("heapscope") or os.environ.get(ENV_SOCKET):
+        return None
+    return _run_parent(config)
+
+
+def _interval(config: pytest.Config) -> int:
+    try:
+        return parse_bytes(config.getoption("heapscope_interval"))
+    except ValueError as e:
+        raise pytest.UsageError(f"--heapscope-interval: {e}") from None
+
+
+# -- the parent: the recording ---------------------------------------------------
+
+
+def _run_parent(config: pytest.Config) -> int:
+    from heapscope.producer.config import RecordConfig
+    from heapscope.recording import Recording, RecordingOptions
+
+    interval = _interval(config)
+    out = config.getoption("heapscope_output")
+    work = Path(tempfile.mkdtemp(prefix="heapscope-pytest-"))
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(str(work / "control.sock"))
+        listener.listen(1)
+        rcfg = RecordConfig(interval=interval)
+        output = Path(out) if out else work / "run.db"
+        opts = RecordingOptions(symbolize=bool(out), force=bool(out), command="pytest --heapscope")
+        argv = [sys.executable, "-m", "pytest", *config.invocation_params.args]
+
+        def warn(msg: str) -> None:
+            print(f"heapscope: {msg}", file=sys.stderr, flush=True)
+
+        os.environ[ENV_SOCKET] = str(work / "control.sock")
+        # CPython takes objects of up to 512 bytes from arenas it maps itself, not
+        # from malloc: with its own allocator they would be invisible to the client.
+        allocator = None
+        if config.getoption("heapscope_python_objects") and "PYTHONMALLOC" not in os.environ:
+            allocator = os.environ["PYTHONMALLOC"] = "malloc"
+            os.environ[ENV_ALLOCATOR] = "1"  # the child takes both out of its environment again
+        try:
+            with Recording(rcfg, output, opts, warn=warn) as rec:
+                parent = _Parent(rec, listener, interval, config.getoption("heapscope_top"), bool(out))
+                pid = rec.start(argv)
+                parent.serve(pid)
+                code = rec.run_until_exit()
+        finally:
+            os.environ.pop(ENV_SOCKET, None)
+            if allocator is not None:
+                os.environ.pop("PYTHONMALLOC", None)
+                os.environ.pop(ENV_ALLOCATOR, None)
+        if out:
+            print(f"heapscope: the run's profile is in {output}", file=sys.stderr)
+        died = rec.child.returncode if rec.child is not None else 0
+        if died is not None and died < 0:
+            # The tests' process died of a signal (a crash): so does this one, as pytest would have.
+            listener.close()
+            shutil.rmtree(work, ignore_errors=True)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            with contextlib.suppress(OSError, ValueError):  # SIGKILL has no handler to reset
+                signal.signal(-died, signal.SIG_DFL)
+            os.kill(os.getpid(), -died)
+        return code
+    except HeapscopeError as e:
+        raise pytest.UsageError(f"--heapscope: {e}") from None
+    finally:
+        listener.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@dataclass(slots=True)
+class _Named:
+    name: str
+    where: str  # the file it is in
+    python: bool
+
+
+class _Parent:
+    """Answers the child's questions on the Recording's loop thread."""
+
+    def __init__(self, rec: Any, listener: socket.socket, interval: int, top: int, keep: bool) -> None:
+        self.rec = rec
+        self.keep = keep  # the profile is kept (--heapscope-output)
+        self.listener = listener
+        self.interval = interval
+        self.top = max(top, 0)
+        self.pid = 0
+        self.peaks: list[int] = []  # the largest peaks so far, at most `top`
+        self.parents: list[tuple[int, int]] = [(0, 0)]  # callsite id -> (parent, frame)
+        self.frames: list[Frame | None] = [None]
+        self.mappings: list[Mapping | None] = [None]
+        self.symbols: dict[str, Any] = {}
+        self.conn: socket.socket | None = None
+        self.buf = b""
+
+    def serve(self, pid: int) -> None:
+        """Answer the child's questions from the Recording's loop: it wakes on our sockets."""
+        self.pid = pid
+        self.rec.status = self._idle
+        self.listener.setblocking(False)
+        self.rec.watch(self.listener.fileno(), self._accept)
+
+    def _accept(self) -> None:
+        try:
+            conn, _ = self.listener.accept()
+        except OSError:
+            return
+        conn.setblocking(False)
+        self.rec.watch(self.listener.fileno(), None)
+        self.conn = conn
+        self.rec.watch(conn.fileno(), self._read)
+
+    def _read(self) -> None:
+        """The child's questions, one line of JSON each; it waits for each answer."""
+        conn = self.conn
+        if conn is None:
+            return
+        try:
+            chunk = conn.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:  # the child is gone
+            self.rec.watch(conn.fileno(), None)
+            conn.close()
+            self.conn = None
+            return
+        self.buf += chunk
+        while b"\n" in self.buf:
+            line, self.buf = self.buf.split(b"\n", 1)
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                msg = {}
+            self._answer(conn, msg)
+
+    def _idle(self, _now: float) -> None:
+        """Every STATUS_EVERY_S on the loop: resolve the stacks so far while the tests run
+        on the other core, so that the final dump after the last test has little left to do."""
+        self.rec.caught_up(self.pid, resolve=True)
+
+    @staticmethod
+    def _send(conn: socket.socket, reply: dict[str, Any]) -> None:
+        data = json.dumps(reply).encode() + b"\n"
+        conn.setblocking(True)
+        conn.settimeout(ASK_TIMEOUT_S)
+        with contextlib.suppress(OSError):
+            conn.sendall(data)
+        conn.setblocking(False)
+
+    def _answer(self, conn: socket.socket, msg: dict[str, Any]) -> None:
+        try:
+            reply = self._window(msg)
+        except Exception as e:  # never leave the child waiting
+            reply = {"off": f"internal error ({type(e).__name__}: {e})"}
+        self._send(conn, reply)
+
+    def _window(self, msg: dict[str, Any]) -> dict[str, Any]:
+        # Stacks are resolved to callsites only when a kept profile needs it (below);
+        # the few stacks a message names are named from their pcs.
+        p = self.rec.caught_up(self.pid, resolve=False)
+        if p is None:
+            return {"off": "the test process is not profiled"}
+        tracker = p.ingest.tracker
+        if msg.get("op") == "start":
+            st = tracker.stats() if self.keep else {}
+            if st and st["window_peak"] > 0 and st["window_peak"] >= st["peak_unfreed"]:
+                # The closing stretch holds the process's peak: new_window keeps its rows,
+                # by callsite, for the profile's heapscope_peak_allocation.
+                p.heap.resolve(self.rec.producer.frames, self.rec.producer.trie, tracker)
+            tracker.new_window()
+            return {"ok": 1}
+        st = tracker.stats()
+        peak = st["window_peak"] - st["window_base"]
+        leak = st["current_unfreed"] - st["window_base"]
+        reply: dict[str, Any] = {"peak": peak, "leak": leak, "interval": self.interval}
+        board = len(self.peaks) < self.top or (self.peaks and peak > self.peaks[0])
+        if board:
+            self.peaks = sorted([*self.peaks, peak])[-self.top:] if self.top else []
+        if msg.get("want") or board:
+            rows = list(WINDOW_ROW.iter_unpack(tracker.window()))
+            by_peak = sorted((r for r in rows if r[2] > 0), key=lambda r: -r[2])[:TOP_STACKS]
+            by_leak = sorted((r for r in rows if r[4] > 0), key=lambda r: -r[4])[:TOP_STACKS]
+            reply["peak_stacks"] = [[r[2], self._stack(p, r[0], r[1])] for r in by_peak]
+            reply["leak_stacks"] = [[r[4], self._stack(p, r[0], r[1])] for r in by_leak]
+        return reply
+
+    # -- names ---------------------------------------------------------------
+
+    def _stack(self, p: Any, callsite: int, stack_id: int) -> list[str]:
+        """A callsite's (or a stack's) frames, leaf first, named; through `order_frames`."""
+        producer = self.rec.producer
+        frame_ids: list[int] = []
+        if callsite:
+            _catch_up(self.parents, producer.trie._children, lambda key, _node: key)
+            node = callsite
+            while node and len(frame_ids) < 1024:
+                node, frame_id = self.parents[node]
+                frame_ids.append(frame_id)
+        else:
+            pcs = p.heap.stacks.get(stack_id)
+            if pcs is None:
+                return ["[stack not received yet]"]
+            frame_ids = list(reversed(producer.frames.frames_of(p.heap.modules, p.heap.frame_cache, pcs)))
+        _catch_up(self.frames, producer.frames.frames.ids, lambda frame, _i: frame)
+        _catch_up(self.mappings, producer.frames.mappings.ids, lambda mapping, _i: mapping)
+        named = [self._name(f) for f in frame_ids]
+        return [f"{n.name} ({n.where})" if n.where else n.name for n in order_frames(named)[:STACK_DEPTH]]
+
+    def _name(self, frame_id: int) -> _Named:
+        frame = self.frames[frame_id]
+        if frame is None:
+            return _Named("?", "", False)
+        mapping = self.mappings[frame.mapping]
+        path = mapping.name if mapping is not None else ""
+        where = os.path.basename(path)
+        if frame.name:
+            return _Named(frame.name, where, is_python_frame(frame.name, path))
+        name = self._lookup(path, frame.rel_pc)
+        return _Named(name or f"{where}+{frame.rel_pc:#x}", where, is_python_frame(name or "", path))
+
+    def _lookup(self, path: str, rel_pc: int) -> str | None:
+        from heapscope.symbolize.symtab import ElfReadError, read_elf_symbols
+
+        if path not in self.symbols:
+            self.symbols[path] = None
+            if path.startswith("/"):
+                with contextlib.suppress(OSError, ElfReadError):
+                    self.symbols[path] = read_elf_symbols(path)
+        syms = self.symbols[path]
+        return syms.lookup(rel_pc) if syms is not None else None
+
+
+def _catch_up(table: list[Any], source: dict[Any, int], value: Any) -> None:
+    """Extend `table` (index = id) with the entries `source` (value -> dense id from 1,
+    in insertion order) gained since; `value(key, id)` is what to store."""
+    if len(source) + 1 > len(table):
+        table.extend(value(key, i) for key, i in itertools.islice(source.items(), len(table) - 1, None))
+
+
+def is_python_frame(name: str, mapping_path: str) -> bool:
+    """A frame of Python code: the producer gives Python frames a mapping of their own,
+    `[python]` or the source file (main's docs/python-frames.md, "the splice")."""
+    return mapping_path.startswith("[python") or mapping_path.endswith((".py", ".pyw")) or ".py:" in name
+
+
+def order_frames(frames: list[_Named]) -> list[_Named]:
+    """Stacks are shown leaf first, Python frames before native ones; allocator
+    frames (the malloc family, the client's own) are left out."""
+    shown = [f for f in frames if f.name not in _ALLOCATOR and "libheapscope" not in f.where]
+    return [f for f in shown if f.python] + [f for f in shown if not f.python]
+
+
+_ALLOCATOR = frozenset({"malloc", "calloc", "realloc", "free", "posix_memalign", "aligned_alloc", "memalign",
+                        "valloc", "pvalloc", "reallocarray", "operator new(unsigned long)",
+                        "operator new[](unsigned long)"})
+
+
+# -- the child: the tests ------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class HeapFigures:
+    nodeid: str
+    peak: int
+    leak: int
+    interval: int
+    peak_stacks: list[tuple[int, list[str]]] = field(default_factory=list)
+    leak_stacks: list[tuple[int, list[str]]] = field(default_factory=list)
+
+
+class _Child:
+    """Runs in the pytest under the client: asks the parent around each test's call."""
+
+    def __init__(self, config: pytest.Config, path: str) -> None:
+        self.config = config
+        self.interval = _interval(config)
+        self.top = config.getoption("heapscope_top")
+        self.off = ""  # why nothing is measured any more
+        self.results: dict[str, HeapFigures] = {}
+        self.sock: socket.socket | None = None
+        self.buf = b""
+        # Replies are read into this buffer: no allocation of ours lands in a test's window.
+        self.chunk = bytearray(65536)
+        try:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(CONNECT_TIMEOUT_S)
+            s.connect(path)
+            s.settimeout(ASK_TIMEOUT_S)
+            self.sock = s
+        except OSError as e:
+            self.off = f"cannot reach the recording ({e.strerror or e})"
+
+    def _ask(self, msg: dict[str, Any]) -> dict[str, Any] | None:
+        if self.sock is None or self.off:
+            return None
+        try:
+            self.sock.sendall(json.dumps(msg).encode() + b"\n")
+            while b"\n" not in self.buf:
+                n = self.sock.recv_into(self.chunk)
+                if not n or len(self.buf) > MAX_LINE:
+                    raise OSError("the recording went away")
+                self.buf += self.chunk[:n]
+            line, self.buf = self.buf.split(b"\n", 1)
+            reply: dict[str, Any] = json.loads(line)
+        except (OSError, ValueError) as e:
+            self._stop(f"no answer from the recording ({e}); the tests run on unmeasured")
+            return None
+        if "off" in reply:
+            self._stop(f"{reply['off']}; the tests run on unmeasured")
+            return None
+        return reply
+
+    def _stop(self, why: str) -> None:
+        self.off = why
+        if self.sock is not None:
+            with contextlib.suppress(OSError):
+                self.sock.close()
+            self.sock = None
+        print(f"\nheapscope: {why}", file=sys.stderr, flush=True)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Any:
+        limits = _limits(item)
+        started = self._ask({"op": "start"}) is not None
+        outcome = yield
+        if not started:
+            return
+        reply = self._ask({"op": "end", "want": bool(limits)})
+        if reply is None:
+            return
+        res = HeapFigures(item.nodeid, reply["peak"], reply["leak"], reply["interval"],
+                       [(n, s) for n, s in reply.get("peak_stacks", [])],
+                       [(n, s) for n, s in reply.get("leak_stacks", [])])
+        self.results[item.nodeid] = res
+        if outcome.excinfo is not None:
+            return  # the test failed on its own: that is what it reports
+        failures = _check(res, limits)
+        if failures:
+            outcome.force_exception(pytest.fail.Exception("\n".join(failures), pytrace=False))
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        tr = terminalreporter
+        tr.write_sep("=", "heapscope: largest sampled heap peaks")
+        if self.off and not self.results:
+            tr.write_line(f"not measured: {self.off}")
+            return
+        tr.write_line(f"{len(self.results)} tests measured at a sampling interval of {self.interval} bytes "
+                      "(estimate ± standard error; peak = highest unreleased bytes during the test's call "
+                      "above its start)")
+        if self.off:
+            tr.write_line(f"measuring stopped: {self.off}")
+        ranked = sorted(self.results.values(), key=lambda r: -r.peak)[:self.top]
+        for r in ranked:
+            tr.write_line(f"{estimate(r.interval, r.peak):>24}  {r.nodeid}"
+                          + (f"  (held at its end: {estimate(r.interval, r.leak)})" if r.leak > 0 else ""))
+            for n, stack in r.peak_stacks:
+                tr.write_line(f"{'':>8}{format_size(n):>12}  " + " < ".join(stack))
+
+
+def _limits(item: pytest.Item) -> dict[str, int]:
+    limits: dict[str, int] = {}
+    for name in ("limit_memory", "limit_leaks"):
+        mark = item.get_closest_marker(name)
+        if mark is None:
+            continue
+        if len(mark.args) != 1 or mark.kwargs:
+            raise pytest.UsageError(f"{item.nodeid}: {name} takes one size, like {name}(\"24 MB\")")
+        try:
+            limits[name] = parse_bytes(mark.args[0])
+        except ValueError as e:
+            raise pytest.UsageError(f"{item.nodeid}: {name}: {e}") from None
+    return limits
+
+
+def _check(res: HeapFigures, limits: dict[str, int]) -> list[str]:
+    lines: list[str] = []
+    for name, value, stacks, what in (("limit_memory", res.peak, res.peak_stacks, "sampled heap peak"),
+                                      ("limit_leaks", res.leak, res.leak_stacks, "sampled heap held at its end")):
+        limit = limits.get(name)
+        if limit is None or value <= limit:
+            continue
+        lines.append(f"heapscope {name}: the test's {what} is {estimate(res.interval, value)} "
+                     f"(standard error at interval {res.interval}), over its limit of {format_size(limit)}")
+        lines.append("top allocating stacks (leaf first):")
+        for n, stack in stacks:
+            lines.append(f"  {format_size(n):>10}  " + " < ".join(stack))
+    return lines
