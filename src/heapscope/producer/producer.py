@@ -439,10 +439,11 @@ class Producer:
             if peak:
                 w.add_peak(p.info.upid, h.tracker.stats()["peak_ts"], h.name, peak)
         p.last_dump_ts = ts
-        self.log(f"dump {heap.dumps} ({reason}) of pid {p.info.pid}: {heap.unreleased} bytes unreleased")
         if p.stream:
             w.add_stream(self._stream_rows(p))
         w.commit()
+        # Said once it is in the file (a test that fills the disk after it relies on that).
+        self.log(f"dump {heap.dumps} ({reason}) of pid {p.info.pid}: {heap.unreleased} bytes unreleased")
 
     def dump_all(self, reason: str) -> None:
         """A consistent dump of every process: each ring is drained first."""
