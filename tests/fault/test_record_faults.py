@@ -16,6 +16,7 @@ import pwd
 import queue
 import re
 import resource
+import select
 import shutil
 import signal
 import sqlite3
@@ -407,12 +408,24 @@ def test_internal_error_one_line_and_target_supervised(bins, tmp_path, procs) ->
 # --- signals at any moment -------------------------------------------------------------------
 
 
+def wait_gone(pid: int, timeout_s: float = 30.0) -> None:
+    """Until `pid` has terminated (a zombie counts): its pidfd becomes readable."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        assert select.select([fd], [], [], timeout_s)[0], f"pid {pid} still runs after {timeout_s} s"
+    finally:
+        os.close(fd)
+
+
 @pytest.mark.parametrize("moment", ["start", "mid-run", "after-exit"])
 @pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGINT, signal.SIGTERM])
 def test_signals_at_any_moment(bins, tmp_path, procs, sig, moment) -> None:
     db = tmp_path / "s.db"
     h = procs(record("-o", db, "--", bins["record_driven"]))
-    h.out.wait_for(r"^ready ")
+    target = int(h.out.wait_for(r"^ready ").split()[1])
     if moment == "mid-run":
         h.send("a")
         h.out.wait_for(r"^ok a 65536$")
@@ -420,8 +433,10 @@ def test_signals_at_any_moment(bins, tmp_path, procs, sig, moment) -> None:
         h.send("a")
         h.out.wait_for(r"^ok a 65536$")
         h.send("x 3")
-        # the target has exited and its final dump is written; heapscope still works
+        # the target's final dump is written (its client says so from its last destructor)...
         h.err.wait_for(r"\(exit\) of pid")
+        # ...and the target has gone (before that, a signal passed on still finds it alive)
+        wait_gone(target)
     os.kill(h.p.pid, sig)
     if sig == signal.SIGUSR1 and moment != "after-exit":
         h.err.wait_for(r"\(signal\) of pid")
