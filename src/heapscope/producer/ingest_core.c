@@ -23,7 +23,8 @@ static void publish(struct hs_ingest *g) {
   __atomic_store_n(&g->meta->read_pos, g->read_pos, __ATOMIC_RELEASE);
 }
 
-/* A STACK, MODULE or HEAP record, copied out of the ring: is its body sane? */
+/* A STACK, MODULE, HEAP, PYCODE or PYINFO record, copied out of the ring:
+ * is its body sane? (codec.decode_record checks the Python tails again.) */
 static int rare_record_ok(uint32_t type, const uint8_t *rec, uint32_t size) {
   const uint8_t *body = rec + 8;
   uint64_t body_size = size - 8;
@@ -34,6 +35,10 @@ static int rare_record_ok(uint32_t type, const uint8_t *rec, uint32_t size) {
       memcpy(&s, body, sizeof s);
       return s.depth <= HS_MAX_FRAMES && sizeof s + 8ull * s.depth <= body_size;
     }
+    case HS_REC_PYCODE:
+      return body_size >= sizeof(struct hs_pycode);
+    case HS_REC_PYINFO:
+      return body_size >= sizeof(struct hs_pyinfo);
     case HS_REC_MODULE: {
       struct hs_module m;
       if (body_size < sizeof m) return 0;
@@ -98,7 +103,8 @@ void hs_ingest_drain(struct hs_ingest *g, uint64_t max_records, uint64_t now_ns)
       hs_tracker_free(g->tracker, f.seq, f.addr, now_ns);
     } else if (type == HS_REC_PAD) {
       g->st.pads++;
-    } else if (type == HS_REC_STACK || type == HS_REC_MODULE || type == HS_REC_HEAP) {
+    } else if (type == HS_REC_STACK || type == HS_REC_MODULE || type == HS_REC_HEAP ||
+               type == HS_REC_PYCODE || type == HS_REC_PYINFO) {
       /* Copy first, then validate the copy: the client may still scribble. */
       if (hs_buf_reserve(&g->records, size) < 0) {
         g->oom = 1;

@@ -311,7 +311,14 @@ class Producer:
             return
         if isinstance(r, codec.StackRecord):
             p.stats.stacks += 1
-            p.heap.define_stack(r.stack_id, r.pcs)
+            p.heap.define_stack(r.stack_id, r.pcs, r.py if r.python else None)
+        elif isinstance(r, codec.PyCodeRecord):
+            p.stats.python_codes += 1
+            p.heap.define_code(r.code_key, r.name, r.file, r.line_format, r.table, r.first_line)
+        elif isinstance(r, codec.PyInfoRecord):
+            p.python_status = r.status
+            p.python_state = r.state
+            p.heap.python.eval_lo, p.heap.python.eval_hi = r.eval_lo, r.eval_hi
         elif isinstance(r, codec.ModuleRecord):
             p.stats.modules += 1
             self.frames.add_module(p.heap.modules, r)
@@ -336,6 +343,7 @@ class Producer:
         w = self.writer
         w.add_mappings(self.frames.mappings.take_new())
         w.add_frames(self.frames.frames.take_new())
+        w.add_python_symbols(self.frames.take_new_python())
         w.add_callsites(self.trie.take_new())
         ts = max(time.monotonic_ns(), p.last_dump_ts + 1)
         w.add_dump(p.info.upid, p.last_dump_ts, ts, reason, rows, p.heap_name)

@@ -39,4 +39,19 @@ def process_stats_rows(p: ProcessState, st: dict[str, int]) -> list[StatRow]:
         ("stacks", "info", "producer", p.stats.stacks, "distinct stacks received"),
         ("modules", "info", "producer", p.stats.modules, "loaded objects announced"),
     ]
+    if p.python_state:
+        supported = p.python_state == 1  # codec.PY_STATE_SUPPORTED
+        rows += [
+            ("python_frames", "info" if supported else "data_loss", "client", p.python_state, p.python_status),
+            ("python_walks", "info", "client", m("python_walks"), "sampled stacks walked for Python frames"),
+            ("python_walks_invalid", "error", "client", m("python_walks_invalid"),
+             "Python frame walks cut by a check that failed"),
+            ("python_walks_truncated", "info", "client", m("python_walks_truncated"),
+             "Python stacks cut at 128 frames"),
+            ("python_codes", "info", "producer", p.stats.python_codes, "Python code objects received"),
+            ("python_codes_failed", "data_loss", "client", m("python_codes_failed"),
+             "Python code objects that could not be read"),
+            ("python_frames_unplaced", "info", "producer", p.heap.python.unplaced,
+             "Python frames put at the root: their eval activation was not in the native stack"),
+        ]
     return [(name, u, sev, src, int(v), desc) for name, sev, src, v, desc in rows]
