@@ -104,6 +104,7 @@ class Summary:
     output_bytes: int = 0
     no_descriptors: int = 0  # processes not profiled: heapscope was out of file descriptors
     problems: list[str] = field(default_factory=list)  # what went wrong inside heapscope, one line each
+    python: list[str] = field(default_factory=list)  # the Python frames status lines, one per distinct one
 
 
 class Recording:
@@ -542,6 +543,14 @@ class Recording:
             s.unwinders = sorted({p.flags.unwinder for p in procs if p.flags.unwinder})
             s.client_errors = sorted({f"{p.info.name}: {p.flags.client_error}"
                                       for p in procs if p.flags.client_error})
+            s.python = sorted({p.python_status for p in procs if p.python_status})
+            invalid = sum(p.final_meta.get("python_walks_invalid", 0) for p in procs)
+            unplaced = sum(p.heap.python.unplaced for p in procs)
+            if invalid:
+                s.python.append(f"python frames: {invalid:,} walks cut short by a failed check")
+            if unplaced:
+                s.python.append(f"python frames: {unplaced:,} frames put at the root "
+                                "(their eval activation was not in the native stack)")
 
     def _uninstall_signals(self) -> None:
         for sig, handler in self._restore.items():

@@ -236,6 +236,7 @@ def _summary(s: Summary) -> None:
         f"unwinder {', '.join(unwinders)}; target blocked {s.blocked_ms:.1f} ms ({share:.1f}%); "
         f"{s.dropped_records:,} records dropped",
     ]
+    lines += s.python
     if s.client_errors:
         lines.append("client stopped early: " + "; ".join(s.client_errors))
     if s.no_descriptors:

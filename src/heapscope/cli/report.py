@@ -36,6 +36,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="--tree hides subtrees under P%% of the view's total (default: 1)")
     p.add_argument("--focus", metavar="REGEX", help="count only call stacks with a function matching REGEX")
     p.add_argument("--ignore", metavar="REGEX", help="leave out call stacks with a function matching REGEX")
+    p.add_argument("--python-only", action="store_true",
+                   help="hide native frames: rank Python functions only (a Python function's self is what "
+                        "the native code it called allocated)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -43,7 +46,8 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(f"--top must be at least 1, not {args.top}")
     focus, ignore = _regex(args.focus, "--focus"), _regex(args.ignore, "--ignore")
     with open_profile(args.file) as profile:
-        reports = build_reports(profile, args.view, args.pid, focus=focus, ignore=ignore)
+        reports = build_reports(profile, args.view, args.pid, focus=focus, ignore=ignore,
+                                python_only=args.python_only)
         if args.tree:
             text = "\n".join(render_tree(profile, r, focus, ignore, args.min_percent) for r in reports)
         else:

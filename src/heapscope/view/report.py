@@ -54,6 +54,7 @@ class ProcessReport:
 def build_reports(
     profile: Profile, view: str, pid: int | None = None,
     focus: re.Pattern[str] | None = None, ignore: re.Pattern[str] | None = None,
+    python_only: bool = False,
 ) -> list[ProcessReport]:
     """One report per process of the profile (only those with `pid` when given).
 
@@ -62,12 +63,14 @@ def build_reports(
     """
     check_view(view)
     processes = select_processes(profile, pid)
-    return [build_process_report(profile, p, view, focus=focus, ignore=ignore) for p in processes]
+    return [build_process_report(profile, p, view, focus=focus, ignore=ignore, python_only=python_only)
+            for p in processes]
 
 
 def build_process_report(
     profile: Profile, process: StoredProcess, view: str, ts: int | None = None,
     focus: re.Pattern[str] | None = None, ignore: re.Pattern[str] | None = None,
+    python_only: bool = False,
 ) -> ProcessReport:
     """The report of one process at `ts` (default: its last dump)."""
     upid = process.info.upid
@@ -78,7 +81,7 @@ def build_process_report(
     if focus is not None or ignore is not None:
         values = filter_callsites(profile, values, focus, ignore)
     leaf_values = {cs: v.get(view) for cs, v in values.items()}
-    rows = function_rows(profile, leaf_values)
+    rows = function_rows(profile, leaf_values, python_only)
     return ProcessReport(
         process=process,
         view=view,
@@ -102,10 +105,16 @@ def filter_callsites(
     return {cs: v for cs, v in values.items() if ok[tree.node_of[cs]]}
 
 
-def function_rows(profile: Profile, leaf_values: dict[CallsiteId, int]) -> list[FunctionRow]:
-    """Self and total per function from per-callsite values, sorted by total, then self, desc."""
+def function_rows(profile: Profile, leaf_values: dict[CallsiteId, int],
+                  python_only: bool = False) -> list[FunctionRow]:
+    """Self and total per function from per-callsite values, sorted by total, then self, desc.
+
+    With python_only, native frames are skipped: a Python function's self is
+    what it allocated through native code it called, and stacks without any
+    Python frame do not count."""
     callsites = profile.callsites()
     frames = profile.frames()
+    python = profile.python_frames() if python_only else None
 
     # Intern functions to small ints so the path walk below hashes ints only.
     function_ids: dict[tuple[str, str], int] = {}
@@ -135,6 +144,9 @@ def function_rows(profile: Profile, leaf_values: dict[CallsiteId, int]) -> list[
             if entry is None:
                 break
             parent, frame_id = entry
+            if python is not None and frame_id not in python:
+                node = parent
+                continue
             fn = function_of(frame_id)
             if first:
                 self_values[fn] = self_values.get(fn, 0) + value
