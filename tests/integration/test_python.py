@@ -10,9 +10,12 @@ of the marked statement; at 4096 they are within the sampler's 4-SD bounds.
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 from collections import defaultdict
@@ -154,6 +157,10 @@ def test_python_functions_exact_at_interval_1(tmp_path: Path, python: str) -> No
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize("python", INTERPRETERS)
 def test_c_extension_frames_stay_between_python_frames(tmp_path: Path, python: str) -> None:
+    where = subprocess.run([python, "-c", "import array; print(getattr(array, '__file__', ''))"],
+                           capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+    if not where:
+        pytest.skip("array is built into this interpreter: no extension module of its own")
     db = _record(tmp_path, python, 1)
     profile = Profile(db)
     line = _markers()["extension"]
@@ -229,7 +236,10 @@ def test_views_show_python_frames(tmp_path: Path) -> None:
     assert any("kept" in ln for ln in collapsed.read_text().splitlines())
     flame = tmp_path / "flame.html"
     cli("flamegraph", str(db), "-o", str(flame))
-    assert "known.py" in flame.read_text() and f"{line}" in flame.read_text()
+    packed = re.search(r'<script id="hs-data" type="text/plain">([^<]*)</script>', flame.read_text())
+    assert packed is not None
+    data = json.loads(gzip.decompress(base64.b64decode(packed.group(1))))
+    assert f"{PROGRAM}:{line}" in data["strings"], "no frame with the kept() allocation's file:line"
     if shutil.which("go"):
         pprof = tmp_path / "out.pb.gz"
         cli("export", str(db), "--format", "pprof", "-o", str(pprof))
