@@ -61,6 +61,7 @@
 #include "ring.h"
 #include "modules.h"
 #include "pyframes.h"
+#include "pymem.h"
 #include "stacks.h"
 #include "unwind.h"
 #include "wire.h"
@@ -167,6 +168,7 @@ struct code_slot {
 };
 static struct code_slot *code_slots;
 static int py_on; /* set once before hs_enabled: CPython with a known layout */
+static int pymem_on; /* Python's MEM and OBJ domains are wrapped (pymem.c) */
 
 static HS_MUST_CHECK int send_code(uint64_t code, uint64_t key) {
   struct hs_ring_meta *m = cl.ring.meta;
@@ -256,6 +258,8 @@ static void python_init(void) {
     state = hs_py_detect_as(strtoul(as, NULL, 0), 0);
   else
     state = hs_py_detect();
+  if (state != HS_PY_ABSENT)
+    pymem_on = hs_pymem_install();
   if (state != HS_PY_SUPPORTED)
     return;
   void *mem = mmap(NULL, CODE_SLOTS * sizeof(struct code_slot), PROT_READ | PROT_WRITE,
@@ -275,6 +279,7 @@ static HS_MUST_CHECK int send_python_info(void) {
   info.hexversion = hs_py_hexversion();
   info.state = (uint32_t)state;
   info.status_len = (uint32_t)strnlen(line, 200);
+  info.pymem = (uint32_t)pymem_on;
   return hs_ring_write(&cl.ring, HS_REC_PYINFO, &info, sizeof info, line, info.status_len, 0);
 }
 

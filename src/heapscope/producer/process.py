@@ -37,6 +37,7 @@ class ProcessState:
     heap_name: str = HEAP_NAME
     python_state: int = 0  # codec.PY_STATE_*; from the client's HS_REC_PYINFO
     python_status: str = ""  # its one line for the summary and stats
+    python_pymem: bool = False  # Python's MEM and OBJ allocator domains were sampled too
     last_dump_ts: int = 0
     stream: list[bytes] = field(default_factory=list)
     # Kept when the process ends, after its ring is unmapped.

@@ -318,6 +318,7 @@ class Producer:
         elif isinstance(r, codec.PyInfoRecord):
             p.python_status = r.status
             p.python_state = r.state
+            p.python_pymem = r.pymem
             p.heap.python.eval_lo, p.heap.python.eval_hi = r.eval_lo, r.eval_hi
         elif isinstance(r, codec.ModuleRecord):
             p.stats.modules += 1

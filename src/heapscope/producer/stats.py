@@ -43,6 +43,9 @@ def process_stats_rows(p: ProcessState, st: dict[str, int]) -> list[StatRow]:
         supported = p.python_state == 1  # codec.PY_STATE_SUPPORTED
         rows += [
             ("python_frames", "info" if supported else "data_loss", "client", p.python_state, p.python_status),
+            ("python_allocators", "info" if p.python_pymem else "data_loss", "client", int(p.python_pymem),
+             "Python's allocator domains (pymalloc) sampled" if p.python_pymem else
+             "Python's allocator domains (pymalloc) not sampled: objects of 512 bytes or less are not seen"),
             ("python_walks", "info", "client", m("python_walks"), "sampled stacks walked for Python frames"),
             ("python_walks_invalid", "error", "client", m("python_walks_invalid"),
              "Python frame walks cut by a check that failed"),

@@ -88,7 +88,7 @@ HEAP = struct.Struct(f"<QII{HEAP_NAME_SIZE}s")
 PYSTACK = struct.Struct("<II")
 PYFRAME = struct.Struct("<QiI")
 PYCODE = struct.Struct("<QiHHIIII")
-PYINFO = struct.Struct("<QQQII")
+PYINFO = struct.Struct("<QQQIIII")
 
 # struct hs_ring_meta: field name -> (offset, struct format)
 META_FIELDS: dict[str, tuple[int, str]] = {
@@ -199,6 +199,7 @@ class PyInfoRecord:
     hexversion: int
     state: int
     status: str
+    pymem: bool = False  # Python's MEM and OBJ allocator domains are sampled too
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,11 +270,11 @@ def decode_record(rec: bytes) -> Record:
     if rtype == RecordType.PYINFO:
         if len(body) < PYINFO.size:
             raise MalformedRecord("truncated python info record")
-        lo, hi, hexversion, state, slen = PYINFO.unpack_from(body)
+        lo, hi, hexversion, state, slen, pymem, _ = PYINFO.unpack_from(body)
         if len(body) < PYINFO.size + slen:
             raise MalformedRecord("python info record with bad length")
         status = bytes(body[PYINFO.size:PYINFO.size + slen]).decode("utf-8", "replace")
-        return PyInfoRecord(lo, hi, hexversion, state, status)
+        return PyInfoRecord(lo, hi, hexversion, state, status, bool(pymem))
     if rtype == RecordType.MODULE:
         if len(body) < MODULE.size:
             raise MalformedRecord("truncated module record")
@@ -324,7 +325,7 @@ def encode_pycode(r: PyCodeRecord) -> bytes:
 
 def encode_pyinfo(r: PyInfoRecord) -> bytes:
     status = r.status.encode()
-    return _record(RecordType.PYINFO, PYINFO.pack(r.eval_lo, r.eval_hi, r.hexversion, r.state, len(status)) + status)
+    return _record(RecordType.PYINFO, PYINFO.pack(r.eval_lo, r.eval_hi, r.hexversion, r.state, len(status), int(r.pymem), 0) + status)
 
 
 def encode_module(m: ModuleRecord) -> bytes:

@@ -248,6 +248,8 @@ struct hs_pyinfo {
   uint64_t hexversion;
   uint32_t state;      /* enum hs_py_state (client/pyframes.h) */
   uint32_t status_len; /* bytes of the status line that follow (no NUL) */
+  uint32_t pymem;      /* 1: the MEM and OBJ allocator domains are sampled too */
+  uint32_t reserved;
 };
 /* ---- end of Python frames ---- */
 
@@ -293,6 +295,6 @@ HS_STATIC_ASSERT(sizeof(struct hs_heap) == 48, "hs_heap");
 HS_STATIC_ASSERT(sizeof(struct hs_pystack) == 8, "hs_pystack");
 HS_STATIC_ASSERT(sizeof(struct hs_pyframe) == 16, "hs_pyframe");
 HS_STATIC_ASSERT(sizeof(struct hs_pycode) == 32, "hs_pycode");
-HS_STATIC_ASSERT(sizeof(struct hs_pyinfo) == 32, "hs_pyinfo");
+HS_STATIC_ASSERT(sizeof(struct hs_pyinfo) == 40, "hs_pyinfo");
 
 #endif /* HEAPSCOPE_WIRE_H */

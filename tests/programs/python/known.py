@@ -4,8 +4,10 @@ Each function makes N bytearrays of its own size S; a bytearray(S) asks the
 allocator for S + 1 bytes, past pymalloc's 512-byte limit, so each one is one
 malloc. The line of each allocation carries a marker comment `ALLOC <name>`,
 which the test reads to know the line to expect. The program ends
-with os._exit, so what it keeps is still held at the final dump. `--print-truth` prints
-{function: [count, request size, kept]} as JSON.
+with os._exit, so what it keeps is still held at the final dump. `small` makes N bytes objects of
+200 bytes, which pymalloc serves itself (33 + 200 bytes each, never a malloc):
+they are seen only through the wrapped allocator domains. `--print-truth`
+prints {function: [count, request size, kept, through pymalloc]} as JSON.
 """
 
 import array
@@ -17,12 +19,21 @@ import threading
 
 N = 400
 SIZES = {"kept": 1000, "freed": 1100, "gen": 1200, "coro": 1300, "worker": 1400, "Holder.method": 1500}
+SMALL = 200
+BYTES_HEADER = 33  # offsetof(PyBytesObject, ob_sval) + 1, on 64-bit 3.8-3.13
 KEEP = []
 
 
 def kept():
     for _ in range(N):
         KEEP.append(bytearray(SIZES["kept"]))  # ALLOC kept
+
+
+def small():
+    keep = [None] * N
+    for i in range(N):
+        keep[i] = bytes(SMALL)  # ALLOC small
+    KEEP.append(keep)
 
 
 def freed():
@@ -66,10 +77,12 @@ def extension():
 
 def main():
     if "--print-truth" in sys.argv:
-        truth = {name: [N, size + 1, name != "freed"] for name, size in SIZES.items()}
+        truth = {name: [N, size + 1, name != "freed", False] for name, size in SIZES.items()}
+        truth["small"] = [N, BYTES_HEADER + SMALL, True, True]
         print(json.dumps(truth))
         return
     kept()
+    small()
     freed()
     consume()
     asyncio.run(coro())

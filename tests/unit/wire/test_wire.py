@@ -108,7 +108,7 @@ def test_python_records_round_trip() -> None:
     code = codec.PyCodeRecord(0x1111, 16, 3, 0, "App.build_users", "/tmp/app\udcff.py", b"\x80\x01\x02")
     assert codec.decode_record(codec.encode_pycode(code)) == code
     info = codec.PyInfoRecord(0x1000, 0x2000, 0x30C00F0, codec.PY_STATE_SUPPORTED,
-                              "python frames: CPython 3.12 (layout known)")
+                              "python frames: CPython 3.12 (layout known)", True)
     assert codec.decode_record(codec.encode_pyinfo(info)) == info
 
 
