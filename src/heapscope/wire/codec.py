@@ -325,7 +325,8 @@ def encode_pycode(r: PyCodeRecord) -> bytes:
 
 def encode_pyinfo(r: PyInfoRecord) -> bytes:
     status = r.status.encode()
-    return _record(RecordType.PYINFO, PYINFO.pack(r.eval_lo, r.eval_hi, r.hexversion, r.state, len(status), int(r.pymem), 0) + status)
+    body = PYINFO.pack(r.eval_lo, r.eval_hi, r.hexversion, r.state, len(status), int(r.pymem), 0)
+    return _record(RecordType.PYINFO, body + status)
 
 
 def encode_module(m: ModuleRecord) -> bytes:
