@@ -105,6 +105,8 @@ class Summary:
     no_descriptors: int = 0  # processes not profiled: heapscope was out of file descriptors
     problems: list[str] = field(default_factory=list)  # what went wrong inside heapscope, one line each
     python: list[str] = field(default_factory=list)  # the Python frames status lines, one per distinct one
+    peak_heap: int = 0  # sum over processes of each one's peak of sampled unreleased bytes
+    peak_rss: int = 0  # sum over processes of each one's peak RSS (VmHWM), as read
 
 
 class Recording:
@@ -544,6 +546,8 @@ class Recording:
             s.client_errors = sorted({f"{p.info.name}: {p.flags.client_error}"
                                       for p in procs if p.flags.client_error})
             s.python = sorted({p.python_status for p in procs if p.python_status})
+            s.peak_heap = sum(p.final_stats.get("peak_unfreed", 0) for p in procs)
+            s.peak_rss = sum(p.peak_rss for p in procs)
             invalid = sum(p.final_meta.get("python_walks_invalid", 0) for p in procs)
             unplaced = sum(p.heap.python.unplaced for p in procs)
             if invalid:

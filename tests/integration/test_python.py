@@ -211,6 +211,7 @@ def test_unknown_layout_gives_native_stacks_and_one_line(tmp_path: Path) -> None
                          env=env, capture_output=True, text=True, timeout=150)
     assert run.returncode == 0, run.stderr
     assert "python frames: off, CPython 3.14" in run.stderr, run.stderr
+    assert "seen " in run.stderr and " of RSS " in run.stderr, run.stderr
     profile = Profile(db)
     assert profile.query("SELECT COUNT(*) AS n FROM stack_profile_frame WHERE type = 'python'")[0]["n"] == 0
     rows = profile.query("SELECT description FROM stats WHERE name = 'python_frames'")
@@ -233,6 +234,9 @@ def test_views_show_python_frames(tmp_path: Path) -> None:
 
     report = cli("report", "--view", "alloc_space", "--focus", "^kept$", str(db))
     assert "kept" in report and "known.py" in report, report
+    assert "memory:        seen " in report, report  # the heaps' peak against the peak RSS
+    peak_rss = Profile(db).stats().get("peak_rss_bytes", 0)
+    assert peak_rss > 10 * 2**20, peak_rss  # the program holds more than 10 MiB at its end
     only = cli("report", "--python-only", "--view", "alloc_space", "--top", "200", str(db))
     assert "kept" in only and "PyByteArray_Resize" not in only, only
     collapsed = tmp_path / "out.collapsed"

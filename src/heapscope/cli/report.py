@@ -94,6 +94,8 @@ def render_report(r: ProcessReport, top: int) -> str:
         lines.append(f"  {'unwinder:':<{_W}} {flags.unwinder or 'unknown'}")
         if not flags.from_startup:
             lines.append(f"  {'attached:':<{_W}} while running (-p): allocations before the attach are not seen")
+    if r.coverage:
+        lines.append(f"  {'memory:':<{_W}} {r.coverage}")
     if r.warnings:
         lines.append(f"  {'warnings:':<{_W}} {'; '.join(r.warnings)}")
     lines.append("")

@@ -38,6 +38,8 @@ class ProcessState:
     python_state: int = 0  # codec.PY_STATE_*; from the client's HS_REC_PYINFO
     python_status: str = ""  # its one line for the summary and stats
     python_pymem: bool = False  # Python's MEM and OBJ allocator domains were sampled too
+    peak_rss: int = 0  # bytes: the largest VmHWM read while the process ran (a lower bound of its peak)
+    rss_read_ns: int = 0  # when VmHWM was last read
     last_dump_ts: int = 0
     stream: list[bytes] = field(default_factory=list)
     # Kept when the process ends, after its ring is unmapped.

@@ -36,6 +36,7 @@ from heapscope.producer.stats import StatRow, process_stats_rows
 from heapscope.store.writer import ProfileWriter
 from heapscope.wire import codec
 
+RSS_EVERY_NS = 50_000_000  # VmHWM is read this often per process: the peak is gone with the process
 DRAIN_BATCH = 1 << 18  # records per ring per poll: keeps the loop responsive
 HANDSHAKE_TIMEOUT_S = 5.0
 PEERCRED = struct.Struct("3i")
@@ -112,8 +113,11 @@ class Producer:
         for s in readable:
             if s is self.listener:
                 self._accept_all()
+        now = time.monotonic_ns()
         for p in list(self.processes.values()):
             drained += self._drain(p)
+            if now - p.rss_read_ns >= RSS_EVERY_NS:
+                self._read_rss(p, now)
         for s in readable:
             ended = self.processes.get(s.fileno()) if s is not self.listener else None
             if ended is not None and self._peer_closed(ended.sock):
@@ -291,6 +295,13 @@ class Producer:
         except OSError:
             return True
 
+    @staticmethod
+    def _read_rss(p: ProcessState, now: int) -> None:
+        """The process's peak RSS so far (VmHWM): read while it runs, since the kernel drops it
+        before the socket's EOF tells us of the exit."""
+        p.rss_read_ns = now
+        p.peak_rss = max(p.peak_rss, procfs.status_field(p.info.pid, "VmHWM") * 1024)
+
     # -- records -------------------------------------------------------------
 
     def _drain(self, p: ProcessState, limit: int = DRAIN_BATCH) -> int:
@@ -399,6 +410,7 @@ class Producer:
 
     def _end(self, p: ProcessState, reason: str, disconnected: bool) -> None:
         """Final drain, flush of pending operations, final dump, stats."""
+        self._read_rss(p, time.monotonic_ns())  # often too late (the memory is gone), sometimes not
         while self._drain(p, limit=0):
             pass
         p.ingest.tracker.flush()

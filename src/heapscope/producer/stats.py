@@ -38,6 +38,10 @@ def process_stats_rows(p: ProcessState, st: dict[str, int]) -> list[StatRow]:
         ("untracked_frees", "info", "producer", st["untracked_frees"], "frees of unknown addresses"),
         ("stacks", "info", "producer", p.stats.stacks, "distinct stacks received"),
         ("modules", "info", "producer", p.stats.modules, "loaded objects announced"),
+        ("peak_heap_bytes", "info", "producer", st.get("peak_unfreed", 0),
+         "peak of the sampled unreleased bytes, all heaps"),
+        ("peak_rss_bytes", "info", "producer", p.peak_rss,
+         "peak resident set size (VmHWM) as last read while the process ran; 0 if never read"),
     ]
     if p.python_state:
         supported = p.python_state == 1  # codec.PY_STATE_SUPPORTED

@@ -26,6 +26,7 @@ from heapscope.model import CallsiteId, FrameId
 from heapscope.store.reader import Process as StoredProcess
 from heapscope.store.reader import Profile, Stat, ViewValues, mapping_basename
 from heapscope.store.select import check_view, select_processes
+from heapscope.view.units import human_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,7 @@ class ProcessReport:
     view_total: int  # the view's value over the whole process (all callsites)
     rows: list[FunctionRow]  # every function with a non-zero self or total, by total desc
     warnings: list[str] = field(default_factory=list)  # producer flags and data-loss stats
+    coverage: str = ""  # "seen N of RSS M": the heaps' peak against the process's peak RSS
 
 
 def build_reports(
@@ -90,6 +92,7 @@ def build_process_report(
         view_total=sum(leaf_values.values()),
         rows=rows,
         warnings=process_warnings(process, profile.stats(upid)),
+        coverage=coverage_line(profile.stats(upid)),
     )
 
 
@@ -167,6 +170,15 @@ def function_rows(profile: Profile, leaf_values: dict[CallsiteId, int],
     return rows
 
 
+def coverage_line(stats: list[Stat]) -> str:
+    """"seen N of RSS M" from the peak_heap_bytes and peak_rss_bytes stats; "" without an RSS."""
+    by_name = {s.name: s.value for s in stats}
+    rss = by_name.get("peak_rss_bytes", 0)
+    if not rss:
+        return ""
+    return f"seen {human_bytes(by_name.get('peak_heap_bytes', 0))} of RSS {human_bytes(rss)} (peaks)"
+
+
 def process_warnings(process: StoredProcess, stats: list[Stat]) -> list[str]:
     """What went wrong while recording this process, one short phrase each."""
     out: list[str] = []
@@ -185,6 +197,8 @@ def process_warnings(process: StoredProcess, stats: list[Stat]) -> list[str]:
         if f.client_error:
             out.append(f"client error: {f.client_error}")
     for s in stats:
-        if s.severity in ("data_loss", "error") and s.value != 0:
+        if s.name in ("python_frames", "python_allocators") and s.severity == "data_loss":
+            out.append(s.description)  # the one line saying why Python is not fully seen
+        elif s.severity in ("data_loss", "error") and s.value != 0:
             out.append(f"{s.name} = {s.value:,}")
     return out
