@@ -237,6 +237,10 @@ def test_views_show_python_frames(tmp_path: Path) -> None:
     assert "memory:        seen " in report, report  # the heaps' peak against the peak RSS
     peak_rss = Profile(db).stats().get("peak_rss_bytes", 0)
     assert peak_rss > 10 * 2**20, peak_rss  # the program holds more than 10 MiB at its end
+    by_file = cli("report", "--view", "alloc_space", "--focus", r"programs/python/known\.py$", str(db))
+    assert "kept" in by_file, by_file
+    ignored = cli("report", "--view", "alloc_space", "--top", "500", "--ignore", r"known\.py$", str(db))
+    assert " kept " not in ignored, ignored
     only = cli("report", "--python-only", "--view", "alloc_space", "--top", "200", str(db))
     assert "kept" in only and "PyByteArray_Resize" not in only, only
     collapsed = tmp_path / "out.collapsed"

@@ -18,6 +18,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="where to write the page (default: FILE with .html instead of .db)")
     p.add_argument("-p", "--pid", type=int, metavar="PID", help="only this process")
     p.add_argument("--force", action="store_true", help="overwrite an existing output file")
+    p.add_argument("--python-only", action="store_true",
+                   help="leave native frames out: Python functions only (stacks without any go under "
+                        "one '[no Python frames]' node)")
 
 
 def default_output(profile: str) -> Path:
@@ -55,7 +58,7 @@ def main(args: argparse.Namespace) -> int:
 
     out = Path(args.output) if args.output else default_output(args.file)
     with open_profile(args.file) as profile:
-        graphs = profile_graphs(profile, args.pid)
+        graphs = profile_graphs(profile, args.pid, args.python_only)
         if args.pid is not None and not graphs:
             raise UnknownProcessError(f"{args.file}: process pid {args.pid} has no dump")
         meta = profile.metadata()

@@ -49,7 +49,8 @@ def main(args: argparse.Namespace) -> int:
         reports = build_reports(profile, args.view, args.pid, focus=focus, ignore=ignore,
                                 python_only=args.python_only)
         if args.tree:
-            text = "\n".join(render_tree(profile, r, focus, ignore, args.min_percent) for r in reports)
+            text = "\n".join(render_tree(profile, r, focus, ignore, args.min_percent, args.python_only)
+                              for r in reports)
         else:
             text = "\n".join(render_report(r, args.top) for r in reports)
     if not reports:
@@ -137,7 +138,7 @@ def _table(rows: Sequence[FunctionRow], view: str, whole: int) -> list[str]:
 
 
 def render_tree(profile: object, r: ProcessReport, focus: re.Pattern[str] | None,
-                ignore: re.Pattern[str] | None, min_percent: float) -> str:
+                ignore: re.Pattern[str] | None, min_percent: float, python_only: bool = False) -> str:
     """The process header, then its merged call tree: total, share and self per node, indented."""
     from heapscope.store.reader import Profile, mapping_basename
     from heapscope.view.report import filter_callsites
@@ -150,7 +151,7 @@ def render_tree(profile: object, r: ProcessReport, focus: re.Pattern[str] | None
     values = profile.callsite_values(r.process.info.upid, r.ts)
     if focus is not None or ignore is not None:
         values = filter_callsites(profile, values, focus, ignore)
-    tree = build_tree(profile, sorted(values))
+    tree = build_tree(profile, sorted(values), python_only)
     own = tree.self_values(values, r.view)
     total = tree.cumulative(own)
     whole = r.view_total

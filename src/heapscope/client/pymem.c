@@ -2,6 +2,7 @@
 #include "pymem.h"
 
 #include <stdlib.h>
+#include <sys/auxv.h>
 
 #include "client.h"
 #include "pyframes.h"
@@ -77,7 +78,11 @@ static void w_free(void *ctx, void *p) {
 }
 
 int hs_pymem_install(void) {
-  const char *env = getenv("PYTHONMALLOC");
+  /* A set-id program: secure_getenv hides what Python itself may still
+   * read, so we cannot tell whether PYTHONMALLOC is set; stay out. */
+  if (getauxval(AT_SECURE))
+    return 0;
+  const char *env = secure_getenv("PYTHONMALLOC");
   if (env && *env)
     return 0;
   is_initialized_fn initialized = (is_initialized_fn)hs_py_symbol("Py_IsInitialized");

@@ -33,12 +33,27 @@ static int rare_record_ok(uint32_t type, const uint8_t *rec, uint32_t size) {
       struct hs_stack s;
       if (body_size < sizeof s) return 0;
       memcpy(&s, body, sizeof s);
-      return s.depth <= HS_MAX_FRAMES && sizeof s + 8ull * s.depth <= body_size;
+      if (s.depth > HS_MAX_FRAMES || sizeof s + 8ull * s.depth > body_size) return 0;
+      if (!(s.flags & HS_STACK_PYTHON)) return 1;
+      uint64_t at = sizeof s + 8ull * s.depth;
+      struct hs_pystack ps;
+      if (at + sizeof ps > body_size) return 0;
+      memcpy(&ps, body + at, sizeof ps);
+      return ps.py_depth <= HS_MAX_PYFRAMES &&
+             at + sizeof ps + (uint64_t)ps.py_depth * sizeof(struct hs_pyframe) <= body_size;
     }
-    case HS_REC_PYCODE:
-      return body_size >= sizeof(struct hs_pycode);
-    case HS_REC_PYINFO:
-      return body_size >= sizeof(struct hs_pyinfo);
+    case HS_REC_PYCODE: {
+      struct hs_pycode c;
+      if (body_size < sizeof c) return 0;
+      memcpy(&c, body, sizeof c);
+      return sizeof c + (uint64_t)c.name_len + c.file_len + c.table_len <= body_size;
+    }
+    case HS_REC_PYINFO: {
+      struct hs_pyinfo i;
+      if (body_size < sizeof i) return 0;
+      memcpy(&i, body, sizeof i);
+      return sizeof i + (uint64_t)i.status_len <= body_size;
+    }
     case HS_REC_MODULE: {
       struct hs_module m;
       if (body_size < sizeof m) return 0;

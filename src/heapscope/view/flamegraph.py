@@ -72,7 +72,7 @@ def process_label(p: Process) -> str:
     return f"pid {p.info.pid} {p.info.name or '?'}"
 
 
-def process_graph(profile: Profile, process: Process) -> ProcessGraph:
+def process_graph(profile: Profile, process: Process, python_only: bool = False) -> ProcessGraph:
     """The merged tree of a process and its four views at each of its dumps."""
     upid = process.info.upid
     rows = profile.dump_values(upid)
@@ -81,7 +81,7 @@ def process_graph(profile: Profile, process: Process) -> ProcessGraph:
     for r in rows:
         by_ts.setdefault(r.ts, []).append(r)
     callsite_ids = sorted({r.callsite for r in rows})
-    tree = build_tree(profile, callsite_ids)
+    tree = build_tree(profile, callsite_ids, python_only)
     graph = ProcessGraph(process_label(process), upid, tree)
     running: dict[CallsiteId, list[int]] = {}
     for n, ts in enumerate(dump_ts):
@@ -165,12 +165,12 @@ def _markup(s: str) -> object:
     return Markup(s)
 
 
-def profile_graphs(profile: Profile, pid: int | None = None) -> list[ProcessGraph]:
+def profile_graphs(profile: Profile, pid: int | None = None, python_only: bool = False) -> list[ProcessGraph]:
     """A graph per process with at least one dump (only `pid` when given; UnknownProcessError
-    when the profile has no such process)."""
+    when the profile has no such process). python_only: native frames left out."""
     out = []
     for p in select_processes(profile, pid):
-        g = process_graph(profile, p)
+        g = process_graph(profile, p, python_only)
         if g.snapshots:
             out.append(g)
     return out
