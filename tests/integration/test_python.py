@@ -265,3 +265,34 @@ def test_views_show_python_frames(tmp_path: Path) -> None:
         out = subprocess.run(["go", "tool", "pprof", "-lines", "-top", str(pprof)], capture_output=True,
                              text=True, timeout=120)
         assert f"known.py:{line}" in out.stdout, out.stdout + out.stderr
+
+
+SPAWNED = Path(__file__).parents[1] / "programs" / "python" / "spawned.py"
+
+
+@pytest.mark.skipif(not INTERPRETERS, reason="no CPython 3.8-3.13 installed")
+@pytest.mark.timeout(200)
+def test_spawned_multiprocessing_worker(tmp_path: Path) -> None:
+    python = INTERPRETERS[-1]
+    db = tmp_path / "spawn.db"
+    run = run_process([*HEAPSCOPE, "record", "-o", str(db), "-i", "1", "--", python, str(SPAWNED)], timeout=150)
+    assert run.returncode == 0, run.describe()
+    profile = Profile(db)
+    line = next(i + 1 for i, t in enumerate(SPAWNED.read_text().splitlines()) if "# ALLOC work" in t)
+    paths = _paths(profile)
+    views = {r["callsite_id"]: (int(r["a_s"]), int(r["a_o"])) for r in profile.query(
+        "SELECT callsite_id, SUM(CASE WHEN size > 0 THEN size ELSE 0 END) AS a_s,"
+        " SUM(CASE WHEN count > 0 THEN count ELSE 0 END) AS a_o FROM heap_profile_allocation GROUP BY callsite_id")}
+    total = [0, 0]
+    for cs, frames in paths.items():
+        native: list[str] = []
+        for name, ftype, file, ln in frames:
+            if ftype == "python":
+                ours = (name, file, ln) == ("work", str(SPAWNED), line)
+                if ours and any("bytearray" in n.lower() for n in native):
+                    total[0] += views[cs][0]
+                    total[1] += views[cs][1]
+                break
+            native.append(name)
+    assert total == [300 * 1701, 300], (total, profile.processes_text())
+    assert len(profile.processes()) >= 2, profile.processes_text()
