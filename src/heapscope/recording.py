@@ -136,6 +136,9 @@ class Summary:
     output_bytes: int = 0
     no_descriptors: int = 0  # processes not profiled: heapscope was out of file descriptors
     problems: list[str] = field(default_factory=list)  # what went wrong inside heapscope, one line each
+    python: list[str] = field(default_factory=list)  # the Python frames status lines, one per distinct one
+    peak_heap: int = 0  # sum over processes of each one's peak of sampled unreleased bytes
+    peak_rss: int = 0  # sum over processes of each one's peak RSS (VmHWM), as read
     peaks: list[ProcessPeak] = field(default_factory=list)  # largest peak first
     not_profiled: list[str] = field(default_factory=list)  # targets the client never ran in, and why
     shallow_stacks: list[str] = field(default_factory=list)  # --unwinder fp without frame pointers
@@ -736,6 +739,16 @@ class Recording:
             s.unwinders = sorted({p.flags.unwinder for p in procs if p.flags.unwinder})
             s.client_errors = sorted({f"{p.info.name}: {p.flags.client_error}"
                                       for p in procs if p.flags.client_error})
+            s.python = sorted({p.python_status for p in procs if p.python_status})
+            s.peak_heap = sum(p.final_stats.get("peak_unfreed", 0) for p in procs)
+            s.peak_rss = sum(p.peak_rss for p in procs)
+            invalid = sum(p.final_meta.get("python_walks_invalid", 0) for p in procs)
+            unplaced = sum(p.heap.python.unplaced for p in procs)
+            if invalid:
+                s.python.append(f"python frames: {invalid:,} walks cut short by a failed check")
+            if unplaced:
+                s.python.append(f"python frames: {unplaced:,} frames put at the root "
+                                "(their eval activation was not in the native stack)")
 
     # -- what is missing (summary) ----------------------------------------------
 

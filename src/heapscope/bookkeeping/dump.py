@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from heapscope.bookkeeping.frames import FrameTable, ProcessModules
+from heapscope.bookkeeping.frames import FrameTable, ProcessModules, PyCode, PySplice
+from heapscope.bookkeeping.pylines import LineTable
 from heapscope.bookkeeping.rows import DUMP_ROW, PEAK_ROW
 from heapscope.bookkeeping.trie import CallsiteTrie
 from heapscope.model import CallsiteId, FrameId
@@ -35,13 +36,28 @@ class ProcessHeap:
     modules: ProcessModules = field(default_factory=ProcessModules)
     frame_cache: dict[int, FrameId] = field(default_factory=dict)
     stacks: dict[int, tuple[int, ...]] = field(default_factory=dict)  # defined, not yet resolved
+    py_stacks: dict[int, tuple[tuple[int, ...], tuple[tuple[int, int, int], ...]]] = field(default_factory=dict)
+    python: PySplice = field(default_factory=PySplice)
     callsites: dict[int, CallsiteId] = field(default_factory=dict)  # stack id -> callsite
     unreleased: int = 0  # sum of the sizes of every row dumped so far
     dumps: int = 0
 
-    def define_stack(self, stack_id: int, pcs: tuple[int, ...]) -> None:
-        if stack_id not in self.callsites:
+    def define_stack(self, stack_id: int, pcs: tuple[int, ...],
+                     py: tuple[tuple[int, int, int], ...] | None = None) -> None:
+        if stack_id in self.callsites:
+            return
+        if py is None:
             self.stacks[stack_id] = pcs
+        else:
+            self.py_stacks[stack_id] = (pcs, py)
+
+    def define_code(self, key: int, name: str, file: str, fmt: int, table: bytes, first_line: int) -> None:
+        """A code object of this process (HS_REC_PYCODE); its lines are decoded once, here."""
+        try:
+            lines: LineTable | None = LineTable.decode(fmt, table, first_line)
+        except (ValueError, IndexError):
+            lines = None
+        self.python.codes[key] = PyCode(name, file, lines)
 
     def resolve(self, frames: FrameTable, trie: CallsiteTrie, tracker: Tracker) -> None:
         """Turn stacks received since the last dump into callsites, and tell the tracker.
@@ -56,6 +72,23 @@ class ProcessHeap:
             self.callsites[stack_id] = cs
             tracker.set_callsite(stack_id, cs)
         self.stacks.clear()
+        self.resolve_python(frames, trie, tracker, final=False)
+
+    def resolve_python(self, frames: FrameTable, trie: CallsiteTrie, tracker: Tracker, final: bool) -> None:
+        """Stacks with Python frames: spliced once every code object they name has arrived
+        (a code record may come after a stack another thread sent), or at the final dump."""
+        codes = self.python.codes
+        done: list[int] = []
+        for stack_id, (pcs, py) in self.py_stacks.items():
+            if not final and any(key and key not in codes for key, _, _ in py):
+                continue
+            path = frames.frames_of_python(self.modules, self.frame_cache, pcs, py, self.python)
+            cs = trie.callsite(path or [frames.special(NO_FRAMES)])
+            self.callsites[stack_id] = cs
+            tracker.set_callsite(stack_id, cs)
+            done.append(stack_id)
+        for stack_id in done:
+            del self.py_stacks[stack_id]
 
     def dump_rows(self, tracker: Tracker, frames: FrameTable, trie: CallsiteTrie,
                   final: bool) -> list[tuple[int, int, int, int]]:
@@ -67,6 +100,7 @@ class ProcessHeap:
         """
         self.resolve(frames, trie, tracker)
         if final:
+            self.resolve_python(frames, trie, tracker, final=True)
             stray = tracker.unresolved()
             if stray:
                 cs = trie.callsite([frames.special(UNDEFINED_STACK)])

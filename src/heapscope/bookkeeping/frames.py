@@ -6,8 +6,9 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from heapscope.bookkeeping.pylines import LineTable
 from heapscope.model import Frame, FrameId, Mapping, MappingId
-from heapscope.wire.codec import ModuleRecord
+from heapscope.wire.codec import PY_FRAME_ENTRY, ModuleRecord
 
 FILTERED = "FILTERED"
 UNKNOWN_MAPPING = Mapping(build_id="", exact_offset=0, start_offset=0, start=0, end=0, load_bias=0,
@@ -73,6 +74,33 @@ class ProcessModules:
         return None
 
 
+def python_mapping(file: str) -> Mapping:
+    """The pseudo-mapping of a Python source file: no build id, no addresses."""
+    return Mapping(build_id="", exact_offset=0, start_offset=0, start=0, end=0, load_bias=0, name=file)
+
+
+UNKNOWN_CODE = "[python code not received]"
+
+
+@dataclass(frozen=True, slots=True)
+class PyCode:
+    """A code object of one process, as its HS_REC_PYCODE described it."""
+
+    name: str  # qualified name (3.11+), plain name before
+    file: str
+    lines: LineTable | None  # None when the table could not be decoded
+
+
+@dataclass(slots=True)
+class PySplice:
+    """What the splice of one process needs: its code objects and the eval loop's range."""
+
+    codes: dict[int, PyCode] = field(default_factory=dict)
+    eval_lo: int = 0
+    eval_hi: int = 0
+    unplaced: int = 0  # Python frames put at the root end: no eval activation to put them at
+
+
 class FrameTable:
     """Interns mappings and frames for all processes of a recording."""
 
@@ -81,6 +109,10 @@ class FrameTable:
         self.frames: Interner[Frame] = Interner()
         self.skip_prefixes = skip_prefixes
         self.filtered: set[int] = set()  # ids of FILTERED frames
+        # Python frames: id -> (qualified name, file, line); new ones are taken by
+        # the writer with their symbol rows (take_new_python).
+        self.python: dict[int, tuple[str, str, int | None]] = {}
+        self._python_new: list[tuple[int, str, str, int | None]] = []
 
     def add_module(self, mods: ProcessModules, m: ModuleRecord) -> None:
         mods.add(m, self.mappings.intern(mapping_of(m)))
@@ -97,6 +129,71 @@ class FrameTable:
                 continue
             out.append(fid)
         return out
+
+    def frames_of_python(self, mods: ProcessModules, cache: dict[int, FrameId], pcs: tuple[int, ...],
+                         py: tuple[tuple[int, int, int], ...], splice: PySplice) -> list[FrameId]:
+        """Frames of a stack with Python frames, root first: each Python frame goes where
+        its _PyEval_EvalFrameDefault activation is in the native stack.
+
+        pcs leaf first, py innermost first. An activation (a pc inside the eval
+        function) takes the Python frames up to the next one flagged ENTRY; the
+        eval frame itself, and the interpreter's own frames between and above
+        activations (call plumbing), are left out. Native frames of other
+        objects (C extensions, the program) stay where they are. Python frames
+        left over (the native unwind did not see their activation) go to the
+        root end and are counted in splice.unplaced.
+        """
+        leaf_first: list[FrameId] = []
+        lo, hi = splice.eval_lo, splice.eval_hi
+        interp = mods.find(lo) if lo else None
+        i, seen = 0, False
+        for pc in pcs:
+            if lo < pc <= hi:
+                seen = True
+                while i < len(py):
+                    key, lasti, flags = py[i]
+                    i += 1
+                    leaf_first.append(self._python_frame(splice, key, lasti))
+                    if flags & PY_FRAME_ENTRY:
+                        break
+                continue
+            if seen and interp is not None and mods.find(pc - 1) == interp:
+                continue
+            fid = cache.get(pc)
+            if fid is None:
+                fid = FrameId(self._intern_pc(mods, pc))
+                cache[pc] = fid
+            leaf_first.append(fid)
+        if i < len(py):
+            splice.unplaced += len(py) - i
+            leaf_first.extend(self._python_frame(splice, key, lasti) for key, lasti, _ in py[i:])
+        out: list[FrameId] = []
+        for fid in reversed(leaf_first):
+            if out and fid == out[-1] and fid in self.filtered:
+                continue
+            out.append(fid)
+        return out
+
+    def _python_frame(self, splice: PySplice, key: int, lasti: int) -> FrameId:
+        code = splice.codes.get(key)
+        if code is None:
+            return self.special(UNKNOWN_CODE)
+        line = code.lines.line(lasti) if code.lines is not None else None
+        mid = MappingId(self.mappings.intern(python_mapping(code.file)))
+        if self.skip_prefixes and code.file.startswith(self.skip_prefixes):
+            fid = self.frames.intern(Frame(mid, 0, FILTERED))
+            self.filtered.add(fid)
+            return FrameId(fid)
+        fid = self.frames.intern(Frame(mid, line or 0, code.name))
+        if fid not in self.python:
+            self.python[fid] = (code.name, code.file, line)
+            self._python_new.append((fid, code.name, code.file, line))
+        return FrameId(fid)
+
+    def take_new_python(self) -> list[tuple[int, str, str, int | None]]:
+        """(frame id, function, file, line) of the Python frames interned since the last call."""
+        new, self._python_new = self._python_new, []
+        return new
 
     def special(self, name: str) -> FrameId:
         """A frame that stands for no code: an empty stack, a stack never defined."""

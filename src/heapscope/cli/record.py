@@ -245,6 +245,10 @@ def _summary(s: Summary) -> None:
         f"unwinder {', '.join(unwinders)}; target blocked {s.blocked_ms:.1f} ms ({share:.1f}%); "
         f"{s.dropped_records:,} records dropped",
     ]
+    lines += s.python
+    if s.peak_rss:
+        lines.append(f"seen {human_bytes(s.peak_heap)} of RSS {human_bytes(s.peak_rss)} "
+                     "(peak of the sampled heaps vs. peak resident set)")
     if s.client_errors:
         lines.append("client stopped early: " + "; ".join(s.client_errors))
     if s.no_descriptors:

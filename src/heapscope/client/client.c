@@ -42,6 +42,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
@@ -60,6 +61,8 @@
 #include "heaps.h"
 #include "ring.h"
 #include "modules.h"
+#include "pyframes.h"
+#include "pymem.h"
 #include "stacks.h"
 #include "unwind.h"
 #include "wire.h"
@@ -137,6 +140,150 @@ static int ok(int rc) {
   return 1;
 }
 
+/* ---- Python frames (docs/python-frames.md) ----
+ *
+ * When CPython was found with a known layout at start-up, every sampled
+ * allocation also walks the calling thread's Python frames (hs_py_walk:
+ * plain loads, no lock, no allocation, no GIL). Each frame goes into the
+ * STACK record as (code key, instruction offset, flags); each code key is
+ * sent once per process as an HS_REC_PYCODE with the code object's names
+ * and raw line table (interned in the stack table, salted), and the
+ * producer computes lines and splices the frames into the native stack. */
+
+_Static_assert(sizeof(struct hs_py_frame) == sizeof(struct hs_pyframe), "python frame layouts");
+_Static_assert(offsetof(struct hs_py_frame, lasti) == offsetof(struct hs_pyframe, lasti), "lasti");
+_Static_assert(offsetof(struct hs_py_frame, flags) == offsetof(struct hs_pyframe, flags), "flags");
+
+#define CODE_NAME_CAP 1024u
+#define CODE_FILE_CAP 4096u
+#define CODE_TABLE_CAP 65536u
+#define CODE_SLOTS 4
+#define CODE_KEY_SALT UINT64_C(0x5be0cd19137e2179) /* code keys share the stack table */
+
+/* Scratch buffers for copying a code object out, taken with a CAS: no lock.
+ * When all are busy a thread copies into a small buffer on its own stack
+ * (the names or the table may then be cut; the record says so). */
+struct code_slot {
+  int busy;
+  char buf[CODE_NAME_CAP + CODE_FILE_CAP + CODE_TABLE_CAP];
+};
+static struct code_slot *code_slots;
+static int py_on; /* set once before hs_enabled: CPython with a known layout */
+static int pymem_on; /* Python's MEM and OBJ domains are wrapped (pymem.c) */
+
+static HS_MUST_CHECK int send_code(uint64_t code, uint64_t key) {
+  struct hs_ring_meta *m = cl.ring.meta;
+  struct code_slot *slot = NULL;
+  for (int i = 0; code_slots != NULL && i < CODE_SLOTS && slot == NULL; i++) {
+    int expected = 0;
+    if (__atomic_compare_exchange_n(&code_slots[i].busy, &expected, 1, 0, __ATOMIC_ACQUIRE,
+                                    __ATOMIC_RELAXED))
+      slot = &code_slots[i];
+  }
+  char small[256 + 512 + 2048];
+  char *buf = slot ? slot->buf : small;
+  uint64_t ncap = slot ? CODE_NAME_CAP : 256, fcap = slot ? CODE_FILE_CAP : 512;
+  uint64_t tcap = slot ? CODE_TABLE_CAP : 2048;
+  /* A record must stay well under half the ring (hs_ring_write). */
+  uint64_t room = cl.ring.size / 4 - sizeof(struct hs_pycode) - 16;
+  if (ncap > room / 4)
+    ncap = room / 4;
+  if (fcap > room / 4)
+    fcap = room / 4;
+  if (tcap > room / 2)
+    tcap = room / 2;
+  struct hs_py_code_info info;
+  memset(&info, 0, sizeof info);
+  info.name = buf;
+  info.name_cap = (uint32_t)ncap;
+  info.file = buf + ncap;
+  info.file_cap = (uint32_t)fcap;
+  info.table = (uint8_t *)buf + ncap + fcap;
+  info.table_cap = (uint32_t)tcap;
+  int rc = HS_OK;
+  if (hs_py_code_info(code, &info) != 0) {
+    __atomic_fetch_add(&m->python_codes_failed, 1, __ATOMIC_RELAXED);
+  } else {
+    memmove(buf + info.name_len, info.file, info.file_len);
+    memmove(buf + info.name_len + info.file_len, info.table, info.table_len);
+    struct hs_pycode rec = {key, info.first_line, (uint16_t)info.line_format,
+                            (uint16_t)info.truncated, info.name_len, info.file_len,
+                            info.table_len, 0};
+    rc = hs_ring_write(&cl.ring, HS_REC_PYCODE, &rec, sizeof rec, buf,
+                       (size_t)info.name_len + info.file_len + info.table_len, 0);
+    if (rc == HS_OK)
+      __atomic_fetch_add(&m->python_codes_sent, 1, __ATOMIC_RELAXED);
+  }
+  if (slot)
+    __atomic_store_n(&slot->busy, 0, __ATOMIC_RELEASE);
+  return rc < 0 ? rc : HS_OK;
+}
+
+/* Walks this thread's Python frames into py (code addresses become code
+ * keys) and sends the code objects not sent yet. Returns the number of
+ * frames, or -1 when the thread has no Python state (a native thread: the
+ * stack then has no Python part), or a negative client error - 1. */
+static int python_frames(struct hs_pyframe *py, uint32_t *why_out) {
+  struct hs_ring_meta *m = cl.ring.meta;
+  unsigned why = 0;
+  int n = hs_py_walk((struct hs_py_frame *)py, HS_MAX_PYFRAMES, &why);
+  *why_out = why;
+  if (n <= 0 && (why & HS_PY_WALK_NOSTATE))
+    return -1;
+  __atomic_fetch_add(&m->python_walks, 1, __ATOMIC_RELAXED);
+  if (why & HS_PY_WALK_INVALID)
+    __atomic_fetch_add(&m->python_walks_invalid, 1, __ATOMIC_RELAXED);
+  if (why & HS_PY_WALK_TRUNCATED)
+    __atomic_fetch_add(&m->python_walks_truncated, 1, __ATOMIC_RELAXED);
+  for (int i = 0; i < n; i++) {
+    uint64_t code = py[i].code_key;
+    uint64_t key = hs_py_code_key(code);
+    py[i].code_key = key;
+    if (key == 0)
+      continue;
+    enum hs_intern in = hs_stacks_intern(key ^ CODE_KEY_SALT);
+    if (in == HS_STACK_KNOWN)
+      continue;
+    int rc = send_code(code, key);
+    if (rc < 0)
+      return rc - 1;
+  }
+  return n;
+}
+
+/* Detection, at start-up only (dlsym is not hook-safe). */
+static void python_init(void) {
+  const char *as = secure_getenv("HEAPSCOPE_TEST_PY_HEXVERSION"); /* tests: an unknown layout */
+  int state;
+  if (as && *as)
+    state = hs_py_detect_as(strtoul(as, NULL, 0), 0);
+  else
+    state = hs_py_detect();
+  if (state != HS_PY_ABSENT)
+    pymem_on = hs_pymem_install();
+  if (state != HS_PY_SUPPORTED)
+    return;
+  void *mem = mmap(NULL, CODE_SLOTS * sizeof(struct code_slot), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  code_slots = mem == MAP_FAILED ? NULL : mem;
+  py_on = 1;
+}
+
+static HS_MUST_CHECK int send_python_info(void) {
+  int state = hs_py_state();
+  if (state == HS_PY_ABSENT)
+    return HS_OK;
+  const char *line = hs_py_status_line();
+  struct hs_pyinfo info;
+  memset(&info, 0, sizeof info);
+  hs_py_eval_range(&info.eval_lo, &info.eval_hi);
+  info.hexversion = hs_py_hexversion();
+  info.state = (uint32_t)state;
+  info.status_len = (uint32_t)strnlen(line, 200);
+  info.pymem = (uint32_t)pymem_on;
+  return hs_ring_write(&cl.ring, HS_REC_PYINFO, &info, sizeof info, line, info.status_len, 0);
+}
+
 /* ---- slow paths ---- */
 
 static void thread_init(struct hs_thread *t) {
@@ -152,7 +299,10 @@ static uint64_t coarse_ns(void) {
 
 static void sample(struct hs_thread *t, void *addr, size_t size, uint64_t sample_size) {
   struct hs_ring_meta *m = cl.ring.meta;
-  uint64_t pcs[HS_MAX_FRAMES];
+  /* pcs, then (with Python frames) struct hs_pystack and the frames: the
+   * tail of the STACK record in one piece. */
+  uint64_t tail[HS_MAX_FRAMES + 1 + 2 * HS_MAX_PYFRAMES];
+  uint64_t *pcs = tail;
   int truncated = 0;
   uint32_t depth;
   /* Unwind time, measured on 1 unwind in 64 and scaled: clock_gettime on
@@ -170,15 +320,32 @@ static void sample(struct hs_thread *t, void *addr, size_t size, uint64_t sample
     __atomic_fetch_add(&m->truncated_stacks, 1, __ATOMIC_RELAXED);
 
   uint64_t id = hs_stack_id(pcs, depth);
+  size_t py_bytes = 0;
+  if (py_on) {
+    struct hs_pyframe *py = (struct hs_pyframe *)(tail + depth + 1);
+    uint32_t why = 0;
+    int n = python_frames(py, &why);
+    if (n < -1) {
+      (void)ok(n + 1);
+      return;
+    }
+    if (n >= 0) {
+      struct hs_pystack ps = {(uint32_t)n, why};
+      memcpy(tail + depth, &ps, sizeof ps);
+      py_bytes = sizeof ps + (size_t)n * sizeof(struct hs_pyframe);
+      id = hs_stack_id_py(id, py, (uint32_t)n);
+    }
+  }
   enum hs_intern in = hs_stacks_intern(id);
   if (in != HS_STACK_KNOWN) {
     if (in == HS_STACK_FULL)
       __atomic_fetch_add(&m->stack_table_full, 1, __ATOMIC_RELAXED);
     if (!ok(hs_modules_check(&cl.ring, pcs, depth)))
       return;
-    struct hs_stack st = {id, depth, truncated ? HS_STACK_TRUNCATED : 0};
-    if (!ok(hs_ring_write(&cl.ring, HS_REC_STACK, &st, sizeof st, pcs,
-                          depth * sizeof(uint64_t), 0)))
+    struct hs_stack st = {id, depth,
+                          (truncated ? HS_STACK_TRUNCATED : 0) | (py_bytes ? HS_STACK_PYTHON : 0)};
+    if (!ok(hs_ring_write(&cl.ring, HS_REC_STACK, &st, sizeof st, tail,
+                          depth * sizeof(uint64_t) + py_bytes, 0)))
       return;
   }
   struct hs_malloc rec = {0, (uint64_t)(uintptr_t)addr, sample_size, size, id, coarse_ns()};
@@ -537,6 +704,7 @@ static int start(const char *path, const char *token) {
     hs_debug("no stack table; stacks are sent every time", UINT64_MAX);
   int rc = hs_modules_init();
   uint32_t unwinder = hs_unwind_init(cfg.unwinder);
+  python_init();
   __atomic_store_n(&m->unwinder, unwinder, __ATOMIC_RELAXED);
   if (rc != HS_OK || pthread_atfork(NULL, NULL, atfork_child) != 0) {
     fail_start(m, HS_ERR_OUT_OF_MEMORY);
@@ -549,6 +717,8 @@ static int start(const char *path, const char *token) {
   heap.heap_id = 1;
   memcpy(heap.name, "libc.malloc", sizeof "libc.malloc");
   rc = hs_ring_write(&cl.ring, HS_REC_HEAP, &heap, sizeof heap, NULL, 0, 0);
+  if (rc >= 0)
+    rc = send_python_info();
   if (rc >= 0)
     rc = hs_modules_scan(&cl.ring);
   if (rc < 0) {

@@ -179,6 +179,10 @@ static void *py_sym(const char *name) {
   return dlsym(lib_handle, name);
 }
 
+void *hs_py_symbol(const char *name) {
+  return py_sym(name);
+}
+
 static unsigned long version_from_string(const char *v) {
   /* "3.9.18 (main, ...)" -> 0x030912f0 (the final-release form). */
   char *end;

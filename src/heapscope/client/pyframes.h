@@ -70,6 +70,9 @@ int hs_py_detect(void) HS_PY_API;
  * in the process. */
 int hs_py_detect_as(unsigned long hexversion, int free_threaded) HS_PY_API;
 
+/* A symbol of the CPython found by hs_py_detect() (dlsym: not hook-safe). */
+void *hs_py_symbol(const char *name) HS_PY_API;
+
 /* The state and version found by the last hs_py_detect(). */
 int hs_py_state(void) HS_PY_API;
 unsigned long hs_py_hexversion(void) HS_PY_API;

@@ -27,6 +27,15 @@ uint64_t hs_stack_id(const uint64_t *pcs, uint32_t depth) {
   return h ? h : 1;
 }
 
+uint64_t hs_stack_id_py(uint64_t native, const struct hs_pyframe *py, uint32_t n) {
+  uint64_t h = mix(native ^ (UINT64_C(0xbb67ae8584caa73b) + n));
+  for (uint32_t i = 0; i < n; i++) {
+    h = mix(h ^ py[i].code_key);
+    h = mix(h ^ ((uint64_t)(uint32_t)py[i].lasti << 8 | py[i].flags));
+  }
+  return h ? h : 1;
+}
+
 int hs_stacks_init(void) {
   void *m = mmap(NULL, TABLE_SLOTS * sizeof(uint64_t), PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);

@@ -23,7 +23,8 @@ static void publish(struct hs_ingest *g) {
   __atomic_store_n(&g->meta->read_pos, g->read_pos, __ATOMIC_RELEASE);
 }
 
-/* A STACK, MODULE, HEAP or custom heap record, copied out of the ring: is its body sane? */
+/* A STACK, MODULE, HEAP, custom heap, PYCODE or PYINFO record, copied out of
+ * the ring: is its body sane? (codec.decode_record checks the Python tails again.) */
 static int rare_record_ok(uint32_t type, const uint8_t *rec, uint32_t size) {
   const uint8_t *body = rec + 8;
   uint64_t body_size = size - 8;
@@ -32,7 +33,26 @@ static int rare_record_ok(uint32_t type, const uint8_t *rec, uint32_t size) {
       struct hs_stack s;
       if (body_size < sizeof s) return 0;
       memcpy(&s, body, sizeof s);
-      return s.depth <= HS_MAX_FRAMES && sizeof s + 8ull * s.depth <= body_size;
+      if (s.depth > HS_MAX_FRAMES || sizeof s + 8ull * s.depth > body_size) return 0;
+      if (!(s.flags & HS_STACK_PYTHON)) return 1;
+      uint64_t at = sizeof s + 8ull * s.depth;
+      struct hs_pystack ps;
+      if (at + sizeof ps > body_size) return 0;
+      memcpy(&ps, body + at, sizeof ps);
+      return ps.py_depth <= HS_MAX_PYFRAMES &&
+             at + sizeof ps + (uint64_t)ps.py_depth * sizeof(struct hs_pyframe) <= body_size;
+    }
+    case HS_REC_PYCODE: {
+      struct hs_pycode c;
+      if (body_size < sizeof c) return 0;
+      memcpy(&c, body, sizeof c);
+      return sizeof c + (uint64_t)c.name_len + c.file_len + c.table_len <= body_size;
+    }
+    case HS_REC_PYINFO: {
+      struct hs_pyinfo i;
+      if (body_size < sizeof i) return 0;
+      memcpy(&i, body, sizeof i);
+      return sizeof i + (uint64_t)i.status_len <= body_size;
     }
     case HS_REC_MODULE: {
       struct hs_module m;
@@ -104,7 +124,8 @@ void hs_ingest_drain(struct hs_ingest *g, uint64_t max_records, uint64_t now_ns)
     } else if (type == HS_REC_PAD) {
       g->st.pads++;
     } else if (type == HS_REC_STACK || type == HS_REC_MODULE || type == HS_REC_HEAP ||
-               type == HS_REC_HEAP_MALLOC || type == HS_REC_HEAP_FREE) {
+               type == HS_REC_HEAP_MALLOC || type == HS_REC_HEAP_FREE ||
+               type == HS_REC_PYCODE || type == HS_REC_PYINFO) {
       /* Copy first, then validate the copy: the client may still scribble. */
       if (hs_buf_reserve(&g->records, size) < 0) {
         g->oom = 1;

@@ -21,6 +21,7 @@ class ProcessStats:
     malformed_records: int = 0  # rare records that failed to decode
     modules: int = 0
     stacks: int = 0
+    python_codes: int = 0  # HS_REC_PYCODE records
 
 
 @dataclass(slots=True)
@@ -47,6 +48,11 @@ class ProcessState:
     heap: ProcessHeap = field(default_factory=ProcessHeap)
     stats: ProcessStats = field(default_factory=ProcessStats)
     heap_name: str = HEAP_NAME
+    python_state: int = 0  # codec.PY_STATE_*; from the client's HS_REC_PYINFO
+    python_status: str = ""  # its one line for the summary and stats
+    python_pymem: bool = False  # Python's MEM and OBJ allocator domains were sampled too
+    peak_rss: int = 0  # bytes: the largest VmHWM read while the process ran (a lower bound of its peak)
+    rss_read_ns: int = 0  # when VmHWM was last read
     last_dump_ts: int = 0
     stream: list[bytes] = field(default_factory=list)
     # A pidfd, when the program closed heapscope's socket but runs on: its ring is

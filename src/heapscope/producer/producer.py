@@ -37,6 +37,7 @@ from heapscope.producer.stats import StatRow, process_stats_rows
 from heapscope.store.writer import ProfileWriter
 from heapscope.wire import codec
 
+RSS_EVERY_NS = 50_000_000  # VmHWM is read this often per process: the peak is gone with the process
 DRAIN_BATCH = 1 << 18  # records per ring per poll: keeps the loop responsive
 HANDSHAKE_TIMEOUT_S = 5.0
 PEERCRED = struct.Struct("3i")
@@ -120,8 +121,11 @@ class Producer:
         for s in readable:
             if s is self.listener:
                 self._accept_all()
+        now = time.monotonic_ns()
         for p in list(self.processes.values()):
             drained += self._drain(p)
+            if now - p.rss_read_ns >= RSS_EVERY_NS:
+                self._read_rss(p, now)
         for s in readable:
             ended = self.processes.get(s.fileno()) if s is not self.listener else None
             if ended is None:
@@ -324,6 +328,13 @@ class Producer:
         except OSError:
             return True
 
+    @staticmethod
+    def _read_rss(p: ProcessState, now: int) -> None:
+        """The process's peak RSS so far (VmHWM): read while it runs, since the kernel drops it
+        before the socket's EOF tells us of the exit."""
+        p.rss_read_ns = now
+        p.peak_rss = max(p.peak_rss, procfs.status_field(p.info.pid, "VmHWM") * 1024)
+
     # -- records -------------------------------------------------------------
 
     def _drain(self, p: ProcessState, limit: int = DRAIN_BATCH) -> int:
@@ -347,7 +358,15 @@ class Producer:
             return
         if isinstance(r, codec.StackRecord):
             p.stats.stacks += 1
-            p.heap.define_stack(r.stack_id, r.pcs)
+            p.heap.define_stack(r.stack_id, r.pcs, r.py if r.python else None)
+        elif isinstance(r, codec.PyCodeRecord):
+            p.stats.python_codes += 1
+            p.heap.define_code(r.code_key, r.name, r.file, r.line_format, r.table, r.first_line)
+        elif isinstance(r, codec.PyInfoRecord):
+            p.python_status = r.status
+            p.python_state = r.state
+            p.python_pymem = r.pymem
+            p.heap.python.eval_lo, p.heap.python.eval_hi = r.eval_lo, r.eval_hi
         elif isinstance(r, codec.ModuleRecord):
             p.stats.modules += 1
             self.frames.add_module(p.heap.modules, r)
@@ -426,6 +445,7 @@ class Producer:
         w = self.writer
         w.add_mappings(self.frames.mappings.take_new())
         w.add_frames(self.frames.frames.take_new())
+        w.add_python_symbols(self.frames.take_new_python())
         w.add_callsites(self.trie.take_new())
         ts = max(time.monotonic_ns(), p.last_dump_ts + 1)
         w.add_dump(p.info.upid, p.last_dump_ts, ts, reason, rows, p.heap_name)
@@ -486,6 +506,7 @@ class Producer:
 
     def _end(self, p: ProcessState, reason: str, disconnected: bool) -> None:
         """Final drain, flush of pending operations, final dump, stats."""
+        self._read_rss(p, time.monotonic_ns())  # often too late (the memory is gone), sometimes not
         while self._drain(p, limit=0):
             pass
         p.ingest.tracker.flush()

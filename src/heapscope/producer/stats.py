@@ -38,5 +38,27 @@ def process_stats_rows(p: ProcessState, st: dict[str, int]) -> list[StatRow]:
         ("untracked_frees", "info", "producer", st["untracked_frees"], "frees of unknown addresses"),
         ("stacks", "info", "producer", p.stats.stacks, "distinct stacks received"),
         ("modules", "info", "producer", p.stats.modules, "loaded objects announced"),
+        ("peak_heap_bytes", "info", "producer", st.get("peak_unfreed", 0),
+         "peak of the sampled unreleased bytes, all heaps"),
+        ("peak_rss_bytes", "info", "producer", p.peak_rss,
+         "peak resident set size (VmHWM) as last read while the process ran; 0 if never read"),
     ]
+    if p.python_state:
+        supported = p.python_state == 1  # codec.PY_STATE_SUPPORTED
+        rows += [
+            ("python_frames", "info" if supported else "data_loss", "client", p.python_state, p.python_status),
+            ("python_allocators", "info" if p.python_pymem else "data_loss", "client", int(p.python_pymem),
+             "Python's allocator domains (pymalloc) sampled" if p.python_pymem else
+             "Python's allocator domains (pymalloc) not sampled: objects of 512 bytes or less are not seen"),
+            ("python_walks", "info", "client", m("python_walks"), "sampled stacks walked for Python frames"),
+            ("python_walks_invalid", "error", "client", m("python_walks_invalid"),
+             "Python frame walks cut by a check that failed"),
+            ("python_walks_truncated", "info", "client", m("python_walks_truncated"),
+             "Python stacks cut at 128 frames"),
+            ("python_codes", "info", "producer", p.stats.python_codes, "Python code objects received"),
+            ("python_codes_failed", "data_loss", "client", m("python_codes_failed"),
+             "Python code objects that could not be read"),
+            ("python_frames_unplaced", "info", "producer", p.heap.python.unplaced,
+             "Python frames put at the root: their eval activation was not in the native stack"),
+        ]
     return [(name, u, sev, src, int(v), desc) for name, sev, src, v, desc in rows]

@@ -537,6 +537,12 @@ class Profile:
         return self._frames
 
     @_reads
+    def python_frames(self) -> set[FrameId]:
+        """Frames of Python code (stack_profile_frame.type = 'python'), as the producer wrote them."""
+        return {FrameId(req_int_from_sql(r[0], "stack_profile_frame.id"))
+                for r in self._rows("SELECT id FROM stack_profile_frame WHERE type = 'python'")}
+
+    @_reads
     def frame_symbols(self) -> dict[FrameId, list[SymbolLine]]:
         """The symbol rows of each symbolized frame, in Perfetto's order (innermost function first)."""
         out: dict[FrameId, list[SymbolLine]] = {}

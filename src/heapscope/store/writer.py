@@ -124,6 +124,22 @@ class ProfileWriter:
         """Rows of (deobfuscated_name, frame_id), for Java frames named through a ProGuard/R8 map."""
         self.db.executemany("UPDATE stack_profile_frame SET deobfuscated_name = ? WHERE id = ?", rows)
 
+    def add_python_symbols(self, rows: Iterable[tuple[int, str, str, int | None]]) -> None:
+        """Python frames (already in stack_profile_frame): one symbol row each, with the
+        frame's file and line, and type 'python' (Perfetto's frame table has the column)."""
+        rows = list(rows)
+        if not rows:
+            return
+        (next_id,) = self.db.execute("SELECT COALESCE(MAX(id) + 1, 0) FROM stack_profile_symbol").fetchone()
+        sid = int(next_id)
+        syms, updates = [], []
+        for k, (fid, name, file, line) in enumerate(rows):
+            syms.append((i64_to_sql(sid + k), i64_to_sql(sid + k), name, file, opt_i64_to_sql(line), 0))
+            updates.append((i64_to_sql(sid + k), i64_to_sql(fid)))
+        self.db.executemany("INSERT INTO stack_profile_symbol (id, symbol_set_id, name, source_file, line_number,"
+                            " inlined) VALUES (?, ?, ?, ?, ?, ?)", syms)
+        self.db.executemany("UPDATE stack_profile_frame SET symbol_set_id = ?, type = 'python' WHERE id = ?", updates)
+
     def add_callsites(self, rows: Iterable[tuple[int, int, int | None, int]]) -> None:
         """Rows of (id, depth, parent_id, frame_id)."""
         self.db.executemany(

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 WIRE_MAGIC = 0x31575350414548
-WIRE_VERSION = 3
+WIRE_VERSION = 4
 TOKEN_SIZE = 16
 META_SIZE = 4096
 BUILD_ID_MAX = 40
@@ -35,8 +35,10 @@ class RecordType(IntEnum):
     STACK = 3
     MODULE = 4
     HEAP = 5
-    HEAP_MALLOC = 6  # custom heaps (wire.h, issue 16)
+    HEAP_MALLOC = 6  # custom heaps (wire.h, "Custom heaps")
     HEAP_FREE = 7
+    PYCODE = 8  # Python frames: a code object, once per key
+    PYINFO = 9  # what the client's CPython detection found
 
 
 class Status(IntEnum):
@@ -72,6 +74,11 @@ class ClientError(IntEnum):
 
 CFG_BLOCK_CLIENT = 1
 STACK_TRUNCATED = 1
+STACK_PYTHON = 2
+MAX_PYFRAMES = 128
+PY_FRAME_ENTRY = 1  # client/pyframes.h: outermost frame of its eval activation
+PY_WALK_NOSTATE, PY_WALK_TRUNCATED, PY_WALK_INVALID = 1, 2, 4
+PY_STATE_ABSENT, PY_STATE_SUPPORTED, PY_STATE_UNSUPPORTED = 0, 1, 2
 
 HELLO = struct.Struct("<QIIII16s")
 CONFIG = struct.Struct("<QIIQQQIIII")
@@ -86,6 +93,10 @@ FIRST_CUSTOM_HEAP = 2
 MAX_CUSTOM_HEAPS = 64
 HEAP_MALLOC = struct.Struct("<QIIQQQQQ")
 HEAP_FREE = struct.Struct("<QIIQ")
+PYSTACK = struct.Struct("<II")
+PYFRAME = struct.Struct("<QiI")
+PYCODE = struct.Struct("<QiHHIIII")
+PYINFO = struct.Struct("<QQQIIII")
 
 # struct hs_ring_meta: field name -> (offset, struct format)
 META_FIELDS: dict[str, tuple[int, str]] = {
@@ -106,8 +117,13 @@ META_FIELDS: dict[str, tuple[int, str]] = {
     "addr_table_full": (248, "<Q"),
     "truncated_stacks": (256, "<Q"),
     "module_rescans": (264, "<Q"),
+    "python_walks": (272, "<Q"),
+    "python_walks_invalid": (280, "<Q"),
+    "python_walks_truncated": (288, "<Q"),
+    "python_codes_sent": (296, "<Q"),
+    "python_codes_failed": (304, "<Q"),
 }
-META_STRUCT_SIZE = 272
+META_STRUCT_SIZE = 312
 CLIENT_COUNTERS = tuple(list(META_FIELDS)[9:])
 
 
@@ -173,11 +189,39 @@ class Config:
 
 @dataclass(frozen=True, slots=True)
 class StackRecord:
-    """A stack definition: return addresses, leaf first."""
+    """A stack definition: return addresses, leaf first; Python frames innermost first."""
 
     stack_id: int
     pcs: tuple[int, ...]
     truncated: bool
+    py: tuple[tuple[int, int, int], ...] = ()  # (code key, lasti, flags)
+    py_flags: int = 0  # PY_WALK_* bits
+    python: bool = False  # the stack has a Python part (py may still be empty)
+
+
+@dataclass(frozen=True, slots=True)
+class PyCodeRecord:
+    """A Python code object: qualified name, file, first line and raw line table."""
+
+    code_key: int
+    first_line: int
+    line_format: int
+    flags: int  # truncated: name 1, file 2, table 4
+    name: str
+    file: str
+    table: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class PyInfoRecord:
+    """The client's CPython detection: state, version, eval function range, status line."""
+
+    eval_lo: int
+    eval_hi: int
+    hexversion: int
+    state: int
+    status: str
+    pymem: bool = False  # Python's MEM and OBJ allocator domains are sampled too
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +272,7 @@ class MalformedRecord(ValueError):
     """A record or handshake message whose bytes do not fit its type."""
 
 
-RareRecord = StackRecord | ModuleRecord | HeapRecord | HeapMallocRecord | HeapFreeRecord
+RareRecord = StackRecord | ModuleRecord | HeapRecord | HeapMallocRecord | HeapFreeRecord | PyCodeRecord | PyInfoRecord
 
 
 def decode_record(rec: bytes) -> RareRecord:
@@ -245,7 +289,36 @@ def decode_record(rec: bytes) -> RareRecord:
         if depth > MAX_FRAMES or len(body) < STACK.size + 8 * depth:
             raise MalformedRecord(f"stack record with bad depth {depth}")
         pcs = struct.unpack_from(f"<{depth}Q", body, STACK.size)
-        return StackRecord(stack_id, pcs, bool(flags & STACK_TRUNCATED))
+        if not flags & STACK_PYTHON:
+            return StackRecord(stack_id, pcs, bool(flags & STACK_TRUNCATED))
+        at = STACK.size + 8 * depth
+        if len(body) < at + PYSTACK.size:
+            raise MalformedRecord("truncated python stack")
+        py_depth, py_flags = PYSTACK.unpack_from(body, at)
+        at += PYSTACK.size
+        if py_depth > MAX_PYFRAMES or len(body) < at + PYFRAME.size * py_depth:
+            raise MalformedRecord(f"stack record with bad python depth {py_depth}")
+        py = tuple(PYFRAME.unpack_from(body, at + PYFRAME.size * i) for i in range(py_depth))
+        return StackRecord(stack_id, pcs, bool(flags & STACK_TRUNCATED), py, py_flags, True)
+    if rtype == RecordType.PYCODE:
+        if len(body) < PYCODE.size:
+            raise MalformedRecord("truncated code record")
+        key, first, fmt, cflags, nlen, flen, tlen, _ = PYCODE.unpack_from(body)
+        if len(body) < PYCODE.size + nlen + flen + tlen:
+            raise MalformedRecord("code record with bad lengths")
+        at = PYCODE.size
+        name = bytes(body[at:at + nlen]).decode("utf-8", "replace")
+        file = bytes(body[at + nlen:at + nlen + flen]).decode("utf-8", "surrogateescape")
+        table = bytes(body[at + nlen + flen:at + nlen + flen + tlen])
+        return PyCodeRecord(key, first, fmt, cflags, name, file, table)
+    if rtype == RecordType.PYINFO:
+        if len(body) < PYINFO.size:
+            raise MalformedRecord("truncated python info record")
+        lo, hi, hexversion, state, slen, pymem, _ = PYINFO.unpack_from(body)
+        if len(body) < PYINFO.size + slen:
+            raise MalformedRecord("python info record with bad length")
+        status = bytes(body[PYINFO.size:PYINFO.size + slen]).decode("utf-8", "replace")
+        return PyInfoRecord(lo, hi, hexversion, state, status, bool(pymem))
     if rtype == RecordType.MODULE:
         if len(body) < MODULE.size:
             raise MalformedRecord("truncated module record")
@@ -289,9 +362,25 @@ def encode_free(seq: int, addr: int) -> bytes:
     return _record(RecordType.FREE, FREE.pack(seq, addr))
 
 
-def encode_stack(stack_id: int, pcs: tuple[int, ...] | list[int], truncated: bool = False) -> bytes:
-    body = STACK.pack(stack_id, len(pcs), STACK_TRUNCATED if truncated else 0)
-    return _record(RecordType.STACK, body + struct.pack(f"<{len(pcs)}Q", *pcs))
+def encode_stack(stack_id: int, pcs: tuple[int, ...] | list[int], truncated: bool = False,
+                 py: tuple[tuple[int, int, int], ...] | None = None, py_flags: int = 0) -> bytes:
+    flags = (STACK_TRUNCATED if truncated else 0) | (STACK_PYTHON if py is not None else 0)
+    body = STACK.pack(stack_id, len(pcs), flags) + struct.pack(f"<{len(pcs)}Q", *pcs)
+    if py is not None:
+        body += PYSTACK.pack(len(py), py_flags) + b"".join(PYFRAME.pack(*f) for f in py)
+    return _record(RecordType.STACK, body)
+
+
+def encode_pycode(r: PyCodeRecord) -> bytes:
+    name, file = r.name.encode(), r.file.encode("utf-8", "surrogateescape")
+    body = PYCODE.pack(r.code_key, r.first_line, r.line_format, r.flags, len(name), len(file), len(r.table), 0)
+    return _record(RecordType.PYCODE, body + name + file + r.table)
+
+
+def encode_pyinfo(r: PyInfoRecord) -> bytes:
+    status = r.status.encode()
+    body = PYINFO.pack(r.eval_lo, r.eval_hi, r.hexversion, r.state, len(status), int(r.pymem), 0)
+    return _record(RecordType.PYINFO, body + status)
 
 
 def encode_module(m: ModuleRecord) -> bytes:

@@ -70,7 +70,7 @@
 #include <stdint.h>
 
 #define HS_WIRE_MAGIC 0x31575350414548ull /* "HEAPSW1" little endian */
-#define HS_WIRE_VERSION 3u
+#define HS_WIRE_VERSION 4u
 #define HS_TOKEN_SIZE 16
 #define HS_META_SIZE 4096u
 #define HS_BUILD_ID_MAX 40
@@ -90,7 +90,10 @@ enum hs_record_type {
   HS_REC_HEAP = 5,   /* struct hs_heap */
   HS_REC_HEAP_MALLOC = 6, /* struct hs_heap_malloc (custom heaps, below) */
   HS_REC_HEAP_FREE = 7,   /* struct hs_heap_free */
-  HS_REC_TYPE_COUNT = 8,
+  /* Python frames, see docs/python-frames.md: */
+  HS_REC_PYCODE = 8, /* struct hs_pycode + name + file + line table */
+  HS_REC_PYINFO = 9, /* struct hs_pyinfo + char status[status_len] */
+  HS_REC_TYPE_COUNT = 10,
 };
 
 enum hs_status {
@@ -186,6 +189,12 @@ struct hs_ring_meta {
   uint64_t addr_table_full;     /* sampled addresses the free set missed */
   uint64_t truncated_stacks;    /* stacks cut at max_frames */
   uint64_t module_rescans;      /* dl_iterate_phdr rescans (map_reparses) */
+  /* Python frames (docs/python-frames.md, section 4). */
+  uint64_t python_walks;           /* sampled stacks walked for Python frames */
+  uint64_t python_walks_invalid;   /* walks cut by a pointer that failed a check */
+  uint64_t python_walks_truncated; /* walks cut at HS_MAX_PYFRAMES */
+  uint64_t python_codes_sent;      /* HS_REC_PYCODE records */
+  uint64_t python_codes_failed;    /* code objects that did not validate */
 };
 
 struct hs_malloc {
@@ -208,6 +217,43 @@ struct hs_stack {
   uint32_t flags;  /* HS_STACK_TRUNCATED */
 };
 #define HS_STACK_TRUNCATED 1u
+/* ---- Python frames (issue 12; docs/python-frames.md) ----
+ * HS_STACK_PYTHON: after pcs[depth] come struct hs_pystack and
+ * struct hs_pyframe[py_depth], innermost first. The stack id covers them. */
+#define HS_STACK_PYTHON 2u
+#define HS_MAX_PYFRAMES 128
+
+struct hs_pystack {
+  uint32_t py_depth; /* struct hs_pyframe that follow */
+  uint32_t py_flags; /* HS_PY_WALK_* bits of the walk (client/pyframes.h) */
+};
+
+struct hs_pyframe {
+  uint64_t code_key; /* defined once per process by HS_REC_PYCODE */
+  int32_t lasti;     /* byte offset of the instruction; -1 = not started */
+  uint32_t flags;    /* HS_PY_FRAME_ENTRY: outermost frame of its eval activation */
+};
+
+/* A code object, sent once per code key; the tail is name, file, table
+ * (no NULs) then padding. */
+struct hs_pycode {
+  uint64_t code_key;
+  int32_t first_line;
+  uint16_t line_format; /* enum hs_py_line_format (client/pyframes.h) */
+  uint16_t flags;       /* truncated: name 1, file 2, table 4 */
+  uint32_t name_len, file_len, table_len, reserved;
+};
+
+/* Once per process, before any Python frame: what detection found. */
+struct hs_pyinfo {
+  uint64_t eval_lo, eval_hi; /* _PyEval_EvalFrameDefault, [lo, hi) */
+  uint64_t hexversion;
+  uint32_t state;      /* enum hs_py_state (client/pyframes.h) */
+  uint32_t status_len; /* bytes of the status line that follow (no NUL) */
+  uint32_t pymem;      /* 1: the MEM and OBJ allocator domains are sampled too */
+  uint32_t reserved;
+};
+/* ---- end of Python frames ---- */
 
 /* One loaded ELF object (from dl_iterate_phdr). rel_pc = pc - base. */
 struct hs_module {
@@ -277,7 +323,7 @@ struct hs_heap_free {
 HS_STATIC_ASSERT(sizeof(struct hs_hello) == 40, "hs_hello");
 HS_STATIC_ASSERT(sizeof(struct hs_config) == 56, "hs_config");
 HS_STATIC_ASSERT(sizeof(struct hs_ring_meta) <= HS_META_SIZE, "meta");
-HS_STATIC_ASSERT(sizeof(struct hs_ring_meta) == 272, "hs_ring_meta");
+HS_STATIC_ASSERT(sizeof(struct hs_ring_meta) == 312, "hs_ring_meta");
 HS_STATIC_ASSERT(sizeof(struct hs_malloc) == 48, "hs_malloc");
 HS_STATIC_ASSERT(sizeof(struct hs_free) == 16, "hs_free");
 HS_STATIC_ASSERT(sizeof(struct hs_stack) == 16, "hs_stack");
@@ -285,5 +331,9 @@ HS_STATIC_ASSERT(sizeof(struct hs_module) == 88, "hs_module");
 HS_STATIC_ASSERT(sizeof(struct hs_heap) == 48, "hs_heap");
 HS_STATIC_ASSERT(sizeof(struct hs_heap_malloc) == 56, "hs_heap_malloc");
 HS_STATIC_ASSERT(sizeof(struct hs_heap_free) == 24, "hs_heap_free");
+HS_STATIC_ASSERT(sizeof(struct hs_pystack) == 8, "hs_pystack");
+HS_STATIC_ASSERT(sizeof(struct hs_pyframe) == 16, "hs_pyframe");
+HS_STATIC_ASSERT(sizeof(struct hs_pycode) == 32, "hs_pycode");
+HS_STATIC_ASSERT(sizeof(struct hs_pyinfo) == 40, "hs_pyinfo");
 
 #endif /* HEAPSCOPE_WIRE_H */

@@ -23,6 +23,10 @@ STRUCTS = {
     "hs_heap": codec.HEAP,
     "hs_heap_malloc": codec.HEAP_MALLOC,
     "hs_heap_free": codec.HEAP_FREE,
+    "hs_pystack": codec.PYSTACK,
+    "hs_pyframe": codec.PYFRAME,
+    "hs_pycode": codec.PYCODE,
+    "hs_pyinfo": codec.PYINFO,
 }
 CONSTANTS = {
     "HS_WIRE_MAGIC": codec.WIRE_MAGIC,
@@ -44,6 +48,10 @@ CONSTANTS = {
     "HS_MAX_CUSTOM_HEAPS": codec.MAX_CUSTOM_HEAPS,
     "HS_CFG_BLOCK_CLIENT": codec.CFG_BLOCK_CLIENT,
     "HS_STACK_TRUNCATED": codec.STACK_TRUNCATED,
+    "HS_STACK_PYTHON": codec.STACK_PYTHON,
+    "HS_MAX_PYFRAMES": codec.MAX_PYFRAMES,
+    "HS_REC_PYCODE": codec.RecordType.PYCODE,
+    "HS_REC_PYINFO": codec.RecordType.PYINFO,
     "HS_UNWINDER_FP": codec.Unwinder.FP,
     "HS_CLIENT_DISABLED": codec.ClientState.DISABLED,
     "HS_CLIENT_EXITING": codec.ClientState.EXITING,
@@ -100,8 +108,21 @@ def test_records_round_trip() -> None:
     assert codec.decode_record(codec.encode_heap(1, 4096, "libc.malloc")) == codec.HeapRecord(1, 4096, "libc.malloc")
 
 
+def test_python_records_round_trip() -> None:
+    py = ((0x1111, 42, codec.PY_FRAME_ENTRY), (0x2222, -1, 0))
+    stack = codec.encode_stack(7, [0x401000], py=py, py_flags=codec.PY_WALK_TRUNCATED)
+    assert codec.decode_record(stack) == codec.StackRecord(7, (0x401000,), False, py, codec.PY_WALK_TRUNCATED, True)
+    code = codec.PyCodeRecord(0x1111, 16, 3, 0, "App.build_users", "/tmp/app\udcff.py", b"\x80\x01\x02")
+    assert codec.decode_record(codec.encode_pycode(code)) == code
+    info = codec.PyInfoRecord(0x1000, 0x2000, 0x30C00F0, codec.PY_STATE_SUPPORTED,
+                              "python frames: CPython 3.12 (layout known)", True)
+    assert codec.decode_record(codec.encode_pyinfo(info)) == info
+
+
 @pytest.mark.parametrize("record", [
     b"",
+    codec.encode_stack(1, [1], py=((1, 2, 3), (4, 5, 6)))[:-16],  # py_depth says 2, one present
+    codec.encode_pycode(codec.PyCodeRecord(1, 1, 3, 0, "f", "x.py", b"1234567890"))[:-16],
     codec.encode_stack(1, [1, 2, 3])[:-8],  # depth says 3, two pcs present
     codec.encode_module(codec.ModuleRecord(0, 0, 0, 0, 0, b"", "x"))[:40],
     codec.encode_malloc(1, 2, 3, 4, 5, 6),  # a hot record is not for Python

@@ -90,6 +90,8 @@
     return (h >>> 0) / 4294967296;
   }
   const SYSTEM_LIB = /^(libc\.|libm\.|libstdc\+\+|libgcc|ld-linux|libpthread|libdl|libunwind|\[)/;
+  // Python frames: their "library" is the source file (bookkeeping/frames.py, python_mapping).
+  const PYTHON_FILE = /(\.py[w]?$|^<frozen )/;
   const colourCache = new Map();
   function frameColour(p, i) {
     const name = str(p.name[i]), lib = str(p.lib[i]);
@@ -98,6 +100,7 @@
     if (c) return c;
     const h = hash(name);
     if (i === 0) c = "hsl(30, 8%, 78%)";
+    else if (PYTHON_FILE.test(lib)) c = `hsl(${95 + 45 * h}, ${40 + 15 * h}%, ${58 + 10 * h}%)`;
     else if (SYSTEM_LIB.test(lib)) c = `hsl(${195 + 25 * h}, ${38 + 12 * h}%, ${68 + 8 * h}%)`;
     else if (name === "FILTERED" || /\+0x[0-9a-f]+$/.test(name)) c = `hsl(40, 6%, ${72 + 8 * h}%)`;
     else c = `hsl(${8 + 38 * h}, ${72 + 15 * h}%, ${58 + 10 * h}%)`;

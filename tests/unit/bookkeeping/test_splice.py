@@ -1,0 +1,74 @@
+"""The splice of Python frames into native stacks (bookkeeping/frames.py)."""
+
+from __future__ import annotations
+
+from heapscope.bookkeeping.frames import UNKNOWN_CODE, FrameTable, ProcessModules, PyCode, PySplice
+from heapscope.bookkeeping.pylines import LNOTAB, LineTable
+from heapscope.model import FrameId
+from heapscope.wire.codec import PY_FRAME_ENTRY, ModuleRecord
+
+EXE = ModuleRecord(0x400000, 0x401000, 0x402000, 0x1000, 0x1000, b"", "/usr/bin/python3")
+LIBPY = ModuleRecord(0x7000000, 0x7001000, 0x7100000, 0x1000, 0x1000, b"", "/lib/libpython3.12.so")
+EXT = ModuleRecord(0x7200000, 0x7201000, 0x7202000, 0x1000, 0x1000, b"", "/lib/_json.so")
+EVAL_LO, EVAL_HI = 0x7050000, 0x7060000
+
+
+def _setup() -> tuple[FrameTable, ProcessModules, PySplice]:
+    table = FrameTable(("/usr/lib/python3/skipped/",))
+    mods = ProcessModules()
+    for m in (EXE, LIBPY, EXT):
+        table.add_module(mods, m)
+    splice = PySplice(eval_lo=EVAL_LO, eval_hi=EVAL_HI)
+    # lnotab: one line per code object (no entries: every offset is the first line)
+    for key, name, file, line in ((1, "main", "app.py", 30), (2, "build", "app.py", 16),
+                                  (3, "cb", "app.py", 40), (4, "hidden", "/usr/lib/python3/skipped/x.py", 5)):
+        splice.codes[key] = PyCode(name, file, LineTable.decode(LNOTAB, b"", line))
+    return table, mods, splice
+
+
+def _names(table: FrameTable, path: list[FrameId]) -> list[str]:
+    by_id = {i: f for f, i in table.frames.ids.items()}
+    out = []
+    for fid in path:
+        f = by_id[fid]
+        out.append(f.name or f"{f.rel_pc:#x}")
+    return out
+
+
+def test_frames_go_to_their_activation_and_plumbing_is_hidden() -> None:
+    table, mods, splice = _setup()
+    pcs = (
+        0x7001100,  # leaf: PyList_Append in libpython, before any activation: kept
+        EVAL_LO + 0x10,  # activation 1: runs build and main (3.11+: one activation, two frames)
+        0x7002000,  # libpython plumbing above it: hidden
+        0x401100,  # the python executable's main: kept
+    )
+    py = ((2, 10, 0), (1, 4, PY_FRAME_ENTRY))
+    path = table.frames_of_python(mods, {}, pcs, py, splice)
+    assert _names(table, path) == ["0x10ff", "main", "build", "0x10ff"]
+    assert splice.unplaced == 0
+    assert sorted((n, f, ln) for n, f, ln in table.python.values()) == [
+        ("build", "app.py", 16), ("main", "app.py", 30)]
+
+
+def test_extension_frames_stay_between_activations() -> None:
+    table, mods, splice = _setup()
+    pcs = (EVAL_LO + 1, 0x7201100, EVAL_LO + 2, 0x7003000)
+    py = ((3, 0, PY_FRAME_ENTRY), (1, 0, PY_FRAME_ENTRY))
+    path = table.frames_of_python(mods, {}, pcs, py, splice)
+    assert _names(table, path) == ["main", "0x10ff", "cb"]  # root first: main, the extension, cb
+
+
+def test_leftover_frames_go_to_the_root_and_are_counted() -> None:
+    table, mods, splice = _setup()
+    path = table.frames_of_python(mods, {}, (0x401100,), ((2, 0, 0), (1, 0, PY_FRAME_ENTRY)), splice)
+    assert _names(table, path) == ["main", "build", "0x10ff"]
+    assert splice.unplaced == 2
+
+
+def test_unknown_code_and_skipped_files() -> None:
+    table, mods, splice = _setup()
+    pcs = (EVAL_LO + 1, EVAL_LO + 2, EVAL_LO + 3)
+    py = ((99, 0, PY_FRAME_ENTRY), (4, 0, PY_FRAME_ENTRY), (1, 0, PY_FRAME_ENTRY))
+    path = table.frames_of_python(mods, {}, pcs, py, splice)
+    assert _names(table, path) == ["main", "FILTERED", UNKNOWN_CODE]
