@@ -213,6 +213,7 @@ class _Named:
     name: str
     where: str  # the file it is in
     python: bool
+    runner: bool = False  # a frame of the test runner itself (pytest, pluggy): never the answer
 
 
 class _Parent:
@@ -340,9 +341,14 @@ class _Parent:
                 frame_ids.append(frame_id)
         else:
             pcs = p.heap.stacks.get(stack_id)
-            if pcs is None:
+            py = p.heap.py_stacks.get(stack_id)
+            if pcs is not None:
+                frame_ids = list(reversed(producer.frames.frames_of(p.heap.modules, p.heap.frame_cache, pcs)))
+            elif py is not None:  # Python frames whose code objects have not all arrived: spliced as they are
+                frame_ids = list(reversed(producer.frames.frames_of_python(
+                    p.heap.modules, p.heap.frame_cache, py[0], py[1], p.heap.python)))
+            else:
                 return ["[stack not received yet]"]
-            frame_ids = list(reversed(producer.frames.frames_of(p.heap.modules, p.heap.frame_cache, pcs)))
         _catch_up(self.frames, producer.frames.frames.ids, lambda frame, _i: frame)
         _catch_up(self.mappings, producer.frames.mappings.ids, lambda mapping, _i: mapping)
         named = [self._name(f) for f in frame_ids]
@@ -356,7 +362,8 @@ class _Parent:
         path = mapping.name if mapping is not None else ""
         where = os.path.basename(path)
         if frame.name:
-            return _Named(frame.name, where, is_python_frame(frame.name, path))
+            python = is_python_frame(frame.name, path)
+            return _Named(frame.name, where, python, python and _is_runner(path))
         name = self._lookup(path, frame.rel_pc)
         return _Named(name or f"{where}+{frame.rel_pc:#x}", where, is_python_frame(name or "", path))
 
@@ -387,9 +394,16 @@ def is_python_frame(name: str, mapping_path: str) -> bool:
 
 def order_frames(frames: list[_Named]) -> list[_Named]:
     """Stacks are shown leaf first, Python frames before native ones; allocator
-    frames (the malloc family, the client's own) are left out."""
-    shown = [f for f in frames if f.name not in _ALLOCATOR and "libheapscope" not in f.where]
+    frames (the malloc family, the client's own) and the test runner's own
+    Python frames (pytest, pluggy: on every test's stack) are left out."""
+    shown = [f for f in frames if f.name not in _ALLOCATOR and "libheapscope" not in f.where and not f.runner]
     return [f for f in shown if f.python] + [f for f in shown if not f.python]
+
+
+def _is_runner(path: str) -> bool:
+    """A Python file of pytest or pluggy (installed or in a source tree)."""
+    parts = path.replace("\\", "/").split("/")
+    return any(p in ("_pytest", "pluggy") for p in parts[:-1]) or parts[-1] == "pytest.py"
 
 
 _ALLOCATOR = frozenset({"malloc", "calloc", "realloc", "free", "posix_memalign", "aligned_alloc", "memalign",
