@@ -15,6 +15,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+import wire_support as ws
 from native_ext import load_ingest
 
 from heapscope.bookkeeping.rows import LIVE_ROW, STREAM_ROW, TOTALS_ROW
@@ -33,7 +34,7 @@ class Ring:
     fd: int
     size: int
     shm: mmap.mmap
-    writer: codec.RingWriter
+    writer: ws.RingWriter
     ingest: Any
     returned: list[bytes] = field(default_factory=list)
     closed: bool = False
@@ -114,7 +115,7 @@ def make_ring(ingest_mod: ModuleType) -> Iterator[Any]:
 
     def make(size: int = 1 << 16, stream: bool = False) -> Ring:
         fd, shm = make_shm(size)
-        ring = Ring(fd, size, shm, codec.RingWriter(shm), ingest_mod.Ingest(fd, size, stream=stream))
+        ring = Ring(fd, size, shm, ws.RingWriter(shm), ingest_mod.Ingest(fd, size, stream=stream))
         rings.append(ring)
         return ring
 

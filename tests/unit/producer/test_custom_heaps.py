@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import wire_support as ws
 from test_producer import MODULE, FakeClient, _end, _rows
 
 from heapscope.model import HEAP_NAME
@@ -39,13 +40,13 @@ def test_each_heap_has_its_own_sequence_and_rows(producer: Producer) -> None:
     # GIVEN malloc seq 1..2 and a custom heap with its own seq 1..3, its free arriving
     # before the malloc it frees, at an address malloc also uses
     c = FakeClient(producer)
-    c.send(codec.encode_heap(1, 1, HEAP_NAME), codec.encode_heap(2, 1, "my.arena"),
-           codec.encode_module(MODULE), codec.encode_stack(7, [0x401100]), codec.encode_stack(8, [0x401300]))
-    c.send(codec.encode_malloc(1, 0x1000, 100, 100, 7, 10),
-           codec.encode_heap_free(2, 2, 0x1000),                      # frees heap seq 1
-           codec.encode_heap_malloc(2, 1, 0x1000, 40, 40, 8, 11),
-           codec.encode_heap_malloc(2, 3, 0x1040, 24, 24, 8, 12),
-           codec.encode_malloc(2, 0x2000, 50, 50, 7, 13))
+    c.send(ws.encode_heap(1, 1, HEAP_NAME), ws.encode_heap(2, 1, "my.arena"),
+           ws.encode_module(MODULE), ws.encode_stack(7, [0x401100]), ws.encode_stack(8, [0x401300]))
+    c.send(ws.encode_malloc(1, 0x1000, 100, 100, 7, 10),
+           ws.encode_heap_free(2, 2, 0x1000),                      # frees heap seq 1
+           ws.encode_heap_malloc(2, 1, 0x1000, 40, 40, 8, 11),
+           ws.encode_heap_malloc(2, 3, 0x1040, 24, 24, 8, 12),
+           ws.encode_malloc(2, 0x2000, 50, 50, 7, 13))
     # WHEN the process ends
     _end(producer, c)
     # THEN malloc keeps 0x1000 live, the arena freed its own 0x1000 only
@@ -62,11 +63,11 @@ def test_records_of_unknown_or_bad_heaps_are_counted_not_booked(producer: Produc
     # GIVEN a malloc on a heap never announced, a heap with a bad name, one with an id
     # past the limit, and the same name twice
     c = FakeClient(producer)
-    c.send(codec.encode_heap(1, 1, HEAP_NAME), codec.encode_heap(2, 1, "bad name"),
-           codec.encode_heap(2 + codec.MAX_CUSTOM_HEAPS, 1, "far.away"),
-           codec.encode_heap(3, 1, "ok.heap"), codec.encode_heap(4, 1, "ok.heap"), codec.encode_stack(8, [0x401300]))
-    c.send(codec.encode_heap_malloc(9, 1, 0x1000, 40, 40, 8, 11), codec.encode_heap_malloc(2, 1, 0x1000, 40, 40, 8, 11),
-           codec.encode_heap_malloc(3, 1, 0x2000, 8, 8, 8, 12))
+    c.send(ws.encode_heap(1, 1, HEAP_NAME), ws.encode_heap(2, 1, "bad name"),
+           ws.encode_heap(2 + codec.MAX_CUSTOM_HEAPS, 1, "far.away"),
+           ws.encode_heap(3, 1, "ok.heap"), ws.encode_heap(4, 1, "ok.heap"), ws.encode_stack(8, [0x401300]))
+    c.send(ws.encode_heap_malloc(9, 1, 0x1000, 40, 40, 8, 11), ws.encode_heap_malloc(2, 1, 0x1000, 40, 40, 8, 11),
+           ws.encode_heap_malloc(3, 1, 0x2000, 8, 8, 8, 12))
     # WHEN the process ends
     _end(producer, c)
     # THEN only ok.heap has rows; the rest is counted as malformed
@@ -77,7 +78,7 @@ def test_records_of_unknown_or_bad_heaps_are_counted_not_booked(producer: Produc
 
 def test_a_heap_record_of_the_wrong_size_is_malformed(producer: Producer) -> None:
     c = FakeClient(producer)
-    c.send(codec.encode_heap(2, 1, "my.arena"))
+    c.send(ws.encode_heap(2, 1, "my.arena"))
     short = codec.HEADER.pack(codec.header(32, codec.RecordType.HEAP_MALLOC)) + b"\1" * 24
     long = (codec.HEADER.pack(codec.header(40, codec.RecordType.HEAP_FREE)) + codec.HEAP_FREE.pack(1, 2, 0, 16)
             + b"\0" * 8)

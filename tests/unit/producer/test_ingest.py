@@ -1,6 +1,6 @@
 """The C ring reader (heapscope.producer._ingest.Ingest) against the real shared ring.
 
-Each test plays the client with codec.RingWriter and codec.encode_*, and checks
+Each test plays the client with ws.RingWriter and codec.encode_*, and checks
 what the reader did: records consumed, validated, handed back or sent on to
 its tracker, read_pos published and bytes zeroed. What the tracker does with
 the ops is tested in tests/unit/bookkeeping/test_tracker.py.
@@ -13,6 +13,7 @@ import threading
 import time
 
 import pytest
+import wire_support as ws
 
 from heapscope.wire import codec
 
@@ -23,11 +24,11 @@ A, B = 0x7F00_0000_1000, 0x7F00_0000_2000
 
 
 def malloc(seq: int, addr: int, size: int, stack: int, ts: int = 0, alloc_size: int | None = None) -> bytes:
-    return codec.encode_malloc(seq, addr, size, size if alloc_size is None else alloc_size, stack, ts)
+    return ws.encode_malloc(seq, addr, size, size if alloc_size is None else alloc_size, stack, ts)
 
 
 def free(seq: int, addr: int) -> bytes:
-    return codec.encode_free(seq, addr)
+    return ws.encode_free(seq, addr)
 
 
 def raw_record(size_field: int, rtype: int, body_len: int) -> bytes:
@@ -131,9 +132,9 @@ def test_stack_module_heap_returned_whole_in_ring_order(make_ring):
     ring = make_ring()
     module = codec.ModuleRecord(base=0x400000, start=0x401000, end=0x402000, file_offset=0x1000,
                                 vaddr=0x1000, build_id=bytes(range(20)), path="/usr/lib/libfoo.so.1")
-    recs = [codec.encode_heap(0, 4096, "libc.malloc"), codec.encode_module(module),
-            codec.encode_stack(S1, [0x401234, 0x401100], truncated=True), malloc(1, A, 8, S1),
-            codec.encode_stack(S2, [])]
+    recs = [ws.encode_heap(0, 4096, "libc.malloc"), ws.encode_module(module),
+            ws.encode_stack(S1, [0x401234, 0x401100], truncated=True), malloc(1, A, 8, S1),
+            ws.encode_stack(S2, [])]
     ring.feed(recs)
     assert ring.returned == [recs[0], recs[1], recs[2], recs[4]]
     decoded = [codec.decode_record(r) for r in ring.returned]
@@ -147,7 +148,7 @@ def test_stack_module_heap_returned_whole_in_ring_order(make_ring):
 def test_max_records_limits_one_drain(make_ring):
     ring = make_ring()
     for i in range(10):
-        assert ring.writer.write(codec.encode_stack(i + 1, [i]))
+        assert ring.writer.write(ws.encode_stack(i + 1, [i]))
     first = ring.drain(3)
     assert len(first) == 3
     assert ring.meta("read_pos") == 3 * 32
@@ -164,7 +165,7 @@ def test_wraparound_many_laps_with_pads_zeroes_what_it_read(make_ring):
     recs, stacks_sent, seq = [], [], 0
     for i in range(3000):
         depth = rng.randrange(0, 40)
-        recs.append(codec.encode_stack(i + 1, list(range(depth))))
+        recs.append(ws.encode_stack(i + 1, list(range(depth))))
         stacks_sent.append(i + 1)
         seq += 1
         recs.append(malloc(seq, A + 16 * i, 16, S1))
@@ -210,7 +211,7 @@ def test_read_pos_published_while_draining_a_full_ring(make_ring):
     done = threading.Event()
 
     def writer() -> None:
-        w = codec.RingWriter(ring.shm)
+        w = ws.RingWriter(ring.shm)
         for i in range(n):
             rec = malloc(i + 1, A + 16 * (i % 100), 16, S1)
             deadline = time.monotonic() + 20
@@ -248,7 +249,7 @@ def test_unknown_type_and_wrong_sizes_are_skipped(make_ring):
         + codec.MODULE.pack(0, 0, 0, 0, 0, 41, 0, b""),  # build id longer than its field
         raw_record(24, codec.RecordType.HEAP, 16),       # HEAP too short
     ]
-    recs = [malloc(1, A, 10, S1)] + bad + [free(2, A), codec.encode_stack(S1, [1, 2])]
+    recs = [malloc(1, A, 10, S1)] + bad + [free(2, A), ws.encode_stack(S1, [1, 2])]
     ring.feed(recs)
     st = ring.stats()
     assert st["malformed_records"] == len(bad)
@@ -279,7 +280,7 @@ def test_broken_framing_marks_the_ring_corrupt(make_ring, name, record):
     assert st["mallocs"] == 1 and st["records"] == 1
     assert ring.returned == []
     assert ring.meta("read_pos") == 56
-    ring.feed([codec.encode_stack(S2, [1]), malloc(2, B, 5, S1)])
+    ring.feed([ws.encode_stack(S2, [1]), malloc(2, B, 5, S1)])
     assert ring.drain() == [] and ring.stats()["records"] == 1
     assert ring.totals() == {S1: (10, 0, 1, 0)}
 
@@ -333,7 +334,7 @@ def _fuzz_records(rng: random.Random) -> bytes:
     while len(out) < 4096:
         kind = rng.randrange(4)
         if kind == 0:
-            rec = codec.encode_malloc(rng.randrange(40), rng.randrange(8) * 16, rng.randrange(1 << 64),
+            rec = ws.encode_malloc(rng.randrange(40), rng.randrange(8) * 16, rng.randrange(1 << 64),
                                       rng.randrange(1 << 64), rng.randrange(4), rng.randrange(1 << 64))
         elif kind == 1:
             rec = free(rng.randrange(40), rng.randrange(8) * 16)
@@ -349,8 +350,8 @@ def test_fuzz_arbitrary_bytes_never_crash(make_ring):
     # GIVEN rings filled with random bytes, random positions, mutated valid records,
     # or plausibly framed random records
     rng = random.Random(20261123)
-    valid = [malloc(1, A, 10, S1), free(2, A), codec.encode_stack(S1, [1, 2, 3]),
-             codec.encode_heap(1, 4096, "x"), codec.encode_module(codec.ModuleRecord(1, 2, 3, 4, 5, b"ab", "/p"))]
+    valid = [malloc(1, A, 10, S1), free(2, A), ws.encode_stack(S1, [1, 2, 3]),
+             ws.encode_heap(1, 4096, "x"), ws.encode_module(codec.ModuleRecord(1, 2, 3, 4, 5, b"ab", "/p"))]
     deadline = time.monotonic() + 15
     cases = 0
     for case in range(3000):

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import wire_support as ws
 
 from heapscope.model import HEAP_NAME
 from heapscope.producer.config import RecordConfig
@@ -40,11 +41,11 @@ class FakeClient:
         msg, fds, _, _ = socket.recv_fds(self.sock, codec.CONFIG.size, 1)
         fields = codec.CONFIG.unpack(msg)
         self.status, self.interval = fields[2], fields[3]
-        self.ring: codec.RingWriter | None = None
+        self.ring: ws.RingWriter | None = None
         if fds:
             ring_size = fields[4]
             self.shm = mmap.mmap(fds[0], codec.META_SIZE + ring_size)
-            self.ring = codec.RingWriter(self.shm)
+            self.ring = ws.RingWriter(self.shm)
 
     def send(self, *records: bytes) -> None:
         assert self.ring is not None
@@ -85,11 +86,11 @@ def test_records_become_a_dump_with_alloc_and_free_rows(producer: Producer) -> N
     # GIVEN a client that allocates 3 blocks on one stack and 1 on another, and frees one
     c = FakeClient(producer)
     assert c.status == codec.Status.OK and c.interval == 1
-    c.send(codec.encode_heap(1, 1, HEAP_NAME), codec.encode_module(MODULE),
-           codec.encode_stack(7, [0x401100, 0x401200]), codec.encode_stack(8, [0x401300, 0x401200]))
-    c.send(codec.encode_malloc(1, 0x1000, 100, 100, 7, 10), codec.encode_free(3, 0x1000),  # free before seq 2
-           codec.encode_malloc(2, 0x2000, 50, 50, 7, 11), codec.encode_malloc(4, 0x1000, 30, 30, 8, 12),
-           codec.encode_malloc(5, 0x3000, 20, 20, 7, 13))
+    c.send(ws.encode_heap(1, 1, HEAP_NAME), ws.encode_module(MODULE),
+           ws.encode_stack(7, [0x401100, 0x401200]), ws.encode_stack(8, [0x401300, 0x401200]))
+    c.send(ws.encode_malloc(1, 0x1000, 100, 100, 7, 10), ws.encode_free(3, 0x1000),  # free before seq 2
+           ws.encode_malloc(2, 0x2000, 50, 50, 7, 11), ws.encode_malloc(4, 0x1000, 30, 30, 8, 12),
+           ws.encode_malloc(5, 0x3000, 20, 20, 7, 13))
     # WHEN the process goes away
     _end(producer, c)
     # THEN one dump holds the allocations and the free, per callsite
@@ -111,12 +112,12 @@ def test_records_become_a_dump_with_alloc_and_free_rows(producer: Producer) -> N
 
 def test_malformed_records_are_counted_and_skipped(producer: Producer) -> None:
     c = FakeClient(producer)
-    c.send(codec.encode_module(MODULE), codec.encode_stack(7, [0x401100]))
+    c.send(ws.encode_module(MODULE), ws.encode_stack(7, [0x401100]))
     bad_type = codec.HEADER.pack(codec.header(16, 9)) + b"\0" * 8
     short_malloc = codec.HEADER.pack(codec.header(16, codec.RecordType.MALLOC)) + b"\0" * 8
-    bad_depth = codec.encode_stack(9, [1])
+    bad_depth = ws.encode_stack(9, [1])
     bad_depth = bad_depth[:16] + (500).to_bytes(4, "little") + bad_depth[20:]
-    c.send(bad_type, short_malloc, bad_depth, codec.encode_malloc(1, 0x10, 8, 8, 7, 1))
+    c.send(bad_type, short_malloc, bad_depth, ws.encode_malloc(1, 0x10, 8, 8, 7, 1))
     _end(producer, c)
     stats = dict(_rows(producer, "SELECT name, value FROM stats WHERE idx = 1"))
     assert stats["malformed_records"] == 3
@@ -127,10 +128,10 @@ def test_malformed_records_are_counted_and_skipped(producer: Producer) -> None:
 def test_a_corrupt_ring_ends_only_that_process(producer: Producer) -> None:
     bad, good = FakeClient(producer), FakeClient(producer)
     huge = codec.HEADER.pack(codec.header(1 << 20, codec.RecordType.MALLOC)) + b"\0" * 48
-    bad.send(codec.encode_module(MODULE), codec.encode_stack(7, [0x401100]),
-             codec.encode_malloc(1, 0x10, 8, 8, 7, 1), huge)
-    good.send(codec.encode_module(MODULE), codec.encode_stack(7, [0x401100]),
-              codec.encode_malloc(1, 0x10, 16, 16, 7, 1))
+    bad.send(ws.encode_module(MODULE), ws.encode_stack(7, [0x401100]),
+             ws.encode_malloc(1, 0x10, 8, 8, 7, 1), huge)
+    good.send(ws.encode_module(MODULE), ws.encode_stack(7, [0x401100]),
+              ws.encode_malloc(1, 0x10, 16, 16, 7, 1))
     _end(producer, bad)
     _end(producer, good)
     corrupt = dict(_rows(producer, "SELECT idx, value FROM stats WHERE name = 'buffer_corrupted'"))
@@ -149,7 +150,7 @@ def test_unknown_session_or_pid_is_rejected_and_counted(producer: Producer, toke
 
 def test_a_stack_that_never_arrives_is_kept_under_a_placeholder(producer: Producer) -> None:
     c = FakeClient(producer)
-    c.send(codec.encode_malloc(1, 0x10, 64, 64, 1234, 1))
+    c.send(ws.encode_malloc(1, 0x10, 64, 64, 1234, 1))
     _end(producer, c)
     assert _rows(producer, "SELECT f.name, a.size FROM heap_profile_allocation a JOIN stack_profile_callsite c"
                            " ON a.callsite_id = c.id JOIN stack_profile_frame f ON c.frame_id = f.id") == [
@@ -161,9 +162,9 @@ def test_skip_symbol_prefix_collapses_frames_into_filtered(tmp_path: Path) -> No
     producer = Producer(writer, RecordConfig(interval=1, shmem_size=1 << 16, skip_symbol_prefixes=("/usr/lib/",)))
     lib = codec.ModuleRecord(0x7000000, 0x7001000, 0x7002000, 0x1000, 0x1000, b"", "/usr/lib/libx.so")
     c = FakeClient(producer)
-    c.send(codec.encode_module(MODULE), codec.encode_module(lib),
-           codec.encode_stack(7, [0x7001100, 0x7001200, 0x401100]),
-           codec.encode_malloc(1, 0x10, 64, 64, 7, 1))
+    c.send(ws.encode_module(MODULE), ws.encode_module(lib),
+           ws.encode_stack(7, [0x7001100, 0x7001200, 0x401100]),
+           ws.encode_malloc(1, 0x10, 64, 64, 7, 1))
     _end(producer, c)
     producer.finish()
     path = [r[0] for r in _rows(producer, "SELECT f.name FROM stack_profile_callsite c JOIN stack_profile_frame f"
@@ -181,13 +182,13 @@ def test_final_dump_writes_the_peak_freed_before_exit(producer: Producer) -> Non
     # GIVEN stack 7 allocates 100 and stack 8 50 (the peak, 150, at ts 11); both are freed,
     # then 20 more on stack 7; a dump in between, and stack 8's record arriving only after it
     c = FakeClient(producer)
-    c.send(codec.encode_heap(1, 1, HEAP_NAME), codec.encode_module(MODULE),
-           codec.encode_stack(7, [0x401100, 0x401200]))
-    c.send(codec.encode_malloc(1, 0x1000, 100, 100, 7, 10), codec.encode_malloc(2, 0x2000, 50, 50, 8, 11),
-           codec.encode_free(3, 0x1000))
+    c.send(ws.encode_heap(1, 1, HEAP_NAME), ws.encode_module(MODULE),
+           ws.encode_stack(7, [0x401100, 0x401200]))
+    c.send(ws.encode_malloc(1, 0x1000, 100, 100, 7, 10), ws.encode_malloc(2, 0x2000, 50, 50, 8, 11),
+           ws.encode_free(3, 0x1000))
     producer.dump_all("signal")
-    c.send(codec.encode_stack(8, [0x401300, 0x401200]), codec.encode_free(4, 0x2000),
-           codec.encode_malloc(5, 0x3000, 20, 20, 7, 13))
+    c.send(ws.encode_stack(8, [0x401300, 0x401200]), ws.encode_free(4, 0x2000),
+           ws.encode_malloc(5, 0x3000, 20, 20, 7, 13))
     # WHEN the process goes away
     _end(producer, c)
     # THEN the peak is its own snapshot: unreleased at the peak, and allocated up to it
@@ -204,6 +205,6 @@ def test_final_dump_writes_the_peak_freed_before_exit(producer: Producer) -> Non
 
 def test_no_peak_rows_for_a_process_that_allocated_nothing(producer: Producer) -> None:
     c = FakeClient(producer)
-    c.send(codec.encode_module(MODULE), codec.encode_free(1, 0x10))
+    c.send(ws.encode_module(MODULE), ws.encode_free(1, 0x10))
     _end(producer, c)
     assert _rows(producer, "SELECT COUNT(*) FROM heapscope_peak_allocation") == [(0,)]

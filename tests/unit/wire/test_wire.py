@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import wire_support as ws
 
 from heapscope.wire import codec
 
@@ -100,32 +101,32 @@ def test_constants_match(c_layout: dict[str, int]) -> None:
 
 
 def test_records_round_trip() -> None:
-    stack = codec.encode_stack(0xABC, [0x401000, 0x402000], truncated=True)
+    stack = ws.encode_stack(0xABC, [0x401000, 0x402000], truncated=True)
     assert len(stack) % 8 == 0
     assert codec.decode_record(stack) == codec.StackRecord(0xABC, (0x401000, 0x402000), True)
     mod = codec.ModuleRecord(0x1000, 0x2000, 0x3000, 0x1000, 0x1000, bytes(range(20)), "/usr/bin/x")
-    assert codec.decode_record(codec.encode_module(mod)) == mod
-    assert codec.decode_record(codec.encode_heap(1, 4096, "libc.malloc")) == codec.HeapRecord(1, 4096, "libc.malloc")
+    assert codec.decode_record(ws.encode_module(mod)) == mod
+    assert codec.decode_record(ws.encode_heap(1, 4096, "libc.malloc")) == codec.HeapRecord(1, 4096, "libc.malloc")
 
 
 def test_python_records_round_trip() -> None:
     py = ((0x1111, 42, codec.PY_FRAME_ENTRY), (0x2222, -1, 0))
-    stack = codec.encode_stack(7, [0x401000], py=py, py_flags=codec.PY_WALK_TRUNCATED)
+    stack = ws.encode_stack(7, [0x401000], py=py, py_flags=codec.PY_WALK_TRUNCATED)
     assert codec.decode_record(stack) == codec.StackRecord(7, (0x401000,), False, py, codec.PY_WALK_TRUNCATED, True)
     code = codec.PyCodeRecord(0x1111, 16, 3, 0, "App.build_users", "/tmp/app\udcff.py", b"\x80\x01\x02")
-    assert codec.decode_record(codec.encode_pycode(code)) == code
+    assert codec.decode_record(ws.encode_pycode(code)) == code
     info = codec.PyInfoRecord(0x1000, 0x2000, 0x30C00F0, codec.PY_STATE_SUPPORTED,
                               "python frames: CPython 3.12 (layout known)", True)
-    assert codec.decode_record(codec.encode_pyinfo(info)) == info
+    assert codec.decode_record(ws.encode_pyinfo(info)) == info
 
 
 @pytest.mark.parametrize("record", [
     b"",
-    codec.encode_stack(1, [1], py=((1, 2, 3), (4, 5, 6)))[:-16],  # py_depth says 2, one present
-    codec.encode_pycode(codec.PyCodeRecord(1, 1, 3, 0, "f", "x.py", b"1234567890"))[:-16],
-    codec.encode_stack(1, [1, 2, 3])[:-8],  # depth says 3, two pcs present
-    codec.encode_module(codec.ModuleRecord(0, 0, 0, 0, 0, b"", "x"))[:40],
-    codec.encode_malloc(1, 2, 3, 4, 5, 6),  # a hot record is not for Python
+    ws.encode_stack(1, [1], py=((1, 2, 3), (4, 5, 6)))[:-16],  # py_depth says 2, one present
+    ws.encode_pycode(codec.PyCodeRecord(1, 1, 3, 0, "f", "x.py", b"1234567890"))[:-16],
+    ws.encode_stack(1, [1, 2, 3])[:-8],  # depth says 3, two pcs present
+    ws.encode_module(codec.ModuleRecord(0, 0, 0, 0, 0, b"", "x"))[:40],
+    ws.encode_malloc(1, 2, 3, 4, 5, 6),  # a hot record is not for Python
 ])
 def test_malformed_records_raise(record: bytes) -> None:
     with pytest.raises(codec.MalformedRecord):
