@@ -624,8 +624,8 @@ static HS_MUST_CHECK int connect_producer(const char *path, const char *token,
   }
   if (cfg->magic != HS_WIRE_MAGIC || cfg->version != HS_WIRE_VERSION ||
       cfg->status != HS_STATUS_OK || memfd < 0 || cfg->interval < 1 ||
-      cfg->ring_size < 4096 || (cfg->ring_size & (cfg->ring_size - 1)) ||
-      cfg->ring_size > (UINT64_C(1) << 40) || cfg->unwinder > HS_UNWINDER_NONE) {
+      cfg->ring_size < HS_RING_MIN_SIZE || (cfg->ring_size & (cfg->ring_size - 1)) ||
+      cfg->ring_size > HS_RING_MAX_SIZE || cfg->unwinder > HS_UNWINDER_NONE) {
     hs_debug("rejected by the producer, status", cfg->status);
     if (memfd >= 0)
       close(memfd);

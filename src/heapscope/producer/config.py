@@ -7,11 +7,11 @@ import math
 from dataclasses import dataclass
 
 from heapscope.errors import UsageError
+from heapscope.wire import codec
 from heapscope.wire.codec import MAX_FRAMES, Unwinder
 
 DEFAULT_INTERVAL = 4096
 DEFAULT_SHMEM_SIZE = 8 << 20
-MAX_SHMEM_SIZE = 512 << 20
 # A mean of 1 TiB between samples is far beyond any heap (an interval past the
 # total allocated bytes records nothing); it keeps the client's 64-bit
 # countdown arithmetic (interval times the exponential draw) far from overflow.
@@ -45,9 +45,9 @@ class RecordConfig:
             if not prefix:
                 raise UsageError("--skip-symbol-prefix must not be empty")
         s = self.shmem_size
-        if s < 8192 or s % 4096 or s & (s - 1) or s > MAX_SHMEM_SIZE:
+        if s < codec.RING_MIN_SIZE or s & (s - 1) or s > codec.RING_MAX_SIZE:
             raise UsageError(
-                f"--shmem-size must be a power of two between 8192 and {MAX_SHMEM_SIZE}, not {s}")
+                f"--shmem-size must be a power of two between {codec.RING_MIN_SIZE} and {codec.RING_MAX_SIZE}, not {s}")
         if not 1 <= self.max_frames <= MAX_FRAMES:
             raise UsageError(f"--max-frames must be between 1 and {MAX_FRAMES}, not {self.max_frames}")
 

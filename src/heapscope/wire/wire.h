@@ -73,6 +73,9 @@
 #define HS_WIRE_VERSION 4u
 #define HS_TOKEN_SIZE 16
 #define HS_META_SIZE 4096u
+/* The ring of data after the meta page: a power of two in this range. */
+#define HS_RING_MIN_SIZE 4096u
+#define HS_RING_MAX_SIZE (UINT64_C(1) << 30)
 #define HS_BUILD_ID_MAX 40
 #define HS_HEAP_NAME_SIZE 32
 #define HS_MAX_FRAMES 256

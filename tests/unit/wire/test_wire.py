@@ -43,6 +43,8 @@ CONSTANTS = {
     "HS_REC_STACK": codec.RecordType.STACK,
     "HS_REC_MODULE": codec.RecordType.MODULE,
     "HS_REC_HEAP": codec.RecordType.HEAP,
+    "HS_RING_MIN_SIZE": codec.RING_MIN_SIZE,
+    "HS_RING_MAX_SIZE": codec.RING_MAX_SIZE,
     "HS_REC_HEAP_MALLOC": codec.RecordType.HEAP_MALLOC,
     "HS_REC_HEAP_FREE": codec.RecordType.HEAP_FREE,
     "HS_FIRST_CUSTOM_HEAP": codec.FIRST_CUSTOM_HEAP,
