@@ -58,7 +58,7 @@ def main(args: argparse.Namespace) -> int:
         if not args.no_symbolize:
             from heapscope.symbolize.profile import symbolize_profile
             try:
-                symbolize_profile(writer.db, dirs, index=args.index)
+                symbolize_profile(writer, dirs, index=args.index)
             except sqlite3.Error as e:
                 raise OutputError(f"{out}: cannot write symbols: {e}") from e
         named = writer.db.execute(

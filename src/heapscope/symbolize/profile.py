@@ -20,7 +20,6 @@ later (say with a binary path) upgrades exactly those frames.
 
 from __future__ import annotations
 
-import sqlite3
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -94,7 +93,7 @@ class SymbolizeReport:
 
 
 def symbolize_profile(
-    store: SymbolWriter | ProfileWriter | sqlite3.Connection,
+    store: SymbolWriter | ProfileWriter,
     binary_path: Sequence[str] = (),
     *,
     index: bool = False,
@@ -106,8 +105,7 @@ def symbolize_profile(
     """Symbolize every frame of the profile that has no symbol set yet, and commit.
 
     `store`: where the symbols go, through store/writer.py: a SymbolWriter
-    (`heapscope symbolize`), the ProfileWriter of a recording, or the
-    recording's connection (wrapped in a SymbolWriter).
+    (`heapscope symbolize`) or the ProfileWriter of a recording or an import.
 
     `symbolizer`: a path to llvm-symbolizer, "auto" to look for one, None for
     symbol-table names only. `warm`: an llvm-symbolizer already running (and
@@ -122,8 +120,7 @@ def symbolize_profile(
     if debuginfod is not None:
         report.debuginfod = list(debuginfod.urls)
 
-    symbols = (store.symbols() if isinstance(store, ProfileWriter)
-               else SymbolWriter(store) if isinstance(store, sqlite3.Connection) else store)
+    symbols = store.symbols() if isinstance(store, ProfileWriter) else store
     mappings = symbols.mappings()
     pending: dict[int, list[tuple[int, int, str]]] = defaultdict(list)
     for frame_id, mapping_id, rel_pc, name in symbols.unsymbolized_frames():

@@ -24,7 +24,7 @@ from symbolize_progs import (
 )
 
 from heapscope.model import Frame, Mapping, MappingId
-from heapscope.store.writer import ProfileWriter
+from heapscope.store.writer import ProfileWriter, SymbolWriter
 from heapscope.symbolize.llvm import find_llvm_symbolizer
 from heapscope.symbolize.profile import symbolize_profile
 
@@ -67,7 +67,7 @@ def test_inlined_frame_gets_one_symbol_row_per_function(prog: Path, tmp_path: Pa
     pc = malloc_call_pc(prog)
     db = _profile(tmp_path / "p.db", [_mapping(prog, build_id(prog))], [Frame(MappingId(1), pc)])
     # WHEN the profile is symbolized
-    report = symbolize_profile(db, debug_roots=[])
+    report = symbolize_profile(SymbolWriter(db), debug_roots=[])
     # THEN the frame has three rows, innermost first with id == symbol_set_id, the outer one not inlined
     assert _symbols(db, 1) == [
         (0, "inner_alloc", "prog.cc", LINE_INNER, 1),
@@ -80,7 +80,7 @@ def test_inlined_frame_gets_one_symbol_row_per_function(prog: Path, tmp_path: Pa
     assert [(m.outcome, m.frames, m.with_lines, m.named) for m in report.mappings] == [("symbolized", 1, 1, 1)]
     assert report.problems() == []
     # AND a second run has nothing left to do and adds no rows
-    assert symbolize_profile(db, debug_roots=[]).frames == 0
+    assert symbolize_profile(SymbolWriter(db), debug_roots=[]).frames == 0
     assert db.execute("SELECT COUNT(*) FROM stack_profile_symbol").fetchone()[0] == 3
 
 
@@ -93,11 +93,11 @@ def test_separate_debug_file_under_binary_path(prog: Path, tmp_path: Path) -> No
     pc = malloc_call_pc(prog)
     db = _profile(tmp_path / "p.db", [_mapping(split.stripped, split.build_id)], [Frame(MappingId(1), pc)])
     # WHEN symbolized without the binary path, the frame gets only the fallback name
-    first = symbolize_profile(db, debug_roots=[])
+    first = symbolize_profile(SymbolWriter(db), debug_roots=[])
     assert first.mappings[0].outcome == "no_debug_info"
     assert db.execute("SELECT name, symbol_set_id FROM stack_profile_frame").fetchone() == (f"prog+0x{pc:x}", None)
     # WHEN symbolized again with it
-    second = symbolize_profile(db, [str(sym)], debug_roots=[])
+    second = symbolize_profile(SymbolWriter(db), [str(sym)], debug_roots=[])
     # THEN the frame is upgraded to the full inline chain
     assert second.mappings[0].file == str(build_id_path(sym, split.build_id))
     assert [s[1] for s in _symbols(db, 1)] == ["inner_alloc", "middle_alloc", "app::outer_fn(unsigned long)"]
@@ -109,7 +109,7 @@ def test_mismatching_build_id_is_refused_and_reported(prog: Path, tmp_path: Path
     other = compile_cxx(OTHER_SOURCE, tmp_path / "prog")
     db = _profile(tmp_path / "p.db", [_mapping(other, build_id(prog))], [Frame(MappingId(1), malloc_call_pc(prog))])
     # WHEN symbolized
-    report = symbolize_profile(db, debug_roots=[])
+    report = symbolize_profile(SymbolWriter(db), debug_roots=[])
     # THEN nothing of the rebuild is used: no symbols, the fallback name, the mismatch reported
     assert db.execute("SELECT COUNT(*) FROM stack_profile_symbol").fetchone()[0] == 0
     assert db.execute("SELECT name FROM stack_profile_frame").fetchone()[0].startswith("prog+0x")
@@ -124,7 +124,7 @@ def test_without_llvm_symbolizer_names_come_from_the_symbol_table(prog: Path, tm
     db = _profile(tmp_path / "p.db", [_mapping(prog, build_id(prog)), _mapping("[vdso]", "")],
                   [Frame(MappingId(1), pc), Frame(MappingId(2), 0x10), Frame(MappingId(1), 0, "FILTERED")])
     # WHEN symbolized
-    report = symbolize_profile(db, debug_roots=[], symbolizer=None)
+    report = symbolize_profile(SymbolWriter(db), debug_roots=[], symbolizer=None)
     # THEN the frame has its function name from .symtab, no symbol rows; [vdso] the fallback; FILTERED stays
     assert [r[0] for r in db.execute("SELECT name FROM stack_profile_frame ORDER BY id")] == [
         "app::outer_fn(unsigned long)", "[vdso]+0x10", "FILTERED"]
@@ -145,7 +145,7 @@ def test_libc_symbolized_from_debian_debug_files(tmp_path: Path) -> None:
     malloc_at = libc_symbols.starts[libc_symbols.raw_names.index("malloc")]
     db = _profile(tmp_path / "p.db", [_mapping(LIBC, bid)], [Frame(MappingId(1), malloc_at + 4)])
     # WHEN symbolized with the default debug root
-    report = symbolize_profile(db)
+    report = symbolize_profile(SymbolWriter(db))
     # THEN the frame has a source file and line from the debug file
     assert report.mappings[0].file.startswith("/usr/lib/debug/.build-id/")
     (_, name, file, line, inlined) = _symbols(db, 1)[-1]

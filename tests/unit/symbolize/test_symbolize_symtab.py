@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from heapscope.model import Frame, Mapping, MappingId
-from heapscope.store.writer import ProfileWriter
+from heapscope.store.writer import ProfileWriter, SymbolWriter
 from heapscope.symbolize.profile import symbolize_profile
 from heapscope.symbolize.symtab import read_elf_symbols
 
@@ -125,7 +125,7 @@ def test_names_from_symtab_and_demangled_cxx(binaries: Binaries, tmp_path: Path)
         Frame(MappingId(1), c["main"] + 1, "old_name"),  # re-named: no symbol set yet
     ])
     # WHEN names are filled in
-    result = symbolize_profile(db, symbolizer=None)
+    result = symbolize_profile(SymbolWriter(db), symbolizer=None)
     # THEN each frame has its function's (demangled) name, or the fallback
     assert _names(db) == [
         "leaf_allocator", "hidden_helper", "main", "ns::Klass::method(int)", "main", "prog+0x10", "main",
@@ -134,7 +134,7 @@ def test_names_from_symtab_and_demangled_cxx(binaries: Binaries, tmp_path: Path)
     # AND a second run (frames without symbol rows stay open to a better
     # binary later) changes nothing
     before = _names(db)
-    symbolize_profile(db, symbolizer=None)
+    symbolize_profile(SymbolWriter(db), symbolizer=None)
     assert _names(db) == before
 
 
@@ -152,7 +152,7 @@ def test_stripped_files_fall_back_to_dynsym_or_the_address(binaries: Binaries, t
         Frame(MappingId(1), full["hidden_helper"] + 2),
         Frame(MappingId(2), prog["leaf_allocator"] + 4),
     ])
-    result = symbolize_profile(db, symbolizer=None)
+    result = symbolize_profile(SymbolWriter(db), symbolizer=None)
     assert _names(db) == [
         "leaf_allocator",
         f"libleaf-stripped.so+0x{full['hidden_helper'] + 2:x}",
@@ -177,7 +177,7 @@ def test_a_file_with_another_build_id_is_never_used(binaries: Binaries, tmp_path
         Frame(MappingId(2), c["leaf_allocator"] + 4),
         Frame(MappingId(3), c["leaf_allocator"] + 4),
     ])
-    result = symbolize_profile(db, symbolizer=None)
+    result = symbolize_profile(SymbolWriter(db), symbolizer=None)
     assert _names(db) == [f"prog+0x{c['leaf_allocator'] + 4:x}", "leaf_allocator", "leaf_allocator"]
     mismatch = result.mappings[0]
     assert mismatch.outcome == "build_id_mismatch" and real in mismatch.detail and mismatch.named == 0
@@ -198,7 +198,7 @@ def test_missing_files_and_pseudo_mappings(tmp_path: Path) -> None:
         Frame(MappingId(3), 0x42),
         Frame(MappingId(4), 0x7),
     ])
-    result = symbolize_profile(db, symbolizer=None)
+    result = symbolize_profile(SymbolWriter(db), symbolizer=None)
     assert _names(db) == ["libgone.so+0x1a2b", "[vdso]+0x9f0", "[unknown]+0x42", "libtext.so+0x7"]
     assert [m.named for m in result.mappings] == [0, 0, 0, 0]
 
