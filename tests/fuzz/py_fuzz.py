@@ -49,7 +49,7 @@ except ImportError:
     sys.path.insert(0, str(ROOT / "src"))
 
 try:
-    import atheris  # type: ignore[import-untyped]
+    import atheris  # type: ignore[import-untyped,unused-ignore]
 except ImportError:  # the plain mutator below still works
     atheris = None
 
