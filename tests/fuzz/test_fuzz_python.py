@@ -80,3 +80,25 @@ def test_codec_handshake_messages_of_the_wrong_size() -> None:
         codec.Config.unpack(config.pack()[:-8])
     with pytest.raises(codec.MalformedRecord, match="wire version"):
         codec.Config.unpack(b"\0" * codec.CONFIG.size)
+
+
+@pytest.mark.parametrize("patch", ["elf_huge_strtab.elfpatch", "elf_big_symtab.elfpatch"])
+def test_elf_section_sizes_past_the_file_are_unreadable(patch: str, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by the elf target: a section size of 2**64 - 1 escaped as OverflowError, and one of
+    24 TiB as MemoryError; both readers now say the file is not a readable ELF file."""
+    monkeypatch.setenv("HEAPSCOPE_FUZZ_WORK", str(tmp_path))
+    monkeypatch.syspath_prepend(str(HERE))
+    import py_fuzz
+
+    from heapscope.symbolize import elfinfo, symtab
+
+    monkeypatch.setattr(py_fuzz, "WORK", tmp_path)
+    path = tmp_path / "patched.elf"
+    base = py_fuzz.base_elf()
+    assert symtab.read_elf_symbols(tmp_path / "base.elf").starts  # the unpatched file reads
+    path.write_bytes(py_fuzz.patch_elf(base, (HERE / "crashes" / patch).read_text()))
+    with pytest.raises(symtab.ElfReadError, match="not a readable ELF file"):
+        symtab.read_elf_symbols(path)
+    with pytest.raises(elfinfo.NotElfError, match="not a readable ELF file"):
+        elfinfo.read_elf_info(path)
