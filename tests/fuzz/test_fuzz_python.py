@@ -85,8 +85,8 @@ def test_codec_handshake_messages_of_the_wrong_size() -> None:
 @pytest.mark.parametrize("patch", ["elf_huge_strtab.elfpatch", "elf_big_symtab.elfpatch"])
 def test_elf_section_sizes_past_the_file_are_unreadable(patch: str, tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Found by the elf target: a section size of 2**64 - 1 escaped as OverflowError, and one of
-    24 TiB as MemoryError; both readers now say the file is not a readable ELF file."""
+    """Found by the elf target: a section size of 2**64 - 1 escaped as OverflowError (and one of
+    24 TiB, tried beside it, as MemoryError); both readers now say the file is not a readable ELF file."""
     monkeypatch.setenv("HEAPSCOPE_FUZZ_WORK", str(tmp_path))
     monkeypatch.syspath_prepend(str(HERE))
     import py_fuzz
