@@ -20,12 +20,14 @@ HERE = Path(__file__).resolve().parent
 # --- the C under test: sources compiled into the harness, and their include dirs ---
 INGEST_SOURCES = [
     SRC / "producer" / "ingest_core.c",
-    SRC / "producer" / "ingest_order.c",
-    SRC / "producer" / "ingest_tables.c",
+    SRC / "bookkeeping" / "tracker.c",
+    SRC / "bookkeeping" / "tracker_order.c",
+    SRC / "bookkeeping" / "tracker_tables.c",
 ]
 INCLUDE_DIRS = [
     SRC / "wire",
     SRC / "producer",
+    SRC / "bookkeeping",
 ]
 HARNESS = HERE / "ingest_fuzz.c"
 
@@ -78,7 +80,7 @@ def _input(mode: int, start: int, batches: list[tuple[bytes, int]]) -> bytes:
 
 
 def seed_inputs() -> dict[str, bytes]:
-    """Named valid inputs: every record kind, out-of-order seqs, wrap-around with PAD."""
+    """Named valid inputs: every record kind, out-of-order seqs, wrap-around with PAD, the largest sizes."""
     module = codec.ModuleRecord(0x400000, 0x401000, 0x402000, 0x1000, 0x1000, b"\x12\x34" * 10, "/bin/prog")
     stack = codec.encode_stack(7, [0x401100, 0x401200, 0x401300])
     heap = codec.encode_heap(0, 4096, "libc.malloc")
@@ -97,6 +99,13 @@ def seed_inputs() -> dict[str, bytes]:
         "duplicate_seq": _input(7, 0, [(m1 + m1 + f1 + f1, 0)]),
         "implicit_free": _input(7, 0, [(m1 + codec.encode_malloc(2, 0x1000, 8, 8, 7, 11), 0)]),
         "module_long_path": _input(7, 0, [(codec.encode_module(big), 0)]),
+        "custom_heap": _input(7, 0, [(codec.encode_heap(2, 64, "pool") + stack
+                                      + codec.encode_heap_malloc(2, 1, 0x7000, 64, 48, 7, 50)
+                                      + codec.encode_heap_free(2, 1, 0x7000) + m1 + f1, 0)]),
+        # Sample sizes at the wire's limit (ingest_core.h HS_MAX_SAMPLE_SIZE): the sums stay in range.
+        "largest_samples": _input(7 | MODE_DUMP_AT_MAX, 0, [(
+            codec.encode_malloc(1, 0x1000, 1 << 48, 1 << 48, 7, 10)
+            + codec.encode_malloc(2, 0x2000, 1 << 48, 1, 8, 20) + f1, 0)]),
     }
     # A 64-byte ring entered near its end: the writer pads, the reader wraps.
     pad = codec._pad_record(16)

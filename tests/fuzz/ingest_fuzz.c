@@ -4,8 +4,8 @@
  * The client on the other side of the ring is untrusted (docs/wire.md), so
  * the ingest must survive any bytes in the shared memory: this harness maps
  * a fake ring (meta page + data area, as wire.h lays it out), lets the fuzz
- * input play the client, and drains it through hs_ingest_drain() the way
- * producer/_ingest.c does.
+ * input play the client, and drains it through hs_ingest_drain() into a
+ * heap tracker (bookkeeping/tracker.h) the way producer/_ingest.c does.
  *
  * Input layout (every field optional: a short input just ends early):
  *
@@ -16,13 +16,17 @@
  *   then batches, each:  u16 length, u8 max_records, [u64 write_pos if raw],
  *               length bytes copied into the ring at write_pos (wrapping),
  *               after which write_pos advances by length rounded up to 8
- *               and the ingest drains up to max_records records (0 = all).
+ *               and the ingest drains up to max_records records (0 = all),
+ *               at a clock that advances 0.6 s a batch (gaps time out).
  *
  * Besides the sanitizers, the harness checks the ingest's own promises
  * after every drain and aborts when one breaks: every record handed over
- * for Python is a STACK, MODULE or HEAP record with a sane size, read_pos
- * is published, and a ring marked corrupt is never read again. At the end,
- * the live table, the per-stack totals and the peak rows must balance.
+ * for Python is a STACK, MODULE, HEAP, HEAP_MALLOC or HEAP_FREE record with
+ * a sane body, read_pos is published, and a ring marked corrupt is never
+ * read again. The live table, the per-callsite totals and the peak rows must
+ * balance after every batch, and the dump rows at the end. Each STACK record handed over
+ * gives its stack a callsite (one of four, so stacks fold together, as
+ * bookkeeping/dump.py does), and at the end every stack gets one.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -31,6 +35,7 @@
 #include <string.h>
 
 #include "ingest_core.h"
+#include "tracker.h"
 #include "wire.h"
 
 struct reader {
@@ -51,28 +56,55 @@ static void fail(const char *what) {
   abort();
 }
 
-static void check_records(const struct hs_ingest *g) {
+/* The callsite the harness gives a stack: a few, so that stacks fold together. */
+static uint64_t callsite_of(uint64_t stack_id) { return (stack_id & 3) + 1; }
+
+/* Every record handed over is a rare kind with a body the ingest checked;
+ * each STACK record read gets its callsite, as bookkeeping/dump.py does. */
+static void check_records(const struct hs_ingest *g, struct hs_tracker *t) {
   size_t off = 0;
   for (size_t i = 0; i < g->records_count; i++) {
     if (g->records.len - off < 8) fail("records buffer shorter than its count");
     uint64_t hdr;
     memcpy(&hdr, g->records.p + off, 8);
     uint32_t size = HS_RECORD_SIZE(hdr), type = HS_RECORD_TYPE(hdr);
-    if (type != HS_REC_STACK && type != HS_REC_MODULE && type != HS_REC_HEAP) fail("record type handed over");
     if (size < 8 || (size & 7) || size > g->records.len - off) fail("record size handed over");
+    const uint8_t *body = g->records.p + off + 8;
+    switch (type) {
+      case HS_REC_STACK: {
+        struct hs_stack s;
+        if (size - 8 < sizeof s) fail("short STACK handed over");
+        memcpy(&s, body, sizeof s);
+        if (s.depth > HS_MAX_FRAMES || sizeof s + 8ull * s.depth > size - 8) fail("STACK depth handed over");
+        if (hs_tracker_set_callsite(t, s.stack_id, callsite_of(s.stack_id)) < 0) t->oom = 1;
+        break;
+      }
+      case HS_REC_MODULE: {
+        struct hs_module m;
+        if (size - 8 < sizeof m) fail("short MODULE handed over");
+        memcpy(&m, body, sizeof m);
+        if (m.build_id_len > HS_BUILD_ID_MAX || sizeof m + (uint64_t)m.path_len > size - 8) fail("MODULE lengths");
+        break;
+      }
+      case HS_REC_HEAP:
+        if (size - 8 < sizeof(struct hs_heap)) fail("short HEAP handed over");
+        break;
+      case HS_REC_HEAP_MALLOC: {
+        struct hs_heap_malloc m;
+        if (size - 8 != sizeof m) fail("HEAP_MALLOC size handed over");
+        memcpy(&m, body, sizeof m);
+        if (m.sample_size > HS_MAX_SAMPLE_SIZE || m.alloc_size > HS_MAX_SAMPLE_SIZE) fail("HEAP_MALLOC sizes");
+        break;
+      }
+      case HS_REC_HEAP_FREE:
+        if (size - 8 != sizeof(struct hs_heap_free)) fail("HEAP_FREE size handed over");
+        break;
+      default:
+        fail("record type handed over");
+    }
     off += size;
   }
   if (off != g->records.len) fail("records buffer longer than its records");
-}
-
-/* Add the sample sizes of the stream's malloc rows to *allocated; *wrapped
- * once the sum no longer fits in 64 bits. */
-static void sum_mallocs(const struct hs_ingest *g, uint64_t *allocated, int *wrapped) {
-  for (size_t off = 0; off + sizeof(struct hs_stream_row) <= g->stream_rows.len; off += sizeof(struct hs_stream_row)) {
-    struct hs_stream_row row;
-    memcpy(&row, g->stream_rows.p + off, sizeof row);
-    if (row.kind == HS_REC_MALLOC) *wrapped |= __builtin_add_overflow(*allocated, row.sample_size, allocated);
-  }
 }
 
 /* HEAPSCOPE_FUZZ_SELFTEST=1: an input starting with "CRASH" aborts, so that
@@ -86,34 +118,70 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   return 0;
 }
 
-/* The books balance: the live table, the per-stack totals and (dump_at_max)
- * the peak rows describe the same bytes. Sums are mod 2^64, as in the ingest. */
-static void check_books(const struct hs_ingest *g, int wrapped) {
+/* A bucket's totals at the peak (tracker.h: unchanged since the peak, cur holds them). */
+static struct hs_totals peak_of(const struct hs_tracker *t, size_t i) {
+  return t->buckets[i].epoch != t->peak_epoch ? t->buckets[i].cur : t->rest[i].at_peak;
+}
+
+/* The books balance: the live table, the per-callsite totals and the peak
+ * rows describe the same bytes. Sums are mod 2^64, as in the tracker, but
+ * sample sizes are range-checked on the wire so nothing here wraps. */
+static void check_books(struct hs_tracker *t, uint64_t mallocs) {
   uint64_t live_bytes = 0, live_count = 0;
-  for (size_t i = 0; i <= g->live.mask; i++) {
-    const struct hs_live *e = &g->live.slots[i];
-    if (!e->used) continue;
-    if (e->stack_idx >= g->stacks.count) fail("live entry of an unknown stack");
+  for (size_t i = 0; i <= t->live.mask; i++) {
+    const struct hs_live *e = &t->live.slots[i];
+    if (!e->bucket_plus1) continue;
+    if (e->stack_idx >= t->stacks.count) fail("live entry of an unknown stack");
+    if (e->bucket_plus1 - 1 >= t->nbuckets) fail("live entry of an unknown bucket");
+    if (e->sample_size > HS_MAX_SAMPLE_SIZE) fail("live sample size out of range");
     live_bytes += e->sample_size;
     live_count++;
   }
-  if (live_count != g->live.count) fail("live count differs from the used slots");
-  uint64_t net = 0, cur = 0, max = 0;
-  for (size_t i = 0; i < g->stacks.count; i++) {
-    const struct hs_stack_totals *t = &g->stacks.totals[i];
-    net += t->alloc_bytes - t->free_bytes;
-    if (g->dump_at_max) {
-      cur += g->peak[i].cur_bytes;
-      max += g->peak[i].max_bytes;
-    }
+  if (live_count != t->live.count) fail("live count differs from the used slots");
+  if (t->live.count > mallocs) fail("more live entries than mallocs");
+  uint64_t net = 0, at_max = 0;
+  for (size_t i = 0; i < t->nbuckets; i++) {
+    const struct hs_bucket *b = &t->buckets[i];
+    if (b->into_plus1 && (b->cur.alloc_count || b->cur.alloc_bytes)) fail("a folded bucket kept totals");
+    if (b->cur.free_bytes > b->cur.alloc_bytes || b->cur.free_count > b->cur.alloc_count) fail("bucket freed more than it allocated");
+    net += b->cur.alloc_bytes - b->cur.free_bytes;
+    struct hs_totals p = peak_of(t, i);
+    at_max += p.alloc_bytes - p.free_bytes;
   }
-  if (net != live_bytes) fail("stack totals differ from the live allocations");
-  if (g->dump_at_max && (cur != net || cur != g->cur_unfreed)) fail("peak rows: current bytes differ");
-  /* Open finding (reported): sample sizes near 2^64, which no real client
-   * sends, wrap cur_unfreed and the peak rows stop summing to the peak.
-   * Checked only while the bytes ever allocated fit in 64 bits (`wrapped`
-   * says they did not; the harness sums the malloc rows of the stream). */
-  if (g->dump_at_max && !wrapped && max != g->max_unfreed) fail("peak rows do not sum to the peak");
+  if (net != live_bytes) fail("callsite totals differ from the live allocations");
+  if (net != t->cur_unfreed) fail("cur_unfreed differs from the live allocations");
+  if (t->cur_unfreed > t->max_unfreed) fail("unfreed bytes above the peak");
+  if (at_max != t->max_unfreed) fail("buckets at the peak do not sum to the peak");
+  /* hs_tracker_peak() rows cover the buckets with a callsite: with every stack resolved, all of them. */
+  int64_t n = hs_tracker_peak(t);
+  if (n < 0) {
+    t->oom = 1;
+    return;
+  }
+  uint64_t rows = 0, unresolved_at_max = 0;
+  const struct hs_peak_row *row = (const struct hs_peak_row *)t->out.p;
+  for (int64_t i = 0; i < n; i++) {
+    if (row[i].size > row[i].alloc_size || row[i].count > row[i].alloc_count) fail("peak row inconsistent");
+    rows += row[i].size;
+  }
+  for (size_t i = 0; i < t->nbuckets; i++) {
+    if (t->rest[i].callsite_id != 0) continue;
+    struct hs_totals p = peak_of(t, i);
+    unresolved_at_max += p.alloc_bytes - p.free_bytes;
+  }
+  if (rows + unresolved_at_max != t->max_unfreed) fail("peak rows do not sum to the peak");
+}
+
+/* Sum of the dump rows' sizes so far (what bookkeeping/dump.py accumulates). */
+static uint64_t dump_sizes(struct hs_tracker *t, uint64_t sum) {
+  int64_t n = hs_tracker_dump(t);
+  if (n < 0) {
+    t->oom = 1;
+    return sum;
+  }
+  const struct hs_dump_row *row = (const struct hs_dump_row *)t->out.p;
+  for (int64_t i = 0; i < n; i++) sum += (uint64_t)row[i].size;
+  return sum;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -124,12 +192,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   take(&r, &mode, 1);
   take(&r, &start, 8);
   const uint64_t ring_size = 64ull << (mode & 7);
-  const int dump_at_max = (mode >> 5) & 1, raw = (mode >> 6) & 1;
-  /* With dump_at_max the stream is on too: its malloc rows tell whether the
-   * sampled bytes overflowed 64 bits (see check_books). */
-  const int stream = ((mode >> 4) & 1) | dump_at_max;
-  uint64_t allocated = 0;
-  int wrapped = 0;
+  const int stream = (mode >> 4) & 1, dump_at_max = (mode >> 5) & 1, raw = (mode >> 6) & 1;
   if (!raw) start &= ~7ull;
 
   uint8_t *map = calloc(1, HS_META_SIZE + ring_size);
@@ -142,12 +205,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   meta->read_pos = start;
   meta->write_pos = start;
 
-  struct hs_ingest g;
-  if (hs_ingest_init(&g, map, ring_size, stream, dump_at_max) < 0) {
+  struct hs_tracker t;
+  if (hs_tracker_init(&t, stream, dump_at_max) < 0) {
     free(map);
     return 0;
   }
-  uint64_t wp = start;
+  struct hs_ingest g;
+  hs_ingest_init(&g, map, ring_size, &t);
+  uint64_t wp = start, dumped = 0;
   for (int batch = 0; batch < 64; batch++) {
     uint16_t len;
     uint8_t max_records;
@@ -162,23 +227,41 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
     const int was_corrupt = g.corrupt;
     const uint64_t rp_before = g.read_pos;
-    hs_ingest_drain(&g, max_records);
-    check_records(&g);
+    /* A clock 0.6 s a batch: gaps time out after two batches. */
+    hs_ingest_drain(&g, max_records, (uint64_t)batch * 600000000ull);
+    check_records(&g, &t);
     if (meta->read_pos != g.read_pos) fail("read_pos not published");
     if (was_corrupt && g.read_pos != rp_before) fail("a corrupt ring was read again");
     if (!g.corrupt && g.read_pos - rp_before > ring_size) fail("read past one ring's worth");
-    if (g.live.count > g.st.mallocs) fail("more live entries than mallocs");
-    if (stream) {
-      sum_mallocs(&g, &allocated, &wrapped);
-      g.stream_rows.len = 0; /* what Ingest.take_stream() does */
+    if (g.st.records < g.st.mallocs + g.st.frees + g.st.pads + g.st.malformed_records) fail("record counts");
+    if (stream) t.stream_rows.len = 0; /* what Ingest.take_stream() does */
+    if (!g.oom && !t.oom) check_books(&t, g.st.mallocs);
+    if (batch & 1) dumped = dump_sizes(&t, dumped);
+  }
+  hs_tracker_flush(&t);
+  if (t.pending.n != 0) fail("flush left pending ops");
+  /* Every stack gets its callsite, then the dump rows sum to what is reported. */
+  int64_t n = hs_tracker_unresolved(&t);
+  if (n > 0) {
+    size_t count = (size_t)n;
+    uint64_t *ids = malloc(count * sizeof *ids);
+    if (ids) {
+      memcpy(ids, t.out.p, count * sizeof *ids);
+      for (size_t i = 0; i < count; i++)
+        if (hs_tracker_set_callsite(&t, ids[i], callsite_of(ids[i])) < 0) t.oom = 1;
+      free(ids);
+    } else {
+      t.oom = 1;
     }
   }
-  if (!g.oom) check_books(&g, wrapped);
-  hs_ingest_flush(&g);
-  if (g.pending.n != 0) fail("flush left pending ops");
-  sum_mallocs(&g, &allocated, &wrapped);
-  if (!g.oom) check_books(&g, wrapped);
+  if (!g.oom && !t.oom) {
+    check_books(&t, g.st.mallocs);
+    if (hs_tracker_unresolved(&t) != 0) fail("a stack is still unresolved");
+    dumped = dump_sizes(&t, dumped);
+    if (!t.oom && dumped != (dump_at_max ? t.max_unfreed : t.cur_unfreed)) fail("dump rows do not sum up");
+  }
   hs_ingest_destroy(&g);
+  hs_tracker_destroy(&t);
   free(map);
   return 0;
 }

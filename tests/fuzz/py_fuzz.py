@@ -49,7 +49,7 @@ except ImportError:
     sys.path.insert(0, str(ROOT / "src"))
 
 try:
-    import atheris  # type: ignore[import-untyped]
+    import atheris  # type: ignore[import-untyped,unused-ignore]
 except ImportError:  # the plain mutator below still works
     atheris = None
 
@@ -264,28 +264,11 @@ def edit_value(b: Bytes) -> object:
 # holds their inputs, replayed by test_fuzz_python.py as strict xfails). While one
 # is open the fuzzers step over it, so that they can still find the next one.
 # Remove an entry when its fix lands (its xfail then passes, which fails the suite).
-OPEN_FINDINGS: dict[str, tuple[str, str, str]] = {
-    # export/_common.py Frames.path(): a parent_id cycle walks 2**20 steps building
-    # ever longer tuples, so an export never ends. A hang, not an exception: the
-    # rows target skips profiles with a cycle while this is open.
-    "callsite_cycle": ("", "export/_common.py", "path"),
-    # store/reader.py Profile._validate(): invalid UTF-8 in sqlite_master escapes
-    # as UnicodeDecodeError instead of ProfileError (a byte-mutated profile).
-    "schema_utf8": ("UnicodeDecodeError", "store/reader.py", "_validate"),
-    # export/: a REAL, BLOB or non-numeric TEXT in an integer column escapes as
-    # ValueError from int(str(v)) (perfetto.py export() and _write_interned(),
-    # pprof.py _write_mappings(), _common.py _i()), where the views say "corrupt
-    # profile" (store/reader.py _int()).
-    "export_int_values": ("ValueError", "/heapscope/export/", "*"),
-    # view/flamegraph.py process_graph(): int(r[1]) on a BLOB callsite_id, likewise.
-    "flamegraph_int_values": ("ValueError", "/heapscope/view/flamegraph.py", "*"),
-    # symbolize/symtab.py _function_symbols() (and any section read in
-    # symbolize/): a section header with sh_size >= 2**63 makes pyelftools'
-    # read() raise OverflowError, which read_elf_symbols does not map to
-    # ElfReadError. (A mutated ELF; a huge size below 2**63 would be MemoryError.)
-    "elf_huge_section": ("OverflowError", "/heapscope/symbolize/", "*"),
-    "elf_huge_section_memory": ("MemoryError", "/heapscope/symbolize/", "*"),
-}
+# (name -> (exception type name, path suffix, function or "*")). None is open: the
+# findings so far (callsite cycles, values of the wrong type in integer columns,
+# a schema that is not UTF-8, ELF sections of huge sizes) are fixed, and their
+# inputs in crashes/ replay as plain regression tests.
+OPEN_FINDINGS: dict[str, tuple[str, str, str]] = {}
 skipped_known = 0
 
 

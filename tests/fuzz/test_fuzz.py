@@ -83,6 +83,7 @@ def test_a_crash_is_reported(harness: Path, tmp_path: Path) -> None:
 # --- the seeds are valid wire: the real producer reads them without a complaint ---
 
 def _feed_real_ingest(data: bytes) -> dict[str, int]:
+    """Play a harness input (ingest_fuzz.c's layout, not raw) into the real producer's Ingest."""
     from heapscope.producer import _ingest
 
     mode = data[0]
@@ -98,7 +99,7 @@ def _feed_real_ingest(data: bytes) -> dict[str, int]:
             codec.write_meta(shm, name, value)
         ing = _ingest.Ingest(fd, ring_size, stream=bool(mode & build.MODE_STREAM),
                              dump_at_max=bool(mode & build.MODE_DUMP_AT_MAX))
-        pos, wp = 9, start
+        pos, wp, batch = 9, start, 0
         while pos + 3 <= len(data):
             length, max_records = struct.unpack_from("<HB", data, pos)
             payload = data[pos + 3:pos + 3 + length]
@@ -107,9 +108,10 @@ def _feed_real_ingest(data: bytes) -> dict[str, int]:
                 shm[codec.META_SIZE + ((wp + i) & (ring_size - 1))] = b
             wp += codec.align8(len(payload))
             codec.write_meta(shm, "write_pos", wp)
-            for rec in ing.drain(max_records):
+            for rec in ing.drain(batch * 600_000_000, max_records):
                 codec.decode_record(rec)
-        ing.flush()
+            batch += 1
+        ing.tracker.flush()
         stats = ing.stats()
         ing.close()
         shm.close()
@@ -123,3 +125,19 @@ def test_seed_is_valid_wire(name: str) -> None:
     stats = _feed_real_ingest(build.seed_inputs()[name])
     assert stats["corrupt"] == 0 and stats["malformed_records"] == 0, stats
     assert stats["records"] > 0
+
+
+def test_sample_sizes_past_the_wire_limit_are_malformed() -> None:
+    """A MALLOC or HEAP_MALLOC whose sizes are near 2^64 is counted malformed and not applied:
+    applied, such sizes wrapped the tracker's sums and its peak rows stopped summing to the peak
+    (a finding of the harness above)."""
+    huge = (1 << 64) - 8
+    m_ok = codec.encode_malloc(1, 0x1000, 64, 64, 7, 10)
+    m_huge = codec.encode_malloc(2, 0x2000, huge, 16, 7, 20)
+    m_real_huge = codec.encode_malloc(3, 0x3000, 64, huge, 7, 30)
+    hm_huge = codec.encode_heap_malloc(2, 1, 0x4000, huge, 16, 7, 40)
+    data = build._input(7 | build.MODE_DUMP_AT_MAX, 0, [(m_ok + m_huge + m_real_huge + hm_huge, 0)])
+    stats = _feed_real_ingest(data)
+    assert stats["malformed_records"] == 3, stats
+    assert stats["mallocs"] == 1, stats
+    assert stats["peak_unfreed"] == 64, stats

@@ -6,9 +6,9 @@ readers of symbolize/. A traceback other than heapscope's own errors, or an
 input slower than 10 s, fails the test and leaves the input in the work
 folder. Without atheris the same harnesses run on a plain random mutator.
 
-The inputs in tests/fuzz/crashes/ are findings reported to the code's owners:
-each replays as a strict xfail until its fix lands (then drop it from
-py_fuzz.OPEN_FINDINGS and from CRASHES_OPEN below).
+The inputs in tests/fuzz/crashes/ are the findings so far: each replays as a
+regression test, or as a strict xfail while it is open (listed in
+py_fuzz.OPEN_FINDINGS and in CRASHES_OPEN below; drop it there when its fix lands).
 """
 
 from __future__ import annotations
@@ -26,16 +26,8 @@ PY_FUZZ = HERE / "py_fuzz.py"
 SECONDS = int(os.environ.get("HEAPSCOPE_PYFUZZ_SECONDS", "10"))
 HAVE_ATHERIS = importlib.util.find_spec("atheris") is not None
 
-# crashes/*.sql -> the py_fuzz.OPEN_FINDINGS entry it shows
-CRASHES_OPEN = {
-    "callsite_cycle.sql": "callsite_cycle",
-    "allocation_size_blob.sql": "export_int_values",
-    "allocation_callsite_real.sql": "export_int_values",
-    "mapping_load_bias_real.sql": "export_int_values",
-    "frame_mapping_text.sql": "export_int_values",
-    "allocation_callsite_blob.sql": "flamegraph_int_values",
-    "elf_huge_strtab.elfpatch": "elf_huge_section",
-}
+# crashes/* -> the py_fuzz.OPEN_FINDINGS entry it shows, while that is open. None is.
+CRASHES_OPEN: dict[str, str] = {}
 
 
 def _fuzz(target: str, work: Path) -> subprocess.CompletedProcess[str]:
@@ -88,3 +80,25 @@ def test_codec_handshake_messages_of_the_wrong_size() -> None:
         codec.Config.unpack(config.pack()[:-8])
     with pytest.raises(codec.MalformedRecord, match="wire version"):
         codec.Config.unpack(b"\0" * codec.CONFIG.size)
+
+
+@pytest.mark.parametrize("patch", ["elf_huge_strtab.elfpatch", "elf_big_symtab.elfpatch"])
+def test_elf_section_sizes_past_the_file_are_unreadable(patch: str, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by the elf target: a section size of 2**64 - 1 escaped as OverflowError (and one of
+    24 TiB, tried beside it, as MemoryError); both readers now say the file is not a readable ELF file."""
+    monkeypatch.setenv("HEAPSCOPE_FUZZ_WORK", str(tmp_path))
+    monkeypatch.syspath_prepend(str(HERE))
+    import py_fuzz
+
+    from heapscope.symbolize import elfinfo, symtab
+
+    monkeypatch.setattr(py_fuzz, "WORK", tmp_path)
+    path = tmp_path / "patched.elf"
+    base = py_fuzz.base_elf()
+    assert symtab.read_elf_symbols(tmp_path / "base.elf").starts  # the unpatched file reads
+    path.write_bytes(py_fuzz.patch_elf(base, (HERE / "crashes" / patch).read_text()))
+    with pytest.raises(symtab.ElfReadError, match="not a readable ELF file"):
+        symtab.read_elf_symbols(path)
+    with pytest.raises(elfinfo.NotElfError, match="not a readable ELF file"):
+        elfinfo.read_elf_info(path)

@@ -63,8 +63,12 @@ static int rare_record_ok(uint32_t type, const uint8_t *rec, uint32_t size) {
     case HS_REC_HEAP:
       return body_size >= sizeof(struct hs_heap);
     /* Custom heaps go to Python: their trackers are made there (producer.py). */
-    case HS_REC_HEAP_MALLOC:
-      return body_size == sizeof(struct hs_heap_malloc);
+    case HS_REC_HEAP_MALLOC: {
+      struct hs_heap_malloc m;
+      if (body_size != sizeof m) return 0;
+      memcpy(&m, body, sizeof m);
+      return m.sample_size <= HS_MAX_SAMPLE_SIZE && m.alloc_size <= HS_MAX_SAMPLE_SIZE;
+    }
     case HS_REC_HEAP_FREE:
       return body_size == sizeof(struct hs_heap_free);
     default:
@@ -114,8 +118,12 @@ void hs_ingest_drain(struct hs_ingest *g, uint64_t max_records, uint64_t now_ns)
     if (type == HS_REC_MALLOC && size == 8 + sizeof(struct hs_malloc)) {
       struct hs_malloc m;
       memcpy(&m, rec + 8, sizeof m);
-      g->st.mallocs++;
-      hs_tracker_malloc(g->tracker, m.seq, m.addr, m.alloc_size, m.sample_size, m.stack_id, m.ts, now_ns);
+      if (m.sample_size > HS_MAX_SAMPLE_SIZE || m.alloc_size > HS_MAX_SAMPLE_SIZE) {
+        g->st.malformed_records++; /* sizes no real process has, that would wrap the sums */
+      } else {
+        g->st.mallocs++;
+        hs_tracker_malloc(g->tracker, m.seq, m.addr, m.alloc_size, m.sample_size, m.stack_id, m.ts, now_ns);
+      }
     } else if (type == HS_REC_FREE && size == 8 + sizeof(struct hs_free)) {
       struct hs_free f;
       memcpy(&f, rec + 8, sizeof f);

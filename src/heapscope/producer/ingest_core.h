@@ -23,6 +23,13 @@
 #include "tracker.h"
 #include "wire.h"
 
+/* The largest sample or allocation size a MALLOC or HEAP_MALLOC may carry:
+ * 2^48 bytes (256 TiB) is more than a 48-bit address space holds. A record
+ * claiming more is counted malformed: sizes near 2^64 would wrap the
+ * tracker's sums (its peak above all), while with this bound wrapping them
+ * takes 2^16 live samples of 256 TiB each. */
+#define HS_MAX_SAMPLE_SIZE (1ull << 48)
+
 /* Publish read_pos at least this often while draining. */
 #define HS_PUBLISH_BYTES 65536u
 

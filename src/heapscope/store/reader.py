@@ -267,6 +267,8 @@ def _profile_errors(path: Path) -> Iterator[None]:
         raise ProfileError(f"{path}: {_describe(e)}") from e
     except BadValue as e:
         raise ProfileError(f"{path}: corrupt profile ({e})") from e
+    except UnicodeDecodeError as e:  # an error message of SQLite's quoting bytes that are not UTF-8
+        raise ProfileError(f"{path}: corrupt profile (text that is not valid UTF-8)") from e
     except (OverflowError, MemoryError, RecursionError) as e:
         raise ProfileError(f"{path}: corrupt profile ({type(e).__name__}: {e})") from e
 
@@ -315,6 +317,8 @@ class Profile:
                 "SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()}
         except sqlite3.DatabaseError as e:
             raise ProfileError(f"{self.path}: {_describe(e)}") from e
+        except UnicodeDecodeError as e:  # SQLite's own message quotes a name that is not UTF-8
+            raise ProfileError(f"{self.path}: corrupt profile (its schema is not valid UTF-8)") from e
         if not tables:
             raise ProfileError(f"{self.path}: not a heapscope profile (an empty SQLite database)")
         if "heapscope_metadata" not in tables:

@@ -8,6 +8,7 @@ a directory tree for build ids (`--index`) stays cheap.
 
 from __future__ import annotations
 
+import os
 import struct
 import zlib
 from dataclasses import dataclass
@@ -35,6 +36,27 @@ class ElfInfo:
     debuglink_crc: int  # CRC32 of the debug file the link names
 
 
+# What pyelftools raises for a file it cannot read: its own ELFError, and for
+# sizes it takes from the file as told (a section's sh_size, a compressed
+# section's ch_size near 2**63) OverflowError or MemoryError from read().
+ELF_READ_ERRORS = (ELFError, struct.error, ValueError, IndexError, OverflowError, MemoryError)
+
+
+def check_section_bounds(elf: ELFFile, file_size: int) -> None:
+    """Raise ELFError when a section's contents would lie past the end of the file.
+
+    pyelftools reads sh_size bytes when asked for a section's data: checked
+    here first, a corrupt size is an unreadable file rather than a
+    multi-gigabyte read.
+    """
+    for section in elf.iter_sections():
+        if section["sh_type"] == "SHT_NOBITS":
+            continue
+        offset, size = section["sh_offset"], section["sh_size"]
+        if offset > file_size or size > file_size - offset:
+            raise ELFError(f"section {section.name or section['sh_name']} lies past the end of the file")
+
+
 def is_elf(path: str | Path) -> bool:
     """True when `path` is a regular file starting with the ELF magic."""
     try:
@@ -52,6 +74,7 @@ def read_elf_info(path: str | Path) -> ElfInfo:
         f.seek(0)
         try:
             elf = ELFFile(f)
+            check_section_bounds(elf, os.fstat(f.fileno()).st_size)
             build_id = ""
             has_dwarf = has_symtab = False
             link, crc = "", 0
@@ -66,7 +89,7 @@ def read_elf_info(path: str | Path) -> ElfInfo:
                     has_symtab = True
                 elif name == ".gnu_debuglink":
                     link, crc = _parse_debuglink(section.data(), elf.little_endian)
-        except (ELFError, struct.error, ValueError, IndexError) as e:
+        except ELF_READ_ERRORS as e:
             raise NotElfError(f"{path}: not a readable ELF file ({e})") from e
     return ElfInfo(str(path), build_id, has_dwarf, has_symtab, link, crc)
 

@@ -14,16 +14,16 @@ nearest-preceding rule, bounded so that it never runs into other code.
 
 from __future__ import annotations
 
+import os
 import struct
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
-from heapscope.symbolize.elfinfo import note_build_id
+from heapscope.symbolize.elfinfo import ELF_READ_ERRORS, check_section_bounds, note_build_id
 
 _STT_FUNC = 2
 _STT_GNU_IFUNC = 10
@@ -96,6 +96,7 @@ def read_elf_symbols(path: str | Path) -> ElfSymbols:
     with open(path, "rb") as f:
         try:
             elf = ELFFile(f)
+            check_section_bounds(elf, os.fstat(f.fileno()).st_size)
             build_id = _build_id(elf)
             for section_type in ("SHT_SYMTAB", "SHT_DYNSYM"):
                 table = next((s for s in elf.iter_sections() if s["sh_type"] == section_type), None)
@@ -105,7 +106,7 @@ def read_elf_symbols(path: str | Path) -> ElfSymbols:
                 if starts:
                     return ElfSymbols(str(path), build_id, table.name, starts, ends, names)
             return ElfSymbols(str(path), build_id, "")
-        except (ELFError, struct.error, ValueError, IndexError) as e:
+        except ELF_READ_ERRORS as e:
             raise ElfReadError(f"{path}: not a readable ELF file ({e})") from e
 
 
