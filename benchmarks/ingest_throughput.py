@@ -38,6 +38,9 @@ sys.path.insert(1, str(ROOT / "src"))
 
 from heapscope.wire import codec  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "tests"))  # wire_support: the client's side of the wire (tests' encoders)
+import wire_support as ws  # noqa: E402
+
 MODULE_NAME = "heapscope.producer._ingest"
 
 
@@ -97,7 +100,7 @@ def run(ingest: ModuleType, ring_size: int, data: bytes, count: int, rounds: int
     fd = os.memfd_create("hs-bench-ring")
     os.ftruncate(fd, codec.META_SIZE + ring_size)
     shm = mmap.mmap(fd, codec.META_SIZE + ring_size)
-    w = codec.RingWriter.__new__(codec.RingWriter)
+    w = ws.RingWriter.__new__(ws.RingWriter)
     w.shm, w.ring_size = shm, ring_size
     w.set("magic", codec.WIRE_MAGIC)
     w.set("version", codec.WIRE_VERSION)

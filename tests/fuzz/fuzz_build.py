@@ -42,6 +42,9 @@ except ImportError:
 
 from heapscope.wire import codec  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "tests"))  # wire_support: the client's side of the wire, for tests
+import wire_support as ws  # noqa: E402
+
 
 def clang() -> str | None:
     """The clang to build with, or None when there is none."""
@@ -82,36 +85,36 @@ def _input(mode: int, start: int, batches: list[tuple[bytes, int]]) -> bytes:
 def seed_inputs() -> dict[str, bytes]:
     """Named valid inputs: every record kind, out-of-order seqs, wrap-around with PAD, the largest sizes."""
     module = codec.ModuleRecord(0x400000, 0x401000, 0x402000, 0x1000, 0x1000, b"\x12\x34" * 10, "/bin/prog")
-    stack = codec.encode_stack(7, [0x401100, 0x401200, 0x401300])
-    heap = codec.encode_heap(0, 4096, "libc.malloc")
-    m1 = codec.encode_malloc(1, 0x1000, 4096, 100, 7, 10)
-    m2 = codec.encode_malloc(2, 0x2000, 4096, 50, 7, 20)
-    f1 = codec.encode_free(3, 0x1000)
-    f2 = codec.encode_free(4, 0x2000)
+    stack = ws.encode_stack(7, [0x401100, 0x401200, 0x401300])
+    heap = ws.encode_heap(0, 4096, "libc.malloc")
+    m1 = ws.encode_malloc(1, 0x1000, 4096, 100, 7, 10)
+    m2 = ws.encode_malloc(2, 0x2000, 4096, 50, 7, 20)
+    f1 = ws.encode_free(3, 0x1000)
+    f2 = ws.encode_free(4, 0x2000)
     big = codec.ModuleRecord(0, 0, 0, 0, 0, b"", "/lib/" + "x" * 20)
-    m3 = codec.encode_malloc(4, 0x3000, 9000, 9000, 8, 30)
+    m3 = ws.encode_malloc(4, 0x3000, 9000, 9000, 8, 30)
     seeds = {
-        "in_order": _input(7, 0, [(codec.encode_module(module) + stack + heap + m1 + m2 + f1 + f2, 0)]),
+        "in_order": _input(7, 0, [(ws.encode_module(module) + stack + heap + m1 + m2 + f1 + f2, 0)]),
         "out_of_order": _input(7 | MODE_DUMP_AT_MAX, 0, [(stack + m2 + f1 + m1 + f2, 0)]),
         "streamed": _input(7 | MODE_STREAM, 0, [(m1 + f1, 1), (m2 + f2, 0)]),
         "peak": _input(7 | MODE_DUMP_AT_MAX, 0, [(m1 + m2, 0), (f1, 0), (m3, 0)]),
-        "gap": _input(7, 0, [(m2 + codec.encode_malloc(5, 0x5000, 1, 1, 9, 40), 0)]),
+        "gap": _input(7, 0, [(m2 + ws.encode_malloc(5, 0x5000, 1, 1, 9, 40), 0)]),
         "duplicate_seq": _input(7, 0, [(m1 + m1 + f1 + f1, 0)]),
-        "implicit_free": _input(7, 0, [(m1 + codec.encode_malloc(2, 0x1000, 8, 8, 7, 11), 0)]),
-        "module_long_path": _input(7, 0, [(codec.encode_module(big), 0)]),
-        "custom_heap": _input(7, 0, [(codec.encode_heap(2, 64, "pool") + stack
-                                      + codec.encode_heap_malloc(2, 1, 0x7000, 64, 48, 7, 50)
-                                      + codec.encode_heap_free(2, 1, 0x7000) + m1 + f1, 0)]),
+        "implicit_free": _input(7, 0, [(m1 + ws.encode_malloc(2, 0x1000, 8, 8, 7, 11), 0)]),
+        "module_long_path": _input(7, 0, [(ws.encode_module(big), 0)]),
+        "custom_heap": _input(7, 0, [(ws.encode_heap(2, 64, "pool") + stack
+                                      + ws.encode_heap_malloc(2, 1, 0x7000, 64, 48, 7, 50)
+                                      + ws.encode_heap_free(2, 1, 0x7000) + m1 + f1, 0)]),
         # Sample sizes at the wire's limit (ingest_core.h HS_MAX_SAMPLE_SIZE): the sums stay in range.
         "largest_samples": _input(7 | MODE_DUMP_AT_MAX, 0, [(
-            codec.encode_malloc(1, 0x1000, 1 << 48, 1 << 48, 7, 10)
-            + codec.encode_malloc(2, 0x2000, 1 << 48, 1, 8, 20) + f1, 0)]),
+            ws.encode_malloc(1, 0x1000, 1 << 48, 1 << 48, 7, 10)
+            + ws.encode_malloc(2, 0x2000, 1 << 48, 1, 8, 20) + f1, 0)]),
     }
     # A 64-byte ring entered near its end: the writer pads, the reader wraps.
-    pad = codec._pad_record(16)
-    seeds["wrap"] = _input(0, 48, [(pad, 0), (codec.encode_free(1, 0x10), 0), (codec.encode_free(2, 0x10), 0)])
+    pad = ws.pad_record(16)
+    seeds["wrap"] = _input(0, 48, [(pad, 0), (ws.encode_free(1, 0x10), 0), (ws.encode_free(2, 0x10), 0)])
     # 128 bytes: m1 (56) + f1 (24) leave 48 bytes to the end, which a PAD fills before m2.
-    seeds["wrap_batches"] = _input(1, 1 << 40, [(m1, 0), (f1, 0), (codec._pad_record(48) + m2, 1), (f2, 0)])
+    seeds["wrap_batches"] = _input(1, 1 << 40, [(m1, 0), (f1, 0), (ws.pad_record(48) + m2, 1), (f2, 0)])
     return seeds
 
 

@@ -99,6 +99,20 @@ static void check_records(const struct hs_ingest *g, struct hs_tracker *t) {
       case HS_REC_HEAP_FREE:
         if (size - 8 != sizeof(struct hs_heap_free)) fail("HEAP_FREE size handed over");
         break;
+      case HS_REC_PYCODE: {
+        struct hs_pycode c;
+        if (size - 8 < sizeof c) fail("short PYCODE handed over");
+        memcpy(&c, body, sizeof c);
+        if (sizeof c + (uint64_t)c.name_len + c.file_len + c.table_len > size - 8) fail("PYCODE lengths");
+        break;
+      }
+      case HS_REC_PYINFO: {
+        struct hs_pyinfo i;
+        if (size - 8 < sizeof i) fail("short PYINFO handed over");
+        memcpy(&i, body, sizeof i);
+        if (sizeof i + (uint64_t)i.status_len > size - 8) fail("PYINFO length");
+        break;
+      }
       default:
         fail("record type handed over");
     }

@@ -76,6 +76,9 @@ with _instrument:
     from heapscope.store.writer import ProfileWriter
     from heapscope.wire import codec
 
+sys.path.insert(0, str(ROOT / "tests"))  # wire_support: the client's side of the wire, for tests
+import wire_support as ws  # noqa: E402
+
 # Scratch files; the caller may name the folder (and then removes it itself).
 _OWN_WORK = "HEAPSCOPE_FUZZ_WORK" not in os.environ
 WORK = Path(os.environ.get("HEAPSCOPE_FUZZ_WORK") or tempfile.mkdtemp(prefix="hs-pyfuzz-"))
@@ -96,9 +99,9 @@ def fuzz_codec(data: bytes) -> None:
 def codec_seeds() -> dict[str, bytes]:
     m = codec.ModuleRecord(0x400000, 0x401000, 0x402000, 0x1000, 0x1000, b"\xab" * 20, "/usr/bin/prog")
     return {
-        "stack": codec.encode_stack(42, [0x401000, 0x401010], truncated=True),
-        "module": codec.encode_module(m),
-        "heap": codec.encode_heap(0, 4096, "libc.malloc"),
+        "stack": ws.encode_stack(42, [0x401000, 0x401010], truncated=True),
+        "module": ws.encode_module(m),
+        "heap": ws.encode_heap(0, 4096, "libc.malloc"),
         "hello": codec.Hello(codec.WIRE_MAGIC, codec.WIRE_VERSION, 123, 1, b"t" * 16).pack(),
         "config": codec.Config(codec.Status.OK, 4096, 1 << 20, 7, 1, 0, 64).pack(),
     }

@@ -21,6 +21,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fuzz_build as build  # noqa: E402
+import wire_support as ws
 
 from heapscope.wire import codec  # noqa: E402
 
@@ -132,10 +133,10 @@ def test_sample_sizes_past_the_wire_limit_are_malformed() -> None:
     applied, such sizes wrapped the tracker's sums and its peak rows stopped summing to the peak
     (a finding of the harness above)."""
     huge = (1 << 64) - 8
-    m_ok = codec.encode_malloc(1, 0x1000, 64, 64, 7, 10)
-    m_huge = codec.encode_malloc(2, 0x2000, huge, 16, 7, 20)
-    m_real_huge = codec.encode_malloc(3, 0x3000, 64, huge, 7, 30)
-    hm_huge = codec.encode_heap_malloc(2, 1, 0x4000, huge, 16, 7, 40)
+    m_ok = ws.encode_malloc(1, 0x1000, 64, 64, 7, 10)
+    m_huge = ws.encode_malloc(2, 0x2000, huge, 16, 7, 20)
+    m_real_huge = ws.encode_malloc(3, 0x3000, 64, huge, 7, 30)
+    hm_huge = ws.encode_heap_malloc(2, 1, 0x4000, huge, 16, 7, 40)
     data = build._input(7 | build.MODE_DUMP_AT_MAX, 0, [(m_ok + m_huge + m_real_huge + hm_huge, 0)])
     stats = _feed_real_ingest(data)
     assert stats["malformed_records"] == 3, stats
