@@ -25,6 +25,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--heap", metavar="NAME",
                    help="only this heap (libc.malloc, or a custom heap; default: all heaps merged)")
     p.add_argument("--force", action="store_true", help="overwrite an existing output file")
+    p.add_argument("--python-only", action="store_true",
+                   help="leave native frames out: Python functions only (stacks without any go under "
+                        "one '[no Python frames]' node)")
 
 
 def default_output(profile: str) -> Path:
@@ -65,7 +68,7 @@ def main(args: argparse.Namespace) -> int:
     with open_profile(args.file) as profile:
         select_heap(profile, args.heap)
         dump = None if args.dump is None else parse_dump(args.dump)
-        graphs = profile_graphs(profile, args.pid, dump, args.merge)
+        graphs = profile_graphs(profile, args.pid, dump, args.merge, args.python_only)
         if args.pid is not None and not graphs:
             raise UnknownProcessError(f"{args.file}: process pid {args.pid} has no dump")
         meta = profile.metadata()

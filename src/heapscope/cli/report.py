@@ -55,6 +55,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ignore", metavar="REGEX", help="leave out call stacks with a function matching REGEX")
     p.add_argument("--heap", metavar="NAME",
                    help="only this heap (libc.malloc, or a custom heap; default: all heaps merged)")
+    p.add_argument("--python-only", action="store_true",
+                   help="hide native frames: rank Python functions only (a Python function's self is what "
+                        "the native code it called allocated)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -66,7 +69,7 @@ def main(args: argparse.Namespace) -> int:
         heaps = render_heaps(profile, args.heap)
         select_heap(profile, args.heap)
         reports = build_reports(profile, args.view, args.pid, focus=focus, ignore=ignore, dump=dump,
-                                sort=args.sort, merge=args.merge)
+                                sort=args.sort, merge=args.merge, python_only=args.python_only)
         processes = select_processes(profile, args.pid)
         ranked = process_lines(profile, processes)
         head = render_processes(ranked) + "\n" if len(processes) > 1 else ""
@@ -162,6 +165,8 @@ def render_report(r: ProcessReport, top: int) -> str:
         lines.append(f"  {'unwinder:':<{_W}} {flags.unwinder or 'unknown'}")
         if not flags.from_startup:
             lines.append(f"  {'attached:':<{_W}} while running (-p): allocations before the attach are not seen")
+    if r.coverage:
+        lines.append(f"  {'memory:':<{_W}} {r.coverage}")
     if r.warnings:
         lines.append(f"  {'warnings:':<{_W}} {'; '.join(r.warnings)}")
     if r.common and r.rows:
@@ -223,7 +228,7 @@ def render_tree(profile: object, r: ProcessReport, focus: re.Pattern[str] | None
     if r.ts is None:
         return head + "\n\n  (no dumps)\n"
     values = r.values
-    tree = build_tree(profile, sorted(values))
+    tree = build_tree(profile, sorted(values), python_only=r.python_only)
     own = tree.self_values(values, r.view)
     total = tree.cumulative(own)
     whole = r.view_total
@@ -265,7 +270,7 @@ def render_stacks(profile: object, r: ProcessReport, top: int) -> str:
     head = render_report(r, 1).split("\n\n", 1)[0]
     if r.ts is None:
         return head + "\n\n  (no dumps)\n"
-    tree = build_tree(profile, sorted(r.values))
+    tree = build_tree(profile, sorted(r.values), python_only=r.python_only)
     own = tree.self_values(r.values, r.view)
     nodes = sorted((i for i in range(len(tree)) if own[i] != 0), key=lambda i: (-abs(own[i]), i))
     if not nodes:

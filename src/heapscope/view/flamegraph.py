@@ -74,9 +74,11 @@ def process_label(p: Process) -> str:
     return f"pid {p.info.pid} {p.info.name or '?'}"
 
 
-def process_graph(profile: Profile, process: Process, dump: str | int | None = None) -> ProcessGraph:
+def process_graph(profile: Profile, process: Process, dump: str | int | None = None,
+                  python_only: bool = False) -> ProcessGraph:
     """The merged tree of a process and its four views at each of its dumps and at its peak
-    (object views de-sampled); the page opens at the state `dump` (default: the peak)."""
+    (object views de-sampled); the page opens at the state `dump` (default: the peak).
+    python_only: native frames left out (view/tree.py build_tree)."""
     upid = process.info.upid
     interval = process_interval(profile, process)
     rows = profile.dump_values(upid)
@@ -86,7 +88,7 @@ def process_graph(profile: Profile, process: Process, dump: str | int | None = N
         by_ts.setdefault(r.ts, []).append(r)
     peak = profile.peak_values(upid)
     callsite_ids = sorted({r.callsite for r in rows} | (set(peak[1]) if peak else set()))
-    tree = build_tree(profile, callsite_ids)
+    tree = build_tree(profile, callsite_ids, python_only=python_only)
     graph = ProcessGraph(process_label(process), upid, tree)
     running: dict[CallsiteId, ViewValues] = {}
     peak_at = -1
@@ -184,13 +186,14 @@ def _markup(s: str) -> object:
 
 
 def profile_graphs(profile: Profile, pid: int | None = None, dump: str | int | None = None,
-                   merge: str | None = None) -> list[ProcessGraph]:
+                   merge: str | None = None, python_only: bool = False) -> list[ProcessGraph]:
     """A graph per process with at least one dump (only `pid` when given; UnknownProcessError
     when the profile has no such process); with several, an "all processes" graph comes first:
-    one node per process (per executable with merge="exe"), each at the state it opens at."""
+    one node per process (per executable with merge="exe"), each at the state it opens at.
+    python_only: native frames left out."""
     out = []
     for p in select_processes(profile, pid):
-        g = process_graph(profile, p, dump)
+        g = process_graph(profile, p, dump, python_only)
         if g.snapshots:
             out.append(g)
     if len(out) > 1 or (merge is not None and out):

@@ -29,6 +29,7 @@ from heapscope.store.reader import Process as StoredProcess
 from heapscope.store.reader import Profile, Stat, ViewValues, mapping_basename
 from heapscope.store.select import State, check_view, process_interval, process_state, select_processes
 from heapscope.view.tree import frame_functions
+from heapscope.view.units import human_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +67,8 @@ class ProcessReport:
     common: list[str] = field(default_factory=list)  # root functions on every stack, left out of rows
     sort: str = "self"
     values: dict[CallsiteId, ViewValues] = field(default_factory=dict)  # per callsite, objects de-sampled
+    coverage: str = ""  # "seen N of RSS M": the heaps' peak against the process's peak RSS (one process)
+    python_only: bool = False  # native frames left out of rows (and of --tree/--stacks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +86,7 @@ def build_reports(
     profile: Profile, view: str, pid: int | None = None,
     focus: re.Pattern[str] | None = None, ignore: re.Pattern[str] | None = None,
     dump: str | int | None = None, sort: str = "self", merge: str | None = None, keep_common: bool = False,
+    python_only: bool = False,
 ) -> list[ProcessReport]:
     """One report per process of the profile (only those with `pid` when given).
 
@@ -90,7 +94,8 @@ def build_reports(
     with `ignore`, callsites with a matching function on their path do not.
     `dump` chooses the state (store.select.process_state); `merge="exe"`
     gives one report per executable, its processes' values summed. With
-    `keep_common`, root functions on every stack stay in the rows.
+    `keep_common`, root functions on every stack stay in the rows. With
+    `python_only`, native frames are left out (function_rows).
     """
     check_view(view)
     processes = select_processes(profile, pid)
@@ -98,7 +103,7 @@ def build_reports(
     for p in processes:
         groups.setdefault(executable(p) if merge is not None else str(p.info.upid), []).append(p)
     return [build_group_report(profile, g, view, focus=focus, ignore=ignore, dump=dump, sort=sort,
-                               keep_common=keep_common)
+                               keep_common=keep_common, python_only=python_only)
             for g in groups.values()]
 
 
@@ -110,30 +115,31 @@ def executable(p: StoredProcess) -> str:
 def build_process_report(
     profile: Profile, process: StoredProcess, view: str, ts: int | None = None,
     focus: re.Pattern[str] | None = None, ignore: re.Pattern[str] | None = None,
-    dump: str | int | None = None, sort: str = "self",
+    dump: str | int | None = None, sort: str = "self", python_only: bool = False,
 ) -> ProcessReport:
     """The report of one process at the state `dump` (default: by view), or at dump timestamp `ts`."""
     if ts is not None:
         upid = process.info.upid
         values = profile.callsite_values(upid, ts)
         state = State("dump", ts, f"at ts {ts}", values, process_interval(profile, process))
-        return _report(profile, [process], [state], view, focus, ignore, sort)
-    return build_group_report(profile, [process], view, focus=focus, ignore=ignore, dump=dump, sort=sort)
+        return _report(profile, [process], [state], view, focus, ignore, sort, python_only=python_only)
+    return build_group_report(profile, [process], view, focus=focus, ignore=ignore, dump=dump, sort=sort,
+                              python_only=python_only)
 
 
 def build_group_report(
     profile: Profile, processes: list[StoredProcess], view: str,
     focus: re.Pattern[str] | None = None, ignore: re.Pattern[str] | None = None,
-    dump: str | int | None = None, sort: str = "self", keep_common: bool = False,
+    dump: str | int | None = None, sort: str = "self", keep_common: bool = False, python_only: bool = False,
 ) -> ProcessReport:
     """One report over `processes`, each at its own state `dump`, values summed per callsite."""
     states = [process_state(profile, p, dump, view) for p in processes]
-    return _report(profile, processes, states, view, focus, ignore, sort, keep_common)
+    return _report(profile, processes, states, view, focus, ignore, sort, keep_common, python_only)
 
 
 def _report(profile: Profile, processes: list[StoredProcess], states: list[State | None], view: str,
             focus: re.Pattern[str] | None, ignore: re.Pattern[str] | None, sort: str,
-            keep_common: bool = False) -> ProcessReport:
+            keep_common: bool = False, python_only: bool = False) -> ProcessReport:
     if sort not in SORTS:
         raise UsageError(f"unknown sort {sort!r} (one of: {', '.join(SORTS)})")
     raw: dict[CallsiteId, ViewValues] = {}
@@ -151,9 +157,9 @@ def _report(profile: Profile, processes: list[StoredProcess], states: list[State
         raw = {cs: v for cs, v in raw.items() if cs in keep}
         estimates = {cs: v for cs, v in estimates.items() if cs in keep}
     leaf_values = {cs: v.get(view) for cs, v in estimates.items()}
-    rows, common = function_rows(profile, leaf_values, sort, keep_common)
+    rows, common = function_rows(profile, leaf_values, sort, keep_common, python_only)
     if view in ("objects", "alloc_objects") and interval > 1:
-        raw_rows, _ = function_rows(profile, {cs: v.get(view) for cs, v in raw.items()}, sort, True)
+        raw_rows, _ = function_rows(profile, {cs: v.get(view) for cs, v in raw.items()}, sort, True, python_only)
         raw_self = {(x.function, x.library): x.self_value for x in raw_rows}
         rows = [replace(x, samples=raw_self.get((x.function, x.library), 0)) for x in rows]
     est = None
@@ -175,6 +181,8 @@ def _report(profile: Profile, processes: list[StoredProcess], states: list[State
         view_total=sum(leaf_values.values()), rows=rows, warnings=warnings, state=label,
         processes=list(processes), samples=samples, estimate=est, interval=interval, common=common, sort=sort,
         values=estimates,
+        coverage=coverage_line(profile.stats(first.info.upid)) if len(processes) == 1 else "",
+        python_only=python_only,
     )
 
 
@@ -212,12 +220,17 @@ def filter_callsites(
 
 
 def function_rows(profile: Profile, leaf_values: dict[CallsiteId, int], sort: str = "total",
-                  keep_common: bool = False) -> tuple[list[FunctionRow], list[str]]:
+                  keep_common: bool = False, python_only: bool = False) -> tuple[list[FunctionRow], list[str]]:
     """Self and total per function from per-callsite values, ranked by `sort` (self or total), and
     the root functions that are on every stack (left out of the rows when more than one function
-    remains). Inlined functions are functions of their own, named `name [inlined]`."""
+    remains). Inlined functions are functions of their own, named `name [inlined]`.
+
+    With python_only, native frames are skipped: a Python function's self is
+    what it allocated through native code it called, and stacks without any
+    Python frame do not count."""
     callsites = profile.callsites()
     functions = frame_functions(profile)
+    python = profile.python_frames() if python_only else None
 
     # Intern functions to small ints so the path walk below hashes ints only.
     function_ids: dict[tuple[str, str], int] = {}
@@ -251,6 +264,9 @@ def function_rows(profile: Profile, leaf_values: dict[CallsiteId, int], sort: st
             if entry is None:
                 break
             parent, frame_id = entry
+            if python is not None and frame_id not in python:
+                node = parent
+                continue
             for fn, src in reversed(fns_of(frame_id)):  # innermost inlined function first
                 path.append(fn)
                 if first:
@@ -291,6 +307,15 @@ def function_rows(profile: Profile, leaf_values: dict[CallsiteId, int], sort: st
     return rows, [names[fn][0] for fn in common]
 
 
+def coverage_line(stats: list[Stat]) -> str:
+    """"seen N of RSS M" from the peak_heap_bytes and peak_rss_bytes stats; "" without an RSS."""
+    by_name = {s.name: s.value for s in stats}
+    rss = by_name.get("peak_rss_bytes", 0)
+    if not rss:
+        return ""
+    return f"seen {human_bytes(by_name.get('peak_heap_bytes', 0))} of RSS {human_bytes(rss)} (peaks)"
+
+
 def process_warnings(process: StoredProcess, stats: list[Stat]) -> list[str]:
     """What went wrong while recording this process, one short phrase each."""
     out: list[str] = []
@@ -309,6 +334,8 @@ def process_warnings(process: StoredProcess, stats: list[Stat]) -> list[str]:
         if f.client_error:
             out.append(f"client error: {f.client_error}")
     for s in stats:
-        if s.severity in ("data_loss", "error") and s.value != 0:
+        if s.name in ("python_frames", "python_allocators") and s.severity == "data_loss":
+            out.append(s.description)  # the one line saying why Python is not fully seen
+        elif s.severity in ("data_loss", "error") and s.value != 0:
             out.append(f"{s.name} = {s.value:,}")
     return out

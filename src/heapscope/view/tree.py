@@ -118,12 +118,21 @@ def frame_functions(profile: Profile) -> Callable[[FrameId], tuple[FrameFn, ...]
     return get
 
 
-def build_tree(profile: Profile, callsite_ids: Iterable[CallsiteId], inlined: bool = True) -> MergedTree:
+NO_PYTHON = "[no Python frames]"
+
+
+def build_tree(profile: Profile, callsite_ids: Iterable[CallsiteId], inlined: bool = True,
+               python_only: bool = False) -> MergedTree:
     """The merged tree of `callsite_ids` and their ancestors; a frame with inlined calls is
     one node per function (callers first), and its callsite maps to the innermost. Without
-    `inlined` (Perfetto's experimental_flamegraph), a frame is one node, its own function's."""
+    `inlined` (Perfetto's experimental_flamegraph), a frame is one node, its own function's.
+
+    With python_only, native frames are left out (a callsite is merged into the
+    node of its nearest Python ancestor); what has no Python frame at all goes
+    to one root node, NO_PYTHON."""
     callsites = profile.callsites()
     all_functions = frame_functions(profile)
+    python = profile.python_frames() if python_only else None
 
     def functions(frame_id: FrameId) -> tuple[FrameFn, ...]:
         fns = all_functions(frame_id)
@@ -153,6 +162,9 @@ def build_tree(profile: Profile, callsite_ids: Iterable[CallsiteId], inlined: bo
             node = entry[0]
         parent_node = raw_node.get(node, -1) if node is not None else -1
         for cs in reversed(chain):
+            if python is not None and callsites[cs][1] not in python:
+                raw_node[cs] = parent_node  # merged into its nearest Python ancestor (or -1: none)
+                continue
             for fn in functions(callsites[cs][1]):
                 src = None if fn.source_file is None else (fn.source_file, fn.line_number)
                 key = (parent_node, fn.name, fn.map_name)
@@ -168,6 +180,14 @@ def build_tree(profile: Profile, callsite_ids: Iterable[CallsiteId], inlined: bo
                     k_src[idx] = src
                 parent_node = idx
             raw_node[cs] = parent_node
+
+    if python is not None and any(n < 0 for n in raw_node.values()):
+        orphan = len(k_parent)
+        k_parent.append(-1)
+        k_name.append(NO_PYTHON)
+        k_map.append("")
+        k_src.append(None)
+        raw_node = {cs: orphan if n < 0 else n for cs, n in raw_node.items()}
 
     # Second pass: renumber in preorder, siblings by (name, mapping).
     children: list[list[int]] = [[] for _ in k_parent]
@@ -281,14 +301,17 @@ def path_filter(
 ) -> list[bool]:
     """Per node: True if the path root..node has a function matching `focus` (when
     given) and none matching `ignore` (when given). Applied to leaf callsites by
-    `report --focus/--ignore`."""
+    `report --focus/--ignore`. A Python frame (its mapping is its source file,
+    bookkeeping/frames.py) also matches by its file path."""
     ok_focus = [focus is None] * len(tree)
     bad = [False] * len(tree)
     for i in range(len(tree)):
         p = tree.parent[i]
         name = tree.name[i]
+        src = tree.source_file[i]
+        texts = (name, src) if src is not None and src == tree.map_name[i] else (name,)
         if focus is not None:
-            ok_focus[i] = (p >= 0 and ok_focus[p]) or bool(focus.search(name))
+            ok_focus[i] = (p >= 0 and ok_focus[p]) or any(focus.search(t) for t in texts)
         if ignore is not None:
-            bad[i] = (p >= 0 and bad[p]) or bool(ignore.search(name))
+            bad[i] = (p >= 0 and bad[p]) or any(ignore.search(t) for t in texts)
     return [f and not b for f, b in zip(ok_focus, bad, strict=True)]
