@@ -24,7 +24,7 @@ from pathlib import Path
 
 from heapscope.cli import record as record_cli
 from heapscope.errors import UsageError
-from heapscope.recording import Recording, RecordingOptions, client_library
+from heapscope.recording import Recording, client_library
 
 NAME = "live"
 HELP = "record a command (or attach) and watch its heap in the terminal while it runs"
@@ -55,15 +55,7 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("give either -p PID or a command to run, not both")
     if not pids and not command:
         raise UsageError("no command to watch: heapscope live [options] -- CMD [ARGS...] (or -p PID)")
-    options = RecordingOptions(
-        duration=record_cli._parse_duration(args.duration) if args.duration is not None else None,
-        continuous_ms=args.continuous_dump, phase_ms=args.dump_phase,
-        max_memory_mb=args.max_producer_memory, max_cpu_s=args.max_producer_cpu,
-        symbolize=not args.no_symbolize, force=args.force,
-        command=" ".join(command) if command else "-p " + ",".join(map(str, pids)),
-    )
-    if args.output is not None and not args.output.strip():
-        raise UsageError("-o/--output must not be empty")
+    options = record_cli.recording_options(args, command, pids)
     library = client_library()
     executable = record_cli._resolve(command[0]) if command else ""
     name = Path(command[0]).name if command else f"pid{pids[0]}"

@@ -92,15 +92,7 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("give either -p PID or a command to run, not both")
     if not pids and not command:
         raise UsageError("no command to profile: heapscope record [options] -- CMD [ARGS...] (or -p PID)")
-    options = RecordingOptions(
-        duration=_parse_duration(args.duration) if args.duration is not None else None,
-        continuous_ms=args.continuous_dump, phase_ms=args.dump_phase,
-        max_memory_mb=args.max_producer_memory, max_cpu_s=args.max_producer_cpu,
-        symbolize=not args.no_symbolize, force=args.force,
-        command=" ".join(command) if command else "-p " + ",".join(map(str, pids)),
-    )
-    if args.output is not None and not args.output.strip():
-        raise UsageError("-o/--output must not be empty")
+    options = recording_options(args, command, pids)
     library = client_library()
     if pids:
         executable = ""
@@ -140,6 +132,20 @@ def main(args: argparse.Namespace) -> int:
 
 def _quiet(_msg: str) -> None:
     pass
+
+
+def recording_options(args: argparse.Namespace, command: list[str], pids: list[int]) -> RecordingOptions:
+    """The session options `record` and `live` share, checked; -o checked too."""
+    options = RecordingOptions(
+        duration=_parse_duration(args.duration) if args.duration is not None else None,
+        continuous_ms=args.continuous_dump, phase_ms=args.dump_phase,
+        max_memory_mb=args.max_producer_memory, max_cpu_s=args.max_producer_cpu,
+        symbolize=not args.no_symbolize, force=args.force,
+        command=" ".join(command) if command else "-p " + ",".join(map(str, pids)),
+    )
+    if args.output is not None and not args.output.strip():
+        raise UsageError("-o/--output must not be empty")
+    return options
 
 
 def _pids(values: list[str]) -> list[int]:
