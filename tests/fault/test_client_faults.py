@@ -223,11 +223,13 @@ def test_process_life(record: Recorder, mode: str, unwinder: str) -> None:
 
 @pytest.mark.timeout(300)
 def test_signal_handler_allocates_while_target_is_in_malloc(record: Recorder) -> None:
-    """A handler that mallocs and frees, 300 times, interrupting a loop of
-    malloc/free (and so often the client itself, under its guard: those
-    allocations pass through unsampled, as the client's own do). Nothing
+    """A handler that mallocs and frees, 300 times. Half the signals interrupt
+    a loop of malloc/free (and so often the client itself, under its guard:
+    those allocations pass through unsampled, as the client's own do); the
+    other half interrupt a spin outside malloc, so are always sampled. Nothing
     deadlocks or crashes; every sampled handler allocation is 770 bytes and
-    its free is seen."""
+    its free is seen. (CI once had all 300 land inside the client when the
+    test relied on luck for the lower bound.)"""
     exe = life()
     plain = plain_run([exe, "sigmalloc"])
     assert plain.returncode == 0, plain.describe()
@@ -236,7 +238,7 @@ def test_signal_handler_allocates_while_target_is_in_malloc(record: Recorder) ->
     profile = rec.profile()
     try:
         got = views_everywhere(profile, "on_usr2")
-        assert 0 < got.alloc_objects <= 300, rec.describe()
+        assert 150 <= got.alloc_objects <= 300, rec.describe()
         assert got == Views(770 * got.alloc_objects, got.alloc_objects, 0, 0), rec.describe()
     finally:
         profile.close()

@@ -19,10 +19,11 @@
  *   atexit         life_atexit 11000,10,11000,10; life_dtor 12000,10,12000,10
  *   oom            no ground truth: malloc returns NULL under RLIMIT_AS
  *   sigkill|sigsegv|abort   life_before_death 13000,10,13000,10, then death
- *   sigmalloc      on_usr2: up to 300 x 770 bytes, all freed (a handler that
- *                  mallocs while the interrupted thread loops on malloc/free;
- *                  when it interrupts the client itself, its allocation passes
- *                  through unsampled)
+ *   sigmalloc      on_usr2: 150 to 300 x 770 bytes, all freed (a handler that
+ *                  mallocs; the odd signals interrupt a loop of malloc/free,
+ *                  and when they interrupt the client itself the handler's
+ *                  allocation passes through unsampled; the even ones
+ *                  interrupt a spin with no malloc in it, so are all sampled)
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -282,13 +283,24 @@ struct kicker {
   pthread_t target;
 };
 
+/* Even signals are sent only once the main thread has said it is spinning
+ * outside malloc (quiet == 2), so at least 150 handler allocations cannot
+ * land inside the client: the lower bound is exact, not a matter of luck. */
+static volatile int quiet;
+
 static void *kick(void *arg) {
   struct kicker *k = arg;
   for (int i = 0; i < 300; i++) {
+    if (i % 2 == 0) {
+      __atomic_store_n(&quiet, 1, __ATOMIC_RELEASE);
+      while (__atomic_load_n(&quiet, __ATOMIC_ACQUIRE) != 2)
+        sched_yield();
+    }
     pthread_kill(k->target, SIGUSR2);
     /* Wait for this one to be handled before the next: no signal merges. */
     while (__atomic_load_n(&usr2_count, __ATOMIC_ACQUIRE) <= i)
       sched_yield();
+    __atomic_store_n(&quiet, 0, __ATOMIC_RELEASE);
   }
   __atomic_store_n(&stop_threads, 1, __ATOMIC_RELEASE);
   return NULL;
@@ -306,6 +318,12 @@ static int sigmalloc(void) {
   pthread_create(&th, NULL, kick, &k);
   long loops = 0;
   while (!__atomic_load_n(&stop_threads, __ATOMIC_ACQUIRE)) {
+    if (__atomic_load_n(&quiet, __ATOMIC_ACQUIRE) == 1) {
+      __atomic_store_n(&quiet, 2, __ATOMIC_RELEASE);
+      while (__atomic_load_n(&quiet, __ATOMIC_ACQUIRE) == 2)
+        ; /* the signal arrives here, outside malloc */
+      continue;
+    }
     free(malloc(32));
     loops++;
   }
