@@ -116,6 +116,8 @@ class ProcessPeak:
     name: str
     peak_bytes: int
     top: list[tuple[str, int]]  # (call path, innermost frames last; bytes), largest first
+    heap: str = ""  # the heap of peak_bytes and top (store.select.default_heap) when the profile has several
+    other_heaps: list[tuple[str, int]] = field(default_factory=list)  # (name, bytes at its own peak), custom heaps
 
 
 @dataclass(slots=True)
@@ -140,6 +142,7 @@ class Summary:
     peak_heap: int = 0  # sum over processes of each one's peak of sampled unreleased bytes
     peak_rss: int = 0  # sum over processes of each one's peak RSS (VmHWM), as read
     peaks: list[ProcessPeak] = field(default_factory=list)  # largest peak first
+    attached_heaps_note: str = ""  # -p: custom heaps registered before the attach are not seen
     not_profiled: list[str] = field(default_factory=list)  # targets the client never ran in, and why
     shallow_stacks: list[str] = field(default_factory=list)  # --unwinder fp without frame pointers
     unsymbolized: list[Unsymbolized] = field(default_factory=list)  # modules left `lib+0x...`, with the fix
@@ -742,6 +745,9 @@ class Recording:
             s.python = sorted({p.python_status for p in procs if p.python_status})
             s.peak_heap = sum(p.final_stats.get("peak_unfreed", 0) for p in procs)
             s.peak_rss = sum(p.peak_rss for p in procs)
+            if any(not p.flags.from_startup for p in procs):
+                from heapscope.producer.producer import ATTACH_HEAPS_NOTE
+                s.attached_heaps_note = ATTACH_HEAPS_NOTE
             invalid = sum(p.final_meta.get("python_walks_invalid", 0) for p in procs)
             unplaced = sum(p.heap.python.unplaced for p in procs)
             if invalid:
@@ -842,15 +848,23 @@ class Recording:
             shown = list(reversed(names[:STACK_FRAMES_SHOWN]))
             return ("… > " if more else "") + " > ".join(shown)
 
+        # One heap (store.select: a pool's memory is in its malloc block too); the others by their peaks.
+        from heapscope.store.select import heap_peaks, select_heap
+        heap = select_heap(profile, None)
+        others: dict[int, list[tuple[str, int]]] = {}
+        for upid_, name, size, _count in heap_peaks(profile):
+            if name != heap:
+                others.setdefault(upid_, []).append((name, size))
         for stored in profile.processes():
             upid = int(stored.info.upid)
             peak = profile.peak_callsites(upid)
             if peak is not None:
                 _ts, rows = peak
                 total = sum(size for _cs, size in rows if size > 0)
-                if total > 0:
+                if total > 0 or upid in others:
                     s.peaks.append(ProcessPeak(stored.info.pid, stored.info.name or "?", total,
-                                               [(path_text(cs), size) for cs, size in rows[:TOP_STACKS] if size > 0]))
+                                               [(path_text(cs), size) for cs, size in rows[:TOP_STACKS] if size > 0],
+                                               (heap or "") if upid in others else "", others.get(upid, [])))
         s.peaks.sort(key=lambda pk: -pk.peak_bytes)
 
     def _uninstall_signals(self) -> None:

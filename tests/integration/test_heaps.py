@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import math
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -64,6 +65,14 @@ def heap_views(profile: Profile, upid: int, heap: str, function: str) -> Views:
             for i, key in enumerate(("alloc_space", "alloc_objects", "space", "objects")):
                 total[i] += r[key]
     return Views(*total)
+
+
+def heap_process(profile: Profile, heap: str) -> int:
+    """The one process with dumps of `heap` (an editable install's import may run a build
+    child under the interpreter: it is profiled too, without the heap)."""
+    rows = profile.query("SELECT DISTINCT upid FROM heap_profile WHERE heap_name = ?", (heap,))
+    assert len(rows) == 1, (heap, rows)
+    return int(rows[0]["upid"])
 
 
 def heaps_of(profile: Profile, upid: int) -> dict[str, int]:
@@ -171,7 +180,7 @@ def test_python_api(record, tmp_path):
     rec = record([sys.executable, script], interval=1)
     assert rec.returncode == 0 and rec.stdout == b"enabled\ndone\n", rec.describe()
     profile = rec.profile()
-    (upid,) = [r["upid"] for r in profile.processes()]
+    upid = heap_process(profile, "py.buffers")
     rows = profile.query("SELECT SUM(size) AS s, SUM(count) AS n,"
                          " SUM(CASE WHEN size > 0 THEN size ELSE 0 END) AS a FROM heap_profile_allocation"
                          " WHERE upid = ? AND heap_name = 'py.buffers'", (upid,))
@@ -234,7 +243,7 @@ def test_python_threads_share_a_heap_exactly(record, tmp_path):
     rec = record([sys.executable, script], interval=1)
     assert rec.returncode == 0 and rec.stdout == b"enabled\n", rec.describe()
     profile = rec.profile()
-    (upid,) = [r["upid"] for r in profile.processes()]
+    upid = heap_process(profile, "py.shared")
     rows = profile.query("SELECT SUM(CASE WHEN size > 0 THEN size ELSE 0 END) AS a, SUM(size) AS s,"
                          " SUM(count) AS n FROM heap_profile_allocation WHERE upid = ? AND heap_name = 'py.shared'",
                          (upid,))
@@ -271,3 +280,178 @@ def test_header_compiles_cleanly(tmp_path, compiler):
     assert out.returncode == 0, out.stderr
     run = run_process([tmp_path / "use"])
     assert run.returncode == 0, run.describe()  # not profiled: register gave 0
+
+
+# -- default views show one heap; the others are listed and picked (issue 16) ----------------
+
+ARENA_PEAK = 2000 * 64 + 500 * 208 + 10 * 100000  # test.arena at its own peak (arena.c)
+POOL_PEAK = 300 * 32
+
+
+def heap_peak_bytes(profile: Profile, upid: int) -> dict[str, int]:
+    return {r["heap_name"]: r["s"] for r in profile.query(
+        "SELECT heap_name, SUM(size) AS s FROM heapscope_peak_allocation WHERE upid = ? GROUP BY heap_name", (upid,))}
+
+
+def pprof_samples(path: Path) -> list[tuple[dict[str, str], list[int]]]:
+    """(string labels, values) of every sample of a gzip pprof file."""
+    from export_support import decode, packed_ints
+
+    fields = decode(gzip.decompress(path.read_bytes()))
+    strings = [v.decode() for k, v in fields if k == 6 and isinstance(v, bytes)]
+    out = []
+    for k, v in fields:
+        if k != 2 or not isinstance(v, bytes):
+            continue
+        labels, values = {}, []
+        for sk, sv in decode(v):
+            if sk == 2 and isinstance(sv, bytes):
+                values = packed_ints(sv)
+            elif sk == 3 and isinstance(sv, bytes):
+                lab = dict(decode(sv))
+                if 2 in lab:
+                    labels[strings[int(lab[1])]] = strings[int(lab[2])]
+        out.append((labels, values))
+    return out
+
+
+@pytest.fixture(scope="module")
+def arena_db(arena: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """arena recorded at -i 1 (libc.malloc, test.arena, test.pool)."""
+    db = tmp_path_factory.mktemp("arena_db") / "arena.db"
+    run = run_process([*HEAPSCOPE, "record", "-q", "-i", "1", "-o", db, "--", arena], timeout=120)
+    assert run.returncode == 0, run.describe()
+    return db
+
+
+@pytest.mark.timeout(120)
+def test_default_report_shows_the_malloc_heap_and_lists_the_others(arena_db):
+    """The pool's 4 MiB block is in libc.malloc and its objects in test.arena: the default report
+    shows libc.malloc alone (nothing twice), lists each heap with its own peak, --heap all merges."""
+    from heapscope.store.reader import open_profile
+    from heapscope.store.select import default_heap, select_heap
+    from heapscope.view.report import build_reports
+
+    with open_profile(arena_db) as prof:
+        assert default_heap(prof) == "libc.malloc"
+        (upid,) = [p.info.upid for p in prof.processes()]
+        raw = prof.sql_connection().execute(
+            "SELECT heap_name, SUM(size) FROM heapscope_peak_allocation WHERE upid = ? GROUP BY heap_name",
+            (upid,)).fetchall()
+        peaks = {str(h): int(s) for h, s in raw}
+        assert peaks["test.arena"] == ARENA_PEAK and peaks["test.pool"] == POOL_PEAK, peaks
+        assert select_heap(prof, None) == "libc.malloc"
+        (default,) = build_reports(prof, "space")
+        assert default.view_total == peaks["libc.malloc"]
+        assert select_heap(prof, "all") is None
+        (merged,) = build_reports(prof, "space")
+        assert merged.view_total == sum(peaks.values())
+        assert select_heap(prof, "test.pool") == "test.pool"
+        (pool,) = build_reports(prof, "space")
+        assert pool.view_total == POOL_PEAK and "make_pooled" in [*pool.common, *(r.function for r in pool.rows)]
+    text = run_process([*HEAPSCOPE, "report", arena_db, "--top", "50"])
+    assert text.returncode == 0, text.describe()
+    head, body = text.stdout.decode().split("\n\n", 1)
+    assert re.search(r"test\.arena\s+1\.2 MiB\s+2510 objects", head), head
+    assert "showing: libc.malloc" in head and "make_nodes" not in body and "arena_new" in body, text.stdout
+    merged_text = run_process([*HEAPSCOPE, "report", arena_db, "--heap", "all", "--top", "50"]).stdout.decode()
+    assert "counted twice" in merged_text and "make_nodes" in merged_text and "arena_new" in merged_text
+
+
+@pytest.mark.timeout(120)
+def test_record_summary_names_the_heap_and_lists_the_others(arena, record):
+    rec = record([arena], interval=1)
+    assert rec.returncode == 0, rec.describe()
+    err = rec.stderr.decode()
+    assert re.search(r"arena \(pid \d+\): peak 4\.0 MiB sampled unreleased in libc\.malloc", err), err
+    assert "other heaps, each at its own peak (report --heap NAME): test.arena 1.2 MiB, test.pool 9.4 KiB" in err
+
+
+@pytest.mark.timeout(120)
+def test_exports_default_to_one_heap_and_take_heap(arena_db, tmp_path):
+    """pprof, speedscope, collapsed: the default heap (pprof: every sample labelled with its heap);
+    --heap all in pprof: every heap, each sample labelled; perfetto: every heap under its name."""
+    def export(fmt: str, *extra: str) -> Path:
+        out = tmp_path / f"{fmt}-{'-'.join(extra) or 'default'}.out"
+        run = run_process([*HEAPSCOPE, "export", arena_db, "-f", fmt, "-o", out, *extra])
+        assert run.returncode == 0, run.describe()
+        return out
+
+    default = pprof_samples(export("pprof"))
+    assert default and {lab.get("heap") for lab, _ in default} == {"libc.malloc"}, default
+    every = pprof_samples(export("pprof", "--heap", "all"))
+    by_heap: dict[str, int] = {}
+    for lab, values in every:
+        by_heap[lab["heap"]] = by_heap.get(lab["heap"], 0) + values[3]  # inuse_space at each heap's peak
+    assert by_heap["test.arena"] == ARENA_PEAK and by_heap["test.pool"] == POOL_PEAK, by_heap
+    assert by_heap["libc.malloc"] == sum(v[3] for _, v in default)
+    for fmt in ("collapsed", "speedscope"):
+        text = export(fmt).read_text()
+        assert "arena_new" in text and "make_nodes" not in text, fmt
+        assert "make_nodes" in export(fmt, "--heap", "test.arena").read_text()
+    trace = export("perfetto").read_bytes()
+    assert all(name in trace for name in (b"libc.malloc", b"test.arena", b"test.pool"))
+    one = export("perfetto", "--heap", "test.pool").read_bytes()
+    assert b"test.pool" in one and b"test.arena" not in one
+
+
+@pytest.mark.timeout(180)
+def test_flamegraph_heap_picker_in_the_browser(arena_db, tmp_path):
+    """Every heap is in the page; it opens at libc.malloc, the picker switches heaps (the same
+    process stays selected) and back, the merged entry holds them all."""
+    from test_views import browser
+
+    html = tmp_path / "heaps.html"
+    run = run_process([*HEAPSCOPE, "flamegraph", arena_db, "-o", html])
+    assert run.returncode == 0, run.describe()
+    res = browser(tmp_path, html, [
+        {"do": "eval", "js": "[window.heapscope.heapName(), window.heapscope.rootTotal('space'),"
+                             " [...document.querySelectorAll('#heap option')].map((o) => o.textContent),"
+                             " document.getElementById('heap-field').hidden]"},
+        {"do": "select", "selector": "#heap", "label": "test.arena"},
+        {"do": "eval", "js": "[window.heapscope.heapName(), window.heapscope.rootTotal('space'),"
+                             " window.heapscope.frameCentre('make_nodes') !== null,"
+                             " window.heapscope.frameCentre('arena_new') !== null]"},
+        {"do": "select", "selector": "#heap", "label": "test.pool"},
+        {"do": "eval", "js": "[window.heapscope.heapName(), window.heapscope.rootTotal('objects')]"},
+        {"do": "select", "selector": "#heap", "label": "all heaps merged (pools counted twice)"},
+        {"do": "eval", "js": "[window.heapscope.heapName(), window.heapscope.rootTotal('space')]"},
+        {"do": "select", "selector": "#heap", "label": "libc.malloc"},
+        {"do": "eval", "js": "[window.heapscope.heapName(), window.heapscope.rootTotal('space'),"
+                             " window.heapscope.frameCentre('make_nodes') === null]"},
+        {"do": "screenshot", "path": str(tmp_path / "heaps.png")},
+    ])
+    r = res["results"]
+    malloc_total = r[0][1]
+    assert r[0] == ["libc.malloc", malloc_total, ["libc.malloc", "test.arena", "test.pool",
+                                                  "all heaps merged (pools counted twice)"], False], r[0]
+    assert malloc_total >= 4 * 1024 * 1024
+    assert r[2] == ["test.arena", ARENA_PEAK, True, False], r[2]
+    assert r[4] == ["test.pool", 300], r[4]
+    assert r[6] == ["all", malloc_total + ARENA_PEAK + POOL_PEAK], r[6]
+    assert r[8] == ["libc.malloc", malloc_total, True], r[8]
+    one = tmp_path / "pool.html"
+    run = run_process([*HEAPSCOPE, "flamegraph", arena_db, "--heap", "test.pool", "-o", one])
+    assert run.returncode == 0, run.describe()
+    opened = browser(tmp_path, one, [{"do": "eval", "js": "window.heapscope.heapName()"}])
+    assert opened["results"] == ["test.pool"]
+
+
+@pytest.mark.timeout(60)
+def test_a_profile_with_one_heap_has_no_picker(tmp_path):
+    """No custom heaps: the page data and report are as before (no heap list, no picker)."""
+    from heapscope.model import ProcessInfo, Upid
+    from heapscope.store.reader import open_profile
+    from heapscope.store.select import default_heap, heap_names, select_heap
+    from heapscope.store.writer import ProfileWriter
+    from heapscope.view.flamegraph import heap_graphs, payload
+
+    db = tmp_path / "one.db"
+    w = ProfileWriter(db)
+    w.add_process(ProcessInfo(Upid(1), 42, 1, "x", "x", "/x", 0, 1))
+    w.commit()
+    w.close()
+    with open_profile(db) as prof:
+        assert heap_names(prof) == [] and default_heap(prof) is None and select_heap(prof, None) is None
+        heaps, at = heap_graphs(prof)
+        assert "heaps" not in payload(heaps[at].graphs, title="t", heaps=heaps, heap=at)

@@ -11,6 +11,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from types import ModuleType
 
 from heapscope import __version__
@@ -61,9 +62,11 @@ class _PrintInclude(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
                  values: object, option_string: str | None = None) -> None:
-        from importlib.resources import files
+        import heapscope
 
-        print(files("heapscope") / "include")
+        # The package's directory, not importlib.resources.files(): an editable
+        # (meson-python) install gives a Traversable whose str() is no path.
+        print(Path(heapscope.__file__).resolve().parent / "include")
         parser.exit()
 
 

@@ -11,7 +11,7 @@ from heapscope.export import FORMATS
 from heapscope.model import VIEWS
 from heapscope.store.files import EXPORT, atomic_output
 from heapscope.store.reader import open_profile
-from heapscope.store.select import select_heap
+from heapscope.store.select import ALL_HEAPS, HEAP_HELP, heap_names, select_heap
 
 NAME = "export"
 HELP = "write a profile as pprof, Perfetto trace, Chrome JSON, speedscope or collapsed stacks"
@@ -28,7 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the view single-view formats show, and pprof's default sample type (default: space)")
     p.add_argument("-p", "--pid", type=int, metavar="PID", help="only this process")
     p.add_argument("--heap", metavar="NAME",
-                   help="only this heap (libc.malloc, or a custom heap; default: all heaps merged)")
+                   help=HEAP_HELP + "; perfetto keeps heaps apart (each under its heap_name) and exports every"
+                   " heap by default; pprof with all labels each sample with its heap")
     p.add_argument("--dump", metavar="peak|end|N",
                    help="pprof/speedscope/collapsed: the state of each process (peak, end, or dump N; 1 = first,"
                         " -1 = last; default: peak for space/objects, end for the alloc views);"
@@ -69,7 +70,11 @@ def main(args: argparse.Namespace) -> int:
     elif args.chrome_thresholds:
         raise UsageError("--chrome-thresholds goes with --format chrome-json")
     with open_profile(args.file) as profile:
-        select_heap(profile, args.heap)
+        heap = args.heap
+        if heap is None and args.format == "perfetto":
+            heap = ALL_HEAPS  # the trace names each heap, as heapprofd's do: nothing is counted twice
+        if select_heap(profile, heap) is None and args.format == "pprof":
+            extra = {"heaps": heap_names(profile)}  # one sample per heap and callsite, labelled
         if args.output == "-":
             exporter(profile, sys.stdout.buffer, view=args.view, pid=args.pid, dump=args.dump, **extra)
             sys.stdout.buffer.flush()

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from heapscope.store.files import OutputKind, atomic_output
+from heapscope.store.select import HEAP_HELP
 
 NAME = "flamegraph"
 HELP = "write an interactive HTML flamegraph (one file, works offline)"
@@ -23,7 +24,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--merge", choices=("exe",),
                    help="exe: the 'all processes' graph has one node per executable, its processes merged")
     p.add_argument("--heap", metavar="NAME",
-                   help="only this heap (libc.malloc, or a custom heap; default: all heaps merged)")
+                   help="the heap the page opens at (every heap is in the page, with a picker): "
+                   + HEAP_HELP.split(": ", 1)[1])
     p.add_argument("--force", action="store_true", help="overwrite an existing output file")
     p.add_argument("--python-only", action="store_true",
                    help="leave native frames out: Python functions only (stacks without any go under "
@@ -61,19 +63,19 @@ PAGE = OutputKind("flamegraph page", _ours, rewrite_ours=True, others_with_force
 def main(args: argparse.Namespace) -> int:
     from heapscope.errors import UnknownProcessError
     from heapscope.store.reader import open_profile
-    from heapscope.store.select import parse_dump, select_heap
-    from heapscope.view.flamegraph import payload, profile_graphs, render_html
+    from heapscope.store.select import parse_dump
+    from heapscope.view.flamegraph import heap_graphs, payload, render_html
 
     out = Path(args.output) if args.output else default_output(args.file)
     with open_profile(args.file) as profile:
-        select_heap(profile, args.heap)
         dump = None if args.dump is None else parse_dump(args.dump)
-        graphs = profile_graphs(profile, args.pid, dump, args.merge, args.python_only)
-        if args.pid is not None and not graphs:
+        heaps, at = heap_graphs(profile, args.heap, args.pid, dump, args.merge, args.python_only)
+        graphs = heaps[at].graphs
+        if args.pid is not None and not any(h.graphs for h in heaps):
             raise UnknownProcessError(f"{args.file}: process pid {args.pid} has no dump")
         meta = profile.metadata()
     subtitle = meta.get("command", "")
-    html = render_html(payload(graphs, title=Path(args.file).name, subtitle=subtitle))
+    html = render_html(payload(graphs, title=Path(args.file).name, subtitle=subtitle, heaps=heaps, heap=at))
     write_page(out, html, args.force)
     n = len([g for g in graphs if g.upid >= 0])
     print(f"wrote {out} ({len(html.encode()) / 1024:.0f} KiB, {n} process{'' if n == 1 else 'es'})")

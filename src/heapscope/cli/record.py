@@ -266,10 +266,17 @@ def _summary(s: Summary) -> None:
     if s.problems:
         lines.append(f"profile incomplete: {s.problems[0]}")
     lines += s.not_profiled
+    if s.attached_heaps_note:
+        lines.append(f"attached: {s.attached_heaps_note}")
     shown = s.peaks if len(s.peaks) <= PEAKS_SHOWN + 1 else s.peaks[:PEAKS_SHOWN]
     for pk in shown:
-        lines.append(f"{pk.name} (pid {pk.pid}): peak {human_bytes(pk.peak_bytes)} sampled unreleased; largest stacks:")
+        heap = f" in {pk.heap}" if pk.heap else ""
+        lines.append(f"{pk.name} (pid {pk.pid}): peak {human_bytes(pk.peak_bytes)} sampled unreleased{heap};"
+                     " largest stacks:")
         lines += [f"  {human_bytes(size):>10}  {path}" for path, size in pk.top]
+        if pk.other_heaps:  # custom heaps: each at its own peak, never added to the one above
+            lines.append("  other heaps, each at its own peak (report --heap NAME): "
+                         + ", ".join(f"{name} {human_bytes(size)}" for name, size in pk.other_heaps))
     if len(shown) < len(s.peaks):
         lines.append(f"... and {len(s.peaks) - len(shown):,} more processes with smaller peaks"
                      f" (heapscope report {s.output})")

@@ -13,7 +13,9 @@ from heapscope.model import VIEWS
 from heapscope.store.reader import Profile, open_profile
 from heapscope.store.select import (
     DUMP_HELP,
+    HEAP_HELP,
     VIEW_HELP,
+    heap_label,
     heap_names,
     heap_peaks,
     parse_dump,
@@ -53,8 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="exe: one report per executable, its processes summed (each at its own state)")
     p.add_argument("--focus", metavar="REGEX", help="count only call stacks with a function matching REGEX")
     p.add_argument("--ignore", metavar="REGEX", help="leave out call stacks with a function matching REGEX")
-    p.add_argument("--heap", metavar="NAME",
-                   help="only this heap (libc.malloc, or a custom heap; default: all heaps merged)")
+    p.add_argument("--heap", metavar="NAME", help=HEAP_HELP)
     p.add_argument("--python-only", action="store_true",
                    help="hide native frames: rank Python functions only (a Python function's self is what "
                         "the native code it called allocated)")
@@ -66,8 +67,8 @@ def main(args: argparse.Namespace) -> int:
     focus, ignore = _regex(args.focus, "--focus"), _regex(args.ignore, "--ignore")
     dump = None if args.dump is None else parse_dump(args.dump)
     with open_profile(args.file) as profile:
-        heaps = render_heaps(profile, args.heap)
-        select_heap(profile, args.heap)
+        shown = select_heap(profile, args.heap)
+        heaps = render_heaps(profile, shown)
         reports = build_reports(profile, args.view, args.pid, focus=focus, ignore=ignore, dump=dump,
                                 sort=args.sort, merge=args.merge, python_only=args.python_only)
         processes = select_processes(profile, args.pid)
@@ -98,18 +99,21 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def render_heaps(profile: Profile, heap: str | None) -> str:
-    """The heaps of the profile, each with its own peak per process, when it
-    has more than the malloc heap (custom heaps, issue 16); '' otherwise."""
+def render_heaps(profile: Profile, shown: str | None) -> str:
+    """The heaps of the profile, each with its own peak per process, and which one the
+    report shows, when it has more than one heap (custom heaps, issue 16); '' otherwise."""
     if len(heap_names(profile)) < 2:
         return ""
     names: dict[int, str] = {p.info.upid: f"pid {p.info.pid} {p.info.name or '?'}" for p in profile.processes()}
-    lines = ["heaps (unreleased at each heap's own peak):"]
+    lines = ["heaps (unreleased at each heap's own peak; a pool's memory is in its malloc block too):"]
     for upid, name, size, count in heap_peaks(profile):
         who = names.get(upid, str(upid))
-        lines.append(f"  {name:<31} {format_value('space', size):>10} {count:>10} objects   {who}")
-    lines.append(f"  showing: {heap if heap else 'all heaps merged'}"
-                 + ("" if heap else " (--heap NAME for one)"))
+        mark = "*" if name == shown or shown is None else " "
+        lines.append(f" {mark}{name:<31} {format_value('space', size):>10} {count:>10} objects   {who}")
+    if shown is None:
+        lines.append("  showing: all heaps merged (memory a pool hands out is counted twice)")
+    else:
+        lines.append(f"  showing: {heap_label(shown)} (--heap NAME for another, --heap all merges them)")
     return "\n".join(lines) + "\n\n"
 
 

@@ -25,6 +25,7 @@ itself from the mapping's file and build id (`pprof -symbolize=local`).
 from __future__ import annotations
 
 import gzip
+from collections.abc import Sequence
 from typing import BinaryIO
 
 from heapscope.estimate import desampled_map
@@ -32,7 +33,8 @@ from heapscope.export import _proto as pb
 from heapscope.export._common import Frames, check_view, chosen_states, interval_of, process_label, select_processes
 from heapscope.export._sink import Sink
 from heapscope.model import HEAP_NAME, CallsiteId, FrameId
-from heapscope.store.reader import Profile
+from heapscope.store.reader import Process, Profile
+from heapscope.store.select import ALL_HEAPS, State, heap_names, select_heap
 
 # Profile field numbers (google/pprof proto/profile.proto).
 _SAMPLE_TYPE, _SAMPLE, _MAPPING, _LOCATION, _FUNCTION, _STRING = 1, 2, 3, 4, 5, 6
@@ -63,13 +65,27 @@ class _Writer:
 
 
 def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | None = None,
-           dump: str | int | None = None) -> None:
+           dump: str | int | None = None, heaps: Sequence[str] | None = None) -> None:
+    """With `heaps` (--heap all), each of those heaps in turn (store.select.select_heap), its
+    samples labelled `heap`; else the heap the profile shows now (default: the default heap)."""
     check_view(view)
     processes = select_processes(profile, pid)
-    chosen = chosen_states(profile, processes, dump, view)
+    labelled = len(heap_names(profile)) > 1  # several heaps: every sample says its heap
+    chosen: list[tuple[Process, State, str]] = []
+    if heaps:
+        for h in heaps:
+            select_heap(profile, h)
+            chosen += [(p, st, h) for p, st in chosen_states(profile, processes, dump, view)]
+        select_heap(profile, ALL_HEAPS)
+    else:
+        for p, st in chosen_states(profile, processes, dump, view):
+            names = {x.heap_name for x in profile.dumps(p.info.upid)}
+            chosen.append((p, st, next(iter(names)) if len(names) == 1 else ""))
     # The header describes the data: the process holding the most names the period.
-    weights = {p.info.upid: sum(abs(v.get(view)) for v in st.values.values()) for p, st in chosen}
-    main_process = max((p for p, _ in chosen), key=lambda p: weights[p.info.upid], default=None)
+    weights: dict[int, int] = {}
+    for p, st, _h in chosen:
+        weights[p.info.upid] = weights.get(p.info.upid, 0) + sum(abs(v.get(view)) for v in st.values.values())
+    main_process = max((p for p, _, _ in chosen), key=lambda p: weights[p.info.upid], default=None)
     gz = gzip.GzipFile(fileobj=out, mode="wb", compresslevel=6, mtime=0)
     sink = Sink(gz)  # type: ignore[arg-type]
     w = _Writer(sink)
@@ -80,8 +96,8 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
     sink.write(pb.uint(_PERIOD, interval_of(profile, main_process)))
     sink.write(pb.uint(_DEFAULT_SAMPLE_TYPE, w.s(VIEW_SAMPLE_TYPE[view])))
     sink.write(pb.uint(_COMMENT, w.s(f"heapscope export of {profile.path.name}")))
-    for p, st in sorted(chosen, key=lambda c: -weights[c[0].info.upid]):
-        sink.write(pb.uint(_COMMENT, w.s(f"{process_label(p)}: {st.label}")))
+    for p, st, h in sorted(chosen, key=lambda c: -weights[c[0].info.upid]):
+        sink.write(pb.uint(_COMMENT, w.s(f"{process_label(p)}: {st.label}" + (f" (heap {h})" if h else ""))))
 
     mapping_ids = _write_mappings(profile, w, {p.info.exe for p in processes if p.info.exe})
     frames = Frames(profile)
@@ -119,11 +135,11 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
     several = len(processes) > 1
     pid_key = w.s("pid") if several else 0
     heap_key = 0
-    for p, st in chosen:
+    for p, st, name in chosen:
         label = pb.blob(3, pb.uint(1, pid_key) + pb.uint(3, p.info.pid)) if several else b""
-        # A custom heap (custom heaps; --heap picks one): a `heap` label with its name.
-        heaps = {x.heap_name for x in profile.dumps(p.info.upid)}
-        if len(heaps) == 1 and (name := next(iter(heaps))) != HEAP_NAME:
+        # Custom heaps (issue 16): a `heap` label with the heap's name, on every sample of a
+        # profile with several heaps (and on a lone heap not named libc.malloc).
+        if name and (labelled or name != HEAP_NAME):
             heap_key = heap_key or w.s("heap")
             label += pb.blob(3, pb.uint(1, heap_key) + pb.uint(2, w.s(name)))
         values = desampled_map(st.values, st.interval)

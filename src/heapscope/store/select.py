@@ -173,6 +173,22 @@ def process_state(profile: Profile, p: Process, choice: str | int | None, view: 
 
 
 # -- heaps (issue 16: custom heaps) ---------------------------------------------
+#
+# A pool's memory is seen twice: as the malloc block it carved from (in
+# libc.malloc) and as the objects it hands out (in its own heap). So views
+# that add values up show ONE heap unless told otherwise: the default heap
+# (default_heap), and list the others with their own peaks. The rule, also in
+# docs/profile.md: libc.malloc when the profile has it (every heapscope
+# recording does; Python's small objects are booked there too, as pymalloc
+# memory is not in malloc's, so issue 12's "Python memory shown by default"
+# holds); else the only heap; else, as Perfetto's UI opens a heapprofd trace
+# at its first heap, the heap that held the most at its peak (ties by name).
+
+#: --heap all: every heap merged, an explicit choice (pool memory counted twice).
+ALL_HEAPS = "all"
+
+HEAP_HELP = ("the heap to show: libc.malloc (the default: malloc and Python's objects), a custom heap"
+             " by name, or all (every heap merged: memory a pool hands out is counted twice)")
 
 #: The tables that carry a heap_name, shadowed by select_heap.
 _HEAP_TABLES = ("heap_profile", "heap_profile_allocation", "heapscope_peak_allocation")
@@ -196,26 +212,66 @@ def heap_peaks(profile: Profile) -> list[tuple[int, str, int, int]]:
             "SELECT upid, heap_name, SUM(size), SUM(count) FROM main.heapscope_peak_allocation"
             " GROUP BY upid, heap_name ORDER BY upid, heap_name").fetchall()
     except sqlite3.DatabaseError as e:
+        if "no such table" in str(e):
+            return []  # a profile from before the peak table
         raise ProfileError(f"{profile.path}: {e}") from e
     peaks = [(int(r[0]), str(r[1]), int(r[2] or 0), int(r[3] or 0)) for r in rows]
     return sorted(peaks, key=lambda x: (x[0], x[1] != HEAP_NAME, x[1]))
 
 
-def select_heap(profile: Profile, heap: str | None) -> None:
-    """Make every later read of `profile` see only heap `heap` (None: all heaps).
+def default_heap(profile: Profile) -> str | None:
+    """The heap views show when no --heap is given (the rule above); None without dumps."""
+    names = heap_names(profile)
+    if HEAP_NAME in names or len(names) <= 1:
+        return HEAP_NAME if HEAP_NAME in names else (names[0] if names else None)
+    held: dict[str, int] = {}
+    for _upid, name, size, _count in heap_peaks(profile):
+        held[name] = held.get(name, 0) + size
+    return min(names, key=lambda n: (-held.get(n, 0), n))
+
+
+def resolve_heap(profile: Profile, heap: str | None) -> str | None:
+    """--heap as given (None: not given) -> the heap to show, None for every heap merged
+    (--heap all). UnknownHeapError naming the heaps present for a heap the profile lacks."""
+    if heap is None:
+        return default_heap(profile)
+    if heap == ALL_HEAPS:
+        return None
+    names = heap_names(profile)
+    if heap not in names:
+        raise UnknownHeapError(f"{profile.path}: no heap named {heap!r} (heaps: {', '.join(names) or 'none'};"
+                               f" or {ALL_HEAPS} for every heap merged)")
+    return heap
+
+
+def select_heap(profile: Profile, heap: str | None) -> str | None:
+    """Make every later read of `profile` see only one heap: `heap` as --heap takes it (None:
+    the default heap; "all": every heap, merged). Returns the heap shown, None for all.
 
     Temporary views named like the tables shadow them on this connection
     (SQLite resolves an unqualified name in the temp schema first), so every
     reader query, view and export sees one heap without knowing of heaps.
-    UnknownHeapError naming the heaps present when the profile has no such heap.
+    Can be called again to switch heaps. UnknownHeapError as resolve_heap.
     """
-    if heap is None:
-        return
-    names = heap_names(profile)
-    if heap not in names:
-        raise UnknownHeapError(f"{profile.path}: no heap named {heap!r} (heaps: {', '.join(names) or 'none'})")
-    literal = "'" + heap.replace("'", "''") + "'"  # views take no parameters; the name is one of names
+    shown = resolve_heap(profile, heap)
     db = profile.sql_connection()
     for table in _HEAP_TABLES:
         db.execute(f"DROP VIEW IF EXISTS temp.{table}")
+    if shown is None or len(heap_names(profile)) < 2:
+        return shown  # nothing to hide
+    literal = "'" + shown.replace("'", "''") + "'"  # views take no parameters; the name is one of heap_names
+    for table in _HEAP_TABLES:
+        if table == "heapscope_peak_allocation" and not _has_table(db, table):
+            continue
         db.execute(f"CREATE TEMP VIEW {table} AS SELECT * FROM main.{table} WHERE heap_name = {literal}")
+    return shown
+
+
+def _has_table(db: sqlite3.Connection, name: str) -> bool:
+    row = db.execute("SELECT 1 FROM main.sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone()
+    return row is not None
+
+
+def heap_label(heap: str | None) -> str:
+    """How a heap choice is named in headers: the heap's name, or 'all heaps merged'."""
+    return heap if heap is not None else "all heaps merged"

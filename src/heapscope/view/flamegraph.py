@@ -13,6 +13,14 @@ file needs no network and stays small. Its shape:
         "dumps": [{"ts": int, "label": str, "totals": {view: int},
                    "self": {view: [gap, value, gap, value, ...]}}]}]}
 
+A profile with several heaps (custom heaps, issue 16) adds
+
+    "heap": int,                            # the heap `processes` is of, opened first
+    "heaps": [{"name": str, "processes": [...] or null}]   # null: the opened heap's, in `processes`
+
+with an entry per heap and a last one, "all", with every heap merged; the
+page's heap picker swaps `processes`. All heaps share `strings`.
+
 `self` lists only the non-zero self values of a view as (index gap, value)
 pairs, where each gap is counted from the previous listed node. A parent is
 recovered from the depths (the nearest earlier node one level up), so no
@@ -30,7 +38,15 @@ from importlib import resources
 from heapscope.estimate import add_values, desampled_map
 from heapscope.model import VIEWS, CallsiteId, Upid
 from heapscope.store.reader import DumpValues, Process, Profile, ViewValues, mapping_basename
-from heapscope.store.select import dump_position, process_interval, select_processes
+from heapscope.store.select import (
+    ALL_HEAPS,
+    dump_position,
+    heap_names,
+    process_interval,
+    resolve_heap,
+    select_heap,
+    select_processes,
+)
 from heapscope.view.tree import MergedTree, build_tree
 
 
@@ -152,11 +168,48 @@ def encode_process(graph: ProcessGraph, strings: Strings) -> dict[str, object]:
 
 
 def payload(graphs: list[ProcessGraph], *, title: str, mode: str = "profile",
-            subtitle: str = "") -> dict[str, object]:
+            subtitle: str = "", heaps: list[HeapGraphs] | None = None, heap: int = 0) -> dict[str, object]:
+    """The page data of `graphs`; with `heaps` (heap_graphs), of every heap, `heaps[heap]` opened
+    (its graphs are `graphs`)."""
     strings = Strings()
     processes = [encode_process(g, strings) for g in graphs]
-    return {"mode": mode, "title": title, "subtitle": subtitle, "views": list(VIEWS),
-            "strings": strings.table(), "processes": processes}
+    out: dict[str, object] = {"mode": mode, "title": title, "subtitle": subtitle, "views": list(VIEWS)}
+    if heaps is not None and len(heaps) > 1:
+        out["heap"] = heap
+        out["heaps"] = [{"name": h.name, "processes": None if k == heap else
+                         [encode_process(g, strings) for g in h.graphs]} for k, h in enumerate(heaps)]
+    out["strings"] = strings.table()
+    out["processes"] = processes
+    return out
+
+
+@dataclass(slots=True)
+class HeapGraphs:
+    """The graphs of one heap (name "all": every heap merged)."""
+
+    name: str
+    graphs: list[ProcessGraph]
+
+
+def heap_graphs(profile: Profile, heap: str | None = None, pid: int | None = None, dump: str | int | None = None,
+                merge: str | None = None, python_only: bool = False) -> tuple[list[HeapGraphs], int]:
+    """The graphs of every heap of the profile (profile_graphs), then of all heaps merged when
+    there are several, and the position of the heap to open at: `heap` as --heap takes it
+    (store.select.resolve_heap; None: the default heap). Leaves the profile showing that heap."""
+    shown = resolve_heap(profile, heap)
+    names = heap_names(profile)
+    out = []
+    for name in names:
+        select_heap(profile, name)
+        out.append(HeapGraphs(name, profile_graphs(profile, pid, dump, merge, python_only)))
+    if len(names) > 1:
+        select_heap(profile, ALL_HEAPS)
+        out.append(HeapGraphs(ALL_HEAPS, profile_graphs(profile, pid, dump, merge, python_only)))
+    if not out:  # no dumps at all
+        out.append(HeapGraphs(shown or "", profile_graphs(profile, pid, dump, merge, python_only)))
+    at = next((k for k, h in enumerate(out) if h.name == (shown if shown is not None else ALL_HEAPS)), 0)
+    select_heap(profile, out[at].name if len(names) > 1 else None)
+    return out, at
 
 
 def render_html(data: dict[str, object]) -> str:

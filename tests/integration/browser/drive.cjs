@@ -5,7 +5,7 @@
 //        "steps": [{"do": "eval", "js": "..."}, {"do": "clickFrame", "name": "main"},
 //                  {"do": "click", "selector": "..."}, {"do": "type", "selector": "...", "text": "..."},
 //                  {"do": "waitFor", "js": "..."}, {"do": "hoverFrame", "name": "..."},
-//                  {"do": "screenshot", "path": "..."}]}
+//                  {"do": "select", "selector": "...", "label": "..."}, {"do": "screenshot", "path": "..."}]}
 // Result: {"errors": [console errors and page errors], "requests": [non-file URLs asked for],
 //          "readyMs": wall time from navigation to body[data-ready], "results": [one per step]}
 // playwright-core is found in HS_NODE_MODULES (tests/.node/node_modules); no browser is downloaded.
@@ -36,6 +36,7 @@ async function main() {
       if (s.do === "eval") r = await page.evaluate(s.js);
       else if (s.do === "click") await page.click(s.selector);
       else if (s.do === "type") await page.fill(s.selector, s.text);
+      else if (s.do === "select") r = await page.selectOption(s.selector, { label: s.label });
       else if (s.do === "waitFor") await page.waitForFunction(s.js, null, { timeout: 10000 });
       else if (s.do === "clickFrame" || s.do === "hoverFrame") {
         const c = await page.evaluate((n) => window.heapscope.frameCentre(n), s.name);

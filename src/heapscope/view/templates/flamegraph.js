@@ -19,7 +19,7 @@
   const FONT = '11.5px "DejaVu Sans Mono", ui-monospace, Menlo, Consolas, monospace';
 
   let D = null;  // the payload
-  const state = { proc: 0, view: "space", dump: 0, layout: "flame", zoom: 0, re: null };
+  const state = { heap: 0, proc: 0, view: "space", dump: 0, layout: "flame", zoom: 0, re: null };
   let drawn = null;  // hit-test arrays of the last render
   let charW = 7;
 
@@ -143,6 +143,7 @@
   }
 
   function render() {
+    if (!D.processes.length) return;  // a heap without dumps (selectHeap)
     const t0 = performance.now();
     const p = P(), { total } = values(p, state.dump, state.view);
     const diff = D.mode === "diff" ? diffValues(p) : null;
@@ -304,6 +305,7 @@
 
   // ---------- timeline ----------
   function timeline() {
+    if (!D.processes.length) return;
     const svg = $("tl"), p = P(), dumps = p.dumps;
     const W = svg.clientWidth || 800, H = 86, L = 64, R = 16, T = 10, B = 22;
     const ys = dumps.map((d) => d.totals.space);
@@ -339,9 +341,18 @@
   function setup() {
     $("subtitle").textContent = D.subtitle || "";
     const sel = $("proc");
-    sel.innerHTML = D.processes.map((p, k) => `<option value="${k}">${esc(p.label)}</option>`).join("");
-    sel.disabled = D.processes.length < 2;
+    fillProcesses();
     sel.addEventListener("change", () => { selectProcess(+sel.value); });
+    if (D.heaps) {
+      // Custom heaps (view/flamegraph.py): one entry per heap, the last with all of them merged.
+      const hs = $("heap");
+      hs.innerHTML = D.heaps.map((h, k) => `<option value="${k}">${
+        esc(h.name === "all" ? "all heaps merged (pools counted twice)" : h.name)}</option>`).join("");
+      hs.value = String(D.heap);
+      state.heap = D.heap;
+      $("heap-field").hidden = false;
+      hs.addEventListener("change", () => { selectHeap(+hs.value); });
+    }
     $("views").innerHTML = D.views.map((v) =>
       `<button data-view="${v}" title="${esc(v + ": " + VIEW_LABEL[v][1])}">${esc(VIEW_LABEL[v][0])}</button>`).join("");
     $("views").addEventListener("click", (ev) => {
@@ -391,6 +402,31 @@
     for (const b of document.querySelectorAll("#layout button")) b.classList.toggle("on", b.dataset.layout === state.layout);
   }
 
+  function fillProcesses() {
+    const sel = $("proc");
+    sel.innerHTML = D.processes.map((p, k) => `<option value="${k}">${esc(p.label)}</option>`).join("");
+    sel.disabled = D.processes.length < 2;
+  }
+
+  // Switch heap, staying on the same process when the heap has it.
+  function selectHeap(k) {
+    const upid = D.processes.length ? P().upid : null;
+    state.heap = k;
+    D.processes = D.heaps[k].processes;
+    fillProcesses();
+    if (!D.processes.length) {
+      drawn = null;
+      ctx.clearRect(0, 0, canvas.width, canvas.height);
+      $("tl").innerHTML = "";
+      $("crumbs").innerHTML = "";
+      $("status").textContent = "no process has a dump of heap " + D.heaps[k].name;
+      return;
+    }
+    const same = D.processes.findIndex((p) => p.upid === upid);
+    $("proc").value = String(same >= 0 ? same : 0);
+    selectProcess(same >= 0 ? same : 0);
+  }
+
   function selectProcess(k) {
     state.proc = k;
     const p = P();
@@ -413,6 +449,8 @@
     state,
     data: () => D,
     rootTotal: (view) => values(P(), state.dump, view || state.view).total[0],
+    heapName: () => (D.heaps ? D.heaps[state.heap].name : null),
+    processLabels: () => D.processes.map((p) => p.label),
     zoomName: () => str(P().name[state.zoom]),
     matchText: () => $("match").textContent,
     dumpCount: () => P().dumps.length,
@@ -437,14 +475,15 @@
       $("status").textContent = "cannot read the embedded profile data: " + e;
       throw e;
     }
-    if (!D.processes.length) {
+    if (D.heaps) D.heaps[D.heap].processes = D.processes;  // the opened heap's are not repeated
+    if (!D.processes.length && !D.heaps) {
       $("status").textContent = "no process of this profile has a dump";
       document.body.dataset.ready = "1";
       return;
     }
     setup();
     markButtons();
-    selectProcess(0);
+    if (D.processes.length) selectProcess(0); else selectHeap(state.heap);
     window.heapscope.loadMs = performance.now() - t0;
     document.body.dataset.ready = "1";
   }
