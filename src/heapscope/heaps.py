@@ -15,6 +15,9 @@ Addresses are integers: anything non-zero below 2**56 that identifies the
 allocation in this heap (an address, an id() of an object, an offset);
 each heap has its own. Report a free before the address can be handed out
 again. Frees of addresses never reported are ignored.
+
+Attached to later (`heapscope record -p`): heaps registered before the attach
+stay disabled; register the name again (cheap while not profiled) to get it.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 NAME_MAX = 31  # wire.h HS_HEAP_NAME_SIZE - 1
-RESERVED = frozenset({"libc.malloc"})
+RESERVED = frozenset({"libc.malloc", "all"})  # all: `--heap all` means every heap
 _NAME = re.compile(rf"[A-Za-z0-9._-]{{1,{NAME_MAX}}}")
 _ADDR_LIMIT = 1 << 56
 
@@ -65,9 +68,11 @@ _lock = threading.Lock()
 
 
 def _functions() -> _Api:
+    """The functions; looked up again while not found, so that a client loaded since
+    (`heapscope record -p` attached to this process) is found by the next register."""
     global _api
     with _lock:
-        if _api is None:
+        if _api is None or _api.register is None:
             _api = _Api()
         return _api
 

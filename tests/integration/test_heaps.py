@@ -146,7 +146,7 @@ PY_PROGRAM = textwrap.dedent("""\
         for i in range(0, 400, 4):
             pool.free(0x10000 + 64 * i)
 
-    for bad in ("", "x" * 32, "has space", "caf\\u00e9", "libc.malloc", "a/b"):
+    for bad in ("", "x" * 32, "has space", "caf\\u00e9", "libc.malloc", "all", "a/b"):
         try:
             heaps.register(bad)
         except ValueError:
@@ -162,6 +162,7 @@ PY_PROGRAM = textwrap.dedent("""\
         assert reg(b"bad name", ctypes.c_uint64(0)) == 0
         assert reg(b"y" * 40, ctypes.c_uint64(0)) == 0
         assert reg(None, ctypes.c_uint64(0)) == 0
+        assert reg(b"all", ctypes.c_uint64(0)) == 0
     fill_buffers(pool)
     drop_buffers(pool)
     pool.free(0x999999)       # never reported: ignored
@@ -455,3 +456,149 @@ def test_a_profile_with_one_heap_has_no_picker(tmp_path):
         assert heap_names(prof) == [] and default_heap(prof) is None and select_heap(prof, None) is None
         heaps, at = heap_graphs(prof)
         assert "heaps" not in payload(heaps[at].graphs, title="t", heaps=heaps, heap=at)
+
+
+# -- attach (record -p): heaps registered before it come by registering again ---------------------
+
+ATTACH_PROGRAM = r"""
+#include <heapscope.h>
+#include <stdio.h>
+
+static char pool[1 << 16];
+
+__attribute__((noinline)) static void fill_pool(uint32_t heap) {
+  for (int i = 0; i < 100; i++)
+    heapscope_heap_alloc(heap, pool + 64 * i, 48);
+}
+
+int main(void) {
+  uint32_t heap = heapscope_heap_register("att.pool"); /* not profiled yet: 0 */
+  printf("ready %u\n", (unsigned)heap);
+  fflush(stdout);
+  char line[64];
+  while (fgets(line, sizeof line, stdin)) {
+    if (line[0] == 'r') { /* the program's own choice: register again while the id is 0 */
+      if (heap == 0)
+        heap = heapscope_heap_register("att.pool");
+      printf("heap %d\n", heap != 0);
+    } else if (line[0] == 'a') {
+      fill_pool(heap);
+      printf("filled\n");
+    } else if (line[0] == 'q') {
+      break;
+    }
+    fflush(stdout);
+  }
+  return 0;
+}
+"""
+
+
+@pytest.mark.timeout(120)
+def test_attach_gets_a_heap_registered_again(tmp_path):
+    """A heap registered before the attach (id 0) is not seen; registering it again after the
+    attach finds the client (the header looks up again while not found) and every allocation
+    after that is booked exactly; the summary and stats say what attach cannot see."""
+    import shutil
+    import signal
+
+    from test_sessions import Proc
+
+    if shutil.which("gdb") is None:
+        pytest.skip("gdb is not installed (apt-get install gdb)")
+    include = subprocess.run([*HEAPSCOPE, "--include"], capture_output=True, text=True, timeout=60, check=True)
+    src = tmp_path / "attach_heap.c"
+    src.write_text(ATTACH_PROGRAM)
+    exe = tmp_path / "attach_heap"
+    subprocess.run(["cc", "-O0", "-g", "-fno-omit-frame-pointer", "-Wall", "-Werror", "-I", include.stdout.strip(),
+                    "-o", str(exe), str(src)], check=True, timeout=120)
+    target = Proc([exe])
+    rec = None
+    try:
+        target.out.wait_for(lambda s: s == "ready 0", "target start")
+        db = tmp_path / "att.db"
+        rec = Proc([*HEAPSCOPE, "-v", "record", "-i", "1", "-o", db, "-p", str(target.p.pid)])
+        rec.err.wait_for(lambda s: "attached to pid" in s, "the attach")
+        target.send("a")  # on heap 0: nothing
+        target.out.wait_for(lambda s: s == "filled", "the fill on heap 0")
+        target.send("r")
+        target.out.wait_for(lambda s: s == "heap 1", "the heap registered again")
+        target.send("a")
+        target.out.wait_for(lambda s: s == "filled", "the fill on the heap")
+        rec.p.send_signal(signal.SIGINT)  # detach
+        assert rec.wait() == 0, "\n".join(rec.err.seen)
+        rec.err.wait_for(lambda s: "custom heaps registered before the attach are not seen" in s, "the summary line")
+        target.send("q")
+        assert target.wait() == 0
+    finally:
+        target.kill()
+        if rec is not None:
+            rec.kill()
+    profile = Profile(db)
+    upid = heap_process(profile, "att.pool")
+    assert heap_views(profile, upid, "att.pool", "fill_pool") == Views(100 * 48, 100, 100 * 48, 100)
+    stats = profile.stats(upid)
+    assert stats["custom_heaps_after_attach"] == 1 and stats["custom_heap_samples"] == 100, stats
+
+
+ATTACH_PY = textwrap.dedent("""\
+    import sys
+    import heapscope.heaps as heaps
+
+    def fill_pool(pool):
+        for i in range(100):
+            pool.alloc(0x10000 + 64 * i, 48)
+
+    pool = heaps.register("att.py")
+    print("ready", pool.id, flush=True)
+    for line in sys.stdin:
+        if line.startswith("r"):
+            if not pool.enabled:
+                pool = heaps.register("att.py")  # looks the client up again while not found
+            print("heap", int(pool.enabled), flush=True)
+        elif line.startswith("a"):
+            fill_pool(pool)
+            print("filled", flush=True)
+        elif line.startswith("q"):
+            break
+""")
+
+
+@pytest.mark.timeout(120)
+def test_attach_python_heap_registered_again(tmp_path):
+    """The same from Python: heapscope.heaps.register looks the functions up again until found."""
+    import shutil
+    import signal
+
+    from test_sessions import Proc
+
+    if shutil.which("gdb") is None:
+        pytest.skip("gdb is not installed (apt-get install gdb)")
+    script = tmp_path / "attach_heap.py"
+    script.write_text(ATTACH_PY)
+    target = Proc([sys.executable, script])
+    rec = None
+    try:
+        target.out.wait_for(lambda s: s == "ready 0", "target start")
+        db = tmp_path / "attpy.db"
+        rec = Proc([*HEAPSCOPE, "-v", "record", "-i", "1", "-o", db, "-p", str(target.p.pid)])
+        rec.err.wait_for(lambda s: "attached to pid" in s, "the attach")
+        target.send("a")
+        target.out.wait_for(lambda s: s == "filled", "the fill while disabled")
+        target.send("r")
+        target.out.wait_for(lambda s: s == "heap 1", "the heap registered again")
+        target.send("a")
+        target.out.wait_for(lambda s: s == "filled", "the fill on the heap")
+        rec.p.send_signal(signal.SIGINT)
+        assert rec.wait() == 0, "\n".join(rec.err.seen)
+        target.send("q")
+        assert target.wait() == 0
+    finally:
+        target.kill()
+        if rec is not None:
+            rec.kill()
+    profile = Profile(db)
+    upid = heap_process(profile, "att.py")
+    rows = profile.query("SELECT SUM(size) AS s, SUM(count) AS n FROM heap_profile_allocation"
+                         " WHERE upid = ? AND heap_name = 'att.py'", (upid,))
+    assert (rows[0]["s"], rows[0]["n"]) == (100 * 48, 100), profile.describe_process(upid)

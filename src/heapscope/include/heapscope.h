@@ -15,7 +15,7 @@
  * register returns 0, and alloc/free on heap 0 cost one predictable branch
  * (benchmarks/heaps_noop.py measures it). glibc before 2.34 needs -ldl.
  *
- * Names: 1 to 31 characters of [A-Za-z0-9._-], and not "libc.malloc".
+ * Names: 1 to 31 characters of [A-Za-z0-9._-], not "libc.malloc" nor "all".
  * A bad name gives 0. Registering a name again returns the same heap.
  * Up to 64 heaps per process; each is sampled like malloc, with the
  * session's interval or its own (heapscope_heap_register_interval).
@@ -26,8 +26,15 @@
  * non-zero values below 2^56; each heap has its own address space.
  *
  * The calls never block the program for long, never fail it, and keep
- * errno. A heap registered before the profiler connected, or in a process
- * attached to later (record -p), stays 0: register at start-up.
+ * errno.
+ *
+ * Attach (record -p): register calls made before heapscope attached
+ * returned 0, and a heap id of 0 stays a no-op. Register again to get the
+ * heap: while not profiled, a register call looks the functions up again
+ * (one dlsym, microseconds), so calling it now and then while the id is 0
+ * (at a phase boundary, every N pool refills) is cheap; the alloc/free
+ * path stays one branch. The objects handed out before the new id are not
+ * seen, their frees are ignored.
  */
 #ifndef HEAPSCOPE_H
 #define HEAPSCOPE_H
@@ -80,11 +87,16 @@ static inline void heapscope__lookup(void) {
 }
 
 /* A heap sampled with its own mean interval in bytes (0: the session's,
- * 1: every allocation). Returns its id, or 0 when not profiled. */
+ * 1: every allocation). Returns its id, or 0 when not profiled. Not found
+ * before: looked up again, so a client loaded since (an attach) is found. */
 static inline uint32_t heapscope_heap_register_interval(const char *name, uint64_t interval) {
-  if (!__atomic_load_n(&heapscope__api.looked_up, __ATOMIC_ACQUIRE))
+  heapscope_register_fn reg = 0;
+  if (__atomic_load_n(&heapscope__api.looked_up, __ATOMIC_ACQUIRE))
+    reg = __atomic_load_n(&heapscope__api.reg, __ATOMIC_RELAXED);
+  if (!reg) {
     heapscope__lookup();
-  heapscope_register_fn reg = __atomic_load_n(&heapscope__api.reg, __ATOMIC_RELAXED);
+    reg = __atomic_load_n(&heapscope__api.reg, __ATOMIC_RELAXED);
+  }
   return reg ? reg(name, interval) : 0;
 }
 

@@ -80,7 +80,10 @@ if pick is None:
     print("heapscope-unsafe")
 else:
     pick.switch()
-    h = int(gdb.parse_and_eval('((void *(*)(const char *, int)) dlopen)("%s", 2)' % LIB))
+    # RTLD_NOW | RTLD_GLOBAL (2 | 0x100): global, so that the custom heap functions are found by
+    # the program's dlsym(RTLD_DEFAULT) (include/heapscope.h); objects loaded earlier (libc) come
+    # first in the global scope, so no malloc resolves to the client's.
+    h = int(gdb.parse_and_eval('((void *(*)(const char *, int)) dlopen)("%s", 258)' % LIB))
     print("heapscope-handle %d" % h)
     if h:
         f = int(gdb.parse_and_eval('((void *(*)(void *, const char *)) dlsym)((void *) %d, "heapscope_attach")' % h))

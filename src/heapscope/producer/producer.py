@@ -522,7 +522,7 @@ class Producer:
         self.writer.add_process(p.info)
         self.writer.set_process_flags(p.info, p.flags)
         self.writer.add_stats(process_stats_rows(p, st))
-        if p.custom_heaps:
+        if p.custom_heaps or not p.flags.from_startup:
             self.writer.add_stats(_custom_heap_stats(p))
         self.writer.commit()
         p.final_stats = st
@@ -560,6 +560,11 @@ def take_ownership(directory: Path) -> int:
     return fd
 
 
+#: Said for every attached process (stats, record's summary): include/heapscope.h, "Attach".
+ATTACH_HEAPS_NOTE = ("custom heaps registered before the attach are not seen until the program registers them"
+                     " again (heapscope_heap_register returned 0 before it)")
+
+
 def _custom_heap_stats(p: ProcessState) -> list[StatRow]:
     """Stats rows of a process's custom heaps, summed; the description names each heap's share."""
     heaps = list(p.custom_heaps.values())
@@ -572,7 +577,10 @@ def _custom_heap_stats(p: ProcessState) -> list[StatRow]:
     frees = [h.frees for h in heaps]
     gaps = [s["gaps_skipped"] for s in stats]
     u = p.info.upid
-    return [
+    attached: list[StatRow] = [] if p.flags.from_startup else [
+        ("custom_heaps_after_attach", u, "info", "producer", len(heaps),
+         ATTACH_HEAPS_NOTE + (f" (registered since: {', '.join(h.name for h in heaps)})" if heaps else ""))]
+    return attached + [
         ("custom_heap_samples", u, "info", "producer", sum(samples),
          f"sampled allocations on custom heaps: {each(samples)}"),
         ("custom_heap_frees", u, "info", "producer", sum(frees),
