@@ -4,17 +4,16 @@ debug files come from a debuginfod server (a loopback one started here)."""
 
 from __future__ import annotations
 
-import http.server
 import os
 import shutil
 import sqlite3
 import stat
 import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from debuginfod_support import DebuginfodServer
 from hs_integration import HEAPSCOPE, run_process
 
 from heapscope.symbolize.llvm import find_llvm_symbolizer
@@ -173,39 +172,6 @@ def test_summary_shows_peak_and_largest_stacks(tmp_path: Path) -> None:
 # --- debuginfod ------------------------------------------------------------------------------------------
 
 
-class _Server:
-    """A loopback debuginfod: /buildid/<id>/debuginfo from `files`; 404 otherwise."""
-
-    def __init__(self, files: dict[str, bytes]) -> None:
-        self.requests: list[str] = []
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-                outer.requests.append(self.path)
-                body = files.get(self.path)
-                if body is None:
-                    self.send_error(404)
-                    return
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *_args: object) -> None:
-                pass
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(timeout=10)
-
-
 @pytest.fixture
 def split_inlined(tmp_path: Path) -> tuple[Path, str, bytes]:
     """(stripped -O2 program with inlined helpers, its build id, its debug file's bytes)."""
@@ -218,10 +184,10 @@ def split_inlined(tmp_path: Path) -> tuple[Path, str, bytes]:
 
 @pytest.fixture
 def server_of(request: pytest.FixtureRequest) -> Iterator[object]:
-    servers: list[_Server] = []
+    servers: list[DebuginfodServer] = []
 
-    def start(files: dict[str, bytes]) -> _Server:
-        s = _Server(files)
+    def start(files: dict[str, bytes]) -> DebuginfodServer:
+        s = DebuginfodServer(files)
         servers.append(s)
         return s
 

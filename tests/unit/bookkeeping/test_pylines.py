@@ -10,28 +10,13 @@ the same line for every offset.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
+from python_support import installed_pythons
 
 from heapscope.bookkeeping.pylines import LINES_310, LNOTAB, LOCATIONS, LineTable, line_for_offset
-
-
-def installed_pythons() -> list[Path]:
-    """Every CPython 3.8-3.13 interpreter of pyenv, plus Debian's 3.11."""
-    found: list[Path] = []
-    root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
-    for minor in range(8, 14):
-        for d in sorted(root.glob(f"3.{minor}.*")):
-            exe = d / "bin" / "python3"
-            if exe.exists() and not d.name.endswith("t"):
-                found.append(exe)
-    if Path("/usr/bin/python3.11").exists():
-        found.append(Path("/usr/bin/python3.11"))
-    return found
-
 
 PYTHONS = installed_pythons()
 

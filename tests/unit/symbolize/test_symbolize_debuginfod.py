@@ -4,52 +4,19 @@ and the Locator falls back to it for a stripped binary."""
 
 from __future__ import annotations
 
-import http.server
 import os
 import stat
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from debuginfod_support import DebuginfodServer as Server
 from symbolize_progs import INLINED_SOURCE, OTHER_SOURCE, SplitBuild, compile_cxx, needs_toolchain, split_debug
 
 from heapscope.symbolize.debuginfod import Debuginfod, urls_from_env
 from heapscope.symbolize.locate import Locator
 
 pytestmark = [needs_toolchain, pytest.mark.timeout(120)]
-
-
-class Server:
-    def __init__(self, files: dict[str, bytes]) -> None:
-        self.files = files
-        self.requests: list[str] = []
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-                outer.requests.append(self.path)
-                body = outer.files.get(self.path)
-                if body is None:
-                    self.send_error(404)
-                    return
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *_args: object) -> None:
-                pass
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(timeout=10)
 
 
 @pytest.fixture(scope="module")
