@@ -602,3 +602,46 @@ def test_attach_python_heap_registered_again(tmp_path):
     rows = profile.query("SELECT SUM(size) AS s, SUM(count) AS n FROM heap_profile_allocation"
                          " WHERE upid = ? AND heap_name = 'att.py'", (upid,))
     assert (rows[0]["s"], rows[0]["n"]) == (100 * 48, 100), profile.describe_process(upid)
+
+
+@pytest.mark.timeout(120)
+def test_fleet_outputs_count_each_heap_once(arena_db, tmp_path):
+    """ClickHouse rows: one heap per row with that heap's own values (not the heaps' sum);
+    pprof pushed or served (pprof_source.build on a profile as the fleet opens it): the default heap."""
+    from heapscope.fleet import clickhouse, pprof_source
+    from heapscope.store.reader import open_profile
+    from heapscope.store.select import select_heap
+
+    with open_profile(arena_db) as prof:
+        (upid,) = [p.info.upid for p in prof.processes()]
+        end = {}
+        for heap in ("libc.malloc", "test.arena", "test.pool"):
+            select_heap(prof, heap)
+            end[heap] = sum(v.space for v in prof.callsite_values(upid).values())
+        select_heap(prof, "all")
+        got: dict[tuple[str, int], int] = {}
+        for row in clickhouse.rows(prof, host="h"):
+            key = (row["heap"], row["dump"])
+            got[key] = got.get(key, 0) + row["space"]
+        assert got == {(h, 1): v for h, v in end.items()}, (got, end)
+        select_heap(prof, None)
+        built = pprof_source.build(prof)
+    out = tmp_path / "fleet.pb.gz"
+    out.write_bytes(built.data)
+    samples = pprof_samples(out)
+    assert samples and {lab.get("heap") for lab, _ in samples} == {"libc.malloc"}
+
+
+@pytest.mark.timeout(120)
+def test_leaks_and_diff_take_heap(arena_db):
+    """leaks and diff show the default heap, say so, and take --heap."""
+    leaks = run_process([*HEAPSCOPE, "leaks", arena_db, "--top", "50"])
+    assert leaks.returncode == 0, leaks.describe()
+    text = leaks.stdout.decode()
+    assert text.startswith("heap: libc.malloc (others: test.arena, test.pool; --heap NAME)") and "make_" not in text
+    arena_leaks = run_process([*HEAPSCOPE, "leaks", arena_db, "--heap", "test.arena", "--top", "50"]).stdout.decode()
+    assert "make_nodes" in arena_leaks and "arena_new" not in arena_leaks, arena_leaks
+    diff = run_process([*HEAPSCOPE, "diff", arena_db, arena_db, "--heap", "test.pool"])
+    assert diff.returncode == 0 and b"space: 4.7 KiB" in diff.stdout, diff.describe()
+    bad = run_process([*HEAPSCOPE, "diff", arena_db, arena_db, "--heap", "nope"])
+    assert bad.returncode == 2 and b"no heap named 'nope'" in bad.stderr, bad.describe()

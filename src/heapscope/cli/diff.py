@@ -27,10 +27,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top", type=int, default=15, metavar="N", help="growths and shrinks listed (default: 15)")
     p.add_argument("-o", "--output", metavar="HTML", help="also write a flamegraph coloured by growth")
     p.add_argument("--force", action="store_true", help="overwrite an existing output file")
+    from heapscope.store.select import HEAP_HELP
+    p.add_argument("--heap", metavar="NAME", help=HEAP_HELP + " (in both profiles)")
 
 
 def main(args: argparse.Namespace) -> int:
     from heapscope.store.reader import open_profile
+    from heapscope.store.select import select_heap
     from heapscope.view.diff import changes, diff_graph, dump_ts, pick_process, read_side
 
     if args.top < 1:
@@ -41,6 +44,7 @@ def main(args: argparse.Namespace) -> int:
     sides = []
     for file, index, flag in ((args.before, args.dump_a, "--dump-a"), (after_file, args.dump_b, "--dump-b")):
         with open_profile(file) as profile:
+            select_heap(profile, args.heap)  # default: the default heap, nothing counted twice
             proc = pick_process(profile, args.pid)
             ts, which = dump_ts(profile, proc, index, flag)
             label = f"{Path(file).name} {which}" if args.after else which

@@ -19,18 +19,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="frames shown per stack, leaf first (default: all)")
     p.add_argument("--dump", metavar="peak|end|N",
                    help="which state: end (the last dump, the default: what was never freed), peak, or dump N")
+    from heapscope.store.select import HEAP_HELP
+    p.add_argument("--heap", metavar="NAME", help=HEAP_HELP)
 
 
 def main(args: argparse.Namespace) -> int:
     from heapscope.store.reader import open_profile
-    from heapscope.store.select import parse_dump
+    from heapscope.store.select import heap_names, parse_dump, select_heap
     from heapscope.view.leaks import find_leaks
 
     if args.top < 1:
         raise UsageError(f"--top must be at least 1, not {args.top}")
     with open_profile(args.file) as profile:
+        shown = select_heap(profile, args.heap)
+        names = heap_names(profile)
         found = find_leaks(profile, args.pid, None if args.dump is None else parse_dump(args.dump))
-    sys.stdout.write("\n".join(render(p, args.top, args.depth) for p in found) or "no processes\n")
+    head = ""
+    if len(names) > 1:  # custom heaps: say which (a pool's memory is in its malloc block too)
+        others = [n for n in names if n != shown]
+        head = (f"heap: {shown} (others: {', '.join(others)}; --heap NAME)\n\n" if shown is not None
+                else "heap: all heaps merged (memory a pool hands out is counted twice)\n\n")
+    sys.stdout.write(head + ("\n".join(render(p, args.top, args.depth) for p in found) or "no processes\n"))
     return 0
 
 

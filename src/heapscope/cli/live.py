@@ -134,13 +134,14 @@ def _flamegraph(rec: Recording, output: Path, pid: int | None, n: int) -> Path:
     """A fresh dump, then the flamegraph page of the profile so far beside it (`NAME.live-N.html`)."""
     from heapscope.cli.flamegraph import write_page
     from heapscope.store.reader import open_profile
-    from heapscope.view.flamegraph import payload, profile_graphs, render_html
+    from heapscope.view.flamegraph import heap_graphs, payload, render_html
 
     rec.fresh_dump()
     stem = output.name[:-3] if output.name.endswith(".db") else output.name
     page = output.with_name(f"{stem}.live-{n}.html")
     with open_profile(output) as profile:
-        graphs = profile_graphs(profile, pid)
+        heaps, at = heap_graphs(profile, None, pid)  # custom heaps: a picker, the default heap first
         subtitle = profile.metadata().get("command", "")
-    write_page(page, render_html(payload(graphs, title=f"{output.name} (live, {n})", subtitle=subtitle)), False)
+    write_page(page, render_html(payload(heaps[at].graphs, title=f"{output.name} (live, {n})", subtitle=subtitle,
+                                         heaps=heaps, heap=at)), False)
     return page

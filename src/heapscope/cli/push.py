@@ -32,6 +32,7 @@ def main(args: argparse.Namespace) -> int:
     from heapscope.fleet import pprof_source
     from heapscope.fleet.push import Pusher, PushItem, parse_labels, parse_target
     from heapscope.store.reader import open_profile
+    from heapscope.store.select import select_heap
 
     target = parse_target(args.url)
     labels = parse_labels(args.label)
@@ -39,6 +40,7 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("--timeout must be > 0 and --attempts at least 1")
     items: list[PushItem] = []
     with open_profile(args.file) as profile:
+        select_heap(profile, None)  # custom heaps: the default heap only (store/select.py), nothing twice
         for p in select_processes(profile, args.pid):
             dumps = profile.dumps(p.info.upid)
             for d in pick_dumps(dumps, args.dump, process_label(p)):

@@ -31,7 +31,7 @@ import os
 import re
 import socket
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -132,6 +132,21 @@ def rows(profile: Profile, *, host: str | None = None, labels: dict[str, str] | 
             got = stacks[cs] = (names, libs)
         return got
 
+    # Custom heaps: one heap at a time (callsite_values sums the heaps a profile shows); each
+    # row names its heap, and dump numbers count the dumps of that heap.
+    from heapscope.store.select import ALL_HEAPS, heap_names, select_heap
+    heaps = heap_names(profile)
+    for heap in heaps or [ALL_HEAPS]:
+        if len(heaps) > 1:
+            select_heap(profile, heap)
+        yield from _heap_rows(profile, pid, dump, host, labels, profile_id, to_unix, stack)
+    if len(heaps) > 1:
+        select_heap(profile, ALL_HEAPS)
+
+
+def _heap_rows(profile: Profile, pid: int | None, dump: int | None, host: str, labels: dict[str, str],
+               profile_id: str, to_unix: Callable[[int], int],
+               stack: Callable[[CallsiteId], tuple[list[str], list[str]]]) -> Iterator[dict[str, Any]]:
     for p in select_processes(profile, pid):
         period = interval_of(profile, p)
         exe = p.info.exe or p.info.name

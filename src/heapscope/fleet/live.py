@@ -69,9 +69,11 @@ class Live:
     def _new_items(self, path: Path) -> list[PushItem]:
         from heapscope.fleet import pprof_source
         from heapscope.store.reader import open_profile
+        from heapscope.store.select import select_heap
 
         items: list[PushItem] = []
         with open_profile(path) as profile:
+            select_heap(profile, None)  # custom heaps: the default heap only (store/select.py), nothing twice
             for p in profile.processes():
                 dumps = profile.dumps(p.info.upid)
                 with self._lock:

@@ -184,6 +184,8 @@ def _handler_class(owner: PprofServer, request_timeout: float) -> type[BaseHTTPR
             try:
                 snap = owner.snapshot()
                 with open_profile(snap.path) as profile:
+                    from heapscope.store.select import select_heap
+                    select_heap(profile, None)  # custom heaps: the default heap (store/select.py), nothing twice
                     if pid is not None and pid not in {p.info.pid for p in profile.processes()}:
                         present = ", ".join(str(p.info.pid) for p in profile.processes()) or "none"
                         self._error(HTTPStatus.NOT_FOUND, f"pid {pid}: not profiled (pids present: {present})")
