@@ -3,7 +3,9 @@
  *   cc -O2 -g -I"$(heapscope --include)" -o arena examples/arena/arena.c
  *   ./arena                                   # runs as usual: nothing is profiled
  *   heapscope record -o arena.db -- ./arena   # profiled: heap "example.arena"
+ *   heapscope report arena.db                 # libc.malloc (the arena's 8 MiB block), heaps listed
  *   heapscope report arena.db --heap example.arena
+ *   heapscope flamegraph arena.db             # the page's heap picker switches heaps
  *
  * (glibc older than 2.34: add -ldl.)
  */
@@ -16,12 +18,14 @@ struct arena {
   unsigned char *base;
   size_t used, size;
   uint32_t heap; /* 0 when not profiled: the reports cost one branch */
+  const char *heap_name;
 };
 
 static int arena_init(struct arena *a, size_t size, const char *heap_name) {
   a->base = malloc(size);
   a->used = 0;
   a->size = size;
+  a->heap_name = heap_name;
   a->heap = heapscope_heap_register(heap_name);
   return a->base ? 0 : -1;
 }
@@ -41,6 +45,10 @@ static void arena_reset(struct arena *a, void **objects, size_t count) {
   for (size_t i = 0; i < count; i++)
     heapscope_heap_free(a->heap, objects[i]);
   a->used = 0;
+  /* Not profiled at start-up: register again, so that `heapscope record -p`
+   * attached since gets the heap from here on (costs a dlsym while not). */
+  if (a->heap == 0)
+    a->heap = heapscope_heap_register(a->heap_name);
 }
 
 struct token {

@@ -645,3 +645,20 @@ def test_leaks_and_diff_take_heap(arena_db):
     assert diff.returncode == 0 and b"space: 4.7 KiB" in diff.stdout, diff.describe()
     bad = run_process([*HEAPSCOPE, "diff", arena_db, arena_db, "--heap", "nope"])
     assert bad.returncode == 2 and b"no heap named 'nope'" in bad.stderr, bad.describe()
+
+
+@pytest.mark.timeout(120)
+def test_the_example_arena(record, tmp_path):
+    """examples/arena/arena.c builds as its comment says, runs alike with and without record,
+    and its last round (5000 tokens of 48 bytes, 500 names of 112) is live at the end."""
+    include = subprocess.run([*HEAPSCOPE, "--include"], capture_output=True, text=True, timeout=60, check=True)
+    exe = tmp_path / "arena"
+    src = Path(__file__).resolve().parents[2] / "examples" / "arena" / "arena.c"
+    subprocess.run(["cc", "-O2", "-g", "-Wall", "-Wextra", "-Werror", "-I", include.stdout.strip(), "-o", str(exe),
+                    str(src)], check=True, timeout=120)
+    plain = run_process([exe])
+    rec = record([exe], interval=1)
+    assert plain.returncode == 0 and rec.returncode == 0 and rec.stdout == plain.stdout, rec.describe()
+    profile = rec.profile()
+    upid = heap_process(profile, "example.arena")
+    assert heaps_of(profile, upid)["example.arena"] == 5000 * 48 + 500 * 112

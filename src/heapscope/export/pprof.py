@@ -12,6 +12,12 @@ counts are de-sampled estimates (heapscope/estimate.py). With several
 processes, samples carry a numeric label `pid`, and comments name each
 process with its state, the largest first; the period is the largest's.
 
+Heaps (docs/profile.md, "Heaps"): the profile's current heap selection
+(store/select.py; `heapscope export` selects the default heap unless told);
+in a profile with several heaps every sample carries a string label `heap`,
+and with `heaps` (--heap all) each heap is written in turn, each sample
+labelled, so that pprof's tag filters (`-tagfocus heap=...`) pick one.
+
 Locations: `address` is the runtime address of the frame. heapscope's rel_pc
 is already taken at return address - 1 (inside the call instruction), which
 is what pprof wants for a caller frame, so address = rel_pc + the mapping's
