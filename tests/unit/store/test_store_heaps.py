@@ -1,0 +1,93 @@
+"""store/select.py's heap choice (docs/profile.md, "Heaps") on profiles written here:
+the default heap, --heap NAME and all, and that each read sees only the heap chosen."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from heapscope.model import Frame, Mapping, MappingId, ProcessInfo, Upid
+from heapscope.store.reader import open_profile
+from heapscope.store.select import (
+    UnknownHeapError,
+    default_heap,
+    heap_names,
+    heap_peaks,
+    resolve_heap,
+    select_heap,
+)
+from heapscope.store.writer import ProfileWriter
+
+
+def write(path: Path, heaps: dict[str, int]) -> Path:
+    """One process, one callsite; per heap one dump of `size` bytes and a peak of the same."""
+    w = ProfileWriter(path)
+    w.add_process(ProcessInfo(Upid(1), 42, 1, "p", "p", "/p", 0, 1))
+    w.add_mappings([(1, Mapping("", 0, 0, 0, 0, 0, "p"))])
+    w.add_frames([(1, Frame(MappingId(1), 0, "f"))])
+    w.add_callsites([(1, 0, None, 1)])
+    for name, size in heaps.items():
+        w.add_dump(1, 0, 10, "exit", [(1, 1, size)], name)
+        w.add_peak(1, 5, name, [(1, 1, size, 1, size)])
+    w.commit()
+    w.close()
+    return path
+
+
+def shown_total(path: Path, heap: str | None) -> tuple[str | None, int]:
+    with open_profile(path) as prof:
+        shown = select_heap(prof, heap)
+        values = prof.callsite_values(1)
+        peak = prof.peak_values(1)
+        dumps = prof.dumps(1)
+        assert len(dumps) == (len(heap_names(prof)) if shown is None else 1)
+        assert peak is not None and sum(v.space for v in peak[1].values()) == sum(v.space for v in values.values())
+        return shown, sum(v.space for v in values.values())
+
+
+def test_libc_malloc_is_the_default_and_others_are_chosen(tmp_path: Path) -> None:
+    db = write(tmp_path / "a.db", {"libc.malloc": 4096, "app.pool": 100000, "app.arena": 7})
+    with open_profile(db) as prof:
+        assert heap_names(prof) == ["libc.malloc", "app.arena", "app.pool"]
+        assert default_heap(prof) == "libc.malloc"
+        assert heap_peaks(prof) == [(1, "libc.malloc", 4096, 1), (1, "app.arena", 7, 1), (1, "app.pool", 100000, 1)]
+    assert shown_total(db, None) == ("libc.malloc", 4096)
+    assert shown_total(db, "app.pool") == ("app.pool", 100000)
+    assert shown_total(db, "all") == (None, 4096 + 100000 + 7)
+
+
+def test_without_libc_malloc_the_largest_peak_is_the_default(tmp_path: Path) -> None:
+    # A heapprofd trace of, say, a Java heap and a custom one: the heap holding the most.
+    db = write(tmp_path / "b.db", {"com.android.art": 50, "zz.big": 900, "aa.big": 900})
+    with open_profile(db) as prof:
+        assert default_heap(prof) == "aa.big"  # ties by name
+    assert shown_total(db, None) == ("aa.big", 900)
+
+
+def test_one_heap_and_no_heap(tmp_path: Path) -> None:
+    db = write(tmp_path / "c.db", {"unknown": 12})
+    with open_profile(db) as prof:
+        assert default_heap(prof) == "unknown" and resolve_heap(prof, None) == "unknown"
+    assert shown_total(db, None) == ("unknown", 12)
+    empty = write(tmp_path / "d.db", {})
+    with open_profile(empty) as prof:
+        assert default_heap(prof) is None and select_heap(prof, None) is None
+
+
+def test_unknown_heap_names_those_present(tmp_path: Path) -> None:
+    db = write(tmp_path / "e.db", {"libc.malloc": 1, "app.pool": 2})
+    with open_profile(db) as prof, pytest.raises(UnknownHeapError) as e:
+        select_heap(prof, "nope")
+    assert str(e.value).endswith("no heap named 'nope' (heaps: libc.malloc, app.pool; or all for every heap merged)")
+
+
+def test_the_file_is_not_changed(tmp_path: Path) -> None:
+    """The choice lives on the reading connection only: another reader sees every heap."""
+    db = write(tmp_path / "f.db", {"libc.malloc": 1, "app.pool": 2})
+    before = db.read_bytes()
+    with open_profile(db) as prof:
+        select_heap(prof, "app.pool")
+        with open_profile(db) as other:
+            assert len(other.dumps(1)) == 2
+    assert db.read_bytes() == before
