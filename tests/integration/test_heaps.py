@@ -662,3 +662,50 @@ def test_the_example_arena(record, tmp_path):
     profile = rec.profile()
     upid = heap_process(profile, "example.arena")
     assert heaps_of(profile, upid)["example.arena"] == 5000 * 48 + 500 * 112
+
+
+@pytest.mark.timeout(180)
+def test_flamegraph_picker_with_a_heap_a_process_lacks(tmp_path):
+    """Two processes, only the second has app.pool: the page opened on the first (--pid) says
+    that heap has no dump there, draws nothing, and comes back to libc.malloc; without --pid
+    the picker goes from 'all processes' to app.pool's only process."""
+    from test_views import browser
+
+    from heapscope.model import Frame, Mapping, MappingId, ProcessInfo, Upid
+    from heapscope.store.writer import ProfileWriter
+
+    db = tmp_path / "two.db"
+    w = ProfileWriter(db)
+    w.add_mappings([(1, Mapping("", 0, 0, 0, 0, 0, "p"))])
+    w.add_frames([(1, Frame(MappingId(1), 0, "from_malloc")), (2, Frame(MappingId(1), 0, "from_pool"))])
+    w.add_callsites([(1, 0, None, 1), (2, 0, None, 2)])
+    for upid, pid in ((1, 101), (2, 102)):
+        w.add_process(ProcessInfo(Upid(upid), pid, 1, f"p{pid}", f"p{pid}", f"/p{pid}", 0, 1))
+        w.add_dump(upid, 0, 10, "exit", [(1, 1, 1000 * upid)], "libc.malloc")
+    w.add_dump(2, 0, 10, "exit", [(2, 3, 300)], "app.pool")
+    w.commit()
+    w.close()
+    one = tmp_path / "one.html"
+    run = run_process([*HEAPSCOPE, "flamegraph", db, "--pid", "101", "-o", one])
+    assert run.returncode == 0, run.describe()
+    res = browser(tmp_path, one, [
+        {"do": "eval", "js": "[window.heapscope.heapName(), window.heapscope.rootTotal('space')]"},
+        {"do": "select", "selector": "#heap", "label": "app.pool"},
+        {"do": "eval", "js": "[window.heapscope.heapName(), document.getElementById('status').textContent,"
+                             " window.heapscope.frameCentre('from_malloc')]"},
+        {"do": "select", "selector": "#heap", "label": "libc.malloc"},
+        {"do": "eval", "js": "[window.heapscope.heapName(), window.heapscope.rootTotal('space')]"},
+    ])
+    r = res["results"]
+    assert r[0] == ["libc.malloc", 1000] and r[4] == ["libc.malloc", 1000], r
+    assert r[2] == ["app.pool", "no process has a dump of heap app.pool", None], r
+    both = tmp_path / "both.html"
+    assert run_process([*HEAPSCOPE, "flamegraph", db, "-o", both]).returncode == 0
+    res = browser(tmp_path, both, [
+        {"do": "eval", "js": "[window.heapscope.processLabels(), window.heapscope.rootTotal('space')]"},
+        {"do": "select", "selector": "#heap", "label": "app.pool"},
+        {"do": "eval", "js": "[window.heapscope.processLabels(), window.heapscope.rootTotal('space')]"},
+    ])
+    r = res["results"]
+    assert r[0] == [["all processes", "pid 101 p101", "pid 102 p102"], 3000], r
+    assert r[2] == [["pid 102 p102"], 300], r
