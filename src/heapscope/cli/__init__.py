@@ -12,9 +12,12 @@ are listed by name only); `heapscope --help`, or no subcommand, imports them all
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from types import ModuleType
 
 from heapscope import __version__
@@ -103,9 +106,14 @@ class _PrintInclude(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
                  values: object, option_string: str | None = None) -> None:
-        from importlib.resources import files
+        # Beside the package's modules in an install and in the source tree; an editable
+        # install's resource reader has no path to print (it printed its object's repr).
+        include = Path(__file__).resolve().parent.parent / "include"
+        if not (include / "heapscope.h").is_file():
+            from importlib.resources import files
 
-        print(files("heapscope") / "include")
+            include = Path(str(files("heapscope") / "include"))
+        print(include)
         parser.exit()
 
 
@@ -127,6 +135,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
+# Subcommands that close everything they open themselves (record: recording.Recording.close
+# writes, closes and removes all of it): the console entry point ends them with os._exit once
+# their output is flushed, skipping the interpreter's teardown of every module (measured
+# ~10-20 ms of CPU on this 2-core machine, paid by every profiled command).
+_FAST_EXIT = ("record",)
+
+
 def run() -> None:
     """Console-script entry point."""
-    sys.exit(main())
+    argv = sys.argv[1:]
+    code = main(argv)
+    if _chosen(argv) in _FAST_EXIT:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code & 0xFF)  # what sys.exit(code) would give the parent
+    sys.exit(code)

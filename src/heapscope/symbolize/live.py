@@ -82,11 +82,16 @@ class LiveSymbolizer:
                     self.close()
                     return
 
-    def finish(self, writer: ProfileWriter) -> SymbolizeReport:
-        """Symbolize the profile's frames, and count the cache's work in its stats."""
-        from heapscope.symbolize.profile import symbolize_profile
-
+    def finish(self, writer: ProfileWriter) -> SymbolizeReport | None:
+        """Symbolize the profile's frames, and count the cache's work in its stats;
+        None when the profile has no frame to symbolize (nothing to report)."""
         try:
+            if not writer.symbols().unsymbolized_frames():
+                writer.add_stats(self.cache.stats_rows())
+                writer.commit()
+                return None
+            from heapscope.symbolize.profile import symbolize_profile
+
             report = symbolize_profile(writer, warm=self.warm, cache=self.cache)
             report.cache_notes = self.cache.notes()
             writer.add_stats(self.cache.stats_rows())
