@@ -83,6 +83,8 @@ def main() -> int:
     ap.add_argument("--heapscope", default=_heapscope_default(), help="the heapscope command to measure")
     ap.add_argument("--no-cold", action="store_true", help="skip the empty-symbol-cache variant")
     ap.add_argument("--markdown", action="store_true", help="print a table for RESULTS.md")
+    ap.add_argument("--compare", metavar="HEAPSCOPE", help="also measure this heapscope, interleaved")
+    ap.add_argument("--compare-name", default="before", help="its label in the table")
     args = ap.parse_args()
     hs = args.heapscope
     if _editable(hs):
@@ -104,6 +106,10 @@ def main() -> int:
     if not args.no_cold:
         variants["record, empty symbol cache"] = (variants["record"][0], "/bin/true", True)
         variants["record -i 1 -- ls, empty cache"] = (variants["record -i 1 -- ls"][0], "ls -l /usr/bin", True)
+    if args.compare:  # another heapscope (say the previous commit's) in the same rounds
+        for name in [n for n in variants if n.startswith(("heapscope", "record"))]:
+            argv, base, cold = variants[name]
+            variants[f"{name} [{args.compare_name}]"] = ([args.compare, *argv[1:]], base, cold)
     walls: dict[str, list[float]] = {k: [] for k in variants}
     cpus: dict[str, list[float]] = {k: [] for k in variants}
     load_before = os.getloadavg()
@@ -115,7 +121,8 @@ def main() -> int:
             for name in order:
                 out = str(work / f"r{rnd}.db")
                 argv, _base, cold = variants[name]
-                run_env = dict(env, XDG_CACHE_HOME=str(work / f"cold{rnd}{name[-3:]}")) if cold else env
+                run_env = dict(env, XDG_CACHE_HOME=str(work / f"cold{rnd}-{len(walls[name])}-{abs(hash(name))}")) \
+                    if cold else env
                 wall, cpu = _run([a.replace("{out}", out) for a in argv], run_env)
                 Path(out).unlink(missing_ok=True)
                 if rnd > 0:
@@ -131,7 +138,8 @@ def main() -> int:
         rows.append((name, w * 1e3, (w - base_w) * 1e3, c * 1e3, (c - base_c) * 1e3))
     cores = os.cpu_count()
     print(f"{args.rounds} interleaved rounds, medians; {cores} cores; load average {load_before[0]:.1f} before,"
-          f" {load_after[0]:.1f} after (a shared machine when well above 0); {hs}")
+          f" {load_after[0]:.1f} after (a shared machine when well above 0); {hs}"
+          + (f"; [{args.compare_name}] = {args.compare}" if args.compare else ""))
     if args.markdown:
         print("| command | wall ms | added wall ms | CPU ms | added CPU ms |")
         print("|---|---|---|---|---|")

@@ -927,10 +927,14 @@ def client_library() -> Path:
 def _own_usage() -> list[tuple[str, int | None, str, str, int, str]]:
     """heapscope's own CPU time and peak RSS so far (this process: the producer, not the targets)."""
     ru = resource.getrusage(resource.RUSAGE_SELF)
+    # VmHWM, not ru_maxrss: Linux carries ru_maxrss over fork and exec, so it would report
+    # the peak of whatever process started heapscope when that was bigger.
+    from heapscope.producer.procfs import status_field
+
     return [
         ("producer_cpu_ns", None, "info", "producer", int((ru.ru_utime + ru.ru_stime) * 1e9),
          "CPU time of the heapscope process (producer, bookkeeping, writing), user + system, up to the final dumps"),
-        ("producer_peak_rss_bytes", None, "info", "producer", ru.ru_maxrss * 1024,
+        ("producer_peak_rss_bytes", None, "info", "producer", status_field("self", "VmHWM") * 1024,
          "peak resident set of the heapscope process up to the final dumps"),
     ]
 
