@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import importlib.resources
 import os
 import resource
 import shutil
@@ -52,7 +51,6 @@ from typing import TYPE_CHECKING, Any
 from heapscope import __version__
 from heapscope.errors import HeapscopeError, TargetError, UsageError
 from heapscope.model import CallsiteId, FrameId
-from heapscope.producer import attach
 from heapscope.producer.config import RecordConfig, check_ms, check_positive
 from heapscope.producer.producer import Producer
 from heapscope.producer.session import Guardrails, remove_stale_dirs
@@ -61,6 +59,7 @@ from heapscope.store.writer import ProfileWriter
 if TYPE_CHECKING:
     from heapscope.fleet.live import Live
     from heapscope.fleet.serve import Snapshot
+    from heapscope.producer import attach
     from heapscope.store.reader import Profile
     from heapscope.symbolize.missing import Unsymbolized
 
@@ -175,6 +174,7 @@ class Recording:
         self.writer: ProfileWriter | None = None
         self.producer: Producer | None = None
         self.child: subprocess.Popen[bytes] | None = None
+        self._child_fd: int | None = None  # a pidfd of the child: the loop wakes at its exit, not at a timeout
         self.attached: list[int] = []
         self.errors: list[str] = []  # attach failures
         self.started = time.monotonic()
@@ -251,6 +251,8 @@ class Recording:
         except OSError as e:
             raise TargetError(f"cannot run {argv[0]}: {e.strerror}") from e
         producer.target_pids.add(self.child.pid)
+        with contextlib.suppress(OSError):  # without one, the loop sees the exit at its next timeout
+            self._child_fd = os.pidfd_open(self.child.pid)
         for sig in self._pending:
             with contextlib.suppress(ProcessLookupError):
                 self.child.send_signal(sig)
@@ -261,6 +263,8 @@ class Recording:
     def attach(self, pids: list[int]) -> list[int]:
         """Attach to running processes; the pids attached. Refusals before any
         attach raise TargetError; later failures are collected in `errors`."""
+        from heapscope.producer import attach  # gdb injection: only -p needs it
+
         for pid in pids:
             attach.check_target(pid)
         attach.find_gdb()
@@ -277,6 +281,8 @@ class Recording:
         return list(self.attached)
 
     def _attach_one(self, producer: Producer, pid: int) -> None:
+        from heapscope.producer import attach
+
         try:
             lock = attach.PidLock(pid)
         except attach.AlreadyProfiled as e:
@@ -329,7 +335,7 @@ class Recording:
         if not self.options.symbolize or self.producer is None:
             return
         try:
-            # Imported and started only now: that work overlaps the target's run.
+            # Cheap: it only notes modules; warming starts from the loop if the target runs a while.
             from heapscope.symbolize.live import LiveSymbolizer
             self._symbolizer = LiveSymbolizer()
             self.producer.on_module = self._symbolizer.module
@@ -492,7 +498,10 @@ class Recording:
         drained = 0
         if not self._failed:
             try:
-                drained = self.producer.poll(timeout, wake=self._wake_r, watch=tuple(self._watched))
+                watch = tuple(self._watched)
+                if self._child_fd is not None:
+                    watch += (self._child_fd,)
+                drained = self.producer.poll(timeout, wake=self._wake_r, watch=watch)
             except Exception as e:
                 self._fail(e)
         for fn in list(self._watched.values()):
@@ -529,7 +538,11 @@ class Recording:
             self.summary.exit_status = code
             return code
         self._end_profiling()
-        dead = [pid for pid in self.attached if not attach.alive(pid)]
+        dead: list[int] = []
+        if self.attached:
+            from heapscope.producer.attach import alive
+
+            dead = [pid for pid in self.attached if not alive(pid)]
         for pid in dead:
             self._problem(f"pid {pid} exited during the session")
         return 1 if dead or self.errors or self._failed else 0
@@ -592,6 +605,11 @@ class Recording:
                 with contextlib.suppress(Exception):
                     self.status(now)
                 next_status = now + STATUS_EVERY_S
+            if self._symbolizer is not None:
+                try:
+                    self._symbolizer.tick(now)
+                except Exception as e:  # symbolization is a bonus: the frames get names at the end
+                    self.log(f"early symbolization stopped: {_describe(e)}")
 
     def _dumped(self) -> None:
         if self._failed:
@@ -677,6 +695,10 @@ class Recording:
             self._close_fleet()
             self._restore_nofile()
             self._nofile = None
+            if self._child_fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(self._child_fd)
+                self._child_fd = None
             # Last: a signal after the target's end (say SIGUSR1) must find our handler.
             self._uninstall_signals()
 
@@ -708,6 +730,7 @@ class Recording:
                 writer.add_stats(producer.global_stats())
                 writer.add_stats(self._not_profiled_stats(producer))
                 writer.add_stats(self._shallow_stats(producer))
+                writer.add_stats(_own_usage())
                 writer.set_metadata("duration_ns", int((time.monotonic() - self.started) * 1e9))
                 writer.commit()
             except Exception as e:
@@ -792,11 +815,11 @@ class Recording:
             if report is not None:
                 from heapscope.symbolize.missing import unsymbolized_modules
                 mods = unsymbolized_modules(report)
-                s.symbol_notes = list(report.debuginfod_errors)
+                s.symbol_notes = list(report.debuginfod_errors) + list(report.cache_notes)
                 s.unsymbolized_frames = sum(m.frames for m in mods)
                 s.unsymbolized = mods if len(mods) <= UNSYMBOLIZED_SHOWN + 1 else mods[:UNSYMBOLIZED_SHOWN]
-            if self.producer is None or not self.output.is_file() or not self.producer.ended:
-                return
+            if self.producer is None or not self.output.is_file() or not self.producer.ended or not s.samples:
+                return  # no sample, no peak: the profile need not be read back
             from heapscope.store.reader import open_profile
             with open_profile(self.output) as profile:
                 self._peaks(profile)
@@ -905,12 +928,29 @@ def client_library() -> Path:
     if not lib.is_file():
         # An editable install keeps built files in its build tree: ask the package.
         with contextlib.suppress(Exception):
+            import importlib.resources
+
             found = Path(str(importlib.resources.files("heapscope.client") / "libheapscope.so"))
             if found.is_file():
                 lib = found
     if not lib.is_file():
         raise TargetError(f"the client library is missing ({lib}); reinstall heapscope with `pip install .`")
     return lib
+
+
+def _own_usage() -> list[tuple[str, int | None, str, str, int, str]]:
+    """heapscope's own CPU time and peak RSS so far (this process: the producer, not the targets)."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    # VmHWM, not ru_maxrss: Linux carries ru_maxrss over fork and exec, so it would report
+    # the peak of whatever process started heapscope when that was bigger.
+    from heapscope.producer.procfs import status_field
+
+    return [
+        ("producer_cpu_ns", None, "info", "producer", int((ru.ru_utime + ru.ru_stime) * 1e9),
+         "CPU time of the heapscope process (producer, bookkeeping, writing), user + system, up to the final dumps"),
+        ("producer_peak_rss_bytes", None, "info", "producer", status_field("self", "VmHWM") * 1024,
+         "peak resident set of the heapscope process up to the final dumps"),
+    ]
 
 
 def _wait_child(child: subprocess.Popen[bytes]) -> int:

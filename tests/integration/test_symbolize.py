@@ -152,3 +152,49 @@ def test_symbolize_without_llvm_symbolizer_says_so_and_names_from_symtab(record:
         names = {n for (n,) in db.execute("SELECT name FROM stack_profile_frame")}
         assert db.execute("SELECT COUNT(*) FROM stack_profile_symbol").fetchone()[0] == 0
     assert {"main", "app::outer_fn(unsigned long)"} <= names
+
+
+def _symbol_rows(db_path: Path) -> list[tuple[object, ...]]:
+    with sqlite3.connect(db_path) as db:
+        return db.execute("SELECT f.rel_pc, f.name, s.name, s.source_file, s.line_number, s.inlined"
+                          " FROM stack_profile_frame f LEFT JOIN stack_profile_symbol s"
+                          " ON s.symbol_set_id = f.symbol_set_id ORDER BY f.rel_pc, f.mapping, s.id").fetchall()
+
+
+def _stat(db_path: Path, name: str) -> int:
+    with sqlite3.connect(db_path) as db:
+        return int(db.execute("SELECT value FROM stats WHERE name = ?", (name,)).fetchone()[0])
+
+
+def test_record_symbolizes_from_the_symbol_cache(tmp_path: Path) -> None:
+    # GIVEN an empty per-user cache and a program recorded exactly (interval 1: the same frames every run)
+    prog = _compile(tmp_path / "full" / "prog")
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "xdg"))
+
+    def record_once(name: str) -> tuple[Path, str]:
+        out = tmp_path / f"{name}.db"
+        run = run_process([*HEAPSCOPE, "record", "-i", "1", "-o", str(out), "--", str(prog)], env=env, timeout=120)
+        assert run.returncode == 0, run.describe()
+        return out, run.stderr.decode()
+
+    # WHEN it is recorded twice
+    first, _ = record_once("first")
+    second, _ = record_once("second")
+    # THEN the second run answered every frame from the cache, with the same symbols as the first
+    assert _stat(first, "symbol_cache_hits") == 0 and _stat(first, "symbol_cache_misses") > 0
+    assert _stat(second, "symbol_cache_misses") == 0
+    assert _stat(second, "symbol_cache_hits") == _stat(first, "symbol_cache_misses")
+    assert _symbol_rows(second) == _symbol_rows(first)
+    assert _outer_fn_symbols(second) == INLINE_CHAIN
+    # AND the cache is private
+    cache = tmp_path / "xdg" / "heapscope"
+    assert (cache.stat().st_mode & 0o777) == 0o700
+    # WHEN every entry is damaged and it is recorded again
+    for entry in cache.glob("sym-*.json"):
+        entry.write_text("{")
+    third, err = record_once("third")
+    # THEN the entries are ignored, counted, said in one line, and the symbols are complete
+    damaged = len(list(cache.glob("sym-*.json")))
+    assert _stat(third, "symbol_cache_corrupt") == damaged > 0
+    assert f"symbol cache: {damaged} damaged or foreign entries ignored" in err, err
+    assert _symbol_rows(third) == _symbol_rows(first)

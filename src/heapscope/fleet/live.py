@@ -21,9 +21,11 @@ import socket
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from heapscope.fleet.push import PushItem
-from heapscope.fleet.serve import PprofServer, Snapshot
+if TYPE_CHECKING:  # imported where used: `record` without --serve/--push never loads http or ssl
+    from heapscope.fleet.push import PushItem
+    from heapscope.fleet.serve import Snapshot
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -46,6 +48,7 @@ class Live:
                  allow_remote: bool = False, push: Sequence[str] = (), labels: dict[str, str] | None = None,
                  queue_size: int = 16) -> None:
         from heapscope.fleet.push import Pusher, parse_target
+        from heapscope.fleet.serve import PprofServer
 
         targets = [parse_target(u) for u in push]  # every URL checked before anything starts
         labels = {"host": socket.gethostname(), **(labels or {})}
@@ -68,6 +71,7 @@ class Live:
 
     def _new_items(self, path: Path) -> list[PushItem]:
         from heapscope.fleet import pprof_source
+        from heapscope.fleet.push import PushItem
         from heapscope.store.reader import open_profile
         from heapscope.store.select import select_heap
 

@@ -13,10 +13,13 @@ import struct
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
-from elftools.elf.sections import NoteSection, Section
+
+if TYPE_CHECKING:  # pyelftools' ELF classes cost ~30 ms to import: loaded when a file is read
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import Section
 
 _ELF_MAGIC = b"\x7fELF"
 _DWARF_SECTIONS = (".debug_info", ".zdebug_info")
@@ -68,6 +71,8 @@ def is_elf(path: str | Path) -> bool:
 
 def read_elf_info(path: str | Path) -> ElfInfo:
     """Raises OSError when the file cannot be opened, NotElfError when it is not ELF."""
+    from elftools.elf.elffile import ELFFile
+
     with open(path, "rb") as f:
         if f.read(4) != _ELF_MAGIC:
             raise NotElfError(f"{path}: not an ELF file")
@@ -117,6 +122,8 @@ def file_crc32(path: str | Path) -> int:
 
 def note_build_id(section: Section) -> str:
     """The GNU build id held by a note section, lower-case hex; '' when it holds none."""
+    from elftools.elf.sections import NoteSection
+
     if not isinstance(section, NoteSection):
         return ""
     for note in section.iter_notes():

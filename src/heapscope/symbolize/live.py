@@ -1,50 +1,102 @@
-"""Symbolization that starts while the target still runs.
+"""Symbolization for `record`: nothing paid for what is already known, the rest overlapped with the run.
 
-`record` hands every module the client announces to `module()`: the file with
-its debug info is located at once and llvm-symbolizer starts reading it on
-the producer's idle core. When recording ends, `finish()` symbolizes the
-profile on that warm process, so the user waits only for the lookups.
+`record` hands every module the client announces to `module()`, which only
+notes it. The per-user symbol cache (cache.py) knows most modules already
+(libc, ld.so, ...): their frames cost nothing but a few stat() calls at the
+end. A target that runs on past WARM_AFTER_S gets the rest warmed on the
+producer's idle core: `tick()`, from the recording loop, locates each module
+the cache does not know and has llvm-symbolizer start reading its debug info.
+When recording ends, `finish()` symbolizes the frames the profile uses: cache
+hits from the cache, the others on that warm process (or on a fresh one), and
+adds their answers to the cache. A short command (`record -- /bin/true`)
+never starts llvm-symbolizer for modules it has seen before, nor imports its
+machinery before the target has connected.
 """
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
-from heapscope.symbolize.llvm import SymbolizerError, WarmSymbolizer, find_llvm_symbolizer
-from heapscope.symbolize.locate import Locator
-from heapscope.symbolize.profile import SymbolizeReport, symbolize_profile
+from heapscope.symbolize.cache import SymbolCache, default_dir
 
 if TYPE_CHECKING:
     from heapscope.store.writer import ProfileWriter
+    from heapscope.symbolize.llvm import WarmSymbolizer
+    from heapscope.symbolize.locate import Locator
+    from heapscope.symbolize.profile import SymbolizeReport
+
+# A target still running after this long gets its unknown modules warmed while it runs;
+# one that ends sooner is symbolized at the end (usually all from the cache).
+WARM_AFTER_S = 0.25
 
 
 class LiveSymbolizer:
-    def __init__(self) -> None:
-        self.locator = Locator(())
+    def __init__(self, cache: SymbolCache | None = None) -> None:
+        self.cache = cache if cache is not None else SymbolCache(default_dir())
         self.warm: WarmSymbolizer | None = None
-        tool = find_llvm_symbolizer()
-        if tool is not None:
+        self._pending: list[tuple[str, str]] = []  # announced, not yet looked at
+        self._seen: set[tuple[str, str]] = set()
+        self._warm_from = time.monotonic() + WARM_AFTER_S
+        self._locator: Locator | None = None
+        self._context: str | None = None
+        self._broken = False  # llvm-symbolizer missing or failed: no more warming
+
+    def module(self, path: str, build_id: str) -> None:
+        """A module of a profiled process: noted (warmed later by tick(), if the target runs that long)."""
+        if (path, build_id) not in self._seen:
+            self._seen.add((path, build_id))
+            self._pending.append((path, build_id))
+
+    def tick(self, now: float) -> None:
+        """From the recording loop: warm the modules the cache does not know, once the target has run a while."""
+        if not self._pending or now < self._warm_from or self._broken:
+            return
+        pending, self._pending = self._pending, []
+        from heapscope.symbolize.llvm import SymbolizerError, WarmSymbolizer, find_llvm_symbolizer
+        from heapscope.symbolize.locate import Locator
+        from heapscope.symbolize.profile import cache_context, debuginfod_urls_from_env
+
+        if self._locator is None:
+            tool = find_llvm_symbolizer()
+            if tool is None:
+                self._broken = True
+                return
+            self._locator = Locator(())
+            self._context = cache_context(tool, self._locator, debuginfod_urls_from_env())
             try:
                 self.warm = WarmSymbolizer(tool)
             except OSError:
-                self.warm = None
-        self._seen: set[tuple[str, str]] = set()
+                self._broken = True
+                return
+        assert self._context is not None and self.warm is not None
+        for path, build_id in pending:
+            if self.cache.lookup(path, build_id, self._context) is not None:
+                continue  # known: its frames come from the cache (new addresses are few)
+            located = self._locator.locate(path, build_id)
+            if located.status == "found":
+                try:
+                    self.warm.warm(located.debug_file)
+                except SymbolizerError:
+                    self._broken = True
+                    self.close()
+                    return
 
-    def module(self, path: str, build_id: str) -> None:
-        """A module of a profiled process: start reading its debug info."""
-        if self.warm is None or (path, build_id) in self._seen:
-            return
-        self._seen.add((path, build_id))
-        located = self.locator.locate(path, build_id)
-        if located.status == "found":
-            try:
-                self.warm.warm(located.debug_file)
-            except SymbolizerError:
-                self.close()
-
-    def finish(self, writer: ProfileWriter) -> SymbolizeReport:
+    def finish(self, writer: ProfileWriter) -> SymbolizeReport | None:
+        """Symbolize the profile's frames, and count the cache's work in its stats;
+        None when the profile has no frame to symbolize (nothing to report)."""
         try:
-            return symbolize_profile(writer, warm=self.warm) if self.warm else symbolize_profile(writer)
+            if not writer.symbols().unsymbolized_frames():
+                writer.add_stats(self.cache.stats_rows())
+                writer.commit()
+                return None
+            from heapscope.symbolize.profile import symbolize_profile
+
+            report = symbolize_profile(writer, warm=self.warm, cache=self.cache)
+            report.cache_notes = self.cache.notes()
+            writer.add_stats(self.cache.stats_rows())
+            writer.commit()
+            return report
         finally:
             self.close()
 
@@ -52,3 +104,4 @@ class LiveSymbolizer:
         if self.warm is not None:
             self.warm.close()
             self.warm = None
+        self.cache.close()

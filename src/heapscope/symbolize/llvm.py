@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import re
+import select
 import shutil
 import subprocess
 import threading
@@ -165,12 +166,34 @@ class WarmSymbolizer:
         if self.proc.stdin is not None:
             with contextlib.suppress(OSError):
                 self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
+        if not wait_exit(self.proc, 10):
             self.proc.kill()
             self.proc.wait()
         self._reader.join(timeout=10)
+
+
+def wait_exit(proc: subprocess.Popen[str], timeout: float) -> bool:
+    """Wait up to `timeout` s for `proc` to exit, woken by its exit (a pidfd), never by a timer
+    (Popen.wait(timeout) polls with sleeps). False when it is still running."""
+    if proc.returncode is not None:
+        return True  # reaped: its pid may be another process's by now
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except OSError:  # reaped already, or a kernel without pidfds
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        if not poller.poll(int(timeout * 1000)):
+            return False
+    finally:
+        os.close(fd)
+    proc.wait()
+    return True
 
 
 def symbolize_file(tool: str, path: str, addresses: Sequence[int], timeout: float = 600) -> list[list[SourceFrame]]:

@@ -58,8 +58,11 @@ class ElfInfoCache:
 
     def __init__(self) -> None:
         self._infos: dict[str, ElfInfo | None] = {}
+        self.trace: list[str] | None = None  # when a list: every path asked about is appended
 
     def get(self, path: str) -> ElfInfo | None:
+        if self.trace is not None:
+            self.trace.append(path)
         if path not in self._infos:
             try:
                 self._infos[path] = read_elf_info(path) if os.path.isfile(path) else None
@@ -107,6 +110,17 @@ class Locator:
         self.infos = ElfInfoCache()
         self.index = BuildIdIndex(self.binary_path, self.infos) if index else None
 
+    def locate_traced(self, path: str, build_id: str) -> tuple[Located, list[str]]:
+        """locate(), and every file it looked at (existing or not), once each, in order:
+        while none of them changes, the answer stays the same (the symbol cache's check)."""
+        trace: list[str] = []
+        self.infos.trace = trace
+        try:
+            located = self.locate(path, build_id)
+        finally:
+            self.infos.trace = None
+        return located, list(dict.fromkeys(trace))
+
     def locate(self, path: str, build_id: str) -> Located:
         build_id = build_id.lower()
         if not path.startswith("/"):
@@ -116,6 +130,8 @@ class Locator:
         for candidate in self.candidates(path, build_id):
             real = os.path.realpath(candidate)
             if real in seen:
+                if self.infos.trace is not None:
+                    self.infos.trace.append(candidate)
                 continue
             seen.add(real)
             info = self.infos.get(candidate)

@@ -16,18 +16,25 @@ Without llvm-symbolizer, or without DWARF for a mapping, frames get their
 function name from the symbol table (symtab.py) and no symbol rows; with no
 usable file at all they keep their name or get `lib+0x...`. Running it again
 later (say with a binary path) upgrades exactly those frames.
+
+With a SymbolCache (cache.py; `record` passes one), a module located before
+with the same files is not located again, and its frames at addresses
+answered before take that answer: identical symbols, no llvm-symbolizer, no
+debug info read. Only the other frames go to the tool, and their answers are
+added to the cache.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from heapscope.store.reader import fallback_frame_name
 from heapscope.store.writer import ProfileWriter, SymbolWriter
-from heapscope.symbolize.debuginfod import Debuginfod
 from heapscope.symbolize.llvm import (
     SourceFrame,
     SymbolizerError,
@@ -37,7 +44,11 @@ from heapscope.symbolize.llvm import (
     symbolize_files,
 )
 from heapscope.symbolize.locate import DEFAULT_DEBUG_ROOTS, Located, Locator
-from heapscope.symbolize.symtab import ElfReadError, ElfSymbols, read_elf_symbols
+
+if TYPE_CHECKING:
+    from heapscope.symbolize.cache import Entry, SymbolCache
+    from heapscope.symbolize.debuginfod import Debuginfod
+    from heapscope.symbolize.symtab import ElfSymbols
 
 # The bookkeeping names frames of --skip-symbol-prefix mappings so; they are not code locations.
 _FILTERED = "FILTERED"
@@ -74,6 +85,7 @@ class SymbolizeReport:
     debuginfod: list[str] = field(default_factory=list)  # the servers asked (DEBUGINFOD_URLS)
     debuginfod_errors: list[str] = field(default_factory=list)  # one line per failure
     debuginfod_missing: dict[str, str] = field(default_factory=dict)  # build id -> why no server had it
+    cache_notes: list[str] = field(default_factory=list)  # problems of the symbol cache, one line each
 
     @property
     def frames(self) -> int:
@@ -101,6 +113,7 @@ def symbolize_profile(
     symbolizer: str | None = "auto",
     warm: WarmSymbolizer | None = None,
     debuginfod: Debuginfod | None | Literal["env"] = "env",
+    cache: SymbolCache | None = None,
 ) -> SymbolizeReport:
     """Symbolize every frame of the profile that has no symbol set yet, and commit.
 
@@ -111,9 +124,10 @@ def symbolize_profile(
     symbol-table names only. `warm`: an llvm-symbolizer already running (and
     already reading the files), used instead of starting one. `debuginfod`: a
     client for files found nowhere else; "env" = from DEBUGINFOD_URLS (none when unset).
+    `cache`: answers kept from earlier runs, by build id (see the module's docstring).
     """
     if debuginfod == "env":
-        debuginfod = Debuginfod.from_env()
+        debuginfod = _debuginfod_from_env()
     tool = warm.tool if warm is not None else find_llvm_symbolizer() if symbolizer == "auto" else symbolizer
     locator = Locator(binary_path, index=index, debug_roots=debug_roots, debuginfod=debuginfod)
     report = SymbolizeReport(tool, index_files=locator.index.files if locator.index else None)
@@ -131,36 +145,72 @@ def symbolize_profile(
     symbol_rows: list[tuple[int, int, str, str | None, int | None, int]] = []
     frame_updates: list[tuple[str, int | None, int]] = []
 
+    context = cache_context(tool, locator, list(debuginfod.urls) if debuginfod else None) if cache else ""
     work = []
+    entries: list[Entry | None] = []
     for mapping_id in sorted(pending):
         path, build_id = mappings.get(mapping_id, ("", ""))
         m = MappingReport(mapping_id, path, build_id, len(pending[mapping_id]))
         report.mappings.append(m)
-        work.append((m, pending[mapping_id], locator.locate(path, build_id)))
+        frames = pending[mapping_id]
+        entry = None
+        if cache is not None and cache.cacheable(path, build_id):
+            entry = cache.lookup(path, build_id, context)
+            if entry is None:
+                from heapscope.symbolize.cache import Entry, file_identity
+
+                located, consulted = locator.locate_traced(path, build_id)
+                if debuginfod is None or located.status == "found":  # a server may have it later
+                    entry = Entry(path, build_id, context, [(f, file_identity(f)) for f in consulted], located)
+            else:
+                located = entry.located
+            if entry is not None:
+                answered = sum(1 for _, pc, _ in frames if pc in entry.answers)
+                cache.hits += answered
+                cache.misses += len(frames) - answered
+                frames = [f for f in frames if f[1] not in entry.answers]
+        else:
+            located = locator.locate(path, build_id)
+        entries.append(entry)
+        work.append((m, frames, located))
     all_chains = _all_chains(tool, work, warm)
 
-    for (m, frames, located), chains in zip(work, all_chains, strict=True):
+    for (m, asked, located), asked_chains, entry, mapping_id in zip(work, all_chains, entries, sorted(pending),
+                                                                    strict=True):
         path = m.name
         names = _SymtabNames(located.symbol_files)
-        for (frame_id, rel_pc, old_name), chain in zip(frames, chains, strict=True):
+        frames = pending[mapping_id]
+        fresh = {rel_pc: chain for (_, rel_pc, _), chain in zip(asked, asked_chains, strict=True)}
+        keep = entry is not None and m.outcome != "symbolizer_failed"  # a failure is not an answer to keep
+        for frame_id, rel_pc, old_name in frames:
+            known = entry.answers.get(rel_pc) if entry is not None and rel_pc not in fresh else None
+            chain = list(known[0]) if known is not None else fresh[rel_pc]
+            if keep and known is None and entry is not None and len(entry.answers) < _CACHE_MAX_FRAMES:
+                needs_name = not chain or not chain[-1].function
+                entry.answers[rel_pc] = (tuple(chain), (names.lookup(rel_pc) or "") if needs_name else None)
+                entry.changed = True
             if chain:
                 set_id = next_symbol_id
                 for depth, f in enumerate(chain):
                     symbol_rows.append((next_symbol_id, set_id, f.function, f.file or None, f.line or None,
                                         int(depth < len(chain) - 1)))
                     next_symbol_id += 1
-                outer = chain[-1].function or names.lookup(rel_pc)
+                outer = chain[-1].function or _symtab_name(known, names, rel_pc)
                 m.with_lines += 1
                 if outer:
                     m.named += 1
                 frame_updates.append((outer or old_name or fallback_frame_name(path, rel_pc), set_id, frame_id))
                 continue
-            fn = names.lookup(rel_pc)
+            fn = _symtab_name(known, names, rel_pc)
             if fn:
                 m.named += 1
             frame_updates.append((fn or old_name or fallback_frame_name(path, rel_pc), None, frame_id))
 
     symbols.write_symbols(symbol_rows, frame_updates)
+    if cache is not None:
+        for entry, m in zip(entries, report.mappings, strict=True):
+            if entry is not None and entry.changed and m.outcome != "symbolizer_failed":
+                cache.store(entry)
     if debuginfod is not None:
         report.debuginfod_errors = list(dict.fromkeys(debuginfod.errors))
         report.debuginfod_missing = dict(debuginfod.missing)
@@ -216,6 +266,47 @@ def _chains(tool: str | None, located: Located, addresses: list[int], m: Mapping
     return chains
 
 
+_CACHE_MAX_FRAMES = 200_000
+
+
+def _debuginfod_from_env() -> Debuginfod | None:
+    """A client for DEBUGINFOD_URLS; urllib is imported only when the variable is set."""
+    if not os.environ.get("DEBUGINFOD_URLS", "").strip():
+        return None
+    from heapscope.symbolize.debuginfod import Debuginfod
+
+    return Debuginfod.from_env()
+
+
+def _symtab_name(known: tuple[object, str | None] | None, names: _SymtabNames, rel_pc: int) -> str | None:
+    """The symbol-table name of a frame: the cached one when the frame was answered from the cache."""
+    if known is not None and known[1] is not None:
+        return known[1] or None
+    return names.lookup(rel_pc)
+
+
+def debuginfod_urls_from_env() -> list[str] | None:
+    """The servers symbolize_profile(debuginfod="env") would ask, None for none (for cache_context)."""
+    if not os.environ.get("DEBUGINFOD_URLS", "").strip():
+        return None
+    from heapscope.symbolize.debuginfod import urls_from_env
+
+    return urls_from_env() or None
+
+
+def cache_context(tool: str | None, locator: Locator, debuginfod_urls: list[str] | None) -> str:
+    """What else decides a module's answers besides its files: the tool (and its build) and the lookup settings."""
+    from importlib.util import find_spec
+
+    from heapscope.symbolize.cache import file_identity
+
+    # Whether the symbol-table names can be demangled (symtab.py), without importing it: cxxfilt
+    # looks for libstdc++ through ldconfig when imported.
+    demangler = find_spec("cxxfilt") is not None
+    return json.dumps([tool, file_identity(tool) if tool else None, locator.binary_path, locator.debug_roots,
+                       locator.index is not None, debuginfod_urls, demangler])
+
+
 class _SymtabNames:
     """Function names from the symbol table of the first readable file, loaded on first use."""
 
@@ -226,6 +317,8 @@ class _SymtabNames:
 
     def lookup(self, addr: int) -> str | None:
         if not self._loaded:
+            from heapscope.symbolize.symtab import ElfReadError, read_elf_symbols
+
             self._loaded = True
             for path in self._files:
                 try:

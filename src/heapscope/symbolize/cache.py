@@ -1,0 +1,344 @@
+"""A per-user cache of symbols by build id: a module is symbolized once per machine.
+
+`record` symbolizes the frames its profile uses; most of them are in the same
+few libraries every time (libc, ld.so, libstdc++). This cache keeps, per
+module (build id and path), which file symbolized it and the answer for every
+address already asked, so the next recording answers those frames without
+starting llvm-symbolizer or reading any debug info.
+
+Where: $XDG_CACHE_HOME/heapscope (an absolute XDG_CACHE_HOME, else
+~/.cache/heapscope; https://specifications.freedesktop.org/basedir-spec/latest/),
+one JSON file per module. HEAPSCOPE_SYMBOL_CACHE=off disables it.
+
+An entry is used only when it still tells the truth:
+  * every file the lookup consulted (locate.py's candidates, existing or not,
+    and the debug files they led to) has the same identity as when the entry
+    was written (device, inode, size, mtime, ctime; or is still missing), so a
+    debug package installed since, or a rebuilt binary, makes it stale;
+  * the tool and the lookup settings are the same (the context).
+A stale entry is replaced by the next symbolization of that module.
+
+Files follow store/files.py's rules: the directory is a real directory (never a
+symbolic link), ours, and writable by nobody else; entries are opened without
+following links, must be regular files of ours, and are written whole to an
+unpredictable name and renamed into place (a planted link at the name is
+replaced, never written through). A damaged or foreign entry is ignored and
+counted (`corrupt`); a directory that fails the checks disables the cache and
+says why (`refused`). The cache is a speed-up: no failure of it ever fails
+symbolization.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:  # imported where used: `record` creates a cache before its target connects
+    from heapscope.symbolize.llvm import SourceFrame
+    from heapscope.symbolize.locate import Located, LocateStatus
+
+ENV_VAR = "HEAPSCOPE_SYMBOL_CACHE"
+FORMAT = 1
+MAX_ENTRY_BYTES = 64 << 20  # a bigger file is not one we wrote: ignored, counted
+MAX_FRAMES = 200_000  # addresses kept per module; beyond it new ones are not added
+_BUILD_ID = re.compile(r"[0-9a-f]{8,128}")
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+# One frame's answer: its inline chain (innermost first) and the symbol-table
+# name found for it ("" when none was found, None when none was needed).
+Answer = tuple[tuple["SourceFrame", ...], str | None]
+
+
+@dataclass(slots=True)
+class Entry:
+    """What is known about one module: how it was located and the answers for its addresses."""
+
+    path: str
+    build_id: str
+    context: str
+    files: list[tuple[str, list[int] | None]]  # consulted file -> its identity when written (None: missing)
+    located: Located
+    answers: dict[int, Answer] = field(default_factory=dict)  # rel_pc -> answer
+    changed: bool = False  # answers added since it was read
+
+
+def file_identity(path: str) -> list[int] | None:
+    """What says a file is still the same one: device, inode, size, mtime, ctime; None when missing."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def default_dir() -> Path | None:
+    """$XDG_CACHE_HOME/heapscope, or ~/.cache/heapscope; None when disabled or there is no home."""
+    if os.environ.get(ENV_VAR, "").lower() in ("off", "0", "no", "none"):
+        return None
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(base):  # the spec: a relative path is invalid and ignored
+        home = os.path.expanduser("~")
+        if not os.path.isabs(home):
+            return None
+        base = os.path.join(home, ".cache")
+    return Path(base) / "heapscope"
+
+
+class SymbolCache:
+    """The cache of one run (one instance per symbolization); see the module's docstring."""
+
+    def __init__(self, directory: Path | None) -> None:
+        self.directory = directory
+        self.hits = 0  # frames answered from the cache
+        self.misses = 0  # frames of cacheable modules that had to be symbolized
+        self.corrupt = 0  # entries ignored: unreadable, not ours, not well formed
+        self.links = 0  # entries that were symbolic links (refused, never followed)
+        self.write_errors = 0
+        self.refused = ""  # why the cache is not used at all, "" when it is (or is off)
+        self._fd: int | None = None
+        self._opened = False
+        self._looked: dict[tuple[str, str, str], Entry | None] = {}  # one read (and count) per module
+
+    # -- the directory -----------------------------------------------------------
+
+    def _dir_fd(self) -> int | None:
+        if not self._opened:
+            self._opened = True
+            if self.directory is not None:
+                try:
+                    self._fd = self._open_dir(self.directory)
+                except OSError as e:
+                    self.refused = f"{self.directory}: {e.strerror or e}"
+        return self._fd
+
+    def _open_dir(self, directory: Path) -> int | None:
+        """The cache directory, opened; created 0700 when missing. None (and `refused` says why)
+        when it is a link, not ours or writable by others."""
+        parent = directory.parent
+        with contextlib.suppress(FileExistsError):
+            os.makedirs(parent, mode=0o700)
+        # The parent (~/.cache) may be a link its owner made; it must end at a directory of ours
+        # (or root's) that others cannot write into.
+        pst = os.stat(parent)
+        if not stat.S_ISDIR(pst.st_mode) or pst.st_uid not in (os.geteuid(), 0) or pst.st_mode & 0o022:
+            self.refused = f"{parent} is not a private directory of this user"
+            return None
+        pfd = os.open(parent, _DIR_FLAGS)
+        try:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(directory.name, 0o700, dir_fd=pfd)
+            try:
+                fd = os.open(directory.name, _DIR_FLAGS, dir_fd=pfd)
+            except OSError as e:
+                if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                    self.refused = f"{directory} is a symbolic link or not a directory; not used"
+                    return None
+                raise
+        finally:
+            os.close(pfd)
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            os.close(fd)
+            self.refused = f"{directory} is not this user's, or others may write into it; not used"
+            return None
+        return fd
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    # -- entries ---------------------------------------------------------------
+
+    @staticmethod
+    def cacheable(path: str, build_id: str) -> bool:
+        return path.startswith("/") and _BUILD_ID.fullmatch(build_id) is not None
+
+    @staticmethod
+    def _name(path: str, build_id: str) -> str:
+        import hashlib
+
+        where = hashlib.sha256(path.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+        return f"sym-{build_id}-{where}.json"
+
+    def lookup(self, path: str, build_id: str, context: str) -> Entry | None:
+        """The entry of this module when it is there and still true, else None (read once per run)."""
+        key = (path, build_id, context)
+        if key not in self._looked:
+            self._looked[key] = self._lookup(path, build_id, context)
+        return self._looked[key]
+
+    def _lookup(self, path: str, build_id: str, context: str) -> Entry | None:
+        if not self.cacheable(path, build_id):
+            return None
+        fd = self._dir_fd()
+        if fd is None:
+            return None
+        raw = self._read(fd, self._name(path, build_id))
+        if raw is None:
+            return None
+        try:
+            entry = _decode(raw)
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError):
+            self.corrupt += 1
+            return None
+        if entry.path != path or entry.build_id != build_id:
+            self.corrupt += 1
+            return None
+        if entry.context != context or any(file_identity(p) != ident for p, ident in entry.files):
+            return None  # stale: the next symbolization rewrites it
+        return entry
+
+    def _read(self, fd: int, name: str) -> bytes | None:
+        try:
+            f = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                self.links += 1
+            else:
+                self.corrupt += 1
+            return None
+        try:
+            st = os.fstat(f)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_size > MAX_ENTRY_BYTES:
+                self.corrupt += 1
+                return None
+            chunks = []
+            while chunk := os.read(f, 1 << 20):
+                chunks.append(chunk)
+            return b"".join(chunks)
+        except OSError:
+            self.corrupt += 1
+            return None
+        finally:
+            os.close(f)
+
+    def store(self, entry: Entry) -> None:
+        """Write `entry` whole under an unpredictable name, then rename it into place."""
+        fd = self._dir_fd()
+        if fd is None:
+            return
+        import json
+        import secrets
+
+        data = json.dumps(_encode(entry), separators=(",", ":")).encode("utf-8", "surrogateescape")
+        tmp = f".tmp-{secrets.token_hex(8)}"
+        try:
+            out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                          dir_fd=fd)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(out, view):]
+            finally:
+                os.close(out)
+            os.replace(tmp, self._name(entry.path, entry.build_id), src_dir_fd=fd, dst_dir_fd=fd)
+        except OSError:
+            self.write_errors += 1
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=fd)
+
+    def notes(self) -> list[str]:
+        """One line per problem, for `record`'s summary."""
+        lines = []
+        if self.refused:
+            lines.append(f"symbol cache not used: {self.refused}")
+        if self.corrupt:
+            lines.append(f"symbol cache: {self.corrupt} damaged or foreign entr{'ies' if self.corrupt > 1 else 'y'}"
+                         f" ignored (in {self.directory})")
+        if self.links:
+            lines.append(f"symbol cache: {self.links} entr{'ies' if self.links > 1 else 'y'} that were symbolic"
+                         f" links refused (in {self.directory})")
+        return lines
+
+    def stats_rows(self) -> list[tuple[str, int | None, str, str, int, str]]:
+        """Rows for the profile's `stats` table."""
+        where = str(self.directory) if self.directory is not None else "disabled"
+        return [
+            ("symbol_cache_hits", None, "info", "producer", self.hits,
+             f"frames symbolized from the per-user symbol cache ({where})"),
+            ("symbol_cache_misses", None, "info", "producer", self.misses,
+             "frames of cacheable modules that were symbolized and added to the cache"),
+            ("symbol_cache_corrupt", None, "error", "producer", self.corrupt,
+             "symbol cache entries ignored: damaged, not ours, or not well formed (the frames were symbolized anew)"),
+            ("symbol_cache_links_refused", None, "error", "producer", self.links,
+             "symbol cache entries that were symbolic links: refused, never followed"),
+            ("symbol_cache_refused", None, "error", "producer", int(bool(self.refused)),
+             self.refused or "the symbol cache directory passed its checks (or the cache is off)"),
+        ]
+
+
+def _encode(entry: Entry) -> dict[str, Any]:
+    loc = entry.located
+    return {
+        "format": FORMAT,
+        "path": entry.path,
+        "build_id": entry.build_id,
+        "context": entry.context,
+        "files": [[p, ident] for p, ident in entry.files],
+        "located": {"status": loc.status, "debug_file": loc.debug_file, "matched": loc.matched,
+                    "symbol_files": loc.symbol_files, "mismatches": [list(m) for m in loc.mismatches]},
+        "answers": {format(pc, "x"): [[[f.function, f.file, f.line] for f in chain], name]
+                    for pc, (chain, name) in entry.answers.items()},
+    }
+
+
+def _str(v: object) -> str:
+    if not isinstance(v, str):
+        raise TypeError("not a string")
+    return v
+
+
+def _int(v: object) -> int:
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise TypeError("not an integer")
+    return v
+
+
+def _list(v: object) -> list[Any]:
+    if not isinstance(v, list):
+        raise TypeError("not a list")
+    return v
+
+
+_STATUSES = ("found", "no_debug_info", "not_found", "build_id_mismatch", "not_a_file")
+
+
+def _decode(raw: bytes) -> Entry:
+    """An entry from its file; ValueError/TypeError/KeyError when it is not one we would write."""
+    import json
+
+    from heapscope.symbolize.llvm import SourceFrame
+    from heapscope.symbolize.locate import Located
+
+    d = json.loads(raw.decode("utf-8", "surrogateescape"))
+    if not isinstance(d, dict) or d.get("format") != FORMAT:
+        raise ValueError("not a symbol cache entry of this format")
+    files: list[tuple[str, list[int] | None]] = []
+    for item in _list(d["files"]):
+        p, ident = _list(item)
+        files.append((_str(p), None if ident is None else [_int(x) for x in _list(ident)]))
+    loc = d["located"]
+    if not isinstance(loc, dict) or loc["status"] not in _STATUSES:
+        raise ValueError("bad located")
+    located = Located(cast("LocateStatus", loc["status"]), _str(loc["debug_file"]),
+                      [_str(x) for x in _list(loc["matched"])], [_str(x) for x in _list(loc["symbol_files"])],
+                      [(_str(a), _str(b)) for a, b in map(_list, _list(loc["mismatches"]))])
+    answers: dict[int, Answer] = {}
+    table = d["answers"]
+    if not isinstance(table, dict):
+        raise TypeError("answers")
+    for key, value in table.items():
+        chain, name = _list(value)
+        answers[int(_str(key), 16)] = (
+            tuple(SourceFrame(_str(fn), _str(fl), _int(ln)) for fn, fl, ln in map(_list, _list(chain))),
+            None if name is None else _str(name))
+    return Entry(_str(d["path"]), _str(d["build_id"]), _str(d["context"]), files, located, answers)

@@ -1,0 +1,198 @@
+"""symbolize.cache.SymbolCache through symbolize_profile, on profiles written by the real
+ProfileWriter with frames at real addresses of a program compiled here and of libc:
+a cache hit gives the same symbols as no cache, a changed file makes an entry stale,
+and the cache never reads or writes through a link someone planted; a damaged entry
+is ignored and counted."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+from symbolize_progs import INLINED_SOURCE, build_id, compile_cxx, malloc_call_pc, needs_toolchain
+
+from heapscope.model import Frame, Mapping, MappingId
+from heapscope.store.writer import ProfileWriter, SymbolWriter
+from heapscope.symbolize.cache import SymbolCache
+from heapscope.symbolize.llvm import find_llvm_symbolizer
+from heapscope.symbolize.profile import symbolize_profile
+
+LLVM = find_llvm_symbolizer()
+LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
+pytestmark = [needs_toolchain, pytest.mark.timeout(120),
+              pytest.mark.skipif(LLVM is None, reason="llvm-symbolizer not installed (Debian package `llvm`)"),
+              pytest.mark.skipif(not Path(LIBC).exists(), reason=f"no {LIBC}")]
+
+
+@pytest.fixture(scope="module")
+def prog(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return compile_cxx(INLINED_SOURCE, tmp_path_factory.mktemp("cache") / "prog")
+
+
+@pytest.fixture(scope="module")
+def template(prog: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An unsymbolized profile: the program's malloc call (three inlined functions) and
+    nearby addresses, and addresses in libc (symbol table or DWARF, whatever this machine has)."""
+    pc = malloc_call_pc(prog)
+    mappings = [Mapping(build_id(prog), 0, 0, 0x1000, 0x9000, 0, str(prog)),
+                Mapping(build_id(Path(LIBC)), 0, 0, 0x1000, 0x9000, 0, LIBC)]
+    frames = [Frame(MappingId(1), pc), Frame(MappingId(1), pc - 3), Frame(MappingId(1), 0x10)]
+    frames += [Frame(MappingId(2), 0x28000 + 0x1357 * k) for k in range(6)]
+    path = tmp_path_factory.mktemp("template") / "p.db"
+    w = ProfileWriter(path)
+    w.add_mappings(enumerate(mappings, start=1))
+    w.add_frames(enumerate(frames, start=1))
+    w.close()
+    return path
+
+
+def _symbolized(template: Path, out: Path, cache: SymbolCache | None) -> tuple[list[object], list[object]]:
+    """Symbolize a copy of the template; its frame names and symbol rows."""
+    shutil.copy(template, out)
+    db = sqlite3.connect(out)
+    try:
+        symbolize_profile(SymbolWriter(db), debug_roots=["/usr/lib/debug"], debuginfod=None, cache=cache)
+        frames = db.execute("SELECT id, name, symbol_set_id FROM stack_profile_frame ORDER BY id").fetchall()
+        symbols = db.execute("SELECT * FROM stack_profile_symbol ORDER BY id").fetchall()
+    finally:
+        db.close()
+    if cache is not None:
+        cache.close()
+    return frames, symbols
+
+
+def _entries(d: Path) -> list[Path]:
+    return sorted(d.glob("sym-*.json"))
+
+
+def test_a_cache_hit_gives_identical_symbols(template: Path, tmp_path: Path) -> None:
+    # GIVEN the symbols of the profile without any cache
+    expected = _symbolized(template, tmp_path / "plain.db", None)
+    assert any(name == "app::outer_fn(unsigned long)" for _, name, _ in expected[0])  # a real answer
+    d = tmp_path / "cache" / "heapscope"
+    # WHEN a first run fills an empty cache and a second run reads it
+    first = SymbolCache(d)
+    got_first = _symbolized(template, tmp_path / "first.db", first)
+    second = SymbolCache(d)
+    got_second = _symbolized(template, tmp_path / "second.db", second)
+    # THEN both give exactly the symbols of the run without a cache
+    assert got_first == expected
+    assert got_second == expected
+    # AND the first run asked for every frame, the second answered every one from the cache
+    assert (first.hits, first.misses) == (0, 9)
+    assert (second.hits, second.misses) == (9, 0)
+    # AND the cache is a private directory of private files, one per module
+    assert (d.stat().st_mode & 0o777) == 0o700
+    assert len(_entries(d)) == 2
+    assert all((p.stat().st_mode & 0o777) == 0o600 for p in _entries(d))
+    assert second.notes() == [] and second.corrupt == 0
+
+
+def test_a_changed_file_makes_its_entry_stale(template: Path, prog: Path, tmp_path: Path) -> None:
+    # GIVEN a cache filled by a run
+    d = tmp_path / "heapscope"
+    _symbolized(template, tmp_path / "first.db", SymbolCache(d))
+    # WHEN the program's file changes (same build id, new mtime: say it was rebuilt) and a run follows
+    st = prog.stat()
+    try:
+        os.utime(prog, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+        again = SymbolCache(d)
+        got = _symbolized(template, tmp_path / "again.db", again)
+    finally:
+        os.utime(prog, ns=(st.st_atime_ns, st.st_mtime_ns))
+    # THEN the program's frames are symbolized anew (libc's still come from the cache), with the same answers
+    assert (again.hits, again.misses) == (6, 3)
+    assert got == _symbolized(template, tmp_path / "plain.db", None)
+
+
+def test_a_planted_symlink_entry_is_refused_and_replaced(template: Path, tmp_path: Path) -> None:
+    # GIVEN a filled cache whose program entry is then replaced by a link to a file elsewhere
+    d = tmp_path / "heapscope"
+    _symbolized(template, tmp_path / "first.db", SymbolCache(d))
+    entry = next(p for p in _entries(d) if p.stat().st_size < 100_000 and "prog" in p.read_text())
+    target = tmp_path / "elsewhere.json"
+    target.write_bytes(entry.read_bytes())
+    entry.unlink()
+    entry.symlink_to(target)
+    before = target.read_bytes()
+    # WHEN a run uses the cache
+    cache = SymbolCache(d)
+    got = _symbolized(template, tmp_path / "second.db", cache)
+    # THEN the link was not followed: counted, said, and the frames symbolized as without a cache
+    assert cache.links == 1
+    assert (cache.hits, cache.misses) == (6, 3)
+    assert any("symbolic links refused" in line for line in cache.notes())
+    assert got == _symbolized(template, tmp_path / "plain.db", None)
+    # AND the new entry replaced the link itself; the file it pointed to is untouched
+    assert not entry.is_symlink() and entry.is_file()
+    assert target.read_bytes() == before
+
+
+def test_a_symlinked_cache_directory_is_refused(template: Path, tmp_path: Path) -> None:
+    # GIVEN $XDG_CACHE_HOME/heapscope planted as a link to another directory
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    (tmp_path / "xdg").mkdir(mode=0o700)
+    d = tmp_path / "xdg" / "heapscope"
+    d.symlink_to(elsewhere)
+    # WHEN a run uses the cache
+    cache = SymbolCache(d)
+    got = _symbolized(template, tmp_path / "p.db", cache)
+    # THEN nothing is read or written there, the run says why, and the symbols are complete
+    assert list(elsewhere.iterdir()) == []
+    assert cache.refused and "symbolic link" in cache.refused
+    assert any("symbol cache not used" in line for line in cache.notes())
+    assert got == _symbolized(template, tmp_path / "plain.db", None)
+
+
+def test_a_cache_directory_others_may_write_is_refused(template: Path, tmp_path: Path) -> None:
+    d = tmp_path / "heapscope"
+    d.mkdir()
+    d.chmod(0o777)
+    cache = SymbolCache(d)
+    _symbolized(template, tmp_path / "p.db", cache)
+    assert "others may write" in cache.refused
+    assert _entries(d) == []
+
+
+@pytest.mark.parametrize("damage", [
+    b"not json at all \x00\xff",
+    b'{"format": 1, "path": 3}',
+    b'{"format": 1, "path": "/x", "build_id": "ab", "context": "", "files": [], '
+    b'"located": {"status": "found"}, "answers": {}}',
+    b"",
+])
+def test_a_corrupted_entry_is_ignored_counted_and_rewritten(template: Path, tmp_path: Path, damage: bytes) -> None:
+    # GIVEN a filled cache whose entries are then damaged
+    d = tmp_path / "heapscope"
+    _symbolized(template, tmp_path / "first.db", SymbolCache(d))
+    for entry in _entries(d):
+        entry.write_bytes(damage)
+    # WHEN a run uses the cache
+    cache = SymbolCache(d)
+    got = _symbolized(template, tmp_path / "second.db", cache)
+    # THEN each damaged entry is ignored and counted, the symbols are those of a run without a cache
+    assert cache.corrupt == 2
+    assert any("damaged or foreign" in line for line in cache.notes())
+    assert got == _symbolized(template, tmp_path / "plain.db", None)
+    # AND the next run finds good entries again
+    third = SymbolCache(d)
+    _symbolized(template, tmp_path / "third.db", third)
+    assert (third.hits, third.corrupt) == (9, 0)
+
+
+def test_an_entry_of_another_module_is_foreign(template: Path, tmp_path: Path) -> None:
+    # GIVEN an entry copied under the name of another module's entry
+    d = tmp_path / "heapscope"
+    _symbolized(template, tmp_path / "first.db", SymbolCache(d))
+    small, big = sorted(_entries(d), key=lambda p: p.stat().st_size)[:2]
+    small.write_bytes(big.read_bytes())
+    # WHEN a run reads it
+    cache = SymbolCache(d)
+    got = _symbolized(template, tmp_path / "second.db", cache)
+    # THEN it is not used for that module
+    assert cache.corrupt == 1
+    assert got == _symbolized(template, tmp_path / "plain.db", None)
