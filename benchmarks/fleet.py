@@ -18,18 +18,22 @@ second) and `record --push` (a loopback Pyroscope, a push per 10 s dump) add to
 the wall time of a recording of benchmarks/alloc_bench.c (1 thread, -O2),
 against the same `record -c 10000` without them. Rounds are interleaved (each
 round runs the three in a rotated order) and medians reported with the
-spread and the machine's load average, since the machine may be shared.
+spread and the machine's load average, since the machine may be shared; also
+the bytes of each pushed pprof and the ClickHouse rows/s of the last plain
+recording. benchmarks/run.py runs this as its `fleet` section.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import sys
 import tempfile
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,7 +42,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from heapscope.fleet import clickhouse, pprof_source  # noqa: E402
 from heapscope.fleet.push import Pusher, PushItem  # noqa: E402
 from heapscope.fleet.serve import PprofServer, Snapshot  # noqa: E402
-from heapscope.model import Frame, Mapping, ProcessFlags, ProcessInfo, Upid  # noqa: E402
+from heapscope.model import Frame, Mapping, MappingId, ProcessFlags, ProcessInfo, Upid  # noqa: E402
 from heapscope.store.reader import open_profile  # noqa: E402
 from heapscope.store.writer import ProfileWriter  # noqa: E402
 
@@ -57,7 +61,7 @@ def build(path: Path, callsites: int, dumps: int) -> None:
     libs = ["/usr/bin/big", "/usr/lib/libone.so", "/usr/lib/libtwo.so", "/usr/lib/x86_64-linux-gnu/libc.so.6"]
     w.add_mappings((i + 1, Mapping(f"{i:02x}" * 20, 0x1000, 0, 0x400000 * (i + 1), 0x400000 * (i + 1) + 0x200000,
                                    0, name)) for i, name in enumerate(libs))
-    w.add_frames((i + 1, Frame(i % 4 + 1, 0x1000 + 16 * i, f"function_{i}")) for i in range(2000))
+    w.add_frames((i + 1, Frame(MappingId(i % 4 + 1), 0x1000 + 16 * i, f"function_{i}")) for i in range(2000))
     children: dict[tuple[int | None, int], int] = {}
     rows: list[tuple[int, int, int | None, int]] = []
     leaves: list[int] = []
@@ -149,8 +153,51 @@ def scrape_times(db: Path, count: int = 5) -> list[float]:
     return times
 
 
-def overhead(rounds: int, ops: int) -> None:
-    import os
+CONFIGS = ["plain", "serve + scrape 1/s", "push every 10 s"]
+
+
+@dataclass
+class Overhead:
+    """What --overhead measured: per configuration, wall and CPU (heapscope and the target) per round."""
+
+    ops: int
+    rounds: int
+    walls: dict[str, list[float]]
+    cpus: dict[str, list[float]]
+    scrapes: list[int]
+    pushes: list[int]
+    push_bytes: list[int]  # the pprof of each push received, as sent
+    loads: list[float]
+    real_rows: tuple[int, float, float] | None  # clickhouse_rate of the last plain recording
+
+    def added(self, config: str) -> float:
+        """Median wall of config over the plain recording's, minus 1."""
+        return statistics.median(self.walls[config]) / statistics.median(self.walls["plain"]) - 1
+
+    def spread(self) -> float:
+        """(max - min) / median of the plain recording's walls: the noise the added figures sit in."""
+        w = self.walls["plain"]
+        return (max(w) - min(w)) / statistics.median(w)
+
+    def table(self) -> list[str]:
+        plain, plain_cpu = statistics.median(self.walls["plain"]), statistics.median(self.cpus["plain"])
+        lines = [f"alloc_bench 1 thread, {self.ops:,} ops; {self.rounds} interleaved rounds; load average (1 min) "
+                 f"{min(self.loads):.1f}-{max(self.loads):.1f} on {os.cpu_count()} cores", "",
+                 "| recording | median wall s | min-max s | added wall (median) | median CPU s (all) | added CPU |",
+                 "|---|---|---|---|---|---|"]
+        for c in CONFIGS:
+            w, u = self.walls[c], self.cpus[c]
+            added = "" if c == "plain" else f"{(statistics.median(w) / plain - 1) * 100:+.1f}%"
+            added_cpu = "" if c == "plain" else f"{statistics.median(u) - plain_cpu:+.2f} s"
+            lines.append(f"| {c} | {statistics.median(w):.2f} | {min(w):.2f}-{max(w):.2f} | {added} | "
+                         f"{statistics.median(u):.2f} | {added_cpu} |")
+        size = f"{statistics.median(self.push_bytes):,.0f} B median" if self.push_bytes else "n/a"
+        lines += ["", f"Scrapes answered per run: {self.scrapes}; profiles pushed per run: {self.pushes}; "
+                  f"pprof per pushed profile: {size}."]
+        return lines
+
+
+def overhead(rounds: int, ops: int, heapscope: list[str] | None = None) -> Overhead:
     import subprocess
     import threading
 
@@ -162,17 +209,13 @@ def overhead(rounds: int, ops: int) -> None:
         src = ROOT / "benchmarks" / "alloc_bench.c"
         subprocess.run(["cc", "-O2", "-g", "-pthread", "-Wall", "-o", str(exe), str(src)], check=True)
         pyroscope = PyroscopeServer()
-        base = [sys.executable, "-m", "heapscope", "record", "-q", "--force", "-c", "10000"]
+        base = [*(heapscope or [sys.executable, "-m", "heapscope"]), "record", "-q", "--force", "-c", "10000"]
         target = ["--", str(exe), "1", str(ops)]
-        configs = ["plain", "serve + scrape 1/s", "push every 10 s"]
-        walls: dict[str, list[float]] = {c: [] for c in configs}
-        cpus: dict[str, list[float]] = {c: [] for c in configs}  # heapscope and the target, user + sys
-        scrapes: list[int] = []
-        pushes: list[int] = []
-        loads = [os.getloadavg()[0]]
+        res = Overhead(ops, rounds, {c: [] for c in CONFIGS}, {c: [] for c in CONFIGS}, [], [], [],
+                       [os.getloadavg()[0]], None)
         try:
             for r in range(rounds):
-                order = configs[r % 3:] + configs[:r % 3]
+                order = CONFIGS[r % 3:] + CONFIGS[:r % 3]
                 for config in order:
                     db = tmp / f"{config.split()[0]}.db"
                     argv = [*base, "-o", str(db)]
@@ -202,31 +245,25 @@ def overhead(rounds: int, ops: int) -> None:
                         scraper.start()
                     _, status, usage = os.wait4(proc.pid, 0)
                     proc.returncode = os.waitstatus_to_exitcode(status)
-                    walls[config].append(time.perf_counter() - t0)
-                    cpus[config].append(usage.ru_utime + usage.ru_stime)
+                    res.walls[config].append(time.perf_counter() - t0)
+                    res.cpus[config].append(usage.ru_utime + usage.ru_stime)
                     stop.set()
                     if scraper is not None:
                         scraper.join()
-                        scrapes.append(done[0])
+                        res.scrapes.append(done[0])
                     if config.startswith("push"):
-                        pushes.append(len(pyroscope.received) - before)
-                    assert proc.returncode == 0, f"{config}: exit status {proc.returncode}"
-                loads.append(os.getloadavg()[0])
+                        res.pushes.append(len(pyroscope.received) - before)
+                        res.push_bytes += [len(x.profile) for x in pyroscope.received[before:]]
+                    if proc.returncode != 0:
+                        raise RuntimeError(f"{config}: exit status {proc.returncode}")
+                res.loads.append(os.getloadavg()[0])
         finally:
             pyroscope.close()
-    plain = statistics.median(walls["plain"])
-    print(f"alloc_bench 1 thread, {ops:,} ops; {rounds} interleaved rounds; load average (1 min) "
-          f"{min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} cores")
-    plain_cpu = statistics.median(cpus["plain"])
-    print("| recording | median wall s | min-max s | added wall (median) | median CPU s (all) | added CPU |")
-    print("|---|---|---|---|---|---|")
-    for c in configs:
-        w, u = walls[c], cpus[c]
-        added = "" if c == "plain" else f"{(statistics.median(w) / plain - 1) * 100:+.1f}%"
-        added_cpu = "" if c == "plain" else f"{statistics.median(u) - plain_cpu:+.2f} s"
-        print(f"| {c} | {statistics.median(w):.2f} | {min(w):.2f}-{max(w):.2f} | {added} | {statistics.median(u):.2f}"
-              f" | {added_cpu} |")
-    print(f"scrapes answered per run: {scrapes}; profiles pushed per run: {pushes}")
+        plain_db = tmp / "plain.db"
+        if plain_db.exists():
+            (tmp / "ch").mkdir()
+            res.real_rows = clickhouse_rate(plain_db, tmp / "ch")
+    return res
 
 
 def main() -> None:
@@ -239,7 +276,7 @@ def main() -> None:
     ap.add_argument("--real", action="store_true", help="also record tests/programs/sampled and measure it")
     args = ap.parse_args()
     if args.overhead:
-        overhead(args.rounds, args.ops)
+        print("\n".join(overhead(args.rounds, args.ops).table()))
         return
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)

@@ -13,7 +13,8 @@ def main() -> int:
     lib = ctypes.CDLL(sys.argv[1])
     lib.bench_run.restype = ctypes.c_uint64
     lib.bench_run.argtypes = (ctypes.c_int, ctypes.c_long, ctypes.c_long)
-    print("checksum", lib.bench_run(int(sys.argv[2]), int(sys.argv[3]), -1))
+    work = int(sys.argv[4]) if len(sys.argv) > 4 else -1
+    print("checksum", lib.bench_run(int(sys.argv[2]), int(sys.argv[3]), work))
     return 0
 
 

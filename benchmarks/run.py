@@ -1,32 +1,58 @@
-"""Overhead of `heapscope record` next to heaptrack and memray, in one run.
+"""Overhead of `heapscope record` next to heaptrack and memray, in one run: the tables of RESULTS.md.
 
-    python benchmarks/run.py [--quick] [--rounds N] [--heapscope CMD] [--memray CMD]
+    python benchmarks/run.py [--quick] [--rounds N] [--sections overhead,python,fleet]
+                             [--only TEXT] [--heapscope CMD] [--bench-venv DIR]
 
-Every (workload, tool) pair runs once per round; rounds are interleaved and the
-order of the tools rotates from round to round, so drift of the machine hits every
-tool alike. Reported numbers are medians over rounds, ratios are against the
-unprofiled run of the same command in the same round set:
+One command regenerates the overhead tables of benchmarks/RESULTS.md and prints them as
+markdown, each with the targets it checks and whether they are met:
 
-  target wall x   heapscope only: the target's own run time (spawn to exit, measured by
-                  heapscope), without its start-up and post-processing (symbolization)
-  wall x, cpu x   wall time and user+sys CPU of the whole process tree (target,
-                  and the profiler's own processes; wait4 rusage via measure.c)
-  peak RSS        ru_maxrss of that tree: the largest single process in it
-                  (target or profiler process, whichever is bigger; not separable
-                  for heaptrack and heapscope from outside)
-  profile         size of the file the tool wrote
-  samples/s etc.  what heapscope's `stats` table says (every stat is printed)
+  overhead  issue 13: synthetic 1 thread at ~1.1 M samples/s (and the older 165 k/s one),
+            2 threads on 2 cores, CPython json, CPython dicts with PYTHONMALLOC=malloc,
+            sqlite3 inserts + sort, cc1plus -fsyntax-only of the libstdc++ headers,
+            `git log -p` of this checkout, cc1 -O2 of a generated file (a run of >= 10 s),
+            and `record -- /bin/true` (the fixed cost); heapscope vs heaptrack (and memray
+            where the target is a Python process)
+  python    issue 12: json, dict/set building, a small object-heavy program and a
+            pip-installed pure-Python library (Python-Markdown) doing real work; heapscope
+            (default interval, Python frames on) vs `memray run`, `--native` and
+            `--trace-python-allocators`; profile sizes and sampled peaks compared
+  fleet     issue 14: benchmarks/fleet.py --overhead (`--serve` with a scraper polling every
+            second and `--push` every 10 s against a plain recording), bytes per pushed
+            profile, rows/s into chDB
 
-memray profiles Python processes only: it runs on the `pyhost` workloads (a Python
-host calling the same C workload via ctypes) and `python-json`, and is n/a for the
-other native programs. Nothing here asserts on time: tests never time things.
+Every (workload, tool) pair runs once per round (the /bin/true workload several times);
+rounds are interleaved and the order of the tools rotates from round to round, so drift
+of the machine hits every tool alike. Figures are medians over rounds; ratios are against
+the unprofiled run of the same command in the same run. Columns:
+
+  wall x          the whole command as a user runs it (heapscope: Python start-up, the
+                  run, the final dumps, symbolization, the database) over the unprofiled one
+  target wall x   heapscope only: the target's own run (spawn to exit, as heapscope timed
+                  it) over the unprofiled wall
+  cpu x           user+sys of the whole process tree (wait4 rusage via measure.c)
+  peak RSS        ru_maxrss of that tree: its largest single process
+  profile         size of the file(s) the tool wrote
+  samples/s       heapscope's heap_samples over the unprofiled wall: the rate at the
+                  program's own speed (the producer table also gives it under profiling)
+  added / heaptrack's   (heapscope wall - unprofiled) / (heaptrack wall - unprofiled)
+  producer CPU/record   heapscope's own process CPU (read at its exit by self_cpu.py, so
+                  neither the target nor llvm-symbolizer), less the same figure for
+                  `record -- /bin/true`, per record drained (heap_samples + frees)
+
+memray runs in a benchmark venv that this script creates (benchmarks/out/venv: memray and
+Markdown from PyPI, pinned below) on the same base interpreter as this script; every Python
+workload runs with that venv's python, unprofiled too. Nothing here asserts on time: tests
+never time things. The machine should be otherwise idle; --quick (1 round, short inputs) is
+a smoke test of the harness, its figures mean nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
+import shlex
 import shutil
 import sqlite3
 import statistics
@@ -38,7 +64,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 OUT = HERE / "out"
+BENCH_PACKAGES = ["memray==1.20.0", "Markdown==3.11.3"]
+SECTIONS = ("overhead", "python", "fleet")
+FIXED = "record -- /bin/true"
 
 
 # --- building the workloads -------------------------------------------------------
@@ -98,48 +128,143 @@ SELECT score % 100 AS k, count(*) FROM t GROUP BY k ORDER BY 2 DESC LIMIT 3;
     )
 
 
+def cc1plus_command(out: Path, quick: bool) -> list[str] | None:
+    """cc1plus as the machine's g++ runs it (`g++ -###`) on a header-heavy C++ file.
+
+    The file includes the whole of libstdc++ (<bits/stdc++.h>: every standard header)
+    and instantiates a few heavy templates; --quick includes three headers only.
+    """
+    if not shutil.which("g++"):
+        return None
+    src = out / "headers.cc"
+    if quick:
+        src.write_text("#include <map>\n#include <string>\n#include <vector>\n"
+                       "int main() { std::map<std::string, std::vector<int>> m; return (int)m.size(); }\n")
+    else:
+        src.write_text(
+            "#include <bits/stdc++.h>\n"
+            "int main() {\n"
+            "  std::map<std::string, std::vector<std::pair<int, double>>> m;\n"
+            "  std::unordered_map<std::string, std::set<long>> u;\n"
+            "  std::regex re(\"[a-z]+([0-9]*)\");\n"
+            "  std::smatch sm;\n"
+            "  std::string s = \"abc123\";\n"
+            "  std::regex_search(s, sm, re);\n"
+            "  std::sort(m[\"x\"].begin(), m[\"x\"].end());\n"
+            "  return (int)(m.size() + u.size() + sm.size());\n"
+            "}\n")
+    std = "-std=c++17" if quick else "-std=c++20"
+    probe = subprocess.run(["g++", "-###", std, "-fsyntax-only", str(src)], capture_output=True, text=True,
+                           cwd=out)
+    for line in probe.stderr.splitlines():
+        words = shlex.split(line)
+        if words and Path(words[0]).name == "cc1plus":
+            return words
+    return None
+
+
 @dataclass
 class Workload:
     name: str
     argv: list[str]
+    issues: tuple[str, ...]  # which issue's table the workload belongs to: "13", "12"
+    kind: str  # synthetic, synthetic-2t, real, long, fixed, python, other: picks the target
     stdin: Path | None = None
-    python: bool = False  # a Python process: memray can profile it
-    script: list[str] = field(default_factory=list)  # for memray: script + args
+    env: dict[str, str] = field(default_factory=dict)
+    script: list[str] = field(default_factory=list)  # a Python program (script + args): memray can run it
+    repeat: int = 1  # runs per round
 
 
-def workloads(quick: bool, out: Path) -> list[Workload]:
+@dataclass
+class Python:
+    """The interpreter of the Python workloads and what it has installed."""
+
+    exe: str
+    memray: bool
+    markdown: bool
+
+
+def bench_venv(path: Path, quick: bool) -> Python:
+    """The benchmark venv (memray, Markdown), created on first use; falls back to this interpreter."""
+    py = path / "bin" / "python"
+    if not py.exists():
+        print(f"creating the benchmark venv {path} ({', '.join(BENCH_PACKAGES)})", file=sys.stderr)
+        made = subprocess.run([sys.executable, "-m", "venv", str(path)]).returncode == 0 and subprocess.run(
+            [str(py), "-m", "pip", "install", "-q", *BENCH_PACKAGES]).returncode == 0
+        if not made:
+            print("could not create the benchmark venv: memray columns and the library workload are n/a",
+                  file=sys.stderr)
+            shutil.rmtree(path, ignore_errors=True)
+            return Python(sys.executable, False, False)
+
+    def has(module: str) -> bool:
+        return subprocess.run([str(py), "-c", f"import {module}"], capture_output=True).returncode == 0
+
+    return Python(str(py), has("memray"), has("markdown"))
+
+
+def workloads(quick: bool, out: Path, py: Python) -> list[Workload]:
     exe, lib = build_native(out)
-    ops = 1_000_000 if quick else 3_000_000
+    q = quick
+    # alloc_bench with WORK=25: ~17 M allocations/s of ~330 B on average on one core, so
+    # ~1.1 M samples/s at the default interval (4096 B); the older row keeps WORK=200.
+    fast_ops = 3_000_000 if q else 18_000_000
+    old_ops = 500_000 if q else 3_000_000
     big_c = out / "big.c"
-    generate_c_file(big_c, 300 if quick else 1500)
+    generate_c_file(big_c, 100 if q else 1700)  # ~12 s unprofiled: a run of >= 10 s
     sql = out / "work.sql"
-    sqlite_script(sql, 200_000 if quick else 1_000_000)
+    sqlite_script(sql, 100_000 if q else 1_000_000)
     cc1 = subprocess.run(["gcc", "-print-prog-name=cc1"], capture_output=True, text=True, check=True).stdout.strip()
-    py = sys.executable
-    found: list[Workload] = [
-        Workload("synth 1 thread", [str(exe), "1", str(ops)]),
-        Workload("synth 4 threads", [str(exe), "4", str(ops)]),
-        Workload("synth 1 thread, pyhost", [py, str(HERE / "pyhost.py"), str(lib), "1", str(ops)], python=True,
-                 script=[str(HERE / "pyhost.py"), str(lib), "1", str(ops)]),
-        Workload("synth 4 threads, pyhost", [py, str(HERE / "pyhost.py"), str(lib), "4", str(ops)], python=True,
-                 script=[str(HERE / "pyhost.py"), str(lib), "4", str(ops)]),
-        Workload("cc1 -O2 (gcc)", [cc1, "-quiet", "-O2", str(big_c), "-o", str(out / "big.s")]),
-        Workload("python3 json", [py, str(HERE / "pywork.py"), str(50_000 if quick else 200_000)], python=True,
-                 script=[str(HERE / "pywork.py"), str(50_000 if quick else 200_000)]),
+    cc1plus = cc1plus_command(out, quick)
+    pyhost = [str(HERE / "pyhost.py"), str(lib), "1", str(fast_ops), "25"]
+
+    def pyload(name: str, script: str, args: list[str], issues: tuple[str, ...],
+               env: dict[str, str] | None = None) -> Workload:
+        s = [str(HERE / script), *args]
+        return Workload(name, [py.exe, *s], issues, "python" if "12" in issues else "real", env=env or {},
+                        script=s)
+
+    found = [
+        Workload("synth 1 thread, ~1.1 M samples/s", [str(exe), "1", str(fast_ops), "25"], ("13",), "synthetic"),
+        Workload("synth 2 threads on 2 cores", [str(exe), "2", str(2 * fast_ops), "25"], ("13",), "synthetic-2t"),
+        Workload("synth 1 thread, 165 k samples/s", [str(exe), "1", str(old_ops)], ("13",), "other"),
+        Workload("synth 1 thread ~1.1 M/s, Python host", [py.exe, *pyhost], ("13",), "other", script=pyhost),
+        pyload("python json", "pywork.py", [str(20_000 if q else 200_000)], ("13", "12")),
+        pyload("python dicts, PYTHONMALLOC=malloc", "pydicts.py", [str(30_000 if q else 300_000)], ("13",),
+               {"PYTHONMALLOC": "malloc"}),
     ]
     if shutil.which("sqlite3"):
-        found.insert(5, Workload("sqlite3 inserts+sort", ["sqlite3", ":memory:"], stdin=sql))
+        found.append(Workload("sqlite3 inserts+sort", ["sqlite3", ":memory:"], ("13",), "real", stdin=sql))
+    else:
+        print("sqlite3 not on PATH: its row is left out", file=sys.stderr)
+    if cc1plus:
+        found.append(Workload("cc1plus -fsyntax-only <bits/stdc++.h>", cc1plus, ("13",), "real"))
+    else:
+        print("g++'s cc1plus not found: its row is left out", file=sys.stderr)
+    if (ROOT / ".git").exists():
+        found.append(Workload("git log -p (this checkout)",
+                              ["git", "-C", str(ROOT), "--no-pager", "log", "-p", *(["-n", "50"] if q else [])],
+                              ("13",), "real"))
+    found += [
+        Workload("cc1 -O2, long run", [cc1, "-quiet", "-O2", str(big_c), "-o", str(out / "big.s")], ("13",), "long"),
+        Workload(FIXED, ["/bin/true"], ("13",), "fixed", repeat=2 if q else 5),
+        pyload("python dict/set building", "pydicts.py", [str(30_000 if q else 300_000)], ("12",)),
+        pyload("python objects", "pyobjects.py", ["12", "4"] if q else ["16", "22"], ("12",)),
+    ]
+    if py.markdown:
+        found.append(pyload("python Markdown (PyPI)", "pylib.py", [str(100 if q else 1000)], ("12",)))
+    else:
+        print("Markdown not installed in the benchmark venv: the library row is left out", file=sys.stderr)
     return found
 
 
 # --- tools ------------------------------------------------------------------------
 
 
-@dataclass
 class Tool:
-    name: str
+    name = ""
 
-    def argv(self, w: Workload, profile: Path) -> list[str] | None:
+    def argv(self, w: Workload, profile: Path, cpu_file: Path) -> list[str] | None:
         raise NotImplementedError
 
     def profile_files(self, profile: Path) -> list[Path]:
@@ -147,33 +272,72 @@ class Tool:
 
 
 class Unprofiled(Tool):
-    def argv(self, w, profile):
+    name = "none"
+
+    def argv(self, w: Workload, profile: Path, cpu_file: Path) -> list[str] | None:
         return w.argv
 
 
 class Heapscope(Tool):
-    def __init__(self, cmd: list[str]) -> None:
-        super().__init__("heapscope")
-        self.cmd = cmd
+    name = "heapscope"
 
-    def argv(self, w, profile):
-        return [*self.cmd, "record", "-o", str(profile), "--", *w.argv]
+    def __init__(self, cmd: list[str]) -> None:
+        self.cmd = cmd
+        self.launcher = self._launcher(cmd)
+
+    @staticmethod
+    def _launcher(cmd: list[str]) -> tuple[list[str], list[str]] | None:
+        """cmd under self_cpu.py: (its interpreter and self_cpu.py, the script), or None if it is not Python."""
+        if len(cmd) >= 3 and cmd[1] == "-m":
+            return [cmd[0], str(HERE / "self_cpu.py")], ["-m", *cmd[2:]]
+        if len(cmd) == 1:
+            try:
+                first = Path(cmd[0]).read_bytes()[:200].split(b"\n", 1)[0].decode()
+            except (OSError, UnicodeDecodeError):
+                return None
+            if first.startswith("#!") and "python" in first:
+                return [*shlex.split(first[2:]), str(HERE / "self_cpu.py")], [cmd[0]]
+        return None
+
+    def argv(self, w: Workload, profile: Path, cpu_file: Path) -> list[str] | None:
+        args = ["record", "-o", str(profile), "--force", "--", *w.argv]
+        if self.launcher is None:
+            return [*self.cmd, *args]
+        interp, script = self.launcher
+        return [*interp, str(cpu_file), *script, *args]
 
 
 class Heaptrack(Tool):
-    def argv(self, w, profile):
-        return ["heaptrack", "-o", str(profile), *w.argv]
+    name = "heaptrack"
+
+    def argv(self, w: Workload, profile: Path, cpu_file: Path) -> list[str] | None:
+        return ["heaptrack", "-o", str(profile), *w.argv] if "13" in w.issues else None
+
+
+MEMRAY_MODES = {"memray": [], "memray --native": ["--native"],
+                "memray --trace-python-allocators": ["--trace-python-allocators"]}
 
 
 class Memray(Tool):
-    def __init__(self, cmd: list[str], native: bool) -> None:
-        super().__init__("memray --native" if native else "memray")
-        self.cmd, self.native = cmd, native
+    def __init__(self, python: str, name: str) -> None:
+        self.python, self.name, self.flags = python, name, MEMRAY_MODES[name]
 
-    def argv(self, w, profile):
-        if not w.python:
+    def argv(self, w: Workload, profile: Path, cpu_file: Path) -> list[str] | None:
+        if not w.script:
             return None
-        return [*self.cmd, "run", "-q", "-f", "-o", str(profile), *(["--native"] if self.native else []), *w.script]
+        return [self.python, "-m", "memray", "run", "-q", "-f", "-o", str(profile), *self.flags, *w.script]
+
+    def peak(self, profile: Path) -> int | None:
+        """memray's own peak of the run (`memray stats --json`)."""
+        out = profile.parent / "stats.json"
+        r = subprocess.run([self.python, "-m", "memray", "stats", "--json", "-f", "-o", str(out), str(profile)],
+                           capture_output=True)
+        try:
+            return int(json.loads(out.read_text())["metadata"]["peak_memory"]) if r.returncode == 0 else None
+        except (OSError, ValueError, KeyError):
+            return None
+        finally:
+            out.unlink(missing_ok=True)
 
 
 # --- measuring --------------------------------------------------------------------
@@ -188,28 +352,42 @@ class Sample:
     profile_bytes: int
     stats: dict[str, int]
     target_wall: float | None = None  # heapscope: spawn to exit of the target only
+    producer_cpu: float | None = None  # heapscope's own process, user+sys
+    producer_rss_kib: int | None = None
+    peak: int | None = None  # the tool's peak of the heap (heapscope: sampled; memray: its stats)
 
 
-def run_once(argv: list[str], stdin: Path | None, tool: Tool, profile: Path, work_dir: Path) -> Sample:
+def run_once(w: Workload, tool: Tool, profile: Path, work_dir: Path, want_peak: bool) -> Sample:
     """One timed run under `measure` (see measure.c), which reports the tree's rusage."""
     for old in tool.profile_files(profile):
         old.unlink()
-    usage = work_dir / "rusage.txt"
+    usage, cpu_file = work_dir / "rusage.txt", work_dir / "self_cpu.txt"
     usage.unlink(missing_ok=True)
-    with open(stdin, "rb") if stdin else open(os.devnull, "rb") as stdin_f:
+    cpu_file.unlink(missing_ok=True)
+    argv = tool.argv(w, profile, cpu_file)
+    assert argv is not None
+    env = {**os.environ, **w.env}
+    with open(w.stdin, "rb") if w.stdin else open(os.devnull, "rb") as stdin_f:
         t0 = time.perf_counter()
-        proc = subprocess.run([str(work_dir / "measure"), str(usage), *argv], stdin=stdin_f,
+        proc = subprocess.run([str(work_dir / "measure"), str(usage), *argv], stdin=stdin_f, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         wall = time.perf_counter() - t0
     utime, stime, maxrss = usage.read_text().split() if usage.exists() else ("nan", "nan", "0")
     files = tool.profile_files(profile)
-    stats, target_wall = (heapscope_readout(profile) if isinstance(tool, Heapscope) and profile.exists()
-                          else ({}, None))
+    sample = Sample(wall, float(utime) + float(stime), int(maxrss), proc.returncode,
+                    sum(f.stat().st_size for f in files), {})
+    if isinstance(tool, Heapscope) and profile.exists():
+        sample.stats, sample.target_wall = heapscope_readout(profile)
+        sample.peak = sample.stats.get("peak_heap_bytes")
+        if cpu_file.exists():
+            u, s, rss = cpu_file.read_text().split()
+            sample.producer_cpu, sample.producer_rss_kib = float(u) + float(s), int(rss)
+    if isinstance(tool, Memray) and want_peak and profile.exists() and proc.returncode == 0:
+        sample.peak = tool.peak(profile)
     if proc.returncode != 0:
         sys.stderr.write(f"[{tool.name}] exit {proc.returncode}: {' '.join(argv)}\n")
         sys.stderr.write(proc.stderr.decode(errors="replace")[-2000:] + "\n")
-    return Sample(wall, float(utime) + float(stime), int(maxrss), proc.returncode,
-                  sum(f.stat().st_size for f in files), stats, target_wall)
+    return sample
 
 
 def heapscope_readout(db: Path) -> tuple[dict[str, int], float | None]:
@@ -223,19 +401,366 @@ def heapscope_readout(db: Path) -> tuple[dict[str, int], float | None]:
             con.close()
     except sqlite3.Error as e:
         return {f"(stats unreadable: {e})": 0}, None
-    return {name: int(v) for name, v in rows}, int(wall[0]) / 1e9 if wall else None
+    return {name: int(v) for name, v in rows if v is not None}, int(wall[0]) / 1e9 if wall else None
 
 
-def fmt_ratio(x: float | None) -> str:
+# --- summarizing ------------------------------------------------------------------
+
+
+def med(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+@dataclass
+class Figures:
+    """Medians of one (workload, tool) pair."""
+
+    runs: int
+    failed: str = ""
+    wall: float = 0.0
+    cpu: float = 0.0
+    rss: float = 0.0
+    size: float = 0.0
+    target_wall: float | None = None
+    producer_cpu: float | None = None
+    producer_rss: float | None = None
+    peak: float | None = None
+    stats: dict[str, int] = field(default_factory=dict)
+
+
+def figures(samples: list[Sample]) -> Figures:
+    failed = [s.status for s in samples if s.status != 0]
+    if failed:
+        return Figures(len(samples), failed=f"FAILED: exit {failed[0]} in {len(failed)}/{len(samples)} runs")
+    return Figures(
+        len(samples),
+        wall=statistics.median(s.wall for s in samples),
+        cpu=statistics.median(s.cpu for s in samples),
+        rss=statistics.median(s.maxrss_kib for s in samples) * 1024,
+        size=statistics.median(s.profile_bytes for s in samples),
+        target_wall=med([s.target_wall for s in samples if s.target_wall is not None]),
+        producer_cpu=med([s.producer_cpu for s in samples if s.producer_cpu is not None]),
+        producer_rss=med([s.producer_rss_kib * 1024 for s in samples if s.producer_rss_kib is not None]),
+        peak=med([s.peak for s in samples if s.peak is not None]),
+        stats=samples[-1].stats,
+    )
+
+
+def fmt_x(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.2f}x"
 
 
-def fmt_size(n: float) -> str:
+def fmt_size(n: float | None) -> str:
+    if n is None:
+        return "n/a"
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return str(n)
+
+
+def verdict(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("**met**" if ok else "**not met**")
+
+
+class Results:
+    def __init__(self, loads: list[Workload], tools: list[Tool], samples: dict[tuple[str, str], list[Sample]]):
+        self.loads, self.tools = loads, tools
+        self.fig = {key: figures(s) for key, s in samples.items()}
+
+    def get(self, w: Workload, tool: str) -> Figures | None:
+        f = self.fig.get((w.name, tool))
+        return f if f is not None and not f.failed else None
+
+    def base(self, w: Workload) -> Figures | None:
+        return self.get(w, "none")
+
+    def ratio(self, w: Workload, tool: str) -> float | None:
+        f, b = self.get(w, tool), self.base(w)
+        return f.wall / b.wall if f and b and b.wall > 0 else None
+
+    def added(self, w: Workload, tool: str) -> float | None:
+        f, b = self.get(w, tool), self.base(w)
+        return f.wall - b.wall if f and b else None
+
+    def added_vs(self, w: Workload, tool: str, peer: str) -> float | None:
+        mine, theirs = self.added(w, tool), self.added(w, peer)
+        if mine is None or theirs is None or theirs <= 0:
+            return None
+        return max(mine, 0.0) / theirs
+
+    def target_ratio(self, w: Workload) -> float | None:
+        f, b = self.get(w, "heapscope"), self.base(w)
+        return f.target_wall / b.wall if f and b and f.target_wall is not None and b.wall > 0 else None
+
+    def records(self, w: Workload) -> int | None:
+        f = self.get(w, "heapscope")
+        if f is None or "heap_samples" not in f.stats:
+            return None
+        return f.stats["heap_samples"] + f.stats.get("frees", 0)
+
+    def producer_per_record(self, w: Workload, fixed: Workload | None) -> float | None:
+        """Seconds of producer CPU per record, net of the fixed cost (the /bin/true command's)."""
+        f, n = self.get(w, "heapscope"), self.records(w)
+        if f is None or f.producer_cpu is None or not n:
+            return None
+        fx = self.get(fixed, "heapscope") if fixed else None
+        net = f.producer_cpu - (fx.producer_cpu if fx and fx.producer_cpu is not None else 0.0)
+        return max(net, 0.0) / n
+
+    def headroom(self, w: Workload, fixed: Workload | None) -> float | None:
+        """Records per second of producer CPU over records per second of the target's run."""
+        per, n, f = self.producer_per_record(w, fixed), self.records(w), self.get(w, "heapscope")
+        if per is None or not n or f is None or not f.target_wall or n < 1000:
+            return None
+        return float("inf") if per == 0 else (1 / per) / (n / f.target_wall)
+
+
+def tools_for(results: Results, issue: str) -> list[Tool]:
+    return [t for t in results.tools if any(w.issues and issue in w.issues and (w.name, t.name) in results.fig
+                                            for w in results.loads)]
+
+
+# --- issue 13: overhead -----------------------------------------------------------
+
+
+WHOLE_TARGET = {"synthetic": 1.20, "synthetic-2t": 1.35, "real": 1.10, "long": 1.05, "python": 1.10}
+
+
+def overhead_section(r: Results) -> list[str]:
+    loads = [w for w in r.loads if "13" in w.issues]
+    if not loads:
+        return []
+    fixed = next((w for w in loads if w.kind == "fixed"), None)
+    peers = [t.name for t in tools_for(r, "13") if t.name not in ("none", "heapscope")]
+    lines = ["### Overhead side by side (issue 13)", "",
+             "Whole command, median wall over the unprofiled run; heapscope's target alone in brackets. "
+             "Targets (issue 13): synthetic 1 thread at ~1 M samples/s <= 1.20x whole and <= 1.15x target; "
+             "2 threads on 2 cores <= 1.35x; the real programs <= 1.10x, runs of >= 10 s <= 1.05x; "
+             "added time <= 1/4 of heaptrack's; `record -- /bin/true` <= 50 ms over the program.", "",
+             "| workload (unprofiled wall) | heapscope (target) | " + " | ".join(peers)
+             + " | added / heaptrack's | target | met |",
+             "|---|---|" + "---|" * len(peers) + "---|---|---|"]
+    checks: list[tuple[str, str, bool | None]] = []
+    for w in loads:
+        b = r.base(w)
+        if b is None:
+            continue
+        hs = r.get(w, "heapscope")
+        vs_ht = r.added_vs(w, "heapscope", "heaptrack")
+        if w.kind == "fixed":
+            added = r.added(w, "heapscope")
+            cells = f"+{added * 1000:.0f} ms" if added is not None else "n/a"
+            goal, ok = "<= 50 ms added", (added <= 0.050 if added is not None else None)
+            measured = f"+{added * 1000:.0f} ms" if added is not None else "n/a"
+        else:
+            cells = f"{fmt_x(r.ratio(w, 'heapscope'))} ({fmt_x(r.target_ratio(w))})"
+            limit = WHOLE_TARGET.get(w.kind)
+            x = r.ratio(w, "heapscope")
+            if limit is None:
+                goal, ok = "-", None
+            elif w.kind == "synthetic":
+                tx = r.target_ratio(w)
+                goal = "<= 1.20x whole, <= 1.15x target"
+                ok = None if x is None or tx is None else (x <= 1.20 and tx <= 1.15)
+            else:
+                goal, ok = f"<= {limit:.2f}x whole", (None if x is None else x <= limit)
+            measured = cells
+        if hs is None:
+            cells = r.fig[(w.name, "heapscope")].failed if (w.name, "heapscope") in r.fig else "n/a"
+        peer_cells = []
+        for p in peers:
+            f = r.fig.get((w.name, p))
+            if f is None:
+                peer_cells.append("n/a")
+            elif f.failed:
+                peer_cells.append(f.failed)
+            elif w.kind == "fixed":
+                peer_cells.append(f"+{(f.wall - b.wall) * 1000:.0f} ms")
+            else:
+                peer_cells.append(fmt_x(f.wall / b.wall))
+        lines.append(f"| {w.name} ({b.wall:.2f} s) | {cells} | " + " | ".join(peer_cells)
+                     + f" | {'n/a' if vs_ht is None else f'{vs_ht:.2f}'} | {goal} | {verdict(ok)} |")
+        if goal != "-":
+            checks.append((f"{w.name}: {goal}", measured, ok))
+        if vs_ht is not None or (w.name, "heaptrack") in r.fig:
+            checks.append((f"{w.name}: added <= 1/4 of heaptrack's",
+                           "n/a" if vs_ht is None else f"{vs_ht:.2f}", None if vs_ht is None else vs_ht <= 0.25))
+
+    lines += ["", "All columns (medians):", "",
+              "| workload | tool | wall | wall x | target wall x | cpu x | peak RSS | profile | samples/s "
+              "| added / heaptrack's | producer CPU / record |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for w in loads:
+        b = r.base(w)
+        for t in r.tools:
+            f = r.fig.get((w.name, t.name))
+            if f is None:
+                continue
+            if f.failed:
+                lines.append(f"| {w.name} | {t.name} ({f.failed}) | n/a | n/a | n/a | n/a | n/a | n/a | | | |")
+                continue
+            is_hs = t.name == "heapscope"
+            sps = ""
+            if is_hs and b and b.wall > 0 and "heap_samples" in f.stats:
+                sps = f"{f.stats['heap_samples'] / b.wall:,.0f}"
+            vs_ht = r.added_vs(w, "heapscope", "heaptrack") if is_hs else None
+            per = r.producer_per_record(w, fixed) if is_hs and w.kind != "fixed" else None
+            lines.append(
+                f"| {w.name} | {t.name} | {f.wall:.2f}s | "
+                f"{fmt_x(f.wall / b.wall if b and t.name != 'none' else None)} | "
+                f"{fmt_x(r.target_ratio(w)) if is_hs else ''} | "
+                f"{fmt_x(f.cpu / b.cpu if b and b.cpu > 0 and t.name != 'none' else None)} | "
+                f"{fmt_size(f.rss)} | {fmt_size(f.size) if f.size else '-'} | {sps} | "
+                f"{'' if vs_ht is None else f'{vs_ht:.2f}'} | {'' if per is None else f'{per * 1e6:.2f} us'} |")
+
+    lines += ["", "Producer (heapscope's own process; CPU net of `record -- /bin/true`'s). Target (issue 13): at "
+              "least 5x headroom: records per second of producer CPU over records per second of the target.", "",
+              "| workload | records | records/s in the target | producer CPU | CPU / record | headroom "
+              "| producer peak RSS |", "|---|---|---|---|---|---|---|"]
+    headrooms = []
+    for w in loads:
+        f, n = r.get(w, "heapscope"), r.records(w)
+        if f is None or n is None or w.kind == "fixed":
+            continue
+        per, h = r.producer_per_record(w, fixed), r.headroom(w, fixed)
+        if h is not None:
+            headrooms.append((h, w.name))
+        rate = n / f.target_wall if f.target_wall else None
+        lines.append(f"| {w.name} | {n:,} | {'n/a' if rate is None else f'{rate:,.0f}'} | "
+                     f"{'n/a' if f.producer_cpu is None else f'{f.producer_cpu:.2f} s'} | "
+                     f"{'n/a' if per is None else f'{per * 1e6:.2f} us'} | "
+                     f"{'n/a' if h is None else f'{h:.1f}x'} | {fmt_size(f.producer_rss)} |")
+    if headrooms:
+        low = min(headrooms)
+        checks.append(("producer headroom >= 5x on every workload", f"lowest {low[0]:.1f}x ({low[1]})",
+                       low[0] >= 5))
+    else:
+        checks.append(("producer headroom >= 5x on every workload", "not measured", None))
+    lines += ["", "Against the targets of issue 13:", "", "| target | measured | met |", "|---|---|---|"]
+    lines += [f"| {name} | {m} | {verdict(ok)} |" for name, m, ok in checks]
+    lines += ["| a free of an unsampled address: one predictable branch, no shared cache line | "
+              "instruction counts, not timed here (perf stat / callgrind) | n/a |"]
+    return lines
+
+
+# --- issue 12: Python -------------------------------------------------------------
+
+
+def python_section(r: Results) -> list[str]:
+    loads = [w for w in r.loads if "12" in w.issues]
+    if not loads:
+        return []
+    memrays = [m for m in MEMRAY_MODES if any((w.name, m) in r.fig for w in loads)]
+    lines = ["### Python programs: heapscope next to memray (issue 12)", "",
+             "heapscope at the default interval with Python frames and pymalloc sampling on; wall x is the whole "
+             "command over the unprofiled run; 'added / X' is heapscope's added wall over X's. Targets (issue 12): "
+             "<= 1.10x; <= 1/5 of memray's added time (checked against `memray run`, the others shown); a profile "
+             ">= 10x smaller than memray's and the sampled peak within 5% of memray's, both checked against "
+             "`memray run --trace-python-allocators`, the mode that sees the same allocators as heapscope (every "
+             "pymalloc and malloc request; plain `memray run` sees pymalloc's arenas, not the objects in them, so "
+             "its profile holds far fewer events). memray tracks from the start of the script, heapscope from "
+             "the start of the interpreter (start-up and imports before the script are in its peak).", "",
+             "| workload (unprofiled wall) | heapscope (target) | " + " | ".join(memrays) + " | "
+             + " | ".join(f"added / {m}'s" for m in memrays)
+             + " | profile: memray --trace-python-allocators' / heapscope's (memray's) | "
+             "sampled peak vs --trace-python-allocators' | `memray run`'s peak (arenas, not objects) |",
+             "|---|---|" + "---|" * (2 * len(memrays)) + "---|---|---|"]
+    checks: list[tuple[str, str, bool | None]] = []
+    for w in loads:
+        b = r.base(w)
+        if b is None:
+            continue
+        hs, plain, trace = r.get(w, "heapscope"), r.get(w, "memray"), r.get(w, "memray --trace-python-allocators")
+        x = r.ratio(w, "heapscope")
+        cells = [f"{fmt_x(x)} ({fmt_x(r.target_ratio(w))})"] + [fmt_x(r.ratio(w, m)) if r.get(w, m) else
+                              (r.fig[(w.name, m)].failed if (w.name, m) in r.fig else "n/a") for m in memrays]
+        vs = [r.added_vs(w, "heapscope", m) for m in memrays]
+        cells += ["n/a" if v is None else f"{v:.2f}" for v in vs]
+        plain_ratio = plain.size / hs.size if hs and plain and hs.size else None
+        size_ratio = trace.size / hs.size if hs and trace and hs.size else None
+        cells.append(f"{'n/a' if size_ratio is None else f'{size_ratio:.1f}x'} "
+                     f"({'n/a' if plain_ratio is None else f'{plain_ratio:.2f}x'})")
+        peak_diff = (hs.peak / trace.peak - 1) if hs and trace and hs.peak and trace.peak else None
+        cells.append("n/a" if peak_diff is None or not hs or not trace
+                     else f"{fmt_size(hs.peak)} vs {fmt_size(trace.peak)} ({peak_diff * 100:+.1f}%)")
+        cells.append("n/a" if not hs or not plain or not hs.peak or not plain.peak
+                     else f"{fmt_size(plain.peak)} ({(hs.peak / plain.peak - 1) * 100:+.1f}%)")
+        lines.append(f"| {w.name} ({b.wall:.2f} s) | " + " | ".join(cells) + " |")
+        checks.append((f"{w.name}: <= 1.10x whole", fmt_x(x), None if x is None else x <= 1.10))
+        v = vs[memrays.index("memray")] if "memray" in memrays else None
+        checks.append((f"{w.name}: added <= 1/5 of memray's", "n/a" if v is None else f"{v:.2f}",
+                       None if v is None else v <= 0.2))
+        checks.append((f"{w.name}: profile >= 10x smaller than memray --trace-python-allocators'",
+                       "n/a" if size_ratio is None else f"{size_ratio:.1f}x",
+                       None if size_ratio is None else size_ratio >= 10))
+        checks.append((f"{w.name}: sampled peak within 5% of memray's",
+                       "n/a" if peak_diff is None else f"{peak_diff * 100:+.1f}%",
+                       None if peak_diff is None else abs(peak_diff) <= 0.05))
+    lines += ["", "All columns (medians; peak: heapscope's sampled peak, memray's `stats` peak_memory):", "",
+              "| workload | tool | wall | wall x | cpu x | peak RSS | profile | peak |",
+              "|---|---|---|---|---|---|---|---|"]
+    for w in loads:
+        b = r.base(w)
+        for t in r.tools:
+            f = r.fig.get((w.name, t.name))
+            if f is None:
+                continue
+            if f.failed:
+                lines.append(f"| {w.name} | {t.name} ({f.failed}) | n/a | n/a | n/a | n/a | n/a | n/a |")
+                continue
+            none = t.name == "none"
+            lines.append(f"| {w.name} | {t.name} | {f.wall:.2f}s | {fmt_x(None if none or not b else f.wall / b.wall)}"
+                         f" | {fmt_x(None if none or not b or b.cpu <= 0 else f.cpu / b.cpu)} | {fmt_size(f.rss)} | "
+                         f"{fmt_size(f.size) if f.size else '-'} | {fmt_size(f.peak) if f.peak else ''} |")
+    lines += ["", "Against the targets of issue 12:", "", "| target | measured | met |", "|---|---|---|"]
+    lines += [f"| {name} | {m} | {verdict(ok)} |" for name, m, ok in checks]
+    return lines
+
+
+# --- issue 14: fleet --------------------------------------------------------------
+
+
+def fleet_section(quick: bool, rounds: int, heapscope_cmd: list[str]) -> list[str]:
+    sys.path.insert(0, str(HERE))
+    import fleet  # benchmarks/fleet.py: needs heapscope importable here
+
+    ops = 2_000_000 if quick else 40_000_000
+    res = fleet.overhead(rounds, ops, heapscope_cmd)
+    lines = ["### Many machines: serving and pushing while recording (issue 14)", "",
+             f"`benchmarks/fleet.py --overhead --rounds {rounds} --ops {ops}`, run from this command: "
+             "`record -c 10000` of alloc_bench (1 thread) plain, with `--serve` and a scraper fetching "
+             "/debug/pprof/heap every second, and with `--push` to a loopback Pyroscope-shaped server (a push per "
+             "10 s dump and the final one). Target (issue 14): <= 1% added wall.", ""]
+    lines += res.table()
+    lines += [""]
+    serve, push = res.added("serve + scrape 1/s"), res.added("push every 10 s")
+    lines += ["| target | measured | met |", "|---|---|---|",
+              f"| --serve, scraped every second: <= 1% added wall | {serve * 100:+.1f}% (spread of plain: "
+              f"{res.spread() * 100:.1f}%) | {verdict(serve <= 0.01)} |",
+              f"| --push every 10 s: <= 1% added wall | {push * 100:+.1f}% | {verdict(push <= 0.01)} |", ""]
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        db = tmp / "synthetic.db"
+        callsites = 2_000 if quick else 20_000
+        fleet.build(db, callsites, 10)
+        n, build_s, total_s = fleet.clickhouse_rate(db, tmp)
+        sizes = fleet.pprof_sizes(db)
+    lines += ["| profile | ClickHouse rows | rows/s built | rows/s built + inserted (chDB) | pprof bytes per pushed "
+              "profile (median) |", "|---|---|---|---|---|",
+              f"| synthetic, {callsites:,} callsites, 10 dumps | {n:,} | {n / build_s:,.0f} | {n / total_s:,.0f} | "
+              f"{statistics.median(sizes):,.0f} |"]
+    if res.real_rows is not None:
+        n, build_s, total_s = res.real_rows
+        lines.append(f"| alloc_bench recording (plain, last round) | {n:,} | {n / build_s:,.0f} | "
+                     f"{n / total_s:,.0f} | {statistics.median(res.push_bytes):,.0f} (as pushed) |"
+                     if res.push_bytes else f"| alloc_bench recording | {n:,} | {n / build_s:,.0f} | "
+                     f"{n / total_s:,.0f} | n/a |")
+    return lines
+
+
+# --- the run ----------------------------------------------------------------------
 
 
 def machine() -> str:
@@ -247,93 +772,113 @@ def machine() -> str:
     except OSError:
         pass
     return (f"{os.cpu_count()} CPUs ({model or platform.processor()}), Linux {platform.release()}, "
-            f"Python {platform.python_version()}")
+            f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.1f} at the end")
+
+
+def versions(heapscope_cmd: list[str], py: Python) -> str:
+    def first_line(argv: list[str]) -> str:
+        try:
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+            return (out.stdout or out.stderr).strip().splitlines()[0] if out.returncode == 0 else "n/a"
+        except (OSError, IndexError, subprocess.TimeoutExpired):
+            return "n/a"
+
+    commit = first_line(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"])
+    parts = [f"{first_line([*heapscope_cmd, '--version'])} at {commit}"]
+    if shutil.which("heaptrack"):
+        parts.append(first_line(["heaptrack", "--version"]))
+    if py.memray:
+        parts.append("memray " + first_line([py.exe, "-m", "memray", "--version"]))
+    return "; ".join(parts)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="1 round, smaller inputs")
-    parser.add_argument("--rounds", type=int, default=None, help="rounds (default 5, --quick 1)")
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="1 round, short inputs: a smoke test of the harness")
+    parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 5, --quick 1)")
+    parser.add_argument("--sections", default=",".join(SECTIONS),
+                        help=f"comma-separated, of {', '.join(SECTIONS)} (default: all)")
+    parser.add_argument("--only", default=None, help="run only the workloads whose name contains this")
     parser.add_argument("--heapscope", default=None, help="heapscope command (default: on PATH, else python -m)")
-    parser.add_argument("--memray", default=None, help="memray command (default: on PATH, else python -m memray)")
-    parser.add_argument("--only", default=None, help="run only workloads whose name contains this")
+    parser.add_argument("--bench-venv", type=Path, default=OUT / "venv",
+                        help="venv with memray and Markdown, created if missing (default benchmarks/out/venv)")
     args = parser.parse_args(argv)
     rounds = args.rounds or (1 if args.quick else 5)
+    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    if bad := [s for s in sections if s not in SECTIONS]:
+        parser.error(f"unknown section {bad[0]!r}: pick from {', '.join(SECTIONS)}")
 
     OUT.mkdir(exist_ok=True)
     work_dir = Path(tempfile.mkdtemp(prefix="run-", dir=OUT))
-    heapscope_cmd = args.heapscope.split() if args.heapscope else (
-        [shutil.which("heapscope")] if shutil.which("heapscope") else [sys.executable, "-m", "heapscope"])
-    tools: list[Tool] = [Unprofiled("none"), Heapscope(heapscope_cmd)]
+    heapscope_cmd = shlex.split(args.heapscope) if args.heapscope else (
+        [shutil.which("heapscope") or ""] if shutil.which("heapscope") else [sys.executable, "-m", "heapscope"])
+    py = bench_venv(args.bench_venv, args.quick)
+    heapscope = Heapscope(heapscope_cmd)
+    if heapscope.launcher is None:
+        print(f"{' '.join(heapscope_cmd)} is not a Python script: producer CPU is n/a", file=sys.stderr)
+    tools: list[Tool] = [Unprofiled(), heapscope]
     if shutil.which("heaptrack"):
-        tools.append(Heaptrack("heaptrack"))
-    memray_cmd = args.memray.split() if args.memray else (
-        [shutil.which("memray")] if shutil.which("memray") else [sys.executable, "-m", "memray"])
-    if subprocess.run([*memray_cmd, "--version"], capture_output=True).returncode == 0:
-        tools += [Memray(memray_cmd, native=False), Memray(memray_cmd, native=True)]
+        tools.append(Heaptrack())
     else:
-        print(f"memray not runnable as {' '.join(memray_cmd)}: memray columns are n/a", file=sys.stderr)
+        print("heaptrack not on PATH (Debian: apt-get install heaptrack): its columns are n/a", file=sys.stderr)
+    if py.memray:
+        tools += [Memray(py.exe, name) for name in MEMRAY_MODES]
 
-    loads = [w for w in workloads(args.quick, work_dir) if not args.only or args.only in w.name]
-    results: dict[tuple[str, str], list[Sample]] = {}
+    out_lines: list[str] = []
+    started = time.time()
+    try:
+        wanted = {"overhead": "13", "python": "12"}
+        issues = {wanted[s] for s in sections if s in wanted}
+        loads = [w for w in workloads(args.quick, work_dir, py)
+                 if set(w.issues) & issues and (not args.only or args.only in w.name)]
+        samples = run_rounds(loads, tools, rounds, work_dir)
+        results = Results(loads, tools, samples)
+        for section, make in (("overhead", overhead_section), ("python", python_section)):
+            if section in sections:
+                out_lines += [*make(results), ""]
+        if "fleet" in sections and not args.only:
+            try:
+                out_lines += [*fleet_section(args.quick, rounds, heapscope_cmd), ""]
+            except Exception as e:  # the tables above are still worth printing
+                out_lines += [f"fleet section failed: {type(e).__name__}: {e}", ""]
+        stats_lines = [f"- {w.name}: " + ", ".join(f"{k}={v}" for k, v in f.stats.items())
+                       for w in loads if (f := results.get(w, "heapscope")) is not None and f.stats]
+    finally:
+        shutil.rmtree(work_dir, ignore_errors=True)
+    head = [f"`python benchmarks/run.py{' --quick' if args.quick else ''}"
+            f"{f' --rounds {args.rounds}' if args.rounds else ''}"
+            f"{f' --sections {args.sections}' if args.sections != ','.join(SECTIONS) else ''}"
+            f"{f' --only {shlex.quote(args.only)}' if args.only else ''}"
+            f"{f' --heapscope {shlex.quote(args.heapscope)}' if args.heapscope else ''}`: "
+            f"{rounds} interleaved round(s), medians, "
+            f"{(time.time() - started) / 60:.1f} min. Machine: {machine()}. {versions(heapscope_cmd, py)}.", ""]
+    if args.quick:
+        head += ["**--quick: one round of short inputs, a smoke test of the harness; these figures are not "
+                 "measurements.**", ""]
+    print("\n".join(["", *head, *out_lines]))
+    if stats_lines:
+        print("heapscope `stats` (last round, summed over processes):")
+        print("\n".join(stats_lines))
+    return 0
+
+
+def run_rounds(loads: list[Workload], tools: list[Tool], rounds: int,
+               work_dir: Path) -> dict[tuple[str, str], list[Sample]]:
+    samples: dict[tuple[str, str], list[Sample]] = {}
     for r in range(rounds):
         order = tools[r % len(tools):] + tools[: r % len(tools)]
         for w in loads:
-            for tool in order:
-                cmd = tool.argv(w, work_dir / f"profile-{tool.name.replace(' ', '')}")
-                if cmd is None:
-                    continue
-                sample = run_once(cmd, w.stdin, tool, work_dir / f"profile-{tool.name.replace(' ', '')}", work_dir)
-                results.setdefault((w.name, tool.name), []).append(sample)
-                print(f"round {r + 1}/{rounds} {w.name:26} {tool.name:16} {sample.wall:7.2f}s "
-                      f"exit {sample.status}", file=sys.stderr)
-
-    print(f"\nMachine: {machine()}; {rounds} round(s), medians.\n")
-    print("| workload | tool | wall | wall x | target wall x | cpu x | peak RSS | profile | heapscope samples/s | "
-          "heapscope blocked / drops |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    stats_lines = []
-    for w in loads:
-        base = results.get((w.name, "none"))
-        base_wall = statistics.median(s.wall for s in base) if base else None
-        base_cpu = statistics.median(s.cpu for s in base) if base else None
-        for tool in tools:
-            samples = results.get((w.name, tool.name))
-            if not samples:
-                print(f"| {w.name} | {tool.name} | n/a | n/a | n/a | n/a | n/a | n/a | | |")
-                continue
-            failed = [s.status for s in samples if s.status != 0]
-            if failed:
-                print(f"| {w.name} | {tool.name} (FAILED: exit {failed[0]} in {len(failed)}/{len(samples)} runs) "
-                      "| n/a | n/a | n/a | n/a | n/a | n/a | | |")
-                continue
-            wall = statistics.median(s.wall for s in samples)
-            cpu = statistics.median(s.cpu for s in samples)
-            rss = statistics.median(s.maxrss_kib for s in samples) * 1024
-            size = statistics.median(s.profile_bytes for s in samples)
-            sps = blocked = ""
-            target_walls = [s.target_wall for s in samples if s.target_wall is not None]
-            target_x = (statistics.median(target_walls) / base_wall
-                        if target_walls and base_wall else None)
-            last = samples[-1].stats
-            if isinstance(tool, Heapscope):
-                n = last.get("heap_samples")
-                sps = f"{n / wall:,.0f}" if n is not None else "no heap_samples stat"
-                blocked_keys = [k for k in last if "block" in k]
-                drop_keys = [k for k in last if "drop" in k or "lost" in k or "overran" in k]
-                blocked = ", ".join(f"{k}={last[k]}" for k in blocked_keys + drop_keys) or "-"
-                stats_lines.append(f"- {w.name}: " + ", ".join(f"{k}={v}" for k, v in last.items()))
-            print(f"| {w.name} | {tool.name} | {wall:.2f}s | "
-                  f"{fmt_ratio(wall / base_wall if base_wall and tool.name != 'none' else None)} | "
-                  f"{fmt_ratio(target_x)} | "
-                  f"{fmt_ratio(cpu / base_cpu if base_cpu and tool.name != 'none' else None)} | "
-                  f"{fmt_size(rss)} | {fmt_size(size) if size else '-'} | {sps} | {blocked} |")
-    if stats_lines:
-        print("\nheapscope `stats` (last round, summed over processes):")
-        print("\n".join(stats_lines))
-    shutil.rmtree(work_dir, ignore_errors=True)
-    return 0
-
+            for _ in range(w.repeat):
+                for tool in order:
+                    profile = work_dir / tool.name.replace(" ", "").replace("-", "") / "profile"
+                    profile.parent.mkdir(exist_ok=True)
+                    if tool.argv(w, profile, work_dir / "x") is None:
+                        continue
+                    s = run_once(w, tool, profile, work_dir, want_peak=r == rounds - 1)
+                    samples.setdefault((w.name, tool.name), []).append(s)
+                    print(f"round {r + 1}/{rounds} {w.name:40} {tool.name:32} {s.wall:7.2f}s exit {s.status}",
+                          file=sys.stderr)
+    return samples
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,0 +1,40 @@
+"""Run a Python console script (heapscope's) in this interpreter and, as it exits,
+write the CPU time and peak RSS of this process alone, not of its children.
+
+Usage: python self_cpu.py OUT_FILE SCRIPT [ARGS...]
+       python self_cpu.py OUT_FILE -m MODULE [ARGS...]
+
+benchmarks/run.py starts `heapscope record` through this to read the producer's
+own CPU (the target and llvm-symbolizer are children, so they are not in it):
+"user_s system_s maxrss_kib" in OUT_FILE. The script runs as `__main__` with its
+own argv, as its shebang line would run it; the extra cost is one small import.
+"""
+
+import atexit
+import os
+import resource
+import runpy
+import sys
+
+
+def main() -> None:
+    out, script = sys.argv[1], sys.argv[2]
+
+    def write() -> None:
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        with open(out, "w") as f:
+            f.write(f"{ru.ru_utime:.6f} {ru.ru_stime:.6f} {ru.ru_maxrss}\n")
+
+    atexit.register(write)
+    if script == "-m":
+        sys.argv = sys.argv[3:]
+        sys.path[0] = os.getcwd()
+        runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = sys.argv[2:]
+        sys.path[0] = os.path.dirname(os.path.abspath(script))
+        runpy.run_path(script, run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()
