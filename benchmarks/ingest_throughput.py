@@ -88,7 +88,7 @@ def build_records(ring_size: int, live: int, stacks: int, window: int) -> tuple[
     for seq in seqs:
         kind, addr = ops[seq - 1]
         if kind == "m":
-            parts.append(mh + codec.MALLOC.pack(seq, addr, 4096, 64, stack_ids[seq % stacks], seq))
+            parts.append(mh + codec.MALLOC.pack(seq, addr, 4096, 64, stack_ids[seq % stacks], seq, 1000 + seq % 4, 0))
         else:
             parts.append(fh + codec.FREE.pack(seq, addr))
     data = b"".join(parts)

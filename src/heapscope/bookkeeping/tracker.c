@@ -84,6 +84,38 @@ static inline struct hs_bucket *bucket_of(const struct hs_tracker *t, const stru
   return b->into_plus1 ? &t->buckets[b->into_plus1 - 1] : b;
 }
 
+/* ---- per (stack, thread) totals (threads only) ---- */
+
+/* The index in thread_totals of (stack idx, tid), made on first sight. -1 on ENOMEM. */
+static int64_t thread_index(struct hs_tracker *t, uint32_t stack_idx, uint32_t tid) {
+  struct hs_stack_slot *k = hs_stacks_get(&t->thread_keys, (uint64_t)tid << 32 | stack_idx);
+  if (!k) return -1;
+  size_t i = k->idx_plus1 - 1;
+  if (i >= t->thread_cap) {
+    size_t cap = t->thread_cap ? t->thread_cap * 2 : 256;
+    while (cap <= i) cap *= 2;
+    struct hs_totals *n = realloc(t->thread_totals, cap * sizeof *n);
+    if (!n) return -1;
+    memset(n + t->thread_cap, 0, (cap - t->thread_cap) * sizeof *n);
+    t->thread_totals = n;
+    t->thread_cap = cap;
+  }
+  return (int64_t)i;
+}
+
+/* A free of e in its thread's totals. Its key exists: its malloc made it. */
+static void thread_free(struct hs_tracker *t, const struct hs_live *e) {
+  int64_t i = thread_index(t, e->stack_idx, e->tid);
+  if (i < 0) {
+    t->oom = 1;
+    return;
+  }
+  struct hs_totals *x = &t->thread_totals[i];
+  x->free_bytes += e->sample_size;
+  x->free_count++;
+  x->free_real += e->alloc_size;
+}
+
 static void book_free(struct hs_tracker *t, const struct hs_live *e) {
   struct hs_bucket *b = bucket_of(t, e);
   touch(t, b);
@@ -91,6 +123,7 @@ static void book_free(struct hs_tracker *t, const struct hs_live *e) {
   b->cur.free_count++;
   b->cur.free_real += e->alloc_size;
   t->cur_unfreed -= e->sample_size;
+  if (t->threads) thread_free(t, e);
 }
 
 static void apply_malloc(struct hs_tracker *t, const struct hs_op *op) {
@@ -104,6 +137,16 @@ static void apply_malloc(struct hs_tracker *t, const struct hs_op *op) {
     return;
   }
   const uint32_t idx = s->idx_plus1 - 1;
+  int64_t ti = -1;
+  if (t->threads) {
+    /* First, so that running out of memory books nothing at all. s stays
+     * valid: thread_keys is a table of its own. */
+    ti = thread_index(t, idx, op->tid);
+    if (ti < 0) {
+      t->oom = 1;
+      return;
+    }
+  }
   if (s->bucket == HS_NO_BUCKET) {
     int64_t b = bucket_new(t, 0, idx);
     if (b < 0) {
@@ -126,11 +169,18 @@ static void apply_malloc(struct hs_tracker *t, const struct hs_op *op) {
   e->alloc_size = op->alloc_size;
   e->stack_idx = idx;
   e->bucket_plus1 = s->bucket + 1;
+  e->tid = op->tid;
   struct hs_bucket *b = &t->buckets[s->bucket];
   touch(t, b);
   b->cur.alloc_bytes += op->sample_size;
   b->cur.alloc_count++;
   b->cur.alloc_real += op->alloc_size;
+  if (ti >= 0) {
+    struct hs_totals *x = &t->thread_totals[ti];
+    x->alloc_bytes += op->sample_size;
+    x->alloc_count++;
+    x->alloc_real += op->alloc_size;
+  }
   t->cur_unfreed += op->sample_size;
   if (t->cur_unfreed > t->max_unfreed) {
     t->max_unfreed = t->cur_unfreed;
@@ -198,8 +248,8 @@ static inline void submit(struct hs_tracker *t, const struct hs_op *op, uint64_t
 }
 
 void hs_tracker_malloc(struct hs_tracker *t, uint64_t seq, uint64_t addr, uint64_t alloc_size,
-                       uint64_t sample_size, uint64_t stack_id, uint64_t ts, uint64_t now_ns) {
-  struct hs_op op = {seq, addr, sample_size, alloc_size, stack_id, ts, HS_OP_MALLOC, 0};
+                       uint64_t sample_size, uint64_t stack_id, uint64_t ts, uint32_t tid, uint64_t now_ns) {
+  struct hs_op op = {seq, addr, sample_size, alloc_size, stack_id, ts, HS_OP_MALLOC, tid};
   submit(t, &op, now_ns);
 }
 
@@ -439,6 +489,24 @@ int64_t hs_tracker_unresolved(struct hs_tracker *t) {
   return row - first;
 }
 
+int64_t hs_tracker_threads(struct hs_tracker *t) {
+  size_t n = t->threads ? t->thread_keys.count : 0;
+  struct hs_thread_row *row = out_rows(t, n, sizeof *row), *first = row;
+  if (!row) return -1;
+  for (size_t i = 0; i < n; i++) {
+    const uint64_t key = t->thread_keys.ids[i];
+    const struct hs_totals *x = &t->thread_totals[i];
+    const uint64_t stack_id = t->stacks.ids[(uint32_t)key];
+    /* The stack's bucket is its callsite's once folded (rest.callsite_id), its own before (0). */
+    const struct hs_stack_slot *s = hs_stacks_get(&t->stacks, stack_id); /* there: no add */
+    const uint64_t callsite_id = s && s->bucket != HS_NO_BUCKET ? t->rest[s->bucket].callsite_id : 0;
+    *row++ = (struct hs_thread_row){callsite_id, stack_id, key >> 32, x->alloc_bytes, x->free_bytes,
+                                    x->alloc_count, x->free_count};
+  }
+  t->out.len = (size_t)(row - first) * sizeof *row;
+  return row - first;
+}
+
 uint64_t hs_tracker_sampled_bytes(const struct hs_tracker *t) {
   uint64_t sum = 0;
   for (size_t i = 0; i < t->nbuckets; i++) sum += t->buckets[i].cur.alloc_bytes;
@@ -459,7 +527,19 @@ int hs_tracker_init(struct hs_tracker *t, int stream, int dump_at_max) {
   return 0;
 }
 
+int hs_tracker_keep_threads(struct hs_tracker *t) {
+  if (t->threads) return 0;
+  if (hs_stacks_init(&t->thread_keys, HS_STACKS_INITIAL) < 0) return -1;
+  t->threads = 1;
+  return 0;
+}
+
 void hs_tracker_destroy(struct hs_tracker *t) {
+  if (t->threads) hs_stacks_destroy(&t->thread_keys);
+  free(t->thread_totals);
+  t->thread_totals = NULL;
+  t->thread_cap = 0;
+  t->threads = 0;
   hs_live_destroy(&t->live);
   hs_stacks_destroy(&t->stacks);
   hs_stacks_destroy(&t->callsites);
