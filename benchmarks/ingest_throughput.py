@@ -8,9 +8,11 @@ over it: the ring reader and the heap tracker it feeds. Two workloads:
   shuffled    sequence numbers shuffled within windows of 8 (threads racing)
 
 Each malloc'd address stays live for `--live` records before its free, over
-`--stacks` distinct stacks. Usage:
+`--stacks` distinct stacks; the mallocs come from 4 thread ids in turn.
+With `--threads` the tracker also keeps totals per (stack, thread), as
+`heapscope live` asks it to. Usage:
 
-    python benchmarks/ingest_throughput.py [--ring-mib 32] [--rounds 5]
+    python benchmarks/ingest_throughput.py [--ring-mib 32] [--rounds 5] [--threads]
 
 Uses the installed heapscope if it has the extension, else compiles it from
 src/ with cc into a temporary directory.
@@ -96,7 +98,7 @@ def build_records(ring_size: int, live: int, stacks: int, window: int) -> tuple[
     return data, len(seqs)
 
 
-def run(ingest: ModuleType, ring_size: int, data: bytes, count: int, rounds: int) -> float:
+def run(ingest: ModuleType, ring_size: int, data: bytes, count: int, rounds: int, threads: bool) -> float:
     fd = os.memfd_create("hs-bench-ring")
     os.ftruncate(fd, codec.META_SIZE + ring_size)
     shm = mmap.mmap(fd, codec.META_SIZE + ring_size)
@@ -112,7 +114,7 @@ def run(ingest: ModuleType, ring_size: int, data: bytes, count: int, rounds: int
             w.set("write_pos", 0)
             shm[codec.META_SIZE:codec.META_SIZE + len(data)] = data
             w.set("write_pos", len(data))
-            ing = ingest.Ingest(fd, ring_size)
+            ing = ingest.Ingest(fd, ring_size, threads=threads) if threads else ingest.Ingest(fd, ring_size)
             t0 = time.perf_counter()
             ing.drain(time.monotonic_ns())
             ing.tracker.flush()
@@ -134,12 +136,14 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--live", type=int, default=1000, help="allocations live at once")
     ap.add_argument("--stacks", type=int, default=500)
+    ap.add_argument("--threads", action="store_true",
+                    help="keep totals per (stack, thread), as `heapscope live` does (records come from 4 threads)")
     args = ap.parse_args()
     ingest = load_ingest()
     ring_size = args.ring_mib << 20
     for name, window in (("in-order", 1), ("shuffled", 8)):
         data, count = build_records(ring_size, args.live, args.stacks, window)
-        rate = run(ingest, ring_size, data, count, args.rounds)
+        rate = run(ingest, ring_size, data, count, args.rounds, args.threads)
         print(f"{name:9s} {count:9d} records  best of {args.rounds}: {rate / 1e6:6.1f} M records/s "
               f"({1e9 / rate:5.1f} ns/record)")
     return 0

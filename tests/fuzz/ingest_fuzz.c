@@ -146,7 +146,8 @@ static void check_books(struct hs_tracker *t, uint64_t mallocs) {
   for (size_t i = 0; i <= t->live.mask; i++) {
     const struct hs_live *e = &t->live.slots[i];
     if (!e->bucket_plus1) continue;
-    if (e->stack_idx >= t->stacks.count) fail("live entry of an unknown stack");
+    if (e->stack_idx >= (t->threads ? t->thread_keys.count : t->stacks.count)) fail("live entry of an unknown stack");
+    if (t->threads && e->stack_idx >= t->thread_cap) fail("live entry of a thread key without totals");
     if (e->bucket_plus1 - 1 >= t->nbuckets) fail("live entry of an unknown bucket");
     if (e->sample_size > HS_MAX_SAMPLE_SIZE) fail("live sample size out of range");
     live_bytes += e->sample_size;
@@ -170,7 +171,7 @@ static void check_books(struct hs_tracker *t, uint64_t mallocs) {
   if (t->threads) {
     /* Per (stack, thread): the same mallocs and frees as the buckets, split by thread. */
     uint64_t thread_net = 0, thread_allocs = 0, bucket_allocs = 0;
-    for (size_t i = 0; i < t->thread_keys.count; i++) {
+    for (size_t i = 0; i < t->thread_keys.count && i < t->thread_cap; i++) {
       const struct hs_totals *x = &t->thread_totals[i];
       if (x->free_count > x->alloc_count || x->free_bytes > x->alloc_bytes) fail("a thread freed more than it allocated");
       if ((uint32_t)t->thread_keys.ids[i] >= t->stacks.count) fail("thread totals of an unknown stack");

@@ -86,34 +86,47 @@ static inline struct hs_bucket *bucket_of(const struct hs_tracker *t, const stru
 
 /* ---- per (stack, thread) totals (threads only) ---- */
 
-/* The index in thread_totals of (stack idx, tid), made on first sight. -1 on ENOMEM. */
-static int64_t thread_index(struct hs_tracker *t, uint32_t stack_idx, uint32_t tid) {
-  struct hs_stack_slot *k = hs_stacks_get(&t->thread_keys, (uint64_t)tid << 32 | stack_idx);
+/* Out of line, and behind one branch on t->threads that a plain recording
+ * always predicts: the ops of a tracker that does not keep threads pay no
+ * more than that (benchmarks/ingest_throughput.py --threads measures both).
+ * A live allocation of such a tracker holds its (stack, thread) key's index
+ * where it would hold its stack's, so the live entries keep their size and
+ * a free finds its thread's totals without a lookup. */
+#define HS_COLD __attribute__((noinline, cold))
+
+/* A malloc in its thread's totals: the index of its (stack idx, tid) key,
+ * made on first sight. -1 on ENOMEM (nothing booked). */
+HS_COLD static int64_t thread_malloc(struct hs_tracker *t, uint32_t stack_idx, const struct hs_op *op) {
+  struct hs_stack_slot *k = hs_stacks_get(&t->thread_keys, (uint64_t)op->tid << 32 | stack_idx);
   if (!k) return -1;
   size_t i = k->idx_plus1 - 1;
   if (i >= t->thread_cap) {
     size_t cap = t->thread_cap ? t->thread_cap * 2 : 256;
     while (cap <= i) cap *= 2;
     struct hs_totals *n = realloc(t->thread_totals, cap * sizeof *n);
-    if (!n) return -1;
+    if (!n) return -1; /* the key stays, with zero totals */
     memset(n + t->thread_cap, 0, (cap - t->thread_cap) * sizeof *n);
     t->thread_totals = n;
     t->thread_cap = cap;
   }
+  struct hs_totals *x = &t->thread_totals[i];
+  x->alloc_bytes += op->sample_size;
+  x->alloc_count++;
+  x->alloc_real += op->alloc_size;
   return (int64_t)i;
 }
 
-/* A free of e in its thread's totals. Its key exists: its malloc made it. */
-static void thread_free(struct hs_tracker *t, const struct hs_live *e) {
-  int64_t i = thread_index(t, e->stack_idx, e->tid);
-  if (i < 0) {
-    t->oom = 1;
-    return;
-  }
-  struct hs_totals *x = &t->thread_totals[i];
+/* A free of e in the totals of the thread that allocated it. */
+HS_COLD static void thread_free(struct hs_tracker *t, const struct hs_live *e) {
+  struct hs_totals *x = &t->thread_totals[e->stack_idx];
   x->free_bytes += e->sample_size;
   x->free_count++;
   x->free_real += e->alloc_size;
+}
+
+/* The index in t->stacks.ids of live allocation e's stack. */
+static inline uint32_t live_stack(const struct hs_tracker *t, const struct hs_live *e) {
+  return __builtin_expect(t->threads, 0) ? (uint32_t)t->thread_keys.ids[e->stack_idx] : e->stack_idx;
 }
 
 static void book_free(struct hs_tracker *t, const struct hs_live *e) {
@@ -123,7 +136,7 @@ static void book_free(struct hs_tracker *t, const struct hs_live *e) {
   b->cur.free_count++;
   b->cur.free_real += e->alloc_size;
   t->cur_unfreed -= e->sample_size;
-  if (t->threads) thread_free(t, e);
+  if (__builtin_expect(t->threads, 0)) thread_free(t, e);
 }
 
 static void apply_malloc(struct hs_tracker *t, const struct hs_op *op) {
@@ -137,16 +150,6 @@ static void apply_malloc(struct hs_tracker *t, const struct hs_op *op) {
     return;
   }
   const uint32_t idx = s->idx_plus1 - 1;
-  int64_t ti = -1;
-  if (t->threads) {
-    /* First, so that running out of memory books nothing at all. s stays
-     * valid: thread_keys is a table of its own. */
-    ti = thread_index(t, idx, op->tid);
-    if (ti < 0) {
-      t->oom = 1;
-      return;
-    }
-  }
   if (s->bucket == HS_NO_BUCKET) {
     int64_t b = bucket_new(t, 0, idx);
     if (b < 0) {
@@ -154,6 +157,17 @@ static void apply_malloc(struct hs_tracker *t, const struct hs_op *op) {
       return;
     }
     s->bucket = (uint32_t)b;
+  }
+  uint32_t live_idx = idx;
+  if (__builtin_expect(t->threads, 0)) {
+    /* The last step that can fail, so that running out of memory books
+     * nothing at all. s stays valid: thread_keys is a table of its own. */
+    int64_t k = thread_malloc(t, idx, op);
+    if (k < 0) {
+      t->oom = 1;
+      return;
+    }
+    live_idx = (uint32_t)k;
   }
   struct hs_live *e = hs_live_slot(&t->live, op->addr);
   if (e->bucket_plus1) {
@@ -167,20 +181,13 @@ static void apply_malloc(struct hs_tracker *t, const struct hs_op *op) {
   e->seq = op->seq;
   e->sample_size = op->sample_size;
   e->alloc_size = op->alloc_size;
-  e->stack_idx = idx;
+  e->stack_idx = live_idx;
   e->bucket_plus1 = s->bucket + 1;
-  e->tid = op->tid;
   struct hs_bucket *b = &t->buckets[s->bucket];
   touch(t, b);
   b->cur.alloc_bytes += op->sample_size;
   b->cur.alloc_count++;
   b->cur.alloc_real += op->alloc_size;
-  if (ti >= 0) {
-    struct hs_totals *x = &t->thread_totals[ti];
-    x->alloc_bytes += op->sample_size;
-    x->alloc_count++;
-    x->alloc_real += op->alloc_size;
-  }
   t->cur_unfreed += op->sample_size;
   if (t->cur_unfreed > t->max_unfreed) {
     t->max_unfreed = t->cur_unfreed;
@@ -203,7 +210,7 @@ static void apply_free(struct hs_tracker *t, const struct hs_op *op) {
   book_free(t, e);
   if (t->stream) {
     stream_row(t, HS_OP_FREE, op->seq, op->addr, e->alloc_size, e->sample_size,
-               t->stacks.ids[e->stack_idx], 0);
+               t->stacks.ids[live_stack(t, e)], 0);
   }
   hs_live_remove(&t->live, e);
 }
@@ -472,7 +479,7 @@ int64_t hs_tracker_live(struct hs_tracker *t) {
     const struct hs_live *e = &t->live.slots[i];
     if (!e->bucket_plus1) continue;
     *row++ = (struct hs_live_row){e->addr, e->sample_size, e->alloc_size,
-                                  t->stacks.ids[e->stack_idx], e->seq};
+                                  t->stacks.ids[live_stack(t, e)], e->seq};
   }
   t->out.len = (size_t)(row - first) * sizeof *row;
   return row - first;
@@ -490,7 +497,8 @@ int64_t hs_tracker_unresolved(struct hs_tracker *t) {
 }
 
 int64_t hs_tracker_threads(struct hs_tracker *t) {
-  size_t n = t->threads ? t->thread_keys.count : 0;
+  /* Keys past thread_cap (a growth that failed) booked nothing. */
+  size_t n = !t->threads ? 0 : t->thread_keys.count < t->thread_cap ? t->thread_keys.count : t->thread_cap;
   struct hs_thread_row *row = out_rows(t, n, sizeof *row), *first = row;
   if (!row) return -1;
   for (size_t i = 0; i < n; i++) {

@@ -34,13 +34,14 @@
  * first change after it saves `cur` into `at_peak` before applying. A new
  * peak is O(1), an op O(1).
  *
- * Threads. Each malloc carries its thread's kernel id (0 = not known); a
- * live allocation keeps it, so its free is booked to the same thread. Only a
- * tracker told to (hs_tracker_keep_threads, before its first op) keeps
- * totals per (stack, thread): one more hash lookup per op, which a plain
- * recording does not pay. They are per stack, not per callsite, so folding
- * a stack into its callsite leaves them alone; hs_tracker_threads() names
- * each row's callsite when it is known.
+ * Threads. Each malloc carries its thread's kernel id (0 = not known). Only
+ * a tracker told to (hs_tracker_keep_threads, before its first op) keeps
+ * totals per (stack, thread): one more hash lookup per malloc, which a plain
+ * recording does not pay. Its live allocations point at their (stack,
+ * thread) key instead of their stack, so a free is booked to the thread
+ * that allocated the block, without a lookup. The totals are per stack, not
+ * per callsite, so folding a stack into its callsite leaves them alone;
+ * hs_tracker_threads() names each row's callsite when it is known.
  *
  * Every row type handed to Python is declared here once; bookkeeping/rows.py
  * mirrors them and tests/unit/bookkeeping/test_rows.py checks both against

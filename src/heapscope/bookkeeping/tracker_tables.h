@@ -1,7 +1,7 @@
 /*
  * tracker_tables.h: the two hash tables of the heap tracker (tracker.h).
  *
- *   hs_live_table    addr -> {seq, sample_size, alloc_size, stack_idx, bucket, tid}
+ *   hs_live_table    addr -> {seq, sample_size, alloc_size, stack_idx, bucket}
  *                    the live sampled allocations; entries come and go.
  *   hs_stacks        stack_id -> {index into a dense array of stack ids,
  *                    the bucket of totals it books into} (never deleted, so
@@ -39,11 +39,11 @@ struct hs_live {
   uint64_t seq;         /* sequence number of the malloc that made it live */
   uint64_t sample_size;
   uint64_t alloc_size;
-  uint32_t stack_idx;   /* index into hs_stacks.ids */
+  uint32_t stack_idx;   /* index into hs_stacks.ids; in a tracker that keeps
+                           threads, into its thread_keys instead (tracker.c
+                           live_stack): (stack, thread) in one u32 */
   uint32_t bucket_plus1; /* the tracker's bucket it was booked in, + 1; 0 = empty slot
                            (so address 0 needs no special case) */
-  uint32_t tid;          /* the thread that allocated it (its free is that thread's) */
-  uint32_t reserved;
 };
 
 struct hs_live_table {

@@ -532,3 +532,15 @@ def test_no_thread_totals_unless_asked(make_heap):
     # THEN no per-thread rows, and the usual totals
     assert h.t.threads() == b""
     assert h.totals() == {S1: (64, 64, 1, 1)}
+
+
+def test_live_and_stream_rows_name_stacks_when_threads_are_kept(make_heap):
+    # GIVEN a tracker keeping threads and the stream: one stack allocated from two threads
+    h = make_heap(stream=True, threads=True)
+    h.malloc(1, A, 64, S1, ts=5, tid=T1)
+    h.malloc(2, B, 32, S2, ts=6, tid=T2)
+    h.malloc(3, C, 16, S1, ts=7, tid=T2)
+    h.free(4, A)
+    # THEN live and stream rows carry the stack ids, as without threads
+    assert h.live() == {B: (32, 32, S2, 2), C: (16, 16, S1, 3)}
+    assert h.stream()[-1] == (2, 4, A, 64, 64, S1, 0)
