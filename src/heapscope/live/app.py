@@ -287,7 +287,7 @@ class LiveApp(App[None]):
             if p.pid == pid:
                 for t in p.threads:
                     if t.tid == tid:
-                        return t.label + ("" if self.pid == pid else f" (pid {pid})")
+                        return t.label + ("" if len(snap.processes) == 1 else f" (pid {pid})")
         return f"{tid} (pid {pid})"
 
     def _table(self, procs: list[ProcessView]) -> None:
@@ -371,7 +371,7 @@ class LiveApp(App[None]):
         for p in sorted(procs, key=lambda p: p.pid):
             for t in p.threads:
                 choices.append((p.pid, t.tid))
-                where = "" if self.pid is not None else f"   pid {p.pid}"
+                where = "" if self.pid is not None or len(procs) == 1 else f"   pid {p.pid}"
                 labels.append(f"{t.label:<24} {human_bytes(t.unreleased):>10} unreleased  "
                               f"{human_bytes(t.allocated):>10} allocated{where}")
         current = choices.index(self.thread) if self.thread in choices else 0
