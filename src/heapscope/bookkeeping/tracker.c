@@ -537,6 +537,8 @@ int hs_tracker_init(struct hs_tracker *t, int stream, int dump_at_max) {
 
 int hs_tracker_keep_threads(struct hs_tracker *t) {
   if (t->threads) return 0;
+  /* Live entries made before would hold stack indices, not key indices. */
+  if (t->nbuckets || t->pending.n || t->committed_seq) return -1;
   if (hs_stacks_init(&t->thread_keys, HS_STACKS_INITIAL) < 0) return -1;
   t->threads = 1;
   return 0;

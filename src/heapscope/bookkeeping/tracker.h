@@ -228,8 +228,8 @@ struct hs_tracker {
 
 int hs_tracker_init(struct hs_tracker *t, int stream, int dump_at_max);
 void hs_tracker_destroy(struct hs_tracker *t);
-/* Keep totals per (stack, thread) from now on; call it before the first op
- * (frees of earlier mallocs would find no totals). -1 on ENOMEM. */
+/* Keep totals per (stack, thread); only before the first op (-1 after it,
+ * or on ENOMEM). */
 int hs_tracker_keep_threads(struct hs_tracker *t);
 
 /* One op, arrived at now_ns (the caller's CLOCK_MONOTONIC): applied now if
