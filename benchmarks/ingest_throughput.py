@@ -8,10 +8,12 @@ over it: the ring reader and the heap tracker it feeds. Two workloads:
   shuffled    sequence numbers shuffled within windows of 8 (threads racing)
 
 Each malloc'd address stays live for `--live` records before its free, over
-`--stacks` distinct stacks. Rates are per second of CPU (the thread's CPU
+`--stacks` distinct stacks; the mallocs come from 4 thread ids in turn.
+With `--threads` the tracker also keeps totals per (stack, thread), as
+`heapscope live` asks it to. Rates are per second of CPU (the thread's CPU
 time: steady on a shared machine), with the wall figure beside. Usage:
 
-    python benchmarks/ingest_throughput.py [--ring-mib 32] [--rounds 5]
+    python benchmarks/ingest_throughput.py [--ring-mib 32] [--rounds 5] [--threads]
 
 With `--producer` it also measures the whole producer (issue 13's headroom):
 `heapscope record -i 128` of benchmarks/alloc_bench.c (1 thread, 3 M
@@ -96,7 +98,7 @@ def build_records(ring_size: int, live: int, stacks: int, window: int) -> tuple[
     for seq in seqs:
         kind, addr = ops[seq - 1]
         if kind == "m":
-            parts.append(mh + codec.MALLOC.pack(seq, addr, 4096, 64, stack_ids[seq % stacks], seq))
+            parts.append(mh + codec.MALLOC.pack(seq, addr, 4096, 64, stack_ids[seq % stacks], seq, 1000 + seq % 4, 0))
         else:
             parts.append(fh + codec.FREE.pack(seq, addr))
     data = b"".join(parts)
@@ -104,7 +106,8 @@ def build_records(ring_size: int, live: int, stacks: int, window: int) -> tuple[
     return data, len(seqs)
 
 
-def run(ingest: ModuleType, ring_size: int, data: bytes, count: int, rounds: int) -> tuple[float, float]:
+def run(ingest: ModuleType, ring_size: int, data: bytes, count: int, rounds: int,
+        threads: bool) -> tuple[float, float]:
     """(best records per CPU second, best records per wall second) over `rounds` drains."""
     fd = os.memfd_create("hs-bench-ring")
     os.ftruncate(fd, codec.META_SIZE + ring_size)
@@ -121,7 +124,7 @@ def run(ingest: ModuleType, ring_size: int, data: bytes, count: int, rounds: int
             w.set("write_pos", 0)
             shm[codec.META_SIZE:codec.META_SIZE + len(data)] = data
             w.set("write_pos", len(data))
-            ing = ingest.Ingest(fd, ring_size)
+            ing = ingest.Ingest(fd, ring_size, threads=threads) if threads else ingest.Ingest(fd, ring_size)
             t0, c0 = time.perf_counter(), time.thread_time()
             ing.drain(time.monotonic_ns())
             ing.tracker.flush()
@@ -146,12 +149,14 @@ def main() -> int:
     ap.add_argument("--stacks", type=int, default=500)
     ap.add_argument("--producer", metavar="HEAPSCOPE",
                     help="also measure the whole producer with this heapscope command")
+    ap.add_argument("--threads", action="store_true",
+                    help="keep totals per (stack, thread), as `heapscope live` does (records come from 4 threads)")
     args = ap.parse_args()
     ingest = load_ingest()
     ring_size = args.ring_mib << 20
     for name, window in (("in-order", 1), ("shuffled", 8)):
         data, count = build_records(ring_size, args.live, args.stacks, window)
-        rate, wall_rate = run(ingest, ring_size, data, count, args.rounds)
+        rate, wall_rate = run(ingest, ring_size, data, count, args.rounds, args.threads)
         print(f"{name:9s} {count:9d} records  best of {args.rounds}: {rate / 1e6:6.1f} M records per CPU s "
               f"({1e9 / rate:5.1f} ns/record; wall {wall_rate / 1e6:.1f} M/s)")
     if args.producer:

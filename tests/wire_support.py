@@ -44,8 +44,9 @@ def _record(rtype: int, body: bytes) -> bytes:
 
 
 def encode_malloc(seq: int, addr: int, sample_size: int, alloc_size: int,
-                  stack_id: int, ts: int) -> bytes:
-    return _record(RecordType.MALLOC, MALLOC.pack(seq, addr, sample_size, alloc_size, stack_id, ts))
+                  stack_id: int, ts: int, tid: int = 0) -> bytes:
+    """tid: the allocating thread's kernel id (0: not known)."""
+    return _record(RecordType.MALLOC, MALLOC.pack(seq, addr, sample_size, alloc_size, stack_id, ts, tid, 0))
 
 
 def encode_free(seq: int, addr: int) -> bytes:

@@ -73,6 +73,7 @@ def build(out_dir: Path) -> Path:
 
 MODE_STREAM = 1 << 4
 MODE_DUMP_AT_MAX = 1 << 5
+MODE_THREADS = 1 << 7
 
 
 def _input(mode: int, start: int, batches: list[tuple[bytes, int]]) -> bytes:
@@ -105,6 +106,10 @@ def seed_inputs() -> dict[str, bytes]:
         "custom_heap": _input(7, 0, [(ws.encode_heap(2, 64, "pool") + stack
                                       + ws.encode_heap_malloc(2, 1, 0x7000, 64, 48, 7, 50)
                                       + ws.encode_heap_free(2, 1, 0x7000) + m1 + f1, 0)]),
+        # Three threads, one block freed by another thread, an implied free: per-thread totals kept.
+        "threads": _input(7 | MODE_THREADS, 0, [(stack + ws.encode_malloc(2, 0x2000, 4096, 50, 7, 20, tid=102)
+                                                 + ws.encode_malloc(1, 0x1000, 4096, 100, 7, 10, tid=101), 0),
+                                                (f1 + ws.encode_malloc(4, 0x2000, 64, 64, 8, 30, tid=103), 0)]),
         # Sample sizes at the wire's limit (ingest_core.h HS_MAX_SAMPLE_SIZE): the sums stay in range.
         "largest_samples": _input(7 | MODE_DUMP_AT_MAX, 0, [(
             ws.encode_malloc(1, 0x1000, 1 << 48, 1 << 48, 7, 10)
@@ -113,8 +118,9 @@ def seed_inputs() -> dict[str, bytes]:
     # A 64-byte ring entered near its end: the writer pads, the reader wraps.
     pad = ws.pad_record(16)
     seeds["wrap"] = _input(0, 48, [(pad, 0), (ws.encode_free(1, 0x10), 0), (ws.encode_free(2, 0x10), 0)])
-    # 128 bytes: m1 (56) + f1 (24) leave 48 bytes to the end, which a PAD fills before m2.
-    seeds["wrap_batches"] = _input(1, 1 << 40, [(m1, 0), (f1, 0), (ws.pad_record(48) + m2, 1), (f2, 0)])
+    # 128 bytes: m1 (64) + f1 (24) leave 40 bytes to the end, which a PAD fills before m2.
+    seeds["wrap_batches"] = _input(1, 1 << 40, [(m1, 0), (f1, 0), (ws.pad_record(128 - len(m1) - len(f1)) + m2, 1),
+                                                (f2, 0)])
     return seeds
 
 

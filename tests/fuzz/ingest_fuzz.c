@@ -12,6 +12,7 @@
  *   byte 0      bits 0-3  ring size = 64 << (bits & 7) bytes (64 .. 8 KiB)
  *               bit 4     stream rows on        bit 5  dump_at_max on
  *               bit 6     raw positions: each batch sets write_pos itself
+ *               bit 7     per-thread totals on (hs_tracker_keep_threads)
  *   bytes 1-8   u64 starting read_pos (rounded down to 8 unless raw)
  *   then batches, each:  u16 length, u8 max_records, [u64 write_pos if raw],
  *               length bytes copied into the ring at write_pos (wrapping),
@@ -24,7 +25,7 @@
  * for Python is a STACK, MODULE, HEAP, HEAP_MALLOC or HEAP_FREE record with
  * a sane body, read_pos is published, and a ring marked corrupt is never
  * read again. The live table, the per-callsite totals and the peak rows must
- * balance after every batch, and the dump rows at the end. Each STACK record handed over
+ * balance after every batch (the per-thread totals too, when kept), and the dump rows at the end. Each STACK record handed over
  * gives its stack a callsite (one of four, so stacks fold together, as
  * bookkeeping/dump.py does), and at the end every stack gets one.
  */
@@ -145,7 +146,8 @@ static void check_books(struct hs_tracker *t, uint64_t mallocs) {
   for (size_t i = 0; i <= t->live.mask; i++) {
     const struct hs_live *e = &t->live.slots[i];
     if (!e->bucket_plus1) continue;
-    if (e->stack_idx >= t->stacks.count) fail("live entry of an unknown stack");
+    if (e->stack_idx >= (t->threads ? t->thread_keys.count : t->stacks.count)) fail("live entry of an unknown stack");
+    if (t->threads && e->stack_idx >= t->thread_cap) fail("live entry of a thread key without totals");
     if (e->bucket_plus1 - 1 >= t->nbuckets) fail("live entry of an unknown bucket");
     if (e->sample_size > HS_MAX_SAMPLE_SIZE) fail("live sample size out of range");
     live_bytes += e->sample_size;
@@ -166,6 +168,20 @@ static void check_books(struct hs_tracker *t, uint64_t mallocs) {
   if (net != t->cur_unfreed) fail("cur_unfreed differs from the live allocations");
   if (t->cur_unfreed > t->max_unfreed) fail("unfreed bytes above the peak");
   if (at_max != t->max_unfreed) fail("buckets at the peak do not sum to the peak");
+  if (t->threads) {
+    /* Per (stack, thread): the same mallocs and frees as the buckets, split by thread. */
+    uint64_t thread_net = 0, thread_allocs = 0, bucket_allocs = 0;
+    for (size_t i = 0; i < t->thread_keys.count && i < t->thread_cap; i++) {
+      const struct hs_totals *x = &t->thread_totals[i];
+      if (x->free_count > x->alloc_count || x->free_bytes > x->alloc_bytes) fail("a thread freed more than it allocated");
+      if ((uint32_t)t->thread_keys.ids[i] >= t->stacks.count) fail("thread totals of an unknown stack");
+      thread_net += x->alloc_bytes - x->free_bytes;
+      thread_allocs += x->alloc_count;
+    }
+    for (size_t i = 0; i < t->nbuckets; i++) bucket_allocs += t->buckets[i].cur.alloc_count;
+    if (thread_net != t->cur_unfreed) fail("thread totals differ from the live allocations");
+    if (thread_allocs != bucket_allocs) fail("thread totals count other mallocs than the buckets");
+  }
   /* hs_tracker_peak() rows cover the buckets with a callsite: with every stack resolved, all of them. */
   int64_t n = hs_tracker_peak(t);
   if (n < 0) {
@@ -206,7 +222,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   take(&r, &mode, 1);
   take(&r, &start, 8);
   const uint64_t ring_size = 64ull << (mode & 7);
-  const int stream = (mode >> 4) & 1, dump_at_max = (mode >> 5) & 1, raw = (mode >> 6) & 1;
+  const int stream = (mode >> 4) & 1, dump_at_max = (mode >> 5) & 1, raw = (mode >> 6) & 1, threads = mode >> 7;
   if (!raw) start &= ~7ull;
 
   uint8_t *map = calloc(1, HS_META_SIZE + ring_size);
@@ -221,6 +237,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
   struct hs_tracker t;
   if (hs_tracker_init(&t, stream, dump_at_max) < 0) {
+    free(map);
+    return 0;
+  }
+  if (threads && hs_tracker_keep_threads(&t) < 0) {
+    hs_tracker_destroy(&t);
     free(map);
     return 0;
   }

@@ -99,7 +99,8 @@ def _feed_real_ingest(data: bytes) -> dict[str, int]:
                             ("ring_size", ring_size), ("read_pos", start), ("write_pos", start)):
             codec.write_meta(shm, name, value)
         ing = _ingest.Ingest(fd, ring_size, stream=bool(mode & build.MODE_STREAM),
-                             dump_at_max=bool(mode & build.MODE_DUMP_AT_MAX))
+                             dump_at_max=bool(mode & build.MODE_DUMP_AT_MAX),
+                             threads=bool(mode & build.MODE_THREADS))
         pos, wp, batch = 9, start, 0
         while pos + 3 <= len(data):
             length, max_records = struct.unpack_from("<HB", data, pos)

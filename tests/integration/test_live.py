@@ -1,7 +1,7 @@
 """`heapscope live` driven in tmux: a real terminal, real keys, the screen read back.
 
-The target (tests/programs/steps.c) takes one step per line the test writes
-into a FIFO, so each phase starts when the test says so. Every wait polls
+The targets (tests/programs/steps.c, threadsteps.c) take one step per line the
+test writes into a FIFO, so each phase starts when the test says so. Every wait polls
 `tmux capture-pane` (or a file) until what is expected appears, with a
 deadline; each test runs its own tmux server and kills it at the end.
 """
@@ -24,6 +24,7 @@ from hs_integration import HEAPSCOPE
 
 from heapscope.store.reader import open_profile
 from heapscope.view.report import build_reports
+from heapscope.view.units import human_bytes
 
 POLL_S = 0.05  # between two looks at the screen: a poll interval, not a synchronisation
 _servers = itertools.count()
@@ -104,10 +105,10 @@ def live(programs, tmp_path) -> Iterator[Callable[..., tuple[Tmux, Fifo]]]:
         pytest.skip("tmux is not installed (apt-get install tmux; .ci/run does)")
     opened: list[Tmux | Fifo] = []
 
-    def start(*options: str) -> tuple[Tmux, Fifo]:
+    def start(*options: str, program: str = "steps") -> tuple[Tmux, Fifo]:
         ctl = tmp_path / "ctl"
         os.mkfifo(ctl)
-        tmux = Tmux([*HEAPSCOPE, "live", "-i", "1", "-o", "live.db", *options, "--", str(programs.path("steps")),
+        tmux = Tmux([*HEAPSCOPE, "live", "-i", "1", "-o", "live.db", *options, "--", str(programs.path(program)),
                      str(ctl)], tmp_path)
         opened.append(tmux)
         fifo = Fifo(ctl)
@@ -132,14 +133,39 @@ def row_of(screen: str, function: str) -> str:
     return next((line for line in screen.splitlines() if re.search(rf"\s{function}\s", line)), "")
 
 
-def totals(db: Path) -> dict[str, dict[str, int]]:
+def table_functions(screen: str) -> list[str]:
+    """The function column of every row of the table, top to bottom."""
+    lines = screen.splitlines()
+    start = next(i for i, line in enumerate(lines) if "function" in line and "called from" in line)
+    col = lines[start].index("function")
+    out = []
+    for line in lines[start + 1:]:
+        cells = line[col:].split()
+        if not cells or line.lstrip().startswith("─"):
+            break
+        out.append(cells[0])
+    return out
+
+
+def pick_thread(tmux: Tmux, label: str) -> None:
+    """Open the thread picker and take the choice whose line holds `label`."""
+    tmux.keys("t")
+    screen = tmux.wait_for("all threads")
+    lines = screen.splitlines()
+    first = next(i for i, line in enumerate(lines) if "all threads" in line)
+    at = next(i for i, line in enumerate(lines) if i >= first and label in line)
+    tmux.keys("Home", *["Down"] * (at - first), "Enter")
+    tmux.wait_for(lambda s: "all threads" not in s)
+
+
+def totals(db: Path, functions: tuple[str, ...] = ("grow_one", "grow_two")) -> dict[str, dict[str, int]]:
     """Per function: the four views of `heapscope report --dump end` (self values)."""
     out: dict[str, dict[str, int]] = {}
     with open_profile(db) as p:
         for view in ("space", "objects", "alloc_space", "alloc_objects"):
             for r in build_reports(p, view, dump="end"):
                 for row in r.rows:
-                    if row.function in ("grow_one", "grow_two") and row.self_value:
+                    if row.function in functions and row.self_value:
                         out.setdefault(row.function, {})[view] = row.self_value
     return out
 
@@ -147,7 +173,7 @@ def totals(db: Path) -> dict[str, dict[str, int]]:
 @pytest.mark.timeout(300)
 def test_phases_keys_and_quit(live, tmp_path):
     tmux, fifo = live()
-    tmux.wait_for("threads [t]: not recorded")
+    tmux.wait_for("threads [t]: all")
     fifo.step()  # step 1: grow_one keeps 1000 x 1000 bytes
     screen = tmux.wait_for(lambda s: row_of(s, "grow_one").split()[:3] == ["976.6", "KiB", "1,000"])
     assert "step 1 done" in screen and "main" in row_of(screen, "grow_one"), screen
@@ -160,8 +186,11 @@ def test_phases_keys_and_quit(live, tmp_path):
     assert "grow_two" in first_row(screen)
     tmux.keys("p")  # the one process
     tmux.wait_for(re.compile(r"process \[p\]: \d+ steps").search)
-    tmux.keys("t")
-    tmux.wait_for("the client does not send thread ids")
+    tmux.keys("t")  # the picker: one thread, main's (named after the program); escape leaves it
+    screen = tmux.wait_for("all threads")
+    assert re.search(r"\d+ steps\s+\d", screen), screen
+    tmux.keys("Escape")
+    tmux.wait_for(lambda s: "all threads" not in s and "threads [t]: all" in s)
     tmux.keys("d")
     tmux.wait_for("dump written to live.db")
     tmux.keys("f")
@@ -187,7 +216,7 @@ def test_phases_keys_and_quit(live, tmp_path):
 @pytest.mark.timeout(300)
 def test_target_exit_closes_the_view(live, tmp_path):
     tmux, fifo = live()
-    tmux.wait_for("threads [t]: not recorded")
+    tmux.wait_for("threads [t]: all")
     fifo.step()
     tmux.wait_for(lambda s: "grow_one" in first_row(s))
     for _ in range(3):
@@ -196,6 +225,40 @@ def test_target_exit_closes_the_view(live, tmp_path):
     screen = tmux.wait_for("profile written to live.db")
     assert "waiting for pid" not in screen
     assert totals(tmp_path / "live.db")["grow_two"]["space"] == 5000000
+
+
+@pytest.mark.timeout(300)
+def test_thread_filter(live, tmp_path):
+    """threadsteps.c: hs-alpha, hs-beta and main allocate from alpha_work, beta_work and main_work.
+    Filtering on one thread leaves only its function; "all threads" brings every row back."""
+    tmux, fifo = live(program="threadsteps")
+    tmux.wait_for("threads [t]: all")
+    fifo.step()  # step 1: the three allocate, the threads live on
+    truth = {"alpha_work": [*human_bytes(300000).split(), "300"], "beta_work": [*human_bytes(800000).split(), "40"],
+             "main_work": [*human_bytes(30000).split(), "10"]}
+    screen = tmux.wait_for(lambda s: all(row_of(s, f).split()[:3] == v for f, v in truth.items()))
+    assert "step 1 done" in screen
+    # Each thread alone: only its own function (main also has pthread_create's own allocations)
+    for name, function in (("hs-beta", "beta_work"), ("hs-alpha", "alpha_work")):
+        pick_thread(tmux, f" {name} ")
+        screen = tmux.wait_for(lambda s, name=name, function=function: table_functions(s) == [function]
+                               and re.search(rf"threads \[t\]: \d+ {name}\s", s) is not None)
+        assert row_of(screen, function).split()[:3] == truth[function], screen
+    pick_thread(tmux, " threadsteps ")
+    screen = tmux.wait_for(lambda s: "threads [t]: " in s and "main_work" in table_functions(s))
+    functions = table_functions(screen)
+    assert functions[0] == "main_work" and "alpha_work" not in functions and "beta_work" not in functions, screen
+    # All threads again: every row is back
+    pick_thread(tmux, "all threads")
+    screen = tmux.wait_for(lambda s: "threads [t]: all" in s and len(table_functions(s)) >= 3)
+    assert table_functions(screen)[:3] == ["beta_work", "alpha_work", "main_work"], screen
+    fifo.step()  # step 2: the threads end and the target exits; the view closes by itself
+    assert tmux.exit_status() == 0
+    tmux.wait_for("profile written to live.db")
+    # The profile is a plain recording's (threads are live-only): the truth of threadsteps.c
+    assert totals(tmp_path / "live.db", ("alpha_work", "beta_work", "main_work")) == {
+        f: {"space": n * size, "objects": n, "alloc_space": n * size, "alloc_objects": n}
+        for f, n, size in (("alpha_work", 300, 1000), ("beta_work", 40, 20000), ("main_work", 10, 3000))}
 
 
 @pytest.mark.timeout(60)

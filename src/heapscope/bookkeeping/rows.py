@@ -16,6 +16,7 @@ WINDOW_ROW = struct.Struct("<2Q4qQ")  # one bucket's change since a peak window 
 TOTALS_ROW = struct.Struct("<6Q")  # one bucket of totals now
 LIVE_ROW = struct.Struct("<5Q")  # one live sampled allocation
 STREAM_ROW = struct.Struct("<7Q")  # one op as applied (--stream-allocations)
+THREAD_ROW = struct.Struct("<7Q")  # one (stack, thread) pair's totals now (Tracker(threads=True))
 
 ROWS: dict[str, tuple[struct.Struct, tuple[str, ...]]] = {
     "hs_dump_row": (DUMP_ROW, ("callsite_id", "count", "size", "real_size")),
@@ -27,6 +28,8 @@ ROWS: dict[str, tuple[struct.Struct, tuple[str, ...]]] = {
                                    "free_count")),
     "hs_live_row": (LIVE_ROW, ("addr", "sample_size", "alloc_size", "stack_id", "seq")),
     "hs_stream_row": (STREAM_ROW, ("kind", "seq", "addr", "alloc_size", "sample_size", "stack_id", "ts")),
+    "hs_thread_row": (THREAD_ROW, ("callsite_id", "stack_id", "tid", "alloc_bytes", "free_bytes", "alloc_count",
+                                   "free_count")),
 }
 
 OP_MALLOC, OP_FREE = 1, 2  # hs_stream_row.kind (HS_OP_MALLOC, HS_OP_FREE)

@@ -84,6 +84,51 @@ static inline struct hs_bucket *bucket_of(const struct hs_tracker *t, const stru
   return b->into_plus1 ? &t->buckets[b->into_plus1 - 1] : b;
 }
 
+/* ---- per (stack, thread) totals (threads only) ---- */
+
+/* Out of line, and behind one branch on t->threads that a plain recording
+ * always predicts: the ops of a tracker that does not keep threads pay no
+ * more than that (benchmarks/ingest_throughput.py --threads measures both).
+ * A live allocation of such a tracker holds its (stack, thread) key's index
+ * where it would hold its stack's, so the live entries keep their size and
+ * a free finds its thread's totals without a lookup. */
+#define HS_COLD __attribute__((noinline, cold))
+
+/* A malloc in its thread's totals: the index of its (stack idx, tid) key,
+ * made on first sight. -1 on ENOMEM (nothing booked). */
+HS_COLD static int64_t thread_malloc(struct hs_tracker *t, uint32_t stack_idx, const struct hs_op *op) {
+  struct hs_stack_slot *k = hs_stacks_get(&t->thread_keys, (uint64_t)op->tid << 32 | stack_idx);
+  if (!k) return -1;
+  size_t i = k->idx_plus1 - 1;
+  if (i >= t->thread_cap) {
+    size_t cap = t->thread_cap ? t->thread_cap * 2 : 256;
+    while (cap <= i) cap *= 2;
+    struct hs_totals *n = realloc(t->thread_totals, cap * sizeof *n);
+    if (!n) return -1; /* the key stays, with zero totals */
+    memset(n + t->thread_cap, 0, (cap - t->thread_cap) * sizeof *n);
+    t->thread_totals = n;
+    t->thread_cap = cap;
+  }
+  struct hs_totals *x = &t->thread_totals[i];
+  x->alloc_bytes += op->sample_size;
+  x->alloc_count++;
+  x->alloc_real += op->alloc_size;
+  return (int64_t)i;
+}
+
+/* A free of e in the totals of the thread that allocated it. */
+HS_COLD static void thread_free(struct hs_tracker *t, const struct hs_live *e) {
+  struct hs_totals *x = &t->thread_totals[e->stack_idx];
+  x->free_bytes += e->sample_size;
+  x->free_count++;
+  x->free_real += e->alloc_size;
+}
+
+/* The index in t->stacks.ids of live allocation e's stack. */
+static inline uint32_t live_stack(const struct hs_tracker *t, const struct hs_live *e) {
+  return __builtin_expect(t->threads, 0) ? (uint32_t)t->thread_keys.ids[e->stack_idx] : e->stack_idx;
+}
+
 static void book_free(struct hs_tracker *t, const struct hs_live *e) {
   struct hs_bucket *b = bucket_of(t, e);
   touch(t, b);
@@ -91,6 +136,7 @@ static void book_free(struct hs_tracker *t, const struct hs_live *e) {
   b->cur.free_count++;
   b->cur.free_real += e->alloc_size;
   t->cur_unfreed -= e->sample_size;
+  if (__builtin_expect(t->threads, 0)) thread_free(t, e);
 }
 
 static void apply_malloc(struct hs_tracker *t, const struct hs_op *op) {
@@ -112,6 +158,17 @@ static void apply_malloc(struct hs_tracker *t, const struct hs_op *op) {
     }
     s->bucket = (uint32_t)b;
   }
+  uint32_t live_idx = idx;
+  if (__builtin_expect(t->threads, 0)) {
+    /* The last step that can fail, so that running out of memory books
+     * nothing at all. s stays valid: thread_keys is a table of its own. */
+    int64_t k = thread_malloc(t, idx, op);
+    if (k < 0) {
+      t->oom = 1;
+      return;
+    }
+    live_idx = (uint32_t)k;
+  }
   struct hs_live *e = hs_live_slot(&t->live, op->addr);
   if (e->bucket_plus1) {
     /* Its free was never seen (or not yet: then it will count as untracked). */
@@ -124,7 +181,7 @@ static void apply_malloc(struct hs_tracker *t, const struct hs_op *op) {
   e->seq = op->seq;
   e->sample_size = op->sample_size;
   e->alloc_size = op->alloc_size;
-  e->stack_idx = idx;
+  e->stack_idx = live_idx;
   e->bucket_plus1 = s->bucket + 1;
   struct hs_bucket *b = &t->buckets[s->bucket];
   touch(t, b);
@@ -153,7 +210,7 @@ static void apply_free(struct hs_tracker *t, const struct hs_op *op) {
   book_free(t, e);
   if (t->stream) {
     stream_row(t, HS_OP_FREE, op->seq, op->addr, e->alloc_size, e->sample_size,
-               t->stacks.ids[e->stack_idx], 0);
+               t->stacks.ids[live_stack(t, e)], 0);
   }
   hs_live_remove(&t->live, e);
 }
@@ -198,8 +255,8 @@ static inline void submit(struct hs_tracker *t, const struct hs_op *op, uint64_t
 }
 
 void hs_tracker_malloc(struct hs_tracker *t, uint64_t seq, uint64_t addr, uint64_t alloc_size,
-                       uint64_t sample_size, uint64_t stack_id, uint64_t ts, uint64_t now_ns) {
-  struct hs_op op = {seq, addr, sample_size, alloc_size, stack_id, ts, HS_OP_MALLOC, 0};
+                       uint64_t sample_size, uint64_t stack_id, uint64_t ts, uint32_t tid, uint64_t now_ns) {
+  struct hs_op op = {seq, addr, sample_size, alloc_size, stack_id, ts, HS_OP_MALLOC, tid};
   submit(t, &op, now_ns);
 }
 
@@ -422,7 +479,7 @@ int64_t hs_tracker_live(struct hs_tracker *t) {
     const struct hs_live *e = &t->live.slots[i];
     if (!e->bucket_plus1) continue;
     *row++ = (struct hs_live_row){e->addr, e->sample_size, e->alloc_size,
-                                  t->stacks.ids[e->stack_idx], e->seq};
+                                  t->stacks.ids[live_stack(t, e)], e->seq};
   }
   t->out.len = (size_t)(row - first) * sizeof *row;
   return row - first;
@@ -434,6 +491,25 @@ int64_t hs_tracker_unresolved(struct hs_tracker *t) {
   for (size_t i = 0; i < t->nbuckets; i++) {
     const struct hs_bucket *b = &t->buckets[i];
     if (t->rest[i].callsite_id == 0 && !b->into_plus1) *row++ = t->stacks.ids[b->stack_idx];
+  }
+  t->out.len = (size_t)(row - first) * sizeof *row;
+  return row - first;
+}
+
+int64_t hs_tracker_threads(struct hs_tracker *t) {
+  /* Keys past thread_cap (a growth that failed) booked nothing. */
+  size_t n = !t->threads ? 0 : t->thread_keys.count < t->thread_cap ? t->thread_keys.count : t->thread_cap;
+  struct hs_thread_row *row = out_rows(t, n, sizeof *row), *first = row;
+  if (!row) return -1;
+  for (size_t i = 0; i < n; i++) {
+    const uint64_t key = t->thread_keys.ids[i];
+    const struct hs_totals *x = &t->thread_totals[i];
+    const uint64_t stack_id = t->stacks.ids[(uint32_t)key];
+    /* The stack's bucket is its callsite's once folded (rest.callsite_id), its own before (0). */
+    const struct hs_stack_slot *s = hs_stacks_get(&t->stacks, stack_id); /* there: no add */
+    const uint64_t callsite_id = s && s->bucket != HS_NO_BUCKET ? t->rest[s->bucket].callsite_id : 0;
+    *row++ = (struct hs_thread_row){callsite_id, stack_id, key >> 32, x->alloc_bytes, x->free_bytes,
+                                    x->alloc_count, x->free_count};
   }
   t->out.len = (size_t)(row - first) * sizeof *row;
   return row - first;
@@ -459,7 +535,21 @@ int hs_tracker_init(struct hs_tracker *t, int stream, int dump_at_max) {
   return 0;
 }
 
+int hs_tracker_keep_threads(struct hs_tracker *t) {
+  if (t->threads) return 0;
+  /* Live entries made before would hold stack indices, not key indices. */
+  if (t->nbuckets || t->pending.n || t->committed_seq) return -1;
+  if (hs_stacks_init(&t->thread_keys, HS_STACKS_INITIAL) < 0) return -1;
+  t->threads = 1;
+  return 0;
+}
+
 void hs_tracker_destroy(struct hs_tracker *t) {
+  if (t->threads) hs_stacks_destroy(&t->thread_keys);
+  free(t->thread_totals);
+  t->thread_totals = NULL;
+  t->thread_cap = 0;
+  t->threads = 0;
   hs_live_destroy(&t->live);
   hs_stacks_destroy(&t->stacks);
   hs_stacks_destroy(&t->callsites);

@@ -11,6 +11,8 @@
  *   hs_tracker_peak() --> rows of the state at the peak
  *   hs_tracker_new_window() / hs_tracker_window() --> what one stretch of
  *                          time (a test) added: at its own peak, and at its end
+ *   hs_tracker_threads() --> totals per (stack, thread), when asked for at
+ *                          the start (hs_tracker_keep_threads: the live view)
  *
  * The producer's ring reader (producer/ingest_core.c) feeds it the MALLOC
  * and FREE records of one process; the Python side (bookkeeping/dump.py)
@@ -31,6 +33,15 @@
  * changed since the latest peak still holds its state there in `cur`; its
  * first change after it saves `cur` into `at_peak` before applying. A new
  * peak is O(1), an op O(1).
+ *
+ * Threads. Each malloc carries its thread's kernel id (0 = not known). Only
+ * a tracker told to (hs_tracker_keep_threads, before its first op) keeps
+ * totals per (stack, thread): one more hash lookup per malloc, which a plain
+ * recording does not pay. Its live allocations point at their (stack,
+ * thread) key instead of their stack, so a free is booked to the thread
+ * that allocated the block, without a lookup. The totals are per stack, not
+ * per callsite, so folding a stack into its callsite leaves them alone;
+ * hs_tracker_threads() names each row's callsite when it is known.
  *
  * Every row type handed to Python is declared here once; bookkeeping/rows.py
  * mirrors them and tests/unit/bookkeeping/test_rows.py checks both against
@@ -145,6 +156,18 @@ struct hs_live_row {
   uint64_t seq; /* of its malloc */
 };
 
+/* hs_tracker_threads(): one (stack, thread) pair's totals now, with the
+ * stack's callsite when it is known (else 0). Bytes are sample sizes. */
+struct hs_thread_row {
+  uint64_t callsite_id;
+  uint64_t stack_id;
+  uint64_t tid;
+  uint64_t alloc_bytes;
+  uint64_t free_bytes;
+  uint64_t alloc_count;
+  uint64_t free_count;
+};
+
 /* The stream (stream=1): one op as applied. For a free, sizes and stack are
  * those of the allocation it freed (0 if the address was not live), ts 0. */
 struct hs_stream_row {
@@ -168,6 +191,7 @@ struct hs_tracker_stats {
 struct hs_tracker {
   int stream;      /* keep hs_stream_rows for take_stream */
   int dump_at_max; /* dumps report the state at the peak (heapprofd §5.3) */
+  int threads;     /* keep totals per (stack, thread) (hs_tracker_keep_threads) */
   int oom;         /* an allocation failed; an op or a row was dropped */
   uint64_t committed_seq;
   uint64_t last_ts; /* largest MALLOC ts applied */
@@ -192,17 +216,26 @@ struct hs_tracker {
   struct hs_buf best;     /* hs_peak_row[]: the process's peak, when an earlier window held it */
   uint64_t best_unfreed;  /* ... its sampled unreleased bytes */
   uint64_t best_ts;
+  /* per (stack, thread) totals, when threads: the key (tid << 32 | stack
+   * index) -> its index in thread_totals (the table type of stacks; its
+   * slots' bucket is not used) */
+  struct hs_stacks thread_keys;
+  struct hs_totals *thread_totals;
+  size_t thread_cap;
   struct hs_buf stream_rows; /* hs_stream_row[] since the last take */
   struct hs_buf out;         /* the rows of the last row call below */
 };
 
 int hs_tracker_init(struct hs_tracker *t, int stream, int dump_at_max);
 void hs_tracker_destroy(struct hs_tracker *t);
+/* Keep totals per (stack, thread); only before the first op (-1 after it,
+ * or on ENOMEM). */
+int hs_tracker_keep_threads(struct hs_tracker *t);
 
 /* One op, arrived at now_ns (the caller's CLOCK_MONOTONIC): applied now if
- * its turn has come, else kept until it has. */
+ * its turn has come, else kept until it has. tid: the allocating thread. */
 void hs_tracker_malloc(struct hs_tracker *t, uint64_t seq, uint64_t addr, uint64_t alloc_size,
-                       uint64_t sample_size, uint64_t stack_id, uint64_t ts, uint64_t now_ns);
+                       uint64_t sample_size, uint64_t stack_id, uint64_t ts, uint32_t tid, uint64_t now_ns);
 void hs_tracker_free(struct hs_tracker *t, uint64_t seq, uint64_t addr, uint64_t now_ns);
 /* Give up on the missing seqs that ops arrived more than HS_GAP_TIMEOUT_NS
  * before now_ns wait for. */
@@ -220,6 +253,8 @@ int64_t hs_tracker_peak(struct hs_tracker *t);       /* hs_peak_row, non-zero ca
 int64_t hs_tracker_totals(struct hs_tracker *t);     /* hs_totals_row, creation order */
 int64_t hs_tracker_live(struct hs_tracker *t);       /* hs_live_row, no order */
 int64_t hs_tracker_unresolved(struct hs_tracker *t); /* uint64_t stack ids without callsite */
+int64_t hs_tracker_threads(struct hs_tracker *t);    /* hs_thread_row, first-seen order; none
+                                                        unless keep_threads */
 
 /* Peak windows. From now on the peak (max_unfreed, hs_tracker_peak's state)
  * is that of a new window starting at the current state; each bucket's

@@ -27,7 +27,7 @@ struct hs_op {
   uint64_t stack_id;    /* MALLOC only */
   uint64_t ts;          /* MALLOC only */
   uint32_t kind;        /* HS_OP_MALLOC or HS_OP_FREE (tracker.h) */
-  uint32_t reserved;
+  uint32_t tid;         /* MALLOC only: the allocating thread (0 = not known) */
 };
 
 struct hs_arrival {

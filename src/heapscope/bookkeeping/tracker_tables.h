@@ -39,7 +39,9 @@ struct hs_live {
   uint64_t seq;         /* sequence number of the malloc that made it live */
   uint64_t sample_size;
   uint64_t alloc_size;
-  uint32_t stack_idx;   /* index into hs_stacks.ids */
+  uint32_t stack_idx;   /* index into hs_stacks.ids; in a tracker that keeps
+                           threads, into its thread_keys instead (tracker.c
+                           live_stack): (stack, thread) in one u32 */
   uint32_t bucket_plus1; /* the tracker's bucket it was booked in, + 1; 0 = empty slot
                            (so address 0 needs no special case) */
 };

@@ -15,6 +15,7 @@ Without a terminal (stdin or stderr not a tty) it refuses at once: one line, exi
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import subprocess
 import sys
@@ -46,7 +47,7 @@ def main(args: argparse.Namespace) -> int:
     from heapscope.live.app import Control, LiveApp, OutputRelay
     from heapscope.live.snapshot import Snapshotter
 
-    config = record_cli._config(args)
+    config = dataclasses.replace(record_cli._config(args), threads=True)  # the view's thread filter
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]

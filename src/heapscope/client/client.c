@@ -68,6 +68,9 @@
 #include "wire.h"
 
 HS_TLS struct hs_thread hs_thread_state;
+/* This thread's kernel id for struct hs_malloc: asked of the kernel on the
+ * thread's first sample, not on every one (0 = not asked yet). */
+static HS_TLS uint32_t thread_tid;
 int hs_enabled;
 size_t hs_page_size = 4096;
 
@@ -348,7 +351,9 @@ static void sample(struct hs_thread *t, void *addr, size_t size, uint64_t sample
                           depth * sizeof(uint64_t) + py_bytes, 0)))
       return;
   }
-  struct hs_malloc rec = {0, (uint64_t)(uintptr_t)addr, sample_size, size, id, coarse_ns()};
+  if (HS_UNLIKELY(thread_tid == 0))
+    thread_tid = (uint32_t)syscall(SYS_gettid);
+  struct hs_malloc rec = {0, (uint64_t)(uintptr_t)addr, sample_size, size, id, coarse_ns(), thread_tid, 0};
   int rc = hs_ring_write(&cl.ring, HS_REC_MALLOC, &rec, sizeof rec, NULL, 0, 1);
   if (!ok(rc) || rc == HS_DROPPED)
     return; /* the producer never hears of addr: neither should it of its free */
@@ -677,6 +682,7 @@ static HS_MUST_CHECK int connect_producer(const char *path, const char *token,
 static void atfork_child(void) {
   /* See the top of this file: local flag only, no shared writes, no locks. */
   __atomic_store_n(&hs_enabled, 0, __ATOMIC_RELAXED);
+  thread_tid = 0; /* the child's thread has an id of its own */
   /* Only our socket: the program may have closed it and reused the slot. */
   if (cl.sock >= 0 && hs_sock_is_ours(cl.sock, cl.sock_dev, cl.sock_ino))
     close(cl.sock);

@@ -9,6 +9,10 @@
                recording for dumps through Recording.fresh_dump() from worker threads
 
 The recording (heapscope.recording.Recording) runs its loop in a thread of
-its own; the view never touches producer state. Threads: the client does not
-record thread ids, so the view has no thread filter and says so.
+its own; the view never touches producer state. Threads: every sample carries
+its thread's id (wire.h struct hs_malloc), the recording's trackers keep
+totals per (stack, thread) for the view (RecordConfig.threads), and the view
+filters its table on one thread (`t`); the memory graph stays per process.
+Threads are live-only: the profile has no place for them (Perfetto's
+heap_profile_allocation has none either).
 """

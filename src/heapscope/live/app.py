@@ -9,7 +9,9 @@ thread, so the view stays responsive while the loop writes them.
     q  quit the view (final dumps; a started target runs on and is waited for)
     d  take a dump now            f  write a flamegraph page of the state now
     1-4 sort by unreleased bytes, unreleased objects, allocated bytes, allocations
-    p  next process (all, then each pid)    t  thread filter (threads are not recorded)
+    p  next process (all, then each pid)
+    t  thread filter: a picker of the threads seen in the process shown (all processes: in each),
+       with their names, and "all threads"; it filters the table (the memory graph stays per process)
 """
 
 from __future__ import annotations
@@ -20,15 +22,17 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.widgets import DataTable, Footer, RichLog, Sparkline, Static
+from textual.screen import ModalScreen, Screen
+from textual.widgets import DataTable, Footer, OptionList, RichLog, Sparkline, Static
+from textual.widgets.option_list import Option
 
 from heapscope.live.names import Namer
-from heapscope.live.snapshot import FrameKey, HeapSnapshot, Site, Snapshotter
+from heapscope.live.snapshot import FrameKey, HeapSnapshot, ProcessView, Site, Snapshotter
 from heapscope.view.units import human_bytes
 
 REFRESH_S = 0.25  # how often the view looks for a new snapshot (one is taken every second)
@@ -115,6 +119,49 @@ class Control:
         self.flamegraph = flamegraph  # (pid or None, number) -> the page written
 
 
+ThreadKey = tuple[int, int]  # (pid, tid)
+CANCELLED = -1
+
+
+class ThreadPicker(ModalScreen[int]):
+    """The threads to filter on: "all threads" first, then each thread seen (pid, tid order).
+
+    Dismissed with the index of the choice taken, or CANCELLED (escape, or t again)."""
+
+    CSS = """
+    ThreadPicker { align: center middle; }
+    #thread-picker { width: 90; height: auto; max-height: 80%; border: solid $accent; background: $surface; }
+    #thread-picker OptionList { height: auto; max-height: 30; }
+    """
+    BINDINGS: ClassVar[list[Binding | tuple[str, str] | tuple[str, str, str]]] = [
+        Binding("escape", "cancel", "cancel"),
+        Binding("t", "cancel", "cancel", show=False),
+    ]
+
+    def __init__(self, title: str, labels: list[str], current: int) -> None:
+        super().__init__()
+        self.title_text = title
+        self.labels = labels
+        self.current = current
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="thread-picker"):
+            yield Static(self.title_text, markup=False)
+            yield OptionList(*(Option(label, id=f"choice-{i}") for i, label in enumerate(self.labels)),
+                             markup=False)
+
+    def on_mount(self) -> None:
+        options = self.query_one(OptionList)
+        options.highlighted = self.current
+        options.focus()
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(event.option_index)
+
+    def action_cancel(self) -> None:
+        self.dismiss(CANCELLED)
+
+
 class LiveApp(App[None]):
     CSS = """
     #status { height: 1; background: $boost; }
@@ -147,8 +194,9 @@ class LiveApp(App[None]):
         self.namer = Namer()
         self.view_name = "space"
         self.pid: int | None = None  # None: every process
+        self.thread: ThreadKey | None = None  # None: every thread
         self.quit_by_key = False
-        self._shown: tuple[int, int, str, int | None] = (-1, -1, "", None)
+        self._shown: tuple[int, int, str, int | None, ThreadKey | None] = (-1, -1, "", None, None)
         self._output_version = 0
         self._messages_seen = 0
         self._rows: list[Site] = []
@@ -171,6 +219,11 @@ class LiveApp(App[None]):
         yield RichLog(id="output", max_lines=OUTPUT_LINES, markup=False, highlight=False)
         yield Footer()
 
+    @property
+    def _main(self) -> Screen[None]:
+        """The view's own screen, also while the thread picker is on top of it."""
+        return self.screen_stack[0]
+
     def on_mount(self) -> None:
         self._columns()
         self.set_interval(REFRESH_S, self._tick)
@@ -187,14 +240,14 @@ class LiveApp(App[None]):
             return
         self._show_output()
         snap = self.snapshots.latest()
-        key = (snap.seq if snap else 0, self.namer.known, self.view_name, self.pid)
+        key = (snap.seq if snap else 0, self.namer.known, self.view_name, self.pid, self.thread)
         if snap is None or key == self._shown:
             return
         self._shown = key
         self._show(snap)
 
     def _show_output(self) -> None:
-        log = self.query_one("#output", RichLog)
+        log = self._main.query_one("#output", RichLog)
         msgs = self.control.messages
         while self._messages_seen < len(msgs):
             log.write(f"heapscope: {msgs[self._messages_seen]}")
@@ -211,25 +264,40 @@ class LiveApp(App[None]):
         pids = {p.pid for p in procs}
         series_u = [float(sum(v[0] for pid, v in point.items() if pid in pids)) for _t, point in snap.history]
         series_a = [float(sum(v[1] for pid, v in point.items() if pid in pids)) for _t, point in snap.history]
-        self.query_one("#unreleased", Sparkline).data = series_u[-120:] or [0.0]
-        self.query_one("#allocated", Sparkline).data = series_a[-120:] or [0.0]
-        self.query_one("#unreleased-label", Static).update(
+        self._main.query_one("#unreleased", Sparkline).data = series_u[-120:] or [0.0]
+        self._main.query_one("#allocated", Sparkline).data = series_a[-120:] or [0.0]
+        self._main.query_one("#unreleased-label", Static).update(
             f"unreleased {human_bytes(unreleased)} (peak shown {human_bytes(int(max(series_u or [0])))})")
-        self.query_one("#allocated-label", Static).update(f"allocated {human_bytes(allocated)}")
+        self._main.query_one("#allocated-label", Static).update(f"allocated {human_bytes(allocated)}")
         running = sum(1 for p in snap.processes if p.running)
         who = "all processes" if self.pid is None else next(
             (p.label for p in snap.processes if p.pid == self.pid), f"pid {self.pid}")
-        self.query_one("#picker", Static).update(
-            f"process [p]: {who} ({running} running, {len(snap.processes)} seen)   threads [t]: not recorded"
-            f"   sort [1-4]: {VIEW_TITLES[self.view_name]}")
-        self.query_one("#status", Static).update(
+        self._main.query_one("#picker", Static).update(
+            f"process [p]: {who} ({running} running, {len(snap.processes)} seen)"
+            f"   threads [t]: {self._thread_label(snap)}   sort [1-4]: {VIEW_TITLES[self.view_name]}")
+        self._main.query_one("#status", Static).update(
             f"{self.heading}   {snap.elapsed_s:6.1f} s   {snap.samples:,} samples   {self._last_action}")
         self._table(procs)
 
-    def _table(self, procs: list[Any]) -> None:
+    def _thread_label(self, snap: HeapSnapshot) -> str:
+        if self.thread is None:
+            return "all"
+        pid, tid = self.thread
+        for p in snap.processes:
+            if p.pid == pid:
+                for t in p.threads:
+                    if t.tid == tid:
+                        return t.label + ("" if len(snap.processes) == 1 else f" (pid {pid})")
+        return f"{tid} (pid {pid})"
+
+    def _table(self, procs: list[ProcessView]) -> None:
         merged: dict[tuple[FrameKey, ...], list[int]] = {}
         for p in procs:
-            for s in p.sites:
+            own: tuple[Site, ...] = p.sites
+            if self.thread is not None:
+                pid, tid = self.thread
+                own = () if p.pid != pid else next((t.sites for t in p.threads if t.tid == tid), ())
+            for s in own:
                 acc = merged.setdefault(s.frames, [0, 0, 0, 0])
                 acc[0] += s.alloc_bytes
                 acc[1] += s.free_bytes
@@ -239,7 +307,7 @@ class LiveApp(App[None]):
         sites.sort(key=lambda s: (-s.value(self.view_name), -s.alloc_bytes))
         top = sites[:TOP]
         self.namer.want(f for s in top for f in s.frames[:8])
-        table = self.query_one("#sites", DataTable)
+        table = self._main.query_one("#sites", DataTable)
         cursor = table.cursor_row
         table.clear()
         for s in top:
@@ -253,7 +321,7 @@ class LiveApp(App[None]):
         self._stack(table.cursor_row)
 
     def _columns(self) -> None:
-        table = self.query_one("#sites", DataTable)
+        table = self._main.query_one("#sites", DataTable)
         table.clear(columns=True)
         for view, title in VIEW_TITLES.items():
             table.add_column(title + (" ▼" if view == self.view_name else ""), width=12)
@@ -268,7 +336,7 @@ class LiveApp(App[None]):
         if 0 <= row < len(self._rows):
             names = [self.namer.name(f) for f in self._rows[row].frames]
             text = "stack: " + " < ".join(names)
-        self.query_one("#stack", Static).update(text)
+        self._main.query_one("#stack", Static).update(text)
 
     # -- keys ----------------------------------------------------------------------------
 
@@ -279,7 +347,7 @@ class LiveApp(App[None]):
     def action_sort(self, view: str) -> None:
         self.view_name = view
         self._columns()
-        self._shown = (-1, -1, "", None)
+        self._shown = (-1, -1, "", None, None)
         self._tick()
 
     def action_next_process(self) -> None:
@@ -291,10 +359,31 @@ class LiveApp(App[None]):
             self.pid = pids[pids.index(self.pid) + 1]
         else:
             self.pid = None
+        if self.thread is not None and self.pid is not None and self.thread[0] != self.pid:
+            self.thread = None  # a thread of another process: the filter would hide everything
         self._tick()
 
     def action_threads(self) -> None:
-        self._said("threads: not recorded (the client does not send thread ids), so no thread filter", "information")
+        snap = self.snapshots.latest()
+        procs = [p for p in snap.processes if self.pid is None or p.pid == self.pid] if snap else []
+        choices: list[ThreadKey | None] = [None]
+        labels = ["all threads"]
+        for p in sorted(procs, key=lambda p: p.pid):
+            for t in p.threads:
+                choices.append((p.pid, t.tid))
+                where = "" if self.pid is not None or len(procs) == 1 else f"   pid {p.pid}"
+                labels.append(f"{t.label:<24} {human_bytes(t.unreleased):>10} unreleased  "
+                              f"{human_bytes(t.allocated):>10} allocated{where}")
+        current = choices.index(self.thread) if self.thread in choices else 0
+        scope = "all processes" if self.pid is None else f"pid {self.pid}"
+        title = f"threads of {scope} ({len(choices) - 1} seen): enter filters the table on one, escape cancels"
+
+        def picked(index: int | None) -> None:
+            if index is not None and 0 <= index < len(choices):
+                self.thread = choices[index]
+                self._tick()
+
+        self.push_screen(ThreadPicker(title, labels, current), picked)
 
     def action_dump(self) -> None:
         self.run_worker(self._dump, thread=True, exit_on_error=False, group="dumps")
@@ -323,5 +412,5 @@ class LiveApp(App[None]):
     def _said(self, text: str, severity: str) -> None:
         self._last_action = text
         self.notify(text, severity="error" if severity == "error" else "information", timeout=6, markup=False)
-        self.query_one("#output", RichLog).write(f"heapscope: {text}")
-        self._shown = (-1, -1, "", None)
+        self._main.query_one("#output", RichLog).write(f"heapscope: {text}")
+        self._shown = (-1, -1, "", None, None)

@@ -9,6 +9,13 @@ changes nothing: dumps and the profile are exactly those of a plain
 recording. Frames are keyed by (module path, offset in it), the way a dump's
 frames are, so a stack's bucket and its callsite's bucket add up to one row.
 
+Threads: the recording's trackers keep totals per (stack, thread) for the
+view (RecordConfig.threads; tracker.h hs_tracker_threads), and each process's
+view carries them grouped by thread, with the thread's name read from
+/proc/PID/task/TID/comm (best effort: a thread that ended before its name was
+read shows its id alone). A thread id the kernel hands out again after its
+thread ended adds to the same row.
+
 The result is an immutable HeapSnapshot, swapped in under a lock; readers
 (the view's thread) take `latest()` and never see a half-built one.
 """
@@ -23,7 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from heapscope.bookkeeping.frames import FILTERED
-from heapscope.bookkeeping.rows import TOTALS_ROW
+from heapscope.bookkeeping.rows import THREAD_ROW, TOTALS_ROW
 from heapscope.model import Frame, Mapping
 
 if TYPE_CHECKING:
@@ -32,6 +39,9 @@ if TYPE_CHECKING:
 
 HISTORY = 600  # points of memory over time kept (10 minutes at one a second)
 NOT_RECEIVED = ("[stack not received yet]", 0, "")
+# Thread names are read again each snapshot (threads rename themselves) while a process has
+# at most this many threads that allocated; past it, only names not known yet are read.
+NAME_REFRESH_MAX = 64
 
 
 # A frame: (module path, offset in the module, fixed name or ""); leaf first in a stack.
@@ -60,6 +70,23 @@ class Site:
 
 
 @dataclass(frozen=True, slots=True)
+class ThreadView:
+    """What one thread of one process allocated (a block's free counts for the thread that allocated it)."""
+
+    tid: int  # the kernel's thread id; 0: not known
+    name: str  # its comm, "" when it could not be read
+    sites: tuple[Site, ...]
+    unreleased: int
+    allocated: int
+
+    @property
+    def label(self) -> str:
+        if not self.tid:
+            return "thread not known"
+        return f"{self.tid} {self.name}" if self.name else f"{self.tid}"
+
+
+@dataclass(frozen=True, slots=True)
 class ProcessView:
     pid: int
     name: str
@@ -67,6 +94,7 @@ class ProcessView:
     sites: tuple[Site, ...]
     unreleased: int  # sampled bytes not freed
     allocated: int  # sampled bytes allocated since it connected
+    threads: tuple[ThreadView, ...] = ()  # by tid; empty when the tracker keeps no threads
 
     @property
     def label(self) -> str:
@@ -95,6 +123,7 @@ class Snapshotter:
         self._paths: dict[int, tuple[FrameKey, ...]] = {}  # callsite id -> frames, leaf first
         self._ended: dict[int, ProcessView] = {}  # by pid: the last view of processes that ended
         self._history: deque[tuple[float, dict[int, tuple[int, int]]]] = deque(maxlen=HISTORY)
+        self._thread_names: dict[tuple[int, int], str] = {}  # (pid, tid) -> the name read last
 
     def latest(self) -> HeapSnapshot | None:
         with self._lock:
@@ -117,7 +146,8 @@ class Snapshotter:
         if last is not None:  # processes gone since: their last totals, marked ended
             for v in last.processes:
                 if v.pid not in running and v.pid not in self._ended:
-                    self._ended[v.pid] = ProcessView(v.pid, v.name, False, v.sites, v.unreleased, v.allocated)
+                    self._ended[v.pid] = ProcessView(v.pid, v.name, False, v.sites, v.unreleased, v.allocated,
+                                                     v.threads)
         views += [v for pid, v in self._ended.items() if pid not in running]
         now = time.monotonic() - self._started
         self._history.append((now, {v.pid: (v.unreleased, v.allocated) for v in views if v.running}))
@@ -128,25 +158,47 @@ class Snapshotter:
 
     def _process(self, producer: Producer, p: ProcessState) -> ProcessView:
         by_frames: dict[tuple[FrameKey, ...], list[int]] = {}
-        stacks = p.heap.stacks
-        for callsite, stack, ab, fb, ac, fc in TOTALS_ROW.iter_unpack(p.ingest.tracker.totals()):
-            if callsite:
-                frames = self._path(callsite)
-            else:
-                pcs = stacks.get(stack)
-                frames = self._stack_frames(producer, p, pcs) if pcs is not None else (NOT_RECEIVED,)
-            acc = by_frames.get(frames)
-            if acc is None:
-                by_frames[frames] = [ab, fb, ac, fc]
-            else:
-                acc[0] += ab
-                acc[1] += fb
-                acc[2] += ac
-                acc[3] += fc
-        sites = tuple(Site(f, *v) for f, v in by_frames.items() if v[0] or v[2])
+        unresolved: dict[int, tuple[FrameKey, ...]] = {}  # stack id -> frames, for this snapshot
+        tracker = p.ingest.tracker
+        for callsite, stack, ab, fb, ac, fc in TOTALS_ROW.iter_unpack(tracker.totals()):
+            _add(by_frames, self._frames_of(producer, p, callsite, stack, unresolved), ab, fb, ac, fc)
+        sites = _sites(by_frames)
+        threads: tuple[ThreadView, ...] = ()
+        if tracker.keeps_threads:
+            per_thread: dict[int, dict[tuple[FrameKey, ...], list[int]]] = {}
+            for callsite, stack, tid, ab, fb, ac, fc in THREAD_ROW.iter_unpack(tracker.threads()):
+                _add(per_thread.setdefault(tid, {}), self._frames_of(producer, p, callsite, stack, unresolved),
+                     ab, fb, ac, fc)
+            tids = sorted(per_thread)
+            names = self._names_of(p.info.pid, tids)
+            threads = tuple(_thread_view(tid, names.get(tid, ""), _sites(per_thread[tid])) for tid in tids)
         allocated = sum(s.alloc_bytes for s in sites)
         unreleased = sum(s.alloc_bytes - s.free_bytes for s in sites)
-        return ProcessView(p.info.pid, p.info.name or p.info.cmdline, True, sites, unreleased, allocated)
+        return ProcessView(p.info.pid, p.info.name or p.info.cmdline, True, sites, unreleased, allocated, threads)
+
+    def _frames_of(self, producer: Producer, p: ProcessState, callsite: int, stack: int,
+                   unresolved: dict[int, tuple[FrameKey, ...]]) -> tuple[FrameKey, ...]:
+        """A row's frames: its callsite's path, or its stack's pcs named the same way."""
+        if callsite:
+            return self._path(callsite)
+        frames = unresolved.get(stack)
+        if frames is None:
+            pcs = p.heap.stacks.get(stack)
+            frames = unresolved[stack] = self._stack_frames(producer, p, pcs) if pcs is not None else (NOT_RECEIVED,)
+        return frames
+
+    def _names_of(self, pid: int, tids: list[int]) -> dict[int, str]:
+        """The threads' names, from /proc (best effort; the name read last when a thread is gone)."""
+        refresh = len(tids) <= NAME_REFRESH_MAX
+        out: dict[int, str] = {}
+        for tid in tids:
+            key = (pid, tid)
+            if tid and (refresh or key not in self._thread_names):
+                name = read_thread_name(pid, tid)
+                if name is not None:
+                    self._thread_names[key] = name
+            out[tid] = self._thread_names.get(key, "")
+        return out
 
     def _catch_up(self, producer: Producer) -> None:
         """Extend the id -> value lists by what was interned since the last snapshot.
@@ -204,3 +256,34 @@ class Snapshotter:
             else:
                 out.append((m.path, addr - m.base, ""))
         return tuple(out) or (("[no frames]", 0, ""),)
+
+
+def read_thread_name(pid: int, tid: int) -> str | None:
+    """/proc/PID/task/TID/comm without its newline; None when the thread is gone (or not ours to read)."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/comm", "rb") as f:
+            data = f.read(64)
+    except OSError:
+        return None
+    return data.rstrip(b"\n").decode("utf-8", "replace")
+
+
+def _add(acc: dict[tuple[FrameKey, ...], list[int]], frames: tuple[FrameKey, ...],
+         ab: int, fb: int, ac: int, fc: int) -> None:
+    v = acc.get(frames)
+    if v is None:
+        acc[frames] = [ab, fb, ac, fc]
+    else:
+        v[0] += ab
+        v[1] += fb
+        v[2] += ac
+        v[3] += fc
+
+
+def _sites(acc: dict[tuple[FrameKey, ...], list[int]]) -> tuple[Site, ...]:
+    return tuple(Site(f, *v) for f, v in acc.items() if v[0] or v[2])
+
+
+def _thread_view(tid: int, name: str, sites: tuple[Site, ...]) -> ThreadView:
+    return ThreadView(tid, name, sites, sum(s.alloc_bytes - s.free_bytes for s in sites),
+                      sum(s.alloc_bytes for s in sites))

@@ -64,9 +64,10 @@ static PyObject *tracker_oom(struct hs_tracker *t, PyObject *result) {
 }
 
 static int Tracker_init(TrackerObject *self, PyObject *args, PyObject *kwds) {
-  static char *kwlist[] = {"stream", "dump_at_max", NULL};
-  int stream = 0, dump_at_max = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$pp:Tracker", kwlist, &stream, &dump_at_max)) return -1;
+  static char *kwlist[] = {"stream", "dump_at_max", "threads", NULL};
+  int stream = 0, dump_at_max = 0, threads = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$ppp:Tracker", kwlist, &stream, &dump_at_max, &threads))
+    return -1;
   if (self->busy) {
     PyErr_SetString(PyExc_RuntimeError, BUSY);
     return -1;
@@ -74,6 +75,12 @@ static int Tracker_init(TrackerObject *self, PyObject *args, PyObject *kwds) {
   tracker_release(self);
   struct hs_tracker *t = PyMem_RawMalloc(sizeof *t);
   if (!t || hs_tracker_init(t, stream, dump_at_max) < 0) {
+    PyMem_RawFree(t);
+    PyErr_NoMemory();
+    return -1;
+  }
+  if (threads && hs_tracker_keep_threads(t) < 0) {
+    hs_tracker_destroy(t);
     PyMem_RawFree(t);
     PyErr_NoMemory();
     return -1;
@@ -89,11 +96,12 @@ static void Tracker_dealloc(TrackerObject *self) {
 
 static PyObject *Tracker_malloc(TrackerObject *self, PyObject *args) {
   unsigned long long seq, addr, alloc_size, sample_size, stack_id, ts, now_ns;
-  if (!PyArg_ParseTuple(args, "KKKKKKK:malloc", &seq, &addr, &alloc_size, &sample_size, &stack_id, &ts,
-                        &now_ns))
+  unsigned int tid = 0;
+  if (!PyArg_ParseTuple(args, "KKKKKKK|I:malloc", &seq, &addr, &alloc_size, &sample_size, &stack_id, &ts,
+                        &now_ns, &tid))
     return NULL;
   if (tracker_check(self) < 0) return NULL;
-  hs_tracker_malloc(self->t, seq, addr, alloc_size, sample_size, stack_id, ts, now_ns);
+  hs_tracker_malloc(self->t, seq, addr, alloc_size, sample_size, stack_id, ts, (uint32_t)tid, now_ns);
   return tracker_oom(self->t, Py_NewRef(Py_None));
 }
 
@@ -162,6 +170,10 @@ static PyObject *Tracker_totals(TrackerObject *self, PyObject *Py_UNUSED(ignored
 
 static PyObject *Tracker_live(TrackerObject *self, PyObject *Py_UNUSED(ignored)) {
   return rows(self, hs_tracker_live);
+}
+
+static PyObject *Tracker_threads(TrackerObject *self, PyObject *Py_UNUSED(ignored)) {
+  return rows(self, hs_tracker_threads);
 }
 
 static PyObject *Tracker_unresolved(TrackerObject *self, PyObject *Py_UNUSED(ignored)) {
@@ -236,6 +248,14 @@ static PyObject *Tracker_close(TrackerObject *self, PyObject *Py_UNUSED(ignored)
   Py_RETURN_NONE;
 }
 
+static PyObject *Tracker_get_keeps_threads(TrackerObject *self, void *Py_UNUSED(closure)) {
+  if (!self->t) {
+    PyErr_SetString(PyExc_ValueError, "Tracker is closed");
+    return NULL;
+  }
+  return PyBool_FromLong(self->t->threads);
+}
+
 static PyObject *Tracker_get_last_ts(TrackerObject *self, void *Py_UNUSED(closure)) {
   if (!self->t) {
     PyErr_SetString(PyExc_ValueError, "Tracker is closed");
@@ -246,7 +266,7 @@ static PyObject *Tracker_get_last_ts(TrackerObject *self, void *Py_UNUSED(closur
 
 static PyMethodDef Tracker_methods[] = {
     {"malloc", (PyCFunction)Tracker_malloc, METH_VARARGS,
-     "malloc(seq, addr, alloc_size, sample_size, stack_id, ts, now_ns) -> None"},
+     "malloc(seq, addr, alloc_size, sample_size, stack_id, ts, now_ns, tid=0) -> None"},
     {"free", (PyCFunction)Tracker_free, METH_VARARGS, "free(seq, addr, now_ns) -> None"},
     {"expire", (PyCFunction)Tracker_expire, METH_O, "expire(now_ns) -> None"},
     {"flush", (PyCFunction)Tracker_flush, METH_NOARGS, "flush() -> None"},
@@ -257,6 +277,7 @@ static PyMethodDef Tracker_methods[] = {
     {"window", (PyCFunction)Tracker_window, METH_NOARGS, "window() -> bytes (WINDOW_ROW rows)"},
     {"totals", (PyCFunction)Tracker_totals, METH_NOARGS, "totals() -> bytes (TOTALS_ROW rows)"},
     {"live", (PyCFunction)Tracker_live, METH_NOARGS, "live() -> bytes (LIVE_ROW rows)"},
+    {"threads", (PyCFunction)Tracker_threads, METH_NOARGS, "threads() -> bytes (THREAD_ROW rows)"},
     {"unresolved", (PyCFunction)Tracker_unresolved, METH_NOARGS, "unresolved() -> list[int]"},
     {"take_stream", (PyCFunction)Tracker_take_stream, METH_NOARGS, "take_stream() -> bytes (STREAM_ROW rows)"},
     {"stats", (PyCFunction)Tracker_stats, METH_NOARGS, "stats() -> dict[str, int]"},
@@ -266,6 +287,7 @@ static PyMethodDef Tracker_methods[] = {
 
 static PyGetSetDef Tracker_getset[] = {
     {"last_ts", (getter)Tracker_get_last_ts, NULL, "Largest MALLOC ts applied so far (ns).", NULL},
+    {"keeps_threads", (getter)Tracker_get_keeps_threads, NULL, "Totals per (stack, thread) are kept.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -274,7 +296,7 @@ static PyTypeObject TrackerType = {
     .tp_name = "heapscope.producer._ingest.Tracker",
     .tp_basicsize = sizeof(TrackerObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Tracker(*, stream=False, dump_at_max=False)\n--\n\nOne process's heap bookkeeping.",
+    .tp_doc = "Tracker(*, stream=False, dump_at_max=False, threads=False)\n--\n\nOne process's heap bookkeeping.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Tracker_init,
     .tp_dealloc = (destructor)Tracker_dealloc,
@@ -313,11 +335,11 @@ static int ingest_check(IngestObject *self) {
 }
 
 static int Ingest_init(IngestObject *self, PyObject *args, PyObject *kwds) {
-  static char *kwlist[] = {"fd", "ring_size", "stream", "dump_at_max", NULL};
-  int fd, stream = 0, dump_at_max = 0;
+  static char *kwlist[] = {"fd", "ring_size", "stream", "dump_at_max", "threads", NULL};
+  int fd, stream = 0, dump_at_max = 0, threads = 0;
   Py_ssize_t ring_size;
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "in|$pp:Ingest", kwlist, &fd, &ring_size, &stream,
-                                   &dump_at_max))
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "in|$ppp:Ingest", kwlist, &fd, &ring_size, &stream,
+                                   &dump_at_max, &threads))
     return -1;
   if (self->tracker && self->tracker->busy) {
     PyErr_SetString(PyExc_RuntimeError, BUSY);
@@ -348,6 +370,11 @@ static int Ingest_init(IngestObject *self, PyObject *args, PyObject *kwds) {
   TrackerObject *tr = (TrackerObject *)tracker;
   tr->t->stream = stream;
   tr->t->dump_at_max = dump_at_max;
+  if (threads && hs_tracker_keep_threads(tr->t) < 0) {
+    Py_DECREF(tracker);
+    PyErr_NoMemory();
+    return -1;
+  }
   void *map = mmap(NULL, map_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (map == MAP_FAILED) {
     Py_DECREF(tracker);
@@ -479,7 +506,7 @@ static PyTypeObject IngestType = {
     .tp_name = "heapscope.producer._ingest.Ingest",
     .tp_basicsize = sizeof(IngestObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Ingest(fd, ring_size, *, stream=False, dump_at_max=False)\n--\n\n"
+    .tp_doc = "Ingest(fd, ring_size, *, stream=False, dump_at_max=False, threads=False)\n--\n\n"
               "Reads one process's shared ring into a Tracker of its own.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Ingest_init,

@@ -20,13 +20,15 @@ class Tracker:
     released), any call from another thread raises RuntimeError.
     """
 
-    def __init__(self, *, stream: bool = False, dump_at_max: bool = False) -> None:
+    def __init__(self, *, stream: bool = False, dump_at_max: bool = False, threads: bool = False) -> None:
         """With stream=True every applied op is kept for take_stream(). With
-        dump_at_max=True dump() reports the state at the peak."""
+        dump_at_max=True dump() reports the state at the peak. With
+        threads=True totals are also kept per (stack, thread) for threads()."""
 
     def malloc(self, seq: int, addr: int, alloc_size: int, sample_size: int, stack_id: int, ts: int,
-               now_ns: int, /) -> None:
-        """A sampled malloc with sequence number seq, arrived at now_ns (CLOCK_MONOTONIC).
+               now_ns: int, tid: int = 0, /) -> None:
+        """A sampled malloc with sequence number seq, arrived at now_ns (CLOCK_MONOTONIC),
+        made by thread tid (its kernel id; 0 = not known). Its free counts for that thread.
 
         Applied now if every smaller seq was, else kept until they are (or
         until they are given up on: expire(), flush()). A malloc at an
@@ -102,6 +104,18 @@ class Tracker:
         (addr, sample_size, alloc_size, stack_id, seq of its malloc).
         """
 
+    def threads(self) -> bytes:
+        """THREAD_ROW rows, one per (stack, thread) that allocated, in first-seen order.
+
+        (callsite_id (0 while the stack has none), stack_id, tid,
+        alloc_bytes, free_bytes, alloc_count, free_count), cumulative; a
+        free counts for the thread of its malloc. b"" unless threads=True.
+        """
+
+    @property
+    def keeps_threads(self) -> bool:
+        """Made with threads=True: threads() has rows."""
+
     def unresolved(self) -> list[int]:
         """Ids of the stacks that booked something and have no callsite yet."""
 
@@ -144,13 +158,13 @@ class Ingest:
     """
 
     def __init__(self, fd: int, ring_size: int, *, stream: bool = False,
-                 dump_at_max: bool = False) -> None:
+                 dump_at_max: bool = False, threads: bool = False) -> None:
         """Map `fd` (HS_META_SIZE + ring_size bytes, MAP_SHARED, read/write).
 
         Raises ValueError if ring_size is not a power of two (>= 8), if the
         file is smaller than the mapping, or if the meta page's ring_size
-        differs; OSError if fstat or mmap fails. stream and dump_at_max are
-        the Tracker's. Reading starts at the meta page's read_pos.
+        differs; OSError if fstat or mmap fails. stream, dump_at_max and
+        threads are the Tracker's. Reading starts at the meta page's read_pos.
         """
 
     @property

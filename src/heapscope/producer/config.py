@@ -32,6 +32,7 @@ class RecordConfig:
     max_frames: int = 128
     dump_at_max: bool = False  # dumps show the peak of unfreed sampled bytes, not the end state
     names: tuple[str, ...] = ()  # -n: profile only processes whose name matches one (empty = all)
+    threads: bool = False  # keep totals per (stack, thread) too: `live`'s thread filter
 
     def __post_init__(self) -> None:
         if not 1 <= self.interval <= MAX_INTERVAL:

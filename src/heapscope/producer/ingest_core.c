@@ -122,7 +122,8 @@ void hs_ingest_drain(struct hs_ingest *g, uint64_t max_records, uint64_t now_ns)
         g->st.malformed_records++; /* sizes no real process has, that would wrap the sums */
       } else {
         g->st.mallocs++;
-        hs_tracker_malloc(g->tracker, m.seq, m.addr, m.alloc_size, m.sample_size, m.stack_id, m.ts, now_ns);
+        hs_tracker_malloc(g->tracker, m.seq, m.addr, m.alloc_size, m.sample_size, m.stack_id, m.ts, m.tid,
+                          now_ns);
       }
     } else if (type == HS_REC_FREE && size == 8 + sizeof(struct hs_free)) {
       struct hs_free f;

@@ -264,7 +264,7 @@ class Producer:
         memfd, shm = create_ring(cfg.shmem_size)
         try:
             ingest = Ingest(memfd, cfg.shmem_size, stream=cfg.stream_allocations,
-                            dump_at_max=cfg.dump_at_max)
+                            dump_at_max=cfg.dump_at_max, threads=cfg.threads)
         except Exception:
             shm.close()
             os.close(memfd)

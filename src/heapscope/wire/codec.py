@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 WIRE_MAGIC = 0x31575350414548
-WIRE_VERSION = 4
+WIRE_VERSION = 5
 TOKEN_SIZE = 16
 META_SIZE = 4096
 RING_MIN_SIZE = 4096  # the data ring: a power of two in [RING_MIN_SIZE, RING_MAX_SIZE]
@@ -85,7 +85,9 @@ PY_STATE_ABSENT, PY_STATE_SUPPORTED, PY_STATE_UNSUPPORTED = 0, 1, 2
 HELLO = struct.Struct("<QIIII16s")
 CONFIG = struct.Struct("<QIIQQQIIII")
 HEADER = struct.Struct("<Q")
-MALLOC = struct.Struct("<QQQQQQ")
+MALLOC = struct.Struct("<QQQQQQII")
+# struct hs_malloc's fields in order (tests/unit/wire checks each offset against the compiler's).
+MALLOC_FIELDS = ("seq", "addr", "sample_size", "alloc_size", "stack_id", "ts", "tid", "reserved")
 FREE = struct.Struct("<QQ")
 STACK = struct.Struct("<QII")
 MODULE = struct.Struct(f"<QQQQQII{BUILD_ID_MAX}s")

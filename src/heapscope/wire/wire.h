@@ -70,7 +70,7 @@
 #include <stdint.h>
 
 #define HS_WIRE_MAGIC 0x31575350414548ull /* "HEAPSW1" little endian */
-#define HS_WIRE_VERSION 4u
+#define HS_WIRE_VERSION 5u
 #define HS_TOKEN_SIZE 16
 #define HS_META_SIZE 4096u
 /* The ring of data after the meta page: a power of two in this range. */
@@ -207,6 +207,9 @@ struct hs_malloc {
   uint64_t alloc_size;  /* bytes the program asked for */
   uint64_t stack_id;    /* hash of the stack; defined once by HS_REC_STACK */
   uint64_t ts;          /* CLOCK_MONOTONIC_COARSE, ns */
+  uint32_t tid;         /* the allocating thread's kernel id (gettid(); 0 = not known),
+                           cached in the thread's TLS: no system call per sample */
+  uint32_t reserved;    /* 0 */
 };
 
 struct hs_free {
@@ -327,7 +330,7 @@ HS_STATIC_ASSERT(sizeof(struct hs_hello) == 40, "hs_hello");
 HS_STATIC_ASSERT(sizeof(struct hs_config) == 56, "hs_config");
 HS_STATIC_ASSERT(sizeof(struct hs_ring_meta) <= HS_META_SIZE, "meta");
 HS_STATIC_ASSERT(sizeof(struct hs_ring_meta) == 312, "hs_ring_meta");
-HS_STATIC_ASSERT(sizeof(struct hs_malloc) == 48, "hs_malloc");
+HS_STATIC_ASSERT(sizeof(struct hs_malloc) == 56, "hs_malloc");
 HS_STATIC_ASSERT(sizeof(struct hs_free) == 16, "hs_free");
 HS_STATIC_ASSERT(sizeof(struct hs_stack) == 16, "hs_stack");
 HS_STATIC_ASSERT(sizeof(struct hs_module) == 88, "hs_module");

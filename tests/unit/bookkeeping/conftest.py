@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from native_ext import load_ingest
 
-from heapscope.bookkeeping.rows import DUMP_ROW, LIVE_ROW, PEAK_ROW, STREAM_ROW, TOTALS_ROW
+from heapscope.bookkeeping.rows import DUMP_ROW, LIVE_ROW, PEAK_ROW, STREAM_ROW, THREAD_ROW, TOTALS_ROW
 
 
 @pytest.fixture(scope="session")
@@ -29,8 +29,8 @@ class Heap:
     now_ns: int = 1_000_000_000
 
     def malloc(self, seq: int, addr: int, size: int, stack: int, ts: int = 0,
-               alloc_size: int | None = None) -> None:
-        self.t.malloc(seq, addr, size if alloc_size is None else alloc_size, size, stack, ts, self.now_ns)
+               alloc_size: int | None = None, tid: int = 0) -> None:
+        self.t.malloc(seq, addr, size if alloc_size is None else alloc_size, size, stack, ts, self.now_ns, tid)
 
     def free(self, seq: int, addr: int) -> None:
         self.t.free(seq, addr, self.now_ns)
@@ -51,6 +51,14 @@ class Heap:
     def live(self) -> dict[int, tuple[int, int, int, int]]:
         """addr -> (sample_size, alloc_size, stack_id, seq)"""
         return {row[0]: row[1:] for row in LIVE_ROW.iter_unpack(self.t.live())}
+
+    def threads(self) -> dict[tuple[int, int], tuple[int, int, int, int, int]]:
+        """(stack id, tid) -> (callsite id, alloc_bytes, free_bytes, alloc_count, free_count)"""
+        out = {}
+        for cs, sid, tid, ab, fb, ac, fc in THREAD_ROW.iter_unpack(self.t.threads()):
+            assert (sid, tid) not in out  # one row per pair
+            out[(sid, tid)] = (cs, ab, fb, ac, fc)
+        return out
 
     def stream(self) -> list[tuple[int, ...]]:
         return list(STREAM_ROW.iter_unpack(self.t.take_stream()))
@@ -75,8 +83,8 @@ class Heap:
 def make_heap(ingest_mod: ModuleType) -> Iterator[Any]:
     made: list[Heap] = []
 
-    def make(stream: bool = False, dump_at_max: bool = False) -> Heap:
-        made.append(Heap(ingest_mod.Tracker(stream=stream, dump_at_max=dump_at_max)))
+    def make(stream: bool = False, dump_at_max: bool = False, threads: bool = False) -> Heap:
+        made.append(Heap(ingest_mod.Tracker(stream=stream, dump_at_max=dump_at_max, threads=threads)))
         return made[-1]
 
     yield make

@@ -420,7 +420,7 @@ def test_close_is_idempotent_and_final(make_heap):
     h.t.close()
     h.t.close()
     for call in (h.t.flush, h.t.totals, h.t.live, h.t.dump, h.t.peak, h.t.unresolved, h.t.take_stream,
-                 h.t.stats):
+                 h.t.stats, h.t.threads):
         with pytest.raises(ValueError):
             call()
     with pytest.raises(ValueError):
@@ -444,3 +444,103 @@ def test_rows_carry_the_real_sizes_of_their_samples(make_heap):
     assert h.dump_real() == [(7, -1, -4096, -24)]
     # AND the peak (all three live) has the real sizes of what was live and allocated then
     assert h.peak_real() == {7: (2, 8192, 2, 8192, 64, 64), 9: (1, 10000, 1, 10000, 10000, 10000)}
+
+
+# ---- per (stack, thread) totals ----
+
+T1, T2 = 4101, 4102  # kernel thread ids
+
+
+def test_thread_totals_follow_the_allocating_thread(make_heap):
+    # GIVEN a tracker that keeps threads: T1 and T2 allocate from S1, T2 also from S2
+    h = make_heap(threads=True)
+    assert h.t.keeps_threads
+    h.malloc(1, A, 100, S1, tid=T1)
+    h.malloc(2, B, 30, S1, tid=T2)
+    h.malloc(3, C, 7, S2, tid=T2)
+    # WHEN T2 frees T1's block, and a malloc at B's still-live address implies B's free
+    h.free(4, A)
+    h.malloc(5, B, 50, S2, tid=T1)
+    # THEN each free counts for the thread that allocated the block, in first-seen order
+    assert list(h.threads().items()) == [
+        ((S1, T1), (0, 100, 100, 1, 1)),
+        ((S1, T2), (0, 30, 30, 1, 1)),
+        ((S2, T2), (0, 7, 0, 1, 0)),
+        ((S2, T1), (0, 50, 0, 1, 0)),
+    ]
+    # AND they add up to the per-stack totals
+    assert h.totals() == {S1: (130, 130, 2, 2), S2: (57, 0, 2, 0)}
+    assert h.stats()["implicit_frees"] == 1
+
+
+def test_thread_rows_name_the_callsite_once_known(make_heap):
+    # GIVEN two stacks of one callsite, one thread each; then S1 is resolved
+    h = make_heap(threads=True)
+    h.malloc(1, A, 64, S1, tid=T1)
+    h.malloc(2, B, 32, S2, tid=T2)
+    h.t.set_callsite(S1, 5)
+    # THEN S1's row carries callsite 5 and S2's still none; after S2 folds in, both
+    assert h.threads() == {(S1, T1): (5, 64, 0, 1, 0), (S2, T2): (0, 32, 0, 1, 0)}
+    h.t.set_callsite(S2, 5)
+    h.free(3, B)
+    assert h.threads() == {(S1, T1): (5, 64, 0, 1, 0), (S2, T2): (5, 32, 32, 1, 1)}
+    assert h.callsite_totals() == {5: (96, 32, 2, 1)}
+
+
+def test_thread_totals_in_sequence_order_match_a_model(make_heap):
+    # GIVEN ops of three threads over three stacks, shuffled within windows as the ring delivers them
+    h = make_heap(threads=True)
+    rng = random.Random(77)
+    pool = [0x6600_0000 + 16 * i for i in range(500)]
+    live: dict[int, tuple[int, int, int]] = {}
+    model: dict[tuple[int, int], list[int]] = {}
+    ops = []
+    for seq in range(1, 20001):
+        addr = rng.choice(pool)
+        if addr in live:
+            stack, tid, size = live.pop(addr)
+            m = model[(stack, tid)]
+            m[1] += size
+            m[3] += 1
+            ops.append((seq, addr, None, None, None))
+        else:
+            stack, tid, size = rng.choice((S1, S2, S3)), rng.choice((T1, T2, 1)), rng.randrange(1, 4000)
+            live[addr] = (stack, tid, size)
+            m = model.setdefault((stack, tid), [0, 0, 0, 0])
+            m[0] += size
+            m[2] += 1
+            ops.append((seq, addr, size, stack, tid))
+    for i in range(0, len(ops), 8):
+        window = ops[i:i + 8]
+        rng.shuffle(window)
+        for s, addr, size, stack, tid in window:
+            if size is None:
+                h.free(s, addr)
+            else:
+                h.malloc(s, addr, size, stack, tid=tid)
+    # THEN the per-thread totals are the model's, with nothing pending or lost
+    assert {k: list(v[1:]) for k, v in h.threads().items()} == model
+    assert h.stats()["implicit_frees"] == h.stats()["untracked_frees"] == 0
+
+
+def test_no_thread_totals_unless_asked(make_heap):
+    # GIVEN a plain tracker (a plain recording): ops with thread ids
+    h = make_heap()
+    assert not h.t.keeps_threads
+    h.malloc(1, A, 64, S1, tid=T1)
+    h.free(2, A)
+    # THEN no per-thread rows, and the usual totals
+    assert h.t.threads() == b""
+    assert h.totals() == {S1: (64, 64, 1, 1)}
+
+
+def test_live_and_stream_rows_name_stacks_when_threads_are_kept(make_heap):
+    # GIVEN a tracker keeping threads and the stream: one stack allocated from two threads
+    h = make_heap(stream=True, threads=True)
+    h.malloc(1, A, 64, S1, ts=5, tid=T1)
+    h.malloc(2, B, 32, S2, ts=6, tid=T2)
+    h.malloc(3, C, 16, S1, ts=7, tid=T2)
+    h.free(4, A)
+    # THEN live and stream rows carry the stack ids, as without threads
+    assert h.live() == {B: (32, 32, S2, 2), C: (16, 16, S1, 3)}
+    assert h.stream()[-1] == (2, 4, A, 64, 64, S1, 0)

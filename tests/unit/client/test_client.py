@@ -277,6 +277,33 @@ def test_dormant_workload_unchanged(client_lib, build_program):
 
 
 @pytest.mark.timeout(180)
+def test_thread_id_costs_no_system_call_per_sample(client_lib, build_program, producer_factory):
+    """Each thread asks the kernel its id once (then it is cached in its TLS), not once per sample."""
+    strace = shutil.which("strace")
+    if strace is None:
+        pytest.skip("strace is not installed")
+    exe = build_program("workload.c", "-DITERS=300")
+    prod = producer_factory(interval=1, ring_size=1 << 16)
+    env = prod.env(client_lib)
+    lib = env.pop("LD_PRELOAD")  # the client goes into the program, not into strace
+    log = Path(prod.dir) / "strace.log"
+    proc = subprocess.Popen([strace, "-f", "-qq", "-e", "trace=gettid", "-o", str(log), "-E", f"LD_PRELOAD={lib}",
+                             str(exe)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while proc.poll() is None:
+        assert time.monotonic() < deadline, "target did not finish"
+        if prod.ring.drain() == 0:
+            time.sleep(0.0005)  # polling the ring, as the real reader does
+    proc.communicate(timeout=10)
+    prod.ring.drain()
+    assert proc.returncode == 0
+    mallocs, *_ = decode(prod.ring.records)
+    assert len(mallocs) > 7000 and len({m[6] for m in mallocs}) == 5  # 4 x 300 x 6 and more; 4 workers and main
+    calls = [line for line in log.read_text().splitlines() if "gettid(" in line]
+    assert 5 <= len(calls) <= 10, calls  # the 5 threads' first samples (and the client's start-up)
+
+
+@pytest.mark.timeout(180)
 @pytest.mark.parametrize("unwinder", [codec.Unwinder.AUTO, codec.Unwinder.FP,
                                       codec.Unwinder.NONE])
 def test_interval_one_records_everything(client_lib, build_program, producer_factory, unwinder):
@@ -310,6 +337,13 @@ def test_interval_one_records_everything(client_lib, build_program, producer_fac
     ours = [m for m in mallocs if 20000 <= m[3] < 27000]
     assert Counter(m[3] for m in ours) == expected_workload_sizes(iters)
     assert all(m[2] == m[3] for m in mallocs)  # sample_size == alloc_size
+
+    # Thread ids: worker t's own sizes carry one tid, its own (none is main's, which is the pid).
+    tids = [{m[6] for m in ours if m[3] in (26000 + t, 26112 + t * 128, 26200 + t, 26300 + t)} for t in range(4)]
+    assert all(len(t) == 1 for t in tids), tids
+    assert len(set.union(*tids)) == 4 and not set.union(*tids) & {0, prod.hellos[0].pid}
+    assert {m[6] for m in ours} == set.union(*tids)
+    assert all(m[7] == 0 for m in mallocs)  # reserved
 
     # Replay in sequence order: every free hits a live sampled address, and the
     # program freed everything it allocated in the recognizable ranges.

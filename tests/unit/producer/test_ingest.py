@@ -236,8 +236,8 @@ def test_unknown_type_and_wrong_sizes_are_skipped(make_ring):
     ring = make_ring()
     bad = [
         raw_record(16, 9, 8),                            # unknown type
-        raw_record(48, codec.RecordType.MALLOC, 40),     # MALLOC too short
-        raw_record(64, codec.RecordType.MALLOC, 56),     # MALLOC too long
+        raw_record(56, codec.RecordType.MALLOC, 48),     # MALLOC too short (wire version 4's, without tid)
+        raw_record(72, codec.RecordType.MALLOC, 64),     # MALLOC too long
         raw_record(16, codec.RecordType.FREE, 8),        # FREE too short
         raw_record(16, codec.RecordType.STACK, 8),       # STACK without its struct
         codec.HEADER.pack(codec.header(32, codec.RecordType.STACK)) + codec.STACK.pack(S1, 3, 0) + b"\0" * 8,
@@ -279,7 +279,7 @@ def test_broken_framing_marks_the_ring_corrupt(make_ring, name, record):
     assert st["corrupt"] == 1, name
     assert st["mallocs"] == 1 and st["records"] == 1
     assert ring.returned == []
-    assert ring.meta("read_pos") == 56
+    assert ring.meta("read_pos") == 8 + codec.MALLOC.size
     ring.feed([ws.encode_stack(S2, [1]), malloc(2, B, 5, S1)])
     assert ring.drain() == [] and ring.stats()["records"] == 1
     assert ring.totals() == {S1: (10, 0, 1, 0)}

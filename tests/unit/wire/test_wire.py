@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import struct
 import subprocess
 from pathlib import Path
 
@@ -76,6 +77,7 @@ def c_layout(tmp_path_factory: pytest.TempPathFactory) -> dict[str, int]:
     lines += [f'  printf("\\"meta {f}\\": %zu,\\n", offsetof(struct hs_ring_meta, {f}));'
               for f in codec.META_FIELDS]
     lines += [f'  printf("\\"const {c}\\": %llu,\\n", (unsigned long long)({c}));' for c in CONSTANTS]
+    lines += [f'  printf("\\"malloc {f}\\": %zu,\\n", offsetof(struct hs_malloc, {f}));' for f in codec.MALLOC_FIELDS]
     src = ("#include <stdio.h>\n#include <stddef.h>\n#include \"wire.h\"\nint main(void) {\n"
            '  printf("{");\n' + "\n".join(lines) + '\n  printf("\\"end\\": 0}");\n  return 0;\n}\n')
     d = tmp_path_factory.mktemp("wire")
@@ -95,6 +97,15 @@ def test_meta_offsets_match(c_layout: dict[str, int]) -> None:
     assert codec.META_STRUCT_SIZE == c_layout["sizeof hs_ring_meta"]
     for field, (offset, _) in codec.META_FIELDS.items():
         assert offset == c_layout[f"meta {field}"], field
+
+
+def test_malloc_offsets_match(c_layout: dict[str, int]) -> None:
+    """Each field of struct hs_malloc where the codec's format puts it (the thread id after ts)."""
+    for i, field in enumerate(codec.MALLOC_FIELDS):
+        offset = struct.calcsize("<" + codec.MALLOC.format[1:][:i])
+        assert offset == c_layout[f"malloc {field}"], field
+    assert len(codec.MALLOC_FIELDS) == len(codec.MALLOC.format) - 1
+    assert (codec.HEADER.size + codec.MALLOC.size) % 8 == 0
 
 
 def test_constants_match(c_layout: dict[str, int]) -> None:
@@ -128,7 +139,7 @@ def test_python_records_round_trip() -> None:
     ws.encode_pycode(codec.PyCodeRecord(1, 1, 3, 0, "f", "x.py", b"1234567890"))[:-16],
     ws.encode_stack(1, [1, 2, 3])[:-8],  # depth says 3, two pcs present
     ws.encode_module(codec.ModuleRecord(0, 0, 0, 0, 0, b"", "x"))[:40],
-    ws.encode_malloc(1, 2, 3, 4, 5, 6),  # a hot record is not for Python
+    ws.encode_malloc(1, 2, 3, 4, 5, 6, 7),  # a hot record is not for Python
 ])
 def test_malformed_records_raise(record: bytes) -> None:
     with pytest.raises(codec.MalformedRecord):
