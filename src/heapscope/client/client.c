@@ -377,6 +377,13 @@ void hs_record_alloc_slow(void *addr, size_t size) {
 
 void hs_record_free_slow(void *addr) {
   struct hs_thread *t = &hs_thread_state;
+  if (!__atomic_load_n(&hs_enabled, __ATOMIC_RELAXED) || addr == NULL)
+    return;
+  if (t->guard) /* the client's own free (see common.h) */
+    return;
+  /* A false positive of the filter stops here, without a store. */
+  if (!hs_addrset_contains(addr))
+    return;
   int saved_errno = errno;
   /* Guard: a blocking ring wait calls nanosleep/recv; keep any allocation
    * they might do out of the client. */
