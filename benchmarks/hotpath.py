@@ -147,7 +147,12 @@ LIB = "libheapscope"
 
 
 def per_call(p: Profile, name: str, inclusive: bool = False) -> float:
+    """Ir per call of `name` (a|b: the first of the two that was called, for older builds)."""
     key = p.find(LIB, name)
+    for alt in name.split("|"):
+        key = p.find(LIB, alt)
+        if p.calls.get(key, 0):
+            break
     calls = p.calls.get(key, 0)
     if not calls:
         return float("nan")
@@ -196,8 +201,8 @@ def main() -> int:
         fp_rate = max(slow - sampled, 0) / unsampled
         rows.append((f"unsampled free, {args.live:,} sampled live (free hook, exclusive)",
                      f"{per_call(lp, 'free'):.1f}"))
-        rows.append((f"  slow-path calls that were not sampled frees, per unsampled free", f"{fp_rate:.4f}"))
-        rows.append((f"  free slow path per call (sampled frees and false positives)",
+        rows.append(("  slow-path calls that were not sampled frees, per unsampled free", f"{fp_rate:.4f}"))
+        rows.append(("  free slow path per call (sampled frees and false positives)",
                      f"{per_call(lp, 'hs_record_free_slow', inclusive=True):.0f}"))
 
         # One sample per malloc, per unwinder.
@@ -207,8 +212,8 @@ def main() -> int:
                                    ["-i", "1", "--unwinder", unwinder])
             rows.append((f"sample, --unwinder {unwinder} (hs_record_alloc_slow inclusive)",
                          f"{per_call(sp, 'hs_record_alloc_slow', inclusive=True):.0f}"))
-            rows.append((f"  of which the unwind (hs_unwind inclusive)",
-                         f"{per_call(sp, 'hs_unwind', inclusive=True):.0f}"))
+            rows.append(("  of which the unwind (hs_unwind_in_place, before: hs_unwind, inclusive)",
+                         f"{per_call(sp, 'hs_unwind_in_place|hs_unwind', inclusive=True):.0f}"))
             rows.append((f"  sampled free, --unwinder {unwinder} (hs_record_free_slow inclusive)",
                          f"{per_call(sp, 'hs_record_free_slow', inclusive=True):.0f}"))
             if sstats.get("heap_samples", 0) < n:
