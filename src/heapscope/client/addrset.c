@@ -130,6 +130,8 @@ int hs_addrset_remove(const void *p) {
   uint64_t h = hs_addr_hash(a);
   uint64_t b = hs_addr_bucket(a);
   struct hs_addr_shard *s = &hs_addr_shards[HS_ADDR_SHARD(b)];
+  if (!hs_addrset_probe(s, a, h))
+    return 0;
   shard_lock(s);
   struct hs_addr_table *t = s->table;
   if (t == NULL) {

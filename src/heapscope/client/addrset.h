@@ -91,11 +91,8 @@ static inline int hs_addr_maybe_sampled(const void *p) {
   return (int)((__atomic_load_n(&hs_addr_filter[b / 64], __ATOMIC_RELAXED) >> (b % 64)) & 1);
 }
 
-/* Lock-free lookup; see above. */
-static inline int hs_addrset_contains(const void *p) {
-  uint64_t a = (uint64_t)(uintptr_t)p;
-  uint64_t h = hs_addr_hash(a);
-  struct hs_addr_shard *s = &hs_addr_shards[HS_ADDR_SHARD(hs_addr_bucket(a))];
+/* Lock-free lookup of a (hash h) in shard s; see above. */
+static inline int hs_addrset_probe(struct hs_addr_shard *s, uint64_t a, uint64_t h) {
   for (;;) {
     uint32_t seq0 = __atomic_load_n(&s->seq, __ATOMIC_ACQUIRE);
     struct hs_addr_table *t = __atomic_load_n(&s->table, __ATOMIC_ACQUIRE);
@@ -121,11 +118,18 @@ static inline int hs_addrset_contains(const void *p) {
   }
 }
 
+static inline int hs_addrset_contains(const void *p) {
+  uint64_t a = (uint64_t)(uintptr_t)p;
+  return hs_addrset_probe(&hs_addr_shards[HS_ADDR_SHARD(hs_addr_bucket(a))], a, hs_addr_hash(a));
+}
+
 /* Adds p. HS_OK, or -HS_ERR_OUT_OF_MEMORY when the table could not grow
  * (the caller counts it; that address's free will not be sent). */
 HS_HIDDEN HS_MUST_CHECK int hs_addrset_insert(const void *p);
 
-/* Removes p. Returns 1 if it was there, 0 if not. */
+/* Removes p. Returns 1 if it was there, 0 if not. An address that is not
+ * there (a false positive of the filter, a double free) is found out by the
+ * lock-free lookup, without a store. */
 HS_HIDDEN HS_MUST_CHECK int hs_addrset_remove(const void *p);
 
 #endif

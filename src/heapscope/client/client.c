@@ -383,9 +383,6 @@ void hs_record_free_slow(void *addr) {
     return;
   if (t->guard) /* the client's own free (see common.h) */
     return;
-  /* A false positive of the filter stops here, without a store. */
-  if (!hs_addrset_contains(addr))
-    return;
   int saved_errno = errno;
   /* Guard: a blocking ring wait calls nanosleep/recv; keep any allocation
    * they might do out of the client. */
