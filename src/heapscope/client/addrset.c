@@ -7,6 +7,38 @@
 #include "wire.h"
 
 struct hs_addr_shard hs_addr_shards[HS_ADDRSET_SHARDS];
+uint64_t hs_addr_filter[HS_ADDR_BUCKETS / 64] __attribute__((aligned(64)));
+
+/* Addresses of the set per filter bucket, written under the bucket's shard
+ * lock only (2 MiB of zero pages, touched where samples land). A count that
+ * reaches COUNT_STUCK stays there and keeps its bit set for good: a
+ * false positive forever, never a false negative. */
+static uint16_t bucket_count[HS_ADDR_BUCKETS];
+#define COUNT_STUCK UINT16_MAX
+
+/* Only the owner shard writes a filter word (addrset.h), so plain relaxed
+ * stores do; readers need no more than relaxed (see hs_addr_maybe_sampled). */
+static void filter_added(uint64_t b) {
+  uint16_t c = bucket_count[b];
+  if (c == COUNT_STUCK)
+    return;
+  bucket_count[b] = (uint16_t)(c + 1);
+  if (c == 0) {
+    uint64_t *w = &hs_addr_filter[b / 64];
+    __atomic_store_n(w, *w | UINT64_C(1) << (b % 64), __ATOMIC_RELAXED);
+  }
+}
+
+static void filter_removed(uint64_t b) {
+  uint16_t c = bucket_count[b];
+  if (c == COUNT_STUCK || c == 0)
+    return;
+  bucket_count[b] = (uint16_t)(c - 1);
+  if (c == 1) {
+    uint64_t *w = &hs_addr_filter[b / 64];
+    __atomic_store_n(w, *w & ~(UINT64_C(1) << (b % 64)), __ATOMIC_RELAXED);
+  }
+}
 
 #define INITIAL_CAPACITY 256 /* 2 KiB of slots: one page with the header */
 
@@ -55,7 +87,8 @@ static void table_put(struct hs_addr_table *t, uint64_t a) {
 
 int hs_addrset_insert(const void *p) {
   uint64_t a = (uint64_t)(uintptr_t)p;
-  struct hs_addr_shard *s = &hs_addr_shards[HS_ADDR_SHARD(hs_addr_hash(a))];
+  uint64_t b = hs_addr_bucket(a);
+  struct hs_addr_shard *s = &hs_addr_shards[HS_ADDR_SHARD(b)];
   shard_lock(s);
   struct hs_addr_table *t = s->table;
   uint64_t cap = t ? t->mask + 1 : 0;
@@ -83,6 +116,7 @@ int hs_addrset_insert(const void *p) {
     if (v == HS_ADDRSET_EMPTY) {
       __atomic_store_n(&t->slots[i], a, __ATOMIC_RELEASE);
       s->count++;
+      filter_added(b);
       break;
     }
     i = (i + 1) & mask;
@@ -94,7 +128,10 @@ int hs_addrset_insert(const void *p) {
 int hs_addrset_remove(const void *p) {
   uint64_t a = (uint64_t)(uintptr_t)p;
   uint64_t h = hs_addr_hash(a);
-  struct hs_addr_shard *s = &hs_addr_shards[HS_ADDR_SHARD(h)];
+  uint64_t b = hs_addr_bucket(a);
+  struct hs_addr_shard *s = &hs_addr_shards[HS_ADDR_SHARD(b)];
+  if (!hs_addrset_probe(s, a, h))
+    return 0;
   shard_lock(s);
   struct hs_addr_table *t = s->table;
   if (t == NULL) {
@@ -135,6 +172,7 @@ int hs_addrset_remove(const void *p) {
   }
   __atomic_store_n(&t->slots[i], HS_ADDRSET_EMPTY, __ATOMIC_RELAXED);
   s->count--;
+  filter_removed(b);
   __atomic_store_n(&s->seq, seq + 2, __ATOMIC_RELEASE);
   shard_unlock(s);
   return 1;

@@ -302,21 +302,23 @@ static uint64_t coarse_ns(void) {
 
 static void sample(struct hs_thread *t, void *addr, size_t size, uint64_t sample_size) {
   struct hs_ring_meta *m = cl.ring.meta;
-  /* pcs, then (with Python frames) struct hs_pystack and the frames: the
-   * tail of the STACK record in one piece. */
-  uint64_t tail[HS_MAX_FRAMES + 1 + 2 * HS_MAX_PYFRAMES];
-  uint64_t *pcs = tail;
+  /* Our own frames, then pcs, then (with Python frames) struct hs_pystack
+   * and the frames: the tail of the STACK record in one piece, unwound in
+   * place (no copy). */
+  uint64_t buf[HS_UNWIND_SLACK + HS_MAX_FRAMES + 1 + 2 * HS_MAX_PYFRAMES];
   int truncated = 0;
-  uint32_t depth;
+  uint32_t depth, first = 0;
   /* Unwind time, measured on 1 unwind in 64 and scaled: clock_gettime on
    * every sample would be a visible part of the cost. */
   if ((t->unwinds++ & 63) == 0) {
     uint64_t t0 = hs_now_ns();
-    depth = hs_unwind(pcs, cl.max_frames, &truncated);
+    depth = hs_unwind_in_place(buf, cl.max_frames, &truncated, &first);
     __atomic_fetch_add(&m->unwind_ns, (hs_now_ns() - t0) * 64, __ATOMIC_RELAXED);
   } else {
-    depth = hs_unwind(pcs, cl.max_frames, &truncated);
+    depth = hs_unwind_in_place(buf, cl.max_frames, &truncated, &first);
   }
+  uint64_t *tail = buf + first;
+  uint64_t *pcs = tail;
   if (depth == 0)
     __atomic_fetch_add(&m->unwinding_errors, 1, __ATOMIC_RELAXED);
   if (truncated)
@@ -382,6 +384,10 @@ void hs_record_alloc_slow(void *addr, size_t size) {
 
 void hs_record_free_slow(void *addr) {
   struct hs_thread *t = &hs_thread_state;
+  if (!__atomic_load_n(&hs_enabled, __ATOMIC_RELAXED) || addr == NULL)
+    return;
+  if (t->guard) /* the client's own free (see common.h) */
+    return;
   int saved_errno = errno;
   /* Guard: a blocking ring wait calls nanosleep/recv; keep any allocation
    * they might do out of the client. */

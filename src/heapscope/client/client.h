@@ -1,10 +1,11 @@
 /*
  * client.h: the tiny API between the hooks and the rest of the client.
  *
- * hooks.c calls exactly one of these per interposed call. The fast paths are
- * inline: an unsampled malloc costs a load of hs_enabled, the TLS countdown
- * decrement and a branch; an unsampled free costs a lock-free lookup in the
- * set of live sampled addresses.
+ * hooks.c calls these once per interposed call. The fast paths are inline:
+ * an unsampled malloc costs a load of hs_enabled, the guard, the TLS
+ * countdown decrement and their branches (decided before the real malloc
+ * runs, so that the hook can jump to it); an unsampled free costs one load
+ * of the address filter and one predictable branch (addrset.h).
  */
 #ifndef HEAPSCOPE_CLIENT_CLIENT_H
 #define HEAPSCOPE_CLIENT_CLIENT_H
@@ -22,26 +23,33 @@ extern int hs_enabled HS_HIDDEN;
 HS_HIDDEN void hs_record_alloc_slow(void *addr, size_t size);
 HS_HIDDEN void hs_record_free_slow(void *addr);
 
+/* 1 when an allocation of `size` bytes is certainly not recorded: the
+ * client is off, the allocation is the client's own (the guard, see
+ * common.h), or the countdown does not reach it (its bytes are then
+ * consumed). 0: the real allocation must be followed by
+ * hs_record_alloc_slow(addr, size), which decides. Needs no address, so it
+ * can run before the real allocator. */
+static inline int hs_alloc_unrecorded(size_t size) {
+  if (!__atomic_load_n(&hs_enabled, __ATOMIC_RELAXED))
+    return 1;
+  struct hs_thread *t = &hs_thread_state;
+  if (t->guard)
+    return 1;
+  return hs_sampler_skip(&t->sampler, size);
+}
+
 /* A successful allocation of `size` bytes at addr (addr may be NULL: then
  * it only moves the countdown). Call it after the real allocator returned. */
 static inline void hs_record_alloc(void *addr, size_t size) {
-  if (!__atomic_load_n(&hs_enabled, __ATOMIC_RELAXED))
-    return;
-  struct hs_thread *t = &hs_thread_state;
-  if (t->guard) /* the client's own allocation (see common.h) */
-    return;
-  if (hs_sampler_skip(&t->sampler, size))
-    return;
-  hs_record_alloc_slow(addr, size);
+  if (!hs_alloc_unrecorded(size))
+    hs_record_alloc_slow(addr, size);
 }
 
-/* addr is about to be freed. Call it before the real free. */
+/* addr is about to be freed. Call it before the real free. The filter in
+ * front of the address set answers for almost every unsampled address;
+ * the slow path checks the rest (off, NULL, the guard, the set itself). */
 static inline void hs_record_free(void *addr) {
-  if (!__atomic_load_n(&hs_enabled, __ATOMIC_RELAXED) || addr == NULL)
-    return;
-  if (hs_thread_state.guard) /* the client's own free (see common.h) */
-    return;
-  if (!hs_addrset_contains(addr))
+  if (HS_LIKELY(!hs_addr_maybe_sampled(addr)))
     return;
   hs_record_free_slow(addr);
 }

@@ -1,10 +1,18 @@
 /*
  * hooks.c: the interposed symbols, and nothing else (no logic). Each one
- * calls the real allocator and one hs_record_alloc()/hs_record_free().
+ * calls the real allocator and records the call (client.h).
  *
+ *   malloc, calloc, realloc: whether the allocation can be recorded is
+ *            known before the real call (hs_alloc_unrecorded needs only the
+ *            size); when it cannot, the hook ends in a jump to the real
+ *            function (nothing to save, no frame of ours left under it),
+ *            else an out-of-line *_recorded function does the call and
+ *            hs_record_alloc_slow.
  *   free:    record the free BEFORE the real free, so that the freed address
  *            cannot be handed out again (and recorded) before this free's
- *            sequence number is taken.
+ *            sequence number is taken. An address that is neither in the
+ *            filter of sampled addresses nor in the bootstrap arena costs
+ *            one combined branch, then a jump to the real free.
  *   realloc: record free(old) -> real realloc -> record alloc(new, size).
  *   calloc:  size = n * size; on overflow only the real calloc runs (it fails).
  *   pvalloc: size rounded up to the page, as the allocator does.
@@ -20,26 +28,49 @@
 #include "client.h"
 #include "real.h"
 
-HS_EXPORT void *malloc(size_t size) {
+#define HS_COLD_PATH __attribute__((noinline, cold))
+
+static HS_COLD_PATH void *malloc_recorded(size_t size) {
   void *p = HS_REAL(malloc)(size);
-  hs_record_alloc(p, size);
+  hs_record_alloc_slow(p, size);
   return p;
 }
 
-HS_EXPORT void free(void *p) {
+HS_EXPORT void *malloc(size_t size) {
+  if (HS_LIKELY(hs_alloc_unrecorded(size)))
+    return HS_REAL(malloc)(size);
+  return malloc_recorded(size);
+}
+
+static HS_COLD_PATH void free_checked(void *p) {
   if (hs_arena_owns(p))
     return;
-  hs_record_free(p);
+  hs_record_free_slow(p);
   HS_REAL(free)(p);
+}
+
+HS_EXPORT void free(void *p) {
+  /* One branch for both: `|`, not `||`. */
+  if (HS_UNLIKELY(hs_addr_maybe_sampled(p) | hs_arena_owns(p))) {
+    free_checked(p);
+    return;
+  }
+  HS_REAL(free)(p);
+}
+
+static HS_COLD_PATH void *calloc_recorded(size_t n, size_t size, size_t total) {
+  void *p = HS_REAL(calloc)(n, size);
+  hs_record_alloc_slow(p, total);
+  return p;
 }
 
 HS_EXPORT void *calloc(size_t n, size_t size) {
   size_t total;
   if (__builtin_mul_overflow(n, size, &total))
     return HS_REAL(calloc)(n, size);
-  void *p = HS_REAL(calloc)(n, size);
-  hs_record_alloc(p, total);
-  return p;
+  if (HS_LIKELY(hs_alloc_unrecorded(total)))
+    return HS_REAL(calloc)(n, size);
+  return calloc_recorded(n, size, total);
 }
 
 static void *realloc_from_arena(void *old, size_t size) {
@@ -52,13 +83,19 @@ static void *realloc_from_arena(void *old, size_t size) {
   return p;
 }
 
+static HS_COLD_PATH void *realloc_recorded(void *old, size_t size) {
+  void *p = HS_REAL(realloc)(old, size);
+  hs_record_alloc_slow(p, size);
+  return p;
+}
+
 HS_EXPORT void *realloc(void *old, size_t size) {
   if (old && hs_arena_owns(old))
     return realloc_from_arena(old, size);
   hs_record_free(old);
-  void *p = HS_REAL(realloc)(old, size);
-  hs_record_alloc(p, size);
-  return p;
+  if (HS_LIKELY(hs_alloc_unrecorded(size)))
+    return HS_REAL(realloc)(old, size);
+  return realloc_recorded(old, size);
 }
 
 HS_EXPORT void *reallocarray(void *old, size_t n, size_t size) {

@@ -20,10 +20,15 @@ static uint64_t mix(uint64_t h) {
   return h;
 }
 
+/* One multiplication per frame (rotate, xor, multiply: each step is a
+ * bijection of the state for a given pc and of the pc for a given state, so
+ * two stacks of one depth that differ in a single frame never collide), and
+ * the full mix once at the end. */
 uint64_t hs_stack_id(const uint64_t *pcs, uint32_t depth) {
-  uint64_t h = mix(UINT64_C(0x6a09e667f3bcc909) ^ depth);
+  uint64_t h = UINT64_C(0x6a09e667f3bcc909) ^ depth;
   for (uint32_t i = 0; i < depth; i++)
-    h = mix(h ^ (pcs[i] + UINT64_C(0x9e3779b97f4a7c15) * (i + 1)));
+    h = (((h << 23) | (h >> 41)) ^ pcs[i]) * UINT64_C(0x9e3779b97f4a7c15);
+  h = mix(h);
   return h ? h : 1;
 }
 

@@ -26,9 +26,6 @@ static uintptr_t own_start, own_end; /* our executable segment */
 static pthread_t main_thread;
 static int have_main_thread;
 
-/* Room for our own leading frames on top of max_frames. */
-#define OWN_FRAMES_SLACK 16
-
 static int find_own_text(struct dl_phdr_info *info, size_t size, void *data) {
   (void)size;
   uintptr_t me = (uintptr_t)data;
@@ -145,10 +142,10 @@ static uint32_t raw_unwind(uint64_t *pcs, uint32_t max) {
   }
 }
 
-uint32_t hs_unwind(uint64_t *pcs, uint32_t max_frames, int *truncated) {
+uint32_t hs_unwind_in_place(uint64_t *buf, uint32_t max_frames, int *truncated,
+                            uint32_t *first) {
   _Static_assert(sizeof(void *) == sizeof(uint64_t), "64-bit only");
-  uint64_t buf[HS_MAX_FRAMES + OWN_FRAMES_SLACK];
-  uint32_t want = max_frames + OWN_FRAMES_SLACK;
+  uint32_t want = max_frames + HS_UNWIND_SLACK;
   uint32_t n = raw_unwind(buf, want);
   /* unw_backtrace() reports its own frame first, so our frames may start
    * one or two entries in: skip to the first of ours among the leading few,
@@ -164,7 +161,15 @@ uint32_t hs_unwind(uint64_t *pcs, uint32_t max_frames, int *truncated) {
   *truncated = depth > max_frames || (n == want && active != HS_UNWINDER_NONE);
   if (depth > max_frames)
     depth = max_frames;
-  memcpy(pcs, buf + skip, depth * sizeof(uint64_t));
+  *first = skip;
+  return depth;
+}
+
+uint32_t hs_unwind(uint64_t *pcs, uint32_t max_frames, int *truncated) {
+  uint64_t buf[HS_MAX_FRAMES + HS_UNWIND_SLACK];
+  uint32_t first;
+  uint32_t depth = hs_unwind_in_place(buf, max_frames, truncated, &first);
+  memcpy(pcs, buf + first, depth * sizeof(uint64_t));
   return depth;
 }
 

@@ -27,4 +27,13 @@ HS_HIDDEN uint32_t hs_unwind_init(uint32_t requested);
  * lock (dl_iterate_phdr). */
 HS_HIDDEN uint32_t hs_unwind(uint64_t *pcs, uint32_t max_frames, int *truncated);
 
+/* Room for this library's own leading frames, which are unwound too. */
+#define HS_UNWIND_SLACK 16
+
+/* As hs_unwind, without the copy: buf has room for max_frames +
+ * HS_UNWIND_SLACK, and the stack (the returned depth) starts at
+ * buf[*first], past our own frames. */
+HS_HIDDEN uint32_t hs_unwind_in_place(uint64_t *buf, uint32_t max_frames, int *truncated,
+                                      uint32_t *first);
+
 #endif

@@ -1,0 +1,232 @@
+"""The client's hot path in instructions: what one malloc, one free and one sample cost.
+
+    python benchmarks/hotpath.py [--heapscope CMD] [--ops N] [--live N]
+
+Runs benchmarks/hotpath.c under `heapscope record` with the target inside
+`valgrind --tool=callgrind`, and reads the instruction counts (Ir) per call of
+the client's functions from callgrind's output. Instruction counts do not
+depend on the load of the machine, so old and new builds compare on a shared
+machine where wall time cannot (`--heapscope` points at another install's
+command, e.g. a venv built from an older commit).
+
+Figures (instructions, user space only):
+  malloc hook       our `malloc` exclusive of the real malloc and of the slow
+                    path, per call, on a run where nothing is sampled: the
+                    cost of an unsampled malloc
+  free hook         the same for `free`: an unsampled free, with no sampled
+                    address live (empty) and with --live sampled addresses
+                    live (each of --live blocks of one interval is sampled)
+  false positives   frees that took the slow path without being sampled, per
+                    unsampled free (the filter in front of the address set)
+  added per op      (profiled - unprofiled) instructions of the whole program
+                    per "free + malloc" operation, from two run lengths (so
+                    start-up cancels), everything included
+  sample            hs_record_alloc_slow inclusive per sampled malloc with
+                    --interval 1 (every allocation sampled, 8 frames of the
+                    program above it, stack already known), per unwinder
+  sampled free      hs_record_free_slow inclusive per call on that run
+Nothing here is asserted: tests never time or count things.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+HUGE_INTERVAL = 1 << 40  # nothing the benchmark allocates is ever sampled
+
+
+@dataclass
+class Profile:
+    """Per-function exclusive Ir, inclusive Ir of the calls made to it, and call counts."""
+
+    total: int = 0
+    exclusive: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
+    inclusive: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
+    calls: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
+
+    def find(self, obj: str, name: str) -> tuple[str, str]:
+        for key in list(self.exclusive) + list(self.calls):
+            if key[1] == name and obj in key[0]:
+                return key
+        return ("", name)
+
+
+_NAMED = re.compile(r"^\((\d+)\)(?: (.*))?$")
+
+
+def parse_callgrind(path: Path) -> Profile:
+    """Callgrind's output format (https://valgrind.org/docs/manual/cl-format.html), Ir only."""
+    prof = Profile()
+    names: dict[str, dict[str, str]] = {"ob": {}, "fn": {}, "fl": {}}
+
+    def name(kind: str, value: str) -> str:
+        m = _NAMED.match(value)
+        if not m:
+            return value
+        if m.group(2) is not None:
+            names[kind][m.group(1)] = m.group(2)
+        return names[kind].get(m.group(1), value)
+
+    ob = cob = ""
+    fn: tuple[str, str] = ("", "")
+    callee: tuple[str, str] | None = None
+    for line in path.read_text(errors="replace").splitlines():
+        if not line or line[0] == "#":
+            continue
+        if line.startswith(("summary:", "totals:")):
+            prof.total = int(line.split()[1])
+            continue
+        head, _, rest = line.partition("=")
+        if head == "ob":
+            ob = name("ob", rest)
+        elif head == "fn":
+            fn = (ob, name("fn", rest))
+            cob = ob
+        elif head == "cob":
+            cob = name("ob", rest)
+        elif head == "cfn":
+            callee = (cob, name("fn", rest))
+        elif head in ("cfi", "cfl", "fl", "fi", "fe"):
+            name("fl", rest)
+        elif head == "calls":
+            count = int(rest.split()[0])
+            if callee is not None:
+                prof.calls[callee] += count
+        elif line[0] in "0123456789+-*":
+            cost = int(line.split()[-1]) if len(line.split()) > 1 else 0
+            if callee is not None:
+                prof.inclusive[callee] += cost
+                callee = None
+                cob = ob
+            else:
+                prof.exclusive[fn] += cost
+    return prof
+
+
+def build(out: Path) -> Path:
+    exe = out / "hotpath"
+    subprocess.run(["cc", "-O2", "-Wall", "-fno-omit-frame-pointer", "-o", str(exe), str(HERE / "hotpath.c")],
+                   check=True)
+    return exe
+
+
+def callgrind(out: Path, tag: str, argv: list[str], heapscope: list[str] | None,
+              record_args: list[str]) -> tuple[Profile, dict[str, int]]:
+    """Runs argv under callgrind (under `heapscope record` unless heapscope is None)."""
+    cg = out / f"cg.{tag}"
+    db = out / f"{tag}.db"
+    for f in (cg, db):
+        f.unlink(missing_ok=True)
+    inner = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={cg}", *argv]
+    cmd = inner if heapscope is None else [*heapscope, "record", "-q", "--no-symbolize", "-o", str(db),
+                                           *record_args, "--", *inner]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=1800)
+    stats: dict[str, int] = {}
+    if db.exists():
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            for n, v in con.execute("SELECT name, sum(value) FROM stats GROUP BY name"):
+                stats[str(n)] = int(v or 0)
+        finally:
+            con.close()
+    return parse_callgrind(cg), stats
+
+
+LIB = "libheapscope"
+
+
+def per_call(p: Profile, name: str, inclusive: bool = False) -> float:
+    """Ir per call of `name` (a|b: the first of the two that was called, for older builds)."""
+    key = p.find(LIB, name)
+    for alt in name.split("|"):
+        key = p.find(LIB, alt)
+        if p.calls.get(key, 0):
+            break
+    calls = p.calls.get(key, 0)
+    if not calls:
+        return float("nan")
+    cost = p.inclusive.get(key, 0) if inclusive else p.exclusive.get(key, 0)
+    return cost / calls
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--heapscope", default=shutil.which("heapscope") or "heapscope",
+                    help="the heapscope command to measure (default: the one on PATH)")
+    ap.add_argument("--ops", type=int, default=200_000, help="free+malloc operations per run")
+    ap.add_argument("--live", type=int, default=20_000, help="sampled blocks kept live in the 'live' runs")
+    ap.add_argument("--unwinders", default="fp,libunwind,none")
+    args = ap.parse_args()
+    if shutil.which("valgrind") is None:
+        print("hotpath: valgrind is not installed", file=sys.stderr)
+        return 1
+    hs = [args.heapscope]
+    ops = args.ops
+    with tempfile.TemporaryDirectory(prefix="hotpath.") as tmp:
+        out = Path(tmp)
+        exe = build(out)
+        size = "64"
+        rows: list[tuple[str, str]] = []
+
+        # Unsampled malloc and free, no sampled address live; added per op from two lengths.
+        plain1, _ = callgrind(out, "plain1", [str(exe), str(ops), size], None, [])
+        plain2, _ = callgrind(out, "plain2", [str(exe), str(2 * ops), size], None, [])
+        huge = ["-i", str(HUGE_INTERVAL)]
+        prof1, _ = callgrind(out, "empty1", [str(exe), str(ops), size], hs, huge)
+        prof2, _ = callgrind(out, "empty2", [str(exe), str(2 * ops), size], hs, huge)
+        added = ((prof2.total - prof1.total) - (plain2.total - plain1.total)) / ops
+        rows.append(("unsampled malloc (malloc hook, exclusive)", f"{per_call(prof2, 'malloc'):.1f}"))
+        rows.append(("unsampled free, empty set (free hook, exclusive)", f"{per_call(prof2, 'free'):.1f}"))
+        rows.append(("added per free+malloc, nothing sampled (whole program)", f"{added:.1f}"))
+
+        # Unsampled frees with LIVE sampled addresses live (blocks of one interval: all sampled).
+        interval = 4096
+        live = [str(exe), str(ops), size, str(args.live), str(interval)]
+        lp, lstats = callgrind(out, "live", live, hs, ["-i", str(interval), "--seed", "1"])
+        frees = lp.calls.get(lp.find(LIB, "free"), 0)
+        slow = lp.calls.get(lp.find(LIB, "hs_record_free_slow"), 0)
+        sampled = lstats.get("heap_samples", 0)
+        unsampled = max(frees - sampled, 1)
+        fp_rate = max(slow - sampled, 0) / unsampled
+        rows.append((f"unsampled free, {args.live:,} sampled live (free hook, exclusive)",
+                     f"{per_call(lp, 'free'):.1f}"))
+        rows.append(("  slow-path calls that were not sampled frees, per unsampled free", f"{fp_rate:.4f}"))
+        rows.append(("  free slow path per call (sampled frees and false positives)",
+                     f"{per_call(lp, 'hs_record_free_slow', inclusive=True):.0f}"))
+
+        # One sample per malloc, per unwinder.
+        n = max(ops // 10, 1000)
+        for unwinder in args.unwinders.split(","):
+            sp, sstats = callgrind(out, f"sample.{unwinder}", [str(exe), str(n), size], hs,
+                                   ["-i", "1", "--unwinder", unwinder])
+            rows.append((f"sample, --unwinder {unwinder} (hs_record_alloc_slow inclusive)",
+                         f"{per_call(sp, 'hs_record_alloc_slow', inclusive=True):.0f}"))
+            rows.append(("  of which the unwind (hs_unwind_in_place, before: hs_unwind, inclusive)",
+                         f"{per_call(sp, 'hs_unwind_in_place|hs_unwind', inclusive=True):.0f}"))
+            rows.append((f"  sampled free, --unwinder {unwinder} (hs_record_free_slow inclusive)",
+                         f"{per_call(sp, 'hs_record_free_slow', inclusive=True):.0f}"))
+            if sstats.get("heap_samples", 0) < n:
+                rows.append((f"  (only {sstats.get('heap_samples', 0)} samples recorded)", ""))
+
+    print(f"heapscope: {args.heapscope}; ops {ops:,}; valgrind callgrind, Ir")
+    print("| path | instructions |")
+    print("|---|---|")
+    for label, value in rows:
+        print(f"| {label} | {value} |")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("LC_ALL", "C")
+    sys.exit(main())
