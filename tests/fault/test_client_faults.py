@@ -329,6 +329,77 @@ def test_jemalloc_target(tmp_path: Path) -> None:
 # --- a producer that stops reading ---------------------------------------------------
 
 
+def _child_named(parent: int, comm: str) -> int | None:
+    """A child process of `parent` whose name is `comm`, if any."""
+    try:
+        children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
+    except OSError:
+        return None
+    for pid in map(int, children):
+        try:
+            if Path(f"/proc/{pid}/comm").read_text().strip() == comm:
+                return pid
+        except OSError:
+            continue
+    return None
+
+
+def _in_nanosleep(pid: int) -> bool | None:
+    """Whether `pid` sits in (clock_)nanosleep, as the client's wait for ring
+    space does; None once the process is gone."""
+    try:
+        nr = Path(f"/proc/{pid}/syscall").read_text().split()[0]
+    except (OSError, IndexError):
+        return None
+    return nr in ("35", "230")  # x86_64 nanosleep, clock_nanosleep
+
+
+@pytest.mark.timeout(120)
+def test_unpinned_lost_socket_waits_out_a_stalled_producer(tmp_path: Path) -> None:
+    """The program closed the client's socket (unpinned) and the ring filled
+    while the producer was off the CPU (here: stopped until the target waits).
+    The client used to give up at once, on finding its socket gone, and the
+    rest of the recording was lost (CI, loaded machine: the closefrom case of
+    test_unpinned_socket_lost_never_hangs). It must wait while the producer
+    may still come back (bounded), and lose nothing when it does."""
+    exe = build("client_ring.c", PLAIN)
+    db = tmp_path / "stall.db"
+    argv = [*HEAPSCOPE, "record", "-o", str(db), "-i", "1", "--block-client",
+            "--shmem-size", "65536", "--", str(exe), "closefrom"]
+    env = dict(os.environ, HEAPSCOPE_PIN_SOCKET="0")
+    env.pop("HEAPSCOPE_MAX_WAIT_MS", None)  # the default bound (10 s)
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True, env=env)
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        assert proc.stdout.readline() == b"ready\n"
+        target = _child_named(proc.pid, "client_ring")
+        assert target is not None
+        os.kill(proc.pid, signal.SIGSTOP)
+        proc.stdin.write(b"go\n")
+        proc.stdin.flush()
+        # The ring (64 KiB) is full after ~700 of the 20000 allocations: the
+        # client then waits for space, sleeping in short naps.
+        waiting = _in_nanosleep(target)
+        while waiting is False:
+            waiting = _in_nanosleep(target)
+        os.kill(proc.pid, signal.SIGCONT)
+        assert waiting, "the target ended without waiting for ring space"
+        assert proc.stdout.readline() == b"done\n"
+        out, err = proc.communicate(timeout=60)
+    except BaseException:
+        kill_group(proc)
+        raise
+    assert proc.returncode == 0, err.decode(errors="replace")
+    profile = Profile(db)
+    try:
+        assert client_errors(profile) == {""}, err.decode(errors="replace")  # no error
+        assert profile.views_of(profile.processes()[0]["upid"], "ring_fill") == Views(2_000_000, 20000, 0, 0)
+    finally:
+        profile.close()
+
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
     "mode,pin,reason",
