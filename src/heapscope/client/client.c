@@ -170,6 +170,7 @@ struct code_slot {
 static struct code_slot *code_slots;
 static int py_on; /* set once before hs_enabled: CPython with a known layout */
 static int pymem_on; /* Python's MEM and OBJ domains are wrapped (pymem.c) */
+static int py_forks_restart; /* CPython found: fork children are profiled (restart_in_child) */
 
 static HS_MUST_CHECK int send_code(uint64_t code, uint64_t key) {
   struct hs_ring_meta *m = cl.ring.meta;
@@ -259,8 +260,10 @@ static void python_init(void) {
     state = hs_py_detect_as(strtoul(as, NULL, 0), 0);
   else
     state = hs_py_detect();
-  if (state != HS_PY_ABSENT)
+  if (state != HS_PY_ABSENT) {
     pymem_on = hs_pymem_install();
+    py_forks_restart = 1;
+  }
   if (state != HS_PY_SUPPORTED)
     return;
   void *mem = mmap(NULL, CODE_SLOTS * sizeof(struct code_slot), PROT_READ | PROT_WRITE,
@@ -674,13 +677,19 @@ static HS_MUST_CHECK int connect_producer(const char *path, const char *token,
   return 0;
 }
 
+static int restart_in_child(void);
+
 static void atfork_child(void) {
   /* See the top of this file: local flag only, no shared writes, no locks. */
-  __atomic_store_n(&hs_enabled, 0, __ATOMIC_RELAXED);
+  int was = __atomic_exchange_n(&hs_enabled, 0, __ATOMIC_RELAXED);
   /* Only our socket: the program may have closed it and reused the slot. */
   if (cl.sock >= 0 && hs_sock_is_ours(cl.sock, cl.sock_dev, cl.sock_ino))
     close(cl.sock);
   cl.sock = -1;
+  /* A Python program's fork child runs Python (a multiprocessing worker):
+   * it becomes a process of its own in the session (restart_in_child). */
+  if (was && py_forks_restart)
+    (void)restart_in_child();
 }
 
 static void fail_start(struct hs_ring_meta *m, int error) {
@@ -689,12 +698,45 @@ static void fail_start(struct hs_ring_meta *m, int error) {
   hs_debug("cannot start, error", (uint64_t)error);
 }
 
+/* The session's socket path and token, kept for a fork child's restart. */
+static char saved_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+static char saved_token[2 * HS_TOKEN_SIZE + 1];
+
+/* Announces the heap, Python and the loaded objects, then turns sampling
+ * on. Returns 0 when profiling runs. */
+static int announce(const struct hs_config *cfg) {
+  struct hs_ring_meta *m = cl.ring.meta;
+  struct hs_heap heap;
+  memset(&heap, 0, sizeof heap);
+  heap.interval = cfg->interval;
+  heap.heap_id = 1;
+  memcpy(heap.name, "libc.malloc", sizeof "libc.malloc");
+  int rc = hs_ring_write(&cl.ring, HS_REC_HEAP, &heap, sizeof heap, NULL, 0, 0);
+  if (rc >= 0)
+    rc = send_python_info();
+  if (rc >= 0)
+    rc = hs_modules_scan(&cl.ring);
+  if (rc < 0) {
+    fail_start(m, -rc);
+    return -1;
+  }
+  __atomic_store_n(&m->client_state, HS_CLIENT_ACTIVE, __ATOMIC_RELAXED);
+  /* Release: a thread that sees hs_enabled (acquire in the slow paths) sees
+   * the ring and the tables set up. */
+  __atomic_store_n(&hs_enabled, 1, __ATOMIC_RELEASE);
+  return 0;
+}
+
 /* Connects to the producer at path and starts profiling. Returns 0 when
  * profiling runs, -1 when the client stays dormant. */
 static int start(const char *path, const char *token) {
   struct hs_config cfg;
   if (connect_producer(path, token, &cfg) != 0)
     return -1;
+  if (strlen(path) < sizeof saved_path && strlen(token) < sizeof saved_token) {
+    memcpy(saved_path, path, strlen(path) + 1);
+    memcpy(saved_token, token, strlen(token) + 1);
+  }
   cl.interval = cfg.interval;
   cl.seed = cfg.seed;
   cl.max_frames = cfg.max_frames == 0 || cfg.max_frames > HS_MAX_FRAMES ? HS_MAX_FRAMES
@@ -710,27 +752,46 @@ static int start(const char *path, const char *token) {
     fail_start(m, HS_ERR_OUT_OF_MEMORY);
     return -1;
   }
-  /* The heap and the loaded objects go first, before any sample can. */
-  struct hs_heap heap;
-  memset(&heap, 0, sizeof heap);
-  heap.interval = cfg.interval;
-  heap.heap_id = 1;
-  memcpy(heap.name, "libc.malloc", sizeof "libc.malloc");
-  rc = hs_ring_write(&cl.ring, HS_REC_HEAP, &heap, sizeof heap, NULL, 0, 0);
-  if (rc >= 0)
-    rc = send_python_info();
-  if (rc >= 0)
-    rc = hs_modules_scan(&cl.ring);
-  if (rc < 0) {
-    fail_start(m, -rc);
+  if (announce(&cfg) != 0)
     return -1;
-  }
-  __atomic_store_n(&m->client_state, HS_CLIENT_ACTIVE, __ATOMIC_RELAXED);
-  /* Release: a thread that sees hs_enabled (acquire in the slow paths) sees
-   * the ring and the tables set up. */
-  __atomic_store_n(&hs_enabled, 1, __ATOMIC_RELEASE);
   hs_debug("profiling, unwinder", unwinder);
   return 0;
+}
+
+/* In the child of a fork (from the atfork handler, so one thread, with
+ * malloc's and the loader's locks reset by glibc): a session of its own.
+ * Everything the parent's session left here is dropped, not touched: the
+ * ring (the parent's, shared: unmapped), the stack table and the sampled
+ * addresses (another thread of the parent may have been inside them; both
+ * belong to the parent's session), the code-copy slots, the sequence. The
+ * unwinder, the Python layout and the wrapped allocator domains carry over.
+ * Bounded as the constructor's start: the socket has 10 s timeouts. */
+static int restart_in_child(void) {
+  struct hs_thread *t = &hs_thread_state;
+  int saved = t->guard;
+  t->guard = 1;
+  int rc = -1;
+  uint32_t unwinder = cl.ring.meta ? cl.ring.meta->unwinder : 0;
+  if (cl.ring.meta)
+    (void)munmap(cl.ring.meta, HS_META_SIZE + cl.ring.size);
+  memset(&cl.ring, 0, sizeof cl.ring);
+  memset(hs_addr_shards, 0, sizeof hs_addr_shards);
+  seq_line.next = 1;
+  cl.threads = 0;
+  for (int i = 0; code_slots != NULL && i < CODE_SLOTS; i++)
+    code_slots[i].busy = 0;
+  struct hs_config cfg;
+  if (saved_path[0] && hs_stacks_init() == HS_OK && hs_modules_init() == HS_OK &&
+      connect_producer(saved_path, saved_token, &cfg) == 0) {
+    cl.interval = cfg.interval;
+    cl.seed = cfg.seed;
+    __atomic_store_n(&cl.ring.meta->unwinder, unwinder, __ATOMIC_RELAXED);
+    thread_init(t);
+    rc = announce(&cfg);
+  }
+  hs_debug("fork child restarted, status", (uint64_t)(rc == 0 ? 0 : 1));
+  t->guard = saved;
+  return rc;
 }
 
 /* Set by the first session start, in the constructor or by an attach: a
