@@ -252,6 +252,23 @@ static int python_frames(struct hs_pyframe *py, uint32_t *why_out) {
   return n;
 }
 
+static HS_MUST_CHECK int send_python_info(void);
+
+/* The wrappers of a late install (pymem.c), from a pending call on the main
+ * thread, outside any hook: says so to the producer with a new PYINFO. */
+static int pymem_late(int installed) {
+  if (installed < 0)
+    return __atomic_load_n(&hs_enabled, __ATOMIC_ACQUIRE);
+  struct hs_thread *t = &hs_thread_state;
+  int saved = t->guard;
+  t->guard = 1; /* the ring wait may allocate */
+  pymem_on = installed;
+  if (installed && __atomic_load_n(&hs_enabled, __ATOMIC_ACQUIRE))
+    (void)ok(send_python_info());
+  t->guard = saved;
+  return 1;
+}
+
 /* Detection, at start-up only (dlsym is not hook-safe). */
 static void python_init(void) {
   const char *as = secure_getenv("HEAPSCOPE_TEST_PY_HEXVERSION"); /* tests: an unknown layout */
@@ -261,7 +278,7 @@ static void python_init(void) {
   else
     state = hs_py_detect();
   if (state != HS_PY_ABSENT) {
-    pymem_on = hs_pymem_install();
+    pymem_on = hs_pymem_install(pymem_late) == 1;
     py_forks_restart = 1;
   }
   if (state != HS_PY_SUPPORTED)
