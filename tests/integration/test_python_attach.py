@@ -45,8 +45,9 @@ def test_attach_wraps_the_allocator_domains(tmp_path: Path, python: str, procs) 
     from hs_integration import Profile
 
     _, minor = _version(python)
-    n, small_size, big_size, obj_size = map(int, subprocess.run([python, str(TARGET), "--print-truth"], capture_output=True,
-                                                      text=True, timeout=30, check=True).stdout.split())
+    truth = subprocess.run([python, str(TARGET), "--print-truth"], capture_output=True, text=True, timeout=30,
+                           check=True).stdout
+    n, small_size, big_size, obj_size = map(int, truth.split())
     t = procs([python, str(TARGET)])
     t.out.wait_for(lambda s: s == "ready", "target start")
     db = tmp_path / "attach.db"
