@@ -308,8 +308,8 @@ def test_multiprocessing_workers_exact_at_interval_1(tmp_path: Path, python: str
                 break
             native.append(name)
     want = {fn: [n * size, n, n * size] for fn, (n, size) in truth.items()}
-    errors = profile.query("SELECT upid, client_error, disconnected FROM heapscope_process") if dict(got) != want else []
-    assert dict(got) == want, (dict(got), profile.processes_text(), [tuple(r) for r in errors])
+    errors = [tuple(r) for r in profile.query("SELECT upid, client_error, disconnected FROM heapscope_process")]
+    assert dict(got) == want, (dict(got), profile.processes_text(), errors)
     # Each worker is a process of its own, none of them the parent's.
     assert all(len(u) == 1 for u in upids.values()), upids
     assert len(set().union(*upids.values())) == len(METHODS), upids
