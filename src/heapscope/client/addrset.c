@@ -7,6 +7,16 @@
 #include "wire.h"
 
 struct hs_addr_shard hs_addr_shards[HS_ADDRSET_SHARDS];
+uint8_t hs_addr_filter[HS_ADDR_FILTER_SIZE];
+
+/* +1 or -1 on the filter counter of hash h; 255 stays (too many to count). */
+static void filter_add(uint64_t h, int d) {
+  uint8_t *c = &hs_addr_filter[HS_ADDR_FILTER(h)];
+  uint8_t v = __atomic_load_n(c, __ATOMIC_RELAXED);
+  while (v != UINT8_MAX && !__atomic_compare_exchange_n(c, &v, (uint8_t)(v + d), 1, __ATOMIC_RELAXED,
+                                                        __ATOMIC_RELAXED)) {
+  }
+}
 
 #define INITIAL_CAPACITY 256 /* 2 KiB of slots: one page with the header */
 
@@ -81,6 +91,7 @@ int hs_addrset_insert(const void *p) {
     if (v == a)
       break;
     if (v == HS_ADDRSET_EMPTY) {
+      filter_add(hs_addr_hash(a), 1);
       __atomic_store_n(&t->slots[i], a, __ATOMIC_RELEASE);
       s->count++;
       break;
@@ -135,6 +146,7 @@ int hs_addrset_remove(const void *p) {
   }
   __atomic_store_n(&t->slots[i], HS_ADDRSET_EMPTY, __ATOMIC_RELAXED);
   s->count--;
+  filter_add(h, -1);
   __atomic_store_n(&s->seq, seq + 2, __ATOMIC_RELEASE);
   shard_unlock(s);
   return 1;

@@ -41,6 +41,15 @@ struct hs_addr_shard {
 
 extern struct hs_addr_shard hs_addr_shards[HS_ADDRSET_SHARDS] HS_HIDDEN;
 
+/* A counting pre-filter in front of the tables: how many live entries hash
+ * to each counter (sticky at 255). Most frees are of unsampled addresses
+ * (every pymalloc free goes through the hook), and a probe of a shard table
+ * is a cache miss; this 64 KiB array mostly stays in cache, and a 0 answers
+ * "not there" at once. Other bits of the hash than the shard's. */
+#define HS_ADDR_FILTER_SIZE 65536u
+extern uint8_t hs_addr_filter[HS_ADDR_FILTER_SIZE] HS_HIDDEN;
+#define HS_ADDR_FILTER(h) (((h) >> 20) & (HS_ADDR_FILTER_SIZE - 1))
+
 static inline uint64_t hs_addr_hash(uint64_t a) {
   /* murmur3's finalizer: every bit of the address moves every bit. */
   a ^= a >> 33;
@@ -57,6 +66,8 @@ static inline uint64_t hs_addr_hash(uint64_t a) {
 static inline int hs_addrset_contains(const void *p) {
   uint64_t a = (uint64_t)(uintptr_t)p;
   uint64_t h = hs_addr_hash(a);
+  if (__atomic_load_n(&hs_addr_filter[HS_ADDR_FILTER(h)], __ATOMIC_RELAXED) == 0)
+    return 0; /* inserted before this free (the allocation returned first): seen */
   struct hs_addr_shard *s = &hs_addr_shards[HS_ADDR_SHARD(h)];
   for (;;) {
     uint32_t seq0 = __atomic_load_n(&s->seq, __ATOMIC_ACQUIRE);

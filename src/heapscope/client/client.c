@@ -168,6 +168,8 @@ struct code_slot {
   char buf[CODE_NAME_CAP + CODE_FILE_CAP + CODE_TABLE_CAP];
 };
 static struct code_slot *code_slots;
+#define CODE_MEMO_SLOTS 4096u
+static uint64_t code_memo[CODE_MEMO_SLOTS]; /* code keys sent this session (python_frames) */
 static int py_on; /* set once before hs_enabled: CPython with a known layout */
 static int pymem_on; /* Python's MEM and OBJ domains are wrapped (pymem.c) */
 static int py_forks_restart; /* CPython found: fork children are profiled (restart_in_child) */
@@ -242,9 +244,18 @@ static int python_frames(struct hs_pyframe *py, uint32_t *why_out) {
     py[i].code_key = key;
     if (key == 0)
       continue;
-    enum hs_intern in = hs_stacks_intern(key ^ CODE_KEY_SALT);
-    if (in == HS_STACK_KNOWN)
+    /* Most samples walk code objects sent long ago (a test runner's 30-odd
+     * frames): a small direct-mapped memo of keys known to be sent saves a
+     * probe of the big stack table (a cache miss) per frame. Racy by design:
+     * a lost or stale slot only sends the question on to the table. */
+    uint64_t *memo = &code_memo[key & (CODE_MEMO_SLOTS - 1)];
+    if (__atomic_load_n(memo, __ATOMIC_RELAXED) == key)
       continue;
+    enum hs_intern in = hs_stacks_intern(key ^ CODE_KEY_SALT);
+    if (in == HS_STACK_KNOWN) {
+      __atomic_store_n(memo, key, __ATOMIC_RELAXED);
+      continue;
+    }
     int rc = send_code(code, key);
     if (rc < 0)
       return rc - 1;
@@ -793,10 +804,12 @@ static int restart_in_child(void) {
     (void)munmap(cl.ring.meta, HS_META_SIZE + cl.ring.size);
   memset(&cl.ring, 0, sizeof cl.ring);
   memset(hs_addr_shards, 0, sizeof hs_addr_shards);
+  memset(hs_addr_filter, 0, sizeof hs_addr_filter);
   seq_line.next = 1;
   cl.threads = 0;
   for (int i = 0; code_slots != NULL && i < CODE_SLOTS; i++)
     code_slots[i].busy = 0;
+  memset(code_memo, 0, sizeof code_memo);
   struct hs_config cfg;
   if (saved_path[0] && hs_stacks_init() == HS_OK && hs_modules_init() == HS_OK &&
       connect_producer(saved_path, saved_token, &cfg) == 0) {
