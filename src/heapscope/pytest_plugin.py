@@ -47,7 +47,6 @@ from typing import Any
 
 import pytest
 
-from heapscope.bookkeeping.rows import WINDOW_ROW
 from heapscope.errors import HeapscopeError
 from heapscope.model import Frame, Mapping
 
@@ -300,31 +299,22 @@ class _Parent:
     def _window(self, msg: dict[str, Any]) -> dict[str, Any]:
         # Stacks are resolved to callsites only when a kept profile needs it (below);
         # the few stacks a message names are named from their pcs.
-        p = self.rec.caught_up(self.pid, resolve=False)
-        if p is None:
-            return {"off": "the test process is not profiled"}
-        tracker = p.ingest.tracker
         if msg.get("op") == "start":
-            st = tracker.stats() if self.keep else {}
-            if st and st["window_peak"] > 0 and st["window_peak"] >= st["peak_unfreed"]:
-                # The closing stretch holds the process's peak: new_window keeps its rows,
-                # by callsite, for the profile's heapscope_peak_allocation.
-                p.heap.resolve(self.rec.producer.frames, self.rec.producer.trie, tracker)
-            tracker.new_window()
-            return {"ok": 1}
-        st = tracker.stats()
-        peak = st["window_peak"] - st["window_base"]
-        leak = st["current_unfreed"] - st["window_base"]
-        reply: dict[str, Any] = {"peak": peak, "leak": leak, "interval": self.interval}
-        board = len(self.peaks) < self.top or (self.peaks and peak > self.peaks[0])
+            started = self.rec.window_snapshot(self.pid, restart=True, keep_peak=self.keep)
+            return {"off": "the test process is not profiled"} if started is None else {"ok": 1}
+        snap = self.rec.window_snapshot(self.pid)
+        if snap is None:
+            return {"off": "the test process is not profiled"}
+        reply: dict[str, Any] = {"peak": snap.peak, "leak": snap.leak, "interval": self.interval}
+        board = len(self.peaks) < self.top or bool(self.peaks and snap.peak > self.peaks[0])
         if board:
-            self.peaks = sorted([*self.peaks, peak])[-self.top:] if self.top else []
+            self.peaks = sorted([*self.peaks, snap.peak])[-self.top:] if self.top else []
         if msg.get("want") or board:
-            rows = list(WINDOW_ROW.iter_unpack(tracker.window()))
+            rows = snap.window_rows()
             by_peak = sorted((r for r in rows if r[2] > 0), key=lambda r: -r[2])[:TOP_STACKS]
             by_leak = sorted((r for r in rows if r[4] > 0), key=lambda r: -r[4])[:TOP_STACKS]
-            reply["peak_stacks"] = [[r[2], self._stack(p, r[0], r[1])] for r in by_peak]
-            reply["leak_stacks"] = [[r[4], self._stack(p, r[0], r[1])] for r in by_leak]
+            reply["peak_stacks"] = [[r[2], self._stack(snap.process, r[0], r[1])] for r in by_peak]
+            reply["leak_stacks"] = [[r[4], self._stack(snap.process, r[0], r[1])] for r in by_leak]
         return reply
 
     # -- names ---------------------------------------------------------------
@@ -334,7 +324,7 @@ class _Parent:
         producer = self.rec.producer
         frame_ids: list[int] = []
         if callsite:
-            _catch_up(self.parents, producer.trie._children, lambda key, _node: key)
+            self.parents.extend(self.rec.callsite_paths(len(self.parents)))
             node = callsite
             while node and len(frame_ids) < 1024:
                 node, frame_id = self.parents[node]

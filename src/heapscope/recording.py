@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from heapscope import __version__
+from heapscope.bookkeeping.rows import WINDOW_ROW
 from heapscope.errors import HeapscopeError, TargetError, UsageError
 from heapscope.model import CallsiteId, FrameId
 from heapscope.producer.config import RecordConfig, check_ms, check_positive
@@ -147,6 +148,19 @@ class Summary:
     unsymbolized: list[Unsymbolized] = field(default_factory=list)  # modules left `lib+0x...`, with the fix
     unsymbolized_frames: int = 0  # frames without a function name, all modules
     symbol_notes: list[str] = field(default_factory=list)  # e.g. a debuginfod server that failed
+
+
+@dataclass(frozen=True, slots=True)
+class WindowSnapshot:
+    """One process's figures since its window began (Recording.window_snapshot)."""
+
+    peak: int  # highest sampled unreleased bytes in the window, above its start
+    leak: int  # sampled unreleased bytes at the snapshot, above the window's start
+    process: Any  # the producer's ProcessState: for naming stacks (heap.stacks, heap.modules)
+
+    def window_rows(self) -> list[tuple[int, ...]]:
+        """The window's rows by callsite or stack (bookkeeping/rows.py, WINDOW_ROW), as of now."""
+        return list(WINDOW_ROW.iter_unpack(self.process.ingest.tracker.window()))
 
 
 @dataclass(eq=False, slots=True)
@@ -379,6 +393,29 @@ class Recording:
         if resolve:
             p.heap.resolve(producer.frames, producer.trie, p.ingest.tracker)
         return p
+
+    def window_snapshot(self, pid: int, *, restart: bool = False, keep_peak: bool = False) -> WindowSnapshot | None:
+        """From the loop's thread: pid's figures since its window began, every record of its
+        ring handled (stacks not resolved: cheap). `restart`: a new window begins after the
+        snapshot; with `keep_peak`, a closing window that holds the process's peak is resolved
+        first, so that the profile keeps its rows.
+        None when pid is not profiled."""
+        p = self.caught_up(pid, resolve=False)
+        producer = self.producer
+        if p is None or producer is None:
+            return None
+        tracker = p.ingest.tracker
+        st = tracker.stats()
+        base = st["window_base"]
+        if restart:
+            if keep_peak and st["window_peak"] > 0 and st["window_peak"] >= st["peak_unfreed"]:
+                p.heap.resolve(producer.frames, producer.trie, tracker)
+            tracker.new_window()
+        return WindowSnapshot(st["window_peak"] - base, st["current_unfreed"] - base, p)
+
+    def callsite_paths(self, first: int) -> list[tuple[int, int]]:
+        """(parent callsite or 0, frame id) of every callsite from id `first` on, in id order."""
+        return self.producer.trie.paths_from(first) if self.producer is not None else []
 
     def stop(self) -> None:
         """End the session: final dumps; attached targets are let go, a started one runs on."""

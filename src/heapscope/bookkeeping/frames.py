@@ -96,6 +96,9 @@ class PySplice:
     """What the splice of one process needs: its code objects and the eval loop's range."""
 
     codes: dict[int, PyCode] = field(default_factory=dict)
+    # (code key, instruction offset) -> frame, for codes received: a test runner's stacks
+    # share most of their 30-odd Python frames, each worth a line lookup and three interns.
+    frame_ids: dict[tuple[int, int], FrameId] = field(default_factory=dict)
     eval_lo: int = 0
     eval_hi: int = 0
     unplaced: int = 0  # Python frames put at the root end: no eval activation to put them at
@@ -146,6 +149,8 @@ class FrameTable:
         leaf_first: list[FrameId] = []
         lo, hi = splice.eval_lo, splice.eval_hi
         interp = mods.find(lo) if lo else None
+        # The interpreter's own object: [istart, iend) (modules do not overlap).
+        istart, iend = (mods.modules[interp].start, mods.modules[interp].end) if interp is not None else (0, 0)
         i, seen = 0, False
         for pc in pcs:
             if lo < pc <= hi:
@@ -157,7 +162,7 @@ class FrameTable:
                     if flags & PY_FRAME_ENTRY:
                         break
                 continue
-            if seen and interp is not None and mods.find(pc - 1) == interp:
+            if seen and istart <= pc - 1 < iend:
                 continue
             fid = cache.get(pc)
             if fid is None:
@@ -175,9 +180,17 @@ class FrameTable:
         return out
 
     def _python_frame(self, splice: PySplice, key: int, lasti: int) -> FrameId:
+        known = splice.frame_ids.get((key, lasti))
+        if known is not None:
+            return known
         code = splice.codes.get(key)
         if code is None:
             return self.special(UNKNOWN_CODE)
+        fid = self._python_frame_of(code, lasti)
+        splice.frame_ids[(key, lasti)] = fid
+        return fid
+
+    def _python_frame_of(self, code: PyCode, lasti: int) -> FrameId:
         line = code.lines.line(lasti) if code.lines is not None else None
         mid = MappingId(self.mappings.intern(python_mapping(code.file)))
         if self.skip_prefixes and code.file.startswith(self.skip_prefixes):

@@ -7,6 +7,8 @@ every dump of the profile.
 
 from __future__ import annotations
 
+import itertools
+
 from heapscope.model import CallsiteId, FrameId
 
 
@@ -32,6 +34,10 @@ class CallsiteTrie:
         if not parent:
             raise ValueError("a callsite needs at least one frame")
         return CallsiteId(parent)
+
+    def paths_from(self, first: int) -> list[tuple[int, int]]:
+        """(parent id or 0, frame) of the callsites with ids from `first` on, in id order."""
+        return list(itertools.islice(self._children, max(first - 1, 0), None))
 
     def take_new(self) -> list[tuple[int, int, int | None, int]]:
         new, self.new = self.new, []

@@ -2,6 +2,7 @@
 #include "addrset.h"
 
 #include <sched.h>
+#include <string.h>
 #include <sys/mman.h>
 
 #include "wire.h"
@@ -176,4 +177,21 @@ int hs_addrset_remove(const void *p) {
   __atomic_store_n(&s->seq, seq + 2, __ATOMIC_RELEASE);
   shard_unlock(s);
   return 1;
+}
+
+void hs_addrset_reset(void) {
+  memset(hs_addr_shards, 0, sizeof hs_addr_shards);
+  /* A count is non-zero only where its bucket's bit is set (a stuck count
+   * keeps its bit), so clearing the counts of set bits clears them all: a
+   * count left behind with its bit cleared would skip setting the bit on the
+   * next insert there, a false negative. */
+  for (uint64_t w = 0; w < HS_ADDR_BUCKETS / 64; w++) {
+    uint64_t bits = hs_addr_filter[w];
+    while (bits) {
+      unsigned i = (unsigned)__builtin_ctzll(bits);
+      bucket_count[w * 64 + i] = 0;
+      bits &= bits - 1;
+    }
+    hs_addr_filter[w] = 0;
+  }
 }

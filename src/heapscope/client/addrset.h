@@ -132,4 +132,9 @@ HS_HIDDEN HS_MUST_CHECK int hs_addrset_insert(const void *p);
  * lock-free lookup, without a store. */
 HS_HIDDEN HS_MUST_CHECK int hs_addrset_remove(const void *p);
 
+/* Empties the set, in a fork child that starts a session of its own: the
+ * parent's tables are dropped (left mapped), the filter and its counts
+ * cleared. Only pages of the counts that hold something are touched. */
+HS_HIDDEN void hs_addrset_reset(void);
+
 #endif

@@ -171,8 +171,11 @@ struct code_slot {
   char buf[CODE_NAME_CAP + CODE_FILE_CAP + CODE_TABLE_CAP];
 };
 static struct code_slot *code_slots;
+#define CODE_MEMO_SLOTS 4096u
+static uint64_t code_memo[CODE_MEMO_SLOTS]; /* code keys sent this session (python_frames) */
 static int py_on; /* set once before hs_enabled: CPython with a known layout */
 static int pymem_on; /* Python's MEM and OBJ domains are wrapped (pymem.c) */
+static int py_forks_restart; /* CPython found: fork children are profiled (restart_in_child) */
 
 static HS_MUST_CHECK int send_code(uint64_t code, uint64_t key) {
   struct hs_ring_meta *m = cl.ring.meta;
@@ -244,14 +247,40 @@ static int python_frames(struct hs_pyframe *py, uint32_t *why_out) {
     py[i].code_key = key;
     if (key == 0)
       continue;
-    enum hs_intern in = hs_stacks_intern(key ^ CODE_KEY_SALT);
-    if (in == HS_STACK_KNOWN)
+    /* Most samples walk code objects sent long ago (a test runner's 30-odd
+     * frames): a small direct-mapped memo of keys known to be sent saves a
+     * probe of the big stack table (a cache miss) per frame. Racy by design:
+     * a lost or stale slot only sends the question on to the table. */
+    uint64_t *memo = &code_memo[key & (CODE_MEMO_SLOTS - 1)];
+    if (__atomic_load_n(memo, __ATOMIC_RELAXED) == key)
       continue;
+    enum hs_intern in = hs_stacks_intern(key ^ CODE_KEY_SALT);
+    if (in == HS_STACK_KNOWN) {
+      __atomic_store_n(memo, key, __ATOMIC_RELAXED);
+      continue;
+    }
     int rc = send_code(code, key);
     if (rc < 0)
       return rc - 1;
   }
   return n;
+}
+
+static HS_MUST_CHECK int send_python_info(void);
+
+/* The wrappers of a late install (pymem.c), from a pending call on the main
+ * thread, outside any hook: says so to the producer with a new PYINFO. */
+static int pymem_late(int installed) {
+  if (installed < 0)
+    return __atomic_load_n(&hs_enabled, __ATOMIC_ACQUIRE);
+  struct hs_thread *t = &hs_thread_state;
+  int saved = t->guard;
+  t->guard = 1; /* the ring wait may allocate */
+  pymem_on = installed;
+  if (installed && __atomic_load_n(&hs_enabled, __ATOMIC_ACQUIRE))
+    (void)ok(send_python_info());
+  t->guard = saved;
+  return 1;
 }
 
 /* Detection, at start-up only (dlsym is not hook-safe). */
@@ -262,8 +291,10 @@ static void python_init(void) {
     state = hs_py_detect_as(strtoul(as, NULL, 0), 0);
   else
     state = hs_py_detect();
-  if (state != HS_PY_ABSENT)
-    pymem_on = hs_pymem_install();
+  if (state != HS_PY_ABSENT) {
+    pymem_on = hs_pymem_install(pymem_late) == 1;
+    py_forks_restart = 1;
+  }
   if (state != HS_PY_SUPPORTED)
     return;
   void *mem = mmap(NULL, CODE_SLOTS * sizeof(struct code_slot), PROT_READ | PROT_WRITE,
@@ -685,14 +716,20 @@ static HS_MUST_CHECK int connect_producer(const char *path, const char *token,
   return 0;
 }
 
+static int restart_in_child(void);
+
 static void atfork_child(void) {
   /* See the top of this file: local flag only, no shared writes, no locks. */
-  __atomic_store_n(&hs_enabled, 0, __ATOMIC_RELAXED);
+  int was = __atomic_exchange_n(&hs_enabled, 0, __ATOMIC_RELAXED);
   thread_tid = 0; /* the child's thread has an id of its own */
   /* Only our socket: the program may have closed it and reused the slot. */
   if (cl.sock >= 0 && hs_sock_is_ours(cl.sock, cl.sock_dev, cl.sock_ino))
     close(cl.sock);
   cl.sock = -1;
+  /* A Python program's fork child runs Python (a multiprocessing worker):
+   * it becomes a process of its own in the session (restart_in_child). */
+  if (was && py_forks_restart)
+    (void)restart_in_child();
 }
 
 static void fail_start(struct hs_ring_meta *m, int error) {
@@ -701,12 +738,45 @@ static void fail_start(struct hs_ring_meta *m, int error) {
   hs_debug("cannot start, error", (uint64_t)error);
 }
 
+/* The session's socket path and token, kept for a fork child's restart. */
+static char saved_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+static char saved_token[2 * HS_TOKEN_SIZE + 1];
+
+/* Announces the heap, Python and the loaded objects, then turns sampling
+ * on. Returns 0 when profiling runs. */
+static int announce(const struct hs_config *cfg) {
+  struct hs_ring_meta *m = cl.ring.meta;
+  struct hs_heap heap;
+  memset(&heap, 0, sizeof heap);
+  heap.interval = cfg->interval;
+  heap.heap_id = 1;
+  memcpy(heap.name, "libc.malloc", sizeof "libc.malloc");
+  int rc = hs_ring_write(&cl.ring, HS_REC_HEAP, &heap, sizeof heap, NULL, 0, 0);
+  if (rc >= 0)
+    rc = send_python_info();
+  if (rc >= 0)
+    rc = hs_modules_scan(&cl.ring);
+  if (rc < 0) {
+    fail_start(m, -rc);
+    return -1;
+  }
+  __atomic_store_n(&m->client_state, HS_CLIENT_ACTIVE, __ATOMIC_RELAXED);
+  /* Release: a thread that sees hs_enabled (acquire in the slow paths) sees
+   * the ring and the tables set up. */
+  __atomic_store_n(&hs_enabled, 1, __ATOMIC_RELEASE);
+  return 0;
+}
+
 /* Connects to the producer at path and starts profiling. Returns 0 when
  * profiling runs, -1 when the client stays dormant. */
 static int start(const char *path, const char *token) {
   struct hs_config cfg;
   if (connect_producer(path, token, &cfg) != 0)
     return -1;
+  if (strlen(path) < sizeof saved_path && strlen(token) < sizeof saved_token) {
+    memcpy(saved_path, path, strlen(path) + 1);
+    memcpy(saved_token, token, strlen(token) + 1);
+  }
   cl.interval = cfg.interval;
   cl.seed = cfg.seed;
   cl.max_frames = cfg.max_frames == 0 || cfg.max_frames > HS_MAX_FRAMES ? HS_MAX_FRAMES
@@ -722,27 +792,47 @@ static int start(const char *path, const char *token) {
     fail_start(m, HS_ERR_OUT_OF_MEMORY);
     return -1;
   }
-  /* The heap and the loaded objects go first, before any sample can. */
-  struct hs_heap heap;
-  memset(&heap, 0, sizeof heap);
-  heap.interval = cfg.interval;
-  heap.heap_id = 1;
-  memcpy(heap.name, "libc.malloc", sizeof "libc.malloc");
-  rc = hs_ring_write(&cl.ring, HS_REC_HEAP, &heap, sizeof heap, NULL, 0, 0);
-  if (rc >= 0)
-    rc = send_python_info();
-  if (rc >= 0)
-    rc = hs_modules_scan(&cl.ring);
-  if (rc < 0) {
-    fail_start(m, -rc);
+  if (announce(&cfg) != 0)
     return -1;
-  }
-  __atomic_store_n(&m->client_state, HS_CLIENT_ACTIVE, __ATOMIC_RELAXED);
-  /* Release: a thread that sees hs_enabled (acquire in the slow paths) sees
-   * the ring and the tables set up. */
-  __atomic_store_n(&hs_enabled, 1, __ATOMIC_RELEASE);
   hs_debug("profiling, unwinder", unwinder);
   return 0;
+}
+
+/* In the child of a fork (from the atfork handler, so one thread, with
+ * malloc's and the loader's locks reset by glibc): a session of its own.
+ * Everything the parent's session left here is dropped, not touched: the
+ * ring (the parent's, shared: unmapped), the stack table and the sampled
+ * addresses (another thread of the parent may have been inside them; both
+ * belong to the parent's session), the code-copy slots, the sequence. The
+ * unwinder, the Python layout and the wrapped allocator domains carry over.
+ * Bounded as the constructor's start: the socket has 10 s timeouts. */
+static int restart_in_child(void) {
+  struct hs_thread *t = &hs_thread_state;
+  int saved = t->guard;
+  t->guard = 1;
+  int rc = -1;
+  uint32_t unwinder = cl.ring.meta ? cl.ring.meta->unwinder : 0;
+  if (cl.ring.meta)
+    (void)munmap(cl.ring.meta, HS_META_SIZE + cl.ring.size);
+  memset(&cl.ring, 0, sizeof cl.ring);
+  hs_addrset_reset();
+  seq_line.next = 1;
+  cl.threads = 0;
+  for (int i = 0; code_slots != NULL && i < CODE_SLOTS; i++)
+    code_slots[i].busy = 0;
+  memset(code_memo, 0, sizeof code_memo);
+  struct hs_config cfg;
+  if (saved_path[0] && hs_stacks_init() == HS_OK && hs_modules_init() == HS_OK &&
+      connect_producer(saved_path, saved_token, &cfg) == 0) {
+    cl.interval = cfg.interval;
+    cl.seed = cfg.seed;
+    __atomic_store_n(&cl.ring.meta->unwinder, unwinder, __ATOMIC_RELAXED);
+    thread_init(t);
+    rc = announce(&cfg);
+  }
+  hs_debug("fork child restarted, status", (uint64_t)(rc == 0 ? 0 : 1));
+  t->guard = saved;
+  return rc;
 }
 
 /* Set by the first session start, in the constructor or by an attach: a

@@ -35,6 +35,11 @@ int hs_modules_init(void) {
   if (m == MAP_FAILED)
     return -HS_ERR_OUT_OF_MEMORY;
   known = m;
+  /* Again in a fork child (client.c, restart_in_child): nothing is known. */
+  __atomic_store_n(&nknown, 0, __ATOMIC_RELEASE);
+  merge_lock = 0;
+  last_rescan_ns = 0;
+  rescan_pending = 0;
   return HS_OK;
 }
 

@@ -15,10 +15,19 @@
 
 #include "common.h"
 
-/* Installs the wrappers when CPython is in the process, has not been
- * initialized yet (the client's start-up, before main), and PYTHONMALLOC
- * is unset (pre-initialization would then pick allocators again). Not
- * hook-safe (dlsym). Returns 1 when installed. */
-HS_HIDDEN int hs_pymem_install(void);
+/* Called by a late install (below): with -1 first, before anything is
+ * touched (return 0 to call it off: the session is over), then with 1 when
+ * the wrappers went in, 0 when they could not. */
+typedef int (*hs_pymem_late_fn)(int installed);
+
+/* Installs the wrappers when CPython is in the process. Not hook-safe
+ * (dlsym). Before Py_Initialize (the client's start-up, before main): now,
+ * unless PYTHONMALLOC is set (pre-initialization would then pick allocators
+ * again). In a running interpreter (an attach, a libpython dlopen()ed and
+ * initialized later): later, from Py_AddPendingCall, which the main thread
+ * runs between two bytecodes with the GIL held, so no thread is inside a
+ * domain while it changes; `late` is then told. Nothing waits for it.
+ * Returns 1 when installed, 2 when the install is pending, 0 when not. */
+HS_HIDDEN int hs_pymem_install(hs_pymem_late_fn late);
 
 #endif

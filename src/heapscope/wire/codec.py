@@ -302,7 +302,7 @@ def decode_record(rec: bytes) -> RareRecord:
         at += PYSTACK.size
         if py_depth > MAX_PYFRAMES or len(body) < at + PYFRAME.size * py_depth:
             raise MalformedRecord(f"stack record with bad python depth {py_depth}")
-        py = tuple(PYFRAME.unpack_from(body, at + PYFRAME.size * i) for i in range(py_depth))
+        py = tuple(PYFRAME.iter_unpack(body[at:at + PYFRAME.size * py_depth]))
         return StackRecord(stack_id, pcs, bool(flags & STACK_TRUNCATED), py, py_flags, True)
     if rtype == RecordType.PYCODE:
         if len(body) < PYCODE.size:
