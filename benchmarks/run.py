@@ -379,7 +379,13 @@ def run_once(w: Workload, tool: Tool, profile: Path, work_dir: Path, want_peak: 
     if isinstance(tool, Heapscope) and profile.exists():
         sample.stats, sample.target_wall = heapscope_readout(profile)
         sample.peak = sample.stats.get("peak_heap_bytes")
-        if cpu_file.exists():
+        # `record` ends with os._exit (cli/__init__.py), so self_cpu.py's atexit
+        # hook does not run: the profile's own figures (taken just before its
+        # last write) come first.
+        if "producer_cpu_ns" in sample.stats:
+            sample.producer_cpu = sample.stats["producer_cpu_ns"] / 1e9
+            sample.producer_rss_kib = sample.stats.get("producer_peak_rss_bytes", 0) // 1024
+        elif cpu_file.exists():
             u, s, rss = cpu_file.read_text().split()
             sample.producer_cpu, sample.producer_rss_kib = float(u) + float(s), int(rss)
     if isinstance(tool, Memray) and want_peak and profile.exists() and proc.returncode == 0:
