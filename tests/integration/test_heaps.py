@@ -494,29 +494,18 @@ int main(void) {
 """
 
 
-@pytest.mark.timeout(120)
-def test_attach_gets_a_heap_registered_again(tmp_path):
-    """A heap registered before the attach (id 0) is not seen; registering it again after the
-    attach finds the client (the header looks up again while not found) and every allocation
-    after that is booked exactly; the summary and stats say what attach cannot see."""
-    import shutil
+def attach_and_register_again(argv: list, db: Path) -> None:
+    """Runs the dialogue of ATTACH_PROGRAM / ATTACH_PY: attach to the started
+    target, fill its pool while its heap id is 0, register again, fill again,
+    detach, and check the summary says what the attach could not see."""
     import signal
 
     from test_sessions import Proc
 
-    if shutil.which("gdb") is None:
-        pytest.skip("gdb is not installed (apt-get install gdb)")
-    include = subprocess.run([*HEAPSCOPE, "--include"], capture_output=True, text=True, timeout=60, check=True)
-    src = tmp_path / "attach_heap.c"
-    src.write_text(ATTACH_PROGRAM)
-    exe = tmp_path / "attach_heap"
-    subprocess.run(["cc", "-O0", "-g", "-fno-omit-frame-pointer", "-Wall", "-Werror", "-I", include.stdout.strip(),
-                    "-o", str(exe), str(src)], check=True, timeout=120)
-    target = Proc([exe])
+    target = Proc(argv)
     rec = None
     try:
         target.out.wait_for(lambda s: s == "ready 0", "target start")
-        db = tmp_path / "att.db"
         rec = Proc([*HEAPSCOPE, "-v", "record", "-i", "1", "-o", db, "-p", str(target.p.pid)])
         rec.err.wait_for(lambda s: "attached to pid" in s, "the attach")
         target.send("a")  # on heap 0: nothing
@@ -534,6 +523,25 @@ def test_attach_gets_a_heap_registered_again(tmp_path):
         target.kill()
         if rec is not None:
             rec.kill()
+
+
+@pytest.mark.timeout(120)
+def test_attach_gets_a_heap_registered_again(tmp_path):
+    """A heap registered before the attach (id 0) is not seen; registering it again after the
+    attach finds the client (the header looks up again while not found) and every allocation
+    after that is booked exactly; the summary and stats say what attach cannot see."""
+    import shutil
+
+    if shutil.which("gdb") is None:
+        pytest.skip("gdb is not installed (apt-get install gdb)")
+    include = subprocess.run([*HEAPSCOPE, "--include"], capture_output=True, text=True, timeout=60, check=True)
+    src = tmp_path / "attach_heap.c"
+    src.write_text(ATTACH_PROGRAM)
+    exe = tmp_path / "attach_heap"
+    subprocess.run(["cc", "-O0", "-g", "-fno-omit-frame-pointer", "-Wall", "-Werror", "-I", include.stdout.strip(),
+                    "-o", str(exe), str(src)], check=True, timeout=120)
+    db = tmp_path / "att.db"
+    attach_and_register_again([exe], db)
     profile = Profile(db)
     upid = heap_process(profile, "att.pool")
     assert heap_views(profile, upid, "att.pool", "fill_pool") == Views(100 * 48, 100, 100 * 48, 100)
@@ -568,35 +576,13 @@ ATTACH_PY = textwrap.dedent("""\
 def test_attach_python_heap_registered_again(tmp_path):
     """The same from Python: heapscope.heaps.register looks the functions up again until found."""
     import shutil
-    import signal
-
-    from test_sessions import Proc
 
     if shutil.which("gdb") is None:
         pytest.skip("gdb is not installed (apt-get install gdb)")
     script = tmp_path / "attach_heap.py"
     script.write_text(ATTACH_PY)
-    target = Proc([sys.executable, script])
-    rec = None
-    try:
-        target.out.wait_for(lambda s: s == "ready 0", "target start")
-        db = tmp_path / "attpy.db"
-        rec = Proc([*HEAPSCOPE, "-v", "record", "-i", "1", "-o", db, "-p", str(target.p.pid)])
-        rec.err.wait_for(lambda s: "attached to pid" in s, "the attach")
-        target.send("a")
-        target.out.wait_for(lambda s: s == "filled", "the fill while disabled")
-        target.send("r")
-        target.out.wait_for(lambda s: s == "heap 1", "the heap registered again")
-        target.send("a")
-        target.out.wait_for(lambda s: s == "filled", "the fill on the heap")
-        rec.p.send_signal(signal.SIGINT)
-        assert rec.wait() == 0, "\n".join(rec.err.seen)
-        target.send("q")
-        assert target.wait() == 0
-    finally:
-        target.kill()
-        if rec is not None:
-            rec.kill()
+    db = tmp_path / "attpy.db"
+    attach_and_register_again([sys.executable, script], db)
     profile = Profile(db)
     upid = heap_process(profile, "att.py")
     rows = profile.query("SELECT SUM(size) AS s, SUM(count) AS n FROM heap_profile_allocation"

@@ -7,26 +7,7 @@
 #include <string.h>
 
 #include "addrset.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                            \
-  do {                                              \
-    if (!(cond)) {                                  \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__);   \
-      printf(__VA_ARGS__);                          \
-      printf("\n");                                 \
-      failures++;                                   \
-    }                                               \
-  } while (0)
-
-static uint64_t rng = 88172645463325252ull;
-static uint64_t rnd(void) {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return rng;
-}
+#include "check.h"
 
 /* A plausible heap address: 16-aligned, in the lower 47 bits, never 0. */
 static uint64_t addr(void) {
@@ -168,7 +149,5 @@ int main(void) {
   insert_remove_exact();
   one_bucket();
   threads_one_shard();
-  if (failures)
-    printf("%d failures\n", failures);
-  return failures != 0;
+  return check_status();
 }

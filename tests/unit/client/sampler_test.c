@@ -5,26 +5,7 @@
 #include <stdio.h>
 
 #include "sampler.h"
-
-static int failures;
-
-#define CHECK(cond, ...)            \
-  do {                              \
-    if (!(cond)) {                  \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-      printf(__VA_ARGS__);          \
-      printf("\n");                 \
-      failures++;                   \
-    }                               \
-  } while (0)
-
-static uint64_t test_rng = 88172645463325252ull;
-static uint64_t rnd(void) {
-  test_rng ^= test_rng << 13;
-  test_rng ^= test_rng >> 7;
-  test_rng ^= test_rng << 17;
-  return test_rng;
-}
+#include "check.h"
 
 static void interval_one_is_exact(void) {
   struct hs_sampler s;
@@ -103,7 +84,5 @@ int main(void) {
   unbiased_estimate(4096, 8000); /* mixes exact (>= I) and sampled sizes */
   unbiased_estimate(64, 100);
   unbiased_estimate(32768, 4096);
-  if (failures)
-    printf("%d failures\n", failures);
-  return failures != 0;
+  return check_status();
 }
