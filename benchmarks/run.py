@@ -281,8 +281,8 @@ class Unprofiled(Tool):
 class Heapscope(Tool):
     name = "heapscope"
 
-    def __init__(self, cmd: list[str]) -> None:
-        self.cmd = cmd
+    def __init__(self, cmd: list[str], name: str = "heapscope") -> None:
+        self.cmd, self.name = cmd, name
         self.launcher = self._launcher(cmd)
 
     @staticmethod
@@ -496,8 +496,8 @@ class Results:
             return None
         return max(mine, 0.0) / theirs
 
-    def target_ratio(self, w: Workload) -> float | None:
-        f, b = self.get(w, "heapscope"), self.base(w)
+    def target_ratio(self, w: Workload, tool: str = "heapscope") -> float | None:
+        f, b = self.get(w, tool), self.base(w)
         return f.target_wall / b.wall if f and b and f.target_wall is not None and b.wall > 0 else None
 
     def records(self, w: Workload) -> int | None:
@@ -608,6 +608,7 @@ def overhead_section(r: Results) -> list[str]:
                 lines.append(f"| {w.name} | {t.name} ({f.failed}) | n/a | n/a | n/a | n/a | n/a | n/a | | | |")
                 continue
             is_hs = t.name == "heapscope"
+            is_any_hs = t.name.startswith("heapscope")
             sps = ""
             if is_hs and b and b.wall > 0 and "heap_samples" in f.stats:
                 sps = f"{f.stats['heap_samples'] / b.wall:,.0f}"
@@ -616,7 +617,7 @@ def overhead_section(r: Results) -> list[str]:
             lines.append(
                 f"| {w.name} | {t.name} | {f.wall:.2f}s | "
                 f"{fmt_x(f.wall / b.wall if b and t.name != 'none' else None)} | "
-                f"{fmt_x(r.target_ratio(w)) if is_hs else ''} | "
+                f"{fmt_x(r.target_ratio(w, t.name)) if is_any_hs else ''} | "
                 f"{fmt_x(f.cpu / b.cpu if b and b.cpu > 0 and t.name != 'none' else None)} | "
                 f"{fmt_size(f.rss)} | {fmt_size(f.size) if f.size else '-'} | {sps} | "
                 f"{'' if vs_ht is None else f'{vs_ht:.2f}'} | {'' if per is None else f'{per * 1e6:.2f} us'} |")
@@ -806,6 +807,10 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"comma-separated, of {', '.join(SECTIONS)} (default: all)")
     parser.add_argument("--only", default=None, help="run only the workloads whose name contains this")
     parser.add_argument("--heapscope", default=None, help="heapscope command (default: on PATH, else python -m)")
+    parser.add_argument("--compare", default=None, metavar="CMD",
+                        help="a second heapscope command (another install) measured in the same rounds; "
+                             "shown in the 'All columns' tables as 'heapscope @ LABEL'")
+    parser.add_argument("--compare-label", default="other", help="LABEL for --compare (e.g. a commit)")
     parser.add_argument("--bench-venv", type=Path, default=OUT / "venv",
                         help="venv with memray and Markdown, created if missing (default benchmarks/out/venv)")
     args = parser.parse_args(argv)
@@ -823,6 +828,8 @@ def main(argv: list[str] | None = None) -> int:
     if heapscope.launcher is None:
         print(f"{' '.join(heapscope_cmd)} is not a Python script: producer CPU is n/a", file=sys.stderr)
     tools: list[Tool] = [Unprofiled(), heapscope]
+    if args.compare:
+        tools.append(Heapscope(shlex.split(args.compare), f"heapscope @ {args.compare_label}"))
     if shutil.which("heaptrack"):
         tools.append(Heaptrack())
     else:
@@ -855,7 +862,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{f' --rounds {args.rounds}' if args.rounds else ''}"
             f"{f' --sections {args.sections}' if args.sections != ','.join(SECTIONS) else ''}"
             f"{f' --only {shlex.quote(args.only)}' if args.only else ''}"
-            f"{f' --heapscope {shlex.quote(args.heapscope)}' if args.heapscope else ''}`: "
+            f"{f' --heapscope {shlex.quote(args.heapscope)}' if args.heapscope else ''}"
+            f"{f' --compare {shlex.quote(args.compare)}' if args.compare else ''}"
+            f"{f' --compare-label {args.compare_label}' if args.compare else ''}`: "
             f"{rounds} interleaved round(s), medians, "
             f"{(time.time() - started) / 60:.1f} min. Machine: {machine()}. {versions(heapscope_cmd, py)}.", ""]
     if args.quick:
