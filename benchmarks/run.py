@@ -300,7 +300,9 @@ class Heapscope(Tool):
         return None
 
     def argv(self, w: Workload, profile: Path, cpu_file: Path) -> list[str] | None:
-        args = ["record", "-o", str(profile), "--force", "--", *w.argv]
+        # run_once removes the last round's profile first; --force is only for
+        # a profile left behind, and older installs (--compare) lack the flag.
+        args = ["record", "-o", str(profile), *(["--force"] if self.name == "heapscope" else []), "--", *w.argv]
         if self.launcher is None:
             return [*self.cmd, *args]
         interp, script = self.launcher
