@@ -181,7 +181,7 @@ def _parse_duration(text: str) -> float:
     return value * mult
 
 
-def _config(args: argparse.Namespace) -> RecordConfig:
+def _config(args: argparse.Namespace, threads: bool = False) -> RecordConfig:
     return RecordConfig(
         interval=parse_size(args.interval, "--interval"),
         seed=args.seed,
@@ -193,6 +193,7 @@ def _config(args: argparse.Namespace) -> RecordConfig:
         max_frames=args.max_frames,
         dump_at_max=args.dump_at_max,
         names=tuple(args.name),
+        threads=threads,
     )
 
 

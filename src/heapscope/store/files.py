@@ -24,11 +24,11 @@ import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from heapscope.errors import OutputError
+from heapscope.slots import FrozenSlots
 
 PRIVATE_MODE = 0o600
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -61,14 +61,22 @@ def _never(_path: Path) -> bool:
     return False
 
 
-@dataclass(frozen=True, slots=True)
-class OutputKind:
+class OutputKind(FrozenSlots):
     """What a command writes, for the overwrite policy."""
 
+    __slots__ = ("what", "is_ours", "rewrite_ours", "others_with_force")
     what: str  # for messages: "heapscope profile", "export", ...
-    is_ours: Callable[[Path], bool] = _never  # an existing file of this kind
-    rewrite_ours: bool = False  # replace our own earlier output without --force (pages)
-    others_with_force: bool = False  # replace any other regular file (never a profile) with --force
+    is_ours: Callable[[Path], bool]  # an existing file of this kind
+    rewrite_ours: bool  # replace our own earlier output without --force (pages)
+    others_with_force: bool  # replace any other regular file (never a profile) with --force
+
+    def __init__(self, what: str, is_ours: Callable[[Path], bool] = _never, rewrite_ours: bool = False,
+                 others_with_force: bool = False) -> None:
+        set_field = object.__setattr__
+        set_field(self, "what", what)
+        set_field(self, "is_ours", is_ours)
+        set_field(self, "rewrite_ours", rewrite_ours)
+        set_field(self, "others_with_force", others_with_force)
 
 
 PROFILE = OutputKind("heapscope profile", is_profile)

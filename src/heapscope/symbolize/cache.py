@@ -35,9 +35,10 @@ import errno
 import os
 import re
 import stat
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
+
+from heapscope.slots import Slots
 
 if TYPE_CHECKING:  # imported where used: `record` creates a cache before its target connects
     from heapscope.symbolize.llvm import SourceFrame
@@ -55,17 +56,27 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 Answer = tuple[tuple["SourceFrame", ...], str | None]
 
 
-@dataclass(slots=True)
-class Entry:
+class Entry(Slots):
     """What is known about one module: how it was located and the answers for its addresses."""
 
+    __slots__ = ("path", "build_id", "context", "files", "located", "answers", "changed")
     path: str
     build_id: str
     context: str
     files: list[tuple[str, list[int] | None]]  # consulted file -> its identity when written (None: missing)
     located: Located
-    answers: dict[int, Answer] = field(default_factory=dict)  # rel_pc -> answer
-    changed: bool = False  # answers added since it was read
+    answers: dict[int, Answer]  # rel_pc -> answer
+    changed: bool  # answers added since it was read
+
+    def __init__(self, path: str, build_id: str, context: str, files: list[tuple[str, list[int] | None]],
+                 located: Located, answers: dict[int, Answer] | None = None, changed: bool = False) -> None:
+        self.path = path
+        self.build_id = build_id
+        self.context = context
+        self.files = files
+        self.located = located
+        self.answers = {} if answers is None else answers
+        self.changed = changed
 
 
 def file_identity(path: str) -> list[int] | None:
