@@ -6,14 +6,21 @@ checker (a FrameId is not a CallsiteId).
 
 from __future__ import annotations
 
-from typing import NewType
-
 from heapscope.slots import FrozenSlots, Slots
 
-MappingId = NewType("MappingId", int)
-FrameId = NewType("FrameId", int)
-CallsiteId = NewType("CallsiteId", int)
-Upid = NewType("Upid", int)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
+if TYPE_CHECKING:
+    from typing import NewType
+
+    MappingId = NewType("MappingId", int)
+    FrameId = NewType("FrameId", int)
+    CallsiteId = NewType("CallsiteId", int)
+    Upid = NewType("Upid", int)
+else:  # what a NewType is at run time: the identity (typing costs `record` ~2 ms to import)
+    def MappingId(value):
+        return value
+
+    FrameId = CallsiteId = Upid = MappingId
 
 HEAP_NAME = "libc.malloc"
 VIEWS = ("space", "alloc_space", "objects", "alloc_objects")

@@ -45,7 +45,6 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from heapscope import __version__
 from heapscope.bookkeeping.rows import WINDOW_ROW
@@ -57,7 +56,10 @@ from heapscope.producer.session import Guardrails, remove_stale_dirs
 from heapscope.slots import FrozenSlots, Slots
 from heapscope.store.writer import ProfileWriter
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
 if TYPE_CHECKING:
+    from typing import Any
+
     from heapscope.fleet.live import Live
     from heapscope.fleet.serve import Snapshot
     from heapscope.producer import attach

@@ -7,8 +7,6 @@ dump, already summed per callsite.
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from heapscope.bookkeeping.frames import FrameTable, ProcessModules, PyCode, PySplice
 from heapscope.bookkeeping.pylines import LineTable
 from heapscope.bookkeeping.rows import DUMP_ROW, PEAK_ROW
@@ -16,17 +14,21 @@ from heapscope.bookkeeping.trie import CallsiteTrie
 from heapscope.model import CallsiteId, FrameId
 from heapscope.slots import Slots
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
+
 NO_FRAMES = "[no frames]"
 UNDEFINED_STACK = "[stack never received]"
 
+if TYPE_CHECKING:
+    from typing import Protocol
 
-class Tracker(Protocol):
-    """What a dump needs of heapscope.producer._ingest.Tracker."""
+    class Tracker(Protocol):
+        """What a dump needs of heapscope.producer._ingest.Tracker."""
 
-    def set_callsite(self, stack_id: int, callsite_id: int, /) -> None: ...
-    def unresolved(self) -> list[int]: ...
-    def dump(self) -> bytes: ...
-    def peak(self) -> bytes: ...
+        def set_callsite(self, stack_id: int, callsite_id: int, /) -> None: ...
+        def unresolved(self) -> list[int]: ...
+        def dump(self) -> bytes: ...
+        def peak(self) -> bytes: ...
 
 
 class ProcessHeap(Slots):

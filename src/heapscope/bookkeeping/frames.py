@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import bisect
-from typing import Generic, TypeVar
 
 from heapscope.bookkeeping.pylines import LineTable
 from heapscope.model import Frame, FrameId, Mapping, MappingId
@@ -14,8 +13,14 @@ FILTERED = "FILTERED"
 UNKNOWN_MAPPING = Mapping(build_id="", exact_offset=0, start_offset=0, start=0, end=0, load_bias=0,
                           name="[unknown]")
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
+if TYPE_CHECKING:
+    from typing import Generic, TypeVar
 
-T = TypeVar("T")
+    T = TypeVar("T")
+else:  # Interner is generic for the type checker only: no typing import at run time
+    T = object
+    Generic = {T: object}  # Generic[T] -> object
 
 
 class Interner(Generic[T]):

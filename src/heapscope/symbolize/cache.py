@@ -36,13 +36,15 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
 
 from heapscope.slots import Slots
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
 if TYPE_CHECKING:  # imported where used: `record` creates a cache before its target connects
+    from typing import Any
+
     from heapscope.symbolize.llvm import SourceFrame
-    from heapscope.symbolize.locate import Located, LocateStatus
+    from heapscope.symbolize.locate import Located
 
 ENV_VAR = "HEAPSCOPE_SYMBOL_CACHE"
 FORMAT = 1
@@ -340,7 +342,7 @@ def _decode(raw: bytes) -> Entry:
     loc = d["located"]
     if not isinstance(loc, dict) or loc["status"] not in _STATUSES:
         raise ValueError("bad located")
-    located = Located(cast("LocateStatus", loc["status"]), _str(loc["debug_file"]),
+    located = Located(loc["status"], _str(loc["debug_file"]),
                       [_str(x) for x in _list(loc["matched"])], [_str(x) for x in _list(loc["symbol_files"])],
                       [(_str(a), _str(b)) for a, b in map(_list, _list(loc["mismatches"]))])
     answers: dict[int, Answer] = {}
