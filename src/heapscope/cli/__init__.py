@@ -7,7 +7,8 @@ into one line on stderr here; a traceback only with -v.
 Start-up is part of every command's cost (issue 13): when the command line
 names a subcommand, only that subcommand's module is imported (the others
 are listed by name only); `heapscope --help`, or no subcommand, imports them all.
-`heapscope --version` alone imports nothing more than this module (not argparse).
+`heapscope --version` alone imports nothing more than this module (not argparse), and
+`record` parses its usual command lines without argparse (cli/quickparse.py).
 """
 
 from __future__ import annotations
@@ -131,8 +132,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if list(argv) == ["--version"]:  # argparse's version action, without importing argparse
         print(f"heapscope {__version__}")
         sys.exit(0)
-    parser = build_parser(argv)
-    args = parser.parse_args(argv)
+    from heapscope.cli import quickparse
+
+    quick = quickparse.parse(argv, _load)  # record's usual lines, without argparse
+    args = build_parser(argv).parse_args(argv) if quick is None else quick
     try:
         return int(args._main(args))
     except HeapscopeError as e:

@@ -8,7 +8,6 @@ target starts (one line, exit 2).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import math
 import os
@@ -24,6 +23,10 @@ from heapscope.producer.config import DEFAULT_INTERVAL, DEFAULT_SHMEM_SIZE, Reco
 from heapscope.recording import MAX_DURATION_S, Recording, RecordingOptions, Summary, client_library
 from heapscope.view.units import human_bytes
 from heapscope.wire.codec import Unwinder
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
+if TYPE_CHECKING:  # argparse is imported only when cli/quickparse.py leaves the command line to it
+    import argparse
 
 NAME = "record"
 HELP = "run a command under the profiler and write its heap profile"
@@ -78,7 +81,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-symbolize", action="store_true", help="leave function names empty")
     fleet_live.add_arguments(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no status line and no summary")
-    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
+    p.add_argument("command", nargs="...", metavar="-- CMD ARGS",  # "...": argparse.REMAINDER
                    help="the program to profile and its arguments")
 
 
