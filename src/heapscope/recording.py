@@ -36,7 +36,6 @@ import contextlib
 import errno
 import os
 import resource
-import shutil
 import signal
 import socket
 import sqlite3
@@ -915,7 +914,11 @@ class Recording:
 
     def _check_preload(self, program: str, executable: str | None) -> None:
         """Note, before it starts, why the target cannot get the client (static, setuid)."""
-        path = executable or (program if "/" in program else None) or shutil.which(program) or program
+        path = executable or (program if "/" in program else None)
+        if not path:  # `record` passes the executable it found (cli/record.py)
+            import shutil
+
+            path = shutil.which(program) or program
         why: str | None = None
         with contextlib.suppress(Exception):
             from heapscope.symbolize.preload import preload_blocker

@@ -34,11 +34,10 @@ _MAIN_FLAGS = ("-v", "--verbose")
 
 def _load(name: str) -> ModuleType | None:
     """The subcommand module `name` of COMMAND_NAMES, None when absent from this build."""
-    import importlib
-
     module = f"heapscope.cli.{name}"
     try:
-        return importlib.import_module(module)
+        __import__(module)  # importlib.import_module, without importing importlib
+        return sys.modules[module]
     except ModuleNotFoundError as e:
         if e.name != module:  # a command's own dependency missing is a real error
             raise

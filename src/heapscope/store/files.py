@@ -21,7 +21,6 @@ import contextlib
 import os
 import sqlite3
 import stat
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -149,6 +148,8 @@ def atomic_output(path: Path, force: bool, kind: OutputKind) -> Iterator[BinaryI
     renamed over it at the end (rename replaces a link itself, never its target).
     """
     check_replaceable(path, force, kind)
+    import tempfile  # here: `record` writes no file through this (issue 13)
+
     directory = path.parent if str(path.parent) else Path(".")
     try:
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
