@@ -72,9 +72,9 @@ def remove_stale_dirs(tmp: str | None = None) -> int:
             continue
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != me:
             continue
-        path = Path(entry.path)
+        path = entry.path  # a str: a Path per entry cost ~30 us, and temp dirs hold many (issue 13)
         try:
-            fd = os.open(path / OWNER_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(os.path.join(path, OWNER_FILE), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
             continue  # not ours (no owner lock), or being created right now
         try:
