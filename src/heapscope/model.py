@@ -49,6 +49,18 @@ class Mapping(FrozenSlots):
         set_field(self, "load_bias", load_bias)
         set_field(self, "name", name)
 
+    # == and hash written out (FrozenSlots' generic ones take ~30% longer): frames.Interner keys.
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Mapping) or other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.build_id, self.exact_offset, self.start_offset, self.start, self.end, self.load_bias,
+                self.name) == (other.build_id, other.exact_offset, other.start_offset, other.start, other.end,
+                               other.load_bias, other.name)
+
+    def __hash__(self) -> int:
+        return hash((self.build_id, self.exact_offset, self.start_offset, self.start, self.end, self.load_bias,
+                     self.name))
+
 
 class Frame(FrozenSlots):
     """A code location: a mapping and an address inside its ELF file."""
@@ -63,6 +75,14 @@ class Frame(FrozenSlots):
         set_field(self, "mapping", mapping)
         set_field(self, "rel_pc", rel_pc)
         set_field(self, "name", name)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Frame) or other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.mapping, self.rel_pc, self.name) == (other.mapping, other.rel_pc, other.name)
+
+    def __hash__(self) -> int:
+        return hash((self.mapping, self.rel_pc, self.name))
 
 
 class ProcessInfo(Slots):
