@@ -57,6 +57,16 @@ class Spec:
             self.groups = 0
             self.ok = True  # False: something only argparse knows; parse() declines
 
+    def add_argument_group(self, *args: object, **kwargs: object) -> Spec:
+        return Spec(self._group, self._root)  # titles only: the options parse the same
+
+    def __getattr__(self, name: str) -> Callable[..., object]:
+        """Any other ArgumentParser method: noted as something only argparse does."""
+        if name.startswith("_"):
+            raise AttributeError(name)
+        self._root.ok = False
+        return lambda *args, **kwargs: self
+
     def add_mutually_exclusive_group(self, required: bool = False) -> Spec:
         root = self._root
         root.groups += 1

@@ -94,3 +94,9 @@ def test_an_option_kind_it_does_not_know_declines() -> None:
     spec = quickparse.Spec()
     spec.add_argument("-x", type=str.upper)
     assert not spec.ok
+    spec = quickparse.Spec()
+    spec.set_defaults(x=1)
+    assert not spec.ok
+    spec = quickparse.Spec()
+    spec.add_argument_group("g").add_argument("-x", action="store_true")
+    assert spec.ok and spec.options["-x"].dest == "x"
