@@ -22,11 +22,13 @@ stay disabled; register the name again (cheap while not profiled) to get it.
 
 from __future__ import annotations
 
-import ctypes
 import re
 import threading
 from collections.abc import Callable
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
+if TYPE_CHECKING:
+    from typing import Any
 
 NAME_MAX = 31  # wire.h HS_HEAP_NAME_SIZE - 1
 RESERVED = frozenset({"libc.malloc", "all"})  # all: `--heap all` means every heap
@@ -47,6 +49,8 @@ class _Api:
         self.register: Callable[..., Any] | None = None
         self.alloc: Callable[..., Any] | None = None
         self.free: Callable[..., Any] | None = None
+        import ctypes  # here: only a program that uses custom heaps pays for it
+
         try:
             lib = ctypes.CDLL(None)
             register = lib.heapscope_heap_register_v1

@@ -36,7 +36,6 @@ import contextlib
 import errno
 import os
 import resource
-import shutil
 import signal
 import socket
 import sqlite3
@@ -44,9 +43,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from heapscope import __version__
 from heapscope.bookkeeping.rows import WINDOW_ROW
@@ -55,9 +52,13 @@ from heapscope.model import CallsiteId, FrameId
 from heapscope.producer.config import RecordConfig, check_ms, check_positive
 from heapscope.producer.producer import Producer
 from heapscope.producer.session import Guardrails, remove_stale_dirs
+from heapscope.slots import FrozenSlots, Slots
 from heapscope.store.writer import ProfileWriter
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
 if TYPE_CHECKING:
+    from typing import Any
+
     from heapscope.fleet.live import Live
     from heapscope.fleet.serve import Snapshot
     from heapscope.producer import attach
@@ -94,19 +95,37 @@ def _quiet(_msg: str) -> None:
     pass
 
 
-@dataclass(frozen=True, slots=True)
-class RecordingOptions:
-    duration: float | None = None  # seconds; None = until the target ends (or stop())
-    continuous_ms: int = 0  # a dump every so many ms; 0 = only at the end
-    phase_ms: int = 0  # before the first continuous dump
-    max_memory_mb: float | None = None  # guardrails on heapscope itself
-    max_cpu_s: float | None = None
-    symbolize: bool = True
-    command: str = ""  # for the profile's metadata
+class RecordingOptions(FrozenSlots):
+    __slots__ = (
+        "duration", "continuous_ms", "phase_ms", "max_memory_mb", "max_cpu_s", "symbolize", "command",
+        "forward_signals", "force",
+    )
+    duration: float | None  # seconds; None = until the target ends (or stop())
+    continuous_ms: int  # a dump every so many ms; 0 = only at the end
+    phase_ms: int  # before the first continuous dump
+    max_memory_mb: float | None  # guardrails on heapscope itself
+    max_cpu_s: float | None
+    symbolize: bool
+    command: str  # for the profile's metadata
     # Pass SIGTERM, SIGHUP, ... on to a started target (the CLI); an in-process
     # host (a test runner with its own SIGALRM timeout, say) keeps its handlers.
-    forward_signals: bool = True
-    force: bool = False  # replace an existing heapscope profile at the output path
+    forward_signals: bool
+    force: bool  # replace an existing heapscope profile at the output path
+
+    def __init__(self, duration: float | None = None, continuous_ms: int = 0, phase_ms: int = 0,
+                 max_memory_mb: float | None = None, max_cpu_s: float | None = None, symbolize: bool = True,
+                 command: str = "", forward_signals: bool = True, force: bool = False) -> None:
+        set_field = object.__setattr__
+        set_field(self, "duration", duration)
+        set_field(self, "continuous_ms", continuous_ms)
+        set_field(self, "phase_ms", phase_ms)
+        set_field(self, "max_memory_mb", max_memory_mb)
+        set_field(self, "max_cpu_s", max_cpu_s)
+        set_field(self, "symbolize", symbolize)
+        set_field(self, "command", command)
+        set_field(self, "forward_signals", forward_signals)
+        set_field(self, "force", force)
+        self.__post_init__()
 
     def __post_init__(self) -> None:
         check_positive(self.duration, "--duration (seconds)", MAX_DURATION_S)
@@ -114,65 +133,124 @@ class RecordingOptions:
         check_ms(self.phase_ms, "--dump-phase")
 
 
-@dataclass(frozen=True, slots=True)
-class ProcessPeak:
+class ProcessPeak(FrozenSlots):
     """A process's peak of sampled unreleased bytes and its largest stacks there."""
 
+    __slots__ = ("pid", "name", "peak_bytes", "top", "heap", "other_heaps")
     pid: int
     name: str
     peak_bytes: int
     top: list[tuple[str, int]]  # (call path, innermost frames last; bytes), largest first
-    heap: str = ""  # the heap of peak_bytes and top (store.select.default_heap) when the profile has several
-    other_heaps: list[tuple[str, int]] = field(default_factory=list)  # (name, bytes at its own peak), custom heaps
+    heap: str  # the heap of peak_bytes and top (store.select.default_heap) when the profile has several
+    other_heaps: list[tuple[str, int]]  # (name, bytes at its own peak), custom heaps
+
+    def __init__(self, pid: int, name: str, peak_bytes: int, top: list[tuple[str, int]], heap: str = "",
+                 other_heaps: list[tuple[str, int]] | None = None) -> None:
+        set_field = object.__setattr__
+        set_field(self, "pid", pid)
+        set_field(self, "name", name)
+        set_field(self, "peak_bytes", peak_bytes)
+        set_field(self, "top", top)
+        set_field(self, "heap", heap)
+        set_field(self, "other_heaps", [] if other_heaps is None else other_heaps)
 
 
-@dataclass(slots=True)
-class Summary:
+class Summary(Slots):
     """The figures of a finished recording."""
 
+    __slots__ = (
+        "output", "processes", "samples", "sampled_bytes", "interval", "elapsed_s", "blocked_ms", "dropped_records",
+        "unwinders", "client_errors", "exit_status", "output_bytes", "no_descriptors", "problems", "python",
+        "peak_heap", "peak_rss", "peaks", "attached_heaps_note", "not_profiled", "shallow_stacks", "unsymbolized",
+        "unsymbolized_frames", "symbol_notes",
+    )
     output: Path
-    processes: int = 0
-    samples: int = 0
-    sampled_bytes: int = 0
-    interval: int = 0
-    elapsed_s: float = 0.0
-    blocked_ms: float = 0.0
-    dropped_records: int = 0
-    unwinders: list[str] = field(default_factory=list)
-    client_errors: list[str] = field(default_factory=list)
-    exit_status: int | None = None  # the target's, shell style (128+N for signal N)
-    output_bytes: int = 0
-    no_descriptors: int = 0  # processes not profiled: heapscope was out of file descriptors
-    problems: list[str] = field(default_factory=list)  # what went wrong inside heapscope, one line each
-    python: list[str] = field(default_factory=list)  # the Python frames status lines, one per distinct one
-    peak_heap: int = 0  # sum over processes of each one's peak of sampled unreleased bytes
-    peak_rss: int = 0  # sum over processes of each one's peak RSS (VmHWM), as read
-    peaks: list[ProcessPeak] = field(default_factory=list)  # largest peak first
-    attached_heaps_note: str = ""  # -p: custom heaps registered before the attach are not seen
-    not_profiled: list[str] = field(default_factory=list)  # targets the client never ran in, and why
-    shallow_stacks: list[str] = field(default_factory=list)  # --unwinder fp without frame pointers
-    unsymbolized: list[Unsymbolized] = field(default_factory=list)  # modules left `lib+0x...`, with the fix
-    unsymbolized_frames: int = 0  # frames without a function name, all modules
-    symbol_notes: list[str] = field(default_factory=list)  # e.g. a debuginfod server that failed
+    processes: int
+    samples: int
+    sampled_bytes: int
+    interval: int
+    elapsed_s: float
+    blocked_ms: float
+    dropped_records: int
+    unwinders: list[str]
+    client_errors: list[str]
+    exit_status: int | None  # the target's, shell style (128+N for signal N)
+    output_bytes: int
+    no_descriptors: int  # processes not profiled: heapscope was out of file descriptors
+    problems: list[str]  # what went wrong inside heapscope, one line each
+    python: list[str]  # the Python frames status lines, one per distinct one
+    peak_heap: int  # sum over processes of each one's peak of sampled unreleased bytes
+    peak_rss: int  # sum over processes of each one's peak RSS (VmHWM), as read
+    peaks: list[ProcessPeak]  # largest peak first
+    attached_heaps_note: str  # -p: custom heaps registered before the attach are not seen
+    not_profiled: list[str]  # targets the client never ran in, and why
+    shallow_stacks: list[str]  # --unwinder fp without frame pointers
+    unsymbolized: list[Unsymbolized]  # modules left `lib+0x...`, with the fix
+    unsymbolized_frames: int  # frames without a function name, all modules
+    symbol_notes: list[str]  # e.g. a debuginfod server that failed
+
+    def __init__(self, output: Path, processes: int = 0, samples: int = 0, sampled_bytes: int = 0, interval: int = 0,
+                 elapsed_s: float = 0.0, blocked_ms: float = 0.0, dropped_records: int = 0,
+                 unwinders: list[str] | None = None, client_errors: list[str] | None = None,
+                 exit_status: int | None = None, output_bytes: int = 0, no_descriptors: int = 0,
+                 problems: list[str] | None = None, python: list[str] | None = None, peak_heap: int = 0,
+                 peak_rss: int = 0, peaks: list[ProcessPeak] | None = None, attached_heaps_note: str = "",
+                 not_profiled: list[str] | None = None, shallow_stacks: list[str] | None = None,
+                 unsymbolized: list[Unsymbolized] | None = None, unsymbolized_frames: int = 0,
+                 symbol_notes: list[str] | None = None) -> None:
+        self.output = output
+        self.processes = processes
+        self.samples = samples
+        self.sampled_bytes = sampled_bytes
+        self.interval = interval
+        self.elapsed_s = elapsed_s
+        self.blocked_ms = blocked_ms
+        self.dropped_records = dropped_records
+        self.unwinders = [] if unwinders is None else unwinders
+        self.client_errors = [] if client_errors is None else client_errors
+        self.exit_status = exit_status
+        self.output_bytes = output_bytes
+        self.no_descriptors = no_descriptors
+        self.problems = [] if problems is None else problems
+        self.python = [] if python is None else python
+        self.peak_heap = peak_heap
+        self.peak_rss = peak_rss
+        self.peaks = [] if peaks is None else peaks
+        self.attached_heaps_note = attached_heaps_note
+        self.not_profiled = [] if not_profiled is None else not_profiled
+        self.shallow_stacks = [] if shallow_stacks is None else shallow_stacks
+        self.unsymbolized = [] if unsymbolized is None else unsymbolized
+        self.unsymbolized_frames = unsymbolized_frames
+        self.symbol_notes = [] if symbol_notes is None else symbol_notes
 
 
-@dataclass(frozen=True, slots=True)
-class WindowSnapshot:
+class WindowSnapshot(FrozenSlots):
     """One process's figures since its window began (Recording.window_snapshot)."""
 
+    __slots__ = ("peak", "leak", "process")
     peak: int  # highest sampled unreleased bytes in the window, above its start
     leak: int  # sampled unreleased bytes at the snapshot, above the window's start
     process: Any  # the producer's ProcessState: for naming stacks (heap.stacks, heap.modules)
+
+    def __init__(self, peak: int, leak: int, process: Any) -> None:
+        set_field = object.__setattr__
+        set_field(self, "peak", peak)
+        set_field(self, "leak", leak)
+        set_field(self, "process", process)
 
     def window_rows(self) -> list[tuple[int, ...]]:
         """The window's rows by callsite or stack (bookkeeping/rows.py, WINDOW_ROW), as of now."""
         return list(WINDOW_ROW.iter_unpack(self.process.ingest.tracker.window()))
 
 
-@dataclass(eq=False, slots=True)
 class _Waiter:
-    event: threading.Event = field(default_factory=threading.Event)
-    dumped: bool = False
+    __slots__ = ("event", "dumped")
+    event: threading.Event
+    dumped: bool
+
+    def __init__(self, event: threading.Event | None = None, dumped: bool = False) -> None:
+        self.event = threading.Event() if event is None else event
+        self.dumped = dumped
 
 
 class Recording:
@@ -836,7 +914,11 @@ class Recording:
 
     def _check_preload(self, program: str, executable: str | None) -> None:
         """Note, before it starts, why the target cannot get the client (static, setuid)."""
-        path = executable or (program if "/" in program else None) or shutil.which(program) or program
+        path = executable or (program if "/" in program else None)
+        if not path:  # `record` passes the executable it found (cli/record.py)
+            import shutil
+
+            path = shutil.which(program) or program
         why: str | None = None
         with contextlib.suppress(Exception):
             from heapscope.symbolize.preload import preload_blocker

@@ -7,40 +7,56 @@ dump, already summed per callsite.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Protocol
-
 from heapscope.bookkeeping.frames import FrameTable, ProcessModules, PyCode, PySplice
 from heapscope.bookkeeping.pylines import LineTable
 from heapscope.bookkeeping.rows import DUMP_ROW, PEAK_ROW
 from heapscope.bookkeeping.trie import CallsiteTrie
 from heapscope.model import CallsiteId, FrameId
+from heapscope.slots import Slots
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
 
 NO_FRAMES = "[no frames]"
 UNDEFINED_STACK = "[stack never received]"
 
+if TYPE_CHECKING:
+    from typing import Protocol
 
-class Tracker(Protocol):
-    """What a dump needs of heapscope.producer._ingest.Tracker."""
+    class Tracker(Protocol):
+        """What a dump needs of heapscope.producer._ingest.Tracker."""
 
-    def set_callsite(self, stack_id: int, callsite_id: int, /) -> None: ...
-    def unresolved(self) -> list[int]: ...
-    def dump(self) -> bytes: ...
-    def peak(self) -> bytes: ...
+        def set_callsite(self, stack_id: int, callsite_id: int, /) -> None: ...
+        def unresolved(self) -> list[int]: ...
+        def dump(self) -> bytes: ...
+        def peak(self) -> bytes: ...
 
 
-@dataclass(slots=True)
-class ProcessHeap:
+class ProcessHeap(Slots):
     """What a process's dumps need: its stacks, modules and callsites."""
 
-    modules: ProcessModules = field(default_factory=ProcessModules)
-    frame_cache: dict[int, FrameId] = field(default_factory=dict)
-    stacks: dict[int, tuple[int, ...]] = field(default_factory=dict)  # defined, not yet resolved
-    py_stacks: dict[int, tuple[tuple[int, ...], tuple[tuple[int, int, int], ...]]] = field(default_factory=dict)
-    python: PySplice = field(default_factory=PySplice)
-    callsites: dict[int, CallsiteId] = field(default_factory=dict)  # stack id -> callsite
-    unreleased: int = 0  # sum of the sizes of every row dumped so far
-    dumps: int = 0
+    __slots__ = ("modules", "frame_cache", "stacks", "py_stacks", "python", "callsites", "unreleased", "dumps")
+    modules: ProcessModules
+    frame_cache: dict[int, FrameId]
+    stacks: dict[int, tuple[int, ...]]  # defined, not yet resolved
+    py_stacks: dict[int, tuple[tuple[int, ...], tuple[tuple[int, int, int], ...]]]
+    python: PySplice
+    callsites: dict[int, CallsiteId]  # stack id -> callsite
+    unreleased: int  # sum of the sizes of every row dumped so far
+    dumps: int
+
+    def __init__(self, modules: ProcessModules | None = None, frame_cache: dict[int, FrameId] | None = None,
+                 stacks: dict[int, tuple[int, ...]] | None = None,
+                 py_stacks: dict[int, tuple[tuple[int, ...], tuple[tuple[int, int, int], ...]]] | None = None,
+                 python: PySplice | None = None, callsites: dict[int, CallsiteId] | None = None, unreleased: int = 0,
+                 dumps: int = 0) -> None:
+        self.modules = ProcessModules() if modules is None else modules
+        self.frame_cache = {} if frame_cache is None else frame_cache
+        self.stacks = {} if stacks is None else stacks
+        self.py_stacks = {} if py_stacks is None else py_stacks
+        self.python = PySplice() if python is None else python
+        self.callsites = {} if callsites is None else callsites
+        self.unreleased = unreleased
+        self.dumps = dumps
 
     def define_stack(self, stack_id: int, pcs: tuple[int, ...],
                      py: tuple[tuple[int, int, int], ...] | None = None) -> None:

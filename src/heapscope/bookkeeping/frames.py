@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
-from typing import Generic, TypeVar
 
 from heapscope.bookkeeping.pylines import LineTable
 from heapscope.model import Frame, FrameId, Mapping, MappingId
+from heapscope.slots import FrozenSlots, Slots
 from heapscope.wire.codec import PY_FRAME_ENTRY, ModuleRecord
 
 FILTERED = "FILTERED"
 UNKNOWN_MAPPING = Mapping(build_id="", exact_offset=0, start_offset=0, start=0, end=0, load_bias=0,
                           name="[unknown]")
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
+if TYPE_CHECKING:
+    from typing import Generic, TypeVar
 
-T = TypeVar("T")
+    T = TypeVar("T")
+else:  # Interner is generic for the type checker only: no typing import at run time
+    T = object
+    Generic = {T: object}  # Generic[T] -> object
 
 
 class Interner(Generic[T]):
@@ -50,13 +55,19 @@ def mapping_of(m: ModuleRecord) -> Mapping:
     )
 
 
-@dataclass(slots=True)
-class ProcessModules:
+class ProcessModules(Slots):
     """The loaded objects of one process, searchable by address."""
 
-    starts: list[int] = field(default_factory=list)
-    modules: list[ModuleRecord] = field(default_factory=list)
-    mapping_ids: list[int] = field(default_factory=list)
+    __slots__ = ("starts", "modules", "mapping_ids")
+    starts: list[int]
+    modules: list[ModuleRecord]
+    mapping_ids: list[int]
+
+    def __init__(self, starts: list[int] | None = None, modules: list[ModuleRecord] | None = None,
+                 mapping_ids: list[int] | None = None) -> None:
+        self.starts = [] if starts is None else starts
+        self.modules = [] if modules is None else modules
+        self.mapping_ids = [] if mapping_ids is None else mapping_ids
 
     def add(self, m: ModuleRecord, mapping_id: int) -> None:
         i = bisect.bisect_left(self.starts, m.start)
@@ -82,26 +93,40 @@ def python_mapping(file: str) -> Mapping:
 UNKNOWN_CODE = "[python code not received]"
 
 
-@dataclass(frozen=True, slots=True)
-class PyCode:
+class PyCode(FrozenSlots):
     """A code object of one process, as its HS_REC_PYCODE described it."""
 
+    __slots__ = ("name", "file", "lines")
     name: str  # qualified name (3.11+), plain name before
     file: str
     lines: LineTable | None  # None when the table could not be decoded
 
+    def __init__(self, name: str, file: str, lines: LineTable | None) -> None:
+        set_field = object.__setattr__
+        set_field(self, "name", name)
+        set_field(self, "file", file)
+        set_field(self, "lines", lines)
 
-@dataclass(slots=True)
-class PySplice:
+
+class PySplice(Slots):
     """What the splice of one process needs: its code objects and the eval loop's range."""
 
-    codes: dict[int, PyCode] = field(default_factory=dict)
+    __slots__ = ("codes", "frame_ids", "eval_lo", "eval_hi", "unplaced")
+    codes: dict[int, PyCode]
     # (code key, instruction offset) -> frame, for codes received: a test runner's stacks
     # share most of their 30-odd Python frames, each worth a line lookup and three interns.
-    frame_ids: dict[tuple[int, int], FrameId] = field(default_factory=dict)
-    eval_lo: int = 0
-    eval_hi: int = 0
-    unplaced: int = 0  # Python frames put at the root end: no eval activation to put them at
+    frame_ids: dict[tuple[int, int], FrameId]
+    eval_lo: int
+    eval_hi: int
+    unplaced: int  # Python frames put at the root end: no eval activation to put them at
+
+    def __init__(self, codes: dict[int, PyCode] | None = None, frame_ids: dict[tuple[int, int], FrameId] | None = None,
+                 eval_lo: int = 0, eval_hi: int = 0, unplaced: int = 0) -> None:
+        self.codes = {} if codes is None else codes
+        self.frame_ids = {} if frame_ids is None else frame_ids
+        self.eval_lo = eval_lo
+        self.eval_hi = eval_hi
+        self.unplaced = unplaced
 
 
 class FrameTable:

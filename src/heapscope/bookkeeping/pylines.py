@@ -20,7 +20,8 @@ offset (a frame that has not started) is the first line, as in CPython.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+
+from heapscope.slots import FrozenSlots
 
 LNOTAB = 1
 LINES_310 = 2
@@ -116,15 +117,24 @@ def _ranges_locations(table: bytes, first_line: int) -> list[tuple[int, int, int
     return ranges
 
 
-@dataclass(frozen=True, slots=True)
-class LineTable:
+class LineTable(FrozenSlots):
     """One code object's table, decoded once; `line()` per frame is a bisect."""
 
+    __slots__ = ("fmt", "first_line", "table", "_starts", "_ranges")
     fmt: int
     first_line: int
     table: bytes
-    _starts: tuple[int, ...] = ()
-    _ranges: tuple[tuple[int, int, int | None], ...] = ()
+    _starts: tuple[int, ...]
+    _ranges: tuple[tuple[int, int, int | None], ...]
+
+    def __init__(self, fmt: int, first_line: int, table: bytes, _starts: tuple[int, ...] = (),
+                 _ranges: tuple[tuple[int, int, int | None], ...] = ()) -> None:
+        set_field = object.__setattr__
+        set_field(self, "fmt", fmt)
+        set_field(self, "first_line", first_line)
+        set_field(self, "table", table)
+        set_field(self, "_starts", _starts)
+        set_field(self, "_ranges", _ranges)
 
     @classmethod
     def decode(cls, fmt: int, table: bytes, first_line: int) -> LineTable:

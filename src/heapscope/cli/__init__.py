@@ -7,21 +7,23 @@ into one line on stderr here; a traceback only with -v.
 Start-up is part of every command's cost (issue 13): when the command line
 names a subcommand, only that subcommand's module is imported (the others
 are listed by name only); `heapscope --help`, or no subcommand, imports them all.
+`heapscope --version` alone imports nothing more than this module (not argparse), and
+`record` parses its usual command lines without argparse (cli/quickparse.py).
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import importlib
 import os
 import sys
-from collections.abc import Sequence
-from pathlib import Path
-from types import ModuleType
 
 from heapscope import __version__
 from heapscope.errors import HeapscopeError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Sequence
+    from types import ModuleType
 
 # In the order `heapscope --help` lists them.
 COMMAND_NAMES = ("record", "live", "report", "flamegraph", "diff", "leaks", "sql", "symbolize", "export", "import_",
@@ -34,7 +36,8 @@ def _load(name: str) -> ModuleType | None:
     """The subcommand module `name` of COMMAND_NAMES, None when absent from this build."""
     module = f"heapscope.cli.{name}"
     try:
-        return importlib.import_module(module)
+        __import__(module)  # importlib.import_module, without importing importlib
+        return sys.modules[module]
     except ModuleNotFoundError as e:
         if e.name != module:  # a command's own dependency missing is a real error
             raise
@@ -68,13 +71,15 @@ def _exits_early(argv: Sequence[str]) -> bool:
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser; given `argv` naming a subcommand, with only that subcommand's module imported."""
+    import argparse
+
     parser = argparse.ArgumentParser(
         prog="heapscope",
         description="Sampling native-heap profiler: which call stacks hold your memory.",
     )
     parser.add_argument("--version", action="version", version=f"heapscope {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="show tracebacks on errors")
-    parser.add_argument("--include", action=_PrintInclude,
+    parser.add_argument("--include", action=_print_include(),
                         help="print the directory of heapscope.h (the custom heap API) and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -97,28 +102,39 @@ def _add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser], cmd: 
     p.set_defaults(_main=cmd.main)
 
 
+def _print_include() -> type[argparse.Action]:
+    """The action of `heapscope --include` (defined here: argparse is imported with the parser)."""
+    import argparse
+    from pathlib import Path
 
-class _PrintInclude(argparse.Action):
-    """`heapscope --include`: like --version, it prints and exits (no command needed)."""
+    class _PrintInclude(argparse.Action):
+        """`heapscope --include`: like --version, it prints and exits (no command needed)."""
 
-    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=str(kwargs.get("help")))
+        def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
+            super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=str(kwargs.get("help")))
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: object, option_string: str | None = None) -> None:
-        import heapscope
+        def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                     values: object, option_string: str | None = None) -> None:
+            import heapscope
 
-        # The package's directory, not importlib.resources.files(): an editable
-        # (meson-python) install gives a Traversable whose str() is no path.
-        print(Path(heapscope.__file__).resolve().parent / "include")
-        parser.exit()
+            # The package's directory, not importlib.resources.files(): an editable
+            # (meson-python) install gives a Traversable whose str() is no path.
+            print(Path(heapscope.__file__).resolve().parent / "include")
+            parser.exit()
+
+    return _PrintInclude
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
-    parser = build_parser(argv)
-    args = parser.parse_args(argv)
+    if list(argv) == ["--version"]:  # argparse's version action, without importing argparse
+        print(f"heapscope {__version__}")
+        sys.exit(0)
+    from heapscope.cli import quickparse
+
+    quick = quickparse.parse(argv, _load)  # record's usual lines, without argparse
+    args = build_parser(argv).parse_args(argv) if quick is None else quick
     try:
         return int(args._main(args))
     except HeapscopeError as e:
@@ -144,6 +160,8 @@ def run() -> None:
     argv = sys.argv[1:]
     code = main(argv)
     if _chosen(argv) in _FAST_EXIT:
+        import contextlib
+
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()

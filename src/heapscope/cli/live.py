@@ -15,7 +15,6 @@ Without a terminal (stdin or stderr not a tty) it refuses at once: one line, exi
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import subprocess
 import sys
@@ -47,7 +46,7 @@ def main(args: argparse.Namespace) -> int:
     from heapscope.live.app import Control, LiveApp, OutputRelay
     from heapscope.live.snapshot import Snapshotter
 
-    config = dataclasses.replace(record_cli._config(args), threads=True)  # the view's thread filter
+    config = record_cli._config(args, threads=True)  # the view's thread filter
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]

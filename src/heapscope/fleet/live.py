@@ -16,14 +16,15 @@ there, so a slow or dead server never touches the recording loop.
 
 from __future__ import annotations
 
-import argparse
 import socket
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
 if TYPE_CHECKING:  # imported where used: `record` without --serve/--push never loads http or ssl
+    import argparse
+
     from heapscope.fleet.push import PushItem
     from heapscope.fleet.serve import Snapshot
 

@@ -17,7 +17,6 @@ import os
 import select
 import socket
 import struct
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +32,7 @@ from heapscope.producer._ingest import Ingest, Tracker
 from heapscope.producer.config import RecordConfig, name_matches
 from heapscope.producer.process import CustomHeap, ProcessState, create_ring
 from heapscope.producer.stats import StatRow, process_stats_rows
+from heapscope.producer.tmpdir import make_private_dir, remove_dir
 from heapscope.store.writer import ProfileWriter
 from heapscope.wire import codec
 
@@ -73,13 +73,18 @@ class Producer:
         self.guardrail = ""  # which guardrail was hit, if any
         # A private (0700) directory in the shared temp dir; the owner lock in
         # it tells a later run whether this one is still alive (session.py).
-        self._dir = tempfile.TemporaryDirectory(prefix=OWNED_PREFIX)
-        self._owner_fd = take_ownership(Path(self._dir.name))
-        self.socket_path = str(Path(self._dir.name) / "producer.sock")
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(self.socket_path)
-        self.listener.listen(64)
-        self.listener.setblocking(False)
+        self._dir = make_private_dir(OWNED_PREFIX)  # tempfile.mkdtemp, without tempfile's imports
+        try:
+            self._owner_fd = take_ownership(Path(self._dir))
+            self.socket_path = str(Path(self._dir) / "producer.sock")
+            self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.listener.bind(self.socket_path)
+            self.listener.listen(64)
+            self.listener.setblocking(False)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                remove_dir(self._dir)
+            raise
 
     def client_env(self) -> dict[str, str]:
         """Environment variables that make the client connect to this producer."""
@@ -167,7 +172,7 @@ class Producer:
                 p.close()
             del self.processes[fd]
         with contextlib.suppress(OSError):
-            self._dir.cleanup()
+            remove_dir(self._dir)
         for fd in (self._owner_fd, self._spare_fd):
             if fd >= 0:
                 with contextlib.suppress(OSError):

@@ -21,14 +21,16 @@ import contextlib
 import os
 import sqlite3
 import stat
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
 from heapscope.errors import OutputError
+from heapscope.slots import FrozenSlots
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
+if TYPE_CHECKING:
+    from typing import BinaryIO
 
 PRIVATE_MODE = 0o600
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -61,14 +63,22 @@ def _never(_path: Path) -> bool:
     return False
 
 
-@dataclass(frozen=True, slots=True)
-class OutputKind:
+class OutputKind(FrozenSlots):
     """What a command writes, for the overwrite policy."""
 
+    __slots__ = ("what", "is_ours", "rewrite_ours", "others_with_force")
     what: str  # for messages: "heapscope profile", "export", ...
-    is_ours: Callable[[Path], bool] = _never  # an existing file of this kind
-    rewrite_ours: bool = False  # replace our own earlier output without --force (pages)
-    others_with_force: bool = False  # replace any other regular file (never a profile) with --force
+    is_ours: Callable[[Path], bool]  # an existing file of this kind
+    rewrite_ours: bool  # replace our own earlier output without --force (pages)
+    others_with_force: bool  # replace any other regular file (never a profile) with --force
+
+    def __init__(self, what: str, is_ours: Callable[[Path], bool] = _never, rewrite_ours: bool = False,
+                 others_with_force: bool = False) -> None:
+        set_field = object.__setattr__
+        set_field(self, "what", what)
+        set_field(self, "is_ours", is_ours)
+        set_field(self, "rewrite_ours", rewrite_ours)
+        set_field(self, "others_with_force", others_with_force)
 
 
 PROFILE = OutputKind("heapscope profile", is_profile)
@@ -138,6 +148,8 @@ def atomic_output(path: Path, force: bool, kind: OutputKind) -> Iterator[BinaryI
     renamed over it at the end (rename replaces a link itself, never its target).
     """
     check_replaceable(path, force, kind)
+    import tempfile  # here: `record` writes no file through this (issue 13)
+
     directory = path.parent if str(path.parent) else Path(".")
     try:
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")

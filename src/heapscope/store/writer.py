@@ -15,10 +15,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import shutil
 import sqlite3
 import stat
-import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -286,6 +284,8 @@ def symbolize_in_place(path: Path) -> Iterator[SymbolWriter]:
         st = os.fstat(src)
         if not stat.S_ISREG(st.st_mode):
             raise OutputError(f"{path}: cannot symbolize in place: not a regular file")
+        import tempfile  # here, with shutil below: `record` never symbolizes in place (issue 13)
+
         directory = path.parent if str(path.parent) else Path(".")
         try:
             fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
@@ -296,6 +296,8 @@ def symbolize_in_place(path: Path) -> Iterator[SymbolWriter]:
         raise
     tmp = Path(tmp_name)
     try:
+        import shutil
+
         with os.fdopen(src, "rb") as fin, os.fdopen(fd, "wb") as fout:
             shutil.copyfileobj(fin, fout)
             os.fchmod(fout.fileno(), stat.S_IMODE(st.st_mode) & 0o666)

@@ -35,13 +35,16 @@ import errno
 import os
 import re
 import stat
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
 
+from heapscope.slots import Slots
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
 if TYPE_CHECKING:  # imported where used: `record` creates a cache before its target connects
+    from typing import Any
+
     from heapscope.symbolize.llvm import SourceFrame
-    from heapscope.symbolize.locate import Located, LocateStatus
+    from heapscope.symbolize.locate import Located
 
 ENV_VAR = "HEAPSCOPE_SYMBOL_CACHE"
 FORMAT = 1
@@ -55,17 +58,27 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 Answer = tuple[tuple["SourceFrame", ...], str | None]
 
 
-@dataclass(slots=True)
-class Entry:
+class Entry(Slots):
     """What is known about one module: how it was located and the answers for its addresses."""
 
+    __slots__ = ("path", "build_id", "context", "files", "located", "answers", "changed")
     path: str
     build_id: str
     context: str
     files: list[tuple[str, list[int] | None]]  # consulted file -> its identity when written (None: missing)
     located: Located
-    answers: dict[int, Answer] = field(default_factory=dict)  # rel_pc -> answer
-    changed: bool = False  # answers added since it was read
+    answers: dict[int, Answer]  # rel_pc -> answer
+    changed: bool  # answers added since it was read
+
+    def __init__(self, path: str, build_id: str, context: str, files: list[tuple[str, list[int] | None]],
+                 located: Located, answers: dict[int, Answer] | None = None, changed: bool = False) -> None:
+        self.path = path
+        self.build_id = build_id
+        self.context = context
+        self.files = files
+        self.located = located
+        self.answers = {} if answers is None else answers
+        self.changed = changed
 
 
 def file_identity(path: str) -> list[int] | None:
@@ -329,7 +342,7 @@ def _decode(raw: bytes) -> Entry:
     loc = d["located"]
     if not isinstance(loc, dict) or loc["status"] not in _STATUSES:
         raise ValueError("bad located")
-    located = Located(cast("LocateStatus", loc["status"]), _str(loc["debug_file"]),
+    located = Located(loc["status"], _str(loc["debug_file"]),
                       [_str(x) for x in _list(loc["matched"])], [_str(x) for x in _list(loc["symbol_files"])],
                       [(_str(a), _str(b)) for a, b in map(_list, _list(loc["mismatches"]))])
     answers: dict[int, Answer] = {}

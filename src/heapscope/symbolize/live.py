@@ -16,10 +16,10 @@ machinery before the target has connected.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 from heapscope.symbolize.cache import SymbolCache, default_dir
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
 if TYPE_CHECKING:
     from heapscope.store.writer import ProfileWriter
     from heapscope.symbolize.llvm import WarmSymbolizer

@@ -73,3 +73,23 @@ def test_an_unknown_command_names_every_command() -> None:
     assert "invalid choice: 'recrod'" in done.stderr
     for cmd in commands():
         assert f"'{cmd.NAME}'" in done.stderr
+
+
+def test_record_start_up_path_skips_the_heavy_stdlib_modules() -> None:
+    """Modules that cost `record` milliseconds of CPU to import and that it does not need before
+    its target starts (benchmarks/RESULTS.md, issue 13): a @dataclass or a `typing` import on the
+    path brings them back."""
+    probe = """
+import json, sys
+from heapscope.cli import _load, quickparse
+args = quickparse.parse(["record", "-q", "-o", "x.db", "--", "true"], _load)
+assert args is not None
+print(json.dumps(sorted(sys.modules)))
+"""
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                         check=True).stdout
+    loaded = set(json.loads(out.splitlines()[-1]))
+    assert "heapscope.recording" in loaded
+    heavy = {"dataclasses", "inspect", "ast", "typing", "argparse", "gettext", "tempfile", "random", "shutil",
+             "bz2", "lzma", "ctypes", "importlib.resources", "secrets", "hashlib"}
+    assert loaded & heavy == set()
