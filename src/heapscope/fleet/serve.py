@@ -23,11 +23,18 @@ HeapscopeError (answered 503 with its line); anything else is a 500.
 The server binds loopback addresses only unless `allow_remote=True`: a heap
 profile shows a program's code paths and memory use, and anyone who can reach
 the port can read them.
+
+Its thread waits on the listening socket and a wake-up socket together, so
+`close()` returns at once: socketserver's serve_forever() looks for a
+shutdown request only between waits of `poll_interval`, which would add up
+to that long to the end of every `record --serve`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
+import selectors
 import socket
 import threading
 from collections.abc import Callable
@@ -96,9 +103,13 @@ class PprofServer:
         except OSError as e:
             raise UsageError(f"--serve {host}:{port}: cannot listen: {e.strerror or e}") from e
         self._server.daemon_threads = True
+        # handle_request() is called when a connection waits; it must never wait itself (a client
+        # that gave up between the wake-up and accept() would hold the thread).
+        self._server.timeout = 0
+        self._server.socket.setblocking(False)
         self.host, self.port = str(self._server.server_address[0]), int(self._server.server_address[1])
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
-                                        name="heapscope-pprof-server", daemon=True)
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._thread = threading.Thread(target=self._serve, name="heapscope-pprof-server", daemon=True)
         self._thread.start()
 
     @property
@@ -113,10 +124,26 @@ class PprofServer:
             else:
                 self.errors += 1
 
+    def _serve(self) -> None:
+        """Accept connections (each answered on its own thread) until close() writes to the wake-up socket."""
+        with selectors.DefaultSelector() as sel:
+            sel.register(self._server.socket, selectors.EVENT_READ)
+            sel.register(self._wake_r, selectors.EVENT_READ)
+            while True:
+                ready = sel.select()
+                if any(key.fileobj is self._wake_r for key, _ in ready):
+                    return
+                self._server.handle_request()
+
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        """Stop accepting; returns at once (requests being answered finish on their own threads)."""
+        if self._wake_w.fileno() >= 0:
+            with contextlib.suppress(OSError):
+                self._wake_w.send(b"\0")
         self._thread.join(timeout=5)
+        self._server.server_close()
+        self._wake_r.close()
+        self._wake_w.close()
 
     def __enter__(self) -> PprofServer:
         return self
