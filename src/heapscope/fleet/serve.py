@@ -36,6 +36,7 @@ import contextlib
 import ipaddress
 import selectors
 import socket
+import socketserver
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -97,7 +98,7 @@ class PprofServer:
         self.errors = 0  # answered with an error status
         self._lock = threading.Lock()
         handler = _handler_class(self, request_timeout)
-        server_class = _V6Server if ":" in host else ThreadingHTTPServer
+        server_class = _V6Server if ":" in host else _Server
         try:
             self._server = server_class((host, port), handler)
         except OSError as e:
@@ -152,7 +153,15 @@ class PprofServer:
         self.close()
 
 
-class _V6Server(ThreadingHTTPServer):
+class _Server(ThreadingHTTPServer):
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind() also asks socket.getfqdn() for a server name nothing here uses:
+        # a reverse DNS lookup, before the target starts, as long as the resolver takes.
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = str(self.server_address[0]), int(self.server_address[1])
+
+
+class _V6Server(_Server):
     address_family = socket.AF_INET6
 
 
