@@ -21,6 +21,15 @@ round runs the three in a rotated order) and medians reported with the
 spread and the machine's load average, since the machine may be shared; also
 the bytes of each pushed pprof and the ClickHouse rows/s of the last plain
 recording. benchmarks/run.py runs this as its `fleet` section.
+
+The scraper is what Prometheus or Parca is: one long-lived client in another
+process (here a thread of this one, which is not part of the measured
+recording), one GET a second. CPU is split between heapscope's own process
+and its children (the target): read from /proc when the recording has exited
+but is not yet reaped (waitid WNOWAIT), so that what a scrape costs heapscope
+(its added CPU over the scrapes it answered) is seen apart from the noise of
+the target's CPU; and the time the target waited for ring space
+(client_blocked_us), which is where a stalled producer would show.
 """
 
 from __future__ import annotations
@@ -142,15 +151,18 @@ def push_times(db: Path, url_kind: str, tmp: Path, count: int = 10) -> list[floa
     return times
 
 
-def scrape_times(db: Path, count: int = 5) -> list[float]:
-    times = []
+def scrape_times(db: Path, count: int = 5) -> tuple[list[float], list[float]]:
+    """(wall, CPU) seconds per /debug/pprof/heap answer; the server runs in this process, so
+    process_time() around a request is what answering it cost (and the client's small part)."""
+    times, cpus = [], []
     with PprofServer(lambda: Snapshot(db), "127.0.0.1:0") as s:
         for _ in range(count):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             with urllib.request.urlopen(s.url + "heap", timeout=120) as r:
                 r.read()
             times.append(time.perf_counter() - t0)
-    return times
+            cpus.append(time.process_time() - c0)
+    return times, cpus
 
 
 CONFIGS = ["plain", "serve + scrape 1/s", "push every 10 s"]
@@ -164,6 +176,8 @@ class Overhead:
     rounds: int
     walls: dict[str, list[float]]
     cpus: dict[str, list[float]]
+    own_cpus: dict[str, list[float]]  # heapscope's process alone
+    blocked_ms: dict[str, list[float]]  # client_blocked_us of the recording, in ms
     scrapes: list[int]
     pushes: list[int]
     push_bytes: list[int]  # the pprof of each push received, as sent
@@ -181,23 +195,50 @@ class Overhead:
 
     def table(self) -> list[str]:
         plain, plain_cpu = statistics.median(self.walls["plain"]), statistics.median(self.cpus["plain"])
+        plain_own = statistics.median(self.own_cpus["plain"])
         lines = [f"alloc_bench 1 thread, {self.ops:,} ops; {self.rounds} interleaved rounds; load average (1 min) "
                  f"{min(self.loads):.1f}-{max(self.loads):.1f} on {os.cpu_count()} cores", "",
-                 "| recording | median wall s | min-max s | added wall (median) | median CPU s (all) | added CPU |",
-                 "|---|---|---|---|---|---|"]
+                 "| recording | median wall s | min-max s | added wall (median) | median CPU s (all) | added CPU |"
+                 " heapscope's own CPU s (median) | added | target waited for ring space ms (max) |",
+                 "|---|---|---|---|---|---|---|---|---|"]
         for c in CONFIGS:
-            w, u = self.walls[c], self.cpus[c]
+            w, u, own = self.walls[c], self.cpus[c], self.own_cpus[c]
             added = "" if c == "plain" else f"{(statistics.median(w) / plain - 1) * 100:+.1f}%"
             added_cpu = "" if c == "plain" else f"{statistics.median(u) - plain_cpu:+.2f} s"
+            added_own = "" if c == "plain" else f"{statistics.median(own) - plain_own:+.3f} s"
             lines.append(f"| {c} | {statistics.median(w):.2f} | {min(w):.2f}-{max(w):.2f} | {added} | "
-                         f"{statistics.median(u):.2f} | {added_cpu} |")
+                         f"{statistics.median(u):.2f} | {added_cpu} | {statistics.median(own):.3f} | {added_own} | "
+                         f"{max(self.blocked_ms[c]):.1f} |")
         size = f"{statistics.median(self.push_bytes):,.0f} B median" if self.push_bytes else "n/a"
+        per_scrape = ""
+        if self.scrapes and statistics.median(self.scrapes) > 0:
+            extra = statistics.median(self.own_cpus["serve + scrape 1/s"]) - plain_own
+            per_scrape = f" heapscope's added CPU per scrape: {extra / statistics.median(self.scrapes) * 1000:.1f} ms."
         lines += ["", f"Scrapes answered per run: {self.scrapes}; profiles pushed per run: {self.pushes}; "
-                  f"pprof per pushed profile: {size}."]
+                  f"pprof per pushed profile: {size}.{per_scrape}"]
         return lines
 
 
+def own_cpu(pid: int) -> float:
+    """CPU seconds of process `pid` itself (all its threads, not its children), from /proc/PID/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime (proc(5))
+
+
+def blocked_ms(db: Path) -> float:
+    """client_blocked_us of every process of the profile, in ms."""
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        (us,) = con.execute("SELECT COALESCE(SUM(value), 0) FROM stats WHERE name = 'client_blocked_us'").fetchone()
+    finally:
+        con.close()
+    return int(us) / 1000
+
+
 def overhead(rounds: int, ops: int, heapscope: list[str] | None = None) -> Overhead:
+    import http.client
     import subprocess
     import threading
 
@@ -211,8 +252,8 @@ def overhead(rounds: int, ops: int, heapscope: list[str] | None = None) -> Overh
         pyroscope = PyroscopeServer()
         base = [*(heapscope or [sys.executable, "-m", "heapscope"]), "record", "-q", "--force", "-c", "10000"]
         target = ["--", str(exe), "1", str(ops)]
-        res = Overhead(ops, rounds, {c: [] for c in CONFIGS}, {c: [] for c in CONFIGS}, [], [], [],
-                       [os.getloadavg()[0]], None)
+        res = Overhead(ops, rounds, {c: [] for c in CONFIGS}, {c: [] for c in CONFIGS},
+                       {c: [] for c in CONFIGS}, {c: [] for c in CONFIGS}, [], [], [], [os.getloadavg()[0]], None)
         try:
             for r in range(rounds):
                 order = CONFIGS[r % 3:] + CONFIGS[:r % 3]
@@ -228,14 +269,16 @@ def overhead(rounds: int, ops: int, heapscope: list[str] | None = None) -> Overh
                         done = [0]
 
                         def scrape(port: int = port, done: list[int] = done, stop: threading.Event = stop) -> None:
+                            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
                             while not stop.wait(1.0):
                                 try:
-                                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/debug/pprof/heap",
-                                                                timeout=30) as resp:
+                                    conn.request("GET", "/debug/pprof/heap")
+                                    with conn.getresponse() as resp:
                                         resp.read()
-                                    done[0] += 1
-                                except OSError:
-                                    pass  # not listening yet, or the recording just ended
+                                    done[0] += 1 if resp.status == 200 else 0
+                                except (OSError, http.client.HTTPException):
+                                    conn.close()  # not listening yet, or the recording just ended
+                            conn.close()
                         scraper = threading.Thread(target=scrape, daemon=True)
                     elif config.startswith("push"):
                         argv += ["--push", pyroscope.url, "--label", "service=bench"]
@@ -243,10 +286,15 @@ def overhead(rounds: int, ops: int, heapscope: list[str] | None = None) -> Overh
                     proc = subprocess.Popen([*argv, *target], stdout=subprocess.DEVNULL)
                     if scraper is not None:
                         scraper.start()
+                    os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped: /proc is there
+                    wall = time.perf_counter() - t0
+                    own = own_cpu(proc.pid)
                     _, status, usage = os.wait4(proc.pid, 0)
                     proc.returncode = os.waitstatus_to_exitcode(status)
-                    res.walls[config].append(time.perf_counter() - t0)
+                    res.walls[config].append(wall)
                     res.cpus[config].append(usage.ru_utime + usage.ru_stime)
+                    res.own_cpus[config].append(own)
+                    res.blocked_ms[config].append(blocked_ms(db))
                     stop.set()
                     if scraper is not None:
                         scraper.join()
@@ -285,8 +333,8 @@ def main() -> None:
         if args.real:
             profiles["sampled (real, -c 20)"] = record_real(tmp)
         print("| profile | ClickHouse rows | rows/s built | rows/s built + inserted (chDB) | pprof bytes/dump"
-              " (median) | push Pyroscope ms | push Parca ms | /debug/pprof/heap ms |")
-        print("|---|---|---|---|---|---|---|---|")
+              " (median) | push Pyroscope ms | push Parca ms | /debug/pprof/heap ms | its CPU ms |")
+        print("|---|---|---|---|---|---|---|---|---|")
         for name, db in profiles.items():
             sub = tmp / name.split()[0]
             sub.mkdir()
@@ -294,9 +342,10 @@ def main() -> None:
             sizes = pprof_sizes(db)
             pyro = statistics.median(push_times(db, "pyroscope", sub)) * 1000
             parca = statistics.median(push_times(db, "parca", sub)) * 1000
-            scrape = statistics.median(scrape_times(db)) * 1000
+            walls, cpus = scrape_times(db)
+            scrape, scrape_cpu = statistics.median(walls) * 1000, statistics.median(cpus) * 1000
             print(f"| {name} | {n:,} | {n / build_s:,.0f} | {n / total_s:,.0f} | {statistics.median(sizes):,.0f}"
-                  f" | {pyro:.1f} | {parca:.1f} | {scrape:.1f} |")
+                  f" | {pyro:.1f} | {parca:.1f} | {scrape:.1f} | {scrape_cpu:.1f} |")
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ itself from the mapping's file and build id (`pprof -symbolize=local`).
 from __future__ import annotations
 
 import gzip
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import BinaryIO
 
 from heapscope.estimate import desampled_map
@@ -71,9 +71,16 @@ class _Writer:
 
 
 def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | None = None,
-           dump: str | int | None = None, heaps: Sequence[str] | None = None) -> None:
+           dump: str | int | None = None, heaps: Sequence[str] | None = None,
+           labels: Callable[[Process], Sequence[tuple[str, int | str]]] | None = None,
+           trailer: bytes = b"") -> int:
     """With `heaps` (--heap all), each of those heaps in turn (store.select.select_heap), its
-    samples labelled `heap`; else the heap the profile shows now (default: the default heap)."""
+    samples labelled `heap`; else the heap the profile shows now (default: the default heap).
+
+    For a profile that leaves its host (heapscope.fleet.pprof_source): `labels(process)` gives
+    further labels of every sample of that process (an int is a numeric label; `pid` is not
+    written twice) and `trailer` is appended to the encoded Profile (top-level fields).
+    Returns the number of samples written."""
     check_view(view)
     processes = select_processes(profile, pid)
     labelled = len(heap_names(profile)) > 1  # several heaps: every sample says its heap
@@ -141,6 +148,7 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
     several = len(processes) > 1
     pid_key = w.s("pid") if several else 0
     heap_key = 0
+    samples = 0
     for p, st, name in chosen:
         label = pb.blob(3, pb.uint(1, pid_key) + pb.uint(3, p.info.pid)) if several else b""
         # Custom heaps (issue 16): a `heap` label with the heap's name, on every sample of a
@@ -148,6 +156,10 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
         if name and (labelled or name != HEAP_NAME):
             heap_key = heap_key or w.s("heap")
             label += pb.blob(3, pb.uint(1, heap_key) + pb.uint(2, w.s(name)))
+        for key, value in labels(p) if labels is not None else ():
+            if key != "pid" or not several:
+                label += pb.blob(3, pb.uint(1, w.s(key)) + (pb.uint(3, value) if isinstance(value, int)
+                                                             else pb.uint(2, w.s(value))))
         values = desampled_map(st.values, st.interval)
         for cs, v in values.items():
             if not (v.alloc_objects or v.alloc_space or v.objects or v.space):
@@ -155,8 +167,11 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
             locs = [location_id(f) for f in reversed(frames.path(CallsiteId(cs)))]  # leaf first
             w.field(_SAMPLE, pb.packed(1, locs)
                     + pb.packed(2, (v.alloc_objects, v.alloc_space, v.objects, v.space)) + label)
+            samples += 1
+    sink.write(trailer)
     sink.flush()
     gz.close()
+    return samples
 
 
 def _write_mappings(profile: Profile, w: _Writer, exes: set[str]) -> dict[int, tuple[int, int]]:

@@ -25,8 +25,8 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up
 if TYPE_CHECKING:  # imported where used: `record` without --serve/--push never loads http or ssl
     import argparse
 
-    from heapscope.fleet.push import PushItem
-    from heapscope.fleet.serve import Snapshot
+    from heapscope.fleet.push import Pusher, PushItem
+    from heapscope.fleet.serve import PprofServer, Snapshot
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -48,22 +48,29 @@ class Live:
     def __init__(self, snapshot: Callable[[], Snapshot], serve: str | None = None, *,
                  allow_remote: bool = False, push: Sequence[str] = (), labels: dict[str, str] | None = None,
                  queue_size: int = 16) -> None:
-        from heapscope.fleet.push import Pusher, parse_target
-        from heapscope.fleet.serve import PprofServer
+        self.pushers: list[Pusher] = []
+        if push:  # imported only when used: it is read before the target starts (http.client, ssl, grpc)
+            from heapscope.fleet.push import Pusher, parse_target
 
-        targets = [parse_target(u) for u in push]  # every URL checked before anything starts
-        labels = {"host": socket.gethostname(), **(labels or {})}
-        self.server = PprofServer(snapshot, serve, allow_remote=allow_remote) if serve else None
-        self.pushers = [Pusher(t, labels, queue_size=queue_size) for t in targets]
+            targets = [parse_target(u) for u in push]  # every URL checked before anything starts
+            labels = {"host": socket.gethostname(), **(labels or {})}
+            self.pushers = [Pusher(t, labels, queue_size=queue_size) for t in targets]
+        self.server: PprofServer | None = None
+        if serve:
+            from heapscope.fleet.serve import PprofServer
+
+            self.server = PprofServer(snapshot, serve, allow_remote=allow_remote)
         self._pushed: dict[int, int] = {}  # pid -> number of its dumps already queued
         self._lock = threading.Lock()
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, snapshot: Callable[[], Snapshot]) -> Live:
-        from heapscope.fleet.push import parse_labels
+        labels: dict[str, str] = {}
+        if args.label:
+            from heapscope.fleet.push import parse_labels
 
-        return cls(snapshot, args.serve, allow_remote=args.serve_remote, push=args.push,
-                   labels=parse_labels(args.label))
+            labels = parse_labels(args.label)
+        return cls(snapshot, args.serve, allow_remote=args.serve_remote, push=args.push, labels=labels)
 
     def dumped(self, path: Path) -> None:
         """A dump was committed to `path`: queue each process's new dumps on every pusher."""

@@ -12,28 +12,26 @@ adds what a profile that leaves its host needs and a file export does not:
   clock time (the dump's time, and its window since the previous dump):
   Parca files a raw profile under its time_nanos.
 
-It works on the encoded message: a Profile is a sequence of top-level fields,
-and protobuf appends repeated fields met later, so extra string_table entries
-and sample labels can be added without re-encoding the rest
-(https://protobuf.dev/programming-guides/encoding/#optional).
+Both are written by the export itself (its `labels` and `trailer`), in one
+pass: a scrape of a live recording builds one of these a second, so the
+profile is encoded and compressed once, not decoded and re-encoded after.
+The time fields are top-level fields appended after the rest, which protobuf
+allows in any order (https://protobuf.dev/programming-guides/encoding/#order).
 """
 
 from __future__ import annotations
 
-import gzip
 import io
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from heapscope.export import _proto as pb
 from heapscope.export import pprof
 from heapscope.export._common import pick_dump, process_label, select_processes
-from heapscope.store.reader import Profile
+from heapscope.store.reader import Process, Profile
 
 # google/pprof proto/profile.proto
-_SAMPLE, _STRING, _TIME_NANOS, _DURATION_NANOS = 2, 6, 9, 10
-_SAMPLE_LABEL = 3
-_LABEL_KEY, _LABEL_STR, _LABEL_NUM = 1, 2, 3
+_TIME_NANOS, _DURATION_NANOS = 9, 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,27 +72,26 @@ def wall_clock(profile: Profile) -> Callable[[int], int]:
 
 
 def build(profile: Profile, *, view: str = "space", pid: int | None = None, dump: int | None = None) -> PprofDump:
-    """Dump `dump` (1 = first, -1/None = last) of every process, or of `pid`, as gzip pprof."""
+    """Dump `dump` (1 = first, -1/None = last) of every process, or of `pid`, as gzip pprof.
+
+    One pass of heapscope.export.pprof: the labels and the time fields are written with the rest."""
     processes = select_processes(profile, pid)
     chosen = []
     for p in processes:
         d = pick_dump(profile.dumps(p.info.upid), dump, process_label(p))
         if d is not None:
             chosen.append((p, d))
-    buf = io.BytesIO()
-    pprof.export(profile, buf, view=view, pid=pid, dump=dump)
-    raw = gzip.decompress(buf.getvalue())
     to_unix = wall_clock(profile)
     start = min((d.ts for _, d in chosen), default=0)
     end = max((d.ts_end for _, d in chosen), default=0)
-    exe_of = {p.info.pid: p.info.exe or p.info.name for p, _ in chosen}
-    only_pid = chosen[0][0].info.pid if len(processes) == 1 and chosen else None
-    body, samples = _add_labels(raw, exe_of, only_pid)
+    trailer = b""
     if chosen and profile.metadata().get("started_unix_ns"):
-        body += pb.uint(_TIME_NANOS, to_unix(end))  # when the snapshot was taken, as Go sets it
-        body += pb.uint(_DURATION_NANOS, max(0, end - start))
+        trailer = (pb.uint(_TIME_NANOS, to_unix(end))  # when the snapshot was taken, as Go sets it
+                   + pb.uint(_DURATION_NANOS, max(0, end - start)))
+    buf = io.BytesIO()
+    samples = pprof.export(profile, buf, view=view, pid=pid, dump=dump, labels=_labels, trailer=trailer)
     return PprofDump(
-        data=gzip.compress(body, compresslevel=6, mtime=0),
+        data=buf.getvalue(),
         pids=tuple(p.info.pid for p, _ in chosen),
         executables=tuple(p.info.exe for p, _ in chosen),
         start_unix_ns=to_unix(start) if chosen else 0,
@@ -103,82 +100,7 @@ def build(profile: Profile, *, view: str = "space", pid: int | None = None, dump
     )
 
 
-def _add_labels(raw: bytes, exe_of: dict[int, str], only_pid: int | None) -> tuple[bytes, int]:
-    """`raw` with pid and executable labels on every sample; (new message, sample count)."""
-    strings: list[bytes] = []
-    for field, _start, _end, value in _fields(raw):
-        if field == _STRING and isinstance(value, bytes):
-            strings.append(value)
-    index = {s: i for i, s in reversed(list(enumerate(strings)))}
-    extra: list[bytes] = []
-
-    def sid(text: str) -> int:
-        b = text.encode("utf-8", "surrogateescape")
-        i = index.get(b)
-        if i is None:
-            i = len(strings) + len(extra)
-            index[b] = i
-            extra.append(b)
-        return i
-
-    pid_key, exe_key = sid("pid"), sid("executable")
-    out = bytearray()
-    samples = 0
-    for field, start, end, value in _fields(raw):
-        if field != _SAMPLE or not isinstance(value, bytes):
-            out += raw[start:end]
-            continue
-        samples += 1
-        pid = only_pid
-        has_pid = False
-        for f, _s, _e, v in _fields(value):
-            if f == _SAMPLE_LABEL and isinstance(v, bytes):
-                label = {lf: lv for lf, _ls, _le, lv in _fields(v)}
-                if label.get(_LABEL_KEY) == pid_key and isinstance(label.get(_LABEL_NUM), int):
-                    pid = int(label[_LABEL_NUM])
-                    has_pid = True
-        labels = b""
-        if pid is not None:
-            if not has_pid:
-                labels += pb.blob(_SAMPLE_LABEL, pb.uint(_LABEL_KEY, pid_key) + pb.uint(_LABEL_NUM, pid))
-            exe = exe_of.get(pid, "")
-            if exe:
-                labels += pb.blob(_SAMPLE_LABEL, pb.uint(_LABEL_KEY, exe_key) + pb.uint(_LABEL_STR, sid(exe)))
-        out += pb.blob(_SAMPLE, value + labels)
-    for s in extra:
-        out += pb.blob(_STRING, s)
-    return bytes(out), samples
-
-
-def _fields(buf: bytes) -> Iterator[tuple[int, int, int, int | bytes]]:
-    """(field number, start, end, value) of each field of one message: ints for varints, bytes for blobs."""
-    i, n = 0, len(buf)
-    while i < n:
-        start = i
-        key, i = _varint(buf, i)
-        wire = key & 7
-        value: int | bytes
-        if wire == 0:
-            value, i = _varint(buf, i)
-        elif wire == 2:
-            size, i = _varint(buf, i)
-            value = buf[i:i + size]
-            i += size
-        elif wire == 1:
-            value, i = int.from_bytes(buf[i:i + 8], "little"), i + 8
-        elif wire == 5:
-            value, i = int.from_bytes(buf[i:i + 4], "little"), i + 4
-        else:
-            raise ValueError(f"unexpected protobuf wire type {wire}")
-        yield key >> 3, start, i, value
-
-
-def _varint(buf: bytes, i: int) -> tuple[int, int]:
-    shift = n = 0
-    while True:
-        b = buf[i]
-        i += 1
-        n |= (b & 0x7F) << shift
-        if b < 0x80:
-            return n, i
-        shift += 7
+def _labels(p: Process) -> list[tuple[str, int | str]]:
+    """The labels of every sample of `p`: its pid, and its executable when known."""
+    exe = p.info.exe or p.info.name
+    return [("pid", p.info.pid), ("executable", exe)] if exe else [("pid", p.info.pid)]

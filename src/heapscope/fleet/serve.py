@@ -23,12 +23,20 @@ HeapscopeError (answered 503 with its line); anything else is a 500.
 The server binds loopback addresses only unless `allow_remote=True`: a heap
 profile shows a program's code paths and memory use, and anyone who can reach
 the port can read them.
+
+Its thread waits on the listening socket and a wake-up socket together, so
+`close()` returns at once: socketserver's serve_forever() looks for a
+shutdown request only between waits of `poll_interval`, which would add up
+to that long to the end of every `record --serve`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
+import selectors
 import socket
+import socketserver
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -90,15 +98,19 @@ class PprofServer:
         self.errors = 0  # answered with an error status
         self._lock = threading.Lock()
         handler = _handler_class(self, request_timeout)
-        server_class = _V6Server if ":" in host else ThreadingHTTPServer
+        server_class = _V6Server if ":" in host else _Server
         try:
             self._server = server_class((host, port), handler)
         except OSError as e:
             raise UsageError(f"--serve {host}:{port}: cannot listen: {e.strerror or e}") from e
         self._server.daemon_threads = True
+        # handle_request() is called when a connection waits; it must never wait itself (a client
+        # that gave up between the wake-up and accept() would hold the thread).
+        self._server.timeout = 0
+        self._server.socket.setblocking(False)
         self.host, self.port = str(self._server.server_address[0]), int(self._server.server_address[1])
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
-                                        name="heapscope-pprof-server", daemon=True)
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._thread = threading.Thread(target=self._serve, name="heapscope-pprof-server", daemon=True)
         self._thread.start()
 
     @property
@@ -113,10 +125,26 @@ class PprofServer:
             else:
                 self.errors += 1
 
+    def _serve(self) -> None:
+        """Accept connections (each answered on its own thread) until close() writes to the wake-up socket."""
+        with selectors.DefaultSelector() as sel:
+            sel.register(self._server.socket, selectors.EVENT_READ)
+            sel.register(self._wake_r, selectors.EVENT_READ)
+            while True:
+                ready = sel.select()
+                if any(key.fileobj is self._wake_r for key, _ in ready):
+                    return
+                self._server.handle_request()
+
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        """Stop accepting; returns at once (requests being answered finish on their own threads)."""
+        if self._wake_w.fileno() >= 0:
+            with contextlib.suppress(OSError):
+                self._wake_w.send(b"\0")
         self._thread.join(timeout=5)
+        self._server.server_close()
+        self._wake_r.close()
+        self._wake_w.close()
 
     def __enter__(self) -> PprofServer:
         return self
@@ -125,7 +153,15 @@ class PprofServer:
         self.close()
 
 
-class _V6Server(ThreadingHTTPServer):
+class _Server(ThreadingHTTPServer):
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind() also asks socket.getfqdn() for a server name nothing here uses:
+        # a reverse DNS lookup, before the target starts, as long as the resolver takes.
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = str(self.server_address[0]), int(self.server_address[1])
+
+
+class _V6Server(_Server):
     address_family = socket.AF_INET6
 
 

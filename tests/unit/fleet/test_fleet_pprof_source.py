@@ -46,7 +46,7 @@ def test_every_sample_has_pid_and_executable(known_profile):
     by_pid: dict[int, int] = {}
     for values, labels in samples:
         lab = _labels(strings, labels)
-        assert set(lab) == {"pid", "executable"}
+        assert set(lab) == {"pid", "executable"} and len(labels) == 2  # each once (the export labels pid too)
         assert lab["executable"] == {100: "/usr/bin/prog", 200: "/usr/bin/child"}[lab["pid"]]
         by_pid[lab["pid"]] = by_pid.get(lab["pid"], 0) + values[3]  # inuse_space
     assert by_pid == {100: 434, 200: 4096}

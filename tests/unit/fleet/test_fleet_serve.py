@@ -113,3 +113,30 @@ def test_go_tool_pprof_over_http(server, tmp_path):
     assert raw_totals(raw)["inuse_space"] == 434 + 4096
     top = go_pprof(["-top", server.url + "allocs?pid=100"], tmp_path)
     assert "Type: alloc_space" in top and "malloc" in top
+
+
+@pytest.mark.timeout(60)
+def test_close_leaves_requests_in_flight_to_finish(known_profile):
+    """close() stops accepting at once (it does not wait for a scrape being answered, nor for a poll
+    interval), may be called twice (a recording's end does), and frees the port."""
+    import threading
+
+    entered, release = threading.Event(), threading.Event()
+
+    def slow() -> Snapshot:
+        entered.set()
+        assert release.wait(30)
+        return Snapshot(known_profile)
+
+    s = PprofServer(slow, "127.0.0.1:0")
+    answer: list[tuple[int, bytes, str]] = []
+    client = threading.Thread(target=lambda: answer.append(get(s.url + "heap")))
+    client.start()
+    assert entered.wait(30)
+    s.close()
+    s.close()
+    release.set()
+    client.join(30)
+    assert answer and answer[0][0] == 200 and answer[0][1][:2] == b"\x1f\x8b"
+    with PprofServer(lambda: Snapshot(known_profile), f"127.0.0.1:{s.port}") as again:
+        assert get(again.url + "heap")[0] == 200
