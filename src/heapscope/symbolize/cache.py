@@ -66,6 +66,31 @@ class Entry:
     located: Located
     answers: dict[int, Answer] = field(default_factory=dict)  # rel_pc -> answer
     changed: bool = False  # answers added since it was read
+    # A module without DWARF (located.status != "found"): every address's answer is its
+    # symbol-table function, so one answer holds for the function's whole address range.
+    ranges: dict[int, tuple[int, str]] = field(default_factory=dict)  # start -> (end, name), [start, end)
+    package: str | None = None  # the Debian package of `path` ("" none), None when not asked
+    _starts: list[int] | None = field(default=None, repr=False, compare=False)  # sorted ranges, built on use
+
+    def range_name(self, pc: int) -> str | None:
+        """The symbol-table name whose recorded range holds `pc`, None when none does."""
+        if not self.ranges:
+            return None
+        if self._starts is None:
+            self._starts = sorted(self.ranges)
+        from bisect import bisect_right
+
+        i = bisect_right(self._starts, pc) - 1
+        if i < 0:
+            return None
+        end, name = self.ranges[self._starts[i]]
+        return name if pc < end else None
+
+    def add_range(self, start: int, end: int, name: str) -> None:
+        if start not in self.ranges and len(self.ranges) < MAX_FRAMES:
+            self.ranges[start] = (end, name)
+            self._starts = None
+            self.changed = True
 
 
 def file_identity(path: str) -> list[int] | None:
@@ -288,6 +313,8 @@ def _encode(entry: Entry) -> dict[str, Any]:
                     "symbol_files": loc.symbol_files, "mismatches": [list(m) for m in loc.mismatches]},
         "answers": {format(pc, "x"): [[[f.function, f.file, f.line] for f in chain], name]
                     for pc, (chain, name) in entry.answers.items()},
+        "ranges": [[start, end, name] for start, (end, name) in entry.ranges.items()],
+        "package": entry.package,
     }
 
 
@@ -341,4 +368,12 @@ def _decode(raw: bytes) -> Entry:
         answers[int(_str(key), 16)] = (
             tuple(SourceFrame(_str(fn), _str(fl), _int(ln)) for fn, fl, ln in map(_list, _list(chain))),
             None if name is None else _str(name))
-    return Entry(_str(d["path"]), _str(d["build_id"]), _str(d["context"]), files, located, answers)
+    ranges: dict[int, tuple[int, str]] = {}
+    for item in _list(d.get("ranges", [])):  # absent in entries written before ranges were kept
+        start, end, name = _list(item)
+        if not _int(start) < _int(end):
+            raise ValueError("empty range")
+        ranges[_int(start)] = (_int(end), _str(name))
+    package = d.get("package")
+    return Entry(_str(d["path"]), _str(d["build_id"]), _str(d["context"]), files, located, answers, ranges=ranges,
+                 package=None if package is None else _str(package))

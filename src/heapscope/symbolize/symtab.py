@@ -73,6 +73,18 @@ class ElfSymbols:
     def __len__(self) -> int:
         return len(self.starts)
 
+    def lookup_range(self, addr: int) -> tuple[str, int, int] | None:
+        """lookup(addr), and the range [start, end) around `addr` where lookup gives that
+        same symbol: its own range, cut at the next symbol's start. None when no symbol
+        contains `addr`, or when the answer came from an enclosing symbol (nested symbols:
+        no one range holds)."""
+        i = bisect_right(self.starts, addr) - 1
+        if i < 0 or addr >= self.ends[i]:
+            return None
+        name = self.lookup(addr)
+        end = min(self.ends[i], self.starts[i + 1]) if i + 1 < len(self.starts) else self.ends[i]
+        return (name, self.starts[i], end) if name is not None else None
+
     def lookup(self, addr: int) -> str | None:
         """The demangled name of the function containing `addr`, None when none does."""
         i = bisect_right(self.starts, addr) - 1
