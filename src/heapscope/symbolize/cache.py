@@ -68,12 +68,12 @@ class Entry:
     changed: bool = False  # answers added since it was read
     # A module without DWARF (located.status != "found"): every address's answer is its
     # symbol-table function, so one answer holds for the function's whole address range.
-    ranges: dict[int, tuple[int, str]] = field(default_factory=dict)  # start -> (end, name), [start, end)
+    ranges: dict[int, tuple[int, str]] = field(default_factory=dict)  # start -> (end, name or ""), [start, end)
     package: str | None = None  # the Debian package of `path` ("" none), None when not asked
     _starts: list[int] | None = field(default=None, repr=False, compare=False)  # sorted ranges, built on use
 
     def range_name(self, pc: int) -> str | None:
-        """The symbol-table name whose recorded range holds `pc`, None when none does."""
+        """The symbol-table name ("": no symbol there) whose recorded range holds `pc`, None when none does."""
         if not self.ranges:
             return None
         if self._starts is None:
@@ -87,7 +87,7 @@ class Entry:
         return name if pc < end else None
 
     def add_range(self, start: int, end: int, name: str) -> None:
-        if start not in self.ranges and len(self.ranges) < MAX_FRAMES:
+        if start < end and start not in self.ranges and len(self.ranges) < MAX_FRAMES:
             self.ranges[start] = (end, name)
             self._starts = None
             self.changed = True

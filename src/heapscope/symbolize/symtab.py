@@ -74,16 +74,21 @@ class ElfSymbols:
         return len(self.starts)
 
     def lookup_range(self, addr: int) -> tuple[str, int, int] | None:
-        """lookup(addr), and the range [start, end) around `addr` where lookup gives that
-        same symbol: its own range, cut at the next symbol's start. None when no symbol
-        contains `addr`, or when the answer came from an enclosing symbol (nested symbols:
-        no one range holds)."""
+        """lookup(addr) ("" for None), and the range [start, end) around `addr` where lookup
+        gives that same answer: a symbol's own range, or the gap between symbols, cut at the
+        next symbol's start. None when the answer came from an enclosing symbol (nested
+        symbols: no one range holds)."""
         i = bisect_right(self.starts, addr) - 1
-        if i < 0 or addr >= self.ends[i]:
-            return None
-        name = self.lookup(addr)
-        end = min(self.ends[i], self.starts[i + 1]) if i + 1 < len(self.starts) else self.ends[i]
-        return (name, self.starts[i], end) if name is not None else None
+        nxt = self.starts[i + 1] if i + 1 < len(self.starts) else 1 << 64
+        if i < 0:
+            return "", 0, nxt
+        if addr < self.ends[i]:
+            name = self.lookup(addr)
+            return (name, self.starts[i], min(self.ends[i], nxt)) if name is not None else None
+        covered = max(self.ends[max(0, i - _MAX_LOOKBACK + 1):i + 1])  # what lookup() looks back at
+        if addr >= covered:
+            return "", max(self.starts[i], covered), nxt
+        return None
 
     def lookup(self, addr: int) -> str | None:
         """The demangled name of the function containing `addr`, None when none does."""

@@ -238,6 +238,12 @@ def test_new_addresses_in_functions_named_before_come_from_the_cache(prog: Path,
     assert got == _names(_one_module_profile(tmp_path / "plain.db", bare, pcs), None)
     assert got[:3] == [name] * 3 and got[3] != name
     assert (second.hits, second.misses) == (3, 1)
+    # AND an address where no symbol is, near one seen before, is known as nameless too
+    third = SymbolCache(d)
+    assert start > 0x20
+    got = _names(_one_module_profile(tmp_path / "third.db", bare, [0x20]), third)
+    assert got == _names(_one_module_profile(tmp_path / "plain3.db", bare, [0x20]), None) == [f"{bare.name}+0x20"]
+    assert (third.hits, third.misses) == (1, 0)
 
 
 GIT = shutil.which("git")
