@@ -129,6 +129,7 @@ class SymbolCache:
         self._fd: int | None = None
         self._opened = False
         self._looked: dict[tuple[str, str, str], Entry | None] = {}  # one read (and count) per module
+        self.stored: set[tuple[str, str]] = set()  # (path, build id) of the entries written by this run
 
     # -- the directory -----------------------------------------------------------
 
@@ -266,6 +267,7 @@ class SymbolCache:
             finally:
                 os.close(out)
             os.replace(tmp, self._name(entry.path, entry.build_id), src_dir_fd=fd, dst_dir_fd=fd)
+            self.stored.add((entry.path, entry.build_id))
         except OSError:
             self.write_errors += 1
             with contextlib.suppress(OSError):

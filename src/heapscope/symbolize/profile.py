@@ -115,6 +115,7 @@ def symbolize_profile(
     warm: WarmSymbolizer | None = None,
     debuginfod: Debuginfod | None | Literal["env"] = "env",
     cache: SymbolCache | None = None,
+    locator: Locator | None = None,
 ) -> SymbolizeReport:
     """Symbolize every frame of the profile that has no symbol set yet, and commit.
 
@@ -126,11 +127,14 @@ def symbolize_profile(
     already reading the files), used instead of starting one. `debuginfod`: a
     client for files found nowhere else; "env" = from DEBUGINFOD_URLS (none when unset).
     `cache`: answers kept from earlier runs, by build id (see the module's docstring).
+    `locator`: one already used with the same settings (`record`'s, which located modules
+    while the target ran), reused with what it read; else one is made from the arguments.
     """
     if debuginfod == "env":
         debuginfod = _debuginfod_from_env()
     tool = warm.tool if warm is not None else find_llvm_symbolizer() if symbolizer == "auto" else symbolizer
-    locator = Locator(binary_path, index=index, debug_roots=debug_roots, debuginfod=debuginfod)
+    if locator is None:
+        locator = Locator(binary_path, index=index, debug_roots=debug_roots, debuginfod=debuginfod)
     report = SymbolizeReport(tool, index_files=locator.index.files if locator.index else None)
     if debuginfod is not None:
         report.debuginfod = list(debuginfod.urls)
@@ -256,7 +260,10 @@ def _all_chains(tool: str | None, work: list[tuple[MappingReport, list[tuple[int
     Should that run fail, each file is tried on its own, so that one bad file
     costs only its own frames and its report says why.
     """
-    ready = [i for i, (m, _, located) in enumerate(work) if tool is not None and located.status == "found"]
+    # Only files with addresses to ask: a running tool answers in order, so asking it nothing
+    # would still wait for every file it is warming.
+    ready = [i for i, (m, frames, located) in enumerate(work)
+             if tool is not None and located.status == "found" and frames]
     out: list[list[list[SourceFrame]] | None] = [None] * len(work)
     if ready:
         assert tool is not None

@@ -10,6 +10,7 @@ import os
 import shutil
 import sqlite3
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from symbolize_progs import INLINED_SOURCE, build_id, compile_cxx, malloc_call_p
 from heapscope.model import Frame, Mapping, MappingId
 from heapscope.store.writer import ProfileWriter, SymbolWriter
 from heapscope.symbolize.cache import SymbolCache
+from heapscope.symbolize.live import LiveSymbolizer
 from heapscope.symbolize.llvm import find_llvm_symbolizer
 from heapscope.symbolize.missing import unsymbolized_modules
 from heapscope.symbolize.profile import symbolize_profile
@@ -288,3 +290,38 @@ def test_the_package_of_a_module_left_nameless_is_kept_in_the_cache(tmp_path: Pa
     # THEN the summary's fix still names the package, from the cache
     (mod,) = unsymbolized_modules(report)
     assert f"apt install {owner}-dbgsym" in mod.fix
+
+
+def test_record_remembers_the_modules_it_located_and_starts_no_symbolizer_for_known_ones(
+        prog: Path, tmp_path: Path) -> None:
+    d = tmp_path / "cache" / "heapscope"
+    pc = malloc_call_pc(prog)
+    modules = [(str(prog), build_id(prog)), (LIBC, build_id(Path(LIBC)))]
+    expected = _names(_one_module_profile(tmp_path / "plain.db", prog, [pc]), None)
+    # GIVEN a recording told of two modules, whose target ran long enough to warm them,
+    # and whose profile has frames of the program only
+    live = LiveSymbolizer(SymbolCache(d))
+    for path, bid in modules:
+        live.module(path, bid)
+    live.tick(time.monotonic() + 60)
+    assert live.warm is not None  # the program has DWARF: warmed
+    proc = live.warm.proc
+    w = ProfileWriter(tmp_path / "rec.db")
+    w.add_mappings([(1, Mapping(modules[0][1], 0, 0, 0x1000, 0x9000, 0, str(prog)))])
+    w.add_frames([(1, Frame(MappingId(1), pc))])
+    live.finish(w)
+    got = [str(r[0]) for r in w.db.execute("SELECT name FROM stack_profile_frame ORDER BY id")]
+    w.close()
+    # THEN its frames are named as without a recording, the warm tool has ended,
+    # and the cache has an entry for each module, libc's too (it had no frame)
+    assert got == expected
+    assert proc.returncode is not None
+    assert {p.name.split("-")[1] for p in _entries(d)} == {bid for _, bid in modules}
+    # WHEN the next recording is told of the same modules
+    again = LiveSymbolizer(SymbolCache(d))
+    for path, bid in modules:
+        again.module(path, bid)
+    again.tick(time.monotonic() + 60)
+    # THEN it knows them all: no llvm-symbolizer is started while its target runs
+    assert again.warm is None
+    again.close()
