@@ -91,6 +91,7 @@ class LiveSymbolizer:
         None when the profile has no frame to symbolize (nothing to report)."""
         try:
             if not writer.symbols().unsymbolized_frames():
+                self._remember_located()
                 writer.add_stats(self.cache.stats_rows())
                 writer.commit()
                 return None
