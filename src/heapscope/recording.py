@@ -988,20 +988,13 @@ class Recording:
         return rows
 
     def _peaks(self, profile: Profile) -> None:
+        """Each process's peak and its largest stacks, read with a few indexed queries (the
+        callsite and frame tables, ~100k rows for a compiler, are never loaded whole)."""
         s = self.summary
-        callsites = profile.callsites()
-        frames = profile.frames()
 
         def path_text(cs: CallsiteId) -> str:
-            names: list[str] = []
-            node: CallsiteId | None = cs
-            while node is not None and len(names) <= STACK_FRAMES_SHOWN:
-                entry = callsites.get(node)
-                if entry is None:
-                    break
-                info = frames.get(entry[1])
-                names.append(info.display_name if info is not None else "?")
-                node = entry[0]
+            names = [info.display_name if info is not None else "?"
+                     for info in profile.stack_frames(cs, STACK_FRAMES_SHOWN + 1)]
             more = len(names) > STACK_FRAMES_SHOWN
             shown = list(reversed(names[:STACK_FRAMES_SHOWN]))
             return ("… > " if more else "") + " > ".join(shown)
@@ -1015,13 +1008,12 @@ class Recording:
                 others.setdefault(upid_, []).append((name, size))
         for stored in profile.processes():
             upid = int(stored.info.upid)
-            peak = profile.peak_callsites(upid)
+            peak = profile.peak_top(upid, TOP_STACKS)
             if peak is not None:
-                _ts, rows = peak
-                total = sum(size for _cs, size in rows if size > 0)
+                total, rows = peak
                 if total > 0 or upid in others:
                     s.peaks.append(ProcessPeak(stored.info.pid, stored.info.name or "?", total,
-                                               [(path_text(cs), size) for cs, size in rows[:TOP_STACKS] if size > 0],
+                                               [(path_text(cs), size) for cs, size in rows],
                                                (heap or "") if upid in others else "", others.get(upid, [])))
         s.peaks.sort(key=lambda pk: -pk.peak_bytes)
 

@@ -611,6 +611,47 @@ class Profile:
         return ts, [(CallsiteId(req_int_from_sql(r[1], col + "callsite_id")), int_from_sql(r[2], col + "size"))
                     for r in rows if req_int_from_sql(r[0], col + "ts") == ts]
 
+    @_reads
+    def peak_top(self, upid: int, n: int) -> tuple[int, list[tuple[CallsiteId, int]]] | None:
+        """What peak_callsites(upid) says, in SQL: the bytes of its callsites with more than 0
+        unreleased, and the `n` largest of them; None when the profile has no peak rows for it."""
+        first = self._rows(
+            "SELECT ts FROM heapscope_peak_allocation WHERE upid = ? GROUP BY ts, callsite_id"
+            " ORDER BY SUM(size) DESC, callsite_id LIMIT 1", (upid,))
+        if not first:
+            return None
+        col = "heapscope_peak_allocation."
+        ts = req_int_from_sql(first[0][0], col + "ts")
+        rows = self._rows(
+            "SELECT callsite_id, SUM(size) FROM heapscope_peak_allocation WHERE upid = ? AND ts = ?"
+            " GROUP BY callsite_id HAVING SUM(size) > 0 ORDER BY 2 DESC, 1", (upid, ts))
+        top = [(CallsiteId(req_int_from_sql(r[0], col + "callsite_id")), int_from_sql(r[1], col + "size"))
+               for r in rows[:n]]
+        return sum(int_from_sql(r[1], col + "size") for r in rows), top
+
+    @_reads
+    def stack_frames(self, cs: CallsiteId, limit: int) -> list[FrameInfo | None]:
+        """The frames of callsite `cs`, innermost first, at most `limit` of them (None: a frame
+        that is not in the profile), read row by row: what a few stacks need without
+        loading the callsite table. Ends at a root, a missing callsite or a repeat."""
+        out: list[FrameInfo | None] = []
+        seen: set[int] = set()
+        node: int | None = int(cs)
+        while node is not None and len(out) < limit and node not in seen:
+            seen.add(node)
+            rows = self._rows(
+                "SELECT c.parent_id, f.id, f.name, m.name, f.rel_pc, f.mapping FROM stack_profile_callsite c"
+                " LEFT JOIN stack_profile_frame f ON f.id = c.frame_id"
+                " LEFT JOIN stack_profile_mapping m ON m.id = f.mapping WHERE c.id = ?", (node,))
+            if not rows:
+                break
+            r = rows[0]
+            node = opt_int_from_sql(r[0], "stack_profile_callsite.parent_id")
+            out.append(None if r[1] is None else FrameInfo(
+                str_from_sql(r[2]), str_from_sql(r[3]), req_u64_from_sql(r[4], "stack_profile_frame.rel_pc"),
+                MappingId(req_int_from_sql(r[5], "stack_profile_frame.mapping"))))
+        return out
+
     def check(self) -> None:
         """Read every row through the typed queries: ProfileError at the first damaged value,
         for commands that change a profile and must not build on a damaged one."""

@@ -61,7 +61,8 @@ Answer = tuple[tuple["SourceFrame", ...], str | None]
 class Entry(Slots):
     """What is known about one module: how it was located and the answers for its addresses."""
 
-    __slots__ = ("path", "build_id", "context", "files", "located", "answers", "changed")
+    __slots__ = ("path", "build_id", "context", "files", "located", "answers", "changed", "ranges", "package",
+                 "_starts")
     path: str
     build_id: str
     context: str
@@ -69,9 +70,15 @@ class Entry(Slots):
     located: Located
     answers: dict[int, Answer]  # rel_pc -> answer
     changed: bool  # answers added since it was read
+    # A module without DWARF (located.status != "found"): every address's answer is its
+    # symbol-table function, so one answer holds for the function's whole address range.
+    ranges: dict[int, tuple[int, str]]  # start -> (end, name or ""), [start, end)
+    package: str | None  # the Debian package of `path` ("" none), None when not asked
+    _starts: list[int] | None  # sorted ranges, built on use
 
     def __init__(self, path: str, build_id: str, context: str, files: list[tuple[str, list[int] | None]],
-                 located: Located, answers: dict[int, Answer] | None = None, changed: bool = False) -> None:
+                 located: Located, answers: dict[int, Answer] | None = None, changed: bool = False,
+                 ranges: dict[int, tuple[int, str]] | None = None, package: str | None = None) -> None:
         self.path = path
         self.build_id = build_id
         self.context = context
@@ -79,6 +86,29 @@ class Entry(Slots):
         self.located = located
         self.answers = {} if answers is None else answers
         self.changed = changed
+        self.ranges = {} if ranges is None else ranges
+        self.package = package
+        self._starts = None
+
+    def range_name(self, pc: int) -> str | None:
+        """The symbol-table name ("": no symbol there) whose recorded range holds `pc`, None when none does."""
+        if not self.ranges:
+            return None
+        if self._starts is None:
+            self._starts = sorted(self.ranges)
+        from bisect import bisect_right
+
+        i = bisect_right(self._starts, pc) - 1
+        if i < 0:
+            return None
+        end, name = self.ranges[self._starts[i]]
+        return name if pc < end else None
+
+    def add_range(self, start: int, end: int, name: str) -> None:
+        if start < end and start not in self.ranges and len(self.ranges) < MAX_FRAMES:
+            self.ranges[start] = (end, name)
+            self._starts = None
+            self.changed = True
 
 
 def file_identity(path: str) -> list[int] | None:
@@ -117,6 +147,7 @@ class SymbolCache:
         self._fd: int | None = None
         self._opened = False
         self._looked: dict[tuple[str, str, str], Entry | None] = {}  # one read (and count) per module
+        self.stored: set[tuple[str, str]] = set()  # (path, build id) of the entries written by this run
 
     # -- the directory -----------------------------------------------------------
 
@@ -254,6 +285,7 @@ class SymbolCache:
             finally:
                 os.close(out)
             os.replace(tmp, self._name(entry.path, entry.build_id), src_dir_fd=fd, dst_dir_fd=fd)
+            self.stored.add((entry.path, entry.build_id))
         except OSError:
             self.write_errors += 1
             with contextlib.suppress(OSError):
@@ -301,6 +333,8 @@ def _encode(entry: Entry) -> dict[str, Any]:
                     "symbol_files": loc.symbol_files, "mismatches": [list(m) for m in loc.mismatches]},
         "answers": {format(pc, "x"): [[[f.function, f.file, f.line] for f in chain], name]
                     for pc, (chain, name) in entry.answers.items()},
+        "ranges": [[start, end, name] for start, (end, name) in entry.ranges.items()],
+        "package": entry.package,
     }
 
 
@@ -354,4 +388,12 @@ def _decode(raw: bytes) -> Entry:
         answers[int(_str(key), 16)] = (
             tuple(SourceFrame(_str(fn), _str(fl), _int(ln)) for fn, fl, ln in map(_list, _list(chain))),
             None if name is None else _str(name))
-    return Entry(_str(d["path"]), _str(d["build_id"]), _str(d["context"]), files, located, answers)
+    ranges: dict[int, tuple[int, str]] = {}
+    for item in _list(d.get("ranges", [])):  # absent in entries written before ranges were kept
+        start, end, name = _list(item)
+        if not _int(start) < _int(end):
+            raise ValueError("empty range")
+        ranges[_int(start)] = (_int(end), _str(name))
+    package = d.get("package")
+    return Entry(_str(d["path"]), _str(d["build_id"]), _str(d["context"]), files, located, answers, ranges=ranges,
+                 package=None if package is None else _str(package))

@@ -23,7 +23,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up
 if TYPE_CHECKING:
     from heapscope.store.writer import ProfileWriter
     from heapscope.symbolize.llvm import WarmSymbolizer
-    from heapscope.symbolize.locate import Locator
+    from heapscope.symbolize.locate import Located, Locator
     from heapscope.symbolize.profile import SymbolizeReport
 
 # A target still running after this long gets its unknown modules warmed while it runs;
@@ -41,6 +41,10 @@ class LiveSymbolizer:
         self._locator: Locator | None = None
         self._context: str | None = None
         self._broken = False  # llvm-symbolizer missing or failed: no more warming
+        self._debuginfod: list[str] | None = None
+        self._tool = ""
+        # Modules tick() located (the cache did not know them), with the files consulted.
+        self._traced: dict[tuple[str, str], tuple[Located, list[str]]] = {}
 
     def module(self, path: str, build_id: str) -> None:
         """A module of a profiled process: noted (warmed later by tick(), if the target runs that long)."""
@@ -62,22 +66,22 @@ class LiveSymbolizer:
             if tool is None:
                 self._broken = True
                 return
+            self._tool = tool
             self._locator = Locator(())
-            self._context = cache_context(tool, self._locator, debuginfod_urls_from_env())
-            try:
-                self.warm = WarmSymbolizer(tool)
-            except OSError:
-                self._broken = True
-                return
-        assert self._context is not None and self.warm is not None
+            self._debuginfod = debuginfod_urls_from_env()
+            self._context = cache_context(tool, self._locator, self._debuginfod)
+        assert self._context is not None
         for path, build_id in pending:
             if self.cache.lookup(path, build_id, self._context) is not None:
                 continue  # known: its frames come from the cache (new addresses are few)
-            located = self._locator.locate(path, build_id)
+            located, consulted = self._locator.locate_traced(path, build_id)
+            self._traced[(path, build_id)] = (located, consulted)
             if located.status == "found":
                 try:
+                    if self.warm is None:  # started for the first module that needs it, only
+                        self.warm = WarmSymbolizer(self._tool)
                     self.warm.warm(located.debug_file)
-                except SymbolizerError:
+                except (OSError, SymbolizerError):
                     self._broken = True
                     self.close()
                     return
@@ -87,12 +91,17 @@ class LiveSymbolizer:
         None when the profile has no frame to symbolize (nothing to report)."""
         try:
             if not writer.symbols().unsymbolized_frames():
+                self._remember_located()
                 writer.add_stats(self.cache.stats_rows())
                 writer.commit()
                 return None
             from heapscope.symbolize.profile import symbolize_profile
 
-            report = symbolize_profile(writer, warm=self.warm, cache=self.cache)
+            # tick()'s locator read the modules' files already; it is the one symbolize_profile
+            # would make, but for debuginfod (a server's files are fetched at the end only).
+            reuse = self._locator if self._debuginfod is None else None
+            report = symbolize_profile(writer, warm=self.warm, cache=self.cache, locator=reuse)
+            self._remember_located()
             report.cache_notes = self.cache.notes()
             writer.add_stats(self.cache.stats_rows())
             writer.commit()
@@ -100,8 +109,20 @@ class LiveSymbolizer:
         finally:
             self.close()
 
+    def _remember_located(self) -> None:
+        """An entry, without answers, for each module tick() located that the profile has no
+        frame of: the next recording knows it, and neither locates nor warms it again."""
+        if self._context is None or self._debuginfod is not None:
+            return
+        from heapscope.symbolize.cache import Entry, file_identity
+
+        for (path, build_id), (located, consulted) in self._traced.items():
+            if (path, build_id) not in self.cache.stored and self.cache.cacheable(path, build_id):
+                self.cache.store(Entry(path, build_id, self._context, [(f, file_identity(f)) for f in consulted],
+                                       located))
+
     def close(self) -> None:
         if self.warm is not None:
-            self.warm.close()
+            self.warm.stop()  # what it still warms is not needed any more
             self.warm = None
         self.cache.close()

@@ -162,6 +162,13 @@ class WarmSymbolizer:
         chains = iter([_parse(line, self.tool) for line in answers])
         return [[next(chains) for _ in addresses] for _, addresses in requests]
 
+    def stop(self) -> None:
+        """End it now: what it was still warming is no longer wanted (its answers are in)."""
+        if self.proc.returncode is None:
+            with contextlib.suppress(OSError):
+                self.proc.kill()
+        self.close()
+
     def close(self) -> None:
         if self.proc.stdin is not None:
             with contextlib.suppress(OSError):

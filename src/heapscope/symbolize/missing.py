@@ -44,7 +44,8 @@ class Unsymbolized:
 def unsymbolized_modules(report: SymbolizeReport) -> list[Unsymbolized]:
     """The modules of `report` with frames left nameless, most frames first, each with its fix."""
     todo = [m for m in report.mappings if m.frames > m.named and m.outcome != "not_a_file"]
-    packages = owning_packages([m.name for m in todo])
+    packages = {name: pkg for name, pkg in report.packages.items() if pkg}  # known from the symbol cache
+    packages.update(owning_packages([m.name for m in todo if m.name not in report.packages]))
     out = [Unsymbolized(m.name, m.frames - m.named, m.build_id, fix_for(m, report, packages.get(m.name, "")))
            for m in todo]
     out.sort(key=lambda u: (-u.frames, u.module))
@@ -78,6 +79,12 @@ def owning_package(path: str) -> str:
 
 def owning_packages(paths: Iterable[str]) -> dict[str, str]:
     """path -> the Debian package that installed it, for those dpkg knows; one dpkg-query run for all."""
+    return dpkg_owners(paths) or {}
+
+
+def dpkg_owners(paths: Iterable[str]) -> dict[str, str] | None:
+    """owning_packages(), or None when dpkg-query was there but could not answer (failed to
+    start, timed out, said nothing sensible): an answer worth keeping only when not None."""
     names: dict[str, list[str]] = {}  # a name dpkg may know the file by -> the paths asked
     for path in paths:
         if not path.startswith("/"):
@@ -94,7 +101,9 @@ def owning_packages(paths: Iterable[str]) -> dict[str, str]:
         run = subprocess.run(["dpkg-query", "-S", *names], capture_output=True, text=True, timeout=DPKG_TIMEOUT_S,
                              env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"})
     except (OSError, subprocess.SubprocessError):
-        return {}
+        return None
+    if run.returncode not in (0, 1):  # 1: some path belongs to no package (an answer too)
+        return None
     out: dict[str, str] = {}
     for line in run.stdout.splitlines():  # "pkg[:arch][, pkg2]: /path"
         pkgs, sep, file = line.partition(": ")

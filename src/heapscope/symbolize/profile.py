@@ -86,6 +86,7 @@ class SymbolizeReport:
     debuginfod_errors: list[str] = field(default_factory=list)  # one line per failure
     debuginfod_missing: dict[str, str] = field(default_factory=dict)  # build id -> why no server had it
     cache_notes: list[str] = field(default_factory=list)  # problems of the symbol cache, one line each
+    packages: dict[str, str] = field(default_factory=dict)  # module path -> its Debian package ("" none), known
 
     @property
     def frames(self) -> int:
@@ -114,6 +115,7 @@ def symbolize_profile(
     warm: WarmSymbolizer | None = None,
     debuginfod: Debuginfod | None | Literal["env"] = "env",
     cache: SymbolCache | None = None,
+    locator: Locator | None = None,
 ) -> SymbolizeReport:
     """Symbolize every frame of the profile that has no symbol set yet, and commit.
 
@@ -125,11 +127,14 @@ def symbolize_profile(
     already reading the files), used instead of starting one. `debuginfod`: a
     client for files found nowhere else; "env" = from DEBUGINFOD_URLS (none when unset).
     `cache`: answers kept from earlier runs, by build id (see the module's docstring).
+    `locator`: one already used with the same settings (`record`'s, which located modules
+    while the target ran), reused with what it read; else one is made from the arguments.
     """
     if debuginfod == "env":
         debuginfod = _debuginfod_from_env()
     tool = warm.tool if warm is not None else find_llvm_symbolizer() if symbolizer == "auto" else symbolizer
-    locator = Locator(binary_path, index=index, debug_roots=debug_roots, debuginfod=debuginfod)
+    if locator is None:
+        locator = Locator(binary_path, index=index, debug_roots=debug_roots, debuginfod=debuginfod)
     report = SymbolizeReport(tool, index_files=locator.index.files if locator.index else None)
     if debuginfod is not None:
         report.debuginfod = list(debuginfod.urls)
@@ -165,6 +170,11 @@ def symbolize_profile(
             else:
                 located = entry.located
             if entry is not None:
+                if entry.ranges and entry.located.status != "found":
+                    # No DWARF: a new address in a function answered before has that function's name.
+                    for _, pc, _ in frames:
+                        if pc not in entry.answers and (fn := entry.range_name(pc)) is not None:
+                            entry.answers[pc] = ((), fn)
                 answered = sum(1 for _, pc, _ in frames if pc in entry.answers)
                 cache.hits += answered
                 cache.misses += len(frames) - answered
@@ -189,6 +199,8 @@ def symbolize_profile(
                 needs_name = not chain or not chain[-1].function
                 entry.answers[rel_pc] = (tuple(chain), (names.lookup(rel_pc) or "") if needs_name else None)
                 entry.changed = True
+                if not chain and entry.located.status != "found" and (r := names.lookup_range(rel_pc)) is not None:
+                    entry.add_range(r[1], r[2], r[0])
             if chain:
                 set_id = next_symbol_id
                 for depth, f in enumerate(chain):
@@ -208,6 +220,7 @@ def symbolize_profile(
 
     symbols.write_symbols(symbol_rows, frame_updates)
     if cache is not None:
+        _packages_of_unnamed(report, entries)
         for entry, m in zip(entries, report.mappings, strict=True):
             if entry is not None and entry.changed and m.outcome != "symbolizer_failed":
                 cache.store(entry)
@@ -217,6 +230,29 @@ def symbolize_profile(
     return report
 
 
+def _packages_of_unnamed(report: SymbolizeReport, entries: list[Entry | None]) -> None:
+    """The Debian package of each module left with nameless frames (the summary names its
+    -dbgsym), kept in its cache entry: dpkg-query costs ~50 ms of CPU, asked once per module."""
+    ask: list[tuple[Entry, str]] = []
+    for entry, m in zip(entries, report.mappings, strict=True):
+        if entry is None or m.frames <= m.named or m.outcome == "not_a_file":
+            continue
+        if entry.package is not None:
+            report.packages[m.name] = entry.package
+        else:
+            ask.append((entry, m.name))
+    if not ask:
+        return
+    from heapscope.symbolize.missing import dpkg_owners
+
+    found = dpkg_owners([name for _, name in ask])
+    if found is None:
+        return  # dpkg-query failed this time: not an answer to keep
+    for entry, name in ask:
+        entry.package = report.packages[name] = found.get(name, "")
+        entry.changed = True
+
+
 def _all_chains(tool: str | None, work: list[tuple[MappingReport, list[tuple[int, int, str]], Located]],
                 warm: WarmSymbolizer | None = None) -> list[list[list[SourceFrame]]]:
     """Inline chains for every mapping: one llvm-symbolizer run for all of them.
@@ -224,7 +260,10 @@ def _all_chains(tool: str | None, work: list[tuple[MappingReport, list[tuple[int
     Should that run fail, each file is tried on its own, so that one bad file
     costs only its own frames and its report says why.
     """
-    ready = [i for i, (m, _, located) in enumerate(work) if tool is not None and located.status == "found"]
+    # Only files with addresses to ask: a running tool answers in order, so asking it nothing
+    # would still wait for every file it is warming.
+    ready = [i for i, (m, frames, located) in enumerate(work)
+             if tool is not None and located.status == "found" and frames]
     out: list[list[list[SourceFrame]] | None] = [None] * len(work)
     if ready:
         assert tool is not None
@@ -316,6 +355,14 @@ class _SymtabNames:
         self._loaded = False
 
     def lookup(self, addr: int) -> str | None:
+        symbols = self._table()
+        return symbols.lookup(addr) if symbols is not None else None
+
+    def lookup_range(self, addr: int) -> tuple[str, int, int] | None:
+        symbols = self._table()
+        return symbols.lookup_range(addr) if symbols is not None else None
+
+    def _table(self) -> ElfSymbols | None:
         if not self._loaded:
             from heapscope.symbolize.symtab import ElfReadError, read_elf_symbols
 
@@ -327,4 +374,4 @@ class _SymtabNames:
                     continue
                 if len(self._symbols):
                     break
-        return self._symbols.lookup(addr) if self._symbols is not None else None
+        return self._symbols

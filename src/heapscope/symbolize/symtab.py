@@ -23,7 +23,7 @@ from typing import Any
 
 from elftools.elf.elffile import ELFFile
 
-from heapscope.symbolize.elfinfo import ELF_READ_ERRORS, check_section_bounds, note_build_id
+from heapscope.symbolize.elfinfo import ELF_READ_ERRORS, check_section_bounds, note_build_id, section_headers
 
 _STT_FUNC = 2
 _STT_GNU_IFUNC = 10
@@ -73,6 +73,23 @@ class ElfSymbols:
     def __len__(self) -> int:
         return len(self.starts)
 
+    def lookup_range(self, addr: int) -> tuple[str, int, int] | None:
+        """lookup(addr) ("" for None), and the range [start, end) around `addr` where lookup
+        gives that same answer: a symbol's own range, or the gap between symbols, cut at the
+        next symbol's start. None when the answer came from an enclosing symbol (nested
+        symbols: no one range holds)."""
+        i = bisect_right(self.starts, addr) - 1
+        nxt = self.starts[i + 1] if i + 1 < len(self.starts) else 1 << 64
+        if i < 0:
+            return "", 0, nxt
+        if addr < self.ends[i]:
+            name = self.lookup(addr)
+            return (name, self.starts[i], min(self.ends[i], nxt)) if name is not None else None
+        covered = max(self.ends[max(0, i - _MAX_LOOKBACK + 1):i + 1])  # what lookup() looks back at
+        if addr >= covered:
+            return "", max(self.starts[i], covered), nxt
+        return None
+
     def lookup(self, addr: int) -> str | None:
         """The demangled name of the function containing `addr`, None when none does."""
         i = bisect_right(self.starts, addr) - 1
@@ -97,12 +114,14 @@ def read_elf_symbols(path: str | Path) -> ElfSymbols:
         try:
             elf = ELFFile(f)
             check_section_bounds(elf, os.fstat(f.fileno()).st_size)
-            build_id = _build_id(elf)
+            headers = section_headers(elf)
+            build_id = _build_id(elf, headers)
             for section_type in ("SHT_SYMTAB", "SHT_DYNSYM"):
-                table = next((s for s in elf.iter_sections() if s["sh_type"] == section_type), None)
-                if table is None:
+                index = next((i for i, h in enumerate(headers) if h["sh_type"] == section_type), None)
+                if index is None:
                     continue
-                starts, ends, names = _function_symbols(elf, table)
+                table = elf.get_section(index)
+                starts, ends, names = _function_symbols(elf, table, headers)
                 if starts:
                     return ElfSymbols(str(path), build_id, table.name, starts, ends, names)
             return ElfSymbols(str(path), build_id, "")
@@ -110,14 +129,14 @@ def read_elf_symbols(path: str | Path) -> ElfSymbols:
             raise ElfReadError(f"{path}: not a readable ELF file ({e})") from e
 
 
-def _build_id(elf: ELFFile) -> str:
-    for section in elf.iter_sections():
-        if section["sh_type"] == "SHT_NOTE" and (build_id := note_build_id(section)):
+def _build_id(elf: ELFFile, headers: list[Any]) -> str:
+    for i, header in enumerate(headers):
+        if header["sh_type"] == "SHT_NOTE" and (build_id := note_build_id(elf.get_section(i))):
             return build_id
     return ""
 
 
-def _function_symbols(elf: ELFFile, table: Any) -> tuple[list[int], list[int], list[str]]:
+def _function_symbols(elf: ELFFile, table: Any, headers: list[Any]) -> tuple[list[int], list[int], list[str]]:
     """(starts, ends, raw names) of the defined function symbols of `table`, sorted by start."""
     data: bytes = table.data()
     strtab: bytes = elf.get_section(table["sh_link"]).data()
@@ -135,29 +154,34 @@ def _function_symbols(elf: ELFFile, table: Any) -> tuple[list[int], list[int], l
 
     stride = table["sh_entsize"] or entry.size
     thumb = elf["e_machine"] == "EM_ARM"  # bit 0 of an ARM function address selects Thumb mode
-    section_ends = {i: s["sh_addr"] + s["sh_size"] for i, s in enumerate(elf.iter_sections())}
+    section_ends = {i: h["sh_addr"] + h["sh_size"] for i, h in enumerate(headers)}
 
-    # start -> (rank, name_offset, size, shndx): the best of the aliases at one address.
-    best: dict[int, tuple[tuple[int, int, int], int, int, int]] = {}
-    for off in range(0, len(data) - entry.size + 1, stride):
-        name_off, info, shndx, value, size = fields(entry.unpack_from(data, off))
+    def rank(name_off: int, size: int, info: int) -> tuple[int, int, int]:
+        # Prefer a sized symbol, then the most visible binding, then the name
+        # with fewer leading underscores (`malloc` over `__libc_malloc`).
+        return 1 if size else 0, _BINDING_RANK.get(info >> 4, 0), -_leading_underscores(strtab, name_off)
+
+    # start -> (name_offset, size, shndx, info): the best of the aliases at one address
+    # (ranked only when there are several: most addresses have one symbol).
+    best: dict[int, tuple[int, int, int, int]] = {}
+    count = (len(data) - entry.size) // stride + 1 if len(data) >= entry.size else 0
+    rows = (entry.iter_unpack(data[:count * entry.size]) if stride == entry.size
+            else (entry.unpack_from(data, k * stride) for k in range(count)))
+    for t in rows:
+        name_off, info, shndx, value, size = fields(t)
         if (info & 0xF) not in (_STT_FUNC, _STT_GNU_IFUNC) or shndx == _SHN_UNDEF or name_off == 0:
             continue
         if thumb:
             value &= ~1
-        # Prefer a sized symbol, then the most visible binding, then the name
-        # with fewer leading underscores (`malloc` over `__libc_malloc`).
-        underscores = _leading_underscores(strtab, name_off)
-        rank = (1 if size else 0, _BINDING_RANK.get(info >> 4, 0), -underscores)
         old = best.get(value)
-        if old is None or rank > old[0]:
-            best[value] = (rank, name_off, size, shndx)
+        if old is None or rank(name_off, size, info) > rank(old[0], old[1], old[3]):
+            best[value] = (name_off, size, shndx, info)
 
     starts = sorted(best)
     ends: list[int] = []
     names: list[str] = []
     for k, start in enumerate(starts):
-        _, name_off, size, shndx = best[start]
+        name_off, size, shndx, _info = best[start]
         if size:
             end = start + size
         else:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from heapscope.errors import ProfileError
+from heapscope.model import CallsiteId, Frame, Mapping, MappingId
 from heapscope.store.reader import ViewValues, fallback_frame_name, mapping_basename, open_profile
 from heapscope.store.writer import ProfileWriter
 
@@ -175,3 +176,35 @@ def test_a_value_of_the_wrong_type_is_one_line(known_profile: Path) -> None:
         prof.callsites()
     assert str(e.value) == (
         f"{known_profile}: corrupt profile (unexpected value 'junk' in stack_profile_callsite.parent_id)")
+
+
+def test_stack_frames_and_peak_top_agree_with_the_whole_tables(tmp_path: Path) -> None:
+    # GIVEN a profile whose peak has a freed (negative) callsite, a tie, and a chain deeper than asked
+    path = tmp_path / "p.db"
+    w = ProfileWriter(path)
+    w.add_mappings([(1, Mapping("ab12", 0, 0, 0x1000, 0x9000, 0, "/usr/lib/libx.so"))])
+    w.add_frames([(i, Frame(MappingId(1), 0x100 * i, f"f{i}" if i % 2 else "")) for i in range(1, 8)])
+    w.add_callsites([(i, i - 1, i - 1 if i > 1 else None, i) for i in range(1, 8)]
+                    + [(9, 1, 1, 99)])  # frame 99 is not in the profile
+    w.add_peak(1, 50, "libc.malloc", [(7, 1, 64, 1, 64), (3, 1, 64, 1, 64), (9, 2, 128, 2, 128),
+                                      (5, 0, -16, 1, 16), (2, 0, 0, 1, 8)])
+    w.add_peak(1, 40, "libc.malloc", [(4, 1, 1, 1, 1)])  # another ts: not this peak's
+    w.close()
+    with open_profile(path) as prof:
+        # WHEN the summary's queries read it
+        total, top = prof.peak_top(1, 3) or (0, [])
+        # THEN they say what the whole-table readers say
+        ts, rows = prof.peak_callsites(1) or (0, [])
+        assert ts == 50 and total == sum(s for _, s in rows if s > 0) == 256
+        assert top == [(cs, s) for cs, s in rows if s > 0][:3] == [(9, 128), (3, 64), (7, 64)]
+        assert prof.peak_top(2, 3) is None
+        callsites, frames = prof.callsites(), prof.frames()
+        walked = [info.display_name if info else "?" for info in prof.stack_frames(CallsiteId(7), 5)]
+        expected = []
+        node: int | None = 7
+        while node is not None and len(expected) < 5:
+            expected.append(frames[callsites[CallsiteId(node)][1]].display_name)
+            node = callsites[CallsiteId(node)][0]
+        assert walked == expected == ["f7", "libx.so+0x600", "f5", "libx.so+0x400", "f3"]
+        assert [info.name if info else "?" for info in prof.stack_frames(CallsiteId(9), 5)] == ["?", "f1"]
+        assert prof.stack_frames(CallsiteId(12345), 5) == []

@@ -88,3 +88,19 @@ def test_a_huge_sum_is_one_line(tmp_path: Path) -> None:
     with open_profile(path) as prof, pytest.raises(ProfileError, match="overflow") as e:
         prof.callsite_values(1)
     assert "\n" not in str(e.value)
+
+
+def test_callsites_out_of_range_are_clamped_and_stay_uncommitted(tmp_path: Path) -> None:
+    # GIVEN callsite rows (written as they are when they fit) after one that SQLite cannot hold
+    w = ProfileWriter(tmp_path / "cs.db")
+    w.commit()
+    w.add_callsites([(1, 0, None, 1), (2, 1, 1, 2)])
+    w.add_callsites([(3, 1, 1, 3), (1 << 64, 1 << 70, -(1 << 70), 4)])
+    # THEN every row is there once, the huge values clamped (the first attempt undone)
+    rows = w.db.execute("SELECT id, depth, parent_id, frame_id FROM stack_profile_callsite ORDER BY id").fetchall()
+    top, bottom = (1 << 63) - 1, -(1 << 63)
+    assert rows == [(1, 0, None, 1), (2, 1, 1, 2), (3, 1, 1, 3), (top, top, bottom, 4)]
+    # AND nothing was committed behind the writer's back: a rollback drops them all
+    w.rollback()
+    assert w.db.execute("SELECT COUNT(*) FROM stack_profile_callsite").fetchone() == (0,)
+    w.close()

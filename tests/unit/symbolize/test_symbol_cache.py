@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -17,8 +19,11 @@ from symbolize_progs import INLINED_SOURCE, build_id, compile_cxx, malloc_call_p
 from heapscope.model import Frame, Mapping, MappingId
 from heapscope.store.writer import ProfileWriter, SymbolWriter
 from heapscope.symbolize.cache import SymbolCache
+from heapscope.symbolize.live import LiveSymbolizer
 from heapscope.symbolize.llvm import find_llvm_symbolizer
+from heapscope.symbolize.missing import unsymbolized_modules
 from heapscope.symbolize.profile import symbolize_profile
+from heapscope.symbolize.symtab import read_elf_symbols
 
 LLVM = find_llvm_symbolizer()
 LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
@@ -196,3 +201,127 @@ def test_an_entry_of_another_module_is_foreign(template: Path, tmp_path: Path) -
     # THEN it is not used for that module
     assert cache.corrupt == 1
     assert got == _symbolized(template, tmp_path / "plain.db", None)
+
+
+def _one_module_profile(path: Path, module: Path, pcs: list[int]) -> Path:
+    w = ProfileWriter(path)
+    w.add_mappings([(1, Mapping(build_id(module), 0, 0, 0x1000, 0x9000, 0, str(module)))])
+    w.add_frames(enumerate((Frame(MappingId(1), pc) for pc in pcs), start=1))
+    w.close()
+    return path
+
+
+def _names(path: Path, cache: SymbolCache | None) -> list[str]:
+    db = sqlite3.connect(path)
+    try:
+        symbolize_profile(SymbolWriter(db), debug_roots=[], debuginfod=None, cache=cache)
+        return [str(r[0]) for r in db.execute("SELECT name FROM stack_profile_frame ORDER BY id")]
+    finally:
+        db.close()
+        if cache is not None:
+            cache.close()
+
+
+def test_new_addresses_in_functions_named_before_come_from_the_cache(prog: Path, tmp_path: Path) -> None:
+    # GIVEN the program without DWARF (symbol table only), and a run that named one address of outer_fn
+    bare = tmp_path / "bare"
+    subprocess.run(["objcopy", "--strip-debug", str(prog), str(bare)], check=True, timeout=60)
+    pc = malloc_call_pc(bare)
+    found = read_elf_symbols(bare).lookup_range(pc)
+    assert found is not None and found[0].startswith("app::outer_fn")
+    name, start, end = found
+    d = tmp_path / "cache" / "heapscope"
+    assert _names(_one_module_profile(tmp_path / "first.db", bare, [pc]), SymbolCache(d)) == [name]
+    # WHEN a later run samples other addresses of that function (and one outside any function)
+    pcs = [start, end - 1, pc - 1, 0x10]
+    second = SymbolCache(d)
+    got = _names(_one_module_profile(tmp_path / "second.db", bare, pcs), second)
+    # THEN the function's addresses are answered from the cache, named as without any cache
+    assert got == _names(_one_module_profile(tmp_path / "plain.db", bare, pcs), None)
+    assert got[:3] == [name] * 3 and got[3] != name
+    assert (second.hits, second.misses) == (3, 1)
+    # AND an address where no symbol is, near one seen before, is known as nameless too
+    third = SymbolCache(d)
+    assert start > 0x20
+    got = _names(_one_module_profile(tmp_path / "third.db", bare, [0x20]), third)
+    assert got == _names(_one_module_profile(tmp_path / "plain3.db", bare, [0x20]), None) == [f"{bare.name}+0x20"]
+    assert (third.hits, third.misses) == (1, 0)
+
+
+GIT = shutil.which("git")
+
+
+def _git_owner() -> str:
+    if GIT is None or shutil.which("dpkg-query") is None:
+        return ""
+    run = subprocess.run(["dpkg-query", "-S", GIT], capture_output=True, text=True, timeout=10, check=False)
+    return run.stdout.split(":")[0] if run.returncode == 0 else ""
+
+
+@pytest.mark.skipif(not _git_owner() or not GIT or not build_id(Path(GIT)),
+                    reason="no git installed by dpkg (with a build id)")
+def test_the_package_of_a_module_left_nameless_is_kept_in_the_cache(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    assert GIT is not None
+    git = Path(GIT)
+    d = tmp_path / "cache" / "heapscope"
+    a, b, c = (_one_module_profile(tmp_path / f"{n}.db", git, [0x10]) for n in "abc")
+    owner = _git_owner()
+    assert LLVM is not None
+    monkeypatch.setenv("HEAPSCOPE_LLVM_SYMBOLIZER", LLVM)  # the same tool (cache context) whatever PATH says
+    # GIVEN a frame of git that no symbol names, first symbolized while dpkg-query fails
+    failing = tmp_path / "failing"
+    failing.mkdir()
+    (failing / "dpkg-query").write_text("#!/bin/sh\nexit 2\n")
+    (failing / "dpkg-query").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{failing}:{os.environ['PATH']}")
+    report = symbolize_profile(SymbolWriter(sqlite3.connect(a)),
+                               debug_roots=[], debuginfod=None, cache=SymbolCache(d))
+    # THEN that failure is no answer: nothing is kept
+    assert report.packages == {} and "-dbgsym" not in unsymbolized_modules(report)[0].fix
+    # WHEN dpkg-query answers once, and a later run has no dpkg-query at all
+    monkeypatch.setenv("PATH", os.environ["PATH"].split(":", 1)[1])
+    report = symbolize_profile(SymbolWriter(sqlite3.connect(b)),
+                               debug_roots=[], debuginfod=None, cache=SymbolCache(d))
+    assert report.packages == {str(git): owner}
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing"))
+    report = symbolize_profile(SymbolWriter(sqlite3.connect(c)),
+                               debug_roots=[], debuginfod=None, cache=SymbolCache(d))
+    # THEN the summary's fix still names the package, from the cache
+    (mod,) = unsymbolized_modules(report)
+    assert f"apt install {owner}-dbgsym" in mod.fix
+
+
+def test_record_remembers_the_modules_it_located_and_starts_no_symbolizer_for_known_ones(
+        prog: Path, tmp_path: Path) -> None:
+    d = tmp_path / "cache" / "heapscope"
+    pc = malloc_call_pc(prog)
+    modules = [(str(prog), build_id(prog)), (LIBC, build_id(Path(LIBC)))]
+    expected = _names(_one_module_profile(tmp_path / "plain.db", prog, [pc]), None)
+    # GIVEN a recording told of two modules, whose target ran long enough to warm them,
+    # and whose profile has frames of the program only
+    live = LiveSymbolizer(SymbolCache(d))
+    for path, bid in modules:
+        live.module(path, bid)
+    live.tick(time.monotonic() + 60)
+    assert live.warm is not None  # the program has DWARF: warmed
+    proc = live.warm.proc
+    w = ProfileWriter(tmp_path / "rec.db")
+    w.add_mappings([(1, Mapping(modules[0][1], 0, 0, 0x1000, 0x9000, 0, str(prog)))])
+    w.add_frames([(1, Frame(MappingId(1), pc))])
+    live.finish(w)
+    got = [str(r[0]) for r in w.db.execute("SELECT name FROM stack_profile_frame ORDER BY id")]
+    w.close()
+    # THEN its frames are named as without a recording, the warm tool has ended,
+    # and the cache has an entry for each module, libc's too (it had no frame)
+    assert got == expected
+    assert proc.returncode is not None
+    assert {p.name.split("-")[1] for p in _entries(d)} == {bid for _, bid in modules}
+    # WHEN the next recording is told of the same modules
+    again = LiveSymbolizer(SymbolCache(d))
+    for path, bid in modules:
+        again.module(path, bid)
+    again.tick(time.monotonic() + 60)
+    # THEN it knows them all: no llvm-symbolizer is started while its target runs
+    assert again.warm is None
+    again.close()

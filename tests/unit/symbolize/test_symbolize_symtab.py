@@ -19,7 +19,7 @@ import pytest
 from heapscope.model import Frame, Mapping, MappingId
 from heapscope.store.writer import ProfileWriter, SymbolWriter
 from heapscope.symbolize.profile import symbolize_profile
-from heapscope.symbolize.symtab import read_elf_symbols
+from heapscope.symbolize.symtab import ElfSymbols, read_elf_symbols
 
 pytestmark = pytest.mark.skipif(
     not all(shutil.which(t) for t in ("cc", "c++", "nm", "strip", "readelf")),
@@ -214,3 +214,22 @@ def test_symbol_table_lookup_edges(binaries: Binaries) -> None:
     assert syms.lookup(end) != "leaf_allocator"
     assert syms.lookup(0) is None
     assert syms.build_id == _build_id(binaries.prog)
+
+
+def test_lookup_range_is_where_lookup_gives_the_same_answer() -> None:
+    # GIVEN f at [0x100, 0x200) with a nested label at [0x150, 0x160), and g at [0x300, 0x310)
+    syms = ElfSymbols("x", "", ".symtab", [0x100, 0x150, 0x300], [0x200, 0x160, 0x310], ["f", "label", "g"])
+    # THEN each answer comes with the range that gives it, cut at the next symbol
+    assert syms.lookup_range(0x120) == ("f", 0x100, 0x150)
+    assert syms.lookup_range(0x155) == ("label", 0x150, 0x160)
+    assert syms.lookup_range(0x170) is None  # f again, through the nested label: no one range
+    assert syms.lookup_range(0x250) == ("", 0x200, 0x300)
+    assert syms.lookup_range(0x50) == ("", 0, 0x100)
+    assert syms.lookup_range(0x400) == ("", 0x310, 1 << 64)
+    # AND inside every range given, lookup agrees at every address
+    for addr in range(0, 0x400, 4):
+        r = syms.lookup_range(addr)
+        if r is not None:
+            name, lo, hi = r
+            assert lo <= addr < hi
+            assert all((syms.lookup(a) or "") == name for a in range(lo, min(hi, 0x500)))
