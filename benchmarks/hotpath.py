@@ -23,7 +23,10 @@ Figures (instructions, user space only):
                     start-up cancels), everything included
   sample            hs_record_alloc_slow inclusive per sampled malloc with
                     --interval 1 (every allocation sampled, 8 frames of the
-                    program above it, stack already known), per unwinder
+                    program above it, stack already known), per unwinder,
+                    and its parts: the unwind, the stack hash, the interning,
+                    the sampler step, the sampled-address insert, the rest
+                    (the ring writes, inlined, and the glue)
   sampled free      hs_record_free_slow inclusive per call on that run
 Nothing here is asserted: tests never time or count things.
 """
@@ -160,6 +163,32 @@ def per_call(p: Profile, name: str, inclusive: bool = False) -> float:
     return cost / calls
 
 
+def unwind_per_sample(p: Profile) -> float:
+    """Ir of the unwind per sampled malloc: hs_unwind_in_place (or hs_unwind) in older builds; since the
+    unwind is inlined into hs_record_alloc_slow, what it calls: libunwind's backtrace (or
+    hs_unwind_raw, the frame walk) and hs_unwind_trim."""
+    samples = p.calls.get(p.find(LIB, "hs_record_alloc_slow"), 0)
+    if not samples:
+        return float("nan")
+    for name in ("hs_unwind_in_place", "hs_unwind"):  # an older build: one call per sample
+        key = p.find(LIB, name)
+        if p.calls.get(key, 0) >= samples // 2:
+            return p.inclusive.get(key, 0) / p.calls[key]
+    cost = 0
+    for obj, name in (("libunwind", "backtrace"), (LIB, "hs_unwind_raw"), (LIB, "hs_unwind_trim")):
+        cost += p.inclusive.get(p.find(obj, name), 0)
+    return cost / samples
+
+
+def rest_per_sample(p: Profile) -> float:
+    """hs_record_alloc_slow's inclusive Ir per call less the parts reported on their own rows."""
+    total = per_call(p, "hs_record_alloc_slow", inclusive=True)
+    parts = [unwind_per_sample(p)] + [per_call(p, fn, inclusive=True) for fn in
+                                      ("hs_stack_id", "hs_stacks_intern", "hs_sampler_sample",
+                                       "hs_addrset_insert")]
+    return total - sum(x for x in parts if x == x)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--heapscope", default=shutil.which("heapscope") or "heapscope",
@@ -212,8 +241,13 @@ def main() -> int:
                                    ["-i", "1", "--unwinder", unwinder])
             rows.append((f"sample, --unwinder {unwinder} (hs_record_alloc_slow inclusive)",
                          f"{per_call(sp, 'hs_record_alloc_slow', inclusive=True):.0f}"))
-            rows.append(("  of which the unwind (hs_unwind_in_place, before: hs_unwind, inclusive)",
-                         f"{per_call(sp, 'hs_unwind_in_place|hs_unwind', inclusive=True):.0f}"))
+            rows.append(("  of which the unwind (unw_backtrace or the frame walk, and the trim)",
+                         f"{unwind_per_sample(sp):.0f}"))
+            for label, fn in (("stack hash", "hs_stack_id"), ("stack interning", "hs_stacks_intern"),
+                              ("sampler step", "hs_sampler_sample"),
+                              ("sampled-address insert", "hs_addrset_insert")):
+                rows.append((f"  of which the {label} ({fn} inclusive)", f"{per_call(sp, fn, inclusive=True):.0f}"))
+            rows.append(("  of which the rest (ring writes, inlined, and the glue)", f"{rest_per_sample(sp):.0f}"))
             rows.append((f"  sampled free, --unwinder {unwinder} (hs_record_free_slow inclusive)",
                          f"{per_call(sp, 'hs_record_free_slow', inclusive=True):.0f}"))
             if sstats.get("heap_samples", 0) < n:

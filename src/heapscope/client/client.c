@@ -331,7 +331,10 @@ static uint64_t coarse_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static void sample(struct hs_thread *t, void *addr, size_t size, uint64_t sample_size) {
+/* Inlined, and the unwind with it (hs_unwind_here): each frame of ours
+ * under unw_backtrace is one more step of its walk. */
+static inline __attribute__((always_inline)) void sample(struct hs_thread *t, void *addr,
+                                                         size_t size, uint64_t sample_size) {
   struct hs_ring_meta *m = cl.ring.meta;
   /* Our own frames, then pcs, then (with Python frames) struct hs_pystack
    * and the frames: the tail of the STACK record in one piece, unwound in
@@ -343,10 +346,10 @@ static void sample(struct hs_thread *t, void *addr, size_t size, uint64_t sample
    * every sample would be a visible part of the cost. */
   if ((t->unwinds++ & 63) == 0) {
     uint64_t t0 = hs_now_ns();
-    depth = hs_unwind_in_place(buf, cl.max_frames, &truncated, &first);
+    depth = hs_unwind_here(buf, cl.max_frames, &truncated, &first);
     __atomic_fetch_add(&m->unwind_ns, (hs_now_ns() - t0) * 64, __ATOMIC_RELAXED);
   } else {
-    depth = hs_unwind_in_place(buf, cl.max_frames, &truncated, &first);
+    depth = hs_unwind_here(buf, cl.max_frames, &truncated, &first);
   }
   uint64_t *tail = buf + first;
   uint64_t *pcs = tail;
@@ -396,21 +399,22 @@ static void sample(struct hs_thread *t, void *addr, size_t size, uint64_t sample
     __atomic_fetch_add(&m->addr_table_full, 1, __ATOMIC_RELAXED);
 }
 
-void hs_record_alloc_slow(void *addr, size_t size) {
+void *hs_record_alloc_slow(void *addr, size_t size) {
   struct hs_thread *t = &hs_thread_state;
   if (!__atomic_load_n(&hs_enabled, __ATOMIC_ACQUIRE))
-    return;
+    return addr;
   if (t->sampler.interval == 0)
     thread_init(t);
   uint64_t sample_size = hs_sampler_sample(&t->sampler, size);
   if (sample_size == 0 || addr == NULL)
-    return;
+    return addr;
   int saved_errno = errno;
   /* Guard: unwinding, the loader and the ring wait may allocate. */
   t->guard = 1;
   sample(t, addr, size, sample_size);
   t->guard = 0;
   errno = saved_errno;
+  return addr;
 }
 
 void hs_record_free_slow(void *addr) {

@@ -20,7 +20,9 @@
  * the constructor, then possibly 1 -> 0 for good. */
 extern int hs_enabled HS_HIDDEN;
 
-HS_HIDDEN void hs_record_alloc_slow(void *addr, size_t size);
+/* Returns addr, so that a hook can end in a tail call to it: then no frame
+ * of the hook lies between the program and the unwinder. */
+HS_HIDDEN void *hs_record_alloc_slow(void *addr, size_t size);
 HS_HIDDEN void hs_record_free_slow(void *addr);
 
 /* 1 when an allocation of `size` bytes is certainly not recorded: the
@@ -42,7 +44,7 @@ static inline int hs_alloc_unrecorded(size_t size) {
  * it only moves the countdown). Call it after the real allocator returned. */
 static inline void hs_record_alloc(void *addr, size_t size) {
   if (!hs_alloc_unrecorded(size))
-    hs_record_alloc_slow(addr, size);
+    (void)hs_record_alloc_slow(addr, size);
 }
 
 /* addr is about to be freed. Call it before the real free. The filter in

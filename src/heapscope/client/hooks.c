@@ -32,8 +32,7 @@
 
 static HS_COLD_PATH void *malloc_recorded(size_t size) {
   void *p = HS_REAL(malloc)(size);
-  hs_record_alloc_slow(p, size);
-  return p;
+  return hs_record_alloc_slow(p, size); /* a tail call */
 }
 
 HS_EXPORT void *malloc(size_t size) {
@@ -60,8 +59,7 @@ HS_EXPORT void free(void *p) {
 
 static HS_COLD_PATH void *calloc_recorded(size_t n, size_t size, size_t total) {
   void *p = HS_REAL(calloc)(n, size);
-  hs_record_alloc_slow(p, total);
-  return p;
+  return hs_record_alloc_slow(p, total); /* a tail call */
 }
 
 HS_EXPORT void *calloc(size_t n, size_t size) {
@@ -85,8 +83,7 @@ static void *realloc_from_arena(void *old, size_t size) {
 
 static HS_COLD_PATH void *realloc_recorded(void *old, size_t size) {
   void *p = HS_REAL(realloc)(old, size);
-  hs_record_alloc_slow(p, size);
-  return p;
+  return hs_record_alloc_slow(p, size); /* a tail call */
 }
 
 HS_EXPORT void *realloc(void *old, size_t size) {

@@ -55,7 +55,7 @@ static uint64_t lost_grace_ns(const struct hs_ring *r) {
   return r->max_wait_ns / 2 < LOST_GRACE_NS ? r->max_wait_ns / 2 : LOST_GRACE_NS;
 }
 
-int hs_ring_write(struct hs_ring *r, uint32_t type, const void *a, size_t alen, const void *b,
+int hs_ring_write_slow(struct hs_ring *r, uint32_t type, const void *a, size_t alen, const void *b,
                   size_t blen, int take_seq) {
   struct hs_ring_meta *m = r->meta;
   uint64_t size = HS_ALIGN8(8 + alen + blen);
@@ -134,16 +134,6 @@ int hs_ring_write(struct hs_ring *r, uint32_t type, const void *a, size_t alen, 
     __atomic_store_n(hdr, HS_RECORD_HEADER(pad, HS_REC_PAD), __ATOMIC_RELEASE);
     off = 0;
   }
-  unsigned char *dst = r->data + off;
-  if (alen)
-    memcpy(dst + 8, a, alen);
-  if (blen)
-    memcpy(dst + 8 + alen, b, blen);
-  if (take_seq) {
-    uint64_t seq = __atomic_fetch_add(r->seq, 1, __ATOMIC_RELAXED);
-    memcpy(dst + 8, &seq, sizeof seq);
-  }
-  /* Tail padding is already zero: the reader zeroes what it consumed. */
-  __atomic_store_n((uint64_t *)dst, HS_RECORD_HEADER(size, type), __ATOMIC_RELEASE);
+  hs_ring_fill(r->data + off, size, type, a, alen, b, blen, take_seq ? r->seq : NULL);
   return HS_OK;
 }

@@ -50,10 +50,47 @@ HS_HIDDEN int hs_sock_is_ours(int fd, uint64_t dev, uint64_t ino);
  * replaced by a fresh sequence number, taken after the space is reserved:
  * a dropped record therefore never leaves a hole in the sequence.
  * Returns HS_OK, HS_DROPPED, or -(enum hs_client_error) when the client must
- * stop. Never blocks forever. */
-HS_HIDDEN HS_MUST_CHECK int hs_ring_write(struct hs_ring *r, uint32_t type, const void *a,
-                                         size_t alen, const void *b, size_t blen,
-                                         int take_seq);
+ * stop. Never blocks forever. hs_ring_write is its common case inlined (one
+ * reservation attempt that finds room without a pad, and copies of sizes the
+ * caller's compiler knows); everything else goes to hs_ring_write_slow. */
+HS_HIDDEN HS_MUST_CHECK int hs_ring_write_slow(struct hs_ring *r, uint32_t type, const void *a,
+                                              size_t alen, const void *b, size_t blen,
+                                              int take_seq);
+
+/* The body and header of a reserved record at dst (see hs_ring_write). */
+static inline void hs_ring_fill(unsigned char *dst, uint64_t size, uint32_t type, const void *a,
+                                size_t alen, const void *b, size_t blen, uint64_t *seq_counter) {
+  if (alen)
+    __builtin_memcpy(dst + 8, a, alen);
+  if (blen)
+    __builtin_memcpy(dst + 8 + alen, b, blen);
+  if (seq_counter) {
+    uint64_t seq = __atomic_fetch_add(seq_counter, 1, __ATOMIC_RELAXED);
+    __builtin_memcpy(dst + 8, &seq, sizeof seq);
+  }
+  /* Tail padding is already zero: the reader zeroes what it consumed. */
+  __atomic_store_n((uint64_t *)dst, HS_RECORD_HEADER(size, type), __ATOMIC_RELEASE);
+}
+
+static inline HS_MUST_CHECK int hs_ring_write(struct hs_ring *r, uint32_t type, const void *a,
+                                              size_t alen, const void *b, size_t blen,
+                                              int take_seq) {
+  struct hs_ring_meta *m = r->meta;
+  uint64_t size = HS_ALIGN8(8 + alen + blen);
+  if (HS_UNLIKELY(size > r->size / 2 || __atomic_load_n(&m->shutting_down, __ATOMIC_RELAXED)))
+    return hs_ring_write_slow(r, type, a, alen, b, blen, take_seq);
+  uint64_t wp = __atomic_load_n(&m->write_pos, __ATOMIC_RELAXED);
+  uint64_t rp = __atomic_load_n(&m->read_pos, __ATOMIC_ACQUIRE);
+  uint64_t off = wp & (r->size - 1);
+  /* As in the slow path: positions come from shared memory, so rp > wp
+   * counts as full; a record that would need a pad goes there too. */
+  if (HS_UNLIKELY(off + size > r->size || rp > wp || wp + size - rp > r->size ||
+                  !__atomic_compare_exchange_n(&m->write_pos, &wp, wp + size, 1,
+                                               __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)))
+    return hs_ring_write_slow(r, type, a, alen, b, blen, take_seq);
+  hs_ring_fill(r->data + off, size, type, a, alen, b, blen, take_seq ? r->seq : NULL);
+  return HS_OK;
+}
 
 /* CLOCK_MONOTONIC in ns. */
 HS_HIDDEN uint64_t hs_now_ns(void);

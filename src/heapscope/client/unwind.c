@@ -128,26 +128,26 @@ static __attribute__((noinline)) uint32_t fp_walk(uint64_t *pcs, uint32_t max, i
   return n;
 }
 
-static uint32_t raw_unwind(uint64_t *pcs, uint32_t max) {
+hs_unw_backtrace_fn hs_unw_backtrace;
+
+uint32_t hs_unwind_raw(uint64_t *buf, uint32_t want) {
   switch (active) {
   case HS_UNWINDER_LIBUNWIND: {
     /* uint64_t and void * have the same size and representation here. */
-    int n = unw_backtrace_p((void **)pcs, (int)max);
+    int n = unw_backtrace_p((void **)buf, (int)want);
     return n > 0 ? (uint32_t)n : 0;
   }
   case HS_UNWINDER_NONE:
-    return fp_walk(pcs, max, 1);
+    return fp_walk(buf, want, 1);
   default:
-    return fp_walk(pcs, max, 0);
+    return fp_walk(buf, want, 0);
   }
 }
 
-uint32_t hs_unwind_in_place(uint64_t *buf, uint32_t max_frames, int *truncated,
-                            uint32_t *first) {
-  _Static_assert(sizeof(void *) == sizeof(uint64_t), "64-bit only");
+uint32_t hs_unwind_trim(const uint64_t *buf, uint32_t n, uint32_t max_frames, int *truncated,
+                        uint32_t *first) {
   uint32_t want = max_frames + HS_UNWIND_SLACK;
-  uint32_t n = raw_unwind(buf, want);
-  /* unw_backtrace() reports its own frame first, so our frames may start
+  /* unw_backtrace() may report its own frame first, so our frames may start
    * one or two entries in: skip to the first of ours among the leading few,
    * then past all of ours. */
   uint32_t skip = 0;
@@ -163,6 +163,13 @@ uint32_t hs_unwind_in_place(uint64_t *buf, uint32_t max_frames, int *truncated,
     depth = max_frames;
   *first = skip;
   return depth;
+}
+
+uint32_t hs_unwind_in_place(uint64_t *buf, uint32_t max_frames, int *truncated,
+                            uint32_t *first) {
+  _Static_assert(sizeof(void *) == sizeof(uint64_t), "64-bit only");
+  uint32_t n = hs_unwind_raw(buf, max_frames + HS_UNWIND_SLACK);
+  return hs_unwind_trim(buf, n, max_frames, truncated, first);
 }
 
 uint32_t hs_unwind(uint64_t *pcs, uint32_t max_frames, int *truncated) {
@@ -279,6 +286,7 @@ uint32_t hs_unwind_init(uint32_t requested) {
       per_thread_cache(h);
     }
   }
+  hs_unw_backtrace = active == HS_UNWINDER_LIBUNWIND ? unw_backtrace_p : NULL;
   /* Warm up: the first unwind allocates (libunwind's per-thread cache and
    * its dl_iterate_phdr bookkeeping). */
   uint64_t pcs[8];

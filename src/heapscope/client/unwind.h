@@ -36,4 +36,34 @@ HS_HIDDEN uint32_t hs_unwind(uint64_t *pcs, uint32_t max_frames, int *truncated)
 HS_HIDDEN uint32_t hs_unwind_in_place(uint64_t *buf, uint32_t max_frames, int *truncated,
                                       uint32_t *first);
 
+/* The pieces of hs_unwind_here below. hs_unw_backtrace is libunwind's
+ * unw_backtrace while libunwind is the unwinder in use, else NULL;
+ * hs_unwind_raw runs the other unwinders; hs_unwind_trim strips our own
+ * leading frames from n unwound ones and sets *truncated and *first. */
+typedef int (*hs_unw_backtrace_fn)(void **buffer, int size);
+extern hs_unw_backtrace_fn hs_unw_backtrace HS_HIDDEN;
+HS_HIDDEN uint32_t hs_unwind_raw(uint64_t *buf, uint32_t want);
+HS_HIDDEN uint32_t hs_unwind_trim(const uint64_t *buf, uint32_t n, uint32_t max_frames,
+                                  int *truncated, uint32_t *first);
+
+/* hs_unwind_in_place, inlined into its caller: with libunwind, every frame
+ * of ours between the program and unw_backtrace is one more step of its walk
+ * (a lookup in its per-thread cache and a few loads, ~75 instructions), and
+ * one more frame for the trim to drop; calling unw_backtrace from the
+ * caller's own frame saves the one of hs_unwind_in_place. */
+static inline __attribute__((always_inline)) uint32_t
+hs_unwind_here(uint64_t *buf, uint32_t max_frames, int *truncated, uint32_t *first) {
+  uint32_t want = max_frames + HS_UNWIND_SLACK;
+  uint32_t n;
+  hs_unw_backtrace_fn bt = hs_unw_backtrace;
+  if (bt) {
+    /* uint64_t and void * have the same size and representation here. */
+    int k = bt((void **)buf, (int)want);
+    n = k > 0 ? (uint32_t)k : 0;
+  } else {
+    n = hs_unwind_raw(buf, want);
+  }
+  return hs_unwind_trim(buf, n, max_frames, truncated, first);
+}
+
 #endif
