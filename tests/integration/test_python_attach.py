@@ -42,13 +42,29 @@ def procs():  # noqa: ANN201
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("python", INTERPRETERS)
 def test_attach_wraps_the_allocator_domains(tmp_path: Path, python: str, procs) -> None:  # noqa: ANN001
+    _attach_and_check(tmp_path, python, procs, [])
+
+
+@pytest.mark.skipif(shutil.which("gdb") is None, reason="gdb is not installed (apt-get install gdb)")
+@pytest.mark.skipif(not INTERPRETERS, reason="no CPython 3.8-3.13 installed")
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("python", sorted({INTERPRETERS[0], INTERPRETERS[-1]}))
+def test_attach_to_malloc_backed_domains_counts_small_objects_once(tmp_path: Path, python: str,
+                                                                  procs) -> None:  # noqa: ANN001
+    """With PYTHONMALLOC=malloc the MEM and OBJ domains are malloc itself: the wrappers must not
+    take pymalloc's guard-free path for small requests (client/pymem.c, stock_pymalloc), or the
+    malloc hook would count each small bytes object a second time."""
+    _attach_and_check(tmp_path, python, procs, ["env", "PYTHONMALLOC=malloc"])
+
+
+def _attach_and_check(tmp_path: Path, python: str, procs, prefix: list[str]) -> None:  # noqa: ANN001
     from hs_integration import Profile
 
     _, minor = _version(python)
     truth = subprocess.run([python, str(TARGET), "--print-truth"], capture_output=True, text=True, timeout=30,
                            check=True).stdout
     n, small_size, big_size, obj_size = map(int, truth.split())
-    t = procs([python, str(TARGET)])
+    t = procs([*prefix, python, str(TARGET)])
     t.out.wait_for(lambda s: s == "ready", "target start")
     db = tmp_path / "attach.db"
     h = procs(record("-o", db, "-p", str(t.p.pid)))
