@@ -103,20 +103,18 @@ static void *w_realloc(void *ctx, void *old, size_t n) {
   return p;
 }
 
-/* No guard: freeing a block never allocates, and a block pymalloc passes on
- * to free() was taken out of the address set here first, so the free hook
- * finds nothing to record (one more filter check, for large blocks only). */
-static __attribute__((noinline)) void w_free_maybe_sampled(struct py_domain *d, void *p) {
-  hs_record_free_slow(p);
-  d->prev.free(d->prev.ctx, p);
-}
-
+/* The free keeps the guard around the wrapped free: without it the
+ * pytest plugin's runs at interval 1 (tests/integration/test_pytest_plugin.py,
+ * test_windows_are_relative_to_each_test_start) stall on the ring until the
+ * client gives up (HS_ERR_WAIT_TIMEOUT); why is not understood yet. */
 static void w_free(void *ctx, void *p) {
   struct py_domain *d = ctx;
-  if (HS_UNLIKELY(hs_addr_maybe_sampled(p)))
-    w_free_maybe_sampled(d, p); /* a tail call too: the fast path keeps no frame */
-  else
-    d->prev.free(d->prev.ctx, p);
+  struct hs_thread *t = &hs_thread_state;
+  hs_record_free(p);
+  int saved = t->guard;
+  t->guard = 1;
+  d->prev.free(d->prev.ctx, p);
+  t->guard = saved;
 }
 
 typedef int (*add_pending_fn)(int (*fn)(void *), void *arg);
