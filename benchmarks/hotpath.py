@@ -1,6 +1,7 @@
 """The client's hot path in instructions: what one malloc, one free and one sample cost.
 
-    python benchmarks/hotpath.py [--heapscope CMD] [--ops N] [--live N]
+    python benchmarks/hotpath.py [--heapscope CMD] [--ops N] [--live N] [--sections native,python]
+                                 [--python EXE]
 
 Runs benchmarks/hotpath.c under `heapscope record` with the target inside
 `valgrind --tool=callgrind`, and reads the instruction counts (Ir) per call of
@@ -28,6 +29,18 @@ Figures (instructions, user space only):
                     the sampler step, the sampled-address insert, the rest
                     (the ring writes, inlined, and the glue)
   sampled free      hs_record_free_slow inclusive per call on that run
+
+Python section (issues 12 and 13: pymalloc wrapped, Python frames on), on
+benchmarks/pyobjects.py and pywork.py with small arguments, each run unprofiled,
+under heapscope with nothing sampled, and at the default interval (4096, seed 1):
+  pymalloc alloc    the MEM/OBJ domain wrapper (w_malloc) exclusive per call, on
+                    the run where nothing is sampled: an unsampled PyObject_Malloc
+  pymalloc free     the same for w_free: an unsampled PyObject_Free
+  per sample        hs_record_alloc_slow inclusive per sampled allocation, and
+                    the parts of it: the native unwind, the Python frame walk,
+                    the code-object keys, the stack id of the Python part, the
+                    module check of new stacks (per sample: totals / samples)
+  whole program     the target's instructions over the unprofiled run's
 Nothing here is asserted: tests never time or count things.
 """
 
@@ -189,6 +202,50 @@ def rest_per_sample(p: Profile) -> float:
     return total - sum(x for x in parts if x == x)
 
 
+PY_WORKLOADS = (("pyobjects.py 14 8", ["pyobjects.py", "14", "8"]),
+                ("pywork.py 40000", ["pywork.py", "40000"]))
+
+PY_PARTS = (("Python frame walk", "hs_py_walk"),
+            ("code-object keys", "hs_py_code_key"),
+            ("stack id of the Python part", "hs_stack_id_py"),
+            ("module check of new stacks", "hs_modules_check"))
+
+
+def total_per(p: Profile, name: str, per: int) -> float:
+    """Inclusive Ir of every call of `name` (a|b: the first found), divided by per."""
+    for alt in name.split("|"):
+        key = p.find(LIB, alt)
+        if p.calls.get(key, 0):
+            return p.inclusive.get(key, 0) / max(per, 1)
+    return float("nan")
+
+
+def python_rows(hs: list[str], python: str) -> list[tuple[str, str, str]]:
+    rows: list[tuple[str, str, str]] = []
+    with tempfile.TemporaryDirectory(prefix="hotpath.py.") as tmp:
+        out = Path(tmp)
+        for name, script in PY_WORKLOADS:
+            argv = [python, str(HERE / script[0]), *script[1:]]
+            tag = script[0].split(".")[0]
+            plain, _ = callgrind(out, f"{tag}.plain", argv, None, [])
+            quiet, _ = callgrind(out, f"{tag}.quiet", argv, hs, ["-i", str(HUGE_INTERVAL)])
+            prof, stats = callgrind(out, f"{tag}.4096", argv, hs, ["-i", "4096", "--seed", "1"])
+            samples = max(stats.get("heap_samples", 0), 1)
+            rows.append((name, "unsampled pymalloc alloc (w_malloc, exclusive per call)",
+                         f"{per_call(quiet, 'w_malloc'):.1f}"))
+            rows.append((name, "unsampled pymalloc free (w_free, exclusive per call)",
+                         f"{per_call(quiet, 'w_free'):.1f}"))
+            rows.append((name, "whole program, nothing sampled / unprofiled", f"{quiet.total / plain.total:.3f}x"))
+            rows.append((name, f"per sample ({samples:,} samples): hs_record_alloc_slow inclusive",
+                         f"{per_call(prof, 'hs_record_alloc_slow', inclusive=True):.0f}"))
+            rows.append((name, "  of which native unwind, per sample", f"{unwind_per_sample(prof):.0f}"))
+            for label, fn in PY_PARTS:
+                rows.append((name, f"  of which {label}, per sample", f"{total_per(prof, fn, samples):.0f}"))
+            rows.append((name, "whole program at 4096: instructions, profiled / unprofiled",
+                         f"{prof.total:,} / {plain.total:,} = {prof.total / plain.total:.3f}x"))
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--heapscope", default=shutil.which("heapscope") or "heapscope",
@@ -196,12 +253,23 @@ def main() -> int:
     ap.add_argument("--ops", type=int, default=200_000, help="free+malloc operations per run")
     ap.add_argument("--live", type=int, default=20_000, help="sampled blocks kept live in the 'live' runs")
     ap.add_argument("--unwinders", default="fp,libunwind,none")
+    ap.add_argument("--sections", default="native,python", help="native, python or both (comma-separated)")
+    ap.add_argument("--python", default=sys.executable, help="the interpreter of the Python section")
     args = ap.parse_args()
     if shutil.which("valgrind") is None:
         print("hotpath: valgrind is not installed", file=sys.stderr)
         return 1
     hs = [args.heapscope]
     ops = args.ops
+    sections = set(args.sections.split(","))
+    if "python" in sections:
+        print(f"heapscope: {args.heapscope}; python: {args.python}; valgrind callgrind, Ir")
+        print("| workload | path | instructions |")
+        print("|---|---|---|")
+        for workload, label, value in python_rows(hs, args.python):
+            print(f"| {workload} | {label} | {value} |")
+    if "native" not in sections:
+        return 0
     with tempfile.TemporaryDirectory(prefix="hotpath.") as tmp:
         out = Path(tmp)
         exe = build(out)

@@ -241,10 +241,19 @@ static int python_frames(struct hs_pyframe *py, uint32_t *why_out) {
     __atomic_fetch_add(&m->python_walks_invalid, 1, __ATOMIC_RELAXED);
   if (why & HS_PY_WALK_TRUNCATED)
     __atomic_fetch_add(&m->python_walks_truncated, 1, __ATOMIC_RELAXED);
+  uint64_t last_code = 0, last_key = 0;
   for (int i = 0; i < n; i++) {
     uint64_t code = py[i].code_key;
+    if (code == last_code) {
+      /* The frame below runs the same code object (recursion): the same
+       * live object, the same key, already known or sent. */
+      py[i].code_key = last_key;
+      continue;
+    }
     uint64_t key = hs_py_code_key(code);
     py[i].code_key = key;
+    last_code = code;
+    last_key = key;
     if (key == 0)
       continue;
     /* Most samples walk code objects sent long ago (a test runner's 30-odd
