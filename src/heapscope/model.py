@@ -15,6 +15,7 @@ CallsiteId = NewType("CallsiteId", int)
 Upid = NewType("Upid", int)
 
 HEAP_NAME = "libc.malloc"
+PY_HEAP_NAME = "python.pymalloc"  # Python's MEM and OBJ allocator domains (client/pymem.c, wire.h)
 VIEWS = ("space", "alloc_space", "objects", "alloc_objects")
 
 

@@ -267,14 +267,21 @@ static int python_frames(struct hs_pyframe *py, uint32_t *why_out) {
 }
 
 static HS_MUST_CHECK int send_python_info(void);
+static HS_MUST_CHECK int announce_py_heap(void);
 
 /* The wrappers of a late install (pymem.c), from a pending call on the main
  * thread, outside any hook: says so to the producer with a new PYINFO. */
 static int pymem_late(int installed) {
-  if (installed < 0)
-    return __atomic_load_n(&hs_enabled, __ATOMIC_ACQUIRE);
   struct hs_thread *t = &hs_thread_state;
   int saved = t->guard;
+  if (installed < 0) {
+    if (!__atomic_load_n(&hs_enabled, __ATOMIC_ACQUIRE))
+      return 0;
+    t->guard = 1; /* the ring wait may allocate */
+    int live = ok(announce_py_heap());
+    t->guard = saved;
+    return live;
+  }
   t->guard = 1; /* the ring wait may allocate */
   pymem_on = installed;
   if (installed && __atomic_load_n(&hs_enabled, __ATOMIC_ACQUIRE))
@@ -331,7 +338,33 @@ static uint64_t coarse_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static void sample(struct hs_thread *t, void *addr, size_t size, uint64_t sample_size) {
+/* The sequence of Python's heap (HS_PY_HEAP_ID), from 1, its own line;
+ * and whether this session announced that heap (announce_py_heap). */
+static struct {
+  uint64_t next;
+  char pad[56];
+} py_seq_line __attribute__((aligned(64))) = {1, {0}};
+static int py_heap_announced;
+
+/* The HEAP record of Python's heap, once per session, before the first
+ * record of that heap: when CPython is found at the start, else before a
+ * late install puts the wrappers in (pymem.c). Outside any hook. */
+static HS_MUST_CHECK int announce_py_heap(void) {
+  if (__atomic_load_n(&py_heap_announced, __ATOMIC_ACQUIRE))
+    return HS_OK;
+  struct hs_heap heap;
+  memset(&heap, 0, sizeof heap);
+  heap.interval = cl.interval; /* the malloc countdown's (client.h) */
+  heap.heap_id = HS_PY_HEAP_ID;
+  memcpy(heap.name, HS_PY_HEAP_NAME, sizeof HS_PY_HEAP_NAME);
+  int rc = hs_ring_write(&cl.ring, HS_REC_HEAP, &heap, sizeof heap, NULL, 0, 0);
+  if (rc == HS_OK)
+    __atomic_store_n(&py_heap_announced, 1, __ATOMIC_RELEASE);
+  return rc < 0 ? rc : HS_OK;
+}
+
+/* heap: 1 (libc.malloc, HS_REC_MALLOC) or HS_PY_HEAP_ID (HEAP_MALLOC). */
+static void sample(struct hs_thread *t, void *addr, size_t size, uint64_t sample_size, uint32_t heap) {
   struct hs_ring_meta *m = cl.ring.meta;
   /* Our own frames, then pcs, then (with Python frames) struct hs_pystack
    * and the frames: the tail of the STACK record in one piece, unwound in
@@ -384,6 +417,20 @@ static void sample(struct hs_thread *t, void *addr, size_t size, uint64_t sample
                           depth * sizeof(uint64_t) + py_bytes, 0)))
       return;
   }
+  if (heap == HS_PY_HEAP_ID) {
+    if (!__atomic_load_n(&py_heap_announced, __ATOMIC_ACQUIRE))
+      return; /* unannounced (its HEAP record was dropped): not booked, nor its free */
+    struct hs_ring r = cl.ring;
+    r.seq = &py_seq_line.next;
+    struct hs_heap_malloc hrec = {0, HS_PY_HEAP_ID, 0, (uint64_t)(uintptr_t)addr, sample_size, size,
+                                  id, coarse_ns()};
+    int rc = hs_ring_write(&r, HS_REC_HEAP_MALLOC, &hrec, sizeof hrec, NULL, 0, 1);
+    if (!ok(rc) || rc == HS_DROPPED)
+      return;
+    if (hs_addrset_insert((const void *)((uintptr_t)addr ^ HS_PY_HEAP_KEY)) != HS_OK)
+      __atomic_fetch_add(&m->addr_table_full, 1, __ATOMIC_RELAXED);
+    return;
+  }
   if (HS_UNLIKELY(thread_tid == 0))
     thread_tid = (uint32_t)syscall(SYS_gettid);
   struct hs_malloc rec = {0, (uint64_t)(uintptr_t)addr, sample_size, size, id, coarse_ns(), thread_tid, 0};
@@ -396,7 +443,7 @@ static void sample(struct hs_thread *t, void *addr, size_t size, uint64_t sample
     __atomic_fetch_add(&m->addr_table_full, 1, __ATOMIC_RELAXED);
 }
 
-void hs_record_alloc_slow(void *addr, size_t size) {
+static inline void record_alloc_slow(void *addr, size_t size, uint32_t heap) {
   struct hs_thread *t = &hs_thread_state;
   if (!__atomic_load_n(&hs_enabled, __ATOMIC_ACQUIRE))
     return;
@@ -408,7 +455,31 @@ void hs_record_alloc_slow(void *addr, size_t size) {
   int saved_errno = errno;
   /* Guard: unwinding, the loader and the ring wait may allocate. */
   t->guard = 1;
-  sample(t, addr, size, sample_size);
+  sample(t, addr, size, sample_size, heap);
+  t->guard = 0;
+  errno = saved_errno;
+}
+
+void hs_record_alloc_slow(void *addr, size_t size) {
+  record_alloc_slow(addr, size, 1);
+}
+
+void hs_record_py_alloc_slow(void *addr, size_t size) {
+  record_alloc_slow(addr, size, HS_PY_HEAP_ID);
+}
+
+void hs_record_py_free_slow(void *addr) {
+  struct hs_thread *t = &hs_thread_state;
+  if (!__atomic_load_n(&hs_enabled, __ATOMIC_RELAXED) || addr == NULL || t->guard)
+    return;
+  int saved_errno = errno;
+  t->guard = 1; /* as hs_record_free_slow */
+  if (hs_addrset_remove((const void *)((uintptr_t)addr ^ HS_PY_HEAP_KEY))) {
+    struct hs_ring r = cl.ring;
+    r.seq = &py_seq_line.next;
+    struct hs_heap_free rec = {0, HS_PY_HEAP_ID, 0, (uint64_t)(uintptr_t)addr};
+    (void)ok(hs_ring_write(&r, HS_REC_HEAP_FREE, &rec, sizeof rec, NULL, 0, 1));
+  }
   t->guard = 0;
   errno = saved_errno;
 }
@@ -752,6 +823,8 @@ static int announce(const struct hs_config *cfg) {
   heap.heap_id = 1;
   memcpy(heap.name, "libc.malloc", sizeof "libc.malloc");
   int rc = hs_ring_write(&cl.ring, HS_REC_HEAP, &heap, sizeof heap, NULL, 0, 0);
+  if (rc >= 0 && pymem_on)
+    rc = announce_py_heap();
   if (rc >= 0)
     rc = send_python_info();
   if (rc >= 0)
@@ -817,6 +890,8 @@ static int restart_in_child(void) {
   memset(&cl.ring, 0, sizeof cl.ring);
   hs_addrset_reset();
   seq_line.next = 1;
+  py_seq_line.next = 1;
+  py_heap_announced = 0;
   cl.threads = 0;
   for (int i = 0; code_slots != NULL && i < CODE_SLOTS; i++)
     code_slots[i].busy = 0;

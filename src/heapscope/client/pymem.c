@@ -38,7 +38,7 @@ static void *w_malloc(void *ctx, size_t n) {
   t->guard = 1; /* what pymalloc passes on to malloc is this request, not another */
   void *p = a->malloc(a->ctx, n);
   t->guard = saved;
-  hs_record_alloc(p, booked(n));
+  hs_record_py_alloc(p, booked(n));
   return p;
 }
 
@@ -51,26 +51,26 @@ static void *w_calloc(void *ctx, size_t nelem, size_t elsize) {
   t->guard = saved;
   size_t total;
   if (p && !__builtin_mul_overflow(nelem, elsize, &total))
-    hs_record_alloc(p, booked(total));
+    hs_record_py_alloc(p, booked(total));
   return p;
 }
 
 static void *w_realloc(void *ctx, void *old, size_t n) {
   struct py_allocator *a = ctx;
   struct hs_thread *t = &hs_thread_state;
-  hs_record_free(old); /* as the realloc hook: before, so the address cannot be reused first */
+  hs_record_py_free(old); /* as the realloc hook: before, so the address cannot be reused first */
   int saved = t->guard;
   t->guard = 1;
   void *p = a->realloc(a->ctx, old, n);
   t->guard = saved;
-  hs_record_alloc(p, booked(n));
+  hs_record_py_alloc(p, booked(n));
   return p;
 }
 
 static void w_free(void *ctx, void *p) {
   struct py_allocator *a = ctx;
   struct hs_thread *t = &hs_thread_state;
-  hs_record_free(p);
+  hs_record_py_free(p);
   int saved = t->guard;
   t->guard = 1;
   a->free(a->ctx, p);

@@ -397,8 +397,10 @@ class Producer:
 
     def _add_custom_heap(self, p: ProcessState, r: codec.HeapRecord) -> None:
         """A heap the program registered: its own tracker, its own sequence."""
-        if (r.heap_id in p.custom_heaps or r.heap_id >= codec.FIRST_CUSTOM_HEAP + codec.MAX_CUSTOM_HEAPS
-                or not valid_heap_name(r.name) or r.interval < 1
+        python = r.heap_id == codec.PY_HEAP_ID and r.name == codec.PY_HEAP_NAME  # the client's own (pymem.c)
+        if (r.heap_id in p.custom_heaps or (r.heap_id >= codec.FIRST_CUSTOM_HEAP + codec.MAX_CUSTOM_HEAPS
+                                            and not python)
+                or not (python or valid_heap_name(r.name)) or r.interval < 1
                 or any(h.name == r.name for h in p.custom_heaps.values())):
             p.stats.malformed_records += 1
             return
@@ -524,6 +526,13 @@ class Producer:
         p.flags.buffer_corrupted = bool(st["corrupt"])
         p.flags.buffer_overran = p.meta("dropped_records") > 0
         self.dump(p, reason, final=True)
+        py = p.custom_heaps.get(codec.PY_HEAP_ID)
+        if py is not None:
+            # Python's heap is disjoint from malloc's (client/pymem.c books a request once), so the
+            # memory seen is both: the sum of their own peaks (at most the peak of the sum).
+            pst = py.tracker.stats()
+            st = {**st, "peak_unfreed": st.get("peak_unfreed", 0) + pst.get("peak_unfreed", 0),
+                  "sampled_bytes": st.get("sampled_bytes", 0) + pst.get("sampled_bytes", 0)}
         self.writer.add_process(p.info)
         self.writer.set_process_flags(p.info, p.flags)
         self.writer.add_stats(process_stats_rows(p, st))
