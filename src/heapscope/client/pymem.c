@@ -123,6 +123,19 @@ static int install_pending(void *arg) {
   return 0;
 }
 
+int hs_pymem_install_now(hs_pymem_late_fn late) {
+  if (getauxval(AT_SECURE))
+    return 0; /* as hs_pymem_install */
+  get_fn = (get_allocator_fn)hs_py_symbol("PyMem_GetAllocator");
+  set_fn = (set_allocator_fn)hs_py_symbol("PyMem_SetAllocator");
+  if (!get_fn || !set_fn || __atomic_load_n(&late_state, __ATOMIC_ACQUIRE) != 0)
+    return 0;
+  __atomic_store_n(&late_state, 2, __ATOMIC_RELEASE); /* one install per process */
+  if (late && late(-1) == 0)
+    return 0;
+  return wrap_domains();
+}
+
 int hs_pymem_install(hs_pymem_late_fn late) {
   /* A set-id program: secure_getenv hides what Python itself may still
    * read, so we cannot tell whether PYTHONMALLOC is set; stay out. */

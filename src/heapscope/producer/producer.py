@@ -181,6 +181,7 @@ class Producer:
         for p in self.processes.values():
             st = p.ingest.stats()
             samples += st["mallocs"] + sum(h.samples for h in p.custom_heaps.values())
+            samples += p.ingest.routed(codec.PY_HEAP_ID)[0]  # Python's heap, applied in C
             live += st["current_unfreed"]
         return samples, live
 
@@ -406,6 +407,8 @@ class Producer:
             return
         p.custom_heaps[r.heap_id] = CustomHeap(
             r.heap_id, r.name, r.interval, Tracker(dump_at_max=self.config.dump_at_max))
+        if r.heap_id == codec.PY_HEAP_ID:  # as busy as malloc's: its records stay in C (ingest_core.h)
+            p.ingest.route(r.heap_id, p.custom_heaps[r.heap_id].tracker)
         self.log(f"pid {p.info.pid}: custom heap {r.name} (interval {r.interval})")
 
     @staticmethod
@@ -528,6 +531,9 @@ class Producer:
         self.dump(p, reason, final=True)
         py = p.custom_heaps.get(codec.PY_HEAP_ID)
         if py is not None:
+            routed_mallocs, routed_frees = p.ingest.routed(codec.PY_HEAP_ID)
+            py.samples += routed_mallocs
+            py.frees += routed_frees
             # Python's heap is disjoint from malloc's (client/pymem.c books a request once), so the
             # memory seen is both: the sum of their own peaks (at most the peak of the sum).
             pst = py.tracker.stats()

@@ -285,11 +285,14 @@ def select_heap(profile: Profile, heap: str | None) -> str | None:
     for table in _HEAP_TABLES:
         db.execute(f"DROP VIEW IF EXISTS temp.{table}")
     members = heap_members(shown)
-    if members is None or len(heap_names(profile)) <= len(members):
+    if members is None or len(heap_names(profile)) <= len(members) == 1:
         return shown  # nothing to hide
+    hide = len(heap_names(profile)) > len(members)
     # Views take no parameters; each name is one of heap_names.
     among = "(" + ", ".join("'" + n.replace("'", "''") + "'" for n in members) + ")"
     for table in _HEAP_TABLES:
+        if table != "heapscope_peak_allocation" and not hide:
+            continue
         if table == "heapscope_peak_allocation":
             if not _has_table(db, table):
                 continue
@@ -297,10 +300,10 @@ def select_heap(profile: Profile, heap: str | None) -> str | None:
                 # Each heap's peak rows, all at the latest of those peaks: a reader takes one
                 # peak per process (reader.peak_callsites), here the heaps' own peaks summed.
                 cols = [str(r[1]) for r in db.execute(f"PRAGMA main.table_info({table})")]
-                out = ", ".join(
-                    f"(SELECT MAX(q.ts) FROM main.{table} q WHERE q.upid = a.upid AND q.heap_name IN {among}) AS ts"
-                    if c == "ts" else f"a.{c}" for c in cols)
-                db.execute(f"CREATE TEMP VIEW {table} AS SELECT {out} FROM main.{table} a WHERE a.heap_name IN {among}")
+                out = ", ".join("m.peak_ts AS ts" if c == "ts" else f"a.{c}" for c in cols)
+                db.execute(f"CREATE TEMP VIEW {table} AS SELECT {out} FROM main.{table} a JOIN"
+                           f" (SELECT upid, MAX(ts) AS peak_ts FROM main.{table} WHERE heap_name IN {among}"
+                           f" GROUP BY upid) m ON m.upid = a.upid WHERE a.heap_name IN {among}")
                 continue
         db.execute(f"CREATE TEMP VIEW {table} AS SELECT * FROM main.{table} WHERE heap_name IN {among}")
     return shown
