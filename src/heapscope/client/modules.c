@@ -104,10 +104,11 @@ static uint64_t dyn_addr(uint64_t base, uint64_t v) {
   return v < base ? v + base : v;
 }
 
+/* libpython3.<minor>..., not the stable-ABI forwarder libpython3.so. */
 static int is_libpython(const char *name) {
   const char *b = strrchr(name, '/');
   b = b ? b + 1 : name;
-  return strncmp(b, "libpython3", 10) == 0;
+  return strncmp(b, "libpython3.", 11) == 0 && b[11] >= '0' && b[11] <= '9';
 }
 
 /* Called from collect (the loader lock held: the object stays mapped). */

@@ -266,7 +266,6 @@ def resolve_heap(profile: Profile, heap: str | None) -> str | None:
     missing = sorted(wanted - set(names))
     if missing:
         raise UnknownHeapError(f"{profile.path}: no heap named {missing[0]!r} (heaps: {', '.join(names) or 'none'};"
-                               f" {HEAP_JOIN.join(names[:2]) if len(names) > 1 else 'A+B'} for several,"
                                f" or {ALL_HEAPS} for every heap merged)")
     return HEAP_JOIN.join(n for n in names if n in wanted)
 
