@@ -595,8 +595,20 @@ def _same_token(a: bytes, b: bytes) -> bool:
 
 
 def _custom_heap_stats(p: ProcessState) -> list[StatRow]:
-    """Stats rows of a process's custom heaps, summed; the description names each heap's share."""
-    heaps = list(p.custom_heaps.values())
+    """Stats rows of a process's custom heaps, summed; the description names each heap's share.
+    Python's heap (client/pymem.c) is the client's own, not a custom heap: rows of its own."""
+    py = p.custom_heaps.get(codec.PY_HEAP_ID)
+    own: list[StatRow] = [] if py is None else [
+        ("python_heap_samples", p.info.upid, "info", "producer", py.samples,
+         f"sampled allocations on {py.name} (Python's allocator domains)"),
+        ("python_heap_frees", p.info.upid, "info", "producer", py.frees,
+         f"frees of sampled {py.name} addresses"),
+        ("python_heap_sequence_gaps", p.info.upid, "data_loss", "producer",
+         py.tracker.stats()["gaps_skipped"], f"{py.name} sequence numbers never received"),
+    ]
+    heaps = [h for h in p.custom_heaps.values() if h.heap_id != codec.PY_HEAP_ID]
+    if not heaps and p.flags.from_startup:
+        return own
     stats = [h.tracker.stats() for h in heaps]
 
     def each(values: list[int]) -> str:
@@ -609,7 +621,7 @@ def _custom_heap_stats(p: ProcessState) -> list[StatRow]:
     attached: list[StatRow] = [] if p.flags.from_startup else [
         ("custom_heaps_after_attach", u, "info", "producer", len(heaps),
          ATTACH_HEAPS_NOTE + (f" (registered since: {', '.join(h.name for h in heaps)})" if heaps else ""))]
-    return attached + [
+    return own + attached + [
         ("custom_heap_samples", u, "info", "producer", sum(samples),
          f"sampled allocations on custom heaps: {each(samples)}"),
         ("custom_heap_frees", u, "info", "producer", sum(frees),
