@@ -23,6 +23,7 @@ else:  # what a NewType is at run time: the identity (typing costs `record` ~2 m
     FrameId = CallsiteId = Upid = MappingId
 
 HEAP_NAME = "libc.malloc"
+PY_HEAP_NAME = "python.pymalloc"  # Python's MEM and OBJ allocator domains (client/pymem.c, wire.h)
 VIEWS = ("space", "alloc_space", "objects", "alloc_objects")
 
 

@@ -1000,11 +1000,12 @@ class Recording:
             return ("… > " if more else "") + " > ".join(shown)
 
         # One heap (store.select: a pool's memory is in its malloc block too); the others by their peaks.
-        from heapscope.store.select import heap_peaks, select_heap
+        from heapscope.store.select import heap_label, heap_members, heap_peaks, select_heap
         heap = select_heap(profile, None)
+        members = heap_members(heap) or []
         others: dict[int, list[tuple[str, int]]] = {}
         for upid_, name, size, _count in heap_peaks(profile):
-            if name != heap:
+            if name not in members:
                 others.setdefault(upid_, []).append((name, size))
         for stored in profile.processes():
             upid = int(stored.info.upid)
@@ -1014,7 +1015,8 @@ class Recording:
                 if total > 0 or upid in others:
                     s.peaks.append(ProcessPeak(stored.info.pid, stored.info.name or "?", total,
                                                [(path_text(cs), size) for cs, size in rows],
-                                               (heap or "") if upid in others else "", others.get(upid, [])))
+                                               heap_label(heap) if upid in others and heap else "",
+                                               others.get(upid, [])))
         s.peaks.sort(key=lambda pk: -pk.peak_bytes)
 
     def _uninstall_signals(self) -> None:

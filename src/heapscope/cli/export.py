@@ -11,7 +11,7 @@ from heapscope.export import FORMATS
 from heapscope.model import VIEWS
 from heapscope.store.files import EXPORT, atomic_output
 from heapscope.store.reader import open_profile
-from heapscope.store.select import ALL_HEAPS, HEAP_HELP, heap_names, select_heap
+from heapscope.store.select import ALL_HEAPS, HEAP_HELP, HEAP_JOIN, heap_names, select_heap
 
 NAME = "export"
 HELP = "write a profile as pprof, Perfetto trace, Chrome JSON, speedscope or collapsed stacks"
@@ -73,8 +73,10 @@ def main(args: argparse.Namespace) -> int:
         heap = args.heap
         if heap is None and args.format == "perfetto":
             heap = ALL_HEAPS  # the trace names each heap, as heapprofd's do: nothing is counted twice
-        if select_heap(profile, heap) is None and args.format == "pprof":
-            extra = {"heaps": heap_names(profile)}  # one sample per heap and callsite, labelled
+        shown = select_heap(profile, heap)
+        if args.format == "pprof" and (shown is None or HEAP_JOIN in shown):
+            # one sample per heap and callsite, labelled with its heap
+            extra = {"heaps": heap_names(profile) if shown is None else shown.split(HEAP_JOIN)}
         if args.output == "-":
             exporter(profile, sys.stdout.buffer, view=args.view, pid=args.pid, dump=args.dump, **extra)
             sys.stdout.buffer.flush()

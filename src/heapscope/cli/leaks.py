@@ -25,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from heapscope.store.reader import open_profile
-    from heapscope.store.select import heap_names, parse_dump, select_heap
+    from heapscope.store.select import heap_label, heap_members, heap_names, parse_dump, select_heap
     from heapscope.view.leaks import find_leaks
 
     if args.top < 1:
@@ -36,8 +36,9 @@ def main(args: argparse.Namespace) -> int:
         found = find_leaks(profile, args.pid, None if args.dump is None else parse_dump(args.dump))
     head = ""
     if len(names) > 1:  # custom heaps: say which (a pool's memory is in its malloc block too)
-        others = [n for n in names if n != shown]
-        head = (f"heap: {shown} (others: {', '.join(others)}; --heap NAME)\n\n" if shown is not None
+        members = heap_members(shown) or []
+        others = [n for n in names if n not in members]
+        head = (f"heap: {heap_label(shown)} (others: {', '.join(others)}; --heap NAME)\n\n" if shown is not None
                 else "heap: all heaps merged (memory a pool hands out is counted twice)\n\n")
     sys.stdout.write(head + ("\n".join(render(p, args.top, args.depth) for p in found) or "no processes\n"))
     return 0

@@ -16,6 +16,7 @@ from heapscope.store.select import (
     HEAP_HELP,
     VIEW_HELP,
     heap_label,
+    heap_members,
     heap_names,
     heap_peaks,
     parse_dump,
@@ -106,12 +107,16 @@ def render_heaps(profile: Profile, shown: str | None) -> str:
         return ""
     names: dict[int, str] = {p.info.upid: f"pid {p.info.pid} {p.info.name or '?'}" for p in profile.processes()}
     lines = ["heaps (unreleased at each heap's own peak; a pool's memory is in its malloc block too):"]
+    members = heap_members(shown)
     for upid, name, size, count in heap_peaks(profile):
         who = names.get(upid, str(upid))
-        mark = "*" if name == shown or shown is None else " "
+        mark = "*" if members is None or name in members else " "
         lines.append(f" {mark}{name:<31} {format_value('space', size):>10} {count:>10} objects   {who}")
     if shown is None:
         lines.append("  showing: all heaps merged (memory a pool hands out is counted twice)")
+    elif members is not None and len(members) > 1:
+        lines.append(f"  showing: {heap_label(shown)} (disjoint: their sum; the peak is each one's own, summed;"
+                     " --heap NAME for one, --heap all merges every heap)")
     else:
         lines.append(f"  showing: {heap_label(shown)} (--heap NAME for another, --heap all merges them)")
     return "\n".join(lines) + "\n\n"

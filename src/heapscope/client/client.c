@@ -53,6 +53,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <dlfcn.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -173,7 +174,7 @@ struct code_slot {
 static struct code_slot *code_slots;
 #define CODE_MEMO_SLOTS 4096u
 static uint64_t code_memo[CODE_MEMO_SLOTS]; /* code keys sent this session (python_frames) */
-static int py_on; /* set once before hs_enabled: CPython with a known layout */
+static int py_on; /* CPython with a known layout: set before hs_enabled, or by late_install */
 static int pymem_on; /* Python's MEM and OBJ domains are wrapped (pymem.c) */
 static int py_forks_restart; /* CPython found: fork children are profiled (restart_in_child) */
 
@@ -276,14 +277,21 @@ static int python_frames(struct hs_pyframe *py, uint32_t *why_out) {
 }
 
 static HS_MUST_CHECK int send_python_info(void);
+static HS_MUST_CHECK int announce_py_heap(void);
 
 /* The wrappers of a late install (pymem.c), from a pending call on the main
  * thread, outside any hook: says so to the producer with a new PYINFO. */
 static int pymem_late(int installed) {
-  if (installed < 0)
-    return __atomic_load_n(&hs_enabled, __ATOMIC_ACQUIRE);
   struct hs_thread *t = &hs_thread_state;
   int saved = t->guard;
+  if (installed < 0) {
+    if (!__atomic_load_n(&hs_enabled, __ATOMIC_ACQUIRE))
+      return 0;
+    t->guard = 1; /* the ring wait may allocate */
+    int live = ok(announce_py_heap());
+    t->guard = saved;
+    return live;
+  }
   t->guard = 1; /* the ring wait may allocate */
   pymem_on = installed;
   if (installed && __atomic_load_n(&hs_enabled, __ATOMIC_ACQUIRE))
@@ -292,7 +300,99 @@ static int pymem_late(int installed) {
   return 1;
 }
 
-/* Detection, at start-up only (dlsym is not hook-safe). */
+/* ---- an interpreter loaded later (docs/python-frames.md) ----
+ *
+ * A program that dlopen()s a shared libpython after the start and then runs
+ * Py_Initialize (an embedded interpreter): python_init found nothing. A
+ * module scan that meets a libpython3 notes its dynamic symbol table
+ * (modules.c); the next sampled allocation (at most once a millisecond)
+ * looks up Py_IsInitialized and Py_AddPendingCall there without dlsym, and
+ * once the interpreter is initialized queues late_install, which the main
+ * thread runs between two bytecodes with the GIL held, outside any hook, as
+ * CPython runs its own imports' dlopen and dlsym: there detection (dlsym),
+ * the domain wrappers (pymem.c) and the frame walker go in. Nothing waits:
+ * when the main thread never runs Python again, nothing is installed. A
+ * queue that stays full is asked LATE_MAX_TRIES times, then given up. */
+enum { LATE_WATCH = 0, LATE_BUSY = 1, LATE_OFF = 2 };
+static int late_py;           /* LATE_*; OFF once CPython is found or given up */
+static uint64_t late_last_ns; /* the last look (rate limit) */
+static uint32_t late_tries;   /* failed Py_AddPendingCall */
+static void *late_pin;        /* keeps libpython mapped while we point into it */
+#define LATE_EVERY_NS 1000000u
+#define LATE_MAX_TRIES 100u
+
+typedef int (*late_add_fn)(int (*fn)(void *), void *arg);
+static int late_install(void *arg);
+static uint64_t coarse_ns(void);
+
+/* Inside the loader's iteration (modules.c): libpython stays mapped. 0:
+ * queued, 1: not initialized yet, -1: the queue is full, -2: no symbols. */
+static int late_queue(hs_modules_lookup_fn lookup, void *arg) {
+  (void)arg;
+  int (*initialized)(void) = (int (*)(void))lookup("Py_IsInitialized");
+  late_add_fn add = (late_add_fn)lookup("Py_AddPendingCall");
+  if (!initialized || !add)
+    return -2;
+  if (!initialized())
+    return 1;
+  return add(late_install, NULL) == 0 ? 0 : -1;
+}
+
+/* From a sampled allocation: the guard is set, no client lock is held. */
+static void late_python(void) {
+  uint64_t now = coarse_ns();
+  uint64_t last = __atomic_load_n(&late_last_ns, __ATOMIC_RELAXED);
+  if (now - last < LATE_EVERY_NS ||
+      !__atomic_compare_exchange_n(&late_last_ns, &last, now, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+    return;
+  int expected = LATE_WATCH;
+  if (!__atomic_compare_exchange_n(&late_py, &expected, LATE_BUSY, 0, __ATOMIC_ACQUIRE,
+                                   __ATOMIC_RELAXED))
+    return;
+  int rc = hs_modules_with_libpython(late_queue, NULL);
+  if (rc == 0) {
+    hs_debug("libpython loaded after the start: install queued", UINT64_MAX);
+    return; /* stays BUSY: late_install ends it */
+  }
+  if (rc == 1 || (rc == -1 && ++late_tries < LATE_MAX_TRIES)) {
+    __atomic_store_n(&late_py, LATE_WATCH, __ATOMIC_RELEASE);
+    return;
+  }
+  __atomic_store_n(&late_py, LATE_OFF, __ATOMIC_RELEASE);
+  hs_debug("libpython loaded after the start: not installed", UINT64_MAX);
+}
+
+/* A pending call (main thread, GIL held, outside any hook). Returns 0. */
+static int late_install(void *arg) {
+  (void)arg;
+  struct hs_thread *t = &hs_thread_state;
+  int saved = t->guard;
+  t->guard = 1; /* dlsym, the ring wait and mmap may allocate */
+  if (__atomic_load_n(&hs_enabled, __ATOMIC_ACQUIRE) && hs_py_state() == HS_PY_ABSENT) {
+    const char *path = hs_modules_libpython_path();
+    if (path && !late_pin)
+      late_pin = dlopen(path, RTLD_LAZY | RTLD_NOLOAD);
+    int state = hs_py_detect();
+    if (state != HS_PY_ABSENT) {
+      py_forks_restart = 1;
+      if (state == HS_PY_SUPPORTED && code_slots == NULL) {
+        void *mem = mmap(NULL, CODE_SLOTS * sizeof(struct code_slot), PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        code_slots = mem == MAP_FAILED ? NULL : mem;
+      }
+      pymem_on = hs_pymem_install_now(pymem_late) == 1;
+      /* The PYINFO (eval range, status) before the first Python stack. */
+      if (ok(send_python_info()) && state == HS_PY_SUPPORTED)
+        __atomic_store_n(&py_on, 1, __ATOMIC_RELEASE);
+      hs_debug("libpython loaded after the start: python frames, allocators", (uint64_t)pymem_on);
+    }
+  }
+  __atomic_store_n(&late_py, LATE_OFF, __ATOMIC_RELEASE);
+  t->guard = saved;
+  return 0;
+}
+
+/* Detection, at start-up (dlsym is not hook-safe); later, see above. */
 static void python_init(void) {
   const char *as = secure_getenv("HEAPSCOPE_TEST_PY_HEXVERSION"); /* tests: an unknown layout */
   int state;
@@ -303,6 +403,7 @@ static void python_init(void) {
   if (state != HS_PY_ABSENT) {
     pymem_on = hs_pymem_install(pymem_late) == 1;
     py_forks_restart = 1;
+    __atomic_store_n(&late_py, LATE_OFF, __ATOMIC_RELAXED); /* found now: nothing to watch for */
   }
   if (state != HS_PY_SUPPORTED)
     return;
@@ -340,10 +441,36 @@ static uint64_t coarse_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* Inlined, and the unwind with it (hs_unwind_here): each frame of ours
+/* The sequence of Python's heap (HS_PY_HEAP_ID), from 1, its own line;
+ * and whether this session announced that heap (announce_py_heap). */
+static struct {
+  uint64_t next;
+  char pad[56];
+} py_seq_line __attribute__((aligned(64))) = {1, {0}};
+static int py_heap_announced;
+
+/* The HEAP record of Python's heap, once per session, before the first
+ * record of that heap: when CPython is found at the start, else before a
+ * late install puts the wrappers in (pymem.c). Outside any hook. */
+static HS_MUST_CHECK int announce_py_heap(void) {
+  if (__atomic_load_n(&py_heap_announced, __ATOMIC_ACQUIRE))
+    return HS_OK;
+  struct hs_heap heap;
+  memset(&heap, 0, sizeof heap);
+  heap.interval = cl.interval; /* the malloc countdown's (client.h) */
+  heap.heap_id = HS_PY_HEAP_ID;
+  memcpy(heap.name, HS_PY_HEAP_NAME, sizeof HS_PY_HEAP_NAME);
+  int rc = hs_ring_write(&cl.ring, HS_REC_HEAP, &heap, sizeof heap, NULL, 0, 0);
+  if (rc == HS_OK)
+    __atomic_store_n(&py_heap_announced, 1, __ATOMIC_RELEASE);
+  return rc < 0 ? rc : HS_OK;
+}
+
+/* heap: 1 (libc.malloc, HS_REC_MALLOC) or HS_PY_HEAP_ID (HEAP_MALLOC).
+ * Inlined, and the unwind with it (hs_unwind_here): each frame of ours
  * under unw_backtrace is one more step of its walk. */
-static inline __attribute__((always_inline)) void sample(struct hs_thread *t, void *addr,
-                                                         size_t size, uint64_t sample_size) {
+static inline __attribute__((always_inline)) void sample(struct hs_thread *t, void *addr, size_t size,
+                                                         uint64_t sample_size, uint32_t heap) {
   struct hs_ring_meta *m = cl.ring.meta;
   /* Our own frames, then pcs, then (with Python frames) struct hs_pystack
    * and the frames: the tail of the STACK record in one piece, unwound in
@@ -369,7 +496,7 @@ static inline __attribute__((always_inline)) void sample(struct hs_thread *t, vo
 
   uint64_t id = hs_stack_id(pcs, depth);
   size_t py_bytes = 0;
-  if (py_on) {
+  if (__atomic_load_n(&py_on, __ATOMIC_ACQUIRE)) {
     struct hs_pyframe *py = (struct hs_pyframe *)(tail + depth + 1);
     uint32_t why = 0;
     int n = python_frames(py, &why);
@@ -396,6 +523,20 @@ static inline __attribute__((always_inline)) void sample(struct hs_thread *t, vo
                           depth * sizeof(uint64_t) + py_bytes, 0)))
       return;
   }
+  if (heap == HS_PY_HEAP_ID) {
+    if (!__atomic_load_n(&py_heap_announced, __ATOMIC_ACQUIRE))
+      return; /* unannounced (its HEAP record was dropped): not booked, nor its free */
+    struct hs_ring r = cl.ring;
+    r.seq = &py_seq_line.next;
+    struct hs_heap_malloc hrec = {0, HS_PY_HEAP_ID, 0, (uint64_t)(uintptr_t)addr, sample_size, size,
+                                  id, coarse_ns()};
+    int rc = hs_ring_write(&r, HS_REC_HEAP_MALLOC, &hrec, sizeof hrec, NULL, 0, 1);
+    if (!ok(rc) || rc == HS_DROPPED)
+      return;
+    if (hs_addrset_insert((const void *)((uintptr_t)addr ^ HS_PY_HEAP_KEY)) != HS_OK)
+      __atomic_fetch_add(&m->addr_table_full, 1, __ATOMIC_RELAXED);
+    return;
+  }
   if (HS_UNLIKELY(thread_tid == 0))
     thread_tid = (uint32_t)syscall(SYS_gettid);
   struct hs_malloc rec = {0, (uint64_t)(uintptr_t)addr, sample_size, size, id, coarse_ns(), thread_tid, 0};
@@ -408,7 +549,8 @@ static inline __attribute__((always_inline)) void sample(struct hs_thread *t, vo
     __atomic_fetch_add(&m->addr_table_full, 1, __ATOMIC_RELAXED);
 }
 
-void *hs_record_alloc_slow(void *addr, size_t size) {
+static inline __attribute__((always_inline)) void *record_alloc_slow(void *addr, size_t size,
+                                                                  uint32_t heap) {
   struct hs_thread *t = &hs_thread_state;
   if (!__atomic_load_n(&hs_enabled, __ATOMIC_ACQUIRE))
     return addr;
@@ -420,10 +562,37 @@ void *hs_record_alloc_slow(void *addr, size_t size) {
   int saved_errno = errno;
   /* Guard: unwinding, the loader and the ring wait may allocate. */
   t->guard = 1;
-  sample(t, addr, size, sample_size);
+  sample(t, addr, size, sample_size, heap);
+  if (HS_UNLIKELY(__atomic_load_n(&late_py, __ATOMIC_RELAXED) == LATE_WATCH) &&
+      hs_modules_libpython_seen())
+    late_python();
   t->guard = 0;
   errno = saved_errno;
   return addr;
+}
+
+void *hs_record_alloc_slow(void *addr, size_t size) {
+  return record_alloc_slow(addr, size, 1);
+}
+
+void hs_record_py_alloc_slow(void *addr, size_t size) {
+  (void)record_alloc_slow(addr, size, HS_PY_HEAP_ID);
+}
+
+void hs_record_py_free_slow(void *addr) {
+  struct hs_thread *t = &hs_thread_state;
+  if (!__atomic_load_n(&hs_enabled, __ATOMIC_RELAXED) || addr == NULL || t->guard)
+    return;
+  int saved_errno = errno;
+  t->guard = 1; /* as hs_record_free_slow */
+  if (hs_addrset_remove((const void *)((uintptr_t)addr ^ HS_PY_HEAP_KEY))) {
+    struct hs_ring r = cl.ring;
+    r.seq = &py_seq_line.next;
+    struct hs_heap_free rec = {0, HS_PY_HEAP_ID, 0, (uint64_t)(uintptr_t)addr};
+    (void)ok(hs_ring_write(&r, HS_REC_HEAP_FREE, &rec, sizeof rec, NULL, 0, 1));
+  }
+  t->guard = 0;
+  errno = saved_errno;
 }
 
 void hs_record_free_slow(void *addr) {
@@ -765,6 +934,8 @@ static int announce(const struct hs_config *cfg) {
   heap.heap_id = 1;
   memcpy(heap.name, "libc.malloc", sizeof "libc.malloc");
   int rc = hs_ring_write(&cl.ring, HS_REC_HEAP, &heap, sizeof heap, NULL, 0, 0);
+  if (rc >= 0 && pymem_on)
+    rc = announce_py_heap();
   if (rc >= 0)
     rc = send_python_info();
   if (rc >= 0)
@@ -830,6 +1001,8 @@ static int restart_in_child(void) {
   memset(&cl.ring, 0, sizeof cl.ring);
   hs_addrset_reset();
   seq_line.next = 1;
+  py_seq_line.next = 1;
+  py_heap_announced = 0;
   cl.threads = 0;
   for (int i = 0; code_slots != NULL && i < CODE_SLOTS; i++)
     code_slots[i].busy = 0;

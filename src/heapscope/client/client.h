@@ -14,6 +14,7 @@
 
 #include "addrset.h"
 #include "common.h"
+#include "wire.h"
 
 /* 1 while profiling; 0 when dormant (no HEAPSCOPE_SOCKET), disabled after a
  * failure, or in a forked child. Only ever goes 0 -> 1 once, at the end of
@@ -54,6 +55,28 @@ static inline void hs_record_free(void *addr) {
   if (HS_LIKELY(!hs_addr_maybe_sampled(addr)))
     return;
   hs_record_free_slow(addr);
+}
+
+/* Python's MEM and OBJ allocator domains (pymem.c) book in their own heap,
+ * HS_PY_HEAP_ID (wire.h), with the same per-thread countdown as malloc (the
+ * countdown is memoryless per byte, so sharing it leaves each heap's
+ * estimate unbiased). Their sampled addresses are kept in the address set
+ * under addr ^ HS_PY_HEAP_KEY, as a custom heap's (heaps.c): pymalloc's
+ * passing a request on to malloc, then malloc handing the block out again,
+ * never mixes the two heaps' entries. */
+#define HS_PY_HEAP_KEY ((uint64_t)HS_PY_HEAP_ID << 56)
+HS_HIDDEN void hs_record_py_alloc_slow(void *addr, size_t size);
+HS_HIDDEN void hs_record_py_free_slow(void *addr);
+
+static inline void hs_record_py_alloc(void *addr, size_t size) {
+  if (!hs_alloc_unrecorded(size))
+    hs_record_py_alloc_slow(addr, size);
+}
+
+static inline void hs_record_py_free(void *addr) {
+  if (HS_LIKELY(!hs_addr_maybe_sampled((const void *)((uintptr_t)addr ^ HS_PY_HEAP_KEY))))
+    return;
+  hs_record_py_free_slow(addr);
 }
 
 /* What heapscope_attach() returns (the producer reads it through gdb). */

@@ -75,8 +75,8 @@ static int lock_bounded(uint32_t *lock) {
 
 static void unlock(uint32_t *lock) { __atomic_store_n(lock, 0, __ATOMIC_RELEASE); }
 
-/* 1..HS_HEAP_NAME_SIZE-1 bytes of [A-Za-z0-9._-], not libc.malloc or all. The
- * same rule is in heaps.py (heapscope.heaps.valid_name). */
+/* 1..HS_HEAP_NAME_SIZE-1 bytes of [A-Za-z0-9._-], not libc.malloc, all or
+ * python.pymalloc. The same rule is in heaps.py (heapscope.heaps.valid_name). */
 static int name_ok(const char *name, size_t *len) {
   if (!name)
     return 0;
@@ -89,8 +89,9 @@ static int name_ok(const char *name, size_t *len) {
           c == '.' || c == '_' || c == '-'))
       return 0;
   }
-  if (strcmp(name, "libc.malloc") == 0 || strcmp(name, "all") == 0)
-    return 0; /* "all": --heap all means every heap (store/select.py) */
+  if (strcmp(name, "libc.malloc") == 0 || strcmp(name, "all") == 0 ||
+      strcmp(name, HS_PY_HEAP_NAME) == 0)
+    return 0; /* "all": --heap all means every heap (store/select.py); Python's: pymem.c */
   *len = n;
   return 1;
 }

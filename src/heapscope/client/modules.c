@@ -85,9 +85,145 @@ static uint32_t read_build_id(const struct dl_phdr_info *info, uint8_t *out) {
   return 0;
 }
 
+/* ---- a libpython loaded after the start (modules.h) ---- */
+
+static struct {
+  int claimed, ready; /* claimed by one scan (CAS); ready: the fields below are set (release) */
+  uint64_t base;
+  const uint32_t *gnu_hash;
+  const ElfW(Sym) *symtab;
+  const char *strtab;
+  uint64_t strsz;
+  char path[512];
+} pylib;
+
+/* A pointer of the dynamic section: glibc relocates them in place on x86-64 and
+ * aarch64, but not on every target; an address below the load bias is still
+ * a link-time one. */
+static uint64_t dyn_addr(uint64_t base, uint64_t v) {
+  return v < base ? v + base : v;
+}
+
+/* libpython3.<minor>..., not the stable-ABI forwarder libpython3.so. */
+static int is_libpython(const char *name) {
+  const char *b = strrchr(name, '/');
+  b = b ? b + 1 : name;
+  return strncmp(b, "libpython3.", 11) == 0 && b[11] >= '0' && b[11] <= '9';
+}
+
+/* Called from collect (the loader lock held: the object stays mapped). */
+static void note_libpython(const struct dl_phdr_info *info) {
+  if (__atomic_load_n(&pylib.claimed, __ATOMIC_RELAXED) || !info->dlpi_name ||
+      !is_libpython(info->dlpi_name))
+    return;
+  const ElfW(Dyn) *dyn = NULL;
+  for (int i = 0; i < info->dlpi_phnum; i++)
+    if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+      dyn = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+  if (!dyn)
+    return;
+  uint64_t base = info->dlpi_addr, hash = 0, symtab = 0, strtab = 0, strsz = 0;
+  for (int i = 0; i < 4096 && dyn[i].d_tag != DT_NULL; i++) {
+    switch (dyn[i].d_tag) {
+      case DT_GNU_HASH: hash = dyn_addr(base, dyn[i].d_un.d_ptr); break;
+      case DT_SYMTAB: symtab = dyn_addr(base, dyn[i].d_un.d_ptr); break;
+      case DT_STRTAB: strtab = dyn_addr(base, dyn[i].d_un.d_ptr); break;
+      case DT_STRSZ: strsz = dyn[i].d_un.d_val; break;
+      default: break;
+    }
+  }
+  if (!hash || !symtab || !strtab || !strsz)
+    return; /* no GNU hash table (an old link): not looked into */
+  int expected = 0;
+  if (!__atomic_compare_exchange_n(&pylib.claimed, &expected, 1, 0, __ATOMIC_ACQUIRE,
+                                   __ATOMIC_RELAXED))
+    return;
+  pylib.base = base;
+  pylib.gnu_hash = (const uint32_t *)(uintptr_t)hash;
+  pylib.symtab = (const ElfW(Sym) *)(uintptr_t)symtab;
+  pylib.strtab = (const char *)(uintptr_t)strtab;
+  pylib.strsz = strsz;
+  size_t n = strnlen(info->dlpi_name, sizeof pylib.path - 1);
+  memcpy(pylib.path, info->dlpi_name, n);
+  pylib.path[n] = '\0';
+  __atomic_store_n(&pylib.ready, 1, __ATOMIC_RELEASE);
+}
+
+int hs_modules_libpython_seen(void) {
+  return __atomic_load_n(&pylib.ready, __ATOMIC_ACQUIRE);
+}
+
+const char *hs_modules_libpython_path(void) {
+  return hs_modules_libpython_seen() ? pylib.path : NULL;
+}
+
+/* The GNU hash of a symbol name (h = h * 33 + c, from 5381), as the
+ * DT_GNU_HASH section is built; its layout: nbuckets, symoffset,
+ * bloom_size, bloom_shift, the bloom words, the buckets, the chains. See
+ * https://flapenguin.me/elf-dt-gnu-hash for a public description. */
+static void *gnu_lookup(const char *name) {
+  const uint32_t *ht = pylib.gnu_hash;
+  uint32_t nbuckets = ht[0], symoffset = ht[1], bloom_size = ht[2], bloom_shift = ht[3];
+  if (nbuckets == 0 || bloom_size == 0 || (bloom_size & (bloom_size - 1)))
+    return NULL;
+  enum { BITS = 8 * sizeof(ElfW(Addr)) };
+  const ElfW(Addr) *bloom = (const ElfW(Addr) *)(ht + 4);
+  const uint32_t *buckets = (const uint32_t *)(bloom + bloom_size);
+  const uint32_t *chain = buckets + nbuckets;
+  uint32_t h = 5381;
+  for (const unsigned char *c = (const unsigned char *)name; *c; c++)
+    h = h * 33 + *c;
+  ElfW(Addr) word = bloom[(h / BITS) & (bloom_size - 1)];
+  ElfW(Addr) mask = ((ElfW(Addr))1 << (h % BITS)) | ((ElfW(Addr))1 << ((h >> bloom_shift) % BITS));
+  if ((word & mask) != mask)
+    return NULL;
+  uint32_t i = buckets[h % nbuckets];
+  if (i < symoffset)
+    return NULL;
+  size_t len = strlen(name);
+  for (unsigned n = 0; n < (1u << 20); n++, i++) { /* a chain ends with its low bit set */
+    uint32_t h2 = chain[i - symoffset];
+    if ((h | 1) == (h2 | 1)) {
+      const ElfW(Sym) *sym = &pylib.symtab[i];
+      if (sym->st_shndx != SHN_UNDEF && sym->st_value != 0 && sym->st_name < pylib.strsz &&
+          pylib.strsz - sym->st_name > len && memcmp(pylib.strtab + sym->st_name, name, len + 1) == 0)
+        return (void *)(uintptr_t)(pylib.base + sym->st_value);
+    }
+    if (h2 & 1)
+      break;
+  }
+  return NULL;
+}
+
+struct py_call {
+  hs_modules_py_fn fn;
+  void *arg;
+  int result;
+};
+
+static int call_in_libpython(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)size;
+  struct py_call *c = data;
+  if (info->dlpi_addr != pylib.base || !info->dlpi_name || !is_libpython(info->dlpi_name))
+    return 0;
+  c->result = c->fn(gnu_lookup, c->arg);
+  return 1;
+}
+
+int hs_modules_with_libpython(hs_modules_py_fn fn, void *arg) {
+  if (!hs_modules_libpython_seen())
+    return -1;
+  struct py_call c = {fn, arg, -1};
+  /* Inside the loader's iteration: libpython cannot be unloaded meanwhile. */
+  if (dl_iterate_phdr(call_in_libpython, &c) == 0)
+    return -1; /* unloaded since */
+  return c.result;
+}
+
 static int collect(struct dl_phdr_info *info, size_t size, void *data) {
   (void)size;
   struct scan *sc = data;
+  note_libpython(info);
   int first = sc->first;
   sc->first = 0;
   const ElfW(Phdr) *text = NULL;

@@ -32,4 +32,20 @@ HS_HIDDEN HS_MUST_CHECK int hs_modules_check(struct hs_ring *r, const uint64_t *
 /* A rescan that was skipped by the rate limit, done now (at exit). */
 HS_HIDDEN HS_MUST_CHECK int hs_modules_flush(struct hs_ring *r);
 
+/* A libpython3 loaded after the start (an embedded interpreter, issue 12):
+ * a scan that sees one notes its dynamic symbol table. Its symbols are then
+ * found without dlsym (which takes the loader lock and may allocate): by a
+ * lookup of its DT_GNU_HASH table, hook-safe. */
+HS_HIDDEN int hs_modules_libpython_seen(void);
+HS_HIDDEN const char *hs_modules_libpython_path(void); /* NULL until seen */
+
+/* Calls fn(lookup, arg) while libpython is certainly mapped (inside
+ * dl_iterate_phdr, the loader lock held: fn must not call the loader) and
+ * returns what fn returned; -1 when no libpython is (or is still) loaded.
+ * lookup(name) is the hook-safe symbol lookup (NULL: not found). Never
+ * called with a client lock held (as hs_modules_scan). */
+typedef void *(*hs_modules_lookup_fn)(const char *name);
+typedef int (*hs_modules_py_fn)(hs_modules_lookup_fn lookup, void *arg);
+HS_HIDDEN int hs_modules_with_libpython(hs_modules_py_fn fn, void *arg);
+
 #endif

@@ -57,7 +57,7 @@ static __attribute__((noinline)) void *w_malloc_guarded(struct py_domain *d, siz
   t->guard = 1; /* what pymalloc passes on to malloc is this request, not another */
   void *p = d->prev.malloc(d->prev.ctx, n);
   t->guard = saved;
-  hs_record_alloc(p, booked(n));
+  hs_record_py_alloc(p, booked(n));
   return p;
 }
 
@@ -78,7 +78,7 @@ static __attribute__((noinline)) void *w_calloc_guarded(struct py_domain *d, siz
   t->guard = saved;
   size_t total;
   if (p && !__builtin_mul_overflow(nelem, elsize, &total))
-    hs_record_alloc(p, booked(total));
+    hs_record_py_alloc(p, booked(total));
   return p;
 }
 
@@ -94,12 +94,12 @@ static void *w_calloc(void *ctx, size_t nelem, size_t elsize) {
 static void *w_realloc(void *ctx, void *old, size_t n) {
   struct py_domain *d = ctx;
   struct hs_thread *t = &hs_thread_state;
-  hs_record_free(old); /* as the realloc hook: before, so the address cannot be reused first */
+  hs_record_py_free(old); /* as the realloc hook: before, so the address cannot be reused first */
   int saved = t->guard;
   t->guard = 1; /* a realloc may move any block to or from malloc */
   void *p = d->prev.realloc(d->prev.ctx, old, n);
   t->guard = saved;
-  hs_record_alloc(p, booked(n));
+  hs_record_py_alloc(p, booked(n));
   return p;
 }
 
@@ -110,7 +110,7 @@ static void *w_realloc(void *ctx, void *old, size_t n) {
 static void w_free(void *ctx, void *p) {
   struct py_domain *d = ctx;
   struct hs_thread *t = &hs_thread_state;
-  hs_record_free(p);
+  hs_record_py_free(p);
   int saved = t->guard;
   t->guard = 1;
   d->prev.free(d->prev.ctx, p);
@@ -194,6 +194,19 @@ static int install_pending(void *arg) {
   if (done)
     (void)done(ok);
   return 0;
+}
+
+int hs_pymem_install_now(hs_pymem_late_fn late) {
+  if (getauxval(AT_SECURE))
+    return 0; /* as hs_pymem_install */
+  get_fn = (get_allocator_fn)hs_py_symbol("PyMem_GetAllocator");
+  set_fn = (set_allocator_fn)hs_py_symbol("PyMem_SetAllocator");
+  if (!get_fn || !set_fn || __atomic_load_n(&late_state, __ATOMIC_ACQUIRE) != 0)
+    return 0;
+  __atomic_store_n(&late_state, 2, __ATOMIC_RELEASE); /* one install per process */
+  if (late && late(-1) == 0)
+    return 0;
+  return wrap_domains();
 }
 
 int hs_pymem_install(hs_pymem_late_fn late) {

@@ -30,4 +30,10 @@ typedef int (*hs_pymem_late_fn)(int installed);
  * Returns 1 when installed, 2 when the install is pending, 0 when not. */
 HS_HIDDEN int hs_pymem_install(hs_pymem_late_fn late);
 
+/* Installs the wrappers now, in a running interpreter: the caller holds the
+ * GIL in a pending call (client.c, an interpreter loaded after the start).
+ * late(-1) is asked first, as above, and not told the outcome. Not
+ * hook-safe (dlsym). Returns 1 when installed, 0 when not. */
+HS_HIDDEN int hs_pymem_install_now(hs_pymem_late_fn late);
+
 #endif

@@ -312,6 +312,7 @@ typedef struct {
   TrackerObject *tracker;
   void *map;
   size_t map_size;
+  TrackerObject *routed[HS_INGEST_MAX_ROUTES]; /* the trackers of g->routes, by index */
 } IngestObject;
 
 static void ingest_release(IngestObject *self) {
@@ -407,6 +408,7 @@ static int Ingest_init(IngestObject *self, PyObject *args, PyObject *kwds) {
 static void Ingest_dealloc(IngestObject *self) {
   ingest_release(self);
   Py_CLEAR(self->tracker);
+  for (int i = 0; i < HS_INGEST_MAX_ROUTES; i++) Py_CLEAR(self->routed[i]);
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -424,10 +426,19 @@ static PyObject *Ingest_drain(IngestObject *self, PyObject *args, PyObject *kwds
   struct hs_ingest *g = self->g;
 
   self->tracker->busy = 1;
+  for (uint32_t i = 0; i < g->nroutes; i++) {
+    TrackerObject *tr = self->routed[i];
+    g->routes[i].tracker = tr && tr->t && !tr->busy ? tr->t : NULL; /* closed: its records go to Python */
+    if (g->routes[i].tracker) tr->busy = 1;
+  }
   Py_BEGIN_ALLOW_THREADS
   hs_ingest_drain(g, max_records, now_ns);
   Py_END_ALLOW_THREADS
   self->tracker->busy = 0;
+  for (uint32_t i = 0; i < g->nroutes; i++) {
+    if (g->routes[i].tracker) self->routed[i]->busy = 0;
+    g->routes[i].tracker = NULL;
+  }
 
   PyObject *list = PyList_New((Py_ssize_t)g->records_count);
   if (!list) return NULL;
@@ -449,6 +460,10 @@ static PyObject *Ingest_drain(IngestObject *self, PyObject *args, PyObject *kwds
     Py_DECREF(list);
     return PyErr_NoMemory();
   }
+  for (uint32_t i = 0; i < g->nroutes; i++) { /* as the malloc heap's tracker, below */
+    TrackerObject *tr = self->routed[i];
+    if (tr && tr->t && tr->t->oom) return tracker_oom(tr->t, list);
+  }
   return tracker_oom(g->tracker, list);
 }
 
@@ -465,6 +480,32 @@ static PyObject *Ingest_stats(IngestObject *self, PyObject *Py_UNUSED(ignored)) 
     return NULL;
   }
   return d;
+}
+
+static PyObject *Ingest_route(IngestObject *self, PyObject *args) {
+  unsigned int heap_id;
+  PyObject *tracker;
+  if (!PyArg_ParseTuple(args, "IO!:route", &heap_id, &TrackerType, &tracker)) return NULL;
+  if (ingest_check(self) < 0) return NULL;
+  if ((TrackerObject *)tracker == self->tracker) {
+    PyErr_SetString(PyExc_ValueError, "the malloc heap's tracker cannot take a custom heap's records");
+    return NULL;
+  }
+  struct hs_ingest_route *r = hs_ingest_route(self->g, heap_id);
+  if (!r) Py_RETURN_FALSE;
+  Py_XSETREF(self->routed[r - self->g->routes], (TrackerObject *)Py_NewRef(tracker));
+  Py_RETURN_TRUE;
+}
+
+static PyObject *Ingest_routed(IngestObject *self, PyObject *arg) {
+  unsigned long heap_id = PyLong_AsUnsignedLong(arg);
+  if (PyErr_Occurred()) return NULL;
+  if (ingest_check(self) < 0) return NULL;
+  for (uint32_t i = 0; i < self->g->nroutes; i++)
+    if (self->g->routes[i].heap_id == heap_id)
+      return Py_BuildValue("(KK)", (unsigned long long)self->g->routes[i].mallocs,
+                           (unsigned long long)self->g->routes[i].frees);
+  return Py_BuildValue("(ii)", 0, 0);
 }
 
 static PyObject *Ingest_close(IngestObject *self, PyObject *Py_UNUSED(ignored)) {
@@ -491,6 +532,12 @@ static PyMethodDef Ingest_methods[] = {
      "Read committed records; MALLOC/FREE go to the tracker; return STACK/MODULE/HEAP records whole."},
     {"stats", (PyCFunction)Ingest_stats, METH_NOARGS,
      "stats() -> dict[str, int]\n--\n\nThe reader's counters and the tracker's."},
+    {"route", (PyCFunction)Ingest_route, METH_VARARGS,
+     "route(heap_id, tracker) -> bool\n--\n\n"
+     "From the next drain on, HEAP_MALLOC/HEAP_FREE records of heap_id go to tracker here, not to Python;\n"
+     "False when every route is taken (they keep going to Python)."},
+    {"routed", (PyCFunction)Ingest_routed, METH_O,
+     "routed(heap_id) -> tuple[int, int]\n--\n\nThe HEAP_MALLOC and HEAP_FREE records of heap_id applied by routing."},
     {"close", (PyCFunction)Ingest_close, METH_NOARGS,
      "close() -> None\n--\n\nUnmap the ring and close the tracker; idempotent."},
     {NULL, NULL, 0, NULL},

@@ -171,6 +171,13 @@ class Ingest:
     def tracker(self) -> Tracker:
         """The Tracker this ring's MALLOC and FREE records go to."""
 
+    def route(self, heap_id: int, tracker: Tracker) -> bool:
+        """From the next drain on, apply the HEAP_MALLOC and HEAP_FREE records of heap_id to
+        `tracker` here instead of returning them; False when every route (4) is taken."""
+
+    def routed(self, heap_id: int) -> tuple[int, int]:
+        """The HEAP_MALLOC and HEAP_FREE records of heap_id applied by its route."""
+
     def drain(self, now_ns: int, max_records: int = 0) -> list[bytes]:
         """Read committed records from read_pos at time now_ns; max_records 0 = no limit.
 

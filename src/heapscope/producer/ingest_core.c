@@ -81,6 +81,47 @@ static int write_pos_ok(const struct hs_ingest *g, uint64_t wp) {
   return (wp & 7) == 0 && wp >= g->read_pos && wp - g->read_pos <= g->ring_size;
 }
 
+struct hs_ingest_route *hs_ingest_route(struct hs_ingest *g, uint32_t heap_id) {
+  for (uint32_t i = 0; i < g->nroutes; i++)
+    if (g->routes[i].heap_id == heap_id) return &g->routes[i];
+  if (g->nroutes >= HS_INGEST_MAX_ROUTES) return NULL;
+  struct hs_ingest_route *r = &g->routes[g->nroutes++];
+  memset(r, 0, sizeof *r);
+  r->heap_id = heap_id;
+  return r;
+}
+
+static struct hs_ingest_route *route_of(struct hs_ingest *g, uint32_t heap_id) {
+  for (uint32_t i = 0; i < g->nroutes; i++)
+    if (g->routes[i].heap_id == heap_id && g->routes[i].tracker) return &g->routes[i];
+  return NULL;
+}
+
+/* A HEAP_MALLOC / HEAP_FREE of a routed heap, applied here: 1; else 0 (it
+ * goes to Python). body: the record's body in the ring (copied first). */
+static int routed(struct hs_ingest *g, uint32_t type, const uint8_t *body, uint64_t now_ns) {
+  if (type == HS_REC_HEAP_MALLOC) {
+    struct hs_heap_malloc m;
+    memcpy(&m, body, sizeof m);
+    struct hs_ingest_route *r = route_of(g, m.heap_id);
+    if (!r) return 0;
+    if (m.sample_size > HS_MAX_SAMPLE_SIZE || m.alloc_size > HS_MAX_SAMPLE_SIZE) {
+      g->st.malformed_records++; /* as a MALLOC's */
+      return 1;
+    }
+    r->mallocs++;
+    hs_tracker_malloc(r->tracker, m.seq, m.addr, m.alloc_size, m.sample_size, m.stack_id, m.ts, 0, now_ns);
+    return 1;
+  }
+  struct hs_heap_free f;
+  memcpy(&f, body, sizeof f);
+  struct hs_ingest_route *r = route_of(g, f.heap_id);
+  if (!r) return 0;
+  r->frees++;
+  hs_tracker_free(r->tracker, f.seq, f.addr, now_ns);
+  return 1;
+}
+
 void hs_ingest_drain(struct hs_ingest *g, uint64_t max_records, uint64_t now_ns) {
   g->records.len = 0;
   g->records_count = 0;
@@ -130,6 +171,11 @@ void hs_ingest_drain(struct hs_ingest *g, uint64_t max_records, uint64_t now_ns)
       memcpy(&f, rec + 8, sizeof f);
       g->st.frees++;
       hs_tracker_free(g->tracker, f.seq, f.addr, now_ns);
+    } else if (g->nroutes &&
+               ((type == HS_REC_HEAP_MALLOC && size == 8 + sizeof(struct hs_heap_malloc)) ||
+                (type == HS_REC_HEAP_FREE && size == 8 + sizeof(struct hs_heap_free))) &&
+               routed(g, type, rec + 8, now_ns)) {
+      /* applied to the heap's own tracker */
     } else if (type == HS_REC_PAD) {
       g->st.pads++;
     } else if (type == HS_REC_STACK || type == HS_REC_MODULE || type == HS_REC_HEAP ||

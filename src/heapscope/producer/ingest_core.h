@@ -41,6 +41,19 @@ struct hs_ingest_stats {
   uint64_t malformed_records;
 };
 
+/* A custom heap whose HEAP_MALLOC / HEAP_FREE records go straight to a
+ * tracker of its own here, not to Python (the Python heap of issue 12: as
+ * busy as malloc's). Its HEAP record still goes to Python, which sets the
+ * route up (hs_ingest_route) once it has made the heap's tracker: the
+ * records read before that went to Python, and the tracker orders both by
+ * the heap's sequence numbers. */
+#define HS_INGEST_MAX_ROUTES 4
+struct hs_ingest_route {
+  uint32_t heap_id;
+  struct hs_tracker *tracker; /* not owned; NULL: off (records go to Python) */
+  uint64_t mallocs, frees;    /* records applied here */
+};
+
 struct hs_ingest {
   uint8_t *data;                /* ring data area (after the meta page) */
   struct hs_ring_meta *meta;
@@ -53,6 +66,8 @@ struct hs_ingest {
   struct hs_tracker *tracker;   /* not owned */
   struct hs_buf records;        /* whole STACK/MODULE/HEAP records of the last drain */
   size_t records_count;
+  struct hs_ingest_route routes[HS_INGEST_MAX_ROUTES];
+  uint32_t nroutes;
 };
 
 /* map: HS_META_SIZE + ring_size bytes of the shared memory; the ops read go
@@ -64,5 +79,7 @@ void hs_ingest_destroy(struct hs_ingest *g);
  * MODULE and HEAP records read are left in g->records (g->records_count of
  * them). */
 void hs_ingest_drain(struct hs_ingest *g, uint64_t max_records, uint64_t now_ns);
+/* The route of heap_id, made on first use; NULL when all are taken. */
+struct hs_ingest_route *hs_ingest_route(struct hs_ingest *g, uint32_t heap_id);
 
 #endif /* HEAPSCOPE_INGEST_CORE_H */

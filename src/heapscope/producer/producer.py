@@ -186,6 +186,7 @@ class Producer:
         for p in self.processes.values():
             st = p.ingest.stats()
             samples += st["mallocs"] + sum(h.samples for h in p.custom_heaps.values())
+            samples += p.ingest.routed(codec.PY_HEAP_ID)[0]  # Python's heap, applied in C
             live += st["current_unfreed"]
         return samples, live
 
@@ -402,13 +403,17 @@ class Producer:
 
     def _add_custom_heap(self, p: ProcessState, r: codec.HeapRecord) -> None:
         """A heap the program registered: its own tracker, its own sequence."""
-        if (r.heap_id in p.custom_heaps or r.heap_id >= codec.FIRST_CUSTOM_HEAP + codec.MAX_CUSTOM_HEAPS
-                or not valid_heap_name(r.name) or r.interval < 1
+        python = r.heap_id == codec.PY_HEAP_ID and r.name == codec.PY_HEAP_NAME  # the client's own (pymem.c)
+        if (r.heap_id in p.custom_heaps or (r.heap_id >= codec.FIRST_CUSTOM_HEAP + codec.MAX_CUSTOM_HEAPS
+                                            and not python)
+                or not (python or valid_heap_name(r.name)) or r.interval < 1
                 or any(h.name == r.name for h in p.custom_heaps.values())):
             p.stats.malformed_records += 1
             return
         p.custom_heaps[r.heap_id] = CustomHeap(
             r.heap_id, r.name, r.interval, Tracker(dump_at_max=self.config.dump_at_max))
+        if r.heap_id == codec.PY_HEAP_ID:  # as busy as malloc's: its records stay in C (ingest_core.h)
+            p.ingest.route(r.heap_id, p.custom_heaps[r.heap_id].tracker)
         self.log(f"pid {p.info.pid}: custom heap {r.name} (interval {r.interval})")
 
     @staticmethod
@@ -529,6 +534,16 @@ class Producer:
         p.flags.buffer_corrupted = bool(st["corrupt"])
         p.flags.buffer_overran = p.meta("dropped_records") > 0
         self.dump(p, reason, final=True)
+        py = p.custom_heaps.get(codec.PY_HEAP_ID)
+        if py is not None:
+            routed_mallocs, routed_frees = p.ingest.routed(codec.PY_HEAP_ID)
+            py.samples += routed_mallocs
+            py.frees += routed_frees
+            # Python's heap is disjoint from malloc's (client/pymem.c books a request once), so the
+            # memory seen is both: the sum of their own peaks (at most the peak of the sum).
+            pst = py.tracker.stats()
+            st = {**st, "peak_unfreed": st.get("peak_unfreed", 0) + pst.get("peak_unfreed", 0),
+                  "sampled_bytes": st.get("sampled_bytes", 0) + pst.get("sampled_bytes", 0)}
         self.writer.add_process(p.info)
         self.writer.set_process_flags(p.info, p.flags)
         self.writer.add_stats(process_stats_rows(p, st))
@@ -585,8 +600,20 @@ def _same_token(a: bytes, b: bytes) -> bool:
 
 
 def _custom_heap_stats(p: ProcessState) -> list[StatRow]:
-    """Stats rows of a process's custom heaps, summed; the description names each heap's share."""
-    heaps = list(p.custom_heaps.values())
+    """Stats rows of a process's custom heaps, summed; the description names each heap's share.
+    Python's heap (client/pymem.c) is the client's own, not a custom heap: rows of its own."""
+    py = p.custom_heaps.get(codec.PY_HEAP_ID)
+    own: list[StatRow] = [] if py is None else [
+        ("python_heap_samples", p.info.upid, "info", "producer", py.samples,
+         f"sampled allocations on {py.name} (Python's allocator domains)"),
+        ("python_heap_frees", p.info.upid, "info", "producer", py.frees,
+         f"frees of sampled {py.name} addresses"),
+        ("python_heap_sequence_gaps", p.info.upid, "data_loss", "producer",
+         py.tracker.stats()["gaps_skipped"], f"{py.name} sequence numbers never received"),
+    ]
+    heaps = [h for h in p.custom_heaps.values() if h.heap_id != codec.PY_HEAP_ID]
+    if not heaps and p.flags.from_startup:
+        return own
     stats = [h.tracker.stats() for h in heaps]
 
     def each(values: list[int]) -> str:
@@ -599,7 +626,7 @@ def _custom_heap_stats(p: ProcessState) -> list[StatRow]:
     attached: list[StatRow] = [] if p.flags.from_startup else [
         ("custom_heaps_after_attach", u, "info", "producer", len(heaps),
          ATTACH_HEAPS_NOTE + (f" (registered since: {', '.join(h.name for h in heaps)})" if heaps else ""))]
-    return attached + [
+    return own + attached + [
         ("custom_heap_samples", u, "info", "producer", sum(samples),
          f"sampled allocations on custom heaps: {each(samples)}"),
         ("custom_heap_frees", u, "info", "producer", sum(frees),

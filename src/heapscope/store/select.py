@@ -11,7 +11,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from heapscope.errors import ProfileError, UnknownDumpError, UnknownProcessError, UnknownViewError, UsageError
-from heapscope.model import HEAP_NAME, VIEWS, CallsiteId
+from heapscope.model import HEAP_NAME, PY_HEAP_NAME, VIEWS, CallsiteId
 from heapscope.store.reader import Dump, Process, Profile, ViewValues
 
 #: What each view measures, for --help texts.
@@ -172,36 +172,51 @@ def process_state(profile: Profile, p: Process, choice: str | int | None, view: 
     return State("end", d.ts_end, label, profile.callsite_values(upid, d.ts_end), interval)
 
 
-# -- heaps (issue 16: custom heaps) ---------------------------------------------
+# -- heaps (issue 16: custom heaps; issue 12: Python's heap) -------------------
 #
 # A pool's memory is seen twice: as the malloc block it carved from (in
 # libc.malloc) and as the objects it hands out (in its own heap). So views
-# that add values up show ONE heap unless told otherwise: the default heap
-# (default_heap), and list the others with their own peaks. The rule, also in
-# docs/profile.md: libc.malloc when the profile has it (every heapscope
-# recording does; Python's small objects are booked there too, as pymalloc
-# memory is not in malloc's, so issue 12's "Python memory shown by default"
-# holds); else the only heap; else, as Perfetto's UI opens a heapprofd trace
-# at its first heap, the heap that held the most at its peak (ties by name).
+# that add values up show the default heap unless told otherwise, and list
+# the others with their own peaks. The rule, also in docs/profile.md:
+#   - libc.malloc and python.pymalloc together when the profile has both (a
+#     Python program: the client books each request once, in Python's heap
+#     when it came through Python's allocator domains, so the two are
+#     disjoint and their sum is the program's memory);
+#   - else libc.malloc when the profile has it (a native program, with or
+#     without custom heaps);
+#   - else the only heap; else, as Perfetto's UI opens a heapprofd trace at
+#     its first heap, the heap that held the most at its peak (ties by name).
+# Several heaps shown together are named NAME+NAME (a heap name has no '+');
+# --heap takes that form too. Their peak is each heap's own peak, summed
+# (the rows of heapscope_peak_allocation; at most the peak of the sum).
 
 #: --heap all: every heap merged, an explicit choice (pool memory counted twice).
 ALL_HEAPS = "all"
+#: Joins the heaps shown together (libc.malloc+python.pymalloc).
+HEAP_JOIN = "+"
 
-HEAP_HELP = ("the heap to show: libc.malloc (the default: malloc and Python's objects), a custom heap"
-             " by name, or all (every heap merged: memory a pool hands out is counted twice)")
+HEAP_HELP = ("the heap to show: the default is libc.malloc, with python.pymalloc added for a Python"
+             " program (the two never hold the same memory); a heap by name, several as A+B, or all"
+             " (every heap merged: memory a pool hands out is counted twice)")
 
 #: The tables that carry a heap_name, shadowed by select_heap.
 _HEAP_TABLES = ("heap_profile", "heap_profile_allocation", "heapscope_peak_allocation")
 
+_ORDER = {HEAP_NAME: 0, PY_HEAP_NAME: 1}
+
+
+def _heap_order(name: str) -> tuple[int, str]:
+    return _ORDER.get(name, 2), name
+
 
 def heap_names(profile: Profile) -> list[str]:
-    """The heaps that have dumps in the profile, libc.malloc first, then by name."""
+    """The heaps that have dumps in the profile: libc.malloc, python.pymalloc, then by name."""
     db = profile.sql_connection()
     try:
         rows = db.execute("SELECT DISTINCT heap_name FROM main.heap_profile").fetchall()
     except sqlite3.DatabaseError as e:
         raise ProfileError(f"{profile.path}: {e}") from e
-    return sorted({str(r[0]) for r in rows if r[0] is not None}, key=lambda n: (n != HEAP_NAME, n))
+    return sorted({str(r[0]) for r in rows if r[0] is not None}, key=_heap_order)
 
 
 def heap_peaks(profile: Profile) -> list[tuple[int, str, int, int]]:
@@ -216,12 +231,20 @@ def heap_peaks(profile: Profile) -> list[tuple[int, str, int, int]]:
             return []  # a profile from before the peak table
         raise ProfileError(f"{profile.path}: {e}") from e
     peaks = [(int(r[0]), str(r[1]), int(r[2] or 0), int(r[3] or 0)) for r in rows]
-    return sorted(peaks, key=lambda x: (x[0], x[1] != HEAP_NAME, x[1]))
+    return sorted(peaks, key=lambda x: (x[0], *_heap_order(x[1])))
+
+
+def heap_members(shown: str | None) -> list[str] | None:
+    """The heaps a choice shows (resolve_heap's answer): one or several; None for all."""
+    return None if shown is None else shown.split(HEAP_JOIN)
 
 
 def default_heap(profile: Profile) -> str | None:
-    """The heap views show when no --heap is given (the rule above); None without dumps."""
+    """The heap (or heaps, A+B) views show when no --heap is given (the rule above); None
+    without dumps."""
     names = heap_names(profile)
+    if HEAP_NAME in names and PY_HEAP_NAME in names:
+        return HEAP_NAME + HEAP_JOIN + PY_HEAP_NAME
     if HEAP_NAME in names or len(names) <= 1:
         return HEAP_NAME if HEAP_NAME in names else (names[0] if names else None)
     held: dict[str, int] = {}
@@ -231,17 +254,20 @@ def default_heap(profile: Profile) -> str | None:
 
 
 def resolve_heap(profile: Profile, heap: str | None) -> str | None:
-    """--heap as given (None: not given) -> the heap to show, None for every heap merged
-    (--heap all). UnknownHeapError naming the heaps present for a heap the profile lacks."""
+    """--heap as given (None: not given) -> the heap (or heaps, A+B, in heap_names' order) to
+    show, None for every heap merged (--heap all). UnknownHeapError naming the heaps present for
+    a heap the profile lacks."""
     if heap is None:
         return default_heap(profile)
     if heap == ALL_HEAPS:
         return None
     names = heap_names(profile)
-    if heap not in names:
-        raise UnknownHeapError(f"{profile.path}: no heap named {heap!r} (heaps: {', '.join(names) or 'none'};"
+    wanted = set(heap.split(HEAP_JOIN))
+    missing = sorted(wanted - set(names))
+    if missing:
+        raise UnknownHeapError(f"{profile.path}: no heap named {missing[0]!r} (heaps: {', '.join(names) or 'none'};"
                                f" or {ALL_HEAPS} for every heap merged)")
-    return heap
+    return HEAP_JOIN.join(n for n in names if n in wanted)
 
 
 def select_heap(profile: Profile, heap: str | None) -> str | None:
@@ -257,13 +283,28 @@ def select_heap(profile: Profile, heap: str | None) -> str | None:
     db = profile.sql_connection()
     for table in _HEAP_TABLES:
         db.execute(f"DROP VIEW IF EXISTS temp.{table}")
-    if shown is None or len(heap_names(profile)) < 2:
+    members = heap_members(shown)
+    if members is None or len(heap_names(profile)) <= len(members) == 1:
         return shown  # nothing to hide
-    literal = "'" + shown.replace("'", "''") + "'"  # views take no parameters; the name is one of heap_names
+    hide = len(heap_names(profile)) > len(members)
+    # Views take no parameters; each name is one of heap_names.
+    among = "(" + ", ".join("'" + n.replace("'", "''") + "'" for n in members) + ")"
     for table in _HEAP_TABLES:
-        if table == "heapscope_peak_allocation" and not _has_table(db, table):
+        if table != "heapscope_peak_allocation" and not hide:
             continue
-        db.execute(f"CREATE TEMP VIEW {table} AS SELECT * FROM main.{table} WHERE heap_name = {literal}")
+        if table == "heapscope_peak_allocation":
+            if not _has_table(db, table):
+                continue
+            if len(members) > 1:
+                # Each heap's peak rows, all at the latest of those peaks: a reader takes one
+                # peak per process (reader.peak_callsites), here the heaps' own peaks summed.
+                cols = [str(r[1]) for r in db.execute(f"PRAGMA main.table_info({table})")]
+                out = ", ".join("m.peak_ts AS ts" if c == "ts" else f"a.{c}" for c in cols)
+                db.execute(f"CREATE TEMP VIEW {table} AS SELECT {out} FROM main.{table} a JOIN"
+                           f" (SELECT upid, MAX(ts) AS peak_ts FROM main.{table} WHERE heap_name IN {among}"
+                           f" GROUP BY upid) m ON m.upid = a.upid WHERE a.heap_name IN {among}")
+                continue
+        db.execute(f"CREATE TEMP VIEW {table} AS SELECT * FROM main.{table} WHERE heap_name IN {among}")
     return shown
 
 
@@ -273,5 +314,5 @@ def _has_table(db: sqlite3.Connection, name: str) -> bool:
 
 
 def heap_label(heap: str | None) -> str:
-    """How a heap choice is named in headers: the heap's name, or 'all heaps merged'."""
-    return heap if heap is not None else "all heaps merged"
+    """How a heap choice is named in headers: the heap's name (heaps: "A + B"), or 'all heaps merged'."""
+    return (" + ".join(heap.split(HEAP_JOIN)) if heap is not None else "all heaps merged")

@@ -202,6 +202,9 @@ def heap_graphs(profile: Profile, heap: str | None = None, pid: int | None = Non
     for name in names:
         select_heap(profile, name)
         out.append(HeapGraphs(name, profile_graphs(profile, pid, dump, merge, python_only)))
+    if shown is not None and shown not in names:  # several heaps shown together (libc.malloc+python.pymalloc)
+        select_heap(profile, shown)
+        out.append(HeapGraphs(shown, profile_graphs(profile, pid, dump, merge, python_only)))
     if len(names) > 1:
         select_heap(profile, ALL_HEAPS)
         out.append(HeapGraphs(ALL_HEAPS, profile_graphs(profile, pid, dump, merge, python_only)))

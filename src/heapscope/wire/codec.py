@@ -96,6 +96,8 @@ HEAP = struct.Struct(f"<QII{HEAP_NAME_SIZE}s")
 # Custom heaps (wire.h, "Custom heaps"): MALLOC / FREE with a heap id.
 FIRST_CUSTOM_HEAP = 2
 MAX_CUSTOM_HEAPS = 64
+PY_HEAP_ID = 112  # wire.h HS_PY_HEAP_ID: Python's MEM and OBJ domains (client/pymem.c)
+PY_HEAP_NAME = "python.pymalloc"
 HEAP_MALLOC = struct.Struct("<QIIQQQQQ")
 HEAP_FREE = struct.Struct("<QIIQ")
 PYSTACK = struct.Struct("<II")

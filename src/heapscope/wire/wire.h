@@ -315,6 +315,15 @@ struct hs_heap_free {
   uint64_t addr;
 };
 
+/* The heap of Python's MEM and OBJ allocator domains (client/pymem.c): one
+ * fixed id outside the custom range, announced by the client itself (an
+ * HS_REC_HEAP with this id and HS_PY_HEAP_NAME, from the session's start or
+ * from the late install of an attach or an embedded interpreter) and
+ * carried like a custom heap (HEAP_MALLOC / HEAP_FREE, its own sequence).
+ * A request pymalloc passes on to malloc is booked here only. */
+#define HS_PY_HEAP_ID 112u
+#define HS_PY_HEAP_NAME "python.pymalloc"
+
 #define HS_RECORD_HEADER(size, type) \
   ((uint64_t)(uint32_t)(size) | ((uint64_t)(uint32_t)(type) << 32))
 #define HS_RECORD_SIZE(header) ((uint32_t)((header) & 0xffffffffu))

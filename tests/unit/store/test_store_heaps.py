@@ -91,3 +91,34 @@ def test_the_file_is_not_changed(tmp_path: Path) -> None:
         with open_profile(db) as other:
             assert len(other.dumps(1)) == 2
     assert db.read_bytes() == before
+
+
+def test_a_python_program_shows_malloc_and_pymalloc_together(tmp_path: Path) -> None:
+    """libc.malloc and python.pymalloc are disjoint (client/pymem.c books a request once): by default
+    both, summed, at the peak too (each heap's own peak, at different times); a custom heap stays apart."""
+    w = ProfileWriter(tmp_path / "py.db")
+    w.add_process(ProcessInfo(Upid(1), 42, 1, "p", "p", "/p", 0, 1))
+    w.add_mappings([(1, Mapping("", 0, 0, 0, 0, 0, "p"))])
+    w.add_frames([(1, Frame(MappingId(1), 0, "f"))])
+    w.add_callsites([(1, 0, None, 1), (2, 1, 1, 1)])
+    for name, size, peak_ts in (("libc.malloc", 1000, 5), ("python.pymalloc", 30000, 7), ("app.pool", 500, 6)):
+        w.add_dump(1, 0, 10, "exit", [(2 if name == "python.pymalloc" else 1, 1, size)], name)
+        w.add_peak(1, peak_ts, name, [(1, 1, size, 1, size)])
+    w.commit()
+    w.close()
+    db = tmp_path / "py.db"
+    with open_profile(db) as prof:
+        assert heap_names(prof) == ["libc.malloc", "python.pymalloc", "app.pool"]
+        assert default_heap(prof) == "libc.malloc+python.pymalloc"
+        assert select_heap(prof, None) == "libc.malloc+python.pymalloc"
+        assert sum(v.space for v in prof.callsite_values(1).values()) == 31000
+        assert len(prof.dumps(1)) == 2
+        peak = prof.peak_values(1)
+        assert peak is not None and sum(v.space for v in peak[1].values()) == 31000
+        assert resolve_heap(prof, "python.pymalloc+libc.malloc") == "libc.malloc+python.pymalloc"
+        assert select_heap(prof, "app.pool+libc.malloc") == "libc.malloc+app.pool"
+        assert sum(v.space for v in prof.callsite_values(1).values()) == 1500
+        with pytest.raises(UnknownHeapError, match="'nope'"):
+            resolve_heap(prof, "libc.malloc+nope")
+    assert shown_total(db, "python.pymalloc") == ("python.pymalloc", 30000)
+    assert shown_total(db, "libc.malloc") == ("libc.malloc", 1000)
