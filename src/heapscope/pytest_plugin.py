@@ -180,6 +180,9 @@ def _run_parent(config: pytest.Config) -> int:
             with Recording(rcfg, output, opts, warn=warn) as rec:
                 parent = _Parent(rec, listener, interval, config.getoption("heapscope_top"), bool(out))
                 pid = rec.start(argv)
+                if not out and rec.producer is not None:
+                    # Only the per-test windows are read: no stack is resolved for the profile.
+                    rec.producer.frames.discard = True
                 parent.serve(pid)
                 code = rec.run_until_exit()
         finally:
@@ -236,7 +239,8 @@ class _Parent:
     def serve(self, pid: int) -> None:
         """Answer the child's questions from the Recording's loop: it wakes on our sockets."""
         self.pid = pid
-        self.rec.status = self._idle
+        if self.keep:
+            self.rec.status = self._idle
         self.listener.setblocking(False)
         self.rec.watch(self.listener.fileno(), self._accept)
 

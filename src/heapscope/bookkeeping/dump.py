@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from heapscope.bookkeeping.frames import FrameTable, ProcessModules, PyCode, PySplice
-from heapscope.bookkeeping.pylines import LineTable
 from heapscope.bookkeeping.rows import DUMP_ROW, PEAK_ROW
 from heapscope.bookkeeping.trie import CallsiteTrie
 from heapscope.model import CallsiteId, FrameId
 
 NO_FRAMES = "[no frames]"
 UNDEFINED_STACK = "[stack never received]"
+NOT_KEPT = "[profile not kept]"  # every stack, when FrameTable.discard
 
 
 class Tracker(Protocol):
@@ -52,12 +52,8 @@ class ProcessHeap:
             self.py_stacks[stack_id] = (pcs, py)
 
     def define_code(self, key: int, name: str, file: str, fmt: int, table: bytes, first_line: int) -> None:
-        """A code object of this process (HS_REC_PYCODE); its lines are decoded once, here."""
-        try:
-            lines: LineTable | None = LineTable.decode(fmt, table, first_line)
-        except (ValueError, IndexError):
-            lines = None
-        self.python.codes[key] = PyCode(name, file, lines)
+        """A code object of this process (HS_REC_PYCODE); its lines are decoded once, when first needed."""
+        self.python.codes[key] = PyCode(name, file, None, (fmt, bytes(table), first_line))
 
     def resolve(self, frames: FrameTable, trie: CallsiteTrie, tracker: Tracker) -> None:
         """Turn stacks received since the last dump into callsites, and tell the tracker.
@@ -66,6 +62,8 @@ class ProcessHeap:
         client announced before the dump is known, whatever the order of
         records in the ring.
         """
+        if frames.discard:
+            return
         for stack_id, pcs in self.stacks.items():
             path = frames.frames_of(self.modules, self.frame_cache, pcs)
             cs = trie.callsite(path or [frames.special(NO_FRAMES)])
@@ -100,10 +98,14 @@ class ProcessHeap:
         """
         self.resolve(frames, trie, tracker)
         if final:
-            self.resolve_python(frames, trie, tracker, final=True)
+            if frames.discard:
+                self.stacks.clear()
+                self.py_stacks.clear()
+            else:
+                self.resolve_python(frames, trie, tracker, final=True)
             stray = tracker.unresolved()
             if stray:
-                cs = trie.callsite([frames.special(UNDEFINED_STACK)])
+                cs = trie.callsite([frames.special(NOT_KEPT if frames.discard else UNDEFINED_STACK)])
                 for stack_id in stray:
                     tracker.set_callsite(stack_id, cs)
         rows: list[tuple[int, int, int, int]] = list(DUMP_ROW.iter_unpack(tracker.dump()))

@@ -82,13 +82,29 @@ def python_mapping(file: str) -> Mapping:
 UNKNOWN_CODE = "[python code not received]"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PyCode:
-    """A code object of one process, as its HS_REC_PYCODE described it."""
+    """A code object of one process, as its HS_REC_PYCODE described it.
+
+    Its line table is decoded when a frame first needs a line (`line()`): a
+    test suite sends thousands of code objects, most never in a resolved stack.
+    """
 
     name: str  # qualified name (3.11+), plain name before
     file: str
-    lines: LineTable | None  # None when the table could not be decoded
+    lines: LineTable | None  # None when the table could not be decoded (or is not yet: raw)
+    raw: tuple[int, bytes, int] | None = None  # (format, table, first line), until decoded
+
+    def line(self, offset: int) -> int | None:
+        """The line at instruction byte `offset`; None if unknown."""
+        if self.raw is not None:
+            fmt, table, first_line = self.raw
+            self.raw = None
+            try:
+                self.lines = LineTable.decode(fmt, table, first_line)
+            except (ValueError, IndexError):
+                self.lines = None
+        return self.lines.line(offset) if self.lines is not None else None
 
 
 @dataclass(slots=True)
@@ -111,6 +127,10 @@ class FrameTable:
         self.mappings: Interner[Mapping] = Interner()
         self.frames: Interner[Frame] = Interner()
         self.skip_prefixes = skip_prefixes
+        # The profile is not kept (the pytest plugin without --heapscope-output reads
+        # only its per-test windows): no stack is resolved; the final dump books them
+        # all under one placeholder frame (dump.py, NOT_KEPT).
+        self.discard: bool = False
         self.filtered: set[int] = set()  # ids of FILTERED frames
         # Python frames: id -> (qualified name, file, line); new ones are taken by
         # the writer with their symbol rows (take_new_python).
@@ -191,7 +211,7 @@ class FrameTable:
         return fid
 
     def _python_frame_of(self, code: PyCode, lasti: int) -> FrameId:
-        line = code.lines.line(lasti) if code.lines is not None else None
+        line = code.line(lasti)
         mid = MappingId(self.mappings.intern(python_mapping(code.file)))
         if self.skip_prefixes and code.file.startswith(self.skip_prefixes):
             fid = self.frames.intern(Frame(mid, 0, FILTERED))
