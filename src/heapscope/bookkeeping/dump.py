@@ -75,12 +75,11 @@ class ProcessHeap:
     def resolve_python(self, frames: FrameTable, trie: CallsiteTrie, tracker: Tracker, final: bool) -> None:
         """Stacks with Python frames: spliced once every code object they name has arrived
         (a code record may come after a stack another thread sent), or at the final dump."""
-        codes = self.python.codes
         done: list[int] = []
         for stack_id, (pcs, py) in self.py_stacks.items():
-            if not final and any(key and key not in codes for key, _, _ in py):
+            path = frames.frames_of_python(self.modules, self.frame_cache, pcs, py, self.python, wait=not final)
+            if path is None:
                 continue
-            path = frames.frames_of_python(self.modules, self.frame_cache, pcs, py, self.python)
             cs = trie.callsite(path or [frames.special(NO_FRAMES)])
             self.callsites[stack_id] = cs
             tracker.set_callsite(stack_id, cs)

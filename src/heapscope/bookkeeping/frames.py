@@ -155,7 +155,8 @@ class FrameTable:
         return out
 
     def frames_of_python(self, mods: ProcessModules, cache: dict[int, FrameId], pcs: tuple[int, ...],
-                         py: tuple[tuple[int, int, int], ...], splice: PySplice) -> list[FrameId]:
+                         py: tuple[tuple[int, int, int], ...], splice: PySplice,
+                         wait: bool = False) -> list[FrameId] | None:
         """Frames of a stack with Python frames, root first: each Python frame goes where
         its _PyEval_EvalFrameDefault activation is in the native stack.
 
@@ -165,21 +166,29 @@ class FrameTable:
         activations (call plumbing), are left out. Native frames of other
         objects (C extensions, the program) stay where they are. Python frames
         left over (the native unwind did not see their activation) go to the
-        root end and are counted in splice.unplaced.
+        root end and are counted in splice.unplaced. With `wait`, a stack
+        naming a code object not received yet is left alone: None.
         """
         leaf_first: list[FrameId] = []
+        add = leaf_first.append
+        known = splice.frame_ids  # (code, offset) -> frame: a runner's stacks share most of theirs
         lo, hi = splice.eval_lo, splice.eval_hi
         interp = mods.find(lo) if lo else None
         # The interpreter's own object: [istart, iend) (modules do not overlap).
         istart, iend = (mods.modules[interp].start, mods.modules[interp].end) if interp is not None else (0, 0)
-        i, seen = 0, False
+        i, n, seen = 0, len(py), False
         for pc in pcs:
             if lo < pc <= hi:
                 seen = True
-                while i < len(py):
+                while i < n:
                     key, lasti, flags = py[i]
                     i += 1
-                    leaf_first.append(self._python_frame(splice, key, lasti))
+                    fid = known.get((key, lasti))
+                    if fid is None:
+                        if wait and key and key not in splice.codes:
+                            return None
+                        fid = self._python_frame(splice, key, lasti)
+                    add(fid)
                     if flags & PY_FRAME_ENTRY:
                         break
                 continue
@@ -187,15 +196,20 @@ class FrameTable:
                 continue
             fid = cache.get(pc)
             if fid is None:
-                fid = FrameId(self._intern_pc(mods, pc))
-                cache[pc] = fid
-            leaf_first.append(fid)
-        if i < len(py):
-            splice.unplaced += len(py) - i
+                fid = cache[pc] = FrameId(self._intern_pc(mods, pc))
+            add(fid)
+        if i < n:
+            if wait and any(key and key not in splice.codes for key, _, _ in py[i:]):
+                return None
+            splice.unplaced += n - i
             leaf_first.extend(self._python_frame(splice, key, lasti) for key, lasti, _ in py[i:])
+        leaf_first.reverse()
+        filtered = self.filtered
+        if not filtered:
+            return leaf_first
         out: list[FrameId] = []
-        for fid in reversed(leaf_first):
-            if out and fid == out[-1] and fid in self.filtered:
+        for fid in leaf_first:
+            if out and fid == out[-1] and fid in filtered:
                 continue
             out.append(fid)
         return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from heapscope.bookkeeping.dump import NOT_KEPT, ProcessHeap
-from heapscope.bookkeeping.frames import FrameTable
+from heapscope.bookkeeping.frames import UNKNOWN_CODE, FrameTable
 from heapscope.bookkeeping.pylines import LOCATIONS
 from heapscope.bookkeeping.rows import WINDOW_ROW
 from heapscope.bookkeeping.trie import CallsiteTrie
@@ -93,3 +93,35 @@ def test_a_bad_line_table_is_found_when_a_frame_needs_it(make_heap) -> None:
     rows = heap.dump_rows(h.t, frames, trie, final=True)
     assert [_names(frames, trie, cs) for cs, *_ in rows] == [["0x10ff", "build", "0x10ff"]]
     assert list(frames.python.values()) == [("build", "app.py", None)]
+
+
+def test_a_python_stack_waits_for_its_code_objects(make_heap) -> None:
+    # GIVEN a stack naming code 2, whose record has not arrived (another thread sends it later),
+    # and one naming code 0 (a frame whose code the client could not read: never sent)
+    heap, frames, trie = _process(discard=False)
+    late, unreadable = 0x61, 0x62
+    heap.define_stack(late, (EVAL_LO + 0x10, 0x401100), ((2, 0, 0), (1, 2, PY_FRAME_ENTRY)))
+    heap.define_stack(unreadable, (EVAL_LO + 0x10, 0x401100), ((0, 0, PY_FRAME_ENTRY),))
+    h = make_heap()
+    h.malloc(1, A, 10, late)
+    h.malloc(2, B, 20, unreadable)
+    # WHEN resolved before code 2 arrives THEN only the stack naming code 0 gets its callsite
+    heap.resolve(frames, trie, h.t)
+    assert set(heap.callsites) == {NATIVE, PYTHON, unreadable}
+    assert _names(frames, trie, heap.callsites[unreadable]) == ["0x10ff", UNKNOWN_CODE]
+    # AND once code 2 is defined, the waiting stack is spliced with its name and line
+    heap.define_code(2, "leaf", "app.py", LOCATIONS, bytes([(13 << 3) | 1, 2]), 20)  # line 20 + 1
+    heap.resolve(frames, trie, h.t)
+    assert _names(frames, trie, heap.callsites[late]) == ["0x10ff", "build", "leaf"]
+    assert ("leaf", "app.py", 21) in frames.python.values()
+
+
+def test_a_code_object_that_never_arrives_is_named_so_at_the_end(make_heap) -> None:
+    heap, frames, trie = _process(discard=False)
+    heap.define_stack(0x63, (EVAL_LO + 0x10,), ((9, 0, PY_FRAME_ENTRY),))
+    h = make_heap()
+    h.malloc(1, A, 10, 0x63)
+    assert heap.dump_rows(h.t, frames, trie, final=False) == []  # it waits for code 9
+    assert 0x63 not in heap.callsites
+    rows = heap.dump_rows(h.t, frames, trie, final=True)
+    assert [(_names(frames, trie, cs), size) for cs, _count, size, _real in rows] == [([UNKNOWN_CODE], 10)]
