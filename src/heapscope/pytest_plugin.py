@@ -180,6 +180,10 @@ def _run_parent(config: pytest.Config) -> int:
             with Recording(rcfg, output, opts, warn=warn) as rec:
                 parent = _Parent(rec, listener, interval, config.getoption("heapscope_top"), bool(out))
                 pid = rec.start(argv)
+                if not out and rec.producer is not None:
+                    # Only the per-test windows are read: no stack is resolved for the profile,
+                    # and stacks stay in the ring reader (C); the few a reply names are read by id.
+                    rec.producer.frames.discard = True
                 parent.serve(pid)
                 code = rec.run_until_exit()
         finally:
@@ -232,11 +236,13 @@ class _Parent:
         self.symbols: dict[str, Any] = {}
         self.conn: socket.socket | None = None
         self.buf = b""
+        self.named: dict[int, _Named] = {}  # frame id -> its name
 
     def serve(self, pid: int) -> None:
         """Answer the child's questions from the Recording's loop: it wakes on our sockets."""
         self.pid = pid
-        self.rec.status = self._idle
+        if self.keep:
+            self.rec.status = self._idle
         self.listener.setblocking(False)
         self.rec.watch(self.listener.fileno(), self._accept)
 
@@ -330,19 +336,25 @@ class _Parent:
                 node, frame_id = self.parents[node]
                 frame_ids.append(frame_id)
         else:
-            pcs = p.heap.stacks.get(stack_id)
-            py = p.heap.py_stacks.get(stack_id)
-            if pcs is not None:
-                frame_ids = list(reversed(producer.frames.frames_of(p.heap.modules, p.heap.frame_cache, pcs)))
-            elif py is not None:  # Python frames whose code objects have not all arrived: spliced as they are
-                frame_ids = list(reversed(producer.frames.frames_of_python(
-                    p.heap.modules, p.heap.frame_cache, py[0], py[1], p.heap.python)))
-            else:
+            stack = _stack_of(p, stack_id)
+            if stack is None:
                 return ["[stack not received yet]"]
+            pcs, py = stack
+            if py is None:
+                frame_ids = list(reversed(producer.frames.frames_of(p.heap.modules, p.heap.frame_cache, pcs)))
+            else:  # Python frames whose code objects have not all arrived: spliced as they are
+                frame_ids = list(reversed(producer.frames.frames_of_python(
+                    p.heap.modules, p.heap.frame_cache, pcs, py, p.heap.python)))
         _catch_up(self.frames, producer.frames.frames.ids, lambda frame, _i: frame)
         _catch_up(self.mappings, producer.frames.mappings.ids, lambda mapping, _i: mapping)
-        named = [self._name(f) for f in frame_ids]
+        named = [self._named(f) for f in frame_ids]
         return [f"{n.name} ({n.where})" if n.where else n.name for n in order_frames(named)[:STACK_DEPTH]]
+
+    def _named(self, frame_id: int) -> _Named:
+        n = self.named.get(frame_id)
+        if n is None:
+            n = self.named[frame_id] = self._name(frame_id)
+        return n
 
     def _name(self, frame_id: int) -> _Named:
         frame = self.frames[frame_id]
@@ -369,6 +381,29 @@ class _Parent:
         return syms.lookup(rel_pc) if syms is not None else None
 
 
+def _stack_of(p: Any, stack_id: int) -> tuple[tuple[int, ...], tuple[tuple[int, int, int], ...] | None] | None:
+    """(pcs, Python frames or None) of a stack not resolved: defined in Python
+    (ProcessHeap), or held by the process's Ingest; None if not received yet."""
+    from heapscope.wire.codec import MalformedRecord, StackRecord, decode_record
+
+    pcs = p.heap.stacks.get(stack_id)
+    if pcs is not None:
+        return pcs, None
+    both = p.heap.py_stacks.get(stack_id)
+    if both is not None:
+        return both  # type: ignore[no-any-return]
+    raw = p.ingest.held_stack(stack_id)
+    if raw is None:
+        return None
+    try:
+        rec = decode_record(raw)
+    except MalformedRecord:
+        return None
+    if not isinstance(rec, StackRecord):
+        return None
+    return rec.pcs, (rec.py if rec.python else None)
+
+
 def _catch_up(table: list[Any], source: dict[Any, int], value: Any) -> None:
     """Extend `table` (index = id) with the entries `source` (value -> dense id from 1,
     in insertion order) gained since; `value(key, id)` is what to store."""
@@ -379,7 +414,8 @@ def _catch_up(table: list[Any], source: dict[Any, int], value: Any) -> None:
 def is_python_frame(name: str, mapping_path: str) -> bool:
     """A frame of Python code: the producer gives Python frames a mapping of their own,
     `[python]` or the source file (main's docs/python-frames.md, "the splice")."""
-    return mapping_path.startswith("[python") or mapping_path.endswith((".py", ".pyw")) or ".py:" in name
+    return (mapping_path.startswith(("[python", "<frozen ")) or mapping_path.endswith((".py", ".pyw"))
+            or ".py:" in name)
 
 
 def order_frames(frames: list[_Named]) -> list[_Named]:
@@ -391,9 +427,11 @@ def order_frames(frames: list[_Named]) -> list[_Named]:
 
 
 def _is_runner(path: str) -> bool:
-    """A Python file of pytest or pluggy (installed or in a source tree)."""
+    """A Python file of pytest or pluggy (installed or in a source tree), or of what
+    `python -m pytest` starts through: runpy (frozen since 3.11) and pytest's __main__."""
     parts = path.replace("\\", "/").split("/")
-    return any(p in ("_pytest", "pluggy") for p in parts[:-1]) or parts[-1] == "pytest.py"
+    return (any(p in ("_pytest", "pluggy") for p in parts[:-1]) or parts[-1] in ("pytest.py", "runpy.py")
+            or path == "<frozen runpy>" or parts[-2:] == ["pytest", "__main__.py"])
 
 
 _ALLOCATOR = frozenset({"malloc", "calloc", "realloc", "free", "posix_memalign", "aligned_alloc", "memalign",

@@ -351,7 +351,7 @@ def test_tests_run_on_when_the_recording_dies(suite_dir: Path) -> None:
 
 
 def test_python_frames_first_allocator_frames_left_out() -> None:
-    from heapscope.pytest_plugin import _Named, is_python_frame, order_frames
+    from heapscope.pytest_plugin import _is_runner, _Named, is_python_frame, order_frames
 
     stack = [_Named("malloc", "libc.so.6", False), _Named("hs_test_hold", "libx.so", False),
              _Named("build_index (app.py:12)", "", True), _Named("_PyEval_EvalFrameDefault", "libpython", False),
@@ -363,6 +363,13 @@ def test_python_frames_first_allocator_frames_left_out() -> None:
     # the runner's own frames are on every test's stack: left out
     runner = _Named("pytest_pyfunc_call (python.py:159)", "python.py", True, True)
     assert [f.name for f in order_frames([stack[1], stack[2], runner])] == ["build_index (app.py:12)", "hs_test_hold"]
+    # `python -m pytest` starts through runpy (frozen since 3.11) and pytest's __main__
+    assert is_python_frame("_run_code", "<frozen runpy>")
+    for path in ("<frozen runpy>", "/usr/lib/python3.10/runpy.py", "/venv/site-packages/pytest/__main__.py",
+                 "/venv/site-packages/_pytest/python.py", "/venv/site-packages/pluggy/_callers.py"):
+        assert _is_runner(path), path
+    for path in ("/src/app/__main__.py", "/src/tests/test_runpy.py", "/src/pytest_helpers/x.py"):
+        assert not _is_runner(path), path
 
 
 PYTHON_OBJECTS = """
@@ -392,3 +399,11 @@ def test_small_python_objects_are_seen(suite_dir: Path) -> None:
     assert outcome == "failure", (run.outcomes, run.stderr)
     m = ESTIMATE.search(message)
     assert m is not None and float(m.group(1)) * SCALE[m.group(2)] > 15e6, message
+    # AND its top stacks name the test's Python frames, leaf first (spliced from stacks that
+    # the recording held by id: no profile is kept)
+    # (3.12+ inlines the comprehension: no frame of its own); the runner's frames (pytest's
+    # __main__, runpy's) are left out
+    top = message.split("top allocating stacks (leaf first):", 1)[1].splitlines()[1]
+    assert re.match(r"\s*[0-9.]+ [kMG]?B  (test_small_objects\.<locals>\.<listcomp> \(test_pyobj\.py\) < )?"
+                    r"test_small_objects \(test_pyobj\.py\) < [^<(]+ \(libpython", top), message
+    assert "__main__" not in message and "runpy" not in message, message

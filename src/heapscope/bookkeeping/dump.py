@@ -8,7 +8,6 @@ dump, already summed per callsite.
 from __future__ import annotations
 
 from heapscope.bookkeeping.frames import FrameTable, ProcessModules, PyCode, PySplice
-from heapscope.bookkeeping.pylines import LineTable
 from heapscope.bookkeeping.rows import DUMP_ROW, PEAK_ROW
 from heapscope.bookkeeping.trie import CallsiteTrie
 from heapscope.model import CallsiteId, FrameId
@@ -18,6 +17,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up
 
 NO_FRAMES = "[no frames]"
 UNDEFINED_STACK = "[stack never received]"
+NOT_KEPT = "[profile not kept]"  # every stack, when FrameTable.discard
 
 if TYPE_CHECKING:
     from typing import Protocol
@@ -68,12 +68,8 @@ class ProcessHeap(Slots):
             self.py_stacks[stack_id] = (pcs, py)
 
     def define_code(self, key: int, name: str, file: str, fmt: int, table: bytes, first_line: int) -> None:
-        """A code object of this process (HS_REC_PYCODE); its lines are decoded once, here."""
-        try:
-            lines: LineTable | None = LineTable.decode(fmt, table, first_line)
-        except (ValueError, IndexError):
-            lines = None
-        self.python.codes[key] = PyCode(name, file, lines)
+        """A code object of this process (HS_REC_PYCODE); its lines are decoded once, when first needed."""
+        self.python.codes[key] = PyCode(name, file, None, (fmt, bytes(table), first_line))
 
     def resolve(self, frames: FrameTable, trie: CallsiteTrie, tracker: Tracker) -> None:
         """Turn stacks received since the last dump into callsites, and tell the tracker.
@@ -82,6 +78,8 @@ class ProcessHeap(Slots):
         client announced before the dump is known, whatever the order of
         records in the ring.
         """
+        if frames.discard:
+            return
         for stack_id, pcs in self.stacks.items():
             path = frames.frames_of(self.modules, self.frame_cache, pcs)
             cs = trie.callsite(path or [frames.special(NO_FRAMES)])
@@ -93,12 +91,11 @@ class ProcessHeap(Slots):
     def resolve_python(self, frames: FrameTable, trie: CallsiteTrie, tracker: Tracker, final: bool) -> None:
         """Stacks with Python frames: spliced once every code object they name has arrived
         (a code record may come after a stack another thread sent), or at the final dump."""
-        codes = self.python.codes
         done: list[int] = []
         for stack_id, (pcs, py) in self.py_stacks.items():
-            if not final and any(key and key not in codes for key, _, _ in py):
+            path = frames.frames_of_python(self.modules, self.frame_cache, pcs, py, self.python, wait=not final)
+            if path is None:
                 continue
-            path = frames.frames_of_python(self.modules, self.frame_cache, pcs, py, self.python)
             cs = trie.callsite(path or [frames.special(NO_FRAMES)])
             self.callsites[stack_id] = cs
             tracker.set_callsite(stack_id, cs)
@@ -116,10 +113,14 @@ class ProcessHeap(Slots):
         """
         self.resolve(frames, trie, tracker)
         if final:
-            self.resolve_python(frames, trie, tracker, final=True)
+            if frames.discard:
+                self.stacks.clear()
+                self.py_stacks.clear()
+            else:
+                self.resolve_python(frames, trie, tracker, final=True)
             stray = tracker.unresolved()
             if stray:
-                cs = trie.callsite([frames.special(UNDEFINED_STACK)])
+                cs = trie.callsite([frames.special(NOT_KEPT if frames.discard else UNDEFINED_STACK)])
                 for stack_id in stray:
                     tracker.set_callsite(stack_id, cs)
         rows: list[tuple[int, int, int, int]] = list(DUMP_ROW.iter_unpack(tracker.dump()))

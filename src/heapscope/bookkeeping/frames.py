@@ -6,7 +6,7 @@ import bisect
 
 from heapscope.bookkeeping.pylines import LineTable
 from heapscope.model import Frame, FrameId, Mapping, MappingId
-from heapscope.slots import FrozenSlots, Slots
+from heapscope.slots import Slots
 from heapscope.wire.codec import PY_FRAME_ENTRY, ModuleRecord
 
 FILTERED = "FILTERED"
@@ -93,19 +93,36 @@ def python_mapping(file: str) -> Mapping:
 UNKNOWN_CODE = "[python code not received]"
 
 
-class PyCode(FrozenSlots):
-    """A code object of one process, as its HS_REC_PYCODE described it."""
+class PyCode(Slots):
+    """A code object of one process, as its HS_REC_PYCODE described it.
 
-    __slots__ = ("name", "file", "lines")
+    Its line table is decoded when a frame first needs a line (`line()`): a
+    test suite sends thousands of code objects, most never in a resolved stack.
+    """
+
+    __slots__ = ("name", "file", "lines", "raw")
     name: str  # qualified name (3.11+), plain name before
     file: str
-    lines: LineTable | None  # None when the table could not be decoded
+    lines: LineTable | None  # None when the table could not be decoded (or is not yet: raw)
+    raw: tuple[int, bytes, int] | None  # (format, table, first line), until decoded
 
-    def __init__(self, name: str, file: str, lines: LineTable | None) -> None:
-        set_field = object.__setattr__
-        set_field(self, "name", name)
-        set_field(self, "file", file)
-        set_field(self, "lines", lines)
+    def line(self, offset: int) -> int | None:
+        """The line at instruction byte `offset`; None if unknown."""
+        if self.raw is not None:
+            fmt, table, first_line = self.raw
+            self.raw = None
+            try:
+                self.lines = LineTable.decode(fmt, table, first_line)
+            except (ValueError, IndexError):
+                self.lines = None
+        return self.lines.line(offset) if self.lines is not None else None
+
+    def __init__(self, name: str, file: str, lines: LineTable | None,
+                 raw: tuple[int, bytes, int] | None = None) -> None:
+        self.name = name
+        self.file = file
+        self.lines = lines
+        self.raw = raw
 
 
 class PySplice(Slots):
@@ -136,6 +153,11 @@ class FrameTable:
         self.mappings: Interner[Mapping] = Interner()
         self.frames: Interner[Frame] = Interner()
         self.skip_prefixes = skip_prefixes
+        # The profile is not kept (the pytest plugin without --heapscope-output reads
+        # only its per-test windows): no stack is resolved, their records stay in C
+        # (Ingest.hold_stacks, set by the producer); the final dump books them all
+        # under one placeholder frame (dump.py, NOT_KEPT).
+        self.discard: bool = False
         self.filtered: set[int] = set()  # ids of FILTERED frames
         # Python frames: id -> (qualified name, file, line); new ones are taken by
         # the writer with their symbol rows (take_new_python).
@@ -159,7 +181,8 @@ class FrameTable:
         return out
 
     def frames_of_python(self, mods: ProcessModules, cache: dict[int, FrameId], pcs: tuple[int, ...],
-                         py: tuple[tuple[int, int, int], ...], splice: PySplice) -> list[FrameId]:
+                         py: tuple[tuple[int, int, int], ...], splice: PySplice,
+                         wait: bool = False) -> list[FrameId] | None:
         """Frames of a stack with Python frames, root first: each Python frame goes where
         its _PyEval_EvalFrameDefault activation is in the native stack.
 
@@ -169,21 +192,29 @@ class FrameTable:
         activations (call plumbing), are left out. Native frames of other
         objects (C extensions, the program) stay where they are. Python frames
         left over (the native unwind did not see their activation) go to the
-        root end and are counted in splice.unplaced.
+        root end and are counted in splice.unplaced. With `wait`, a stack
+        naming a code object not received yet is left alone: None.
         """
         leaf_first: list[FrameId] = []
+        add = leaf_first.append
+        known = splice.frame_ids  # (code, offset) -> frame: a runner's stacks share most of theirs
         lo, hi = splice.eval_lo, splice.eval_hi
         interp = mods.find(lo) if lo else None
         # The interpreter's own object: [istart, iend) (modules do not overlap).
         istart, iend = (mods.modules[interp].start, mods.modules[interp].end) if interp is not None else (0, 0)
-        i, seen = 0, False
+        i, n, seen = 0, len(py), False
         for pc in pcs:
             if lo < pc <= hi:
                 seen = True
-                while i < len(py):
+                while i < n:
                     key, lasti, flags = py[i]
                     i += 1
-                    leaf_first.append(self._python_frame(splice, key, lasti))
+                    fid = known.get((key, lasti))
+                    if fid is None:
+                        if wait and key and key not in splice.codes:
+                            return None
+                        fid = self._python_frame(splice, key, lasti)
+                    add(fid)
                     if flags & PY_FRAME_ENTRY:
                         break
                 continue
@@ -191,15 +222,20 @@ class FrameTable:
                 continue
             fid = cache.get(pc)
             if fid is None:
-                fid = FrameId(self._intern_pc(mods, pc))
-                cache[pc] = fid
-            leaf_first.append(fid)
-        if i < len(py):
-            splice.unplaced += len(py) - i
+                fid = cache[pc] = FrameId(self._intern_pc(mods, pc))
+            add(fid)
+        if i < n:
+            if wait and any(key and key not in splice.codes for key, _, _ in py[i:]):
+                return None
+            splice.unplaced += n - i
             leaf_first.extend(self._python_frame(splice, key, lasti) for key, lasti, _ in py[i:])
+        leaf_first.reverse()
+        filtered = self.filtered
+        if not filtered:
+            return leaf_first
         out: list[FrameId] = []
-        for fid in reversed(leaf_first):
-            if out and fid == out[-1] and fid in self.filtered:
+        for fid in leaf_first:
+            if out and fid == out[-1] and fid in filtered:
                 continue
             out.append(fid)
         return out
@@ -216,7 +252,7 @@ class FrameTable:
         return fid
 
     def _python_frame_of(self, code: PyCode, lasti: int) -> FrameId:
-        line = code.lines.line(lasti) if code.lines is not None else None
+        line = code.line(lasti)
         mid = MappingId(self.mappings.intern(python_mapping(code.file)))
         if self.skip_prefixes and code.file.startswith(self.skip_prefixes):
             fid = self.frames.intern(Frame(mid, 0, FILTERED))

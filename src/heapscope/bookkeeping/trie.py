@@ -22,13 +22,14 @@ class CallsiteTrie:
 
     def callsite(self, frames: list[FrameId]) -> CallsiteId:
         """The callsite for `frames`, root first; creates the missing nodes."""
+        children = self._children
+        find = children.get
         parent = 0
         for depth, frame in enumerate(frames):
             key = (parent, frame)
-            node = self._children.get(key)
+            node = find(key)
             if node is None:
-                node = CallsiteId(len(self._children) + 1)
-                self._children[key] = node
+                node = children[key] = CallsiteId(len(children) + 1)
                 self.new.append((node, depth, parent or None, frame))
             parent = node
         if not parent:

@@ -475,6 +475,7 @@ static PyObject *Ingest_stats(IngestObject *self, PyObject *Py_UNUSED(ignored)) 
   if (put_stat(d, "records", g->st.records) < 0 || put_stat(d, "mallocs", g->st.mallocs) < 0 ||
       put_stat(d, "frees", g->st.frees) < 0 || put_stat(d, "pads", g->st.pads) < 0 ||
       put_stat(d, "malformed_records", g->st.malformed_records) < 0 ||
+      put_stat(d, "held_stacks", g->st.held_stacks) < 0 ||
       put_stat(d, "corrupt", (uint64_t)g->corrupt) < 0 || tracker_stats_into(g->tracker, d) < 0) {
     Py_DECREF(d);
     return NULL;
@@ -508,6 +509,22 @@ static PyObject *Ingest_routed(IngestObject *self, PyObject *arg) {
   return Py_BuildValue("(ii)", 0, 0);
 }
 
+static PyObject *Ingest_hold_stacks(IngestObject *self, PyObject *Py_UNUSED(ignored)) {
+  if (ingest_check(self) < 0) return NULL;
+  self->g->hold_stacks = 1;
+  Py_RETURN_NONE;
+}
+
+static PyObject *Ingest_held_stack(IngestObject *self, PyObject *arg) {
+  unsigned long long stack_id = PyLong_AsUnsignedLongLong(arg);
+  if (PyErr_Occurred()) return NULL;
+  if (ingest_check(self) < 0) return NULL;
+  uint32_t size = 0;
+  const uint8_t *rec = hs_ingest_held_stack(self->g, stack_id, &size);
+  if (!rec) Py_RETURN_NONE;
+  return PyBytes_FromStringAndSize((const char *)rec, size);
+}
+
 static PyObject *Ingest_close(IngestObject *self, PyObject *Py_UNUSED(ignored)) {
   if (self->tracker && self->tracker->busy) {
     PyErr_SetString(PyExc_RuntimeError, BUSY);
@@ -530,6 +547,10 @@ static PyMethodDef Ingest_methods[] = {
     {"drain", (PyCFunction)(void (*)(void))Ingest_drain, METH_VARARGS | METH_KEYWORDS,
      "drain(now_ns, max_records=0) -> list[bytes]\n--\n\n"
      "Read committed records; MALLOC/FREE go to the tracker; return STACK/MODULE/HEAP records whole."},
+    {"hold_stacks", (PyCFunction)Ingest_hold_stacks, METH_NOARGS,
+     "hold_stacks() -> None\n--\n\nFrom now on keep STACK records here (held_stack) instead of returning them."},
+    {"held_stack", (PyCFunction)Ingest_held_stack, METH_O,
+     "held_stack(stack_id) -> bytes | None\n--\n\nThe held STACK record of stack_id, whole; None if none is held."},
     {"stats", (PyCFunction)Ingest_stats, METH_NOARGS,
      "stats() -> dict[str, int]\n--\n\nThe reader's counters and the tracker's."},
     {"route", (PyCFunction)Ingest_route, METH_VARARGS,

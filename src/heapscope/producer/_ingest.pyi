@@ -196,11 +196,25 @@ class Ingest:
         MemoryError if a table could not grow (an op was dropped).
         """
 
+    def hold_stacks(self) -> None:
+        """From now on keep STACK records here instead of returning them from drain().
+
+        For a reader that needs few stacks, by id (the pytest plugin when
+        no profile is kept): no Python object is made per stack. A stack
+        defined again is held as last defined.
+        """
+
+    def held_stack(self, stack_id: int, /) -> bytes | None:
+        """The STACK record of stack_id held since hold_stacks(), whole (header
+        included, checked as drain() checks it, ready for `codec.decode_record`);
+        None if none is held."""
+
     def stats(self) -> dict[str, int]:
         """The reader's counters and its tracker's (Tracker.stats()).
 
         records (all consumed, PAD and malformed included), mallocs, frees,
-        pads, malformed_records, corrupt (0/1).
+        pads, malformed_records, held_stacks (STACK records held since
+        hold_stacks()), corrupt (0/1).
         """
 
     def close(self) -> None:

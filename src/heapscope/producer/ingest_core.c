@@ -76,6 +76,64 @@ static int rare_record_ok(uint32_t type, const uint8_t *rec, uint32_t size) {
   }
 }
 
+/* ---- held stacks ---- */
+
+static size_t held_slot(const struct hs_held_stacks *h, uint64_t stack_id) {
+  size_t i = (size_t)hs_mix64(stack_id) & h->mask;
+  while (h->offs_plus1[i] && h->ids[i] != stack_id) i = (i + 1) & h->mask;
+  return i;
+}
+
+/* Grow the index to twice its capacity (16 slots at first). -1 on ENOMEM. */
+static int held_grow(struct hs_held_stacks *h) {
+  size_t cap = h->mask ? (h->mask + 1) * 2 : 16;
+  uint64_t *ids = calloc(cap, sizeof *ids), *offs = calloc(cap, sizeof *offs);
+  if (!ids || !offs) {
+    free(ids);
+    free(offs);
+    return -1;
+  }
+  struct hs_held_stacks bigger = {h->arena, ids, offs, cap - 1, h->count};
+  for (size_t i = 0; h->mask && i <= h->mask; i++) {
+    if (!h->offs_plus1[i]) continue;
+    size_t j = held_slot(&bigger, h->ids[i]);
+    ids[j] = h->ids[i];
+    offs[j] = h->offs_plus1[i];
+  }
+  free(h->ids);
+  free(h->offs_plus1);
+  *h = bigger;
+  return 0;
+}
+
+/* Keep one validated STACK record (header included). -1 on ENOMEM. */
+static int held_add(struct hs_held_stacks *h, const uint8_t *rec, uint32_t size) {
+  if ((h->count + 1) * 8 > (h->mask ? h->mask + 1 : 0) * 5 && held_grow(h) < 0) return -1;
+  if (hs_buf_reserve(&h->arena, size) < 0) return -1;
+  uint64_t stack_id;
+  memcpy(&stack_id, rec + 8, sizeof stack_id); /* struct hs_stack begins with it */
+  size_t off = h->arena.len;
+  memcpy(h->arena.p + off, rec, size);
+  h->arena.len += size;
+  size_t i = held_slot(h, stack_id);
+  if (!h->offs_plus1[i]) h->count++;
+  h->ids[i] = stack_id;
+  h->offs_plus1[i] = (uint64_t)off + 1;
+  return 0;
+}
+
+const uint8_t *hs_ingest_held_stack(const struct hs_ingest *g, uint64_t stack_id, uint32_t *size) {
+  const struct hs_held_stacks *h = &g->held;
+  if (!h->count) return NULL;
+  size_t i = held_slot(h, stack_id);
+  if (!h->offs_plus1[i]) return NULL;
+  const uint8_t *rec = h->arena.p + (h->offs_plus1[i] - 1);
+  uint64_t hdr;
+  memcpy(&hdr, rec, sizeof hdr);
+  *size = HS_RECORD_SIZE(hdr);
+  return rec;
+}
+
 /* Framing checks on write_pos (a local copy). 0 when the ring is corrupt. */
 static int write_pos_ok(const struct hs_ingest *g, uint64_t wp) {
   return (wp & 7) == 0 && wp >= g->read_pos && wp - g->read_pos <= g->ring_size;
@@ -189,11 +247,17 @@ void hs_ingest_drain(struct hs_ingest *g, uint64_t max_records, uint64_t now_ns)
       uint8_t *copy = g->records.p + g->records.len;
       memcpy(copy, rec, size);
       memcpy(copy, &hdr, 8);
-      if (rare_record_ok(type, copy, size)) {
+      if (!rare_record_ok(type, copy, size)) {
+        g->st.malformed_records++;
+      } else if (type == HS_REC_STACK && g->hold_stacks) {
+        if (held_add(&g->held, copy, size) < 0) {
+          g->oom = 1;
+          break;
+        }
+        g->st.held_stacks++;
+      } else {
         g->records.len += size;
         g->records_count++;
-      } else {
-        g->st.malformed_records++;
       }
     } else {
       g->st.malformed_records++; /* unknown type, or MALLOC/FREE of the wrong size */
@@ -230,4 +294,8 @@ void hs_ingest_init(struct hs_ingest *g, void *map, uint64_t ring_size, struct h
 void hs_ingest_destroy(struct hs_ingest *g) {
   free(g->records.p);
   g->records = (struct hs_buf){0};
+  free(g->held.arena.p);
+  free(g->held.ids);
+  free(g->held.offs_plus1);
+  g->held = (struct hs_held_stacks){0};
 }

@@ -5,6 +5,7 @@
  *                                                   (bookkeeping/tracker.h)
  *                                \-> STACK/MODULE/HEAP copied whole into
  *                                    `records` for the Python producer
+ *                                    (STACK: into `held` with hold_stacks)
  *
  * The client on the other side of the ring is untrusted: every position and
  * size is copied into a local before it is checked, and any record handed
@@ -39,6 +40,19 @@ struct hs_ingest_stats {
   uint64_t frees;
   uint64_t pads;
   uint64_t malformed_records;
+  uint64_t held_stacks;      /* STACK records kept here (hold_stacks) */
+};
+
+/* STACK records held in C (hs_ingest.hold_stacks): whole records one after
+ * another in `arena`, found by stack id through an open-addressing index
+ * (linear probing, keys mixed as the tracker's tables). A stack defined
+ * again points at its latest record. */
+struct hs_held_stacks {
+  struct hs_buf arena;
+  uint64_t *ids;        /* slot -> stack id */
+  uint64_t *offs_plus1; /* slot -> offset of its record in arena + 1; 0 = empty */
+  size_t mask;          /* capacity - 1; 0 before the first record */
+  size_t count;
 };
 
 /* A custom heap whose HEAP_MALLOC / HEAP_FREE records go straight to a
@@ -68,6 +82,10 @@ struct hs_ingest {
   size_t records_count;
   struct hs_ingest_route routes[HS_INGEST_MAX_ROUTES];
   uint32_t nroutes;
+  /* Keep STACK records here instead of handing them to Python: for a caller
+   * that needs few of them, asked for by id (the pytest plugin's windows). */
+  int hold_stacks;
+  struct hs_held_stacks held;
 };
 
 /* map: HS_META_SIZE + ring_size bytes of the shared memory; the ops read go
@@ -81,5 +99,8 @@ void hs_ingest_destroy(struct hs_ingest *g);
 void hs_ingest_drain(struct hs_ingest *g, uint64_t max_records, uint64_t now_ns);
 /* The route of heap_id, made on first use; NULL when all are taken. */
 struct hs_ingest_route *hs_ingest_route(struct hs_ingest *g, uint32_t heap_id);
+/* The held STACK record of stack_id (header included, validated as drain
+ * does), its size in *size; NULL when none is held. */
+const uint8_t *hs_ingest_held_stack(const struct hs_ingest *g, uint64_t stack_id, uint32_t *size);
 
 #endif /* HEAPSCOPE_INGEST_CORE_H */

@@ -271,6 +271,8 @@ class Producer:
         try:
             ingest = Ingest(memfd, cfg.shmem_size, stream=cfg.stream_allocations,
                             dump_at_max=cfg.dump_at_max, threads=cfg.threads)
+            if self.frames.discard:  # no profile kept: stacks stay in C, read by id (FrameTable.discard)
+                ingest.hold_stacks()
         except Exception:
             shm.close()
             os.close(memfd)

@@ -145,6 +145,47 @@ def test_stack_module_heap_returned_whole_in_ring_order(make_ring):
     assert ring.stats()["mallocs"] == 1
 
 
+def test_held_stacks_stay_in_c_and_are_found_by_id(make_ring):
+    # GIVEN a reader told to hold stacks (the pytest plugin's when no profile is kept)
+    ring = make_ring(size=1 << 12)  # small: the records below wrap it several times
+    ring.ingest.hold_stacks()
+    py = ((0x51, 12, codec.PY_FRAME_ENTRY), (0x52, -1, 0))
+    heap = ws.encode_heap(0, 4096, "libc.malloc")
+    first = ws.encode_stack(S1, [0x401234, 0x401100])
+    # WHEN many stacks come, native and Python, one of them defined twice, between other records
+    ring.feed([heap, first, malloc(1, A, 8, S1)])
+    assert ring.returned == [heap]
+    many = {S3 + i: ws.encode_stack(S3 + i, [0x400000 + i] * (i % 7), py=py if i % 2 else None)
+            for i in range(300)}
+    for i, rec in enumerate(many.values()):
+        ring.feed([rec])
+        assert ring.returned == [heap]
+        if i == 150:
+            again = ws.encode_stack(S1, [0x409999])
+            ring.feed([again])
+    # THEN none is returned; each is held whole, the last definition of S1 wins
+    assert ring.ingest.held_stack(S1) == again
+    assert all(ring.ingest.held_stack(sid) == rec for sid, rec in many.items())
+    assert codec.decode_record(many[S3 + 1]) == codec.StackRecord(S3 + 1, (0x400001,), False, py, 0, True)
+    assert ring.ingest.held_stack(S2) is None
+    assert ring.stats()["held_stacks"] == 302
+    # AND a malformed stack is counted, not held
+    bad = bytearray(ws.encode_stack(S2, [1, 2]))
+    bad[8 + 8:8 + 12] = (3).to_bytes(4, "little")  # depth 3: past the record's end
+    ring.feed([bytes(bad)])
+    assert ring.ingest.held_stack(S2) is None
+    assert ring.stats()["malformed_records"] == 1
+
+
+def test_stacks_are_returned_unless_held(make_ring):
+    ring = make_ring()
+    rec = ws.encode_stack(S1, [0x401234])
+    ring.feed([rec])
+    assert ring.returned == [rec]
+    assert ring.ingest.held_stack(S1) is None
+    assert ring.stats()["held_stacks"] == 0
+
+
 def test_max_records_limits_one_drain(make_ring):
     ring = make_ring()
     for i in range(10):
@@ -359,6 +400,9 @@ def test_fuzz_arbitrary_bytes_never_crash(make_ring):
             break
         cases += 1
         ring = make_ring(4096)
+        hold = case % 2 == 1
+        if hold:
+            ring.ingest.hold_stacks()
         mode = case % 3
         if mode == 0:
             ring.put_raw(0, rng.randbytes(4096))
@@ -390,7 +434,13 @@ def test_fuzz_arbitrary_bytes_never_crash(make_ring):
         assert st["corrupt"] in (0, 1)
         assert st["pending"] == 0
         assert len(ring.live()) == st["live_allocations"]
-        assert st["records"] == st["mallocs"] + st["frees"] + st["pads"] + st["malformed_records"] + returned
+        assert st["records"] == (st["mallocs"] + st["frees"] + st["pads"] + st["malformed_records"] + returned
+                                 + st["held_stacks"])
+        if hold:  # whatever is held must decode too
+            for sid in (S1, 0, 1, 2, rng.randrange(1 << 64)):
+                held = ring.ingest.held_stack(sid)
+                if held is not None:
+                    assert isinstance(codec.decode_record(held), codec.StackRecord)
         rp = ring.meta("read_pos")
         assert rp <= 4096 and ring.data()[:rp] == bytes(rp)
         ring.close()

@@ -1,0 +1,127 @@
+"""Per-process dump glue (bookkeeping/dump.py): stacks -> callsites -> tracker rows.
+
+Driven with a real Tracker (producer/_ingest) and real frame tables: the
+stacks are those of a small process with an interpreter, an extension and
+Python code objects (as test_splice.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from heapscope.bookkeeping.dump import NOT_KEPT, ProcessHeap
+from heapscope.bookkeeping.frames import UNKNOWN_CODE, FrameTable
+from heapscope.bookkeeping.pylines import LOCATIONS
+from heapscope.bookkeeping.rows import WINDOW_ROW
+from heapscope.bookkeeping.trie import CallsiteTrie
+from heapscope.wire.codec import PY_FRAME_ENTRY, ModuleRecord
+
+pytestmark = pytest.mark.timeout(60)
+
+EXE = ModuleRecord(0x400000, 0x401000, 0x402000, 0x1000, 0x1000, b"", "/usr/bin/python3")
+LIBPY = ModuleRecord(0x7000000, 0x7001000, 0x7100000, 0x1000, 0x1000, b"", "/lib/libpython3.12.so")
+EVAL_LO, EVAL_HI = 0x7050000, 0x7060000
+NATIVE, PYTHON = 0x51, 0x52  # stack ids
+A, B, C = 0x7F00_0000_1000, 0x7F00_0000_2000, 0x7F00_0000_3000
+
+
+def _process(discard: bool) -> tuple[ProcessHeap, FrameTable, CallsiteTrie]:
+    frames = FrameTable()
+    frames.discard = discard
+    heap = ProcessHeap()
+    for m in (EXE, LIBPY):
+        frames.add_module(heap.modules, m)
+    heap.python.eval_lo, heap.python.eval_hi = EVAL_LO, EVAL_HI
+    # 3.11 location table of `build` at line 16: one entry, kind 13 (line delta only, +0), 2 code units
+    heap.define_code(1, "build", "app.py", LOCATIONS, bytes([(13 << 3) | 1, 0]), 16)
+    heap.define_stack(NATIVE, (0x401100, 0x401200))
+    heap.define_stack(PYTHON, (0x7001100, EVAL_LO + 0x10, 0x401100), ((1, 2, PY_FRAME_ENTRY),))
+    return heap, frames, CallsiteTrie()
+
+
+def _names(frames: FrameTable, trie: CallsiteTrie, callsite: int) -> list[str]:
+    """Frame names of a callsite, root first (the rel pc of a native frame)."""
+    by_id = {i: f for f, i in frames.frames.ids.items()}
+    parents = [(0, 0), *trie.paths_from(1)]
+    out: list[str] = []
+    node = callsite
+    while node:
+        node, fid = parents[node]
+        f = by_id[fid]
+        out.append(f.name or f"{f.rel_pc:#x}")
+    return out[::-1]
+
+
+def test_stacks_resolve_to_spliced_callsites(make_heap) -> None:
+    heap, frames, trie = _process(discard=False)
+    h = make_heap()
+    h.malloc(1, A, 100, NATIVE)
+    h.malloc(2, B, 30, PYTHON)
+    rows = heap.dump_rows(h.t, frames, trie, final=True)
+    by_name = {tuple(_names(frames, trie, cs)): size for cs, _count, size, _real in rows}
+    assert by_name == {("0x11ff", "0x10ff"): 100, ("0x10ff", "build", "0x10ff"): 30}
+    assert list(frames.python.values()) == [("build", "app.py", 16)]
+
+
+def test_a_profile_not_kept_resolves_no_stack_and_loses_no_byte(make_heap) -> None:
+    # GIVEN the pytest plugin's case: only the windows are read, the profile is thrown away
+    heap, frames, trie = _process(discard=True)
+    h = make_heap()
+    h.t.new_window()
+    h.malloc(1, A, 100, NATIVE)
+    h.malloc(2, B, 30, PYTHON)
+    h.malloc(3, C, 7, 0x99)  # a stack whose definition never came
+    # WHEN the recording resolves and dumps during the run
+    heap.resolve(frames, trie, h.t)
+    assert heap.dump_rows(h.t, frames, trie, final=False) == []
+    # THEN no stack was spliced: the window names each by its stack id, and no frame was interned
+    assert sorted(row[1] for row in WINDOW_ROW.iter_unpack(h.t.window())) == [NATIVE, PYTHON, 0x99]
+    assert len(trie) == 0 and not frames.python
+    # AND the final dump books every byte under one placeholder frame
+    rows = heap.dump_rows(h.t, frames, trie, final=True)
+    assert [(_names(frames, trie, cs), count, size) for cs, count, size, _real in rows] == [([NOT_KEPT], 3, 137)]
+    assert not heap.stacks and not heap.py_stacks
+
+
+def test_a_bad_line_table_is_found_when_a_frame_needs_it(make_heap) -> None:
+    # GIVEN a code object whose line table is of a format no CPython has
+    heap, frames, trie = _process(discard=False)
+    heap.define_code(1, "build", "app.py", 77, b"\x01\x02", 16)
+    h = make_heap()
+    h.malloc(1, B, 30, PYTHON)
+    # WHEN its stack is resolved THEN the frame is named without a line
+    rows = heap.dump_rows(h.t, frames, trie, final=True)
+    assert [_names(frames, trie, cs) for cs, *_ in rows] == [["0x10ff", "build", "0x10ff"]]
+    assert list(frames.python.values()) == [("build", "app.py", None)]
+
+
+def test_a_python_stack_waits_for_its_code_objects(make_heap) -> None:
+    # GIVEN a stack naming code 2, whose record has not arrived (another thread sends it later),
+    # and one naming code 0 (a frame whose code the client could not read: never sent)
+    heap, frames, trie = _process(discard=False)
+    late, unreadable = 0x61, 0x62
+    heap.define_stack(late, (EVAL_LO + 0x10, 0x401100), ((2, 0, 0), (1, 2, PY_FRAME_ENTRY)))
+    heap.define_stack(unreadable, (EVAL_LO + 0x10, 0x401100), ((0, 0, PY_FRAME_ENTRY),))
+    h = make_heap()
+    h.malloc(1, A, 10, late)
+    h.malloc(2, B, 20, unreadable)
+    # WHEN resolved before code 2 arrives THEN only the stack naming code 0 gets its callsite
+    heap.resolve(frames, trie, h.t)
+    assert set(heap.callsites) == {NATIVE, PYTHON, unreadable}
+    assert _names(frames, trie, heap.callsites[unreadable]) == ["0x10ff", UNKNOWN_CODE]
+    # AND once code 2 is defined, the waiting stack is spliced with its name and line
+    heap.define_code(2, "leaf", "app.py", LOCATIONS, bytes([(13 << 3) | 1, 2]), 20)  # line 20 + 1
+    heap.resolve(frames, trie, h.t)
+    assert _names(frames, trie, heap.callsites[late]) == ["0x10ff", "build", "leaf"]
+    assert ("leaf", "app.py", 21) in frames.python.values()
+
+
+def test_a_code_object_that_never_arrives_is_named_so_at_the_end(make_heap) -> None:
+    heap, frames, trie = _process(discard=False)
+    heap.define_stack(0x63, (EVAL_LO + 0x10,), ((9, 0, PY_FRAME_ENTRY),))
+    h = make_heap()
+    h.malloc(1, A, 10, 0x63)
+    assert heap.dump_rows(h.t, frames, trie, final=False) == []  # it waits for code 9
+    assert 0x63 not in heap.callsites
+    rows = heap.dump_rows(h.t, frames, trie, final=True)
+    assert [(_names(frames, trie, cs), size) for cs, _count, size, _real in rows] == [([UNKNOWN_CODE], 10)]
