@@ -666,7 +666,9 @@ class Recording:
         if self.attached:
             from heapscope.producer.attach import alive
 
-            dead = [pid for pid in self.attached if not alive(pid)]
+            # The client shuts its socket in the process's last destructor, before the
+            # kernel makes it a zombie: the producer saw that exit even when /proc has not yet.
+            dead = [pid for pid in self.attached if pid in producer.exited_pids or not alive(pid)]
         for pid in dead:
             self._problem(f"pid {pid} exited during the session")
         return 1 if dead or self.errors or self._failed else 0

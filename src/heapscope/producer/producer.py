@@ -59,6 +59,10 @@ class Producer:
         self.trie = CallsiteTrie()
         self.processes: dict[int, ProcessState] = {}  # by socket fd
         self.ended: list[ProcessState] = []
+        # pids whose process ended by exiting (its socket closed in its last destructor, or
+        # the pidfd of one that had lost its socket), not by the session's end: such a
+        # process may still be in its exit path, so /proc does not yet say it is gone
+        self.exited_pids: set[int] = set()
         self.next_upid = 1
         self.rejected_clients = 0
         self.sockets_lost = 0  # processes that closed heapscope's socket and were followed to their exit
@@ -529,6 +533,8 @@ class Producer:
         p.ingest.tracker.flush()
         self._drain(p, limit=0)  # take the stream of what flush applied
         p.info.end_ts = time.monotonic_ns()
+        if reason == "exit":
+            self.exited_pids.add(p.info.pid)
         p.flags.disconnected = disconnected
         p.flags.client_error = _client_error_name(p.meta("client_error"))
         p.flags.unwinder = _unwinder_name(p.meta("unwinder"), p.meta("client_state"))
