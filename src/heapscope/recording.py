@@ -54,6 +54,7 @@ from heapscope.producer.producer import Producer
 from heapscope.producer.session import Guardrails, remove_stale_dirs
 from heapscope.slots import FrozenSlots, Slots
 from heapscope.store.writer import ProfileWriter
+from heapscope.wire.codec import PY_HEAP_ID
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
 if TYPE_CHECKING:
@@ -225,7 +226,10 @@ class Summary(Slots):
 
 
 class WindowSnapshot(FrozenSlots):
-    """One process's figures since its window began (Recording.window_snapshot)."""
+    """One process's figures since its window began (Recording.window_snapshot), over its
+    malloc heap and, for a Python program, python.pymalloc: disjoint heaps (client/pymem.c
+    books a request once), so the figures add up; the peak is the sum of each heap's own
+    window peak, at most the peak of the sum (as the report's default, docs/profile.md)."""
 
     __slots__ = ("peak", "leak", "process")
     peak: int  # highest sampled unreleased bytes in the window, above its start
@@ -239,8 +243,27 @@ class WindowSnapshot(FrozenSlots):
         set_field(self, "process", process)
 
     def window_rows(self) -> list[tuple[int, ...]]:
-        """The window's rows by callsite or stack (bookkeeping/rows.py, WINDOW_ROW), as of now."""
-        return list(WINDOW_ROW.iter_unpack(self.process.ingest.tracker.window()))
+        """The window's rows by callsite or stack (bookkeeping/rows.py, WINDOW_ROW), as of now;
+        a bucket in both heaps is one row, their figures summed."""
+        trackers = _window_trackers(self.process)
+        if len(trackers) == 1:
+            return list(WINDOW_ROW.iter_unpack(trackers[0].window()))
+        merged: dict[tuple[int, int], list[int]] = {}
+        for tracker in trackers:
+            for row in WINDOW_ROW.iter_unpack(tracker.window()):
+                have = merged.get((row[0], row[1]))
+                if have is None:
+                    merged[(row[0], row[1])] = list(row)
+                else:
+                    for i in range(2, len(row)):
+                        have[i] += row[i]
+        return [tuple(r) for r in merged.values()]
+
+
+def _window_trackers(p: Any) -> list[Any]:
+    """The trackers a test's window covers: malloc's and, when the process has it, Python's heap."""
+    py = p.custom_heaps.get(PY_HEAP_ID)
+    return [p.ingest.tracker] if py is None else [p.ingest.tracker, py.tracker]
 
 
 class _Waiter:
@@ -491,14 +514,22 @@ class Recording:
         producer = self.producer
         if p is None or producer is None:
             return None
-        tracker = p.ingest.tracker
-        st = tracker.stats()
-        base = st["window_base"]
-        if restart:
-            if keep_peak and st["window_peak"] > 0 and st["window_peak"] >= st["peak_unfreed"]:
-                p.heap.resolve(producer.frames, producer.trie, tracker)
-            tracker.new_window()
-        return WindowSnapshot(st["window_peak"] - base, st["current_unfreed"] - base, p)
+        peak = leak = 0
+        for tracker in _window_trackers(p):
+            st = tracker.stats()
+            base = st["window_base"]
+            peak += st["window_peak"] - base
+            leak += st["current_unfreed"] - base
+            if restart:
+                if keep_peak and st["window_peak"] > 0 and st["window_peak"] >= st["peak_unfreed"]:
+                    p.heap.resolve(producer.frames, producer.trie, p.ingest.tracker)
+                    if tracker is not p.ingest.tracker:  # the stacks are shared: callsites as malloc's
+                        for stack_id in tracker.unresolved():
+                            cs = p.heap.callsites.get(stack_id)
+                            if cs is not None:
+                                tracker.set_callsite(stack_id, cs)
+                tracker.new_window()
+        return WindowSnapshot(peak, leak, p)
 
     def callsite_paths(self, first: int) -> list[tuple[int, int]]:
         """(parent callsite or 0, frame id) of every callsite from id `first` on, in id order."""
