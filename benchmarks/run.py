@@ -506,7 +506,9 @@ class Results:
         f = self.get(w, "heapscope")
         if f is None or "heap_samples" not in f.stats:
             return None
-        return f.stats["heap_samples"] + f.stats.get("frees", 0)
+        # python.pymalloc's records (a Python program's small objects) are records too
+        return (f.stats["heap_samples"] + f.stats.get("frees", 0)
+                + f.stats.get("python_heap_samples", 0) + f.stats.get("python_heap_frees", 0))
 
     def producer_per_record(self, w: Workload, fixed: Workload | None) -> float | None:
         """Seconds of producer CPU per record, net of the fixed cost (the /bin/true command's)."""
@@ -613,7 +615,7 @@ def overhead_section(r: Results) -> list[str]:
             is_any_hs = t.name.startswith("heapscope")
             sps = ""
             if is_hs and b and b.wall > 0 and "heap_samples" in f.stats:
-                sps = f"{f.stats['heap_samples'] / b.wall:,.0f}"
+                sps = f"{(f.stats['heap_samples'] + f.stats.get('python_heap_samples', 0)) / b.wall:,.0f}"
             vs_ht = r.added_vs(w, "heapscope", "heaptrack") if is_hs else None
             per = r.producer_per_record(w, fixed) if is_hs and w.kind != "fixed" else None
             lines.append(
