@@ -514,20 +514,16 @@ class Recording:
         producer = self.producer
         if p is None or producer is None:
             return None
-        peak = leak = 0
-        for tracker in _window_trackers(p):
-            st = tracker.stats()
-            base = st["window_base"]
-            peak += st["window_peak"] - base
-            leak += st["current_unfreed"] - base
-            if restart:
-                if keep_peak and st["window_peak"] > 0 and st["window_peak"] >= st["peak_unfreed"]:
-                    p.heap.resolve(producer.frames, producer.trie, p.ingest.tracker)
-                    if tracker is not p.ingest.tracker:  # the stacks are shared: callsites as malloc's
-                        for stack_id in tracker.unresolved():
-                            cs = p.heap.callsites.get(stack_id)
-                            if cs is not None:
-                                tracker.set_callsite(stack_id, cs)
+        trackers = _window_trackers(p)
+        stats = [t.stats() for t in trackers]
+        peak = sum(st["window_peak"] - st["window_base"] for st in stats)
+        leak = sum(st["current_unfreed"] - st["window_base"] for st in stats)
+        if restart:
+            if keep_peak and any(0 < st["window_peak"] >= st["peak_unfreed"] for st in stats):
+                p.heap.resolve(producer.frames, producer.trie, p.ingest.tracker)
+                for tracker in trackers[1:]:
+                    producer.bind_callsites(p, tracker)
+            for tracker in trackers:
                 tracker.new_window()
         return WindowSnapshot(peak, leak, p)
 

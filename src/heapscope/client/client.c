@@ -579,23 +579,9 @@ void hs_record_py_alloc_slow(void *addr, size_t size) {
   (void)record_alloc_slow(addr, size, HS_PY_HEAP_ID);
 }
 
-void hs_record_py_free_slow(void *addr) {
-  struct hs_thread *t = &hs_thread_state;
-  if (!__atomic_load_n(&hs_enabled, __ATOMIC_RELAXED) || addr == NULL || t->guard)
-    return;
-  int saved_errno = errno;
-  t->guard = 1; /* as hs_record_free_slow */
-  if (hs_addrset_remove((const void *)((uintptr_t)addr ^ HS_PY_HEAP_KEY))) {
-    struct hs_ring r = cl.ring;
-    r.seq = &py_seq_line.next;
-    struct hs_heap_free rec = {0, HS_PY_HEAP_ID, 0, (uint64_t)(uintptr_t)addr};
-    (void)ok(hs_ring_write(&r, HS_REC_HEAP_FREE, &rec, sizeof rec, NULL, 0, 1));
-  }
-  t->guard = 0;
-  errno = saved_errno;
-}
-
-void hs_record_free_slow(void *addr) {
+/* heap: 1 (libc.malloc, HS_REC_FREE) or HS_PY_HEAP_ID (HEAP_FREE, its own
+ * sequence and address key). Inlined with a constant heap. */
+static inline __attribute__((always_inline)) void record_free_slow(void *addr, uint32_t heap) {
   struct hs_thread *t = &hs_thread_state;
   if (!__atomic_load_n(&hs_enabled, __ATOMIC_RELAXED) || addr == NULL)
     return;
@@ -605,12 +591,27 @@ void hs_record_free_slow(void *addr) {
   /* Guard: a blocking ring wait calls nanosleep/recv; keep any allocation
    * they might do out of the client. */
   t->guard = 1;
-  if (hs_addrset_remove(addr)) {
-    struct hs_free rec = {0, (uint64_t)(uintptr_t)addr};
-    (void)ok(hs_ring_write(&cl.ring, HS_REC_FREE, &rec, sizeof rec, NULL, 0, 1));
+  if (heap == 1) {
+    if (hs_addrset_remove(addr)) {
+      struct hs_free rec = {0, (uint64_t)(uintptr_t)addr};
+      (void)ok(hs_ring_write(&cl.ring, HS_REC_FREE, &rec, sizeof rec, NULL, 0, 1));
+    }
+  } else if (hs_addrset_remove((const void *)((uintptr_t)addr ^ HS_PY_HEAP_KEY))) {
+    struct hs_ring r = cl.ring;
+    r.seq = &py_seq_line.next;
+    struct hs_heap_free rec = {0, HS_PY_HEAP_ID, 0, (uint64_t)(uintptr_t)addr};
+    (void)ok(hs_ring_write(&r, HS_REC_HEAP_FREE, &rec, sizeof rec, NULL, 0, 1));
   }
   t->guard = 0;
   errno = saved_errno;
+}
+
+void hs_record_py_free_slow(void *addr) {
+  record_free_slow(addr, HS_PY_HEAP_ID);
+}
+
+void hs_record_free_slow(void *addr) {
+  record_free_slow(addr, 1);
 }
 
 /* ---- handshake ---- */

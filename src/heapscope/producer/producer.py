@@ -434,21 +434,26 @@ class Producer:
         dump_rows, whose resolve gave every stack received so far its callsite
         (stack ids are shared by all the heaps of a process)."""
         out = []
-        callsites = p.heap.callsites
         for h in p.custom_heaps.values():
-            tracker = h.tracker
             if final:
-                tracker.flush()
-            stray = None
-            for stack_id in tracker.unresolved():
-                cs = callsites.get(stack_id)
-                if cs is None and final:
-                    stray = stray or self.trie.callsite([self.frames.special(UNDEFINED_STACK)])
-                    cs = stray
-                if cs is not None:
-                    tracker.set_callsite(stack_id, cs)
-            out.append((h, list(DUMP_ROW.iter_unpack(tracker.dump()))))
+                h.tracker.flush()
+            self.bind_callsites(p, h.tracker, final)
+            out.append((h, list(DUMP_ROW.iter_unpack(h.tracker.dump()))))
         return out
+
+    def bind_callsites(self, p: ProcessState, tracker: Tracker, final: bool = False) -> None:
+        """Give a custom heap's tracker the callsites the malloc heap's resolve found for
+        its stacks (stack ids are shared by every heap of a process); `final`: a stack
+        never received is booked under UNDEFINED_STACK."""
+        callsites = p.heap.callsites
+        stray = None
+        for stack_id in tracker.unresolved():
+            cs = callsites.get(stack_id)
+            if cs is None and final:
+                stray = stray or self.trie.callsite([self.frames.special(UNDEFINED_STACK)])
+                cs = stray
+            if cs is not None:
+                tracker.set_callsite(stack_id, cs)
 
     # -- dumps ---------------------------------------------------------------
 
