@@ -18,6 +18,10 @@ callgrind's output, per call of the client's free wrappers:
                   inclusive) per call: what each false positive costs on top
   per unsampled   Ir and D1mr of the wrapper plus the false positives' share of
                   the slow path: what heapscope adds to one unsampled free
+  per free, all   the wrapper and the whole slow path (sampled frees too: the
+                  table remove and the ring write) over all calls
+and the sampled-address set's insert (per sampled malloc) and remove (per
+slow-path call: sampled frees and false positives).
 
 Native patterns (free_path.c): HELD blocks of 64 bytes kept live (about
 HELD / 64 of them sampled), then ROUNDS lists of LIST blocks of 64 bytes built
@@ -167,6 +171,9 @@ class Row:
     fp: float
     slow: dict[str, float]
     per_unsampled: dict[str, float]
+    per_free: dict[str, float]  # everything the client does in a free, sampled or not, per call
+    insert: dict[str, float]  # hs_addrset_insert inclusive per call
+    remove: dict[str, float]  # hs_addrset_remove inclusive per call (false positives included)
 
 
 def row(p: Profile, label: str, hook_fn: str, slow_fns: tuple[str, ...], sent: int) -> Row:
@@ -185,7 +192,15 @@ def row(p: Profile, label: str, hook_fn: str, slow_fns: tuple[str, ...], sent: i
     fp = max(slow_calls - sent, 0) / unsampled
     slow = {e: slow_cost[e] / max(slow_calls, 1) for e in EVENTS}
     per = {e: hook[e] * calls / unsampled + fp * slow[e] for e in EVENTS}
-    return Row(label, calls, hook, fp, slow, per)
+    per_free = {e: (hook[e] * calls + slow_cost[e]) / max(calls, 1) for e in EVENTS}
+    return Row(label, calls, hook, fp, slow, per, per_free, set_cost(p, "hs_addrset_insert"),
+               set_cost(p, "hs_addrset_remove"))
+
+
+def set_cost(p: Profile, fn: str) -> dict[str, float]:
+    key = p.find(fn)
+    calls = p.calls.get(key, 0)
+    return {e: p.get(p.inclusive, key, e) / max(calls, 1) for e in EVENTS}
 
 
 def native_rows(hs: list[str], out: Path, held: int, n: int, rounds: int) -> list[Row]:
@@ -231,12 +246,25 @@ def main() -> int:
             rows += python_rows(hs, out, args.python, args.pywork)
     print(f"heapscope: {args.heapscope}; callgrind, D1 32 KiB 8-way, LL 8 MiB; interval 4096, seed 1")
     print("| run, wrapper | calls | wrapper Ir / D1mr / DLmr per call | slow path per unsampled free "
-          "| slow path Ir / D1mr per call | per unsampled free: Ir / D1mr |")
-    print("|---|---|---|---|---|---|")
+          "| slow path Ir / D1mr per call | per unsampled free: Ir / D1mr | per free, all: Ir / D1mr |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r.label} | {r.calls:,} | {r.hook['Ir']:.1f} / {r.hook['D1mr']:.3f} / {r.hook['DLmr']:.3f} "
               f"| {r.fp:.4f} | {r.slow['Ir']:.0f} / {r.slow['D1mr']:.2f} "
-              f"| {r.per_unsampled['Ir']:.1f} / {r.per_unsampled['D1mr']:.3f} |")
+              f"| {r.per_unsampled['Ir']:.1f} / {r.per_unsampled['D1mr']:.3f} "
+              f"| {r.per_free['Ir']:.1f} / {r.per_free['D1mr']:.3f} |")
+    print()
+    print("| run | hs_addrset_insert Ir / D1mr per call | hs_addrset_remove Ir / D1mr per call (false positives "
+          "included) |")
+    print("|---|---|---|")
+    seen = set()
+    for r in rows:
+        run = r.label.split(",")[0].split(":")[0]
+        if run in seen:
+            continue
+        seen.add(run)
+        print(f"| {run} | {r.insert['Ir']:.0f} / {r.insert['D1mr']:.2f} "
+              f"| {r.remove['Ir']:.0f} / {r.remove['D1mr']:.2f} |")
     return 0
 
 
