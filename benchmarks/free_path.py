@@ -20,6 +20,7 @@ callgrind's output, per call of the client's free wrappers:
                   the slow path: what heapscope adds to one unsampled free
   per free, all   the wrapper and the whole slow path (sampled frees too: the
                   table remove and the ring write) over all calls
+  / target Ir     the same for all calls, as a share of the target's instructions
 and the sampled-address set's insert (per sampled malloc) and remove (per
 slow-path call: sampled frees and false positives).
 
@@ -61,6 +62,7 @@ class Profile:
     """Per-function exclusive costs, inclusive costs of the calls made to it, and call counts."""
 
     events: list[str] = field(default_factory=list)
+    totals: list[int] = field(default_factory=list)
     exclusive: dict[Key, list[int]] = field(default_factory=dict)
     inclusive: dict[Key, list[int]] = field(default_factory=dict)
     calls: dict[Key, int] = field(default_factory=lambda: defaultdict(int))
@@ -110,6 +112,9 @@ def parse_callgrind(path: Path) -> Profile:
             continue
         if line.startswith("events:"):
             prof.events = line.split()[1:]
+            continue
+        if line.startswith(("summary:", "totals:")):
+            prof.totals = [int(x) for x in line.split()[1:]]
             continue
         if line.startswith("positions:"):
             npos = len(line.split()) - 1
@@ -172,6 +177,7 @@ class Row:
     slow: dict[str, float]
     per_unsampled: dict[str, float]
     per_free: dict[str, float]  # everything the client does in a free, sampled or not, per call
+    share: float  # the same, all calls, over the target's instructions
     insert: dict[str, float]  # hs_addrset_insert inclusive per call
     remove: dict[str, float]  # hs_addrset_remove inclusive per call (false positives included)
 
@@ -193,7 +199,9 @@ def row(p: Profile, label: str, hook_fn: str, slow_fns: tuple[str, ...], sent: i
     slow = {e: slow_cost[e] / max(slow_calls, 1) for e in EVENTS}
     per = {e: hook[e] * calls / unsampled + fp * slow[e] for e in EVENTS}
     per_free = {e: (hook[e] * calls + slow_cost[e]) / max(calls, 1) for e in EVENTS}
-    return Row(label, calls, hook, fp, slow, per, per_free, set_cost(p, "hs_addrset_insert"),
+    total = p.totals[0] if p.totals else 0
+    share = per_free["Ir"] * calls / total if total else float("nan")
+    return Row(label, calls, hook, fp, slow, per, per_free, share, set_cost(p, "hs_addrset_insert"),
                set_cost(p, "hs_addrset_remove"))
 
 
@@ -246,13 +254,14 @@ def main() -> int:
             rows += python_rows(hs, out, args.python, args.pywork)
     print(f"heapscope: {args.heapscope}; callgrind, D1 32 KiB 8-way, LL 8 MiB; interval 4096, seed 1")
     print("| run, wrapper | calls | wrapper Ir / D1mr / DLmr per call | slow path per unsampled free "
-          "| slow path Ir / D1mr per call | per unsampled free: Ir / D1mr | per free, all: Ir / D1mr |")
-    print("|---|---|---|---|---|---|---|")
+          "| slow path Ir / D1mr per call | per unsampled free: Ir / D1mr | per free, all: Ir / D1mr "
+          "| all calls / target Ir |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r.label} | {r.calls:,} | {r.hook['Ir']:.1f} / {r.hook['D1mr']:.3f} / {r.hook['DLmr']:.3f} "
               f"| {r.fp:.4f} | {r.slow['Ir']:.0f} / {r.slow['D1mr']:.2f} "
               f"| {r.per_unsampled['Ir']:.1f} / {r.per_unsampled['D1mr']:.3f} "
-              f"| {r.per_free['Ir']:.1f} / {r.per_free['D1mr']:.3f} |")
+              f"| {r.per_free['Ir']:.1f} / {r.per_free['D1mr']:.3f} | {100 * r.share:.2f}% |")
     print()
     print("| run | hs_addrset_insert Ir / D1mr per call | hs_addrset_remove Ir / D1mr per call (false positives "
           "included) |")
