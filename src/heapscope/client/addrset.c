@@ -8,37 +8,32 @@
 #include "wire.h"
 
 struct hs_addr_shard hs_addr_shards[HS_ADDRSET_SHARDS];
-uint64_t hs_addr_filter[HS_ADDR_BUCKETS / 64] __attribute__((aligned(64)));
+/* Zero-filled static storage: its pages cost nothing until written (a read
+ * maps the shared zero page). */
+uint64_t hs_addr_filter[HS_ADDR_WORDS] __attribute__((aligned(4096)));
 
-/* Addresses of the set per filter bucket, written under the bucket's shard
- * lock only (2 MiB of zero pages, touched where samples land). A count that
- * reaches COUNT_STUCK stays there and keeps its bit set for good: a
- * false positive forever, never a false negative. */
-static uint16_t bucket_count[HS_ADDR_BUCKETS];
-#define COUNT_STUCK UINT16_MAX
+/* The pinned range (hs_addrset_pin), in buckets: [pin_first, pin_first +
+ * pin_count) modulo the filter. Written before the pointers it covers exist;
+ * read by removes, under shard locks. */
+static uint64_t pin_first, pin_count;
+
+static int pinned(uint64_t b) {
+  uint64_t first = __atomic_load_n(&pin_first, __ATOMIC_RELAXED);
+  return ((b - first) & (HS_ADDR_BUCKETS - 1)) < __atomic_load_n(&pin_count, __ATOMIC_RELAXED);
+}
 
 /* Only the owner shard writes a filter word (addrset.h), so plain relaxed
  * stores do; readers need no more than relaxed (see hs_addr_maybe_sampled). */
-static void filter_added(uint64_t b) {
-  uint16_t c = bucket_count[b];
-  if (c == COUNT_STUCK)
-    return;
-  bucket_count[b] = (uint16_t)(c + 1);
-  if (c == 0) {
-    uint64_t *w = &hs_addr_filter[b / 64];
-    __atomic_store_n(w, *w | UINT64_C(1) << (b % 64), __ATOMIC_RELAXED);
-  }
+static void bit_set(uint64_t b) {
+  uint64_t *w = &hs_addr_filter[b / 64];
+  uint64_t v = *w, bit = UINT64_C(1) << (b % 64);
+  if (!(v & bit))
+    __atomic_store_n(w, v | bit, __ATOMIC_RELAXED);
 }
 
-static void filter_removed(uint64_t b) {
-  uint16_t c = bucket_count[b];
-  if (c == COUNT_STUCK || c == 0)
-    return;
-  bucket_count[b] = (uint16_t)(c - 1);
-  if (c == 1) {
-    uint64_t *w = &hs_addr_filter[b / 64];
-    __atomic_store_n(w, *w & ~(UINT64_C(1) << (b % 64)), __ATOMIC_RELAXED);
-  }
+static void bit_clear(uint64_t b) {
+  uint64_t *w = &hs_addr_filter[b / 64];
+  __atomic_store_n(w, *w & ~(UINT64_C(1) << (b % 64)), __ATOMIC_RELAXED);
 }
 
 #define INITIAL_CAPACITY 256 /* 2 KiB of slots: one page with the header */
@@ -71,9 +66,14 @@ static struct hs_addr_table *table_new(uint64_t capacity) {
   return t;
 }
 
+/* The home slot of key a: a hash of its bucket (addrset.h). */
+static uint64_t home(uint64_t a) {
+  return hs_addr_hash(hs_addr_bucket(a));
+}
+
 static void table_put(struct hs_addr_table *t, uint64_t a) {
   uint64_t mask = t->mask;
-  uint64_t i = hs_addr_hash(a) & mask;
+  uint64_t i = home(a) & mask;
   for (;;) {
     uint64_t v = t->slots[i];
     if (v == a)
@@ -109,15 +109,17 @@ int hs_addrset_insert(const void *p) {
   }
   /* A second insert of the same address (its free was missed) keeps one. */
   uint64_t mask = t->mask;
-  uint64_t i = hs_addr_hash(a) & mask;
+  uint64_t i = hs_addr_hash(b) & mask;
   for (;;) {
     uint64_t v = t->slots[i];
     if (v == a)
       break;
     if (v == HS_ADDRSET_EMPTY) {
+      /* The slot first, then the bit: a free that sees the bit finds the key
+       * (the program orders that free after our return anyway). */
       __atomic_store_n(&t->slots[i], a, __ATOMIC_RELEASE);
       s->count++;
-      filter_added(b);
+      bit_set(b);
       break;
     }
     i = (i + 1) & mask;
@@ -128,8 +130,8 @@ int hs_addrset_insert(const void *p) {
 
 int hs_addrset_remove(const void *p) {
   uint64_t a = (uint64_t)(uintptr_t)p;
-  uint64_t h = hs_addr_hash(a);
   uint64_t b = hs_addr_bucket(a);
+  uint64_t h = hs_addr_hash(b);
   struct hs_addr_shard *s = &hs_addr_shards[HS_ADDR_SHARD(b)];
   if (!hs_addrset_probe(s, a, h))
     return 0;
@@ -163,9 +165,9 @@ int hs_addrset_remove(const void *p) {
     uint64_t v = t->slots[j];
     if (v == HS_ADDRSET_EMPTY)
       break;
-    uint64_t home = hs_addr_hash(v) & mask;
+    uint64_t vh = home(v) & mask;
     /* v may move to the hole at i unless its home lies cyclically in (i, j]. */
-    int home_in_range = (i <= j) ? (i < home && home <= j) : (i < home || home <= j);
+    int home_in_range = (i <= j) ? (i < vh && vh <= j) : (i < vh || vh <= j);
     if (!home_in_range) {
       __atomic_store_n(&t->slots[i], v, __ATOMIC_RELAXED);
       i = j;
@@ -173,25 +175,51 @@ int hs_addrset_remove(const void *p) {
   }
   __atomic_store_n(&t->slots[i], HS_ADDRSET_EMPTY, __ATOMIC_RELAXED);
   s->count--;
-  filter_removed(b);
+  /* Another key of the bucket would lie in the run from the bucket's home to
+   * the next empty slot (usually the slot or two just read). */
+  int last = !pinned(b);
+  for (uint64_t k = h & mask; last && t->slots[k] != HS_ADDRSET_EMPTY; k = (k + 1) & mask)
+    if (hs_addr_bucket(t->slots[k]) == b)
+      last = 0;
+  if (last)
+    bit_clear(b);
   __atomic_store_n(&s->seq, seq + 2, __ATOMIC_RELEASE);
   shard_unlock(s);
   return 1;
 }
 
+/* Sets the pinned buckets' bits, each word under its shard's lock. */
+static void pin_bits(void) {
+  for (uint64_t n = 0; n < pin_count; n++) {
+    uint64_t b = (pin_first + n) & (HS_ADDR_BUCKETS - 1);
+    struct hs_addr_shard *s = &hs_addr_shards[HS_ADDR_SHARD(b)];
+    shard_lock(s);
+    bit_set(b);
+    shard_unlock(s);
+  }
+}
+
+void hs_addrset_pin(const void *p, size_t bytes) {
+  uint64_t a = (uint64_t)(uintptr_t)p;
+  uint64_t first = a >> HS_ADDR_GRANULE_SHIFT;
+  uint64_t last = (a + bytes - 1) >> HS_ADDR_GRANULE_SHIFT;
+  if (bytes == 0)
+    return;
+  uint64_t count = last - first + 1;
+  /* The range first, then its bits: a remove of an aliasing key in between
+   * keeps a bit that is about to be set, where the other order could let it
+   * clear one that was just set. */
+  __atomic_store_n(&pin_count, count < HS_ADDR_BUCKETS ? count : HS_ADDR_BUCKETS, __ATOMIC_RELAXED);
+  __atomic_store_n(&pin_first, first & (HS_ADDR_BUCKETS - 1), __ATOMIC_RELAXED);
+  pin_bits();
+}
+
 void hs_addrset_reset(void) {
   memset(hs_addr_shards, 0, sizeof hs_addr_shards);
-  /* A count is non-zero only where its bucket's bit is set (a stuck count
-   * keeps its bit), so clearing the counts of set bits clears them all: a
-   * count left behind with its bit cleared would skip setting the bit on the
-   * next insert there, a false negative. */
-  for (uint64_t w = 0; w < HS_ADDR_BUCKETS / 64; w++) {
-    uint64_t bits = hs_addr_filter[w];
-    while (bits) {
-      unsigned i = (unsigned)__builtin_ctzll(bits);
-      bucket_count[w * 64 + i] = 0;
-      bits &= bits - 1;
-    }
-    hs_addr_filter[w] = 0;
-  }
+  /* Dropping the pages of the filter (private zero-filled memory) makes them
+   * read as zero again and gives the child the memory back; only if that
+   * fails are they written. */
+  if (madvise(hs_addr_filter, sizeof hs_addr_filter, MADV_DONTNEED) != 0)
+    memset(hs_addr_filter, 0, sizeof hs_addr_filter);
+  pin_bits();
 }

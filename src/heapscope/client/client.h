@@ -74,7 +74,8 @@ static inline void hs_record_py_alloc(void *addr, size_t size) {
 }
 
 static inline void hs_record_py_free(void *addr) {
-  if (HS_LIKELY(!hs_addr_maybe_sampled((const void *)((uintptr_t)addr ^ HS_PY_HEAP_KEY))))
+  /* addr ^ HS_PY_HEAP_KEY has addr's filter bucket (addrset.h). */
+  if (HS_LIKELY(!hs_addr_maybe_sampled(addr)))
     return;
   hs_record_py_free_slow(addr);
 }

@@ -250,6 +250,10 @@ HS_EXPORT void heapscope_heap_alloc_v1(uint32_t id, const void *addr, uint64_t s
 }
 
 HS_EXPORT void heapscope_heap_free_v1(uint32_t id, const void *addr) {
+  /* An unsampled address (almost every free) stops at the filter: the key's
+   * bucket is addr's (addrset.h), and nothing else is read before it. */
+  if (HS_LIKELY(!hs_addr_maybe_sampled(addr)))
+    return;
   if (!__atomic_load_n(&hs_enabled, __ATOMIC_ACQUIRE))
     return;
   struct custom_heap *h = heap_of(id);

@@ -6,12 +6,24 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "addrset.h"
+
 /* Arena allocations carry a 16-byte header holding their size, so that a
  * realloc of one knows how much to copy. 16-byte aligned like malloc. */
 unsigned char hs_arena[HS_ARENA_SIZE] __attribute__((aligned(64)));
 static uint64_t arena_used;
 
+static int arena_pinned;
+
 static void *arena_alloc(size_t size, size_t align) {
+  /* The free hook sends only addresses that pass the address filter to
+   * free_checked, which keeps arena pointers from the real free: the arena's
+   * granules are pinned in the filter before its first pointer exists
+   * (addrset.h; a second pin by a racing thread is the same). */
+  if (!__atomic_load_n(&arena_pinned, __ATOMIC_ACQUIRE)) {
+    hs_addrset_pin(hs_arena, HS_ARENA_SIZE);
+    __atomic_store_n(&arena_pinned, 1, __ATOMIC_RELEASE);
+  }
   if (align < 16)
     align = 16;
   if (align > 4096 || (align & (align - 1)) || size > HS_ARENA_SIZE)

@@ -1,0 +1,282 @@
+"""What a free of an unsampled address costs the target: instructions and cache misses (issue 13).
+
+    python benchmarks/free_path.py [--heapscope CMD] [--held N] [--list N] [--rounds N]
+                                   [--pywork N] [--python EXE]
+
+Runs benchmarks/free_path.c (and benchmarks/pywork.py) under `heapscope record`
+with the target inside `valgrind --tool=callgrind --cache-sim=yes` (a fixed
+32 KiB 8-way D1 and an 8 MiB 16-way LL, so that the figures do not depend on
+the host), at the default interval (4096) with --seed 1, and reads from
+callgrind's output, per call of the client's free wrappers:
+
+  Ir, D1mr, DLmr  instructions, D1 and last-level read misses of the wrapper
+                  itself (exclusive: the real free is not in it), per call
+  slow / free     share of calls that went on past the filter, less the
+                  sampled frees that were sent (stats `frees`): the filter's
+                  false positives, per unsampled free
+  slow Ir, D1mr   the slow path (hs_record_free_slow / hs_record_py_free_slow
+                  inclusive) per call: what each false positive costs on top
+  per unsampled   Ir and D1mr of the wrapper plus the false positives' share of
+                  the slow path: what heapscope adds to one unsampled free
+  per free, all   the wrapper and the whole slow path (sampled frees too: the
+                  table remove and the ring write) over all calls
+  / target Ir     the same for all calls, as a share of the target's instructions
+and the sampled-address set's insert (per sampled malloc) and remove (per
+slow-path call: sampled frees and false positives).
+
+Native patterns (free_path.c): HELD blocks of 64 bytes kept live (about
+HELD / 64 of them sampled), then ROUNDS lists of LIST blocks of 64 bytes built
+and freed in order (seq) or in a random order (rand); `held` frees the held
+blocks themselves in order. Python: pywork.py N (CPython's json), the MEM/OBJ
+domain wrapper w_free and the libc free hook.
+
+Instruction and miss counts do not depend on the load of the machine, so old
+and new builds compare on a shared machine (`--heapscope` points at another
+install's command). Nothing here is asserted: tests never time or count things.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+LIB = "libheapscope"
+EVENTS = ("Ir", "D1mr", "DLmr")
+CACHE = ["--cache-sim=yes", "--D1=32768,8,64", "--LL=8388608,16,64", "--I1=32768,8,64"]
+
+Key = tuple[str, str]
+
+
+@dataclass
+class Profile:
+    """Per-function exclusive costs, inclusive costs of the calls made to it, and call counts."""
+
+    events: list[str] = field(default_factory=list)
+    totals: list[int] = field(default_factory=list)
+    exclusive: dict[Key, list[int]] = field(default_factory=dict)
+    inclusive: dict[Key, list[int]] = field(default_factory=dict)
+    calls: dict[Key, int] = field(default_factory=lambda: defaultdict(int))
+
+    def find(self, name: str, obj: str = LIB) -> Key:
+        for key in list(self.exclusive) + list(self.calls):
+            if key[1] == name and obj in key[0]:
+                return key
+        return ("", name)
+
+    def get(self, table: dict[Key, list[int]], key: Key, event: str) -> int:
+        if event not in self.events or key not in table:
+            return 0
+        return table[key][self.events.index(event)]
+
+
+_NAMED = re.compile(r"^\((\d+)\)(?: (.*))?$")
+
+
+def _add(table: dict[Key, list[int]], key: Key, costs: list[int]) -> None:
+    row = table.setdefault(key, [0] * len(costs))
+    if len(row) < len(costs):
+        row.extend([0] * (len(costs) - len(row)))
+    for i, c in enumerate(costs):
+        row[i] += c
+
+
+def parse_callgrind(path: Path) -> Profile:
+    """Callgrind's output format (https://valgrind.org/docs/manual/cl-format.html), every event."""
+    prof = Profile()
+    names: dict[str, dict[str, str]] = {"ob": {}, "fn": {}, "fl": {}}
+    npos = 1
+
+    def name(kind: str, value: str) -> str:
+        m = _NAMED.match(value)
+        if not m:
+            return value
+        if m.group(2) is not None:
+            names[kind][m.group(1)] = m.group(2)
+        return names[kind].get(m.group(1), value)
+
+    ob = cob = ""
+    fn: Key = ("", "")
+    callee: Key | None = None
+    for line in path.read_text(errors="replace").splitlines():
+        if not line or line[0] == "#":
+            continue
+        if line.startswith("events:"):
+            prof.events = line.split()[1:]
+            continue
+        if line.startswith(("summary:", "totals:")):
+            prof.totals = [int(x) for x in line.split()[1:]]
+            continue
+        if line.startswith("positions:"):
+            npos = len(line.split()) - 1
+            continue
+        head, _, rest = line.partition("=")
+        if head == "ob":
+            ob = name("ob", rest)
+        elif head == "fn":
+            fn = (ob, name("fn", rest))
+            cob = ob
+        elif head == "cob":
+            cob = name("ob", rest)
+        elif head == "cfn":
+            callee = (cob, name("fn", rest))
+        elif head in ("cfi", "cfl", "fl", "fi", "fe"):
+            name("fl", rest)
+        elif head == "calls":
+            if callee is not None:
+                prof.calls[callee] += int(rest.split()[0])
+        elif line[0] in "0123456789+-*":
+            costs = [int(x) for x in line.split()[npos:]]
+            if callee is not None:
+                _add(prof.inclusive, callee, costs)
+                callee = None
+                cob = ob
+            else:
+                _add(prof.exclusive, fn, costs)
+    return prof
+
+
+def callgrind(out: Path, tag: str, argv: list[str], hs: list[str], interval: int) -> tuple[Profile, dict[str, int]]:
+    cg = out / f"cg.{tag}"
+    db = out / f"{tag}.db"
+    for f in (cg, db):
+        f.unlink(missing_ok=True)
+    cmd = [*hs, "record", "-q", "--no-symbolize", "-o", str(db), "-i", str(interval), "--seed", "1", "--",
+           "valgrind", "--tool=callgrind", *CACHE, f"--callgrind-out-file={cg}", *argv]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=3600)
+    stats: dict[str, int] = {}
+    if db.exists():
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            for n, v in con.execute("SELECT name, sum(value) FROM stats GROUP BY name"):
+                stats[str(n)] = int(v or 0)
+            # Sampled frees sent, per heap (the exit dump's negative rows), in every process of the run.
+            for heap, v in con.execute("SELECT heap_name, -sum(count) FROM heap_profile_allocation "
+                                       "WHERE count < 0 GROUP BY heap_name"):
+                stats["frees:" + str(heap)] = int(v or 0)
+        finally:
+            con.close()
+    return parse_callgrind(cg), stats
+
+
+@dataclass
+class Row:
+    label: str
+    calls: int
+    hook: dict[str, float]
+    fp: float
+    slow: dict[str, float]
+    per_unsampled: dict[str, float]
+    per_free: dict[str, float]  # everything the client does in a free, sampled or not, per call
+    share: float  # the same, all calls, over the target's instructions
+    insert: dict[str, float]  # hs_addrset_insert inclusive per call
+    remove: dict[str, float]  # hs_addrset_remove inclusive per call (false positives included)
+
+
+def row(p: Profile, label: str, hook_fn: str, slow_fns: tuple[str, ...], sent: int) -> Row:
+    key = p.find(hook_fn)
+    calls = p.calls.get(key, 0)
+    hook = {e: p.get(p.exclusive, key, e) / max(calls, 1) for e in EVENTS}
+    slow_calls = 0
+    slow_cost = dict.fromkeys(EVENTS, 0.0)
+    for fn in slow_fns:  # the slow path's function (the name of older builds second)
+        sk = p.find(fn)
+        if p.calls.get(sk, 0):
+            slow_calls = p.calls[sk]
+            slow_cost = {e: float(p.get(p.inclusive, sk, e)) for e in EVENTS}
+            break
+    unsampled = max(calls - sent, 1)
+    fp = max(slow_calls - sent, 0) / unsampled
+    slow = {e: slow_cost[e] / max(slow_calls, 1) for e in EVENTS}
+    per = {e: hook[e] * calls / unsampled + fp * slow[e] for e in EVENTS}
+    per_free = {e: (hook[e] * calls + slow_cost[e]) / max(calls, 1) for e in EVENTS}
+    total = p.totals[0] if p.totals else 0
+    share = per_free["Ir"] * calls / total if total else float("nan")
+    return Row(label, calls, hook, fp, slow, per, per_free, share, set_cost(p, "hs_addrset_insert"),
+               set_cost(p, "hs_addrset_remove"))
+
+
+def set_cost(p: Profile, fn: str) -> dict[str, float]:
+    key = p.find(fn)
+    calls = p.calls.get(key, 0)
+    return {e: p.get(p.inclusive, key, e) / max(calls, 1) for e in EVENTS}
+
+
+def native_rows(hs: list[str], out: Path, held: int, n: int, rounds: int) -> list[Row]:
+    exe = out / "free_path"
+    subprocess.run(["cc", "-O2", "-Wall", "-fno-omit-frame-pointer", "-o", str(exe), str(HERE / "free_path.c")],
+                   check=True)
+    rows = []
+    for pattern in ("seq", "rand", "held"):
+        argv = [str(exe), pattern, str(held), "64", str(n), "64", str(rounds)]
+        prof, stats = callgrind(out, pattern, argv, hs, 4096)
+        label = (f"{pattern}: {held:,} held ({stats.get('heap_samples', 0):,} samples), "
+                 f"{stats.get('frees:libc.malloc', 0):,} sampled frees")
+        rows.append(row(prof, label, "free", ("hs_record_free_slow",), stats.get("frees:libc.malloc", 0)))
+    return rows
+
+
+def python_rows(hs: list[str], out: Path, python: str, n: int) -> list[Row]:
+    argv = [python, str(HERE / "pywork.py"), str(n)]
+    prof, stats = callgrind(out, "pywork", argv, hs, 4096)
+    py = stats.get("frees:python.pymalloc", 0)
+    libc = stats.get("frees:libc.malloc", 0)
+    return [row(prof, f"pywork.py {n:,}, w_free ({py:,} sampled frees)", "w_free", ("hs_record_py_free_slow",), py),
+            row(prof, f"pywork.py {n:,}, free ({libc:,} sampled frees)", "free", ("hs_record_free_slow",), libc)]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--heapscope", default=shutil.which("heapscope") or "heapscope")
+    ap.add_argument("--held", type=int, default=2_000_000, help="64-byte blocks kept live (about 1 in 64 sampled)")
+    ap.add_argument("--list", type=int, default=100_000, help="blocks per list in seq and rand")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--pywork", type=int, default=20_000, help="pywork.py's N_RECORDS (0: skip)")
+    ap.add_argument("--python", default=sys.executable)
+    args = ap.parse_args()
+    if shutil.which("valgrind") is None:
+        print("free_path: valgrind is not installed", file=sys.stderr)
+        return 1
+    hs = [args.heapscope]
+    with tempfile.TemporaryDirectory(prefix="free_path.") as tmp:
+        out = Path(tmp)
+        rows = native_rows(hs, out, args.held, args.list, args.rounds)
+        if args.pywork:
+            rows += python_rows(hs, out, args.python, args.pywork)
+    print(f"heapscope: {args.heapscope}; callgrind, D1 32 KiB 8-way, LL 8 MiB; interval 4096, seed 1")
+    print("| run, wrapper | calls | wrapper Ir / D1mr / DLmr per call | slow path per unsampled free "
+          "| slow path Ir / D1mr per call | per unsampled free: Ir / D1mr | per free, all: Ir / D1mr "
+          "| all calls / target Ir |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r.label} | {r.calls:,} | {r.hook['Ir']:.1f} / {r.hook['D1mr']:.3f} / {r.hook['DLmr']:.3f} "
+              f"| {r.fp:.4f} | {r.slow['Ir']:.0f} / {r.slow['D1mr']:.2f} "
+              f"| {r.per_unsampled['Ir']:.1f} / {r.per_unsampled['D1mr']:.3f} "
+              f"| {r.per_free['Ir']:.1f} / {r.per_free['D1mr']:.3f} | {100 * r.share:.2f}% |")
+    print()
+    print("| run | hs_addrset_insert Ir / D1mr per call | hs_addrset_remove Ir / D1mr per call (false positives "
+          "included) |")
+    print("|---|---|---|")
+    seen = set()
+    for r in rows:
+        run = r.label.split(",")[0].split(":")[0]
+        if run in seen:
+            continue
+        seen.add(run)
+        print(f"| {run} | {r.insert['Ir']:.0f} / {r.insert['D1mr']:.2f} "
+              f"| {r.remove['Ir']:.0f} / {r.remove['D1mr']:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("LC_ALL", "C")
+    sys.exit(main())
