@@ -174,6 +174,10 @@ struct code_slot {
 static struct code_slot *code_slots;
 #define CODE_MEMO_SLOTS 4096u
 static uint64_t code_memo[CODE_MEMO_SLOTS]; /* code keys sent this session (python_frames) */
+#define STACK_MEMO_SLOTS 4096u
+static uint64_t stack_memo[STACK_MEMO_SLOTS]; /* Python stack ids sent this session (sample) */
+#define NATIVE_MEMO_SLOTS 1024u
+static uint64_t native_checked[NATIVE_MEMO_SLOTS]; /* native parts whose pcs were checked (sample) */
 static int py_on; /* CPython with a known layout: set before hs_enabled, or by late_install */
 static int pymem_on; /* Python's MEM and OBJ domains are wrapped (pymem.c) */
 static int py_forks_restart; /* CPython found: fork children are profiled (restart_in_child) */
@@ -226,50 +230,42 @@ static HS_MUST_CHECK int send_code(uint64_t code, uint64_t key) {
   return rc < 0 ? rc : HS_OK;
 }
 
-/* Walks this thread's Python frames into py (code addresses become code
- * keys) and sends the code objects not sent yet. Returns the number of
- * frames, or -1 when the thread has no Python state (a native thread: the
- * stack then has no Python part), or a negative client error - 1. */
+/* Walks this thread's Python frames into py (with their code keys) and
+ * sends the code objects not sent yet. Returns the number of frames, or -1
+ * when the thread has no Python state (a native thread: the stack then has
+ * no Python part), or a negative client error - 1. */
 static int python_frames(struct hs_pyframe *py, uint32_t *why_out) {
   struct hs_ring_meta *m = cl.ring.meta;
   unsigned why = 0;
-  int n = hs_py_walk((struct hs_py_frame *)py, HS_MAX_PYFRAMES, &why);
+  uint64_t codes[HS_MAX_PYFRAMES];
+  int n = hs_py_walk_keyed((struct hs_py_frame *)py, codes, HS_MAX_PYFRAMES, &why);
   *why_out = why;
   if (n <= 0 && (why & HS_PY_WALK_NOSTATE))
     return -1;
   __atomic_fetch_add(&m->python_walks, 1, __ATOMIC_RELAXED);
-  if (why & HS_PY_WALK_INVALID)
-    __atomic_fetch_add(&m->python_walks_invalid, 1, __ATOMIC_RELAXED);
-  if (why & HS_PY_WALK_TRUNCATED)
-    __atomic_fetch_add(&m->python_walks_truncated, 1, __ATOMIC_RELAXED);
-  uint64_t last_code = 0, last_key = 0;
+  if (HS_UNLIKELY(why & (HS_PY_WALK_INVALID | HS_PY_WALK_TRUNCATED))) {
+    if (why & HS_PY_WALK_INVALID)
+      __atomic_fetch_add(&m->python_walks_invalid, 1, __ATOMIC_RELAXED);
+    if (why & HS_PY_WALK_TRUNCATED)
+      __atomic_fetch_add(&m->python_walks_truncated, 1, __ATOMIC_RELAXED);
+  }
   for (int i = 0; i < n; i++) {
-    uint64_t code = py[i].code_key;
-    if (code == last_code) {
-      /* The frame below runs the same code object (recursion): the same
-       * live object, the same key, already known or sent. */
-      py[i].code_key = last_key;
-      continue;
-    }
-    uint64_t key = hs_py_code_key(code);
-    py[i].code_key = key;
-    last_code = code;
-    last_key = key;
-    if (key == 0)
-      continue;
+    if (i > 0 && codes[i] == codes[i - 1])
+      continue; /* recursion: the same live object, already known or sent */
+    uint64_t key = py[i].code_key;
     /* Most samples walk code objects sent long ago (a test runner's 30-odd
      * frames): a small direct-mapped memo of keys known to be sent saves a
      * probe of the big stack table (a cache miss) per frame. Racy by design:
      * a lost or stale slot only sends the question on to the table. */
     uint64_t *memo = &code_memo[key & (CODE_MEMO_SLOTS - 1)];
-    if (__atomic_load_n(memo, __ATOMIC_RELAXED) == key)
+    if (HS_LIKELY(__atomic_load_n(memo, __ATOMIC_RELAXED) == key))
       continue;
     enum hs_intern in = hs_stacks_intern(key ^ CODE_KEY_SALT);
     if (in == HS_STACK_KNOWN) {
       __atomic_store_n(memo, key, __ATOMIC_RELAXED);
       continue;
     }
-    int rc = send_code(code, key);
+    int rc = send_code(codes[i], key);
     if (rc < 0)
       return rc - 1;
   }
@@ -494,7 +490,7 @@ static inline __attribute__((always_inline)) void sample(struct hs_thread *t, vo
   if (truncated)
     __atomic_fetch_add(&m->truncated_stacks, 1, __ATOMIC_RELAXED);
 
-  uint64_t id = hs_stack_id(pcs, depth);
+  uint64_t id = hs_stack_id(pcs, depth), native_id = id;
   size_t py_bytes = 0;
   if (__atomic_load_n(&py_on, __ATOMIC_ACQUIRE)) {
     struct hs_pyframe *py = (struct hs_pyframe *)(tail + depth + 1);
@@ -511,12 +507,29 @@ static inline __attribute__((always_inline)) void sample(struct hs_thread *t, vo
       id = hs_stack_id_py(id, py, (uint32_t)n);
     }
   }
-  enum hs_intern in = hs_stacks_intern(id);
+  /* Python stacks: a memo of ids known to be sent, as code_memo, saves the
+   * probe of the big table (a cache and TLB miss) when a stack repeats. */
+  uint64_t *memo = py_bytes ? &stack_memo[id & (STACK_MEMO_SLOTS - 1)] : NULL;
+  enum hs_intern in = HS_STACK_KNOWN;
+  if (!memo || __atomic_load_n(memo, __ATOMIC_RELAXED) != id) {
+    in = hs_stacks_intern(id);
+    if (memo && in == HS_STACK_KNOWN)
+      __atomic_store_n(memo, id, __ATOMIC_RELAXED);
+  }
   if (in != HS_STACK_KNOWN) {
     if (in == HS_STACK_FULL)
       __atomic_fetch_add(&m->stack_table_full, 1, __ATOMIC_RELAXED);
-    if (!ok(hs_modules_check(&cl.ring, pcs, depth)))
-      return;
+    /* A new Python part over a native part checked lately (objects built
+     * down a recursion: every path is a stack of its own) needs no check:
+     * its pcs were covered then and still are (modules are never dropped);
+     * a rescan that check left pending is done at the next one or at exit. */
+    uint64_t *checked = py_bytes ? &native_checked[native_id & (NATIVE_MEMO_SLOTS - 1)] : NULL;
+    if (!checked || __atomic_load_n(checked, __ATOMIC_RELAXED) != native_id) {
+      if (!ok(hs_modules_check(&cl.ring, pcs, depth)))
+        return;
+      if (checked)
+        __atomic_store_n(checked, native_id, __ATOMIC_RELAXED);
+    }
     struct hs_stack st = {id, depth,
                           (truncated ? HS_STACK_TRUNCATED : 0) | (py_bytes ? HS_STACK_PYTHON : 0)};
     if (!ok(hs_ring_write(&cl.ring, HS_REC_STACK, &st, sizeof st, tail,
@@ -1008,6 +1021,8 @@ static int restart_in_child(void) {
   for (int i = 0; code_slots != NULL && i < CODE_SLOTS; i++)
     code_slots[i].busy = 0;
   memset(code_memo, 0, sizeof code_memo);
+  memset(stack_memo, 0, sizeof stack_memo);
+  memset(native_checked, 0, sizeof native_checked);
   struct hs_config cfg;
   if (saved_path[0] && hs_stacks_init() == HS_OK && hs_modules_init() == HS_OK &&
       connect_producer(saved_path, saved_token, &cfg) == 0) {

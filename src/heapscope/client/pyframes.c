@@ -313,6 +313,48 @@ void hs_py_eval_range(uint64_t *lo, uint64_t *hi) {
 }
 
 /* ------------------------------------------------------------------ */
+/* Code keys (hook-safe)                                               */
+
+/* splitmix64's finalizer: every bit of the input moves every bit. */
+static inline uint64_t finish(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static inline uint64_t rotl(uint64_t v, unsigned r) {
+  return (v << r) | (v >> (64 - r));
+}
+
+/* The key of a code object already checked to be one (hs_py_code_key): its
+ * address and the addresses of its name, file and line table, each turned
+ * by a different amount (user-space pointers have their top 17 bits clear,
+ * so the four land on different bits), its first line, then the finalizer.
+ * Computed once per frame of every sample: a third of the instructions of
+ * a multiply-rotate step per field. */
+static inline __attribute__((always_inline)) uint64_t key_of(const struct hs_py_layout *L,
+                                                             uintptr_t code) {
+  uint64_t h = code ^ rotl(load_ptr(code, L->co_qualname ? L->co_qualname : L->co_name), 16) ^
+               rotl(load_ptr(code, L->co_filename), 32) ^ rotl(load_ptr(code, L->co_lines), 48);
+  h = finish(h * 0x9e3779b97f4a7c15ull ^ (uint64_t)(uint32_t)load_i32(code, L->co_firstlineno));
+  return h ? h : 1;
+}
+
+/* Emits frame n: the code address, or with `codes` (hs_py_walk_keyed) its
+ * key, the address going to codes[n]. A frame that runs the code object of
+ * the frame emitted before it (recursion) takes that frame's key. */
+static inline __attribute__((always_inline)) void emit(const struct hs_py_layout *L,
+                                                       struct hs_py_frame *out, uint64_t *codes,
+                                                       int n, uintptr_t code) {
+  if (codes == NULL) {
+    out[n].code = code;
+    return;
+  }
+  codes[n] = code;
+  out[n].code = n > 0 && codes[n - 1] == code ? out[n - 1].code : key_of(L, code);
+}
+
+/* ------------------------------------------------------------------ */
 /* The walk (hook-safe)                                                */
 
 /* Byte offset of the instruction a 3.11+ frame is at, or -2 if the pointer
@@ -347,7 +389,7 @@ static inline __attribute__((always_inline)) int incomplete(const struct hs_py_l
 
 /* The chain from frame f, 3.8-3.10: PyFrameObjects, one per activation. */
 static inline __attribute__((always_inline)) int walk_objects(const struct hs_py_layout *L, uintptr_t frame_type, uintptr_t code_type,
-                        uintptr_t f, struct hs_py_frame *out, int max, unsigned *w) {
+                        uintptr_t f, struct hs_py_frame *out, uint64_t *codes, int max, unsigned *w) {
   int n = 0;
   for (int steps = 0; f != 0; steps++) {
     if (n >= max || steps >= MAX_CHAIN_STEPS) {
@@ -368,7 +410,7 @@ static inline __attribute__((always_inline)) int walk_objects(const struct hs_py
     /* 3.8/3.9 count bytes, 3.10 code units; -1 before the first one. */
     if (lasti < 0) lasti = -1;
     else if (L->minor == 10) lasti *= 2;
-    out[n].code = code;
+    emit(L, out, codes, n, code);
     out[n].lasti = lasti;
     out[n].flags = HS_PY_FRAME_ENTRY;
     n++;
@@ -380,7 +422,7 @@ static inline __attribute__((always_inline)) int walk_objects(const struct hs_py
 /* The chain from frame f, 3.11+: _PyInterpreterFrames, runs of them per
  * activation. */
 static inline __attribute__((always_inline)) int walk_interp(const struct hs_py_layout *L, uintptr_t code_type, uintptr_t f,
-                       struct hs_py_frame *out, int max, unsigned *w) {
+                       struct hs_py_frame *out, uint64_t *codes, int max, unsigned *w) {
   int n = 0;
   for (int steps = 0; f != 0; steps++) {
     if (n >= max || steps >= MAX_CHAIN_STEPS) {
@@ -421,7 +463,7 @@ static inline __attribute__((always_inline)) int walk_interp(const struct hs_py_
        * splice then sees one run fewer; documented). */
       if ((flags & HS_PY_FRAME_ENTRY) && n > 0) out[n - 1].flags |= HS_PY_FRAME_ENTRY;
     } else {
-      out[n].code = code;
+      emit(L, out, codes, n, code);
       out[n].lasti = off;
       out[n].flags = flags;
       n++;
@@ -437,12 +479,14 @@ static inline __attribute__((always_inline)) int walk_interp(const struct hs_py_
 #define WALK_ROW(i)                                                                       \
   if (row == &layouts[i])                                                                 \
     return layouts[i].model == HS_PY_MODEL_FRAMEOBJECT                                    \
-               ? walk_objects(&layouts[i], frame_type, code_type, f, out, max, w)         \
-               : walk_interp(&layouts[i], code_type, f, out, max, w);
+               ? walk_objects(&layouts[i], frame_type, code_type, f, out, codes, max, w)  \
+               : walk_interp(&layouts[i], code_type, f, out, codes, max, w);
 _Static_assert(sizeof layouts / sizeof layouts[0] == 6, "walk_row: one WALK_ROW per row");
 
-static int walk_row(const struct hs_py_layout *row, uintptr_t frame_type, uintptr_t code_type,
-                    uintptr_t f, struct hs_py_frame *out, int max, unsigned *w) {
+static inline __attribute__((always_inline)) int walk_row(const struct hs_py_layout *row,
+                                                          uintptr_t frame_type, uintptr_t code_type,
+                                                          uintptr_t f, struct hs_py_frame *out,
+                                                          uint64_t *codes, int max, unsigned *w) {
   WALK_ROW(0)
   WALK_ROW(1)
   WALK_ROW(2)
@@ -452,7 +496,8 @@ static int walk_row(const struct hs_py_layout *row, uintptr_t frame_type, uintpt
   return 0;
 }
 
-int hs_py_walk(struct hs_py_frame *out, int max, unsigned *why) {
+static inline __attribute__((always_inline)) int walk(struct hs_py_frame *out, uint64_t *codes,
+                                                      int max, unsigned *why) {
   unsigned w = 0;
   int n = 0;
   if (hs_py_state() != HS_PY_SUPPORTED || !rt.is_initialized()) {
@@ -483,10 +528,18 @@ int hs_py_walk(struct hs_py_frame *out, int max, unsigned *why) {
     }
     f = load_ptr(f, L.cf_current);
   }
-  n = walk_row(row, frame_type, code_type, f, out, max, &w);
+  n = walk_row(row, frame_type, code_type, f, out, codes, max, &w);
 done:
   if (why != NULL) *why = w;
   return n;
+}
+
+int hs_py_walk(struct hs_py_frame *out, int max, unsigned *why) {
+  return walk(out, NULL, max, why);
+}
+
+int hs_py_walk_keyed(struct hs_py_frame *out, uint64_t *codes, int max, unsigned *why) {
+  return walk(out, codes, max, why);
 }
 
 /* ------------------------------------------------------------------ */
@@ -563,29 +616,12 @@ static int copy_str(uintptr_t s, char *buf, uint32_t cap, uint32_t *len) {
   return 0;
 }
 
-/* One step of the key: multiply, rotate (every step moves the bits of all
- * the values before it), then a finalizer over the whole (splitmix64's). */
-static inline uint64_t step(uint64_t h, uint64_t v) {
-  h = (h ^ v) * 0x9e3779b97f4a7c15ull;
-  return (h << 31) | (h >> 33);
-}
-
-static inline uint64_t finish(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 uint64_t hs_py_code_key(uint64_t code_addr) {
   if (hs_py_state() != HS_PY_SUPPORTED) return 0;
   const struct hs_py_layout *L = rt.lay;
   uintptr_t code = (uintptr_t)code_addr;
   if (!is_a(code, rt.code_type)) return 0;
-  uint64_t h = step(step(0, code), load_ptr(code, L->co_qualname ? L->co_qualname : L->co_name));
-  h = step(h, load_ptr(code, L->co_filename));
-  h = step(h, load_ptr(code, L->co_lines));
-  h = finish(h ^ (uint64_t)(uint32_t)load_i32(code, L->co_firstlineno));
-  return h ? h : 1;
+  return key_of(L, code);
 }
 
 int hs_py_code_info(uint64_t code_addr, struct hs_py_code_info *out) {

@@ -9,6 +9,7 @@
  *                     version and picks the layout row for it.
  *   hs_py_walk()      in the hook, for the calling thread only. Hook-safe and
  *                     async-signal-safe: plain loads of validated pointers.
+ *                     hs_py_walk_keyed() also computes each code key.
  *   hs_py_code_info() in the hook, the first time a code object is seen:
  *                     copies its names and raw line table into caller buffers.
  *
@@ -92,6 +93,13 @@ void hs_py_eval_range(uint64_t *lo, uint64_t *hi) HS_PY_API;
  * Returns the number written; *why (may be NULL) gets HS_PY_WALK_* bits.
  * Hook-safe: no allocation, no lock, no syscall, no GIL. */
 int hs_py_walk(struct hs_py_frame *out, int max, unsigned *why) HS_PY_API;
+
+/* hs_py_walk() and hs_py_code_key() in one pass, for the sampler: out[i].code
+ * gets the code object's key (never 0: the walk has checked the object) and
+ * codes[i] (room for max) its address, for hs_py_code_info(). A frame that
+ * runs the same code object as the frame before it reuses its key. Same
+ * guarantees as hs_py_walk(). */
+int hs_py_walk_keyed(struct hs_py_frame *out, uint64_t *codes, int max, unsigned *why) HS_PY_API;
 
 /* What the producer needs to intern a code object once. The caller owns the
  * buffers; strings are UTF-8, not NUL-terminated, cut at a code point when a

@@ -71,7 +71,8 @@ EXPORT double probe_bench(int iterations) {
   return ((double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec)) / iterations;
 }
 
-/* Returns the number of frames, or -1 if a code object did not resolve. */
+/* Returns the number of frames, -1 if a code object did not resolve, -2 if
+ * hs_py_walk_keyed() disagrees with hs_py_walk() and hs_py_code_key(). */
 EXPORT int probe_walk(char *buf, size_t cap) {
   static const char hex[] = "0123456789abcdef";
   struct hs_py_frame frames[256];
@@ -79,6 +80,16 @@ EXPORT int probe_walk(char *buf, size_t cap) {
   struct out o = {buf, cap, 0};
   buf[0] = '\0';
   int n = hs_py_walk(frames, 256, &why);
+  /* The sampler's walk (hs_py_walk_keyed) sees the same frames, with each
+   * frame's code key in place of its address. */
+  struct hs_py_frame keyed[256];
+  uint64_t codes[256];
+  unsigned why_keyed = 0;
+  if (hs_py_walk_keyed(keyed, codes, 256, &why_keyed) != n || why_keyed != why) return -2;
+  for (int i = 0; i < n; i++)
+    if (codes[i] != frames[i].code || keyed[i].code != hs_py_code_key(frames[i].code) ||
+        keyed[i].lasti != frames[i].lasti || keyed[i].flags != frames[i].flags)
+      return -2;
   for (int i = 0; i < n; i++) {
     char name[512], file[1024];
     uint8_t table[16384];
