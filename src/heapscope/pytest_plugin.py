@@ -36,19 +36,17 @@ import json
 import math
 import os
 import re
-import shutil
 import signal
 import socket
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from heapscope.errors import HeapscopeError
-from heapscope.model import Frame, Mapping
+if TYPE_CHECKING:
+    from heapscope.model import Frame, Mapping
 
 ENV_SOCKET = "HEAPSCOPE_PYTEST_SOCKET"
 ENV_ALLOCATOR = "HEAPSCOPE_PYTEST_PYTHONMALLOC"  # the parent set PYTHONMALLOC
@@ -133,16 +131,39 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(child, "heapscope-child")
 
 
+# The parent's exit status, once its child has run the tests (pytest_load_initial_conftests).
+_EXIT = pytest.StashKey[int]()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, args: list[str]) -> Any:
+    """The re-exec, as early as a plugin can: before any conftest.py is imported and
+    before collection, so that both happen once, in the child. Outermost of the
+    wrappers of this hook: pytest's output capture (capture.py) starts inside it."""
+    ns = early_config.known_args_namespace
+    if getattr(ns, "heapscope", False) and not os.environ.get(ENV_SOCKET) and not (ns.help or ns.version):
+        early_config.stash[_EXIT] = _run_parent(early_config, ns)
+        # This process runs no test: no conftest to import, and nothing left to parse
+        # (the options a conftest.py would have declared are the child's affair).
+        ns.noconftest = True
+        args[:] = []
+    return (yield)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    code = config.stash.get(_EXIT, None)
+    if code is not None:
+        return code
     if not config.getoption("heapscope") or os.environ.get(ENV_SOCKET):
         return None
-    return _run_parent(config)
+    # The plugin came too late for the hook above (registered by a conftest.py): re-exec from here.
+    return _run_parent(config, config.option)
 
 
-def _interval(config: pytest.Config) -> int:
+def _interval(opts: Any) -> int:
     try:
-        return parse_bytes(config.getoption("heapscope_interval"))
+        return parse_bytes(opts.heapscope_interval)
     except ValueError as e:
         raise pytest.UsageError(f"--heapscope-interval: {e}") from None
 
@@ -150,12 +171,18 @@ def _interval(config: pytest.Config) -> int:
 # -- the parent: the recording ---------------------------------------------------
 
 
-def _run_parent(config: pytest.Config) -> int:
+def _run_parent(config: pytest.Config, given: Any) -> int:
+    """Run the same pytest command as a child under the client; its exit status.
+    `given`: the parsed options (config.option, or known_args_namespace before the parse)."""
+    import shutil
+    import tempfile
+
+    from heapscope.errors import HeapscopeError
     from heapscope.producer.config import RecordConfig
     from heapscope.recording import Recording, RecordingOptions
 
-    interval = _interval(config)
-    out = config.getoption("heapscope_output")
+    interval = _interval(given)
+    out = given.heapscope_output
     work = Path(tempfile.mkdtemp(prefix="heapscope-pytest-"))
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -173,12 +200,12 @@ def _run_parent(config: pytest.Config) -> int:
         # CPython takes objects of up to 512 bytes from arenas it maps itself, not
         # from malloc: with its own allocator they would be invisible to the client.
         allocator = None
-        if config.getoption("heapscope_python_objects") and "PYTHONMALLOC" not in os.environ:
+        if given.heapscope_python_objects and "PYTHONMALLOC" not in os.environ:
             allocator = os.environ["PYTHONMALLOC"] = "malloc"
             os.environ[ENV_ALLOCATOR] = "1"  # the child takes both out of its environment again
         try:
             with Recording(rcfg, output, opts, warn=warn) as rec:
-                parent = _Parent(rec, listener, interval, config.getoption("heapscope_top"), bool(out))
+                parent = _Parent(rec, listener, interval, given.heapscope_top, bool(out))
                 pid = rec.start(argv)
                 if not out and rec.producer is not None:
                     # Only the per-test windows are read: no stack is resolved for the profile,
@@ -457,7 +484,7 @@ class _Child:
 
     def __init__(self, config: pytest.Config, path: str) -> None:
         self.config = config
-        self.interval = _interval(config)
+        self.interval = _interval(config.option)
         self.top = config.getoption("heapscope_top")
         self.off = ""  # why nothing is measured any more
         self.results: dict[str, HeapFigures] = {}

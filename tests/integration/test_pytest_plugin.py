@@ -255,6 +255,45 @@ def test_bad():
     assert run.returncode == 4 and "--interval must be between 1" in run.stderr, run.stderr
 
 
+COUNTING_CONFTEST = """
+import os
+
+def _note(what):
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "counts.txt"), "a") as f:
+        f.write(f"{what} {os.getpid()}\\n")
+
+_note("conftest")
+
+def pytest_addoption(parser):
+    parser.addoption("--flavour", default="plain")
+
+def pytest_collection(session):
+    _note("collection")
+"""
+
+COUNTED = """
+def test_sees_its_option(request):
+    assert request.config.getoption("--flavour") == "mint"
+"""
+
+
+def test_conftest_and_collection_run_once_in_the_tests_process(suite_dir: Path) -> None:
+    # GIVEN a conftest.py that notes (with its pid) its import and each collection, and declares an option
+    d = suite_dir / "counted"
+    d.mkdir(exist_ok=True)
+    (d / "conftest.py").write_text(COUNTING_CONFTEST)
+    counts = d / "counts.txt"
+    counts.unlink(missing_ok=True)
+    run = run_pytest(suite_dir, "counted/test_counted.py", COUNTED, "--heapscope", "--flavour", "mint")
+    # THEN the test sees the option, and was measured
+    assert run.returncode == 0 and run.outcomes == {"test_sees_its_option": ("passed", "")}, run.stdout + run.stderr
+    assert "1 tests measured" in run.stdout
+    # AND the conftest was imported once and collection ran once, both in one process (the tests')
+    notes = [line.split() for line in counts.read_text().splitlines()]
+    assert [what for what, _pid in notes] == ["conftest", "collection"], notes
+    assert notes[0][1] == notes[1][1]
+
+
 @pytest.mark.parametrize(("text", "value"), [
     ("24 MB", 24_000_000), ("24MB", 24_000_000), ("24 MiB", 24 * MIB), ("1.5 GB", 1_500_000_000),
     ("512 kB", 512_000), ("512 KiB", 512 * 1024), ("100", 100), ("100 B", 100), (".5 MB", 500_000), (2048, 2048),
