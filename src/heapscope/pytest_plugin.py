@@ -11,9 +11,12 @@ socket:
 
     child: {"op": "start"}               parent: drains the child's ring,
                                           starts a peak window (tracker.h)
-    child: {"op": "end", "want": ...}    parent: drains again, reads the
-                                          window: peak and end relative to
-                                          the start, per callsite
+    child: {"op": "end", "nodeid": ...,  parent: drains again, reads the
+            "limits": {...}}                window: peak and end relative to
+                                          the start; names the top stacks
+                                          only of a figure over its limit
+    child: {"op": "report",              parent: names the top stacks of
+            "nodeids": [...]}               the tests the report shows
 
 A test's peak is the highest sampled unreleased bytes of the process during
 its call, minus those at its start; what it leaks is the sampled unreleased
@@ -256,7 +259,10 @@ class _Parent:
         self.interval = interval
         self.top = max(top, 0)
         self.pid = 0
-        self.peaks: list[int] = []  # the largest peaks so far, at most `top`
+        # The tests of the largest peaks so far (at least `top`; ties kept): nodeid ->
+        # (peak, [(bytes, callsite, stack id, names or None until the report asks)]).
+        self.board: dict[str, tuple[int, list[tuple[int, int, int, list[str] | None]]]] = {}
+        self.process: Any = None  # the tests' ProcessState, as of the last snapshot
         self.parents: list[tuple[int, int]] = [(0, 0)]  # callsite id -> (parent, frame)
         self.frames: list[Frame | None] = [None]
         self.mappings: list[Mapping | None] = [None]
@@ -331,24 +337,65 @@ class _Parent:
 
     def _window(self, msg: dict[str, Any]) -> dict[str, Any]:
         # Stacks are resolved to callsites only when a kept profile needs it (below);
-        # the few stacks a message names are named from their pcs.
-        if msg.get("op") == "start":
-            started = self.rec.window_snapshot(self.pid, restart=True, keep_peak=self.keep)
+        # the few stacks a reply names are named from their pcs.
+        op = msg.get("op")
+        if op == "start":
+            started = self._snapshot(restart=True)
             return {"off": "the test process is not profiled"} if started is None else {"ok": 1}
-        snap = self.rec.window_snapshot(self.pid)
+        if op == "report":
+            return {"stacks": {nodeid: self._board_stacks(nodeid) for nodeid in msg.get("nodeids", [])
+                               if nodeid in self.board}}
+        snap = self._snapshot(restart=False)
         if snap is None:
             return {"off": "the test process is not profiled"}
+        self.process = snap.process
         reply: dict[str, Any] = {"peak": snap.peak, "leak": snap.leak, "interval": self.interval}
-        board = len(self.peaks) < self.top or bool(self.peaks and snap.peak > self.peaks[0])
-        if board:
-            self.peaks = sorted([*self.peaks, snap.peak])[-self.top:] if self.top else []
-        if msg.get("want") or board:
-            rows = snap.window_rows()
-            by_peak = sorted((r for r in rows if r[2] > 0), key=lambda r: -r[2])[:TOP_STACKS]
-            by_leak = sorted((r for r in rows if r[4] > 0), key=lambda r: -r[4])[:TOP_STACKS]
+        limits = msg.get("limits") or {}
+        over_peak = snap.peak > limits.get("limit_memory", snap.peak)
+        over_leak = snap.leak > limits.get("limit_leaks", snap.leak)
+        ranked = self._ranks(snap.peak)
+        if not (over_peak or over_leak or ranked):
+            return reply  # the usual case: no row read, nothing named
+        rows = snap.window_rows()
+        by_peak = sorted((r for r in rows if r[2] > 0), key=lambda r: -r[2])[:TOP_STACKS]
+        if over_peak:
             reply["peak_stacks"] = [[r[2], self._stack(snap.process, r[0], r[1])] for r in by_peak]
+        if over_leak:
+            by_leak = sorted((r for r in rows if r[4] > 0), key=lambda r: -r[4])[:TOP_STACKS]
             reply["leak_stacks"] = [[r[4], self._stack(snap.process, r[0], r[1])] for r in by_leak]
+        if ranked:
+            # Named when the report asks (few of the tests ranked on the way end up in it); with a
+            # kept profile now, as its stacks are resolved to callsites (and let go) as the run goes.
+            self.board[str(msg.get("nodeid", ""))] = (snap.peak, [
+                (r[2], r[0], r[1], self._stack(snap.process, r[0], r[1]) if self.keep else None)
+                for r in by_peak])
+            self._prune_board()
         return reply
+
+    def _snapshot(self, restart: bool) -> Any:
+        """The one use of the peak-window API (Recording.window_snapshot, tracker.h): the figures
+        since the window began (restart: and a new window begins); None if not profiled."""
+        return self.rec.window_snapshot(self.pid, restart=restart, keep_peak=restart and self.keep)
+
+    def _ranks(self, peak: int) -> bool:
+        """Whether a test of this peak is among the `top` largest so far (ties kept)."""
+        if self.top <= 0 or peak <= 0:
+            return False
+        if len(self.board) < self.top:
+            return True
+        return peak >= sorted((v[0] for v in self.board.values()), reverse=True)[self.top - 1]
+
+    def _prune_board(self) -> None:
+        if len(self.board) <= self.top:
+            return
+        least = sorted((v[0] for v in self.board.values()), reverse=True)[self.top - 1]
+        for nodeid in [k for k, v in self.board.items() if v[0] < least]:
+            del self.board[nodeid]
+
+    def _board_stacks(self, nodeid: str) -> list[list[Any]]:
+        _peak, rows = self.board[nodeid]
+        return [[n, names if names is not None else self._stack(self.process, callsite, stack_id)]
+                for n, callsite, stack_id, names in rows]
 
     # -- names ---------------------------------------------------------------
 
@@ -536,7 +583,7 @@ class _Child:
         outcome = yield
         if not started:
             return
-        reply = self._ask({"op": "end", "want": bool(limits)})
+        reply = self._ask({"op": "end", "nodeid": item.nodeid, "limits": limits})
         if reply is None:
             return
         res = HeapFigures(item.nodeid, reply["peak"], reply["leak"], reply["interval"],
@@ -561,10 +608,13 @@ class _Child:
         if self.off:
             tr.write_line(f"measuring stopped: {self.off}")
         ranked = sorted(self.results.values(), key=lambda r: -r.peak)[:self.top]
+        # Their stacks are named now, for these few tests only.
+        reply = self._ask({"op": "report", "nodeids": [r.nodeid for r in ranked]}) if ranked else None
+        named: dict[str, list[list[Any]]] = reply.get("stacks", {}) if reply is not None else {}
         for r in ranked:
             tr.write_line(f"{estimate(r.interval, r.peak):>24}  {r.nodeid}"
                           + (f"  (held at its end: {estimate(r.interval, r.leak)})" if r.leak > 0 else ""))
-            for n, stack in r.peak_stacks:
+            for n, stack in named.get(r.nodeid, []):
                 tr.write_line(f"{'':>8}{format_size(n):>12}  " + " < ".join(stack))
 
 

@@ -175,6 +175,21 @@ def test_report_after_the_run_ranks_tests_by_peak(suite_dir: Path) -> None:
     assert "hs_test_hold (libhsalloc.so)" in report
 
 
+def test_stacks_are_named_for_the_report_and_for_limits_alike(suite_dir: Path) -> None:
+    # GIVEN a report of one test only: the stacks of the others are named only when over a limit
+    run = run_pytest(suite_dir, "test_top1.py", MARKS, "--heapscope", "--heapscope-interval", "1",
+                     "--heapscope-top", "1")
+    report = run.stdout.split("heapscope: largest sampled heap peaks", 1)[1].split("short test summary", 1)[0]
+    # THEN the report's one test comes with its stack (named at the report, after the last test)
+    tests = [x for x in report.splitlines() if "::test_" in x]
+    assert len(tests) == 1 and "::test_peak_over_limit" in tests[0], report
+    assert "hs_test_hold (libhsalloc.so)" in report.split(tests[0], 1)[1], report
+    # AND every test over a limit, in the report or not, names its stack in its failure
+    for name in MUST_FAIL:
+        outcome, message = run.outcomes[name]
+        assert outcome == "failure" and "hs_test_hold (libhsalloc.so)" in message, (name, message)
+
+
 def test_windows_are_relative_to_each_test_start(suite_dir: Path) -> None:
     # GIVEN test_leaks keeps 8 MiB, and the next test allocates 8 MiB and frees it (interval 1: exact)
     run = run_pytest(suite_dir, "test_windows.py", MARKS, "--heapscope", "--heapscope-interval", "1",
