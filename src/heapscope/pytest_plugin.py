@@ -3,11 +3,13 @@
     python3 -m pytest --heapscope tests/
 
 How it records (re-exec). The client must be in the process from its start
-(LD_PRELOAD), so with `--heapscope` the pytest that the user started runs no
-test: it becomes the parent, holding a `Recording` (recording.py), and runs
-the same pytest command again as its child under the client. The child runs
-the tests and, around each test's call, asks the parent over a private Unix
-socket:
+(LD_PRELOAD: an attach patches only the objects loaded by then, client/inject.c),
+so with `--heapscope` the pytest that the user started runs no test: it becomes
+the parent, holding a `Recording` (recording.py), and runs the same pytest
+command again as its child under the client. It does so from
+pytest_load_initial_conftests, before any conftest.py is imported and before
+collection: both happen once, in the child. The child runs the tests and,
+around each test's call, asks the parent over a private Unix socket:
 
     child: {"op": "start"}               parent: drains the child's ring,
                                           starts a peak window (tracker.h)
