@@ -136,8 +136,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(child, "heapscope-child")
 
 
-# The parent's exit status, once its child has run the tests (pytest_load_initial_conftests).
+# The parent's exit status, once its child has run the tests (pytest_load_initial_conftests),
+# and the argument list it emptied with what it held (given back at pytest_cmdline_main).
 _EXIT = pytest.StashKey[int]()
+_ARGS = pytest.StashKey[tuple[list[str], list[str]]]()
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -151,6 +153,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config, args: list[str]) 
         # This process runs no test: no conftest to import, and nothing left to parse
         # (the options a conftest.py would have declared are the child's affair).
         ns.noconftest = True
+        early_config.stash[_ARGS] = (args, list(args))
         args[:] = []
     return (yield)
 
@@ -159,6 +162,8 @@ def pytest_load_initial_conftests(early_config: pytest.Config, args: list[str]) 
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
     code = config.stash.get(_EXIT, None)
     if code is not None:
+        emptied, held = config.stash[_ARGS]
+        emptied[:] = held  # pytest.main(args) was given that list: as pytest left it
         return code
     if not config.getoption("heapscope") or os.environ.get(ENV_SOCKET):
         return None
