@@ -309,6 +309,37 @@ def test_conftest_and_collection_run_once_in_the_tests_process(suite_dir: Path) 
     assert notes[0][1] == notes[1][1]
 
 
+IN_PROCESS_TESTS = """
+def test_holds():
+    release(hold(1024 * 1024))
+
+def test_fails():
+    assert False
+"""
+
+IN_PROCESS = """
+import sys
+import pytest
+args = ["-q", "-p", "no:cacheprovider", "--rootdir", sys.argv[1], "-W", "ignore::pytest.PytestAssertRewriteWarning",
+        sys.argv[2], "--heapscope"]
+held = list(args)
+code = pytest.main(args)
+print("exit", int(code), "args kept" if args == held else f"args now {args}")
+"""
+
+
+def test_pytest_main_in_process_returns_the_status_and_keeps_its_arguments(suite_dir: Path) -> None:
+    # GIVEN pytest.main(args) called from a program, with --heapscope, on tests of which one fails
+    (suite_dir / "test_in_process.py").write_text(HEADER + IN_PROCESS_TESTS)
+    env = dict(os.environ)
+    env.pop("PYTEST_ADDOPTS", None)
+    proc = subprocess.run([sys.executable, "-c", IN_PROCESS, str(suite_dir), "test_in_process.py"], cwd=suite_dir,
+                          env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    # THEN it returns the tests' status (1), the tests were measured, and the caller's list is as it gave it
+    assert "exit 1 args kept" in proc.stdout, proc.stdout + proc.stderr
+    assert "2 tests measured" in proc.stdout, proc.stdout
+
+
 @pytest.mark.parametrize(("text", "value"), [
     ("24 MB", 24_000_000), ("24MB", 24_000_000), ("24 MiB", 24 * MIB), ("1.5 GB", 1_500_000_000),
     ("512 kB", 512_000), ("512 KiB", 512 * 1024), ("100", 100), ("100 B", 100), (".5 MB", 500_000), (2048, 2048),
