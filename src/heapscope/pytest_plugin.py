@@ -3,17 +3,22 @@
     python3 -m pytest --heapscope tests/
 
 How it records (re-exec). The client must be in the process from its start
-(LD_PRELOAD), so with `--heapscope` the pytest that the user started runs no
-test: it becomes the parent, holding a `Recording` (recording.py), and runs
-the same pytest command again as its child under the client. The child runs
-the tests and, around each test's call, asks the parent over a private Unix
-socket:
+(LD_PRELOAD: an attach patches only the objects loaded by then, client/inject.c),
+so with `--heapscope` the pytest that the user started runs no test: it becomes
+the parent, holding a `Recording` (recording.py), and runs the same pytest
+command again as its child under the client. It does so from
+pytest_load_initial_conftests, before any conftest.py is imported and before
+collection: both happen once, in the child. The child runs the tests and,
+around each test's call, asks the parent over a private Unix socket:
 
     child: {"op": "start"}               parent: drains the child's ring,
                                           starts a peak window (tracker.h)
-    child: {"op": "end", "want": ...}    parent: drains again, reads the
-                                          window: peak and end relative to
-                                          the start, per callsite
+    child: {"op": "end", "nodeid": ...,  parent: drains again, reads the
+            "limits": {...}}                window: peak and end relative to
+                                          the start; names the top stacks
+                                          only of a figure over its limit
+    child: {"op": "report",              parent: names the top stacks of
+            "nodeids": [...]}               the tests the report shows
 
 A test's peak is the highest sampled unreleased bytes of the process during
 its call, minus those at its start; what it leaks is the sampled unreleased
@@ -36,19 +41,17 @@ import json
 import math
 import os
 import re
-import shutil
 import signal
 import socket
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from heapscope.errors import HeapscopeError
-from heapscope.model import Frame, Mapping
+if TYPE_CHECKING:
+    from heapscope.model import Frame, Mapping
 
 ENV_SOCKET = "HEAPSCOPE_PYTEST_SOCKET"
 ENV_ALLOCATOR = "HEAPSCOPE_PYTEST_PYTHONMALLOC"  # the parent set PYTHONMALLOC
@@ -133,16 +136,44 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(child, "heapscope-child")
 
 
+# The parent's exit status, once its child has run the tests (pytest_load_initial_conftests),
+# and the argument list it emptied with what it held (given back at pytest_cmdline_main).
+_EXIT = pytest.StashKey[int]()
+_ARGS = pytest.StashKey[tuple[list[str], list[str]]]()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, args: list[str]) -> Any:
+    """The re-exec, as early as a plugin can: before any conftest.py is imported and
+    before collection, so that both happen once, in the child. Outermost of the
+    wrappers of this hook: pytest's output capture (capture.py) starts inside it."""
+    ns = early_config.known_args_namespace
+    if getattr(ns, "heapscope", False) and not os.environ.get(ENV_SOCKET) and not (ns.help or ns.version):
+        early_config.stash[_EXIT] = _run_parent(early_config, ns)
+        # This process runs no test: no conftest to import, and nothing left to parse
+        # (the options a conftest.py would have declared are the child's affair).
+        ns.noconftest = True
+        early_config.stash[_ARGS] = (args, list(args))
+        args[:] = []
+    return (yield)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    code = config.stash.get(_EXIT, None)
+    if code is not None:
+        emptied, held = config.stash[_ARGS]
+        emptied[:] = held  # pytest.main(args) was given that list: as pytest left it
+        return code
     if not config.getoption("heapscope") or os.environ.get(ENV_SOCKET):
         return None
-    return _run_parent(config)
+    # The plugin came too late for the hook above (registered by a conftest.py): re-exec from here.
+    return _run_parent(config, config.option)
 
 
-def _interval(config: pytest.Config) -> int:
+def _interval(opts: Any) -> int:
     try:
-        return parse_bytes(config.getoption("heapscope_interval"))
+        return parse_bytes(opts.heapscope_interval)
     except ValueError as e:
         raise pytest.UsageError(f"--heapscope-interval: {e}") from None
 
@@ -150,12 +181,18 @@ def _interval(config: pytest.Config) -> int:
 # -- the parent: the recording ---------------------------------------------------
 
 
-def _run_parent(config: pytest.Config) -> int:
+def _run_parent(config: pytest.Config, given: Any) -> int:
+    """Run the same pytest command as a child under the client; its exit status.
+    `given`: the parsed options (config.option, or known_args_namespace before the parse)."""
+    import shutil
+    import tempfile
+
+    from heapscope.errors import HeapscopeError
     from heapscope.producer.config import RecordConfig
     from heapscope.recording import Recording, RecordingOptions
 
-    interval = _interval(config)
-    out = config.getoption("heapscope_output")
+    interval = _interval(given)
+    out = given.heapscope_output
     work = Path(tempfile.mkdtemp(prefix="heapscope-pytest-"))
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -173,12 +210,12 @@ def _run_parent(config: pytest.Config) -> int:
         # CPython takes objects of up to 512 bytes from arenas it maps itself, not
         # from malloc: with its own allocator they would be invisible to the client.
         allocator = None
-        if config.getoption("heapscope_python_objects") and "PYTHONMALLOC" not in os.environ:
+        if given.heapscope_python_objects and "PYTHONMALLOC" not in os.environ:
             allocator = os.environ["PYTHONMALLOC"] = "malloc"
             os.environ[ENV_ALLOCATOR] = "1"  # the child takes both out of its environment again
         try:
             with Recording(rcfg, output, opts, warn=warn) as rec:
-                parent = _Parent(rec, listener, interval, config.getoption("heapscope_top"), bool(out))
+                parent = _Parent(rec, listener, interval, given.heapscope_top, bool(out))
                 pid = rec.start(argv)
                 if not out and rec.producer is not None:
                     # Only the per-test windows are read: no stack is resolved for the profile,
@@ -229,7 +266,10 @@ class _Parent:
         self.interval = interval
         self.top = max(top, 0)
         self.pid = 0
-        self.peaks: list[int] = []  # the largest peaks so far, at most `top`
+        # The tests of the largest peaks so far (at least `top`; ties kept): nodeid ->
+        # (peak, [(bytes, callsite, stack id, names or None until the report asks)]).
+        self.board: dict[str, tuple[int, list[tuple[int, int, int, list[str] | None]]]] = {}
+        self.process: Any = None  # the tests' ProcessState, as of the last snapshot
         self.parents: list[tuple[int, int]] = [(0, 0)]  # callsite id -> (parent, frame)
         self.frames: list[Frame | None] = [None]
         self.mappings: list[Mapping | None] = [None]
@@ -304,24 +344,65 @@ class _Parent:
 
     def _window(self, msg: dict[str, Any]) -> dict[str, Any]:
         # Stacks are resolved to callsites only when a kept profile needs it (below);
-        # the few stacks a message names are named from their pcs.
-        if msg.get("op") == "start":
-            started = self.rec.window_snapshot(self.pid, restart=True, keep_peak=self.keep)
+        # the few stacks a reply names are named from their pcs.
+        op = msg.get("op")
+        if op == "start":
+            started = self._snapshot(restart=True)
             return {"off": "the test process is not profiled"} if started is None else {"ok": 1}
-        snap = self.rec.window_snapshot(self.pid)
+        if op == "report":
+            return {"stacks": {nodeid: self._board_stacks(nodeid) for nodeid in msg.get("nodeids", [])
+                               if nodeid in self.board}}
+        snap = self._snapshot(restart=False)
         if snap is None:
             return {"off": "the test process is not profiled"}
+        self.process = snap.process
         reply: dict[str, Any] = {"peak": snap.peak, "leak": snap.leak, "interval": self.interval}
-        board = len(self.peaks) < self.top or bool(self.peaks and snap.peak > self.peaks[0])
-        if board:
-            self.peaks = sorted([*self.peaks, snap.peak])[-self.top:] if self.top else []
-        if msg.get("want") or board:
-            rows = snap.window_rows()
-            by_peak = sorted((r for r in rows if r[2] > 0), key=lambda r: -r[2])[:TOP_STACKS]
-            by_leak = sorted((r for r in rows if r[4] > 0), key=lambda r: -r[4])[:TOP_STACKS]
+        limits = msg.get("limits") or {}
+        over_peak = snap.peak > limits.get("limit_memory", snap.peak)
+        over_leak = snap.leak > limits.get("limit_leaks", snap.leak)
+        ranked = self._ranks(snap.peak)
+        if not (over_peak or over_leak or ranked):
+            return reply  # the usual case: no row read, nothing named
+        rows = snap.window_rows()
+        by_peak = sorted((r for r in rows if r[2] > 0), key=lambda r: -r[2])[:TOP_STACKS]
+        if over_peak:
             reply["peak_stacks"] = [[r[2], self._stack(snap.process, r[0], r[1])] for r in by_peak]
+        if over_leak:
+            by_leak = sorted((r for r in rows if r[4] > 0), key=lambda r: -r[4])[:TOP_STACKS]
             reply["leak_stacks"] = [[r[4], self._stack(snap.process, r[0], r[1])] for r in by_leak]
+        if ranked:
+            # Named when the report asks (few of the tests ranked on the way end up in it); with a
+            # kept profile now, as its stacks are resolved to callsites (and let go) as the run goes.
+            self.board[str(msg.get("nodeid", ""))] = (snap.peak, [
+                (r[2], r[0], r[1], self._stack(snap.process, r[0], r[1]) if self.keep else None)
+                for r in by_peak])
+            self._prune_board()
         return reply
+
+    def _snapshot(self, restart: bool) -> Any:
+        """The one use of the peak-window API (Recording.window_snapshot, tracker.h): the figures
+        since the window began (restart: and a new window begins); None if not profiled."""
+        return self.rec.window_snapshot(self.pid, restart=restart, keep_peak=restart and self.keep)
+
+    def _ranks(self, peak: int) -> bool:
+        """Whether a test of this peak is among the `top` largest so far (ties kept)."""
+        if self.top <= 0 or peak <= 0:
+            return False
+        if len(self.board) < self.top:
+            return True
+        return peak >= sorted((v[0] for v in self.board.values()), reverse=True)[self.top - 1]
+
+    def _prune_board(self) -> None:
+        if len(self.board) <= self.top:
+            return
+        least = sorted((v[0] for v in self.board.values()), reverse=True)[self.top - 1]
+        for nodeid in [k for k, v in self.board.items() if v[0] < least]:
+            del self.board[nodeid]
+
+    def _board_stacks(self, nodeid: str) -> list[list[Any]]:
+        _peak, rows = self.board[nodeid]
+        return [[n, names if names is not None else self._stack(self.process, callsite, stack_id)]
+                for n, callsite, stack_id, names in rows]
 
     # -- names ---------------------------------------------------------------
 
@@ -457,7 +538,7 @@ class _Child:
 
     def __init__(self, config: pytest.Config, path: str) -> None:
         self.config = config
-        self.interval = _interval(config)
+        self.interval = _interval(config.option)
         self.top = config.getoption("heapscope_top")
         self.off = ""  # why nothing is measured any more
         self.results: dict[str, HeapFigures] = {}
@@ -509,7 +590,7 @@ class _Child:
         outcome = yield
         if not started:
             return
-        reply = self._ask({"op": "end", "want": bool(limits)})
+        reply = self._ask({"op": "end", "nodeid": item.nodeid, "limits": limits})
         if reply is None:
             return
         res = HeapFigures(item.nodeid, reply["peak"], reply["leak"], reply["interval"],
@@ -534,10 +615,13 @@ class _Child:
         if self.off:
             tr.write_line(f"measuring stopped: {self.off}")
         ranked = sorted(self.results.values(), key=lambda r: -r.peak)[:self.top]
+        # Their stacks are named now, for these few tests only.
+        reply = self._ask({"op": "report", "nodeids": [r.nodeid for r in ranked]}) if ranked else None
+        named: dict[str, list[list[Any]]] = reply.get("stacks", {}) if reply is not None else {}
         for r in ranked:
             tr.write_line(f"{estimate(r.interval, r.peak):>24}  {r.nodeid}"
                           + (f"  (held at its end: {estimate(r.interval, r.leak)})" if r.leak > 0 else ""))
-            for n, stack in r.peak_stacks:
+            for n, stack in named.get(r.nodeid, []):
                 tr.write_line(f"{'':>8}{format_size(n):>12}  " + " < ".join(stack))
 
 

@@ -175,6 +175,21 @@ def test_report_after_the_run_ranks_tests_by_peak(suite_dir: Path) -> None:
     assert "hs_test_hold (libhsalloc.so)" in report
 
 
+def test_stacks_are_named_for_the_report_and_for_limits_alike(suite_dir: Path) -> None:
+    # GIVEN a report of one test only: the stacks of the others are named only when over a limit
+    run = run_pytest(suite_dir, "test_top1.py", MARKS, "--heapscope", "--heapscope-interval", "1",
+                     "--heapscope-top", "1")
+    report = run.stdout.split("heapscope: largest sampled heap peaks", 1)[1].split("short test summary", 1)[0]
+    # THEN the report's one test comes with its stack (named at the report, after the last test)
+    tests = [x for x in report.splitlines() if "::test_" in x]
+    assert len(tests) == 1 and "::test_peak_over_limit" in tests[0], report
+    assert "hs_test_hold (libhsalloc.so)" in report.split(tests[0], 1)[1], report
+    # AND every test over a limit, in the report or not, names its stack in its failure
+    for name in MUST_FAIL:
+        outcome, message = run.outcomes[name]
+        assert outcome == "failure" and "hs_test_hold (libhsalloc.so)" in message, (name, message)
+
+
 def test_windows_are_relative_to_each_test_start(suite_dir: Path) -> None:
     # GIVEN test_leaks keeps 8 MiB, and the next test allocates 8 MiB and frees it (interval 1: exact)
     run = run_pytest(suite_dir, "test_windows.py", MARKS, "--heapscope", "--heapscope-interval", "1",
@@ -253,6 +268,76 @@ def test_bad():
     assert "Traceback" not in run.stderr
     run = run_pytest(suite_dir, "test_bad2.py", HEADER, "--heapscope", "--heapscope-interval", "0")
     assert run.returncode == 4 and "--interval must be between 1" in run.stderr, run.stderr
+
+
+COUNTING_CONFTEST = """
+import os
+
+def _note(what):
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "counts.txt"), "a") as f:
+        f.write(f"{what} {os.getpid()}\\n")
+
+_note("conftest")
+
+def pytest_addoption(parser):
+    parser.addoption("--flavour", default="plain")
+
+def pytest_collection(session):
+    _note("collection")
+"""
+
+COUNTED = """
+def test_sees_its_option(request):
+    assert request.config.getoption("--flavour") == "mint"
+"""
+
+
+def test_conftest_and_collection_run_once_in_the_tests_process(suite_dir: Path) -> None:
+    # GIVEN a conftest.py that notes (with its pid) its import and each collection, and declares an option
+    d = suite_dir / "counted"
+    d.mkdir(exist_ok=True)
+    (d / "conftest.py").write_text(COUNTING_CONFTEST)
+    counts = d / "counts.txt"
+    counts.unlink(missing_ok=True)
+    run = run_pytest(suite_dir, "counted/test_counted.py", COUNTED, "--heapscope", "--flavour", "mint")
+    # THEN the test sees the option, and was measured
+    assert run.returncode == 0 and run.outcomes == {"test_sees_its_option": ("passed", "")}, run.stdout + run.stderr
+    assert "1 tests measured" in run.stdout
+    # AND the conftest was imported once and collection ran once, both in one process (the tests')
+    notes = [line.split() for line in counts.read_text().splitlines()]
+    assert [what for what, _pid in notes] == ["conftest", "collection"], notes
+    assert notes[0][1] == notes[1][1]
+
+
+IN_PROCESS_TESTS = """
+def test_holds():
+    release(hold(1024 * 1024))
+
+def test_fails():
+    assert False
+"""
+
+IN_PROCESS = """
+import sys
+import pytest
+args = ["-q", "-p", "no:cacheprovider", "--rootdir", sys.argv[1], "-W", "ignore::pytest.PytestAssertRewriteWarning",
+        sys.argv[2], "--heapscope"]
+held = list(args)
+code = pytest.main(args)
+print("exit", int(code), "args kept" if args == held else f"args now {args}")
+"""
+
+
+def test_pytest_main_in_process_returns_the_status_and_keeps_its_arguments(suite_dir: Path) -> None:
+    # GIVEN pytest.main(args) called from a program, with --heapscope, on tests of which one fails
+    (suite_dir / "test_in_process.py").write_text(HEADER + IN_PROCESS_TESTS)
+    env = dict(os.environ)
+    env.pop("PYTEST_ADDOPTS", None)
+    proc = subprocess.run([sys.executable, "-c", IN_PROCESS, str(suite_dir), "test_in_process.py"], cwd=suite_dir,
+                          env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    # THEN it returns the tests' status (1), the tests were measured, and the caller's list is as it gave it
+    assert "exit 1 args kept" in proc.stdout, proc.stdout + proc.stderr
+    assert "2 tests measured" in proc.stdout, proc.stdout
 
 
 @pytest.mark.parametrize(("text", "value"), [
