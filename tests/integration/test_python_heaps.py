@@ -200,7 +200,7 @@ def test_the_peak_of_both_heaps_is_one_moment(tmp_path: Path) -> None:
     at_peak: dict[str, int] = defaultdict(int)
     paths = _paths(profile)
     for r in profile.query("SELECT callsite_id, SUM(size) AS s FROM heapscope_peak_allocation GROUP BY callsite_id"):
-        for name, ftype, file, line in paths.get(r["callsite_id"], []):
+        for _name, ftype, file, line in paths.get(r["callsite_id"], []):
             if ftype == "python" and file == str(PHASES):
                 at_peak[next((n for n, ln in lines.items() if ln == line), "other")] += int(r["s"])
                 break

@@ -102,7 +102,8 @@ def main(args: argparse.Namespace) -> int:
 
 def render_heaps(profile: Profile, shown: str | None) -> str:
     """The heaps of the profile, each at its peak per process (libc.malloc and python.pymalloc at
-    the one they share, docs/profile.md), and which one the report shows, when it has more than one heap (custom heaps, issue 16); '' otherwise."""
+    the one they share, docs/profile.md), and which one the report shows, when it has more than
+    one heap (custom heaps, issue 16); '' otherwise."""
     if len(heap_names(profile)) < 2:
         return ""
     names: dict[int, str] = {p.info.upid: f"pid {p.info.pid} {p.info.name or '?'}" for p in profile.processes()}
