@@ -133,7 +133,7 @@ def test_views_show_both_heaps_by_default(tmp_path: Path) -> None:
     assert space is not None, report
     both = (end[MALLOC] + end[PY_HEAP]) / 2**20
     assert abs(_mib(space.group(1)) - both) <= 0.06 * both, (report, end)  # printed with 3 digits
-    # At the peak (the default state): each heap's own peak, summed.
+    # At the peak (the default state): both heaps at the one peak they share.
     peaks = sum(int(r["s"]) for r in profile.query("SELECT SUM(size) AS s FROM heapscope_peak_allocation"))
     at_peak = re.search(r"space:\s+(\S+ \S+)", _cli("report", str(db)))
     assert at_peak is not None and abs(_mib(at_peak.group(1)) - peaks / 2**20) <= 0.01 * peaks / 2**20, peaks

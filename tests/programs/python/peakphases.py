@@ -6,8 +6,8 @@
                      python.pymalloc), held to the end
 
 So libc.malloc's own peak is in phase 1 and python.pymalloc's in phase 2: the
-sum of the two own peaks is about 17 MiB, while the program never held more
-than about 9 MiB plus the interpreter's own at once. `--print-truth` prints
+sum of the two own peaks is 8 MiB more than the program ever held at once
+(about 9 MiB plus the interpreter's own, in phase 2). `--print-truth` prints
 {function: [count, request size, kept, heap]} as JSON.
 """
 
