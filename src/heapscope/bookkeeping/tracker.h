@@ -58,7 +58,8 @@
  * mirrors them and tests/unit/bookkeeping/test_rows.py checks both against
  * the compiler.
  *
- * NB: not thread-safe; the caller serialises calls.
+ * NB: not thread-safe; the caller serialises calls, to all the trackers
+ * sharing a peak at once (an op on one writes their struct hs_peak).
  */
 #ifndef HEAPSCOPE_TRACKER_H
 #define HEAPSCOPE_TRACKER_H
