@@ -228,8 +228,9 @@ class Summary(Slots):
 class WindowSnapshot(FrozenSlots):
     """One process's figures since its window began (Recording.window_snapshot), over its
     malloc heap and, for a Python program, python.pymalloc: disjoint heaps (client/pymem.c
-    books a request once), so the figures add up; the peak is the sum of each heap's own
-    window peak, at most the peak of the sum (as the report's default, docs/profile.md)."""
+    books a request once), so the figures add up; their trackers share one peak (the
+    producer's share_peak), so the window's peak is the moment their sum was highest and
+    each heap's rows are its state then (as the report's default, docs/profile.md)."""
 
     __slots__ = ("peak", "leak", "process")
     peak: int  # highest sampled unreleased bytes in the window, above its start
@@ -515,15 +516,17 @@ class Recording:
         if p is None or producer is None:
             return None
         trackers = _window_trackers(p)
-        stats = [t.stats() for t in trackers]
+        # One window per peak: trackers sharing a peak (Tracker.share_peak) have one window.
+        groups = {t.peak_group: t for t in trackers}
+        stats = [t.stats() for t in groups.values()]
         peak = sum(st["window_peak"] - st["window_base"] for st in stats)
-        leak = sum(st["current_unfreed"] - st["window_base"] for st in stats)
+        leak = sum(st["joint_unfreed"] - st["window_base"] for st in stats)
         if restart:
             if keep_peak and any(0 < st["window_peak"] >= st["peak_unfreed"] for st in stats):
                 p.heap.resolve(producer.frames, producer.trie, p.ingest.tracker)
                 for tracker in trackers[1:]:
                     producer.bind_callsites(p, tracker)
-            for tracker in trackers:
+            for tracker in groups.values():
                 tracker.new_window()
         return WindowSnapshot(peak, leak, p)
 

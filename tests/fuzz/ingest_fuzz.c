@@ -135,7 +135,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 
 /* A bucket's totals at the peak (tracker.h: unchanged since the peak, cur holds them). */
 static struct hs_totals peak_of(const struct hs_tracker *t, size_t i) {
-  return t->buckets[i].epoch != t->peak_epoch ? t->buckets[i].cur : t->rest[i].at_peak;
+  return t->buckets[i].epoch != t->pk->peak_epoch ? t->buckets[i].cur : t->rest[i].at_peak;
 }
 
 /* The books balance: the live table, the per-callsite totals and the peak
@@ -166,8 +166,8 @@ static void check_books(struct hs_tracker *t, uint64_t mallocs) {
   }
   if (net != live_bytes) fail("callsite totals differ from the live allocations");
   if (net != t->cur_unfreed) fail("cur_unfreed differs from the live allocations");
-  if (t->cur_unfreed > t->max_unfreed) fail("unfreed bytes above the peak");
-  if (at_max != t->max_unfreed) fail("buckets at the peak do not sum to the peak");
+  if (t->cur_unfreed > t->pk->max_unfreed) fail("unfreed bytes above the peak");
+  if (at_max != t->pk->max_unfreed) fail("buckets at the peak do not sum to the peak");
   if (t->threads) {
     /* Per (stack, thread): the same mallocs and frees as the buckets, split by thread. */
     uint64_t thread_net = 0, thread_allocs = 0, bucket_allocs = 0;
@@ -199,7 +199,7 @@ static void check_books(struct hs_tracker *t, uint64_t mallocs) {
     struct hs_totals p = peak_of(t, i);
     unresolved_at_max += p.alloc_bytes - p.free_bytes;
   }
-  if (rows + unresolved_at_max != t->max_unfreed) fail("peak rows do not sum to the peak");
+  if (rows + unresolved_at_max != t->pk->max_unfreed) fail("peak rows do not sum to the peak");
 }
 
 /* Sum of the dump rows' sizes so far (what bookkeeping/dump.py accumulates). */
@@ -293,7 +293,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     check_books(&t, g.st.mallocs);
     if (hs_tracker_unresolved(&t) != 0) fail("a stack is still unresolved");
     dumped = dump_sizes(&t, dumped);
-    if (!t.oom && dumped != (dump_at_max ? t.max_unfreed : t.cur_unfreed)) fail("dump rows do not sum up");
+    if (!t.oom && dumped != (dump_at_max ? t.pk->max_unfreed : t.cur_unfreed)) fail("dump rows do not sum up");
   }
   hs_ingest_destroy(&g);
   hs_tracker_destroy(&t);

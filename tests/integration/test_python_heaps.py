@@ -26,8 +26,8 @@ PY_HEAP = "python.pymalloc"
 MALLOC = "libc.malloc"
 
 
-def _markers() -> dict[str, int]:
-    lines = PROGRAM.read_text().splitlines()
+def _markers(program: Path = PROGRAM) -> dict[str, int]:
+    lines = program.read_text().splitlines()
     return {line.split("# ALLOC ")[1].strip(): i + 1 for i, line in enumerate(lines) if "# ALLOC " in line}
 
 
@@ -133,7 +133,7 @@ def test_views_show_both_heaps_by_default(tmp_path: Path) -> None:
     assert space is not None, report
     both = (end[MALLOC] + end[PY_HEAP]) / 2**20
     assert abs(_mib(space.group(1)) - both) <= 0.06 * both, (report, end)  # printed with 3 digits
-    # At the peak (the default state): each heap's own peak, summed.
+    # At the peak (the default state): both heaps at the one peak they share.
     peaks = sum(int(r["s"]) for r in profile.query("SELECT SUM(size) AS s FROM heapscope_peak_allocation"))
     at_peak = re.search(r"space:\s+(\S+ \S+)", _cli("report", str(db)))
     assert at_peak is not None and abs(_mib(at_peak.group(1)) - peaks / 2**20) <= 0.01 * peaks / 2**20, peaks
@@ -171,3 +171,51 @@ def gzip_payload(html: Path) -> str:
         except (OSError, ValueError):
             continue
     return text
+
+
+PHASES = Path(__file__).parents[1] / "programs" / "python" / "peakphases.py"
+
+
+@pytest.mark.skipif(not INTERPRETERS, reason="no CPython 3.8-3.13 installed")
+@pytest.mark.timeout(300)
+def test_the_peak_of_both_heaps_is_one_moment(tmp_path: Path) -> None:
+    """libc.malloc peaks in phase 1 (8 MiB through ctypes, freed), python.pymalloc in phase 2
+    (8.9 MiB of bytes objects, held): the process's peak is the moment their sum is largest
+    (phase 2), each heap at that moment, not each heap at its own peak (issue 12)."""
+    python = INTERPRETERS[-1]
+    db = tmp_path / "phases.db"
+    run = run_process([*HEAPSCOPE, "record", "-o", str(db), "-i", "1", "--seed", "7", "--", python, str(PHASES)],
+                      timeout=150)
+    assert run.returncode == 0, run.describe()
+    truth = json.loads(subprocess.run([python, str(PHASES), "--print-truth"], capture_output=True, text=True,
+                                      timeout=30, check=True).stdout)
+    (n_native, native_size, _, _), (n_small, small_size, _, _) = truth["native"], truth["small"]
+    profile = Profile(db)
+    # THEN both heaps' peak rows are at one moment
+    stamps = {r["heap_name"]: int(r["ts"]) for r in profile.query(
+        "SELECT heap_name, MAX(ts) AS ts FROM heapscope_peak_allocation GROUP BY heap_name")}
+    assert set(stamps) == {MALLOC, PY_HEAP} and len(set(stamps.values())) == 1, stamps
+    # AND that moment is phase 2's: the objects all held, the freed native blocks not
+    lines = _markers(PHASES)
+    at_peak: dict[str, int] = defaultdict(int)
+    paths = _paths(profile)
+    for r in profile.query("SELECT callsite_id, SUM(size) AS s FROM heapscope_peak_allocation GROUP BY callsite_id"):
+        for _name, ftype, file, line in paths.get(r["callsite_id"], []):
+            if ftype == "python" and file == str(PHASES):
+                at_peak[next((n for n, ln in lines.items() if ln == line), "other")] += int(r["s"])
+                break
+    assert at_peak["small"] == n_small * small_size, dict(at_peak)
+    assert at_peak["native"] == 0, dict(at_peak)  # 8 MiB when libc.malloc was taken at its own peak
+    total = sum(int(r["s"]) for r in profile.query("SELECT SUM(size) AS s FROM heapscope_peak_allocation"))
+    # AND every view says that peak: the report by default, the record summary, the process's stats
+    report = _cli("report", str(db))
+    space = re.search(r"space:\s+(\S+ \S+)", report)
+    assert space is not None and abs(_mib(space.group(1)) - total / 2**20) <= 0.01 * total / 2**20, (report, total)
+    said = re.search(r"\): peak (\S+ \S+) sampled unreleased", run.stderr.decode(errors="replace"))
+    assert said is not None and abs(_mib(said.group(1)) - total / 2**20) <= 0.01 * total / 2**20, run.describe()
+    stats = {r["name"]: int(r["value"]) for r in profile.query("SELECT name, value FROM stats WHERE idx IS NOT NULL")}
+    assert stats.get("peak_heap_bytes") == total, stats
+    # AND one heap alone shows its state at the process's peak (docs/profile.md): not the native blocks
+    one = _cli("report", "--heap", MALLOC, str(db))
+    alone = re.search(r"space:\s+(\S+ \S+)", one)
+    assert alone is not None and _mib(alone.group(1)) * 2**20 < n_native * native_size / 2, one

@@ -36,7 +36,7 @@ static int64_t bucket_new(struct hs_tracker *t, uint64_t callsite_id, uint32_t s
   size_t i = t->nbuckets;
   memset(&t->buckets[i], 0, sizeof t->buckets[i]);
   memset(&t->rest[i], 0, sizeof t->rest[i]);
-  t->buckets[i].epoch = t->peak_epoch; /* it did not exist at the peak: all zero there */
+  t->buckets[i].epoch = t->pk->peak_epoch; /* it did not exist at the peak: all zero there */
   t->buckets[i].stack_idx = stack_idx;
   t->rest[i].callsite_id = callsite_id;
   return (int64_t)t->nbuckets++;
@@ -44,14 +44,15 @@ static int64_t bucket_new(struct hs_tracker *t, uint64_t callsite_id, uint32_t s
 
 /* Bucket i's state at the peak. */
 static inline struct hs_totals at_peak(const struct hs_tracker *t, size_t i) {
-  return t->buckets[i].epoch != t->peak_epoch ? t->buckets[i].cur : t->rest[i].at_peak;
+  return t->buckets[i].epoch != t->pk->peak_epoch ? t->buckets[i].cur : t->rest[i].at_peak;
 }
 
 /* Call before changing b: its first change since the peak saves its state there. */
 static inline void touch(const struct hs_tracker *t, struct hs_bucket *b) {
-  if (b->epoch != t->peak_epoch) {
+  const uint64_t epoch = t->pk->peak_epoch;
+  if (b->epoch != epoch) {
     t->rest[b - t->buckets].at_peak = b->cur;
-    b->epoch = t->peak_epoch;
+    b->epoch = epoch;
   }
 }
 
@@ -136,6 +137,7 @@ static void book_free(struct hs_tracker *t, const struct hs_live *e) {
   b->cur.free_count++;
   b->cur.free_real += e->alloc_size;
   t->cur_unfreed -= e->sample_size;
+  t->pk->cur_unfreed -= e->sample_size;
   if (__builtin_expect(t->threads, 0)) thread_free(t, e);
 }
 
@@ -189,10 +191,12 @@ static void apply_malloc(struct hs_tracker *t, const struct hs_op *op) {
   b->cur.alloc_count++;
   b->cur.alloc_real += op->alloc_size;
   t->cur_unfreed += op->sample_size;
-  if (t->cur_unfreed > t->max_unfreed) {
-    t->max_unfreed = t->cur_unfreed;
-    t->max_ts = op->ts;
-    t->peak_epoch++; /* every bucket's cur is now its state at the peak */
+  struct hs_peak *pk = t->pk;
+  pk->cur_unfreed += op->sample_size;
+  if (pk->cur_unfreed > pk->max_unfreed) {
+    pk->max_unfreed = pk->cur_unfreed;
+    pk->max_ts = op->ts;
+    pk->peak_epoch++; /* every bucket's cur, in every tracker of the peak, is now its state there */
   }
   if (op->ts > t->last_ts) t->last_ts = op->ts;
   if (t->stream) {
@@ -322,10 +326,10 @@ int hs_tracker_set_callsite(struct hs_tracker *t, uint64_t stack_id, uint64_t ca
   totals_add(&to->cur, &from->cur);
   totals_add(&peak_to, &peak_from);
   t->rest[c->bucket].at_peak = peak_to;
-  to->epoch = t->peak_epoch;
+  to->epoch = t->pk->peak_epoch;
   from->cur = (struct hs_totals){0};
   from->into_plus1 = c->bucket + 1;
-  from->epoch = t->peak_epoch;
+  from->epoch = t->pk->peak_epoch;
   t->rest[s->bucket].at_peak = (struct hs_totals){0};
   if (s->bucket < t->win_n && (t->win_start[s->bucket].alloc_count || t->win_start[s->bucket].free_count)) {
     /* The window's start state moves with the totals. */
@@ -377,7 +381,7 @@ int64_t hs_tracker_dump(struct hs_tracker *t) {
 }
 
 int64_t hs_tracker_peak(struct hs_tracker *t) {
-  if (t->best_unfreed > t->max_unfreed) {
+  if (t->pk->best_unfreed > t->pk->max_unfreed) {
     /* An earlier window held the process's peak. */
     t->out.len = 0;
     if (hs_buf_reserve(&t->out, t->best.len + 1) < 0) return -1;
@@ -401,27 +405,40 @@ int64_t hs_tracker_peak(struct hs_tracker *t) {
 
 /* ---- peak windows ---- */
 
+/* Keep t's rows at the peak as its best (the closing window held the process's peak). */
+static int keep_best(struct hs_tracker *t) {
+  int64_t n = hs_tracker_peak(t);
+  if (n < 0) return -1;
+  struct hs_buf keep = {0};
+  if (hs_buf_reserve(&keep, t->out.len + 1) < 0) return -1;
+  memcpy(keep.p, t->out.p, t->out.len);
+  keep.len = t->out.len;
+  free(t->best.p);
+  t->best = keep;
+  return 0;
+}
+
 int hs_tracker_new_window(struct hs_tracker *t) {
-  if (t->max_unfreed > t->best_unfreed) {
-    /* The closing window holds the process's peak so far: keep its rows. */
-    int64_t n = hs_tracker_peak(t);
-    if (n < 0) return -1;
-    struct hs_buf keep = {0};
-    if (hs_buf_reserve(&keep, t->out.len + 1) < 0) return -1;
-    memcpy(keep.p, t->out.p, t->out.len);
-    keep.len = t->out.len;
-    free(t->best.p);
-    t->best = keep;
-    t->best_unfreed = t->max_unfreed;
-    t->best_ts = t->max_ts;
+  struct hs_peak *pk = t->pk;
+  if (pk->max_unfreed > pk->best_unfreed) {
+    /* The closing window holds the process's peak so far: keep every member's rows. */
+    for (uint32_t m = 0; m < pk->n; m++)
+      if (keep_best(pk->members[m]) < 0) return -1;
+    pk->best_unfreed = pk->max_unfreed;
+    pk->best_ts = pk->max_ts;
   }
-  t->win_n = 0;
-  if (window_cover(t, t->nbuckets) < 0) return -1;
-  for (size_t i = 0; i < t->nbuckets; i++) t->win_start[i] = t->buckets[i].cur;
-  t->win_base = t->cur_unfreed;
-  t->max_unfreed = t->cur_unfreed;
-  t->max_ts = t->last_ts;
-  t->peak_epoch++; /* every bucket's cur is now its state at the (window's) peak */
+  uint64_t last_ts = 0;
+  for (uint32_t m = 0; m < pk->n; m++) {
+    struct hs_tracker *x = pk->members[m];
+    x->win_n = 0;
+    if (window_cover(x, x->nbuckets) < 0) return -1;
+    for (size_t i = 0; i < x->nbuckets; i++) x->win_start[i] = x->buckets[i].cur;
+    if (x->last_ts > last_ts) last_ts = x->last_ts;
+  }
+  pk->win_base = pk->cur_unfreed;
+  pk->max_unfreed = pk->cur_unfreed;
+  pk->max_ts = last_ts;
+  pk->peak_epoch++; /* every bucket's cur is now its state at the (window's) peak */
   return 0;
 }
 
@@ -449,12 +466,13 @@ int64_t hs_tracker_window(struct hs_tracker *t) {
 }
 
 uint64_t hs_tracker_process_peak(const struct hs_tracker *t, uint64_t *ts) {
-  if (t->best_unfreed > t->max_unfreed) {
-    if (ts) *ts = t->best_ts;
-    return t->best_unfreed;
+  const struct hs_peak *pk = t->pk;
+  if (pk->best_unfreed > pk->max_unfreed) {
+    if (ts) *ts = pk->best_ts;
+    return pk->best_unfreed;
   }
-  if (ts) *ts = t->max_ts;
-  return t->max_unfreed;
+  if (ts) *ts = pk->max_ts;
+  return pk->max_unfreed;
 }
 
 int64_t hs_tracker_totals(struct hs_tracker *t) {
@@ -527,7 +545,12 @@ int hs_tracker_init(struct hs_tracker *t, int stream, int dump_at_max) {
   memset(t, 0, sizeof *t);
   t->stream = stream;
   t->dump_at_max = dump_at_max;
-  if (hs_live_init(&t->live, HS_LIVE_INITIAL) < 0 || hs_stacks_init(&t->stacks, HS_STACKS_INITIAL) < 0 ||
+  t->pk = calloc(1, sizeof *t->pk);
+  if (t->pk) {
+    t->pk->members[0] = t;
+    t->pk->n = 1;
+  }
+  if (!t->pk || hs_live_init(&t->live, HS_LIVE_INITIAL) < 0 || hs_stacks_init(&t->stacks, HS_STACKS_INITIAL) < 0 ||
       hs_stacks_init(&t->callsites, HS_CALLSITES_INITIAL) < 0 || hs_pending_init(&t->pending) < 0) {
     hs_tracker_destroy(t);
     return -1;
@@ -544,7 +567,37 @@ int hs_tracker_keep_threads(struct hs_tracker *t) {
   return 0;
 }
 
+/* t out of its peak group; the group freed with its last member. */
+static void leave_peak(struct hs_tracker *t) {
+  struct hs_peak *pk = t->pk;
+  if (!pk) return;
+  t->pk = NULL;
+  for (uint32_t m = 0; m < pk->n; m++) {
+    if (pk->members[m] == t) {
+      pk->members[m] = pk->members[--pk->n];
+      break;
+    }
+  }
+  /* What it holds leaves the sum; its share of the peak stays in the others' figures. */
+  pk->cur_unfreed -= t->cur_unfreed < pk->cur_unfreed ? t->cur_unfreed : pk->cur_unfreed;
+  if (pk->n == 0) free(pk);
+}
+
+int hs_tracker_share_peak(struct hs_tracker *t, struct hs_tracker *with) {
+  struct hs_peak *pk = with->pk;
+  if (!t->pk || !pk) return -1;
+  if (t->pk == pk) return 0;
+  if (t->pk->n != 1 || pk->n >= HS_PEAK_MEMBERS) return -1;
+  /* Its buckets' epochs and its window are of its own peak until now: only before any op. */
+  if (t->nbuckets || t->pending.n || t->committed_seq || t->cur_unfreed) return -1;
+  free(t->pk);
+  t->pk = pk;
+  pk->members[pk->n++] = t;
+  return 0;
+}
+
 void hs_tracker_destroy(struct hs_tracker *t) {
+  leave_peak(t);
   if (t->threads) hs_stacks_destroy(&t->thread_keys);
   free(t->thread_totals);
   t->thread_totals = NULL;

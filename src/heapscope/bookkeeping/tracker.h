@@ -34,6 +34,17 @@
  * first change after it saves `cur` into `at_peak` before applying. A new
  * peak is O(1), an op O(1).
  *
+ * One peak for several heaps (issue 12). The peak state (struct hs_peak:
+ * running total, maximum, its ts, the epoch) lives apart from the tracker
+ * and can be shared by the trackers of one process's heaps
+ * (hs_tracker_share_peak): libc.malloc's and python.pymalloc's, disjoint
+ * heaps whose sum is the program's memory. Their peak is then the moment
+ * the sum of their sampled unreleased bytes is largest: any member's malloc
+ * that takes the sum above its maximum starts a new epoch for all of them,
+ * and each bucket's lazy at_peak save works as before, so every member's
+ * peak rows (hs_tracker_peak, dump_at_max dumps, windows) are its state at
+ * that one moment. Still O(1) per op: one pointer more.
+ *
  * Threads. Each malloc carries its thread's kernel id (0 = not known). Only
  * a tracker told to (hs_tracker_keep_threads, before its first op) keeps
  * totals per (stack, thread): one more hash lookup per malloc, which a plain
@@ -47,7 +58,8 @@
  * mirrors them and tests/unit/bookkeeping/test_rows.py checks both against
  * the compiler.
  *
- * NB: not thread-safe; the caller serialises calls.
+ * NB: not thread-safe; the caller serialises calls, to all the trackers
+ * sharing a peak at once (an op on one writes their struct hs_peak).
  */
 #ifndef HEAPSCOPE_TRACKER_H
 #define HEAPSCOPE_TRACKER_H
@@ -188,6 +200,23 @@ struct hs_tracker_stats {
   uint64_t max_pending;
 };
 
+/* The peak of one or more trackers (see "One peak for several heaps" above);
+ * owned by its members, freed with the last. */
+#define HS_PEAK_MEMBERS 8
+struct hs_tracker;
+struct hs_peak {
+  uint64_t cur_unfreed; /* sampled bytes not freed now, over the members */
+  uint64_t max_unfreed; /* ... at the peak (of the current window) */
+  uint64_t max_ts;      /* ts of the malloc that made the peak */
+  uint64_t peak_epoch;  /* peaks reached so far */
+  uint64_t win_base;     /* cur_unfreed at the window's start */
+  uint64_t best_unfreed; /* the process's peak, when an earlier window held it (members' best rows) */
+  uint64_t best_ts;
+  struct hs_tracker *members[HS_PEAK_MEMBERS];
+  uint32_t n;
+  uint32_t busy; /* the caller's: members in use outside its lock (producer/_ingest.c's drain) */
+};
+
 struct hs_tracker {
   int stream;      /* keep hs_stream_rows for take_stream */
   int dump_at_max; /* dumps report the state at the peak (heapprofd §5.3) */
@@ -204,18 +233,13 @@ struct hs_tracker {
   struct hs_bucket_rest *rest; /* parallel to buckets */
   size_t nbuckets;
   size_t buckets_cap;
-  /* the peak */
-  uint64_t cur_unfreed; /* sampled bytes not freed now */
-  uint64_t max_unfreed; /* ... at the peak */
-  uint64_t max_ts;      /* ts of the malloc that made the peak */
-  uint64_t peak_epoch;  /* peaks reached so far */
+  /* the peak, shared with the other heaps of the process (hs_tracker_share_peak) or its own */
+  struct hs_peak *pk;
+  uint64_t cur_unfreed; /* this tracker's sampled bytes not freed now */
   /* peak windows (hs_tracker_new_window) */
-  uint64_t win_base;           /* cur_unfreed at the window's start */
   struct hs_totals *win_start; /* each bucket's cur at the window's start; beyond win_n: zero */
   size_t win_n;
-  struct hs_buf best;     /* hs_peak_row[]: the process's peak, when an earlier window held it */
-  uint64_t best_unfreed;  /* ... its sampled unreleased bytes */
-  uint64_t best_ts;
+  struct hs_buf best; /* hs_peak_row[]: this tracker at the process's peak, when an earlier window held it */
   /* per (stack, thread) totals, when threads: the key (tid << 32 | stack
    * index) -> its index in thread_totals (the table type of stacks; its
    * slots' bucket is not used) */
@@ -227,7 +251,13 @@ struct hs_tracker {
 };
 
 int hs_tracker_init(struct hs_tracker *t, int stream, int dump_at_max);
+/* Leaves t's peak group (freed with its last member). */
 void hs_tracker_destroy(struct hs_tracker *t);
+/* From now on t shares the peak of `with` (and of the trackers sharing it):
+ * the heaps of one process whose sum is its memory. Only while t has had no
+ * op and shares with no other tracker; -1 then, or when the group is full
+ * (HS_PEAK_MEMBERS). 0 when t already shares it. */
+int hs_tracker_share_peak(struct hs_tracker *t, struct hs_tracker *with);
 /* Keep totals per (stack, thread); only before the first op (-1 after it,
  * or on ENOMEM). */
 int hs_tracker_keep_threads(struct hs_tracker *t);
@@ -261,12 +291,15 @@ int64_t hs_tracker_threads(struct hs_tracker *t);    /* hs_thread_row, first-see
  * state now is kept to subtract. The process's peak is not lost: when the
  * closing window's peak is the highest so far its rows are kept, and
  * hs_tracker_peak() and hs_tracker_process_peak() answer with the higher.
+ * A window is one for every tracker sharing t's peak: it starts for all of
+ * them, with one base and one peak over their sum.
  * Resolve stacks first: a stack without callsite has no row in the kept
  * peak. O(buckets). Not for dump_at_max (its dumps follow the window).
  * -1 on ENOMEM (the window is not started). */
 int hs_tracker_new_window(struct hs_tracker *t);
 int64_t hs_tracker_window(struct hs_tracker *t); /* hs_window_row, changed buckets */
-/* The process's peak of sampled unreleased bytes, over all windows (its ts in *ts). */
+/* The process's peak of sampled unreleased bytes, over all windows and every
+ * tracker sharing t's peak (its ts in *ts). */
 uint64_t hs_tracker_process_peak(const struct hs_tracker *t, uint64_t *ts);
 
 /* Sampled bytes allocated in all (a sum over the buckets: for stats, not per op). */

@@ -101,12 +101,13 @@ def main(args: argparse.Namespace) -> int:
 
 
 def render_heaps(profile: Profile, shown: str | None) -> str:
-    """The heaps of the profile, each with its own peak per process, and which one the
-    report shows, when it has more than one heap (custom heaps, issue 16); '' otherwise."""
+    """The heaps of the profile, each at its peak per process (libc.malloc and python.pymalloc at
+    the one they share, docs/profile.md), and which one the report shows, when it has more than
+    one heap (custom heaps, issue 16); '' otherwise."""
     if len(heap_names(profile)) < 2:
         return ""
     names: dict[int, str] = {p.info.upid: f"pid {p.info.pid} {p.info.name or '?'}" for p in profile.processes()}
-    lines = ["heaps (unreleased at each heap's own peak; a pool's memory is in its malloc block too):"]
+    lines = ["heaps (unreleased at the peak; a custom heap's own; a pool's memory is in its malloc block too):"]
     members = heap_members(shown)
     for upid, name, size, count in heap_peaks(profile):
         who = names.get(upid, str(upid))
@@ -115,8 +116,8 @@ def render_heaps(profile: Profile, shown: str | None) -> str:
     if shown is None:
         lines.append("  showing: all heaps merged (memory a pool hands out is counted twice)")
     elif members is not None and len(members) > 1:
-        lines.append(f"  showing: {heap_label(shown)} (disjoint: their sum; the peak is each one's own, summed;"
-                     " --heap NAME for one, --heap all merges every heap)")
+        lines.append(f"  showing: {heap_label(shown)} (disjoint: their sum; --heap NAME for one,"
+                     " --heap all merges every heap)")
     else:
         lines.append(f"  showing: {heap_label(shown)} (--heap NAME for another, --heap all merges them)")
     return "\n".join(lines) + "\n\n"

@@ -40,13 +40,14 @@ static void tracker_release(TrackerObject *self) {
   }
 }
 
-/* 0 when self may be used now; else an exception is set. */
+/* 0 when self may be used now; else an exception is set. A tracker sharing
+ * its peak (Tracker.share_peak) is busy while any tracker of that peak is. */
 static int tracker_check(TrackerObject *self) {
   if (!self->t) {
     PyErr_SetString(PyExc_ValueError, "Tracker is closed");
     return -1;
   }
-  if (self->busy) {
+  if (self->busy || self->t->pk->busy) {
     PyErr_SetString(PyExc_RuntimeError, BUSY);
     return -1;
   }
@@ -68,7 +69,7 @@ static int Tracker_init(TrackerObject *self, PyObject *args, PyObject *kwds) {
   int stream = 0, dump_at_max = 0, threads = 0;
   if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$ppp:Tracker", kwlist, &stream, &dump_at_max, &threads))
     return -1;
-  if (self->busy) {
+  if (self->busy || (self->t && self->t->pk->busy)) {
     PyErr_SetString(PyExc_RuntimeError, BUSY);
     return -1;
   }
@@ -223,7 +224,8 @@ static int tracker_stats_into(const struct hs_tracker *t, PyObject *d) {
           put_stat(d, "sampled_bytes", hs_tracker_sampled_bytes(t)) < 0 ||
           put_stat(d, "current_unfreed", t->cur_unfreed) < 0 ||
           put_stat(d, "peak_unfreed", peak) < 0 || put_stat(d, "peak_ts", peak_ts) < 0 ||
-          put_stat(d, "window_base", t->win_base) < 0 || put_stat(d, "window_peak", t->max_unfreed) < 0)
+          put_stat(d, "window_base", t->pk->win_base) < 0 || put_stat(d, "window_peak", t->pk->max_unfreed) < 0 ||
+          put_stat(d, "joint_unfreed", t->pk->cur_unfreed) < 0 || put_stat(d, "peak_heaps", t->pk->n) < 0)
              ? -1
              : 0;
 }
@@ -239,8 +241,23 @@ static PyObject *Tracker_stats(TrackerObject *self, PyObject *Py_UNUSED(ignored)
   return d;
 }
 
+static PyObject *Tracker_share_peak(TrackerObject *self, PyObject *arg) {
+  if (!PyObject_TypeCheck(arg, Py_TYPE(self))) {
+    PyErr_SetString(PyExc_TypeError, "share_peak() takes a Tracker");
+    return NULL;
+  }
+  TrackerObject *with = (TrackerObject *)arg;
+  if (tracker_check(self) < 0 || tracker_check(with) < 0) return NULL;
+  if (hs_tracker_share_peak(self->t, with->t) < 0) {
+    PyErr_SetString(PyExc_ValueError, "share_peak(): only a tracker that has had no op and shares no peak joins"
+                                      " another's peak (of at most 8 trackers)");
+    return NULL;
+  }
+  Py_RETURN_NONE;
+}
+
 static PyObject *Tracker_close(TrackerObject *self, PyObject *Py_UNUSED(ignored)) {
-  if (self->busy) {
+  if (self->busy || (self->t && self->t->pk->busy)) {
     PyErr_SetString(PyExc_RuntimeError, BUSY);
     return NULL;
   }
@@ -254,6 +271,14 @@ static PyObject *Tracker_get_keeps_threads(TrackerObject *self, void *Py_UNUSED(
     return NULL;
   }
   return PyBool_FromLong(self->t->threads);
+}
+
+static PyObject *Tracker_get_peak_group(TrackerObject *self, void *Py_UNUSED(closure)) {
+  if (!self->t) {
+    PyErr_SetString(PyExc_ValueError, "Tracker is closed");
+    return NULL;
+  }
+  return PyLong_FromVoidPtr(self->t->pk);
 }
 
 static PyObject *Tracker_get_last_ts(TrackerObject *self, void *Py_UNUSED(closure)) {
@@ -274,6 +299,7 @@ static PyMethodDef Tracker_methods[] = {
     {"dump", (PyCFunction)Tracker_dump, METH_NOARGS, "dump() -> bytes (DUMP_ROW rows)"},
     {"peak", (PyCFunction)Tracker_peak, METH_NOARGS, "peak() -> bytes (PEAK_ROW rows)"},
     {"new_window", (PyCFunction)Tracker_new_window, METH_NOARGS, "new_window() -> None"},
+    {"share_peak", (PyCFunction)Tracker_share_peak, METH_O, "share_peak(other) -> None"},
     {"window", (PyCFunction)Tracker_window, METH_NOARGS, "window() -> bytes (WINDOW_ROW rows)"},
     {"totals", (PyCFunction)Tracker_totals, METH_NOARGS, "totals() -> bytes (TOTALS_ROW rows)"},
     {"live", (PyCFunction)Tracker_live, METH_NOARGS, "live() -> bytes (LIVE_ROW rows)"},
@@ -288,6 +314,7 @@ static PyMethodDef Tracker_methods[] = {
 static PyGetSetDef Tracker_getset[] = {
     {"last_ts", (getter)Tracker_get_last_ts, NULL, "Largest MALLOC ts applied so far (ns).", NULL},
     {"keeps_threads", (getter)Tracker_get_keeps_threads, NULL, "Totals per (stack, thread) are kept.", NULL},
+    {"peak_group", (getter)Tracker_get_peak_group, NULL, "Equal for trackers sharing one peak.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -425,18 +452,30 @@ static PyObject *Ingest_drain(IngestObject *self, PyObject *args, PyObject *kwds
   if (ingest_check(self) < 0) return NULL;
   struct hs_ingest *g = self->g;
 
+  /* A routed tracker sharing the malloc tracker's peak is busy with it: not usable alone while
+   * tracker_check refuses both (the peak's busy count). A tracker sharing the peak of one in use
+   * elsewhere is not routed meanwhile: its records go to Python. */
   self->tracker->busy = 1;
+  self->tracker->t->pk->busy++;
   for (uint32_t i = 0; i < g->nroutes; i++) {
     TrackerObject *tr = self->routed[i];
-    g->routes[i].tracker = tr && tr->t && !tr->busy ? tr->t : NULL; /* closed: its records go to Python */
-    if (g->routes[i].tracker) tr->busy = 1;
+    g->routes[i].tracker = tr && tr->t && !tr->busy && (!tr->t->pk->busy || tr->t->pk == g->tracker->pk)
+                               ? tr->t : NULL; /* closed: its records go to Python */
+    if (g->routes[i].tracker) {
+      tr->busy = 1;
+      tr->t->pk->busy++;
+    }
   }
   Py_BEGIN_ALLOW_THREADS
   hs_ingest_drain(g, max_records, now_ns);
   Py_END_ALLOW_THREADS
   self->tracker->busy = 0;
+  self->tracker->t->pk->busy--;
   for (uint32_t i = 0; i < g->nroutes; i++) {
-    if (g->routes[i].tracker) self->routed[i]->busy = 0;
+    if (g->routes[i].tracker) {
+      self->routed[i]->busy = 0;
+      g->routes[i].tracker->pk->busy--;
+    }
     g->routes[i].tracker = NULL;
   }
 

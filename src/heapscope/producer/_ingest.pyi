@@ -68,8 +68,24 @@ class Tracker:
         (callsite_id, count, size unreleased at the peak, alloc_count,
         alloc_size allocated up to the peak), for callsites that allocated
         something before the peak. The peak is reached by a malloc;
-        stats()["peak_unfreed"] is the sum of size over all buckets.
+        stats()["peak_unfreed"] is the sum of size over all buckets (over
+        all the trackers sharing the peak: share_peak).
         """
+
+    def share_peak(self, other: Tracker) -> None:
+        """From now on this tracker's peak is `other`'s (and that of every tracker sharing it).
+
+        For the heaps of one process whose sum is its memory (libc.malloc and
+        python.pymalloc): their peak is the moment their sum of sampled
+        unreleased bytes is largest, and each one's peak() rows, dump_at_max
+        dumps and windows are its state at that moment. A window
+        (new_window) is one for all of them. ValueError unless this tracker
+        has had no op and shares no other peak, or when 8 already share it.
+        """
+
+    @property
+    def peak_group(self) -> int:
+        """Equal for the trackers sharing one peak (share_peak), distinct otherwise."""
 
     def new_window(self) -> None:
         """Start a peak window (a test, say) at the current state.
@@ -139,6 +155,9 @@ class Tracker:
         peak_unfreed and peak_ts (ts of the malloc that made the peak),
         window_base (current_unfreed at new_window()) and window_peak (the
         window's peak; both 0 and the process's peak before any window).
+        current_unfreed is this tracker's; the peak figures, window_base and
+        joint_unfreed (unfreed now) are over the peak_heaps trackers sharing
+        the peak (share_peak; 1 alone).
         """
 
     @property

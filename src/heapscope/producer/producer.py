@@ -419,6 +419,9 @@ class Producer:
         p.custom_heaps[r.heap_id] = CustomHeap(
             r.heap_id, r.name, r.interval, Tracker(dump_at_max=self.config.dump_at_max))
         if r.heap_id == codec.PY_HEAP_ID:  # as busy as malloc's: its records stay in C (ingest_core.h)
+            # Disjoint from malloc's heap, their sum is the program's memory: one peak for both,
+            # the moment that sum is largest (tracker.h, "One peak for several heaps").
+            p.custom_heaps[r.heap_id].tracker.share_peak(p.ingest.tracker)
             p.ingest.route(r.heap_id, p.custom_heaps[r.heap_id].tracker)
         self.log(f"pid {p.info.pid}: custom heap {r.name} (interval {r.interval})")
 
@@ -553,10 +556,9 @@ class Producer:
             py.samples += routed_mallocs
             py.frees += routed_frees
             # Python's heap is disjoint from malloc's (client/pymem.c books a request once), so the
-            # memory seen is both: the sum of their own peaks (at most the peak of the sum).
+            # memory seen is both: their joint peak (st's already: the trackers share it).
             pst = py.tracker.stats()
-            st = {**st, "peak_unfreed": st.get("peak_unfreed", 0) + pst.get("peak_unfreed", 0),
-                  "sampled_bytes": st.get("sampled_bytes", 0) + pst.get("sampled_bytes", 0)}
+            st = {**st, "sampled_bytes": st.get("sampled_bytes", 0) + pst.get("sampled_bytes", 0)}
         self.writer.add_process(p.info)
         self.writer.set_process_flags(p.info, p.flags)
         self.writer.add_stats(process_stats_rows(p, st))

@@ -39,7 +39,7 @@ def process_stats_rows(p: ProcessState, st: dict[str, int]) -> list[StatRow]:
         ("stacks", "info", "producer", p.stats.stacks, "distinct stacks received"),
         ("modules", "info", "producer", p.stats.modules, "loaded objects announced"),
         ("peak_heap_bytes", "info", "producer", st.get("peak_unfreed", 0),
-         "peak of the sampled unreleased bytes: malloc's, plus python.pymalloc's own when present"),
+         "peak of the sampled unreleased bytes of libc.malloc and python.pymalloc together (one moment)"),
         ("peak_rss_bytes", "info", "producer", p.peak_rss,
          "peak resident set size (VmHWM) as last read while the process ran; 0 if never read"),
     ]

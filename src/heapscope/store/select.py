@@ -187,8 +187,12 @@ def process_state(profile: Profile, p: Process, choice: str | int | None, view: 
 #   - else the only heap; else, as Perfetto's UI opens a heapprofd trace at
 #     its first heap, the heap that held the most at its peak (ties by name).
 # Several heaps shown together are named NAME+NAME (a heap name has no '+');
-# --heap takes that form too. Their peak is each heap's own peak, summed
-# (the rows of heapscope_peak_allocation; at most the peak of the sum).
+# --heap takes that form too. libc.malloc and python.pymalloc share one peak
+# (the producer's trackers share it: bookkeeping/tracker.h), so their rows of
+# heapscope_peak_allocation are at one ts and add up to the process's peak;
+# alone, each is its state there. A custom heap's rows are at its own peak:
+# shown with another heap, the rows of each are summed (at most the peak of
+# the sum), at the later ts.
 
 #: --heap all: every heap merged, an explicit choice (pool memory counted twice).
 ALL_HEAPS = "all"
@@ -220,7 +224,8 @@ def heap_names(profile: Profile) -> list[str]:
 
 
 def heap_peaks(profile: Profile) -> list[tuple[int, str, int, int]]:
-    """(upid, heap name, bytes, allocations) unreleased at each process heap's own peak."""
+    """(upid, heap name, bytes, allocations) unreleased at each process heap's peak: libc.malloc's
+    and python.pymalloc's at the one they share, a custom heap's at its own."""
     db = profile.sql_connection()
     try:
         rows = db.execute(
@@ -297,7 +302,7 @@ def select_heap(profile: Profile, heap: str | None) -> str | None:
                 continue
             if len(members) > 1:
                 # Each heap's peak rows, all at the latest of those peaks: a reader takes one
-                # peak per process (reader.peak_callsites), here the heaps' own peaks summed.
+                # peak per process (reader.peak_callsites). One ts for heaps sharing a peak.
                 cols = [str(r[1]) for r in db.execute(f"PRAGMA main.table_info({table})")]
                 out = ", ".join("m.peak_ts AS ts" if c == "ts" else f"a.{c}" for c in cols)
                 db.execute(f"CREATE TEMP VIEW {table} AS SELECT {out} FROM main.{table} a JOIN"
