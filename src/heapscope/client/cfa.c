@@ -391,7 +391,9 @@ static int parse_cie(const struct dl_phdr_info *info, uintptr_t cie_at, struct c
       switch (aug[i]) {
       case 'R': c->fde_enc = rd_u8(&r); break;
       case 'L': (void)rd_u8(&r); break;
-      case 'P': (void)rd_ptr(&r, rd_u8(&r), 0); break;
+      case 'P': /* the personality routine: skipped, whatever its encoding */
+        (void)rd_ptr(&r, rd_u8(&r) & 0x0f, 0);
+        break;
       default: return -1; /* 'S' (a signal frame) and anything new */
       }
     }
