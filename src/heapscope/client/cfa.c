@@ -38,12 +38,6 @@ static inline uint64_t make_rule(unsigned kind, uint64_t off, uint64_t k) {
   return RULE_VALID | kind | off << 2 | k << (2 + OFF_BITS);
 }
 
-static inline uint64_t cache_get(uintptr_t pc) {
-  uint64_t tag = pc >> 16;
-  uint64_t e = __atomic_load_n(&cache[(pc ^ tag) & (CACHE_SLOTS - 1)], __ATOMIC_RELAXED);
-  return (e >> RULE_BITS) == tag ? e & RULE_MASK : 0;
-}
-
 static void cache_put(uintptr_t pc, uint64_t rule) {
   uint64_t tag = pc >> 16;
   if (tag >> 31)
@@ -484,11 +478,16 @@ static uint64_t rule_in(const struct dl_phdr_info *info, uintptr_t pc, uintptr_t
     return giveup;
   if ((s.cfa_reg != 6 && s.cfa_reg != 7) || s.cfa_off < 8 || s.cfa_off >= (1 << OFF_BITS))
     return giveup;
+  if (s.cfa_off & 7)
+    return giveup;
   uint64_t k = 0;
   if (s.bp.kind == R_OFF) {
-    if (s.bp.off >= 0 || (s.bp.off & 7) || -s.bp.off / 8 >= (1 << K_BITS))
+    /* rbp saved below the return address, inside the frame. */
+    if (s.bp.off > -16 || (s.bp.off & 7) || -s.bp.off / 8 >= (1 << K_BITS))
       return giveup;
     k = (uint64_t)(-s.bp.off / 8);
+    if (s.cfa_reg == 7 && (int64_t)(8 * k) > s.cfa_off)
+      return giveup;
   } else if (s.bp.kind != R_SAME) {
     return giveup;
   }
@@ -550,7 +549,9 @@ static __attribute__((noinline)) int give_up(void) {
  * frame is [fp] = the caller's rbp, [fp + 8] = the return address, and the
  * caller's rsp is fp + 16. Every later stack read is inside this thread's
  * stack, [lo, hi), at or above the current frame's rsp, and each CFA is
- * above the last. */
+ * above the last. An rsp-based rule needs no check but the top: its offset
+ * is >= 8, a multiple of 8, and covers the rbp slot (rule_in); an rbp-based
+ * one is checked whole, as rbp may hold anything. */
 int hs_cfa_backtrace(uint64_t *buf, uint32_t want) {
   struct hs_thread *t = &hs_thread_state;
   if (HS_UNLIKELY(!t->stack_known))
@@ -561,34 +562,41 @@ int hs_cfa_backtrace(uint64_t *buf, uint32_t want) {
     return give_up(); /* on another stack (sigaltstack, a coroutine's) */
   const uintptr_t *frame = (const uintptr_t *)fp;
   uintptr_t pc = frame[1], bp = frame[0], sp = fp + 16;
+  const uint64_t *tab = cache;
   uint32_t n = 0;
   for (;;) {
     buf[n++] = pc;
     if (n == want)
       return (int)n;
-    uint64_t rule = cache_get(pc);
-    if (HS_UNLIKELY(!rule))
+    uint64_t tag = pc >> 16;
+    uint64_t rule = __atomic_load_n(&tab[(pc ^ tag) & (CACHE_SLOTS - 1)], __ATOMIC_RELAXED);
+    if (HS_UNLIKELY((rule >> RULE_BITS) != tag))
       rule = miss(pc);
-    unsigned kind = rule & 3;
-    if (kind >= KIND_END) {
-      if (kind == KIND_END)
-        return (int)n;
-      return give_up();
-    }
-    uintptr_t base = kind == KIND_RSP ? sp : bp;
-    uintptr_t cfa = base + ((rule >> 2) & ((1u << OFF_BITS) - 1));
-    /* cfa >= sp + 8 also rules out a wrap of base + offset. */
-    if (cfa < sp + 8 || cfa > hi || (cfa & 7))
-      return give_up();
-    uintptr_t k = (rule >> (2 + OFF_BITS)) & ((1u << K_BITS) - 1);
-    if (k) {
-      if (cfa - sp < 8 * k)
+    uintptr_t off = (rule >> 2) & ((1u << OFF_BITS) - 1);
+    uintptr_t k8 = (rule >> (2 + OFF_BITS - 3)) & (((1u << K_BITS) - 1) << 3);
+    uintptr_t cfa;
+    switch (rule & 3) {
+    case KIND_RSP:
+      cfa = sp + off;
+      if (HS_UNLIKELY(cfa > hi))
         return give_up();
-      bp = *(const uintptr_t *)(cfa - 8 * k);
+      break;
+    case KIND_RBP:
+      cfa = bp + off;
+      /* cfa >= sp + 8 also rules out a wrap of bp + off. */
+      if (cfa < sp + 8 || cfa > hi || (cfa & 7) || cfa - sp < k8)
+        return give_up();
+      break;
+    case KIND_END:
+      return (int)n;
+    default:
+      return give_up();
     }
+    if (k8)
+      bp = *(const uintptr_t *)(cfa - k8);
     pc = *(const uintptr_t *)(cfa - 8);
     sp = cfa;
-    if (pc == 0)
+    if (HS_UNLIKELY(pc == 0))
       return give_up();
   }
 }
