@@ -494,6 +494,23 @@ static uint64_t rule_in(const struct dl_phdr_info *info, uintptr_t pc, uintptr_t
   return make_rule(s.cfa_reg == 7 ? KIND_RSP : KIND_RBP, (uint64_t)s.cfa_off, k);
 }
 
+static int note_unloads(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)data;
+  if (size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs) {
+    if (have_subs && info->dlpi_subs != seen_subs)
+      cache_clear();
+    seen_subs = info->dlpi_subs;
+    have_subs = 1;
+  }
+  return 1;
+}
+
+/* Every 256th walk of a thread looks at the unload count even when every
+ * pc hits: one call of dl_iterate_phdr that stops at the first object. */
+static __attribute__((noinline)) void check_unloads(void) {
+  dl_iterate_phdr(note_unloads, NULL);
+}
+
 struct miss {
   uintptr_t pc;
   uint64_t rule; /* 0: pc in no object */
@@ -504,14 +521,9 @@ static int find_rule(struct dl_phdr_info *info, size_t size, void *data) {
   struct miss *m = data;
   if (m->first) {
     m->first = 0;
-    /* A module was unloaded since the last miss: another may now sit at
+    /* An object was unloaded since the last look: another may now sit at
      * its addresses, with other rules. */
-    if (size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs) {
-      if (have_subs && info->dlpi_subs != seen_subs)
-        cache_clear();
-      seen_subs = info->dlpi_subs;
-      have_subs = 1;
-    }
+    (void)note_unloads(info, size, NULL);
   }
   uintptr_t target = m->pc - 1;
   for (int i = 0; i < info->dlpi_phnum; i++) {
@@ -521,6 +533,10 @@ static int find_rule(struct dl_phdr_info *info, size_t size, void *data) {
     uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
     if (target >= lo && target < hi) {
       m->rule = m->pc < hi ? rule_in(info, m->pc, hi) : make_rule(KIND_GIVEUP, 0, 0);
+      /* Stored with the loader lock still held: a dlclose cannot unmap the
+       * object between the reading of its tables and this store, so the
+       * clear of the next miss after it comes later than the store. */
+      cache_put(m->pc, m->rule);
       return 1;
     }
   }
@@ -531,9 +547,7 @@ static __attribute__((noinline)) uint64_t miss(uintptr_t pc) {
   __atomic_fetch_add(&n_misses, 1, __ATOMIC_RELAXED);
   struct miss m = {pc, 0, 1};
   dl_iterate_phdr(find_rule, &m);
-  if (m.rule)
-    cache_put(pc, m.rule);
-  else
+  if (!m.rule)
     m.rule = make_rule(KIND_GIVEUP, 0, 0); /* in no object: not kept, one may be loaded there */
   return m.rule;
 }
@@ -556,6 +570,9 @@ int hs_cfa_backtrace(uint64_t *buf, uint32_t want) {
   struct hs_thread *t = &hs_thread_state;
   if (HS_UNLIKELY(!t->stack_known))
     hs_unwind_stack_bounds(t);
+  /* client.c counts t->unwinds before each unwind: 1 is a thread's first. */
+  if (HS_UNLIKELY((t->unwinds & 255) == 1))
+    check_unloads();
   uintptr_t lo = t->stack_lo, hi = t->stack_hi;
   uintptr_t fp = (uintptr_t)__builtin_frame_address(0);
   if (fp < lo || hi - lo < 16 || fp > hi - 16 || (fp & 7) || want == 0)

@@ -15,8 +15,9 @@
  * before: the result is never worse than libunwind's.
  *
  * The cache is one mmap of 2^16 words, each a pc tag and its rule, written
- * and read as single 64-bit words (no lock, no torn entry). A miss that sees
- * the loader's unload count (dlpi_subs) changed clears it.
+ * and read as single 64-bit words (no lock, no torn entry). A miss, and
+ * every 256th walk of a thread, clears it when the loader's unload count
+ * (dlpi_subs) changed. See docs/unwinder.md.
  */
 #ifndef HEAPSCOPE_CLIENT_CFA_H
 #define HEAPSCOPE_CLIENT_CFA_H

@@ -7,7 +7,10 @@
  * pointers), below a frame of 200 KiB, inside qsort's comparator (libc's
  * frames between), in 4 threads at once, and in a signal handler (ours must
  * give up at the signal frame or agree). A second pass runs on the cache
- * filled by the first. Prints one line per failed check and exits non-zero
+ * filled by the first. With two paths of cfa_lib.c builds (argv), a walk
+ * through the first, a dlclose, and a walk through the second (loaded, most
+ * likely, where the first was: the same return addresses, other rules) on
+ * a walk that looks at the unload count. Prints one line per failed check and exits non-zero
  * on any failure; with no libunwind it prints SKIP. */
 #include <alloca.h>
 #include <dlfcn.h>
@@ -40,6 +43,7 @@ void hs_unwind_stack_bounds(struct hs_thread *t) {
 
 typedef int (*bt_fn)(void **, int);
 static bt_fn unw_bt;
+static void *unw_handle;
 
 #define N 512
 static int compared, agreed, gave_up;
@@ -162,8 +166,53 @@ static void all(void) {
     pthread_join(th[i], NULL);
 }
 
-int main(void) {
+static void through_lib(void) {
+  compare("unloaded and reloaded object", N, 0);
+}
+
+typedef int (*lib_call_fn)(void (*)(void));
+
+static void *reloaded_thread(void *arg) {
+  hs_thread_state.unwinds = 1; /* a walk that checks for unloads (cfa.c) */
+  ((lib_call_fn)arg)(through_lib);
+  return NULL;
+}
+
+static void unload_check(const char *first, const char *second) {
+  void *h = dlopen(first, RTLD_NOW | RTLD_LOCAL);
+  lib_call_fn call = h ? (lib_call_fn)dlsym(h, "cfa_lib_call") : NULL;
+  CHECK(call != NULL, "cannot load %s", first);
+  if (!call)
+    return;
+  for (int i = 0; i < 3; i++)
+    call(through_lib);
+  uintptr_t was = (uintptr_t)call;
+  dlclose(h);
+  h = dlopen(second, RTLD_NOW | RTLD_LOCAL);
+  call = h ? (lib_call_fn)dlsym(h, "cfa_lib_call") : NULL;
+  CHECK(call != NULL, "cannot load %s", second);
+  if (!call)
+    return;
+  printf("reloaded at the same address: %s\n", (uintptr_t)call == was ? "yes" : "no");
+  /* libunwind keeps what it learnt of the first object (its register-state
+   * cache until unw_flush_cache; its trace cache, per thread, for good:
+   * src/x86_64/Gtrace.c), so the reference is a flushed libunwind in a new
+   * thread. */
+  typedef void (*flush_fn)(void *as, uintptr_t lo, uintptr_t hi);
+  flush_fn flush = (flush_fn)dlsym(unw_handle, "_Ux86_64_flush_cache");
+  void **as = (void **)dlsym(unw_handle, "_ULx86_64_local_addr_space");
+  CHECK(flush && as, "no unw_flush_cache");
+  if (flush && as)
+    flush(*as, 0, 0);
+  pthread_t th;
+  pthread_create(&th, NULL, reloaded_thread, (void *)call);
+  pthread_join(th, NULL);
+  dlclose(h);
+}
+
+int main(int argc, char **argv) {
   void *h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+  unw_handle = h;
   unw_bt = h ? (bt_fn)dlsym(h, "unw_backtrace") : NULL;
   if (!unw_bt) {
     printf("SKIP no libunwind\n");
@@ -172,6 +221,8 @@ int main(void) {
   CHECK(hs_cfa_init() == 0, "init");
   all(); /* cold cache */
   all(); /* warm */
+  if (argc == 3)
+    unload_check(argv[1], argv[2]);
   struct hs_cfa_stats st;
   hs_cfa_stats(&st);
   printf("compared %d agreed %d gave_up %d misses %llu\n", compared, agreed, gave_up,
