@@ -30,8 +30,10 @@ enum { KIND_RSP = 0, KIND_RBP = 1, KIND_END = 2, KIND_GIVEUP = 3 };
 #define RULE_VALID (UINT64_C(1) << 32)
 
 static uint64_t *cache;
-static unsigned long long seen_subs; /* the loader's unload count at the last miss */
-static int have_subs;
+/* The loader's load and unload counts when last looked at (under the
+ * loader lock, in dl_iterate_phdr callbacks). */
+static unsigned long long seen_adds, seen_subs;
+static int have_counts;
 static uint64_t n_misses, n_giveups;
 
 static inline uint64_t make_rule(unsigned kind, uint64_t off, uint64_t k) {
@@ -49,6 +51,16 @@ static void cache_put(uintptr_t pc, uint64_t rule) {
 static void cache_clear(void) {
   for (uint32_t i = 0; i < CACHE_SLOTS; i++)
     __atomic_store_n(&cache[i], 0, __ATOMIC_RELAXED);
+}
+
+/* After a load: the "give up" entries go (a pc that was in no object may
+ * be in the new one), unless another thread replaced one meanwhile. */
+static void cache_clear_giveups(void) {
+  for (uint32_t i = 0; i < CACHE_SLOTS; i++) {
+    uint64_t e = __atomic_load_n(&cache[i], __ATOMIC_RELAXED);
+    if (e && (e & 3) == KIND_GIVEUP)
+      (void)__atomic_compare_exchange_n(&cache[i], &e, 0, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+  }
 }
 
 int hs_cfa_init(void) {
@@ -497,16 +509,20 @@ static uint64_t rule_in(const struct dl_phdr_info *info, uintptr_t pc, uintptr_t
 static int note_unloads(struct dl_phdr_info *info, size_t size, void *data) {
   (void)data;
   if (size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs) {
-    if (have_subs && info->dlpi_subs != seen_subs)
+    if (have_counts && info->dlpi_subs != seen_subs)
       cache_clear();
+    else if (have_counts && info->dlpi_adds != seen_adds)
+      cache_clear_giveups();
+    seen_adds = info->dlpi_adds;
     seen_subs = info->dlpi_subs;
-    have_subs = 1;
+    have_counts = 1;
   }
   return 1;
 }
 
-/* Every 256th walk of a thread looks at the unload count even when every
- * pc hits: one call of dl_iterate_phdr that stops at the first object. */
+/* Every 256th walk of a thread looks at the load and unload counts even
+ * when every pc hits: one call of dl_iterate_phdr that stops at the first
+ * object. */
 static __attribute__((noinline)) void check_unloads(void) {
   dl_iterate_phdr(note_unloads, NULL);
 }
@@ -547,8 +563,12 @@ static __attribute__((noinline)) uint64_t miss(uintptr_t pc) {
   __atomic_fetch_add(&n_misses, 1, __ATOMIC_RELAXED);
   struct miss m = {pc, 0, 1};
   dl_iterate_phdr(find_rule, &m);
-  if (!m.rule)
-    m.rule = make_rule(KIND_GIVEUP, 0, 0); /* in no object: not kept, one may be loaded there */
+  if (!m.rule) {
+    /* In no object (JIT code, or a pc that is not one): given up on at
+     * once next time; the entry goes when an object is loaded. */
+    m.rule = make_rule(KIND_GIVEUP, 0, 0);
+    cache_put(pc, m.rule);
+  }
   return m.rule;
 }
 

@@ -17,7 +17,8 @@
  * The cache is one mmap of 2^16 words, each a pc tag and its rule, written
  * and read as single 64-bit words (no lock, no torn entry). A miss, and
  * every 256th walk of a thread, clears it when the loader's unload count
- * (dlpi_subs) changed. See docs/unwinder.md.
+ * (dlpi_subs) changed, and its "give up" entries when the load count did.
+ * See docs/unwinder.md.
  */
 #ifndef HEAPSCOPE_CLIENT_CFA_H
 #define HEAPSCOPE_CLIENT_CFA_H
