@@ -178,8 +178,8 @@ def per_call(p: Profile, name: str, inclusive: bool = False) -> float:
 
 def unwind_per_sample(p: Profile) -> float:
     """Ir of the unwind per sampled malloc: hs_unwind_in_place (or hs_unwind) in older builds; since the
-    unwind is inlined into hs_record_alloc_slow, what it calls: libunwind's backtrace (or
-    hs_unwind_raw, the frame walk) and hs_unwind_trim."""
+    unwind is inlined into hs_record_alloc_slow, what it calls: our CFA walk (hs_cfa_backtrace),
+    libunwind's backtrace where that gives up (or hs_unwind_raw, the frame walk) and hs_unwind_trim."""
     samples = p.calls.get(p.find(LIB, "hs_record_alloc_slow"), 0)
     if not samples:
         return float("nan")
@@ -188,7 +188,8 @@ def unwind_per_sample(p: Profile) -> float:
         if p.calls.get(key, 0) >= samples // 2:
             return p.inclusive.get(key, 0) / p.calls[key]
     cost = 0
-    for obj, name in (("libunwind", "backtrace"), (LIB, "hs_unwind_raw"), (LIB, "hs_unwind_trim")):
+    for obj, name in (("libunwind", "backtrace"), (LIB, "hs_cfa_backtrace"), (LIB, "hs_unwind_raw"),
+                      (LIB, "hs_unwind_trim")):
         cost += p.inclusive.get(p.find(obj, name), 0)
     return cost / samples
 

@@ -6,6 +6,7 @@
 #include <link.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <stdarg.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -63,7 +64,7 @@ static uintptr_t stack_top(void) {
  * pthread_getattr_np (it allocates, and reads /proc/self/maps on the main
  * thread: we are under the guard, in the slow path). When it fails the walk
  * keeps the old bound, from its own frame to stack_top(). */
-static void stack_bounds(struct hs_thread *t) {
+void hs_unwind_stack_bounds(struct hs_thread *t) {
   pthread_attr_t attr;
   void *addr = NULL;
   size_t size = 0;
@@ -97,7 +98,7 @@ static void stack_bounds(struct hs_thread *t) {
 static __attribute__((noinline)) uint32_t fp_walk(uint64_t *pcs, uint32_t max, int only_caller) {
   struct hs_thread *t = &hs_thread_state;
   if (!t->stack_known)
-    stack_bounds(t);
+    hs_unwind_stack_bounds(t);
   uintptr_t lo = t->stack_lo, hi = t->stack_hi;
   uintptr_t fp = (uintptr_t)__builtin_frame_address(0);
   uint32_t n = 0;
@@ -129,6 +130,7 @@ static __attribute__((noinline)) uint32_t fp_walk(uint64_t *pcs, uint32_t max, i
 }
 
 hs_unw_backtrace_fn hs_unw_backtrace;
+int hs_unwind_cfa;
 
 uint32_t hs_unwind_raw(uint64_t *buf, uint32_t want) {
   switch (active) {
@@ -163,6 +165,102 @@ uint32_t hs_unwind_trim(const uint64_t *buf, uint32_t n, uint32_t max_frames, in
     depth = max_frames;
   *first = skip;
   return depth;
+}
+
+/* ---- HEAPSCOPE_UNWIND_VERIFY=1: our walk against the other unwinder ---- */
+
+static struct {
+  uint64_t compared, same, fell_back, differ;
+} verify;
+
+static void put(char **p, char *end, const char *s) {
+  while (*s && *p < end)
+    *(*p)++ = *s++;
+}
+
+static void put_num(char **p, char *end, uint64_t v, unsigned base) {
+  char tmp[24];
+  int n = 0;
+  do {
+    tmp[n++] = "0123456789abcdef"[v % base];
+    v /= base;
+  } while (v);
+  if (base == 16)
+    put(p, end, "0x");
+  while (n > 0 && *p < end)
+    *(*p)++ = tmp[--n];
+}
+
+static void put_stack(char **p, char *end, const char *who, const uint64_t *pcs, uint32_t n,
+                      int truncated) {
+  put(p, end, who);
+  put_num(p, end, n, 10);
+  put(p, end, truncated ? " truncated:" : ":");
+  for (uint32_t i = 0; i < n; i++) {
+    put(p, end, " ");
+    put_num(p, end, pcs[i], 16);
+  }
+  put(p, end, "\n");
+}
+
+/* Both unwinders from this one frame; buf gets the other's answer (what
+ * the profile records), and the first few differences are printed. */
+uint32_t hs_unwind_verify(uint64_t *buf, uint32_t want) {
+  uint64_t ours[HS_MAX_FRAMES + HS_UNWIND_SLACK];
+  if (want > HS_MAX_FRAMES + HS_UNWIND_SLACK)
+    want = HS_MAX_FRAMES + HS_UNWIND_SLACK;
+  int k = hs_cfa_backtrace(ours, want);
+  uint32_t n;
+  if (hs_unw_backtrace) {
+    int m = hs_unw_backtrace((void **)buf, (int)want);
+    n = m > 0 ? (uint32_t)m : 0;
+  } else {
+    n = hs_unwind_raw(buf, want);
+  }
+  __atomic_fetch_add(&verify.compared, 1, __ATOMIC_RELAXED);
+  if (k < 0) {
+    __atomic_fetch_add(&verify.fell_back, 1, __ATOMIC_RELAXED);
+    return n;
+  }
+  uint32_t max = want - HS_UNWIND_SLACK, f1, f2;
+  int t1, t2;
+  uint32_t d1 = hs_unwind_trim(ours, (uint32_t)k, max, &t1, &f1);
+  uint32_t d2 = hs_unwind_trim(buf, n, max, &t2, &f2);
+  if (d1 == d2 && t1 == t2 && memcmp(ours + f1, buf + f2, d1 * sizeof(uint64_t)) == 0) {
+    __atomic_fetch_add(&verify.same, 1, __ATOMIC_RELAXED);
+    return n;
+  }
+  if (__atomic_fetch_add(&verify.differ, 1, __ATOMIC_RELAXED) < 3) {
+    char line[8192], *p = line, *end = line + sizeof line - 1;
+    put(&p, end, "heapscope: unwind verify: differ\n");
+    put_stack(&p, end, "  cfa ", ours + f1, d1, t1);
+    put_stack(&p, end, "  ref ", buf + f2, d2, t2);
+    (void)!write(2, line, (size_t)(p - line));
+  }
+  return n;
+}
+
+static void verify_summary(void) {
+  char line[256], *p = line, *end = line + sizeof line - 1;
+  put(&p, end, "heapscope: unwind verify: compared ");
+  put_num(&p, end, __atomic_load_n(&verify.compared, __ATOMIC_RELAXED), 10);
+  put(&p, end, " same ");
+  put_num(&p, end, __atomic_load_n(&verify.same, __ATOMIC_RELAXED), 10);
+  put(&p, end, " fell_back ");
+  put_num(&p, end, __atomic_load_n(&verify.fell_back, __ATOMIC_RELAXED), 10);
+  put(&p, end, " differ ");
+  put_num(&p, end, __atomic_load_n(&verify.differ, __ATOMIC_RELAXED), 10);
+  struct hs_cfa_stats st;
+  hs_cfa_stats(&st);
+  put(&p, end, " misses ");
+  put_num(&p, end, st.misses, 10);
+  put(&p, end, "\n");
+  (void)!write(2, line, (size_t)(p - line));
+}
+
+__attribute__((destructor)) static void verify_at_exit(void) {
+  if (hs_unwind_cfa == 2)
+    verify_summary();
 }
 
 uint32_t hs_unwind_in_place(uint64_t *buf, uint32_t max_frames, int *truncated,
@@ -287,6 +385,18 @@ uint32_t hs_unwind_init(uint32_t requested) {
     }
   }
   hs_unw_backtrace = active == HS_UNWINDER_LIBUNWIND ? unw_backtrace_p : NULL;
+  /* Our CFA walk before libunwind (or, when libunwind did not load, before
+   * the frame-pointer walk) unless turned off. */
+  hs_unwind_cfa = 0;
+  if ((requested == HS_UNWINDER_AUTO || requested == HS_UNWINDER_LIBUNWIND) &&
+      hs_cfa_init() == 0) {
+    const char *off = secure_getenv("HEAPSCOPE_UNWIND_CFA");
+    const char *check = secure_getenv("HEAPSCOPE_UNWIND_VERIFY");
+    if (check && check[0] == '1' && check[1] == '\0')
+      hs_unwind_cfa = 2;
+    else if (!(off && off[0] == '0' && off[1] == '\0'))
+      hs_unwind_cfa = 1;
+  }
   /* Warm up: the first unwind allocates (libunwind's per-thread cache and
    * its dl_iterate_phdr bookkeeping). */
   uint64_t pcs[8];

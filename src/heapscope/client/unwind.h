@@ -1,9 +1,13 @@
 /*
  * unwind.h: the call stack of a sampled allocation, taken in the target.
  *
- * libunwind's unw_backtrace() (fast trace cache on x86_64), loaded with
- * dlopen("libunwind.so.8") so that nothing is needed at build time; else a
- * frame-pointer walk; or only the immediate caller (HS_UNWINDER_NONE). The
+ * Our own walk over cached CFA rules (cfa.h) first, under auto and
+ * libunwind; where it gives up, libunwind's unw_backtrace() (fast trace
+ * cache on x86_64), loaded with dlopen("libunwind.so.8") so that nothing is
+ * needed at build time; else a frame-pointer walk; or only the immediate
+ * caller (HS_UNWINDER_NONE). HEAPSCOPE_UNWIND_CFA=0 turns our walk off (for
+ * an A/B); HEAPSCOPE_UNWIND_VERIFY=1 (tests) runs both on every sample,
+ * keeps libunwind's answer and prints a count of differences at exit. The
  * leading frames that belong to this library are stripped, so the leaf is
  * the caller of malloc (operator new, or the user's function). Return
  * addresses are stored as they come: the producer subtracts 1 to land in
@@ -14,6 +18,7 @@
 
 #include <stdint.h>
 
+#include "cfa.h"
 #include "common.h"
 
 /* Picks and warms the unwinder (call under the guard: the first call of any
@@ -42,6 +47,11 @@ HS_HIDDEN uint32_t hs_unwind_in_place(uint64_t *buf, uint32_t max_frames, int *t
  * leading frames from n unwound ones and sets *truncated and *first. */
 typedef int (*hs_unw_backtrace_fn)(void **buffer, int size);
 extern hs_unw_backtrace_fn hs_unw_backtrace HS_HIDDEN;
+/* 0: our CFA walk off; 1: on, before the others; 2: verify (see above). */
+extern int hs_unwind_cfa HS_HIDDEN;
+HS_HIDDEN uint32_t hs_unwind_verify(uint64_t *buf, uint32_t want);
+/* Sets t->stack_lo/hi (once per thread; allocates). */
+HS_HIDDEN void hs_unwind_stack_bounds(struct hs_thread *t);
 HS_HIDDEN uint32_t hs_unwind_raw(uint64_t *buf, uint32_t want);
 HS_HIDDEN uint32_t hs_unwind_trim(const uint64_t *buf, uint32_t n, uint32_t max_frames,
                                   int *truncated, uint32_t *first);
@@ -56,9 +66,17 @@ hs_unwind_here(uint64_t *buf, uint32_t max_frames, int *truncated, uint32_t *fir
   uint32_t want = max_frames + HS_UNWIND_SLACK;
   uint32_t n;
   hs_unw_backtrace_fn bt = hs_unw_backtrace;
-  if (bt) {
+  int k = -1;
+  int cfa = hs_unwind_cfa;
+  if (HS_LIKELY(cfa == 1))
+    k = hs_cfa_backtrace(buf, want);
+  else if (cfa == 2)
+    k = (int)hs_unwind_verify(buf, want);
+  if (k >= 0) {
+    n = (uint32_t)k;
+  } else if (bt) {
     /* uint64_t and void * have the same size and representation here. */
-    int k = bt((void **)buf, (int)want);
+    k = bt((void **)buf, (int)want);
     n = k > 0 ? (uint32_t)k : 0;
   } else {
     n = hs_unwind_raw(buf, want);

@@ -1,0 +1,639 @@
+/* cfa.c: see cfa.h. The DWARF call frame format is described in the DWARF 4
+ * standard, section 6.4 (https://dwarfstd.org/doc/DWARF4.pdf), and the
+ * .eh_frame / .eh_frame_hdr layout in the Linux Standard Base, "Exception
+ * Frames" (https://refspecs.linuxfoundation.org/LSB_5.0.0/LSB-Core-generic/
+ * LSB-Core-generic/ehframechpt.html). */
+#include "cfa.h"
+
+#include <link.h>
+#include <stddef.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "unwind.h"
+
+/* ---- the cache ---- */
+
+/* Entry: tag (pc >> 16, 31 bits: user-space pcs are below 2^47) << 33 |
+ * rule (33 bits). The slot is (pc ^ tag) & mask, so tag and slot together
+ * give back the whole pc: a matching tag in the slot is an exact hit. */
+#define CACHE_BITS 16
+#define CACHE_SLOTS (1u << CACHE_BITS)
+#define RULE_BITS 33
+#define RULE_MASK ((UINT64_C(1) << RULE_BITS) - 1)
+
+/* Rule: bits 0-1 kind, 2-21 the CFA offset, 22-31 k (rbp at CFA - 8k; 0:
+ * rbp unchanged), bit 32 set (a rule is never 0). */
+enum { KIND_RSP = 0, KIND_RBP = 1, KIND_END = 2, KIND_GIVEUP = 3 };
+#define OFF_BITS 20
+#define K_BITS 10
+#define RULE_VALID (UINT64_C(1) << 32)
+
+static uint64_t *cache;
+/* The loader's load and unload counts when last looked at (under the
+ * loader lock, in dl_iterate_phdr callbacks). */
+static unsigned long long seen_adds, seen_subs;
+static int have_counts;
+static uint64_t n_misses, n_giveups;
+
+static inline uint64_t make_rule(unsigned kind, uint64_t off, uint64_t k) {
+  return RULE_VALID | kind | off << 2 | k << (2 + OFF_BITS);
+}
+
+static void cache_put(uintptr_t pc, uint64_t rule) {
+  uint64_t tag = pc >> 16;
+  if (tag >> 31)
+    return;
+  __atomic_store_n(&cache[(pc ^ tag) & (CACHE_SLOTS - 1)], tag << RULE_BITS | rule,
+                   __ATOMIC_RELAXED);
+}
+
+static void cache_clear(void) {
+  for (uint32_t i = 0; i < CACHE_SLOTS; i++)
+    __atomic_store_n(&cache[i], 0, __ATOMIC_RELAXED);
+}
+
+/* After a load: the "give up" entries go (a pc that was in no object may
+ * be in the new one), unless another thread replaced one meanwhile. */
+static void cache_clear_giveups(void) {
+  for (uint32_t i = 0; i < CACHE_SLOTS; i++) {
+    uint64_t e = __atomic_load_n(&cache[i], __ATOMIC_RELAXED);
+    if (e && (e & 3) == KIND_GIVEUP)
+      (void)__atomic_compare_exchange_n(&cache[i], &e, 0, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+  }
+}
+
+int hs_cfa_init(void) {
+  if (cache)
+    return 0;
+  void *m = mmap(NULL, CACHE_SLOTS * sizeof(uint64_t), PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED)
+    return -1;
+  cache = m;
+  return 0;
+}
+
+void hs_cfa_stats(struct hs_cfa_stats *out) {
+  out->misses = __atomic_load_n(&n_misses, __ATOMIC_RELAXED);
+  out->giveups = __atomic_load_n(&n_giveups, __ATOMIC_RELAXED);
+}
+
+/* ---- bounded reads of .eh_frame_hdr and .eh_frame ---- */
+
+struct rd {
+  const uint8_t *p, *end;
+  int bad;
+};
+
+static int rd_take(struct rd *r, void *out, size_t n) {
+  if (r->bad || (size_t)(r->end - r->p) < n) {
+    r->bad = 1;
+    memset(out, 0, n);
+    return 0;
+  }
+  memcpy(out, r->p, n);
+  r->p += n;
+  return 1;
+}
+
+static uint8_t rd_u8(struct rd *r) {
+  uint8_t v;
+  rd_take(r, &v, 1);
+  return v;
+}
+
+static uint64_t rd_uleb(struct rd *r) {
+  uint64_t v = 0;
+  for (unsigned shift = 0;; shift += 7) {
+    uint8_t b = rd_u8(r);
+    if (r->bad || shift > 63) {
+      r->bad = 1;
+      return 0;
+    }
+    v |= (uint64_t)(b & 0x7f) << shift;
+    if (!(b & 0x80))
+      return v;
+  }
+}
+
+static int64_t rd_sleb(struct rd *r) {
+  uint64_t v = 0;
+  for (unsigned shift = 0;; shift += 7) {
+    uint8_t b = rd_u8(r);
+    if (r->bad || shift > 63) {
+      r->bad = 1;
+      return 0;
+    }
+    v |= (uint64_t)(b & 0x7f) << shift;
+    if (!(b & 0x80)) {
+      if ((b & 0x40) && shift + 7 < 64)
+        v |= ~UINT64_C(0) << (shift + 7);
+      return (int64_t)v;
+    }
+  }
+}
+
+/* A pointer in DW_EH_PE_* encoding: absolute, pc-relative or (for the
+ * .eh_frame_hdr table) relative to datarel; indirect and the rarer bases
+ * are refused. */
+static uint64_t rd_ptr(struct rd *r, uint8_t enc, uint64_t datarel) {
+  uint64_t field = (uint64_t)(uintptr_t)r->p, v = 0;
+  if (enc == 0xff || (enc & 0x80)) {
+    r->bad = 1;
+    return 0;
+  }
+  switch (enc & 0x0f) {
+  case 0x00: case 0x04: case 0x0c: {
+    uint64_t x;
+    rd_take(r, &x, 8);
+    v = x;
+    break;
+  }
+  case 0x01: v = rd_uleb(r); break;
+  case 0x09: v = (uint64_t)rd_sleb(r); break;
+  case 0x02: { uint16_t x; rd_take(r, &x, 2); v = x; break; }
+  case 0x03: { uint32_t x; rd_take(r, &x, 4); v = x; break; }
+  case 0x0a: { int16_t x; rd_take(r, &x, 2); v = (uint64_t)(int64_t)x; break; }
+  case 0x0b: { int32_t x; rd_take(r, &x, 4); v = (uint64_t)(int64_t)x; break; }
+  default: r->bad = 1; return 0;
+  }
+  switch (enc & 0x70) {
+  case 0x00: break;
+  case 0x10: v += field; break;
+  case 0x30: v += datarel; break;
+  default: r->bad = 1; return 0;
+  }
+  return v;
+}
+
+/* The readable PT_LOAD segment of the object that holds [addr, addr + 4):
+ * every read of unwind tables stays inside it. */
+static int segment_of(const struct dl_phdr_info *info, uintptr_t addr, struct rd *r) {
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_R))
+      continue;
+    uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+    if (addr >= lo && addr < hi && hi - addr >= 4) {
+      r->p = (const uint8_t *)addr;
+      r->end = (const uint8_t *)hi;
+      r->bad = 0;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* One CIE or FDE: its length word (the 64-bit form is refused) and the end
+ * of its body, kept inside the segment. */
+static int rd_entry(const struct dl_phdr_info *info, uintptr_t at, struct rd *r) {
+  if (!segment_of(info, at, r))
+    return 0;
+  uint32_t len;
+  rd_take(r, &len, 4);
+  if (r->bad || len == 0 || len == 0xffffffffu || len > (size_t)(r->end - r->p))
+    return 0;
+  r->end = r->p + len;
+  return 1;
+}
+
+/* ---- the CFA program ---- */
+
+enum { R_SAME = 0, R_OFF, R_UNDEF, R_OTHER };
+
+struct reg_rule {
+  int kind;
+  int64_t off;
+};
+
+/* DWARF register numbers on x86_64: rbp 6, rsp 7, the return address 16. */
+struct state {
+  int64_t cfa_reg; /* -1: an expression */
+  int64_t cfa_off;
+  struct reg_rule bp, sp, ra;
+};
+
+struct cie {
+  uint64_t code_align;
+  int64_t data_align;
+  uint64_t ra_reg;
+  uint8_t fde_enc;
+  int has_z;
+  const uint8_t *insns, *end;
+};
+
+static struct reg_rule *rule_of(struct state *s, const struct cie *c, uint64_t reg) {
+  if (reg == 6)
+    return &s->bp;
+  if (reg == 7)
+    return &s->sp;
+  if (reg == c->ra_reg)
+    return &s->ra;
+  return NULL; /* a register the walk does not need */
+}
+
+static void set_rule(struct state *s, const struct cie *c, uint64_t reg, int kind, int64_t off) {
+  struct reg_rule *rr = rule_of(s, c, reg);
+  if (rr)
+    *rr = (struct reg_rule){kind, off};
+}
+
+#define MAX_REMEMBER 8
+
+/* Runs instructions until the row that covers target; for the CIE's
+ * initial instructions, target is ~0. init: the state after the CIE (for
+ * DW_CFA_restore). Returns 0, or -1 for anything unexpected. */
+static int run(struct rd *r, const struct cie *c, uint64_t loc, uint64_t target,
+               struct state *s, const struct state *init) {
+  struct state saved[MAX_REMEMBER];
+  int depth = 0;
+  while (r->p < r->end && !r->bad) {
+    uint8_t op = rd_u8(r);
+    uint64_t reg, delta = 0;
+    int64_t off;
+    switch (op & 0xc0) {
+    case 0x40:
+      delta = op & 0x3f;
+      goto advance;
+    case 0x80:
+      off = (int64_t)rd_uleb(r) * c->data_align;
+      set_rule(s, c, op & 0x3f, R_OFF, off);
+      continue;
+    case 0xc0: {
+      struct reg_rule *rr = rule_of(s, c, op & 0x3f);
+      if (rr && init)
+        *rr = *rule_of((struct state *)init, c, op & 0x3f);
+      continue;
+    }
+    default:
+      break;
+    }
+    switch (op) {
+    case 0x00: /* nop */
+      continue;
+    case 0x01: /* set_loc */
+      loc = rd_ptr(r, c->fde_enc, 0);
+      if (loc > target)
+        return 0;
+      continue;
+    case 0x02: delta = rd_u8(r); goto advance;
+    case 0x03: { uint16_t x; rd_take(r, &x, 2); delta = x; goto advance; }
+    case 0x04: { uint32_t x; rd_take(r, &x, 4); delta = x; goto advance; }
+    case 0x05: /* offset_extended */
+      reg = rd_uleb(r);
+      off = (int64_t)rd_uleb(r) * c->data_align;
+      set_rule(s, c, reg, R_OFF, off);
+      continue;
+    case 0x11: /* offset_extended_sf */
+      reg = rd_uleb(r);
+      off = rd_sleb(r) * c->data_align;
+      set_rule(s, c, reg, R_OFF, off);
+      continue;
+    case 0x2f: /* GNU_negative_offset_extended */
+      reg = rd_uleb(r);
+      off = -(int64_t)rd_uleb(r) * c->data_align;
+      set_rule(s, c, reg, R_OFF, off);
+      continue;
+    case 0x06: { /* restore_extended */
+      reg = rd_uleb(r);
+      struct reg_rule *rr = rule_of(s, c, reg);
+      if (rr && init)
+        *rr = *rule_of((struct state *)init, c, reg);
+      continue;
+    }
+    case 0x07: set_rule(s, c, rd_uleb(r), R_UNDEF, 0); continue;
+    case 0x08: set_rule(s, c, rd_uleb(r), R_SAME, 0); continue;
+    case 0x09: /* register */
+      reg = rd_uleb(r);
+      (void)rd_uleb(r);
+      set_rule(s, c, reg, R_OTHER, 0);
+      continue;
+    case 0x14: case 0x15: /* val_offset, val_offset_sf */
+      reg = rd_uleb(r);
+      (void)(op == 0x14 ? (int64_t)rd_uleb(r) : rd_sleb(r));
+      set_rule(s, c, reg, R_OTHER, 0);
+      continue;
+    case 0x10: case 0x16: { /* expression, val_expression */
+      reg = rd_uleb(r);
+      uint64_t len = rd_uleb(r);
+      if (len > (uint64_t)(r->end - r->p))
+        return -1;
+      r->p += len;
+      set_rule(s, c, reg, R_OTHER, 0);
+      continue;
+    }
+    case 0x0a: /* remember_state */
+      if (depth == MAX_REMEMBER)
+        return -1;
+      saved[depth++] = *s;
+      continue;
+    case 0x0b: /* restore_state: the CFA rule too, as GCC's epilogues expect
+                * (and libgcc's unwind-dw2.c does) */
+      if (depth == 0)
+        return -1;
+      *s = saved[--depth];
+      continue;
+    case 0x0c: /* def_cfa */
+      s->cfa_reg = (int64_t)rd_uleb(r);
+      s->cfa_off = (int64_t)rd_uleb(r);
+      continue;
+    case 0x12: /* def_cfa_sf */
+      s->cfa_reg = (int64_t)rd_uleb(r);
+      s->cfa_off = rd_sleb(r) * c->data_align;
+      continue;
+    case 0x0d: s->cfa_reg = (int64_t)rd_uleb(r); continue;
+    case 0x0e: s->cfa_off = (int64_t)rd_uleb(r); continue;
+    case 0x13: s->cfa_off = rd_sleb(r) * c->data_align; continue;
+    case 0x0f: { /* def_cfa_expression */
+      uint64_t len = rd_uleb(r);
+      if (len > (uint64_t)(r->end - r->p))
+        return -1;
+      r->p += len;
+      s->cfa_reg = -1;
+      continue;
+    }
+    case 0x2e: (void)rd_uleb(r); continue; /* GNU_args_size */
+    default:
+      return -1;
+    }
+  advance:
+    loc += delta * c->code_align;
+    if (loc > target)
+      return 0;
+  }
+  return r->bad ? -1 : 0;
+}
+
+/* The CIE at cie_at: its factors and augmentation ("z", "R", "P", "L";
+ * "S", a signal frame, and anything else are refused). */
+static int parse_cie(const struct dl_phdr_info *info, uintptr_t cie_at, struct cie *c) {
+  struct rd r;
+  if (!rd_entry(info, cie_at, &r))
+    return -1;
+  uint32_t id;
+  rd_take(&r, &id, 4);
+  uint8_t version = rd_u8(&r);
+  if (r.bad || id != 0 || (version != 1 && version != 3))
+    return -1;
+  const char *aug = (const char *)r.p;
+  size_t alen = strnlen(aug, (size_t)(r.end - r.p));
+  if (alen == (size_t)(r.end - r.p) || alen > 8)
+    return -1;
+  r.p += alen + 1;
+  c->code_align = rd_uleb(&r);
+  c->data_align = rd_sleb(&r);
+  c->ra_reg = version == 1 ? rd_u8(&r) : rd_uleb(&r);
+  c->fde_enc = 0;
+  c->has_z = alen > 0 && aug[0] == 'z';
+  if (alen > 0 && !c->has_z)
+    return -1;
+  if (c->has_z) {
+    uint64_t len = rd_uleb(&r);
+    if (r.bad || len > (uint64_t)(r.end - r.p))
+      return -1;
+    const uint8_t *data_end = r.p + len;
+    for (size_t i = 1; i < alen; i++) {
+      switch (aug[i]) {
+      case 'R': c->fde_enc = rd_u8(&r); break;
+      case 'L': (void)rd_u8(&r); break;
+      case 'P': /* the personality routine: skipped, whatever its encoding */
+        (void)rd_ptr(&r, rd_u8(&r) & 0x0f, 0);
+        break;
+      default: return -1; /* 'S' (a signal frame) and anything new */
+      }
+    }
+    if (r.bad || r.p > data_end)
+      return -1;
+    r.p = data_end;
+  }
+  if (r.bad || c->code_align == 0)
+    return -1;
+  c->insns = r.p;
+  c->end = r.end;
+  return 0;
+}
+
+/* x86_64 Linux's signal return trampoline (__restore_rt):
+ * mov $15, %rax; syscall. */
+static const uint8_t sigreturn_code[] = {0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05};
+
+/* The rule for return address pc in this object, or a KIND_GIVEUP rule. */
+static uint64_t rule_in(const struct dl_phdr_info *info, uintptr_t pc, uintptr_t text_end) {
+  uint64_t giveup = make_rule(KIND_GIVEUP, 0, 0);
+  if (text_end - pc >= sizeof sigreturn_code && memcmp((const void *)pc, sigreturn_code,
+                                                       sizeof sigreturn_code) == 0)
+    return giveup;
+  const ElfW(Phdr) *hdr_ph = NULL;
+  for (int i = 0; i < info->dlpi_phnum; i++)
+    if (info->dlpi_phdr[i].p_type == PT_GNU_EH_FRAME)
+      hdr_ph = &info->dlpi_phdr[i];
+  if (!hdr_ph)
+    return giveup;
+  uintptr_t hdr = info->dlpi_addr + hdr_ph->p_vaddr;
+  struct rd r;
+  if (!segment_of(info, hdr, &r))
+    return giveup;
+  uint8_t version = rd_u8(&r), ptr_enc = rd_u8(&r), count_enc = rd_u8(&r), table_enc = rd_u8(&r);
+  if (version != 1 || table_enc != 0x3b) /* datarel | sdata4: what linkers write */
+    return giveup;
+  (void)rd_ptr(&r, ptr_enc, hdr);
+  uint64_t count = rd_ptr(&r, count_enc, hdr);
+  if (r.bad || count == 0 || count > (uint64_t)(r.end - r.p) / 8)
+    return giveup;
+  const int32_t *table = (const int32_t *)(const void *)r.p;
+  /* The last entry whose start is <= pc - 1. */
+  uintptr_t target = pc - 1;
+  uint64_t lo = 0, hi = count;
+  while (hi - lo > 1) {
+    uint64_t mid = lo + (hi - lo) / 2;
+    if (hdr + (uintptr_t)(intptr_t)table[2 * mid] <= target)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  if (hdr + (uintptr_t)(intptr_t)table[2 * lo] > target)
+    return giveup;
+  uintptr_t fde_at = hdr + (uintptr_t)(intptr_t)table[2 * lo + 1];
+  struct rd f;
+  if (!rd_entry(info, fde_at, &f))
+    return giveup;
+  uint32_t cie_ptr;
+  uintptr_t cie_field = (uintptr_t)f.p;
+  rd_take(&f, &cie_ptr, 4);
+  if (f.bad || cie_ptr == 0)
+    return giveup;
+  struct cie c;
+  if (parse_cie(info, cie_field - cie_ptr, &c) < 0)
+    return giveup;
+  uint64_t start = rd_ptr(&f, c.fde_enc, 0);
+  uint64_t range = rd_ptr(&f, c.fde_enc & 0x0f, 0);
+  if (f.bad || target < start || target - start >= range)
+    return giveup;
+  if (c.has_z) {
+    uint64_t len = rd_uleb(&f);
+    if (f.bad || len > (uint64_t)(f.end - f.p))
+      return giveup;
+    f.p += len;
+  }
+  struct state s = {-1, 0, {R_SAME, 0}, {R_SAME, 0}, {R_SAME, 0}};
+  struct rd ci = {c.insns, c.end, 0};
+  if (run(&ci, &c, start, ~(uint64_t)0, &s, NULL) < 0)
+    return giveup;
+  struct state init = s;
+  if (run(&f, &c, start, target, &s, &init) < 0)
+    return giveup;
+
+  if (s.ra.kind == R_UNDEF)
+    return make_rule(KIND_END, 0, 0);
+  if (s.ra.kind != R_OFF || s.ra.off != -8 || s.sp.kind != R_SAME)
+    return giveup;
+  if ((s.cfa_reg != 6 && s.cfa_reg != 7) || s.cfa_off < 8 || s.cfa_off >= (1 << OFF_BITS))
+    return giveup;
+  if (s.cfa_off & 7)
+    return giveup;
+  uint64_t k = 0;
+  if (s.bp.kind == R_OFF) {
+    /* rbp saved below the return address, inside the frame. */
+    if (s.bp.off > -16 || (s.bp.off & 7) || -s.bp.off / 8 >= (1 << K_BITS))
+      return giveup;
+    k = (uint64_t)(-s.bp.off / 8);
+    if (s.cfa_reg == 7 && (int64_t)(8 * k) > s.cfa_off)
+      return giveup;
+  } else if (s.bp.kind != R_SAME) {
+    return giveup;
+  }
+  return make_rule(s.cfa_reg == 7 ? KIND_RSP : KIND_RBP, (uint64_t)s.cfa_off, k);
+}
+
+static int note_unloads(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)data;
+  if (size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs) {
+    if (have_counts && info->dlpi_subs != seen_subs)
+      cache_clear();
+    else if (have_counts && info->dlpi_adds != seen_adds)
+      cache_clear_giveups();
+    seen_adds = info->dlpi_adds;
+    seen_subs = info->dlpi_subs;
+    have_counts = 1;
+  }
+  return 1;
+}
+
+/* Every 256th walk of a thread looks at the load and unload counts even
+ * when every pc hits: one call of dl_iterate_phdr that stops at the first
+ * object. */
+static __attribute__((noinline)) void check_unloads(void) {
+  dl_iterate_phdr(note_unloads, NULL);
+}
+
+struct miss {
+  uintptr_t pc;
+  uint64_t rule; /* 0: pc in no object */
+  int first;
+};
+
+static int find_rule(struct dl_phdr_info *info, size_t size, void *data) {
+  struct miss *m = data;
+  if (m->first) {
+    m->first = 0;
+    /* An object was unloaded since the last look: another may now sit at
+     * its addresses, with other rules. */
+    (void)note_unloads(info, size, NULL);
+  }
+  uintptr_t target = m->pc - 1;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
+      continue;
+    uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+    if (target >= lo && target < hi) {
+      m->rule = m->pc < hi ? rule_in(info, m->pc, hi) : make_rule(KIND_GIVEUP, 0, 0);
+      /* Stored with the loader lock still held: a dlclose cannot unmap the
+       * object between the reading of its tables and this store, so the
+       * clear of the next miss after it comes later than the store. */
+      cache_put(m->pc, m->rule);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static __attribute__((noinline)) uint64_t miss(uintptr_t pc) {
+  __atomic_fetch_add(&n_misses, 1, __ATOMIC_RELAXED);
+  struct miss m = {pc, 0, 1};
+  dl_iterate_phdr(find_rule, &m);
+  if (!m.rule) {
+    /* In no object (JIT code, or a pc that is not one): given up on at
+     * once next time; the entry goes when an object is loaded. */
+    m.rule = make_rule(KIND_GIVEUP, 0, 0);
+    cache_put(pc, m.rule);
+  }
+  return m.rule;
+}
+
+/* ---- the walk ---- */
+
+static __attribute__((noinline)) int give_up(void) {
+  __atomic_fetch_add(&n_giveups, 1, __ATOMIC_RELAXED);
+  return -1;
+}
+
+/* __builtin_frame_address makes GCC keep a frame pointer here: our own
+ * frame is [fp] = the caller's rbp, [fp + 8] = the return address, and the
+ * caller's rsp is fp + 16. Every later stack read is inside this thread's
+ * stack, [lo, hi), at or above the current frame's rsp, and each CFA is
+ * above the last. An rsp-based rule needs no check but the top: its offset
+ * is >= 8, a multiple of 8, and covers the rbp slot (rule_in); an rbp-based
+ * one is checked whole, as rbp may hold anything. */
+int hs_cfa_backtrace(uint64_t *buf, uint32_t want) {
+  struct hs_thread *t = &hs_thread_state;
+  if (HS_UNLIKELY(!t->stack_known))
+    hs_unwind_stack_bounds(t);
+  /* client.c counts t->unwinds before each unwind: 1 is a thread's first. */
+  if (HS_UNLIKELY((t->unwinds & 255) == 1))
+    check_unloads();
+  uintptr_t lo = t->stack_lo, hi = t->stack_hi;
+  uintptr_t fp = (uintptr_t)__builtin_frame_address(0);
+  if (fp < lo || hi - lo < 16 || fp > hi - 16 || (fp & 7) || want == 0)
+    return give_up(); /* on another stack (sigaltstack, a coroutine's) */
+  const uintptr_t *frame = (const uintptr_t *)fp;
+  uintptr_t pc = frame[1], bp = frame[0], sp = fp + 16;
+  const uint64_t *tab = cache;
+  uint32_t n = 0;
+  for (;;) {
+    buf[n++] = pc;
+    if (n == want)
+      return (int)n;
+    uint64_t tag = pc >> 16;
+    uint64_t rule = __atomic_load_n(&tab[(pc ^ tag) & (CACHE_SLOTS - 1)], __ATOMIC_RELAXED);
+    if (HS_UNLIKELY((rule >> RULE_BITS) != tag))
+      rule = miss(pc);
+    uintptr_t off = (rule >> 2) & ((1u << OFF_BITS) - 1);
+    uintptr_t k8 = (rule >> (2 + OFF_BITS - 3)) & (((1u << K_BITS) - 1) << 3);
+    uintptr_t cfa;
+    switch (rule & 3) {
+    case KIND_RSP:
+      cfa = sp + off;
+      if (HS_UNLIKELY(cfa > hi))
+        return give_up();
+      break;
+    case KIND_RBP:
+      cfa = bp + off;
+      /* cfa >= sp + 8 also rules out a wrap of bp + off. */
+      if (cfa < sp + 8 || cfa > hi || (cfa & 7) || cfa - sp < k8)
+        return give_up();
+      break;
+    case KIND_END:
+      return (int)n;
+    default:
+      return give_up();
+    }
+    if (k8)
+      bp = *(const uintptr_t *)(cfa - k8);
+    pc = *(const uintptr_t *)(cfa - 8);
+    sp = cfa;
+    if (HS_UNLIKELY(pc == 0))
+      return give_up();
+  }
+}

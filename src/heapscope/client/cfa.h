@@ -1,0 +1,46 @@
+/*
+ * cfa.h: our own x86_64 unwinder, with a per-pc cache of CFA rules; tried
+ * before libunwind, which remains the fallback for anything it cannot do.
+ *
+ * For a return address pc, a cache entry says how to reach the caller's
+ * frame: CFA = rsp + N or rbp + N; the return address at CFA - 8; rbp
+ * restored from CFA - 8k or unchanged; or "the stack ends here" (the return
+ * address register undefined, as in _start and clone3). A miss finds the
+ * FDE of pc - 1 in its module's .eh_frame_hdr table (the module found with
+ * dl_iterate_phdr, on the miss path only) and runs the CIE and FDE programs
+ * up to pc - 1. Everything else (a CFA expression or another CFA register,
+ * a signal frame, no FDE, a pc outside every module, a register rule that
+ * does not fit, a CFA outside the thread's stack or not above the last one)
+ * makes the whole walk give up, and the caller unwinds with libunwind as
+ * before: the result is never worse than libunwind's.
+ *
+ * The cache is one mmap of 2^16 words, each a pc tag and its rule, written
+ * and read as single 64-bit words (no lock, no torn entry). A miss, and
+ * every 256th walk of a thread, clears it when the loader's unload count
+ * (dlpi_subs) changed, and its "give up" entries when the load count did.
+ * See docs/unwinder.md.
+ */
+#ifndef HEAPSCOPE_CLIENT_CFA_H
+#define HEAPSCOPE_CLIENT_CFA_H
+
+#include <stdint.h>
+
+#include "common.h"
+
+/* Maps the cache. Returns 0, or -1 when the walker cannot be used. */
+HS_HIDDEN int hs_cfa_init(void);
+
+/* Unwinds from the caller's frame: buf[0] is the return address into the
+ * caller, as unw_backtrace's list past its own frame. Returns the number of
+ * pcs (at most want), or -1: give up, unwind another way. Needs this
+ * thread's stack bounds in hs_thread_state (stack_known set). Call under
+ * the guard (a miss calls dl_iterate_phdr). */
+HS_HIDDEN int hs_cfa_backtrace(uint64_t *buf, uint32_t want);
+
+/* Counters of the cache, for tests and the verify mode. */
+struct hs_cfa_stats {
+  uint64_t misses, giveups;
+};
+HS_HIDDEN void hs_cfa_stats(struct hs_cfa_stats *out);
+
+#endif
