@@ -24,11 +24,10 @@ from pathlib import Path
 from heapscope.bookkeeping.dump import UNDEFINED_STACK, ProcessHeap
 from heapscope.bookkeeping.frames import FrameTable
 from heapscope.bookkeeping.rows import DUMP_ROW, OP_MALLOC, STREAM_ROW
-from heapscope.bookkeeping.trie import CallsiteTrie
 from heapscope.heaps import valid_name as valid_heap_name
 from heapscope.model import ProcessFlags, Upid
 from heapscope.producer import procfs
-from heapscope.producer._ingest import Ingest, Tracker
+from heapscope.producer._ingest import Ingest, Tracker, Trie
 from heapscope.producer.config import RecordConfig, name_matches
 from heapscope.producer.process import CustomHeap, ProcessState, create_ring
 from heapscope.producer.stats import StatRow, process_stats_rows
@@ -56,7 +55,7 @@ class Producer:
         self.log = log
         self.token = os.urandom(codec.TOKEN_SIZE)  # what secrets.token_bytes does, without its imports
         self.frames = FrameTable(config.skip_symbol_prefixes)
-        self.trie = CallsiteTrie()
+        self.trie = Trie()  # bookkeeping/trie.py's, in C: the resolve in C adds to it (resolve_core.h)
         self.processes: dict[int, ProcessState] = {}  # by socket fd
         self.ended: list[ProcessState] = []
         # pids whose process ended by exiting (its socket closed in its last destructor, or
@@ -277,6 +276,8 @@ class Producer:
                             dump_at_max=cfg.dump_at_max, threads=cfg.threads)
             if self.frames.discard:  # no profile kept: stacks stay in C, read by id (FrameTable.discard)
                 ingest.hold_stacks()
+            else:  # stacks stay in C until resolved there (ProcessHeap.held)
+                ingest.resolve_stacks()
         except Exception:
             shm.close()
             os.close(memfd)
@@ -298,6 +299,8 @@ class Producer:
         self.next_upid += 1
         info.parent_upid = self._upid_of(hello.ppid)
         p = ProcessState(info=info, sock=conn, memfd=memfd, shm=shm, ingest=ingest)
+        if not self.frames.discard:
+            p.heap.held = ingest
         p.flags.sampling_interval_bytes = p.flags.orig_sampling_interval_bytes = cfg.interval
         p.flags.from_startup = hello.pid not in self.attach_pids
         p.last_dump_ts = info.start_ts
@@ -445,15 +448,21 @@ class Producer:
         """Give a custom heap's tracker the callsites the malloc heap's resolve found for
         its stacks (stack ids are shared by every heap of a process); `final`: a stack
         never received is booked under UNDEFINED_STACK."""
-        callsites = p.heap.callsites
-        stray = None
-        for stack_id in tracker.unresolved():
-            cs = callsites.get(stack_id)
-            if cs is None and final:
-                stray = stray or self.trie.callsite([self.frames.special(UNDEFINED_STACK)])
-                cs = stray
-            if cs is not None:
-                tracker.set_callsite(stack_id, cs)
+        heap = p.heap
+        if heap.held is not None:
+            left = heap.held.bind(tracker)  # in C: a Python heap's tracker has a stack per sample
+        else:
+            left = []
+            for stack_id in tracker.unresolved():
+                cs = heap.callsites.get(stack_id)
+                if cs is None:
+                    left.append(stack_id)
+                else:
+                    tracker.set_callsite(stack_id, cs)
+        if final and left:
+            stray = self.trie.callsite([self.frames.special(UNDEFINED_STACK)])
+            for stack_id in left:
+                tracker.set_callsite(stack_id, stray)
 
     # -- dumps ---------------------------------------------------------------
 
@@ -521,12 +530,12 @@ class Producer:
         self.writer.commit()
 
     def _stream_rows(self, p: ProcessState) -> list[tuple[int, int, str, int, int, int, int, int | None]]:
-        upid, callsites = p.info.upid, p.heap.callsites
+        upid, callsite = p.info.upid, p.heap.callsite
         rows: list[tuple[int, int, str, int, int, int, int, int | None]] = []
         for chunk in p.stream:
             for kind, seq, addr, size, sample, stack, ts in STREAM_ROW.iter_unpack(chunk):
                 rows.append((upid, seq, "malloc" if kind == OP_MALLOC else "free", ts, addr, size, sample,
-                             callsites.get(stack) if stack else None))
+                             callsite(stack) if stack else None))
         p.stream.clear()
         return rows
 
@@ -544,6 +553,7 @@ class Producer:
         p.flags.client_error = _client_error_name(p.meta("client_error"))
         p.flags.unwinder = _unwinder_name(p.meta("unwinder"), p.meta("client_state"))
         st = p.ingest.stats()
+        p.stats.stacks += st["held_stacks"]  # kept in C (resolve_stacks, hold_stacks): never decoded here
         p.flags.buffer_corrupted = bool(st["corrupt"])
         p.flags.buffer_overran = p.meta("dropped_records") > 0
         self.dump(p, reason, final=True)
