@@ -108,7 +108,16 @@ class ProcessHeap(Slots):
         if self.held is not None:
             self.held.define_code(key)
 
-    def _resolve_held(self, frames: FrameTable, trie: CallsiteTrie | Trie, wait: bool) -> None:
+    def resolve_known(self, frames: FrameTable, trie: CallsiteTrie | Trie) -> None:
+        """While the process runs (the producer's idle moments): resolve the stacks kept in C
+        whose every pc is in a module already known and every code object received; the
+        others wait for the next dump, so each resolves as it would at that dump. Nothing
+        for the Python path."""
+        if self.held is not None and not frames.discard:
+            self._resolve_held(frames, trie, wait=True, known_only=True)
+
+    def _resolve_held(self, frames: FrameTable, trie: CallsiteTrie | Trie, wait: bool,
+                      known_only: bool = False) -> None:
         """The C path of resolve() (resolve_core.h), on the stacks the Ingest keeps."""
         from heapscope.producer._ingest import Trie
 
@@ -119,8 +128,8 @@ class ProcessHeap(Slots):
         lo = splice.eval_lo
         interp = mods.find(lo) if lo else None
         istart, iend = (mods.modules[interp].start, mods.modules[interp].end) if interp is not None else (0, 0)
-        _n, unplaced = self.held.resolve(trie, frames.namer(mods, self.frame_cache, splice, NO_FRAMES),
-                                         lo, splice.eval_hi, istart, iend, wait)
+        namer = frames.namer(mods, self.frame_cache, splice, NO_FRAMES, known_only)
+        _n, unplaced = self.held.resolve(trie, namer, lo, splice.eval_hi, istart, iend, wait)
         splice.unplaced += unplaced
 
     def resolve(self, frames: FrameTable, trie: CallsiteTrie | Trie, tracker: Tracker) -> None:

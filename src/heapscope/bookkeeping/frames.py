@@ -186,16 +186,19 @@ class FrameTable:
         return out
 
     def namer(self, mods: ProcessModules, cache: dict[int, FrameId], splice: PySplice,
-              no_frames: str) -> Callable[[int, int, int], int]:
+              no_frames: str, known_only: bool = False) -> Callable[[int, int, int], int]:
         """What the C resolve (producer/resolve_core.h) asks to name a frame it has not met:
         (kind, a, b) -> frame id | flags, as frames_of and frames_of_python name them
-        (the kinds and flags are resolve_core.h's)."""
+        (the kinds and flags are resolve_core.h's). `known_only`: a pc in no module known
+        yet is answered 0, "not now" (its stack waits)."""
         filtered = self.filtered
 
         def name(kind: int, a: int, b: int) -> int:
             if kind == _NAME_PC:
                 fid = cache.get(a)
                 if fid is None:
+                    if known_only and mods.find(a - 1) is None:
+                        return 0
                     fid = cache[a] = FrameId(self._intern_pc(mods, a))
                 flags = 0
             elif kind == _NAME_PYFRAME:

@@ -668,6 +668,7 @@ static int64_t call_namer(void *ctx, int kind, uint64_t a, int64_t b) {
   long long v = PyLong_AsLongLong(r);
   Py_DECREF(r);
   if (v == -1 && PyErr_Occurred()) return -1;
+  if (v == 0 && kind == HS_NAME_PC) return 0; /* not now: the stack waits */
   if ((v & 0xffffffffll) <= 0 || (v & 0xffffffffll) >= 0x80000000ll || (v >> 32) & ~3ll) {
     PyErr_Format(PyExc_ValueError, "namer returned %lld: not a frame id (1 to 2^31 - 1) with flags", v);
     return -1;

@@ -257,7 +257,8 @@ class Ingest:
         a, b)` names a frame met for the first time (FrameTable.namer: kind 0 a
         pc, 1 a Python (code key, offset), 2 the frame of an empty stack) and
         returns its id, with bit 32 set for a FILTERED frame and bit 33 for an
-        answer not to keep. (stacks resolved, Python frames put at the root).
+        answer not to keep; a pc answered 0 makes its stack wait for a later
+        resolve. (stacks resolved, Python frames put at the root).
         An exception of the namer propagates; the stacks not resolved wait.
         """
 

@@ -36,6 +36,9 @@ from heapscope.store.writer import ProfileWriter
 from heapscope.wire import codec
 
 RSS_EVERY_NS = 50_000_000  # VmHWM is read this often per process: the peak is gone with the process
+# Stacks are resolved (and their callsites written) this often while the processes run, so that
+# the end of a recording is left with the stacks of its last moments only (issue 13).
+RESOLVE_EVERY_NS = 100_000_000
 DRAIN_BATCH = 1 << 18  # records per ring per poll: keeps the loop responsive
 HANDSHAKE_TIMEOUT_S = 5.0
 PEERCRED = struct.Struct("3i")
@@ -74,6 +77,8 @@ class Producer:
         self.target_pids: set[int] = set()  # their own exit ends the session, so it is no disconnect
         self.attach_pids: set[int] = set()  # -p: attached while running (from_startup = false)
         self.guardrail = ""  # which guardrail was hit, if any
+        self._resolved_ns = time.monotonic_ns()  # the last resolve_early()
+        self.resolve_every_ns: int | None = RESOLVE_EVERY_NS  # None: stacks resolve at dumps only
         # A private (0700) directory in the shared temp dir; the owner lock in
         # it tells a later run whether this one is still alive (session.py).
         self._dir = make_private_dir(OWNED_PREFIX)  # tempfile.mkdtemp, without tempfile's imports
@@ -134,6 +139,10 @@ class Producer:
             drained += self._drain(p)
             if now - p.rss_read_ns >= RSS_EVERY_NS:
                 self._read_rss(p, now)
+        every = self.resolve_every_ns
+        if every is not None and now - self._resolved_ns >= every and not self.frames.discard:
+            self._resolved_ns = now
+            self.resolve_early()
         for s in readable:
             ended = self.processes.get(s.fileno()) if s is not self.listener else None
             if ended is None:
@@ -466,6 +475,25 @@ class Producer:
 
     # -- dumps ---------------------------------------------------------------
 
+    def resolve_early(self) -> None:
+        """Resolve what can be while the processes run (ProcessHeap.resolve_known) and write
+        the frames and callsites that made: the end's dump then has few left to do."""
+        for p in self.processes.values():
+            p.heap.resolve_known(self.frames, self.trie)
+        if self._write_tables():
+            self.writer.commit()
+
+    def _write_tables(self) -> bool:
+        """Write the mappings, frames and callsites interned since the last call; False when none."""
+        w = self.writer
+        new = (self.frames.mappings.take_new(), self.frames.frames.take_new(), self.frames.take_new_python(),
+               self.trie.take_new())
+        w.add_mappings(new[0])
+        w.add_frames(new[1])
+        w.add_python_symbols(new[2])
+        w.add_callsites(new[3])
+        return any(new)
+
     def dump(self, p: ProcessState, reason: str, final: bool = False) -> None:
         """Write one dump of `p`: the change of every callsite since the last one.
 
@@ -478,10 +506,7 @@ class Producer:
         rows = heap.dump_rows(tracker, self.frames, self.trie, final)
         custom = self._custom_heap_rows(p, final) if p.custom_heaps else []
         w = self.writer
-        w.add_mappings(self.frames.mappings.take_new())
-        w.add_frames(self.frames.frames.take_new())
-        w.add_python_symbols(self.frames.take_new_python())
-        w.add_callsites(self.trie.take_new())
+        self._write_tables()
         ts = max(time.monotonic_ns(), p.last_dump_ts + 1)
         w.add_dump(p.info.upid, p.last_dump_ts, ts, reason, rows, p.heap_name)
         if final:

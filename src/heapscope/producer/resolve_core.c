@@ -155,7 +155,7 @@ static int64_t pc_frame(struct job *j, uint64_t pc) {
   uint64_t fid;
   if (hs_map_get(&j->r->pcs, pc, 0, &fid)) return (int64_t)fid;
   int64_t named = j->namer(j->ctx, HS_NAME_PC, pc, 0);
-  if (named < 0) return -1;
+  if (named <= 0) return named < 0 ? -1 : 0; /* 0: not now, the stack waits */
   if (hs_map_put(&j->r->pcs, pc, 0, (uint64_t)named) < 0) return -2;
   return named;
 }
@@ -190,6 +190,7 @@ static int native_path(struct job *j, const uint64_t *pcs, uint32_t depth) {
     memcpy(&pc, &pcs[k], sizeof pc);
     int64_t fid = pc_frame(j, pc);
     CHECK(fid);
+    if (!fid) return WAITS;
     CHECK(push(j, (uint64_t)fid));
   }
   /* Built root first: turn it leaf first, as the Python path's before its reversal. */
@@ -230,6 +231,7 @@ static int python_path(struct job *j, const uint64_t *pcs, uint32_t depth, const
     if (seen && sp->interp_start <= pc - 1 && pc - 1 < sp->interp_end) continue;
     int64_t fid = pc_frame(j, pc);
     CHECK(fid);
+    if (!fid) return WAITS;
     CHECK(push(j, (uint64_t)fid));
   }
   if (i < py_depth) {

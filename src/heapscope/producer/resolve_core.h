@@ -67,7 +67,8 @@ enum hs_name_kind {
 };
 
 /* Names one frame: its id with HS_FID_* flags, or < 0 when it failed (the
- * resolve stops there; the caller's error stands). */
+ * resolve stops there; the caller's error stands). A pc may also be answered
+ * 0, "not now": its stack waits for a later resolve (a module not known yet). */
 typedef int64_t (*hs_namer)(void *ctx, int kind, uint64_t a, int64_t b);
 
 /* The stacks of one process. */

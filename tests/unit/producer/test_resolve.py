@@ -7,6 +7,8 @@ the producer's Ingest keeps it, is then resolved both ways: by the producer
 (define_stack, the same modules and code objects) with tables of its own.
 Each stack must come out as the same frames, root first; so must the frame
 and callsite tables, id for id, and the frames the splice put at the root.
+The same holds when part of the stacks resolved while the program ran
+(Producer.resolve_early), but for the ids, which then follow another order.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ NATIVE = "import json, sys; keep = [json.dumps(list(range(k * 50))) for k in ran
 def producer(tmp_path: Path) -> Iterator[Producer]:
     writer = ProfileWriter(tmp_path / "p.db")
     p = Producer(writer, RecordConfig(interval=512, seed=7))
+    p.resolve_every_ns = None  # the stacks wait for the test
     yield p
     p.finish()
     writer.close()
@@ -142,7 +145,7 @@ def _frames_of(table: list[tuple[Mapping, int, str]], paths: list[tuple[int, int
     return tuple(reversed(out))
 
 
-def _compare(producer: Producer, p: ProcessState) -> int:
+def _compare(producer: Producer, p: ProcessState, early: bool = False) -> None:
     heap, frames, trie, ids = _python_path_of(producer, p)
     assert len(ids) > 20, "too few stacks to compare"
     assert p.heap.held is not None
@@ -150,6 +153,9 @@ def _compare(producer: Producer, p: ProcessState) -> int:
     ours = Tracker()
     heap.resolve(frames, trie, ours)
     heap.resolve_python(frames, trie, ours, final=True)
+    if early:  # as while the program runs, then at its end
+        producer.resolve_early()
+        assert len(p.ingest.waiting()) < len(ids)
     p.heap.resolve(producer.frames, producer.trie, p.ingest.tracker)
     p.heap.resolve_python(producer.frames, producer.trie, p.ingest.tracker, final=True)
     # THEN every stack has the same frames, root first
@@ -160,13 +166,17 @@ def _compare(producer: Producer, p: ProcessState) -> int:
         c_cs, py_cs = p.heap.callsite(stack_id), heap.callsite(stack_id)
         assert c_cs is not None and py_cs is not None
         assert _frames_of(c_frames, c_paths, c_cs) == _frames_of(py_frames, py_paths, py_cs), stack_id
-    # AND the same tables, id for id: the C path interns in the Python path's order
-    assert c_paths == py_paths
-    assert c_frames == py_frames
     assert p.heap.python.unplaced == heap.python.unplaced
     # AND a resolved stack's record is let go (only its callsite is kept)
     assert all(p.ingest.held_stack(s) is None for s in ids)
-    return len(ids)
+    # AND the same tables, id for id, when all resolve at once: the C path interns in the
+    # Python path's order; resolved in two steps, the same frames and callsites
+    if early:
+        assert sorted(c_frames, key=repr) == sorted(py_frames, key=repr)
+        assert len(c_paths) == len(py_paths)
+    else:
+        assert c_paths == py_paths
+        assert c_frames == py_frames
 
 
 def test_python_stacks_resolve_in_c_as_in_python(producer: Producer, tmp_path: Path) -> None:
@@ -180,12 +190,21 @@ def test_python_stacks_resolve_in_c_as_in_python(producer: Producer, tmp_path: P
         _release(proc)
 
 
+def test_stacks_resolved_while_the_program_runs_resolve_as_at_its_end(producer: Producer, tmp_path: Path) -> None:
+    proc, p = _stopped_target(producer, PROGRAM, tmp_path)
+    try:
+        _compare(producer, p, early=True)
+    finally:
+        _release(proc)
+
+
 def test_native_stacks_resolve_in_c_as_in_python(tmp_path: Path) -> None:
     # Python frames off (an interpreter layout the client does not know: client.c), so the
     # client sends native stacks only; and the frames of libc's directory filtered
     writer = ProfileWriter(tmp_path / "n.db")
     producer = Producer(writer, RecordConfig(interval=256, seed=3, skip_symbol_prefixes=("/usr/lib/x86_64",
                                                                                         "/lib/x86_64")))
+    producer.resolve_every_ns = None
     try:
         proc, p = _stopped_target(producer, NATIVE, tmp_path, {"HEAPSCOPE_TEST_PY_HEXVERSION": "0x01000000"})
         try:
