@@ -35,6 +35,10 @@ from heapscope.store.values import (
     u64_to_sql,
 )
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
+if TYPE_CHECKING:
+    from typing import Any
+
 SCHEMA_VERSION = "1"
 # SQLite's files beside a database while it is written (https://www.sqlite.org/tempfiles.html).
 _SIDECARS = ("-wal", "-shm", "-journal")
@@ -166,8 +170,8 @@ class ProfileWriter:
             [head + (*r, None) if len(r) == 3 else head + r[:4] for r in rows],
             lambda r: (*r[:3], *(None if v is None else i64_to_sql(v) for v in r[3:])))
 
-    def _insert_in_range(self, sql: str, rows: list[tuple[int | str | None, ...]],
-                         convert: Callable[[tuple[int | str | None, ...]], tuple[int | str | None, ...]]) -> None:
+    def _insert_in_range(self, sql: str, rows: list[tuple[Any, ...]],
+                         convert: Callable[[tuple[Any, ...]], tuple[Any, ...]]) -> None:
         """executemany(sql, rows) with the values bound as they are; should one not fit SQLite's
         int64, the attempt is undone and every row goes through `convert` (store/values.py)."""
         if not rows:
