@@ -44,7 +44,7 @@ class ProcessHeap(Slots):
     """What a process's dumps need: its stacks, modules and callsites."""
 
     __slots__ = ("modules", "frame_cache", "stacks", "py_stacks", "python", "callsites", "unreleased", "dumps",
-                 "held")
+                 "held", "parked_at")
     modules: ProcessModules
     frame_cache: dict[int, FrameId]
     stacks: dict[int, tuple[int, ...]]  # defined, not yet resolved
@@ -56,6 +56,7 @@ class ProcessHeap(Slots):
     # The Ingest that keeps this process's stacks and resolves them in C (the producer's
     # case); None: stacks come through define_stack and resolve in Python.
     held: Ingest | None
+    parked_at: int  # modules.generation at the last resolve_known(): stacks parked then wait for a new module
 
     def __init__(self, modules: ProcessModules | None = None, frame_cache: dict[int, FrameId] | None = None,
                  stacks: dict[int, tuple[int, ...]] | None = None,
@@ -71,6 +72,7 @@ class ProcessHeap(Slots):
         self.unreleased = unreleased
         self.dumps = dumps
         self.held = held
+        self.parked_at = -1
 
     def define_stack(self, stack_id: int, pcs: tuple[int, ...],
                      py: tuple[tuple[int, int, int], ...] | None = None) -> None:
@@ -129,7 +131,10 @@ class ProcessHeap(Slots):
         interp = mods.find(lo) if lo else None
         istart, iend = (mods.modules[interp].start, mods.modules[interp].end) if interp is not None else (0, 0)
         namer = frames.namer(mods, self.frame_cache, splice, NO_FRAMES, known_only)
-        _n, unplaced = self.held.resolve(trie, namer, lo, splice.eval_hi, istart, iend, wait)
+        # A stack that waits for a module (a pc in none known) is tried again once one came.
+        retry = not known_only or mods.generation != self.parked_at
+        self.parked_at = mods.generation
+        _n, unplaced = self.held.resolve(trie, namer, lo, splice.eval_hi, istart, iend, wait, retry)
         splice.unplaced += unplaced
 
     def resolve(self, frames: FrameTable, trie: CallsiteTrie | Trie, tracker: Tracker) -> None:

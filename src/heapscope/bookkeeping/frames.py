@@ -59,18 +59,21 @@ def mapping_of(m: ModuleRecord) -> Mapping:
 class ProcessModules(Slots):
     """The loaded objects of one process, searchable by address."""
 
-    __slots__ = ("starts", "modules", "mapping_ids")
+    __slots__ = ("starts", "modules", "mapping_ids", "generation")
     starts: list[int]
     modules: list[ModuleRecord]
     mapping_ids: list[int]
+    generation: int  # modules added so far: what waits for a module may resolve once it moves
 
     def __init__(self, starts: list[int] | None = None, modules: list[ModuleRecord] | None = None,
-                 mapping_ids: list[int] | None = None) -> None:
+                 mapping_ids: list[int] | None = None, generation: int = 0) -> None:
         self.starts = [] if starts is None else starts
         self.modules = [] if modules is None else modules
         self.mapping_ids = [] if mapping_ids is None else mapping_ids
+        self.generation = generation
 
     def add(self, m: ModuleRecord, mapping_id: int) -> None:
+        self.generation += 1
         i = bisect.bisect_left(self.starts, m.start)
         if i < len(self.starts) and self.starts[i] == m.start:
             self.modules[i], self.mapping_ids[i] = m, mapping_id  # re-sent after a dlclose/dlopen

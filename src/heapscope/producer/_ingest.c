@@ -677,15 +677,16 @@ static int64_t call_namer(void *ctx, int kind, uint64_t a, int64_t b) {
 }
 
 static PyObject *Ingest_resolve(IngestObject *self, PyObject *args, PyObject *kwds) {
-  static char *kwlist[] = {"trie", "namer", "eval_lo", "eval_hi", "interp_start", "interp_end", "wait", NULL};
+  static char *kwlist[] = {"trie", "namer", "eval_lo", "eval_hi", "interp_start", "interp_end", "wait",
+                           "retry_parked", NULL};
   PyObject *trie, *namer;
   unsigned long long lo, hi, istart, iend;
-  int wait;
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OKKKKp:resolve", kwlist, &TrieType, &trie, &namer, &lo, &hi,
-                                   &istart, &iend, &wait))
+  int wait, retry = 1;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OKKKKp|p:resolve", kwlist, &TrieType, &trie, &namer, &lo, &hi,
+                                   &istart, &iend, &wait, &retry))
     return NULL;
   if (ingest_check(self) < 0) return NULL;
-  struct hs_splice sp = {lo, hi, istart, iend, wait};
+  struct hs_splice sp = {lo, hi, istart, iend, wait, retry};
   uint64_t unplaced = 0;
   self->tracker->busy = 1; /* the namer runs Python: no other thread may use the tracker meanwhile */
   int64_t n = hs_ingest_resolve(self->g, &((TrieObject *)trie)->t, &sp, call_namer, namer, &unplaced);
@@ -736,9 +737,15 @@ static PyObject *Ingest_bind(IngestObject *self, PyObject *arg) {
 static PyObject *Ingest_waiting(IngestObject *self, PyObject *Py_UNUSED(ignored)) {
   if (ingest_check(self) < 0) return NULL;
   const struct hs_resolver *r = &self->g->res;
-  PyObject *list = PyList_New((Py_ssize_t)(r->native.len + r->python.len));
-  for (size_t i = 0; list && i < r->native.len + r->python.len; i++) {
-    uint64_t id = i < r->native.len ? r->native.p[i] : r->python.p[i - r->native.len];
+  const struct hs_u64s *lists[3] = {&r->parked, &r->native, &r->python};
+  size_t total = r->parked.len + r->native.len + r->python.len;
+  PyObject *list = PyList_New((Py_ssize_t)total);
+  for (size_t i = 0, l = 0, k = 0; list && i < total; i++, k++) {
+    while (k >= lists[l]->len) {
+      l++;
+      k = 0;
+    }
+    uint64_t id = lists[l]->p[k];
     PyObject *v = PyLong_FromUnsignedLongLong(id);
     if (!v) Py_CLEAR(list);
     else PyList_SET_ITEM(list, (Py_ssize_t)i, v);
@@ -779,7 +786,8 @@ static PyMethodDef Ingest_methods[] = {
     {"define_code", (PyCFunction)Ingest_define_code, METH_O,
      "define_code(key) -> None\n--\n\nA Python code object of this process was received."},
     {"resolve", (PyCFunction)(void (*)(void))Ingest_resolve, METH_VARARGS | METH_KEYWORDS,
-     "resolve(trie, namer, eval_lo, eval_hi, interp_start, interp_end, wait) -> tuple[int, int]\n--\n\n"
+     "resolve(trie, namer, eval_lo, eval_hi, interp_start, interp_end, wait, retry_parked=True)"
+     " -> tuple[int, int]\n--\n\n"
      "Resolve the waiting stacks; (how many, Python frames put at the root)."},
     {"callsite", (PyCFunction)Ingest_callsite, METH_O,
      "callsite(stack_id) -> int\n--\n\nThe callsite of a resolved stack, 0 when none."},

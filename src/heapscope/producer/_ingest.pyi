@@ -247,7 +247,7 @@ class Ingest:
         object not received yet waits, resolve(wait=True))."""
 
     def resolve(self, trie: Trie, namer: Callable[[int, int, int], int], eval_lo: int, eval_hi: int,
-                interp_start: int, interp_end: int, wait: bool) -> tuple[int, int]:
+                interp_start: int, interp_end: int, wait: bool, retry_parked: bool = True) -> tuple[int, int]:
         """Resolve the waiting stacks into `trie` and this Ingest's tracker (set_callsite).
 
         As bookkeeping/dump.py's ProcessHeap resolve does in Python: native
@@ -257,8 +257,9 @@ class Ingest:
         a, b)` names a frame met for the first time (FrameTable.namer: kind 0 a
         pc, 1 a Python (code key, offset), 2 the frame of an empty stack) and
         returns its id, with bit 32 set for a FILTERED frame and bit 33 for an
-        answer not to keep; a pc answered 0 makes its stack wait for a later
-        resolve. (stacks resolved, Python frames put at the root).
+        answer not to keep; a pc answered 0 parks its stack: it is tried again
+        by a resolve with retry_parked (first, in the order stacks parked).
+        (stacks resolved, Python frames put at the root).
         An exception of the namer propagates; the stacks not resolved wait.
         """
 
@@ -271,8 +272,8 @@ class Ingest:
 
     def waiting(self) -> list[int]:
         """Ids of the stacks kept by resolve_stacks() and not resolved yet, in the order
-        resolve() takes them: native stacks, then those with Python frames, each in the
-        order of their first definition."""
+        resolve() takes them: parked ones, native stacks, then those with Python frames,
+        each in the order of their first definition."""
 
     def stats(self) -> dict[str, int]:
         """The reader's counters and its tracker's (Tracker.stats()).

@@ -139,10 +139,10 @@ static int keep_stack(struct hs_ingest *g, const uint8_t *rec, uint32_t size) {
 
 int hs_ingest_compact_held(struct hs_ingest *g) {
   struct hs_held_stacks *h = &g->held;
-  if (!g->resolve_stacks || h->count == g->res.native.len + g->res.python.len) return 0;
+  if (!g->resolve_stacks || h->count == g->res.native.len + g->res.python.len + g->res.parked.len) return 0;
   struct hs_held_stacks kept = {0};
-  const struct hs_u64s *lists[2] = {&g->res.native, &g->res.python};
-  for (int l = 0; l < 2; l++) {
+  const struct hs_u64s *lists[3] = {&g->res.parked, &g->res.native, &g->res.python};
+  for (int l = 0; l < 3; l++) {
     for (size_t n = 0; n < lists[l]->len; n++) {
       uint32_t size;
       const uint8_t *rec = hs_ingest_held_stack(g, lists[l]->p[n], &size);

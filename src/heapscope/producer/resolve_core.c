@@ -118,6 +118,7 @@ void hs_resolver_destroy(struct hs_resolver *r) {
   hs_map_destroy(&r->callsites);
   free(r->native.p);
   free(r->python.p);
+  free(r->parked.p);
   free(r->path);
   *r = (struct hs_resolver){0};
 }
@@ -125,6 +126,7 @@ void hs_resolver_destroy(struct hs_resolver *r) {
 /* Outcomes of one stack. */
 #define RESOLVED 1
 #define WAITS 0
+#define PARKS 2 /* waits for a module: a pc was answered "not now" */
 #define FAILED (-1)
 
 struct job {
@@ -190,7 +192,7 @@ static int native_path(struct job *j, const uint64_t *pcs, uint32_t depth) {
     memcpy(&pc, &pcs[k], sizeof pc);
     int64_t fid = pc_frame(j, pc);
     CHECK(fid);
-    if (!fid) return WAITS;
+    if (!fid) return PARKS;
     CHECK(push(j, (uint64_t)fid));
   }
   /* Built root first: turn it leaf first, as the Python path's before its reversal. */
@@ -231,7 +233,7 @@ static int python_path(struct job *j, const uint64_t *pcs, uint32_t depth, const
     if (seen && sp->interp_start <= pc - 1 && pc - 1 < sp->interp_end) continue;
     int64_t fid = pc_frame(j, pc);
     CHECK(fid);
-    if (!fid) return WAITS;
+    if (!fid) return PARKS;
     CHECK(push(j, (uint64_t)fid));
   }
   if (i < py_depth) {
@@ -305,13 +307,22 @@ int64_t hs_ingest_resolve(struct hs_ingest *g, struct hs_trie *trie, const struc
   struct job j = {r, namer, ctx, 0, NULL, NULL, 0, 0};
   int64_t resolved = 0;
   int failed = 0;
-  struct hs_u64s *lists[2] = {&r->native, &r->python};
-  for (int l = 0; l < 2; l++) {
+  struct hs_u64s parked = r->parked, again = {0};
+  if (sp->retry_parked) {
+    again = parked; /* tried first; whatever parks again parks anew */
+    r->parked = (struct hs_u64s){0};
+  }
+  struct hs_u64s *lists[3] = {&again, &r->native, &r->python};
+  for (int l = 0; l < 3; l++) {
     struct hs_u64s *ids = lists[l];
     size_t kept = 0;
     for (size_t n = 0; n < ids->len; n++) {
       uint64_t stack_id = ids->p[n];
       if (failed) {
+        if (l == 0) {
+          if (hs_u64s_push(&r->parked, stack_id) < 0) failed = -2;
+          continue;
+        }
         ids->p[kept++] = stack_id;
         continue;
       }
@@ -334,6 +345,10 @@ int64_t hs_ingest_resolve(struct hs_ingest *g, struct hs_trie *trie, const struc
         outcome = native_path(&j, pcs, s.depth);
       }
       int64_t cs = outcome == RESOLVED ? callsite_of_path(&j, trie) : outcome;
+      if (outcome == PARKS || (l == 0 && outcome == WAITS)) {
+        if (hs_u64s_push(&r->parked, stack_id) < 0) failed = -2;
+        continue;
+      }
       if (outcome == WAITS) {
         ids->p[kept++] = stack_id;
         continue;
@@ -341,6 +356,10 @@ int64_t hs_ingest_resolve(struct hs_ingest *g, struct hs_trie *trie, const struc
       if (cs < 0 || hs_map_put(&r->callsites, stack_id, 0, (uint64_t)cs) < 0 ||
           hs_tracker_set_callsite(g->tracker, stack_id, (uint64_t)cs) < 0) {
         failed = cs == -1 ? -1 : -2;
+        if (l == 0) {
+          if (hs_u64s_push(&r->parked, stack_id) < 0) failed = -2;
+          continue;
+        }
         ids->p[kept++] = stack_id;
         continue;
       }
@@ -348,6 +367,7 @@ int64_t hs_ingest_resolve(struct hs_ingest *g, struct hs_trie *trie, const struc
     }
     ids->len = kept;
   }
+  free(again.p);
   free(j.prev_frame);
   free(j.prev_node);
   if (hs_ingest_compact_held(g) < 0 && !failed) failed = -2;

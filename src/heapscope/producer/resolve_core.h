@@ -78,6 +78,9 @@ struct hs_resolver {
   struct hs_map codes;     /* code keys received (HS_REC_PYCODE) */
   struct hs_map callsites; /* stack id -> callsite id */
   struct hs_u64s native, python; /* waiting stack ids, in order of first definition */
+  /* Waiting for a module not known yet (a pc answered "not now"): tried again
+   * only when the caller says something changed (hs_splice.retry_parked). */
+  struct hs_u64s parked;
   uint64_t no_frames;      /* frame id | flags of an empty stack; 0 = not named yet */
   uint32_t *path;          /* scratch: one stack's frames */
   size_t path_cap;
@@ -88,6 +91,7 @@ struct hs_splice {
   uint64_t eval_lo, eval_hi;  /* a pc in (lo, hi] is an eval loop activation */
   uint64_t interp_start, interp_end; /* the interpreter's object: [start, end) */
   int wait;                   /* a stack naming a code object not received yet waits */
+  int retry_parked;           /* the parked stacks are tried again (first, in the order they parked) */
 };
 
 void hs_resolver_destroy(struct hs_resolver *r);

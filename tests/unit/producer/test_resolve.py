@@ -8,7 +8,8 @@ the producer's Ingest keeps it, is then resolved both ways: by the producer
 Each stack must come out as the same frames, root first; so must the frame
 and callsite tables, id for id, and the frames the splice put at the root.
 The same holds when part of the stacks resolved while the program ran
-(Producer.resolve_early), but for the ids, which then follow another order.
+(Producer.resolve_early), one module coming late, but for the ids, which
+then follow another order.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from heapscope.bookkeeping.dump import ProcessHeap
-from heapscope.bookkeeping.frames import FrameTable
+from heapscope.bookkeeping.frames import FrameTable, ProcessModules
 from heapscope.bookkeeping.trie import CallsiteTrie
 from heapscope.model import Mapping
 from heapscope.producer._ingest import Tracker, Trie
@@ -145,6 +146,30 @@ def _frames_of(table: list[tuple[Mapping, int, str]], paths: list[tuple[int, int
     return tuple(reversed(out))
 
 
+def _resolve_early_with_a_late_module(producer: Producer, p: ProcessState) -> None:
+    """Resolve while the program runs, as if libc's module record had not come yet: the stacks
+    with a libc frame wait (parked), and resolve once it came."""
+    full = p.heap.modules
+    libc = next(k for k, m in enumerate(full.modules) if "/libc.so" in m.path)
+    partial = ProcessModules()
+    for k, (m, mapping_id) in enumerate(zip(full.modules, full.mapping_ids, strict=True)):
+        if k != libc:
+            partial.add(m, mapping_id)
+    p.heap.modules = partial
+    try:
+        producer.resolve_early()
+        parked = p.ingest.waiting()
+        assert parked, "no stack waited for libc"
+        assert all(p.ingest.callsite(s) == 0 for s in parked)
+        producer.resolve_early()  # no module came: they wait on
+        assert p.ingest.waiting() == parked
+        partial.add(full.modules[libc], full.mapping_ids[libc])
+        producer.resolve_early()  # it came: they resolve
+        assert len(p.ingest.waiting()) < len(parked)
+    finally:
+        p.heap.modules = full
+
+
 def _compare(producer: Producer, p: ProcessState, early: bool = False) -> None:
     heap, frames, trie, ids = _python_path_of(producer, p)
     assert len(ids) > 20, "too few stacks to compare"
@@ -154,8 +179,7 @@ def _compare(producer: Producer, p: ProcessState, early: bool = False) -> None:
     heap.resolve(frames, trie, ours)
     heap.resolve_python(frames, trie, ours, final=True)
     if early:  # as while the program runs, then at its end
-        producer.resolve_early()
-        assert len(p.ingest.waiting()) < len(ids)
+        _resolve_early_with_a_late_module(producer, p)
     p.heap.resolve(producer.frames, producer.trie, p.ingest.tracker)
     p.heap.resolve_python(producer.frames, producer.trie, p.ingest.tracker, final=True)
     # THEN every stack has the same frames, root first
