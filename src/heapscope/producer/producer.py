@@ -477,11 +477,12 @@ class Producer:
 
     def resolve_early(self) -> None:
         """Resolve what can be while the processes run (ProcessHeap.resolve_known) and write
-        the frames and callsites that made: the end's dump then has few left to do."""
+        the frames and callsites that made: the end's dump then has few left to do. Not
+        committed here: the next dump's commit takes them (a commit per pass cost ~10 ms,
+        and every few of them a checkpoint with its fsyncs)."""
         for p in self.processes.values():
             p.heap.resolve_known(self.frames, self.trie)
-        if self._write_tables():
-            self.writer.commit()
+        self._write_tables()
 
     def _write_tables(self) -> bool:
         """Write the mappings, frames and callsites interned since the last call; False when none."""
