@@ -15,6 +15,7 @@ UNKNOWN_MAPPING = Mapping(build_id="", exact_offset=0, start_offset=0, start=0, 
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Generic, TypeVar
 
     T = TypeVar("T")
@@ -58,18 +59,21 @@ def mapping_of(m: ModuleRecord) -> Mapping:
 class ProcessModules(Slots):
     """The loaded objects of one process, searchable by address."""
 
-    __slots__ = ("starts", "modules", "mapping_ids")
+    __slots__ = ("starts", "modules", "mapping_ids", "generation")
     starts: list[int]
     modules: list[ModuleRecord]
     mapping_ids: list[int]
+    generation: int  # modules added so far: what waits for a module may resolve once it moves
 
     def __init__(self, starts: list[int] | None = None, modules: list[ModuleRecord] | None = None,
-                 mapping_ids: list[int] | None = None) -> None:
+                 mapping_ids: list[int] | None = None, generation: int = 0) -> None:
         self.starts = [] if starts is None else starts
         self.modules = [] if modules is None else modules
         self.mapping_ids = [] if mapping_ids is None else mapping_ids
+        self.generation = generation
 
     def add(self, m: ModuleRecord, mapping_id: int) -> None:
+        self.generation += 1
         i = bisect.bisect_left(self.starts, m.start)
         if i < len(self.starts) and self.starts[i] == m.start:
             self.modules[i], self.mapping_ids[i] = m, mapping_id  # re-sent after a dlclose/dlopen
@@ -91,6 +95,10 @@ def python_mapping(file: str) -> Mapping:
 
 
 UNKNOWN_CODE = "[python code not received]"
+
+# resolve_core.h: enum hs_name_kind, HS_FID_FILTERED, HS_FID_NOCACHE.
+_NAME_PC, _NAME_PYFRAME = 0, 1
+_FID_FILTERED, _FID_NOCACHE = 1 << 32, 1 << 33
 
 
 class PyCode(Slots):
@@ -179,6 +187,30 @@ class FrameTable:
                 continue
             out.append(fid)
         return out
+
+    def namer(self, mods: ProcessModules, cache: dict[int, FrameId], splice: PySplice,
+              no_frames: str, known_only: bool = False) -> Callable[[int, int, int], int]:
+        """What the C resolve (producer/resolve_core.h) asks to name a frame it has not met:
+        (kind, a, b) -> frame id | flags, as frames_of and frames_of_python name them
+        (the kinds and flags are resolve_core.h's). `known_only`: a pc in no module known
+        yet is answered 0, "not now" (its stack waits)."""
+        filtered = self.filtered
+
+        def name(kind: int, a: int, b: int) -> int:
+            if kind == _NAME_PC:
+                fid = cache.get(a)
+                if fid is None:
+                    if known_only and mods.find(a - 1) is None:
+                        return 0
+                    fid = cache[a] = FrameId(self._intern_pc(mods, a))
+                flags = 0
+            elif kind == _NAME_PYFRAME:
+                fid = self._python_frame(splice, a, b)
+                flags = 0 if a in splice.codes else _FID_NOCACHE
+            else:
+                fid, flags = self.special(no_frames), 0
+            return fid | flags | (_FID_FILTERED if fid in filtered else 0)
+        return name
 
     def frames_of_python(self, mods: ProcessModules, cache: dict[int, FrameId], pcs: tuple[int, ...],
                          py: tuple[tuple[int, int, int], ...], splice: PySplice,

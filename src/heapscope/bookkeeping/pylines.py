@@ -20,6 +20,7 @@ offset (a frame that has not started) is the first line, as in CPython.
 from __future__ import annotations
 
 import bisect
+from array import array
 
 from heapscope.slots import FrozenSlots
 
@@ -117,24 +118,35 @@ def _ranges_locations(table: bytes, first_line: int) -> list[tuple[int, int, int
     return ranges
 
 
-class LineTable(FrozenSlots):
-    """One code object's table, decoded once; `line()` per frame is a bisect."""
+_NO_LINE = -(1 << 63)  # a range without a line, in LineTable._lines
 
-    __slots__ = ("fmt", "first_line", "table", "_starts", "_ranges")
+
+class LineTable(FrozenSlots):
+    """One code object's table, decoded once; `line()` per frame is a bisect.
+
+    The ranges are kept as three arrays of machine integers: a process's
+    code objects hold ~100k of them, which as tuples took ~5 MiB of the
+    producer's memory (issue 13).
+    """
+
+    __slots__ = ("fmt", "first_line", "table", "_starts", "_ends", "_lines")
     fmt: int
     first_line: int
     table: bytes
-    _starts: tuple[int, ...]
-    _ranges: tuple[tuple[int, int, int | None], ...]
+    _starts: array[int]
+    _ends: array[int]
+    _lines: array[int]  # _NO_LINE: the range has no line
 
-    def __init__(self, fmt: int, first_line: int, table: bytes, _starts: tuple[int, ...] = (),
-                 _ranges: tuple[tuple[int, int, int | None], ...] = ()) -> None:
+    def __init__(self, fmt: int, first_line: int, table: bytes,
+                 _ranges: list[tuple[int, int, int | None]] | None = None) -> None:
         set_field = object.__setattr__
         set_field(self, "fmt", fmt)
         set_field(self, "first_line", first_line)
         set_field(self, "table", table)
-        set_field(self, "_starts", _starts)
-        set_field(self, "_ranges", _ranges)
+        ranges = _ranges or []
+        set_field(self, "_starts", array("q", [r[0] for r in ranges]))
+        set_field(self, "_ends", array("q", [r[1] for r in ranges]))
+        set_field(self, "_lines", array("q", [_NO_LINE if r[2] is None else r[2] for r in ranges]))
 
     @classmethod
     def decode(cls, fmt: int, table: bytes, first_line: int) -> LineTable:
@@ -146,7 +158,7 @@ class LineTable(FrozenSlots):
             ranges = _ranges_locations(table, first_line)
         else:
             raise ValueError(f"unknown line table format {fmt}")
-        return cls(fmt, first_line, bytes(table), tuple(r[0] for r in ranges), tuple(ranges))
+        return cls(fmt, first_line, bytes(table), ranges)
 
     def line(self, offset: int) -> int | None:
         """The line of the instruction at byte `offset`; None if it has none."""
@@ -155,10 +167,10 @@ class LineTable(FrozenSlots):
         if self.fmt == LNOTAB:
             return _lnotab_line(self.table, self.first_line, offset)
         k = bisect.bisect_right(self._starts, offset) - 1
-        if k < 0:
+        if k < 0 or offset >= self._ends[k]:
             return None
-        start, end, line = self._ranges[k]
-        return line if start <= offset < end else None
+        line = self._lines[k]
+        return None if line == _NO_LINE else line
 
 
 def line_for_offset(fmt: int, table: bytes, first_line: int, offset: int) -> int | None:

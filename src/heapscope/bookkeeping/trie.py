@@ -3,6 +3,11 @@
 Shared by every process of a recording, as heapprofd's GlobalCallstackTrie.
 Ids start at 1 and are never reused, so a callsite id means the same path in
 every dump of the profile.
+
+The producer uses its twin in C, heapscope.producer._ingest.Trie (same
+interface, same ids; producer/resolve_core.h), which the resolve in C adds to
+without a Python object per frame. This one serves the Python path of
+bookkeeping/dump.py, the reference the C one is tested against.
 """
 
 from __future__ import annotations

@@ -183,7 +183,7 @@ class Snapshotter:
             return self._path(callsite)
         frames = unresolved.get(stack)
         if frames is None:
-            pcs = p.heap.stacks.get(stack)
+            pcs = p.heap.pending_pcs(stack)
             frames = unresolved[stack] = self._stack_frames(producer, p, pcs) if pcs is not None else (NOT_RECEIVED,)
         return frames
 
@@ -206,9 +206,8 @@ class Snapshotter:
         Ids are handed out densely from 1 in insertion order (trie.py, frames.py
         Interner), and a dict keeps insertion order, so the n-th key has id n.
         """
-        children = producer.trie._children  # (parent, frame) -> id, read only
-        if len(children) > len(self._nodes):
-            self._nodes.extend(itertools.islice(children, len(self._nodes), None))
+        if len(producer.trie) > len(self._nodes):
+            self._nodes.extend(producer.trie.paths_from(len(self._nodes) + 1))
         frames = producer.frames.frames.ids
         if len(frames) > len(self._frames):
             self._frames.extend(itertools.islice(frames, len(self._frames), None))

@@ -331,6 +331,124 @@ static PyTypeObject TrackerType = {
     .tp_getset = Tracker_getset,
 };
 
+/* ---- Trie ---- */
+
+typedef struct {
+  PyObject_HEAD
+  struct hs_trie t;
+} TrieObject;
+
+static void Trie_dealloc(TrieObject *self) {
+  hs_trie_destroy(&self->t);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Trie_callsite(TrieObject *self, PyObject *arg) {
+  PyObject *seq = PySequence_Fast(arg, "callsite() takes a sequence of frame ids");
+  if (!seq) return NULL;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  if (n == 0) {
+    Py_DECREF(seq);
+    PyErr_SetString(PyExc_ValueError, "a callsite needs at least one frame");
+    return NULL;
+  }
+  int64_t node = 0;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    unsigned long long f = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(seq, i));
+    if (f == (unsigned long long)-1 && PyErr_Occurred()) {
+      Py_DECREF(seq);
+      return NULL;
+    }
+    if (f > UINT32_MAX) {
+      Py_DECREF(seq);
+      PyErr_SetString(PyExc_OverflowError, "frame id above 2^32 - 1");
+      return NULL;
+    }
+    node = hs_trie_child(&self->t, (uint32_t)node, (uint32_t)f);
+    if (node < 0) {
+      Py_DECREF(seq);
+      return PyErr_NoMemory();
+    }
+  }
+  Py_DECREF(seq);
+  return PyLong_FromLongLong(node);
+}
+
+/* A tuple of n items made by PyLong_FromUnsignedLong (Py_None for a 0 where none0). */
+static PyObject *int_tuple(const unsigned long *v, int n, int none0) {
+  PyObject *t = PyTuple_New(n);
+  if (!t) return NULL;
+  for (int i = 0; i < n; i++) {
+    PyObject *x = (none0 == i && !v[i]) ? Py_NewRef(Py_None) : PyLong_FromUnsignedLong(v[i]);
+    if (!x) {
+      Py_DECREF(t);
+      return NULL;
+    }
+    PyTuple_SET_ITEM(t, i, x);
+  }
+  return t;
+}
+
+/* Rows of the nodes with ids from `first` (1-based) on: (id, depth, parent or None, frame) or (parent or 0, frame). */
+static PyObject *trie_rows(const struct hs_trie *t, size_t first, int full) {
+  size_t from = first ? first - 1 : 0;
+  if (from > t->count) from = t->count;
+  PyObject *list = PyList_New((Py_ssize_t)(t->count - from));
+  if (!list) return NULL;
+  for (size_t k = from; k < t->count; k++) {
+    unsigned long v[4] = {(unsigned long)(k + 1), t->depth[k], t->parent[k], t->frame[k]};
+    PyObject *row = full ? int_tuple(v, 4, 2) : int_tuple(v + 2, 2, -1);
+    if (!row) {
+      Py_DECREF(list);
+      return NULL;
+    }
+    PyList_SET_ITEM(list, (Py_ssize_t)(k - from), row);
+  }
+  return list;
+}
+
+static PyObject *Trie_take_new(TrieObject *self, PyObject *Py_UNUSED(ignored)) {
+  PyObject *rows = trie_rows(&self->t, self->t.taken + 1, 1);
+  if (rows) self->t.taken = self->t.count;
+  return rows;
+}
+
+static PyObject *Trie_paths_from(TrieObject *self, PyObject *arg) {
+  long long first = PyLong_AsLongLong(arg);
+  if (first == -1 && PyErr_Occurred()) return NULL;
+  return trie_rows(&self->t, first > 0 ? (size_t)first : 0, 0);
+}
+
+static Py_ssize_t Trie_len(TrieObject *self) {
+  return (Py_ssize_t)self->t.count;
+}
+
+static PyMethodDef Trie_methods[] = {
+    {"callsite", (PyCFunction)Trie_callsite, METH_O,
+     "callsite(frames) -> int\n--\n\nThe callsite of frames (root first), made when missing."},
+    {"take_new", (PyCFunction)Trie_take_new, METH_NOARGS,
+     "take_new() -> list[tuple[int, int, int | None, int]]\n--\n\n(id, depth, parent, frame) of the nodes made since."},
+    {"paths_from", (PyCFunction)Trie_paths_from, METH_O,
+     "paths_from(first) -> list[tuple[int, int]]\n--\n\n(parent or 0, frame) of the nodes from id first on."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods Trie_as_sequence = {
+    .sq_length = (lenfunc)Trie_len,
+};
+
+static PyTypeObject TrieType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "heapscope.producer._ingest.Trie",
+    .tp_basicsize = sizeof(TrieObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Trie()\n--\n\nThe callsite trie shared by every process of a recording (bookkeeping/trie.py).",
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = (destructor)Trie_dealloc,
+    .tp_methods = Trie_methods,
+    .tp_as_sequence = &Trie_as_sequence,
+};
+
 /* ---- Ingest ---- */
 
 typedef struct {
@@ -564,6 +682,116 @@ static PyObject *Ingest_held_stack(IngestObject *self, PyObject *arg) {
   return PyBytes_FromStringAndSize((const char *)rec, size);
 }
 
+static PyObject *Ingest_resolve_stacks(IngestObject *self, PyObject *Py_UNUSED(ignored)) {
+  if (ingest_check(self) < 0) return NULL;
+  if (self->g->st.records || self->g->hold_stacks) {
+    PyErr_SetString(PyExc_ValueError, "resolve_stacks() comes before the first drain, and not with hold_stacks()");
+    return NULL;
+  }
+  self->g->resolve_stacks = 1;
+  Py_RETURN_NONE;
+}
+
+static PyObject *Ingest_define_code(IngestObject *self, PyObject *arg) {
+  unsigned long long key = PyLong_AsUnsignedLongLong(arg);
+  if (PyErr_Occurred()) return NULL;
+  if (ingest_check(self) < 0) return NULL;
+  if (hs_map_put(&self->g->res.codes, key, 0, 1) < 0) return PyErr_NoMemory();
+  Py_RETURN_NONE;
+}
+
+/* The namer of hs_ingest_resolve: a Python callable namer(kind, a, b) -> int. */
+static int64_t call_namer(void *ctx, int kind, uint64_t a, int64_t b) {
+  PyObject *r = PyObject_CallFunction((PyObject *)ctx, "iKL", kind, (unsigned long long)a, (long long)b);
+  if (!r) return -1;
+  long long v = PyLong_AsLongLong(r);
+  Py_DECREF(r);
+  if (v == -1 && PyErr_Occurred()) return -1;
+  if (v == 0 && kind == HS_NAME_PC) return 0; /* not now: the stack waits */
+  if ((v & 0xffffffffll) <= 0 || (v & 0xffffffffll) >= 0x80000000ll || (v >> 32) & ~3ll) {
+    PyErr_Format(PyExc_ValueError, "namer returned %lld: not a frame id (1 to 2^31 - 1) with flags", v);
+    return -1;
+  }
+  return (int64_t)v;
+}
+
+static PyObject *Ingest_resolve(IngestObject *self, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"trie", "namer", "eval_lo", "eval_hi", "interp_start", "interp_end", "wait",
+                           "retry_parked", NULL};
+  PyObject *trie, *namer;
+  unsigned long long lo, hi, istart, iend;
+  int wait, retry = 1;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OKKKKp|p:resolve", kwlist, &TrieType, &trie, &namer, &lo, &hi,
+                                   &istart, &iend, &wait, &retry))
+    return NULL;
+  if (ingest_check(self) < 0) return NULL;
+  struct hs_splice sp = {lo, hi, istart, iend, wait, retry};
+  uint64_t unplaced = 0;
+  self->tracker->busy = 1; /* the namer runs Python: no other thread may use the tracker meanwhile */
+  int64_t n = hs_ingest_resolve(self->g, &((TrieObject *)trie)->t, &sp, call_namer, namer, &unplaced);
+  self->tracker->busy = 0;
+  if (n == -1) return NULL;
+  if (n < 0) return PyErr_NoMemory();
+  return Py_BuildValue("(LK)", (long long)n, (unsigned long long)unplaced);
+}
+
+static PyObject *Ingest_callsite(IngestObject *self, PyObject *arg) {
+  unsigned long long stack_id = PyLong_AsUnsignedLongLong(arg);
+  if (PyErr_Occurred()) return NULL;
+  if (ingest_check(self) < 0) return NULL;
+  return PyLong_FromLongLong(hs_ingest_callsite(self->g, stack_id));
+}
+
+static PyObject *Ingest_bind(IngestObject *self, PyObject *arg) {
+  if (!PyObject_TypeCheck(arg, &TrackerType)) {
+    PyErr_SetString(PyExc_TypeError, "bind() takes a Tracker");
+    return NULL;
+  }
+  TrackerObject *other = (TrackerObject *)arg;
+  if (ingest_check(self) < 0 || tracker_check(other) < 0) return NULL;
+  int64_t n = hs_tracker_unresolved(other->t);
+  if (n < 0) return PyErr_NoMemory();
+  /* Copied: set_callsite may reuse the tracker's output buffer. */
+  uint64_t *ids = PyMem_RawMalloc((size_t)(n ? n : 1) * sizeof *ids);
+  if (!ids) return PyErr_NoMemory();
+  memcpy(ids, other->t->out.p, (size_t)n * sizeof *ids);
+  PyObject *left = PyList_New(0);
+  for (int64_t i = 0; left && i < n; i++) {
+    int64_t cs = hs_ingest_callsite(self->g, ids[i]);
+    if (cs > 0) {
+      if (hs_tracker_set_callsite(other->t, ids[i], (uint64_t)cs) < 0) {
+        Py_CLEAR(left);
+        PyErr_NoMemory();
+      }
+      continue;
+    }
+    PyObject *v = PyLong_FromUnsignedLongLong(ids[i]);
+    if (!v || PyList_Append(left, v) < 0) Py_CLEAR(left);
+    Py_XDECREF(v);
+  }
+  PyMem_RawFree(ids);
+  return left;
+}
+
+static PyObject *Ingest_waiting(IngestObject *self, PyObject *Py_UNUSED(ignored)) {
+  if (ingest_check(self) < 0) return NULL;
+  const struct hs_resolver *r = &self->g->res;
+  const struct hs_u64s *lists[3] = {&r->parked, &r->native, &r->python};
+  size_t total = r->parked.len + r->native.len + r->python.len;
+  PyObject *list = PyList_New((Py_ssize_t)total);
+  for (size_t i = 0, l = 0, k = 0; list && i < total; i++, k++) {
+    while (k >= lists[l]->len) {
+      l++;
+      k = 0;
+    }
+    uint64_t id = lists[l]->p[k];
+    PyObject *v = PyLong_FromUnsignedLongLong(id);
+    if (!v) Py_CLEAR(list);
+    else PyList_SET_ITEM(list, (Py_ssize_t)i, v);
+  }
+  return list;
+}
+
 static PyObject *Ingest_close(IngestObject *self, PyObject *Py_UNUSED(ignored)) {
   if (self->tracker && self->tracker->busy) {
     PyErr_SetString(PyExc_RuntimeError, BUSY);
@@ -592,6 +820,20 @@ static PyMethodDef Ingest_methods[] = {
      "held_stack(stack_id) -> bytes | None\n--\n\nThe held STACK record of stack_id, whole; None if none is held."},
     {"stats", (PyCFunction)Ingest_stats, METH_NOARGS,
      "stats() -> dict[str, int]\n--\n\nThe reader's counters and the tracker's."},
+    {"resolve_stacks", (PyCFunction)Ingest_resolve_stacks, METH_NOARGS,
+     "resolve_stacks() -> None\n--\n\nKeep STACK records here, to be resolved by resolve()."},
+    {"define_code", (PyCFunction)Ingest_define_code, METH_O,
+     "define_code(key) -> None\n--\n\nA Python code object of this process was received."},
+    {"resolve", (PyCFunction)(void (*)(void))Ingest_resolve, METH_VARARGS | METH_KEYWORDS,
+     "resolve(trie, namer, eval_lo, eval_hi, interp_start, interp_end, wait, retry_parked=True)"
+     " -> tuple[int, int]\n--\n\n"
+     "Resolve the waiting stacks; (how many, Python frames put at the root)."},
+    {"callsite", (PyCFunction)Ingest_callsite, METH_O,
+     "callsite(stack_id) -> int\n--\n\nThe callsite of a resolved stack, 0 when none."},
+    {"bind", (PyCFunction)Ingest_bind, METH_O,
+     "bind(tracker) -> list[int]\n--\n\nGive tracker's unresolved stacks their callsites; the ids left."},
+    {"waiting", (PyCFunction)Ingest_waiting, METH_NOARGS,
+     "waiting() -> list[int]\n--\n\nIds of the stacks kept and not resolved yet, in the order they resolve."},
     {"route", (PyCFunction)Ingest_route, METH_VARARGS,
      "route(heap_id, tracker) -> bool\n--\n\n"
      "From the next drain on, HEAP_MALLOC/HEAP_FREE records of heap_id go to tracker here, not to Python;\n"
@@ -630,11 +872,12 @@ static struct PyModuleDef ingest_module = {
 };
 
 PyMODINIT_FUNC PyInit__ingest(void) {
-  if (PyType_Ready(&TrackerType) < 0 || PyType_Ready(&IngestType) < 0) return NULL;
+  if (PyType_Ready(&TrackerType) < 0 || PyType_Ready(&IngestType) < 0 || PyType_Ready(&TrieType) < 0) return NULL;
   PyObject *m = PyModule_Create(&ingest_module);
   if (!m) return NULL;
   if (PyModule_AddObjectRef(m, "Tracker", (PyObject *)&TrackerType) < 0 ||
-      PyModule_AddObjectRef(m, "Ingest", (PyObject *)&IngestType) < 0) {
+      PyModule_AddObjectRef(m, "Ingest", (PyObject *)&IngestType) < 0 ||
+      PyModule_AddObjectRef(m, "Trie", (PyObject *)&TrieType) < 0) {
     Py_DECREF(m);
     return NULL;
   }

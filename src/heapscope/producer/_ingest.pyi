@@ -13,6 +13,8 @@ the structs of tracker.h; read them with the Structs of
 heapscope.bookkeeping.rows.
 """
 
+from collections.abc import Callable, Sequence
+
 class Tracker:
     """One process's heap bookkeeping.
 
@@ -168,6 +170,28 @@ class Tracker:
         """Free the tables; idempotent. Later calls raise ValueError."""
 
 
+class Trie:
+    """The callsite trie shared by every process of a recording, in C (resolve_core.h).
+
+    bookkeeping/trie.py's CallsiteTrie, with the same interface and ids: one
+    node per distinct path of frames from the root, ids from 1 in creation
+    order. Ingest.resolve() adds to it without a Python object per frame.
+    """
+
+    def callsite(self, frames: Sequence[int], /) -> int:
+        """The callsite for `frames` (frame ids, root first); creates the missing nodes.
+
+        ValueError for no frame."""
+
+    def take_new(self) -> list[tuple[int, int, int | None, int]]:
+        """(id, depth, parent id or None, frame id) of the nodes made since the last call."""
+
+    def paths_from(self, first: int, /) -> list[tuple[int, int]]:
+        """(parent id or 0, frame id) of the nodes with ids from `first` on, in id order."""
+
+    def __len__(self) -> int: ...
+
+
 class Ingest:
     """Reader of one process's ring, feeding its own Tracker.
 
@@ -228,12 +252,54 @@ class Ingest:
         included, checked as drain() checks it, ready for `codec.decode_record`);
         None if none is held."""
 
+    def resolve_stacks(self) -> None:
+        """From now on keep STACK records here, to be resolved by resolve() (before the first drain).
+
+        A stack waits as its wire record; once resolved only its callsite is
+        kept (callsite()), and held_stack() no longer has it. A stack defined
+        again after it resolved keeps its callsite; one defined again while it
+        waits waits as last defined.
+        """
+
+    def define_code(self, key: int, /) -> None:
+        """The HS_REC_PYCODE of code object `key` was received (a Python stack naming a code
+        object not received yet waits, resolve(wait=True))."""
+
+    def resolve(self, trie: Trie, namer: Callable[[int, int, int], int], eval_lo: int, eval_hi: int,
+                interp_start: int, interp_end: int, wait: bool, retry_parked: bool = True) -> tuple[int, int]:
+        """Resolve the waiting stacks into `trie` and this Ingest's tracker (set_callsite).
+
+        As bookkeeping/dump.py's ProcessHeap resolve does in Python: native
+        stacks first, then those with Python frames, each spliced where its eval
+        loop activations (pcs in (eval_lo, eval_hi]) are, the interpreter's own
+        frames ([interp_start, interp_end)) between them left out. `namer(kind,
+        a, b)` names a frame met for the first time (FrameTable.namer: kind 0 a
+        pc, 1 a Python (code key, offset), 2 the frame of an empty stack) and
+        returns its id, with bit 32 set for a FILTERED frame and bit 33 for an
+        answer not to keep; a pc answered 0 parks its stack: it is tried again
+        by a resolve with retry_parked (first, in the order stacks parked).
+        (stacks resolved, Python frames put at the root).
+        An exception of the namer propagates; the stacks not resolved wait.
+        """
+
+    def callsite(self, stack_id: int, /) -> int:
+        """The callsite stack_id resolved to; 0 while it has none."""
+
+    def bind(self, tracker: Tracker, /) -> list[int]:
+        """Give `tracker`'s unresolved stacks (a custom heap's) their callsites here; the ids of those
+        that have none."""
+
+    def waiting(self) -> list[int]:
+        """Ids of the stacks kept by resolve_stacks() and not resolved yet, in the order
+        resolve() takes them: parked ones, native stacks, then those with Python frames,
+        each in the order of their first definition."""
+
     def stats(self) -> dict[str, int]:
         """The reader's counters and its tracker's (Tracker.stats()).
 
         records (all consumed, PAD and malformed included), mallocs, frees,
-        pads, malformed_records, held_stacks (STACK records held since
-        hold_stacks()), corrupt (0/1).
+        pads, malformed_records, held_stacks (STACK records kept here since
+        hold_stacks() or resolve_stacks()), corrupt (0/1).
         """
 
     def close(self) -> None:

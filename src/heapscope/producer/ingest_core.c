@@ -122,6 +122,45 @@ static int held_add(struct hs_held_stacks *h, const uint8_t *rec, uint32_t size)
   return 0;
 }
 
+/* A validated STACK record, kept to be resolved (resolve_stacks). A stack
+ * already resolved keeps its callsite (dump.py define_stack); one defined
+ * again while it waits waits as last defined. -1 on ENOMEM. */
+static int keep_stack(struct hs_ingest *g, const uint8_t *rec, uint32_t size) {
+  struct hs_stack s;
+  memcpy(&s, rec + 8, sizeof s);
+  uint64_t cs;
+  if (hs_map_get(&g->res.callsites, s.stack_id, 0, &cs)) return 0;
+  uint32_t old_size;
+  int waiting = hs_ingest_held_stack(g, s.stack_id, &old_size) != NULL;
+  if (held_add(&g->held, rec, size) < 0) return -1;
+  if (waiting) return 0;
+  return hs_u64s_push(s.flags & HS_STACK_PYTHON ? &g->res.python : &g->res.native, s.stack_id);
+}
+
+int hs_ingest_compact_held(struct hs_ingest *g) {
+  struct hs_held_stacks *h = &g->held;
+  if (!g->resolve_stacks || h->count == g->res.native.len + g->res.python.len + g->res.parked.len) return 0;
+  struct hs_held_stacks kept = {0};
+  const struct hs_u64s *lists[3] = {&g->res.parked, &g->res.native, &g->res.python};
+  for (int l = 0; l < 3; l++) {
+    for (size_t n = 0; n < lists[l]->len; n++) {
+      uint32_t size;
+      const uint8_t *rec = hs_ingest_held_stack(g, lists[l]->p[n], &size);
+      if (rec && held_add(&kept, rec, size) < 0) {
+        free(kept.arena.p);
+        free(kept.ids);
+        free(kept.offs_plus1);
+        return -1;
+      }
+    }
+  }
+  free(h->arena.p);
+  free(h->ids);
+  free(h->offs_plus1);
+  *h = kept;
+  return 0;
+}
+
 const uint8_t *hs_ingest_held_stack(const struct hs_ingest *g, uint64_t stack_id, uint32_t *size) {
   const struct hs_held_stacks *h = &g->held;
   if (!h->count) return NULL;
@@ -249,8 +288,8 @@ void hs_ingest_drain(struct hs_ingest *g, uint64_t max_records, uint64_t now_ns)
       memcpy(copy, &hdr, 8);
       if (!rare_record_ok(type, copy, size)) {
         g->st.malformed_records++;
-      } else if (type == HS_REC_STACK && g->hold_stacks) {
-        if (held_add(&g->held, copy, size) < 0) {
+      } else if (type == HS_REC_STACK && (g->hold_stacks || g->resolve_stacks)) {
+        if ((g->resolve_stacks ? keep_stack(g, copy, size) : held_add(&g->held, copy, size)) < 0) {
           g->oom = 1;
           break;
         }
@@ -298,4 +337,5 @@ void hs_ingest_destroy(struct hs_ingest *g) {
   free(g->held.ids);
   free(g->held.offs_plus1);
   g->held = (struct hs_held_stacks){0};
+  hs_resolver_destroy(&g->res);
 }

@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "resolve_core.h"
 #include "tracker.h"
 #include "wire.h"
 
@@ -86,6 +87,10 @@ struct hs_ingest {
    * that needs few of them, asked for by id (the pytest plugin's windows). */
   int hold_stacks;
   struct hs_held_stacks held;
+  /* Keep STACK records here and resolve them here (resolve_core.h): a stack
+   * waits as its record until resolved, then its record is let go. */
+  int resolve_stacks;
+  struct hs_resolver res;
 };
 
 /* map: HS_META_SIZE + ring_size bytes of the shared memory; the ops read go
@@ -102,5 +107,17 @@ struct hs_ingest_route *hs_ingest_route(struct hs_ingest *g, uint32_t heap_id);
 /* The held STACK record of stack_id (header included, validated as drain
  * does), its size in *size; NULL when none is held. */
 const uint8_t *hs_ingest_held_stack(const struct hs_ingest *g, uint64_t stack_id, uint32_t *size);
+
+/* Resolve the waiting stacks (resolve_core.h): each gets its callsite in
+ * `trie` and in the tracker; a Python stack naming a code object not received
+ * yet waits when sp->wait. The number resolved; -1 when the namer failed, -2
+ * on ENOMEM (the stacks not resolved then wait). Records of resolved stacks
+ * are let go. *unplaced grows by the Python frames put at the root. */
+int64_t hs_ingest_resolve(struct hs_ingest *g, struct hs_trie *trie, const struct hs_splice *sp, hs_namer namer,
+                          void *ctx, uint64_t *unplaced);
+/* The callsite of a resolved stack; 0 when it has none. */
+int64_t hs_ingest_callsite(const struct hs_ingest *g, uint64_t stack_id);
+/* Let go of the held records of stacks no longer waiting (resolve_stacks only). -1 on ENOMEM. */
+int hs_ingest_compact_held(struct hs_ingest *g);
 
 #endif /* HEAPSCOPE_INGEST_CORE_H */

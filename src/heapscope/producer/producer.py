@@ -24,11 +24,10 @@ from pathlib import Path
 from heapscope.bookkeeping.dump import UNDEFINED_STACK, ProcessHeap
 from heapscope.bookkeeping.frames import FrameTable
 from heapscope.bookkeeping.rows import DUMP_ROW, OP_MALLOC, STREAM_ROW
-from heapscope.bookkeeping.trie import CallsiteTrie
 from heapscope.heaps import valid_name as valid_heap_name
 from heapscope.model import ProcessFlags, Upid
 from heapscope.producer import procfs
-from heapscope.producer._ingest import Ingest, Tracker
+from heapscope.producer._ingest import Ingest, Tracker, Trie
 from heapscope.producer.config import RecordConfig, name_matches
 from heapscope.producer.process import CustomHeap, ProcessState, create_ring
 from heapscope.producer.stats import StatRow, process_stats_rows
@@ -37,6 +36,9 @@ from heapscope.store.writer import ProfileWriter
 from heapscope.wire import codec
 
 RSS_EVERY_NS = 50_000_000  # VmHWM is read this often per process: the peak is gone with the process
+# Stacks are resolved (and their callsites written) this often while the processes run, so that
+# the end of a recording is left with the stacks of its last moments only (issue 13).
+RESOLVE_EVERY_NS = 100_000_000
 DRAIN_BATCH = 1 << 18  # records per ring per poll: keeps the loop responsive
 HANDSHAKE_TIMEOUT_S = 5.0
 PEERCRED = struct.Struct("3i")
@@ -56,7 +58,7 @@ class Producer:
         self.log = log
         self.token = os.urandom(codec.TOKEN_SIZE)  # what secrets.token_bytes does, without its imports
         self.frames = FrameTable(config.skip_symbol_prefixes)
-        self.trie = CallsiteTrie()
+        self.trie = Trie()  # bookkeeping/trie.py's, in C: the resolve in C adds to it (resolve_core.h)
         self.processes: dict[int, ProcessState] = {}  # by socket fd
         self.ended: list[ProcessState] = []
         # pids whose process ended by exiting (its socket closed in its last destructor, or
@@ -75,6 +77,8 @@ class Producer:
         self.target_pids: set[int] = set()  # their own exit ends the session, so it is no disconnect
         self.attach_pids: set[int] = set()  # -p: attached while running (from_startup = false)
         self.guardrail = ""  # which guardrail was hit, if any
+        self._resolved_ns = time.monotonic_ns()  # the last resolve_early()
+        self.resolve_every_ns: int | None = RESOLVE_EVERY_NS  # None: stacks resolve at dumps only
         # A private (0700) directory in the shared temp dir; the owner lock in
         # it tells a later run whether this one is still alive (session.py).
         self._dir = make_private_dir(OWNED_PREFIX)  # tempfile.mkdtemp, without tempfile's imports
@@ -135,6 +139,10 @@ class Producer:
             drained += self._drain(p)
             if now - p.rss_read_ns >= RSS_EVERY_NS:
                 self._read_rss(p, now)
+        every = self.resolve_every_ns
+        if every is not None and now - self._resolved_ns >= every and not self.frames.discard:
+            self._resolved_ns = now
+            self.resolve_early()
         for s in readable:
             ended = self.processes.get(s.fileno()) if s is not self.listener else None
             if ended is None:
@@ -277,6 +285,8 @@ class Producer:
                             dump_at_max=cfg.dump_at_max, threads=cfg.threads)
             if self.frames.discard:  # no profile kept: stacks stay in C, read by id (FrameTable.discard)
                 ingest.hold_stacks()
+            else:  # stacks stay in C until resolved there (ProcessHeap.held)
+                ingest.resolve_stacks()
         except Exception:
             shm.close()
             os.close(memfd)
@@ -298,6 +308,8 @@ class Producer:
         self.next_upid += 1
         info.parent_upid = self._upid_of(hello.ppid)
         p = ProcessState(info=info, sock=conn, memfd=memfd, shm=shm, ingest=ingest)
+        if not self.frames.discard:
+            p.heap.held = ingest
         p.flags.sampling_interval_bytes = p.flags.orig_sampling_interval_bytes = cfg.interval
         p.flags.from_startup = hello.pid not in self.attach_pids
         p.last_dump_ts = info.start_ts
@@ -448,17 +460,43 @@ class Producer:
         """Give a custom heap's tracker the callsites the malloc heap's resolve found for
         its stacks (stack ids are shared by every heap of a process); `final`: a stack
         never received is booked under UNDEFINED_STACK."""
-        callsites = p.heap.callsites
-        stray = None
-        for stack_id in tracker.unresolved():
-            cs = callsites.get(stack_id)
-            if cs is None and final:
-                stray = stray or self.trie.callsite([self.frames.special(UNDEFINED_STACK)])
-                cs = stray
-            if cs is not None:
-                tracker.set_callsite(stack_id, cs)
+        heap = p.heap
+        if heap.held is not None:
+            left = heap.held.bind(tracker)  # in C: a Python heap's tracker has a stack per sample
+        else:
+            left = []
+            for stack_id in tracker.unresolved():
+                cs = heap.callsites.get(stack_id)
+                if cs is None:
+                    left.append(stack_id)
+                else:
+                    tracker.set_callsite(stack_id, cs)
+        if final and left:
+            stray = self.trie.callsite([self.frames.special(UNDEFINED_STACK)])
+            for stack_id in left:
+                tracker.set_callsite(stack_id, stray)
 
     # -- dumps ---------------------------------------------------------------
+
+    def resolve_early(self) -> None:
+        """Resolve what can be while the processes run (ProcessHeap.resolve_known) and write
+        the frames and callsites that made: the end's dump then has few left to do. Not
+        committed here: the next dump's commit takes them (a commit per pass cost ~10 ms,
+        and every few of them a checkpoint with its fsyncs)."""
+        for p in self.processes.values():
+            p.heap.resolve_known(self.frames, self.trie)
+        self._write_tables()
+
+    def _write_tables(self) -> bool:
+        """Write the mappings, frames and callsites interned since the last call; False when none."""
+        w = self.writer
+        new = (self.frames.mappings.take_new(), self.frames.frames.take_new(), self.frames.take_new_python(),
+               self.trie.take_new())
+        w.add_mappings(new[0])
+        w.add_frames(new[1])
+        w.add_python_symbols(new[2])
+        w.add_callsites(new[3])
+        return any(new)
 
     def dump(self, p: ProcessState, reason: str, final: bool = False) -> None:
         """Write one dump of `p`: the change of every callsite since the last one.
@@ -472,10 +510,7 @@ class Producer:
         rows = heap.dump_rows(tracker, self.frames, self.trie, final)
         custom = self._custom_heap_rows(p, final) if p.custom_heaps else []
         w = self.writer
-        w.add_mappings(self.frames.mappings.take_new())
-        w.add_frames(self.frames.frames.take_new())
-        w.add_python_symbols(self.frames.take_new_python())
-        w.add_callsites(self.trie.take_new())
+        self._write_tables()
         ts = max(time.monotonic_ns(), p.last_dump_ts + 1)
         w.add_dump(p.info.upid, p.last_dump_ts, ts, reason, rows, p.heap_name)
         if final:
@@ -524,12 +559,12 @@ class Producer:
         self.writer.commit()
 
     def _stream_rows(self, p: ProcessState) -> list[tuple[int, int, str, int, int, int, int, int | None]]:
-        upid, callsites = p.info.upid, p.heap.callsites
+        upid, callsite = p.info.upid, p.heap.callsite
         rows: list[tuple[int, int, str, int, int, int, int, int | None]] = []
         for chunk in p.stream:
             for kind, seq, addr, size, sample, stack, ts in STREAM_ROW.iter_unpack(chunk):
                 rows.append((upid, seq, "malloc" if kind == OP_MALLOC else "free", ts, addr, size, sample,
-                             callsites.get(stack) if stack else None))
+                             callsite(stack) if stack else None))
         p.stream.clear()
         return rows
 
@@ -547,6 +582,7 @@ class Producer:
         p.flags.client_error = _client_error_name(p.meta("client_error"))
         p.flags.unwinder = _unwinder_name(p.meta("unwinder"), p.meta("client_state"))
         st = p.ingest.stats()
+        p.stats.stacks += st["held_stacks"]  # kept in C (resolve_stacks, hold_stacks): never decoded here
         p.flags.buffer_corrupted = bool(st["corrupt"])
         p.flags.buffer_overran = p.meta("dropped_records") > 0
         self.dump(p, reason, final=True)

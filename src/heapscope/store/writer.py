@@ -17,7 +17,7 @@ import errno
 import os
 import sqlite3
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -34,6 +34,10 @@ from heapscope.store.values import (
     str_from_sql,
     u64_to_sql,
 )
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
+if TYPE_CHECKING:
+    from typing import Any
 
 SCHEMA_VERSION = "1"
 # SQLite's files beside a database while it is written (https://www.sqlite.org/tempfiles.html).
@@ -141,24 +145,12 @@ class ProfileWriter:
 
     def add_callsites(self, rows: Iterable[tuple[int, int, int | None, int]]) -> None:
         """Rows of (id, depth, parent_id, frame_id)."""
-        sql = "INSERT INTO stack_profile_callsite (id, depth, parent_id, frame_id) VALUES (?, ?, ?, ?)"
-        rows = rows if isinstance(rows, list) else list(rows)
-        if not rows:
-            return
         # The producer's ids are counters, always in range: bound as they are (a compiler's
         # final dump has ~100k rows; converting each value cost a third of writing them).
-        # A value SQLite cannot hold undoes the attempt, and the rows go the converting way.
-        if not self.db.in_transaction:
-            self.db.execute("BEGIN")  # else the savepoint's RELEASE would commit
-        self.db.execute("SAVEPOINT callsites")
-        try:
-            self.db.executemany(sql, rows)
-        except OverflowError:
-            self.db.execute("ROLLBACK TO callsites")
-            self.db.executemany(sql, ((i64_to_sql(i), i64_to_sql(d), opt_i64_to_sql(p), i64_to_sql(f))
-                                      for i, d, p, f in rows))
-        finally:
-            self.db.execute("RELEASE callsites")
+        self._insert_in_range(
+            "INSERT INTO stack_profile_callsite (id, depth, parent_id, frame_id) VALUES (?, ?, ?, ?)",
+            rows if isinstance(rows, list) else list(rows),
+            lambda r: (i64_to_sql(r[0]), i64_to_sql(r[1]), opt_i64_to_sql(r[2]), i64_to_sql(r[3])))
 
     def add_dump(self, upid: int, ts_start: int, ts_end: int, reason: str,
                  rows: Iterable[tuple[int, ...]], heap_name: str) -> None:
@@ -168,12 +160,32 @@ class ProfileWriter:
             "INSERT INTO heap_profile (ts, ts_end, dur, upid, heap_name, reason) VALUES (?, ?, ?, ?, ?, ?)",
             (ts_start, ts_end, i64_to_sql(max(0, ts_end - ts_start)), upid, heap_name, reason),
         )
-        self.db.executemany(
+        head = (ts_end, upid, heap_name)
+        # The tracker's rows (bookkeeping/rows.py DUMP_ROW) are in range but for a callsite id
+        # of 2^63 or more: bound as they are, as add_callsites' (a compiler's final dump has
+        # ~20k rows).
+        self._insert_in_range(
             "INSERT INTO heap_profile_allocation (ts, upid, heap_name, callsite_id, count, size, real_size)"
             " VALUES (?, ?, ?, ?, ?, ?, ?)",
-            ((ts_end, upid, heap_name, i64_to_sql(r[0]), i64_to_sql(r[1]), i64_to_sql(r[2]),
-              i64_to_sql(r[3]) if len(r) > 3 else None) for r in rows),
-        )
+            [head + (*r, None) if len(r) == 3 else head + r[:4] for r in rows],
+            lambda r: (*r[:3], *(None if v is None else i64_to_sql(v) for v in r[3:])))
+
+    def _insert_in_range(self, sql: str, rows: list[tuple[Any, ...]],
+                         convert: Callable[[tuple[Any, ...]], tuple[Any, ...]]) -> None:
+        """executemany(sql, rows) with the values bound as they are; should one not fit SQLite's
+        int64, the attempt is undone and every row goes through `convert` (store/values.py)."""
+        if not rows:
+            return
+        if not self.db.in_transaction:
+            self.db.execute("BEGIN")  # else the savepoint's RELEASE would commit
+        self.db.execute("SAVEPOINT in_range")
+        try:
+            self.db.executemany(sql, rows)
+        except OverflowError:
+            self.db.execute("ROLLBACK TO in_range")
+            self.db.executemany(sql, map(convert, rows))
+        finally:
+            self.db.execute("RELEASE in_range")
 
     def add_peak(self, upid: int, ts: int, heap_name: str,
                  rows: Iterable[tuple[int, ...]]) -> None:

@@ -8,7 +8,9 @@ producer's idle core: `tick()`, from the recording loop, locates each module
 the cache does not know and has llvm-symbolizer start reading its debug info.
 When recording ends, `finish()` symbolizes the frames the profile uses: cache
 hits from the cache, the others on that warm process (or on a fresh one), and
-adds their answers to the cache. A short command (`record -- /bin/true`)
+adds their answers to the cache. A known module without DWARF names a new
+address from its symbol table: tick() has that read on a thread while the
+target runs (symtab.read_ahead). A short command (`record -- /bin/true`)
 never starts llvm-symbolizer for modules it has seen before, nor imports its
 machinery before the target has connected.
 """
@@ -45,6 +47,7 @@ class LiveSymbolizer:
         self._tool = ""
         # Modules tick() located (the cache did not know them), with the files consulted.
         self._traced: dict[tuple[str, str], tuple[Located, list[str]]] = {}
+        self._read_ahead: list[str] = []  # symbol tables tick() started reading (symtab.read_ahead)
 
     def module(self, path: str, build_id: str) -> None:
         """A module of a profiled process: noted (warmed later by tick(), if the target runs that long)."""
@@ -72,8 +75,17 @@ class LiveSymbolizer:
             self._context = cache_context(tool, self._locator, self._debuginfod)
         assert self._context is not None
         for path, build_id in pending:
-            if self.cache.lookup(path, build_id, self._context) is not None:
-                continue  # known: its frames come from the cache (new addresses are few)
+            entry = self.cache.lookup(path, build_id, self._context)
+            if entry is not None:
+                # Known: its frames come from the cache (new addresses are few). Without DWARF,
+                # a new address is named from the symbol table: read now, on a thread, while
+                # the target runs (a compiler's takes ~50 ms; issue 13).
+                if entry.located.status != "found" and entry.located.symbol_files:
+                    from heapscope.symbolize.symtab import read_ahead
+
+                    read_ahead(entry.located.symbol_files[0])
+                    self._read_ahead.append(entry.located.symbol_files[0])
+                continue
             located, consulted = self._locator.locate_traced(path, build_id)
             self._traced[(path, build_id)] = (located, consulted)
             if located.status == "found":
@@ -122,6 +134,11 @@ class LiveSymbolizer:
                                        located))
 
     def close(self) -> None:
+        if self._read_ahead:  # not needed after all: let go (each thread ends on its own)
+            from heapscope.symbolize.symtab import forget_read_ahead
+
+            forget_read_ahead(self._read_ahead)
+            self._read_ahead = []
         if self.warm is not None:
             self.warm.stop()  # what it still warms is not needed any more
             self.warm = None

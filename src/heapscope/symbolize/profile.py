@@ -364,12 +364,12 @@ class _SymtabNames:
 
     def _table(self) -> ElfSymbols | None:
         if not self._loaded:
-            from heapscope.symbolize.symtab import ElfReadError, read_elf_symbols
+            from heapscope.symbolize.symtab import ElfReadError, read_elf_symbols_shared
 
             self._loaded = True
             for path in self._files:
                 try:
-                    self._symbols = read_elf_symbols(path)
+                    self._symbols = read_elf_symbols_shared(path)  # record may have started it (live.py)
                 except (OSError, ElfReadError):
                     continue
                 if len(self._symbols):

@@ -104,6 +104,66 @@ class ElfSymbols:
         return None
 
 
+class _ReadAhead:
+    """read_elf_symbols(path) on a thread of its own, started before its answer is needed."""
+
+    def __init__(self, path: str, identity: tuple[int, ...]) -> None:
+        import threading
+
+        self.path = path
+        self.identity = identity
+        self.result: ElfSymbols | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="heapscope-symtab", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.result = read_elf_symbols(self.path)
+        except BaseException as e:  # handed to the reader, as if it had read itself
+            self.error = e
+
+
+_READ_AHEAD: dict[str, _ReadAhead] = {}
+
+
+def _identity(path: str) -> tuple[int, ...] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def read_ahead(path: str) -> None:
+    """Start reading `path`'s symbols now, on a thread: `record` asks it for the modules
+    without DWARF it will name at the end (a big binary's table takes ~50 ms), while the
+    target still runs. read_elf_symbols_shared() then takes the answer."""
+    ident = _identity(path)
+    if ident is not None and path not in _READ_AHEAD:
+        _READ_AHEAD[path] = _ReadAhead(path, ident)
+
+
+def forget_read_ahead(paths: list[str]) -> None:
+    """Drop the reads read_ahead() started for `paths` that nobody took."""
+    for path in paths:
+        _READ_AHEAD.pop(path, None)
+
+
+def read_elf_symbols_shared(path: str) -> ElfSymbols:
+    """read_elf_symbols(path), from the read read_ahead() started when there is one for this
+    very file (same identity), else read now."""
+    ahead = _READ_AHEAD.pop(path, None)
+    if ahead is not None:
+        ahead.thread.join()
+        if ahead.identity == _identity(path):
+            if ahead.error is not None:
+                raise ahead.error
+            assert ahead.result is not None
+            return ahead.result
+    return read_elf_symbols(path)
+
+
 def read_elf_symbols(path: str | Path) -> ElfSymbols:
     """Read `path`'s build id and function symbols (.symtab, else .dynsym).
 

@@ -19,7 +19,7 @@ import pytest
 from heapscope.model import Frame, Mapping, MappingId
 from heapscope.store.writer import ProfileWriter, SymbolWriter
 from heapscope.symbolize.profile import symbolize_profile
-from heapscope.symbolize.symtab import ElfSymbols, read_elf_symbols
+from heapscope.symbolize.symtab import ElfSymbols, read_ahead, read_elf_symbols, read_elf_symbols_shared
 
 pytestmark = pytest.mark.skipif(
     not all(shutil.which(t) for t in ("cc", "c++", "nm", "strip", "readelf")),
@@ -233,3 +233,23 @@ def test_lookup_range_is_where_lookup_gives_the_same_answer() -> None:
             name, lo, hi = r
             assert lo <= addr < hi
             assert all((syms.lookup(a) or "") == name for a in range(lo, min(hi, 0x500)))
+
+
+def test_a_table_read_ahead_is_the_one_read_now_unless_the_file_changed(binaries: Binaries, tmp_path: Path) -> None:
+    # GIVEN a symbol table read on a thread while the target ran (symbolize/live.py)
+    copy = tmp_path / "prog"
+    shutil.copy(binaries.prog, copy)
+    read_ahead(str(copy))
+    # THEN the end's read takes that answer, equal to a read now
+    ahead = read_elf_symbols_shared(str(copy))
+    now = read_elf_symbols(str(copy))
+    assert (ahead.starts, ahead.ends, ahead.raw_names) == (now.starts, now.ends, now.raw_names)
+    assert ahead.lookup(_nm(copy)["leaf_allocator"] + 4) == "leaf_allocator"
+    # AND a file replaced after the read ahead is read again, not answered from the stale read
+    read_ahead(str(copy))
+    shutil.copy(binaries.cxx, copy)
+    assert read_elf_symbols_shared(str(copy)).lookup(_nm(copy)["main"] + 4) == "main"
+    assert "leaf_allocator" not in read_elf_symbols_shared(str(copy)).raw_names
+    # AND a missing file fails as read_elf_symbols does
+    with pytest.raises(OSError):
+        read_elf_symbols_shared(str(tmp_path / "gone"))
