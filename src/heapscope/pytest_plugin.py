@@ -465,24 +465,9 @@ class _Parent:
 def _stack_of(p: Any, stack_id: int) -> tuple[tuple[int, ...], tuple[tuple[int, int, int], ...] | None] | None:
     """(pcs, Python frames or None) of a stack not resolved: defined in Python
     (ProcessHeap), or held by the process's Ingest; None if not received yet."""
-    from heapscope.wire.codec import MalformedRecord, StackRecord, decode_record
-
-    pcs = p.heap.stacks.get(stack_id)
-    if pcs is not None:
-        return pcs, None
-    both = p.heap.py_stacks.get(stack_id)
-    if both is not None:
-        return both  # type: ignore[no-any-return]
-    raw = p.ingest.held_stack(stack_id)
-    if raw is None:
-        return None
-    try:
-        rec = decode_record(raw)
-    except MalformedRecord:
-        return None
-    if not isinstance(rec, StackRecord):
-        return None
-    return rec.pcs, (rec.py if rec.python else None)
+    stack: tuple[tuple[int, ...], tuple[tuple[int, int, int], ...] | None] | None
+    stack = p.heap.pending_stack(stack_id, p.ingest)
+    return stack
 
 
 def _catch_up(table: list[Any], source: dict[Any, int], value: Any) -> None:

@@ -89,11 +89,19 @@ class ProcessHeap(Slots):
             return self.held.callsite(stack_id) or None
         return self.callsites.get(stack_id)
 
-    def pending_pcs(self, stack_id: int) -> tuple[int, ...] | None:
-        """The pcs of a stack without Python frames that is not resolved yet; None if none waits."""
-        if self.held is None:
-            return self.stacks.get(stack_id)
-        raw = self.held.held_stack(stack_id)
+    def pending_stack(self, stack_id: int, held: Ingest | None = None
+                      ) -> tuple[tuple[int, ...], tuple[tuple[int, int, int], ...] | None] | None:
+        """(pcs, Python frames or None) of a stack not resolved yet: defined here, or
+        held as its wire record by this heap's Ingest (else by `held`, the Ingest
+        that holds stacks when no profile is kept); None if none waits."""
+        pcs = self.stacks.get(stack_id)
+        if pcs is not None:
+            return pcs, None
+        both = self.py_stacks.get(stack_id)
+        if both is not None:
+            return both
+        source = self.held if self.held is not None else held
+        raw = source.held_stack(stack_id) if source is not None else None
         if raw is None:
             return None
         from heapscope.wire.codec import MalformedRecord, StackRecord, decode_record
@@ -102,7 +110,14 @@ class ProcessHeap(Slots):
             rec = decode_record(raw)
         except MalformedRecord:
             return None
-        return rec.pcs if isinstance(rec, StackRecord) and not rec.python else None
+        if not isinstance(rec, StackRecord):
+            return None
+        return rec.pcs, (rec.py if rec.python else None)
+
+    def pending_pcs(self, stack_id: int) -> tuple[int, ...] | None:
+        """The pcs of a stack without Python frames that is not resolved yet; None if none waits."""
+        stack = self.pending_stack(stack_id)
+        return stack[0] if stack is not None and stack[1] is None else None
 
     def define_code(self, key: int, name: str, file: str, fmt: int, table: bytes, first_line: int) -> None:
         """A code object of this process (HS_REC_PYCODE); its lines are decoded once, when first needed."""

@@ -103,21 +103,9 @@ static uint8_t rd_u8(struct rd *r) {
   return v;
 }
 
-static uint64_t rd_uleb(struct rd *r) {
-  uint64_t v = 0;
-  for (unsigned shift = 0;; shift += 7) {
-    uint8_t b = rd_u8(r);
-    if (r->bad || shift > 63) {
-      r->bad = 1;
-      return 0;
-    }
-    v |= (uint64_t)(b & 0x7f) << shift;
-    if (!(b & 0x80))
-      return v;
-  }
-}
-
-static int64_t rd_sleb(struct rd *r) {
+/* One LEB128 number; a signed one is sign-extended from its last byte's
+ * bit 6. Too long (over 64 bits) or past the end: r->bad, 0. */
+static inline uint64_t rd_leb(struct rd *r, int is_signed) {
   uint64_t v = 0;
   for (unsigned shift = 0;; shift += 7) {
     uint8_t b = rd_u8(r);
@@ -127,12 +115,16 @@ static int64_t rd_sleb(struct rd *r) {
     }
     v |= (uint64_t)(b & 0x7f) << shift;
     if (!(b & 0x80)) {
-      if ((b & 0x40) && shift + 7 < 64)
+      if (is_signed && (b & 0x40) && shift + 7 < 64)
         v |= ~UINT64_C(0) << (shift + 7);
-      return (int64_t)v;
+      return v;
     }
   }
 }
+
+static uint64_t rd_uleb(struct rd *r) { return rd_leb(r, 0); }
+
+static int64_t rd_sleb(struct rd *r) { return (int64_t)rd_leb(r, 1); }
 
 /* A pointer in DW_EH_PE_* encoding: absolute, pc-relative or (for the
  * .eh_frame_hdr table) relative to datarel; indirect and the rarer bases
