@@ -106,6 +106,43 @@ def _paths(profile: Profile) -> dict[int, list[tuple[str, str, str | None, int |
     return out
 
 
+def _python_leaves(profile: Profile) -> dict[int, tuple[list[str], tuple[str, str | None, int | None] | None]]:
+    """callsite with allocations -> (native frame names from the leaf up to the innermost Python
+    frame, that frame as (name, source file, line), or None when the path has none).
+
+    One read of the callsite and frame tables, then a walk in Python: at interval 1 a profile
+    holds hundreds of thousands of callsites, and a recursive query expanding every leaf's whole
+    path took minutes and gigabytes; only the part below the innermost Python frame is needed."""
+    parent: dict[int, int | None] = {}
+    frame_of: dict[int, int] = {}
+    for r in profile.query("SELECT id, parent_id, frame_id FROM stack_profile_callsite"):
+        parent[r["id"]] = r["parent_id"]
+        frame_of[r["id"]] = r["frame_id"]
+    where: dict[int, tuple[str | None, int | None]] = {}
+    for r in profile.query("SELECT symbol_set_id, source_file, line_number FROM stack_profile_symbol ORDER BY id"):
+        where.setdefault(r["symbol_set_id"], (r["source_file"], r["line_number"]))
+    frames: dict[int, tuple[str, bool, int | None]] = {
+        r["id"]: (r["name"] or "", r["type"] == "python", r["symbol_set_id"])
+        for r in profile.query("SELECT id, name, type, symbol_set_id FROM stack_profile_frame")}
+    out: dict[int, tuple[list[str], tuple[str, str | None, int | None] | None]] = {}
+    for r in profile.query("SELECT DISTINCT callsite_id FROM heap_profile_allocation"):
+        leaf = node = r["callsite_id"]
+        natives: list[str] = []
+        found: tuple[str, str | None, int | None] | None = None
+        for _ in range(1000):
+            if node is None:
+                break
+            name, python, symbols = frames[frame_of[node]]
+            if python:
+                file, line = where.get(symbols, (None, None)) if symbols is not None else (None, None)
+                found = (name, file, line)
+                break
+            natives.append(name)
+            node = parent[node]
+        out[leaf] = (natives, found)
+    return out
+
+
 def _views_by_python_site(profile: Profile, bytearrays: bool = True) -> dict[tuple[str, int | None], list[int]]:
     """(innermost Python function, line) -> [alloc_space, alloc_objects, space, objects] of the
     callsites under it; with bytearrays, only those with a native frame naming bytearray between
@@ -115,18 +152,16 @@ def _views_by_python_site(profile: Profile, bytearrays: bool = True) -> dict[tup
         " SUM(CASE WHEN count > 0 THEN count ELSE 0 END) AS a_o, SUM(size) AS s, SUM(count) AS o"
         " FROM heap_profile_allocation GROUP BY callsite_id")}
     out: dict[tuple[str, int | None], list[int]] = defaultdict(lambda: [0, 0, 0, 0])
-    for cs, frames in _paths(profile).items():
-        native_leaf: list[str] = []
-        for name, ftype, file, line in frames:
-            if ftype == "python":
-                wanted = not bytearrays or any("bytearray" in n.lower() for n in native_leaf)
-                if file == str(PROGRAM) and wanted:
-                    v = views[cs]
-                    acc = out[(name, line)]
-                    for i, x in enumerate((v["a_s"], v["a_o"], v["s"], v["o"])):
-                        acc[i] += int(x)
-                break
-            native_leaf.append(name)
+    for cs, (native_leaf, py) in _python_leaves(profile).items():
+        if py is None:
+            continue
+        name, file, line = py
+        wanted = not bytearrays or any("bytearray" in n.lower() for n in native_leaf)
+        if file == str(PROGRAM) and wanted:
+            v = views[cs]
+            acc = out[(name, line)]
+            for i, x in enumerate((v["a_s"], v["a_o"], v["s"], v["o"])):
+                acc[i] += int(x)
     return out
 
 
@@ -168,12 +203,11 @@ def _check_extension_frames(profile: Profile, python: str) -> None:
         return  # array is built into this interpreter: no extension module of its own
     line = _markers()["extension"]
     found = 0
-    for frames in _paths(profile).values():
+    for natives, py in _python_leaves(profile).values():
         # leaf first: native frames of array's code, then the Python caller at the marked line.
-        py = [i for i, f in enumerate(frames) if f[1] == "python"]
-        if not py or frames[py[0]][0] != "extension" or frames[py[0]][3] != line:
+        if py is None or py[0] != "extension" or py[2] != line:
             continue
-        if any(name.startswith("array_") for name, _, _, _ in frames[:py[0]]):
+        if any(name.startswith("array_") for name in natives):
             found += 1
     assert found >= 1, "no stack with array's native frames under extension()"
 
@@ -296,17 +330,15 @@ def test_multiprocessing_workers_exact_at_interval_1(tmp_path: Path, python: str
         "SELECT DISTINCT callsite_id, upid FROM heap_profile_allocation")}
     got: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
     upids: dict[str, set[int]] = defaultdict(set)
-    for cs, frames in _paths(profile).items():
-        native: list[str] = []
-        for name, ftype, file, ln in frames:
-            if ftype == "python":
-                if file == str(WORKERS) and name in truth and ln == markers[name] and \
-                        any("bytearray" in n.lower() for n in native):
-                    for i, x in enumerate(views[cs]):
-                        got[name][i] += x
-                    upids[name].add(upid_of[cs])
-                break
-            native.append(name)
+    for cs, (native, py) in _python_leaves(profile).items():
+        if py is None:
+            continue
+        name, file, ln = py
+        if file == str(WORKERS) and name in truth and ln == markers[name] and \
+                any("bytearray" in n.lower() for n in native):
+            for i, x in enumerate(views[cs]):
+                got[name][i] += x
+            upids[name].add(upid_of[cs])
     want = {fn: [n * size, n, n * size] for fn, (n, size) in truth.items()}
     errors = [tuple(r) for r in profile.query("SELECT upid, client_error, disconnected FROM heapscope_process")]
     assert dict(got) == want, (dict(got), profile.processes_text(), errors)
