@@ -185,15 +185,23 @@ def _run_parent(config: pytest.Config, given: Any) -> int:
     """Run the same pytest command as a child under the client; its exit status.
     `given`: the parsed options (config.option, or known_args_namespace before the parse)."""
     import shutil
-    import tempfile
 
     from heapscope.errors import HeapscopeError
     from heapscope.producer.config import RecordConfig
+    from heapscope.producer.producer import OWNED_PREFIX, take_ownership
+    from heapscope.producer.tmpdir import make_private_dir
     from heapscope.recording import Recording, RecordingOptions
 
     interval = _interval(given)
     out = given.heapscope_output
-    work = Path(tempfile.mkdtemp(prefix="heapscope-pytest-"))
+    # A session directory like the producer's: its owner lock lets a later run remove it when
+    # this process dies without cleaning up (killed: producer/session.py, remove_stale_dirs).
+    work = Path(make_private_dir(OWNED_PREFIX + "pytest-"))
+    try:
+        owner = take_ownership(work)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         listener.bind(str(work / "control.sock"))
@@ -246,6 +254,7 @@ def _run_parent(config: pytest.Config, given: Any) -> int:
     finally:
         listener.close()
         shutil.rmtree(work, ignore_errors=True)
+        os.close(owner)
 
 
 @dataclass(slots=True)

@@ -104,11 +104,13 @@ def suite_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
-def run_pytest(d: Path, test_file: str, source: str, *args: str) -> PytestRun:
+def run_pytest(d: Path, test_file: str, source: str, *args: str, tmpdir: Path | None = None) -> PytestRun:
     (d / test_file).write_text(source)
     xml = d / f"{test_file}.xml"
     xml.unlink(missing_ok=True)
     env = dict(os.environ)
+    if tmpdir is not None:
+        env["TMPDIR"] = str(tmpdir)
     env.pop("PYTEST_ADDOPTS", None)
     # An editable install's loader module belongs to the distribution of the plugin's entry
     # point: pytest warns that it cannot rewrite it (not so from a wheel).
@@ -424,15 +426,24 @@ def test_after_too():
 '''
 
 
-def test_tests_run_on_when_the_recording_dies(suite_dir: Path) -> None:
+def test_tests_run_on_when_the_recording_dies(suite_dir: Path, tmp_path: Path) -> None:
+    from heapscope.producer.session import remove_stale_dirs
+
     # GIVEN the parent that holds the recording is killed in the middle of the run
-    run = run_pytest(suite_dir, "test_parent_killed.py", PARENT_KILLED, "--heapscope")
+    temp = tmp_path / "temp"
+    temp.mkdir(mode=0o700)
+    run = run_pytest(suite_dir, "test_parent_killed.py", PARENT_KILLED, "--heapscope", tmpdir=temp)
     # THEN (the child writes the JUnit report) every test ran and passed, and it said so once
     assert run.returncode == -signal.SIGKILL
     assert {name: o for name, (o, _m) in run.outcomes.items()} == {
         "test_first": "passed", "test_kills_the_recording": "passed", "test_after": "passed",
         "test_after_too": "passed"}, run.stderr
     assert run.stderr.count("the tests run on unmeasured") == 1, run.stderr
+    # AND what the killed parent left in the temp dir, the next run's clean-up removes
+    left = sorted(p.name for p in temp.iterdir())
+    assert left and all(name.startswith("heapscope-") for name in left), left
+    remove_stale_dirs(str(temp))
+    assert not list(temp.iterdir()), left
 
 
 def test_python_frames_first_allocator_frames_left_out() -> None:
