@@ -948,9 +948,9 @@ class Recording:
         """Note, before it starts, why the target cannot get the client (static, setuid)."""
         path = executable or (program if "/" in program else None)
         if not path:  # `record` passes the executable it found (cli/record.py)
-            import shutil
+            from heapscope.which import which
 
-            path = shutil.which(program) or program
+            path = which(program) or program
         why: str | None = None
         with contextlib.suppress(Exception):
             from heapscope.symbolize.preload import preload_blocker
