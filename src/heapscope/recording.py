@@ -79,6 +79,13 @@ IDLE_POLL_S = 0.005
 # samples/s fills in ~70 ms, far longer than this nap.
 BUSY_POLL_S = 0.001
 GUARDRAIL_EVERY_S = 1.0
+# Work the target's start does not wait for (issue 13): the loop does it while the target runs,
+# a piece per round, once a process has connected (its handshake comes first) or after this long.
+CHORES_AFTER_S = 0.05
+# Modules the end of a recording imports (symbolization, the summary's peaks): imported by the
+# loop while the target runs, so that its exit is not followed by their import.
+END_MODULES = ("heapscope.store.reader", "heapscope.store.select", "heapscope.view.units")
+SYMBOLIZE_MODULES = ("heapscope.symbolize.profile", "heapscope.symbolize.missing")
 MAX_DURATION_S = 366 * 24 * 3600.0
 # Each profiled process holds a socket and a ring's memfd here: a common soft
 # limit of 1024 descriptors would stop a recording at ~500 live processes.
@@ -324,14 +331,15 @@ class Recording:
         self._every: list[list[Any]] = []  # [period s, fn(producer), next time]
         self._waiters: list[_Waiter] = []  # fresh_dump() callers waiting for the next dump
         self._waiters_lock = threading.Lock()
+        # (fn, required): done by the loop while the target runs (_chore); what is left when the
+        # session ends is done then if required (close), else dropped (a module warmed up early).
+        self._chores: list[tuple[Callable[[], None], bool]] = []
 
     # -- lifecycle -----------------------------------------------------------
 
     def __enter__(self) -> Recording:
-        with contextlib.suppress(OSError):
-            removed = remove_stale_dirs()
-            if removed:
-                self.log(f"removed {removed} session director{'ies' if removed > 1 else 'y'} of dead runs")
+        # Other runs' leftovers: not a reason for the target to wait (~2 ms on a busy /tmp).
+        self._chores.append((self._remove_stale_dirs, True))
         self._raise_nofile()
         self._install_signal(signal.SIGUSR1, self._on_usr1)
         if threading.current_thread() is threading.main_thread():
@@ -340,6 +348,30 @@ class Recording:
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
+
+    def _remove_stale_dirs(self) -> None:
+        with contextlib.suppress(OSError):
+            removed = remove_stale_dirs()
+            if removed:
+                self.log(f"removed {removed} session director{'ies' if removed > 1 else 'y'} of dead runs")
+
+    def _warm_up(self) -> None:
+        """Queue the imports the end of the recording will need, for the loop's idle time."""
+        modules = END_MODULES + (SYMBOLIZE_MODULES if self.options.symbolize else ())
+        self._chores += [(_importer(m), False) for m in modules]
+
+    def _chore(self, required_only: bool = False) -> None:
+        """Do the next chore (every required one left, with `required_only`); a failure is only logged."""
+        while self._chores:
+            fn, required = self._chores.pop(0)
+            if required_only and not required:
+                continue
+            try:
+                fn()
+            except Exception as e:  # a chore is housekeeping or a head start: never a reason to stop
+                self.log(f"{getattr(fn, '__name__', 'chore')} failed: {_describe(e)}")
+            if not required_only:
+                return
 
     def _open(self, command: str) -> Producer:
         """The profile and the producer: fails here, before any target is touched."""
@@ -361,7 +393,6 @@ class Recording:
         if not argv:
             raise UsageError("no command to profile")
         producer = self._open(" ".join(argv))
-        self._check_preload(argv[0], executable)
         env = dict(os.environ)
         env.update(producer.client_env())
         preload = env.get("LD_PRELOAD", "")
@@ -383,6 +414,9 @@ class Recording:
                 self.child.send_signal(sig)
         self._pending.clear()
         self._start_symbolizer()
+        # Only the summary uses what this finds (why the target cannot be preloaded): after the spawn.
+        self._chores.append((lambda: self._check_preload(argv[0], executable), True))
+        self._warm_up()
         return self.child.pid
 
     def attach(self, pids: list[int]) -> list[int]:
@@ -403,6 +437,7 @@ class Recording:
         if not self.attached and self.errors:
             raise TargetError("; ".join(self.errors))
         self._start_symbolizer()
+        self._warm_up()
         return list(self.attached)
 
     def _attach_one(self, producer: Producer, pid: int) -> None:
@@ -713,9 +748,13 @@ class Recording:
         end_at = started + opts.duration if opts.duration is not None else None
         batch = max(1, self.config.shmem_size // 8)  # drained per round above which the loop does not nap
         timeout = IDLE_POLL_S
+        chores_from = started + CHORES_AFTER_S
         while True:
             drained = self._poll(timeout)
             timeout = 0.0 if drained >= batch else BUSY_POLL_S if drained else IDLE_POLL_S
+            if self._chores and drained < batch and (
+                    producer.processes or producer.ended or time.monotonic() >= chores_from):
+                self._chore()
             while self._dumps_requested:
                 self.dump_now(self._dumps_requested.pop(0))
             if self._waiters:
@@ -831,6 +870,7 @@ class Recording:
         self._ended = True
         self._release_waiters()
         try:
+            self._chore(required_only=True)
             if self.child is not None and self.child.returncode is None:
                 # An exception left the session early: the target still ends under us.
                 self._end_profiling()
@@ -1062,6 +1102,14 @@ class Recording:
             self._old_wakeup = None
         self._wake_r.close()
         self._wake_w.close()
+
+
+def _importer(module: str) -> Callable[[], None]:
+    def import_module() -> None:
+        __import__(module)  # importlib.import_module, without importing importlib
+
+    import_module.__name__ = f"import {module}"
+    return import_module
 
 
 def _depth(callsites: dict[CallsiteId, tuple[CallsiteId | None, FrameId]], memo: dict[CallsiteId, int],

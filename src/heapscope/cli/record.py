@@ -20,7 +20,6 @@ from heapscope.errors import TargetError, UsageError
 from heapscope.fleet import live as fleet_live
 from heapscope.producer.config import DEFAULT_INTERVAL, DEFAULT_SHMEM_SIZE, RecordConfig, parse_size
 from heapscope.recording import MAX_DURATION_S, Recording, RecordingOptions, Summary, client_library
-from heapscope.view.units import human_bytes
 from heapscope.which import which
 from heapscope.wire.codec import Unwinder
 
@@ -226,6 +225,8 @@ class _StatusLine:
         if not self.enabled or producer is None:
             return None
 
+        from heapscope.view.units import human_bytes
+
         def update(now: float) -> None:
             samples, live = producer.live_summary()
             self.show(f"heapscope: {now - started:6.1f} s  {samples:,} samples  {human_bytes(live)} live")
@@ -247,6 +248,8 @@ def _log(msg: str) -> None:
 
 
 def _summary(s: Summary) -> None:
+    from heapscope.view.units import human_bytes  # after the target's start (issue 13)
+
     unwinders = s.unwinders or ["none (no process connected)"]
     share = s.blocked_ms / 1e3 / s.elapsed_s * 100 if s.elapsed_s > 0 else 0.0
     lines = [

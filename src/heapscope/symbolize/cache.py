@@ -282,10 +282,9 @@ class SymbolCache:
         if fd is None:
             return
         import json
-        import secrets
 
         data = json.dumps(_encode(entry), separators=(",", ":")).encode("utf-8", "surrogateescape")
-        tmp = f".tmp-{secrets.token_hex(8)}"
+        tmp = f".tmp-{os.urandom(8).hex()}"  # secrets.token_hex(8), without secrets' hmac and hashlib
         try:
             out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
                           dir_fd=fd)
