@@ -355,6 +355,16 @@ class Recording:
             if removed:
                 self.log(f"removed {removed} session director{'ies' if removed > 1 else 'y'} of dead runs")
 
+    def _write_metadata(self, metadata: tuple[tuple[str, object], ...]) -> None:
+        if self.writer is None or self._failed:
+            return
+        try:
+            for key, value in metadata:
+                self.writer.set_metadata(key, value)
+            self.writer.commit()
+        except Exception as e:  # the profile cannot be written: as a failure of the loop's
+            self._fail(e)
+
     def _warm_up(self) -> None:
         """Queue the imports the end of the recording will need, for the loop's idle time."""
         modules = END_MODULES + (SYMBOLIZE_MODULES if self.options.symbolize else ())
@@ -377,12 +387,15 @@ class Recording:
         """The profile and the producer: fails here, before any target is touched."""
         if self.producer is not None:
             raise UsageError("a Recording records one target (or one set of pids) only")
-        writer = ProfileWriter(self.output, force=self.options.force)
+        # The output is checked and its files created now; the database and its schema (~4 ms with
+        # sqlite3's import) when first written to: at the first handshake, after the client has
+        # its answer, or by the chore below (issue 13). Should that fail, the failure is the
+        # loop's like any other (_fail): one line, the clients let go, the target supervised.
+        writer = ProfileWriter(self.output, force=self.options.force, connect=False)
         self.writer = writer
-        writer.set_metadata("heapscope_version", __version__)
-        writer.set_metadata("command", self.options.command or command)
-        writer.set_metadata("interval", self.config.interval)
-        writer.set_metadata("started_unix_ns", time.time_ns())
+        metadata = (("heapscope_version", __version__), ("command", self.options.command or command),
+                    ("interval", self.config.interval), ("started_unix_ns", time.time_ns()))
+        self._chores.insert(0, (lambda: self._write_metadata(metadata), True))
         self.producer = Producer(writer, self.config, log=self.log)
         self.started = time.monotonic()
         return self.producer
