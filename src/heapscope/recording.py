@@ -368,7 +368,19 @@ class Recording:
     def _warm_up(self) -> None:
         """Queue the imports the end of the recording will need, for the loop's idle time."""
         modules = END_MODULES + (SYMBOLIZE_MODULES if self.options.symbolize else ())
-        self._chores += [(_importer(m), False) for m in modules]
+        self._chores += [(self._importer(m), False) for m in modules]
+
+    def _importer(self, module: str) -> Callable[[], None]:
+        def import_module() -> None:
+            # Only what the end will use: a recording without a sample neither symbolizes nor
+            # reads its peaks back; until the first one, the import waits its turn again.
+            if self.producer is not None and self.producer.live_summary()[0] == 0:
+                self._chores.append((import_module, False))
+                return
+            __import__(module)  # importlib.import_module, without importing importlib
+
+        import_module.__name__ = f"import {module}"
+        return import_module
 
     def _chore(self, required_only: bool = False) -> None:
         """Do the next chore (every required one left, with `required_only`); a failure is only logged."""
@@ -1115,14 +1127,6 @@ class Recording:
             self._old_wakeup = None
         self._wake_r.close()
         self._wake_w.close()
-
-
-def _importer(module: str) -> Callable[[], None]:
-    def import_module() -> None:
-        __import__(module)  # importlib.import_module, without importing importlib
-
-    import_module.__name__ = f"import {module}"
-    return import_module
 
 
 def _depth(callsites: dict[CallsiteId, tuple[CallsiteId | None, FrameId]], memo: dict[CallsiteId, int],
