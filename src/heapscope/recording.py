@@ -334,6 +334,7 @@ class Recording:
         # (fn, required): done by the loop while the target runs (_chore); what is left when the
         # session ends is done then if required (close), else dropped (a module warmed up early).
         self._chores: list[tuple[Callable[[], None], bool]] = []
+        self._metadata: tuple[tuple[str, object], ...] = ()  # written by _write_metadata
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -355,8 +356,10 @@ class Recording:
             if removed:
                 self.log(f"removed {removed} session director{'ies' if removed > 1 else 'y'} of dead runs")
 
-    def _write_metadata(self, metadata: tuple[tuple[str, object], ...]) -> None:
-        if self.writer is None or self._failed:
+    def _write_metadata(self) -> None:
+        """The profile's metadata, once: a chore, or before a dump (a scrape reads the profile)."""
+        metadata, self._metadata = self._metadata, ()
+        if not metadata or self.writer is None or self._failed:
             return
         try:
             for key, value in metadata:
@@ -407,7 +410,8 @@ class Recording:
         self.writer = writer
         metadata = (("heapscope_version", __version__), ("command", self.options.command or command),
                     ("interval", self.config.interval), ("started_unix_ns", time.time_ns()))
-        self._chores.insert(0, (lambda: self._write_metadata(metadata), True))
+        self._metadata = metadata
+        self._chores.insert(0, (self._write_metadata, True))
         self.producer = Producer(writer, self.config, log=self.log)
         self.started = time.monotonic()
         return self.producer
@@ -666,6 +670,7 @@ class Recording:
         """A dump of every process now; only from the loop's thread (or between start and run)."""
         if self.producer is None or self._failed or self._ended:
             return
+        self._write_metadata()
         try:
             self.producer.dump_all(reason)
         except Exception as e:
