@@ -118,11 +118,11 @@ def _split(args: argparse.Namespace) -> int:
     print(f"{args.rounds} interleaved rounds, medians; load average {load_before[0]:.1f} before,"
           f" {load_after[0]:.1f} after; {args.heapscope}"
           + (f"; [{args.compare_name}] = {args.compare}" if args.compare else ""))
-    base = [statistics.median(col) for col in zip(*figures["/bin/date"])]
+    base = [statistics.median(col) for col in zip(*figures["/bin/date"], strict=True)]
     print("| command | start -> target ms | added | target -> end ms | added | CPU ms | added |")
     print("|---|---|---|---|---|---|---|")
     for name, rows in figures.items():
-        med = [statistics.median(col) for col in zip(*rows)]
+        med = [statistics.median(col) for col in zip(*rows, strict=True)]
         print(f"| `{name}` | {med[0]:.1f} | {med[0] - base[0]:+.1f} | {med[1]:.1f} | {med[1] - base[1]:+.1f}"
               f" | {med[2]:.1f} | {med[2] - base[2]:+.1f} |")
     return 0
