@@ -34,6 +34,10 @@ its main) splits each run into "command start -> target's main" (heapscope's
 start-up, the spawn and the client's handshake) and "target's main -> command's
 end" (the target's exit, heapscope's final dumps, symbolization, summary);
 the rows give their medians, and the same minus the unprofiled /bin/date's.
+With --long the target is a shell that runs `ls -l /usr/bin` (frames to
+symbolize), idles 0.3 s, then execs the date: its "target -> end" is the
+time a recording of a longer program adds after the program's end, once the
+loop has had idle time to prepare the end (issue 13: the benchmark's rows).
 
 Use an installed heapscope (`pip install .`), not an editable one: an
 editable install checks its build tree with ninja on every start (~30 ms);
@@ -95,7 +99,10 @@ def _split(args: argparse.Namespace) -> int:
     work = Path(tempfile.mkdtemp(prefix="hs-fixed-cost-"))
     env = dict(os.environ, XDG_CACHE_HOME=str(work / "cache"))
     date = ["/bin/date", "+%s.%N"]
-    variants: dict[str, list[str]] = {"/bin/date": date,
+    if args.long:
+        date = ["/bin/sh", "-c", "ls -l /usr/bin >/dev/null; sleep 0.3; exec /bin/date +%s.%N"]
+    plain = "sh -c 'ls; sleep 0.3; date'" if args.long else "/bin/date"
+    variants: dict[str, list[str]] = {plain: date,
                                       "record": [args.heapscope, "record", "-q", "-o", "{out}", "--", *date]}
     if args.compare:
         variants[f"record [{args.compare_name}]"] = [args.compare, *variants["record"][1:]]
@@ -118,7 +125,7 @@ def _split(args: argparse.Namespace) -> int:
     print(f"{args.rounds} interleaved rounds, medians; load average {load_before[0]:.1f} before,"
           f" {load_after[0]:.1f} after; {args.heapscope}"
           + (f"; [{args.compare_name}] = {args.compare}" if args.compare else ""))
-    base = [statistics.median(col) for col in zip(*figures["/bin/date"], strict=True)]
+    base = [statistics.median(col) for col in zip(*figures[plain], strict=True)]
     print("| command | start -> target ms | added | target -> end ms | added | CPU ms | added |")
     print("|---|---|---|---|---|---|---|")
     for name, rows in figures.items():
@@ -149,6 +156,7 @@ def main() -> int:
     ap.add_argument("--compare-name", default="before", help="its label in the table")
     ap.add_argument("--split", action="store_true",
                     help="time start -> target and target -> end around /bin/date instead")
+    ap.add_argument("--long", action="store_true", help="with --split: a target that allocates, idles, then dates")
     args = ap.parse_args()
     hs = args.heapscope
     if _editable(hs):
