@@ -1015,7 +1015,7 @@ class Recording:
     # -- what is missing (summary) ----------------------------------------------
 
     def _check_preload(self, program: str, executable: str | None) -> None:
-        """Note, before it starts, why the target cannot get the client (static, setuid)."""
+        """Note why the started target cannot get the client (static, setuid), for the summary."""
         path = executable or (program if "/" in program else None)
         if not path:  # `record` passes the executable it found (cli/record.py)
             from heapscope.which import which
