@@ -1,6 +1,7 @@
 """The fixed cost of `heapscope record` (issue 13): the whole command around a program that does nothing.
 
     python benchmarks/fixed_cost.py [--rounds 31] [--heapscope PATH] [--markdown]
+    python benchmarks/fixed_cost.py --split [--rounds 31] [--compare PATH]
 
 Runs, interleaved round by round (so a busy spell of a shared machine hits
 every variant alike), each of:
@@ -25,6 +26,18 @@ steadier figure on a machine shared with other work. Each command writes a
 fresh profile (no --force: that would read the old one first), removed
 after the round. The load average before and after is printed: say in
 RESULTS.md that the machine was shared.
+
+--split times where the added cost is spent around a target that prints the
+time: `heapscope record -q -o X -- /bin/date +%s.%N` against `/bin/date
++%s.%N` alone, interleaved. The date the target prints (CLOCK_REALTIME, at
+its main) splits each run into "command start -> target's main" (heapscope's
+start-up, the spawn and the client's handshake) and "target's main -> command's
+end" (the target's exit, heapscope's final dumps, symbolization, summary);
+the rows give their medians, and the same minus the unprofiled /bin/date's.
+With --long the target is a shell that runs `ls -l /usr/bin` (frames to
+symbolize), idles 0.3 s, then execs the date: its "target -> end" is the
+time a recording of a longer program adds after the program's end, once the
+loop has had idle time to prepare the end (issue 13: the benchmark's rows).
 
 Use an installed heapscope (`pip install .`), not an editable one: an
 editable install checks its build tree with ninja on every start (~30 ms);
@@ -66,6 +79,62 @@ def _run(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
     return wall, usage.ru_utime + usage.ru_stime
 
 
+def _run_dated(argv: list[str], env: dict[str, str]) -> tuple[float, float, float]:
+    """(ms from before the spawn to the date the command printed, ms from that date to after
+    the command's exit, CPU ms of the command and its children) of one run."""
+    with tempfile.TemporaryFile() as out:
+        t0 = time.time()
+        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.DEVNULL)
+        _pid, status, usage = os.wait4(proc.pid, 0)
+        t1 = time.time()
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise SystemExit(f"{' '.join(argv)}: exit status {os.waitstatus_to_exitcode(status)}")
+        out.seek(0)
+        printed = float(out.read().decode().split()[-1])
+    return (printed - t0) * 1e3, (t1 - printed) * 1e3, (usage.ru_utime + usage.ru_stime) * 1e3
+
+
+def _split(args: argparse.Namespace) -> int:
+    """--split: start -> target's main and target's main -> end, profiled vs plain /bin/date."""
+    work = Path(tempfile.mkdtemp(prefix="hs-fixed-cost-"))
+    env = dict(os.environ, XDG_CACHE_HOME=str(work / "cache"))
+    date = ["/bin/date", "+%s.%N"]
+    if args.long:
+        date = ["/bin/sh", "-c", "ls -l /usr/bin >/dev/null; sleep 0.3; exec /bin/date +%s.%N"]
+    plain = "sh -c 'ls; sleep 0.3; date'" if args.long else "/bin/date"
+    variants: dict[str, list[str]] = {plain: date,
+                                      "record": [args.heapscope, "record", "-q", "-o", "{out}", "--", *date]}
+    if args.compare:
+        variants[f"record [{args.compare_name}]"] = [args.compare, *variants["record"][1:]]
+    figures: dict[str, list[tuple[float, float, float]]] = {k: [] for k in variants}
+    load_before = os.getloadavg()
+    order = list(variants)
+    rng = random.Random(13)
+    try:
+        for rnd in range(args.rounds + 1):
+            rng.shuffle(order)
+            for name in order:
+                out = str(work / f"r{rnd}.db")
+                got = _run_dated([a.replace("{out}", out) for a in variants[name]], env)
+                Path(out).unlink(missing_ok=True)
+                if rnd > 0:
+                    figures[name].append(got)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    load_after = os.getloadavg()
+    print(f"{args.rounds} interleaved rounds, medians; load average {load_before[0]:.1f} before,"
+          f" {load_after[0]:.1f} after; {args.heapscope}"
+          + (f"; [{args.compare_name}] = {args.compare}" if args.compare else ""))
+    base = [statistics.median(col) for col in zip(*figures[plain], strict=True)]
+    print("| command | start -> target ms | added | target -> end ms | added | CPU ms | added |")
+    print("|---|---|---|---|---|---|---|")
+    for name, rows in figures.items():
+        med = [statistics.median(col) for col in zip(*rows, strict=True)]
+        print(f"| `{name}` | {med[0]:.1f} | {med[0] - base[0]:+.1f} | {med[1]:.1f} | {med[1] - base[1]:+.1f}"
+              f" | {med[2]:.1f} | {med[2] - base[2]:+.1f} |")
+    return 0
+
+
 def _editable(heapscope: str) -> bool:
     try:
         head = Path(heapscope).read_text(errors="replace")[:200]
@@ -85,11 +154,16 @@ def main() -> int:
     ap.add_argument("--markdown", action="store_true", help="print a table for RESULTS.md")
     ap.add_argument("--compare", metavar="HEAPSCOPE", help="also measure this heapscope, interleaved")
     ap.add_argument("--compare-name", default="before", help="its label in the table")
+    ap.add_argument("--split", action="store_true",
+                    help="time start -> target and target -> end around /bin/date instead")
+    ap.add_argument("--long", action="store_true", help="with --split: a target that allocates, idles, then dates")
     args = ap.parse_args()
     hs = args.heapscope
     if _editable(hs):
         print(f"warning: {hs} is an editable install: its start-up includes a ninja check of the build tree",
               file=sys.stderr)
+    if args.split:
+        return _split(args)
     work = Path(tempfile.mkdtemp(prefix="hs-fixed-cost-"))
     env = dict(os.environ)
     env["XDG_CACHE_HOME"] = str(work / "cache")  # the warm cache: filled by the warm-up round

@@ -79,6 +79,13 @@ IDLE_POLL_S = 0.005
 # samples/s fills in ~70 ms, far longer than this nap.
 BUSY_POLL_S = 0.001
 GUARDRAIL_EVERY_S = 1.0
+# Work the target's start does not wait for (issue 13): the loop does it while the target runs,
+# a piece per round, once a process has connected (its handshake comes first) or after this long.
+CHORES_AFTER_S = 0.05
+# Modules the end of a recording imports (symbolization, the summary's peaks): imported by the
+# loop while the target runs, so that its exit is not followed by their import.
+END_MODULES = ("heapscope.store.reader", "heapscope.store.select", "heapscope.view.units")
+SYMBOLIZE_MODULES = ("heapscope.symbolize.profile", "heapscope.symbolize.missing")
 MAX_DURATION_S = 366 * 24 * 3600.0
 # Each profiled process holds a socket and a ring's memfd here: a common soft
 # limit of 1024 descriptors would stop a recording at ~500 live processes.
@@ -324,14 +331,16 @@ class Recording:
         self._every: list[list[Any]] = []  # [period s, fn(producer), next time]
         self._waiters: list[_Waiter] = []  # fresh_dump() callers waiting for the next dump
         self._waiters_lock = threading.Lock()
+        # (fn, required): done by the loop while the target runs (_chore); what is left when the
+        # session ends is done then if required (close), else dropped (a module warmed up early).
+        self._chores: list[tuple[Callable[[], None], bool]] = []
+        self._metadata: tuple[tuple[str, object], ...] = ()  # written by _write_metadata
 
     # -- lifecycle -----------------------------------------------------------
 
     def __enter__(self) -> Recording:
-        with contextlib.suppress(OSError):
-            removed = remove_stale_dirs()
-            if removed:
-                self.log(f"removed {removed} session director{'ies' if removed > 1 else 'y'} of dead runs")
+        # Other runs' leftovers: not a reason for the target to wait (~2 ms on a busy /tmp).
+        self._chores.append((self._remove_stale_dirs, True))
         self._raise_nofile()
         self._install_signal(signal.SIGUSR1, self._on_usr1)
         if threading.current_thread() is threading.main_thread():
@@ -341,16 +350,68 @@ class Recording:
     def __exit__(self, *_exc: object) -> None:
         self.close()
 
+    def _remove_stale_dirs(self) -> None:
+        with contextlib.suppress(OSError):
+            removed = remove_stale_dirs()
+            if removed:
+                self.log(f"removed {removed} session director{'ies' if removed > 1 else 'y'} of dead runs")
+
+    def _write_metadata(self) -> None:
+        """The profile's metadata, once: a chore, or before a dump (a scrape reads the profile)."""
+        metadata, self._metadata = self._metadata, ()
+        if not metadata or self.writer is None or self._failed:
+            return
+        try:
+            for key, value in metadata:
+                self.writer.set_metadata(key, value)
+            self.writer.commit()
+        except Exception as e:  # the profile cannot be written: as a failure of the loop's
+            self._fail(e)
+
+    def _warm_up(self) -> None:
+        """Queue the imports the end of the recording will need, for the loop's idle time."""
+        modules = END_MODULES + (SYMBOLIZE_MODULES if self.options.symbolize else ())
+        self._chores += [(self._importer(m), False) for m in modules]
+
+    def _importer(self, module: str) -> Callable[[], None]:
+        def import_module() -> None:
+            # Only what the end will use: a recording without a sample neither symbolizes nor
+            # reads its peaks back; until the first one, the import waits its turn again.
+            if self.producer is not None and self.producer.live_summary()[0] == 0:
+                self._chores.append((import_module, False))
+                return
+            __import__(module)  # importlib.import_module, without importing importlib
+
+        import_module.__name__ = f"import {module}"
+        return import_module
+
+    def _chore(self, required_only: bool = False) -> None:
+        """Do the next chore (every required one left, with `required_only`); a failure is only logged."""
+        while self._chores:
+            fn, required = self._chores.pop(0)
+            if required_only and not required:
+                continue
+            try:
+                fn()
+            except Exception as e:  # a chore is housekeeping or a head start: never a reason to stop
+                self.log(f"{getattr(fn, '__name__', 'chore')} failed: {_describe(e)}")
+            if not required_only:
+                return
+
     def _open(self, command: str) -> Producer:
         """The profile and the producer: fails here, before any target is touched."""
         if self.producer is not None:
             raise UsageError("a Recording records one target (or one set of pids) only")
-        writer = ProfileWriter(self.output, force=self.options.force)
+        # The output is checked and its files created now; the database and its schema (~4 ms with
+        # sqlite3's import) when first written to: at the first handshake, after the client has
+        # its answer, or by the chore below (issue 13). Should that fail, the failure is the
+        # loop's like any other (_fail): one line, the clients let go, the target supervised.
+        writer = ProfileWriter(self.output, force=self.options.force, connect=False)
         self.writer = writer
-        writer.set_metadata("heapscope_version", __version__)
-        writer.set_metadata("command", self.options.command or command)
-        writer.set_metadata("interval", self.config.interval)
-        writer.set_metadata("started_unix_ns", time.time_ns())
+        metadata = (("heapscope_version", __version__), ("command", self.options.command or command),
+                    ("interval", self.config.interval), ("started_unix_ns", time.time_ns()))
+        self._metadata = metadata
+        self._chores.insert(0, (self._write_metadata, True))
         self.producer = Producer(writer, self.config, log=self.log)
         self.started = time.monotonic()
         return self.producer
@@ -361,7 +422,6 @@ class Recording:
         if not argv:
             raise UsageError("no command to profile")
         producer = self._open(" ".join(argv))
-        self._check_preload(argv[0], executable)
         env = dict(os.environ)
         env.update(producer.client_env())
         preload = env.get("LD_PRELOAD", "")
@@ -383,6 +443,9 @@ class Recording:
                 self.child.send_signal(sig)
         self._pending.clear()
         self._start_symbolizer()
+        # Only the summary uses what this finds (why the target cannot be preloaded): after the spawn.
+        self._chores.append((lambda: self._check_preload(argv[0], executable), True))
+        self._warm_up()
         return self.child.pid
 
     def attach(self, pids: list[int]) -> list[int]:
@@ -403,6 +466,7 @@ class Recording:
         if not self.attached and self.errors:
             raise TargetError("; ".join(self.errors))
         self._start_symbolizer()
+        self._warm_up()
         return list(self.attached)
 
     def _attach_one(self, producer: Producer, pid: int) -> None:
@@ -606,6 +670,7 @@ class Recording:
         """A dump of every process now; only from the loop's thread (or between start and run)."""
         if self.producer is None or self._failed or self._ended:
             return
+        self._write_metadata()
         try:
             self.producer.dump_all(reason)
         except Exception as e:
@@ -713,9 +778,13 @@ class Recording:
         end_at = started + opts.duration if opts.duration is not None else None
         batch = max(1, self.config.shmem_size // 8)  # drained per round above which the loop does not nap
         timeout = IDLE_POLL_S
+        chores_from = started + CHORES_AFTER_S
         while True:
             drained = self._poll(timeout)
             timeout = 0.0 if drained >= batch else BUSY_POLL_S if drained else IDLE_POLL_S
+            if self._chores and drained < batch and (
+                    producer.processes or producer.ended or time.monotonic() >= chores_from):
+                self._chore()
             while self._dumps_requested:
                 self.dump_now(self._dumps_requested.pop(0))
             if self._waiters:
@@ -831,6 +900,7 @@ class Recording:
         self._ended = True
         self._release_waiters()
         try:
+            self._chore(required_only=True)
             if self.child is not None and self.child.returncode is None:
                 # An exception left the session early: the target still ends under us.
                 self._end_profiling()
@@ -945,12 +1015,12 @@ class Recording:
     # -- what is missing (summary) ----------------------------------------------
 
     def _check_preload(self, program: str, executable: str | None) -> None:
-        """Note, before it starts, why the target cannot get the client (static, setuid)."""
+        """Note why the started target cannot get the client (static, setuid), for the summary."""
         path = executable or (program if "/" in program else None)
         if not path:  # `record` passes the executable it found (cli/record.py)
-            import shutil
+            from heapscope.which import which
 
-            path = shutil.which(program) or program
+            path = which(program) or program
         why: str | None = None
         with contextlib.suppress(Exception):
             from heapscope.symbolize.preload import preload_blocker

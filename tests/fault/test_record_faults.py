@@ -372,6 +372,24 @@ def test_disk_full_keeps_what_fits_and_the_status(bins, procs, small_tmpfs) -> N
     assert unreleased(db) >= BLOCK
 
 
+def test_a_disk_full_from_the_start_leaves_the_target_its_run_and_status(small_tmpfs) -> None:
+    # GIVEN a file system already full: the profile's files can be created (empty), its schema not.
+    # `record` makes the schema after the target's spawn (issue 13), so the target starts.
+    filler = fill(small_tmpfs)
+    db = small_tmpfs / "full.db"
+    # WHEN a program is recorded there
+    r = subprocess.run(record("-o", db, "--", "sh", "-c", "echo ran; exit 7"), capture_output=True, text=True,
+                       timeout=WAIT_S)
+    filler.unlink()
+    # THEN it runs, unprofiled, with its output and status, and one line says why
+    assert r.stdout == "ran\n"
+    assert r.returncode == 7, r.stderr
+    lines = r.stderr.splitlines()
+    no_traceback(lines)
+    errors = [s for s in lines if "error:" in s]
+    assert len(errors) == 1 and "disk is full" in errors[0] and "runs on unprofiled" in errors[0], r.stderr
+
+
 def test_internal_error_one_line_and_target_supervised(bins, tmp_path, procs) -> None:
     # GIVEN a recording that works
     db = tmp_path / "ie.db"

@@ -20,7 +20,7 @@ from heapscope.errors import TargetError, UsageError
 from heapscope.fleet import live as fleet_live
 from heapscope.producer.config import DEFAULT_INTERVAL, DEFAULT_SHMEM_SIZE, RecordConfig, parse_size
 from heapscope.recording import MAX_DURATION_S, Recording, RecordingOptions, Summary, client_library
-from heapscope.view.units import human_bytes
+from heapscope.which import which
 from heapscope.wire.codec import Unwinder
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
@@ -206,32 +206,10 @@ def _resolve(program: str) -> str:
         if not os.access(program, os.X_OK):
             raise TargetError(f"cannot run {program}: permission denied")
         return program
-    found = _which(program)
+    found = which(program)
     if found is None:
         raise TargetError(f"command not found: {program}")
     return found
-
-
-def _which(program: str) -> str | None:
-    """shutil.which(program) for a name without a slash, on Linux (as in CPython 3.11's
-    Lib/shutil.py); shutil's imports (bz2, lzma, fnmatch) cost `record` ~1.5 ms (issue 13)."""
-    path = os.environ.get("PATH")
-    if path is None:
-        try:
-            path = os.confstr("CS_PATH")
-        except (AttributeError, ValueError):
-            path = os.defpath
-    if not path:
-        return None
-    seen: set[str] = set()
-    for d in path.split(os.pathsep):
-        if d in seen:
-            continue
-        seen.add(d)
-        name = os.path.join(d, program)
-        if os.path.exists(name) and os.access(name, os.F_OK | os.X_OK) and not os.path.isdir(name):
-            return name
-    return None
 
 
 class _StatusLine:
@@ -246,6 +224,8 @@ class _StatusLine:
         producer, started = rec.producer, rec.started
         if not self.enabled or producer is None:
             return None
+
+        from heapscope.view.units import human_bytes
 
         def update(now: float) -> None:
             samples, live = producer.live_summary()
@@ -268,6 +248,8 @@ def _log(msg: str) -> None:
 
 
 def _summary(s: Summary) -> None:
+    from heapscope.view.units import human_bytes  # after the target's start (issue 13)
+
     unwinders = s.unwinders or ["none (no process connected)"]
     share = s.blocked_ms / 1e3 / s.elapsed_s * 100 if s.elapsed_s > 0 else 0.0
     lines = [

@@ -53,7 +53,9 @@ def schema_sql() -> str:
 class ProfileWriter:
     """An open profile database being written."""
 
-    def __init__(self, path: str | os.PathLike[str], *, force: bool = False) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, force: bool = False, connect: bool = True) -> None:
+        """Checks and creates the files; with `connect` False, the database and its schema are
+        made on first use (`record`: after its target's handshake, issue 13)."""
         self.path = Path(path)
         if check_replaceable(self.path, force, PROFILE):
             remove_file(self.path)
@@ -64,19 +66,30 @@ class ProfileWriter:
         os.close(create_private(self.path))
         for suffix in ("-wal", "-shm"):
             os.close(create_private(Path(f"{self.path}{suffix}")))
+        self._db: sqlite3.Connection | None = None
+        if connect:
+            self._connect()
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        return self._db if self._db is not None else self._connect()
+
+    def _connect(self) -> sqlite3.Connection:
         try:
             # One thread at a time, not always the one that opened it: `heapscope live`
             # opens the profile on the main thread and records on another.
-            self.db = sqlite3.connect(self.path, check_same_thread=False)
+            db = sqlite3.connect(self.path, check_same_thread=False)
             # The profile is rebuilt from scratch on every run: durability per
             # dump matters, fsync per dump does not.
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            self.db.executescript(schema_sql())
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.executescript(schema_sql())
         except sqlite3.Error as e:
             raise OutputError(f"cannot write {self.path}: {e}") from e
+        self._db = db
         self.set_metadata("format", PROFILE_FORMAT)
         self.set_metadata("schema_version", SCHEMA_VERSION)
+        return db
 
     def set_metadata(self, key: str, value: object) -> None:
         self.db.execute("INSERT OR REPLACE INTO heapscope_metadata VALUES (?, ?)", (key, str(value)))

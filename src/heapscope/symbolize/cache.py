@@ -58,6 +58,19 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 Answer = tuple[tuple["SourceFrame", ...], str | None]
 
 
+def _sha256(data: bytes) -> Any:
+    """hashlib.sha256(data): CPython's own SHA-256 when it has one; hashlib loads OpenSSL (~2 ms
+    of CPU that `record` paid at its end for each module's cache file name, issue 13)."""
+    try:
+        from _sha256 import sha256  # type: ignore[import-not-found,unused-ignore]  # CPython 3.10, 3.11
+    except ImportError:
+        try:
+            from _sha2 import sha256  # type: ignore[import-not-found,no-redef,unused-ignore]  # CPython 3.12+
+        except ImportError:
+            from hashlib import sha256  # type: ignore[assignment,unused-ignore]
+    return sha256(data)
+
+
 class Entry(Slots):
     """What is known about one module: how it was located and the answers for its addresses."""
 
@@ -206,9 +219,7 @@ class SymbolCache:
 
     @staticmethod
     def _name(path: str, build_id: str) -> str:
-        import hashlib
-
-        where = hashlib.sha256(path.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+        where = _sha256(path.encode("utf-8", "surrogateescape")).hexdigest()[:16]
         return f"sym-{build_id}-{where}.json"
 
     def lookup(self, path: str, build_id: str, context: str) -> Entry | None:
@@ -271,10 +282,9 @@ class SymbolCache:
         if fd is None:
             return
         import json
-        import secrets
 
         data = json.dumps(_encode(entry), separators=(",", ":")).encode("utf-8", "surrogateescape")
-        tmp = f".tmp-{secrets.token_hex(8)}"
+        tmp = f".tmp-{os.urandom(8).hex()}"  # secrets.token_hex(8), without secrets' hmac and hashlib
         try:
             out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
                           dir_fd=fd)

@@ -112,7 +112,9 @@ class LiveSymbolizer:
             # tick()'s locator read the modules' files already; it is the one symbolize_profile
             # would make, but for debuginfod (a server's files are fetched at the end only).
             reuse = self._locator if self._debuginfod is None else None
-            report = symbolize_profile(writer, warm=self.warm, cache=self.cache, locator=reuse)
+            # tick() found the tool too: the end does not look through PATH for it again.
+            tool = self._tool if self._locator is not None else "auto"
+            report = symbolize_profile(writer, symbolizer=tool, warm=self.warm, cache=self.cache, locator=reuse)
             self._remember_located()
             report.cache_notes = self.cache.notes()
             writer.add_stats(self.cache.stats_rows())

@@ -18,11 +18,15 @@ import json
 import os
 import re
 import select
-import shutil
 import subprocess
 import threading
-from collections.abc import Sequence
-from dataclasses import dataclass
+
+from heapscope.slots import FrozenSlots
+from heapscope.which import which
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 ENV_VAR = "HEAPSCOPE_LLVM_SYMBOLIZER"
 _FLAGS = ("--inlines", "--functions=linkage", "--demangle", "--output-style=JSON")
@@ -36,13 +40,19 @@ class SymbolizerError(Exception):
     """llvm-symbolizer failed or answered something unexpected."""
 
 
-@dataclass(frozen=True, slots=True)
-class SourceFrame:
+class SourceFrame(FrozenSlots):
     """One function of an address's inline chain."""
 
+    __slots__ = ("function", "file", "line")
     function: str  # demangled; "" when unknown
     file: str  # "" when unknown
     line: int  # 0 when unknown
+
+    def __init__(self, function: str, file: str, line: int) -> None:
+        set_field = object.__setattr__
+        set_field(self, "function", function)
+        set_field(self, "file", file)
+        set_field(self, "line", line)
 
 
 def find_llvm_symbolizer() -> str | None:
@@ -51,8 +61,8 @@ def find_llvm_symbolizer() -> str | None:
     if chosen is not None:
         if chosen.lower() in ("", "none"):
             return None
-        return shutil.which(chosen)
-    plain = shutil.which("llvm-symbolizer")
+        return which(chosen)
+    plain = which("llvm-symbolizer")
     if plain:
         return plain
     best: tuple[int, str] | None = None

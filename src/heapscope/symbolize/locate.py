@@ -28,29 +28,38 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
 
+from heapscope.slots import Slots
 from heapscope.symbolize.elfinfo import ElfInfo, NotElfError, file_crc32, is_elf, read_elf_info
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (`record`'s end path, issue 13)
 if TYPE_CHECKING:
+    from typing import Literal
+
     from heapscope.symbolize.debuginfod import Debuginfod
+
+    LocateStatus = Literal["found", "no_debug_info", "not_found", "build_id_mismatch", "not_a_file"]
 
 DEFAULT_DEBUG_ROOTS = ("/usr/lib/debug",)
 _APK_PREFIX = "base.apk!"
 
-LocateStatus = Literal["found", "no_debug_info", "not_found", "build_id_mismatch", "not_a_file"]
-
-
-@dataclass(slots=True)
-class Located:
+class Located(Slots):
     """Where a mapping's symbols are, or why there are none."""
 
+    __slots__ = ("status", "debug_file", "matched", "symbol_files", "mismatches")
     status: LocateStatus
-    debug_file: str = ""  # a matching file with DWARF (status "found")
-    matched: list[str] = field(default_factory=list)  # files of the right build, with DWARF or not
-    symbol_files: list[str] = field(default_factory=list)  # matching files with a symbol table
-    mismatches: list[tuple[str, str]] = field(default_factory=list)  # (path, its build id)
+    debug_file: str  # a matching file with DWARF (status "found")
+    matched: list[str]  # files of the right build, with DWARF or not
+    symbol_files: list[str]  # matching files with a symbol table
+    mismatches: list[tuple[str, str]]  # (path, its build id)
+
+    def __init__(self, status: LocateStatus, debug_file: str = "", matched: list[str] | None = None,
+                 symbol_files: list[str] | None = None, mismatches: list[tuple[str, str]] | None = None) -> None:
+        self.status = status
+        self.debug_file = debug_file
+        self.matched = [] if matched is None else matched
+        self.symbol_files = [] if symbol_files is None else symbol_files
+        self.mismatches = [] if mismatches is None else mismatches
 
 
 class ElfInfoCache:

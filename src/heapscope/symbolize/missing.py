@@ -14,13 +14,13 @@ Three kinds of gaps that `record` names at its end (and `stats` keeps):
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from collections.abc import Iterable
-from dataclasses import dataclass
 
+from heapscope.slots import FrozenSlots
 from heapscope.symbolize.preload import preload_blocker
 from heapscope.symbolize.profile import MappingReport, SymbolizeReport
+from heapscope.which import which
 
 __all__ = ["Unsymbolized", "fix_for", "is_mostly_shallow", "mostly_shallow", "owning_package", "owning_packages",
            "preload_blocker", "unsymbolized_modules"]
@@ -31,14 +31,21 @@ SHALLOW_DEPTH = 2
 SHALLOW_SHARE = 0.5
 
 
-@dataclass(frozen=True, slots=True)
-class Unsymbolized:
+class Unsymbolized(FrozenSlots):
     """A module some of whose frames have no function name."""
 
+    __slots__ = ("module", "frames", "build_id", "fix")
     module: str  # the mapping's path
     frames: int  # frames left without a name
     build_id: str
     fix: str  # one phrase: what would symbolize them
+
+    def __init__(self, module: str, frames: int, build_id: str, fix: str) -> None:
+        set_field = object.__setattr__
+        set_field(self, "module", module)
+        set_field(self, "frames", frames)
+        set_field(self, "build_id", build_id)
+        set_field(self, "fix", fix)
 
 
 def unsymbolized_modules(report: SymbolizeReport) -> list[Unsymbolized]:
@@ -95,7 +102,7 @@ def dpkg_owners(paths: Iterable[str]) -> dict[str, str] | None:
                 known = names.setdefault(q, [])
                 if path not in known:
                     known.append(path)
-    if not names or shutil.which("dpkg-query") is None:
+    if not names or which("dpkg-query") is None:
         return {}
     try:
         run = subprocess.run(["dpkg-query", "-S", *names], capture_output=True, text=True, timeout=DPKG_TIMEOUT_S,

@@ -26,67 +26,90 @@ added to the cache.
 
 from __future__ import annotations
 
-import json
 import os
 from collections import defaultdict
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
 
-from heapscope.store.reader import fallback_frame_name
+from heapscope.slots import Slots
 from heapscope.store.writer import ProfileWriter, SymbolWriter
-from heapscope.symbolize.llvm import (
-    SourceFrame,
-    SymbolizerError,
-    WarmSymbolizer,
-    find_llvm_symbolizer,
-    symbolize_file,
-    symbolize_files,
-)
-from heapscope.symbolize.locate import DEFAULT_DEBUG_ROOTS, Located, Locator
+from heapscope.symbolize.llvm import SymbolizerError, find_llvm_symbolizer
+from heapscope.symbolize.locate import DEFAULT_DEBUG_ROOTS, Locator
 
+# `record` imports this module at the end of every recording (issue 13): no dataclasses, no
+# typing, and what only a cache miss needs (llvm-symbolizer's runs, the reader) is imported there.
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Literal
+
     from heapscope.symbolize.cache import Entry, SymbolCache
     from heapscope.symbolize.debuginfod import Debuginfod
+    from heapscope.symbolize.llvm import SourceFrame, WarmSymbolizer
+    from heapscope.symbolize.locate import Located
     from heapscope.symbolize.symtab import ElfSymbols
+
+    MappingOutcome = Literal[
+        "symbolized",  # DWARF: function, file, line, inlines
+        "no_symbolizer",  # DWARF found, llvm-symbolizer missing: function names only
+        "symbolizer_failed",  # llvm-symbolizer failed on the file: function names only
+        "no_debug_info",  # the right file, without DWARF: function names only
+        "not_found",
+        "build_id_mismatch",
+        "not_a_file",  # [vdso], anonymous code
+    ]
 
 # The bookkeeping names frames of --skip-symbol-prefix mappings so; they are not code locations.
 _FILTERED = "FILTERED"
 
-MappingOutcome = Literal[
-    "symbolized",  # DWARF: function, file, line, inlines
-    "no_symbolizer",  # DWARF found, llvm-symbolizer missing: function names only
-    "symbolizer_failed",  # llvm-symbolizer failed on the file: function names only
-    "no_debug_info",  # the right file, without DWARF: function names only
-    "not_found",
-    "build_id_mismatch",
-    "not_a_file",  # [vdso], anonymous code
-]
 
-
-@dataclass(slots=True)
-class MappingReport:
+class MappingReport(Slots):
+    __slots__ = ("mapping_id", "name", "build_id", "frames", "outcome", "with_lines", "named", "file", "detail")
     mapping_id: int
     name: str
     build_id: str
     frames: int  # frames of the mapping this run looked at
-    outcome: MappingOutcome = "not_found"
-    with_lines: int = 0  # frames given symbol rows
-    named: int = 0  # frames given a function name (with or without rows)
-    file: str = ""  # the file used
-    detail: str = ""
+    outcome: MappingOutcome
+    with_lines: int  # frames given symbol rows
+    named: int  # frames given a function name (with or without rows)
+    file: str  # the file used
+    detail: str
+
+    def __init__(self, mapping_id: int, name: str, build_id: str, frames: int, outcome: MappingOutcome = "not_found",
+                 with_lines: int = 0, named: int = 0, file: str = "", detail: str = "") -> None:
+        self.mapping_id = mapping_id
+        self.name = name
+        self.build_id = build_id
+        self.frames = frames
+        self.outcome = outcome
+        self.with_lines = with_lines
+        self.named = named
+        self.file = file
+        self.detail = detail
 
 
-@dataclass(slots=True)
-class SymbolizeReport:
+class SymbolizeReport(Slots):
+    __slots__ = ("symbolizer", "mappings", "index_files", "debuginfod", "debuginfod_errors", "debuginfod_missing",
+                 "cache_notes", "packages")
     symbolizer: str | None  # the llvm-symbolizer used, None when none was
-    mappings: list[MappingReport] = field(default_factory=list)
-    index_files: int | None = None  # ELF files indexed, in index mode
-    debuginfod: list[str] = field(default_factory=list)  # the servers asked (DEBUGINFOD_URLS)
-    debuginfod_errors: list[str] = field(default_factory=list)  # one line per failure
-    debuginfod_missing: dict[str, str] = field(default_factory=dict)  # build id -> why no server had it
-    cache_notes: list[str] = field(default_factory=list)  # problems of the symbol cache, one line each
-    packages: dict[str, str] = field(default_factory=dict)  # module path -> its Debian package ("" none), known
+    mappings: list[MappingReport]
+    index_files: int | None  # ELF files indexed, in index mode
+    debuginfod: list[str]  # the servers asked (DEBUGINFOD_URLS)
+    debuginfod_errors: list[str]  # one line per failure
+    debuginfod_missing: dict[str, str]  # build id -> why no server had it
+    cache_notes: list[str]  # problems of the symbol cache, one line each
+    packages: dict[str, str]  # module path -> its Debian package ("" none), known
+
+    def __init__(self, symbolizer: str | None, mappings: list[MappingReport] | None = None,
+                 index_files: int | None = None, debuginfod: list[str] | None = None,
+                 debuginfod_errors: list[str] | None = None, debuginfod_missing: dict[str, str] | None = None,
+                 cache_notes: list[str] | None = None, packages: dict[str, str] | None = None) -> None:
+        self.symbolizer = symbolizer
+        self.mappings = [] if mappings is None else mappings
+        self.index_files = index_files
+        self.debuginfod = [] if debuginfod is None else debuginfod
+        self.debuginfod_errors = [] if debuginfod_errors is None else debuginfod_errors
+        self.debuginfod_missing = {} if debuginfod_missing is None else debuginfod_missing
+        self.cache_notes = [] if cache_notes is None else cache_notes
+        self.packages = {} if packages is None else packages
 
     @property
     def frames(self) -> int:
@@ -211,12 +234,12 @@ def symbolize_profile(
                 m.with_lines += 1
                 if outer:
                     m.named += 1
-                frame_updates.append((outer or old_name or fallback_frame_name(path, rel_pc), set_id, frame_id))
+                frame_updates.append((outer or old_name or _fallback_name(path, rel_pc), set_id, frame_id))
                 continue
             fn = _symtab_name(known, names, rel_pc)
             if fn:
                 m.named += 1
-            frame_updates.append((fn or old_name or fallback_frame_name(path, rel_pc), None, frame_id))
+            frame_updates.append((fn or old_name or _fallback_name(path, rel_pc), None, frame_id))
 
     symbols.write_symbols(symbol_rows, frame_updates)
     if cache is not None:
@@ -228,6 +251,13 @@ def symbolize_profile(
         report.debuginfod_errors = list(dict.fromkeys(debuginfod.errors))
         report.debuginfod_missing = dict(debuginfod.missing)
     return report
+
+
+def _fallback_name(path: str, rel_pc: int) -> str:
+    """store.reader.fallback_frame_name; the reader is imported only for a frame that needs it."""
+    from heapscope.store.reader import fallback_frame_name
+
+    return fallback_frame_name(path, rel_pc)
 
 
 def _packages_of_unnamed(report: SymbolizeReport, entries: list[Entry | None]) -> None:
@@ -268,6 +298,8 @@ def _all_chains(tool: str | None, work: list[tuple[MappingReport, list[tuple[int
     if ready:
         assert tool is not None
         requests = [(work[i][2].debug_file, [pc for _, pc, _ in work[i][1]]) for i in ready]
+        from heapscope.symbolize.llvm import symbolize_files
+
         try:
             batch = warm.symbolize_files(requests) if warm is not None else symbolize_files(tool, requests)
         except SymbolizerError:
@@ -295,6 +327,8 @@ def _chains(tool: str | None, located: Located, addresses: list[int], m: Mapping
     if tool is None:
         m.outcome = "no_symbolizer"
         return none
+    from heapscope.symbolize.llvm import symbolize_file
+
     try:
         chains = symbolize_file(tool, located.debug_file, addresses)
     except SymbolizerError as e:
@@ -335,6 +369,7 @@ def debuginfod_urls_from_env() -> list[str] | None:
 
 def cache_context(tool: str | None, locator: Locator, debuginfod_urls: list[str] | None) -> str:
     """What else decides a module's answers besides its files: the tool (and its build) and the lookup settings."""
+    import json
     from importlib.util import find_spec
 
     from heapscope.symbolize.cache import file_identity

@@ -6,8 +6,11 @@ Each check runs in a fresh interpreter, whose sys.modules is the evidence."""
 from __future__ import annotations
 
 import json
+import os
+import sqlite3
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -93,3 +96,108 @@ print(json.dumps(sorted(sys.modules)))
     heavy = {"dataclasses", "inspect", "ast", "typing", "argparse", "gettext", "tempfile", "random", "shutil",
              "bz2", "lzma", "ctypes", "importlib.resources", "secrets", "hashlib"}
     assert loaded & heavy == set()
+
+
+# Runs `heapscope record` in this interpreter (as the console script does, without its os._exit)
+# and prints the modules loaded when the target was spawned (the stdlib's Popen, wrapped to look)
+# and at the end; the recording itself is real: client, producer, profile, symbolization.
+_RECORD_PROBE = """
+import subprocess, sys
+at_spawn = []
+spawn = subprocess.Popen.__init__
+def looking(self, *args, **kwargs):
+    if not at_spawn:
+        at_spawn.append(sorted(sys.modules))
+    spawn(self, *args, **kwargs)
+subprocess.Popen.__init__ = looking
+from heapscope.cli import main
+code = main(sys.argv[1:])
+at_end = sorted(sys.modules)
+import json
+print(json.dumps({"code": code, "at_spawn": at_spawn[0], "at_end": at_end}))
+"""
+
+
+# The same, printing instead the modules loaded when the loop first saw the target's exit
+# (the stdlib's Popen.poll, wrapped to look).
+_EXIT_PROBE = """
+import subprocess, sys
+at_exit = []
+poll = subprocess.Popen.poll
+def looking(self):
+    code = poll(self)
+    if code is not None and not at_exit:
+        at_exit.append(sorted(sys.modules))
+    return code
+subprocess.Popen.poll = looking
+from heapscope.cli import main
+code = main(sys.argv[1:])
+import json
+print(json.dumps({"code": code, "at_spawn": at_exit[0], "at_end": []}))
+"""
+
+
+def _record_run(tmp_path: Path, name: str, *target: str, probe: str = _RECORD_PROBE,
+                opts: tuple[str, ...] = ()) -> tuple[set[str], set[str]]:
+    """(modules loaded when the target was spawned, at the end) of `record -q -- TARGET` in a fresh
+    interpreter, with a symbol cache of its own under tmp_path."""
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
+    done = subprocess.run([sys.executable, "-c", probe, "record", "-q", *opts, "-o", str(tmp_path / name), "--",
+                           *target], capture_output=True, text=True, timeout=120, env=env, check=True)
+    out = json.loads(done.stdout.splitlines()[-1])
+    assert out["code"] == 0, done.stderr
+    return set(out["at_spawn"]), set(out["at_end"])
+
+
+# What the end of a recording imports and its start does not need (issue 13): loaded after the spawn.
+_AFTER_SPAWN = {"heapscope.symbolize.live", "heapscope.symbolize.cache", "heapscope.symbolize.profile",
+                "heapscope.symbolize.preload", "heapscope.symbolize.missing", "heapscope.store.reader",
+                "heapscope.store.select", "heapscope.view.units", "json"}
+# Heavy to import, and not needed by a recording whose modules are in the symbol cache: dataclasses
+# brings inspect, ast and dis; hashlib OpenSSL; shutil bz2 and lzma.
+_NEVER_ON_A_CACHED_RUN = {"dataclasses", "inspect", "ast", "dis", "hashlib", "_hashlib", "shutil", "bz2", "lzma",
+                          "tempfile", "argparse", "elftools.elf.elffile", "heapscope.symbolize.symtab",
+                          "heapscope.fleet.push", "heapscope.fleet.serve", "http.client", "ssl", "urllib.request"}
+
+
+def test_record_spawns_its_target_before_the_end_paths_imports(tmp_path: Path) -> None:
+    at_spawn, at_end = _record_run(tmp_path, "a.db", "/bin/true")
+    assert "heapscope.producer.producer" in at_spawn
+    assert at_spawn & _AFTER_SPAWN == set()
+    # the end loaded them (the summary's and symbolization's modules)
+    assert "heapscope.symbolize.live" in at_end
+
+
+def test_a_recording_answered_from_the_symbol_cache_loads_no_heavy_module(tmp_path: Path) -> None:
+    # GIVEN a first run of a program that allocates (it fills the symbol cache)
+    program = ("/bin/ls", "-l", "/usr/bin")
+    _record_run(tmp_path, "first.db", *program)
+    # WHEN the same program is recorded again
+    at_spawn, at_end = _record_run(tmp_path, "second.db", *program)
+    # THEN its frames were symbolized (from the cache) and read back for the summary's peaks
+    assert {"heapscope.symbolize.profile", "heapscope.store.reader"} <= at_end
+    with sqlite3.connect(tmp_path / "second.db") as db:
+        named = db.execute("SELECT COUNT(*) FROM stack_profile_frame WHERE name != ''").fetchone()[0]
+    assert named > 0
+    # without any of the modules that cost milliseconds to import
+    assert at_end & _NEVER_ON_A_CACHED_RUN == set()
+
+
+def test_the_end_paths_imports_are_done_while_the_target_runs(tmp_path: Path) -> None:
+    # GIVEN a target that allocates (ls, a child of the shell), then runs on idle for a while
+    target = ("/bin/sh", "-c", "ls -l /usr/bin >/dev/null; sleep 0.5")
+    # WHEN it is recorded
+    at_exit, _ = _record_run(tmp_path, "a.db", *target, probe=_EXIT_PROBE)
+    # THEN what the end needs was imported by the loop before the target's exit
+    assert {"heapscope.symbolize.profile", "heapscope.symbolize.missing", "heapscope.store.reader",
+            "heapscope.store.select"} <= at_exit
+
+
+def test_a_target_without_samples_does_not_import_the_end_paths_modules(tmp_path: Path) -> None:
+    # GIVEN a target that runs a while, at an interval (1 GiB) that samples none of its allocations
+    _, at_end = _record_run(tmp_path, "a.db", "/bin/sh", "-c", "sleep 0.3", opts=("-i", "1G", "--seed", "1"))
+    # THEN no peak was read back, and the loop did not import what that takes (symbolize.live warms
+    # the announced modules in a run this long: its imports are its own)
+    with sqlite3.connect(tmp_path / "a.db") as db:
+        assert db.execute("SELECT COUNT(*) FROM heap_profile_allocation").fetchone()[0] == 0
+    assert {"heapscope.store.reader", "heapscope.store.select", "heapscope.symbolize.missing"} & at_end == set()
