@@ -15,7 +15,8 @@ markdown, each with the targets it checks and whether they are met:
   python    issue 12: json, dict/set building, a small object-heavy program and a
             pip-installed pure-Python library (Python-Markdown) doing real work; heapscope
             (default interval, Python frames on) vs `memray run`, `--native` and
-            `--trace-python-allocators`; profile sizes and sampled peaks compared
+            `--trace-python-allocators`; profile sizes and sampled peaks compared (whole, and
+            like for like: the script's own bytes at the peak, benchmarks/peak_split.py)
   fleet     issue 14: benchmarks/fleet.py --overhead (`--serve` with a scraper polling every
             second and `--push` every 10 s against a plain recording), bytes per pushed
             profile, rows/s into chDB
