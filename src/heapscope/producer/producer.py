@@ -491,11 +491,11 @@ class Producer:
         """Write the mappings, frames and callsites interned since the last call; False when none."""
         w = self.writer
         new = (self.frames.mappings.take_new(), self.frames.frames.take_new(), self.frames.take_new_python(),
-               self.trie.take_new())
+               self.trie.take_new_flat())
         w.add_mappings(new[0])
         w.add_frames(new[1])
         w.add_python_symbols(new[2])
-        w.add_callsites(new[3])
+        w.add_callsites_flat(new[3])
         return any(new)
 
     def dump(self, p: ProcessState, reason: str, final: bool = False) -> None:
