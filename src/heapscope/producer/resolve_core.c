@@ -18,14 +18,20 @@ static size_t map_slot(const struct hs_map *m, uint64_t a, uint64_t b) {
   return i;
 }
 
-/* Twice the capacity (64 slots at first). -1 on ENOMEM. */
+/* Four times the capacity up to 2^18 slots (6 MiB), twice beyond (64 slots at first): a
+   compiler's trie grows to ~10^5 nodes, and each growth moves every slot (moving them took
+   as long as all the lookups of its resolve); beyond, a map is never more than twice the
+   size doubling would make it. -1 on ENOMEM. */
 static int map_grow(struct hs_map *m) {
-  size_t cap = m->mask ? (m->mask + 1) * 2 : 64;
+  size_t cap = m->mask ? (m->mask + 1) * (m->mask < (1u << 16) ? 4 : 2) : 64;
   struct hs_map bigger = {calloc(cap, sizeof(struct hs_map_slot)), cap - 1, m->count};
   if (!bigger.slots) return -1;
   for (size_t i = 0; m->mask && i <= m->mask; i++) {
     if (!m->slots[i].val) continue;
-    bigger.slots[map_slot(&bigger, m->slots[i].a, m->slots[i].b)] = m->slots[i];
+    /* The keys are distinct: the first free slot from the key's own. */
+    size_t j = (size_t)hs_mix64(m->slots[i].a ^ hs_mix64(m->slots[i].b)) & bigger.mask;
+    while (bigger.slots[j].val) j = (j + 1) & bigger.mask;
+    bigger.slots[j] = m->slots[i];
   }
   free(m->slots);
   *m = bigger;
