@@ -193,13 +193,15 @@ class ProfileWriter:
         as much in binding and stepping: benchmarks/cc1plus_producer.py), the same rows in the
         same order. Values are bound as they are; should one not fit SQLite's int64, the
         attempt is undone and every row goes through `convert` (store/values.py)."""
-        n = len(values) // width
+        n, odd = divmod(len(values), width)
+        if odd:
+            raise ValueError(f"{len(values)} values are not rows of {width}")
         if not n:
             return
         h = len(head)
         per = (_MAX_VARIABLES - h) // width
         one = "(" + ", ".join(["?"] * (h + width)) + ")"
-        full = n // per if n >= per else 0
+        full = n // per
         if not self.db.in_transaction:
             self.db.execute("BEGIN")  # else the savepoint's RELEASE would commit
         self.db.execute("SAVEPOINT in_range")
@@ -211,8 +213,8 @@ class ProfileWriter:
                 row = "(" + ", ".join([f"?{i + 1}" for i in range(h)] + ["?"] * width) + ")"
                 many = ", ".join([row] * per)
                 chunk = per * width
-                self.db.executemany(f"{insert} VALUES {many}",
-                                    ([*head, *values[k * chunk:(k + 1) * chunk]] for k in range(full)))
+                part = (values[k * chunk:(k + 1) * chunk] for k in range(full))
+                self.db.executemany(f"{insert} VALUES {many}", ([*head, *p] for p in part) if h else part)
             if full * per < n:
                 self.db.executemany(f"{insert} VALUES {one}",
                                     ((*head, *values[k * width:(k + 1) * width]) for k in range(full * per, n)))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from heapscope.store.writer import ProfileWriter, schema_sql
 
 N = 1000  # more than one statement's worth of every table (store/writer.py _MAX_VARIABLES), and a remainder
@@ -85,4 +87,12 @@ def test_a_value_past_int64_in_a_later_statement_undoes_the_attempt(tmp_path: Pa
     # AND nothing was committed behind the writer's back
     w.rollback()
     assert w.db.execute("SELECT COUNT(*) FROM heap_profile_allocation").fetchone() == (0,)
+    w.close()
+
+
+def test_values_that_are_not_whole_rows_are_refused(tmp_path: Path) -> None:
+    w = ProfileWriter(tmp_path / "odd.db")
+    with pytest.raises(ValueError, match="not rows of 4"):
+        w.add_callsites_flat([1, 0, None])
+    assert w.db.execute("SELECT COUNT(*) FROM stack_profile_callsite").fetchone() == (0,)
     w.close()
