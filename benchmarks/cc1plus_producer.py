@@ -1,6 +1,7 @@
 """The producer's CPU on cc1plus (issue 13): `heapscope record` of the cc1plus run.py measures.
 
     python benchmarks/cc1plus_producer.py [--rounds 5] [--heapscope [LABEL=]CMD ...] [--profile-dir DIR]
+                                          [--record-args ARGS]
 
 Runs, round by round, `record -- /bin/true` and `record -- cc1plus ...` (run.py's
 cc1plus_command: <bits/stdc++.h> with -fsyntax-only) and prints per run the producer's
@@ -47,10 +48,10 @@ def _stats(profile: Path) -> dict[str, int]:
         db.close()
 
 
-def _record(hs: list[str], target: list[str], profile: Path, cwd: Path) -> dict[str, float] | None:
+def _record(hs: list[str], target: list[str], profile: Path, cwd: Path, extra: list[str]) -> dict[str, float] | None:
     with tempfile.TemporaryFile() as err:  # a file, not a pipe: nothing can block on it
         t0 = time.perf_counter()
-        proc = subprocess.Popen([*hs, "record", "-o", str(profile), "--force", "--", *target],
+        proc = subprocess.Popen([*hs, "record", *extra, "-o", str(profile), "--force", "--", *target],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, cwd=cwd)
         _pid, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
@@ -73,6 +74,7 @@ def main() -> int:
     ap.add_argument("--heapscope", action="append", default=[],
                     help="[LABEL=]command, repeatable (default: this interpreter's -m heapscope)")
     ap.add_argument("--profile-dir", default=None, help="keep the profiles here (default: a temp dir)")
+    ap.add_argument("--record-args", default="", help="more options of `record` (say --no-symbolize)")
     args = ap.parse_args()
     tools: dict[str, list[str]] = {}
     for spec in args.heapscope or [f"{sys.executable} -m heapscope"]:
@@ -96,7 +98,7 @@ def main() -> int:
         order = order[r % len(order):] + order[:r % len(order)]  # rotate: drift hits every install alike
         for label, hs in order:
             for name, target in (("true", ["/bin/true"]), ("cc1plus", cc1)):
-                row = _record(hs, target, tmp / f"{label}-{name}-{r}.hsprof", tmp)
+                row = _record(hs, target, tmp / f"{label}-{name}-{r}.hsprof", tmp, shlex.split(args.record_args))
                 if row is None:
                     return 1
                 rows.setdefault((label, name), []).append(row)
