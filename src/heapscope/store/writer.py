@@ -163,6 +163,12 @@ class ProfileWriter:
     def add_dump(self, upid: int, ts_start: int, ts_end: int, reason: str,
                  rows: Iterable[tuple[int, ...]], heap_name: str) -> None:
         """One dump: rows of (callsite_id, count, size[, real_size]) deltas since the previous one."""
+        self.add_dump_values(upid, ts_start, ts_end, reason, _flat(rows, 4), heap_name)
+
+    def add_dump_values(self, upid: int, ts_start: int, ts_end: int, reason: str,
+                        values: Sequence[int | None], heap_name: str) -> None:
+        """add_dump's rows in one flat sequence: callsite_id, count, size, real_size, the next
+        callsite_id, ... (ProcessHeap.dump_values)."""
         ts_start, ts_end, upid = i64_to_sql(ts_start), i64_to_sql(ts_end), i64_to_sql(upid)
         self.db.execute(
             "INSERT INTO heap_profile (ts, ts_end, dur, upid, heap_name, reason) VALUES (?, ?, ?, ?, ?, ?)",
@@ -173,17 +179,21 @@ class ProfileWriter:
         # ~20k rows).
         self._insert_flat(
             "INSERT INTO heap_profile_allocation (ts, upid, heap_name, callsite_id, count, size, real_size)",
-            (ts_end, upid, heap_name), _flat(rows, 4), 4,
+            (ts_end, upid, heap_name), values, 4,
             lambda r: (*r[:3], *(None if v is None else i64_to_sql(v) for v in r[3:])))
 
     def add_peak(self, upid: int, ts: int, heap_name: str,
                  rows: Iterable[tuple[int, ...]]) -> None:
         """A process's peak, reached at ts: rows of (callsite_id, count, size, alloc_count, alloc_size
         [, real_size, alloc_real_size])."""
+        self.add_peak_values(upid, ts, heap_name, _flat(rows, 7))
+
+    def add_peak_values(self, upid: int, ts: int, heap_name: str, values: Sequence[int | None]) -> None:
+        """add_peak's rows in one flat sequence of 7 values a row (ProcessHeap.peak_values)."""
         self._insert_flat(
             "INSERT INTO heapscope_peak_allocation"
             " (ts, upid, heap_name, callsite_id, count, size, alloc_count, alloc_size, real_size, alloc_real_size)",
-            (ts, upid, heap_name), _flat(rows, 7), 7,
+            (ts, upid, heap_name), values, 7,
             lambda r: (i64_to_sql(r[0]), i64_to_sql(r[1]), r[2], *(opt_i64_to_sql(v) for v in r[3:])))
 
     def _insert_flat(self, insert: str, head: tuple[Any, ...], values: Sequence[Any], width: int,
