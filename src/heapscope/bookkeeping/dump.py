@@ -15,7 +15,7 @@ C path is tested against (tests/unit/producer/test_resolve.py).
 from __future__ import annotations
 
 from heapscope.bookkeeping.frames import FrameTable, ProcessModules, PyCode, PySplice
-from heapscope.bookkeeping.rows import DUMP_ROW, PEAK_ROW
+from heapscope.bookkeeping.rows import DUMP_ROW, PEAK_ROW, unpack_rows
 from heapscope.bookkeeping.trie import CallsiteTrie
 from heapscope.model import CallsiteId, FrameId
 from heapscope.slots import Slots
@@ -198,6 +198,14 @@ class ProcessHeap(Slots):
         at the final dump it is booked under a placeholder frame so that no
         byte is lost.
         """
+        flat = self.dump_values(tracker, frames, trie, final)
+        return list(zip(flat[0::4], flat[1::4], flat[2::4], flat[3::4], strict=True))
+
+    def dump_values(self, tracker: Tracker, frames: FrameTable, trie: CallsiteTrie | Trie,
+                    final: bool) -> tuple[int, ...]:
+        """dump_rows' rows in one flat tuple: callsite, count, size, real size, the next callsite, ...
+        (what the writer binds, store/writer.py add_dump_values: no tuple per row for the
+        collector to visit; a compiler's final dump has ~20k rows)."""
         self.resolve(frames, trie, tracker)
         if final:
             if frames.discard:
@@ -210,12 +218,17 @@ class ProcessHeap(Slots):
                 cs = trie.callsite([frames.special(NOT_KEPT if frames.discard else UNDEFINED_STACK)])
                 for stack_id in stray:
                     tracker.set_callsite(stack_id, cs)
-        rows: list[tuple[int, int, int, int]] = list(DUMP_ROW.iter_unpack(tracker.dump()))
-        self.unreleased += sum(row[2] for row in rows)
+        flat = unpack_rows(DUMP_ROW, tracker.dump())
+        self.unreleased += sum(flat[2::4])
         self.dumps += 1
-        return rows
+        return flat
 
     @staticmethod
     def peak_rows(tracker: Tracker) -> list[tuple[int, int, int, int, int, int, int]]:
         """Rows (callsite, count, size, alloc_count, alloc_size, real_size, alloc_real_size) at the peak."""
         return list(PEAK_ROW.iter_unpack(tracker.peak()))
+
+    @staticmethod
+    def peak_values(tracker: Tracker) -> tuple[int, ...]:
+        """peak_rows' rows in one flat tuple."""
+        return unpack_rows(PEAK_ROW, tracker.peak())

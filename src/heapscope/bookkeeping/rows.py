@@ -32,4 +32,15 @@ ROWS: dict[str, tuple[struct.Struct, tuple[str, ...]]] = {
                                    "free_count")),
 }
 
+
+
+def unpack_rows(row: struct.Struct, data: bytes) -> tuple[int, ...]:
+    """Every row of `data` (rows of `row`, back to back) in one flat tuple of their values."""
+    n, rest = divmod(len(data), row.size)
+    if rest:
+        raise ValueError(f"{len(data)} bytes are not rows of {row.size}")
+    fmt = row.format
+    return struct.unpack(fmt[0] + fmt[1:] * n, data) if n else ()
+
+
 OP_MALLOC, OP_FREE = 1, 2  # hs_stream_row.kind (HS_OP_MALLOC, HS_OP_FREE)

@@ -48,3 +48,7 @@ class CallsiteTrie:
     def take_new(self) -> list[tuple[int, int, int | None, int]]:
         new, self.new = self.new, []
         return new
+
+    def take_new_flat(self) -> list[int | None]:
+        """take_new()'s rows in one flat list (as producer._ingest.Trie's)."""
+        return [v for row in self.take_new() for v in row]

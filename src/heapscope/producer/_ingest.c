@@ -413,6 +413,30 @@ static PyObject *Trie_take_new(TrieObject *self, PyObject *Py_UNUSED(ignored)) {
   return rows;
 }
 
+/* take_new()'s rows as one flat list, id, depth, parent or None, frame after another: what the
+   writer binds in statements of many rows each (store/writer.py add_callsites_flat), without a
+   tuple per row. */
+static PyObject *Trie_take_new_flat(TrieObject *self, PyObject *Py_UNUSED(ignored)) {
+  const struct hs_trie *t = &self->t;
+  size_t from = t->taken < t->count ? t->taken : t->count;
+  PyObject *list = PyList_New((Py_ssize_t)(4 * (t->count - from)));
+  if (!list) return NULL;
+  Py_ssize_t j = 0;
+  for (size_t k = from; k < t->count; k++) {
+    unsigned long v[4] = {(unsigned long)(k + 1), t->depth[k], t->parent[k], t->frame[k]};
+    for (int i = 0; i < 4; i++) {
+      PyObject *x = (i == 2 && !v[i]) ? Py_NewRef(Py_None) : PyLong_FromUnsignedLong(v[i]);
+      if (!x) {
+        Py_DECREF(list);
+        return NULL;
+      }
+      PyList_SET_ITEM(list, j++, x);
+    }
+  }
+  self->t.taken = t->count;
+  return list;
+}
+
 static PyObject *Trie_paths_from(TrieObject *self, PyObject *arg) {
   long long first = PyLong_AsLongLong(arg);
   if (first == -1 && PyErr_Occurred()) return NULL;
@@ -428,6 +452,8 @@ static PyMethodDef Trie_methods[] = {
      "callsite(frames) -> int\n--\n\nThe callsite of frames (root first), made when missing."},
     {"take_new", (PyCFunction)Trie_take_new, METH_NOARGS,
      "take_new() -> list[tuple[int, int, int | None, int]]\n--\n\n(id, depth, parent, frame) of the nodes made since."},
+    {"take_new_flat", (PyCFunction)Trie_take_new_flat, METH_NOARGS,
+     "take_new_flat() -> list[int | None]\n--\n\ntake_new()'s rows, flattened: id, depth, parent, frame, id, ..."},
     {"paths_from", (PyCFunction)Trie_paths_from, METH_O,
      "paths_from(first) -> list[tuple[int, int]]\n--\n\n(parent or 0, frame) of the nodes from id first on."},
     {NULL, NULL, 0, NULL},

@@ -186,6 +186,9 @@ class Trie:
     def take_new(self) -> list[tuple[int, int, int | None, int]]:
         """(id, depth, parent id or None, frame id) of the nodes made since the last call."""
 
+    def take_new_flat(self) -> list[int | None]:
+        """take_new()'s rows in one flat list: id, depth, parent id or None, frame id, the next id, ..."""
+
     def paths_from(self, first: int, /) -> list[tuple[int, int]]:
         """(parent id or 0, frame id) of the nodes with ids from `first` on, in id order."""
 

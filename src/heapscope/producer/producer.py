@@ -23,7 +23,7 @@ from pathlib import Path
 
 from heapscope.bookkeeping.dump import UNDEFINED_STACK, ProcessHeap
 from heapscope.bookkeeping.frames import FrameTable
-from heapscope.bookkeeping.rows import DUMP_ROW, OP_MALLOC, STREAM_ROW
+from heapscope.bookkeeping.rows import DUMP_ROW, OP_MALLOC, STREAM_ROW, unpack_rows
 from heapscope.heaps import valid_name as valid_heap_name
 from heapscope.model import ProcessFlags, Upid
 from heapscope.producer import procfs
@@ -444,16 +444,16 @@ class Producer:
             p.stats.malformed_records += 1
         return h
 
-    def _custom_heap_rows(self, p: ProcessState, final: bool) -> list[tuple[CustomHeap, list[tuple[int, int, int]]]]:
-        """The dump rows of each custom heap. Called after the malloc heap's
-        dump_rows, whose resolve gave every stack received so far its callsite
+    def _custom_heap_rows(self, p: ProcessState, final: bool) -> list[tuple[CustomHeap, tuple[int, ...]]]:
+        """The dump rows of each custom heap, flat (ProcessHeap.dump_values). Called after the
+        malloc heap's dump_values, whose resolve gave every stack received so far its callsite
         (stack ids are shared by all the heaps of a process)."""
         out = []
         for h in p.custom_heaps.values():
             if final:
                 h.tracker.flush()
             self.bind_callsites(p, h.tracker, final)
-            out.append((h, list(DUMP_ROW.iter_unpack(h.tracker.dump()))))
+            out.append((h, unpack_rows(DUMP_ROW, h.tracker.dump())))
         return out
 
     def bind_callsites(self, p: ProcessState, tracker: Tracker, final: bool = False) -> None:
@@ -491,11 +491,11 @@ class Producer:
         """Write the mappings, frames and callsites interned since the last call; False when none."""
         w = self.writer
         new = (self.frames.mappings.take_new(), self.frames.frames.take_new(), self.frames.take_new_python(),
-               self.trie.take_new())
+               self.trie.take_new_flat())
         w.add_mappings(new[0])
         w.add_frames(new[1])
         w.add_python_symbols(new[2])
-        w.add_callsites(new[3])
+        w.add_callsites_flat(new[3])
         return any(new)
 
     def dump(self, p: ProcessState, reason: str, final: bool = False) -> None:
@@ -507,21 +507,21 @@ class Producer:
         """
         heap: ProcessHeap = p.heap
         tracker = p.ingest.tracker
-        rows = heap.dump_rows(tracker, self.frames, self.trie, final)
+        rows = heap.dump_values(tracker, self.frames, self.trie, final)
         custom = self._custom_heap_rows(p, final) if p.custom_heaps else []
         w = self.writer
         self._write_tables()
         ts = max(time.monotonic_ns(), p.last_dump_ts + 1)
-        w.add_dump(p.info.upid, p.last_dump_ts, ts, reason, rows, p.heap_name)
+        w.add_dump_values(p.info.upid, p.last_dump_ts, ts, reason, rows, p.heap_name)
         if final:
-            peak = heap.peak_rows(tracker)
+            peak = heap.peak_values(tracker)
             if peak:
-                w.add_peak(p.info.upid, tracker.stats()["peak_ts"], p.heap_name, peak)
+                w.add_peak_values(p.info.upid, tracker.stats()["peak_ts"], p.heap_name, peak)
         for h, h_rows in custom:
-            w.add_dump(p.info.upid, p.last_dump_ts, ts, reason, h_rows, h.name)
-            peak = heap.peak_rows(h.tracker) if final else []
+            w.add_dump_values(p.info.upid, p.last_dump_ts, ts, reason, h_rows, h.name)
+            peak = heap.peak_values(h.tracker) if final else ()
             if peak:
-                w.add_peak(p.info.upid, h.tracker.stats()["peak_ts"], h.name, peak)
+                w.add_peak_values(p.info.upid, h.tracker.stats()["peak_ts"], h.name, peak)
         p.last_dump_ts = ts
         if p.stream:
             w.add_stream(self._stream_rows(p))

@@ -14,28 +14,26 @@
 
 static size_t map_slot(const struct hs_map *m, uint64_t a, uint64_t b) {
   size_t i = (size_t)hs_mix64(a ^ hs_mix64(b)) & m->mask;
-  while (m->vals[i] && (m->keys[2 * i] != a || m->keys[2 * i + 1] != b)) i = (i + 1) & m->mask;
+  while (m->slots[i].val && (m->slots[i].a != a || m->slots[i].b != b)) i = (i + 1) & m->mask;
   return i;
 }
 
-/* Twice the capacity (64 slots at first). -1 on ENOMEM. */
+/* Four times the capacity up to 2^18 slots (6 MiB), twice beyond (64 slots at first): a
+   compiler's trie grows to ~10^5 nodes, and each growth moves every slot (moving them took
+   as long as all the lookups of its resolve); beyond, a map is never more than twice the
+   size doubling would make it. -1 on ENOMEM. */
 static int map_grow(struct hs_map *m) {
-  size_t cap = m->mask ? (m->mask + 1) * 2 : 64;
-  struct hs_map bigger = {calloc(cap, 2 * sizeof(uint64_t)), calloc(cap, sizeof(uint64_t)), cap - 1, m->count};
-  if (!bigger.keys || !bigger.vals) {
-    free(bigger.keys);
-    free(bigger.vals);
-    return -1;
-  }
+  size_t cap = m->mask ? (m->mask + 1) * (m->mask < (1u << 16) ? 4 : 2) : 64;
+  struct hs_map bigger = {calloc(cap, sizeof(struct hs_map_slot)), cap - 1, m->count};
+  if (!bigger.slots) return -1;
   for (size_t i = 0; m->mask && i <= m->mask; i++) {
-    if (!m->vals[i]) continue;
-    size_t j = map_slot(&bigger, m->keys[2 * i], m->keys[2 * i + 1]);
-    bigger.keys[2 * j] = m->keys[2 * i];
-    bigger.keys[2 * j + 1] = m->keys[2 * i + 1];
-    bigger.vals[j] = m->vals[i];
+    if (!m->slots[i].val) continue;
+    /* The keys are distinct: the first free slot from the key's own. */
+    size_t j = (size_t)hs_mix64(m->slots[i].a ^ hs_mix64(m->slots[i].b)) & bigger.mask;
+    while (bigger.slots[j].val) j = (j + 1) & bigger.mask;
+    bigger.slots[j] = m->slots[i];
   }
-  free(m->keys);
-  free(m->vals);
+  free(m->slots);
   *m = bigger;
   return 0;
 }
@@ -43,24 +41,21 @@ static int map_grow(struct hs_map *m) {
 int hs_map_put(struct hs_map *m, uint64_t a, uint64_t b, uint64_t value) {
   if ((m->count + 1) * 4 > (m->mask ? m->mask + 1 : 0) * 3 && map_grow(m) < 0) return -1; /* load <= 3/4 */
   size_t i = map_slot(m, a, b);
-  if (!m->vals[i]) m->count++;
-  m->keys[2 * i] = a;
-  m->keys[2 * i + 1] = b;
-  m->vals[i] = value + 1;
+  if (!m->slots[i].val) m->count++;
+  m->slots[i] = (struct hs_map_slot){a, b, value + 1};
   return 0;
 }
 
 int hs_map_get(const struct hs_map *m, uint64_t a, uint64_t b, uint64_t *value) {
   if (!m->count) return 0;
   size_t i = map_slot(m, a, b);
-  if (!m->vals[i]) return 0;
-  *value = m->vals[i] - 1;
+  if (!m->slots[i].val) return 0;
+  *value = m->slots[i].val - 1;
   return 1;
 }
 
 void hs_map_destroy(struct hs_map *m) {
-  free(m->keys);
-  free(m->vals);
+  free(m->slots);
   *m = (struct hs_map){0};
 }
 

@@ -24,10 +24,14 @@
 
 /* A map of (u64, u64) keys to u64 values: open addressing, linear probing,
  * no deletion. */
+struct hs_map_slot {
+  uint64_t a, b; /* the key */
+  uint64_t val;  /* value + 1; 0 = empty slot */
+};
+
 struct hs_map {
-  uint64_t *keys;  /* 2 per slot */
-  uint64_t *vals;  /* value + 1; 0 = empty slot */
-  size_t mask;     /* capacity - 1; 0 before the first put */
+  struct hs_map_slot *slots; /* key and value side by side: a probe reads one cache line, not two */
+  size_t mask;               /* capacity - 1; 0 before the first put */
   size_t count;
 };
 

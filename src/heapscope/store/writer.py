@@ -17,8 +17,9 @@ import errno
 import os
 import sqlite3
 import stat
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from itertools import chain
 from pathlib import Path
 
 from heapscope.errors import OutputError
@@ -40,6 +41,9 @@ if TYPE_CHECKING:
     from typing import Any
 
 SCHEMA_VERSION = "1"
+# Host parameters per statement: SQLite's smallest default limit (999 before 3.32;
+# https://www.sqlite.org/limits.html, "Maximum Number Of Host Parameters").
+_MAX_VARIABLES = 999
 # SQLite's files beside a database while it is written (https://www.sqlite.org/tempfiles.html).
 _SIDECARS = ("-wal", "-shm", "-journal")
 
@@ -158,58 +162,91 @@ class ProfileWriter:
 
     def add_callsites(self, rows: Iterable[tuple[int, int, int | None, int]]) -> None:
         """Rows of (id, depth, parent_id, frame_id)."""
+        self.add_callsites_flat(list(chain.from_iterable(rows)))
+
+    def add_callsites_flat(self, values: Sequence[int | None]) -> None:
+        """add_callsites' rows in one flat sequence: id, depth, parent_id, frame_id, the next id, ...
+        (producer._ingest.Trie.take_new_flat)."""
         # The producer's ids are counters, always in range: bound as they are (a compiler's
         # final dump has ~100k rows; converting each value cost a third of writing them).
-        self._insert_in_range(
-            "INSERT INTO stack_profile_callsite (id, depth, parent_id, frame_id) VALUES (?, ?, ?, ?)",
-            rows if isinstance(rows, list) else list(rows),
+        self._insert_flat(
+            "INSERT INTO stack_profile_callsite (id, depth, parent_id, frame_id)", (), values, 4,
             lambda r: (i64_to_sql(r[0]), i64_to_sql(r[1]), opt_i64_to_sql(r[2]), i64_to_sql(r[3])))
 
     def add_dump(self, upid: int, ts_start: int, ts_end: int, reason: str,
                  rows: Iterable[tuple[int, ...]], heap_name: str) -> None:
         """One dump: rows of (callsite_id, count, size[, real_size]) deltas since the previous one."""
+        self.add_dump_values(upid, ts_start, ts_end, reason, _flat(rows, 4), heap_name)
+
+    def add_dump_values(self, upid: int, ts_start: int, ts_end: int, reason: str,
+                        values: Sequence[int | None], heap_name: str) -> None:
+        """add_dump's rows in one flat sequence: callsite_id, count, size, real_size, the next
+        callsite_id, ... (ProcessHeap.dump_values)."""
         ts_start, ts_end, upid = i64_to_sql(ts_start), i64_to_sql(ts_end), i64_to_sql(upid)
         self.db.execute(
             "INSERT INTO heap_profile (ts, ts_end, dur, upid, heap_name, reason) VALUES (?, ?, ?, ?, ?, ?)",
             (ts_start, ts_end, i64_to_sql(max(0, ts_end - ts_start)), upid, heap_name, reason),
         )
-        head = (ts_end, upid, heap_name)
         # The tracker's rows (bookkeeping/rows.py DUMP_ROW) are in range but for a callsite id
         # of 2^63 or more: bound as they are, as add_callsites' (a compiler's final dump has
         # ~20k rows).
-        self._insert_in_range(
-            "INSERT INTO heap_profile_allocation (ts, upid, heap_name, callsite_id, count, size, real_size)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [head + (*r, None) if len(r) == 3 else head + r[:4] for r in rows],
+        self._insert_flat(
+            "INSERT INTO heap_profile_allocation (ts, upid, heap_name, callsite_id, count, size, real_size)",
+            (ts_end, upid, heap_name), values, 4,
             lambda r: (*r[:3], *(None if v is None else i64_to_sql(v) for v in r[3:])))
-
-    def _insert_in_range(self, sql: str, rows: list[tuple[Any, ...]],
-                         convert: Callable[[tuple[Any, ...]], tuple[Any, ...]]) -> None:
-        """executemany(sql, rows) with the values bound as they are; should one not fit SQLite's
-        int64, the attempt is undone and every row goes through `convert` (store/values.py)."""
-        if not rows:
-            return
-        if not self.db.in_transaction:
-            self.db.execute("BEGIN")  # else the savepoint's RELEASE would commit
-        self.db.execute("SAVEPOINT in_range")
-        try:
-            self.db.executemany(sql, rows)
-        except OverflowError:
-            self.db.execute("ROLLBACK TO in_range")
-            self.db.executemany(sql, map(convert, rows))
-        finally:
-            self.db.execute("RELEASE in_range")
 
     def add_peak(self, upid: int, ts: int, heap_name: str,
                  rows: Iterable[tuple[int, ...]]) -> None:
         """A process's peak, reached at ts: rows of (callsite_id, count, size, alloc_count, alloc_size
         [, real_size, alloc_real_size])."""
-        self.db.executemany(
+        self.add_peak_values(upid, ts, heap_name, _flat(rows, 7))
+
+    def add_peak_values(self, upid: int, ts: int, heap_name: str, values: Sequence[int | None]) -> None:
+        """add_peak's rows in one flat sequence of 7 values a row (ProcessHeap.peak_values)."""
+        self._insert_flat(
             "INSERT INTO heapscope_peak_allocation"
-            " (ts, upid, heap_name, callsite_id, count, size, alloc_count, alloc_size, real_size, alloc_real_size)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            ((ts, upid, heap_name, *r[:5], *(r[5:7] if len(r) >= 7 else (None, None))) for r in rows),
-        )
+            " (ts, upid, heap_name, callsite_id, count, size, alloc_count, alloc_size, real_size, alloc_real_size)",
+            (ts, upid, heap_name), values, 7,
+            lambda r: (i64_to_sql(r[0]), i64_to_sql(r[1]), r[2], *(opt_i64_to_sql(v) for v in r[3:])))
+
+    def _insert_flat(self, insert: str, head: tuple[Any, ...], values: Sequence[Any], width: int,
+                     convert: Callable[[tuple[Any, ...]], tuple[Any, ...]]) -> None:
+        """`insert` (INSERT INTO table (columns)) of rows `head` + `width` values each, taken in
+        order from the flat `values`: many rows per statement (a row per statement cost twice
+        as much in binding and stepping: benchmarks/cc1plus_producer.py), the same rows in the
+        same order. Values are bound as they are; should one not fit SQLite's int64, the
+        attempt is undone and every row goes through `convert` (store/values.py)."""
+        n, odd = divmod(len(values), width)
+        if odd:
+            raise ValueError(f"{len(values)} values are not rows of {width}")
+        if not n:
+            return
+        h = len(head)
+        per = (_MAX_VARIABLES - h) // width
+        one = "(" + ", ".join(["?"] * (h + width)) + ")"
+        full = n // per
+        if not self.db.in_transaction:
+            self.db.execute("BEGIN")  # else the savepoint's RELEASE would commit
+        self.db.execute("SAVEPOINT in_range")
+        try:
+            if full:
+                # The head is bound once per statement, as ?1..?h; each plain ? after it takes
+                # the next number (https://www.sqlite.org/lang_expr.html#parameters). Only the
+                # head is numbered: a bind looks numbered names up one by one.
+                row = "(" + ", ".join([f"?{i + 1}" for i in range(h)] + ["?"] * width) + ")"
+                many = ", ".join([row] * per)
+                chunk = per * width
+                part = (values[k * chunk:(k + 1) * chunk] for k in range(full))
+                self.db.executemany(f"{insert} VALUES {many}", ([*head, *p] for p in part) if h else part)
+            if full * per < n:
+                self.db.executemany(f"{insert} VALUES {one}",
+                                    ((*head, *values[k * width:(k + 1) * width]) for k in range(full * per, n)))
+        except OverflowError:
+            self.db.execute("ROLLBACK TO in_range")
+            self.db.executemany(f"{insert} VALUES {one}",
+                                (convert((*head, *values[k * width:(k + 1) * width])) for k in range(n)))
+        finally:
+            self.db.execute("RELEASE in_range")
 
     def add_stats(self, rows: Iterable[tuple[str, int | None, str, str, int, str]]) -> None:
         """Rows of (name, idx, severity, source, value, description)."""
@@ -247,6 +284,15 @@ class ProfileWriter:
         self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         self.db.execute("PRAGMA journal_mode=DELETE")
         self.db.close()
+
+
+def _flat(rows: Iterable[tuple[int, ...]], width: int) -> list[int | None]:
+    """Rows of `width` values (fewer: the last ones NULL), one after another in one list."""
+    rows = rows if isinstance(rows, list) else list(rows)
+    if all(len(r) == width for r in rows):
+        return list(chain.from_iterable(rows))
+    pad = (None,) * width
+    return list(chain.from_iterable((*r, *pad[len(r):]) if len(r) < width else r[:width] for r in rows))
 
 
 def _remove_stale(path: Path) -> None:

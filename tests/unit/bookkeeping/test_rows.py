@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from native_ext import SRC, build_flags
 
-from heapscope.bookkeeping.rows import OP_FREE, OP_MALLOC, ROWS
+from heapscope.bookkeeping.rows import DUMP_ROW, OP_FREE, OP_MALLOC, PEAK_ROW, ROWS, unpack_rows
 
 
 def py_layout(s: struct.Struct) -> list[tuple[int, int, bool]]:
@@ -76,3 +76,18 @@ def test_tracker_sources_are_where_meson_builds_them() -> None:
     for p in sorted((SRC / "bookkeeping").glob("*.c")):
         assert f"../bookkeeping/{p.name}" in meson, p.name
     assert Path(SRC / "producer" / "_ingest.flags").read_text().split() == build_flags()
+
+
+@pytest.mark.parametrize("row", [DUMP_ROW, PEAK_ROW], ids=["dump", "peak"])
+def test_rows_unpack_flat_as_they_unpack_one_by_one(row: struct.Struct) -> None:
+    # GIVEN rows with each field's extremes (u64 fields past 2^63, signed ones negative)
+    signed = [c.islower() for c in row.format[1:].replace("7Q", "Q" * 7)]
+    values = [[(-(1 << 63) if s else (1 << 64) - 1) if k % 2 else k + i for i, s in enumerate(signed)]
+              for k in range(5)]
+    data = b"".join(row.pack(*v) for v in values)
+    # THEN the flat tuple is every row's values in order, and nothing for no row
+    assert unpack_rows(row, data) == tuple(v for r in row.iter_unpack(data) for v in r)
+    assert unpack_rows(row, data)[len(signed):2 * len(signed)] == tuple(values[1])
+    assert unpack_rows(row, b"") == ()
+    with pytest.raises(ValueError, match="not rows"):
+        unpack_rows(row, data[:-1])

@@ -248,5 +248,11 @@ def test_the_c_trie_gives_the_python_tries_ids() -> None:
     assert [c.callsite(f) for f in paths] == [py.callsite(f) for f in paths]  # type: ignore[arg-type]
     assert c.take_new() == py.take_new() and c.take_new() == []
     assert c.paths_from(3) == py.paths_from(3) and len(c) == len(py)
+    # take_new_flat: the same rows, flattened, and taken once (either form takes them)
+    more = [[1, 2, 8], [9], [9, 9]]
+    assert [c.callsite(f) for f in more] == [py.callsite(f) for f in more]  # type: ignore[arg-type]
+    flat = c.take_new_flat()
+    assert flat == py.take_new_flat() == [10, 2, 2, 8, 11, 0, None, 9, 12, 1, 11, 9]
+    assert c.take_new_flat() == [] and c.take_new() == []
     with pytest.raises(ValueError):
         c.callsite([])
