@@ -1029,6 +1029,7 @@ static int restart_in_child(void) {
     cl.interval = cfg.interval;
     cl.seed = cfg.seed;
     __atomic_store_n(&cl.ring.meta->unwinder, unwinder, __ATOMIC_RELAXED);
+    hs_pymem_session(cl.interval); /* the wrappers' fast path: below this interval */
     thread_init(t);
     rc = announce(&cfg);
   }
