@@ -7,6 +7,7 @@
 #include <sys/auxv.h>
 
 #include "client.h"
+#include "heaps.h"
 #include "pyframes.h"
 
 /* PyMemAllocatorEx and the domains, as in CPython's Include/cpython/pymem.h
@@ -32,6 +33,7 @@ typedef int (*is_initialized_fn)(void);
 struct py_domain {
   struct py_allocator prev;
   size_t direct;
+  size_t fast; /* min(direct, interval - 1): the requests of the fast path (hs_pymem_session) */
 };
 static struct py_domain wrapped[3];
 
@@ -45,12 +47,29 @@ static size_t booked(size_t n) {
   return n ? n : 1;
 }
 
-/* The hot paths (issue 13): an unsampled request that the wrapped allocator
- * serves itself costs the sampler's countdown decrement and a jump to that
- * allocator (a tail call: no frame of ours, no guard). A request that may
- * reach malloc (larger than `direct`, or any request of an allocator we do
- * not know) is made with the reentrancy guard set, so the malloc hook does
- * not count it a second time; it is booked here. */
+/* The hot paths (issue 13). A request the wrapped allocator serves itself
+ * (1 to `direct` bytes) and smaller than the sampling interval (both in
+ * `fast`) that the countdown does not reach costs the countdown decrement
+ * and a jump to that allocator (a tail call: no frame of ours, no guard).
+ * The countdown is this thread's malloc countdown (client.h); a thread that
+ * has not sampled yet has countdown 0 and goes the slow way, which sets it
+ * up. Unlike the malloc hook's fast path, this one does not look at
+ * hs_enabled or the guard: the slow path does (hs_record_py_alloc), and a
+ * stock pymalloc never calls a domain back while the guard is set (it calls
+ * no allocator but malloc), so the only difference is the countdown moving
+ * while the client is off. Every other request (larger than `direct`, any
+ * request of an allocator we do not know, a request the countdown reaches)
+ * is made with the reentrancy guard set, so the malloc hook does not count
+ * what the allocator passes on to malloc a second time; it is booked here. */
+/* The client is off for good (hs_enabled goes 1 -> 0 only once; before the
+ * session starts no Python runs): the countdown is set so far that this
+ * thread's requests take the fast path again. A fork child's new session
+ * sets its one thread's countdown afresh (client.c, restart_in_child). */
+static inline void park_if_off(void) {
+  if (HS_UNLIKELY(!__atomic_load_n(&hs_enabled, __ATOMIC_RELAXED)))
+    hs_thread_state.sampler.countdown = INT64_MAX / 2;
+}
+
 static __attribute__((noinline)) void *w_malloc_guarded(struct py_domain *d, size_t n) {
   struct hs_thread *t = &hs_thread_state;
   int saved = t->guard;
@@ -58,13 +77,27 @@ static __attribute__((noinline)) void *w_malloc_guarded(struct py_domain *d, siz
   void *p = d->prev.malloc(d->prev.ctx, n);
   t->guard = saved;
   hs_record_py_alloc(p, booked(n));
+  park_if_off();
   return p;
+}
+
+/* 1 when n bytes are certainly not sampled (and then consumed): n is in
+ * the fast range, so 1 <= n < interval, and the countdown stays above 0. */
+static inline __attribute__((always_inline)) int py_fast(const struct py_domain *d, size_t n) {
+  /* n - 1 < fast: 1 <= n <= fast (0 wraps around). */
+  if (n - 1 >= d->fast)
+    return 0;
+  int64_t *countdown = &hs_thread_state.sampler.countdown;
+  int64_t left = *countdown - (int64_t)n;
+  if (HS_UNLIKELY(left <= 0))
+    return 0;
+  *countdown = left;
+  return 1;
 }
 
 static void *w_malloc(void *ctx, size_t n) {
   struct py_domain *d = ctx;
-  /* n - 1 < direct: 1 <= n <= direct (0 wraps around). */
-  if (HS_LIKELY(n - 1 < d->direct && hs_alloc_unrecorded(n)))
+  if (HS_LIKELY(py_fast(d, n)))
     return d->prev.malloc(d->prev.ctx, n);
   return w_malloc_guarded(d, n);
 }
@@ -79,14 +112,14 @@ static __attribute__((noinline)) void *w_calloc_guarded(struct py_domain *d, siz
   size_t total;
   if (p && !__builtin_mul_overflow(nelem, elsize, &total))
     hs_record_py_alloc(p, booked(total));
+  park_if_off();
   return p;
 }
 
 static void *w_calloc(void *ctx, size_t nelem, size_t elsize) {
   struct py_domain *d = ctx;
   size_t total;
-  if (!__builtin_mul_overflow(nelem, elsize, &total) && total - 1 < d->direct &&
-      hs_alloc_unrecorded(total))
+  if (!__builtin_mul_overflow(nelem, elsize, &total) && py_fast(d, total))
     return d->prev.calloc(d->prev.ctx, nelem, elsize);
   return w_calloc_guarded(d, nelem, elsize);
 }
@@ -103,32 +136,27 @@ static void *w_realloc(void *ctx, void *old, size_t n) {
   return p;
 }
 
-/* The free keeps the guard around the wrapped free: without it the
- * pytest plugin's runs at interval 1 (tests/integration/test_pytest_plugin.py,
- * test_windows_are_relative_to_each_test_start) stall on the ring until the
- * client gives up (HS_ERR_WAIT_TIMEOUT); why is not understood yet. */
-static inline void free_guarded(struct py_domain *d, void *p) {
-  /* Raised and lowered rather than saved and restored: one value less to
-   * keep across the call. */
-  hs_thread_state.guard++;
-  d->prev.free(d->prev.ctx, p);
-  hs_thread_state.guard--;
-}
-
+/* A free needs no guard: freeing allocates nothing, and what pymalloc's
+ * free passes on to free() (a block it did not carve itself: one over
+ * `direct` bytes that it took from malloc, or one allocated with malloc and
+ * freed through this domain) is the malloc hook's to see: a block it
+ * sampled is a malloc heap block (an earlier guard here hid such frees:
+ * they stayed live in the profile). A block of this heap was taken out of
+ * the address set under its own key first. */
 static __attribute__((noinline, cold)) void w_free_sampled(struct py_domain *d, void *p) {
   hs_record_py_free_slow(p);
-  free_guarded(d, p);
+  d->prev.free(d->prev.ctx, p);
 }
 
 /* An unsampled free (issue 13): the filter test (hs_record_py_free), then
- * the guarded call; the rest is out of line. */
+ * a jump to the wrapped free. */
 static void w_free(void *ctx, void *p) {
   struct py_domain *d = ctx;
   if (HS_UNLIKELY(hs_addr_maybe_sampled(p))) {
     w_free_sampled(d, p);
     return;
   }
-  free_guarded(d, p);
+  d->prev.free(d->prev.ctx, p);
 }
 
 typedef int (*add_pending_fn)(int (*fn)(void *), void *arg);
@@ -166,6 +194,22 @@ static int stock_pymalloc(const struct py_allocator *mem, const struct py_alloca
          ours.dli_fbase == cpython.dli_fbase;
 }
 
+/* The largest request of the fast path: one the allocator serves itself
+ * and that is below the interval (one of `interval` bytes or more is always
+ * sampled, whatever the countdown says: sampler.h). */
+static size_t fast_limit(size_t direct, uint64_t interval) {
+  if (interval == 0)
+    return 0;
+  return interval - 1 < direct ? (size_t)(interval - 1) : direct;
+}
+
+void hs_pymem_session(uint64_t interval) {
+  for (unsigned i = 0; i < NDOMAINS; i++) {
+    struct py_domain *d = &wrapped[domains[i]];
+    __atomic_store_n(&d->fast, fast_limit(d->direct, interval), __ATOMIC_RELAXED);
+  }
+}
+
 /* Reads the allocators in place and puts the wrappers in front of them.
  * Either before Py_Initialize (no other thread runs Python) or with the GIL
  * held: the MEM and OBJ domains are only called with the GIL, so no thread
@@ -186,6 +230,7 @@ static int wrap_domains(void) {
   for (unsigned i = 0; i < NDOMAINS; i++) {
     int d = domains[i];
     wrapped[d].direct = direct;
+    wrapped[d].fast = fast_limit(direct, hs_client_interval());
     struct py_allocator w = {&wrapped[d], w_malloc, w_calloc, w_realloc, w_free};
     set_fn(d, &w);
   }

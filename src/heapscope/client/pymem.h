@@ -36,4 +36,9 @@ HS_HIDDEN int hs_pymem_install(hs_pymem_late_fn late);
  * hook-safe (dlsym). Returns 1 when installed, 0 when not. */
 HS_HIDDEN int hs_pymem_install_now(hs_pymem_late_fn late);
 
+/* A new session's interval (a fork child's: client.c, restart_in_child),
+ * when the wrappers are already in: the fast path serves only requests
+ * below it. Call with no other thread in a domain (one thread). */
+HS_HIDDEN void hs_pymem_session(uint64_t interval);
+
 #endif

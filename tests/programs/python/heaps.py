@@ -7,6 +7,9 @@ allocator domains, from a line marked `ALLOC <name>`:
   small   bytes(200): PyObject_Malloc(33 + 200), served by pymalloc itself
   gone    bytearray(2000), freed again before the end
   native  malloc(7777) called through ctypes: libc.malloc only
+  mixed   malloc(5555) through ctypes, freed through PyMem_Free (pymalloc's
+          free passes a block it did not carve on to free()): libc.malloc,
+          freed
 At interval 1 each function's Python-heap bytes are exact, and the malloc
 heap holds none of the first three. `--print-truth` prints
 {function: [count, request size, kept, heap]} as JSON.
@@ -54,6 +57,18 @@ def native():
     KEEP.append(keep)
 
 
+def mixed():
+    keep = [0] * N
+    malloc = LIBC.malloc
+    for i in range(N):
+        keep[i] = malloc(5555)  # ALLOC mixed
+    free = ctypes.pythonapi.PyMem_Free
+    free.restype = None
+    free.argtypes = [ctypes.c_void_p]
+    for p in keep:
+        free(p)
+
+
 def main():
     if "--print-truth" in sys.argv:
         print(json.dumps({
@@ -61,12 +76,14 @@ def main():
             "small": [N, BYTES_HEADER + 200, True, "python.pymalloc"],
             "gone": [N, 2001, False, "python.pymalloc"],
             "native": [N, 7777, True, "libc.malloc"],
+            "mixed": [N, 5555, False, "libc.malloc"],
         }))
         return
     big()
     small()
     gone()
     native()
+    mixed()
     sys.stdout.flush()
     os._exit(0)  # no finalization: what KEEP holds is still held at the final dump
 
