@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "ring.h"
 #include "wire.h"
 
 struct hs_addr_shard hs_addr_shards[HS_ADDRSET_SHARDS];
@@ -41,6 +42,10 @@ static void bit_clear(uint64_t b) {
 /* The shard lock is only ever held for a handful of stores (or one mmap when
  * growing), never across an unwind, a ring write or a loader call. */
 static void shard_lock(struct hs_addr_shard *s) {
+  /* One thread (ring.h, hs_single_threaded): nobody else can hold or take
+   * the lock until we are out (the unlock's store of 0 is then a no-op). */
+  if (hs_single_threaded())
+    return;
   unsigned spins = 0;
   while (__atomic_exchange_n(&s->lock, 1, __ATOMIC_ACQUIRE)) {
     while (__atomic_load_n(&s->lock, __ATOMIC_RELAXED)) {
