@@ -97,7 +97,7 @@ int hs_addrset_insert(const void *p) {
   struct hs_addr_shard *s = &hs_addr_shards[HS_ADDR_SHARD(b)];
   shard_lock(s);
   struct hs_addr_table *t = s->table;
-  uint64_t cap = t ? t->mask + 1 : 0;
+  uint64_t cap = t ? s->mask + 1 : 0;
   if ((s->count + 1) * 2 > cap) {
     /* Grow: fill a new table completely, then publish it. Readers on the old
      * one still find everything that was in it. */
@@ -109,11 +109,12 @@ int hs_addrset_insert(const void *p) {
     for (uint64_t i = 0; i < cap; i++)
       if (t->slots[i] != HS_ADDRSET_EMPTY)
         table_put(n, t->slots[i]);
+    s->mask = n->mask;
     __atomic_store_n(&s->table, n, __ATOMIC_RELEASE);
     t = n;
   }
   /* A second insert of the same address (its free was missed) keeps one. */
-  uint64_t mask = t->mask;
+  uint64_t mask = s->mask;
   uint64_t i = hs_addr_hash(b) & mask;
   for (;;) {
     uint64_t v = t->slots[i];
@@ -149,7 +150,7 @@ int hs_addrset_remove(const void *p) {
     shard_unlock(s);
     return 0;
   }
-  uint64_t mask = t->mask;
+  uint64_t mask = s->mask;
   uint64_t i = h & mask;
   for (;;) {
     uint64_t v = t->slots[i];
