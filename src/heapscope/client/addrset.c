@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "ring.h"
 #include "wire.h"
 
 struct hs_addr_shard hs_addr_shards[HS_ADDRSET_SHARDS];
@@ -41,6 +42,10 @@ static void bit_clear(uint64_t b) {
 /* The shard lock is only ever held for a handful of stores (or one mmap when
  * growing), never across an unwind, a ring write or a loader call. */
 static void shard_lock(struct hs_addr_shard *s) {
+  /* One thread (ring.h, hs_single_threaded): nobody else can hold or take
+   * the lock until we are out (the unlock's store of 0 is then a no-op). */
+  if (hs_single_threaded())
+    return;
   unsigned spins = 0;
   while (__atomic_exchange_n(&s->lock, 1, __ATOMIC_ACQUIRE)) {
     while (__atomic_load_n(&s->lock, __ATOMIC_RELAXED)) {
@@ -92,7 +97,7 @@ int hs_addrset_insert(const void *p) {
   struct hs_addr_shard *s = &hs_addr_shards[HS_ADDR_SHARD(b)];
   shard_lock(s);
   struct hs_addr_table *t = s->table;
-  uint64_t cap = t ? t->mask + 1 : 0;
+  uint64_t cap = t ? s->mask + 1 : 0;
   if ((s->count + 1) * 2 > cap) {
     /* Grow: fill a new table completely, then publish it. Readers on the old
      * one still find everything that was in it. */
@@ -104,11 +109,12 @@ int hs_addrset_insert(const void *p) {
     for (uint64_t i = 0; i < cap; i++)
       if (t->slots[i] != HS_ADDRSET_EMPTY)
         table_put(n, t->slots[i]);
+    s->mask = n->mask;
     __atomic_store_n(&s->table, n, __ATOMIC_RELEASE);
     t = n;
   }
   /* A second insert of the same address (its free was missed) keeps one. */
-  uint64_t mask = t->mask;
+  uint64_t mask = s->mask;
   uint64_t i = hs_addr_hash(b) & mask;
   for (;;) {
     uint64_t v = t->slots[i];
@@ -133,7 +139,10 @@ int hs_addrset_remove(const void *p) {
   uint64_t b = hs_addr_bucket(a);
   uint64_t h = hs_addr_hash(b);
   struct hs_addr_shard *s = &hs_addr_shards[HS_ADDR_SHARD(b)];
-  if (!hs_addrset_probe(s, a, h))
+  /* The lock-free probe first keeps a free that only aliases a sampled
+   * granule off the lock; with one thread the lock costs nothing and the
+   * search below answers alone. */
+  if (!hs_single_threaded() && !hs_addrset_probe(s, a, h))
     return 0;
   shard_lock(s);
   struct hs_addr_table *t = s->table;
@@ -141,7 +150,7 @@ int hs_addrset_remove(const void *p) {
     shard_unlock(s);
     return 0;
   }
-  uint64_t mask = t->mask;
+  uint64_t mask = s->mask;
   uint64_t i = h & mask;
   for (;;) {
     uint64_t v = t->slots[i];

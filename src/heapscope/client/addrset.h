@@ -91,7 +91,11 @@ struct hs_addr_shard {
   uint32_t seq;                 /* odd while a remove moves entries */
   struct hs_addr_table *table;  /* NULL until the first insert */
   uint64_t count;               /* live entries; under lock */
-  char pad[64 - 24];
+  /* table->mask, for the writers (under lock): one cache line less to
+   * load per insert and remove than the table's header (issue 13).
+   * Readers keep the pair behind the table pointer. */
+  uint64_t mask;
+  char pad[64 - 32];
 } __attribute__((aligned(64)));
 
 extern struct hs_addr_shard hs_addr_shards[HS_ADDRSET_SHARDS] HS_HIDDEN;

@@ -604,21 +604,19 @@ int hs_cfa_backtrace(uint64_t *buf, uint32_t want) {
     uintptr_t off = (rule >> 2) & ((1u << OFF_BITS) - 1);
     uintptr_t k8 = (rule >> (2 + OFF_BITS - 3)) & (((1u << K_BITS) - 1) << 3);
     uintptr_t cfa;
-    switch (rule & 3) {
-    case KIND_RSP:
+    /* rsp-based rules first: most frames of optimized code have them. */
+    if (HS_LIKELY((rule & 3) == KIND_RSP)) {
       cfa = sp + off;
       if (HS_UNLIKELY(cfa > hi))
         return give_up();
-      break;
-    case KIND_RBP:
+    } else if ((rule & 3) == KIND_RBP) {
       cfa = bp + off;
       /* cfa >= sp + 8 also rules out a wrap of bp + off. */
       if (cfa < sp + 8 || cfa > hi || (cfa & 7) || cfa - sp < k8)
         return give_up();
-      break;
-    case KIND_END:
+    } else if ((rule & 3) == KIND_END) {
       return (int)n;
-    default:
+    } else {
       return give_up();
     }
     if (k8)

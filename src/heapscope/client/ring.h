@@ -57,24 +57,52 @@ HS_HIDDEN HS_MUST_CHECK int hs_ring_write_slow(struct hs_ring *r, uint32_t type,
                                               size_t alen, const void *b, size_t blen,
                                               int take_seq);
 
-/* The body and header of a reserved record at dst (see hs_ring_write). */
-static inline void hs_ring_fill(unsigned char *dst, uint64_t size, uint32_t type, const void *a,
-                                size_t alen, const void *b, size_t blen, uint64_t *seq_counter) {
+/* glibc (2.32 and later) keeps this true while the process has a single
+ * thread: pthread_create clears it before the new thread runs; only the
+ * fork child sets it again (glibc's manual, "Single-Threaded"). While it is
+ * true no other thread can run our code: the only thread is here, under its
+ * guard, so signal handlers do not come in either (they see the guard) and
+ * it does not create a thread before it leaves. The writers below then do
+ * without locked instructions (each a full barrier, the bulk of a sample's
+ * cost in git log -p: lock xadd, lock cmpxchg, xchg; issue 13): plain
+ * loads and stores do the same there. The producer, another process, only
+ * reads write_pos and the headers, which stay ordered as before (release).
+ * Weak and of default visibility, so that a libc without it gives a null
+ * address (then: always the locked path) rather than a hidden 0. */
+extern char __libc_single_threaded __attribute__((weak, visibility("default")));
+
+static inline __attribute__((always_inline)) int hs_single_threaded(void) {
+  const char *p = &__libc_single_threaded;
+  return p != NULL && __atomic_load_n(p, __ATOMIC_RELAXED) != 0;
+}
+
+/* The body and header of a reserved record at dst (see hs_ring_write).
+ * Always inlined, as hs_ring_write: with the sizes known the copies are a
+ * few moves, where an out-of-line copy of unknown size was a rep movsq. */
+static inline __attribute__((always_inline)) void
+hs_ring_fill(unsigned char *dst, uint64_t size, uint32_t type, const void *a, size_t alen,
+             const void *b, size_t blen, uint64_t *seq_counter) {
   if (alen)
     __builtin_memcpy(dst + 8, a, alen);
   if (blen)
     __builtin_memcpy(dst + 8 + alen, b, blen);
   if (seq_counter) {
-    uint64_t seq = __atomic_fetch_add(seq_counter, 1, __ATOMIC_RELAXED);
+    uint64_t seq;
+    if (hs_single_threaded()) {
+      seq = __atomic_load_n(seq_counter, __ATOMIC_RELAXED);
+      __atomic_store_n(seq_counter, seq + 1, __ATOMIC_RELAXED);
+    } else {
+      seq = __atomic_fetch_add(seq_counter, 1, __ATOMIC_RELAXED);
+    }
     __builtin_memcpy(dst + 8, &seq, sizeof seq);
   }
   /* Tail padding is already zero: the reader zeroes what it consumed. */
   __atomic_store_n((uint64_t *)dst, HS_RECORD_HEADER(size, type), __ATOMIC_RELEASE);
 }
 
-static inline HS_MUST_CHECK int hs_ring_write(struct hs_ring *r, uint32_t type, const void *a,
-                                              size_t alen, const void *b, size_t blen,
-                                              int take_seq) {
+static inline __attribute__((always_inline)) HS_MUST_CHECK int
+hs_ring_write(struct hs_ring *r, uint32_t type, const void *a, size_t alen, const void *b,
+              size_t blen, int take_seq) {
   struct hs_ring_meta *m = r->meta;
   uint64_t size = HS_ALIGN8(8 + alen + blen);
   if (HS_UNLIKELY(size > r->size / 2 || __atomic_load_n(&m->shutting_down, __ATOMIC_RELAXED)))
@@ -84,9 +112,12 @@ static inline HS_MUST_CHECK int hs_ring_write(struct hs_ring *r, uint32_t type, 
   uint64_t off = wp & (r->size - 1);
   /* As in the slow path: positions come from shared memory, so rp > wp
    * counts as full; a record that would need a pad goes there too. */
-  if (HS_UNLIKELY(off + size > r->size || rp > wp || wp + size - rp > r->size ||
-                  !__atomic_compare_exchange_n(&m->write_pos, &wp, wp + size, 1,
-                                               __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)))
+  if (HS_UNLIKELY(off + size > r->size || rp > wp || wp + size - rp > r->size))
+    return hs_ring_write_slow(r, type, a, alen, b, blen, take_seq);
+  if (hs_single_threaded())
+    __atomic_store_n(&m->write_pos, wp + size, __ATOMIC_RELEASE); /* no other writer */
+  else if (HS_UNLIKELY(!__atomic_compare_exchange_n(&m->write_pos, &wp, wp + size, 1,
+                                                    __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)))
     return hs_ring_write_slow(r, type, a, alen, b, blen, take_seq);
   hs_ring_fill(r->data + off, size, type, a, alen, b, blen, take_seq ? r->seq : NULL);
   return HS_OK;

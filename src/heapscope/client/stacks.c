@@ -20,15 +20,35 @@ static uint64_t mix(uint64_t h) {
   return h;
 }
 
+static inline uint64_t step(uint64_t h, uint64_t v) {
+  return (((h << 23) | (h >> 41)) ^ v) * UINT64_C(0x9e3779b97f4a7c15);
+}
+
 /* One multiplication per frame (rotate, xor, multiply: each step is a
- * bijection of the state for a given pc and of the pc for a given state, so
- * two stacks of one depth that differ in a single frame never collide), and
- * the full mix once at the end. */
+ * bijection of the state for a given pc and of the pc for a given state),
+ * in four independent lanes (frame i goes to lane i % 4): one chain of
+ * multiplications over a deep stack was a visible part of a sample (issue
+ * 13), four overlap. The lanes are then folded by the same step and mixed
+ * once. Two stacks of one depth that differ in a single frame differ in one
+ * lane only, and every step after it is a bijection of that lane for the
+ * others fixed: they never collide. */
 uint64_t hs_stack_id(const uint64_t *pcs, uint32_t depth) {
-  uint64_t h = UINT64_C(0x6a09e667f3bcc909) ^ depth;
-  for (uint32_t i = 0; i < depth; i++)
-    h = (((h << 23) | (h >> 41)) ^ pcs[i]) * UINT64_C(0x9e3779b97f4a7c15);
-  h = mix(h);
+  uint64_t h0 = UINT64_C(0x6a09e667f3bcc909) ^ depth, h1 = UINT64_C(0xbb67ae8584caa73b);
+  uint64_t h2 = UINT64_C(0x3c6ef372fe94f82b), h3 = UINT64_C(0xa54ff53a5f1d36f1);
+  uint32_t i = 0;
+  for (; i + 4 <= depth; i += 4) {
+    h0 = step(h0, pcs[i]);
+    h1 = step(h1, pcs[i + 1]);
+    h2 = step(h2, pcs[i + 2]);
+    h3 = step(h3, pcs[i + 3]);
+  }
+  if (i < depth)
+    h0 = step(h0, pcs[i]);
+  if (i + 1 < depth)
+    h1 = step(h1, pcs[i + 1]);
+  if (i + 2 < depth)
+    h2 = step(h2, pcs[i + 2]);
+  uint64_t h = mix(step(step(step(h0, h1), h2), h3));
   return h ? h : 1;
 }
 

@@ -1,0 +1,276 @@
+"""The client's cost inside two real native targets, per sample: cc1plus and git log -p (issue 13).
+
+    python benchmarks/native_targets.py [--heapscope CMD] [--only cc1plus|git] [--cache-sim]
+                                        [--perf] [--out DIR]
+
+For each target (run.py's cc1plus_command and generate_git_repo, cached in benchmarks/out/):
+runs it under `valgrind --tool=callgrind` alone, then under `heapscope record` (default
+interval), and prints the instructions the client added per sample (the whole program's Ir
+difference over the samples recorded), hs_record_alloc_slow inclusive per sample and its
+parts, the sampled frees, and the hooks' share. With --cache-sim, callgrind's cache model
+also counts D1 and LL misses (simulated: the machine's counters are not readable in every
+VM) added per sample. With --perf, `perf stat -e task-clock,page-faults` of the target under
+the client and alone (software counters; wall-clock figures are noisy on a shared machine).
+Nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import run as bench_run  # noqa: E402
+
+LIB = "libheapscope"
+
+
+class Costs:
+    """Per-function exclusive and inclusive costs (a vector per event) and call counts."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self.total: list[int] = []
+        self.exclusive: dict[tuple[str, str], list[int]] = defaultdict(list)
+        self.inclusive: dict[tuple[str, str], list[int]] = defaultdict(list)
+        self.calls: dict[tuple[str, str], int] = defaultdict(int)
+
+    def key(self, obj: str, name: str) -> tuple[str, str]:
+        for k in list(self.calls) + list(self.exclusive):
+            if k[1] == name and obj in k[0]:
+                return k
+        return ("", name)
+
+    def ev(self, vec: list[int], event: str) -> int:
+        if event not in self.events or not vec:
+            return 0
+        i = self.events.index(event)
+        return vec[i] if i < len(vec) else 0
+
+
+_NAMED = re.compile(r"^\((\d+)\)(?: (.*))?$")
+
+
+def _add(into: list[int], vec: list[int]) -> None:
+    if len(into) < len(vec):
+        into.extend([0] * (len(vec) - len(into)))
+    for i, v in enumerate(vec):
+        into[i] += v
+
+
+def parse(path: Path) -> Costs:
+    """Callgrind's output format (https://valgrind.org/docs/manual/cl-format.html), every event."""
+    c = Costs()
+    names: dict[str, dict[str, str]] = {"ob": {}, "fn": {}}
+
+    def name(kind: str, value: str) -> str:
+        m = _NAMED.match(value)
+        if not m:
+            return value
+        if m.group(2) is not None:
+            names[kind][m.group(1)] = m.group(2)
+        return names[kind].get(m.group(1), value)
+
+    ob = cob = ""
+    fn = ("", "")
+    callee: tuple[str, str] | None = None
+    for line in path.read_text(errors="replace").splitlines():
+        if not line or line[0] == "#":
+            continue
+        if line.startswith("events:"):
+            c.events = line.split()[1:]
+            continue
+        if line.startswith(("summary:", "totals:")):
+            c.total = [int(x) for x in line.split()[1:]]
+            continue
+        head, _, rest = line.partition("=")
+        if head == "ob":
+            ob = name("ob", rest)
+        elif head == "fn":
+            fn = (ob, name("fn", rest))
+            cob = ob
+        elif head == "cob":
+            cob = name("ob", rest)
+        elif head == "cfn":
+            callee = (cob, name("fn", rest))
+        elif head == "calls":
+            if callee is not None:
+                c.calls[callee] += int(rest.split()[0])
+        elif line[0] in "0123456789+-*":
+            parts = line.split()
+            vec = [int(x) for x in parts[1:]] if len(parts) > 1 else []
+            if callee is not None:
+                _add(c.inclusive[callee], vec)
+                callee = None
+                cob = ob
+            else:
+                _add(c.exclusive[fn], vec)
+    return c
+
+
+def db_stats(db: Path) -> dict[str, int]:
+    stats: dict[str, int] = {}
+    if db.exists():
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            for n, v in con.execute("SELECT name, sum(value) FROM stats GROUP BY name"):
+                stats[str(n)] = int(v or 0)
+        finally:
+            con.close()
+    return stats
+
+
+def samples_of(db: Path) -> int:
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        row = con.execute("SELECT count(*) FROM heap_profile_allocation WHERE size > 0").fetchone()
+        return int(row[0])
+    except sqlite3.Error:
+        return 0
+    finally:
+        con.close()
+
+
+def callgrind(out: Path, tag: str, argv: list[str], hs: list[str] | None, cache_sim: bool,
+              cwd: Path) -> tuple[Costs, Path | None]:
+    cg = out / f"nt.{tag}.cg"
+    db = out / f"nt.{tag}.db"
+    for f in (cg, db):
+        f.unlink(missing_ok=True)
+    inner = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={cg}"]
+    if cache_sim:
+        inner.append("--cache-sim=yes")
+    inner += argv
+    cmd = inner if hs is None else [*hs, "record", "-q", "--no-symbolize", "-o", str(db), "--", *inner]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=3600,
+                   cwd=cwd)
+    return parse(cg), (db if hs is not None else None)
+
+
+def fmt(x: float) -> str:
+    return f"{x:,.0f}" if x == x else "-"
+
+
+def report(label: str, plain: Costs, prof: Costs, stats: dict[str, int], samples: int) -> None:
+    slow = prof.key(LIB, "hs_record_alloc_slow")
+    n = prof.calls.get(slow, 0) or samples
+    print(f"\n{label}: {n:,} samples; stats: " +
+          ", ".join(f"{k} {v:,}" for k, v in sorted(stats.items()) if v and k in (
+              "unwinding_errors", "truncated_stacks", "stack_table_full", "addr_table_full",
+              "dropped_records", "blocked_ns", "unwind_ns")))
+    for ev in prof.events:
+        if ev not in plain.events:
+            continue
+        added = prof.ev(prof.total, ev) - plain.ev(plain.total, ev)
+        print(f"  {ev:5} plain {plain.ev(plain.total, ev):>15,}  profiled {prof.ev(prof.total, ev):>15,}"
+              f"  added/sample {added / max(n, 1):>9,.1f}")
+
+    def incl(name: str, obj: str = LIB) -> list[int]:
+        return prof.inclusive.get(prof.key(obj, name), [])
+
+    def row(what: str, vec: list[int], per: int) -> None:
+        cells = "  ".join(f"{ev} {prof.ev(vec, ev) / max(per, 1):>8,.1f}" for ev in prof.events)
+        print(f"    {what:34} {cells}")
+
+    print(f"  per sample (inclusive, over {n:,} samples):")
+    row("hs_record_alloc_slow", incl("hs_record_alloc_slow"), n)
+    for name in ("hs_cfa_backtrace", "hs_stack_id", "hs_stacks_intern", "hs_modules_check",
+                 "hs_sampler_sample", "hs_addrset_insert", "hs_ring_write_slow", "clock_gettime"):
+        k = prof.key(LIB, name)
+        if prof.calls.get(k, 0):
+            row(f"{name} ({prof.calls[k]:,} calls)", prof.inclusive.get(k, []), n)
+    bt = prof.key("libunwind", "backtrace")
+    if prof.calls.get(bt, 0):
+        row(f"libunwind backtrace ({prof.calls[bt]:,} calls)", prof.inclusive.get(bt, []), n)
+    fk = prof.key(LIB, "hs_record_free_slow")
+    fc = prof.calls.get(fk, 0)
+    if fc:
+        row(f"hs_record_free_slow ({fc:,} calls), per call", prof.inclusive.get(fk, []), fc)
+    for hook in ("malloc", "free", "calloc", "realloc", "free_checked", "malloc_recorded"):
+        k = prof.key(LIB, hook)
+        c = prof.calls.get(k, 0)
+        if c:
+            row(f"{hook} excl. ({c:,} calls), per call", prof.exclusive.get(k, []), c)
+    # Everything of ours, exclusive, over the samples: the client's whole cost.
+    ours = [0] * len(prof.events)
+    for k, vec in prof.exclusive.items():
+        if LIB in k[0]:
+            _add(ours, vec)
+    row("all of libheapscope, excl., /sample", ours, n)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--heapscope", default=None, help="heapscope command (default: on PATH)")
+    ap.add_argument("--only", default=None, help="cc1plus or git")
+    ap.add_argument("--cache-sim", action="store_true", help="callgrind's cache model (D1, LL misses)")
+    ap.add_argument("--perf", action="store_true", help="perf stat (software counters) instead of callgrind")
+    ap.add_argument("--rounds", type=int, default=3, help="--perf: interleaved rounds")
+    ap.add_argument("--out", type=Path, default=bench_run.OUT)
+    args = ap.parse_args()
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    hs = args.heapscope.split() if args.heapscope else [shutil.which("heapscope") or "heapscope"]
+    targets: list[tuple[str, list[str]]] = []
+    if args.only in (None, "cc1plus"):
+        cmd = bench_run.cc1plus_command(out, False)
+        if cmd:
+            targets.append(("cc1plus", cmd))
+    if args.only in (None, "git"):
+        repo = out / "history.git"
+        bench_run.generate_git_repo(repo, 4000)
+        targets.append(("git", ["git", "-C", str(repo), "--no-pager", "log", "-p"]))
+    os.environ.setdefault("LC_ALL", "C")
+    print(f"heapscope: {' '.join(hs)}; load: {os.getloadavg()[0]:.2f}")
+    for name, argv in targets:
+        if args.perf:
+            perf_rows(out, name, argv, hs, args.rounds)
+            continue
+        tag = name + (".cs" if args.cache_sim else "")
+        plain, _ = callgrind(out, f"{tag}.plain", argv, None, args.cache_sim, out)
+        prof, db = callgrind(out, f"{tag}.prof", argv, hs, args.cache_sim, out)
+        assert db is not None
+        report(name, plain, prof, db_stats(db), samples_of(db))
+    return 0
+
+
+def perf_rows(out: Path, name: str, argv: list[str], hs: list[str], rounds: int) -> None:
+    """task-clock and page faults of the target alone and under the client (perf stat inside)."""
+    res: dict[str, list[tuple[float, int]]] = {"plain": [], "prof": []}
+    for _ in range(rounds):
+        for kind in ("plain", "prof"):
+            po = out / f"nt.{name}.{kind}.perf"
+            db = out / f"nt.{name}.perf.db"
+            inner = ["perf", "stat", "-x,", "-o", str(po), "-e", "task-clock,page-faults", "--", *argv]
+            cmd = inner if kind == "plain" else [*hs, "record", "-q", "--no-symbolize", "-o", str(db), "--",
+                                                 *inner]
+            db.unlink(missing_ok=True)
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600,
+                           cwd=out)
+            tc, pf = 0.0, 0
+            for line in po.read_text().splitlines():
+                f = line.split(",")
+                if len(f) > 2 and f[2].startswith("task-clock"):
+                    tc = float(f[0])
+                elif len(f) > 2 and f[2].startswith("page-faults"):
+                    pf = int(f[0])
+            res[kind].append((tc, pf))
+    for kind, rows in res.items():
+        tcs = sorted(r[0] for r in rows)
+        pfs = sorted(r[1] for r in rows)
+        every = ", ".join(f"{t:.0f}" for t in tcs)
+        print(f"{name} {kind:5}: task-clock ms median {tcs[len(tcs) // 2]:,.1f} (all {every}),"
+              f" page-faults median {pfs[len(pfs) // 2]:,}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
