@@ -39,110 +39,28 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import sqlite3
 import subprocess
 import sys
 import tempfile
-from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+
+from callgrind import Callgrind, parse  # benchmarks/callgrind.py (the drivers run from benchmarks/)
 
 HERE = Path(__file__).resolve().parent
 LIB = "libheapscope"
 EVENTS = ("Ir", "D1mr", "DLmr")
 CACHE = ["--cache-sim=yes", "--D1=32768,8,64", "--LL=8388608,16,64", "--I1=32768,8,64"]
 
-Key = tuple[str, str]
 
 
-@dataclass
-class Profile:
-    """Per-function exclusive costs, inclusive costs of the calls made to it, and call counts."""
-
-    events: list[str] = field(default_factory=list)
-    totals: list[int] = field(default_factory=list)
-    exclusive: dict[Key, list[int]] = field(default_factory=dict)
-    inclusive: dict[Key, list[int]] = field(default_factory=dict)
-    calls: dict[Key, int] = field(default_factory=lambda: defaultdict(int))
-
-    def find(self, name: str, obj: str = LIB) -> Key:
-        for key in list(self.exclusive) + list(self.calls):
-            if key[1] == name and obj in key[0]:
-                return key
-        return ("", name)
-
-    def get(self, table: dict[Key, list[int]], key: Key, event: str) -> int:
-        if event not in self.events or key not in table:
-            return 0
-        return table[key][self.events.index(event)]
+Profile = Callgrind
 
 
-_NAMED = re.compile(r"^\((\d+)\)(?: (.*))?$")
-
-
-def _add(table: dict[Key, list[int]], key: Key, costs: list[int]) -> None:
-    row = table.setdefault(key, [0] * len(costs))
-    if len(row) < len(costs):
-        row.extend([0] * (len(costs) - len(row)))
-    for i, c in enumerate(costs):
-        row[i] += c
-
-
-def parse_callgrind(path: Path) -> Profile:
-    """Callgrind's output format (https://valgrind.org/docs/manual/cl-format.html), every event."""
-    prof = Profile()
-    names: dict[str, dict[str, str]] = {"ob": {}, "fn": {}, "fl": {}}
-    npos = 1
-
-    def name(kind: str, value: str) -> str:
-        m = _NAMED.match(value)
-        if not m:
-            return value
-        if m.group(2) is not None:
-            names[kind][m.group(1)] = m.group(2)
-        return names[kind].get(m.group(1), value)
-
-    ob = cob = ""
-    fn: Key = ("", "")
-    callee: Key | None = None
-    for line in path.read_text(errors="replace").splitlines():
-        if not line or line[0] == "#":
-            continue
-        if line.startswith("events:"):
-            prof.events = line.split()[1:]
-            continue
-        if line.startswith(("summary:", "totals:")):
-            prof.totals = [int(x) for x in line.split()[1:]]
-            continue
-        if line.startswith("positions:"):
-            npos = len(line.split()) - 1
-            continue
-        head, _, rest = line.partition("=")
-        if head == "ob":
-            ob = name("ob", rest)
-        elif head == "fn":
-            fn = (ob, name("fn", rest))
-            cob = ob
-        elif head == "cob":
-            cob = name("ob", rest)
-        elif head == "cfn":
-            callee = (cob, name("fn", rest))
-        elif head in ("cfi", "cfl", "fl", "fi", "fe"):
-            name("fl", rest)
-        elif head == "calls":
-            if callee is not None:
-                prof.calls[callee] += int(rest.split()[0])
-        elif line[0] in "0123456789+-*":
-            costs = [int(x) for x in line.split()[npos:]]
-            if callee is not None:
-                _add(prof.inclusive, callee, costs)
-                callee = None
-                cob = ob
-            else:
-                _add(prof.exclusive, fn, costs)
-    return prof
+def parse_callgrind(path: Path) -> Callgrind:
+    return parse(path)
 
 
 def callgrind(out: Path, tag: str, argv: list[str], hs: list[str], interval: int) -> tuple[Profile, dict[str, int]]:
@@ -183,13 +101,13 @@ class Row:
 
 
 def row(p: Profile, label: str, hook_fn: str, slow_fns: tuple[str, ...], sent: int) -> Row:
-    key = p.find(hook_fn)
+    key = p.find(LIB, hook_fn)
     calls = p.calls.get(key, 0)
     hook = {e: p.get(p.exclusive, key, e) / max(calls, 1) for e in EVENTS}
     slow_calls = 0
     slow_cost = dict.fromkeys(EVENTS, 0.0)
     for fn in slow_fns:  # the slow path's function (the name of older builds second)
-        sk = p.find(fn)
+        sk = p.find(LIB, fn)
         if p.calls.get(sk, 0):
             slow_calls = p.calls[sk]
             slow_cost = {e: float(p.get(p.inclusive, sk, e)) for e in EVENTS}
@@ -206,7 +124,7 @@ def row(p: Profile, label: str, hook_fn: str, slow_fns: tuple[str, ...], sent: i
 
 
 def set_cost(p: Profile, fn: str) -> dict[str, float]:
-    key = p.find(fn)
+    key = p.find(LIB, fn)
     calls = p.calls.get(key, 0)
     return {e: p.get(p.inclusive, key, e) / max(calls, 1) for e in EVENTS}
 

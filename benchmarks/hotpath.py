@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import sqlite3
 import subprocess
@@ -57,6 +56,8 @@ import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import callgrind as callgrind_format  # benchmarks/callgrind.py (the drivers run from benchmarks/)
 
 HERE = Path(__file__).resolve().parent
 HUGE_INTERVAL = 1 << 40  # nothing the benchmark allocates is ever sampled
@@ -78,55 +79,15 @@ class Profile:
         return ("", name)
 
 
-_NAMED = re.compile(r"^\((\d+)\)(?: (.*))?$")
-
-
 def parse_callgrind(path: Path) -> Profile:
-    """Callgrind's output format (https://valgrind.org/docs/manual/cl-format.html), Ir only."""
-    prof = Profile()
-    names: dict[str, dict[str, str]] = {"ob": {}, "fn": {}, "fl": {}}
-
-    def name(kind: str, value: str) -> str:
-        m = _NAMED.match(value)
-        if not m:
-            return value
-        if m.group(2) is not None:
-            names[kind][m.group(1)] = m.group(2)
-        return names[kind].get(m.group(1), value)
-
-    ob = cob = ""
-    fn: tuple[str, str] = ("", "")
-    callee: tuple[str, str] | None = None
-    for line in path.read_text(errors="replace").splitlines():
-        if not line or line[0] == "#":
-            continue
-        if line.startswith(("summary:", "totals:")):
-            prof.total = int(line.split()[1])
-            continue
-        head, _, rest = line.partition("=")
-        if head == "ob":
-            ob = name("ob", rest)
-        elif head == "fn":
-            fn = (ob, name("fn", rest))
-            cob = ob
-        elif head == "cob":
-            cob = name("ob", rest)
-        elif head == "cfn":
-            callee = (cob, name("fn", rest))
-        elif head in ("cfi", "cfl", "fl", "fi", "fe"):
-            name("fl", rest)
-        elif head == "calls":
-            count = int(rest.split()[0])
-            if callee is not None:
-                prof.calls[callee] += count
-        elif line[0] in "0123456789+-*":
-            cost = int(line.split()[-1]) if len(line.split()) > 1 else 0
-            if callee is not None:
-                prof.inclusive[callee] += cost
-                callee = None
-                cob = ob
-            else:
-                prof.exclusive[fn] += cost
+    """The Ir column of a callgrind output (benchmarks/callgrind.py reads the format)."""
+    cg = callgrind_format.parse(path)
+    prof = Profile(total=cg.total("Ir"))
+    for table, into in ((cg.exclusive, prof.exclusive), (cg.inclusive, prof.inclusive)):
+        for key, vec in table.items():
+            into[key] += cg.ev(vec, "Ir")
+    for key, n in cg.calls.items():
+        prof.calls[key] += n
     return prof
 
 

@@ -18,103 +18,22 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import sqlite3
 import subprocess
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import run as bench_run  # noqa: E402
+from callgrind import Callgrind, parse  # noqa: E402  (benchmarks/callgrind.py)
 
 LIB = "libheapscope"
 
 
-class Costs:
-    """Per-function exclusive and inclusive costs (a vector per event) and call counts."""
-
-    def __init__(self) -> None:
-        self.events: list[str] = []
-        self.total: list[int] = []
-        self.exclusive: dict[tuple[str, str], list[int]] = defaultdict(list)
-        self.inclusive: dict[tuple[str, str], list[int]] = defaultdict(list)
-        self.calls: dict[tuple[str, str], int] = defaultdict(int)
-
-    def key(self, obj: str, name: str) -> tuple[str, str]:
-        for k in list(self.calls) + list(self.exclusive):
-            if k[1] == name and obj in k[0]:
-                return k
-        return ("", name)
-
-    def ev(self, vec: list[int], event: str) -> int:
-        if event not in self.events or not vec:
-            return 0
-        i = self.events.index(event)
-        return vec[i] if i < len(vec) else 0
-
-
-_NAMED = re.compile(r"^\((\d+)\)(?: (.*))?$")
-
-
-def _add(into: list[int], vec: list[int]) -> None:
-    if len(into) < len(vec):
-        into.extend([0] * (len(vec) - len(into)))
-    for i, v in enumerate(vec):
-        into[i] += v
-
-
-def parse(path: Path) -> Costs:
-    """Callgrind's output format (https://valgrind.org/docs/manual/cl-format.html), every event."""
-    c = Costs()
-    names: dict[str, dict[str, str]] = {"ob": {}, "fn": {}}
-
-    def name(kind: str, value: str) -> str:
-        m = _NAMED.match(value)
-        if not m:
-            return value
-        if m.group(2) is not None:
-            names[kind][m.group(1)] = m.group(2)
-        return names[kind].get(m.group(1), value)
-
-    ob = cob = ""
-    fn = ("", "")
-    callee: tuple[str, str] | None = None
-    for line in path.read_text(errors="replace").splitlines():
-        if not line or line[0] == "#":
-            continue
-        if line.startswith("events:"):
-            c.events = line.split()[1:]
-            continue
-        if line.startswith(("summary:", "totals:")):
-            c.total = [int(x) for x in line.split()[1:]]
-            continue
-        head, _, rest = line.partition("=")
-        if head == "ob":
-            ob = name("ob", rest)
-        elif head == "fn":
-            fn = (ob, name("fn", rest))
-            cob = ob
-        elif head == "cob":
-            cob = name("ob", rest)
-        elif head == "cfn":
-            callee = (cob, name("fn", rest))
-        elif head == "calls":
-            if callee is not None:
-                c.calls[callee] += int(rest.split()[0])
-        elif line[0] in "0123456789+-*":
-            parts = line.split()
-            vec = [int(x) for x in parts[1:]] if len(parts) > 1 else []
-            if callee is not None:
-                _add(c.inclusive[callee], vec)
-                callee = None
-                cob = ob
-            else:
-                _add(c.exclusive[fn], vec)
-    return c
+Costs = Callgrind
 
 
 def db_stats(db: Path) -> dict[str, int]:
@@ -161,7 +80,7 @@ def fmt(x: float) -> str:
 
 
 def report(label: str, plain: Costs, prof: Costs, stats: dict[str, int], samples: int) -> None:
-    slow = prof.key(LIB, "hs_record_alloc_slow")
+    slow = prof.find(LIB, "hs_record_alloc_slow")
     n = prof.calls.get(slow, 0) or samples
     print(f"\n{label}: {n:,} samples; stats: " +
           ", ".join(f"{k} {v:,}" for k, v in sorted(stats.items()) if v and k in (
@@ -170,12 +89,12 @@ def report(label: str, plain: Costs, prof: Costs, stats: dict[str, int], samples
     for ev in prof.events:
         if ev not in plain.events:
             continue
-        added = prof.ev(prof.total, ev) - plain.ev(plain.total, ev)
-        print(f"  {ev:5} plain {plain.ev(plain.total, ev):>15,}  profiled {prof.ev(prof.total, ev):>15,}"
+        added = prof.ev(prof.totals, ev) - plain.ev(plain.totals, ev)
+        print(f"  {ev:5} plain {plain.ev(plain.totals, ev):>15,}  profiled {prof.ev(prof.totals, ev):>15,}"
               f"  added/sample {added / max(n, 1):>9,.1f}")
 
     def incl(name: str, obj: str = LIB) -> list[int]:
-        return prof.inclusive.get(prof.key(obj, name), [])
+        return prof.inclusive.get(prof.find(obj, name), [])
 
     def row(what: str, vec: list[int], per: int) -> None:
         cells = "  ".join(f"{ev} {prof.ev(vec, ev) / max(per, 1):>8,.1f}" for ev in prof.events)
@@ -185,18 +104,18 @@ def report(label: str, plain: Costs, prof: Costs, stats: dict[str, int], samples
     row("hs_record_alloc_slow", incl("hs_record_alloc_slow"), n)
     for name in ("hs_cfa_backtrace", "hs_stack_id", "hs_stacks_intern", "hs_modules_check",
                  "hs_sampler_sample", "hs_addrset_insert", "hs_ring_write_slow", "clock_gettime"):
-        k = prof.key(LIB, name)
+        k = prof.find(LIB, name)
         if prof.calls.get(k, 0):
             row(f"{name} ({prof.calls[k]:,} calls)", prof.inclusive.get(k, []), n)
-    bt = prof.key("libunwind", "backtrace")
+    bt = prof.find("libunwind", "backtrace")
     if prof.calls.get(bt, 0):
         row(f"libunwind backtrace ({prof.calls[bt]:,} calls)", prof.inclusive.get(bt, []), n)
-    fk = prof.key(LIB, "hs_record_free_slow")
+    fk = prof.find(LIB, "hs_record_free_slow")
     fc = prof.calls.get(fk, 0)
     if fc:
         row(f"hs_record_free_slow ({fc:,} calls), per call", prof.inclusive.get(fk, []), fc)
     for hook in ("malloc", "free", "calloc", "realloc", "free_checked", "malloc_recorded"):
-        k = prof.key(LIB, hook)
+        k = prof.find(LIB, hook)
         c = prof.calls.get(k, 0)
         if c:
             row(f"{hook} excl. ({c:,} calls), per call", prof.exclusive.get(k, []), c)
@@ -204,7 +123,8 @@ def report(label: str, plain: Costs, prof: Costs, stats: dict[str, int], samples
     ours = [0] * len(prof.events)
     for k, vec in prof.exclusive.items():
         if LIB in k[0]:
-            _add(ours, vec)
+            for i, v in enumerate(vec[:len(ours)]):
+                ours[i] += v
     row("all of libheapscope, excl., /sample", ours, n)
 
 
