@@ -67,8 +67,27 @@ class ElfSymbols:
     source: str  # ".symtab", ".dynsym", or "" when the file has no function symbols
     starts: list[int] = field(default_factory=list)
     ends: list[int] = field(default_factory=list)  # exclusive
-    raw_names: list[str] = field(default_factory=list)
+    # Names are decoded when looked up (most never are): their offsets in the string table.
+    name_offsets: list[int] = field(default_factory=list)
+    strtab: bytes = b""
     _demangled: dict[int, str] = field(default_factory=dict)
+
+    @classmethod
+    def named(cls, path: str, build_id: str, source: str, starts: list[int], ends: list[int],
+              names: list[str]) -> ElfSymbols:
+        """A table from names already decoded (a string table is built for them)."""
+        offsets, table, at = [], bytearray(b"\0"), 1
+        for name in names:
+            offsets.append(at)
+            raw = name.encode()
+            table += raw + b"\0"
+            at += len(raw) + 1
+        return cls(path, build_id, source, starts, ends, offsets, bytes(table))
+
+    @property
+    def raw_names(self) -> list[str]:
+        """Every name, decoded (lookups decode only the one they return)."""
+        return [_cstring(self.strtab, off) for off in self.name_offsets]
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -98,7 +117,7 @@ class ElfSymbols:
             if addr < self.ends[i]:
                 name = self._demangled.get(i)
                 if name is None:
-                    name = self._demangled[i] = demangle(self.raw_names[i])
+                    name = self._demangled[i] = demangle(_cstring(self.strtab, self.name_offsets[i]))
                 return name
             i -= 1
         return None
@@ -181,9 +200,9 @@ def read_elf_symbols(path: str | Path) -> ElfSymbols:
                 if index is None:
                     continue
                 table = elf.get_section(index)
-                starts, ends, names = _function_symbols(elf, table, headers)
+                starts, ends, offsets, strtab = _function_symbols(elf, table, headers)
                 if starts:
-                    return ElfSymbols(str(path), build_id, table.name, starts, ends, names)
+                    return ElfSymbols(str(path), build_id, table.name, starts, ends, offsets, strtab)
             return ElfSymbols(str(path), build_id, "")
         except ELF_READ_ERRORS as e:
             raise ElfReadError(f"{path}: not a readable ELF file ({e})") from e
@@ -196,8 +215,10 @@ def _build_id(elf: ELFFile, headers: list[Any]) -> str:
     return ""
 
 
-def _function_symbols(elf: ELFFile, table: Any, headers: list[Any]) -> tuple[list[int], list[int], list[str]]:
-    """(starts, ends, raw names) of the defined function symbols of `table`, sorted by start."""
+def _function_symbols(elf: ELFFile, table: Any, headers: list[Any]) -> tuple[list[int], list[int], list[int], bytes]:
+    """(starts, ends, name offsets, string table) of the defined function symbols of `table`,
+    sorted by start. A name is decoded only when looked up (_cstring): a large program has tens
+    of thousands of symbols and a profile names a few hundred (issue 13: producer CPU)."""
     data: bytes = table.data()
     strtab: bytes = elf.get_section(table["sh_link"]).data()
     endian = "<" if elf.little_endian else ">"
@@ -239,7 +260,7 @@ def _function_symbols(elf: ELFFile, table: Any, headers: list[Any]) -> tuple[lis
 
     starts = sorted(best)
     ends: list[int] = []
-    names: list[str] = []
+    offsets: list[int] = []
     for k, start in enumerate(starts):
         name_off, size, shndx, _info = best[start]
         if size:
@@ -249,8 +270,8 @@ def _function_symbols(elf: ELFFile, table: Any, headers: list[Any]) -> tuple[lis
             if shndx < _SHN_LORESERVE and shndx in section_ends:
                 end = min(end, section_ends[shndx])
         ends.append(end)
-        names.append(_cstring(strtab, name_off))
-    return starts, ends, names
+        offsets.append(name_off)
+    return starts, ends, offsets, strtab
 
 
 def _cstring(strtab: bytes, off: int) -> str:

@@ -218,7 +218,7 @@ def test_symbol_table_lookup_edges(binaries: Binaries) -> None:
 
 def test_lookup_range_is_where_lookup_gives_the_same_answer() -> None:
     # GIVEN f at [0x100, 0x200) with a nested label at [0x150, 0x160), and g at [0x300, 0x310)
-    syms = ElfSymbols("x", "", ".symtab", [0x100, 0x150, 0x300], [0x200, 0x160, 0x310], ["f", "label", "g"])
+    syms = ElfSymbols.named("x", "", ".symtab", [0x100, 0x150, 0x300], [0x200, 0x160, 0x310], ["f", "label", "g"])
     # THEN each answer comes with the range that gives it, cut at the next symbol
     assert syms.lookup_range(0x120) == ("f", 0x100, 0x150)
     assert syms.lookup_range(0x155) == ("label", 0x150, 0x160)
