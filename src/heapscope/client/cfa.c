@@ -35,6 +35,10 @@ static uint64_t *cache;
 static unsigned long long seen_adds, seen_subs;
 static int have_counts;
 static uint64_t n_misses, n_giveups;
+/* Set when a "give up" entry is stored: a load then scans the cache for them
+ * only if one may be there (a scan is 65,536 loads, and a Python program
+ * loads dozens of extension modules). */
+static int giveups_cached;
 
 static inline uint64_t make_rule(unsigned kind, uint64_t off, uint64_t k) {
   return RULE_VALID | kind | off << 2 | k << (2 + OFF_BITS);
@@ -46,6 +50,8 @@ static void cache_put(uintptr_t pc, uint64_t rule) {
     return;
   __atomic_store_n(&cache[(pc ^ tag) & (CACHE_SLOTS - 1)], tag << RULE_BITS | rule,
                    __ATOMIC_RELAXED);
+  if ((rule & 3) == KIND_GIVEUP && !__atomic_load_n(&giveups_cached, __ATOMIC_RELAXED))
+    __atomic_store_n(&giveups_cached, 1, __ATOMIC_RELEASE); /* after the entry */
 }
 
 static void cache_clear(void) {
@@ -56,6 +62,8 @@ static void cache_clear(void) {
 /* After a load: the "give up" entries go (a pc that was in no object may
  * be in the new one), unless another thread replaced one meanwhile. */
 static void cache_clear_giveups(void) {
+  if (!__atomic_exchange_n(&giveups_cached, 0, __ATOMIC_ACQUIRE))
+    return; /* none stored since the last scan (one stored during this scan sets it again) */
   for (uint32_t i = 0; i < CACHE_SLOTS; i++) {
     uint64_t e = __atomic_load_n(&cache[i], __ATOMIC_RELAXED);
     if (e && (e & 3) == KIND_GIVEUP)
