@@ -635,20 +635,3 @@ int hs_cfa_backtrace(uint64_t *buf, uint32_t want) {
       return give_up();
   }
 }
-
-/* ---- one step, for a walker outside this file (unwmemo.c) ---- */
-
-void hs_cfa_step_of(uintptr_t pc, struct hs_cfa_step *out) {
-  uint64_t tag = pc >> 16;
-  uint64_t rule = __atomic_load_n(&cache[(pc ^ tag) & (CACHE_SLOTS - 1)], __ATOMIC_RELAXED);
-  if (HS_UNLIKELY((rule >> RULE_BITS) != tag))
-    rule = miss(pc);
-  out->off = (rule >> 2) & ((1u << OFF_BITS) - 1);
-  out->k8 = (uint32_t)((rule >> (2 + OFF_BITS - 3)) & (((1u << K_BITS) - 1) << 3));
-  switch (rule & 3) {
-  case KIND_RSP: out->kind = HS_CFA_STEP_RSP; break;
-  case KIND_RBP: out->kind = HS_CFA_STEP_RBP; break;
-  case KIND_END: out->kind = HS_CFA_STEP_END; break;
-  default: out->kind = HS_CFA_STEP_GIVEUP; break;
-  }
-}

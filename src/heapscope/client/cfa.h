@@ -37,21 +37,6 @@ HS_HIDDEN int hs_cfa_init(void);
  * the guard (a miss calls dl_iterate_phdr). */
 HS_HIDDEN int hs_cfa_backtrace(uint64_t *buf, uint32_t want);
 
-/* One step of the walk above, for a walker of its own (unwmemo.c): how to
- * reach the caller of the frame whose return address is pc. RSP / RBP: the
- * CFA is sp + off / bp + off (off >= 8, a multiple of 8), the return
- * address is at CFA - 8, bp is restored from CFA - k8 when k8 is not 0;
- * END: the stack ends at this frame; GIVEUP: this walker cannot go on. The
- * same rule hs_cfa_backtrace uses (a miss looks it up). Call under the
- * guard. */
-enum { HS_CFA_STEP_RSP = 0, HS_CFA_STEP_RBP = 1, HS_CFA_STEP_END = 2, HS_CFA_STEP_GIVEUP = 3 };
-struct hs_cfa_step {
-  uint32_t kind;
-  uint32_t k8;
-  uint64_t off;
-};
-HS_HIDDEN void hs_cfa_step_of(uintptr_t pc, struct hs_cfa_step *out);
-
 /* Counters of the cache, for tests and the verify mode. */
 struct hs_cfa_stats {
   uint64_t misses, giveups;

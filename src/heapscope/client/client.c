@@ -64,7 +64,6 @@
 #include "modules.h"
 #include "pyframes.h"
 #include "pymem.h"
-#include "unwmemo.h"
 #include "stacks.h"
 #include "unwind.h"
 #include "wire.h"
@@ -463,21 +462,6 @@ static HS_MUST_CHECK int announce_py_heap(void) {
   return rc < 0 ? rc : HS_OK;
 }
 
-/* The native unwind of a sample. In a Python program (unwmemo.h), the
- * walk re-uses what it can of this thread's last one (the outer frames of
- * the interpreter), else it is hs_unwind_here's. Inlined, as that one. */
-static inline __attribute__((always_inline)) uint32_t unwind_memo(uint64_t *buf, uint32_t max_frames,
-                                                                  int *truncated, uint32_t *first) {
-  int mode = hs_unwmemo_mode;
-  if (mode) {
-    uint32_t want = max_frames + HS_UNWIND_SLACK;
-    int k = HS_LIKELY(mode == 1) ? hs_unwmemo_backtrace(buf, want) : hs_unwmemo_verify(buf, want);
-    if (k >= 0)
-      return hs_unwind_trim(buf, (uint32_t)k, max_frames, truncated, first);
-  }
-  return hs_unwind_here(buf, max_frames, truncated, first);
-}
-
 /* heap: 1 (libc.malloc, HS_REC_MALLOC) or HS_PY_HEAP_ID (HEAP_MALLOC).
  * Inlined, and the unwind with it (hs_unwind_here): each frame of ours
  * under unw_backtrace is one more step of its walk. */
@@ -494,10 +478,10 @@ static inline __attribute__((always_inline)) void sample(struct hs_thread *t, vo
    * every sample would be a visible part of the cost. */
   if ((t->unwinds++ & 63) == 0) {
     uint64_t t0 = hs_now_ns();
-    depth = unwind_memo(buf, cl.max_frames, &truncated, &first);
+    depth = hs_unwind_here(buf, cl.max_frames, &truncated, &first);
     __atomic_fetch_add(&m->unwind_ns, (hs_now_ns() - t0) * 64, __ATOMIC_RELAXED);
   } else {
-    depth = unwind_memo(buf, cl.max_frames, &truncated, &first);
+    depth = hs_unwind_here(buf, cl.max_frames, &truncated, &first);
   }
   uint64_t *tail = buf + first;
   uint64_t *pcs = tail;
@@ -1001,7 +985,6 @@ static int start(const char *path, const char *token) {
   int rc = hs_modules_init();
   uint32_t unwinder = hs_unwind_init(cfg.unwinder);
   python_init();
-  hs_unwmemo_init(hs_unwind_cfa == 1 && py_on);
   __atomic_store_n(&m->unwinder, unwinder, __ATOMIC_RELAXED);
   if (rc != HS_OK || pthread_atfork(NULL, NULL, atfork_child) != 0) {
     fail_start(m, HS_ERR_OUT_OF_MEMORY);
