@@ -1,4 +1,5 @@
-"""Callgrind's output format, read once for every benchmark driver that counts instructions.
+"""Callgrind's output format, read once for every benchmark driver that counts instructions,
+and the stats of the profile each of them records beside it (`profile_stats`).
 
     from callgrind import parse          # benchmarks/ on sys.path (the drivers run from there)
     prof = parse(Path("callgrind.out"))
@@ -16,6 +17,7 @@ same reader serves Ir-only runs and --cache-sim runs.
 from __future__ import annotations
 
 import re
+import sqlite3
 from collections import defaultdict
 from pathlib import Path
 
@@ -116,3 +118,21 @@ def parse(path: Path) -> Callgrind:
             else:
                 _add(prof.exclusive, fn, costs)
     return prof
+
+
+def profile_stats(db: Path) -> dict[str, int]:
+    """The `stats` table of a heapscope profile, summed over processes ({} when there is none),
+    with "frees:HEAP": the sampled frees sent per heap (the exit dump's negative rows)."""
+    stats: dict[str, int] = {}
+    if not db.exists():
+        return stats
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        for n, v in con.execute("SELECT name, sum(value) FROM stats GROUP BY name"):
+            stats[str(n)] = int(v or 0)
+        for heap, v in con.execute("SELECT heap_name, -sum(count) FROM heap_profile_allocation "
+                                   "WHERE count < 0 GROUP BY heap_name"):
+            stats["frees:" + str(heap)] = int(v or 0)
+    finally:
+        con.close()
+    return stats

@@ -40,14 +40,13 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sqlite3
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from callgrind import Callgrind, parse  # benchmarks/callgrind.py (the drivers run from benchmarks/)
+from callgrind import Callgrind, parse, profile_stats  # benchmarks/callgrind.py (the drivers run from benchmarks/)
 
 HERE = Path(__file__).resolve().parent
 LIB = "libheapscope"
@@ -71,18 +70,7 @@ def callgrind(out: Path, tag: str, argv: list[str], hs: list[str], interval: int
     cmd = [*hs, "record", "-q", "--no-symbolize", "-o", str(db), "-i", str(interval), "--seed", "1", "--",
            "valgrind", "--tool=callgrind", *CACHE, f"--callgrind-out-file={cg}", *argv]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=3600)
-    stats: dict[str, int] = {}
-    if db.exists():
-        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-        try:
-            for n, v in con.execute("SELECT name, sum(value) FROM stats GROUP BY name"):
-                stats[str(n)] = int(v or 0)
-            # Sampled frees sent, per heap (the exit dump's negative rows), in every process of the run.
-            for heap, v in con.execute("SELECT heap_name, -sum(count) FROM heap_profile_allocation "
-                                       "WHERE count < 0 GROUP BY heap_name"):
-                stats["frees:" + str(heap)] = int(v or 0)
-        finally:
-            con.close()
+    stats = profile_stats(db)
     return parse_callgrind(cg), stats
 
 

@@ -49,7 +49,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -109,14 +108,7 @@ def callgrind(out: Path, tag: str, argv: list[str], heapscope: list[str] | None,
     cmd = inner if heapscope is None else [*heapscope, "record", "-q", "--no-symbolize", "-o", str(db),
                                            *record_args, "--", *inner]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=1800)
-    stats: dict[str, int] = {}
-    if db.exists():
-        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-        try:
-            for n, v in con.execute("SELECT name, sum(value) FROM stats GROUP BY name"):
-                stats[str(n)] = int(v or 0)
-        finally:
-            con.close()
+    stats = callgrind_format.profile_stats(db)
     return parse_callgrind(cg), stats
 
 

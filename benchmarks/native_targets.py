@@ -28,24 +28,12 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import run as bench_run  # noqa: E402
-from callgrind import Callgrind, parse  # noqa: E402  (benchmarks/callgrind.py)
+from callgrind import Callgrind, parse, profile_stats  # noqa: E402  (benchmarks/callgrind.py)
 
 LIB = "libheapscope"
 
 
 Costs = Callgrind
-
-
-def db_stats(db: Path) -> dict[str, int]:
-    stats: dict[str, int] = {}
-    if db.exists():
-        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-        try:
-            for n, v in con.execute("SELECT name, sum(value) FROM stats GROUP BY name"):
-                stats[str(n)] = int(v or 0)
-        finally:
-            con.close()
-    return stats
 
 
 def samples_of(db: Path) -> int:
@@ -159,7 +147,7 @@ def main() -> int:
         plain, _ = callgrind(out, f"{tag}.plain", argv, None, args.cache_sim, out)
         prof, db = callgrind(out, f"{tag}.prof", argv, hs, args.cache_sim, out)
         assert db is not None
-        report(name, plain, prof, db_stats(db), samples_of(db))
+        report(name, plain, prof, profile_stats(db), samples_of(db))
     return 0
 
 
