@@ -480,12 +480,15 @@ class Producer:
 
     def resolve_early(self) -> None:
         """Resolve what can be while the processes run (ProcessHeap.resolve_known) and write
-        the frames and callsites that made: the end's dump then has few left to do. Not
-        committed here: the next dump's commit takes them (a commit per pass cost ~10 ms,
-        and every few of them a checkpoint with its fsyncs)."""
+        the frames and callsites that made: the end's dump then has few left to do. Committed
+        here, while the target runs: left to the final dump's commit, a compiler's ~100k
+        callsites (4 MiB) were written to the log and checkpointed into the file after its
+        exit (10 of the 23 ms of CPU its final dump took; benchmarks/end_split.py). Without
+        fsyncs (store/writer.py, synchronous=OFF) a commit costs the pages it writes."""
         for p in self.processes.values():
             p.heap.resolve_known(self.frames, self.trie)
-        self._write_tables()
+        if self._write_tables():
+            self.writer.commit()
 
     def _write_tables(self) -> bool:
         """Write the mappings, frames and callsites interned since the last call; False when none."""

@@ -331,6 +331,17 @@ class SymbolCache:
         ]
 
 
+def _kept_answers(entry: Entry) -> dict[int, Answer]:
+    """The answers a stored entry needs: without DWARF, one that a kept range gives back (its
+    function's name, every address the same) is left out. symbolize_profile books the
+    frames a range answered among the answers; stored, a compiler's entry grew to ~5,000 of
+    them (330 KB of JSON encoded at the end of each `record` that met a new function; issue 13)."""
+    if not entry.ranges or entry.located.status == "found":
+        return entry.answers
+    return {pc: answer for pc, answer in entry.answers.items()
+            if answer[0] or entry.range_name(pc) != answer[1]}
+
+
 def _encode(entry: Entry) -> dict[str, Any]:
     loc = entry.located
     return {
@@ -342,7 +353,7 @@ def _encode(entry: Entry) -> dict[str, Any]:
         "located": {"status": loc.status, "debug_file": loc.debug_file, "matched": loc.matched,
                     "symbol_files": loc.symbol_files, "mismatches": [list(m) for m in loc.mismatches]},
         "answers": {format(pc, "x"): [[[f.function, f.file, f.line] for f in chain], name]
-                    for pc, (chain, name) in entry.answers.items()},
+                    for pc, (chain, name) in _kept_answers(entry).items()},
         "ranges": [[start, end, name] for start, (end, name) in entry.ranges.items()],
         "package": entry.package,
     }

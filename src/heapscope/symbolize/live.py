@@ -102,7 +102,7 @@ class LiveSymbolizer:
         """Symbolize the profile's frames, and count the cache's work in its stats;
         None when the profile has no frame to symbolize (nothing to report)."""
         try:
-            if not writer.symbols().unsymbolized_frames():
+            if not writer.symbols().any_unsymbolized():  # symbolize_profile reads them: once
                 self._remember_located()
                 writer.add_stats(self.cache.stats_rows())
                 writer.commit()

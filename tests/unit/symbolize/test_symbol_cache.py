@@ -6,6 +6,7 @@ is ignored and counted."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sqlite3
@@ -246,6 +247,33 @@ def test_new_addresses_in_functions_named_before_come_from_the_cache(prog: Path,
     got = _names(_one_module_profile(tmp_path / "third.db", bare, [0x20]), third)
     assert got == _names(_one_module_profile(tmp_path / "plain3.db", bare, [0x20]), None) == [f"{bare.name}+0x20"]
     assert (third.hits, third.misses) == (1, 0)
+
+
+def test_addresses_a_kept_range_names_are_not_stored_one_by_one(prog: Path, tmp_path: Path) -> None:
+    # GIVEN the program without DWARF, and a run that named one address of outer_fn (its range kept)
+    bare = tmp_path / "bare"
+    subprocess.run(["objcopy", "--strip-debug", str(prog), str(bare)], check=True, timeout=60)
+    pc = malloc_call_pc(bare)
+    found = read_elf_symbols(bare).lookup_range(pc)
+    assert found is not None
+    name, start, end = found
+    d = tmp_path / "cache" / "heapscope"
+    assert _names(_one_module_profile(tmp_path / "first.db", bare, [pc]), SymbolCache(d)) == [name]
+    # WHEN a later run samples other addresses of that function and one outside any (a new range: stored)
+    pcs = [start, end - 1, pc - 1, 0x10]
+    assert _names(_one_module_profile(tmp_path / "second.db", bare, pcs), SymbolCache(d))[:3] == [name] * 3
+    # THEN the entry keeps the ranges (the function's, and the nameless gap of 0x10), not the
+    # addresses they answer one by one
+    [entry] = _entries(d)
+    stored = json.loads(entry.read_bytes())
+    assert [[start, end, name]] == [r for r in stored["ranges"] if r[0] == start]
+    assert any(r[0] <= 0x10 < r[1] and r[2] == "" for r in stored["ranges"])
+    assert stored["answers"] == {}
+    # AND a third run names all of them from the cache, as without one
+    third = SymbolCache(d)
+    got = _names(_one_module_profile(tmp_path / "third.db", bare, pcs), third)
+    assert got == _names(_one_module_profile(tmp_path / "plain.db", bare, pcs), None)
+    assert (third.hits, third.misses) == (4, 0)
 
 
 GIT = shutil.which("git")
