@@ -243,6 +243,7 @@ def _report(name: str, rows: list[dict[str, Any]]) -> None:
         seen = [c0 for label, _d, _t0, _t1, c0, _c1 in g["spans"] if label == "Recording._target_exited"]
         return (g["cpu_end"] - seen[0]) * 1e3 if seen else float("nan")
 
+    print(f"  the command's own exit (os._exit -> wait4) {_med(rows, lambda g: (g['end_wait'] - g['end']) * 1e3):.1f}")
     print(f"  CPU from the loop's notice to the end {_med(rows, after):.1f}")
     print(f"  producer CPU, whole run {_med(rows, lambda g: g['cpu_end'] * 1e3):.0f}; main thread"
           f" {_med(rows, lambda g: g['main_thread_cpu'] * 1e3):.0f}")

@@ -189,6 +189,9 @@ def test_stack_frames_and_peak_top_agree_with_the_whole_tables(tmp_path: Path) -
     w.add_peak(1, 50, "libc.malloc", [(7, 1, 64, 1, 64), (3, 1, 64, 1, 64), (9, 2, 128, 2, 128),
                                       (5, 0, -16, 1, 16), (2, 0, 0, 1, 8)])
     w.add_peak(1, 40, "libc.malloc", [(4, 1, 1, 1, 1)])  # another ts: not this peak's
+    # and a process whose peak rows all have one ts (record's case), in two heaps sharing a callsite
+    w.add_peak(3, 70, "libc.malloc", [(7, 1, 64, 1, 64), (3, 1, 32, 1, 32), (5, 0, -16, 1, 16)])
+    w.add_peak(3, 70, "python.pymalloc", [(3, 2, 48, 2, 48), (2, 1, 8, 1, 8)])
     w.close()
     with open_profile(path) as prof:
         # WHEN the summary's queries read it
@@ -198,6 +201,9 @@ def test_stack_frames_and_peak_top_agree_with_the_whole_tables(tmp_path: Path) -
         assert ts == 50 and total == sum(s for _, s in rows if s > 0) == 256
         assert top == [(cs, s) for cs, s in rows if s > 0][:3] == [(9, 128), (3, 64), (7, 64)]
         assert prof.peak_top(2, 3) is None
+        ts3, rows3 = prof.peak_callsites(3) or (0, [])
+        assert ts3 == 70 and prof.peak_top(3, 2) == (sum(s for _, s in rows3 if s > 0), [(3, 80), (7, 64)])
+        assert prof.peak_top(3, 0) == (152, [])
         callsites, frames = prof.callsites(), prof.frames()
         walked = [info.display_name if info else "?" for info in prof.stack_frames(CallsiteId(7), 5)]
         expected = []
