@@ -526,7 +526,7 @@ class Recording:
         try:
             # Cheap: it only notes modules; warming starts from the loop if the target runs a while.
             from heapscope.symbolize.live import LiveSymbolizer
-            self._symbolizer = LiveSymbolizer()
+            self._symbolizer = LiveSymbolizer(writer=self.writer)
             self.producer.on_module = self._symbolizer.module
         except Exception as e:  # symbolization is a bonus: never a reason to stop
             self.warn(f"symbolization unavailable: {_describe(e)}")

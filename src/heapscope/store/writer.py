@@ -75,6 +75,11 @@ class ProfileWriter:
             self._connect()
 
     @property
+    def connected(self) -> bool:
+        """Whether the database is open (written to once): reading it then creates nothing."""
+        return self._db is not None
+
+    @property
     def db(self) -> sqlite3.Connection:
         return self._db if self._db is not None else self._connect()
 
@@ -325,13 +330,19 @@ class SymbolWriter:
         return {req_int_from_sql(r[0], "stack_profile_mapping.id"): (str_from_sql(r[1]), str_from_sql(r[2]).lower())
                 for r in self._rows("SELECT id, name, build_id FROM stack_profile_mapping")}
 
-    def unsymbolized_frames(self) -> list[tuple[int, int, int, str]]:
-        """(frame id, mapping id, rel_pc, name) of every frame without a symbol set."""
+    def unsymbolized_frames(self, after: int = 0) -> list[tuple[int, int, int, str]]:
+        """(frame id, mapping id, rel_pc, name) of every frame without a symbol set (of id > `after`)."""
         return [(req_int_from_sql(r[0], "stack_profile_frame.id"),
                  req_int_from_sql(r[1], "stack_profile_frame.mapping"),
                  req_u64_from_sql(r[2], "stack_profile_frame.rel_pc"), str_from_sql(r[3]))
                 for r in self._rows("SELECT id, mapping, rel_pc, name FROM stack_profile_frame"
-                                    " WHERE symbol_set_id IS NULL ORDER BY id")]
+                                    f" WHERE symbol_set_id IS NULL{' AND id > ?' if after else ''} ORDER BY id",
+                                    (after,) if after else ())]
+
+    def last_frame_id(self) -> int:
+        """The highest frame id, 0 without frames."""
+        return req_int_from_sql(self._rows("SELECT COALESCE(MAX(id), 0) FROM stack_profile_frame")[0][0],
+                                "stack_profile_frame.id")
 
     def any_unsymbolized(self) -> bool:
         """Whether a frame has no symbol set (unsymbolized_frames() is not empty), without reading them."""
@@ -356,9 +367,9 @@ class SymbolWriter:
         except sqlite3.Error as e:
             raise OutputError(f"{self.path or 'profile'}: cannot write symbols: {e}") from e
 
-    def _rows(self, sql: str) -> list[tuple[object, ...]]:
+    def _rows(self, sql: str, args: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
         try:
-            return self.db.execute(sql).fetchall()
+            return self.db.execute(sql, args).fetchall()
         except sqlite3.Error as e:
             raise OutputError(f"{self.path or 'profile'}: cannot read for symbolizing: {e}") from e
 

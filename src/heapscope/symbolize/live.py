@@ -13,6 +13,14 @@ address from its symbol table: tick() has that read on a thread while the
 target runs (symtab.read_ahead). A short command (`record -- /bin/true`)
 never starts llvm-symbolizer for modules it has seen before, nor imports its
 machinery before the target has connected.
+
+Given the recording's writer, tick() also symbolizes, every EARLY_EVERY_S while
+the target runs, the frames written since its last pass that the cache answers
+(symbolize_profile's cache_only: no file read, no tool run): the end then has
+only the frames of the last moments and of modules the cache did not know (a
+compiler's ~2,500 frames took ~16 ms after its exit; issue 13). The end's pass
+looks at every other frame, so the profile is as complete, and its report adds
+the early passes' figures.
 """
 
 from __future__ import annotations
@@ -31,11 +39,17 @@ if TYPE_CHECKING:
 # A target still running after this long gets its unknown modules warmed while it runs;
 # one that ends sooner is symbolized at the end (usually all from the cache).
 WARM_AFTER_S = 0.25
+EARLY_EVERY_S = 0.2  # a cache-only pass over the frames written since the last one
 
 
 class LiveSymbolizer:
-    def __init__(self, cache: SymbolCache | None = None) -> None:
+    def __init__(self, cache: SymbolCache | None = None, writer: ProfileWriter | None = None) -> None:
         self.cache = cache if cache is not None else SymbolCache(default_dir())
+        self.writer = writer  # the recording's: tick() symbolizes early from the cache into it
+        self._done: set[int] = set()  # frames symbolized by the early passes
+        self._after = 0  # frames up to this id were looked at by an early pass
+        self._early: list[SymbolizeReport] = []
+        self._early_at = 0.0  # the next early pass, once warming has begun
         self.warm: WarmSymbolizer | None = None
         self._pending: list[tuple[str, str]] = []  # announced, not yet looked at
         self._seen: set[tuple[str, str]] = set()
@@ -56,9 +70,37 @@ class LiveSymbolizer:
             self._pending.append((path, build_id))
 
     def tick(self, now: float) -> None:
-        """From the recording loop: warm the modules the cache does not know, once the target has run a while."""
-        if not self._pending or now < self._warm_from or self._broken:
+        """From the recording loop: warm the modules the cache does not know, once the target has
+        run a while, and symbolize from the cache what was written since the last pass."""
+        if now < self._warm_from or self._broken:
             return
+        if self._pending:
+            self._warm()
+        if self.writer is not None and now >= self._early_at and self._locator is not None:
+            self._early_at = now + EARLY_EVERY_S
+            self._early_pass()
+
+    def _early_pass(self) -> None:
+        writer = self.writer
+        if writer is None or not writer.connected or self._debuginfod is not None:
+            return  # debuginfod: the end fetches what the cache lacks, with the rest
+        symbols = writer.symbols()
+        last = symbols.last_frame_id()
+        if last <= self._after:
+            return
+        from heapscope.symbolize.profile import symbolize_profile
+
+        try:
+            report = symbolize_profile(writer, symbolizer=self._tool, cache=self.cache, locator=self._locator,
+                                       debuginfod=None, done=self._done, cache_only=True, after=self._after)
+        except Exception:
+            self.writer = None  # the end does it all, as without early passes
+            raise
+        self._after = last
+        if report.mappings:
+            self._early.append(report)
+
+    def _warm(self) -> None:
         pending, self._pending = self._pending, []
         from heapscope.symbolize.llvm import SymbolizerError, WarmSymbolizer, find_llvm_symbolizer
         from heapscope.symbolize.locate import Locator
@@ -102,7 +144,7 @@ class LiveSymbolizer:
         """Symbolize the profile's frames, and count the cache's work in its stats;
         None when the profile has no frame to symbolize (nothing to report)."""
         try:
-            if not writer.symbols().any_unsymbolized():  # symbolize_profile reads them: once
+            if not self._early and not writer.symbols().any_unsymbolized():  # symbolize_profile reads them
                 self._remember_located()
                 writer.add_stats(self.cache.stats_rows())
                 writer.commit()
@@ -114,7 +156,9 @@ class LiveSymbolizer:
             reuse = self._locator if self._debuginfod is None else None
             # tick() found the tool too: the end does not look through PATH for it again.
             tool = self._tool if self._locator is not None else "auto"
-            report = symbolize_profile(writer, symbolizer=tool, warm=self.warm, cache=self.cache, locator=reuse)
+            report = symbolize_profile(writer, symbolizer=tool, warm=self.warm, cache=self.cache, locator=reuse,
+                                       done=self._done)
+            _add_early(report, self._early)
             self._remember_located()
             report.cache_notes = self.cache.notes()
             writer.add_stats(self.cache.stats_rows())
@@ -145,3 +189,23 @@ class LiveSymbolizer:
             self.warm.stop()  # what it still warms is not needed any more
             self.warm = None
         self.cache.close()
+
+
+def _add_early(report: SymbolizeReport, early: list[SymbolizeReport]) -> None:
+    """The end's report, with the frames the early passes symbolized counted in, per mapping."""
+    if not early:
+        return
+    by_id = {m.mapping_id: m for m in report.mappings}
+    for r in early:
+        for m in r.mappings:
+            have = by_id.get(m.mapping_id)
+            if have is None:
+                by_id[m.mapping_id] = m
+                report.mappings.append(m)
+            else:
+                have.frames += m.frames
+                have.named += m.named
+                have.with_lines += m.with_lines
+        for path, package in r.packages.items():
+            report.packages.setdefault(path, package)
+    report.mappings.sort(key=lambda m: m.mapping_id)

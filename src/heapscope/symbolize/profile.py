@@ -139,6 +139,9 @@ def symbolize_profile(
     debuginfod: Debuginfod | None | Literal["env"] = "env",
     cache: SymbolCache | None = None,
     locator: Locator | None = None,
+    done: set[int] | None = None,
+    cache_only: bool = False,
+    after: int = 0,
 ) -> SymbolizeReport:
     """Symbolize every frame of the profile that has no symbol set yet, and commit.
 
@@ -152,6 +155,11 @@ def symbolize_profile(
     `cache`: answers kept from earlier runs, by build id (see the module's docstring).
     `locator`: one already used with the same settings (`record`'s, which located modules
     while the target ran), reused with what it read; else one is made from the arguments.
+    `done`: ids of frames symbolized already (by earlier cache_only passes): not looked at.
+    `cache_only` (`record` while its target runs, symbolize/live.py): only the frames with
+    id > `after` whose answer `cache` has; their ids are added to `done`, the others are left
+    as they are (no file located or read, no llvm-symbolizer, no cache miss counted); the
+    report covers the frames symbolized.
     """
     if debuginfod == "env":
         debuginfod = _debuginfod_from_env()
@@ -165,8 +173,8 @@ def symbolize_profile(
     symbols = store.symbols() if isinstance(store, ProfileWriter) else store
     mappings = symbols.mappings()
     pending: dict[int, list[tuple[int, int, str]]] = defaultdict(list)
-    for frame_id, mapping_id, rel_pc, name in symbols.unsymbolized_frames():
-        if name != _FILTERED:
+    for frame_id, mapping_id, rel_pc, name in symbols.unsymbolized_frames(after):
+        if name != _FILTERED and (done is None or frame_id not in done):
             pending[mapping_id].append((frame_id, rel_pc, name))
 
     next_symbol_id = symbols.next_symbol_id()
@@ -176,12 +184,23 @@ def symbolize_profile(
     context = cache_context(tool, locator, list(debuginfod.urls) if debuginfod else None) if cache else ""
     work = []
     entries: list[Entry | None] = []
+    mapping_ids: list[int] = []
     for mapping_id in sorted(pending):
         path, build_id = mappings.get(mapping_id, ("", ""))
-        m = MappingReport(mapping_id, path, build_id, len(pending[mapping_id]))
-        report.mappings.append(m)
         frames = pending[mapping_id]
         entry = None
+        if cache_only:
+            entry = cache.lookup(path, build_id, context) if cache is not None and cache.cacheable(
+                path, build_id) else None
+            if entry is None:
+                continue
+            _answer_from_ranges(entry, frames)
+            frames = pending[mapping_id] = [f for f in frames if f[1] in entry.answers]
+            if not frames:
+                continue
+        m = MappingReport(mapping_id, path, build_id, len(frames))
+        report.mappings.append(m)
+        mapping_ids.append(mapping_id)
         if cache is not None and cache.cacheable(path, build_id):
             entry = cache.lookup(path, build_id, context)
             if entry is None:
@@ -193,11 +212,7 @@ def symbolize_profile(
             else:
                 located = entry.located
             if entry is not None:
-                if entry.ranges and entry.located.status != "found":
-                    # No DWARF: a new address in a function answered before has that function's name.
-                    for _, pc, _ in frames:
-                        if pc not in entry.answers and (fn := entry.range_name(pc)) is not None:
-                            entry.answers[pc] = ((), fn)
+                _answer_from_ranges(entry, frames)
                 answered = sum(1 for _, pc, _ in frames if pc in entry.answers)
                 cache.hits += answered
                 cache.misses += len(frames) - answered
@@ -208,7 +223,7 @@ def symbolize_profile(
         work.append((m, frames, located))
     all_chains = _all_chains(tool, work, warm)
 
-    for (m, asked, located), asked_chains, entry, mapping_id in zip(work, all_chains, entries, sorted(pending),
+    for (m, asked, located), asked_chains, entry, mapping_id in zip(work, all_chains, entries, mapping_ids,
                                                                     strict=True):
         path = m.name
         names = _SymtabNames(located.symbol_files)
@@ -242,6 +257,8 @@ def symbolize_profile(
             frame_updates.append((fn or old_name or _fallback_name(path, rel_pc), None, frame_id))
 
     symbols.write_symbols(symbol_rows, frame_updates)
+    if done is not None:
+        done.update(frame_id for _, _, frame_id in frame_updates)
     if cache is not None:
         _packages_of_unnamed(report, entries)
         for entry, m in zip(entries, report.mappings, strict=True):
@@ -251,6 +268,14 @@ def symbolize_profile(
         report.debuginfod_errors = list(dict.fromkeys(debuginfod.errors))
         report.debuginfod_missing = dict(debuginfod.missing)
     return report
+
+
+def _answer_from_ranges(entry: Entry, frames: list[tuple[int, int, str]]) -> None:
+    """No DWARF: a new address in a function answered before has that function's name."""
+    if entry.ranges and entry.located.status != "found":
+        for _, pc, _ in frames:
+            if pc not in entry.answers and (fn := entry.range_name(pc)) is not None:
+                entry.answers[pc] = ((), fn)
 
 
 def _fallback_name(path: str, rel_pc: int) -> str:

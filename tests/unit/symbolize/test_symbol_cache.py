@@ -353,3 +353,55 @@ def test_record_remembers_the_modules_it_located_and_starts_no_symbolizer_for_kn
     # THEN it knows them all: no llvm-symbolizer is started while its target runs
     assert again.warm is None
     again.close()
+
+
+def _recorded(path: Path, prog: Path, batches: list[list[Frame]], d: Path, early: bool
+              ) -> tuple[list[tuple[object, ...]], list[tuple[str, int, int, int, str]], int]:
+    """A recording's symbolization of frames written in batches: with `early`, the loop's
+    tick() runs after each batch but the last (cache-only passes), then finish(); else only
+    finish(). Per frame its name and symbol rows, the report's figures per mapping, and how
+    many frames had a name before finish()."""
+    mappings = [Mapping(build_id(prog), 0, 0, 0x1000, 0x9000, 0, str(prog)),
+                Mapping(build_id(Path(LIBC)), 0, 0, 0x1000, 0x9000, 0, LIBC)]
+    live = LiveSymbolizer(SymbolCache(d), writer=ProfileWriter(path) if early else None)
+    w = live.writer or ProfileWriter(path)
+    w.add_mappings(enumerate(mappings, start=1))
+    for m in mappings:
+        live.module(m.name, m.build_id)
+    first = 1
+    named_early = 0
+    for i, batch in enumerate(batches):
+        w.add_frames(enumerate(batch, start=first))
+        w.commit()
+        first += len(batch)
+        if early and i < len(batches) - 1:
+            live.tick(time.monotonic() + 60)
+            named_early = w.db.execute("SELECT COUNT(*) FROM stack_profile_frame WHERE name != ''").fetchone()[0]
+    report = live.finish(w)
+    rows = w.db.execute(
+        "SELECT f.id, f.name, s.name, s.source_file, s.line_number, s.inlined FROM stack_profile_frame f"
+        " LEFT JOIN stack_profile_symbol s ON s.symbol_set_id = f.symbol_set_id ORDER BY f.id, s.id").fetchall()
+    w.close()
+    assert report is not None
+    return rows, [(m.name, m.frames, m.named, m.with_lines, m.outcome) for m in report.mappings], named_early
+
+
+def test_frames_symbolized_early_from_the_cache_end_as_in_one_pass(prog: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    assert LLVM is not None
+    monkeypatch.setenv("HEAPSCOPE_LLVM_SYMBOLIZER", LLVM)  # the same tool (cache context) whatever PATH says
+    d = tmp_path / "cache" / "heapscope"
+    pc = malloc_call_pc(prog)
+    libc = [Frame(MappingId(2), 0x28000 + 0x1357 * k) for k in range(6)]
+    # GIVEN a cache that knows some addresses of the program and of libc
+    _recorded(tmp_path / "fill.db", prog, [[Frame(MappingId(1), pc), Frame(MappingId(1), 0x10), *libc[:3]]], d,
+              early=False)
+    # WHEN a recording writes frames in two batches, each with addresses the cache knows and does not,
+    # and symbolizes early (from the cache) between them
+    batches = [[Frame(MappingId(1), pc), Frame(MappingId(1), pc - 3), libc[0], libc[4]],
+               [Frame(MappingId(1), 0x10), libc[1], libc[5]]]
+    rows, figures, named_early = _recorded(tmp_path / "early.db", prog, batches, d, early=True)
+    # THEN the frames the cache knew were named while it ran (pc and libc's first), the others at the end
+    assert named_early == 2
+    # AND its frames, symbols and report's figures are those of one pass at the end
+    assert (rows, figures) == _recorded(tmp_path / "once.db", prog, batches, d, early=False)[:2]
