@@ -487,6 +487,8 @@ class Producer:
         fsyncs (store/writer.py, synchronous=OFF) a commit costs the pages it writes."""
         for p in self.processes.values():
             p.heap.resolve_known(self.frames, self.trie)
+            for h in p.custom_heaps.values():  # Python's heap: its stacks' callsites, as a dump gives them
+                self.bind_callsites(p, h.tracker)
         if self._write_tables():
             self.writer.commit()
 
