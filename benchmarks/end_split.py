@@ -1,7 +1,7 @@
 """Where `heapscope record` spends the time after its target's exit (issue 13), per phase.
 
-    python benchmarks/end_split.py [--rounds 3] [--python PY] [--heapscope-src DIR] [--cprofile DIR]
-                                   [--record-args ARGS] [WORKLOAD ...]
+    python benchmarks/end_split.py [--rounds 3] [--python PY] [--variant LABEL=DIR ...] [--child-python PY]
+                                   [--cprofile DIR] [--record-args ARGS] [WORKLOAD ...]
 
 WORKLOAD: true, cc1plus, git, json, objects, markdown (default: all). Each run is
 `heapscope record -o X -- TARGET` in a child interpreter (the console entry point's
@@ -257,7 +257,12 @@ def main() -> int:
     ap.add_argument("--python", default=str(BENCH_VENV_PY) if BENCH_VENV_PY.exists() else sys.executable,
                     help="the Python workloads' interpreter (markdown needs Markdown installed: run.py's"
                          " benchmark venv, benchmarks/out/venv, the default when it exists)")
-    ap.add_argument("--heapscope-src", default=None, help="put this src/ first on PYTHONPATH (another checkout)")
+    ap.add_argument("--variant", action="append", default=[], metavar="LABEL=DIR",
+                    help="a heapscope to measure: DIR first on PYTHONPATH (an installed package's copy, say"
+                         " with another commit's .py files); repeatable, run interleaved; default: the one"
+                         " --child-python imports")
+    ap.add_argument("--child-python", default=sys.executable,
+                    help="the interpreter running `record` (use a non-editable install with --variant)")
     ap.add_argument("--record-args", default="", help="more options of `record`")
     ap.add_argument("--cprofile", metavar="DIR", default="",
                     help="write a cProfile of each run's end (from the first process's final dump) here")
@@ -266,24 +271,28 @@ def main() -> int:
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="hs-end-split-"))
     loads = _workloads(args.workloads, work, args.python)
-    runs: dict[str, list[dict[str, Any]]] = {k: [] for k in loads}
+    variants = dict(v.split("=", 1) for v in args.variant) or {"": ""}
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {(n, v): [] for n in loads for v in variants}
     print(f"load average before: {os.getloadavg()[0]:.2f}")
     try:
         for rnd in range(args.rounds):
+            order = list(variants.items())
+            order = order[rnd % len(order):] + order[:rnd % len(order)]  # rotated: drift hits each alike
             for name, target in loads.items():
-                out = work / f"{name}-{rnd}.db"
-                got = _run(sys.executable, args.heapscope_src,
-                           ["record", *args.record_args.split(), "-o", str(out), "--", *target], work,
-                           str(Path(args.cprofile).resolve() / f"{name}-{rnd}.prof") if args.cprofile else "")
-                out.unlink(missing_ok=True)
-                runs[name].append(got)
-                if args.keep:
-                    print(got["stderr"])
+                for label, src in order:
+                    out = work / f"{name}-{rnd}.db"
+                    prof = Path(args.cprofile).resolve() / f"{name}{label}-{rnd}.prof" if args.cprofile else ""
+                    got = _run(args.child_python, src,
+                               ["record", *args.record_args.split(), "-o", str(out), "--", *target], work, str(prof))
+                    out.unlink(missing_ok=True)
+                    runs[(name, label)].append(got)
+                    if args.keep:
+                        print(got["stderr"])
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"load average after: {os.getloadavg()[0]:.2f}; {args.rounds} rounds, medians, ms")
-    for name, rows in runs.items():
-        _report(name, rows)
+    for (name, label), rows in runs.items():
+        _report(f"{name} [{label}]" if label else name, rows)
     return 0
 
 
