@@ -330,14 +330,16 @@ class SymbolWriter:
         return {req_int_from_sql(r[0], "stack_profile_mapping.id"): (str_from_sql(r[1]), str_from_sql(r[2]).lower())
                 for r in self._rows("SELECT id, name, build_id FROM stack_profile_mapping")}
 
-    def unsymbolized_frames(self, after: int = 0) -> list[tuple[int, int, int, str]]:
-        """(frame id, mapping id, rel_pc, name) of every frame without a symbol set (of id > `after`)."""
+    def unsymbolized_frames(self, after: int = 0, upto: int | None = None) -> list[tuple[int, int, int, str]]:
+        """(frame id, mapping id, rel_pc, name) of every frame without a symbol set (of id in (after, upto])."""
+        where = "symbol_set_id IS NULL" + (" AND id > ?" if after else "")
+        where += " AND id <= ?" if upto is not None else ""
+        args = ((after,) if after else ()) + ((upto,) if upto is not None else ())
         return [(req_int_from_sql(r[0], "stack_profile_frame.id"),
                  req_int_from_sql(r[1], "stack_profile_frame.mapping"),
                  req_u64_from_sql(r[2], "stack_profile_frame.rel_pc"), str_from_sql(r[3]))
-                for r in self._rows("SELECT id, mapping, rel_pc, name FROM stack_profile_frame"
-                                    f" WHERE symbol_set_id IS NULL{' AND id > ?' if after else ''} ORDER BY id",
-                                    (after,) if after else ())]
+                for r in self._rows(f"SELECT id, mapping, rel_pc, name FROM stack_profile_frame WHERE {where}"
+                                    " ORDER BY id", args)]
 
     def last_frame_id(self) -> int:
         """The highest frame id, 0 without frames."""

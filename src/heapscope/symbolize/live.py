@@ -40,6 +40,9 @@ if TYPE_CHECKING:
 # one that ends sooner is symbolized at the end (usually all from the cache).
 WARM_AFTER_S = 0.25
 EARLY_EVERY_S = 0.2  # a cache-only pass over the frames written since the last one
+# Frames looked at per pass, at most (~3 us each): the loop drains no ring meanwhile. A
+# Python program's imports intern ~20k frames at its start; the passes take them in turns.
+EARLY_MAX_FRAMES = 2000
 
 
 class LiveSymbolizer:
@@ -85,14 +88,15 @@ class LiveSymbolizer:
         if writer is None or not writer.connected or self._debuginfod is not None:
             return  # debuginfod: the end fetches what the cache lacks, with the rest
         symbols = writer.symbols()
-        last = symbols.last_frame_id()
+        last = min(symbols.last_frame_id(), self._after + EARLY_MAX_FRAMES)  # ids are dense, from 1
         if last <= self._after:
             return
         from heapscope.symbolize.profile import symbolize_profile
 
         try:
             report = symbolize_profile(writer, symbolizer=self._tool, cache=self.cache, locator=self._locator,
-                                       debuginfod=None, done=self._done, cache_only=True, after=self._after)
+                                       debuginfod=None, done=self._done, cache_only=True, after=self._after,
+                                       upto=last)
         except Exception:
             self.writer = None  # the end does it all, as without early passes
             raise

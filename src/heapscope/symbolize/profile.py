@@ -142,6 +142,7 @@ def symbolize_profile(
     done: set[int] | None = None,
     cache_only: bool = False,
     after: int = 0,
+    upto: int | None = None,
 ) -> SymbolizeReport:
     """Symbolize every frame of the profile that has no symbol set yet, and commit.
 
@@ -157,7 +158,7 @@ def symbolize_profile(
     while the target ran), reused with what it read; else one is made from the arguments.
     `done`: ids of frames symbolized already (by earlier cache_only passes): not looked at.
     `cache_only` (`record` while its target runs, symbolize/live.py): only the frames with
-    id > `after` whose answer `cache` has; their ids are added to `done`, the others are left
+    id in (`after`, `upto`] whose answer `cache` has; their ids are added to `done`, the others are left
     as they are (no file located or read, no llvm-symbolizer, no cache miss counted); the
     report covers the frames symbolized.
     """
@@ -173,7 +174,7 @@ def symbolize_profile(
     symbols = store.symbols() if isinstance(store, ProfileWriter) else store
     mappings = symbols.mappings()
     pending: dict[int, list[tuple[int, int, str]]] = defaultdict(list)
-    for frame_id, mapping_id, rel_pc, name in symbols.unsymbolized_frames(after):
+    for frame_id, mapping_id, rel_pc, name in symbols.unsymbolized_frames(after, upto):
         if name != _FILTERED and (done is None or frame_id not in done):
             pending[mapping_id].append((frame_id, rel_pc, name))
 

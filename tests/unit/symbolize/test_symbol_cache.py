@@ -19,6 +19,7 @@ from symbolize_progs import INLINED_SOURCE, build_id, compile_cxx, malloc_call_p
 
 from heapscope.model import Frame, Mapping, MappingId
 from heapscope.store.writer import ProfileWriter, SymbolWriter
+from heapscope.symbolize import live as live_module
 from heapscope.symbolize.cache import SymbolCache
 from heapscope.symbolize.live import LiveSymbolizer
 from heapscope.symbolize.llvm import find_llvm_symbolizer
@@ -386,9 +387,12 @@ def _recorded(path: Path, prog: Path, batches: list[list[Frame]], d: Path, early
     return rows, [(m.name, m.frames, m.named, m.with_lines, m.outcome) for m in report.mappings], named_early
 
 
-def test_frames_symbolized_early_from_the_cache_end_as_in_one_pass(prog: Path, tmp_path: Path,
+@pytest.mark.parametrize("per_pass", [None, 1])
+def test_frames_symbolized_early_from_the_cache_end_as_in_one_pass(prog: Path, tmp_path: Path, per_pass: int | None,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     assert LLVM is not None
+    if per_pass is not None:  # a pass looks at so many frames only: the others wait for the next, or the end
+        monkeypatch.setattr(live_module, "EARLY_MAX_FRAMES", per_pass)
     monkeypatch.setenv("HEAPSCOPE_LLVM_SYMBOLIZER", LLVM)  # the same tool (cache context) whatever PATH says
     d = tmp_path / "cache" / "heapscope"
     pc = malloc_call_pc(prog)
@@ -401,7 +405,8 @@ def test_frames_symbolized_early_from_the_cache_end_as_in_one_pass(prog: Path, t
     batches = [[Frame(MappingId(1), pc), Frame(MappingId(1), pc - 3), libc[0], libc[4]],
                [Frame(MappingId(1), 0x10), libc[1], libc[5]]]
     rows, figures, named_early = _recorded(tmp_path / "early.db", prog, batches, d, early=True)
-    # THEN the frames the cache knew were named while it ran (pc and libc's first), the others at the end
-    assert named_early == 2
+    # THEN the frames the cache knew were named while it ran (pc and libc's first; with a pass
+    # of one frame, pc only), the others at the end
+    assert named_early == (2 if per_pass is None else 1)
     # AND its frames, symbols and report's figures are those of one pass at the end
     assert (rows, figures) == _recorded(tmp_path / "once.db", prog, batches, d, early=False)[:2]
