@@ -9,7 +9,8 @@ path: cli.main, then os._exit) with timers around the end path's functions
 (Recording.close and what it calls, Producer._end and dump, the writer's commits,
 the symbolizer's finish, the summary). This process watches the target through a
 pidfd, so "exit" is the target's real exit, not when the loop noticed it, and the
-command's end is its wait4. Printed per workload (medians over the rounds):
+command's end is its wait4. Each heapscope (--variant) has a symbol cache of its own,
+filled by a first round that is not counted. Printed per workload (medians over the rounds):
 
     exit -> end        wall ms from the target's exit to the command's end
     noticed            exit -> the loop saw it (Recording._exited); a process's final
@@ -153,11 +154,14 @@ def _child(fd: int, argv: list[str], profile_to: str) -> None:
     os._exit(code & 0xFF)
 
 
-def _run(python: str, src: str | None, argv: list[str], cwd: Path, profile_to: str = "") -> dict[str, Any]:
+def _run(python: str, src: str | None, argv: list[str], cwd: Path, profile_to: str = "",
+         cache: Path | None = None) -> dict[str, Any]:
     r, w = os.pipe()
     env = dict(os.environ)
     if src:
         env["PYTHONPATH"] = src
+    if cache is not None:
+        env["XDG_CACHE_HOME"] = str(cache)
     proc = subprocess.Popen([python, __file__, "--child", str(w), profile_to, "--", *argv], pass_fds=(w,), env=env,
                             cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     os.close(w)
@@ -275,7 +279,7 @@ def main() -> int:
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {(n, v): [] for n in loads for v in variants}
     print(f"load average before: {os.getloadavg()[0]:.2f}")
     try:
-        for rnd in range(args.rounds):
+        for rnd in range(-1, args.rounds):  # round -1 fills each variant's own symbol cache, not counted
             order = list(variants.items())
             order = order[rnd % len(order):] + order[:rnd % len(order)]  # rotated: drift hits each alike
             for name, target in loads.items():
@@ -283,9 +287,11 @@ def main() -> int:
                     out = work / f"{name}-{rnd}.db"
                     prof = Path(args.cprofile).resolve() / f"{name}{label}-{rnd}.prof" if args.cprofile else ""
                     got = _run(args.child_python, src,
-                               ["record", *args.record_args.split(), "-o", str(out), "--", *target], work, str(prof))
+                               ["record", *args.record_args.split(), "-o", str(out), "--", *target], work, str(prof),
+                               work / f"cache-{label}")
                     out.unlink(missing_ok=True)
-                    runs[(name, label)].append(got)
+                    if rnd >= 0:
+                        runs[(name, label)].append(got)
                     if args.keep:
                         print(got["stderr"])
     finally:
