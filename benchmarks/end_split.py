@@ -9,8 +9,9 @@ path: cli.main, then os._exit) with timers around the end path's functions
 (Recording.close and what it calls, Producer._end and dump, the writer's commits,
 the symbolizer's finish, the summary). This process watches the target through a
 pidfd, so "exit" is the target's real exit, not when the loop noticed it, and the
-command's end is its wait4. Each heapscope (--variant) has a symbol cache of its own,
-filled by a first round that is not counted. Printed per workload (medians over the rounds):
+command's end is its wait4. Each heapscope (--variant) has a symbol cache of its own, a
+copy of the user's (--cache-from), topped up by a first round that is not counted.
+Printed per workload (medians over the rounds):
 
     exit -> end        wall ms from the target's exit to the command's end
     noticed            exit -> the loop saw it (Recording._exited); a process's final
@@ -267,6 +268,10 @@ def main() -> int:
                          " --child-python imports")
     ap.add_argument("--child-python", default=sys.executable,
                     help="the interpreter running `record` (use a non-editable install with --variant)")
+    user_cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "heapscope"
+    ap.add_argument("--cache-from", default=str(user_cache) if user_cache.is_dir() else "",
+                    help="each variant's symbol cache starts as a copy of this one (default: the user's, when"
+                         " there is one; '' for empty caches)")
     ap.add_argument("--record-args", default="", help="more options of `record`")
     ap.add_argument("--cprofile", metavar="DIR", default="",
                     help="write a cProfile of each run's end (from the first process's final dump) here")
@@ -276,6 +281,9 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="hs-end-split-"))
     loads = _workloads(args.workloads, work, args.python)
     variants = dict(v.split("=", 1) for v in args.variant) or {"": ""}
+    if args.cache_from:  # each variant's cache starts as a copy of this one (a machine's warm cache)
+        for label in variants:
+            shutil.copytree(args.cache_from, work / f"cache-{label}" / "heapscope")
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {(n, v): [] for n in loads for v in variants}
     print(f"load average before: {os.getloadavg()[0]:.2f}")
     try:
