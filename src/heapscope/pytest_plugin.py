@@ -208,7 +208,9 @@ def _run_parent(config: pytest.Config, given: Any) -> int:
         listener.listen(1)
         rcfg = RecordConfig(interval=interval)
         output = Path(out) if out else work / "run.db"
-        opts = RecordingOptions(symbolize=bool(out), force=bool(out), command="pytest --heapscope")
+        # Without --heapscope-output no profile is built at all (RecordingOptions.keep): only the
+        # per-test windows are read, and the few stacks a reply names are read by id.
+        opts = RecordingOptions(symbolize=bool(out), force=bool(out), command="pytest --heapscope", keep=bool(out))
         argv = [sys.executable, "-m", "pytest", *config.invocation_params.args]
 
         def warn(msg: str) -> None:
@@ -225,10 +227,6 @@ def _run_parent(config: pytest.Config, given: Any) -> int:
             with Recording(rcfg, output, opts, warn=warn) as rec:
                 parent = _Parent(rec, listener, interval, given.heapscope_top, bool(out))
                 pid = rec.start(argv)
-                if not out and rec.producer is not None:
-                    # Only the per-test windows are read: no stack is resolved for the profile,
-                    # and stacks stay in the ring reader (C); the few a reply names are read by id.
-                    rec.producer.frames.discard = True
                 parent.serve(pid)
                 code = rec.run_until_exit()
         finally:

@@ -409,6 +409,25 @@ def test_api_refuses_a_missing_command(tmp_path: Path) -> None:
         pass
 
 
+def test_a_recording_that_keeps_no_profile_writes_nothing_and_still_counts(tmp_path: Path) -> None:
+    # GIVEN a Recording told to keep no profile (the plugin without --heapscope-output)
+    from heapscope.producer.config import RecordConfig
+    from heapscope.recording import Recording, RecordingOptions
+
+    out = tmp_path / "never.db"
+    with Recording(RecordConfig(interval=4096), out, RecordingOptions(symbolize=False, keep=False)) as rec:
+        rec.start([sys.executable, "-c", API_TARGET])
+        code = rec.run_until_exit()
+    # THEN the command ran as ever, no file was made, no stack was resolved, and the
+    # trackers' figures are all there (8 MiB of malloc(1 MiB): recorded at their real size)
+    assert code == 3
+    assert not out.exists() and not list(tmp_path.iterdir())
+    assert rec.producer is not None and not rec.producer.trie.take_new_flat()
+    s = rec.summary
+    assert s.processes == 1 and s.samples > 0
+    assert s.sampled_bytes >= 8 * MIB and s.peak_heap >= 8 * MIB
+
+
 PARENT_KILLED = HEADER + '''
 import signal
 
