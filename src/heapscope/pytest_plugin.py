@@ -276,6 +276,7 @@ class _Parent:
         # The tests of the largest peaks so far (at least `top`; ties kept): nodeid ->
         # (peak, [(bytes, callsite, stack id, names or None until the report asks)]).
         self.board: dict[str, tuple[int, list[tuple[int, int, int, list[str] | None]]]] = {}
+        self.least = 0  # the `top`-th largest peak on the board, once it holds `top` tests
         self.process: Any = None  # the tests' ProcessState, as of the last snapshot
         self.parents: list[tuple[int, int]] = [(0, 0)]  # callsite id -> (parent, frame)
         self.frames: list[Frame | None] = [None]
@@ -336,11 +337,18 @@ class _Parent:
     @staticmethod
     def _send(conn: socket.socket, reply: dict[str, Any]) -> None:
         data = json.dumps(reply).encode() + b"\n"
-        conn.setblocking(True)
-        conn.settimeout(ASK_TIMEOUT_S)
-        with contextlib.suppress(OSError):
-            conn.sendall(data)
-        conn.setblocking(False)
+        try:
+            sent = conn.send(data)  # at once, nearly always: the child reads each answer before asking again
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
+            return
+        if sent < len(data):  # a large report: the rest with a bound on the wait
+            conn.setblocking(True)
+            conn.settimeout(ASK_TIMEOUT_S)
+            with contextlib.suppress(OSError):
+                conn.sendall(data[sent:])
+            conn.setblocking(False)
 
     def _answer(self, conn: socket.socket, msg: dict[str, Any]) -> None:
         try:
@@ -395,16 +403,16 @@ class _Parent:
         """Whether a test of this peak is among the `top` largest so far (ties kept)."""
         if self.top <= 0 or peak <= 0:
             return False
-        if len(self.board) < self.top:
-            return True
-        return peak >= sorted((v[0] for v in self.board.values()), reverse=True)[self.top - 1]
+        return len(self.board) < self.top or peak >= self.least
 
     def _prune_board(self) -> None:
-        if len(self.board) <= self.top:
+        """After a test joined the board (rare: the board is sorted here, not per test)."""
+        if len(self.board) < self.top:
             return
-        least = sorted((v[0] for v in self.board.values()), reverse=True)[self.top - 1]
-        for nodeid in [k for k, v in self.board.items() if v[0] < least]:
-            del self.board[nodeid]
+        least = self.least = sorted((v[0] for v in self.board.values()), reverse=True)[self.top - 1]
+        if len(self.board) > self.top:
+            for nodeid in [k for k, v in self.board.items() if v[0] < least]:
+                del self.board[nodeid]
 
     def _board_stacks(self, nodeid: str) -> list[list[Any]]:
         _peak, rows = self.board[nodeid]
@@ -435,8 +443,40 @@ class _Parent:
                     p.heap.modules, p.heap.frame_cache, pcs, py, p.heap.python)))
         _catch_up(self.frames, producer.frames.frames.ids, lambda frame, _i: frame)
         _catch_up(self.mappings, producer.frames.mappings.ids, lambda mapping, _i: mapping)
-        named = [self._named(f) for f in frame_ids]
-        return [f"{n.name} ({n.where})" if n.where else n.name for n in order_frames(named)[:STACK_DEPTH]]
+        return [f"{n.name} ({n.where})" if n.where else n.name for n in self._shown(frame_ids)]
+
+    def _shown(self, frame_ids: list[int]) -> list[_Named]:
+        """order_frames() of the frames, the first STACK_DEPTH; a native frame is named (from
+        its library's symbol table, read once: ~10 ms for libpython) only when it may be shown.
+        The Python frames come first and often fill the stack."""
+        python: list[_Named] = []
+        native: list[int] = []
+        for f in frame_ids:
+            if self._native(f):
+                native.append(f)
+            else:
+                n = self._named(f)
+                if _kept(n):
+                    python.append(n)
+        shown = python[:STACK_DEPTH]
+        for f in native:
+            if len(shown) >= STACK_DEPTH:
+                break
+            n = self._named(f)
+            if _kept(n):
+                shown.append(n)
+        return shown
+
+    def _native(self, frame_id: int) -> bool:
+        """Whether order_frames puts the frame after the Python ones, told without naming it."""
+        n = self.named.get(frame_id)
+        if n is not None:
+            return not n.python
+        frame = self.frames[frame_id]
+        if frame is None:
+            return True
+        mapping = self.mappings[frame.mapping]
+        return not is_python_frame(frame.name, mapping.name if mapping is not None else "")
 
     def _named(self, frame_id: int) -> _Named:
         n = self.named.get(frame_id)
@@ -495,8 +535,12 @@ def order_frames(frames: list[_Named]) -> list[_Named]:
     """Stacks are shown leaf first, Python frames before native ones; allocator
     frames (the malloc family, the client's own) and the test runner's own
     Python frames (pytest, pluggy: on every test's stack) are left out."""
-    shown = [f for f in frames if f.name not in _ALLOCATOR and "libheapscope" not in f.where and not f.runner]
+    shown = [f for f in frames if _kept(f)]
     return [f for f in shown if f.python] + [f for f in shown if not f.python]
+
+
+def _kept(f: _Named) -> bool:
+    return f.name not in _ALLOCATOR and "libheapscope" not in f.where and not f.runner
 
 
 def _is_runner(path: str) -> bool:

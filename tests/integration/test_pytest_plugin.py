@@ -409,6 +409,29 @@ def test_api_refuses_a_missing_command(tmp_path: Path) -> None:
         pass
 
 
+def test_the_board_keeps_the_largest_peaks_and_their_ties() -> None:
+    # GIVEN the parent's board of the tests with the largest peaks (top 3, ties kept), fed as
+    # _window feeds it: a test joins when _ranks says so, then the board is pruned
+    import random
+
+    from heapscope.pytest_plugin import _Parent
+
+    for seed in range(20):
+        rng = random.Random(seed)
+        parent = _Parent(None, None, 4096, 3, False)  # type: ignore[arg-type]  # no recording needed here
+        seen: list[int] = []
+        for i in range(300):
+            peak = rng.choice((0, 4096, 8192, 12288)) * rng.randrange(1, 4) + rng.randrange(2) * rng.randrange(10**6)
+            seen.append(peak)
+            if parent._ranks(peak):
+                parent.board[f"t{i}"] = (peak, [])
+                parent._prune_board()
+            # THEN it holds exactly the tests whose peak (> 0) is at least the third largest so far
+            third = sorted((p for p in seen if p > 0), reverse=True)[2:3]
+            want = sorted(p for p in seen if p > 0 and (not third or p >= third[0]))
+            assert sorted(v[0] for v in parent.board.values()) == want, (seed, i)
+
+
 def test_a_recording_that_keeps_no_profile_writes_nothing_and_still_counts(tmp_path: Path) -> None:
     # GIVEN a Recording told to keep no profile (the plugin without --heapscope-output)
     from heapscope.producer.config import RecordConfig
