@@ -43,6 +43,7 @@ import os
 import re
 import signal
 import socket
+import struct
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,6 +63,11 @@ CONNECT_TIMEOUT_S = 10.0
 TOP_STACKS = 3  # stacks named per test
 STACK_DEPTH = 6  # frames shown per stack
 MAX_LINE = 1 << 20
+# The question asked before every test and its usual answer, ready-made on both sides
+# (JSON still: the rest of the exchange reads them like any other line).
+START = b'{"op": "start"}'
+STARTED = b'{"ok": 1}'
+_STARTED: dict[str, Any] = {"ok": 1}  # STARTED, decoded; never changed
 
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
           "t": 1000**4, "tb": 1000**4, "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
@@ -324,7 +330,7 @@ class _Parent:
         while b"\n" in self.buf:
             line, self.buf = self.buf.split(b"\n", 1)
             try:
-                msg = json.loads(line)
+                msg = {"op": "start"} if line == START else json.loads(line)
             except ValueError:
                 msg = {}
             self._answer(conn, msg)
@@ -336,7 +342,7 @@ class _Parent:
 
     @staticmethod
     def _send(conn: socket.socket, reply: dict[str, Any]) -> None:
-        data = json.dumps(reply).encode() + b"\n"
+        data = STARTED + b"\n" if reply is _STARTED else json.dumps(reply).encode() + b"\n"
         try:
             sent = conn.send(data)  # at once, nearly always: the child reads each answer before asking again
         except (BlockingIOError, InterruptedError):
@@ -363,7 +369,7 @@ class _Parent:
         op = msg.get("op")
         if op == "start":
             started = self._snapshot(restart=True)
-            return {"off": "the test process is not profiled"} if started is None else {"ok": 1}
+            return {"off": "the test process is not profiled"} if started is None else _STARTED
         if op == "report":
             return {"stacks": {nodeid: self._board_stacks(nodeid) for nodeid in msg.get("nodeids", [])
                                if nodeid in self.board}}
@@ -586,23 +592,30 @@ class _Child:
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             s.settimeout(CONNECT_TIMEOUT_S)
             s.connect(path)
-            s.settimeout(ASK_TIMEOUT_S)
+            # Blocking, with the bound on each wait kept by the kernel: a question costs a
+            # send and a recv (a Python-level timeout would poll() before each).
+            s.settimeout(None)
+            wait = struct.pack("ll", int(ASK_TIMEOUT_S), 0)  # struct timeval
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, wait)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, wait)
             self.sock = s
         except OSError as e:
             self.off = f"cannot reach the recording ({e.strerror or e})"
 
-    def _ask(self, msg: dict[str, Any]) -> dict[str, Any] | None:
+    def _ask(self, msg: dict[str, Any] | bytes) -> dict[str, Any] | None:
+        """The parent's answer to msg (a dict, or a line ready-made: START); None when it is off.
+        A wait that the kernel ends (SO_RCVTIMEO) raises BlockingIOError: no answer."""
         if self.sock is None or self.off:
             return None
         try:
-            self.sock.sendall(json.dumps(msg).encode() + b"\n")
+            self.sock.sendall((msg if isinstance(msg, bytes) else json.dumps(msg).encode()) + b"\n")
             while b"\n" not in self.buf:
                 n = self.sock.recv_into(self.chunk)
                 if not n or len(self.buf) > MAX_LINE:
                     raise OSError("the recording went away")
                 self.buf += self.chunk[:n]
             line, self.buf = self.buf.split(b"\n", 1)
-            reply: dict[str, Any] = json.loads(line)
+            reply: dict[str, Any] = _STARTED if line == STARTED else json.loads(line)
         except (OSError, ValueError) as e:
             self._stop(f"no answer from the recording ({e}); the tests run on unmeasured")
             return None
@@ -622,7 +635,7 @@ class _Child:
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Any:
         limits = _limits(item)
-        started = self._ask({"op": "start"}) is not None
+        started = self._ask(START) is not None
         outcome = yield
         if not started:
             return
