@@ -619,6 +619,8 @@ class Recording:
         Concurrent callers share the next dump. HeapscopeError when the
         recording is over or failed, or the dump did not come within `timeout`.
         """
+        if not self.options.keep:
+            raise HeapscopeError("this recording keeps no profile")
         waiter = _Waiter()
         with self._waiters_lock:
             if self._ended or self._failed or self.producer is None:

@@ -434,12 +434,15 @@ def test_the_board_keeps_the_largest_peaks_and_their_ties() -> None:
 
 def test_a_recording_that_keeps_no_profile_writes_nothing_and_still_counts(tmp_path: Path) -> None:
     # GIVEN a Recording told to keep no profile (the plugin without --heapscope-output)
+    from heapscope.errors import HeapscopeError
     from heapscope.producer.config import RecordConfig
     from heapscope.recording import Recording, RecordingOptions
 
     out = tmp_path / "never.db"
     with Recording(RecordConfig(interval=4096), out, RecordingOptions(symbolize=False, keep=False)) as rec:
         rec.start([sys.executable, "-c", API_TARGET])
+        with pytest.raises(HeapscopeError, match="keeps no profile"):  # a scrape: nothing to serve
+            rec.fresh_dump()
         code = rec.run_until_exit()
     # THEN the command ran as ever, no file was made, no stack was resolved, and the
     # trackers' figures are all there (8 MiB of malloc(1 MiB): recorded at their real size)
