@@ -595,7 +595,7 @@ class _Child:
             # Blocking, with the bound on each wait kept by the kernel: a question costs a
             # send and a recv (a Python-level timeout would poll() before each).
             s.settimeout(None)
-            wait = struct.pack("ll", int(ASK_TIMEOUT_S), 0)  # struct timeval
+            wait = _timeval(ASK_TIMEOUT_S)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, wait)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, wait)
             self.sock = s
@@ -672,6 +672,12 @@ class _Child:
                           + (f"  (held at its end: {estimate(r.interval, r.leak)})" if r.leak > 0 else ""))
             for n, stack in named.get(r.nodeid, []):
                 tr.write_line(f"{'':>8}{format_size(n):>12}  " + " < ".join(stack))
+
+
+def _timeval(seconds: float) -> bytes:
+    """A struct timeval of `seconds` for SO_RCVTIMEO/SO_SNDTIMEO; at least 1 us (0 would be no bound)."""
+    us = max(1, round(seconds * 1e6))
+    return struct.pack("ll", us // 1_000_000, us % 1_000_000)
 
 
 def _limits(item: pytest.Item) -> dict[str, int]:

@@ -432,6 +432,38 @@ def test_the_board_keeps_the_largest_peaks_and_their_ties() -> None:
             assert sorted(v[0] for v in parent.board.values()) == want, (seed, i)
 
 
+def test_a_parent_that_does_not_answer_is_waited_for_a_bounded_time(tmp_path: Path, monkeypatch) -> None:
+    # GIVEN the child's side of the plugin connected to a parent that never answers
+    import socket
+    import time
+
+    import heapscope.pytest_plugin as hp
+
+    monkeypatch.setattr(hp, "ASK_TIMEOUT_S", 0.3)
+    path = str(tmp_path / "control.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(path)
+        server.listen(1)
+
+        class Config:  # what _Child reads of pytest's Config
+            option = type("Options", (), {"heapscope_interval": "4096"})()
+
+            def getoption(self, _name: str) -> int:
+                return 5
+
+        child = hp._Child(Config(), path)  # type: ignore[arg-type]
+        conn, _ = server.accept()
+        with conn:
+            # WHEN it asks before a test
+            t0 = time.monotonic()
+            reply = child._ask(hp.START)
+            waited = time.monotonic() - t0
+    # THEN the kernel's bound on the wait (SO_RCVTIMEO) ends it: no answer, and it asks no more
+    assert reply is None and 0.25 <= waited < 10
+    assert child.off.startswith("no answer from the recording") and child.sock is None
+    assert child._ask(hp.START) is None
+
+
 def test_a_recording_that_keeps_no_profile_writes_nothing_and_still_counts(tmp_path: Path) -> None:
     # GIVEN a Recording told to keep no profile (the plugin without --heapscope-output)
     from heapscope.errors import HeapscopeError
