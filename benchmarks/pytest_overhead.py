@@ -10,6 +10,11 @@ and the median of each round's with/without ratio (robust to a machine whose
 load changes between rounds).
 
     python benchmarks/pytest_overhead.py [--rounds 7] [--tests 300] [--interval 4096] [--python-objects] [--split]
+                                         [--trivial]
+
+--trivial makes every test empty (`pass`, marks kept): what is left is pytest's own
+per-test work and the plugin's per-test cost (two questions to the parent and their
+answers), the figure that matters for suites of very short tests.
 
 --split also runs, each round, `--heapscope` with a small plugin of this
 benchmark's (SPLIT_PLUGIN, `-p`) that reads CPU times from inside: the parent's
@@ -52,7 +57,13 @@ ONE = '''
 '''
 
 
-def write_suite(d: Path, tests: int) -> None:
+EMPTY = '''
+{mark}def test_{i}():
+    pass
+'''
+
+
+def write_suite(d: Path, tests: int, trivial: bool = False) -> None:
     parts = [SUITE]
     for i in range(tests):
         mark = ""
@@ -60,7 +71,7 @@ def write_suite(d: Path, tests: int) -> None:
             mark = '@pytest.mark.limit_memory("512 MB")\n'
         elif i % 10 == 5:
             mark = '@pytest.mark.limit_leaks("64 MB")\n'
-        parts.append(ONE.format(i=i, n=1000 + (i % 5) * 400, mark=mark))
+        parts.append((EMPTY if trivial else ONE).format(i=i, n=1000 + (i % 5) * 400, mark=mark))
     (d / "test_suite.py").write_text("".join(parts))
 
 
@@ -140,10 +151,11 @@ def main() -> None:
     ap.add_argument("--interval", default="4096")
     ap.add_argument("--python-objects", action="store_true", help="also pass --heapscope-python-objects")
     ap.add_argument("--split", action="store_true", help="also measure where the time goes (see above)")
+    ap.add_argument("--trivial", action="store_true", help="empty tests: the per-test cost alone (see above)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="hs-pytest-bench-") as tmp:
         d = Path(tmp)
-        write_suite(d, args.tests)
+        write_suite(d, args.tests, args.trivial)
         (d / "hs_bench_split.py").write_text(SPLIT_PLUGIN)
         on = ["--heapscope", "--heapscope-interval", args.interval]
         if args.python_objects:
@@ -161,8 +173,8 @@ def main() -> None:
                 rows["inside"].append(run(d, instrumented, {"PYTHONPATH": str(d)}))
                 rows["quiet"].append(run(d, instrumented, {"PYTHONPATH": str(d), "HS_BENCH_NO_WINDOWS": "1"}))
                 rows["co"].append(run(d, ["--co"]))
-        print(f"{args.tests} tests, {args.rounds} interleaved rounds, interval {args.interval}"
-              + (", --heapscope-python-objects" if args.python_objects else ""))
+        print(f"{args.tests} {'empty ' if args.trivial else ''}tests, {args.rounds} interleaved rounds, "
+              f"interval {args.interval}" + (", --heapscope-python-objects" if args.python_objects else ""))
         for label, k in (("wall", 0), ("cpu", 1)):
             without = [x[0] if k == 0 else x[1] for x in plain]
             with_ = [x[0] if k == 0 else x[1] for x in profiled]

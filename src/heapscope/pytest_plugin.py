@@ -43,6 +43,7 @@ import os
 import re
 import signal
 import socket
+import struct
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,6 +63,11 @@ CONNECT_TIMEOUT_S = 10.0
 TOP_STACKS = 3  # stacks named per test
 STACK_DEPTH = 6  # frames shown per stack
 MAX_LINE = 1 << 20
+# The question asked before every test and its usual answer, ready-made on both sides
+# (JSON still: the rest of the exchange reads them like any other line).
+START = b'{"op": "start"}'
+STARTED = b'{"ok": 1}'
+_STARTED: dict[str, Any] = {"ok": 1}  # STARTED, decoded; never changed
 
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
           "t": 1000**4, "tb": 1000**4, "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
@@ -208,7 +214,9 @@ def _run_parent(config: pytest.Config, given: Any) -> int:
         listener.listen(1)
         rcfg = RecordConfig(interval=interval)
         output = Path(out) if out else work / "run.db"
-        opts = RecordingOptions(symbolize=bool(out), force=bool(out), command="pytest --heapscope")
+        # Without --heapscope-output no profile is built at all (RecordingOptions.keep): only the
+        # per-test windows are read, and the few stacks a reply names are read by id.
+        opts = RecordingOptions(symbolize=bool(out), force=bool(out), command="pytest --heapscope", keep=bool(out))
         argv = [sys.executable, "-m", "pytest", *config.invocation_params.args]
 
         def warn(msg: str) -> None:
@@ -225,10 +233,6 @@ def _run_parent(config: pytest.Config, given: Any) -> int:
             with Recording(rcfg, output, opts, warn=warn) as rec:
                 parent = _Parent(rec, listener, interval, given.heapscope_top, bool(out))
                 pid = rec.start(argv)
-                if not out and rec.producer is not None:
-                    # Only the per-test windows are read: no stack is resolved for the profile,
-                    # and stacks stay in the ring reader (C); the few a reply names are read by id.
-                    rec.producer.frames.discard = True
                 parent.serve(pid)
                 code = rec.run_until_exit()
         finally:
@@ -278,6 +282,7 @@ class _Parent:
         # The tests of the largest peaks so far (at least `top`; ties kept): nodeid ->
         # (peak, [(bytes, callsite, stack id, names or None until the report asks)]).
         self.board: dict[str, tuple[int, list[tuple[int, int, int, list[str] | None]]]] = {}
+        self.least = 0  # the `top`-th largest peak on the board, once it holds `top` tests
         self.process: Any = None  # the tests' ProcessState, as of the last snapshot
         self.parents: list[tuple[int, int]] = [(0, 0)]  # callsite id -> (parent, frame)
         self.frames: list[Frame | None] = [None]
@@ -325,7 +330,7 @@ class _Parent:
         while b"\n" in self.buf:
             line, self.buf = self.buf.split(b"\n", 1)
             try:
-                msg = json.loads(line)
+                msg = {"op": "start"} if line == START else json.loads(line)
             except ValueError:
                 msg = {}
             self._answer(conn, msg)
@@ -337,12 +342,19 @@ class _Parent:
 
     @staticmethod
     def _send(conn: socket.socket, reply: dict[str, Any]) -> None:
-        data = json.dumps(reply).encode() + b"\n"
-        conn.setblocking(True)
-        conn.settimeout(ASK_TIMEOUT_S)
-        with contextlib.suppress(OSError):
-            conn.sendall(data)
-        conn.setblocking(False)
+        data = STARTED + b"\n" if reply is _STARTED else json.dumps(reply).encode() + b"\n"
+        try:
+            sent = conn.send(data)  # at once, nearly always: the child reads each answer before asking again
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
+            return
+        if sent < len(data):  # a large report: the rest with a bound on the wait
+            conn.setblocking(True)
+            conn.settimeout(ASK_TIMEOUT_S)
+            with contextlib.suppress(OSError):
+                conn.sendall(data[sent:])
+            conn.setblocking(False)
 
     def _answer(self, conn: socket.socket, msg: dict[str, Any]) -> None:
         try:
@@ -357,7 +369,7 @@ class _Parent:
         op = msg.get("op")
         if op == "start":
             started = self._snapshot(restart=True)
-            return {"off": "the test process is not profiled"} if started is None else {"ok": 1}
+            return {"off": "the test process is not profiled"} if started is None else _STARTED
         if op == "report":
             return {"stacks": {nodeid: self._board_stacks(nodeid) for nodeid in msg.get("nodeids", [])
                                if nodeid in self.board}}
@@ -397,16 +409,16 @@ class _Parent:
         """Whether a test of this peak is among the `top` largest so far (ties kept)."""
         if self.top <= 0 or peak <= 0:
             return False
-        if len(self.board) < self.top:
-            return True
-        return peak >= sorted((v[0] for v in self.board.values()), reverse=True)[self.top - 1]
+        return len(self.board) < self.top or peak >= self.least
 
     def _prune_board(self) -> None:
-        if len(self.board) <= self.top:
+        """After a test joined the board (rare: the board is sorted here, not per test)."""
+        if len(self.board) < self.top:
             return
-        least = sorted((v[0] for v in self.board.values()), reverse=True)[self.top - 1]
-        for nodeid in [k for k, v in self.board.items() if v[0] < least]:
-            del self.board[nodeid]
+        least = self.least = sorted((v[0] for v in self.board.values()), reverse=True)[self.top - 1]
+        if len(self.board) > self.top:
+            for nodeid in [k for k, v in self.board.items() if v[0] < least]:
+                del self.board[nodeid]
 
     def _board_stacks(self, nodeid: str) -> list[list[Any]]:
         _peak, rows = self.board[nodeid]
@@ -437,8 +449,40 @@ class _Parent:
                     p.heap.modules, p.heap.frame_cache, pcs, py, p.heap.python)))
         _catch_up(self.frames, producer.frames.frames.ids, lambda frame, _i: frame)
         _catch_up(self.mappings, producer.frames.mappings.ids, lambda mapping, _i: mapping)
-        named = [self._named(f) for f in frame_ids]
-        return [f"{n.name} ({n.where})" if n.where else n.name for n in order_frames(named)[:STACK_DEPTH]]
+        return [f"{n.name} ({n.where})" if n.where else n.name for n in self._shown(frame_ids)]
+
+    def _shown(self, frame_ids: list[int]) -> list[_Named]:
+        """order_frames() of the frames, the first STACK_DEPTH; a native frame is named (from
+        its library's symbol table, read once: ~10 ms for libpython) only when it may be shown.
+        The Python frames come first and often fill the stack."""
+        python: list[_Named] = []
+        native: list[int] = []
+        for f in frame_ids:
+            if self._native(f):
+                native.append(f)
+            else:
+                n = self._named(f)
+                if _kept(n):
+                    python.append(n)
+        shown = python[:STACK_DEPTH]
+        for f in native:
+            if len(shown) >= STACK_DEPTH:
+                break
+            n = self._named(f)
+            if _kept(n):
+                shown.append(n)
+        return shown
+
+    def _native(self, frame_id: int) -> bool:
+        """Whether order_frames puts the frame after the Python ones, told without naming it."""
+        n = self.named.get(frame_id)
+        if n is not None:
+            return not n.python
+        frame = self.frames[frame_id]
+        if frame is None:
+            return True
+        mapping = self.mappings[frame.mapping]
+        return not is_python_frame(frame.name, mapping.name if mapping is not None else "")
 
     def _named(self, frame_id: int) -> _Named:
         n = self.named.get(frame_id)
@@ -497,8 +541,12 @@ def order_frames(frames: list[_Named]) -> list[_Named]:
     """Stacks are shown leaf first, Python frames before native ones; allocator
     frames (the malloc family, the client's own) and the test runner's own
     Python frames (pytest, pluggy: on every test's stack) are left out."""
-    shown = [f for f in frames if f.name not in _ALLOCATOR and "libheapscope" not in f.where and not f.runner]
+    shown = [f for f in frames if _kept(f)]
     return [f for f in shown if f.python] + [f for f in shown if not f.python]
+
+
+def _kept(f: _Named) -> bool:
+    return f.name not in _ALLOCATOR and "libheapscope" not in f.where and not f.runner
 
 
 def _is_runner(path: str) -> bool:
@@ -544,23 +592,30 @@ class _Child:
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             s.settimeout(CONNECT_TIMEOUT_S)
             s.connect(path)
-            s.settimeout(ASK_TIMEOUT_S)
+            # Blocking, with the bound on each wait kept by the kernel: a question costs a
+            # send and a recv (a Python-level timeout would poll() before each).
+            s.settimeout(None)
+            wait = _timeval(ASK_TIMEOUT_S)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, wait)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, wait)
             self.sock = s
         except OSError as e:
             self.off = f"cannot reach the recording ({e.strerror or e})"
 
-    def _ask(self, msg: dict[str, Any]) -> dict[str, Any] | None:
+    def _ask(self, msg: dict[str, Any] | bytes) -> dict[str, Any] | None:
+        """The parent's answer to msg (a dict, or a line ready-made: START); None when it is off.
+        A wait that the kernel ends (SO_RCVTIMEO) raises BlockingIOError: no answer."""
         if self.sock is None or self.off:
             return None
         try:
-            self.sock.sendall(json.dumps(msg).encode() + b"\n")
+            self.sock.sendall((msg if isinstance(msg, bytes) else json.dumps(msg).encode()) + b"\n")
             while b"\n" not in self.buf:
                 n = self.sock.recv_into(self.chunk)
                 if not n or len(self.buf) > MAX_LINE:
                     raise OSError("the recording went away")
                 self.buf += self.chunk[:n]
             line, self.buf = self.buf.split(b"\n", 1)
-            reply: dict[str, Any] = json.loads(line)
+            reply: dict[str, Any] = _STARTED if line == STARTED else json.loads(line)
         except (OSError, ValueError) as e:
             self._stop(f"no answer from the recording ({e}); the tests run on unmeasured")
             return None
@@ -580,7 +635,7 @@ class _Child:
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Any:
         limits = _limits(item)
-        started = self._ask({"op": "start"}) is not None
+        started = self._ask(START) is not None
         outcome = yield
         if not started:
             return
@@ -617,6 +672,12 @@ class _Child:
                           + (f"  (held at its end: {estimate(r.interval, r.leak)})" if r.leak > 0 else ""))
             for n, stack in named.get(r.nodeid, []):
                 tr.write_line(f"{'':>8}{format_size(n):>12}  " + " < ".join(stack))
+
+
+def _timeval(seconds: float) -> bytes:
+    """A struct timeval of `seconds` for SO_RCVTIMEO/SO_SNDTIMEO; at least 1 us (0 would be no bound)."""
+    us = max(1, round(seconds * 1e6))
+    return struct.pack("ll", us // 1_000_000, us % 1_000_000)
 
 
 def _limits(item: pytest.Item) -> dict[str, int]:

@@ -106,7 +106,7 @@ def _quiet(_msg: str) -> None:
 class RecordingOptions(FrozenSlots):
     __slots__ = (
         "duration", "continuous_ms", "phase_ms", "max_memory_mb", "max_cpu_s", "symbolize", "command",
-        "forward_signals", "force",
+        "forward_signals", "force", "keep",
     )
     duration: float | None  # seconds; None = until the target ends (or stop())
     continuous_ms: int  # a dump every so many ms; 0 = only at the end
@@ -119,10 +119,13 @@ class RecordingOptions(FrozenSlots):
     # host (a test runner with its own SIGALRM timeout, say) keeps its handlers.
     forward_signals: bool
     force: bool  # replace an existing heapscope profile at the output path
+    # False: no profile at all (the pytest plugin without --heapscope-output reads only the
+    # trackers' figures, window_snapshot): no file, no dump, no stack resolved (Producer's keep).
+    keep: bool
 
     def __init__(self, duration: float | None = None, continuous_ms: int = 0, phase_ms: int = 0,
                  max_memory_mb: float | None = None, max_cpu_s: float | None = None, symbolize: bool = True,
-                 command: str = "", forward_signals: bool = True, force: bool = False) -> None:
+                 command: str = "", forward_signals: bool = True, force: bool = False, keep: bool = True) -> None:
         set_field = object.__setattr__
         set_field(self, "duration", duration)
         set_field(self, "continuous_ms", continuous_ms)
@@ -133,6 +136,7 @@ class RecordingOptions(FrozenSlots):
         set_field(self, "command", command)
         set_field(self, "forward_signals", forward_signals)
         set_field(self, "force", force)
+        set_field(self, "keep", keep)
         self.__post_init__()
 
     def __post_init__(self) -> None:
@@ -370,6 +374,8 @@ class Recording:
 
     def _warm_up(self) -> None:
         """Queue the imports the end of the recording will need, for the loop's idle time."""
+        if not self.options.keep:
+            return  # no profile: the end reads nothing back
         modules = END_MODULES + (SYMBOLIZE_MODULES if self.options.symbolize else ())
         self._chores += [(self._importer(m), False) for m in modules]
 
@@ -402,6 +408,10 @@ class Recording:
         """The profile and the producer: fails here, before any target is touched."""
         if self.producer is not None:
             raise UsageError("a Recording records one target (or one set of pids) only")
+        if not self.options.keep:  # nothing written: no writer (self.writer stays None)
+            self.producer = Producer(None, self.config, log=self.log)
+            self.started = time.monotonic()
+            return self.producer
         # The output is checked and its files created now; the database and its schema (~4 ms with
         # sqlite3's import) when first written to: at the first handshake, after the client has
         # its answer, or by the chore below (issue 13). Should that fail, the failure is the
@@ -521,7 +531,7 @@ class Recording:
                 resource.setrlimit(resource.RLIMIT_NOFILE, self._nofile)
 
     def _start_symbolizer(self) -> None:
-        if not self.options.symbolize or self.producer is None:
+        if not self.options.symbolize or self.producer is None or self.writer is None:
             return
         try:
             # Cheap: it only notes modules; warming starts from the loop if the target runs a while.
@@ -609,6 +619,8 @@ class Recording:
         Concurrent callers share the next dump. HeapscopeError when the
         recording is over or failed, or the dump did not come within `timeout`.
         """
+        if not self.options.keep:
+            raise HeapscopeError("this recording keeps no profile")
         waiter = _Waiter()
         with self._waiters_lock:
             if self._ended or self._failed or self.producer is None:

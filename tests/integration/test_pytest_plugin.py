@@ -409,6 +409,83 @@ def test_api_refuses_a_missing_command(tmp_path: Path) -> None:
         pass
 
 
+def test_the_board_keeps_the_largest_peaks_and_their_ties() -> None:
+    # GIVEN the parent's board of the tests with the largest peaks (top 3, ties kept), fed as
+    # _window feeds it: a test joins when _ranks says so, then the board is pruned
+    import random
+
+    from heapscope.pytest_plugin import _Parent
+
+    for seed in range(20):
+        rng = random.Random(seed)
+        parent = _Parent(None, None, 4096, 3, False)  # type: ignore[arg-type]  # no recording needed here
+        seen: list[int] = []
+        for i in range(300):
+            peak = rng.choice((0, 4096, 8192, 12288)) * rng.randrange(1, 4) + rng.randrange(2) * rng.randrange(10**6)
+            seen.append(peak)
+            if parent._ranks(peak):
+                parent.board[f"t{i}"] = (peak, [])
+                parent._prune_board()
+            # THEN it holds exactly the tests whose peak (> 0) is at least the third largest so far
+            third = sorted((p for p in seen if p > 0), reverse=True)[2:3]
+            want = sorted(p for p in seen if p > 0 and (not third or p >= third[0]))
+            assert sorted(v[0] for v in parent.board.values()) == want, (seed, i)
+
+
+def test_a_parent_that_does_not_answer_is_waited_for_a_bounded_time(tmp_path: Path, monkeypatch) -> None:
+    # GIVEN the child's side of the plugin connected to a parent that never answers
+    import socket
+    import time
+
+    import heapscope.pytest_plugin as hp
+
+    monkeypatch.setattr(hp, "ASK_TIMEOUT_S", 0.3)
+    path = str(tmp_path / "control.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(path)
+        server.listen(1)
+
+        class Config:  # what _Child reads of pytest's Config
+            option = type("Options", (), {"heapscope_interval": "4096"})()
+
+            def getoption(self, _name: str) -> int:
+                return 5
+
+        child = hp._Child(Config(), path)  # type: ignore[arg-type]
+        conn, _ = server.accept()
+        with conn:
+            # WHEN it asks before a test
+            t0 = time.monotonic()
+            reply = child._ask(hp.START)
+            waited = time.monotonic() - t0
+    # THEN the kernel's bound on the wait (SO_RCVTIMEO) ends it: no answer, and it asks no more
+    assert reply is None and 0.25 <= waited < 10
+    assert child.off.startswith("no answer from the recording") and child.sock is None
+    assert child._ask(hp.START) is None
+
+
+def test_a_recording_that_keeps_no_profile_writes_nothing_and_still_counts(tmp_path: Path) -> None:
+    # GIVEN a Recording told to keep no profile (the plugin without --heapscope-output)
+    from heapscope.errors import HeapscopeError
+    from heapscope.producer.config import RecordConfig
+    from heapscope.recording import Recording, RecordingOptions
+
+    out = tmp_path / "never.db"
+    with Recording(RecordConfig(interval=4096), out, RecordingOptions(symbolize=False, keep=False)) as rec:
+        rec.start([sys.executable, "-c", API_TARGET])
+        with pytest.raises(HeapscopeError, match="keeps no profile"):  # a scrape: nothing to serve
+            rec.fresh_dump()
+        code = rec.run_until_exit()
+    # THEN the command ran as ever, no file was made, no stack was resolved, and the
+    # trackers' figures are all there (8 MiB of malloc(1 MiB): recorded at their real size)
+    assert code == 3
+    assert not out.exists() and not list(tmp_path.iterdir())
+    assert rec.producer is not None and not rec.producer.trie.take_new_flat()
+    s = rec.summary
+    assert s.processes == 1 and s.samples > 0
+    assert s.sampled_bytes >= 8 * MIB and s.peak_heap >= 8 * MIB
+
+
 PARENT_KILLED = HEADER + '''
 import signal
 

@@ -21,6 +21,19 @@ int hs_buf_reserve(struct hs_buf *b, size_t more) {
 
 /* ---- buckets ---- */
 
+/* win_start covers buckets [0, n) (grown geometrically), the new entries zero. */
+static int window_cover(struct hs_tracker *t, size_t n) {
+  if (n <= t->win_n) return 0;
+  size_t cap = t->win_n ? t->win_n : 256;
+  while (cap < n) cap *= 2;
+  struct hs_totals *w = realloc(t->win_start, cap * sizeof *w);
+  if (!w) return -1;
+  memset(w + t->win_n, 0, (cap - t->win_n) * sizeof *w);
+  t->win_start = w;
+  t->win_n = cap;
+  return 0;
+}
+
 static int64_t bucket_new(struct hs_tracker *t, uint64_t callsite_id, uint32_t stack_idx) {
   if (t->nbuckets >= UINT32_MAX - 1) return -1;
   if (t->nbuckets == t->buckets_cap) {
@@ -34,6 +47,11 @@ static int64_t bucket_new(struct hs_tracker *t, uint64_t callsite_id, uint32_t s
     t->buckets_cap = cap;
   }
   size_t i = t->nbuckets;
+  if (t->pk->win_epoch) {
+    /* A window is open: made in it, the bucket held nothing at its start. */
+    if (window_cover(t, i + 1) < 0) return -1;
+    t->win_start[i] = (struct hs_totals){0};
+  }
   memset(&t->buckets[i], 0, sizeof t->buckets[i]);
   memset(&t->rest[i], 0, sizeof t->rest[i]);
   t->buckets[i].epoch = t->pk->peak_epoch; /* it did not exist at the peak: all zero there */
@@ -47,11 +65,20 @@ static inline struct hs_totals at_peak(const struct hs_tracker *t, size_t i) {
   return t->buckets[i].epoch != t->pk->peak_epoch ? t->buckets[i].cur : t->rest[i].at_peak;
 }
 
-/* Call before changing b: its first change since the peak saves its state there. */
+/* Bucket i's state at the window's start (zero when no window is open). */
+static inline struct hs_totals window_start_of(const struct hs_tracker *t, size_t i) {
+  if (!t->pk->win_epoch) return (struct hs_totals){0};
+  return t->buckets[i].epoch < t->pk->win_epoch ? t->buckets[i].cur : t->win_start[i];
+}
+
+/* Call before changing b: its first change since the peak saves its state there,
+ * and its first change since the window's start (itself a peak epoch) its state then. */
 static inline void touch(const struct hs_tracker *t, struct hs_bucket *b) {
   const uint64_t epoch = t->pk->peak_epoch;
   if (b->epoch != epoch) {
-    t->rest[b - t->buckets].at_peak = b->cur;
+    const size_t i = (size_t)(b - t->buckets);
+    if (b->epoch < t->pk->win_epoch) t->win_start[i] = b->cur;
+    t->rest[i].at_peak = b->cur;
     b->epoch = epoch;
   }
 }
@@ -191,6 +218,7 @@ static void apply_malloc(struct hs_tracker *t, const struct hs_op *op) {
   b->cur.alloc_count++;
   b->cur.alloc_real += op->alloc_size;
   t->cur_unfreed += op->sample_size;
+  t->alloc_bytes += op->sample_size;
   struct hs_peak *pk = t->pk;
   pk->cur_unfreed += op->sample_size;
   if (pk->cur_unfreed > pk->max_unfreed) {
@@ -294,17 +322,6 @@ void hs_tracker_flush(struct hs_tracker *t) {
 
 /* ---- callsites ---- */
 
-/* win_start covers buckets [0, n), the new ones zero. */
-static int window_cover(struct hs_tracker *t, size_t n) {
-  if (n <= t->win_n) return 0;
-  struct hs_totals *w = realloc(t->win_start, n * sizeof *w);
-  if (!w) return -1;
-  memset(w + t->win_n, 0, (n - t->win_n) * sizeof *w);
-  t->win_start = w;
-  t->win_n = n;
-  return 0;
-}
-
 int hs_tracker_set_callsite(struct hs_tracker *t, uint64_t stack_id, uint64_t callsite_id) {
   if (callsite_id == 0) return 0;
   struct hs_stack_slot *s = hs_stacks_get(&t->stacks, stack_id);
@@ -320,9 +337,10 @@ int hs_tracker_set_callsite(struct hs_tracker *t, uint64_t stack_id, uint64_t ca
     return 0;
   }
   if (t->rest[s->bucket].callsite_id != 0) return 0; /* it has one already */
-  /* Fold the stack's bucket into the callsite's, peak state included. */
+  /* Fold the stack's bucket into the callsite's, peak and window start states included. */
   struct hs_bucket *from = &t->buckets[s->bucket], *to = &t->buckets[c->bucket];
   struct hs_totals peak_to = at_peak(t, c->bucket), peak_from = at_peak(t, s->bucket);
+  struct hs_totals start_to = window_start_of(t, c->bucket), start_from = window_start_of(t, s->bucket);
   totals_add(&to->cur, &from->cur);
   totals_add(&peak_to, &peak_from);
   t->rest[c->bucket].at_peak = peak_to;
@@ -331,10 +349,10 @@ int hs_tracker_set_callsite(struct hs_tracker *t, uint64_t stack_id, uint64_t ca
   from->into_plus1 = c->bucket + 1;
   from->epoch = t->pk->peak_epoch;
   t->rest[s->bucket].at_peak = (struct hs_totals){0};
-  if (s->bucket < t->win_n && (t->win_start[s->bucket].alloc_count || t->win_start[s->bucket].free_count)) {
-    /* The window's start state moves with the totals. */
-    if (c->bucket >= t->win_n && window_cover(t, c->bucket + 1) < 0) return -1;
-    totals_add(&t->win_start[c->bucket], &t->win_start[s->bucket]);
+  if (t->pk->win_epoch) {
+    /* Both now changed in the window (their epoch): their start states are win_start's. */
+    totals_add(&start_to, &start_from);
+    t->win_start[c->bucket] = start_to;
     t->win_start[s->bucket] = (struct hs_totals){0};
   }
   s->bucket = c->bucket;
@@ -430,15 +448,18 @@ int hs_tracker_new_window(struct hs_tracker *t) {
   uint64_t last_ts = 0;
   for (uint32_t m = 0; m < pk->n; m++) {
     struct hs_tracker *x = pk->members[m];
-    x->win_n = 0;
+    /* Room for every bucket's start state (once: the buckets made later get theirs
+     * in bucket_new); nothing is copied, as each bucket's cur is its state now. */
     if (window_cover(x, x->nbuckets) < 0) return -1;
-    for (size_t i = 0; i < x->nbuckets; i++) x->win_start[i] = x->buckets[i].cur;
     if (x->last_ts > last_ts) last_ts = x->last_ts;
   }
   pk->win_base = pk->cur_unfreed;
   pk->max_unfreed = pk->cur_unfreed;
   pk->max_ts = last_ts;
-  pk->peak_epoch++; /* every bucket's cur is now its state at the (window's) peak */
+  /* Every bucket's cur is now its state at the (window's) peak and at the window's
+   * start: a bucket's epoch below win_epoch says it has not changed since. */
+  pk->peak_epoch++;
+  pk->win_epoch = pk->peak_epoch;
   return 0;
 }
 
@@ -448,7 +469,7 @@ int64_t hs_tracker_window(struct hs_tracker *t) {
   for (size_t i = 0; i < t->nbuckets; i++) {
     const struct hs_bucket *b = &t->buckets[i];
     if (b->into_plus1) continue;
-    struct hs_totals s = i < t->win_n ? t->win_start[i] : (struct hs_totals){0};
+    struct hs_totals s = window_start_of(t, i);
     struct hs_totals p = at_peak(t, i), c = b->cur;
     if (c.alloc_count == s.alloc_count && c.free_count == s.free_count) continue;
     uint64_t callsite_id = t->rest[i].callsite_id;
@@ -533,11 +554,7 @@ int64_t hs_tracker_threads(struct hs_tracker *t) {
   return row - first;
 }
 
-uint64_t hs_tracker_sampled_bytes(const struct hs_tracker *t) {
-  uint64_t sum = 0;
-  for (size_t i = 0; i < t->nbuckets; i++) sum += t->buckets[i].cur.alloc_bytes;
-  return sum;
-}
+uint64_t hs_tracker_sampled_bytes(const struct hs_tracker *t) { return t->alloc_bytes; }
 
 /* ---- life cycle ---- */
 

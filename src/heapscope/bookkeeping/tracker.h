@@ -34,6 +34,14 @@
  * first change after it saves `cur` into `at_peak` before applying. A new
  * peak is O(1), an op O(1).
  *
+ * Windows the same way. A window's start is a new peak epoch, remembered
+ * (`win_epoch`): a bucket whose last change is older (epoch < win_epoch)
+ * has not changed in the window, so its state at the start is still `cur`;
+ * the first change after the start (the first after a peak, as the window's
+ * start is one) saves `cur` into win_start before applying, in the same rare
+ * branch that saves at_peak. A new window is O(1) (after the first, which
+ * allocates win_start for every bucket), and an op pays nothing more.
+ *
  * One peak for several heaps (issue 12). The peak state (struct hs_peak:
  * running total, maximum, its ts, the epoch) lives apart from the tracker
  * and can be shared by the trackers of one process's heaps
@@ -209,6 +217,7 @@ struct hs_peak {
   uint64_t max_unfreed; /* ... at the peak (of the current window) */
   uint64_t max_ts;      /* ts of the malloc that made the peak */
   uint64_t peak_epoch;  /* peaks reached so far */
+  uint64_t win_epoch;   /* peak_epoch at the current window's start; 0: no window yet */
   uint64_t win_base;     /* cur_unfreed at the window's start */
   uint64_t best_unfreed; /* the process's peak, when an earlier window held it (members' best rows) */
   uint64_t best_ts;
@@ -236,9 +245,13 @@ struct hs_tracker {
   /* the peak, shared with the other heaps of the process (hs_tracker_share_peak) or its own */
   struct hs_peak *pk;
   uint64_t cur_unfreed; /* this tracker's sampled bytes not freed now */
-  /* peak windows (hs_tracker_new_window) */
-  struct hs_totals *win_start; /* each bucket's cur at the window's start; beyond win_n: zero */
-  size_t win_n;
+  uint64_t alloc_bytes; /* this tracker's sampled bytes allocated in all (hs_tracker_sampled_bytes) */
+  /* peak windows (hs_tracker_new_window): a bucket changed in the current window
+   * (epoch >= pk->win_epoch) has its state at the window's start here (zero for a
+   * bucket made in it); the others' is their cur. Allocated, for every bucket, while
+   * pk->win_epoch != 0. */
+  struct hs_totals *win_start;
+  size_t win_n; /* entries allocated (and zeroed when allocated) */
   struct hs_buf best; /* hs_peak_row[]: this tracker at the process's peak, when an earlier window held it */
   /* per (stack, thread) totals, when threads: the key (tid << 32 | stack
    * index) -> its index in thread_totals (the table type of stacks; its
@@ -294,7 +307,9 @@ int64_t hs_tracker_threads(struct hs_tracker *t);    /* hs_thread_row, first-see
  * A window is one for every tracker sharing t's peak: it starts for all of
  * them, with one base and one peak over their sum.
  * Resolve stacks first: a stack without callsite has no row in the kept
- * peak. O(buckets). Not for dump_at_max (its dumps follow the window).
+ * peak. O(1) but for the first window (which allocates the start states)
+ * and a closing window that held the process's peak (its rows are copied).
+ * Not for dump_at_max (its dumps follow the window).
  * -1 on ENOMEM (the window is not started). */
 int hs_tracker_new_window(struct hs_tracker *t);
 int64_t hs_tracker_window(struct hs_tracker *t); /* hs_window_row, changed buckets */
@@ -302,7 +317,7 @@ int64_t hs_tracker_window(struct hs_tracker *t); /* hs_window_row, changed bucke
  * tracker sharing t's peak (its ts in *ts). */
 uint64_t hs_tracker_process_peak(const struct hs_tracker *t, uint64_t *ts);
 
-/* Sampled bytes allocated in all (a sum over the buckets: for stats, not per op). */
+/* Sampled bytes allocated in all (a running total: O(1)). */
 uint64_t hs_tracker_sampled_bytes(const struct hs_tracker *t);
 
 #endif /* HEAPSCOPE_TRACKER_H */

@@ -48,16 +48,32 @@ _U64 = (1 << 64) - 1
 _POLL_IN = select.POLLIN | select.POLLPRI | select.POLLHUP | select.POLLERR
 
 
+class NoProfile:
+    """The writer of a producer that keeps no profile: every call does nothing."""
+
+    def __getattr__(self, _name: str) -> Callable[..., None]:
+        return _nothing
+
+
+def _nothing(*_args: object) -> None:
+    pass
+
+
 class Producer:
     """Owns the listening socket, the per-process states and the bookkeeping."""
 
-    def __init__(self, writer: ProfileWriter, config: RecordConfig,
+    def __init__(self, writer: ProfileWriter | None, config: RecordConfig,
                  log: Callable[[str], None] = lambda _msg: None) -> None:
-        self.writer = writer
+        # writer None: no profile is kept (the pytest plugin without --heapscope-output, which
+        # reads the trackers' figures and a few stacks by id): nothing is written, no stack is
+        # resolved (FrameTable.discard) and a dump books nothing.
+        self.keep = writer is not None
+        self.writer: ProfileWriter | NoProfile = writer if writer is not None else NoProfile()
         self.config = config
         self.log = log
         self.token = os.urandom(codec.TOKEN_SIZE)  # what secrets.token_bytes does, without its imports
         self.frames = FrameTable(config.skip_symbol_prefixes)
+        self.frames.discard = not self.keep
         self.trie = Trie()  # bookkeeping/trie.py's, in C: the resolve in C adds to it (resolve_core.h)
         self.processes: dict[int, ProcessState] = {}  # by socket fd
         self.ended: list[ProcessState] = []
@@ -510,6 +526,8 @@ class Producer:
         (heapprofd's self_max), so SUM(size) up to this dump is the peak. The
         final dump also writes the process's peak (heapscope_peak_allocation).
         """
+        if not self.keep:
+            return  # nothing to write; the trackers' figures stay as they are
         heap: ProcessHeap = p.heap
         tracker = p.ingest.tracker
         rows = heap.dump_values(tracker, self.frames, self.trie, final)
