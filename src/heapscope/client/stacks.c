@@ -6,7 +6,7 @@
 #include "ring.h"
 #include "wire.h"
 
-/* Two tables (stacks.h): a small first one, written at start (MAP_POPULATE),
+/* Two tables (stacks.h): a small first one, populated at its first insert,
  * that takes ids until it holds FIRST_CAP of them, then the big one, whose
  * pages are touched only as ids land there. */
 #define FIRST_BITS 15
@@ -21,6 +21,11 @@ static uint64_t *first, *table;
  * first_count reaches FIRST_CAP; only ever goes 1 -> 0). */
 static uint64_t first_count;
 static int first_open;
+static int first_populated;
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
 
 static uint64_t mix(uint64_t h) {
   h ^= h >> 32;
@@ -80,7 +85,7 @@ uint64_t hs_stack_id_py(uint64_t native, const struct hs_pyframe *py, uint32_t n
 
 int hs_stacks_init(void) {
   void *f = mmap(NULL, FIRST_SLOTS * sizeof(uint64_t), PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   void *m = mmap(NULL, TABLE_SLOTS * sizeof(uint64_t), PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (f == MAP_FAILED || m == MAP_FAILED) {
@@ -92,6 +97,7 @@ int hs_stacks_init(void) {
   }
   __atomic_store_n(&first_count, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&first_open, 1, __ATOMIC_RELAXED);
+  __atomic_store_n(&first_populated, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&first, (uint64_t *)f, __ATOMIC_RELEASE);
   __atomic_store_n(&table, (uint64_t *)m, __ATOMIC_RELEASE);
   return HS_OK;
@@ -134,6 +140,13 @@ enum hs_intern hs_stacks_intern(uint64_t id) {
   if (in == HS_STACK_KNOWN)
     return in;
   if (in == HS_STACK_NEW) {
+    /* The first id: the whole first table is written now, in one call (a
+     * program that never samples pays nothing). Contents are kept; a
+     * kernel without MADV_POPULATE_WRITE leaves it to the faults. */
+    if (HS_UNLIKELY(!__atomic_load_n(&first_populated, __ATOMIC_RELAXED))) {
+      __atomic_store_n(&first_populated, 1, __ATOMIC_RELAXED);
+      (void)madvise(f, FIRST_SLOTS * sizeof(uint64_t), MADV_POPULATE_WRITE);
+    }
     uint64_t n;
     if (hs_single_threaded()) {
       n = __atomic_load_n(&first_count, __ATOMIC_RELAXED) + 1;
