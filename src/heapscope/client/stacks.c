@@ -103,7 +103,7 @@ int hs_stacks_init(void) {
   return HS_OK;
 }
 
-/* Probes t (2^bits slots) for id from its home slot: KNOWN when there,
+/* Probes t (mask + 1 slots) for id from its home slot: KNOWN when there,
  * NEW when this call stored it in an empty slot (only when `insert`), FULL
  * when it is not there and was not stored (an empty slot reached without
  * `insert`, or MAX_PROBES taken slots). Slots only ever go 0 -> id, so an
