@@ -1,7 +1,7 @@
-"""The client's cost inside two real native targets, per sample: cc1plus and git log -p (issue 13).
+"""The client's cost inside real native targets, per sample: cc1plus and git log -p (issue 13).
 
-    python benchmarks/native_targets.py [--heapscope CMD] [--only cc1plus|git] [--cache-sim]
-                                        [--perf] [--out DIR]
+    python benchmarks/native_targets.py [--heapscope CMD] [--only cc1plus|git|cc1] [--cache-sim]
+                                        [--perf [--rounds N] [--variants plain,prof,...]] [--out DIR]
 
 For each target (run.py's cc1plus_command and generate_git_repo, cached in benchmarks/out/):
 runs it under `valgrind --tool=callgrind` alone, then under `heapscope record` (default
@@ -9,9 +9,10 @@ interval), and prints the instructions the client added per sample (the whole pr
 difference over the samples recorded), hs_record_alloc_slow inclusive per sample and its
 parts, the sampled frees, and the hooks' share. With --cache-sim, callgrind's cache model
 also counts D1 and LL misses (simulated: the machine's counters are not readable in every
-VM) added per sample. With --perf, `perf stat -e task-clock,page-faults` of the target under
-the client and alone (software counters; wall-clock figures are noisy on a shared machine).
-Nothing is asserted.
+VM) added per sample. With --perf, the target's own rusage (user and sys CPU, minor page
+faults) alone and under the client, medians of interleaved rounds (wall-clock figures are
+noisy on a shared machine); --variants prof-big,prof-stopped set a run with the producer
+stopped beside one where it reads (see perf_rows). Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -119,10 +120,13 @@ def report(label: str, plain: Costs, prof: Costs, stats: dict[str, int], samples
 def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--heapscope", default=None, help="heapscope command (default: on PATH)")
-    ap.add_argument("--only", default=None, help="cc1plus or git")
+    ap.add_argument("--only", default=None, help="cc1plus, git or cc1 (cc1 -O2, the long run: --perf only)")
     ap.add_argument("--cache-sim", action="store_true", help="callgrind's cache model (D1, LL misses)")
-    ap.add_argument("--perf", action="store_true", help="perf stat (software counters) instead of callgrind")
+    ap.add_argument("--perf", action="store_true",
+                    help="the target's rusage (user, sys, minor faults; medians) instead of callgrind")
     ap.add_argument("--rounds", type=int, default=3, help="--perf: interleaved rounds")
+    ap.add_argument("--variants", default="plain,prof",
+                    help=f"--perf: which runs, of {', '.join(VARIANTS)} (comma-separated)")
     ap.add_argument("--out", type=Path, default=bench_run.OUT)
     args = ap.parse_args()
     out: Path = args.out
@@ -137,11 +141,18 @@ def main() -> int:
         repo = out / "history.git"
         bench_run.generate_git_repo(repo, 4000)
         targets.append(("git", ["git", "-C", str(repo), "--no-pager", "log", "-p"]))
+    if args.only == "cc1" and args.perf:
+        big_c = out / "big.c"
+        if not big_c.exists():
+            bench_run.generate_c_file(big_c, 1700)
+        cc1 = subprocess.run(["gcc", "-print-prog-name=cc1"], capture_output=True, text=True,
+                             check=True).stdout.strip()
+        targets.append(("cc1", [cc1, "-quiet", "-O2", str(big_c), "-o", str(out / "big.s")]))
     os.environ.setdefault("LC_ALL", "C")
     print(f"heapscope: {' '.join(hs)}; load: {os.getloadavg()[0]:.2f}")
     for name, argv in targets:
         if args.perf:
-            perf_rows(out, name, argv, hs, args.rounds)
+            perf_rows(out, name, argv, hs, args.rounds, tuple(v for v in args.variants.split(",") if v in VARIANTS))
             continue
         tag = name + (".cs" if args.cache_sim else "")
         plain, _ = callgrind(out, f"{tag}.plain", argv, None, args.cache_sim, out)
@@ -151,34 +162,73 @@ def main() -> int:
     return 0
 
 
-def perf_rows(out: Path, name: str, argv: list[str], hs: list[str], rounds: int) -> None:
-    """task-clock and page faults of the target alone and under the client (perf stat inside)."""
-    res: dict[str, list[tuple[float, int]]] = {"plain": [], "prof": []}
-    for _ in range(rounds):
-        for kind in ("plain", "prof"):
-            po = out / f"nt.{name}.{kind}.perf"
-            db = out / f"nt.{name}.perf.db"
-            inner = ["perf", "stat", "-x,", "-o", str(po), "-e", "task-clock,page-faults", "--", *argv]
-            cmd = inner if kind == "plain" else [*hs, "record", "-q", "--no-symbolize", "-o", str(db), "--",
-                                                 *inner]
-            db.unlink(missing_ok=True)
-            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600,
-                           cwd=out)
-            tc, pf = 0.0, 0
-            for line in po.read_text().splitlines():
-                f = line.split(",")
-                if len(f) > 2 and f[2].startswith("task-clock"):
-                    tc = float(f[0])
-                elif len(f) > 2 and f[2].startswith("page-faults"):
-                    pf = int(f[0])
-            res[kind].append((tc, pf))
-    for kind, rows in res.items():
-        tcs = sorted(r[0] for r in rows)
-        pfs = sorted(r[1] for r in rows)
-        every = ", ".join(f"{t:.0f}" for t in tcs)
-        print(f"{name} {kind:5}: task-clock ms median {tcs[len(tcs) // 2]:,.1f} (all {every}),"
-              f" page-faults median {pfs[len(pfs) // 2]:,}")
+# Runs argv[2:] as a child and writes the child's rusage to argv[1] (user s, sys s, minor faults,
+# involuntary switches): the target alone, whether or not it runs under record (this wrapper
+# is then profiled too, but only its child is counted). With HS_STOP_PRODUCER_MS set, it stops
+# its parent (heapscope, i.e. the producer) that long after the start, once the target's
+# handshake is done, and lets it go on after the target's exit: the target then runs with
+# nothing reading its ring (record with a ring it cannot fill: --shmem-size 1G).
+_WRAPPER = """
+import os, resource, signal, sys, time
+pid = os.fork()
+if pid == 0:
+    os.execvp(sys.argv[2], sys.argv[2:])
+stop = os.environ.get("HS_STOP_PRODUCER_MS")
+parent = os.getppid()
+if stop:
+    time.sleep(int(stop) / 1000)
+    os.kill(parent, signal.SIGSTOP)
+_, status, ru = os.wait4(pid, 0)
+if stop:
+    os.kill(parent, signal.SIGCONT)
+with open(sys.argv[1], "w") as f:
+    f.write(f"{ru.ru_utime} {ru.ru_stime} {ru.ru_minflt} {ru.ru_nivcsw}\\n")
+sys.exit(os.waitstatus_to_exitcode(status) & 0xff)
+"""
 
+VARIANTS = ("plain", "prof", "prof-big", "prof-stopped")
+
+
+def perf_rows(out: Path, name: str, argv: list[str], hs: list[str], rounds: int,
+              variants: tuple[str, ...] = ("plain", "prof")) -> None:
+    """The target's own user and sys CPU and minor page faults (its rusage), alone and under
+    the client, over interleaved rounds: medians. prof-big records with a 1 GiB ring;
+    prof-stopped too, with the producer stopped while the target runs (see _WRAPPER): the
+    two differ only by the producer's work beside the target on the other core."""
+    res: dict[str, list[list[float]]] = {v: [] for v in variants}
+    for _ in range(rounds):
+        for kind in variants:
+            ru = out / f"nt.{name}.{kind}.rusage"
+            db = out / f"nt.{name}.rusage.db"
+            inner = [sys.executable, "-c", _WRAPPER, str(ru), *argv]
+            env = dict(os.environ)
+            env.pop("HS_STOP_PRODUCER_MS", None)
+            if kind == "plain":
+                cmd = inner
+            else:
+                ring = ["--shmem-size", str(1 << 30)] if kind in ("prof-big", "prof-stopped") else []
+                cmd = [*hs, "record", "-q", "--no-symbolize", *ring, "-o", str(db), "--", *inner]
+                if kind == "prof-stopped":
+                    env["HS_STOP_PRODUCER_MS"] = "300"
+            db.unlink(missing_ok=True)
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=900,
+                           cwd=out, env=env)
+            res[kind].append([float(x) for x in ru.read_text().split()])
+    base = res.get("plain")
+
+    def med(rows: list[list[float]], i: int) -> float:
+        col = sorted(r[i] for r in rows)
+        return col[len(col) // 2]
+
+    for kind, rows in res.items():
+        user, syst, flt = med(rows, 0), med(rows, 1), med(rows, 2)
+        rel = ""
+        if base and kind != "plain":
+            rel = (f" (x{user / med(base, 0):.3f} user, x{(user + syst) / (med(base, 0) + med(base, 1)):.3f}"
+                   f" user+sys, +{flt - med(base, 2):,.0f} faults)")
+        every = ", ".join(f"{r[0]:.3f}" for r in rows)
+        print(f"{name} {kind:12}: user {user:.3f} s, sys {syst:.3f} s, minor faults {flt:,.0f}{rel}"
+              f"  [user: {every}]")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -37,7 +37,24 @@ static void bit_clear(uint64_t b) {
   __atomic_store_n(w, *w & ~(UINT64_C(1) << (b % 64)), __ATOMIC_RELAXED);
 }
 
-#define INITIAL_CAPACITY 256 /* 2 KiB of slots: one page with the header */
+#define INITIAL_CAPACITY 256 /* 2 KiB of slots */
+#define INITIAL_WORDS (1 + INITIAL_CAPACITY) /* the header (mask), then the slots */
+
+/* Each shard's first table, side by side in zero-filled static storage: a
+ * mmap call per shard was 256 system calls and 256 page faults in the
+ * first samples of a program (cc1plus, git log -p: issue 13), where these
+ * cost only the faults of the ~129 pages written, and no call. Grown tables
+ * are mmapped as before. Accessed through struct hs_addr_table, whose
+ * members are uint64_t too. Whole pages, page-aligned: a fork reset drops
+ * them (hs_addrset_reset) without touching a neighbour. */
+#define FIRST_TABLES_WORDS ((HS_ADDRSET_SHARDS * INITIAL_WORDS + 511) & ~511) /* whole pages */
+static uint64_t first_tables[FIRST_TABLES_WORDS] __attribute__((aligned(4096)));
+
+static struct hs_addr_table *first_table(const struct hs_addr_shard *s) {
+  uint64_t *w = &first_tables[(size_t)(s - hs_addr_shards) * INITIAL_WORDS];
+  w[0] = INITIAL_CAPACITY - 1; /* slots all zero: empty (a fresh or reset shard) */
+  return (struct hs_addr_table *)(void *)w;
+}
 
 /* The shard lock is only ever held for a handful of stores (or one mmap when
  * growing), never across an unwind, a ring write or a loader call. */
@@ -101,7 +118,7 @@ int hs_addrset_insert(const void *p) {
   if ((s->count + 1) * 2 > cap) {
     /* Grow: fill a new table completely, then publish it. Readers on the old
      * one still find everything that was in it. */
-    struct hs_addr_table *n = table_new(cap ? cap * 2 : INITIAL_CAPACITY);
+    struct hs_addr_table *n = cap ? table_new(cap * 2) : first_table(s);
     if (n == NULL) {
       shard_unlock(s);
       return -HS_ERR_OUT_OF_MEMORY;
@@ -230,5 +247,8 @@ void hs_addrset_reset(void) {
    * fails are they written. */
   if (madvise(hs_addr_filter, sizeof hs_addr_filter, MADV_DONTNEED) != 0)
     memset(hs_addr_filter, 0, sizeof hs_addr_filter);
+  /* The shards' first tables are taken again from here: emptied the same way. */
+  if (madvise(first_tables, sizeof first_tables, MADV_DONTNEED) != 0)
+    memset(first_tables, 0, sizeof first_tables);
   pin_bits();
 }

@@ -54,7 +54,8 @@
  *     store: read seq, probe, read seq again, retry if it moved.
  * Inserts never move an entry, so they leave seq alone.
  *
- * A table grows by doubling into a new anonymous mmap. Capacity and slots live
+ * A shard's first table (256 slots) is in static storage, beside the other
+ * shards' (addrset.c); a table grows by doubling into a new anonymous mmap. Capacity and slots live
  * together behind one header pointer, published with release order, so a
  * reader always sees a consistent pair. Old tables are never unmapped: a
  * reader may still be probing one (they total less than the live table).

@@ -3,13 +3,29 @@
 
 #include <sys/mman.h>
 
+#include "ring.h"
 #include "wire.h"
 
+/* Two tables (stacks.h): a small first one, populated at its first insert,
+ * that takes ids until it holds FIRST_CAP of them, then the big one, whose
+ * pages are touched only as ids land there. */
+#define FIRST_BITS 15
+#define FIRST_SLOTS (UINT64_C(1) << FIRST_BITS)
+#define FIRST_CAP (FIRST_SLOTS / 2)
 #define TABLE_BITS 20
 #define TABLE_SLOTS (UINT64_C(1) << TABLE_BITS)
 #define MAX_PROBES 64
 
-static uint64_t *table;
+static uint64_t *first, *table;
+/* Ids in the first table, and whether it still takes new ones (1 until
+ * first_count reaches FIRST_CAP; only ever goes 1 -> 0). */
+static uint64_t first_count;
+static int first_open;
+static int first_populated;
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
 
 static uint64_t mix(uint64_t h) {
   h ^= h >> 32;
@@ -68,24 +84,39 @@ uint64_t hs_stack_id_py(uint64_t native, const struct hs_pyframe *py, uint32_t n
 }
 
 int hs_stacks_init(void) {
+  void *f = mmap(NULL, FIRST_SLOTS * sizeof(uint64_t), PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   void *m = mmap(NULL, TABLE_SLOTS * sizeof(uint64_t), PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (m == MAP_FAILED)
+  if (f == MAP_FAILED || m == MAP_FAILED) {
+    if (f != MAP_FAILED)
+      munmap(f, FIRST_SLOTS * sizeof(uint64_t));
+    if (m != MAP_FAILED)
+      munmap(m, TABLE_SLOTS * sizeof(uint64_t));
     return -HS_ERR_OUT_OF_MEMORY;
+  }
+  __atomic_store_n(&first_count, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&first_open, 1, __ATOMIC_RELAXED);
+  __atomic_store_n(&first_populated, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&first, (uint64_t *)f, __ATOMIC_RELEASE);
   __atomic_store_n(&table, (uint64_t *)m, __ATOMIC_RELEASE);
   return HS_OK;
 }
 
-enum hs_intern hs_stacks_intern(uint64_t id) {
-  uint64_t *t = __atomic_load_n(&table, __ATOMIC_ACQUIRE);
-  if (t == NULL)
-    return HS_STACK_FULL;
-  uint64_t i = (id >> 7) & (TABLE_SLOTS - 1);
-  for (int n = 0; n < MAX_PROBES; n++, i = (i + 1) & (TABLE_SLOTS - 1)) {
+/* Probes t (mask + 1 slots) for id from its home slot: KNOWN when there,
+ * NEW when this call stored it in an empty slot (only when `insert`), FULL
+ * when it is not there and was not stored (an empty slot reached without
+ * `insert`, or MAX_PROBES taken slots). Slots only ever go 0 -> id, so an
+ * id that is in t lies before the first empty slot of its run. */
+static inline enum hs_intern probe(uint64_t *t, uint64_t mask, uint64_t id, int insert) {
+  uint64_t i = (id >> 7) & mask;
+  for (int n = 0; n < MAX_PROBES; n++, i = (i + 1) & mask) {
     uint64_t v = __atomic_load_n(&t[i], __ATOMIC_RELAXED);
     if (v == id)
       return HS_STACK_KNOWN;
     if (v == 0) {
+      if (!insert)
+        return HS_STACK_FULL;
       if (__atomic_compare_exchange_n(&t[i], &v, id, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
         return HS_STACK_NEW;
       if (v == id) /* another thread inserted the same id first */
@@ -93,4 +124,39 @@ enum hs_intern hs_stacks_intern(uint64_t id) {
     }
   }
   return HS_STACK_FULL;
+}
+
+/* The first table first: while it is open a new id goes there; once closed
+ * it only answers for the ids it holds, and the rest go to the big table.
+ * A thread that saw it open and one that saw it closed may both insert the
+ * same id (one in each) around the close: that stack is then sent twice,
+ * which the producer takes as it takes HS_STACK_FULL's resends. */
+enum hs_intern hs_stacks_intern(uint64_t id) {
+  uint64_t *f = __atomic_load_n(&first, __ATOMIC_ACQUIRE);
+  if (f == NULL)
+    return HS_STACK_FULL;
+  int open = __atomic_load_n(&first_open, __ATOMIC_RELAXED);
+  enum hs_intern in = probe(f, FIRST_SLOTS - 1, id, open);
+  if (in == HS_STACK_KNOWN)
+    return in;
+  if (in == HS_STACK_NEW) {
+    /* The first id: the whole first table is written now, in one call (a
+     * program that never samples pays nothing). Contents are kept; a
+     * kernel without MADV_POPULATE_WRITE leaves it to the faults. */
+    if (HS_UNLIKELY(!__atomic_load_n(&first_populated, __ATOMIC_RELAXED))) {
+      __atomic_store_n(&first_populated, 1, __ATOMIC_RELAXED);
+      (void)madvise(f, FIRST_SLOTS * sizeof(uint64_t), MADV_POPULATE_WRITE);
+    }
+    uint64_t n;
+    if (hs_single_threaded()) {
+      n = __atomic_load_n(&first_count, __ATOMIC_RELAXED) + 1;
+      __atomic_store_n(&first_count, n, __ATOMIC_RELAXED);
+    } else {
+      n = __atomic_add_fetch(&first_count, 1, __ATOMIC_RELAXED);
+    }
+    if (n >= FIRST_CAP)
+      __atomic_store_n(&first_open, 0, __ATOMIC_RELAXED);
+    return in;
+  }
+  return probe(__atomic_load_n(&table, __ATOMIC_ACQUIRE), TABLE_SLOTS - 1, id, 1);
 }

@@ -4,7 +4,10 @@
  * frame never collide, at every depth (a tail of 0 to 3 frames past the
  * last full round of lanes included) and at every position; stacks that
  * differ only in depth, or only by two frames swapped between lanes, differ
- * too. Prints one line per failed check and exits non-zero on any failure. */
+ * too. The set (hs_stacks_intern): every id is NEW once and KNOWN after,
+ * past the first table's cap (2^14 ids, stacks.h) and into the big table,
+ * with ids that share a home slot in either table. Prints one line per
+ * failed check and exits non-zero on any failure. */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -48,8 +51,35 @@ static void empty_stack(void) {
   CHECK(hs_stack_id(none, 0) != hs_stack_id(none, 1), "empty stack and one 0 frame: same id");
 }
 
+#define IDS 100000
+
+static uint64_t ids[IDS];
+
+static void intern_set(void) {
+  CHECK(hs_stacks_intern(12345) == HS_STACK_FULL, "before init: not FULL");
+  CHECK(hs_stacks_init() == HS_OK, "init failed");
+  for (uint32_t i = 0; i < IDS; i++) {
+    /* One id in three shares its home slot (bits 7 and up) with the one
+     * before: long probe runs in both tables. */
+    ids[i] = i % 3 == 1 ? (ids[i - 1] ^ 0x55) : (rnd() | 1);
+    enum hs_intern in = hs_stacks_intern(ids[i]);
+    CHECK(in == HS_STACK_NEW, "id %u: first intern gives %d, not NEW", i, (int)in);
+    if (i % 97 == 0) /* a known id asked again while the tables fill */
+      CHECK(hs_stacks_intern(ids[i / 2]) == HS_STACK_KNOWN, "id %u: not KNOWN while filling", i / 2);
+  }
+  for (uint32_t i = 0; i < IDS; i++) {
+    enum hs_intern in = hs_stacks_intern(ids[i]);
+    CHECK(in == HS_STACK_KNOWN, "id %u: second intern gives %d, not KNOWN", i, (int)in);
+  }
+  /* A fork child's restart maps fresh tables: everything is new again. */
+  CHECK(hs_stacks_init() == HS_OK, "second init failed");
+  CHECK(hs_stacks_intern(ids[0]) == HS_STACK_NEW, "after a second init: not NEW");
+  CHECK(hs_stacks_intern(ids[IDS - 1]) == HS_STACK_NEW, "after a second init: last id not NEW");
+}
+
 int main(void) {
   one_frame_changes();
   empty_stack();
+  intern_set();
   return check_status();
 }

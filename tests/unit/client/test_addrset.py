@@ -2,7 +2,8 @@
 the filter in front of the set has no false negatives, alone and under threads
 sharing one filter word; it is exact inside its span; keys of one bucket
 (aliases, heap keys, sub-granule objects, crowds) keep its bit until the last
-goes; a pinned range stays set; a fork child's reset empties it."""
+goes; a pinned range stays set; a fork child's reset empties it, the shards' first tables
+(static storage) included."""
 
 from __future__ import annotations
 
