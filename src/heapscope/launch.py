@@ -27,6 +27,7 @@ in-process host: the pytest plugin, heapscope.api, `live`).
 from __future__ import annotations
 
 import os
+import resource
 import sys
 import time
 
@@ -54,6 +55,13 @@ DEVNULL = -3  # subprocess.DEVNULL
 # The longest `record` waits for its target's first handshake before it goes on with its own
 # imports (a target that never connects: static, or LD_PRELOAD cleared by a wrapper).
 FIRST_ANSWER_S = 0.2
+# Each profiled process holds a socket and a ring's memfd in heapscope: a common soft
+# limit of 1024 descriptors would stop a recording at ~500 live processes.
+WANTED_NOFILE = 1 << 16
+# Descriptors the launch leaves free when it answers clients (a target that starts hundreds of
+# processes at once can take every one a hard limit allows): for the imports that follow, the
+# recording's wake-up socket pair, the profile's SQLite files, a few to spare.
+RESERVED_FDS = 16
 _PROFILE_SIDECARS = ("-wal", "-shm", "-journal")  # store/writer.py's _SIDECARS
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC  # store/files.py's
 
@@ -166,6 +174,20 @@ def client_library_path() -> str:
     return lib
 
 
+def raise_nofile() -> tuple[int, int] | None:
+    """Raise this process's soft descriptor limit to WANTED_NOFILE (or the hard limit); the limit
+    before, when it was raised. After the target's spawn: the target keeps the limit it was given."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = WANTED_NOFILE if hard == resource.RLIM_INFINITY else min(hard, WANTED_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        except (OSError, ValueError):
+            return None
+        return (soft, hard)
+    return None
+
+
 def create_output(path: str, force: bool) -> bool:
     """The profile's files as store.writer.ProfileWriter creates them (0600, O_EXCL, never through
     a link), without its imports (sqlite3, pathlib), when nothing is in the way: True. False when
@@ -213,6 +235,7 @@ class Launch:
         self.restore: dict[int, object] = {}  # signal -> the handler before ours
         self.pending: list[int] = []  # signals for a target not started yet
         self.dumps_requested = 0  # SIGUSR1 before the recording took over
+        self.nofile: tuple[int, int] | None = None  # the descriptor limit before spawn() raised it
         self._sigdef: list[int] = []  # signals we ignore that the target must not inherit ignored
 
     def create_output(self, path: str, force: bool) -> bool:
@@ -275,6 +298,8 @@ class Launch:
         self.spawned = time.monotonic()
         child = spawn(argv, executable, env, stdin, stdout, stderr, tuple(self._sigdef))
         self.child = child
+        if self.nofile is None:  # heapscope's own, for the clients of a fork-heavy target
+            self.nofile = raise_nofile()
         try:
             self.pidfd = os.pidfd_open(child.pid)
         except OSError:
@@ -298,15 +323,27 @@ class Launch:
             if left <= 0:
                 return
             if listener.wait(left, -1 if self.pidfd is None else self.pidfd):
-                listener.accept()
+                self.serve()
                 if self._handled() != seen:
                     return
             elif self.child is not None and self.child.poll() is not None:
                 return  # it exited without a handshake (its status is kept for the recording)
 
     def serve(self) -> None:
-        """Answer the clients waiting now, without waiting (between two imports)."""
-        self.listener.accept()
+        """Answer the clients waiting now, without waiting (between two imports), leaving
+        RESERVED_FDS descriptors free: those out of descriptors are refused and counted
+        (Listener.no_descriptors), as the producer does."""
+        held = []
+        try:
+            for _ in range(RESERVED_FDS):
+                held.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+        except OSError:
+            pass  # fewer: as many as there were
+        try:
+            self.listener.accept()
+        finally:
+            for fd in held:
+                os.close(fd)
 
     def _handled(self) -> int:
         lst = self.listener

@@ -47,7 +47,7 @@ from pathlib import Path
 from heapscope import __version__
 from heapscope.bookkeeping.rows import WINDOW_ROW
 from heapscope.errors import HeapscopeError, TargetError, UsageError
-from heapscope.launch import Child, Launch, client_library_path
+from heapscope.launch import Child, Launch, client_library_path, raise_nofile
 from heapscope.model import CallsiteId, FrameId
 from heapscope.producer.config import MAX_DURATION_S, RecordConfig, check_ms, check_positive
 from heapscope.producer.producer import Producer
@@ -86,9 +86,6 @@ CHORES_AFTER_S = 0.05
 # loop while the target runs, so that its exit is not followed by their import.
 END_MODULES = ("heapscope.store.reader", "heapscope.store.select", "heapscope.view.units")
 SYMBOLIZE_MODULES = ("heapscope.symbolize.profile", "heapscope.symbolize.missing")
-# Each profiled process holds a socket and a ring's memfd here: a common soft
-# limit of 1024 descriptors would stop a recording at ~500 live processes.
-WANTED_NOFILE = 1 << 16
 # Signals passed on to a started target: heapscope/launch.py's FORWARDED and TERMINAL.
 # Attached (-p): these end the session (detach); the targets are not ours to signal.
 DETACH_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -440,6 +437,8 @@ class Recording:
         self._child_fd = launch.take_pidfd()
         producer.target_pids.add(self.child.pid)
         # heapscope's own limit, raised after the spawn: the target has the one it would have had.
+        self._nofile = launch.nofile
+        launch.nofile = None
         self._raise_nofile()
         self._start_symbolizer()
         # Only the summary uses what this finds (why the target cannot be preloaded): after the spawn.
@@ -507,12 +506,8 @@ class Recording:
         self.say(f"attached to pid {pid} in {(time.monotonic() - t0) * 1000:.1f} ms")
 
     def _raise_nofile(self) -> None:
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        want = WANTED_NOFILE if hard == resource.RLIM_INFINITY else min(hard, WANTED_NOFILE)
-        if soft != resource.RLIM_INFINITY and soft < want:
-            with contextlib.suppress(OSError, ValueError):
-                resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
-                self._nofile = (soft, hard)
+        if self._nofile is None:
+            self._nofile = raise_nofile()
 
     def _restore_nofile(self) -> None:
         """heapscope's limit back as it was (the target, spawned before the raise, kept it)."""

@@ -137,8 +137,15 @@ def main(args: argparse.Namespace) -> int:
     from heapscope.recording import Recording
 
     options = recording_options(args, command, pids)
-    rec = Recording(config, Path(output), options, library=Path(library), say=say, warn=_log, log=log,
-                    launch=launch)
+    try:
+        rec = Recording(config, Path(output), options, library=Path(library), say=say, warn=_log, log=log,
+                        launch=launch)
+    except Exception as failed:
+        if launch is None or launch.child is None:
+            raise
+        launch.abandon()
+        _log(f"error: {failed or type(failed).__name__}; the target runs on unprofiled")
+        return _Started(launch, str(failed)).wait()
     status_line = _StatusLine(enabled=not args.quiet and sys.stderr.isatty())
     with rec:
         if args.serve or args.push:

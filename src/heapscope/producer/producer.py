@@ -53,7 +53,7 @@ class Producer:
     def __init__(self, writer: ProfileWriter, config: RecordConfig,
                  log: Callable[[str], None] = lambda _msg: None, listener: Listener | None = None) -> None:
         """`listener`: the session's, when the target was started before the producer existed
-        (`record`, issue 13): the clients it answered meanwhile are adopted now."""
+        (`record`, issue 13): the clients it answered meanwhile are adopted by the first poll()."""
         self.writer = writer
         self.config = config
         self.log = log
@@ -77,8 +77,6 @@ class Producer:
         self.listener = Listener(config, log) if listener is None else listener
         self.token = self.listener.token
         self.socket_path = self.listener.socket_path
-        for accepted in self.listener.take():
-            self.adopt(accepted)
 
     # The listener counts the clients it turned away.
     @property
@@ -135,7 +133,7 @@ class Producer:
         ready = {watched.get(fd, fd) for fd, _ev in events}
         readable = [q.sock for fd, q in self.processes.items() if fd in ready]
         drained = 0
-        if listening >= 0 and listening in ready:
+        if (listening >= 0 and listening in ready) or self.listener.accepted:
             self._accept_all()
         now = time.monotonic_ns()
         for p in list(self.processes.values()):
@@ -204,9 +202,14 @@ class Producer:
     # -- clients -------------------------------------------------------------
 
     def _accept_all(self) -> None:
-        self.listener.accept(self.attach_pids, prepare=self._prepare)
+        # Those answered before the producer existed first: the first opens the profile's database,
+        # before new clients can take the descriptors left (heapscope/launch.py keeps a few free).
         for accepted in self.listener.take():
             self.adopt(accepted)
+        if self.listener.fileno() >= 0:
+            self.listener.accept(self.attach_pids, prepare=self._prepare)
+            for accepted in self.listener.take():
+                self.adopt(accepted)
 
     def _prepare(self, memfd: int) -> Ingest:
         """The ring reader of a client about to be answered (a failure rejects the client)."""
