@@ -12,8 +12,8 @@ recording adopts what is here: the listener and its answered clients, the
 child, the signals it received meanwhile (heapscope.recording.Recording,
 `launch=`).
 
+    create_output(path, force)            # the profile's files, as ProfileWriter makes them
     launch = Launch(config)
-    launch.create_output(path, force)     # the profile's files, as ProfileWriter makes them
     launch.forward_signals()
     launch.spawn(argv, executable, library)
     launch.answer(FIRST_ANSWER_S)         # the target's first handshake
@@ -115,7 +115,11 @@ def spawn(argv: list[str], executable: str | None, env: dict[str, str], stdin: i
     """Start `argv` (`executable`, else argv[0] looked up in PATH) with posix_spawn: no fork
     of this interpreter, no Python code in the child. stdin/stdout/stderr: None (inherited),
     DEVNULL or a descriptor. As subprocess.Popen's defaults: descriptors above 2 are not
-    inherited, and the signals Python ignores are at their default; `sigdef`: more of them."""
+    inherited, and the signals Python ignores are at their default; `sigdef`: more of them.
+
+    glibc's posix_spawn leaves its own two internal signals (SIGCANCEL, SIGSETXID) ignored in the
+    child, where a forked child would have them at their default: glibc installs its handlers
+    when a program first needs them (checked: pthread_cancel, and setuid with threads running)."""
     actions: list[tuple[int, ...] | tuple[int, int, str, int, int]] = []
     sources = set()
     for target, spec, mode in ((0, stdin, os.O_RDONLY), (1, stdout, os.O_WRONLY), (2, stderr, os.O_WRONLY)):
@@ -231,16 +235,12 @@ class Launch:
         self.child: Child | None = None
         self.spawned: float | None = None  # monotonic time of the spawn
         self.pidfd: int | None = None  # the child's: readable at its exit
-        self.created = False  # create_output made the profile's files
+        self.created = False  # create_output made the profile's files (the caller says so)
         self.restore: dict[int, object] = {}  # signal -> the handler before ours
         self.pending: list[int] = []  # signals for a target not started yet
         self.dumps_requested = 0  # SIGUSR1 before the recording took over
         self.nofile: tuple[int, int] | None = None  # the descriptor limit before spawn() raised it
         self._sigdef: list[int] = []  # signals we ignore that the target must not inherit ignored
-
-    def create_output(self, path: str, force: bool) -> bool:
-        self.created = create_output(path, force)
-        return self.created
 
     # -- signals ---------------------------------------------------------------
 

@@ -130,6 +130,7 @@ def main(args: argparse.Namespace) -> int:
         try:
             launch = _launch(config, output, args.force, command, executable, library, log)
         except _Started as started:  # the target runs, the recording could not start: it is supervised
+            _remove_created(output)
             _log(f"error: {started.error}; the target runs on unprofiled")
             return started.wait()
     from pathlib import Path
@@ -144,6 +145,8 @@ def main(args: argparse.Namespace) -> int:
         if launch is None or launch.child is None:
             raise
         launch.abandon()
+        if launch.created:
+            _remove_created(output)
         _log(f"error: {failed or type(failed).__name__}; the target runs on unprofiled")
         return _Started(launch, str(failed)).wait()
     status_line = _StatusLine(enabled=not args.quiet and sys.stderr.isatty())
@@ -205,7 +208,7 @@ def _launch(config: RecordConfig, output: str, force: bool, command: list[str], 
     except BaseException:
         _remove_created(output)
         raise
-    launch.created = True
+    launch.created = True  # the recording's ProfileWriter takes the files as they are
     try:
         launch.forward_signals()
         launch.spawn(command, executable, library)
