@@ -230,7 +230,9 @@ class Launch:
     def __init__(self, config: RecordConfig, log: Callable[[str], None] = _quiet,
                  listener: Listener | None = None) -> None:
         """`listener`: a producer's (Recording.start in a host that has it all imported)."""
-        self.started = time.monotonic()
+        self.started_unix_ns = time.time_ns()  # the profile's metadata, with the next
+        self.started_monotonic_ns = time.monotonic_ns()
+        self.started = self.started_monotonic_ns / 1e9  # time.monotonic()'s clock
         self.listener = Listener(config, log) if listener is None else listener
         self.child: Child | None = None
         self.spawned: float | None = None  # monotonic time of the spawn

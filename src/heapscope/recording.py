@@ -406,7 +406,11 @@ class Recording:
                                created=launch is not None and launch.created)
         self.writer = writer
         metadata = (("heapscope_version", __version__), ("command", self.options.command or command),
-                    ("interval", self.config.interval), ("started_unix_ns", time.time_ns()))
+                    ("interval", self.config.interval),
+                    # one moment on both clocks (fleet/pprof_source.py maps the profile's times with them)
+                    ("started_unix_ns", launch.started_unix_ns if launch is not None else time.time_ns()),
+                    ("started_monotonic_ns", launch.started_monotonic_ns if launch is not None
+                     else time.monotonic_ns()))
         self._metadata = metadata
         self._chores.insert(0, (self._write_metadata, True))
         self.producer = Producer(writer, self.config, log=self.log,
