@@ -27,7 +27,6 @@ in-process host: the pytest plugin, heapscope.api, `live`).
 from __future__ import annotations
 
 import os
-import resource
 import sys
 import time
 
@@ -181,6 +180,8 @@ def client_library_path() -> str:
 def raise_nofile() -> tuple[int, int] | None:
     """Raise this process's soft descriptor limit to WANTED_NOFILE (or the hard limit); the limit
     before, when it was raised. After the target's spawn: the target keeps the limit it was given."""
+    import resource  # here: a C extension to load, after the spawn
+
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = WANTED_NOFILE if hard == resource.RLIM_INFINITY else min(hard, WANTED_NOFILE)
     if soft != resource.RLIM_INFINITY and soft < want:
@@ -300,6 +301,7 @@ class Launch:
         self.spawned = time.monotonic()
         child = spawn(argv, executable, env, stdin, stdout, stderr, tuple(self._sigdef))
         self.child = child
+        self.listener.warm()  # the handshake's imports, while the target execs
         if self.nofile is None:  # heapscope's own, for the clients of a fork-heavy target
             self.nofile = raise_nofile()
         try:

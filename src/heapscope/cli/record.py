@@ -13,7 +13,6 @@ it runs (issue 13: `_launch`).
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 
@@ -299,6 +298,8 @@ def _parse_duration(text: str) -> float:
         value = float(t)
     except ValueError:
         raise UsageError(f"--duration must be a time like 500ms, 30s or 2m, not {text!r}") from None
+    import math  # here: a C extension to load, for -d only (issue 13)
+
     if not math.isfinite(value) or value <= 0 or value * mult > MAX_DURATION_S:
         raise UsageError(f"--duration must be a positive time up to a year, not {text!r}")
     return value * mult

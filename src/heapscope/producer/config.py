@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import math
-
 from heapscope.errors import UsageError
 from heapscope.slots import FrozenSlots
 from heapscope.wire.handshake import MAX_FRAMES, RING_MAX_SIZE, RING_MIN_SIZE, UNWINDER_AUTO
 
 # On `record`'s start path (the target waits for its handshake's answer, producer/listener.py):
-# no codec (enums), no fnmatch (re) at import (issue 13).
+# no codec (enums), no fnmatch (re), no math (a C extension to load) at import (issue 13).
 
 DEFAULT_INTERVAL = 4096
 DEFAULT_SHMEM_SIZE = 8 << 20
@@ -99,6 +97,8 @@ def check_positive(value: float | None, what: str, limit: float) -> float | None
     """A finite number in (0, limit], or None; anything else is a UsageError."""
     if value is None:
         return None
+    import math
+
     if not math.isfinite(value) or value <= 0 or value > limit:
         raise UsageError(f"{what} must be a positive number up to {limit:g}, not {value!r}")
     return value

@@ -20,12 +20,9 @@ from __future__ import annotations
 import _socket
 import errno
 import fcntl
-import mmap
 import os
 import struct
 
-from heapscope.model import ProcessInfo, Upid
-from heapscope.producer import procfs
 from heapscope.producer.config import RecordConfig, name_matches
 from heapscope.producer.tmpdir import make_private_dir, remove_dir
 from heapscope.slots import Slots
@@ -33,7 +30,12 @@ from heapscope.wire import handshake as hs
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
 if TYPE_CHECKING:
+    import mmap
     from collections.abc import Callable
+
+    from heapscope.model import ProcessInfo, Upid
+else:
+    Upid = int  # model.py's NewType at run time, without importing model before the spawn
 
 HANDSHAKE_TIMEOUT_S = 5.0
 PEERCRED = struct.Struct("3i")
@@ -99,6 +101,14 @@ class Listener:
         except BaseException:
             self.remove()
             raise
+
+    def warm(self) -> None:
+        """Import what a handshake needs (mmap, select, /proc's reader): `record` calls this
+        right after its target's spawn, while the target execs, before its hello comes."""
+        import mmap  # noqa: F401
+        import select  # noqa: F401
+
+        from heapscope.producer import procfs  # noqa: F401
 
     def env(self) -> dict[str, str]:
         """Environment variables that make the client connect to this session."""
@@ -220,6 +230,8 @@ class Listener:
         elif pid != peer_pid:
             problem = f"pid {pid} does not match the socket's peer {peer_pid}"
         elif cfg.names and pid not in attach_pids:
+            from heapscope.producer import procfs
+
             args = procfs.cmdline_args(pid)
             exe = procfs.exe_path(pid, args)
             if not name_matches(cfg.names, exe, args):
@@ -235,6 +247,8 @@ class Listener:
 
         # Read /proc now: the client waits for our answer; after it, a short
         # program may be gone before we look.
+        from heapscope.producer import procfs  # imported by warm()
+
         upid = Upid(self.next_upid)
         info = procfs.process_info(upid, pid, ppid, peer_uid)
         memfd, shm = create_ring(cfg.shmem_size)
@@ -263,6 +277,8 @@ class Listener:
 
 def create_ring(ring_size: int) -> tuple[int, mmap.mmap]:
     """A fresh shared-memory ring: memfd + mapping with the meta header written."""
+    import mmap  # imported by Listener.warm()
+
     fd = os.memfd_create("heapscope-ring", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         os.ftruncate(fd, hs.META_SIZE + ring_size)

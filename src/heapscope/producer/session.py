@@ -12,7 +12,6 @@ import fcntl
 import os
 import stat
 
-from heapscope.producer import procfs
 from heapscope.producer.config import check_positive
 from heapscope.producer.listener import OWNED_PREFIX, OWNER_FILE
 from heapscope.producer.tmpdir import temp_dir
@@ -36,6 +35,8 @@ class Guardrails:
     def check(self) -> str:
         """'' while within the limits, else which one was passed."""
         if self.memory_kb is not None:
+            from heapscope.producer import procfs  # here: `record` checks the limits before its target starts
+
             kb = procfs.status_field("self", "RssAnon") + procfs.status_field("self", "VmSwap")
             if kb > self.memory_kb:
                 return f"producer memory {kb / 1024:.1f} MB > --max-producer-memory {self.memory_kb / 1024:g} MB"
