@@ -112,3 +112,21 @@ def test_a_small_ring_that_fills_before_the_producer_reads_it_loses_nothing(tmp_
     assert dropped == 0
     ((allocs,),) = _query(db, "SELECT SUM(count) FROM heap_profile_allocation WHERE count > 0")
     assert allocs > 100
+
+
+def test_a_recording_that_cannot_start_after_the_spawn_still_supervises_the_target(tmp_path: Path) -> None:
+    # GIVEN a heapscope whose recording module cannot be imported (a broken install: the import
+    # fails after the target was spawned and answered), run as the console script runs it
+    probe = ("import sys; sys.modules['heapscope.recording'] = None\n"
+             "from heapscope.cli import main\n"
+             "sys.exit(main(sys.argv[1:]))\n")
+    db = tmp_path / "broken.db"
+    done = subprocess.run([sys.executable, "-c", probe, "record", "-q", "-o", str(db), "--", "/bin/sh", "-c",
+                           "echo out; exit 7"], capture_output=True, text=True, timeout=60)
+    # THEN the target ran to its end with its output, its status is the command's, one line says
+    # what went wrong, and no empty profile is left behind
+    assert done.returncode == 7, done.stderr
+    assert done.stdout == "out\n"
+    assert done.stderr.count("heapscope: error:") == 1 and "runs on unprofiled" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not db.exists()

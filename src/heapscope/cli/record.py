@@ -182,6 +182,7 @@ class _Started(Exception):
         self.error = error
 
     def wait(self) -> int:
+        """The target's exit status, shell style, once it has ended; our signal handlers go then."""
         child = self.launch.child
         assert child is not None
         while True:
@@ -190,6 +191,7 @@ class _Started(Exception):
                 break
             except KeyboardInterrupt:
                 continue
+        self.launch.restore_signals()
         return 128 - code if code < 0 else code
 
 
