@@ -249,6 +249,10 @@ class Producer:
         p.flags.from_startup = info.pid not in self.attach_pids
         p.last_dump_ts = info.start_ts
         self.processes[conn.fileno()] = p
+        # Its peak RSS so far, before the first drain: the records a client wrote before the
+        # producer existed (`record`'s early start, listener.py) can take that drain a while,
+        # and a short program may be gone by its end.
+        self._read_rss(p, time.monotonic_ns())
         self.writer.add_process(info)
         self.writer.commit()
         self.log(f"pid {info.pid} ({info.name}) connected as upid {info.upid}")
