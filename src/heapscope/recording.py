@@ -398,10 +398,11 @@ class Recording:
         `launch` that started it, takes over what the launch did)."""
         if self.producer is not None:
             raise UsageError("a Recording records one target (or one set of pids) only")
-        # The output is checked and its files created now; the database and its schema (~4 ms with
-        # sqlite3's import) when first written to: at the first handshake, after the client has
-        # its answer, or by the chore below (issue 13). Should that fail, the failure is the
-        # loop's like any other (_fail): one line, the clients let go, the target supervised.
+        # The output is checked and its files created now (by `record`'s launch, before its target
+        # started); the database and its schema (~4 ms) when first written to: when the producer's
+        # poll adopts the first client, after the client has its answer, or by the chore below
+        # (issue 13). Should that fail, the failure is the loop's like any other (_fail): one line,
+        # the clients let go, the target supervised.
         writer = ProfileWriter(self.output, force=self.options.force, connect=False,
                                created=launch is not None and launch.created)
         self.writer = writer
