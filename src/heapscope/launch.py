@@ -337,6 +337,8 @@ class Launch:
         """Answer the clients waiting now, without waiting (between two imports), leaving
         RESERVED_FDS descriptors free: those out of descriptors are refused and counted
         (Listener.no_descriptors), as the producer does."""
+        if not self.listener.wait(0):
+            return  # nobody waiting (most calls): no need to set descriptors aside
         held = []
         try:
             for _ in range(RESERVED_FDS):
