@@ -38,6 +38,13 @@ With --long the target is a shell that runs `ls -l /usr/bin` (frames to
 symbolize), idles 0.3 s, then execs the date: its "target -> end" is the
 time a recording of a longer program adds after the program's end, once the
 loop has had idle time to prepare the end (issue 13: the benchmark's rows).
+With --parent-cpu the target (a shell) first reads its parent's CPU time so far
+(/proc/PPID/schedstat, in ns: heapscope's own, whatever the machine's load),
+then runs the date; the rows add its median (the plain run's parent is this
+script: its column means nothing). It is heapscope's CPU up to its answer to
+the shell's handshake, plus what heapscope did meanwhile in parallel while the
+shell started (since issue 13's early start, its imports): an upper bound of
+the CPU on the target's path.
 
 Use an installed heapscope (`pip install .`), not an editable one: an
 editable install checks its build tree with ninja on every start (~30 ms);
@@ -79,9 +86,10 @@ def _run(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
     return wall, usage.ru_utime + usage.ru_stime
 
 
-def _run_dated(argv: list[str], env: dict[str, str]) -> tuple[float, float, float]:
+def _run_dated(argv: list[str], env: dict[str, str]) -> tuple[float, ...]:
     """(ms from before the spawn to the date the command printed, ms from that date to after
-    the command's exit, CPU ms of the command and its children) of one run."""
+    the command's exit, CPU ms of the command and its children[, the parent's CPU ms the target
+    printed first]) of one run."""
     with tempfile.TemporaryFile() as out:
         t0 = time.time()
         proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.DEVNULL)
@@ -90,8 +98,10 @@ def _run_dated(argv: list[str], env: dict[str, str]) -> tuple[float, float, floa
         if os.waitstatus_to_exitcode(status) != 0:
             raise SystemExit(f"{' '.join(argv)}: exit status {os.waitstatus_to_exitcode(status)}")
         out.seek(0)
-        printed = float(out.read().decode().split()[-1])
-    return (printed - t0) * 1e3, (t1 - printed) * 1e3, (usage.ru_utime + usage.ru_stime) * 1e3
+        words = out.read().decode().split()
+        printed = float(words[-1])
+    parent = (float(words[0]) / 1e6,) if len(words) > 3 else ()  # schedstat: ns on the CPU, ...
+    return (printed - t0) * 1e3, (t1 - printed) * 1e3, (usage.ru_utime + usage.ru_stime) * 1e3, *parent
 
 
 def _split(args: argparse.Namespace) -> int:
@@ -101,12 +111,15 @@ def _split(args: argparse.Namespace) -> int:
     date = ["/bin/date", "+%s.%N"]
     if args.long:
         date = ["/bin/sh", "-c", "ls -l /usr/bin >/dev/null; sleep 0.3; exec /bin/date +%s.%N"]
-    plain = "sh -c 'ls; sleep 0.3; date'" if args.long else "/bin/date"
+    elif args.parent_cpu:
+        date = ["/bin/sh", "-c", "read -r cpu rest < /proc/$PPID/schedstat; echo $cpu $rest; exec /bin/date +%s.%N"]
+    plain = "sh -c 'ls; sleep 0.3; date'" if args.long else "sh -c 'parent CPU; date'" if args.parent_cpu \
+        else "/bin/date"
     variants: dict[str, list[str]] = {plain: date,
                                       "record": [args.heapscope, "record", "-q", "-o", "{out}", "--", *date]}
     if args.compare:
         variants[f"record [{args.compare_name}]"] = [args.compare, *variants["record"][1:]]
-    figures: dict[str, list[tuple[float, float, float]]] = {k: [] for k in variants}
+    figures: dict[str, list[tuple[float, ...]]] = {k: [] for k in variants}
     load_before = os.getloadavg()
     order = list(variants)
     rng = random.Random(13)
@@ -126,12 +139,13 @@ def _split(args: argparse.Namespace) -> int:
           f" {load_after[0]:.1f} after; {args.heapscope}"
           + (f"; [{args.compare_name}] = {args.compare}" if args.compare else ""))
     base = [statistics.median(col) for col in zip(*figures[plain], strict=True)]
-    print("| command | start -> target ms | added | target -> end ms | added | CPU ms | added |")
-    print("|---|---|---|---|---|---|---|")
+    extra = " heapscope CPU ms at the target's start |" if args.parent_cpu else ""
+    print("| command | start -> target ms | added | target -> end ms | added | CPU ms | added |" + extra)
+    print("|---|---|---|---|---|---|---|" + ("---|" if extra else ""))
     for name, rows in figures.items():
         med = [statistics.median(col) for col in zip(*rows, strict=True)]
         print(f"| `{name}` | {med[0]:.1f} | {med[0] - base[0]:+.1f} | {med[1]:.1f} | {med[1] - base[1]:+.1f}"
-              f" | {med[2]:.1f} | {med[2] - base[2]:+.1f} |")
+              f" | {med[2]:.1f} | {med[2] - base[2]:+.1f} |" + (f" {med[3]:.1f} |" if extra else ""))
     return 0
 
 
@@ -157,6 +171,8 @@ def main() -> int:
     ap.add_argument("--split", action="store_true",
                     help="time start -> target and target -> end around /bin/date instead")
     ap.add_argument("--long", action="store_true", help="with --split: a target that allocates, idles, then dates")
+    ap.add_argument("--parent-cpu", action="store_true",
+                    help="with --split: the target prints heapscope's CPU time at its start first")
     args = ap.parse_args()
     hs = args.heapscope
     if _editable(hs):

@@ -39,7 +39,6 @@ import resource
 import signal
 import socket
 import sqlite3
-import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -48,8 +47,9 @@ from pathlib import Path
 from heapscope import __version__
 from heapscope.bookkeeping.rows import WINDOW_ROW
 from heapscope.errors import HeapscopeError, TargetError, UsageError
+from heapscope.launch import Child, Launch, client_library_path, raise_nofile
 from heapscope.model import CallsiteId, FrameId
-from heapscope.producer.config import RecordConfig, check_ms, check_positive
+from heapscope.producer.config import MAX_DURATION_S, RecordConfig, check_ms, check_positive
 from heapscope.producer.producer import Producer
 from heapscope.producer.session import Guardrails, remove_stale_dirs
 from heapscope.slots import FrozenSlots, Slots
@@ -86,15 +86,7 @@ CHORES_AFTER_S = 0.05
 # loop while the target runs, so that its exit is not followed by their import.
 END_MODULES = ("heapscope.store.reader", "heapscope.store.select", "heapscope.view.units")
 SYMBOLIZE_MODULES = ("heapscope.symbolize.profile", "heapscope.symbolize.missing")
-MAX_DURATION_S = 366 * 24 * 3600.0
-# Each profiled process holds a socket and a ring's memfd here: a common soft
-# limit of 1024 descriptors would stop a recording at ~500 live processes.
-WANTED_NOFILE = 1 << 16
-# Signals sent to heapscope by pid are passed on to the target. SIGINT and
-# SIGQUIT from the terminal already reach the target through its process
-# group, so they are passed on only when heapscope is not in the foreground.
-FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR2, signal.SIGALRM)
-TERMINAL = (signal.SIGINT, signal.SIGQUIT)
+# Signals passed on to a started target: heapscope/launch.py's FORWARDED and TERMINAL.
 # Attached (-p): these end the session (detach); the targets are not ours to signal.
 DETACH_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -293,7 +285,10 @@ class Recording:
 
     def __init__(self, config: RecordConfig, output: Path, options: RecordingOptions | None = None, *,
                  library: Path | None = None, say: Callable[[str], None] = _quiet,
-                 warn: Callable[[str], None] = _quiet, log: Callable[[str], None] = _quiet) -> None:
+                 warn: Callable[[str], None] = _quiet, log: Callable[[str], None] = _quiet,
+                 launch: Launch | None = None) -> None:
+        """`launch`: the target started before the recording existed (`record`, heapscope/launch.py):
+        start() takes it over, with its listener, its answered clients and its signal handlers."""
         self.config = config
         self.output = Path(output)
         self.options = options or RecordingOptions()
@@ -306,7 +301,7 @@ class Recording:
         self.summary = Summary(self.output, interval=config.interval)
         self.writer: ProfileWriter | None = None
         self.producer: Producer | None = None
-        self.child: subprocess.Popen[bytes] | None = None
+        self.child: Child | None = None
         self._child_fd: int | None = None  # a pidfd of the child: the loop wakes at its exit, not at a timeout
         self.attached: list[int] = []
         self.errors: list[str] = []  # attach failures
@@ -318,8 +313,9 @@ class Recording:
         self._stopping = False
         self._failed = False  # an internal error: profiling abandoned
         self._ended = False  # the loop is over: requests are ignored
-        self._pending: list[int] = []  # signals for a target not started yet
-        self._restore: dict[int, Any] = {}
+        self._launch = launch
+        # The handlers before heapscope's own (a launch's were installed first).
+        self._restore: dict[int, Any] = dict(launch.restore) if launch is not None else {}
         self._old_wakeup: int | None = None
         self._wake_r, self._wake_w = socket.socketpair()
         for s in (self._wake_r, self._wake_w):
@@ -345,7 +341,6 @@ class Recording:
     def __enter__(self) -> Recording:
         # Other runs' leftovers: not a reason for the target to wait (~2 ms on a busy /tmp).
         self._chores.append((self._remove_stale_dirs, True))
-        self._raise_nofile()
         self._install_signal(signal.SIGUSR1, self._on_usr1)
         if threading.current_thread() is threading.main_thread():
             self._old_wakeup = signal.set_wakeup_fd(self._wake_w.fileno(), warn_on_full_buffer=False)
@@ -404,54 +399,63 @@ class Recording:
             if not required_only:
                 return
 
-    def _open(self, command: str) -> Producer:
-        """The profile and the producer: fails here, before any target is touched."""
+    def _open(self, command: str, launch: Launch | None = None) -> Producer:
+        """The profile and the producer: fails here, before any target is touched (or, with a
+        `launch` that started it, takes over what the launch did)."""
         if self.producer is not None:
             raise UsageError("a Recording records one target (or one set of pids) only")
         if not self.options.keep:  # nothing written: no writer (self.writer stays None)
-            self.producer = Producer(None, self.config, log=self.log)
-            self.started = time.monotonic()
+            self.producer = Producer(None, self.config, log=self.log,
+                                     listener=launch.listener if launch is not None else None)
+            self.started = launch.started if launch is not None else time.monotonic()
             return self.producer
-        # The output is checked and its files created now; the database and its schema (~4 ms with
-        # sqlite3's import) when first written to: at the first handshake, after the client has
-        # its answer, or by the chore below (issue 13). Should that fail, the failure is the
-        # loop's like any other (_fail): one line, the clients let go, the target supervised.
-        writer = ProfileWriter(self.output, force=self.options.force, connect=False)
+        # The output is checked and its files created now (by `record`'s launch, before its target
+        # started); the database and its schema (~4 ms) when first written to: when the producer's
+        # poll adopts the first client, after the client has its answer, or by the chore below
+        # (issue 13). Should that fail, the failure is the loop's like any other (_fail): one line,
+        # the clients let go, the target supervised.
+        writer = ProfileWriter(self.output, force=self.options.force, connect=False,
+                               created=launch is not None and launch.created)
         self.writer = writer
         metadata = (("heapscope_version", __version__), ("command", self.options.command or command),
-                    ("interval", self.config.interval), ("started_unix_ns", time.time_ns()))
+                    ("interval", self.config.interval),
+                    # one moment on both clocks (fleet/pprof_source.py maps the profile's times with them)
+                    ("started_unix_ns", launch.started_unix_ns if launch is not None else time.time_ns()),
+                    ("started_monotonic_ns", launch.started_monotonic_ns if launch is not None
+                     else time.monotonic_ns()))
         self._metadata = metadata
         self._chores.insert(0, (self._write_metadata, True))
-        self.producer = Producer(writer, self.config, log=self.log)
-        self.started = time.monotonic()
+        self.producer = Producer(writer, self.config, log=self.log,
+                                 listener=launch.listener if launch is not None else None)
+        self.started = launch.started if launch is not None else time.monotonic()
         return self.producer
 
     def start(self, argv: list[str], executable: str | None = None,
               stdin: int | None = None, stdout: int | None = None, stderr: int | None = None) -> int:
-        """Start `argv` under the client; its pid. `stdin`/`stdout`/`stderr`: as for subprocess.Popen."""
+        """Start `argv` under the client; its pid. `stdin`/`stdout`/`stderr`: None, a descriptor
+        or subprocess.DEVNULL. With the Recording's `launch`, the target it started is taken over."""
         if not argv:
             raise UsageError("no command to profile")
-        producer = self._open(" ".join(argv))
-        env = dict(os.environ)
-        env.update(producer.client_env())
-        preload = env.get("LD_PRELOAD", "")
-        env["LD_PRELOAD"] = f"{self.library}:{preload}" if preload else str(self.library)
-        if self.options.forward_signals:
-            self._forward_signals()
-        self._spawned = time.monotonic()
-        try:
-            self.child = subprocess.Popen(argv, executable=executable, env=env, stdin=stdin, stdout=stdout,
-                                          stderr=stderr,
-                                          preexec_fn=self._restore_nofile if self._nofile else None)
-        except OSError as e:
-            raise TargetError(f"cannot run {argv[0]}: {e.strerror}") from e
+        launch = self._launch
+        if launch is not None and launch.child is not None:
+            producer = self._open(" ".join(argv), launch)
+            self._dumps_requested += ["signal"] * launch.dumps_requested
+            launch.dumps_requested = 0
+        else:
+            producer = self._open(" ".join(argv))
+            launch = Launch(self.config, self.log, listener=producer.listener)
+            if self.options.forward_signals:
+                launch.forward_signals(install=self._install_signal, usr1=False)
+            launch.spawn(argv, executable, str(self.library), stdin, stdout, stderr)
+        assert launch.child is not None
+        self.child = launch.child
+        self._spawned = launch.spawned
+        self._child_fd = launch.take_pidfd()
         producer.target_pids.add(self.child.pid)
-        with contextlib.suppress(OSError):  # without one, the loop sees the exit at its next timeout
-            self._child_fd = os.pidfd_open(self.child.pid)
-        for sig in self._pending:
-            with contextlib.suppress(ProcessLookupError):
-                self.child.send_signal(sig)
-        self._pending.clear()
+        # heapscope's own limit, raised after the spawn: the target has the one it would have had.
+        self._nofile = launch.nofile
+        launch.nofile = None
+        self._raise_nofile()
         self._start_symbolizer()
         # Only the summary uses what this finds (why the target cannot be preloaded): after the spawn.
         self._chores.append((lambda: self._check_preload(argv[0], executable), True))
@@ -467,6 +471,7 @@ class Recording:
             attach.check_target(pid)
         attach.find_gdb()
         producer = self._open("-p " + ",".join(map(str, pids)))
+        self._raise_nofile()
         for sig in DETACH_SIGNALS:
             self._install_signal(sig, self._on_stop)
         for pid in pids:
@@ -517,15 +522,11 @@ class Recording:
         self.say(f"attached to pid {pid} in {(time.monotonic() - t0) * 1000:.1f} ms")
 
     def _raise_nofile(self) -> None:
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        want = WANTED_NOFILE if hard == resource.RLIM_INFINITY else min(hard, WANTED_NOFILE)
-        if soft != resource.RLIM_INFINITY and soft < want:
-            with contextlib.suppress(OSError, ValueError):
-                resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
-                self._nofile = (soft, hard)
+        if self._nofile is None:
+            self._nofile = raise_nofile()
 
     def _restore_nofile(self) -> None:
-        """The target gets the limit it would have had without heapscope (also run in the child)."""
+        """heapscope's limit back as it was (the target, spawned before the raise, kept it)."""
         if self._nofile is not None:
             with contextlib.suppress(OSError, ValueError):
                 resource.setrlimit(resource.RLIMIT_NOFILE, self._nofile)
@@ -703,24 +704,6 @@ class Recording:
             return  # in-process recording from another thread: the host owns the signals
         old = signal.signal(sig, handler)
         self._restore.setdefault(sig, old)
-
-    def _forward_signals(self) -> None:
-        in_foreground = False
-        with contextlib.suppress(OSError):
-            in_foreground = os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp()
-
-        def forward(sig: int, _frame: object) -> None:
-            child = self.child
-            if child is None:
-                self._pending.append(sig)
-            elif child.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    child.send_signal(sig)
-
-        for sig in FORWARDED:
-            self._install_signal(sig, forward)
-        for sig in TERMINAL:
-            self._install_signal(sig, signal.SIG_IGN if in_foreground else forward)
 
     # -- the loop --------------------------------------------------------------
 
@@ -1175,18 +1158,7 @@ def _depth(callsites: dict[CallsiteId, tuple[CallsiteId | None, FrameId]], memo:
 
 
 def client_library() -> Path:
-    lib = Path(__file__).resolve().parent / "client" / "libheapscope.so"
-    if not lib.is_file():
-        # An editable install keeps built files in its build tree: ask the package.
-        with contextlib.suppress(Exception):
-            import importlib.resources
-
-            found = Path(str(importlib.resources.files("heapscope.client") / "libheapscope.so"))
-            if found.is_file():
-                lib = found
-    if not lib.is_file():
-        raise TargetError(f"the client library is missing ({lib}); reinstall heapscope with `pip install .`")
-    return lib
+    return Path(client_library_path())
 
 
 def _own_usage() -> list[tuple[str, int | None, str, str, int, str]]:
@@ -1204,7 +1176,7 @@ def _own_usage() -> list[tuple[str, int | None, str, str, int, str]]:
     ]
 
 
-def _wait_child(child: subprocess.Popen[bytes]) -> int:
+def _wait_child(child: Child) -> int:
     while True:
         try:
             code = child.wait()

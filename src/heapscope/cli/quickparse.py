@@ -18,12 +18,15 @@ tests/unit/cli/test_cli_quickparse.py compares the two on many command lines.
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+import sys
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
-    from types import ModuleType
+    from types import ModuleType, SimpleNamespace
+else:
+    # types.SimpleNamespace, as types.py itself gets it, without importing types (start-up cost)
+    SimpleNamespace = type(sys.implementation)
 
 REMAINDER = "..."  # argparse.REMAINDER
 MAIN_FLAGS = ("-v", "--verbose")  # the main parser's options that take no value (cli/__init__.py)

@@ -4,35 +4,51 @@ Only flags and printing live here: the recording itself (start or attach,
 signals, dumps, guardrails, teardown and the summary's figures) is
 heapscope.recording.Recording. Every option value is checked before the
 target starts (one line, exit 2).
+
+The target waits for heapscope's answer to its handshake before its main
+(heapscope/launch.py): a started command is spawned and answered with this
+module's light imports only, and the recording's modules are imported while
+it runs (issue 13: `_launch`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import math
 import os
-import signal
 import sys
-from collections.abc import Callable
-from pathlib import Path
 
 from heapscope.errors import TargetError, UsageError
 from heapscope.fleet import live as fleet_live
-from heapscope.producer.config import DEFAULT_INTERVAL, DEFAULT_SHMEM_SIZE, RecordConfig, parse_size
-from heapscope.recording import MAX_DURATION_S, Recording, RecordingOptions, Summary, client_library
+from heapscope.producer.config import (
+    DEFAULT_INTERVAL,
+    DEFAULT_SHMEM_SIZE,
+    MAX_DURATION_S,
+    RecordConfig,
+    check_ms,
+    check_positive,
+    parse_size,
+)
 from heapscope.which import which
-from heapscope.wire.codec import Unwinder
+from heapscope.wire.handshake import UNWINDER_AUTO, UNWINDER_FP, UNWINDER_LIBUNWIND, UNWINDER_NONE
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
 if TYPE_CHECKING:  # argparse is imported only when cli/quickparse.py leaves the command line to it
     import argparse
+    from collections.abc import Callable
+
+    from heapscope.launch import Launch
+    from heapscope.recording import Recording, RecordingOptions, Summary
 
 NAME = "record"
 HELP = "run a command under the profiler and write its heap profile"
 
 PEAKS_SHOWN = 5  # processes whose peak the summary shows, largest first
 
-UNWINDERS = {"auto": Unwinder.AUTO, "libunwind": Unwinder.LIBUNWIND, "fp": Unwinder.FP, "none": Unwinder.NONE}
+UNWINDERS = {"auto": UNWINDER_AUTO, "libunwind": UNWINDER_LIBUNWIND, "fp": UNWINDER_FP, "none": UNWINDER_NONE}
+# Imported between the target's spawn and the recording's start, leaves first, the clients that
+# connect meanwhile answered between two of them (Launch.serve): each step a few ms at most.
+START_MODULES = ("enum", "collections", "contextlib", "socket", "signal", "threading", "pathlib", "sqlite3",
+                 "heapscope.wire.codec", "heapscope.store.writer", "heapscope.bookkeeping.dump",
+                 "heapscope.producer.process", "heapscope.producer.producer", "heapscope.recording")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -94,19 +110,44 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("give either -p PID or a command to run, not both")
     if not pids and not command:
         raise UsageError("no command to profile: heapscope record [options] -- CMD [ARGS...] (or -p PID)")
-    options = recording_options(args, command, pids)
-    library = client_library()
+    _check_options(args)
+    from heapscope.launch import client_library_path, in_main_thread
+
+    library = client_library_path()
     if pids:
         executable = ""
         name = f"pid{pids[0]}"
     else:
         executable = _resolve(command[0])
-        name = Path(command[0]).name
-    output = Path(args.output or f"heapscope.{name}.{os.getpid()}.db")
+        name = os.path.basename(command[0])
+    output = args.output or f"heapscope.{name}.{os.getpid()}.db"
     verbose = bool(args.verbose)
     say = _log if verbose or not args.quiet else _quiet
-    rec = Recording(config, output, options, library=library, say=say, warn=_log,
-                    log=_log if verbose else _quiet)
+    log = _log if verbose else _quiet
+    launch: Launch | None = None
+    if command and not (args.serve or args.push) and in_main_thread():
+        try:
+            launch = _launch(config, output, args.force, command, executable, library, log)
+        except _Started as started:  # the target runs, the recording could not start: it is supervised
+            _remove_created(output)
+            _log(f"error: {started.error}; the target runs on unprofiled")
+            return started.wait()
+    from pathlib import Path
+
+    from heapscope.recording import Recording
+
+    options = recording_options(args, command, pids)
+    try:
+        rec = Recording(config, Path(output), options, library=Path(library), say=say, warn=_log, log=log,
+                        launch=launch)
+    except Exception as failed:
+        if launch is None or launch.child is None:
+            raise
+        launch.abandon()
+        if launch.created:
+            _remove_created(output)
+        _log(f"error: {failed or type(failed).__name__}; the target runs on unprofiled")
+        return _Started(launch, str(failed)).wait()
     status_line = _StatusLine(enabled=not args.quiet and sys.stderr.isatty())
     with rec:
         if args.serve or args.push:
@@ -132,12 +173,93 @@ def main(args: argparse.Namespace) -> int:
     return returncode
 
 
+class _Started(Exception):
+    """The target was spawned, and what should have followed failed."""
+
+    def __init__(self, launch: Launch, error: str) -> None:
+        super().__init__(error)
+        self.launch = launch
+        self.error = error
+
+    def wait(self) -> int:
+        """The target's exit status, shell style, once it has ended; our signal handlers go then."""
+        child = self.launch.child
+        assert child is not None
+        while True:
+            try:
+                code = child.wait()
+                break
+            except KeyboardInterrupt:
+                continue
+        self.launch.restore_signals()
+        return 128 - code if code < 0 else code
+
+
+def _launch(config: RecordConfig, output: str, force: bool, command: list[str], executable: str, library: str,
+            log: Callable[[str], None]) -> Launch | None:
+    """Spawn the target and answer its first handshakes with light imports only, then import the
+    recording while it runs (heapscope/launch.py). None when the output is already there (its
+    checks read it with sqlite3: the recording does them, before the target starts)."""
+    from heapscope.launch import FIRST_ANSWER_S, Launch, create_output
+
+    if not create_output(output, force):
+        return None
+    try:
+        launch = Launch(config, log)
+    except BaseException:
+        _remove_created(output)
+        raise
+    launch.created = True  # the recording's ProfileWriter takes the files as they are
+    try:
+        launch.forward_signals()
+        launch.spawn(command, executable, library)
+    except BaseException:
+        launch.abandon()
+        launch.restore_signals()
+        _remove_created(output)
+        raise
+    try:
+        launch.answer(FIRST_ANSWER_S)
+        for module in START_MODULES:
+            __import__(module)  # importlib.import_module, without importing importlib
+            launch.serve()
+    except Exception as e:
+        launch.abandon()
+        raise _Started(launch, str(e) or type(e).__name__) from e
+    return launch
+
+
+def _remove_created(output: str) -> None:
+    """The empty profile files create_output made, when the target never started."""
+    for name in (output, output + "-wal", output + "-shm"):
+        try:  # noqa: SIM105 (contextlib is ~3 ms of imports on the target's path)
+            os.unlink(name)
+        except OSError:
+            pass
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """What RecordingOptions and Guardrails check, before any target starts (they are built after)."""
+    if args.duration is not None:
+        _parse_duration(args.duration)
+    check_ms(args.continuous_dump, "--continuous-dump")
+    check_ms(args.dump_phase, "--dump-phase")
+    from heapscope.producer.session import MAX_CPU_S, MAX_MEMORY_MB
+
+    check_positive(args.max_producer_memory, "--max-producer-memory", MAX_MEMORY_MB)
+    check_positive(args.max_producer_cpu, "--max-producer-cpu", MAX_CPU_S)
+    if args.output is not None and not args.output.strip():
+        raise UsageError("-o/--output must not be empty")
+
+
 def _quiet(_msg: str) -> None:
     pass
 
 
 def recording_options(args: argparse.Namespace, command: list[str], pids: list[int]) -> RecordingOptions:
     """The session options `record` and `live` share, checked; -o checked too."""
+    from heapscope.recording import RecordingOptions
+
     options = RecordingOptions(
         duration=_parse_duration(args.duration) if args.duration is not None else None,
         continuous_ms=args.continuous_dump, phase_ms=args.dump_phase,
@@ -178,6 +300,8 @@ def _parse_duration(text: str) -> float:
         value = float(t)
     except ValueError:
         raise UsageError(f"--duration must be a time like 500ms, 30s or 2m, not {text!r}") from None
+    import math  # here: a C extension to load, for -d only (issue 13)
+
     if not math.isfinite(value) or value <= 0 or value * mult > MAX_DURATION_S:
         raise UsageError(f"--duration must be a positive time up to a year, not {text!r}")
     return value * mult
@@ -268,8 +392,12 @@ def _summary(s: Summary) -> None:
         lines.append(f"{s.no_descriptors:,} processes not profiled: heapscope ran out of file descriptors "
                      "(raise `ulimit -n`)")
     if s.exit_status is not None and s.exit_status > 128:
-        with contextlib.suppress(ValueError):
+        import signal
+
+        try:  # noqa: SIM105
             lines.append(f"target died of {signal.Signals(s.exit_status - 128).name}")
+        except ValueError:
+            pass
     if s.problems:
         lines.append(f"profile incomplete: {s.problems[0]}")
     lines += s.not_profiled

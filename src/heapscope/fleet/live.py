@@ -16,14 +16,11 @@ there, so a slow or dead server never touches the recording loop.
 
 from __future__ import annotations
 
-import socket
-import threading
-from collections.abc import Callable, Sequence
-from pathlib import Path
-
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
 if TYPE_CHECKING:  # imported where used: `record` without --serve/--push never loads http or ssl
     import argparse
+    from collections.abc import Callable, Sequence
+    from pathlib import Path
 
     from heapscope.fleet.push import Pusher, PushItem
     from heapscope.fleet.serve import PprofServer, Snapshot
@@ -50,6 +47,8 @@ class Live:
                  queue_size: int = 16) -> None:
         self.pushers: list[Pusher] = []
         if push:  # imported only when used: it is read before the target starts (http.client, ssl, grpc)
+            import socket
+
             from heapscope.fleet.push import Pusher, parse_target
 
             targets = [parse_target(u) for u in push]  # every URL checked before anything starts
@@ -61,6 +60,8 @@ class Live:
 
             self.server = PprofServer(snapshot, serve, allow_remote=allow_remote)
         self._pushed: dict[int, int] = {}  # pid -> number of its dumps already queued
+        import threading  # here: `record` reads add_arguments before its target starts (issue 13)
+
         self._lock = threading.Lock()
 
     @classmethod

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import fnmatch
-import math
-
 from heapscope.errors import UsageError
 from heapscope.slots import FrozenSlots
-from heapscope.wire import codec
-from heapscope.wire.codec import MAX_FRAMES, Unwinder
+from heapscope.wire.handshake import MAX_FRAMES, RING_MAX_SIZE, RING_MIN_SIZE, UNWINDER_AUTO
+
+# On `record`'s start path (the target waits for its handshake's answer, producer/listener.py):
+# no codec (enums), no fnmatch (re), no math (a C extension to load) at import (issue 13).
 
 DEFAULT_INTERVAL = 4096
 DEFAULT_SHMEM_SIZE = 8 << 20
@@ -18,6 +17,7 @@ DEFAULT_SHMEM_SIZE = 8 << 20
 MAX_INTERVAL = 1 << 40
 MAX_SEED = (1 << 64) - 1
 MAX_DUMP_MS = 7 * 24 * 3600 * 1000  # a week between dumps: anything longer is a typo
+MAX_DURATION_S = 366 * 24 * 3600.0  # --duration
 
 
 class RecordConfig(FrozenSlots):
@@ -27,7 +27,7 @@ class RecordConfig(FrozenSlots):
     )
     interval: int  # mean bytes between samples; 1 = every allocation
     seed: int | None  # sampler seed; None = a random one per process
-    unwinder: Unwinder
+    unwinder: int  # codec.Unwinder's values (an Unwinder is one)
     shmem_size: int  # ring bytes per process
     block_client: bool  # a full ring makes the target wait, never drops
     skip_symbol_prefixes: tuple[str, ...]  # mappings shown as one FILTERED frame
@@ -37,7 +37,7 @@ class RecordConfig(FrozenSlots):
     names: tuple[str, ...]  # -n: profile only processes whose name matches one (empty = all)
     threads: bool  # keep totals per (stack, thread) too: `live`'s thread filter
 
-    def __init__(self, interval: int = DEFAULT_INTERVAL, seed: int | None = None, unwinder: Unwinder = Unwinder.AUTO,
+    def __init__(self, interval: int = DEFAULT_INTERVAL, seed: int | None = None, unwinder: int = UNWINDER_AUTO,
                  shmem_size: int = DEFAULT_SHMEM_SIZE, block_client: bool = True,
                  skip_symbol_prefixes: tuple[str, ...] = (), stream_allocations: bool = False, max_frames: int = 128,
                  dump_at_max: bool = False, names: tuple[str, ...] = (), threads: bool = False) -> None:
@@ -67,9 +67,9 @@ class RecordConfig(FrozenSlots):
             if not prefix:
                 raise UsageError("--skip-symbol-prefix must not be empty")
         s = self.shmem_size
-        if s < codec.RING_MIN_SIZE or s & (s - 1) or s > codec.RING_MAX_SIZE:
+        if s < RING_MIN_SIZE or s & (s - 1) or s > RING_MAX_SIZE:
             raise UsageError(
-                f"--shmem-size must be a power of two between {codec.RING_MIN_SIZE} and {codec.RING_MAX_SIZE}, not {s}")
+                f"--shmem-size must be a power of two between {RING_MIN_SIZE} and {RING_MAX_SIZE}, not {s}")
         if not 1 <= self.max_frames <= MAX_FRAMES:
             raise UsageError(f"--max-frames must be between 1 and {MAX_FRAMES}, not {self.max_frames}")
 
@@ -97,6 +97,8 @@ def check_positive(value: float | None, what: str, limit: float) -> float | None
     """A finite number in (0, limit], or None; anything else is a UsageError."""
     if value is None:
         return None
+    import math
+
     if not math.isfinite(value) or value <= 0 or value > limit:
         raise UsageError(f"{what} must be a positive number up to {limit:g}, not {value!r}")
     return value
@@ -128,6 +130,8 @@ def name_matches(patterns: tuple[str, ...], exe: str, args: list[str]) -> bool:
         if " " in pat and pat == " ".join(args):
             return True
         if "*" in pat:
+            import fnmatch  # here: re is ~3 ms of imports, and only a glob needs it
+
             target = [argv0.split("@", 1)[0]] if pat.startswith("/") else names
             if any(fnmatch.fnmatchcase(t, pat) for t in target):
                 return True

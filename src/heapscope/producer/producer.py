@@ -11,27 +11,24 @@ process's peak). The caller runs it until the target exits, then calls
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import os
 import select
 import socket
-import struct
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from heapscope.bookkeeping.dump import UNDEFINED_STACK, ProcessHeap
 from heapscope.bookkeeping.frames import FrameTable
 from heapscope.bookkeeping.rows import DUMP_ROW, OP_MALLOC, STREAM_ROW, unpack_rows
 from heapscope.heaps import valid_name as valid_heap_name
 from heapscope.model import ProcessFlags, Upid
+from heapscope.producer import listener as _listener
 from heapscope.producer import procfs
 from heapscope.producer._ingest import Ingest, Tracker, Trie
-from heapscope.producer.config import RecordConfig, name_matches
-from heapscope.producer.process import CustomHeap, ProcessState, create_ring
+from heapscope.producer.config import RecordConfig
+from heapscope.producer.listener import Accepted, Listener
+from heapscope.producer.process import CustomHeap, ProcessState
 from heapscope.producer.stats import StatRow, process_stats_rows
-from heapscope.producer.tmpdir import make_private_dir, remove_dir
 from heapscope.store.writer import ProfileWriter
 from heapscope.wire import codec
 
@@ -40,10 +37,12 @@ RSS_EVERY_NS = 50_000_000  # VmHWM is read this often per process: the peak is g
 # the end of a recording is left with the stacks of its last moments only (issue 13).
 RESOLVE_EVERY_NS = 100_000_000
 DRAIN_BATCH = 1 << 18  # records per ring per poll: keeps the loop responsive
-HANDSHAKE_TIMEOUT_S = 5.0
-PEERCRED = struct.Struct("3i")
-OWNED_PREFIX = "heapscope-"
-OWNER_FILE = "owner.lock"
+# The session's socket and the handshake are producer/listener.py's (light imports: the target
+# waits for the answer); these names stay here for their users.
+HANDSHAKE_TIMEOUT_S = _listener.HANDSHAKE_TIMEOUT_S
+OWNED_PREFIX = _listener.OWNED_PREFIX
+OWNER_FILE = _listener.OWNER_FILE
+take_ownership = _listener.take_ownership
 _U64 = (1 << 64) - 1
 _POLL_IN = select.POLLIN | select.POLLPRI | select.POLLHUP | select.POLLERR
 
@@ -63,15 +62,16 @@ class Producer:
     """Owns the listening socket, the per-process states and the bookkeeping."""
 
     def __init__(self, writer: ProfileWriter | None, config: RecordConfig,
-                 log: Callable[[str], None] = lambda _msg: None) -> None:
-        # writer None: no profile is kept (the pytest plugin without --heapscope-output, which
-        # reads the trackers' figures and a few stacks by id): nothing is written, no stack is
-        # resolved (FrameTable.discard) and a dump books nothing.
+                 log: Callable[[str], None] = lambda _msg: None, listener: Listener | None = None) -> None:
+        """`writer` None: no profile is kept (the pytest plugin without --heapscope-output, which
+        reads the trackers' figures and a few stacks by id): nothing is written, no stack is
+        resolved (FrameTable.discard) and a dump books nothing. `listener`: the session's, when
+        the target was started before the producer existed (`record`, issue 13): the clients it
+        answered meanwhile are adopted by the first poll()."""
         self.keep = writer is not None
         self.writer: ProfileWriter | NoProfile = writer if writer is not None else NoProfile()
         self.config = config
         self.log = log
-        self.token = os.urandom(codec.TOKEN_SIZE)  # what secrets.token_bytes does, without its imports
         self.frames = FrameTable(config.skip_symbol_prefixes)
         self.frames.discard = not self.keep
         self.trie = Trie()  # bookkeeping/trie.py's, in C: the resolve in C adds to it (resolve_core.h)
@@ -81,38 +81,43 @@ class Producer:
         # the pidfd of one that had lost its socket), not by the session's end: such a
         # process may still be in its exit path, so /proc does not yet say it is gone
         self.exited_pids: set[int] = set()
-        self.next_upid = 1
-        self.rejected_clients = 0
         self.sockets_lost = 0  # processes that closed heapscope's socket and were followed to their exit
-        self.no_descriptors = 0  # clients turned away: heapscope was out of file descriptors
-        self._spare_fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)  # for _refuse_one
         # Called with (path, build id hex) for every module announced (record's early symbolization).
         self.on_module: Callable[[str, str], None] | None = None
-        self.untargeted_clients = 0  # valid clients left dormant by -n
         self.session_ending = False  # the target exited: what ends now ends with the session
         self.target_pids: set[int] = set()  # their own exit ends the session, so it is no disconnect
         self.attach_pids: set[int] = set()  # -p: attached while running (from_startup = false)
         self.guardrail = ""  # which guardrail was hit, if any
         self._resolved_ns = time.monotonic_ns()  # the last resolve_early()
         self.resolve_every_ns: int | None = RESOLVE_EVERY_NS  # None: stacks resolve at dumps only
-        # A private (0700) directory in the shared temp dir; the owner lock in
-        # it tells a later run whether this one is still alive (session.py).
-        self._dir = make_private_dir(OWNED_PREFIX)  # tempfile.mkdtemp, without tempfile's imports
-        try:
-            self._owner_fd = take_ownership(Path(self._dir))
-            self.socket_path = str(Path(self._dir) / "producer.sock")
-            self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            self.listener.bind(self.socket_path)
-            self.listener.listen(64)
-            self.listener.setblocking(False)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                remove_dir(self._dir)
-            raise
+        self.listener = Listener(config, log) if listener is None else listener
+        self.token = self.listener.token
+        self.socket_path = self.listener.socket_path
+
+    # The listener counts the clients it turned away.
+    @property
+    def next_upid(self) -> int:
+        return self.listener.next_upid
+
+    @next_upid.setter
+    def next_upid(self, value: int) -> None:
+        self.listener.next_upid = value
+
+    @property
+    def rejected_clients(self) -> int:
+        return self.listener.rejected_clients
+
+    @property
+    def untargeted_clients(self) -> int:
+        return self.listener.untargeted_clients
+
+    @property
+    def no_descriptors(self) -> int:
+        return self.listener.no_descriptors
 
     def client_env(self) -> dict[str, str]:
         """Environment variables that make the client connect to this producer."""
-        return {codec.ENV_SOCKET: self.socket_path, codec.ENV_TOKEN: self.token.hex()}
+        return self.listener.env()
 
     # -- the loop ------------------------------------------------------------
 
@@ -142,14 +147,10 @@ class Producer:
         except InterruptedError:
             events = []
         ready = {watched.get(fd, fd) for fd, _ev in events}
-        readable: list[socket.socket] = []
-        if listening >= 0 and listening in ready:
-            readable.append(self.listener)
-        readable += [q.sock for fd, q in self.processes.items() if fd in ready]
+        readable = [q.sock for fd, q in self.processes.items() if fd in ready]
         drained = 0
-        for s in readable:
-            if s is self.listener:
-                self._accept_all()
+        if (listening >= 0 and listening in ready) or self.listener.accepted:
+            self._accept_all()
         now = time.monotonic_ns()
         for p in list(self.processes.values()):
             drained += self._drain(p)
@@ -160,7 +161,7 @@ class Producer:
             self._resolved_ns = now
             self.resolve_early()
         for s in readable:
-            ended = self.processes.get(s.fileno()) if s is not self.listener else None
+            ended = self.processes.get(s.fileno())
             if ended is None:
                 continue
             if ended.exit_fd is not None:  # the pidfd of a process that lost its socket: it exited
@@ -175,8 +176,7 @@ class Producer:
     def stop_accepting(self) -> None:
         """The session is ending: no new clients, and exits from now on are not disconnects."""
         self.session_ending = True
-        if self.listener.fileno() >= 0:
-            self.listener.close()
+        self.listener.close()
 
     def finish(self) -> None:
         """End every process still connected (the session is over)."""
@@ -199,13 +199,10 @@ class Producer:
             with contextlib.suppress(Exception):
                 p.close()
             del self.processes[fd]
-        with contextlib.suppress(OSError):
-            remove_dir(self._dir)
-        for fd in (self._owner_fd, self._spare_fd):
-            if fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-        self._owner_fd = self._spare_fd = -1
+        for accepted in self.listener.take():  # answered, never adopted (an error came first)
+            with contextlib.suppress(Exception):
+                accepted.close()
+        self.listener.remove()
 
     def live_summary(self) -> tuple[int, int]:
         """(samples so far, sampled bytes not yet freed) over all processes."""
@@ -221,118 +218,60 @@ class Producer:
     # -- clients -------------------------------------------------------------
 
     def _accept_all(self) -> None:
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as e:
-                if e.errno in (errno.EMFILE, errno.ENFILE):
-                    self._refuse_one()
-                return
-            try:
-                self._handshake(conn)
-            except OSError as e:
-                # Out of descriptors for its ring (memfd_create): not profiled, and said.
-                if e.errno in (errno.EMFILE, errno.ENFILE):
-                    self.no_descriptors += 1
-                else:
-                    self.rejected_clients += 1
-                self.log(f"client rejected: {e}")
-                conn.close()
-            except ValueError as e:
-                self.rejected_clients += 1
-                self.log(f"client rejected: {e}")
-                conn.close()
+        # Those answered before the producer existed first: the first opens the profile's database,
+        # before new clients can take the descriptors left (heapscope/launch.py keeps a few free).
+        for accepted in self.listener.take():
+            self.adopt(accepted)
+        if self.listener.fileno() >= 0:
+            self.listener.accept(self.attach_pids, prepare=self._prepare)
+            for accepted in self.listener.take():
+                self.adopt(accepted)
 
-    def _refuse_one(self) -> None:
-        """Out of descriptors: free the spare one to take the waiting client and
-        close it at once (its client goes dormant, the process runs on
-        unprofiled), rather than leave it pending and the loop spinning."""
-        if self._spare_fd >= 0:
-            os.close(self._spare_fd)
-            self._spare_fd = -1
-        try:
-            conn, _ = self.listener.accept()
-            conn.close()
-            self.no_descriptors += 1
-            self.log("client refused: heapscope is out of file descriptors")
-        except OSError:
-            pass
-        with contextlib.suppress(OSError):
-            self._spare_fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-
-    def _handshake(self, conn: socket.socket) -> None:
-        conn.settimeout(HANDSHAKE_TIMEOUT_S)
-        data = _recv_exactly(conn, codec.HELLO.size)
-        hello = codec.Hello.unpack(data)
-        peer_pid, peer_uid, _ = PEERCRED.unpack(
-            conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, PEERCRED.size))
-        problem = None
-        status = codec.Status.REJECTED
-        if hello.magic != codec.WIRE_MAGIC or hello.version != codec.WIRE_VERSION:
-            problem = f"wire version {hello.version} (expected {codec.WIRE_VERSION})"
-        elif not _same_token(hello.token, self.token):
-            problem = "unknown session"
-        elif hello.pid != peer_pid:
-            problem = f"pid {hello.pid} does not match the socket's peer {peer_pid}"
-        elif self.config.names and hello.pid not in self.attach_pids:
-            args = procfs.cmdline_args(hello.pid)
-            exe = procfs.exe_path(hello.pid, args)
-            if not name_matches(self.config.names, exe, args):
-                # A valid client that -n does not pick: dormant, and no error.
-                conn.sendall(codec.Config(codec.Status.NOT_TARGETED, 0, 0, 0, 0, 0, 0).pack())
-                conn.close()
-                self.untargeted_clients += 1
-                self.log(f"pid {hello.pid} ({os.path.basename(exe)}) not targeted by -n: dormant")
-                return
-        if problem:
-            conn.sendall(codec.Config(status, 0, 0, 0, 0, 0, 0).pack())
-            raise ValueError(problem)
-
-        # Read /proc now: the client waits for our answer; after it, a short
-        # program may be gone before we look.
-        upid = Upid(self.next_upid)
-        info = procfs.process_info(upid, hello.pid, hello.ppid, peer_uid)
+    def _prepare(self, memfd: int) -> Ingest:
+        """The ring reader of a client about to be answered (a failure rejects the client)."""
         cfg = self.config
-        memfd, shm = create_ring(cfg.shmem_size)
+        ingest = Ingest(memfd, cfg.shmem_size, stream=cfg.stream_allocations, dump_at_max=cfg.dump_at_max,
+                        threads=cfg.threads)
         try:
-            ingest = Ingest(memfd, cfg.shmem_size, stream=cfg.stream_allocations,
-                            dump_at_max=cfg.dump_at_max, threads=cfg.threads)
             if self.frames.discard:  # no profile kept: stacks stay in C, read by id (FrameTable.discard)
                 ingest.hold_stacks()
             else:  # stacks stay in C until resolved there (ProcessHeap.held)
                 ingest.resolve_stacks()
         except Exception:
-            shm.close()
-            os.close(memfd)
-            raise
-        seed = int.from_bytes(os.urandom(8), "little") if cfg.seed is None else (cfg.seed + upid - 1) & (2**64 - 1)
-        reply = codec.Config(
-            status=codec.Status.OK, interval=cfg.interval, ring_size=cfg.shmem_size, seed=seed,
-            flags=codec.CFG_BLOCK_CLIENT if cfg.block_client else 0,
-            unwinder=int(cfg.unwinder), max_frames=cfg.max_frames,
-        ).pack()
-        try:
-            socket.send_fds(conn, [reply], [memfd])
-        except OSError:
             ingest.close()
-            shm.close()
-            os.close(memfd)
             raise
+        return ingest
+
+    def adopt(self, accepted: Accepted) -> None:
+        """Take over a client the listener answered (now, or before the producer existed)."""
+        info = accepted.info
+        ingest = accepted.ingest
+        if not isinstance(ingest, Ingest):
+            try:
+                ingest = self._prepare(accepted.memfd)
+            except Exception as e:  # answered already: told to stop, it runs on unprofiled
+                self.listener.rejected_clients += 1
+                self.log(f"client rejected: {e}")
+                accepted.close()
+                return
+        conn = socket.socket(fileno=accepted.conn.detach())
         conn.setblocking(False)
-        self.next_upid += 1
-        info.parent_upid = self._upid_of(hello.ppid)
-        p = ProcessState(info=info, sock=conn, memfd=memfd, shm=shm, ingest=ingest)
+        info.parent_upid = self._upid_of(info.ppid)
+        p = ProcessState(info=info, sock=conn, memfd=accepted.memfd, shm=accepted.shm, ingest=ingest)
         if not self.frames.discard:
             p.heap.held = ingest
+        cfg = self.config
         p.flags.sampling_interval_bytes = p.flags.orig_sampling_interval_bytes = cfg.interval
-        p.flags.from_startup = hello.pid not in self.attach_pids
+        p.flags.from_startup = info.pid not in self.attach_pids
         p.last_dump_ts = info.start_ts
         self.processes[conn.fileno()] = p
+        # Its peak RSS so far, before the first drain: the records a client wrote before the
+        # producer existed (`record`'s early start, listener.py) can take that drain a while,
+        # and a short program may be gone by its end.
+        self._read_rss(p, time.monotonic_ns())
         self.writer.add_process(info)
         self.writer.commit()
-        self.log(f"pid {info.pid} ({info.name}) connected as upid {upid}")
+        self.log(f"pid {info.pid} ({info.name}) connected as upid {info.upid}")
 
     def _upid_of(self, pid: int) -> Upid | None:
         for p in reversed([*self.ended, *self.processes.values()]):
@@ -647,30 +586,9 @@ class Producer:
         return rows
 
 
-def take_ownership(directory: Path) -> int:
-    """Lock `directory` as this live process's own: an flock on a file inside,
-    taken before the file gets its final name (so the name never exists
-    unlocked) and released by the kernel when this process dies, however."""
-    tmp = directory / (OWNER_FILE + ".new")
-    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    os.write(fd, f"{os.getpid()}\n".encode())
-    os.rename(tmp, directory / OWNER_FILE)
-    return fd
-
-
 #: Said for every attached process (stats, record's summary): include/heapscope.h, "Attach".
 ATTACH_HEAPS_NOTE = ("custom heaps registered before the attach are not seen until the program registers them"
                      " again (heapscope_heap_register returned 0 before it)")
-
-
-def _same_token(a: bytes, b: bytes) -> bool:
-    """Equal tokens, in a time that does not depend on where they differ (as secrets.compare_digest;
-    that module's imports (hmac, OpenSSL, random) cost every `record` several ms)."""
-    diff = len(a) ^ len(b)
-    for x, y in zip(a, b, strict=False):  # unequal lengths already set diff
-        diff |= x ^ y
-    return diff == 0
 
 
 def _custom_heap_stats(p: ProcessState) -> list[StatRow]:
@@ -727,13 +645,3 @@ def _unwinder_name(value: int, state: int) -> str:
                 codec.Unwinder.NONE: "none"}[codec.Unwinder(value)]
     except (KeyError, ValueError):
         return str(value)
-
-
-def _recv_exactly(conn: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = conn.recv(n - len(buf))
-        if not chunk:
-            raise ValueError("connection closed during the handshake")
-        buf += chunk
-    return bytes(buf)

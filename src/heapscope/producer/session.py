@@ -2,20 +2,18 @@
 and the session directories that crashed runs left behind.
 
 The recording itself (start or attach, the loop, dumps, signals, teardown)
-is heapscope.recording.Recording.
+is heapscope.recording.Recording. `record` checks the guardrails' limits before
+its target starts, with light imports only (issue 13): no pathlib, no contextlib.
 """
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
 import stat
-from pathlib import Path
 
-from heapscope.producer import procfs
 from heapscope.producer.config import check_positive
-from heapscope.producer.producer import OWNED_PREFIX, OWNER_FILE
+from heapscope.producer.listener import OWNED_PREFIX, OWNER_FILE
 from heapscope.producer.tmpdir import temp_dir
 
 MAX_MEMORY_MB = float(1 << 30)  # 1 PiB
@@ -37,6 +35,8 @@ class Guardrails:
     def check(self) -> str:
         """'' while within the limits, else which one was passed."""
         if self.memory_kb is not None:
+            from heapscope.producer import procfs  # here: `record` checks the limits before its target starts
+
             kb = procfs.status_field("self", "RssAnon") + procfs.status_field("self", "VmSwap")
             if kb > self.memory_kb:
                 return f"producer memory {kb / 1024:.1f} MB > --max-producer-memory {self.memory_kb / 1024:g} MB"
@@ -56,7 +56,7 @@ def remove_stale_dirs(tmp: str | None = None) -> int:
     more: the run that made it is dead (the kernel drops an flock with its
     last holder). Returns how many were removed.
     """
-    base = Path(tmp or temp_dir())
+    base = tmp or temp_dir()
     removed = 0
     me = os.geteuid()
     try:
@@ -87,9 +87,11 @@ def remove_stale_dirs(tmp: str | None = None) -> int:
             # rmtree works through directory fds here and never follows a symlink.
             import shutil  # here: only a run that finds a stale directory pays for it
 
-            with contextlib.suppress(OSError):
+            try:
                 shutil.rmtree(path)
                 removed += 1
+            except OSError:
+                pass
         finally:
             os.close(fd)
     return removed

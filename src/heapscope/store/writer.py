@@ -57,19 +57,22 @@ def schema_sql() -> str:
 class ProfileWriter:
     """An open profile database being written."""
 
-    def __init__(self, path: str | os.PathLike[str], *, force: bool = False, connect: bool = True) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, force: bool = False, connect: bool = True,
+                 created: bool = False) -> None:
         """Checks and creates the files; with `connect` False, the database and its schema are
-        made on first use (`record`: after its target's handshake, issue 13)."""
+        made on first use (`record`: after its target's handshake, issue 13). `created`: they
+        were, empty, by heapscope.launch.create_output (`record`, before its target's start)."""
         self.path = Path(path)
-        if check_replaceable(self.path, force, PROFILE):
-            remove_file(self.path)
-        # The database and the SQLite files beside it are all created here,
-        # O_EXCL and 0600, so that none of them can be a planted link.
-        for suffix in _SIDECARS:
-            _remove_stale(Path(f"{self.path}{suffix}"))
-        os.close(create_private(self.path))
-        for suffix in ("-wal", "-shm"):
-            os.close(create_private(Path(f"{self.path}{suffix}")))
+        if not created:
+            if check_replaceable(self.path, force, PROFILE):
+                remove_file(self.path)
+            # The database and the SQLite files beside it are all created here,
+            # O_EXCL and 0600, so that none of them can be a planted link.
+            for suffix in _SIDECARS:
+                _remove_stale(Path(f"{self.path}{suffix}"))
+            os.close(create_private(self.path))
+            for suffix in ("-wal", "-shm"):
+                os.close(create_private(Path(f"{self.path}{suffix}")))
         self._db: sqlite3.Connection | None = None
         if connect:
             self._connect()

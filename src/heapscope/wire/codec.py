@@ -16,19 +16,32 @@ import struct
 from enum import IntEnum
 
 from heapscope.slots import FrozenSlots
+from heapscope.wire import handshake
 
-WIRE_MAGIC = 0x31575350414548
-WIRE_VERSION = 5
-TOKEN_SIZE = 16
-META_SIZE = 4096
-RING_MIN_SIZE = 4096  # the data ring: a power of two in [RING_MIN_SIZE, RING_MAX_SIZE]
-RING_MAX_SIZE = 1 << 30
+# The handshake's part of the format is defined in wire/handshake.py (light imports: issue 13).
+WIRE_MAGIC = handshake.WIRE_MAGIC
+WIRE_VERSION = handshake.WIRE_VERSION
+TOKEN_SIZE = handshake.TOKEN_SIZE
+META_SIZE = handshake.META_SIZE
+RING_MIN_SIZE = handshake.RING_MIN_SIZE
+RING_MAX_SIZE = handshake.RING_MAX_SIZE
+MAX_FRAMES = handshake.MAX_FRAMES
+ENV_SOCKET = handshake.ENV_SOCKET
+ENV_TOKEN = handshake.ENV_TOKEN
+STATUS_OK = handshake.STATUS_OK
+STATUS_REJECTED = handshake.STATUS_REJECTED
+STATUS_NOT_TARGETED = handshake.STATUS_NOT_TARGETED
+UNWINDER_AUTO = handshake.UNWINDER_AUTO
+UNWINDER_LIBUNWIND = handshake.UNWINDER_LIBUNWIND
+UNWINDER_FP = handshake.UNWINDER_FP
+UNWINDER_NONE = handshake.UNWINDER_NONE
+CFG_BLOCK_CLIENT = handshake.CFG_BLOCK_CLIENT
+HELLO = handshake.HELLO
+CONFIG = handshake.CONFIG
+META_FIELDS = handshake.META_FIELDS
+config_reply = handshake.config_reply
 BUILD_ID_MAX = 40
 HEAP_NAME_SIZE = 32
-MAX_FRAMES = 256
-
-ENV_SOCKET = "HEAPSCOPE_SOCKET"
-ENV_TOKEN = "HEAPSCOPE_TOKEN"
 
 
 class RecordType(IntEnum):
@@ -45,16 +58,16 @@ class RecordType(IntEnum):
 
 
 class Status(IntEnum):
-    OK = 0
-    REJECTED = 1
-    NOT_TARGETED = 2  # a valid session that does not profile this process: stay dormant
+    OK = STATUS_OK
+    REJECTED = STATUS_REJECTED
+    NOT_TARGETED = STATUS_NOT_TARGETED  # a valid session that does not profile this process: stay dormant
 
 
 class Unwinder(IntEnum):
-    AUTO = 0
-    LIBUNWIND = 1
-    FP = 2
-    NONE = 3
+    AUTO = UNWINDER_AUTO
+    LIBUNWIND = UNWINDER_LIBUNWIND
+    FP = UNWINDER_FP
+    NONE = UNWINDER_NONE
 
 
 class ClientState(IntEnum):
@@ -75,7 +88,6 @@ class ClientError(IntEnum):
     WAIT_TIMEOUT = 7
 
 
-CFG_BLOCK_CLIENT = 1
 STACK_TRUNCATED = 1
 STACK_PYTHON = 2
 MAX_PYFRAMES = 128
@@ -83,8 +95,6 @@ PY_FRAME_ENTRY = 1  # client/pyframes.h: outermost frame of its eval activation
 PY_WALK_NOSTATE, PY_WALK_TRUNCATED, PY_WALK_INVALID = 1, 2, 4
 PY_STATE_ABSENT, PY_STATE_SUPPORTED, PY_STATE_UNSUPPORTED = 0, 1, 2
 
-HELLO = struct.Struct("<QIIII16s")
-CONFIG = struct.Struct("<QIIQQQIIII")
 HEADER = struct.Struct("<Q")
 MALLOC = struct.Struct("<QQQQQQII")
 # struct hs_malloc's fields in order (tests/unit/wire checks each offset against the compiler's).
@@ -105,31 +115,6 @@ PYFRAME = struct.Struct("<QiI")
 PYCODE = struct.Struct("<QiHHIIII")
 PYINFO = struct.Struct("<QQQIIII")
 
-# struct hs_ring_meta: field name -> (offset, struct format)
-META_FIELDS: dict[str, tuple[int, str]] = {
-    "magic": (0, "<Q"),
-    "version": (8, "<I"),
-    "ring_size": (16, "<Q"),
-    "write_pos": (64, "<Q"),
-    "read_pos": (128, "<Q"),
-    "shutting_down": (192, "<I"),
-    "client_state": (196, "<I"),
-    "client_error": (200, "<I"),
-    "unwinder": (204, "<I"),
-    "blocked_ns": (208, "<Q"),
-    "dropped_records": (216, "<Q"),
-    "unwinding_errors": (224, "<Q"),
-    "unwind_ns": (232, "<Q"),
-    "stack_table_full": (240, "<Q"),
-    "addr_table_full": (248, "<Q"),
-    "truncated_stacks": (256, "<Q"),
-    "module_rescans": (264, "<Q"),
-    "python_walks": (272, "<Q"),
-    "python_walks_invalid": (280, "<Q"),
-    "python_walks_truncated": (288, "<Q"),
-    "python_codes_sent": (296, "<Q"),
-    "python_codes_failed": (304, "<Q"),
-}
 META_STRUCT_SIZE = 312
 CLIENT_COUNTERS = tuple(list(META_FIELDS)[9:])
 
@@ -196,10 +181,8 @@ class Config(FrozenSlots):
         set_field(self, "max_frames", max_frames)
 
     def pack(self) -> bytes:
-        return CONFIG.pack(
-            WIRE_MAGIC, WIRE_VERSION, self.status, self.interval, self.ring_size,
-            self.seed, self.flags, self.unwinder, self.max_frames, 0,
-        )
+        return config_reply(self.status, self.interval, self.ring_size, self.seed, self.flags, self.unwinder,
+                            self.max_frames)
 
     @classmethod
     def unpack(cls, data: bytes) -> Config:

@@ -1,0 +1,373 @@
+"""The target's start: its spawn, and what `record` does before the producer exists (issue 13).
+
+A started target waits in its client's constructor for the answer to its
+handshake (client/client.c, "handshake"): what `heapscope record` does
+before that answer is added to the target's run. So `record` spawns the
+target and answers its first handshakes with this module and
+producer/listener.py only (os, _signal, _socket, struct, mmap: no enum,
+socket, subprocess, pathlib, sqlite3, contextlib or threading, ~20 ms of
+imports), then imports the recording (producer, writer, ...) while the target
+runs, answering any further handshake between two imports (`serve`). The
+recording adopts what is here: the listener and its answered clients, the
+child, the signals it received meanwhile (heapscope.recording.Recording,
+`launch=`).
+
+    create_output(path, force)            # the profile's files, as ProfileWriter makes them
+    launch = Launch(config)
+    launch.forward_signals()
+    launch.spawn(argv, executable, library)
+    launch.answer(FIRST_ANSWER_S)         # the target's first handshake
+    ... imports, launch.serve() between them ...
+    Recording(..., launch=launch).start(argv)
+
+Recording.start uses `spawn` too when nothing was started before it (an
+in-process host: the pytest plugin, heapscope.api, `live`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from heapscope.errors import OutputError, TargetError
+from heapscope.producer.listener import Listener
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
+if TYPE_CHECKING:
+    import signal as _signal
+    from collections.abc import Callable
+
+    from heapscope.producer.config import RecordConfig
+else:
+    import _signal  # the C module under `signal`, without its enums (~3 ms of imports)
+
+# Signals sent to heapscope by pid are passed on to the target. SIGINT and
+# SIGQUIT from the terminal already reach the target through its process
+# group, so they are passed on only when heapscope is not in the foreground.
+FORWARDED = (_signal.SIGTERM, _signal.SIGHUP, _signal.SIGUSR2, _signal.SIGALRM)
+TERMINAL = (_signal.SIGINT, _signal.SIGQUIT)
+# Python ignores these at its start; the target gets them back at their default (as
+# subprocess's restore_signals does).
+PYTHON_IGNORED = (_signal.SIGPIPE, _signal.SIGXFSZ)
+DEVNULL = -3  # subprocess.DEVNULL
+# The longest `record` waits for its target's first handshake before it goes on with its own
+# imports (a target that never connects: static, or LD_PRELOAD cleared by a wrapper).
+FIRST_ANSWER_S = 0.2
+# Each profiled process holds a socket and a ring's memfd in heapscope: a common soft
+# limit of 1024 descriptors would stop a recording at ~500 live processes.
+WANTED_NOFILE = 1 << 16
+# Descriptors the launch leaves free when it answers clients (a target that starts hundreds of
+# processes at once can take every one a hard limit allows): for the imports that follow, the
+# recording's wake-up socket pair, the profile's SQLite files, a few to spare.
+RESERVED_FDS = 16
+_PROFILE_SIDECARS = ("-wal", "-shm", "-journal")  # store/writer.py's _SIDECARS
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC  # store/files.py's
+
+
+def _quiet(_msg: str) -> None:
+    pass
+
+
+def in_main_thread() -> bool:
+    """threading.current_thread() is threading.main_thread(), without importing threading
+    (~3 ms): a program that has not imported it has started no thread through it."""
+    threading = sys.modules.get("threading")
+    return threading is None or threading.current_thread() is threading.main_thread()
+
+
+class Child:
+    """The started target: subprocess.Popen's pid, returncode, poll(), wait() and send_signal()."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None  # as Popen's: -N for a death by signal N
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                self.returncode = 0  # reaped elsewhere: as Popen says
+            else:
+                if pid == self.pid:
+                    self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            try:
+                _pid, status = os.waitpid(self.pid, 0)
+            except ChildProcessError:
+                self.returncode = 0
+            else:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, sig)
+
+
+def spawn(argv: list[str], executable: str | None, env: dict[str, str], stdin: int | None = None,
+          stdout: int | None = None, stderr: int | None = None, sigdef: tuple[int, ...] = ()) -> Child:
+    """Start `argv` (`executable`, else argv[0] looked up in PATH) with posix_spawn: no fork
+    of this interpreter, no Python code in the child. stdin/stdout/stderr: None (inherited),
+    DEVNULL or a descriptor. As subprocess.Popen's defaults: descriptors above 2 are not
+    inherited, and the signals Python ignores are at their default; `sigdef`: more of them.
+
+    glibc's posix_spawn leaves its own two internal signals (SIGCANCEL, SIGSETXID) ignored in the
+    child, where a forked child would have them at their default: glibc installs its handlers
+    when a program first needs them (checked: pthread_cancel, and setuid with threads running)."""
+    actions: list[tuple[int, ...] | tuple[int, int, str, int, int]] = []
+    sources = set()
+    for target, spec, mode in ((0, stdin, os.O_RDONLY), (1, stdout, os.O_WRONLY), (2, stderr, os.O_WRONLY)):
+        if spec is None:
+            continue
+        if spec == DEVNULL:
+            actions.append((os.POSIX_SPAWN_OPEN, target, os.devnull, mode, 0))
+        elif spec >= 0:
+            actions.append((os.POSIX_SPAWN_DUP2, spec, target))
+            sources.add(spec)
+        else:
+            raise ValueError(f"spawn: unsupported descriptor {spec}")
+    actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in _inherited_fds() if fd > 2]
+    reset = tuple(dict.fromkeys(PYTHON_IGNORED + sigdef))
+    try:
+        if executable is None:
+            pid = os.posix_spawnp(argv[0], argv, env, file_actions=actions, setsigdef=reset)
+        else:
+            pid = os.posix_spawn(executable, argv, env, file_actions=actions, setsigdef=reset)
+    except OSError as e:
+        raise TargetError(f"cannot run {argv[0]}: {e.strerror}") from e
+    return Child(pid)
+
+
+def _inherited_fds() -> list[int]:
+    """This process's descriptors that an exec would keep (subprocess's close_fds closes them)."""
+    fds = []
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return []
+    for name in names:
+        fd = int(name)
+        try:
+            if os.get_inheritable(fd):
+                fds.append(fd)
+        except OSError:
+            pass  # the listing's own descriptor, closed by now
+    return fds
+
+
+def client_library_path() -> str:
+    """The client library beside this package (an editable install: found by importlib.resources)."""
+    lib = os.path.join(os.path.dirname(os.path.realpath(__file__)), "client", "libheapscope.so")
+    if not os.path.isfile(lib):
+        try:
+            import importlib.resources  # an editable install keeps built files in its build tree
+
+            found = str(importlib.resources.files("heapscope.client") / "libheapscope.so")
+            if os.path.isfile(found):
+                lib = found
+        except Exception:  # noqa: S110 (the error below says what is missing)
+            pass
+    if not os.path.isfile(lib):
+        raise TargetError(f"the client library is missing ({lib}); reinstall heapscope with `pip install .`")
+    return lib
+
+
+def raise_nofile() -> tuple[int, int] | None:
+    """Raise this process's soft descriptor limit to WANTED_NOFILE (or the hard limit); the limit
+    before, when it was raised. After the target's spawn: the target keeps the limit it was given."""
+    import resource  # here: a C extension to load, after the spawn
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = WANTED_NOFILE if hard == resource.RLIM_INFINITY else min(hard, WANTED_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        except (OSError, ValueError):
+            return None
+        return (soft, hard)
+    return None
+
+
+def create_output(path: str, force: bool) -> bool:
+    """The profile's files as store.writer.ProfileWriter creates them (0600, O_EXCL, never through
+    a link), without its imports (sqlite3, pathlib), when nothing is in the way: True. False when
+    the profile or one of its SQLite files exists: ProfileWriter checks and replaces those."""
+    for name in (path, *(path + s for s in _PROFILE_SIDECARS)):
+        try:
+            os.lstat(name)
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return False  # ProfileWriter's checks say why
+        return False
+    made: list[str] = []
+    try:
+        for name in (path, path + "-wal", path + "-shm"):
+            try:
+                os.close(os.open(name, _CREATE_FLAGS, 0o600))
+            except FileExistsError as e:
+                raise OutputError(f"{name}: appeared while heapscope was creating it; refusing to use it") from e
+            except OSError as e:
+                raise OutputError(f"{name}: cannot create: {e.strerror or e}") from e
+            made.append(name)
+    except OutputError:
+        for name in made:
+            try:  # noqa: SIM105 (contextlib is ~3 ms of imports on the target's path)
+                os.unlink(name)
+            except OSError:
+                pass
+        raise
+    return True
+
+
+class Launch:
+    """The session's listener, the target's spawn and the signals until the recording takes over."""
+
+    def __init__(self, config: RecordConfig, log: Callable[[str], None] = _quiet,
+                 listener: Listener | None = None) -> None:
+        """`listener`: a producer's (Recording.start in a host that has it all imported)."""
+        self.started_unix_ns = time.time_ns()  # the profile's metadata, with the next
+        self.started_monotonic_ns = time.monotonic_ns()
+        self.started = self.started_monotonic_ns / 1e9  # time.monotonic()'s clock
+        self.listener = Listener(config, log) if listener is None else listener
+        self.child: Child | None = None
+        self.spawned: float | None = None  # monotonic time of the spawn
+        self.pidfd: int | None = None  # the child's: readable at its exit
+        self.created = False  # create_output made the profile's files (the caller says so)
+        self.restore: dict[int, object] = {}  # signal -> the handler before ours
+        self.pending: list[int] = []  # signals for a target not started yet
+        self.dumps_requested = 0  # SIGUSR1 before the recording took over
+        self.nofile: tuple[int, int] | None = None  # the descriptor limit before spawn() raised it
+        self._sigdef: list[int] = []  # signals we ignore that the target must not inherit ignored
+
+    # -- signals ---------------------------------------------------------------
+
+    def install(self, sig: int, handler: Callable[[int, object], None] | int) -> None:
+        old = _signal.signal(sig, handler)
+        self.restore.setdefault(sig, old)
+
+    def forward_signals(self, install: Callable[[int, Callable[[int, object], None] | int], None] | None = None,
+                        usr1: bool = True) -> None:
+        """Pass signals sent to heapscope on to the target (kept until it is spawned); SIGUSR1 is
+        noted for the recording (a dump). `install(sig, handler)`: the recording's own, else ours."""
+        install = install or self.install
+        try:
+            in_foreground = os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp()
+        except OSError:
+            in_foreground = False
+
+        def forward(sig: int, _frame: object) -> None:
+            child = self.child
+            if child is None:
+                self.pending.append(sig)
+            elif child.returncode is None:
+                try:  # noqa: SIM105
+                    child.send_signal(sig)
+                except ProcessLookupError:
+                    pass
+
+        for sig in FORWARDED:
+            install(sig, forward)
+        for sig in TERMINAL:
+            if in_foreground and _signal.getsignal(sig) != _signal.SIG_IGN:
+                self._sigdef.append(sig)  # ignored by heapscope, not by the target
+            install(sig, _signal.SIG_IGN if in_foreground else forward)
+        if usr1:
+            install(_signal.SIGUSR1, self._on_usr1)
+
+    def restore_signals(self) -> None:
+        """The handlers before ours (nothing took them over)."""
+        for sig, handler in self.restore.items():
+            _signal.signal(sig, handler)  # type: ignore[arg-type]  # what signal() returned
+        self.restore.clear()
+
+    def _on_usr1(self, _sig: int, _frame: object) -> None:
+        self.dumps_requested += 1
+
+    # -- the target --------------------------------------------------------------
+
+    def spawn(self, argv: list[str], executable: str | None, library: str, stdin: int | None = None,
+              stdout: int | None = None, stderr: int | None = None) -> Child:
+        """Start the target under the client; the signals that came meanwhile are passed on."""
+        env = dict(os.environ)
+        env.update(self.listener.env())
+        preload = env.get("LD_PRELOAD", "")
+        env["LD_PRELOAD"] = f"{library}:{preload}" if preload else library
+        self.spawned = time.monotonic()
+        child = spawn(argv, executable, env, stdin, stdout, stderr, tuple(self._sigdef))
+        self.child = child
+        self.listener.warm()  # the handshake's imports, while the target execs
+        if self.nofile is None:  # heapscope's own, for the clients of a fork-heavy target
+            self.nofile = raise_nofile()
+        try:
+            self.pidfd = os.pidfd_open(child.pid)
+        except OSError:
+            self.pidfd = None  # without one, the recording's loop sees the exit at its next timeout
+        for sig in self.pending:
+            try:  # noqa: SIM105
+                child.send_signal(sig)
+            except ProcessLookupError:
+                pass
+        self.pending.clear()
+        return child
+
+    def answer(self, timeout: float) -> None:
+        """Wait for the target's first handshake and answer it (and any other waiting); return
+        early when the target exits. At most `timeout` s."""
+        listener = self.listener
+        end = time.monotonic() + timeout
+        seen = self._handled()
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            if listener.wait(left, -1 if self.pidfd is None else self.pidfd):
+                self.serve()
+                if self._handled() != seen:
+                    return
+            elif self.child is not None and self.child.poll() is not None:
+                return  # it exited without a handshake (its status is kept for the recording)
+
+    def serve(self) -> None:
+        """Answer the clients waiting now, without waiting (between two imports), leaving
+        RESERVED_FDS descriptors free: those out of descriptors are refused and counted
+        (Listener.no_descriptors), as the producer does."""
+        if not self.listener.wait(0):
+            return  # nobody waiting (most calls): no need to set descriptors aside
+        held = []
+        try:
+            for _ in range(RESERVED_FDS):
+                held.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+        except OSError:
+            pass  # fewer: as many as there were
+        try:
+            self.listener.accept()
+        finally:
+            for fd in held:
+                os.close(fd)
+
+    def _handled(self) -> int:
+        lst = self.listener
+        return len(lst.accepted) + lst.rejected_clients + lst.untargeted_clients + lst.no_descriptors
+
+    def take_pidfd(self) -> int | None:
+        fd, self.pidfd = self.pidfd, None
+        return fd
+
+    def abandon(self) -> None:
+        """Nothing took over (an error before the recording): the answered clients go, the
+        directory too. The child, if any, is the caller's."""
+        for accepted in self.listener.take():
+            try:  # noqa: SIM105
+                accepted.close()
+            except OSError:
+                pass
+        self.listener.remove()
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None

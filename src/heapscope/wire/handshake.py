@@ -1,0 +1,64 @@
+"""The handshake's part of wire.h, for the start of `heapscope record` (issue 13).
+
+What the producer needs to answer a client's hello (the sizes, the hello and
+config layouts, the ring's header fields) with nothing but `struct`: codec.py
+(enums, record classes) cost the start ~5 ms of CPU to import, before the
+target could get its answer. codec.py re-exports every name here, so the
+layouts are defined once and tests/unit/wire checks them against the C
+compiler's through codec.
+"""
+
+from __future__ import annotations
+
+import struct
+
+WIRE_MAGIC = 0x31575350414548
+WIRE_VERSION = 5
+TOKEN_SIZE = 16
+META_SIZE = 4096
+RING_MIN_SIZE = 4096  # the data ring: a power of two in [RING_MIN_SIZE, RING_MAX_SIZE]
+RING_MAX_SIZE = 1 << 30
+MAX_FRAMES = 256
+
+ENV_SOCKET = "HEAPSCOPE_SOCKET"
+ENV_TOKEN = "HEAPSCOPE_TOKEN"
+
+# enum hs_status, enum hs_unwinder (codec.Status and codec.Unwinder take their values from these)
+STATUS_OK, STATUS_REJECTED, STATUS_NOT_TARGETED = 0, 1, 2
+UNWINDER_AUTO, UNWINDER_LIBUNWIND, UNWINDER_FP, UNWINDER_NONE = 0, 1, 2, 3
+CFG_BLOCK_CLIENT = 1
+
+HELLO = struct.Struct("<QIIII16s")
+CONFIG = struct.Struct("<QIIQQQIIII")
+
+# struct hs_ring_meta: field name -> (offset, struct format)
+META_FIELDS: dict[str, tuple[int, str]] = {
+    "magic": (0, "<Q"),
+    "version": (8, "<I"),
+    "ring_size": (16, "<Q"),
+    "write_pos": (64, "<Q"),
+    "read_pos": (128, "<Q"),
+    "shutting_down": (192, "<I"),
+    "client_state": (196, "<I"),
+    "client_error": (200, "<I"),
+    "unwinder": (204, "<I"),
+    "blocked_ns": (208, "<Q"),
+    "dropped_records": (216, "<Q"),
+    "unwinding_errors": (224, "<Q"),
+    "unwind_ns": (232, "<Q"),
+    "stack_table_full": (240, "<Q"),
+    "addr_table_full": (248, "<Q"),
+    "truncated_stacks": (256, "<Q"),
+    "module_rescans": (264, "<Q"),
+    "python_walks": (272, "<Q"),
+    "python_walks_invalid": (280, "<Q"),
+    "python_walks_truncated": (288, "<Q"),
+    "python_codes_sent": (296, "<Q"),
+    "python_codes_failed": (304, "<Q"),
+}
+
+
+def config_reply(status: int, interval: int = 0, ring_size: int = 0, seed: int = 0, flags: int = 0,
+                 unwinder: int = 0, max_frames: int = 0) -> bytes:
+    """A struct hs_config of this wire version (codec.Config.pack)."""
+    return CONFIG.pack(WIRE_MAGIC, WIRE_VERSION, status, interval, ring_size, seed, flags, unwinder, max_frames, 0)
