@@ -1,6 +1,6 @@
 """Where a Python program's added instructions go under heapscope (issue 12), per sample and per call.
 
-    python benchmarks/pyhotpath.py [--heapscope CMD] [--python EXE] [--workloads objects,markdown,json]
+    python benchmarks/pyhotpath.py [--heapscope CMD] [--python EXE] [--workloads objects,markdown,json,dicts]
 
 Each workload runs three times inside `valgrind --tool=callgrind` (as benchmarks/hotpath.py does):
 unprofiled, under `heapscope record` with nothing sampled (interval 2^40), and at the default
@@ -34,6 +34,7 @@ WORKLOADS = {
     "objects": ["pyobjects.py", "14", "8"],
     "markdown": ["pylib.py", "60"],
     "json": ["pywork.py", "40000"],
+    "dicts": ["pydicts.py", "30000"],
 }
 WRAPPERS = ("w_malloc", "w_free", "w_realloc", "w_calloc", "w_malloc_guarded", "w_calloc_guarded")
 HOOKS = ("malloc", "free", "realloc", "calloc")
