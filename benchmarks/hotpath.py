@@ -37,9 +37,11 @@ under heapscope with nothing sampled, and at the default interval (4096, seed 1)
                     the run where nothing is sampled: an unsampled PyObject_Malloc
   pymalloc free     the same for w_free: an unsampled PyObject_Free
   per sample        hs_record_alloc_slow inclusive per sampled allocation, and
-                    the parts of it: the native unwind, the Python frame walk,
-                    the code-object keys, the stack id of the Python part, the
-                    module check of new stacks (per sample: totals / samples)
+                    the parts of it: the native unwind, the Python frame walk
+                    (since the walk memo, with the keys and the Python part's
+                    hash in it), the module check of new stacks (per sample:
+                    totals / samples; a part an older build does not call is
+                    nan)
   whole program     the target's instructions over the unprofiled run's
 Nothing here is asserted: tests never time or count things.
 """
@@ -159,9 +161,10 @@ def rest_per_sample(p: Profile) -> float:
 PY_WORKLOADS = (("pyobjects.py 14 8", ["pyobjects.py", "14", "8"]),
                 ("pywork.py 40000", ["pywork.py", "40000"]))
 
-PY_PARTS = (("Python frame walk", "hs_py_walk"),
-            ("code-object keys", "hs_py_code_key"),
-            ("stack id of the Python part", "hs_stack_id_py"),
+PY_PARTS = (("Python frame walk, keys and the Python part's hash (with the walk memo)",
+             "hs_py_walk_keyed|hs_py_walk"),
+            ("code-object keys (builds before the keyed walk)", "hs_py_code_key"),
+            ("stack id of the Python part (builds before the walk hashed it)", "hs_stack_id_py"),
             ("module check of new stacks", "hs_modules_check"))
 
 

@@ -824,6 +824,13 @@ static int copy_str(uintptr_t s, char *buf, uint32_t cap, uint32_t *len) {
     if (!ptr_ok(data, kind)) return -1;
   }
   if (buf == NULL) cap = 0;
+  if (compact && ascii) {
+    /* ASCII: the characters are the UTF-8 bytes (most names and paths). */
+    uint32_t take = (uintptr_t)length > cap ? cap : (uint32_t)length;
+    if (take > 0) memcpy(buf, (const void *)data, take);
+    *len = take;
+    return take < (uintptr_t)length;
+  }
   for (intptr_t i = 0; i < length; i++) {
     uint32_t c;
     if (kind == 1) c = ((const volatile uint8_t *)data)[i];
@@ -868,8 +875,7 @@ int hs_py_code_info(uint64_t code_addr, struct hs_py_code_info *out) {
     take = out->table_cap;
     out->truncated |= 4;
   }
-  const volatile uint8_t *src = (const volatile uint8_t *)(table + L->bytes_sval);
-  for (uint32_t i = 0; i < take; i++) out->table[i] = src[i];
+  if (take > 0) memcpy(out->table, (const void *)(table + L->bytes_sval), take);
   out->table_len = take;
   return 0;
 }

@@ -176,6 +176,36 @@ def test_walk_memo_tells_recycled_code_objects_apart(python: Path, probe_lib: Pa
         assert same > 100, res.stdout  # the case this is about did happen (pymalloc reuses a freed block first)
 
 
+LONG_NAME = r'''
+import ctypes, sys
+p = ctypes.CDLL(sys.argv[1])
+p.probe_detect()
+p.probe_walk.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+buf = ctypes.create_string_buffer(1 << 16)
+scope = {"p": p, "buf": buf}
+name = sys.argv[2]
+exec(compile(f"def {name}():\n    return p.probe_walk(buf, len(buf))\n", sys.argv[3], "exec"), scope)
+print(scope[name]())
+sys.stdout.write(buf.value.decode("utf-8", "surrogateescape"))
+'''
+
+
+@pytest.mark.skipif(not PYTHONS, reason="no CPython 3.8-3.13 installed")
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("python", PYTHONS, ids=str)
+def test_long_names_are_cut_to_the_buffer(python: Path, probe_lib: Path) -> None:
+    """A name and a file name longer than the probe's buffers (512 and 1024
+    bytes) come out as their first 512 and 1024 bytes; shorter ones whole."""
+    for name, file in (("f" + "x" * 700, "/tmp/" + "d" * 1500 + ".py"), ("g" * 40, "/tmp/short.py")):
+        res = subprocess.run([str(python), "-c", LONG_NAME, str(probe_lib), name, file], capture_output=True,
+                             text=True, timeout=100)
+        assert res.returncode == 0, res.stderr
+        lines = res.stdout.splitlines()
+        assert int(lines[0]) >= 2, res.stdout
+        fields = lines[1].split("\t")
+        assert fields[4] == name[:512] and fields[5] == file[:1024], (len(fields[4]), len(fields[5]))
+
+
 @pytest.mark.skipif(not PYTHONS, reason="no CPython 3.8-3.13 installed")
 @pytest.mark.parametrize("python", PYTHONS, ids=str)
 def test_unknown_versions_are_unsupported(python: Path, runs: dict[str, dict[str, Any]]) -> None:
