@@ -22,17 +22,17 @@ buf = ctypes.create_string_buffer(1 << 16)
 
 
 def target() -> int:
-    return p.probe_walk(buf, len(buf))
+    return int(p.probe_walk(buf, len(buf)))
 
 
 def run(rounds: int) -> tuple[int, int]:
     same = bad = 0
     last = None
     for i in range(rounds):
-        kw = {"co_name": f"t{i}", "co_firstlineno": 1000 + i}
         if sys.version_info >= (3, 11):
-            kw["co_qualname"] = f"t{i}"
-        code = target.__code__.replace(**kw)
+            code = target.__code__.replace(co_name=f"t{i}", co_qualname=f"t{i}", co_firstlineno=1000 + i)
+        else:
+            code = target.__code__.replace(co_name=f"t{i}", co_firstlineno=1000 + i)
         fn = types.FunctionType(code, globals())
         same += id(code) == last
         last = id(code)
