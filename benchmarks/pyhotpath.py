@@ -1,10 +1,12 @@
 """Where a Python program's added instructions go under heapscope (issue 12), per sample and per call.
 
-    python benchmarks/pyhotpath.py [--heapscope CMD] [--python EXE] [--workloads objects,markdown,json,dicts]
+    python benchmarks/pyhotpath.py [--heapscope CMD] [--python EXE] [--workloads objects,markdown,json,dicts,pytest]
 
 Each workload runs three times inside `valgrind --tool=callgrind` (as benchmarks/hotpath.py does):
 unprofiled, under `heapscope record` with nothing sampled (interval 2^40), and at the default
-interval (4096, seed 1). From the exclusive instruction counts (Ir) of every function:
+interval (4096, seed 1); `pytest` (not in the default list: --python must have pytest) is a generated
+suite of 60 tests (benchmarks/pytest_overhead.py) run by `python -m pytest` as the target.
+From the exclusive instruction counts (Ir) of every function:
 
   unsampled          the domain wrappers (w_malloc, w_free, ...) and the malloc hooks, per call,
                      on the run where nothing is sampled
@@ -29,6 +31,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from hotpath import HUGE_INTERVAL, Profile, callgrind  # benchmarks/hotpath.py
+from pytest_overhead import write_suite  # benchmarks/pytest_overhead.py
 
 HERE = Path(__file__).resolve().parent
 WORKLOADS = {
@@ -108,8 +111,13 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="pyhotpath.") as tmp:
         out = Path(tmp)
         for name in args.workloads.split(","):
-            script = WORKLOADS[name]
-            argv = [args.python, str(HERE / script[0]), *script[1:]]
+            if name == "pytest":  # a generated suite (benchmarks/pytest_overhead.py) run as the target
+                write_suite(out, 60)
+                script = ["-m", "pytest", "-q", "-p", "no:cacheprovider", str(out / "test_suite.py")]
+                argv = [args.python, *script]
+            else:
+                script = WORKLOADS[name]
+                argv = [args.python, str(HERE / script[0]), *script[1:]]
             plain, _ = callgrind(out, f"{name}.plain", argv, None, [])
             quiet, _ = callgrind(out, f"{name}.quiet", argv, hs, ["-i", str(HUGE_INTERVAL)])
             full, stats = callgrind(out, f"{name}.4096", argv, hs, ["-i", "4096", "--seed", "1"])
