@@ -131,11 +131,11 @@ def per_call(p: Profile, name: str, inclusive: bool = False) -> float:
     return cost / calls
 
 
-def unwind_per_sample(p: Profile) -> float:
+def unwind_per_sample(p: Profile, samples: int = 0) -> float:
     """Ir of the unwind per sampled malloc: hs_unwind_in_place (or hs_unwind) in older builds; since the
     unwind is inlined into hs_record_alloc_slow, what it calls: our CFA walk (hs_cfa_backtrace),
     libunwind's backtrace where that gives up (or hs_unwind_raw, the frame walk) and hs_unwind_trim."""
-    samples = p.calls.get(p.find(LIB, "hs_record_alloc_slow"), 0)
+    samples = samples or p.calls.get(p.find(LIB, "hs_record_alloc_slow"), 0)
     if not samples:
         return float("nan")
     for name in ("hs_unwind_in_place", "hs_unwind"):  # an older build: one call per sample
@@ -187,15 +187,18 @@ def python_rows(hs: list[str], python: str) -> list[tuple[str, str, str]]:
             plain, _ = callgrind(out, f"{tag}.plain", argv, None, [])
             quiet, _ = callgrind(out, f"{tag}.quiet", argv, hs, ["-i", str(HUGE_INTERVAL)])
             prof, stats = callgrind(out, f"{tag}.4096", argv, hs, ["-i", "4096", "--seed", "1"])
-            samples = max(stats.get("heap_samples", 0), 1)
+            # malloc's samples and python.pymalloc's (hs_record_py_alloc_slow, a heap of its own)
+            samples = max(stats.get("heap_samples", 0) + stats.get("python_heap_samples", 0), 1)
+            slow = sum(prof.inclusive.get(prof.find(LIB, fn), 0)
+                       for fn in ("hs_record_alloc_slow", "hs_record_py_alloc_slow"))
             rows.append((name, "unsampled pymalloc alloc (w_malloc, exclusive per call)",
                          f"{per_call(quiet, 'w_malloc'):.1f}"))
             rows.append((name, "unsampled pymalloc free (w_free, exclusive per call)",
                          f"{per_call(quiet, 'w_free'):.1f}"))
             rows.append((name, "whole program, nothing sampled / unprofiled", f"{quiet.total / plain.total:.3f}x"))
-            rows.append((name, f"per sample ({samples:,} samples): hs_record_alloc_slow inclusive",
-                         f"{per_call(prof, 'hs_record_alloc_slow', inclusive=True):.0f}"))
-            rows.append((name, "  of which native unwind, per sample", f"{unwind_per_sample(prof):.0f}"))
+            rows.append((name, f"per sample ({samples:,} samples): hs_record_alloc_slow and "
+                         "hs_record_py_alloc_slow inclusive", f"{slow / samples:.0f}"))
+            rows.append((name, "  of which native unwind, per sample", f"{unwind_per_sample(prof, samples):.0f}"))
             for label, fn in PY_PARTS:
                 rows.append((name, f"  of which {label}, per sample", f"{total_per(prof, fn, samples):.0f}"))
             rows.append((name, "whole program at 4096: instructions, profiled / unprofiled",
