@@ -37,9 +37,11 @@ under heapscope with nothing sampled, and at the default interval (4096, seed 1)
                     the run where nothing is sampled: an unsampled PyObject_Malloc
   pymalloc free     the same for w_free: an unsampled PyObject_Free
   per sample        hs_record_alloc_slow inclusive per sampled allocation, and
-                    the parts of it: the native unwind, the Python frame walk,
-                    the code-object keys, the stack id of the Python part, the
-                    module check of new stacks (per sample: totals / samples)
+                    the parts of it: the native unwind, the Python frame walk
+                    (since the walk memo, with the keys and the Python part's
+                    hash in it), the module check of new stacks (per sample:
+                    totals / samples; a part an older build does not call is
+                    nan)
   whole program     the target's instructions over the unprofiled run's
 Nothing here is asserted: tests never time or count things.
 """
@@ -129,11 +131,11 @@ def per_call(p: Profile, name: str, inclusive: bool = False) -> float:
     return cost / calls
 
 
-def unwind_per_sample(p: Profile) -> float:
+def unwind_per_sample(p: Profile, samples: int = 0) -> float:
     """Ir of the unwind per sampled malloc: hs_unwind_in_place (or hs_unwind) in older builds; since the
     unwind is inlined into hs_record_alloc_slow, what it calls: our CFA walk (hs_cfa_backtrace),
     libunwind's backtrace where that gives up (or hs_unwind_raw, the frame walk) and hs_unwind_trim."""
-    samples = p.calls.get(p.find(LIB, "hs_record_alloc_slow"), 0)
+    samples = samples or p.calls.get(p.find(LIB, "hs_record_alloc_slow"), 0)
     if not samples:
         return float("nan")
     for name in ("hs_unwind_in_place", "hs_unwind"):  # an older build: one call per sample
@@ -159,9 +161,10 @@ def rest_per_sample(p: Profile) -> float:
 PY_WORKLOADS = (("pyobjects.py 14 8", ["pyobjects.py", "14", "8"]),
                 ("pywork.py 40000", ["pywork.py", "40000"]))
 
-PY_PARTS = (("Python frame walk", "hs_py_walk"),
-            ("code-object keys", "hs_py_code_key"),
-            ("stack id of the Python part", "hs_stack_id_py"),
+PY_PARTS = (("Python frame walk, keys and the Python part's hash (with the walk memo)",
+             "hs_py_walk_keyed|hs_py_walk"),
+            ("code-object keys (builds before the keyed walk)", "hs_py_code_key"),
+            ("stack id of the Python part (builds before the walk hashed it)", "hs_stack_id_py"),
             ("module check of new stacks", "hs_modules_check"))
 
 
@@ -184,15 +187,18 @@ def python_rows(hs: list[str], python: str) -> list[tuple[str, str, str]]:
             plain, _ = callgrind(out, f"{tag}.plain", argv, None, [])
             quiet, _ = callgrind(out, f"{tag}.quiet", argv, hs, ["-i", str(HUGE_INTERVAL)])
             prof, stats = callgrind(out, f"{tag}.4096", argv, hs, ["-i", "4096", "--seed", "1"])
-            samples = max(stats.get("heap_samples", 0), 1)
+            # malloc's samples and python.pymalloc's (hs_record_py_alloc_slow, a heap of its own)
+            samples = max(stats.get("heap_samples", 0) + stats.get("python_heap_samples", 0), 1)
+            slow = sum(prof.inclusive.get(prof.find(LIB, fn), 0)
+                       for fn in ("hs_record_alloc_slow", "hs_record_py_alloc_slow"))
             rows.append((name, "unsampled pymalloc alloc (w_malloc, exclusive per call)",
                          f"{per_call(quiet, 'w_malloc'):.1f}"))
             rows.append((name, "unsampled pymalloc free (w_free, exclusive per call)",
                          f"{per_call(quiet, 'w_free'):.1f}"))
             rows.append((name, "whole program, nothing sampled / unprofiled", f"{quiet.total / plain.total:.3f}x"))
-            rows.append((name, f"per sample ({samples:,} samples): hs_record_alloc_slow inclusive",
-                         f"{per_call(prof, 'hs_record_alloc_slow', inclusive=True):.0f}"))
-            rows.append((name, "  of which native unwind, per sample", f"{unwind_per_sample(prof):.0f}"))
+            rows.append((name, f"per sample ({samples:,} samples): hs_record_alloc_slow and "
+                         "hs_record_py_alloc_slow inclusive", f"{slow / samples:.0f}"))
+            rows.append((name, "  of which native unwind, per sample", f"{unwind_per_sample(prof, samples):.0f}"))
             for label, fn in PY_PARTS:
                 rows.append((name, f"  of which {label}, per sample", f"{total_per(prof, fn, samples):.0f}"))
             rows.append((name, "whole program at 4096: instructions, profiled / unprofiled",

@@ -234,12 +234,14 @@ static HS_MUST_CHECK int send_code(uint64_t code, uint64_t key) {
  * sends the code objects not sent yet. Returns the number of frames, or -1
  * when the thread has no Python state (a native thread: the stack then has
  * no Python part), or a negative client error - 1. */
-static int python_frames(struct hs_pyframe *py, uint32_t *why_out) {
+static int python_frames(struct hs_pyframe *py, uint32_t *why_out, uint64_t *hash) {
   struct hs_ring_meta *m = cl.ring.meta;
   unsigned why = 0;
   uint64_t codes[HS_MAX_PYFRAMES];
-  int n = hs_py_walk_keyed((struct hs_py_frame *)py, codes, HS_MAX_PYFRAMES, &why);
+  struct hs_py_walk_info info;
+  int n = hs_py_walk_keyed((struct hs_py_frame *)py, codes, HS_MAX_PYFRAMES, &why, &info);
   *why_out = why;
+  *hash = info.hash;
   if (n <= 0 && (why & HS_PY_WALK_NOSTATE))
     return -1;
   __atomic_fetch_add(&m->python_walks, 1, __ATOMIC_RELAXED);
@@ -249,7 +251,9 @@ static int python_frames(struct hs_pyframe *py, uint32_t *why_out) {
     if (why & HS_PY_WALK_TRUNCATED)
       __atomic_fetch_add(&m->python_walks_truncated, 1, __ATOMIC_RELAXED);
   }
-  for (int i = 0; i < n; i++) {
+  /* The frames after the fresh ones are the thread's last walk's (the walk
+   * memo, pyframes.c): their code objects were dealt with then. */
+  for (int i = 0; i < info.fresh; i++) {
     if (i > 0 && codes[i] == codes[i - 1])
       continue; /* recursion: the same live object, already known or sent */
     uint64_t key = py[i].code_key;
@@ -270,6 +274,19 @@ static int python_frames(struct hs_pyframe *py, uint32_t *why_out) {
       return rc - 1;
   }
   return n;
+}
+
+/* The id of a stack with Python frames: the native part's id (hs_stack_id
+ * of its pcs), the number of Python frames and their hash (hs_py_part_hash,
+ * built by the walk), one bijective step and a final mix: the same native
+ * part under different Python callers are different stacks. */
+static inline uint64_t py_stack_id(uint64_t native, uint32_t n, uint64_t part) {
+  uint64_t h = native ^ (UINT64_C(0xbb67ae8584caa73b) + n);
+  h = (((h << 23) | (h >> 41)) ^ part) * UINT64_C(0x9e3779b97f4a7c15);
+  h = (h ^ (h >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+  h = (h ^ (h >> 27)) * UINT64_C(0x94d049bb133111eb);
+  h ^= h >> 31;
+  return h ? h : 1;
 }
 
 static HS_MUST_CHECK int send_python_info(void);
@@ -495,7 +512,8 @@ static inline __attribute__((always_inline)) void sample(struct hs_thread *t, vo
   if (__atomic_load_n(&py_on, __ATOMIC_ACQUIRE)) {
     struct hs_pyframe *py = (struct hs_pyframe *)(tail + depth + 1);
     uint32_t why = 0;
-    int n = python_frames(py, &why);
+    uint64_t part = 0;
+    int n = python_frames(py, &why, &part);
     if (n < -1) {
       (void)ok(n + 1);
       return;
@@ -504,7 +522,7 @@ static inline __attribute__((always_inline)) void sample(struct hs_thread *t, vo
       struct hs_pystack ps = {(uint32_t)n, why};
       memcpy(tail + depth, &ps, sizeof ps);
       py_bytes = sizeof ps + (size_t)n * sizeof(struct hs_pyframe);
-      id = hs_stack_id_py(id, py, (uint32_t)n);
+      id = py_stack_id(id, (uint32_t)n, part);
     }
   }
   /* Python stacks: a memo of ids known to be sent, as code_memo, saves the
@@ -1023,6 +1041,7 @@ static int restart_in_child(void) {
   memset(code_memo, 0, sizeof code_memo);
   memset(stack_memo, 0, sizeof stack_memo);
   memset(native_checked, 0, sizeof native_checked);
+  hs_py_memo_reset(); /* its frames' code objects were sent to the parent's session */
   struct hs_config cfg;
   if (saved_path[0] && hs_stacks_init() == HS_OK && hs_modules_init() == HS_OK &&
       connect_producer(saved_path, saved_token, &cfg) == 0) {

@@ -303,11 +303,12 @@ int hs_modules_scan(struct hs_ring *r) {
   return rc < 0 ? rc : HS_OK;
 }
 
-static int covered(uint64_t pc, uint32_t n) {
+/* The index of the known module whose text holds pc, or n. */
+static uint32_t module_of(uint64_t pc, uint32_t n) {
   for (uint32_t i = 0; i < n; i++)
     if (pc >= known[i].start && pc < known[i].end)
-      return 1;
-  return 0;
+      return i;
+  return n;
 }
 
 static uint64_t coarse_ns(void) {
@@ -320,9 +321,17 @@ int hs_modules_check(struct hs_ring *r, const uint64_t *pcs, uint32_t depth) {
   if (!known)
     return HS_OK;
   uint32_t n = __atomic_load_n(&nknown, __ATOMIC_ACQUIRE);
-  uint32_t i = 0;
-  while (i < depth && covered(pcs[i], n))
-    i++;
+  /* Runs of pcs fall in one object (a Python program's: libpython, one
+   * frame after another): the module of the pc before is asked first. */
+  uint32_t i = 0, mod = 0;
+  for (; n > 0 && i < depth; i++) {
+    uint64_t pc = pcs[i];
+    if (pc - known[mod].start < known[mod].end - known[mod].start)
+      continue;
+    mod = module_of(pc, n);
+    if (mod == n)
+      break;
+  }
   if (i == depth)
     return HS_OK;
   uint64_t now = coarse_ns();

@@ -332,26 +332,37 @@ static inline uint64_t rotl(uint64_t v, unsigned r) {
  * so the four land on different bits), its first line, then the finalizer.
  * Computed once per frame of every sample: a third of the instructions of
  * a multiply-rotate step per field. */
-static inline __attribute__((always_inline)) uint64_t key_of(const struct hs_py_layout *L,
-                                                             uintptr_t code) {
-  uint64_t h = code ^ rotl(load_ptr(code, L->co_qualname ? L->co_qualname : L->co_name), 16) ^
-               rotl(load_ptr(code, L->co_filename), 32) ^ rotl(load_ptr(code, L->co_lines), 48);
-  h = finish(h * 0x9e3779b97f4a7c15ull ^ (uint64_t)(uint32_t)load_i32(code, L->co_firstlineno));
+static inline __attribute__((always_inline)) uint64_t key_from(uintptr_t code, uint64_t name,
+                                                               uint64_t file, uint64_t lines,
+                                                               int32_t firstline) {
+  uint64_t h = code ^ rotl(name, 16) ^ rotl(file, 32) ^ rotl(lines, 48);
+  h = finish(h * 0x9e3779b97f4a7c15ull ^ (uint64_t)(uint32_t)firstline);
   return h ? h : 1;
 }
 
-/* Emits frame n: the code address, or with `codes` (hs_py_walk_keyed) its
- * key, the address going to codes[n]. A frame that runs the code object of
- * the frame emitted before it (recursion) takes that frame's key. */
-static inline __attribute__((always_inline)) void emit(const struct hs_py_layout *L,
-                                                       struct hs_py_frame *out, uint64_t *codes,
-                                                       int n, uintptr_t code) {
-  if (codes == NULL) {
-    out[n].code = code;
-    return;
-  }
-  codes[n] = code;
-  out[n].code = n > 0 && codes[n - 1] == code ? out[n - 1].code : key_of(L, code);
+static inline __attribute__((always_inline)) uint64_t key_of(const struct hs_py_layout *L,
+                                                             uintptr_t code) {
+  return key_from(code, load_ptr(code, L->co_qualname ? L->co_qualname : L->co_name),
+                  load_ptr(code, L->co_filename), load_ptr(code, L->co_lines),
+                  load_i32(code, L->co_firstlineno));
+}
+
+/* The Python part's hash, built from the root (outermost frame) inward:
+ * one multiply-rotate step per frame over its code key plus its (lasti,
+ * flags) spread by a multiplication, so two parts that differ in a single
+ * frame differ in one bijective step. From the root so that the walk memo
+ * (below) keeps the hash of the outer frames it re-uses. */
+#define PART_SEED 0x3c6ef372fe94f82bull
+static inline uint64_t part_step(uint64_t h, const struct hs_py_frame *f) {
+  uint64_t at = (uint64_t)(uint32_t)f->lasti << 8 | f->flags;
+  uint64_t v = f->code + at * 0xc2b2ae3d27d4eb4full;
+  return (rotl(h, 23) ^ v) * 0x9e3779b97f4a7c15ull;
+}
+
+uint64_t hs_py_part_hash(const struct hs_py_frame *frames, int n) {
+  uint64_t h = PART_SEED;
+  for (int i = n - 1; i >= 0; i--) h = part_step(h, &frames[i]);
+  return h;
 }
 
 /* ------------------------------------------------------------------ */
@@ -387,43 +398,115 @@ static inline __attribute__((always_inline)) int incomplete(const struct hs_py_l
   return off < first * 2;
 }
 
-/* The chain from frame f, 3.8-3.10: PyFrameObjects, one per activation. */
-static inline __attribute__((always_inline)) int walk_objects(const struct hs_py_layout *L, uintptr_t frame_type, uintptr_t code_type,
-                        uintptr_t f, struct hs_py_frame *out, uint64_t *codes, int max, unsigned *w) {
-  int n = 0;
-  for (int steps = 0; f != 0; steps++) {
-    if (n >= max || steps >= MAX_CHAIN_STEPS) {
-      *w |= HS_PY_WALK_TRUNCATED;
-      break;
-    }
-    if (!ptr_ok(f, 8)) {
-      *w |= HS_PY_WALK_INVALID;
-      break;
-    }
-    uintptr_t code = load_ptr(f, L->fr_code);
-    if (load_ptr(f, L->ob_type) != frame_type || !ptr_ok(code, 8) ||
-        load_ptr(code, L->ob_type) != code_type) {
-      *w |= HS_PY_WALK_INVALID;
-      break;
-    }
-    int32_t lasti = load_i32(f, L->fr_instr);
-    /* 3.8/3.9 count bytes, 3.10 code units; -1 before the first one. */
-    if (lasti < 0) lasti = -1;
-    else if (L->minor == 10) lasti *= 2;
-    emit(L, out, codes, n, code);
-    out[n].lasti = lasti;
-    out[n].flags = HS_PY_FRAME_ENTRY;
-    n++;
-    f = load_ptr(f, L->fr_back);
-  }
-  return n;
+/* ---- The walk memo ----
+ *
+ * Most of a sample's Python frames are the outer frames of the one before
+ * (a test runner's, a parser's pipeline, main's loop): only the innermost
+ * few change. Each thread state gets a slot (by its address, taken with a
+ * CAS, so one walker at a time) holding its last complete walk: every raw
+ * frame of the chain, root first, with everything the walk read from it
+ * (frame address, owner bytes, code object, instruction, back link, and
+ * the code object's name, file and line-table pointers and first line: what
+ * its key is made of) and what it gave: the emitted frame (key, lasti,
+ * final flags), the hash of the emitted frames from the root to it, the
+ * ENTRY bit it hands to the frame emitted inside it. A new walk goes frame
+ * by frame as before until it meets a frame whose address the memo holds;
+ * it then re-reads those same fields of that frame and of every frame out
+ * to the root, and when all are equal the rest of the walk would read the
+ * same values and so give the same frames: it copies them and their hash.
+ * Any difference and the walk goes on the plain way. So the result is the
+ * plain walk's, bit for bit (tests/unit/client/test_pyframes.py checks it
+ * inside every malloc()); a frame costs ~30 instructions re-read against
+ * ~55-90 walked, keyed and hashed. A code object's key is what tells two
+ * code objects at one address apart; re-reading its fields keeps that.
+ * The slots are ~27 KiB each, 1.7 MiB of .bss in all: pages a process
+ * without Python (or with few threads) never touches cost it nothing. */
+#define MEMO_CAP 160   /* raw frames of a chain kept (< 255); longer chains are not kept */
+#define MEMO_OUT 256   /* emitted frames kept (>= HS_MAX_PYFRAMES) */
+#define MEMO_SLOTS 64  /* thread states with a memo at once (more share slots) */
+#define MEMO_INDEX 64  /* frame address -> entry, direct-mapped */
+
+struct memo_entry {
+  uint64_t addr, code, instr;       /* the frame's own fields (code 0: a 3.12+ shim frame); its
+                                     * back link is the address of the entry before it */
+  uint64_t name, file, lines;       /* the code object's (its key) */
+  uint64_t hash;                    /* hs_py_part_hash of the emitted frames root..here */
+  int32_t firstline;
+  uint16_t own;                     /* owner (3.12+), is_entry | owner << 8 (3.11), 0 (3.8-3.10) */
+  uint8_t emitted;                  /* 1: this raw frame is a frame of the stack */
+  uint8_t gift;                     /* ENTRY this frame and the unemitted ones outside it give inward */
+  uint32_t nemit, pad_;             /* frames emitted root..here */
+};
+
+struct memo_slot {
+  int busy;
+  uint32_t gen;
+  uint64_t ts;
+  uint32_t m; /* entries [1, m] are the last walk's, root first; e[0] stands for "past the root" */
+  uint8_t index[MEMO_INDEX];
+  struct memo_entry e[MEMO_CAP + 1];
+  struct memo_entry fresh[MEMO_CAP]; /* this walk's frames walked the plain way, innermost first */
+  struct hs_py_frame out[MEMO_OUT];  /* emitted frames innermost first, the root's last */
+};
+
+static struct memo_slot memo_slots[MEMO_SLOTS];
+static uint32_t memo_gen = 1;
+
+void hs_py_memo_reset(void) {
+  __atomic_add_fetch(&memo_gen, 1, __ATOMIC_RELAXED);
+  for (int i = 0; i < MEMO_SLOTS; i++) __atomic_store_n(&memo_slots[i].busy, 0, __ATOMIC_RELEASE);
 }
 
-/* The chain from frame f, 3.11+: _PyInterpreterFrames, runs of them per
- * activation. */
-static inline __attribute__((always_inline)) int walk_interp(const struct hs_py_layout *L, uintptr_t code_type, uintptr_t f,
-                       struct hs_py_frame *out, uint64_t *codes, int max, unsigned *w) {
-  int n = 0;
+static inline unsigned memo_at(uintptr_t f) {
+  return (unsigned)((f * 0x9e3779b97f4a7c15ull) >> 58) & (MEMO_INDEX - 1);
+}
+
+static inline __attribute__((always_inline)) uint16_t own_of(const struct hs_py_layout *L, uintptr_t f) {
+  if (L->model == HS_PY_MODEL_FRAMEOBJECT) return 0;
+  if (L->minor == 11) return *(const volatile uint16_t *)(f + L->fr_is_entry); /* is_entry, owner */
+  return (uint8_t)load_i8(f, L->fr_owner);
+}
+
+static inline __attribute__((always_inline)) uint64_t instr_of(const struct hs_py_layout *L, uintptr_t f) {
+  if (L->model == HS_PY_MODEL_FRAMEOBJECT) return (uint32_t)load_i32(f, L->fr_instr);
+  return load_ptr(f, L->fr_instr);
+}
+
+/* Entries r, r-1, ..., 1 against the chain from f (== e[r].addr). Returns
+ * -1 when every field read is equal out to the root, else the entry that
+ * differs. */
+static inline __attribute__((always_inline)) int memo_verify(const struct hs_py_layout *L,
+                                                             const struct memo_slot *ms, int r,
+                                                             uintptr_t f) {
+  const unsigned name_off = L->co_qualname ? L->co_qualname : L->co_name;
+  for (int i = r; i > 0; i--) {
+    const struct memo_entry *e = &ms->e[i];
+    if (own_of(L, f) != e->own) return i;
+    if (e->code != 0) {
+      uintptr_t code = load_ptr(f, L->fr_code);
+      if (code != e->code || instr_of(L, f) != e->instr || load_ptr(code, name_off) != e->name ||
+          load_ptr(code, L->co_filename) != e->file || load_ptr(code, L->co_lines) != e->lines ||
+          load_i32(code, L->co_firstlineno) != e->firstline)
+        return i;
+    }
+    uintptr_t p = load_ptr(f, L->fr_back);
+    if (p != e[-1].addr) return i;
+    f = p;
+  }
+  return -1;
+}
+
+/* One chain, either model, with or without a memo slot. */
+static inline __attribute__((always_inline)) int walk_chain(const struct hs_py_layout *L,
+                                                            uintptr_t frame_type,
+                                                            uintptr_t code_type, uintptr_t f,
+                                                            struct hs_py_frame *out,
+                                                            uint64_t *codes, int max, unsigned *w,
+                                                            struct memo_slot *ms,
+                                                            struct hs_py_walk_info *info) {
+  const unsigned name_off = L->co_qualname ? L->co_qualname : L->co_name;
+  int n = 0, nf = 0, base = 0, overflow = 0, skip = 0;
+  int matching = ms != NULL && ms->m > 0;
   for (int steps = 0; f != 0; steps++) {
     if (n >= max || steps >= MAX_CHAIN_STEPS) {
       *w |= HS_PY_WALK_TRUNCATED;
@@ -433,60 +516,174 @@ static inline __attribute__((always_inline)) int walk_interp(const struct hs_py_
       *w |= HS_PY_WALK_INVALID;
       break;
     }
-    int8_t owner = load_i8(f, L->fr_owner);
-    if (owner == OWNED_BY_CSTACK && L->minor >= 12) {
+    if (matching && skip > 0) {
+      skip--;
+    } else if (matching) {
+      unsigned r = ms->index[memo_at(f)];
+      if (r != 0 && r <= ms->m && ms->e[r].addr == f) {
+        int at = memo_verify(L, ms, (int)r, f);
+        int kept = (int)ms->e[r].nemit;
+        if (at < 0 && n + kept <= max) {
+          if (ms->e[r].gift && n > 0) out[n - 1].flags |= HS_PY_FRAME_ENTRY;
+          memcpy(out + n, ms->out + MEMO_OUT - kept, (size_t)kept * sizeof *out);
+          n += kept;
+          base = (int)r;
+          f = 0;
+          break;
+        }
+        /* The frames from here out to the one that differs would fail
+         * the same way: walk them the plain way, then look again. */
+        skip = at > 0 ? (int)r - at : 0;
+        if (at < 0) matching = 0;
+      }
+    }
+    struct memo_entry *rec = NULL;
+    if (ms != NULL) {
+      if (nf < MEMO_CAP) rec = &ms->fresh[nf++];
+      else overflow = 1;
+    }
+    uint16_t own = own_of(L, f);
+    int8_t owner = (int8_t)(L->minor == 11 ? own >> 8 : own);
+    uintptr_t back = load_ptr(f, L->fr_back);
+    if (rec != NULL) {
+      rec->addr = f;
+      rec->own = own;
+      rec->code = 0;
+      rec->emitted = 0;
+      rec->gift = 0;
+    }
+    if (L->model != HS_PY_MODEL_FRAMEOBJECT && owner == OWNED_BY_CSTACK && L->minor >= 12) {
       /* The shim frame _PyEval_EvalFrameDefault pushes under its first
        * frame: what was emitted just before it closes a run. */
       if (n > 0) out[n - 1].flags |= HS_PY_FRAME_ENTRY;
-      f = load_ptr(f, L->fr_back);
+      if (rec != NULL) rec->gift = 1;
+      f = back;
       continue;
     }
-    if (owner < 0 || owner > 2) {
-      *w |= HS_PY_WALK_INVALID;
-      break;
-    }
     uintptr_t code = load_ptr(f, L->fr_code);
-    if (!ptr_ok(code, 8) || load_ptr(code, L->ob_type) != code_type) {
+    if (L->model == HS_PY_MODEL_FRAMEOBJECT) {
+      if (load_ptr(f, L->ob_type) != frame_type || !ptr_ok(code, 8) ||
+          load_ptr(code, L->ob_type) != code_type) {
+        *w |= HS_PY_WALK_INVALID;
+        break;
+      }
+    } else if (owner < 0 || owner > 2 || !ptr_ok(code, 8) || load_ptr(code, L->ob_type) != code_type) {
       *w |= HS_PY_WALK_INVALID;
       break;
     }
-    int32_t off = instr_offset(L, code, load_ptr(f, L->fr_instr));
-    if (off == -2) {
-      *w |= HS_PY_WALK_INVALID;
-      break;
-    }
+    uint64_t instr = instr_of(L, f);
+    int32_t off;
     uint32_t flags = 0;
-    if (L->minor == 11 && load_i8(f, L->fr_is_entry) != 0) flags |= HS_PY_FRAME_ENTRY;
-    if (incomplete(L, code, owner, off)) {
-      /* Not shown, but its activation boundary still counts: hand it to
-       * the frame emitted before it (or drop it if there is none: the
-       * splice then sees one run fewer; documented). */
-      if ((flags & HS_PY_FRAME_ENTRY) && n > 0) out[n - 1].flags |= HS_PY_FRAME_ENTRY;
+    int shown = 1;
+    if (L->model == HS_PY_MODEL_FRAMEOBJECT) {
+      /* 3.8/3.9 count bytes, 3.10 code units; -1 before the first one. */
+      int32_t lasti = (int32_t)(uint32_t)instr;
+      off = lasti < 0 ? -1 : L->minor == 10 ? lasti * 2 : lasti;
+      flags = HS_PY_FRAME_ENTRY;
     } else {
-      emit(L, out, codes, n, code);
+      off = instr_offset(L, code, (uintptr_t)instr);
+      if (off == -2) {
+        *w |= HS_PY_WALK_INVALID;
+        break;
+      }
+      if (L->minor == 11 && (own & 0xff) != 0) flags |= HS_PY_FRAME_ENTRY;
+      if (incomplete(L, code, owner, off)) {
+        /* Not shown, but its activation boundary still counts: hand it to
+         * the frame emitted before it (or drop it if there is none: the
+         * splice then sees one run fewer; documented). */
+        if ((flags & HS_PY_FRAME_ENTRY) && n > 0) out[n - 1].flags |= HS_PY_FRAME_ENTRY;
+        shown = 0;
+      }
+    }
+    if (rec != NULL) {
+      rec->code = code;
+      rec->instr = instr;
+      rec->name = load_ptr(code, name_off);
+      rec->file = load_ptr(code, L->co_filename);
+      rec->lines = load_ptr(code, L->co_lines);
+      rec->firstline = load_i32(code, L->co_firstlineno);
+      rec->emitted = (uint8_t)shown;
+      rec->gift = shown ? 0 : (uint8_t)(flags & HS_PY_FRAME_ENTRY);
+    }
+    if (shown) {
+      if (codes == NULL) {
+        out[n].code = code;
+      } else {
+        codes[n] = code;
+        if (n > 0 && codes[n - 1] == code)
+          out[n].code = out[n - 1].code;
+        else if (rec != NULL)
+          out[n].code = key_from(code, rec->name, rec->file, rec->lines, rec->firstline);
+        else
+          out[n].code = key_of(L, code);
+      }
       out[n].lasti = off;
       out[n].flags = flags;
       n++;
     }
-    f = load_ptr(f, L->fr_back);
+    f = back;
   }
+  if (info == NULL) return n;
+  /* The hash from the root: the kept part's, then the frames walked now,
+   * outermost first; with a slot, the frames walked now become entries. */
+  int kept = ms != NULL ? (int)ms->e[base].nemit : 0;
+  info->fresh = n - kept;
+  if (ms == NULL || f != 0 || *w != 0 || overflow || base + nf > MEMO_CAP) {
+    if (ms != NULL) ms->m = 0;
+    info->hash = hs_py_part_hash(out, n);
+    return n;
+  }
+  uint64_t h = ms->e[base].hash;
+  uint32_t nem = (uint32_t)kept;
+  uint8_t gift = ms->e[base].gift;
+  int k = n - kept - 1;
+  for (int j = nf - 1; j >= 0; j--) {
+    int at = base + nf - j;
+    struct memo_entry *d = &ms->e[at];
+    const struct memo_entry *src = &ms->fresh[j];
+    d->addr = src->addr;
+    d->code = src->code;
+    d->instr = src->instr;
+    d->name = src->name;
+    d->file = src->file;
+    d->lines = src->lines;
+    d->firstline = src->firstline;
+    d->own = src->own;
+    d->emitted = src->emitted;
+    d->gift = src->gift;
+    if (d->emitted) {
+      h = part_step(h, &out[k]);
+      nem++;
+      ms->out[MEMO_OUT - nem] = out[k];
+      k--;
+      gift = 0;
+    } else {
+      gift |= d->gift;
+    }
+    d->hash = h;
+    d->nemit = nem;
+    d->gift = gift;
+    ms->index[memo_at(d->addr)] = (uint8_t)at;
+  }
+  ms->m = (uint32_t)(base + nf);
+  info->hash = h;
   return n;
 }
 
 /* The walk with the row's offsets as constants: one copy of the loop per
  * row (the rows are static const, and the loops are inlined), a third
  * fewer instructions per frame than reading the offsets from the row. */
-#define WALK_ROW(i)                                                                       \
-  if (row == &layouts[i])                                                                 \
-    return layouts[i].model == HS_PY_MODEL_FRAMEOBJECT                                    \
-               ? walk_objects(&layouts[i], frame_type, code_type, f, out, codes, max, w)  \
-               : walk_interp(&layouts[i], code_type, f, out, codes, max, w);
+#define WALK_ROW(i)                                                                          \
+  if (row == &layouts[i])                                                                    \
+    return walk_chain(&layouts[i], frame_type, code_type, f, out, codes, max, w, ms, info);
 _Static_assert(sizeof layouts / sizeof layouts[0] == 6, "walk_row: one WALK_ROW per row");
 
 static inline __attribute__((always_inline)) int walk_row(const struct hs_py_layout *row,
                                                           uintptr_t frame_type, uintptr_t code_type,
                                                           uintptr_t f, struct hs_py_frame *out,
-                                                          uint64_t *codes, int max, unsigned *w) {
+                                                          uint64_t *codes, int max, unsigned *w,
+                                                          struct memo_slot *ms,
+                                                          struct hs_py_walk_info *info) {
   WALK_ROW(0)
   WALK_ROW(1)
   WALK_ROW(2)
@@ -497,9 +694,15 @@ static inline __attribute__((always_inline)) int walk_row(const struct hs_py_lay
 }
 
 static inline __attribute__((always_inline)) int walk(struct hs_py_frame *out, uint64_t *codes,
-                                                      int max, unsigned *why) {
+                                                      int max, unsigned *why,
+                                                      struct hs_py_walk_info *info) {
   unsigned w = 0;
   int n = 0;
+  struct memo_slot *ms = NULL;
+  if (info != NULL) {
+    info->hash = PART_SEED;
+    info->fresh = 0;
+  }
   if (hs_py_state() != HS_PY_SUPPORTED || !rt.is_initialized()) {
     w = HS_PY_WALK_NOSTATE;
     goto done;
@@ -528,18 +731,36 @@ static inline __attribute__((always_inline)) int walk(struct hs_py_frame *out, u
     }
     f = load_ptr(f, L.cf_current);
   }
-  n = walk_row(row, frame_type, code_type, f, out, codes, max, &w);
+  if (info != NULL && codes != NULL && max <= MEMO_OUT) {
+    /* The thread state's slot, if no other walker holds it. A slot last
+     * used by another thread state or session starts empty. */
+    struct memo_slot *c = &memo_slots[(ts * 0x9e3779b97f4a7c15ull) >> 58];
+    int unheld = 0;
+    if (__atomic_compare_exchange_n(&c->busy, &unheld, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+      ms = c;
+      uint32_t gen = __atomic_load_n(&memo_gen, __ATOMIC_RELAXED);
+      if (c->ts != ts || c->gen != gen) {
+        c->m = 0;
+        c->ts = ts;
+        c->gen = gen;
+        c->e[0] = (struct memo_entry){.hash = PART_SEED};
+      }
+    }
+  }
+  n = walk_row(row, frame_type, code_type, f, out, codes, max, &w, ms, info);
+  if (ms != NULL) __atomic_store_n(&ms->busy, 0, __ATOMIC_RELEASE);
 done:
   if (why != NULL) *why = w;
   return n;
 }
 
 int hs_py_walk(struct hs_py_frame *out, int max, unsigned *why) {
-  return walk(out, NULL, max, why);
+  return walk(out, NULL, max, why, NULL);
 }
 
-int hs_py_walk_keyed(struct hs_py_frame *out, uint64_t *codes, int max, unsigned *why) {
-  return walk(out, codes, max, why);
+int hs_py_walk_keyed(struct hs_py_frame *out, uint64_t *codes, int max, unsigned *why,
+                     struct hs_py_walk_info *info) {
+  return walk(out, codes, max, why, info);
 }
 
 /* ------------------------------------------------------------------ */
@@ -605,6 +826,13 @@ static int copy_str(uintptr_t s, char *buf, uint32_t cap, uint32_t *len) {
     if (!ptr_ok(data, kind)) return -1;
   }
   if (buf == NULL) cap = 0;
+  if (compact && ascii) {
+    /* ASCII: the characters are the UTF-8 bytes (most names and paths). */
+    uint32_t take = (uintptr_t)length > cap ? cap : (uint32_t)length;
+    if (take > 0) memcpy(buf, (const void *)data, take);
+    *len = take;
+    return take < (uintptr_t)length;
+  }
   for (intptr_t i = 0; i < length; i++) {
     uint32_t c;
     if (kind == 1) c = ((const volatile uint8_t *)data)[i];
@@ -649,8 +877,7 @@ int hs_py_code_info(uint64_t code_addr, struct hs_py_code_info *out) {
     take = out->table_cap;
     out->truncated |= 4;
   }
-  const volatile uint8_t *src = (const volatile uint8_t *)(table + L->bytes_sval);
-  for (uint32_t i = 0; i < take; i++) out->table[i] = src[i];
+  if (take > 0) memcpy(out->table, (const void *)(table + L->bytes_sval), take);
   out->table_len = take;
   return 0;
 }

@@ -94,12 +94,31 @@ void hs_py_eval_range(uint64_t *lo, uint64_t *hi) HS_PY_API;
  * Hook-safe: no allocation, no lock, no syscall, no GIL. */
 int hs_py_walk(struct hs_py_frame *out, int max, unsigned *why) HS_PY_API;
 
+/* What hs_py_walk_keyed() says besides the frames. */
+struct hs_py_walk_info {
+  uint64_t hash; /* hs_py_part_hash() of the frames */
+  int fresh;     /* out[0, fresh) were walked now and codes[0, fresh) are set; the frames
+                  * after them were the thread's last walk's, out to the root */
+};
+
 /* hs_py_walk() and hs_py_code_key() in one pass, for the sampler: out[i].code
  * gets the code object's key (never 0: the walk has checked the object) and
  * codes[i] (room for max) its address, for hs_py_code_info(). A frame that
- * runs the same code object as the frame before it reuses its key. Same
- * guarantees as hs_py_walk(). */
-int hs_py_walk_keyed(struct hs_py_frame *out, uint64_t *codes, int max, unsigned *why) HS_PY_API;
+ * runs the same code object as the frame before it reuses its key. With
+ * `info` (may be NULL), the walk re-uses the outer frames of the thread's
+ * last walk when every field it would read of them is unchanged (the walk
+ * memo, docs/python-frames.md): the frames are the same, but codes[] is set
+ * only for the fresh ones. Same guarantees as hs_py_walk(). */
+int hs_py_walk_keyed(struct hs_py_frame *out, uint64_t *codes, int max, unsigned *why,
+                     struct hs_py_walk_info *info) HS_PY_API;
+
+/* The hash of a walk's frames (as keyed by hs_py_walk_keyed), built from the
+ * outermost frame inward: one bijective step per frame. */
+uint64_t hs_py_part_hash(const struct hs_py_frame *frames, int n) HS_PY_API;
+
+/* Forgets every thread's walk memo: a fork child's new session (its codes
+ * must be sent again). Only while one thread runs. */
+void hs_py_memo_reset(void) HS_PY_API;
 
 /* What the producer needs to intern a code object once. The caller owns the
  * buffers; strings are UTF-8, not NUL-terminated, cut at a code point when a

@@ -85,9 +85,11 @@ EXPORT int probe_walk(char *buf, size_t cap) {
   struct hs_py_frame keyed[256];
   uint64_t codes[256];
   unsigned why_keyed = 0;
-  if (hs_py_walk_keyed(keyed, codes, 256, &why_keyed) != n || why_keyed != why) return -2;
+  struct hs_py_walk_info info;
+  if (hs_py_walk_keyed(keyed, codes, 256, &why_keyed, &info) != n || why_keyed != why) return -2;
+  if (info.hash != hs_py_part_hash(keyed, n) || info.fresh < 0 || info.fresh > n) return -2;
   for (int i = 0; i < n; i++)
-    if (codes[i] != frames[i].code || keyed[i].code != hs_py_code_key(frames[i].code) ||
+    if ((i < info.fresh && codes[i] != frames[i].code) || keyed[i].code != hs_py_code_key(frames[i].code) ||
         keyed[i].lasti != frames[i].lasti || keyed[i].flags != frames[i].flags)
       return -2;
   for (int i = 0; i < n; i++) {
@@ -128,6 +130,9 @@ extern void *__libc_malloc(size_t);
 
 static __thread int in_probe; /* the walk itself must not recurse */
 static unsigned long every = 1, calls, walks, frames_seen, invalid, truncated, nostate, code_fail;
+/* The sampler's walk (with its memo) against the plain one, in every walk:
+ * walks that differed, and frames the memo gave. */
+static unsigned long keyed_bad, reused;
 
 EXPORT void *malloc(size_t size) {
   void *p = __libc_malloc(size);
@@ -141,6 +146,18 @@ EXPORT void *malloc(size_t size) {
   if (why & HS_PY_WALK_INVALID) __atomic_add_fetch(&invalid, 1, __ATOMIC_RELAXED);
   if (why & HS_PY_WALK_TRUNCATED) __atomic_add_fetch(&truncated, 1, __ATOMIC_RELAXED);
   if (why & HS_PY_WALK_NOSTATE) __atomic_add_fetch(&nostate, 1, __ATOMIC_RELAXED);
+  struct hs_py_frame keyed[128];
+  uint64_t codes[128];
+  unsigned why_keyed = 0;
+  struct hs_py_walk_info info;
+  int bad = hs_py_walk_keyed(keyed, codes, 128, &why_keyed, &info) != n || why_keyed != why ||
+            info.hash != hs_py_part_hash(keyed, n > 0 ? n : 0) || info.fresh < 0 || info.fresh > n;
+  for (int i = 0; !bad && i < n; i++)
+    bad = (i < info.fresh && codes[i] != frames[i].code) ||
+          keyed[i].code != hs_py_code_key(frames[i].code) || keyed[i].lasti != frames[i].lasti ||
+          keyed[i].flags != frames[i].flags;
+  if (bad) __atomic_add_fetch(&keyed_bad, 1, __ATOMIC_RELAXED);
+  if (!bad && n > info.fresh) __atomic_add_fetch(&reused, (unsigned long)(n - info.fresh), __ATOMIC_RELAXED);
   for (int i = 0; i < n; i++) {
     char name[256], file[512];
     uint8_t table[4096];
@@ -166,8 +183,9 @@ __attribute__((destructor)) static void probe_end(void) {
   in_probe = 1;
   int k = snprintf(line, sizeof line,
                    "probe: state %d walks %lu frames %lu invalid %lu truncated %lu nostate %lu "
-                   "code_fail %lu\n",
-                   hs_py_state(), walks, frames_seen, invalid, truncated, nostate, code_fail);
+                   "code_fail %lu keyed_bad %lu reused %lu\n",
+                   hs_py_state(), walks, frames_seen, invalid, truncated, nostate, code_fail,
+                   keyed_bad, reused);
   if (k > 0) (void)!write(2, line, (size_t)k);
 }
 #endif

@@ -159,6 +159,51 @@ def test_walk_matches_getframe(python: Path, runs: dict[str, dict[str, Any]]) ->
 
 
 @pytest.mark.skipif(not PYTHONS, reason="no CPython 3.8-3.13 installed")
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("python", PYTHONS, ids=str)
+def test_walk_memo_tells_recycled_code_objects_apart(python: Path, probe_lib: Path) -> None:
+    """A code object freed and a new one made at its address, run by a frame
+    at the same place and instruction: the walk memo must not hand out the
+    old one's key (it re-reads the fields the key is made of)."""
+    res = subprocess.run([str(python), str(HERE / "pyframes_recycle.py"), str(probe_lib)], capture_output=True,
+                         text=True, timeout=100)
+    assert res.returncode == 0, res.stderr
+    same, bad = map(int, res.stdout.split())
+    assert bad == 0, res.stdout
+    assert same > 100, res.stdout  # the case this is about did happen (pymalloc reuses a freed block first)
+
+
+LONG_NAME = r'''
+import ctypes, sys
+p = ctypes.CDLL(sys.argv[1])
+p.probe_detect()
+p.probe_walk.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+buf = ctypes.create_string_buffer(1 << 16)
+scope = {"p": p, "buf": buf}
+name = sys.argv[2]
+exec(compile(f"def {name}():\n    return p.probe_walk(buf, len(buf))\n", sys.argv[3], "exec"), scope)
+print(scope[name]())
+sys.stdout.write(buf.value.decode("utf-8", "surrogateescape"))
+'''
+
+
+@pytest.mark.skipif(not PYTHONS, reason="no CPython 3.8-3.13 installed")
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("python", PYTHONS, ids=str)
+def test_long_names_are_cut_to_the_buffer(python: Path, probe_lib: Path) -> None:
+    """A name and a file name longer than the probe's buffers (512 and 1024
+    bytes) come out as their first 512 and 1024 bytes; shorter ones whole."""
+    for name, file in (("f" + "x" * 700, "/tmp/" + "d" * 1500 + ".py"), ("g" * 40, "/tmp/short.py")):
+        res = subprocess.run([str(python), "-c", LONG_NAME, str(probe_lib), name, file], capture_output=True,
+                             text=True, timeout=100)
+        assert res.returncode == 0, res.stderr
+        lines = res.stdout.splitlines()
+        assert int(lines[0]) >= 2, res.stdout
+        fields = lines[1].split("\t")
+        assert fields[4] == name[:512] and fields[5] == file[:1024], (len(fields[4]), len(fields[5]))
+
+
+@pytest.mark.skipif(not PYTHONS, reason="no CPython 3.8-3.13 installed")
 @pytest.mark.parametrize("python", PYTHONS, ids=str)
 def test_unknown_versions_are_unsupported(python: Path, runs: dict[str, dict[str, Any]]) -> None:
     run = runs[str(python)]
@@ -208,6 +253,14 @@ class K:
     def deep(self, k):
         return self.deep(k - 1) if k else enc(300)
 
+def compiled(i):
+    # code objects made and dropped at one depth: a new one often lands
+    # where the last one was (the walk memo must not take one for the other)
+    src = f"def f{i}():\n    return [str(x) * {i % 4} for x in range({200 + i % 5})]\nr = f{i}()\n"
+    scope = {}
+    exec(compile(src, f"<gen{i % 3}>", "exec"), scope)
+    return len(scope["r"])
+
 if __name__ == "__main__":
     out = []
     threads = [threading.Thread(target=lambda: out.append(enc())) for _ in range(4)]
@@ -216,7 +269,7 @@ if __name__ == "__main__":
     for t in threads:
         t.join()
     print(sorted(out), asyncio.run(amain()), len([[x] * 10 for x in range(20000)]))
-    print(K().deep(200))
+    print(K().deep(200), K().deep(60), sum(compiled(i) for i in range(400)))
     for method in ("fork", "spawn"):
         with multiprocessing.get_context(method).Pool(2) as pool:
             print(method, pool.map(enc, [10, 20, 30]))
@@ -253,6 +306,9 @@ def test_walk_inside_every_malloc(python: Path, preload_lib: Path, tmp_path: Pat
     assert counts, probed.stderr
     for c in counts:
         assert c["state"] == 1 and c["invalid"] == 0 and c["code_fail"] == 0, c
+        # the sampler's walk, memo and all, gave the plain walk's frames and hash every time
+        assert c["keyed_bad"] == 0, c
+    assert counts[-1]["reused"] > counts[-1]["walks"], counts[-1]
     assert counts[-1]["walks"] > 1000 and counts[-1]["frames"] > 10 * counts[-1]["walks"] // 2, counts[-1]
 
 
