@@ -68,21 +68,6 @@ uint64_t hs_stack_id(const uint64_t *pcs, uint32_t depth) {
   return h ? h : 1;
 }
 
-/* As hs_stack_id, one multiplication per Python frame: the frame's value
- * is its code key (already a hash) plus its (lasti, flags) spread by a
- * multiplication, so two stacks that differ in a single frame still differ
- * in one bijective step. */
-uint64_t hs_stack_id_py(uint64_t native, const struct hs_pyframe *py, uint32_t n) {
-  uint64_t h = native ^ (UINT64_C(0xbb67ae8584caa73b) + n);
-  for (uint32_t i = 0; i < n; i++) {
-    uint64_t at = (uint64_t)(uint32_t)py[i].lasti << 8 | py[i].flags;
-    uint64_t v = py[i].code_key + at * UINT64_C(0xc2b2ae3d27d4eb4f);
-    h = (((h << 23) | (h >> 41)) ^ v) * UINT64_C(0x9e3779b97f4a7c15);
-  }
-  h = mix(h);
-  return h ? h : 1;
-}
-
 int hs_stacks_init(void) {
   void *f = mmap(NULL, FIRST_SLOTS * sizeof(uint64_t), PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

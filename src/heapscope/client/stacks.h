@@ -31,10 +31,6 @@ enum hs_intern {
 
 HS_HIDDEN uint64_t hs_stack_id(const uint64_t *pcs, uint32_t depth);
 
-/* The id of a stack with Python frames: `native` (hs_stack_id of its pcs)
- * mixed with each frame's (code key, lasti, flags). Never 0. */
-HS_HIDDEN uint64_t hs_stack_id_py(uint64_t native, const struct hs_pyframe *py, uint32_t n);
-
 /* Maps the table. -HS_ERR_OUT_OF_MEMORY on failure (then every lookup says
  * HS_STACK_FULL, which is still correct, only slower). */
 HS_HIDDEN HS_MUST_CHECK int hs_stacks_init(void);
