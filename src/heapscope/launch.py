@@ -108,6 +108,16 @@ class Child:
         if self.returncode is None:
             os.kill(self.pid, sig)
 
+    def exit_status(self) -> int:
+        """Waits for the end (a Ctrl-C meanwhile is the target's to take); its status, shell style."""
+        while True:
+            try:
+                code = self.wait()
+                break
+            except KeyboardInterrupt:
+                continue
+        return 128 - code if code < 0 else code
+
 
 def spawn(argv: list[str], executable: str | None, env: dict[str, str], stdin: int | None = None,
           stdout: int | None = None, stderr: int | None = None, sigdef: tuple[int, ...] = ()) -> Child:

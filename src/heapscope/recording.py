@@ -748,7 +748,7 @@ class Recording:
                 # the target runs on unprofiled, and we wait for it.
                 if not self._failed:
                     self._end_profiling()
-                code = _wait_child(self.child)
+                code = self.child.exit_status()
             self.summary.exit_status = code
             return code
         self._end_profiling()
@@ -904,7 +904,7 @@ class Recording:
             if self.child is not None and self.child.returncode is None:
                 # An exception left the session early: the target still ends under us.
                 self._end_profiling()
-                self.summary.exit_status = _wait_child(self.child)
+                self.summary.exit_status = self.child.exit_status()
             else:
                 self._end_profiling()
             self._write_end()
@@ -1174,16 +1174,6 @@ def _own_usage() -> list[tuple[str, int | None, str, str, int, str]]:
         ("producer_peak_rss_bytes", None, "info", "producer", status_field("self", "VmHWM") * 1024,
          "peak resident set of the heapscope process up to the final dumps"),
     ]
-
-
-def _wait_child(child: Child) -> int:
-    while True:
-        try:
-            code = child.wait()
-            break
-        except KeyboardInterrupt:
-            continue
-    return 128 - code if code < 0 else code
 
 
 def _describe(e: BaseException, output: Path | None = None) -> str:

@@ -185,14 +185,9 @@ class _Started(Exception):
         """The target's exit status, shell style, once it has ended; our signal handlers go then."""
         child = self.launch.child
         assert child is not None
-        while True:
-            try:
-                code = child.wait()
-                break
-            except KeyboardInterrupt:
-                continue
+        status = child.exit_status()
         self.launch.restore_signals()
-        return 128 - code if code < 0 else code
+        return status
 
 
 def _launch(config: RecordConfig, output: str, force: bool, command: list[str], executable: str, library: str,

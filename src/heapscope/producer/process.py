@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import mmap
 import os
 import socket
@@ -125,20 +124,3 @@ class ProcessState(Slots):
         if self.exit_fd is not None:
             os.close(self.exit_fd)
             self.exit_fd = None
-
-
-def create_ring(ring_size: int) -> tuple[int, mmap.mmap]:
-    """A fresh shared-memory ring: memfd + mapping with the meta header written."""
-    fd = os.memfd_create("heapscope-ring", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-    try:
-        os.ftruncate(fd, codec.META_SIZE + ring_size)
-        # The client is untrusted: a ring it could shrink would fault the producer.
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
-        shm = mmap.mmap(fd, codec.META_SIZE + ring_size, mmap.MAP_SHARED)
-    except OSError:
-        os.close(fd)
-        raise
-    codec.write_meta(shm, "magic", codec.WIRE_MAGIC)
-    codec.write_meta(shm, "version", codec.WIRE_VERSION)
-    codec.write_meta(shm, "ring_size", ring_size)
-    return fd, shm

@@ -278,9 +278,11 @@ static void pinned_range(void) {
   CHECK(stray_bits() == 0, "bits outside the pinned range");
 }
 
-/* A fork child resets the set: nothing of the parent's is left but the
- * pinned range, and the child's own inserts work; the parent keeps its own. */
-static void reset_after_fork(void) {
+/* Inserts 64 keys, forks, and checks in the child that the reset left none
+ * of them (and no stray bit: `pinned`, the pinned range still answers),
+ * that its own inserts and removes work, and in the parent that it keeps
+ * its keys. */
+static void fork_reset(int pinned, const char *what) {
   uint64_t keep[64];
   for (int i = 0; i < 64; i++) {
     keep[i] = addr();
@@ -294,55 +296,33 @@ static void reset_after_fork(void) {
     for (int i = 0; i < 64; i++)
       bad += maybe(keep[i]) || contains(keep[i]);
     bad += stray_bits() != 0;
-    bad += !hs_addr_maybe_sampled(arena + 64);
+    bad += pinned && !hs_addr_maybe_sampled(arena + 64);
     for (int i = 0; i < 64; i++)
       bad += insert(keep[i]) != HS_OK || !maybe(keep[i]) || !contains(keep[i]);
     for (int i = 0; i < 64; i++)
       bad += remove_(keep[i]) != 1;
     bad += stray_bits() != 0;
-    bad += !hs_addr_maybe_sampled(arena + 64);
+    bad += pinned && !hs_addr_maybe_sampled(arena + 64);
     _exit(bad ? 1 : 0);
   }
   int status = 0;
   CHECK(pid > 0 && waitpid(pid, &status, 0) == pid, "fork/wait");
-  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child's reset set is wrong (status %d)", status);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s (status %d)", what, status);
   for (int i = 0; i < 64; i++)
     CHECK(maybe(keep[i]) && contains(keep[i]) && remove_(keep[i]) == 1, "parent lost a key");
   CHECK(stray_bits() == 0, "the filter is not empty");
 }
+
+/* A fork child resets the set: nothing of the parent's is left but the
+ * pinned range, and the child's own inserts work; the parent keeps its own. */
+static void reset_after_fork(void) { fork_reset(1, "the child's reset set is wrong"); }
 
 /* A reset while the shards still hold their first tables (kept in static
  * storage, addrset.c): the child must find them empty, not keep the
  * parent's keys there, which would make an insert of the same key see it
  * "already there" and leave its filter bit clear. Runs first, before any
  * table has grown. */
-static void reset_first_tables(void) {
-  uint64_t keep[64];
-  for (int i = 0; i < 64; i++) {
-    keep[i] = addr();
-    CHECK(insert(keep[i]) == HS_OK, "insert");
-  }
-  fflush(stdout);
-  pid_t pid = fork();
-  if (pid == 0) {
-    hs_addrset_reset();
-    int bad = 0;
-    for (int i = 0; i < 64; i++)
-      bad += maybe(keep[i]) || contains(keep[i]);
-    for (int i = 0; i < 64; i++)
-      bad += insert(keep[i]) != HS_OK || !maybe(keep[i]) || !contains(keep[i]);
-    for (int i = 0; i < 64; i++)
-      bad += remove_(keep[i]) != 1;
-    bad += stray_bits() != 0;
-    _exit(bad ? 1 : 0);
-  }
-  int status = 0;
-  CHECK(pid > 0 && waitpid(pid, &status, 0) == pid, "fork/wait");
-  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child's first tables kept keys (status %d)", status);
-  for (int i = 0; i < 64; i++)
-    CHECK(remove_(keep[i]) == 1, "parent lost a key");
-  CHECK(stray_bits() == 0, "the filter is not empty");
-}
+static void reset_first_tables(void) { fork_reset(0, "the child's first tables kept keys"); }
 
 int main(void) {
   reset_first_tables();
