@@ -24,7 +24,6 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up
 
 NO_FRAMES = "[no frames]"
 UNDEFINED_STACK = "[stack never received]"
-NOT_KEPT = "[profile not kept]"  # every stack, when FrameTable.discard
 
 if TYPE_CHECKING:
     from typing import Protocol
@@ -208,14 +207,10 @@ class ProcessHeap(Slots):
         collector to visit; a compiler's final dump has ~20k rows)."""
         self.resolve(frames, trie, tracker)
         if final:
-            if frames.discard:
-                self.stacks.clear()
-                self.py_stacks.clear()
-            else:
-                self.resolve_python(frames, trie, tracker, final=True)
+            self.resolve_python(frames, trie, tracker, final=True)
             stray = tracker.unresolved()
             if stray:
-                cs = trie.callsite([frames.special(NOT_KEPT if frames.discard else UNDEFINED_STACK)])
+                cs = trie.callsite([frames.special(UNDEFINED_STACK)])
                 for stack_id in stray:
                     tracker.set_callsite(stack_id, cs)
         flat = unpack_rows(DUMP_ROW, tracker.dump())

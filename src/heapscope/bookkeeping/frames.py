@@ -163,8 +163,7 @@ class FrameTable:
         self.skip_prefixes = skip_prefixes
         # The profile is not kept (the pytest plugin without --heapscope-output reads
         # only its per-test windows): no stack is resolved, their records stay in C
-        # (Ingest.hold_stacks, set by the producer); the final dump books them all
-        # under one placeholder frame (dump.py, NOT_KEPT).
+        # (Ingest.hold_stacks, set by the producer), and the producer makes no dump.
         self.discard: bool = False
         self.filtered: set[int] = set()  # ids of FILTERED frames
         # Python frames: id -> (qualified name, file, line); new ones are taken by
