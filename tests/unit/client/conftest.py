@@ -66,3 +66,18 @@ def build_program(build_dir: Path):
         return built[key]
 
     return build
+
+
+@pytest.fixture(scope="session")
+def c_unit(build_program):
+    """Builds a C unit test of this folder against one client source and runs it: it must exit
+    0 and print no FAIL line. Returns its output."""
+
+    def run(test_source: str, client_source: str) -> str:
+        exe = build_program(test_source, str(CLIENT_DIR / client_source), "-D_GNU_SOURCE", "-Wall", "-Wextra")
+        res = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert "FAIL" not in res.stdout
+        return res.stdout
+
+    return run

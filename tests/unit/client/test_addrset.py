@@ -7,17 +7,9 @@ goes; a pinned range stays set; a fork child's reset empties it, the shards' fir
 
 from __future__ import annotations
 
-import subprocess
-from pathlib import Path
-
 import pytest
-
-CLIENT_DIR = Path(__file__).resolve().parents[3] / "src" / "heapscope" / "client"
 
 
 @pytest.mark.timeout(180)
-def test_addrset_c_unit(build_program):
-    exe = build_program("addrset_test.c", str(CLIENT_DIR / "addrset.c"), "-D_GNU_SOURCE", "-Wall", "-Wextra")
-    res = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stdout + res.stderr
-    assert "FAIL" not in res.stdout
+def test_addrset_c_unit(c_unit):
+    c_unit("addrset_test.c", "addrset.c")
