@@ -559,23 +559,13 @@ static int find_rule(struct dl_phdr_info *info, size_t size, void *data) {
   return 0;
 }
 
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
-#endif
 static int populated;
 
 static __attribute__((noinline)) uint64_t miss(uintptr_t pc) {
   __atomic_fetch_add(&n_misses, 1, __ATOMIC_RELAXED);
-  /* The first miss writes the whole cache in one call: a walk reads a slot
-   * before a miss writes it, so each page left to fault in cost two faults
-   * (the zero page, then its copy), 256 in all on cc1plus (issue 13). At
-   * the first miss, not at start: a program that never samples pays
-   * nothing. Contents are kept; without MADV_POPULATE_WRITE (before Linux
-   * 5.14) the pages fault in as before. */
-  if (HS_UNLIKELY(!__atomic_load_n(&populated, __ATOMIC_RELAXED))) {
-    __atomic_store_n(&populated, 1, __ATOMIC_RELAXED);
-    (void)madvise(cache, CACHE_SLOTS * sizeof(uint64_t), MADV_POPULATE_WRITE);
-  }
+  /* The first miss writes the whole cache in: a walk reads a slot before a
+   * miss writes it (256 pages, 512 faults on cc1plus otherwise). */
+  hs_populate_once(&populated, cache, CACHE_SLOTS * sizeof(uint64_t));
   struct miss m = {pc, 0, 1};
   dl_iterate_phdr(find_rule, &m);
   if (!m.rule) {

@@ -276,19 +276,6 @@ static int python_frames(struct hs_pyframe *py, uint32_t *why_out, uint64_t *has
   return n;
 }
 
-/* The id of a stack with Python frames: the native part's id (hs_stack_id
- * of its pcs), the number of Python frames and their hash (hs_py_part_hash,
- * built by the walk), one bijective step and a final mix: the same native
- * part under different Python callers are different stacks. */
-static inline uint64_t py_stack_id(uint64_t native, uint32_t n, uint64_t part) {
-  uint64_t h = native ^ (UINT64_C(0xbb67ae8584caa73b) + n);
-  h = (((h << 23) | (h >> 41)) ^ part) * UINT64_C(0x9e3779b97f4a7c15);
-  h = (h ^ (h >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-  h = (h ^ (h >> 27)) * UINT64_C(0x94d049bb133111eb);
-  h ^= h >> 31;
-  return h ? h : 1;
-}
-
 static HS_MUST_CHECK int send_python_info(void);
 static HS_MUST_CHECK int announce_py_heap(void);
 
@@ -522,7 +509,7 @@ static inline __attribute__((always_inline)) void sample(struct hs_thread *t, vo
       struct hs_pystack ps = {(uint32_t)n, why};
       memcpy(tail + depth, &ps, sizeof ps);
       py_bytes = sizeof ps + (size_t)n * sizeof(struct hs_pyframe);
-      id = py_stack_id(id, (uint32_t)n, part);
+      id = hs_stack_id_py(id, (uint32_t)n, part);
     }
   }
   /* Python stacks: a memo of ids known to be sent, as code_memo, saves the

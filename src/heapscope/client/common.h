@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/mman.h>
 
 #include "sampler.h"
 
@@ -43,5 +44,21 @@ extern HS_TLS struct hs_thread hs_thread_state HS_HIDDEN;
 /* One line on stderr via write(2), only when HEAPSCOPE_DEBUG=1. Never stdio,
  * never allocates. */
 HS_HIDDEN void hs_debug(const char *msg, uint64_t value);
+
+/* Writes in the pages of [p, p + len) in one call, the first time only
+ * (*done goes 0 -> 1): a table that is read before it is written costs two
+ * faults a page (the zero page, then its copy), and one that is populated at
+ * start costs a program that never samples (issue 13). Contents are kept;
+ * a kernel without MADV_POPULATE_WRITE (before Linux 5.14) leaves it to the
+ * faults. */
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+static inline void hs_populate_once(int *done, void *p, size_t len) {
+  if (HS_UNLIKELY(!__atomic_load_n(done, __ATOMIC_RELAXED))) {
+    __atomic_store_n(done, 1, __ATOMIC_RELAXED);
+    (void)madvise(p, len, MADV_POPULATE_WRITE);
+  }
+}
 
 #endif

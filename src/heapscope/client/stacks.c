@@ -23,22 +23,6 @@ static uint64_t first_count;
 static int first_open;
 static int first_populated;
 
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
-#endif
-
-static uint64_t mix(uint64_t h) {
-  h ^= h >> 32;
-  h *= UINT64_C(0xd6e8feb86659fd93);
-  h ^= h >> 32;
-  h *= UINT64_C(0xd6e8feb86659fd93);
-  h ^= h >> 32;
-  return h;
-}
-
-static inline uint64_t step(uint64_t h, uint64_t v) {
-  return (((h << 23) | (h >> 41)) ^ v) * UINT64_C(0x9e3779b97f4a7c15);
-}
 
 /* One multiplication per frame (rotate, xor, multiply: each step is a
  * bijection of the state for a given pc and of the pc for a given state),
@@ -53,18 +37,18 @@ uint64_t hs_stack_id(const uint64_t *pcs, uint32_t depth) {
   uint64_t h2 = UINT64_C(0x3c6ef372fe94f82b), h3 = UINT64_C(0xa54ff53a5f1d36f1);
   uint32_t i = 0;
   for (; i + 4 <= depth; i += 4) {
-    h0 = step(h0, pcs[i]);
-    h1 = step(h1, pcs[i + 1]);
-    h2 = step(h2, pcs[i + 2]);
-    h3 = step(h3, pcs[i + 3]);
+    h0 = hs_id_step(h0, pcs[i]);
+    h1 = hs_id_step(h1, pcs[i + 1]);
+    h2 = hs_id_step(h2, pcs[i + 2]);
+    h3 = hs_id_step(h3, pcs[i + 3]);
   }
   if (i < depth)
-    h0 = step(h0, pcs[i]);
+    h0 = hs_id_step(h0, pcs[i]);
   if (i + 1 < depth)
-    h1 = step(h1, pcs[i + 1]);
+    h1 = hs_id_step(h1, pcs[i + 1]);
   if (i + 2 < depth)
-    h2 = step(h2, pcs[i + 2]);
-  uint64_t h = mix(step(step(step(h0, h1), h2), h3));
+    h2 = hs_id_step(h2, pcs[i + 2]);
+  uint64_t h = hs_id_mix(hs_id_step(hs_id_step(hs_id_step(h0, h1), h2), h3));
   return h ? h : 1;
 }
 
@@ -125,13 +109,8 @@ enum hs_intern hs_stacks_intern(uint64_t id) {
   if (in == HS_STACK_KNOWN)
     return in;
   if (in == HS_STACK_NEW) {
-    /* The first id: the whole first table is written now, in one call (a
-     * program that never samples pays nothing). Contents are kept; a
-     * kernel without MADV_POPULATE_WRITE leaves it to the faults. */
-    if (HS_UNLIKELY(!__atomic_load_n(&first_populated, __ATOMIC_RELAXED))) {
-      __atomic_store_n(&first_populated, 1, __ATOMIC_RELAXED);
-      (void)madvise(f, FIRST_SLOTS * sizeof(uint64_t), MADV_POPULATE_WRITE);
-    }
+    /* The first id: the whole first table is written in now. */
+    hs_populate_once(&first_populated, f, FIRST_SLOTS * sizeof(uint64_t));
     uint64_t n;
     if (hs_single_threaded()) {
       n = __atomic_load_n(&first_count, __ATOMIC_RELAXED) + 1;

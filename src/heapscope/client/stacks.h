@@ -29,7 +29,32 @@ enum hs_intern {
   HS_STACK_FULL = 2,  /* no room: send the STACK record every time */
 };
 
+/* One step of a stack id: rotate, xor, multiply, a bijection of the state
+ * for a given value and of the value for a given state. */
+static inline uint64_t hs_id_step(uint64_t h, uint64_t v) {
+  return (((h << 23) | (h >> 41)) ^ v) * UINT64_C(0x9e3779b97f4a7c15);
+}
+
+/* The final mix of a stack id. */
+static inline uint64_t hs_id_mix(uint64_t h) {
+  h ^= h >> 32;
+  h *= UINT64_C(0xd6e8feb86659fd93);
+  h ^= h >> 32;
+  h *= UINT64_C(0xd6e8feb86659fd93);
+  h ^= h >> 32;
+  return h;
+}
+
 HS_HIDDEN uint64_t hs_stack_id(const uint64_t *pcs, uint32_t depth);
+
+/* The id of a stack with Python frames: the native part's id (hs_stack_id),
+ * the number of Python frames and their hash (hs_py_part_hash, built by the
+ * walk), one step and the mix: one native part under different Python
+ * callers makes different stacks. Never 0. */
+static inline uint64_t hs_stack_id_py(uint64_t native, uint32_t n, uint64_t part) {
+  uint64_t h = hs_id_mix(hs_id_step(native ^ (UINT64_C(0xbb67ae8584caa73b) + n), part));
+  return h ? h : 1;
+}
 
 /* Maps the table. -HS_ERR_OUT_OF_MEMORY on failure (then every lookup says
  * HS_STACK_FULL, which is still correct, only slower). */
