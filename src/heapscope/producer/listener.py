@@ -68,7 +68,7 @@ class Accepted(Slots):
 
     def close(self) -> None:
         """Let the client go (it runs on unprofiled): told to stop, its ring and socket closed."""
-        _write_meta(self.shm, "shutting_down", 1)
+        hs.write_meta(self.shm, "shutting_down", 1)
         self.shm.close()
         os.close(self.memfd)
         self.conn.close()
@@ -288,15 +288,10 @@ def create_ring(ring_size: int) -> tuple[int, mmap.mmap]:
     except OSError:
         os.close(fd)
         raise
-    _write_meta(shm, "magic", hs.WIRE_MAGIC)
-    _write_meta(shm, "version", hs.WIRE_VERSION)
-    _write_meta(shm, "ring_size", ring_size)
+    hs.write_meta(shm, "magic", hs.WIRE_MAGIC)
+    hs.write_meta(shm, "version", hs.WIRE_VERSION)
+    hs.write_meta(shm, "ring_size", ring_size)
     return fd, shm
-
-
-def _write_meta(shm: mmap.mmap, name: str, value: int) -> None:
-    off, fmt = hs.META_FIELDS[name]
-    struct.pack_into(fmt, shm, off, value)
 
 
 def take_ownership(directory: str | os.PathLike[str]) -> int:

@@ -11,7 +11,6 @@ heaps) that the C loop hands back, plus the handshake.
 
 from __future__ import annotations
 
-import mmap
 import struct
 from enum import IntEnum
 
@@ -419,11 +418,5 @@ def decode_record(rec: bytes) -> RareRecord:
     raise MalformedRecord(f"unexpected record type {rtype}")
 
 
-def read_meta(shm: mmap.mmap | bytes, name: str) -> int:
-    off, fmt = META_FIELDS[name]
-    return int(struct.unpack_from(fmt, shm, off)[0])
-
-
-def write_meta(shm: mmap.mmap, name: str, value: int) -> None:
-    off, fmt = META_FIELDS[name]
-    struct.pack_into(fmt, shm, off, value)
+read_meta = handshake.read_meta
+write_meta = handshake.write_meta

@@ -12,6 +12,10 @@ from __future__ import annotations
 
 import struct
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost)
+if TYPE_CHECKING:
+    import mmap
+
 WIRE_MAGIC = 0x31575350414548
 WIRE_VERSION = 5
 TOKEN_SIZE = 16
@@ -62,3 +66,14 @@ def config_reply(status: int, interval: int = 0, ring_size: int = 0, seed: int =
                  unwinder: int = 0, max_frames: int = 0) -> bytes:
     """A struct hs_config of this wire version (codec.Config.pack)."""
     return CONFIG.pack(WIRE_MAGIC, WIRE_VERSION, status, interval, ring_size, seed, flags, unwinder, max_frames, 0)
+
+
+def read_meta(shm: mmap.mmap | bytes, name: str) -> int:
+    """A field of the ring's header (struct hs_ring_meta)."""
+    off, fmt = META_FIELDS[name]
+    return int(struct.unpack_from(fmt, shm, off)[0])
+
+
+def write_meta(shm: mmap.mmap, name: str, value: int) -> None:
+    off, fmt = META_FIELDS[name]
+    struct.pack_into(fmt, shm, off, value)
