@@ -47,20 +47,32 @@ static size_t booked(size_t n) {
   return n ? n : 1;
 }
 
-/* The hot paths (issue 13). A request the wrapped allocator serves itself
- * (1 to `direct` bytes) and smaller than the sampling interval (both in
- * `fast`) that the countdown does not reach costs the countdown decrement
- * and a jump to that allocator (a tail call: no frame of ours, no guard).
- * The countdown is this thread's malloc countdown (client.h); a thread that
- * has not sampled yet has countdown 0 and goes the slow way, which sets it
- * up. Unlike the malloc hook's fast path, this one does not look at
- * hs_enabled or the guard: the slow path does (hs_record_py_alloc), and a
- * stock pymalloc never calls a domain back while the guard is set (it calls
- * no allocator but malloc), so the only difference is the countdown moving
- * while the client is off. Every other request (larger than `direct`, any
- * request of an allocator we do not know, a request the countdown reaches)
- * is made with the reentrancy guard set, so the malloc hook does not count
- * what the allocator passes on to malloc a second time; it is booked here. */
+/* The hot paths (issues 13 and 12). A request the wrapped allocator serves
+ * itself (1 to `direct` bytes) and smaller than the sampling interval (both
+ * in `fast`) that the countdown does not reach costs the countdown
+ * decrement and a jump to that allocator (a tail call: no frame of ours, no
+ * guard). The countdown is this thread's malloc countdown (client.h); a
+ * thread that has not sampled yet has countdown 0 and goes the slow way,
+ * which sets it up. Unlike the malloc hook's fast path, this one does not
+ * look at hs_enabled or the guard: the slow path does (hs_record_py_alloc),
+ * and a stock pymalloc never calls a domain back while the guard is set (it
+ * calls no allocator but malloc), so the only difference is the countdown
+ * moving while the client is off. Every other request (larger than
+ * `direct`, any request of an allocator we do not know, a request the
+ * countdown reaches) is made with the reentrancy guard set, so the malloc
+ * hook does not count what the allocator passes on to malloc a second
+ * time; it is booked here.
+ *
+ * Two sets of wrappers. The stock pymalloc (stock_pymalloc) has no context
+ * and the same functions in both domains: its wrappers (s_*) are installed
+ * with a NULL context too, keep what they wrap in one static entry
+ * (`stock`) and pass their own context, NULL, on as pymalloc's, so that a
+ * fast path is the size test, the countdown and a jump through a static
+ * pointer (10 instructions, 13 with the entry in ctx). Any other allocator
+ * (the debug hooks, tracemalloc, mimalloc, an embedder's) gets the w_*
+ * wrappers, whose context is the domain's entry in `wrapped`. */
+static struct py_domain stock;
+
 /* The client is off for good (hs_enabled goes 1 -> 0 only once; before the
  * session starts no Python runs): the countdown is set so far that this
  * thread's requests take the fast path again. A fork child's new session
@@ -70,7 +82,7 @@ static inline void park_if_off(void) {
     hs_thread_state.sampler.countdown = INT64_MAX / 2;
 }
 
-static __attribute__((noinline)) void *w_malloc_guarded(struct py_domain *d, size_t n) {
+static inline __attribute__((always_inline)) void *malloc_guarded(struct py_domain *d, size_t n) {
   struct hs_thread *t = &hs_thread_state;
   int saved = t->guard;
   t->guard = 1; /* what pymalloc passes on to malloc is this request, not another */
@@ -82,17 +94,30 @@ static __attribute__((noinline)) void *w_malloc_guarded(struct py_domain *d, siz
 }
 
 /* 1 when n bytes are certainly not sampled (and then consumed): n is in
- * the fast range, so 1 <= n < interval, and the countdown stays above 0. */
+ * the fast range (1 <= n <= fast < interval) and below the countdown, which
+ * so stays above 0. The countdown is compared before it is changed: a load,
+ * a compare and a subtract in place, against a load, a subtract, a test and
+ * a store. */
 static inline __attribute__((always_inline)) int py_fast(const struct py_domain *d, size_t n) {
   /* n - 1 < fast: 1 <= n <= fast (0 wraps around). */
   if (n - 1 >= d->fast)
     return 0;
   int64_t *countdown = &hs_thread_state.sampler.countdown;
-  int64_t left = *countdown - (int64_t)n;
-  if (HS_UNLIKELY(left <= 0))
+  if (HS_UNLIKELY((int64_t)n >= *countdown))
     return 0;
-  *countdown = left;
+  *countdown -= (int64_t)n;
   return 1;
+}
+
+static __attribute__((noinline)) void *w_malloc_guarded(struct py_domain *d, size_t n) {
+  return malloc_guarded(d, n);
+}
+
+/* The stock wrappers' slow paths take the wrapper's arguments as they are
+ * (no register moves on the fast path). */
+static __attribute__((noipa)) void *s_malloc_guarded(void *ctx, size_t n) {
+  (void)ctx;
+  return malloc_guarded(&stock, n);
 }
 
 static void *w_malloc(void *ctx, size_t n) {
@@ -102,8 +127,14 @@ static void *w_malloc(void *ctx, size_t n) {
   return w_malloc_guarded(d, n);
 }
 
-static __attribute__((noinline)) void *w_calloc_guarded(struct py_domain *d, size_t nelem,
-                                                       size_t elsize) {
+static void *s_malloc(void *ctx, size_t n) {
+  if (HS_LIKELY(py_fast(&stock, n)))
+    return stock.prev.malloc(ctx, n); /* ctx: NULL, pymalloc's */
+  return s_malloc_guarded(ctx, n);
+}
+
+static inline __attribute__((always_inline)) void *calloc_guarded(struct py_domain *d, size_t nelem,
+                                                                  size_t elsize) {
   struct hs_thread *t = &hs_thread_state;
   int saved = t->guard;
   t->guard = 1;
@@ -116,6 +147,16 @@ static __attribute__((noinline)) void *w_calloc_guarded(struct py_domain *d, siz
   return p;
 }
 
+static __attribute__((noinline)) void *w_calloc_guarded(struct py_domain *d, size_t nelem,
+                                                       size_t elsize) {
+  return calloc_guarded(d, nelem, elsize);
+}
+
+static __attribute__((noipa)) void *s_calloc_guarded(void *ctx, size_t nelem, size_t elsize) {
+  (void)ctx;
+  return calloc_guarded(&stock, nelem, elsize);
+}
+
 static void *w_calloc(void *ctx, size_t nelem, size_t elsize) {
   struct py_domain *d = ctx;
   size_t total;
@@ -124,8 +165,15 @@ static void *w_calloc(void *ctx, size_t nelem, size_t elsize) {
   return w_calloc_guarded(d, nelem, elsize);
 }
 
-static void *w_realloc(void *ctx, void *old, size_t n) {
-  struct py_domain *d = ctx;
+static void *s_calloc(void *ctx, size_t nelem, size_t elsize) {
+  size_t total;
+  if (!__builtin_mul_overflow(nelem, elsize, &total) && py_fast(&stock, total))
+    return stock.prev.calloc(ctx, nelem, elsize);
+  return s_calloc_guarded(ctx, nelem, elsize);
+}
+
+static inline __attribute__((always_inline)) void *realloc_guarded(struct py_domain *d, void *old,
+                                                                   size_t n) {
   struct hs_thread *t = &hs_thread_state;
   hs_record_py_free(old); /* as the realloc hook: before, so the address cannot be reused first */
   int saved = t->guard;
@@ -133,6 +181,32 @@ static void *w_realloc(void *ctx, void *old, size_t n) {
   void *p = d->prev.realloc(d->prev.ctx, old, n);
   t->guard = saved;
   hs_record_py_alloc(p, booked(n));
+  return p;
+}
+
+static void *w_realloc(void *ctx, void *old, size_t n) {
+  return realloc_guarded(ctx, old, n);
+}
+
+static __attribute__((noipa)) void *s_realloc_guarded(void *ctx, void *old, size_t n) {
+  (void)ctx;
+  return realloc_guarded(&stock, old, n);
+}
+
+/* The stock realloc's fast path: an unsampled block (the filter: nothing to
+ * take out of the address set) resized to a size of the fast range that the
+ * countdown does not reach. The countdown is decided before the call, as
+ * py_fast does (the guarded path decides after it: the same bytes, the same
+ * draw, since nothing between moves this thread's countdown). The guard
+ * stays: pymalloc passes a block it did not carve on to realloc(). */
+static void *s_realloc(void *ctx, void *old, size_t n) {
+  if (HS_UNLIKELY(hs_addr_maybe_sampled(old)) || !py_fast(&stock, n))
+    return s_realloc_guarded(ctx, old, n);
+  struct hs_thread *t = &hs_thread_state;
+  int saved = t->guard;
+  t->guard = 1;
+  void *p = stock.prev.realloc(ctx, old, n);
+  t->guard = saved;
   return p;
 }
 
@@ -157,6 +231,14 @@ static void w_free(void *ctx, void *p) {
     return;
   }
   d->prev.free(d->prev.ctx, p);
+}
+
+static void s_free(void *ctx, void *p) {
+  if (HS_UNLIKELY(hs_addr_maybe_sampled(p))) {
+    w_free_sampled(&stock, p);
+    return;
+  }
+  stock.prev.free(ctx, p);
 }
 
 typedef int (*add_pending_fn)(int (*fn)(void *), void *arg);
@@ -208,6 +290,7 @@ void hs_pymem_session(uint64_t interval) {
     struct py_domain *d = &wrapped[domains[i]];
     __atomic_store_n(&d->fast, fast_limit(d->direct, interval), __ATOMIC_RELAXED);
   }
+  __atomic_store_n(&stock.fast, fast_limit(stock.direct, interval), __ATOMIC_RELAXED);
 }
 
 /* Reads the allocators in place and puts the wrappers in front of them.
@@ -221,17 +304,25 @@ static int wrap_domains(void) {
     get_fn(d, prev);
     if (!prev->malloc || !prev->calloc || !prev->realloc || !prev->free)
       return 0;
-    if (prev->malloc == w_malloc)
+    if (prev->malloc == w_malloc || prev->malloc == s_malloc)
       return 0; /* ours already (a second install): never wrap a wrapper */
   }
-  size_t direct =
-      stock_pymalloc(&wrapped[PY_DOMAIN_MEM].prev, &wrapped[PY_DOMAIN_OBJ].prev) ? PYMALLOC_SMALL : 0;
+  int pymalloc = stock_pymalloc(&wrapped[PY_DOMAIN_MEM].prev, &wrapped[PY_DOMAIN_OBJ].prev);
+  size_t direct = pymalloc ? PYMALLOC_SMALL : 0;
   hs_debug("python domains: requests served without the guard up to", direct);
+  if (pymalloc) {
+    /* Both domains hold the same allocator (stock_pymalloc): one entry. */
+    stock.prev = wrapped[PY_DOMAIN_OBJ].prev;
+    stock.direct = direct;
+    stock.fast = fast_limit(direct, hs_client_interval());
+  }
   for (unsigned i = 0; i < NDOMAINS; i++) {
     int d = domains[i];
     wrapped[d].direct = direct;
     wrapped[d].fast = fast_limit(direct, hs_client_interval());
     struct py_allocator w = {&wrapped[d], w_malloc, w_calloc, w_realloc, w_free};
+    if (pymalloc)
+      w = (struct py_allocator){NULL, s_malloc, s_calloc, s_realloc, s_free};
     set_fn(d, &w);
   }
   return 1;
