@@ -40,7 +40,10 @@ WORKLOADS = {
     "json": ["pywork.py", "40000"],
     "dicts": ["pydicts.py", "30000"],
 }
-WRAPPERS = ("w_malloc", "w_free", "w_realloc", "w_calloc", "w_malloc_guarded", "w_calloc_guarded")
+# w_*: the wrappers of any allocator; s_*: those of the stock pymalloc (pymem.c), since h48
+WRAPPERS = ("w_malloc", "w_free", "w_realloc", "w_calloc", "w_malloc_guarded", "w_calloc_guarded",
+            "s_malloc", "s_free", "s_realloc", "s_calloc", "s_malloc_guarded", "s_calloc_guarded",
+            "s_realloc_guarded")
 HOOKS = ("malloc", "free", "realloc", "calloc")
 
 
