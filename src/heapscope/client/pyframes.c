@@ -711,25 +711,24 @@ static inline __attribute__((always_inline)) int walk(struct hs_py_frame *out, u
    * a constant of the instructions. */
   const struct hs_py_layout *row = rt.lay;
   const uintptr_t code_type = rt.code_type, frame_type = rt.frame_type;
-  const struct hs_py_layout L = *row;
   uintptr_t ts = (uintptr_t)rt.get_tstate();
   if (ts == 0) {
     w = HS_PY_WALK_NOSTATE;
     goto done;
   }
-  if (!ptr_ok(ts, 8) || load_ptr(ts, L.ts_thread_id) != (uintptr_t)pthread_self() ||
-      !ptr_ok(load_ptr(ts, L.ts_interp), 8)) {
+  if (!ptr_ok(ts, 8) || load_ptr(ts, row->ts_thread_id) != (uintptr_t)pthread_self() ||
+      !ptr_ok(load_ptr(ts, row->ts_interp), 8)) {
     w = HS_PY_WALK_INVALID;
     goto done;
   }
-  uintptr_t f = load_ptr(ts, L.ts_frame);
-  if (L.model == HS_PY_MODEL_CFRAME) {
+  uintptr_t f = load_ptr(ts, row->ts_frame);
+  if (row->model == HS_PY_MODEL_CFRAME) {
     if (f == 0) goto done;
     if (!ptr_ok(f, 8)) {
       w = HS_PY_WALK_INVALID;
       goto done;
     }
-    f = load_ptr(f, L.cf_current);
+    f = load_ptr(f, row->cf_current);
   }
   if (info != NULL && codes != NULL && max <= MEMO_OUT) {
     /* The thread state's slot, if no other walker holds it. A slot last
