@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import re
 import subprocess
 from collections import defaultdict
@@ -219,3 +220,47 @@ def test_the_peak_of_both_heaps_is_one_moment(tmp_path: Path) -> None:
     one = _cli("report", "--heap", MALLOC, str(db))
     alone = re.search(r"space:\s+(\S+ \S+)", one)
     assert alone is not None and _mib(alone.group(1)) * 2**20 < n_native * native_size / 2, one
+
+
+REALLOC = Path(__file__).parents[1] / "programs" / "python" / "pyrealloc.py"
+
+
+@pytest.mark.skipif(not INTERPRETERS, reason="no CPython 3.8-3.13 installed")
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("python", INTERPRETERS)
+def test_a_realloc_pymalloc_passes_on_is_booked_once_at_4096(tmp_path: Path, python: str) -> None:
+    """PyMem_Realloc of a 600-byte block (pymalloc took it from malloc) down to 40 bytes: pymalloc
+    passes it on to realloc(). At 4096 most such blocks are not sampled and the resize is within
+    the fast range, so the stock realloc's fast path takes it (pymem.c, s_realloc): it must keep
+    the guard, or the malloc hook books the new block in libc.malloc as well (~20 of 2,000 would
+    be; none may)."""
+    _version(python)
+    db = tmp_path / "realloc.db"
+    run = run_process([*HEAPSCOPE, "record", "-o", str(db), "-i", "4096", "--seed", "3", "--", python,
+                       str(REALLOC)], timeout=150)
+    assert run.returncode == 0, run.describe()
+    profile = Profile(db)
+    assert profile.stats().get("python_allocators") == 1
+    got: dict[tuple[str, int | None], list[int]] = defaultdict(lambda: [0, 0])
+    paths = _paths(profile)
+    for r in profile.query("SELECT heap_name, callsite_id, SUM(CASE WHEN size > 0 THEN size ELSE 0 END) AS a_s,"
+                           " SUM(CASE WHEN count > 0 THEN count ELSE 0 END) AS a_o"
+                           " FROM heap_profile_allocation GROUP BY heap_name, callsite_id"):
+        for _name, ftype, file, line in paths.get(r["callsite_id"], []):
+            if ftype == "python":
+                if file == str(REALLOC):
+                    acc = got[(r["heap_name"], line)]
+                    acc[0] += int(r["a_s"])
+                    acc[1] += int(r["a_o"])
+                break
+    lines = _markers(REALLOC)
+    # THEN neither line has anything in libc.malloc
+    for fn in ("grown", "shrunk"):
+        assert got[(MALLOC, lines[fn])] == [0, 0], (fn, dict(got))
+    # AND both are booked in python.pymalloc, at least as often as sampling says less 4 SD (the
+    # line's own small objects, ctypes' ints, are booked there too)
+    for fn, size in (("grown", 600), ("shrunk", 40)):
+        p = 1 - math.exp(-size / 4096)
+        mean, sd = 2000 * p, math.sqrt(2000 * p * (1 - p))
+        have = got[(PY_HEAP, lines[fn])][1]
+        assert have >= mean - 4 * sd, (fn, have, mean, dict(got))
