@@ -136,7 +136,10 @@ def python_rows(hs: list[str], out: Path, python: str, n: int) -> list[Row]:
     prof, stats = callgrind(out, "pywork", argv, hs, 4096)
     py = stats.get("frees:python.pymalloc", 0)
     libc = stats.get("frees:libc.malloc", 0)
-    return [row(prof, f"pywork.py {n:,}, w_free ({py:,} sampled frees)", "w_free", ("hs_record_py_free_slow",), py),
+    # the stock pymalloc's wrapper since h48 (client/pymem.c), w_free before and for other allocators
+    wrapper = "s_free" if prof.calls.get(prof.find(LIB, "s_free"), 0) else "w_free"
+    return [row(prof, f"pywork.py {n:,}, {wrapper} ({py:,} sampled frees)", wrapper, ("hs_record_py_free_slow",),
+                py),
             row(prof, f"pywork.py {n:,}, free ({libc:,} sampled frees)", "free", ("hs_record_free_slow",), libc)]
 
 

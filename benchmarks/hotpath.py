@@ -192,9 +192,9 @@ def python_rows(hs: list[str], python: str) -> list[tuple[str, str, str]]:
             slow = sum(prof.inclusive.get(prof.find(LIB, fn), 0)
                        for fn in ("hs_record_alloc_slow", "hs_record_py_alloc_slow"))
             rows.append((name, "unsampled pymalloc alloc (w_malloc, exclusive per call)",
-                         f"{per_call(quiet, 'w_malloc'):.1f}"))
+                         f"{per_call(quiet, 's_malloc|w_malloc'):.1f}"))
             rows.append((name, "unsampled pymalloc free (w_free, exclusive per call)",
-                         f"{per_call(quiet, 'w_free'):.1f}"))
+                         f"{per_call(quiet, 's_free|w_free'):.1f}"))
             rows.append((name, "whole program, nothing sampled / unprofiled", f"{quiet.total / plain.total:.3f}x"))
             rows.append((name, f"per sample ({samples:,} samples): hs_record_alloc_slow and "
                          "hs_record_py_alloc_slow inclusive", f"{slow / samples:.0f}"))
