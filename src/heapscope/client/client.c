@@ -99,6 +99,7 @@ static struct {
 void hs_debug(const char *msg, uint64_t value) {
   if (!cl.debug)
     return;
+  int saved_errno = errno; /* the free path leaves errno to us (record_free_slow) */
   char line[160];
   size_t n = 0;
   static const char prefix[] = "heapscope: ";
@@ -121,6 +122,7 @@ void hs_debug(const char *msg, uint64_t value) {
   line[n++] = '\n';
   ssize_t w = write(2, line, n);
   (void)w;
+  errno = saved_errno;
 }
 
 /* ---- disabling ---- */
@@ -605,9 +607,11 @@ static inline __attribute__((always_inline)) void record_free_slow(void *addr, u
     return;
   if (t->guard) /* the client's own free (see common.h) */
     return;
-  int saved_errno = errno;
   /* Guard: a blocking ring wait calls nanosleep/recv; keep any allocation
-   * they might do out of the client. */
+   * they might do out of the client. errno is not saved here: nothing on
+   * this path sets it but the ring wait (hs_ring_write_slow) and the debug
+   * line of a disable (hs_debug), which keep it themselves; the address
+   * set's writers make no system call that can fail (addrset.c). */
   t->guard = 1;
   if (heap == 1) {
     if (hs_addrset_remove(addr)) {
@@ -621,7 +625,6 @@ static inline __attribute__((always_inline)) void record_free_slow(void *addr, u
     (void)ok(hs_ring_write(&r, HS_REC_HEAP_FREE, &rec, sizeof rec, NULL, 0, 1));
   }
   t->guard = 0;
-  errno = saved_errno;
 }
 
 void hs_record_py_free_slow(void *addr) {

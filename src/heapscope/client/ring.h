@@ -76,19 +76,20 @@ static inline __attribute__((always_inline)) int hs_single_threaded(void) {
   return p != NULL && __atomic_load_n(p, __ATOMIC_RELAXED) != 0;
 }
 
-/* The body and header of a reserved record at dst (see hs_ring_write).
+/* The body and header of a reserved record at dst (see hs_ring_write);
+ * single: hs_single_threaded(), as the caller read it.
  * Always inlined, as hs_ring_write: with the sizes known the copies are a
  * few moves, where an out-of-line copy of unknown size was a rep movsq. */
 static inline __attribute__((always_inline)) void
 hs_ring_fill(unsigned char *dst, uint64_t size, uint32_t type, const void *a, size_t alen,
-             const void *b, size_t blen, uint64_t *seq_counter) {
+             const void *b, size_t blen, uint64_t *seq_counter, int single) {
   if (alen)
     __builtin_memcpy(dst + 8, a, alen);
   if (blen)
     __builtin_memcpy(dst + 8 + alen, b, blen);
   if (seq_counter) {
     uint64_t seq;
-    if (hs_single_threaded()) {
+    if (single) {
       seq = __atomic_load_n(seq_counter, __ATOMIC_RELAXED);
       __atomic_store_n(seq_counter, seq + 1, __ATOMIC_RELAXED);
     } else {
@@ -114,12 +115,14 @@ hs_ring_write(struct hs_ring *r, uint32_t type, const void *a, size_t alen, cons
    * counts as full; a record that would need a pad goes there too. */
   if (HS_UNLIKELY(off + size > r->size || rp > wp || wp + size - rp > r->size))
     return hs_ring_write_slow(r, type, a, alen, b, blen, take_seq);
-  if (hs_single_threaded())
+  /* Read once: the stores below could alias the flag for the compiler. */
+  int single = hs_single_threaded();
+  if (single)
     __atomic_store_n(&m->write_pos, wp + size, __ATOMIC_RELEASE); /* no other writer */
   else if (HS_UNLIKELY(!__atomic_compare_exchange_n(&m->write_pos, &wp, wp + size, 1,
                                                     __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)))
     return hs_ring_write_slow(r, type, a, alen, b, blen, take_seq);
-  hs_ring_fill(r->data + off, size, type, a, alen, b, blen, take_seq ? r->seq : NULL);
+  hs_ring_fill(r->data + off, size, type, a, alen, b, blen, take_seq ? r->seq : NULL, single);
   return HS_OK;
 }
 
