@@ -116,6 +116,23 @@ static void table_put(struct hs_addr_table *t, uint64_t a) {
   }
 }
 
+/* Grows s (under its lock) from t, of cap slots (0: none yet): fills a new
+ * table completely, then publishes it. Readers on the old one still find
+ * everything that was in it. Returns the new table, or NULL. Out of line:
+ * inlined, its registers cost every insert a few saves. */
+static __attribute__((noinline)) struct hs_addr_table *grow(struct hs_addr_shard *s,
+                                                           struct hs_addr_table *t, uint64_t cap) {
+  struct hs_addr_table *n = cap ? table_new(cap * 2) : first_table(s);
+  if (n == NULL)
+    return NULL;
+  for (uint64_t i = 0; i < cap; i++)
+    if (t->slots[i] != HS_ADDRSET_EMPTY)
+      table_put(n, t->slots[i]);
+  s->mask = n->mask;
+  __atomic_store_n(&s->table, n, __ATOMIC_RELEASE);
+  return n;
+}
+
 int hs_addrset_insert(const void *p) {
   uint64_t a = (uint64_t)(uintptr_t)p;
   uint64_t b = hs_addr_bucket(a);
@@ -125,19 +142,11 @@ int hs_addrset_insert(const void *p) {
   struct hs_addr_table *t = s->table;
   uint64_t cap = t ? s->mask + 1 : 0;
   if (HS_UNLIKELY((s->count + 1) * 2 > cap)) {
-    /* Grow: fill a new table completely, then publish it. Readers on the old
-     * one still find everything that was in it. */
-    struct hs_addr_table *n = cap ? table_new(cap * 2) : first_table(s);
-    if (n == NULL) {
+    t = grow(s, t, cap);
+    if (t == NULL) {
       shard_unlock(s, single);
       return -HS_ERR_OUT_OF_MEMORY;
     }
-    for (uint64_t i = 0; i < cap; i++)
-      if (t->slots[i] != HS_ADDRSET_EMPTY)
-        table_put(n, t->slots[i]);
-    s->mask = n->mask;
-    __atomic_store_n(&s->table, n, __ATOMIC_RELEASE);
-    t = n;
   }
   /* A second insert of the same address (its free was missed) keeps one. */
   uint64_t mask = s->mask;
@@ -160,6 +169,12 @@ int hs_addrset_insert(const void *p) {
   return HS_OK;
 }
 
+/* hs_addrset_probe, out of line for the remove of a threaded process (its
+ * loop and retries, inlined, cost every remove registers). */
+static __attribute__((noinline)) int probe_many(struct hs_addr_shard *s, uint64_t a, uint64_t h) {
+  return hs_addrset_probe(s, a, h);
+}
+
 int hs_addrset_remove(const void *p) {
   uint64_t a = (uint64_t)(uintptr_t)p;
   uint64_t b = hs_addr_bucket(a);
@@ -169,7 +184,7 @@ int hs_addrset_remove(const void *p) {
    * granule off the lock; with one thread the lock costs nothing and the
    * search below answers alone. */
   int single = hs_single_threaded();
-  if (!single && !hs_addrset_probe(s, a, h))
+  if (!single && !probe_many(s, a, h))
     return 0;
   shard_lock(s, single);
   struct hs_addr_table *t = s->table;
