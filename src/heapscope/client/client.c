@@ -435,6 +435,7 @@ static HS_MUST_CHECK int send_python_info(void) {
 static void thread_init(struct hs_thread *t) {
   uint32_t index = __atomic_fetch_add(&cl.threads, 1, __ATOMIC_RELAXED);
   hs_sampler_init(&t->sampler, cl.interval, hs_sampler_mix_seed(cl.seed, index));
+  t->errno_at = &errno;
 }
 
 static uint64_t coarse_ns(void) {
@@ -579,7 +580,8 @@ static inline __attribute__((always_inline)) void *record_alloc_slow(void *addr,
   uint64_t sample_size = hs_sampler_sample(&t->sampler, size);
   if (sample_size == 0 || addr == NULL)
     return addr;
-  int saved_errno = errno;
+  int *err = t->errno_at; /* set with the sampler, above */
+  int saved_errno = *err;
   /* Guard: unwinding, the loader and the ring wait may allocate. */
   t->guard = 1;
   sample(t, addr, size, sample_size, heap);
@@ -587,7 +589,7 @@ static inline __attribute__((always_inline)) void *record_alloc_slow(void *addr,
       hs_modules_libpython_seen())
     late_python();
   t->guard = 0;
-  errno = saved_errno;
+  *err = saved_errno;
   return addr;
 }
 

@@ -37,6 +37,10 @@ struct hs_thread {
   uint32_t unwinds; /* count of this thread's unwinds, for timing 1 in 64 */
   int stack_known;  /* stack_lo/hi set (unwind.c, frame-pointer walk) */
   uintptr_t stack_lo, stack_hi; /* this thread's stack, [lo, hi) */
+  /* &errno of this thread (it never moves), taken with its sampler
+   * (client.c, thread_init): a sample keeps errno without calling
+   * __errno_location. */
+  int *errno_at;
 };
 
 extern HS_TLS struct hs_thread hs_thread_state HS_HIDDEN;
