@@ -133,11 +133,9 @@ static __attribute__((noinline)) struct hs_addr_table *grow(struct hs_addr_shard
   return n;
 }
 
-int hs_addrset_insert(const void *p) {
-  uint64_t a = (uint64_t)(uintptr_t)p;
-  uint64_t b = hs_addr_bucket(a);
-  struct hs_addr_shard *s = &hs_addr_shards[HS_ADDR_SHARD(b)];
-  int single = hs_single_threaded();
+/* The insert, inlined for one thread (no lock) and for many. */
+static inline __attribute__((always_inline)) int insert_in(struct hs_addr_shard *s, uint64_t a,
+                                                           uint64_t b, int single) {
   shard_lock(s, single);
   struct hs_addr_table *t = s->table;
   uint64_t cap = t ? s->mask + 1 : 0;
@@ -169,22 +167,29 @@ int hs_addrset_insert(const void *p) {
   return HS_OK;
 }
 
-/* hs_addrset_probe, out of line for the remove of a threaded process (its
- * loop and retries, inlined, cost every remove registers). */
-static __attribute__((noinline)) int probe_many(struct hs_addr_shard *s, uint64_t a, uint64_t h) {
-  return hs_addrset_probe(s, a, h);
+static __attribute__((noinline)) int insert_many(struct hs_addr_shard *s, uint64_t a, uint64_t b) {
+  return insert_in(s, a, b, 0);
 }
 
-int hs_addrset_remove(const void *p) {
+int hs_addrset_insert(const void *p) {
   uint64_t a = (uint64_t)(uintptr_t)p;
   uint64_t b = hs_addr_bucket(a);
-  uint64_t h = hs_addr_hash(b);
   struct hs_addr_shard *s = &hs_addr_shards[HS_ADDR_SHARD(b)];
+  if (HS_LIKELY(hs_single_threaded()))
+    return insert_in(s, a, b, 1);
+  return insert_many(s, a, b);
+}
+
+/* The remove, for one thread (single: no other thread exists, ring.h) or
+ * many. Inlined twice with a constant `single`: the one-thread copy takes
+ * no lock, probes nothing first and leaves seq alone (nobody can read the
+ * table while we move entries: no other thread, and a signal handler sees
+ * the guard), and keeps few enough values to need few registers saved. */
+static inline __attribute__((always_inline)) int remove_in(struct hs_addr_shard *s, uint64_t a,
+                                                           uint64_t b, uint64_t h, int single) {
   /* The lock-free probe first keeps a free that only aliases a sampled
-   * granule off the lock; with one thread the lock costs nothing and the
-   * search below answers alone. */
-  int single = hs_single_threaded();
-  if (!single && !probe_many(s, a, h))
+   * granule off the lock. */
+  if (!single && !hs_addrset_probe(s, a, h))
     return 0;
   shard_lock(s, single);
   struct hs_addr_table *t = s->table;
@@ -212,9 +217,12 @@ int hs_addrset_remove(const void *p) {
   /* Backward-shift deletion keeps every probe chain unbroken without
    * tombstones. Entries move, so readers must not trust a probe that
    * overlaps it: seq is odd for the duration. */
-  uint32_t seq = s->seq;
-  __atomic_store_n(&s->seq, seq + 1, __ATOMIC_RELAXED);
-  __atomic_thread_fence(__ATOMIC_RELEASE);
+  uint32_t seq = 0;
+  if (!single) {
+    seq = s->seq;
+    __atomic_store_n(&s->seq, seq + 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+  }
   uint64_t j = i;
   for (;;) {
     j = (j + 1) & mask;
@@ -235,9 +243,25 @@ int hs_addrset_remove(const void *p) {
   s->count--;
   if (!kept && !pinned(b))
     bit_clear(b);
-  __atomic_store_n(&s->seq, seq + 2, __ATOMIC_RELEASE);
+  if (!single)
+    __atomic_store_n(&s->seq, seq + 2, __ATOMIC_RELEASE);
   shard_unlock(s, single);
   return 1;
+}
+
+static __attribute__((noinline)) int remove_many(struct hs_addr_shard *s, uint64_t a, uint64_t b,
+                                                 uint64_t h) {
+  return remove_in(s, a, b, h, 0);
+}
+
+int hs_addrset_remove(const void *p) {
+  uint64_t a = (uint64_t)(uintptr_t)p;
+  uint64_t b = hs_addr_bucket(a);
+  uint64_t h = hs_addr_hash(b);
+  struct hs_addr_shard *s = &hs_addr_shards[HS_ADDR_SHARD(b)];
+  if (HS_LIKELY(hs_single_threaded()))
+    return remove_in(s, a, b, h, 1);
+  return remove_many(s, a, b, h);
 }
 
 /* Sets the pinned buckets' bits, each word under its shard's lock. */
