@@ -25,6 +25,9 @@ extern int hs_enabled HS_HIDDEN;
  * of the hook lies between the program and the unwinder. */
 HS_HIDDEN void *hs_record_alloc_slow(void *addr, size_t size);
 HS_HIDDEN void hs_record_free_slow(void *addr);
+/* The free of an address in the filter: recorded, then the real free
+ * (unless it is the bootstrap arena's, real.h). */
+HS_HIDDEN void hs_free_checked(void *addr);
 
 /* 1 when an allocation of `size` bytes is certainly not recorded: the
  * client is off, the allocation is the client's own (the guard, see

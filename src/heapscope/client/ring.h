@@ -106,7 +106,11 @@ hs_ring_write(struct hs_ring *r, uint32_t type, const void *a, size_t alen, cons
               size_t blen, int take_seq) {
   struct hs_ring_meta *m = r->meta;
   uint64_t size = HS_ALIGN8(8 + alen + blen);
-  if (HS_UNLIKELY(size > r->size / 2 || __atomic_load_n(&m->shutting_down, __ATOMIC_RELAXED)))
+  /* Every ring holds at least HS_RING_MIN_SIZE (the handshake checks it):
+   * a record of a size known here and at most half of that (MALLOC, FREE)
+   * needs no comparison with this ring's. */
+  if (HS_UNLIKELY((size > HS_RING_MIN_SIZE / 2 && size > r->size / 2) ||
+                  __atomic_load_n(&m->shutting_down, __ATOMIC_RELAXED)))
     return hs_ring_write_slow(r, type, a, alen, b, blen, take_seq);
   uint64_t wp = __atomic_load_n(&m->write_pos, __ATOMIC_RELAXED);
   uint64_t rp = __atomic_load_n(&m->read_pos, __ATOMIC_ACQUIRE);
