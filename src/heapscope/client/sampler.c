@@ -22,10 +22,12 @@ static uint64_t next_u64(struct hs_sampler *s) {
   return x * UINT64_C(0x2545f4914f6cdd1d);
 }
 
-/* floor(Exp(mean interval)) + 1, always >= 1. Inlined into the sample
- * step, and the interval (<= 2^40) converted as a signed value: one
- * instruction where an unsigned conversion takes a branch and five. */
-static inline __attribute__((always_inline)) int64_t next_interval(struct hs_sampler *s) {
+/* floor(Exp(mean interval)) + 1, always >= 1. The interval (<= 2^40) is
+ * converted as a signed value: one instruction where an unsigned
+ * conversion takes a branch and five. Not inlined: most calls of the
+ * sample step (allocations of at least the interval, in git log -p) draw
+ * nothing, and the draw's registers would cost each of them a frame. */
+static __attribute__((noinline)) int64_t next_interval(struct hs_sampler *s) {
   /* U in (0, 1]: 53 random bits, plus one so that log(U) is finite. */
   double e = hs_sampler_neg_log((next_u64(s) >> 11) + 1) * (double)(int64_t)s->interval;
   return (int64_t)e + 1; /* e <= ~36.7 * interval */
