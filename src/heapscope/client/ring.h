@@ -101,32 +101,57 @@ hs_ring_fill(unsigned char *dst, uint64_t size, uint32_t type, const void *a, si
   __atomic_store_n((uint64_t *)dst, HS_RECORD_HEADER(size, type), __ATOMIC_RELEASE);
 }
 
-static inline __attribute__((always_inline)) HS_MUST_CHECK int
-hs_ring_write(struct hs_ring *r, uint32_t type, const void *a, size_t alen, const void *b,
-              size_t blen, int take_seq) {
+/* The common case of a write, in two halves for a caller that builds its
+ * record in place (client.c, the MALLOC record of a sample: no copy from
+ * the stack). hs_ring_reserve takes `size` bytes (HS_ALIGN8, header
+ * included) when they fit at once, without a pad, and returns where the
+ * record goes (its body at + 8); NULL: nothing reserved, write the record
+ * with hs_ring_write_slow instead. *single is hs_single_threaded(), for
+ * hs_ring_commit, which takes the sequence number (when seq is set) and
+ * stores the header. */
+static inline __attribute__((always_inline)) unsigned char *hs_ring_reserve(struct hs_ring *r,
+                                                                          uint64_t size,
+                                                                          int *single) {
   struct hs_ring_meta *m = r->meta;
-  uint64_t size = HS_ALIGN8(8 + alen + blen);
   /* Every ring holds at least HS_RING_MIN_SIZE (the handshake checks it):
    * a record of a size known here and at most half of that (MALLOC, FREE)
    * needs no comparison with this ring's. */
   if (HS_UNLIKELY((size > HS_RING_MIN_SIZE / 2 && size > r->size / 2) ||
                   __atomic_load_n(&m->shutting_down, __ATOMIC_RELAXED)))
-    return hs_ring_write_slow(r, type, a, alen, b, blen, take_seq);
+    return NULL;
   uint64_t wp = __atomic_load_n(&m->write_pos, __ATOMIC_RELAXED);
   uint64_t rp = __atomic_load_n(&m->read_pos, __ATOMIC_ACQUIRE);
   uint64_t off = wp & (r->size - 1);
   /* As in the slow path: positions come from shared memory, so rp > wp
    * counts as full; a record that would need a pad goes there too. */
   if (HS_UNLIKELY(off + size > r->size || rp > wp || wp + size - rp > r->size))
-    return hs_ring_write_slow(r, type, a, alen, b, blen, take_seq);
+    return NULL;
   /* Read once: the stores below could alias the flag for the compiler. */
-  int single = hs_single_threaded();
-  if (single)
+  *single = hs_single_threaded();
+  if (*single)
     __atomic_store_n(&m->write_pos, wp + size, __ATOMIC_RELEASE); /* no other writer */
   else if (HS_UNLIKELY(!__atomic_compare_exchange_n(&m->write_pos, &wp, wp + size, 1,
                                                     __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)))
+    return NULL;
+  return r->data + off;
+}
+
+static inline __attribute__((always_inline)) void hs_ring_commit(unsigned char *dst, uint64_t size,
+                                                                 uint32_t type,
+                                                                 uint64_t *seq_counter,
+                                                                 int single) {
+  hs_ring_fill(dst, size, type, NULL, 0, NULL, 0, seq_counter, single);
+}
+
+static inline __attribute__((always_inline)) HS_MUST_CHECK int
+hs_ring_write(struct hs_ring *r, uint32_t type, const void *a, size_t alen, const void *b,
+              size_t blen, int take_seq) {
+  uint64_t size = HS_ALIGN8(8 + alen + blen);
+  int single;
+  unsigned char *dst = hs_ring_reserve(r, size, &single);
+  if (HS_UNLIKELY(dst == NULL))
     return hs_ring_write_slow(r, type, a, alen, b, blen, take_seq);
-  hs_ring_fill(r->data + off, size, type, a, alen, b, blen, take_seq ? r->seq : NULL, single);
+  hs_ring_fill(dst, size, type, a, alen, b, blen, take_seq ? r->seq : NULL, single);
   return HS_OK;
 }
 
