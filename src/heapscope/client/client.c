@@ -595,7 +595,10 @@ static inline __attribute__((always_inline)) void *record_alloc_slow(void *addr,
   if (t->sampler.interval == 0)
     thread_init(t);
   uint64_t sample_size = hs_sampler_sample(&t->sampler, size);
-  if (sample_size == 0 || addr == NULL)
+  /* The guard is looked at here, after the countdown moved, not in the
+   * fast path (client.h, hs_alloc_unrecorded): the client's own allocation
+   * (or one of a signal handler inside the client) is not recorded. */
+  if (sample_size == 0 || addr == NULL || t->guard)
     return addr;
   int *err = t->errno_at; /* set with the sampler, above */
   int saved_errno = *err;

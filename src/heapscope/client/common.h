@@ -27,10 +27,12 @@ enum { HS_OK = 0, HS_DROPPED = 1 };
  * __tls_get_addr call (which may allocate) and no lazy setup. */
 struct hs_thread {
   struct hs_sampler sampler; /* countdown first: the hot field */
-  /* Reentrancy guard. While set, the hooks go straight to the real
-   * allocator. It is set around everything the client does itself, because
-   * libc, the loader and libunwind allocate internally: without it a hook
-   * would recurse into the client, or deadlock on a lock the client already
+  /* Reentrancy guard. While set, the hooks record nothing and go on to the
+   * real allocator (an allocation only moves the countdown, and a sample
+   * point that lands on it is dropped: client.h, hs_alloc_unrecorded). It
+   * is set around everything the client does itself, because libc, the
+   * loader and libunwind allocate internally: without it a hook would
+   * recurse into the client, or deadlock on a lock the client already
    * holds. It also covers signal handlers that allocate while this thread
    * is inside the client. */
   int guard;
