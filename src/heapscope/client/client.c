@@ -564,8 +564,8 @@ static inline __attribute__((always_inline)) void sample(struct hs_thread *t, vo
   /* Built in the ring where it fits at once (hs_ring_reserve): no copy. */
   const uint64_t rec_size = HS_ALIGN8(8 + sizeof(struct hs_malloc));
   int single;
-  unsigned char *dst = hs_ring_reserve(&cl.ring, rec_size, &single);
-  if (HS_LIKELY(dst != NULL)) {
+  unsigned char *dst;
+  if (HS_LIKELY(hs_ring_reserve(&cl.ring, rec_size, &dst, &single))) {
     struct hs_malloc *in = (struct hs_malloc *)(void *)(dst + 8);
     in->addr = (uint64_t)(uintptr_t)addr;
     in->sample_size = sample_size;
