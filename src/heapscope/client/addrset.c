@@ -58,24 +58,32 @@ static struct hs_addr_table *first_table(const struct hs_addr_shard *s) {
 
 /* The shard lock is only ever held for a handful of stores (or one mmap when
  * growing), never across an unwind, a ring write or a loader call. */
-static void shard_lock(struct hs_addr_shard *s) {
-  /* One thread (ring.h, hs_single_threaded): nobody else can hold or take
-   * the lock until we are out (the unlock's store of 0 is then a no-op). */
-  if (hs_single_threaded())
-    return;
+static __attribute__((noinline)) void shard_lock_many(struct hs_addr_shard *s) {
   unsigned spins = 0;
   while (__atomic_exchange_n(&s->lock, 1, __ATOMIC_ACQUIRE)) {
     while (__atomic_load_n(&s->lock, __ATOMIC_RELAXED)) {
       if (++spins < 1000)
         __builtin_ia32_pause();
       else
-        sched_yield(); /* the holder was preempted: let it run */
+        sched_yield(); /* the holder was preempted: let it run (never fails: errno,
+                        * which the free path does not keep, is untouched) */
     }
   }
 }
 
-static void shard_unlock(struct hs_addr_shard *s) {
-  __atomic_store_n(&s->lock, 0, __ATOMIC_RELEASE);
+/* single: hs_single_threaded(), read by the caller once for its lock and
+ * unlock. One thread (ring.h): nobody else can hold or take the lock until
+ * we are out, so neither is needed. Inlined, the spin out of line: a call
+ * that only returned was a dozen instructions of every insert and remove. */
+static inline __attribute__((always_inline)) void shard_lock(struct hs_addr_shard *s, int single) {
+  if (!single)
+    shard_lock_many(s);
+}
+
+static inline __attribute__((always_inline)) void shard_unlock(struct hs_addr_shard *s,
+                                                               int single) {
+  if (!single)
+    __atomic_store_n(&s->lock, 0, __ATOMIC_RELEASE);
 }
 
 static struct hs_addr_table *table_new(uint64_t capacity) {
@@ -108,27 +116,35 @@ static void table_put(struct hs_addr_table *t, uint64_t a) {
   }
 }
 
-int hs_addrset_insert(const void *p) {
-  uint64_t a = (uint64_t)(uintptr_t)p;
-  uint64_t b = hs_addr_bucket(a);
-  struct hs_addr_shard *s = &hs_addr_shards[HS_ADDR_SHARD(b)];
-  shard_lock(s);
+/* Grows s (under its lock) from t, of cap slots (0: none yet): fills a new
+ * table completely, then publishes it. Readers on the old one still find
+ * everything that was in it. Returns the new table, or NULL. Out of line:
+ * inlined, its registers cost every insert a few saves. */
+static __attribute__((noinline)) struct hs_addr_table *grow(struct hs_addr_shard *s,
+                                                           struct hs_addr_table *t, uint64_t cap) {
+  struct hs_addr_table *n = cap ? table_new(cap * 2) : first_table(s);
+  if (n == NULL)
+    return NULL;
+  for (uint64_t i = 0; i < cap; i++)
+    if (t->slots[i] != HS_ADDRSET_EMPTY)
+      table_put(n, t->slots[i]);
+  s->mask = n->mask;
+  __atomic_store_n(&s->table, n, __ATOMIC_RELEASE);
+  return n;
+}
+
+/* The insert, inlined for one thread (no lock) and for many. */
+static inline __attribute__((always_inline)) int insert_in(struct hs_addr_shard *s, uint64_t a,
+                                                           uint64_t b, int single) {
+  shard_lock(s, single);
   struct hs_addr_table *t = s->table;
   uint64_t cap = t ? s->mask + 1 : 0;
-  if ((s->count + 1) * 2 > cap) {
-    /* Grow: fill a new table completely, then publish it. Readers on the old
-     * one still find everything that was in it. */
-    struct hs_addr_table *n = cap ? table_new(cap * 2) : first_table(s);
-    if (n == NULL) {
-      shard_unlock(s);
+  if (HS_UNLIKELY((s->count + 1) * 2 > cap)) {
+    t = grow(s, t, cap);
+    if (t == NULL) {
+      shard_unlock(s, single);
       return -HS_ERR_OUT_OF_MEMORY;
     }
-    for (uint64_t i = 0; i < cap; i++)
-      if (t->slots[i] != HS_ADDRSET_EMPTY)
-        table_put(n, t->slots[i]);
-    s->mask = n->mask;
-    __atomic_store_n(&s->table, n, __ATOMIC_RELEASE);
-    t = n;
   }
   /* A second insert of the same address (its free was missed) keeps one. */
   uint64_t mask = s->mask;
@@ -147,51 +163,75 @@ int hs_addrset_insert(const void *p) {
     }
     i = (i + 1) & mask;
   }
-  shard_unlock(s);
+  shard_unlock(s, single);
   return HS_OK;
 }
 
-int hs_addrset_remove(const void *p) {
+static __attribute__((noinline)) int insert_many(struct hs_addr_shard *s, uint64_t a, uint64_t b) {
+  return insert_in(s, a, b, 0);
+}
+
+int hs_addrset_insert(const void *p) {
   uint64_t a = (uint64_t)(uintptr_t)p;
   uint64_t b = hs_addr_bucket(a);
-  uint64_t h = hs_addr_hash(b);
   struct hs_addr_shard *s = &hs_addr_shards[HS_ADDR_SHARD(b)];
+  if (HS_LIKELY(hs_single_threaded()))
+    return insert_in(s, a, b, 1);
+  return insert_many(s, a, b);
+}
+
+/* The remove, for one thread (single: no other thread exists, ring.h) or
+ * many. Inlined twice with a constant `single`: the one-thread copy takes
+ * no lock, probes nothing first and leaves seq alone (nobody can read the
+ * table while we move entries: no other thread, and a signal handler sees
+ * the guard), and keeps few enough values to need few registers saved. */
+static inline __attribute__((always_inline)) int remove_in(struct hs_addr_shard *s, uint64_t a,
+                                                           uint64_t b, uint64_t h, int single) {
   /* The lock-free probe first keeps a free that only aliases a sampled
-   * granule off the lock; with one thread the lock costs nothing and the
-   * search below answers alone. */
-  if (!hs_single_threaded() && !hs_addrset_probe(s, a, h))
+   * granule off the lock. */
+  if (!single && !hs_addrset_probe(s, a, h))
     return 0;
-  shard_lock(s);
+  shard_lock(s, single);
   struct hs_addr_table *t = s->table;
   if (t == NULL) {
-    shard_unlock(s);
+    shard_unlock(s, single);
     return 0;
   }
+  /* Another key of the bucket (addrset.h) lies in the run from the bucket's
+   * home to the next empty slot: the search reads the run up to the key,
+   * the shift below the rest, so `kept` needs no pass of its own. */
+  int kept = 0;
   uint64_t mask = s->mask;
   uint64_t i = h & mask;
   for (;;) {
     uint64_t v = t->slots[i];
     if (v == HS_ADDRSET_EMPTY) {
-      shard_unlock(s); /* not there: a double free, or a racing remove */
+      shard_unlock(s, single); /* not there: a double free, or a racing remove */
       return 0;
     }
     if (v == a)
       break;
+    kept |= hs_addr_bucket(v) == b;
     i = (i + 1) & mask;
   }
   /* Backward-shift deletion keeps every probe chain unbroken without
    * tombstones. Entries move, so readers must not trust a probe that
    * overlaps it: seq is odd for the duration. */
-  uint32_t seq = s->seq;
-  __atomic_store_n(&s->seq, seq + 1, __ATOMIC_RELAXED);
-  __atomic_thread_fence(__ATOMIC_RELEASE);
+  uint32_t seq = 0;
+  if (!single) {
+    seq = s->seq;
+    __atomic_store_n(&s->seq, seq + 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+  }
   uint64_t j = i;
   for (;;) {
     j = (j + 1) & mask;
     uint64_t v = t->slots[j];
     if (v == HS_ADDRSET_EMPTY)
       break;
-    uint64_t vh = home(v) & mask;
+    uint64_t vb = hs_addr_bucket(v);
+    kept |= vb == b;
+    uint64_t vh = hs_addr_hash(vb) & mask;
     /* v may move to the hole at i unless its home lies cyclically in (i, j]. */
     int home_in_range = (i <= j) ? (i < vh && vh <= j) : (i < vh || vh <= j);
     if (!home_in_range) {
@@ -201,17 +241,27 @@ int hs_addrset_remove(const void *p) {
   }
   __atomic_store_n(&t->slots[i], HS_ADDRSET_EMPTY, __ATOMIC_RELAXED);
   s->count--;
-  /* Another key of the bucket would lie in the run from the bucket's home to
-   * the next empty slot (usually the slot or two just read). */
-  int last = !pinned(b);
-  for (uint64_t k = h & mask; last && t->slots[k] != HS_ADDRSET_EMPTY; k = (k + 1) & mask)
-    if (hs_addr_bucket(t->slots[k]) == b)
-      last = 0;
-  if (last)
+  if (!kept && !pinned(b))
     bit_clear(b);
-  __atomic_store_n(&s->seq, seq + 2, __ATOMIC_RELEASE);
-  shard_unlock(s);
+  if (!single)
+    __atomic_store_n(&s->seq, seq + 2, __ATOMIC_RELEASE);
+  shard_unlock(s, single);
   return 1;
+}
+
+static __attribute__((noinline)) int remove_many(struct hs_addr_shard *s, uint64_t a, uint64_t b,
+                                                 uint64_t h) {
+  return remove_in(s, a, b, h, 0);
+}
+
+int hs_addrset_remove(const void *p) {
+  uint64_t a = (uint64_t)(uintptr_t)p;
+  uint64_t b = hs_addr_bucket(a);
+  uint64_t h = hs_addr_hash(b);
+  struct hs_addr_shard *s = &hs_addr_shards[HS_ADDR_SHARD(b)];
+  if (HS_LIKELY(hs_single_threaded()))
+    return remove_in(s, a, b, h, 1);
+  return remove_many(s, a, b, h);
 }
 
 /* Sets the pinned buckets' bits, each word under its shard's lock. */
@@ -219,9 +269,10 @@ static void pin_bits(void) {
   for (uint64_t n = 0; n < pin_count; n++) {
     uint64_t b = (pin_first + n) & (HS_ADDR_BUCKETS - 1);
     struct hs_addr_shard *s = &hs_addr_shards[HS_ADDR_SHARD(b)];
-    shard_lock(s);
+    int single = hs_single_threaded();
+    shard_lock(s, single);
     bit_set(b);
-    shard_unlock(s);
+    shard_unlock(s, single);
   }
 }
 

@@ -41,10 +41,10 @@
  * (address bits 10..17), so each filter word belongs to exactly one shard and
  * is only written under that shard's lock. Each shard is an open-addressing
  * table (linear probing, load <= 1/2) whose home slot is a hash of the
- * BUCKET (murmur3's finalizer), not of the key: the keys of one bucket all
+ * BUCKET (hs_addr_hash), not of the key: the keys of one bucket all
  * lie in the probe run from their common home to the next empty slot, so a
- * remove learns whether its bucket still holds a key by reading on in the
- * run it has just probed (no per-bucket counts to keep: the counts of the
+ * remove learns whether its bucket still holds a key from the run it probes
+ * and shifts anyway (no per-bucket counts to keep: the counts of the
  * old filter were 2 MiB and a cache miss per insert and remove). Each shard
  * has:
  *   - a spinlock taken by writers (insert on a sampled malloc, remove on its
@@ -101,14 +101,16 @@ struct hs_addr_shard {
 
 extern struct hs_addr_shard hs_addr_shards[HS_ADDRSET_SHARDS] HS_HIDDEN;
 
-static inline uint64_t hs_addr_hash(uint64_t a) {
-  /* murmur3's finalizer: every bit of the input moves every bit. */
-  a ^= a >> 33;
-  a *= UINT64_C(0xff51afd7ed558ccd);
-  a ^= a >> 33;
-  a *= UINT64_C(0xc4ceb9fe1a85ec53);
-  a ^= a >> 33;
-  return a;
+/* The home slot hash of a bucket b (< 2^25), masked by the table's mask:
+ * Fibonacci hashing, b times 2^64 / phi, taken from bit 32 up, where every
+ * bit of b reaches (for masks up to 2^32 - 1). One multiply and a shift:
+ * a remove computes it for every entry it shifts back, and murmur3's
+ * finalizer there cost ~10 instructions each (issue 13). The buckets of
+ * one shard differ in their low 6 and high 11 bits, and samples land on
+ * them in runs and strides: a multiplicative hash spreads arithmetic
+ * progressions evenly. */
+static inline uint64_t hs_addr_hash(uint64_t b) {
+  return (b * UINT64_C(0x9e3779b97f4a7c15)) >> 32;
 }
 
 /* The filter bucket of a key: its 16-byte granule modulo the span. Bits 56

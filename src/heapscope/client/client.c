@@ -99,6 +99,7 @@ static struct {
 void hs_debug(const char *msg, uint64_t value) {
   if (!cl.debug)
     return;
+  int saved_errno = errno; /* the free path leaves errno to us (record_free_slow) */
   char line[160];
   size_t n = 0;
   static const char prefix[] = "heapscope: ";
@@ -121,6 +122,7 @@ void hs_debug(const char *msg, uint64_t value) {
   line[n++] = '\n';
   ssize_t w = write(2, line, n);
   (void)w;
+  errno = saved_errno;
 }
 
 /* ---- disabling ---- */
@@ -433,6 +435,7 @@ static HS_MUST_CHECK int send_python_info(void) {
 static void thread_init(struct hs_thread *t) {
   uint32_t index = __atomic_fetch_add(&cl.threads, 1, __ATOMIC_RELAXED);
   hs_sampler_init(&t->sampler, cl.interval, hs_sampler_mix_seed(cl.seed, index));
+  t->errno_at = &errno;
 }
 
 static uint64_t coarse_ns(void) {
@@ -557,10 +560,27 @@ static inline __attribute__((always_inline)) void sample(struct hs_thread *t, vo
   }
   if (HS_UNLIKELY(thread_tid == 0))
     thread_tid = (uint32_t)syscall(SYS_gettid);
-  struct hs_malloc rec = {0, (uint64_t)(uintptr_t)addr, sample_size, size, id, coarse_ns(), thread_tid, 0};
-  int rc = hs_ring_write(&cl.ring, HS_REC_MALLOC, &rec, sizeof rec, NULL, 0, 1);
-  if (!ok(rc) || rc == HS_DROPPED)
-    return; /* the producer never hears of addr: neither should it of its free */
+  uint64_t ts = coarse_ns();
+  /* Built in the ring where it fits at once (hs_ring_reserve): no copy. */
+  const uint64_t rec_size = HS_ALIGN8(8 + sizeof(struct hs_malloc));
+  int single;
+  unsigned char *dst;
+  if (HS_LIKELY(hs_ring_reserve(&cl.ring, rec_size, &dst, &single))) {
+    struct hs_malloc *in = (struct hs_malloc *)(void *)(dst + 8);
+    in->addr = (uint64_t)(uintptr_t)addr;
+    in->sample_size = sample_size;
+    in->alloc_size = size;
+    in->stack_id = id;
+    in->ts = ts;
+    in->tid = thread_tid;
+    in->reserved = 0;
+    hs_ring_commit(dst, rec_size, HS_REC_MALLOC, cl.ring.seq, single);
+  } else {
+    struct hs_malloc rec = {0, (uint64_t)(uintptr_t)addr, sample_size, size, id, ts, thread_tid, 0};
+    int rc = hs_ring_write_slow(&cl.ring, HS_REC_MALLOC, &rec, sizeof rec, NULL, 0, 1);
+    if (!ok(rc) || rc == HS_DROPPED)
+      return; /* the producer never hears of addr: neither should it of its free */
+  }
   /* Nobody can free addr before we return it, so adding it after the record
    * is written is early enough. */
   if (hs_addrset_insert(addr) != HS_OK)
@@ -575,9 +595,13 @@ static inline __attribute__((always_inline)) void *record_alloc_slow(void *addr,
   if (t->sampler.interval == 0)
     thread_init(t);
   uint64_t sample_size = hs_sampler_sample(&t->sampler, size);
-  if (sample_size == 0 || addr == NULL)
+  /* The guard is looked at here, after the countdown moved, not in the
+   * fast path (client.h, hs_alloc_unrecorded): the client's own allocation
+   * (or one of a signal handler inside the client) is not recorded. */
+  if (sample_size == 0 || addr == NULL || t->guard)
     return addr;
-  int saved_errno = errno;
+  int *err = t->errno_at; /* set with the sampler, above */
+  int saved_errno = *err;
   /* Guard: unwinding, the loader and the ring wait may allocate. */
   t->guard = 1;
   sample(t, addr, size, sample_size, heap);
@@ -585,7 +609,7 @@ static inline __attribute__((always_inline)) void *record_alloc_slow(void *addr,
       hs_modules_libpython_seen())
     late_python();
   t->guard = 0;
-  errno = saved_errno;
+  *err = saved_errno;
   return addr;
 }
 
@@ -605,9 +629,11 @@ static inline __attribute__((always_inline)) void record_free_slow(void *addr, u
     return;
   if (t->guard) /* the client's own free (see common.h) */
     return;
-  int saved_errno = errno;
   /* Guard: a blocking ring wait calls nanosleep/recv; keep any allocation
-   * they might do out of the client. */
+   * they might do out of the client. errno is not saved here: nothing on
+   * this path sets it but the ring wait (hs_ring_write_slow) and the debug
+   * line of a disable (hs_debug), which keep it themselves; the address
+   * set's writers make no system call that can fail (addrset.c). */
   t->guard = 1;
   if (heap == 1) {
     if (hs_addrset_remove(addr)) {
@@ -621,7 +647,6 @@ static inline __attribute__((always_inline)) void record_free_slow(void *addr, u
     (void)ok(hs_ring_write(&r, HS_REC_HEAP_FREE, &rec, sizeof rec, NULL, 0, 1));
   }
   t->guard = 0;
-  errno = saved_errno;
 }
 
 void hs_record_py_free_slow(void *addr) {
@@ -630,6 +655,18 @@ void hs_record_py_free_slow(void *addr) {
 
 void hs_record_free_slow(void *addr) {
   record_free_slow(addr, 1);
+}
+
+/* The free hook's cold half, whole here so that the free of a sampled
+ * address is one call deep (issue 13: free_checked in hooks.c, then this
+ * file's slow path, then the address set, each with its frame): the arena
+ * (pinned in the filter, real.c) is never given to the real free; the rest
+ * is recorded, then freed by a tail call. */
+void hs_free_checked(void *p) {
+  if (hs_arena_owns(p))
+    return;
+  record_free_slow(p, 1);
+  HS_REAL(free)(p);
 }
 
 /* ---- handshake ---- */

@@ -27,16 +27,22 @@ enum { HS_OK = 0, HS_DROPPED = 1 };
  * __tls_get_addr call (which may allocate) and no lazy setup. */
 struct hs_thread {
   struct hs_sampler sampler; /* countdown first: the hot field */
-  /* Reentrancy guard. While set, the hooks go straight to the real
-   * allocator. It is set around everything the client does itself, because
-   * libc, the loader and libunwind allocate internally: without it a hook
-   * would recurse into the client, or deadlock on a lock the client already
+  /* Reentrancy guard. While set, the hooks record nothing and go on to the
+   * real allocator (an allocation only moves the countdown, and a sample
+   * point that lands on it is dropped: client.h, hs_alloc_unrecorded). It
+   * is set around everything the client does itself, because libc, the
+   * loader and libunwind allocate internally: without it a hook would
+   * recurse into the client, or deadlock on a lock the client already
    * holds. It also covers signal handlers that allocate while this thread
    * is inside the client. */
   int guard;
   uint32_t unwinds; /* count of this thread's unwinds, for timing 1 in 64 */
   int stack_known;  /* stack_lo/hi set (unwind.c, frame-pointer walk) */
   uintptr_t stack_lo, stack_hi; /* this thread's stack, [lo, hi) */
+  /* &errno of this thread (it never moves), taken with its sampler
+   * (client.c, thread_init): a sample keeps errno without calling
+   * __errno_location. */
+  int *errno_at;
 };
 
 extern HS_TLS struct hs_thread hs_thread_state HS_HIDDEN;

@@ -17,9 +17,10 @@ static int arena_pinned;
 
 static void *arena_alloc(size_t size, size_t align) {
   /* The free hook sends only addresses that pass the address filter to
-   * free_checked, which keeps arena pointers from the real free: the arena's
-   * granules are pinned in the filter before its first pointer exists
-   * (addrset.h; a second pin by a racing thread is the same). */
+   * hs_free_checked (client.c), which keeps arena pointers from the real
+   * free: the arena's granules are pinned in the filter before its first
+   * pointer exists (addrset.h; a second pin by a racing thread is the
+   * same). */
   if (!__atomic_load_n(&arena_pinned, __ATOMIC_ACQUIRE)) {
     hs_addrset_pin(hs_arena, HS_ARENA_SIZE);
     __atomic_store_n(&arena_pinned, 1, __ATOMIC_RELEASE);

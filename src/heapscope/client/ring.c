@@ -55,8 +55,8 @@ static uint64_t lost_grace_ns(const struct hs_ring *r) {
   return r->max_wait_ns / 2 < LOST_GRACE_NS ? r->max_wait_ns / 2 : LOST_GRACE_NS;
 }
 
-int hs_ring_write_slow(struct hs_ring *r, uint32_t type, const void *a, size_t alen, const void *b,
-                  size_t blen, int take_seq) {
+static int write_waiting(struct hs_ring *r, uint32_t type, const void *a, size_t alen,
+                         const void *b, size_t blen, int take_seq) {
   struct hs_ring_meta *m = r->meta;
   uint64_t size = HS_ALIGN8(8 + alen + blen);
   if (size > r->size / 2)
@@ -134,6 +134,18 @@ int hs_ring_write_slow(struct hs_ring *r, uint32_t type, const void *a, size_t a
     __atomic_store_n(hdr, HS_RECORD_HEADER(pad, HS_REC_PAD), __ATOMIC_RELEASE);
     off = 0;
   }
-  hs_ring_fill(r->data + off, size, type, a, alen, b, blen, take_seq ? r->seq : NULL);
+  hs_ring_fill(r->data + off, size, type, a, alen, b, blen, take_seq ? r->seq : NULL,
+               hs_single_threaded());
   return HS_OK;
+}
+
+/* errno is kept here, around the wait's system calls (nanosleep, recv,
+ * fstat), so that the free path need not keep it itself (client.c,
+ * record_free_slow): this is the only place on that path that can set it. */
+int hs_ring_write_slow(struct hs_ring *r, uint32_t type, const void *a, size_t alen, const void *b,
+                       size_t blen, int take_seq) {
+  int saved_errno = errno;
+  int rc = write_waiting(r, type, a, alen, b, blen, take_seq);
+  errno = saved_errno;
+  return rc;
 }

@@ -76,19 +76,20 @@ static inline __attribute__((always_inline)) int hs_single_threaded(void) {
   return p != NULL && __atomic_load_n(p, __ATOMIC_RELAXED) != 0;
 }
 
-/* The body and header of a reserved record at dst (see hs_ring_write).
+/* The body and header of a reserved record at dst (see hs_ring_write);
+ * single: hs_single_threaded(), as the caller read it.
  * Always inlined, as hs_ring_write: with the sizes known the copies are a
  * few moves, where an out-of-line copy of unknown size was a rep movsq. */
 static inline __attribute__((always_inline)) void
 hs_ring_fill(unsigned char *dst, uint64_t size, uint32_t type, const void *a, size_t alen,
-             const void *b, size_t blen, uint64_t *seq_counter) {
+             const void *b, size_t blen, uint64_t *seq_counter, int single) {
   if (alen)
     __builtin_memcpy(dst + 8, a, alen);
   if (blen)
     __builtin_memcpy(dst + 8 + alen, b, blen);
   if (seq_counter) {
     uint64_t seq;
-    if (hs_single_threaded()) {
+    if (single) {
       seq = __atomic_load_n(seq_counter, __ATOMIC_RELAXED);
       __atomic_store_n(seq_counter, seq + 1, __ATOMIC_RELAXED);
     } else {
@@ -100,26 +101,59 @@ hs_ring_fill(unsigned char *dst, uint64_t size, uint32_t type, const void *a, si
   __atomic_store_n((uint64_t *)dst, HS_RECORD_HEADER(size, type), __ATOMIC_RELEASE);
 }
 
-static inline __attribute__((always_inline)) HS_MUST_CHECK int
-hs_ring_write(struct hs_ring *r, uint32_t type, const void *a, size_t alen, const void *b,
-              size_t blen, int take_seq) {
+/* The common case of a write, in two halves for a caller that builds its
+ * record in place (client.c, the MALLOC record of a sample: no copy from
+ * the stack). hs_ring_reserve takes `size` bytes (HS_ALIGN8, header
+ * included) when they fit at once, without a pad, and returns 1 with *dst
+ * where the record goes (its body at + 8); 0: nothing reserved, write the
+ * record with hs_ring_write_slow instead. (A status, not a NULL *dst: the
+ * compiler cannot know data + off is not NULL, and tested it on every
+ * write.) *single is hs_single_threaded(), for hs_ring_commit, which takes
+ * the sequence number (when seq is set) and stores the header. */
+static inline __attribute__((always_inline)) int hs_ring_reserve(struct hs_ring *r, uint64_t size,
+                                                                 unsigned char **dst,
+                                                                 int *single) {
   struct hs_ring_meta *m = r->meta;
-  uint64_t size = HS_ALIGN8(8 + alen + blen);
-  if (HS_UNLIKELY(size > r->size / 2 || __atomic_load_n(&m->shutting_down, __ATOMIC_RELAXED)))
-    return hs_ring_write_slow(r, type, a, alen, b, blen, take_seq);
+  /* Every ring holds at least HS_RING_MIN_SIZE (the handshake checks it):
+   * a record of a size known here and at most half of that (MALLOC, FREE)
+   * needs no comparison with this ring's. */
+  if (HS_UNLIKELY((size > HS_RING_MIN_SIZE / 2 && size > r->size / 2) ||
+                  __atomic_load_n(&m->shutting_down, __ATOMIC_RELAXED)))
+    return 0;
   uint64_t wp = __atomic_load_n(&m->write_pos, __ATOMIC_RELAXED);
   uint64_t rp = __atomic_load_n(&m->read_pos, __ATOMIC_ACQUIRE);
   uint64_t off = wp & (r->size - 1);
   /* As in the slow path: positions come from shared memory, so rp > wp
    * counts as full; a record that would need a pad goes there too. */
   if (HS_UNLIKELY(off + size > r->size || rp > wp || wp + size - rp > r->size))
-    return hs_ring_write_slow(r, type, a, alen, b, blen, take_seq);
-  if (hs_single_threaded())
+    return 0;
+  /* Read once: the stores below could alias the flag for the compiler. */
+  *single = hs_single_threaded();
+  if (*single)
     __atomic_store_n(&m->write_pos, wp + size, __ATOMIC_RELEASE); /* no other writer */
   else if (HS_UNLIKELY(!__atomic_compare_exchange_n(&m->write_pos, &wp, wp + size, 1,
                                                     __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)))
+    return 0;
+  *dst = r->data + off;
+  return 1;
+}
+
+static inline __attribute__((always_inline)) void hs_ring_commit(unsigned char *dst, uint64_t size,
+                                                                 uint32_t type,
+                                                                 uint64_t *seq_counter,
+                                                                 int single) {
+  hs_ring_fill(dst, size, type, NULL, 0, NULL, 0, seq_counter, single);
+}
+
+static inline __attribute__((always_inline)) HS_MUST_CHECK int
+hs_ring_write(struct hs_ring *r, uint32_t type, const void *a, size_t alen, const void *b,
+              size_t blen, int take_seq) {
+  uint64_t size = HS_ALIGN8(8 + alen + blen);
+  int single;
+  unsigned char *dst;
+  if (HS_UNLIKELY(!hs_ring_reserve(r, size, &dst, &single)))
     return hs_ring_write_slow(r, type, a, alen, b, blen, take_seq);
-  hs_ring_fill(r->data + off, size, type, a, alen, b, blen, take_seq ? r->seq : NULL);
+  hs_ring_fill(dst, size, type, a, alen, b, blen, take_seq ? r->seq : NULL, single);
   return HS_OK;
 }
 

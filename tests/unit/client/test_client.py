@@ -445,6 +445,48 @@ def test_producer_gone_while_ring_full(client_lib, build_program, producer_facto
 
 
 @pytest.mark.timeout(120)
+def test_sampled_free_keeps_errno_through_a_ring_wait(client_lib, build_program, producer_factory):
+    """A free of a sampled address keeps the program's errno, also when its FREE record waits
+    for ring space (the wait's recv and nanosleep set errno) and ends in a disable with a debug
+    line: the free path leaves errno to the ring wait and hs_debug (client.c,
+    record_free_slow)."""
+    exe = build_program("errno_free.c")
+    # First with room for everything: how many bytes come before the first 100-byte MALLOC
+    # (the handshake's records and the mallocs' STACK).
+    big = producer_factory(interval=1, ring_size=1 << 20)
+    res = big.run([str(exe), "16"], client_lib)
+    assert res.returncode == 0 and res.stdout == b"errno changed by 0 of 16 frees\n"
+    head = 0
+    for rtype, rec in big.ring.records:
+        if rtype == codec.RecordType.MALLOC and codec.MALLOC.unpack_from(rec[8:])[3] == 100:
+            break
+        head += len(rec)
+    # Then a ring that holds the n MALLOCs (64 bytes each) with 1 KiB to spare, not the FREEs
+    # (24 bytes each) too: it fills up during the frees, and nothing reads it.
+    ring_size = 1 << 16
+    n = (ring_size - head - 1024) // 64
+    assert 100 < n <= 4096, head
+    prod = producer_factory(interval=1, ring_size=ring_size)
+    env = dict(prod.env(client_lib), HEAPSCOPE_DEBUG="1")
+    proc = subprocess.Popen([str(exe), str(n)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 30
+    while prod.ring.meta("blocked_ns") < 5_000_000:  # some liveness checks into the wait
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.001)
+    prod.close_clients()
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    assert out == f"errno changed by 0 of {n} frees\n".encode()
+    assert b"client disabled" in err
+    prod.ring.drain()
+    mallocs, frees, *_ = decode(prod.ring.records)
+    assert sum(1 for m in mallocs if m[3] == 100) == n  # every malloc was written ...
+    assert 0 < len(frees) < n  # ... and the wait was a free's
+    assert prod.ring.meta("client_error") == codec.ClientError.PRODUCER_GONE
+
+
+@pytest.mark.timeout(120)
 def test_shutting_down_disables(client_lib, build_program, producer_factory):
     exe = build_program("workload.c", "-DITERS=300")
     prod = producer_factory(interval=1, ring_size=1 << 16)
