@@ -53,11 +53,12 @@ static size_t booked(size_t n) {
  * decrement and a jump to that allocator (a tail call: no frame of ours, no
  * guard). The countdown is this thread's malloc countdown (client.h); a
  * thread that has not sampled yet has countdown 0 and goes the slow way,
- * which sets it up. Unlike the malloc hook's fast path, this one does not
- * look at hs_enabled or the guard: the slow path does (hs_record_py_alloc),
- * and a stock pymalloc never calls a domain back while the guard is set (it
- * calls no allocator but malloc), so the only difference is the countdown
- * moving while the client is off. Every other request (larger than
+ * which sets it up. As the malloc hook's fast path, this one leaves the
+ * guard to the slow path (hs_record_py_alloc_slow drops a sample taken
+ * under it); unlike it, it does not look at hs_enabled either: the slow
+ * path does, and a stock pymalloc never calls a domain back while the guard
+ * is set (it calls no allocator but malloc), so the only difference is the
+ * countdown moving while the client is off. Every other request (larger than
  * `direct`, any request of an allocator we do not know, a request the
  * countdown reaches) is made with the reentrancy guard set, so the malloc
  * hook does not count what the allocator passes on to malloc a second
