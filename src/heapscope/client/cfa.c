@@ -12,24 +12,38 @@
 
 #include "unwind.h"
 
-/* ---- the cache ---- */
+/* ---- the caches ---- */
 
-/* Entry: tag (pc >> 16, 31 bits: user-space pcs are below 2^47) << 33 |
- * rule (33 bits). The slot is (pc ^ tag) & mask, so tag and slot together
- * give back the whole pc: a matching tag in the slot is an exact hit. */
-#define CACHE_BITS 16
-#define CACHE_SLOTS (1u << CACHE_BITS)
-#define RULE_BITS 33
+/* Rule: bits 0-1 kind, 2-18 the CFA offset / 8 (below 2^20), 19-25 k (rbp
+ * at CFA - 8k; 0: rbp unchanged). The kind "give up" is 0, so that an empty
+ * word, whatever it is taken for, never sends a walk further. */
+enum { KIND_GIVEUP = 0, KIND_RSP = 1, KIND_RBP = 2, KIND_END = 3 };
+#define OFF_BITS 20
+#define K_BITS 7
+#define RULE_BITS 26
 #define RULE_MASK ((UINT64_C(1) << RULE_BITS) - 1)
 
-/* Rule: bits 0-1 kind, 2-21 the CFA offset, 22-31 k (rbp at CFA - 8k; 0:
- * rbp unchanged), bit 32 set (a rule is never 0). */
-enum { KIND_RSP = 0, KIND_RBP = 1, KIND_END = 2, KIND_GIVEUP = 3 };
-#define OFF_BITS 20
-#define K_BITS 10
-#define RULE_VALID (UINT64_C(1) << 32)
+/* The main cache, 2^16 words: tag (pc >> 16, 31 bits: user-space pcs are
+ * below 2^47) << 33 | 1 << 32 (set: a word is never 0) | rule. The slot is
+ * (pc ^ tag) & mask, so tag and slot together give back the whole pc: a
+ * matching tag in the slot is an exact hit. */
+#define CACHE_BITS 16
+#define CACHE_SLOTS (1u << CACHE_BITS)
+#define TAG_SHIFT 33
+#define ENTRY_VALID (UINT64_C(1) << 32)
+
+/* The hot cache in front of it, 2^9 words (4 KiB, 64 lines), what every
+ * frame looks at first: (pc >> 9) << 26 | rule, in slot (pc ^ (pc >> 9)) &
+ * 511 (again an exact hit). A walk's pcs are spread over 64 lines here
+ * instead of 8,192, so that a program's hot pcs stay in the nearer caches
+ * between samples, and what a sample evicts of the program's own lines is
+ * less. "Give up" rules are never stored here; an empty word matches only
+ * pcs below 512 and then means "give up". */
+#define HOT_BITS 9
+#define HOT_SLOTS (1u << HOT_BITS)
 
 static uint64_t *cache;
+static uint64_t hot[HOT_SLOTS] __attribute__((aligned(64)));
 /* The loader's load and unload counts when last looked at (under the
  * loader lock, in dl_iterate_phdr callbacks). */
 static unsigned long long seen_adds, seen_subs;
@@ -41,26 +55,39 @@ static uint64_t n_misses, n_giveups;
 static int giveups_cached;
 
 static inline uint64_t make_rule(unsigned kind, uint64_t off, uint64_t k) {
-  return RULE_VALID | kind | off << 2 | k << (2 + OFF_BITS);
+  return kind | (off >> 3) << 2 | k << (2 + OFF_BITS - 3);
+}
+
+static inline uint32_t slot_of(uintptr_t pc) {
+  return (uint32_t)((pc ^ (pc >> 16)) & (CACHE_SLOTS - 1));
+}
+
+static inline uint32_t hot_slot_of(uintptr_t pc) {
+  return (uint32_t)((pc ^ (pc >> HOT_BITS)) & (HOT_SLOTS - 1));
 }
 
 static void cache_put(uintptr_t pc, uint64_t rule) {
   uint64_t tag = pc >> 16;
   if (tag >> 31)
     return;
-  __atomic_store_n(&cache[(pc ^ tag) & (CACHE_SLOTS - 1)], tag << RULE_BITS | rule,
-                   __ATOMIC_RELAXED);
+  __atomic_store_n(&cache[slot_of(pc)], tag << TAG_SHIFT | ENTRY_VALID | rule, __ATOMIC_RELAXED);
   if ((rule & 3) == KIND_GIVEUP && !__atomic_load_n(&giveups_cached, __ATOMIC_RELAXED))
     __atomic_store_n(&giveups_cached, 1, __ATOMIC_RELEASE); /* after the entry */
 }
 
+/* The main cache first, then the hot one: a hot word copied from a main
+ * word that this clear removed is seen gone by its writer (hot_fill). */
 static void cache_clear(void) {
   for (uint32_t i = 0; i < CACHE_SLOTS; i++)
     __atomic_store_n(&cache[i], 0, __ATOMIC_RELAXED);
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  for (uint32_t i = 0; i < HOT_SLOTS; i++)
+    __atomic_store_n(&hot[i], 0, __ATOMIC_RELAXED);
 }
 
 /* After a load: the "give up" entries go (a pc that was in no object may
- * be in the new one), unless another thread replaced one meanwhile. */
+ * be in the new one), unless another thread replaced one meanwhile. The hot
+ * cache holds none. */
 static void cache_clear_giveups(void) {
   if (!__atomic_exchange_n(&giveups_cached, 0, __ATOMIC_ACQUIRE))
     return; /* none stored since the last scan (one stored during this scan sets it again) */
@@ -529,7 +556,8 @@ static __attribute__((noinline)) void check_unloads(void) {
 
 struct miss {
   uintptr_t pc;
-  uint64_t rule; /* 0: pc in no object */
+  uint64_t rule;
+  int found; /* 0: pc in no object */
   int first;
 };
 
@@ -549,6 +577,7 @@ static int find_rule(struct dl_phdr_info *info, size_t size, void *data) {
     uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
     if (target >= lo && target < hi) {
       m->rule = m->pc < hi ? rule_in(info, m->pc, hi) : make_rule(KIND_GIVEUP, 0, 0);
+      m->found = 1;
       /* Stored with the loader lock still held: a dlclose cannot unmap the
        * object between the reading of its tables and this store, so the
        * clear of the next miss after it comes later than the store. */
@@ -561,20 +590,45 @@ static int find_rule(struct dl_phdr_info *info, size_t size, void *data) {
 
 static int populated;
 
-static __attribute__((noinline)) uint64_t miss(uintptr_t pc) {
+static uint64_t miss(uintptr_t pc) {
   __atomic_fetch_add(&n_misses, 1, __ATOMIC_RELAXED);
   /* The first miss writes the whole cache in: a walk reads a slot before a
    * miss writes it (256 pages, 512 faults on cc1plus otherwise). */
   hs_populate_once(&populated, cache, CACHE_SLOTS * sizeof(uint64_t));
-  struct miss m = {pc, 0, 1};
+  struct miss m = {pc, 0, 0, 1};
   dl_iterate_phdr(find_rule, &m);
-  if (!m.rule) {
+  if (!m.found) {
     /* In no object (JIT code, or a pc that is not one): given up on at
      * once next time; the entry goes when an object is loaded. */
     m.rule = make_rule(KIND_GIVEUP, 0, 0);
     cache_put(pc, m.rule);
   }
   return m.rule;
+}
+
+/* A hot miss: the rule from the main cache (or a miss), copied into the hot
+ * cache unless it is "give up". The copy is taken back if the main word it
+ * came from is gone after it was stored: cache_clear empties the main cache
+ * before the hot one, so a clear cannot pass between the read of the main
+ * word and the hot store unseen. */
+static __attribute__((noinline)) uint64_t lookup(uintptr_t pc) {
+  uint64_t tag = pc >> 16;
+  uint64_t *main_slot = &cache[slot_of(pc)];
+  uint64_t e = __atomic_load_n(main_slot, __ATOMIC_RELAXED);
+  if ((e >> TAG_SHIFT) != tag) {
+    uint64_t rule = miss(pc);
+    e = tag << TAG_SHIFT | ENTRY_VALID | rule;
+  }
+  uint64_t rule = e & RULE_MASK;
+  if ((rule & 3) != KIND_GIVEUP && !(pc >> 47)) {
+    uint64_t *slot = &hot[hot_slot_of(pc)];
+    uint64_t h = (uint64_t)(pc >> HOT_BITS) << RULE_BITS | rule;
+    __atomic_store_n(slot, h, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (__atomic_load_n(main_slot, __ATOMIC_RELAXED) != e)
+      (void)__atomic_compare_exchange_n(slot, &h, 0, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+  }
+  return rule;
 }
 
 /* ---- the walk ---- */
@@ -604,18 +658,19 @@ int hs_cfa_backtrace(uint64_t *buf, uint32_t want) {
     return give_up(); /* on another stack (sigaltstack, a coroutine's) */
   const uintptr_t *frame = (const uintptr_t *)fp;
   uintptr_t pc = frame[1], bp = frame[0], sp = fp + 16;
-  const uint64_t *tab = cache;
-  uint32_t n = 0;
+  uint64_t *out = buf, *last = buf + want - 1;
   for (;;) {
-    buf[n++] = pc;
-    if (n == want)
-      return (int)n;
-    uint64_t tag = pc >> 16;
-    uint64_t rule = __atomic_load_n(&tab[(pc ^ tag) & (CACHE_SLOTS - 1)], __ATOMIC_RELAXED);
+    *out = pc;
+    if (out == last)
+      return (int)want;
+    out++;
+    uintptr_t tag = pc >> HOT_BITS;
+    uint64_t rule = __atomic_load_n(&hot[(pc ^ tag) & (HOT_SLOTS - 1)], __ATOMIC_RELAXED);
     if (HS_UNLIKELY((rule >> RULE_BITS) != tag))
-      rule = miss(pc);
-    uintptr_t off = (rule >> 2) & ((1u << OFF_BITS) - 1);
-    uintptr_t k8 = (rule >> (2 + OFF_BITS - 3)) & (((1u << K_BITS) - 1) << 3);
+      rule = lookup(pc);
+    /* The offset / 8 at bits 2-18 and k at 19-25, both taken out as bytes. */
+    uintptr_t off = (rule << 1) & (((UINT64_C(1) << OFF_BITS) - 1) & ~UINT64_C(7));
+    uintptr_t k8 = (rule >> (2 + OFF_BITS - 3 - 3)) & (((UINT64_C(1) << K_BITS) - 1) << 3);
     uintptr_t cfa;
     /* rsp-based rules first: most frames of optimized code have them. */
     if (HS_LIKELY((rule & 3) == KIND_RSP)) {
@@ -628,7 +683,7 @@ int hs_cfa_backtrace(uint64_t *buf, uint32_t want) {
       if (cfa < sp + 8 || cfa > hi || (cfa & 7) || cfa - sp < k8)
         return give_up();
     } else if ((rule & 3) == KIND_END) {
-      return (int)n;
+      return (int)(out - buf);
     } else {
       return give_up();
     }
