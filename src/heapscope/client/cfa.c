@@ -14,33 +14,36 @@
 
 /* ---- the caches ---- */
 
-/* Rule: bits 0-1 kind, 2-18 the CFA offset / 8 (below 2^20), 19-25 k (rbp
- * at CFA - 8k; 0: rbp unchanged). The kind "give up" is 0, so that an empty
- * word, whatever it is taken for, never sends a walk further. */
-enum { KIND_GIVEUP = 0, KIND_RSP = 1, KIND_RBP = 2, KIND_END = 3 };
+/* Rule: bits 0-1 kind, 3-19 the CFA offset (a multiple of 8 below 2^20, in
+ * place: one AND takes it out), 20-25 k (rbp at CFA - 8k; 0: rbp unchanged).
+ * rsp-based rules are kind 0, so that the walk tests for them with one
+ * TEST. */
+enum { KIND_RSP = 0, KIND_RBP = 1, KIND_END = 2, KIND_GIVEUP = 3 };
 #define OFF_BITS 20
-#define K_BITS 7
+#define OFF_MASK (((UINT64_C(1) << OFF_BITS) - 1) & ~UINT64_C(7))
+#define K_BITS 6
 #define RULE_BITS 26
 #define RULE_MASK ((UINT64_C(1) << RULE_BITS) - 1)
 
 /* The main cache, 2^16 words: tag (pc >> 16, 31 bits: user-space pcs are
- * below 2^47) << 33 | 1 << 32 (set: a word is never 0) | rule. The slot is
- * (pc ^ tag) & mask, so tag and slot together give back the whole pc: a
- * matching tag in the slot is an exact hit. */
+ * below 2^47) << 33 | 1 << 32 (set in every entry: 0 is an empty word) |
+ * rule. The slot is (pc ^ tag) & mask, so tag and slot together give back
+ * the whole pc: a matching tag in the slot is an exact hit. */
 #define CACHE_BITS 16
 #define CACHE_SLOTS (1u << CACHE_BITS)
 #define TAG_SHIFT 33
 #define ENTRY_VALID (UINT64_C(1) << 32)
 
 /* The hot cache in front of it, 2^9 words (4 KiB, 64 lines), what every
- * frame looks at first: (pc >> 9) << 26 | rule, in slot (pc ^ (pc >> 9)) &
- * 511 (again an exact hit). A walk's pcs are spread over 64 lines here
+ * frame looks at first: (pc >> 9) << 26 | rule, in slot pc & 511 (again an
+ * exact hit; the low bits of return addresses are as good as a hash). A walk's pcs are spread over 64 lines here
  * instead of 8,192, so that a program's hot pcs stay in the nearer caches
  * between samples, and what a sample evicts of the program's own lines is
- * less. "Give up" rules are never stored here; an empty word matches only
- * pcs below 512 and then means "give up". */
+ * less. "Give up" rules are never stored here. An empty word is all ones:
+ * its tag (2^38 - 1) is no user-space pc's (pc >> 9 < 2^38). */
 #define HOT_BITS 9
 #define HOT_SLOTS (1u << HOT_BITS)
+#define HOT_EMPTY (~UINT64_C(0))
 
 static uint64_t *cache;
 static uint64_t hot[HOT_SLOTS] __attribute__((aligned(64)));
@@ -55,7 +58,7 @@ static uint64_t n_misses, n_giveups;
 static int giveups_cached;
 
 static inline uint64_t make_rule(unsigned kind, uint64_t off, uint64_t k) {
-  return kind | (off >> 3) << 2 | k << (2 + OFF_BITS - 3);
+  return kind | off | k << OFF_BITS;
 }
 
 static inline uint32_t slot_of(uintptr_t pc) {
@@ -63,7 +66,7 @@ static inline uint32_t slot_of(uintptr_t pc) {
 }
 
 static inline uint32_t hot_slot_of(uintptr_t pc) {
-  return (uint32_t)((pc ^ (pc >> HOT_BITS)) & (HOT_SLOTS - 1));
+  return (uint32_t)(pc & (HOT_SLOTS - 1));
 }
 
 static void cache_put(uintptr_t pc, uint64_t rule) {
@@ -82,7 +85,7 @@ static void cache_clear(void) {
     __atomic_store_n(&cache[i], 0, __ATOMIC_RELAXED);
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
   for (uint32_t i = 0; i < HOT_SLOTS; i++)
-    __atomic_store_n(&hot[i], 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&hot[i], HOT_EMPTY, __ATOMIC_RELAXED);
 }
 
 /* After a load: the "give up" entries go (a pc that was in no object may
@@ -105,6 +108,8 @@ int hs_cfa_init(void) {
                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (m == MAP_FAILED)
     return -1;
+  for (uint32_t i = 0; i < HOT_SLOTS; i++)
+    hot[i] = HOT_EMPTY;
   cache = m;
   return 0;
 }
@@ -615,7 +620,7 @@ static __attribute__((noinline)) uint64_t lookup(uintptr_t pc) {
   uint64_t tag = pc >> 16;
   uint64_t *main_slot = &cache[slot_of(pc)];
   uint64_t e = __atomic_load_n(main_slot, __ATOMIC_RELAXED);
-  if ((e >> TAG_SHIFT) != tag) {
+  if ((e >> TAG_SHIFT) != tag || !(e & ENTRY_VALID)) {
     uint64_t rule = miss(pc);
     e = tag << TAG_SHIFT | ENTRY_VALID | rule;
   }
@@ -626,7 +631,8 @@ static __attribute__((noinline)) uint64_t lookup(uintptr_t pc) {
     __atomic_store_n(slot, h, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     if (__atomic_load_n(main_slot, __ATOMIC_RELAXED) != e)
-      (void)__atomic_compare_exchange_n(slot, &h, 0, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+      (void)__atomic_compare_exchange_n(slot, &h, HOT_EMPTY, 0, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED);
   }
   return rule;
 }
@@ -665,12 +671,11 @@ int hs_cfa_backtrace(uint64_t *buf, uint32_t want) {
       return (int)want;
     out++;
     uintptr_t tag = pc >> HOT_BITS;
-    uint64_t rule = __atomic_load_n(&hot[(pc ^ tag) & (HOT_SLOTS - 1)], __ATOMIC_RELAXED);
+    uint64_t rule = __atomic_load_n(&hot[pc & (HOT_SLOTS - 1)], __ATOMIC_RELAXED);
     if (HS_UNLIKELY((rule >> RULE_BITS) != tag))
       rule = lookup(pc);
-    /* The offset / 8 at bits 2-18 and k at 19-25, both taken out as bytes. */
-    uintptr_t off = (rule << 1) & (((UINT64_C(1) << OFF_BITS) - 1) & ~UINT64_C(7));
-    uintptr_t k8 = (rule >> (2 + OFF_BITS - 3 - 3)) & (((UINT64_C(1) << K_BITS) - 1) << 3);
+    uintptr_t off = rule & OFF_MASK;
+    uintptr_t k8 = (rule >> (OFF_BITS - 3)) & (((UINT64_C(1) << K_BITS) - 1) << 3);
     uintptr_t cfa;
     /* rsp-based rules first: most frames of optimized code have them. */
     if (HS_LIKELY((rule & 3) == KIND_RSP)) {
