@@ -15,14 +15,14 @@
 /* ---- the caches ---- */
 
 /* Rule: bits 0-1 kind, 3-19 the CFA offset (a multiple of 8 below 2^20, in
- * place: one AND takes it out), 20-25 k (rbp at CFA - 8k; 0: rbp unchanged).
+ * place: one AND takes it out), 20-24 k (rbp at CFA - 8k; 0: rbp unchanged).
  * rsp-based rules are kind 0, so that the walk tests for them with one
  * TEST. */
 enum { KIND_RSP = 0, KIND_RBP = 1, KIND_END = 2, KIND_GIVEUP = 3 };
 #define OFF_BITS 20
 #define OFF_MASK (((UINT64_C(1) << OFF_BITS) - 1) & ~UINT64_C(7))
-#define K_BITS 6
-#define RULE_BITS 26
+#define K_BITS 5
+#define RULE_BITS 25
 #define RULE_MASK ((UINT64_C(1) << RULE_BITS) - 1)
 
 /* The main cache, 2^16 words: tag (pc >> 16, 31 bits: user-space pcs are
@@ -34,19 +34,25 @@ enum { KIND_RSP = 0, KIND_RBP = 1, KIND_END = 2, KIND_GIVEUP = 3 };
 #define TAG_SHIFT 33
 #define ENTRY_VALID (UINT64_C(1) << 32)
 
-/* The hot cache in front of it, 2^9 words (4 KiB, 64 lines), what every
- * frame looks at first: (pc >> 9) << 26 | rule, in slot pc & 511 (again an
- * exact hit; the low bits of return addresses are as good as a hash). A walk's pcs are spread over 64 lines here
- * instead of 8,192, so that a program's hot pcs stay in the nearer caches
- * between samples, and what a sample evicts of the program's own lines is
- * less. "Give up" rules are never stored here. An empty word is all ones:
- * its tag (2^38 - 1) is no user-space pc's (pc >> 9 < 2^38). */
-#define HOT_BITS 9
-#define HOT_SLOTS (1u << HOT_BITS)
+/* The hot cache in front of it, what every frame looks at first: 2^8 sets
+ * of 2 words (4 KiB, 64 lines), a word (pc >> 8) << 25 | rule, in set pc &
+ * 255 (again an exact hit; the low bits of return addresses are as good as
+ * a hash). A walk's pcs are spread over 64 lines here instead of 8,192, so
+ * that a program's hot pcs stay in the nearer caches between samples, and
+ * what a sample evicts of the program's own lines is less. A new word goes
+ * first in its set, the one there moves second. "Give up" rules are never
+ * stored here. An empty word is all ones: its tag (2^39 - 1) is no
+ * user-space pc's (pc >> 8 < 2^39). */
+#define HOT_SET_BITS 8
+#define HOT_SETS (1u << HOT_SET_BITS)
+#define HOT_WORDS (2 * HOT_SETS)
 #define HOT_EMPTY (~UINT64_C(0))
 
 static uint64_t *cache;
-static uint64_t hot[HOT_SLOTS] __attribute__((aligned(64)));
+static uint64_t hot[HOT_WORDS] __attribute__((aligned(64)));
+/* Bumped by every clear of the caches, between the main one's and the hot
+ * one's (see lookup). */
+static uint64_t clears;
 /* The loader's load and unload counts when last looked at (under the
  * loader lock, in dl_iterate_phdr callbacks). */
 static unsigned long long seen_adds, seen_subs;
@@ -65,8 +71,8 @@ static inline uint32_t slot_of(uintptr_t pc) {
   return (uint32_t)((pc ^ (pc >> 16)) & (CACHE_SLOTS - 1));
 }
 
-static inline uint32_t hot_slot_of(uintptr_t pc) {
-  return (uint32_t)(pc & (HOT_SLOTS - 1));
+static inline uint64_t *hot_set_of(uintptr_t pc) {
+  return &hot[2 * (pc & (HOT_SETS - 1))];
 }
 
 static void cache_put(uintptr_t pc, uint64_t rule) {
@@ -78,13 +84,14 @@ static void cache_put(uintptr_t pc, uint64_t rule) {
     __atomic_store_n(&giveups_cached, 1, __ATOMIC_RELEASE); /* after the entry */
 }
 
-/* The main cache first, then the hot one: a hot word copied from a main
- * word that this clear removed is seen gone by its writer (hot_fill). */
+/* The main cache, the count of clears, then the hot cache: a hot word
+ * copied from a main word that this clear removed is seen by its writer
+ * (lookup). */
 static void cache_clear(void) {
   for (uint32_t i = 0; i < CACHE_SLOTS; i++)
     __atomic_store_n(&cache[i], 0, __ATOMIC_RELAXED);
-  __atomic_thread_fence(__ATOMIC_SEQ_CST);
-  for (uint32_t i = 0; i < HOT_SLOTS; i++)
+  __atomic_fetch_add(&clears, 1, __ATOMIC_SEQ_CST);
+  for (uint32_t i = 0; i < HOT_WORDS; i++)
     __atomic_store_n(&hot[i], HOT_EMPTY, __ATOMIC_RELAXED);
 }
 
@@ -108,7 +115,7 @@ int hs_cfa_init(void) {
                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (m == MAP_FAILED)
     return -1;
-  for (uint32_t i = 0; i < HOT_SLOTS; i++)
+  for (uint32_t i = 0; i < HOT_WORDS; i++)
     hot[i] = HOT_EMPTY;
   cache = m;
   return 0;
@@ -611,28 +618,30 @@ static uint64_t miss(uintptr_t pc) {
   return m.rule;
 }
 
-/* A hot miss: the rule from the main cache (or a miss), copied into the hot
- * cache unless it is "give up". The copy is taken back if the main word it
- * came from is gone after it was stored: cache_clear empties the main cache
- * before the hot one, so a clear cannot pass between the read of the main
- * word and the hot store unseen. */
+/* A hot miss: the rule from the main cache (or a miss), copied first into
+ * pc's hot set unless it is "give up". If the caches were cleared since
+ * before the main word was read, both words stored are taken back: a clear
+ * bumps `clears` after emptying the main cache and before emptying the hot
+ * one, so either its emptying of the hot set comes after these stores, or
+ * the load of `clears` after the fence sees the bump. */
 static __attribute__((noinline)) uint64_t lookup(uintptr_t pc) {
+  uint64_t gen = __atomic_load_n(&clears, __ATOMIC_ACQUIRE);
   uint64_t tag = pc >> 16;
-  uint64_t *main_slot = &cache[slot_of(pc)];
-  uint64_t e = __atomic_load_n(main_slot, __ATOMIC_RELAXED);
-  if ((e >> TAG_SHIFT) != tag || !(e & ENTRY_VALID)) {
-    uint64_t rule = miss(pc);
-    e = tag << TAG_SHIFT | ENTRY_VALID | rule;
-  }
-  uint64_t rule = e & RULE_MASK;
+  uint64_t e = __atomic_load_n(&cache[slot_of(pc)], __ATOMIC_RELAXED);
+  uint64_t rule = (e >> TAG_SHIFT) == tag && (e & ENTRY_VALID) ? e & RULE_MASK : miss(pc);
   if ((rule & 3) != KIND_GIVEUP && !(pc >> 47)) {
-    uint64_t *slot = &hot[hot_slot_of(pc)];
-    uint64_t h = (uint64_t)(pc >> HOT_BITS) << RULE_BITS | rule;
-    __atomic_store_n(slot, h, __ATOMIC_RELAXED);
+    uint64_t *set = hot_set_of(pc);
+    uint64_t h = (uint64_t)(pc >> HOT_SET_BITS) << RULE_BITS | rule;
+    uint64_t moved = __atomic_load_n(&set[0], __ATOMIC_RELAXED);
+    __atomic_store_n(&set[1], moved, __ATOMIC_RELAXED);
+    __atomic_store_n(&set[0], h, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    if (__atomic_load_n(main_slot, __ATOMIC_RELAXED) != e)
-      (void)__atomic_compare_exchange_n(slot, &h, HOT_EMPTY, 0, __ATOMIC_RELAXED,
+    if (__atomic_load_n(&clears, __ATOMIC_RELAXED) != gen) {
+      (void)__atomic_compare_exchange_n(&set[0], &h, HOT_EMPTY, 0, __ATOMIC_RELAXED,
                                         __ATOMIC_RELAXED);
+      (void)__atomic_compare_exchange_n(&set[1], &moved, HOT_EMPTY, 0, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED);
+    }
   }
   return rule;
 }
@@ -670,10 +679,14 @@ int hs_cfa_backtrace(uint64_t *buf, uint32_t want) {
     if (out == last)
       return (int)want;
     out++;
-    uintptr_t tag = pc >> HOT_BITS;
-    uint64_t rule = __atomic_load_n(&hot[pc & (HOT_SLOTS - 1)], __ATOMIC_RELAXED);
-    if (HS_UNLIKELY((rule >> RULE_BITS) != tag))
-      rule = lookup(pc);
+    uintptr_t tag = pc >> HOT_SET_BITS;
+    const uint64_t *set = hot_set_of(pc);
+    uint64_t rule = __atomic_load_n(&set[0], __ATOMIC_RELAXED);
+    if ((rule >> RULE_BITS) != tag) {
+      rule = __atomic_load_n(&set[1], __ATOMIC_RELAXED);
+      if (HS_UNLIKELY((rule >> RULE_BITS) != tag))
+        rule = lookup(pc);
+    }
     uintptr_t off = rule & OFF_MASK;
     uintptr_t k8 = (rule >> (OFF_BITS - 3)) & (((UINT64_C(1) << K_BITS) - 1) << 3);
     uintptr_t cfa;
