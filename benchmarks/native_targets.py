@@ -1,7 +1,8 @@
 """The client's cost inside real native targets, per sample: cc1plus and git log -p (issue 13).
 
     python benchmarks/native_targets.py [--heapscope CMD] [--only cc1plus|git|cc1] [--cache-sim]
-                                        [--perf [--rounds N] [--variants plain,prof,...]] [--out DIR]
+                                        [--perf [--rounds N] [--variants plain,prof,...]] [--reuse-plain]
+                                        [--out DIR]
 
 For each target (run.py's cc1plus_command and generate_git_repo, cached in benchmarks/out/):
 runs it under `valgrind --tool=callgrind` alone, then under `heapscope record` (default
@@ -127,6 +128,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="--perf: interleaved rounds")
     ap.add_argument("--variants", default="plain,prof",
                     help=f"--perf: which runs, of {', '.join(VARIANTS)} (comma-separated)")
+    ap.add_argument("--reuse-plain", action="store_true",
+                    help="take the unprofiled run from DIR's earlier nt.*.plain.cg when there is one "
+                         "(the target alone does not change between client builds)")
     ap.add_argument("--out", type=Path, default=bench_run.OUT)
     args = ap.parse_args()
     out: Path = args.out
@@ -155,7 +159,11 @@ def main() -> int:
             perf_rows(out, name, argv, hs, args.rounds, tuple(v for v in args.variants.split(",") if v in VARIANTS))
             continue
         tag = name + (".cs" if args.cache_sim else "")
-        plain, _ = callgrind(out, f"{tag}.plain", argv, None, args.cache_sim, out)
+        kept = out / f"nt.{tag}.plain.cg"
+        if args.reuse_plain and kept.exists():
+            plain = parse(kept)
+        else:
+            plain, _ = callgrind(out, f"{tag}.plain", argv, None, args.cache_sim, out)
         prof, db = callgrind(out, f"{tag}.prof", argv, hs, args.cache_sim, out)
         assert db is not None
         report(name, plain, prof, profile_stats(db), samples_of(db))
