@@ -672,7 +672,13 @@ int hs_cfa_backtrace(uint64_t *buf, uint32_t want) {
   if (fp < lo || hi - lo < 16 || fp > hi - 16 || (fp & 7) || want == 0)
     return give_up(); /* on another stack (sigaltstack, a coroutine's) */
   const uintptr_t *frame = (const uintptr_t *)fp;
-  uintptr_t pc = frame[1], bp = frame[0], sp = fp + 16;
+  /* rbp is not loaded where it is restored but where an rbp-based rule
+   * needs it: bp_at is where the current frame's rbp is saved (the stack
+   * above this frame does not change during the walk). Optimized code
+   * without frame pointers saves rbp in most frames and bases almost no CFA
+   * on it, so that most of these loads, and their cache lines, are saved. */
+  const uintptr_t *bp_at = &frame[0];
+  uintptr_t pc = frame[1], sp = fp + 16;
   uint64_t *out = buf, *last = buf + want - 1;
   for (;;) {
     *out = pc;
@@ -696,7 +702,7 @@ int hs_cfa_backtrace(uint64_t *buf, uint32_t want) {
       if (HS_UNLIKELY(cfa > hi))
         return give_up();
     } else if ((rule & 3) == KIND_RBP) {
-      cfa = bp + off;
+      cfa = *bp_at + off;
       /* cfa >= sp + 8 also rules out a wrap of bp + off. */
       if (cfa < sp + 8 || cfa > hi || (cfa & 7) || cfa - sp < k8)
         return give_up();
@@ -706,7 +712,7 @@ int hs_cfa_backtrace(uint64_t *buf, uint32_t want) {
       return give_up();
     }
     if (k8)
-      bp = *(const uintptr_t *)(cfa - k8);
+      bp_at = (const uintptr_t *)(cfa - k8);
     pc = *(const uintptr_t *)(cfa - 8);
     sp = cfa;
     if (HS_UNLIKELY(pc == 0))
