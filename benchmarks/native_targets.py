@@ -1,7 +1,8 @@
 """The client's cost inside real native targets, per sample: cc1plus and git log -p (issue 13).
 
-    python benchmarks/native_targets.py [--heapscope CMD] [--only cc1plus|git|cc1] [--cache-sim]
-                                        [--perf [--rounds N] [--variants plain,prof,...]] [--out DIR]
+    python benchmarks/native_targets.py [--heapscope CMD] [--only cc1plus|git|cc1] [--cache-sim [--ll SIZE,ASSOC,LINE]]
+                                        [--perf [--rounds N] [--variants plain,prof,...]] [--reuse-plain]
+                                        [--out DIR]
 
 For each target (run.py's cc1plus_command and generate_git_repo, cached in benchmarks/out/):
 runs it under `valgrind --tool=callgrind` alone, then under `heapscope record` (default
@@ -49,7 +50,7 @@ def samples_of(db: Path) -> int:
 
 
 def callgrind(out: Path, tag: str, argv: list[str], hs: list[str] | None, cache_sim: bool,
-              cwd: Path) -> tuple[Costs, Path | None]:
+              cwd: Path, ll: str | None = None) -> tuple[Costs, Path | None]:
     cg = out / f"nt.{tag}.cg"
     db = out / f"nt.{tag}.db"
     for f in (cg, db):
@@ -57,6 +58,8 @@ def callgrind(out: Path, tag: str, argv: list[str], hs: list[str] | None, cache_
     inner = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={cg}"]
     if cache_sim:
         inner.append("--cache-sim=yes")
+        if ll:
+            inner.append(f"--LL={ll}")
     inner += argv
     cmd = inner if hs is None else [*hs, "record", "-q", "--no-symbolize", "-o", str(db), "--", *inner]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=3600,
@@ -128,6 +131,12 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="--perf: interleaved rounds")
     ap.add_argument("--variants", default="plain,prof",
                     help=f"--perf: which runs, of {', '.join(VARIANTS)} (comma-separated)")
+    ap.add_argument("--ll", default=None, metavar="SIZE,ASSOC,LINE",
+                    help="--cache-sim: the simulated last level (callgrind --LL), e.g. 1048576,8,64 for "
+                         "a core's L2 (the machine's own LL as valgrind reads it is one shared L3)")
+    ap.add_argument("--reuse-plain", action="store_true",
+                    help="take the unprofiled run from DIR's earlier nt.*.plain.cg when there is one "
+                         "(the target alone does not change between client builds)")
     ap.add_argument("--out", type=Path, default=bench_run.OUT)
     args = ap.parse_args()
     out: Path = args.out
@@ -156,8 +165,14 @@ def main() -> int:
             perf_rows(out, name, argv, hs, args.rounds, tuple(v for v in args.variants.split(",") if v in VARIANTS))
             continue
         tag = name + (".cs" if args.cache_sim else "")
-        plain, _ = callgrind(out, f"{tag}.plain", argv, None, args.cache_sim, out)
-        prof, db = callgrind(out, f"{tag}.prof", argv, hs, args.cache_sim, out)
+        if args.cache_sim and args.ll:
+            tag += ".ll" + args.ll.split(",")[0]
+        kept = out / f"nt.{tag}.plain.cg"
+        if args.reuse_plain and kept.exists():
+            plain = parse(kept)
+        else:
+            plain, _ = callgrind(out, f"{tag}.plain", argv, None, args.cache_sim, out, args.ll)
+        prof, db = callgrind(out, f"{tag}.prof", argv, hs, args.cache_sim, out, args.ll)
         assert db is not None
         report(name, plain, prof, profile_stats(db), samples_of(db))
     return 0

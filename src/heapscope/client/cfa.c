@@ -12,24 +12,47 @@
 
 #include "unwind.h"
 
-/* ---- the cache ---- */
+/* ---- the caches ---- */
 
-/* Entry: tag (pc >> 16, 31 bits: user-space pcs are below 2^47) << 33 |
- * rule (33 bits). The slot is (pc ^ tag) & mask, so tag and slot together
- * give back the whole pc: a matching tag in the slot is an exact hit. */
-#define CACHE_BITS 16
-#define CACHE_SLOTS (1u << CACHE_BITS)
-#define RULE_BITS 33
-#define RULE_MASK ((UINT64_C(1) << RULE_BITS) - 1)
-
-/* Rule: bits 0-1 kind, 2-21 the CFA offset, 22-31 k (rbp at CFA - 8k; 0:
- * rbp unchanged), bit 32 set (a rule is never 0). */
+/* Rule: bits 0-1 kind, 3-19 the CFA offset (a multiple of 8 below 2^20, in
+ * place: one AND takes it out), 20-24 k (rbp at CFA - 8k; 0: rbp unchanged).
+ * rsp-based rules are kind 0, so that the walk tests for them with one
+ * TEST. */
 enum { KIND_RSP = 0, KIND_RBP = 1, KIND_END = 2, KIND_GIVEUP = 3 };
 #define OFF_BITS 20
-#define K_BITS 10
-#define RULE_VALID (UINT64_C(1) << 32)
+#define OFF_MASK (((UINT64_C(1) << OFF_BITS) - 1) & ~UINT64_C(7))
+#define K_BITS 5
+#define RULE_BITS 25
+#define RULE_MASK ((UINT64_C(1) << RULE_BITS) - 1)
+
+/* The main cache, 2^16 words: tag (pc >> 16, 31 bits: user-space pcs are
+ * below 2^47) << 33 | 1 << 32 (set in every entry: 0 is an empty word) |
+ * rule. The slot is (pc ^ tag) & mask, so tag and slot together give back
+ * the whole pc: a matching tag in the slot is an exact hit. */
+#define CACHE_BITS 16
+#define CACHE_SLOTS (1u << CACHE_BITS)
+#define TAG_SHIFT 33
+#define ENTRY_VALID (UINT64_C(1) << 32)
+
+/* The hot cache in front of it, what every frame looks at first: 2^8 sets
+ * of 2 words (4 KiB, 64 lines), a word (pc >> 8) << 25 | rule, in set pc &
+ * 255 (again an exact hit; the low bits of return addresses are as good as
+ * a hash). A walk's pcs are spread over 64 lines here instead of 8,192, so
+ * that a program's hot pcs stay in the nearer caches between samples, and
+ * what a sample evicts of the program's own lines is less. A new word goes
+ * first in its set, the one there moves second. "Give up" rules are never
+ * stored here. An empty word is all ones: its tag (2^39 - 1) is no
+ * user-space pc's (pc >> 8 < 2^39). */
+#define HOT_SET_BITS 8
+#define HOT_SETS (1u << HOT_SET_BITS)
+#define HOT_WORDS (2 * HOT_SETS)
+#define HOT_EMPTY (~UINT64_C(0))
 
 static uint64_t *cache;
+static uint64_t hot[HOT_WORDS] __attribute__((aligned(64)));
+/* Bumped by every clear of the caches, between the main one's and the hot
+ * one's (see lookup). */
+static uint64_t clears;
 /* The loader's load and unload counts when last looked at (under the
  * loader lock, in dl_iterate_phdr callbacks). */
 static unsigned long long seen_adds, seen_subs;
@@ -41,26 +64,40 @@ static uint64_t n_misses, n_giveups;
 static int giveups_cached;
 
 static inline uint64_t make_rule(unsigned kind, uint64_t off, uint64_t k) {
-  return RULE_VALID | kind | off << 2 | k << (2 + OFF_BITS);
+  return kind | off | k << OFF_BITS;
+}
+
+static inline uint32_t slot_of(uintptr_t pc) {
+  return (uint32_t)((pc ^ (pc >> 16)) & (CACHE_SLOTS - 1));
+}
+
+static inline uint64_t *hot_set_of(uintptr_t pc) {
+  return &hot[2 * (pc & (HOT_SETS - 1))];
 }
 
 static void cache_put(uintptr_t pc, uint64_t rule) {
   uint64_t tag = pc >> 16;
   if (tag >> 31)
     return;
-  __atomic_store_n(&cache[(pc ^ tag) & (CACHE_SLOTS - 1)], tag << RULE_BITS | rule,
-                   __ATOMIC_RELAXED);
+  __atomic_store_n(&cache[slot_of(pc)], tag << TAG_SHIFT | ENTRY_VALID | rule, __ATOMIC_RELAXED);
   if ((rule & 3) == KIND_GIVEUP && !__atomic_load_n(&giveups_cached, __ATOMIC_RELAXED))
     __atomic_store_n(&giveups_cached, 1, __ATOMIC_RELEASE); /* after the entry */
 }
 
+/* The main cache, the count of clears, then the hot cache: a hot word
+ * copied from a main word that this clear removed is seen by its writer
+ * (lookup). */
 static void cache_clear(void) {
   for (uint32_t i = 0; i < CACHE_SLOTS; i++)
     __atomic_store_n(&cache[i], 0, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&clears, 1, __ATOMIC_SEQ_CST);
+  for (uint32_t i = 0; i < HOT_WORDS; i++)
+    __atomic_store_n(&hot[i], HOT_EMPTY, __ATOMIC_RELAXED);
 }
 
 /* After a load: the "give up" entries go (a pc that was in no object may
- * be in the new one), unless another thread replaced one meanwhile. */
+ * be in the new one), unless another thread replaced one meanwhile. The hot
+ * cache holds none. */
 static void cache_clear_giveups(void) {
   if (!__atomic_exchange_n(&giveups_cached, 0, __ATOMIC_ACQUIRE))
     return; /* none stored since the last scan (one stored during this scan sets it again) */
@@ -78,6 +115,8 @@ int hs_cfa_init(void) {
                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (m == MAP_FAILED)
     return -1;
+  for (uint32_t i = 0; i < HOT_WORDS; i++)
+    hot[i] = HOT_EMPTY;
   cache = m;
   return 0;
 }
@@ -529,7 +568,8 @@ static __attribute__((noinline)) void check_unloads(void) {
 
 struct miss {
   uintptr_t pc;
-  uint64_t rule; /* 0: pc in no object */
+  uint64_t rule;
+  int found; /* 0: pc in no object */
   int first;
 };
 
@@ -549,6 +589,7 @@ static int find_rule(struct dl_phdr_info *info, size_t size, void *data) {
     uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
     if (target >= lo && target < hi) {
       m->rule = m->pc < hi ? rule_in(info, m->pc, hi) : make_rule(KIND_GIVEUP, 0, 0);
+      m->found = 1;
       /* Stored with the loader lock still held: a dlclose cannot unmap the
        * object between the reading of its tables and this store, so the
        * clear of the next miss after it comes later than the store. */
@@ -561,20 +602,48 @@ static int find_rule(struct dl_phdr_info *info, size_t size, void *data) {
 
 static int populated;
 
-static __attribute__((noinline)) uint64_t miss(uintptr_t pc) {
+static uint64_t miss(uintptr_t pc) {
   __atomic_fetch_add(&n_misses, 1, __ATOMIC_RELAXED);
   /* The first miss writes the whole cache in: a walk reads a slot before a
    * miss writes it (256 pages, 512 faults on cc1plus otherwise). */
   hs_populate_once(&populated, cache, CACHE_SLOTS * sizeof(uint64_t));
-  struct miss m = {pc, 0, 1};
+  struct miss m = {pc, 0, 0, 1};
   dl_iterate_phdr(find_rule, &m);
-  if (!m.rule) {
+  if (!m.found) {
     /* In no object (JIT code, or a pc that is not one): given up on at
      * once next time; the entry goes when an object is loaded. */
     m.rule = make_rule(KIND_GIVEUP, 0, 0);
     cache_put(pc, m.rule);
   }
   return m.rule;
+}
+
+/* A hot miss: the rule from the main cache (or a miss), copied first into
+ * pc's hot set unless it is "give up". If the caches were cleared since
+ * before the main word was read, both words stored are taken back: a clear
+ * bumps `clears` after emptying the main cache and before emptying the hot
+ * one, so either its emptying of the hot set comes after these stores, or
+ * the load of `clears` after the fence sees the bump. */
+static __attribute__((noinline)) uint64_t lookup(uintptr_t pc) {
+  uint64_t gen = __atomic_load_n(&clears, __ATOMIC_ACQUIRE);
+  uint64_t tag = pc >> 16;
+  uint64_t e = __atomic_load_n(&cache[slot_of(pc)], __ATOMIC_RELAXED);
+  uint64_t rule = (e >> TAG_SHIFT) == tag && (e & ENTRY_VALID) ? e & RULE_MASK : miss(pc);
+  if ((rule & 3) != KIND_GIVEUP && !(pc >> 47)) {
+    uint64_t *set = hot_set_of(pc);
+    uint64_t h = (uint64_t)(pc >> HOT_SET_BITS) << RULE_BITS | rule;
+    uint64_t moved = __atomic_load_n(&set[0], __ATOMIC_RELAXED);
+    __atomic_store_n(&set[1], moved, __ATOMIC_RELAXED);
+    __atomic_store_n(&set[0], h, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&clears, __ATOMIC_RELAXED) != gen) {
+      (void)__atomic_compare_exchange_n(&set[0], &h, HOT_EMPTY, 0, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED);
+      (void)__atomic_compare_exchange_n(&set[1], &moved, HOT_EMPTY, 0, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED);
+    }
+  }
+  return rule;
 }
 
 /* ---- the walk ---- */
@@ -603,19 +672,29 @@ int hs_cfa_backtrace(uint64_t *buf, uint32_t want) {
   if (fp < lo || hi - lo < 16 || fp > hi - 16 || (fp & 7) || want == 0)
     return give_up(); /* on another stack (sigaltstack, a coroutine's) */
   const uintptr_t *frame = (const uintptr_t *)fp;
-  uintptr_t pc = frame[1], bp = frame[0], sp = fp + 16;
-  const uint64_t *tab = cache;
-  uint32_t n = 0;
+  /* rbp is not loaded where it is restored but where an rbp-based rule
+   * needs it: bp_at is where the current frame's rbp is saved (the stack
+   * above this frame does not change during the walk). Optimized code
+   * without frame pointers saves rbp in most frames and bases almost no CFA
+   * on it, so that most of these loads, and their cache lines, are saved. */
+  const uintptr_t *bp_at = &frame[0];
+  uintptr_t pc = frame[1], sp = fp + 16;
+  uint64_t *out = buf, *last = buf + want - 1;
   for (;;) {
-    buf[n++] = pc;
-    if (n == want)
-      return (int)n;
-    uint64_t tag = pc >> 16;
-    uint64_t rule = __atomic_load_n(&tab[(pc ^ tag) & (CACHE_SLOTS - 1)], __ATOMIC_RELAXED);
-    if (HS_UNLIKELY((rule >> RULE_BITS) != tag))
-      rule = miss(pc);
-    uintptr_t off = (rule >> 2) & ((1u << OFF_BITS) - 1);
-    uintptr_t k8 = (rule >> (2 + OFF_BITS - 3)) & (((1u << K_BITS) - 1) << 3);
+    *out = pc;
+    if (out == last)
+      return (int)want;
+    out++;
+    uintptr_t tag = pc >> HOT_SET_BITS;
+    const uint64_t *set = hot_set_of(pc);
+    uint64_t rule = __atomic_load_n(&set[0], __ATOMIC_RELAXED);
+    if ((rule >> RULE_BITS) != tag) {
+      rule = __atomic_load_n(&set[1], __ATOMIC_RELAXED);
+      if (HS_UNLIKELY((rule >> RULE_BITS) != tag))
+        rule = lookup(pc);
+    }
+    uintptr_t off = rule & OFF_MASK;
+    uintptr_t k8 = (rule >> (OFF_BITS - 3)) & (((UINT64_C(1) << K_BITS) - 1) << 3);
     uintptr_t cfa;
     /* rsp-based rules first: most frames of optimized code have them. */
     if (HS_LIKELY((rule & 3) == KIND_RSP)) {
@@ -623,17 +702,17 @@ int hs_cfa_backtrace(uint64_t *buf, uint32_t want) {
       if (HS_UNLIKELY(cfa > hi))
         return give_up();
     } else if ((rule & 3) == KIND_RBP) {
-      cfa = bp + off;
+      cfa = *bp_at + off;
       /* cfa >= sp + 8 also rules out a wrap of bp + off. */
       if (cfa < sp + 8 || cfa > hi || (cfa & 7) || cfa - sp < k8)
         return give_up();
     } else if ((rule & 3) == KIND_END) {
-      return (int)n;
+      return (int)(out - buf);
     } else {
       return give_up();
     }
     if (k8)
-      bp = *(const uintptr_t *)(cfa - k8);
+      bp_at = (const uintptr_t *)(cfa - k8);
     pc = *(const uintptr_t *)(cfa - 8);
     sp = cfa;
     if (HS_UNLIKELY(pc == 0))

@@ -14,8 +14,9 @@
  * makes the whole walk give up, and the caller unwinds with libunwind as
  * before: the result is never worse than libunwind's.
  *
- * The cache is one mmap of 2^16 words, each a pc tag and its rule, written
- * and read as single 64-bit words (no lock, no torn entry). A miss, and
+ * The cache: a 4 KiB hot table (2^8 sets of 2 words) in front of one mmap of 2^16,
+ * each word a pc tag and its rule, written and read as single 64-bit words
+ * (no lock, no torn entry). A miss, and
  * every 256th walk of a thread, clears it when the loader's unload count
  * (dlpi_subs) changed, and its "give up" entries when the load count did.
  * See docs/unwinder.md.

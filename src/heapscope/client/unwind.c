@@ -149,16 +149,19 @@ uint32_t hs_unwind_raw(uint64_t *buf, uint32_t want) {
 uint32_t hs_unwind_trim(const uint64_t *buf, uint32_t n, uint32_t max_frames, int *truncated,
                         uint32_t *first) {
   uint32_t want = max_frames + HS_UNWIND_SLACK;
+  /* pc - own_start < own_len, unsigned: one compare for "ours". */
+  uintptr_t start = own_start, len = own_end - own_start;
   /* unw_backtrace() may report its own frame first, so our frames may start
    * one or two entries in: skip to the first of ours among the leading few,
    * then past all of ours. */
-  uint32_t skip = 0;
-  while (skip < n && skip < 4 && !(buf[skip] >= own_start && buf[skip] < own_end))
+  uint32_t lead = n < 4 ? n : 4, skip = 0;
+  while (skip < lead && buf[skip] - start >= len)
     skip++;
-  if (skip == n || skip == 4)
+  if (skip == lead)
     skip = 0; /* none of ours on top: keep everything */
-  while (skip < n && buf[skip] >= own_start && buf[skip] < own_end)
-    skip++;
+  else
+    while (++skip < n && buf[skip] - start < len) {
+    }
   uint32_t depth = n - skip;
   *truncated = depth > max_frames || (n == want && active != HS_UNWINDER_NONE);
   if (depth > max_frames)
