@@ -495,6 +495,7 @@ class Figures:
     runs: int
     failed: str = ""
     wall: float = 0.0
+    spread: float = 0.0  # the slowest round's wall over the fastest's, minus 1
     cpu: float = 0.0
     rss: float = 0.0
     size: float = 0.0
@@ -513,6 +514,8 @@ def figures(samples: list[Sample]) -> Figures:
     return Figures(
         len(samples),
         wall=statistics.median(s.wall for s in samples),
+        spread=max(s.wall for s in samples) / min(s.wall for s in samples) - 1
+        if min(s.wall for s in samples) > 0 else 0.0,
         cpu=statistics.median(s.cpu for s in samples),
         rss=statistics.median(s.maxrss_kib for s in samples) * 1024,
         size=statistics.median(s.profile_bytes for s in samples),
@@ -543,6 +546,21 @@ def fmt_size(n: float | None) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return str(n)
+
+
+# An unprofiled row whose rounds spread more than this ran on a busy machine: its ratios say
+# little about heapscope (objects once read 0.88x with rounds of 0.61-1.13 s); the tables say so.
+NOISY_SPREAD = 0.10
+
+
+def noise_lines(r: Results, loads: list[Workload]) -> list[str]:
+    """One line naming the rows whose unprofiled rounds spread over NOISY_SPREAD, if any."""
+    noisy = [(w.name, b.spread) for w in loads if (b := r.base(w)) and not b.failed and b.spread > NOISY_SPREAD]
+    if not noisy:
+        return []
+    named = ", ".join(f"{name} ({spread:.0%})" for name, spread in noisy)
+    return ["", f"**Noisy:** the unprofiled rounds of {named} spread by more than {NOISY_SPREAD:.0%} "
+                "(slowest over fastest): the machine was busy, their ratios are not evidence; rerun them."]
 
 
 def verdict(ok: bool | None) -> str:
@@ -730,7 +748,7 @@ def overhead_section(r: Results) -> list[str]:
     lines += [f"| {name} | {m} | {verdict(ok)} |" for name, m, ok in checks]
     lines += ["| a free of an unsampled address: one predictable branch, no shared cache line | "
               "instruction counts, not timed here (perf stat / callgrind) | n/a |"]
-    return lines
+    return lines + noise_lines(r, loads)
 
 
 # --- issue 12: Python -------------------------------------------------------------
@@ -816,7 +834,7 @@ def python_section(r: Results) -> list[str]:
                          f"{fmt_size(f.size) if f.size else '-'} | {fmt_size(f.peak) if f.peak else ''} |")
     lines += ["", "Against the targets of issue 12:", "", "| target | measured | met |", "|---|---|---|"]
     lines += [f"| {name} | {m} | {verdict(ok)} |" for name, m, ok in checks]
-    return lines
+    return lines + noise_lines(r, loads)
 
 
 # --- issue 14: fleet --------------------------------------------------------------
