@@ -511,11 +511,11 @@ def figures(samples: list[Sample]) -> Figures:
     failed = [s.status for s in samples if s.status != 0]
     if failed:
         return Figures(len(samples), failed=f"FAILED: exit {failed[0]} in {len(failed)}/{len(samples)} runs")
+    walls = [s.wall for s in samples]
     return Figures(
         len(samples),
-        wall=statistics.median(s.wall for s in samples),
-        spread=max(s.wall for s in samples) / min(s.wall for s in samples) - 1
-        if min(s.wall for s in samples) > 0 else 0.0,
+        wall=statistics.median(walls),
+        spread=max(walls) / min(walls) - 1 if min(walls) > 0 else 0.0,
         cpu=statistics.median(s.cpu for s in samples),
         rss=statistics.median(s.maxrss_kib for s in samples) * 1024,
         size=statistics.median(s.profile_bytes for s in samples),
@@ -555,7 +555,7 @@ NOISY_SPREAD = 0.10
 
 def noise_lines(r: Results, loads: list[Workload]) -> list[str]:
     """One line naming the rows whose unprofiled rounds spread over NOISY_SPREAD, if any."""
-    noisy = [(w.name, b.spread) for w in loads if (b := r.base(w)) and not b.failed and b.spread > NOISY_SPREAD]
+    noisy = [(w.name, b.spread) for w in loads if (b := r.base(w)) and b.spread > NOISY_SPREAD]
     if not noisy:
         return []
     named = ", ".join(f"{name} ({spread:.0%})" for name, spread in noisy)

@@ -81,15 +81,20 @@ static HS_COLD_PATH void *realloc_recorded(void *old, size_t size) {
   return hs_record_alloc_slow(p, size); /* a tail call */
 }
 
+/* The real realloc, then the new block recorded if the countdown reaches it. */
+static inline __attribute__((always_inline)) void *realloc_sized(void *old, size_t size) {
+  if (HS_LIKELY(hs_alloc_unrecorded(size)))
+    return HS_REAL(realloc)(old, size);
+  return realloc_recorded(old, size);
+}
+
 /* old's granule is in the filter: a sampled address, an arena pointer (the
  * arena is pinned there) or a false positive. */
 static HS_COLD_PATH void *realloc_checked(void *old, size_t size) {
   if (hs_arena_owns(old))
     return realloc_from_arena(old, size);
   hs_record_free_slow(old);
-  if (hs_alloc_unrecorded(size))
-    return HS_REAL(realloc)(old, size);
-  return realloc_recorded(old, size);
+  return realloc_sized(old, size);
 }
 
 /* As free: one filter test covers the arena and the sampled addresses (and
@@ -100,9 +105,7 @@ static HS_COLD_PATH void *realloc_checked(void *old, size_t size) {
 HS_EXPORT void *realloc(void *old, size_t size) {
   if (HS_UNLIKELY(hs_addr_maybe_sampled(old)))
     return realloc_checked(old, size);
-  if (HS_LIKELY(hs_alloc_unrecorded(size)))
-    return HS_REAL(realloc)(old, size);
-  return realloc_recorded(old, size);
+  return realloc_sized(old, size);
 }
 
 HS_EXPORT void *reallocarray(void *old, size_t n, size_t size) {
