@@ -38,8 +38,12 @@ def main(args: argparse.Namespace) -> int:
     if len(names) > 1:  # custom heaps: say which (a pool's memory is in its malloc block too)
         members = heap_members(shown) or []
         others = [n for n in names if n not in members]
-        head = (f"heap: {heap_label(shown)} (others: {', '.join(others)}; --heap NAME)\n\n" if shown is not None
-                else "heap: all heaps merged (memory a pool hands out is counted twice)\n\n")
+        if shown is None:
+            head = "heap: all heaps merged (memory a pool hands out is counted twice)\n\n"
+        elif others:
+            head = f"heap: {heap_label(shown)} (others: {', '.join(others)}; --heap NAME)\n\n"
+        else:  # a Python program's two disjoint heaps, both shown (their sum)
+            head = f"heap: {heap_label(shown)} (every heap of the profile, their sum; --heap NAME for one)\n\n"
     sys.stdout.write(head + ("\n".join(render(p, args.top, args.depth) for p in found) or "no processes\n"))
     return 0
 
