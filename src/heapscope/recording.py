@@ -1093,16 +1093,10 @@ class Recording:
         """Each process's peak and its largest stacks, read with a few indexed queries (the
         callsite and frame tables, ~100k rows for a compiler, are never loaded whole)."""
         s = self.summary
-
-        def path_text(cs: CallsiteId) -> str:
-            names = [info.display_name if info is not None else "?"
-                     for info in profile.stack_frames(cs, STACK_FRAMES_SHOWN + 1)]
-            more = len(names) > STACK_FRAMES_SHOWN
-            shown = list(reversed(names[:STACK_FRAMES_SHOWN]))
-            return ("… > " if more else "") + " > ".join(shown)
-
         # One heap (store.select: a pool's memory is in its malloc block too); the others by their peaks.
         from heapscope.store.select import heap_label, heap_members, heap_names, heap_peaks, select_heap
+        from heapscope.view.peaks import peak_stacks  # a Python process's lines: its Python frames (issue 12)
+        python = profile.python_upids()
         heap = select_heap(profile, None)
         members = heap_members(heap) or []
         others: dict[int, list[tuple[str, int]]] = {}
@@ -1114,12 +1108,11 @@ class Recording:
                     others.setdefault(upid_, []).append((name, size))
         for stored in profile.processes():
             upid = int(stored.info.upid)
-            peak = profile.peak_top(upid, TOP_STACKS)
+            peak = peak_stacks(profile, upid, TOP_STACKS, STACK_FRAMES_SHOWN, upid in python)
             if peak is not None:
                 total, rows = peak
                 if total > 0 or upid in others:
-                    s.peaks.append(ProcessPeak(stored.info.pid, stored.info.name or "?", total,
-                                               [(path_text(cs), size) for cs, size in rows],
+                    s.peaks.append(ProcessPeak(stored.info.pid, stored.info.name or "?", total, rows,
                                                heap_label(heap) if upid in others and heap else "",
                                                others.get(upid, [])))
         s.peaks.sort(key=lambda pk: -pk.peak_bytes)

@@ -44,8 +44,9 @@ from heapscope.store.values import (
 from heapscope.store.writer import SCHEMA_VERSION
 
 __all__ = [
-    "PROFILE_FORMAT", "AllocationDelta", "Dump", "DumpValues", "FrameInfo", "Mapping", "Process", "Profile",
-    "Stat", "StreamEvent", "SymbolLine", "ViewValues", "fallback_frame_name", "mapping_basename", "open_profile",
+    "PROFILE_FORMAT", "AllocationDelta", "Dump", "DumpValues", "FrameInfo", "Mapping", "PathFrame", "Process",
+    "Profile", "Stat", "StreamEvent", "SymbolLine", "ViewValues", "fallback_frame_name", "mapping_basename",
+    "open_profile",
 ]
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -180,6 +181,13 @@ class SymbolLine(NamedTuple):
     name: str
     source_file: str  # '' when unknown
     line_number: int  # 0 when unknown
+
+
+class PathFrame(NamedTuple):
+    """One frame of a call path read by Profile.stack_paths."""
+
+    info: FrameInfo | None  # None: a frame that is not in the profile
+    python: bool  # stack_profile_frame.type = 'python': info.mapping_name is its file, info.rel_pc its line
 
 
 class DumpValues(NamedTuple):
@@ -718,6 +726,50 @@ class Profile:
             out.append(None if r[1] is None else FrameInfo(
                 str_from_sql(r[2]), str_from_sql(r[3]), req_u64_from_sql(r[4], "stack_profile_frame.rel_pc"),
                 MappingId(req_int_from_sql(r[5], "stack_profile_frame.mapping"))))
+        return out
+
+    @_reads
+    def python_upids(self) -> set[int]:
+        """The processes whose client walked Python frames (the `python_frames` stat is 1,
+        producer/stats.py): one read of the stats for every process."""
+        return {req_int_from_sql(r[0], "stats.idx") for r in self._rows(
+            "SELECT DISTINCT idx FROM stats WHERE name = 'python_frames' AND value = 1 AND idx IS NOT NULL")}
+
+    @_reads
+    def stack_paths(self, leaves: Sequence[CallsiteId], limit: int) -> dict[CallsiteId, list[PathFrame]]:
+        """The frames of each callsite in `leaves`, innermost first, at most `limit` of each, in
+        one query: what `record`'s summary needs of a few dozen stacks without loading the
+        callsite table. A Python frame is marked: the producer writes its file as its mapping's
+        name and its line as its rel_pc (bookkeeping/frames.py), the same as its symbol row."""
+        out: dict[CallsiteId, list[PathFrame]] = {CallsiteId(int(cs)): [] for cs in leaves}
+        if not out or limit < 1:
+            return out
+        # Each callsite once (UNION, not UNION ALL: the stacks share their roots, and a
+        # parent cycle ends the walk), then the paths put together here.
+        rows = self._rows(
+            "WITH RECURSIVE walk(id) AS ("
+            f" SELECT id FROM stack_profile_callsite WHERE id IN ({', '.join('?' * len(out))})"
+            " UNION SELECT c.parent_id FROM walk w JOIN stack_profile_callsite c ON c.id = w.id"
+            " WHERE c.parent_id IS NOT NULL)"
+            " SELECT c.id, c.parent_id, f.id, f.name, m.name, f.rel_pc, f.mapping, f.type FROM walk w"
+            " JOIN stack_profile_callsite c ON c.id = w.id"
+            " LEFT JOIN stack_profile_frame f ON f.id = c.frame_id"
+            " LEFT JOIN stack_profile_mapping m ON m.id = f.mapping", tuple(out))
+        nodes: dict[int, tuple[int | None, PathFrame]] = {}
+        for r in rows:
+            nodes[req_int_from_sql(r[0], "stack_profile_callsite.id")] = (
+                opt_int_from_sql(r[1], "stack_profile_callsite.parent_id"),
+                PathFrame(None, False) if r[2] is None else PathFrame(FrameInfo(
+                    str_from_sql(r[3]), str_from_sql(r[4]), req_u64_from_sql(r[5], "stack_profile_frame.rel_pc"),
+                    MappingId(req_int_from_sql(r[6], "stack_profile_frame.mapping"))), r[7] == "python"))
+        for leaf, path in out.items():
+            node: int | None = int(leaf)
+            while node is not None and len(path) < limit:
+                entry = nodes.get(node)
+                if entry is None:
+                    break
+                node = entry[0]
+                path.append(entry[1])
         return out
 
     def check(self) -> None:
