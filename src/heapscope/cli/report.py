@@ -27,7 +27,8 @@ from heapscope.view.report import SORTS, FunctionRow, ProcessLine, ProcessReport
 from heapscope.view.units import format_bytes, format_count, format_percent, format_value
 
 NAME = "report"
-HELP = "print the functions that hold the most memory, per process"
+HELP = ("print the functions that hold the most memory, per process (a Python program's: its Python lines;"
+        " --native shows native frames)")
 
 _W = len("alloc_objects:")  # width of the header labels
 
@@ -57,9 +58,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--focus", metavar="REGEX", help="count only call stacks with a function matching REGEX")
     p.add_argument("--ignore", metavar="REGEX", help="leave out call stacks with a function matching REGEX")
     p.add_argument("--heap", metavar="NAME", help=HEAP_HELP)
-    p.add_argument("--python-only", action="store_true",
-                   help="hide native frames: rank Python functions only (a Python function's self is what "
-                        "the native code it called allocated)")
+    frames = p.add_mutually_exclusive_group()
+    frames.add_argument("--python-only", action="store_true",
+                        help="the Python view for every process, the default for one whose stacks hold Python "
+                             "frames: native frames hidden, each row a Python function at one line (file:line), "
+                             "its self what the native code it called allocated")
+    frames.add_argument("--native", action="store_true",
+                        help="show every frame, native ones too, also for a Python program (the table and --tree"
+                             " of a process with Python frames show the Python view without it)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -70,8 +76,11 @@ def main(args: argparse.Namespace) -> int:
     with open_profile(args.file) as profile:
         shown = select_heap(profile, args.heap)
         heaps = render_heaps(profile, shown)
+        # The Python view by default where stacks hold Python frames (issue 12); --stacks shows
+        # each stack in full unless --python-only asks.
+        python_only = True if args.python_only else False if args.native or args.stacks else None
         reports = build_reports(profile, args.view, args.pid, focus=focus, ignore=ignore, dump=dump,
-                                sort=args.sort, merge=args.merge, python_only=args.python_only)
+                                sort=args.sort, merge=args.merge, python_only=python_only)
         processes = select_processes(profile, args.pid)
         ranked = process_lines(profile, processes)
         head = render_processes(ranked) + "\n" if len(processes) > 1 else ""
@@ -148,7 +157,21 @@ def render_processes(lines: Sequence[ProcessLine]) -> str:
     return "\n".join(out) + "\n"
 
 
-def render_report(r: ProcessReport, top: int) -> str:
+def view_line(r: ProcessReport, stacks: bool = False) -> str:
+    """Which frames the report shows and how to get the others, for a process with Python
+    frames (or one asked for the Python view); '' for a native process."""
+    if r.python_only and not r.has_python:
+        return "Python frames, but this process has none (--native shows its native frames)"
+    if r.python_only:
+        return "Python frames (native frames folded into the Python line that called them; --native shows them)"
+    if not r.has_python:
+        return ""
+    if stacks:
+        return "each stack in full, Python frames among the native ones (--python-only hides native frames)"
+    return "every frame, native and Python (without --native: Python frames only, each at its line)"
+
+
+def render_report(r: ProcessReport, top: int, stacks: bool = False) -> str:
     """A header and the table of one process (or merged processes), ending with a newline."""
     info, flags = r.process.info, r.process.flags
     if len(r.processes) > 1:
@@ -175,6 +198,9 @@ def render_report(r: ProcessReport, top: int) -> str:
         lines.append(f"  {'unwinder:':<{_W}} {flags.unwinder or 'unknown'}")
         if not flags.from_startup:
             lines.append(f"  {'attached:':<{_W}} while running (-p): allocations before the attach are not seen")
+    view = view_line(r, stacks)
+    if view:
+        lines.append(f"  {'view:':<{_W}} {view}")
     if r.coverage:
         lines.append(f"  {'memory:':<{_W}} {r.coverage}")
     if r.warnings:
@@ -185,7 +211,8 @@ def render_report(r: ProcessReport, top: int) -> str:
     if r.rows:
         lines.extend("  " + line for line in _table(r.rows[:top], r.view, r.view_total, r.sort))
         if len(r.rows) > top:
-            lines.append(f"  ({len(r.rows) - top} more functions; --top N shows more)")
+            what = "lines" if r.python_only else "functions"
+            lines.append(f"  ({len(r.rows) - top} more {what}; --top N shows more)")
     else:
         lines.append("  (no allocations in this view)")
     return "\n".join(lines) + "\n"
@@ -238,7 +265,7 @@ def render_tree(profile: object, r: ProcessReport, focus: re.Pattern[str] | None
     if r.ts is None:
         return head + "\n\n  (no dumps)\n"
     values = r.values
-    tree = build_tree(profile, sorted(values), python_only=r.python_only)
+    tree = build_tree(profile, sorted(values), python_only=r.python_only, lines=r.python_only)
     own = tree.self_values(values, r.view)
     total = tree.cumulative(own)
     whole = r.view_total
@@ -256,7 +283,8 @@ def render_tree(profile: object, r: ProcessReport, focus: re.Pattern[str] | None
         shown[i] = True
         label = "  " * tree.depth[i] + tree.name[i]
         cells.append((format_value(r.view, total[i]), format_percent(total[i], whole),
-                      format_value(r.view, own[i]) if own[i] else "", label, mapping_basename(tree.map_name[i]),
+                      format_value(r.view, own[i]) if own[i] else "", label,
+                      mapping_basename(tree.map_name[i]) if tree.map_name[i] else "",  # NO_PYTHON has none
                       _where(tree.source_file[i], tree.line_number[i])))
     if not cells:
         return head + "\n\n  (no allocations in this view)\n"
@@ -265,7 +293,7 @@ def render_tree(profile: object, r: ProcessReport, focus: re.Pattern[str] | None
                                          "call tree"])]
     for c in cells:
         lines.append("  " + "  ".join([c[0].rjust(widths[0]), c[1].rjust(widths[1]), c[2].rjust(widths[2]),
-                                       f"{c[3]}  [{c[4]}]" + (f"  {c[5]}" if c[5] else "")]))
+                                       c[3] + (f"  [{c[4]}]" if c[4] else "") + (f"  {c[5]}" if c[5] else "")]))
     if hidden:
         lines.append(f"  ({hidden} subtrees under {min_percent:g}% hidden; --min-percent 0 shows all)")
     return "\n".join(lines) + "\n"
@@ -277,7 +305,7 @@ def render_stacks(profile: object, r: ProcessReport, top: int) -> str:
     from heapscope.view.tree import build_tree
 
     assert isinstance(profile, Profile)
-    head = render_report(r, 1).split("\n\n", 1)[0]
+    head = render_report(r, 1, stacks=True).split("\n\n", 1)[0]
     if r.ts is None:
         return head + "\n\n  (no dumps)\n"
     tree = build_tree(profile, sorted(r.values), python_only=r.python_only)

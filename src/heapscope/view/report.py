@@ -15,6 +15,17 @@ name. For one view at one timestamp:
                  └─ emit ──────────── malloc site B (30)
 
     main: self 0, total 130; parse: self 100, total 100 (not 200); emit: self 30, total 30
+
+The Python view (the default for a process whose stacks hold Python frames,
+issue 12; `report --native` turns it off) leaves native frames out: what
+native code allocated counts for the Python frame that called it. Its rows
+are (function, file, line), as memray's are: `make pyobjects.py:20` and
+`make pyobjects.py:21` are two rows, so a row's location is the very line
+that holds its self, and a function's lines each rank on their own. A stack
+without any Python frame (what the interpreter allocated before running any
+code) is one row, NO_PYTHON. Native rows stay one per function; their
+location is the line of the function through which the most is held (its
+total, callees included).
 """
 
 from __future__ import annotations
@@ -28,7 +39,7 @@ from heapscope.model import CallsiteId, FrameId
 from heapscope.store.reader import Process as StoredProcess
 from heapscope.store.reader import Profile, Stat, ViewValues, mapping_basename
 from heapscope.store.select import State, check_view, process_interval, process_state, select_processes
-from heapscope.view.tree import frame_functions
+from heapscope.view.tree import NO_PYTHON, frame_functions
 from heapscope.view.units import human_bytes
 
 
@@ -40,7 +51,7 @@ class FunctionRow:
     library: str  # basename of the mapping's file
     self_value: int  # callsites whose leaf frame is this function
     total_value: int  # callsites with this function anywhere on their path, once each
-    source: str = ""  # file:line where the function holds the most (its own line), '' when unknown
+    source: str = ""  # a Python row's file:line; a native row's line where it holds the most; '' when unknown
     samples: int | None = None  # object views at interval > 1: the raw samples behind self_value
 
 
@@ -68,7 +79,8 @@ class ProcessReport:
     sort: str = "self"
     values: dict[CallsiteId, ViewValues] = field(default_factory=dict)  # per callsite, objects de-sampled
     coverage: str = ""  # "seen N of RSS M": the heaps' peak against the process's peak RSS (one process)
-    python_only: bool = False  # native frames left out of rows (and of --tree/--stacks)
+    python_only: bool = False  # the Python view: native frames left out of rows (and of --tree/--stacks)
+    has_python: bool = False  # some stack of the report holds a Python frame
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +98,7 @@ def build_reports(
     profile: Profile, view: str, pid: int | None = None,
     focus: re.Pattern[str] | None = None, ignore: re.Pattern[str] | None = None,
     dump: str | int | None = None, sort: str = "self", merge: str | None = None, keep_common: bool = False,
-    python_only: bool = False,
+    python_only: bool | None = False,
 ) -> list[ProcessReport]:
     """One report per process of the profile (only those with `pid` when given).
 
@@ -95,7 +107,8 @@ def build_reports(
     `dump` chooses the state (store.select.process_state); `merge="exe"`
     gives one report per executable, its processes' values summed. With
     `keep_common`, root functions on every stack stay in the rows. With
-    `python_only`, native frames are left out (function_rows).
+    `python_only`, native frames are left out (function_rows); with None, in
+    each report whose stacks hold a Python frame (what `report` does by default).
     """
     check_view(view)
     processes = select_processes(profile, pid)
@@ -115,7 +128,7 @@ def executable(p: StoredProcess) -> str:
 def build_process_report(
     profile: Profile, process: StoredProcess, view: str, ts: int | None = None,
     focus: re.Pattern[str] | None = None, ignore: re.Pattern[str] | None = None,
-    dump: str | int | None = None, sort: str = "self", python_only: bool = False,
+    dump: str | int | None = None, sort: str = "self", python_only: bool | None = False,
 ) -> ProcessReport:
     """The report of one process at the state `dump` (default: by view), or at dump timestamp `ts`."""
     if ts is not None:
@@ -130,7 +143,8 @@ def build_process_report(
 def build_group_report(
     profile: Profile, processes: list[StoredProcess], view: str,
     focus: re.Pattern[str] | None = None, ignore: re.Pattern[str] | None = None,
-    dump: str | int | None = None, sort: str = "self", keep_common: bool = False, python_only: bool = False,
+    dump: str | int | None = None, sort: str = "self", keep_common: bool = False,
+    python_only: bool | None = False,
 ) -> ProcessReport:
     """One report over `processes`, each at its own state `dump`, values summed per callsite."""
     states = [process_state(profile, p, dump, view) for p in processes]
@@ -139,7 +153,7 @@ def build_group_report(
 
 def _report(profile: Profile, processes: list[StoredProcess], states: list[State | None], view: str,
             focus: re.Pattern[str] | None, ignore: re.Pattern[str] | None, sort: str,
-            keep_common: bool = False, python_only: bool = False) -> ProcessReport:
+            keep_common: bool = False, python_only: bool | None = False) -> ProcessReport:
     if sort not in SORTS:
         raise UsageError(f"unknown sort {sort!r} (one of: {', '.join(SORTS)})")
     raw: dict[CallsiteId, ViewValues] = {}
@@ -157,11 +171,17 @@ def _report(profile: Profile, processes: list[StoredProcess], states: list[State
         raw = {cs: v for cs, v in raw.items() if cs in keep}
         estimates = {cs: v for cs, v in estimates.items() if cs in keep}
     leaf_values = {cs: v.get(view) for cs, v in estimates.items()}
-    rows, common = function_rows(profile, leaf_values, sort, keep_common, python_only)
+    python = profile.python_frames()
+    has_python = holds_python(profile, leaf_values, python)
+    by_python = has_python if python_only is None else python_only
+    rows, common = function_rows(profile, leaf_values, sort, keep_common, by_python, python)
     if view in ("objects", "alloc_objects") and interval > 1:
-        raw_rows, _ = function_rows(profile, {cs: v.get(view) for cs, v in raw.items()}, sort, True, python_only)
-        raw_self = {(x.function, x.library): x.self_value for x in raw_rows}
-        rows = [replace(x, samples=raw_self.get((x.function, x.library), 0)) for x in rows]
+        raw_rows, _ = function_rows(profile, {cs: v.get(view) for cs, v in raw.items()}, sort, True, by_python,
+                                    python)
+        # A Python row is its line: the source is part of its key.
+        raw_self = {(x.function, x.library, x.source if by_python else ""): x.self_value for x in raw_rows}
+        rows = [replace(x, samples=raw_self.get((x.function, x.library, x.source if by_python else ""), 0))
+                for x in rows]
     est = None
     samples = sum(v.objects if view in ("space", "objects") else v.alloc_objects for v in raw.values())
     if view in ("objects", "alloc_objects") and interval > 1:
@@ -182,7 +202,7 @@ def _report(profile: Profile, processes: list[StoredProcess], states: list[State
         processes=list(processes), samples=samples, estimate=est, interval=interval, common=common, sort=sort,
         values=estimates,
         coverage=coverage_line(profile.stats(first.info.upid)) if len(processes) == 1 else "",
-        python_only=python_only,
+        python_only=by_python, has_python=has_python,
     )
 
 
@@ -219,31 +239,59 @@ def filter_callsites(
     return {cs: v for cs, v in values.items() if ok[tree.node_of[cs]]}
 
 
+def holds_python(profile: Profile, values: dict[CallsiteId, int], python: set[FrameId]) -> bool:
+    """Whether the path of some callsite of `values` (a zero value too: the answer is the same
+    for every view of one state) has a frame of `python` on it."""
+    if not python:
+        return False
+    callsites = profile.callsites()
+    without: set[CallsiteId] = set()  # callsites whose path has none, walked already
+    for leaf in values:
+        chain: list[CallsiteId] = []
+        node: CallsiteId | None = leaf
+        while node is not None and node not in without:
+            entry = callsites.get(node)
+            if entry is None:
+                break
+            if entry[1] in python:
+                return True
+            chain.append(node)
+            node = entry[0]
+        without.update(chain)
+    return False
+
+
 def function_rows(profile: Profile, leaf_values: dict[CallsiteId, int], sort: str = "total",
-                  keep_common: bool = False, python_only: bool = False) -> tuple[list[FunctionRow], list[str]]:
+                  keep_common: bool = False, python_only: bool = False,
+                  python_frames: set[FrameId] | None = None) -> tuple[list[FunctionRow], list[str]]:
     """Self and total per function from per-callsite values, ranked by `sort` (self or total), and
     the root functions that are on every stack (left out of the rows when more than one function
     remains). Inlined functions are functions of their own, named `name [inlined]`.
 
-    With python_only, native frames are skipped: a Python function's self is
-    what it allocated through native code it called, and stacks without any
-    Python frame do not count."""
+    With python_only (the Python view), native frames are skipped: a Python
+    frame's self is what it allocated through native code it called, a row is
+    a Python (function, file, line) and its source that line, and what stacks
+    without any Python frame hold is one row, NO_PYTHON. `python_frames`: the
+    profile's Python frames when the caller has read them already."""
     callsites = profile.callsites()
     functions = frame_functions(profile)
-    python = profile.python_frames() if python_only else None
+    python = (profile.python_frames() if python_frames is None else python_frames) if python_only else None
 
     # Intern functions to small ints so the path walk below hashes ints only.
-    function_ids: dict[tuple[str, str], int] = {}
+    function_ids: dict[tuple[str, str, str], int] = {}
     frame_fns: dict[FrameId, tuple[tuple[int, str], ...]] = {}
 
     def fns_of(frame_id: FrameId) -> tuple[tuple[int, str], ...]:
         got = frame_fns.get(frame_id)
         if got is None:
-            got = tuple(
-                (function_ids.setdefault((f.name, mapping_basename(f.map_name)), len(function_ids)),
-                 "" if f.source_file is None else f"{f.source_file}:{f.line_number}" if f.line_number
-                 else f.source_file)
-                for f in functions(frame_id))
+            fns = []
+            for f in functions(frame_id):
+                src = ("" if f.source_file is None else f"{f.source_file}:{f.line_number}" if f.line_number
+                       else f.source_file)
+                # The Python view's rows are lines: the source is part of the key.
+                key = (f.name, mapping_basename(f.map_name), src if python is not None else "")
+                fns.append((function_ids.setdefault(key, len(function_ids)), src))
+            got = tuple(fns)
             frame_fns[frame_id] = got
         return got
 
@@ -279,6 +327,11 @@ def function_rows(profile: Profile, leaf_values: dict[CallsiteId, int], sort: st
                         w = where.setdefault(fn, {})
                         w[src] = w.get(src, 0) + value
             node = parent
+        if python is not None and first:  # no Python frame on this stack: one row says so
+            fn = function_ids.setdefault((NO_PYTHON, "", ""), len(function_ids))
+            path.append(fn)
+            self_values[fn] = self_values.get(fn, 0) + value
+            total_values[fn] = total_values.get(fn, 0) + value
         path.reverse()
         if prefix is None:
             prefix = path

@@ -122,14 +122,16 @@ NO_PYTHON = "[no Python frames]"
 
 
 def build_tree(profile: Profile, callsite_ids: Iterable[CallsiteId], inlined: bool = True,
-               python_only: bool = False) -> MergedTree:
+               python_only: bool = False, lines: bool = False) -> MergedTree:
     """The merged tree of `callsite_ids` and their ancestors; a frame with inlined calls is
     one node per function (callers first), and its callsite maps to the innermost. Without
     `inlined` (Perfetto's experimental_flamegraph), a frame is one node, its own function's.
 
     With python_only, native frames are left out (a callsite is merged into the
     node of its nearest Python ancestor); what has no Python frame at all goes
-    to one root node, NO_PYTHON."""
+    to one root node, NO_PYTHON. With `lines`, nodes are also told apart by
+    their line (`report`'s Python view: a Python frame is a line, as in the
+    table; view/report.py)."""
     callsites = profile.callsites()
     all_functions = frame_functions(profile)
     python = profile.python_frames() if python_only else None
@@ -143,7 +145,7 @@ def build_tree(profile: Profile, callsite_ids: Iterable[CallsiteId], inlined: bo
         return (fns[0]._replace(source_file=fns[-1].source_file, line_number=fns[-1].line_number),)
 
     # First pass: merge in arbitrary order, with node keys (parent, name, map).
-    keys: dict[tuple[int, str, str], int] = {}
+    keys: dict[tuple[int, str, str, int | None], int] = {}
     k_parent: list[int] = []
     k_name: list[str] = []
     k_map: list[str] = []
@@ -167,7 +169,7 @@ def build_tree(profile: Profile, callsite_ids: Iterable[CallsiteId], inlined: bo
                 continue
             for fn in functions(callsites[cs][1]):
                 src = None if fn.source_file is None else (fn.source_file, fn.line_number)
-                key = (parent_node, fn.name, fn.map_name)
+                key = (parent_node, fn.name, fn.map_name, fn.line_number if lines else None)
                 idx = keys.get(key)
                 if idx is None:
                     idx = len(k_parent)
@@ -195,8 +197,13 @@ def build_tree(profile: Profile, callsite_ids: Iterable[CallsiteId], inlined: bo
     for i, p in enumerate(k_parent):
         (roots if p < 0 else children[p]).append(i)
 
+    def line_of(i: int) -> int:
+        src = k_src[i]
+        return (src[1] or 0) if src is not None and lines else 0
+
     def order(ids: list[int]) -> list[int]:
-        return sorted(ids, key=lambda i: (k_name[i], k_map[i]), reverse=True)  # reversed for the stack
+        # Reversed for the stack; by line too when nodes are lines.
+        return sorted(ids, key=lambda i: (k_name[i], k_map[i], line_of(i)), reverse=True)
 
     tree = MergedTree()
     new_id = [0] * len(k_parent)
