@@ -22,7 +22,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from hs_integration import HEAPSCOPE, Profile, run_process
+from hs_integration import HEAPSCOPE, Profile, Programs, run_process
 
 PROGRAM = Path(__file__).parents[1] / "programs" / "python" / "known.py"
 INTERVAL = 4096
@@ -347,3 +347,200 @@ def test_multiprocessing_workers_exact_at_interval_1(tmp_path: Path, python: str
     assert len(set().union(*upids.values())) == len(METHODS), upids
     stats = profile.stats()
     assert stats.get("python_walks_invalid") == 0, stats
+
+
+# --- the Python view: report's default for a Python program (issue 12) ---------------------------------------------
+
+
+def _program_line(text: str, program: Path = PROGRAM) -> int:
+    """The line of `program` that is exactly `text` once stripped."""
+    return next(i + 1 for i, ln in enumerate(program.read_text().splitlines()) if ln.strip() == text)
+
+
+def _rows(report: str) -> list[tuple[str, str, str]]:
+    """The table rows of a `report` of one process: (function, location, library), cut at the
+    header's columns (a frozen module's location has blanks)."""
+    lines = report.splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.split()[:2] == ["self", "self"])
+    head = lines[at]
+    fn, loc, lib = head.index("function"), head.index("location"), head.index("library")
+    out = []
+    for ln in lines[at + 1:]:
+        if not ln.strip() or ln.strip().startswith("("):
+            break
+        out.append((ln[fn:loc].strip(), ln[loc:lib].strip(), ln[lib:].strip()))
+    return out
+
+
+def _human(text: str) -> float:
+    value, unit = text.split()
+    return float(value) * {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}[unit]
+
+
+@pytest.mark.skipif(not INTERPRETERS, reason="no CPython 3.8-3.13 installed")
+@pytest.mark.timeout(300)
+def test_report_defaults_to_python_lines_and_native_shows_libpython(tmp_path: Path) -> None:
+    from heapscope.store.reader import open_profile
+    from heapscope.view.report import build_reports
+
+    python = INTERPRETERS[-1]
+    _, minor = _version(python)
+    db = tmp_path / "known.db"
+    run = run_process([*HEAPSCOPE, "record", "-o", str(db), "-i", "1", "--seed", "7", "--", python, str(PROGRAM)],
+                      timeout=150)
+    assert run.returncode == 0, run.describe()
+    markers = _markers()
+
+    def cli(*args: str) -> str:
+        out = subprocess.run([*HEAPSCOPE, *args, str(db)], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    # WHEN the profile of a Python program is reported without a flag
+    report = cli("report", "--view", "alloc_space", "--top", "200")
+    # THEN the header says which view, how to get the other, and the rows are Python lines
+    assert "view:          Python frames (native frames folded into the Python line that called them;" \
+           " --native shows them)" in report, report
+    rows = _rows(report)
+    assert len(rows) > 12, report
+    assert not [r for r in rows if r[2].startswith(("python3", "libpython"))], report
+    located = {(r[0], r[1]) for r in rows}
+    for fn in ("kept", "worker", "Holder.method", "coro", "gen"):
+        assert (_expected_name(fn, minor), f"known.py:{markers[fn]}") in located, (fn, report)
+    # AND a row's self is what the stacks whose innermost Python frame is that line hold, the
+    # native code it called included (read here from the tables, not through the views)
+    truth = _views_by_python_site(Profile(db), bytearrays=False)
+    with open_profile(db) as prof:
+        [r] = build_reports(prof, "alloc_space", python_only=None)
+    assert r.python_only and r.has_python
+    by_line = {(x.function, x.source): x.self_value for x in r.rows}
+    for fn, (n, size, _kept, _pymalloc) in _truth(python).items():
+        name = _expected_name(fn, minor)
+        got = by_line.get((name, f"{PROGRAM}:{markers[fn]}"))
+        assert got == truth[(name, markers[fn])][0] and got >= n * size, (fn, got, truth.get((name, markers[fn])))
+    # AND `make`-like functions are rows per line: no two rows of one function share a line
+    assert len(by_line) == len(r.rows)
+
+    # WHEN --native asks for every frame
+    native = cli("report", "--native", "--view", "alloc_space", "--top", "12")
+    # THEN libpython's (or python3's) frames are rows, and the header says how to get back
+    assert any(r[2].startswith(("python3", "libpython")) for r in _rows(native)), native
+    assert "view:          every frame, native and Python (without --native: Python frames only" in native
+    assert cli("report", "--python-only", "--view", "alloc_space", "--top", "200") == report
+
+    # AND --tree follows the table: Python frames at their lines; --stacks keeps each stack in full
+    tree = cli("report", "--tree", "--min-percent", "0", "--view", "alloc_space")
+    assert f"kept  [known.py]  known.py:{markers['kept']}" in tree, tree
+    assert "PyByteArray" not in tree and "PyByteArray" in cli("report", "--tree", "--native", "--min-percent", "0")
+    stacks = cli("report", "--stacks", "--top", "3")
+    assert "view:          each stack in full, Python frames among the native ones" in stacks, stacks
+    assert "_PyEval_EvalFrameDefault" in stacks or "PyObject" in stacks, stacks
+
+    # AND the record summary's largest stacks are Python lines: Holder.method's 400 x 1500 bytes,
+    # held to the end, called from main() at its line and main from the module
+    err = run.stderr.decode()
+    at = next(i for i, ln in enumerate(err.splitlines()) if "largest stacks" in ln)
+    lines = err.splitlines()[at + 1:at + 4]
+    want = (f"<module> (known.py:{_program_line('main()')}) > main (known.py:{_program_line('Holder().method()')})"
+            f" > {_expected_name('Holder.method', minor)} (known.py:{markers['Holder.method']})")
+    mine = [ln for ln in lines if ln.endswith(want)]
+    assert len(mine) == 1, err
+    assert _human(" ".join(mine[0].split()[1:3])) >= 0.95 * 400 * 1500, mine  # shown to 3-4 digits
+    assert not any("PyObject" in ln or "_Py" in ln for ln in lines), err
+    assert all(re.search(r" \(\S[^()]*:\d+\)$", ln) for ln in lines), err  # each ends at a Python line
+
+
+RECURSE = '''\
+import os
+KEEP = []
+
+
+def leaf():
+    KEEP.append(bytearray(100000))  # LEAF
+
+
+def rec(depth):
+    if depth == 0:
+        for _ in range(20):
+            leaf()  # BOTTOM
+        return
+    rec(depth - 1)  # DOWN
+
+
+def main():
+    for depth in (5, 6):
+        rec(depth)  # CALL
+    KEEP.append([bytearray(20000) for _ in range(10)])
+
+
+main()
+os._exit(0)
+'''
+
+
+@pytest.mark.skipif(not INTERPRETERS, reason="no CPython 3.8-3.13 installed")
+@pytest.mark.timeout(200)
+def test_summary_merges_stacks_of_one_python_place_and_collapses_recursion(tmp_path: Path) -> None:
+    # GIVEN a program whose largest memory is made at one line below a recursion of two depths
+    program = tmp_path / "recurse.py"
+    program.write_text(RECURSE)
+    marks = {ln.split("# ")[1]: i + 1 for i, ln in enumerate(RECURSE.splitlines()) if "# " in ln}
+    db = tmp_path / "recurse.db"
+    # WHEN it is recorded
+    run = run_process([*HEAPSCOPE, "record", "-o", str(db), "-i", "1", "--", INTERPRETERS[-1], str(program)],
+                      timeout=150)
+    assert run.returncode == 0, run.describe()
+    err = run.stderr.decode().splitlines()
+    at = next(i for i, ln in enumerate(err) if "largest stacks" in ln)
+    # THEN its first line is that place: the two depths' stacks as one line (6 + 7 runs of rec's
+    # line, counted as a range) holding both's 40 bytearrays, the module's line cut to `…`
+    first = err[at + 1]
+    assert first.endswith(f"… > main (recurse.py:{marks['CALL']}) > rec (recurse.py:{marks['DOWN']}) ×5-6"
+                          f" > rec (recurse.py:{marks['BOTTOM']}) > leaf (recurse.py:{marks['LEAF']})"), err
+    assert _human(" ".join(first.split()[1:3])) >= 0.95 * 40 * 100000, first  # shown to 2 digits
+    # AND no other line is the same place
+    assert not any(f"(recurse.py:{marks['LEAF']})" in ln for ln in err[at + 2:at + 4]), err
+
+
+@pytest.mark.skipif(not INTERPRETERS, reason="no CPython 3.8-3.13 installed")
+@pytest.mark.timeout(200)
+def test_leaks_header_of_a_python_program_names_both_heaps(tmp_path: Path) -> None:
+    db = _record(tmp_path, INTERPRETERS[-1], INTERVAL)
+    out = subprocess.run([*HEAPSCOPE, "leaks", str(db)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    head = out.stdout.splitlines()[0]
+    assert head == "heap: libc.malloc + python.pymalloc (every heap of the profile, their sum; --heap NAME for one)", \
+        out.stdout
+
+
+@pytest.mark.skipif(not INTERPRETERS, reason="no CPython 3.8-3.13 installed")
+@pytest.mark.timeout(200)
+def test_native_process_beside_a_python_one_keeps_the_native_view(tmp_path: Path, programs: Programs) -> None:
+    # GIVEN a Python script that runs a C program (a build script running a compiler, say)
+    basic = programs.path("basic")
+    script = tmp_path / "runs.py"
+    script.write_text(f"import subprocess\nKEEP = [bytearray(300000)]\nsubprocess.run([{str(basic)!r}], check=True)\n")
+    db = tmp_path / "both.db"
+    run = run_process([*HEAPSCOPE, "record", "-o", str(db), "-i", "1", "--", INTERPRETERS[-1], str(script)],
+                      timeout=150)
+    assert run.returncode == 0, run.describe()
+    pids = {r["name"]: r["pid"] for r in Profile(db).query("SELECT pid, name FROM process")}
+    assert "basic" in pids, pids
+
+    def cli(*args: str) -> str:
+        out = subprocess.run([*HEAPSCOPE, "report", *args, str(db)], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    # WHEN the profile is reported without a flag
+    both = cli("--top", "50")
+    # THEN the Python process shows its lines and the C program its functions, as before
+    python_part, native_part = (both.split(f"\npid {pids['basic']} ")[i] for i in (0, 1))
+    assert "view:          Python frames" in python_part and "runs.py:2" in python_part, both
+    assert "view:" not in native_part and "alloc_small" in native_part, both
+    only = cli("--pid", str(pids["basic"]))
+    assert only == cli("--pid", str(pids["basic"]), "--native"), only
+    assert _rows(only)[0][0] in ("alloc_big", "path_b"), only  # 1 MiB of basic.c's kept at the peak
+    # AND the record summary gives the C program its native stacks
+    err = run.stderr.decode()
+    assert "> path_b > path_c > alloc_big" in err, err
