@@ -308,7 +308,7 @@ def render_stacks(profile: object, r: ProcessReport, top: int) -> str:
     head = render_report(r, 1, stacks=True).split("\n\n", 1)[0]
     if r.ts is None:
         return head + "\n\n  (no dumps)\n"
-    tree = build_tree(profile, sorted(r.values), python_only=r.python_only)
+    tree = build_tree(profile, sorted(r.values), python_only=r.python_only, lines=r.python_only)
     own = tree.self_values(r.values, r.view)
     nodes = sorted((i for i in range(len(tree)) if own[i] != 0), key=lambda i: (-abs(own[i]), i))
     if not nodes:
