@@ -435,6 +435,11 @@ def test_report_defaults_to_python_lines_and_native_shows_libpython(tmp_path: Pa
     stacks = cli("report", "--stacks", "--top", "3")
     assert "view:          each stack in full, Python frames among the native ones" in stacks, stacks
     assert "_PyEval_EvalFrameDefault" in stacks or "PyObject" in stacks, stacks
+    # AND each stack shows its frames at their own lines: main at the line of each call it made
+    # (merged by function, every main read the line of whichever stack came first)
+    calls = {_program_line(c) for c in ("kept()", "small()", "Holder().method()", "extension()")}
+    mains = {int(m) for m in re.findall(r"^ +main +known\.py:(\d+) ", cli("report", "--stacks", "--top", "60"), re.M)}
+    assert calls <= mains, (calls, mains)
 
     # AND the record summary's largest stacks are Python lines: Holder.method's 400 x 1500 bytes,
     # held to the end, called from main() at its line and main from the module

@@ -308,7 +308,9 @@ def render_stacks(profile: object, r: ProcessReport, top: int) -> str:
     head = render_report(r, 1, stacks=True).split("\n\n", 1)[0]
     if r.ts is None:
         return head + "\n\n  (no dumps)\n"
-    tree = build_tree(profile, sorted(r.values), python_only=r.python_only, lines=r.python_only)
+    # Each stack in full, so each frame at its own line: merged by function, a frame
+    # would show the line of whichever stack came first (main at its first call for all).
+    tree = build_tree(profile, sorted(r.values), python_only=r.python_only, lines=True)
     own = tree.self_values(r.values, r.view)
     nodes = sorted((i for i in range(len(tree)) if own[i] != 0), key=lambda i: (-abs(own[i]), i))
     if not nodes:
