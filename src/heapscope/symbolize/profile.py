@@ -396,13 +396,12 @@ def debuginfod_urls_from_env() -> list[str] | None:
 def cache_context(tool: str | None, locator: Locator, debuginfod_urls: list[str] | None) -> str:
     """What else decides a module's answers besides its files: the tool (and its build) and the lookup settings."""
     import json
-    from importlib.util import find_spec
 
     from heapscope.symbolize.cache import file_identity
+    from heapscope.symbolize.symtab import demangler_available
 
-    # Whether the symbol-table names can be demangled (symtab.py), without importing it: cxxfilt
-    # looks for libstdc++ through ldconfig when imported.
-    demangler = find_spec("cxxfilt") is not None
+    # Whether the symbol-table names can be demangled (symtab.py: the C++ runtime, loaded by soname).
+    demangler = demangler_available()
     return json.dumps([tool, file_identity(tool) if tool else None, locator.binary_path, locator.debug_roots,
                        locator.index is not None, debuginfod_urls, demangler])
 
