@@ -63,7 +63,7 @@ uint64_t hs_stack_id(const uint64_t *pcs, uint32_t depth) {
  * first table soon touches every 4 KiB page of it, each twice (the probe's
  * read maps the zero page, the insert's write copies it): pyobjects.py's
  * ~11k ids there were 4,092 faults. In huge pages the same 8 MiB are 4 pages
- * of 2 MiB, 8 faults (benchmarks/faults.py), and four TLB entries cover
+ * of 2 MiB, ~8 faults (benchmarks/faults.py), and four TLB entries cover
  * what the probes read. The price is memory: a huge page is all there once
  * one id lands in it, so a program with few ids past the first table holds
  * up to 8 MiB where it held one 4 KiB page per id; one that never leaves

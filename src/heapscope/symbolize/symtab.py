@@ -48,9 +48,10 @@ class _CxaDemangler:
         self.free: Any = None
 
     def load(self) -> bool:
-        """Whether a demangler is there; loads it the first time."""
+        """Whether a demangler is there; loads it the first time. `loaded` is set last: a thread
+        that comes in while another loads (symbol tables are read on threads too) loads it as
+        well, rather than take the half-done state for a missing demangler."""
         if not self.loaded:
-            self.loaded = True
             import ctypes
 
             for soname in ("libstdc++.so.6", "libc++.so.1"):
@@ -65,6 +66,7 @@ class _CxaDemangler:
                 free.argtypes = [ctypes.c_void_p]
                 self.fn, self.free = fn, free
                 break
+            self.loaded = True
         return self.fn is not None
 
     def __call__(self, name: str) -> str:
