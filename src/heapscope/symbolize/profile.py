@@ -398,10 +398,12 @@ def cache_context(tool: str | None, locator: Locator, debuginfod_urls: list[str]
     import json
 
     from heapscope.symbolize.cache import file_identity
-    from heapscope.symbolize.symtab import demangler_available
 
-    # Whether the symbol-table names can be demangled (symtab.py: the C++ runtime, loaded by soname).
-    demangler = demangler_available()
+    # How symbol-table names are demangled: by the C++ runtime's __cxa_demangle, looked up by
+    # soname at the first mangled name (symtab.py; neither loaded nor imported here: a recording
+    # answered from the cache needs neither). True, as when the cxxfilt package did it (the same
+    # names), so that the caches built then still answer.
+    demangler = True
     return json.dumps([tool, file_identity(tool) if tool else None, locator.binary_path, locator.debug_roots,
                        locator.index is not None, debuginfod_urls, demangler])
 
