@@ -108,3 +108,18 @@ def test_callsite_tree_is_consistent(programs, record):
         """
     )
     assert not dangling, [dict(r) for r in dangling]
+
+
+@pytest.mark.timeout(180)
+def test_more_stacks_than_the_first_table_holds(programs, record):
+    """20,000 distinct paths (manystacks.c): most of their stack ids go to the client's big
+    table (client/stacks.c: 2 MiB aligned, huge pages where the kernel has them). Each path is
+    a callsite of its own, sent and booked exactly."""
+    rec = record([programs.path("manystacks")], interval=1)
+    profile, upid = _recorded_upid(rec, "manystacks")
+    assert_exact(profile, upid, programs.truth("manystacks"), context=rec.describe())
+    stacks = profile.stacks(upid)
+    leaves = {tuple(s) for s in stacks.values() if s and frame_matches(s[0], "leaf_alloc")}
+    assert len(leaves) == 20000, f"{len(leaves)} distinct paths to leaf_alloc, not 20000"
+    hp = profile.heapscope_process(upid)
+    assert hp is not None and not hp["client_error"], profile.describe_process(upid)

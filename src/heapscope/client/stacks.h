@@ -4,7 +4,8 @@
  * stack_id = a 64-bit hash of (depth, pcs), never 0. The set is lock-free
  * open addressing in two anonymous mmaps: a first table of 2^15 ids (256
  * KiB, populated in one call at the first insert) that takes the first 2^14 ids,
- * then a big one of 2^20 (8 MiB of address space, touched page by page).
+ * then a big one of 2^20 (8 MiB of address space on a 2 MiB boundary, in
+ * transparent huge pages where the system gives them: stacks.c, map_table).
  * Issue 13: with the big table alone, every id landed on a page of its
  * own at random, and each of its 2,048 pages cost two faults (the probe's
  * read mapped the zero page, the insert's write copied it): 4,084 faults in
@@ -56,8 +57,10 @@ static inline uint64_t hs_stack_id_py(uint64_t native, uint32_t n, uint64_t part
   return h ? h : 1;
 }
 
-/* Maps the table. -HS_ERR_OUT_OF_MEMORY on failure (then every lookup says
- * HS_STACK_FULL, which is still correct, only slower). */
+/* Maps the tables, unmapping those of an earlier call (a fork child's
+ * restart: its parent's ids were sent to the parent's session). Only while
+ * no other thread can intern. -HS_ERR_OUT_OF_MEMORY on failure (then every
+ * lookup says HS_STACK_FULL, which is still correct, only slower). */
 HS_HIDDEN HS_MUST_CHECK int hs_stacks_init(void);
 
 HS_HIDDEN HS_MUST_CHECK enum hs_intern hs_stacks_intern(uint64_t stack_id);

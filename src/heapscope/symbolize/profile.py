@@ -396,13 +396,14 @@ def debuginfod_urls_from_env() -> list[str] | None:
 def cache_context(tool: str | None, locator: Locator, debuginfod_urls: list[str] | None) -> str:
     """What else decides a module's answers besides its files: the tool (and its build) and the lookup settings."""
     import json
-    from importlib.util import find_spec
 
     from heapscope.symbolize.cache import file_identity
 
-    # Whether the symbol-table names can be demangled (symtab.py), without importing it: cxxfilt
-    # looks for libstdc++ through ldconfig when imported.
-    demangler = find_spec("cxxfilt") is not None
+    # How symbol-table names are demangled: by the C++ runtime's __cxa_demangle, looked up by
+    # soname at the first mangled name (symtab.py; neither loaded nor imported here: a recording
+    # answered from the cache needs neither). True, as when the cxxfilt package did it (the same
+    # names), so that the caches built then still answer.
+    demangler = True
     return json.dumps([tool, file_identity(tool) if tool else None, locator.binary_path, locator.debug_roots,
                        locator.index is not None, debuginfod_urls, demangler])
 

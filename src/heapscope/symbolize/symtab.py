@@ -35,23 +35,80 @@ _BINDING_RANK = {1: 2, 2: 1, 0: 0}  # GLOBAL over WEAK over LOCAL among aliases
 # lookup looks back this many symbols for one that still covers the address.
 _MAX_LOOKBACK = 8
 
-try:
-    import cxxfilt
+class _CxaDemangler:
+    """The C++ runtime's own demangler (`__cxa_demangle`), loaded by soname at the first mangled name.
 
-    def demangle(name: str) -> str:
-        """`ns::Klass::method(int)` for `_ZN2ns5Klass6methodEi`; the raw name when it is not mangled."""
-        if not name.startswith("_Z"):
+    By soname, through the dynamic loader's own search: `ctypes.util.find_library` (the cxxfilt
+    package's way, which this replaces with the same answers) runs `/sbin/ldconfig -p` in a child
+    process, twice, while the target runs on the other core of a small machine (issue 13)."""
+
+    def __init__(self) -> None:
+        self.loaded = False
+        self.fn: Any = None
+        self.free: Any = None
+
+    def load(self) -> bool:
+        """Whether a demangler is there; loads it the first time. `loaded` is set last: a thread
+        that comes in while another loads (symbol tables are read on threads too) loads it as
+        well, rather than take the half-done state for a missing demangler."""
+        if not self.loaded:
+            import ctypes
+
+            for soname in ("libstdc++.so.6", "libc++.so.1"):
+                try:
+                    fn = getattr(ctypes.CDLL(soname), "__cxa_demangle")
+                    free = ctypes.CDLL("libc.so.6").free
+                except (OSError, AttributeError):
+                    continue
+                fn.restype = ctypes.c_void_p  # freed below: a c_char_p result would be copied and lost
+                fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+                free.restype = None
+                free.argtypes = [ctypes.c_void_p]
+                self.fn, self.free = fn, free
+                break
+            self.loaded = True
+        return self.fn is not None
+
+    def __call__(self, name: str) -> str:
+        """`name` demangled; `name` itself when there is no demangler or it is not a valid mangled name."""
+        if not self.load():
+            return name
+        import ctypes
+
+        try:
+            mangled = name.encode()
+        except UnicodeEncodeError:  # a name read with surrogate escapes
+            return name
+        status = ctypes.c_int(0)
+        out = self.fn(mangled, None, None, ctypes.byref(status))
+        if not out:
             return name
         try:
-            return str(cxxfilt.demangle(name))
-        except Exception:  # cxxfilt.InvalidName, or a libstdc++ that cannot demangle it
+            if status.value != 0:
+                return name
+            raw = ctypes.string_at(out)
+        finally:
+            self.free(out)
+        try:
+            return raw.decode()
+        except UnicodeDecodeError:
             return name
 
-except Exception:  # cxxfilt needs libstdc++ through ctypes; without it, show raw names
 
-    def demangle(name: str) -> str:
-        """The raw name: no demangler is available."""
+_cxa_demangle = _CxaDemangler()
+
+
+def demangler_available() -> bool:
+    """Whether mangled names can be demangled here (the C++ runtime loads)."""
+    return _cxa_demangle.load()
+
+
+def demangle(name: str) -> str:
+    """`ns::Klass::method(int)` for `_ZN2ns5Klass6methodEi`; the raw name when it is not mangled, is not a
+    valid mangled name, or no C++ runtime is there to demangle it."""
+    if not name.startswith("_Z"):
         return name
+    return _cxa_demangle(name)
 
 
 class ElfReadError(Exception):

@@ -6,11 +6,18 @@
  * differ only in depth, or only by two frames swapped between lanes, differ
  * too. The set (hs_stacks_intern): every id is NEW once and KNOWN after,
  * past the first table's cap (2^14 ids, stacks.h) and into the big table,
- * with ids that share a home slot in either table. Prints one line per
+ * with ids that share a home slot in either table. The big table is one
+ * mapping of 8 MiB on a 2 MiB boundary marked for huge pages (where the
+ * kernel has them), a second init (a fork child's restart) leaves one such
+ * mapping, not two; with too little address space for the aligned mapping
+ * the table is mapped unaligned and works the same, and with none for the
+ * table at all init fails and every id is FULL. Prints one line per
  * failed check and exits non-zero on any failure. */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "stacks.h"
@@ -77,9 +84,89 @@ static void intern_set(void) {
   CHECK(hs_stacks_intern(ids[IDS - 1]) == HS_STACK_NEW, "after a second init: last id not NEW");
 }
 
+/* The anonymous mappings of exactly 8 MiB in /proc/self/smaps: how many, and
+ * how many of those start on a 2 MiB boundary with the huge page advice
+ * ("hg" in VmFlags). */
+static void big_tables(int *all, int *huge) {
+  *all = *huge = 0;
+  FILE *f = fopen("/proc/self/smaps", "r");
+  if (f == NULL)
+    return;
+  char line[512];
+  int in = 0, aligned = 0;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    char path[256] = "";
+    if (sscanf(line, "%lx-%lx %*s %*s %*s %*s %255s", &lo, &hi, path) >= 2 && strchr(line, '-') &&
+        line[0] != 'V') {
+      in = hi - lo == (8ul << 20) && path[0] == 0;
+      aligned = (lo & ((2ul << 20) - 1)) == 0;
+      *all += in;
+    } else if (in && strncmp(line, "VmFlags:", 8) == 0) {
+      *huge += aligned && strstr(line, " hg") != NULL;
+    }
+  }
+  fclose(f);
+}
+
+static void huge_pages(void) {
+  int all, huge;
+  big_tables(&all, &huge);
+  CHECK(all == 1, "%d mappings of 8 MiB after two inits, not 1 (the first one's not unmapped?)", all);
+  if (access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK) == 0)
+    CHECK(huge == 1, "the big table is not on a 2 MiB boundary with MADV_HUGEPAGE");
+}
+
+static long mapped_bytes(void) {
+  long pages = 0;
+  FILE *f = fopen("/proc/self/statm", "r");
+  if (f == NULL || fscanf(f, "%ld", &pages) != 1)
+    pages = -1;
+  if (f != NULL)
+    fclose(f);
+  return pages * sysconf(_SC_PAGESIZE);
+}
+
+/* Interns n fresh ids (past the first table's cap when n > 2^14): each NEW
+ * once, KNOWN after. */
+static void intern_fresh(uint32_t n, const char *what) {
+  for (uint32_t i = 0; i < n; i++) {
+    ids[i] = rnd() | 1;
+    enum hs_intern in = hs_stacks_intern(ids[i]);
+    CHECK(in == HS_STACK_NEW, "%s: id %u gives %d, not NEW", what, i, (int)in);
+  }
+  for (uint32_t i = 0; i < n; i++)
+    CHECK(hs_stacks_intern(ids[i]) == HS_STACK_KNOWN, "%s: id %u not KNOWN", what, i);
+}
+
+static void little_address_space(void) {
+  struct rlimit old;
+  long now = mapped_bytes();
+  CHECK(now > 0 && getrlimit(RLIMIT_AS, &old) == 0, "cannot read the address space");
+  if (now <= 0)
+    return;
+  /* Room for the tables (8.25 MiB, those of before unmapped first) and 1
+   * MiB more: not for the aligned mapping's 2 MiB of slack. */
+  struct rlimit lim = {(rlim_t)now + (1 << 20), old.rlim_max};
+  CHECK(setrlimit(RLIMIT_AS, &lim) == 0, "setrlimit");
+  CHECK(hs_stacks_init() == HS_OK, "no room for the aligned table: init failed");
+  intern_fresh(20000, "unaligned table");
+  /* No room for the big table at all. */
+  lim.rlim_cur = (rlim_t)now - (2 << 20);
+  CHECK(setrlimit(RLIMIT_AS, &lim) == 0, "setrlimit");
+  CHECK(hs_stacks_init() == -HS_ERR_OUT_OF_MEMORY, "no room for the table: init did not fail");
+  CHECK(hs_stacks_intern(ids[0]) == HS_STACK_FULL, "no table: not FULL");
+  CHECK(hs_stacks_intern(ids[0]) == HS_STACK_FULL, "no table: not FULL the second time");
+  CHECK(setrlimit(RLIMIT_AS, &old) == 0, "setrlimit back");
+  CHECK(hs_stacks_init() == HS_OK, "init failed once there was room again");
+  intern_fresh(20000, "room again");
+}
+
 int main(void) {
   one_frame_changes();
   empty_stack();
   intern_set();
+  huge_pages();
+  little_address_space();
   return check_status();
 }

@@ -11,6 +11,7 @@ import re
 import shutil
 import sqlite3
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -253,3 +254,32 @@ def test_a_table_read_ahead_is_the_one_read_now_unless_the_file_changed(binaries
     # AND a missing file fails as read_elf_symbols does
     with pytest.raises(OSError):
         read_elf_symbols_shared(str(tmp_path / "gone"))
+
+
+DEMANGLE_IN_A_FRESH_PROCESS = r"""
+import os, sys
+spawned = []
+def hook(event, args):
+    if event in ("subprocess.Popen", "os.posix_spawn", "os.exec", "os.system"):
+        name = os.path.basename(str(args[0]))
+        if name != "ninja":  # an editable install rebuilding on import
+            spawned.append(name)
+sys.addaudithook(hook)
+from heapscope.symbolize.profile import cache_context
+from heapscope.symbolize.symtab import demangle, demangler_available
+from heapscope.symbolize.locate import Locator
+print(demangle("_ZN2ns5Klass6methodEi"), demangle("_Zbad"), demangle("_Z"), demangle("main"), demangle("_Z1fv.cold"))
+print(demangler_available())
+cache_context(None, Locator(), None)
+print(spawned)
+"""
+
+
+def test_demangling_starts_no_process(tmp_path: Path) -> None:
+    # GIVEN a fresh producer-side interpreter that records every process it would start
+    # WHEN it demangles names and builds a symbol cache's context (both look for the C++ runtime)
+    out = subprocess.run([sys.executable, "-c", DEMANGLE_IN_A_FRESH_PROCESS], capture_output=True, text=True,
+                         timeout=60, check=True, cwd=tmp_path).stdout.splitlines()
+    # THEN names are demangled as c++filt does, invalid ones kept, and no process was started (the
+    # cxxfilt package's library search ran /sbin/ldconfig -p twice in the middle of a record: issue 13)
+    assert out == ["ns::Klass::method(int) _Zbad _Z main f() [clone .cold]", "True", "[]"]
