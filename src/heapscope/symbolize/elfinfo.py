@@ -58,6 +58,15 @@ class ElfInfo(FrozenSlots):
 ELF_READ_ERRORS = (ELFError, struct.error, ValueError, IndexError, OverflowError, MemoryError)
 
 
+def read_errors() -> tuple[type[Exception], ...]:
+    """ELF_READ_ERRORS and the parser's own ConstructError (a note whose name lacks its
+    terminator raises ArrayError: tests/fuzz, target elf). Imported here, as ELFFile is:
+    elftools.construct costs ~18 ms, which a path that reads no file must not pay."""
+    from elftools.construct.core import ConstructError
+
+    return (*ELF_READ_ERRORS, ConstructError)
+
+
 def check_section_bounds(elf: ELFFile, file_size: int) -> None:
     """Raise ELFError when a section's contents would lie past the end of the file.
 
@@ -128,7 +137,7 @@ def read_elf_info(path: str | Path) -> ElfInfo:
                     has_dwarf = True
                 elif name == ".gnu_debuglink":
                     link, crc = _parse_debuglink(elf.get_section(i).data(), elf.little_endian)
-        except ELF_READ_ERRORS as e:
+        except read_errors() as e:
             raise NotElfError(f"{path}: not a readable ELF file ({e})") from e
     return ElfInfo(str(path), build_id, has_dwarf, has_symtab, link, crc)
 

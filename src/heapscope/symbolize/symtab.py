@@ -23,7 +23,7 @@ from typing import Any
 
 from elftools.elf.elffile import ELFFile
 
-from heapscope.symbolize.elfinfo import ELF_READ_ERRORS, check_section_bounds, note_build_id, section_headers
+from heapscope.symbolize.elfinfo import check_section_bounds, note_build_id, read_errors, section_headers
 
 _STT_FUNC = 2
 _STT_GNU_IFUNC = 10
@@ -261,7 +261,7 @@ def read_elf_symbols(path: str | Path) -> ElfSymbols:
                 if starts:
                     return ElfSymbols(str(path), build_id, table.name, starts, ends, offsets, strtab)
             return ElfSymbols(str(path), build_id, "")
-        except ELF_READ_ERRORS as e:
+        except read_errors() as e:
             raise ElfReadError(f"{path}: not a readable ELF file ({e})") from e
 
 

@@ -283,3 +283,23 @@ def test_demangling_starts_no_process(tmp_path: Path) -> None:
     # THEN names are demangled as c++filt does, invalid ones kept, and no process was started (the
     # cxxfilt package's library search ran /sbin/ldconfig -p twice in the middle of a record: issue 13)
     assert out == ["ns::Klass::method(int) _Zbad _Z main f() [clone .cold]", "True", "[]"]
+
+
+def test_a_note_name_without_its_terminator_is_a_read_error(binaries: Binaries, tmp_path: Path) -> None:
+    # Found by tests/fuzz (target elf): the build-id note's name "GNU\0" with its NUL
+    # overwritten made pyelftools raise its parser's ArrayError ("missing terminator"),
+    # which was not among the errors read_elf_symbols and read_elf_info turn into theirs.
+    from heapscope.symbolize.elfinfo import NotElfError, read_elf_info
+    from heapscope.symbolize.symtab import ElfReadError
+
+    data = bytearray(binaries.prog.read_bytes())
+    # A note: namesz, descsz, type (3: NT_GNU_BUILD_ID), then the name.
+    at = data.find((4).to_bytes(4, "little") + (20).to_bytes(4, "little") + (3).to_bytes(4, "little") + b"GNU\0")
+    assert at > 0
+    data[at + 15] = ord("S")
+    bad = tmp_path / "bad-note"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(ElfReadError, match="not a readable ELF file"):
+        read_elf_symbols(bad)
+    with pytest.raises(NotElfError, match="not a readable ELF file"):
+        read_elf_info(bad)
