@@ -6,6 +6,7 @@
 #include "cfa.h"
 
 #include <link.h>
+#include <stdlib.h>
 #include <stddef.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -108,6 +109,57 @@ static void cache_clear_giveups(void) {
   }
 }
 
+/* ---- the memo of decoded FDEs ----
+ *
+ * A miss in a function already seen would run its FDE's program again up
+ * to the new pc: in a large function (CPython's _PyEval_EvalFrameDefault,
+ * cc1plus's parser) a few thousand instructions each time. The first miss
+ * in an FDE runs the whole program once instead and keeps its rows: the
+ * pcs where the rule changes, with the rule from there on. Any later miss
+ * in it is a binary search over them. The rows give exactly what the
+ * program run up to the pc gives (run stops at the first advance past its
+ * target, so the rule of a target is that of the row that holds it); an
+ * FDE whose rows cannot say so (a set_loc or an advance that goes back, an
+ * instruction run refuses, more rows than fit) is not kept, and its misses
+ * run the program as before.
+ *
+ * One mapping, made at init: MEMO_FDES entries (an open-addressed table on
+ * the FDE's address, MEMO_PROBES slots from its hash) and MEMO_ROWS row
+ * words, each (offset of the row's first pc from the FDE's start) << 32 |
+ * rule, offsets strictly increasing, no two neighbours with the same rule.
+ * When the rows are full, the whole memo is dropped (memo_gen moves on:
+ * an entry of another generation is empty) and fills again. An unload
+ * drops it too (note_unloads): another object may then have an FDE at a
+ * dropped one's address.
+ *
+ * Read and written only inside dl_iterate_phdr callbacks, under the
+ * loader's lock, and never twice at once in one thread (the client's
+ * guard): plain loads and stores. */
+#define MEMO_BITS 12
+#define MEMO_FDES (1u << MEMO_BITS)
+#define MEMO_PROBES 8
+#define MEMO_ROWS (1u << 16)
+
+struct memo_fde {
+  uint64_t fde;   /* the FDE's address */
+  uint64_t start; /* its first pc */
+  uint32_t range; /* pcs in [start, start + range) */
+  uint32_t row, nrows;
+  uint32_t gen; /* memo_gen when stored; any other: an empty slot */
+};
+
+static struct memo_fde *memo; /* NULL: no memo, misses as before */
+static uint64_t *memo_rows;
+static uint32_t memo_gen = 1, memo_used;
+static uint64_t n_memo_hits, n_memo_fills, n_memo_fails, n_memo_drops;
+
+static void memo_clear(void) {
+  __atomic_fetch_add(&n_memo_drops, 1, __ATOMIC_RELAXED);
+  if (++memo_gen == 0)
+    memo_gen = 1;
+  memo_used = 0;
+}
+
 int hs_cfa_init(void) {
   if (cache)
     return 0;
@@ -117,6 +169,17 @@ int hs_cfa_init(void) {
     return -1;
   for (uint32_t i = 0; i < HOT_WORDS; i++)
     hot[i] = HOT_EMPTY;
+  /* The memo of decoded FDEs (its pages are written as it fills): without
+   * it, every miss runs its FDE's program as before. */
+  void *mm = mmap(NULL, MEMO_FDES * sizeof(struct memo_fde) + MEMO_ROWS * sizeof(uint64_t),
+                  PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  const char *off = secure_getenv("HEAPSCOPE_UNWIND_MEMO"); /* "0": off, for A/B runs */
+  if (mm != MAP_FAILED && !(off && off[0] == '0' && off[1] == '\0')) {
+    memo_rows = (uint64_t *)(void *)((char *)mm + MEMO_FDES * sizeof(struct memo_fde));
+    memo = mm;
+  } else if (mm != MAP_FAILED) {
+    munmap(mm, MEMO_FDES * sizeof(struct memo_fde) + MEMO_ROWS * sizeof(uint64_t));
+  }
   cache = m;
   return 0;
 }
@@ -124,6 +187,10 @@ int hs_cfa_init(void) {
 void hs_cfa_stats(struct hs_cfa_stats *out) {
   out->misses = __atomic_load_n(&n_misses, __ATOMIC_RELAXED);
   out->giveups = __atomic_load_n(&n_giveups, __ATOMIC_RELAXED);
+  out->memo_hits = __atomic_load_n(&n_memo_hits, __ATOMIC_RELAXED);
+  out->memo_fills = __atomic_load_n(&n_memo_fills, __ATOMIC_RELAXED);
+  out->memo_fails = __atomic_load_n(&n_memo_fails, __ATOMIC_RELAXED);
+  out->memo_drops = __atomic_load_n(&n_memo_drops, __ATOMIC_RELAXED);
 }
 
 /* ---- bounded reads of .eh_frame_hdr and .eh_frame ---- */
@@ -280,11 +347,17 @@ static void set_rule(struct state *s, const struct cie *c, uint64_t reg, int kin
 
 #define MAX_REMEMBER 8
 
+struct rows;
+static void row_put(struct rows *w, uint64_t loc, uint64_t next, const struct state *s);
+
 /* Runs instructions until the row that covers target; for the CIE's
  * initial instructions, target is ~0. init: the state after the CIE (for
- * DW_CFA_restore). Returns 0, or -1 for anything unexpected. */
-static int run(struct rd *r, const struct cie *c, uint64_t loc, uint64_t target,
-               struct state *s, const struct state *init) {
+ * DW_CFA_restore). rows (the memo's fill, or NULL) gets each row's start and
+ * state, at each advance and set_loc. Returns 0, or -1 for anything
+ * unexpected. */
+static __attribute__((noinline)) int run(struct rd *r, const struct cie *c, uint64_t loc,
+                                         uint64_t target, struct state *s,
+                                         const struct state *init, struct rows *rows) {
   struct state saved[MAX_REMEMBER];
   int depth = 0;
   while (r->p < r->end && !r->bad) {
@@ -311,11 +384,15 @@ static int run(struct rd *r, const struct cie *c, uint64_t loc, uint64_t target,
     switch (op) {
     case 0x00: /* nop */
       continue;
-    case 0x01: /* set_loc */
-      loc = rd_ptr(r, c->fde_enc, 0);
+    case 0x01: { /* set_loc */
+      uint64_t next = rd_ptr(r, c->fde_enc, 0);
+      if (rows)
+        row_put(rows, loc, next, s);
+      loc = next;
       if (loc > target)
         return 0;
       continue;
+    }
     case 0x02: delta = rd_u8(r); goto advance;
     case 0x03: { uint16_t x; rd_take(r, &x, 2); delta = x; goto advance; }
     case 0x04: { uint32_t x; rd_take(r, &x, 4); delta = x; goto advance; }
@@ -397,16 +474,20 @@ static int run(struct rd *r, const struct cie *c, uint64_t loc, uint64_t target,
       return -1;
     }
   advance:
+    if (rows)
+      row_put(rows, loc, loc + delta * c->code_align, s);
     loc += delta * c->code_align;
     if (loc > target)
       return 0;
   }
+  if (rows && !r->bad)
+    row_put(rows, loc, ~(uint64_t)0, s); /* the last row: to the end of the FDE */
   return r->bad ? -1 : 0;
 }
 
 /* The CIE at cie_at: its factors and augmentation ("z", "R", "P", "L";
  * "S", a signal frame, and anything else are refused). */
-static int parse_cie(const struct dl_phdr_info *info, uintptr_t cie_at, struct cie *c) {
+static __attribute__((noinline)) int parse_cie(const struct dl_phdr_info *info, uintptr_t cie_at, struct cie *c) {
   struct rd r;
   if (!rd_entry(info, cie_at, &r))
     return -1;
@@ -453,12 +534,139 @@ static int parse_cie(const struct dl_phdr_info *info, uintptr_t cie_at, struct c
   return 0;
 }
 
+/* The rule of a state at some pc, or a KIND_GIVEUP rule. */
+static uint64_t state_rule(const struct state *s) {
+  uint64_t giveup = make_rule(KIND_GIVEUP, 0, 0);
+  if (s->ra.kind == R_UNDEF)
+    return make_rule(KIND_END, 0, 0);
+  if (s->ra.kind != R_OFF || s->ra.off != -8 || s->sp.kind != R_SAME)
+    return giveup;
+  if ((s->cfa_reg != 6 && s->cfa_reg != 7) || s->cfa_off < 8 || s->cfa_off >= (1 << OFF_BITS))
+    return giveup;
+  if (s->cfa_off & 7)
+    return giveup;
+  uint64_t k = 0;
+  if (s->bp.kind == R_OFF) {
+    /* rbp saved below the return address, inside the frame. */
+    if (s->bp.off > -16 || (s->bp.off & 7) || -s->bp.off / 8 >= (1 << K_BITS))
+      return giveup;
+    k = (uint64_t)(-s->bp.off / 8);
+    if (s->cfa_reg == 7 && (int64_t)(8 * k) > s->cfa_off)
+      return giveup;
+  } else if (s->bp.kind != R_SAME) {
+    return giveup;
+  }
+  return make_rule(s->cfa_reg == 7 ? KIND_RSP : KIND_RBP, (uint64_t)s->cfa_off, k);
+}
+
+struct rows {
+  uint64_t *a;
+  uint64_t start;
+  uint32_t n, cap;
+  int bad; /* ROWS_BACK or ROWS_FULL */
+};
+enum { ROWS_BACK = 1, ROWS_FULL = 2 };
+
+/* A row from loc (to next, the pc of the next row) with the rule of s. */
+static void row_put(struct rows *w, uint64_t loc, uint64_t next, const struct state *s) {
+  if (w->bad)
+    return;
+  if (next < loc || loc < w->start || loc - w->start > UINT32_MAX) {
+    w->bad = ROWS_BACK;
+    return;
+  }
+  uint64_t off = loc - w->start, rule = state_rule(s);
+  if (w->n && w->a[w->n - 1] >> 32 == off)
+    w->n--; /* an empty row (advance by 0): the one after covers its pc */
+  if (w->n && (w->a[w->n - 1] & RULE_MASK) == rule)
+    return; /* the rule of the row before goes on */
+  if (w->n == w->cap) {
+    w->bad = ROWS_FULL;
+    return;
+  }
+  w->a[w->n++] = off << 32 | rule;
+}
+
+static inline uint32_t memo_hash(uintptr_t fde) {
+  return (uint32_t)(((uint64_t)fde * UINT64_C(0x9e3779b97f4a7c15)) >> (64 - MEMO_BITS));
+}
+
+static const struct memo_fde *memo_find(uintptr_t fde) {
+  uint32_t h = memo_hash(fde);
+  for (uint32_t i = 0; i < MEMO_PROBES; i++) {
+    const struct memo_fde *e = &memo[(h + i) & (MEMO_FDES - 1)];
+    if (e->gen != memo_gen)
+      return NULL; /* entries are never taken out one by one: the probe ends here */
+    if (e->fde == fde)
+      return e;
+  }
+  return NULL;
+}
+
+/* The rule of target, inside the entry's range: the last row at or before it. */
+static uint64_t memo_rule(const struct memo_fde *e, uint64_t target) {
+  const uint64_t *a = memo_rows + e->row;
+  uint64_t key = (target - e->start) << 32 | UINT32_MAX;
+  uint32_t lo = 0, hi = e->nrows; /* a[0] is the row of start: offset 0 */
+  while (hi - lo > 1) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    if (a[mid] <= key)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  return a[lo] & RULE_MASK;
+}
+
+/* Runs the FDE's whole program (f: at its first instruction; init: the
+ * state after the CIE's) into the rows and stores its entry. NULL: not
+ * kept (the caller runs the program up to its pc as before). */
+static __attribute__((noinline)) const struct memo_fde *
+memo_fill(uintptr_t fde, uint64_t start, uint64_t range, const struct rd *f, const struct cie *c,
+          const struct state *init) {
+  if (range == 0 || range > UINT32_MAX || start + range - 1 < start)
+    goto fail;
+  for (int pass = 0; pass < 2; pass++) {
+    struct rows w = {memo_rows + memo_used, start, 0, MEMO_ROWS - memo_used, 0};
+    struct rd r = *f;
+    struct state s = *init;
+    /* The last pc as target: run stops at the first advance past it. */
+    if (run(&r, c, start, start + range - 1, &s, init, &w) < 0 || w.bad == ROWS_BACK || w.n == 0)
+      goto fail;
+    if (w.bad == ROWS_FULL) {
+      if (memo_used == 0)
+        goto fail; /* more rows than the whole memo holds */
+      memo_clear(); /* full: everything goes, this FDE first in again */
+      continue;
+    }
+    uint32_t h = memo_hash(fde), slot = h;
+    for (uint32_t i = 0; i < MEMO_PROBES; i++) {
+      slot = (h + i) & (MEMO_FDES - 1);
+      if (memo[slot].gen != memo_gen)
+        break;
+    }
+    /* All probed slots taken: the last one is overwritten (its rows stay
+     * unused until the next drop). */
+    struct memo_fde *e = &memo[slot];
+    *e = (struct memo_fde){fde, start, (uint32_t)range, memo_used, w.n, memo_gen};
+    memo_used += w.n;
+    __atomic_fetch_add(&n_memo_fills, 1, __ATOMIC_RELAXED);
+    return e;
+  }
+fail:
+  __atomic_fetch_add(&n_memo_fails, 1, __ATOMIC_RELAXED);
+  return NULL;
+}
+
 /* x86_64 Linux's signal return trampoline (__restore_rt):
  * mov $15, %rax; syscall. */
 static const uint8_t sigreturn_code[] = {0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05};
 
+static uint64_t fde_rule(const struct dl_phdr_info *info, uintptr_t fde_at, uintptr_t target,
+                         int use_memo);
+
 /* The rule for return address pc in this object, or a KIND_GIVEUP rule. */
-static uint64_t rule_in(const struct dl_phdr_info *info, uintptr_t pc, uintptr_t text_end) {
+static __attribute__((noinline)) uint64_t rule_in(const struct dl_phdr_info *info, uintptr_t pc, uintptr_t text_end) {
   uint64_t giveup = make_rule(KIND_GIVEUP, 0, 0);
   if (text_end - pc >= sizeof sigreturn_code && memcmp((const void *)pc, sigreturn_code,
                                                        sizeof sigreturn_code) == 0)
@@ -494,62 +702,77 @@ static uint64_t rule_in(const struct dl_phdr_info *info, uintptr_t pc, uintptr_t
   if (hdr + (uintptr_t)(intptr_t)table[2 * lo] > target)
     return giveup;
   uintptr_t fde_at = hdr + (uintptr_t)(intptr_t)table[2 * lo + 1];
-  struct rd f;
-  if (!rd_entry(info, fde_at, &f))
-    return giveup;
+  return fde_rule(info, fde_at, target, 1);
+}
+
+/* The FDE at fde_at: its CIE, its pc range, and f left at its first
+ * instruction. 0, or -1 when anything does not fit. */
+static int fde_head(const struct dl_phdr_info *info, uintptr_t fde_at, struct rd *f, struct cie *c,
+                    uint64_t *start, uint64_t *range) {
+  if (!rd_entry(info, fde_at, f))
+    return -1;
   uint32_t cie_ptr;
-  uintptr_t cie_field = (uintptr_t)f.p;
-  rd_take(&f, &cie_ptr, 4);
-  if (f.bad || cie_ptr == 0)
-    return giveup;
-  struct cie c;
-  if (parse_cie(info, cie_field - cie_ptr, &c) < 0)
-    return giveup;
-  uint64_t start = rd_ptr(&f, c.fde_enc, 0);
-  uint64_t range = rd_ptr(&f, c.fde_enc & 0x0f, 0);
-  if (f.bad || target < start || target - start >= range)
-    return giveup;
-  if (c.has_z) {
-    uint64_t len = rd_uleb(&f);
-    if (f.bad || len > (uint64_t)(f.end - f.p))
-      return giveup;
-    f.p += len;
+  uintptr_t cie_field = (uintptr_t)f->p;
+  rd_take(f, &cie_ptr, 4);
+  if (f->bad || cie_ptr == 0)
+    return -1;
+  if (parse_cie(info, cie_field - cie_ptr, c) < 0)
+    return -1;
+  *start = rd_ptr(f, c->fde_enc, 0);
+  *range = rd_ptr(f, c->fde_enc & 0x0f, 0);
+  if (f->bad)
+    return -1;
+  if (c->has_z) {
+    uint64_t len = rd_uleb(f);
+    if (f->bad || len > (uint64_t)(f->end - f->p))
+      return -1;
+    f->p += len;
   }
+  return 0;
+}
+
+/* The rule for target (pc - 1) from the FDE at fde_at: from the memo when
+ * use_memo (filling it at the FDE's first miss), else from its program run
+ * up to target, as before the memo. */
+static __attribute__((noinline)) uint64_t fde_rule(const struct dl_phdr_info *info,
+                                                   uintptr_t fde_at, uintptr_t target,
+                                                   int use_memo) {
+  uint64_t giveup = make_rule(KIND_GIVEUP, 0, 0);
+  if (use_memo && memo) {
+    const struct memo_fde *e = memo_find(fde_at);
+    if (e) {
+      __atomic_fetch_add(&n_memo_hits, 1, __ATOMIC_RELAXED);
+      return target - e->start < e->range ? memo_rule(e, target) : giveup;
+    }
+  }
+  struct rd f;
+  struct cie c;
+  uint64_t start, range;
+  if (fde_head(info, fde_at, &f, &c, &start, &range) < 0 || target < start ||
+      target - start >= range)
+    return giveup;
   struct state s = {-1, 0, {R_SAME, 0}, {R_SAME, 0}, {R_SAME, 0}};
   struct rd ci = {c.insns, c.end, 0};
-  if (run(&ci, &c, start, ~(uint64_t)0, &s, NULL) < 0)
+  if (run(&ci, &c, start, ~(uint64_t)0, &s, NULL, NULL) < 0)
     return giveup;
-  struct state init = s;
-  if (run(&f, &c, start, target, &s, &init) < 0)
-    return giveup;
-
-  if (s.ra.kind == R_UNDEF)
-    return make_rule(KIND_END, 0, 0);
-  if (s.ra.kind != R_OFF || s.ra.off != -8 || s.sp.kind != R_SAME)
-    return giveup;
-  if ((s.cfa_reg != 6 && s.cfa_reg != 7) || s.cfa_off < 8 || s.cfa_off >= (1 << OFF_BITS))
-    return giveup;
-  if (s.cfa_off & 7)
-    return giveup;
-  uint64_t k = 0;
-  if (s.bp.kind == R_OFF) {
-    /* rbp saved below the return address, inside the frame. */
-    if (s.bp.off > -16 || (s.bp.off & 7) || -s.bp.off / 8 >= (1 << K_BITS))
-      return giveup;
-    k = (uint64_t)(-s.bp.off / 8);
-    if (s.cfa_reg == 7 && (int64_t)(8 * k) > s.cfa_off)
-      return giveup;
-  } else if (s.bp.kind != R_SAME) {
-    return giveup;
+  if (use_memo && memo) {
+    const struct memo_fde *e = memo_fill(fde_at, start, range, &f, &c, &s);
+    if (e)
+      return memo_rule(e, target);
   }
-  return make_rule(s.cfa_reg == 7 ? KIND_RSP : KIND_RBP, (uint64_t)s.cfa_off, k);
+  struct state init = s;
+  if (run(&f, &c, start, target, &s, &init, NULL) < 0)
+    return giveup;
+  return state_rule(&s);
 }
 
 static int note_unloads(struct dl_phdr_info *info, size_t size, void *data) {
   (void)data;
   if (size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs) {
-    if (have_counts && info->dlpi_subs != seen_subs)
+    if (have_counts && info->dlpi_subs != seen_subs) {
       cache_clear();
+      memo_clear();
+    }
     else if (have_counts && info->dlpi_adds != seen_adds)
       cache_clear_giveups();
     seen_adds = info->dlpi_adds;
@@ -600,9 +823,73 @@ static int find_rule(struct dl_phdr_info *info, size_t size, void *data) {
   return 0;
 }
 
+#ifdef HS_CFA_SELFTEST
+/* For tests/unit/client/cfa_test.c alone (built with -DHS_CFA_SELFTEST):
+ * every FDE of the object whose code holds addr, and every pc in each, the
+ * rule through the memo against the rule of the program run up to the pc. */
+struct selftest {
+  uintptr_t addr;
+  struct hs_cfa_selftest *out;
+};
+
+static int selftest_object(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)size;
+  struct selftest *t = data;
+  int mine = 0;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+    if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X) && t->addr >= lo &&
+        t->addr - lo < ph->p_memsz)
+      mine = 1;
+  }
+  if (!mine)
+    return 0;
+  const ElfW(Phdr) *hdr_ph = NULL;
+  for (int i = 0; i < info->dlpi_phnum; i++)
+    if (info->dlpi_phdr[i].p_type == PT_GNU_EH_FRAME)
+      hdr_ph = &info->dlpi_phdr[i];
+  struct rd r;
+  uintptr_t hdr = hdr_ph ? info->dlpi_addr + hdr_ph->p_vaddr : 0;
+  if (!hdr_ph || !segment_of(info, hdr, &r))
+    return 1;
+  uint8_t version = rd_u8(&r), ptr_enc = rd_u8(&r), count_enc = rd_u8(&r), table_enc = rd_u8(&r);
+  (void)rd_ptr(&r, ptr_enc, hdr);
+  uint64_t count = rd_ptr(&r, count_enc, hdr);
+  if (r.bad || version != 1 || table_enc != 0x3b || count > (uint64_t)(r.end - r.p) / 8)
+    return 1;
+  const int32_t *table = (const int32_t *)(const void *)r.p;
+  for (uint64_t i = 0; i < count; i++) {
+    uintptr_t fde_at = hdr + (uintptr_t)(intptr_t)table[2 * i + 1];
+    struct rd f;
+    struct cie c;
+    uint64_t start, range;
+    if (fde_head(info, fde_at, &f, &c, &start, &range) < 0 || range > (1u << 24))
+      continue;
+    t->out->fdes++;
+    /* One pc before and one after the range too (both "give up"). */
+    for (uint64_t target = start - 1; target <= start + range; target++) {
+      uint64_t a = fde_rule(info, fde_at, target, 1), b = fde_rule(info, fde_at, target, 0);
+      t->out->pcs++;
+      if (a != b && t->out->differ++ < 8)
+        t->out->first_differ[t->out->differ - 1] = target;
+    }
+    if (memo && memo_find(fde_at))
+      t->out->kept++;
+  }
+  return 1;
+}
+
+void hs_cfa_selftest(uintptr_t addr, struct hs_cfa_selftest *out) {
+  struct selftest t = {addr, out};
+  memset(out, 0, sizeof *out);
+  dl_iterate_phdr(selftest_object, &t);
+}
+#endif
+
 static int populated;
 
-static uint64_t miss(uintptr_t pc) {
+static __attribute__((noinline)) uint64_t miss(uintptr_t pc) {
   __atomic_fetch_add(&n_misses, 1, __ATOMIC_RELAXED);
   /* The first miss writes the whole cache in: a walk reads a slot before a
    * miss writes it (256 pages, 512 faults on cc1plus otherwise). */

@@ -41,7 +41,22 @@ HS_HIDDEN int hs_cfa_backtrace(uint64_t *buf, uint32_t want);
 /* Counters of the cache, for tests and the verify mode. */
 struct hs_cfa_stats {
   uint64_t misses, giveups;
+  uint64_t memo_hits;  /* misses answered from the memo of decoded FDEs */
+  uint64_t memo_fills; /* FDEs decoded into it */
+  uint64_t memo_fails; /* FDEs it could not hold (their misses run the program) */
+  uint64_t memo_drops; /* times it was emptied: full, or an object unloaded */
 };
 HS_HIDDEN void hs_cfa_stats(struct hs_cfa_stats *out);
+
+#ifdef HS_CFA_SELFTEST
+/* Tests only: every pc of every FDE of the object whose code holds addr,
+ * its rule through the memo of decoded FDEs against its FDE program run up
+ * to it (cfa.c). */
+struct hs_cfa_selftest {
+  uint64_t fdes, pcs, differ, kept; /* kept: FDEs in the memo at the end of their check */
+  uint64_t first_differ[8];         /* pc - 1 of the first differences */
+};
+HS_HIDDEN void hs_cfa_selftest(uintptr_t addr, struct hs_cfa_selftest *out);
+#endif
 
 #endif

@@ -200,6 +200,20 @@ static void jit_check(void) {
   munmap(page, 4096);
 }
 
+/* Every pc of every FDE of the object that holds addr: its rule through the
+ * memo of decoded FDEs equals the one its program gives when run up to it
+ * (cfa.c's hs_cfa_selftest). */
+static void memo_check(const char *what, const void *addr) {
+  struct hs_cfa_selftest st;
+  hs_cfa_selftest((uintptr_t)addr, &st);
+  printf("memo check, %s: %llu FDEs (%llu kept), %llu pcs, %llu differ\n", what,
+         (unsigned long long)st.fdes, (unsigned long long)st.kept, (unsigned long long)st.pcs,
+         (unsigned long long)st.differ);
+  CHECK(st.fdes > 0 && st.kept > 0, "%s: no FDE through the memo", what);
+  CHECK(st.differ == 0, "%s: %llu pcs with another rule, the first at pc - 1 = %llx", what,
+        (unsigned long long)st.differ, (unsigned long long)st.first_differ[0]);
+}
+
 static void through_lib(void) {
   compare("unloaded and reloaded object", N, 0);
 }
@@ -228,6 +242,8 @@ static void unload_check(const char *first, const char *second) {
   if (!call)
     return;
   printf("reloaded at the same address: %s\n", (uintptr_t)call == was ? "yes" : "no");
+  struct hs_cfa_stats before, after;
+  hs_cfa_stats(&before);
   /* libunwind keeps what it learnt of the first object (its register-state
    * cache until unw_flush_cache; its trace cache, per thread, for good:
    * src/x86_64/Gtrace.c), so the reference is a flushed libunwind in a new
@@ -241,6 +257,13 @@ static void unload_check(const char *first, const char *second) {
   pthread_t th;
   pthread_create(&th, NULL, reloaded_thread, (void *)call);
   pthread_join(th, NULL);
+  /* level() has two calls, so two return addresses in one FDE: the walk
+   * after the reload answered one of them from the memo, which the unload
+   * must have dropped (it held the first object's rows, at the same FDE
+   * address). */
+  hs_cfa_stats(&after);
+  CHECK(after.memo_hits > before.memo_hits, "reloaded object: no miss answered from the memo");
+  memo_check("reloaded object", (const void *)call);
   dlclose(h);
 }
 
@@ -258,10 +281,22 @@ int main(int argc, char **argv) {
   if (argc == 3)
     unload_check(argv[1], argv[2]);
   jit_check();
+  memo_check("this program", (const void *)recurse);
+  memo_check("libc", (const void *)qsort);
+  /* CFA_TEST_LIBPYTHON: a libpython to look at too (loaded, not started). */
+  const char *py = getenv("CFA_TEST_LIBPYTHON");
+  void *pyh = py && *py ? dlopen(py, RTLD_LAZY | RTLD_LOCAL) : NULL;
+  void *py_fn = pyh ? dlsym(pyh, "PyEval_EvalCode") : NULL;
+  CHECK(!py || !*py || py_fn, "cannot load %s", py);
+  if (py_fn)
+    memo_check("libpython", py_fn);
   struct hs_cfa_stats st;
   hs_cfa_stats(&st);
-  printf("compared %d agreed %d gave_up %d misses %llu\n", compared, agreed, gave_up,
-         (unsigned long long)st.misses);
+  printf("compared %d agreed %d gave_up %d misses %llu (from the memo %llu, FDEs kept %llu, "
+         "not kept %llu, memo emptied %llu times)\n", compared, agreed, gave_up,
+         (unsigned long long)st.misses, (unsigned long long)st.memo_hits,
+         (unsigned long long)st.memo_fills, (unsigned long long)st.memo_fails,
+         (unsigned long long)st.memo_drops);
   /* Only the signal handler (once per pass) and the jit code (3 times) may
    * give up. */
   CHECK(gave_up <= 5, "gave up %d times", gave_up);
