@@ -113,11 +113,15 @@ static void cache_clear_giveups(void) {
  *
  * A miss in a function already seen would run its FDE's program again up
  * to the new pc: in a large function (CPython's _PyEval_EvalFrameDefault,
- * cc1plus's parser) a few thousand instructions each time. The first miss
- * in an FDE runs the whole program once instead and keeps its rows: the
- * pcs where the rule changes, with the rule from there on. Any later miss
- * in it is a binary search over them. The rows give exactly what the
- * program run up to the pc gives (run stops at the first advance past its
+ * cc1plus's parser) a few thousand instructions each time. The memo keeps
+ * the rows a run went through: the pcs where the rule changes, with the
+ * rule from there on, and how far they are known (up to the loc where the
+ * run stopped, past its target). The first miss in an FDE runs its program
+ * up to its pc, as before, and keeps the rows; a later miss below that
+ * point is a binary search over them; one above runs the whole program
+ * once and keeps all its rows. So an FDE met once costs what it did, and
+ * one met often costs at most two runs. The rows give exactly what the
+ * program run up to a pc gives (run stops at the first advance past its
  * target, so the rule of a target is that of the row that holds it); an
  * FDE whose rows cannot say so (a set_loc or an advance that goes back, an
  * instruction run refuses, more rows than fit) is not kept, and its misses
@@ -141,9 +145,10 @@ static void cache_clear_giveups(void) {
 #define MEMO_ROWS (1u << 16)
 
 struct memo_fde {
-  uint64_t fde;   /* the FDE's address */
-  uint64_t start; /* its first pc */
-  uint32_t range; /* pcs in [start, start + range) */
+  uint64_t fde;     /* the FDE's address */
+  uint64_t start;   /* its first pc */
+  uint32_t range;   /* pcs in [start, start + range) */
+  uint32_t known;   /* the rows hold the rules of [start, start + known) */
   uint32_t row, nrows;
   uint32_t gen; /* memo_gen when stored; any other: an empty slot */
 };
@@ -347,7 +352,16 @@ static void set_rule(struct state *s, const struct cie *c, uint64_t reg, int kin
 
 #define MAX_REMEMBER 8
 
-struct rows;
+/* The memo's fill (see below): the rows a run goes through, and where it
+ * stopped. */
+struct rows {
+  uint64_t *a;
+  uint64_t start;
+  uint32_t n, cap;
+  int bad;       /* ROWS_BACK or ROWS_FULL */
+  uint64_t stop; /* the run's loc when it stopped past its target; ~0: the program's end */
+};
+enum { ROWS_BACK = 1, ROWS_FULL = 2 };
 static void row_put(struct rows *w, uint64_t loc, uint64_t next, const struct state *s);
 
 /* Runs instructions until the row that covers target; for the CIE's
@@ -355,9 +369,9 @@ static void row_put(struct rows *w, uint64_t loc, uint64_t next, const struct st
  * DW_CFA_restore). rows (the memo's fill, or NULL) gets each row's start and
  * state, at each advance and set_loc. Returns 0, or -1 for anything
  * unexpected. */
-static __attribute__((noinline)) int run(struct rd *r, const struct cie *c, uint64_t loc,
-                                         uint64_t target, struct state *s,
-                                         const struct state *init, struct rows *rows) {
+static inline __attribute__((always_inline)) int
+run_body(struct rd *r, const struct cie *c, uint64_t loc, uint64_t target, struct state *s,
+         const struct state *init, struct rows *rows) {
   struct state saved[MAX_REMEMBER];
   int depth = 0;
   while (r->p < r->end && !r->bad) {
@@ -390,7 +404,7 @@ static __attribute__((noinline)) int run(struct rd *r, const struct cie *c, uint
         row_put(rows, loc, next, s);
       loc = next;
       if (loc > target)
-        return 0;
+        goto past;
       continue;
     }
     case 0x02: delta = rd_u8(r); goto advance;
@@ -478,11 +492,30 @@ static __attribute__((noinline)) int run(struct rd *r, const struct cie *c, uint
       row_put(rows, loc, loc + delta * c->code_align, s);
     loc += delta * c->code_align;
     if (loc > target)
-      return 0;
+      goto past;
   }
-  if (rows && !r->bad)
+  if (rows && !r->bad) {
     row_put(rows, loc, ~(uint64_t)0, s); /* the last row: to the end of the FDE */
+    rows->stop = ~(uint64_t)0;
+  }
   return r->bad ? -1 : 0;
+past:
+  if (rows)
+    rows->stop = loc;
+  return 0;
+}
+
+/* The run of every miss, and the memo's, which keeps the rows. */
+static __attribute__((noinline)) int run(struct rd *r, const struct cie *c, uint64_t loc,
+                                         uint64_t target, struct state *s,
+                                         const struct state *init) {
+  return run_body(r, c, loc, target, s, init, NULL);
+}
+
+static __attribute__((noinline)) int run_rows(struct rd *r, const struct cie *c, uint64_t loc,
+                                              uint64_t target, struct state *s,
+                                              const struct state *init, struct rows *rows) {
+  return run_body(r, c, loc, target, s, init, rows);
 }
 
 /* The CIE at cie_at: its factors and augmentation ("z", "R", "P", "L";
@@ -559,14 +592,6 @@ static uint64_t state_rule(const struct state *s) {
   return make_rule(s->cfa_reg == 7 ? KIND_RSP : KIND_RBP, (uint64_t)s->cfa_off, k);
 }
 
-struct rows {
-  uint64_t *a;
-  uint64_t start;
-  uint32_t n, cap;
-  int bad; /* ROWS_BACK or ROWS_FULL */
-};
-enum { ROWS_BACK = 1, ROWS_FULL = 2 };
-
 /* A row from loc (to next, the pc of the next row) with the rule of s. */
 static void row_put(struct rows *w, uint64_t loc, uint64_t next, const struct state *s) {
   if (w->bad)
@@ -591,19 +616,24 @@ static inline uint32_t memo_hash(uintptr_t fde) {
   return (uint32_t)(((uint64_t)fde * UINT64_C(0x9e3779b97f4a7c15)) >> (64 - MEMO_BITS));
 }
 
-static const struct memo_fde *memo_find(uintptr_t fde) {
+/* The FDE's entry, or NULL; with put, else the slot to store it in (the
+ * first empty one, or the last probed when all are taken: its rows stay
+ * unused until the next drop). */
+static struct memo_fde *memo_find(uintptr_t fde, int put) {
   uint32_t h = memo_hash(fde);
+  struct memo_fde *e = NULL;
   for (uint32_t i = 0; i < MEMO_PROBES; i++) {
-    const struct memo_fde *e = &memo[(h + i) & (MEMO_FDES - 1)];
-    if (e->gen != memo_gen)
-      return NULL; /* entries are never taken out one by one: the probe ends here */
+    e = &memo[(h + i) & (MEMO_FDES - 1)];
+    if (e->gen != memo_gen) /* entries are never taken out one by one: the probe ends here */
+      return put ? e : NULL;
     if (e->fde == fde)
       return e;
   }
-  return NULL;
+  return put ? e : NULL;
 }
 
-/* The rule of target, inside the entry's range: the last row at or before it. */
+/* The rule of target, inside what the entry knows: the last row at or
+ * before it. */
 static uint64_t memo_rule(const struct memo_fde *e, uint64_t target) {
   const uint64_t *a = memo_rows + e->row;
   uint64_t key = (target - e->start) << 32 | UINT32_MAX;
@@ -618,20 +648,20 @@ static uint64_t memo_rule(const struct memo_fde *e, uint64_t target) {
   return a[lo] & RULE_MASK;
 }
 
-/* Runs the FDE's whole program (f: at its first instruction; init: the
- * state after the CIE's) into the rows and stores its entry. NULL: not
- * kept (the caller runs the program up to its pc as before). */
+/* Runs the FDE's program (f: at its first instruction; init: the state
+ * after the CIE's) up to upto into the rows, and stores its entry. NULL:
+ * not kept (the caller runs the program up to its pc as before). */
 static __attribute__((noinline)) const struct memo_fde *
-memo_fill(uintptr_t fde, uint64_t start, uint64_t range, const struct rd *f, const struct cie *c,
-          const struct state *init) {
+memo_fill(uintptr_t fde, uint64_t start, uint64_t range, uint64_t upto, const struct rd *f,
+          const struct cie *c, const struct state *init) {
   if (range == 0 || range > UINT32_MAX || start + range - 1 < start)
     goto fail;
   for (int pass = 0; pass < 2; pass++) {
-    struct rows w = {memo_rows + memo_used, start, 0, MEMO_ROWS - memo_used, 0};
+    struct rows w = {memo_rows + memo_used, start, 0, MEMO_ROWS - memo_used, 0, 0};
     struct rd r = *f;
     struct state s = *init;
-    /* The last pc as target: run stops at the first advance past it. */
-    if (run(&r, c, start, start + range - 1, &s, init, &w) < 0 || w.bad == ROWS_BACK || w.n == 0)
+    /* run stops at the first advance past upto: the rows hold every pc below. */
+    if (run_rows(&r, c, start, upto, &s, init, &w) < 0 || w.bad == ROWS_BACK || w.n == 0)
       goto fail;
     if (w.bad == ROWS_FULL) {
       if (memo_used == 0)
@@ -639,16 +669,9 @@ memo_fill(uintptr_t fde, uint64_t start, uint64_t range, const struct rd *f, con
       memo_clear(); /* full: everything goes, this FDE first in again */
       continue;
     }
-    uint32_t h = memo_hash(fde), slot = h;
-    for (uint32_t i = 0; i < MEMO_PROBES; i++) {
-      slot = (h + i) & (MEMO_FDES - 1);
-      if (memo[slot].gen != memo_gen)
-        break;
-    }
-    /* All probed slots taken: the last one is overwritten (its rows stay
-     * unused until the next drop). */
-    struct memo_fde *e = &memo[slot];
-    *e = (struct memo_fde){fde, start, (uint32_t)range, memo_used, w.n, memo_gen};
+    struct memo_fde *e = memo_find(fde, 1);
+    uint64_t known = w.stop - start < range ? w.stop - start : range;
+    *e = (struct memo_fde){fde, start, (uint32_t)range, (uint32_t)known, memo_used, w.n, memo_gen};
     memo_used += w.n;
     __atomic_fetch_add(&n_memo_fills, 1, __ATOMIC_RELAXED);
     return e;
@@ -738,11 +761,17 @@ static __attribute__((noinline)) uint64_t fde_rule(const struct dl_phdr_info *in
                                                    uintptr_t fde_at, uintptr_t target,
                                                    int use_memo) {
   uint64_t giveup = make_rule(KIND_GIVEUP, 0, 0);
+  uint64_t upto = target; /* the first run in an FDE: up to its pc, as without the memo */
   if (use_memo && memo) {
-    const struct memo_fde *e = memo_find(fde_at);
+    const struct memo_fde *e = memo_find(fde_at, 0);
     if (e) {
-      __atomic_fetch_add(&n_memo_hits, 1, __ATOMIC_RELAXED);
-      return target - e->start < e->range ? memo_rule(e, target) : giveup;
+      if (target - e->start >= e->range)
+        return giveup;
+      if (target - e->start < e->known) {
+        __atomic_fetch_add(&n_memo_hits, 1, __ATOMIC_RELAXED);
+        return memo_rule(e, target);
+      }
+      upto = e->start + e->range - 1; /* met again further on: the whole program */
     }
   }
   struct rd f;
@@ -753,15 +782,15 @@ static __attribute__((noinline)) uint64_t fde_rule(const struct dl_phdr_info *in
     return giveup;
   struct state s = {-1, 0, {R_SAME, 0}, {R_SAME, 0}, {R_SAME, 0}};
   struct rd ci = {c.insns, c.end, 0};
-  if (run(&ci, &c, start, ~(uint64_t)0, &s, NULL, NULL) < 0)
+  if (run(&ci, &c, start, ~(uint64_t)0, &s, NULL) < 0)
     return giveup;
   if (use_memo && memo) {
-    const struct memo_fde *e = memo_fill(fde_at, start, range, &f, &c, &s);
-    if (e)
+    const struct memo_fde *e = memo_fill(fde_at, start, range, upto, &f, &c, &s);
+    if (e && target - start < e->known)
       return memo_rule(e, target);
   }
   struct state init = s;
-  if (run(&f, &c, start, target, &s, &init, NULL) < 0)
+  if (run(&f, &c, start, target, &s, &init) < 0)
     return giveup;
   return state_rule(&s);
 }
@@ -867,14 +896,19 @@ static int selftest_object(struct dl_phdr_info *info, size_t size, void *data) {
     if (fde_head(info, fde_at, &f, &c, &start, &range) < 0 || range > (1u << 24))
       continue;
     t->out->fdes++;
-    /* One pc before and one after the range too (both "give up"). */
-    for (uint64_t target = start - 1; target <= start + range; target++) {
-      uint64_t a = fde_rule(info, fde_at, target, 1), b = fde_rule(info, fde_at, target, 0);
+    /* The middle first (rows kept up to there), then every pc in order
+     * (those below from the rows of that first run, the first one above
+     * runs the whole program), and one pc on either side of the range
+     * (both "give up"). */
+    uint64_t mid = start + range / 2;
+    for (uint64_t n = 0; n < range + 3; n++) {
+      uint64_t at = n == 0 ? mid : start - 2 + n;
+      uint64_t a = fde_rule(info, fde_at, at, 1), b = fde_rule(info, fde_at, at, 0);
       t->out->pcs++;
       if (a != b && t->out->differ++ < 8)
-        t->out->first_differ[t->out->differ - 1] = target;
+        t->out->first_differ[t->out->differ - 1] = at;
     }
-    if (memo && memo_find(fde_at))
+    if (memo && memo_find(fde_at, 0))
       t->out->kept++;
   }
   return 1;

@@ -257,12 +257,14 @@ static void unload_check(const char *first, const char *second) {
   pthread_t th;
   pthread_create(&th, NULL, reloaded_thread, (void *)call);
   pthread_join(th, NULL);
-  /* level() has two calls, so two return addresses in one FDE: the walk
-   * after the reload answered one of them from the memo, which the unload
-   * must have dropped (it held the first object's rows, at the same FDE
-   * address). */
+  /* The walks through the first object left its FDEs' rows in the memo, at
+   * the same FDE addresses as the second's: the walk after the reload
+   * looked there first, and agrees with libunwind only because the unload
+   * emptied the memo (without that, the walk gives up on a stale rule and
+   * memo_check below finds 34 pcs with the first object's rules). It kept
+   * the second object's rows. */
   hs_cfa_stats(&after);
-  CHECK(after.memo_hits > before.memo_hits, "reloaded object: no miss answered from the memo");
+  CHECK(after.memo_fills > before.memo_fills, "reloaded object: nothing kept in the memo");
   memo_check("reloaded object", (const void *)call);
   dlclose(h);
 }
