@@ -216,15 +216,20 @@ static int rd_take(struct rd *r, void *out, size_t n) {
   return 1;
 }
 
-static uint8_t rd_u8(struct rd *r) {
-  uint8_t v;
-  rd_take(r, &v, 1);
-  return v;
+static inline uint8_t rd_u8(struct rd *r) {
+  if (HS_LIKELY(!r->bad && r->p < r->end))
+    return *r->p++;
+  r->bad = 1;
+  return 0;
 }
 
 /* One LEB128 number; a signed one is sign-extended from its last byte's
  * bit 6. Too long (over 64 bits) or past the end: r->bad, 0. */
 static inline uint64_t rd_leb(struct rd *r, int is_signed) {
+  if (HS_LIKELY(!r->bad && r->p < r->end && !(*r->p & 0x80))) { /* one byte: most are */
+    uint8_t b = *r->p++;
+    return is_signed && (b & 0x40) ? (uint64_t)b | ~UINT64_C(0) << 7 : b;
+  }
   uint64_t v = 0;
   for (unsigned shift = 0;; shift += 7) {
     uint8_t b = rd_u8(r);
@@ -661,7 +666,7 @@ memo_fill(uintptr_t fde, uint64_t start, uint64_t range, uint64_t upto, const st
     struct rd r = *f;
     struct state s = *init;
     /* run stops at the first advance past upto: the rows hold every pc below. */
-    if (run_rows(&r, c, start, upto, &s, init, &w) < 0 || w.bad == ROWS_BACK || w.n == 0)
+    if (run_rows(&r, c, start, upto, &s, init, &w) < 0 || w.bad == ROWS_BACK)
       goto fail;
     if (w.bad == ROWS_FULL) {
       if (memo_used == 0)
@@ -669,6 +674,8 @@ memo_fill(uintptr_t fde, uint64_t start, uint64_t range, uint64_t upto, const st
       memo_clear(); /* full: everything goes, this FDE first in again */
       continue;
     }
+    if (w.n == 0)
+      goto fail;
     struct memo_fde *e = memo_find(fde, 1);
     uint64_t known = w.stop - start < range ? w.stop - start : range;
     *e = (struct memo_fde){fde, start, (uint32_t)range, (uint32_t)known, memo_used, w.n, memo_gen};
@@ -905,6 +912,7 @@ static int selftest_object(struct dl_phdr_info *info, size_t size, void *data) {
       uint64_t at = n == 0 ? mid : start - 2 + n;
       uint64_t a = fde_rule(info, fde_at, at, 1), b = fde_rule(info, fde_at, at, 0);
       t->out->pcs++;
+      t->out->rules_hash = (t->out->rules_hash ^ (at - start) ^ b << 32) * UINT64_C(0x100000001b3);
       if (a != b && t->out->differ++ < 8)
         t->out->first_differ[t->out->differ - 1] = at;
     }

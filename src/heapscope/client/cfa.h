@@ -55,6 +55,7 @@ HS_HIDDEN void hs_cfa_stats(struct hs_cfa_stats *out);
 struct hs_cfa_selftest {
   uint64_t fdes, pcs, differ, kept; /* kept: FDEs in the memo at the end of their check */
   uint64_t first_differ[8];         /* pc - 1 of the first differences */
+  uint64_t rules_hash;              /* of every pc's rule from its program: to compare builds */
 };
 HS_HIDDEN void hs_cfa_selftest(uintptr_t addr, struct hs_cfa_selftest *out);
 #endif
