@@ -225,11 +225,7 @@ static inline uint8_t rd_u8(struct rd *r) {
 
 /* One LEB128 number; a signed one is sign-extended from its last byte's
  * bit 6. Too long (over 64 bits) or past the end: r->bad, 0. */
-static inline uint64_t rd_leb(struct rd *r, int is_signed) {
-  if (HS_LIKELY(!r->bad && r->p < r->end && !(*r->p & 0x80))) { /* one byte: most are */
-    uint8_t b = *r->p++;
-    return is_signed && (b & 0x40) ? (uint64_t)b | ~UINT64_C(0) << 7 : b;
-  }
+static __attribute__((noinline)) uint64_t rd_leb(struct rd *r, int is_signed) {
   uint64_t v = 0;
   for (unsigned shift = 0;; shift += 7) {
     uint8_t b = rd_u8(r);
@@ -246,9 +242,20 @@ static inline uint64_t rd_leb(struct rd *r, int is_signed) {
   }
 }
 
-static uint64_t rd_uleb(struct rd *r) { return rd_leb(r, 0); }
+/* Most numbers of a CFA program are one byte: read here, the rest by rd_leb. */
+static inline __attribute__((always_inline)) uint64_t rd_uleb(struct rd *r) {
+  if (HS_LIKELY(!r->bad && r->p < r->end && !(*r->p & 0x80)))
+    return *r->p++;
+  return rd_leb(r, 0);
+}
 
-static int64_t rd_sleb(struct rd *r) { return (int64_t)rd_leb(r, 1); }
+static inline __attribute__((always_inline)) int64_t rd_sleb(struct rd *r) {
+  if (HS_LIKELY(!r->bad && r->p < r->end && !(*r->p & 0x80))) {
+    uint8_t b = *r->p++;
+    return (int64_t)(b & 0x40 ? (uint64_t)b | ~UINT64_C(0) << 7 : b);
+  }
+  return (int64_t)rd_leb(r, 1);
+}
 
 /* A pointer in DW_EH_PE_* encoding: absolute, pc-relative or (for the
  * .eh_frame_hdr table) relative to datarel; indirect and the rarer bases
@@ -367,7 +374,52 @@ struct rows {
   uint64_t stop; /* the run's loc when it stopped past its target; ~0: the program's end */
 };
 enum { ROWS_BACK = 1, ROWS_FULL = 2 };
-static void row_put(struct rows *w, uint64_t loc, uint64_t next, const struct state *s);
+
+/* The rule of a state at some pc, or a KIND_GIVEUP rule. */
+static inline uint64_t state_rule(const struct state *s) {
+  uint64_t giveup = make_rule(KIND_GIVEUP, 0, 0);
+  if (s->ra.kind == R_UNDEF)
+    return make_rule(KIND_END, 0, 0);
+  if (s->ra.kind != R_OFF || s->ra.off != -8 || s->sp.kind != R_SAME)
+    return giveup;
+  if ((s->cfa_reg != 6 && s->cfa_reg != 7) || s->cfa_off < 8 || s->cfa_off >= (1 << OFF_BITS))
+    return giveup;
+  if (s->cfa_off & 7)
+    return giveup;
+  uint64_t k = 0;
+  if (s->bp.kind == R_OFF) {
+    /* rbp saved below the return address, inside the frame. */
+    if (s->bp.off > -16 || (s->bp.off & 7) || -s->bp.off / 8 >= (1 << K_BITS))
+      return giveup;
+    k = (uint64_t)(-s->bp.off / 8);
+    if (s->cfa_reg == 7 && (int64_t)(8 * k) > s->cfa_off)
+      return giveup;
+  } else if (s->bp.kind != R_SAME) {
+    return giveup;
+  }
+  return make_rule(s->cfa_reg == 7 ? KIND_RSP : KIND_RBP, (uint64_t)s->cfa_off, k);
+}
+
+/* A row from loc (to next, the pc of the next row) with the rule of s. */
+static inline __attribute__((always_inline)) void row_put(struct rows *w, uint64_t loc,
+                                                          uint64_t next, const struct state *s) {
+  if (HS_UNLIKELY(w->bad))
+    return;
+  if (HS_UNLIKELY(next < loc || loc - w->start > UINT32_MAX)) { /* also loc < start */
+    w->bad = ROWS_BACK;
+    return;
+  }
+  uint64_t off = loc - w->start, rule = state_rule(s);
+  if (w->n && w->a[w->n - 1] >> 32 == off)
+    w->n--; /* an empty row (advance by 0): the one after covers its pc */
+  if (w->n && (w->a[w->n - 1] & RULE_MASK) == rule)
+    return; /* the rule of the row before goes on */
+  if (w->n == w->cap) {
+    w->bad = ROWS_FULL;
+    return;
+  }
+  w->a[w->n++] = off << 32 | rule;
+}
 
 /* Runs instructions until the row that covers target; for the CIE's
  * initial instructions, target is ~0. init: the state after the CIE (for
@@ -572,50 +624,7 @@ static __attribute__((noinline)) int parse_cie(const struct dl_phdr_info *info, 
   return 0;
 }
 
-/* The rule of a state at some pc, or a KIND_GIVEUP rule. */
-static uint64_t state_rule(const struct state *s) {
-  uint64_t giveup = make_rule(KIND_GIVEUP, 0, 0);
-  if (s->ra.kind == R_UNDEF)
-    return make_rule(KIND_END, 0, 0);
-  if (s->ra.kind != R_OFF || s->ra.off != -8 || s->sp.kind != R_SAME)
-    return giveup;
-  if ((s->cfa_reg != 6 && s->cfa_reg != 7) || s->cfa_off < 8 || s->cfa_off >= (1 << OFF_BITS))
-    return giveup;
-  if (s->cfa_off & 7)
-    return giveup;
-  uint64_t k = 0;
-  if (s->bp.kind == R_OFF) {
-    /* rbp saved below the return address, inside the frame. */
-    if (s->bp.off > -16 || (s->bp.off & 7) || -s->bp.off / 8 >= (1 << K_BITS))
-      return giveup;
-    k = (uint64_t)(-s->bp.off / 8);
-    if (s->cfa_reg == 7 && (int64_t)(8 * k) > s->cfa_off)
-      return giveup;
-  } else if (s->bp.kind != R_SAME) {
-    return giveup;
-  }
-  return make_rule(s->cfa_reg == 7 ? KIND_RSP : KIND_RBP, (uint64_t)s->cfa_off, k);
-}
 
-/* A row from loc (to next, the pc of the next row) with the rule of s. */
-static void row_put(struct rows *w, uint64_t loc, uint64_t next, const struct state *s) {
-  if (w->bad)
-    return;
-  if (next < loc || loc < w->start || loc - w->start > UINT32_MAX) {
-    w->bad = ROWS_BACK;
-    return;
-  }
-  uint64_t off = loc - w->start, rule = state_rule(s);
-  if (w->n && w->a[w->n - 1] >> 32 == off)
-    w->n--; /* an empty row (advance by 0): the one after covers its pc */
-  if (w->n && (w->a[w->n - 1] & RULE_MASK) == rule)
-    return; /* the rule of the row before goes on */
-  if (w->n == w->cap) {
-    w->bad = ROWS_FULL;
-    return;
-  }
-  w->a[w->n++] = off << 32 | rule;
-}
 
 static inline uint32_t memo_hash(uintptr_t fde) {
   return (uint32_t)(((uint64_t)fde * UINT64_C(0x9e3779b97f4a7c15)) >> (64 - MEMO_BITS));
