@@ -704,30 +704,45 @@ static const uint8_t sigreturn_code[] = {0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x0
 static uint64_t fde_rule(const struct dl_phdr_info *info, uintptr_t fde_at, uintptr_t target,
                          int use_memo);
 
-/* The rule for return address pc in this object, or a KIND_GIVEUP rule. */
-static __attribute__((noinline)) uint64_t rule_in(const struct dl_phdr_info *info, uintptr_t pc, uintptr_t text_end) {
-  uint64_t giveup = make_rule(KIND_GIVEUP, 0, 0);
-  if (text_end - pc >= sizeof sigreturn_code && memcmp((const void *)pc, sigreturn_code,
-                                                       sizeof sigreturn_code) == 0)
-    return giveup;
+/* The object's .eh_frame_hdr search table: its address, entries and count.
+ * 0, or -1: none that the walk can read. */
+static int eh_table(const struct dl_phdr_info *info, uintptr_t *hdr_out, const int32_t **table,
+                    uint64_t *count_out) {
   const ElfW(Phdr) *hdr_ph = NULL;
   for (int i = 0; i < info->dlpi_phnum; i++)
     if (info->dlpi_phdr[i].p_type == PT_GNU_EH_FRAME)
       hdr_ph = &info->dlpi_phdr[i];
   if (!hdr_ph)
-    return giveup;
+    return -1;
   uintptr_t hdr = info->dlpi_addr + hdr_ph->p_vaddr;
   struct rd r;
   if (!segment_of(info, hdr, &r))
-    return giveup;
+    return -1;
   uint8_t version = rd_u8(&r), ptr_enc = rd_u8(&r), count_enc = rd_u8(&r), table_enc = rd_u8(&r);
   if (version != 1 || table_enc != 0x3b) /* datarel | sdata4: what linkers write */
-    return giveup;
+    return -1;
   (void)rd_ptr(&r, ptr_enc, hdr);
   uint64_t count = rd_ptr(&r, count_enc, hdr);
   if (r.bad || count == 0 || count > (uint64_t)(r.end - r.p) / 8)
+    return -1;
+  *hdr_out = hdr;
+  *table = (const int32_t *)(const void *)r.p;
+  *count_out = count;
+  return 0;
+}
+
+/* The rule for return address pc in this object (text_end: the end of the
+ * executable segment that holds pc - 1; hdr 0: no table), or a KIND_GIVEUP
+ * rule. */
+static __attribute__((noinline)) uint64_t rule_in(const struct dl_phdr_info *info, uintptr_t pc,
+                                                  uintptr_t text_end, uintptr_t hdr,
+                                                  const int32_t *table, uint64_t count) {
+  uint64_t giveup = make_rule(KIND_GIVEUP, 0, 0);
+  if (text_end - pc >= sizeof sigreturn_code && memcmp((const void *)pc, sigreturn_code,
+                                                       sizeof sigreturn_code) == 0)
     return giveup;
-  const int32_t *table = (const int32_t *)(const void *)r.p;
+  if (!hdr)
+    return giveup;
   /* The last entry whose start is <= pc - 1. */
   uintptr_t target = pc - 1;
   uint64_t lo = 0, hi = count;
@@ -811,12 +826,70 @@ static __attribute__((noinline)) uint64_t fde_rule(const struct dl_phdr_info *in
   return state_rule(&s);
 }
 
+/* ---- the objects ----
+ *
+ * What a miss needs of each object that dl_iterate_phdr shows it, kept
+ * from the first look: its executable segment, to tell whether it holds
+ * the pc, and its .eh_frame_hdr table. Without it, each miss read every
+ * program header of every object before the pc's (4 objects a miss in a
+ * Python program) and parsed the table's header again. Keyed by dlpi_addr
+ * and dlpi_phdr in 64 slots (a collision replaces); an object with more
+ * than one executable segment is not kept (the loop below, as before).
+ * Same conditions as the memo: only inside the callbacks, under the
+ * loader's lock; an unload empties it (obj_gen moves on), as another object
+ * may then sit at the same addresses. */
+#define OBJ_SLOTS 64
+
+struct obj {
+  uintptr_t base;         /* dlpi_addr */
+  const ElfW(Phdr) *phdr; /* dlpi_phdr */
+  uintptr_t lo, hi;       /* its executable PT_LOAD */
+  uintptr_t hdr;          /* its .eh_frame_hdr, 0: none usable */
+  const int32_t *table;
+  uint64_t count;
+  uint32_t gen; /* obj_gen when stored; any other: an empty slot */
+};
+
+static struct obj objs[OBJ_SLOTS];
+static uint32_t obj_gen = 1;
+
+static void objs_clear(void) {
+  if (++obj_gen == 0)
+    obj_gen = 1;
+}
+
+/* The object's entry, made at its first look; NULL: not kept. */
+static const struct obj *obj_of(const struct dl_phdr_info *info) {
+  uint32_t slot = (uint32_t)(((uint64_t)info->dlpi_addr ^ (uint64_t)(uintptr_t)info->dlpi_phdr >> 6) *
+                             UINT64_C(0x9e3779b97f4a7c15) >> 58);
+  struct obj *o = &objs[slot];
+  if (o->gen == obj_gen && o->base == info->dlpi_addr && o->phdr == info->dlpi_phdr)
+    return o;
+  int execs = 0;
+  uintptr_t lo = 0, hi = 0;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
+      execs++;
+      lo = info->dlpi_addr + ph->p_vaddr;
+      hi = lo + ph->p_memsz;
+    }
+  }
+  if (execs != 1 || hi < lo)
+    return NULL;
+  *o = (struct obj){info->dlpi_addr, info->dlpi_phdr, lo, hi, 0, NULL, 0, obj_gen};
+  if (eh_table(info, &o->hdr, &o->table, &o->count) < 0)
+    o->hdr = 0;
+  return o;
+}
+
 static int note_unloads(struct dl_phdr_info *info, size_t size, void *data) {
   (void)data;
   if (size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs) {
     if (have_counts && info->dlpi_subs != seen_subs) {
       cache_clear();
       memo_clear();
+      objs_clear();
     }
     else if (have_counts && info->dlpi_adds != seen_adds)
       cache_clear_giveups();
@@ -850,13 +923,31 @@ static int find_rule(struct dl_phdr_info *info, size_t size, void *data) {
     (void)note_unloads(info, size, NULL);
   }
   uintptr_t target = m->pc - 1;
+  /* Only while unloads are seen (dlpi_subs): the entry holds pointers into
+   * the object. */
+  const struct obj *o = have_counts ? obj_of(info) : NULL;
+  if (o) {
+    if (target - o->lo >= o->hi - o->lo)
+      return 0;
+    m->rule = m->pc < o->hi ? rule_in(info, m->pc, o->hi, o->hdr, o->table, o->count)
+                            : make_rule(KIND_GIVEUP, 0, 0);
+    m->found = 1;
+    cache_put(m->pc, m->rule); /* as below */
+    return 1;
+  }
   for (int i = 0; i < info->dlpi_phnum; i++) {
     const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
     if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
       continue;
     uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
     if (target >= lo && target < hi) {
-      m->rule = m->pc < hi ? rule_in(info, m->pc, hi) : make_rule(KIND_GIVEUP, 0, 0);
+      uintptr_t hdr = 0;
+      const int32_t *table = NULL;
+      uint64_t count = 0;
+      if (m->pc < hi && eh_table(info, &hdr, &table, &count) < 0)
+        hdr = 0;
+      m->rule = m->pc < hi ? rule_in(info, m->pc, hi, hdr, table, count)
+                           : make_rule(KIND_GIVEUP, 0, 0);
       m->found = 1;
       /* Stored with the loader lock still held: a dlclose cannot unmap the
        * object between the reading of its tables and this store, so the
