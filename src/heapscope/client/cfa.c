@@ -830,15 +830,16 @@ static __attribute__((noinline)) uint64_t fde_rule(const struct dl_phdr_info *in
  *
  * What a miss needs of each object that dl_iterate_phdr shows it, kept
  * from the first look: its executable segment, to tell whether it holds
- * the pc, and its .eh_frame_hdr table. Without it, each miss read every
- * program header of every object before the pc's (4 objects a miss in a
- * Python program) and parsed the table's header again. Keyed by dlpi_addr
- * and dlpi_phdr in 64 slots (a collision replaces); an object with more
- * than one executable segment is not kept (the loop below, as before).
- * Same conditions as the memo: only inside the callbacks, under the
- * loader's lock; an unload empties it (obj_gen moves on), as another object
- * may then sit at the same addresses. */
-#define OBJ_SLOTS 64
+ * the pc, and (from the first miss inside it) its .eh_frame_hdr table.
+ * Without it, each miss read every program header of every object before
+ * the pc's (4 objects a miss in a Python program) and parsed the table's
+ * header again. Keyed by dlpi_addr and dlpi_phdr in 128 slots (a collision
+ * replaces); an object with more than one executable segment is not kept
+ * (the loop below, as before). Same conditions as the memo: only inside
+ * the callbacks, under the loader's lock; an unload empties it (obj_gen
+ * moves on), as another object may then sit at the same addresses. */
+#define OBJ_BITS 7
+#define OBJ_SLOTS (1u << OBJ_BITS)
 
 struct obj {
   uintptr_t base;         /* dlpi_addr */
@@ -847,7 +848,8 @@ struct obj {
   uintptr_t hdr;          /* its .eh_frame_hdr, 0: none usable */
   const int32_t *table;
   uint64_t count;
-  uint32_t gen; /* obj_gen when stored; any other: an empty slot */
+  uint32_t gen;    /* obj_gen when stored; any other: an empty slot */
+  int table_known; /* hdr, table, count read (at the first miss inside the object) */
 };
 
 static struct obj objs[OBJ_SLOTS];
@@ -859,9 +861,9 @@ static void objs_clear(void) {
 }
 
 /* The object's entry, made at its first look; NULL: not kept. */
-static const struct obj *obj_of(const struct dl_phdr_info *info) {
+static struct obj *obj_of(const struct dl_phdr_info *info) {
   uint32_t slot = (uint32_t)(((uint64_t)info->dlpi_addr ^ (uint64_t)(uintptr_t)info->dlpi_phdr >> 6) *
-                             UINT64_C(0x9e3779b97f4a7c15) >> 58);
+                             UINT64_C(0x9e3779b97f4a7c15) >> (64 - OBJ_BITS));
   struct obj *o = &objs[slot];
   if (o->gen == obj_gen && o->base == info->dlpi_addr && o->phdr == info->dlpi_phdr)
     return o;
@@ -877,9 +879,7 @@ static const struct obj *obj_of(const struct dl_phdr_info *info) {
   }
   if (execs != 1 || hi < lo)
     return NULL;
-  *o = (struct obj){info->dlpi_addr, info->dlpi_phdr, lo, hi, 0, NULL, 0, obj_gen};
-  if (eh_table(info, &o->hdr, &o->table, &o->count) < 0)
-    o->hdr = 0;
+  *o = (struct obj){info->dlpi_addr, info->dlpi_phdr, lo, hi, 0, NULL, 0, obj_gen, 0};
   return o;
 }
 
@@ -925,10 +925,15 @@ static int find_rule(struct dl_phdr_info *info, size_t size, void *data) {
   uintptr_t target = m->pc - 1;
   /* Only while unloads are seen (dlpi_subs): the entry holds pointers into
    * the object. */
-  const struct obj *o = have_counts ? obj_of(info) : NULL;
+  struct obj *o = have_counts ? obj_of(info) : NULL;
   if (o) {
     if (target - o->lo >= o->hi - o->lo)
       return 0;
+    if (!o->table_known) {
+      if (eh_table(info, &o->hdr, &o->table, &o->count) < 0)
+        o->hdr = 0;
+      o->table_known = 1;
+    }
     m->rule = m->pc < o->hi ? rule_in(info, m->pc, o->hi, o->hdr, o->table, o->count)
                             : make_rule(KIND_GIVEUP, 0, 0);
     m->found = 1;
