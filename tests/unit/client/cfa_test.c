@@ -7,12 +7,16 @@
  * pointers), below a frame of 200 KiB, inside qsort's comparator (libc's
  * frames between), in 4 threads at once, and in a signal handler (ours must
  * give up at the signal frame or agree). A second pass runs on the cache
- * filled by the first. With two paths of cfa_lib.c builds (argv), a walk
+ * filled by the first. With three paths of cfa_lib.c builds (argv), a walk
  * through the first, a dlclose, and a walk through the second (loaded, most
  * likely, where the first was: the same return addresses, other rules) on
- * a walk that looks at the unload count. And code in no object (a JIT's):
- * ours gives up, the second time from its cache. Prints one line per failed check and exits non-zero
- * on any failure; with no libunwind it prints SKIP. */
+ * a walk that looks at the unload count; then the same with a third build
+ * whose code and tables sit elsewhere. And code in no object (a JIT's):
+ * ours gives up, the second time from its cache. Then every pc of every
+ * FDE of this program, libc, libpython (CFA_TEST_LIBPYTHON) and the
+ * reloaded objects: its rule through the memo of decoded FDEs equals the
+ * one its program gives. Prints one line per failed check and exits
+ * non-zero on any failure; with no libunwind it prints SKIP. */
 #include <alloca.h>
 #include <dlfcn.h>
 #include <pthread.h>
@@ -231,7 +235,26 @@ static void *reloaded_thread(void *arg) {
   return NULL;
 }
 
-static void unload_check(const char *first, const char *second) {
+/* A flushed libunwind, and a walk through the object in a new thread (see
+ * unload_check). */
+static void walk_reloaded(lib_call_fn call) {
+  typedef void (*flush_fn)(void *as, uintptr_t lo, uintptr_t hi);
+  flush_fn flush = (flush_fn)dlsym(unw_handle, "_Ux86_64_flush_cache");
+  void **as = (void **)dlsym(unw_handle, "_ULx86_64_local_addr_space");
+  CHECK(flush && as, "no unw_flush_cache");
+  if (flush && as)
+    flush(*as, 0, 0);
+  pthread_t th;
+  pthread_create(&th, NULL, reloaded_thread, (void *)call);
+  pthread_join(th, NULL);
+}
+
+static void *base_of(const void *fn) {
+  Dl_info info;
+  return dladdr(fn, &info) ? info.dli_fbase : NULL;
+}
+
+static void unload_check(const char *first, const char *second, const char *third) {
   void *h = dlopen(first, RTLD_NOW | RTLD_LOCAL);
   lib_call_fn call = h ? (lib_call_fn)dlsym(h, "cfa_lib_call") : NULL;
   CHECK(call != NULL, "cannot load %s", first);
@@ -253,15 +276,7 @@ static void unload_check(const char *first, const char *second) {
    * cache until unw_flush_cache; its trace cache, per thread, for good:
    * src/x86_64/Gtrace.c), so the reference is a flushed libunwind in a new
    * thread. */
-  typedef void (*flush_fn)(void *as, uintptr_t lo, uintptr_t hi);
-  flush_fn flush = (flush_fn)dlsym(unw_handle, "_Ux86_64_flush_cache");
-  void **as = (void **)dlsym(unw_handle, "_ULx86_64_local_addr_space");
-  CHECK(flush && as, "no unw_flush_cache");
-  if (flush && as)
-    flush(*as, 0, 0);
-  pthread_t th;
-  pthread_create(&th, NULL, reloaded_thread, (void *)call);
-  pthread_join(th, NULL);
+  walk_reloaded(call);
   /* The walks through the first object left its FDEs' rows in the memo, at
    * the same FDE addresses as the second's: the walk after the reload
    * looked there first, and agrees with libunwind only because the unload
@@ -271,6 +286,21 @@ static void unload_check(const char *first, const char *second) {
   hs_cfa_stats(&after);
   CHECK(after.memo_fills > before.memo_fills, "reloaded object: nothing kept in the memo");
   memo_check("reloaded object", (const void *)call);
+  /* The third build, its functions elsewhere and one FDE more, most likely
+   * at the same base (so the same dlpi_addr and dlpi_phdr): the walk must
+   * not use the table that cfa.c kept for the second (the unload empties
+   * it; without that, the last FDE is out of the kept count and the walk
+   * gives up). */
+  void *base = base_of((const void *)call);
+  dlclose(h);
+  h = dlopen(third, RTLD_NOW | RTLD_LOCAL);
+  call = h ? (lib_call_fn)dlsym(h, "cfa_lib_call") : NULL;
+  CHECK(call != NULL, "cannot load %s", third);
+  if (!call)
+    return;
+  printf("other layout at the same base: %s\n", base_of((const void *)call) == base ? "yes" : "no");
+  walk_reloaded(call);
+  memo_check("object of another layout", (const void *)call);
   dlclose(h);
 }
 
@@ -285,8 +315,8 @@ int main(int argc, char **argv) {
   CHECK(hs_cfa_init() == 0, "init");
   all(); /* cold cache */
   all(); /* warm */
-  if (argc == 3)
-    unload_check(argv[1], argv[2]);
+  if (argc == 4)
+    unload_check(argv[1], argv[2], argv[3]);
   jit_check();
   memo_check("this program", (const void *)recurse);
   memo_check("libc", (const void *)qsort);
