@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sysconfig
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -36,7 +37,8 @@ def libpython() -> str:
     [("-O0",), ("-O2",), ("-O2", "-fomit-frame-pointer"), ("-O3", "-fomit-frame-pointer")],
     ids=["O0", "O2-fp", "O2-nofp", "O3-nofp"],
 )
-def test_cfa_walk_equals_libunwind(build_program, build_dir, flags):
+def test_cfa_walk_equals_libunwind(build_program: Callable[..., Path], build_dir: Path,
+                                   flags: tuple[str, ...]) -> None:
     exe = build_program("cfa_test.c", *flags, str(CLIENT_DIR / "cfa.c"), "-D_GNU_SOURCE", "-DHS_CFA_SELFTEST",
                         "-Wall", "-Wextra", "-ldl")
     libs = []
