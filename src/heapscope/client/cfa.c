@@ -6,6 +6,7 @@
 #include "cfa.h"
 
 #include <link.h>
+#include <stdlib.h>
 #include <stddef.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -108,6 +109,62 @@ static void cache_clear_giveups(void) {
   }
 }
 
+/* ---- the memo of decoded FDEs ----
+ *
+ * A miss in a function already seen would run its FDE's program again up
+ * to the new pc: in a large function (CPython's _PyEval_EvalFrameDefault,
+ * cc1plus's parser) a few thousand instructions each time. The memo keeps
+ * the rows a run went through: the pcs where the rule changes, with the
+ * rule from there on, and how far they are known (up to the loc where the
+ * run stopped, past its target). The first miss in an FDE runs its program
+ * up to its pc, as before, and keeps the rows; a later miss below that
+ * point is a binary search over them; one above runs the whole program
+ * once and keeps all its rows. So an FDE met once costs what it did, and
+ * one met often costs at most two runs. The rows give exactly what the
+ * program run up to a pc gives (run stops at the first advance past its
+ * target, so the rule of a target is that of the row that holds it); an
+ * FDE whose rows cannot say so (a set_loc or an advance that goes back, an
+ * instruction run refuses, more rows than fit) is not kept, and its misses
+ * run the program as before.
+ *
+ * One mapping, made at init: MEMO_FDES entries (an open-addressed table on
+ * the FDE's address, MEMO_PROBES slots from its hash) and MEMO_ROWS row
+ * words, each (offset of the row's first pc from the FDE's start) << 32 |
+ * rule, offsets strictly increasing, no two neighbours with the same rule.
+ * When the rows are full, the whole memo is dropped (memo_gen moves on:
+ * an entry of another generation is empty) and fills again. An unload
+ * drops it too (note_unloads): another object may then have an FDE at a
+ * dropped one's address.
+ *
+ * Read and written only inside dl_iterate_phdr callbacks, under the
+ * loader's lock, and never twice at once in one thread (the client's
+ * guard): plain loads and stores. */
+#define MEMO_BITS 12
+#define MEMO_FDES (1u << MEMO_BITS)
+#define MEMO_PROBES 8
+#define MEMO_ROWS (1u << 16)
+
+struct memo_fde {
+  uint64_t fde;     /* the FDE's address */
+  uint64_t start;   /* its first pc */
+  uint32_t range;   /* pcs in [start, start + range) */
+  uint32_t known;   /* the rows hold the rules of [start, start + known) */
+  uint32_t row, nrows;
+  uint32_t gen; /* memo_gen when stored; any other: an empty slot */
+};
+
+static struct memo_fde *memo; /* NULL: no memo, misses as before */
+static uint64_t *memo_rows;
+static uint32_t memo_gen = 1, memo_used;
+static uint64_t n_memo_hits, n_memo_fills, n_memo_fails, n_memo_drops;
+
+static void memo_clear(void) {
+  __atomic_fetch_add(&n_memo_drops, 1, __ATOMIC_RELAXED);
+  if (++memo_gen == 0)
+    memo_gen = 1;
+  memo_used = 0;
+}
+
 int hs_cfa_init(void) {
   if (cache)
     return 0;
@@ -117,6 +174,17 @@ int hs_cfa_init(void) {
     return -1;
   for (uint32_t i = 0; i < HOT_WORDS; i++)
     hot[i] = HOT_EMPTY;
+  /* The memo of decoded FDEs (its pages are written as it fills): without
+   * it, every miss runs its FDE's program as before. */
+  void *mm = mmap(NULL, MEMO_FDES * sizeof(struct memo_fde) + MEMO_ROWS * sizeof(uint64_t),
+                  PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  const char *off = secure_getenv("HEAPSCOPE_UNWIND_MEMO"); /* "0": off, for A/B runs */
+  if (mm != MAP_FAILED && !(off && off[0] == '0' && off[1] == '\0')) {
+    memo_rows = (uint64_t *)(void *)((char *)mm + MEMO_FDES * sizeof(struct memo_fde));
+    memo = mm;
+  } else if (mm != MAP_FAILED) {
+    munmap(mm, MEMO_FDES * sizeof(struct memo_fde) + MEMO_ROWS * sizeof(uint64_t));
+  }
   cache = m;
   return 0;
 }
@@ -124,6 +192,10 @@ int hs_cfa_init(void) {
 void hs_cfa_stats(struct hs_cfa_stats *out) {
   out->misses = __atomic_load_n(&n_misses, __ATOMIC_RELAXED);
   out->giveups = __atomic_load_n(&n_giveups, __ATOMIC_RELAXED);
+  out->memo_hits = __atomic_load_n(&n_memo_hits, __ATOMIC_RELAXED);
+  out->memo_fills = __atomic_load_n(&n_memo_fills, __ATOMIC_RELAXED);
+  out->memo_fails = __atomic_load_n(&n_memo_fails, __ATOMIC_RELAXED);
+  out->memo_drops = __atomic_load_n(&n_memo_drops, __ATOMIC_RELAXED);
 }
 
 /* ---- bounded reads of .eh_frame_hdr and .eh_frame ---- */
@@ -144,15 +216,16 @@ static int rd_take(struct rd *r, void *out, size_t n) {
   return 1;
 }
 
-static uint8_t rd_u8(struct rd *r) {
-  uint8_t v;
-  rd_take(r, &v, 1);
-  return v;
+static inline uint8_t rd_u8(struct rd *r) {
+  if (HS_LIKELY(!r->bad && r->p < r->end))
+    return *r->p++;
+  r->bad = 1;
+  return 0;
 }
 
 /* One LEB128 number; a signed one is sign-extended from its last byte's
  * bit 6. Too long (over 64 bits) or past the end: r->bad, 0. */
-static inline uint64_t rd_leb(struct rd *r, int is_signed) {
+static __attribute__((noinline)) uint64_t rd_leb(struct rd *r, int is_signed) {
   uint64_t v = 0;
   for (unsigned shift = 0;; shift += 7) {
     uint8_t b = rd_u8(r);
@@ -169,9 +242,20 @@ static inline uint64_t rd_leb(struct rd *r, int is_signed) {
   }
 }
 
-static uint64_t rd_uleb(struct rd *r) { return rd_leb(r, 0); }
+/* Most numbers of a CFA program are one byte: read here, the rest by rd_leb. */
+static inline __attribute__((always_inline)) uint64_t rd_uleb(struct rd *r) {
+  if (HS_LIKELY(!r->bad && r->p < r->end && !(*r->p & 0x80)))
+    return *r->p++;
+  return rd_leb(r, 0);
+}
 
-static int64_t rd_sleb(struct rd *r) { return (int64_t)rd_leb(r, 1); }
+static inline __attribute__((always_inline)) int64_t rd_sleb(struct rd *r) {
+  if (HS_LIKELY(!r->bad && r->p < r->end && !(*r->p & 0x80))) {
+    uint8_t b = *r->p++;
+    return (int64_t)(b & 0x40 ? (uint64_t)b | ~UINT64_C(0) << 7 : b);
+  }
+  return (int64_t)rd_leb(r, 1);
+}
 
 /* A pointer in DW_EH_PE_* encoding: absolute, pc-relative or (for the
  * .eh_frame_hdr table) relative to datarel; indirect and the rarer bases
@@ -280,11 +364,71 @@ static void set_rule(struct state *s, const struct cie *c, uint64_t reg, int kin
 
 #define MAX_REMEMBER 8
 
+/* The memo's fill (see below): the rows a run goes through, and where it
+ * stopped. */
+struct rows {
+  uint64_t *a;
+  uint64_t start;
+  uint32_t n, cap;
+  int bad;       /* ROWS_BACK or ROWS_FULL */
+  uint64_t stop; /* the run's loc when it stopped past its target; ~0: the program's end */
+};
+enum { ROWS_BACK = 1, ROWS_FULL = 2 };
+
+/* The rule of a state at some pc, or a KIND_GIVEUP rule. */
+static inline uint64_t state_rule(const struct state *s) {
+  uint64_t giveup = make_rule(KIND_GIVEUP, 0, 0);
+  if (s->ra.kind == R_UNDEF)
+    return make_rule(KIND_END, 0, 0);
+  if (s->ra.kind != R_OFF || s->ra.off != -8 || s->sp.kind != R_SAME)
+    return giveup;
+  if ((s->cfa_reg != 6 && s->cfa_reg != 7) || s->cfa_off < 8 || s->cfa_off >= (1 << OFF_BITS))
+    return giveup;
+  if (s->cfa_off & 7)
+    return giveup;
+  uint64_t k = 0;
+  if (s->bp.kind == R_OFF) {
+    /* rbp saved below the return address, inside the frame. */
+    if (s->bp.off > -16 || (s->bp.off & 7) || -s->bp.off / 8 >= (1 << K_BITS))
+      return giveup;
+    k = (uint64_t)(-s->bp.off / 8);
+    if (s->cfa_reg == 7 && (int64_t)(8 * k) > s->cfa_off)
+      return giveup;
+  } else if (s->bp.kind != R_SAME) {
+    return giveup;
+  }
+  return make_rule(s->cfa_reg == 7 ? KIND_RSP : KIND_RBP, (uint64_t)s->cfa_off, k);
+}
+
+/* A row from loc (to next, the pc of the next row) with the rule of s. */
+static inline __attribute__((always_inline)) void row_put(struct rows *w, uint64_t loc,
+                                                          uint64_t next, const struct state *s) {
+  if (HS_UNLIKELY(w->bad))
+    return;
+  if (HS_UNLIKELY(next < loc || loc - w->start > UINT32_MAX)) { /* also loc < start */
+    w->bad = ROWS_BACK;
+    return;
+  }
+  uint64_t off = loc - w->start, rule = state_rule(s);
+  if (w->n && w->a[w->n - 1] >> 32 == off)
+    w->n--; /* an empty row (advance by 0): the one after covers its pc */
+  if (w->n && (w->a[w->n - 1] & RULE_MASK) == rule)
+    return; /* the rule of the row before goes on */
+  if (w->n == w->cap) {
+    w->bad = ROWS_FULL;
+    return;
+  }
+  w->a[w->n++] = off << 32 | rule;
+}
+
 /* Runs instructions until the row that covers target; for the CIE's
  * initial instructions, target is ~0. init: the state after the CIE (for
- * DW_CFA_restore). Returns 0, or -1 for anything unexpected. */
-static int run(struct rd *r, const struct cie *c, uint64_t loc, uint64_t target,
-               struct state *s, const struct state *init) {
+ * DW_CFA_restore). rows (the memo's fill, or NULL) gets each row's start and
+ * state, at each advance and set_loc. Returns 0, or -1 for anything
+ * unexpected. */
+static inline __attribute__((always_inline)) int
+run_body(struct rd *r, const struct cie *c, uint64_t loc, uint64_t target, struct state *s,
+         const struct state *init, struct rows *rows) {
   struct state saved[MAX_REMEMBER];
   int depth = 0;
   while (r->p < r->end && !r->bad) {
@@ -311,11 +455,15 @@ static int run(struct rd *r, const struct cie *c, uint64_t loc, uint64_t target,
     switch (op) {
     case 0x00: /* nop */
       continue;
-    case 0x01: /* set_loc */
-      loc = rd_ptr(r, c->fde_enc, 0);
+    case 0x01: { /* set_loc */
+      uint64_t next = rd_ptr(r, c->fde_enc, 0);
+      if (rows)
+        row_put(rows, loc, next, s);
+      loc = next;
       if (loc > target)
-        return 0;
+        goto past;
       continue;
+    }
     case 0x02: delta = rd_u8(r); goto advance;
     case 0x03: { uint16_t x; rd_take(r, &x, 2); delta = x; goto advance; }
     case 0x04: { uint32_t x; rd_take(r, &x, 4); delta = x; goto advance; }
@@ -397,16 +545,39 @@ static int run(struct rd *r, const struct cie *c, uint64_t loc, uint64_t target,
       return -1;
     }
   advance:
+    if (rows)
+      row_put(rows, loc, loc + delta * c->code_align, s);
     loc += delta * c->code_align;
     if (loc > target)
-      return 0;
+      goto past;
+  }
+  if (rows && !r->bad) {
+    row_put(rows, loc, ~(uint64_t)0, s); /* the last row: to the end of the FDE */
+    rows->stop = ~(uint64_t)0;
   }
   return r->bad ? -1 : 0;
+past:
+  if (rows)
+    rows->stop = loc;
+  return 0;
+}
+
+/* The run of every miss, and the memo's, which keeps the rows. */
+static __attribute__((noinline)) int run(struct rd *r, const struct cie *c, uint64_t loc,
+                                         uint64_t target, struct state *s,
+                                         const struct state *init) {
+  return run_body(r, c, loc, target, s, init, NULL);
+}
+
+static __attribute__((noinline)) int run_rows(struct rd *r, const struct cie *c, uint64_t loc,
+                                              uint64_t target, struct state *s,
+                                              const struct state *init, struct rows *rows) {
+  return run_body(r, c, loc, target, s, init, rows);
 }
 
 /* The CIE at cie_at: its factors and augmentation ("z", "R", "P", "L";
  * "S", a signal frame, and anything else are refused). */
-static int parse_cie(const struct dl_phdr_info *info, uintptr_t cie_at, struct cie *c) {
+static __attribute__((noinline)) int parse_cie(const struct dl_phdr_info *info, uintptr_t cie_at, struct cie *c) {
   struct rd r;
   if (!rd_entry(info, cie_at, &r))
     return -1;
@@ -453,34 +624,125 @@ static int parse_cie(const struct dl_phdr_info *info, uintptr_t cie_at, struct c
   return 0;
 }
 
+
+
+static inline uint32_t memo_hash(uintptr_t fde) {
+  return (uint32_t)(((uint64_t)fde * UINT64_C(0x9e3779b97f4a7c15)) >> (64 - MEMO_BITS));
+}
+
+/* The FDE's entry, or NULL; with put, else the slot to store it in (the
+ * first empty one, or the last probed when all are taken: its rows stay
+ * unused until the next drop). */
+static struct memo_fde *memo_find(uintptr_t fde, int put) {
+  uint32_t h = memo_hash(fde);
+  struct memo_fde *e = NULL;
+  for (uint32_t i = 0; i < MEMO_PROBES; i++) {
+    e = &memo[(h + i) & (MEMO_FDES - 1)];
+    if (e->gen != memo_gen) /* entries are never taken out one by one: the probe ends here */
+      return put ? e : NULL;
+    if (e->fde == fde)
+      return e;
+  }
+  return put ? e : NULL;
+}
+
+/* The rule of target, inside what the entry knows: the last row at or
+ * before it. */
+static uint64_t memo_rule(const struct memo_fde *e, uint64_t target) {
+  const uint64_t *a = memo_rows + e->row;
+  uint64_t key = (target - e->start) << 32 | UINT32_MAX;
+  uint32_t lo = 0, hi = e->nrows; /* a[0] is the row of start: offset 0 */
+  while (hi - lo > 1) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    if (a[mid] <= key)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  return a[lo] & RULE_MASK;
+}
+
+/* Runs the FDE's program (f: at its first instruction; init: the state
+ * after the CIE's) up to upto into the rows, and stores its entry. NULL:
+ * not kept (the caller runs the program up to its pc as before). */
+static __attribute__((noinline)) const struct memo_fde *
+memo_fill(uintptr_t fde, uint64_t start, uint64_t range, uint64_t upto, const struct rd *f,
+          const struct cie *c, const struct state *init) {
+  if (range == 0 || range > UINT32_MAX || start + range - 1 < start)
+    goto fail;
+  for (int pass = 0; pass < 2; pass++) {
+    struct rows w = {memo_rows + memo_used, start, 0, MEMO_ROWS - memo_used, 0, 0};
+    struct rd r = *f;
+    struct state s = *init;
+    /* run stops at the first advance past upto: the rows hold every pc below. */
+    if (run_rows(&r, c, start, upto, &s, init, &w) < 0 || w.bad == ROWS_BACK)
+      goto fail;
+    if (w.bad == ROWS_FULL) {
+      if (memo_used == 0)
+        goto fail; /* more rows than the whole memo holds */
+      memo_clear(); /* full: everything goes, this FDE first in again */
+      continue;
+    }
+    if (w.n == 0)
+      goto fail;
+    struct memo_fde *e = memo_find(fde, 1);
+    uint64_t known = w.stop - start < range ? w.stop - start : range;
+    *e = (struct memo_fde){fde, start, (uint32_t)range, (uint32_t)known, memo_used, w.n, memo_gen};
+    memo_used += w.n;
+    __atomic_fetch_add(&n_memo_fills, 1, __ATOMIC_RELAXED);
+    return e;
+  }
+fail:
+  __atomic_fetch_add(&n_memo_fails, 1, __ATOMIC_RELAXED);
+  return NULL;
+}
+
 /* x86_64 Linux's signal return trampoline (__restore_rt):
  * mov $15, %rax; syscall. */
 static const uint8_t sigreturn_code[] = {0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05};
 
-/* The rule for return address pc in this object, or a KIND_GIVEUP rule. */
-static uint64_t rule_in(const struct dl_phdr_info *info, uintptr_t pc, uintptr_t text_end) {
-  uint64_t giveup = make_rule(KIND_GIVEUP, 0, 0);
-  if (text_end - pc >= sizeof sigreturn_code && memcmp((const void *)pc, sigreturn_code,
-                                                       sizeof sigreturn_code) == 0)
-    return giveup;
+static uint64_t fde_rule(const struct dl_phdr_info *info, uintptr_t fde_at, uintptr_t target,
+                         int use_memo);
+
+/* The object's .eh_frame_hdr search table: its address, entries and count.
+ * 0, or -1: none that the walk can read. */
+static int eh_table(const struct dl_phdr_info *info, uintptr_t *hdr_out, const int32_t **table,
+                    uint64_t *count_out) {
   const ElfW(Phdr) *hdr_ph = NULL;
   for (int i = 0; i < info->dlpi_phnum; i++)
     if (info->dlpi_phdr[i].p_type == PT_GNU_EH_FRAME)
       hdr_ph = &info->dlpi_phdr[i];
   if (!hdr_ph)
-    return giveup;
+    return -1;
   uintptr_t hdr = info->dlpi_addr + hdr_ph->p_vaddr;
   struct rd r;
   if (!segment_of(info, hdr, &r))
-    return giveup;
+    return -1;
   uint8_t version = rd_u8(&r), ptr_enc = rd_u8(&r), count_enc = rd_u8(&r), table_enc = rd_u8(&r);
   if (version != 1 || table_enc != 0x3b) /* datarel | sdata4: what linkers write */
-    return giveup;
+    return -1;
   (void)rd_ptr(&r, ptr_enc, hdr);
   uint64_t count = rd_ptr(&r, count_enc, hdr);
   if (r.bad || count == 0 || count > (uint64_t)(r.end - r.p) / 8)
+    return -1;
+  *hdr_out = hdr;
+  *table = (const int32_t *)(const void *)r.p;
+  *count_out = count;
+  return 0;
+}
+
+/* The rule for return address pc in this object (text_end: the end of the
+ * executable segment that holds pc - 1; hdr 0: no table), or a KIND_GIVEUP
+ * rule. */
+static __attribute__((noinline)) uint64_t rule_in(const struct dl_phdr_info *info, uintptr_t pc,
+                                                  uintptr_t text_end, uintptr_t hdr,
+                                                  const int32_t *table, uint64_t count) {
+  uint64_t giveup = make_rule(KIND_GIVEUP, 0, 0);
+  if (text_end - pc >= sizeof sigreturn_code && memcmp((const void *)pc, sigreturn_code,
+                                                       sizeof sigreturn_code) == 0)
     return giveup;
-  const int32_t *table = (const int32_t *)(const void *)r.p;
+  if (!hdr)
+    return giveup;
   /* The last entry whose start is <= pc - 1. */
   uintptr_t target = pc - 1;
   uint64_t lo = 0, hi = count;
@@ -494,62 +756,141 @@ static uint64_t rule_in(const struct dl_phdr_info *info, uintptr_t pc, uintptr_t
   if (hdr + (uintptr_t)(intptr_t)table[2 * lo] > target)
     return giveup;
   uintptr_t fde_at = hdr + (uintptr_t)(intptr_t)table[2 * lo + 1];
-  struct rd f;
-  if (!rd_entry(info, fde_at, &f))
-    return giveup;
+  return fde_rule(info, fde_at, target, 1);
+}
+
+/* The FDE at fde_at: its CIE, its pc range, and f left at its first
+ * instruction. 0, or -1 when anything does not fit. */
+static int fde_head(const struct dl_phdr_info *info, uintptr_t fde_at, struct rd *f, struct cie *c,
+                    uint64_t *start, uint64_t *range) {
+  if (!rd_entry(info, fde_at, f))
+    return -1;
   uint32_t cie_ptr;
-  uintptr_t cie_field = (uintptr_t)f.p;
-  rd_take(&f, &cie_ptr, 4);
-  if (f.bad || cie_ptr == 0)
-    return giveup;
-  struct cie c;
-  if (parse_cie(info, cie_field - cie_ptr, &c) < 0)
-    return giveup;
-  uint64_t start = rd_ptr(&f, c.fde_enc, 0);
-  uint64_t range = rd_ptr(&f, c.fde_enc & 0x0f, 0);
-  if (f.bad || target < start || target - start >= range)
-    return giveup;
-  if (c.has_z) {
-    uint64_t len = rd_uleb(&f);
-    if (f.bad || len > (uint64_t)(f.end - f.p))
-      return giveup;
-    f.p += len;
+  uintptr_t cie_field = (uintptr_t)f->p;
+  rd_take(f, &cie_ptr, 4);
+  if (f->bad || cie_ptr == 0)
+    return -1;
+  if (parse_cie(info, cie_field - cie_ptr, c) < 0)
+    return -1;
+  *start = rd_ptr(f, c->fde_enc, 0);
+  *range = rd_ptr(f, c->fde_enc & 0x0f, 0);
+  if (f->bad)
+    return -1;
+  if (c->has_z) {
+    uint64_t len = rd_uleb(f);
+    if (f->bad || len > (uint64_t)(f->end - f->p))
+      return -1;
+    f->p += len;
   }
+  return 0;
+}
+
+/* The rule for target (pc - 1) from the FDE at fde_at: from the memo when
+ * use_memo (filling it at the FDE's first miss), else from its program run
+ * up to target, as before the memo. */
+static __attribute__((noinline)) uint64_t fde_rule(const struct dl_phdr_info *info,
+                                                   uintptr_t fde_at, uintptr_t target,
+                                                   int use_memo) {
+  uint64_t giveup = make_rule(KIND_GIVEUP, 0, 0);
+  uint64_t upto = target; /* the first run in an FDE: up to its pc, as without the memo */
+  if (use_memo && memo) {
+    const struct memo_fde *e = memo_find(fde_at, 0);
+    if (e) {
+      if (target - e->start >= e->range)
+        return giveup;
+      if (target - e->start < e->known) {
+        __atomic_fetch_add(&n_memo_hits, 1, __ATOMIC_RELAXED);
+        return memo_rule(e, target);
+      }
+      upto = e->start + e->range - 1; /* met again further on: the whole program */
+    }
+  }
+  struct rd f;
+  struct cie c;
+  uint64_t start, range;
+  if (fde_head(info, fde_at, &f, &c, &start, &range) < 0 || target < start ||
+      target - start >= range)
+    return giveup;
   struct state s = {-1, 0, {R_SAME, 0}, {R_SAME, 0}, {R_SAME, 0}};
   struct rd ci = {c.insns, c.end, 0};
   if (run(&ci, &c, start, ~(uint64_t)0, &s, NULL) < 0)
     return giveup;
+  if (use_memo && memo) {
+    const struct memo_fde *e = memo_fill(fde_at, start, range, upto, &f, &c, &s);
+    if (e && target - start < e->known)
+      return memo_rule(e, target);
+  }
   struct state init = s;
   if (run(&f, &c, start, target, &s, &init) < 0)
     return giveup;
+  return state_rule(&s);
+}
 
-  if (s.ra.kind == R_UNDEF)
-    return make_rule(KIND_END, 0, 0);
-  if (s.ra.kind != R_OFF || s.ra.off != -8 || s.sp.kind != R_SAME)
-    return giveup;
-  if ((s.cfa_reg != 6 && s.cfa_reg != 7) || s.cfa_off < 8 || s.cfa_off >= (1 << OFF_BITS))
-    return giveup;
-  if (s.cfa_off & 7)
-    return giveup;
-  uint64_t k = 0;
-  if (s.bp.kind == R_OFF) {
-    /* rbp saved below the return address, inside the frame. */
-    if (s.bp.off > -16 || (s.bp.off & 7) || -s.bp.off / 8 >= (1 << K_BITS))
-      return giveup;
-    k = (uint64_t)(-s.bp.off / 8);
-    if (s.cfa_reg == 7 && (int64_t)(8 * k) > s.cfa_off)
-      return giveup;
-  } else if (s.bp.kind != R_SAME) {
-    return giveup;
+/* ---- the objects ----
+ *
+ * What a miss needs of each object that dl_iterate_phdr shows it, kept
+ * from the first look: its executable segment, to tell whether it holds
+ * the pc, and (from the first miss inside it) its .eh_frame_hdr table.
+ * Without it, each miss read every program header of every object before
+ * the pc's (4 objects a miss in a Python program) and parsed the table's
+ * header again. Keyed by dlpi_addr and dlpi_phdr in 128 slots (a collision
+ * replaces); an object with more than one executable segment is not kept
+ * (the loop below, as before). Same conditions as the memo: only inside
+ * the callbacks, under the loader's lock; an unload empties it (obj_gen
+ * moves on), as another object may then sit at the same addresses. */
+#define OBJ_BITS 7
+#define OBJ_SLOTS (1u << OBJ_BITS)
+
+struct obj {
+  uintptr_t base;         /* dlpi_addr */
+  const ElfW(Phdr) *phdr; /* dlpi_phdr */
+  uintptr_t lo, hi;       /* its executable PT_LOAD */
+  uintptr_t hdr;          /* its .eh_frame_hdr, 0: none usable */
+  const int32_t *table;
+  uint64_t count;
+  uint32_t gen;    /* obj_gen when stored; any other: an empty slot */
+  int table_known; /* hdr, table, count read (at the first miss inside the object) */
+};
+
+static struct obj objs[OBJ_SLOTS];
+static uint32_t obj_gen = 1;
+
+static void objs_clear(void) {
+  if (++obj_gen == 0)
+    obj_gen = 1;
+}
+
+/* The object's entry, made at its first look; NULL: not kept. */
+static struct obj *obj_of(const struct dl_phdr_info *info) {
+  uint32_t slot = (uint32_t)(((uint64_t)info->dlpi_addr ^ (uint64_t)(uintptr_t)info->dlpi_phdr >> 6) *
+                             UINT64_C(0x9e3779b97f4a7c15) >> (64 - OBJ_BITS));
+  struct obj *o = &objs[slot];
+  if (o->gen == obj_gen && o->base == info->dlpi_addr && o->phdr == info->dlpi_phdr)
+    return o;
+  int execs = 0;
+  uintptr_t lo = 0, hi = 0;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
+      execs++;
+      lo = info->dlpi_addr + ph->p_vaddr;
+      hi = lo + ph->p_memsz;
+    }
   }
-  return make_rule(s.cfa_reg == 7 ? KIND_RSP : KIND_RBP, (uint64_t)s.cfa_off, k);
+  if (execs != 1 || hi < lo)
+    return NULL;
+  *o = (struct obj){info->dlpi_addr, info->dlpi_phdr, lo, hi, 0, NULL, 0, obj_gen, 0};
+  return o;
 }
 
 static int note_unloads(struct dl_phdr_info *info, size_t size, void *data) {
   (void)data;
   if (size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs) {
-    if (have_counts && info->dlpi_subs != seen_subs)
+    if (have_counts && info->dlpi_subs != seen_subs) {
       cache_clear();
+      memo_clear();
+      objs_clear();
+    }
     else if (have_counts && info->dlpi_adds != seen_adds)
       cache_clear_giveups();
     seen_adds = info->dlpi_adds;
@@ -582,13 +923,36 @@ static int find_rule(struct dl_phdr_info *info, size_t size, void *data) {
     (void)note_unloads(info, size, NULL);
   }
   uintptr_t target = m->pc - 1;
+  /* Only while unloads are seen (dlpi_subs): the entry holds pointers into
+   * the object. */
+  struct obj *o = have_counts ? obj_of(info) : NULL;
+  if (o) {
+    if (target - o->lo >= o->hi - o->lo)
+      return 0;
+    if (!o->table_known) {
+      if (eh_table(info, &o->hdr, &o->table, &o->count) < 0)
+        o->hdr = 0;
+      o->table_known = 1;
+    }
+    m->rule = m->pc < o->hi ? rule_in(info, m->pc, o->hi, o->hdr, o->table, o->count)
+                            : make_rule(KIND_GIVEUP, 0, 0);
+    m->found = 1;
+    cache_put(m->pc, m->rule); /* as below */
+    return 1;
+  }
   for (int i = 0; i < info->dlpi_phnum; i++) {
     const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
     if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
       continue;
     uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
     if (target >= lo && target < hi) {
-      m->rule = m->pc < hi ? rule_in(info, m->pc, hi) : make_rule(KIND_GIVEUP, 0, 0);
+      uintptr_t hdr = 0;
+      const int32_t *table = NULL;
+      uint64_t count = 0;
+      if (m->pc < hi && eh_table(info, &hdr, &table, &count) < 0)
+        hdr = 0;
+      m->rule = m->pc < hi ? rule_in(info, m->pc, hi, hdr, table, count)
+                           : make_rule(KIND_GIVEUP, 0, 0);
       m->found = 1;
       /* Stored with the loader lock still held: a dlclose cannot unmap the
        * object between the reading of its tables and this store, so the
@@ -600,9 +964,79 @@ static int find_rule(struct dl_phdr_info *info, size_t size, void *data) {
   return 0;
 }
 
+#ifdef HS_CFA_SELFTEST
+/* For tests/unit/client/cfa_test.c alone (built with -DHS_CFA_SELFTEST):
+ * every FDE of the object whose code holds addr, and every pc in each, the
+ * rule through the memo against the rule of the program run up to the pc. */
+struct selftest {
+  uintptr_t addr;
+  struct hs_cfa_selftest *out;
+};
+
+static int selftest_object(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)size;
+  struct selftest *t = data;
+  int mine = 0;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+    if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X) && t->addr >= lo &&
+        t->addr - lo < ph->p_memsz)
+      mine = 1;
+  }
+  if (!mine)
+    return 0;
+  const ElfW(Phdr) *hdr_ph = NULL;
+  for (int i = 0; i < info->dlpi_phnum; i++)
+    if (info->dlpi_phdr[i].p_type == PT_GNU_EH_FRAME)
+      hdr_ph = &info->dlpi_phdr[i];
+  struct rd r;
+  uintptr_t hdr = hdr_ph ? info->dlpi_addr + hdr_ph->p_vaddr : 0;
+  if (!hdr_ph || !segment_of(info, hdr, &r))
+    return 1;
+  uint8_t version = rd_u8(&r), ptr_enc = rd_u8(&r), count_enc = rd_u8(&r), table_enc = rd_u8(&r);
+  (void)rd_ptr(&r, ptr_enc, hdr);
+  uint64_t count = rd_ptr(&r, count_enc, hdr);
+  if (r.bad || version != 1 || table_enc != 0x3b || count > (uint64_t)(r.end - r.p) / 8)
+    return 1;
+  const int32_t *table = (const int32_t *)(const void *)r.p;
+  for (uint64_t i = 0; i < count; i++) {
+    uintptr_t fde_at = hdr + (uintptr_t)(intptr_t)table[2 * i + 1];
+    struct rd f;
+    struct cie c;
+    uint64_t start, range;
+    if (fde_head(info, fde_at, &f, &c, &start, &range) < 0 || range > (1u << 24))
+      continue;
+    t->out->fdes++;
+    /* The middle first (rows kept up to there), then every pc in order
+     * (those below from the rows of that first run, the first one above
+     * runs the whole program), and one pc on either side of the range
+     * (both "give up"). */
+    uint64_t mid = start + range / 2;
+    for (uint64_t n = 0; n < range + 3; n++) {
+      uint64_t at = n == 0 ? mid : start - 2 + n;
+      uint64_t a = fde_rule(info, fde_at, at, 1), b = fde_rule(info, fde_at, at, 0);
+      t->out->pcs++;
+      t->out->rules_hash = (t->out->rules_hash ^ (at - start) ^ b << 32) * UINT64_C(0x100000001b3);
+      if (a != b && t->out->differ++ < 8)
+        t->out->first_differ[t->out->differ - 1] = at;
+    }
+    if (memo && memo_find(fde_at, 0))
+      t->out->kept++;
+  }
+  return 1;
+}
+
+void hs_cfa_selftest(uintptr_t addr, struct hs_cfa_selftest *out) {
+  struct selftest t = {addr, out};
+  memset(out, 0, sizeof *out);
+  dl_iterate_phdr(selftest_object, &t);
+}
+#endif
+
 static int populated;
 
-static uint64_t miss(uintptr_t pc) {
+static __attribute__((noinline)) uint64_t miss(uintptr_t pc) {
   __atomic_fetch_add(&n_misses, 1, __ATOMIC_RELAXED);
   /* The first miss writes the whole cache in: a walk reads a slot before a
    * miss writes it (256 pages, 512 faults on cc1plus otherwise). */

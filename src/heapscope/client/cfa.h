@@ -7,8 +7,10 @@
  * restored from CFA - 8k or unchanged; or "the stack ends here" (the return
  * address register undefined, as in _start and clone3). A miss finds the
  * FDE of pc - 1 in its module's .eh_frame_hdr table (the module found with
- * dl_iterate_phdr, on the miss path only) and runs the CIE and FDE programs
- * up to pc - 1. Everything else (a CFA expression or another CFA register,
+ * dl_iterate_phdr, on the miss path only; each module's segment and table
+ * kept from its first look) and runs the CIE and FDE programs up to pc - 1,
+ * or takes the rule from the rows of an earlier run of that FDE (the memo
+ * of decoded FDEs). Everything else (a CFA expression or another CFA register,
  * a signal frame, no FDE, a pc outside every module, a register rule that
  * does not fit, a CFA outside the thread's stack or not above the last one)
  * makes the whole walk give up, and the caller unwinds with libunwind as
@@ -17,8 +19,9 @@
  * The cache: a 4 KiB hot table (2^8 sets of 2 words) in front of one mmap of 2^16,
  * each word a pc tag and its rule, written and read as single 64-bit words
  * (no lock, no torn entry). A miss, and
- * every 256th walk of a thread, clears it when the loader's unload count
- * (dlpi_subs) changed, and its "give up" entries when the load count did.
+ * every 256th walk of a thread, clears it (and the memo, and the modules
+ * kept) when the loader's unload count (dlpi_subs) changed, and its "give
+ * up" entries when the load count did.
  * See docs/unwinder.md.
  */
 #ifndef HEAPSCOPE_CLIENT_CFA_H
@@ -41,7 +44,23 @@ HS_HIDDEN int hs_cfa_backtrace(uint64_t *buf, uint32_t want);
 /* Counters of the cache, for tests and the verify mode. */
 struct hs_cfa_stats {
   uint64_t misses, giveups;
+  uint64_t memo_hits;  /* misses answered from the memo of decoded FDEs */
+  uint64_t memo_fills; /* FDEs decoded into it */
+  uint64_t memo_fails; /* FDEs it could not hold (their misses run the program) */
+  uint64_t memo_drops; /* times it was emptied: full, or an object unloaded */
 };
 HS_HIDDEN void hs_cfa_stats(struct hs_cfa_stats *out);
+
+#ifdef HS_CFA_SELFTEST
+/* Tests only: every pc of every FDE of the object whose code holds addr,
+ * its rule through the memo of decoded FDEs against its FDE program run up
+ * to it (cfa.c). */
+struct hs_cfa_selftest {
+  uint64_t fdes, pcs, differ, kept; /* kept: FDEs in the memo at the end of their check */
+  uint64_t first_differ[8];         /* pc - 1 of the first differences */
+  uint64_t rules_hash;              /* of every pc's rule from its program: to compare builds */
+};
+HS_HIDDEN void hs_cfa_selftest(uintptr_t addr, struct hs_cfa_selftest *out);
+#endif
 
 #endif

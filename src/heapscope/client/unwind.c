@@ -257,6 +257,10 @@ static void verify_summary(void) {
   hs_cfa_stats(&st);
   put(&p, end, " misses ");
   put_num(&p, end, st.misses, 10);
+  put(&p, end, " from_memo ");
+  put_num(&p, end, st.memo_hits, 10);
+  put(&p, end, " fdes_kept ");
+  put_num(&p, end, st.memo_fills, 10);
   put(&p, end, "\n");
   (void)!write(2, line, (size_t)(p - line));
 }

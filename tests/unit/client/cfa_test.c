@@ -7,12 +7,16 @@
  * pointers), below a frame of 200 KiB, inside qsort's comparator (libc's
  * frames between), in 4 threads at once, and in a signal handler (ours must
  * give up at the signal frame or agree). A second pass runs on the cache
- * filled by the first. With two paths of cfa_lib.c builds (argv), a walk
+ * filled by the first. With three paths of cfa_lib.c builds (argv), a walk
  * through the first, a dlclose, and a walk through the second (loaded, most
  * likely, where the first was: the same return addresses, other rules) on
- * a walk that looks at the unload count. And code in no object (a JIT's):
- * ours gives up, the second time from its cache. Prints one line per failed check and exits non-zero
- * on any failure; with no libunwind it prints SKIP. */
+ * a walk that looks at the unload count; then the same with a third build
+ * whose code and tables sit elsewhere. And code in no object (a JIT's):
+ * ours gives up, the second time from its cache. Then every pc of every
+ * FDE of this program, libc, libpython (CFA_TEST_LIBPYTHON) and the
+ * reloaded objects: its rule through the memo of decoded FDEs equals the
+ * one its program gives. Prints one line per failed check and exits
+ * non-zero on any failure; with no libunwind it prints SKIP. */
 #include <alloca.h>
 #include <dlfcn.h>
 #include <pthread.h>
@@ -200,6 +204,25 @@ static void jit_check(void) {
   munmap(page, 4096);
 }
 
+/* Every pc of every FDE of the object that holds addr: its rule through the
+ * memo of decoded FDEs equals the one its program gives when run up to it
+ * (cfa.c's hs_cfa_selftest). */
+static void memo_check(const char *what, const void *addr) {
+  struct hs_cfa_selftest st;
+  hs_cfa_selftest((uintptr_t)addr, &st);
+  printf("memo check, %s: %llu FDEs (%llu kept), %llu pcs, %llu differ (rules %016llx)\n", what,
+         (unsigned long long)st.fdes, (unsigned long long)st.kept, (unsigned long long)st.pcs,
+         (unsigned long long)st.differ, (unsigned long long)st.rules_hash);
+  CHECK(st.fdes > 0 && st.kept > 0, "%s: no FDE through the memo", what);
+  /* An FDE is left out only for what run refuses, or for a program longer
+   * than the whole memo: not one in ten here. (A memo exactly full once
+   * kept nothing more until the next unload, which this caught.) */
+  CHECK(st.kept * 10 >= st.fdes * 9, "%s: only %llu of %llu FDEs kept in the memo", what,
+        (unsigned long long)st.kept, (unsigned long long)st.fdes);
+  CHECK(st.differ == 0, "%s: %llu pcs with another rule, the first at pc - 1 = %llx", what,
+        (unsigned long long)st.differ, (unsigned long long)st.first_differ[0]);
+}
+
 static void through_lib(void) {
   compare("unloaded and reloaded object", N, 0);
 }
@@ -212,7 +235,26 @@ static void *reloaded_thread(void *arg) {
   return NULL;
 }
 
-static void unload_check(const char *first, const char *second) {
+/* A flushed libunwind, and a walk through the object in a new thread (see
+ * unload_check). */
+static void walk_reloaded(lib_call_fn call) {
+  typedef void (*flush_fn)(void *as, uintptr_t lo, uintptr_t hi);
+  flush_fn flush = (flush_fn)dlsym(unw_handle, "_Ux86_64_flush_cache");
+  void **as = (void **)dlsym(unw_handle, "_ULx86_64_local_addr_space");
+  CHECK(flush && as, "no unw_flush_cache");
+  if (flush && as)
+    flush(*as, 0, 0);
+  pthread_t th;
+  pthread_create(&th, NULL, reloaded_thread, (void *)call);
+  pthread_join(th, NULL);
+}
+
+static void *base_of(const void *fn) {
+  Dl_info info;
+  return dladdr(fn, &info) ? info.dli_fbase : NULL;
+}
+
+static void unload_check(const char *first, const char *second, const char *third) {
   void *h = dlopen(first, RTLD_NOW | RTLD_LOCAL);
   lib_call_fn call = h ? (lib_call_fn)dlsym(h, "cfa_lib_call") : NULL;
   CHECK(call != NULL, "cannot load %s", first);
@@ -228,19 +270,37 @@ static void unload_check(const char *first, const char *second) {
   if (!call)
     return;
   printf("reloaded at the same address: %s\n", (uintptr_t)call == was ? "yes" : "no");
+  struct hs_cfa_stats before, after;
+  hs_cfa_stats(&before);
   /* libunwind keeps what it learnt of the first object (its register-state
    * cache until unw_flush_cache; its trace cache, per thread, for good:
    * src/x86_64/Gtrace.c), so the reference is a flushed libunwind in a new
    * thread. */
-  typedef void (*flush_fn)(void *as, uintptr_t lo, uintptr_t hi);
-  flush_fn flush = (flush_fn)dlsym(unw_handle, "_Ux86_64_flush_cache");
-  void **as = (void **)dlsym(unw_handle, "_ULx86_64_local_addr_space");
-  CHECK(flush && as, "no unw_flush_cache");
-  if (flush && as)
-    flush(*as, 0, 0);
-  pthread_t th;
-  pthread_create(&th, NULL, reloaded_thread, (void *)call);
-  pthread_join(th, NULL);
+  walk_reloaded(call);
+  /* The walks through the first object left its FDEs' rows in the memo, at
+   * the same FDE addresses as the second's: the walk after the reload
+   * looked there first, and agrees with libunwind only because the unload
+   * emptied the memo (without that, the walk gives up on a stale rule and
+   * memo_check below finds 34 pcs with the first object's rules). It kept
+   * the second object's rows. */
+  hs_cfa_stats(&after);
+  CHECK(after.memo_fills > before.memo_fills, "reloaded object: nothing kept in the memo");
+  memo_check("reloaded object", (const void *)call);
+  /* The third build, its functions elsewhere and one FDE more, most likely
+   * at the same base (so the same dlpi_addr and dlpi_phdr): the walk must
+   * not use the table that cfa.c kept for the second (the unload empties
+   * it; without that, the last FDE is out of the kept count and the walk
+   * gives up). */
+  void *base = base_of((const void *)call);
+  dlclose(h);
+  h = dlopen(third, RTLD_NOW | RTLD_LOCAL);
+  call = h ? (lib_call_fn)dlsym(h, "cfa_lib_call") : NULL;
+  CHECK(call != NULL, "cannot load %s", third);
+  if (!call)
+    return;
+  printf("other layout at the same base: %s\n", base_of((const void *)call) == base ? "yes" : "no");
+  walk_reloaded(call);
+  memo_check("object of another layout", (const void *)call);
   dlclose(h);
 }
 
@@ -255,13 +315,25 @@ int main(int argc, char **argv) {
   CHECK(hs_cfa_init() == 0, "init");
   all(); /* cold cache */
   all(); /* warm */
-  if (argc == 3)
-    unload_check(argv[1], argv[2]);
+  if (argc == 4)
+    unload_check(argv[1], argv[2], argv[3]);
   jit_check();
+  memo_check("this program", (const void *)recurse);
+  memo_check("libc", (const void *)qsort);
+  /* CFA_TEST_LIBPYTHON: a libpython to look at too (loaded, not started). */
+  const char *py = getenv("CFA_TEST_LIBPYTHON");
+  void *pyh = py && *py ? dlopen(py, RTLD_LAZY | RTLD_LOCAL) : NULL;
+  void *py_fn = pyh ? dlsym(pyh, "PyEval_EvalCode") : NULL;
+  CHECK(!py || !*py || py_fn, "cannot load %s", py);
+  if (py_fn)
+    memo_check("libpython", py_fn);
   struct hs_cfa_stats st;
   hs_cfa_stats(&st);
-  printf("compared %d agreed %d gave_up %d misses %llu\n", compared, agreed, gave_up,
-         (unsigned long long)st.misses);
+  printf("compared %d agreed %d gave_up %d misses %llu (from the memo %llu, FDEs kept %llu, "
+         "not kept %llu, memo emptied %llu times)\n", compared, agreed, gave_up,
+         (unsigned long long)st.misses, (unsigned long long)st.memo_hits,
+         (unsigned long long)st.memo_fills, (unsigned long long)st.memo_fails,
+         (unsigned long long)st.memo_drops);
   /* Only the signal handler (once per pass) and the jit code (3 times) may
    * give up. */
   CHECK(gave_up <= 5, "gave up %d times", gave_up);
