@@ -1118,9 +1118,16 @@ class Recording:
         s.peaks.sort(key=lambda pk: -pk.peak_bytes)
 
     def _uninstall_signals(self) -> None:
+        # A command that passed signals on to its target (record, live, the pytest plugin's
+        # parent) only prints and exits from here: a signal that would kill it now must not
+        # put its own death in place of the target's status (SIGTERM just after the target's
+        # exit ended record with -15 instead of 3; SIGINT raised KeyboardInterrupt: 130), so
+        # what had no handler of its own before (the default, Python's for SIGINT) is ignored.
+        ending = self.options.forward_signals
+        defaults = (signal.SIG_DFL, signal.default_int_handler)
         for sig, handler in self._restore.items():
             with contextlib.suppress(ValueError, TypeError):
-                signal.signal(sig, handler)
+                signal.signal(sig, signal.SIG_IGN if ending and handler in defaults else handler)
         self._restore.clear()
         if self._old_wakeup is not None:
             with contextlib.suppress(ValueError):

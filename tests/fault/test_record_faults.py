@@ -473,6 +473,33 @@ def test_signals_at_any_moment(bins, tmp_path, procs, sig, moment) -> None:
         assert unreleased(db) == BLOCK
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1])
+def test_signals_from_the_targets_end_to_records_exit_leave_its_status(bins, tmp_path, procs, sig) -> None:
+    # One signal at a time finds the window only now and then (record died of SIGTERM, -15,
+    # in one full run): from the target's end, one every loop until record has exited.
+    db = tmp_path / "s.db"
+    h = procs(record("-o", db, "--", bins["record_driven"]))
+    target = int(h.out.wait_for(r"^ready ").split()[1])
+    h.send("a")
+    h.out.wait_for(r"^ok a 65536$")
+    h.send("x 3")
+    wait_gone(target)
+    sent = 0
+    deadline = time.monotonic() + 60
+    while h.p.poll() is None and time.monotonic() < deadline:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(h.p.pid, sig)
+            sent += 1
+        select.select([], [], [], 0.0002)  # paced: a flood nests Python's handlers past the recursion limit
+    code = h.wait()
+    lines = h.errors()
+    no_traceback(lines)
+    assert sent > 0
+    assert code == 3, f"{code} after {sent} signals\n" + "\n".join(lines)
+    assert query(db, "SELECT COUNT(*) FROM process WHERE end_ts IS NOT NULL") == [(1,)]
+    assert unreleased(db) == BLOCK
+
+
 # --- options --------------------------------------------------------------------------------
 
 
