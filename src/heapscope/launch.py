@@ -271,15 +271,23 @@ class Launch:
         except OSError:
             in_foreground = False
 
+        passing: list[int] = []  # signals being passed on; more than one: a handler runs inside another
+
         def forward(sig: int, _frame: object) -> None:
             child = self.child
             if child is None:
                 self.pending.append(sig)
-            elif child.returncode is None:
-                try:  # noqa: SIM105
-                    child.send_signal(sig)
-                except ProcessLookupError:
-                    pass
+                return
+            passing.append(sig)
+            if len(passing) > 1:
+                return  # a flood ran this handler inside itself past the recursion limit: the outer one sends
+            while passing:
+                if child.returncode is None:
+                    try:  # noqa: SIM105
+                        child.send_signal(passing[0])
+                    except ProcessLookupError:
+                        pass
+                del passing[0]
 
         for sig in FORWARDED:
             install(sig, forward)

@@ -1126,7 +1126,7 @@ class Recording:
         ending = self.options.forward_signals
         defaults = (signal.SIG_DFL, signal.default_int_handler)
         for sig, handler in self._restore.items():
-            with contextlib.suppress(ValueError, TypeError):
+            with contextlib.suppress(ValueError, TypeError, OSError):
                 signal.signal(sig, signal.SIG_IGN if ending and handler in defaults else handler)
         self._restore.clear()
         if self._old_wakeup is not None:
