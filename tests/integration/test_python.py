@@ -291,14 +291,19 @@ def test_views_show_python_frames(tmp_path: Path) -> None:
     packed = re.search(r'<script id="hs-data" type="text/plain">([^<]*)</script>', flame.read_text())
     assert packed is not None
     data = json.loads(gzip.decompress(base64.b64decode(packed.group(1))))
-    # A node merges a function's lines (the first one seen names it): kept() is at 'def' + 1 or + 2.
+    # kept() is at 'def' + 1 or + 2.
     assert {f"{PROGRAM}:{line - 1}", f"{PROGRAM}:{line}"} & set(data["strings"]), "no kept() file:line"
-    # The Python view's nodes are lines: main at each line it called from, not at the first seen
-    packed = re.search(r'<script id="hs-data" type="text/plain">([^<]*)</script>', python_flame.read_text())
-    assert packed is not None
-    strings = set(json.loads(gzip.decompress(base64.b64decode(packed.group(1))))["strings"])
+    # Python frames are nodes per line, in both pages: main at each line it called from, not
+    # at the first one seen (native frames still merge per function)
     calls = {f"{PROGRAM}:{_program_line(c)}" for c in ("kept()", "small()", "Holder().method()", "extension()")}
-    assert calls <= strings, calls - strings
+    for page in (flame, python_flame):
+        packed = re.search(r'<script id="hs-data" type="text/plain">([^<]*)</script>', page.read_text())
+        assert packed is not None
+        strings = set(json.loads(gzip.decompress(base64.b64decode(packed.group(1))))["strings"])
+        assert calls <= strings, (page.name, calls - strings)
+    native_tree = cli("report", "--tree", "--native", "--min-percent", "0", str(db))
+    assert {int(m) for m in re.findall(r"  main  \[known\.py\]  known\.py:(\d+)", native_tree)} >= \
+        {_program_line(c) for c in ("kept()", "Holder().method()")}, native_tree
     if shutil.which("go"):
         pprof = tmp_path / "out.pb.gz"
         cli("export", str(db), "--format", "pprof", "-o", str(pprof))

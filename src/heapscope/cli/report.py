@@ -265,7 +265,7 @@ def render_tree(profile: object, r: ProcessReport, focus: re.Pattern[str] | None
     if r.ts is None:
         return head + "\n\n  (no dumps)\n"
     values = r.values
-    tree = build_tree(profile, sorted(values), python_only=r.python_only, lines=r.python_only)
+    tree = build_tree(profile, sorted(values), python_only=r.python_only, python_lines=True)
     own = tree.self_values(values, r.view)
     total = tree.cumulative(own)
     whole = r.view_total

@@ -104,9 +104,9 @@ def process_graph(profile: Profile, process: Process, dump: str | int | None = N
         by_ts.setdefault(r.ts, []).append(r)
     peak = profile.peak_values(upid)
     callsite_ids = sorted({r.callsite for r in rows} | (set(peak[1]) if peak else set()))
-    # The Python view's nodes are lines, as report's rows are (a node merging a function's
-    # lines showed whichever line came first).
-    tree = build_tree(profile, callsite_ids, python_only=python_only, lines=python_only)
+    # Python frames are lines, as report's rows are (a node merging a function's lines
+    # showed whichever line came first); native frames merge per function.
+    tree = build_tree(profile, callsite_ids, python_only=python_only, python_lines=True)
     graph = ProcessGraph(process_label(process), upid, tree)
     running: dict[CallsiteId, ViewValues] = {}
     peak_at = -1

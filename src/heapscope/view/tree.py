@@ -122,7 +122,7 @@ NO_PYTHON = "[no Python frames]"
 
 
 def build_tree(profile: Profile, callsite_ids: Iterable[CallsiteId], inlined: bool = True,
-               python_only: bool = False, lines: bool = False) -> MergedTree:
+               python_only: bool = False, lines: bool = False, python_lines: bool = False) -> MergedTree:
     """The merged tree of `callsite_ids` and their ancestors; a frame with inlined calls is
     one node per function (callers first), and its callsite maps to the innermost. Without
     `inlined` (Perfetto's experimental_flamegraph), a frame is one node, its own function's.
@@ -131,10 +131,13 @@ def build_tree(profile: Profile, callsite_ids: Iterable[CallsiteId], inlined: bo
     node of its nearest Python ancestor); what has no Python frame at all goes
     to one root node, NO_PYTHON. With `lines`, nodes are also told apart by
     their line (`report`'s Python view: a Python frame is a line, as in the
-    table; view/report.py)."""
+    table; view/report.py); with `python_lines`, only Python frames are (the
+    flamegraph, report --tree --native: native frames merge per function, and a
+    Python node merging its function's lines would show whichever came first)."""
     callsites = profile.callsites()
     all_functions = frame_functions(profile)
-    python = profile.python_frames() if python_only else None
+    python_frames = profile.python_frames() if python_only or python_lines else set()
+    python = python_frames if python_only else None
 
     def functions(frame_id: FrameId) -> tuple[FrameFn, ...]:
         fns = all_functions(frame_id)
@@ -167,9 +170,10 @@ def build_tree(profile: Profile, callsite_ids: Iterable[CallsiteId], inlined: bo
             if python is not None and callsites[cs][1] not in python:
                 raw_node[cs] = parent_node  # merged into its nearest Python ancestor (or -1: none)
                 continue
+            by_line = lines or (python_lines and callsites[cs][1] in python_frames)
             for fn in functions(callsites[cs][1]):
                 src = None if fn.source_file is None else (fn.source_file, fn.line_number)
-                key = (parent_node, fn.name, fn.map_name, fn.line_number if lines else None)
+                key = (parent_node, fn.name, fn.map_name, fn.line_number if by_line else None)
                 idx = keys.get(key)
                 if idx is None:
                     idx = len(k_parent)
