@@ -316,6 +316,10 @@ class Recording:
         self._launch = launch
         # The handlers before heapscope's own (a launch's were installed first).
         self._restore: dict[int, Any] = dict(launch.restore) if launch is not None else {}
+        # The command exits right after close() (record, live): what had no handler of its own
+        # is left ignored then, not restored (_uninstall_signals). Never in a host that goes on:
+        # its later children would inherit the ignored signals (a Pool's workers outlive terminate()).
+        self.exits_after_close = False
         self._old_wakeup: int | None = None
         self._wake_r, self._wake_w = socket.socketpair()
         for s in (self._wake_r, self._wake_w):
@@ -1118,12 +1122,12 @@ class Recording:
         s.peaks.sort(key=lambda pk: -pk.peak_bytes)
 
     def _uninstall_signals(self) -> None:
-        # A command that passed signals on to its target (record, live, the pytest plugin's
-        # parent) only prints and exits from here: a signal that would kill it now must not
-        # put its own death in place of the target's status (SIGTERM just after the target's
-        # exit ended record with -15 instead of 3; SIGINT raised KeyboardInterrupt: 130), so
-        # what had no handler of its own before (the default, Python's for SIGINT) is ignored.
-        ending = self.options.forward_signals
+        # A command that only prints and exits from here (exits_after_close: record, live): a
+        # signal that would kill it now must not put its own death in place of the target's
+        # status (SIGTERM just after the target's exit ended record with -15 instead of 3;
+        # SIGINT raised KeyboardInterrupt: 130), so what had no handler of its own before (the
+        # default, Python's for SIGINT) is ignored.
+        ending = self.exits_after_close
         defaults = (signal.SIG_DFL, signal.default_int_handler)
         for sig, handler in self._restore.items():
             with contextlib.suppress(ValueError, TypeError, OSError):

@@ -64,6 +64,7 @@ def main(args: argparse.Namespace) -> int:
     messages: deque[str] = deque(maxlen=1000)  # heapscope's lines while the view is up, printed after
     rec = Recording(config, output, options, library=library, say=messages.append, warn=messages.append,
                     log=messages.append if args.verbose else record_cli._quiet)
+    rec.exits_after_close = True
     snapshots = Snapshotter()
     finished = threading.Event()
     result: list[int] = []

@@ -140,6 +140,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         rec = Recording(config, Path(output), options, library=Path(library), say=say, warn=_log, log=log,
                         launch=launch)
+        rec.exits_after_close = True
     except Exception as failed:
         if launch is None or launch.child is None:
             raise
