@@ -55,6 +55,7 @@ from heapscope.producer.session import Guardrails, remove_stale_dirs
 from heapscope.slots import FrozenSlots, Slots
 from heapscope.store.writer import ProfileWriter
 from heapscope.wire.codec import PY_HEAP_ID
+from heapscope.wire.handshake import MAX_FRAMES
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
 if TYPE_CHECKING:
@@ -1013,8 +1014,13 @@ class Recording:
             if invalid:
                 s.python.append(f"python frames: {invalid:,} walks cut short by a failed check")
             if unplaced:
-                s.python.append(f"python frames: {unplaced:,} frames put at the root "
-                                "(their eval activation was not in the native stack)")
+                # Mostly stacks cut at --max-frames: an import's native frames nest ~10 deep per level.
+                cut = sum(p.final_meta.get("truncated_stacks", 0) for p in procs)
+                why = "their eval activation was not in the native stack"
+                if cut and self.config.max_frames < MAX_FRAMES:
+                    why += (f"; {cut:,} stacks were cut at --max-frames {self.config.max_frames},"
+                            f" {MAX_FRAMES} keeps more whole")
+                s.python.append(f"python frames: {unplaced:,} frames put at the root ({why})")
 
     # -- what is missing (summary) ----------------------------------------------
 

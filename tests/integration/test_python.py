@@ -560,3 +560,42 @@ def test_native_process_beside_a_python_one_keeps_the_native_view(tmp_path: Path
     # AND the record summary gives the C program its native stacks
     err = run.stderr.decode()
     assert "> path_b > path_c > alloc_big" in err, err
+
+
+THROUGH_C = '''
+import sys
+KEEP = []
+
+
+def down(depth):
+    if depth == 0:
+        KEEP.append(bytearray(1 << 20))  # LEAF
+        return 0
+    return sum(map(down, [depth - 1]))  # each level through map() and sum(): native frames between
+
+
+down(int(sys.argv[1]))
+'''
+
+
+@pytest.mark.skipif(not INTERPRETERS, reason="no CPython 3.8-3.13 installed")
+@pytest.mark.timeout(200)
+def test_frames_put_at_the_root_by_a_cut_stack_are_said_with_the_fix(tmp_path: Path) -> None:
+    # GIVEN a Python recursion whose every level passes through C (map, sum): a native stack
+    # deeper than --max-frames' default of 128 (as deep imports make them)
+    program = tmp_path / "through_c.py"
+    program.write_text(THROUGH_C)
+    db = tmp_path / "c.db"
+    # WHEN it is recorded with the default --max-frames
+    run = run_process([*HEAPSCOPE, "record", "-o", str(db), "-i", "1", "--", INTERPRETERS[-1], str(program), "40"],
+                      timeout=150)
+    assert run.returncode == 0, run.describe()
+    # THEN the summary says the frames put at the root come from stacks cut at --max-frames 128,
+    # and that 256 keeps more whole
+    line = next((ln for ln in run.stderr.decode().splitlines() if "put at the root" in ln), "")
+    assert "stacks were cut at --max-frames 128, 256 keeps more whole" in line, run.describe()
+    # AND with --max-frames 256 the same stack is whole: no frame put at the root
+    run = run_process([*HEAPSCOPE, "record", "-o", str(tmp_path / "d.db"), "-i", "1", "--max-frames", "256", "--",
+                       INTERPRETERS[-1], str(program), "40"], timeout=150)
+    assert run.returncode == 0, run.describe()
+    assert "put at the root" not in run.stderr.decode(), run.describe()
