@@ -292,3 +292,57 @@ def test_summary_of_many_processes_shows_the_largest_peaks(tmp_path: Path) -> No
     # THEN the summary shows five peaks and counts the rest in one line
     assert sum("largest stacks" in ln for ln in err.splitlines()) == 5, err
     assert "... and 4 more processes with smaller peaks" in err, err
+
+
+SMALL = r"""
+#include <stdio.h>
+#include <stdlib.h>
+__attribute__((noinline)) void *small_alloc(int i) { return malloc(1000 + i); }
+int main(void) { void *keep[8]; for (int i = 0; i < 8; i++) keep[i] = small_alloc(i); puts("small"); return 0; }
+"""
+BIG = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+__attribute__((noinline)) void *big_alloc(size_t n) { void *p = malloc(n); memset(p, 1, n); return p; }
+int main(void) { void *keep[16]; for (int i = 0; i < 16; i++) keep[i] = big_alloc(1 << 20); puts("big"); return 0; }
+"""
+
+
+def _small_around_big(tmp_path: Path) -> tuple[Path, Path, list[str]]:
+    """A shell that runs a stripped program holding ~8 KiB three times, then one holding 16 MiB
+    (pyenv's shim around python3, in small: shells and tools of ~100 KiB around the program)."""
+    small = _strip(_build(tmp_path, "small_full", "-O1", source=SMALL), tmp_path / "small")
+    big = _build(tmp_path, "big", "-O1", source=BIG)
+    return small, big, ["/bin/sh", "-c", f"{small}; {small}; {small}; {big}"]
+
+
+def test_smaller_processes_are_named_in_one_line(tmp_path: Path) -> None:
+    # GIVEN a big program run by a shell after three small ones (pyenv's shim around python3)
+    small, big, argv = _small_around_big(tmp_path)
+    # WHEN it is recorded at -i 1 (every allocation: the small ones have peaks too)
+    db, err = _record(tmp_path, argv, "-i", "1")
+    # THEN the summary shows the big one's peak only, and names the others by executable
+    assert sum("largest stacks" in ln for ln in err.splitlines()) == 1, err
+    assert "big (pid " in err and "big_alloc" in err, err
+    more = [ln for ln in err.splitlines() if "more processes with smaller peaks" in ln]
+    shell = os.path.basename(os.path.realpath("/bin/sh"))  # dash on Debian
+    assert len(more) == 1 and f"(small ×3, {shell}; heapscope report " in more[0], err
+    # ...the stripped small program's frames are one line, its three processes' frames summed
+    named = [ln for ln in err.splitlines() if f"{small}:" in ln and "fix:" in ln]
+    assert len(named) == 1, err
+    frames = int(named[0].split(f"{small}: ")[1].split(" frame")[0].replace(",", ""))
+    assert frames >= 6, err  # small_alloc and main at least, in each of the three
+    # AND report shows the big one in full, the rest in the table's last line
+    out = run_process([*HEAPSCOPE, "report", str(db)], timeout=60)
+    assert out.returncode == 0, out.describe()
+    text = out.stdout.decode()
+    sections = [ln for ln in text.splitlines() if ln.startswith("pid ")]
+    assert len(sections) == 1 and " big " in sections[0] + " ", text
+    assert f"... and 4 more, each under 1% of the largest's peak and allocations (small ×3, {shell})" in text, text
+    # ...and every one with --all-processes, or the one asked for with --pid
+    every = run_process([*HEAPSCOPE, "report", "--all-processes", str(db)], timeout=60)
+    assert sum(ln.startswith("pid ") for ln in every.stdout.decode().splitlines()) == 5, every.describe()
+    assert "each under 1%" not in every.stdout.decode()
+    one = run_process([*HEAPSCOPE, "report", "--pid", sections[0].split()[1], str(db)], timeout=60)
+    assert sum(ln.startswith("pid ") for ln in one.stdout.decode().splitlines()) == 1, one.describe()

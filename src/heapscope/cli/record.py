@@ -399,7 +399,11 @@ def _summary(s: Summary) -> None:
     lines += s.not_profiled
     if s.attached_heaps_note:
         lines.append(f"attached: {s.attached_heaps_note}")
-    shown = s.peaks if len(s.peaks) <= PEAKS_SHOWN + 1 else s.peaks[:PEAKS_SHOWN]
+    from heapscope.view.peaks import count_names, is_minor
+
+    largest = s.peaks[0].peak_bytes if s.peaks else 0
+    major = [pk for pk in s.peaks if not is_minor(pk.peak_bytes, 0, largest, 0)]
+    shown = major if len(major) <= PEAKS_SHOWN + 1 and len(major) == len(s.peaks) else major[:PEAKS_SHOWN]
     for pk in shown:
         heap = f" in {pk.heap}" if pk.heap else ""
         lines.append(f"{pk.name} (pid {pk.pid}): peak {human_bytes(pk.peak_bytes)} sampled unreleased{heap};"
@@ -409,8 +413,9 @@ def _summary(s: Summary) -> None:
             lines.append("  other heaps, each at its own peak (report --heap NAME): "
                          + ", ".join(f"{name} {human_bytes(size)}" for name, size in pk.other_heaps))
     if len(shown) < len(s.peaks):
+        names = count_names([pk.name for pk in s.peaks[len(shown):]])
         lines.append(f"... and {len(s.peaks) - len(shown):,} more processes with smaller peaks"
-                     f" (heapscope report {s.output})")
+                     f" ({names}; heapscope report {s.output})")
     lines += [f"shallow stacks: {line}" for line in s.shallow_stacks]
     lines += s.symbol_notes
     if s.unsymbolized:

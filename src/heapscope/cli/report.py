@@ -23,6 +23,7 @@ from heapscope.store.select import (
     select_heap,
     select_processes,
 )
+from heapscope.view.peaks import MINOR_SHARE, count_names, is_minor
 from heapscope.view.report import SORTS, FunctionRow, ProcessLine, ProcessReport, build_reports, process_lines
 from heapscope.view.units import format_bytes, format_count, format_percent, format_value
 
@@ -42,6 +43,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--top", type=int, default=20, metavar="N", help="rows per process (default: 20)")
     p.add_argument("-p", "--pid", type=int, metavar="PID", help="only this process")
+    p.add_argument("--all-processes", action="store_true",
+                   help="every process in full, also those under 1%% of the largest one's peak and allocations"
+                        " (by default they are named in one line)")
     p.add_argument("--tree", action="store_true",
                    help="print the call tree (functions merged per path) with totals instead of the table")
     p.add_argument("--min-percent", type=float, default=1.0, metavar="P",
@@ -75,7 +79,6 @@ def main(args: argparse.Namespace) -> int:
     dump = None if args.dump is None else parse_dump(args.dump)
     with open_profile(args.file) as profile:
         shown = select_heap(profile, args.heap)
-        heaps = render_heaps(profile, shown)
         # The Python view by default where stacks hold Python frames (issue 12); --stacks shows
         # each stack in full unless --python-only asks.
         python_only = True if args.python_only else False if args.native or args.stacks else None
@@ -83,7 +86,11 @@ def main(args: argparse.Namespace) -> int:
                                 sort=args.sort, merge=args.merge, python_only=python_only)
         processes = select_processes(profile, args.pid)
         ranked = process_lines(profile, processes)
-        head = render_processes(ranked) + "\n" if len(processes) > 1 else ""
+        minor = set() if args.pid is not None or args.all_processes else minor_processes(ranked)
+        if minor:
+            reports = [r for r in reports if any(p.info.upid not in minor for p in r.processes or [r.process])]
+        heaps = render_heaps(profile, shown, minor)
+        head = render_processes(ranked, minor) + "\n" if len(processes) > 1 else ""
         # Sections in the order of the table: by peak.
         rank = {line.process.info.upid: k for k, line in enumerate(ranked)}
         reports.sort(key=lambda r: min(rank.get(p.info.upid, 0) for p in r.processes or [r.process]))
@@ -109,7 +116,16 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def render_heaps(profile: Profile, shown: str | None) -> str:
+def minor_processes(ranked: Sequence[ProcessLine]) -> set[int]:
+    """The upids of the processes too small next to the largest to be shown in full (view.peaks)."""
+    if not ranked:
+        return set()
+    top_peak = max(r.peak for r in ranked)
+    top_allocated = max(r.allocated for r in ranked)
+    return {int(r.process.info.upid) for r in ranked if is_minor(r.peak, r.allocated, top_peak, top_allocated)}
+
+
+def render_heaps(profile: Profile, shown: str | None, minor: set[int] | frozenset[int] = frozenset()) -> str:
     """The heaps of the profile, each at its peak per process (libc.malloc and python.pymalloc at
     the one they share, docs/profile.md), and which one the report shows, when it has more than
     one heap (custom heaps, issue 16); '' otherwise."""
@@ -119,6 +135,8 @@ def render_heaps(profile: Profile, shown: str | None) -> str:
     lines = ["heaps (unreleased at the peak; a custom heap's own; a pool's memory is in its malloc block too):"]
     members = heap_members(shown)
     for upid, name, size, count in heap_peaks(profile):
+        if upid in minor:
+            continue  # named in the table of processes' last line
         who = names.get(upid, str(upid))
         mark = "*" if members is None or name in members else " "
         lines.append(f" {mark}{name:<31} {format_value('space', size):>10} {count:>10} objects   {who}")
@@ -141,19 +159,26 @@ def _regex(pattern: str | None, flag: str) -> re.Pattern[str] | None:
         raise UsageError(f"{flag} {pattern!r}: not a regular expression ({e})") from e
 
 
-def render_processes(lines: Sequence[ProcessLine]) -> str:
-    """The table of processes, ranked by peak."""
+def render_processes(lines: Sequence[ProcessLine], minor: set[int] | frozenset[int] = frozenset()) -> str:
+    """The table of processes, ranked by peak; the `minor` ones (upids) in one line at its end."""
+    major = [r for r in lines if r.process.info.upid not in minor]
     header = ("pid", "peak", "allocated", "samples", "lifetime", "executable")
     cells = [header] + [
         (str(r.process.info.pid), format_bytes(r.peak), format_bytes(r.allocated), format_count(r.samples),
          "?" if r.lifetime_ns is None else f"{r.lifetime_ns / 1e9:.2f} s",
          r.process.info.exe or r.process.info.name or "?")
-        for r in lines
+        for r in major
     ]
     widths = [max(len(c[i]) for c in cells) for i in range(len(header))]
     out = [f"{len(lines)} processes, by peak (sampled bytes unreleased at each one's peak):"]
     for c in cells:
         out.append("  " + "  ".join([*(c[i].rjust(widths[i]) for i in range(5)), c[5]]).rstrip())
+    rest = [r for r in lines if r.process.info.upid in minor]
+    if rest:
+        names = count_names([r.process.info.name or os.path.basename(r.process.info.exe or "") or "?" for r in rest])
+        out.append(f"  ... and {len(rest):,} more, each under {100 / MINOR_SHARE:g}% of the largest's peak and"
+                   f" allocations ({names}):"
+                   " not shown below; --pid PID shows one, --all-processes every one")
     return "\n".join(out) + "\n"
 
 

@@ -49,12 +49,19 @@ class Unsymbolized(FrozenSlots):
 
 
 def unsymbolized_modules(report: SymbolizeReport) -> list[Unsymbolized]:
-    """The modules of `report` with frames left nameless, most frames first, each with its fix."""
-    todo = [m for m in report.mappings if m.frames > m.named and m.outcome != "not_a_file"]
+    """The modules of `report` with frames left nameless, most frames first, each with its fix:
+    one per file and build, its mappings' frames summed (each process maps a module on its own:
+    the 38 shells of pyenv's shim were 38 lines of bash)."""
+    todo: dict[tuple[str, str], tuple[MappingReport, int]] = {}  # (path, build id) -> (a mapping, frames)
+    for m in report.mappings:
+        if m.frames > m.named and m.outcome != "not_a_file":
+            first, frames = todo.get((m.name, m.build_id), (m, 0))
+            todo[(m.name, m.build_id)] = (first, frames + m.frames - m.named)
     packages = {name: pkg for name, pkg in report.packages.items() if pkg}  # known from the symbol cache
-    packages.update(owning_packages([m.name for m in todo if m.name not in report.packages]))
-    out = [Unsymbolized(m.name, m.frames - m.named, m.build_id, fix_for(m, report, packages.get(m.name, "")))
-           for m in todo]
+    packages.update(owning_packages(list(dict.fromkeys(
+        name for name, _ in todo if name not in report.packages))))
+    out = [Unsymbolized(m.name, frames, m.build_id, fix_for(m, report, packages.get(m.name, "")))
+           for m, frames in todo.values()]
     out.sort(key=lambda u: (-u.frames, u.module))
     return out
 

@@ -14,8 +14,22 @@ import heapscope
 from heapscope.cli import main
 
 
-def test_default_view_prints_every_process(known_profile: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_minor_processes_are_one_line_of_the_table(known_profile: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN a profile whose process "idle" holds and allocated nothing (under 1% of child's 4 KiB)
     assert main(["report", str(known_profile)]) == 0
+    out = capsys.readouterr().out
+    blocks = out.split("\npid ")
+    # THEN the table names it in its last line, and its section is left out
+    assert len(blocks) == 3, out
+    assert blocks[0].splitlines()[-1] == (
+        "  ... and 1 more, each under 1% of the largest's peak and allocations (idle): not shown below;"
+        " --pid PID shows one, --all-processes every one")
+    assert "idle  (upid 3)" not in out
+
+
+def test_all_processes_prints_every_process(known_profile: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(known_profile), "--all-processes"]) == 0
     out, err = capsys.readouterr()
     assert err == ""
     blocks = out.split("\npid ")
