@@ -346,3 +346,21 @@ def test_smaller_processes_are_named_in_one_line(tmp_path: Path) -> None:
     assert "each under 1%" not in every.stdout.decode()
     one = run_process([*HEAPSCOPE, "report", "--pid", sections[0].split()[1], str(db)], timeout=60)
     assert sum(ln.startswith("pid ") for ln in one.stdout.decode().splitlines()) == 1, one.describe()
+
+
+def test_leaks_and_diff_default_to_the_largest_process(tmp_path: Path) -> None:
+    # GIVEN the shell of small programs and a big one, recorded (the big one holds 16 MiB at its end)
+    _small, _big, argv = _small_around_big(tmp_path)
+    db, _err = _record(tmp_path, argv, "-i", "1")
+    # WHEN its leaks are listed
+    out = run_process([*HEAPSCOPE, "leaks", str(db)], timeout=60)
+    assert out.returncode == 0, out.describe()
+    text = out.stdout.decode()
+    # THEN the big one is shown, the small ones named in one line
+    sections = [ln for ln in text.splitlines() if ln.startswith("pid ")]
+    assert len(sections) == 1 and "  big  " in sections[0], text
+    assert "... and 4 more processes, each under 1% of the largest's peak and allocations (small ×3, " in text, text
+    # AND a diff of the profile with itself compares the big one's 16 MiB (not the shell's, first in the profile)
+    out = run_process([*HEAPSCOPE, "diff", str(db), str(db)], timeout=60)
+    assert out.returncode == 0, out.describe()
+    assert out.stdout.decode().startswith("space: 16.0 MiB ("), out.describe()

@@ -14,6 +14,9 @@ HELP = "list the call stacks whose memory was never freed, per process"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="profile database written by `heapscope record`")
     p.add_argument("-p", "--pid", type=int, metavar="PID", help="only this process")
+    p.add_argument("--all-processes", action="store_true",
+                   help="every process in full, also those whose leaks are under 1%% of the largest one's"
+                        " (by default they are named in one line)")
     p.add_argument("--top", type=int, default=20, metavar="N", help="stacks per process (default: 20)")
     p.add_argument("--depth", type=int, default=0, metavar="N",
                    help="frames shown per stack, leaf first (default: all)")
@@ -27,6 +30,8 @@ def main(args: argparse.Namespace) -> int:
     from heapscope.store.reader import open_profile
     from heapscope.store.select import heap_label, heap_members, heap_names, parse_dump, select_heap
     from heapscope.view.leaks import find_leaks
+    from heapscope.view.peaks import MINOR_SHARE, count_names
+    from heapscope.view.report import minor_processes, process_lines
 
     if args.top < 1:
         raise UsageError(f"--top must be at least 1, not {args.top}")
@@ -34,6 +39,10 @@ def main(args: argparse.Namespace) -> int:
         shown = select_heap(profile, args.heap)
         names = heap_names(profile)
         found = find_leaks(profile, args.pid, None if args.dump is None else parse_dump(args.dump))
+        # Processes under 1% of the largest's peak and allocations in one line, as in `report`
+        # (view.peaks: the 38 shells of pyenv's python3 shim around a Python program).
+        minor = set() if args.pid is not None or args.all_processes else minor_processes(
+            process_lines(profile, [pl.process for pl in found]))
     head = ""
     if len(names) > 1:  # custom heaps: say which (a pool's memory is in its malloc block too)
         members = heap_members(shown) or []
@@ -44,7 +53,15 @@ def main(args: argparse.Namespace) -> int:
             head = f"heap: {heap_label(shown)} (others: {', '.join(others)}; --heap NAME)\n\n"
         else:  # a Python program's two disjoint heaps, both shown (their sum)
             head = f"heap: {heap_label(shown)} (every heap of the profile, their sum; --heap NAME for one)\n\n"
-    sys.stdout.write(head + ("\n".join(render(p, args.top, args.depth) for p in found) or "no processes\n"))
+    rest = [pl for pl in found if pl.process.info.upid in minor]
+    major = [pl for pl in found if pl.process.info.upid not in minor]
+    major.sort(key=lambda pl: -pl.total_bytes)  # the largest leaks first
+    text = "\n".join(render(p, args.top, args.depth) for p in major) or "no processes\n"
+    if rest:
+        named = count_names([pl.process.info.name or "?" for pl in rest])
+        text += (f"\n... and {len(rest):,} more processes, each under {100 / MINOR_SHARE:g}% of the largest's peak"
+                 f" and allocations ({named}): --pid PID shows one, --all-processes every one\n")
+    sys.stdout.write(head + text)
     return 0
 
 

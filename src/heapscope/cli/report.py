@@ -23,8 +23,16 @@ from heapscope.store.select import (
     select_heap,
     select_processes,
 )
-from heapscope.view.peaks import MINOR_SHARE, count_names, is_minor
-from heapscope.view.report import SORTS, FunctionRow, ProcessLine, ProcessReport, build_reports, process_lines
+from heapscope.view.peaks import MINOR_SHARE, count_names
+from heapscope.view.report import (
+    SORTS,
+    FunctionRow,
+    ProcessLine,
+    ProcessReport,
+    build_reports,
+    minor_processes,
+    process_lines,
+)
 from heapscope.view.units import format_bytes, format_count, format_percent, format_value
 
 NAME = "report"
@@ -114,15 +122,6 @@ def main(args: argparse.Namespace) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
     return 0
-
-
-def minor_processes(ranked: Sequence[ProcessLine]) -> set[int]:
-    """The upids of the processes too small next to the largest to be shown in full (view.peaks)."""
-    if not ranked:
-        return set()
-    top_peak = max(r.peak for r in ranked)
-    top_allocated = max(r.allocated for r in ranked)
-    return {int(r.process.info.upid) for r in ranked if is_minor(r.peak, r.allocated, top_peak, top_allocated)}
 
 
 def render_heaps(profile: Profile, shown: str | None, minor: set[int] | frozenset[int] = frozenset()) -> str:

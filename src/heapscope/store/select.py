@@ -51,8 +51,14 @@ def select_processes(profile: Profile, pid: int | None) -> list[Process]:
 
 
 def process_with_dump(profile: Profile, pid: int | None) -> Process:
-    """The process `pid` that has a dump, or (pid None) the first process with one."""
+    """The process `pid` that has a dump, or (pid None) the one with a dump that held the most
+    at its peak (the first such in the profile's order when none has peak rows): pyenv's
+    python3 shim starts env and bash before the Python program, under the same pid."""
     processes = profile.processes()
+    if pid is None:
+        held = {p.info.upid: sum(v.space for v in peak[1].values())
+                for p in processes if (peak := profile.peak_values(p.info.upid)) is not None}
+        processes = sorted(processes, key=lambda p: -held.get(p.info.upid, 0))
     for p in processes:
         if (pid is None or p.info.pid == pid) and profile.last_dump_ts(p.info.upid) is not None:
             return p

@@ -55,7 +55,7 @@ class Change:
 
 
 def pick_process(profile: Profile, pid: int | None) -> Process:
-    """The process `pid`, or the first process that has a dump."""
+    """The process `pid`, or the one with a dump that held the most (store.select.process_with_dump)."""
     return process_with_dump(profile, pid)
 
 

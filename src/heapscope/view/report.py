@@ -31,6 +31,7 @@ total, callees included).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from heapscope.errors import UsageError
@@ -39,6 +40,7 @@ from heapscope.model import CallsiteId, FrameId
 from heapscope.store.reader import Process as StoredProcess
 from heapscope.store.reader import Profile, Stat, ViewValues, mapping_basename
 from heapscope.store.select import State, check_view, process_interval, process_state, select_processes
+from heapscope.view.peaks import is_minor
 from heapscope.view.tree import NO_PYTHON, frame_functions
 from heapscope.view.units import human_bytes
 
@@ -225,6 +227,15 @@ def process_lines(profile: Profile, processes: list[StoredProcess]) -> list[Proc
                                sum(v.alloc_objects for v in end_values.values()), life))
     out.sort(key=lambda r: (-r.peak, -r.allocated, r.process.info.upid))
     return out
+
+
+def minor_processes(ranked: Sequence[ProcessLine]) -> set[int]:
+    """The upids of the processes too small next to the largest to be shown in full (view.peaks)."""
+    if not ranked:
+        return set()
+    top_peak = max(r.peak for r in ranked)
+    top_allocated = max(r.allocated for r in ranked)
+    return {int(r.process.info.upid) for r in ranked if is_minor(r.peak, r.allocated, top_peak, top_allocated)}
 
 
 def filter_callsites(
