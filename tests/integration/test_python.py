@@ -310,6 +310,12 @@ def test_views_show_python_frames(tmp_path: Path) -> None:
         out = subprocess.run(["go", "tool", "pprof", "-lines", "-top", str(pprof)], capture_output=True,
                              text=True, timeout=120)
         assert f"known.py:{line}" in out.stdout, out.stdout + out.stderr
+        # the module's own frame keeps its name: pprof took `<module>` for C++ template
+        # arguments and showed `<unknown>` (with the system name equal to the name)
+        out = subprocess.run(["go", "tool", "pprof", "-traces", str(pprof)], capture_output=True, text=True,
+                             timeout=120)
+        frames = {ln.strip() for ln in out.stdout.splitlines()}
+        assert "<module>" in frames and "<unknown>" not in frames, out.stdout[-3000:] + out.stderr
 
 
 WORKERS = Path(__file__).parents[1] / "programs" / "python" / "workers.py"

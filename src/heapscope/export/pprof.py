@@ -116,14 +116,17 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
     frames = Frames(profile)
     location_ids: dict[FrameId, int] = {}
     function_ids: dict[tuple[str, str], int] = {}
+    python_frames = profile.python_frames()
 
-    def function_id(name: str, file: str) -> int:
+    def function_id(name: str, file: str, python: bool = False) -> int:
         fid = function_ids.get((name, file))
         if fid is None:
             fid = len(function_ids) + 1
             function_ids[(name, file)] = fid
             n = w.s(name)
-            w.field(_FUNCTION, pb.uint(1, fid) + pb.opt_uint(2, n) + pb.opt_uint(3, n)
+            # A Python function has no system name. With one equal to its name, pprof takes the name
+            # for demangled C++ and strips what is in <...>: `<module>` read `<unknown>`.
+            w.field(_FUNCTION, pb.uint(1, fid) + pb.opt_uint(2, n) + pb.opt_uint(3, 0 if python else n)
                     + pb.opt_uint(4, w.s(file) if file else 0))
         return fid
 
@@ -140,7 +143,7 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
             body = pb.uint(1, lid) + pb.opt_uint(2, mid) + pb.opt_uint(3, address)
             if info is not None and (info.name or fid in frames.symbols):
                 for line in reversed(frames.chain(fid)):  # innermost first
-                    body += pb.blob(4, pb.uint(1, function_id(line.name, line.file))
+                    body += pb.blob(4, pb.uint(1, function_id(line.name, line.file, fid in python_frames))
                                     + pb.opt_uint(2, line.line))
             w.field(_LOCATION, body)
         return lid
