@@ -454,13 +454,18 @@ class _Parent:
     def _shown(self, frame_ids: list[int]) -> list[_Named]:
         """order_frames() of the frames, the first STACK_DEPTH; a native frame is named (from
         its library's symbol table, read once: ~10 ms for libpython) only when it may be shown.
-        The Python frames come first and often fill the stack."""
+        The Python frames come first and often fill the stack; the native ones shown are those
+        the innermost Python frame called (the interpreter's outer frames, `Py_RunMain` to
+        `__libc_start_main`, are on every stack and say nothing of the test)."""
         python: list[_Named] = []
         native: list[int] = []
+        inner = True  # no Python frame yet, kept or not
         for f in frame_ids:
             if self._native(f):
-                native.append(f)
+                if inner:
+                    native.append(f)
             else:
+                inner = False
                 n = self._named(f)
                 if _kept(n):
                     python.append(n)
@@ -499,6 +504,8 @@ class _Parent:
         where = os.path.basename(path)
         if frame.name:
             python = is_python_frame(frame.name, path)
+            if python and frame.rel_pc:  # a Python frame's rel_pc is its line (bookkeeping/frames.py)
+                return _Named(frame.name, f"{where}:{frame.rel_pc}", True, _is_runner(path))
             return _Named(frame.name, where, python, python and _is_runner(path))
         name = self._lookup(path, frame.rel_pc)
         return _Named(name or f"{where}+{frame.rel_pc:#x}", where, is_python_frame(name or "", path))

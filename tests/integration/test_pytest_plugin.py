@@ -577,6 +577,10 @@ def test_small_python_objects_are_seen(suite_dir: Path) -> None:
     # (3.12+ inlines the comprehension: no frame of its own); the runner's frames (pytest's
     # __main__, runpy's) are left out
     top = message.split("top allocating stacks (leaf first):", 1)[1].splitlines()[1]
-    assert re.match(r"\s*[0-9.]+ [kMG]?B  (test_small_objects\.<locals>\.<listcomp> \(test_pyobj\.py\) < )?"
-                    r"test_small_objects \(test_pyobj\.py\) < [^<(]+ \(libpython", top), message
+    # each Python frame with its line (test_pyobj.py:N)
+    assert re.match(r"\s*[0-9.]+ [kMG]?B  (test_small_objects\.<locals>\.<listcomp> \(test_pyobj\.py:\d+\) < )?"
+                    r"test_small_objects \(test_pyobj\.py:\d+\) < [^<(]+ \(libpython", top), message
     assert "__main__" not in message and "runpy" not in message, message
+    # AND the native frames shown are those the test's code called, not the interpreter's
+    # outer ones (a list's resize showed `< libc.so.6+0x27249 < __libc_start_main`)
+    assert "__libc_start_main" not in message and "Py_BytesMain" not in message, message
