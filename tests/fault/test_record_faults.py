@@ -477,8 +477,7 @@ def test_signals_at_any_moment(bins, tmp_path, procs, sig, moment) -> None:
 def test_signals_from_the_targets_end_to_records_exit_leave_its_status(bins, tmp_path, procs, sig) -> None:
     # One signal at a time finds the window only now and then (record died of SIGTERM, -15,
     # in one full run): from the target's end, one every 0.2 ms until record has exited.
-    # Paced, not a flood: a flood runs Python-level handlers inside themselves (launch.py's
-    # forward guards against it; the dump request's does not).
+    # Paced, to land in every moment of the window; a flood of dump requests is the next test.
     db = tmp_path / "s.db"
     h = procs(record("-o", db, "--", bins["record_driven"]))
     target = int(h.out.wait_for(r"^ready ").split()[1])
@@ -500,6 +499,52 @@ def test_signals_from_the_targets_end_to_records_exit_leave_its_status(bins, tmp
     assert code == 3, f"{code} after {sent} signals\n" + "\n".join(lines)
     assert query(db, "SELECT COUNT(*) FROM process WHERE end_ts IS NOT NULL") == [(1,)]
     assert unreleased(db) == BLOCK
+
+
+FLOODER = """
+import os, signal, sys
+pid = int(sys.argv[1])
+sent = 0
+while True:
+    try:
+        os.kill(pid, signal.SIGUSR1)
+    except ProcessLookupError:
+        break
+    sent += 1
+print(sent)
+"""
+
+
+def test_a_flood_of_dump_requests_never_stops_the_recording(bins, tmp_path, procs) -> None:
+    # GIVEN a recording whose target keeps allocating while two processes send record SIGUSR1
+    # (a dump request) as fast as they can, unpaced, until record has exited
+    db = tmp_path / "f.db"
+    h = procs(record("-o", db, "--", bins["record_driven"]))
+    h.out.wait_for(r"^ready ")
+    flooders = [subprocess.Popen([sys.executable, "-c", FLOODER, str(h.p.pid)], stdout=subprocess.PIPE, text=True)
+                for _ in range(2)]
+    try:
+        for n in range(1, 6):
+            h.send("a")
+            h.out.wait_for(rf"^ok a {n * BLOCK}$")
+        h.send("x 3")
+        # THEN record ends as the target did, without a traceback, with everything recorded
+        code = h.wait()
+        sent = [int(f.communicate(timeout=60)[0] or 0) for f in flooders]
+    finally:
+        for f in flooders:
+            if f.poll() is None:
+                f.kill()
+                f.wait(timeout=10)
+    lines = h.errors()
+    no_traceback(lines)
+    assert code == 3, f"{code} after {sent} signals\n" + "\n".join(lines)
+    assert sum(sent) > 1000, sent
+    assert unreleased(db) == 5 * BLOCK
+    # AND the requests that came while a dump was being taken were served together: far fewer
+    # dumps than signals
+    dumps = query(db, "SELECT COUNT(DISTINCT ts) FROM heap_profile_allocation")[0][0]
+    assert 1 <= dumps < sum(sent) // 10, (dumps, sent)
 
 
 # --- options --------------------------------------------------------------------------------
