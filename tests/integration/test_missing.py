@@ -364,3 +364,11 @@ def test_leaks_and_diff_default_to_the_largest_process(tmp_path: Path) -> None:
     out = run_process([*HEAPSCOPE, "diff", str(db), str(db)], timeout=60)
     assert out.returncode == 0, out.describe()
     assert out.stdout.decode().startswith("space: 16.0 MiB ("), out.describe()
+    # AND pprof's header names its executable: the main binaries' mappings come first, the
+    # heaviest process's first (it read `File: dash`, the shell that started first)
+    if shutil.which("go"):
+        pb = tmp_path / "p.pb.gz"
+        run = run_process([*HEAPSCOPE, "export", str(db), "--format", "pprof", "-o", str(pb)], timeout=60)
+        assert run.returncode == 0, run.describe()
+        top = subprocess.run(["go", "tool", "pprof", "-top", str(pb)], capture_output=True, text=True, timeout=120)
+        assert top.stdout.startswith("File: big\n"), top.stdout[:500] + top.stderr

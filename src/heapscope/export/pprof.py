@@ -112,7 +112,10 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
     for p, st, h in sorted(chosen, key=lambda c: -weights[c[0].info.upid]):
         sink.write(pb.uint(_COMMENT, w.s(f"{process_label(p)}: {st.label}" + (f" (heap {h})" if h else ""))))
 
-    mapping_ids = _write_mappings(profile, w, {p.info.exe for p in processes if p.info.exe})
+    # The main binaries first, the heaviest process's first: pprof's header names the first
+    # mapping (`File: env` for pyenv's python3 shim, whose env starts first).
+    ranked = sorted(processes, key=lambda p: -weights.get(p.info.upid, 0))
+    mapping_ids = _write_mappings(profile, w, list(dict.fromkeys(p.info.exe for p in ranked if p.info.exe)))
     frames = Frames(profile)
     location_ids: dict[FrameId, int] = {}
     function_ids: dict[tuple[str, str], int] = {}
@@ -177,9 +180,11 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
     return samples
 
 
-def _write_mappings(profile: Profile, w: _Writer, exes: set[str]) -> dict[int, tuple[int, int]]:
-    """Write the mappings, main binaries first; stored id -> (pprof id, runtime address of rel_pc 0)."""
-    rows = sorted(profile.mappings(), key=lambda m: (m.name not in exes, m.id))
+def _write_mappings(profile: Profile, w: _Writer, exes: list[str]) -> dict[int, tuple[int, int]]:
+    """Write the mappings, main binaries first in the order of `exes`; stored id -> (pprof id,
+    runtime address of rel_pc 0)."""
+    rank = {exe: k for k, exe in enumerate(exes)}
+    rows = sorted(profile.mappings(), key=lambda m: (rank.get(m.name, len(rank)), m.id))
     out: dict[int, tuple[int, int]] = {}
     for m in rows:
         mid, build_id, offset, start, end, load_bias, name = (
