@@ -627,8 +627,15 @@ def test_leaks_and_diff_take_heap(arena_db):
     assert text.startswith("heap: libc.malloc (others: test.arena, test.pool; --heap NAME)") and "make_" not in text
     arena_leaks = run_process([*HEAPSCOPE, "leaks", arena_db, "--heap", "test.arena", "--top", "50"]).stdout.decode()
     assert "make_nodes" in arena_leaks and "arena_new" not in arena_leaks, arena_leaks
-    diff = run_process([*HEAPSCOPE, "diff", arena_db, arena_db, "--heap", "test.pool"])
+    diff = run_process([*HEAPSCOPE, "diff", arena_db, arena_db, "--heap", "test.pool", "--dump-a", "end",
+                        "--dump-b", "end"])
     assert diff.returncode == 0 and b"space: 4.7 KiB" in diff.stdout, diff.describe()
+    # by default both peaks, as report shows them
+    report = run_process([*HEAPSCOPE, "report", arena_db, "--heap", "test.pool"]).stdout.decode()
+    peak = re.search(r"space:\s+(\S+ \S+)", report)
+    diff = run_process([*HEAPSCOPE, "diff", arena_db, arena_db, "--heap", "test.pool"])
+    assert peak is not None and f"space: {peak.group(1)} (arena.db peak at ".encode() in diff.stdout, \
+        (report, diff.describe())
     bad = run_process([*HEAPSCOPE, "diff", arena_db, arena_db, "--heap", "nope"])
     assert bad.returncode == 2 and b"no heap named 'nope'" in bad.stderr, bad.describe()
 

@@ -605,3 +605,47 @@ def test_frames_put_at_the_root_by_a_cut_stack_are_said_with_the_fix(tmp_path: P
                        INTERPRETERS[-1], str(program), "40"], timeout=150)
     assert run.returncode == 0, run.describe()
     assert "put at the root" not in run.stderr.decode(), run.describe()
+
+
+GROWS = '''
+import sys
+KEEP = []
+
+
+def build(n):
+    return [bytearray(1000) for _ in range(n)]  # BUILD
+
+
+def main():
+    KEEP.append(build(int(sys.argv[1])))  # MAIN
+
+
+main()
+'''
+
+
+@pytest.mark.skipif(not INTERPRETERS, reason="no CPython 3.8-3.13 installed")
+@pytest.mark.timeout(200)
+def test_diff_of_two_python_runs_shows_python_functions(tmp_path: Path) -> None:
+    # GIVEN two runs of a Python program that keeps n bytearrays of 1000 bytes, n 2,000 then 6,000
+    program = tmp_path / "grows.py"
+    program.write_text(GROWS)
+    dbs = []
+    for n in (2000, 6000):
+        db = tmp_path / f"g{n}.db"
+        run = run_process([*HEAPSCOPE, "record", "-o", str(db), "-i", "1", "--", INTERPRETERS[-1], str(program),
+                           str(n)], timeout=150)
+        assert run.returncode == 0, run.describe()
+        dbs.append(str(db))
+    # WHEN they are compared
+    out = subprocess.run([*HEAPSCOPE, "diff", *dbs], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    # THEN the largest growth is the Python function that made them, in its file, called from main:
+    # native frames are folded into it (report's Python view), ~4 MB more
+    grew = out.stdout.split("largest growths:\n", 1)[1].splitlines()[1]
+    assert re.search(r"^\s+\+(3\.[89]|4\.\d) MiB .* grows\.py\s+(build < )?main < <module>$", grew), out.stdout
+    assert "PyByteArray" not in out.stdout and "malloc" not in out.stdout, out.stdout
+    # AND --native shows the native frames too
+    native = subprocess.run([*HEAPSCOPE, "diff", "--native", *dbs], capture_output=True, text=True, timeout=120)
+    assert native.returncode == 0, native.stderr
+    assert "PyByteArray" in native.stdout or "bytearray" in native.stdout, native.stdout

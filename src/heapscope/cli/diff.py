@@ -17,12 +17,17 @@ HELP = "compare two profiles (or two dumps of one): growth per call path, text a
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("before", metavar="BEFORE", help="profile database (the baseline)")
     p.add_argument("after", metavar="AFTER", nargs="?", help="profile database (default: BEFORE, with --dump-a/-b)")
-    p.add_argument("--dump-a", type=int, metavar="N",
-                   help="dump of BEFORE, 1-based, negative from the end (default: last)")
-    p.add_argument("--dump-b", type=int, metavar="M",
-                   help="dump of AFTER, 1-based, negative from the end (default: last)")
+    p.add_argument("--dump-a", metavar="peak|end|N",
+                   help="state of BEFORE: its peak, its end (last dump) or dump N, 1-based, negative from the end"
+                        " (default: the peak for space and objects, as report; else the end)")
+    p.add_argument("--dump-b", metavar="peak|end|M", help="state of AFTER (default: as --dump-a's)")
     p.add_argument("-p", "--pid", type=int, metavar="PID",
-                   help="compare this process (default: the first with a dump; in both files)")
+                   help="compare this process (default: the one with a dump that held the most; in both files)")
+    frames = p.add_mutually_exclusive_group()
+    frames.add_argument("--python-only", action="store_true",
+                        help="the Python view, the default when both processes have Python frames: native frames"
+                             " folded into the Python function that called them")
+    frames.add_argument("--native", action="store_true", help="every frame, native ones too, also for Python")
     p.add_argument("--view", choices=VIEWS, default="space", help="what to compare (default: space)")
     p.add_argument("--top", type=int, default=15, metavar="N", help="growths and shrinks listed (default: 15)")
     p.add_argument("-o", "--output", metavar="HTML", help="also write a flamegraph coloured by growth")
@@ -32,8 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from heapscope.store.reader import open_profile
-    from heapscope.store.select import select_heap
+    from heapscope.errors import UnknownProcessError
+    from heapscope.store.reader import Process, open_profile
+    from heapscope.store.select import default_dump, parse_dump, process_state, select_heap
     from heapscope.view.diff import changes, diff_graph, dump_ts, pick_process, read_side
 
     if args.top < 1:
@@ -41,14 +47,35 @@ def main(args: argparse.Namespace) -> int:
     after_file = args.after or args.before
     if args.after is None and args.dump_a is None:
         raise UsageError("one profile: give --dump-a N (and optionally --dump-b M) to compare two of its dumps")
+    # (file, --dump-x, flag, process, has Python frames, has peak rows)
+    chosen: list[tuple[str, str | None, str, Process, bool, bool]] = []
+    # One profile: its dump --dump-a against its end by default (two moments of one run).
+    dump_b = args.dump_b if args.dump_b is not None or args.after is not None else "end"
+    for file, index, flag in ((args.before, args.dump_a, "--dump-a"), (after_file, dump_b, "--dump-b")):
+        with open_profile(file) as profile:
+            proc = pick_process(profile, args.pid, chosen[0][3] if chosen else None)
+            chosen.append((file, index, flag, proc, proc.info.upid in profile.python_upids(),
+                           profile.peak_values(proc.info.upid) is not None))
+    # The Python view when both sides are Python programs (report's default, issue 12)
+    python = args.python_only or (not args.native and all(c[4] for c in chosen))
+    # By default both peaks (report's state: a program that frees all at its exit ends with
+    # little), or both ends when a side has no peak rows (an imported profile)
+    default = default_dump(args.view) if all(c[5] for c in chosen) else "end"
     sides = []
-    for file, index, flag in ((args.before, args.dump_a, "--dump-a"), (after_file, args.dump_b, "--dump-b")):
+    for file, index, flag, proc, _py, _peak in chosen:
+        choice = default if index is None else parse_dump(index)
         with open_profile(file) as profile:
             select_heap(profile, args.heap)  # default: the default heap, nothing counted twice
-            proc = pick_process(profile, args.pid)
-            ts, which = dump_ts(profile, proc, index, flag)
+            if isinstance(choice, int):
+                ts, which = dump_ts(profile, proc, choice, flag)
+                values = None
+            else:  # the peak (or the end): a program that frees all at its exit ends with little
+                st = process_state(profile, proc, choice, args.view)
+                if st is None:
+                    raise UnknownProcessError(f"{file}: pid {proc.info.pid} has no dump")
+                ts, which, values = st.ts, st.label, st.values
             label = f"{Path(file).name} {which}" if args.after else which
-            sides.append(read_side(profile, proc, ts, label))
+            sides.append(read_side(profile, proc, ts, label, python, values))
     a, b = sides
     rows = changes(a, b, args.view)
     sys.stdout.write(render(a, b, rows, args.view, args.top))
@@ -81,8 +108,8 @@ def render(a: object, b: object, rows: list[Change], view: str, top: int) -> str
         if not part:
             lines.append("  (none)")
         cells = [(("+" if r.delta > 0 else "") + format_value(view, r.delta), format_value(view, r.before),
-                  format_value(view, r.after), f"{r.path[-1][0]}  {r.path[-1][1]}",
-                  " < ".join(f for f, _ in reversed(r.path[:-1]))) for r in part]
+                  format_value(view, r.after), f"{r.path[-1][0]}  {r.path[-1][1]}", _callers(r.path))
+                 for r in part]
         if cells:
             head = ("change", "before", "after", "function  file or library", "called from")
             widths = [max(len(c[i]) for c in [head, *cells]) for i in range(4)]
@@ -91,3 +118,11 @@ def render(a: object, b: object, rows: list[Change], view: str, top: int) -> str
                                                c[3].ljust(widths[3]), c[4]]).rstrip())
         lines.append("")
     return "\n".join(lines)
+
+
+CALLERS_SHOWN = 8  # "called from": the nearest callers (a Python import's native chain is ~100 deep)
+
+
+def _callers(path: tuple[tuple[str, str], ...]) -> str:
+    callers = [f for f, _ in reversed(path[:-1])]
+    return " < ".join(callers[:CALLERS_SHOWN]) + (" < …" if len(callers) > CALLERS_SHOWN else "")

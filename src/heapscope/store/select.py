@@ -50,15 +50,18 @@ def select_processes(profile: Profile, pid: int | None) -> list[Process]:
     return chosen
 
 
-def process_with_dump(profile: Profile, pid: int | None) -> Process:
+def process_with_dump(profile: Profile, pid: int | None, like: Process | None = None) -> Process:
     """The process `pid` that has a dump, or (pid None) the one with a dump that held the most
     at its peak (the first such in the profile's order when none has peak rows): pyenv's
-    python3 shim starts env and bash before the Python program, under the same pid."""
+    python3 shim starts env and bash before the Python program, under the same pid. `like`:
+    a process of another profile; one of the same executable comes first (diff's two sides)."""
     processes = profile.processes()
     if pid is None:
         held = {p.info.upid: sum(v.space for v in peak[1].values())
                 for p in processes if (peak := profile.peak_values(p.info.upid)) is not None}
-        processes = sorted(processes, key=lambda p: -held.get(p.info.upid, 0))
+        exe = (like.info.exe or like.info.name) if like is not None else None
+        processes = sorted(processes, key=lambda p: (exe is not None and (p.info.exe or p.info.name) != exe,
+                                                     -held.get(p.info.upid, 0)))
     for p in processes:
         if (pid is None or p.info.pid == pid) and profile.last_dump_ts(p.info.upid) is not None:
             return p

@@ -20,11 +20,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from heapscope.model import VIEWS
-from heapscope.store.reader import Process, Profile, mapping_basename
+from heapscope.model import VIEWS, CallsiteId
+from heapscope.store.reader import Process, Profile, ViewValues, mapping_basename
 from heapscope.store.select import dump_position, process_with_dump
 from heapscope.view.flamegraph import ProcessGraph, Snapshot
-from heapscope.view.tree import MergedTree, build_tree
+from heapscope.view.tree import NO_PYTHON, MergedTree, build_tree
 
 PathKey = tuple[tuple[str, str], ...]
 EXECUTABLE = "[executable]"  # `where` of a frame of the process's executable without a source file
@@ -54,9 +54,10 @@ class Change:
         return self.after - self.before
 
 
-def pick_process(profile: Profile, pid: int | None) -> Process:
-    """The process `pid`, or the one with a dump that held the most (store.select.process_with_dump)."""
-    return process_with_dump(profile, pid)
+def pick_process(profile: Profile, pid: int | None, like: Process | None = None) -> Process:
+    """The process `pid`, or the one with a dump that held the most, one of `like`'s executable
+    first (store.select.process_with_dump)."""
+    return process_with_dump(profile, pid, like)
 
 
 def dump_ts(profile: Profile, process: Process, index: int | None, flag: str = "--dump") -> tuple[int, str]:
@@ -68,9 +69,14 @@ def dump_ts(profile: Profile, process: Process, index: int | None, flag: str = "
     return tss[pos], f"dump {pos + 1}/{len(tss)}"
 
 
-def read_side(profile: Profile, process: Process, ts: int, label: str) -> Side:
-    values = profile.callsite_values(process.info.upid, ts)
-    tree = build_tree(profile, sorted(values))
+def read_side(profile: Profile, process: Process, ts: int, label: str, python: bool = False,
+              values: dict[CallsiteId, ViewValues] | None = None) -> Side:
+    """One snapshot's paths: the dump at `ts`, or `values` (a peak's) when given; `python`: the
+    Python view (native frames folded into the Python function that called them, as report's;
+    view.tree.build_tree's python_only)."""
+    if values is None:
+        values = profile.callsite_values(process.info.upid, ts)
+    tree = build_tree(profile, sorted(values), python_only=python)
     keys = path_keys(tree, process.info.exe)
     selfs: dict[PathKey, dict[str, int]] = {}
     per_view = {v: tree.self_values(values, v) for v in VIEWS}
@@ -89,6 +95,8 @@ def path_keys(tree: MergedTree, executable: str = "") -> list[PathKey]:
         source = tree.source_file[i]
         if source:
             where = os.path.basename(source)
+        elif tree.name[i] == NO_PYTHON:
+            where = ""  # the Python view's root of what has no Python frame
         else:
             where = mapping_basename(tree.map_name[i])
             if exe and where == exe:
