@@ -78,6 +78,26 @@ def test_peak_rss_of_a_grandchild_peak_just_before_its_exit(programs: Programs, 
     assert 0 < parent_peak < hwm // 4, (parent_peak, hwm)
 
 
+def test_peak_rss_of_a_program_exec_d_by_a_shell(programs: Programs, record: Recorder) -> None:
+    # GIVEN a shell that execs the program in its own process (one pid, two programs, each
+    # connected as a process of the profile)
+    run = record(["/bin/sh", "-c", f"exec {programs.path('rsspeak')}"], interval=None)
+    assert run.returncode == 0, run.describe()
+    hwm = _printed_hwm(run)
+    profile = run.profile()
+    rows = profile.query("SELECT upid, name FROM process ORDER BY upid")
+    assert len(rows) == 2 and rows[1]["name"] == "rsspeak", profile.processes_text()
+    # THEN the program has its peak, and the shell not the program's: the pid's VmHWM after the
+    # exec is the program's (the shell's own was never read: 0, or a few MiB)
+    peak, _ = _rss_stats(profile, rows[1]["upid"])
+    assert 0.95 * hwm <= peak <= 1.05 * hwm, (peak, hwm, run.describe())
+    shell_peak, _ = _rss_stats(profile, rows[0]["upid"])
+    assert shell_peak < hwm // 4, (shell_peak, hwm)
+    # AND the summary's RSS is the sum of the two
+    said = re.search(r"of RSS (\S+) MiB", _summary_line(run))
+    assert said and abs(float(said[1]) - (peak + shell_peak) / 2**20) < 0.1, _summary_line(run)
+
+
 def test_own_rss_covers_the_ring_a_busy_target_filled(programs: Programs, record: Recorder) -> None:
     # GIVEN a target at interval 1 whose records (400k malloc + free pairs, 88 bytes of ring
     # each) fill the default ring several times over

@@ -90,6 +90,7 @@ class Producer:
         # The exact peak RSS (bytes) of a target pid the caller started, once reaped, else 0
         # (heapscope/launch.py, Child.poll and Child.peak_rss): asked when the process ends.
         self.exit_peak: Callable[[int], int] | None = None
+        self.newest_upid: dict[int, Upid] = {}  # pid -> its latest process (an exec connects anew)
         self.guardrail = ""  # which guardrail was hit, if any
         self._resolved_ns = time.monotonic_ns()  # the last resolve_early()
         self.resolve_every_ns: int | None = RESOLVE_EVERY_NS  # None: stacks resolve at dumps only
@@ -268,10 +269,11 @@ class Producer:
         p.flags.from_startup = info.pid not in self.attach_pids
         p.last_dump_ts = info.start_ts
         self.processes[conn.fileno()] = p
+        self.newest_upid[info.pid] = max(info.upid, self.newest_upid.get(info.pid, info.upid))
         # Its peak RSS so far, before the first drain: the records a client wrote before the
         # producer existed (`record`'s early start, listener.py) can take that drain a while,
-        # and a short program may be gone by its end.
-        self._read_rss(p, time.monotonic_ns())
+        # and a short program may be gone by its end (or have exec'd another).
+        self._read_rss(p, time.monotonic_ns(), check_exe=True)
         self.writer.add_process(info)
         self.writer.commit()
         self.log(f"pid {info.pid} ({info.name}) connected as upid {info.upid}")
@@ -310,12 +312,17 @@ class Producer:
         except OSError:
             return True
 
-    @staticmethod
-    def _read_rss(p: ProcessState, now: int) -> None:
+    def _read_rss(self, p: ProcessState, now: int, check_exe: bool = False) -> None:
         """The process's peak RSS so far (VmHWM): read while it runs, since the kernel drops it
-        before the socket's EOF tells us of the exit."""
+        before the socket's EOF tells us of the exit. Not once its pid exec'd another program
+        (`sh -c 'exec prog'` gave sh prog's peak): a newer process of the pid connected, or, for
+        one whose socket closed (exit_fd) or `check_exe`, its executable is another."""
         p.rss_read_ns = now
-        p.peak_rss = max(p.peak_rss, procfs.status_field(p.info.pid, "VmHWM") * 1024)
+        pid = p.info.pid
+        if self.newest_upid.get(pid) != p.info.upid or (
+                (check_exe or p.exit_fd is not None) and procfs.exe_path(pid, []) != p.info.exe):
+            return
+        p.peak_rss = max(p.peak_rss, procfs.status_field(pid, "VmHWM") * 1024)
 
     # -- records -------------------------------------------------------------
 
@@ -580,8 +587,8 @@ class Producer:
         process here takes it. And heapscope's own resident bytes then (own_rss)."""
         peak = _plausible(p.meta("exit_peak_rss"))
         pid = p.info.pid
-        if not peak and self.exit_peak is not None and pid in self.target_pids and all(
-                q.info.upid <= p.info.upid for q in (*self.processes.values(), *self.ended) if q.info.pid == pid):
+        if not peak and self.exit_peak is not None and pid in self.target_pids and \
+                self.newest_upid.get(pid) == p.info.upid:
             peak = self.exit_peak(pid)
         p.peak_rss = max(p.peak_rss, peak)
         p.own_rss = _plausible(p.meta("own_rss"))
