@@ -202,8 +202,7 @@ class Summary(Slots):
                  peak_rss: int = 0, own_rss: int = 0, peaks: list[ProcessPeak] | None = None,
                  attached_heaps_note: str = "", not_profiled: list[str] | None = None,
                  shallow_stacks: list[str] | None = None, unsymbolized: list[Unsymbolized] | None = None,
-                 unsymbolized_frames: int = 0,
-                 symbol_notes: list[str] | None = None) -> None:
+                 unsymbolized_frames: int = 0, symbol_notes: list[str] | None = None) -> None:
         self.output = output
         self.processes = processes
         self.samples = samples
