@@ -77,32 +77,56 @@ def in_main_thread() -> bool:
 
 
 class Child:
-    """The started target: subprocess.Popen's pid, returncode, poll(), wait() and send_signal()."""
+    """The started target: subprocess.Popen's pid, returncode, poll(), wait() and send_signal(),
+    and its peak RSS once reaped (peak_rss)."""
 
-    def __init__(self, pid: int) -> None:
+    def __init__(self, pid: int, spawner_hwm_kib: int | None = None) -> None:
         self.pid = pid
         self.returncode: int | None = None  # as Popen's: -N for a death by signal N
+        # wait4's ru_maxrss (KiB). Linux gives the largest of: the peaks of each image the process
+        # exec'd, what it carried over exec from its spawner, and those of the children it reaped.
+        self.maxrss_kib = 0
+        # This process's VmHWM just after the spawn: posix_spawn's child execs from this process's
+        # memory, so up to this much of ru_maxrss may be ours (None: not known).
+        self.spawner_hwm_kib = spawner_hwm_kib
+        # Minor faults of the children it reaped (cminflt of /proc/PID/stat, read while a zombie):
+        # 0 when it reaped none that ran, whose peaks would be in ru_maxrss (None: not known).
+        self.children_faults: int | None = None
 
     def poll(self) -> int | None:
         if self.returncode is None:
-            try:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:
-                self.returncode = 0  # reaped elsewhere: as Popen says
-            else:
-                if pid == self.pid:
-                    self.returncode = os.waitstatus_to_exitcode(status)
+            self._reap(os.WNOHANG)
         return self.returncode
 
     def wait(self) -> int:
         if self.returncode is None:
-            try:
-                _pid, status = os.waitpid(self.pid, 0)
-            except ChildProcessError:
-                self.returncode = 0
-            else:
-                self.returncode = os.waitstatus_to_exitcode(status)
+            self._reap(0)
+        assert self.returncode is not None
         return self.returncode
+
+    def _reap(self, options: int) -> None:
+        """waitpid(), with a look at the zombie first (children_faults) and wait4's rusage."""
+        try:
+            if os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT | options) is None:
+                return  # runs on (WNOHANG)
+            self.children_faults = _children_faults(self.pid)
+            pid, status, usage = os.wait4(self.pid, 0)
+        except ChildProcessError:
+            self.returncode = 0  # reaped elsewhere: as Popen says
+            return
+        if pid == self.pid:
+            self.maxrss_kib = usage.ru_maxrss
+            self.returncode = os.waitstatus_to_exitcode(status)
+
+    def peak_rss(self) -> int:
+        """Its peak resident set in bytes once reaped, whatever its end (_exit, a signal: no
+        destructor of its client ran); 0 when not known: not reaped yet, it reaped children (their
+        peaks are in ru_maxrss too), or ru_maxrss is not above what it may have carried over from
+        this process (its own peak was no larger)."""
+        if (self.returncode is None or self.children_faults != 0 or self.spawner_hwm_kib is None
+                or self.maxrss_kib <= self.spawner_hwm_kib):
+            return 0
+        return self.maxrss_kib * 1024
 
     def send_signal(self, sig: int) -> None:
         if self.returncode is None:
@@ -150,7 +174,30 @@ def spawn(argv: list[str], executable: str | None, env: dict[str, str], stdin: i
             pid = os.posix_spawn(executable, argv, env, file_actions=actions, setsigdef=reset)
     except OSError as e:
         raise TargetError(f"cannot run {argv[0]}: {e.strerror}") from e
-    return Child(pid)
+    return Child(pid, _own_hwm_kib())
+
+
+def _children_faults(pid: int) -> int | None:
+    """cminflt of /proc/PID/stat (proc(5)): minor faults of the children `pid` waited for."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        # The command name, in parentheses, may hold any byte; cminflt is the 9th field after it.
+        return int(stat[stat.rfind(b")") + 2:].split()[8])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _own_hwm_kib() -> int | None:
+    """This process's VmHWM (producer/procfs.py's status_field, without its import); None when unreadable."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def _inherited_fds() -> list[int]:

@@ -166,8 +166,8 @@ class Summary(Slots):
     __slots__ = (
         "output", "processes", "samples", "sampled_bytes", "interval", "elapsed_s", "blocked_ms", "dropped_records",
         "unwinders", "client_errors", "exit_status", "output_bytes", "no_descriptors", "problems", "python",
-        "peak_heap", "peak_rss", "peaks", "attached_heaps_note", "not_profiled", "shallow_stacks", "unsymbolized",
-        "unsymbolized_frames", "symbol_notes",
+        "peak_heap", "peak_rss", "own_rss", "peaks", "attached_heaps_note", "not_profiled", "shallow_stacks",
+        "unsymbolized", "unsymbolized_frames", "symbol_notes",
     )
     output: Path
     processes: int
@@ -185,7 +185,8 @@ class Summary(Slots):
     problems: list[str]  # what went wrong inside heapscope, one line each
     python: list[str]  # the Python frames status lines, one per distinct one
     peak_heap: int  # sum over processes of each one's peak of sampled unreleased bytes
-    peak_rss: int  # sum over processes of each one's peak RSS (VmHWM), as read
+    peak_rss: int  # sum over processes of each one's peak RSS (VmHWM)
+    own_rss: int  # sum over processes of heapscope's own resident bytes at their exits (0: none known)
     peaks: list[ProcessPeak]  # largest peak first
     attached_heaps_note: str  # -p: custom heaps registered before the attach are not seen
     not_profiled: list[str]  # targets the client never ran in, and why
@@ -199,10 +200,10 @@ class Summary(Slots):
                  unwinders: list[str] | None = None, client_errors: list[str] | None = None,
                  exit_status: int | None = None, output_bytes: int = 0, no_descriptors: int = 0,
                  problems: list[str] | None = None, python: list[str] | None = None, peak_heap: int = 0,
-                 peak_rss: int = 0, peaks: list[ProcessPeak] | None = None, attached_heaps_note: str = "",
-                 not_profiled: list[str] | None = None, shallow_stacks: list[str] | None = None,
-                 unsymbolized: list[Unsymbolized] | None = None, unsymbolized_frames: int = 0,
-                 symbol_notes: list[str] | None = None) -> None:
+                 peak_rss: int = 0, own_rss: int = 0, peaks: list[ProcessPeak] | None = None,
+                 attached_heaps_note: str = "", not_profiled: list[str] | None = None,
+                 shallow_stacks: list[str] | None = None, unsymbolized: list[Unsymbolized] | None = None,
+                 unsymbolized_frames: int = 0, symbol_notes: list[str] | None = None) -> None:
         self.output = output
         self.processes = processes
         self.samples = samples
@@ -220,6 +221,7 @@ class Summary(Slots):
         self.python = [] if python is None else python
         self.peak_heap = peak_heap
         self.peak_rss = peak_rss
+        self.own_rss = own_rss
         self.peaks = [] if peaks is None else peaks
         self.attached_heaps_note = attached_heaps_note
         self.not_profiled = [] if not_profiled is None else not_profiled
@@ -457,6 +459,7 @@ class Recording:
         self._spawned = launch.spawned
         self._child_fd = launch.take_pidfd()
         producer.target_pids.add(self.child.pid)
+        producer.exit_peak = self._child_peak_rss
         # heapscope's own limit, raised after the spawn: the target has the one it would have had.
         self._nofile = launch.nofile
         launch.nofile = None
@@ -466,6 +469,15 @@ class Recording:
         self._chores.append((lambda: self._check_preload(argv[0], executable), True))
         self._warm_up()
         return self.child.pid
+
+    def _child_peak_rss(self, pid: int) -> int:
+        """The started target's exact peak RSS, reaped now if it is gone (the producer asks when its
+        process ends); 0 when not known (launch.Child.peak_rss)."""
+        child = self.child
+        if child is None or child.pid != pid:
+            return 0
+        child.poll()
+        return child.peak_rss()
 
     def attach(self, pids: list[int]) -> list[int]:
         """Attach to running processes; the pids attached. Refusals before any
@@ -1006,6 +1018,7 @@ class Recording:
             s.python = sorted({p.python_status for p in procs if p.python_status})
             s.peak_heap = sum(p.final_stats.get("peak_unfreed", 0) for p in procs)
             s.peak_rss = sum(p.peak_rss for p in procs)
+            s.own_rss = sum(p.own_rss for p in procs)
             if any(not p.flags.from_startup for p in procs):
                 from heapscope.producer.producer import ATTACH_HEAPS_NOTE
                 s.attached_heaps_note = ATTACH_HEAPS_NOTE

@@ -380,8 +380,9 @@ def _summary(s: Summary) -> None:
     ]
     lines += s.python
     if s.peak_rss:
+        own = f"heapscope's own {human_bytes(s.own_rss)} of it; " if s.own_rss else ""
         lines.append(f"seen {human_bytes(s.peak_heap)} of RSS {human_bytes(s.peak_rss)} "
-                     "(peak of the sampled heaps vs. peak resident set)")
+                     f"({own}peak of the sampled heaps vs. peak resident set)")
     if s.client_errors:
         lines.append("client stopped early: " + "; ".join(s.client_errors))
     if s.no_descriptors:

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "own.h"
 #include "ring.h"
 #include "wire.h"
 
@@ -91,6 +92,7 @@ static struct hs_addr_table *table_new(uint64_t capacity) {
   void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (m == MAP_FAILED)
     return NULL;
+  hs_own_map(m, bytes, HS_OWN_PRIVATE);
   struct hs_addr_table *t = m; /* zero-filled: all slots empty */
   t->mask = capacity - 1;
   return t;

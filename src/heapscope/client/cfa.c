@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "own.h"
 #include "unwind.h"
 
 /* ---- the caches ---- */
@@ -182,9 +183,11 @@ int hs_cfa_init(void) {
   if (mm != MAP_FAILED && !(off && off[0] == '0' && off[1] == '\0')) {
     memo_rows = (uint64_t *)(void *)((char *)mm + MEMO_FDES * sizeof(struct memo_fde));
     memo = mm;
+    hs_own_map(mm, MEMO_FDES * sizeof(struct memo_fde) + MEMO_ROWS * sizeof(uint64_t), HS_OWN_PRIVATE);
   } else if (mm != MAP_FAILED) {
     munmap(mm, MEMO_FDES * sizeof(struct memo_fde) + MEMO_ROWS * sizeof(uint64_t));
   }
+  hs_own_map(m, CACHE_SLOTS * sizeof(uint64_t), HS_OWN_PRIVATE);
   cache = m;
   return 0;
 }

@@ -62,6 +62,7 @@
 #include "heaps.h"
 #include "ring.h"
 #include "modules.h"
+#include "own.h"
 #include "pyframes.h"
 #include "pymem.h"
 #include "stacks.h"
@@ -83,6 +84,7 @@ static struct {
   int sock;
   uint64_t sock_dev, sock_ino; /* identity of sock (see keep_high) */
   pid_t pid;                   /* the process that connected */
+  uint64_t start_maxrss;       /* ru_maxrss (KiB) when the session started (note_exit) */
   int debug;
   uint32_t threads; /* per-process thread index for sampler seeds */
 } cl = {.sock = -1};
@@ -381,6 +383,7 @@ static int late_install(void *arg) {
         void *mem = mmap(NULL, CODE_SLOTS * sizeof(struct code_slot), PROT_READ | PROT_WRITE,
                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         code_slots = mem == MAP_FAILED ? NULL : mem;
+        hs_own_map(code_slots, CODE_SLOTS * sizeof(struct code_slot), HS_OWN_PRIVATE);
       }
       pymem_on = hs_pymem_install_now(pymem_late) == 1;
       /* The PYINFO (eval range, status) before the first Python stack. */
@@ -412,6 +415,7 @@ static void python_init(void) {
   void *mem = mmap(NULL, CODE_SLOTS * sizeof(struct code_slot), PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   code_slots = mem == MAP_FAILED ? NULL : mem;
+  hs_own_map(code_slots, CODE_SLOTS * sizeof(struct code_slot), HS_OWN_PRIVATE);
   py_on = 1;
 }
 
@@ -945,6 +949,7 @@ static HS_MUST_CHECK int connect_producer(const char *path, const char *token,
   hs_debug("socket descriptor", (uint64_t)fd);
   hs_debug("socket pinned", (uint64_t)cl.ring.sock_pinned);
   cl.ring.max_wait_ns = max_wait_ns();
+  hs_own_map(shm, len, HS_OWN_SHARED);
   cl.ring.meta = m;
   cl.ring.data = (unsigned char *)shm + HS_META_SIZE;
   cl.ring.size = cfg->ring_size;
@@ -1011,6 +1016,9 @@ static int announce(const struct hs_config *cfg) {
  * profiling runs, -1 when the client stays dormant. */
 static int start(const char *path, const char *token) {
   struct hs_config cfg;
+  struct rusage ru;
+  if (getrusage(RUSAGE_SELF, &ru) == 0)
+    cl.start_maxrss = (uint64_t)ru.ru_maxrss;
   if (connect_producer(path, token, &cfg) != 0)
     return -1;
   if (strlen(path) < sizeof saved_path && strlen(token) < sizeof saved_token) {
@@ -1052,8 +1060,10 @@ static int restart_in_child(void) {
   t->guard = 1;
   int rc = -1;
   uint32_t unwinder = cl.ring.meta ? cl.ring.meta->unwinder : 0;
-  if (cl.ring.meta)
+  if (cl.ring.meta) {
+    hs_own_unmap(cl.ring.meta);
     (void)munmap(cl.ring.meta, HS_META_SIZE + cl.ring.size);
+  }
   memset(&cl.ring, 0, sizeof cl.ring);
   hs_addrset_reset();
   seq_line.next = 1;
@@ -1129,6 +1139,23 @@ HS_EXPORT int heapscope_attach(const char *socket_path, const char *token) {
   return result;
 }
 
+/* The process's peak RSS at its last moment, and how much of what it holds
+ * now is heapscope's own (own.h), for the producer (wire.h, exit_peak_rss
+ * and own_rss): it polls VmHWM, which the kernel drops with the process, so
+ * a peak in the last moments before the exit is seen only from here. Not
+ * getrusage's ru_maxrss alone: Linux carries it over exec, so a program
+ * started by a bigger one (a Python test runner, `record` itself) would
+ * report its starter's peak; it serves only without /proc, when it grew
+ * past its value at the start (then it is this image's own). */
+static void note_exit(struct hs_ring_meta *m) {
+  uint64_t peak = hs_own_peak_rss();
+  struct rusage ru;
+  if (peak == 0 && getrusage(RUSAGE_SELF, &ru) == 0 && (uint64_t)ru.ru_maxrss > cl.start_maxrss)
+    peak = (uint64_t)ru.ru_maxrss * 1024;
+  __atomic_store_n(&m->own_rss, hs_own_resident(), __ATOMIC_RELAXED);
+  __atomic_store_n(&m->exit_peak_rss, peak, __ATOMIC_RELAXED);
+}
+
 __attribute__((destructor)) static void hs_client_fini(void) {
   struct hs_thread *t = &hs_thread_state;
   int saved = t->guard;
@@ -1136,6 +1163,11 @@ __attribute__((destructor)) static void hs_client_fini(void) {
   t->guard = 1;
   if (__atomic_load_n(&hs_enabled, __ATOMIC_ACQUIRE))
     (void)ok(hs_modules_flush(&cl.ring));
+  /* Before the shutdown below, so the producer finds them when it sees the
+   * EOF. Our session's meta only: not a fork child's that did not restart
+   * (the meta is its parent's) nor a vfork child's (cl.pid is another). */
+  if (cl.ring.meta && cl.pid == getpid())
+    note_exit(cl.ring.meta);
   /* The pin (pin_socket) lets go of the socket only some time after the
    * process is gone (the kernel tears an io_uring down in a worker), so the
    * producer could learn of a normal exit after the parent did. Shut the

@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "own.h"
 #include "wire.h"
 
 struct known {
@@ -34,6 +35,7 @@ int hs_modules_init(void) {
                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (m == MAP_FAILED)
     return -HS_ERR_OUT_OF_MEMORY;
+  hs_own_map(m, KNOWN_MAX * sizeof(struct known), HS_OWN_PRIVATE);
   known = m;
   /* Again in a fork child (client.c, restart_in_child): nothing is known. */
   __atomic_store_n(&nknown, 0, __ATOMIC_RELEASE);

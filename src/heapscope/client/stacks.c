@@ -3,6 +3,7 @@
 
 #include <sys/mman.h>
 
+#include "own.h"
 #include "ring.h"
 #include "wire.h"
 
@@ -98,6 +99,8 @@ int hs_stacks_init(void) {
   uint64_t *old_table = __atomic_load_n(&table, __ATOMIC_ACQUIRE);
   __atomic_store_n(&first, NULL, __ATOMIC_RELEASE);
   __atomic_store_n(&table, NULL, __ATOMIC_RELEASE);
+  hs_own_unmap(old_first);
+  hs_own_unmap(old_table);
   if (old_first != NULL)
     (void)munmap(old_first, FIRST_BYTES);
   if (old_table != NULL)
@@ -109,6 +112,8 @@ int hs_stacks_init(void) {
       munmap(f, FIRST_BYTES);
     return -HS_ERR_OUT_OF_MEMORY;
   }
+  hs_own_map(f, FIRST_BYTES, HS_OWN_PRIVATE);
+  hs_own_map(m, TABLE_BYTES, HS_OWN_PRIVATE);
   __atomic_store_n(&first_count, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&first_open, 1, __ATOMIC_RELAXED);
   __atomic_store_n(&first_populated, 0, __ATOMIC_RELAXED);

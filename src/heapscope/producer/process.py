@@ -54,7 +54,7 @@ class CustomHeap(Slots):
 class ProcessState(Slots):
     __slots__ = (
         "info", "sock", "memfd", "shm", "ingest", "flags", "heap", "stats", "heap_name", "python_state",
-        "python_status", "python_pymem", "peak_rss", "rss_read_ns", "last_dump_ts", "stream", "exit_fd",
+        "python_status", "python_pymem", "peak_rss", "own_rss", "rss_read_ns", "last_dump_ts", "stream", "exit_fd",
         "custom_heaps", "final_stats", "final_meta",
     )
     info: ProcessInfo
@@ -69,7 +69,10 @@ class ProcessState(Slots):
     python_state: int  # codec.PY_STATE_*; from the client's HS_REC_PYINFO
     python_status: str  # its one line for the summary and stats
     python_pymem: bool  # Python's MEM and OBJ allocator domains were sampled too
-    peak_rss: int  # bytes: the largest VmHWM read while the process ran (a lower bound of its peak)
+    # bytes: the largest VmHWM read while the process ran, and at its end the client's last reading
+    # (wire.h, exit_peak_rss) or its parent's wait4 (heapscope/launch.py, Child.peak_rss)
+    peak_rss: int
+    own_rss: int  # bytes of heapscope's own mappings resident at the end (wire.h, own_rss); 0: not known
     rss_read_ns: int  # when VmHWM was last read
     last_dump_ts: int
     stream: list[bytes]
@@ -84,9 +87,10 @@ class ProcessState(Slots):
     def __init__(self, info: ProcessInfo, sock: socket.socket, memfd: int, shm: mmap.mmap, ingest: Ingest,
                  flags: ProcessFlags | None = None, heap: ProcessHeap | None = None, stats: ProcessStats | None = None,
                  heap_name: str = HEAP_NAME, python_state: int = 0, python_status: str = "", python_pymem: bool = False,
-                 peak_rss: int = 0, rss_read_ns: int = 0, last_dump_ts: int = 0, stream: list[bytes] | None = None,
-                 exit_fd: int | None = None, custom_heaps: dict[int, CustomHeap] | None = None,
-                 final_stats: dict[str, int] | None = None, final_meta: dict[str, int] | None = None) -> None:
+                 peak_rss: int = 0, own_rss: int = 0, rss_read_ns: int = 0, last_dump_ts: int = 0,
+                 stream: list[bytes] | None = None, exit_fd: int | None = None,
+                 custom_heaps: dict[int, CustomHeap] | None = None, final_stats: dict[str, int] | None = None,
+                 final_meta: dict[str, int] | None = None) -> None:
         self.info = info
         self.sock = sock
         self.memfd = memfd
@@ -100,6 +104,7 @@ class ProcessState(Slots):
         self.python_status = python_status
         self.python_pymem = python_pymem
         self.peak_rss = peak_rss
+        self.own_rss = own_rss
         self.rss_read_ns = rss_read_ns
         self.last_dump_ts = last_dump_ts
         self.stream = [] if stream is None else stream

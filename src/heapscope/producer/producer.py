@@ -87,6 +87,10 @@ class Producer:
         self.session_ending = False  # the target exited: what ends now ends with the session
         self.target_pids: set[int] = set()  # their own exit ends the session, so it is no disconnect
         self.attach_pids: set[int] = set()  # -p: attached while running (from_startup = false)
+        # The exact peak RSS (bytes) of a target pid the caller started, once reaped, else 0
+        # (heapscope/launch.py, Child.poll and Child.peak_rss): asked when the process ends.
+        self.exit_peak: Callable[[int], int] | None = None
+        self.newest_upid: dict[int, Upid] = {}  # pid -> its latest process (an exec connects anew)
         self.guardrail = ""  # which guardrail was hit, if any
         self._resolved_ns = time.monotonic_ns()  # the last resolve_early()
         self.resolve_every_ns: int | None = RESOLVE_EVERY_NS  # None: stacks resolve at dumps only
@@ -265,10 +269,11 @@ class Producer:
         p.flags.from_startup = info.pid not in self.attach_pids
         p.last_dump_ts = info.start_ts
         self.processes[conn.fileno()] = p
+        self.newest_upid[info.pid] = max(info.upid, self.newest_upid.get(info.pid, info.upid))
         # Its peak RSS so far, before the first drain: the records a client wrote before the
         # producer existed (`record`'s early start, listener.py) can take that drain a while,
-        # and a short program may be gone by its end.
-        self._read_rss(p, time.monotonic_ns())
+        # and a short program may be gone by its end (or have exec'd another).
+        self._read_rss(p, time.monotonic_ns(), check_exe=True)
         self.writer.add_process(info)
         self.writer.commit()
         self.log(f"pid {info.pid} ({info.name}) connected as upid {info.upid}")
@@ -307,12 +312,17 @@ class Producer:
         except OSError:
             return True
 
-    @staticmethod
-    def _read_rss(p: ProcessState, now: int) -> None:
+    def _read_rss(self, p: ProcessState, now: int, check_exe: bool = False) -> None:
         """The process's peak RSS so far (VmHWM): read while it runs, since the kernel drops it
-        before the socket's EOF tells us of the exit."""
+        before the socket's EOF tells us of the exit. Not once its pid exec'd another program
+        (`sh -c 'exec prog'` gave sh prog's peak): a newer process of the pid connected, or, for
+        one whose socket closed (exit_fd) or `check_exe`, its executable is another."""
         p.rss_read_ns = now
-        p.peak_rss = max(p.peak_rss, procfs.status_field(p.info.pid, "VmHWM") * 1024)
+        pid = p.info.pid
+        if self.newest_upid.get(pid) != p.info.upid or (
+                (check_exe or p.exit_fd is not None) and procfs.exe_path(pid, []) != p.info.exe):
+            return
+        p.peak_rss = max(p.peak_rss, procfs.status_field(pid, "VmHWM") * 1024)
 
     # -- records -------------------------------------------------------------
 
@@ -541,6 +551,7 @@ class Producer:
         if reason == "exit":
             self.exited_pids.add(p.info.pid)
         p.flags.disconnected = disconnected
+        self._end_rss(p)
         p.flags.client_error = _client_error_name(p.meta("client_error"))
         p.flags.unwinder = _unwinder_name(p.meta("unwinder"), p.meta("client_state"))
         st = p.ingest.stats()
@@ -568,6 +579,19 @@ class Producer:
         del self.processes[p.sock.fileno()]
         p.close()
         self.ended.append(p)
+
+    def _end_rss(self, p: ProcessState) -> None:
+        """The process's peak RSS at its end, never below what was polled: VmHWM as its client read
+        it in its last destructor (wire.h, exit_peak_rss); without one (_exit, a signal), for a target
+        the caller started, its wait's. That covers all the images of the pid (exec): only its latest
+        process here takes it. And heapscope's own resident bytes then (own_rss)."""
+        peak = _plausible(p.meta("exit_peak_rss"))
+        pid = p.info.pid
+        if not peak and self.exit_peak is not None and pid in self.target_pids and \
+                self.newest_upid.get(pid) == p.info.upid:
+            peak = self.exit_peak(pid)
+        p.peak_rss = max(p.peak_rss, peak)
+        p.own_rss = _plausible(p.meta("own_rss"))
 
     def global_stats(self) -> list[StatRow]:
         rows: list[StatRow] = [
@@ -626,6 +650,11 @@ def _custom_heap_stats(p: ProcessState) -> list[StatRow]:
         ("custom_heap_sequence_gaps", u, "data_loss", "producer", sum(gaps),
          f"custom heap sequence numbers never received: {each(gaps)}"),
     ]
+
+
+def _plausible(nbytes: int) -> int:
+    """A byte count the client wrote to the meta (the target can write anything there): 0 past 2^48."""
+    return nbytes if nbytes < 1 << 48 else 0
 
 
 def _client_error_name(value: int) -> str:

@@ -41,7 +41,11 @@ def process_stats_rows(p: ProcessState, st: dict[str, int]) -> list[StatRow]:
         ("peak_heap_bytes", "info", "producer", st.get("peak_unfreed", 0),
          "peak of the sampled unreleased bytes of libc.malloc and python.pymalloc together (one moment)"),
         ("peak_rss_bytes", "info", "producer", p.peak_rss,
-         "peak resident set size (VmHWM) as last read while the process ran; 0 if never read"),
+         "peak resident set size (VmHWM): the largest read while the process ran, by its client at its exit,"
+         " or by record's wait for the process it started; 0 if never read"),
+        ("client_own_rss_bytes", "info", "client", p.own_rss,
+         "heapscope's own memory resident in the process at its exit (ring, tables, caches), part of"
+         " peak_rss_bytes; 0 if not known (no exit handler ran: _exit, a signal)"),
     ]
     if p.python_state:
         supported = p.python_state == 1  # codec.PY_STATE_SUPPORTED

@@ -372,12 +372,15 @@ def function_rows(profile: Profile, leaf_values: dict[CallsiteId, int], sort: st
 
 
 def coverage_line(stats: list[Stat]) -> str:
-    """"seen N of RSS M" from the peak_heap_bytes and peak_rss_bytes stats; "" without an RSS."""
+    """"seen N of RSS M" from the peak_heap_bytes and peak_rss_bytes stats, with heapscope's own
+    part of M when known (client_own_rss_bytes); "" without an RSS."""
     by_name = {s.name: s.value for s in stats}
     rss = by_name.get("peak_rss_bytes", 0)
     if not rss:
         return ""
-    return f"seen {human_bytes(by_name.get('peak_heap_bytes', 0))} of RSS {human_bytes(rss)} (peaks)"
+    own = by_name.get("client_own_rss_bytes", 0)
+    part = f"heapscope's own {human_bytes(own)} of it; " if own else ""
+    return f"seen {human_bytes(by_name.get('peak_heap_bytes', 0))} of RSS {human_bytes(rss)} ({part}peaks)"
 
 
 def process_warnings(process: StoredProcess, stats: list[Stat]) -> list[str]:

@@ -114,7 +114,7 @@ PYFRAME = struct.Struct("<QiI")
 PYCODE = struct.Struct("<QiHHIIII")
 PYINFO = struct.Struct("<QQQIIII")
 
-META_STRUCT_SIZE = 312
+META_STRUCT_SIZE = 328
 CLIENT_COUNTERS = tuple(list(META_FIELDS)[9:])
 
 

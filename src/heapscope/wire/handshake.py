@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     import mmap
 
 WIRE_MAGIC = 0x31575350414548
-WIRE_VERSION = 5
+WIRE_VERSION = 6
 TOKEN_SIZE = 16
 META_SIZE = 4096
 RING_MIN_SIZE = 4096  # the data ring: a power of two in [RING_MIN_SIZE, RING_MAX_SIZE]
@@ -59,6 +59,8 @@ META_FIELDS: dict[str, tuple[int, str]] = {
     "python_walks_truncated": (288, "<Q"),
     "python_codes_sent": (296, "<Q"),
     "python_codes_failed": (304, "<Q"),
+    "exit_peak_rss": (312, "<Q"),  # the client's last destructor: VmHWM then, bytes (0: not known)
+    "own_rss": (320, "<Q"),  # and heapscope's own mappings resident then, bytes (0: not known)
 }
 
 

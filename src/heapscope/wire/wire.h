@@ -70,7 +70,7 @@
 #include <stdint.h>
 
 #define HS_WIRE_MAGIC 0x31575350414548ull /* "HEAPSW1" little endian */
-#define HS_WIRE_VERSION 5u
+#define HS_WIRE_VERSION 6u
 #define HS_TOKEN_SIZE 16
 #define HS_META_SIZE 4096u
 /* The ring of data after the meta page: a power of two in this range. */
@@ -198,6 +198,11 @@ struct hs_ring_meta {
   uint64_t python_walks_truncated; /* walks cut at HS_MAX_PYFRAMES */
   uint64_t python_codes_sent;      /* HS_REC_PYCODE records */
   uint64_t python_codes_failed;    /* code objects that did not validate */
+  /* Written once, by the client's last destructor, before it shuts the
+   * socket down (client.c, hs_client_fini); 0: not known (no destructor ran:
+   * _exit, a signal, a vfork child). */
+  uint64_t exit_peak_rss; /* bytes: the process's VmHWM at that moment */
+  uint64_t own_rss;       /* bytes of heapscope's own mappings resident then (client/own.h) */
 };
 
 struct hs_malloc {
@@ -338,7 +343,7 @@ struct hs_heap_free {
 HS_STATIC_ASSERT(sizeof(struct hs_hello) == 40, "hs_hello");
 HS_STATIC_ASSERT(sizeof(struct hs_config) == 56, "hs_config");
 HS_STATIC_ASSERT(sizeof(struct hs_ring_meta) <= HS_META_SIZE, "meta");
-HS_STATIC_ASSERT(sizeof(struct hs_ring_meta) == 312, "hs_ring_meta");
+HS_STATIC_ASSERT(sizeof(struct hs_ring_meta) == 328, "hs_ring_meta");
 HS_STATIC_ASSERT(sizeof(struct hs_malloc) == 56, "hs_malloc");
 HS_STATIC_ASSERT(sizeof(struct hs_free) == 16, "hs_free");
 HS_STATIC_ASSERT(sizeof(struct hs_stack) == 16, "hs_stack");

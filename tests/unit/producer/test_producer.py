@@ -16,6 +16,7 @@ import pytest
 import wire_support as ws
 
 from heapscope.model import HEAP_NAME
+from heapscope.producer import procfs
 from heapscope.producer.config import RecordConfig
 from heapscope.producer.producer import Producer
 from heapscope.store.writer import ProfileWriter
@@ -208,3 +209,27 @@ def test_no_peak_rows_for_a_process_that_allocated_nothing(producer: Producer) -
     c.send(ws.encode_module(MODULE), ws.encode_free(1, 0x10))
     _end(producer, c)
     assert _rows(producer, "SELECT COUNT(*) FROM heapscope_peak_allocation") == [(0,)]
+
+
+@pytest.mark.parametrize("factor", [4, 0, -1], ids=["above-polled", "below-polled", "implausible"])
+def test_peak_rss_takes_the_clients_reading_at_its_exit(producer: Producer, factor: int) -> None:
+    # GIVEN a client (this process: the producer polls our VmHWM) that leaves in the meta, as its
+    # last destructor does, a VmHWM of `factor` times ours (0: 1 MiB, below; -1: 2^60 bytes) and
+    # its own bytes
+    polled = procfs.status_field("self", "VmHWM") * 1024
+    c = FakeClient(producer)
+    assert c.ring is not None
+    exit_peak = {4: polled * 4, 0: 1 << 20, -1: 1 << 60}[factor]
+    codec.write_meta(c.shm, "exit_peak_rss", exit_peak)
+    codec.write_meta(c.shm, "own_rss", 3 << 20 if factor >= 0 else exit_peak)
+    # WHEN the process goes away
+    _end(producer, c)
+    stats = dict(_rows(producer, "SELECT name, value FROM stats WHERE idx = 1"))
+    # THEN its peak is the larger of the two, never below what was polled; a figure past 2^48
+    # bytes (the target can write anything there) is not taken
+    if factor == 4:
+        assert stats["peak_rss_bytes"] == exit_peak and stats["client_own_rss_bytes"] == 3 << 20
+    elif factor == 0:
+        assert stats["peak_rss_bytes"] >= polled and stats["client_own_rss_bytes"] == 3 << 20
+    else:
+        assert polled <= stats["peak_rss_bytes"] < exit_peak and stats["client_own_rss_bytes"] == 0

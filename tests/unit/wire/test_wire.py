@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import mmap
 import shutil
 import struct
 import subprocess
@@ -98,6 +99,18 @@ def test_meta_offsets_match(c_layout: dict[str, int]) -> None:
     assert codec.META_STRUCT_SIZE == c_layout["sizeof hs_ring_meta"]
     for field, (offset, _) in codec.META_FIELDS.items():
         assert offset == c_layout[f"meta {field}"], field
+
+
+def test_meta_ends_with_the_clients_exit_figures(c_layout: dict[str, int]) -> None:
+    """The meta's last fields, written by the client's last destructor, are mirrored: no field of
+    the C struct lies past the codec's last one."""
+    ends = {name: off + struct.calcsize(fmt) for name, (off, fmt) in codec.META_FIELDS.items()}
+    assert max(ends.values()) == ends["own_rss"] == c_layout["sizeof hs_ring_meta"]
+    assert ends["exit_peak_rss"] == c_layout["meta own_rss"]
+    assert {"exit_peak_rss", "own_rss"} <= set(codec.CLIENT_COUNTERS)
+    meta = mmap.mmap(-1, codec.META_SIZE)
+    codec.write_meta(meta, "exit_peak_rss", 1 << 40)
+    assert codec.read_meta(meta, "exit_peak_rss") == 1 << 40 and codec.read_meta(meta, "own_rss") == 0
 
 
 def test_malloc_offsets_match(c_layout: dict[str, int]) -> None:
