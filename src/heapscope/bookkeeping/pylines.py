@@ -14,13 +14,11 @@ same rules as that version's PyCode_Addr2Line(), for the three formats:
                           a kind in bits 3-6, then varints (Objects/locations.md)
 
 The numbers match enum hs_py_line_format in client/pyframes.h. A negative
-offset (a frame that has not started) is the first line, as in CPython.
+offset (a frame that has not started) is the first line, as in CPython. The
+walk itself is C (bookkeeping/pylines.c, in the producer's extension).
 """
 
 from __future__ import annotations
-
-import bisect
-from array import array
 
 from heapscope.slots import FrozenSlots
 
@@ -31,146 +29,39 @@ LOCATIONS = 3
 FORMATS = (LNOTAB, LINES_310, LOCATIONS)
 
 
-def _int8(b: int) -> int:
-    return b - 256 if b >= 128 else b
-
-
-def _lnotab_line(table: bytes, first_line: int, offset: int) -> int:
-    line = first_line
-    addr = 0
-    for i in range(0, len(table) - 1, 2):
-        addr += table[i]
-        if addr > offset:
-            break
-        line += _int8(table[i + 1])
-    return line
-
-
-def _ranges_310(table: bytes, first_line: int) -> list[tuple[int, int, int | None]]:
-    ranges: list[tuple[int, int, int | None]] = []
-    line = first_line
-    end = 0
-    for i in range(0, len(table) - 1, 2):
-        start, end = end, end + table[i]
-        delta = _int8(table[i + 1])
-        if delta == -128:
-            ranges.append((start, end, None))
-        else:
-            line += delta
-            ranges.append((start, end, line))
-    return [r for r in ranges if r[0] < r[1]]
-
-
-def _varint(table: bytes, i: int) -> tuple[int, int]:
-    # Past the end of a cut table: reads as 0 and returns i > len(table).
-    b = table[i] if i < len(table) else 0
-    i += 1
-    value = b & 63
-    shift = 6
-    while b & 64:
-        b = table[i] if i < len(table) else 0
-        i += 1
-        value |= (b & 63) << shift
-        shift += 6
-    return value, i
-
-
-def _svarint(table: bytes, i: int) -> tuple[int, int]:
-    value, i = _varint(table, i)
-    return (-(value >> 1) if value & 1 else value >> 1), i
-
-
-def _ranges_locations(table: bytes, first_line: int) -> list[tuple[int, int, int | None]]:
-    ranges: list[tuple[int, int, int | None]] = []
-    line = first_line
-    addr = 0
-    i = 0
-    n = len(table)
-    while i < n:  # a cut table (IndexError below) keeps its whole entries
-        head = table[i]
-        i += 1
-        kind = (head >> 3) & 15
-        length = ((head & 7) + 1) * 2
-        entry: int | None
-        if kind == 15:  # no location
-            entry = None
-        elif kind == 14:  # long form: line delta, end line delta, columns
-            delta, i = _svarint(table, i)
-            line += delta
-            entry = line
-            for _ in range(3):
-                _, i = _varint(table, i)
-        elif kind == 13:  # no column: line delta only
-            delta, i = _svarint(table, i)
-            line += delta
-            entry = line
-        elif kind >= 10:  # one-line form: line delta kind - 10, two columns
-            line += kind - 10
-            entry = line
-            i += 2
-        else:  # short form: same line, one column byte
-            entry = line
-            i += 1
-        if i > n:
-            break
-        ranges.append((addr, addr + length, entry))
-        addr += length
-    return ranges
-
-
-_NO_LINE = -(1 << 63)  # a range without a line, in LineTable._lines
-
-
 class LineTable(FrozenSlots):
-    """One code object's table, decoded once; `line()` per frame is a bisect.
+    """One code object's table; `line()` walks it in C up to the offset (bookkeeping/pylines.c).
 
-    The ranges are kept as three arrays of machine integers: a process's
-    code objects hold ~100k of them, which as tuples took ~5 MiB of the
-    producer's memory (issue 13).
+    Nothing is decoded ahead: the producer asks once per (code object, offset)
+    a resolved frame is at (bookkeeping/frames.py keeps the answer), and most
+    of a process's code objects are never asked. Decoding every table whole in
+    Python cost a multiprocessing Pool's four processes ~560 ms of the
+    producer's loop, and the ranges ~5 MiB of its memory (issue 13).
     """
 
-    __slots__ = ("fmt", "first_line", "table", "_starts", "_ends", "_lines")
+    __slots__ = ("fmt", "first_line", "table")
     fmt: int
     first_line: int
     table: bytes
-    _starts: array[int]
-    _ends: array[int]
-    _lines: array[int]  # _NO_LINE: the range has no line
 
-    def __init__(self, fmt: int, first_line: int, table: bytes,
-                 _ranges: list[tuple[int, int, int | None]] | None = None) -> None:
+    def __init__(self, fmt: int, first_line: int, table: bytes) -> None:
         set_field = object.__setattr__
         set_field(self, "fmt", fmt)
         set_field(self, "first_line", first_line)
         set_field(self, "table", table)
-        ranges = _ranges or []
-        set_field(self, "_starts", array("q", [r[0] for r in ranges]))
-        set_field(self, "_ends", array("q", [r[1] for r in ranges]))
-        set_field(self, "_lines", array("q", [_NO_LINE if r[2] is None else r[2] for r in ranges]))
 
     @classmethod
     def decode(cls, fmt: int, table: bytes, first_line: int) -> LineTable:
-        if fmt == LNOTAB:
-            return cls(fmt, first_line, bytes(table))
-        if fmt == LINES_310:
-            ranges = _ranges_310(table, first_line)
-        elif fmt == LOCATIONS:
-            ranges = _ranges_locations(table, first_line)
-        else:
+        """The table of format `fmt`; ValueError for a format not in FORMATS."""
+        if fmt not in FORMATS:
             raise ValueError(f"unknown line table format {fmt}")
-        return cls(fmt, first_line, bytes(table), ranges)
+        return cls(fmt, first_line, bytes(table))
 
     def line(self, offset: int) -> int | None:
         """The line of the instruction at byte `offset`; None if it has none."""
-        if offset < 0:
-            return self.first_line
-        if self.fmt == LNOTAB:
-            return _lnotab_line(self.table, self.first_line, offset)
-        k = bisect.bisect_right(self._starts, offset) - 1
-        if k < 0 or offset >= self._ends[k]:
-            return None
-        line = self._lines[k]
-        return None if line == _NO_LINE else line
+        from heapscope.producer._ingest import addr2line  # C, built with the producer
+
+        return addr2line(self.fmt, self.table, self.first_line, offset)
 
 
 def line_for_offset(fmt: int, table: bytes, first_line: int, offset: int) -> int | None:

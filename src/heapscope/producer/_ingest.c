@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 
 #include "ingest_core.h"
+#include "pylines.h"
 #include "tracker.h"
 
 static const char BUSY[] = "Ingest.drain() is running in another thread";
@@ -890,11 +891,35 @@ static PyTypeObject IngestType = {
     .tp_getset = Ingest_getset,
 };
 
+/* ---- Python line tables (bookkeeping/pylines.c) ---- */
+
+static PyObject *ingest_addr2line(PyObject *self, PyObject *args) {
+  (void)self;
+  int fmt;
+  Py_buffer table;
+  long long first_line, offset;
+  if (!PyArg_ParseTuple(args, "iy*LL:addr2line", &fmt, &table, &first_line, &offset)) return NULL;
+  int64_t line = 0;
+  int rc = hs_pyline(fmt, (const uint8_t *)table.buf, (size_t)table.len, first_line, offset, &line);
+  PyBuffer_Release(&table);
+  if (rc < 0) return PyErr_Format(PyExc_ValueError, "unknown line table format %d", fmt);
+  if (rc == 0) Py_RETURN_NONE;
+  return PyLong_FromLongLong(line);
+}
+
+static PyMethodDef ingest_functions[] = {
+    {"addr2line", ingest_addr2line, METH_VARARGS,
+     "addr2line(fmt, table, first_line, offset) -> int | None: the line of the instruction at byte"
+     " `offset` of a CPython line table (bookkeeping/pylines.py); None when it has none"},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef ingest_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_ingest",
     .m_doc = "The producer's ring reader (Ingest) and the heap tracker it feeds (Tracker).",
     .m_size = -1,
+    .m_methods = ingest_functions,
 };
 
 PyMODINIT_FUNC PyInit__ingest(void) {

@@ -307,3 +307,8 @@ class Ingest:
 
     def close(self) -> None:
         """Unmap the ring and close the tracker; idempotent. Later calls raise ValueError."""
+
+def addr2line(fmt: int, table: bytes, first_line: int, offset: int, /) -> int | None:
+    """The line of the instruction at byte `offset` of a CPython line table of format `fmt`
+    (heapscope.bookkeeping.pylines: LNOTAB, LINES_310, LOCATIONS), as that version's
+    PyCode_Addr2Line gives it; None when it has none. ValueError for an unknown format."""

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from python_support import installed_pythons
 
-from heapscope.bookkeeping.pylines import LINES_310, LNOTAB, LOCATIONS, LineTable, line_for_offset
+from heapscope.bookkeeping.pylines import FORMATS, LINES_310, LNOTAB, LOCATIONS, LineTable, line_for_offset
 
 PYTHONS = installed_pythons()
 
@@ -124,3 +124,23 @@ def test_lnotab_and_310_by_hand() -> None:
 def test_unknown_format_is_an_error() -> None:
     with pytest.raises(ValueError):
         LineTable.decode(99, b"", 1)
+
+
+def test_any_bytes_read_as_a_line_or_none() -> None:
+    # The tables come from the target's memory through the client: a cut, stale or garbage
+    # table must give a line or None at every offset, never a crash or an exception (the walk
+    # is C, bookkeeping/pylines.c; reads past the end count as 0 and stop the walk)
+    import random
+
+    rng = random.Random(12)
+    tables = [bytes(rng.randrange(256) for _ in range(rng.randrange(0, 48))) for _ in range(2000)]
+    tables += [bytes([0x80 | 14 << 3]) + b"\x7f" * 40, bytes([0x80 | 13 << 3]) + b"\xff" * 20, b"\x00" * 7]
+    for table in tables:
+        for fmt in FORMATS:
+            for off in (-3, 0, 1, 2, 7, 50, 1 << 40):
+                got = line_for_offset(fmt, table, 1000, off)
+                assert got is None or isinstance(got, int)
+    # AND an offset past the table is None for the range formats (LNOTAB: the last line, as CPython)
+    assert line_for_offset(LOCATIONS, bytes([0x80, 5]), 3, 2) is None
+    assert line_for_offset(LINES_310, bytes([2, 1]), 3, 2) is None
+    assert line_for_offset(LNOTAB, bytes([2, 1]), 3, 9) == 4
