@@ -7,8 +7,9 @@
  *   (no argument)  frees the blocks and returns from main (exit handlers run)
  *   exit           calls _exit(0) (no exit handler runs)
  *   kill           SIGKILLs itself (no exit handler runs)
- *   grandchild     forks and execs this program (no argument) in the child,
- *                  waits for it, returns; the parent holds little
+ *   grandchild [exit]  forks and execs this program (with `exit` when
+ *                  given) in the child, waits for it, returns; the parent
+ *                  holds little
  *   records N      N malloc(64) + free pairs (at interval 1: N of each record,
  *                  88 bytes of ring a pair), then returns; no peak of note
  *
@@ -64,7 +65,7 @@ int main(int argc, char **argv) {
   if (strcmp(mode, "grandchild") == 0) {
     pid_t pid = fork();
     if (pid == 0) {
-      execl("/proc/self/exe", argv[0], (char *)NULL);
+      execl("/proc/self/exe", argv[0], argc > 2 ? argv[2] : (char *)NULL, (char *)NULL);
       _exit(127);
     }
     int status = 0;

@@ -1096,9 +1096,18 @@ static int restart_in_child(void) {
  * the address set belong to that session). */
 static int session_taken;
 
+/* The next _exit and _Exit after ours (the C library's): see end_process. */
+typedef void (*exit_fn)(int);
+static exit_fn next_exit, next_Exit;
+
 __attribute__((constructor)) static void hs_client_init(void) {
   struct hs_thread *t = &hs_thread_state;
   (void)hs_real_resolve();
+  /* Guard: dlsym allocates. */
+  t->guard = 1;
+  next_exit = (exit_fn)dlsym(RTLD_NEXT, "_exit");
+  next_Exit = (exit_fn)dlsym(RTLD_NEXT, "_Exit");
+  t->guard = 0;
   long ps = sysconf(_SC_PAGESIZE);
   if (ps > 0)
     hs_page_size = (size_t)ps;
@@ -1155,6 +1164,23 @@ static void note_exit(struct hs_ring_meta *m) {
   __atomic_store_n(&m->own_rss, hs_own_resident(), __ATOMIC_RELAXED);
   __atomic_store_n(&m->exit_peak_rss, peak, __ATOMIC_RELAXED);
 }
+
+/* _exit and _Exit end a process with no destructor (os._exit: every fork
+ * child of multiprocessing; a program's own fast exit), so their exit
+ * figures are noted here, then the next definition ends the process (the C
+ * library's, or a sanitizer's, resolved at the start: dlsym allocates). As
+ * the destructor: our session's meta only, not a vfork child's. */
+static _Noreturn void end_process(exit_fn next, int status) {
+  if (cl.ring.meta && cl.pid == getpid())
+    note_exit(cl.ring.meta);
+  if (next)
+    next(status);
+  for (;;)
+    syscall(SYS_exit_group, status);
+}
+
+HS_EXPORT _Noreturn void _exit(int status) { end_process(next_exit, status); }
+HS_EXPORT _Noreturn void _Exit(int status) { end_process(next_Exit, status); }
 
 __attribute__((destructor)) static void hs_client_fini(void) {
   struct hs_thread *t = &hs_thread_state;
