@@ -141,16 +141,20 @@ class RecordingOptions(FrozenSlots):
 class ProcessPeak(FrozenSlots):
     """A process's peak of sampled unreleased bytes and its largest stacks there."""
 
-    __slots__ = ("pid", "name", "peak_bytes", "top", "heap", "other_heaps")
+    __slots__ = ("pid", "name", "peak_bytes", "top", "heap", "other_heaps", "seen", "rss", "own_rss")
     pid: int
     name: str
     peak_bytes: int
     top: list[tuple[str, int]]  # (call path, innermost frames last; bytes), largest first
     heap: str  # the heap of peak_bytes and top (store.select.default_heap) when the profile has several
     other_heaps: list[tuple[str, int]]  # (name, bytes at its own peak), custom heaps
+    seen: int  # its part of Summary.peak_heap, .peak_rss and .own_rss
+    rss: int
+    own_rss: int
 
     def __init__(self, pid: int, name: str, peak_bytes: int, top: list[tuple[str, int]], heap: str = "",
-                 other_heaps: list[tuple[str, int]] | None = None) -> None:
+                 other_heaps: list[tuple[str, int]] | None = None, seen: int = 0, rss: int = 0,
+                 own_rss: int = 0) -> None:
         set_field = object.__setattr__
         set_field(self, "pid", pid)
         set_field(self, "name", name)
@@ -158,6 +162,9 @@ class ProcessPeak(FrozenSlots):
         set_field(self, "top", top)
         set_field(self, "heap", heap)
         set_field(self, "other_heaps", [] if other_heaps is None else other_heaps)
+        set_field(self, "seen", seen)
+        set_field(self, "rss", rss)
+        set_field(self, "own_rss", own_rss)
 
 
 class Summary(Slots):
@@ -1129,15 +1136,19 @@ class Recording:
             for upid_, name, size, _count in heap_peaks(profile):
                 if name not in members:
                     others.setdefault(upid_, []).append((name, size))
+        ended = {int(p.info.upid): p for p in self.producer.ended} if self.producer is not None else {}
         for stored in profile.processes():
             upid = int(stored.info.upid)
             peak = peak_stacks(profile, upid, TOP_STACKS, STACK_FRAMES_SHOWN, upid in python)
             if peak is not None:
                 total, rows = peak
                 if total > 0 or upid in others:
+                    st = ended.get(upid)
                     s.peaks.append(ProcessPeak(stored.info.pid, stored.info.name or "?", total, rows,
                                                heap_label(heap) if upid in others and heap else "",
-                                               others.get(upid, [])))
+                                               others.get(upid, []),
+                                               st.final_stats.get("peak_unfreed", 0) if st else 0,
+                                               st.peak_rss if st else 0, st.own_rss if st else 0))
         s.peaks.sort(key=lambda pk: -pk.peak_bytes)
 
     def _uninstall_signals(self) -> None:

@@ -5,6 +5,7 @@ debug files come from a debuginfod server (a loopback one started here)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sqlite3
 import stat
@@ -328,6 +329,9 @@ def test_smaller_processes_are_named_in_one_line(tmp_path: Path) -> None:
     more = [ln for ln in err.splitlines() if "more processes with smaller peaks" in ln]
     shell = os.path.basename(os.path.realpath("/bin/sh"))  # dash on Debian
     assert len(more) == 1 and f"(small ×3, {shell}; heapscope report " in more[0], err
+    # ...and its coverage line is the big one's, not a sum over the small ones' RSS too
+    seen = next(ln for ln in err.splitlines() if " of RSS " in ln)
+    assert re.search(r"seen 16\.\d MiB of RSS \S+ MiB in big \(pid \d+\) \(", seen), seen
     # ...the stripped small program's frames are one line, its three processes' frames summed
     named = [ln for ln in err.splitlines() if f"{small}:" in ln and "fix:" in ln]
     assert len(named) == 1, err

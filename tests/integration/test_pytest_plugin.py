@@ -147,7 +147,7 @@ def test_marks_pass_and_fail_with_the_stack_and_the_standard_error(suite_dir: Pa
         assert outcome == "failure", (name, run.outcomes[name], run.stderr)
         kind = "limit_leaks" if "leak" in name else "limit_memory"
         assert f"heapscope {kind}" in message
-        assert "hs_test_hold (libhsalloc.so)" in message
+        assert "hs_test_hold (libhsalloc.so)" in message, message
         m = ESTIMATE.search(message)
         assert m is not None, message
         est, se = float(m.group(1)) * SCALE[m.group(2)], float(m.group(3)) * SCALE[m.group(4)]

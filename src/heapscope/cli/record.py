@@ -379,9 +379,21 @@ def _summary(s: Summary) -> None:
         f"{s.dropped_records:,} records dropped",
     ]
     lines += s.python
-    if s.peak_rss:
-        own = f"heapscope's own {human_bytes(s.own_rss)} of it; " if s.own_rss else ""
-        lines.append(f"seen {human_bytes(s.peak_heap)} of RSS {human_bytes(s.peak_rss)} "
+    from heapscope.view.peaks import count_names, is_minor
+
+    largest = s.peaks[0].peak_bytes if s.peaks else 0
+    major = [pk for pk in s.peaks if not is_minor(pk.peak_bytes, 0, largest, 0)]
+    seen, rss, own_rss, where = s.peak_heap, s.peak_rss, s.own_rss, ""
+    if len(major) < len(s.peaks) and any(pk.rss for pk in major):
+        # The processes shown below, not a sum over shells and tools of ~3 MiB each (pyenv's
+        # python3 shim: 38 of them doubled the RSS of its one Python process)
+        seen, rss = sum(pk.seen for pk in major), sum(pk.rss for pk in major)
+        own_rss = sum(pk.own_rss for pk in major)
+        where = f" in {major[0].name} (pid {major[0].pid})" if len(major) == 1 else \
+            f" in the {len(major)} largest processes"
+    if rss:
+        own = f"heapscope's own {human_bytes(own_rss)} of it; " if own_rss else ""
+        lines.append(f"seen {human_bytes(seen)} of RSS {human_bytes(rss)}{where} "
                      f"({own}peak of the sampled heaps vs. peak resident set)")
     if s.client_errors:
         lines.append("client stopped early: " + "; ".join(s.client_errors))
@@ -400,10 +412,6 @@ def _summary(s: Summary) -> None:
     lines += s.not_profiled
     if s.attached_heaps_note:
         lines.append(f"attached: {s.attached_heaps_note}")
-    from heapscope.view.peaks import count_names, is_minor
-
-    largest = s.peaks[0].peak_bytes if s.peaks else 0
-    major = [pk for pk in s.peaks if not is_minor(pk.peak_bytes, 0, largest, 0)]
     shown = major if len(major) <= PEAKS_SHOWN + 1 and len(major) == len(s.peaks) else major[:PEAKS_SHOWN]
     for pk in shown:
         heap = f" in {pk.heap}" if pk.heap else ""

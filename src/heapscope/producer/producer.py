@@ -158,8 +158,7 @@ class Producer:
         now = time.monotonic_ns()
         for p in list(self.processes.values()):
             drained += self._drain(p)
-            if now - p.rss_read_ns >= RSS_EVERY_NS:
-                self._read_rss(p, now)
+        self._read_rss_due()
         every = self.resolve_every_ns
         if every is not None and now - self._resolved_ns >= every and not self.frames.discard:
             self._resolved_ns = now
@@ -312,6 +311,13 @@ class Producer:
         except OSError:
             return True
 
+    def _read_rss_due(self) -> None:
+        """VmHWM of each process not read for RSS_EVERY_NS."""
+        now = time.monotonic_ns()
+        for p in list(self.processes.values()):
+            if now - p.rss_read_ns >= RSS_EVERY_NS:
+                self._read_rss(p, now)
+
     def _read_rss(self, p: ProcessState, now: int, check_exe: bool = False) -> None:
         """The process's peak RSS so far (VmHWM): read while it runs, since the kernel drops it
         before the socket's EOF tells us of the exit. Not once its pid exec'd another program
@@ -454,6 +460,9 @@ class Producer:
             p.heap.resolve_known(self.frames, self.trie)
             for h in p.custom_heaps.values():  # Python's heap: its stacks' callsites, as a dump gives them
                 self.bind_callsites(p, h.tracker)
+            # Between two processes too: a Pool's four Python processes took ~80 ms here, and a
+            # worker killed by terminate() keeps the last VmHWM read before its peak
+            self._read_rss_due()
         if self._write_tables():
             self.writer.commit()
 
