@@ -4,6 +4,9 @@ debug files come from a debuginfod server (a loopback one started here)."""
 
 from __future__ import annotations
 
+import base64
+import gzip
+import json
 import os
 import re
 import shutil
@@ -350,6 +353,14 @@ def test_smaller_processes_are_named_in_one_line(tmp_path: Path) -> None:
     assert "each under 1%" not in every.stdout.decode()
     one = run_process([*HEAPSCOPE, "report", "--pid", sections[0].split()[1], str(db)], timeout=60)
     assert sum(ln.startswith("pid ") for ln in one.stdout.decode().splitlines()) == 1, one.describe()
+    # AND the flamegraph's process picker lists them as report's table: the big one first
+    page = tmp_path / "f.html"
+    run = run_process([*HEAPSCOPE, "flamegraph", str(db), "-o", str(page)], timeout=60)
+    assert run.returncode == 0, run.describe()
+    packed = re.search(r'<script id="hs-data" type="text/plain">([^<]*)</script>', page.read_text())
+    assert packed is not None
+    labels = [p["label"] for p in json.loads(gzip.decompress(base64.b64decode(packed.group(1))))["processes"]]
+    assert labels[0] == "all processes" and labels[1].endswith(" big"), labels
 
 
 def test_leaks_and_diff_default_to_the_largest_process(tmp_path: Path) -> None:

@@ -246,11 +246,18 @@ def _markup(s: str) -> object:
 def profile_graphs(profile: Profile, pid: int | None = None, dump: str | int | None = None,
                    merge: str | None = None, python_only: bool = False) -> list[ProcessGraph]:
     """A graph per process with at least one dump (only `pid` when given; UnknownProcessError
-    when the profile has no such process); with several, an "all processes" graph comes first:
+    when the profile has no such process), largest peak first; with several, an "all processes"
+    graph comes first:
     one node per process (per executable with merge="exe"), each at the state it opens at.
     python_only: native frames left out."""
     out = []
-    for p in select_processes(profile, pid):
+    processes = select_processes(profile, pid)
+    if len(processes) > 1:  # the page's picker as report's table: largest peak first
+        from heapscope.view.report import process_lines
+
+        order = {line.process.info.upid: k for k, line in enumerate(process_lines(profile, processes))}
+        processes = sorted(processes, key=lambda p: order.get(p.info.upid, len(order)))
+    for p in processes:
         g = process_graph(profile, p, dump, python_only)
         if g.snapshots:
             out.append(g)
