@@ -700,5 +700,6 @@ def test_flamegraph_picker_with_a_heap_a_process_lacks(tmp_path):
         {"do": "eval", "js": "[window.heapscope.processLabels(), window.heapscope.rootTotal('space')]"},
     ])
     r = res["results"]
-    assert r[0] == [["all processes", "pid 101 p101", "pid 102 p102"], 3000], r
+    # (largest peak first, as report's table: p102 holds 2000 B of libc.malloc, p101 1000)
+    assert r[0] == [["all processes", "pid 102 p102", "pid 101 p101"], 3000], r
     assert r[2] == [["pid 102 p102"], 300], r
