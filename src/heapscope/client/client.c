@@ -519,6 +519,8 @@ static inline __attribute__((always_inline)) void sample(struct hs_thread *t, vo
       id = hs_stack_id_py(id, (uint32_t)n, part);
     }
   }
+  if (!ok(hs_modules_poll(&cl.ring)))
+    return;
   /* Python stacks: a memo of ids known to be sent, as code_memo, saves the
    * probe of the big table (a cache and TLB miss) when a stack repeats. */
   uint64_t *memo = py_bytes ? &stack_memo[id & (STACK_MEMO_SLOTS - 1)] : NULL;

@@ -349,6 +349,20 @@ int hs_modules_check(struct hs_ring *r, const uint64_t *pcs, uint32_t depth) {
   return hs_modules_scan(r);
 }
 
+int hs_modules_poll(struct hs_ring *r) {
+  if (HS_LIKELY(!__atomic_load_n(&rescan_pending, __ATOMIC_RELAXED)))
+    return HS_OK;
+  uint64_t now = coarse_ns();
+  uint64_t last = __atomic_load_n(&last_rescan_ns, __ATOMIC_RELAXED);
+  if (now - last < RESCAN_EVERY_NS ||
+      !__atomic_compare_exchange_n(&last_rescan_ns, &last, now, 0, __ATOMIC_RELAXED,
+                                   __ATOMIC_RELAXED) ||
+      !__atomic_exchange_n(&rescan_pending, 0, __ATOMIC_RELAXED))
+    return HS_OK;
+  __atomic_fetch_add(&r->meta->module_rescans, 1, __ATOMIC_RELAXED);
+  return hs_modules_scan(r);
+}
+
 int hs_modules_flush(struct hs_ring *r) {
   if (!__atomic_exchange_n(&rescan_pending, 0, __ATOMIC_RELAXED))
     return HS_OK;

@@ -32,6 +32,12 @@ HS_HIDDEN HS_MUST_CHECK int hs_modules_check(struct hs_ring *r, const uint64_t *
 /* A rescan that was skipped by the rate limit, done now (at exit). */
 HS_HIDDEN HS_MUST_CHECK int hs_modules_flush(struct hs_ring *r);
 
+/* The rescan a check left pending (one a millisecond), once that millisecond
+ * has passed: called on every sample, also of a stack already sent (a loop in
+ * a library dlopened within a millisecond of another repeats its one stack;
+ * its module came only at the exit's flush). One load when nothing waits. */
+HS_HIDDEN HS_MUST_CHECK int hs_modules_poll(struct hs_ring *r);
+
 /* A libpython3 loaded after the start (an embedded interpreter, issue 12):
  * a scan that sees one notes its dynamic symbol table. Its symbols are then
  * found without dlsym (which takes the loader lock and may allocate): by a
