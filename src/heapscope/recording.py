@@ -809,8 +809,12 @@ class Recording:
             if self._chores and drained < batch and (
                     producer.processes or producer.ended or polled >= chores_from):
                 self._chore()
-            while self._dumps_requested:
-                self.dump_now(self._dumps_requested.pop(0))
+            if self._dumps_requested:
+                # Every request so far in one dump, then on: a flood of SIGUSR1 that came faster
+                # than dumps kept this loop dumping, and record never saw its target's exit
+                # (tests/fault: test_a_flood_of_dump_requests_never_stops_the_recording).
+                reasons, self._dumps_requested = self._dumps_requested, []
+                self.dump_now(reasons[0])
             if self._waiters:
                 self._answer_waiters()
             now = time.monotonic()
@@ -871,6 +875,12 @@ class Recording:
                 fn(self.output)
 
     def _target_exited(self, producer: Producer, code: int) -> int:
+        # A dump asked for now has nothing left to show, and record and live exit after the
+        # close: SIGUSR1 ignored from here, so that a flood of it (each one a Python handler
+        # between two bytecodes) no longer slows the final dump, symbolization and summary.
+        if self.exits_after_close and signal.SIGUSR1 in self._restore:
+            with contextlib.suppress(ValueError, OSError):
+                signal.signal(signal.SIGUSR1, signal.SIG_IGN)
         # The target is gone; its socket (and those of children that exited with
         # it) has reached EOF: end them as exited before ending the rest.
         if not self._failed:
