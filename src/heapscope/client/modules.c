@@ -319,6 +319,23 @@ static uint64_t coarse_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* A rescan, unless one ran less than RESCAN_EVERY_NS ago: then it waits
+ * (rescan_pending) for hs_modules_poll, or for the exit's flush. One thread
+ * scans: the one whose compare-exchange takes the time. */
+static int rescan_when_due(struct hs_ring *r) {
+  uint64_t now = coarse_ns();
+  uint64_t last = __atomic_load_n(&last_rescan_ns, __ATOMIC_RELAXED);
+  if (now - last < RESCAN_EVERY_NS ||
+      !__atomic_compare_exchange_n(&last_rescan_ns, &last, now, 0, __ATOMIC_RELAXED,
+                                   __ATOMIC_RELAXED)) {
+    __atomic_store_n(&rescan_pending, 1, __ATOMIC_RELAXED);
+    return HS_OK;
+  }
+  __atomic_store_n(&rescan_pending, 0, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&r->meta->module_rescans, 1, __ATOMIC_RELAXED);
+  return hs_modules_scan(r);
+}
+
 int hs_modules_check(struct hs_ring *r, const uint64_t *pcs, uint32_t depth) {
   if (!known)
     return HS_OK;
@@ -336,31 +353,13 @@ int hs_modules_check(struct hs_ring *r, const uint64_t *pcs, uint32_t depth) {
   }
   if (i == depth)
     return HS_OK;
-  uint64_t now = coarse_ns();
-  uint64_t last = __atomic_load_n(&last_rescan_ns, __ATOMIC_RELAXED);
-  if (now - last < RESCAN_EVERY_NS ||
-      !__atomic_compare_exchange_n(&last_rescan_ns, &last, now, 0, __ATOMIC_RELAXED,
-                                   __ATOMIC_RELAXED)) {
-    __atomic_store_n(&rescan_pending, 1, __ATOMIC_RELAXED);
-    return HS_OK;
-  }
-  __atomic_store_n(&rescan_pending, 0, __ATOMIC_RELAXED);
-  __atomic_fetch_add(&r->meta->module_rescans, 1, __ATOMIC_RELAXED);
-  return hs_modules_scan(r);
+  return rescan_when_due(r);
 }
 
 int hs_modules_poll(struct hs_ring *r) {
   if (HS_LIKELY(!__atomic_load_n(&rescan_pending, __ATOMIC_RELAXED)))
     return HS_OK;
-  uint64_t now = coarse_ns();
-  uint64_t last = __atomic_load_n(&last_rescan_ns, __ATOMIC_RELAXED);
-  if (now - last < RESCAN_EVERY_NS ||
-      !__atomic_compare_exchange_n(&last_rescan_ns, &last, now, 0, __ATOMIC_RELAXED,
-                                   __ATOMIC_RELAXED) ||
-      !__atomic_exchange_n(&rescan_pending, 0, __ATOMIC_RELAXED))
-    return HS_OK;
-  __atomic_fetch_add(&r->meta->module_rescans, 1, __ATOMIC_RELAXED);
-  return hs_modules_scan(r);
+  return rescan_when_due(r);
 }
 
 int hs_modules_flush(struct hs_ring *r) {
