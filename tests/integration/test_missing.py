@@ -346,7 +346,8 @@ def test_smaller_processes_are_named_in_one_line(tmp_path: Path) -> None:
     text = out.stdout.decode()
     sections = [ln for ln in text.splitlines() if ln.startswith("pid ")]
     assert len(sections) == 1 and " big " in sections[0] + " ", text
-    assert f"... and 4 more, each under 1% of the largest's peak and allocations (small ×3, {shell})" in text, text
+    assert f"... and 4 more processes, each under 1% of the largest's peak and allocations (small ×3, {shell})," \
+        " not shown: --pid PID shows one, --all-processes every one" in text, text
     # ...and every one with --all-processes, or the one asked for with --pid
     every = run_process([*HEAPSCOPE, "report", "--all-processes", str(db)], timeout=60)
     assert sum(ln.startswith("pid ") for ln in every.stdout.decode().splitlines()) == 5, every.describe()

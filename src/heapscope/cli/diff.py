@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
@@ -38,7 +39,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from heapscope.errors import UnknownProcessError
-    from heapscope.store.reader import Process, open_profile
+    from heapscope.model import CallsiteId
+    from heapscope.store.reader import Process, ViewValues, open_profile
     from heapscope.store.select import default_dump, parse_dump, process_state, select_heap
     from heapscope.view.diff import changes, diff_graph, dump_ts, pick_process, read_side
 
@@ -47,35 +49,40 @@ def main(args: argparse.Namespace) -> int:
     after_file = args.after or args.before
     if args.after is None and args.dump_a is None:
         raise UsageError("one profile: give --dump-a N (and optionally --dump-b M) to compare two of its dumps")
-    # (file, --dump-x, flag, process, has Python frames, has peak rows)
-    chosen: list[tuple[str, str | None, str, Process, bool, bool]] = []
     # One profile: its dump --dump-a against its end by default (two moments of one run).
     dump_b = args.dump_b if args.dump_b is not None or args.after is not None else "end"
-    for file, index, flag in ((args.before, args.dump_a, "--dump-a"), (after_file, dump_b, "--dump-b")):
-        with open_profile(file) as profile:
-            proc = pick_process(profile, args.pid, chosen[0][3] if chosen else None)
-            chosen.append((file, index, flag, proc, proc.info.upid in profile.python_upids(),
-                           profile.peak_values(proc.info.upid) is not None))
-    # The Python view when both sides are Python programs (report's default, issue 12)
-    python = args.python_only or (not args.native and all(c[4] for c in chosen))
-    # By default both peaks (report's state: a program that frees all at its exit ends with
-    # little), or both ends when a side has no peak rows (an imported profile)
-    default = default_dump(args.view) if all(c[5] for c in chosen) else "end"
-    sides = []
-    for file, index, flag, proc, _py, _peak in chosen:
-        choice = default if index is None else parse_dump(index)
-        with open_profile(file) as profile:
+    files = (args.before, after_file)
+    asked = [None if d is None else parse_dump(d) for d in (args.dump_a, dump_b)]
+    with contextlib.ExitStack() as stack:
+        profiles = [stack.enter_context(open_profile(f)) for f in files]
+        procs: list[Process] = []
+        for profile in profiles:
             select_heap(profile, args.heap)  # default: the default heap, nothing counted twice
+            procs.append(pick_process(profile, args.pid, procs[0] if procs else None))
+        # The Python view when both sides are Python programs (report's default, issue 12)
+        python = args.python_only or (not args.native and all(
+            p.info.upid in profile.python_upids() for profile, p in zip(profiles, procs, strict=True)))
+
+        def state(k: int, choice: str | int) -> tuple[int, str, dict[CallsiteId, ViewValues] | None, str]:
+            """(ts, label, values or None for the dump at ts, kind) of side k at `choice`."""
             if isinstance(choice, int):
-                ts, which = dump_ts(profile, proc, choice, flag)
-                values = None
-            else:  # the peak (or the end): a program that frees all at its exit ends with little
-                st = process_state(profile, proc, choice, args.view)
-                if st is None:
-                    raise UnknownProcessError(f"{file}: pid {proc.info.pid} has no dump")
-                ts, which, values = st.ts, st.label, st.values
-            label = f"{Path(file).name} {which}" if args.after else which
-            sides.append(read_side(profile, proc, ts, label, python, values))
+                ts, which = dump_ts(profiles[k], procs[k], choice, ("--dump-a", "--dump-b")[k])
+                return ts, which, None, "dump"
+            st = process_state(profiles[k], procs[k], choice, args.view)
+            if st is None:
+                raise UnknownProcessError(f"{files[k]}: pid {procs[k].info.pid} has no dump")
+            return st.ts, st.label, st.values, st.kind
+
+        # By default both peaks (report's state: a program that frees all at its exit ends with
+        # little), or both ends when a side has no peak rows (an imported profile)
+        default = default_dump(args.view)
+        states = [state(k, default if c is None else c) for k, c in enumerate(asked)]
+        if default == "peak" and any(c is None and st[3] == "end" for c, st in zip(asked, states, strict=True)):
+            states = [state(k, "end") if c is None else st for k, (c, st) in enumerate(zip(asked, states, strict=True))]
+        sides = []
+        for k, (ts, which, values, _kind) in enumerate(states):
+            label = f"{Path(files[k]).name} {which}" if args.after else which
+            sides.append(read_side(profiles[k], procs[k], ts, label, python, values))
     a, b = sides
     rows = changes(a, b, args.view)
     sys.stdout.write(render(a, b, rows, args.view, args.top))

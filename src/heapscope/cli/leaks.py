@@ -15,7 +15,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="profile database written by `heapscope record`")
     p.add_argument("-p", "--pid", type=int, metavar="PID", help="only this process")
     p.add_argument("--all-processes", action="store_true",
-                   help="every process in full, also those whose leaks are under 1%% of the largest one's"
+                   help="every process in full, also those under 1%% of the largest one's peak and allocations"
                         " (by default they are named in one line)")
     p.add_argument("--top", type=int, default=20, metavar="N", help="stacks per process (default: 20)")
     p.add_argument("--depth", type=int, default=0, metavar="N",
@@ -30,8 +30,7 @@ def main(args: argparse.Namespace) -> int:
     from heapscope.store.reader import open_profile
     from heapscope.store.select import heap_label, heap_members, heap_names, parse_dump, select_heap
     from heapscope.view.leaks import find_leaks
-    from heapscope.view.peaks import MINOR_SHARE, count_names
-    from heapscope.view.report import minor_processes, process_lines
+    from heapscope.view.report import minor_line, minor_processes, process_lines
 
     if args.top < 1:
         raise UsageError(f"--top must be at least 1, not {args.top}")
@@ -58,9 +57,7 @@ def main(args: argparse.Namespace) -> int:
     major.sort(key=lambda pl: -pl.total_bytes)  # the largest leaks first
     text = "\n".join(render(p, args.top, args.depth) for p in major) or "no processes\n"
     if rest:
-        named = count_names([pl.process.info.name or "?" for pl in rest])
-        text += (f"\n... and {len(rest):,} more processes, each under {100 / MINOR_SHARE:g}% of the largest's peak"
-                 f" and allocations ({named}): --pid PID shows one, --all-processes every one\n")
+        text += "\n" + minor_line([pl.process for pl in rest]) + "\n"
     sys.stdout.write(head + text)
     return 0
 

@@ -23,13 +23,13 @@ from heapscope.store.select import (
     select_heap,
     select_processes,
 )
-from heapscope.view.peaks import MINOR_SHARE, count_names
 from heapscope.view.report import (
     SORTS,
     FunctionRow,
     ProcessLine,
     ProcessReport,
     build_reports,
+    minor_line,
     minor_processes,
     process_lines,
 )
@@ -172,12 +172,9 @@ def render_processes(lines: Sequence[ProcessLine], minor: set[int] | frozenset[i
     out = [f"{len(lines)} processes, by peak (sampled bytes unreleased at each one's peak):"]
     for c in cells:
         out.append("  " + "  ".join([*(c[i].rjust(widths[i]) for i in range(5)), c[5]]).rstrip())
-    rest = [r for r in lines if r.process.info.upid in minor]
+    rest = [r.process for r in lines if r.process.info.upid in minor]
     if rest:
-        names = count_names([r.process.info.name or os.path.basename(r.process.info.exe or "") or "?" for r in rest])
-        out.append(f"  ... and {len(rest):,} more, each under {100 / MINOR_SHARE:g}% of the largest's peak and"
-                   f" allocations ({names}):"
-                   " not shown below; --pid PID shows one, --all-processes every one")
+        out.append("  " + minor_line(rest))
     return "\n".join(out) + "\n"
 
 

@@ -1158,7 +1158,12 @@ HS_EXPORT int heapscope_attach(const char *socket_path, const char *token) {
  * started by a bigger one (a Python test runner, `record` itself) would
  * report its starter's peak; it serves only without /proc, when it grew
  * past its value at the start (then it is this image's own). */
-static void note_exit(struct hs_ring_meta *m) {
+static void note_exit(void) {
+  /* Our session's meta only: not a fork child's that did not restart (the
+   * meta is its parent's) nor a vfork child's (cl.pid is another). */
+  struct hs_ring_meta *m = cl.ring.meta;
+  if (!m || cl.pid != getpid())
+    return;
   uint64_t peak = hs_own_peak_rss();
   struct rusage ru;
   if (peak == 0 && getrusage(RUSAGE_SELF, &ru) == 0 && (uint64_t)ru.ru_maxrss > cl.start_maxrss)
@@ -1170,11 +1175,9 @@ static void note_exit(struct hs_ring_meta *m) {
 /* _exit and _Exit end a process with no destructor (os._exit: every fork
  * child of multiprocessing; a program's own fast exit), so their exit
  * figures are noted here, then the next definition ends the process (the C
- * library's, or a sanitizer's, resolved at the start: dlsym allocates). As
- * the destructor: our session's meta only, not a vfork child's. */
+ * library's, or a sanitizer's, resolved at the start: dlsym allocates). */
 static _Noreturn void end_process(exit_fn next, int status) {
-  if (cl.ring.meta && cl.pid == getpid())
-    note_exit(cl.ring.meta);
+  note_exit();
   if (next)
     next(status);
   for (;;)
@@ -1191,11 +1194,8 @@ __attribute__((destructor)) static void hs_client_fini(void) {
   t->guard = 1;
   if (__atomic_load_n(&hs_enabled, __ATOMIC_ACQUIRE))
     (void)ok(hs_modules_flush(&cl.ring));
-  /* Before the shutdown below, so the producer finds them when it sees the
-   * EOF. Our session's meta only: not a fork child's that did not restart
-   * (the meta is its parent's) nor a vfork child's (cl.pid is another). */
-  if (cl.ring.meta && cl.pid == getpid())
-    note_exit(cl.ring.meta);
+  /* Before the shutdown below, so the producer finds them when it sees the EOF. */
+  note_exit();
   /* The pin (pin_socket) lets go of the socket only some time after the
    * process is gone (the kernel tears an io_uring down in a worker), so the
    * producer could learn of a normal exit after the parent did. Shut the

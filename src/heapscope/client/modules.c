@@ -24,7 +24,7 @@ static struct known *known;  /* append-only; entries before `nknown` are complet
 static uint32_t nknown;
 static uint32_t merge_lock;
 static uint64_t last_rescan_ns;
-static int rescan_pending;
+int hs_rescan_pending; /* modules.h: read by hs_modules_poll on every sample */
 static size_t page_size = 4096;
 
 int hs_modules_init(void) {
@@ -41,7 +41,7 @@ int hs_modules_init(void) {
   __atomic_store_n(&nknown, 0, __ATOMIC_RELEASE);
   merge_lock = 0;
   last_rescan_ns = 0;
-  rescan_pending = 0;
+  hs_rescan_pending = 0;
   return HS_OK;
 }
 
@@ -320,7 +320,7 @@ static uint64_t coarse_ns(void) {
 }
 
 /* A rescan, unless one ran less than RESCAN_EVERY_NS ago: then it waits
- * (rescan_pending) for hs_modules_poll, or for the exit's flush. One thread
+ * (hs_rescan_pending) for hs_modules_poll, or for the exit's flush. One thread
  * scans: the one whose compare-exchange takes the time. */
 static int rescan_when_due(struct hs_ring *r) {
   uint64_t now = coarse_ns();
@@ -328,10 +328,10 @@ static int rescan_when_due(struct hs_ring *r) {
   if (now - last < RESCAN_EVERY_NS ||
       !__atomic_compare_exchange_n(&last_rescan_ns, &last, now, 0, __ATOMIC_RELAXED,
                                    __ATOMIC_RELAXED)) {
-    __atomic_store_n(&rescan_pending, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&hs_rescan_pending, 1, __ATOMIC_RELAXED);
     return HS_OK;
   }
-  __atomic_store_n(&rescan_pending, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&hs_rescan_pending, 0, __ATOMIC_RELAXED);
   __atomic_fetch_add(&r->meta->module_rescans, 1, __ATOMIC_RELAXED);
   return hs_modules_scan(r);
 }
@@ -356,14 +356,10 @@ int hs_modules_check(struct hs_ring *r, const uint64_t *pcs, uint32_t depth) {
   return rescan_when_due(r);
 }
 
-int hs_modules_poll(struct hs_ring *r) {
-  if (HS_LIKELY(!__atomic_load_n(&rescan_pending, __ATOMIC_RELAXED)))
-    return HS_OK;
-  return rescan_when_due(r);
-}
+int hs_modules_poll_slow(struct hs_ring *r) { return rescan_when_due(r); }
 
 int hs_modules_flush(struct hs_ring *r) {
-  if (!__atomic_exchange_n(&rescan_pending, 0, __ATOMIC_RELAXED))
+  if (!__atomic_exchange_n(&hs_rescan_pending, 0, __ATOMIC_RELAXED))
     return HS_OK;
   __atomic_fetch_add(&r->meta->module_rescans, 1, __ATOMIC_RELAXED);
   return hs_modules_scan(r);

@@ -36,7 +36,13 @@ HS_HIDDEN HS_MUST_CHECK int hs_modules_flush(struct hs_ring *r);
  * has passed: called on every sample, also of a stack already sent (a loop in
  * a library dlopened within a millisecond of another repeats its one stack;
  * its module came only at the exit's flush). One load when nothing waits. */
-HS_HIDDEN HS_MUST_CHECK int hs_modules_poll(struct hs_ring *r);
+HS_HIDDEN extern int hs_rescan_pending;
+HS_HIDDEN HS_MUST_CHECK int hs_modules_poll_slow(struct hs_ring *r);
+static inline HS_MUST_CHECK int hs_modules_poll(struct hs_ring *r) {
+  if (HS_LIKELY(!__atomic_load_n(&hs_rescan_pending, __ATOMIC_RELAXED)))
+    return HS_OK;
+  return hs_modules_poll_slow(r);
+}
 
 /* A libpython3 loaded after the start (an embedded interpreter, issue 12):
  * a scan that sees one notes its dynamic symbol table. Its symbols are then

@@ -591,8 +591,8 @@ class Producer:
 
     def _end_rss(self, p: ProcessState) -> None:
         """The process's peak RSS at its end, never below what was polled: VmHWM as its client read
-        it in its last destructor (wire.h, exit_peak_rss); without one (_exit, a signal), for a target
-        the caller started, its wait's. That covers all the images of the pid (exec): only its latest
+        it at its end (wire.h, exit_peak_rss: its last destructor or _exit); without that (a signal),
+        for a target the caller started, its wait's. That covers all the images of the pid (exec): only its latest
         process here takes it. And heapscope's own resident bytes then (own_rss)."""
         peak = _plausible(p.meta("exit_peak_rss"))
         pid = p.info.pid

@@ -45,7 +45,7 @@ def process_stats_rows(p: ProcessState, st: dict[str, int]) -> list[StatRow]:
          " or by record's wait for the process it started; 0 if never read"),
         ("client_own_rss_bytes", "info", "client", p.own_rss,
          "heapscope's own memory resident in the process at its exit (ring, tables, caches), part of"
-         " peak_rss_bytes; 0 if not known (no exit handler ran: _exit, a signal)"),
+         " peak_rss_bytes; 0 if not known (killed by a signal)"),
     ]
     if p.python_state:
         supported = p.python_state == 1  # codec.PY_STATE_SUPPORTED

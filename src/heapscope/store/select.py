@@ -57,8 +57,9 @@ def process_with_dump(profile: Profile, pid: int | None, like: Process | None = 
     a process of another profile; one of the same executable comes first (diff's two sides)."""
     processes = profile.processes()
     if pid is None:
-        held = {p.info.upid: sum(v.space for v in peak[1].values())
-                for p in processes if (peak := profile.peak_values(p.info.upid)) is not None}
+        held: dict[int, int] = {}  # each process's heaps at their peaks, in one query
+        for upid, _heap, size, _count in heap_peaks(profile):
+            held[upid] = held.get(upid, 0) + size
         exe = (like.info.exe or like.info.name) if like is not None else None
         processes = sorted(processes, key=lambda p: (exe is not None and (p.info.exe or p.info.name) != exe,
                                                      -held.get(p.info.upid, 0)))

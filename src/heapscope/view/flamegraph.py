@@ -251,19 +251,21 @@ def profile_graphs(profile: Profile, pid: int | None = None, dump: str | int | N
     one node per process (per executable with merge="exe"), each at the state it opens at.
     python_only: native frames left out."""
     out = []
-    processes = select_processes(profile, pid)
-    if len(processes) > 1:  # the page's picker as report's table: largest peak first
-        from heapscope.view.report import process_lines
-
-        order = {line.process.info.upid: k for k, line in enumerate(process_lines(profile, processes))}
-        processes = sorted(processes, key=lambda p: order.get(p.info.upid, len(order)))
-    for p in processes:
+    for p in select_processes(profile, pid):
         g = process_graph(profile, p, dump, python_only)
         if g.snapshots:
             out.append(g)
+    # The page's picker largest first, as report's table: by what each holds where it opens
+    # (its peak, else its end), read from its own snapshots (pyenv's shim: bash and env came first).
+    out.sort(key=lambda g: -sum(_opening(g).self_values["space"]))
     if len(out) > 1 or (merge is not None and out):
         out.insert(0, all_processes(profile, out, merge))
     return out
+
+
+def _opening(g: ProcessGraph) -> Snapshot:
+    """The snapshot the page opens a process's graph at."""
+    return g.snapshots[g.start if 0 <= g.start < len(g.snapshots) else -1]
 
 
 def all_processes(profile: Profile, graphs: list[ProcessGraph], merge: str | None = None) -> ProcessGraph:
@@ -285,7 +287,7 @@ def all_processes(profile: Profile, graphs: list[ProcessGraph], merge: str | Non
         keys: dict[tuple[int, str, str], int] = {}
         for g in members:
             t = g.tree
-            snap = g.snapshots[g.start if 0 <= g.start < len(g.snapshots) else -1]
+            snap = _opening(g)
             mapped = [0] * len(t)
             for i in range(len(t)):
                 parent = root if t.parent[i] < 0 else mapped[t.parent[i]]

@@ -30,6 +30,7 @@ total, callees included).
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -40,7 +41,7 @@ from heapscope.model import CallsiteId, FrameId
 from heapscope.store.reader import Process as StoredProcess
 from heapscope.store.reader import Profile, Stat, ViewValues, mapping_basename
 from heapscope.store.select import State, check_view, process_interval, process_state, select_processes
-from heapscope.view.peaks import is_minor
+from heapscope.view.peaks import MINOR_SHARE, count_names, is_minor
 from heapscope.view.tree import NO_PYTHON, frame_functions
 from heapscope.view.units import human_bytes
 
@@ -227,6 +228,15 @@ def process_lines(profile: Profile, processes: list[StoredProcess]) -> list[Proc
                                sum(v.alloc_objects for v in end_values.values()), life))
     out.sort(key=lambda r: (-r.peak, -r.allocated, r.process.info.upid))
     return out
+
+
+def minor_line(processes: Sequence[StoredProcess]) -> str:
+    """The line that names the processes minor_processes() left out: `... and 38 more processes,
+    each under 1% ... (bash ×16, env ×16, ...)` (report's table, leaks)."""
+    n = len(processes)
+    names = count_names([p.info.name or os.path.basename(p.info.exe or "") or "?" for p in processes])
+    return (f"... and {n:,} more process{'es' if n != 1 else ''}, each under {100 / MINOR_SHARE:g}% of the"
+            f" largest's peak and allocations ({names}), not shown: --pid PID shows one, --all-processes every one")
 
 
 def minor_processes(ranked: Sequence[ProcessLine]) -> set[int]:

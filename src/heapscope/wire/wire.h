@@ -198,9 +198,9 @@ struct hs_ring_meta {
   uint64_t python_walks_truncated; /* walks cut at HS_MAX_PYFRAMES */
   uint64_t python_codes_sent;      /* HS_REC_PYCODE records */
   uint64_t python_codes_failed;    /* code objects that did not validate */
-  /* Written once, by the client's last destructor, before it shuts the
-   * socket down (client.c, hs_client_fini); 0: not known (no destructor ran:
-   * _exit, a signal, a vfork child). */
+  /* Written by the client at the process's end: its last destructor, before
+   * it shuts the socket down, or its _exit (client.c, note_exit); 0: not
+   * known (a signal killed it). */
   uint64_t exit_peak_rss; /* bytes: the process's VmHWM at that moment */
   uint64_t own_rss;       /* bytes of heapscope's own mappings resident then (client/own.h) */
 };

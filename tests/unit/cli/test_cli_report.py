@@ -23,7 +23,7 @@ def test_minor_processes_are_one_line_of_the_table(known_profile: Path,
     # THEN the table names it in its last line, and its section is left out
     assert len(blocks) == 3, out
     assert blocks[0].splitlines()[-1] == (
-        "  ... and 1 more, each under 1% of the largest's peak and allocations (idle): not shown below;"
+        "  ... and 1 more process, each under 1% of the largest's peak and allocations (idle), not shown:"
         " --pid PID shows one, --all-processes every one")
     assert "idle  (upid 3)" not in out
 
