@@ -20,7 +20,11 @@ the target runs, the frames written since its last pass that the cache answers
 only the frames of the last moments and of modules the cache did not know (a
 compiler's ~2,500 frames took ~16 ms after its exit; issue 13). The end's pass
 looks at every other frame, so the profile is as complete, and its report adds
-the early passes' figures.
+the early passes' figures. A pass that meets addresses the cache does not know in
+a known module with DWARF asks the warm tool for them there and then (as many as
+its pipe takes without waiting): the end finds their answers ready, instead of
+starting a tool that reads the module's debug info first (a Python program's new
+libpython addresses cost ~55-75 ms after its exit before; issue 13).
 """
 
 from __future__ import annotations
@@ -103,10 +107,30 @@ class LiveSymbolizer:
         self._after = last
         if report.mappings:
             self._early.append(report)
+        for debug_file, addresses in report.unanswered:
+            self._warm_file(debug_file, addresses)
+
+    def _warm_file(self, debug_file: str, addresses: list[int] | None = None) -> None:
+        """Have the warm tool read a file's debug info now, on the idle core, starting the
+        tool for the first file; with `addresses` (a known module's new ones, which the end
+        would otherwise ask a tool started then: libpython's cost ~55-75 ms after a Python
+        program's exit), have it look them up too."""
+        from heapscope.symbolize.llvm import SymbolizerError, WarmSymbolizer
+
+        try:
+            if self.warm is None:
+                self.warm = WarmSymbolizer(self._tool)
+            if addresses:
+                self.warm.prefetch(debug_file, addresses)
+            else:
+                self.warm.warm(debug_file)
+        except (OSError, SymbolizerError):
+            self._broken = True
+            self.close()
 
     def _warm(self) -> None:
         pending, self._pending = self._pending, []
-        from heapscope.symbolize.llvm import SymbolizerError, WarmSymbolizer, find_llvm_symbolizer
+        from heapscope.symbolize.llvm import find_llvm_symbolizer
         from heapscope.symbolize.locate import Locator
         from heapscope.symbolize.profile import cache_context, debuginfod_urls_from_env
 
@@ -135,13 +159,8 @@ class LiveSymbolizer:
             located, consulted = self._locator.locate_traced(path, build_id)
             self._traced[(path, build_id)] = (located, consulted)
             if located.status == "found":
-                try:
-                    if self.warm is None:  # started for the first module that needs it, only
-                        self.warm = WarmSymbolizer(self._tool)
-                    self.warm.warm(located.debug_file)
-                except (OSError, SymbolizerError):
-                    self._broken = True
-                    self.close()
+                self._warm_file(located.debug_file)  # the tool is started for the first module that needs it
+                if self._broken:
                     return
 
     def finish(self, writer: ProfileWriter) -> SymbolizeReport | None:

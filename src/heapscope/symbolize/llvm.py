@@ -109,13 +109,22 @@ def _lowest_priority() -> None:
     os.nice(19)
 
 
+# Bytes asked of a warm tool ahead of its answers, at most: below a pipe's 64 KiB, so that the
+# recording loop's writes never wait for the tool (it runs at the lowest priority).
+PIPE_ROOM = 32 * 1024
+
+
 class WarmSymbolizer:
     """One llvm-symbolizer kept running while the target runs.
 
     `warm(path)` asks for address 0 of a file as soon as the file is known,
     so that the tool reads its debug info on the producer's idle core; the
-    real addresses then cost only their lookups when recording ends. A reader
-    thread drains the tool's output so neither side ever blocks on a full pipe.
+    real addresses then cost only their lookups when recording ends.
+    `prefetch(path, addresses)` asks for addresses already known to be wanted
+    (a known module's new ones), so that even their lookups are done by then.
+    A reader thread drains the tool's output so neither side ever blocks on a
+    full pipe; what is asked ahead is bounded so that a write never waits on
+    the tool (PIPE_ROOM).
     """
 
     def __init__(self, tool: str) -> None:
@@ -128,6 +137,8 @@ class WarmSymbolizer:
         self._answers: list[str] = []
         self._cond = threading.Condition()
         self._asked = 0
+        self._sent = [0]  # bytes written up to each line asked (the first: none)
+        self._ahead: dict[tuple[str, int], int] = {}  # (file, address) asked ahead -> its answer's index
         self._warmed: set[str] = set()
         self._reader = threading.Thread(target=self._read, name="llvm-symbolizer-reader", daemon=True)
         self._reader.start()
@@ -149,27 +160,70 @@ class WarmSymbolizer:
         except OSError as e:
             raise SymbolizerError(f"{self.tool}: {e}") from e
         self._asked += len(lines)
+        sent = self._sent[-1]
+        for line in lines:
+            sent += len(line)
+            self._sent.append(sent)
+
+    def _room(self) -> int:
+        """Bytes that can be asked without a write waiting: PIPE_ROOM less those not yet answered."""
+        with self._cond:
+            answered = len(self._answers)
+        return PIPE_ROOM - (self._sent[-1] - self._sent[min(answered, self._asked)])
 
     def warm(self, path: str) -> None:
         if path in self._warmed or '"' in path or "\n" in path or self.proc.poll() is not None:
             return
         self._warmed.add(path)
-        self._ask([f'CODE "{path}" 0x0\n'])
+        line = f'CODE "{path}" 0x0\n'
+        if len(line) <= self._room():
+            self._ask([line])
+
+    def prefetch(self, path: str, addresses: Sequence[int]) -> int:
+        """Ask now for addresses of `path` that symbolize_files will be asked for (as many as the
+        pipe takes without waiting; the rest are asked then). Returns how many were asked."""
+        if '"' in path or "\n" in path or self.proc.poll() is not None:
+            return 0
+        self._warmed.add(path)
+        room = self._room()
+        lines: list[str] = []
+        for a in addresses:
+            if (path, a) in self._ahead:
+                continue
+            line = f'CODE "{path}" 0x{a:x}\n'
+            if len(line) > room:
+                break
+            room -= len(line)
+            self._ahead[(path, a)] = self._asked + len(lines)
+            lines.append(line)
+        if lines:
+            self._ask(lines)
+        return len(lines)
 
     def symbolize_files(self, requests: Sequence[tuple[str, Sequence[int]]],
                         timeout: float = 600) -> list[list[list[SourceFrame]]]:
         """As the module function `symbolize_files`, on this running tool."""
         if any('"' in path or "\n" in path for path, _ in requests):
             raise SymbolizerError(f"{self.tool}: a file name with a quote or newline cannot be passed")
-        first = self._asked
-        self._ask([f'CODE "{path}" 0x{a:x}\n' for path, addresses in requests for a in addresses])
+        # Each address's answer: one asked ahead (prefetch), or one asked now.
+        at: list[int] = []
+        new: list[str] = []
+        for path, addresses in requests:
+            for a in addresses:
+                i = self._ahead.get((path, a))
+                if i is None:
+                    i = self._asked + len(new)
+                    new.append(f'CODE "{path}" 0x{a:x}\n')
+                at.append(i)
+        if new:
+            self._ask(new)
+        need = max(at, default=-1) + 1  # answers come in the order asked
         with self._cond:
-            done = self._cond.wait_for(
-                lambda: len(self._answers) >= self._asked or not self._reader.is_alive(), timeout)
-            answers = self._answers[first:self._asked]
-        if not done or len(answers) != self._asked - first:
-            raise SymbolizerError(f"{self.tool}: {len(answers)} answers for {self._asked - first} addresses")
-        chains = iter([_parse(line, self.tool) for line in answers])
+            done = self._cond.wait_for(lambda: len(self._answers) >= need or not self._reader.is_alive(), timeout)
+            answers = self._answers[:need]
+        if not done or len(answers) < need:
+            raise SymbolizerError(f"{self.tool}: {len(answers)} answers for {need} addresses")
+        chains = iter([_parse(answers[i], self.tool) for i in at])
         return [[next(chains) for _ in addresses] for _, addresses in requests]
 
     def stop(self) -> None:

@@ -88,7 +88,7 @@ class MappingReport(Slots):
 
 class SymbolizeReport(Slots):
     __slots__ = ("symbolizer", "mappings", "index_files", "debuginfod", "debuginfod_errors", "debuginfod_missing",
-                 "cache_notes", "packages")
+                 "cache_notes", "packages", "unanswered")
     symbolizer: str | None  # the llvm-symbolizer used, None when none was
     mappings: list[MappingReport]
     index_files: int | None  # ELF files indexed, in index mode
@@ -97,6 +97,9 @@ class SymbolizeReport(Slots):
     debuginfod_missing: dict[str, str]  # build id -> why no server had it
     cache_notes: list[str]  # problems of the symbol cache, one line each
     packages: dict[str, str]  # module path -> its Debian package ("" none), known
+    # cache_only: per known module with DWARF, its debug file and the addresses of its frames that
+    # the cache did not answer, which the end will ask llvm-symbolizer for: `record` asks them ahead
+    unanswered: list[tuple[str, list[int]]]
 
     def __init__(self, symbolizer: str | None, mappings: list[MappingReport] | None = None,
                  index_files: int | None = None, debuginfod: list[str] | None = None,
@@ -110,6 +113,7 @@ class SymbolizeReport(Slots):
         self.debuginfod_missing = {} if debuginfod_missing is None else debuginfod_missing
         self.cache_notes = [] if cache_notes is None else cache_notes
         self.packages = {} if packages is None else packages
+        self.unanswered = []
 
     @property
     def frames(self) -> int:
@@ -196,7 +200,11 @@ def symbolize_profile(
             if entry is None:
                 continue
             _answer_from_ranges(entry, frames)
-            frames = pending[mapping_id] = [f for f in frames if f[1] in entry.answers]
+            cached = [f for f in frames if f[1] in entry.answers]
+            if len(cached) < len(frames) and entry.located.status == "found" and entry.located.debug_file:
+                report.unanswered.append((entry.located.debug_file,
+                                          [pc for _, pc, _ in frames if pc not in entry.answers]))
+            frames = pending[mapping_id] = cached
             if not frames:
                 continue
         m = MappingReport(mapping_id, path, build_id, len(frames))

@@ -22,7 +22,7 @@ from heapscope.store.writer import ProfileWriter, SymbolWriter
 from heapscope.symbolize import live as live_module
 from heapscope.symbolize.cache import SymbolCache
 from heapscope.symbolize.live import LiveSymbolizer
-from heapscope.symbolize.llvm import find_llvm_symbolizer
+from heapscope.symbolize.llvm import PIPE_ROOM, WarmSymbolizer, find_llvm_symbolizer, symbolize_files
 from heapscope.symbolize.missing import unsymbolized_modules
 from heapscope.symbolize.profile import symbolize_profile
 from heapscope.symbolize.symtab import read_elf_symbols
@@ -410,3 +410,56 @@ def test_frames_symbolized_early_from_the_cache_end_as_in_one_pass(prog: Path, t
     assert named_early == (2 if per_pass is None else 1)
     # AND its frames, symbols and report's figures are those of one pass at the end
     assert (rows, figures) == _recorded(tmp_path / "once.db", prog, batches, d, early=False)[:2]
+
+
+def test_new_addresses_of_a_known_module_are_asked_while_the_target_runs(prog: Path, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert LLVM is not None
+    monkeypatch.setenv("HEAPSCOPE_LLVM_SYMBOLIZER", LLVM)  # the same tool (cache context) whatever PATH says
+    d = tmp_path / "cache" / "heapscope"
+    pc = malloc_call_pc(prog)
+    # GIVEN a cache that knows the program (it has DWARF) from a run that saw one address
+    _recorded(tmp_path / "fill.db", prog, [[Frame(MappingId(1), pc)]], d, early=False)
+    # WHEN a recording's early pass meets that address and two the cache does not know
+    path = tmp_path / "early.db"
+    live = LiveSymbolizer(SymbolCache(d), writer=ProfileWriter(path))
+    w = live.writer
+    assert w is not None
+    w.add_mappings([(1, Mapping(build_id(prog), 0, 0, 0x1000, 0x9000, 0, str(prog)))])
+    live.module(str(prog), build_id(prog))
+    w.add_frames([(1, Frame(MappingId(1), pc)), (2, Frame(MappingId(1), pc - 3)), (3, Frame(MappingId(1), 0x10))])
+    w.commit()
+    live.tick(time.monotonic() + 60)
+    # THEN a tool was started while the target runs and asked for the two new addresses (before,
+    # the module being known, none was: the end started one and waited for it to read the DWARF)
+    assert live.warm is not None
+    asked = {a for (f, a) in live.warm._ahead if Path(f).resolve() == prog.resolve()}
+    assert asked == {pc - 3, 0x10}
+    proc = live.warm.proc
+    # AND the end names every frame as one pass without any cache or recording does
+    live.finish(w)
+    got = [str(r[0]) for r in w.db.execute("SELECT name FROM stack_profile_frame ORDER BY id")]
+    w.close()
+    assert got == _names(_one_module_profile(tmp_path / "plain.db", prog, [pc, pc - 3, 0x10]), None)
+    assert proc.returncode is not None
+
+
+def test_a_warm_tool_asks_ahead_only_what_its_pipe_takes_and_answers_as_a_fresh_one(prog: Path) -> None:
+    assert LLVM is not None
+    pc = malloc_call_pc(prog)
+    addresses = [pc - k for k in range(2000)]  # ~100 KiB of requests: more than PIPE_ROOM
+    warm = WarmSymbolizer(LLVM)
+    try:
+        # WHEN more addresses are asked ahead than the pipe holds without waiting
+        first = warm.prefetch(str(prog), addresses)
+        # THEN only so many are written (the recording loop never waits on the tool)...
+        assert 0 < first < len(addresses)
+        assert sum(len(f'CODE "{prog}" 0x{a:x}\n') for a in addresses[:first]) <= PIPE_ROOM
+        # ...asking the same again writes nothing new until answers come back
+        assert warm.prefetch(str(prog), addresses[:first]) == 0
+        # AND the answers, asked ahead or not, in any order, are a fresh tool's
+        mixed = addresses[first:first + 50] + addresses[:50][::-1] + [0x10]
+        assert warm.symbolize_files([(str(prog), mixed), (LIBC, [0x28000])]) == symbolize_files(
+            LLVM, [(str(prog), mixed), (LIBC, [0x28000])])
+    finally:
+        warm.stop()
