@@ -109,9 +109,10 @@ def _lowest_priority() -> None:
     os.nice(19)
 
 
-# Bytes asked of a warm tool ahead of its answers, at most: below a pipe's 64 KiB, so that the
-# recording loop's writes never wait for the tool (it runs at the lowest priority).
-PIPE_ROOM = 32 * 1024
+# Characters asked of a warm tool ahead of its answers, at most: at 4 bytes a character still
+# within a pipe's 64 KiB, so that the recording loop's writes never wait for the tool (it runs at
+# the lowest priority).
+PIPE_ROOM = 16 * 1024
 
 
 class WarmSymbolizer:
@@ -137,7 +138,7 @@ class WarmSymbolizer:
         self._answers: list[str] = []
         self._cond = threading.Condition()
         self._asked = 0
-        self._sent = [0]  # bytes written up to each line asked (the first: none)
+        self._sent = [0]  # characters written up to each line asked (the first: none)
         self._ahead: dict[tuple[str, int], int] = {}  # (file, address) asked ahead -> its answer's index
         self._warmed: set[str] = set()
         self._reader = threading.Thread(target=self._read, name="llvm-symbolizer-reader", daemon=True)
@@ -166,7 +167,7 @@ class WarmSymbolizer:
             self._sent.append(sent)
 
     def _room(self) -> int:
-        """Bytes that can be asked without a write waiting: PIPE_ROOM less those not yet answered."""
+        """Characters that can be asked without a write waiting: PIPE_ROOM less those not yet answered."""
         with self._cond:
             answered = len(self._answers)
         return PIPE_ROOM - (self._sent[-1] - self._sent[min(answered, self._asked)])
