@@ -141,6 +141,8 @@ class WarmSymbolizer:
         self._sent = [0]  # characters written up to each line asked (the first: none)
         self._ahead: dict[tuple[str, int], int] = {}  # (file, address) asked ahead -> its answer's index
         self._warmed: set[str] = set()
+        self._reap = False  # stop(): the reader reaps the tool when its output ends
+        self._read_done = False
         self._reader = threading.Thread(target=self._read, name="llvm-symbolizer-reader", daemon=True)
         self._reader.start()
 
@@ -152,6 +154,10 @@ class WarmSymbolizer:
                 self._cond.notify_all()
         with self._cond:
             self._cond.notify_all()
+            self._read_done = True
+            reap = self._reap
+        if reap:
+            self.proc.wait()  # killed by stop(): its output ended with it
 
     def _ask(self, lines: list[str]) -> None:
         assert self.proc.stdin is not None
@@ -228,11 +234,26 @@ class WarmSymbolizer:
         return [[next(chains) for _ in addresses] for _, addresses in requests]
 
     def stop(self) -> None:
-        """End it now: what it was still warming is no longer wanted (its answers are in)."""
+        """End it now: what it was still warming is no longer wanted (its answers are in). Its
+        exit is not waited for here: a tool that read large debug files takes ~6-8 ms to go
+        (the end of `record` waited for it), and the reader thread reaps it when its output
+        ends; `gone()` waits for that."""
+        with self._cond:
+            self._reap = True
+            done = self._read_done
         if self.proc.returncode is None:
             with contextlib.suppress(OSError):
                 self.proc.kill()
-        self.close()
+        if self.proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
+        if done:
+            self.proc.wait()  # the reader ended before the kill: it reaps nothing
+
+    def gone(self, timeout: float) -> bool:
+        """After stop(): whether the tool has exited and been reaped within `timeout` s."""
+        self._reader.join(timeout)
+        return self.proc.returncode is not None
 
     def close(self) -> None:
         if self.proc.stdin is not None:
