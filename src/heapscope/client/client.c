@@ -366,6 +366,15 @@ static void late_python(void) {
   hs_debug("libpython loaded after the start: not installed", UINT64_MAX);
 }
 
+/* The code objects' slots, once Python is found (at start or later); none
+ * when the mapping fails (send_code then copies through a smaller buffer). */
+static void map_code_slots(void) {
+  void *mem = mmap(NULL, CODE_SLOTS * sizeof(struct code_slot), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  code_slots = mem == MAP_FAILED ? NULL : mem;
+  hs_own_map(code_slots, CODE_SLOTS * sizeof(struct code_slot), HS_OWN_PRIVATE);
+}
+
 /* A pending call (main thread, GIL held, outside any hook). Returns 0. */
 static int late_install(void *arg) {
   (void)arg;
@@ -379,12 +388,8 @@ static int late_install(void *arg) {
     int state = hs_py_detect();
     if (state != HS_PY_ABSENT) {
       py_forks_restart = 1;
-      if (state == HS_PY_SUPPORTED && code_slots == NULL) {
-        void *mem = mmap(NULL, CODE_SLOTS * sizeof(struct code_slot), PROT_READ | PROT_WRITE,
-                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        code_slots = mem == MAP_FAILED ? NULL : mem;
-        hs_own_map(code_slots, CODE_SLOTS * sizeof(struct code_slot), HS_OWN_PRIVATE);
-      }
+      if (state == HS_PY_SUPPORTED && code_slots == NULL)
+        map_code_slots();
       pymem_on = hs_pymem_install_now(pymem_late) == 1;
       /* The PYINFO (eval range, status) before the first Python stack. */
       if (ok(send_python_info()) && state == HS_PY_SUPPORTED)
@@ -412,10 +417,7 @@ static void python_init(void) {
   }
   if (state != HS_PY_SUPPORTED)
     return;
-  void *mem = mmap(NULL, CODE_SLOTS * sizeof(struct code_slot), PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  code_slots = mem == MAP_FAILED ? NULL : mem;
-  hs_own_map(code_slots, CODE_SLOTS * sizeof(struct code_slot), HS_OWN_PRIVATE);
+  map_code_slots();
   py_on = 1;
 }
 
