@@ -67,7 +67,7 @@ def one_line(stderr: bytes) -> str:
 
 @pytest.fixture(scope="module")
 def pb2(tmp_path_factory):
-    pytest.importorskip("grpc_tools", reason="grpcio-tools comes with the test extra")
+    pytest.importorskip("grpc_tools", reason="needs grpcio-tools: pip install '.[dev]'")
     return parca_messages(tmp_path_factory.mktemp("proto"))
 
 
@@ -135,7 +135,7 @@ def test_push_to_parca(tiny, tmp_path, pb2):
 
 @pytest.mark.timeout(300)
 def test_clickhouse_top_functions_match_report(tiny, tmp_path):
-    pytest.importorskip("chdb", reason="chdb comes with the test extra")
+    pytest.importorskip("chdb", reason="needs chDB: pip install '.[clickhouse]'")
     from heapscope.fleet.clickhouse import Writer, parse_destination
 
     dest = f"chdb:{tmp_path / 'ch'}"

@@ -103,6 +103,7 @@ class Fifo:
 def live(programs, tmp_path) -> Iterator[Callable[..., tuple[Tmux, Fifo]]]:
     if shutil.which("tmux") is None:
         pytest.skip("tmux is not installed (apt-get install tmux; .ci/run does)")
+    pytest.importorskip("textual", reason="needs textual: pip install '.[live]'")
     opened: list[Tmux | Fifo] = []
 
     def start(*options: str, program: str = "steps") -> tuple[Tmux, Fifo]:
@@ -277,6 +278,7 @@ def test_attach_and_quit(programs, tmp_path):
     """`live -p PID`: the table shows what is allocated after the attach; q detaches, the target runs on."""
     if shutil.which("tmux") is None or shutil.which("gdb") is None:
         pytest.skip("tmux and gdb are needed (.ci/run installs both)")
+    pytest.importorskip("textual", reason="needs textual: pip install '.[live]'")
     ctl = tmp_path / "ctl"
     os.mkfifo(ctl)
     target = subprocess.Popen([programs.path("steps"), ctl], stdout=subprocess.PIPE, start_new_session=True)

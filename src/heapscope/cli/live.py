@@ -42,7 +42,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         import textual  # noqa: F401
     except ImportError:
-        raise UsageError("live needs the textual package (pip install textual)") from None
+        raise UsageError("live needs the textual package: pip install 'heapscope[live]'") from None
     from heapscope.live.app import Control, LiveApp, OutputRelay
     from heapscope.live.snapshot import Snapshotter
 

@@ -8,6 +8,6 @@
 Reads profiles only through heapscope.store.reader and builds pprof with
 heapscope.export.pprof; imports nothing of the producer, so `record` wires it
 in without this part knowing how a recording runs. Network clients (grpcio,
-clickhouse-connect, chdb) are optional extras (`pip install heapscope[fleet]`),
+clickhouse-connect; chdb) are optional extras (`pip install heapscope[fleet]`, `[clickhouse]`),
 imported only when used.
 """

@@ -242,7 +242,7 @@ class Writer:
                 try:
                     from chdb import session
                 except ModuleNotFoundError as e:
-                    raise UsageError("--to chdb: needs chdb: pip install 'heapscope[fleet]'") from e
+                    raise UsageError("--to chdb: needs chdb: pip install 'heapscope[clickhouse]'") from e
                 self._session = session.Session(dest.path)  # type: ignore[no-untyped-call]
             else:
                 try:

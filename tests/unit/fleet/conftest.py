@@ -12,7 +12,7 @@ from fleet_support import ParcaServer, PyroscopeServer, parca_messages
 
 @pytest.fixture(scope="session")
 def pb2(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
-    pytest.importorskip("grpc_tools", reason="grpcio-tools comes with the test extra")
+    pytest.importorskip("grpc_tools", reason="needs grpcio-tools: pip install '.[dev]'")
     return parca_messages(tmp_path_factory.mktemp("proto"))
 
 

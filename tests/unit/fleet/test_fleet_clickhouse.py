@@ -13,7 +13,7 @@ from heapscope.model import VIEWS
 from heapscope.store.reader import open_profile
 from heapscope.view.report import build_reports
 
-pytest.importorskip("chdb", reason="chdb comes with the test extra")
+pytest.importorskip("chdb", reason="needs chDB: pip install '.[clickhouse]'")
 
 
 def report_rows(db, view):
@@ -97,7 +97,7 @@ def test_destinations():
 
 
 def test_unreachable_server_is_one_line(timed_profile):
-    pytest.importorskip("clickhouse_connect")
+    pytest.importorskip("clickhouse_connect", reason="needs clickhouse-connect: pip install '.[fleet]'")
     from fleet_support import free_port
 
     port = free_port()
