@@ -27,7 +27,25 @@ if TYPE_CHECKING:
 
 # In the order `heapscope --help` lists them.
 COMMAND_NAMES = ("record", "live", "report", "flamegraph", "diff", "leaks", "sql", "symbolize", "export", "import_",
-                 "push")
+                 "push", "help")
+# An example per command, shown at the end of its --help (here, not in each module: parsing
+# one command line imports no other command's module).
+EXAMPLES = {
+    "record": "heapscope record -o prof.db -- ./my_program --its --args\n"
+              "heapscope record -o prof.db -p 1234 -d 30s     # attach to a running process (needs gdb)",
+    "live": "heapscope live -- ./server --port 8080",
+    "report": "heapscope report prof.db --top 10 --tree",
+    "flamegraph": "heapscope flamegraph prof.db -o prof.html",
+    "diff": "heapscope diff before.db after.db -o diff.html",
+    "leaks": "heapscope leaks prof.db",
+    "sql": 'heapscope sql prof.db "SELECT name, value FROM stats WHERE value > 0"',
+    "symbolize": "heapscope symbolize prof.db --binary-path ./build",
+    "export": "heapscope export prof.db --format pprof -o prof.pb.gz && go tool pprof -top prof.pb.gz",
+    "import": "heapscope import trace.pftrace -o prof.db && heapscope report prof.db",
+    "push": "heapscope push prof.db pyroscope+http://host:4040 --label service=api",
+    "help": "heapscope help peak",
+}
+
 # Options of the main parser that take no value: skipped when looking for the subcommand's name.
 _MAIN_FLAGS = ("-v", "--verbose")
 
@@ -97,7 +115,12 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 
 def _add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser], cmd: ModuleType) -> None:
-    p = sub.add_parser(cmd.NAME, help=cmd.HELP, description=cmd.HELP)
+    import argparse
+
+    example = EXAMPLES.get(cmd.NAME)
+    p = sub.add_parser(cmd.NAME, help=cmd.HELP, description=cmd.HELP,
+                       epilog=f"example:\n  {example.replace(chr(10), chr(10) + '  ')}" if example else None,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     cmd.add_arguments(p)
     p.set_defaults(_main=cmd.main)
 
