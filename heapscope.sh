@@ -16,6 +16,7 @@ mkdir -p build
 log=$root/build/heapscope.sh.log
 : > "$log"
 
+installed=()  # the Debian packages this run installed
 say() { echo "heapscope.sh: $*" >&2; }
 die() { say "$*"; exit 1; }
 
@@ -40,6 +41,7 @@ need_packages() {
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   [ ${#missing[@]} -eq 0 ] && return 0
+  installed+=("${missing[@]}")
   local as_root=()
   if [ "$(id -u)" != 0 ]; then
     command -v sudo >/dev/null || die "missing ${missing[*]}: run as root, or: apt-get install ${missing[*]}"
@@ -92,9 +94,9 @@ demo() {
   fi
   "$venv/bin/heapscope" record -o "$out/demo.db" --force -- "$out/demo"
   echo
-  "$venv/bin/heapscope" report "$out/demo.db" --top 5
+  "$venv/bin/heapscope" report "$out/demo.db" --tree
   echo
-  say "installed: the system packages above (if any), heapscope in $venv, the demo and its profile in $out"
+  say "installed: ${installed[*]:-no system package (all there)}; heapscope in $venv; the demo and its profile in $out"
   say "next: export PATH=\"$venv/bin:\$PATH\"   # puts heapscope on your PATH"
   say "      heapscope flamegraph $out/demo.db -o demo.html; heapscope record -- ./your_program args"
 }
