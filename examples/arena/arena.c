@@ -1,4 +1,4 @@
-/* A small arena allocator that reports to heapscope (README, "Custom heaps").
+/* A small arena allocator that reports to heapscope (docs/custom-heaps.md).
  *
  *   cc -O2 -g -I"$(heapscope --include)" -o arena examples/arena/arena.c
  *   ./arena                                   # runs as usual: nothing is profiled

@@ -51,7 +51,7 @@ COLUMNS = ("timestamp", "heap", "host", "pid", "executable", "labels", "profile_
 
 
 def schema(database: str, table: str = DEFAULT_TABLE) -> list[str]:
-    """CREATE statements: the table and the views of README's "Many machines" section."""
+    """CREATE statements: the table and the views of docs/fleet.md."""
     t = f"{database}.{table}"
     latest = f"{t}_latest"
     views = ("sum(space) AS space, sum(objects) AS objects, sum(alloc_space) AS alloc_space,"
