@@ -243,7 +243,7 @@ class Writer:
                     from chdb import session
                 except ModuleNotFoundError as e:
                     raise UsageError("--to chdb: needs chdb: pip install 'heapscope[clickhouse]'") from e
-                self._session = session.Session(dest.path)  # type: ignore[no-untyped-call]
+                self._session = session.Session(dest.path)  # type: ignore[no-untyped-call,unused-ignore]  # typed only when chdb is installed
             else:
                 try:
                     import clickhouse_connect
