@@ -89,6 +89,7 @@ demo() {
   need_venv plain
   local out=$root/build/demo
   mkdir -p "$out"
+  # -O0 keeps every function a frame of its own: the summary's stacks then read like the source.
   if [ ! -x "$out/demo" ] || [ examples/demo/demo.c -nt "$out/demo" ]; then
     cc -g -O0 examples/demo/demo.c -o "$out/demo" || die "cc could not build examples/demo/demo.c"
   fi
