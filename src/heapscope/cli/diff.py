@@ -35,14 +35,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="overwrite an existing output file")
     from heapscope.store.select import HEAP_HELP
     p.add_argument("--heap", metavar="NAME", help=HEAP_HELP + " (in both profiles)")
+    from heapscope.cli.folding import add_fold_arguments
+    add_fold_arguments(p)
 
 
 def main(args: argparse.Namespace) -> int:
+    from heapscope.cli.folding import apply_fold
     from heapscope.errors import UnknownProcessError
     from heapscope.model import CallsiteId
     from heapscope.store.reader import Process, ViewValues, open_profile
     from heapscope.store.select import default_dump, parse_dump, process_state, select_heap
     from heapscope.view.diff import changes, diff_graph, dump_ts, pick_process, read_side
+    from heapscope.view.wrappers import fold_line
 
     if args.top < 1:
         raise UsageError(f"--top must be at least 1, not {args.top}")
@@ -56,8 +60,10 @@ def main(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack:
         profiles = [stack.enter_context(open_profile(f)) for f in files]
         procs: list[Process] = []
+        folded: set[str] = set()
         for profile in profiles:
             select_heap(profile, args.heap)  # default: the default heap, nothing counted twice
+            folded.update(apply_fold(profile, args))
             procs.append(pick_process(profile, args.pid, procs[0] if procs else None))
         # The Python view when both sides are Python programs (report's default, issue 12)
         python = args.python_only or (not args.native and all(
@@ -85,7 +91,7 @@ def main(args: argparse.Namespace) -> int:
             sides.append(read_side(profiles[k], procs[k], ts, label, python, values))
     a, b = sides
     rows = changes(a, b, args.view)
-    sys.stdout.write(render(a, b, rows, args.view, args.top))
+    sys.stdout.write((fold_line(sorted(folded)) + "\n" if folded else "") + render(a, b, rows, args.view, args.top))
     if args.output:
         from heapscope.cli.flamegraph import write_page
         from heapscope.view.flamegraph import payload, render_html

@@ -6,12 +6,14 @@ import argparse
 import sys
 from pathlib import Path
 
+from heapscope.cli.folding import add_fold_arguments, apply_fold
 from heapscope.errors import UsageError
 from heapscope.export import FORMATS
 from heapscope.model import VIEWS
 from heapscope.store.files import EXPORT, atomic_output
 from heapscope.store.reader import open_profile
 from heapscope.store.select import ALL_HEAPS, HEAP_HELP, HEAP_JOIN, heap_names, select_heap
+from heapscope.view.wrappers import fold_line
 
 NAME = "export"
 HELP = "write a profile as pprof, Perfetto trace, Chrome JSON, speedscope or collapsed stacks"
@@ -39,6 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         " Chrome does; default: keep every entry")
     p.add_argument("--force", action="store_true",
                    help="replace an existing output file (never a heapscope profile, nor through a link)")
+    add_fold_arguments(p)
     from heapscope.cli.push import add_clickhouse_arguments
     add_clickhouse_arguments(p)
 
@@ -74,6 +77,9 @@ def main(args: argparse.Namespace) -> int:
         if heap is None and args.format == "perfetto":
             heap = ALL_HEAPS  # the trace names each heap, as heapprofd's do: nothing is counted twice
         shown = select_heap(profile, heap)
+        folded = apply_fold(profile, args)
+        if folded:
+            _warn(fold_line(folded))
         if args.format == "pprof" and (shown is None or HEAP_JOIN in shown):
             # one sample per heap and callsite, labelled with its heap
             extra = {"heaps": heap_names(profile) if shown is None else shown.split(HEAP_JOIN)}

@@ -8,6 +8,7 @@ import re
 import sys
 from collections.abc import Sequence
 
+from heapscope.cli.folding import add_fold_arguments, apply_fold
 from heapscope.errors import UsageError
 from heapscope.model import VIEWS
 from heapscope.store.reader import Profile, open_profile
@@ -34,6 +35,7 @@ from heapscope.view.report import (
     process_lines,
 )
 from heapscope.view.units import format_bytes, format_count, format_percent, format_value
+from heapscope.view.wrappers import fold_line
 
 NAME = "report"
 HELP = ("print the functions that hold the most memory, per process (a Python program's: its Python lines;"
@@ -70,6 +72,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--focus", metavar="REGEX", help="count only call stacks with a function matching REGEX")
     p.add_argument("--ignore", metavar="REGEX", help="leave out call stacks with a function matching REGEX")
     p.add_argument("--heap", metavar="NAME", help=HEAP_HELP)
+    add_fold_arguments(p)
     frames = p.add_mutually_exclusive_group()
     frames.add_argument("--python-only", action="store_true",
                         help="the Python view for every process, the default for one whose stacks hold Python "
@@ -87,6 +90,7 @@ def main(args: argparse.Namespace) -> int:
     dump = None if args.dump is None else parse_dump(args.dump)
     with open_profile(args.file) as profile:
         shown = select_heap(profile, args.heap)
+        folded = apply_fold(profile, args)
         # The Python view by default where stacks hold Python frames (issue 12); --stacks shows
         # each stack in full unless --python-only asks.
         python_only = True if args.python_only else False if args.native or args.stacks else None
@@ -99,6 +103,8 @@ def main(args: argparse.Namespace) -> int:
             reports = [r for r in reports if any(p.info.upid not in minor for p in r.processes or [r.process])]
         heaps = render_heaps(profile, shown, minor)
         head = render_processes(ranked, minor) + "\n" if len(processes) > 1 else ""
+        if folded:  # after the table of processes: the report opens with what it is about
+            head += fold_line(folded) + "\n\n"
         # Sections in the order of the table: by peak.
         rank = {line.process.info.upid: k for k, line in enumerate(ranked)}
         reports.sort(key=lambda r: min(rank.get(p.info.upid, 0) for p in r.processes or [r.process]))
