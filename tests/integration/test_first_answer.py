@@ -208,3 +208,71 @@ def test_a_shell_script_gives_a_process_table_and_merged_views(record: Recorder,
     raw = gzip.decompress(pb.read_bytes())
     assert b"peakfree (pid" in raw and b": peak at" in raw
 
+
+
+DEEPLIB = '''\
+def a(n):
+    return b(n)
+
+
+def b(n):
+    return c(n)
+
+
+def c(n):
+    return d(n)
+
+
+def d(n):
+    return e(n)
+
+
+def e(n):
+    return [bytearray(n) for _ in range(200)]  # INNER
+'''
+
+JOB = '''\
+import os
+import sys
+
+sys.path.insert(0, sys.argv[1])
+import deeplib
+
+KEEP = []
+
+
+def load():
+    KEEP.append(deeplib.a(5000))  # LOAD
+
+
+def main():
+    load()  # MAIN
+
+
+main()
+os._exit(0)
+'''
+
+
+def test_a_python_summary_line_names_the_programs_own_frame_before_library_internals(tmp_path: Path) -> None:
+    # GIVEN a program whose memory is made five frames deep in a library (in a site-packages)
+    from python_support import installed_pythons
+    pythons = installed_pythons()
+    if not pythons:
+        pytest.skip("no CPython 3.8-3.13 installed")
+    lib = tmp_path / "site-packages"
+    lib.mkdir()
+    (lib / "deeplib.py").write_text(DEEPLIB)
+    job = tmp_path / "pd_job.py"
+    job.write_text(JOB)
+    line = {m: i + 1 for i, ln in enumerate(JOB.splitlines()) for m in ("LOAD", "MAIN") if f"# {m}" in ln}
+    inner = next(i + 1 for i, ln in enumerate(DEEPLIB.splitlines()) if "# INNER" in ln)
+    # WHEN it is recorded
+    run = run_process([*HEAPSCOPE, "record", "-o", str(tmp_path / "job.db"), "-i", "1", "--", str(pythons[-1]),
+                       str(job), str(lib)], timeout=150)
+    assert run.returncode == 0, run.describe()
+    err = run.stderr.decode().splitlines()
+    first = err[next(i for i, ln in enumerate(err) if "largest stacks" in ln) + 1]
+    # THEN the summary's first line shows the program's own frame, then the library's innermost ones
+    assert f"load (pd_job.py:{line['LOAD']}) > … > " in first, err
+    assert first.endswith(f"(deeplib.py:{inner})"), err  # e, or its list comprehension before 3.12

@@ -91,7 +91,11 @@ def main(args: argparse.Namespace) -> int:
             sides.append(read_side(profiles[k], procs[k], ts, label, python, values))
     a, b = sides
     rows = changes(a, b, args.view)
-    sys.stdout.write((fold_line(sorted(folded)) + "\n" if folded else "") + render(a, b, rows, args.view, args.top))
+    text = render(a, b, rows, args.view, args.top)
+    if folded:  # after the totals' line, which the diff opens with
+        first, rest = text.split("\n", 1)
+        text = f"{first}\n{fold_line(sorted(folded))}\n{rest}"
+    sys.stdout.write(text)
     if args.output:
         from heapscope.cli.flamegraph import write_page
         from heapscope.view.flamegraph import payload, render_html
