@@ -9,6 +9,7 @@ hold_big at its peak, frees both, and keeps 10 x 50 B from leftover to the end.
 from __future__ import annotations
 
 import gzip
+import os
 import re
 import shutil
 import subprocess
@@ -276,3 +277,27 @@ def test_a_python_summary_line_names_the_programs_own_frame_before_library_inter
     # THEN the summary's first line shows the program's own frame, then the library's innermost ones
     assert f"load (pd_job.py:{line['LOAD']}) > … > " in first, err
     assert first.endswith(f"(deeplib.py:{inner})"), err  # e, or its list comprehension before 3.12
+
+
+def test_report_of_deep_templates_fits_120_columns_when_piped(record: Recorder, programs: Programs) -> None:
+    # GIVEN a C++ program allocating inside deep templates (frames of thousands of characters)
+    rec = record([programs.path("templates")])
+    assert rec.returncode == 0, rec.describe()
+    # WHEN report runs piped, as a table, as stacks and as a tree (COLUMNS unset: 120 columns)
+    piped = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    outs = {}
+    for args in ((), ("--stacks",), ("--tree",)):
+        run = run_process([*HEAPSCOPE, "report", str(rec.db), *args], timeout=60, env=piped)
+        assert run.returncode == 0, run.describe()
+        outs[args] = run.stdout.decode()
+    # THEN every line fits 120 columns, names elided in the middle
+    for out in outs.values():
+        assert all(len(line) <= 120 for line in out.splitlines()), out
+    table = outs[()].split("  self  self %")[1].splitlines()
+    assert any("std::vector<…>::_M_realloc_insert" in line for line in table), "\n".join(table)
+    # AND the location column starts at the same place on every row, on the first screen
+    locations = [(line, [w for w in line.split() if re.fullmatch(r"[\w.+-]+:\d+", w)]) for line in table[1:]]
+    starts = {line.index(found[0]) for line, found in locations if found}
+    assert len(starts) == 1 and max(starts) < 120, table
+    # AND --wide gives the full names
+    assert "_M_realloc_insert<std::pair<" in _report(rec.db, "--wide")

@@ -27,6 +27,7 @@ import re
 from collections.abc import Sequence
 
 from heapscope.store.reader import PathFrame, Profile, mapping_basename
+from heapscope.view.names import elide
 from heapscope.view.wrappers import base_name, wrapper_pattern
 
 PEAK_CALLSITES = 64  # the largest callsites at the peak a Python process's lines are grouped from
@@ -83,8 +84,11 @@ def _unwrapped(path: list[PathFrame], pattern: re.Pattern[str] | None) -> list[P
     return kept or path
 
 
+SUMMARY_NAME = 40  # a native frame's name in a summary line at most (C++ templates elided: view/names.py)
+
+
 def _native_label(f: PathFrame) -> str:
-    return f.info.display_name if f.info is not None else "?"
+    return elide(f.info.display_name, SUMMARY_NAME) if f.info is not None else "?"
 
 
 def _own_code(path: list[PathFrame], exe: str) -> int | None:

@@ -34,6 +34,8 @@ from collections.abc import Iterable, Sequence
 from heapscope.errors import ProfileError, UsageError
 from heapscope.model import CallsiteId, FrameId
 from heapscope.store.reader import Profile
+from heapscope.view.names import elide, without_return_type
+from heapscope.view.names import template_spans as collapse_spans
 
 #: Functions that only pass an allocation through, by family (full matches).
 WRAPPERS: tuple[str, ...] = (
@@ -43,6 +45,8 @@ WRAPPERS: tuple[str, ...] = (
     # C++: operator new / new[] (every overload) and the standard allocators
     r"operator new(\[\])?",
     r"(std::|__gnu_cxx::)(__new_allocator|new_allocator|allocator|allocator_traits)<.*>::allocate",
+    r"std::_Vector_base<.*>::_M_allocate|std::_Rb_tree<.*>::_M_get_node"
+    r"|std::__detail::_Hashtable_alloc<.*>::_M_allocate_(node|buckets)|std::_Hashtable<.*>::_M_allocate_buckets",
     # GNU/git/gcc: xmalloc and kin
     r"x(malloc|mallocz|calloc|realloc|strdup|strndup|memdup|memdupz|zalloc|alloc)",
     # redis
@@ -65,8 +69,10 @@ _CLONE = re.compile(r"( \[clone [^]]*\])+$|(\.(constprop|isra|part|cold|lto_priv
 
 
 def base_name(name: str) -> str:
-    """A function's name without its parameter list and clone suffixes, as WRAPPERS match it:
-    `operator new(unsigned long)` -> `operator new`, `xmalloc.part.0` -> `xmalloc`."""
+    """A function's name as WRAPPERS match it: without its return type, parameter list,
+    function template arguments and clone suffixes: `operator new(unsigned long)` ->
+    `operator new`, `xmalloc.part.0` -> `xmalloc`, `T* std::_Hashtable_alloc<A>::_M_allocate_node<X>(X)`
+    -> `std::_Hashtable_alloc<A>::_M_allocate_node`."""
     name = _CLONE.sub("", name.strip())
     for qualifier in (" const", " volatile", " &&", " &"):
         name = name.removesuffix(qualifier)
@@ -80,8 +86,15 @@ def base_name(name: str) -> str:
                 depth -= 1
                 if depth == 0:
                     # `operator()(int)`: the first pair is the name's own
-                    return name[:i] if not name[:i].endswith("operator") else name
-    return _CLONE.sub("", name)
+                    if not name[:i].endswith("operator"):
+                        name = name[:i]
+                    break
+    name = without_return_type(_CLONE.sub("", name))
+    if name.endswith(">") and not name.endswith(("operator>", "operator>>", "operator->")):
+        spans = collapse_spans(name)
+        if spans and spans[-1][1] == len(name) - 1:
+            name = name[:spans[-1][0]]
+    return name
 
 
 def wrapper_pattern(keep: bool = False, extra: Sequence[str] = ()) -> re.Pattern[str] | None:
@@ -194,10 +207,18 @@ def _fold(parent: dict[CallsiteId, CallsiteId | None], frame: dict[CallsiteId, F
     return folded, out
 
 
-def fold_line(folded: Iterable[str], limit: int = 8) -> str:
-    """The header line naming the wrappers folded; '' when none were."""
-    names = list(folded)
+def fold_line(folded: Iterable[str], width: int = 120) -> str:
+    """The header line naming the wrappers folded, within `width` columns (template arguments
+    elided, as many names as fit, then how many more); '' when none were."""
+    names = list(dict.fromkeys(elide(name, 48) for name in folded))
     if not names:
         return ""
-    shown = ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
-    return f"wrappers folded into their callers: {shown} (--keep-wrappers shows them)"
+    head, tail = "wrappers folded into their callers: ", " (--keep-wrappers shows them)"
+    shown: list[str] = []
+    for k, name in enumerate(names):
+        more = f" and {len(names) - k - 1} more" if k + 1 < len(names) else ""
+        if shown and len(head + ", ".join([*shown, name]) + more + tail) > width:
+            break
+        shown.append(name)
+    rest = len(names) - len(shown)
+    return head + ", ".join(shown) + (f" and {rest} more" if rest else "") + tail

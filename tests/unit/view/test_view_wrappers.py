@@ -76,4 +76,7 @@ def test_the_header_line_names_the_folded_wrappers() -> None:
     assert fold_line([]) == ""
     assert fold_line(["xcalloc", "xmalloc"]) == (
         "wrappers folded into their callers: xcalloc, xmalloc (--keep-wrappers shows them)")
-    assert "and 2 more" in fold_line([f"w{i}" for i in range(10)])
+    many = fold_line([f"wrapper_function_{i}" for i in range(10)])
+    assert len(many) <= 120 and many.endswith(" more (--keep-wrappers shows them)"), many
+    assert fold_line(["std::__new_allocator<A>::allocate", "std::__new_allocator<B>::allocate"], 50) == (
+        "wrappers folded into their callers: std::__new_allocator<A>::allocate and 1 more (--keep-wrappers shows them)")
