@@ -78,19 +78,21 @@ def main(args: argparse.Namespace) -> int:
             heap = ALL_HEAPS  # the trace names each heap, as heapprofd's do: nothing is counted twice
         shown = select_heap(profile, heap)
         folded = apply_fold(profile, args)
-        if folded:
-            _warn(fold_line(folded))
         if args.format == "pprof" and (shown is None or HEAP_JOIN in shown):
             # one sample per heap and callsite, labelled with its heap
             extra = {"heaps": heap_names(profile) if shown is None else shown.split(HEAP_JOIN)}
         if args.output == "-":
             exporter(profile, sys.stdout.buffer, view=args.view, pid=args.pid, dump=args.dump, **extra)
             sys.stdout.buffer.flush()
+            if folded:
+                _warn(fold_line(folded))
             return 0
         out = Path(args.output) if args.output else default_output(args.file, args.format)
         with atomic_output(out, args.force, EXPORT) as f:
             exporter(profile, f, view=args.view, pid=args.pid, dump=args.dump, **extra)
     print(f"wrote {out}", file=sys.stderr)
+    if folded:
+        _warn(fold_line(folded))
     return 0
 
 
