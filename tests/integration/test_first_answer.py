@@ -156,7 +156,8 @@ def test_inlined_frames_in_report_tree_and_flamegraph(record: Recorder, tmp_path
     # AND --tree nests them under outer_fn with their lines
     tree = _report(rec.db, "--view", "alloc_space", "--tree", "--min-percent", "0")
     lines = tree.splitlines()
-    i = next(k for k, x in enumerate(lines) if "app::outer_fn(unsigned long)" in x)
+    i = next((k for k, x in enumerate(lines) if "app::outer_fn(unsigned long)" in x), None)
+    assert i is not None, tree
     assert "inlined.cc:7" in lines[i]
     assert "middle_alloc [inlined]" in lines[i + 1] and "inlined.cc:5" in lines[i + 1]
     assert "inner_alloc [inlined]" in lines[i + 2] and "inlined.cc:4" in lines[i + 2]
@@ -283,7 +284,7 @@ def test_report_of_deep_templates_fits_120_columns_when_piped(record: Recorder, 
     # GIVEN a C++ program allocating inside deep templates (frames of thousands of characters)
     rec = record([programs.path("templates")])
     assert rec.returncode == 0, rec.describe()
-    # WHEN report runs piped, as a table, as stacks and as a tree (COLUMNS unset: 120 columns)
+    # WHEN report runs piped, as a table, as stacks and as a tree (120 columns, whatever $COLUMNS says)
     piped = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     outs = {}
     for args in ((), ("--stacks",), ("--tree",)):

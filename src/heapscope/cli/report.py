@@ -205,10 +205,8 @@ def view_line(r: ProcessReport, stacks: bool = False) -> str:
 
 
 def table_width() -> int:
-    """The columns `report` fits: $COLUMNS when set, else the terminal's, else (piped) 120."""
-    columns = os.environ.get("COLUMNS", "")
-    if columns.isdigit() and int(columns) > 0:
-        return int(columns)
+    """The columns `report` fits: the terminal's ($COLUMNS first, as shutil reads it), or 120
+    when stdout is not a terminal (piped: a file or a pager has no width to fit)."""
     if sys.stdout.isatty():
         return shutil.get_terminal_size((PIPED_WIDTH, 24)).columns
     return PIPED_WIDTH
