@@ -302,3 +302,23 @@ def test_report_of_deep_templates_fits_120_columns_when_piped(record: Recorder, 
     assert len(starts) == 1 and max(starts) < 120, table
     # AND --wide gives the full names
     assert "_M_realloc_insert<std::pair<" in _report(rec.db, "--wide")
+
+
+def test_flamegraph_timeline_counts_from_the_process_start(record: Recorder, programs: Programs) -> None:
+    # GIVEN peakfree, whose peak is freed before its exit
+    rec = record([programs.path("peakfree")])
+    assert rec.returncode == 0, rec.describe()
+    # WHEN the flamegraph's data is made
+    with open_profile(rec.db) as prof:
+        [proc] = prof.processes()
+        start = proc.info.start_ts
+        data = payload(profile_graphs(prof), title="t")
+    [graph] = data["processes"]  # type: ignore[index]
+    # THEN its timeline's 0 s is the process's start, not its first snapshot (the peak), so the
+    # peak is drawn where it happened, before the end
+    assert graph["t0"] == min(start, graph["dumps"][0]["ts"]) > 0  # the start is in clock ticks
+    labels = [d["label"] for d in graph["dumps"]]
+    peak, end = graph["dumps"][labels.index("peak")], graph["dumps"][-1]
+    assert 0 < peak["ts"] - graph["t0"] < end["ts"] - graph["t0"]
+    # AND the page opens at the peak
+    assert graph["start"] == labels.index("peak")
