@@ -108,7 +108,11 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
+NAME_WIDTH = 48  # a function's name in the table at most (C++ templates elided: view/names.py)
+
+
 def render(a: object, b: object, rows: list[Change], view: str, top: int) -> str:
+    from heapscope.view.names import elide
     from heapscope.view.units import format_value
 
     def total(side: object) -> int:
@@ -124,15 +128,17 @@ def render(a: object, b: object, rows: list[Change], view: str, top: int) -> str
         lines.append(f"{title}:")
         if not part:
             lines.append("  (none)")
+        # The function and its file or library are columns of their own, so each header sits
+        # over its column whatever the names' lengths.
         cells = [(("+" if r.delta > 0 else "") + format_value(view, r.delta), format_value(view, r.before),
-                  format_value(view, r.after), f"{r.path[-1][0]}  {r.path[-1][1]}", _callers(r.path))
+                  format_value(view, r.after), elide(r.path[-1][0], NAME_WIDTH), r.path[-1][1], _callers(r.path))
                  for r in part]
         if cells:
-            head = ("change", "before", "after", "function  file or library", "called from")
-            widths = [max(len(c[i]) for c in [head, *cells]) for i in range(4)]
+            head = ("change", "before", "after", "function", "file or library", "called from")
+            widths = [max(len(c[i]) for c in [head, *cells]) for i in range(5)]
             for c in [head, *cells]:
                 lines.append("  " + "  ".join([c[0].rjust(widths[0]), c[1].rjust(widths[1]), c[2].rjust(widths[2]),
-                                               c[3].ljust(widths[3]), c[4]]).rstrip())
+                                               c[3].ljust(widths[3]), c[4].ljust(widths[4]), c[5]]).rstrip())
         lines.append("")
     return "\n".join(lines)
 
@@ -141,5 +147,7 @@ CALLERS_SHOWN = 8  # "called from": the nearest callers (a Python import's nativ
 
 
 def _callers(path: tuple[tuple[str, str], ...]) -> str:
-    callers = [f for f, _ in reversed(path[:-1])]
+    from heapscope.view.names import elide
+
+    callers = [elide(f, 32) for f, _ in reversed(path[:-1])]
     return " < ".join(callers[:CALLERS_SHOWN]) + (" < …" if len(callers) > CALLERS_SHOWN else "")

@@ -14,7 +14,7 @@ HELP = "write an interactive HTML flamegraph (one file, works offline)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", metavar="FILE", help="profile database written by `heapscope record`")
+    p.add_argument("file", metavar="PROFILE", help="profile database written by `heapscope record`")
     p.add_argument("-o", "--output", metavar="HTML",
                    help="where to write the page (default: FILE with .html instead of .db)")
     p.add_argument("-p", "--pid", type=int, metavar="PID", help="only this process")

@@ -12,7 +12,7 @@ HELP = "list the call stacks whose memory was never freed, per process"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", metavar="FILE", help="profile database written by `heapscope record`")
+    p.add_argument("file", metavar="PROFILE", help="profile database written by `heapscope record`")
     p.add_argument("-p", "--pid", type=int, metavar="PID", help="only this process")
     p.add_argument("--all-processes", action="store_true",
                    help="every process in full, also those under 1%% of the largest one's peak and allocations"

@@ -36,6 +36,7 @@ from heapscope.view.report import (
     minor_processes,
     process_lines,
 )
+from heapscope.view.tree import focus_pattern
 from heapscope.view.units import format_bytes, format_count, format_percent, format_value
 from heapscope.view.wrappers import fold_line
 
@@ -48,7 +49,7 @@ _W = len("alloc_objects:")  # width of the header labels
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", metavar="FILE", help="profile database written by `heapscope record`")
+    p.add_argument("file", metavar="PROFILE", help="profile database written by `heapscope record`")
     p.add_argument(
         "--view", choices=VIEWS, default="space",
         help="what to rank by: " + "; ".join(f"{v}: {h}" for v, h in VIEW_HELP.items()) + " (default: space)",
@@ -71,8 +72,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         " instead of the table of functions")
     p.add_argument("--merge", choices=("exe",),
                    help="exe: one report per executable, its processes summed (each at its own state)")
-    p.add_argument("--focus", metavar="REGEX", help="count only call stacks with a function matching REGEX")
-    p.add_argument("--ignore", metavar="REGEX", help="leave out call stacks with a function matching REGEX")
+    p.add_argument("--focus", metavar="REGEX",
+                   help="count only call stacks with a function matching REGEX (searched, case-insensitively)")
+    p.add_argument("--ignore", metavar="REGEX",
+                   help="leave out call stacks with a function matching REGEX (searched, case-insensitively)")
     p.add_argument("--heap", metavar="NAME", help=HEAP_HELP)
     add_fold_arguments(p)
     p.add_argument("--wide", action="store_true",
@@ -150,7 +153,7 @@ def render_heaps(profile: Profile, shown: str | None, minor: set[int] | frozense
             continue  # named in the table of processes' last line
         who = names.get(upid, str(upid))
         mark = "*" if members is None or name in members else " "
-        lines.append(f" {mark}{name:<31} {format_value('space', size):>10} {count:>10} objects   {who}")
+        lines.append(f" {mark}{name:<31} {format_value('space', size):>10} {count:>10} samples   {who}")
     if shown is None:
         lines.append("  showing: all heaps merged (memory a pool hands out is counted twice)")
     elif members is not None and len(members) > 1:
@@ -162,12 +165,7 @@ def render_heaps(profile: Profile, shown: str | None, minor: set[int] | frozense
 
 
 def _regex(pattern: str | None, flag: str) -> re.Pattern[str] | None:
-    if pattern is None:
-        return None
-    try:
-        return re.compile(pattern)
-    except re.error as e:
-        raise UsageError(f"{flag} {pattern!r}: not a regular expression ({e})") from e
+    return None if pattern is None else focus_pattern(pattern, flag)  # one meaning: sql --focus's too
 
 
 def render_processes(lines: Sequence[ProcessLine], minor: set[int] | frozenset[int] = frozenset()) -> str:
