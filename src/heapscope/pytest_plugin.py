@@ -96,12 +96,11 @@ def standard_error(interval: int, nbytes: int) -> float:
 
 
 def format_size(n: float) -> str:
-    """SI units, as limits are usually written: 24.0 MB, 512.0 kB, 100 B."""
-    sign, v = ("-" if n < 0 else ""), abs(float(n))
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if v >= scale:
-            return f"{sign}{v / scale:.1f} {unit}"
-    return f"{sign}{v:.0f} B"
+    """IEC units, as every other heapscope figure: 22.9 MiB, 500.0 KiB, 100 B (a limit may be
+    written in either system; parse_size reads both)."""
+    from heapscope.view.units import format_bytes
+
+    return format_bytes(round(n))
 
 
 def estimate(interval: int, nbytes: int) -> str:

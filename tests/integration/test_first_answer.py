@@ -9,6 +9,7 @@ hold_big at its peak, frees both, and keeps 10 x 50 B from leftover to the end.
 from __future__ import annotations
 
 import gzip
+import os
 import re
 import shutil
 import subprocess
@@ -155,7 +156,8 @@ def test_inlined_frames_in_report_tree_and_flamegraph(record: Recorder, tmp_path
     # AND --tree nests them under outer_fn with their lines
     tree = _report(rec.db, "--view", "alloc_space", "--tree", "--min-percent", "0")
     lines = tree.splitlines()
-    i = next(k for k, x in enumerate(lines) if "app::outer_fn(unsigned long)" in x)
+    i = next((k for k, x in enumerate(lines) if "app::outer_fn(unsigned long)" in x), None)
+    assert i is not None, tree
     assert "inlined.cc:7" in lines[i]
     assert "middle_alloc [inlined]" in lines[i + 1] and "inlined.cc:5" in lines[i + 1]
     assert "inner_alloc [inlined]" in lines[i + 2] and "inlined.cc:4" in lines[i + 2]
@@ -208,3 +210,115 @@ def test_a_shell_script_gives_a_process_table_and_merged_views(record: Recorder,
     raw = gzip.decompress(pb.read_bytes())
     assert b"peakfree (pid" in raw and b": peak at" in raw
 
+
+
+DEEPLIB = '''\
+def a(n):
+    return b(n)
+
+
+def b(n):
+    return c(n)
+
+
+def c(n):
+    return d(n)
+
+
+def d(n):
+    return e(n)
+
+
+def e(n):
+    return [bytearray(n) for _ in range(200)]  # INNER
+'''
+
+JOB = '''\
+import os
+import sys
+
+sys.path.insert(0, sys.argv[1])
+import deeplib
+
+KEEP = []
+
+
+def load():
+    KEEP.append(deeplib.a(5000))  # LOAD
+
+
+def main():
+    load()  # MAIN
+
+
+main()
+os._exit(0)
+'''
+
+
+def test_a_python_summary_line_names_the_programs_own_frame_before_library_internals(tmp_path: Path) -> None:
+    # GIVEN a program whose memory is made five frames deep in a library (in a site-packages)
+    from python_support import installed_pythons
+    pythons = installed_pythons()
+    if not pythons:
+        pytest.skip("no CPython 3.8-3.13 installed")
+    lib = tmp_path / "site-packages"
+    lib.mkdir()
+    (lib / "deeplib.py").write_text(DEEPLIB)
+    job = tmp_path / "pd_job.py"
+    job.write_text(JOB)
+    line = {m: i + 1 for i, ln in enumerate(JOB.splitlines()) for m in ("LOAD", "MAIN") if f"# {m}" in ln}
+    inner = next(i + 1 for i, ln in enumerate(DEEPLIB.splitlines()) if "# INNER" in ln)
+    # WHEN it is recorded
+    run = run_process([*HEAPSCOPE, "record", "-o", str(tmp_path / "job.db"), "-i", "1", "--", str(pythons[-1]),
+                       str(job), str(lib)], timeout=150)
+    assert run.returncode == 0, run.describe()
+    err = run.stderr.decode().splitlines()
+    first = err[next(i for i, ln in enumerate(err) if "largest stacks" in ln) + 1]
+    # THEN the summary's first line shows the program's own frame, then the library's innermost ones
+    assert f"load (pd_job.py:{line['LOAD']}) > … > " in first, err
+    assert first.endswith(f"(deeplib.py:{inner})"), err  # e, or its list comprehension before 3.12
+
+
+def test_report_of_deep_templates_fits_120_columns_when_piped(record: Recorder, programs: Programs) -> None:
+    # GIVEN a C++ program allocating inside deep templates (frames of thousands of characters)
+    rec = record([programs.path("templates")])
+    assert rec.returncode == 0, rec.describe()
+    # WHEN report runs piped, as a table, as stacks and as a tree (120 columns, whatever $COLUMNS says)
+    piped = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    outs = {}
+    for args in ((), ("--stacks",), ("--tree",)):
+        run = run_process([*HEAPSCOPE, "report", str(rec.db), *args], timeout=60, env=piped)
+        assert run.returncode == 0, run.describe()
+        outs[args] = run.stdout.decode()
+    # THEN every line fits 120 columns, names elided in the middle
+    for out in outs.values():
+        assert all(len(line) <= 120 for line in out.splitlines()), out
+    table = outs[()].split("  self  self %")[1].splitlines()
+    assert any("std::vector<…>::_M_realloc_insert" in line for line in table), "\n".join(table)
+    # AND the location column starts at the same place on every row, on the first screen
+    locations = [(line, [w for w in line.split() if re.fullmatch(r"[\w.+-]+:\d+", w)]) for line in table[1:]]
+    starts = {line.index(found[0]) for line, found in locations if found}
+    assert len(starts) == 1 and max(starts) < 120, table
+    # AND --wide gives the full names
+    assert "_M_realloc_insert<std::pair<" in _report(rec.db, "--wide")
+
+
+def test_flamegraph_timeline_counts_from_the_process_start(record: Recorder, programs: Programs) -> None:
+    # GIVEN peakfree, whose peak is freed before its exit
+    rec = record([programs.path("peakfree")])
+    assert rec.returncode == 0, rec.describe()
+    # WHEN the flamegraph's data is made
+    with open_profile(rec.db) as prof:
+        [proc] = prof.processes()
+        start = proc.info.start_ts
+        data = payload(profile_graphs(prof), title="t")
+    [graph] = data["processes"]  # type: ignore[index]
+    # THEN its timeline's 0 s is the process's start, not its first snapshot (the peak), so the
+    # peak is drawn where it happened, before the end
+    assert graph["t0"] == min(start, graph["dumps"][0]["ts"]) > 0  # the start is in clock ticks
+    labels = [d["label"] for d in graph["dumps"]]
+    peak, end = graph["dumps"][labels.index("peak")], graph["dumps"][-1]
+    assert 0 < peak["ts"] - graph["t0"] < end["ts"] - graph["t0"]
+    # AND the page opens at the peak
+    assert graph["start"] == labels.index("peak")

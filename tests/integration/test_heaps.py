@@ -353,7 +353,7 @@ def test_default_report_shows_the_malloc_heap_and_lists_the_others(arena_db):
     text = run_process([*HEAPSCOPE, "report", arena_db, "--top", "50"])
     assert text.returncode == 0, text.describe()
     head, body = text.stdout.decode().split("\n\n", 1)
-    assert re.search(r"test\.arena\s+1\.2 MiB\s+2510 objects", head), head
+    assert re.search(r"test\.arena\s+1\.2 MiB\s+2510 samples", head), head
     assert "showing: libc.malloc" in head and "make_nodes" not in body and "arena_new" in body, text.stdout
     merged_text = run_process([*HEAPSCOPE, "report", arena_db, "--heap", "all", "--top", "50"]).stdout.decode()
     assert "counted twice" in merged_text and "make_nodes" in merged_text and "arena_new" in merged_text

@@ -167,13 +167,14 @@ def test_report_after_the_run_ranks_tests_by_peak(suite_dir: Path) -> None:
     # THEN the report follows the run: the three largest peaks, largest first, with hs_test_hold's stack
     report = run.stdout.split("heapscope: largest sampled heap peaks", 1)[1]
     assert "7 tests measured at a sampling interval of 1 bytes" in report
-    ranked = re.findall(r"^\s*([0-9.]+) MB ± [0-9.]+ k?B\s+(\S+)", report, re.M)
+    # (IEC units, as every heapscope figure)
+    ranked = re.findall(r"^\s*([0-9.]+) MiB ± [0-9.]+ (?:B|KiB|MiB)\s+(\S+)", report, re.M)
     assert [nodeid.split("::")[1] for _est, nodeid in ranked] == [
         "test_peak_over_limit", "test_peak_over_iec_limit", "test_unmarked_big"]
-    peaks = [float(est) * 1e6 for est, _ in ranked]
+    peaks = [float(est) * MIB for est, _ in ranked]
     # exact: each is its own allocation above its start, whatever earlier tests still hold
     for peak, truth in zip(peaks, (40 * MIB, 32 * MIB, 12 * MIB), strict=True):
-        assert truth <= peak + 0.05e6 and peak <= truth + 0.2e6, (peaks, report)
+        assert truth <= peak + 0.05 * MIB and peak <= truth + 0.2e6, (peaks, report)
     assert "hs_test_hold (libhsalloc.so)" in report
 
 

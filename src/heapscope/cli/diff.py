@@ -35,14 +35,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="overwrite an existing output file")
     from heapscope.store.select import HEAP_HELP
     p.add_argument("--heap", metavar="NAME", help=HEAP_HELP + " (in both profiles)")
+    from heapscope.cli.folding import add_fold_arguments
+    add_fold_arguments(p)
 
 
 def main(args: argparse.Namespace) -> int:
+    from heapscope.cli.folding import apply_fold
     from heapscope.errors import UnknownProcessError
     from heapscope.model import CallsiteId
     from heapscope.store.reader import Process, ViewValues, open_profile
     from heapscope.store.select import default_dump, parse_dump, process_state, select_heap
     from heapscope.view.diff import changes, diff_graph, dump_ts, pick_process, read_side
+    from heapscope.view.wrappers import fold_line
 
     if args.top < 1:
         raise UsageError(f"--top must be at least 1, not {args.top}")
@@ -56,8 +60,10 @@ def main(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack:
         profiles = [stack.enter_context(open_profile(f)) for f in files]
         procs: list[Process] = []
+        folded: set[str] = set()
         for profile in profiles:
             select_heap(profile, args.heap)  # default: the default heap, nothing counted twice
+            folded.update(apply_fold(profile, args))
             procs.append(pick_process(profile, args.pid, procs[0] if procs else None))
         # The Python view when both sides are Python programs (report's default, issue 12)
         python = args.python_only or (not args.native and all(
@@ -85,7 +91,11 @@ def main(args: argparse.Namespace) -> int:
             sides.append(read_side(profiles[k], procs[k], ts, label, python, values))
     a, b = sides
     rows = changes(a, b, args.view)
-    sys.stdout.write(render(a, b, rows, args.view, args.top))
+    text = render(a, b, rows, args.view, args.top)
+    if folded:  # after the totals' line, which the diff opens with
+        first, rest = text.split("\n", 1)
+        text = f"{first}\n{fold_line(sorted(folded))}\n{rest}"
+    sys.stdout.write(text)
     if args.output:
         from heapscope.cli.flamegraph import write_page
         from heapscope.view.flamegraph import payload, render_html
@@ -98,7 +108,11 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
+NAME_WIDTH = 48  # a function's name in the table at most (C++ templates elided: view/names.py)
+
+
 def render(a: object, b: object, rows: list[Change], view: str, top: int) -> str:
+    from heapscope.view.names import elide
     from heapscope.view.units import format_value
 
     def total(side: object) -> int:
@@ -114,15 +128,17 @@ def render(a: object, b: object, rows: list[Change], view: str, top: int) -> str
         lines.append(f"{title}:")
         if not part:
             lines.append("  (none)")
+        # The function and its file or library are columns of their own, so each header sits
+        # over its column whatever the names' lengths.
         cells = [(("+" if r.delta > 0 else "") + format_value(view, r.delta), format_value(view, r.before),
-                  format_value(view, r.after), f"{r.path[-1][0]}  {r.path[-1][1]}", _callers(r.path))
+                  format_value(view, r.after), elide(r.path[-1][0], NAME_WIDTH), r.path[-1][1], _callers(r.path))
                  for r in part]
         if cells:
-            head = ("change", "before", "after", "function  file or library", "called from")
-            widths = [max(len(c[i]) for c in [head, *cells]) for i in range(4)]
+            head = ("change", "before", "after", "function", "file or library", "called from")
+            widths = [max(len(c[i]) for c in [head, *cells]) for i in range(5)]
             for c in [head, *cells]:
                 lines.append("  " + "  ".join([c[0].rjust(widths[0]), c[1].rjust(widths[1]), c[2].rjust(widths[2]),
-                                               c[3].ljust(widths[3]), c[4]]).rstrip())
+                                               c[3].ljust(widths[3]), c[4].ljust(widths[4]), c[5]]).rstrip())
         lines.append("")
     return "\n".join(lines)
 
@@ -131,5 +147,7 @@ CALLERS_SHOWN = 8  # "called from": the nearest callers (a Python import's nativ
 
 
 def _callers(path: tuple[tuple[str, str], ...]) -> str:
-    callers = [f for f, _ in reversed(path[:-1])]
+    from heapscope.view.names import elide
+
+    callers = [elide(f, 32) for f, _ in reversed(path[:-1])]
     return " < ".join(callers[:CALLERS_SHOWN]) + (" < …" if len(callers) > CALLERS_SHOWN else "")

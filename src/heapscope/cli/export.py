@@ -6,12 +6,14 @@ import argparse
 import sys
 from pathlib import Path
 
+from heapscope.cli.folding import add_fold_arguments, apply_fold
 from heapscope.errors import UsageError
 from heapscope.export import FORMATS
 from heapscope.model import VIEWS
 from heapscope.store.files import EXPORT, atomic_output
-from heapscope.store.reader import open_profile
+from heapscope.store.reader import Profile, open_profile
 from heapscope.store.select import ALL_HEAPS, HEAP_HELP, HEAP_JOIN, heap_names, select_heap
+from heapscope.view.wrappers import fold_line
 
 NAME = "export"
 HELP = "write a profile as pprof, Perfetto trace, Chrome JSON, speedscope or collapsed stacks"
@@ -30,15 +32,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--heap", metavar="NAME",
                    help=HEAP_HELP + "; perfetto keeps heaps apart (each under its heap_name) and exports every"
                    " heap by default; pprof with all labels each sample with its heap")
-    p.add_argument("--dump", metavar="peak|end|N",
-                   help="pprof/speedscope/collapsed: the state of each process (peak, end, or dump N; 1 = first,"
-                        " -1 = last; default: peak for space/objects, end for the alloc views);"
-                        " perfetto/chrome-json: only dump N (end = -1; default: every dump)")
+    p.add_argument("--dump", metavar="peak|end|N|all",
+                   help="the state of each process: peak (the default for space and objects, as report's),"
+                        " end, or dump N (1 = first, -1 = last); perfetto/chrome-json also take all (every dump,"
+                        " the trace's timeline)")
     p.add_argument("--chrome-thresholds", action="store_true",
                    help="chrome-json: drop entries under Chromium's thresholds (16 KiB and 1024 objects), as"
                         " Chrome does; default: keep every entry")
     p.add_argument("--force", action="store_true",
                    help="replace an existing output file (never a heapscope profile, nor through a link)")
+    add_fold_arguments(p)
     from heapscope.cli.push import add_clickhouse_arguments
     add_clickhouse_arguments(p)
 
@@ -59,11 +62,10 @@ def main(args: argparse.Namespace) -> int:
     exporter = fmt.exporter()
     if args.dump is not None:
         from heapscope.store.select import parse_dump
-        args.dump = parse_dump(args.dump)
-        if args.format in ("perfetto", "chrome-json") and isinstance(args.dump, str):
-            if args.dump == "peak":
-                raise UsageError(f"--dump peak: {args.format} exports dumps; use --dump end or N")
-            args.dump = -1
+        if args.dump.strip().lower() == "all" and args.format in ("perfetto", "chrome-json"):
+            args.dump = "all"
+        else:
+            args.dump = parse_dump(args.dump)
     extra: dict[str, object] = {}
     if args.format == "chrome-json":
         extra = {"thresholds": args.chrome_thresholds, "warn": _warn}
@@ -74,18 +76,41 @@ def main(args: argparse.Namespace) -> int:
         if heap is None and args.format == "perfetto":
             heap = ALL_HEAPS  # the trace names each heap, as heapprofd's do: nothing is counted twice
         shown = select_heap(profile, heap)
+        folded = apply_fold(profile, args)
+        said = _state_line(profile, args)
         if args.format == "pprof" and (shown is None or HEAP_JOIN in shown):
             # one sample per heap and callsite, labelled with its heap
             extra = {"heaps": heap_names(profile) if shown is None else shown.split(HEAP_JOIN)}
         if args.output == "-":
             exporter(profile, sys.stdout.buffer, view=args.view, pid=args.pid, dump=args.dump, **extra)
             sys.stdout.buffer.flush()
+            if folded:
+                _warn(fold_line(folded))
+            _warn(said)
             return 0
         out = Path(args.output) if args.output else default_output(args.file, args.format)
         with atomic_output(out, args.force, EXPORT) as f:
             exporter(profile, f, view=args.view, pid=args.pid, dump=args.dump, **extra)
     print(f"wrote {out}", file=sys.stderr)
+    if folded:
+        _warn(fold_line(folded))
+    _warn(said)
     return 0
+
+
+def _state_line(profile: Profile, args: argparse.Namespace) -> str:
+    """Which state of each process the export holds: `showing: peak at 5.02 s (pid 12)`."""
+    from heapscope.store.select import process_state, select_processes
+
+    if args.dump == "all":
+        return "showing: every dump of each process (--dump peak|end|N for one state)"
+    shown = []
+    for p in select_processes(profile, args.pid):
+        st = process_state(profile, p, args.dump, args.view)
+        if st is not None:
+            shown.append(f"{st.label} (pid {p.info.pid})")
+    more = f" and {len(shown) - 3} more processes" if len(shown) > 3 else ""
+    return "showing: " + ("; ".join(shown[:3]) + more if shown else "no dumps") + " (--dump peak|end|N)"
 
 
 def _warn(msg: str) -> None:

@@ -14,7 +14,7 @@ HELP = "write an interactive HTML flamegraph (one file, works offline)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", metavar="FILE", help="profile database written by `heapscope record`")
+    p.add_argument("file", metavar="PROFILE", help="profile database written by `heapscope record`")
     p.add_argument("-o", "--output", metavar="HTML",
                    help="where to write the page (default: FILE with .html instead of .db)")
     p.add_argument("-p", "--pid", type=int, metavar="PID", help="only this process")
@@ -30,6 +30,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--python-only", action="store_true",
                    help="leave native frames out: Python functions only (stacks without any go under "
                         "one '[no Python frames]' node)")
+    from heapscope.cli.folding import add_fold_arguments
+    add_fold_arguments(p)
 
 
 def default_output(profile: str) -> Path:
@@ -61,13 +63,16 @@ PAGE = OutputKind("flamegraph page", _ours, rewrite_ours=True, others_with_force
 
 
 def main(args: argparse.Namespace) -> int:
+    from heapscope.cli.folding import apply_fold
     from heapscope.errors import UnknownProcessError
     from heapscope.store.reader import open_profile
     from heapscope.store.select import parse_dump
     from heapscope.view.flamegraph import heap_graphs, payload, render_html
+    from heapscope.view.wrappers import fold_line
 
     out = Path(args.output) if args.output else default_output(args.file)
     with open_profile(args.file) as profile:
+        folded = apply_fold(profile, args)
         dump = None if args.dump is None else parse_dump(args.dump)
         heaps, at = heap_graphs(profile, args.heap, args.pid, dump, args.merge, args.python_only)
         graphs = heaps[at].graphs
@@ -75,6 +80,8 @@ def main(args: argparse.Namespace) -> int:
             raise UnknownProcessError(f"{args.file}: process pid {args.pid} has no dump")
         meta = profile.metadata()
     subtitle = meta.get("command", "")
+    if folded:
+        subtitle = "; ".join(filter(None, (subtitle, fold_line(folded))))
     html = render_html(payload(graphs, title=Path(args.file).name, subtitle=subtitle, heaps=heaps, heap=at))
     write_page(out, html, args.force)
     n = len([g for g in graphs if g.upid >= 0])

@@ -12,7 +12,7 @@ HELP = "list the call stacks whose memory was never freed, per process"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", metavar="FILE", help="profile database written by `heapscope record`")
+    p.add_argument("file", metavar="PROFILE", help="profile database written by `heapscope record`")
     p.add_argument("-p", "--pid", type=int, metavar="PID", help="only this process")
     p.add_argument("--all-processes", action="store_true",
                    help="every process in full, also those under 1%% of the largest one's peak and allocations"
@@ -24,18 +24,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="which state: end (the last dump, the default: what was never freed), peak, or dump N")
     from heapscope.store.select import HEAP_HELP
     p.add_argument("--heap", metavar="NAME", help=HEAP_HELP)
+    from heapscope.cli.folding import add_fold_arguments
+    add_fold_arguments(p)
 
 
 def main(args: argparse.Namespace) -> int:
+    from heapscope.cli.folding import apply_fold
     from heapscope.store.reader import open_profile
     from heapscope.store.select import heap_label, heap_members, heap_names, parse_dump, select_heap
     from heapscope.view.leaks import find_leaks
     from heapscope.view.report import minor_line, minor_processes, process_lines
+    from heapscope.view.wrappers import fold_line
 
     if args.top < 1:
         raise UsageError(f"--top must be at least 1, not {args.top}")
     with open_profile(args.file) as profile:
         shown = select_heap(profile, args.heap)
+        folded = apply_fold(profile, args)
         names = heap_names(profile)
         found = find_leaks(profile, args.pid, None if args.dump is None else parse_dump(args.dump))
         # Processes under 1% of the largest's peak and allocations in one line, as in `report`
@@ -52,6 +57,8 @@ def main(args: argparse.Namespace) -> int:
             head = f"heap: {heap_label(shown)} (others: {', '.join(others)}; --heap NAME)\n\n"
         else:  # a Python program's two disjoint heaps, both shown (their sum)
             head = f"heap: {heap_label(shown)} (every heap of the profile, their sum; --heap NAME for one)\n\n"
+    if folded:
+        head += fold_line(folded) + "\n\n"
     rest = [pl for pl in found if pl.process.info.upid in minor]
     major = [pl for pl in found if pl.process.info.upid not in minor]
     major.sort(key=lambda pl: -pl.total_bytes)  # the largest leaks first

@@ -86,7 +86,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-p", "--pid", action="append", default=[], metavar="PID",
                    help="attach to a running process (through gdb) instead of starting one; repeatable")
     p.add_argument("-d", "--duration", metavar="TIME",
-                   help="end the session after TIME (500ms, 30s, 2m; a bare number is ms); "
+                   help="end the session after TIME, with its unit (500ms, 30s, 2m, 1h); "
                         "the targets run on unprofiled")
     p.add_argument("--max-producer-memory", type=float, metavar="MB",
                    help="stop profiling (final dumps, hit_guardrail) when heapscope's own "
@@ -284,14 +284,18 @@ def _pids(values: list[str]) -> list[int]:
 
 
 def _parse_duration(text: str) -> float:
-    """'500ms', '30s', '2m', '1h'; a bare number is milliseconds (heap_profile -d). Seconds."""
+    """'500ms', '30s', '2m', '1h' -> seconds. A bare number is refused, its unit asked for:
+    heap_profile's -d takes ms, a reader would guess seconds (`-d 10` recorded 10 ms)."""
     t = text.strip().lower()
     units = (("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0))
-    mult = 0.001
+    mult = 0.0
     for suffix, m in units:
         if t.endswith(suffix):
             t, mult = t[: -len(suffix)], m
             break
+    if not mult:
+        raise UsageError(f"--duration {text!r}: say its unit, e.g. {text.strip()}ms or {text.strip()}s"
+                         " (ms, s, m, h)")
     try:
         value = float(t)
     except ValueError:

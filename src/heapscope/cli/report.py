@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import sys
 from collections.abc import Sequence
 
+from heapscope.cli.folding import add_fold_arguments, apply_fold
 from heapscope.errors import UsageError
 from heapscope.model import VIEWS
 from heapscope.store.reader import Profile, open_profile
@@ -23,6 +25,7 @@ from heapscope.store.select import (
     select_heap,
     select_processes,
 )
+from heapscope.view.names import cut_middle, elide
 from heapscope.view.report import (
     SORTS,
     FunctionRow,
@@ -33,7 +36,9 @@ from heapscope.view.report import (
     minor_processes,
     process_lines,
 )
+from heapscope.view.tree import focus_pattern
 from heapscope.view.units import format_bytes, format_count, format_percent, format_value
+from heapscope.view.wrappers import fold_line
 
 NAME = "report"
 HELP = ("print the functions that hold the most memory, per process (a Python program's: its Python lines;"
@@ -44,7 +49,7 @@ _W = len("alloc_objects:")  # width of the header labels
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", metavar="FILE", help="profile database written by `heapscope record`")
+    p.add_argument("file", metavar="PROFILE", help="profile database written by `heapscope record`")
     p.add_argument(
         "--view", choices=VIEWS, default="space",
         help="what to rank by: " + "; ".join(f"{v}: {h}" for v, h in VIEW_HELP.items()) + " (default: space)",
@@ -67,9 +72,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         " instead of the table of functions")
     p.add_argument("--merge", choices=("exe",),
                    help="exe: one report per executable, its processes summed (each at its own state)")
-    p.add_argument("--focus", metavar="REGEX", help="count only call stacks with a function matching REGEX")
-    p.add_argument("--ignore", metavar="REGEX", help="leave out call stacks with a function matching REGEX")
+    p.add_argument("--focus", metavar="REGEX",
+                   help="count only call stacks with a function matching REGEX (searched, case-insensitively)")
+    p.add_argument("--ignore", metavar="REGEX",
+                   help="leave out call stacks with a function matching REGEX (searched, case-insensitively)")
     p.add_argument("--heap", metavar="NAME", help=HEAP_HELP)
+    add_fold_arguments(p)
+    p.add_argument("--wide", action="store_true",
+                   help="full function names; by default the table fits the terminal (120 columns when piped),"
+                        " C++ template arguments, return types and namespaces elided in the middle")
     frames = p.add_mutually_exclusive_group()
     frames.add_argument("--python-only", action="store_true",
                         help="the Python view for every process, the default for one whose stacks hold Python "
@@ -87,6 +98,7 @@ def main(args: argparse.Namespace) -> int:
     dump = None if args.dump is None else parse_dump(args.dump)
     with open_profile(args.file) as profile:
         shown = select_heap(profile, args.heap)
+        folded = apply_fold(profile, args)
         # The Python view by default where stacks hold Python frames (issue 12); --stacks shows
         # each stack in full unless --python-only asks.
         python_only = True if args.python_only else False if args.native or args.stacks else None
@@ -99,15 +111,18 @@ def main(args: argparse.Namespace) -> int:
             reports = [r for r in reports if any(p.info.upid not in minor for p in r.processes or [r.process])]
         heaps = render_heaps(profile, shown, minor)
         head = render_processes(ranked, minor) + "\n" if len(processes) > 1 else ""
+        if folded:  # after the table of processes: the report opens with what it is about
+            head += fold_line(folded) + "\n\n"
         # Sections in the order of the table: by peak.
         rank = {line.process.info.upid: k for k, line in enumerate(ranked)}
         reports.sort(key=lambda r: min(rank.get(p.info.upid, 0) for p in r.processes or [r.process]))
+        width = None if args.wide else table_width()
         if args.tree:
-            text = head + "\n".join(render_tree(profile, r, focus, ignore, args.min_percent) for r in reports)
+            text = head + "\n".join(render_tree(profile, r, focus, ignore, args.min_percent, width) for r in reports)
         elif args.stacks:
-            text = head + "\n".join(render_stacks(profile, r, args.top) for r in reports)
+            text = head + "\n".join(render_stacks(profile, r, args.top, width) for r in reports)
         else:
-            text = head + "\n".join(render_report(r, args.top) for r in reports)
+            text = head + "\n".join(render_report(r, args.top, width=width) for r in reports)
     if not reports:
         text = f"{args.file}: no processes in this profile\n"
     text = heaps + text
@@ -138,7 +153,7 @@ def render_heaps(profile: Profile, shown: str | None, minor: set[int] | frozense
             continue  # named in the table of processes' last line
         who = names.get(upid, str(upid))
         mark = "*" if members is None or name in members else " "
-        lines.append(f" {mark}{name:<31} {format_value('space', size):>10} {count:>10} objects   {who}")
+        lines.append(f" {mark}{name:<31} {format_value('space', size):>10} {count:>10} samples   {who}")
     if shown is None:
         lines.append("  showing: all heaps merged (memory a pool hands out is counted twice)")
     elif members is not None and len(members) > 1:
@@ -150,12 +165,7 @@ def render_heaps(profile: Profile, shown: str | None, minor: set[int] | frozense
 
 
 def _regex(pattern: str | None, flag: str) -> re.Pattern[str] | None:
-    if pattern is None:
-        return None
-    try:
-        return re.compile(pattern)
-    except re.error as e:
-        raise UsageError(f"{flag} {pattern!r}: not a regular expression ({e})") from e
+    return None if pattern is None else focus_pattern(pattern, flag)  # one meaning: sql --focus's too
 
 
 def render_processes(lines: Sequence[ProcessLine], minor: set[int] | frozenset[int] = frozenset()) -> str:
@@ -192,8 +202,21 @@ def view_line(r: ProcessReport, stacks: bool = False) -> str:
     return "every frame, native and Python (without --native: Python frames only, each at its line)"
 
 
-def render_report(r: ProcessReport, top: int, stacks: bool = False) -> str:
-    """A header and the table of one process (or merged processes), ending with a newline."""
+def table_width() -> int:
+    """The columns `report` fits: the terminal's ($COLUMNS first, as shutil reads it), or 120
+    when stdout is not a terminal (piped: a file or a pager has no width to fit)."""
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size((PIPED_WIDTH, 24)).columns
+    return PIPED_WIDTH
+
+
+PIPED_WIDTH = 120
+MIN_NAME = 24  # a function column is never narrower than this, whatever the terminal
+
+
+def render_report(r: ProcessReport, top: int, stacks: bool = False, width: int | None = None) -> str:
+    """A header and the table of one process (or merged processes), ending with a newline;
+    `width`: the columns its table fits (None: full names)."""
     info, flags = r.process.info, r.process.flags
     if len(r.processes) > 1:
         pids = ", ".join(str(p.info.pid) for p in r.processes)
@@ -201,7 +224,8 @@ def render_report(r: ProcessReport, top: int, stacks: bool = False) -> str:
     else:
         lines = [f"pid {info.pid}  {info.name or '?'}  (upid {info.upid})"]
         if info.cmdline:
-            lines.append(f"  {'cmdline:':<{_W}} {info.cmdline}")
+            cmdline = info.cmdline if width is None else cut_middle(info.cmdline, max(width - _W - 3, MIN_NAME))
+            lines.append(f"  {'cmdline:':<{_W}} {cmdline}")
     if r.ts is not None:
         lines.append(f"  {'showing:':<{_W}} {r.state} (--dump peak|end|N)")
         total = format_value(r.view, r.view_total)
@@ -230,7 +254,7 @@ def render_report(r: ProcessReport, top: int, stacks: bool = False) -> str:
         lines.append(f"  {'on every stack:':<{_W}} {' > '.join(r.common)} (left out)")
     lines.append("")
     if r.rows:
-        lines.extend("  " + line for line in _table(r.rows[:top], r.view, r.view_total, r.sort))
+        lines.extend("  " + line for line in _table(r.rows[:top], r.view, r.view_total, r.sort, width))
         if len(r.rows) > top:
             what = "lines" if r.python_only else "functions"
             lines.append(f"  ({len(r.rows) - top} more {what}; --top N shows more)")
@@ -251,7 +275,10 @@ def _sampling(interval: int, asked: int) -> str:
     return text
 
 
-def _table(rows: Sequence[FunctionRow], view: str, whole: int, sort: str = "self") -> list[str]:
+def _table(rows: Sequence[FunctionRow], view: str, whole: int, sort: str = "self",
+           width: int | None = None) -> list[str]:
+    """The table's lines (without their two leading blanks): within `width` columns, the
+    function column takes what the others leave (names elided: view/names.py)."""
     first, second = ("self", "total") if sort == "self" else ("total", "self")
     with_samples = any(r.samples is not None for r in rows)
     header = (first, first + " %", second, second + " %", *(("samples",) if with_samples else ()),
@@ -267,6 +294,12 @@ def _table(rows: Sequence[FunctionRow], view: str, whole: int, sort: str = "self
          r.function, _short(r.source) or "-", r.library)
         for r in rows]
     widths = [max(len(c[i]) for c in cells) for i in range(len(header))]
+    if width is not None:
+        others = sum(widths[:n]) + widths[n + 1] + widths[n + 2] + 2 * (n + 2) + 2  # + the indent
+        room = max(width - others, MIN_NAME)
+        if widths[n] > room:
+            cells = [cells[0]] + [(*c[:n], elide(c[n], room), *c[n + 1:]) for c in cells[1:]]
+            widths[n] = max(len(c[n]) for c in cells)
     out = []
     for c in cells:
         # Numbers right-aligned; the last column is not padded (no trailing blanks).
@@ -276,7 +309,7 @@ def _table(rows: Sequence[FunctionRow], view: str, whole: int, sort: str = "self
 
 
 def render_tree(profile: object, r: ProcessReport, focus: re.Pattern[str] | None,
-                ignore: re.Pattern[str] | None, min_percent: float) -> str:
+                ignore: re.Pattern[str] | None, min_percent: float, width: int | None = None) -> str:
     """The process header, then its merged call tree: total, share and self per node, indented."""
     from heapscope.store.reader import Profile, mapping_basename
     from heapscope.view.tree import build_tree
@@ -302,14 +335,23 @@ def render_tree(profile: object, r: ProcessReport, focus: re.Pattern[str] | None
             hidden += p < 0 or shown[p]
             continue
         shown[i] = True
-        label = "  " * tree.depth[i] + tree.name[i]
         cells.append((format_value(r.view, total[i]), format_percent(total[i], whole),
-                      format_value(r.view, own[i]) if own[i] else "", label,
+                      format_value(r.view, own[i]) if own[i] else "", "  " * tree.depth[i] + tree.name[i],
                       mapping_basename(tree.map_name[i]) if tree.map_name[i] else "",  # NO_PYTHON has none
                       _where(tree.source_file[i], tree.line_number[i])))
     if not cells:
         return head + "\n\n  (no allocations in this view)\n"
-    widths = [max(len(c[k]) for c in cells) for k in range(4)]
+    widths = [max(len(c[k]) for c in cells) for k in range(3)]
+    if width is not None:  # each name elided to what its line leaves: the numbers, indent, library, location
+        fixed = 2 + sum(widths) + 6
+        fitted = []
+        for c in cells:
+            name = c[3].lstrip(" ")
+            indent = len(c[3]) - len(name)
+            room = width - fixed - indent - (len(c[4]) + 4 if c[4] else 0) - (len(c[5]) + 2 if c[5] else 0)
+            fitted.append((*c[:3], " " * indent + elide(name, max(room, 8)), *c[4:]))
+        cells = fitted
+    widths.append(max(len(c[3]) for c in cells))
     lines = [head, "", "  " + "  ".join(["total".rjust(widths[0]), "%".rjust(widths[1]), "self".rjust(widths[2]),
                                          "call tree"])]
     for c in cells:
@@ -320,7 +362,7 @@ def render_tree(profile: object, r: ProcessReport, focus: re.Pattern[str] | None
     return "\n".join(lines) + "\n"
 
 
-def render_stacks(profile: object, r: ProcessReport, top: int) -> str:
+def render_stacks(profile: object, r: ProcessReport, top: int, width: int | None = None) -> str:
     """The process header, then its `top` call stacks by self value, each leaf first with lines."""
     from heapscope.store.reader import Profile, mapping_basename
     from heapscope.view.tree import build_tree
@@ -342,10 +384,15 @@ def render_stacks(profile: object, r: ProcessReport, top: int) -> str:
         lines.append(f"  {format_value(r.view, own[i])} ({format_percent(own[i], r.view_total)})")
         path = tree.path(i)[::-1]
         shown = path[:max(1, len(path) - common)]  # the roots on every stack are left out
-        width = max(len(tree.name[k]) for k in shown)
+        where = {k: _where(tree.source_file[k], tree.line_number[k]) or "-" for k in shown}
+        names = {k: tree.name[k] for k in shown}
+        if width is not None:
+            room = max(width - 10 - max(len(w) for w in where.values())
+                       - max(len(mapping_basename(tree.map_name[k])) for k in shown), MIN_NAME)
+            names = {k: elide(v, room) for k, v in names.items()}
+        name_width = max(len(v) for v in names.values())
         for k in shown:
-            lines.append(f"      {tree.name[k].ljust(width)}  {_where(tree.source_file[k], tree.line_number[k]) or '-'}"
-                         f"  {mapping_basename(tree.map_name[k])}")
+            lines.append(f"      {names[k].ljust(name_width)}  {where[k]}  {mapping_basename(tree.map_name[k])}")
         lines.append("")
     if len(nodes) > top:
         lines.append(f"  ({len(nodes) - top} more stacks; --top N shows more)")

@@ -25,7 +25,7 @@ TABLE = "experimental_flamegraph"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", metavar="FILE", help="profile database written by `heapscope record`")
+    p.add_argument("file", metavar="PROFILE", help="profile database written by `heapscope record`")
     # argparse binds all positionals when it meets the first one, so a QUERY
     # after `--flamegraph` would be refused; the rest is parsed again in main().
     p.add_argument("rest", nargs=argparse.REMAINDER, metavar="QUERY",
@@ -38,7 +38,8 @@ def _options(p: argparse.ArgumentParser) -> None:
                    help=f"materialize the temp table {TABLE} first (all of it is printed without QUERY)")
     p.add_argument("--ts", type=int, metavar="T", help="flamegraph at this dump timestamp (default: the last)")
     p.add_argument("--upid", type=int, metavar="U", help="flamegraph of this process (default: the first with dumps)")
-    p.add_argument("--focus", metavar="STR", help="keep nodes whose name contains STR, their ancestors and descendants")
+    p.add_argument("--focus", metavar="REGEX", help="keep nodes whose name matches REGEX (searched, case-insensitively,"
+                   " as report --focus), their ancestors and descendants")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -33,9 +33,12 @@ from heapscope.estimate import estimate_int
 from heapscope.export._common import Frames, check_view, interval_of, pick_dumps, process_label, select_processes
 from heapscope.export._sink import Sink
 from heapscope.model import CallsiteId
-from heapscope.store.reader import Dump, Profile, StreamEvent
+from heapscope.store.reader import Dump, Profile, StreamEvent, ViewValues
 from heapscope.store.reader import Process as StoredProcess
+from heapscope.store.select import default_dump, process_state
 
+#: --dump all: every dump of each process, not one state.
+ALL_DUMPS = "all"
 MIN_SIZE_THRESHOLD = 16 * 1024
 MIN_COUNT_THRESHOLD = 1024
 _LIVE_VIEWS = ("space", "objects")
@@ -78,9 +81,11 @@ class _Maps:
 
 
 def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | None = None,
-           dump: int | None = None, thresholds: bool = False, min_size: int = MIN_SIZE_THRESHOLD,
+           dump: str | int | None = None, thresholds: bool = False, min_size: int = MIN_SIZE_THRESHOLD,
            min_count: int = MIN_COUNT_THRESHOLD, warn: Callable[[str], None] | None = None) -> None:
-    """`thresholds`: drop Chromium's small entries (min_size / min_count); off, every entry is kept."""
+    """`dump`: peak (the default for space and objects, as every view: one dump per process, at
+    its peak), end, N (that dump of each process), or all (every dump). `thresholds`: drop
+    Chromium's small entries (min_size / min_count); off, every entry is kept."""
     check_view(view)
     if not thresholds:
         min_size = min_count = 0
@@ -99,10 +104,24 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
         sink.text(("" if first else ",\n") + json.dumps(obj, separators=(",", ":")))
         first = False
 
+    choice = default_dump(view) if dump is None else dump
     dumps: list[tuple[Dump, StoredProcess]] = []
+    at_state: dict[int, dict[CallsiteId, ViewValues]] = {}  # dump id -> values at a peak
+    shown: dict[str, str] = {}  # pid -> the state its dumps are
     for p in processes:
         event({"pid": p.info.pid, "ph": "M", "name": "process_name", "args": {"name": p.info.name or "?"}})
-        dumps.extend((d, p) for d in pick_dumps(profile.dumps(p.info.upid), dump, process_label(p)))
+        if choice == "peak":
+            state = process_state(profile, p, "peak", view)
+            if state is not None:
+                d = Dump(-len(at_state) - 1, state.ts, state.ts, p.info.upid, "", state.kind)
+                at_state[d.id] = state.values
+                dumps.append((d, p))
+                shown[str(p.info.pid)] = state.label
+            continue
+        n = None if choice == ALL_DUMPS else -1 if choice == "end" else int(choice)
+        picked = pick_dumps(profile.dumps(p.info.upid), n, process_label(p))
+        dumps.extend((d, p) for d in picked)
+        shown[str(p.info.pid)] = "every dump" if n is None else f"dump {n}" if n > 0 else "end (the last dump)"
     dumps.sort(key=lambda dp: (dp[0].ts_end, dp[0].id))
     maps: dict[int, _Maps] = {}
     streams: dict[int, _Stream | None] = {}
@@ -117,7 +136,7 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
             groups = st.advance(d.ts_end, live)
             entries = _desample(groups, rate)
         else:
-            values = profile.callsite_values(upid, d.ts_end)
+            values = at_state.get(d.id) or profile.callsite_values(upid, d.ts_end)
             # Counts de-sampled as every view does (heapscope/estimate.py); sizes need no correction.
             entries = {cs: ((estimate_int(v.objects, v.space, rate, v.real_space), v.space) if live
                             else (estimate_int(v.alloc_objects, v.alloc_space, rate, v.alloc_real_space),
@@ -174,7 +193,7 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
         }
         event({"pid": p.info.pid, "ph": "v", "name": "periodic_interval", "ts": d.ts_end // 1000,
                "id": str(dump_no), "cat": "disabled-by-default-memory-infra", "args": {"dumps": dumps_arg}})
-    meta = '"heapscope-view":' + json.dumps(view)
+    meta = '"heapscope-view":' + json.dumps(view) + ',"heapscope-state":' + json.dumps(shown)
     if dropped_entries:
         meta += ',"heapscope-dropped":' + json.dumps(
             {"entries": dropped_entries, "bytes": round(dropped_bytes), "min_size": min_size, "min_count": min_count})

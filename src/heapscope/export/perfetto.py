@@ -33,6 +33,7 @@ from heapscope.export._sink import Sink
 from heapscope.model import CallsiteId, FrameId
 from heapscope.store.reader import Dump, Profile, SymbolLine
 from heapscope.store.reader import Process as StoredProcess
+from heapscope.store.select import ALL_HEAPS, HEAP_JOIN, default_dump, heap_names, process_state, select_heap
 
 _SEQ = 1  # trusted_packet_sequence_id of our one writer sequence
 _CHUNK = 4096
@@ -46,19 +47,30 @@ _I_FUNCTION_NAMES, _I_FRAMES, _I_CALLSTACKS, _I_BUILD_IDS, _I_MAPPING_PATHS, _I_
 
 
 def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | None = None,
-           dump: int | None = None) -> None:
-    check_view(view)  # a trace holds every view; the argument is accepted for symmetry
+           dump: str | int | None = None) -> None:
+    """`dump`: peak (the default for space and objects, as every view: one ProfilePacket per
+    process heap, at its peak), end, N (that dump of each process), or all (every dump)."""
+    check_view(view)
     processes = select_processes(profile, pid)
     sink = Sink(out)
+    choice = default_dump(view) if dump is None else dump
 
     def packet(body: bytes) -> None:
         sink.write(pb.blob(1, body))
 
     dumps: list[tuple[Dump, StoredProcess]] = []
-    for p in processes:
-        dumps.extend((d, p) for d in pick_dumps(profile.dumps(p.info.upid), dump, process_label(p)))
+    peaks: list[tuple[Dump, StoredProcess, dict[CallsiteId, list[int]]]] = []
+    if choice == "peak":
+        peaks, rest = _peaks(profile, processes)
+        for p in rest:  # no peak recorded (an imported profile): its end, as every view says
+            dumps.extend((d, p) for d in pick_dumps(profile.dumps(p.info.upid), -1, process_label(p)))
+    else:
+        n = None if choice == ALL_DUMPS else -1 if choice == "end" else int(choice)
+        for p in processes:
+            dumps.extend((d, p) for d in pick_dumps(profile.dumps(p.info.upid), n, process_label(p)))
     dumps.sort(key=lambda dp: (dp[0].ts_end, dp[0].id))
-    starts = [p.info.start_ts for p in processes if p.info.start_ts > 0] + [d.ts for d, _ in dumps]
+    starts = ([p.info.start_ts for p in processes if p.info.start_ts > 0] + [d.ts for d, _ in dumps]
+              + [d.ts for d, _p, _t in peaks])
     t0 = max(0, min(starts)) if starts else 0
 
     clocks = b"".join(pb.blob(1, pb.uint(1, c) + pb.uint(2, t0)) for c in _CLOCKS)
@@ -75,11 +87,14 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
     index = 0
     state: dict[tuple[int, str], dict[int, list[int]]] = {}  # (upid, heap) -> callsite -> totals
     applied: dict[tuple[int, str], int] = {}  # (upid, heap) -> ts of the last rows applied
-    for d, p in dumps:
+    written: set[int] = set()  # callsites of the samples written: their frames get symbols
+    snapshots = [(d, p, None) for d, p in dumps] + [(d, p, t) for d, p, t in peaks]
+    snapshots.sort(key=lambda s: (s[0].ts_end, s[0].id))
+    for d, p, at_peak in snapshots:
         k = (int(p.info.upid), d.heap_name)
-        totals = state.setdefault(k, {})
+        totals = state.setdefault(k, {}) if at_peak is None else at_peak
         after = applied.get(k, -1 << 62)
-        if d.ts_end > after:
+        if at_peak is None and d.ts_end > after:
             for cs, count, size in profile.allocation_deltas(k[0], k[1], after, d.ts_end):
                 t = totals.get(cs)
                 if t is None:
@@ -101,6 +116,7 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
                        + pb.opt_uint(6, int(f.disconnected)) + pb.opt_uint(7, int(f.buffer_overran))
                        + pb.opt_uint(8, int(f.buffer_corrupted)) + pb.opt_uint(10, int(f.hit_guardrail)))
         items = list(totals.items())
+        written.update(cs for cs, _t in items)
         for lo in range(0, max(1, len(items)), _CHUNK):
             chunk = items[lo:lo + _CHUNK]
             samples = b"".join(
@@ -112,9 +128,67 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
             packet(pb.uint(_P_TIMESTAMP, d.ts_end) + pb.uint(_P_SEQ_ID, _SEQ)
                    + pb.uint(_P_FLAGS, _SEQ_NEEDS_INCREMENTAL_STATE) + pb.blob(_P_PROFILE, body))
             index += 1
-    last = max([t0] + [d.ts_end for d, _ in dumps])
-    _write_symbols(profile, packet, last, used_frames)
+    last = max([t0] + [d.ts_end for d, _p, _t in snapshots])
+    # After every ProfilePacket: trace_processor sorts by ts, and symbols of frames no packet
+    # has made known yet are errors (stackprofile_invalid_frame_id), as with one peak packet.
+    _write_symbols(profile, packet, last + 1, used_frames & _frames_of(profile, written))
     sink.flush()
+
+
+def _frames_of(profile: Profile, callsites: set[int]) -> set[FrameId]:
+    """The frames on the paths of `callsites`: those trace_processor makes known (a frame that
+    only an unsampled callstack uses stays unknown to it, and its symbols would be errors)."""
+    tree = profile.callsites()
+    seen: set[int] = set()
+    frames: set[FrameId] = set()
+    for cs in callsites:
+        node: int | None = cs
+        while node is not None and node not in seen:
+            seen.add(node)
+            entry = tree.get(CallsiteId(node))
+            if entry is None:
+                break
+            frames.add(entry[1])
+            node = entry[0]
+    return frames
+
+
+#: --dump all: every dump of each process (the trace's timeline), not one state.
+ALL_DUMPS = "all"
+
+
+def _peaks(profile: Profile, processes: list[StoredProcess]
+           ) -> tuple[list[tuple[Dump, StoredProcess, dict[CallsiteId, list[int]]]], list[StoredProcess]]:
+    """Each process heap at its peak, as a dump at the peak's ts with heapprofd's cumulative
+    totals there per callsite (allocated, freed, their counts: freed = allocated - unreleased),
+    and the processes without a peak. Each heap is read alone (store.select.select_heap: a
+    custom heap's peak is its own), then the heaps shown before are shown again."""
+    visible: dict[int, list[str]] = {}
+    for p in processes:
+        visible[int(p.info.upid)] = sorted({d.heap_name for d in profile.dumps(p.info.upid)})
+    every = heap_names(profile)
+    shown = sorted({h for hs in visible.values() for h in hs})
+    out: list[tuple[Dump, StoredProcess, dict[CallsiteId, list[int]]]] = []
+    rest: list[StoredProcess] = []
+    try:
+        for p in processes:
+            found = False
+            for heap in visible[int(p.info.upid)]:
+                if len(every) > 1:
+                    select_heap(profile, heap)
+                st = process_state(profile, p, "peak")
+                if st is None or st.kind != "peak":
+                    continue
+                found = True
+                totals = {cs: [v.alloc_space, v.alloc_space - v.space, v.alloc_objects, v.alloc_objects - v.objects]
+                          for cs, v in st.values.items()}
+                out.append((Dump(-1, st.ts, st.ts, p.info.upid, heap, "peak"), p, totals))
+            if not found:
+                rest.append(p)
+    finally:
+        if len(every) > 1:
+            select_heap(profile, ALL_HEAPS if shown == every else HEAP_JOIN.join(h for h in every if h in shown))
+    return out, rest
 
 
 def _write_symbols(profile: Profile, packet: Callable[[bytes], None], ts: int, used: set[FrameId]) -> None:

@@ -8,7 +8,7 @@ thread, so the view stays responsive while the loop writes them.
 
     q  quit the view (final dumps; a started target runs on and is waited for)
     d  take a dump now            f  write a flamegraph page of the state now
-    1-4 sort by unreleased bytes, unreleased objects, allocated bytes, allocations
+    1-4 sort by unreleased bytes, samples held, allocated bytes, samples taken
     p  next process (all, then each pid)
     t  thread filter: a picker of the threads seen in the process shown (all processes: in each),
        with their names, and "all threads"; it filters the table (the memory graph stays per process)
@@ -37,7 +37,9 @@ from heapscope.view.units import human_bytes
 
 REFRESH_S = 0.25  # how often the view looks for a new snapshot (one is taken every second)
 TOP = 100  # stacks in the table
-VIEW_TITLES = {"space": "unreleased", "objects": "objects", "alloc_space": "allocated", "alloc_objects": "allocs"}
+# The count columns are samples, not allocations: "objects" is said of estimates only (report's).
+VIEW_TITLES = {"space": "unreleased", "objects": "samples held", "alloc_space": "allocated",
+               "alloc_objects": "samples"}
 OUTPUT_LINES = 500
 
 
@@ -178,9 +180,9 @@ class LiveApp(App[None]):
         Binding("d", "dump", "dump now"),
         Binding("f", "flamegraph", "flamegraph"),
         Binding("1", "sort('space')", "unreleased"),
-        Binding("2", "sort('objects')", "objects"),
+        Binding("2", "sort('objects')", "samples held"),
         Binding("3", "sort('alloc_space')", "allocated"),
-        Binding("4", "sort('alloc_objects')", "allocs"),
+        Binding("4", "sort('alloc_objects')", "samples"),
         Binding("p", "next_process", "process"),
         Binding("t", "threads", "threads"),
     ]

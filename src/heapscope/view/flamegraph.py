@@ -68,6 +68,7 @@ class ProcessGraph:
     tree: MergedTree
     snapshots: list[Snapshot] = field(default_factory=list)
     start: int = -1  # the snapshot the page opens at (-1: the last)
+    t0: int = 0  # the process's start (its timeline's 0 s); 0: unknown, the first snapshot's ts is 0 s
 
 
 class Strings:
@@ -107,7 +108,7 @@ def process_graph(profile: Profile, process: Process, dump: str | int | None = N
     # Python frames are lines, as report's rows are (a node merging a function's lines
     # showed whichever line came first); native frames merge per function.
     tree = build_tree(profile, callsite_ids, python_only=python_only, python_lines=True)
-    graph = ProcessGraph(process_label(process), upid, tree)
+    graph = ProcessGraph(process_label(process), upid, tree, t0=max(0, process.info.start_ts))
     running: dict[CallsiteId, ViewValues] = {}
     peak_at = -1
     for n, ts in enumerate(dump_ts):
@@ -166,7 +167,10 @@ def encode_process(graph: ProcessGraph, strings: Strings) -> dict[str, object]:
         })
     start = graph.start if 0 <= graph.start < len(dumps) else len(dumps) - 1
     return {"label": graph.label, "upid": graph.upid, "depth": depth, "name": name, "lib": lib,
-            "src": src, "dumps": dumps, "start": start}
+            "src": src, "dumps": dumps, "start": start,
+            # The timeline's 0 s: the process's start, so its peak is drawn when it happened (the
+            # start is read in clock ticks: a first sample up to 10 ms before it moves 0 s back).
+            "t0": min([graph.t0, *(s.ts for s in graph.snapshots)]) if graph.t0 > 0 else None}
 
 
 def payload(graphs: list[ProcessGraph], *, title: str, mode: str = "profile",

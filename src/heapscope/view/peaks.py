@@ -23,8 +23,12 @@ allocates before running any code) keeps its native line.
 
 from __future__ import annotations
 
-from heapscope.model import CallsiteId
+import re
+from collections.abc import Sequence
+
 from heapscope.store.reader import PathFrame, Profile, mapping_basename
+from heapscope.view.names import elide
+from heapscope.view.wrappers import base_name, wrapper_pattern
 
 PEAK_CALLSITES = 64  # the largest callsites at the peak a Python process's lines are grouped from
 WALK_LIMIT = 4096  # frames read per callsite at most (the client's stacks are far shallower)
@@ -55,31 +59,93 @@ def count_names(names: list[str]) -> str:
 def peak_stacks(profile: Profile, upid: int, top: int, frames: int,
                 python: bool = False) -> tuple[int, list[tuple[str, int]]] | None:
     """The bytes unreleased at the process's peak and its `top` largest lines, (text, bytes)
-    largest first, each at most `frames` frames (or runs of a Python frame) deep; None when the
-    profile has no peak rows for it. `python`: the process's client walked Python frames
-    (Profile.python_upids); only then are more than `top` callsites read."""
-    if not python:
-        peak = profile.peak_top(upid, top)
-        if peak is None:
-            return None
-        total, rows = peak
-        return total, [(_native_text([PathFrame(info, False) for info in profile.stack_frames(cs, frames + 1)],
-                                     frames), size) for cs, size in rows]
+    largest first, each `frames` frames (or runs of a Python frame) deep and then the frames
+    that tell it apart (distinct_lines); None when the profile has no peak rows for it.
+    Allocator wrappers are left out (view/wrappers.py). `python`: the process's client walked
+    Python frames (Profile.python_upids)."""
     peak = profile.peak_top(upid, max(PEAK_CALLSITES, top))
     if peak is None:
         return None
     total, rows = peak
     paths = profile.stack_paths([cs for cs, _ in rows], WALK_LIMIT)
-    if not any(f.python for p in paths.values() for f in p):  # no Python frame reached the peak
-        return total, [(_native_text(paths.get(cs, []), frames), size) for cs, size in rows[:top]]
-    return total, _python_lines(rows, paths, top, frames)
+    exe = next((p.info.exe for p in profile.processes() if p.info.upid == upid), "")
+    pattern = wrapper_pattern()
+    stacks = [(_unwrapped(paths.get(cs, []), pattern), size) for cs, size in rows]
+    if python and any(f.python for path, _ in stacks for f in path):
+        return total, _python_lines(stacks, top, frames)
+    return total, distinct_lines([([_native_label(f) for f in path], _own_code(path, exe), size)
+                                  for path, size in stacks], top, frames)
 
 
-def _native_text(path: list[PathFrame], frames: int) -> str:
-    """`… > f > g > leaf`: the innermost `frames` of a path given innermost first."""
-    names = [f.info.display_name if f.info is not None else "?" for f in path[:frames + 1]]
-    shown = list(reversed(names[:frames]))
-    return ("… > " if len(names) > frames else "") + " > ".join(shown)
+def _unwrapped(path: list[PathFrame], pattern: re.Pattern[str] | None) -> list[PathFrame]:
+    """`path` without its allocator wrappers (all of it when it is nothing else)."""
+    kept = [f for f in path if f.info is None or not f.info.name or f.python
+            or pattern is None or not pattern.fullmatch(base_name(f.info.name))]
+    return kept or path
+
+
+SUMMARY_NAME = 40  # a native frame's name in a summary line at most (C++ templates elided: view/names.py)
+
+
+def _native_label(f: PathFrame) -> str:
+    return elide(f.info.display_name, SUMMARY_NAME) if f.info is not None else "?"
+
+
+def _own_code(path: list[PathFrame], exe: str) -> int | None:
+    """The position of the innermost frame of the program's own executable, None without one."""
+    if not exe:
+        return None
+    return next((i for i, f in enumerate(path) if f.info is not None and f.info.mapping_name == exe), None)
+
+
+def distinct_lines(stacks: Sequence[tuple[Sequence[str], int | None, int]], top: int,
+                   frames: int) -> list[tuple[str, int]]:
+    """The `top` largest of `stacks` (labels innermost first, the position of the frame to show
+    whatever its depth or None, bytes) as lines, stacks whose labels are the same summed.
+
+    Each line shows its innermost `frames` labels, the wanted frame (the program's own
+    code, deepest first), and, when that still reads like another line, the first frame
+    where the two differ, innermost first: git's 87.3 MiB and 5.7 MiB stacks that end in the
+    same four frames read `… > cmd_pack_objects > … > a > b > c > d` and
+    `… > cmd_index_pack > … > a > b > c > d`, never two identical lines."""
+    groups: dict[tuple[str, ...], list[int]] = {}  # labels -> [bytes, rank, wanted]
+    for rank, (labels, wanted, size) in enumerate(stacks):
+        key = tuple(labels)
+        g = groups.get(key)
+        if g is None:
+            groups[key] = [size, rank, -1 if wanted is None else wanted]
+        else:
+            g[0] += size
+    ranked = sorted(groups.items(), key=lambda kv: (-kv[1][0], kv[1][1]))[:top]
+    out = []
+    for key, (size, _rank, wanted) in ranked:
+        shown = set(range(min(frames, len(key))))
+        if wanted >= 0:
+            shown.add(wanted)
+        for other, _g in ranked:
+            if other == key:
+                continue
+            differs = next((i for i in range(max(len(key), len(other)))
+                            if i >= len(key) or i >= len(other) or key[i] != other[i]), None)
+            if differs is not None and not any(i in shown and i < len(other) and other[i] != key[i]
+                                               for i in range(len(key))):
+                shown.add(min(differs, len(key) - 1) if differs < len(key) else len(key) - 1)
+        out.append((_join(key, sorted(shown)), size))
+    return out
+
+
+def _join(labels: Sequence[str], shown: list[int]) -> str:
+    """Labels at the `shown` positions (innermost first, ascending), outermost first, `…` for each gap."""
+    parts: list[str] = []
+    last = -1
+    for i in shown:
+        if i > last + 1:
+            parts.append("…")
+        parts.append(labels[i])
+        last = i
+    if len(labels) > last + 1:
+        parts.append("…")
+    return " > ".join(reversed(parts)) if parts else "?"
 
 
 class _Line:
@@ -94,13 +160,19 @@ class _Line:
         self.first = first  # rank of its largest callsite: ties keep the peak's order
 
 
-def _python_lines(rows: list[tuple[CallsiteId, int]], paths: dict[CallsiteId, list[PathFrame]],
-                  top: int, frames: int) -> list[tuple[str, int]]:
-    lines: dict[tuple[str, ...], _Line] = {}
-    for rank, (cs, size) in enumerate(rows):
-        path = paths.get(cs, [])
+#: Where a Python file is library code rather than the program's own.
+_LIBRARY = re.compile(r"site-packages|dist-packages|/lib/python\d|^<frozen|^<")
+
+
+def _python_lines(stacks: list[tuple[list[PathFrame], int]], top: int, frames: int) -> list[tuple[str, int]]:
+    """A Python process's lines: runs of one Python frame (recursion), innermost first; the
+    program's own innermost frame comes before library internals (`load (pd_job.py:10) > … >
+    _read (readers.py:626)`)."""
+    lines: dict[tuple[object, ...], _Line] = {}
+    for rank, (path, size) in enumerate(stacks):
         labels: list[str] = []  # runs of one Python frame, innermost first, and their repeats
         repeats: list[int] = []
+        own: int | None = None  # the innermost run in the program's own files
         for f in path:
             if f.python and f.info is not None:
                 label = _python_label(f)
@@ -109,9 +181,17 @@ def _python_lines(rows: list[tuple[CallsiteId, int]], paths: dict[CallsiteId, li
                 else:
                     labels.append(label)
                     repeats.append(1)
-        # No Python frame on this stack: its native line, as in a native process.
-        key = ("…" if len(labels) > frames else "", *labels[:frames]) if labels else (_native_text(path, frames),)
-        shown = repeats[:frames]
+                    if own is None and not _LIBRARY.search(f.info.mapping_name):
+                        own = len(labels) - 1
+        if not labels:  # no Python frame on this stack: its native line, as in a native process
+            key: tuple[object, ...] = (_join([_native_label(f) for f in path], list(range(min(frames, len(path))))),)
+            shown: list[int] = []
+        else:
+            picks = list(range(min(frames, len(labels))))
+            if own is not None and own >= frames:
+                picks = [*range(max(frames - 1, 1)), own]  # the program's own frame takes the outermost place
+            key = (tuple(labels[i] for i in picks), tuple(picks), len(labels))
+            shown = [repeats[i] for i in picks]
         line = lines.get(key)
         if line is None:
             line = lines[key] = _Line(len(shown), rank)
@@ -124,10 +204,14 @@ def _python_lines(rows: list[tuple[CallsiteId, int]], paths: dict[CallsiteId, li
     out = []
     for key, line in ranked:
         if len(key) == 1:
-            out.append((key[0], line.size))
+            out.append((str(key[0]), line.size))
             continue
-        parts = [label + _repeats(lo, hi) for label, lo, hi in zip(key[1:], line.low, line.high, strict=True)]
-        out.append((("… > " if key[0] else "") + " > ".join(reversed(parts)), line.size))
+        texts, at, depth = key
+        assert isinstance(texts, tuple) and isinstance(at, tuple) and isinstance(depth, int)
+        shown_labels = [""] * depth
+        for k, (i, label) in enumerate(zip(at, texts, strict=True)):
+            shown_labels[i] = str(label) + _repeats(line.low[k], line.high[k])
+        out.append((_join(shown_labels, list(at)), line.size))
     return out
 
 

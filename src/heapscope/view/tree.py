@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from heapscope.errors import UsageError
 from heapscope.model import CallsiteId, FrameId
 from heapscope.store.reader import Profile, ViewValues, fallback_frame_name
 
@@ -262,7 +263,8 @@ def experimental_flamegraph(
     """What `experimental_flamegraph('native', ts, NULL, upid, NULL, focus_str)` returns.
 
     Rows with `ts <= ts` of the process, all heaps merged. With `focus_str`
-    (a case-insensitive substring of the name), only matching nodes, their
+    (view.tree.focus_pattern: a regular expression searched case-insensitively, so a plain word
+    is Perfetto's case-insensitive substring), only matching nodes, their
     ancestors and their descendants are kept; cumulative values are summed
     over the kept nodes only and an ancestor that is kept only for its path
     keeps no self value, so every number describes focused memory.
@@ -292,13 +294,22 @@ def experimental_flamegraph(
     return rows
 
 
+def focus_pattern(text: str, flag: str = "--focus") -> re.Pattern[str]:
+    """What --focus (and --ignore) mean in every command: a regular expression searched in a
+    function's name, case-insensitively (a plain word is a substring, as Perfetto's focus_str)."""
+    try:
+        return re.compile(text, re.IGNORECASE)
+    except re.error as e:
+        raise UsageError(f"{flag} {text!r}: not a regular expression ({e})") from e
+
+
 def focus_mask(tree: MergedTree, focus_str: str) -> list[int]:
-    """Per node: 2 = a match or below one, 1 = an ancestor of a match only, 0 = dropped."""
-    needle = focus_str.lower()
+    """Per node: 2 = a match (focus_pattern) or below one, 1 = an ancestor of a match only, 0 = dropped."""
+    needle = focus_pattern(focus_str)
     keep = [0] * len(tree)
     for i in range(len(tree)):  # preorder: a parent's mark is final before its children
         p = tree.parent[i]
-        if needle in tree.name[i].lower() or (p >= 0 and keep[p] == 2):
+        if needle.search(tree.name[i]) or (p >= 0 and keep[p] == 2):
             keep[i] = 2
     for i in range(len(tree) - 1, -1, -1):
         p = tree.parent[i]

@@ -59,3 +59,19 @@ def test_an_unknown_view_is_the_same_error_everywhere(known_profile: Path) -> No
             export("collapsed", prof, io.BytesIO(), view="bogus")
     assert str(from_report.value) == str(from_export.value) == (
         "unknown view 'bogus' (one of: space, alloc_space, objects, alloc_objects)")
+
+
+def test_a_duration_without_its_unit_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # `-d 10` was 10 ms without a word (heap_profile's -d); a reader guesses seconds: the unit is asked for
+    assert main(["record", "-o", str(tmp_path / "o.db"), "-d", "10", "--", "true"]) == 2
+    err = capsys.readouterr().err
+    assert err == "heapscope: error: --duration '10': say its unit, e.g. 10ms or 10s (ms, s, m, h)\n"
+    assert not (tmp_path / "o.db").exists()
+
+
+@pytest.mark.parametrize("command", ["report", "flamegraph", "leaks", "sql", "export", "symbolize", "push"])
+def test_the_profile_argument_has_one_spelling(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    usage = capsys.readouterr().out
+    assert " PROFILE" in usage and " FILE" not in usage.split("options:")[0], usage

@@ -17,7 +17,7 @@ from heapscope.cli import main
 def test_minor_processes_are_one_line_of_the_table(known_profile: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     # GIVEN a profile whose process "idle" holds and allocated nothing (under 1% of child's 4 KiB)
-    assert main(["report", str(known_profile)]) == 0
+    assert main(["report", str(known_profile), "--keep-wrappers"]) == 0  # its leaf frames are malloc
     out = capsys.readouterr().out
     blocks = out.split("\npid ")
     # THEN the table names it in its last line, and its section is left out
@@ -29,7 +29,7 @@ def test_minor_processes_are_one_line_of_the_table(known_profile: Path,
 
 
 def test_all_processes_prints_every_process(known_profile: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["report", str(known_profile), "--all-processes"]) == 0
+    assert main(["report", str(known_profile), "--all-processes", "--keep-wrappers"]) == 0
     out, err = capsys.readouterr()
     assert err == ""
     blocks = out.split("\npid ")
@@ -61,7 +61,7 @@ def test_all_processes_prints_every_process(known_profile: Path, capsys: pytest.
 
 
 def test_table_columns_line_up(known_profile: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["report", str(known_profile), "--pid", "100", "--sort", "total"]) == 0
+    assert main(["report", str(known_profile), "--pid", "100", "--sort", "total", "--keep-wrappers"]) == 0
     out = capsys.readouterr().out
     table = out[out.index("  total"):].splitlines()
     assert table == [
@@ -84,7 +84,7 @@ def test_table_columns_line_up(known_profile: Path, capsys: pytest.CaptureFixtur
 def test_views_and_top(known_profile: Path, capsys: pytest.CaptureFixture[str], view: str,
                        first_rows: list[str]) -> None:
     assert main(["report", str(known_profile), "--pid", "100", "--view", view, "--top", "2",
-                 "--sort", "total"]) == 0
+                 "--sort", "total", "--keep-wrappers"]) == 0
     out = capsys.readouterr().out
     lines = out[out.index("  total"):].splitlines()
     assert lines[1:3] == first_rows

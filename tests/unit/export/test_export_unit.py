@@ -84,7 +84,7 @@ def test_pprof_fields(db):
 
 
 def test_perfetto_packets(db):
-    packets = [decode(v) for f, v in decode(run_export(db, "perfetto"))]
+    packets = [decode(v) for f, v in decode(run_export(db, "perfetto", dump="all"))]  # the peak by default
     assert dict(packets[0]).get(6), "first packet is the clock snapshot"
     clocks = [dict(decode(v)) for f, v in decode(dict(packets[0])[6]) if f == 1]
     assert {c[1] for c in clocks} >= {4, 6} and len({c[2] for c in clocks}) == 1
@@ -108,7 +108,7 @@ def test_collapsed_speedscope_chrome(db):
     doc = json.loads(run_export(db, "speedscope", view="objects"))
     assert doc["activeProfileIndex"] == 2 and doc["profiles"][2]["unit"] == "none"
     assert sum(doc["profiles"][0]["weights"]) == 65536 + 20480
-    chrome = json.loads(run_export(db, "chrome-json", view="alloc_space"))
+    chrome = json.loads(run_export(db, "chrome-json", view="alloc_space", dump="all"))
     assert check_chrome_trace(chrome) == []
     dumps = [e for e in chrome["traceEvents"] if e.get("ph") == "v"]
     assert len(dumps) == 2 and [d["id"] for d in dumps] == ["1", "2"]

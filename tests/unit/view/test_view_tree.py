@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from heapscope.store.reader import open_profile
 from heapscope.view.tree import COLUMNS, build_tree, experimental_flamegraph, path_filter
 
@@ -68,3 +70,15 @@ def test_path_filter(known_profile: Path) -> None:
         tree = build_tree(prof, sorted(prof.callsite_values(1, 2000)))
     assert path_filter(tree, re.compile("emit"), None) == [False, True, True, False, False, False, False, False]
     assert path_filter(tree, None, re.compile("^parse$")) == [True, True, True, False, False, False, False, True]
+
+
+def test_focus_means_one_thing_everywhere() -> None:
+    # report --focus and sql --focus: a regular expression searched case-insensitively, so a
+    # plain word is Perfetto's case-insensitive substring
+    from heapscope.errors import UsageError
+    from heapscope.view.tree import focus_pattern
+
+    assert focus_pattern("EMIT").search("emit_node") and focus_pattern("^pars").search("Parse")
+    assert not focus_pattern("^emit$").search("emit_node")
+    with pytest.raises(UsageError, match="--focus '\\(': not a regular expression"):
+        focus_pattern("(")

@@ -1,0 +1,224 @@
+"""Allocator wrappers, folded into their callers: the one list, and the fold every view shares.
+
+A frame that only passes an allocation through (xmalloc, zmalloc, operator new,
+sqlite3Malloc, g_malloc, PyMem_Malloc, ...) names no code to change: the line
+to change is its caller's. So views fold such frames into their callers: a
+stack main > parse > xmalloc reads main > parse, and what xmalloc held is
+parse's self. The fold shadows the profile's callsite table on the view's own
+connection with a temporary table (as store.select.select_heap shadows the
+heap tables), so `report`, `leaks`, `diff`, the flamegraph, the exports and
+`record`'s summary all read the same folded stacks without knowing of it.
+
+A folded callsite keeps its id (the heap tables' rows stay as they are) and
+takes its caller's frame and parent:
+
+    callsites                         folded
+    [1] main ─ [2] parse ─ [3] xmalloc    [1] main ─ [2] parse
+                                          [1] main ─ [3] parse   (same node in every merged tree)
+
+WRAPPERS is the list, one regular expression a family, matched against a
+frame's function name without its parameters and clone suffixes. A static
+wrapper with no symbol (sqlite's sqlite3MemMalloc in a stripped library) is
+named `lib+0x...` and so stays shown, under its library's name, until
+`heapscope symbolize` names it; then it folds like the others.
+`--keep-wrappers` shows them all; `--fold REGEX` adds a project's own.
+docs/views.md says the same for users.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Iterable, Sequence
+
+from heapscope.errors import ProfileError, UsageError
+from heapscope.model import CallsiteId, FrameId
+from heapscope.store.reader import Profile
+from heapscope.view.names import elide, without_return_type
+from heapscope.view.names import template_spans as collapse_spans
+
+#: Functions that only pass an allocation through, by family (full matches).
+WRAPPERS: tuple[str, ...] = (
+    # libc's own entry points, as seen when a frame of them survives the client's skipping
+    r"(__libc_|__)?(malloc|calloc|realloc|reallocarray|memalign|valloc|pvalloc|aligned_alloc|posix_memalign)",
+    r"(__)?strn?dup",
+    # C++: operator new / new[] (every overload) and the standard allocators
+    r"operator new(\[\])?",
+    r"(std::|__gnu_cxx::)(__new_allocator|new_allocator|allocator|allocator_traits)<.*>::allocate",
+    r"std::_Vector_base<.*>::_M_allocate|std::_Rb_tree<.*>::_M_get_node"
+    r"|std::__detail::_Hashtable_alloc<.*>::_M_allocate_(node|buckets)|std::_Hashtable<.*>::_M_allocate_buckets",
+    # GNU/git/gcc: xmalloc and kin
+    r"x(malloc|mallocz|calloc|realloc|strdup|strndup|memdup|memdupz|zalloc|alloc)",
+    # redis
+    r"z(try)?(malloc|calloc|realloc)(_usable)?(_internal)?|zstrdup|zmalloc_no_tcache|zcalloc_num",
+    # sqlite
+    r"sqlite3(_malloc(64)?|_realloc(64)?|Malloc|MallocZero|Realloc|MemMalloc|MemRealloc"
+    r"|DbMalloc(Raw|RawNN|Zero|Size)?|DbRealloc|DbReallocOrFree|DbStrN?Dup|StrDup|DbSpanDup)",
+    # glib
+    r"g_(try_)?(malloc|malloc0|realloc)(_n)?|g_slice_alloc0?|g_strn?dup|g_memdup2?",
+    # CPython's allocator domains and object allocators (a Python view hides them anyway)
+    r"_?PyMem_\w+|_?PyObject_(Malloc|Calloc|Realloc)|pymalloc_alloc|_PyObject_GC_(Alloc|New|NewVar|Link)"
+    r"|PyObject_GC_(New|NewVar)|gc_alloc|_PyObject_New(Var)?|PyType_GenericAlloc|_PyType_AllocNoTrack",
+    # jemalloc and tcmalloc entry points
+    r"je_\w*(alloc|allocx)|(mallocx|rallocx|xallocx)|imalloc(_body)?|malloc_default|tc_\w+",
+    # OpenSSL, FFmpeg
+    r"CRYPTO_(malloc|zalloc|realloc|strdup|strndup|memdup)|av_(malloc|mallocz|realloc|strdup|memdup)",
+)
+
+_CLONE = re.compile(r"( \[clone [^]]*\])+$|(\.(constprop|isra|part|cold|lto_priv|llvm)\.\d+)+$")
+
+
+def base_name(name: str) -> str:
+    """A function's name as WRAPPERS match it: without its return type, parameter list,
+    function template arguments and clone suffixes: `operator new(unsigned long)` ->
+    `operator new`, `xmalloc.part.0` -> `xmalloc`, `T* std::_Hashtable_alloc<A>::_M_allocate_node<X>(X)`
+    -> `std::_Hashtable_alloc<A>::_M_allocate_node`."""
+    name = _CLONE.sub("", name.strip())
+    for qualifier in (" const", " volatile", " &&", " &"):
+        name = name.removesuffix(qualifier)
+    if name.endswith(")"):
+        depth = 0
+        for i in range(len(name) - 1, -1, -1):
+            c = name[i]
+            if c == ")":
+                depth += 1
+            elif c == "(":
+                depth -= 1
+                if depth == 0:
+                    # `operator()(int)`: the first pair is the name's own
+                    if not name[:i].endswith("operator"):
+                        name = name[:i]
+                    break
+    name = without_return_type(_CLONE.sub("", name))
+    if name.endswith(">") and not name.endswith(("operator>", "operator>>", "operator->")):
+        spans = collapse_spans(name)
+        if spans and spans[-1][1] == len(name) - 1:
+            name = name[:spans[-1][0]]
+    return name
+
+
+def wrapper_pattern(keep: bool = False, extra: Sequence[str] = ()) -> re.Pattern[str] | None:
+    """One pattern for the functions to fold: WRAPPERS (unless `keep`) and the `extra` ones
+    (--fold); None when nothing is folded. UsageError for an extra that is not a regex."""
+    parts = [] if keep else list(WRAPPERS)
+    for regex in extra:
+        try:
+            re.compile(regex)
+        except re.error as e:
+            raise UsageError(f"--fold {regex!r}: not a regular expression ({e})") from e
+        parts.append(regex)
+    if not parts:
+        return None
+    return re.compile("|".join(f"(?:{p})" for p in parts))
+
+
+def is_wrapper(name: str, pattern: re.Pattern[str] | None = None) -> bool:
+    """Whether the function `name` is folded by `pattern` (default: WRAPPERS)."""
+    pattern = pattern if pattern is not None else wrapper_pattern()
+    return pattern is not None and pattern.fullmatch(base_name(name)) is not None
+
+
+def fold_wrappers(profile: Profile, keep: bool = False, extra: Sequence[str] = ()) -> list[str]:
+    """Make every later read of `profile`'s stacks see wrappers folded into their callers
+    (the module's doc); returns the names folded (base names, sorted), [] when none.
+
+    Call it before anything reads the profile's callsites (they are cached).
+    A stack made of wrappers only is left as it is: there is no caller to fold into.
+    """
+    db = profile.sql_connection()
+    db.execute("DROP TABLE IF EXISTS temp.stack_profile_callsite")
+    pattern = wrapper_pattern(keep, extra)
+    if pattern is None:
+        return []
+    names: dict[FrameId, str] = {}
+    for fid, info in profile.frames().items():
+        if info.name:
+            base = base_name(info.name)
+            if pattern.fullmatch(base):
+                names[fid] = base
+    if not names:
+        return []
+    try:
+        rows = db.execute("SELECT id, parent_id, frame_id FROM main.stack_profile_callsite").fetchall()
+    except sqlite3.DatabaseError as e:
+        raise ProfileError(f"{profile.path}: {e}") from e
+    parent: dict[CallsiteId, CallsiteId | None] = {}
+    frame: dict[CallsiteId, FrameId] = {}
+    for cs, par, fid in rows:
+        parent[cs] = par
+        frame[cs] = fid
+    folded, new_rows = _fold(parent, frame, names)
+    if not folded:
+        return []
+    db.execute("CREATE TEMP TABLE stack_profile_callsite"
+               " (id INTEGER PRIMARY KEY, depth INTEGER NOT NULL, parent_id INTEGER, frame_id INTEGER NOT NULL)")
+    db.executemany("INSERT INTO temp.stack_profile_callsite VALUES (?, ?, ?, ?)", new_rows)
+    db.execute("CREATE INDEX temp.stack_profile_callsite_parent ON stack_profile_callsite(parent_id)")
+    return sorted(folded)
+
+
+def _fold(parent: dict[CallsiteId, CallsiteId | None], frame: dict[CallsiteId, FrameId],
+          wrappers: dict[FrameId, str]) -> tuple[set[str], list[tuple[int, int, int | None, int]]]:
+    """The folded callsite rows (id, depth, parent, frame) and the wrapper names folded."""
+    limit = len(parent) + 1  # a parent cycle (damage) ends the walk: the callsite stays as it is
+    # caller[c]: the nearest callsite at or above c whose frame is not a wrapper (None: all wrappers)
+    caller: dict[CallsiteId, CallsiteId | None] = {}
+    for start in parent:
+        chain: list[CallsiteId] = []
+        node: CallsiteId | None = start
+        found: CallsiteId | None = None
+        while node is not None and node in parent and len(chain) < limit:
+            if node in caller:
+                found = caller[node]
+                break
+            if frame[node] not in wrappers:
+                found = node
+                break
+            chain.append(node)
+            node = parent[node]
+        for c in chain:
+            caller[c] = found
+        if start not in caller:
+            caller[start] = found
+    folded: set[str] = set()
+    new: dict[CallsiteId, tuple[CallsiteId | None, FrameId]] = {}
+    for cs in parent:
+        d = caller.get(cs)
+        if d is None:  # only wrappers from here to the root: shown as they are
+            new[cs] = (parent[cs], frame[cs])
+            continue
+        if d != cs:
+            folded.add(wrappers[frame[cs]])
+        p = parent[d]
+        new[cs] = (caller.get(p) if p is not None and p in parent else None, frame[d])
+    depth: dict[CallsiteId, int] = {}
+    out: list[tuple[int, int, int | None, int]] = []
+    for cs, (par, fid) in new.items():
+        chain = []
+        up: CallsiteId | None = cs
+        while up is not None and up not in depth and up in new and len(chain) < limit:
+            chain.append(up)
+            up = new[up][0]
+        base = depth.get(up, -1) if up is not None else -1
+        for c in reversed(chain):
+            base += 1
+            depth[c] = base
+        out.append((cs, depth.get(cs, 0), par, fid))
+    return folded, out
+
+
+def fold_line(folded: Iterable[str], width: int = 120) -> str:
+    """The header line naming the wrappers folded, within `width` columns (template arguments
+    elided, as many names as fit, then how many more); '' when none were."""
+    names = list(dict.fromkeys(elide(name, 48) for name in folded))
+    if not names:
+        return ""
+    head, tail = "wrappers folded into their callers: ", " (--keep-wrappers shows them)"
+    shown: list[str] = []
+    for k, name in enumerate(names):
+        more = f" and {len(names) - k - 1} more" if k + 1 < len(names) else ""
+        if shown and len(head + ", ".join([*shown, name]) + more + tail) > width:
+            break
+        shown.append(name)
+    rest = len(names) - len(shown)
+    return head + ", ".join(shown) + (f" and {rest} more" if rest else "") + tail

@@ -1,0 +1,82 @@
+"""view.wrappers: which names are allocator wrappers, and how a fold rewrites callsites."""
+
+from __future__ import annotations
+
+import pytest
+
+from heapscope.errors import UsageError
+from heapscope.model import CallsiteId, FrameId
+from heapscope.view.wrappers import _fold, base_name, fold_line, is_wrapper, wrapper_pattern
+
+
+@pytest.mark.parametrize(("name", "base"), [
+    ("operator new(unsigned long)", "operator new"),
+    ("operator new[](unsigned long, std::align_val_t)", "operator new[]"),
+    ("xmalloc.part.0", "xmalloc"),
+    ("zmalloc_usable(unsigned long, unsigned long*) [clone .constprop.0]", "zmalloc_usable"),
+    ("Foo::operator()(int) const", "Foo::operator()"),
+    ("std::vector<int, std::allocator<int> >::_M_realloc_insert(int const&)",
+     "std::vector<int, std::allocator<int> >::_M_realloc_insert"),
+])
+def test_base_name_drops_parameters_and_clone_suffixes(name: str, base: str) -> None:
+    assert base_name(name) == base
+
+
+@pytest.mark.parametrize("name", [
+    "xmalloc", "xcalloc", "xrealloc", "xstrdup", "zmalloc_usable", "ztrymalloc_usable_internal", "zcalloc",
+    "sqlite3Malloc", "sqlite3MemMalloc", "sqlite3DbMallocRawNN", "sqlite3_malloc64", "g_malloc0", "g_malloc_n",
+    "PyMem_Malloc", "PyObject_Malloc", "_PyObject_GC_New", "operator new(unsigned long)",
+    "operator new[](unsigned long)", "__libc_malloc", "je_malloc", "tc_newarray",
+    "std::__new_allocator<char>::allocate(unsigned long, void const*)",
+])
+def test_the_allocator_wrappers_are_folded(name: str) -> None:
+    assert is_wrapper(name)
+
+
+@pytest.mark.parametrize("name", [
+    "main", "parse_input", "__libc_start_main", "xmalloc_stats", "std::vector<int>::_M_realloc_insert",
+    "operator delete(void*)", "ggc_internal_alloc", "sqlite3VdbeExec", "libsqlite3.so+0x1234",
+])
+def test_code_that_does_more_than_pass_an_allocation_through_is_not(name: str) -> None:
+    assert not is_wrapper(name)
+
+
+def test_fold_adds_a_projects_wrappers_and_keep_turns_the_list_off() -> None:
+    assert is_wrapper("pool_alloc", wrapper_pattern(extra=["pool_.*"]))
+    assert not is_wrapper("xmalloc", wrapper_pattern(keep=True, extra=["pool_.*"]))
+    assert wrapper_pattern(keep=True) is None
+    with pytest.raises(UsageError, match="--fold"):
+        wrapper_pattern(extra=["("])
+
+
+def test_a_folded_callsite_takes_its_callers_frame_and_parent() -> None:
+    # GIVEN main(1) > parse(2) > xstrdup(3) > xmalloc(4), and main > xmalloc(5), and a stack of wrappers only (6)
+    c = CallsiteId
+    f = FrameId
+    parent = {c(1): None, c(2): c(1), c(3): c(2), c(4): c(3), c(5): c(1), c(6): None}
+    frame = {c(1): f(10), c(2): f(20), c(3): f(30), c(4): f(40), c(5): f(40), c(6): f(40)}
+    # WHEN xstrdup and xmalloc are folded
+    folded, rows = _fold(parent, frame, {f(30): "xstrdup", f(40): "xmalloc"})
+    by_id = {r[0]: r[1:] for r in rows}
+    # THEN both wrappers of the first stack become parse, under main, at parse's depth
+    assert by_id[3] == (1, 1, 20) and by_id[4] == (1, 1, 20)
+    # AND main's own xmalloc call becomes main, a root; the stack of wrappers only stays as it is
+    assert by_id[5] == (0, None, 10) and by_id[6] == (0, None, 40)
+    assert by_id[1] == (0, None, 10) and by_id[2] == (1, 1, 20)
+    assert folded == {"xstrdup", "xmalloc"}
+
+
+def test_a_parent_cycle_ends_the_walk() -> None:
+    c, f = CallsiteId, FrameId
+    folded, rows = _fold({c(1): c(2), c(2): c(1)}, {c(1): f(1), c(2): f(1)}, {f(1): "xmalloc"})
+    assert sorted(r[0] for r in rows) == [1, 2] and not folded
+
+
+def test_the_header_line_names_the_folded_wrappers() -> None:
+    assert fold_line([]) == ""
+    assert fold_line(["xcalloc", "xmalloc"]) == (
+        "wrappers folded into their callers: xcalloc, xmalloc (--keep-wrappers shows them)")
+    many = fold_line([f"wrapper_function_{i}" for i in range(10)])
+    assert len(many) <= 120 and many.endswith(" more (--keep-wrappers shows them)"), many
+    assert fold_line(["std::__new_allocator<A>::allocate", "std::__new_allocator<B>::allocate"], 50) == (
+        "wrappers folded into their callers: std::__new_allocator<A>::allocate and 1 more (--keep-wrappers shows them)")
