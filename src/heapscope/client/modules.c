@@ -222,24 +222,12 @@ int hs_modules_with_libpython(hs_modules_py_fn fn, void *arg) {
   return c.result;
 }
 
-static int collect(struct dl_phdr_info *info, size_t size, void *data) {
-  (void)size;
-  struct scan *sc = data;
-  note_libpython(info);
-  int first = sc->first;
-  sc->first = 0;
-  const ElfW(Phdr) *text = NULL;
-  for (int i = 0; i < info->dlpi_phnum; i++) {
-    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-    if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
-      text = ph;
-      break;
-    }
-  }
-  if (!text)
-    return 0;
+/* A new entry for the executable segment `text` of `info`, its path and build
+ * id not yet set (finish_entry); NULL when the scratch buffer is full. */
+static struct collected *collect_segment(struct scan *sc, const struct dl_phdr_info *info,
+                                         const ElfW(Phdr) *text) {
   if (sc->used + sizeof(struct collected) + PATH_MAX + 8 > SCRATCH_SIZE)
-    return 1; /* buffer full: the rest is picked up by a later rescan */
+    return NULL;
   struct collected *c = (struct collected *)(sc->buf + sc->used);
   uint64_t mask = ~(uint64_t)(page_size - 1);
   memset(&c->mod, 0, sizeof c->mod);
@@ -248,21 +236,56 @@ static int collect(struct dl_phdr_info *info, size_t size, void *data) {
   c->mod.end = info->dlpi_addr + text->p_vaddr + text->p_memsz;
   c->mod.file_offset = text->p_offset & mask;
   c->mod.vaddr = text->p_vaddr & mask;
-  c->mod.build_id_len = read_build_id(info, c->mod.build_id);
-  size_t n = 0;
-  const char *name = info->dlpi_name;
-  if (first && (name == NULL || name[0] == '\0')) {
-    /* The main program has no name here. */
-    ssize_t r = readlink("/proc/self/exe", c->path, PATH_MAX);
-    n = r > 0 ? (size_t)r : 0;
-  } else if (name) {
-    n = strnlen(name, PATH_MAX);
-    memcpy(c->path, name, n);
-  }
-  c->path_len = (uint32_t)n;
+  return c;
+}
+
+static void finish_entry(struct scan *sc, struct collected *c, uint32_t n, uint32_t build_id_len,
+                         const uint8_t *build_id) {
+  c->path_len = n;
   c->entry_size = (uint32_t)HS_ALIGN8(sizeof(struct collected) + n);
-  c->mod.path_len = c->path_len;
+  c->mod.path_len = n;
+  c->mod.build_id_len = build_id_len;
+  memcpy(c->mod.build_id, build_id, build_id_len);
   sc->used += c->entry_size;
+}
+
+/* One entry per executable PT_LOAD of the object: node, Chrome and programs
+ * linked with -z separate-code variants have several, and a pc in any of
+ * them must find its module. */
+static int collect(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)size;
+  struct scan *sc = data;
+  note_libpython(info);
+  int first = sc->first;
+  sc->first = 0;
+  struct collected *head = NULL; /* the object's first entry: the others copy its path */
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
+      continue;
+    struct collected *c = collect_segment(sc, info, ph);
+    if (!c)
+      return 1; /* buffer full: the rest is picked up by a later rescan */
+    if (head) {
+      memcpy(c->path, head->path, head->path_len);
+      finish_entry(sc, c, head->path_len, head->mod.build_id_len, head->mod.build_id);
+      continue;
+    }
+    uint8_t build_id[HS_BUILD_ID_MAX];
+    uint32_t build_id_len = read_build_id(info, build_id);
+    size_t n = 0;
+    const char *name = info->dlpi_name;
+    if (first && (name == NULL || name[0] == '\0')) {
+      /* The main program has no name here. */
+      ssize_t r = readlink("/proc/self/exe", c->path, PATH_MAX);
+      n = r > 0 ? (size_t)r : 0;
+    } else if (name) {
+      n = strnlen(name, PATH_MAX);
+      memcpy(c->path, name, n);
+    }
+    finish_entry(sc, c, (uint32_t)n, build_id_len, build_id);
+    head = c;
+  }
   return 0;
 }
 

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 
 from heapscope.bookkeeping.dump import UNDEFINED_STACK, ProcessHeap
-from heapscope.bookkeeping.frames import FrameTable
+from heapscope.bookkeeping.frames import FrameTable, unknown_code_mapping
 from heapscope.bookkeeping.rows import DUMP_ROW, OP_MALLOC, STREAM_ROW, unpack_rows
 from heapscope.heaps import valid_name as valid_heap_name
 from heapscope.model import ProcessFlags, Upid
@@ -84,6 +84,9 @@ class Producer:
         self.sockets_lost = 0  # processes that closed heapscope's socket and were followed to their exit
         # Called with (path, build id hex) for every module announced (record's early symbolization).
         self.on_module: Callable[[str, str], None] | None = None
+        # Called with (pid, uid) as a process with frames in no loaded object ends, after its
+        # final dump: its perf map is read then, before its pid can be another process's.
+        self.on_process_end: Callable[[int, int], None] | None = None
         self.session_ending = False  # the target exited: what ends now ends with the session
         self.target_pids: set[int] = set()  # their own exit ends the session, so it is no disconnect
         self.attach_pids: set[int] = set()  # -p: attached while running (from_startup = false)
@@ -261,6 +264,7 @@ class Producer:
         conn.setblocking(False)
         info.parent_upid = self._upid_of(info.ppid)
         p = ProcessState(info=info, sock=conn, memfd=accepted.memfd, shm=accepted.shm, ingest=ingest)
+        p.heap.modules.unknown = unknown_code_mapping(info.pid)  # its JIT code, named by its own perf map
         if not self.frames.discard:
             p.heap.held = ingest
         cfg = self.config
@@ -568,6 +572,11 @@ class Producer:
         p.flags.buffer_corrupted = bool(st["corrupt"])
         p.flags.buffer_overran = p.meta("dropped_records") > 0
         self.dump(p, reason, final=True)
+        if self.on_process_end is not None and p.heap.modules.unknown in self.frames.mappings.ids:
+            try:
+                self.on_process_end(p.info.pid, p.info.uid)
+            except Exception as e:  # names for its JIT frames are a bonus; its data is not
+                self.log(f"pid {p.info.pid}: its perf map was not read: {e}")
         py = p.custom_heaps.get(codec.PY_HEAP_ID)
         if py is not None:
             routed_mallocs, routed_frees = p.ingest.routed(codec.PY_HEAP_ID)

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from heapscope.store.writer import ProfileWriter
     from heapscope.symbolize.llvm import WarmSymbolizer
     from heapscope.symbolize.locate import Located, Locator
+    from heapscope.symbolize.perfmap import PerfMap
     from heapscope.symbolize.profile import SymbolizeReport
 
 # A target still running after this long gets its unknown modules warmed while it runs;
@@ -47,6 +48,7 @@ EARLY_EVERY_S = 0.2  # a cache-only pass over the frames written since the last 
 # Frames looked at per pass, at most (~3 us each): the loop drains no ring meanwhile. A
 # Python program's imports intern ~20k frames at its start; the passes take them in turns.
 EARLY_MAX_FRAMES = 2000
+PERF_MAPS_MAX_BYTES = 256 << 20  # perf maps read in one recording, all processes together
 
 
 class LiveSymbolizer:
@@ -69,12 +71,28 @@ class LiveSymbolizer:
         # Modules tick() located (the cache did not know them), with the files consulted.
         self._traced: dict[tuple[str, str], tuple[Located, list[str]]] = {}
         self._read_ahead: list[str] = []  # symbol tables tick() started reading (symtab.read_ahead)
+        self.perf_maps: dict[int, PerfMap] = {}  # pid -> the perf map read as it ended (process_ended)
+        self._perf_map_bytes = 0
 
     def module(self, path: str, build_id: str) -> None:
         """A module of a profiled process: noted (warmed later by tick(), if the target runs that long)."""
         if (path, build_id) not in self._seen:
             self._seen.add((path, build_id))
             self._pending.append((path, build_id))
+
+    def process_ended(self, pid: int, uid: int) -> None:
+        """A process with code in no loaded object ended: its perf map (perfmap.py), if it
+        wrote one, is read now, while the pid is still its own, to name that code at the end."""
+        from heapscope.symbolize.perfmap import MAX_BYTES, PerfMap, perf_map_path, read_perf_map
+
+        left = PERF_MAPS_MAX_BYTES - self._perf_map_bytes
+        if left <= 0:
+            self.perf_maps[pid] = PerfMap(perf_map_path(pid), f"not read: {PERF_MAPS_MAX_BYTES >> 20} MiB of"
+                                                              " perf maps were read in this recording already")
+            return
+        m = read_perf_map(pid, uid, limit=min(MAX_BYTES, left))
+        self._perf_map_bytes += m.bytes_read
+        self.perf_maps[pid] = m
 
     def tick(self, now: float) -> None:
         """From the recording loop: warm the modules the cache does not know, once the target has
@@ -180,7 +198,7 @@ class LiveSymbolizer:
             # tick() found the tool too: the end does not look through PATH for it again.
             tool = self._tool if self._locator is not None else "auto"
             report = symbolize_profile(writer, symbolizer=tool, warm=self.warm, cache=self.cache, locator=reuse,
-                                       done=self._done)
+                                       done=self._done, perf_maps=self.perf_maps)
             _add_early(report, self._early)
             self._remember_located()
             report.cache_notes = self.cache.notes()

@@ -266,7 +266,9 @@ struct hs_pyinfo {
 };
 /* ---- end of Python frames ---- */
 
-/* One loaded ELF object (from dl_iterate_phdr). rel_pc = pc - base. */
+/* One executable PT_LOAD of a loaded ELF object (from dl_iterate_phdr): an
+ * object with several (node, -z separate-code links) sends one record for
+ * each, same base, path and build id. rel_pc = pc - base. */
 struct hs_module {
   uint64_t base;         /* dlpi_addr: load bias of the object */
   uint64_t start;        /* first byte of the executable PT_LOAD */

@@ -1,0 +1,127 @@
+"""symbolize.perfmap: reading a program's /tmp/perf-PID.map (what may be trusted of a file in a
+directory every user writes to) and naming the frames of its code in no loaded object."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from heapscope.model import Frame, Mapping, MappingId, unknown_code_name, unknown_code_pid
+from heapscope.store.writer import ProfileWriter, SymbolWriter
+from heapscope.symbolize.missing import unsymbolized_modules
+from heapscope.symbolize.perfmap import parse_perf_map, perf_map_path, read_perf_map
+from heapscope.symbolize.profile import symbolize_profile
+
+pytestmark = pytest.mark.timeout(60)
+
+PID = 4242
+MAP = (b"7f0000001000 40 LazyCompile:~outer /app/main.js:1\n"
+       b"0x7f0000001040 0x20 JS:*inner /app/main.js:9\n"  # a 0x prefix, as some runtimes write
+       b"7f0000001100 100 py::handler:/app/server.py\n"
+       b"7f0000001180 10 stub inside handler\n"  # nested in the one before: the innermost wins
+       b"not a line\n"
+       b"7f0000002000 zz bad size\n"
+       b"7f0000003000 10 written las")  # the line being written when the file was read
+
+
+def test_parse_names_ranges_innermost_and_skips_what_is_not_a_line() -> None:
+    m = parse_perf_map("p", MAP)
+    assert m.lookup(0x7F0000001000) == "LazyCompile:~outer /app/main.js:1"
+    assert m.lookup(0x7F000000103F) == "LazyCompile:~outer /app/main.js:1"
+    assert m.lookup(0x7F0000001040) == "JS:*inner /app/main.js:9"
+    assert m.lookup(0x7F0000001060) is None  # past inner's end, between functions
+    assert m.lookup(0x7F0000001184) == "stub inside handler"
+    assert m.lookup(0x7F00000011F0) == "py::handler:/app/server.py"
+    assert m.lookup(0x7F0000000FFF) is None
+    assert m.lookup(0x7F0000003004) is None  # the incomplete last line is not taken
+    assert (len(m), m.bad_lines) == (4, 2)
+
+
+def test_a_reused_address_takes_the_later_line() -> None:
+    m = parse_perf_map("p", b"1000 10 old\n1000 20 new\n")
+    assert m.lookup(0x1018) == "new"
+
+
+def _write(d: Path, data: bytes = MAP) -> Path:
+    p = Path(perf_map_path(PID, str(d)))
+    p.write_bytes(data)
+    return p
+
+
+def test_read_own_file(tmp_path: Path) -> None:
+    _write(tmp_path)
+    m = read_perf_map(PID, os.getuid(), str(tmp_path))
+    assert m.status == "read" and len(m) == 4 and not m.truncated
+
+
+def test_absent_file(tmp_path: Path) -> None:
+    assert read_perf_map(PID, os.getuid(), str(tmp_path)).status == "absent"
+
+
+def test_a_symlink_is_not_followed(tmp_path: Path) -> None:
+    # GIVEN /tmp/perf-PID.map planted as a link to a file of the right owner
+    target = tmp_path / "elsewhere"
+    target.write_bytes(MAP)
+    os.symlink(target, perf_map_path(PID, str(tmp_path)))
+    m = read_perf_map(PID, os.getuid(), str(tmp_path))
+    # THEN it is not read
+    assert m.status.startswith("not opened") and len(m) == 0, m.status
+
+
+def test_a_file_of_another_owner_is_refused(tmp_path: Path) -> None:
+    _write(tmp_path)
+    m = read_perf_map(PID, os.getuid() + 1, str(tmp_path))
+    assert m.status.startswith("refused: owned by uid") and len(m) == 0
+
+
+def test_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    os.mkfifo(perf_map_path(PID, str(tmp_path)))
+    m = read_perf_map(PID, os.getuid(), str(tmp_path))
+    assert m.status == "refused: not a regular file"
+
+
+def test_read_stops_at_the_limit(tmp_path: Path) -> None:
+    _write(tmp_path)
+    m = read_perf_map(PID, os.getuid(), str(tmp_path), limit=60)
+    # only the first line fits whole in 60 bytes
+    assert m.truncated and len(m) == 1 and m.bytes_read == 60
+
+
+def test_unknown_code_names_round_trip() -> None:
+    assert unknown_code_pid(unknown_code_name(17)) == 17
+    assert unknown_code_pid("[unknown]") is None
+    assert unknown_code_pid("[unknown pid x]") is None
+    assert unknown_code_pid("/usr/bin/node") is None
+
+
+def _profile(path: Path, frames: list[Frame]) -> sqlite3.Connection:
+    w = ProfileWriter(path)
+    anon = Mapping("", 0, 0, 0, 0, 0, unknown_code_name(PID))
+    other = Mapping("", 0, 0, 0, 0, 0, unknown_code_name(PID + 1))
+    w.add_mappings([(1, anon), (2, other)])
+    w.add_frames(enumerate(frames, start=1))
+    w.close()
+    return sqlite3.connect(path)
+
+
+def test_symbolize_names_a_process_frames_from_its_own_map_only(tmp_path: Path) -> None:
+    # GIVEN frames at the same JIT address in two processes, and the perf map of one of them
+    db = _profile(tmp_path / "p.db", [Frame(MappingId(1), 0x7F0000001044), Frame(MappingId(2), 0x7F0000001044),
+                                      Frame(MappingId(1), 0x7F0000009000)])
+    maps = {PID: parse_perf_map(perf_map_path(PID), MAP)}
+    report = symbolize_profile(SymbolWriter(db), symbolizer=None, perf_maps=maps)
+    names = [n for (n,) in db.execute("SELECT name FROM stack_profile_frame ORDER BY id")]
+    # THEN only its own frame is named; the others keep their address
+    assert names == ["JS:*inner /app/main.js:9", f"[unknown pid {PID + 1}]+0x7f0000001044",
+                     f"[unknown pid {PID}]+0x7f0000009000"]
+    by_name = {m.name: m for m in report.mappings}
+    assert (by_name[unknown_code_name(PID)].frames, by_name[unknown_code_name(PID)].named) == (2, 1)
+    # AND what stays unnamed is listed with its fix: the runtime's flag where no map was read
+    missing = {u.module: u for u in unsymbolized_modules(report)}
+    assert "node --perf-basic-prof" in missing[unknown_code_name(PID + 1)].fix
+    assert "python -X perf" in missing[unknown_code_name(PID + 1)].fix
+    assert "not in its perf map" in missing[unknown_code_name(PID)].fix
+    assert missing[unknown_code_name(PID)].frames == 1
