@@ -2,6 +2,8 @@
 #include "modules.h"
 
 #include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <link.h>
 #include <limits.h>
 #include <string.h>
@@ -289,6 +291,122 @@ static int collect(struct dl_phdr_info *info, size_t size, void *data) {
   return 0;
 }
 
+/* ---- executable mappings of a loaded file that dl_iterate_phdr does not list ----
+ *
+ * V8 (node, Chrome) maps its embedded builtins a second time, near its JIT code
+ * (short builtin calls): the same pages of the executable, at an address the
+ * loader knows nothing of, where every interpreted and compiled JavaScript call
+ * passes. /proc/self/maps lists them with the file and its offset: each gets
+ * an entry of the object the file offset is in, its base set so that pc - base
+ * is the same ELF address as in the object's own segment. */
+
+#define MAPS_BUF (64u * 1024)
+
+/* The entry of an object at `path` whose executable segment holds file offset `off`. */
+static const struct collected *segment_of_file(const struct scan *sc, const char *path, size_t path_len,
+                                               uint64_t off) {
+  for (size_t at = 0; at < sc->used;) {
+    const struct collected *c = (const struct collected *)(sc->buf + at);
+    at += c->entry_size;
+    if (c->path_len == path_len && memcmp(c->path, path, path_len) == 0 &&
+        off >= c->mod.file_offset && off - c->mod.file_offset < c->mod.end - c->mod.start)
+      return c;
+  }
+  return NULL;
+}
+
+static int covered(const struct scan *sc, uint64_t addr) {
+  for (size_t at = 0; at < sc->used;) {
+    const struct collected *c = (const struct collected *)(sc->buf + at);
+    at += c->entry_size;
+    if (addr >= c->mod.start && addr < c->mod.end)
+      return 1;
+  }
+  return 0;
+}
+
+static const char *hex_field(const char *p, const char *end, uint64_t *out) {
+  uint64_t v = 0;
+  const char *q = p;
+  for (; q < end && q - p < 16; q++) {
+    char ch = *q;
+    unsigned d = ch >= '0' && ch <= '9' ? (unsigned)(ch - '0') : ch >= 'a' && ch <= 'f' ? (unsigned)(ch - 'a' + 10) : 16u;
+    if (d == 16)
+      break;
+    v = v << 4 | d;
+  }
+  *out = v;
+  return q > p ? q : NULL;
+}
+
+/* One line of /proc/self/maps: `start-end perms offset dev inode path`. */
+static void remapped_line(struct scan *sc, const char *p, const char *end) {
+  uint64_t lo, hi, off;
+  if (!(p = hex_field(p, end, &lo)) || p >= end || *p++ != '-' || !(p = hex_field(p, end, &hi)) ||
+      end - p < 6 || p[0] != ' ' || p[3] != 'x')
+    return;
+  p += 6; /* " r-xp" */
+  if (p >= end || *p++ != ' ' || !(p = hex_field(p, end, &off)))
+    return;
+  for (int field = 0; field < 2 && p < end; field++) { /* dev, inode */
+    while (p < end && *p == ' ')
+      p++;
+    while (p < end && *p != ' ')
+      p++;
+  }
+  while (p < end && *p == ' ')
+    p++;
+  if (p >= end || *p != '/' || hi <= lo || covered(sc, lo))
+    return;
+  const struct collected *seg = segment_of_file(sc, p, (size_t)(end - p), off);
+  if (!seg)
+    return;
+  struct collected *c = (struct collected *)(sc->buf + sc->used);
+  if (sc->used + sizeof(struct collected) + seg->path_len + 8 > SCRATCH_SIZE)
+    return;
+  memcpy(c, seg, sizeof(struct collected) + seg->path_len);
+  c->mod.start = lo;
+  c->mod.end = hi;
+  c->mod.file_offset = off;
+  c->mod.vaddr = seg->mod.vaddr + (off - seg->mod.file_offset);
+  c->mod.base = lo - c->mod.vaddr;
+  sc->used += c->entry_size;
+}
+
+static void collect_remapped(struct scan *sc) {
+  int saved_errno = errno; /* the program's, whatever open or read leave */
+  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  char *buf = fd < 0 ? MAP_FAILED
+                     : mmap(NULL, MAPS_BUF, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (buf == MAP_FAILED) {
+    if (fd >= 0)
+      close(fd);
+    errno = saved_errno;
+    return;
+  }
+  size_t have = 0;
+  for (int reads = 0; reads < 4096; reads++) { /* bounded: 256 MiB of maps */
+    ssize_t r = read(fd, buf + have, MAPS_BUF - have);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      break;
+    have += (size_t)r;
+    char *line = buf, *nl;
+    while ((nl = memchr(line, '\n', have - (size_t)(line - buf))) != NULL) {
+      remapped_line(sc, line, nl);
+      line = nl + 1;
+    }
+    have -= (size_t)(line - buf);
+    memmove(buf, line, have);
+    if (have == MAPS_BUF)
+      have = 0; /* a line longer than the buffer: not ours to read */
+  }
+  munmap(buf, MAPS_BUF);
+  close(fd);
+  errno = saved_errno;
+}
+
 static int is_known(const struct hs_module *m, uint32_t n) {
   for (uint32_t i = 0; i < n; i++)
     if (known[i].base == m->base && known[i].start == m->start && known[i].end == m->end)
@@ -306,6 +424,10 @@ int hs_modules_scan(struct hs_ring *r) {
   struct scan sc = {buf, 0, 1};
   /* No client lock is held here (see modules.h). */
   dl_iterate_phdr(collect, &sc);
+  /* Not at the first scan, from the client's start: a remap comes later, and a
+   * rescan is asked for by a pc no module holds. */
+  if (__atomic_load_n(&nknown, __ATOMIC_ACQUIRE) > 0)
+    collect_remapped(&sc);
   int rc = HS_OK;
   uint32_t unlocked = 0;
   if (__atomic_compare_exchange_n(&merge_lock, &unlocked, 1, 0, __ATOMIC_ACQUIRE,
