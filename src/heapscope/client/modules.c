@@ -345,7 +345,7 @@ static void remapped_line(struct scan *sc, const char *p, const char *end) {
   if (!(p = hex_field(p, end, &lo)) || p >= end || *p++ != '-' || !(p = hex_field(p, end, &hi)) ||
       end - p < 6 || p[0] != ' ' || p[3] != 'x')
     return;
-  p += 6; /* " r-xp" */
+  p += 5; /* " r-xp" */
   if (p >= end || *p++ != ' ' || !(p = hex_field(p, end, &off)))
     return;
   for (int field = 0; field < 2 && p < end; field++) { /* dev, inode */
