@@ -203,6 +203,9 @@ class LiveSymbolizer:
             self._remember_located()
             report.cache_notes = self.cache.notes()
             writer.add_stats(self.cache.stats_rows())
+            from heapscope.symbolize.missing import jit_stats_rows
+
+            writer.add_stats(jit_stats_rows(report))
             writer.commit()
             return report
         finally:

@@ -24,8 +24,8 @@ from heapscope.symbolize.preload import preload_blocker
 from heapscope.symbolize.profile import MappingReport, SymbolizeReport
 from heapscope.which import which
 
-__all__ = ["Unsymbolized", "fix_for", "is_mostly_shallow", "mostly_shallow", "owning_package", "owning_packages",
-           "preload_blocker", "unsymbolized_modules"]
+__all__ = ["Unsymbolized", "fix_for", "is_mostly_shallow", "jit_fix", "jit_stats_rows", "mostly_shallow",
+           "owning_package", "owning_packages", "preload_blocker", "unsymbolized_modules"]
 
 DPKG_TIMEOUT_S = 3.0
 # --unwinder fp: a process whose sampled stacks are mostly this shallow had no frame pointers to walk.
@@ -102,6 +102,22 @@ def jit_fix(detail: str) -> str:
         return f"its perf map was not used ({detail})"
     return (f"not in its perf map ({detail}): code the runtime did not report (its own stubs, a"
             " trampoline) or a wrong return address")
+
+
+def jit_stats_rows(report: SymbolizeReport) -> list[tuple[str, int | None, str, str, int, str]]:
+    """Rows for `stats`: the frames of code in no loaded object (JIT) named from perf maps, and those
+    left unnamed; none when the recording had no such frame."""
+    jit = [m for m in report.mappings if unknown_code_pid(m.name) is not None]
+    if not jit:
+        return []
+    named = sum(m.named for m in jit)
+    unnamed = sum(m.frames - m.named for m in jit)
+    return [
+        ("jit_frames_named", None, "info", "producer", named,
+         "frames of code in no loaded object (JIT) named from the program's /tmp/perf-PID.map"),
+        ("jit_frames_unnamed", None, "data_loss", "producer", unnamed,
+         f"frames of code in no loaded object (JIT) left unnamed ([unknown pid N]+0x...): {JIT_FIX}"),
+    ]
 
 
 def owning_package(path: str) -> str:
