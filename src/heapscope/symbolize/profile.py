@@ -304,9 +304,10 @@ def _name_from_perf_map(mapping_id: int, path: str, frames: list[tuple[int, int,
         m.file, m.detail = perf_map.path, describe(perf_map)
     for frame_id, rel_pc, old_name in frames:
         fn = perf_map.lookup(rel_pc) if perf_map is not None else None
-        if fn:
+        fallback = _fallback_name(path, rel_pc)
+        if fn or (old_name and old_name != fallback):  # a name `record` gave from the map is kept
             m.named += 1
-        frame_updates.append((fn or old_name or _fallback_name(path, rel_pc), None, frame_id))
+        frame_updates.append((fn or old_name or fallback, None, frame_id))
     return m
 
 

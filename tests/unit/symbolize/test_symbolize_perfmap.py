@@ -125,3 +125,18 @@ def test_symbolize_names_a_process_frames_from_its_own_map_only(tmp_path: Path) 
     assert "python -X perf" in missing[unknown_code_name(PID + 1)].fix
     assert "not in its perf map" in missing[unknown_code_name(PID)].fix
     assert missing[unknown_code_name(PID)].frames == 1
+
+
+def test_a_later_symbolize_keeps_the_names_record_gave(tmp_path: Path) -> None:
+    # GIVEN a profile whose JIT frame `record` named from the perf map
+    db = _profile(tmp_path / "p.db", [Frame(MappingId(1), 0x7F0000001044)])
+    maps = {PID: parse_perf_map(perf_map_path(PID), MAP)}
+    symbolize_profile(SymbolWriter(db), symbolizer=None, perf_maps=maps)
+    db.execute("UPDATE stack_profile_frame SET symbol_set_id = NULL")  # as record leaves them
+    db.commit()
+    # WHEN it is symbolized again later, with no perf map (`heapscope symbolize`)
+    report = symbolize_profile(SymbolWriter(db), symbolizer=None)
+    # THEN the frame keeps its name, and counts as named
+    assert [n for (n,) in db.execute("SELECT name FROM stack_profile_frame")] == ["JS:*inner /app/main.js:9"]
+    assert [m.named for m in report.mappings] == [1]
+    assert unsymbolized_modules(report) == []
