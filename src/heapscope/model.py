@@ -37,6 +37,14 @@ def unknown_code_name(pid: int) -> str:
     return f"{_UNKNOWN_CODE}{pid}]"
 
 
+def is_jitdump_path(path: str) -> bool:
+    """`.../jit-1234.dump`: a jitdump file (perf's jitdump-specification.txt), which a runtime
+    maps executable for profilers to find; the client sends its mapping as a MODULE."""
+    base = path.rsplit("/", 1)[-1]
+    digits = base[4:-5]
+    return base.startswith("jit-") and base.endswith(".dump") and digits.isdigit() and digits.isascii()
+
+
 def unknown_code_pid(name: str) -> int | None:
     """The pid of an unknown_code_name(), None for any other mapping name."""
     if not (name.startswith(_UNKNOWN_CODE) and name.endswith("]")):

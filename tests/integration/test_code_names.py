@@ -171,6 +171,22 @@ def test_node_native_and_javascript_frames_are_named(tmp_path: Path) -> None:
 
 
 @needs_node
+def test_node_javascript_frames_are_named_from_its_jitdump(tmp_path: Path) -> None:
+    # GIVEN node writing perf's jitdump (--perf-prof: jit-PID.dump in its working directory, mapped
+    # executable for profilers to find) and no perf map
+    js = tmp_path / "buffers.js"
+    js.write_text(BUFFERS_JS)
+    in_tmp = 'cd "$1" && exec "$2" --perf-prof --interpreted-frames-native-stack "$3"'
+    # WHEN it is recorded
+    db, err = _record(tmp_path, ["sh", "-c", in_tmp, "sh", tmp_path, NODE, js])
+    # THEN the JavaScript function is named from the jitdump, and little is left unnamed
+    assert list(tmp_path.glob("jit-*.dump")), "node wrote no jitdump"
+    names = _frame_names(db)
+    assert any("makeBuffers" in n and "buffers.js" in n for n in names), (sorted(names)[:50], err)
+    assert _unnamed_share(tmp_path, db) < 0.10, err
+
+
+@needs_node
 def test_node_without_a_perf_map_is_told_the_flag(tmp_path: Path) -> None:
     js = tmp_path / "buffers.js"
     js.write_text(BUFFERS_JS)

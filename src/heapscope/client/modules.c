@@ -315,6 +315,21 @@ static const struct collected *segment_of_file(const struct scan *sc, const char
   return NULL;
 }
 
+/* `.../jit-<digits>.dump`: perf's jitdump file, which a runtime writing one maps
+ * executable so that profilers find it (perf's jitdump-specification.txt). */
+static int is_jitdump(const char *path, size_t len) {
+  const char *b = path + len;
+  while (b > path && b[-1] != '/')
+    b--;
+  size_t n = (size_t)(path + len - b);
+  if (n < 10 || memcmp(b, "jit-", 4) != 0 || memcmp(path + len - 5, ".dump", 5) != 0)
+    return 0;
+  for (const char *d = b + 4; d < path + len - 5; d++)
+    if (*d < '0' || *d > '9')
+      return 0;
+  return 1;
+}
+
 static int covered(const struct scan *sc, uint64_t addr) {
   for (size_t at = 0; at < sc->used;) {
     const struct collected *c = (const struct collected *)(sc->buf + at);
@@ -358,10 +373,24 @@ static void remapped_line(struct scan *sc, const char *p, const char *end) {
     p++;
   if (p >= end || *p != '/' || hi <= lo || covered(sc, lo))
     return;
-  const struct collected *seg = segment_of_file(sc, p, (size_t)(end - p), off);
+  size_t path_len = (size_t)(end - p);
+  struct collected *c = (struct collected *)(sc->buf + sc->used);
+  if (path_len < PATH_MAX && is_jitdump(p, path_len)) {
+    /* Sent as a MODULE of its own (no code of it runs): the producer reads the
+     * file for the names of the process's JIT code. */
+    if (sc->used + sizeof(struct collected) + path_len + 8 > SCRATCH_SIZE)
+      return;
+    memset(&c->mod, 0, sizeof c->mod);
+    c->mod.base = c->mod.start = lo;
+    c->mod.end = hi;
+    c->mod.file_offset = off;
+    memcpy(c->path, p, path_len);
+    finish_entry(sc, c, (uint32_t)path_len, 0, c->mod.build_id);
+    return;
+  }
+  const struct collected *seg = segment_of_file(sc, p, path_len, off);
   if (!seg)
     return;
-  struct collected *c = (struct collected *)(sc->buf + sc->used);
   if (sc->used + sizeof(struct collected) + seg->path_len + 8 > SCRATCH_SIZE)
     return;
   memcpy(c, seg, sizeof(struct collected) + seg->path_len);

@@ -80,10 +80,11 @@ class LiveSymbolizer:
             self._seen.add((path, build_id))
             self._pending.append((path, build_id))
 
-    def process_ended(self, pid: int, uid: int) -> None:
+    def process_ended(self, pid: int, uid: int, jitdump: str | None = None) -> None:
         """A process with code in no loaded object ended: its perf map (perfmap.py), if it
-        wrote one, is read now, while the pid is still its own, to name that code at the end."""
-        from heapscope.symbolize.perfmap import MAX_BYTES, PerfMap, perf_map_path, read_perf_map
+        wrote one, and the jitdump file it mapped, if any, are read now, while the pid is
+        still its own, to name that code at the end."""
+        from heapscope.symbolize.perfmap import MAX_BYTES, PerfMap, merged, perf_map_path, read_jitdump, read_perf_map
 
         left = PERF_MAPS_MAX_BYTES - self._perf_map_bytes
         if left <= 0:
@@ -92,6 +93,10 @@ class LiveSymbolizer:
             return
         m = read_perf_map(pid, uid, limit=min(MAX_BYTES, left))
         self._perf_map_bytes += m.bytes_read
+        if jitdump is not None and PERF_MAPS_MAX_BYTES - self._perf_map_bytes > 0:
+            dump = read_jitdump(jitdump, uid, limit=min(MAX_BYTES, PERF_MAPS_MAX_BYTES - self._perf_map_bytes))
+            self._perf_map_bytes += dump.bytes_read
+            m = dump if m.status != "read" else merged(m, dump) if dump.status == "read" else m
         self.perf_maps[pid] = m
 
     def tick(self, now: float) -> None:

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import struct
 from pathlib import Path
 
 import pytest
 
-from heapscope.model import Frame, Mapping, MappingId, unknown_code_name, unknown_code_pid
+from heapscope.model import Frame, Mapping, MappingId, is_jitdump_path, unknown_code_name, unknown_code_pid
 from heapscope.store.writer import ProfileWriter, SymbolWriter
 from heapscope.symbolize.missing import unsymbolized_modules
-from heapscope.symbolize.perfmap import parse_perf_map, perf_map_path, read_perf_map
+from heapscope.symbolize.perfmap import parse_perf_map, perf_map_path, read_jitdump, read_perf_map
 from heapscope.symbolize.profile import symbolize_profile
 
 pytestmark = pytest.mark.timeout(60)
@@ -140,3 +141,46 @@ def test_a_later_symbolize_keeps_the_names_record_gave(tmp_path: Path) -> None:
     assert [n for (n,) in db.execute("SELECT name FROM stack_profile_frame")] == ["JS:*inner /app/main.js:9"]
     assert [m.named for m in report.mappings] == [1]
     assert unsymbolized_modules(report) == []
+
+
+def _jitdump(records: list[bytes]) -> bytes:
+    header = struct.pack("<IIIIIIQQ", 0x4A695444, 1, 40, 62, 0, PID, 0, 0)
+    return header + b"".join(records)
+
+
+def _load(addr: int, size: int, name: bytes, code: bytes = b"\x90" * 16) -> bytes:
+    body = struct.pack("<IIQQQQ", PID, PID, addr, addr, size, 0) + name + b"\0" + code
+    return struct.pack("<IIQ", 0, 16 + len(body), 0) + body
+
+
+def _move(old: int, new: int, size: int) -> bytes:
+    body = struct.pack("<IIQQQQQ", PID, PID, new, old, new, size, 0)
+    return struct.pack("<IIQ", 1, 16 + len(body), 0) + body
+
+
+def test_jitdump_loads_and_moves_are_named_and_a_cut_record_is_left(tmp_path: Path) -> None:
+    # GIVEN a jitdump with two functions, one moved, an unknown record kind, and a record cut short
+    cut = _load(0x9000, 0x10, b"cut")[:30]
+    unknown = struct.pack("<IIQ", 7, 24, 0) + b"\0" * 8
+    path = tmp_path / f"jit-{PID}.dump"
+    path.write_bytes(_jitdump([_load(0x1000, 0x40, b"JS:*first a.js:1"), unknown, _load(0x2000, 0x20, b"second"),
+                               _move(0x2000, 0x5000, 0x20), cut]))
+    m = read_jitdump(str(path), os.getuid())
+    assert m.status == "read", m.status
+    assert m.lookup(0x1010) == "JS:*first a.js:1"
+    assert m.lookup(0x5004) == "second" and m.lookup(0x2004) is None
+    assert m.lookup(0x9004) is None
+
+
+def test_jitdump_of_another_owner_or_not_a_jitdump_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / f"jit-{PID}.dump"
+    path.write_bytes(_jitdump([_load(0x1000, 0x40, b"f")]))
+    assert read_jitdump(str(path), os.getuid() + 1).status.startswith("refused: owned by uid")
+    path.write_bytes(b"not a jitdump at all, but long enough for a header")
+    assert read_jitdump(str(path), os.getuid()).status == "not read: not a jitdump file"
+
+
+def test_jitdump_path_names() -> None:
+    assert is_jitdump_path("/home/u/.debug/jit/java-jit-x/jit-1234.dump")
+    assert not is_jitdump_path("/tmp/jit-12a4.dump") and not is_jitdump_path("/tmp/jit-.dump")
+    assert not is_jitdump_path("/tmp/perf-1234.map")
