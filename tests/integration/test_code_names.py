@@ -109,6 +109,12 @@ print("done")
 """
 
 
+def _in(directory: Path, argv: list[str | Path]) -> list[str | Path]:
+    """argv run in `directory`: node's logs (isolate-*-v8.log with --perf-basic-prof) and its
+    jitdump go to its working directory."""
+    return ["sh", "-c", 'cd "$1" && shift && exec "$@"', "sh", directory, *argv]
+
+
 def _record(tmp: Path, argv: list[str | Path]) -> tuple[Path, str]:
     db = tmp / "p.db"
     run = run_process([*HEAPSCOPE, "record", "-o", str(db), "--", *map(str, argv)], timeout=180)
@@ -157,7 +163,7 @@ def test_node_native_and_javascript_frames_are_named(tmp_path: Path) -> None:
     db = tmp_path / "p.db"
     with _perf_maps_removed(db):
         # WHEN it is recorded
-        db, err = _record(tmp_path, [NODE, "--perf-basic-prof", "--interpreted-frames-native-stack", js])
+        db, err = _record(tmp_path, _in(tmp_path, [NODE, "--perf-basic-prof", "--interpreted-frames-native-stack", js]))
         names = _frame_names(db)
         # THEN node's own C++ frames are named (in its second executable segment)
         assert "node::NodeArrayBufferAllocator::AllocateUninitialized(unsigned long)" in names, err
@@ -176,9 +182,8 @@ def test_node_javascript_frames_are_named_from_its_jitdump(tmp_path: Path) -> No
     # executable for profilers to find) and no perf map
     js = tmp_path / "buffers.js"
     js.write_text(BUFFERS_JS)
-    in_tmp = 'cd "$1" && exec "$2" --perf-prof --interpreted-frames-native-stack "$3"'
     # WHEN it is recorded
-    db, err = _record(tmp_path, ["sh", "-c", in_tmp, "sh", tmp_path, NODE, js])
+    db, err = _record(tmp_path, _in(tmp_path, [NODE, "--perf-prof", "--interpreted-frames-native-stack", js]))
     # THEN the JavaScript function is named from the jitdump, and little is left unnamed
     assert list(tmp_path.glob("jit-*.dump")), "node wrote no jitdump"
     names = _frame_names(db)
@@ -191,7 +196,7 @@ def test_node_without_a_perf_map_is_told_the_flag(tmp_path: Path) -> None:
     js = tmp_path / "buffers.js"
     js.write_text(BUFFERS_JS)
     # WHEN node runs JIT code without writing a perf map
-    db, err = _record(tmp_path, [NODE, js])
+    db, err = _record(tmp_path, _in(tmp_path, [NODE, js]))
     # THEN the end of record counts its unnamed frames and gives the flag that names them
     line = next((ln for ln in err.splitlines() if "[unknown pid " in ln and "fix:" in ln), None)
     assert line is not None, err
