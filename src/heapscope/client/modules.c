@@ -443,6 +443,16 @@ static int is_known(const struct hs_module *m, uint32_t n) {
   return 0;
 }
 
+static int anything_new(const struct scan *sc, uint32_t n) {
+  for (size_t at = 0; at < sc->used;) {
+    const struct collected *c = (const struct collected *)(sc->buf + at);
+    at += c->entry_size;
+    if (!is_known(&c->mod, n))
+      return 1;
+  }
+  return 0;
+}
+
 int hs_modules_scan(struct hs_ring *r) {
   if (!known)
     return HS_OK;
@@ -453,9 +463,11 @@ int hs_modules_scan(struct hs_ring *r) {
   struct scan sc = {buf, 0, 1};
   /* No client lock is held here (see modules.h). */
   dl_iterate_phdr(collect, &sc);
-  /* Not at the first scan, from the client's start: a remap comes later, and a
-   * rescan is asked for by a pc no module holds. */
-  if (__atomic_load_n(&nknown, __ATOMIC_ACQUIRE) > 0)
+  /* /proc/self/maps only when the loader's list has nothing new for the pc
+   * that asked for this rescan (a dlopen needs no more), and never at the
+   * first scan, from the client's start: a remap comes later. */
+  uint32_t had = __atomic_load_n(&nknown, __ATOMIC_ACQUIRE);
+  if (had > 0 && !anything_new(&sc, had))
     collect_remapped(&sc);
   int rc = HS_OK;
   uint32_t unlocked = 0;
