@@ -26,6 +26,32 @@ HEAP_NAME = "libc.malloc"
 PY_HEAP_NAME = "python.pymalloc"  # Python's MEM and OBJ allocator domains (client/pymem.c, wire.h)
 VIEWS = ("space", "alloc_space", "objects", "alloc_objects")
 
+# The pseudo-mapping of one process's code outside every loaded object (JIT code,
+# mostly): one per process, so that a perf map (symbolize/perfmap.py) names the
+# frames of its own process only. Not a path: the symbolizer reads no file for it.
+_UNKNOWN_CODE = "[unknown pid "
+
+
+def unknown_code_name(pid: int) -> str:
+    """The mapping name of process `pid`'s code in no loaded object: `[unknown pid 1234]`."""
+    return f"{_UNKNOWN_CODE}{pid}]"
+
+
+def is_jitdump_path(path: str) -> bool:
+    """`.../jit-1234.dump`: a jitdump file (perf's jitdump-specification.txt), which a runtime
+    maps executable for profilers to find; the client sends its mapping as a MODULE."""
+    base = path.rsplit("/", 1)[-1]
+    digits = base[4:-5]
+    return base.startswith("jit-") and base.endswith(".dump") and digits.isdigit() and digits.isascii()
+
+
+def unknown_code_pid(name: str) -> int | None:
+    """The pid of an unknown_code_name(), None for any other mapping name."""
+    if not (name.startswith(_UNKNOWN_CODE) and name.endswith("]")):
+        return None
+    digits = name[len(_UNKNOWN_CODE):-1]
+    return int(digits) if digits.isdigit() and digits.isascii() else None
+
 
 class Mapping(FrozenSlots):
     """An executable mapping of one process (one loaded ELF object)."""

@@ -563,6 +563,7 @@ class Recording:
             from heapscope.symbolize.live import LiveSymbolizer
             self._symbolizer = LiveSymbolizer(writer=self.writer)
             self.producer.on_module = self._symbolizer.module
+            self.producer.on_process_end = self._symbolizer.process_ended  # its perf map, for JIT frames
         except Exception as e:  # symbolization is a bonus: never a reason to stop
             self.warn(f"symbolization unavailable: {_describe(e)}")
             self._symbolizer = None

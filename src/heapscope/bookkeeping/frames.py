@@ -5,7 +5,7 @@ from __future__ import annotations
 import bisect
 
 from heapscope.bookkeeping.pylines import LineTable
-from heapscope.model import Frame, FrameId, Mapping, MappingId
+from heapscope.model import Frame, FrameId, Mapping, MappingId, unknown_code_name
 from heapscope.slots import Slots
 from heapscope.wire.codec import PY_FRAME_ENTRY, ModuleRecord
 
@@ -44,6 +44,12 @@ class Interner(Generic[T]):
         return new
 
 
+def unknown_code_mapping(pid: int) -> Mapping:
+    """Where process `pid`'s pcs in no loaded object go (model.unknown_code_name)."""
+    return Mapping(build_id="", exact_offset=0, start_offset=0, start=0, end=0, load_bias=0,
+                   name=unknown_code_name(pid))
+
+
 def mapping_of(m: ModuleRecord) -> Mapping:
     return Mapping(
         build_id=m.build_id.hex(),
@@ -59,18 +65,21 @@ def mapping_of(m: ModuleRecord) -> Mapping:
 class ProcessModules(Slots):
     """The loaded objects of one process, searchable by address."""
 
-    __slots__ = ("starts", "modules", "mapping_ids", "generation")
+    __slots__ = ("starts", "modules", "mapping_ids", "generation", "unknown")
     starts: list[int]
     modules: list[ModuleRecord]
     mapping_ids: list[int]
     generation: int  # modules added so far: what waits for a module may resolve once it moves
+    unknown: Mapping  # the mapping of pcs in no module: the process's own (unknown_code_mapping) when known
 
     def __init__(self, starts: list[int] | None = None, modules: list[ModuleRecord] | None = None,
-                 mapping_ids: list[int] | None = None, generation: int = 0) -> None:
+                 mapping_ids: list[int] | None = None, generation: int = 0,
+                 unknown: Mapping = UNKNOWN_MAPPING) -> None:
         self.starts = [] if starts is None else starts
         self.modules = [] if modules is None else modules
         self.mapping_ids = [] if mapping_ids is None else mapping_ids
         self.generation = generation
+        self.unknown = unknown
 
     def add(self, m: ModuleRecord, mapping_id: int) -> None:
         self.generation += 1
@@ -311,7 +320,7 @@ class FrameTable:
         addr = pc - 1
         i = mods.find(addr)
         if i is None:
-            mid = MappingId(self.mappings.intern(UNKNOWN_MAPPING))
+            mid = MappingId(self.mappings.intern(mods.unknown))
             return self.frames.intern(Frame(mid, addr))
         m = mods.modules[i]
         mid = MappingId(mods.mapping_ids[i])

@@ -2,6 +2,8 @@
 #include "modules.h"
 
 #include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <link.h>
 #include <limits.h>
 #include <string.h>
@@ -222,24 +224,12 @@ int hs_modules_with_libpython(hs_modules_py_fn fn, void *arg) {
   return c.result;
 }
 
-static int collect(struct dl_phdr_info *info, size_t size, void *data) {
-  (void)size;
-  struct scan *sc = data;
-  note_libpython(info);
-  int first = sc->first;
-  sc->first = 0;
-  const ElfW(Phdr) *text = NULL;
-  for (int i = 0; i < info->dlpi_phnum; i++) {
-    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-    if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
-      text = ph;
-      break;
-    }
-  }
-  if (!text)
-    return 0;
+/* A new entry for the executable segment `text` of `info`, its path and build
+ * id not yet set (finish_entry); NULL when the scratch buffer is full. */
+static struct collected *collect_segment(struct scan *sc, const struct dl_phdr_info *info,
+                                         const ElfW(Phdr) *text) {
   if (sc->used + sizeof(struct collected) + PATH_MAX + 8 > SCRATCH_SIZE)
-    return 1; /* buffer full: the rest is picked up by a later rescan */
+    return NULL;
   struct collected *c = (struct collected *)(sc->buf + sc->used);
   uint64_t mask = ~(uint64_t)(page_size - 1);
   memset(&c->mod, 0, sizeof c->mod);
@@ -248,28 +238,218 @@ static int collect(struct dl_phdr_info *info, size_t size, void *data) {
   c->mod.end = info->dlpi_addr + text->p_vaddr + text->p_memsz;
   c->mod.file_offset = text->p_offset & mask;
   c->mod.vaddr = text->p_vaddr & mask;
-  c->mod.build_id_len = read_build_id(info, c->mod.build_id);
-  size_t n = 0;
-  const char *name = info->dlpi_name;
-  if (first && (name == NULL || name[0] == '\0')) {
-    /* The main program has no name here. */
-    ssize_t r = readlink("/proc/self/exe", c->path, PATH_MAX);
-    n = r > 0 ? (size_t)r : 0;
-  } else if (name) {
-    n = strnlen(name, PATH_MAX);
-    memcpy(c->path, name, n);
-  }
-  c->path_len = (uint32_t)n;
+  return c;
+}
+
+static void finish_entry(struct scan *sc, struct collected *c, uint32_t n, uint32_t build_id_len,
+                         const uint8_t *build_id) {
+  c->path_len = n;
   c->entry_size = (uint32_t)HS_ALIGN8(sizeof(struct collected) + n);
-  c->mod.path_len = c->path_len;
+  c->mod.path_len = n;
+  c->mod.build_id_len = build_id_len;
+  memcpy(c->mod.build_id, build_id, build_id_len);
   sc->used += c->entry_size;
+}
+
+/* One entry per executable PT_LOAD of the object: node, Chrome and programs
+ * linked with -z separate-code variants have several, and a pc in any of
+ * them must find its module. */
+static int collect(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)size;
+  struct scan *sc = data;
+  note_libpython(info);
+  int first = sc->first;
+  sc->first = 0;
+  struct collected *head = NULL; /* the object's first entry: the others copy its path */
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
+      continue;
+    struct collected *c = collect_segment(sc, info, ph);
+    if (!c)
+      return 1; /* buffer full: the rest is picked up by a later rescan */
+    if (head) {
+      memcpy(c->path, head->path, head->path_len);
+      finish_entry(sc, c, head->path_len, head->mod.build_id_len, head->mod.build_id);
+      continue;
+    }
+    uint8_t build_id[HS_BUILD_ID_MAX];
+    uint32_t build_id_len = read_build_id(info, build_id);
+    size_t n = 0;
+    const char *name = info->dlpi_name;
+    if (first && (name == NULL || name[0] == '\0')) {
+      /* The main program has no name here. */
+      ssize_t r = readlink("/proc/self/exe", c->path, PATH_MAX);
+      n = r > 0 ? (size_t)r : 0;
+    } else if (name) {
+      n = strnlen(name, PATH_MAX);
+      memcpy(c->path, name, n);
+    }
+    finish_entry(sc, c, (uint32_t)n, build_id_len, build_id);
+    head = c;
+  }
   return 0;
+}
+
+/* ---- executable mappings of a loaded file that dl_iterate_phdr does not list ----
+ *
+ * V8 (node, Chrome) maps its embedded builtins a second time, near its JIT code
+ * (short builtin calls): the same pages of the executable, at an address the
+ * loader knows nothing of, where every interpreted and compiled JavaScript call
+ * passes. /proc/self/maps lists them with the file and its offset: each gets
+ * an entry of the object the file offset is in, its base set so that pc - base
+ * is the same ELF address as in the object's own segment. */
+
+#define MAPS_BUF (64u * 1024)
+
+/* The entry of an object at `path` whose executable segment holds file offset `off`. */
+static const struct collected *segment_of_file(const struct scan *sc, const char *path, size_t path_len,
+                                               uint64_t off) {
+  for (size_t at = 0; at < sc->used;) {
+    const struct collected *c = (const struct collected *)(sc->buf + at);
+    at += c->entry_size;
+    if (c->path_len == path_len && memcmp(c->path, path, path_len) == 0 &&
+        off >= c->mod.file_offset && off - c->mod.file_offset < c->mod.end - c->mod.start)
+      return c;
+  }
+  return NULL;
+}
+
+/* `.../jit-<digits>.dump`: perf's jitdump file, which a runtime writing one maps
+ * executable so that profilers find it (perf's jitdump-specification.txt). */
+static int is_jitdump(const char *path, size_t len) {
+  const char *b = path + len;
+  while (b > path && b[-1] != '/')
+    b--;
+  size_t n = (size_t)(path + len - b);
+  if (n < 10 || memcmp(b, "jit-", 4) != 0 || memcmp(path + len - 5, ".dump", 5) != 0)
+    return 0;
+  for (const char *d = b + 4; d < path + len - 5; d++)
+    if (*d < '0' || *d > '9')
+      return 0;
+  return 1;
+}
+
+static int covered(const struct scan *sc, uint64_t addr) {
+  for (size_t at = 0; at < sc->used;) {
+    const struct collected *c = (const struct collected *)(sc->buf + at);
+    at += c->entry_size;
+    if (addr >= c->mod.start && addr < c->mod.end)
+      return 1;
+  }
+  return 0;
+}
+
+static const char *hex_field(const char *p, const char *end, uint64_t *out) {
+  uint64_t v = 0;
+  const char *q = p;
+  for (; q < end && q - p < 16; q++) {
+    char ch = *q;
+    unsigned d = ch >= '0' && ch <= '9' ? (unsigned)(ch - '0') : ch >= 'a' && ch <= 'f' ? (unsigned)(ch - 'a' + 10) : 16u;
+    if (d == 16)
+      break;
+    v = v << 4 | d;
+  }
+  *out = v;
+  return q > p ? q : NULL;
+}
+
+/* One line of /proc/self/maps: `start-end perms offset dev inode path`. */
+static void remapped_line(struct scan *sc, const char *p, const char *end) {
+  uint64_t lo, hi, off;
+  if (!(p = hex_field(p, end, &lo)) || p >= end || *p++ != '-' || !(p = hex_field(p, end, &hi)) ||
+      end - p < 6 || p[0] != ' ' || p[3] != 'x')
+    return;
+  p += 5; /* " r-xp" */
+  if (p >= end || *p++ != ' ' || !(p = hex_field(p, end, &off)))
+    return;
+  for (int field = 0; field < 2 && p < end; field++) { /* dev, inode */
+    while (p < end && *p == ' ')
+      p++;
+    while (p < end && *p != ' ')
+      p++;
+  }
+  while (p < end && *p == ' ')
+    p++;
+  if (p >= end || *p != '/' || hi <= lo || covered(sc, lo))
+    return;
+  size_t path_len = (size_t)(end - p);
+  struct collected *c = (struct collected *)(sc->buf + sc->used);
+  if (path_len < PATH_MAX && is_jitdump(p, path_len)) {
+    /* Sent as a MODULE of its own (no code of it runs): the producer reads the
+     * file for the names of the process's JIT code. */
+    if (sc->used + sizeof(struct collected) + path_len + 8 > SCRATCH_SIZE)
+      return;
+    memset(&c->mod, 0, sizeof c->mod);
+    c->mod.base = c->mod.start = lo;
+    c->mod.end = hi;
+    c->mod.file_offset = off;
+    memcpy(c->path, p, path_len);
+    finish_entry(sc, c, (uint32_t)path_len, 0, c->mod.build_id);
+    return;
+  }
+  const struct collected *seg = segment_of_file(sc, p, path_len, off);
+  if (!seg)
+    return;
+  if (sc->used + sizeof(struct collected) + seg->path_len + 8 > SCRATCH_SIZE)
+    return;
+  memcpy(c, seg, sizeof(struct collected) + seg->path_len);
+  c->mod.start = lo;
+  c->mod.end = hi;
+  c->mod.file_offset = off;
+  c->mod.vaddr = seg->mod.vaddr + (off - seg->mod.file_offset);
+  c->mod.base = lo - c->mod.vaddr;
+  sc->used += c->entry_size;
+}
+
+static void collect_remapped(struct scan *sc) {
+  int saved_errno = errno; /* the program's, whatever open or read leave */
+  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  char *buf = fd < 0 ? MAP_FAILED
+                     : mmap(NULL, MAPS_BUF, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (buf == MAP_FAILED) {
+    if (fd >= 0)
+      close(fd);
+    errno = saved_errno;
+    return;
+  }
+  size_t have = 0;
+  for (int reads = 0; reads < 4096; reads++) { /* bounded: 256 MiB of maps */
+    ssize_t r = read(fd, buf + have, MAPS_BUF - have);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      break;
+    have += (size_t)r;
+    char *line = buf, *nl;
+    while ((nl = memchr(line, '\n', have - (size_t)(line - buf))) != NULL) {
+      remapped_line(sc, line, nl);
+      line = nl + 1;
+    }
+    have -= (size_t)(line - buf);
+    memmove(buf, line, have);
+    if (have == MAPS_BUF)
+      have = 0; /* a line longer than the buffer: not ours to read */
+  }
+  munmap(buf, MAPS_BUF);
+  close(fd);
+  errno = saved_errno;
 }
 
 static int is_known(const struct hs_module *m, uint32_t n) {
   for (uint32_t i = 0; i < n; i++)
     if (known[i].base == m->base && known[i].start == m->start && known[i].end == m->end)
       return 1;
+  return 0;
+}
+
+static int anything_new(const struct scan *sc, uint32_t n) {
+  for (size_t at = 0; at < sc->used;) {
+    const struct collected *c = (const struct collected *)(sc->buf + at);
+    at += c->entry_size;
+    if (!is_known(&c->mod, n))
+      return 1;
+  }
   return 0;
 }
 
@@ -283,6 +463,12 @@ int hs_modules_scan(struct hs_ring *r) {
   struct scan sc = {buf, 0, 1};
   /* No client lock is held here (see modules.h). */
   dl_iterate_phdr(collect, &sc);
+  /* /proc/self/maps only when the loader's list has nothing new for the pc
+   * that asked for this rescan (a dlopen needs no more), and never at the
+   * first scan, from the client's start: a remap comes later. */
+  uint32_t had = __atomic_load_n(&nknown, __ATOMIC_ACQUIRE);
+  if (had > 0 && !anything_new(&sc, had))
+    collect_remapped(&sc);
   int rc = HS_OK;
   uint32_t unlocked = 0;
   if (__atomic_compare_exchange_n(&merge_lock, &unlocked, 1, 0, __ATOMIC_ACQUIRE,

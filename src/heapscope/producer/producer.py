@@ -18,10 +18,10 @@ import time
 from collections.abc import Callable
 
 from heapscope.bookkeeping.dump import UNDEFINED_STACK, ProcessHeap
-from heapscope.bookkeeping.frames import FrameTable
+from heapscope.bookkeeping.frames import FrameTable, unknown_code_mapping
 from heapscope.bookkeeping.rows import DUMP_ROW, OP_MALLOC, STREAM_ROW, unpack_rows
 from heapscope.heaps import valid_name as valid_heap_name
-from heapscope.model import ProcessFlags, Upid
+from heapscope.model import ProcessFlags, Upid, is_jitdump_path
 from heapscope.producer import listener as _listener
 from heapscope.producer import procfs
 from heapscope.producer._ingest import Ingest, Tracker, Trie
@@ -84,6 +84,11 @@ class Producer:
         self.sockets_lost = 0  # processes that closed heapscope's socket and were followed to their exit
         # Called with (path, build id hex) for every module announced (record's early symbolization).
         self.on_module: Callable[[str, str], None] | None = None
+        # Called with (pid, uid, its jitdump file or None) as a process with frames in no loaded
+        # object ends, after its final dump: its perf map is read then, before its pid can be
+        # another process's.
+        self.on_process_end: Callable[[int, int, str | None], None] | None = None
+        self.jitdumps: dict[Upid, str] = {}  # the jitdump file a process mapped (client/modules.c)
         self.session_ending = False  # the target exited: what ends now ends with the session
         self.target_pids: set[int] = set()  # their own exit ends the session, so it is no disconnect
         self.attach_pids: set[int] = set()  # -p: attached while running (from_startup = false)
@@ -261,6 +266,7 @@ class Producer:
         conn.setblocking(False)
         info.parent_upid = self._upid_of(info.ppid)
         p = ProcessState(info=info, sock=conn, memfd=accepted.memfd, shm=accepted.shm, ingest=ingest)
+        p.heap.modules.unknown = unknown_code_mapping(info.pid)  # its JIT code, named by its own perf map
         if not self.frames.discard:
             p.heap.held = ingest
         cfg = self.config
@@ -368,6 +374,9 @@ class Producer:
             p.python_pymem = r.pymem
             p.heap.python.eval_lo, p.heap.python.eval_hi = r.eval_lo, r.eval_hi
         elif isinstance(r, codec.ModuleRecord):
+            if is_jitdump_path(r.path):  # names for its JIT code, not code
+                self.jitdumps[p.info.upid] = r.path
+                return
             p.stats.modules += 1
             self.frames.add_module(p.heap.modules, r)
             if self.on_module is not None:
@@ -568,6 +577,11 @@ class Producer:
         p.flags.buffer_corrupted = bool(st["corrupt"])
         p.flags.buffer_overran = p.meta("dropped_records") > 0
         self.dump(p, reason, final=True)
+        if self.on_process_end is not None and p.heap.modules.unknown in self.frames.mappings.ids:
+            try:
+                self.on_process_end(p.info.pid, p.info.uid, self.jitdumps.get(p.info.upid))
+            except Exception as e:  # names for its JIT frames are a bonus; its data is not
+                self.log(f"pid {p.info.pid}: its perf map was not read: {e}")
         py = p.custom_heaps.get(codec.PY_HEAP_ID)
         if py is not None:
             routed_mallocs, routed_frees = p.ingest.routed(codec.PY_HEAP_ID)

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from heapscope.store.writer import ProfileWriter
     from heapscope.symbolize.llvm import WarmSymbolizer
     from heapscope.symbolize.locate import Located, Locator
+    from heapscope.symbolize.perfmap import PerfMap
     from heapscope.symbolize.profile import SymbolizeReport
 
 # A target still running after this long gets its unknown modules warmed while it runs;
@@ -47,6 +48,7 @@ EARLY_EVERY_S = 0.2  # a cache-only pass over the frames written since the last 
 # Frames looked at per pass, at most (~3 us each): the loop drains no ring meanwhile. A
 # Python program's imports intern ~20k frames at its start; the passes take them in turns.
 EARLY_MAX_FRAMES = 2000
+PERF_MAPS_MAX_BYTES = 256 << 20  # perf maps read in one recording, all processes together
 
 
 class LiveSymbolizer:
@@ -69,12 +71,33 @@ class LiveSymbolizer:
         # Modules tick() located (the cache did not know them), with the files consulted.
         self._traced: dict[tuple[str, str], tuple[Located, list[str]]] = {}
         self._read_ahead: list[str] = []  # symbol tables tick() started reading (symtab.read_ahead)
+        self.perf_maps: dict[int, PerfMap] = {}  # pid -> the perf map read as it ended (process_ended)
+        self._perf_map_bytes = 0
 
     def module(self, path: str, build_id: str) -> None:
         """A module of a profiled process: noted (warmed later by tick(), if the target runs that long)."""
         if (path, build_id) not in self._seen:
             self._seen.add((path, build_id))
             self._pending.append((path, build_id))
+
+    def process_ended(self, pid: int, uid: int, jitdump: str | None = None) -> None:
+        """A process with code in no loaded object ended: its perf map (perfmap.py), if it
+        wrote one, and the jitdump file it mapped, if any, are read now, while the pid is
+        still its own, to name that code at the end."""
+        from heapscope.symbolize.perfmap import MAX_BYTES, PerfMap, merged, perf_map_path, read_jitdump, read_perf_map
+
+        left = PERF_MAPS_MAX_BYTES - self._perf_map_bytes
+        if left <= 0:
+            self.perf_maps[pid] = PerfMap(perf_map_path(pid), f"not read: {PERF_MAPS_MAX_BYTES >> 20} MiB of"
+                                                              " perf maps were read in this recording already")
+            return
+        m = read_perf_map(pid, uid, limit=min(MAX_BYTES, left))
+        self._perf_map_bytes += m.bytes_read
+        if jitdump is not None and PERF_MAPS_MAX_BYTES - self._perf_map_bytes > 0:
+            dump = read_jitdump(jitdump, uid, limit=min(MAX_BYTES, PERF_MAPS_MAX_BYTES - self._perf_map_bytes))
+            self._perf_map_bytes += dump.bytes_read
+            m = dump if m.status != "read" else merged(m, dump) if dump.status == "read" else m
+        self.perf_maps[pid] = m
 
     def tick(self, now: float) -> None:
         """From the recording loop: warm the modules the cache does not know, once the target has
@@ -180,11 +203,14 @@ class LiveSymbolizer:
             # tick() found the tool too: the end does not look through PATH for it again.
             tool = self._tool if self._locator is not None else "auto"
             report = symbolize_profile(writer, symbolizer=tool, warm=self.warm, cache=self.cache, locator=reuse,
-                                       done=self._done)
+                                       done=self._done, perf_maps=self.perf_maps)
             _add_early(report, self._early)
             self._remember_located()
             report.cache_notes = self.cache.notes()
             writer.add_stats(self.cache.stats_rows())
+            from heapscope.symbolize.missing import jit_stats_rows
+
+            writer.add_stats(jit_stats_rows(report))
             writer.commit()
             return report
         finally:

@@ -4,7 +4,8 @@ Three kinds of gaps that `record` names at its end (and `stats` keeps):
   * modules whose frames stayed unsymbolized (`git+0x1f120`), with the fix:
     the distribution's debug package (Debian's `PKG-dbgsym`, found with
     dpkg-query), a debuginfod server (DEBUGINFOD_URLS), or `heapscope symbolize
-    --binary-path`;
+    --binary-path`; and code in no loaded object (JIT) that no perf map named,
+    with the flag that has the runtime write one (perfmap.py);
   * a target the client could not be preloaded into (preload.py: static,
     setuid/setgid);
   * `--unwinder fp` on code built without frame pointers: stacks one or two
@@ -17,13 +18,14 @@ import os
 import subprocess
 from collections.abc import Iterable
 
+from heapscope.model import unknown_code_pid
 from heapscope.slots import FrozenSlots
 from heapscope.symbolize.preload import preload_blocker
 from heapscope.symbolize.profile import MappingReport, SymbolizeReport
 from heapscope.which import which
 
-__all__ = ["Unsymbolized", "fix_for", "is_mostly_shallow", "mostly_shallow", "owning_package", "owning_packages",
-           "preload_blocker", "unsymbolized_modules"]
+__all__ = ["Unsymbolized", "fix_for", "is_mostly_shallow", "jit_fix", "jit_stats_rows", "mostly_shallow",
+           "owning_package", "owning_packages", "preload_blocker", "unsymbolized_modules"]
 
 DPKG_TIMEOUT_S = 3.0
 # --unwinder fp: a process whose sampled stacks are mostly this shallow had no frame pointers to walk.
@@ -54,12 +56,12 @@ def unsymbolized_modules(report: SymbolizeReport) -> list[Unsymbolized]:
     the 38 shells of pyenv's shim were 38 lines of bash)."""
     todo: dict[tuple[str, str], tuple[MappingReport, int]] = {}  # (path, build id) -> (a mapping, frames)
     for m in report.mappings:
-        if m.frames > m.named and m.outcome != "not_a_file":
+        if m.frames > m.named and (m.outcome != "not_a_file" or unknown_code_pid(m.name) is not None):
             first, frames = todo.get((m.name, m.build_id), (m, 0))
             todo[(m.name, m.build_id)] = (first, frames + m.frames - m.named)
     packages = {name: pkg for name, pkg in report.packages.items() if pkg}  # known from the symbol cache
     packages.update(owning_packages(list(dict.fromkeys(
-        name for name, _ in todo if name not in report.packages))))
+        name for name, _ in todo if name not in report.packages and name.startswith("/")))))
     out = [Unsymbolized(m.name, frames, m.build_id, fix_for(m, report, packages.get(m.name, "")))
            for m, frames in todo.values()]
     out.sort(key=lambda u: (-u.frames, u.module))
@@ -68,6 +70,8 @@ def unsymbolized_modules(report: SymbolizeReport) -> list[Unsymbolized]:
 
 def fix_for(m: MappingReport, report: SymbolizeReport, package: str | None = None) -> str:
     """What would symbolize the frames of `m`; `package`: the Debian package of its file, None to look it up."""
+    if unknown_code_pid(m.name) is not None:
+        return jit_fix(m.detail)
     if m.outcome == "no_symbolizer":
         return "install llvm-symbolizer (Debian package `llvm`)"
     if m.outcome == "symbolizer_failed":
@@ -84,6 +88,36 @@ def fix_for(m: MappingReport, report: SymbolizeReport, package: str | None = Non
                 " heapscope symbolize PROFILE --binary-path DIR")
     return ("build it with -g, or give its debug file: heapscope symbolize PROFILE --binary-path DIR"
             " (or set DEBUGINFOD_URLS to a debuginfod server)")
+
+
+JIT_FIX = ("have the runtime write /tmp/perf-PID.map for its generated code: node --perf-basic-prof,"
+           " python -X perf (CPython 3.12+), java -agentpath:libperfmap.so (perf-map-agent)")
+
+
+def jit_fix(detail: str) -> str:
+    """The fix for frames in code no loaded object holds (JIT), given what perf map was read (perfmap.describe)."""
+    if detail.startswith("no ") or not detail:
+        return f"code generated at run time (JIT): {JIT_FIX}"
+    if any(why in detail for why in (": refused", ": not opened", ": not read")):
+        return f"its perf map was not used ({detail})"
+    return (f"not in its perf map ({detail}): code the runtime did not report (its own stubs, a"
+            " trampoline) or a wrong return address")
+
+
+def jit_stats_rows(report: SymbolizeReport) -> list[tuple[str, int | None, str, str, int, str]]:
+    """Rows for `stats`: the frames of code in no loaded object (JIT) named from perf maps, and those
+    left unnamed; none when the recording had no such frame."""
+    jit = [m for m in report.mappings if unknown_code_pid(m.name) is not None]
+    if not jit:
+        return []
+    named = sum(m.named for m in jit)
+    unnamed = sum(m.frames - m.named for m in jit)
+    return [
+        ("jit_frames_named", None, "info", "producer", named,
+         "frames of code in no loaded object (JIT) named from the program's /tmp/perf-PID.map"),
+        ("jit_frames_unnamed", None, "data_loss", "producer", unnamed,
+         f"frames of code in no loaded object (JIT) left unnamed ([unknown pid N]+0x...): {JIT_FIX}"),
+    ]
 
 
 def owning_package(path: str) -> str:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 
+from heapscope.model import unknown_code_pid
 from heapscope.slots import Slots
 from heapscope.store.writer import ProfileWriter, SymbolWriter
 from heapscope.symbolize.llvm import SymbolizerError, find_llvm_symbolizer
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from heapscope.symbolize.debuginfod import Debuginfod
     from heapscope.symbolize.llvm import SourceFrame, WarmSymbolizer
     from heapscope.symbolize.locate import Located
+    from heapscope.symbolize.perfmap import PerfMap
     from heapscope.symbolize.symtab import ElfSymbols
 
     MappingOutcome = Literal[
@@ -147,6 +149,7 @@ def symbolize_profile(
     cache_only: bool = False,
     after: int = 0,
     upto: int | None = None,
+    perf_maps: dict[int, PerfMap] | None = None,
 ) -> SymbolizeReport:
     """Symbolize every frame of the profile that has no symbol set yet, and commit.
 
@@ -165,6 +168,8 @@ def symbolize_profile(
     id in (`after`, `upto`] whose answer `cache` has; their ids are added to `done`, the others are left
     as they are (no file located or read, no llvm-symbolizer, no cache miss counted); the
     report covers the frames symbolized.
+    `perf_maps`: pid -> the perf map `record` read as that process ended (perfmap.py), which
+    names the frames of its code in no loaded object; without one they keep their names.
     """
     if debuginfod == "env":
         debuginfod = _debuginfod_from_env()
@@ -185,6 +190,11 @@ def symbolize_profile(
     next_symbol_id = symbols.next_symbol_id()
     symbol_rows: list[tuple[int, int, str, str | None, int | None, int]] = []
     frame_updates: list[tuple[str, int | None, int]] = []
+    # Code in no loaded object (JIT): named from its process's perf map, at the end only.
+    jit_reports = [] if cache_only else [
+        _name_from_perf_map(mapping_id, path, pending.pop(mapping_id), perf_maps, frame_updates)
+        for mapping_id in sorted(pending)
+        if (path := mappings.get(mapping_id, ("", ""))[0]) and unknown_code_pid(path) is not None]
 
     context = cache_context(tool, locator, list(debuginfod.urls) if debuginfod else None) if cache else ""
     work = []
@@ -273,10 +283,32 @@ def symbolize_profile(
         for entry, m in zip(entries, report.mappings, strict=True):
             if entry is not None and entry.changed and m.outcome != "symbolizer_failed":
                 cache.store(entry)
+    report.mappings.extend(jit_reports)  # after the zips with `entries` above: they have none
     if debuginfod is not None:
         report.debuginfod_errors = list(dict.fromkeys(debuginfod.errors))
         report.debuginfod_missing = dict(debuginfod.missing)
     return report
+
+
+def _name_from_perf_map(mapping_id: int, path: str, frames: list[tuple[int, int, str]],
+                        perf_maps: dict[int, PerfMap] | None,
+                        frame_updates: list[tuple[str, int | None, int]]) -> MappingReport:
+    """Names for the frames of one process's code in no loaded object, from its perf map
+    (their rel_pc is the address itself); the report's detail says what map there was."""
+    pid = unknown_code_pid(path)
+    m = MappingReport(mapping_id, path, "", len(frames), outcome="not_a_file", detail="no perf map read")
+    perf_map = perf_maps.get(pid) if perf_maps is not None and pid is not None else None
+    if perf_map is not None:
+        from heapscope.symbolize.perfmap import describe
+
+        m.file, m.detail = perf_map.path, describe(perf_map)
+    for frame_id, rel_pc, old_name in frames:
+        fn = perf_map.lookup(rel_pc) if perf_map is not None else None
+        fallback = _fallback_name(path, rel_pc)
+        if fn or (old_name and old_name != fallback):  # a name `record` gave from the map is kept
+            m.named += 1
+        frame_updates.append((fn or old_name or fallback, None, frame_id))
+    return m
 
 
 def _answer_from_ranges(entry: Entry, frames: list[tuple[int, int, str]]) -> None:

@@ -7,7 +7,8 @@ from the root down, as in the merged tree, where `where` is
 
   * the basename of the function's source file when it is known (build
     directories and executable names differ between builds; `foo.c` does not);
-  * else the library's basename (`libc.so.6`);
+  * else the library's basename (`libc.so.6`); JIT code, in each process's own
+    `[unknown pid N]`, is `[unknown]` (runs match by the names its perf map gave);
   * else, for the process's own executable, EXECUTABLE, so that `app-1.2` and
     `app-1.3` built without debug info still match by function name.
 
@@ -20,7 +21,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from heapscope.model import VIEWS, CallsiteId
+from heapscope.model import VIEWS, CallsiteId, unknown_code_pid
 from heapscope.store.reader import Process, Profile, ViewValues, mapping_basename
 from heapscope.store.select import dump_position, process_with_dump
 from heapscope.view.flamegraph import ProcessGraph, Snapshot
@@ -97,6 +98,8 @@ def path_keys(tree: MergedTree, executable: str = "") -> list[PathKey]:
             where = os.path.basename(source)
         elif tree.name[i] == NO_PYTHON:
             where = ""  # the Python view's root of what has no Python frame
+        elif unknown_code_pid(tree.map_name[i]) is not None:
+            where = "[unknown]"
         else:
             where = mapping_basename(tree.map_name[i])
             if exe and where == exe:

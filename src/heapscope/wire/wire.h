@@ -266,7 +266,12 @@ struct hs_pyinfo {
 };
 /* ---- end of Python frames ---- */
 
-/* One loaded ELF object (from dl_iterate_phdr). rel_pc = pc - base. */
+/* One executable PT_LOAD of a loaded ELF object (from dl_iterate_phdr): an
+ * object with several (node, -z separate-code links) sends one record for
+ * each, same base, path and build id. rel_pc = pc - base. Also, from
+ * /proc/self/maps: a file's pages mapped again (V8's builtins: base set so
+ * that rel_pc is the object's own ELF address), and a runtime's mapping of
+ * its jit-PID.dump (no build id; the producer reads the file for names). */
 struct hs_module {
   uint64_t base;         /* dlpi_addr: load bias of the object */
   uint64_t start;        /* first byte of the executable PT_LOAD */

@@ -58,3 +58,19 @@ def test_two_builds_with_different_names_match(tmp_path: Path) -> None:
     # AND the union tree has each function once
     graph = diff_graph(a, b)
     assert sorted(graph.tree.name) == ["helper", "main", "make_widget", "malloc", "malloc"]
+
+
+def test_jit_frames_of_two_runs_match_by_their_names() -> None:
+    # GIVEN the same JavaScript function in two runs, each in its own process's pseudo-mapping
+    from heapscope.model import unknown_code_name
+    from heapscope.view.diff import path_keys
+    from heapscope.view.tree import MergedTree
+
+    def tree(pid: int) -> MergedTree:
+        return MergedTree(parent=[-1, 0], depth=[0, 1], name=["main", "JS:*makeBuffers app.js:2"],
+                          map_name=["/usr/bin/node", unknown_code_name(pid)], source_file=[None, None],
+                          line_number=[None, None])
+
+    # THEN their call paths are the same
+    assert path_keys(tree(100), "/usr/bin/node") == path_keys(tree(200), "/usr/bin/node")
+    assert path_keys(tree(100))[1][1] == ("JS:*makeBuffers app.js:2", "[unknown]")
