@@ -523,10 +523,10 @@ class _Parent:
 
 
 def _stack_of(p: Any, stack_id: int) -> tuple[tuple[int, ...], tuple[tuple[int, int, int], ...] | None] | None:
-    """(pcs, Python frames or None) of a stack not resolved: defined in Python
-    (ProcessHeap), or held by the process's Ingest; None if not received yet."""
+    """(pcs, Python frames or None) of a stack not resolved, as the process's
+    resolver keeps it; None if not received yet."""
     stack: tuple[tuple[int, ...], tuple[tuple[int, int, int], ...] | None] | None
-    stack = p.heap.pending_stack(stack_id, p.ingest)
+    stack = p.heap.pending_stack(stack_id)
     return stack
 
 

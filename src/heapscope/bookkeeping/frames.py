@@ -96,7 +96,7 @@ def python_mapping(file: str) -> Mapping:
 
 UNKNOWN_CODE = "[python code not received]"
 
-# resolve_core.h: enum hs_name_kind, HS_FID_FILTERED, HS_FID_NOCACHE.
+# resolver.h: enum hs_name_kind, HS_FID_FILTERED, HS_FID_NOCACHE.
 _NAME_PC, _NAME_PYFRAME = 0, 1
 _FID_FILTERED, _FID_NOCACHE = 1 << 32, 1 << 33
 
@@ -163,7 +163,7 @@ class FrameTable:
         self.skip_prefixes = skip_prefixes
         # The profile is not kept (the pytest plugin without --heapscope-output reads
         # only its per-test windows): no stack is resolved, their records stay in C
-        # (Ingest.hold_stacks, set by the producer), and the producer makes no dump.
+        # (the process's Resolver, read by id), and the producer makes no dump.
         self.discard: bool = False
         self.filtered: set[int] = set()  # ids of FILTERED frames
         # Python frames: id -> (qualified name, file, line); new ones are taken by
@@ -189,9 +189,9 @@ class FrameTable:
 
     def namer(self, mods: ProcessModules, cache: dict[int, FrameId], splice: PySplice,
               no_frames: str, known_only: bool = False) -> Callable[[int, int, int], int]:
-        """What the C resolve (producer/resolve_core.h) asks to name a frame it has not met:
+        """What the C resolve (resolver.h) asks to name a frame it has not met:
         (kind, a, b) -> frame id | flags, as frames_of and frames_of_python name them
-        (the kinds and flags are resolve_core.h's). `known_only`: a pc in no module known
+        (the kinds and flags are resolver.h's). `known_only`: a pc in no module known
         yet is answered 0, "not now" (its stack waits)."""
         filtered = self.filtered
 
