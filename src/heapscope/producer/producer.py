@@ -94,7 +94,7 @@ class Producer:
         self.newest_upid: dict[int, Upid] = {}  # pid -> its latest process (an exec connects anew)
         self.guardrail = ""  # which guardrail was hit, if any
         self._resolved_ns = time.monotonic_ns()  # the last resolve_early()
-        self.resolve_every_ns: int | None = RESOLVE_EVERY_NS  # None: stacks resolve at dumps only
+        self.resolve_every_ns = RESOLVE_EVERY_NS
         self.listener = Listener(config, log) if listener is None else listener
         self.token = self.listener.token
         self.socket_path = self.listener.socket_path
@@ -160,8 +160,7 @@ class Producer:
         for p in list(self.processes.values()):
             drained += self._drain(p)
         self._read_rss_due()
-        every = self.resolve_every_ns
-        if every is not None and now - self._resolved_ns >= every and not self.frames.discard:
+        if now - self._resolved_ns >= self.resolve_every_ns and not self.frames.discard:
             self._resolved_ns = now
             self.resolve_early()
         for s in readable:

@@ -36,6 +36,8 @@ from heapscope.wire import codec
 
 pytestmark = pytest.mark.timeout(120)
 
+WAIT_FOR_THE_TEST = 1 << 62  # Producer.resolve_every_ns: no resolve while the program runs, the test's own
+
 # Python frames of several depths, through a C extension (json), a generator, a class and a
 # recursion: the splice puts each where its eval activation is. It stops (reads stdin) before
 # its end, so that its stacks can be read while they wait in the producer.
@@ -70,7 +72,7 @@ NATIVE = "import json, sys; keep = [json.dumps(list(range(k * 50))) for k in ran
 def producer(tmp_path: Path) -> Iterator[Producer]:
     writer = ProfileWriter(tmp_path / "p.db")
     p = Producer(writer, RecordConfig(interval=512, seed=7))
-    p.resolve_every_ns = None  # the stacks wait for the test
+    p.resolve_every_ns = WAIT_FOR_THE_TEST
     yield p
     p.finish()
     writer.close()
@@ -224,7 +226,7 @@ def test_native_stacks_resolve_in_c_as_in_python(tmp_path: Path) -> None:
     writer = ProfileWriter(tmp_path / "n.db")
     producer = Producer(writer, RecordConfig(interval=256, seed=3, skip_symbol_prefixes=("/usr/lib/x86_64",
                                                                                         "/lib/x86_64")))
-    producer.resolve_every_ns = None
+    producer.resolve_every_ns = WAIT_FOR_THE_TEST
     try:
         proc, p = _stopped_target(producer, NATIVE, tmp_path, {"HEAPSCOPE_TEST_PY_HEXVERSION": "0x01000000"})
         try:
