@@ -567,6 +567,30 @@ static PyObject *Resolver_resolve(ResolverObject *self, PyObject *args, PyObject
   return Py_BuildValue("(LK)", (long long)n, (unsigned long long)unplaced);
 }
 
+static PyObject *Resolver_frames(ResolverObject *self, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"stack_id", "namer", "eval_lo", "eval_hi", "interp_start", "interp_end", NULL};
+  PyObject *namer;
+  unsigned long long stack_id, lo, hi, istart, iend;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "KOKKKK:frames", kwlist, &stack_id, &namer, &lo, &hi, &istart,
+                                   &iend))
+    return NULL;
+  if (resolver_check(self) < 0) return NULL;
+  struct hs_splice sp = {lo, hi, istart, iend, 0, 0};
+  self->busy = 1; /* the namer runs Python */
+  int64_t n = hs_resolver_frames(self->s, stack_id, &sp, call_namer, namer);
+  self->busy = 0;
+  if (n == -3) Py_RETURN_NONE;
+  if (n == -1) return NULL;
+  if (n < 0) return PyErr_NoMemory();
+  PyObject *list = PyList_New((Py_ssize_t)n);
+  for (int64_t i = 0; list && i < n; i++) {
+    PyObject *v = PyLong_FromUnsignedLong(self->s->path[i]);
+    if (!v) Py_CLEAR(list);
+    else PyList_SET_ITEM(list, (Py_ssize_t)i, v);
+  }
+  return list;
+}
+
 static PyObject *Resolver_callsite(ResolverObject *self, PyObject *arg) {
   unsigned long long stack_id = PyLong_AsUnsignedLongLong(arg);
   if (PyErr_Occurred()) return NULL;
@@ -634,6 +658,9 @@ static PyMethodDef Resolver_methods[] = {
      "resolve(trie, tracker, namer, eval_lo, eval_hi, interp_start, interp_end, wait, retry_parked=True)"
      " -> tuple[int, int]\n--\n\n"
      "Resolve the waiting stacks; (how many, Python frames put at the root)."},
+    {"frames", (PyCFunction)(void (*)(void))Resolver_frames, METH_VARARGS | METH_KEYWORDS,
+     "frames(stack_id, namer, eval_lo, eval_hi, interp_start, interp_end) -> list[int] | None\n--\n\n"
+     "A kept stack's frames as a resolve would give them, root first, without resolving it; None if not kept."},
     {"callsite", (PyCFunction)Resolver_callsite, METH_O,
      "callsite(stack_id) -> int\n--\n\nThe callsite of a resolved stack, 0 when none."},
     {"bind", (PyCFunction)Resolver_bind, METH_O,

@@ -234,6 +234,13 @@ class Resolver:
         stacks not resolved wait.
         """
 
+    def frames(self, stack_id: int, namer: Callable[[int, int, int], int], eval_lo: int, eval_hi: int,
+               interp_start: int, interp_end: int) -> list[int] | None:
+        """The frame ids of a kept stack as a final resolve() would put it in the trie, root
+        first, without resolving it (a code object not received yet named as it is); None
+        when no such stack is kept (never received, or resolved) or the namer answers a pc
+        0. For a reader of a few stacks by id (the pytest plugin, which keeps no profile)."""
+
     def callsite(self, stack_id: int, /) -> int:
         """The callsite stack_id resolved to; 0 while it has none."""
 

@@ -83,18 +83,29 @@ class ProcessHeap(Slots):
         if not frames.discard:
             self._resolve(frames, trie, tracker, wait=True, known_only=True)
 
+    def _splice(self) -> tuple[int, int, int, int]:
+        """Where the resolver splices Python frames: the eval loop's (lo, hi], the interpreter's object."""
+        mods, lo = self.modules, self.python.eval_lo
+        interp = mods.find(lo) if lo else None
+        istart, iend = (mods.modules[interp].start, mods.modules[interp].end) if interp is not None else (0, 0)
+        return lo, self.python.eval_hi, istart, iend
+
     def _resolve(self, frames: FrameTable, trie: Trie, tracker: Tracker, wait: bool,
                  known_only: bool = False) -> None:
         mods, splice = self.modules, self.python
-        lo = splice.eval_lo
-        interp = mods.find(lo) if lo else None
-        istart, iend = (mods.modules[interp].start, mods.modules[interp].end) if interp is not None else (0, 0)
         namer = frames.namer(mods, self.frame_cache, splice, NO_FRAMES, known_only)
         # A stack that waits for a module (a pc in none known) is tried again once one came.
         retry = not known_only or mods.generation != self.parked_at
         self.parked_at = mods.generation
-        _n, unplaced = self.resolver.resolve(trie, tracker, namer, lo, splice.eval_hi, istart, iend, wait, retry)
+        _n, unplaced = self.resolver.resolve(trie, tracker, namer, *self._splice(), wait, retry)
         splice.unplaced += unplaced
+
+    def frames_of(self, stack_id: int, frames: FrameTable) -> list[FrameId] | None:
+        """The frames of a stack not resolved yet, root first, as its resolve will give them
+        (interned in `frames`), without resolving it; None if none waits."""
+        namer = frames.namer(self.modules, self.frame_cache, self.python, NO_FRAMES)
+        path = self.resolver.frames(stack_id, namer, *self._splice())
+        return None if path is None else [FrameId(f) for f in path]
 
     def resolve(self, frames: FrameTable, trie: Trie, tracker: Tracker, final: bool = False) -> None:
         """Turn stacks received since the last dump into callsites, and tell the tracker.

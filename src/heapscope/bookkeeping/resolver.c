@@ -322,6 +322,47 @@ static int64_t callsite_of_path(struct job *j, struct hs_trie *trie) {
   return node;
 }
 
+/* The frames of one kept STACK record (rec) in j->path, leaf first; an outcome. */
+static int stack_path(struct job *j, const uint8_t *rec, const struct hs_splice *sp, uint64_t *unplaced) {
+  struct hs_stack s;
+  memcpy(&s, rec + 8, sizeof s);
+  const uint64_t *pcs = (const uint64_t *)(rec + 8 + sizeof s);
+  j->n = 0;
+  if (!(s.flags & HS_STACK_PYTHON)) return native_path(j, pcs, s.depth);
+  struct hs_pystack ps;
+  const uint8_t *at = rec + 8 + sizeof s + 8ull * s.depth;
+  memcpy(&ps, at, sizeof ps);
+  uint64_t more = 0;
+  int outcome = python_path(j, pcs, s.depth, at + sizeof ps, ps.py_depth, sp, &more);
+  if (outcome == RESOLVED) *unplaced += more;
+  return outcome;
+}
+
+int64_t hs_resolver_frames(struct hs_resolver *r, uint64_t stack_id, const struct hs_splice *sp, hs_namer namer,
+                           void *ctx) {
+  uint32_t size;
+  const uint8_t *rec = hs_resolver_held(r, stack_id, &size);
+  if (!rec) return -3;
+  struct job j = {r, namer, ctx, 0, NULL, NULL, 0, 0};
+  uint64_t unplaced = 0;
+  int outcome = stack_path(&j, rec, sp, &unplaced);
+  if (outcome != RESOLVED) return outcome == PARKS || outcome == WAITS ? -3 : outcome == FAILED ? -1 : -2;
+  /* Root first, runs of a FILTERED frame collapsed, as callsite_of_path walks it. */
+  for (size_t a = 0, b = j.n ? j.n - 1 : 0; a < b; a++, b--) {
+    uint32_t t = r->path[a];
+    r->path[a] = r->path[b];
+    r->path[b] = t;
+  }
+  size_t k = 0;
+  for (size_t i = 0; i < j.n; i++) {
+    uint32_t f = r->path[i];
+    if (k && f == r->path[k - 1] && (f & 0x80000000u)) continue;
+    r->path[k++] = f;
+  }
+  for (size_t i = 0; i < k; i++) r->path[i] &= 0x7fffffffu;
+  return (int64_t)k;
+}
+
 int64_t hs_resolver_resolve(struct hs_resolver *r, struct hs_trie *trie, struct hs_tracker *tracker,
                           const struct hs_splice *sp, hs_namer namer, void *ctx, uint64_t *unplaced) {
   struct job j = {r, namer, ctx, 0, NULL, NULL, 0, 0};
@@ -349,21 +390,7 @@ int64_t hs_resolver_resolve(struct hs_resolver *r, struct hs_trie *trie, struct 
       uint32_t size;
       const uint8_t *rec = hs_resolver_held(r, stack_id, &size);
       if (!rec) continue; /* cannot happen: a waiting stack is held */
-      struct hs_stack s;
-      memcpy(&s, rec + 8, sizeof s);
-      const uint64_t *pcs = (const uint64_t *)(rec + 8 + sizeof s);
-      j.n = 0;
-      int outcome;
-      if (s.flags & HS_STACK_PYTHON) {
-        struct hs_pystack ps;
-        const uint8_t *at = rec + 8 + sizeof s + 8ull * s.depth;
-        memcpy(&ps, at, sizeof ps);
-        uint64_t more = 0;
-        outcome = python_path(&j, pcs, s.depth, at + sizeof ps, ps.py_depth, sp, &more);
-        if (outcome == RESOLVED) *unplaced += more;
-      } else {
-        outcome = native_path(&j, pcs, s.depth);
-      }
+      int outcome = stack_path(&j, rec, sp, unplaced);
       int64_t cs = outcome == RESOLVED ? callsite_of_path(&j, trie) : outcome;
       if (outcome == PARKS || (l == 0 && outcome == WAITS)) {
         if (hs_u64s_push(&r->parked, stack_id) < 0) failed = -2;

@@ -94,6 +94,15 @@ int hs_resolver_define_code(struct hs_resolver *s, uint64_t key);
  * go. *unplaced grows by the Python frames put at the root. */
 int64_t hs_resolver_resolve(struct hs_resolver *s, struct hs_trie *trie, struct hs_tracker *tracker,
                           const struct hs_splice *sp, hs_namer namer, void *ctx, uint64_t *unplaced);
+/* The frames of a kept stack, as a resolve would put it in the trie (root
+ * first, runs of a FILTERED frame collapsed, Python frames not received yet
+ * named as they are), without resolving it: the number of frame ids left in
+ * s->path (valid until the next call); -3 when the stack is not kept (never
+ * received, or resolved) or a pc is answered "not now"; -1 when the namer
+ * failed; -2 on ENOMEM. For a reader of a few stacks by id (the pytest
+ * plugin, which keeps no profile). */
+int64_t hs_resolver_frames(struct hs_resolver *s, uint64_t stack_id, const struct hs_splice *sp, hs_namer namer,
+                           void *ctx);
 /* The callsite of a resolved stack; 0 when it has none. */
 int64_t hs_resolver_callsite(const struct hs_resolver *s, uint64_t stack_id);
 void hs_resolver_destroy(struct hs_resolver *s);
