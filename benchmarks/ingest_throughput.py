@@ -1,4 +1,4 @@
-"""Records per second of the C ingest loop (heapscope.producer._ingest).
+"""Records per second of the C ingest loop (heapscope.producer._ingest and the tracker it feeds).
 
 Fills a shared ring with prebuilt MALLOC and FREE records (correct headers
 and positions, written straight into the mapping), then times Ingest.drain()
@@ -29,17 +29,13 @@ src/ with cc into a temporary directory.
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import mmap
 import os
 import random
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
-from importlib.machinery import ExtensionFileLoader
 from pathlib import Path
 from types import ModuleType
 
@@ -51,26 +47,13 @@ from heapscope.wire import codec  # noqa: E402
 sys.path.insert(0, str(ROOT / "tests"))  # wire_support: the client's side of the wire (tests' encoders)
 import wire_support as ws  # noqa: E402
 
-MODULE_NAME = "heapscope.producer._ingest"
-
 
 def load_ingest() -> ModuleType:
-    try:
-        return importlib.import_module(MODULE_NAME)
-    except ImportError:
-        pass
-    src = ROOT / "src" / "heapscope"
-    out = Path(tempfile.mkdtemp(prefix="hs-ingest-")) / f"_ingest{sysconfig.get_config_var('EXT_SUFFIX')}"
-    flags = (src / "producer" / "_ingest.flags").read_text().split()  # the package build's
-    sources = sorted(str(p) for d in ("producer", "bookkeeping") for p in (src / d).glob("*.c"))
-    subprocess.run(["cc", *flags, "-shared", "-fPIC", f"-I{sysconfig.get_paths()['include']}",
-                    f"-I{src / 'wire'}", f"-I{src / 'bookkeeping'}", *sources, "-o", str(out)], check=True)
-    loader = ExtensionFileLoader(MODULE_NAME, str(out))
-    spec = importlib.util.spec_from_file_location(MODULE_NAME, out, loader=loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+    """heapscope.producer._ingest as the tests load it (tests/native_ext.py): the installed
+    one, else compiled from src/ with the package build's sources and flags."""
+    import native_ext  # tests/: on the path above
+
+    return native_ext.load_ingest(Path(tempfile.mkdtemp(prefix="hs-ingest-")))
 
 
 def build_records(ring_size: int, live: int, stacks: int, window: int) -> tuple[bytes, int]:

@@ -9,8 +9,10 @@ src/ explains each part):
     wire/        the protocol between client and producer (wire.h + mirror)
     producer/    `heapscope record`'s loop: handshakes, per-process state, the
                  ring reader (C) that moves records out of each shared ring
-    bookkeeping/ the heap tracker (C: sequence order, live allocations, totals
-                 per callsite, the peak, dump rows), frames, callsite trie
+    bookkeeping/ all the state after the ring, in one C extension: the heap
+                 tracker (sequence order, live allocations, totals per
+                 callsite, the peak, dump rows), the stacks and their resolve,
+                 the callsite trie; frames and dumps in Python
     store/       the profile database (SQLite, Perfetto's names)
     symbolize/   function names from ELF files
     view/        reports built from a profile
@@ -22,11 +24,13 @@ unwinds, and writes a MALLOC record (its stack id, and a STACK record the first
 time) into the process's shared ring (wire/wire.h). The producer's ring reader
 (producer/ingest_core.c) checks the framing and hands the MALLOC to that
 process's heap tracker (bookkeeping/tracker.c), which applies it in sequence
-order to its live table and its stack's totals; the STACK record goes to
-Python. At a dump the producer resolves new stacks to frames and callsites
-(bookkeeping/frames.py, trie.py), tells the tracker each stack's callsite
-once, and writes the tracker's rows per callsite (what changed since the last
-dump; at the final one also the peak) through store/writer.py.
+order to its live table and its stack's totals; the STACK record is kept by
+the process's resolver (bookkeeping/resolver.c). While the process runs and
+at each dump the resolver turns new stacks into callsites of the trie
+(bookkeeping/trie.c), naming each new frame through bookkeeping/frames.py,
+and tells the tracker each stack's callsite once; the producer writes the
+tracker's rows per callsite (what changed since the last dump; at the final
+one also the peak) through store/writer.py.
 """
 
 __version__ = "0.1.0"

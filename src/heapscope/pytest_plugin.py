@@ -436,16 +436,11 @@ class _Parent:
             while node and len(frame_ids) < 1024:
                 node, frame_id = self.parents[node]
                 frame_ids.append(frame_id)
-        else:
-            stack = _stack_of(p, stack_id)
-            if stack is None:
+        else:  # a stack kept by the process's resolver (Python frames not all received: as they are)
+            path = p.heap.frames_of(stack_id, producer.frames)
+            if path is None:
                 return ["[stack not received yet]"]
-            pcs, py = stack
-            if py is None:
-                frame_ids = list(reversed(producer.frames.frames_of(p.heap.modules, p.heap.frame_cache, pcs)))
-            else:  # Python frames whose code objects have not all arrived: spliced as they are
-                frame_ids = list(reversed(producer.frames.frames_of_python(
-                    p.heap.modules, p.heap.frame_cache, pcs, py, p.heap.python)))
+            frame_ids = list(reversed(path))
         _catch_up(self.frames, producer.frames.frames.ids, lambda frame, _i: frame)
         _catch_up(self.mappings, producer.frames.mappings.ids, lambda mapping, _i: mapping)
         return [f"{n.name} ({n.where})" if n.where else n.name for n in self._shown(frame_ids)]
@@ -519,14 +514,6 @@ class _Parent:
                     self.symbols[path] = read_elf_symbols(path)
         syms = self.symbols[path]
         return syms.lookup(rel_pc) if syms is not None else None
-
-
-def _stack_of(p: Any, stack_id: int) -> tuple[tuple[int, ...], tuple[tuple[int, int, int], ...] | None] | None:
-    """(pcs, Python frames or None) of a stack not resolved: defined in Python
-    (ProcessHeap), or held by the process's Ingest; None if not received yet."""
-    stack: tuple[tuple[int, ...], tuple[tuple[int, int, int], ...] | None] | None
-    stack = p.heap.pending_stack(stack_id, p.ingest)
-    return stack
 
 
 def _catch_up(table: list[Any], source: dict[Any, int], value: Any) -> None:

@@ -20,7 +20,9 @@ HERE = Path(__file__).resolve().parent
 # --- the C under test: sources compiled into the harness, and their include dirs ---
 INGEST_SOURCES = [
     SRC / "producer" / "ingest_core.c",
-    SRC / "producer" / "resolve_core.c",
+    SRC / "bookkeeping" / "resolver.c",
+    SRC / "bookkeeping" / "trie.c",
+    SRC / "bookkeeping" / "hashmap.c",
     SRC / "bookkeeping" / "tracker.c",
     SRC / "bookkeeping" / "tracker_order.c",
     SRC / "bookkeeping" / "tracker_tables.c",

@@ -5,7 +5,8 @@
  * the ingest must survive any bytes in the shared memory: this harness maps
  * a fake ring (meta page + data area, as wire.h lays it out), lets the fuzz
  * input play the client, and drains it through hs_ingest_drain() into a
- * heap tracker (bookkeeping/tracker.h) the way producer/_ingest.c does.
+ * heap tracker and a resolver (bookkeeping/tracker.h, resolver.h) the way
+ * producer/_ingest.c does.
  *
  * Input layout (every field optional: a short input just ends early):
  *
@@ -22,12 +23,14 @@
  *
  * Besides the sanitizers, the harness checks the ingest's own promises
  * after every drain and aborts when one breaks: every record handed over
- * for Python is a STACK, MODULE, HEAP, HEAP_MALLOC or HEAP_FREE record with
- * a sane body, read_pos is published, and a ring marked corrupt is never
- * read again. The live table, the per-callsite totals and the peak rows must
- * balance after every batch (the per-thread totals too, when kept), and the dump rows at the end. Each STACK record handed over
- * gives its stack a callsite (one of four, so stacks fold together, as
- * bookkeeping/dump.py does), and at the end every stack gets one.
+ * for Python is a MODULE, HEAP, HEAP_MALLOC, HEAP_FREE, PYCODE or PYINFO
+ * record with a sane body (a STACK never: the resolver keeps it), read_pos
+ * is published, and a ring marked corrupt is never read again. The live
+ * table, the per-callsite totals and the peak rows must balance after every
+ * batch (the per-thread totals too, when kept), and the dump rows at the
+ * end. After every other batch the stacks kept are resolved (a namer of
+ * few frames, so that paths share nodes), and at the end every stack gets
+ * a callsite.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -36,7 +39,9 @@
 #include <string.h>
 
 #include "ingest_core.h"
+#include "resolver.h"
 #include "tracker.h"
+#include "trie.h"
 #include "wire.h"
 
 struct reader {
@@ -57,12 +62,37 @@ static void fail(const char *what) {
   abort();
 }
 
-/* The callsite the harness gives a stack: a few, so that stacks fold together. */
+/* The callsite the harness gives a stack never received: a few, so that stacks fold together. */
 static uint64_t callsite_of(uint64_t stack_id) { return (stack_id & 3) + 1; }
 
-/* Every record handed over is a rare kind with a body the ingest checked;
- * each STACK record read gets its callsite, as bookkeeping/dump.py does. */
-static void check_records(const struct hs_ingest *g, struct hs_tracker *t) {
+/* Names a frame: one of a few ids, some FILTERED, some not to keep (resolver.h). */
+static int64_t fuzz_namer(void *ctx, int kind, uint64_t a, int64_t b) {
+  (void)ctx;
+  uint64_t id = 1 + ((a ^ (uint64_t)b ^ (uint64_t)kind) % 61);
+  return (int64_t)(id | (id % 7 == 0 ? HS_FID_FILTERED : 0) | (kind == HS_NAME_PYFRAME && id % 5 == 0 ? HS_FID_NOCACHE : 0));
+}
+
+/* Every kept stack is well formed; resolving them gives each a callsite of the trie. */
+static void resolve_kept(struct hs_resolver *res, struct hs_trie *trie, struct hs_tracker *t, int wait) {
+  const struct hs_u64s *lists[3] = {&res->parked, &res->native, &res->python};
+  for (int l = 0; l < 3; l++)
+    for (size_t n = 0; n < lists[l]->len; n++) {
+      uint32_t size;
+      const uint8_t *rec = hs_resolver_held(res, lists[l]->p[n], &size);
+      if (!rec) fail("a waiting stack is not kept");
+      if (HS_RECORD_TYPE(*(const uint64_t *)rec) != HS_REC_STACK || !hs_resolver_record_ok(rec + 8, size - 8u))
+        fail("a kept stack is not a well-formed STACK");
+    }
+  struct hs_splice sp = {0x1000, 0x2000, 0, 0x800, wait, 1};
+  uint64_t unplaced = 0;
+  int64_t n = hs_resolver_resolve(res, trie, t, &sp, fuzz_namer, NULL, &unplaced);
+  if (n == -1) fail("the namer never fails");
+  if (n < 0) t->oom = 1;
+  else if (!wait && res->native.len + res->python.len + res->parked.len) fail("a stack waits after a final resolve");
+}
+
+/* Every record handed over is a rare kind with a body the ingest checked. */
+static void check_records(const struct hs_ingest *g) {
   size_t off = 0;
   for (size_t i = 0; i < g->records_count; i++) {
     if (g->records.len - off < 8) fail("records buffer shorter than its count");
@@ -72,14 +102,6 @@ static void check_records(const struct hs_ingest *g, struct hs_tracker *t) {
     if (size < 8 || (size & 7) || size > g->records.len - off) fail("record size handed over");
     const uint8_t *body = g->records.p + off + 8;
     switch (type) {
-      case HS_REC_STACK: {
-        struct hs_stack s;
-        if (size - 8 < sizeof s) fail("short STACK handed over");
-        memcpy(&s, body, sizeof s);
-        if (s.depth > HS_MAX_FRAMES || sizeof s + 8ull * s.depth > size - 8) fail("STACK depth handed over");
-        if (hs_tracker_set_callsite(t, s.stack_id, callsite_of(s.stack_id)) < 0) t->oom = 1;
-        break;
-      }
       case HS_REC_MODULE: {
         struct hs_module m;
         if (size - 8 < sizeof m) fail("short MODULE handed over");
@@ -245,8 +267,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     free(map);
     return 0;
   }
+  struct hs_resolver res = {0};
+  struct hs_trie trie = {0};
   struct hs_ingest g;
-  hs_ingest_init(&g, map, ring_size, &t);
+  hs_ingest_init(&g, map, ring_size, &t, &res);
   uint64_t wp = start, dumped = 0;
   for (int batch = 0; batch < 64; batch++) {
     uint16_t len;
@@ -264,7 +288,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const uint64_t rp_before = g.read_pos;
     /* A clock 0.6 s a batch: gaps time out after two batches. */
     hs_ingest_drain(&g, max_records, (uint64_t)batch * 600000000ull);
-    check_records(&g, &t);
+    check_records(&g);
+    if (batch & 1) resolve_kept(&res, &trie, &t, 1);
     if (meta->read_pos != g.read_pos) fail("read_pos not published");
     if (was_corrupt && g.read_pos != rp_before) fail("a corrupt ring was read again");
     if (!g.corrupt && g.read_pos - rp_before > ring_size) fail("read past one ring's worth");
@@ -275,6 +300,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   hs_tracker_flush(&t);
   if (t.pending.n != 0) fail("flush left pending ops");
+  if (!g.oom && !t.oom) resolve_kept(&res, &trie, &t, 0);
   /* Every stack gets its callsite, then the dump rows sum to what is reported. */
   int64_t n = hs_tracker_unresolved(&t);
   if (n > 0) {
@@ -296,6 +322,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!t.oom && dumped != (dump_at_max ? t.pk->max_unfreed : t.cur_unfreed)) fail("dump rows do not sum up");
   }
   hs_ingest_destroy(&g);
+  hs_resolver_destroy(&res);
+  hs_trie_destroy(&trie);
   hs_tracker_destroy(&t);
   free(map);
   return 0;

@@ -4,17 +4,24 @@
       from the producer's   sequence order, live table,      per callsite: what
       ring reader           totals per callsite, the peak    changed since the last
                                   ▲                          dump; the peak's state
-    client stack (pcs) ──► frames ──► callsite trie ─┘
-      per process,         interned   global, ids never reused;
-      by stack id          by pc      each stack's callsite told to the tracker once
+    STACK record ──► resolver (C) ──► callsite trie (C) ─┘
+      per process,   kept until       global, ids never reused;
+      by stack id    resolved; new    each stack's callsite told to the tracker once
+                     frames named by frames.py
 
     tracker.h/.c         the heap tracker of one process: its C API and the
                          row structs it hands to Python
     tracker_order.h/.c   ops waiting for their sequence number
     tracker_tables.h/.c  the live table (addr -> allocation), stack id -> totals
+    resolver.h/.c        one process's stacks, kept and resolved to callsites
+    trie.h/.c            the callsite trie
+    hashmap.h/.c         the resolver's and the trie's map and array
+    pylines.h/.c         CPython line tables (pylines.py reads them through it)
+    native.h, _native.c  the extension heapscope.bookkeeping._native: Tracker,
+                         Trie, Resolver, addr2line (_native.pyi)
     rows.py              the row structs' Python mirror (one definition each)
-    frames.py, trie.py   frames and mappings; the callsite trie
-    dump.py              per-process glue: stacks -> callsites -> tracker rows
+    frames.py            frames and mappings, interned; the resolver's namer
+    dump.py              per-process glue: resolve, then the tracker's rows
 
 A worked example. Process 1 defines stack 0xA = [f+4, main+9] and stack
 0xB = [g+2, main+9]. The frames (main, f, g) are interned; the trie gets
@@ -27,8 +34,12 @@ unreleased bytes at T (heapprofd's `space` view). The tracker also keeps the
 process's peak of sampled unreleased bytes (heapprofd's dump_at_max state):
 per callsite, what was unreleased and what had been allocated at that moment.
 
-The C files are built into heapscope.producer._ingest (producer/meson.build),
-whose `Tracker` type is their Python face.
+The C files are built into heapscope.bookkeeping._native (meson.build; flags
+in native.flags). The producer's ring reader (heapscope.producer._ingest)
+makes a Tracker and a Resolver per process and feeds them from its ring: it
+compiles the same tracker and resolver C into its own extension (native.h
+says why), and nothing here imports the producer. The C headers include
+downwards only: resolver.h -> tracker.h, trie.h -> hashmap.h; wire.h.
 
-May import: heapscope.model, heapscope.wire.codec.
+May import: heapscope.model, heapscope.wire.codec, heapscope.slots.
 """

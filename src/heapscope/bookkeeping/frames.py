@@ -7,7 +7,7 @@ import bisect
 from heapscope.bookkeeping.pylines import LineTable
 from heapscope.model import Frame, FrameId, Mapping, MappingId, unknown_code_name
 from heapscope.slots import Slots
-from heapscope.wire.codec import PY_FRAME_ENTRY, ModuleRecord
+from heapscope.wire.codec import ModuleRecord
 
 FILTERED = "FILTERED"
 UNKNOWN_MAPPING = Mapping(build_id="", exact_offset=0, start_offset=0, start=0, end=0, load_bias=0,
@@ -105,7 +105,7 @@ def python_mapping(file: str) -> Mapping:
 
 UNKNOWN_CODE = "[python code not received]"
 
-# resolve_core.h: enum hs_name_kind, HS_FID_FILTERED, HS_FID_NOCACHE.
+# resolver.h: enum hs_name_kind, HS_FID_FILTERED, HS_FID_NOCACHE.
 _NAME_PC, _NAME_PYFRAME = 0, 1
 _FID_FILTERED, _FID_NOCACHE = 1 << 32, 1 << 33
 
@@ -172,7 +172,7 @@ class FrameTable:
         self.skip_prefixes = skip_prefixes
         # The profile is not kept (the pytest plugin without --heapscope-output reads
         # only its per-test windows): no stack is resolved, their records stay in C
-        # (Ingest.hold_stacks, set by the producer), and the producer makes no dump.
+        # (the process's Resolver, read by id), and the producer makes no dump.
         self.discard: bool = False
         self.filtered: set[int] = set()  # ids of FILTERED frames
         # Python frames: id -> (qualified name, file, line); new ones are taken by
@@ -183,24 +183,10 @@ class FrameTable:
     def add_module(self, mods: ProcessModules, m: ModuleRecord) -> None:
         mods.add(m, self.mappings.intern(mapping_of(m)))
 
-    def frames_of(self, mods: ProcessModules, cache: dict[int, FrameId], pcs: tuple[int, ...]) -> list[FrameId]:
-        """Frames for return addresses `pcs` (leaf first), root first, filtered runs collapsed."""
-        out: list[FrameId] = []
-        for pc in reversed(pcs):
-            fid = cache.get(pc)
-            if fid is None:
-                fid = FrameId(self._intern_pc(mods, pc))
-                cache[pc] = fid
-            if out and fid == out[-1] and fid in self.filtered:
-                continue
-            out.append(fid)
-        return out
-
     def namer(self, mods: ProcessModules, cache: dict[int, FrameId], splice: PySplice,
               no_frames: str, known_only: bool = False) -> Callable[[int, int, int], int]:
-        """What the C resolve (producer/resolve_core.h) asks to name a frame it has not met:
-        (kind, a, b) -> frame id | flags, as frames_of and frames_of_python name them
-        (the kinds and flags are resolve_core.h's). `known_only`: a pc in no module known
+        """What the C resolve (resolver.h) asks to name a frame it has not met:
+        (kind, a, b) -> frame id | flags (the kinds and flags are resolver.h's). `known_only`: a pc in no module known
         yet is answered 0, "not now" (its stack waits)."""
         filtered = self.filtered
 
@@ -219,66 +205,6 @@ class FrameTable:
                 fid, flags = self.special(no_frames), 0
             return fid | flags | (_FID_FILTERED if fid in filtered else 0)
         return name
-
-    def frames_of_python(self, mods: ProcessModules, cache: dict[int, FrameId], pcs: tuple[int, ...],
-                         py: tuple[tuple[int, int, int], ...], splice: PySplice,
-                         wait: bool = False) -> list[FrameId] | None:
-        """Frames of a stack with Python frames, root first: each Python frame goes where
-        its _PyEval_EvalFrameDefault activation is in the native stack.
-
-        pcs leaf first, py innermost first. An activation (a pc inside the eval
-        function) takes the Python frames up to the next one flagged ENTRY; the
-        eval frame itself, and the interpreter's own frames between and above
-        activations (call plumbing), are left out. Native frames of other
-        objects (C extensions, the program) stay where they are. Python frames
-        left over (the native unwind did not see their activation) go to the
-        root end and are counted in splice.unplaced. With `wait`, a stack
-        naming a code object not received yet is left alone: None.
-        """
-        leaf_first: list[FrameId] = []
-        add = leaf_first.append
-        known = splice.frame_ids  # (code, offset) -> frame: a runner's stacks share most of theirs
-        lo, hi = splice.eval_lo, splice.eval_hi
-        interp = mods.find(lo) if lo else None
-        # The interpreter's own object: [istart, iend) (modules do not overlap).
-        istart, iend = (mods.modules[interp].start, mods.modules[interp].end) if interp is not None else (0, 0)
-        i, n, seen = 0, len(py), False
-        for pc in pcs:
-            if lo < pc <= hi:
-                seen = True
-                while i < n:
-                    key, lasti, flags = py[i]
-                    i += 1
-                    fid = known.get((key, lasti))
-                    if fid is None:
-                        if wait and key and key not in splice.codes:
-                            return None
-                        fid = self._python_frame(splice, key, lasti)
-                    add(fid)
-                    if flags & PY_FRAME_ENTRY:
-                        break
-                continue
-            if seen and istart <= pc - 1 < iend:
-                continue
-            fid = cache.get(pc)
-            if fid is None:
-                fid = cache[pc] = FrameId(self._intern_pc(mods, pc))
-            add(fid)
-        if i < n:
-            if wait and any(key and key not in splice.codes for key, _, _ in py[i:]):
-                return None
-            splice.unplaced += n - i
-            leaf_first.extend(self._python_frame(splice, key, lasti) for key, lasti, _ in py[i:])
-        leaf_first.reverse()
-        filtered = self.filtered
-        if not filtered:
-            return leaf_first
-        out: list[FrameId] = []
-        for fid in leaf_first:
-            if out and fid == out[-1] and fid in filtered:
-                continue
-            out.append(fid)
-        return out
 
     def _python_frame(self, splice: PySplice, key: int, lasti: int) -> FrameId:
         known = splice.frame_ids.get((key, lasti))

@@ -59,7 +59,7 @@ class LineTable(FrozenSlots):
 
     def line(self, offset: int) -> int | None:
         """The line of the instruction at byte `offset`; None if it has none."""
-        from heapscope.producer._ingest import addr2line  # C, built with the producer
+        from heapscope.bookkeeping._native import addr2line  # C (pylines.c)
 
         return addr2line(self.fmt, self.table, self.first_line, offset)
 

@@ -203,7 +203,7 @@ class Snapshotter:
     def _catch_up(self, producer: Producer) -> None:
         """Extend the id -> value lists by what was interned since the last snapshot.
 
-        Ids are handed out densely from 1 in insertion order (trie.py, frames.py
+        Ids are handed out densely from 1 in insertion order (trie.h, frames.py
         Interner), and a dict keeps insertion order, so the n-th key has id n.
         """
         if len(producer.trie) > len(self._nodes):

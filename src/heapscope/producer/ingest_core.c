@@ -29,19 +29,8 @@ static int rare_record_ok(uint32_t type, const uint8_t *rec, uint32_t size) {
   const uint8_t *body = rec + 8;
   uint64_t body_size = size - 8;
   switch (type) {
-    case HS_REC_STACK: {
-      struct hs_stack s;
-      if (body_size < sizeof s) return 0;
-      memcpy(&s, body, sizeof s);
-      if (s.depth > HS_MAX_FRAMES || sizeof s + 8ull * s.depth > body_size) return 0;
-      if (!(s.flags & HS_STACK_PYTHON)) return 1;
-      uint64_t at = sizeof s + 8ull * s.depth;
-      struct hs_pystack ps;
-      if (at + sizeof ps > body_size) return 0;
-      memcpy(&ps, body + at, sizeof ps);
-      return ps.py_depth <= HS_MAX_PYFRAMES &&
-             at + sizeof ps + (uint64_t)ps.py_depth * sizeof(struct hs_pyframe) <= body_size;
-    }
+    case HS_REC_STACK:
+      return hs_resolver_record_ok(body, body_size);
     case HS_REC_PYCODE: {
       struct hs_pycode c;
       if (body_size < sizeof c) return 0;
@@ -74,103 +63,6 @@ static int rare_record_ok(uint32_t type, const uint8_t *rec, uint32_t size) {
     default:
       return 0;
   }
-}
-
-/* ---- held stacks ---- */
-
-static size_t held_slot(const struct hs_held_stacks *h, uint64_t stack_id) {
-  size_t i = (size_t)hs_mix64(stack_id) & h->mask;
-  while (h->offs_plus1[i] && h->ids[i] != stack_id) i = (i + 1) & h->mask;
-  return i;
-}
-
-/* Grow the index to twice its capacity (16 slots at first). -1 on ENOMEM. */
-static int held_grow(struct hs_held_stacks *h) {
-  size_t cap = h->mask ? (h->mask + 1) * 2 : 16;
-  uint64_t *ids = calloc(cap, sizeof *ids), *offs = calloc(cap, sizeof *offs);
-  if (!ids || !offs) {
-    free(ids);
-    free(offs);
-    return -1;
-  }
-  struct hs_held_stacks bigger = {h->arena, ids, offs, cap - 1, h->count};
-  for (size_t i = 0; h->mask && i <= h->mask; i++) {
-    if (!h->offs_plus1[i]) continue;
-    size_t j = held_slot(&bigger, h->ids[i]);
-    ids[j] = h->ids[i];
-    offs[j] = h->offs_plus1[i];
-  }
-  free(h->ids);
-  free(h->offs_plus1);
-  *h = bigger;
-  return 0;
-}
-
-/* Keep one validated STACK record (header included). -1 on ENOMEM. */
-static int held_add(struct hs_held_stacks *h, const uint8_t *rec, uint32_t size) {
-  if ((h->count + 1) * 8 > (h->mask ? h->mask + 1 : 0) * 5 && held_grow(h) < 0) return -1;
-  if (hs_buf_reserve(&h->arena, size) < 0) return -1;
-  uint64_t stack_id;
-  memcpy(&stack_id, rec + 8, sizeof stack_id); /* struct hs_stack begins with it */
-  size_t off = h->arena.len;
-  memcpy(h->arena.p + off, rec, size);
-  h->arena.len += size;
-  size_t i = held_slot(h, stack_id);
-  if (!h->offs_plus1[i]) h->count++;
-  h->ids[i] = stack_id;
-  h->offs_plus1[i] = (uint64_t)off + 1;
-  return 0;
-}
-
-/* A validated STACK record, kept to be resolved (resolve_stacks). A stack
- * already resolved keeps its callsite (dump.py define_stack); one defined
- * again while it waits waits as last defined. -1 on ENOMEM. */
-static int keep_stack(struct hs_ingest *g, const uint8_t *rec, uint32_t size) {
-  struct hs_stack s;
-  memcpy(&s, rec + 8, sizeof s);
-  uint64_t cs;
-  if (hs_map_get(&g->res.callsites, s.stack_id, 0, &cs)) return 0;
-  uint32_t old_size;
-  int waiting = hs_ingest_held_stack(g, s.stack_id, &old_size) != NULL;
-  if (held_add(&g->held, rec, size) < 0) return -1;
-  if (waiting) return 0;
-  return hs_u64s_push(s.flags & HS_STACK_PYTHON ? &g->res.python : &g->res.native, s.stack_id);
-}
-
-int hs_ingest_compact_held(struct hs_ingest *g) {
-  struct hs_held_stacks *h = &g->held;
-  if (!g->resolve_stacks || h->count == g->res.native.len + g->res.python.len + g->res.parked.len) return 0;
-  struct hs_held_stacks kept = {0};
-  const struct hs_u64s *lists[3] = {&g->res.parked, &g->res.native, &g->res.python};
-  for (int l = 0; l < 3; l++) {
-    for (size_t n = 0; n < lists[l]->len; n++) {
-      uint32_t size;
-      const uint8_t *rec = hs_ingest_held_stack(g, lists[l]->p[n], &size);
-      if (rec && held_add(&kept, rec, size) < 0) {
-        free(kept.arena.p);
-        free(kept.ids);
-        free(kept.offs_plus1);
-        return -1;
-      }
-    }
-  }
-  free(h->arena.p);
-  free(h->ids);
-  free(h->offs_plus1);
-  *h = kept;
-  return 0;
-}
-
-const uint8_t *hs_ingest_held_stack(const struct hs_ingest *g, uint64_t stack_id, uint32_t *size) {
-  const struct hs_held_stacks *h = &g->held;
-  if (!h->count) return NULL;
-  size_t i = held_slot(h, stack_id);
-  if (!h->offs_plus1[i]) return NULL;
-  const uint8_t *rec = h->arena.p + (h->offs_plus1[i] - 1);
-  uint64_t hdr;
-  memcpy(&hdr, rec, sizeof hdr);
-  *size = HS_RECORD_SIZE(hdr);
-  return rec;
 }
 
 /* Framing checks on write_pos (a local copy). 0 when the ring is corrupt. */
@@ -217,6 +109,32 @@ static int routed(struct hs_ingest *g, uint32_t type, const uint8_t *body, uint6
   r->frees++;
   hs_tracker_free(r->tracker, f.seq, f.addr, now_ns);
   return 1;
+}
+
+static int rare(uint32_t type) {
+  return type == HS_REC_STACK || type == HS_REC_MODULE || type == HS_REC_HEAP || type == HS_REC_HEAP_MALLOC ||
+         type == HS_REC_HEAP_FREE || type == HS_REC_PYCODE || type == HS_REC_PYINFO;
+}
+
+/* One rare record at `rec` in the ring (its header hdr, read once): copied out first, then
+ * the copy checked, as the client may still scribble on the ring. A STACK is kept by the
+ * process's resolver; the others are left in g->records for Python. -1 on ENOMEM (the
+ * record is not consumed). */
+static int take_rare(struct hs_ingest *g, uint32_t type, const uint8_t *rec, uint64_t hdr, uint32_t size) {
+  if (hs_buf_reserve(&g->records, size) < 0) return -1;
+  uint8_t *copy = g->records.p + g->records.len;
+  memcpy(copy, rec, size);
+  memcpy(copy, &hdr, 8);
+  if (!rare_record_ok(type, copy, size)) {
+    g->st.malformed_records++;
+  } else if (type == HS_REC_STACK) {
+    if (hs_resolver_keep(g->resolver, copy, size) < 0) return -1;
+    g->st.held_stacks++;
+  } else {
+    g->records.len += size;
+    g->records_count++;
+  }
+  return 0;
 }
 
 void hs_ingest_drain(struct hs_ingest *g, uint64_t max_records, uint64_t now_ns) {
@@ -275,28 +193,10 @@ void hs_ingest_drain(struct hs_ingest *g, uint64_t max_records, uint64_t now_ns)
       /* applied to the heap's own tracker */
     } else if (type == HS_REC_PAD) {
       g->st.pads++;
-    } else if (type == HS_REC_STACK || type == HS_REC_MODULE || type == HS_REC_HEAP ||
-               type == HS_REC_HEAP_MALLOC || type == HS_REC_HEAP_FREE ||
-               type == HS_REC_PYCODE || type == HS_REC_PYINFO) {
-      /* Copy first, then validate the copy: the client may still scribble. */
-      if (hs_buf_reserve(&g->records, size) < 0) {
+    } else if (rare(type)) {
+      if (take_rare(g, type, rec, hdr, size) < 0) {
         g->oom = 1;
         break;
-      }
-      uint8_t *copy = g->records.p + g->records.len;
-      memcpy(copy, rec, size);
-      memcpy(copy, &hdr, 8);
-      if (!rare_record_ok(type, copy, size)) {
-        g->st.malformed_records++;
-      } else if (type == HS_REC_STACK && (g->hold_stacks || g->resolve_stacks)) {
-        if ((g->resolve_stacks ? keep_stack(g, copy, size) : held_add(&g->held, copy, size)) < 0) {
-          g->oom = 1;
-          break;
-        }
-        g->st.held_stacks++;
-      } else {
-        g->records.len += size;
-        g->records_count++;
       }
     } else {
       g->st.malformed_records++; /* unknown type, or MALLOC/FREE of the wrong size */
@@ -319,12 +219,14 @@ void hs_ingest_drain(struct hs_ingest *g, uint64_t max_records, uint64_t now_ns)
 
 /* ---- life cycle ---- */
 
-void hs_ingest_init(struct hs_ingest *g, void *map, uint64_t ring_size, struct hs_tracker *tracker) {
+void hs_ingest_init(struct hs_ingest *g, void *map, uint64_t ring_size, struct hs_tracker *tracker,
+                    struct hs_resolver *resolver) {
   memset(g, 0, sizeof *g);
   g->meta = map;
   g->data = (uint8_t *)map + HS_META_SIZE;
   g->ring_size = ring_size;
   g->tracker = tracker;
+  g->resolver = resolver;
   g->read_pos = __atomic_load_n(&g->meta->read_pos, __ATOMIC_ACQUIRE);
   g->zeroed_to = g->read_pos;
   if (g->read_pos & 7) g->corrupt = 1;
@@ -333,9 +235,4 @@ void hs_ingest_init(struct hs_ingest *g, void *map, uint64_t ring_size, struct h
 void hs_ingest_destroy(struct hs_ingest *g) {
   free(g->records.p);
   g->records = (struct hs_buf){0};
-  free(g->held.arena.p);
-  free(g->held.ids);
-  free(g->held.offs_plus1);
-  g->held = (struct hs_held_stacks){0};
-  hs_resolver_destroy(&g->res);
 }

@@ -3,9 +3,10 @@
  *
  *   shared ring (wire.h) --drain--> MALLOC/FREE --> the process's heap tracker
  *                                                   (bookkeeping/tracker.h)
- *                                \-> STACK/MODULE/HEAP copied whole into
+ *                                \-> STACK: kept by the process's resolver
+ *                                    (bookkeeping/resolver.h)
+ *                                \-> MODULE/HEAP/... copied whole into
  *                                    `records` for the Python producer
- *                                    (STACK: into `held` with hold_stacks)
  *
  * The client on the other side of the ring is untrusted: every position and
  * size is copied into a local before it is checked, and any record handed
@@ -21,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "resolve_core.h"
+#include "resolver.h"
 #include "tracker.h"
 #include "wire.h"
 
@@ -41,19 +42,7 @@ struct hs_ingest_stats {
   uint64_t frees;
   uint64_t pads;
   uint64_t malformed_records;
-  uint64_t held_stacks;      /* STACK records kept here (hold_stacks) */
-};
-
-/* STACK records held in C (hs_ingest.hold_stacks): whole records one after
- * another in `arena`, found by stack id through an open-addressing index
- * (linear probing, keys mixed as the tracker's tables). A stack defined
- * again points at its latest record. */
-struct hs_held_stacks {
-  struct hs_buf arena;
-  uint64_t *ids;        /* slot -> stack id */
-  uint64_t *offs_plus1; /* slot -> offset of its record in arena + 1; 0 = empty */
-  size_t mask;          /* capacity - 1; 0 before the first record */
-  size_t count;
+  uint64_t held_stacks;      /* STACK records kept (hs_resolver_keep) */
 };
 
 /* A custom heap whose HEAP_MALLOC / HEAP_FREE records go straight to a
@@ -79,45 +68,23 @@ struct hs_ingest {
   int oom;                      /* a record buffer could not grow */
   struct hs_ingest_stats st;
   struct hs_tracker *tracker;   /* not owned */
-  struct hs_buf records;        /* whole STACK/MODULE/HEAP records of the last drain */
+  struct hs_resolver *resolver;   /* not owned: where STACK records go */
+  struct hs_buf records;        /* whole MODULE/HEAP/... records of the last drain */
   size_t records_count;
   struct hs_ingest_route routes[HS_INGEST_MAX_ROUTES];
   uint32_t nroutes;
-  /* Keep STACK records here instead of handing them to Python: for a caller
-   * that needs few of them, asked for by id (the pytest plugin's windows). */
-  int hold_stacks;
-  struct hs_held_stacks held;
-  /* Keep STACK records here and resolve them here (resolve_core.h): a stack
-   * waits as its record until resolved, then its record is let go. */
-  int resolve_stacks;
-  struct hs_resolver res;
 };
 
 /* map: HS_META_SIZE + ring_size bytes of the shared memory; the ops read go
- * to tracker. */
-void hs_ingest_init(struct hs_ingest *g, void *map, uint64_t ring_size, struct hs_tracker *tracker);
+ * to tracker, the STACK records to resolver. */
+void hs_ingest_init(struct hs_ingest *g, void *map, uint64_t ring_size, struct hs_tracker *tracker,
+                    struct hs_resolver *resolver);
 void hs_ingest_destroy(struct hs_ingest *g);
 /* Read up to max_records (0 = all) committed records at time now_ns (the
- * caller's CLOCK_MONOTONIC, for the tracker's gap timeout). The STACK,
- * MODULE and HEAP records read are left in g->records (g->records_count of
- * them). */
+ * caller's CLOCK_MONOTONIC, for the tracker's gap timeout). The rare
+ * records read but STACK (MODULE, HEAP, ...) are left in g->records
+ * (g->records_count of them). */
 void hs_ingest_drain(struct hs_ingest *g, uint64_t max_records, uint64_t now_ns);
 /* The route of heap_id, made on first use; NULL when all are taken. */
 struct hs_ingest_route *hs_ingest_route(struct hs_ingest *g, uint32_t heap_id);
-/* The held STACK record of stack_id (header included, validated as drain
- * does), its size in *size; NULL when none is held. */
-const uint8_t *hs_ingest_held_stack(const struct hs_ingest *g, uint64_t stack_id, uint32_t *size);
-
-/* Resolve the waiting stacks (resolve_core.h): each gets its callsite in
- * `trie` and in the tracker; a Python stack naming a code object not received
- * yet waits when sp->wait. The number resolved; -1 when the namer failed, -2
- * on ENOMEM (the stacks not resolved then wait). Records of resolved stacks
- * are let go. *unplaced grows by the Python frames put at the root. */
-int64_t hs_ingest_resolve(struct hs_ingest *g, struct hs_trie *trie, const struct hs_splice *sp, hs_namer namer,
-                          void *ctx, uint64_t *unplaced);
-/* The callsite of a resolved stack; 0 when it has none. */
-int64_t hs_ingest_callsite(const struct hs_ingest *g, uint64_t stack_id);
-/* Let go of the held records of stacks no longer waiting (resolve_stacks only). -1 on ENOMEM. */
-int hs_ingest_compact_held(struct hs_ingest *g);
-
 #endif /* HEAPSCOPE_INGEST_CORE_H */

@@ -6,9 +6,10 @@ import mmap
 import os
 import socket
 
+from heapscope.bookkeeping._native import Tracker
 from heapscope.bookkeeping.dump import ProcessHeap
 from heapscope.model import HEAP_NAME, ProcessFlags, ProcessInfo
-from heapscope.producer._ingest import Ingest, Tracker
+from heapscope.producer._ingest import Ingest
 from heapscope.slots import Slots
 from heapscope.wire import codec
 
@@ -97,7 +98,7 @@ class ProcessState(Slots):
         self.shm = shm
         self.ingest = ingest
         self.flags = ProcessFlags() if flags is None else flags
-        self.heap = ProcessHeap() if heap is None else heap
+        self.heap = ProcessHeap(ingest.resolver) if heap is None else heap
         self.stats = ProcessStats() if stats is None else stats
         self.heap_name = heap_name
         self.python_state = python_state

@@ -17,6 +17,7 @@ import socket
 import time
 from collections.abc import Callable
 
+from heapscope.bookkeeping._native import Tracker, Trie
 from heapscope.bookkeeping.dump import UNDEFINED_STACK, ProcessHeap
 from heapscope.bookkeeping.frames import FrameTable, unknown_code_mapping
 from heapscope.bookkeeping.rows import DUMP_ROW, OP_MALLOC, STREAM_ROW, unpack_rows
@@ -24,7 +25,7 @@ from heapscope.heaps import valid_name as valid_heap_name
 from heapscope.model import ProcessFlags, Upid, is_jitdump_path
 from heapscope.producer import listener as _listener
 from heapscope.producer import procfs
-from heapscope.producer._ingest import Ingest, Tracker, Trie
+from heapscope.producer._ingest import Ingest
 from heapscope.producer.config import RecordConfig
 from heapscope.producer.listener import Accepted, Listener
 from heapscope.producer.process import CustomHeap, ProcessState
@@ -74,7 +75,7 @@ class Producer:
         self.log = log
         self.frames = FrameTable(config.skip_symbol_prefixes)
         self.frames.discard = not self.keep
-        self.trie = Trie()  # bookkeeping/trie.py's, in C: the resolve in C adds to it (resolve_core.h)
+        self.trie = Trie()  # bookkeeping/trie.h: the processes' resolvers add to it
         self.processes: dict[int, ProcessState] = {}  # by socket fd
         self.ended: list[ProcessState] = []
         # pids whose process ended by exiting (its socket closed in its last destructor, or
@@ -98,7 +99,7 @@ class Producer:
         self.newest_upid: dict[int, Upid] = {}  # pid -> its latest process (an exec connects anew)
         self.guardrail = ""  # which guardrail was hit, if any
         self._resolved_ns = time.monotonic_ns()  # the last resolve_early()
-        self.resolve_every_ns: int | None = RESOLVE_EVERY_NS  # None: stacks resolve at dumps only
+        self.resolve_every_ns = RESOLVE_EVERY_NS
         self.listener = Listener(config, log) if listener is None else listener
         self.token = self.listener.token
         self.socket_path = self.listener.socket_path
@@ -164,8 +165,7 @@ class Producer:
         for p in list(self.processes.values()):
             drained += self._drain(p)
         self._read_rss_due()
-        every = self.resolve_every_ns
-        if every is not None and now - self._resolved_ns >= every and not self.frames.discard:
+        if now - self._resolved_ns >= self.resolve_every_ns and not self.frames.discard:
             self._resolved_ns = now
             self.resolve_early()
         for s in readable:
@@ -238,17 +238,8 @@ class Producer:
     def _prepare(self, memfd: int) -> Ingest:
         """The ring reader of a client about to be answered (a failure rejects the client)."""
         cfg = self.config
-        ingest = Ingest(memfd, cfg.shmem_size, stream=cfg.stream_allocations, dump_at_max=cfg.dump_at_max,
-                        threads=cfg.threads)
-        try:
-            if self.frames.discard:  # no profile kept: stacks stay in C, read by id (FrameTable.discard)
-                ingest.hold_stacks()
-            else:  # stacks stay in C until resolved there (ProcessHeap.held)
-                ingest.resolve_stacks()
-        except Exception:
-            ingest.close()
-            raise
-        return ingest
+        return Ingest(memfd, cfg.shmem_size, stream=cfg.stream_allocations, dump_at_max=cfg.dump_at_max,
+                      threads=cfg.threads)
 
     def adopt(self, accepted: Accepted) -> None:
         """Take over a client the listener answered (now, or before the producer existed)."""
@@ -267,8 +258,6 @@ class Producer:
         info.parent_upid = self._upid_of(info.ppid)
         p = ProcessState(info=info, sock=conn, memfd=accepted.memfd, shm=accepted.shm, ingest=ingest)
         p.heap.modules.unknown = unknown_code_mapping(info.pid)  # its JIT code, named by its own perf map
-        if not self.frames.discard:
-            p.heap.held = ingest
         cfg = self.config
         p.flags.sampling_interval_bytes = p.flags.orig_sampling_interval_bytes = cfg.interval
         p.flags.from_startup = info.pid not in self.attach_pids
@@ -362,10 +351,7 @@ class Producer:
         except codec.MalformedRecord:
             p.stats.malformed_records += 1
             return
-        if isinstance(r, codec.StackRecord):
-            p.stats.stacks += 1
-            p.heap.define_stack(r.stack_id, r.pcs, r.py if r.python else None)
-        elif isinstance(r, codec.PyCodeRecord):
+        if isinstance(r, codec.PyCodeRecord):
             p.stats.python_codes += 1
             p.heap.define_code(r.code_key, r.name, r.file, r.line_format, r.table, r.first_line)
         elif isinstance(r, codec.PyInfoRecord):
@@ -391,6 +377,8 @@ class Producer:
             if h is not None:
                 h.frees += 1
                 h.tracker.free(r.seq, r.addr, now)
+        elif isinstance(r, codec.StackRecord):  # not handed over: the ring reader keeps each in C (Ingest.resolver)
+            p.stats.malformed_records += 1
         elif r.heap_id >= codec.FIRST_CUSTOM_HEAP:
             self._add_custom_heap(p, r)
         else:
@@ -440,17 +428,7 @@ class Producer:
         """Give a custom heap's tracker the callsites the malloc heap's resolve found for
         its stacks (stack ids are shared by every heap of a process); `final`: a stack
         never received is booked under UNDEFINED_STACK."""
-        heap = p.heap
-        if heap.held is not None:
-            left = heap.held.bind(tracker)  # in C: a Python heap's tracker has a stack per sample
-        else:
-            left = []
-            for stack_id in tracker.unresolved():
-                cs = heap.callsites.get(stack_id)
-                if cs is None:
-                    left.append(stack_id)
-                else:
-                    tracker.set_callsite(stack_id, cs)
+        left = p.heap.resolver.bind(tracker)  # in C: a Python heap's tracker has a stack per sample
         if final and left:
             stray = self.trie.callsite([self.frames.special(UNDEFINED_STACK)])
             for stack_id in left:
@@ -466,7 +444,7 @@ class Producer:
         exit (10 of the 23 ms of CPU its final dump took; benchmarks/end_split.py). Without
         fsyncs (store/writer.py, synchronous=OFF) a commit costs the pages it writes."""
         for p in self.processes.values():
-            p.heap.resolve_known(self.frames, self.trie)
+            p.heap.resolve_known(self.frames, self.trie, p.ingest.tracker)
             for h in p.custom_heaps.values():  # Python's heap: its stacks' callsites, as a dump gives them
                 self.bind_callsites(p, h.tracker)
             # Between two processes too: a Pool's four Python processes took ~80 ms here, and a
@@ -573,7 +551,7 @@ class Producer:
         p.flags.client_error = _client_error_name(p.meta("client_error"))
         p.flags.unwinder = _unwinder_name(p.meta("unwinder"), p.meta("client_state"))
         st = p.ingest.stats()
-        p.stats.stacks += st["held_stacks"]  # kept in C (resolve_stacks, hold_stacks): never decoded here
+        p.stats.stacks += st["held_stacks"]  # kept in C by the process's resolver: never decoded here
         p.flags.buffer_corrupted = bool(st["corrupt"])
         p.flags.buffer_overran = p.meta("dropped_records") > 0
         self.dump(p, reason, final=True)

@@ -179,7 +179,7 @@ class ProfileWriter:
 
     def add_callsites_flat(self, values: Sequence[int | None]) -> None:
         """add_callsites' rows in one flat sequence: id, depth, parent_id, frame_id, the next id, ...
-        (producer._ingest.Trie.take_new_flat)."""
+        (bookkeeping._native.Trie.take_new_flat)."""
         # The producer's ids are counters, always in range: bound as they are (a compiler's
         # final dump has ~100k rows; converting each value cost a third of writing them).
         self._insert_flat(

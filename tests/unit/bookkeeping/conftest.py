@@ -11,14 +11,14 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from native_ext import load_ingest
+from native_ext import load_native
 
 from heapscope.bookkeeping.rows import DUMP_ROW, LIVE_ROW, PEAK_ROW, STREAM_ROW, THREAD_ROW, TOTALS_ROW
 
 
 @pytest.fixture(scope="session")
-def ingest_mod(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
-    return load_ingest(tmp_path_factory.mktemp("ingest_build"))
+def native_mod(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
+    return load_native(tmp_path_factory.mktemp("native_build"))
 
 
 @dataclass
@@ -80,11 +80,11 @@ class Heap:
 
 
 @pytest.fixture
-def make_heap(ingest_mod: ModuleType) -> Iterator[Any]:
+def make_heap(native_mod: ModuleType) -> Iterator[Any]:
     made: list[Heap] = []
 
     def make(stream: bool = False, dump_at_max: bool = False, threads: bool = False) -> Heap:
-        made.append(Heap(ingest_mod.Tracker(stream=stream, dump_at_max=dump_at_max, threads=threads)))
+        made.append(Heap(native_mod.Tracker(stream=stream, dump_at_max=dump_at_max, threads=threads)))
         return made[-1]
 
     yield make

@@ -1,19 +1,23 @@
 """Per-process dump glue (bookkeeping/dump.py): stacks -> callsites -> tracker rows.
 
-Driven with a real Tracker (producer/_ingest) and real frame tables: the
-stacks are those of a small process with an interpreter, an extension and
-Python code objects (as test_splice.py).
+Driven with a real Tracker, Trie and Resolver (bookkeeping/_native) and real
+frame tables: the stacks, kept by the Resolver as the ring reader keeps them,
+are those of a small process with an interpreter, an extension and Python
+code objects (as test_splice.py).
 """
 
 from __future__ import annotations
 
+from types import ModuleType
+from typing import Any
+
 import pytest
+from wire_support import encode_stack
 
 from heapscope.bookkeeping.dump import ProcessHeap
 from heapscope.bookkeeping.frames import UNKNOWN_CODE, FrameTable
 from heapscope.bookkeeping.pylines import LOCATIONS
 from heapscope.bookkeeping.rows import WINDOW_ROW
-from heapscope.bookkeeping.trie import CallsiteTrie
 from heapscope.wire.codec import PY_FRAME_ENTRY, ModuleRecord
 
 pytestmark = pytest.mark.timeout(60)
@@ -25,25 +29,32 @@ NATIVE, PYTHON = 0x51, 0x52  # stack ids
 A, B, C = 0x7F00_0000_1000, 0x7F00_0000_2000, 0x7F00_0000_3000
 
 
-def _process(discard: bool) -> tuple[ProcessHeap, FrameTable, CallsiteTrie]:
+def _define_stack(heap: ProcessHeap, stack_id: int, pcs: tuple[int, ...],
+                  py: tuple[tuple[int, int, int], ...] | None = None) -> None:
+    """A STACK record of the process, kept as the ring reader keeps it."""
+    heap.resolver.keep(encode_stack(stack_id, pcs, py=py))
+
+
+def _process(native: ModuleType, discard: bool) -> tuple[ProcessHeap, FrameTable, Any]:
     frames = FrameTable()
     frames.discard = discard
-    heap = ProcessHeap()
+    heap = ProcessHeap(native.Resolver())
     for m in (EXE, LIBPY):
         frames.add_module(heap.modules, m)
     heap.python.eval_lo, heap.python.eval_hi = EVAL_LO, EVAL_HI
     # 3.11 location table of `build` at line 16: one entry, kind 13 (line delta only, +0), 2 code units
     heap.define_code(1, "build", "app.py", LOCATIONS, bytes([(13 << 3) | 1, 0]), 16)
-    heap.define_stack(NATIVE, (0x401100, 0x401200))
-    heap.define_stack(PYTHON, (0x7001100, EVAL_LO + 0x10, 0x401100), ((1, 2, PY_FRAME_ENTRY),))
-    return heap, frames, CallsiteTrie()
+    _define_stack(heap, NATIVE, (0x401100, 0x401200))
+    _define_stack(heap, PYTHON, (0x7001100, EVAL_LO + 0x10, 0x401100), ((1, 2, PY_FRAME_ENTRY),))
+    return heap, frames, native.Trie()
 
 
-def _names(frames: FrameTable, trie: CallsiteTrie, callsite: int) -> list[str]:
+def _names(frames: FrameTable, trie: Any, callsite: int | None) -> list[str]:
     """Frame names of a callsite, root first (the rel pc of a native frame)."""
     by_id = {i: f for f, i in frames.frames.ids.items()}
     parents = [(0, 0), *trie.paths_from(1)]
     out: list[str] = []
+    assert callsite is not None
     node = callsite
     while node:
         node, fid = parents[node]
@@ -52,8 +63,8 @@ def _names(frames: FrameTable, trie: CallsiteTrie, callsite: int) -> list[str]:
     return out[::-1]
 
 
-def test_stacks_resolve_to_spliced_callsites(make_heap) -> None:
-    heap, frames, trie = _process(discard=False)
+def test_stacks_resolve_to_spliced_callsites(native_mod, make_heap) -> None:
+    heap, frames, trie = _process(native_mod, discard=False)
     h = make_heap()
     h.malloc(1, A, 100, NATIVE)
     h.malloc(2, B, 30, PYTHON)
@@ -63,9 +74,9 @@ def test_stacks_resolve_to_spliced_callsites(make_heap) -> None:
     assert list(frames.python.values()) == [("build", "app.py", 16)]
 
 
-def test_a_profile_not_kept_resolves_no_stack(make_heap) -> None:
+def test_a_profile_not_kept_resolves_no_stack(native_mod, make_heap) -> None:
     # GIVEN the pytest plugin's case: only the windows are read, the profile is thrown away
-    heap, frames, trie = _process(discard=True)
+    heap, frames, trie = _process(native_mod, discard=True)
     h = make_heap()
     h.t.new_window()
     h.malloc(1, A, 100, NATIVE)
@@ -80,9 +91,9 @@ def test_a_profile_not_kept_resolves_no_stack(make_heap) -> None:
     # (no final dump follows: a producer that keeps no profile makes none, test_pytest_plugin.py)
 
 
-def test_a_bad_line_table_is_found_when_a_frame_needs_it(make_heap) -> None:
+def test_a_bad_line_table_is_found_when_a_frame_needs_it(native_mod, make_heap) -> None:
     # GIVEN a code object whose line table is of a format no CPython has
-    heap, frames, trie = _process(discard=False)
+    heap, frames, trie = _process(native_mod, discard=False)
     heap.define_code(1, "build", "app.py", 77, b"\x01\x02", 16)
     h = make_heap()
     h.malloc(1, B, 30, PYTHON)
@@ -92,33 +103,34 @@ def test_a_bad_line_table_is_found_when_a_frame_needs_it(make_heap) -> None:
     assert list(frames.python.values()) == [("build", "app.py", None)]
 
 
-def test_a_python_stack_waits_for_its_code_objects(make_heap) -> None:
+def test_a_python_stack_waits_for_its_code_objects(native_mod, make_heap) -> None:
     # GIVEN a stack naming code 2, whose record has not arrived (another thread sends it later),
     # and one naming code 0 (a frame whose code the client could not read: never sent)
-    heap, frames, trie = _process(discard=False)
+    heap, frames, trie = _process(native_mod, discard=False)
     late, unreadable = 0x61, 0x62
-    heap.define_stack(late, (EVAL_LO + 0x10, 0x401100), ((2, 0, 0), (1, 2, PY_FRAME_ENTRY)))
-    heap.define_stack(unreadable, (EVAL_LO + 0x10, 0x401100), ((0, 0, PY_FRAME_ENTRY),))
+    _define_stack(heap, late, (EVAL_LO + 0x10, 0x401100), ((2, 0, 0), (1, 2, PY_FRAME_ENTRY)))
+    _define_stack(heap, unreadable, (EVAL_LO + 0x10, 0x401100), ((0, 0, PY_FRAME_ENTRY),))
     h = make_heap()
     h.malloc(1, A, 10, late)
     h.malloc(2, B, 20, unreadable)
     # WHEN resolved before code 2 arrives THEN only the stack naming code 0 gets its callsite
     heap.resolve(frames, trie, h.t)
-    assert set(heap.callsites) == {NATIVE, PYTHON, unreadable}
-    assert _names(frames, trie, heap.callsites[unreadable]) == ["0x10ff", UNKNOWN_CODE]
+    assert heap.resolver.waiting() == [late]
+    assert all(heap.callsite(s) for s in (NATIVE, PYTHON, unreadable))
+    assert _names(frames, trie, heap.callsite(unreadable)) == ["0x10ff", UNKNOWN_CODE]
     # AND once code 2 is defined, the waiting stack is spliced with its name and line
     heap.define_code(2, "leaf", "app.py", LOCATIONS, bytes([(13 << 3) | 1, 2]), 20)  # line 20 + 1
     heap.resolve(frames, trie, h.t)
-    assert _names(frames, trie, heap.callsites[late]) == ["0x10ff", "build", "leaf"]
+    assert _names(frames, trie, heap.callsite(late)) == ["0x10ff", "build", "leaf"]
     assert ("leaf", "app.py", 21) in frames.python.values()
 
 
-def test_a_code_object_that_never_arrives_is_named_so_at_the_end(make_heap) -> None:
-    heap, frames, trie = _process(discard=False)
-    heap.define_stack(0x63, (EVAL_LO + 0x10,), ((9, 0, PY_FRAME_ENTRY),))
+def test_a_code_object_that_never_arrives_is_named_so_at_the_end(native_mod, make_heap) -> None:
+    heap, frames, trie = _process(native_mod, discard=False)
+    _define_stack(heap, 0x63, (EVAL_LO + 0x10,), ((9, 0, PY_FRAME_ENTRY),))
     h = make_heap()
     h.malloc(1, A, 10, 0x63)
     assert heap.dump_rows(h.t, frames, trie, final=False) == []  # it waits for code 9
-    assert 0x63 not in heap.callsites
+    assert heap.callsite(0x63) is None
     rows = heap.dump_rows(h.t, frames, trie, final=True)
     assert [(_names(frames, trie, cs), size) for cs, _count, size, _real in rows] == [([UNKNOWN_CODE], 10)]

@@ -6,10 +6,9 @@ import json
 import shutil
 import struct
 import subprocess
-from pathlib import Path
 
 import pytest
-from native_ext import SRC, build_flags
+from native_ext import BOOKKEEPING_CORE, EXTENSIONS, FLAGS_FILE, SRC, build_flags
 
 from heapscope.bookkeeping.rows import DUMP_ROW, OP_FREE, OP_MALLOC, PEAK_ROW, ROWS, unpack_rows
 
@@ -71,11 +70,17 @@ def test_stream_kinds_match(c_layout: dict[str, int]) -> None:
     assert (OP_MALLOC, OP_FREE) == (c_layout["HS_OP_MALLOC"], c_layout["HS_OP_FREE"])
 
 
-def test_tracker_sources_are_where_meson_builds_them() -> None:
-    meson = (SRC / "producer" / "meson.build").read_text()
-    for p in sorted((SRC / "bookkeeping").glob("*.c")):
-        assert f"../bookkeeping/{p.name}" in meson, p.name
-    assert Path(SRC / "producer" / "_ingest.flags").read_text().split() == build_flags()
+def test_the_c_sources_are_where_meson_builds_them() -> None:
+    # The tests compile what meson.build compiles (native_ext.py): every C file of both folders
+    # is in one list, and meson.build names it.
+    meson = {d: (SRC / d / "meson.build").read_text() for d in ("bookkeeping", "producer")}
+    listed = {p for sources in EXTENSIONS.values() for p in sources} | set(BOOKKEEPING_CORE)
+    for d in ("bookkeeping", "producer"):
+        for p in sorted((SRC / d).glob("*.c")):
+            assert p in listed, p
+            assert f"'{p.name}'" in meson[d], p.name
+    assert "bookkeeping_core" in meson["producer"]
+    assert "native.flags" in meson["bookkeeping"] and FLAGS_FILE.parent == SRC / "bookkeeping"
 
 
 @pytest.mark.parametrize("row", [DUMP_ROW, PEAK_ROW], ids=["dump", "peak"])

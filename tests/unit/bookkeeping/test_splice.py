@@ -1,10 +1,18 @@
-"""The splice of Python frames into native stacks (bookkeeping/frames.py)."""
+"""The splice of Python frames into native stacks (bookkeeping/resolver.c, frames named by frames.py).
+
+Each stack is kept by a real Resolver and resolved into a real Trie, as the
+producer does; its callsite's path is read back root first.
+"""
 
 from __future__ import annotations
 
+from types import ModuleType
+
+from wire_support import encode_stack
+
+from heapscope.bookkeeping.dump import ProcessHeap
 from heapscope.bookkeeping.frames import UNKNOWN_CODE, FrameTable, ProcessModules, PyCode, PySplice
 from heapscope.bookkeeping.pylines import LNOTAB, LineTable
-from heapscope.model import FrameId
 from heapscope.wire.codec import PY_FRAME_ENTRY, ModuleRecord
 
 EXE = ModuleRecord(0x400000, 0x401000, 0x402000, 0x1000, 0x1000, b"", "/usr/bin/python3")
@@ -26,7 +34,26 @@ def _setup() -> tuple[FrameTable, ProcessModules, PySplice]:
     return table, mods, splice
 
 
-def _names(table: FrameTable, path: list[FrameId]) -> list[str]:
+def _spliced(native: ModuleType, table: FrameTable, mods: ProcessModules, splice: PySplice,
+             pcs: tuple[int, ...], py: tuple[tuple[int, int, int], ...]) -> list[int]:
+    """The frames of one stack (pcs leaf first, py innermost first) as its resolve gives them, root first."""
+    heap = ProcessHeap(native.Resolver(), modules=mods, python=splice)
+    for key in splice.codes:
+        heap.resolver.define_code(key)
+    heap.resolver.keep(encode_stack(7, pcs, py=py))
+    before = heap.frames_of(7, table)  # what a reader of the stack by id sees, before its resolve
+    trie = native.Trie()
+    heap.resolve(table, trie, native.Tracker(), final=True)
+    parents = [(0, 0), *trie.paths_from(1)]
+    node, path = heap.callsite(7), []
+    while node:
+        node, fid = parents[node]
+        path.append(fid)
+    assert before == path[::-1]
+    return path[::-1]
+
+
+def _names(table: FrameTable, path: list[int]) -> list[str]:
     by_id = {i: f for f, i in table.frames.ids.items()}
     out = []
     for fid in path:
@@ -35,7 +62,7 @@ def _names(table: FrameTable, path: list[FrameId]) -> list[str]:
     return out
 
 
-def test_frames_go_to_their_activation_and_plumbing_is_hidden() -> None:
+def test_frames_go_to_their_activation_and_plumbing_is_hidden(native_mod: ModuleType) -> None:
     table, mods, splice = _setup()
     pcs = (
         0x7001100,  # leaf: PyList_Append in libpython, before any activation: kept
@@ -44,31 +71,31 @@ def test_frames_go_to_their_activation_and_plumbing_is_hidden() -> None:
         0x401100,  # the python executable's main: kept
     )
     py = ((2, 10, 0), (1, 4, PY_FRAME_ENTRY))
-    path = table.frames_of_python(mods, {}, pcs, py, splice)
+    path = _spliced(native_mod, table, mods, splice, pcs, py)
     assert _names(table, path) == ["0x10ff", "main", "build", "0x10ff"]
     assert splice.unplaced == 0
     assert sorted((n, f, ln) for n, f, ln in table.python.values()) == [
         ("build", "app.py", 16), ("main", "app.py", 30)]
 
 
-def test_extension_frames_stay_between_activations() -> None:
+def test_extension_frames_stay_between_activations(native_mod: ModuleType) -> None:
     table, mods, splice = _setup()
     pcs = (EVAL_LO + 1, 0x7201100, EVAL_LO + 2, 0x7003000)
     py = ((3, 0, PY_FRAME_ENTRY), (1, 0, PY_FRAME_ENTRY))
-    path = table.frames_of_python(mods, {}, pcs, py, splice)
+    path = _spliced(native_mod, table, mods, splice, pcs, py)
     assert _names(table, path) == ["main", "0x10ff", "cb"]  # root first: main, the extension, cb
 
 
-def test_leftover_frames_go_to_the_root_and_are_counted() -> None:
+def test_leftover_frames_go_to_the_root_and_are_counted(native_mod: ModuleType) -> None:
     table, mods, splice = _setup()
-    path = table.frames_of_python(mods, {}, (0x401100,), ((2, 0, 0), (1, 0, PY_FRAME_ENTRY)), splice)
+    path = _spliced(native_mod, table, mods, splice, (0x401100,), ((2, 0, 0), (1, 0, PY_FRAME_ENTRY)))
     assert _names(table, path) == ["main", "build", "0x10ff"]
     assert splice.unplaced == 2
 
 
-def test_unknown_code_and_skipped_files() -> None:
+def test_unknown_code_and_skipped_files(native_mod: ModuleType) -> None:
     table, mods, splice = _setup()
     pcs = (EVAL_LO + 1, EVAL_LO + 2, EVAL_LO + 3)
     py = ((99, 0, PY_FRAME_ENTRY), (4, 0, PY_FRAME_ENTRY), (1, 0, PY_FRAME_ENTRY))
-    path = table.frames_of_python(mods, {}, pcs, py, splice)
+    path = _spliced(native_mod, table, mods, splice, pcs, py)
     assert _names(table, path) == ["main", "FILTERED", UNKNOWN_CODE]

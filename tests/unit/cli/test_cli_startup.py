@@ -166,7 +166,8 @@ _NEVER_ON_A_CACHED_RUN = {"dataclasses", "inspect", "ast", "dis", "hashlib", "_h
 # What the recording needs once its target runs, and its target's start does not (issue 13): the
 # target waits for the answer to its handshake, which heapscope/launch.py gives without them.
 _AFTER_THE_TARGETS_START = {"heapscope.recording", "heapscope.producer.producer", "heapscope.store.writer",
-                            "heapscope.wire.codec", "heapscope.producer._ingest", "sqlite3", "subprocess",
+                            "heapscope.wire.codec", "heapscope.producer._ingest", "heapscope.bookkeeping._native",
+                            "sqlite3", "subprocess",
                             "pathlib", "socket", "enum", "signal", "threading", "contextlib", "selectors"}
 
 

@@ -128,7 +128,7 @@ def test_stream_rows_come_through_the_ring(make_ring):
 
 # ---- rare records ----
 
-def test_stack_module_heap_returned_whole_in_ring_order(make_ring):
+def test_module_heap_returned_whole_in_ring_order_stacks_kept(make_ring):
     ring = make_ring()
     module = codec.ModuleRecord(base=0x400000, start=0x401000, end=0x402000, file_offset=0x1000,
                                 vaddr=0x1000, build_id=bytes(range(20)), path="/usr/lib/libfoo.so.1")
@@ -136,19 +136,21 @@ def test_stack_module_heap_returned_whole_in_ring_order(make_ring):
             ws.encode_stack(S1, [0x401234, 0x401100], truncated=True), malloc(1, A, 8, S1),
             ws.encode_stack(S2, [])]
     ring.feed(recs)
-    assert ring.returned == [recs[0], recs[1], recs[2], recs[4]]
+    assert ring.returned == [recs[0], recs[1]]
     decoded = [codec.decode_record(r) for r in ring.returned]
     assert decoded[0] == codec.HeapRecord(0, 4096, "libc.malloc")
     assert decoded[1] == module
-    assert decoded[2] == codec.StackRecord(S1, (0x401234, 0x401100), True)
-    assert decoded[3] == codec.StackRecord(S2, (), False)
-    assert ring.stats()["mallocs"] == 1
+    # the stacks went to the process's resolver, whole, in the order they came
+    resolver = ring.ingest.resolver
+    assert codec.decode_record(resolver.held_stack(S1)) == codec.StackRecord(S1, (0x401234, 0x401100), True)
+    assert codec.decode_record(resolver.held_stack(S2)) == codec.StackRecord(S2, (), False)
+    assert resolver.waiting() == [S1, S2]
+    assert ring.stats()["mallocs"] == 1 and ring.stats()["held_stacks"] == 2
 
 
 def test_held_stacks_stay_in_c_and_are_found_by_id(make_ring):
-    # GIVEN a reader told to hold stacks (the pytest plugin's when no profile is kept)
+    # GIVEN a reader (its stacks are read by id when no profile is kept: the pytest plugin's case)
     ring = make_ring(size=1 << 12)  # small: the records below wrap it several times
-    ring.ingest.hold_stacks()
     py = ((0x51, 12, codec.PY_FRAME_ENTRY), (0x52, -1, 0))
     heap = ws.encode_heap(0, 4096, "libc.malloc")
     first = ws.encode_stack(S1, [0x401234, 0x401100])
@@ -164,35 +166,27 @@ def test_held_stacks_stay_in_c_and_are_found_by_id(make_ring):
             again = ws.encode_stack(S1, [0x409999])
             ring.feed([again])
     # THEN none is returned; each is held whole, the last definition of S1 wins
-    assert ring.ingest.held_stack(S1) == again
-    assert all(ring.ingest.held_stack(sid) == rec for sid, rec in many.items())
+    assert ring.ingest.resolver.held_stack(S1) == again
+    assert all(ring.ingest.resolver.held_stack(sid) == rec for sid, rec in many.items())
     assert codec.decode_record(many[S3 + 1]) == codec.StackRecord(S3 + 1, (0x400001,), False, py, 0, True)
-    assert ring.ingest.held_stack(S2) is None
+    assert ring.ingest.resolver.held_stack(S2) is None
     assert ring.stats()["held_stacks"] == 302
     # AND a malformed stack is counted, not held
     bad = bytearray(ws.encode_stack(S2, [1, 2]))
     bad[8 + 8:8 + 12] = (3).to_bytes(4, "little")  # depth 3: past the record's end
     ring.feed([bytes(bad)])
-    assert ring.ingest.held_stack(S2) is None
+    assert ring.ingest.resolver.held_stack(S2) is None
     assert ring.stats()["malformed_records"] == 1
-
-
-def test_stacks_are_returned_unless_held(make_ring):
-    ring = make_ring()
-    rec = ws.encode_stack(S1, [0x401234])
-    ring.feed([rec])
-    assert ring.returned == [rec]
-    assert ring.ingest.held_stack(S1) is None
-    assert ring.stats()["held_stacks"] == 0
 
 
 def test_max_records_limits_one_drain(make_ring):
     ring = make_ring()
-    for i in range(10):
-        assert ring.writer.write(ws.encode_stack(i + 1, [i]))
+    module = ws.encode_module(codec.ModuleRecord(1, 2, 3, 4, 5, b"", "/p"))
+    for _ in range(10):
+        assert ring.writer.write(module)
     first = ring.drain(3)
     assert len(first) == 3
-    assert ring.meta("read_pos") == 3 * 32
+    assert ring.meta("read_pos") == 3 * len(module)
     assert len(ring.drain()) == 7
     assert ring.drain() == []
 
@@ -217,7 +211,7 @@ def test_wraparound_many_laps_with_pads_zeroes_what_it_read(make_ring):
     # THEN everything came through, in order
     assert ring.meta("write_pos") > 100 * 4096
     assert ring.meta("read_pos") == ring.meta("write_pos")
-    assert [codec.decode_record(r).stack_id for r in ring.returned] == stacks_sent
+    assert ring.returned == [] and ring.ingest.resolver.waiting() == stacks_sent
     st = ring.stats()
     assert st["pads"] > 0 and st["malformed_records"] == 0 and st["corrupt"] == 0
     assert ring.totals() == {S1: (16 * 3000, 16 * 3000, 3000, 3000)}
@@ -297,7 +291,8 @@ def test_unknown_type_and_wrong_sizes_are_skipped(make_ring):
     assert st["corrupt"] == 0
     assert st["records"] == len(recs)
     assert ring.totals() == {S1: (10, 10, 1, 1)}
-    assert [codec.decode_record(r) for r in ring.returned] == [codec.StackRecord(S1, (1, 2), False)]
+    assert ring.returned == [] and ring.ingest.resolver.waiting() == [S1]
+    assert codec.decode_record(ring.ingest.resolver.held_stack(S1)) == codec.StackRecord(S1, (1, 2), False)
     assert ring.data() == bytes(ring.size)
 
 
@@ -400,9 +395,6 @@ def test_fuzz_arbitrary_bytes_never_crash(make_ring):
             break
         cases += 1
         ring = make_ring(4096)
-        hold = case % 2 == 1
-        if hold:
-            ring.ingest.hold_stacks()
         mode = case % 3
         if mode == 0:
             ring.put_raw(0, rng.randbytes(4096))
@@ -436,11 +428,9 @@ def test_fuzz_arbitrary_bytes_never_crash(make_ring):
         assert len(ring.live()) == st["live_allocations"]
         assert st["records"] == (st["mallocs"] + st["frees"] + st["pads"] + st["malformed_records"] + returned
                                  + st["held_stacks"])
-        if hold:  # whatever is held must decode too
-            for sid in (S1, 0, 1, 2, rng.randrange(1 << 64)):
-                held = ring.ingest.held_stack(sid)
-                if held is not None:
-                    assert isinstance(codec.decode_record(held), codec.StackRecord)
+        for sid in ring.ingest.resolver.waiting():  # whatever is kept must decode too
+            held = ring.ingest.resolver.held_stack(sid)
+            assert held is not None and isinstance(codec.decode_record(held), codec.StackRecord)
         rp = ring.meta("read_pos")
         assert rp <= 4096 and ring.data()[:rp] == bytes(rp)
         ring.close()

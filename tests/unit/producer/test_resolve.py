@@ -1,10 +1,10 @@
-"""The resolve in C (producer/resolve_core.h) against the Python path it replaced (bookkeeping/dump.py).
+"""The resolve in C (bookkeeping/resolver.h) against its Python reference (tests/reference_resolve.py).
 
 Real data: a real program runs under the real client and the real producer
 (in this test's process), and stops before its end. Every stack it sent, as
-the producer's Ingest keeps it, is then resolved both ways: by the producer
-(in C) and by a ProcessHeap of the Python path given the same records
-(define_stack, the same modules and code objects) with tables of its own.
+the process's Resolver keeps it, is then resolved both ways: by the producer
+(in C) and by the Python reference given the same records (define_stack,
+the same modules and code objects) with tables of its own.
 Each stack must come out as the same frames, root first; so must the frame
 and callsite tables, id for id, and the frames the splice put at the root.
 The same holds when part of the stacks resolved while the program ran
@@ -22,12 +22,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from reference_resolve import CallsiteTrie, ReferenceHeap
 
-from heapscope.bookkeeping.dump import ProcessHeap
+from heapscope.bookkeeping._native import Tracker, Trie
 from heapscope.bookkeeping.frames import FrameTable, ProcessModules
-from heapscope.bookkeeping.trie import CallsiteTrie
 from heapscope.model import Mapping
-from heapscope.producer._ingest import Tracker, Trie
 from heapscope.producer.config import RecordConfig
 from heapscope.producer.process import ProcessState
 from heapscope.producer.producer import Producer
@@ -36,6 +35,8 @@ from heapscope.store.writer import ProfileWriter
 from heapscope.wire import codec
 
 pytestmark = pytest.mark.timeout(120)
+
+WAIT_FOR_THE_TEST = 1 << 62  # Producer.resolve_every_ns: no resolve while the program runs, the test's own
 
 # Python frames of several depths, through a C extension (json), a generator, a class and a
 # recursion: the splice puts each where its eval activation is. It stops (reads stdin) before
@@ -71,7 +72,7 @@ NATIVE = "import json, sys; keep = [json.dumps(list(range(k * 50))) for k in ran
 def producer(tmp_path: Path) -> Iterator[Producer]:
     writer = ProfileWriter(tmp_path / "p.db")
     p = Producer(writer, RecordConfig(interval=512, seed=7))
-    p.resolve_every_ns = None  # the stacks wait for the test
+    p.resolve_every_ns = WAIT_FOR_THE_TEST
     yield p
     p.finish()
     writer.close()
@@ -107,20 +108,20 @@ def _release(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(timeout=30)
 
 
-def _python_path_of(producer: Producer, p: ProcessState) -> tuple[ProcessHeap, FrameTable, CallsiteTrie, list[int]]:
-    """A ProcessHeap of the Python path given what the producer received for `p`: each
-    waiting stack's record (decoded from what the Ingest keeps), its modules and code objects."""
+def _python_path_of(producer: Producer, p: ProcessState) -> tuple[ReferenceHeap, FrameTable, CallsiteTrie, list[int]]:
+    """The Python reference given what the producer received for `p`: each waiting stack's
+    record (decoded from what the Resolver keeps), its modules and code objects."""
     frames = FrameTable(producer.frames.skip_prefixes)
-    heap = ProcessHeap()
+    heap = ReferenceHeap()
     for m in p.heap.modules.modules:
         frames.add_module(heap.modules, m)
     heap.python.eval_lo, heap.python.eval_hi = p.heap.python.eval_lo, p.heap.python.eval_hi
     for key, code in p.heap.python.codes.items():
         heap.python.codes[key] = code
-    ids = p.ingest.waiting()  # in the order of the C path: define_stack gives the Python path's
+    ids = p.heap.resolver.waiting()  # in the order of the C path: define_stack gives the Python path's
     assert set(p.ingest.tracker.unresolved()) <= set(ids)
     for stack_id in ids:
-        raw = p.ingest.held_stack(stack_id)
+        raw = p.heap.resolver.held_stack(stack_id)
         assert raw is not None, f"stack {stack_id} booked a sample and is not kept"
         rec = codec.decode_record(raw)
         assert isinstance(rec, codec.StackRecord)
@@ -158,14 +159,14 @@ def _resolve_early_with_a_late_module(producer: Producer, p: ProcessState) -> No
     p.heap.modules = partial
     try:
         producer.resolve_early()
-        parked = p.ingest.waiting()
+        parked = p.heap.resolver.waiting()
         assert parked, "no stack waited for libc"
-        assert all(p.ingest.callsite(s) == 0 for s in parked)
+        assert all(p.heap.resolver.callsite(s) == 0 for s in parked)
         producer.resolve_early()  # no module came: they wait on
-        assert p.ingest.waiting() == parked
+        assert p.heap.resolver.waiting() == parked
         partial.add(full.modules[libc], full.mapping_ids[libc])
         producer.resolve_early()  # it came: they resolve
-        assert len(p.ingest.waiting()) < len(parked)
+        assert len(p.heap.resolver.waiting()) < len(parked)
     finally:
         p.heap.modules = full
 
@@ -173,17 +174,14 @@ def _resolve_early_with_a_late_module(producer: Producer, p: ProcessState) -> No
 def _compare(producer: Producer, p: ProcessState, early: bool = False) -> None:
     heap, frames, trie, ids = _python_path_of(producer, p)
     assert len(ids) > 20, "too few stacks to compare"
-    assert p.heap.held is not None
-    # WHEN both paths resolve the same stacks (the final dump's two steps)
+    # WHEN both resolve the same stacks (as the final dump does)
     ours = Tracker()
-    heap.resolve(frames, trie, ours)
-    heap.resolve_python(frames, trie, ours, final=True)
+    heap.resolve(frames, trie, ours, final=True)
     if early:  # as while the program runs, then at its end
         _resolve_early_with_a_late_module(producer, p)
-    p.heap.resolve(producer.frames, producer.trie, p.ingest.tracker)
-    p.heap.resolve_python(producer.frames, producer.trie, p.ingest.tracker, final=True)
+    p.heap.resolve(producer.frames, producer.trie, p.ingest.tracker, final=True)
     # THEN every stack has the same frames, root first
-    assert p.ingest.waiting() == [] and not p.ingest.tracker.unresolved()
+    assert p.heap.resolver.waiting() == [] and not p.ingest.tracker.unresolved()
     c_paths, py_paths = producer.trie.paths_from(1), trie.paths_from(1)
     c_frames, py_frames = _frame_table(producer.frames), _frame_table(frames)
     for stack_id in ids:
@@ -192,7 +190,7 @@ def _compare(producer: Producer, p: ProcessState, early: bool = False) -> None:
         assert _frames_of(c_frames, c_paths, c_cs) == _frames_of(py_frames, py_paths, py_cs), stack_id
     assert p.heap.python.unplaced == heap.python.unplaced
     # AND a resolved stack's record is let go (only its callsite is kept)
-    assert all(p.ingest.held_stack(s) is None for s in ids)
+    assert all(p.heap.resolver.held_stack(s) is None for s in ids)
     # AND the same tables, id for id, when all resolve at once: the C path interns in the
     # Python path's order; resolved in two steps, the same frames and callsites
     if early:
@@ -207,7 +205,7 @@ def test_python_stacks_resolve_in_c_as_in_python(producer: Producer, tmp_path: P
     proc, p = _stopped_target(producer, PROGRAM, tmp_path)
     try:
         assert p.heap.python.codes, "no Python code object arrived: the client did not walk Python frames"
-        assert any(p.ingest.held_stack(s) and codec.decode_record(p.ingest.held_stack(s)).python  # type: ignore[union-attr, arg-type]
+        assert any(p.heap.resolver.held_stack(s) and codec.decode_record(p.heap.resolver.held_stack(s)).python  # type: ignore[union-attr, arg-type]
                    for s in p.ingest.tracker.unresolved())
         _compare(producer, p)
     finally:
@@ -228,7 +226,7 @@ def test_native_stacks_resolve_in_c_as_in_python(tmp_path: Path) -> None:
     writer = ProfileWriter(tmp_path / "n.db")
     producer = Producer(writer, RecordConfig(interval=256, seed=3, skip_symbol_prefixes=("/usr/lib/x86_64",
                                                                                         "/lib/x86_64")))
-    producer.resolve_every_ns = None
+    producer.resolve_every_ns = WAIT_FOR_THE_TEST
     try:
         proc, p = _stopped_target(producer, NATIVE, tmp_path, {"HEAPSCOPE_TEST_PY_HEXVERSION": "0x01000000"})
         try:

@@ -1,112 +1,138 @@
-/* resolve_core.c: the maps, the trie and the resolve of resolve_core.h. */
-#include "resolve_core.h"
+/* resolver.c: the stacks of one process kept and resolved (resolver.h). */
+#include "resolver.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "ingest_core.h"
-#include "tracker_tables.h"
+#include "tracker_tables.h" /* hs_mix64 */
+#include "wire.h"
 
 /* client/pyframes.h HS_PY_FRAME_ENTRY (codec.PY_FRAME_ENTRY): the outermost frame of its activation. */
 #define PY_FRAME_ENTRY 1u
 
-/* ---- maps ---- */
+/* ---- the records kept ---- */
 
-static size_t map_slot(const struct hs_map *m, uint64_t a, uint64_t b) {
-  size_t i = (size_t)hs_mix64(a ^ hs_mix64(b)) & m->mask;
-  while (m->slots[i].val && (m->slots[i].a != a || m->slots[i].b != b)) i = (i + 1) & m->mask;
+static size_t held_slot(const struct hs_resolver *h, uint64_t stack_id) {
+  size_t i = (size_t)hs_mix64(stack_id) & h->mask;
+  while (h->offs_plus1[i] && h->ids[i] != stack_id) i = (i + 1) & h->mask;
   return i;
 }
 
-/* Four times the capacity up to 2^18 slots (6 MiB), twice beyond (64 slots at first): a
-   compiler's trie grows to ~10^5 nodes, and each growth moves every slot (moving them took
-   as long as all the lookups of its resolve); beyond, a map is never more than twice the
-   size doubling would make it. -1 on ENOMEM. */
-static int map_grow(struct hs_map *m) {
-  size_t cap = m->mask ? (m->mask + 1) * (m->mask < (1u << 16) ? 4 : 2) : 64;
-  struct hs_map bigger = {calloc(cap, sizeof(struct hs_map_slot)), cap - 1, m->count};
-  if (!bigger.slots) return -1;
-  for (size_t i = 0; m->mask && i <= m->mask; i++) {
-    if (!m->slots[i].val) continue;
-    /* The keys are distinct: the first free slot from the key's own. */
-    size_t j = (size_t)hs_mix64(m->slots[i].a ^ hs_mix64(m->slots[i].b)) & bigger.mask;
-    while (bigger.slots[j].val) j = (j + 1) & bigger.mask;
-    bigger.slots[j] = m->slots[i];
+/* Grow the index to twice its capacity (16 slots at first). -1 on ENOMEM. */
+static int held_grow(struct hs_resolver *h) {
+  size_t cap = h->mask ? (h->mask + 1) * 2 : 16;
+  uint64_t *ids = calloc(cap, sizeof *ids), *offs = calloc(cap, sizeof *offs);
+  if (!ids || !offs) {
+    free(ids);
+    free(offs);
+    return -1;
   }
-  free(m->slots);
-  *m = bigger;
+  struct hs_resolver bigger = {.ids = ids, .offs_plus1 = offs, .mask = cap - 1};
+  for (size_t i = 0; h->mask && i <= h->mask; i++) {
+    if (!h->offs_plus1[i]) continue;
+    size_t j = held_slot(&bigger, h->ids[i]);
+    ids[j] = h->ids[i];
+    offs[j] = h->offs_plus1[i];
+  }
+  free(h->ids);
+  free(h->offs_plus1);
+  h->ids = ids;
+  h->offs_plus1 = offs;
+  h->mask = cap - 1;
   return 0;
 }
 
-int hs_map_put(struct hs_map *m, uint64_t a, uint64_t b, uint64_t value) {
-  if ((m->count + 1) * 4 > (m->mask ? m->mask + 1 : 0) * 3 && map_grow(m) < 0) return -1; /* load <= 3/4 */
-  size_t i = map_slot(m, a, b);
-  if (!m->slots[i].val) m->count++;
-  m->slots[i] = (struct hs_map_slot){a, b, value + 1};
+/* Keep one validated STACK record (header included). -1 on ENOMEM. */
+static int held_add(struct hs_resolver *h, const uint8_t *rec, uint32_t size) {
+  if ((h->count + 1) * 8 > (h->mask ? h->mask + 1 : 0) * 5 && held_grow(h) < 0) return -1;
+  if (hs_buf_reserve(&h->arena, size) < 0) return -1;
+  uint64_t stack_id;
+  memcpy(&stack_id, rec + 8, sizeof stack_id); /* struct hs_stack begins with it */
+  size_t off = h->arena.len;
+  memcpy(h->arena.p + off, rec, size);
+  h->arena.len += size;
+  size_t i = held_slot(h, stack_id);
+  if (!h->offs_plus1[i]) h->count++;
+  h->ids[i] = stack_id;
+  h->offs_plus1[i] = (uint64_t)off + 1;
   return 0;
 }
 
-int hs_map_get(const struct hs_map *m, uint64_t a, uint64_t b, uint64_t *value) {
-  if (!m->count) return 0;
-  size_t i = map_slot(m, a, b);
-  if (!m->slots[i].val) return 0;
-  *value = m->slots[i].val - 1;
-  return 1;
+int hs_resolver_keep(struct hs_resolver *g, const uint8_t *rec, uint32_t size) {
+  struct hs_stack s;
+  memcpy(&s, rec + 8, sizeof s);
+  uint64_t cs;
+  if (hs_map_get(&g->callsites, s.stack_id, 0, &cs)) return 0;
+  uint32_t old_size;
+  int waiting = hs_resolver_held(g, s.stack_id, &old_size) != NULL;
+  if (held_add(g, rec, size) < 0) return -1;
+  if (waiting) return 0;
+  return hs_u64s_push(s.flags & HS_STACK_PYTHON ? &g->python : &g->native, s.stack_id);
 }
 
-void hs_map_destroy(struct hs_map *m) {
-  free(m->slots);
-  *m = (struct hs_map){0};
-}
-
-int hs_u64s_push(struct hs_u64s *v, uint64_t x) {
-  if (v->len == v->cap) {
-    size_t cap = v->cap ? v->cap * 2 : 256;
-    uint64_t *p = realloc(v->p, cap * sizeof *p);
-    if (!p) return -1;
-    v->p = p;
-    v->cap = cap;
+/* Let go of the records of stacks no longer waiting. -1 on ENOMEM. */
+static int compact_held(struct hs_resolver *g) {
+  if (g->count == g->native.len + g->python.len + g->parked.len) return 0;
+  struct hs_resolver kept = {0};
+  const struct hs_u64s *lists[3] = {&g->parked, &g->native, &g->python};
+  for (int l = 0; l < 3; l++) {
+    for (size_t n = 0; n < lists[l]->len; n++) {
+      uint32_t size;
+      const uint8_t *rec = hs_resolver_held(g, lists[l]->p[n], &size);
+      if (rec && held_add(&kept, rec, size) < 0) {
+        free(kept.arena.p);
+        free(kept.ids);
+        free(kept.offs_plus1);
+        return -1;
+      }
+    }
   }
-  v->p[v->len++] = x;
+  free(g->arena.p);
+  free(g->ids);
+  free(g->offs_plus1);
+  g->arena = kept.arena;
+  g->ids = kept.ids;
+  g->offs_plus1 = kept.offs_plus1;
+  g->mask = kept.mask;
+  g->count = kept.count;
   return 0;
 }
 
-/* ---- the trie ---- */
-
-int64_t hs_trie_child(struct hs_trie *t, uint32_t parent, uint32_t frame) {
-  uint64_t id;
-  if (hs_map_get(&t->nodes, parent, frame, &id)) return (int64_t)id;
-  if (t->count >= UINT32_MAX - 1) return -1;
-  if (t->count == t->cap) {
-    size_t cap = t->cap ? t->cap * 2 : 1024;
-    uint32_t *p = realloc(t->parent, cap * sizeof *p), *f = p ? realloc(t->frame, cap * sizeof *f) : NULL;
-    if (p) t->parent = p;
-    if (f) t->frame = f;
-    uint32_t *d = f ? realloc(t->depth, cap * sizeof *d) : NULL;
-    if (!d) return -1;
-    t->depth = d;
-    t->cap = cap;
-  }
-  id = t->count + 1;
-  if (hs_map_put(&t->nodes, parent, frame, id) < 0) return -1;
-  t->parent[t->count] = parent;
-  t->frame[t->count] = frame;
-  t->depth[t->count] = parent ? t->depth[parent - 1] + 1 : 0;
-  t->count++;
-  return (int64_t)id;
+const uint8_t *hs_resolver_held(const struct hs_resolver *h, uint64_t stack_id, uint32_t *size) {
+  if (!h->count) return NULL;
+  size_t i = held_slot(h, stack_id);
+  if (!h->offs_plus1[i]) return NULL;
+  const uint8_t *rec = h->arena.p + (h->offs_plus1[i] - 1);
+  uint64_t hdr;
+  memcpy(&hdr, rec, sizeof hdr);
+  *size = HS_RECORD_SIZE(hdr);
+  return rec;
 }
 
-void hs_trie_destroy(struct hs_trie *t) {
-  hs_map_destroy(&t->nodes);
-  free(t->parent);
-  free(t->frame);
-  free(t->depth);
-  *t = (struct hs_trie){0};
+int hs_resolver_record_ok(const uint8_t *body, uint64_t body_size) {
+  struct hs_stack s;
+  if (body_size < sizeof s) return 0;
+  memcpy(&s, body, sizeof s);
+  if (s.depth > HS_MAX_FRAMES || sizeof s + 8ull * s.depth > body_size) return 0;
+  if (!(s.flags & HS_STACK_PYTHON)) return 1;
+  uint64_t at = sizeof s + 8ull * s.depth;
+  struct hs_pystack ps;
+  if (at + sizeof ps > body_size) return 0;
+  memcpy(&ps, body + at, sizeof ps);
+  return ps.py_depth <= HS_MAX_PYFRAMES &&
+         at + sizeof ps + (uint64_t)ps.py_depth * sizeof(struct hs_pyframe) <= body_size;
 }
 
 /* ---- resolving ---- */
 
+int hs_resolver_define_code(struct hs_resolver *s, uint64_t key) {
+  return hs_map_put(&s->codes, key, 0, 1);
+}
+
 void hs_resolver_destroy(struct hs_resolver *r) {
+  free(r->arena.p);
+  free(r->ids);
+  free(r->offs_plus1);
   hs_map_destroy(&r->pcs);
   hs_map_destroy(&r->pyframes);
   hs_map_destroy(&r->codes);
@@ -296,9 +322,49 @@ static int64_t callsite_of_path(struct job *j, struct hs_trie *trie) {
   return node;
 }
 
-int64_t hs_ingest_resolve(struct hs_ingest *g, struct hs_trie *trie, const struct hs_splice *sp, hs_namer namer,
-                          void *ctx, uint64_t *unplaced) {
-  struct hs_resolver *r = &g->res;
+/* The frames of one kept STACK record (rec) in j->path, leaf first; an outcome. */
+static int stack_path(struct job *j, const uint8_t *rec, const struct hs_splice *sp, uint64_t *unplaced) {
+  struct hs_stack s;
+  memcpy(&s, rec + 8, sizeof s);
+  const uint64_t *pcs = (const uint64_t *)(rec + 8 + sizeof s);
+  j->n = 0;
+  if (!(s.flags & HS_STACK_PYTHON)) return native_path(j, pcs, s.depth);
+  struct hs_pystack ps;
+  const uint8_t *at = rec + 8 + sizeof s + 8ull * s.depth;
+  memcpy(&ps, at, sizeof ps);
+  uint64_t more = 0;
+  int outcome = python_path(j, pcs, s.depth, at + sizeof ps, ps.py_depth, sp, &more);
+  if (outcome == RESOLVED) *unplaced += more;
+  return outcome;
+}
+
+int64_t hs_resolver_frames(struct hs_resolver *r, uint64_t stack_id, const struct hs_splice *sp, hs_namer namer,
+                           void *ctx) {
+  uint32_t size;
+  const uint8_t *rec = hs_resolver_held(r, stack_id, &size);
+  if (!rec) return -3;
+  struct job j = {r, namer, ctx, 0, NULL, NULL, 0, 0};
+  uint64_t unplaced = 0;
+  int outcome = stack_path(&j, rec, sp, &unplaced);
+  if (outcome != RESOLVED) return outcome == PARKS || outcome == WAITS ? -3 : outcome == FAILED ? -1 : -2;
+  /* Root first, runs of a FILTERED frame collapsed, as callsite_of_path walks it. */
+  for (size_t a = 0, b = j.n ? j.n - 1 : 0; a < b; a++, b--) {
+    uint32_t t = r->path[a];
+    r->path[a] = r->path[b];
+    r->path[b] = t;
+  }
+  size_t k = 0;
+  for (size_t i = 0; i < j.n; i++) {
+    uint32_t f = r->path[i];
+    if (k && f == r->path[k - 1] && (f & 0x80000000u)) continue;
+    r->path[k++] = f;
+  }
+  for (size_t i = 0; i < k; i++) r->path[i] &= 0x7fffffffu;
+  return (int64_t)k;
+}
+
+int64_t hs_resolver_resolve(struct hs_resolver *r, struct hs_trie *trie, struct hs_tracker *tracker,
+                          const struct hs_splice *sp, hs_namer namer, void *ctx, uint64_t *unplaced) {
   struct job j = {r, namer, ctx, 0, NULL, NULL, 0, 0};
   int64_t resolved = 0;
   int failed = 0;
@@ -322,23 +388,9 @@ int64_t hs_ingest_resolve(struct hs_ingest *g, struct hs_trie *trie, const struc
         continue;
       }
       uint32_t size;
-      const uint8_t *rec = hs_ingest_held_stack(g, stack_id, &size);
+      const uint8_t *rec = hs_resolver_held(r, stack_id, &size);
       if (!rec) continue; /* cannot happen: a waiting stack is held */
-      struct hs_stack s;
-      memcpy(&s, rec + 8, sizeof s);
-      const uint64_t *pcs = (const uint64_t *)(rec + 8 + sizeof s);
-      j.n = 0;
-      int outcome;
-      if (s.flags & HS_STACK_PYTHON) {
-        struct hs_pystack ps;
-        const uint8_t *at = rec + 8 + sizeof s + 8ull * s.depth;
-        memcpy(&ps, at, sizeof ps);
-        uint64_t more = 0;
-        outcome = python_path(&j, pcs, s.depth, at + sizeof ps, ps.py_depth, sp, &more);
-        if (outcome == RESOLVED) *unplaced += more;
-      } else {
-        outcome = native_path(&j, pcs, s.depth);
-      }
+      int outcome = stack_path(&j, rec, sp, unplaced);
       int64_t cs = outcome == RESOLVED ? callsite_of_path(&j, trie) : outcome;
       if (outcome == PARKS || (l == 0 && outcome == WAITS)) {
         if (hs_u64s_push(&r->parked, stack_id) < 0) failed = -2;
@@ -349,7 +401,7 @@ int64_t hs_ingest_resolve(struct hs_ingest *g, struct hs_trie *trie, const struc
         continue;
       }
       if (cs < 0 || hs_map_put(&r->callsites, stack_id, 0, (uint64_t)cs) < 0 ||
-          hs_tracker_set_callsite(g->tracker, stack_id, (uint64_t)cs) < 0) {
+          hs_tracker_set_callsite(tracker, stack_id, (uint64_t)cs) < 0) {
         failed = cs == -1 ? -1 : -2;
         if (l == 0) {
           if (hs_u64s_push(&r->parked, stack_id) < 0) failed = -2;
@@ -365,11 +417,11 @@ int64_t hs_ingest_resolve(struct hs_ingest *g, struct hs_trie *trie, const struc
   free(again.p);
   free(j.prev_frame);
   free(j.prev_node);
-  if (hs_ingest_compact_held(g) < 0 && !failed) failed = -2;
+  if (compact_held(r) < 0 && !failed) failed = -2;
   return failed ? failed : resolved;
 }
 
-int64_t hs_ingest_callsite(const struct hs_ingest *g, uint64_t stack_id) {
+int64_t hs_resolver_callsite(const struct hs_resolver *s, uint64_t stack_id) {
   uint64_t cs;
-  return hs_map_get(&g->res.callsites, stack_id, 0, &cs) ? (int64_t)cs : 0;
+  return hs_map_get(&s->callsites, stack_id, 0, &cs) ? (int64_t)cs : 0;
 }
