@@ -13,7 +13,7 @@ from heapscope.errors import UsageError
 from heapscope.producer.config import MAX_INTERVAL, RecordConfig, name_matches, normalize_cmdline
 from heapscope.producer.producer import OWNER_FILE, take_ownership
 from heapscope.producer.session import Guardrails, remove_stale_dirs
-from heapscope.recording import RecordingOptions
+from heapscope.session import RecordingOptions
 
 pytestmark = pytest.mark.timeout(60)
 

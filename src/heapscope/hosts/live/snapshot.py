@@ -108,7 +108,7 @@ class HeapSnapshot:
     processes: tuple[ProcessView, ...]
     # (elapsed s, {pid: (unreleased, allocated)}), oldest first
     history: tuple[tuple[float, dict[int, tuple[int, int]]], ...]
-    samples: int
+    samples: int  # so far, every heap (the producer's stats(), as record's summary counts them)
 
 
 class Snapshotter:
@@ -135,12 +135,11 @@ class Snapshotter:
         self._catch_up(producer)
         views: list[ProcessView] = []
         running: set[int] = set()
-        samples = sum(p.final_stats.get("mallocs", 0) for p in producer.ended)
-        for p in producer.processes.values():
+        for p in producer.running():
             view = self._process(producer, p)
             views.append(view)
             running.add(view.pid)
-            samples += p.ingest.stats()["mallocs"]
+        samples = producer.stats().samples  # every heap, python.pymalloc included: record's count
         with self._lock:
             last = self._latest
         if last is not None:  # processes gone since: their last totals, marked ended

@@ -11,8 +11,8 @@ import pytest
 from fleet_support import free_port
 
 from heapscope.errors import UsageError
-from heapscope.fleet import live
-from heapscope.fleet.serve import Snapshot
+from heapscope.hosts import fleet as live
+from heapscope.hosts.serve import Snapshot
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

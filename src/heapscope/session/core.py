@@ -1,0 +1,172 @@
+"""The state every part of a recording shares, its constants, and how it fails."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import signal
+import socket
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from heapscope.errors import HeapscopeError
+from heapscope.launch import Child, Launch, client_library_path
+from heapscope.producer.producer import Producer, ProducerStats
+from heapscope.producer.session import Guardrails
+from heapscope.session.options import RecordingOptions
+from heapscope.session.summary import Summary
+from heapscope.store.writer import ProfileWriter
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from heapscope.producer import attach
+    from heapscope.producer.config import RecordConfig
+
+STATUS_EVERY_S = 0.5
+FRESH_DUMP_TIMEOUT_S = 20.0  # a scrape waits this long for its dump, then gets an error
+TOP_STACKS = 3  # the largest stacks at each process's peak, in the summary
+STACK_FRAMES_SHOWN = 4  # innermost frames of each
+UNSYMBOLIZED_SHOWN = 5  # modules named (with their fix) in the summary
+IDLE_POLL_S = 0.005
+# After a round that drained something, the next waits this long unless the
+# round drained an eighth of a ring or more. Polling again at once drains a
+# few dozen records per wake-up on a busy target and keeps the producer's core
+# busy for them; a short nap lets a batch build up. An 8 MiB ring at ~1 M
+# samples/s fills in ~70 ms, far longer than this nap.
+BUSY_POLL_S = 0.001
+GUARDRAIL_EVERY_S = 1.0
+# Work the target's start does not wait for: the loop does it while the target runs,
+# a piece per round, once a process has connected (its handshake comes first) or after this long.
+CHORES_AFTER_S = 0.05
+# Modules the end of a recording imports (symbolization, the summary's peaks): imported by the
+# loop while the target runs, so that its exit is not followed by their import.
+END_MODULES = ("heapscope.store.reader", "heapscope.store.select", "heapscope.view.units")
+SYMBOLIZE_MODULES = ("heapscope.symbolize.profile", "heapscope.symbolize.missing")
+# Signals passed on to a started target: heapscope/launch.py's FORWARDED and TERMINAL.
+# Attached (-p): these end the session (detach); the targets are not ours to signal.
+DETACH_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+
+def _quiet(_msg: str) -> None:
+    pass
+
+
+class _Waiter:
+    __slots__ = ("event", "dumped")
+    event: threading.Event
+    dumped: bool
+
+    def __init__(self, event: threading.Event | None = None, dumped: bool = False) -> None:
+        self.event = threading.Event() if event is None else event
+        self.dumped = dumped
+
+
+def client_library() -> Path:
+    return Path(client_library_path())
+
+
+def _describe(e: BaseException, output: Path | None = None) -> str:
+    """One line for an internal error; a full disk says so plainly."""
+    text = str(e).splitlines()[0] if str(e) else type(e).__name__
+    full = (isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)) or (
+        isinstance(e, sqlite3.Error) and "full" in text.lower())
+    if full:
+        return f"disk full writing {output}" if output else "disk full"
+    if isinstance(e, HeapscopeError):
+        return text
+    return f"internal error ({type(e).__name__}: {text})"
+
+
+class SessionCore:
+    """The state of one recording and the few things every part of it does (wake the loop, fail)."""
+
+    def __init__(self, config: RecordConfig, output: Path, options: RecordingOptions | None = None, *,
+                 library: Path | None = None, say: Callable[[str], None] = _quiet,
+                 warn: Callable[[str], None] = _quiet, log: Callable[[str], None] = _quiet,
+                 launch: Launch | None = None) -> None:
+        """`launch`: the target started before the recording existed (`record`, heapscope/launch.py):
+        start() takes it over, with its listener, its answered clients and its signal handlers."""
+        self.config = config
+        self.output = Path(output)
+        self.options = options or RecordingOptions()
+        self.guard = Guardrails(self.options.max_memory_mb, self.options.max_cpu_s)
+        self.library = library or client_library()
+        self.say = say  # progress, quiet with -q
+        self.warn = warn  # always shown
+        self.log = log  # -v
+        self.status: Callable[[float], None] | None = None
+        # The figures so far (samples over every heap, live bytes), published by the loop every
+        # STATUS_EVERY_S and at the end: what a status line, a live view or the API reads.
+        self.progress = ProducerStats()
+        self.summary = Summary(self.output, interval=config.interval)
+        self.writer: ProfileWriter | None = None
+        self.producer: Producer | None = None
+        self.child: Child | None = None
+        self._child_fd: int | None = None  # a pidfd of the child: the loop wakes at its exit, not at a timeout
+        self.attached: list[int] = []
+        self.errors: list[str] = []  # attach failures
+        self.started = time.monotonic()
+        self._spawned: float | None = None  # the target's spawn and its exit as seen (target_wall_ns)
+        self._exited: float | None = None
+        self._dumps_requested: list[str] = []
+        self._watched: dict[int, Callable[[], None]] = {}
+        self._stopping = False
+        self._failed = False  # an internal error: profiling abandoned
+        self._ended = False  # the loop is over: requests are ignored
+        self._launch = launch
+        # The handlers before heapscope's own (a launch's were installed first).
+        self._restore: dict[int, Any] = dict(launch.restore) if launch is not None else {}
+        # The command exits right after close() (record, live): what had no handler of its own
+        # is left ignored then, not restored (_uninstall_signals). Never in a host that goes on:
+        # its later children would inherit the ignored signals (a Pool's workers outlive terminate()).
+        self.exits_after_close = False
+        self._old_wakeup: int | None = None
+        self._wake_r, self._wake_w = socket.socketpair()
+        for s in (self._wake_r, self._wake_w):
+            s.setblocking(False)
+        self._locks: list[attach.PidLock] = []
+        self._symbolizer: Any = None
+        self._symbol_report: Any = None  # the SymbolizeReport of the end of the recording
+        self._target: tuple[str, str | None] | None = None  # started: (its path, why it cannot be preloaded)
+        self._nofile: tuple[int, int] | None = None  # the limit before we raised it
+        self.on_dump: list[Callable[[Path], None]] = []  # after each committed continuous dump
+        # A host's end, called by close() after the final dumps are written and symbolized, with
+        # whether the profile is complete (--serve stops, --push sends them: hosts/fleet.py).
+        # Each returns its summary lines, kept in `host_lines`; it must not raise.
+        self.on_close: list[Callable[[bool], list[str]]] = []
+        self.host_lines: list[str] = []
+        self._every: list[list[Any]] = []  # [period s, fn(producer), next time]
+        self._waiters: list[_Waiter] = []  # fresh_dump() callers waiting for the next dump
+        self._waiters_lock = threading.Lock()
+        # (fn, required): done by the loop while the target runs (_chore); what is left when the
+        # session ends is done then if required (close), else dropped (a module warmed up early).
+        self._chores: list[tuple[Callable[[], None], bool]] = []
+        self._metadata: tuple[tuple[str, object], ...] = ()  # written by _write_metadata
+
+    def _wake(self) -> None:
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"\0")
+
+    def _fail(self, e: BaseException) -> None:
+        """An internal error: one line, the clients let go, what was written kept."""
+        if self._failed:
+            return
+        self._failed = True
+        what = _describe(e, self.output)
+        running = "the target runs on unprofiled" if self.child is not None else "the targets run on unprofiled"
+        self._problem(f"{what}; profiling stopped, {running}; the profile keeps what was written before")
+        if self.producer is not None:
+            self.producer.abandon()
+        if self.writer is not None:
+            with contextlib.suppress(Exception):
+                self.writer.rollback()
+
+    def _problem(self, line: str) -> None:
+        self.summary.problems.append(line)
+        self.warn(f"error: {line}")
