@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 
 from heapscope.bookkeeping.dump import UNDEFINED_STACK, ProcessHeap
-from heapscope.bookkeeping.frames import FrameTable
+from heapscope.bookkeeping.frames import FILTERED, FrameTable
 from heapscope.bookkeeping.rows import DUMP_ROW, OP_MALLOC, STREAM_ROW, WINDOW_ROW, unpack_rows
 from heapscope.heaps import valid_name as valid_heap_name
 from heapscope.model import Frame, Mapping, ProcessFlags, Upid
@@ -29,7 +29,7 @@ from heapscope.producer._ingest import Ingest, Tracker, Trie
 from heapscope.producer.config import RecordConfig
 from heapscope.producer.listener import Accepted, Listener
 from heapscope.producer.process import CustomHeap, ProcessState
-from heapscope.producer.stats import StatRow, process_stats_rows
+from heapscope.producer.stats import StatRow, custom_heap_stats, process_stats_rows
 from heapscope.slots import FrozenSlots
 from heapscope.store.writer import ProfileWriter
 from heapscope.wire import codec
@@ -322,17 +322,53 @@ class Producer:
                         have[i] += row[i]
         return [tuple(r) for r in merged.values()]
 
+    @staticmethod
+    def totals(p: ProcessState) -> tuple[bytes, bytes | None]:
+        """`p`'s malloc heap totals as of the records drained so far (tracker.h hs_tracker_totals:
+        TOTALS_ROW per callsite, or per stack while its callsite is not known), and the same per
+        thread (THREAD_ROW) when the tracker keeps threads, else None. Read, never changed."""
+        tracker = p.ingest.tracker
+        return tracker.totals(), tracker.threads() if tracker.keeps_threads else None
+
+    def stack_keys(self, p: ProcessState, stack_id: int) -> tuple[tuple[str, int, str], ...] | None:
+        """A stack without Python frames not resolved yet, leaf first, as (module path, offset in
+        it, fixed name or "") the way FrameTable.frames_of would name its frames, without
+        interning anything; None when no such stack waits."""
+        pcs = p.heap.pending_pcs(stack_id)
+        if pcs is None:
+            return None
+        mods = p.heap.modules
+        skip = self.frames.skip_prefixes
+        out: list[tuple[str, int, str]] = []
+        for pc in pcs:
+            addr = pc - 1
+            i = mods.find(addr)
+            if i is None:
+                out.append(("[unknown]", addr, ""))
+                continue
+            m = mods.modules[i]
+            if skip and m.path.startswith(skip):
+                key = (m.path, 0, FILTERED)
+                if out and out[-1] == key:
+                    continue
+                out.append(key)
+            else:
+                out.append((m.path, addr - m.base, ""))
+        return tuple(out) or (("[no frames]", 0, ""),)
+
     def callsite_paths(self, first: int) -> list[tuple[int, int]]:
         """(parent callsite or 0, frame id) of every callsite from id `first` on, in id order."""
-        return self.trie.paths_from(first)
+        return self.trie.paths_from(first) if len(self.trie) >= first else []
 
     def frames_since(self, n: int) -> list[Frame]:
         """The frames interned after the first `n` (ids are dense from 1, in order)."""
-        return list(itertools.islice(self.frames.frames.ids, n, None))
+        ids = self.frames.frames.ids
+        return list(itertools.islice(ids, n, None)) if len(ids) > n else []  # islice walks from the start
 
     def mappings_since(self, n: int) -> list[Mapping]:
         """The mappings interned after the first `n`."""
-        return list(itertools.islice(self.frames.mappings.ids, n, None))
+        ids = self.frames.mappings.ids
+        return list(itertools.islice(ids, n, None)) if len(ids) > n else []
 
     # -- clients -------------------------------------------------------------
 
@@ -697,7 +733,7 @@ class Producer:
         self.writer.set_process_flags(p.info, p.flags)
         self.writer.add_stats(process_stats_rows(p, st))
         if p.custom_heaps or not p.flags.from_startup:
-            self.writer.add_stats(_custom_heap_stats(p))
+            self.writer.add_stats(custom_heap_stats(p))
         self.writer.commit()
         p.final_stats = st
         p.final_meta = {name: p.meta(name) for name in codec.CLIENT_COUNTERS}
@@ -733,48 +769,6 @@ class Producer:
             rows.append(("hit_guardrail", None, "data_loss", "producer", 1,
                          f"profiling stopped early: {self.guardrail}"))
         return rows
-
-
-#: Said for every attached process (stats, record's summary): include/heapscope.h, "Attach".
-ATTACH_HEAPS_NOTE = ("custom heaps registered before the attach are not seen until the program registers them"
-                     " again (heapscope_heap_register returned 0 before it)")
-
-
-def _custom_heap_stats(p: ProcessState) -> list[StatRow]:
-    """Stats rows of a process's custom heaps, summed; the description names each heap's share.
-    Python's heap (client/pymem.c) is the client's own, not a custom heap: rows of its own."""
-    py = p.custom_heaps.get(codec.PY_HEAP_ID)
-    own: list[StatRow] = [] if py is None else [
-        ("python_heap_samples", p.info.upid, "info", "producer", py.samples,
-         f"sampled allocations on {py.name} (Python's allocator domains)"),
-        ("python_heap_frees", p.info.upid, "info", "producer", py.frees,
-         f"frees of sampled {py.name} addresses"),
-        ("python_heap_sequence_gaps", p.info.upid, "data_loss", "producer",
-         py.tracker.stats()["gaps_skipped"], f"{py.name} sequence numbers never received"),
-    ]
-    heaps = [h for h in p.custom_heaps.values() if h.heap_id != codec.PY_HEAP_ID]
-    if not heaps and p.flags.from_startup:
-        return own
-    stats = [h.tracker.stats() for h in heaps]
-
-    def each(values: list[int]) -> str:
-        return ", ".join(f"{h.name} {v}" for h, v in zip(heaps, values, strict=True))
-
-    samples = [h.samples for h in heaps]
-    frees = [h.frees for h in heaps]
-    gaps = [s["gaps_skipped"] for s in stats]
-    u = p.info.upid
-    attached: list[StatRow] = [] if p.flags.from_startup else [
-        ("custom_heaps_after_attach", u, "info", "producer", len(heaps),
-         ATTACH_HEAPS_NOTE + (f" (registered since: {', '.join(h.name for h in heaps)})" if heaps else ""))]
-    return own + attached + [
-        ("custom_heap_samples", u, "info", "producer", sum(samples),
-         f"sampled allocations on custom heaps: {each(samples)}"),
-        ("custom_heap_frees", u, "info", "producer", sum(frees),
-         f"frees of sampled custom heap addresses: {each(frees)}"),
-        ("custom_heap_sequence_gaps", u, "data_loss", "producer", sum(gaps),
-         f"custom heap sequence numbers never received: {each(gaps)}"),
-    ]
 
 
 def _plausible(nbytes: int) -> int:

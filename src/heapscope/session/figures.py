@@ -44,7 +44,7 @@ class Figures(Loop):
             s.peak_rss = sum(p.peak_rss for p in procs)
             s.own_rss = sum(p.own_rss for p in procs)
             if any(not p.flags.from_startup for p in procs):
-                from heapscope.producer.producer import ATTACH_HEAPS_NOTE
+                from heapscope.producer.stats import ATTACH_HEAPS_NOTE
                 s.attached_heaps_note = ATTACH_HEAPS_NOTE
             invalid = sum(p.final_meta.get("python_walks_invalid", 0) for p in procs)
             unplaced = sum(p.heap.python.unplaced for p in procs)
