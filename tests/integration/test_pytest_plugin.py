@@ -1,4 +1,4 @@
-"""The pytest plugin (heapscope/pytest_plugin.py), run as users run it: pytest on a test file.
+"""The pytest plugin (heapscope/hosts/pytest_plugin.py), run as users run it: pytest on a test file.
 
 The generated test file allocates through a small C library compiled here
 (`hs_test_hold(n)`: malloc n bytes and touch them), so the truth is known and

@@ -5,7 +5,7 @@
 How it records (re-exec). The client must be in the process from its start
 (LD_PRELOAD: an attach patches only the objects loaded by then, client/inject.c),
 so with `--heapscope` the pytest that the user started runs no test: it becomes
-the parent, holding a `Recording` (recording.py), and runs the same pytest
+the parent, holding a `Recording` (heapscope/session/), and runs the same pytest
 command again as its child under the client. It does so from
 pytest_load_initial_conftests, before any conftest.py is imported and before
 collection: both happen once, in the child. The child runs the tests and,
