@@ -24,7 +24,6 @@ from pathlib import Path
 
 from heapscope.cli import record as record_cli
 from heapscope.errors import UsageError
-from heapscope.hosts import fleet as fleet_live
 from heapscope.session import Recording, client_library
 
 NAME = "live"
@@ -72,7 +71,9 @@ def main(args: argparse.Namespace) -> int:
     relay: OutputRelay | None = None
     with rec:
         if args.serve or args.push:
-            fleet_live.wire(rec, args)
+            from heapscope.hosts import fleet
+
+            fleet.wire(rec, args)
         if command:
             read_fd, write_fd = os.pipe()
             try:

@@ -17,7 +17,6 @@ import os
 import sys
 
 from heapscope.errors import TargetError, UsageError
-from heapscope.hosts import fleet as fleet_live
 from heapscope.producer.config import (
     DEFAULT_INTERVAL,
     DEFAULT_SHMEM_SIZE,
@@ -94,10 +93,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-producer-cpu", type=float, metavar="SECONDS",
                    help="stop profiling when heapscope's own CPU time exceeds SECONDS")
     p.add_argument("--no-symbolize", action="store_true", help="leave function names empty")
-    fleet_live.add_arguments(p)
+    add_fleet_arguments(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no status line and no summary")
     p.add_argument("command", nargs="...", metavar="-- CMD ARGS",  # "...": argparse.REMAINDER
                    help="the program to profile and its arguments")
+
+
+def add_fleet_arguments(p: argparse.ArgumentParser) -> None:
+    """--serve, --serve-remote, --push, --label (heapscope.hosts.fleet wires them into a recording)."""
+    p.add_argument("--serve", metavar="ADDR",
+                   help="answer Go's /debug/pprof/heap and /allocs on ADDR (e.g. 127.0.0.1:6060) while recording,"
+                        " for go tool pprof or a Parca scrape")
+    p.add_argument("--serve-remote", action="store_true",
+                   help="allow --serve on an address that is not loopback (anyone who reaches it reads the profile)")
+    p.add_argument("--push", action="append", default=[], metavar="URL",
+                   help="send each dump to pyroscope+http://HOST:PORT or parca+grpc://HOST:PORT (repeatable);"
+                        " a server that is down costs the recording nothing but counted losses")
+    p.add_argument("--label", action="append", default=[], metavar="K=V",
+                   help="a label of every pushed profile (repeatable), e.g. service=api")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -152,7 +165,9 @@ def main(args: argparse.Namespace) -> int:
     status_line = _StatusLine(enabled=not args.quiet and sys.stderr.isatty())
     with rec:
         if args.serve or args.push:
-            fleet_live.wire(rec, args)
+            from heapscope.hosts import fleet
+
+            fleet.wire(rec, args)
         if command:
             rec.start(command, executable=executable)
         else:

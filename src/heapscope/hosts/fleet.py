@@ -1,7 +1,9 @@
 """Serving and pushing while `record` or `live` runs: their options, and the host that wires them.
 
-    fleet.add_arguments(parser)        # --serve, --serve-remote, --push, --label
     fleet.wire(recording, args)        # before the target starts: a bad address fails here
+
+Their options (--serve, --serve-remote, --push, --label) are `record`'s and `live`'s
+(cli/record.py, add_fleet_arguments): this module is imported only when one is given.
 
 wire() builds a Live (server and pushers) whose server answers each scrape
 with a fresh dump (Recording.fresh_dump, from the server's threads), queues
@@ -25,19 +27,6 @@ if TYPE_CHECKING:  # imported where used: `record` without --serve/--push never 
     from heapscope.fleet.push import Pusher, PushItem
     from heapscope.hosts.serve import PprofServer, Snapshot
     from heapscope.session import Recording
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--serve", metavar="ADDR",
-                   help="answer Go's /debug/pprof/heap and /allocs on ADDR (e.g. 127.0.0.1:6060) while recording,"
-                        " for go tool pprof or a Parca scrape")
-    p.add_argument("--serve-remote", action="store_true",
-                   help="allow --serve on an address that is not loopback (anyone who reaches it reads the profile)")
-    p.add_argument("--push", action="append", default=[], metavar="URL",
-                   help="send each dump to pyroscope+http://HOST:PORT or parca+grpc://HOST:PORT (repeatable);"
-                        " a server that is down costs the recording nothing but counted losses")
-    p.add_argument("--label", action="append", default=[], metavar="K=V",
-                   help="a label of every pushed profile (repeatable), e.g. service=api")
 
 
 class Live:

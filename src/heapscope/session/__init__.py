@@ -35,16 +35,16 @@ options --serve, --push, --label: heapscope.hosts.fleet.wire).
 The Recording is one object, built in layers, one concern a module, each
 layer calling only those under it (all of them run on the loop's thread and
 share its state, so they are one class rather than objects that would pass
-that state around):
+that state around). Six modules, not more: each one is a module import on
+`record`'s fixed cost, after the target's spawn (~0.15 ms each):
 
-    options.py    RecordingOptions: what the recording is asked to do
-    summary.py    Summary, ProcessPeak: its figures at the end
+    records.py    RecordingOptions (what it is asked to do), Summary and ProcessPeak (its end figures)
     core.py       SessionCore: the state, its constants, how it fails (_fail)
-    requests.py   Requests: the hosts' hooks (dumps, stop, watch, every, fresh_dump) and the chores
-    window.py     Windows: per-process windows and stack names (the pytest plugin)
-    loop.py       Loop: poll, dump, guard, the target's end
-    figures.py    Figures: the summary's figures, from the producer and the written profile
-    teardown.py   Teardown: close(): final dumps, stats, symbolization, signals restored
+    requests.py   Requests, Windows: the hosts' hooks (dumps, stop, watch, every, fresh_dump,
+                  per-process windows) and the loop's chores
+    loop.py       Loop: poll, dump, guard, publish `progress`, the target's end
+    teardown.py   Figures, Teardown: close(): final dumps, stats, symbolization, the summary's
+                  figures (from the producer and the written profile), signals restored
     lifecycle.py  Recording: start(), attach(), and the with-block
 
 Hosts (heapscope/hosts/, cli/record.py) read what the recording publishes
@@ -53,8 +53,7 @@ Hosts (heapscope/hosts/, cli/record.py) read what the recording publishes
 
 from heapscope.session.core import client_library
 from heapscope.session.lifecycle import Recording
-from heapscope.session.options import RecordingOptions
-from heapscope.session.summary import ProcessPeak, Summary
-from heapscope.session.window import WindowSnapshot
+from heapscope.session.records import ProcessPeak, RecordingOptions, Summary
+from heapscope.session.requests import WindowSnapshot
 
 __all__ = ["ProcessPeak", "Recording", "RecordingOptions", "Summary", "WindowSnapshot", "client_library"]

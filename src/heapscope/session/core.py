@@ -16,8 +16,7 @@ from heapscope.errors import HeapscopeError
 from heapscope.launch import Child, Launch, client_library_path
 from heapscope.producer.producer import Producer, ProducerStats
 from heapscope.producer.session import Guardrails
-from heapscope.session.options import RecordingOptions
-from heapscope.session.summary import Summary
+from heapscope.session.records import RecordingOptions, Summary
 from heapscope.store.writer import ProfileWriter
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost)

@@ -16,7 +16,7 @@ from heapscope.session.core import (
     STATUS_EVERY_S,
     _describe,
 )
-from heapscope.session.window import Windows
+from heapscope.session.requests import Windows
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost)
 if TYPE_CHECKING:
