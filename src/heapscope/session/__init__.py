@@ -35,11 +35,11 @@ options --serve, --push, --label: heapscope.hosts.fleet.wire).
 The Recording is one object, built in layers, one concern a module, each
 layer calling only those under it (all of them run on the loop's thread and
 share its state, so they are one class rather than objects that would pass
-that state around). Six modules, not more: each one is a module import on
-`record`'s fixed cost, after the target's spawn (~0.15 ms each):
+that state around). Five modules, not more: each one is a module import on
+`record`'s fixed cost after the target's spawn (~0.13 ms each):
 
-    records.py    RecordingOptions (what it is asked to do), Summary and ProcessPeak (its end figures)
-    core.py       SessionCore: the state, its constants, how it fails (_fail)
+    core.py       RecordingOptions (what it is asked to do), SessionCore (the state, its
+                  constants, how it fails: _fail), Summary and ProcessPeak (its end figures)
     requests.py   Requests, Windows: the hosts' hooks (dumps, stop, watch, every, fresh_dump,
                   per-process windows) and the loop's chores
     loop.py       Loop: poll, dump, guard, publish `progress`, the target's end
@@ -51,9 +51,8 @@ Hosts (heapscope/hosts/, cli/record.py) read what the recording publishes
 (`progress`, `summary`, WindowSnapshot), never the producer's state.
 """
 
-from heapscope.session.core import client_library
+from heapscope.session.core import ProcessPeak, RecordingOptions, Summary, client_library
 from heapscope.session.lifecycle import Recording
-from heapscope.session.records import ProcessPeak, RecordingOptions, Summary
 from heapscope.session.requests import WindowSnapshot
 
 __all__ = ["ProcessPeak", "Recording", "RecordingOptions", "Summary", "WindowSnapshot", "client_library"]

@@ -10,9 +10,8 @@ import time
 
 from heapscope.model import CallsiteId, FrameId
 from heapscope.producer.producer import Producer
-from heapscope.session.core import STACK_FRAMES_SHOWN, TOP_STACKS, UNSYMBOLIZED_SHOWN, _describe
+from heapscope.session.core import STACK_FRAMES_SHOWN, TOP_STACKS, UNSYMBOLIZED_SHOWN, ProcessPeak, _describe
 from heapscope.session.loop import Loop
-from heapscope.session.records import ProcessPeak
 from heapscope.wire.handshake import MAX_FRAMES
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost)

@@ -1,4 +1,4 @@
-"""RecordingOptions (session/records.py): what a recording is asked to do, checked before any target starts."""
+"""RecordingOptions (session/core.py): what a recording is asked to do, checked before any target starts."""
 
 from __future__ import annotations
 
