@@ -50,16 +50,16 @@ BENCH_VENV_PY = HERE / "out" / "venv" / "bin" / "python"
 
 # (module, class or "", function) timed in the child; the label is class.function.
 TIMED = [
-    ("heapscope.recording", "Recording", "_target_exited"),
-    ("heapscope.recording", "Recording", "close"),
-    ("heapscope.recording", "Recording", "_chore"),
-    ("heapscope.recording", "Recording", "_end_profiling"),
-    ("heapscope.recording", "Recording", "_write_end"),
-    ("heapscope.recording", "Recording", "_figures"),
-    ("heapscope.recording", "Recording", "_missing_figures"),
-    ("heapscope.recording", "Recording", "_shallow_stats"),
-    ("heapscope.recording", "Recording", "_peaks"),
-    ("heapscope.recording", "Recording", "_uninstall_signals"),
+    ("heapscope.session", "Recording", "_target_exited"),
+    ("heapscope.session", "Recording", "close"),
+    ("heapscope.session", "Recording", "_chore"),
+    ("heapscope.session", "Recording", "_end_profiling"),
+    ("heapscope.session", "Recording", "_write_end"),
+    ("heapscope.session", "Recording", "_figures"),
+    ("heapscope.session", "Recording", "_missing_figures"),
+    ("heapscope.session", "Recording", "_shallow_stats"),
+    ("heapscope.session", "Recording", "_peaks"),
+    ("heapscope.session", "Recording", "_uninstall_signals"),
     ("heapscope.producer.producer", "Producer", "finish"),
     ("heapscope.producer.producer", "Producer", "abandon"),
     ("heapscope.producer.producer", "Producer", "_end"),
@@ -110,7 +110,7 @@ def _child(fd: int, argv: list[str], profile_to: str) -> None:
         wrapped = timed(f"{cls}.{name}" if cls else name, getattr(owner, name))
         static = cls and isinstance(inspect.getattr_static(owner, name), staticmethod)
         setattr(owner, name, staticmethod(wrapped) if static else wrapped)
-    from heapscope import recording
+    from heapscope import session as recording
 
     recs: list[recording.Recording] = []
     start = recording.Recording.start

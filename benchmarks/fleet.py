@@ -50,7 +50,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from heapscope.fleet import clickhouse, pprof_source  # noqa: E402
 from heapscope.fleet.push import Pusher, PushItem  # noqa: E402
-from heapscope.fleet.serve import PprofServer, Snapshot  # noqa: E402
+from heapscope.hosts.serve import PprofServer, Snapshot  # noqa: E402
 from heapscope.model import Frame, Mapping, MappingId, ProcessFlags, ProcessInfo, Upid  # noqa: E402
 from heapscope.store.reader import open_profile  # noqa: E402
 from heapscope.store.writer import ProfileWriter  # noqa: E402

@@ -77,7 +77,7 @@ def write_suite(d: Path, tests: int, trivial: bool = False) -> None:
 
 SPLIT_PLUGIN = '''
 import os, resource, sys, time
-import heapscope.pytest_plugin as hp
+import heapscope.hosts.pytest_plugin as hp
 
 def cpu(who):
     u = resource.getrusage(who)

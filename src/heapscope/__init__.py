@@ -1,14 +1,20 @@
 """heapscope: a sampling native-heap profiler for Linux.
 
-Pipeline (one folder a part; imports point one way: cli -> producer ->
-bookkeeping -> wire, producer -> store, cli -> view | export | symbolize ->
-store; every part may use model and errors; client/ is C only; docs/ beside
-src/ explains each part):
+Pipeline (one folder a part; imports point one way: cli -> hosts ->
+session -> producer -> bookkeeping -> wire, producer -> store, cli -> view |
+export | symbolize -> store; every part may use model and errors; client/ is
+C only; docs/ beside src/ explains each part):
 
     client/      LD_PRELOAD library inside the target: hooks, sampler, unwinder
     wire/        the protocol between client and producer (wire.h + mirror)
-    producer/    `heapscope record`'s loop: handshakes, per-process state, the
-                 ring reader (C) that moves records out of each shared ring
+    producer/    handshakes, per-process state, the ring reader (C) that moves
+                 records out of each shared ring; the Producer's stats() and
+                 window() are what the session reads
+    session/     one recording: start or attach, the loop, dumps, guardrails,
+                 teardown and the summary (the Recording, one concern a module)
+    hosts/       what drives a recording and reads what it publishes: the API
+                 (heapscope.api), the pytest plugin, the live view, the pprof
+                 server and pushers (--serve, --push)
     bookkeeping/ all the state after the ring, in one C extension: the heap
                  tracker (sequence order, live allocations, totals per
                  callsite, the peak, dump rows), the stacks and their resolve,
@@ -17,6 +23,7 @@ src/ explains each part):
     symbolize/   function names from ELF files
     view/        reports built from a profile
     export/      a profile in other tools' formats (pprof, Perfetto, Chrome JSON, ...)
+    fleet/       profiles that leave the host: pprof bytes, Pyroscope/Parca pushers, ClickHouse
     cli/         the command line
 
 The path of one sampled allocation: the client's malloc hook samples it,

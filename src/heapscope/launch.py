@@ -9,7 +9,7 @@ socket, subprocess, pathlib, sqlite3, contextlib or threading, ~20 ms of
 imports), then imports the recording (producer, writer, ...) while the target
 runs, answering any further handshake between two imports (`serve`). The
 recording adopts what is here: the listener and its answered clients, the
-child, the signals it received meanwhile (heapscope.recording.Recording,
+child, the signals it received meanwhile (heapscope.session.Recording,
 `launch=`).
 
     create_output(path, force)            # the profile's files, as ProfileWriter makes them

@@ -21,7 +21,7 @@ import pytest
 from fleet_support import ParcaServer, PyroscopeServer, free_port, go_missing, go_pprof, parca_messages, raw_totals
 from hs_integration import HEAPSCOPE, Recorder, kill_group, run_process
 
-from heapscope.fleet.serve import PprofServer, Snapshot
+from heapscope.hosts.serve import PprofServer, Snapshot
 from heapscope.model import VIEWS
 from heapscope.store.reader import open_profile
 from heapscope.view.report import build_reports

@@ -1,4 +1,4 @@
-"""The pytest plugin (heapscope/pytest_plugin.py), run as users run it: pytest on a test file.
+"""The pytest plugin (heapscope/hosts/pytest_plugin.py), run as users run it: pytest on a test file.
 
 The generated test file allocates through a small C library compiled here
 (`hs_test_hold(n)`: malloc n bytes and touch them), so the truth is known and
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from heapscope.pytest_plugin import parse_bytes, standard_error
+from heapscope.hosts.pytest_plugin import parse_bytes, standard_error
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -415,7 +415,7 @@ def test_the_board_keeps_the_largest_peaks_and_their_ties() -> None:
     # _window feeds it: a test joins when _ranks says so, then the board is pruned
     import random
 
-    from heapscope.pytest_plugin import _Parent
+    from heapscope.hosts.pytest_plugin import _Parent
 
     for seed in range(20):
         rng = random.Random(seed)
@@ -438,7 +438,7 @@ def test_a_parent_that_does_not_answer_is_waited_for_a_bounded_time(tmp_path: Pa
     import socket
     import time
 
-    import heapscope.pytest_plugin as hp
+    import heapscope.hosts.pytest_plugin as hp
 
     monkeypatch.setattr(hp, "ASK_TIMEOUT_S", 0.3)
     path = str(tmp_path / "control.sock")
@@ -469,7 +469,7 @@ def test_a_recording_that_keeps_no_profile_writes_nothing_and_still_counts(tmp_p
     # GIVEN a Recording told to keep no profile (the plugin without --heapscope-output)
     from heapscope.errors import HeapscopeError
     from heapscope.producer.config import RecordConfig
-    from heapscope.recording import Recording, RecordingOptions
+    from heapscope.session import Recording, RecordingOptions
 
     out = tmp_path / "never.db"
     with Recording(RecordConfig(interval=4096), out, RecordingOptions(symbolize=False, keep=False)) as rec:
@@ -525,7 +525,7 @@ def test_tests_run_on_when_the_recording_dies(suite_dir: Path, tmp_path: Path) -
 
 
 def test_python_frames_first_allocator_frames_left_out() -> None:
-    from heapscope.pytest_plugin import _is_runner, _Named, is_python_frame, order_frames
+    from heapscope.hosts.pytest_plugin import _is_runner, _Named, is_python_frame, order_frames
 
     stack = [_Named("malloc", "libc.so.6", False), _Named("hs_test_hold", "libx.so", False),
              _Named("build_index (app.py:12)", "", True), _Named("_PyEval_EvalFrameDefault", "libpython", False),

@@ -117,7 +117,7 @@ def test_a_small_ring_that_fills_before_the_producer_reads_it_loses_nothing(tmp_
 def test_a_recording_that_cannot_start_after_the_spawn_still_supervises_the_target(tmp_path: Path) -> None:
     # GIVEN a heapscope whose recording module cannot be imported (a broken install: the import
     # fails after the target was spawned and answered), run as the console script runs it
-    probe = ("import sys; sys.modules['heapscope.recording'] = None\n"
+    probe = ("import sys; sys.modules['heapscope.session'] = None\n"
              "from heapscope.cli import main\n"
              "sys.exit(main(sys.argv[1:]))\n")
     db = tmp_path / "broken.db"

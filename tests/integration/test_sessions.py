@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from heapscope.producer.config import RecordConfig
-from heapscope.recording import Recording, RecordingOptions
+from heapscope.session import Recording, RecordingOptions
 
 HERE = Path(__file__).resolve().parent / "sessions"
 HEAPSCOPE = (sys.executable, "-m", "heapscope")
@@ -427,7 +427,7 @@ HOST = r"""
 import signal, sys
 from pathlib import Path
 from heapscope.producer.config import RecordConfig
-from heapscope.recording import Recording, RecordingOptions
+from heapscope.session import Recording, RecordingOptions
 
 def ignored():
     return next(line for line in open("/proc/self/status") if line.startswith("SigIgn"))

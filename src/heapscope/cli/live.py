@@ -1,9 +1,9 @@
 """`heapscope live -- CMD ...` / `-p PID`: record, and watch the heap in the terminal meanwhile.
 
 The options are `record`'s, and so is the profile: the recording
-(heapscope.recording.Recording) runs its loop in a thread of its own, takes
+(heapscope.session.Recording) runs its loop in a thread of its own, takes
 a snapshot of every process's per-callsite totals once a second on that
-thread (heapscope.live.snapshot), and the view (heapscope.live.app, Textual)
+thread (heapscope.hosts.live.snapshot), and the view (heapscope.hosts.live.app, Textual)
 shows the latest one. `q` ends profiling (final dumps); a started target runs
 on, its output goes to the terminal, and heapscope waits for it and exits
 with its status, as `record` does. When the target exits first, the view
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from heapscope.cli import record as record_cli
 from heapscope.errors import UsageError
-from heapscope.recording import Recording, client_library
+from heapscope.session import Recording, client_library
 
 NAME = "live"
 HELP = "record a command (or attach) and watch its heap in the terminal while it runs"
@@ -43,27 +43,27 @@ def main(args: argparse.Namespace) -> int:
         import textual  # noqa: F401
     except ImportError:
         raise UsageError("live needs the textual package: pip install 'heapscope[live]'") from None
-    from heapscope.live.app import Control, LiveApp, OutputRelay
-    from heapscope.live.snapshot import Snapshotter
+    from heapscope.hosts.live.app import Control, LiveApp, OutputRelay
+    from heapscope.hosts.live.snapshot import Snapshotter
 
-    config = record_cli._config(args, threads=True)  # the view's thread filter
+    config = record_cli.record_config(args, threads=True)  # the view's thread filter
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
-    pids = record_cli._pids(args.pid)
+    pids = record_cli.parse_pids(args.pid)
     if pids and command:
         raise UsageError("give either -p PID or a command to run, not both")
     if not pids and not command:
         raise UsageError("no command to watch: heapscope live [options] -- CMD [ARGS...] (or -p PID)")
     options = record_cli.recording_options(args, command, pids)
     library = client_library()
-    executable = record_cli._resolve(command[0]) if command else ""
+    executable = record_cli.resolve_command(command[0]) if command else ""
     name = Path(command[0]).name if command else f"pid{pids[0]}"
     output = Path(args.output or f"heapscope.{name}.{os.getpid()}.db")
 
     messages: deque[str] = deque(maxlen=1000)  # heapscope's lines while the view is up, printed after
     rec = Recording(config, output, options, library=library, say=messages.append, warn=messages.append,
-                    log=messages.append if args.verbose else record_cli._quiet)
+                    log=messages.append if args.verbose else record_cli.quiet)
     rec.exits_after_close = True
     snapshots = Snapshotter()
     finished = threading.Event()
@@ -71,7 +71,9 @@ def main(args: argparse.Namespace) -> int:
     relay: OutputRelay | None = None
     with rec:
         if args.serve or args.push:
-            rec.with_fleet(args)
+            from heapscope.hosts import fleet
+
+            fleet.wire(rec, args)
         if command:
             read_fd, write_fd = os.pipe()
             try:
@@ -109,7 +111,7 @@ def main(args: argparse.Namespace) -> int:
             if not finished.is_set():
                 rec.stop()
                 if rec.child is not None and rec.child.poll() is None:
-                    record_cli._log(f"view closed: profiling stopped; waiting for pid {rec.child.pid} to exit"
+                    record_cli.say_line(f"view closed: profiling stopped; waiting for pid {rec.child.pid} to exit"
                                     " (its output follows)")
             while not finished.wait(0.5):
                 pass
@@ -118,17 +120,17 @@ def main(args: argparse.Namespace) -> int:
     if relay is not None:
         relay.join(timeout=2)
     for e in rec.errors:
-        record_cli._log(f"error: {e}")
+        record_cli.say_line(f"error: {e}")
     if not args.quiet:
-        record_cli._summary(rec.summary)
-    for line in rec.fleet_lines:
-        record_cli._log(line)
+        record_cli.print_summary(rec.summary)
+    for line in rec.host_lines:
+        record_cli.say_line(line)
     return result[0] if result else 1
 
 
 def _flush(messages: deque[str]) -> None:
     while messages:
-        record_cli._log(messages.popleft())
+        record_cli.say_line(messages.popleft())
 
 
 def _flamegraph(rec: Recording, output: Path, pid: int | None, n: int) -> Path:

@@ -2,7 +2,7 @@
 
 Only flags and printing live here: the recording itself (start or attach,
 signals, dumps, guardrails, teardown and the summary's figures) is
-heapscope.recording.Recording. Every option value is checked before the
+heapscope.session.Recording. Every option value is checked before the
 target starts (one line, exit 2).
 
 The target waits for heapscope's answer to its handshake before its main
@@ -17,7 +17,6 @@ import os
 import sys
 
 from heapscope.errors import TargetError, UsageError
-from heapscope.fleet import live as fleet_live
 from heapscope.producer.config import (
     DEFAULT_INTERVAL,
     DEFAULT_SHMEM_SIZE,
@@ -36,7 +35,7 @@ if TYPE_CHECKING:  # argparse is imported only when cli/quickparse.py leaves the
     from collections.abc import Callable
 
     from heapscope.launch import Launch
-    from heapscope.recording import Recording, RecordingOptions, Summary
+    from heapscope.session import Recording, RecordingOptions, Summary
 
 NAME = "record"
 HELP = "run a command under the profiler and write its heap profile"
@@ -48,7 +47,7 @@ UNWINDERS = {"auto": UNWINDER_AUTO, "libunwind": UNWINDER_LIBUNWIND, "fp": UNWIN
 # connect meanwhile answered between two of them (Launch.serve): each step a few ms at most.
 START_MODULES = ("enum", "collections", "contextlib", "socket", "signal", "threading", "pathlib", "sqlite3",
                  "heapscope.wire.codec", "heapscope.store.writer", "heapscope.bookkeeping.dump",
-                 "heapscope.producer.process", "heapscope.producer.producer", "heapscope.recording")
+                 "heapscope.producer.process", "heapscope.producer.producer", "heapscope.session")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -94,18 +93,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-producer-cpu", type=float, metavar="SECONDS",
                    help="stop profiling when heapscope's own CPU time exceeds SECONDS")
     p.add_argument("--no-symbolize", action="store_true", help="leave function names empty")
-    fleet_live.add_arguments(p)
+    add_fleet_arguments(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no status line and no summary")
     p.add_argument("command", nargs="...", metavar="-- CMD ARGS",  # "...": argparse.REMAINDER
                    help="the program to profile and its arguments")
 
 
+def add_fleet_arguments(p: argparse.ArgumentParser) -> None:
+    """--serve, --serve-remote, --push, --label (heapscope.hosts.fleet wires them into a recording)."""
+    p.add_argument("--serve", metavar="ADDR",
+                   help="answer Go's /debug/pprof/heap and /allocs on ADDR (e.g. 127.0.0.1:6060) while recording,"
+                        " for go tool pprof or a Parca scrape")
+    p.add_argument("--serve-remote", action="store_true",
+                   help="allow --serve on an address that is not loopback (anyone who reaches it reads the profile)")
+    p.add_argument("--push", action="append", default=[], metavar="URL",
+                   help="send each dump to pyroscope+http://HOST:PORT or parca+grpc://HOST:PORT (repeatable);"
+                        " a server that is down costs the recording nothing but counted losses")
+    p.add_argument("--label", action="append", default=[], metavar="K=V",
+                   help="a label of every pushed profile (repeatable), e.g. service=api")
+
+
 def main(args: argparse.Namespace) -> int:
-    config = _config(args)
+    config = record_config(args)
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
-    pids = _pids(args.pid)
+    pids = parse_pids(args.pid)
     if pids and command:
         raise UsageError("give either -p PID or a command to run, not both")
     if not pids and not command:
@@ -118,27 +131,27 @@ def main(args: argparse.Namespace) -> int:
         executable = ""
         name = f"pid{pids[0]}"
     else:
-        executable = _resolve(command[0])
+        executable = resolve_command(command[0])
         name = os.path.basename(command[0])
     output = args.output or f"heapscope.{name}.{os.getpid()}.db"
     verbose = bool(args.verbose)
-    say = _log if verbose or not args.quiet else _quiet
-    log = _log if verbose else _quiet
+    say = say_line if verbose or not args.quiet else quiet
+    log = say_line if verbose else quiet
     launch: Launch | None = None
     if command and not (args.serve or args.push) and in_main_thread():
         try:
             launch = _launch(config, output, args.force, command, executable, library, log)
         except _Started as started:  # the target runs, the recording could not start: it is supervised
             _remove_created(output)
-            _log(f"error: {started.error}; the target runs on unprofiled")
+            say_line(f"error: {started.error}; the target runs on unprofiled")
             return started.wait()
     from pathlib import Path
 
-    from heapscope.recording import Recording
+    from heapscope.session import Recording
 
     options = recording_options(args, command, pids)
     try:
-        rec = Recording(config, Path(output), options, library=Path(library), say=say, warn=_log, log=log,
+        rec = Recording(config, Path(output), options, library=Path(library), say=say, warn=say_line, log=log,
                         launch=launch)
         rec.exits_after_close = True
     except Exception as failed:
@@ -147,12 +160,14 @@ def main(args: argparse.Namespace) -> int:
         launch.abandon()
         if launch.created:
             _remove_created(output)
-        _log(f"error: {failed or type(failed).__name__}; the target runs on unprofiled")
+        say_line(f"error: {failed or type(failed).__name__}; the target runs on unprofiled")
         return _Started(launch, str(failed)).wait()
     status_line = _StatusLine(enabled=not args.quiet and sys.stderr.isatty())
     with rec:
         if args.serve or args.push:
-            rec.with_fleet(args)
+            from heapscope.hosts import fleet
+
+            fleet.wire(rec, args)
         if command:
             rec.start(command, executable=executable)
         else:
@@ -163,14 +178,14 @@ def main(args: argparse.Namespace) -> int:
         finally:
             status_line.clear()
     for e in rec.errors:
-        _log(f"error: {e}")
+        say_line(f"error: {e}")
     if not args.quiet:
-        _summary(rec.summary)
+        print_summary(rec.summary)
     elif rec.summary.problems:
         pass  # already said, one line each, as they happened
-    for line in rec.fleet_lines:
+    for line in rec.host_lines:
         if not args.quiet or "failed" in line or "dropped" in line:  # a loss is said even with -q
-            _log(line)
+            say_line(line)
     return returncode
 
 
@@ -248,13 +263,13 @@ def _check_options(args: argparse.Namespace) -> None:
         raise UsageError("-o/--output must not be empty")
 
 
-def _quiet(_msg: str) -> None:
+def quiet(_msg: str) -> None:
     pass
 
 
 def recording_options(args: argparse.Namespace, command: list[str], pids: list[int]) -> RecordingOptions:
     """The session options `record` and `live` share, checked; -o checked too."""
-    from heapscope.recording import RecordingOptions
+    from heapscope.session import RecordingOptions
 
     options = RecordingOptions(
         duration=_parse_duration(args.duration) if args.duration is not None else None,
@@ -268,7 +283,7 @@ def recording_options(args: argparse.Namespace, command: list[str], pids: list[i
     return options
 
 
-def _pids(values: list[str]) -> list[int]:
+def parse_pids(values: list[str]) -> list[int]:
     pids: list[int] = []
     for v in values:
         for part in v.split(","):
@@ -307,7 +322,7 @@ def _parse_duration(text: str) -> float:
     return value * mult
 
 
-def _config(args: argparse.Namespace, threads: bool = False) -> RecordConfig:
+def record_config(args: argparse.Namespace, threads: bool = False) -> RecordConfig:
     return RecordConfig(
         interval=parse_size(args.interval, "--interval"),
         seed=args.seed,
@@ -323,7 +338,7 @@ def _config(args: argparse.Namespace, threads: bool = False) -> RecordConfig:
     )
 
 
-def _resolve(program: str) -> str:
+def resolve_command(program: str) -> str:
     if "/" in program:
         if not os.path.isfile(program):
             raise TargetError(f"cannot run {program}: no such file")
@@ -345,15 +360,16 @@ class _StatusLine:
 
     def updater(self, rec: Recording) -> Callable[[float], None] | None:
         """What the recording calls to refresh the line; None when there is no line."""
-        producer, started = rec.producer, rec.started
-        if not self.enabled or producer is None:
+        started = rec.started
+        if not self.enabled:
             return None
 
         from heapscope.view.units import human_bytes
 
         def update(now: float) -> None:
-            samples, live = producer.live_summary()
-            self.show(f"heapscope: {now - started:6.1f} s  {samples:,} samples  {human_bytes(live)} live")
+            progress = rec.progress  # published by the loop just before this call
+            self.show(f"heapscope: {now - started:6.1f} s  {progress.samples:,} samples"
+                      f"  {human_bytes(progress.live_bytes)} live")
         return update
 
     def show(self, text: str) -> None:
@@ -367,11 +383,11 @@ class _StatusLine:
             sys.stderr.flush()
 
 
-def _log(msg: str) -> None:
+def say_line(msg: str) -> None:
     print(f"heapscope: {msg}", file=sys.stderr)
 
 
-def _summary(s: Summary) -> None:
+def print_summary(s: Summary) -> None:
     from heapscope.view.units import human_bytes  # after the target's start (issue 13)
 
     unwinders = s.unwinders or ["none (no process connected)"]

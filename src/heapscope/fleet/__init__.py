@@ -1,13 +1,13 @@
 """Many machines: profiles leave the host while (or after) they are recorded.
 
     pprof_source   gzip pprof bytes of one dump, Go's heap-profile names, pid/executable labels
-    serve          PprofServer: Go's /debug/pprof/heap and /allocs over HTTP, pulled by pprof or Parca
     push           Pusher: a bounded queue and a worker that sends to Pyroscope (HTTP) or Parca (gRPC)
     clickhouse     a ClickHouse table of samples, written through clickhouse-connect or chDB
 
-Reads profiles only through heapscope.store.reader and builds pprof with
-heapscope.export.pprof; imports nothing of the producer, so `record` wires it
-in without this part knowing how a recording runs. Network clients (grpcio,
+Serving while recording is a host (heapscope.hosts.serve; hosts/fleet.py wires
+it and these pushers into a recording). Reads profiles only through
+heapscope.store.reader and builds pprof with heapscope.export.pprof; imports
+nothing of the producer or the session. Network clients (grpcio,
 clickhouse-connect; chdb) are optional extras (`pip install heapscope[fleet]`, `[clickhouse]`),
 imported only when used.
 """

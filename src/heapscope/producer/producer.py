@@ -11,6 +11,7 @@ process's peak). The caller runs it until the target exits, then calls
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import select
 import socket
@@ -19,23 +20,24 @@ from collections.abc import Callable
 
 from heapscope.bookkeeping._native import Tracker, Trie
 from heapscope.bookkeeping.dump import UNDEFINED_STACK, ProcessHeap
-from heapscope.bookkeeping.frames import FrameTable, unknown_code_mapping
-from heapscope.bookkeeping.rows import DUMP_ROW, OP_MALLOC, STREAM_ROW, unpack_rows
+from heapscope.bookkeeping.frames import FILTERED, FrameTable, unknown_code_mapping
+from heapscope.bookkeeping.rows import DUMP_ROW, OP_MALLOC, STREAM_ROW, WINDOW_ROW, unpack_rows
 from heapscope.heaps import valid_name as valid_heap_name
-from heapscope.model import ProcessFlags, Upid, is_jitdump_path
+from heapscope.model import Frame, Mapping, ProcessFlags, Upid, is_jitdump_path
 from heapscope.producer import listener as _listener
 from heapscope.producer import procfs
 from heapscope.producer._ingest import Ingest
 from heapscope.producer.config import RecordConfig
 from heapscope.producer.listener import Accepted, Listener
 from heapscope.producer.process import CustomHeap, ProcessState
-from heapscope.producer.stats import StatRow, process_stats_rows
+from heapscope.producer.stats import StatRow, custom_heap_stats, process_stats_rows
+from heapscope.slots import FrozenSlots
 from heapscope.store.writer import ProfileWriter
 from heapscope.wire import codec
 
 RSS_EVERY_NS = 50_000_000  # VmHWM is read this often per process: the peak is gone with the process
 # Stacks are resolved (and their callsites written) this often while the processes run, so that
-# the end of a recording is left with the stacks of its last moments only (issue 13).
+# the end of a recording is left with the stacks of its last moments only.
 RESOLVE_EVERY_NS = 100_000_000
 DRAIN_BATCH = 1 << 18  # records per ring per poll: keeps the loop responsive
 # The session's socket and the handshake are producer/listener.py's (light imports: the target
@@ -46,6 +48,39 @@ OWNER_FILE = _listener.OWNER_FILE
 take_ownership = _listener.take_ownership
 _U64 = (1 << 64) - 1
 _POLL_IN = select.POLLIN | select.POLLPRI | select.POLLHUP | select.POLLERR
+
+
+class ProducerStats(FrozenSlots):
+    """The producer's figures at one moment: what a status line, a live view or an API reads."""
+
+    __slots__ = ("samples", "live_bytes", "running", "ended")
+    samples: int  # samples so far, every heap (samples_so_far)
+    live_bytes: int  # sampled bytes not yet freed, connected processes, malloc's heap
+    running: int  # processes connected now
+    ended: int  # processes that have ended
+
+    def __init__(self, samples: int = 0, live_bytes: int = 0, running: int = 0, ended: int = 0) -> None:
+        set_field = object.__setattr__
+        set_field(self, "samples", samples)
+        set_field(self, "live_bytes", live_bytes)
+        set_field(self, "running", running)
+        set_field(self, "ended", ended)
+
+
+def samples_so_far(p: ProcessState) -> int:
+    """The one count of a process's samples: every heap, malloc's, Python's (python.pymalloc)
+    and the custom ones. While it runs, Python's are counted in C (Ingest.routed); at its end
+    they are added to its heap's own count (_end), so they are never counted twice."""
+    custom = sum(h.samples for h in p.custom_heaps.values())
+    if p.final_stats:
+        return int(p.final_stats.get("mallocs", 0)) + custom
+    return int(p.ingest.stats()["mallocs"]) + custom + p.ingest.routed(codec.PY_HEAP_ID)[0]
+
+
+def _window_trackers(p: ProcessState) -> list[Tracker]:
+    """The trackers a window covers: malloc's and, when the process has it, Python's heap."""
+    py = p.custom_heaps.get(codec.PY_HEAP_ID)
+    return [p.ingest.tracker] if py is None else [p.ingest.tracker, py.tracker]
 
 
 class NoProfile:
@@ -67,7 +102,7 @@ class Producer:
         """`writer` None: no profile is kept (the pytest plugin without --heapscope-output, which
         reads the trackers' figures and a few stacks by id): nothing is written, no stack is
         resolved (FrameTable.discard) and a dump books nothing. `listener`: the session's, when
-        the target was started before the producer existed (`record`, issue 13): the clients it
+        the target was started before the producer existed (`record`,): the clients it
         answered meanwhile are adopted by the first poll()."""
         self.keep = writer is not None
         self.writer: ProfileWriter | NoProfile = writer if writer is not None else NoProfile()
@@ -212,16 +247,125 @@ class Producer:
                 accepted.close()
         self.listener.remove()
 
-    def live_summary(self) -> tuple[int, int]:
-        """(samples so far, sampled bytes not yet freed) over all processes."""
-        samples = sum(p.final_stats["mallocs"] + sum(h.samples for h in p.custom_heaps.values()) for p in self.ended)
+    # -- the facade: what a session and its hosts read -------------------------
+
+    def stats(self) -> ProducerStats:
+        """The figures so far, over every process and every heap (samples_so_far)."""
+        samples = sum(samples_so_far(p) for p in self.ended)
         live = 0
         for p in self.processes.values():
-            st = p.ingest.stats()
-            samples += st["mallocs"] + sum(h.samples for h in p.custom_heaps.values())
-            samples += p.ingest.routed(codec.PY_HEAP_ID)[0]  # Python's heap, applied in C
-            live += st["current_unfreed"]
-        return samples, live
+            samples += samples_so_far(p)
+            live += p.ingest.stats()["current_unfreed"]
+        return ProducerStats(samples, live, len(self.processes), len(self.ended))
+
+    def running(self) -> list[ProcessState]:
+        """The processes connected now (read on the session loop's thread only)."""
+        return list(self.processes.values())
+
+    def process_of(self, pid: int) -> ProcessState | None:
+        """The connected process of `pid`; None when none is."""
+        return next((q for q in self.processes.values() if q.info.pid == pid), None)
+
+    def catch_up(self, p: ProcessState, resolve: bool) -> None:
+        """Every record `p`'s ring holds handled; with `resolve`, its stacks given callsites."""
+        while self._drain(p, limit=0):
+            pass
+        if resolve:
+            p.heap.resolve(self.frames, self.trie, p.ingest.tracker)
+
+    def stack_frame_ids(self, p: ProcessState, stack_id: int) -> list[int] | None:
+        """The frame ids of a stack not resolved yet, innermost first (interned as a dump
+        would); None when the stack has not been received."""
+        path = p.heap.frames_of(stack_id, self.frames)
+        return None if path is None else [int(i) for i in reversed(path)]
+
+    def window(self, p: ProcessState, restart: bool, keep_peak: bool) -> tuple[int, int]:
+        """(peak, leak) of `p` since its window began, over malloc's heap and, for a Python
+        program, python.pymalloc: disjoint heaps (client/pymem.c books a request once), so the
+        figures add up; their trackers share one peak (share_peak), so the window's peak is the
+        moment their sum was highest. `restart`: a new window begins after this; with
+        `keep_peak`, a closing window that holds the process's peak is resolved first, so that
+        the profile keeps its rows. Call catch_up first for figures as of now."""
+        trackers = _window_trackers(p)
+        # One window per peak: trackers sharing a peak (Tracker.share_peak) have one window.
+        groups = {t.peak_group: t for t in trackers}
+        stats = [t.stats() for t in groups.values()]
+        peak = sum(st["window_peak"] - st["window_base"] for st in stats)
+        leak = sum(st["joint_unfreed"] - st["window_base"] for st in stats)
+        if restart:
+            if keep_peak and any(0 < st["window_peak"] >= st["peak_unfreed"] for st in stats):
+                p.heap.resolve(self.frames, self.trie, p.ingest.tracker)
+                for tracker in trackers[1:]:
+                    self.bind_callsites(p, tracker)
+            for tracker in groups.values():
+                tracker.new_window()
+        return peak, leak
+
+    @staticmethod
+    def window_rows(p: ProcessState) -> list[tuple[int, ...]]:
+        """The rows of `p`'s window by callsite or stack (bookkeeping/rows.py, WINDOW_ROW), as of
+        now; a bucket in both heaps is one row, their figures summed."""
+        trackers = _window_trackers(p)
+        if len(trackers) == 1:
+            return list(WINDOW_ROW.iter_unpack(trackers[0].window()))
+        merged: dict[tuple[int, int], list[int]] = {}
+        for tracker in trackers:
+            for row in WINDOW_ROW.iter_unpack(tracker.window()):
+                have = merged.get((row[0], row[1]))
+                if have is None:
+                    merged[(row[0], row[1])] = list(row)
+                else:
+                    for i in range(2, len(row)):
+                        have[i] += row[i]
+        return [tuple(r) for r in merged.values()]
+
+    @staticmethod
+    def totals(p: ProcessState) -> tuple[bytes, bytes | None]:
+        """`p`'s malloc heap totals as of the records drained so far (tracker.h hs_tracker_totals:
+        TOTALS_ROW per callsite, or per stack while its callsite is not known), and the same per
+        thread (THREAD_ROW) when the tracker keeps threads, else None. Read, never changed."""
+        tracker = p.ingest.tracker
+        return tracker.totals(), tracker.threads() if tracker.keeps_threads else None
+
+    def stack_keys(self, p: ProcessState, stack_id: int) -> tuple[tuple[str, int, str], ...] | None:
+        """A stack without Python frames not resolved yet, leaf first, as (module path, offset in
+        it, fixed name or "") the way FrameTable.frames_of would name its frames, without
+        interning anything; None when no such stack waits."""
+        pcs = p.heap.pending_pcs(stack_id)
+        if pcs is None:
+            return None
+        mods = p.heap.modules
+        skip = self.frames.skip_prefixes
+        out: list[tuple[str, int, str]] = []
+        for pc in pcs:
+            addr = pc - 1
+            i = mods.find(addr)
+            if i is None:
+                out.append(("[unknown]", addr, ""))
+                continue
+            m = mods.modules[i]
+            if skip and m.path.startswith(skip):
+                key = (m.path, 0, FILTERED)
+                if out and out[-1] == key:
+                    continue
+                out.append(key)
+            else:
+                out.append((m.path, addr - m.base, ""))
+        return tuple(out) or (("[no frames]", 0, ""),)
+
+    def callsite_paths(self, first: int) -> list[tuple[int, int]]:
+        """(parent callsite or 0, frame id) of every callsite from id `first` on, in id order."""
+        return self.trie.paths_from(first) if len(self.trie) >= first else []
+
+    def frames_since(self, n: int) -> list[Frame]:
+        """The frames interned after the first `n` (ids are dense from 1, in order)."""
+        ids = self.frames.frames.ids
+        return list(itertools.islice(ids, n, None)) if len(ids) > n else []  # islice walks from the start
+
+    def mappings_since(self, n: int) -> list[Mapping]:
+        """The mappings interned after the first `n`."""
+        ids = self.frames.mappings.ids
+        return list(itertools.islice(ids, n, None)) if len(ids) > n else []
 
     # -- clients -------------------------------------------------------------
 
@@ -573,7 +717,7 @@ class Producer:
         self.writer.set_process_flags(p.info, p.flags)
         self.writer.add_stats(process_stats_rows(p, st))
         if p.custom_heaps or not p.flags.from_startup:
-            self.writer.add_stats(_custom_heap_stats(p))
+            self.writer.add_stats(custom_heap_stats(p))
         self.writer.commit()
         p.final_stats = st
         p.final_meta = {name: p.meta(name) for name in codec.CLIENT_COUNTERS}
@@ -609,48 +753,6 @@ class Producer:
             rows.append(("hit_guardrail", None, "data_loss", "producer", 1,
                          f"profiling stopped early: {self.guardrail}"))
         return rows
-
-
-#: Said for every attached process (stats, record's summary): include/heapscope.h, "Attach".
-ATTACH_HEAPS_NOTE = ("custom heaps registered before the attach are not seen until the program registers them"
-                     " again (heapscope_heap_register returned 0 before it)")
-
-
-def _custom_heap_stats(p: ProcessState) -> list[StatRow]:
-    """Stats rows of a process's custom heaps, summed; the description names each heap's share.
-    Python's heap (client/pymem.c) is the client's own, not a custom heap: rows of its own."""
-    py = p.custom_heaps.get(codec.PY_HEAP_ID)
-    own: list[StatRow] = [] if py is None else [
-        ("python_heap_samples", p.info.upid, "info", "producer", py.samples,
-         f"sampled allocations on {py.name} (Python's allocator domains)"),
-        ("python_heap_frees", p.info.upid, "info", "producer", py.frees,
-         f"frees of sampled {py.name} addresses"),
-        ("python_heap_sequence_gaps", p.info.upid, "data_loss", "producer",
-         py.tracker.stats()["gaps_skipped"], f"{py.name} sequence numbers never received"),
-    ]
-    heaps = [h for h in p.custom_heaps.values() if h.heap_id != codec.PY_HEAP_ID]
-    if not heaps and p.flags.from_startup:
-        return own
-    stats = [h.tracker.stats() for h in heaps]
-
-    def each(values: list[int]) -> str:
-        return ", ".join(f"{h.name} {v}" for h, v in zip(heaps, values, strict=True))
-
-    samples = [h.samples for h in heaps]
-    frees = [h.frees for h in heaps]
-    gaps = [s["gaps_skipped"] for s in stats]
-    u = p.info.upid
-    attached: list[StatRow] = [] if p.flags.from_startup else [
-        ("custom_heaps_after_attach", u, "info", "producer", len(heaps),
-         ATTACH_HEAPS_NOTE + (f" (registered since: {', '.join(h.name for h in heaps)})" if heaps else ""))]
-    return own + attached + [
-        ("custom_heap_samples", u, "info", "producer", sum(samples),
-         f"sampled allocations on custom heaps: {each(samples)}"),
-        ("custom_heap_frees", u, "info", "producer", sum(frees),
-         f"frees of sampled custom heap addresses: {each(frees)}"),
-        ("custom_heap_sequence_gaps", u, "data_loss", "producer", sum(gaps),
-         f"custom heap sequence numbers never received: {each(gaps)}"),
-    ]
 
 
 def _plausible(nbytes: int) -> int:

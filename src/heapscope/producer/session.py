@@ -2,7 +2,7 @@
 and the session directories that crashed runs left behind.
 
 The recording itself (start or attach, the loop, dumps, signals, teardown)
-is heapscope.recording.Recording. `record` checks the guardrails' limits before
+is heapscope.session.Recording. `record` checks the guardrails' limits before
 its target starts, with light imports only (issue 13): no pathlib, no contextlib.
 """
 

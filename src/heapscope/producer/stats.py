@@ -8,6 +8,7 @@ what the report warns about.
 from __future__ import annotations
 
 from heapscope.producer.process import ProcessState
+from heapscope.wire import codec
 
 StatRow = tuple[str, int | None, str, str, int, str]  # name, idx (upid), severity, source, value, description
 
@@ -66,3 +67,45 @@ def process_stats_rows(p: ProcessState, st: dict[str, int]) -> list[StatRow]:
              "Python frames put at the root: their eval activation was not in the native stack"),
         ]
     return [(name, u, sev, src, int(v), desc) for name, sev, src, v, desc in rows]
+
+
+#: Said for every attached process (stats, record's summary): include/heapscope.h, "Attach".
+ATTACH_HEAPS_NOTE = ("custom heaps registered before the attach are not seen until the program registers them"
+                     " again (heapscope_heap_register returned 0 before it)")
+
+
+def custom_heap_stats(p: ProcessState) -> list[StatRow]:
+    """Stats rows of a process's custom heaps, summed; the description names each heap's share.
+    Python's heap (client/pymem.c) is the client's own, not a custom heap: rows of its own."""
+    py = p.custom_heaps.get(codec.PY_HEAP_ID)
+    own: list[StatRow] = [] if py is None else [
+        ("python_heap_samples", p.info.upid, "info", "producer", py.samples,
+         f"sampled allocations on {py.name} (Python's allocator domains)"),
+        ("python_heap_frees", p.info.upid, "info", "producer", py.frees,
+         f"frees of sampled {py.name} addresses"),
+        ("python_heap_sequence_gaps", p.info.upid, "data_loss", "producer",
+         py.tracker.stats()["gaps_skipped"], f"{py.name} sequence numbers never received"),
+    ]
+    heaps = [h for h in p.custom_heaps.values() if h.heap_id != codec.PY_HEAP_ID]
+    if not heaps and p.flags.from_startup:
+        return own
+    stats = [h.tracker.stats() for h in heaps]
+
+    def each(values: list[int]) -> str:
+        return ", ".join(f"{h.name} {v}" for h, v in zip(heaps, values, strict=True))
+
+    samples = [h.samples for h in heaps]
+    frees = [h.frees for h in heaps]
+    gaps = [s["gaps_skipped"] for s in stats]
+    u = p.info.upid
+    attached: list[StatRow] = [] if p.flags.from_startup else [
+        ("custom_heaps_after_attach", u, "info", "producer", len(heaps),
+         ATTACH_HEAPS_NOTE + (f" (registered since: {', '.join(h.name for h in heaps)})" if heaps else ""))]
+    return own + attached + [
+        ("custom_heap_samples", u, "info", "producer", sum(samples),
+         f"sampled allocations on custom heaps: {each(samples)}"),
+        ("custom_heap_frees", u, "info", "producer", sum(frees),
+         f"frees of sampled custom heap addresses: {each(frees)}"),
+        ("custom_heap_sequence_gaps", u, "data_loss", "producer", sum(gaps),
+         f"custom heap sequence numbers never received: {each(gaps)}"),
+    ]

@@ -42,10 +42,10 @@ def _loaded(*argv: str) -> set[str]:
 def test_record_loads_only_what_recording_needs() -> None:
     loaded = _loaded("record", "-o", "x.db", "--", "/bin/true")
     assert "heapscope.cli.record" in loaded
-    assert "heapscope.recording" not in loaded  # imported after the target's start (cli/record.py, _launch)
+    assert "heapscope.session" not in loaded  # imported after the target's start (cli/record.py, _launch)
     others = {f"heapscope.cli.{n}" for n in COMMAND_NAMES if n != "record"}
     assert loaded & others == set()
-    heavy = {"heapscope.fleet.push", "heapscope.fleet.serve", "http.client", "ssl", "email",
+    heavy = {"heapscope.fleet.push", "heapscope.hosts.serve", "http.client", "ssl", "email",
              "urllib.request", "elftools.elf.elffile", "heapscope.symbolize.profile", "heapscope.store.reader",
              "heapscope.view.report", "jinja2"}
     assert loaded & heavy == set()
@@ -160,12 +160,12 @@ _AFTER_SPAWN = {"heapscope.symbolize.live", "heapscope.symbolize.cache", "heapsc
 # brings inspect, ast and dis; hashlib OpenSSL; shutil bz2 and lzma.
 _NEVER_ON_A_CACHED_RUN = {"dataclasses", "inspect", "ast", "dis", "hashlib", "_hashlib", "shutil", "bz2", "lzma",
                           "tempfile", "argparse", "elftools.elf.elffile", "heapscope.symbolize.symtab",
-                          "heapscope.fleet.push", "heapscope.fleet.serve", "http.client", "ssl", "urllib.request"}
+                          "heapscope.fleet.push", "heapscope.hosts.serve", "http.client", "ssl", "urllib.request"}
 
 
 # What the recording needs once its target runs, and its target's start does not (issue 13): the
 # target waits for the answer to its handshake, which heapscope/launch.py gives without them.
-_AFTER_THE_TARGETS_START = {"heapscope.recording", "heapscope.producer.producer", "heapscope.store.writer",
+_AFTER_THE_TARGETS_START = {"heapscope.session", "heapscope.producer.producer", "heapscope.store.writer",
                             "heapscope.wire.codec", "heapscope.producer._ingest", "heapscope.bookkeeping._native",
                             "sqlite3", "subprocess",
                             "pathlib", "socket", "enum", "signal", "threading", "contextlib", "selectors"}
@@ -184,7 +184,7 @@ def test_record_spawns_its_target_before_the_recordings_imports(tmp_path: Path) 
     at_spawn, at_end = _record_run(tmp_path, "a.db", "/bin/ls", "-l", "/usr/bin")
     # THEN its spawn came before the producer, the writer, sqlite3 and the heavy stdlib modules
     assert at_spawn & _AFTER_THE_TARGETS_START == set()
-    assert {"heapscope.recording", "heapscope.producer.producer", "sqlite3"} <= at_end
+    assert {"heapscope.session", "heapscope.producer.producer", "sqlite3"} <= at_end
     # and nothing of the profile is missing
     with sqlite3.connect(tmp_path / "a.db") as db:
         assert db.execute("SELECT COUNT(*) FROM process").fetchone()[0] == 1

@@ -30,7 +30,7 @@ from heapscope.model import Mapping
 from heapscope.producer.config import RecordConfig
 from heapscope.producer.process import ProcessState
 from heapscope.producer.producer import Producer
-from heapscope.recording import client_library
+from heapscope.session import client_library
 from heapscope.store.writer import ProfileWriter
 from heapscope.wire import codec
 

@@ -31,8 +31,8 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, OptionList, RichLog, Sparkline, Static
 from textual.widgets.option_list import Option
 
-from heapscope.live.names import Namer
-from heapscope.live.snapshot import FrameKey, HeapSnapshot, ProcessView, Site, Snapshotter
+from heapscope.hosts.live.names import Namer
+from heapscope.hosts.live.snapshot import FrameKey, HeapSnapshot, ProcessView, Site, Snapshotter
 from heapscope.view.units import human_bytes
 
 REFRESH_S = 0.25  # how often the view looks for a new snapshot (one is taken every second)

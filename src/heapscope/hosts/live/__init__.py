@@ -8,7 +8,7 @@
     app        LiveApp: the Textual view; reads only published snapshots, asks the
                recording for dumps through Recording.fresh_dump() from worker threads
 
-The recording (heapscope.recording.Recording) runs its loop in a thread of
+The recording (heapscope.session.Recording) runs its loop in a thread of
 its own; the view never touches producer state. Threads: every sample carries
 its thread's id (wire.h struct hs_malloc), the recording's trackers keep
 totals per (stack, thread) for the view (RecordConfig.threads), and the view

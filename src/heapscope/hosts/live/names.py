@@ -15,7 +15,7 @@ import itertools
 import threading
 from collections.abc import Iterable
 
-from heapscope.live.snapshot import FrameKey
+from heapscope.hosts.live.snapshot import FrameKey
 from heapscope.store.reader import fallback_frame_name
 
 BATCH = 256

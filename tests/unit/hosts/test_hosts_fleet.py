@@ -10,14 +10,15 @@ from pathlib import Path
 import pytest
 from fleet_support import free_port
 
+from heapscope.cli.record import add_fleet_arguments
 from heapscope.errors import UsageError
-from heapscope.fleet import live
-from heapscope.fleet.serve import Snapshot
+from heapscope.hosts import fleet as live
+from heapscope.hosts.serve import Snapshot
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser()
-    live.add_arguments(p)
+    add_fleet_arguments(p)
     return p.parse_args(argv)
 
 

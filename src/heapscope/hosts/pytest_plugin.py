@@ -5,7 +5,7 @@
 How it records (re-exec). The client must be in the process from its start
 (LD_PRELOAD: an attach patches only the objects loaded by then, client/inject.c),
 so with `--heapscope` the pytest that the user started runs no test: it becomes
-the parent, holding a `Recording` (recording.py), and runs the same pytest
+the parent, holding a `Recording` (heapscope/session/), and runs the same pytest
 command again as its child under the client. It does so from
 pytest_load_initial_conftests, before any conftest.py is imported and before
 collection: both happen once, in the child. The child runs the tests and,
@@ -36,7 +36,6 @@ Without `--heapscope` the plugin only declares its marks: they do nothing.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import math
 import os
@@ -53,6 +52,7 @@ import pytest
 
 if TYPE_CHECKING:
     from heapscope.model import Frame, Mapping
+    from heapscope.session import Recording, WindowSnapshot
 
 ENV_SOCKET = "HEAPSCOPE_PYTEST_SOCKET"
 ENV_ALLOCATOR = "HEAPSCOPE_PYTEST_PYTHONMALLOC"  # the parent set PYTHONMALLOC
@@ -195,7 +195,7 @@ def _run_parent(config: pytest.Config, given: Any) -> int:
     from heapscope.producer.config import RecordConfig
     from heapscope.producer.producer import OWNED_PREFIX, take_ownership
     from heapscope.producer.tmpdir import make_private_dir
-    from heapscope.recording import Recording, RecordingOptions
+    from heapscope.session import Recording, RecordingOptions
 
     interval = _interval(given)
     out = given.heapscope_output
@@ -271,7 +271,7 @@ class _Named:
 class _Parent:
     """Answers the child's questions on the Recording's loop thread."""
 
-    def __init__(self, rec: Any, listener: socket.socket, interval: int, top: int, keep: bool) -> None:
+    def __init__(self, rec: Recording, listener: socket.socket, interval: int, top: int, keep: bool) -> None:
         self.rec = rec
         self.keep = keep  # the profile is kept (--heapscope-output)
         self.listener = listener
@@ -282,7 +282,7 @@ class _Parent:
         # (peak, [(bytes, callsite, stack id, names or None until the report asks)]).
         self.board: dict[str, tuple[int, list[tuple[int, int, int, list[str] | None]]]] = {}
         self.least = 0  # the `top`-th largest peak on the board, once it holds `top` tests
-        self.process: Any = None  # the tests' ProcessState, as of the last snapshot
+        self.window: WindowSnapshot | None = None  # the tests' process, as of the last snapshot
         self.parents: list[tuple[int, int]] = [(0, 0)]  # callsite id -> (parent, frame)
         self.frames: list[Frame | None] = [None]
         self.mappings: list[Mapping | None] = [None]
@@ -375,7 +375,7 @@ class _Parent:
         snap = self._snapshot(restart=False)
         if snap is None:
             return {"off": "the test process is not profiled"}
-        self.process = snap.process
+        self.window = snap
         reply: dict[str, Any] = {"peak": snap.peak, "leak": snap.leak, "interval": self.interval}
         limits = msg.get("limits") or {}
         over_peak = snap.peak > limits.get("limit_memory", snap.peak)
@@ -386,20 +386,20 @@ class _Parent:
         rows = snap.window_rows()
         by_peak = sorted((r for r in rows if r[2] > 0), key=lambda r: -r[2])[:TOP_STACKS]
         if over_peak:
-            reply["peak_stacks"] = [[r[2], self._stack(snap.process, r[0], r[1])] for r in by_peak]
+            reply["peak_stacks"] = [[r[2], self._stack(snap, r[0], r[1])] for r in by_peak]
         if over_leak:
             by_leak = sorted((r for r in rows if r[4] > 0), key=lambda r: -r[4])[:TOP_STACKS]
-            reply["leak_stacks"] = [[r[4], self._stack(snap.process, r[0], r[1])] for r in by_leak]
+            reply["leak_stacks"] = [[r[4], self._stack(snap, r[0], r[1])] for r in by_leak]
         if ranked:
             # Named when the report asks (few of the tests ranked on the way end up in it); with a
             # kept profile now, as its stacks are resolved to callsites (and let go) as the run goes.
             self.board[str(msg.get("nodeid", ""))] = (snap.peak, [
-                (r[2], r[0], r[1], self._stack(snap.process, r[0], r[1]) if self.keep else None)
+                (r[2], r[0], r[1], self._stack(snap, r[0], r[1]) if self.keep else None)
                 for r in by_peak])
             self._prune_board()
         return reply
 
-    def _snapshot(self, restart: bool) -> Any:
+    def _snapshot(self, restart: bool) -> WindowSnapshot | None:
         """The one use of the peak-window API (Recording.window_snapshot, tracker.h): the figures
         since the window began (restart: and a new window begins); None if not profiled."""
         return self.rec.window_snapshot(self.pid, restart=restart, keep_peak=restart and self.keep)
@@ -421,28 +421,28 @@ class _Parent:
 
     def _board_stacks(self, nodeid: str) -> list[list[Any]]:
         _peak, rows = self.board[nodeid]
-        return [[n, names if names is not None else self._stack(self.process, callsite, stack_id)]
+        return [[n, names if names is not None else self._stack(self.window, callsite, stack_id)]
                 for n, callsite, stack_id, names in rows]
 
     # -- names ---------------------------------------------------------------
 
-    def _stack(self, p: Any, callsite: int, stack_id: int) -> list[str]:
+    def _stack(self, window: WindowSnapshot | None, callsite: int, stack_id: int) -> list[str]:
         """A callsite's (or a stack's) frames, leaf first, named; through `order_frames`."""
-        producer = self.rec.producer
+        rec = self.rec
         frame_ids: list[int] = []
         if callsite:
-            self.parents.extend(self.rec.callsite_paths(len(self.parents)))
+            self.parents.extend(rec.callsite_paths(len(self.parents)))
             node = callsite
             while node and len(frame_ids) < 1024:
                 node, frame_id = self.parents[node]
                 frame_ids.append(frame_id)
-        else:  # a stack kept by the process's resolver (Python frames not all received: as they are)
-            path = p.heap.frames_of(stack_id, producer.frames)
-            if path is None:
+        else:
+            ids = window.stack_frame_ids(stack_id) if window is not None else None
+            if ids is None:
                 return ["[stack not received yet]"]
-            frame_ids = list(reversed(path))
-        _catch_up(self.frames, producer.frames.frames.ids, lambda frame, _i: frame)
-        _catch_up(self.mappings, producer.frames.mappings.ids, lambda mapping, _i: mapping)
+            frame_ids = ids
+        self.frames.extend(rec.frames_since(len(self.frames) - 1))
+        self.mappings.extend(rec.mappings_since(len(self.mappings) - 1))
         return [f"{n.name} ({n.where})" if n.where else n.name for n in self._shown(frame_ids)]
 
     def _shown(self, frame_ids: list[int]) -> list[_Named]:
@@ -514,13 +514,6 @@ class _Parent:
                     self.symbols[path] = read_elf_symbols(path)
         syms = self.symbols[path]
         return syms.lookup(rel_pc) if syms is not None else None
-
-
-def _catch_up(table: list[Any], source: dict[Any, int], value: Any) -> None:
-    """Extend `table` (index = id) with the entries `source` (value -> dense id from 1,
-    in insertion order) gained since; `value(key, id)` is what to store."""
-    if len(source) + 1 > len(table):
-        table.extend(value(key, i) for key, i in itertools.islice(source.items(), len(table) - 1, None))
 
 
 def is_python_frame(name: str, mapping_path: str) -> bool:

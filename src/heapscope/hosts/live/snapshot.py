@@ -22,14 +22,12 @@ The result is an immutable HeapSnapshot, swapped in under a lock; readers
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from heapscope.bookkeeping.frames import FILTERED
 from heapscope.bookkeeping.rows import THREAD_ROW, TOTALS_ROW
 from heapscope.model import Frame, Mapping
 
@@ -108,7 +106,7 @@ class HeapSnapshot:
     processes: tuple[ProcessView, ...]
     # (elapsed s, {pid: (unreleased, allocated)}), oldest first
     history: tuple[tuple[float, dict[int, tuple[int, int]]], ...]
-    samples: int
+    samples: int  # so far, every heap (the producer's stats(), as record's summary counts them)
 
 
 class Snapshotter:
@@ -135,12 +133,11 @@ class Snapshotter:
         self._catch_up(producer)
         views: list[ProcessView] = []
         running: set[int] = set()
-        samples = sum(p.final_stats.get("mallocs", 0) for p in producer.ended)
-        for p in producer.processes.values():
+        for p in producer.running():
             view = self._process(producer, p)
             views.append(view)
             running.add(view.pid)
-            samples += p.ingest.stats()["mallocs"]
+        samples = producer.stats().samples  # every heap, python.pymalloc included: record's count
         with self._lock:
             last = self._latest
         if last is not None:  # processes gone since: their last totals, marked ended
@@ -159,14 +156,14 @@ class Snapshotter:
     def _process(self, producer: Producer, p: ProcessState) -> ProcessView:
         by_frames: dict[tuple[FrameKey, ...], list[int]] = {}
         unresolved: dict[int, tuple[FrameKey, ...]] = {}  # stack id -> frames, for this snapshot
-        tracker = p.ingest.tracker
-        for callsite, stack, ab, fb, ac, fc in TOTALS_ROW.iter_unpack(tracker.totals()):
+        totals, by_thread = producer.totals(p)
+        for callsite, stack, ab, fb, ac, fc in TOTALS_ROW.iter_unpack(totals):
             _add(by_frames, self._frames_of(producer, p, callsite, stack, unresolved), ab, fb, ac, fc)
         sites = _sites(by_frames)
         threads: tuple[ThreadView, ...] = ()
-        if tracker.keeps_threads:
+        if by_thread is not None:
             per_thread: dict[int, dict[tuple[FrameKey, ...], list[int]]] = {}
-            for callsite, stack, tid, ab, fb, ac, fc in THREAD_ROW.iter_unpack(tracker.threads()):
+            for callsite, stack, tid, ab, fb, ac, fc in THREAD_ROW.iter_unpack(by_thread):
                 _add(per_thread.setdefault(tid, {}), self._frames_of(producer, p, callsite, stack, unresolved),
                      ab, fb, ac, fc)
             tids = sorted(per_thread)
@@ -183,8 +180,7 @@ class Snapshotter:
             return self._path(callsite)
         frames = unresolved.get(stack)
         if frames is None:
-            pcs = p.heap.pending_pcs(stack)
-            frames = unresolved[stack] = self._stack_frames(producer, p, pcs) if pcs is not None else (NOT_RECEIVED,)
+            frames = unresolved[stack] = producer.stack_keys(p, stack) or (NOT_RECEIVED,)
         return frames
 
     def _names_of(self, pid: int, tids: list[int]) -> dict[int, str]:
@@ -206,14 +202,9 @@ class Snapshotter:
         Ids are handed out densely from 1 in insertion order (trie.h, frames.py
         Interner), and a dict keeps insertion order, so the n-th key has id n.
         """
-        if len(producer.trie) > len(self._nodes):
-            self._nodes.extend(producer.trie.paths_from(len(self._nodes) + 1))
-        frames = producer.frames.frames.ids
-        if len(frames) > len(self._frames):
-            self._frames.extend(itertools.islice(frames, len(self._frames), None))
-        mappings = producer.frames.mappings.ids
-        if len(mappings) > len(self._mappings):
-            self._mappings.extend(itertools.islice(mappings, len(self._mappings), None))
+        self._nodes.extend(producer.callsite_paths(len(self._nodes) + 1))
+        self._frames.extend(producer.frames_since(len(self._frames)))
+        self._mappings.extend(producer.mappings_since(len(self._mappings)))
 
     def _path(self, callsite: int) -> tuple[FrameKey, ...]:
         path = self._paths.get(callsite)
@@ -233,28 +224,6 @@ class Snapshotter:
         f = self._frames[frame_id - 1]
         m = self._mappings[f.mapping - 1] if 0 < f.mapping <= len(self._mappings) else None
         return (m.name if m is not None else "[unknown]", f.rel_pc, f.name or "")
-
-    @staticmethod
-    def _stack_frames(producer: Producer, p: ProcessState, pcs: tuple[int, ...]) -> tuple[FrameKey, ...]:
-        """As FrameTable.frames_of would name them, without interning anything."""
-        mods = p.heap.modules
-        skip = producer.frames.skip_prefixes
-        out: list[FrameKey] = []
-        for pc in pcs:
-            addr = pc - 1
-            i = mods.find(addr)
-            if i is None:
-                out.append(("[unknown]", addr, ""))
-                continue
-            m = mods.modules[i]
-            if skip and m.path.startswith(skip):
-                key: FrameKey = (m.path, 0, FILTERED)
-                if out and out[-1] == key:
-                    continue
-                out.append(key)
-            else:
-                out.append((m.path, addr - m.base, ""))
-        return tuple(out) or (("[no frames]", 0, ""),)
 
 
 def read_thread_name(pid: int, tid: int) -> str | None:

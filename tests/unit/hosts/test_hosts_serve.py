@@ -13,7 +13,7 @@ from export_support import decode
 from fleet_support import go_missing, go_pprof, raw_totals
 
 from heapscope.errors import ProfileError, UsageError
-from heapscope.fleet.serve import PprofServer, Snapshot, parse_address
+from heapscope.hosts.serve import PprofServer, Snapshot, parse_address
 
 
 def get(url: str) -> tuple[int, bytes, str]:

@@ -1,17 +1,19 @@
-"""Serving and pushing while `record` runs: its options, and one object for the session to hold.
+"""Serving and pushing while `record` or `live` runs: their options, and the host that wires them.
 
-How a recording wires it (heapscope.recording.Recording.with_fleet, called
-by `record` and `live` when --serve or --push is given):
+    fleet.wire(recording, args)        # before the target starts: a bad address fails here
 
-    live.add_arguments(parser)                               # --serve, --serve-remote, --push, --label
-    fleet = live.Live.from_args(args, snapshot=recording.fresh_snapshot)   # before the target starts
-    ... after each committed continuous dump:  fleet.dumped(output)       # returns at once
-    ... at the end, profile written:           fleet.dumped(output); for line in fleet.close(): say(line)
+Their options (--serve, --serve-remote, --push, --label) are `record`'s and `live`'s
+(cli/record.py, add_fleet_arguments): this module is imported only when one is given.
 
-`snapshot` returns a Snapshot (profile path, dump) taken for the request; the
-server calls it on its own threads. `dumped()` only queues a function for the
-push worker, which opens the profile and builds each process's new dumps
-there, so a slow or dead server never touches the recording loop.
+wire() builds a Live (server and pushers) whose server answers each scrape
+with a fresh dump (Recording.fresh_dump, from the server's threads), queues
+a push after each committed continuous dump (Recording.on_dump), and at the
+end (Recording.on_close) stops the server, pushes the final dumps and gives
+the pushers a bounded drain; their summary lines go to Recording.host_lines.
+
+`dumped()` only queues a function for the push worker, which opens the
+profile and builds each process's new dumps there, so a slow or dead server
+never touches the recording loop.
 """
 
 from __future__ import annotations
@@ -23,20 +25,8 @@ if TYPE_CHECKING:  # imported where used: `record` without --serve/--push never 
     from pathlib import Path
 
     from heapscope.fleet.push import Pusher, PushItem
-    from heapscope.fleet.serve import PprofServer, Snapshot
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--serve", metavar="ADDR",
-                   help="answer Go's /debug/pprof/heap and /allocs on ADDR (e.g. 127.0.0.1:6060) while recording,"
-                        " for go tool pprof or a Parca scrape")
-    p.add_argument("--serve-remote", action="store_true",
-                   help="allow --serve on an address that is not loopback (anyone who reaches it reads the profile)")
-    p.add_argument("--push", action="append", default=[], metavar="URL",
-                   help="send each dump to pyroscope+http://HOST:PORT or parca+grpc://HOST:PORT (repeatable);"
-                        " a server that is down costs the recording nothing but counted losses")
-    p.add_argument("--label", action="append", default=[], metavar="K=V",
-                   help="a label of every pushed profile (repeatable), e.g. service=api")
+    from heapscope.hosts.serve import PprofServer, Snapshot
+    from heapscope.session import Recording
 
 
 class Live:
@@ -56,7 +46,7 @@ class Live:
             self.pushers = [Pusher(t, labels, queue_size=queue_size) for t in targets]
         self.server: PprofServer | None = None
         if serve:
-            from heapscope.fleet.serve import PprofServer
+            from heapscope.hosts.serve import PprofServer
 
             self.server = PprofServer(snapshot, serve, allow_remote=allow_remote)
         self._pushed: dict[int, int] = {}  # pid -> number of its dumps already queued
@@ -115,3 +105,37 @@ class Live:
             pusher.close(drain_timeout / max(1, len(self.pushers)))
             lines.append(pusher.summary())
         return lines
+
+
+def wire(rec: Recording, args: argparse.Namespace) -> Live:
+    """--serve/--push/--label of `args` for `rec`: the server listens at once (a bad address fails
+    here, before any target starts); pushes follow each continuous dump and the final ones."""
+    from heapscope.hosts.serve import Snapshot
+
+    def fresh_snapshot() -> Snapshot:
+        """What the server serves: the profile after a fresh dump (its latest dumps)."""
+        rec.fresh_dump()
+        return Snapshot(rec.output, None)
+
+    fleet = Live.from_args(args, snapshot=fresh_snapshot)
+    rec.on_dump.append(fleet.dumped)
+
+    def end_fleet(complete: bool) -> list[str]:
+        """Stop serving; push the final dumps (now symbolized); a bounded drain; one line each."""
+        if fleet.server is not None:
+            fleet.server.close()  # before the last push: no scrape may wait on a loop that is gone
+        if complete:
+            # Not contextlib.suppress: this module is read before the target's spawn (cli/record.py).
+            try:  # noqa: SIM105
+                fleet.dumped(rec.output)
+            except Exception:  # a pusher only queues; nothing of it may end the recording badly
+                pass
+        try:
+            return fleet.close()
+        except Exception as e:
+            return [f"serving/pushing ended badly: {type(e).__name__}: {e}"]
+
+    rec.on_close.append(end_fleet)
+    if fleet.server is not None:
+        rec.say(f"serving {fleet.server.url}heap and /allocs")
+    return fleet

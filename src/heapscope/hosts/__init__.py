@@ -1,0 +1,11 @@
+"""What drives a recording (heapscope.session): each reads only what the recording publishes.
+
+    api            heapscope.api: record a command from Python, on a thread of its own
+    pytest_plugin  `pytest --heapscope`: per-test peak and leak windows (the pytest11 entry point)
+    live/          `heapscope live`: the terminal view, its snapshots and its names
+    serve          PprofServer: Go's /debug/pprof/heap and /allocs over HTTP (--serve)
+
+The command line's `record` (cli/record.py) is the fifth host: it prints the
+recording's status line and summary. Imports point down: a host imports the
+session and its published types, never the session a host.
+"""

@@ -1,0 +1,316 @@
+"""What a recording is: its options (RecordingOptions), the state every part of it shares, its
+constants, how it fails, and the figures it ends with (Summary, ProcessPeak)."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import signal
+import socket
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from heapscope.errors import HeapscopeError
+from heapscope.launch import Child, Launch, client_library_path
+from heapscope.producer.config import MAX_DURATION_S, check_ms, check_positive
+from heapscope.producer.producer import Producer, ProducerStats
+from heapscope.producer.session import Guardrails
+from heapscope.slots import FrozenSlots, Slots
+from heapscope.store.writer import ProfileWriter
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from heapscope.producer import attach
+    from heapscope.producer.config import RecordConfig
+    from heapscope.symbolize.missing import Unsymbolized
+
+STATUS_EVERY_S = 0.5
+FRESH_DUMP_TIMEOUT_S = 20.0  # a scrape waits this long for its dump, then gets an error
+TOP_STACKS = 3  # the largest stacks at each process's peak, in the summary
+STACK_FRAMES_SHOWN = 4  # innermost frames of each
+UNSYMBOLIZED_SHOWN = 5  # modules named (with their fix) in the summary
+IDLE_POLL_S = 0.005
+# After a round that drained something, the next waits this long unless the
+# round drained an eighth of a ring or more. Polling again at once drains a
+# few dozen records per wake-up on a busy target and keeps the producer's core
+# busy for them; a short nap lets a batch build up. An 8 MiB ring at ~1 M
+# samples/s fills in ~70 ms, far longer than this nap.
+BUSY_POLL_S = 0.001
+GUARDRAIL_EVERY_S = 1.0
+# Work the target's start does not wait for: the loop does it while the target runs,
+# a piece per round, once a process has connected (its handshake comes first) or after this long.
+CHORES_AFTER_S = 0.05
+# Modules the end of a recording imports (symbolization, the summary's peaks): imported by the
+# loop while the target runs, so that its exit is not followed by their import.
+END_MODULES = ("heapscope.store.reader", "heapscope.store.select", "heapscope.view.units")
+SYMBOLIZE_MODULES = ("heapscope.symbolize.profile", "heapscope.symbolize.missing")
+# Signals passed on to a started target: heapscope/launch.py's FORWARDED and TERMINAL.
+# Attached (-p): these end the session (detach); the targets are not ours to signal.
+DETACH_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+
+class RecordingOptions(FrozenSlots):
+    __slots__ = (
+        "duration", "continuous_ms", "phase_ms", "max_memory_mb", "max_cpu_s", "symbolize", "command",
+        "forward_signals", "force", "keep",
+    )
+    duration: float | None  # seconds; None = until the target ends (or stop())
+    continuous_ms: int  # a dump every so many ms; 0 = only at the end
+    phase_ms: int  # before the first continuous dump
+    max_memory_mb: float | None  # guardrails on heapscope itself
+    max_cpu_s: float | None
+    symbolize: bool
+    command: str  # for the profile's metadata
+    # Pass SIGTERM, SIGHUP, ... on to a started target (the CLI); an in-process
+    # host (a test runner with its own SIGALRM timeout, say) keeps its handlers.
+    forward_signals: bool
+    force: bool  # replace an existing heapscope profile at the output path
+    # False: no profile at all (the pytest plugin without --heapscope-output reads only the
+    # trackers' figures, window_snapshot): no file, no dump, no stack resolved (Producer's keep).
+    keep: bool
+
+    def __init__(self, duration: float | None = None, continuous_ms: int = 0, phase_ms: int = 0,
+                 max_memory_mb: float | None = None, max_cpu_s: float | None = None, symbolize: bool = True,
+                 command: str = "", forward_signals: bool = True, force: bool = False, keep: bool = True) -> None:
+        set_field = object.__setattr__
+        set_field(self, "duration", duration)
+        set_field(self, "continuous_ms", continuous_ms)
+        set_field(self, "phase_ms", phase_ms)
+        set_field(self, "max_memory_mb", max_memory_mb)
+        set_field(self, "max_cpu_s", max_cpu_s)
+        set_field(self, "symbolize", symbolize)
+        set_field(self, "command", command)
+        set_field(self, "forward_signals", forward_signals)
+        set_field(self, "force", force)
+        set_field(self, "keep", keep)
+        self.__post_init__()
+
+    def __post_init__(self) -> None:
+        check_positive(self.duration, "--duration (seconds)", MAX_DURATION_S)
+        check_ms(self.continuous_ms, "--continuous-dump")
+        check_ms(self.phase_ms, "--dump-phase")
+
+
+class ProcessPeak(FrozenSlots):
+    """A process's peak of sampled unreleased bytes and its largest stacks there."""
+
+    __slots__ = ("pid", "name", "peak_bytes", "top", "heap", "other_heaps", "seen", "rss", "own_rss")
+    pid: int
+    name: str
+    peak_bytes: int
+    top: list[tuple[str, int]]  # (call path, innermost frames last; bytes), largest first
+    heap: str  # the heap of peak_bytes and top (store.select.default_heap) when the profile has several
+    other_heaps: list[tuple[str, int]]  # (name, bytes at its own peak), custom heaps
+    seen: int  # its part of Summary.peak_heap, .peak_rss and .own_rss
+    rss: int
+    own_rss: int
+
+    def __init__(self, pid: int, name: str, peak_bytes: int, top: list[tuple[str, int]], heap: str = "",
+                 other_heaps: list[tuple[str, int]] | None = None, seen: int = 0, rss: int = 0,
+                 own_rss: int = 0) -> None:
+        set_field = object.__setattr__
+        set_field(self, "pid", pid)
+        set_field(self, "name", name)
+        set_field(self, "peak_bytes", peak_bytes)
+        set_field(self, "top", top)
+        set_field(self, "heap", heap)
+        set_field(self, "other_heaps", [] if other_heaps is None else other_heaps)
+        set_field(self, "seen", seen)
+        set_field(self, "rss", rss)
+        set_field(self, "own_rss", own_rss)
+
+
+class Summary(Slots):
+    """The figures of a finished recording."""
+
+    __slots__ = (
+        "output", "processes", "samples", "sampled_bytes", "interval", "elapsed_s", "blocked_ms", "dropped_records",
+        "unwinders", "client_errors", "exit_status", "output_bytes", "no_descriptors", "problems", "python",
+        "peak_heap", "peak_rss", "own_rss", "peaks", "attached_heaps_note", "not_profiled", "shallow_stacks",
+        "unsymbolized", "unsymbolized_frames", "symbol_notes",
+    )
+    output: Path
+    processes: int
+    samples: int
+    sampled_bytes: int
+    interval: int
+    elapsed_s: float
+    blocked_ms: float
+    dropped_records: int
+    unwinders: list[str]
+    client_errors: list[str]
+    exit_status: int | None  # the target's, shell style (128+N for signal N)
+    output_bytes: int
+    no_descriptors: int  # processes not profiled: heapscope was out of file descriptors
+    problems: list[str]  # what went wrong inside heapscope, one line each
+    python: list[str]  # the Python frames status lines, one per distinct one
+    peak_heap: int  # sum over processes of each one's peak of sampled unreleased bytes
+    peak_rss: int  # sum over processes of each one's peak RSS (VmHWM)
+    own_rss: int  # sum over processes of heapscope's own resident bytes at their exits (0: none known)
+    peaks: list[ProcessPeak]  # largest peak first
+    attached_heaps_note: str  # -p: custom heaps registered before the attach are not seen
+    not_profiled: list[str]  # targets the client never ran in, and why
+    shallow_stacks: list[str]  # --unwinder fp without frame pointers
+    unsymbolized: list[Unsymbolized]  # modules left `lib+0x...`, with the fix
+    unsymbolized_frames: int  # frames without a function name, all modules
+    symbol_notes: list[str]  # e.g. a debuginfod server that failed
+
+    def __init__(self, output: Path, processes: int = 0, samples: int = 0, sampled_bytes: int = 0, interval: int = 0,
+                 elapsed_s: float = 0.0, blocked_ms: float = 0.0, dropped_records: int = 0,
+                 unwinders: list[str] | None = None, client_errors: list[str] | None = None,
+                 exit_status: int | None = None, output_bytes: int = 0, no_descriptors: int = 0,
+                 problems: list[str] | None = None, python: list[str] | None = None, peak_heap: int = 0,
+                 peak_rss: int = 0, own_rss: int = 0, peaks: list[ProcessPeak] | None = None,
+                 attached_heaps_note: str = "", not_profiled: list[str] | None = None,
+                 shallow_stacks: list[str] | None = None, unsymbolized: list[Unsymbolized] | None = None,
+                 unsymbolized_frames: int = 0, symbol_notes: list[str] | None = None) -> None:
+        self.output = output
+        self.processes = processes
+        self.samples = samples
+        self.sampled_bytes = sampled_bytes
+        self.interval = interval
+        self.elapsed_s = elapsed_s
+        self.blocked_ms = blocked_ms
+        self.dropped_records = dropped_records
+        self.unwinders = [] if unwinders is None else unwinders
+        self.client_errors = [] if client_errors is None else client_errors
+        self.exit_status = exit_status
+        self.output_bytes = output_bytes
+        self.no_descriptors = no_descriptors
+        self.problems = [] if problems is None else problems
+        self.python = [] if python is None else python
+        self.peak_heap = peak_heap
+        self.peak_rss = peak_rss
+        self.own_rss = own_rss
+        self.peaks = [] if peaks is None else peaks
+        self.attached_heaps_note = attached_heaps_note
+        self.not_profiled = [] if not_profiled is None else not_profiled
+        self.shallow_stacks = [] if shallow_stacks is None else shallow_stacks
+        self.unsymbolized = [] if unsymbolized is None else unsymbolized
+        self.unsymbolized_frames = unsymbolized_frames
+        self.symbol_notes = [] if symbol_notes is None else symbol_notes
+
+
+def _quiet(_msg: str) -> None:
+    pass
+
+
+class _Waiter:
+    __slots__ = ("event", "dumped")
+    event: threading.Event
+    dumped: bool
+
+    def __init__(self, event: threading.Event | None = None, dumped: bool = False) -> None:
+        self.event = threading.Event() if event is None else event
+        self.dumped = dumped
+
+
+def client_library() -> Path:
+    return Path(client_library_path())
+
+
+def _describe(e: BaseException, output: Path | None = None) -> str:
+    """One line for an internal error; a full disk says so plainly."""
+    text = str(e).splitlines()[0] if str(e) else type(e).__name__
+    full = (isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)) or (
+        isinstance(e, sqlite3.Error) and "full" in text.lower())
+    if full:
+        return f"disk full writing {output}" if output else "disk full"
+    if isinstance(e, HeapscopeError):
+        return text
+    return f"internal error ({type(e).__name__}: {text})"
+
+
+class SessionCore:
+    """The state of one recording and the few things every part of it does (wake the loop, fail)."""
+
+    def __init__(self, config: RecordConfig, output: Path, options: RecordingOptions | None = None, *,
+                 library: Path | None = None, say: Callable[[str], None] = _quiet,
+                 warn: Callable[[str], None] = _quiet, log: Callable[[str], None] = _quiet,
+                 launch: Launch | None = None) -> None:
+        """`launch`: the target started before the recording existed (`record`, heapscope/launch.py):
+        start() takes it over, with its listener, its answered clients and its signal handlers."""
+        self.config = config
+        self.output = Path(output)
+        self.options = options or RecordingOptions()
+        self.guard = Guardrails(self.options.max_memory_mb, self.options.max_cpu_s)
+        self.library = library or client_library()
+        self.say = say  # progress, quiet with -q
+        self.warn = warn  # always shown
+        self.log = log  # -v
+        self.status: Callable[[float], None] | None = None
+        # The figures so far (samples over every heap, live bytes), published by the loop every
+        # STATUS_EVERY_S and at the end: what a status line, a live view or the API reads.
+        self.progress = ProducerStats()
+        self.summary = Summary(self.output, interval=config.interval)
+        self.writer: ProfileWriter | None = None
+        self.producer: Producer | None = None
+        self.child: Child | None = None
+        self._child_fd: int | None = None  # a pidfd of the child: the loop wakes at its exit, not at a timeout
+        self.attached: list[int] = []
+        self.errors: list[str] = []  # attach failures
+        self.started = time.monotonic()
+        self._spawned: float | None = None  # the target's spawn and its exit as seen (target_wall_ns)
+        self._exited: float | None = None
+        self._dumps_requested: list[str] = []
+        self._watched: dict[int, Callable[[], None]] = {}
+        self._stopping = False
+        self._failed = False  # an internal error: profiling abandoned
+        self._ended = False  # the loop is over: requests are ignored
+        self._launch = launch
+        # The handlers before heapscope's own (a launch's were installed first).
+        self._restore: dict[int, Any] = dict(launch.restore) if launch is not None else {}
+        # The command exits right after close() (record, live): what had no handler of its own
+        # is left ignored then, not restored (_uninstall_signals). Never in a host that goes on:
+        # its later children would inherit the ignored signals (a Pool's workers outlive terminate()).
+        self.exits_after_close = False
+        self._old_wakeup: int | None = None
+        self._wake_r, self._wake_w = socket.socketpair()
+        for s in (self._wake_r, self._wake_w):
+            s.setblocking(False)
+        self._locks: list[attach.PidLock] = []
+        self._symbolizer: Any = None
+        self._symbol_report: Any = None  # the SymbolizeReport of the end of the recording
+        self._target: tuple[str, str | None] | None = None  # started: (its path, why it cannot be preloaded)
+        self._nofile: tuple[int, int] | None = None  # the limit before we raised it
+        self.on_dump: list[Callable[[Path], None]] = []  # after each committed continuous dump
+        # A host's end, called by close() after the final dumps are written and symbolized, with
+        # whether the profile is complete (--serve stops, --push sends them: hosts/fleet.py).
+        # Each returns its summary lines, kept in `host_lines`; it must not raise.
+        self.on_close: list[Callable[[bool], list[str]]] = []
+        self.host_lines: list[str] = []
+        self._every: list[list[Any]] = []  # [period s, fn(producer), next time]
+        self._waiters: list[_Waiter] = []  # fresh_dump() callers waiting for the next dump
+        self._waiters_lock = threading.Lock()
+        # (fn, required): done by the loop while the target runs (_chore); what is left when the
+        # session ends is done then if required (close), else dropped (a module warmed up early).
+        self._chores: list[tuple[Callable[[], None], bool]] = []
+        self._metadata: tuple[tuple[str, object], ...] = ()  # written by _write_metadata
+
+    def _wake(self) -> None:
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"\0")
+
+    def _fail(self, e: BaseException) -> None:
+        """An internal error: one line, the clients let go, what was written kept."""
+        if self._failed:
+            return
+        self._failed = True
+        what = _describe(e, self.output)
+        running = "the target runs on unprofiled" if self.child is not None else "the targets run on unprofiled"
+        self._problem(f"{what}; profiling stopped, {running}; the profile keeps what was written before")
+        if self.producer is not None:
+            self.producer.abandon()
+        if self.writer is not None:
+            with contextlib.suppress(Exception):
+                self.writer.rollback()
+
+    def _problem(self, line: str) -> None:
+        self.summary.problems.append(line)
+        self.warn(f"error: {line}")
