@@ -517,6 +517,9 @@ class Recording:
             producer.reject_concurrent(pid)
             self.errors.append(str(e))
             return
+        except TargetError as e:  # gone since its check, or not ours to open
+            self.errors.append(str(e))
+            return
         producer.attach_pids.add(pid)
         producer.target_pids.add(pid)
         t0 = time.monotonic()

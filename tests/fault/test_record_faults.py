@@ -717,6 +717,37 @@ def test_attach_lock_is_not_a_planted_symlink(bins, tmp_path, procs, unprivilege
     assert t.wait() == 0
 
 
+def test_attach_lock_is_not_held_by_another_user(bins, tmp_path, procs, unprivileged_user) -> None:
+    gdb_or_skip()
+    # GIVEN a running target of root's
+    t = procs([bins["record_driven"]])
+    pid = int(t.out.wait_for(r"^ready ").split()[1])
+    # and an unprivileged user's process holding the names another session could hold: the
+    # abstract socket the lock once was, and the lock on /proc/PID/mem if it could open it
+    squat = ("import os, socket, sys\n"
+             "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+             f"s.bind(b'\\0heapscope-pid-{pid}')\n"
+             "try:\n"
+             f"    os.open('/proc/{pid}/mem', os.O_RDONLY)\n"
+             "    print('opened', flush=True)\n"
+             "except PermissionError:\n"
+             "    print('refused', flush=True)\n"
+             "sys.stdin.read()\n")
+    python = "/usr/bin/python3"  # the test's own may be in a directory only root can enter
+    if not os.access(python, os.X_OK):
+        pytest.skip(f"{python} is needed to run a program as another user")
+    squatter = procs([python, "-c", squat], user=unprivileged_user.pw_uid, cwd="/")
+    assert squatter.out.wait_for(r"^(opened|refused)$") == "refused"
+    # WHEN root attaches
+    r = subprocess.run(attach_argv(pid, tmp_path / "l.db", "-d", "200ms"), capture_output=True, timeout=120)
+    # THEN the other user's names did not keep it out
+    assert r.returncode == 0, r.stderr.decode()
+    assert b"already being profiled" not in r.stderr
+    squatter.send("")
+    t.send("x 0")
+    assert t.wait() == 0
+
+
 # --- leftovers ------------------------------------------------------------------------------
 
 
