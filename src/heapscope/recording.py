@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from heapscope import __version__
+from heapscope import __version__, sigmask
 from heapscope.bookkeeping.rows import WINDOW_ROW
 from heapscope.errors import HeapscopeError, TargetError, UsageError
 from heapscope.launch import Child, Launch, client_library_path, raise_nofile
@@ -498,6 +498,7 @@ class Recording:
         self._raise_nofile()
         for sig in DETACH_SIGNALS:
             self._install_signal(sig, self._on_stop)
+        sigmask.release()  # held back since the entry point: these handlers take them now
         for pid in pids:
             if self._stopping:
                 break
