@@ -46,6 +46,7 @@ from pathlib import Path
 
 from heapscope import __version__, sigmask
 from heapscope.bookkeeping.rows import WINDOW_ROW
+from heapscope.closing import close_profile
 from heapscope.errors import HeapscopeError, TargetError, UsageError
 from heapscope.launch import Child, Launch, client_library_path, raise_nofile
 from heapscope.model import CallsiteId, FrameId
@@ -954,8 +955,9 @@ class Recording:
             self._locks.clear()
             self._figures()
             if self.writer is not None:
-                with contextlib.suppress(Exception):
-                    self.writer.close()
+                unfolded = close_profile(self.writer, self.output)
+                if unfolded is not None:
+                    self._problem(unfolded)
                 self.summary.output_bytes = self.output.stat().st_size if self.output.exists() else 0
                 self._missing_figures()
             self.summary.elapsed_s = time.monotonic() - self.started

@@ -48,7 +48,8 @@ def bins(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     cc = shutil.which("cc") or shutil.which("gcc")
     assert cc, "a C compiler is needed"
     built: dict[str, Path] = {}
-    for name in ("record_driven", "record_fanout", "record_threads3", "record_idle", "record_sigcount"):
+    for name in ("record_driven", "record_fanout", "record_threads3", "record_idle", "record_sigcount",
+                 "record_stacks"):
         subprocess.run([cc, "-O0", "-g", "-fno-omit-frame-pointer", "-Wall", "-pthread", "-o", str(out / name),
                         str(HERE / f"{name}.c")], check=True, timeout=120)
         built[name] = out / name
@@ -390,6 +391,52 @@ def test_a_disk_full_from_the_start_leaves_the_target_its_run_and_status(small_t
     no_traceback(lines)
     errors = [s for s in lines if "error:" in s]
     assert len(errors) == 1 and "disk is full" in errors[0] and "runs on unprofiled" in errors[0], r.stderr
+
+
+def readable_alone(files: list[Path], into: Path) -> int:
+    """The profile made of `files` copied into a fresh directory: its unreleased bytes."""
+    into.mkdir()
+    for f in files:
+        shutil.copy(f, into / f.name)
+    return unreleased(into / files[0].name)
+
+
+def test_a_disk_full_at_the_final_checkpoint_says_which_files_make_the_profile(bins, tmp_path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    # GIVEN file systems of sizes around the profile's: the smaller fill up during the dumps, the
+    # larger hold the log and the file it is folded into; between, the dumps fit and the final
+    # checkpoint (which copies the log into the file) does not
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    checkpoint_only = 0
+    for size_kib in range(160, 480, 32):
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kib}k", "tmpfs", str(mnt)],
+                           capture_output=True, timeout=30)
+        if r.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
+        try:
+            db = mnt / "p.db"
+            # WHEN a program is recorded there
+            done = subprocess.run(record("-o", db, "--", bins["record_stacks"], verbose=False), capture_output=True,
+                                  text=True, timeout=WAIT_S)
+            lines = done.stderr.splitlines()
+            # THEN record exits with its status, and either the profile is one file, or record
+            # says it is two, and those two make it
+            assert done.returncode == 3, f"{size_kib} KiB: " + done.stderr
+            no_traceback(lines)
+            two = [s for s in lines if f"{db}-wal together" in s]
+            if two:
+                kept = readable_alone([db, Path(f"{db}-wal")], tmp_path / f"two{size_kib}")
+                if len(lines) == 1:  # no dump failed before: only the checkpoint, all of it kept
+                    checkpoint_only += 1
+                    assert kept > 0
+            else:
+                assert not Path(f"{db}-wal").exists() or Path(f"{db}-wal").stat().st_size == 0
+                readable_alone([db], tmp_path / f"one{size_kib}")
+        finally:
+            subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=30)
+    assert checkpoint_only, "no size had room for the dumps and not for the checkpoint"
 
 
 def test_internal_error_one_line_and_target_supervised(bins, tmp_path, procs) -> None:
