@@ -13,6 +13,8 @@ import errno
 import os
 import sqlite3
 
+_SQLITE_FULL = 13  # sqlite3.h's SQLITE_FULL (the module names it from Python 3.11, typeshed not yet)
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path
@@ -31,7 +33,7 @@ def close_profile(writer: ProfileWriter, output: Path) -> str | None:
                 return None  # nothing was ever written (a disk full from the start, said then)
         except OSError:
             return None  # no log: nothing of the profile is outside it
-        full = (isinstance(e, sqlite3.Error) and getattr(e, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL) or (
+        full = (isinstance(e, sqlite3.Error) and getattr(e, "sqlite_errorcode", None) == _SQLITE_FULL) or (
             isinstance(e, OSError) and e.errno == errno.ENOSPC) or "disk is full" in str(e)
         why = "the disk filled up" if full else f"closing it failed ({e})"
         return (f"{why} before the log could be folded into {output}: the profile is {output} and "
