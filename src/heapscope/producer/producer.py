@@ -682,6 +682,7 @@ def _unwinder_name(value: int, state: int) -> str:
         return ""
     try:
         return {codec.Unwinder.LIBUNWIND: "libunwind", codec.Unwinder.FP: "frame pointers",
+                codec.Unwinder.CFA: "CFA walk (frame pointers where it stops)",
                 codec.Unwinder.NONE: "none"}[codec.Unwinder(value)]
     except (KeyError, ValueError):
         return str(value)
