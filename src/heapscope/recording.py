@@ -1002,7 +1002,6 @@ class Recording:
                 writer.set_metadata("target_wall_ns", int((end - begin) * 1e9))
                 writer.add_stats(producer.global_stats())
                 writer.add_stats(self._not_profiled_stats(producer))
-                writer.add_stats(self._shallow_stats(producer))
                 writer.add_stats(_own_usage())
                 writer.set_metadata("duration_ns", int((time.monotonic() - self.started) * 1e9))
                 writer.commit()
@@ -1016,6 +1015,12 @@ class Recording:
                 return
             try:
                 self._symbol_report = symbolizer.finish(writer)
+            except Exception as e:
+                self._fail(e)
+        if not self._failed:
+            try:  # after the symbols: a stack that ends in glibc's start is complete (ENTRY_FRAMES)
+                writer.add_stats(self._shallow_stats(producer))
+                writer.commit()
             except Exception as e:
                 self._fail(e)
 
@@ -1123,7 +1128,9 @@ class Recording:
                 callsites = profile.callsites()
                 depth: dict[CallsiteId, int] = {}
                 for upid, p in sorted(fp.items()):
-                    shallow, n = mostly_shallow(_depth(callsites, depth, cs) for cs in profile.used_callsites([upid]))
+                    used = profile.used_callsites([upid])
+                    shallow, n = mostly_shallow([_depth(callsites, depth, cs) for cs in used],
+                                                [_root_name(profile, cs) for cs in used])
                     if not is_mostly_shallow(shallow, n):
                         continue
                     line = (f"{p.info.name or '?'} (pid {p.info.pid}): {shallow:,} of {n:,} stacks are at most"
@@ -1185,6 +1192,21 @@ class Recording:
             self._old_wakeup = None
         self._wake_r.close()
         self._wake_w.close()
+
+
+def _root_name(profile: Profile, cs: CallsiteId) -> str:
+    """The function of the outermost frame of callsite `cs`'s stack ('' when not symbolized)."""
+    callsites = profile.callsites()
+    node, seen = cs, 0
+    while True:
+        entry = callsites.get(node)
+        if entry is None:
+            return ""
+        parent, frame = entry
+        if parent is None or seen > len(callsites):
+            info = profile.frames().get(frame)
+            return info.name if info is not None else ""
+        node, seen = parent, seen + 1
 
 
 def _depth(callsites: dict[CallsiteId, tuple[CallsiteId | None, FrameId]], memo: dict[CallsiteId, int],
