@@ -13,16 +13,12 @@ are listed by name only); `heapscope --help`, or no subcommand, imports them all
 
 from __future__ import annotations
 
-from heapscope import sigmask
+import io
+import os
+import sys
 
-sigmask.hold()  # first: record's dump and forwarded signals wait for its handlers (heapscope.sigmask)
-
-import io  # noqa: E402
-import os  # noqa: E402
-import sys  # noqa: E402
-
-from heapscope import __version__  # noqa: E402
-from heapscope.errors import HeapscopeError  # noqa: E402
+from heapscope import __version__, sigmask
+from heapscope.errors import HeapscopeError
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
 if TYPE_CHECKING:
@@ -206,6 +202,9 @@ def _guard_stderr() -> None:
 
 def run() -> None:
     """Console-script entry point."""
+    # First: record's dump and forwarded signals wait for its handlers (heapscope.sigmask). Here,
+    # not at import: a program (a test) that imports this module keeps its signals.
+    sigmask.hold()
     _guard_stderr()
     argv = sys.argv[1:]
     code = main(argv)
