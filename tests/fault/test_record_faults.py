@@ -905,18 +905,22 @@ def test_attach_lock_is_not_held_by_another_user(bins, tmp_path, procs, unprivil
              "    print('opened', flush=True)\n"
              "except PermissionError:\n"
              "    print('refused', flush=True)\n"
-             "sys.stdin.read()\n")
+             "sys.stdin.readline()\n")
     python = "/usr/bin/python3"  # the test's own may be in a directory only root can enter
     if not os.access(python, os.X_OK):
         pytest.skip(f"{python} is needed to run a program as another user")
     squatter = procs([python, "-c", squat], user=unprivileged_user.pw_uid, cwd="/")
-    assert squatter.out.wait_for(r"^(opened|refused)$") == "refused"
-    # WHEN root attaches
-    r = subprocess.run(attach_argv(pid, tmp_path / "l.db", "-d", "200ms"), capture_output=True, timeout=120)
-    # THEN the other user's names did not keep it out
-    assert r.returncode == 0, r.stderr.decode()
-    assert b"already being profiled" not in r.stderr
-    squatter.send("")
+    try:
+        assert squatter.out.wait_for(r"^(opened|refused)$") == "refused"
+        # WHEN root attaches
+        r = subprocess.run(attach_argv(pid, tmp_path / "l.db", "-d", "200ms"), capture_output=True, timeout=120)
+        # THEN the other user's names did not keep it out
+        assert r.returncode == 0, r.stderr.decode()
+        assert b"already being profiled" not in r.stderr
+        squatter.send("")
+        assert squatter.wait() == 0
+    finally:
+        squatter.kill()  # before the user's removal (fixtures end in reverse): userdel refuses a user in use
     t.send("x 0")
     assert t.wait() == 0
 
