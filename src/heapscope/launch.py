@@ -30,6 +30,7 @@ import os
 import sys
 import time
 
+from heapscope import sigmask
 from heapscope.errors import OutputError, TargetError
 from heapscope.producer.listener import Listener
 
@@ -42,9 +43,14 @@ if TYPE_CHECKING:
 else:
     import _signal  # the C module under `signal`, without its enums (~3 ms of imports)
 
-# Signals sent to heapscope by pid are passed on to the target. SIGINT and
-# SIGQUIT from the terminal already reach the target through its process
-# group, so they are passed on only when heapscope is not in the foreground.
+# Signals sent to heapscope are passed on to the target. Where job control cannot need the two
+# to share a process group (no controlling terminal, or heapscope is not the terminal's
+# foreground group nor a job of its own), the target gets a group of its own: a signal to
+# heapscope's group (timeout(1), `kill -- -PGID`, `kill 0`) reaches the target once, through
+# heapscope, as it would have without it, and the target's own `kill 0` stays in its group.
+# Otherwise (a shell's foreground or background job) they share one, for Ctrl-C, Ctrl-Z and `fg`:
+# SIGINT and SIGQUIT from the terminal already reach the target then, so they are passed on
+# only when heapscope is not in the foreground.
 FORWARDED = (_signal.SIGTERM, _signal.SIGHUP, _signal.SIGUSR2, _signal.SIGALRM)
 TERMINAL = (_signal.SIGINT, _signal.SIGQUIT)
 # Python ignores these at its start; the target gets them back at their default (as
@@ -67,6 +73,22 @@ _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOE
 
 def _quiet(_msg: str) -> None:
     pass
+
+
+def _terminal() -> tuple[bool, bool]:
+    """(heapscope's process group is its controlling terminal's foreground group, heapscope leads a
+    group in a session with a terminal: a job a shell may bring to the foreground)."""
+    try:
+        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return False, False  # no controlling terminal
+    try:
+        foreground = os.tcgetpgrp(fd) == os.getpgrp()
+    except OSError:
+        foreground = False
+    finally:
+        os.close(fd)
+    return foreground, os.getpgrp() == os.getpid()
 
 
 def in_main_thread() -> bool:
@@ -144,11 +166,14 @@ class Child:
 
 
 def spawn(argv: list[str], executable: str | None, env: dict[str, str], stdin: int | None = None,
-          stdout: int | None = None, stderr: int | None = None, sigdef: tuple[int, ...] = ()) -> Child:
+          stdout: int | None = None, stderr: int | None = None, sigdef: tuple[int, ...] = (),
+          own_group: bool = False) -> Child:
     """Start `argv` (`executable`, else argv[0] looked up in PATH) with posix_spawn: no fork
     of this interpreter, no Python code in the child. stdin/stdout/stderr: None (inherited),
     DEVNULL or a descriptor. As subprocess.Popen's defaults: descriptors above 2 are not
     inherited, and the signals Python ignores are at their default; `sigdef`: more of them.
+    `own_group`: in a process group of its own (its pid). Its signal mask is the one heapscope
+    was started with (heapscope.sigmask).
 
     glibc's posix_spawn leaves its own two internal signals (SIGCANCEL, SIGSETXID) ignored in the
     child, where a forked child would have them at their default: glibc installs its handlers
@@ -167,11 +192,17 @@ def spawn(argv: list[str], executable: str | None, env: dict[str, str], stdin: i
             raise ValueError(f"spawn: unsupported descriptor {spec}")
     actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in _inherited_fds() if fd > 2]
     reset = tuple(dict.fromkeys(PYTHON_IGNORED + sigdef))
+    mask = sigmask.spawn_mask()
+    extra: dict[str, object] = {} if mask is None else {"setsigmask": mask}
+    if own_group:
+        extra["setpgroup"] = 0
     try:
         if executable is None:
-            pid = os.posix_spawnp(argv[0], argv, env, file_actions=actions, setsigdef=reset)
+            pid = os.posix_spawnp(argv[0], argv, env, file_actions=actions, setsigdef=reset,
+                                  **extra)  # type: ignore[arg-type]  # each keyword's own type
         else:
-            pid = os.posix_spawn(executable, argv, env, file_actions=actions, setsigdef=reset)
+            pid = os.posix_spawn(executable, argv, env, file_actions=actions, setsigdef=reset,
+                                 **extra)  # type: ignore[arg-type]
     except OSError as e:
         raise TargetError(f"cannot run {argv[0]}: {e.strerror}") from e
     return Child(pid, _own_hwm_kib())
@@ -301,6 +332,7 @@ class Launch:
         self.dumps_requested = 0  # SIGUSR1 before the recording took over
         self.nofile: tuple[int, int] | None = None  # the descriptor limit before spawn() raised it
         self._sigdef: list[int] = []  # signals we ignore that the target must not inherit ignored
+        self.own_group = False  # the target in a process group of its own (forward_signals decides)
 
     # -- signals ---------------------------------------------------------------
 
@@ -313,10 +345,8 @@ class Launch:
         """Pass signals sent to heapscope on to the target (kept until it is spawned); SIGUSR1 is
         noted for the recording (a dump). `install(sig, handler)`: the recording's own, else ours."""
         install = install or self.install
-        try:
-            in_foreground = os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp()
-        except OSError:
-            in_foreground = False
+        in_foreground, job = _terminal()
+        self.own_group = not (in_foreground or job)
 
         passing: list[int] = []  # signals being passed on; more than one: a handler runs inside another
 
@@ -329,11 +359,7 @@ class Launch:
             if len(passing) > 1:
                 return  # a flood ran this handler inside itself past the recursion limit: the outer one sends
             while passing:
-                if child.returncode is None:
-                    try:  # noqa: SIM105
-                        child.send_signal(passing[0])
-                    except ProcessLookupError:
-                        pass
+                self._pass_on(child, passing[0])
                 del passing[0]
 
         for sig in FORWARDED:
@@ -344,6 +370,20 @@ class Launch:
             install(sig, _signal.SIG_IGN if in_foreground else forward)
         if usr1:
             install(_signal.SIGUSR1, self._on_usr1)
+        sigmask.release()  # what came while `record` started reaches these handlers now
+
+    def _pass_on(self, child: Child, sig: int) -> None:
+        """`sig` to the target; to its whole group when it has one of its own (what a signal to
+        heapscope's group would have given it and its children without heapscope)."""
+        if child.returncode is not None:
+            return
+        try:
+            if self.own_group:
+                os.killpg(child.pid, sig)
+            else:
+                child.send_signal(sig)
+        except (ProcessLookupError, PermissionError):
+            pass  # gone (or a zombie's group emptied of it)
 
     def restore_signals(self) -> None:
         """The handlers before ours (nothing took them over)."""
@@ -364,7 +404,7 @@ class Launch:
         preload = env.get("LD_PRELOAD", "")
         env["LD_PRELOAD"] = f"{library}:{preload}" if preload else library
         self.spawned = time.monotonic()
-        child = spawn(argv, executable, env, stdin, stdout, stderr, tuple(self._sigdef))
+        child = spawn(argv, executable, env, stdin, stdout, stderr, tuple(self._sigdef), self.own_group)
         self.child = child
         self.listener.warm()  # the handshake's imports, while the target execs
         if self.nofile is None:  # heapscope's own, for the clients of a fork-heavy target
@@ -374,10 +414,7 @@ class Launch:
         except OSError:
             self.pidfd = None  # without one, the recording's loop sees the exit at its next timeout
         for sig in self.pending:
-            try:  # noqa: SIM105
-                child.send_signal(sig)
-            except ProcessLookupError:
-                pass
+            self._pass_on(child, sig)
         self.pending.clear()
         return child
 

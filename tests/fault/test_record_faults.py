@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import pty
 import pwd
 import queue
 import re
@@ -25,7 +26,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -47,7 +48,8 @@ def bins(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     cc = shutil.which("cc") or shutil.which("gcc")
     assert cc, "a C compiler is needed"
     built: dict[str, Path] = {}
-    for name in ("record_driven", "record_fanout", "record_threads3", "record_idle"):
+    for name in ("record_driven", "record_fanout", "record_threads3", "record_idle", "record_sigcount",
+                 "record_stacks"):
         subprocess.run([cc, "-O0", "-g", "-fno-omit-frame-pointer", "-Wall", "-pthread", "-o", str(out / name),
                         str(HERE / f"{name}.c")], check=True, timeout=120)
         built[name] = out / name
@@ -64,8 +66,9 @@ class Lines:
         threading.Thread(target=self._read, args=(pipe,), daemon=True).start()
 
     def _read(self, pipe) -> None:  # noqa: ANN001
-        for raw in iter(pipe.readline, b""):
-            self.q.put(raw.decode(errors="replace").rstrip("\n"))
+        with contextlib.suppress(OSError):  # a pty's master reads EIO once its last user has gone: EOF
+            for raw in iter(pipe.readline, b""):
+                self.q.put(raw.decode(errors="replace").rstrip("\n"))
         self.q.put(None)
 
     def wait_for(self, pattern: str, timeout: float = WAIT_S) -> str:
@@ -390,6 +393,52 @@ def test_a_disk_full_from_the_start_leaves_the_target_its_run_and_status(small_t
     assert len(errors) == 1 and "disk is full" in errors[0] and "runs on unprofiled" in errors[0], r.stderr
 
 
+def readable_alone(files: list[Path], into: Path) -> int:
+    """The profile made of `files` copied into a fresh directory: its unreleased bytes."""
+    into.mkdir()
+    for f in files:
+        shutil.copy(f, into / f.name)
+    return unreleased(into / files[0].name)
+
+
+def test_a_disk_full_at_the_final_checkpoint_says_which_files_make_the_profile(bins, tmp_path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    # GIVEN file systems of sizes around the profile's: the smaller fill up during the dumps, the
+    # larger hold the log and the file it is folded into; between, the dumps fit and the final
+    # checkpoint (which copies the log into the file) does not
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    checkpoint_only = 0
+    for size_kib in range(160, 480, 32):
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kib}k", "tmpfs", str(mnt)],
+                           capture_output=True, timeout=30)
+        if r.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
+        try:
+            db = mnt / "p.db"
+            # WHEN a program is recorded there
+            done = subprocess.run(record("-o", db, "--", bins["record_stacks"], verbose=False), capture_output=True,
+                                  text=True, timeout=WAIT_S)
+            lines = done.stderr.splitlines()
+            # THEN record exits with its status, and either the profile is one file, or record
+            # says it is two, and those two make it
+            assert done.returncode == 3, f"{size_kib} KiB: " + done.stderr
+            no_traceback(lines)
+            two = [s for s in lines if f"{db}-wal together" in s]
+            if two:
+                kept = readable_alone([db, Path(f"{db}-wal")], tmp_path / f"two{size_kib}")
+                if len(lines) == 1:  # no dump failed before: only the checkpoint, all of it kept
+                    checkpoint_only += 1
+                    assert kept > 0
+            else:
+                assert not Path(f"{db}-wal").exists() or Path(f"{db}-wal").stat().st_size == 0
+                readable_alone([db], tmp_path / f"one{size_kib}")
+        finally:
+            subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=30)
+    assert checkpoint_only, "no size had room for the dumps and not for the checkpoint"
+
+
 def test_internal_error_one_line_and_target_supervised(bins, tmp_path, procs) -> None:
     # GIVEN a recording that works
     db = tmp_path / "ie.db"
@@ -438,6 +487,75 @@ def wait_gone(pid: int, timeout_s: float = 30.0) -> None:
         os.close(fd)
 
 
+def final_counts(out: Lines, send: Callable[[str], None]) -> dict[str, int]:
+    """The target's (record_sigcount) signal counts at its exit."""
+    send("x 0")
+    line = out.wait_for(r"^final ")
+    return {k: int(v) for k, v in (f.split("=") for f in line.split()[1:])}
+
+
+def counted_once(h: Proc, route: Callable[[], None], name: str, recorder: int) -> dict[str, int]:
+    """`route()` sends SIGHUP (or what `name` counts) some way; then a SIGTERM to record alone,
+    passed on after it: once the target has that one, anything of the first that record passed
+    on has arrived too (Python runs pending handlers lowest signal first). The final counts."""
+    route()
+    h.out.wait_for(rf"^got .*{name}=[1-9]")
+    os.kill(recorder, signal.SIGTERM)
+    h.out.wait_for(r"^got .*TERM=[1-9]")
+    return final_counts(h.out, h.send)
+
+
+@pytest.mark.parametrize("route", ["kill-group", "own-group", "timeout"])
+def test_a_signal_to_the_group_reaches_the_target_once(bins, tmp_path, procs, route) -> None:
+    # GIVEN a target that counts its signals, recorded without a terminal (as by a supervisor)
+    argv = record("-o", tmp_path / "g.db", "--", bins["record_sigcount"])
+    if route == "timeout":
+        argv = ["timeout", str(int(WAIT_S)), *argv]
+    h = procs(argv)
+    h.out.wait_for(r"^ready ")
+    # WHEN a SIGHUP reaches record's process group: `kill -- -PGID`, the target's own `kill 0`,
+    # timeout(1) passing one it got on to its child and then to its group (as at its time limit)
+    sends = {"kill-group": lambda: os.killpg(h.p.pid, signal.SIGHUP), "own-group": lambda: h.send("g"),
+             "timeout": lambda: os.kill(h.p.pid, signal.SIGHUP)}
+    recorder = h.p.pid
+    if route == "timeout":  # record is timeout's child
+        (recorder,) = map(int, Path(f"/proc/{h.p.pid}/task/{h.p.pid}/children").read_text().split())
+    counts = counted_once(h, sends[route], "HUP", recorder)
+    # THEN the target got it once, as it would have without heapscope; a SIGTERM to record alone, once
+    assert counts == {"HUP": 1, "TERM": 1, "INT": 0}
+    assert h.wait() == 0, "\n".join(h.errors())
+
+
+def test_ctrl_c_on_a_terminal_reaches_the_target_once(bins, tmp_path) -> None:
+    # GIVEN record in the foreground of a terminal (a pty), its target counting signals
+    pid, master = pty.fork()
+    if pid == 0:  # the child: a session of its own, the pty its controlling terminal
+        argv = [str(a) for a in record("-o", tmp_path / "t.db", "--", bins["record_sigcount"])]
+        os.execv(argv[0], argv)
+    try:
+        out = Lines(os.fdopen(master, "rb", buffering=0))
+
+        def send(text: str) -> None:
+            os.write(master, text.encode() + b"\n")
+
+        out.wait_for(r"^ready ")
+        # WHEN the user types Ctrl-C (then a SIGTERM to record alone, which it passes on after)
+        os.write(master, b"\x03")
+        out.wait_for(r"got .*INT=1")  # after the terminal's echo of it, "^C"
+        os.kill(pid, signal.SIGTERM)
+        out.wait_for(r"got .*TERM=1")
+        counts = final_counts(out, send)
+        # THEN the terminal's SIGINT reached it once, and record did not die of it
+        assert counts == {"HUP": 0, "TERM": 1, "INT": 1}
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+
+
 @pytest.mark.parametrize("moment", ["start", "mid-run", "after-exit"])
 @pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGINT, signal.SIGTERM])
 def test_signals_at_any_moment(bins, tmp_path, procs, sig, moment) -> None:
@@ -471,6 +589,61 @@ def test_signals_at_any_moment(bins, tmp_path, procs, sig, moment) -> None:
     assert query(db, "SELECT COUNT(*) FROM process WHERE end_ts IS NOT NULL") == [(1,)]
     if moment != "start":
         assert unreleased(db) == BLOCK
+
+
+def blocked_signals(pid: int) -> int:
+    """SigBlk of /proc/PID/status: the mask of its main thread."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigBlk:"):
+            return int(line.split()[1], 16)
+    pytest.fail(f"no SigBlk in /proc/{pid}/status")
+
+
+def test_a_dump_signal_while_record_starts_waits_for_its_handler(bins, tmp_path, procs) -> None:
+    # GIVEN record starting: its entry point has run its first line (SIGUSR1 held back), its
+    # imports and handlers are still to come
+    usr1 = 1 << (signal.SIGUSR1 - 1)
+    for attempt in range(20):  # the window is ~40 ms: a busy machine may let this test miss it
+        db = tmp_path / f"u{attempt}.db"
+        h = procs(record("-o", db, "--", bins["record_driven"]))
+        held = False
+        while h.out.q.empty() and h.p.poll() is None:  # until its target has started
+            with contextlib.suppress(FileNotFoundError):
+                held = bool(blocked_signals(h.p.pid) & usr1)
+            if held:
+                break
+        if held:
+            break
+        h.kill()
+    else:
+        pytest.fail("record never held SIGUSR1 back while it started")
+    # WHEN a dump is asked for then
+    os.kill(h.p.pid, signal.SIGUSR1)
+    # THEN record lives on to start the target, which gets no signal blocked
+    target = int(h.out.wait_for(r"^ready ").split()[1])
+    assert blocked_signals(target) == 0
+    h.send("a")
+    h.out.wait_for(r"^ok a 65536$")
+    h.send("x 3")
+    assert h.wait() == 3, "\n".join(h.errors())
+    assert unreleased(db) == BLOCK
+
+
+@pytest.mark.parametrize("stderr", ["closed", "full"])
+def test_a_closed_or_failing_stderr_leaves_the_targets_status(bins, tmp_path, stderr) -> None:
+    # GIVEN record with its summary and -v's log lines to write, its stderr closed (2>&-) or
+    # on a device that refuses every write (2>/dev/full)
+    db = tmp_path / "e.db"
+    argv = [*HEAPSCOPE, "-v", "record", "-i", "1", "--seed", "1", "--no-symbolize", "-o", db, "--",
+            bins["record_driven"]]
+    redirect = "2>&-" if stderr == "closed" else "2>/dev/full"
+    # WHEN the target keeps a block and exits 5
+    r = subprocess.run(["sh", "-c", f'exec "$@" {redirect}', "sh", *map(str, argv)], input=b"a\nx 5\n",
+                       stdout=subprocess.PIPE, timeout=WAIT_S)
+    # THEN record exits with its status and its profile is whole
+    assert r.returncode == 5
+    assert b"ok a 65536" in r.stdout
+    assert unreleased(db) == BLOCK
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1])
@@ -713,6 +886,41 @@ def test_attach_lock_is_not_a_planted_symlink(bins, tmp_path, procs, unprivilege
     # THEN root attached without writing through it
     assert r.returncode == 0, r.stderr.decode()
     assert victim.read_text() == "precious\n"
+    t.send("x 0")
+    assert t.wait() == 0
+
+
+def test_attach_lock_is_not_held_by_another_user(bins, tmp_path, procs, unprivileged_user) -> None:
+    gdb_or_skip()
+    # GIVEN a running target of root's
+    t = procs([bins["record_driven"]])
+    pid = int(t.out.wait_for(r"^ready ").split()[1])
+    # and an unprivileged user's process holding the names another session could hold: the
+    # abstract socket the lock once was, and the lock on /proc/PID/mem if it could open it
+    squat = ("import os, socket, sys\n"
+             "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+             f"s.bind(b'\\0heapscope-pid-{pid}')\n"
+             "try:\n"
+             f"    os.open('/proc/{pid}/mem', os.O_RDONLY)\n"
+             "    print('opened', flush=True)\n"
+             "except PermissionError:\n"
+             "    print('refused', flush=True)\n"
+             "sys.stdin.readline()\n")
+    python = "/usr/bin/python3"  # the test's own may be in a directory only root can enter
+    if not os.access(python, os.X_OK):
+        pytest.skip(f"{python} is needed to run a program as another user")
+    squatter = procs([python, "-c", squat], user=unprivileged_user.pw_uid, cwd="/")
+    try:
+        assert squatter.out.wait_for(r"^(opened|refused)$") == "refused"
+        # WHEN root attaches
+        r = subprocess.run(attach_argv(pid, tmp_path / "l.db", "-d", "200ms"), capture_output=True, timeout=120)
+        # THEN the other user's names did not keep it out
+        assert r.returncode == 0, r.stderr.decode()
+        assert b"already being profiled" not in r.stderr
+        squatter.send("")
+        assert squatter.wait() == 0
+    finally:
+        squatter.kill()  # before the user's removal (fixtures end in reverse): userdel refuses a user in use
     t.send("x 0")
     assert t.wait() == 0
 

@@ -157,6 +157,24 @@ def test_fp_unwinder_with_frame_pointers_is_not_flagged(tmp_path: Path) -> None:
     assert _stats(db, "shallow_fp_stacks") == []
 
 
+SHALLOW = r"""
+#include <stdlib.h>
+void *volatile keep[256];
+int main(void) { for (int i = 0; i < 256; i++) keep[i] = malloc(4096 + i); return 0; }
+"""
+
+
+def test_fp_unwinder_on_stacks_that_really_are_shallow_is_not_flagged(tmp_path: Path) -> None:
+    # GIVEN a program with frame pointers whose main calls malloc itself: every stack is two
+    # frames deep (main, and glibc's function that called it), and complete
+    prog = _build(tmp_path, "flat", "-O1", "-fno-omit-frame-pointer", source=SHALLOW)
+    # WHEN it is recorded with --unwinder fp
+    db, err = _record(tmp_path, [prog], "-i", "1", "--unwinder", "fp")
+    # THEN missing frame pointers are not blamed
+    assert "shallow stacks" not in err, err
+    assert _stats(db, "shallow_fp_stacks") == []
+
+
 # --- peak in the summary ------------------------------------------------------------------------------
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
 from pathlib import Path
 
@@ -64,3 +65,42 @@ def test_cfa_walk_equals_libunwind_test_programs(programs, tmp_path, name):
     total, _ = record_verified(tmp_path, [str(programs.path(name))], 1)
     assert total["compared"] > 50, total
     assert total["fell_back"] == 0, total
+
+
+DEEP = """
+#include <stdlib.h>
+void *volatile kept[64];
+__attribute__((noinline)) void *leaf(int i) { return kept[i] = malloc(4096 + (size_t)i); }
+__attribute__((noinline)) void *mid(int i) { void *p = leaf(i); __asm__ volatile("" ::: "memory"); return p; }
+__attribute__((noinline)) void *top(int i) { void *p = mid(i); __asm__ volatile("" ::: "memory"); return p; }
+int main(void) { for (int i = 0; i < 64; i++) top(i); return 0; }
+"""
+
+
+@pytest.mark.timeout(120)
+def test_auto_without_libunwind_walks_with_cfa_and_says_so(tmp_path: Path) -> None:
+    if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("cc") is None:
+        pytest.skip("hiding libunwind in a mount namespace of our own needs root, unshare and cc")
+    # GIVEN a program without frame pointers, and libunwind hidden from the client (/dev/null bound
+    # over it in a mount namespace of the test's own: its dlopen fails)
+    src = tmp_path / "deep.c"
+    src.write_text(DEEP)
+    prog = tmp_path / "deep"
+    subprocess.run(["cc", "-O2", "-g", "-fomit-frame-pointer", "-o", str(prog), str(src)], check=True, timeout=60)
+    libs = [p for d in ("/lib", "/usr/lib", "/lib64", "/usr/lib64") for p in Path(d).glob("**/libunwind.so.8")]
+    hide = " && ".join(f"mount --bind /dev/null {p}" for p in libs) or "true"
+    db = tmp_path / "p.db"
+    # WHEN it is recorded under --unwinder auto
+    run = run_process(["unshare", "-m", "sh", "-c", f'mount --make-rprivate / && {hide} && exec "$@"', "sh",
+                       *HEAPSCOPE, "record", "-i", "1", "-o", str(db), "--", str(prog)], timeout=90)
+    if run.returncode != 0 and b"unshare" in run.stderr:
+        pytest.skip(f"no mount namespace here: {run.stderr.decode().strip()}")
+    # THEN the CFA walk takes its stacks, all of them deep, and the summary says which unwinder
+    # walked them, without blaming frame pointers
+    assert run.returncode == 0, run.describe()
+    err = run.stderr.decode()
+    assert "unwinder CFA walk" in err, err
+    assert "shallow stacks" not in err, err
+    with sqlite3.connect(db) as con:
+        names = {n for (n,) in con.execute("SELECT name FROM stack_profile_frame WHERE name IS NOT NULL")}
+    assert {"leaf", "mid", "top", "main"} <= names, sorted(names)

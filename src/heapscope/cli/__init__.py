@@ -13,10 +13,11 @@ are listed by name only); `heapscope --help`, or no subcommand, imports them all
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 
-from heapscope import __version__
+from heapscope import __version__, sigmask
 from heapscope.errors import HeapscopeError
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     import argparse
     from collections.abc import Sequence
     from types import ModuleType
+    from typing import TextIO
 
 # In the order `heapscope --help` lists them.
 COMMAND_NAMES = ("record", "live", "report", "flamegraph", "diff", "leaks", "sql", "symbolize", "export", "import_",
@@ -154,6 +156,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if list(argv) == ["--version"]:  # argparse's version action, without importing argparse
         print(f"heapscope {__version__}")
         sys.exit(0)
+    if _chosen(argv) != "record":
+        sigmask.release()  # only record installs handlers for them
     from heapscope.cli import quickparse
 
     quick = quickparse.parse(argv, _load)  # record's usual lines, without argparse
@@ -178,8 +182,53 @@ def main(argv: Sequence[str] | None = None) -> int:
 _FAST_EXIT = ("record",)
 
 
+class _Forgiving(io.TextIOBase):
+    """stderr whose failures are dropped (a full device, a closed pipe): a message that cannot
+    be written is lost, never the target's exit status (record exits with it, whatever happens)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        super().__init__()
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except (OSError, ValueError):
+            return len(text)
+
+    def flush(self) -> None:
+        try:  # noqa: SIM105 (contextlib: imports on the target's path)
+            self._stream.flush()
+        except (OSError, ValueError):
+            pass
+
+    def isatty(self) -> bool:
+        try:
+            return self._stream.isatty()
+        except (OSError, ValueError):
+            return False
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+
+def _guard_stderr() -> None:
+    """A closed stderr (`2>&-`) leaves sys.stderr None: messages go nowhere. One on a failing
+    device (`2>/dev/full`) drops what it cannot write."""
+    if sys.stderr is None:
+        # Opened close-on-exec, it takes descriptor 2 if that is free: the target still starts
+        # with its stderr closed, and no file of ours can land there for it to inherit.
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 (for the process's life)
+    elif not isinstance(sys.stderr, _Forgiving):
+        sys.stderr = _Forgiving(sys.stderr)
+
+
 def run() -> None:
     """Console-script entry point."""
+    # First: record's dump and forwarded signals wait for its handlers (heapscope.sigmask). Here,
+    # not at import: a program (a test) that imports this module keeps its signals.
+    sigmask.hold()
+    _guard_stderr()
     argv = sys.argv[1:]
     code = main(argv)
     if _chosen(argv) in _FAST_EXIT:

@@ -283,7 +283,26 @@ static int collect(struct dl_phdr_info *info, size_t size, void *data) {
       n = r > 0 ? (size_t)r : 0;
     } else if (name) {
       n = strnlen(name, PATH_MAX);
-      memcpy(c->path, name, n);
+      size_t dir = 0;
+      /* Loaded by a relative path (LD_LIBRARY_PATH=., dlopen("./plugin.so")): the loader keeps
+       * it as given, which names nothing from another directory. The working directory now is
+       * the one it was loaded from unless the program has moved since (the first scan, and the
+       * rescan a sample in new code asks for, come soon after the load); getcwd fills the
+       * buffer given, it allocates nothing. A name without '/' (linux-vdso.so.1) is no path. */
+      if (name[0] != '/' && memchr(name, '/', n) && getcwd(c->path, PATH_MAX - 1)) {
+        dir = strlen(c->path);
+        if (dir + 1 + n < PATH_MAX && c->path[0] == '/') {
+          c->path[dir++] = '/';
+          if (n > 2 && name[0] == '.' && name[1] == '/') {
+            name += 2;
+            n -= 2;
+          }
+        } else {
+          dir = 0;
+        }
+      }
+      memcpy(c->path + dir, name, n);
+      n += dir;
     }
     finish_entry(sc, c, (uint32_t)n, build_id_len, build_id);
     head = c;

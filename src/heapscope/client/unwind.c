@@ -409,5 +409,9 @@ uint32_t hs_unwind_init(uint32_t requested) {
   uint64_t pcs[8];
   int truncated;
   (void)hs_unwind(pcs, 8, &truncated);
+  /* Said as what walks the stacks: without libunwind, our CFA walk takes every one it can
+   * (hs_unwind_here); frame pointers only finish what it cannot. */
+  if (active == HS_UNWINDER_FP && hs_unwind_cfa == 1)
+    return HS_UNWINDER_CFA;
   return active;
 }

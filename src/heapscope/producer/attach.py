@@ -2,8 +2,9 @@
 
     check the pid: exists, ours, not init or heapscope itself, dynamically
       linked against glibc, no other allocator (jemalloc, tcmalloc, ...)
-      -> lock it: an abstract unix socket named after the pid, so two
-         sessions never attach to one process (no file in a shared directory)
+      -> lock it: flock on its /proc/PID/mem, so two sessions never attach to
+         one process (only who may ptrace it can open that file: no other user
+         can hold the lock in its place, no file in a shared directory)
       -> gdb -p PID stops every thread and picks one that is not inside the
          allocator or the dynamic loader (one that holds the malloc lock would
          deadlock on itself in dlopen); when every thread is inside, gdb lets
@@ -23,12 +24,12 @@ from __future__ import annotations
 
 import binascii
 import contextlib
+import fcntl
 import os
 import pwd
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -97,10 +98,6 @@ _MARK = re.compile(r"^heapscope-(unsafe|handle|symbol|result)(?: (-?\d+))?$", re
 
 class AlreadyProfiled(TargetError):
     """Another heapscope session profiles this pid (rejected_concurrent)."""
-
-
-def lock_name(pid: int) -> bytes:
-    return f"\0heapscope-pid-{pid}".encode()
 
 
 def check_target(pid: int) -> None:
@@ -221,24 +218,31 @@ def find_gdb() -> str:
 class PidLock:
     """An exclusive lock per pid: two heapscope sessions never attach to the same process.
 
-    An abstract-namespace unix socket bound to a name made of the pid: no file
-    anybody could plant a symlink at, and the kernel frees it when we die.
+    flock on the process's /proc/PID/mem. Only its owner and root can open that file (the
+    permission gdb needs to attach), so no other user can take the lock first and keep root
+    out, as anybody could by binding a name in the abstract socket namespace. The kernel frees
+    it when we die, and a new process with the same pid has a new file.
     """
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
-        self.sock: socket.socket | None = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            self.sock.bind(lock_name(pid))
+            fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise TargetError(f"no process with pid {pid}") from None
+        except PermissionError:
+            raise TargetError(_ptrace_hint(pid)) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            self.sock.close()
-            self.sock = None
+            os.close(fd)
             raise AlreadyProfiled(f"pid {pid} is already being profiled by another heapscope session") from None
+        self.fd: int | None = fd
 
     def release(self) -> None:
-        if self.sock is not None:
-            self.sock.close()
-            self.sock = None
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 @dataclass

@@ -67,3 +67,30 @@ def has_exited(pid: int) -> bool:
     # The state follows the command name, which is in parentheses and may hold any byte.
     state = stat[stat.rfind(b")") + 2:][:1]
     return state in (b"Z", b"X", b"")
+
+
+def mapped_path(pid: int, start: int, name: str) -> str | None:
+    """The absolute path of the file `pid` maps at `start` (an object's text), from /proc/PID/maps,
+    which names every mapping by its full path; `name` (as the loader has it, maybe relative,
+    "./libfoo.so") must end that path's last component. Else `name` against the process's working
+    directory, when a file is there; None when neither says (the process has gone)."""
+    base = os.path.basename(name)
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as f:
+            for line in f:
+                fields = line.split(maxsplit=5)
+                if len(fields) < 6:
+                    continue
+                lo, _, hi = fields[0].partition(b"-")
+                if int(lo, 16) <= start < int(hi, 16):
+                    path = os.fsdecode(fields[5].rstrip(b"\n"))
+                    if path.startswith("/") and os.path.basename(path) == base:
+                        return path
+                    break
+    except (OSError, ValueError):
+        pass
+    try:
+        path = os.path.join(os.readlink(f"/proc/{pid}/cwd"), name)
+    except OSError:
+        return None
+    return os.path.normpath(path) if os.path.isfile(path) else None

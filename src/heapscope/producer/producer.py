@@ -508,6 +508,8 @@ class Producer:
                 self.jitdumps[p.info.upid] = r.path
                 return
             p.stats.modules += 1
+            if r.path and not r.path.startswith(("/", "[")):
+                r = _absolute_module(p.info.pid, r)
             self.frames.add_module(p.heap.modules, r)
             if self.on_module is not None:
                 self.on_module(r.path, r.build_id.hex())
@@ -774,6 +776,17 @@ def _unwinder_name(value: int, state: int) -> str:
         return ""
     try:
         return {codec.Unwinder.LIBUNWIND: "libunwind", codec.Unwinder.FP: "frame pointers",
+                codec.Unwinder.CFA: "CFA walk (frame pointers where it stops)",
                 codec.Unwinder.NONE: "none"}[codec.Unwinder(value)]
     except (KeyError, ValueError):
         return str(value)
+
+
+def _absolute_module(pid: int, r: codec.ModuleRecord) -> codec.ModuleRecord:
+    """A module the loader names by a relative path (`LD_LIBRARY_PATH=.`, dlopen("./plugin.so")),
+    named by its absolute one while the process still maps it: the relative name means nothing
+    to the symbolizer, which runs in another directory, maybe after the process has gone."""
+    path = procfs.mapped_path(pid, r.start, r.path)
+    if path is None:
+        return r  # the symbolizer tries it from its own directory, else lists it as unsymbolized
+    return codec.ModuleRecord(r.base, r.start, r.end, r.file_offset, r.vaddr, r.build_id, path)

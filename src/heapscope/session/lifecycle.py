@@ -7,7 +7,7 @@ import signal
 import threading
 import time
 
-from heapscope import __version__
+from heapscope import __version__, sigmask
 from heapscope.errors import TargetError, UsageError
 from heapscope.launch import Launch, raise_nofile
 from heapscope.producer.producer import Producer
@@ -121,6 +121,7 @@ class Recording(Teardown):
         self._raise_nofile()
         for sig in DETACH_SIGNALS:
             self._install_signal(sig, self._on_stop)
+        sigmask.release()  # held back since the entry point: these handlers take them now
         for pid in pids:
             if self._stopping:
                 break
@@ -138,6 +139,9 @@ class Recording(Teardown):
             lock = attach.PidLock(pid)
         except attach.AlreadyProfiled as e:
             producer.reject_concurrent(pid)
+            self.errors.append(str(e))
+            return
+        except TargetError as e:  # gone since its check, or not ours to open
             self.errors.append(str(e))
             return
         producer.attach_pids.add(pid)

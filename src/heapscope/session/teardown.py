@@ -8,6 +8,7 @@ import resource
 import signal
 import time
 
+from heapscope.closing import close_profile
 from heapscope.model import CallsiteId, FrameId
 from heapscope.producer.producer import Producer
 from heapscope.session.core import STACK_FRAMES_SHOWN, TOP_STACKS, UNSYMBOLIZED_SHOWN, ProcessPeak, _describe
@@ -109,7 +110,9 @@ class Figures(Loop):
                 callsites = profile.callsites()
                 depth: dict[CallsiteId, int] = {}
                 for upid, p in sorted(fp.items()):
-                    shallow, n = mostly_shallow(_depth(callsites, depth, cs) for cs in profile.used_callsites([upid]))
+                    used = profile.used_callsites([upid])
+                    shallow, n = mostly_shallow([_depth(callsites, depth, cs) for cs in used],
+                                                [_root_name(profile, cs) for cs in used])
                     if not is_mostly_shallow(shallow, n):
                         continue
                     line = (f"{p.info.name or '?'} (pid {p.info.pid}): {shallow:,} of {n:,} stacks are at most"
@@ -152,6 +155,21 @@ class Figures(Loop):
                                                st.final_stats.get("peak_unfreed", 0) if st else 0,
                                                st.peak_rss if st else 0, st.own_rss if st else 0))
         s.peaks.sort(key=lambda pk: -pk.peak_bytes)
+
+
+def _root_name(profile: Profile, cs: CallsiteId) -> str:
+    """The function of the outermost frame of callsite `cs`'s stack ('' when not symbolized)."""
+    callsites = profile.callsites()
+    node, seen = cs, 0
+    while True:
+        entry = callsites.get(node)
+        if entry is None:
+            return ""
+        parent, frame = entry
+        if parent is None or seen > len(callsites):
+            info = profile.frames().get(frame)
+            return info.name if info is not None else ""
+        node, seen = parent, seen + 1
 
 
 def _depth(callsites: dict[CallsiteId, tuple[CallsiteId | None, FrameId]], memo: dict[CallsiteId, int],
@@ -198,8 +216,9 @@ class Teardown(Figures):
             self._locks.clear()
             self._figures()
             if self.writer is not None:
-                with contextlib.suppress(Exception):
-                    self.writer.close()
+                unfolded = close_profile(self.writer, self.output)
+                if unfolded is not None:
+                    self._problem(unfolded)
                 self.summary.output_bytes = self.output.stat().st_size if self.output.exists() else 0
                 self._missing_figures()
             self.summary.elapsed_s = time.monotonic() - self.started
@@ -236,7 +255,6 @@ class Teardown(Figures):
                 writer.set_metadata("target_wall_ns", int((end - begin) * 1e9))
                 writer.add_stats(producer.global_stats())
                 writer.add_stats(self._not_profiled_stats(producer))
-                writer.add_stats(self._shallow_stats(producer))
                 writer.add_stats(_own_usage())
                 writer.set_metadata("duration_ns", int((time.monotonic() - self.started) * 1e9))
                 writer.commit()
@@ -250,6 +268,12 @@ class Teardown(Figures):
                 return
             try:
                 self._symbol_report = symbolizer.finish(writer)
+            except Exception as e:
+                self._fail(e)
+        if not self._failed:
+            try:  # after the symbols: a stack that ends in glibc's start is complete (ENTRY_FRAMES)
+                writer.add_stats(self._shallow_stats(producer))
+                writer.commit()
             except Exception as e:
                 self._fail(e)
 

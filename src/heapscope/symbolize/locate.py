@@ -132,8 +132,12 @@ class Locator:
 
     def locate(self, path: str, build_id: str) -> Located:
         build_id = build_id.lower()
-        if not path.startswith("/"):
+        if not path or path.startswith("["):
             return Located("not_a_file")  # [vdso], [anon:...], JIT code
+        if not path.startswith("/"):
+            # Loaded by a relative path ("./libfoo.so") the recording could not make absolute:
+            # from this directory (the build id says whether it is the same file).
+            path = os.path.abspath(path)
         result = Located("not_found")
         seen: set[str] = set()
         for candidate in self.candidates(path, build_id):

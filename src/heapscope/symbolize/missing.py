@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from heapscope.model import unknown_code_pid
 from heapscope.slots import FrozenSlots
@@ -24,8 +24,8 @@ from heapscope.symbolize.preload import preload_blocker
 from heapscope.symbolize.profile import MappingReport, SymbolizeReport
 from heapscope.which import which
 
-__all__ = ["Unsymbolized", "fix_for", "is_mostly_shallow", "jit_fix", "jit_stats_rows", "mostly_shallow",
-           "owning_package", "owning_packages", "preload_blocker", "unsymbolized_modules"]
+__all__ = ["ENTRY_FRAMES", "Unsymbolized", "fix_for", "is_mostly_shallow", "jit_fix", "jit_stats_rows",
+           "mostly_shallow", "owning_package", "owning_packages", "preload_blocker", "unsymbolized_modules"]
 
 DPKG_TIMEOUT_S = 3.0
 # --unwinder fp: a process whose sampled stacks are mostly this shallow had no frame pointers to walk.
@@ -162,13 +162,27 @@ def dpkg_owners(paths: Iterable[str]) -> dict[str, str] | None:
     return out
 
 
-def mostly_shallow(depths: Iterable[int]) -> tuple[int, int]:
-    """(stacks at most SHALLOW_DEPTH frames deep, all stacks) among `depths` (frames per sampled stack)."""
+# The functions a whole walk ends in (glibc's; the first calls main, the others a thread's
+# function): a stack whose outermost frame is one of them was walked to its bottom, however
+# few frames it has (main calling malloc), and is no sign of missing frame pointers.
+ENTRY_FRAMES = frozenset({"__libc_start_call_main", "__libc_start_main", "__libc_start_main_impl", "_start",
+                          "start_thread", "clone", "clone3", "__clone", "__clone3"})
+
+
+def mostly_shallow(depths: Iterable[int], roots: Iterable[str] | None = None) -> tuple[int, int]:
+    """(stacks at most SHALLOW_DEPTH frames deep, all stacks) among `depths` (frames per sampled
+    stack); `roots`: each stack's outermost function ('' when not symbolized), in step: a stack
+    that ends in one of ENTRY_FRAMES is complete, not shallow."""
     n = shallow = 0
-    for d in depths:
+    for d, root in zip(depths, roots if roots is not None else _unnamed(), strict=False):
         n += 1
-        shallow += d <= SHALLOW_DEPTH
+        shallow += d <= SHALLOW_DEPTH and root not in ENTRY_FRAMES
     return shallow, n
+
+
+def _unnamed() -> Iterator[str]:
+    while True:
+        yield ""
 
 
 def is_mostly_shallow(shallow: int, total: int) -> bool:

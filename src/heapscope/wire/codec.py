@@ -34,6 +34,7 @@ UNWINDER_AUTO = handshake.UNWINDER_AUTO
 UNWINDER_LIBUNWIND = handshake.UNWINDER_LIBUNWIND
 UNWINDER_FP = handshake.UNWINDER_FP
 UNWINDER_NONE = handshake.UNWINDER_NONE
+UNWINDER_CFA = handshake.UNWINDER_CFA
 CFG_BLOCK_CLIENT = handshake.CFG_BLOCK_CLIENT
 HELLO = handshake.HELLO
 CONFIG = handshake.CONFIG
@@ -67,6 +68,7 @@ class Unwinder(IntEnum):
     LIBUNWIND = UNWINDER_LIBUNWIND
     FP = UNWINDER_FP
     NONE = UNWINDER_NONE
+    CFA = UNWINDER_CFA  # reported only: our CFA walk, frame pointers where it gives up
 
 
 class ClientState(IntEnum):

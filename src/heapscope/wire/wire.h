@@ -70,7 +70,7 @@
 #include <stdint.h>
 
 #define HS_WIRE_MAGIC 0x31575350414548ull /* "HEAPSW1" little endian */
-#define HS_WIRE_VERSION 6u
+#define HS_WIRE_VERSION 7u
 #define HS_TOKEN_SIZE 16
 #define HS_META_SIZE 4096u
 /* The ring of data after the meta page: a power of two in this range. */
@@ -111,10 +111,13 @@ enum hs_config_flags {
 };
 
 enum hs_unwinder {
-  HS_UNWINDER_AUTO = 0, /* libunwind if it loads, else frame pointers */
+  HS_UNWINDER_AUTO = 0, /* our CFA walk, then libunwind if it loads, else frame pointers */
   HS_UNWINDER_LIBUNWIND = 1,
   HS_UNWINDER_FP = 2,
   HS_UNWINDER_NONE = 3, /* only the immediate caller */
+  /* Reported only (hs_meta.unwinder), never asked for: auto without libunwind, our CFA
+   * walk (client/cfa.c) with frame pointers where it gives up. */
+  HS_UNWINDER_CFA = 4,
 };
 
 enum hs_client_state {

@@ -323,7 +323,7 @@ def test_interval_one_records_everything(client_lib, build_program, producer_fac
     if unwinder != codec.Unwinder.AUTO:
         assert ring.meta("unwinder") == unwinder
     else:
-        assert ring.meta("unwinder") in (codec.Unwinder.LIBUNWIND, codec.Unwinder.FP)
+        assert ring.meta("unwinder") in (codec.Unwinder.LIBUNWIND, codec.Unwinder.CFA, codec.Unwinder.FP)
     assert len(prod.hellos) == 1 and prod.hellos[0].pid > 0
 
     mallocs, frees, stacks, modules, heaps = decode(ring.records)

@@ -73,6 +73,8 @@ def test_scripts_and_missing_files_have_no_blocker(tmp_path: Path) -> None:
 
 def test_shallow_rule() -> None:
     assert mostly_shallow([1, 1, 2, 5]) == (3, 4)
+    # a stack that ends where every walk ends (main called from glibc's start) is complete
+    assert mostly_shallow([2, 2, 1, 5], ["__libc_start_call_main", "start_thread", "", "f"]) == (1, 4)
     assert is_mostly_shallow(3, 4) and not is_mostly_shallow(2, 4) and not is_mostly_shallow(0, 0)
 
 

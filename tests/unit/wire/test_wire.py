@@ -59,6 +59,7 @@ CONSTANTS = {
     "HS_REC_PYCODE": codec.RecordType.PYCODE,
     "HS_REC_PYINFO": codec.RecordType.PYINFO,
     "HS_UNWINDER_FP": codec.Unwinder.FP,
+    "HS_UNWINDER_CFA": codec.Unwinder.CFA,
     "HS_CLIENT_DISABLED": codec.ClientState.DISABLED,
     "HS_CLIENT_EXITING": codec.ClientState.EXITING,
     "HS_ERR_FORKED": codec.ClientError.FORKED,
