@@ -579,7 +579,8 @@ def test_small_python_objects_are_seen(suite_dir: Path) -> None:
     # __main__, runpy's) are left out
     top = message.split("top allocating stacks (leaf first):", 1)[1].splitlines()[1]
     # each Python frame with its line (test_pyobj.py:N)
-    assert re.match(r"\s*[0-9.]+ (?:B|KiB|MiB|GiB)  (test_small_objects\.<locals>\.<listcomp> \(test_pyobj\.py:\d+\) < )?"
+    assert re.match(r"\s*[0-9.]+ (?:B|KiB|MiB|GiB)  "
+                    r"(test_small_objects\.<locals>\.<listcomp> \(test_pyobj\.py:\d+\) < )?"
                     r"test_small_objects \(test_pyobj\.py:\d+\) < [^<(]+ \(libpython", top), message
     assert "__main__" not in message and "runpy" not in message, message
     # AND the native frames shown are those the test's code called, not the interpreter's
