@@ -219,13 +219,12 @@ def _sample_attributes(d: _Dictionary, heap: str) -> list[int]:
 
 
 def build(profile: Profile, *, view: str = "space", pid: int | None = None, dump: str | int | None = None,
-          heaps: Sequence[str] | None = None,
-          resource: Sequence[tuple[str, str | int]] = ()) -> Any:
+          heaps: Sequence[str] | None = None, process: Process | None = None) -> Any:
     """The ProfilesData message (see the module docstring). `heaps` (--heap all or A+B): each heap
-    in turn, its samples carrying its name; `resource`: attributes added to every Resource."""
+    in turn, its samples carrying its name; `process`: that one only (a pid may name several)."""
     pb, common, _resource, _service = messages()
     check_view(view)
-    processes = select_processes(profile, pid)
+    processes = [process] if process is not None else select_processes(profile, pid)
     labelled = len(heap_names(profile)) > 1  # several heaps: every sample says its heap
     chosen: list[tuple[Process, State, str]] = []
     if heaps:
@@ -249,7 +248,7 @@ def build(profile: Profile, *, view: str = "space", pid: int | None = None, dump
         scope = scopes.get(p.info.upid)
         if scope is None:
             rp = data.resource_profiles.add()
-            for key, value in [*_resource_attributes(p), *resource]:
+            for key, value in _resource_attributes(p):
                 rp.resource.attributes.add(key=key, value=common.AnyValue(int_value=value) if isinstance(value, int)
                                            else common.AnyValue(string_value=value))
             scope = scopes[p.info.upid] = rp.scope_profiles.add()
