@@ -60,9 +60,6 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("--to, --label and --host go with --format clickhouse")
     fmt = FORMATS[args.format]
     exporter = fmt.exporter()
-    if args.format == "otlp":
-        from heapscope.export.otlp import messages
-        messages()  # a missing or mismatched opentelemetry-proto is said before any file is opened
     if args.dump is not None:
         from heapscope.store.select import parse_dump
         if args.dump.strip().lower() == "all" and args.format in ("perfetto", "chrome-json", "otlp"):
@@ -81,6 +78,9 @@ def main(args: argparse.Namespace) -> int:
         shown = select_heap(profile, heap)
         folded = apply_fold(profile, args)
         said = _state_line(profile, args)
+        if args.format == "otlp":
+            from heapscope.export.otlp import messages
+            messages()  # a missing or mismatched opentelemetry-proto, said before any file is opened
         if args.format in ("pprof", "otlp") and (shown is None or HEAP_JOIN in shown):
             # one sample per heap and callsite, labelled with its heap
             extra = {"heaps": heap_names(profile) if shown is None else shown.split(HEAP_JOIN)}

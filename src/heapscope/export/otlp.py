@@ -68,6 +68,7 @@ TYPE_VIEW = {"alloc_space": "alloc_space", "alloc_objects": "alloc_objects",
              "inuse_space": "space", "inuse_objects": "objects"}
 VIEW_TYPE = {v: t for t, v in TYPE_VIEW.items()}
 
+_U64 = (1 << 64) - 1
 FRAME_TYPE = "profile.frame.type"  # semantic conventions: the interpreter or compiler of a frame
 BUILD_ID = "process.executable.build_id.gnu"  # hex, from .note.gnu.build-id
 
@@ -165,7 +166,7 @@ class _Dictionary:
             if info is not None and not python:
                 # As pprof's: rel_pc is already inside the call instruction, no further adjustment.
                 loc.mapping_index, base = self.mapping(f.mapping.get(fid, 0))
-                loc.address = info.rel_pc + base if loc.mapping_index else 0
+                loc.address = (info.rel_pc + base) & _U64 if loc.mapping_index else 0  # wraps as a CPU would
             if info is not None and (info.name or fid in f.symbols):
                 for line in reversed(f.chain(fid)):  # inlined functions first, their caller last
                     loc.lines.add(function_index=self.function(line.name, line.file), line=line.line)
