@@ -69,8 +69,24 @@ TYPE_VIEW = {"alloc_space": "alloc_space", "alloc_objects": "alloc_objects",
 VIEW_TYPE = {v: t for t, v in TYPE_VIEW.items()}
 
 _U64 = (1 << 64) - 1
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 FRAME_TYPE = "profile.frame.type"  # semantic conventions: the interpreter or compiler of a frame
 BUILD_ID = "process.executable.build_id.gnu"  # hex, from .note.gnu.build-id
+
+
+def _text(s: str) -> str:
+    """`s` as protobuf can encode it: lone surrogates (bytes that were not UTF-8, decoded with
+    surrogateescape upstream) become U+FFFD, where pprof's own encoder writes the raw bytes."""
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return s
+
+
+def _i64(n: int) -> int:
+    """An int64 field's value: a corrupt profile's out-of-range figure is clamped, not an exception."""
+    return min(max(n, _I64_MIN), _I64_MAX)
 
 
 def messages() -> tuple[Any, Any, Any, Any]:
@@ -120,7 +136,7 @@ class _Dictionary:
         i = self._strings.get(s)
         if i is None:
             i = self._strings[s] = len(self.msg.string_table)
-            self.msg.string_table.append(s)
+            self.msg.string_table.append(_text(s))
         return i
 
     def attribute(self, key: str, value: str | int) -> int:
@@ -128,8 +144,8 @@ class _Dictionary:
         i = self._attrs.get(k)
         if i is None:
             i = self._attrs[k] = len(self.msg.attribute_table)
-            v = (self.common.AnyValue(int_value=value) if isinstance(value, int)
-                 else self.common.AnyValue(string_value=value))
+            v = (self.common.AnyValue(int_value=_i64(value)) if isinstance(value, int)
+                 else self.common.AnyValue(string_value=_text(value)))
             self.msg.attribute_table.add(key_strindex=self.string(key), value=v)
         return i
 
@@ -169,7 +185,7 @@ class _Dictionary:
                 loc.address = (info.rel_pc + base) & _U64 if loc.mapping_index else 0  # wraps as a CPU would
             if info is not None and (info.name or fid in f.symbols):
                 for line in reversed(f.chain(fid)):  # inlined functions first, their caller last
-                    loc.lines.add(function_index=self.function(line.name, line.file), line=line.line)
+                    loc.lines.add(function_index=self.function(line.name, line.file), line=_i64(line.line))
             self.msg.location_table.append(loc)
             i = self._locations[fid] = len(self.msg.location_table) - 1
         return i
@@ -250,23 +266,23 @@ def build(profile: Profile, *, view: str = "space", pid: int | None = None, dump
         if scope is None:
             rp = data.resource_profiles.add()
             for key, value in _resource_attributes(p):
-                rp.resource.attributes.add(key=key, value=common.AnyValue(int_value=value) if isinstance(value, int)
-                                           else common.AnyValue(string_value=value))
+                rp.resource.attributes.add(key=key, value=common.AnyValue(int_value=_i64(value))
+                                           if isinstance(value, int) else common.AnyValue(string_value=_text(value)))
             scope = scopes[p.info.upid] = rp.scope_profiles.add()
-            scope.scope.name, scope.scope.version = "heapscope", version
+            scope.scope.name, scope.scope.version = "heapscope", _text(version)
         values = desampled_map(st.values, st.interval)
         attrs = _sample_attributes(d, heap if heap and (labelled or heap != HEAP_NAME) else "")
         state_attr = d.attribute("heapscope.state", st.label)
         for type_name in order:
             prof = scope.profiles.add(
                 sample_type=pb.ValueType(type_strindex=d.string(type_name), unit_strindex=d.string(units[type_name])),
-                time_unix_nano=to_unix(st.ts), duration_nano=0, period_type=period_type,
-                period=interval_of(profile, p), attribute_indices=[state_attr])
+                time_unix_nano=to_unix(st.ts) & _U64, duration_nano=0, period_type=period_type,
+                period=_i64(interval_of(profile, p)), attribute_indices=[state_attr])
             view_of = TYPE_VIEW[type_name]
             for cs, v in values.items():
                 n = v.get(view_of)
                 if n:
-                    prof.samples.add(stack_index=d.stack(CallsiteId(cs)), attribute_indices=attrs, values=[n])
+                    prof.samples.add(stack_index=d.stack(CallsiteId(cs)), attribute_indices=attrs, values=[_i64(n)])
     return data
 
 
