@@ -273,3 +273,32 @@ def test_missing_package_is_one_line(tiny, tmp_path):
     assert proc.stderr.strip() == ("heapscope: error: OTLP profiles need the opentelemetry-proto package:"
                                    " pip install 'heapscope[otlp]'"), proc.stderr
     assert not out.exists()
+
+
+@pytest.mark.timeout(300)
+def test_record_pushes_to_two_collectors(programs, tmp_path):
+    # GIVEN two OTLP collectors, one over HTTP and one over gRPC when grpcio is here
+    first = OtlpHttpServer()
+    second: OtlpHttpServer | OtlpGrpcServer = OtlpHttpServer()
+    try:
+        import grpc  # noqa: F401
+        second.close()
+        second = OtlpGrpcServer()
+    except ImportError:
+        pass
+    try:
+        # WHEN tiny is recorded with --push to both
+        rec = Recorder(tmp_path)([programs.path("tiny")], interval=1,
+                                 extra=["--push", first.url, "--push", second.url, "--label", "service=api"])
+        assert rec.returncode == 0, rec.describe()
+        got = [list(first.requests_decoded), list(second.requests_decoded)]
+    finally:
+        first.close()
+        second.close()
+    # THEN each received the final dump, with the totals pprof has for it (each pusher counts its own
+    # dumps: a second target used to get nothing)
+    want = pprof_totals(export(rec.db, "pprof", tmp_path / "d.pb.gz", "--dump", "-1"))
+    for requests in got:
+        assert len(requests) == 1, requests
+        assert otlp_totals(requests[0]) == want
+        assert resource(requests[0].resource_profiles[0])["service.name"] == "api"
