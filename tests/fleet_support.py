@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import email.parser
 import email.policy
+import gzip
 import importlib.util
 import json
 import os
@@ -254,3 +255,117 @@ def iter_labels(raw: str) -> Iterator[str]:
 
 __all__ = ["GO_TYPES", "ParcaServer", "PyroscopeServer", "Received", "free_port", "go_missing", "go_pprof",
            "iter_labels", "parca_messages", "raw_totals"]
+
+
+# --- OpenTelemetry collectors -----------------------------------------------------------------
+
+OTLP_INSTALL = "needs opentelemetry-proto: pip install '.[otlp]'"
+
+
+class OtlpHttpServer(_Base):
+    """POST /v1development/profiles with a protobuf ExportProfilesServiceRequest (gzip or not), as
+    opentelemetry-proto's docs/specification.md describes OTLP/HTTP; `received` keeps each request
+    decoded (Received.profile holds the decoded body, Received.labels the request's headers)."""
+
+    def __init__(self, fail_first: list[object] | None = None, answer: bytes | None = None) -> None:
+        from opentelemetry.proto.collector.profiles.v1development import profiles_service_pb2 as service
+
+        super().__init__(fail_first)
+        owner = self
+        self.requests_decoded: list[object] = []
+        ok = answer if answer is not None else service.ExportProfilesServiceResponse().SerializeToString()
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                status = owner._next_failure()
+                if status is not None:
+                    self._answer(int(status), b"failing on purpose")
+                    return
+                if self.path != "/v1development/profiles":
+                    self._answer(404, f"{self.path}: not /v1development/profiles".encode())
+                    return
+                if self.headers.get("Content-Type") != "application/x-protobuf":
+                    self._answer(415, b"not application/x-protobuf")
+                    return
+                if self.headers.get("Content-Encoding") == "gzip":
+                    body = gzip.decompress(body)
+                try:
+                    req = service.ExportProfilesServiceRequest.FromString(body)
+                except Exception as e:  # noqa: BLE001 - a bad body is the client's bug, said in the answer
+                    self._answer(400, f"undecodable: {e}".encode())
+                    return
+                owner.requests_decoded.append(req)
+                owner._keep(Received(dict(self.headers.items()), body))
+                self._answer(200, ok, "application/x-protobuf")
+
+            def _answer(self, status: int, body: bytes, content_type: str = "text/plain") -> None:
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", content_type)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except OSError:
+                    pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.url = f"otlp+http://127.0.0.1:{self.port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class OtlpGrpcServer(_Base):
+    """opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export over gRPC, with the
+    messages and service name of the opentelemetry-proto package; fail_first holds grpc.StatusCode values."""
+
+    def __init__(self, fail_first: list[object] | None = None) -> None:
+        import grpc
+        from opentelemetry.proto.collector.profiles.v1development import profiles_service_pb2 as service
+
+        super().__init__(fail_first)
+        owner = self
+        self.requests_decoded: list[object] = []
+
+        def export(request: object, context: grpc.ServicerContext) -> object:
+            code = owner._next_failure()
+            if code is not None:
+                context.abort(code, "failing on purpose")
+            owner.requests_decoded.append(request)
+            owner._keep(Received({}, request.SerializeToString()))  # type: ignore[attr-defined]
+            return service.ExportProfilesServiceResponse()
+
+        name = service.DESCRIPTOR.services_by_name["ProfilesService"].full_name
+        handler = grpc.method_handlers_generic_handler(name, {
+            "Export": grpc.unary_unary_rpc_method_handler(
+                export, request_deserializer=service.ExportProfilesServiceRequest.FromString,
+                response_serializer=service.ExportProfilesServiceResponse.SerializeToString)})
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        self.server.add_generic_rpc_handlers((handler,))
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.url = f"otlp+grpc://127.0.0.1:{self.port}"
+        self.server.start()
+
+    def close(self) -> None:
+        self.server.stop(grace=None).wait(timeout=10)
+
+
+def otlp_totals(data: object) -> dict[str, int]:
+    """Summed values per sample type of a decoded ProfilesData or ExportProfilesServiceRequest."""
+    d = data.dictionary  # type: ignore[attr-defined]
+    out: dict[str, int] = {}
+    for rp in data.resource_profiles:  # type: ignore[attr-defined]
+        for sp in rp.scope_profiles:
+            for prof in sp.profiles:
+                t = d.string_table[prof.sample_type.type_strindex]
+                out[t] = out.get(t, 0) + sum(sum(s.values) for s in prof.samples)
+    return out

@@ -16,7 +16,7 @@ from heapscope.store.select import ALL_HEAPS, HEAP_HELP, HEAP_JOIN, heap_names, 
 from heapscope.view.wrappers import fold_line
 
 NAME = "export"
-HELP = "write a profile as pprof, Perfetto trace, Chrome JSON, speedscope or collapsed stacks"
+HELP = "write a profile as pprof, Perfetto trace, Chrome JSON, speedscope, OTLP profiles or collapsed stacks"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -31,11 +31,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-p", "--pid", type=int, metavar="PID", help="only this process")
     p.add_argument("--heap", metavar="NAME",
                    help=HEAP_HELP + "; perfetto keeps heaps apart (each under its heap_name) and exports every"
-                   " heap by default; pprof with all labels each sample with its heap")
+                   " heap by default; pprof and otlp with all label each sample with its heap")
     p.add_argument("--dump", metavar="peak|end|N|all",
                    help="the state of each process: peak (the default for space and objects, as report's),"
-                        " end, or dump N (1 = first, -1 = last); perfetto/chrome-json also take all (every dump,"
-                        " the trace's timeline)")
+                        " end, or dump N (1 = first, -1 = last); perfetto, chrome-json and otlp also take all (every"
+                        " dump, the trace's timeline)")
     p.add_argument("--chrome-thresholds", action="store_true",
                    help="chrome-json: drop entries under Chromium's thresholds (16 KiB and 1024 objects), as"
                         " Chrome does; default: keep every entry")
@@ -62,7 +62,7 @@ def main(args: argparse.Namespace) -> int:
     exporter = fmt.exporter()
     if args.dump is not None:
         from heapscope.store.select import parse_dump
-        if args.dump.strip().lower() == "all" and args.format in ("perfetto", "chrome-json"):
+        if args.dump.strip().lower() == "all" and args.format in ("perfetto", "chrome-json", "otlp"):
             args.dump = "all"
         else:
             args.dump = parse_dump(args.dump)
@@ -78,7 +78,10 @@ def main(args: argparse.Namespace) -> int:
         shown = select_heap(profile, heap)
         folded = apply_fold(profile, args)
         said = _state_line(profile, args)
-        if args.format == "pprof" and (shown is None or HEAP_JOIN in shown):
+        if args.format == "otlp":
+            from heapscope.export.otlp import messages
+            messages()  # a missing or mismatched opentelemetry-proto, said before any file is opened
+        if args.format in ("pprof", "otlp") and (shown is None or HEAP_JOIN in shown):
             # one sample per heap and callsite, labelled with its heap
             extra = {"heaps": heap_names(profile) if shown is None else shown.split(HEAP_JOIN)}
         if args.output == "-":

@@ -1,4 +1,4 @@
-"""`heapscope push FILE URL`: send a finished profile's dumps to Pyroscope or Parca."""
+"""`heapscope push FILE URL`: send a finished profile's dumps to Pyroscope, Parca or an OpenTelemetry collector."""
 
 from __future__ import annotations
 
@@ -9,13 +9,15 @@ from heapscope.errors import HeapscopeError, UsageError
 from heapscope.store.files import EXPORT, atomic_output
 
 NAME = "push"
-HELP = "send a profile's dumps to Pyroscope (pyroscope+http://) or Parca (parca+grpc://)"
+HELP = ("send a profile's dumps to Pyroscope (pyroscope+http://), Parca (parca+grpc://) or an OpenTelemetry"
+        " collector (otlp+http://, otlp+grpc://)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="PROFILE", help="profile database written by `heapscope record`")
     p.add_argument("url", metavar="URL",
-                   help="pyroscope+http[s]://HOST:PORT[/PREFIX] or parca+grpc[s]://HOST:PORT")
+                   help="pyroscope+http[s]://HOST:PORT[/PREFIX], parca+grpc[s]://HOST:PORT,"
+                        " otlp+http[s]://HOST:PORT[/PREFIX] or otlp+grpc[s]://HOST:PORT")
     p.add_argument("--label", action="append", default=[], metavar="K=V",
                    help="a label of every pushed profile (repeatable), e.g. service=api, host=web1")
     p.add_argument("-p", "--pid", type=int, metavar="PID", help="only this process")
@@ -45,6 +47,10 @@ def main(args: argparse.Namespace) -> int:
             dumps = profile.dumps(p.info.upid)
             for d in pick_dumps(dumps, args.dump, process_label(p)):
                 n = next(i for i, x in enumerate(dumps, 1) if x.id == d.id)
+                if target.kind.startswith("otlp"):
+                    from heapscope.fleet.otlp import push_item
+                    items.append(push_item(profile, p, n))
+                    continue
                 built = pprof_source.build(profile, pid=p.info.pid, dump=n)
                 item_labels: tuple[tuple[str, str], ...] = (("pid", str(p.info.pid)),)
                 if p.info.exe:

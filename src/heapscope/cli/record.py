@@ -107,7 +107,8 @@ def add_fleet_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--serve-remote", action="store_true",
                    help="allow --serve on an address that is not loopback (anyone who reaches it reads the profile)")
     p.add_argument("--push", action="append", default=[], metavar="URL",
-                   help="send each dump to pyroscope+http://HOST:PORT or parca+grpc://HOST:PORT (repeatable);"
+                   help="send each dump to pyroscope+http://HOST:PORT, parca+grpc://HOST:PORT or otlp+http://HOST:PORT"
+                        " (repeatable);"
                         " a server that is down costs the recording nothing but counted losses")
     p.add_argument("--label", action="append", default=[], metavar="K=V",
                    help="a label of every pushed profile (repeatable), e.g. service=api")

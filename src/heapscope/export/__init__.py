@@ -38,6 +38,9 @@ FORMATS: dict[str, ExportFormat] = {f.name: f for f in (
                  "Chrome trace JSON with memory-infra heaps_v2 dumps (chrome://tracing); every dump"),
     ExportFormat("speedscope", "speedscope", ".speedscope.json",
                  "speedscope JSON, one profile per view (and per process); one dump"),
+    ExportFormat("otlp", "otlp", ".otlp",
+                 "OpenTelemetry OTLP profiles (ProfilesData protobuf, proto v1.10.0), four sample types per"
+                 " process state; needs heapscope[otlp]"),
     ExportFormat("collapsed", "collapsed", ".collapsed",
                  "collapsed stacks `root;...;leaf value`, one view, one dump (flamegraph.pl, speedscope)"),
 )}

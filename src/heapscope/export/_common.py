@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from heapscope.model import CallsiteId, FrameId, MappingId
@@ -20,7 +20,7 @@ from heapscope.store.select import (
 )
 
 __all__ = ["Frames", "SymLine", "check_view", "chosen_states", "interval_of", "pick_dump", "pick_dumps",
-           "process_label", "select_processes"]
+           "process_label", "select_processes", "wall_clock"]
 
 
 def interval_of(profile: Profile, p: StoredProcess | None = None) -> int:
@@ -113,3 +113,27 @@ class Frames:
             for s in self.chain(fid):
                 yield s.name
 
+
+def wall_clock(profile: Profile) -> Callable[[int], int]:
+    """Map the profile's timestamps (CLOCK_MONOTONIC ns) to Unix ns.
+
+    `record` stores `started_unix_ns` (time.time_ns() at start) and, when it
+    has it, `started_monotonic_ns` taken at the same moment. Without the
+    latter, the first process's start stands in for the monotonic start: it
+    is a few milliseconds later, which is well inside one dump interval.
+    Without a start time (profiles not written by `record`) timestamps stay
+    as they are: ordered, but not dates.
+    """
+    meta = profile.metadata()
+    try:
+        unix0 = int(meta.get("started_unix_ns", "0"))
+    except ValueError:
+        unix0 = 0
+    try:
+        mono0 = int(meta["started_monotonic_ns"])
+    except (KeyError, ValueError):
+        starts = [p.info.start_ts for p in profile.processes() if p.info.start_ts > 0]
+        mono0 = min(starts) if starts else 0
+    if unix0 <= 0:
+        return lambda ts: ts
+    return lambda ts: max(0, unix0 + (ts - mono0))

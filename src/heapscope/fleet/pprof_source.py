@@ -22,16 +22,17 @@ allows in any order (https://protobuf.dev/programming-guides/encoding/#order).
 from __future__ import annotations
 
 import io
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from heapscope.export import _proto as pb
 from heapscope.export import pprof
-from heapscope.export._common import pick_dump, process_label, select_processes
+from heapscope.export._common import pick_dump, process_label, select_processes, wall_clock
 from heapscope.store.reader import Process, Profile
 
 # google/pprof proto/profile.proto
 _TIME_NANOS, _DURATION_NANOS = 9, 10
+
+__all__ = ["PprofDump", "build", "wall_clock"]  # wall_clock moved to export._common; still importable here
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,31 +45,6 @@ class PprofDump:
     start_unix_ns: int  # wall-clock start of the dump window (0 when unknown)
     end_unix_ns: int  # wall-clock time of the dump (0 when unknown)
     samples: int  # number of samples (callsites with a non-zero value)
-
-
-def wall_clock(profile: Profile) -> Callable[[int], int]:
-    """Map the profile's timestamps (CLOCK_MONOTONIC ns) to Unix ns.
-
-    `record` stores `started_unix_ns` (time.time_ns() at start) and, when it
-    has it, `started_monotonic_ns` taken at the same moment. Without the
-    latter, the first process's start stands in for the monotonic start: it
-    is a few milliseconds later, which is well inside one dump interval.
-    Without a start time (profiles not written by `record`) timestamps stay
-    as they are: ordered, but not dates.
-    """
-    meta = profile.metadata()
-    try:
-        unix0 = int(meta.get("started_unix_ns", "0"))
-    except ValueError:
-        unix0 = 0
-    try:
-        mono0 = int(meta["started_monotonic_ns"])
-    except (KeyError, ValueError):
-        starts = [p.info.start_ts for p in profile.processes() if p.info.start_ts > 0]
-        mono0 = min(starts) if starts else 0
-    if unix0 <= 0:
-        return lambda ts: ts
-    return lambda ts: max(0, unix0 + (ts - mono0))
 
 
 def build(profile: Profile, *, view: str = "space", pid: int | None = None, dump: int | None = None) -> PprofDump:

@@ -4,6 +4,8 @@
     pyroscope+https://...                   multipart: `profile` (gzip pprof) + `sample_type_config` (JSON)
     parca+grpc://HOST:PORT                parca.profilestore.v1alpha1.ProfileStoreService/WriteRaw,
     parca+grpcs://HOST:PORT                 one series {__name__="memory", labels...} with the pprof
+    otlp+http[s]://HOST:PORT[/PREFIX]     an OpenTelemetry collector: OTLP profiles (heapscope.fleet.otlp)
+    otlp+grpc[s]://HOST:PORT
 
 Pyroscope's request is the one its server documents for pprof with a sample
 type configuration (docs/sources/.../about-server-api in grafana/pyroscope):
@@ -41,7 +43,11 @@ from urllib.parse import quote, urlencode, urlsplit
 
 from heapscope.errors import HeapscopeError, UsageError
 
-SCHEMES = ("pyroscope+http", "pyroscope+https", "parca+grpc", "parca+grpcs")
+SCHEMES = ("pyroscope+http", "pyroscope+https", "parca+grpc", "parca+grpcs", "otlp+http", "otlp+https", "otlp+grpc",
+           "otlp+grpcs")
+# Default ports: Pyroscope's and Parca's, and OTLP's (4318 HTTP, 4317 gRPC).
+_PORTS = {"https": 443, "grpcs": 443, "http": 4040, "grpc": 7070, "otlp+http": 4318, "otlp+https": 4318,
+          "otlp+grpc": 4317, "otlp+grpcs": 4317}
 PARCA_NAME = "memory"  # Parca's __name__ for heap profiles (parca-agent, Go's /debug/pprof/heap scrapes)
 
 # Pyroscope's sample type configuration for the four Go heap sample types.
@@ -70,7 +76,7 @@ class PushTarget:
     """Where to push: a parsed push URL."""
 
     url: str  # as given, for messages
-    kind: str  # "pyroscope" or "parca"
+    kind: str  # "pyroscope", "parca", "otlp-http" or "otlp-grpc"
     host: str
     port: int
     tls: bool
@@ -81,7 +87,7 @@ class PushTarget:
 class PushItem:
     """One profile to send."""
 
-    pprof: bytes  # gzip pprof
+    pprof: bytes  # gzip pprof; for OTLP targets the encoded ExportProfilesServiceRequest
     start_unix_ns: int
     end_unix_ns: int
     labels: tuple[tuple[str, str], ...] = ()  # extra labels of this profile (pid, executable, ...)
@@ -103,7 +109,7 @@ class PushStats:
 
 def parse_target(url: str) -> PushTarget:
     """Parse a push URL; one UsageError line naming the problem when it is malformed."""
-    want = "pyroscope+http://HOST:PORT or parca+grpc://HOST:PORT"
+    want = "pyroscope+http://HOST:PORT, parca+grpc://HOST:PORT or otlp+http://HOST:PORT"
     scheme, sep, _rest = url.partition("://")
     if not sep:
         raise UsageError(f"push URL {url!r}: no scheme (expected {want})")
@@ -123,12 +129,14 @@ def parse_target(url: str) -> PushTarget:
         raise UsageError(f"push URL {url!r}: credentials in the URL are not supported")
     kind, _, transport = scheme.partition("+")
     tls = transport in ("https", "grpcs")
-    if kind == "parca" and parts.path not in ("", "/"):
+    if transport.startswith("grpc") and parts.path not in ("", "/"):
         raise UsageError(f"push URL {url!r}: a gRPC address has no path")
     if port is None:
-        port = {"https": 443, "grpcs": 443, "http": 4040, "grpc": 7070}[transport]
+        port = _PORTS.get(scheme, _PORTS[transport])
     if port == 0:
         raise UsageError(f"push URL {url!r}: port 0")
+    if kind == "otlp":
+        kind = "otlp-grpc" if transport.startswith("grpc") else "otlp-http"
     return PushTarget(url=url, kind=kind, host=host, port=port, tls=tls, prefix=parts.path.rstrip("/"))
 
 
@@ -253,6 +261,11 @@ class ParcaSender:
 def make_sender(target: PushTarget, labels: dict[str, str], timeout: float) -> Sender:
     if target.kind == "parca":
         return ParcaSender(target, labels, timeout)
+    if target.kind in ("otlp-http", "otlp-grpc"):
+        from heapscope.fleet import otlp
+
+        return otlp.OtlpGrpcSender(target, labels, timeout) if target.kind == "otlp-grpc" else otlp.OtlpHttpSender(
+            target, labels, timeout)
     return PyroscopeSender(target, labels, timeout)
 
 

@@ -49,7 +49,7 @@ class Live:
             from heapscope.hosts.serve import PprofServer
 
             self.server = PprofServer(snapshot, serve, allow_remote=allow_remote)
-        self._pushed: dict[int, int] = {}  # pid -> number of its dumps already queued
+        self._pushed: dict[tuple[int, int], int] = {}  # (pusher, pid) -> number of its dumps already queued
         import threading  # here: `record` reads add_arguments before its target starts (issue 13)
 
         self._lock = threading.Lock()
@@ -65,10 +65,12 @@ class Live:
 
     def dumped(self, path: Path) -> None:
         """A dump was committed to `path`: queue each process's new dumps on every pusher."""
-        for pusher in self.pushers:
-            pusher.submit(lambda: self._new_items(path))
+        from functools import partial
 
-    def _new_items(self, path: Path) -> list[PushItem]:
+        for k, pusher in enumerate(self.pushers):
+            pusher.submit(partial(self._new_items, path, k, pusher.target.kind))
+
+    def _new_items(self, path: Path, pusher: int = 0, kind: str = "pyroscope") -> list[PushItem]:
         from heapscope.fleet import pprof_source
         from heapscope.fleet.push import PushItem
         from heapscope.store.reader import open_profile
@@ -79,10 +81,14 @@ class Live:
             select_heap(profile, None)  # custom heaps: the default heap only (store/select.py), nothing twice
             for p in profile.processes():
                 dumps = profile.dumps(p.info.upid)
-                with self._lock:
-                    done = self._pushed.get(p.info.pid, 0)
-                    self._pushed[p.info.pid] = len(dumps)
+                with self._lock:  # each pusher sends every dump: counted per pusher
+                    done = self._pushed.get((pusher, p.info.pid), 0)
+                    self._pushed[(pusher, p.info.pid)] = len(dumps)
                 for n in range(done + 1, len(dumps) + 1):
+                    if kind.startswith("otlp"):
+                        from heapscope.fleet.otlp import push_item
+                        items.append(push_item(profile, p, n))
+                        continue
                     built = pprof_source.build(profile, pid=p.info.pid, dump=n)
                     labels: tuple[tuple[str, str], ...] = (("pid", str(p.info.pid)),)
                     # While the process runs its executable is not stored yet (heapscope_process

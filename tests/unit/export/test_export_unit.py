@@ -127,4 +127,4 @@ def test_dump_and_pid_selection(db):
         run_export(db, "collapsed", dump=3)
     with pytest.raises(Exception, match="no process with pid 5"):
         run_export(db, "pprof", pid=5)
-    assert set(FORMATS) == {"pprof", "perfetto", "chrome-json", "speedscope", "collapsed"}
+    assert set(FORMATS) == {"pprof", "perfetto", "chrome-json", "speedscope", "otlp", "collapsed"}
