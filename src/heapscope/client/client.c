@@ -996,8 +996,8 @@ static int announce(const struct hs_config *cfg) {
   struct hs_heap heap;
   memset(&heap, 0, sizeof heap);
   heap.interval = cfg->interval;
-  heap.heap_id = 1;
-  memcpy(heap.name, "libc.malloc", sizeof "libc.malloc");
+  heap.heap_id = HS_MALLOC_HEAP_ID;
+  memcpy(heap.name, HS_MALLOC_HEAP_NAME, sizeof HS_MALLOC_HEAP_NAME);
   int rc = hs_ring_write(&cl.ring, HS_REC_HEAP, &heap, sizeof heap, NULL, 0, 0);
   if (rc >= 0 && pymem_on)
     rc = announce_py_heap();

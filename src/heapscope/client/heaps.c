@@ -75,8 +75,9 @@ static int lock_bounded(uint32_t *lock) {
 
 static void unlock(uint32_t *lock) { __atomic_store_n(lock, 0, __ATOMIC_RELEASE); }
 
-/* 1..HS_HEAP_NAME_SIZE-1 bytes of [A-Za-z0-9._-], not libc.malloc, all or
- * python.pymalloc. The same rule is in heaps.py (heapscope.heaps.valid_name). */
+/* 1..HS_HEAP_NAME_SIZE-1 bytes of [A-Za-z0-9._-], not a name heapscope
+ * gives (wire.h: malloc's, Python's, "all"). The same rule is in heaps.py
+ * (heapscope.heaps.valid_name), from the same names (wire/heapnames.py). */
 static int name_ok(const char *name, size_t *len) {
   if (!name)
     return 0;
@@ -89,7 +90,7 @@ static int name_ok(const char *name, size_t *len) {
           c == '.' || c == '_' || c == '-'))
       return 0;
   }
-  if (strcmp(name, "libc.malloc") == 0 || strcmp(name, "all") == 0 ||
+  if (strcmp(name, HS_MALLOC_HEAP_NAME) == 0 || strcmp(name, HS_ALL_HEAPS_NAME) == 0 ||
       strcmp(name, HS_PY_HEAP_NAME) == 0)
     return 0; /* "all": --heap all means every heap (store/select.py); Python's: pymem.c */
   *len = n;

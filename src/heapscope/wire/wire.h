@@ -329,6 +329,15 @@ struct hs_heap_free {
 #define HS_PY_HEAP_ID 112u
 #define HS_PY_HEAP_NAME "python.pymalloc"
 
+/* The C library's malloc family: heap 1, announced first by every session
+ * (HS_REC_MALLOC / HS_REC_FREE carry no heap id: theirs is this one). "all"
+ * is what `--heap all` means, so no heap is called that. These names and
+ * HS_PY_HEAP_NAME are the one definition of the heaps heapscope names
+ * itself: wire/heapnames.py mirrors them, tests/unit/wire checks both. */
+#define HS_MALLOC_HEAP_ID 1u
+#define HS_MALLOC_HEAP_NAME "libc.malloc"
+#define HS_ALL_HEAPS_NAME "all"
+
 #define HS_RECORD_HEADER(size, type) \
   ((uint64_t)(uint32_t)(size) | ((uint64_t)(uint32_t)(type) << 32))
 #define HS_RECORD_SIZE(header) ((uint32_t)((header) & 0xffffffffu))
