@@ -24,7 +24,7 @@
  *    Attach to a running process (record -p): the producer loads the client
  *    with dlopen() through gdb and calls the exported
  *    heapscope_attach(socket, token), which does the same handshake with
- *    those two strings instead of the environment (see client.c).
+ *    those two strings instead of the environment (see client/session.c).
  *
  * 2. Shared memory: one per process, created by the producer.
  *
@@ -199,7 +199,7 @@ struct hs_ring_meta {
   uint64_t python_codes_sent;      /* HS_REC_PYCODE records */
   uint64_t python_codes_failed;    /* code objects that did not validate */
   /* Written by the client at the process's end: its last destructor, before
-   * it shuts the socket down, or its _exit (client.c, note_exit); 0: not
+   * it shuts the socket down, or its _exit (client/session.c, note_exit); 0: not
    * known (a signal killed it). */
   uint64_t exit_peak_rss; /* bytes: the process's VmHWM at that moment */
   uint64_t own_rss;       /* bytes of heapscope's own mappings resident then (client/own.h) */
