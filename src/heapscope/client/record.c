@@ -247,7 +247,7 @@ HS_INLINE void record_free_slow(void *addr, uint32_t heap) {
   struct hs_thread *t = &hs_thread_state;
   if (!__atomic_load_n(&hs_enabled, __ATOMIC_RELAXED) || addr == NULL)
     return;
-  if (hs_guard_held(t)) /* the client's own free (see state.h) */
+  if (HS_UNLIKELY(hs_guard_held(t))) /* the client's own free (see state.h) */
     return;
   /* Guard: a blocking ring wait calls nanosleep/recv; keep any allocation
    * they might do out of the client. errno is not saved here: nothing on
