@@ -315,7 +315,8 @@ static inline __attribute__((always_inline)) void row_put(struct rows *w, uint64
  * initial instructions, target is ~0. init: the state after the CIE (for
  * DW_CFA_restore). rows (the memo's fill, or NULL) gets each row's start and
  * state, at each advance and set_loc. Returns 0, or -1 for anything
- * unexpected. */
+ * unexpected. Long on purpose: one switch over the DWARF call frame
+ * instructions, the opcode table itself, which every miss runs. */
 static inline __attribute__((always_inline)) int
 run_body(struct rd *r, const struct cie *c, uint64_t loc, uint64_t target, struct state *s,
          const struct state *init, struct rows *rows) {

@@ -421,7 +421,10 @@ static inline __attribute__((always_inline)) int memo_verify(const struct hs_py_
   return -1;
 }
 
-/* One chain, either model, with or without a memo slot. */
+/* One chain, either model, with or without a memo slot. Long on purpose:
+ * it is the per-frame loop of every Python sample, inlined whole; its checks,
+ * the memo's matching and the output share one pass over one chain, and
+ * split into functions they would reload or pass the walk's state per frame. */
 static inline __attribute__((always_inline)) int walk_chain(const struct hs_py_layout *L,
                                                             uintptr_t frame_type,
                                                             uintptr_t code_type, uintptr_t f,

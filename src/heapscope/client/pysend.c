@@ -30,7 +30,6 @@ _Static_assert(offsetof(struct hs_py_frame, flags) == offsetof(struct hs_pyframe
 #define CODE_FILE_CAP 4096u
 #define CODE_TABLE_CAP 65536u
 #define CODE_SLOTS 4
-#define CODE_KEY_SALT UINT64_C(0x5be0cd19137e2179) /* code keys share the stack table */
 
 /* Scratch buffers for copying a code object out, taken with a CAS: no lock.
  * When all are busy a thread copies into a small buffer on its own stack
@@ -40,11 +39,9 @@ struct code_slot {
   char buf[CODE_NAME_CAP + CODE_FILE_CAP + CODE_TABLE_CAP];
 };
 static struct code_slot *code_slots;
-#define CODE_MEMO_SLOTS 4096u
-static uint64_t code_memo[CODE_MEMO_SLOTS]; /* code keys sent this session (hs_py_frames) */
 int hs_py_on;
 
-static HS_MUST_CHECK int send_code(uint64_t code, uint64_t key) {
+int hs_py_send_code(uint64_t code, uint64_t key) {
   struct hs_ring_meta *m = hs_session.ring.meta;
   struct code_slot *slot = NULL;
   for (int i = 0; code_slots != NULL && i < CODE_SLOTS && slot == NULL; i++) {
@@ -92,51 +89,6 @@ static HS_MUST_CHECK int send_code(uint64_t code, uint64_t key) {
   return rc < 0 ? rc : HS_OK;
 }
 
-/* Walks this thread's Python frames into py (with their code keys) and
- * sends the code objects not sent yet. Returns the number of frames, or -1
- * when the thread has no Python state (a native thread: the stack then has
- * no Python part), or a negative client error - 1. */
-int hs_py_frames(struct hs_pyframe *py, uint32_t *why_out, uint64_t *hash) {
-  struct hs_ring_meta *m = hs_session.ring.meta;
-  unsigned why = 0;
-  uint64_t codes[HS_MAX_PYFRAMES];
-  struct hs_py_walk_info info;
-  int n = hs_py_walk_keyed((struct hs_py_frame *)py, codes, HS_MAX_PYFRAMES, &why, &info);
-  *why_out = why;
-  *hash = info.hash;
-  if (n <= 0 && (why & HS_PY_WALK_NOSTATE))
-    return -1;
-  __atomic_fetch_add(&m->python_walks, 1, __ATOMIC_RELAXED);
-  if (HS_UNLIKELY(why & (HS_PY_WALK_INVALID | HS_PY_WALK_TRUNCATED))) {
-    if (why & HS_PY_WALK_INVALID)
-      __atomic_fetch_add(&m->python_walks_invalid, 1, __ATOMIC_RELAXED);
-    if (why & HS_PY_WALK_TRUNCATED)
-      __atomic_fetch_add(&m->python_walks_truncated, 1, __ATOMIC_RELAXED);
-  }
-  /* The frames after the fresh ones are the thread's last walk's (the walk
-   * memo, pyframes.c): their code objects were dealt with then. */
-  for (int i = 0; i < info.fresh; i++) {
-    if (i > 0 && codes[i] == codes[i - 1])
-      continue; /* recursion: the same live object, already known or sent */
-    uint64_t key = py[i].code_key;
-    /* Most samples walk code objects sent long ago (a test runner's 30-odd
-     * frames): a small direct-mapped memo of keys known to be sent saves a
-     * probe of the big stack table (a cache miss) per frame. Racy by design:
-     * a lost or stale slot only sends the question on to the table. */
-    uint64_t *memo = &code_memo[key & (CODE_MEMO_SLOTS - 1)];
-    if (HS_LIKELY(__atomic_load_n(memo, __ATOMIC_RELAXED) == key))
-      continue;
-    enum hs_intern in = hs_stacks_intern(key ^ CODE_KEY_SALT);
-    if (in == HS_STACK_KNOWN) {
-      __atomic_store_n(memo, key, __ATOMIC_RELAXED);
-      continue;
-    }
-    int rc = send_code(codes[i], key);
-    if (rc < 0)
-      return rc - 1;
-  }
-  return n;
-}
 
 /* None when the mapping fails: send_code then copies through a smaller
  * buffer on its stack. */
@@ -152,7 +104,6 @@ int hs_py_code_slots_mapped(void) { return code_slots != NULL; }
 void hs_py_send_reset(void) {
   for (int i = 0; code_slots != NULL && i < CODE_SLOTS; i++)
     code_slots[i].busy = 0;
-  memset(code_memo, 0, sizeof code_memo);
 }
 
 /* ---- an interpreter loaded later (docs/python-frames.md) ----

@@ -1,8 +1,9 @@
 /*
- * pysend.h: the Python frames of a sample (docs/python-frames.md), over the
- * CPython walker (pyframes.h): the walk of this thread's frames, the code
- * objects sent once per session, and the watch for an interpreter loaded
- * after the start. Called by the sampler (record.c) under the guard; set
+ * pysend.h: what a sample's Python frames need beyond the CPython walker
+ * (pyframes.h; docs/python-frames.md): the code objects sent once per
+ * session, and the watch for an interpreter loaded after the start. The
+ * walk itself is made by record.c (python_frames, inlined into the sample
+ * path). Called by the sampler (record.c) under the guard; set
  * up by the session (session.c).
  */
 #ifndef HEAPSCOPE_CLIENT_PYSEND_H
@@ -17,19 +18,19 @@
  * hs_enabled, or (release) by the late install (session.c). */
 extern int hs_py_on HS_HIDDEN;
 
-/* Walks this thread's Python frames into py (with their code keys) and
- * sends the code objects not sent yet. Returns the number of frames, or -1
- * when the thread has no Python state (a native thread: the stack then has
- * no Python part), or a negative client error - 1. */
-HS_HIDDEN int hs_py_frames(struct hs_pyframe *py, uint32_t *why_out, uint64_t *hash);
+/* Sends code object `code` (its address) under key as an HS_REC_PYCODE:
+ * its names and raw line table, copied through one of the code slots (or
+ * a smaller buffer on the stack when all are busy). Under the guard.
+ * Returns HS_OK (a code object that cannot be read is counted, not sent)
+ * or a negative client error. */
+HS_HIDDEN HS_MUST_CHECK int hs_py_send_code(uint64_t code, uint64_t key);
 
 /* The code objects' copy slots, once Python is found (at start or later);
  * none when the mapping fails (a smaller buffer on the stack is used). */
 HS_HIDDEN void hs_py_map_code_slots(void);
 HS_HIDDEN int hs_py_code_slots_mapped(void);
 
-/* A fork child's new session: the code-copy slots freed, the memo of code
- * keys sent (to the parent's session) dropped. */
+/* A fork child's new session: the code-copy slots freed. */
 HS_HIDDEN void hs_py_send_reset(void);
 
 /* ---- an interpreter loaded later (pysend.c) ---- */

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "modules.h"
+#include "pyframes.h"
 #include "pysend.h"
 #include "real.h"
 #include "ring.h"
@@ -54,6 +55,63 @@ int hs_record_announce_py_heap(void) {
   if (rc == HS_OK)
     __atomic_store_n(&py_heap_announced, 1, __ATOMIC_RELEASE);
   return rc < 0 ? rc : HS_OK;
+}
+
+/* ---- a sample's Python frames (docs/python-frames.md) ----
+ *
+ * Here rather than in pysend.c: a static function of the sample's own file
+ * is called the compiler's way (it knows which registers it uses), which a
+ * call into another file cannot be; that call cost 3 to 8 instructions a
+ * Python sample in benchmarks/hotpath.py's Python section. */
+
+#define CODE_KEY_SALT UINT64_C(0x5be0cd19137e2179) /* code keys share the stack table */
+#define CODE_MEMO_SLOTS 4096u
+static uint64_t code_memo[CODE_MEMO_SLOTS]; /* code keys sent this session (python_frames) */
+
+/* Walks this thread's Python frames into py (with their code keys) and
+ * sends the code objects not sent yet. Returns the number of frames, or -1
+ * when the thread has no Python state (a native thread: the stack then has
+ * no Python part), or a negative client error - 1. */
+static int python_frames(struct hs_pyframe *py, uint32_t *why_out, uint64_t *hash) {
+  struct hs_ring_meta *m = hs_session.ring.meta;
+  unsigned why = 0;
+  uint64_t codes[HS_MAX_PYFRAMES];
+  struct hs_py_walk_info info;
+  int n = hs_py_walk_keyed((struct hs_py_frame *)py, codes, HS_MAX_PYFRAMES, &why, &info);
+  *why_out = why;
+  *hash = info.hash;
+  if (n <= 0 && (why & HS_PY_WALK_NOSTATE))
+    return -1;
+  __atomic_fetch_add(&m->python_walks, 1, __ATOMIC_RELAXED);
+  if (HS_UNLIKELY(why & (HS_PY_WALK_INVALID | HS_PY_WALK_TRUNCATED))) {
+    if (why & HS_PY_WALK_INVALID)
+      __atomic_fetch_add(&m->python_walks_invalid, 1, __ATOMIC_RELAXED);
+    if (why & HS_PY_WALK_TRUNCATED)
+      __atomic_fetch_add(&m->python_walks_truncated, 1, __ATOMIC_RELAXED);
+  }
+  /* The frames after the fresh ones are the thread's last walk's (the walk
+   * memo, pyframes.c): their code objects were dealt with then. */
+  for (int i = 0; i < info.fresh; i++) {
+    if (i > 0 && codes[i] == codes[i - 1])
+      continue; /* recursion: the same live object, already known or sent */
+    uint64_t key = py[i].code_key;
+    /* Most samples walk code objects sent long ago (a test runner's 30-odd
+     * frames): a small direct-mapped memo of keys known to be sent saves a
+     * probe of the big stack table (a cache miss) per frame. Racy by design:
+     * a lost or stale slot only sends the question on to the table. */
+    uint64_t *memo = &code_memo[key & (CODE_MEMO_SLOTS - 1)];
+    if (HS_LIKELY(__atomic_load_n(memo, __ATOMIC_RELAXED) == key))
+      continue;
+    enum hs_intern in = hs_stacks_intern(key ^ CODE_KEY_SALT);
+    if (in == HS_STACK_KNOWN) {
+      __atomic_store_n(memo, key, __ATOMIC_RELAXED);
+      continue;
+    }
+    int rc = hs_py_send_code(codes[i], key);
+    if (rc < 0)
+      return rc - 1;
+  }
+  return n;
 }
 
 /* A sample's parts below are inlined into record_alloc_slow, and the unwind
@@ -102,7 +160,7 @@ HS_INLINE int sample_stack(struct hs_thread *t, struct hs_ring_meta *m, uint64_t
     struct hs_pyframe *py = (struct hs_pyframe *)(tail + depth + 1);
     uint32_t why = 0;
     uint64_t part = 0;
-    int n = hs_py_frames(py, &why, &part);
+    int n = python_frames(py, &why, &part);
     if (n < -1)
       return hs_ok(n + 1);
     if (n >= 0) {
@@ -115,7 +173,7 @@ HS_INLINE int sample_stack(struct hs_thread *t, struct hs_ring_meta *m, uint64_t
   *id_out = id;
   if (!hs_ok(hs_modules_poll(&hs_session.ring)))
     return 0;
-  /* Python stacks: a memo of ids known to be sent, as pysend.c's code memo,
+  /* Python stacks: a memo of ids known to be sent, as code_memo above,
    * saves the probe of the big table (a cache and TLB miss) when a stack
    * repeats. */
   uint64_t *memo = py_bytes ? &stack_memo[id & (STACK_MEMO_SLOTS - 1)] : NULL;
@@ -297,4 +355,5 @@ void hs_record_reset(void) {
   py_heap_announced = 0;
   memset(stack_memo, 0, sizeof stack_memo);
   memset(native_checked, 0, sizeof native_checked);
+  memset(code_memo, 0, sizeof code_memo);
 }

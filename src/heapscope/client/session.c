@@ -258,11 +258,11 @@ static int restart_in_child(void) {
     (void)munmap(hs_session.ring.meta, HS_META_SIZE + hs_session.ring.size);
   }
   memset(&hs_session.ring, 0, sizeof hs_session.ring);
-  hs_record_reset(); /* the sampled addresses, the memos, Python's heap's announcement */
+  hs_record_reset(); /* the sampled addresses, the memos (code keys too), Python's heap's announcement */
   hs_malloc_seq.next = 1;
   hs_py_seq.next = 1;
   hs_session.threads = 0;
-  hs_py_send_reset(); /* the code-copy slots and the memo of code keys sent */
+  hs_py_send_reset(); /* the code-copy slots */
   hs_py_memo_reset(); /* its frames' code objects were sent to the parent's session */
   struct hs_config cfg;
   if (saved_path[0] && hs_stacks_init() == HS_OK && hs_modules_init() == HS_OK &&
