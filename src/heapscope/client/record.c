@@ -59,10 +59,10 @@ int hs_record_announce_py_heap(void) {
 
 /* ---- a sample's Python frames (docs/python-frames.md) ----
  *
- * Here rather than in pysend.c: a static function of the sample's own file
- * is called the compiler's way (it knows which registers it uses), which a
- * call into another file cannot be; that call cost 3 to 8 instructions a
- * Python sample in benchmarks/hotpath.py's Python section. */
+ * Here rather than in pysend.c, as before the client's files were cut: a
+ * static function of the sample's own file may be called the compiler's way
+ * (it knows which registers it uses), which a call into another file cannot
+ * be. pysend.c sends the code objects it meets for the first time. */
 
 #define CODE_KEY_SALT UINT64_C(0x5be0cd19137e2179) /* code keys share the stack table */
 #define CODE_MEMO_SLOTS 4096u
