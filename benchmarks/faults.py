@@ -32,7 +32,7 @@ import run as bench_run  # noqa: E402
 # Runs argv[2:] as a child and writes the child's rusage to argv[1]: user s, sys s, minor faults,
 # peak RSS in KiB. Under record this wrapper is profiled too, but only its child is counted. Spawned
 # (glibc: clone with CLONE_VM | CLONE_VFORK, then exec), not forked: a fork child of a profiled Python
-# process restarts the client (client.c, restart_in_child) before its exec, and its faults counted.
+# process restarts the client (client/session.c, restart_in_child) before its exec, and its faults counted.
 _WRAPPER = """
 import os, sys
 pid = os.posix_spawnp(sys.argv[2], sys.argv[2:], os.environ)

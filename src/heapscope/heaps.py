@@ -26,12 +26,13 @@ import re
 import threading
 from collections.abc import Callable
 
+from heapscope.wire.heapnames import RESERVED
+
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
 if TYPE_CHECKING:
     from typing import Any
 
 NAME_MAX = 31  # wire.h HS_HEAP_NAME_SIZE - 1
-RESERVED = frozenset({"libc.malloc", "all", "python.pymalloc"})  # all: `--heap all` means every heap
 _NAME = re.compile(rf"[A-Za-z0-9._-]{{1,{NAME_MAX}}}")
 _ADDR_LIMIT = 1 << 56
 

@@ -1,7 +1,7 @@
 """The target's start: its spawn, and what `record` does before the producer exists (issue 13).
 
 A started target waits in its client's constructor for the answer to its
-handshake (client/client.c, "handshake"): what `heapscope record` does
+handshake (client/connect.c): what `heapscope record` does
 before that answer is added to the target's run. So `record` spawns the
 target and answers its first handshakes with this module and
 producer/listener.py only (os, _signal, _socket, struct, mmap: no enum,

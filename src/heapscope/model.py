@@ -7,6 +7,8 @@ checker (a FrameId is not a CallsiteId).
 from __future__ import annotations
 
 from heapscope.slots import FrozenSlots, Slots
+from heapscope.wire.heapnames import MALLOC_HEAP_NAME
+from heapscope.wire.heapnames import PY_HEAP_NAME as PY_HEAP_NAME
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
 if TYPE_CHECKING:
@@ -22,8 +24,7 @@ else:  # what a NewType is at run time: the identity (typing costs `record` ~2 m
 
     FrameId = CallsiteId = Upid = MappingId
 
-HEAP_NAME = "libc.malloc"
-PY_HEAP_NAME = "python.pymalloc"  # Python's MEM and OBJ allocator domains (client/pymem.c, wire.h)
+HEAP_NAME = MALLOC_HEAP_NAME  # wire/heapnames.py: one definition with wire.h
 VIEWS = ("space", "alloc_space", "objects", "alloc_objects")
 
 # The pseudo-mapping of one process's code outside every loaded object (JIT code,

@@ -34,7 +34,7 @@
  * can run, and cleared only when no key of the bucket is left in the table
  * (the remove looks: all keys of a bucket share a probe run, below) and the
  * bucket is not pinned (hs_addrset_pin). Keys of different heaps of one
- * address (addr ^ heap id << 56, client.h, heaps.c) share a bucket, so do
+ * address (addr ^ heap id << 56, record.h, heaps.c) share a bucket, so do
  * aliases 512 MiB apart and a custom heap's objects smaller than 16 bytes.
  *
  * The set. 256 shards; a shard = the low 8 bits of the filter word index

@@ -54,7 +54,7 @@ HS_HIDDEN void hs_cfa_stats(struct hs_cfa_stats *out);
 #ifdef HS_CFA_SELFTEST
 /* Tests only: every pc of every FDE of the object whose code holds addr,
  * its rule through the memo of decoded FDEs against its FDE program run up
- * to it (cfa.c). */
+ * to it (cfa_eh.c). */
 struct hs_cfa_selftest {
   uint64_t fdes, pcs, differ, kept; /* kept: FDEs in the memo at the end of their check */
   uint64_t first_differ[8];         /* pc - 1 of the first differences */

@@ -1,6 +1,7 @@
 /*
  * common.h: small things every client file shares: attributes, the status
- * convention, the per-thread state with the reentrancy guard, debug output.
+ * convention, populating a table's pages. No state: the per-thread state,
+ * the guard and debug output are the state layer's (state.h).
  */
 #ifndef HEAPSCOPE_CLIENT_COMMON_H
 #define HEAPSCOPE_CLIENT_COMMON_H
@@ -8,8 +9,6 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/mman.h>
-
-#include "sampler.h"
 
 #define HS_HIDDEN __attribute__((visibility("hidden")))
 #define HS_EXPORT __attribute__((visibility("default")))
@@ -22,34 +21,6 @@
  * record was lost but the client keeps going), or a negative value that
  * disables the client: -(enum hs_client_error). */
 enum { HS_OK = 0, HS_DROPPED = 1 };
-
-/* Everything one thread owns. Initial-exec TLS: one %fs-relative access, no
- * __tls_get_addr call (which may allocate) and no lazy setup. */
-struct hs_thread {
-  struct hs_sampler sampler; /* countdown first: the hot field */
-  /* Reentrancy guard. While set, the hooks record nothing and go on to the
-   * real allocator (an allocation only moves the countdown, and a sample
-   * point that lands on it is dropped: client.h, hs_alloc_unrecorded). It
-   * is set around everything the client does itself, because libc, the
-   * loader and libunwind allocate internally: without it a hook would
-   * recurse into the client, or deadlock on a lock the client already
-   * holds. It also covers signal handlers that allocate while this thread
-   * is inside the client. */
-  int guard;
-  uint32_t unwinds; /* count of this thread's unwinds, for timing 1 in 64 */
-  int stack_known;  /* stack_lo/hi set (unwind.c, frame-pointer walk) */
-  uintptr_t stack_lo, stack_hi; /* this thread's stack, [lo, hi) */
-  /* &errno of this thread (it never moves), taken with its sampler
-   * (client.c, thread_init): a sample keeps errno without calling
-   * __errno_location. */
-  int *errno_at;
-};
-
-extern HS_TLS struct hs_thread hs_thread_state HS_HIDDEN;
-
-/* One line on stderr via write(2), only when HEAPSCOPE_DEBUG=1. Never stdio,
- * never allocates. */
-HS_HIDDEN void hs_debug(const char *msg, uint64_t value);
 
 /* Writes in the pages of [p, p + len) in one call, the first time only
  * (*done goes 0 -> 1): a table that is read before it is written costs two

@@ -30,17 +30,16 @@
  * again (before the pool's own free), as the malloc hooks do: the free's
  * sequence number is then always before that of the address's reuse.
  */
-#include "heaps.h"
-
 #include <errno.h>
 #include <sched.h>
 #include <string.h>
-#include <time.h>
 
-#include "client.h"
+#include "addrset.h"
 #include "modules.h"
+#include "ring.h"
 #include "sampler.h"
 #include "stacks.h"
+#include "state.h"
 #include "unwind.h"
 #include "wire.h"
 
@@ -75,8 +74,9 @@ static int lock_bounded(uint32_t *lock) {
 
 static void unlock(uint32_t *lock) { __atomic_store_n(lock, 0, __ATOMIC_RELEASE); }
 
-/* 1..HS_HEAP_NAME_SIZE-1 bytes of [A-Za-z0-9._-], not libc.malloc, all or
- * python.pymalloc. The same rule is in heaps.py (heapscope.heaps.valid_name). */
+/* 1..HS_HEAP_NAME_SIZE-1 bytes of [A-Za-z0-9._-], not a name heapscope
+ * gives (wire.h: malloc's, Python's, "all"). The same rule is in heaps.py
+ * (heapscope.heaps.valid_name), from the same names (wire/heapnames.py). */
 static int name_ok(const char *name, size_t *len) {
   if (!name)
     return 0;
@@ -89,7 +89,7 @@ static int name_ok(const char *name, size_t *len) {
           c == '.' || c == '_' || c == '-'))
       return 0;
   }
-  if (strcmp(name, "libc.malloc") == 0 || strcmp(name, "all") == 0 ||
+  if (strcmp(name, HS_MALLOC_HEAP_NAME) == 0 || strcmp(name, HS_ALL_HEAPS_NAME) == 0 ||
       strcmp(name, HS_PY_HEAP_NAME) == 0)
     return 0; /* "all": --heap all means every heap (store/select.py); Python's: pymem.c */
   *len = n;
@@ -121,19 +121,17 @@ static uint32_t register_heap(const char *name, size_t len, uint64_t interval) {
   h->name[len] = '\0';
   h->seq = 1;
   if (interval == 0)
-    interval = hs_client_interval();
+    interval = hs_session.interval;
   hs_sampler_init(&h->sampler, interval,
-                  hs_sampler_mix_seed(hs_client_seed(), UINT64_C(1) << 32 | (i + HS_FIRST_CUSTOM_HEAP)));
+                  hs_sampler_mix_seed(hs_session.seed, UINT64_C(1) << 32 | (i + HS_FIRST_CUSTOM_HEAP)));
   struct hs_heap rec;
   memset(&rec, 0, sizeof rec);
   rec.interval = h->sampler.interval; /* as clamped */
   rec.heap_id = i + HS_FIRST_CUSTOM_HEAP;
   memcpy(rec.name, h->name, len + 1);
-  int rc = hs_ring_write(hs_client_ring(), HS_REC_HEAP, &rec, sizeof rec, NULL, 0, 0);
-  if (rc < 0) {
-    hs_client_fail(rc);
+  int rc = hs_ring_write(&hs_session.ring, HS_REC_HEAP, &rec, sizeof rec, NULL, 0, 0);
+  if (!hs_ok(rc))
     return 0;
-  }
   if (rc == HS_DROPPED)
     return 0; /* unannounced: the heap stays off (its name keeps the slot) */
   __atomic_store_n(&h->ready, 1, __ATOMIC_RELEASE);
@@ -147,16 +145,16 @@ HS_EXPORT uint32_t heapscope_heap_register_v1(const char *name, uint64_t interva
   if (!__atomic_load_n(&hs_enabled, __ATOMIC_ACQUIRE) || !name_ok(name, &len))
     return 0;
   struct hs_thread *t = &hs_thread_state;
-  if (t->guard)
+  if (hs_guard_held(t))
     return 0; /* from inside the client (a signal handler): not now */
   int saved_errno = errno;
-  t->guard = 1; /* the ring wait may allocate; and see the top of this file */
+  int was = hs_guard_enter(t); /* the ring wait may allocate; and see the top of this file */
   uint32_t id = 0;
   if (lock_bounded(&register_lock)) {
     id = register_heap(name, len, interval);
     unlock(&register_lock);
   }
-  t->guard = 0;
+  hs_guard_leave(t, was);
   errno = saved_errno;
   return id;
 }
@@ -168,19 +166,13 @@ static uint64_t key_of(uint32_t id, const void *addr) {
   return a ^ ((uint64_t)id << 56);
 }
 
-static uint64_t coarse_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* The stack of this call, interned and sent when new; as client.c's
- * sample(). Returns its id, or sets *failed. */
+/* The stack of this call, interned and sent when new; as record.c's
+ * sample_stack(). Returns its id, or sets *failed. */
 static uint64_t take_stack(struct hs_ring *r, int *failed) {
   struct hs_ring_meta *m = r->meta;
   uint64_t pcs[HS_MAX_FRAMES];
   int truncated = 0;
-  uint32_t depth = hs_unwind(pcs, hs_client_max_frames(), &truncated);
+  uint32_t depth = hs_unwind(pcs, hs_session.max_frames, &truncated);
   if (depth == 0)
     __atomic_fetch_add(&m->unwinding_errors, 1, __ATOMIC_RELAXED);
   if (truncated)
@@ -197,7 +189,7 @@ static uint64_t take_stack(struct hs_ring *r, int *failed) {
     rc = hs_ring_write(r, HS_REC_STACK, &st, sizeof st, pcs, depth * sizeof(uint64_t), 0);
   }
   if (rc < 0) {
-    hs_client_fail(rc);
+    (void)hs_ok(rc);
     *failed = 1;
   }
   return id;
@@ -205,7 +197,7 @@ static uint64_t take_stack(struct hs_ring *r, int *failed) {
 
 static void sample(struct custom_heap *h, uint32_t id, uint64_t key, const void *addr,
                    uint64_t size, uint64_t sample_size) {
-  struct hs_ring *shared = hs_client_ring();
+  struct hs_ring *shared = &hs_session.ring;
   int failed = 0;
   uint64_t stack_id = take_stack(shared, &failed);
   if (failed)
@@ -214,12 +206,10 @@ static void sample(struct custom_heap *h, uint32_t id, uint64_t key, const void 
   struct hs_ring r = *shared;
   r.seq = &h->seq;
   struct hs_heap_malloc rec = {0, id, 0, (uint64_t)(uintptr_t)addr, sample_size, size,
-                               stack_id, coarse_ns()};
+                               stack_id, hs_coarse_ns()};
   int rc = hs_ring_write(&r, HS_REC_HEAP_MALLOC, &rec, sizeof rec, NULL, 0, 1);
-  if (rc < 0) {
-    hs_client_fail(rc);
+  if (!hs_ok(rc))
     return;
-  }
   if (rc == HS_DROPPED)
     return; /* never announced: its free must not be either */
   if (hs_addrset_insert((const void *)(uintptr_t)key) != HS_OK)
@@ -232,20 +222,20 @@ HS_EXPORT void heapscope_heap_alloc_v1(uint32_t id, const void *addr, uint64_t s
   struct custom_heap *h = heap_of(id);
   struct hs_thread *t = &hs_thread_state;
   uint64_t key = key_of(id, addr);
-  if (!h || key == 0 || size == 0 || t->guard)
+  if (!h || key == 0 || size == 0 || hs_guard_held(t))
     return;
   int saved_errno = errno;
-  t->guard = 1; /* unwinding and the ring wait may allocate */
+  int was = hs_guard_enter(t); /* unwinding and the ring wait may allocate */
   uint64_t sample_size = 0;
   if (lock_bounded(&h->lock)) {
     sample_size = hs_sampler_sample(&h->sampler, size);
     unlock(&h->lock);
   } else {
-    __atomic_fetch_add(&hs_client_ring()->meta->dropped_records, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&hs_session.ring.meta->dropped_records, 1, __ATOMIC_RELAXED);
   }
   if (sample_size)
     sample(h, id, key, addr, size, sample_size);
-  t->guard = 0;
+  hs_guard_leave(t, was);
   errno = saved_errno;
 }
 
@@ -259,21 +249,20 @@ HS_EXPORT void heapscope_heap_free_v1(uint32_t id, const void *addr) {
   struct custom_heap *h = heap_of(id);
   struct hs_thread *t = &hs_thread_state;
   uint64_t key = key_of(id, addr);
-  if (!h || key == 0 || t->guard)
+  if (!h || key == 0 || hs_guard_held(t))
     return;
   if (!hs_addrset_contains((const void *)(uintptr_t)key))
     return; /* not sampled, or never reported: ignored */
   int saved_errno = errno;
-  t->guard = 1;
+  int was = hs_guard_enter(t);
   if (hs_addrset_remove((const void *)(uintptr_t)key)) {
-    struct hs_ring r = *hs_client_ring();
+    struct hs_ring r = hs_session.ring;
     r.seq = &h->seq;
     struct hs_heap_free rec = {0, id, 0, (uint64_t)(uintptr_t)addr};
     int rc = hs_ring_write(&r, HS_REC_HEAP_FREE, &rec, sizeof rec, NULL, 0, 1);
-    if (rc < 0)
-      hs_client_fail(rc);
+    (void)hs_ok(rc);
   }
-  t->guard = 0;
+  hs_guard_leave(t, was);
   errno = saved_errno;
 }
 

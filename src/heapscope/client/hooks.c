@@ -1,6 +1,6 @@
 /*
  * hooks.c: the interposed symbols, and nothing else (no logic). Each one
- * calls the real allocator and records the call (client.h).
+ * calls the real allocator and records the call (record.h).
  *
  *   malloc, calloc, realloc: whether the allocation can be recorded is
  *            known before the real call (hs_alloc_unrecorded needs only the
@@ -26,8 +26,9 @@
 #include <errno.h>
 #include <string.h>
 
-#include "client.h"
 #include "real.h"
+#include "record.h"
+#include "state.h"
 
 #define HS_COLD_PATH __attribute__((noinline, cold))
 
@@ -46,7 +47,7 @@ HS_EXPORT void free(void *p) {
   /* The arena's granules are pinned in the filter (hs_real_resolve), so one
    * test covers both. */
   if (HS_UNLIKELY(hs_addr_maybe_sampled(p))) {
-    hs_free_checked(p); /* client.c: a tail call */
+    hs_free_checked(p); /* record.c: a tail call */
     return;
   }
   HS_REAL(free)(p);

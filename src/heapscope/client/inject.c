@@ -2,6 +2,7 @@
 #include "inject.h"
 
 #include "family.h"
+#include "state.h"
 
 #include <dlfcn.h>
 #include <elf.h>

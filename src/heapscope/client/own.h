@@ -6,7 +6,7 @@
  * address tables, the unwinder's caches, the library's static tables. Each
  * file that maps a table registers it here (rare events: at start, when a
  * table grows, in a fork child's restart); at the process's end (its last
- * destructor or _exit: client.c, note_exit) the client adds up what of it is resident and leaves that in the ring's meta
+ * destructor or _exit: session.c, note_exit) the client adds up what of it is resident and leaves that in the ring's meta
  * (own_rss, wire.h) for the producer to book.
  *
  * The two registration calls are weak: the C unit tests build one client

@@ -47,6 +47,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pyframes_rt.h"
+
 /* The layout rows. Every number comes from that version's own headers
  * (offsetof/sizeof on x86-64 / aarch64 LP64 builds without Py_TRACE_REFS);
  * tests/unit/client/pyframes_layout.c checks each row against the headers
@@ -101,51 +103,9 @@ const struct hs_py_layout *hs_py_layout_for(unsigned minor) {
 #define OWNED_BY_GENERATOR 1
 #define OWNED_BY_CSTACK 3 /* 3.12+: the shim frame of an eval activation */
 
-/* Bounds. The chain bound stops a cycle; strings and tables longer than
- * these are not names or line tables we want. */
-#define MAX_CHAIN_STEPS 100000
-#define MAX_STR_CHARS (1u << 20)
-#define MAX_CODE_UNITS (1u << 26)
-
-typedef void *(*get_tstate_fn)(void);
-typedef int (*is_initialized_fn)(void);
-
-struct py_runtime {
-  const struct hs_py_layout *lay; /* NULL unless supported */
-  get_tstate_fn get_tstate;
-  is_initialized_fn is_initialized;
-  uintptr_t code_type, frame_type, unicode_type, bytes_type;
-  uint64_t eval_lo, eval_hi;
-  unsigned long hexversion;
-};
-
-static struct py_runtime rt;
+struct py_runtime hs_py_rt;
 static int rt_state; /* enum hs_py_state, published last (release) */
 static char status_line[200] = "python frames: no CPython in the process";
-
-/* ------------------------------------------------------------------ */
-/* Validated loads                                                     */
-
-/* Non-NULL, not in the first page, canonical user space (x86-64 and
- * aarch64 both stay below 2^47 for user space by default), aligned. */
-static inline int ptr_ok(uintptr_t p, uintptr_t align) {
-  return p >= 4096 && p < ((uintptr_t)1 << 47) && (p & (align - 1)) == 0;
-}
-
-static inline uintptr_t load_ptr(uintptr_t base, unsigned off) {
-  return *(const volatile uintptr_t *)(base + off);
-}
-static inline int32_t load_i32(uintptr_t base, unsigned off) {
-  return *(const volatile int32_t *)(base + off);
-}
-static inline int8_t load_i8(uintptr_t base, unsigned off) {
-  return *(const volatile int8_t *)(base + off);
-}
-
-/* p is an object whose type is exactly `type`. */
-static inline int is_a(uintptr_t p, uintptr_t type) {
-  return ptr_ok(p, 8) && load_ptr(p, rt.lay->ob_type) == type;
-}
 
 /* ------------------------------------------------------------------ */
 /* Detection (start-up, not hook-safe)                                 */
@@ -201,10 +161,10 @@ static int publish(int state) {
 }
 
 static int unsupported(const char *why) {
-  rt.lay = NULL;
+  hs_py_rt.lay = NULL;
   snprintf(status_line, sizeof status_line,
            "python frames: off, CPython %lu.%lu %s: stacks are native-only",
-           (rt.hexversion >> 24) & 0xff, (rt.hexversion >> 16) & 0xff, why);
+           (hs_py_rt.hexversion >> 24) & 0xff, (hs_py_rt.hexversion >> 16) & 0xff, why);
   return publish(HS_PY_UNSUPPORTED);
 }
 
@@ -246,7 +206,7 @@ static int detect(int fake, unsigned long fake_version, int fake_free_threaded) 
     r.hexversion = fake_version;
     free_threaded = fake_free_threaded;
   }
-  rt = r;
+  hs_py_rt = r;
   if (r.hexversion == 0) {
     snprintf(status_line, sizeof status_line,
              "python frames: off, the CPython version could not be read: stacks are native-only");
@@ -276,7 +236,7 @@ static int detect(int fake, unsigned long fake_version, int fake_free_threaded) 
     r.eval_hi = r.eval_lo + sym->st_size;
   }
   r.lay = lay;
-  rt = r;
+  hs_py_rt = r;
   snprintf(status_line, sizeof status_line, "python frames: CPython %u.%u (layout known)",
            major, minor);
   return publish(HS_PY_SUPPORTED);
@@ -295,11 +255,11 @@ int hs_py_state(void) {
 }
 
 unsigned long hs_py_hexversion(void) {
-  return rt.hexversion;
+  return hs_py_rt.hexversion;
 }
 
 int hs_py_line_format(void) {
-  return hs_py_state() == HS_PY_SUPPORTED ? rt.lay->line_format : 0;
+  return hs_py_state() == HS_PY_SUPPORTED ? hs_py_rt.lay->line_format : 0;
 }
 
 const char *hs_py_status_line(void) {
@@ -308,43 +268,8 @@ const char *hs_py_status_line(void) {
 
 void hs_py_eval_range(uint64_t *lo, uint64_t *hi) {
   int ok = hs_py_state() == HS_PY_SUPPORTED;
-  *lo = ok ? rt.eval_lo : 0;
-  *hi = ok ? rt.eval_hi : 0;
-}
-
-/* ------------------------------------------------------------------ */
-/* Code keys (hook-safe)                                               */
-
-/* splitmix64's finalizer: every bit of the input moves every bit. */
-static inline uint64_t finish(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-static inline uint64_t rotl(uint64_t v, unsigned r) {
-  return (v << r) | (v >> (64 - r));
-}
-
-/* The key of a code object already checked to be one (hs_py_code_key): its
- * address and the addresses of its name, file and line table, each turned
- * by a different amount (user-space pointers have their top 17 bits clear,
- * so the four land on different bits), its first line, then the finalizer.
- * Computed once per frame of every sample: a third of the instructions of
- * a multiply-rotate step per field. */
-static inline __attribute__((always_inline)) uint64_t key_from(uintptr_t code, uint64_t name,
-                                                               uint64_t file, uint64_t lines,
-                                                               int32_t firstline) {
-  uint64_t h = code ^ rotl(name, 16) ^ rotl(file, 32) ^ rotl(lines, 48);
-  h = finish(h * 0x9e3779b97f4a7c15ull ^ (uint64_t)(uint32_t)firstline);
-  return h ? h : 1;
-}
-
-static inline __attribute__((always_inline)) uint64_t key_of(const struct hs_py_layout *L,
-                                                             uintptr_t code) {
-  return key_from(code, load_ptr(code, L->co_qualname ? L->co_qualname : L->co_name),
-                  load_ptr(code, L->co_filename), load_ptr(code, L->co_lines),
-                  load_i32(code, L->co_firstlineno));
+  *lo = ok ? hs_py_rt.eval_lo : 0;
+  *hi = ok ? hs_py_rt.eval_hi : 0;
 }
 
 /* The Python part's hash, built from the root (outermost frame) inward:
@@ -496,7 +421,10 @@ static inline __attribute__((always_inline)) int memo_verify(const struct hs_py_
   return -1;
 }
 
-/* One chain, either model, with or without a memo slot. */
+/* One chain, either model, with or without a memo slot. Long on purpose:
+ * it is the per-frame loop of every Python sample, inlined whole; its checks,
+ * the memo's matching and the output share one pass over one chain, and
+ * split into functions they would reload or pass the walk's state per frame. */
 static inline __attribute__((always_inline)) int walk_chain(const struct hs_py_layout *L,
                                                             uintptr_t frame_type,
                                                             uintptr_t code_type, uintptr_t f,
@@ -703,15 +631,15 @@ static inline __attribute__((always_inline)) int walk(struct hs_py_frame *out, u
     info->hash = PART_SEED;
     info->fresh = 0;
   }
-  if (hs_py_state() != HS_PY_SUPPORTED || !rt.is_initialized()) {
+  if (hs_py_state() != HS_PY_SUPPORTED || !hs_py_rt.is_initialized()) {
     w = HS_PY_WALK_NOSTATE;
     goto done;
   }
   /* The loops below are compiled once per row (walk_row): every offset is
    * a constant of the instructions. */
-  const struct hs_py_layout *row = rt.lay;
-  const uintptr_t code_type = rt.code_type, frame_type = rt.frame_type;
-  uintptr_t ts = (uintptr_t)rt.get_tstate();
+  const struct hs_py_layout *row = hs_py_rt.lay;
+  const uintptr_t code_type = hs_py_rt.code_type, frame_type = hs_py_rt.frame_type;
+  uintptr_t ts = (uintptr_t)hs_py_rt.get_tstate();
   if (ts == 0) {
     w = HS_PY_WALK_NOSTATE;
     goto done;
@@ -760,123 +688,4 @@ int hs_py_walk(struct hs_py_frame *out, int max, unsigned *why) {
 int hs_py_walk_keyed(struct hs_py_frame *out, uint64_t *codes, int max, unsigned *why,
                      struct hs_py_walk_info *info) {
   return walk(out, codes, max, why, info);
-}
-
-/* ------------------------------------------------------------------ */
-/* Code objects (hook-safe)                                            */
-
-/* Appends code point c as UTF-8; a lone surrogate U+DC80..U+DCFF (what
- * surrogateescape makes of an undecodable byte in a file name) becomes that
- * byte again, other surrogates U+FFFD. Returns 0 when it does not fit. */
-static int put_utf8(char *buf, uint32_t cap, uint32_t *len, uint32_t c) {
-  unsigned char b[4];
-  uint32_t k;
-  if (c >= 0xdc80 && c <= 0xdcff) {
-    b[0] = (unsigned char)(c - 0xdc00);
-    k = 1;
-  } else {
-    if (c >= 0xd800 && c <= 0xdfff) c = 0xfffd;
-    if (c < 0x80) {
-      b[0] = (unsigned char)c;
-      k = 1;
-    } else if (c < 0x800) {
-      b[0] = (unsigned char)(0xc0 | (c >> 6));
-      b[1] = (unsigned char)(0x80 | (c & 0x3f));
-      k = 2;
-    } else if (c < 0x10000) {
-      b[0] = (unsigned char)(0xe0 | (c >> 12));
-      b[1] = (unsigned char)(0x80 | ((c >> 6) & 0x3f));
-      b[2] = (unsigned char)(0x80 | (c & 0x3f));
-      k = 3;
-    } else {
-      b[0] = (unsigned char)(0xf0 | (c >> 18));
-      b[1] = (unsigned char)(0x80 | ((c >> 12) & 0x3f));
-      b[2] = (unsigned char)(0x80 | ((c >> 6) & 0x3f));
-      b[3] = (unsigned char)(0x80 | (c & 0x3f));
-      k = 4;
-    }
-  }
-  if (cap - *len < k) return 0;
-  memcpy(buf + *len, b, k);
-  *len += k;
-  return 1;
-}
-
-/* Copies str object s as UTF-8. Returns -1 if s is not a str we can read,
- * 1 if it was cut, 0 otherwise. The layout of PyASCIIObject.state (bits:
- * interned 0-1, kind 2-4, compact 5, ascii 6) is the same in 3.8-3.13 and
- * is checked by the layout test. */
-static int copy_str(uintptr_t s, char *buf, uint32_t cap, uint32_t *len) {
-  const struct hs_py_layout *L = rt.lay;
-  *len = 0;
-  if (!is_a(s, rt.unicode_type)) return -1;
-  intptr_t length = (intptr_t)load_ptr(s, L->str_length);
-  uint32_t state = (uint32_t)load_i32(s, L->str_state);
-  unsigned kind = (state >> 2) & 7, compact = (state >> 5) & 1, ascii = (state >> 6) & 1;
-  if (length < 0 || (uintptr_t)length > MAX_STR_CHARS) return -1;
-  if (kind != 1 && kind != 2 && kind != 4) return -1;
-  uintptr_t data;
-  if (compact) {
-    data = s + (ascii ? L->str_ascii_size : L->str_compact_size);
-  } else {
-    /* A legacy (non-compact) str: PyUnicodeObject.data.any follows the
-     * compact header. */
-    data = load_ptr(s, L->str_compact_size);
-    if (!ptr_ok(data, kind)) return -1;
-  }
-  if (buf == NULL) cap = 0;
-  if (compact && ascii) {
-    /* ASCII: the characters are the UTF-8 bytes (most names and paths). */
-    uint32_t take = (uintptr_t)length > cap ? cap : (uint32_t)length;
-    if (take > 0) memcpy(buf, (const void *)data, take);
-    *len = take;
-    return take < (uintptr_t)length;
-  }
-  for (intptr_t i = 0; i < length; i++) {
-    uint32_t c;
-    if (kind == 1) c = ((const volatile uint8_t *)data)[i];
-    else if (kind == 2) c = ((const volatile uint16_t *)data)[i];
-    else c = ((const volatile uint32_t *)data)[i];
-    if (c > 0x10ffff) return -1;
-    if (!put_utf8(buf, cap, len, c)) return 1;
-  }
-  return 0;
-}
-
-uint64_t hs_py_code_key(uint64_t code_addr) {
-  if (hs_py_state() != HS_PY_SUPPORTED) return 0;
-  const struct hs_py_layout *L = rt.lay;
-  uintptr_t code = (uintptr_t)code_addr;
-  if (!is_a(code, rt.code_type)) return 0;
-  return key_of(L, code);
-}
-
-int hs_py_code_info(uint64_t code_addr, struct hs_py_code_info *out) {
-  if (hs_py_state() != HS_PY_SUPPORTED) return -1;
-  const struct hs_py_layout *L = rt.lay;
-  uintptr_t code = (uintptr_t)code_addr;
-  if (!is_a(code, rt.code_type)) return -1;
-  out->truncated = 0;
-  out->line_format = L->line_format;
-  out->first_line = load_i32(code, L->co_firstlineno);
-  uintptr_t name = load_ptr(code, L->co_qualname ? L->co_qualname : L->co_name);
-  int r = copy_str(name, out->name, out->name_cap, &out->name_len);
-  if (r < 0) return -1;
-  if (r > 0) out->truncated |= 1;
-  r = copy_str(load_ptr(code, L->co_filename), out->file, out->file_cap, &out->file_len);
-  if (r < 0) return -1;
-  if (r > 0) out->truncated |= 2;
-  uintptr_t table = load_ptr(code, L->co_lines);
-  if (!is_a(table, rt.bytes_type)) return -1;
-  intptr_t size = (intptr_t)load_ptr(table, L->bytes_size);
-  if (size < 0 || (uintptr_t)size > MAX_CODE_UNITS) return -1;
-  uint32_t take = (uint32_t)size;
-  if (out->table == NULL) out->table_cap = 0;
-  if (take > out->table_cap) {
-    take = out->table_cap;
-    out->truncated |= 4;
-  }
-  if (take > 0) memcpy(out->table, (const void *)(table + L->bytes_sval), take);
-  out->table_len = take;
-  return 0;
 }

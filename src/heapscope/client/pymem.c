@@ -6,9 +6,9 @@
 #include <string.h>
 #include <sys/auxv.h>
 
-#include "client.h"
-#include "heaps.h"
 #include "pyframes.h"
+#include "record.h"
+#include "state.h"
 
 /* PyMemAllocatorEx and the domains, as in CPython's Include/cpython/pymem.h
  * (the same from 3.5 to 3.13). */
@@ -51,7 +51,7 @@ static size_t booked(size_t n) {
  * itself (1 to `direct` bytes) and smaller than the sampling interval (both
  * in `fast`) that the countdown does not reach costs the countdown
  * decrement and a jump to that allocator (a tail call: no frame of ours, no
- * guard). The countdown is this thread's malloc countdown (client.h); a
+ * guard). The countdown is this thread's malloc countdown (record.h); a
  * thread that has not sampled yet has countdown 0 and goes the slow way,
  * which sets it up. As the malloc hook's fast path, this one leaves the
  * guard to the slow path (hs_record_py_alloc_slow drops a sample taken
@@ -77,7 +77,7 @@ static struct py_domain stock;
 /* The client is off for good (hs_enabled goes 1 -> 0 only once; before the
  * session starts no Python runs): the countdown is set so far that this
  * thread's requests take the fast path again. A fork child's new session
- * sets its one thread's countdown afresh (client.c, restart_in_child). */
+ * sets its one thread's countdown afresh (session.c, restart_in_child). */
 static inline void park_if_off(void) {
   if (HS_UNLIKELY(!__atomic_load_n(&hs_enabled, __ATOMIC_RELAXED)))
     hs_thread_state.sampler.countdown = INT64_MAX / 2;
@@ -85,10 +85,9 @@ static inline void park_if_off(void) {
 
 static inline __attribute__((always_inline)) void *malloc_guarded(struct py_domain *d, size_t n) {
   struct hs_thread *t = &hs_thread_state;
-  int saved = t->guard;
-  t->guard = 1; /* what pymalloc passes on to malloc is this request, not another */
+  int was = hs_guard_enter(t); /* what pymalloc passes on to malloc is this request, not another */
   void *p = d->prev.malloc(d->prev.ctx, n);
-  t->guard = saved;
+  hs_guard_leave(t, was);
   hs_record_py_alloc(p, booked(n));
   park_if_off();
   return p;
@@ -137,10 +136,9 @@ static void *s_malloc(void *ctx, size_t n) {
 static inline __attribute__((always_inline)) void *calloc_guarded(struct py_domain *d, size_t nelem,
                                                                   size_t elsize) {
   struct hs_thread *t = &hs_thread_state;
-  int saved = t->guard;
-  t->guard = 1;
+  int was = hs_guard_enter(t);
   void *p = d->prev.calloc(d->prev.ctx, nelem, elsize);
-  t->guard = saved;
+  hs_guard_leave(t, was);
   size_t total;
   if (p && !__builtin_mul_overflow(nelem, elsize, &total))
     hs_record_py_alloc(p, booked(total));
@@ -177,10 +175,9 @@ static inline __attribute__((always_inline)) void *realloc_guarded(struct py_dom
                                                                    size_t n) {
   struct hs_thread *t = &hs_thread_state;
   hs_record_py_free(old); /* as the realloc hook: before, so the address cannot be reused first */
-  int saved = t->guard;
-  t->guard = 1; /* a realloc may move any block to or from malloc */
+  int was = hs_guard_enter(t); /* a realloc may move any block to or from malloc */
   void *p = d->prev.realloc(d->prev.ctx, old, n);
-  t->guard = saved;
+  hs_guard_leave(t, was);
   hs_record_py_alloc(p, booked(n));
   return p;
 }
@@ -204,10 +201,9 @@ static void *s_realloc(void *ctx, void *old, size_t n) {
   if (HS_UNLIKELY(hs_addr_maybe_sampled(old)) || !py_fast(&stock, n))
     return s_realloc_guarded(ctx, old, n);
   struct hs_thread *t = &hs_thread_state;
-  int saved = t->guard;
-  t->guard = 1;
+  int was = hs_guard_enter(t);
   void *p = stock.prev.realloc(ctx, old, n);
-  t->guard = saved;
+  hs_guard_leave(t, was);
   return p;
 }
 
@@ -315,12 +311,12 @@ static int wrap_domains(void) {
     /* Both domains hold the same allocator (stock_pymalloc): one entry. */
     stock.prev = wrapped[PY_DOMAIN_OBJ].prev;
     stock.direct = direct;
-    stock.fast = fast_limit(direct, hs_client_interval());
+    stock.fast = fast_limit(direct, hs_session.interval);
   }
   for (unsigned i = 0; i < NDOMAINS; i++) {
     int d = domains[i];
     wrapped[d].direct = direct;
-    wrapped[d].fast = fast_limit(direct, hs_client_interval());
+    wrapped[d].fast = fast_limit(direct, hs_session.interval);
     struct py_allocator w = {&wrapped[d], w_malloc, w_calloc, w_realloc, w_free};
     if (pymalloc)
       w = (struct py_allocator){NULL, s_malloc, s_calloc, s_realloc, s_free};

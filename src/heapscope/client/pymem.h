@@ -31,12 +31,12 @@ typedef int (*hs_pymem_late_fn)(int installed);
 HS_HIDDEN int hs_pymem_install(hs_pymem_late_fn late);
 
 /* Installs the wrappers now, in a running interpreter: the caller holds the
- * GIL in a pending call (client.c, an interpreter loaded after the start).
+ * GIL in a pending call (session.c, an interpreter loaded after the start).
  * late(-1) is asked first, as above, and not told the outcome. Not
  * hook-safe (dlsym). Returns 1 when installed, 0 when not. */
 HS_HIDDEN int hs_pymem_install_now(hs_pymem_late_fn late);
 
-/* A new session's interval (a fork child's: client.c, restart_in_child),
+/* A new session's interval (a fork child's: session.c, restart_in_child),
  * when the wrappers are already in: the fast path serves only requests
  * below it. Call with no other thread in a domain (one thread). */
 HS_HIDDEN void hs_pymem_session(uint64_t interval);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "addrset.h"
+#include "state.h"
 
 /* Arena allocations carry a 16-byte header holding their size, so that a
  * realloc of one knows how much to copy. 16-byte aligned like malloc. */
@@ -17,7 +18,7 @@ static int arena_pinned;
 
 static void *arena_alloc(size_t size, size_t align) {
   /* The free hook sends only addresses that pass the address filter to
-   * hs_free_checked (client.c), which keeps arena pointers from the real
+   * hs_free_checked (record.c), which keeps arena pointers from the real
    * free: the arena's granules are pinned in the filter before its first
    * pointer exists (addrset.h; a second pin by a racing thread is the
    * same). */
@@ -76,8 +77,7 @@ int hs_real_resolve(void) {
    * hooks must not try to sample those calls; they land in boot_* anyway,
    * which serve them from the arena. */
   struct hs_thread *t = &hs_thread_state;
-  int saved = t->guard;
-  t->guard = 1;
+  int was = hs_guard_enter(t);
   struct hs_real_fns r;
   int missing = 0;
 #define HS_LOOKUP(ret, name, params, required)        \
@@ -86,7 +86,7 @@ int hs_real_resolve(void) {
     missing = 1;
   HS_MALLOC_FAMILY(HS_LOOKUP)
 #undef HS_LOOKUP
-  t->guard = saved;
+  hs_guard_leave(t, was);
   if (missing) {
     /* No allocator behind us: nothing sensible to do but keep serving the
      * arena until it runs out. */

@@ -140,7 +140,7 @@ static int write_waiting(struct hs_ring *r, uint32_t type, const void *a, size_t
 }
 
 /* errno is kept here, around the wait's system calls (nanosleep, recv,
- * fstat), so that the free path need not keep it itself (client.c,
+ * fstat), so that the free path need not keep it itself (record.c,
  * record_free_slow): this is the only place on that path that can set it. */
 int hs_ring_write_slow(struct hs_ring *r, uint32_t type, const void *a, size_t alen, const void *b,
                        size_t blen, int take_seq) {

@@ -35,7 +35,7 @@ struct hs_ring {
   int block;     /* HS_CFG_BLOCK_CLIENT */
   int sock;      /* for the liveness check while blocked */
   uint64_t sock_dev, sock_ino; /* identity of sock, taken at connect */
-  int sock_pinned;             /* the socket outlives sock (client.c, pin_socket) */
+  int sock_pinned;             /* the socket outlives sock (connect.c, pin_socket) */
   uint64_t max_wait_ns;        /* bound of one wait for space */
   uint64_t *seq; /* the process-wide sequence counter */
 };
@@ -102,7 +102,7 @@ hs_ring_fill(unsigned char *dst, uint64_t size, uint32_t type, const void *a, si
 }
 
 /* The common case of a write, in two halves for a caller that builds its
- * record in place (client.c, the MALLOC record of a sample: no copy from
+ * record in place (record.c, the MALLOC record of a sample: no copy from
  * the stack). hs_ring_reserve takes `size` bytes (HS_ALIGN8, header
  * included) when they fit at once, without a pad, and returns 1 with *dst
  * where the record goes (its body at + 8); 0: nothing reserved, write the

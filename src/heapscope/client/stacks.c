@@ -92,7 +92,7 @@ static uint64_t *map_table(void) {
 }
 
 /* Called at start and in a fork child's restart, with no other thread of
- * ours able to run (client.c): the tables of before (a fork child's copies
+ * ours able to run (session.c): the tables of before (a fork child's copies
  * of its parent's, counted in its RSS) are unmapped. */
 int hs_stacks_init(void) {
   uint64_t *old_first = __atomic_load_n(&first, __ATOMIC_ACQUIRE);

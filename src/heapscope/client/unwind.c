@@ -13,19 +13,14 @@
 #include <unistd.h>
 
 #include "inject.h"
+#include "state.h"
 #include "wire.h"
-
-/* Exported by ld.so: the stack pointer at process start, i.e. just above
- * every frame of the main thread. */
-extern void *__libc_stack_end;
 
 typedef int (*unw_backtrace_fn)(void **buffer, int size);
 
 static uint32_t active = HS_UNWINDER_FP;
 static unw_backtrace_fn unw_backtrace_p;
 static uintptr_t own_start, own_end; /* our executable segment */
-static pthread_t main_thread;
-static int have_main_thread;
 
 static int find_own_text(struct dl_phdr_info *info, size_t size, void *data) {
   (void)size;
@@ -49,42 +44,6 @@ static int find_own_text(struct dl_phdr_info *info, size_t size, void *data) {
   return 1;
 }
 
-/* The top of the current thread's stack, exclusive, when its bounds are
- * unknown. Main thread: glibc's __libc_stack_end. Other threads: glibc
- * places its struct pthread (the thread control block) at the top of the
- * thread's stack mapping, right above the frames. */
-static uintptr_t stack_top(void) {
-  pthread_t self = pthread_self();
-  if (have_main_thread && pthread_equal(self, main_thread))
-    return (uintptr_t)__libc_stack_end;
-  return (uintptr_t)self;
-}
-
-/* The bounds of this thread's stack, [lo, hi), found once per thread with
- * pthread_getattr_np (it allocates, and reads /proc/self/maps on the main
- * thread: we are under the guard, in the slow path). When it fails the walk
- * keeps the old bound, from its own frame to stack_top(). */
-void hs_unwind_stack_bounds(struct hs_thread *t) {
-  pthread_attr_t attr;
-  void *addr = NULL;
-  size_t size = 0;
-  uintptr_t lo = 0, hi = 0;
-  if (pthread_getattr_np(pthread_self(), &attr) == 0) {
-    if (pthread_attr_getstack(&attr, &addr, &size) == 0 && size > 0) {
-      lo = (uintptr_t)addr;
-      hi = lo + size;
-    }
-    pthread_attr_destroy(&attr);
-  }
-  if (hi <= lo) {
-    lo = (uintptr_t)__builtin_frame_address(0);
-    hi = stack_top();
-  }
-  t->stack_lo = lo;
-  t->stack_hi = hi > lo ? hi : lo;
-  t->stack_known = 1;
-}
-
 /* Frame-pointer walk: [fp] = caller's fp, [fp + 8] = return address. Every
  * frame is checked against this thread's stack before it is read: fp
  * 8-aligned, strictly increasing, and lo <= fp <= hi - 16, compared without
@@ -98,7 +57,7 @@ void hs_unwind_stack_bounds(struct hs_thread *t) {
 static __attribute__((noinline)) uint32_t fp_walk(uint64_t *pcs, uint32_t max, int only_caller) {
   struct hs_thread *t = &hs_thread_state;
   if (!t->stack_known)
-    hs_unwind_stack_bounds(t);
+    hs_thread_stack_bounds(t);
   uintptr_t lo = t->stack_lo, hi = t->stack_hi;
   uintptr_t fp = (uintptr_t)__builtin_frame_address(0);
   uint32_t n = 0;
@@ -369,10 +328,8 @@ uint32_t hs_unwind_init(uint32_t requested) {
   /* The constructor runs on the main thread when preloaded; if we were
    * loaded by another thread, no thread is treated as the main one (its
    * frame-pointer walks then find no bound and return nothing). */
-  if (syscall(SYS_gettid) == getpid()) {
-    main_thread = pthread_self();
-    have_main_thread = 1;
-  }
+  if (syscall(SYS_gettid) == getpid())
+    hs_thread_note_main();
   dl_iterate_phdr(find_own_text, (void *)(uintptr_t)&hs_unwind_init);
   active = HS_UNWINDER_FP;
   if (requested == HS_UNWINDER_NONE) {

@@ -50,8 +50,6 @@ extern hs_unw_backtrace_fn hs_unw_backtrace HS_HIDDEN;
 /* 0: our CFA walk off; 1: on, before the others; 2: verify (see above). */
 extern int hs_unwind_cfa HS_HIDDEN;
 HS_HIDDEN uint32_t hs_unwind_verify(uint64_t *buf, uint32_t want);
-/* Sets t->stack_lo/hi (once per thread; allocates). */
-HS_HIDDEN void hs_unwind_stack_bounds(struct hs_thread *t);
 HS_HIDDEN uint32_t hs_unwind_raw(uint64_t *buf, uint32_t want);
 HS_HIDDEN uint32_t hs_unwind_trim(const uint64_t *buf, uint32_t n, uint32_t max_frames,
                                   int *truncated, uint32_t *first);

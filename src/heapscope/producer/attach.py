@@ -40,7 +40,7 @@ from heapscope.errors import TargetError
 GDB_TIMEOUT_S = 60.0  # one whole attach, all tries together
 GDB_INTERRUPT_S = 10.0  # for gdb to unwind an interrupted call and detach
 RETRY_PAUSE_S = 0.02  # between two tries when every thread was inside the allocator
-# heapscope_attach() results (enum hs_attach_result in client/client.h).
+# heapscope_attach() results (enum hs_attach_result in client/session.h).
 ATTACH_OK, ATTACH_BUSY, ATTACH_NO_SESSION, ATTACH_NO_HOOKS = 0, 1, 2, 3
 # Allocators the client cannot sit in front of: their malloc is not glibc's,
 # and pointers from before the attach are theirs (a crash in

@@ -1,7 +1,7 @@
 """The session's socket and the clients' handshake, with light imports only (issue 13).
 
-A started target waits in its client's constructor (client/client.c,
-"handshake") until the producer answers its hello with the config and the
+A started target waits in its client's constructor (client/connect.c,
+the handshake) until the producer answers its hello with the config and the
 ring's memfd. Everything `record` does before that answer is on the target's
 path, so the answer needs nothing but this module: the private directory, the
 listening socket, the checks of the hello, /proc read while the client waits,

@@ -16,6 +16,9 @@ from enum import IntEnum
 
 from heapscope.slots import FrozenSlots
 from heapscope.wire import handshake
+from heapscope.wire.heapnames import MALLOC_HEAP_ID as MALLOC_HEAP_ID
+from heapscope.wire.heapnames import MALLOC_HEAP_NAME as MALLOC_HEAP_NAME
+from heapscope.wire.heapnames import PY_HEAP_NAME as PY_HEAP_NAME
 
 # The handshake's part of the format is defined in wire/handshake.py (light imports: issue 13).
 WIRE_MAGIC = handshake.WIRE_MAGIC
@@ -108,7 +111,6 @@ HEAP = struct.Struct(f"<QII{HEAP_NAME_SIZE}s")
 FIRST_CUSTOM_HEAP = 2
 MAX_CUSTOM_HEAPS = 64
 PY_HEAP_ID = 112  # wire.h HS_PY_HEAP_ID: Python's MEM and OBJ domains (client/pymem.c)
-PY_HEAP_NAME = "python.pymalloc"
 HEAP_MALLOC = struct.Struct("<QIIQQQQQ")
 HEAP_FREE = struct.Struct("<QIIQ")
 PYSTACK = struct.Struct("<II")

@@ -24,7 +24,7 @@
  *    Attach to a running process (record -p): the producer loads the client
  *    with dlopen() through gdb and calls the exported
  *    heapscope_attach(socket, token), which does the same handshake with
- *    those two strings instead of the environment (see client.c).
+ *    those two strings instead of the environment (see client/session.c).
  *
  * 2. Shared memory: one per process, created by the producer.
  *
@@ -202,7 +202,7 @@ struct hs_ring_meta {
   uint64_t python_codes_sent;      /* HS_REC_PYCODE records */
   uint64_t python_codes_failed;    /* code objects that did not validate */
   /* Written by the client at the process's end: its last destructor, before
-   * it shuts the socket down, or its _exit (client.c, note_exit); 0: not
+   * it shuts the socket down, or its _exit (client/session.c, note_exit); 0: not
    * known (a signal killed it). */
   uint64_t exit_peak_rss; /* bytes: the process's VmHWM at that moment */
   uint64_t own_rss;       /* bytes of heapscope's own mappings resident then (client/own.h) */
@@ -336,6 +336,15 @@ struct hs_heap_free {
  * A request pymalloc passes on to malloc is booked here only. */
 #define HS_PY_HEAP_ID 112u
 #define HS_PY_HEAP_NAME "python.pymalloc"
+
+/* The C library's malloc family: heap 1, announced first by every session
+ * (HS_REC_MALLOC / HS_REC_FREE carry no heap id: theirs is this one). "all"
+ * is what `--heap all` means, so no heap is called that. These names and
+ * HS_PY_HEAP_NAME are the one definition of the heaps heapscope names
+ * itself: wire/heapnames.py mirrors them, tests/unit/wire checks both. */
+#define HS_MALLOC_HEAP_ID 1u
+#define HS_MALLOC_HEAP_NAME "libc.malloc"
+#define HS_ALL_HEAPS_NAME "all"
 
 #define HS_RECORD_HEADER(size, type) \
   ((uint64_t)(uint32_t)(size) | ((uint64_t)(uint32_t)(type) << 32))

@@ -113,7 +113,7 @@ static void exact_inside_span(void) {
 }
 
 /* Keys of one bucket: aliases one span apart, the heap keys of one address
- * (addr ^ heap << 56, client.h and heaps.c) and objects of a custom heap
+ * (addr ^ heap << 56, record.h and heaps.c) and objects of a custom heap
  * inside one granule. The bit stays until the last one goes, removed in any
  * order; a neighbour granule in the same word keeps its own bit. */
 #define ALIASES 12

@@ -29,23 +29,8 @@
 
 #include "cfa.h"
 #include "check.h"
+#include "state.h"
 #include "unwind.h"
-
-/* What unwind.c gives the client, here for the test alone. */
-HS_TLS struct hs_thread hs_thread_state;
-
-void hs_unwind_stack_bounds(struct hs_thread *t) {
-  pthread_attr_t attr;
-  void *addr = NULL;
-  size_t size = 0;
-  if (pthread_getattr_np(pthread_self(), &attr) == 0) {
-    pthread_attr_getstack(&attr, &addr, &size);
-    pthread_attr_destroy(&attr);
-  }
-  t->stack_lo = (uintptr_t)addr;
-  t->stack_hi = (uintptr_t)addr + size;
-  t->stack_known = 1;
-}
 
 typedef int (*bt_fn)(void **, int);
 static bt_fn unw_bt;

@@ -39,7 +39,8 @@ def libpython() -> str:
 )
 def test_cfa_walk_equals_libunwind(build_program: Callable[..., Path], build_dir: Path,
                                    flags: tuple[str, ...]) -> None:
-    exe = build_program("cfa_test.c", *flags, str(CLIENT_DIR / "cfa.c"), "-D_GNU_SOURCE", "-DHS_CFA_SELFTEST",
+    exe = build_program("cfa_test.c", *flags, *(str(CLIENT_DIR / f) for f in ("cfa.c", "cfa_eh.c", "state.c")),
+                        "-D_GNU_SOURCE", "-DHS_CFA_SELFTEST",
                         "-Wall", "-Wextra", "-ldl")
     libs = []
     for frame, pad in ((32, ("-DPAD=12288",)), (64, ("-DPAD=12288",)), (64, ("-DPAD=6000", "-DPAD2=6000"))):

@@ -448,7 +448,7 @@ def test_producer_gone_while_ring_full(client_lib, build_program, producer_facto
 def test_sampled_free_keeps_errno_through_a_ring_wait(client_lib, build_program, producer_factory):
     """A free of a sampled address keeps the program's errno, also when its FREE record waits
     for ring space (the wait's recv and nanosleep set errno) and ends in a disable with a debug
-    line: the free path leaves errno to the ring wait and hs_debug (client.c,
+    line: the free path leaves errno to the ring wait and hs_debug (record.c,
     record_free_slow)."""
     exe = build_program("errno_free.c")
     # First with room for everything: how many bytes come before the first 100-byte MALLOC

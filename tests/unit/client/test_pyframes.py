@@ -1,4 +1,4 @@
-"""client/pyframes.c: the CPython frame walker, against every installed CPython.
+"""client/pyframes.c and pycode.c: the CPython frame walker, against every installed CPython.
 
 - Layout: pyframes_layout.c, compiled against each version's own headers,
   prints offsetof/sizeof of every field the walker's layout row uses next to
@@ -31,6 +31,8 @@ from heapscope.bookkeeping.pylines import LineTable
 
 HERE = Path(__file__).resolve().parent
 CLIENT_DIR = HERE.parents[2] / "src" / "heapscope" / "client"
+#: The walker and the copying of code objects (pyframes.h), built together.
+WALKER = [str(CLIENT_DIR / "pyframes.c"), str(CLIENT_DIR / "pycode.c")]
 
 
 PYTHONS = installed_pythons()
@@ -64,7 +66,7 @@ def test_layout_rows_match_headers(python: Path, tmp_path: Path) -> None:
     exe = tmp_path / "layout"
     subprocess.run(
         [_cc(), "-std=gnu11", "-Wall", "-D_GNU_SOURCE", *_includes(python), f"-I{CLIENT_DIR}",
-         str(HERE / "pyframes_layout.c"), str(CLIENT_DIR / "pyframes.c"), "-o", str(exe), "-ldl", "-lpthread"],
+         str(HERE / "pyframes_layout.c"), *WALKER, "-o", str(exe), "-ldl", "-lpthread"],
         check=True, timeout=120,
     )
     res = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
@@ -80,7 +82,7 @@ def probe_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
     subprocess.run(
         [_cc(), "-std=gnu11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-D_GNU_SOURCE",
          "-Wall", "-Wextra", "-Werror", f"-I{CLIENT_DIR}", str(HERE / "pyframes_probe.c"),
-         str(CLIENT_DIR / "pyframes.c"), "-o", str(out), "-ldl", "-lpthread"],
+         *WALKER, "-o", str(out), "-ldl", "-lpthread"],
         check=True, timeout=120,
     )
     return out
@@ -222,7 +224,7 @@ def test_no_allocation_or_lock_in_the_walker(tmp_path: Path) -> None:
     """What pyframes.o calls: no allocator, no lock, no stdio in the hook
     paths; only the detection side uses the loader."""
     obj = tmp_path / "pyframes.o"
-    subprocess.run([_cc(), "-std=gnu11", "-O2", "-fPIC", "-D_GNU_SOURCE", "-c", str(CLIENT_DIR / "pyframes.c"),
+    subprocess.run([_cc(), "-std=gnu11", "-O2", "-fPIC", "-D_GNU_SOURCE", "-nostdlib", "-r", *WALKER,
                     "-o", str(obj)], check=True, timeout=60)
     res = subprocess.run(["nm", "-u", str(obj)], capture_output=True, text=True, timeout=30, check=True)
     undefined = {line.split()[-1].split("@")[0] for line in res.stdout.splitlines() if line.strip()}
@@ -282,7 +284,7 @@ def preload_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
     subprocess.run(
         [_cc(), "-std=gnu11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-D_GNU_SOURCE", "-DPROBE_PRELOAD",
          "-Wall", "-Wextra", "-Werror", f"-I{CLIENT_DIR}", str(HERE / "pyframes_probe.c"),
-         str(CLIENT_DIR / "pyframes.c"), "-o", str(out), "-ldl", "-lpthread"],
+         *WALKER, "-o", str(out), "-ldl", "-lpthread"],
         check=True, timeout=120,
     )
     return out

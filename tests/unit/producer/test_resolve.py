@@ -221,7 +221,7 @@ def test_stacks_resolved_while_the_program_runs_resolve_as_at_its_end(producer: 
 
 
 def test_native_stacks_resolve_in_c_as_in_python(tmp_path: Path) -> None:
-    # Python frames off (an interpreter layout the client does not know: client.c), so the
+    # Python frames off (an interpreter layout the client does not know: client/session.c), so the
     # client sends native stacks only; and the frames of libc's directory filtered
     writer = ProfileWriter(tmp_path / "n.db")
     producer = Producer(writer, RecordConfig(interval=256, seed=3, skip_symbol_prefixes=("/usr/lib/x86_64",

@@ -8,11 +8,12 @@ import shutil
 import struct
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import wire_support as ws
 
-from heapscope.wire import codec
+from heapscope.wire import codec, heapnames
 
 WIRE_H = Path(__file__).parents[3] / "src" / "heapscope" / "wire" / "wire.h"
 
@@ -52,6 +53,7 @@ CONSTANTS = {
     "HS_FIRST_CUSTOM_HEAP": codec.FIRST_CUSTOM_HEAP,
     "HS_MAX_CUSTOM_HEAPS": codec.MAX_CUSTOM_HEAPS,
     "HS_PY_HEAP_ID": codec.PY_HEAP_ID,
+    "HS_MALLOC_HEAP_ID": heapnames.MALLOC_HEAP_ID,
     "HS_CFG_BLOCK_CLIENT": codec.CFG_BLOCK_CLIENT,
     "HS_STACK_TRUNCATED": codec.STACK_TRUNCATED,
     "HS_STACK_PYTHON": codec.STACK_PYTHON,
@@ -67,10 +69,16 @@ CONSTANTS = {
     "HS_ERR_SOCKET_LOST": codec.ClientError.SOCKET_LOST,
     "HS_ERR_WAIT_TIMEOUT": codec.ClientError.WAIT_TIMEOUT,
 }
+#: The heaps heapscope names itself: one definition in wire.h, mirrored once in heapnames.py.
+NAMES = {
+    "HS_MALLOC_HEAP_NAME": heapnames.MALLOC_HEAP_NAME,
+    "HS_PY_HEAP_NAME": heapnames.PY_HEAP_NAME,
+    "HS_ALL_HEAPS_NAME": heapnames.ALL_HEAPS_NAME,
+}
 
 
 @pytest.fixture(scope="module")
-def c_layout(tmp_path_factory: pytest.TempPathFactory) -> dict[str, int]:
+def c_layout(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Sizes, offsets and constants as the C compiler sees them."""
     cc = shutil.which("cc")
     if cc is None:
@@ -80,6 +88,7 @@ def c_layout(tmp_path_factory: pytest.TempPathFactory) -> dict[str, int]:
     lines += [f'  printf("\\"meta {f}\\": %zu,\\n", offsetof(struct hs_ring_meta, {f}));'
               for f in codec.META_FIELDS]
     lines += [f'  printf("\\"const {c}\\": %llu,\\n", (unsigned long long)({c}));' for c in CONSTANTS]
+    lines += [f'  printf("\\"name {n}\\": \\"%s\\",\\n", {n});' for n in NAMES]
     lines += [f'  printf("\\"malloc {f}\\": %zu,\\n", offsetof(struct hs_malloc, {f}));' for f in codec.MALLOC_FIELDS]
     src = ("#include <stdio.h>\n#include <stddef.h>\n#include \"wire.h\"\nint main(void) {\n"
            '  printf("{");\n' + "\n".join(lines) + '\n  printf("\\"end\\": 0}");\n  return 0;\n}\n')
@@ -92,17 +101,17 @@ def c_layout(tmp_path_factory: pytest.TempPathFactory) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("name", sorted(STRUCTS))
-def test_struct_sizes_match(c_layout: dict[str, int], name: str) -> None:
+def test_struct_sizes_match(c_layout: dict[str, Any], name: str) -> None:
     assert STRUCTS[name].size == c_layout[f"sizeof {name}"]
 
 
-def test_meta_offsets_match(c_layout: dict[str, int]) -> None:
+def test_meta_offsets_match(c_layout: dict[str, Any]) -> None:
     assert codec.META_STRUCT_SIZE == c_layout["sizeof hs_ring_meta"]
     for field, (offset, _) in codec.META_FIELDS.items():
         assert offset == c_layout[f"meta {field}"], field
 
 
-def test_meta_ends_with_the_clients_exit_figures(c_layout: dict[str, int]) -> None:
+def test_meta_ends_with_the_clients_exit_figures(c_layout: dict[str, Any]) -> None:
     """The meta's last fields, written by the client's last destructor, are mirrored: no field of
     the C struct lies past the codec's last one."""
     ends = {name: off + struct.calcsize(fmt) for name, (off, fmt) in codec.META_FIELDS.items()}
@@ -114,7 +123,7 @@ def test_meta_ends_with_the_clients_exit_figures(c_layout: dict[str, int]) -> No
     assert codec.read_meta(meta, "exit_peak_rss") == 1 << 40 and codec.read_meta(meta, "own_rss") == 0
 
 
-def test_malloc_offsets_match(c_layout: dict[str, int]) -> None:
+def test_malloc_offsets_match(c_layout: dict[str, Any]) -> None:
     """Each field of struct hs_malloc where the codec's format puts it (the thread id after ts)."""
     for i, field in enumerate(codec.MALLOC_FIELDS):
         offset = struct.calcsize("<" + codec.MALLOC.format[1:][:i])
@@ -123,9 +132,16 @@ def test_malloc_offsets_match(c_layout: dict[str, int]) -> None:
     assert (codec.HEADER.size + codec.MALLOC.size) % 8 == 0
 
 
-def test_constants_match(c_layout: dict[str, int]) -> None:
+def test_constants_match(c_layout: dict[str, Any]) -> None:
     for name, value in CONSTANTS.items():
         assert int(value) == c_layout[f"const {name}"], name
+
+
+def test_heap_names_match(c_layout: dict[str, Any]) -> None:
+    for name, value in NAMES.items():
+        assert c_layout[f"name {name}"] == value, name
+    assert heapnames.RESERVED == set(NAMES.values())
+    assert codec.PY_HEAP_NAME == heapnames.PY_HEAP_NAME
 
 
 def test_records_round_trip() -> None:

@@ -1,5 +1,6 @@
 /*
- * client.h: the tiny API between the hooks and the rest of the client.
+ * record.h: the sampler layer's API to the hooks (hooks.c, pymem.c): the
+ * fast paths inline, the slow paths in record.c.
  *
  * hooks.c calls these once per interposed call. The fast paths are inline:
  * an unsampled malloc costs a load of hs_enabled, the TLS countdown
@@ -7,19 +8,15 @@
  * that the hook can jump to it); an unsampled free costs one load of the
  * address filter and one predictable branch (addrset.h).
  */
-#ifndef HEAPSCOPE_CLIENT_CLIENT_H
-#define HEAPSCOPE_CLIENT_CLIENT_H
+#ifndef HEAPSCOPE_CLIENT_RECORD_H
+#define HEAPSCOPE_CLIENT_RECORD_H
 
 #include <stddef.h>
 
 #include "addrset.h"
 #include "common.h"
+#include "state.h"
 #include "wire.h"
-
-/* 1 while profiling; 0 when dormant (no HEAPSCOPE_SOCKET), disabled after a
- * failure, or in a forked child. Only ever goes 0 -> 1 once, at the end of
- * the constructor, then possibly 1 -> 0 for good. */
-extern int hs_enabled HS_HIDDEN;
 
 /* Returns addr, so that a hook can end in a tail call to it: then no frame
  * of the hook lies between the program and the unwinder. */
@@ -33,7 +30,7 @@ HS_HIDDEN void hs_free_checked(void *addr);
  * client is off, or the countdown does not reach it (its bytes are then
  * consumed). 0: the real allocation must be followed by
  * hs_record_alloc_slow(addr, size), which decides. Needs no address, so it
- * can run before the real allocator. The guard (common.h) is not looked at
+ * can run before the real allocator. The guard (state.h) is not looked at
  * here but in the slow path, which drops a sample taken under it (issue 13:
  * three instructions of every malloc, calloc and realloc; cc1plus makes 14
  * of them per sample): the client's own bytes then move the countdown too,
@@ -84,17 +81,20 @@ static inline void hs_record_py_free(void *addr) {
   hs_record_py_free_slow(addr);
 }
 
-/* What heapscope_attach() returns (the producer reads it through gdb). */
-enum hs_attach_result {
-  HS_ATTACH_OK = 0,
-  HS_ATTACH_BUSY = 1,       /* this process has (or had) a session already */
-  HS_ATTACH_NO_SESSION = 2, /* connect or handshake failed: stays dormant */
-  HS_ATTACH_NO_HOOKS = 3,   /* profiling, but no GOT entry could be patched */
-};
+/* The HEAP record of Python's heap, once per session, before the first
+ * record of that heap (outside any hook, under the guard). */
+HS_HIDDEN HS_MUST_CHECK int hs_record_announce_py_heap(void);
 
-HS_EXPORT int heapscope_attach(const char *socket_path, const char *token);
+/* A fork child's new session: the sampled addresses, Python's heap's
+ * announcement and the memos of the parent's session are dropped. */
+HS_HIDDEN void hs_record_reset(void);
 
-/* Page size, cached by the constructor (for pvalloc). */
-extern size_t hs_page_size HS_HIDDEN;
+/* In a fork child (the atfork handler): its thread's kernel id is its own. */
+HS_HIDDEN void hs_record_forked(void);
+
+/* Thread t's sampler, seeded from the session's seed and the thread's
+ * index, and its &errno: at its first sampled allocation, or by a fork
+ * child's new session. */
+HS_HIDDEN void hs_record_thread_init(struct hs_thread *t);
 
 #endif
