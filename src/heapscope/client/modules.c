@@ -39,7 +39,7 @@ int hs_modules_init(void) {
     return -HS_ERR_OUT_OF_MEMORY;
   hs_own_map(m, KNOWN_MAX * sizeof(struct known), HS_OWN_PRIVATE);
   known = m;
-  /* Again in a fork child (client.c, restart_in_child): nothing is known. */
+  /* Again in a fork child (session.c, restart_in_child): nothing is known. */
   __atomic_store_n(&nknown, 0, __ATOMIC_RELEASE);
   merge_lock = 0;
   last_rescan_ns = 0;
