@@ -322,3 +322,91 @@ def test_flamegraph_timeline_counts_from_the_process_start(record: Recorder, pro
     assert 0 < peak["ts"] - graph["t0"] < end["ts"] - graph["t0"]
     # AND the page opens at the peak
     assert graph["start"] == labels.index("peak")
+
+
+DEMO_SRC = Path(__file__).parents[2] / "examples" / "demo" / "demo.c"
+
+
+def test_report_tree_lists_siblings_by_total_largest_first(record: Recorder, tmp_path: Path) -> None:
+    # GIVEN examples/demo, whose main holds 8 MiB through load_index and 1 MiB through build_lookup
+    # at its peak (load_index is called first but build_lookup sorts first by name)
+    prog = tmp_path / "demo"
+    subprocess.run(["cc", "-O0", "-g", "-fno-omit-frame-pointer", "-o", str(prog), str(DEMO_SRC)], check=True,
+                   timeout=120)
+    rec = record([prog])
+    assert rec.returncode == 0, rec.describe()
+    # WHEN report --tree prints main's subtree
+    tree = _report(rec.db, "--tree", "--min-percent", "0")
+    lines = [x for x in tree.splitlines() if re.search(r"\b(load_index|build_lookup|render_cache)\b", x)]
+    names = [re.search(r"(load_index|build_lookup|render_cache)", x).group(1) for x in lines]  # type: ignore[union-attr]
+    # THEN the children of main come largest first, whatever their names
+    assert names == ["load_index", "render_cache", "build_lookup"], tree
+    # AND so does every group of siblings (a node's children follow it, one level deeper)
+    all_lines = tree.splitlines()
+    head = next(x for x in all_lines if x.rstrip().endswith("call tree"))
+    col = head.index("call tree")
+    body = all_lines[all_lines.index(head) + 1:]
+    units = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+    nodes = []
+    for x in body:
+        if not x.startswith("  ") or len(x) <= col or x.lstrip().startswith("("):
+            continue
+        number, unit = x.split()[0:2]
+        depth = (len(x[col:]) - len(x[col:].lstrip(" "))) // 2
+        nodes.append((depth, float(number.replace(",", "")) * units[unit]))
+    assert len(nodes) >= 10, tree
+    last_at: dict[int, float] = {}
+    for depth, total in nodes:
+        if depth in last_at:
+            assert total <= last_at[depth], tree
+        last_at = {d: t for d, t in last_at.items() if d < depth}
+        last_at[depth] = total
+
+
+WRAP_INLINED_SRC = r'''
+#include <stdio.h>
+#include <stdlib.h>
+static inline __attribute__((always_inline)) void *xmalloc(size_t n) {
+  void *p = malloc(n);
+  if (p == NULL) abort();
+  return p;
+}
+__attribute__((noinline)) void **parse_input(int n) {
+  void **keep = calloc((size_t)n, sizeof *keep);
+  for (int i = 0; i < n; i++) keep[i] = xmalloc(1000);
+  __asm__ volatile("" ::: "memory");
+  return keep;
+}
+int main(void) {
+  void **keep = parse_input(300);
+  printf("%p\n", (void *)keep[0]);
+  return 0;
+}
+'''
+
+
+def test_a_wrapper_inlined_into_its_caller_is_folded(record: Recorder, tmp_path: Path) -> None:
+    # GIVEN a -O2 -g program whose xmalloc (a wrapper) is inlined into parse_input
+    if find_llvm_symbolizer() is None:
+        pytest.skip("inlined frames come from llvm-symbolizer, not installed")
+    src, prog = tmp_path / "wrapinl.c", tmp_path / "wrapinl"
+    src.write_text(WRAP_INLINED_SRC)
+    subprocess.run(["cc", "-O2", "-g", "-fno-omit-frame-pointer", "-o", str(prog), str(src)], check=True,
+                   timeout=120)
+    rec = record([prog])
+    assert rec.returncode == 0, rec.describe()
+    kept = _report(rec.db, "--keep-wrappers")
+    assert "xmalloc [inlined]" in kept, kept  # the symbolizer did see it inlined
+    # WHEN report runs with the default fold
+    out = _report(rec.db)
+    # THEN parse_input holds the 300 x 1000 B (and its 2,400 B array) itself, at the line that
+    # called xmalloc, and the header says so
+    assert "xmalloc [inlined]" not in out, out
+    assert "wrappers folded into their callers: xmalloc" in out, out
+    row = next(x for x in out.splitlines() if " parse_input " in x)
+    assert row.split()[0:2] == ["295.3", "KiB"], out  # 302,400 B
+    assert "wrapinl.c:11" in row, out
+    # AND the tree and the collapsed export read the same
+    assert "xmalloc [inlined]" not in _report(rec.db, "--tree", "--min-percent", "0")
+    run = run_process([*HEAPSCOPE, "export", str(rec.db), "--format", "collapsed", "-o", "-"], timeout=60)
+    assert run.returncode == 0 and b"xmalloc" not in run.stdout, run.describe()

@@ -327,7 +327,7 @@ def render_tree(profile: object, r: ProcessReport, focus: re.Pattern[str] | None
     cells = []
     hidden = 0
     shown = [False] * len(tree)
-    for i in range(len(tree)):
+    for i in tree.by_value(total):  # siblings by total, largest first
         p = tree.parent[i]
         if total[i] == 0:
             continue

@@ -63,6 +63,26 @@ class MergedTree:
                 out[node] += v.get(view)
         return out
 
+    def by_value(self, totals: list[int]) -> list[int]:
+        """Node ids in preorder with siblings ranked by `totals` (per node, e.g. cumulative()),
+        largest first, as a printed tree reads: the branch that holds the most comes first.
+        Ties keep the tree's own order (by name), so the output stays stable."""
+        children: list[list[int]] = [[] for _ in self.parent]
+        roots: list[int] = []
+        for i, p in enumerate(self.parent):
+            (roots if p < 0 else children[p]).append(i)
+
+        def ranked(ids: list[int]) -> list[int]:
+            return sorted(ids, key=lambda i: (abs(totals[i]), -i))  # reversed for the stack
+
+        out: list[int] = []
+        stack = ranked(roots)
+        while stack:
+            i = stack.pop()
+            out.append(i)
+            stack.extend(ranked(children[i]))
+        return out
+
     def cumulative(self, self_values: list[int]) -> list[int]:
         """Per node: its own value plus all its descendants' (preorder makes one pass enough)."""
         total = list(self_values)

@@ -21,6 +21,9 @@ frame's function name without its parameters and clone suffixes. A static
 wrapper with no symbol (sqlite's sqlite3MemMalloc in a stripped library) is
 named `lib+0x...` and so stays shown, under its library's name, until
 `heapscope symbolize` names it; then it folds like the others.
+A wrapper inlined into its caller (`xmalloc [inlined]` in parse's frame, from the
+symbolizer's inlined frames) folds the same way: its symbol row is left out of a
+temporary stack_profile_symbol, so parse holds the bytes at the line that called it.
 `--keep-wrappers` shows them all; `--fold REGEX` adds a project's own.
 docs/views.md says the same for users.
 """
@@ -127,9 +130,11 @@ def fold_wrappers(profile: Profile, keep: bool = False, extra: Sequence[str] = (
     """
     db = profile.sql_connection()
     db.execute("DROP TABLE IF EXISTS temp.stack_profile_callsite")
+    db.execute("DROP TABLE IF EXISTS temp.stack_profile_symbol")
     pattern = wrapper_pattern(keep, extra)
     if pattern is None:
         return []
+    inlined = _fold_inlined(profile, db, pattern)
     names: dict[FrameId, str] = {}
     for fid, info in profile.frames().items():
         if info.name:
@@ -137,7 +142,7 @@ def fold_wrappers(profile: Profile, keep: bool = False, extra: Sequence[str] = (
             if pattern.fullmatch(base):
                 names[fid] = base
     if not names:
-        return []
+        return sorted(inlined)
     try:
         rows = db.execute("SELECT id, parent_id, frame_id FROM main.stack_profile_callsite").fetchall()
     except sqlite3.DatabaseError as e:
@@ -149,12 +154,43 @@ def fold_wrappers(profile: Profile, keep: bool = False, extra: Sequence[str] = (
         frame[cs] = fid
     folded, new_rows = _fold(parent, frame, names)
     if not folded:
-        return []
+        return sorted(inlined)
     db.execute("CREATE TEMP TABLE stack_profile_callsite"
                " (id INTEGER PRIMARY KEY, depth INTEGER NOT NULL, parent_id INTEGER, frame_id INTEGER NOT NULL)")
     db.executemany("INSERT INTO temp.stack_profile_callsite VALUES (?, ?, ?, ?)", new_rows)
     db.execute("CREATE INDEX temp.stack_profile_callsite_parent ON stack_profile_callsite(parent_id)")
-    return sorted(folded)
+    return sorted(folded | inlined)
+
+
+def _fold_inlined(profile: Profile, db: sqlite3.Connection, pattern: re.Pattern[str]) -> set[str]:
+    """Fold wrappers inlined into a frame's function (`xmalloc [inlined]` in parse's frame, from
+    the symbolizer's inlined frames): their symbol rows are left out of a temporary
+    stack_profile_symbol that shadows the profile's, so what they held is the self of the
+    function they were inlined into, at the line that called them. A set's last row (the
+    frame's own function) stays: a wrapper frame is folded by its callsites. Returns the names."""
+    try:
+        rows = db.execute("SELECT id, symbol_set_id, name FROM main.stack_profile_symbol"
+                          " ORDER BY symbol_set_id, id").fetchall()
+    except sqlite3.DatabaseError as e:
+        raise ProfileError(f"{profile.path}: {e}") from e
+    matched: dict[str, str | None] = {}  # name -> its base name when a wrapper, else None
+    dropped: list[int] = []
+    folded: set[str] = set()
+    for k, (sid, set_id, name) in enumerate(rows):
+        last = k + 1 == len(rows) or rows[k + 1][1] != set_id  # the set's outermost: the frame's own
+        if last or not name:
+            continue
+        if name not in matched:
+            base = base_name(str(name))
+            matched[name] = base if pattern.fullmatch(base) else None
+        base = matched[name]
+        if base is not None:
+            dropped.append(sid)
+            folded.add(base)
+    if dropped:
+        db.execute("CREATE TEMP TABLE stack_profile_symbol AS SELECT * FROM main.stack_profile_symbol")
+        db.executemany("DELETE FROM temp.stack_profile_symbol WHERE id = ?", ((i,) for i in dropped))
+    return folded
 
 
 def _fold(parent: dict[CallsiteId, CallsiteId | None], frame: dict[CallsiteId, FrameId],
