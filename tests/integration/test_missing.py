@@ -93,6 +93,46 @@ def test_stripped_binary_is_named_with_frames_and_fix(tmp_path: Path) -> None:
     assert any(n.startswith("stripped+0x") for n in names), names
 
 
+def _debian_like() -> bool:
+    try:
+        text = Path("/etc/os-release").read_text()
+    except OSError:
+        return False
+    return bool(re.search(r"^ID=\"?(debian|ubuntu)", text, re.M)) and "VERSION_CODENAME=" in text
+
+
+def _apt_has_debug_archive() -> bool:
+    files = [Path("/etc/apt/sources.list"), *Path("/etc/apt/sources.list.d").glob("*.list"),
+             *Path("/etc/apt/sources.list.d").glob("*.sources")]
+    return any(f.is_file() and re.search(r"debian-debug|ddebs\.ubuntu\.com", f.read_text(errors="replace"))
+               for f in files)
+
+
+def test_a_packaged_program_without_its_debug_archive_gets_the_archive_line(tmp_path: Path) -> None:
+    # GIVEN git as Debian or Ubuntu ship it (stripped; its -dbgsym in the debug archive), on a stock
+    # system whose apt does not have the debug archive
+    git = shutil.which("git")
+    if git is None or shutil.which("dpkg-query") is None or not _debian_like() or _apt_has_debug_archive():
+        pytest.skip("needs git from a Debian or Ubuntu package and apt without the debug archive")
+    if subprocess.run(["dpkg-query", "-S", os.path.realpath(git)], capture_output=True, timeout=10).returncode:
+        pytest.skip("git is not from a package")
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True, timeout=30)
+    # WHEN it is recorded
+    db, err = _record(tmp_path, [git, "-C", str(repo), "status", "--short"])
+    # THEN the fix names git's -dbgsym package, and the lines after it say how to get the archive
+    # (this release's codename) or to ask debuginfod instead
+    lines = err.splitlines()
+    fix = next((k for k, ln in enumerate(lines) if "apt install git-dbgsym" in ln), None)
+    assert fix is not None, err
+    codename = re.search(r"^VERSION_CODENAME=(\S+)", Path("/etc/os-release").read_text(), re.M)
+    assert codename is not None
+    advice = "\n".join(lines[fix:])
+    assert f"{codename.group(1)}" in advice and ("debian-debug/" in advice or "ddebs.ubuntu.com" in advice), err
+    assert "sudo apt update" in advice and "DEBUGINFOD_URLS=https://debuginfod." in advice, err
+    assert f"heapscope symbolize {db}" in advice, err
+
+
 def test_debug_build_has_no_unsymbolized_line(tmp_path: Path) -> None:
     prog = _build(tmp_path, "full", "-O1", "-fno-omit-frame-pointer", "-fno-inline")
     _db, err = _record(tmp_path, [prog], "-i", "1")

@@ -455,6 +455,8 @@ def print_summary(s: Summary) -> None:
         rest = s.unsymbolized_frames - sum(m.frames for m in s.unsymbolized)
         if rest > 0:
             lines.append(f"  ... and {_frames(rest)} of other modules (heapscope symbolize {s.output} lists them)")
+        from heapscope.symbolize.missing import debug_archive_advice  # loaded by the summary already
+        lines += debug_archive_advice([m.fix for m in s.unsymbolized], str(s.output))  # the archive -dbgsym needs
     lines.append(f"profile written to {s.output} ({human_bytes(s.output_bytes)})")
     lines.append(f"next: heapscope report {s.output}")
     for line in lines:

@@ -39,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     # Imported here so that `heapscope --help` does not load pyelftools.
-    from heapscope.symbolize.missing import fix_for
+    from heapscope.symbolize.missing import debug_archive_advice, fix_for
     from heapscope.symbolize.profile import symbolize_profile
 
     dirs = [d for arg in args.binary_path for d in arg.split(os.pathsep) if d]
@@ -73,6 +73,7 @@ def main(args: argparse.Namespace) -> int:
     if problems:
         print("heapscope: not fully symbolized:", file=err)
         width = min(60, max(len(m.name or "(no name)") for m in problems))
+        fixes: list[str] = []
         for m in problems:
             why = _WHY.get(m.outcome, "no line info for some addresses")
             if m.outcome == "symbolized":
@@ -85,6 +86,9 @@ def main(args: argparse.Namespace) -> int:
             if m.detail:
                 line += f": {m.detail}"
             if m.outcome in ("not_found", "no_debug_info", "build_id_mismatch", "no_symbolizer"):
-                line += f"; fix: {fix_for(m, report)}"
+                fixes.append(fix_for(m, report))
+                line += f"; fix: {fixes[-1]}"
             print(line, file=err)
+        for line in debug_archive_advice(fixes, args.file):
+            print(f"heapscope: {line}", file=err)
     return 0 if report.named or report.with_lines else 1

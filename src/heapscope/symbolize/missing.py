@@ -24,8 +24,9 @@ from heapscope.symbolize.preload import preload_blocker
 from heapscope.symbolize.profile import MappingReport, SymbolizeReport
 from heapscope.which import which
 
-__all__ = ["ENTRY_FRAMES", "Unsymbolized", "fix_for", "is_mostly_shallow", "jit_fix", "jit_stats_rows",
-           "mostly_shallow", "owning_package", "owning_packages", "preload_blocker", "unsymbolized_modules"]
+__all__ = ["ENTRY_FRAMES", "Unsymbolized", "debug_archive_advice", "fix_for", "is_mostly_shallow", "jit_fix",
+           "jit_stats_rows", "mostly_shallow", "owning_package", "owning_packages", "preload_blocker",
+           "unsymbolized_modules"]
 
 DPKG_TIMEOUT_S = 3.0
 # --unwinder fp: a process whose sampled stacks are mostly this shallow had no frame pointers to walk.
@@ -118,6 +119,88 @@ def jit_stats_rows(report: SymbolizeReport) -> list[tuple[str, int | None, str, 
         ("jit_frames_unnamed", None, "data_loss", "producer", unnamed,
          f"frames of code in no loaded object (JIT) left unnamed ([unknown pid N]+0x...): {JIT_FIX}"),
     ]
+
+
+#: Where a distribution's -dbgsym packages come from, and its debuginfod server (asked by build id
+#: instead: nothing to install). Debian: wiki.debian.org/HowToGetABacktrace; Ubuntu: its Debug
+#: Symbol Packages page. {codename} is VERSION_CODENAME of /etc/os-release.
+DEBUG_ARCHIVES: dict[str, tuple[str, str, str]] = {
+    # id: (sources line(s), keyring package or '', debuginfod server)
+    "debian": ("deb http://deb.debian.org/debian-debug/ {codename}-debug main", "", "https://debuginfod.debian.net"),
+    "ubuntu": ("deb http://ddebs.ubuntu.com {codename} main restricted universe multiverse\\n"
+               "deb http://ddebs.ubuntu.com {codename}-updates main restricted universe multiverse",
+               "ubuntu-dbgsym-keyring", "https://debuginfod.ubuntu.com"),
+}
+APT_SOURCES = ("/etc/apt/sources.list", "/etc/apt/sources.list.d")
+
+
+def debug_archive_advice(fixes: Iterable[str], profile: str = "PROFILE", os_release: str | None = None,
+                         apt_sources: Iterable[str] = APT_SOURCES) -> list[str]:
+    """The lines that make an `apt install PKG-dbgsym` fix work on a stock system: the debug
+    archive's sources line (Debian, Ubuntu, from /etc/os-release's VERSION_CODENAME) and the
+    debuginfod server that needs no install; [] when no fix names -dbgsym, when apt already
+    has the archive, or on another distribution (the fix's own words stand)."""
+    if not any("-dbgsym" in f for f in fixes):
+        return []
+    fields = _os_release(os_release)
+    distro = fields.get("ID", "")
+    if distro not in DEBUG_ARCHIVES:
+        distro = next((d for d in fields.get("ID_LIKE", "").split() if d in DEBUG_ARCHIVES), "")
+    codename = fields.get("VERSION_CODENAME") or fields.get("UBUNTU_CODENAME", "")
+    if not distro or not codename:
+        return []
+    sources, keyring, server = DEBUG_ARCHIVES[distro]
+    host = "ddebs.ubuntu.com" if distro == "ubuntu" else "debian-debug"
+    if _apt_has(host, apt_sources):
+        return []
+    sources = sources.format(codename=codename)
+    name = "ddebs.list" if distro == "ubuntu" else "debian-debug.list"
+    keys = f"sudo apt install {keyring} && " if keyring else ""
+    return [
+        f"the -dbgsym packages are in {distro.capitalize()}'s debug archive, which apt does not have yet: add it with",
+        f"  {keys}printf '{sources}\\n' | sudo tee /etc/apt/sources.list.d/{name} && sudo apt update",
+        f"  or, with nothing to install: DEBUGINFOD_URLS={server} heapscope symbolize {profile}",
+    ]
+
+
+def _os_release(text: str | None) -> dict[str, str]:
+    if text is None:
+        text = ""
+        for path in ("/etc/os-release", "/usr/lib/os-release"):
+            try:
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    text = f.read(64 * 1024)
+                break
+            except OSError:
+                continue
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip().isidentifier():
+            out[key.strip()] = value.strip().strip("\"'")
+    return out
+
+
+def _apt_has(needle: str, paths: Iterable[str]) -> bool:
+    """Whether an apt sources file among `paths` (files, or folders of .list/.sources files)
+    names `needle`."""
+    files: list[str] = []
+    for path in paths:
+        if os.path.isdir(path):
+            try:
+                files += [os.path.join(path, n) for n in sorted(os.listdir(path)) if n.endswith((".list", ".sources"))]
+            except OSError:
+                continue
+        else:
+            files.append(path)
+    for path in files:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                if needle in f.read(1 << 20):
+                    return True
+        except OSError:
+            continue
+    return False
 
 
 def owning_package(path: str) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from heapscope.symbolize.missing import (
+    debug_archive_advice,
     fix_for,
     is_mostly_shallow,
     mostly_shallow,
@@ -116,3 +117,39 @@ def test_damaged_elf_headers_are_no_verdict(tmp_path: Path) -> None:
     huge.write_bytes(b"\x7fELF\x02\x01\x01" + b"\0" * 9 + b"\x02\x00\x3e\x00" + b"\0" * 12
                      + (1 << 40).to_bytes(8, "little") + b"\0" * 14 + b"\x38\x00\x05\x00" + b"\0" * 8)
     assert preload_blocker(str(huge)) is None
+
+
+# --- the debug archive the -dbgsym fix needs --------------------------------------------------------
+
+DEBIAN = 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\nVERSION_CODENAME=bookworm\n'
+UBUNTU = 'NAME="Ubuntu"\nID=ubuntu\nID_LIKE=debian\nVERSION_CODENAME=noble\nUBUNTU_CODENAME=noble\n'
+FIX = "install its debug symbols: apt install git-dbgsym (Debian's debug archive; -dbg on older releases)"
+
+
+def test_debian_advice_gives_the_debug_archive_line_of_its_release(tmp_path: Path) -> None:
+    # GIVEN a stock Debian 12 whose apt has only the main archive
+    sources = tmp_path / "sources.list"
+    sources.write_text("deb http://deb.debian.org/debian bookworm main\n")
+    # WHEN a fix names a -dbgsym package
+    lines = debug_archive_advice([FIX], "p.db", DEBIAN, [str(sources)])
+    # THEN the advice adds bookworm's debug archive, and the debuginfod server that needs no install
+    assert "deb http://deb.debian.org/debian-debug/ bookworm-debug main" in lines[1]
+    assert "sudo apt update" in lines[1]
+    assert lines[2].endswith("DEBUGINFOD_URLS=https://debuginfod.debian.net heapscope symbolize p.db")
+
+
+def test_ubuntu_advice_gives_ddebs_and_its_keyring(tmp_path: Path) -> None:
+    lines = debug_archive_advice([FIX], "p.db", UBUNTU, [])
+    assert "sudo apt install ubuntu-dbgsym-keyring" in lines[1]
+    assert "deb http://ddebs.ubuntu.com noble main" in lines[1] and "noble-updates" in lines[1]
+    assert "\n" not in "".join(lines)  # one shell line: printf's \n, not a newline
+    assert "https://debuginfod.ubuntu.com" in lines[2]
+
+
+def test_no_advice_when_apt_has_the_archive_no_fix_needs_it_or_another_distribution(tmp_path: Path) -> None:
+    d = tmp_path / "sources.list.d"
+    d.mkdir()
+    (d / "debug.sources").write_text("Types: deb\nURIs: http://deb.debian.org/debian-debug/\nSuites: bookworm-debug\n")
+    assert debug_archive_advice([FIX], "p.db", DEBIAN, [str(d)]) == []
+    assert debug_archive_advice(["build it with -g"], "p.db", DEBIAN, []) == []
+    assert debug_archive_advice([FIX], "p.db", "ID=fedora\nVERSION_ID=40\n", []) == []
