@@ -181,12 +181,12 @@ def _fold_inlined(profile: Profile, db: sqlite3.Connection, pattern: re.Pattern[
         if last or not name:
             continue
         if name not in matched:
-            base = base_name(str(name))
-            matched[name] = base if pattern.fullmatch(base) else None
-        base = matched[name]
-        if base is not None:
+            bare = base_name(str(name))
+            matched[name] = bare if pattern.fullmatch(bare) else None
+        wrapper = matched[name]
+        if wrapper is not None:
             dropped.append(sid)
-            folded.add(base)
+            folded.add(wrapper)
     if dropped:
         db.execute("CREATE TEMP TABLE stack_profile_symbol AS SELECT * FROM main.stack_profile_symbol")
         db.executemany("DELETE FROM temp.stack_profile_symbol WHERE id = ?", ((i,) for i in dropped))
