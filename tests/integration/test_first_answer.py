@@ -410,3 +410,26 @@ def test_a_wrapper_inlined_into_its_caller_is_folded(record: Recorder, tmp_path:
     assert "xmalloc [inlined]" not in _report(rec.db, "--tree", "--min-percent", "0")
     run = run_process([*HEAPSCOPE, "export", str(rec.db), "--format", "collapsed", "-o", "-"], timeout=60)
     assert run.returncode == 0 and b"xmalloc" not in run.stdout, run.describe()
+
+
+def test_the_summary_rss_of_processes_run_one_after_the_other_is_not_their_sum(
+        record: Recorder, programs: Programs) -> None:
+    # GIVEN a shell that runs rsspeak (a 100 MiB peak) twice, one after the other
+    rsspeak = programs.path("rsspeak")
+    rec = record(["/bin/sh", "-c", f"{rsspeak}; {rsspeak}"], interval=None)
+    assert rec.returncode == 0, rec.describe()
+    prof = rec.profile()
+    rss = {int(r["idx"]): int(r["value"]) for r in prof.query(
+        "SELECT idx, value FROM stats WHERE name = 'peak_rss_bytes'")}
+    programs_ = [int(r["upid"]) for r in prof.query("SELECT upid FROM process WHERE name = 'rsspeak'")]
+    assert len(programs_) == 2, rec.describe()
+    # WHEN record sums up
+    line = next(ln for ln in rec.stderr.decode().splitlines() if " of RSS " in ln)
+    # THEN the RSS it gives was resident at one time: the shell and one rsspeak, not both, and
+    # the line says it is a sum of peaks, of which processes
+    said = re.search(r"of RSS (\S+) MiB", line)
+    assert said is not None, line
+    biggest = max(rss[u] for u in programs_)
+    assert float(said[1]) * 2**20 < biggest + min(rss[u] for u in programs_) / 2, (line, rss)
+    assert float(said[1]) * 2**20 >= biggest * 0.99, (line, rss)
+    assert "in the processes that ran at one time" in line and "each one's peak, summed" in line, line

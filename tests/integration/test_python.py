@@ -596,15 +596,16 @@ def test_frames_put_at_the_root_by_a_cut_stack_are_said_with_the_fix(tmp_path: P
     run = run_process([*HEAPSCOPE, "record", "-o", str(db), "-i", "1", "--", INTERPRETERS[-1], str(program), "40"],
                       timeout=150)
     assert run.returncode == 0, run.describe()
-    # THEN the summary says the frames put at the root come from stacks cut at --max-frames 128,
-    # and that 256 keeps more whole
-    line = next((ln for ln in run.stderr.decode().splitlines() if "put at the root" in ln), "")
-    assert "stacks were cut at --max-frames 128, 256 keeps more whole" in line, run.describe()
-    # AND with --max-frames 256 the same stack is whole: no frame put at the root
+    # THEN the summary says in plain words where those frames are shown, what it costs (the
+    # native view only) and what to do: record with --max-frames 256
+    line = next((ln for ln in run.stderr.decode().splitlines() if "put at the top of their stacks" in ln), "")
+    assert "report's Python view (the default) is right" in line, run.describe()
+    assert "longer than --max-frames 128: record with --max-frames 256 to keep them whole" in line, run.describe()
+    # AND with --max-frames 256 the same stack is whole: no frame put at the top
     run = run_process([*HEAPSCOPE, "record", "-o", str(tmp_path / "d.db"), "-i", "1", "--max-frames", "256", "--",
                        INTERPRETERS[-1], str(program), "40"], timeout=150)
     assert run.returncode == 0, run.describe()
-    assert "put at the root" not in run.stderr.decode(), run.describe()
+    assert "put at the top of their stacks" not in run.stderr.decode(), run.describe()
 
 
 GROWS = '''

@@ -405,17 +405,13 @@ def print_summary(s: Summary) -> None:
     largest = s.peaks[0].peak_bytes if s.peaks else 0
     major = [pk for pk in s.peaks if not is_minor(pk.peak_bytes, 0, largest, 0)]
     seen, rss, own_rss, where = s.peak_heap, s.peak_rss, s.own_rss, ""
-    if len(major) < len(s.peaks) and any(pk.rss for pk in major):
-        # The processes shown below, not a sum over shells and tools of ~3 MiB each (pyenv's
+    if len(major) == 1 < len(s.peaks) and major[0].rss:
+        # The process shown below, not a sum over shells and tools of ~3 MiB each (pyenv's
         # python3 shim: 38 of them doubled the RSS of its one Python process)
-        seen, rss = sum(pk.seen for pk in major), sum(pk.rss for pk in major)
-        own_rss = sum(pk.own_rss for pk in major)
-        where = f" in {major[0].name} (pid {major[0].pid})" if len(major) == 1 else \
-            f" in the {len(major)} largest processes"
-    if rss:
-        own = f"heapscope's own {human_bytes(own_rss)} of it; " if own_rss else ""
-        lines.append(f"seen {human_bytes(seen)} of RSS {human_bytes(rss)}{where} "
-                     f"({own}peak of the sampled heaps vs. peak resident set)")
+        seen, rss, own_rss, where = major[0].seen, major[0].rss, major[0].own_rss, \
+            f" in {major[0].name} (pid {major[0].pid})"
+    from heapscope.view.summary import rss_line  # several processes: those that ran together, said so
+    lines += [rss_line(seen, rss, own_rss, s.processes, where)] if rss else []
     if s.client_errors:
         lines.append("client stopped early: " + "; ".join(s.client_errors))
     if s.no_descriptors:

@@ -191,6 +191,9 @@ class Producer:
             events = poller.poll(max(0, int(timeout * 1000 + 0.999)))
         except InterruptedError:
             events = []
+        # A hang-up seen now happened before this: it is the process's end, not the time its
+        # final drain is done, after a client accepted below (a shell's next command) has started.
+        polled = time.monotonic_ns()
         ready = {watched.get(fd, fd) for fd, _ev in events}
         readable = [q.sock for fd, q in self.processes.items() if fd in ready]
         drained = 0
@@ -208,12 +211,12 @@ class Producer:
             if ended is None:
                 continue
             if ended.exit_fd is not None:  # the pidfd of a process that lost its socket: it exited
-                self._end(ended, reason="exit", disconnected=False)
+                self._end(ended, reason="exit", disconnected=False, at=polled)
             elif self._peer_closed(ended.sock):
                 if not self.session_ending and self._watch_exit(ended):
                     continue
                 ends_session = self.session_ending or ended.info.pid in self.target_pids
-                self._end(ended, reason="exit", disconnected=not ends_session)
+                self._end(ended, reason="exit", disconnected=not ends_session, at=polled)
         return drained
 
     def stop_accepting(self) -> None:
@@ -682,14 +685,15 @@ class Producer:
         p.stream.clear()
         return rows
 
-    def _end(self, p: ProcessState, reason: str, disconnected: bool) -> None:
-        """Final drain, flush of pending operations, final dump, stats."""
+    def _end(self, p: ProcessState, reason: str, disconnected: bool, at: int | None = None) -> None:
+        """Final drain, flush of pending operations, final dump, stats; `at`: when its exit was
+        seen (the end_ts), default now."""
         self._read_rss(p, time.monotonic_ns())  # often too late (the memory is gone), sometimes not
         while self._drain(p, limit=0):
             pass
         p.ingest.tracker.flush()
         self._drain(p, limit=0)  # take the stream of what flush applied
-        p.info.end_ts = time.monotonic_ns()
+        p.info.end_ts = time.monotonic_ns() if at is None else max(p.info.start_ts, at)
         if reason == "exit":
             self.exited_pids.add(p.info.pid)
         p.flags.disconnected = disconnected

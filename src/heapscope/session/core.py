@@ -150,9 +150,9 @@ class Summary(Slots):
     no_descriptors: int  # processes not profiled: heapscope was out of file descriptors
     problems: list[str]  # what went wrong inside heapscope, one line each
     python: list[str]  # the Python frames status lines, one per distinct one
-    peak_heap: int  # sum over processes of each one's peak of sampled unreleased bytes
-    peak_rss: int  # sum over processes of each one's peak RSS (VmHWM)
-    own_rss: int  # sum over processes of heapscope's own resident bytes at their exits (0: none known)
+    peak_heap: int  # each one's peak of sampled unreleased bytes, summed over those alive at the busiest moment
+    peak_rss: int  # each one's peak RSS (VmHWM), summed likewise (view.summary.busiest_moment)
+    own_rss: int  # heapscope's own resident bytes at their exits, summed likewise (0: none known)
     peaks: list[ProcessPeak]  # largest peak first
     attached_heaps_note: str  # -p: custom heaps registered before the attach are not seen
     not_profiled: list[str]  # targets the client never ran in, and why

@@ -43,9 +43,9 @@ class Figures(Loop):
             s.client_errors = sorted({f"{p.info.name}: {p.flags.client_error}"
                                       for p in procs if p.flags.client_error})
             s.python = sorted({p.python_status for p in procs if p.python_status})
-            s.peak_heap = sum(p.final_stats.get("peak_unfreed", 0) for p in procs)
-            s.peak_rss = sum(p.peak_rss for p in procs)
-            s.own_rss = sum(p.own_rss for p in procs)
+            from heapscope.view.summary import busiest_moment  # what ran together, not a sum over all
+            s.peak_heap, s.peak_rss, s.own_rss, _ = busiest_moment((p.info.start_ts, p.info.end_ts, p.final_stats.get(
+                "peak_unfreed", 0), p.peak_rss, p.own_rss) for p in procs)
             if any(not p.flags.from_startup for p in procs):
                 from heapscope.producer.stats import ATTACH_HEAPS_NOTE
                 s.attached_heaps_note = ATTACH_HEAPS_NOTE
@@ -56,11 +56,8 @@ class Figures(Loop):
             if unplaced:
                 # Mostly stacks cut at --max-frames: an import's native frames nest ~10 deep per level.
                 cut = sum(p.final_meta.get("truncated_stacks", 0) for p in procs)
-                why = "their eval activation was not in the native stack"
-                if cut and self.config.max_frames < MAX_FRAMES:
-                    why += (f"; {cut:,} stacks were cut at --max-frames {self.config.max_frames},"
-                            f" {MAX_FRAMES} keeps more whole")
-                s.python.append(f"python frames: {unplaced:,} frames put at the root ({why})")
+                from heapscope.view.summary import unplaced_line
+                s.python.append(unplaced_line(unplaced, cut, self.config.max_frames, MAX_FRAMES))
 
     def _not_profiled_stats(self, producer: Producer) -> list[tuple[str, int | None, str, str, int, str]]:
         """The started target when its pid never connected: a line for the summary, a row for `stats`."""
