@@ -343,3 +343,26 @@ def test_flamegraph_of_200k_callsites_is_small_and_fast(tmp_path: Path) -> None:
     assert res["readyMs"] < 3000
     assert res["results"][1] < 1000
     assert size < 8_000_000
+
+
+def test_flamegraph_of_one_heap_shows_no_heap_picker(record: Recorder, programs: Programs, tmp_path: Path) -> None:
+    # GIVEN a profile with one heap (libc.malloc)
+    db = recorded(record, programs, "tiny")
+    from heapscope.store.select import heap_names
+    from heapscope.view.flamegraph import heap_graphs, payload
+    with open_profile(db) as prof:
+        assert heap_names(prof) == ["libc.malloc"]
+        heaps, at = heap_graphs(prof)
+        data = payload(heaps[at].graphs, title="t", heaps=heaps, heap=at)
+    # THEN the page data has no heap list: there is nothing to pick
+    assert "heaps" not in data and "heap" not in data
+    # AND in the browser the heap field takes no room, while the process field shows
+    html = tmp_path / "one.html"
+    heapscope("flamegraph", db, "-o", html)
+    res = browser(tmp_path, html, [
+        {"do": "eval", "js": "[getComputedStyle(document.getElementById('heap-field')).display,"
+                             " document.getElementById('heap-field').getBoundingClientRect().width,"
+                             " document.getElementById('proc').getBoundingClientRect().width > 0]"},
+        {"do": "screenshot", "path": str(tmp_path / "one.png")},
+    ])
+    assert res["results"][0] == ["none", 0, True]
