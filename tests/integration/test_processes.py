@@ -67,3 +67,61 @@ def test_target_dying_of_a_signal_keeps_its_profile(programs, record, mode, stat
     profile = rec.profile()
     upid = profile.only_upid("lifecycle")
     assert_exact(profile, upid, programs.truth("lifecycle"), context=rec.describe())
+
+
+# --- how processes are named (store/labels.py) ----------------------------------------------------
+
+
+def _report_text(db, *args):
+    from hs_integration import HEAPSCOPE, run_process
+
+    run = run_process([*HEAPSCOPE, "report", str(db), *args], timeout=60)
+    assert run.returncode == 0, run.describe()
+    return run.stdout.decode()
+
+
+def test_a_program_run_through_a_link_is_named_as_run_and_its_empty_argument_kept(programs, record, tmp_path):
+    # GIVEN tiny run as `tiny-link --save '' 'a b'`, tiny-link a symlink to it (redis-server is one
+    # to redis-check-rdb)
+    link = tmp_path / "tiny-link"
+    link.symlink_to(programs.path("tiny"))
+    rec = record([link, "--save", "", "a b"])
+    assert rec.returncode == 0, rec.describe()
+    # THEN the process is named as it was run, its executable kept, and its command line reads
+    # back as a shell would take it: the empty argument and the blank in one are there
+    [row] = rec.profile().query("SELECT name, cmdline FROM process")
+    assert row["name"] == "tiny-link", row
+    assert row["cmdline"] == f"{link} --save '' 'a b'", row
+    out = _report_text(rec.db)
+    assert re.search(r"^pid \d+  tiny-link  \(upid", out, re.M), out
+    assert "--save '' 'a b'" in out, out
+    assert "tiny-link (pid " in rec.stderr.decode(), rec.describe()  # record's summary names it so too
+
+
+def test_a_program_run_by_its_own_path_keeps_its_name(programs, record):
+    rec = record([programs.path("tiny")])
+    assert rec.returncode == 0, rec.describe()
+    [row] = rec.profile().query("SELECT name FROM process")
+    assert row["name"] == "tiny"
+
+
+@pytest.mark.timeout(180)
+def test_a_compilers_rows_name_the_file_it_compiled(record, tmp_path):
+    import shutil
+
+    if shutil.which("cc") is None:
+        pytest.skip("needs cc")
+    # GIVEN a build of two C files, as make runs it: cc runs cc1 and as for each
+    for name in ("alpha", "beta"):
+        (tmp_path / f"{name}.c").write_text(f"int {name}(int x) {{ return x * 2; }}\n")
+    script = tmp_path / "build.sh"
+    script.write_text(f"#!/bin/sh\ncd {tmp_path}\ncc -c alpha.c -o alpha.o\ncc -c beta.c -o beta.o\n")
+    script.chmod(0o755)
+    rec = record([script], interval=None)
+    assert rec.returncode == 0, rec.describe()
+    # WHEN report lists every process
+    out = _report_text(rec.db, "--all-processes")
+    table = out[:out.index("\n\n")]
+    # THEN each compiler row names its file beside the compiler, not only `cc1`
+    assert re.search(r"cc1 alpha\.c$", table, re.M) and re.search(r"cc1 beta\.c$", table, re.M), table
+    assert re.search(r"\bas\b.* -o alpha\.o$", table, re.M), table

@@ -70,12 +70,13 @@ def main(args: argparse.Namespace) -> int:
 
 
 def render(pl: object, top: int, depth: int) -> str:
+    from heapscope.store.labels import process_label
     from heapscope.view.leaks import ProcessLeaks
     from heapscope.view.units import format_bytes, format_percent
 
     assert isinstance(pl, ProcessLeaks)
     info = pl.process.info
-    head = f"pid {info.pid}  {info.name or '?'}  (upid {info.upid})"
+    head = f"pid {info.pid}  {process_label(info)}  (upid {info.upid})"
     if pl.ts is None:
         return head + "\n  no dumps: nothing to say about leaks\n"
     if not pl.leaks:

@@ -439,7 +439,7 @@ def print_summary(s: Summary) -> None:
             lines.append("  other heaps, each at its own peak (report --heap NAME): "
                          + ", ".join(f"{name} {human_bytes(size)}" for name, size in pk.other_heaps))
     if len(shown) < len(s.peaks):
-        names = count_names([pk.name for pk in s.peaks[len(shown):]])
+        names = count_names([pk.name.split(" ", 1)[0] for pk in s.peaks[len(shown):]])  # cc1 ×90, not each file
         lines.append(f"... and {len(s.peaks) - len(shown):,} more processes with smaller peaks"
                      f" ({names}; heapscope report {s.output})")
     lines += [f"shallow stacks: {line}" for line in s.shallow_stacks]

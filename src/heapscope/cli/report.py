@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from heapscope.cli.folding import add_fold_arguments, apply_fold
 from heapscope.errors import UsageError
 from heapscope.model import VIEWS
+from heapscope.store.labels import process_label
 from heapscope.store.reader import Profile, open_profile
 from heapscope.store.select import (
     DUMP_HELP,
@@ -145,7 +146,7 @@ def render_heaps(profile: Profile, shown: str | None, minor: set[int] | frozense
     one heap (custom heaps, issue 16); '' otherwise."""
     if len(heap_names(profile)) < 2:
         return ""
-    names: dict[int, str] = {p.info.upid: f"pid {p.info.pid} {p.info.name or '?'}" for p in profile.processes()}
+    names: dict[int, str] = {p.info.upid: f"pid {p.info.pid} {process_label(p.info)}" for p in profile.processes()}
     lines = ["heaps (unreleased at the peak; a custom heap's own; a pool's memory is in its malloc block too):"]
     members = heap_members(shown)
     for upid, name, size, count in heap_peaks(profile):
@@ -175,7 +176,7 @@ def render_processes(lines: Sequence[ProcessLine], minor: set[int] | frozenset[i
     cells = [header] + [
         (str(r.process.info.pid), format_bytes(r.peak), format_bytes(r.allocated), format_count(r.samples),
          "?" if r.lifetime_ns is None else f"{r.lifetime_ns / 1e9:.2f} s",
-         r.process.info.exe or r.process.info.name or "?")
+         process_label(r.process.info, exe=True))
         for r in major
     ]
     widths = [max(len(c[i]) for c in cells) for i in range(len(header))]
@@ -222,7 +223,7 @@ def render_report(r: ProcessReport, top: int, stacks: bool = False, width: int |
         pids = ", ".join(str(p.info.pid) for p in r.processes)
         lines = [f"{info.exe or info.name or '?'}: {len(r.processes)} processes merged (pids {pids})"]
     else:
-        lines = [f"pid {info.pid}  {info.name or '?'}  (upid {info.upid})"]
+        lines = [f"pid {info.pid}  {process_label(info)}  (upid {info.upid})"]
         if info.cmdline:
             cmdline = info.cmdline if width is None else cut_middle(info.cmdline, max(width - _W - 3, MIN_NAME))
             lines.append(f"  {'cmdline:':<{_W}} {cmdline}")

@@ -31,6 +31,7 @@ from heapscope.export import _proto as pb
 from heapscope.export._common import Frames, check_view, pick_dumps, process_label, select_processes
 from heapscope.export._sink import Sink
 from heapscope.model import CallsiteId, FrameId
+from heapscope.store.labels import arguments
 from heapscope.store.reader import Dump, Profile, SymbolLine
 from heapscope.store.reader import Process as StoredProcess
 from heapscope.store.select import ALL_HEAPS, HEAP_JOIN, default_dump, heap_names, process_state, select_heap
@@ -77,7 +78,8 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
     packet(pb.uint(_P_TIMESTAMP, t0) + pb.blob(_P_CLOCK_SNAPSHOT, clocks + pb.uint(2, 6)))
     tree = b""
     for p in processes:
-        args = p.info.cmdline.split(" ") if p.info.cmdline else [p.info.exe or p.info.name]
+        # The stored line is shell-quoted (view/labels.py): its arguments, an empty one kept.
+        args = arguments(p.info.cmdline) if p.info.cmdline else [p.info.exe or p.info.name]
         tree += pb.blob(1, pb.uint(1, p.info.pid) + pb.uint(2, p.info.ppid)
                         + b"".join(pb.string(3, a) for a in args))
     packet(pb.uint(_P_TIMESTAMP, t0) + pb.blob(_P_PROCESS_TREE, tree))

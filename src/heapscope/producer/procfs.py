@@ -15,18 +15,59 @@ def process_info(upid: Upid, pid: int, ppid: int, uid: int) -> ProcessInfo:
     """What /proc says about a client; it is alive, waiting for our answer."""
     args = cmdline_args(pid)
     exe = exe_path(pid, args)
-    name = os.path.basename(exe) or (os.path.basename(args[0]) if args else str(pid))
-    return ProcessInfo(upid=upid, pid=pid, ppid=ppid, name=name, cmdline=" ".join(args), exe=exe,
+    name = process_name(pid, args, exe)
+    return ProcessInfo(upid=upid, pid=pid, ppid=ppid, name=name, cmdline=join_args(args), exe=exe,
                        uid=uid, start_ts=time.monotonic_ns())
 
 
+def join_args(args: list[str]) -> str:
+    """The command line as a shell would read it back (`--save ''`, `'a b'`): the process
+    table's cmdline, which shlex.split turns into the arguments again."""
+    import shlex
+
+    return shlex.join(args)
+
+
+def process_name(pid: int, args: list[str], exe: str) -> str:
+    """The name the user ran: argv[0]'s basename when argv[0] is a link to the executable
+    (redis-server, a link to redis-check-rdb; busybox's applets), else the executable's (a
+    script's interpreter, a program that rewrites its argv[0], a login shell's `-bash`)."""
+    own = os.path.basename(exe)
+    argv0 = args[0] if args else ""
+    called = os.path.basename(argv0)
+    if not called or called == own or not own:
+        return own or called or str(pid)
+    if "/" in argv0:
+        candidates = [argv0 if argv0.startswith("/") else f"/proc/{pid}/cwd/{argv0}"]
+    else:  # found through PATH: the usual folders, not the target's own PATH (no read of its environ)
+        candidates = [f"{d}/{argv0}" for d in ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin",
+                                               "/sbin", "/bin")]
+    try:
+        real = os.stat(f"/proc/{pid}/exe")
+    except OSError:
+        return own
+    for path in candidates:
+        try:
+            if os.path.islink(path):
+                st = os.stat(path)
+                if (st.st_dev, st.st_ino) == (real.st_dev, real.st_ino):
+                    return called
+        except OSError:
+            continue
+    return own
+
+
 def cmdline_args(pid: int) -> list[str]:
+    """The arguments, empty ones kept (`redis-server --save ''`): each ends with a NUL."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             raw = f.read()
     except OSError:
         return []
-    return [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
+    parts = raw.split(b"\0")
+    if parts and parts[-1] == b"":
+        parts.pop()  # the last argument's terminator
+    return [a.decode("utf-8", "replace") for a in parts]
 
 
 def exe_path(pid: int, args: list[str]) -> str:

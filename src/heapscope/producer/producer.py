@@ -668,7 +668,7 @@ class Producer:
         self.next_upid += 1
         args = procfs.cmdline_args(pid)
         info = procfs.process_info(upid, pid, procfs.ppid(pid), procfs.uid(pid))
-        info.cmdline = " ".join(args)
+        info.cmdline = procfs.join_args(args)
         info.end_ts = info.start_ts
         flags = ProcessFlags(from_startup=False, rejected_concurrent=True)
         self.writer.add_process(info)

@@ -127,6 +127,7 @@ class Figures(Loop):
         s = self.summary
         # One heap (store.select: a pool's memory is in its malloc block too); the others by their peaks.
         from heapscope.store.select import heap_label, heap_members, heap_names, heap_peaks, select_heap
+        from heapscope.store.labels import process_label  # `cc1 parse.c`, named as in every view
         from heapscope.view.peaks import peak_stacks  # a Python process's lines: its Python frames
         python = profile.python_upids()
         heap = select_heap(profile, None)
@@ -146,7 +147,7 @@ class Figures(Loop):
                 total, rows = peak
                 if total > 0 or upid in others:
                     st = ended.get(upid)
-                    s.peaks.append(ProcessPeak(stored.info.pid, stored.info.name or "?", total, rows,
+                    s.peaks.append(ProcessPeak(stored.info.pid, process_label(stored.info), total, rows,
                                                heap_label(heap) if upid in others and heap else "",
                                                others.get(upid, []),
                                                st.final_stats.get("peak_unfreed", 0) if st else 0,

@@ -7,6 +7,7 @@
     select.py   views, processes by pid, dumps by number: one error line per mistake
     sql.py      `heapscope sql`: read-only SQL (no writes, no ATTACH, no VACUUM INTO)
     files.py    creating files safely and the overwrite policy
+    labels.py   how a process is named (argv[0]'s link, a compiler's file), its arguments
 
 May import: heapscope.model, heapscope.errors. Nothing here knows about the
 wire or the producer.

@@ -35,8 +35,11 @@ def check_view(view: str) -> str:
 
 
 def process_label(p: Process) -> str:
-    """`name (pid N)`: how a process is named in messages and exports."""
-    return f"{p.info.name or '?'} (pid {p.info.pid})"
+    """`name (pid N)`: how a process is named in messages and exports (store/labels.py: `cc1
+    parse.c (pid N)` for a compiler)."""
+    from heapscope.store.labels import process_label as label
+
+    return f"{label(p.info)} (pid {p.info.pid})"
 
 
 def select_processes(profile: Profile, pid: int | None) -> list[Process]:

@@ -22,6 +22,7 @@ import os
 from dataclasses import dataclass
 
 from heapscope.model import VIEWS, CallsiteId, unknown_code_pid
+from heapscope.store.labels import process_label
 from heapscope.store.reader import Process, Profile, ViewValues, mapping_basename
 from heapscope.store.select import dump_position, process_with_dump
 from heapscope.view.flamegraph import ProcessGraph, Snapshot
@@ -135,7 +136,7 @@ def diff_graph(a: Side, b: Side) -> ProcessGraph:
         src = b.sources.get(k) or a.sources.get(k)
         tree.source_file.append(src)
         tree.line_number.append(None)
-    graph = ProcessGraph(f"{b.process.info.name or '?'}: {a.label} → {b.label}", b.process.info.upid, tree)
+    graph = ProcessGraph(f"{process_label(b.process.info)}: {a.label} → {b.label}", b.process.info.upid, tree)
     for side, label in ((a, "before"), (b, "after")):
         selfs = {v: [side.self_values.get(k, {}).get(v, 0) for k in keys] for v in VIEWS}
         graph.snapshots.append(Snapshot(side.ts, label, selfs))

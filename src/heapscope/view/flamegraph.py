@@ -37,6 +37,7 @@ from importlib import resources
 
 from heapscope.estimate import add_values, desampled_map
 from heapscope.model import VIEWS, CallsiteId, Upid
+from heapscope.store.labels import process_label as named
 from heapscope.store.reader import DumpValues, Process, Profile, ViewValues, mapping_basename
 from heapscope.store.select import (
     ALL_HEAPS,
@@ -88,7 +89,7 @@ class Strings:
 
 
 def process_label(p: Process) -> str:
-    return f"pid {p.info.pid} {p.info.name or '?'}"
+    return f"pid {p.info.pid} {named(p.info)}"
 
 
 def process_graph(profile: Profile, process: Process, dump: str | int | None = None,
