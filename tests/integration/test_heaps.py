@@ -703,3 +703,63 @@ def test_flamegraph_picker_with_a_heap_a_process_lacks(tmp_path):
     # (largest peak first, as report's table: p102 holds 2000 B of libc.malloc, p101 1000)
     assert r[0] == [["all processes", "pid 102 p102", "pid 101 p101"], 3000], r
     assert r[2] == [["pid 102 p102"], 300], r
+
+
+PLAIN_PROGRAM = r"""
+#include <stdio.h>
+#include <stdlib.h>
+
+int main(void) {
+  printf("ready 0\n");
+  fflush(stdout);
+  char line[64];
+  static void *keep[100];
+  while (fgets(line, sizeof line, stdin)) {
+    if (line[0] == 'a') {
+      for (int i = 0; i < 100; i++) keep[i] = malloc(48);
+      printf("filled\n");
+    } else if (line[0] == 'q') {
+      break;
+    }
+    fflush(stdout);
+  }
+  return keep[0] == NULL;
+}
+"""
+
+
+@pytest.mark.timeout(120)
+def test_attach_to_a_program_without_custom_heaps_says_nothing_of_them(tmp_path):
+    """The attach note on custom heaps is said only where it applies: a program that does not
+    use heapscope.h gets no such line and no custom heap stats."""
+    import shutil
+    import signal
+
+    from test_sessions import Proc
+
+    if shutil.which("gdb") is None:
+        pytest.skip("gdb is not installed (apt-get install gdb)")
+    src, exe, db = tmp_path / "plain.c", tmp_path / "plain", tmp_path / "plain.db"
+    src.write_text(PLAIN_PROGRAM)
+    subprocess.run(["cc", "-O0", "-g", "-o", str(exe), str(src)], check=True, timeout=120)
+    target = Proc([exe])
+    rec = None
+    try:
+        target.out.wait_for(lambda s: s == "ready 0", "target start")
+        rec = Proc([*HEAPSCOPE, "-v", "record", "-i", "1", "-o", db, "-p", str(target.p.pid)])
+        rec.err.wait_for(lambda s: "attached to pid" in s, "the attach")
+        target.send("a")
+        target.out.wait_for(lambda s: s == "filled", "the fill")
+        rec.p.send_signal(signal.SIGINT)  # detach
+        assert rec.wait() == 0, "\n".join(rec.err.seen)
+        rec.err.wait_for(lambda s: "next: heapscope report" in s, "the summary's end")
+        assert not any("custom heaps" in line for line in rec.err.seen), "\n".join(rec.err.seen)
+        target.send("q")
+        assert target.wait() == 0
+    finally:
+        target.kill()
+        if rec is not None:
+            rec.kill()
+    profile = Profile(db)
+    [upid] = [r["upid"] for r in profile.query("SELECT upid FROM process")]
+    assert "custom_heaps_after_attach" not in profile.stats(upid)

@@ -7,6 +7,10 @@ what the report warns about.
 
 from __future__ import annotations
 
+import functools
+import os
+from collections.abc import Iterable
+
 from heapscope.producer.process import ProcessState
 from heapscope.wire import codec
 
@@ -69,9 +73,48 @@ def process_stats_rows(p: ProcessState, st: dict[str, int]) -> list[StatRow]:
     return [(name, u, sev, src, int(v), desc) for name, sev, src, v, desc in rows]
 
 
-#: Said for every attached process (stats, record's summary): include/heapscope.h, "Attach".
+#: Said for an attached process that uses custom heaps (stats, record's summary): include/heapscope.h, "Attach".
 ATTACH_HEAPS_NOTE = ("custom heaps registered before the attach are not seen until the program registers them"
                      " again (heapscope_heap_register returned 0 before it)")
+#: The custom heap API's function name, as the header's dlsym looks it up (in the program's strings).
+_REGISTER_NAME = b"heapscope_heap_register"
+_SCAN_LIMIT = 1 << 30  # executables larger than this are not searched for it (the note is then left out)
+
+
+def attach_heaps_note(processes: Iterable[ProcessState]) -> str:
+    """ATTACH_HEAPS_NOTE when it applies to one of `processes`, else '' (record's summary)."""
+    return ATTACH_HEAPS_NOTE if any(uses_heaps_after_attach(p) for p in processes) else ""
+
+
+def uses_heaps_after_attach(p: ProcessState) -> bool:
+    """Whether an attached process may have custom heaps the attach missed: it registered one
+    since (so it uses the API), or its executable names the API's register function (a program
+    built with include/heapscope.h). A Python program's heapscope.heaps is seen only when it
+    registers a heap again."""
+    if p.flags.from_startup:
+        return False
+    if any(h.heap_id != codec.PY_HEAP_ID for h in p.custom_heaps.values()):
+        return True
+    return _names_register(p.info.pid, p.info.exe)
+
+
+@functools.lru_cache(maxsize=64)  # asked for the stats and for the summary
+def _names_register(pid: int, exe: str) -> bool:
+    import mmap
+
+    for path in (f"/proc/{pid}/exe", exe):  # the running file first: exe's path may be replaced since
+        if not path:
+            continue
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if not 0 < size <= _SCAN_LIMIT:
+                    return False
+                with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                    return m.find(_REGISTER_NAME) >= 0
+        except (OSError, ValueError):
+            continue
+    return False
 
 
 def custom_heap_stats(p: ProcessState) -> list[StatRow]:
@@ -87,7 +130,8 @@ def custom_heap_stats(p: ProcessState) -> list[StatRow]:
          py.tracker.stats()["gaps_skipped"], f"{py.name} sequence numbers never received"),
     ]
     heaps = [h for h in p.custom_heaps.values() if h.heap_id != codec.PY_HEAP_ID]
-    if not heaps and p.flags.from_startup:
+    noted = uses_heaps_after_attach(p)
+    if not heaps and not noted:
         return own
     stats = [h.tracker.stats() for h in heaps]
 
@@ -98,7 +142,7 @@ def custom_heap_stats(p: ProcessState) -> list[StatRow]:
     frees = [h.frees for h in heaps]
     gaps = [s["gaps_skipped"] for s in stats]
     u = p.info.upid
-    attached: list[StatRow] = [] if p.flags.from_startup else [
+    attached: list[StatRow] = [] if not noted else [
         ("custom_heaps_after_attach", u, "info", "producer", len(heaps),
          ATTACH_HEAPS_NOTE + (f" (registered since: {', '.join(h.name for h in heaps)})" if heaps else ""))]
     return own + attached + [

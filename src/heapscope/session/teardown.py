@@ -46,9 +46,8 @@ class Figures(Loop):
             from heapscope.view.summary import busiest_moment  # what ran together, not a sum over all
             s.peak_heap, s.peak_rss, s.own_rss, _ = busiest_moment((p.info.start_ts, p.info.end_ts, p.final_stats.get(
                 "peak_unfreed", 0), p.peak_rss, p.own_rss) for p in procs)
-            if any(not p.flags.from_startup for p in procs):
-                from heapscope.producer.stats import ATTACH_HEAPS_NOTE
-                s.attached_heaps_note = ATTACH_HEAPS_NOTE
+            from heapscope.producer.stats import attach_heaps_note  # only where it applies
+            s.attached_heaps_note = attach_heaps_note(procs)
             invalid = sum(p.final_meta.get("python_walks_invalid", 0) for p in procs)
             unplaced = sum(p.heap.python.unplaced for p in procs)
             if invalid:
