@@ -16,7 +16,7 @@ import os
 import select
 import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from heapscope.bookkeeping._native import Tracker, Trie
 from heapscope.bookkeeping.dump import UNDEFINED_STACK, ProcessHeap

@@ -125,8 +125,8 @@ class Figures(Loop):
         callsite and frame tables, ~100k rows for a compiler, are never loaded whole)."""
         s = self.summary
         # One heap (store.select: a pool's memory is in its malloc block too); the others by their peaks.
-        from heapscope.store.select import heap_label, heap_members, heap_names, heap_peaks, select_heap
         from heapscope.store.labels import process_label  # `cc1 parse.c`, named as in every view
+        from heapscope.store.select import heap_label, heap_members, heap_names, heap_peaks, select_heap
         from heapscope.view.peaks import peak_stacks  # a Python process's lines: its Python frames
         python = profile.python_upids()
         heap = select_heap(profile, None)
