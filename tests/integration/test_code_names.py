@@ -189,6 +189,11 @@ def test_node_javascript_frames_are_named_from_its_jitdump(tmp_path: Path) -> No
     names = _frame_names(db)
     assert any("makeBuffers" in n and "buffers.js" in n for n in names), (sorted(names)[:50], err)
     assert _unnamed_share(tmp_path, db) < 0.10, err
+    # AND that held with two images of one pid, sh's exec'd by node: sh's end, seen at the pid's
+    # exit like node's and in either order, read no jitdump and must not erase what node's read
+    with sqlite3.connect(db) as c:
+        images = c.execute("SELECT pid, name FROM process ORDER BY upid").fetchall()
+    assert len(images) == 2 and images[1][1] == "node" and images[0][0] == images[1][0], images
 
 
 @needs_node

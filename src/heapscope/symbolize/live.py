@@ -83,13 +83,20 @@ class LiveSymbolizer:
     def process_ended(self, pid: int, uid: int, jitdump: str | None = None) -> None:
         """A process with code in no loaded object ended: its perf map (perfmap.py), if it
         wrote one, and the jitdump file it mapped, if any, are read now, while the pid is
-        still its own, to name that code at the end."""
+        still its own, to name that code at the end.
+
+        The images of one pid (an exec) share its `[unknown pid N]` frames, so what one image's
+        end read is kept by another's: the names are what all of them found. Their ends come in
+        no fixed order (`sh -c 'exec node --perf-prof ...'`: sh's may be seen after node's), and
+        only node's knew its jitdump."""
         from heapscope.symbolize.perfmap import MAX_BYTES, PerfMap, merged, perf_map_path, read_jitdump, read_perf_map
 
+        before = self.perf_maps.get(pid)
         left = PERF_MAPS_MAX_BYTES - self._perf_map_bytes
         if left <= 0:
-            self.perf_maps[pid] = PerfMap(perf_map_path(pid), f"not read: {PERF_MAPS_MAX_BYTES >> 20} MiB of"
-                                                              " perf maps were read in this recording already")
+            if before is None:
+                self.perf_maps[pid] = PerfMap(perf_map_path(pid), f"not read: {PERF_MAPS_MAX_BYTES >> 20} MiB"
+                                                                  " of perf maps were read in this recording already")
             return
         m = read_perf_map(pid, uid, limit=min(MAX_BYTES, left))
         self._perf_map_bytes += m.bytes_read
@@ -97,6 +104,8 @@ class LiveSymbolizer:
             dump = read_jitdump(jitdump, uid, limit=min(MAX_BYTES, PERF_MAPS_MAX_BYTES - self._perf_map_bytes))
             self._perf_map_bytes += dump.bytes_read
             m = dump if m.status != "read" else merged(m, dump) if dump.status == "read" else m
+        if before is not None and before.status == "read":
+            m = merged(before, m) if m.status == "read" else before
         self.perf_maps[pid] = m
 
     def tick(self, now: float) -> None:

@@ -232,11 +232,13 @@ def _parse_jitdump(path: str, f: BinaryIO, limit: int) -> PerfMap:
 
 
 def merged(first: PerfMap, second: PerfMap) -> PerfMap:
-    """One map of the functions of both (`second`'s at an address both name); `first`'s path and status."""
+    """One map of the functions of both (`second`'s at an address both name), read from the files
+    of both: a file read again (a pid's perf map, at the end of each of its images) is named once."""
     by_start = {s: (e, n) for s, e, n in zip(first.starts, first.ends, first.names, strict=True)}
     by_start.update({s: (e, n) for s, e, n in zip(second.starts, second.ends, second.names, strict=True)})
     starts = sorted(by_start)
-    return PerfMap(f"{first.path} and {second.path}", "read", starts, [by_start[s][0] for s in starts],
+    path = first.path if second.path in first.path.split(" and ") else f"{first.path} and {second.path}"
+    return PerfMap(path, "read", starts, [by_start[s][0] for s in starts],
                    [by_start[s][1] for s in starts], first.truncated or second.truncated,
                    first.bad_lines + second.bad_lines, first.bytes_read + second.bytes_read)
 

@@ -12,8 +12,10 @@ import pytest
 
 from heapscope.model import Frame, Mapping, MappingId, is_jitdump_path, unknown_code_name, unknown_code_pid
 from heapscope.store.writer import ProfileWriter, SymbolWriter
+from heapscope.symbolize.cache import SymbolCache
+from heapscope.symbolize.live import LiveSymbolizer
 from heapscope.symbolize.missing import unsymbolized_modules
-from heapscope.symbolize.perfmap import parse_perf_map, perf_map_path, read_jitdump, read_perf_map
+from heapscope.symbolize.perfmap import merged, parse_perf_map, perf_map_path, read_jitdump, read_perf_map
 from heapscope.symbolize.profile import symbolize_profile
 
 pytestmark = pytest.mark.timeout(60)
@@ -184,3 +186,34 @@ def test_jitdump_path_names() -> None:
     assert is_jitdump_path("/home/u/.debug/jit/java-jit-x/jit-1234.dump")
     assert not is_jitdump_path("/tmp/jit-12a4.dump") and not is_jitdump_path("/tmp/jit-.dump")
     assert not is_jitdump_path("/tmp/perf-1234.map")
+
+
+# No process has this pid (pid_max is at most 2^22): /tmp holds no perf map of it.
+NO_PROCESS = 1 << 23
+
+
+@pytest.mark.parametrize("jit_image_ends_first", [True, False])
+def test_the_images_of_one_pid_keep_the_names_either_end_read(tmp_path: Path, jit_image_ends_first: bool) -> None:
+    # GIVEN a pid that exec'd (`sh -c 'exec node --perf-prof ...'`): only node's image mapped a jitdump
+    assert not os.path.exists(perf_map_path(NO_PROCESS))
+    dump = tmp_path / f"jit-{NO_PROCESS}.dump"
+    dump.write_bytes(_jitdump([_load(0x1000, 0x40, b"JS:*makeBuffers buffers.js:3")]))
+    live = LiveSymbolizer(SymbolCache(tmp_path / "cache"))
+    ends = [str(dump), None] if jit_image_ends_first else [None, str(dump)]
+    # WHEN both images end, in either order (sh's end is seen when the pid exits, as node's is)
+    for jitdump in ends:
+        live.process_ended(NO_PROCESS, os.getuid(), jitdump)
+    # THEN the pid's map has the jitdump's names: the other image's end did not erase them
+    m = live.perf_maps[NO_PROCESS]
+    assert m.status == "read" and m.path == str(dump), (m.status, m.path)
+    assert m.lookup(0x1010) == "JS:*makeBuffers buffers.js:3"
+
+
+def test_a_file_read_again_is_named_once_in_a_merged_map(tmp_path: Path) -> None:
+    _write(tmp_path)
+    dump = tmp_path / f"jit-{PID}.dump"
+    dump.write_bytes(_jitdump([_load(0x1000, 0x40, b"f")]))
+    first = merged(read_perf_map(PID, os.getuid(), str(tmp_path)), read_jitdump(str(dump), os.getuid()))
+    again = merged(first, read_perf_map(PID, os.getuid(), str(tmp_path)))
+    assert again.path == first.path == f"{perf_map_path(PID, str(tmp_path))} and {dump}"
+    assert again.lookup(0x1010) == "f" and again.lookup(0x7F0000001044) == "JS:*inner /app/main.js:9"
