@@ -359,6 +359,7 @@ class Profile:
         self._db = db
         self._frames: dict[FrameId, FrameInfo] | None = None
         self._symbols: dict[FrameId, list[SymbolLine]] | None = None
+        self._python: set[FrameId] | None = None
         self._callsites: dict[CallsiteId, tuple[CallsiteId | None, FrameId]] | None = None
         self._tables: dict[str, bool] = {}
         # Per-process values read in one pass for every process (a query per process scanned
@@ -604,8 +605,9 @@ class Profile:
             + " FROM heap_profile_allocation WHERE upid = ? GROUP BY ts, callsite_id ORDER BY ts",
             (upid,),
         )
-        return [DumpValues(req_int_from_sql(r[0], "heap_profile_allocation.ts"),
-                           CallsiteId(req_int_from_sql(r[1], _ALLOC_CALLSITE)), _view_values(r, 2)) for r in rows]
+        return [DumpValues(r[0] if type(r[0]) is int else req_int_from_sql(r[0], "heap_profile_allocation.ts"),
+                           CallsiteId(r[1] if type(r[1]) is int else req_int_from_sql(r[1], _ALLOC_CALLSITE)),
+                           _view_values(r, 2)) for r in rows]
 
     @_reads
     def allocation_deltas(self, upid: int, heap_name: str, after: int, upto: int) -> list[AllocationDelta]:
@@ -679,8 +681,10 @@ class Profile:
     @_reads
     def python_frames(self) -> set[FrameId]:
         """Frames of Python code (stack_profile_frame.type = 'python'), as the producer wrote them."""
-        return {FrameId(req_int_from_sql(r[0], "stack_profile_frame.id"))
-                for r in self._rows("SELECT id FROM stack_profile_frame WHERE type = 'python'")}
+        if self._python is None:  # asked once per process tree built
+            self._python = {FrameId(req_int_from_sql(r[0], "stack_profile_frame.id"))
+                            for r in self._rows("SELECT id FROM stack_profile_frame WHERE type = 'python'")}
+        return self._python
 
     @_reads
     def frame_symbols(self) -> dict[FrameId, list[SymbolLine]]:
@@ -885,6 +889,10 @@ _REQUIRED_TABLES = frozenset({
 
 
 def _view_values(r: tuple[object, ...], first: int) -> ViewValues:
+    a, b, c, d, real_v, alloc_v = (*r[first:first + 6], None, None)[:6]
+    if (type(a) is int and type(b) is int and type(c) is int and type(d) is int
+            and (real_v is None or type(real_v) is int) and (alloc_v is None or type(alloc_v) is int)):
+        return ViewValues(a, b, c, d, real_v, alloc_v)  # what the conversions below give such a row
     col = "heap_profile_allocation."
     real = alloc_real = None
     if len(r) > first + 5:
