@@ -519,8 +519,12 @@ class Profile:
         views there, all heaps merged; None when the profile has no peak rows for it."""
         got = self._peaks.get(upid) if self._peaks is not None else None
         if got is None:
-            rows = self._peak_rows().get(upid)
+            # The first process asked for is read alone (diff, one --pid); from the second
+            # on, every process's rows in one pass (report, flamegraph).
+            rows = self._peak_rows().get(upid) if self._peaks is not None else self._peak_rows_of(upid)
             if rows is None:
+                if self._peaks is None:
+                    self._peaks = {}
                 return None
             col = "heapscope_peak_allocation."
             ts = max(req_int_from_sql(r[7], col + "ts") for r in rows)
@@ -530,6 +534,22 @@ class Profile:
             self._peaks[upid] = got
         return got
 
+    def _peak_rows_of(self, upid: int) -> list[tuple[object, ...]] | None:
+        """_peak_rows()[upid], read alone (a scan of the table, no rows of other processes)."""
+        if self._peak_raw is not None:
+            return self._peak_raw.get(upid)
+        if not self._has_table("heapscope_peak_allocation"):
+            return None
+        rows = self._rows(self._peak_sql(" WHERE upid = ?"), (upid,))
+        return rows or None
+
+    def _peak_sql(self, where: str = "") -> str:
+        real = (", SUM(real_size), SUM(alloc_real_size)"
+                if self._has_column("heapscope_peak_allocation", "real_size") else ", NULL, NULL")
+        return ("SELECT callsite_id, SUM(size), SUM(count), SUM(alloc_size), SUM(alloc_count)" + real +
+                ", MAX(ts), upid FROM heapscope_peak_allocation" + where +
+                " GROUP BY upid, callsite_id ORDER BY upid, callsite_id")
+
     def _peak_rows(self) -> dict[object, list[tuple[object, ...]]]:
         """The peak rows of every process summed per callsite, as read: one pass over the table
         (it has no index by upid), each process's rows converted when it is asked for."""
@@ -537,12 +557,7 @@ class Profile:
             return self._peak_raw
         by_upid: dict[object, list[tuple[object, ...]]] = {}
         if self._has_table("heapscope_peak_allocation"):
-            real = (", SUM(real_size), SUM(alloc_real_size)"
-                    if self._has_column("heapscope_peak_allocation", "real_size") else ", NULL, NULL")
-            for r in self._rows(
-                    "SELECT callsite_id, SUM(size), SUM(count), SUM(alloc_size), SUM(alloc_count)" + real +
-                    ", MAX(ts), upid FROM heapscope_peak_allocation GROUP BY upid, callsite_id"
-                    " ORDER BY upid, callsite_id"):
+            for r in self._rows(self._peak_sql()):
                 rows = by_upid.get(r[8])
                 if rows is None:
                     rows = by_upid[r[8]] = []
