@@ -99,17 +99,20 @@ def synth(out: Path, processes: int, dumps: int, leaves: int = 3000, seed: int =
             for cs in rng.sample(sites, max(1, leaves // 3)):
                 n = rng.randint(1, 20)
                 freed = rng.randint(0, n)
-                dump_rows.append((cs, n, n * 4096))
+                real = rng.choice((64, 256, 1024, 8192))  # the real size of this callsite's samples
+                dump_rows.append((cs, n, n * 4096, n * real))
                 if freed:
-                    dump_rows.append((cs, -freed, -freed * 4096))
-                h = held.setdefault(cs, [0, 0, 0, 0])
+                    dump_rows.append((cs, -freed, -freed * 4096, -freed * real))
+                h = held.setdefault(cs, [0, 0, 0, 0, 0, 0])
                 h[0] += n - freed
                 h[1] += (n - freed) * 4096
                 h[2] += n
                 h[3] += n * 4096
+                h[4] += (n - freed) * real
+                h[5] += n * real
             w.add_dump(upid, ts, ts_end, "periodic" if k < dumps - 1 else "exit", dump_rows, "libc.malloc")
             ts = ts_end
-        peak = [(cs, h[0], h[1], h[2], h[3]) for cs, h in held.items()]
+        peak = [(cs, *h) for cs, h in held.items()]
         w.add_peak(upid, ts, "libc.malloc", peak)
     w.close()
 

@@ -24,6 +24,7 @@ import sqlite3
 import stat
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from operator import itemgetter
 from pathlib import Path
 from typing import Concatenate, NamedTuple, ParamSpec, TypeVar, cast
 
@@ -654,7 +655,7 @@ class Profile:
         a chain deeper than MAX_CALLSITE_DEPTH is damage: ProfileError.
         """
         if self._callsites is None:
-            rows = self._rows("SELECT id, parent_id, frame_id FROM stack_profile_callsite")
+            rows = self._rows("SELECT id, parent_id, frame_id FROM stack_profile_callsite ORDER BY id")
             if self._plain_tree():
                 self._callsites = _plain_callsites(rows)
                 return self._callsites
@@ -922,11 +923,12 @@ def _plain_callsites(rows: list[tuple[object, ...]]) -> dict[CallsiteId, tuple[C
     """callsites() of rows that Profile._plain_tree found plain: integers, each parent's id below
     its child's. Only the depth is left to check, in one pass by id (a parent's depth is known
     before its children's); an over-deep chain goes to _check_tree for its message."""
-    callsites = cast("dict[CallsiteId, tuple[CallsiteId | None, FrameId]]", {r[0]: (r[1], r[2]) for r in rows})
+    callsites = cast("dict[CallsiteId, tuple[CallsiteId | None, FrameId]]",
+                     dict(zip(map(itemgetter(0), rows), map(itemgetter(1, 2), rows), strict=True)))
     depth: dict[object, int] = {}
     get = depth.get
     deepest = -1
-    for cs, (parent, _frame) in sorted(callsites.items()):
+    for cs, parent, _frame in rows:  # by id: a parent before its children
         d = depth[cs] = get(parent, -1) + 1
         if d > deepest:
             deepest = d
