@@ -656,9 +656,10 @@ class Profile:
         """
         if self._callsites is None:
             rows = self._rows("SELECT id, parent_id, frame_id FROM stack_profile_callsite ORDER BY id")
-            if self._plain_tree():
-                self._callsites = _plain_callsites(rows)
-                return self._callsites
+            plain = _plain_callsites(rows)
+            if plain is not None:
+                self._callsites = plain
+                return plain
             callsites: dict[CallsiteId, tuple[CallsiteId | None, FrameId]] = {}
             for r in rows:
                 parent = opt_int_from_sql(r[1], "stack_profile_callsite.parent_id")
@@ -668,16 +669,6 @@ class Profile:
             _check_tree(callsites)
             self._callsites = callsites
         return self._callsites
-
-    def _plain_tree(self) -> bool:
-        """Whether every callsite row is integers with its parent before it, as `record` writes
-        them: then the rows need no conversion, and no parent cycle can exist (one SQL scan
-        instead of a check per value in Python: a compiler's build has ~450k callsites)."""
-        rows = self._rows(
-            "SELECT EXISTS(SELECT 1 FROM stack_profile_callsite WHERE typeof(id) != 'integer'"
-            " OR typeof(frame_id) != 'integer'"
-            " OR (parent_id IS NOT NULL AND (typeof(parent_id) != 'integer' OR parent_id >= id)))")
-        return rows[0][0] == 0
 
     @_reads
     def frames(self) -> dict[FrameId, FrameInfo]:
@@ -919,19 +910,24 @@ def _view_values(r: tuple[object, ...], first: int) -> ViewValues:
                       real, alloc_real)
 
 
-def _plain_callsites(rows: list[tuple[object, ...]]) -> dict[CallsiteId, tuple[CallsiteId | None, FrameId]]:
-    """callsites() of rows that Profile._plain_tree found plain: integers, each parent's id below
-    its child's. Only the depth is left to check, in one pass by id (a parent's depth is known
-    before its children's); an over-deep chain goes to _check_tree for its message."""
-    callsites = cast("dict[CallsiteId, tuple[CallsiteId | None, FrameId]]",
-                     dict(zip(map(itemgetter(0), rows), map(itemgetter(1, 2), rows), strict=True)))
+def _plain_callsites(rows: list[tuple[object, ...]]) -> dict[CallsiteId, tuple[CallsiteId | None, FrameId]] | None:
+    """callsites() of rows (by id) as `record` writes them, taken as read: integers, each
+    parent's id below its child's, so no parent cycle can exist and a parent's depth is known
+    before its children's (one pass, not a conversion per value and a walk: a compiler build
+    has ~450k callsites); an over-deep chain goes to _check_tree for its message. None when
+    a row is not so: the checked conversions read it."""
     depth: dict[object, int] = {}
     get = depth.get
     deepest = -1
-    for cs, parent, _frame in rows:  # by id: a parent before its children
+    for cs, parent, frame in rows:
+        if type(cs) is not int or type(frame) is not int or (
+                parent is not None and (type(parent) is not int or parent >= cs)):
+            return None
         d = depth[cs] = get(parent, -1) + 1
         if d > deepest:
             deepest = d
+    callsites = cast("dict[CallsiteId, tuple[CallsiteId | None, FrameId]]",
+                     dict(zip(map(itemgetter(0), rows), map(itemgetter(1, 2), rows), strict=True)))
     if deepest >= MAX_CALLSITE_DEPTH:
         _check_tree(callsites)
     return callsites
