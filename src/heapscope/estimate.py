@@ -106,7 +106,19 @@ def estimate_count(samples: int, sampled_bytes: int, interval: int, real_bytes: 
 
 
 def estimate_int(samples: int, sampled_bytes: int, interval: int, real_bytes: int | None = None) -> int:
-    """estimate_count rounded to an integer, for views and exports that carry integers."""
+    """estimate_count rounded to an integer, for views and exports that carry integers.
+
+    Its value only, the same arithmetic without the error: the flamegraph estimates every
+    callsite of every process at every dump."""
+    if samples == 0:
+        return 0
+    if samples < 0:  # round() is symmetric, so the sign can come after
+        return -estimate_int(-samples, abs(sampled_bytes), interval, None if real_bytes is None else abs(real_bytes))
+    if interval <= 1:
+        return samples
+    if real_bytes is not None and real_bytes > 0:
+        x = real_bytes / samples / interval
+        return samples if x >= 1.0 else round(samples / -math.expm1(-x))
     return round(estimate_count(samples, sampled_bytes, interval, real_bytes).value)
 
 

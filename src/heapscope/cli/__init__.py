@@ -162,6 +162,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     quick = quickparse.parse(argv, _load)  # record's usual lines, without argparse
     args = build_parser(argv).parse_args(argv) if quick is None else quick
+    if _chosen(argv) in _READS:
+        import gc
+
+        gc.disable()
     try:
         return int(args._main(args))
     except HeapscopeError as e:
@@ -174,6 +178,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
 
+
+# Subcommands that read a profile into large acyclic structures (a tree per process, the
+# callsite table) and end: the cyclic collector only traversed them, again and again (19 full
+# collections, 1.3 s of a 148-process build's 6.3 s flamegraph); reference counting frees them.
+_READS = ("report", "flamegraph", "leaks", "diff", "export")
 
 # Subcommands that close everything they open themselves (record: recording.Recording.close
 # writes, closes and removes all of it): the console entry point ends them with os._exit once

@@ -103,13 +103,12 @@ def main(args: argparse.Namespace) -> int:
         # The Python view by default where stacks hold Python frames (issue 12); --stacks shows
         # each stack in full unless --python-only asks.
         python_only = True if args.python_only else False if args.native or args.stacks else None
-        reports = build_reports(profile, args.view, args.pid, focus=focus, ignore=ignore, dump=dump,
-                                sort=args.sort, merge=args.merge, python_only=python_only)
         processes = select_processes(profile, args.pid)
         ranked = process_lines(profile, processes)
         minor = set() if args.pid is not None or args.all_processes else minor_processes(ranked)
-        if minor:
-            reports = [r for r in reports if any(p.info.upid not in minor for p in r.processes or [r.process])]
+        # The processes named in one line get no report of their own: none is built.
+        reports = build_reports(profile, args.view, args.pid, focus=focus, ignore=ignore, dump=dump,
+                                sort=args.sort, merge=args.merge, python_only=python_only, skip=minor)
         heaps = render_heaps(profile, shown, minor)
         head = render_processes(ranked, minor) + "\n" if len(processes) > 1 else ""
         if folded:  # after the table of processes: the report opens with what it is about

@@ -19,11 +19,16 @@ _VARINT, _LEN = 0, 2
 _U64 = (1 << 64) - 1
 
 
+_ONE_BYTE = tuple(bytes((n,)) for n in range(0x80))
+
+
 def varint(n: int) -> bytes:
     """Base-128 varint of the value's low 64 bits: negative ints as their two's complement (int64 fields)."""
     n &= _U64
     if n < 0x80:
-        return bytes((n,))
+        return _ONE_BYTE[n]
+    if n < 0x4000:  # location ids and most sample values: two bytes, without the loop
+        return bytes(((n & 0x7F) | 0x80, n >> 7))
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)

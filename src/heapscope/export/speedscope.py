@@ -23,6 +23,7 @@ from heapscope.model import VIEWS, CallsiteId
 from heapscope.store.reader import Profile
 
 SCHEMA = "https://www.speedscope.app/file-format-schema.json"
+OBJECT_VIEWS = ("objects", "alloc_objects")
 UNITS = {"space": "bytes", "alloc_space": "bytes", "objects": "none", "alloc_objects": "none"}
 
 
@@ -63,7 +64,9 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
     for p in chosen:
         for v in VIEWS:
             st = by_view[v].get(p.info.upid)
-            values = desampled_map(st.values, st.interval) if st is not None else {}
+            # De-sampling changes the object views only: a byte view's values are as sampled.
+            values = ({} if st is None else desampled_map(st.values, st.interval) if v in OBJECT_VIEWS
+                      else st.values)
             items = [(CallsiteId(cs), vals.get(v)) for cs, vals in values.items() if vals.get(v) > 0]
             title = f"{process_label(p)}: {v}" if several else v
             sink.text(("" if first_profile else ",") + f'{{"type":"sampled","name":{json.dumps(title)},'

@@ -24,8 +24,9 @@ import sqlite3
 import stat
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from operator import itemgetter
 from pathlib import Path
-from typing import Concatenate, NamedTuple, ParamSpec, TypeVar
+from typing import Concatenate, NamedTuple, ParamSpec, TypeVar, cast
 
 from heapscope.errors import ProfileError
 from heapscope.model import CallsiteId, FrameId, MappingId, ProcessFlags, ProcessInfo, Upid
@@ -358,8 +359,16 @@ class Profile:
         self.path = path
         self._db = db
         self._frames: dict[FrameId, FrameInfo] | None = None
+        self._symbols: dict[FrameId, list[SymbolLine]] | None = None
+        self._python: set[FrameId] | None = None
         self._callsites: dict[CallsiteId, tuple[CallsiteId | None, FrameId]] | None = None
         self._tables: dict[str, bool] = {}
+        # Per-process values read in one pass for every process (a query per process scanned
+        # the whole table each time: a 148-process build read its peak rows 296 times).
+        # They depend on the heap shown: forget_values() drops them (store.select.select_heap).
+        self._peak_raw: dict[object, list[tuple[object, ...]]] | None = None
+        self._peaks: dict[int, tuple[int, dict[CallsiteId, ViewValues]]] | None = None
+        self._stats: dict[int | None, list[Stat]] | None = None
 
     def __enter__(self) -> Profile:
         return self
@@ -412,6 +421,11 @@ class Profile:
     def sql_connection(self) -> sqlite3.Connection:
         """The connection itself, for store/sql.py only (it locks it down first)."""
         return self._db
+
+    def forget_values(self) -> None:
+        """Drop what was read of the heap tables, after the heap shown changed (select_heap)."""
+        self._peak_raw = None
+        self._peaks = None
 
     @_reads
     def metadata(self) -> dict[str, str]:
@@ -504,18 +518,77 @@ class Profile:
     def peak_values(self, upid: int) -> tuple[int, dict[CallsiteId, ViewValues]] | None:
         """The process's peak (heapscope_peak_allocation): its timestamp and each callsite's four
         views there, all heaps merged; None when the profile has no peak rows for it."""
+        got = self._peaks.get(upid) if self._peaks is not None else None
+        if got is None:
+            # The first process asked for is read alone (diff, one --pid); from the second
+            # on, every process's rows in one pass (report, flamegraph).
+            rows = self._peak_rows().get(upid) if self._peaks is not None else self._peak_rows_of(upid)
+            if rows is None:
+                if self._peaks is None:
+                    self._peaks = {}
+                return None
+            col = "heapscope_peak_allocation."
+            ts = max(req_int_from_sql(r[7], col + "ts") for r in rows)
+            got = ts, {CallsiteId(req_int_from_sql(r[0], col + "callsite_id")): _view_values(r, 1) for r in rows}
+            if self._peaks is None:
+                self._peaks = {}
+            self._peaks[upid] = got
+        return got
+
+    def _peak_rows_of(self, upid: int) -> list[tuple[object, ...]] | None:
+        """_peak_rows()[upid], read alone (a scan of the table, no rows of other processes)."""
+        if self._peak_raw is not None:
+            return self._peak_raw.get(upid)
         if not self._has_table("heapscope_peak_allocation"):
             return None
-        col = "heapscope_peak_allocation."
+        rows = self._rows(self._peak_sql(" WHERE upid = ?"), (upid,))
+        return rows or None
+
+    def _peak_sql(self, where: str = "") -> str:
         real = (", SUM(real_size), SUM(alloc_real_size)"
                 if self._has_column("heapscope_peak_allocation", "real_size") else ", NULL, NULL")
+        return ("SELECT callsite_id, SUM(size), SUM(count), SUM(alloc_size), SUM(alloc_count)" + real +
+                ", MAX(ts), upid FROM heapscope_peak_allocation" + where +
+                " GROUP BY upid, callsite_id ORDER BY upid, callsite_id")
+
+    def _peak_rows(self) -> dict[object, list[tuple[object, ...]]]:
+        """The peak rows of every process summed per callsite, as read: one pass over the table
+        (it has no index by upid), each process's rows converted when it is asked for."""
+        if self._peak_raw is not None:
+            return self._peak_raw
+        by_upid: dict[object, list[tuple[object, ...]]] = {}
+        if self._has_table("heapscope_peak_allocation"):
+            for r in self._rows(self._peak_sql()):
+                rows = by_upid.get(r[8])
+                if rows is None:
+                    rows = by_upid[r[8]] = []
+                rows.append(r)
+        self._peak_raw = by_upid
+        return by_upid
+
+    @_reads
+    def peak_sums(self) -> dict[int, int]:
+        """upid -> the bytes unreleased at its peak (the sum of peak_values' space), for every
+        process in one query; processes without peak rows are absent."""
+        if not self._has_table("heapscope_peak_allocation"):
+            return {}
+        col = "heapscope_peak_allocation."
+        return {req_int_from_sql(r[0], col + "upid"): int_from_sql(r[1], col + "size") for r in self._rows(
+            "SELECT upid, SUM(size) FROM heapscope_peak_allocation GROUP BY upid")}
+
+    @_reads
+    def end_sums(self) -> dict[int, tuple[int, int, int]]:
+        """upid -> (space, alloc_space, alloc_objects) summed over its callsites at its last dump,
+        what callsite_values(upid) adds up to, for every process in one query."""
         rows = self._rows(
-            "SELECT callsite_id, SUM(size), SUM(count), SUM(alloc_size), SUM(alloc_count)" + real + ", MAX(ts)"
-            " FROM heapscope_peak_allocation WHERE upid = ? GROUP BY callsite_id", (upid,))
-        if not rows:
-            return None
-        ts = max(req_int_from_sql(r[7], col + "ts") for r in rows)
-        return ts, {CallsiteId(req_int_from_sql(r[0], col + "callsite_id")): _view_values(r, 1) for r in rows}
+            "SELECT a.upid, SUM(a.size), SUM(CASE WHEN a.size > 0 THEN a.size ELSE 0 END),"
+            " SUM(CASE WHEN a.count > 0 THEN a.count ELSE 0 END)"
+            " FROM heap_profile_allocation a JOIN (SELECT upid, MAX(ts_end) AS last FROM heap_profile GROUP BY upid) d"
+            " ON d.upid = a.upid AND a.ts <= d.last GROUP BY a.upid")
+        col = "heap_profile_allocation."
+        return {req_int_from_sql(r[0], col + "upid"): (int_from_sql(r[1], col + "size"),
+                                                      int_from_sql(r[2], col + "size"),
+                                                      int_from_sql(r[3], col + "count")) for r in rows}
 
     def _real_columns(self) -> str:
         """The two real-size sums of heap_profile_allocation rows, NULLs for older profiles."""
@@ -548,8 +621,9 @@ class Profile:
             + " FROM heap_profile_allocation WHERE upid = ? GROUP BY ts, callsite_id ORDER BY ts",
             (upid,),
         )
-        return [DumpValues(req_int_from_sql(r[0], "heap_profile_allocation.ts"),
-                           CallsiteId(req_int_from_sql(r[1], _ALLOC_CALLSITE)), _view_values(r, 2)) for r in rows]
+        return [DumpValues(r[0] if type(r[0]) is int else req_int_from_sql(r[0], "heap_profile_allocation.ts"),
+                           CallsiteId(r[1] if type(r[1]) is int else req_int_from_sql(r[1], _ALLOC_CALLSITE)),
+                           _view_values(r, 2)) for r in rows]
 
     @_reads
     def allocation_deltas(self, upid: int, heap_name: str, after: int, upto: int) -> list[AllocationDelta]:
@@ -581,7 +655,11 @@ class Profile:
         a chain deeper than MAX_CALLSITE_DEPTH is damage: ProfileError.
         """
         if self._callsites is None:
-            rows = self._rows("SELECT id, parent_id, frame_id FROM stack_profile_callsite")
+            rows = self._rows("SELECT id, parent_id, frame_id FROM stack_profile_callsite ORDER BY id")
+            plain = _plain_callsites(rows)
+            if plain is not None:
+                self._callsites = plain
+                return plain
             callsites: dict[CallsiteId, tuple[CallsiteId | None, FrameId]] = {}
             for r in rows:
                 parent = opt_int_from_sql(r[1], "stack_profile_callsite.parent_id")
@@ -610,12 +688,16 @@ class Profile:
     @_reads
     def python_frames(self) -> set[FrameId]:
         """Frames of Python code (stack_profile_frame.type = 'python'), as the producer wrote them."""
-        return {FrameId(req_int_from_sql(r[0], "stack_profile_frame.id"))
-                for r in self._rows("SELECT id FROM stack_profile_frame WHERE type = 'python'")}
+        if self._python is None:  # asked once per process tree built
+            self._python = {FrameId(req_int_from_sql(r[0], "stack_profile_frame.id"))
+                            for r in self._rows("SELECT id FROM stack_profile_frame WHERE type = 'python'")}
+        return self._python
 
     @_reads
     def frame_symbols(self) -> dict[FrameId, list[SymbolLine]]:
         """The symbol rows of each symbolized frame, in Perfetto's order (innermost function first)."""
+        if self._symbols is not None:
+            return self._symbols
         out: dict[FrameId, list[SymbolLine]] = {}
         for fid, name, file, line in self._rows(
                 "SELECT f.id, s.name, s.source_file, s.line_number FROM stack_profile_frame f"
@@ -623,6 +705,7 @@ class Profile:
                 " WHERE f.symbol_set_id IS NOT NULL ORDER BY f.id, s.id"):
             out.setdefault(FrameId(req_int_from_sql(fid, "stack_profile_frame.id")), []).append(SymbolLine(
                 str_from_sql(name), str_from_sql(file), int_from_sql(line, "stack_profile_symbol.line_number")))
+        self._symbols = out
         return out
 
     @_reads
@@ -789,15 +872,18 @@ class Profile:
     @_reads
     def stats(self, upid: int | None = None) -> list[Stat]:
         """`stats` rows: all of them, or those of one process (idx = upid)."""
-        sql = "SELECT name, idx, severity, source, value, description FROM stats"
-        params: tuple[object, ...] = ()
-        if upid is not None:
-            sql += " WHERE idx = ?"
-            params = (upid,)
-        rows = self._rows(sql + " ORDER BY rowid", params)
-        return [Stat(req_str_from_sql(r[0], "stats.name"), opt_int_from_sql(r[1], "stats.idx"),
-                     req_str_from_sql(r[2], "stats.severity"), req_str_from_sql(r[3], "stats.source"),
-                     req_int_from_sql(r[4], "stats.value"), str_from_sql(r[5])) for r in rows]
+        if self._stats is None:
+            # Read once for every process: commands ask per process, and stats has no index.
+            rows = self._rows("SELECT name, idx, severity, source, value, description FROM stats ORDER BY rowid")
+            every = [Stat(req_str_from_sql(r[0], "stats.name"), opt_int_from_sql(r[1], "stats.idx"),
+                          req_str_from_sql(r[2], "stats.severity"), req_str_from_sql(r[3], "stats.source"),
+                          req_int_from_sql(r[4], "stats.value"), str_from_sql(r[5])) for r in rows]
+            by_idx: dict[int | None, list[Stat]] = {None: every}
+            for st in every:
+                if st.idx is not None:
+                    by_idx.setdefault(st.idx, []).append(st)
+            self._stats = by_idx
+        return list(self._stats.get(upid, []))
 
 
 _ALLOC_CALLSITE = "heap_profile_allocation.callsite_id"
@@ -810,6 +896,10 @@ _REQUIRED_TABLES = frozenset({
 
 
 def _view_values(r: tuple[object, ...], first: int) -> ViewValues:
+    a, b, c, d, real_v, alloc_v = (*r[first:first + 6], None, None)[:6]
+    if (type(a) is int and type(b) is int and type(c) is int and type(d) is int
+            and (real_v is None or type(real_v) is int) and (alloc_v is None or type(alloc_v) is int)):
+        return ViewValues(a, b, c, d, real_v, alloc_v)  # what the conversions below give such a row
     col = "heap_profile_allocation."
     real = alloc_real = None
     if len(r) > first + 5:
@@ -818,6 +908,29 @@ def _view_values(r: tuple[object, ...], first: int) -> ViewValues:
     return ViewValues(int_from_sql(r[first], col + "size"), int_from_sql(r[first + 1], col + "count"),
                       int_from_sql(r[first + 2], col + "size"), int_from_sql(r[first + 3], col + "count"),
                       real, alloc_real)
+
+
+def _plain_callsites(rows: list[tuple[object, ...]]) -> dict[CallsiteId, tuple[CallsiteId | None, FrameId]] | None:
+    """callsites() of rows (by id) as `record` writes them, taken as read: integers, each
+    parent's id below its child's, so no parent cycle can exist and a parent's depth is known
+    before its children's (one pass, not a conversion per value and a walk: a compiler build
+    has ~450k callsites); an over-deep chain goes to _check_tree for its message. None when
+    a row is not so: the checked conversions read it."""
+    depth: dict[object, int] = {}
+    get = depth.get
+    deepest = -1
+    for cs, parent, frame in rows:
+        if type(cs) is not int or type(frame) is not int or (
+                parent is not None and (type(parent) is not int or parent >= cs)):
+            return None
+        d = depth[cs] = get(parent, -1) + 1
+        if d > deepest:
+            deepest = d
+    callsites = cast("dict[CallsiteId, tuple[CallsiteId | None, FrameId]]",
+                     dict(zip(map(itemgetter(0), rows), map(itemgetter(1, 2), rows), strict=True)))
+    if deepest >= MAX_CALLSITE_DEPTH:
+        _check_tree(callsites)
+    return callsites
 
 
 def _check_tree(callsites: dict[CallsiteId, tuple[CallsiteId | None, FrameId]]) -> None:

@@ -309,6 +309,7 @@ def select_heap(profile: Profile, heap: str | None) -> str | None:
     db = profile.sql_connection()
     for table in _HEAP_TABLES:
         db.execute(f"DROP VIEW IF EXISTS temp.{table}")
+    profile.forget_values()
     members = heap_members(shown)
     if members is None or len(heap_names(profile)) <= len(members) == 1:
         return shown  # nothing to hide

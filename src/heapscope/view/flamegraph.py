@@ -35,7 +35,7 @@ import json
 from dataclasses import dataclass, field
 from importlib import resources
 
-from heapscope.estimate import add_values, desampled_map
+from heapscope.estimate import add_values
 from heapscope.model import VIEWS, CallsiteId, Upid
 from heapscope.store.labels import process_label as named
 from heapscope.store.reader import DumpValues, Process, Profile, ViewValues, mapping_basename
@@ -118,8 +118,7 @@ def process_graph(profile: Profile, process: Process, dump: str | int | None = N
         for r in by_ts.get(ts, ()):
             o = running.get(r.callsite)
             running[r.callsite] = r.values if o is None else add_values(o, r.values)
-        values = desampled_map(running, interval)
-        graph.snapshots.append(Snapshot(ts, f"dump {n + 1}", {v: tree.self_values(values, v) for v in VIEWS}))
+        graph.snapshots.append(Snapshot(ts, f"dump {n + 1}", tree.desampled_selfs(running, interval)))
     if peak is not None and peak_at < 0:
         peak_at = _add_peak(graph, peak, interval)
     if isinstance(dump, int):
@@ -131,8 +130,7 @@ def process_graph(profile: Profile, process: Process, dump: str | int | None = N
 
 
 def _add_peak(graph: ProcessGraph, peak: tuple[int, dict[CallsiteId, ViewValues]], interval: int) -> int:
-    values = desampled_map(peak[1], interval)
-    graph.snapshots.append(Snapshot(peak[0], "peak", {v: graph.tree.self_values(values, v) for v in VIEWS}))
+    graph.snapshots.append(Snapshot(peak[0], "peak", graph.tree.desampled_selfs(peak[1], interval)))
     return len(graph.snapshots) - 1
 
 
@@ -226,7 +224,8 @@ def render_html(data: dict[str, object]) -> str:
     """The page: template, hand-written script and style, and the packed data."""
     import jinja2  # only the commands that write HTML pay for the import
 
-    packed = gzip.compress(json.dumps(data, separators=(",", ":")).encode(), compresslevel=9, mtime=0)
+    # Level 6, as pprof's: 9 took 1.35 s of a 148-process build's 14 MB of JSON for 3% less (0.38 s).
+    packed = gzip.compress(json.dumps(data, separators=(",", ":")).encode(), compresslevel=6, mtime=0)
     templates = resources.files("heapscope.view") / "templates"
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
     page = env.from_string((templates / "flamegraph.html").read_text(encoding="utf-8"))
@@ -303,8 +302,11 @@ def all_processes(profile: Profile, graphs: list[ProcessGraph], merge: str | Non
                     _append_node(tree, selfs, parent, tree.depth[parent] + 1, t.name[i], t.map_name[i],
                                  t.source_file[i], t.line_number[i])
                 mapped[i] = node
-                for v in VIEWS:
-                    selfs[v][node] += snap.self_values[v][i]
+            for v in VIEWS:  # each view's values added in one pass over the member's nodes
+                acc = selfs[v]
+                for node, value in zip(mapped, snap.self_values[v], strict=True):
+                    if value:
+                        acc[node] += value
     # The nodes were appended parent first but not in preorder when several members merge: reorder.
     order = _preorder(tree)
     new = MergedTree()

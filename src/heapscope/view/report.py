@@ -32,11 +32,11 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 
 from heapscope.errors import UsageError
-from heapscope.estimate import Estimate, add_values, combine, desampled, view_estimate
+from heapscope.estimate import Estimate, add_values, combine, desampled, desampled_map, view_estimate
 from heapscope.model import CallsiteId, FrameId
 from heapscope.store.reader import Process as StoredProcess
 from heapscope.store.reader import Profile, Stat, ViewValues, mapping_basename
@@ -80,7 +80,7 @@ class ProcessReport:
     interval: int = 1
     common: list[str] = field(default_factory=list)  # root functions on every stack, left out of rows
     sort: str = "self"
-    values: dict[CallsiteId, ViewValues] = field(default_factory=dict)  # per callsite, objects de-sampled
+    values: dict[CallsiteId, ViewValues] = field(default_factory=dict)  # per callsite, `view` de-sampled
     coverage: str = ""  # "seen N of RSS M": the heaps' peak against the process's peak RSS (one process)
     python_only: bool = False  # the Python view: native frames left out of rows (and of --tree/--stacks)
     has_python: bool = False  # some stack of the report holds a Python frame
@@ -101,9 +101,10 @@ def build_reports(
     profile: Profile, view: str, pid: int | None = None,
     focus: re.Pattern[str] | None = None, ignore: re.Pattern[str] | None = None,
     dump: str | int | None = None, sort: str = "self", merge: str | None = None, keep_common: bool = False,
-    python_only: bool | None = False,
+    python_only: bool | None = False, skip: Collection[int] = (),
 ) -> list[ProcessReport]:
-    """One report per process of the profile (only those with `pid` when given).
+    """One report per process of the profile (only those with `pid` when given; none for a
+    group whose processes are all in `skip`, upids: what is not shown is not computed).
 
     With `focus`, only callsites with a matching function on their path count;
     with `ignore`, callsites with a matching function on their path do not.
@@ -120,7 +121,7 @@ def build_reports(
         groups.setdefault(executable(p) if merge is not None else str(p.info.upid), []).append(p)
     return [build_group_report(profile, g, view, focus=focus, ignore=ignore, dump=dump, sort=sort,
                                keep_common=keep_common, python_only=python_only)
-            for g in groups.values()]
+            for g in groups.values() if not all(p.info.upid in skip for p in g)]
 
 
 def executable(p: StoredProcess) -> str:
@@ -162,13 +163,19 @@ def _report(profile: Profile, processes: list[StoredProcess], states: list[State
     raw: dict[CallsiteId, ViewValues] = {}
     estimates: dict[CallsiteId, ViewValues] = {}
     interval = 1
-    for st in states:
-        if st is None:
-            continue
+    # De-sampling changes only the object views: for a byte view the estimates are the
+    # values as sampled (a compiler's peak: 2,500 callsites a process, each estimated twice).
+    objects = view in ("objects", "alloc_objects")
+    shown = [s for s in states if s is not None]
+    if len(shown) == 1:
+        interval = max(interval, shown[0].interval)
+        raw = dict(shown[0].values)
+        estimates = desampled_map(raw, shown[0].interval) if objects else raw
+    for st in shown if len(shown) > 1 else ():
         interval = max(interval, st.interval)
         for cs, v in st.values.items():
             _add(raw, cs, v)
-            _add(estimates, cs, desampled(v, st.interval))
+            _add(estimates, cs, desampled(v, st.interval) if objects else v)
     if focus is not None or ignore is not None:
         keep = filter_callsites(profile, raw, focus, ignore)
         raw = {cs: v for cs, v in raw.items() if cs in keep}
@@ -190,7 +197,6 @@ def _report(profile: Profile, processes: list[StoredProcess], states: list[State
     if view in ("objects", "alloc_objects") and interval > 1:
         est = combine([view_estimate({cs: v}, view, st.interval) for st in states if st is not None
                        for cs, v in st.values.items() if cs in raw])
-    shown = [s for s in states if s is not None]
     if len(processes) == 1:
         label = shown[0].label if shown else ""
     else:
@@ -217,15 +223,14 @@ def _add(acc: dict[CallsiteId, ViewValues], cs: CallsiteId, v: ViewValues) -> No
 def process_lines(profile: Profile, processes: list[StoredProcess]) -> list[ProcessLine]:
     """The table of processes: ranked by peak, then allocated bytes."""
     out = []
+    peaks = profile.peak_sums()
+    ends = profile.end_sums()  # every process's end in one query, not its values per callsite
     for p in processes:
         upid = p.info.upid
-        end = process_state(profile, p, "end")
-        peak = profile.peak_values(upid)
-        end_values = end.values if end is not None else {}
-        held = sum(v.space for v in (peak[1] if peak is not None else end_values).values())
+        space, allocated, samples = ends.get(upid, (0, 0, 0))
+        held = peaks.get(upid, space)
         life = None if p.info.end_ts is None or not p.info.start_ts else p.info.end_ts - p.info.start_ts
-        out.append(ProcessLine(p, held, sum(v.alloc_space for v in end_values.values()),
-                               sum(v.alloc_objects for v in end_values.values()), life))
+        out.append(ProcessLine(p, held, allocated, samples, life))
     out.sort(key=lambda r: (-r.peak, -r.allocated, r.process.info.upid))
     return out
 

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from heapscope.errors import UsageError
-from heapscope.model import CallsiteId, FrameId
+from heapscope.estimate import estimate_int
+from heapscope.model import VIEWS, CallsiteId, FrameId
 from heapscope.store.reader import Profile, ViewValues, fallback_frame_name
 
 #: The four per-node numbers of experimental_flamegraph, in ViewValues order.
@@ -82,6 +83,26 @@ class MergedTree:
             out.append(i)
             stack.extend(ranked(children[i]))
         return out
+
+    def desampled_selfs(self, values: dict[CallsiteId, ViewValues], interval: int) -> dict[str, list[int]]:
+        """Per view (VIEWS' order), self_values of estimate.desampled_map(values, interval): one
+        pass, without the de-sampled copies (the flamegraph takes this at every dump)."""
+        space, objects, alloc_space, alloc_objects = ([0] * len(self) for _ in range(4))
+        node_of = self.node_of
+        for cs, v in values.items():
+            node = node_of.get(cs)
+            if node is None:
+                continue
+            space[node] += v.space
+            alloc_space[node] += v.alloc_space
+            if interval > 1:
+                objects[node] += estimate_int(v.objects, v.space, interval, v.real_space)
+                alloc_objects[node] += estimate_int(v.alloc_objects, v.alloc_space, interval, v.alloc_real_space)
+            else:
+                objects[node] += v.objects
+                alloc_objects[node] += v.alloc_objects
+        by_view = {"space": space, "objects": objects, "alloc_space": alloc_space, "alloc_objects": alloc_objects}
+        return {view: by_view[view] for view in VIEWS}
 
     def cumulative(self, self_values: list[int]) -> list[int]:
         """Per node: its own value plus all its descendants' (preorder makes one pass enough)."""

@@ -214,3 +214,34 @@ def test_stack_frames_and_peak_top_agree_with_the_whole_tables(tmp_path: Path) -
         assert walked == expected == ["f7", "libx.so+0x600", "f5", "libx.so+0x400", "f3"]
         assert [info.name if info else "?" for info in prof.stack_frames(CallsiteId(9), 5)] == ["?", "f1"]
         assert prof.stack_frames(CallsiteId(12345), 5) == []
+
+
+def test_callsites_as_record_writes_them_and_otherwise(tmp_path: Path) -> None:
+    # GIVEN the same tree written parents first (as `record` does) and with a parent after its
+    # child, a profile with a dangling parent, and one with a parent cycle
+    def written(name: str, rows: list[tuple[int, int, int | None, int]]) -> Path:
+        path = tmp_path / name
+        w = ProfileWriter(path)
+        w.add_mappings([(1, Mapping("ab", 0, 0, 0x1000, 0x2000, 0, "/x"))])
+        w.add_frames([(i, Frame(MappingId(1), i, f"f{i}")) for i in range(1, 5)])
+        w.add_callsites(rows)
+        w.close()
+        return path
+
+    plain = written("plain.db", [(1, 0, None, 1), (2, 1, 1, 2), (3, 2, 2, 3), (4, 1, 1, 4)])
+    late = written("late.db", [(5, 0, None, 1), (2, 1, 5, 2), (3, 2, 2, 3), (4, 1, 5, 4)])
+    dangling = written("dangling.db", [(1, 0, None, 1), (3, 1, 2, 3)])
+    cycle = written("cycle.db", [(1, 0, 3, 1), (2, 1, 1, 2), (3, 2, 2, 3)])
+    # WHEN each is read
+    with open_profile(plain) as prof:
+        got_plain = prof.callsites()
+    with open_profile(late) as prof:
+        got_late = prof.callsites()
+    with open_profile(dangling) as prof:
+        got_dangling = prof.callsites()
+    # THEN both kinds of rows read as they are, a dangling parent is kept, a cycle is damage
+    assert got_plain == {1: (None, 1), 2: (1, 2), 3: (2, 3), 4: (1, 4)}
+    assert got_late == {5: (None, 1), 2: (5, 2), 3: (2, 3), 4: (5, 4)}
+    assert got_dangling == {1: (None, 1), 3: (2, 3)}
+    with open_profile(cycle) as prof, pytest.raises(ProfileError, match="parent cycle"):
+        prof.callsites()

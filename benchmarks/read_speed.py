@@ -1,0 +1,194 @@
+"""Time the commands that read a profile (report, leaks, flamegraph, diff, export) on
+real and synthetic profiles, as whole CLI commands in fresh processes.
+
+The real workload: a C build of ~110 processes (brotli's C sources, 37 files, compiled
+by `make -j2` with gcc -O2: gcc drivers, cc1, as, collect2, ld), recorded with
+`heapscope record`. The larger profiles, for the linear-growth check, are written
+with the real ProfileWriter: N processes shaped like the build's compilers (a
+callsite tree shared by all, a few thousand leaf callsites each, rows in every
+periodic dump, peak rows), sized by the number of processes and dumps.
+
+    python benchmarks/read_speed.py build SRC_DIR OUT.db     # record the build (SRC_DIR: an unpacked brotli sdist)
+    python benchmarks/read_speed.py synth OUT.db --processes N --dumps D
+    python benchmarks/read_speed.py time PROFILE.db [--runs 3] [--save DIR] [--only report,flamegraph]
+
+`time` prints, per command, the median wall time and the median CPU time of the
+child (user + sys from RUSAGE_CHILDREN), with the load average: the machine is shared,
+so CPU time is the figure to compare. `--save DIR` keeps every command's output, to
+compare two versions byte for byte (cmp -r).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+MAKEFILE = """\
+SRCS := $(wildcard c/common/*.c c/dec/*.c c/enc/*.c) c/tools/brotli.c
+OBJS := $(patsubst %.c,build/%.o,$(SRCS))
+$(shell mkdir -p build/c/common build/c/dec build/c/enc build/c/tools)
+build/brotli: $(OBJS)
+\tgcc -O2 -o $@ $^ -lm
+build/%.o: %.c
+\tgcc -O2 -Ic/include -c $< -o $@
+"""
+
+EXPORTS = {"pprof": ".pb.gz", "perfetto": ".pftrace", "chrome-json": ".json", "speedscope": ".speedscope.json",
+           "collapsed": ".collapsed"}
+
+
+def record_build(src: Path, out: Path) -> None:
+    """`heapscope record -o OUT -- make -j2` of brotli's C sources in `src`."""
+    (src / "Makefile.heapscope").write_text(MAKEFILE)
+    subprocess.run(["rm", "-rf", str(src / "build")], check=True)
+    subprocess.run([sys.executable, "-m", "heapscope", "record", "-q", "-o", str(out), "--force", "--",
+                    "make", "-f", "Makefile.heapscope", "-j2"], cwd=src, check=True)
+
+
+def synth(out: Path, processes: int, dumps: int, leaves: int = 3000, seed: int = 7) -> None:
+    """A profile of `processes` compiler-like processes with `dumps` dumps each."""
+    from heapscope.model import Frame, Mapping, ProcessFlags, ProcessInfo, Upid
+    from heapscope.store.writer import ProfileWriter
+
+    rng = random.Random(seed)
+    w = ProfileWriter(out, force=True)
+    w.set_metadata("interval", 4096)
+    libs = ["/usr/lib/gcc/x86_64-linux-gnu/12/cc1", "/usr/lib/x86_64-linux-gnu/libc.so.6",
+            "/usr/lib/x86_64-linux-gnu/libstdc++.so.6", "/usr/lib/x86_64-linux-gnu/libm.so.6"]
+    w.add_mappings((i + 1, Mapping(f"{i:02x}" * 20, 0x1000, 0, 0x400000 * (i + 1), 0x400000 * (i + 1) + 0x200000,
+                                   0, name)) for i, name in enumerate(libs))
+    nframes = 15_000
+    w.add_frames((i + 1, Frame(i % 4 + 1, 0x1000 + 16 * i, f"function_{i}" if i % 3 else ""))
+                 for i in range(nframes))
+    # One callsite tree shared by every process (same binary), paths of depth 10-40.
+    children: dict[tuple[int | None, int], int] = {}
+    rows: list[tuple[int, int, int | None, int]] = []
+    all_leaves: list[int] = []
+    for _ in range(leaves * 8):
+        parent: int | None = None
+        for d in range(rng.randint(10, 40)):
+            frame = d + 1 if d < 3 else rng.randrange(200) + 1 if d < 8 else rng.randrange(nframes) + 1
+            node = children.get((parent, frame))
+            if node is None:
+                node = children[(parent, frame)] = len(rows) + 1
+                rows.append((node, d, parent, frame))
+            parent = node
+        assert parent is not None
+        all_leaves.append(parent)
+    w.add_callsites(rows)
+    ts0 = 1_000_000_000
+    for upid in range(1, processes + 1):
+        info = ProcessInfo(upid=Upid(upid), pid=10_000 + upid, ppid=1, name="cc1", cmdline=f"cc1 file{upid}.c",
+                           exe=libs[0], uid=0, start_ts=ts0)
+        w.add_process(info)
+        w.set_process_flags(info, ProcessFlags(unwinder="libunwind", sampling_interval_bytes=4096,
+                                               orig_sampling_interval_bytes=4096))
+        sites = rng.sample(all_leaves, leaves)
+        held: dict[int, list[int]] = {}
+        ts = ts0
+        for k in range(dumps):
+            ts_end = ts + 100_000_000
+            dump_rows = []
+            for cs in rng.sample(sites, max(1, leaves // 3)):
+                n = rng.randint(1, 20)
+                freed = rng.randint(0, n)
+                real = rng.choice((64, 256, 1024, 8192))  # the real size of this callsite's samples
+                dump_rows.append((cs, n, n * 4096, n * real))
+                if freed:
+                    dump_rows.append((cs, -freed, -freed * 4096, -freed * real))
+                h = held.setdefault(cs, [0, 0, 0, 0, 0, 0])
+                h[0] += n - freed
+                h[1] += (n - freed) * 4096
+                h[2] += n
+                h[3] += n * 4096
+                h[4] += (n - freed) * real
+                h[5] += n * real
+            w.add_dump(upid, ts, ts_end, "periodic" if k < dumps - 1 else "exit", dump_rows, "libc.malloc")
+            ts = ts_end
+        peak = [(cs, *h) for cs, h in held.items()]
+        w.add_peak(upid, ts, "libc.malloc", peak)
+    w.close()
+
+
+def run(argv: list[str], out: Path | None) -> tuple[float, float]:
+    """Wall and CPU seconds of one CLI command in a fresh process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    with open(out if out is not None else os.devnull, "wb") as f:
+        proc = subprocess.run([sys.executable, "-m", "heapscope", *argv], stdout=f, stderr=subprocess.DEVNULL)
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise SystemExit(f"heapscope {' '.join(argv)} failed with status {proc.returncode}")
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def commands(db: Path, save: Path) -> dict[str, tuple[list[str], Path | None]]:
+    """name -> (arguments, where stdout goes); files written by the command go to `save`."""
+    out: dict[str, tuple[list[str], Path | None]] = {
+        "report": (["report", str(db)], save / "report.txt"),
+        "leaks": (["leaks", str(db)], save / "leaks.txt"),
+        "flamegraph": (["flamegraph", str(db), "-o", str(save / "flamegraph.html"), "--force"], None),
+        "diff": (["diff", str(db), str(db), "-o", str(save / "diff.html"), "--force"], save / "diff.txt"),
+    }
+    for fmt, suffix in EXPORTS.items():
+        out[f"export {fmt}"] = (["export", str(db), "--format", fmt, "-o", str(save / f"export{suffix}"), "--force"],
+                                None)
+    return out
+
+
+def time_commands(db: Path, runs: int, save: Path, only: set[str] | None) -> None:
+    save.mkdir(parents=True, exist_ok=True)
+    size = db.stat().st_size / 2**20
+    print(f"{db} ({size:.1f} MiB), {runs} run(s) each; load average {os.getloadavg()[0]:.1f}")
+    print(f"{'command':<20} {'wall s':>8} {'cpu s':>8}")
+    for name, (argv, out) in commands(db, save).items():
+        if only and name not in only and name.split()[0] not in only:
+            continue
+        walls, cpus = [], []
+        for _ in range(runs):
+            wall, cpu = run(argv, out)
+            walls.append(wall)
+            cpus.append(cpu)
+        print(f"{name:<20} {statistics.median(walls):>8.2f} {statistics.median(cpus):>8.2f}", flush=True)
+    print(f"load average after: {os.getloadavg()[0]:.1f}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build")
+    b.add_argument("src", type=Path)
+    b.add_argument("out", type=Path)
+    s = sub.add_parser("synth")
+    s.add_argument("out", type=Path)
+    s.add_argument("--processes", type=int, default=125)
+    s.add_argument("--dumps", type=int, default=1)
+    s.add_argument("--leaves", type=int, default=3000)
+    t = sub.add_parser("time")
+    t.add_argument("db", type=Path)
+    t.add_argument("--runs", type=int, default=3)
+    t.add_argument("--save", type=Path, help="keep each command's output here (default: a directory beside DB)")
+    t.add_argument("--only", help="comma-separated commands (report, leaks, flamegraph, diff, export)")
+    args = ap.parse_args()
+    if args.cmd == "build":
+        record_build(args.src, args.out)
+    elif args.cmd == "synth":
+        t0 = time.perf_counter()
+        synth(args.out, args.processes, args.dumps, args.leaves)
+        print(f"wrote {args.out} ({args.out.stat().st_size / 2**20:.1f} MiB) in {time.perf_counter() - t0:.0f} s")
+    else:
+        only = set(args.only.split(",")) if args.only else None
+        time_commands(args.db, args.runs, args.save or args.db.with_suffix(".out"), only)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
