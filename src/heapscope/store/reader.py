@@ -18,6 +18,7 @@ The connection is read-only (`mode=ro`); reading never changes a profile.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sqlite3
@@ -410,8 +411,32 @@ class Profile:
             self._rows(f"SELECT 1 FROM {table} LIMIT 1")
 
     def sql_connection(self) -> sqlite3.Connection:
-        """The connection itself, for store/sql.py only (it locks it down first)."""
+        """The connection itself, for store/sql.py and store/select.py's heap views only."""
         return self._db
+
+    def reading(self) -> contextlib.AbstractContextManager[None]:
+        """A block whose failures (SQLite errors, values of the wrong type) become one ProfileError
+        line, as every query here does: for the few statements made on sql_connection()."""
+        return _profile_errors(self.path)
+
+    @_reads
+    def heap_names(self) -> list[str]:
+        """The distinct heap names of heap_profile, as stored (any text, NULs included), unordered.
+        A name that is not text (a number, a blob: damage) is shown as text; NULL is no heap."""
+        return sorted({str_from_sql(r[0]) for r in self._rows("SELECT DISTINCT heap_name FROM main.heap_profile")
+                       if r[0] is not None})
+
+    @_reads
+    def heap_peaks(self) -> list[tuple[int, str, int, int]]:
+        """(upid, heap name, bytes, allocations) summed over each process heap's rows of
+        heapscope_peak_allocation; empty for a profile from before that table."""
+        if not self._has_table("heapscope_peak_allocation"):
+            return []
+        col = "heapscope_peak_allocation."
+        return [(req_int_from_sql(r[0], col + "upid"), str_from_sql(r[1]), int_from_sql(r[2], col + "size"),
+                 int_from_sql(r[3], col + "count"))
+                for r in self._rows("SELECT upid, heap_name, SUM(size), SUM(count) FROM main.heapscope_peak_allocation"
+                                    " GROUP BY upid, heap_name ORDER BY upid, heap_name")]
 
     @_reads
     def metadata(self) -> dict[str, str]:
@@ -535,7 +560,7 @@ class Profile:
         got = self._tables.get(name)
         if got is None:
             got = self._tables[name] = bool(self._rows(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)))
+                "SELECT 1 FROM main.sqlite_master WHERE type = 'table' AND name = ?", (name,)))
         return got
 
     @_reads
