@@ -302,6 +302,7 @@ def _check_file(p: Path) -> None:
     finally:
         os.close(fd)
     size = st.st_size
+    _check_sidecars(p)
     if not header:
         raise ProfileError(f"{p}: empty file, not a heapscope profile")
     if not header.startswith(_SQLITE_MAGIC):
@@ -320,6 +321,27 @@ def _check_file(p: Path) -> None:
     wal_exists = os.path.lexists(f"{p}-wal")
     if change_counter == valid_for and not wal_exists and size < page_size * page_count:
         raise ProfileError(f"{p}: truncated ({size} of {page_size * page_count} bytes)")
+
+
+def _check_sidecars(p: Path) -> None:
+    """SQLite opens `p-journal` (a rollback journal it must replay) and `p-wal`/`p-shm` by name,
+    following links: one planted there by someone else would be read as part of the profile, or
+    block the open (a FIFO) or fail it as 'attempt to write a readonly database'. heapscope
+    never makes them links or anything but regular files, so such a file is refused by name."""
+    for suffix in ("-journal", "-wal", "-shm"):
+        side = Path(f"{p}{suffix}")
+        try:
+            st = os.lstat(side)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            raise ProfileError(f"{p}: cannot check {side}: {e.strerror or e}") from e
+        if stat.S_ISLNK(st.st_mode):
+            raise ProfileError(f"{p}: {side} is a symbolic link, which SQLite would follow and read as part of"
+                               " the profile; remove it (heapscope never makes one)")
+        if not stat.S_ISREG(st.st_mode):
+            raise ProfileError(f"{p}: {side} is not a regular file, which SQLite would read as part of"
+                               " the profile; remove it")
 
 
 _T = TypeVar("_T")
@@ -384,6 +406,11 @@ class Profile:
             tables = {str(r[0]) for r in self._db.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()}
         except sqlite3.DatabaseError as e:
+            journal = f"{self.path}-journal"
+            if "readonly database" in str(e) and os.path.lexists(journal):  # a hot journal to replay
+                raise ProfileError(f"{self.path}: {journal} is the journal of a write that did not finish,"
+                                   " which a read-only reader cannot replay (open the profile once with sqlite3,"
+                                   " or remove the journal if it is not the profile's)") from e
             raise ProfileError(f"{self.path}: {_describe(e)}") from e
         except UnicodeDecodeError as e:  # SQLite's own message quotes a name that is not UTF-8
             raise ProfileError(f"{self.path}: corrupt profile (its schema is not valid UTF-8)") from e
