@@ -335,7 +335,7 @@ def test_go_tool_pprof_scrapes_a_live_recording(live_record, tmp_path):
         pytest.skip(go_missing())
     rec = live_record("--serve", "127.0.0.1:0")
     served = rec.wait_for(rec.proc.stderr, b"/debug/pprof/heap and /allocs\n")
-    url = re.search(rb"serving (http://127\.0\.0\.1:\d+/debug/pprof/)heap", served).group(1).decode()
+    url = re.search(rb"serving (http://127\.0\.0\.1:\d+/[\w-]+/debug/pprof/)heap", served).group(1).decode()
     rec.wait_for(rec.proc.stdout, b"phase 1 done\n")
     raw = go_pprof(["-raw", url + "heap"], tmp_path)
     top = go_pprof(["-top", url + "allocs"], tmp_path)
@@ -348,7 +348,49 @@ def test_go_tool_pprof_scrapes_a_live_recording(live_record, tmp_path):
     assert got == inuse_at_dump(rec.db, 1)
     with open_profile(rec.db) as p:
         (proc,) = p.processes()
-        assert [d.reason for d in p.dumps(proc.info.upid)] == ["signal", "signal", "exit"]
+        # Each scrape's dump, or one for both when they came within the server's minimum interval.
+        assert [d.reason for d in p.dumps(proc.info.upid)] in (["signal", "signal", "exit"], ["signal", "exit"])
+
+
+@pytest.mark.timeout(300)
+def test_record_serve_needs_its_token_and_bounds_the_dumps_scrapes_take(live_record):
+    import urllib.error
+    import urllib.request
+
+    def status(url: str) -> int:
+        try:
+            with urllib.request.urlopen(url, timeout=60) as r:
+                r.read()
+                return int(r.status)
+        except urllib.error.HTTPError as e:
+            return int(e.code)
+
+    # GIVEN a recording serving its profile (a token made for it, in the URL it prints)
+    rec = live_record("--serve", "127.0.0.1:0")
+    served = rec.wait_for(rec.proc.stderr, b"/debug/pprof/heap and /allocs\n")
+    m = re.search(rb"serving (http://127\.0\.0\.1:(\d+)/([\w-]{16,})/debug/pprof/)heap", served)
+    assert m, served
+    url, port = m.group(1).decode(), int(m.group(2))
+    rec.wait_for(rec.proc.stdout, b"phase 1 done\n")
+    # WHEN another local user scrapes without the token THEN 403
+    assert status(f"http://127.0.0.1:{port}/debug/pprof/heap") == 403
+    # AND 30 scrapes at once with it are all answered
+    codes: list[int] = []
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=lambda: codes.append(status(url + "heap"))) for _ in range(30)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    elapsed = time.monotonic() - t0
+    status_code, err = rec.finish()
+    assert status_code == 0, err
+    assert codes == [200] * 30
+    # THEN the refused scrape took no dump, and the 30 took one a second at most (the server's minimum)
+    with open_profile(rec.db) as p:
+        (proc,) = p.processes()
+        signal_dumps = [d for d in p.dumps(proc.info.upid) if d.reason == "signal"]
+    assert 1 <= len(signal_dumps) <= 1 + int(elapsed), (len(signal_dumps), elapsed)
 
 
 @pytest.mark.timeout(300)

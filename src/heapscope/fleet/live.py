@@ -32,6 +32,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         " for go tool pprof or a Parca scrape")
     p.add_argument("--serve-remote", action="store_true",
                    help="allow --serve on an address that is not loopback (anyone who reaches it reads the profile)")
+    p.add_argument("--serve-open", action="store_true",
+                   help="serve without a token (by default --serve makes one, or takes $HEAPSCOPE_SERVE_TOKEN, and"
+                        " answers only under http://ADDR/TOKEN/debug/pprof/: loopback is every local user)")
     p.add_argument("--push", action="append", default=[], metavar="URL",
                    help="send each dump to pyroscope+http://HOST:PORT or parca+grpc://HOST:PORT (repeatable);"
                         " a server that is down costs the recording nothing but counted losses")
@@ -44,7 +47,7 @@ class Live:
 
     def __init__(self, snapshot: Callable[[], Snapshot], serve: str | None = None, *,
                  allow_remote: bool = False, push: Sequence[str] = (), labels: dict[str, str] | None = None,
-                 queue_size: int = 16) -> None:
+                 queue_size: int = 16, serve_open: bool = False) -> None:
         self.pushers: list[Pusher] = []
         if push:  # imported only when used: it is read before the target starts (http.client, ssl, grpc)
             import socket
@@ -56,9 +59,17 @@ class Live:
             self.pushers = [Pusher(t, labels, queue_size=queue_size) for t in targets]
         self.server: PprofServer | None = None
         if serve:
+            import os
+            import secrets
+
             from heapscope.fleet.serve import PprofServer
 
-            self.server = PprofServer(snapshot, serve, allow_remote=allow_remote)
+            token = None if serve_open else os.environ.get("HEAPSCOPE_SERVE_TOKEN") or secrets.token_urlsafe(16)
+            if token is not None and not token.isascii() or token is not None and not token.replace("-", "").replace("_", "").replace(".", "").isalnum():
+                from heapscope.errors import UsageError
+
+                raise UsageError("HEAPSCOPE_SERVE_TOKEN: use letters, digits, '-', '_' and '.' only (it is a URL path)")
+            self.server = PprofServer(snapshot, serve, allow_remote=allow_remote, token=token)
         self._pushed: dict[int, int] = {}  # pid -> number of its dumps already queued
         import threading  # here: `record` reads add_arguments before its target starts (issue 13)
 
@@ -71,7 +82,8 @@ class Live:
             from heapscope.fleet.push import parse_labels
 
             labels = parse_labels(args.label)
-        return cls(snapshot, args.serve, allow_remote=args.serve_remote, push=args.push, labels=labels)
+        return cls(snapshot, args.serve, allow_remote=args.serve_remote, push=args.push, labels=labels,
+                   serve_open=getattr(args, "serve_open", False))
 
     def dumped(self, path: Path) -> None:
         """A dump was committed to `path`: queue each process's new dumps on every pusher."""
