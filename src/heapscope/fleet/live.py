@@ -65,7 +65,8 @@ class Live:
             from heapscope.fleet.serve import PprofServer
 
             token = None if serve_open else os.environ.get("HEAPSCOPE_SERVE_TOKEN") or secrets.token_urlsafe(16)
-            if token is not None and not token.isascii() or token is not None and not token.replace("-", "").replace("_", "").replace(".", "").isalnum():
+            plain = (token or "").replace("-", "").replace("_", "").replace(".", "")
+            if token is not None and not (plain.isascii() and plain.isalnum()):
                 from heapscope.errors import UsageError
 
                 raise UsageError("HEAPSCOPE_SERVE_TOKEN: use letters, digits, '-', '_' and '.' only (it is a URL path)")
