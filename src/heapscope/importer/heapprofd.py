@@ -35,7 +35,6 @@ Other packets are ignored; a trace without any ProcessHeapSamples is an error.
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import sqlite3
 import stat
@@ -256,23 +255,6 @@ def open_trace(path: str | os.PathLike[str]) -> Iterator[tuple[_Input, _InflateB
             yield _Input(f, str(p), budget, head == _GZIP_MAGIC), budget
         except OSError as e:
             raise ProfileError(f"{p}: cannot read: {e.strerror or e}") from e
-
-
-def read_trace_bytes(path: str | os.PathLike[str]) -> bytes:
-    """The bytes of a trace file (gunzipped when gzip-compressed), for small files and tests.
-    Raises ProfileError."""
-    with open_trace(path) as (stream, _budget):
-        out = bytearray()
-        while stream._fill():
-            out += stream.buf
-            stream.buf.clear()
-        return bytes(out)
-
-
-def parse_packets(data: bytes, name: str) -> list[Any]:
-    """The TracePackets of a serialized `Trace` in memory. Raises ProfileError for what is not one."""
-    budget = _InflateBudget(name, len(data))
-    return list(decode_packets(_Input(io.BytesIO(data), name, budget, False), name))
 
 
 def decode_packets(stream: _Input, name: str) -> Iterator[Any]:
