@@ -211,6 +211,27 @@ def test_symbolize_refuses_to_write_through_a_link(attacker: Attacker, shared: P
     assert profile.read_bytes() == before
 
 
+@pytest.mark.parametrize("target", ["fifo", "victim", "dangling"])
+@pytest.mark.parametrize("sidecar", ["-journal", "-wal"])
+@pytest.mark.timeout(120)
+def test_a_link_planted_beside_the_profile_is_refused(attacker: Attacker, shared: Path, victim: Path,
+                                                      target: str, sidecar: str) -> None:
+    # GIVEN a profile in the attacker's directory, and the attacker's link at its journal (or
+    # WAL) name: to a FIFO (which would block the open), to root's file, or to nothing
+    profile = small_profile(shared / "p.db")
+    fifo = shared / "fifo"
+    attacker.run(["mkfifo", str(fifo)])
+    to = {"fifo": fifo, "victim": victim, "dangling": shared / "nothing"}[target]
+    attacker.link(to, Path(f"{profile}{sidecar}"))
+    before = profile.read_bytes()
+    # WHEN root symbolizes it, or reports it THEN one line names the link, nothing is changed
+    for command in ("symbolize", "report"):
+        r = run_process([*HEAPSCOPE, command, str(profile)], timeout=30)
+        assert_one_line_error(r, f"p.db{sidecar} is a symbolic link")
+    assert profile.read_bytes() == before
+    assert_untouched(victim)
+
+
 # --- modes and the overwrite policy (any user) ------------------------------------------------
 
 

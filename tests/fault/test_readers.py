@@ -155,3 +155,136 @@ def test_the_largest_u64_values_work(tmp_path: Path, command: str) -> None:
     r = run_process([*HEAPSCOPE, *commands(profile, out)[command]], timeout=TIMEOUT_S)
     assert r.returncode in ((0, 1) if command == "symbolize" else (0,)), r.describe()
     assert b"Traceback" not in r.stderr, r.describe()
+
+
+# --- a real recording, every column of every table damaged ------------------------------------------
+#
+# Each text column gets a NUL (in every row, and in one row only: then a heap name, say,
+# splits into two heaps), and each column gets a value of the wrong type (text in an integer
+# column, a number in a text column, NULL, a blob). Every reader, in this process for speed,
+# must end with normal output (exit 0) or one `heapscope: error:` line and a non-zero exit.
+
+_WRONG = {"text": "x\x00y", "int": 7, "null": None, "blob": b"\x00\xff"}
+
+
+@pytest.fixture(scope="module")
+def recorded(programs, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from hs_integration import Recorder
+
+    # A shell and two programs: several dumps, so that one row damaged makes a second heap.
+    tiny = programs.path("tiny")
+    rec = Recorder(tmp_path_factory.mktemp("recorded"))(["sh", "-c", f"{tiny} && {tiny}"], interval=1)
+    assert rec.returncode == 0, rec.describe()
+    return Path(rec.db)
+
+
+def _columns(profile: Path) -> dict[str, list[tuple[str, str]]]:
+    db = sqlite3.connect(profile)
+    try:
+        tables = [str(r[0]) for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return {t: [(str(r[1]), str(r[2]).upper()) for r in db.execute(f"PRAGMA table_info({t})")] for t in tables}
+    finally:
+        db.close()
+
+
+def _reader_commands(profile: Path, out: Path) -> list[list[str]]:
+    p, o = str(profile), str(out)
+    cmds = [["report", p], ["report", "--tree", "--min-percent", "0", p], ["leaks", p], ["flamegraph", p, "-o", o],
+            ["diff", p, p], ["sql", p, "--flamegraph"], ["sql", p, "SELECT * FROM heap_profile"]]
+    return cmds + [["export", p, "--format", fmt, "-o", o] for fmt in FORMATS]
+
+
+def _run_in_process(argv: list[str]) -> tuple[int, str]:
+    import contextlib
+    import io
+
+    import heapscope.cli
+
+    sink = io.StringIO()
+    with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+        status = heapscope.cli.main(argv)
+    return status, sink.getvalue()
+
+
+def test_recorded_profile_has_the_tables_damaged_below(recorded: Path) -> None:
+    # The damage below reaches the peak table and the heap names only if the recording has them.
+    tables = _columns(recorded)
+    assert sorted(tables) == sorted(_DAMAGED_TABLES)  # a new table gets its damage too
+    db = sqlite3.connect(recorded)
+    try:
+        assert db.execute("SELECT COUNT(*) FROM heap_profile").fetchone()[0] >= 2
+    finally:
+        db.close()
+
+
+_DAMAGED_TABLES = ["heapscope_metadata", "process", "heapscope_process", "stats", "stack_profile_mapping",
+                   "stack_profile_frame", "stack_profile_callsite", "heap_profile_allocation", "heap_profile",
+                   "stack_profile_symbol", "heapscope_allocation_stream", "heapscope_peak_allocation"]
+
+
+@pytest.mark.parametrize("table", _DAMAGED_TABLES)
+@pytest.mark.timeout(600)
+def test_every_column_damaged_every_reader_ends_cleanly(recorded: Path, tmp_path: Path, table: str) -> None:
+    columns = _columns(recorded)[table]
+    failures = []
+    for column, sql_type in columns:
+        if table == "process" and column == "id":
+            continue  # generated from upid
+        edits: list[tuple[str, str, object]] = []
+        if "TEXT" in sql_type:
+            nul = f"CAST(COALESCE(\"{column}\", '') || X'00' || 'z' AS TEXT)"
+            edits += [("nul, every row", f'UPDATE {table} SET "{column}" = {nul}', None),
+                      ("nul, last row", f'UPDATE {table} SET "{column}" = {nul}'
+                                        f" WHERE rowid = (SELECT MAX(rowid) FROM {table})", None)]
+        for kind, value in _WRONG.items():
+            edits += [(f"{kind}, every row", f'UPDATE {table} SET "{column}" = ?', value),
+                      (f"{kind}, last row", f'UPDATE {table} SET "{column}" = ?'
+                                            f" WHERE rowid = (SELECT MAX(rowid) FROM {table})", value)]
+        for what, statement, value in edits:
+            # GIVEN the recorded profile with this column damaged
+            profile = tmp_path / "damaged.db"
+            profile.write_bytes(recorded.read_bytes())
+            db = sqlite3.connect(profile)
+            try:
+                db.execute(statement, () if "?" not in statement else (value,))
+                db.commit()
+            except sqlite3.IntegrityError:
+                continue  # the schema refuses this value: no profile can hold it
+            finally:
+                db.close()
+            # WHEN every reader runs on it
+            for argv in _reader_commands(profile, tmp_path / "out"):
+                out = tmp_path / "out"
+                if out.exists():
+                    out.unlink()
+                try:
+                    status, said = _run_in_process(argv)
+                except BaseException as e:  # noqa: BLE001 - what escapes is the finding
+                    failures.append(f"{column} ({what}): {argv[0]} {argv[-1] if argv[0] == 'export' else ''}"
+                                    f" raised {type(e).__name__}: {e}")
+                    continue
+                # THEN it ends with output and 0, or one error line and non-zero
+                lines = [x for x in said.splitlines() if x.startswith("heapscope: error:")]
+                if status != 0 and (len(lines) != 1 or "Traceback" in said):
+                    failures.append(f"{column} ({what}): {argv}: exit {status}: {said[-300:]!r}")
+    assert not failures, "\n".join(failures[:20])
+
+
+@pytest.mark.parametrize(("edit", "command"), [
+    ("UPDATE heap_profile SET heap_name = 'libc.malloc' || X'00' || 'x' WHERE rowid = 1", "report"),
+    ("UPDATE heap_profile SET heap_name = 'libc.malloc' || X'00' || 'x' WHERE rowid = 1", "flamegraph"),
+    ("UPDATE heapscope_peak_allocation SET upid = 'one'", "diff"),
+])
+@pytest.mark.timeout(TIMEOUT_S * 2)
+def test_nul_in_a_heap_name_and_text_in_the_peak_upid(recorded: Path, tmp_path: Path, edit: str,
+                                                      command: str) -> None:
+    # GIVEN a recorded profile with a NUL in one heap name, or text in the peak table's upid
+    profile = tmp_path / "p.db"
+    profile.write_bytes(recorded.read_bytes())
+    _sql(profile, edit)
+    # WHEN the command runs as a user runs it
+    r = run_process([*HEAPSCOPE, *commands(profile, tmp_path / "out")[command]], timeout=TIMEOUT_S)
+    # THEN no traceback: normal output, or one line and a non-zero status
+    err = r.stderr.decode(errors="replace")
+    assert "Traceback" not in err, r.describe()
+    assert r.returncode == 0 or (r.returncode > 0 and err.count("\n") == 1), r.describe()

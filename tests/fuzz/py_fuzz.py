@@ -14,6 +14,14 @@ Targets, and what may escape each (anything else is a finding):
     rows      the same commands on a valid profile whose rows were edited
               (wrong types, NULLs, dangling ids, cycles): the mutations a
               byte flip rarely makes.
+    importer  importer/heapprofd.py on a trace in memory (gzipped or not,
+              mutated from Perfetto's test traces): streamed, decoded, fed,
+              finished and written: only ProfileError.
+    readers   the reader layer itself (store/reader.py's queries and
+              store/select.py's heaps and states) on a small profile held
+              in an in-memory database, its rows edited or its bytes
+              mutated: only heapscope's own errors. No command, no file:
+              fast enough for runs of millions of inputs.
     elf       symbolize/'s ELF readers (symtab.read_elf_symbols,
               elfinfo.read_elf_info) on a mutated small ELF file: only
               ElfReadError, NotElfError or OSError.
@@ -69,7 +77,9 @@ with _instrument:
     import heapscope.export.perfetto
     import heapscope.export.pprof
     import heapscope.export.speedscope
+    import heapscope.importer.heapprofd
     import heapscope.store.reader
+    import heapscope.store.select
     import heapscope.symbolize.elfinfo
     import heapscope.symbolize.symtab
     from heapscope.model import Frame, Mapping, MappingId, ProcessFlags, ProcessInfo, Upid
@@ -317,6 +327,160 @@ def fuzz_rows(data: bytes) -> None:
     run_commands_known(prof)
 
 
+# --- the importer, in memory ---------------------------------------------------
+
+TRACES = Path(os.environ.get("HEAPSCOPE_TRACES", ROOT.parent / "shared" / "heapprofd-traces"))
+if not TRACES.is_dir():
+    TRACES = Path("/work/shared/heapprofd-traces")
+
+
+def fuzz_importer(data: bytes) -> None:
+    from heapscope.errors import ProfileError
+    from heapscope.importer import heapprofd as hp
+
+    budget = hp._InflateBudget("fuzz", len(data))
+    stream = hp._Input(io.BytesIO(data), "fuzz", budget, data[:2] == hp._GZIP_MAGIC)
+    imp = hp.HeapprofdImporter(budget)
+    try:
+        imp.feed(hp.decode_packets(stream, "fuzz"))
+        imp.finish("fuzz")
+    except ProfileError:
+        return
+    out = WORK / "imported.db"
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        with contextlib.suppress(OSError):
+            os.unlink(f"{out}{suffix}")
+    writer = ProfileWriter(out)
+    try:
+        imp.write(writer, "fuzz")
+    except (ProfileError, OverflowError):
+        pass  # import_trace says a value above 2**63 - 1 in one line
+    finally:
+        writer.close()
+
+
+def importer_seeds() -> dict[str, bytes]:
+    import gzip
+
+    from google.protobuf import text_format
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pt
+
+    seeds: dict[str, bytes] = {}
+    for f in sorted(TRACES.glob("*.textproto")):
+        trace = pt.Trace()
+        text_format.Parse(f.read_text(), trace)
+        data = trace.SerializeToString()
+        if len(data) <= 64 << 10:  # small inputs keep the rate up
+            seeds[f.stem] = data
+    if seeds:
+        first = min(seeds, key=lambda k: len(seeds[k]))
+        seeds[first + "_gz"] = gzip.compress(seeds[first])
+        seeds[first + "_compressed_packets"] = b"\x0a" + _varint(len(z := _compressed_field(seeds[first]))) + z
+    return seeds
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def _compressed_field(trace: bytes) -> bytes:
+    import zlib
+
+    blob = zlib.compress(trace)
+    return b"\xc2\x02" + _varint(len(blob)) + blob  # TracePacket.compressed_packets is field 50
+
+
+# --- the reader layer, in memory -------------------------------------------------
+
+_BASE_DB: list[bytes] = []
+_ROWS_DB: list[sqlite3.Connection] = []  # the base profile, kept open: its prepared statements stay
+
+
+def _memory_profile(image: bytes) -> sqlite3.Connection:
+    db = sqlite3.connect(":memory:", isolation_level=None)
+    db.deserialize(image)
+    return db
+
+
+def fuzz_readers(data: bytes) -> None:
+    from heapscope.errors import HeapscopeError
+    from heapscope.store.reader import Profile
+
+    if not _BASE_DB:
+        _BASE_DB.append(base_profile())
+        _ROWS_DB.append(_memory_profile(_BASE_DB[0]))
+    b = Bytes(data)
+    mode = b.num(1) & 0xFF
+    if mode % 4 == 0:  # bytes mode: up to 8 (offset, byte) patches of the file image
+        out = bytearray(_BASE_DB[0])
+        for _ in range(8):
+            if not b.left():
+                break
+            at = b.num(2) % len(out)
+            out[at] = b.num(1) & 0xFF
+        try:
+            db = _memory_profile(bytes(out))
+        except sqlite3.Error:
+            return
+    else:  # rows mode: edits inside a transaction, rolled back after the reads
+        db = _ROWS_DB[0]
+        db.execute("BEGIN")
+        _edit_rows(db, b)
+    try:
+        with contextlib.suppress(HeapscopeError):
+            _read_everything(Profile(Path("fuzz.db"), db), mode >> 2)
+    finally:
+        if db is _ROWS_DB[0]:
+            db.execute("ROLLBACK")
+        else:
+            db.close()
+
+
+def _edit_rows(db: sqlite3.Connection, b: Bytes) -> None:
+    tables = _table_columns()
+    for _ in range(8):
+        if not b.left():
+            break
+        table = b.pick(sorted(tables))
+        rowid = b.num(1) % 12
+        with contextlib.suppress(sqlite3.Error):  # a constraint said no: the edit does not happen
+            if b.num(1) % 6 == 0:
+                db.execute(f"DELETE FROM {table} WHERE rowid = ?", (rowid,))
+            else:
+                col = b.pick(tables[table])
+                db.execute(f'UPDATE {table} SET "{col}" = ? WHERE rowid = ?', (edit_value(b), rowid))
+
+
+def _read_everything(profile: heapscope.store.reader.Profile, how: int) -> None:
+    """The reader layer's queries; `how` (from the input) picks the heap and the state, so that
+    one input costs a few queries, not every combination."""
+    from heapscope.store import select as sel
+
+    profile._validate()
+    profile.check()
+    sel.select_heap(profile, (None, "all", sel.HEAP_NAME)[how % 3])
+    sel.heap_peaks(profile)
+    for p in profile.processes()[:2]:
+        upid = p.info.upid
+        sel.process_state(profile, p, ("peak", "end", 1, -1)[how // 3 % 4])
+        profile.peak_callsites(upid)
+        profile.peak_top(upid, 3)
+        for d in profile.dumps(upid)[:2]:
+            profile.allocation_deltas(upid, d.heap_name, d.ts, d.ts_end)
+        used = profile.used_callsites([upid])
+        profile.stack_paths(used[:4], 8)
+        for cs in used[:2]:
+            profile.stack_frames(cs, 8)
+    profile.python_frames()
+    profile.frame_sources()
+    profile.python_upids()
+
+
 # --- ELF ----------------------------------------------------------------------
 
 _ELF_SOURCE = "int helper(int x) { return x * 3; }\nint main(int c, char **v) { (void)v; return helper(c); }\n"
@@ -405,6 +569,8 @@ TARGETS: dict[str, tuple[Callable[[bytes], None], Callable[[], dict[str, bytes]]
     "profile": (fuzz_profile, lambda: {"small": base_profile()}),
     "rows": (fuzz_rows, rows_seeds),
     "elf": (fuzz_elf, elf_seeds),
+    "importer": (fuzz_importer, importer_seeds),
+    "readers": (fuzz_readers, lambda: {**rows_seeds(), "bytes": bytes([4, 0x10, 0x00, 0x00])}),
 }
 
 

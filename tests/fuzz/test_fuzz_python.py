@@ -1,8 +1,11 @@
 """Coverage-guided fuzzing of the Python readers (atheris), for a bounded time each.
 
 Targets (tests/fuzz/py_fuzz.py): the wire decoders of codec.py, a byte-mutated
-profile and a row-edited profile through every reading command, and the ELF
-readers of symbolize/. A traceback other than heapscope's own errors, or an
+profile and a row-edited profile through every reading command, the ELF
+readers of symbolize/, the heapprofd importer on traces in memory, and the
+reader layer on a profile in an in-memory database (the last two fast enough
+for long runs: `python tests/fuzz/py_fuzz.py importer -runs=10000000 CORPUS`).
+A traceback other than heapscope's own errors, or an
 input slower than 10 s, fails the test and leaves the input in the work
 folder. Without atheris the same harnesses run on a plain random mutator.
 
@@ -43,7 +46,7 @@ def _fuzz(target: str, work: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=SECONDS + 240, env=env, cwd=work)
 
 
-@pytest.mark.parametrize("target", ["codec", "profile", "rows", "elf"])
+@pytest.mark.parametrize("target", ["codec", "profile", "rows", "elf", "importer", "readers"])
 def test_fuzz_python_bounded(target: str, tmp_path: Path) -> None:
     res = _fuzz(target, tmp_path)
     artifacts = sorted(p.name for p in tmp_path.iterdir() if p.name.split("-")[0] in ("crash", "timeout", "oom"))

@@ -81,3 +81,64 @@ def test_unwritable_output_is_refused_before_start(tmp_path, where):
     marker = tmp_path / "marker"
     run = run_process([*HEAPSCOPE, "record", "-o", out, "--", *_marker_cmd(marker)])
     _assert_refused(run, marker)
+
+
+# --- sql: Ctrl-C, table-valued pragmas ------------------------------------------------------------
+
+_ENDLESS = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT COUNT(*) FROM c"
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    import os
+
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.timeout(120)
+def test_sql_obeys_ctrl_c_during_a_long_query(programs, record):
+    import signal
+    import subprocess
+
+    rec = record([programs.path("tiny")])
+    assert rec.returncode == 0, rec.describe()
+    # GIVEN `heapscope sql` running a query that never ends
+    proc = subprocess.Popen([*HEAPSCOPE, "sql", str(rec.db), _ENDLESS], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        # (deep in the query: more CPU spent than start-up takes, watched, never slept on)
+        while _cpu_seconds(proc.pid) < 1.5:
+            try:
+                proc.wait(timeout=0.05)
+                pytest.fail(f"sql ended by itself: {proc.communicate()}")
+            except subprocess.TimeoutExpired:
+                pass
+        # WHEN it gets SIGINT (Ctrl-C)
+        proc.send_signal(signal.SIGINT)
+        # THEN it stops the query and exits as Ctrl-C exits: 130, no traceback
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, (proc.returncode, err)
+    assert b"Traceback" not in err and out == b"", err
+
+
+@pytest.mark.timeout(60)
+def test_sql_table_valued_pragmas(programs, record):
+    rec = record([programs.path("tiny")])
+    assert rec.returncode == 0, rec.describe()
+    # GIVEN a profile; WHEN read-only pragmas are used as table-valued functions THEN they answer
+    for query, expect in (("SELECT name FROM pragma_table_info('process') WHERE cid = 0", b"upid"),
+                          ("SELECT COUNT(*) > 5 FROM pragma_table_list", b"1"),
+                          ("SELECT * FROM pragma_index_list('heap_profile')", b"row"),
+                          ("SELECT user_version FROM pragma_user_version", b"0")):
+        r = run_process([*HEAPSCOPE, "sql", str(rec.db), query], timeout=30)
+        assert r.returncode == 0 and expect in r.stdout, r.describe()
+    # AND one that is not read-only is refused in one line that says which ones are
+    for query in ("SELECT * FROM pragma_cache_size", "PRAGMA cache_size = 10"):
+        r = run_process([*HEAPSCOPE, "sql", str(rec.db), query], timeout=30)
+        err = r.stderr.decode()
+        assert r.returncode != 0 and err.count("\n") == 1, r.describe()
+        assert "read-only" in err and "pragma_table_info(" in err and "SELECT is not allowed" not in err, err

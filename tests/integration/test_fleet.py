@@ -7,6 +7,7 @@ started and stopped by each test; every subprocess has a timeout.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -195,7 +196,69 @@ def test_server_errors_are_one_line(tiny, pyroscope):
                                                                  "; 1 retries")
     pyroscope.hold = threading.Event()  # a server that never answers in time
     run = heapscope("push", tiny, pyroscope.url, "--timeout", "0.5", "--attempts", "1")
-    assert run.returncode == 1 and one_line(run.stderr).endswith("no answer within 0.5 s)")
+    # --timeout is the whole push's: the request waited what was left of it, at most 0.5 s
+    assert run.returncode == 1 and re.search(r"no answer within 0\.[0-5]\d* s\)$", one_line(run.stderr))
+
+
+def _many_processes(path: Path, n: int) -> Path:
+    """A profile of `n` processes with a dump each (the same small stack): a fleet's worth of pushes."""
+    from heapscope.model import Frame, Mapping, MappingId, ProcessInfo, Upid
+    from heapscope.store.writer import ProfileWriter
+
+    w = ProfileWriter(path)
+    w.add_mappings([(1, Mapping("ab12", 0, 0, 0x5000, 0x9000, 0, "/usr/bin/prog"))])
+    w.add_frames([(1, Frame(MappingId(1), 0x1100, "main")), (2, Frame(MappingId(1), 0x1200, "work"))])
+    w.add_callsites([(1, 0, None, 1), (2, 1, 1, 2)])
+    for upid in range(1, n + 1):
+        w.add_process(ProcessInfo(Upid(upid), pid=1000 + upid, ppid=1, name="prog", cmdline="prog",
+                                  exe="/usr/bin/prog", uid=0, start_ts=1))
+        w.add_dump(upid, 0, 100, "exit", [(2, 1, 4096)], "libc.malloc")
+    w.close()
+    return path
+
+
+@pytest.mark.parametrize("server", ["refusing", "silent"])
+@pytest.mark.timeout(120)
+def test_push_to_a_dead_endpoint_ends_within_its_timeout(tmp_path, server):
+    import socket
+
+    # GIVEN a profile of 300 processes and an endpoint that refuses connections, or one that
+    # accepts them and never answers
+    profile = _many_processes(tmp_path / "fleet.db", 300)
+    held: list[socket.socket] = []
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    stop = threading.Event()
+    if server == "refusing":
+        listener.close()  # the port is free: connect() is refused
+    else:
+        listener.listen(512)
+
+        def accept() -> None:
+            listener.settimeout(0.2)
+            while not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    held.append(listener.accept()[0])  # held open, never read, never answered
+
+        t = threading.Thread(target=accept, daemon=True)
+        t.start()
+    try:
+        # WHEN it is pushed there with a deadline of 4 s and 4 tries a profile
+        run = heapscope("push", profile, f"pyroscope+http://127.0.0.1:{port}", "--timeout", "4", "--attempts", "4",
+                        timeout=60)  # old: 300 profiles x 4 tries x (10 s + backoff)
+    finally:
+        stop.set()
+        if server == "silent":
+            t.join(timeout=5)
+            listener.close()
+        for c in held:
+            c.close()
+    # THEN it ends (the run's own timeout would fail the test), with one line saying what was lost
+    assert run.returncode == 1, run.describe()
+    line = one_line(run.stderr)
+    assert "0 of 300 profiles sent" in line, line
+    assert ("connection refused" if server == "refusing" else "no answer within") in line, line
 
 
 # --- while recording: record --serve / --push -----------------------------------------------
@@ -272,7 +335,7 @@ def test_go_tool_pprof_scrapes_a_live_recording(live_record, tmp_path):
         pytest.skip(go_missing())
     rec = live_record("--serve", "127.0.0.1:0")
     served = rec.wait_for(rec.proc.stderr, b"/debug/pprof/heap and /allocs\n")
-    url = re.search(rb"serving (http://127\.0\.0\.1:\d+/debug/pprof/)heap", served).group(1).decode()
+    url = re.search(rb"serving (http://127\.0\.0\.1:\d+/[\w-]+/debug/pprof/)heap", served).group(1).decode()
     rec.wait_for(rec.proc.stdout, b"phase 1 done\n")
     raw = go_pprof(["-raw", url + "heap"], tmp_path)
     top = go_pprof(["-top", url + "allocs"], tmp_path)
@@ -285,7 +348,49 @@ def test_go_tool_pprof_scrapes_a_live_recording(live_record, tmp_path):
     assert got == inuse_at_dump(rec.db, 1)
     with open_profile(rec.db) as p:
         (proc,) = p.processes()
-        assert [d.reason for d in p.dumps(proc.info.upid)] == ["signal", "signal", "exit"]
+        # Each scrape's dump, or one for both when they came within the server's minimum interval.
+        assert [d.reason for d in p.dumps(proc.info.upid)] in (["signal", "signal", "exit"], ["signal", "exit"])
+
+
+@pytest.mark.timeout(300)
+def test_record_serve_needs_its_token_and_bounds_the_dumps_scrapes_take(live_record):
+    import urllib.error
+    import urllib.request
+
+    def status(url: str) -> int:
+        try:
+            with urllib.request.urlopen(url, timeout=60) as r:
+                r.read()
+                return int(r.status)
+        except urllib.error.HTTPError as e:
+            return int(e.code)
+
+    # GIVEN a recording serving its profile (a token made for it, in the URL it prints)
+    rec = live_record("--serve", "127.0.0.1:0")
+    served = rec.wait_for(rec.proc.stderr, b"/debug/pprof/heap and /allocs\n")
+    m = re.search(rb"serving (http://127\.0\.0\.1:(\d+)/([\w-]{16,})/debug/pprof/)heap", served)
+    assert m, served
+    url, port = m.group(1).decode(), int(m.group(2))
+    rec.wait_for(rec.proc.stdout, b"phase 1 done\n")
+    # WHEN another local user scrapes without the token THEN 403
+    assert status(f"http://127.0.0.1:{port}/debug/pprof/heap") == 403
+    # AND 30 scrapes at once with it are all answered
+    codes: list[int] = []
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=lambda: codes.append(status(url + "heap"))) for _ in range(30)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    elapsed = time.monotonic() - t0
+    status_code, err = rec.finish()
+    assert status_code == 0, err
+    assert codes == [200] * 30
+    # THEN the refused scrape took no dump, and the 30 took one a second at most (the server's minimum)
+    with open_profile(rec.db) as p:
+        (proc,) = p.processes()
+        signal_dumps = [d for d in p.dumps(proc.info.upid) if d.reason == "signal"]
+    assert 1 <= len(signal_dumps) <= 1 + int(elapsed), (len(signal_dumps), elapsed)
 
 
 @pytest.mark.timeout(300)

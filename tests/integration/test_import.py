@@ -426,3 +426,84 @@ def test_every_command_reads_an_imported_trace(tmp_path):
     # symbolize runs, and says which device files it could not find (exit 1: not fully symbolized).
     r = run_process([*HEAPSCOPE, "symbolize", str(db)], timeout=120)
     assert r.returncode == 1 and b"/data/local/tmp/mallocer" in r.stderr and b"Traceback" not in r.stderr
+
+
+# --- memory: the trace is streamed, inflating is bounded ---------------------------------------
+
+_MEASURE = """
+import resource, subprocess, sys
+r = subprocess.run(sys.argv[1:], capture_output=True, timeout=300)
+sys.stderr.buffer.write(r.stderr)
+print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+"""
+
+
+def _import_rss(trace: Path, out: Path) -> tuple[int, int, str]:
+    """`heapscope import` run by a fresh Python whose only child it is: (status, peak RSS in KiB
+    from ru_maxrss, stderr)."""
+    run = subprocess.run([sys.executable, "-c", _MEASURE, *HEAPSCOPE, "import", str(trace), "-o", str(out),
+                          "--no-symbolize"], capture_output=True, timeout=400)
+    status, rss = run.stdout.decode().split()
+    return int(status), int(rss), run.stderr.decode()
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+@pytest.mark.timeout(300)
+def test_a_gzip_bomb_is_refused_in_bounded_memory(tmp_path):
+    # GIVEN a 1 MiB gzip file that inflates to one TracePacket of 1 GiB
+    import zlib
+
+    bomb = tmp_path / "bomb.pftrace.gz"
+    size = 1 << 30
+    z = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    zeros = bytes(1 << 20)
+    with bomb.open("wb") as f:
+        f.write(z.compress(b"\x0a" + _varint(size)))
+        for _ in range(size >> 20):
+            f.write(z.compress(zeros))
+        f.write(z.flush())
+    # WHEN it is imported
+    status, rss_kib, err = _import_rss(bomb, tmp_path / "bomb.db")
+    # THEN one line says why, nothing is written, and memory stayed far below what inflating meant
+    lines = err.strip().splitlines()
+    assert status == 1 and len(lines) == 1 and "decompression bomb" in lines[0], err
+    assert "100 times the file's" in lines[0], err
+    assert not (tmp_path / "bomb.db").exists()
+    assert rss_kib < 400 << 10, f"peak RSS {rss_kib} KiB for a 1 GiB bomb"
+
+
+@pytest.mark.timeout(300)
+def test_a_large_trace_is_streamed(tmp_path):
+    if not (TRACES / "heap_profile.textproto").exists():
+        pytest.skip(f"{TRACES} not found")
+    # GIVEN a small trace, and the same trace followed by 160 packets of 1 MiB that carry nothing imported
+    small = to_binary(TRACES / "heap_profile.textproto", tmp_path / "small.pftrace")
+    large = tmp_path / "large.pftrace"
+    filler = bytes(1 << 20)
+    # A TracePacket whose only field is an unknown one (number 4095, length-delimited).
+    field = _varint(4095 << 3 | 2) + _varint(len(filler)) + filler
+    packet = b"\x0a" + _varint(len(field)) + field
+    with large.open("wb") as f:
+        f.write(small.read_bytes())
+        for _ in range(160):
+            f.write(packet)
+    # WHEN both are imported
+    s_status, s_rss, s_err = _import_rss(small, tmp_path / "small.db")
+    l_status, l_rss, l_err = _import_rss(large, tmp_path / "large.db")
+    # THEN both import, and the large one costs about a packet more memory, not its 160 MiB
+    assert s_status == 0 and l_status == 0, s_err + l_err
+    assert _totals(tmp_path / "small.db") == _totals(tmp_path / "large.db")
+    assert l_rss < s_rss + (48 << 10), f"small {s_rss} KiB, large {l_rss} KiB"
+
+
+def _totals(db: Path) -> list[tuple[object, ...]]:
+    with sqlite3.connect(db) as c:
+        return c.execute("SELECT heap_name, SUM(count), SUM(size) FROM heap_profile_allocation GROUP BY 1").fetchall()

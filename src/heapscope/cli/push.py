@@ -9,6 +9,7 @@ from heapscope.errors import HeapscopeError, UsageError
 from heapscope.store.files import EXPORT, atomic_output
 
 NAME = "push"
+_REQUEST_TIMEOUT = 10.0  # seconds one request may wait, at most
 HELP = ("send a profile's dumps to Pyroscope (pyroscope+http://), Parca (parca+grpc://) or an OpenTelemetry"
         " collector (otlp+http://, otlp+grpc://)")
 
@@ -23,49 +24,72 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-p", "--pid", type=int, metavar="PID", help="only this process")
     p.add_argument("--dump", type=int, metavar="N",
                    help="only dump N of each process (1 = first, -1 = last; default: every dump)")
-    p.add_argument("--timeout", type=float, default=10.0, metavar="S",
-                   help="seconds to wait for the server per request (default 10)")
+    p.add_argument("--timeout", type=float, default=60.0, metavar="S",
+                   help="seconds the whole push may take, retries included (default 60); a request waits"
+                        " at most 10 s, and never past this deadline")
     p.add_argument("--attempts", type=int, default=4, metavar="N",
                    help="tries per profile when the server is unreachable or answers 429/5xx (default 4)")
 
 
 def main(args: argparse.Namespace) -> int:
+    import time
+
     from heapscope.export._common import pick_dumps, process_label, select_processes
     from heapscope.fleet import pprof_source
     from heapscope.fleet.push import Pusher, PushItem, parse_labels, parse_target
     from heapscope.store.reader import open_profile
     from heapscope.store.select import select_heap
 
+    deadline = time.monotonic() + args.timeout if args.timeout > 0 else 0.0
     target = parse_target(args.url)
     labels = parse_labels(args.label)
     if args.timeout <= 0 or args.attempts < 1:
         raise UsageError("--timeout must be > 0 and --attempts at least 1")
-    items: list[PushItem] = []
-    with open_profile(args.file) as profile:
-        select_heap(profile, None)  # custom heaps: the default heap only (store/select.py), nothing twice
-        for p in select_processes(profile, args.pid):
-            dumps = profile.dumps(p.info.upid)
-            for d in pick_dumps(dumps, args.dump, process_label(p)):
-                n = next(i for i, x in enumerate(dumps, 1) if x.id == d.id)
-                if target.kind.startswith("otlp"):
-                    from heapscope.fleet.otlp import push_item
-                    items.append(push_item(profile, p, n))
-                    continue
-                built = pprof_source.build(profile, pid=p.info.pid, dump=n)
-                item_labels: tuple[tuple[str, str], ...] = (("pid", str(p.info.pid)),)
-                if p.info.exe:
-                    item_labels += (("executable", p.info.exe.rsplit("/", 1)[-1]),)
-                items.append(PushItem(built.data, built.start_unix_ns, built.end_unix_ns, item_labels,
-                                      f"dump {n} of pid {p.info.pid}"))
-    if not items:
-        raise HeapscopeError(f"{args.file}: no dumps to push")
-    pusher = Pusher(target, labels, queue_size=len(items), attempts=args.attempts, timeout=args.timeout)
-    for item in items:
-        pusher.submit(item)
-    # Every profile gets its tries: the longest backoff series plus the request timeouts.
-    budget = len(items) * args.attempts * (args.timeout + pusher.max_backoff)
-    stats = pusher.close(drain_timeout=budget)
+    # One deadline for everything, building included: a dead server (refusing, or accepting
+    # and never answering) costs --timeout in all, however many profiles there are. Sending
+    # starts with the first profile built, so building the others and waiting on the server overlap.
+    pusher: Pusher | None = None
+    unbuilt = 0  # dumps not made into profiles before the deadline
+    try:
+        with open_profile(args.file) as profile:
+            select_heap(profile, None)  # custom heaps: the default heap only (store/select.py), nothing twice
+            for p in select_processes(profile, args.pid):
+                dumps = profile.dumps(p.info.upid)
+                for d in pick_dumps(dumps, args.dump, process_label(p)):
+                    if time.monotonic() >= deadline:
+                        unbuilt += 1
+                        continue
+                    n = next(i for i, x in enumerate(dumps, 1) if x.id == d.id)
+                    if target.kind.startswith("otlp"):
+                        from heapscope.fleet.otlp import push_item
+
+                        item = push_item(profile, p, n)
+                    else:
+                        built = pprof_source.build(profile, pid=p.info.pid, dump=n)
+                        item_labels: tuple[tuple[str, str], ...] = (("pid", str(p.info.pid)),)
+                        if p.info.exe:
+                            item_labels += (("executable", p.info.exe.rsplit("/", 1)[-1]),)
+                        item = PushItem(built.data, built.start_unix_ns, built.end_unix_ns, item_labels,
+                                        f"dump {n} of pid {p.info.pid}")
+                    if pusher is None:
+                        pusher = Pusher(target, labels, queue_size=1 << 30, attempts=args.attempts,
+                                        timeout=min(_REQUEST_TIMEOUT, args.timeout), deadline=deadline)
+                    pusher.submit(item)
+    except BaseException:
+        if pusher is not None:
+            pusher.close(drain_timeout=0)
+        raise
+    if pusher is None:
+        if not unbuilt:
+            raise HeapscopeError(f"{args.file}: no dumps to push")
+        raise HeapscopeError(f"push to {target.url}: 0 of {unbuilt} profiles sent; none built within"
+                             f" --timeout {args.timeout:g} s")
+    stats = pusher.close(drain_timeout=max(0.0, deadline - time.monotonic()))
+    stats.submitted += unbuilt
+    stats.dropped += unbuilt
     line = pusher.summary()
+    if unbuilt:
+        line += f"; {unbuilt} dumps not built within --timeout {args.timeout:g} s"
     if stats.failed or stats.dropped:
         raise HeapscopeError(line)
     print(line, file=sys.stderr)

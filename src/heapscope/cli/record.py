@@ -106,6 +106,9 @@ def add_fleet_arguments(p: argparse.ArgumentParser) -> None:
                         " for go tool pprof or a Parca scrape")
     p.add_argument("--serve-remote", action="store_true",
                    help="allow --serve on an address that is not loopback (anyone who reaches it reads the profile)")
+    p.add_argument("--serve-open", action="store_true",
+                   help="serve without a token (by default --serve makes one, or takes $HEAPSCOPE_SERVE_TOKEN, and"
+                        " answers only under http://ADDR/TOKEN/debug/pprof/: loopback is every local user)")
     p.add_argument("--push", action="append", default=[], metavar="URL",
                    help="send each dump to pyroscope+http://HOST:PORT, parca+grpc://HOST:PORT or otlp+http://HOST:PORT"
                         " (repeatable);"

@@ -130,6 +130,12 @@ class Shell:
                 line = input("...> " if buf else "sql> ") if interactive else sys.stdin.readline()
             except EOFError:
                 break
+            except KeyboardInterrupt:
+                if not interactive:
+                    raise
+                print()  # Ctrl-C at the prompt drops the statement being typed, as sqlite3 does
+                buf = ""
+                continue
             if not interactive and line == "":
                 break
             line = line.rstrip("\n")
@@ -139,7 +145,12 @@ class Shell:
                 continue
             buf += line + "\n"
             if sqlite3.complete_statement(buf):
-                self.run(buf)
+                try:
+                    self.run(buf)
+                except KeyboardInterrupt:
+                    if not interactive:
+                        raise
+                    print("error: interrupted", file=sys.stderr)  # the statement stopped; the shell goes on
                 buf = ""
         if buf.strip():
             self.run(buf)

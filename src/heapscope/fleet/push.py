@@ -20,7 +20,8 @@ Pusher: `submit()` puts a profile on a bounded queue and returns at once
 them in order, retrying connection failures, timeouts, HTTP 429/5xx and the
 retryable gRPC codes with exponential backoff; other 4xx and gRPC errors are
 final. `close(drain_timeout)` gives what is still queued that long, then counts
-the rest as dropped. Nothing here raises into the caller after construction:
+the rest as dropped; `deadline` (a time of `clock`) ends it all earlier: no
+request waits past it, whatever its own timeout. Nothing here raises into the caller after construction:
 a server that is down costs the recording a counted, reported loss.
 """
 
@@ -154,8 +155,8 @@ def parse_labels(items: Sequence[str]) -> dict[str, str]:
 
 
 class Sender(Protocol):
-    def send(self, item: PushItem) -> None:
-        """Send one profile; raises PushError."""
+    def send(self, item: PushItem, timeout: float) -> None:
+        """Send one profile, waiting at most `timeout` seconds; raises PushError."""
 
     def close(self) -> None: ...
 
@@ -187,22 +188,22 @@ class PyroscopeSender:
         ))
         return f"{self.target.prefix}/ingest?{query}", body, f"multipart/form-data; boundary={boundary}"
 
-    def send(self, item: PushItem) -> None:
+    def send(self, item: PushItem, timeout: float) -> None:
         path, body, content_type = self.request(item)
         t = self.target
         conn: http.client.HTTPConnection
         if t.tls:
-            conn = http.client.HTTPSConnection(t.host, t.port, timeout=self.timeout,
+            conn = http.client.HTTPSConnection(t.host, t.port, timeout=timeout,
                                                context=ssl.create_default_context())
         else:
-            conn = http.client.HTTPConnection(t.host, t.port, timeout=self.timeout)
+            conn = http.client.HTTPConnection(t.host, t.port, timeout=timeout)
         try:
             conn.request("POST", path, body=body, headers={"Content-Type": content_type,
                                                             "User-Agent": "heapscope"})
             resp = conn.getresponse()
             answer = resp.read(4096)
         except TimeoutError as e:
-            raise PushError(f"no answer within {self.timeout:g} s", retry=True) from e
+            raise PushError(f"no answer within {timeout:.3g} s", retry=True) from e
         except ssl.SSLError as e:
             raise PushError(f"TLS: {e.reason or e}", retry=False) from e
         except (OSError, http.client.HTTPException) as e:
@@ -240,16 +241,16 @@ class ParcaSender:
             _parca.WRITE_RAW, request_serializer=lambda m: m.SerializeToString(),
             response_deserializer=_parca.WriteRawResponse.FromString)
 
-    def send(self, item: PushItem) -> None:
+    def send(self, item: PushItem, timeout: float) -> None:
         req = self._parca.write_raw_request(item.pprof, {**self.labels, **dict(item.labels)})
         try:
-            self.call(req, timeout=self.timeout)
+            self.call(req, timeout=timeout)
         except self._grpc.RpcError as e:
             code = e.code() if hasattr(e, "code") else None
             name = code.name if code is not None else "UNKNOWN"
             details = (e.details() if hasattr(e, "details") else "") or ""
             if name == "DEADLINE_EXCEEDED":
-                msg = f"no answer within {self.timeout:g} s"
+                msg = f"no answer within {timeout:.3g} s"
             else:
                 msg = f"gRPC {name}" + (f": {details.splitlines()[0][:200]}" if details else "")
             raise PushError(msg, retry=name in _RETRY_GRPC) from e
@@ -275,9 +276,10 @@ class Pusher:
     def __init__(self, target: PushTarget | str, labels: dict[str, str] | None = None, *,
                  queue_size: int = 16, attempts: int = 4, backoff: float = 0.5, max_backoff: float = 8.0,
                  timeout: float = 10.0, sender: Sender | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, deadline: float | None = None) -> None:
         self.target = parse_target(target) if isinstance(target, str) else target
         self.sender = sender or make_sender(self.target, dict(labels or {}), timeout)
+        self.timeout = timeout  # of one request, at most: none waits past the deadline
         self.queue_size, self.attempts = max(1, queue_size), max(1, attempts)
         self.backoff, self.max_backoff = backoff, max_backoff
         self.stats = PushStats()
@@ -285,7 +287,7 @@ class Pusher:
         self._queue: deque[PushItem | Callable[[], list[PushItem]]] = deque()
         self._cond = threading.Condition()
         self._closing = False
-        self._deadline = float("inf")
+        self._deadline = float("inf") if deadline is None else deadline
         self._busy = False
         self._down = False  # the last profile failed for want of a server
         self._abandoned = False  # close() returned while a request was in flight
@@ -316,7 +318,7 @@ class Pusher:
         """Send what is queued for at most `drain_timeout` seconds, then stop; returns the counters."""
         with self._cond:
             self._closing = True
-            self._deadline = self._clock() + max(0.0, drain_timeout)
+            self._deadline = min(self._deadline, self._clock() + max(0.0, drain_timeout))
             self._cond.notify_all()
         self._thread.join(timeout=drain_timeout + 0.5)
         with self._cond:
@@ -385,8 +387,14 @@ class Pusher:
         # queue back up behind long backoff series.
         attempts = 1 if self._down else self.attempts
         for attempt in range(attempts):
+            left = self._deadline - self._clock()
+            if left <= 0:  # the deadline passed between tries: this profile is not sent
+                with self._cond:
+                    if not self._abandoned:
+                        self.stats.dropped += 1
+                return
             try:
-                self.sender.send(item)
+                self.sender.send(item, min(self.timeout, left))
             except PushError as e:
                 error = e
             except Exception as e:  # a bug in a sender must not kill the worker silently

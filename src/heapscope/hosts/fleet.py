@@ -34,7 +34,7 @@ class Live:
 
     def __init__(self, snapshot: Callable[[], Snapshot], serve: str | None = None, *,
                  allow_remote: bool = False, push: Sequence[str] = (), labels: dict[str, str] | None = None,
-                 queue_size: int = 16) -> None:
+                 queue_size: int = 16, serve_open: bool = False) -> None:
         self.pushers: list[Pusher] = []
         if push:  # imported only when used: it is read before the target starts (http.client, ssl, grpc)
             import socket
@@ -46,9 +46,18 @@ class Live:
             self.pushers = [Pusher(t, labels, queue_size=queue_size) for t in targets]
         self.server: PprofServer | None = None
         if serve:
+            import os
+            import secrets
+
             from heapscope.hosts.serve import PprofServer
 
-            self.server = PprofServer(snapshot, serve, allow_remote=allow_remote)
+            token = None if serve_open else os.environ.get("HEAPSCOPE_SERVE_TOKEN") or secrets.token_urlsafe(16)
+            plain = (token or "").replace("-", "").replace("_", "").replace(".", "")
+            if token is not None and not (plain.isascii() and plain.isalnum()):
+                from heapscope.errors import UsageError
+
+                raise UsageError("HEAPSCOPE_SERVE_TOKEN: use letters, digits, '-', '_' and '.' only (it is a URL path)")
+            self.server = PprofServer(snapshot, serve, allow_remote=allow_remote, token=token)
         self._pushed: dict[tuple[int, int], int] = {}  # (pusher, pid) -> number of its dumps already queued
         import threading  # here: `record` reads add_arguments before its target starts (issue 13)
 
@@ -61,7 +70,8 @@ class Live:
             from heapscope.fleet.push import parse_labels
 
             labels = parse_labels(args.label)
-        return cls(snapshot, args.serve, allow_remote=args.serve_remote, push=args.push, labels=labels)
+        return cls(snapshot, args.serve, allow_remote=args.serve_remote, push=args.push, labels=labels,
+                   serve_open=getattr(args, "serve_open", False))
 
     def dumped(self, path: Path) -> None:
         """A dump was committed to `path`: queue each process's new dumps on every pusher."""

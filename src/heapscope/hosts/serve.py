@@ -22,7 +22,12 @@ HeapscopeError (answered 503 with its line); anything else is a 500.
 
 The server binds loopback addresses only unless `allow_remote=True`: a heap
 profile shows a program's code paths and memory use, and anyone who can reach
-the port can read them.
+the port can read them. Loopback is every local user, so with a `token` the
+endpoints are served under /TOKEN/debug/pprof/ only (a path prefix, which
+`go tool pprof` keeps for /symbol too) or to `Authorization: Bearer TOKEN`;
+anything else is 403 and takes no dump. However many scrapes come, dumps are
+taken one at a time and at most one per `min_dump_interval` seconds: a
+request in between is served the last one.
 
 Its thread waits on the listening socket and a wake-up socket together, so
 `close()` returns at once: socketserver's serve_forever() looks for a
@@ -33,11 +38,13 @@ to that long to the end of every `record --serve`.
 from __future__ import annotations
 
 import contextlib
+import hmac
 import ipaddress
 import selectors
 import socket
 import socketserver
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -89,11 +96,17 @@ class PprofServer:
     """An HTTP server in a background thread; `close()` stops it. Also a context manager."""
 
     def __init__(self, snapshot: Callable[[], Snapshot], address: str | tuple[str, int] = DEFAULT_ADDRESS,
-                 *, allow_remote: bool = False, request_timeout: float = 30.0) -> None:
+                 *, allow_remote: bool = False, request_timeout: float = 30.0, token: str | None = None,
+                 min_dump_interval: float = 1.0) -> None:
         host, port = parse_address(address, allow_remote=allow_remote) if isinstance(address, str) else address
         if not allow_remote and not is_loopback(host):
             raise UsageError(f"--serve {host}:{port}: not a loopback address (pass --serve-remote to allow it)")
         self.snapshot = snapshot
+        self.token = token or None
+        self.min_dump_interval = min_dump_interval
+        self.dumps = 0  # snapshots taken
+        self._last: tuple[float, Snapshot] | None = None
+        self._snapshot_lock = threading.Lock()
         self.requests = 0  # answered with 200
         self.errors = 0  # answered with an error status
         self._lock = threading.Lock()
@@ -116,7 +129,30 @@ class PprofServer:
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/debug/pprof/"
+        return f"http://{host}:{self.port}/{self.token + '/' if self.token else ''}debug/pprof/"
+
+    def fresh_snapshot(self) -> Snapshot:
+        """`snapshot()`, one at a time and at most once per min_dump_interval: the requests that
+        come meanwhile share the last one (waiting for it while it is being taken)."""
+        with self._snapshot_lock:
+            if self._last is not None and time.monotonic() - self._last[0] < self.min_dump_interval:
+                return self._last[1]
+            snap = self.snapshot()
+            self.dumps += 1
+            self._last = (time.monotonic(), snap)
+            return snap
+
+    def authorized_path(self, path: str, authorization: str | None) -> str | None:
+        """The path without its /TOKEN prefix when the request carries the token (or none is
+        needed); None when it does not."""
+        if self.token is None:
+            return path
+        prefix = f"/{self.token}/"
+        if hmac.compare_digest(path[:len(prefix)].encode(), prefix.encode()):
+            return path[len(prefix) - 1:]
+        if authorization is not None and hmac.compare_digest(authorization.encode(), f"Bearer {self.token}".encode()):
+            return path
+        return None
 
     def count(self, ok: bool) -> None:
         with self._lock:
@@ -173,8 +209,20 @@ def _handler_class(owner: PprofServer, request_timeout: float) -> type[BaseHTTPR
         def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base class's name)
             pass  # the recording's terminal is not the place for an access log
 
-        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        def _authorized(self) -> str | None:
+            """The request's path, its token checked (403 answered, and None, without it)."""
             url = urlsplit(self.path)
+            path = owner.authorized_path(url.path, self.headers.get("Authorization"))
+            if path is None:
+                self._error(HTTPStatus.FORBIDDEN, "this server needs its token: use the URL `record` printed"
+                            " (http://HOST:PORT/TOKEN/debug/pprof/...) or Authorization: Bearer TOKEN")
+            return path
+
+        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+            authorized = self._authorized()
+            if authorized is None:
+                return
+            url = urlsplit(self.path)._replace(path=authorized)
             query = parse_qs(url.query)
             path = url.path.rstrip("/") or "/"
             if path == "/debug/pprof":
@@ -206,8 +254,11 @@ def _handler_class(owner: PprofServer, request_timeout: float) -> type[BaseHTTPR
             self._profile(view, pid)
 
         def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
-            if urlsplit(self.path).path.rstrip("/") != "/debug/pprof/symbol":
-                self._error(HTTPStatus.NOT_FOUND, f"{urlsplit(self.path).path}: POST is only for /debug/pprof/symbol")
+            authorized = self._authorized()
+            if authorized is None:
+                return
+            if authorized.rstrip("/") != "/debug/pprof/symbol":
+                self._error(HTTPStatus.NOT_FOUND, f"{authorized}: POST is only for /debug/pprof/symbol")
                 return
             length = self.headers.get("Content-Length", "0")
             self.rfile.read(min(int(length) if length.isdigit() else 0, 1 << 20))
@@ -218,7 +269,7 @@ def _handler_class(owner: PprofServer, request_timeout: float) -> type[BaseHTTPR
             from heapscope.store.reader import open_profile
 
             try:
-                snap = owner.snapshot()
+                snap = owner.fresh_snapshot()
                 with open_profile(snap.path) as profile:
                     from heapscope.store.select import select_heap
                     select_heap(profile, None)  # custom heaps: the default heap (store/select.py), nothing twice

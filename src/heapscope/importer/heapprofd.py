@@ -35,7 +35,6 @@ Other packets are ignored; a trace without any ProcessHeapSamples is an error.
 from __future__ import annotations
 
 import contextlib
-import gzip
 import os
 import sqlite3
 import stat
@@ -43,14 +42,19 @@ import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from heapscope.errors import OutputError, ProfileError
 from heapscope.model import Frame, Mapping, ProcessFlags, ProcessInfo, Upid
 from heapscope.store.writer import ProfileWriter
 
 _GZIP_MAGIC = b"\x1f\x8b"
-_MAX_INFLATED = 4 << 30  # compressed packets or a gzip file may not grow past this
+# Inflated bytes (a gzip file, compressed packets) may not pass this many times the file's own
+# size, nor the floor for small files: a real trace compresses some 5-20 times, a decompression
+# bomb a thousand times, and what is inflated is work and (for one packet) memory.
+INFLATE_RATIO = 100
+INFLATE_FLOOR = 64 << 20
+_CHUNK = 1 << 20  # bytes read, or inflated, at a time
 _ART_HEAP = "com.android.art"
 _UNKNOWN_HEAP = "unknown"  # trace_processor's name for a dump without heap_name
 _SEQ_INCREMENTAL_STATE_CLEARED = 1
@@ -71,8 +75,156 @@ def _trace_module() -> Any:
 # --- reading the file ---------------------------------------------------------------------
 
 
-def read_trace_bytes(path: str | os.PathLike[str]) -> bytes:
-    """The bytes of a trace file (gunzipped when gzip-compressed). Raises ProfileError."""
+class _InflateBudget:
+    """The inflated bytes one trace may give, shared by its gzip layer and its compressed packets."""
+
+    def __init__(self, name: str, file_size: int) -> None:
+        self.name, self.file_size = name, file_size
+        self.limit = max(INFLATE_FLOOR, INFLATE_RATIO * file_size)
+        self.used = 0
+
+    def take(self, n: int) -> None:
+        self.used += n
+        if self.used > self.limit:
+            raise ProfileError(
+                f"{self.name}: inflates to more than {_mib(self.limit)} ({INFLATE_RATIO} times the file's"
+                f" {_mib(self.file_size)}, at least {_mib(INFLATE_FLOOR)}): refused as a decompression bomb")
+
+    def inflate(self, data: bytes, wbits: int) -> bytes:
+        """`data` inflated whole (one compressed packet), within the budget."""
+        d = zlib.decompressobj(wbits)
+        out = bytearray()
+        while data:
+            room = self.limit - self.used
+            chunk = d.decompress(data, min(_CHUNK, max(1, room + 1)))
+            self.take(len(chunk))
+            out += chunk
+            data = d.unconsumed_tail
+        rest = d.flush()  # output still held back (at most a window's worth)
+        self.take(len(rest))
+        out += rest
+        if not d.eof:
+            raise EOFError("compressed data ends early")
+        return bytes(out)
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):,.1f} MiB"
+
+
+class _Input:
+    """A trace file read a chunk at a time, gunzipped on the way when it starts as gzip does:
+    memory holds one chunk and the packet being read, never the whole file."""
+
+    def __init__(self, f: BinaryIO, name: str, budget: _InflateBudget, gzipped: bool) -> None:
+        self.f, self.name, self.budget = f, name, budget
+        self.inflater = zlib.decompressobj(16 + zlib.MAX_WBITS) if gzipped else None
+        self.buf = bytearray()
+        self.pos = 0  # bytes of the (inflated) stream consumed so far
+        self.eof = False
+        self.flushed = False
+
+    def _fill(self) -> bool:
+        """Append more bytes to buf; False at the end of the stream."""
+        if self.eof:
+            return False
+        if self.inflater is None:
+            chunk = self.f.read(_CHUNK)
+            if not chunk:
+                self.eof = True
+                return False
+            self.buf += chunk
+            return True
+        while True:
+            if self.inflater.unconsumed_tail:
+                raw = self.inflater.unconsumed_tail
+            else:
+                raw = self.f.read(_CHUNK)
+                if not raw:
+                    held = b"" if self.flushed else self.inflater.flush()  # held back: a window at most
+                    self.flushed = True
+                    if held:
+                        self.budget.take(len(held))
+                        self.buf += held
+                        return True
+                    if not self.inflater.eof:
+                        raise ProfileError(f"{self.name}: corrupt or truncated gzip file (compressed data ends early)")
+                    self.eof = True
+                    return False
+            if self.inflater.eof:  # data after the gzip member: ignored, as gzip -d would warn and stop
+                self.eof = True
+                return False
+            try:
+                out = self.inflater.decompress(raw, _CHUNK)
+            except zlib.error as e:
+                raise ProfileError(f"{self.name}: corrupt or truncated gzip file ({e})") from e
+            self.budget.take(len(out))
+            if out:
+                self.buf += out
+                return True
+
+    def read(self, n: int) -> bytes:
+        """Exactly `n` bytes; ProfileError (truncated) when the stream ends first."""
+        while len(self.buf) < n:
+            if not self._fill():
+                raise ProfileError(f"{self.name}: not a Perfetto trace, or a truncated one"
+                                   f" (ends inside a packet at byte {self.pos + len(self.buf):,})")
+        out = bytes(self.buf[:n])
+        del self.buf[:n]
+        self.pos += n
+        return out
+
+    def skip(self, n: int) -> None:
+        while n > 0:
+            if not self.buf and not self._fill():
+                raise ProfileError(f"{self.name}: not a Perfetto trace, or a truncated one (ends inside a field)")
+            k = min(n, len(self.buf))
+            del self.buf[:k]
+            self.pos += k
+            n -= k
+
+    def at_end(self) -> bool:
+        return not self.buf and not self._fill()
+
+    def varint(self) -> int:
+        n = shift = 0
+        while True:
+            if not self.buf and not self._fill():
+                raise ProfileError(f"{self.name}: not a Perfetto trace, or a truncated one (ends inside a varint)")
+            b = self.buf[0]
+            del self.buf[:1]
+            self.pos += 1
+            n |= (b & 0x7F) << shift
+            if b < 0x80:
+                return n
+            shift += 7
+            if shift >= 64:
+                raise ProfileError(f"{self.name}: not a Perfetto trace (a varint of more than 10 bytes)")
+
+
+def packet_bytes(stream: _Input) -> Iterator[bytes]:
+    """The serialized TracePackets of a `Trace` (field 1, length-delimited), one at a time; other
+    fields are skipped as protobuf would skip them."""
+    while not stream.at_end():
+        key = stream.varint()
+        field_number, wire_type = key >> 3, key & 7
+        if wire_type == 2:
+            length = stream.varint()
+            if field_number == 1:
+                yield stream.read(length)
+            else:
+                stream.skip(length)
+        elif wire_type == 0:
+            stream.varint()
+        elif wire_type in (1, 5):
+            stream.skip(8 if wire_type == 1 else 4)
+        else:
+            raise ProfileError(f"{stream.name}: not a Perfetto trace (wire type {wire_type} at byte {stream.pos:,})")
+
+
+@contextlib.contextmanager
+def open_trace(path: str | os.PathLike[str]) -> Iterator[tuple[_Input, _InflateBudget]]:
+    """The trace file as a stream of (gunzipped) bytes and its inflate budget. Raises ProfileError."""
     p = Path(path)
     try:
         # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below.
@@ -89,52 +241,37 @@ def read_trace_bytes(path: str | os.PathLike[str]) -> bytes:
             raise ProfileError(f"{p}: is a directory, not a Perfetto trace")
         if not stat.S_ISREG(st.st_mode):
             raise ProfileError(f"{p}: not a regular file, not a Perfetto trace")
-        with os.fdopen(fd, "rb", closefd=True) as f:
-            fd = -1
-            data = f.read()
-    except OSError as e:
-        raise ProfileError(f"{p}: cannot read: {e.strerror or e}") from e
-    finally:
-        if fd >= 0:
-            os.close(fd)
-    if not data:
-        raise ProfileError(f"{p}: empty file, not a Perfetto trace")
-    if data.startswith(_GZIP_MAGIC):
+        f = os.fdopen(fd, "rb", closefd=True)
+    except BaseException:
+        os.close(fd)
+        raise
+    with f:
         try:
-            data = _inflate(data, wbits=16 + zlib.MAX_WBITS)
-        except (zlib.error, EOFError, gzip.BadGzipFile) as e:
-            raise ProfileError(f"{p}: corrupt or truncated gzip file ({e})") from e
-    return data
+            head = f.read(2)
+            if not head:
+                raise ProfileError(f"{p}: empty file, not a Perfetto trace")
+            f.seek(0)
+            budget = _InflateBudget(str(p), st.st_size)
+            yield _Input(f, str(p), budget, head == _GZIP_MAGIC), budget
+        except OSError as e:
+            raise ProfileError(f"{p}: cannot read: {e.strerror or e}") from e
 
 
-def _inflate(data: bytes, wbits: int) -> bytes:
-    d = zlib.decompressobj(wbits)
-    out = d.decompress(data, _MAX_INFLATED)
-    if d.unconsumed_tail:
-        raise zlib.error(f"inflates to more than {_MAX_INFLATED >> 30} GiB")
-    if not d.eof:
-        raise EOFError("compressed data ends early")
-    return out
-
-
-def parse_packets(data: bytes, name: str) -> list[Any]:
-    """The TracePackets of a serialized `Trace`. Raises ProfileError for what is not one."""
+def decode_packets(stream: _Input, name: str) -> Iterator[Any]:
+    """Each TracePacket of the stream, decoded as it is read. Raises ProfileError."""
     pt = _trace_module()
     from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 
     # Every Perfetto trace begins with field 1 (TracePacket), length-delimited: byte 0x0a.
-    if not data.startswith(b"\x0a"):
+    if stream.at_end() or stream.buf[0] != 0x0A:
         raise ProfileError(f"{name}: not a Perfetto trace")
-    try:
-        trace = pt.Trace.FromString(data)
-    except DecodeError as e:
-        raise ProfileError(f"{name}: not a Perfetto trace, or a truncated one ({e})") from e
-    except RecursionError as e:
-        raise ProfileError(f"{name}: not a Perfetto trace (nested too deeply)") from e
-    packets = list(trace.packet)
-    if not packets:
-        raise ProfileError(f"{name}: not a Perfetto trace (no packets)")
-    return packets
+    for data in packet_bytes(stream):
+        try:
+            yield pt.TracePacket.FromString(data)
+        except DecodeError as e:
+            raise ProfileError(f"{name}: not a Perfetto trace, or a truncated one ({e})") from e
+        except RecursionError as e:
+            raise ProfileError(f"{name}: not a Perfetto trace (nested too deeply)") from e
 
 
 # --- import -------------------------------------------------------------------------------
@@ -238,8 +375,10 @@ def _text(b: bytes | str) -> str:
 class HeapprofdImporter:
     """Feed it the packets of one trace in order, then write the profile."""
 
-    def __init__(self) -> None:
+    def __init__(self, budget: _InflateBudget | None = None) -> None:
         self.pt = _trace_module()
+        # Compressed packets inflate within the trace's budget (one of the floor's size alone).
+        self.budget = budget if budget is not None else _InflateBudget("trace", 0)
         self.seqs: dict[int, _Sequence] = {}
         self.procs: dict[int, _Proc] = {}  # pid -> process
         self.tree: dict[int, Any] = {}  # pid -> ProcessTree.Process
@@ -309,7 +448,9 @@ class HeapprofdImporter:
 
     def _compressed(self, blob: bytes) -> None:
         try:
-            inner = self.pt.Trace.FromString(_inflate(blob, zlib.MAX_WBITS))
+            inner = self.pt.Trace.FromString(self.budget.inflate(blob, zlib.MAX_WBITS))
+        except ProfileError:
+            raise  # the trace's inflate budget is spent: the whole trace is refused
         except Exception:  # noqa: BLE001 - any failure is one damaged packet, counted
             self._problem("import_corrupt_compressed_packets", None)
             return
@@ -699,17 +840,17 @@ _PROBLEMS = {
 
 
 def import_trace(trace: str | os.PathLike[str], writer_factory: Any) -> tuple[ImportSummary, ProfileWriter]:
-    """Read `trace` completely, then write it through `writer_factory()` (a ProfileWriter).
+    """Read `trace` (streamed, a packet at a time), then write it through `writer_factory()` (a ProfileWriter).
 
     Nothing is written when the trace cannot be read. Returns the summary and the open writer
     (for symbolization; the caller closes it).
     """
     name = str(trace)
-    data = read_trace_bytes(trace)
-    packets = parse_packets(data, name)
-    del data
-    imp = HeapprofdImporter()
-    imp.feed(packets)
+    with open_trace(trace) as (stream, budget):
+        imp = HeapprofdImporter(budget)
+        imp.feed(decode_packets(stream, name))
+    if not imp.summary.packets:
+        raise ProfileError(f"{name}: not a Perfetto trace (no packets)")
     imp.finish(name)
     writer: ProfileWriter = writer_factory()
     try:

@@ -18,6 +18,7 @@ The connection is read-only (`mode=ro`); reading never changes a profile.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sqlite3
@@ -302,6 +303,7 @@ def _check_file(p: Path) -> None:
     finally:
         os.close(fd)
     size = st.st_size
+    _check_sidecars(p)
     if not header:
         raise ProfileError(f"{p}: empty file, not a heapscope profile")
     if not header.startswith(_SQLITE_MAGIC):
@@ -320,6 +322,27 @@ def _check_file(p: Path) -> None:
     wal_exists = os.path.lexists(f"{p}-wal")
     if change_counter == valid_for and not wal_exists and size < page_size * page_count:
         raise ProfileError(f"{p}: truncated ({size} of {page_size * page_count} bytes)")
+
+
+def _check_sidecars(p: Path) -> None:
+    """SQLite opens `p-journal` (a rollback journal it must replay) and `p-wal`/`p-shm` by name,
+    following links: one planted there by someone else would be read as part of the profile, or
+    block the open (a FIFO) or fail it as 'attempt to write a readonly database'. heapscope
+    never makes them links or anything but regular files, so such a file is refused by name."""
+    for suffix in ("-journal", "-wal", "-shm"):
+        side = Path(f"{p}{suffix}")
+        try:
+            st = os.lstat(side)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            raise ProfileError(f"{p}: cannot check {side}: {e.strerror or e}") from e
+        if stat.S_ISLNK(st.st_mode):
+            raise ProfileError(f"{p}: {side} is a symbolic link, which SQLite would follow and read as part of"
+                               " the profile; remove it (heapscope never makes one)")
+        if not stat.S_ISREG(st.st_mode):
+            raise ProfileError(f"{p}: {side} is not a regular file, which SQLite would read as part of"
+                               " the profile; remove it")
 
 
 _T = TypeVar("_T")
@@ -392,6 +415,11 @@ class Profile:
             tables = {str(r[0]) for r in self._db.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()}
         except sqlite3.DatabaseError as e:
+            journal = f"{self.path}-journal"
+            if "readonly database" in str(e) and os.path.lexists(journal):  # a hot journal to replay
+                raise ProfileError(f"{self.path}: {journal} is the journal of a write that did not finish,"
+                                   " which a read-only reader cannot replay (open the profile once with sqlite3,"
+                                   " or remove the journal if it is not the profile's)") from e
             raise ProfileError(f"{self.path}: {_describe(e)}") from e
         except UnicodeDecodeError as e:  # SQLite's own message quotes a name that is not UTF-8
             raise ProfileError(f"{self.path}: corrupt profile (its schema is not valid UTF-8)") from e
@@ -419,13 +447,37 @@ class Profile:
             self._rows(f"SELECT 1 FROM {table} LIMIT 1")
 
     def sql_connection(self) -> sqlite3.Connection:
-        """The connection itself, for store/sql.py only (it locks it down first)."""
+        """The connection itself, for store/sql.py and store/select.py's heap views only."""
         return self._db
 
     def forget_values(self) -> None:
         """Drop what was read of the heap tables, after the heap shown changed (select_heap)."""
         self._peak_raw = None
         self._peaks = None
+
+    def reading(self) -> contextlib.AbstractContextManager[None]:
+        """A block whose failures (SQLite errors, values of the wrong type) become one ProfileError
+        line, as every query here does: for the few statements made on sql_connection()."""
+        return _profile_errors(self.path)
+
+    @_reads
+    def heap_names(self) -> list[str]:
+        """The distinct heap names of heap_profile, as stored (any text, NULs included), unordered.
+        A name that is not text (a number, a blob: damage) is shown as text; NULL is no heap."""
+        return sorted({str_from_sql(r[0]) for r in self._rows("SELECT DISTINCT heap_name FROM main.heap_profile")
+                       if r[0] is not None})
+
+    @_reads
+    def heap_peaks(self) -> list[tuple[int, str, int, int]]:
+        """(upid, heap name, bytes, allocations) summed over each process heap's rows of
+        heapscope_peak_allocation; empty for a profile from before that table."""
+        if not self._has_table("heapscope_peak_allocation"):
+            return []
+        col = "heapscope_peak_allocation."
+        return [(req_int_from_sql(r[0], col + "upid"), str_from_sql(r[1]), int_from_sql(r[2], col + "size"),
+                 int_from_sql(r[3], col + "count"))
+                for r in self._rows("SELECT upid, heap_name, SUM(size), SUM(count) FROM main.heapscope_peak_allocation"
+                                    " GROUP BY upid, heap_name ORDER BY upid, heap_name")]
 
     @_reads
     def metadata(self) -> dict[str, str]:
@@ -608,7 +660,7 @@ class Profile:
         got = self._tables.get(name)
         if got is None:
             got = self._tables[name] = bool(self._rows(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)))
+                "SELECT 1 FROM main.sqlite_master WHERE type = 'table' AND name = ?", (name,)))
         return got
 
     @_reads

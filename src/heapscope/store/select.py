@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from heapscope.errors import ProfileError, UnknownDumpError, UnknownProcessError, UnknownViewError, UsageError
+from heapscope.errors import UnknownDumpError, UnknownProcessError, UnknownViewError, UsageError
 from heapscope.model import HEAP_NAME, PY_HEAP_NAME, VIEWS, CallsiteId
 from heapscope.slots import FrozenSlots
 from heapscope.store.reader import Dump, Process, Profile, ViewValues
@@ -236,28 +236,13 @@ def _heap_order(name: str) -> tuple[int, str]:
 
 def heap_names(profile: Profile) -> list[str]:
     """The heaps that have dumps in the profile: libc.malloc, python.pymalloc, then by name."""
-    db = profile.sql_connection()
-    try:
-        rows = db.execute("SELECT DISTINCT heap_name FROM main.heap_profile").fetchall()
-    except sqlite3.DatabaseError as e:
-        raise ProfileError(f"{profile.path}: {e}") from e
-    return sorted({str(r[0]) for r in rows if r[0] is not None}, key=_heap_order)
+    return sorted(profile.heap_names(), key=_heap_order)
 
 
 def heap_peaks(profile: Profile) -> list[tuple[int, str, int, int]]:
     """(upid, heap name, bytes, allocations) unreleased at each process heap's peak: libc.malloc's
     and python.pymalloc's at the one they share, a custom heap's at its own."""
-    db = profile.sql_connection()
-    try:
-        rows = db.execute(
-            "SELECT upid, heap_name, SUM(size), SUM(count) FROM main.heapscope_peak_allocation"
-            " GROUP BY upid, heap_name ORDER BY upid, heap_name").fetchall()
-    except sqlite3.DatabaseError as e:
-        if "no such table" in str(e):
-            return []  # a profile from before the peak table
-        raise ProfileError(f"{profile.path}: {e}") from e
-    peaks = [(int(r[0]), str(r[1]), int(r[2] or 0), int(r[3] or 0)) for r in rows]
-    return sorted(peaks, key=lambda x: (x[0], *_heap_order(x[1])))
+    return sorted(profile.heap_peaks(), key=lambda x: (x[0], *_heap_order(x[1])))
 
 
 def heap_members(shown: str | None) -> list[str] | None:
@@ -306,16 +291,26 @@ def select_heap(profile: Profile, heap: str | None) -> str | None:
     Can be called again to switch heaps. UnknownHeapError as resolve_heap.
     """
     shown = resolve_heap(profile, heap)
+    with profile.reading():
+        _shadow_heaps(profile, heap_members(shown))
+    return shown
+
+
+def _text_literal(text: str) -> str:
+    """`text` as an SQL literal that any text survives (quotes, NULs): its UTF-8 bytes in hex."""
+    return f"CAST(X'{text.encode('utf-8', 'surrogateescape').hex()}' AS TEXT)"
+
+
+def _shadow_heaps(profile: Profile, members: list[str] | None) -> None:
     db = profile.sql_connection()
     for table in _HEAP_TABLES:
         db.execute(f"DROP VIEW IF EXISTS temp.{table}")
     profile.forget_values()
-    members = heap_members(shown)
     if members is None or len(heap_names(profile)) <= len(members) == 1:
-        return shown  # nothing to hide
+        return  # nothing to hide
     hide = len(heap_names(profile)) > len(members)
-    # Views take no parameters; each name is one of heap_names.
-    among = "(" + ", ".join("'" + n.replace("'", "''") + "'" for n in members) + ")"
+    # Views take no parameters; each name is one of heap_names, read from the profile.
+    among = "(" + ", ".join(_text_literal(n) for n in members) + ")"
     for table in _HEAP_TABLES:
         if table != "heapscope_peak_allocation" and not hide:
             continue
@@ -332,7 +327,6 @@ def select_heap(profile: Profile, heap: str | None) -> str | None:
                            f" GROUP BY upid) m ON m.upid = a.upid WHERE a.heap_name IN {among}")
                 continue
         db.execute(f"CREATE TEMP VIEW {table} AS SELECT * FROM main.{table} WHERE heap_name IN {among}")
-    return shown
 
 
 def _has_table(db: sqlite3.Connection, name: str) -> bool:

@@ -14,6 +14,7 @@ with the locks lifted for that one statement sequence.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
@@ -36,8 +37,14 @@ _READ_WITHOUT_ARGUMENT = frozenset({
     "page_count", "page_size", "user_version", "schema_version", "application_id", "encoding", "freelist_count",
     "journal_mode", "query_only",
 })
-_WHAT = {sqlite3.SQLITE_ATTACH: "ATTACH (and VACUUM)", sqlite3.SQLITE_DETACH: "DETACH",
-         sqlite3.SQLITE_PRAGMA: "a PRAGMA that writes"}
+_WHAT = {sqlite3.SQLITE_ATTACH: "ATTACH (and VACUUM)", sqlite3.SQLITE_DETACH: "DETACH"}
+_PRAGMAS_ALLOWED = (f"the read-only pragmas are {', '.join(sorted(_READ_PRAGMAS))},"
+                    f" and without a value {', '.join(sorted(_READ_WITHOUT_ARGUMENT))};"
+                    " each also as a table-valued function, e.g. pragma_table_info('process')")
+# SQLite asks the authorizer for every step of a long statement at no point, so a Python
+# progress handler runs every this many virtual-machine steps: that is where a pending
+# SIGINT's KeyboardInterrupt is raised, and SQLite then stops the statement.
+_PROGRESS_STEPS = 10_000
 
 
 class Result(NamedTuple):
@@ -55,9 +62,17 @@ class SqlConsole:
         self._db = profile.sql_connection()
         self._unlocked = False
         self._denied: str | None = None
+        self._hint = ""
         self._db.set_authorizer(None)
         self._db.execute("PRAGMA query_only = ON")
+        # A table-valued pragma (pragma_table_info('t')) is an eponymous virtual table that
+        # SQLite creates on its first use, asking the authorizer to write sqlite_master for it:
+        # created here, before the authorizer is set, so that only the PRAGMA check remains.
+        for name in sorted(_READ_PRAGMAS | _READ_WITHOUT_ARGUMENT):
+            with contextlib.suppress(sqlite3.Error):
+                self._db.execute(f"SELECT * FROM pragma_{name} LIMIT 0").fetchall()
         self._db.set_authorizer(self._authorize)
+        self._db.set_progress_handler(_progress, _PROGRESS_STEPS)
 
     def _authorize(self, action: int, arg1: str | None, arg2: str | None, _db: str | None,
                    _trigger: str | None) -> int:
@@ -68,23 +83,32 @@ class SqlConsole:
             if name in _READ_PRAGMAS or (name in _READ_WITHOUT_ARGUMENT and arg2 is None):
                 return sqlite3.SQLITE_OK
         if self._denied is None:
-            self._denied = _WHAT.get(action) if action in (sqlite3.SQLITE_ATTACH, sqlite3.SQLITE_DETACH,
-                                                           sqlite3.SQLITE_PRAGMA) else ""
+            if action == sqlite3.SQLITE_PRAGMA:
+                shown = f"PRAGMA {arg1}" + (" with a value" if arg2 is not None else "")
+                self._denied, self._hint = shown, _PRAGMAS_ALLOWED
+            elif action == sqlite3.SQLITE_UPDATE and arg1 in ("sqlite_master", "sqlite_schema"):
+                # A table-valued pragma not made above (so not a read-only one), or a schema write.
+                self._denied, self._hint = "a pragma that is not read-only, or a schema change", _PRAGMAS_ALLOWED
+            else:
+                self._denied = _WHAT.get(action, "")
         return sqlite3.SQLITE_DENY
 
     def execute(self, sql: str, limit: int | None = None) -> Result:
         """Run one statement (or several; the last one's rows are returned)."""
-        self._denied = None
+        self._denied, self._hint = None, ""
         try:
             cur = self._db.execute(sql)
             rows = cur.fetchall() if limit is None else cur.fetchmany(limit)
         except sqlite3.Warning as e:  # "You can only execute one statement at a time."
             raise SqlError(f"SQL error: {_line(e)}") from e
+        except sqlite3.OperationalError as e:
+            if str(e) == "interrupted":  # the progress handler met Ctrl-C: stop as Ctrl-C stops
+                raise KeyboardInterrupt from e
+            self._refused(e, sql)
+            raise SqlError(f"SQL error: {_line(e)}") from e
         except sqlite3.DatabaseError as e:
-            if self._denied is not None:
-                what = self._denied or _first_word(sql)
-                raise SqlError(f"refused: heapscope sql is read-only ({what} is not allowed)") from e
-            if isinstance(e, sqlite3.OperationalError | sqlite3.IntegrityError | sqlite3.ProgrammingError):
+            self._refused(e, sql)
+            if isinstance(e, sqlite3.IntegrityError | sqlite3.ProgrammingError):
                 raise SqlError(f"SQL error: {_line(e)}") from e
             raise ProfileError(f"{self.profile.path}: cannot read profile ({_line(e)})") from e
         except sqlite3.Error as e:
@@ -93,6 +117,13 @@ class SqlConsole:
             raise SqlError(f"SQL error: {_line(e)}") from e
         columns = [d[0] for d in cur.description] if cur.description else []
         return Result(columns, rows)
+
+    def _refused(self, e: sqlite3.Error, sql: str) -> None:
+        """SqlError saying what the authorizer refused, when it refused something."""
+        if self._denied is not None:
+            what = self._denied or _first_word(sql)
+            hint = f"; {self._hint}" if self._hint else ""
+            raise SqlError(f"refused: heapscope sql is read-only ({what} is not allowed{hint})") from e
 
     def tables(self) -> list[str]:
         """Tables and views of the profile, then temp tables."""
@@ -120,6 +151,11 @@ class SqlConsole:
         finally:
             self._db.execute("PRAGMA query_only = ON")
             self._unlocked = False
+
+
+def _progress() -> int:
+    """SQLite's progress handler: 0 goes on. A Python function on purpose (see _PROGRESS_STEPS)."""
+    return 0
 
 
 def _first_word(sql: str) -> str:

@@ -143,9 +143,10 @@ def test_close_gives_up_after_drain_timeout(pyroscope):
         pusher.submit(item(n))
     t0 = time.monotonic()
     stats = pusher.close(drain_timeout=0.2)
-    # close returns at the deadline: the request in flight is abandoned, queued ones dropped
+    # close returns at the deadline: the request in flight waits no longer than it (failed, or
+    # abandoned and dropped when it is still in flight), queued ones are dropped
     assert time.monotonic() - t0 < 5
-    assert (stats.dropped, stats.sent, stats.failed) == (3, 0, 0)
+    assert stats.sent == 0 and stats.dropped + stats.failed == 3 and stats.failed <= 1
     pyroscope.hold.set()
     assert pyroscope.wait_for(1) and stats.sent == 0  # the late answer changes no counter
 
@@ -154,7 +155,7 @@ def test_sender_bug_is_counted_not_raised():
     class Broken:
         timeout = 1.0
 
-        def send(self, item: PushItem) -> None:
+        def send(self, item: PushItem, timeout: float) -> None:
             raise RuntimeError("oops")
 
         def close(self) -> None:

@@ -32,7 +32,7 @@ def server(known_profile: Path) -> Iterator[PprofServer]:
         calls.append(1)
         return Snapshot(known_profile)
 
-    with PprofServer(snapshot, "127.0.0.1:0") as s:
+    with PprofServer(snapshot, "127.0.0.1:0", min_dump_interval=0) as s:
         s.calls = calls  # type: ignore[attr-defined]
         yield s
 
@@ -140,3 +140,64 @@ def test_close_leaves_requests_in_flight_to_finish(known_profile):
     assert answer and answer[0][0] == 200 and answer[0][1][:2] == b"\x1f\x8b"
     with PprofServer(lambda: Snapshot(known_profile), f"127.0.0.1:{s.port}") as again:
         assert get(again.url + "heap")[0] == 200
+
+
+# --- a token, and dumps bounded however many scrapes come ----------------------------------------
+
+
+def _request(url: str, headers: dict[str, str] | None = None, method: str = "GET") -> int:
+    req = urllib.request.Request(url, headers=headers or {}, method=method, data=b"" if method == "POST" else None)
+    try:
+        with urllib.request.urlopen(req, timeout=20) as r:
+            r.read()
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+
+
+def test_with_a_token_only_its_holders_are_answered_and_no_one_else_dumps(known_profile: Path) -> None:
+    calls: list[int] = []
+
+    def snapshot() -> Snapshot:
+        calls.append(1)
+        return Snapshot(known_profile)
+
+    # GIVEN a server with a token
+    with PprofServer(snapshot, "127.0.0.1:0", token="s3cret-token", min_dump_interval=0) as s:
+        base = f"http://127.0.0.1:{s.port}"
+        assert s.url == f"{base}/s3cret-token/debug/pprof/"
+        # WHEN another local user asks without it (or with another) THEN 403, and no dump is taken
+        for url, headers in ((f"{base}/debug/pprof/heap", {}), (f"{base}/debug/pprof/allocs", {}),
+                             (f"{base}/wrong-token/debug/pprof/heap", {}), (f"{base}/debug/pprof/", {}),
+                             (f"{base}/debug/pprof/heap", {"Authorization": "Bearer wrong-token"})):
+            assert _request(url, headers) == 403, url
+        assert _request(f"{base}/debug/pprof/symbol", method="POST") == 403
+        assert calls == []
+        # AND the holder is answered, by the URL's path or by the bearer header
+        assert _request(s.url + "heap") == 200
+        assert _request(f"{base}/debug/pprof/allocs", {"Authorization": "Bearer s3cret-token"}) == 200
+        assert _request(s.url + "symbol", method="POST") == 200
+        assert len(calls) == 2
+
+
+def test_a_burst_of_scrapes_takes_one_dump(known_profile: Path) -> None:
+    import threading
+
+    calls: list[int] = []
+
+    def snapshot() -> Snapshot:
+        calls.append(1)
+        return Snapshot(known_profile)
+
+    # GIVEN a server that takes at most one dump an hour
+    with PprofServer(snapshot, "127.0.0.1:0", min_dump_interval=3600) as s:
+        statuses: list[int] = []
+        # WHEN 40 scrapes come at once
+        threads = [threading.Thread(target=lambda: statuses.append(_request(s.url + "heap"))) for _ in range(40)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        # THEN every one is answered, from one dump
+        assert statuses == [200] * 40
+        assert len(calls) == 1 and s.dumps == 1
