@@ -88,22 +88,22 @@ class OtlpHttpSender:
         self.service = otlp.messages()[3]
         self.target, self.labels, self.timeout = target, dict(labels), timeout
 
-    def send(self, item: PushItem) -> None:
+    def send(self, item: PushItem, timeout: float) -> None:
         t = self.target
         body = gzip.compress(_with_labels(item.pprof, self.labels), compresslevel=6, mtime=0)
         conn: http.client.HTTPConnection
         if t.tls:
-            conn = http.client.HTTPSConnection(t.host, t.port, timeout=self.timeout,
+            conn = http.client.HTTPSConnection(t.host, t.port, timeout=timeout,
                                                context=ssl.create_default_context())
         else:
-            conn = http.client.HTTPConnection(t.host, t.port, timeout=self.timeout)
+            conn = http.client.HTTPConnection(t.host, t.port, timeout=timeout)
         try:
             conn.request("POST", t.prefix + PATH, body=body, headers={
                 "Content-Type": "application/x-protobuf", "Content-Encoding": "gzip", "User-Agent": "heapscope"})
             resp = conn.getresponse()
             answer = resp.read(4 << 20)  # the response limit the specification recommends
         except TimeoutError as e:
-            raise PushError(f"no answer within {self.timeout:g} s", retry=True) from e
+            raise PushError(f"no answer within {timeout:.3g} s", retry=True) from e
         except ssl.SSLError as e:
             raise PushError(f"TLS: {e.reason or e}", retry=False) from e
         except (OSError, http.client.HTTPException) as e:
@@ -141,16 +141,16 @@ class OtlpGrpcSender:
             f"/{method.containing_service.full_name}/{method.name}",
             request_serializer=lambda b: b, response_deserializer=lambda b: b)
 
-    def send(self, item: PushItem) -> None:
+    def send(self, item: PushItem, timeout: float) -> None:
         try:
-            answer = self.call(_with_labels(item.pprof, self.labels), timeout=self.timeout,
+            answer = self.call(_with_labels(item.pprof, self.labels), timeout=timeout,
                                compression=self._grpc.Compression.Gzip)
         except self._grpc.RpcError as e:
             code = e.code() if hasattr(e, "code") else None
             name = code.name if code is not None else "UNKNOWN"
             details = (e.details() if hasattr(e, "details") else "") or ""
             if name == "DEADLINE_EXCEEDED":
-                msg = f"no answer within {self.timeout:g} s"
+                msg = f"no answer within {timeout:.3g} s"
             else:
                 msg = f"gRPC {name}" + (f": {details.splitlines()[0][:200]}" if details else "")
             raise PushError(msg, retry=name in _RETRY_GRPC) from e
