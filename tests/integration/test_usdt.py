@@ -16,9 +16,10 @@ import sqlite3
 import subprocess
 from pathlib import Path
 
-import heapscope
 import pytest
 from hs_integration import HEAPSCOPE, kill_group
+
+import heapscope
 
 HERE = Path(__file__).resolve().parent
 INTERVAL = 4096
@@ -44,11 +45,15 @@ set confirm off
 # Breakpoints stay in while the target is stopped, and with them the semaphores gdb raises
 # when it puts a probe's breakpoint in (by default it takes both out at every stop).
 set breakpoint always-inserted on
+define semaphores
+  printf "semaphore %s %d ", $arg0, (unsigned short)otel_memory_alloc_semaphore
+  printf "%d\\n", (unsigned short)otel_memory_free_semaphore
+end
 info probes stap otel_memory
-printf "semaphore before %d\\n", (unsigned short)otel_memory_alloc_semaphore
+semaphores "before"
 break -probe-stap otel_memory:alloc
 break -probe-stap otel_memory:free
-printf "semaphore armed %d %d\\n", (unsigned short)otel_memory_alloc_semaphore, (unsigned short)otel_memory_free_semaphore
+semaphores "armed"
 set $n = 0
 while $n < {STOPS}
   continue
@@ -60,7 +65,7 @@ while $n < {STOPS}
   set $n = $n + 1
 end
 delete
-printf "semaphore after %d %d\\n", (unsigned short)otel_memory_alloc_semaphore, (unsigned short)otel_memory_free_semaphore
+semaphores "after"
 detach
 """
 
@@ -78,8 +83,9 @@ def test_gdb_sees_the_samples_the_producer_books(tmp_path: Path) -> None:
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
         assert rec.stdout is not None
-        assert rec.stdout.readline() == b"ready\n"
-        pid = _target_pid(rec.pid, target.name)
+        ready = rec.stdout.readline().split()
+        assert len(ready) == 2 and ready[0] == b"ready", ready
+        pid = int(ready[1])
         script = tmp_path / "probes.gdb"
         script.write_text(GDB_SCRIPT)
         gdb = subprocess.run(["gdb", "-nx", "-batch", "-p", str(pid), "-x", str(script)],
@@ -96,7 +102,7 @@ def test_gdb_sees_the_samples_the_producer_books(tmp_path: Path) -> None:
     assert sorted(fields[2] for fields in listed) == ["alloc", "free"], log
     assert all(fields[-1].endswith("libheapscope.so") and int(fields[4], 16) for fields in listed), log
     # gdb raises the semaphores while its breakpoints are in, and puts them back.
-    assert "semaphore before 0" in gdb.stdout, log
+    assert "semaphore before 0 0" in gdb.stdout, log
     assert "semaphore armed 1 1" in gdb.stdout, log
     assert "semaphore after 0 0" in gdb.stdout, log
 
@@ -126,11 +132,3 @@ def test_gdb_sees_the_samples_the_producer_books(tmp_path: Path) -> None:
     assert set(allocs) <= stream
     assert set(frees) <= freed
 
-
-def _target_pid(record_pid: int, name: str) -> int:
-    """The target's pid: the child of `heapscope record` running `name`."""
-    children = Path(f"/proc/{record_pid}/task/{record_pid}/children").read_text().split()
-    for child in children:
-        if Path(f"/proc/{child}/comm").read_text().strip() == name[:15]:
-            return int(child)
-    raise AssertionError(f"no child {name} of heapscope record ({record_pid}): {children}")

@@ -1,6 +1,9 @@
 /* probes.c: the otel_memory probe sites and their semaphores (probes.h).
- * Compiled only when meson found <sys/sdt.h> (HS_HAVE_SDT). */
+ * Built by meson only when it found <sys/sdt.h>, with HS_HAVE_SDT; empty
+ * without it (a by-hand build of every client file, tests/unit/client). */
 #include "probes.h"
+
+#ifdef HS_HAVE_SDT
 
 #include <stdint.h>
 
@@ -52,3 +55,5 @@ PROBE_SITE void hs_probe_free_fire(void *ptr) {
   ARG_REG(a0, REG0, (uintptr_t)ptr);
   STAP_PROBE1(otel_memory, free, a0);
 }
+
+#endif

@@ -1,8 +1,8 @@
 /* usdt_target: allocates until SIGUSR1, for a tracer to attach to meanwhile
- * (test_usdt.py). Prints "ready" once its loop runs. Each turn mallocs 64
- * bytes, or BIG bytes (at least the test's interval, so always sampled)
- * every 50th turn, and frees the block allocated LIVE turns earlier: every
- * sampled block is freed while the tracer watches. Exits 0. */
+ * (test_usdt.py). Each turn mallocs 64 bytes, or BIG bytes (at least the
+ * test's interval, so always sampled) every 50th turn, and frees the block
+ * allocated LIVE turns earlier: every sampled block is freed while the
+ * tracer watches. Prints "ready PID" once its loop is about to run; exits 0. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +21,7 @@ static void on_usr1(int sig) {
 int main(void) {
   static void *live[LIVE];
   signal(SIGUSR1, on_usr1);
-  puts("ready");
+  printf("ready %d\n", (int)getpid());
   fflush(stdout);
   for (unsigned long i = 0; !stop; i++) {
     unsigned slot = (unsigned)(i % LIVE);

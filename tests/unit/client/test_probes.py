@@ -9,8 +9,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import heapscope
 import pytest
+
+import heapscope
 
 LIB = Path(heapscope.__file__).parent / "client" / "libheapscope.so"
 INSTALL = "apt-get install systemtap-sdt-dev, then rebuild heapscope"
