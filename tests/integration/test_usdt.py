@@ -14,6 +14,7 @@ import shutil
 import signal
 import sqlite3
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -132,3 +133,61 @@ def test_gdb_sees_the_samples_the_producer_books(tmp_path: Path) -> None:
     assert set(allocs) <= stream
     assert set(frees) <= freed
 
+
+
+PY_SCRIPT = f"""\
+set pagination off
+set confirm off
+set breakpoint always-inserted on
+break -probe-stap otel_memory:alloc
+break -probe-stap otel_memory:free
+set $n = 0
+while $n < {STOPS}
+  continue
+  if $_probe_argc == 3
+    printf "fired alloc %lu %lu %lu\\n", $_probe_arg0, $_probe_arg1, $_probe_arg2
+  else
+    printf "fired free %lu\\n", $_probe_arg0
+  end
+  bt 2
+  set $n = $n + 1
+end
+delete
+detach
+"""
+
+
+def test_gdb_sees_python_heap_samples(tmp_path: Path) -> None:
+    """python.pymalloc's samples fire too, from its own slow paths, with the same weights."""
+    if not _has_probes():
+        pytest.skip(f"{LIB} was built without the otel_memory probes: <sys/sdt.h> was missing "
+                    "(apt-get install systemtap-sdt-dev, then rebuild heapscope)")
+    rec = subprocess.Popen([*HEAPSCOPE, "record", "-o", str(tmp_path / "py.db"), "-i", str(INTERVAL),
+                            "--seed", "7", "--", sys.executable, str(HERE / "usdt" / "usdt_target.py")],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        assert rec.stdout is not None
+        ready = rec.stdout.readline().split()
+        assert len(ready) == 2 and ready[0] == b"ready", ready
+        pid = int(ready[1])
+        script = tmp_path / "py.gdb"
+        script.write_text(PY_SCRIPT)
+        gdb = subprocess.run(["gdb", "-nx", "-batch", "-p", str(pid), "-x", str(script)],
+                             capture_output=True, text=True, timeout=120)
+        os.kill(pid, signal.SIGUSR1)
+        out, err = rec.communicate(timeout=120)
+    finally:
+        kill_group(rec)
+    log = gdb.stdout + gdb.stderr
+    assert rec.returncode == 0, err.decode(errors="replace")
+    # Each hit: its "fired" line, then frame #1 of `bt 2`, the slow path that booked it.
+    hits = re.findall(r"^fired (alloc|free) (\d+)(?: (\d+) (\d+))?\n#0 [^\n]*\n#1 +0x[0-9a-f]+ in (\w+)",
+                      gdb.stdout, re.M)
+    assert len(hits) == STOPS, log
+    py_allocs = [(int(p), int(s), int(w)) for kind, p, s, w, fn in hits
+                 if kind == "alloc" and fn == "hs_record_py_alloc_slow"]
+    py_frees = [int(p) for kind, p, _, _, fn in hits if kind == "free" and fn == "hs_record_py_free_slow"]
+    assert py_allocs and py_frees, log
+    for ptr, size, weight in py_allocs:
+        assert ptr != 0 and 0 < size <= weight, log
+        assert weight == size if size >= INTERVAL else weight % INTERVAL == 0, log
