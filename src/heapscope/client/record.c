@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "modules.h"
+#include "probes.h"
 #include "pyframes.h"
 #include "pysend.h"
 #include "real.h"
@@ -216,6 +217,7 @@ HS_INLINE void book_py(struct hs_ring_meta *m, void *addr, size_t size, uint64_t
   int rc = hs_ring_write(&r, HS_REC_HEAP_MALLOC, &hrec, sizeof hrec, NULL, 0, 1);
   if (!hs_ok(rc) || rc == HS_DROPPED)
     return;
+  hs_probe_alloc(addr, size, sample_size); /* booked: a tracer sees what the producer sees */
   if (hs_addrset_insert((const void *)((uintptr_t)addr ^ HS_PY_HEAP_KEY)) != HS_OK)
     __atomic_fetch_add(&m->addr_table_full, 1, __ATOMIC_RELAXED);
 }
@@ -246,6 +248,10 @@ HS_INLINE void book_malloc(struct hs_ring_meta *m, void *addr, size_t size, uint
     if (!hs_ok(rc) || rc == HS_DROPPED)
       return; /* the producer never hears of addr: neither should it of its free */
   }
+  /* The weight of otel_memory:alloc is the sample size (probes.h). Fired
+   * for the samples the producer gets, so that a tracer's live heap and
+   * ours are the same one. */
+  hs_probe_alloc(addr, size, sample_size);
   /* Nobody can free addr before we return it, so adding it after the record
    * is written is early enough. */
   if (hs_addrset_insert(addr) != HS_OK)
@@ -315,10 +321,13 @@ HS_INLINE void record_free_slow(void *addr, uint32_t heap) {
   int was = hs_guard_enter(t);
   if (heap == HS_MALLOC_HEAP_ID) {
     if (hs_addrset_remove(addr)) {
+      /* Its alloc fired: its free does, whatever becomes of the record. */
+      hs_probe_free(addr);
       struct hs_free rec = {0, (uint64_t)(uintptr_t)addr};
       (void)hs_ok(hs_ring_write(&hs_session.ring, HS_REC_FREE, &rec, sizeof rec, NULL, 0, 1));
     }
   } else if (hs_addrset_remove((const void *)((uintptr_t)addr ^ HS_PY_HEAP_KEY))) {
+    hs_probe_free(addr);
     struct hs_ring r = hs_session.ring;
     r.seq = &hs_py_seq.next;
     struct hs_heap_free rec = {0, HS_PY_HEAP_ID, 0, (uint64_t)(uintptr_t)addr};

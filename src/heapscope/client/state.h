@@ -8,7 +8,8 @@
  * Layers (a file includes only headers of its own layer or below; no .c
  * includes another .c):
  *   leaves    common.h family.h wire.h sampler ring own addrset stacks
- *             modules pyframes (the CPython walker): no client state
+ *             modules pyframes (the CPython walker) probes (the USDT
+ *             probes): no client state
  *   state     state.c (this)
  *   below the hooks: real (the real allocator), inject (GOT patching)
  *   unwinder  cfa_eh.c (reading .eh_frame), cfa.c (its caches and walk),
