@@ -510,6 +510,10 @@ class Producer:
             p.stats.modules += 1
             if r.path and not r.path.startswith(("/", "[")):
                 r = _absolute_module(p.info.pid, r)
+            gone = p.heap.modules.overlapped(r)
+            if gone:  # loaded where an unloaded object was: the stacks so far are that one's
+                p.stats.modules_replaced += 1
+                p.heap.replace_modules(gone, self.frames, self.trie, p.ingest.tracker)
             self.frames.add_module(p.heap.modules, r)
             if self.on_module is not None:
                 self.on_module(r.path, r.build_id.hex())
