@@ -103,10 +103,11 @@ class ProcessHeap(Slots):
 
     def replace_modules(self, gone: list[ModuleRecord], frames: FrameTable, trie: Trie, tracker: Tracker) -> None:
         """Another object was loaded where the modules `gone` were (a dlclose, then a dlopen
-        at their addresses): the stacks received so far are theirs and resolve now, by them;
-        the frames named for pcs in them are forgotten, so later stacks name the new one.
-        Called before the new module is added."""
-        self.resolve(frames, trie, tracker)
+        at their addresses): the stacks received so far are theirs and resolve now, by them
+        (those that wait, for a module not known yet or a code object, resolve later, by what
+        is known then); the frames named for pcs in them are forgotten, so later stacks name
+        the new one. Called before the new module is added."""
+        self.resolve_known(frames, trie, tracker)
         for m in gone:
             frames.forget_range(self.frame_cache, m.start, m.end)
         self.resolver.forget_pcs()

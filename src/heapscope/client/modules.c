@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cfa.h"
 #include "own.h"
 #include "stacks.h"
 #include "wire.h"
@@ -678,8 +679,10 @@ HS_EXPORT int dlclose(void *handle) {
   }
   unsigned long long before = loader_subs();
   int rc = next(handle);
-  if (loader_subs() != before)
+  if (loader_subs() != before) {
     hs_stacks_new_generation();
+    hs_cfa_note_unload();
+  }
   return rc;
 }
 
