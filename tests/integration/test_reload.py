@@ -42,17 +42,21 @@ def _mappings_of(profile: Profile, function: str) -> set[tuple[str, str]]:
     return {(r["name"], r["build_id"]) for r in rows if frame_matches(r["fn"], function)}
 
 
-@pytest.mark.parametrize("same_path", [False, True], ids=["two-files", "one-path-rebuilt"])
+@pytest.mark.parametrize(("same_path", "libc_dlclose"), [(False, False), (True, False), (False, True)],
+                         ids=["two-files", "one-path-rebuilt", "libc-dlclose"])
 def test_a_library_loaded_where_an_unloaded_one_was_is_named_as_itself(
-        programs, record: Recorder, tmp_path: Path, same_path: bool) -> None:
+        programs, record: Recorder, tmp_path: Path, same_path: bool, libc_dlclose: bool) -> None:
     # GIVEN two plugins of one size and layout, alpha and bravo (other names, other build ids),
     # and a host that loads alpha, calls it, unloads it, then loads bravo and calls it from the
-    # same call site; with same_path both are loaded from one path, each copied there first
+    # same call site; with same_path both are loaded from one path, each copied there first;
+    # with libc_dlclose the host unloads with the C library's dlclose, not the client's (as
+    # in a process the client attached to later), and calls bravo from another function
     alpha, bravo = _plugin(tmp_path, "alpha"), _plugin(tmp_path, "bravo")
     ids = {name: read_elf_info(lib).build_id for name, lib in (("alpha", alpha), ("bravo", bravo))}
     assert ids["alpha"] and ids["bravo"] and ids["alpha"] != ids["bravo"]
     loaded = tmp_path / "plugin.so"
-    argv = [programs.path("reload"), alpha, "alpha", bravo, "bravo", *([loaded] if same_path else [])]
+    argv = [programs.path("reload"), *(["--libc-dlclose"] if libc_dlclose else []), alpha, "alpha", bravo, "bravo",
+            *([loaded] if same_path else [])]
     # WHEN it is recorded, every allocation sampled
     rec = record(argv, extra=["-q"], timeout=TIMEOUT_S)
     assert rec.returncode == 0, rec.describe()

@@ -7,11 +7,14 @@
  * where the first was, once that one is unloaded and nothing else was mapped
  * meanwhile.
  *
- * Host usage: reload FIRST.so NAME1 SECOND.so NAME2 [COPY_TO]
+ * Host usage: reload [--libc-dlclose] FIRST.so NAME1 SECOND.so NAME2 [COPY_TO]
  *   dlopen FIRST, call NAME1_alloc, dlclose it; dlopen SECOND, call NAME2_alloc.
  *   With COPY_TO, each library is copied to that one path and loaded from it (a
  *   plugin rebuilt on disk between its loads: one path, two build ids).
  *   Both calls go through one call site (run), as a host calls its plugins.
+ *   With --libc-dlclose, the C library's dlclose is called (found in libc.so.6, not
+ *   through the global scope: a profiler's dlclose is not called, as for a profiler
+ *   attached later), and the second call goes through another function (run_again).
  *   Prints "base NAME 0x..." for each load (dladdr of its function), then exits 0.
  *
  * Ground truth (tests/integration/test_reload.py builds the plugins alpha and bravo):
@@ -71,9 +74,12 @@ static int copy_file(const char *src, const char *dst) {
 }
 
 __attribute__((noinline)) static void run(void (*fn)(void)) { fn(); }
+__attribute__((noinline)) static void run_again(void (*fn)(void)) { fn(); }
+
+static int (*close_fn)(void *);
 
 /* Loads `path`, calls NAME_alloc, prints where it was loaded, unloads it when `unload`. */
-static int load_and_call(const char *path, const char *name, int unload) {
+static int load_and_call(const char *path, const char *name, int unload, void (*call)(void (*)(void))) {
   void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!h) {
     fprintf(stderr, "dlopen %s: %s\n", path, dlerror());
@@ -87,10 +93,10 @@ static int load_and_call(const char *path, const char *name, int unload) {
     fprintf(stderr, "no %s in %s\n", sym, path);
     return -1;
   }
-  run(fn);
+  call(fn);
   printf("base %s %p\n", name, info.dli_fbase);
   fflush(stdout);
-  if (unload && dlclose(h) != 0) {
+  if (unload && (close_fn ? close_fn(h) : dlclose(h)) != 0) {
     fprintf(stderr, "dlclose %s: %s\n", path, dlerror());
     return -1;
   }
@@ -104,8 +110,23 @@ int main(int argc, char **argv) {
     truth_line("bravo_alloc", bytes, PLUGIN_BLOCKS, bytes, PLUGIN_BLOCKS);
     return 0;
   }
+  int libc_close = argc > 1 && strcmp(argv[1], "--libc-dlclose") == 0;
+  if (libc_close) {
+    /* libc.so.6 since glibc 2.34, libdl.so.2 before */
+    const char *libs[] = {"libc.so.6", "libdl.so.2"};
+    for (int i = 0; i < 2 && !close_fn; i++) {
+      void *lib = dlopen(libs[i], RTLD_NOW | RTLD_NOLOAD);
+      close_fn = lib ? (int (*)(void *))dlsym(lib, "dlclose") : NULL;
+    }
+    if (!close_fn) {
+      fprintf(stderr, "no dlclose in libc.so.6 or libdl.so.2\n");
+      return 1;
+    }
+    argc--;
+    argv++;
+  }
   if (argc != 5 && argc != 6) {
-    fprintf(stderr, "usage: %s FIRST.so NAME1 SECOND.so NAME2 [COPY_TO]\n", argv[0]);
+    fprintf(stderr, "usage: %s [--libc-dlclose] FIRST.so NAME1 SECOND.so NAME2 [COPY_TO]\n", argv[0]);
     return 2;
   }
   const char *copy_to = argc == 6 ? argv[5] : NULL;
@@ -118,7 +139,7 @@ int main(int argc, char **argv) {
       }
       path = copy_to;
     }
-    if (load_and_call(path, name, i == 0) != 0)
+    if (load_and_call(path, name, i == 0, i == 1 && libc_close ? run_again : run) != 0)
       return 1;
   }
   return 0;
