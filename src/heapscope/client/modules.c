@@ -33,9 +33,10 @@ static uint32_t nknown;
 static uint32_t merge_lock;
 static uint64_t last_rescan_ns;
 /* The loader's unload count (dlpi_subs) at the last scan, and the modules
- * that scan found at the start (the program and its needed libraries, never
- * unloaded): a new stack in a module loaded later looks whether anything was
- * unloaded since, as a library now at those addresses may be another. */
+ * the first scan found at the start (the program and its needed libraries,
+ * never unloaded; none when attached): a new stack in a module loaded later
+ * looks whether anything was unloaded since, as a library now at those
+ * addresses may be another. */
 static unsigned long long scanned_subs;
 static uint32_t nstartup;
 int hs_rescan_pending; /* modules.h: read by hs_modules_poll on every sample */
@@ -75,7 +76,19 @@ struct scan {
   size_t used;
   int first;
   unsigned long long subs; /* the loader's unload count, from the first object */
+  int last_is_ours;        /* the last object seen is this library */
 };
+
+/* Whether `info` is the object that holds this library's code. */
+static int is_ours(const struct dl_phdr_info *info) {
+  uintptr_t self = (uintptr_t)&hs_modules_init;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type == PT_LOAD && self - (info->dlpi_addr + ph->p_vaddr) < ph->p_memsz)
+      return 1;
+  }
+  return 0;
+}
 
 /* dlpi_subs: in struct dl_phdr_info since glibc 2.4; checked against the size given. */
 static int has_counts(size_t size) {
@@ -278,6 +291,7 @@ static int collect(struct dl_phdr_info *info, size_t size, void *data) {
   struct scan *sc = data;
   if (sc->first && has_counts(size))
     sc->subs = info->dlpi_subs;
+  sc->last_is_ours = is_ours(info);
   note_libpython(info);
   int first = sc->first;
   sc->first = 0;
@@ -536,7 +550,7 @@ int hs_modules_scan(struct hs_ring *r) {
                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (buf == MAP_FAILED)
     return HS_OK; /* try again at the next rescan */
-  struct scan sc = {buf, 0, 1, 0};
+  struct scan sc = {buf, 0, 1, 0, 0};
   /* No client lock is held here (see modules.h). */
   dl_iterate_phdr(collect, &sc);
   /* /proc/self/maps only when the loader's list has nothing new for the pc
@@ -567,8 +581,11 @@ int hs_modules_scan(struct hs_ring *r) {
       }
       rc = hs_ring_write(r, HS_REC_MODULE, &c->mod, sizeof c->mod, c->path, c->path_len, 0);
     }
+    /* Loaded last, this library came by dlopen (record -p): what the first scan finds
+     * may have been dlopened too, and may be unloaded. Preloaded, it precedes the
+     * program's needed libraries. */
     if (had == 0)
-      nstartup = n;
+      nstartup = sc.last_is_ours ? 0 : n;
     __atomic_store_n(&scanned_subs, sc.subs, __ATOMIC_RELAXED);
     __atomic_store_n(&merge_lock, 0, __ATOMIC_RELEASE);
   }
