@@ -11,6 +11,12 @@
  * (stacks.h). The program's dlclose goes through ours, which starts that
  * generation at the unload; a new stack in an object loaded after the start
  * looks at the loader's unload count and rescans at once when it moved.
+ * The producer takes the stacks before that MODULE in the ring as the old
+ * object's: a thread whose stack in the new object is sent while another
+ * thread's scan still merges (the try-lock below) may be named by the old.
+ * Attached by dlopen (the program's calls bound to the C library's
+ * dlclose), a stack of the very pcs of one sent before the unload keeps its
+ * id, and its old names.
  *
  * Never called with a client lock held: dl_iterate_phdr takes the loader
  * lock, and another thread may hold that lock while it mallocs. The scan
