@@ -5,9 +5,9 @@
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <link.h>
 #include <stddef.h>
-#include <limits.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -585,7 +585,7 @@ int hs_modules_scan(struct hs_ring *r) {
      * may have been dlopened too, and may be unloaded. Preloaded, it precedes the
      * program's needed libraries. */
     if (had == 0)
-      nstartup = sc.last_is_ours ? 0 : n;
+      __atomic_store_n(&nstartup, sc.last_is_ours ? 0 : n, __ATOMIC_RELAXED);
     __atomic_store_n(&scanned_subs, sc.subs, __ATOMIC_RELAXED);
     __atomic_store_n(&merge_lock, 0, __ATOMIC_RELEASE);
   }
@@ -645,7 +645,7 @@ int hs_modules_check(struct hs_ring *r, const uint64_t *pcs, uint32_t depth) {
     mod = module_of(pc, n);
     if (mod == n)
       break;
-    late |= mod >= nstartup;
+    late |= mod >= __atomic_load_n(&nstartup, __ATOMIC_RELAXED);
   }
   if (i < depth)
     return rescan_when_due(r);
