@@ -591,6 +591,12 @@ static PyObject *Resolver_frames(ResolverObject *self, PyObject *args, PyObject 
   return list;
 }
 
+static PyObject *Resolver_forget_pcs(ResolverObject *self, PyObject *Py_UNUSED(ignored)) {
+  if (resolver_check(self) < 0) return NULL;
+  hs_resolver_forget_pcs(self->s);
+  Py_RETURN_NONE;
+}
+
 static PyObject *Resolver_callsite(ResolverObject *self, PyObject *arg) {
   unsigned long long stack_id = PyLong_AsUnsignedLongLong(arg);
   if (PyErr_Occurred()) return NULL;
@@ -661,6 +667,8 @@ static PyMethodDef Resolver_methods[] = {
     {"frames", (PyCFunction)(void (*)(void))Resolver_frames, METH_VARARGS | METH_KEYWORDS,
      "frames(stack_id, namer, eval_lo, eval_hi, interp_start, interp_end) -> list[int] | None\n--\n\n"
      "A kept stack's frames as a resolve would give them, root first, without resolving it; None if not kept."},
+    {"forget_pcs", (PyCFunction)Resolver_forget_pcs, METH_NOARGS,
+     "forget_pcs() -> None\n--\n\nForget the frames named for pcs (another object is where one was)."},
     {"callsite", (PyCFunction)Resolver_callsite, METH_O,
      "callsite(stack_id) -> int\n--\n\nThe callsite of a resolved stack, 0 when none."},
     {"bind", (PyCFunction)Resolver_bind, METH_O,

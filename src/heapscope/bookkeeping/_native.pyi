@@ -216,6 +216,10 @@ class Resolver:
         """The HS_REC_PYCODE of code object `key` was received (a Python stack naming a code
         object not received yet waits, resolve(wait=True))."""
 
+    def forget_pcs(self) -> None:
+        """Forget the frame named for every pc: another object was loaded where one was
+        unloaded, and its pcs are named again (by the namer) as they next come."""
+
     def resolve(self, trie: Trie, tracker: Tracker, namer: Callable[[int, int, int], int], eval_lo: int,
                 eval_hi: int, interp_start: int, interp_end: int, wait: bool,
                 retry_parked: bool = True) -> tuple[int, int]:

@@ -13,6 +13,7 @@ from heapscope.bookkeeping.frames import FrameTable, ProcessModules, PyCode, PyS
 from heapscope.bookkeeping.rows import DUMP_ROW, PEAK_ROW, unpack_rows
 from heapscope.model import FrameId
 from heapscope.slots import Slots
+from heapscope.wire.codec import ModuleRecord
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
 
@@ -99,6 +100,17 @@ class ProcessHeap(Slots):
         self.parked_at = mods.generation
         _n, unplaced = self.resolver.resolve(trie, tracker, namer, *self._splice(), wait, retry)
         splice.unplaced += unplaced
+
+    def replace_modules(self, gone: list[ModuleRecord], frames: FrameTable, trie: Trie, tracker: Tracker) -> None:
+        """Another object was loaded where the modules `gone` were (a dlclose, then a dlopen
+        at their addresses): the stacks received so far are theirs and resolve now, by them
+        (those that wait, for a module not known yet or a code object, resolve later, by what
+        is known then); the frames named for pcs in them are forgotten, so later stacks name
+        the new one. Called before the new module is added."""
+        self.resolve_known(frames, trie, tracker)
+        for m in gone:
+            frames.forget_range(self.frame_cache, m.start, m.end)
+        self.resolver.forget_pcs()
 
     def frames_of(self, stack_id: int, frames: FrameTable) -> list[FrameId] | None:
         """The frames of a stack not resolved yet, root first, as its resolve will give them

@@ -82,14 +82,27 @@ class ProcessModules(Slots):
         self.unknown = unknown
 
     def add(self, m: ModuleRecord, mapping_id: int) -> None:
+        """Add `m`; the modules whose addresses it overlaps are gone (unloaded before it was
+        loaded there): see `overlapped`."""
         self.generation += 1
-        i = bisect.bisect_left(self.starts, m.start)
-        if i < len(self.starts) and self.starts[i] == m.start:
-            self.modules[i], self.mapping_ids[i] = m, mapping_id  # re-sent after a dlclose/dlopen
-            return
-        self.starts.insert(i, m.start)
-        self.modules.insert(i, m)
-        self.mapping_ids.insert(i, mapping_id)
+        lo = bisect.bisect_left(self.starts, m.start)
+        if lo > 0 and self.modules[lo - 1].end > m.start:
+            lo -= 1
+        hi = bisect.bisect_left(self.starts, m.end, lo)
+        self.starts[lo:hi] = [m.start]
+        self.modules[lo:hi] = [m]
+        self.mapping_ids[lo:hi] = [mapping_id]
+
+    def overlapped(self, m: ModuleRecord) -> list[ModuleRecord]:
+        """The known modules at addresses of `m` that are another object (another path or
+        build id, or placed otherwise): what a library loaded where an unloaded one was
+        replaces. The same object sent again (a fork child's scan) replaces nothing."""
+        lo = bisect.bisect_left(self.starts, m.start)
+        if lo > 0 and self.modules[lo - 1].end > m.start:
+            lo -= 1
+        hi = bisect.bisect_left(self.starts, m.end, lo)
+        return [k for k in self.modules[lo:hi]
+                if (k.path, k.build_id, k.base, k.start, k.end) != (m.path, m.build_id, m.base, m.start, m.end)]
 
     def find(self, addr: int) -> int | None:
         i = bisect.bisect_right(self.starts, addr) - 1
@@ -182,6 +195,13 @@ class FrameTable:
 
     def add_module(self, mods: ProcessModules, m: ModuleRecord) -> None:
         mods.add(m, self.mappings.intern(mapping_of(m)))
+
+    @staticmethod
+    def forget_range(cache: dict[int, FrameId], start: int, end: int) -> None:
+        """Drop the cached frames of return addresses in [start, end] (a pc - 1 in the range):
+        another object is now there."""
+        for pc in [pc for pc in cache if start < pc <= end]:
+            del cache[pc]
 
     def namer(self, mods: ProcessModules, cache: dict[int, FrameId], splice: PySplice,
               no_frames: str, known_only: bool = False) -> Callable[[int, int, int], int]:

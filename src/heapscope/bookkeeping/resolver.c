@@ -129,6 +129,11 @@ int hs_resolver_define_code(struct hs_resolver *s, uint64_t key) {
   return hs_map_put(&s->codes, key, 0, 1);
 }
 
+void hs_resolver_forget_pcs(struct hs_resolver *s) {
+  hs_map_destroy(&s->pcs);
+  s->pcs = (struct hs_map){0};
+}
+
 void hs_resolver_destroy(struct hs_resolver *r) {
   free(r->arena.p);
   free(r->ids);

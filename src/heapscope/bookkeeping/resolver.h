@@ -87,6 +87,9 @@ int hs_resolver_keep(struct hs_resolver *s, const uint8_t *rec, uint32_t size);
 const uint8_t *hs_resolver_held(const struct hs_resolver *s, uint64_t stack_id, uint32_t *size);
 /* A Python code object of the process was received. -1 on ENOMEM. */
 int hs_resolver_define_code(struct hs_resolver *s, uint64_t key);
+/* Forget the frame named for every pc: another object is now where one was,
+ * and its pcs are named again as they next come (through the namer). */
+void hs_resolver_forget_pcs(struct hs_resolver *s);
 /* Resolve the waiting stacks: each gets its callsite in `trie` and in
  * `tracker`; a Python stack naming a code object not received yet waits
  * when sp->wait. The number resolved; -1 when the namer failed, -2 on ENOMEM

@@ -204,6 +204,11 @@ static __attribute__((noinline)) void check_unloads(void) {
   dl_iterate_phdr(note_unloads, NULL);
 }
 
+void hs_cfa_note_unload(void) {
+  if (__atomic_load_n(&cache, __ATOMIC_ACQUIRE) != NULL) /* not mapped: nothing cached */
+    check_unloads();
+}
+
 struct miss {
   uintptr_t pc;
   uint64_t rule;

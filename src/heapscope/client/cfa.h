@@ -41,6 +41,11 @@ HS_HIDDEN int hs_cfa_init(void);
  * the guard (a miss calls dl_iterate_phdr). */
 HS_HIDDEN int hs_cfa_backtrace(uint64_t *buf, uint32_t want);
 
+/* The program unloaded an object (our dlclose, modules.c): the cache is
+ * cleared now if the loader's unload count moved, not at the next miss or
+ * 256th walk. Not under the loader lock. */
+HS_HIDDEN void hs_cfa_note_unload(void);
+
 /* Counters of the cache, for tests and the verify mode. */
 struct hs_cfa_stats {
   uint64_t misses, giveups;

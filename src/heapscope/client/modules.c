@@ -1,21 +1,27 @@
 /* modules.c: see modules.h. */
 #include "modules.h"
 
+#include <dlfcn.h>
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <link.h>
 #include <limits.h>
+#include <link.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "cfa.h"
 #include "own.h"
+#include "stacks.h"
 #include "wire.h"
 
+/* ident: a hash of the build id and path, which tell a library loaded where
+ * an unloaded one was from that one (a plugin host's dlclose and dlopen). */
 struct known {
-  uint64_t base, start, end;
+  uint64_t base, start, end, ident;
 };
 
 #define KNOWN_MAX 8192
@@ -26,6 +32,13 @@ static struct known *known;  /* append-only; entries before `nknown` are complet
 static uint32_t nknown;
 static uint32_t merge_lock;
 static uint64_t last_rescan_ns;
+/* The loader's unload count (dlpi_subs) at the last scan, and the modules
+ * the first scan found at the start (the program and its needed libraries,
+ * never unloaded; none when attached): a new stack in a module loaded later
+ * looks whether anything was unloaded since, as a library now at those
+ * addresses may be another. */
+static unsigned long long scanned_subs;
+static uint32_t nstartup;
 int hs_rescan_pending; /* modules.h: read by hs_modules_poll on every sample */
 static size_t page_size = 4096;
 
@@ -43,6 +56,8 @@ int hs_modules_init(void) {
   __atomic_store_n(&nknown, 0, __ATOMIC_RELEASE);
   merge_lock = 0;
   last_rescan_ns = 0;
+  scanned_subs = 0;
+  nstartup = 0;
   hs_rescan_pending = 0;
   return HS_OK;
 }
@@ -60,7 +75,25 @@ struct scan {
   unsigned char *buf;
   size_t used;
   int first;
+  unsigned long long subs; /* the loader's unload count, from the first object */
+  int last_is_ours;        /* the last object seen is this library */
 };
+
+/* Whether `info` is the object that holds this library's code. */
+static int is_ours(const struct dl_phdr_info *info) {
+  uintptr_t self = (uintptr_t)&hs_modules_init;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type == PT_LOAD && self - (info->dlpi_addr + ph->p_vaddr) < ph->p_memsz)
+      return 1;
+  }
+  return 0;
+}
+
+/* dlpi_subs: in struct dl_phdr_info since glibc 2.4; checked against the size given. */
+static int has_counts(size_t size) {
+  return size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof(unsigned long long);
+}
 
 static uint32_t read_build_id(const struct dl_phdr_info *info, uint8_t *out) {
   for (int i = 0; i < info->dlpi_phnum; i++) {
@@ -255,8 +288,10 @@ static void finish_entry(struct scan *sc, struct collected *c, uint32_t n, uint3
  * linked with -z separate-code variants have several, and a pc in any of
  * them must find its module. */
 static int collect(struct dl_phdr_info *info, size_t size, void *data) {
-  (void)size;
   struct scan *sc = data;
+  if (sc->first && has_counts(size))
+    sc->subs = info->dlpi_subs;
+  sc->last_is_ours = is_ours(info);
   note_libpython(info);
   int first = sc->first;
   sc->first = 0;
@@ -455,9 +490,21 @@ static void collect_remapped(struct scan *sc) {
   errno = saved_errno;
 }
 
-static int is_known(const struct hs_module *m, uint32_t n) {
+static uint64_t ident_of(const struct collected *c) {
+  uint64_t h = UINT64_C(0xcbf29ce484222325) ^ c->mod.build_id_len;
+  for (uint32_t i = 0; i < c->mod.build_id_len; i++)
+    h = (h ^ c->mod.build_id[i]) * UINT64_C(0x100000001b3);
+  for (uint32_t i = 0; i < c->path_len; i++)
+    h = (h ^ (unsigned char)c->path[i]) * UINT64_C(0x100000001b3);
+  return h;
+}
+
+static int is_known(const struct collected *c, uint32_t n) {
+  const struct hs_module *m = &c->mod;
+  uint64_t ident = ident_of(c);
   for (uint32_t i = 0; i < n; i++)
-    if (known[i].base == m->base && known[i].start == m->start && known[i].end == m->end)
+    if (known[i].base == m->base && known[i].start == m->start && known[i].end == m->end &&
+        known[i].ident == ident)
       return 1;
   return 0;
 }
@@ -466,10 +513,34 @@ static int anything_new(const struct scan *sc, uint32_t n) {
   for (size_t at = 0; at < sc->used;) {
     const struct collected *c = (const struct collected *)(sc->buf + at);
     at += c->entry_size;
-    if (!is_known(&c->mod, n))
+    if (!is_known(c, n))
       return 1;
   }
   return 0;
+}
+
+/* A new entry where known ones are (another library loaded where an unloaded
+ * one was): those give way. One at the very same addresses takes the new
+ * identity in place (a plugin reloaded again and again does not fill the
+ * table); the others are emptied (end = start, one store: a reader sees the
+ * entry whole or empty). Returns 1 when the entry took a known one's place,
+ * 2 when something was replaced and the entry must still be added, 0 when
+ * nothing overlapped. Under merge_lock. */
+static int replace_known(const struct collected *c, uint32_t n) {
+  int replaced = 0, in_place = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    if (known[i].start >= c->mod.end || c->mod.start >= known[i].end)
+      continue;
+    replaced = 1;
+    if (!in_place && known[i].start == c->mod.start && known[i].end == c->mod.end) {
+      known[i].base = c->mod.base;
+      known[i].ident = ident_of(c);
+      in_place = 1;
+    } else {
+      __atomic_store_n(&known[i].end, known[i].start, __ATOMIC_RELAXED);
+    }
+  }
+  return in_place ? 1 : replaced ? 2 : 0;
 }
 
 int hs_modules_scan(struct hs_ring *r) {
@@ -479,7 +550,7 @@ int hs_modules_scan(struct hs_ring *r) {
                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (buf == MAP_FAILED)
     return HS_OK; /* try again at the next rescan */
-  struct scan sc = {buf, 0, 1};
+  struct scan sc = {buf, 0, 1, 0, 0};
   /* No client lock is held here (see modules.h). */
   dl_iterate_phdr(collect, &sc);
   /* /proc/self/maps only when the loader's list has nothing new for the pc
@@ -496,13 +567,26 @@ int hs_modules_scan(struct hs_ring *r) {
     for (size_t off = 0; off < sc.used && rc >= 0;) {
       struct collected *c = (struct collected *)(buf + off);
       off += c->entry_size;
-      if (is_known(&c->mod, n) || n >= KNOWN_MAX)
+      if (is_known(c, n))
         continue;
-      known[n] = (struct known){c->mod.base, c->mod.start, c->mod.end};
-      n++;
-      __atomic_store_n(&nknown, n, __ATOMIC_RELEASE);
+      int replaced = replace_known(c, n);
+      if (replaced)
+        hs_stacks_new_generation();
+      if (replaced != 1) {
+        if (n >= KNOWN_MAX)
+          continue;
+        known[n] = (struct known){c->mod.base, c->mod.start, c->mod.end, ident_of(c)};
+        n++;
+        __atomic_store_n(&nknown, n, __ATOMIC_RELEASE);
+      }
       rc = hs_ring_write(r, HS_REC_MODULE, &c->mod, sizeof c->mod, c->path, c->path_len, 0);
     }
+    /* Loaded last, this library came by dlopen (record -p): what the first scan finds
+     * may have been dlopened too, and may be unloaded. Preloaded, it precedes the
+     * program's needed libraries. */
+    if (had == 0)
+      __atomic_store_n(&nstartup, sc.last_is_ours ? 0 : n, __ATOMIC_RELAXED);
+    __atomic_store_n(&scanned_subs, sc.subs, __ATOMIC_RELAXED);
     __atomic_store_n(&merge_lock, 0, __ATOMIC_RELEASE);
   }
   /* else: another thread is merging an equivalent scan right now. */
@@ -541,13 +625,19 @@ static int rescan_when_due(struct hs_ring *r) {
   return hs_modules_scan(r);
 }
 
+static int read_subs(struct dl_phdr_info *info, size_t size, void *data) {
+  if (has_counts(size))
+    *(unsigned long long *)data = info->dlpi_subs;
+  return 1; /* the first object is enough */
+}
+
 int hs_modules_check(struct hs_ring *r, const uint64_t *pcs, uint32_t depth) {
   if (!known)
     return HS_OK;
   uint32_t n = __atomic_load_n(&nknown, __ATOMIC_ACQUIRE);
   /* Runs of pcs fall in one object (a Python program's: libpython, one
    * frame after another): the module of the pc before is asked first. */
-  uint32_t i = 0, mod = 0;
+  uint32_t i = 0, mod = 0, late = 0;
   for (; n > 0 && i < depth; i++) {
     uint64_t pc = pcs[i];
     if (pc - known[mod].start < known[mod].end - known[mod].start)
@@ -555,13 +645,63 @@ int hs_modules_check(struct hs_ring *r, const uint64_t *pcs, uint32_t depth) {
     mod = module_of(pc, n);
     if (mod == n)
       break;
+    late |= mod >= __atomic_load_n(&nstartup, __ATOMIC_RELAXED);
   }
-  if (i == depth)
+  if (i < depth)
+    return rescan_when_due(r);
+  if (!late)
     return HS_OK;
-  return rescan_when_due(r);
+  /* Every pc in a known module, one loaded after the start among them: if
+   * the loader unloaded anything since the last scan, that module may be
+   * another one now, at the same addresses. Scanned at once, not rate
+   * limited (once per unload): its MODULE must come before this stack. */
+  unsigned long long subs = __atomic_load_n(&scanned_subs, __ATOMIC_RELAXED);
+  dl_iterate_phdr(read_subs, &subs);
+  if (subs == __atomic_load_n(&scanned_subs, __ATOMIC_RELAXED))
+    return HS_OK;
+  __atomic_fetch_add(&r->meta->module_rescans, 1, __ATOMIC_RELAXED);
+  return hs_modules_scan(r);
 }
 
 int hs_modules_poll_slow(struct hs_ring *r) { return rescan_when_due(r); }
+
+static unsigned long long loader_subs(void) {
+  unsigned long long subs = 0;
+  dl_iterate_phdr(read_subs, &subs);
+  return subs;
+}
+
+/* The program's dlclose, through ours: when it unloads an object, the stacks
+ * interned so far are not taken for those of the same pcs from now on
+ * (hs_stacks_new_generation). A library loaded at those addresses later is
+ * then seen at its first stack (hs_modules_check), even one whose pcs are
+ * the very ones of a stack of the object unloaded (a plugin rebuilt and
+ * loaded again, called from the same place). Without it (the client
+ * attached by dlopen, where the program's calls are bound already) such a
+ * library is seen at its first stack of new pcs. */
+typedef int (*dlclose_fn)(void *);
+static dlclose_fn next_dlclose;
+
+HS_EXPORT int dlclose(void *handle) {
+  dlclose_fn next = __atomic_load_n(&next_dlclose, __ATOMIC_RELAXED);
+  if (next == NULL) {
+    struct hs_thread *t = &hs_thread_state;
+    int guard = t->guard;
+    t->guard = 1; /* dlsym allocates: not sampled */
+    next = (dlclose_fn)dlsym(RTLD_NEXT, "dlclose");
+    t->guard = guard;
+    if (next == NULL)
+      return -1; /* no loader to close with: nothing was open */
+    __atomic_store_n(&next_dlclose, next, __ATOMIC_RELAXED);
+  }
+  unsigned long long before = loader_subs();
+  int rc = next(handle);
+  if (loader_subs() != before) {
+    hs_stacks_new_generation();
+    hs_cfa_note_unload();
+  }
+  return rc;
+}
 
 int hs_modules_flush(struct hs_ring *r) {
   if (!__atomic_exchange_n(&hs_rescan_pending, 0, __ATOMIC_RELAXED))

@@ -5,6 +5,18 @@
  * whose pcs are not all covered by a known object's executable segment
  * triggers a rescan (at most one per millisecond; a skipped one is done at
  * the next chance or at exit), which sends the objects not seen before.
+ * An object is known by its addresses and its identity (build id, path):
+ * one found where known ones are (a dlclose, then a dlopen of another
+ * there) replaces them, is sent, and starts a new generation of stack ids
+ * (stacks.h). The program's dlclose goes through ours, which starts that
+ * generation at the unload; a new stack in an object loaded after the start
+ * looks at the loader's unload count and rescans at once when it moved.
+ * The producer takes the stacks before that MODULE in the ring as the old
+ * object's: a thread whose stack in the new object is sent while another
+ * thread's scan still merges (the try-lock below) may be named by the old.
+ * Attached by dlopen (the program's calls bound to the C library's
+ * dlclose), a stack of the very pcs of one sent before the unload keeps its
+ * id, and its old names.
  *
  * Never called with a client lock held: dl_iterate_phdr takes the loader
  * lock, and another thread may hold that lock while it mallocs. The scan

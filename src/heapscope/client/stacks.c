@@ -23,6 +23,15 @@ static uint64_t *first, *table;
 static uint64_t first_count;
 static int first_open;
 static int first_populated;
+/* The first state of lane 0: a fixed constant until a module is replaced
+ * (hs_stacks_new_generation), so that a stack of the same pcs in the
+ * library now at those addresses gets an id of its own. */
+static uint64_t seed = UINT64_C(0x6a09e667f3bcc909);
+
+void hs_stacks_new_generation(void) {
+  uint64_t s = __atomic_load_n(&seed, __ATOMIC_RELAXED);
+  __atomic_store_n(&seed, hs_id_mix(s + UINT64_C(0x9e3779b97f4a7c15)), __ATOMIC_RELAXED);
+}
 
 
 /* One multiplication per frame (rotate, xor, multiply: each step is a
@@ -34,7 +43,7 @@ static int first_populated;
  * lane only, and every step after it is a bijection of that lane for the
  * others fixed: they never collide. */
 uint64_t hs_stack_id(const uint64_t *pcs, uint32_t depth) {
-  uint64_t h0 = UINT64_C(0x6a09e667f3bcc909) ^ depth, h1 = UINT64_C(0xbb67ae8584caa73b);
+  uint64_t h0 = __atomic_load_n(&seed, __ATOMIC_RELAXED) ^ depth, h1 = UINT64_C(0xbb67ae8584caa73b);
   uint64_t h2 = UINT64_C(0x3c6ef372fe94f82b), h3 = UINT64_C(0xa54ff53a5f1d36f1);
   /* A pointer, not a 32-bit index: the index's widening cost an lea per
    * frame (23 instructions per 4 frames, now 15; the id is the same). */

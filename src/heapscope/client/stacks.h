@@ -1,7 +1,7 @@
 /*
  * stacks.h: stack ids, and the set of ids already sent to the producer.
  *
- * stack_id = a 64-bit hash of (depth, pcs), never 0. The set is lock-free
+ * stack_id = a 64-bit hash of (depth, pcs, the module generation), never 0. The set is lock-free
  * open addressing in two anonymous mmaps: a first table of 2^15 ids (256
  * KiB, populated in one call at the first insert) that takes the first 2^14 ids,
  * then a big one of 2^20 (8 MiB of address space on a 2 MiB boundary, in
@@ -64,5 +64,10 @@ static inline uint64_t hs_stack_id_py(uint64_t native, uint32_t n, uint64_t part
 HS_HIDDEN HS_MUST_CHECK int hs_stacks_init(void);
 
 HS_HIDDEN HS_MUST_CHECK enum hs_intern hs_stacks_intern(uint64_t stack_id);
+
+/* A module was replaced by another at its addresses (modules.c): the ids of
+ * stacks computed from now on differ from those of the same pcs before, so
+ * none is taken for a stack already sent (whose frames are the old module's). */
+HS_HIDDEN void hs_stacks_new_generation(void);
 
 #endif

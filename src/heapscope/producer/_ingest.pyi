@@ -51,8 +51,10 @@ class Ingest:
         PYCODE, ...) are returned whole (header included), in ring order, ready
         for `codec.decode_record`. Consumed bytes are zeroed before read_pos
         is published (at the end, and at least every 64 KiB). Stops at a
-        zero header (space reserved but not written yet) or when caught up
-        with write_pos.
+        zero header (space reserved but not written yet), when caught up
+        with write_pos, or before a STACK that follows a MODULE it returns
+        (the caller applies the module before that stack is kept: a library
+        loaded where an unloaded one was must not name the stacks before it).
 
         A well-framed record whose body does not fit its type, or of an
         unknown type, is counted in `malformed_records` and skipped. Broken

@@ -150,6 +150,7 @@ void hs_ingest_drain(struct hs_ingest *g, uint64_t max_records, uint64_t now_ns)
   uint64_t published = rp;
   uint64_t wp = __atomic_load_n(&g->meta->write_pos, __ATOMIC_ACQUIRE);
   uint64_t n = 0;
+  int module_taken = 0;
 
   for (;;) {
     if (max_records && n >= max_records) break;
@@ -193,7 +194,13 @@ void hs_ingest_drain(struct hs_ingest *g, uint64_t max_records, uint64_t now_ns)
       /* applied to the heap's own tracker */
     } else if (type == HS_REC_PAD) {
       g->st.pads++;
+    } else if (type == HS_REC_STACK && module_taken) {
+      /* A MODULE came before it: Python applies that first (a library loaded where an
+       * unloaded one was resolves the stacks before it by the old one), and the next
+       * drain starts here. */
+      break;
     } else if (rare(type)) {
+      module_taken |= type == HS_REC_MODULE;
       if (take_rare(g, type, rec, hdr, size) < 0) {
         g->oom = 1;
         break;

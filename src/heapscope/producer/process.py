@@ -17,15 +17,18 @@ from heapscope.wire import codec
 class ProcessStats(Slots):
     """Counted by the producer in Python (the C ingest counts the rest)."""
 
-    __slots__ = ("malformed_records", "modules", "stacks", "python_codes")
+    __slots__ = ("malformed_records", "modules", "modules_replaced", "stacks", "python_codes")
     malformed_records: int  # rare records that failed to decode
     modules: int
+    modules_replaced: int  # modules loaded where other objects were (a dlclose, then a dlopen there)
     stacks: int
     python_codes: int  # HS_REC_PYCODE records
 
-    def __init__(self, malformed_records: int = 0, modules: int = 0, stacks: int = 0, python_codes: int = 0) -> None:
+    def __init__(self, malformed_records: int = 0, modules: int = 0, stacks: int = 0, python_codes: int = 0,
+                 modules_replaced: int = 0) -> None:
         self.malformed_records = malformed_records
         self.modules = modules
+        self.modules_replaced = modules_replaced
         self.stacks = stacks
         self.python_codes = python_codes
 

@@ -47,6 +47,7 @@ OWNED_PREFIX = _listener.OWNED_PREFIX
 OWNER_FILE = _listener.OWNER_FILE
 take_ownership = _listener.take_ownership
 _U64 = (1 << 64) - 1
+_MODULE_TYPE = int(codec.RecordType.MODULE).to_bytes(4, "little")  # a record header's type half (wire.h)
 _POLL_IN = select.POLLIN | select.POLLPRI | select.POLLHUP | select.POLLERR
 
 
@@ -482,8 +483,12 @@ class Producer:
         """
         before = codec.read_meta(p.shm, "read_pos")
         now = time.monotonic_ns()
-        for rec in p.ingest.drain(now, limit):
-            self._handle_record(p, rec, now)
+        module = True
+        while module:  # a drain stops before a STACK after a MODULE (Ingest.drain): on past it
+            module = False
+            for rec in p.ingest.drain(now, limit):
+                module = module or rec[4:8] == _MODULE_TYPE
+                self._handle_record(p, rec, now)
         for h in p.custom_heaps.values():
             h.tracker.expire(now)
         if self.config.stream_allocations:
@@ -513,6 +518,10 @@ class Producer:
             p.stats.modules += 1
             if r.path and not r.path.startswith(("/", "[")):
                 r = _absolute_module(p.info.pid, r)
+            gone = p.heap.modules.overlapped(r)
+            if gone:  # loaded where an unloaded object was: the stacks so far are that one's
+                p.stats.modules_replaced += 1
+                p.heap.replace_modules(gone, self.frames, self.trie, p.ingest.tracker)
             self.frames.add_module(p.heap.modules, r)
             if self.on_module is not None:
                 self.on_module(r.path, r.build_id.hex())

@@ -43,6 +43,8 @@ def process_stats_rows(p: ProcessState, st: dict[str, int]) -> list[StatRow]:
         ("untracked_frees", "info", "producer", st["untracked_frees"], "frees of unknown addresses"),
         ("stacks", "info", "producer", p.stats.stacks, "distinct stacks received"),
         ("modules", "info", "producer", p.stats.modules, "loaded objects announced"),
+        ("modules_replaced", "info", "producer", p.stats.modules_replaced,
+         "loaded objects announced where an unloaded one was (each named as itself)"),
         ("peak_heap_bytes", "info", "producer", st.get("peak_unfreed", 0),
          "peak of the sampled unreleased bytes of libc.malloc and python.pymalloc together (one moment)"),
         ("peak_rss_bytes", "info", "producer", p.peak_rss,

@@ -15,7 +15,7 @@ import pytest
 from wire_support import encode_stack
 
 from heapscope.bookkeeping.dump import ProcessHeap
-from heapscope.bookkeeping.frames import UNKNOWN_CODE, FrameTable
+from heapscope.bookkeeping.frames import UNKNOWN_CODE, FrameTable, ProcessModules
 from heapscope.bookkeeping.pylines import LOCATIONS
 from heapscope.bookkeeping.rows import WINDOW_ROW
 from heapscope.wire.codec import PY_FRAME_ENTRY, ModuleRecord
@@ -134,3 +134,63 @@ def test_a_code_object_that_never_arrives_is_named_so_at_the_end(native_mod, mak
     assert heap.callsite(0x63) is None
     rows = heap.dump_rows(h.t, frames, trie, final=True)
     assert [(_names(frames, trie, cs), size) for cs, _count, size, _real in rows] == [([UNKNOWN_CODE], 10)]
+
+
+PLUG_A = ModuleRecord(0x7200000, 0x7201000, 0x7202000, 0x1000, 0x1000, b"\xaa" * 20, "/opt/plugins/alpha.so")
+PLUG_B = ModuleRecord(0x7200000, 0x7201000, 0x7202000, 0x1000, 0x1000, b"\xbb" * 20, "/opt/plugins/bravo.so")
+
+
+def _mapping_names(frames: FrameTable, trie: Any, callsite: int) -> list[str]:
+    """The mapping name of each frame of a callsite, root first."""
+    by_id = {i: f for f, i in frames.frames.ids.items()}
+    mappings = {i: m for m, i in frames.mappings.ids.items()}
+    parents = [(0, 0), *trie.paths_from(1)]
+    out: list[str] = []
+    node = callsite
+    while node:
+        node, fid = parents[node]
+        out.append(mappings[by_id[fid].mapping].name)
+    return out[::-1]
+
+
+def test_a_module_loaded_where_another_was_names_the_stacks_after_it(native_mod, make_heap) -> None:
+    # GIVEN a plugin whose stack was received and booked, its frame already named once
+    heap, frames, trie = _process(native_mod, discard=False)
+    frames.add_module(heap.modules, PLUG_A)
+    h = make_heap()
+    _define_stack(heap, 0x71, (0x7201100, 0x401100))
+    h.malloc(1, A, 100, 0x71)
+    heap.resolve_known(frames, trie, h.t)
+    _define_stack(heap, 0x72, (0x7201100, 0x401200))
+    h.malloc(2, B, 10, 0x72)
+    # WHEN another plugin is announced at its addresses (unloaded, another loaded there)
+    gone = heap.modules.overlapped(PLUG_B)
+    assert gone == [PLUG_A]
+    heap.replace_modules(gone, frames, trie, h.t)
+    frames.add_module(heap.modules, PLUG_B)
+    assert heap.modules.overlapped(PLUG_B) == [] and heap.modules.modules.count(PLUG_B) == 1
+    # and a stack of the same pcs comes from it
+    _define_stack(heap, 0x73, (0x7201100, 0x401100))
+    h.malloc(3, C, 1000, 0x73)
+    rows = heap.dump_rows(h.t, frames, trie, final=True)
+    # THEN the stacks received before it are the first plugin's, those after it the second's
+    by_size = {size: _mapping_names(frames, trie, cs)[-1] for cs, _count, size, _real in rows}
+    assert by_size == {100: PLUG_A.path, 10: PLUG_A.path, 1000: PLUG_B.path}
+
+
+def test_modules_overlapping_a_new_one_give_way() -> None:
+    # GIVEN modules known at some addresses
+    mods = ProcessModules()
+    small = ModuleRecord(0x7200000, 0x7201000, 0x7202000, 0x1000, 0x1000, b"", "/a.so")
+    after = ModuleRecord(0x7300000, 0x7301000, 0x7302000, 0x1000, 0x1000, b"", "/c.so")
+    mods.add(small, 1)
+    mods.add(after, 2)
+    # WHEN a bigger one is announced over the first (another object loaded where it was)
+    big = ModuleRecord(0x71ff000, 0x7200000, 0x7204000, 0x1000, 0x1000, b"", "/b.so")
+    assert mods.overlapped(big) == [small]
+    mods.add(big, 3)
+    # THEN it alone covers those addresses; the others stay
+    assert mods.modules == [big, after] and mods.mapping_ids == [3, 2]
+    assert mods.find(0x7201800) == 0 and mods.find(0x7301800) == 1
+    # and the same object announced again (a fork child's scan) replaces nothing
+    assert mods.overlapped(big) == []

@@ -38,7 +38,8 @@ def malloc_family() -> list[str]:
 
 
 EXPORTED = {*malloc_family(), "heapscope_attach",
-            "heapscope_heap_register_v1", "heapscope_heap_alloc_v1", "heapscope_heap_free_v1", "_exit", "_Exit"}
+            "heapscope_heap_register_v1", "heapscope_heap_alloc_v1", "heapscope_heap_free_v1", "_exit", "_Exit",
+            "dlclose"}
 
 
 @dataclass

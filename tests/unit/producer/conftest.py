@@ -57,11 +57,16 @@ class Ring:
         return bytes(self.shm[codec.META_SIZE:codec.META_SIZE + self.size])
 
     def feed(self, records: list[bytes]) -> None:
-        """Write every record, draining whenever the ring is full, then drain."""
+        """Write every record, draining whenever the ring is full, then drain until the read
+        position stays (as the producer does: a drain stops before a STACK after a MODULE)."""
         for rec in records:
             while not self.writer.write(rec):
                 self.returned += self.drain()
-        self.returned += self.drain()
+        while True:
+            before = self.meta("read_pos")
+            self.returned += self.drain()
+            if self.meta("read_pos") == before:
+                break
 
     def put_raw(self, offset: int, raw: bytes) -> None:
         """Write bytes into the data area, bypassing the writer."""

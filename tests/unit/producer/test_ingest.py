@@ -148,6 +148,26 @@ def test_module_heap_returned_whole_in_ring_order_stacks_kept(make_ring):
     assert ring.stats()["mallocs"] == 1 and ring.stats()["held_stacks"] == 2
 
 
+def test_a_drain_stops_before_a_stack_that_follows_a_module(make_ring):
+    # GIVEN a MODULE, then a STACK and a MALLOC of it (a library loaded where an unloaded one
+    # was: the producer must apply the module before the stacks after it are kept)
+    ring = make_ring()
+    module = codec.ModuleRecord(base=0x400000, start=0x401000, end=0x402000, file_offset=0x1000,
+                                vaddr=0x1000, build_id=bytes(range(20)), path="/usr/lib/libfoo.so.1")
+    before = ws.encode_stack(S2, [0x401100])
+    recs = [before, ws.encode_module(module), ws.encode_stack(S1, [0x401234]), malloc(1, A, 8, S1)]
+    for rec in recs:
+        assert ring.writer.write(rec)
+    # WHEN the ring is drained once: the stack before the module is kept, the module returned,
+    # and nothing after it is read
+    assert ring.drain() == [recs[1]]
+    resolver = ring.ingest.resolver
+    assert resolver.waiting() == [S2] and ring.stats()["mallocs"] == 0
+    # THEN the next drain takes the rest
+    assert ring.drain() == []
+    assert resolver.waiting() == [S2, S1] and ring.stats()["mallocs"] == 1
+
+
 def test_held_stacks_stay_in_c_and_are_found_by_id(make_ring):
     # GIVEN a reader (its stacks are read by id when no profile is kept: the pytest plugin's case)
     ring = make_ring(size=1 << 12)  # small: the records below wrap it several times
