@@ -23,11 +23,15 @@
  * Pointers from the bootstrap arena (real.h) are never passed to the real
  * allocator: free ignores them, realloc copies them out.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <string.h>
 
+#include "cfa.h"
+#include "modules.h"
 #include "real.h"
 #include "record.h"
+#include "stacks.h"
 #include "state.h"
 
 #define HS_COLD_PATH __attribute__((noinline, cold))
@@ -175,3 +179,35 @@ HS_EXPORT size_t malloc_usable_size(void *p) {
       __attribute__((alias(#name), copy(name), visibility("hidden")));
 HS_MALLOC_FAMILY(HS_HOOK_ALIAS)
 #undef HS_HOOK_ALIAS
+
+/* The program's dlclose, through ours: when it unloads an object, the stacks
+ * interned so far are not taken for those of the same pcs from now on
+ * (hs_stacks_new_generation), and the unwinder's cached rules of the unloaded
+ * code go. A library loaded at those addresses later is then seen at its
+ * first stack (hs_modules_check), even one whose pcs are the very ones of a
+ * stack of the object unloaded (a plugin rebuilt and loaded again, called
+ * from the same place). Without it (the client attached by dlopen, where the
+ * program's calls are bound already) such a library is seen at its first
+ * stack of new pcs. */
+typedef int (*dlclose_fn)(void *);
+static dlclose_fn next_dlclose;
+
+HS_EXPORT int dlclose(void *handle) {
+  dlclose_fn next = __atomic_load_n(&next_dlclose, __ATOMIC_RELAXED);
+  if (next == NULL) {
+    struct hs_thread *t = &hs_thread_state;
+    int was = hs_guard_enter(t); /* dlsym allocates: not sampled */
+    next = (dlclose_fn)dlsym(RTLD_NEXT, "dlclose");
+    hs_guard_leave(t, was);
+    if (next == NULL)
+      return -1; /* no loader to close with: nothing was open */
+    __atomic_store_n(&next_dlclose, next, __ATOMIC_RELAXED);
+  }
+  unsigned long long before = hs_modules_loader_subs();
+  int rc = next(handle);
+  if (hs_modules_loader_subs() != before) {
+    hs_stacks_new_generation();
+    hs_cfa_note_unload();
+  }
+  return rc;
+}

@@ -13,7 +13,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cfa.h"
 #include "own.h"
 #include "stacks.h"
 #include "wire.h"
@@ -665,42 +664,10 @@ int hs_modules_check(struct hs_ring *r, const uint64_t *pcs, uint32_t depth) {
 
 int hs_modules_poll_slow(struct hs_ring *r) { return rescan_when_due(r); }
 
-static unsigned long long loader_subs(void) {
+unsigned long long hs_modules_loader_subs(void) {
   unsigned long long subs = 0;
   dl_iterate_phdr(read_subs, &subs);
   return subs;
-}
-
-/* The program's dlclose, through ours: when it unloads an object, the stacks
- * interned so far are not taken for those of the same pcs from now on
- * (hs_stacks_new_generation). A library loaded at those addresses later is
- * then seen at its first stack (hs_modules_check), even one whose pcs are
- * the very ones of a stack of the object unloaded (a plugin rebuilt and
- * loaded again, called from the same place). Without it (the client
- * attached by dlopen, where the program's calls are bound already) such a
- * library is seen at its first stack of new pcs. */
-typedef int (*dlclose_fn)(void *);
-static dlclose_fn next_dlclose;
-
-HS_EXPORT int dlclose(void *handle) {
-  dlclose_fn next = __atomic_load_n(&next_dlclose, __ATOMIC_RELAXED);
-  if (next == NULL) {
-    struct hs_thread *t = &hs_thread_state;
-    int guard = t->guard;
-    t->guard = 1; /* dlsym allocates: not sampled */
-    next = (dlclose_fn)dlsym(RTLD_NEXT, "dlclose");
-    t->guard = guard;
-    if (next == NULL)
-      return -1; /* no loader to close with: nothing was open */
-    __atomic_store_n(&next_dlclose, next, __ATOMIC_RELAXED);
-  }
-  unsigned long long before = loader_subs();
-  int rc = next(handle);
-  if (loader_subs() != before) {
-    hs_stacks_new_generation();
-    hs_cfa_note_unload();
-  }
-  return rc;
 }
 
 int hs_modules_flush(struct hs_ring *r) {

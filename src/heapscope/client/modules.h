@@ -72,4 +72,8 @@ typedef void *(*hs_modules_lookup_fn)(const char *name);
 typedef int (*hs_modules_py_fn)(hs_modules_lookup_fn lookup, void *arg);
 HS_HIDDEN int hs_modules_with_libpython(hs_modules_py_fn fn, void *arg);
 
+/* The loader's count of objects unloaded so far (dl_iterate_phdr's dlpi_subs):
+ * hooks.c's dlclose compares it around the real call. */
+HS_HIDDEN unsigned long long hs_modules_loader_subs(void);
+
 #endif

@@ -13,7 +13,7 @@ CLIENT_DIR = Path(__file__).resolve().parents[3] / "src" / "heapscope" / "client
 #: heapscope.h come from outside the client and sit below everything.
 LAYERS: list[tuple[str, ...]] = [
     ("common", "family", "sampler", "ring", "own", "addrset", "stacks", "modules",
-     "pyframes", "pyframes_rt", "pycode"),
+     "pyframes", "pyframes_rt", "pycode", "probes"),
     ("state",),
     ("real", "inject"),
     ("cfa_eh", "cfa", "unwind"),
