@@ -8,6 +8,6 @@
     sql.py      `heapscope sql`: read-only SQL (no writes, no ATTACH, no VACUUM INTO)
     files.py    creating files safely and the overwrite policy
 
-May import: heapscope.model, heapscope.errors. Nothing here knows about the
+May import: heapscope.model, heapscope.errors, heapscope.slots. Nothing here knows about the
 wire or the producer.
 """
