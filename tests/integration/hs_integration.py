@@ -127,7 +127,7 @@ class Run:
 
 
 def run_process(
-    argv: Sequence[str],
+    argv: Sequence[str | Path],
     *,
     input: bytes | None = None,
     timeout: float = 60,

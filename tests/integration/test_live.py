@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from hs_integration import HEAPSCOPE
+from hs_integration import HEAPSCOPE, Programs
 
 from heapscope.store.reader import open_profile
 from heapscope.view.report import build_reports
@@ -100,7 +100,7 @@ class Fifo:
 
 
 @pytest.fixture
-def live(programs, tmp_path) -> Iterator[Callable[..., tuple[Tmux, Fifo]]]:
+def live(programs: Programs, tmp_path: Path) -> Iterator[Callable[..., tuple[Tmux, Fifo]]]:
     if shutil.which("tmux") is None:
         pytest.skip("tmux is not installed (apt-get install tmux; .ci/run does)")
     pytest.importorskip("textual", reason="needs textual: pip install '.[live]'")
@@ -172,7 +172,7 @@ def totals(db: Path, functions: tuple[str, ...] = ("grow_one", "grow_two")) -> d
 
 
 @pytest.mark.timeout(300)
-def test_phases_keys_and_quit(live, tmp_path):
+def test_phases_keys_and_quit(live, tmp_path: Path) -> None:
     tmux, fifo = live()
     tmux.wait_for("threads [t]: all")
     fifo.step()  # step 1: grow_one keeps 1000 x 1000 bytes
@@ -215,7 +215,7 @@ def test_phases_keys_and_quit(live, tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_target_exit_closes_the_view(live, tmp_path):
+def test_target_exit_closes_the_view(live, tmp_path: Path) -> None:
     tmux, fifo = live()
     tmux.wait_for("threads [t]: all")
     fifo.step()
@@ -229,7 +229,7 @@ def test_target_exit_closes_the_view(live, tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_thread_filter(live, tmp_path):
+def test_thread_filter(live, tmp_path: Path) -> None:
     """threadsteps.c: hs-alpha, hs-beta and main allocate from alpha_work, beta_work and main_work.
     Filtering on one thread leaves only its function; "all threads" brings every row back."""
     tmux, fifo = live(program="threadsteps")
@@ -263,7 +263,7 @@ def test_thread_filter(live, tmp_path):
 
 
 @pytest.mark.timeout(60)
-def test_no_terminal_is_one_line(tmp_path):
+def test_no_terminal_is_one_line(tmp_path: Path) -> None:
     run = subprocess.run([*HEAPSCOPE, "live", "--", "true"], stdin=subprocess.DEVNULL, capture_output=True,
                          cwd=tmp_path, timeout=60)
     assert run.returncode == 2
@@ -274,7 +274,7 @@ def test_no_terminal_is_one_line(tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_attach_and_quit(programs, tmp_path):
+def test_attach_and_quit(programs: Programs, tmp_path: Path) -> None:
     """`live -p PID`: the table shows what is allocated after the attach; q detaches, the target runs on."""
     if shutil.which("tmux") is None or shutil.which("gdb") is None:
         pytest.skip("tmux and gdb are needed (.ci/run installs both)")

@@ -219,7 +219,7 @@ def server_of(request: pytest.FixtureRequest) -> Iterator[object]:
 
 
 @pytest.mark.skipif(find_llvm_symbolizer() is None, reason="llvm-symbolizer not installed (Debian package `llvm`)")
-def test_record_symbolizes_from_debuginfod(tmp_path: Path, split_inlined, server_of) -> None:
+def test_record_symbolizes_from_debuginfod(tmp_path: Path, split_inlined: tuple[Path, str, bytes], server_of) -> None:
     prog, build_id, debug = split_inlined
     server = server_of({f"/buildid/{build_id}/debuginfo": debug})
     cache = tmp_path / "cache"
@@ -240,7 +240,7 @@ def test_record_symbolizes_from_debuginfod(tmp_path: Path, split_inlined, server
     assert f"/buildid/{build_id}/debuginfo" in server.requests, server.requests
 
 
-def test_debuginfod_without_the_file_says_so(tmp_path: Path, split_inlined, server_of) -> None:
+def test_debuginfod_without_the_file_says_so(tmp_path: Path, split_inlined: tuple[Path, str, bytes], server_of) -> None:
     prog, build_id, _debug = split_inlined
     server = server_of({})
     env = dict(os.environ, DEBUGINFOD_URLS=server.url, HEAPSCOPE_DEBUGINFOD_CACHE=str(tmp_path / "cache"))
@@ -249,7 +249,7 @@ def test_debuginfod_without_the_file_says_so(tmp_path: Path, split_inlined, serv
     assert "no debuginfod server had it" in line and "not found" in line, line
 
 
-def test_debuginfod_unreachable_is_one_line(tmp_path: Path, split_inlined) -> None:
+def test_debuginfod_unreachable_is_one_line(tmp_path: Path, split_inlined: tuple[Path, str, bytes]) -> None:
     prog, _build_id_, _debug = split_inlined
     # A port nothing listens on: bind, note the port, close.
     import socket
@@ -264,7 +264,8 @@ def test_debuginfod_unreachable_is_one_line(tmp_path: Path, split_inlined) -> No
     assert "Traceback" not in err
 
 
-def test_symbolize_with_debuginfod_refuses_a_symlinked_cache(tmp_path: Path, split_inlined, server_of) -> None:
+def test_symbolize_with_debuginfod_refuses_a_symlinked_cache(tmp_path: Path, split_inlined: tuple[Path, str, bytes],
+                                                             server_of) -> None:
     prog, build_id, debug = split_inlined
     server = server_of({f"/buildid/{build_id}/debuginfo": debug})
     db, _err = _record(tmp_path, [prog], "-i", "1", "--no-symbolize")

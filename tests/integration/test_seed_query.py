@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from hs_integration import SEED_EXAMPLE_QUERY
+from hs_integration import SEED_EXAMPLE_QUERY, Programs, Recorder
 
 
 @pytest.mark.timeout(120)
-def test_seed_example_query_rows(programs, record):
+def test_seed_example_query_rows(programs: Programs, record: Recorder) -> None:
     binary = programs.path("tiny")
     rec = record([binary], interval=1)
     assert rec.returncode == 0, rec.describe()

@@ -36,21 +36,21 @@ def allocators():
     return out
 
 
-def small():
+def small() -> None:
     keep = [None] * N
     for i in range(N):
         keep[i] = bytes(SMALL)  # ALLOC small
     KEEP.append(keep)
 
 
-def big():
+def big() -> None:
     keep = [None] * N
     for i in range(N):
         keep[i] = bytearray(BIG)  # ALLOC big
     KEEP.append(keep)
 
 
-def main():
+def main() -> None:
     if "--print-truth" in sys.argv:
         print(f"{N} {33 + SMALL} {BIG + 1} {bytearray.__basicsize__}")
         return

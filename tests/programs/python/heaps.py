@@ -28,28 +28,28 @@ LIBC.malloc.restype = ctypes.c_void_p
 LIBC.malloc.argtypes = [ctypes.c_size_t]
 
 
-def big():
+def big() -> None:
     keep = [None] * N
     for i in range(N):
         keep[i] = bytearray(3000)  # ALLOC big
     KEEP.append(keep)
 
 
-def small():
+def small() -> None:
     keep = [None] * N
     for i in range(N):
         keep[i] = bytes(200)  # ALLOC small
     KEEP.append(keep)
 
 
-def gone():
+def gone() -> None:
     tmp = [None] * N
     for i in range(N):
         tmp[i] = bytearray(2000)  # ALLOC gone
     del tmp
 
 
-def native():
+def native() -> None:
     keep = [0] * N
     malloc = LIBC.malloc
     for i in range(N):
@@ -57,7 +57,7 @@ def native():
     KEEP.append(keep)
 
 
-def mixed():
+def mixed() -> None:
     keep = [0] * N
     malloc = LIBC.malloc
     for i in range(N):
@@ -69,7 +69,7 @@ def mixed():
         free(p)
 
 
-def main():
+def main() -> None:
     if "--print-truth" in sys.argv:
         print(json.dumps({
             "big": [N, 3001, True, "python.pymalloc"],

@@ -27,7 +27,7 @@ LIBC.free.restype = None
 LIBC.free.argtypes = [ctypes.c_void_p]
 
 
-def native():
+def native() -> None:
     blocks = [0] * NATIVE_N
     malloc, free = LIBC.malloc, LIBC.free
     for i in range(NATIVE_N):
@@ -36,14 +36,14 @@ def native():
         free(b)
 
 
-def small():
+def small() -> None:
     keep = [None] * SMALL_N
     for i in range(SMALL_N):
         keep[i] = bytes(200)  # ALLOC small
     KEEP.append(keep)
 
 
-def main():
+def main() -> None:
     if "--print-truth" in sys.argv:
         print(json.dumps({
             "native": [NATIVE_N, NATIVE_SIZE, False, "libc.malloc"],

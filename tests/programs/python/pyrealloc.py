@@ -22,13 +22,13 @@ API.PyMem_Free.restype = None
 API.PyMem_Free.argtypes = [ctypes.c_void_p]
 
 
-def grown(keep):
+def grown(keep) -> None:
     malloc = API.PyMem_Malloc
     for i in range(N):
         keep[i] = malloc(600)  # ALLOC grown
 
 
-def shrunk(keep):
+def shrunk(keep) -> None:
     realloc = API.PyMem_Realloc
     for i in range(N):
         keep[i] = realloc(keep[i], 40)  # ALLOC shrunk
@@ -37,7 +37,7 @@ def shrunk(keep):
         free(p)
 
 
-def main():
+def main() -> None:
     keep = [0] * N
     grown(keep)
     shrunk(keep)

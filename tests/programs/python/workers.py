@@ -16,35 +16,35 @@ N = 300
 SIZES = {"fork": 1700, "spawn": 1800, "forkserver": 1900}
 
 
-def leave(keep, q):
+def leave(keep, q) -> None:
     q.put(len(keep))
     q.close()
     q.join_thread()
     os._exit(0)
 
 
-def work_fork(q):
+def work_fork(q) -> None:
     keep = []
     for _ in range(N):
         keep.append(bytearray(SIZES["fork"]))  # ALLOC work_fork
     leave(keep, q)
 
 
-def work_spawn(q):
+def work_spawn(q) -> None:
     keep = []
     for _ in range(N):
         keep.append(bytearray(SIZES["spawn"]))  # ALLOC work_spawn
     leave(keep, q)
 
 
-def work_forkserver(q):
+def work_forkserver(q) -> None:
     keep = []
     for _ in range(N):
         keep.append(bytearray(SIZES["forkserver"]))  # ALLOC work_forkserver
     leave(keep, q)
 
 
-def main():
+def main() -> None:
     if "--print-truth" in sys.argv:
         print(json.dumps({f"work_{m}": [N, s + 1] for m, s in SIZES.items()}))
         return

@@ -78,11 +78,11 @@ async def coroutine():
     return await inner_coroutine()
 
 
-def in_thread():
+def in_thread() -> None:
     a2()
 
 
-def a2():
+def a2() -> None:
     capture("thread")
 
 
@@ -104,7 +104,7 @@ def 𠀀():
     return capture("ucs4-name")
 
 
-def fork_case():
+def fork_case() -> None:
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -123,7 +123,7 @@ def fork_case():
     results["fork"] = json.loads(data)
 
 
-def main():
+def main() -> None:
     state = probe.probe_detect()
     a()
     Klass().method()

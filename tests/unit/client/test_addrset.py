@@ -11,5 +11,5 @@ import pytest
 
 
 @pytest.mark.timeout(180)
-def test_addrset_c_unit(c_unit):
+def test_addrset_c_unit(c_unit) -> None:
     c_unit("addrset_test.c", "addrset.c")

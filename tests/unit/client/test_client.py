@@ -223,7 +223,7 @@ def expected_workload_sizes(iters: int, threads: int = 4) -> Counter:
 
 
 @pytest.mark.timeout(120)
-def test_exports_only_the_malloc_family(client_lib):
+def test_exports_only_the_malloc_family(client_lib: Path) -> None:
     nm = shutil.which("nm")
     if nm is None:
         pytest.skip("no nm")
@@ -233,7 +233,7 @@ def test_exports_only_the_malloc_family(client_lib):
     assert names == EXPORTED
 
 
-def test_version_script_lists_the_family_of_family_h():
+def test_version_script_lists_the_family_of_family_h() -> None:
     text = (CLIENT_SRC / "preload.map").read_text()
     body = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
     glob = body[body.index("global:") + len("global:"):body.index("local:")]
@@ -241,7 +241,7 @@ def test_version_script_lists_the_family_of_family_h():
 
 
 @pytest.mark.timeout(120)
-def test_settings_are_read_with_secure_getenv(client_lib):
+def test_settings_are_read_with_secure_getenv(client_lib: Path) -> None:
     """A setuid target must not take the socket path or debug switch from its caller."""
     nm = shutil.which("nm")
     if nm is None:
@@ -255,7 +255,7 @@ def test_settings_are_read_with_secure_getenv(client_lib):
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("cmd", [["ls", "-la", "/"], ["sh", "-c", "echo hi; exit 3"]])
-def test_dormant_without_socket_is_invisible(client_lib, cmd):
+def test_dormant_without_socket_is_invisible(client_lib: Path, cmd) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HEAPSCOPE_")}
     plain = subprocess.run(cmd, env=env, capture_output=True, timeout=30)
     env["LD_PRELOAD"] = str(client_lib)
@@ -264,7 +264,7 @@ def test_dormant_without_socket_is_invisible(client_lib, cmd):
 
 
 @pytest.mark.timeout(120)
-def test_dormant_workload_unchanged(client_lib, build_program):
+def test_dormant_workload_unchanged(client_lib: Path, build_program) -> None:
     exe = build_program("workload.c")
     env = {k: v for k, v in os.environ.items() if not k.startswith("HEAPSCOPE_")}
     plain = subprocess.run([str(exe)], env=env, capture_output=True, timeout=30)
@@ -277,7 +277,7 @@ def test_dormant_workload_unchanged(client_lib, build_program):
 
 
 @pytest.mark.timeout(180)
-def test_thread_id_costs_no_system_call_per_sample(client_lib, build_program, producer_factory):
+def test_thread_id_costs_no_system_call_per_sample(client_lib: Path, build_program, producer_factory) -> None:
     """Each thread asks the kernel its id once (then it is cached in its TLS), not once per sample."""
     strace = shutil.which("strace")
     if strace is None:
@@ -306,7 +306,7 @@ def test_thread_id_costs_no_system_call_per_sample(client_lib, build_program, pr
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("unwinder", [codec.Unwinder.AUTO, codec.Unwinder.FP,
                                       codec.Unwinder.NONE])
-def test_interval_one_records_everything(client_lib, build_program, producer_factory, unwinder):
+def test_interval_one_records_everything(client_lib: Path, build_program, producer_factory, unwinder) -> None:
     iters = 300
     exe = build_program("workload.c", f"-DITERS={iters}")
     prod = producer_factory(interval=1, ring_size=1 << 16, unwinder=unwinder)
@@ -396,7 +396,7 @@ def _module_of(modules, pc: int) -> str:
 
 
 @pytest.mark.timeout(180)
-def test_sampled_interval_estimate(client_lib, build_program, producer_factory):
+def test_sampled_interval_estimate(client_lib: Path, build_program, producer_factory) -> None:
     iters = 2000
     exe = build_program("workload.c", f"-DITERS={iters}")
     prod = producer_factory(interval=4096, ring_size=1 << 20)
@@ -412,7 +412,7 @@ def test_sampled_interval_estimate(client_lib, build_program, producer_factory):
 
 
 @pytest.mark.timeout(120)
-def test_fork_without_exec_does_not_hang(client_lib, build_program, producer_factory):
+def test_fork_without_exec_does_not_hang(client_lib: Path, build_program, producer_factory) -> None:
     exe = build_program("fork_threads.c")
     prod = producer_factory(interval=512, ring_size=1 << 16)
     res = prod.run([str(exe)], client_lib, timeout=90)
@@ -425,7 +425,7 @@ def test_fork_without_exec_does_not_hang(client_lib, build_program, producer_fac
 
 
 @pytest.mark.timeout(120)
-def test_producer_gone_while_ring_full(client_lib, build_program, producer_factory):
+def test_producer_gone_while_ring_full(client_lib: Path, build_program, producer_factory) -> None:
     exe = build_program("workload.c", "-DITERS=2000")
     env = {k: v for k, v in os.environ.items() if not k.startswith("HEAPSCOPE_")}
     plain = subprocess.run([str(exe)], env=env, capture_output=True, timeout=30)
@@ -445,7 +445,7 @@ def test_producer_gone_while_ring_full(client_lib, build_program, producer_facto
 
 
 @pytest.mark.timeout(120)
-def test_sampled_free_keeps_errno_through_a_ring_wait(client_lib, build_program, producer_factory):
+def test_sampled_free_keeps_errno_through_a_ring_wait(client_lib: Path, build_program, producer_factory) -> None:
     """A free of a sampled address keeps the program's errno, also when its FREE record waits
     for ring space (the wait's recv and nanosleep set errno) and ends in a disable with a debug
     line: the free path leaves errno to the ring wait and hs_debug (client.c,
@@ -487,7 +487,7 @@ def test_sampled_free_keeps_errno_through_a_ring_wait(client_lib, build_program,
 
 
 @pytest.mark.timeout(120)
-def test_shutting_down_disables(client_lib, build_program, producer_factory):
+def test_shutting_down_disables(client_lib: Path, build_program, producer_factory) -> None:
     exe = build_program("workload.c", "-DITERS=300")
     prod = producer_factory(interval=1, ring_size=1 << 16)
     codec.write_meta(prod.ring.shm, "shutting_down", 1)
@@ -498,7 +498,7 @@ def test_shutting_down_disables(client_lib, build_program, producer_factory):
 
 
 @pytest.mark.timeout(120)
-def test_drop_mode_counts_and_keeps_sequence(client_lib, build_program, producer_factory):
+def test_drop_mode_counts_and_keeps_sequence(client_lib: Path, build_program, producer_factory) -> None:
     exe = build_program("workload.c", "-DITERS=2000")
     prod = producer_factory(interval=1, ring_size=1 << 13, flags=0)
     proc = subprocess.Popen([str(exe)], env=prod.env(client_lib), stdout=subprocess.PIPE,
@@ -523,7 +523,7 @@ def test_drop_mode_counts_and_keeps_sequence(client_lib, build_program, producer
 
 
 @pytest.mark.timeout(120)
-def test_rejected_handshake_stays_dormant(client_lib, build_program, producer_factory):
+def test_rejected_handshake_stays_dormant(client_lib: Path, build_program, producer_factory) -> None:
     exe = build_program("workload.c", "-DITERS=50")
     prod = producer_factory()
     env = prod.env(client_lib)
@@ -534,7 +534,7 @@ def test_rejected_handshake_stays_dormant(client_lib, build_program, producer_fa
 
 
 @pytest.mark.timeout(120)
-def test_dlopen_after_start_sends_the_new_module(client_lib, build_program, producer_factory):
+def test_dlopen_after_start_sends_the_new_module(client_lib: Path, build_program, producer_factory) -> None:
     plugin = build_program("plugin.c", "-shared", "-fPIC")
     exe = build_program("dlopen_prog.c", "-ldl")
     prod = producer_factory(interval=1, ring_size=1 << 16)
@@ -560,7 +560,7 @@ def test_dlopen_after_start_sends_the_new_module(client_lib, build_program, prod
 
 
 def test_a_module_found_within_a_millisecond_of_another_is_sent_while_the_program_runs(
-        client_lib, build_program, producer_factory):
+        client_lib: Path, build_program, producer_factory) -> None:
     # GIVEN a program that loads a library and allocates from it, then at once a second one from
     # which it allocates 1000 times in one stack (the second rescan waits out its millisecond),
     # and 20 ms later allocates once from main, in a stack all of whose modules are known
@@ -582,7 +582,7 @@ def test_a_module_found_within_a_millisecond_of_another_is_sent_while_the_progra
 
 
 @pytest.mark.timeout(60)
-def test_debug_lines_only_when_asked(client_lib):
+def test_debug_lines_only_when_asked(client_lib: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HEAPSCOPE_")}
     env.update({"LD_PRELOAD": str(client_lib), codec.ENV_SOCKET: "/nonexistent/s",
                 codec.ENV_TOKEN: "00" * 16})
@@ -595,7 +595,7 @@ def test_debug_lines_only_when_asked(client_lib):
 
 
 @pytest.mark.timeout(120)
-def test_operator_new_is_the_leaf(client_lib, build_dir, producer_factory):
+def test_operator_new_is_the_leaf(client_lib: Path, build_dir: Path, producer_factory) -> None:
     cxx = shutil.which("c++")
     if cxx is None:
         pytest.skip("no C++ compiler")

@@ -9,5 +9,5 @@ import pytest
 
 
 @pytest.mark.timeout(180)
-def test_ring_c_unit(c_unit):
+def test_ring_c_unit(c_unit) -> None:
     c_unit("ring_test.c", "ring.c")

@@ -6,5 +6,5 @@ import pytest
 
 
 @pytest.mark.timeout(120)
-def test_sampler_c_unit(c_unit):
+def test_sampler_c_unit(c_unit) -> None:
     c_unit("sampler_test.c", "sampler.c")

@@ -8,5 +8,5 @@ import pytest
 
 
 @pytest.mark.timeout(120)
-def test_stack_ids_c_unit(c_unit):
+def test_stack_ids_c_unit(c_unit) -> None:
     c_unit("stacks_test.c", "stacks.c")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import pytest
 
@@ -29,7 +30,7 @@ def ch_rows(w: Writer, view: str, table: str = "heapscope.heapscope_samples"):
     return sorted(tuple(r) for r in rows)
 
 
-def test_views_match_report(timed_profile, tmp_path):
+def test_views_match_report(timed_profile: Path, tmp_path: Path) -> None:
     dest = f"chdb:{tmp_path / 'ch'}"
     with open_profile(timed_profile) as p:
         n = clickhouse.write(p, dest, host="h1", labels={"service": "api"})
@@ -51,7 +52,7 @@ def test_views_match_report(timed_profile, tmp_path):
         assert parts == [["2023-11-14"]]  # partitioned by day
 
 
-def test_second_host_adds_rows_apart(timed_profile, tmp_path):
+def test_second_host_adds_rows_apart(timed_profile: Path, tmp_path: Path) -> None:
     dest = parse_destination(f"chdb:{tmp_path / 'ch'}#fleet.mem")
     with open_profile(timed_profile) as p:
         clickhouse.write(p, dest, host="h1")
@@ -61,7 +62,7 @@ def test_second_host_adds_rows_apart(timed_profile, tmp_path):
     assert got == [["h1", 4530], ["h2", 4096]]
 
 
-def test_sql_script_runs(timed_profile, tmp_path):
+def test_sql_script_runs(timed_profile: Path, tmp_path: Path) -> None:
     out = io.BytesIO()
     with open_profile(timed_profile) as p:
         n = clickhouse.write_script(p, out, database="s", host="h1")
@@ -82,13 +83,13 @@ def test_sql_script_runs(timed_profile, tmp_path):
     ("chdb:/x#db.t;drop", "table name 't;drop' is not a plain identifier"),
     ("http://h:99999/db", "Port out of range"),
 ])
-def test_bad_destinations_are_one_line(url, message):
+def test_bad_destinations_are_one_line(url, message) -> None:
     with pytest.raises(UsageError) as e:
         parse_destination(url)
     assert message in str(e.value) and "\n" not in str(e.value)
 
 
-def test_destinations():
+def test_destinations() -> None:
     d = parse_destination("https://bob:s%3Acret@ch.example:9000/prof/heap")
     assert (d.kind, d.host, d.port, d.secure, d.username, d.password, d.database, d.table) == (
         "server", "ch.example", 9000, True, "bob", "s:cret", "prof", "heap")
@@ -96,7 +97,7 @@ def test_destinations():
     assert (d.port, d.database, d.table) == (8123, "profiles", "heapscope_samples")
 
 
-def test_unreachable_server_is_one_line(timed_profile):
+def test_unreachable_server_is_one_line(timed_profile: Path) -> None:
     pytest.importorskip("clickhouse_connect", reason="needs clickhouse-connect: pip install '.[fleet]'")
     from fleet_support import free_port
 
@@ -106,7 +107,7 @@ def test_unreachable_server_is_one_line(timed_profile):
     assert str(e.value).startswith(f"ClickHouse 127.0.0.1:{port}: ") and "\n" not in str(e.value)
 
 
-def test_planted_staging_file_is_refused_and_kept(timed_profile, tmp_path):
+def test_planted_staging_file_is_refused_and_kept(timed_profile: Path, tmp_path: Path) -> None:
     # GIVEN the chDB directory exists with a symlink where heapscope stages its rows
     import os
 

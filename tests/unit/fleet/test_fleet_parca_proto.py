@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import ModuleType
+
 from heapscope.fleet import _parca
 
 
@@ -16,7 +18,7 @@ def fields(descriptor) -> dict[str, list[tuple[str, int, int, bool, str]]]:
             for m in descriptor.message_types_by_name.values()}
 
 
-def test_descriptors_match_protoc(pb2):
+def test_descriptors_match_protoc(pb2: ModuleType) -> None:
     ours = _parca.WriteRawRequest.DESCRIPTOR.file
     theirs = pb2.DESCRIPTOR
     assert ours.package == theirs.package == "parca.profilestore.v1alpha1"
@@ -25,7 +27,7 @@ def test_descriptors_match_protoc(pb2):
     assert _parca.WRITE_RAW == f"/{method.containing_service.full_name}/{method.name}"
 
 
-def test_bytes_decode_with_generated_classes(pb2):
+def test_bytes_decode_with_generated_classes(pb2: ModuleType) -> None:
     req = _parca.write_raw_request(b"\x1f\x8bprofile", {"__name__": "memory", "host": "h1"})
     back = pb2.WriteRawRequest.FromString(req.SerializeToString())
     (series,) = back.series
