@@ -133,7 +133,7 @@ class Proc:
 
 
 @pytest.fixture
-def procs() -> Iterator:
+def procs() -> Iterator[Callable[..., Proc]]:
     started: list[Proc] = []
 
     def start(argv: list[str | Path], **kw) -> Proc:  # noqa: ANN003
@@ -206,7 +206,8 @@ def gdb_or_skip() -> None:
 # --- the target ends badly, or heapscope does -----------------------------------------------
 
 
-def test_producer_sigkill_mid_run_leaves_the_target_running(bins: dict[str, Path], tmp_path: Path, procs,
+def test_producer_sigkill_mid_run_leaves_the_target_running(bins: dict[str, Path], tmp_path: Path,
+                                                            procs: Callable[..., Proc],
                                                             subreaper: None) -> None:
     # GIVEN a recording whose target holds 64 KiB
     h = procs(record("-o", tmp_path / "k.db", "--", bins["record_driven"]))
@@ -225,8 +226,9 @@ def test_producer_sigkill_mid_run_leaves_the_target_running(bins: dict[str, Path
 
 @pytest.mark.parametrize(("command", "sig"), [("kill", signal.SIGKILL), ("segv", signal.SIGSEGV),
                                               ("abort", signal.SIGABRT)])
-def test_target_killed_record_exits_128_plus_n_and_writes(bins: dict[str, Path], tmp_path: Path, procs, command,
-                                                          sig) -> None:
+def test_target_killed_record_exits_128_plus_n_and_writes(bins: dict[str, Path], tmp_path: Path, procs: Callable[...,
+                                                          Proc], command: str,
+                                                          sig: int) -> None:
     db = tmp_path / "d.db"
     h = procs(record("-o", db, "--", bins["record_driven"]))
     h.out.wait_for(r"^ready ")
@@ -354,7 +356,8 @@ def fill(directory: Path) -> Path:
     return filler
 
 
-def test_disk_full_keeps_what_fits_and_the_status(bins: dict[str, Path], procs, small_tmpfs: Path) -> None:
+def test_disk_full_keeps_what_fits_and_the_status(bins: dict[str, Path], procs: Callable[..., Proc],
+                                                  small_tmpfs: Path) -> None:
     db = small_tmpfs / "full.db"
     h = procs(record("-o", db, "-c", "20", "--", bins["record_driven"]))
     h.out.wait_for(r"^ready ")
@@ -442,7 +445,8 @@ def test_a_disk_full_at_the_final_checkpoint_says_which_files_make_the_profile(b
     assert checkpoint_only, "no size had room for the dumps and not for the checkpoint"
 
 
-def test_internal_error_one_line_and_target_supervised(bins: dict[str, Path], tmp_path: Path, procs) -> None:
+def test_internal_error_one_line_and_target_supervised(bins: dict[str, Path], tmp_path: Path, procs: Callable[...,
+                                                       Proc]) -> None:
     # GIVEN a recording that works
     db = tmp_path / "ie.db"
     h = procs(record("-o", db, "--", bins["record_driven"]))
@@ -509,7 +513,9 @@ def counted_once(h: Proc, route: Callable[[], None], name: str, recorder: int) -
 
 
 @pytest.mark.parametrize("route", ["kill-group", "own-group", "timeout"])
-def test_a_signal_to_the_group_reaches_the_target_once(bins: dict[str, Path], tmp_path: Path, procs, route) -> None:
+def test_a_signal_to_the_group_reaches_the_target_once(bins: dict[str, Path], tmp_path: Path, procs: Callable[...,
+                                                       Proc],
+                                                       route: str) -> None:
     # GIVEN a target that counts its signals, recorded without a terminal (as by a supervisor)
     argv = record("-o", tmp_path / "g.db", "--", bins["record_sigcount"])
     if route == "timeout":
@@ -561,7 +567,8 @@ def test_ctrl_c_on_a_terminal_reaches_the_target_once(bins: dict[str, Path], tmp
 
 @pytest.mark.parametrize("moment", ["start", "mid-run", "after-exit"])
 @pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGINT, signal.SIGTERM])
-def test_signals_at_any_moment(bins: dict[str, Path], tmp_path: Path, procs, sig, moment) -> None:
+def test_signals_at_any_moment(bins: dict[str, Path], tmp_path: Path, procs: Callable[..., Proc], sig: int,
+                               moment: str) -> None:
     db = tmp_path / "s.db"
     h = procs(record("-o", db, "--", bins["record_driven"]))
     target = int(h.out.wait_for(r"^ready ").split()[1])
@@ -602,7 +609,8 @@ def blocked_signals(pid: int) -> int:
     pytest.fail(f"no SigBlk in /proc/{pid}/status")
 
 
-def test_a_dump_signal_while_record_starts_waits_for_its_handler(bins: dict[str, Path], tmp_path: Path, procs) -> None:
+def test_a_dump_signal_while_record_starts_waits_for_its_handler(bins: dict[str, Path], tmp_path: Path,
+                                                                 procs: Callable[..., Proc]) -> None:
     # GIVEN record starting: its entry point has run its first line (SIGUSR1 held back), its
     # imports and handlers are still to come
     usr1 = 1 << (signal.SIGUSR1 - 1)
@@ -633,7 +641,8 @@ def test_a_dump_signal_while_record_starts_waits_for_its_handler(bins: dict[str,
 
 
 @pytest.mark.parametrize("stderr", ["closed", "full"])
-def test_a_closed_or_failing_stderr_leaves_the_targets_status(bins: dict[str, Path], tmp_path: Path, stderr) -> None:
+def test_a_closed_or_failing_stderr_leaves_the_targets_status(bins: dict[str, Path], tmp_path: Path,
+                                                              stderr: str) -> None:
     # GIVEN record with its summary and -v's log lines to write, its stderr closed (2>&-) or
     # on a device that refuses every write (2>/dev/full)
     db = tmp_path / "e.db"
@@ -650,8 +659,9 @@ def test_a_closed_or_failing_stderr_leaves_the_targets_status(bins: dict[str, Pa
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1])
-def test_signals_from_the_targets_end_to_records_exit_leave_its_status(bins: dict[str, Path], tmp_path: Path, procs,
-                                                                       sig) -> None:
+def test_signals_from_the_targets_end_to_records_exit_leave_its_status(bins: dict[str, Path], tmp_path: Path,
+                                                                       procs: Callable[..., Proc],
+                                                                       sig: int) -> None:
     # One signal at a time finds the window only now and then (record died of SIGTERM, -15,
     # in one full run): from the target's end, one every 0.2 ms until record has exited.
     # Paced, to land in every moment of the window; a flood of dump requests is the next test.
@@ -692,7 +702,8 @@ print(sent)
 """
 
 
-def test_a_flood_of_dump_requests_never_stops_the_recording(bins: dict[str, Path], tmp_path: Path, procs) -> None:
+def test_a_flood_of_dump_requests_never_stops_the_recording(bins: dict[str, Path], tmp_path: Path,
+                                                            procs: Callable[..., Proc]) -> None:
     # GIVEN a recording whose target keeps allocating while two processes send record SIGUSR1
     # (a dump request) as fast as they can, unpaced, until record has exited
     db = tmp_path / "f.db"
@@ -774,7 +785,7 @@ def test_attach_refuses_its_own_pid(tmp_path: Path) -> None:
     assert r.returncode != 0 and b"this heapscope process itself" in r.stderr, r.stderr.decode()
 
 
-def test_attach_refuses_a_static_binary(tmp_path: Path, procs) -> None:
+def test_attach_refuses_a_static_binary(tmp_path: Path, procs: Callable[..., Proc]) -> None:
     gdb_or_skip()
     exe = tmp_path / "idle_static"
     build = subprocess.run(["cc", "-static", "-O0", "-o", str(exe), str(HERE / "record_idle.c")],
@@ -790,7 +801,7 @@ def test_attach_refuses_a_static_binary(tmp_path: Path, procs) -> None:
     assert t.wait() == 0
 
 
-def test_attach_refuses_a_jemalloc_program(tmp_path: Path, procs) -> None:
+def test_attach_refuses_a_jemalloc_program(tmp_path: Path, procs: Callable[..., Proc]) -> None:
     gdb_or_skip()
     exe = tmp_path / "idle_jemalloc"
     build = subprocess.run(["cc", "-O0", "-o", str(exe), str(HERE / "record_idle.c"), "-ljemalloc"],
@@ -806,7 +817,7 @@ def test_attach_refuses_a_jemalloc_program(tmp_path: Path, procs) -> None:
     assert t.wait() == 0
 
 
-def test_attach_refuses_a_stopped_process(bins: dict[str, Path], tmp_path: Path, procs) -> None:
+def test_attach_refuses_a_stopped_process(bins: dict[str, Path], tmp_path: Path, procs: Callable[..., Proc]) -> None:
     gdb_or_skip()
     t = procs([bins["record_driven"]])
     t.out.wait_for(r"^ready ")
@@ -822,7 +833,8 @@ def test_attach_refuses_a_stopped_process(bins: dict[str, Path], tmp_path: Path,
     assert t.wait() == 0
 
 
-def test_ten_attaches_to_a_threaded_allocating_program_never_hang(bins: dict[str, Path], tmp_path: Path, procs) -> None:
+def test_ten_attaches_to_a_threaded_allocating_program_never_hang(bins: dict[str, Path], tmp_path: Path,
+                                                                  procs: Callable[..., Proc]) -> None:
     gdb_or_skip()
     for i in range(10):
         # a fresh process each time: a process takes one attach in its life
@@ -839,7 +851,8 @@ def test_ten_attaches_to_a_threaded_allocating_program_never_hang(bins: dict[str
         assert t.wait() == 0
 
 
-def test_target_dying_during_an_attach_session(bins: dict[str, Path], tmp_path: Path, procs) -> None:
+def test_target_dying_during_an_attach_session(bins: dict[str, Path], tmp_path: Path, procs: Callable[...,
+                                               Proc]) -> None:
     gdb_or_skip()
     t = procs([bins["record_driven"]])
     t.out.wait_for(r"^ready ")
@@ -870,7 +883,8 @@ def unprivileged_user() -> Iterator[pwd.struct_passwd]:
         subprocess.run(["userdel", name], capture_output=True, timeout=30)
 
 
-def test_attach_lock_is_not_a_planted_symlink(bins: dict[str, Path], tmp_path: Path, procs, unprivileged_user) -> None:
+def test_attach_lock_is_not_a_planted_symlink(bins: dict[str, Path], tmp_path: Path, procs: Callable[..., Proc],
+                                              unprivileged_user) -> None:
     gdb_or_skip()
     # GIVEN a file of root's and a running target
     victim = tmp_path / "victim"
@@ -894,7 +908,7 @@ def test_attach_lock_is_not_a_planted_symlink(bins: dict[str, Path], tmp_path: P
     assert t.wait() == 0
 
 
-def test_attach_lock_is_not_held_by_another_user(bins: dict[str, Path], tmp_path: Path, procs,
+def test_attach_lock_is_not_held_by_another_user(bins: dict[str, Path], tmp_path: Path, procs: Callable[..., Proc],
                                                  unprivileged_user) -> None:
     gdb_or_skip()
     # GIVEN a running target of root's
@@ -941,7 +955,8 @@ def session_dir_of(pid: int) -> Path:
     pytest.fail(f"pid {pid} has no HEAPSCOPE_SOCKET in its environment")
 
 
-def test_stale_session_dirs_of_a_killed_run_are_removed(bins: dict[str, Path], tmp_path: Path, procs,
+def test_stale_session_dirs_of_a_killed_run_are_removed(bins: dict[str, Path], tmp_path: Path, procs: Callable[...,
+                                                        Proc],
                                                         subreaper: None) -> None:
     # GIVEN a run SIGKILLed mid-run: its session directory stays behind
     h = procs(record("-o", tmp_path / "k.db", "--", bins["record_driven"]))

@@ -11,7 +11,7 @@ from hs_integration import HEAPSCOPE, Programs, Recorder, exit_status, run_proce
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(("mode", "status"), [("exit3", 3), ("sigterm", 143)])
-def test_exit_status_is_the_targets(programs: Programs, record: Recorder, mode, status) -> None:
+def test_exit_status_is_the_targets(programs: Programs, record: Recorder, mode: str, status: int) -> None:
     target = programs.path("lifecycle")
     plain = run_process([target, mode])
     assert exit_status(plain.returncode) == status  # the program itself
@@ -52,7 +52,7 @@ def _assert_refused(run, marker: Path | None) -> None:
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("interval", ["0", "-5", "abc"])
-def test_bad_interval_is_refused_before_start(tmp_path: Path, interval) -> None:
+def test_bad_interval_is_refused_before_start(tmp_path: Path, interval: str) -> None:
     marker = tmp_path / "marker"
     run = run_process(
         [*HEAPSCOPE, "record", "-o", str(tmp_path / "p.db"), "-i", interval, "--", *_marker_cmd(marker)]
@@ -69,14 +69,14 @@ def test_no_command_is_refused(tmp_path: Path, argv) -> None:
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("cmd", ["/nonexistent/heapscope-test-cmd", "heapscope-test-no-such-command"])
-def test_command_not_found(tmp_path: Path, cmd) -> None:
+def test_command_not_found(tmp_path: Path, cmd: str) -> None:
     run = run_process([*HEAPSCOPE, "record", "-o", str(tmp_path / "p.db"), "--", cmd])
     _assert_refused(run, None)
 
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("where", ["proc", "missing-dir"])
-def test_unwritable_output_is_refused_before_start(tmp_path: Path, where) -> None:
+def test_unwritable_output_is_refused_before_start(tmp_path: Path, where: str) -> None:
     out = "/proc/heapscope-test.db" if where == "proc" else str(tmp_path / "missing" / "p.db")
     marker = tmp_path / "marker"
     run = run_process([*HEAPSCOPE, "record", "-o", out, "--", *_marker_cmd(marker)])

@@ -14,7 +14,7 @@ def _recorded_upid(rec, name):
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("unwinder", ["auto", "fp"])
-def test_basic_every_entry_point_exact(programs: Programs, record: Recorder, unwinder) -> None:
+def test_basic_every_entry_point_exact(programs: Programs, record: Recorder, unwinder: str) -> None:
     """malloc, free, realloc growth, calloc, posix_memalign, aligned_alloc, memalign,
     valloc and pvalloc on their own paths, at several depths. The programs keep frame
     pointers, so the frame-pointer unwinder must find every path too."""

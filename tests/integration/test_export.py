@@ -225,7 +225,7 @@ def test_speedscope_schema(tiny: Path, tmp_path: Path) -> None:
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("fmt,suffix", [("speedscope", ".speedscope.json"), ("collapsed", ".collapsed"),
                                         ("pprof", ".pb.gz")])
-def test_speedscope_app_imports(tiny: Path, tmp_path: Path, fmt, suffix) -> None:
+def test_speedscope_app_imports(tiny: Path, tmp_path: Path, fmt: str, suffix: str) -> None:
     skip_unless("node:speedscope", "node:playwright-core", "chromium", "validator:sscheck.js")
     out = export(tiny, fmt, tmp_path / f"t{suffix}")
     text = run(["node", str(validator("sscheck.js")), str(out), str(tmp_path / "shot.png")], env=node_env(),

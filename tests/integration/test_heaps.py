@@ -106,7 +106,7 @@ def test_arena_exact_at_interval_1(arena: Path, record: Recorder) -> None:
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("seed", [1, 777])
-def test_arena_within_bounds_at_default_interval(arena: Path, record: Recorder, seed) -> None:
+def test_arena_within_bounds_at_default_interval(arena: Path, record: Recorder, seed: int) -> None:
     """At 4096 the arena heap's small objects are sampled within 4 SD, its 100000-byte
     ones exactly; test.pool, registered with its own interval 1, stays exact."""
     rec = record([arena], interval=INTERVAL, seed=seed)
@@ -268,7 +268,7 @@ def test_arena_with_a_dormant_client_is_a_no_op(arena: Path) -> None:
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("compiler", [["cc", "-x", "c", "-std=c11", "-pedantic"], ["c++", "-x", "c++", "-std=c++17"]])
-def test_header_compiles_cleanly(tmp_path: Path, compiler) -> None:
+def test_header_compiles_cleanly(tmp_path: Path, compiler: list[str]) -> None:
     """The installed header builds warning-free as strict C11 (no _GNU_SOURCE: RTLD_DEFAULT
     comes from its fallback) and as C++."""
     include = subprocess.run([*HEAPSCOPE, "--include"], capture_output=True, text=True, timeout=60, check=True)

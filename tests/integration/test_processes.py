@@ -60,7 +60,8 @@ def test_fork_exec_and_posix_spawn_children_are_own_processes(programs: Programs
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(("mode", "status"), [("segv", 139), ("sigkill", 137)])
-def test_target_dying_of_a_signal_keeps_its_profile(programs: Programs, record: Recorder, mode, status) -> None:
+def test_target_dying_of_a_signal_keeps_its_profile(programs: Programs, record: Recorder, mode: str,
+                                                    status: int) -> None:
     rec = record([programs.path("lifecycle"), mode], interval=1)
     assert exit_status(rec.returncode) == status, rec.describe()
     assert rec.stdout == f"about to {mode}\n".encode()

@@ -26,7 +26,7 @@ def test_program_states_consistent_truth(programs: Programs, name) -> None:
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("name", ["basic", "cxx", "tiny", "sampled", "threads"])
-def test_program_runs_unprofiled(programs: Programs, name) -> None:
+def test_program_runs_unprofiled(programs: Programs, name: str) -> None:
     run = run_process([programs.path(name)])
     assert run.returncode == 0, run.describe()
     assert run.stdout == b""
@@ -46,7 +46,7 @@ def test_forking_spawn_phases_run_unprofiled(programs: Programs, tmp_path: Path)
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(("mode", "status"), [("exit3", 3), ("sigterm", 143), ("segv", 139), ("sigkill", 137)])
-def test_lifecycle_modes_unprofiled(programs: Programs, mode, status) -> None:
+def test_lifecycle_modes_unprofiled(programs: Programs, mode: str, status: int) -> None:
     run = run_process([programs.path("lifecycle"), mode])
     assert exit_status(run.returncode) == status
     assert run.stdout == f"about to {mode}\n".encode()

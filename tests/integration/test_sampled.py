@@ -29,7 +29,7 @@ def _count_ok(got: int, n: int, size: int) -> tuple[bool, float, float]:
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("seed", [1, 20240601])
-def test_default_interval_within_four_sd(programs: Programs, record: Recorder, seed) -> None:
+def test_default_interval_within_four_sd(programs: Programs, record: Recorder, seed: int) -> None:
     rec = record([programs.path("sampled")], interval=INTERVAL, seed=seed, timeout=150)
     assert rec.returncode == 0, rec.describe()
     profile = rec.profile()

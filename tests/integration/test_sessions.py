@@ -18,6 +18,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -105,7 +106,7 @@ class Proc:
 
 
 @pytest.fixture
-def procs():
+def procs() -> Iterator[Callable[..., Proc]]:
     started: list[Proc] = []
 
     def start(argv: list[str], **kw) -> Proc:  # noqa: ANN003
@@ -146,7 +147,7 @@ def record(*opts: str) -> list[str]:
     return [*HEAPSCOPE, "-v", "record", "-q", "-i", "1", "--seed", "1", "--no-symbolize", *opts]
 
 
-def test_continuous_dumps_show_growth_dump_by_dump(bin_dir: Path, tmp_path: Path, procs) -> None:
+def test_continuous_dumps_show_growth_dump_by_dump(bin_dir: Path, tmp_path: Path, procs: Callable[..., Proc]) -> None:
     # GIVEN a target that grows by 1 MiB per phase, recorded with a dump every 50 ms
     db = tmp_path / "c.db"
     h = procs(record("-o", db, "-c", "50", "--dump-phase", "0", "--", bin_dir / "phases"))
@@ -169,7 +170,7 @@ def test_continuous_dumps_show_growth_dump_by_dump(bin_dir: Path, tmp_path: Path
     assert len(series) > len(set(values))
 
 
-def test_sigusr1_dumps_once_per_signal(bin_dir: Path, tmp_path: Path, procs) -> None:
+def test_sigusr1_dumps_once_per_signal(bin_dir: Path, tmp_path: Path, procs: Callable[..., Proc]) -> None:
     db = tmp_path / "u.db"
     h = procs(record("-o", db, "--", bin_dir / "phases"))
     h.out.wait_for(lambda s: s.startswith("ready"), "target start")
@@ -187,7 +188,7 @@ def test_sigusr1_dumps_once_per_signal(bin_dir: Path, tmp_path: Path, procs) -> 
     assert cumulative_by_dump(db, upid) == [("signal", MIB), ("signal", 2 * MIB), ("exit", 2 * MIB)]
 
 
-def test_dump_at_max_reports_the_peak_not_the_end(bin_dir: Path, tmp_path: Path, procs) -> None:
+def test_dump_at_max_reports_the_peak_not_the_end(bin_dir: Path, tmp_path: Path, procs: Callable[..., Proc]) -> None:
     # GIVEN 3 MiB kept, all freed, 1 MiB kept again, and a 1 MiB spike that is freed at once
     db = tmp_path / "m.db"
     h = procs(record("-o", db, "--dump-at-max", "--", bin_dir / "phases"))
@@ -227,7 +228,8 @@ def _gdb_or_skip() -> None:
         pytest.skip("gdb is not installed (apt-get install gdb)")
 
 
-def test_attach_then_detach_leaves_the_target_running(bin_dir: Path, tmp_path: Path, procs) -> None:
+def test_attach_then_detach_leaves_the_target_running(bin_dir: Path, tmp_path: Path, procs: Callable[...,
+                                                      Proc]) -> None:
     _gdb_or_skip()
     # GIVEN a running target holding 4 blocks allocated before any attach
     expected = subprocess.run([bin_dir / "phases", "pre", "4"], input=b"a\nf\na\nq\n", capture_output=True,
@@ -258,7 +260,7 @@ def test_attach_then_detach_leaves_the_target_running(bin_dir: Path, tmp_path: P
     h.err.wait_for(lambda s: "detached from pid" in s, "the detach line")
 
 
-def test_attaching_twice_is_rejected(bin_dir: Path, tmp_path: Path, procs) -> None:
+def test_attaching_twice_is_rejected(bin_dir: Path, tmp_path: Path, procs: Callable[..., Proc]) -> None:
     _gdb_or_skip()
     t = procs([bin_dir / "phases"])
     t.out.wait_for(lambda s: s.startswith("ready"), "target start")
@@ -290,7 +292,7 @@ def test_attach_errors_are_clear(tmp_path: Path) -> None:
     assert b"Traceback" not in r.stderr
 
 
-def test_attach_with_duration_detaches_by_itself(bin_dir: Path, tmp_path: Path, procs) -> None:
+def test_attach_with_duration_detaches_by_itself(bin_dir: Path, tmp_path: Path, procs: Callable[..., Proc]) -> None:
     _gdb_or_skip()
     t = procs([bin_dir / "phases"])
     t.out.wait_for(lambda s: s.startswith("ready"), "target start")
@@ -304,7 +306,8 @@ def test_attach_with_duration_detaches_by_itself(bin_dir: Path, tmp_path: Path, 
     assert t.wait() == 0
 
 
-def test_memory_guardrail_stops_profiling_and_the_target_runs_on(bin_dir: Path, tmp_path: Path, procs) -> None:
+def test_memory_guardrail_stops_profiling_and_the_target_runs_on(bin_dir: Path, tmp_path: Path, procs: Callable[...,
+                                                                 Proc]) -> None:
     # GIVEN a limit of 1 MB for heapscope itself (a Python process never fits in it)
     db = tmp_path / "g.db"
     h = procs(record("-o", db, "--max-producer-memory", "1", "--", bin_dir / "phases"))
@@ -324,7 +327,7 @@ def test_memory_guardrail_stops_profiling_and_the_target_runs_on(bin_dir: Path, 
     assert query(db, "SELECT value FROM stats WHERE name = 'hit_guardrail'") == [(1,)]
 
 
-def test_cpu_guardrail(bin_dir: Path, tmp_path: Path, procs) -> None:
+def test_cpu_guardrail(bin_dir: Path, tmp_path: Path, procs: Callable[..., Proc]) -> None:
     db = tmp_path / "cpu.db"
     h = procs(record("-o", db, "--max-producer-cpu", "0.001", "--", bin_dir / "phases"))
     h.out.wait_for(lambda s: s.startswith("ready"), "target start")

@@ -44,7 +44,7 @@ def record_verified(tmp_path: Path, cmd: list[str], interval: int) -> tuple[dict
      ("-O3", "-fomit-frame-pointer")],
     ids=["O0-fp", "O2-fp", "O2-nofp", "O3-nofp"],
 )
-def test_cfa_walk_equals_libunwind_cxx_mix(tmp_path: Path, flags) -> None:
+def test_cfa_walk_equals_libunwind_cxx_mix(tmp_path: Path, flags: tuple[str, ...]) -> None:
     cxx = shutil.which("c++")
     if cxx is None:
         pytest.skip("no C++ compiler")
@@ -61,7 +61,7 @@ def test_cfa_walk_equals_libunwind_cxx_mix(tmp_path: Path, flags) -> None:
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name", ["basic", "cxx", "threads", "sampled"])
-def test_cfa_walk_equals_libunwind_test_programs(programs: Programs, tmp_path: Path, name) -> None:
+def test_cfa_walk_equals_libunwind_test_programs(programs: Programs, tmp_path: Path, name: str) -> None:
     total, _ = record_verified(tmp_path, [str(programs.path(name))], 1)
     assert total["compared"] > 50, total
     assert total["fell_back"] == 0, total

@@ -18,6 +18,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -171,10 +172,10 @@ class FakeProducer:
 
 
 @pytest.fixture
-def producer_factory():
+def producer_factory() -> Iterator[Callable[..., FakeProducer]]:
     made: list[FakeProducer] = []
 
-    def make(**kw) -> FakeProducer:
+    def make(**kw: int) -> FakeProducer:
         p = FakeProducer(**kw)
         made.append(p)
         return p
@@ -255,7 +256,7 @@ def test_settings_are_read_with_secure_getenv(client_lib: Path) -> None:
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("cmd", [["ls", "-la", "/"], ["sh", "-c", "echo hi; exit 3"]])
-def test_dormant_without_socket_is_invisible(client_lib: Path, cmd) -> None:
+def test_dormant_without_socket_is_invisible(client_lib: Path, cmd: list[str]) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HEAPSCOPE_")}
     plain = subprocess.run(cmd, env=env, capture_output=True, timeout=30)
     env["LD_PRELOAD"] = str(client_lib)
@@ -264,7 +265,7 @@ def test_dormant_without_socket_is_invisible(client_lib: Path, cmd) -> None:
 
 
 @pytest.mark.timeout(120)
-def test_dormant_workload_unchanged(client_lib: Path, build_program) -> None:
+def test_dormant_workload_unchanged(client_lib: Path, build_program: Callable[..., Path]) -> None:
     exe = build_program("workload.c")
     env = {k: v for k, v in os.environ.items() if not k.startswith("HEAPSCOPE_")}
     plain = subprocess.run([str(exe)], env=env, capture_output=True, timeout=30)
@@ -277,7 +278,8 @@ def test_dormant_workload_unchanged(client_lib: Path, build_program) -> None:
 
 
 @pytest.mark.timeout(180)
-def test_thread_id_costs_no_system_call_per_sample(client_lib: Path, build_program, producer_factory) -> None:
+def test_thread_id_costs_no_system_call_per_sample(client_lib: Path, build_program: Callable[..., Path],
+                                                   producer_factory: Callable[..., FakeProducer]) -> None:
     """Each thread asks the kernel its id once (then it is cached in its TLS), not once per sample."""
     strace = shutil.which("strace")
     if strace is None:
@@ -306,7 +308,8 @@ def test_thread_id_costs_no_system_call_per_sample(client_lib: Path, build_progr
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("unwinder", [codec.Unwinder.AUTO, codec.Unwinder.FP,
                                       codec.Unwinder.NONE])
-def test_interval_one_records_everything(client_lib: Path, build_program, producer_factory, unwinder) -> None:
+def test_interval_one_records_everything(client_lib: Path, build_program: Callable[..., Path],
+                                         producer_factory: Callable[..., FakeProducer], unwinder) -> None:
     iters = 300
     exe = build_program("workload.c", f"-DITERS={iters}")
     prod = producer_factory(interval=1, ring_size=1 << 16, unwinder=unwinder)
@@ -396,7 +399,8 @@ def _module_of(modules, pc: int) -> str:
 
 
 @pytest.mark.timeout(180)
-def test_sampled_interval_estimate(client_lib: Path, build_program, producer_factory) -> None:
+def test_sampled_interval_estimate(client_lib: Path, build_program: Callable[..., Path],
+                                   producer_factory: Callable[..., FakeProducer]) -> None:
     iters = 2000
     exe = build_program("workload.c", f"-DITERS={iters}")
     prod = producer_factory(interval=4096, ring_size=1 << 20)
@@ -412,7 +416,8 @@ def test_sampled_interval_estimate(client_lib: Path, build_program, producer_fac
 
 
 @pytest.mark.timeout(120)
-def test_fork_without_exec_does_not_hang(client_lib: Path, build_program, producer_factory) -> None:
+def test_fork_without_exec_does_not_hang(client_lib: Path, build_program: Callable[..., Path],
+                                         producer_factory: Callable[..., FakeProducer]) -> None:
     exe = build_program("fork_threads.c")
     prod = producer_factory(interval=512, ring_size=1 << 16)
     res = prod.run([str(exe)], client_lib, timeout=90)
@@ -425,7 +430,8 @@ def test_fork_without_exec_does_not_hang(client_lib: Path, build_program, produc
 
 
 @pytest.mark.timeout(120)
-def test_producer_gone_while_ring_full(client_lib: Path, build_program, producer_factory) -> None:
+def test_producer_gone_while_ring_full(client_lib: Path, build_program: Callable[..., Path],
+                                       producer_factory: Callable[..., FakeProducer]) -> None:
     exe = build_program("workload.c", "-DITERS=2000")
     env = {k: v for k, v in os.environ.items() if not k.startswith("HEAPSCOPE_")}
     plain = subprocess.run([str(exe)], env=env, capture_output=True, timeout=30)
@@ -445,7 +451,8 @@ def test_producer_gone_while_ring_full(client_lib: Path, build_program, producer
 
 
 @pytest.mark.timeout(120)
-def test_sampled_free_keeps_errno_through_a_ring_wait(client_lib: Path, build_program, producer_factory) -> None:
+def test_sampled_free_keeps_errno_through_a_ring_wait(client_lib: Path, build_program: Callable[..., Path],
+                                                      producer_factory: Callable[..., FakeProducer]) -> None:
     """A free of a sampled address keeps the program's errno, also when its FREE record waits
     for ring space (the wait's recv and nanosleep set errno) and ends in a disable with a debug
     line: the free path leaves errno to the ring wait and hs_debug (client.c,
@@ -487,7 +494,8 @@ def test_sampled_free_keeps_errno_through_a_ring_wait(client_lib: Path, build_pr
 
 
 @pytest.mark.timeout(120)
-def test_shutting_down_disables(client_lib: Path, build_program, producer_factory) -> None:
+def test_shutting_down_disables(client_lib: Path, build_program: Callable[..., Path], producer_factory: Callable[...,
+                                FakeProducer]) -> None:
     exe = build_program("workload.c", "-DITERS=300")
     prod = producer_factory(interval=1, ring_size=1 << 16)
     codec.write_meta(prod.ring.shm, "shutting_down", 1)
@@ -498,7 +506,8 @@ def test_shutting_down_disables(client_lib: Path, build_program, producer_factor
 
 
 @pytest.mark.timeout(120)
-def test_drop_mode_counts_and_keeps_sequence(client_lib: Path, build_program, producer_factory) -> None:
+def test_drop_mode_counts_and_keeps_sequence(client_lib: Path, build_program: Callable[..., Path],
+                                             producer_factory: Callable[..., FakeProducer]) -> None:
     exe = build_program("workload.c", "-DITERS=2000")
     prod = producer_factory(interval=1, ring_size=1 << 13, flags=0)
     proc = subprocess.Popen([str(exe)], env=prod.env(client_lib), stdout=subprocess.PIPE,
@@ -523,7 +532,8 @@ def test_drop_mode_counts_and_keeps_sequence(client_lib: Path, build_program, pr
 
 
 @pytest.mark.timeout(120)
-def test_rejected_handshake_stays_dormant(client_lib: Path, build_program, producer_factory) -> None:
+def test_rejected_handshake_stays_dormant(client_lib: Path, build_program: Callable[..., Path],
+                                          producer_factory: Callable[..., FakeProducer]) -> None:
     exe = build_program("workload.c", "-DITERS=50")
     prod = producer_factory()
     env = prod.env(client_lib)
@@ -534,7 +544,8 @@ def test_rejected_handshake_stays_dormant(client_lib: Path, build_program, produ
 
 
 @pytest.mark.timeout(120)
-def test_dlopen_after_start_sends_the_new_module(client_lib: Path, build_program, producer_factory) -> None:
+def test_dlopen_after_start_sends_the_new_module(client_lib: Path, build_program: Callable[..., Path],
+                                                 producer_factory: Callable[..., FakeProducer]) -> None:
     plugin = build_program("plugin.c", "-shared", "-fPIC")
     exe = build_program("dlopen_prog.c", "-ldl")
     prod = producer_factory(interval=1, ring_size=1 << 16)
@@ -560,7 +571,7 @@ def test_dlopen_after_start_sends_the_new_module(client_lib: Path, build_program
 
 
 def test_a_module_found_within_a_millisecond_of_another_is_sent_while_the_program_runs(
-        client_lib: Path, build_program, producer_factory) -> None:
+        client_lib: Path, build_program: Callable[..., Path], producer_factory: Callable[..., FakeProducer]) -> None:
     # GIVEN a program that loads a library and allocates from it, then at once a second one from
     # which it allocates 1000 times in one stack (the second rescan waits out its millisecond),
     # and 20 ms later allocates once from main, in a stack all of whose modules are known
@@ -595,7 +606,8 @@ def test_debug_lines_only_when_asked(client_lib: Path) -> None:
 
 
 @pytest.mark.timeout(120)
-def test_operator_new_is_the_leaf(client_lib: Path, build_dir: Path, producer_factory) -> None:
+def test_operator_new_is_the_leaf(client_lib: Path, build_dir: Path, producer_factory: Callable[...,
+                                  FakeProducer]) -> None:
     cxx = shutil.which("c++")
     if cxx is None:
         pytest.skip("no C++ compiler")

@@ -83,7 +83,7 @@ def test_sql_script_runs(timed_profile: Path, tmp_path: Path) -> None:
     ("chdb:/x#db.t;drop", "table name 't;drop' is not a plain identifier"),
     ("http://h:99999/db", "Port out of range"),
 ])
-def test_bad_destinations_are_one_line(url, message) -> None:
+def test_bad_destinations_are_one_line(url: str, message: str) -> None:
     with pytest.raises(UsageError) as e:
         parse_destination(url)
     assert message in str(e.value) and "\n" not in str(e.value)

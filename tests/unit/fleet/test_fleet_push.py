@@ -48,7 +48,7 @@ def test_targets() -> None:
     ("parca+grpc://h:7070/x", "a gRPC address has no path"),
     ("parca+grpc://h:0", "port 0"),
 ])
-def test_malformed_urls_are_one_line(url, message) -> None:
+def test_malformed_urls_are_one_line(url: str, message: str) -> None:
     with pytest.raises(UsageError) as e:
         parse_target(url)
     assert str(e.value).startswith(f"push URL {url!r}: ") and message in str(e.value) and "\n" not in str(e.value)

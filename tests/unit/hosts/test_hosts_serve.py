@@ -62,7 +62,7 @@ def test_heap_and_allocs(server) -> None:
     ("heap?pid=abc", 400, "pid='abc': not a process id"),
     ("goroutine", 404, "/debug/pprof/goroutine: not served"),
 ])
-def test_refusals_are_one_line(server, query, status, line) -> None:
+def test_refusals_are_one_line(server, query: str, status: int, line: str) -> None:
     got, body, ctype = get(server.url + query)
     assert got == status and ctype.startswith("text/plain")
     text = body.decode()

@@ -306,7 +306,7 @@ packet { module_symbols { path: "/system/lib64/libc.so" build_id: "abcd"
     (b"\x0a\x50\x01\x02", "truncated"),
     (b"\x1f\x8b\x08\x00", "gzip"),
 ])
-def test_not_a_trace(tmp_path: Path, data, why) -> None:
+def test_not_a_trace(tmp_path: Path, data: bytes, why: str) -> None:
     with pytest.raises(ProfileError, match=why):
         run_import(tmp_path, data)
     assert not (tmp_path / "t.pftrace.db").exists()

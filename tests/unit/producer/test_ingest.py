@@ -309,7 +309,7 @@ def test_unknown_type_and_wrong_sizes_are_skipped(make_ring: Any) -> None:
         ("zero length", raw_record(0, codec.RecordType.MALLOC, 8)),
     ],
 )
-def test_broken_framing_marks_the_ring_corrupt(make_ring: Any, name, record: Recorder) -> None:
+def test_broken_framing_marks_the_ring_corrupt(make_ring: Any, name: str, record: Recorder) -> None:
     # GIVEN one good record, then a badly framed one
     ring = make_ring()
     ring.feed([malloc(1, A, 10, S1), record])
@@ -356,7 +356,7 @@ def test_record_crossing_the_end_is_corrupt(make_ring: Any, ingest_mod: ModuleTy
     [(12, 0), (0, 64), (4096 + 64, 0), (1 << 63, 8)],
     ids=["unaligned", "behind read_pos", "more than the ring", "absurd"],
 )
-def test_bad_positions_mark_the_ring_corrupt(make_ring: Any, ingest_mod: ModuleType, write_pos, read_pos) -> None:
+def test_bad_positions_mark_the_ring_corrupt(make_ring: Any, ingest_mod: ModuleType, write_pos, read_pos: int) -> None:
     ring = make_ring(4096)
     ring.writer.set("read_pos", read_pos)
     ring.ingest.close()

@@ -142,7 +142,7 @@ def test_a_corrupt_ring_ends_only_that_process(producer: Producer) -> None:
 
 
 @pytest.mark.parametrize("token,pid", [(b"\1" * 16, None), (None, 1)])
-def test_unknown_session_or_pid_is_rejected_and_counted(producer: Producer, token, pid) -> None:
+def test_unknown_session_or_pid_is_rejected_and_counted(producer: Producer, token, pid: int | None) -> None:
     c = FakeClient(producer, token=token, pid=pid)
     assert c.status == codec.Status.REJECTED and c.ring is None
     assert not producer.processes
