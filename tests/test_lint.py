@@ -80,6 +80,12 @@ def test_mypy_strict_is_clean_with_the_runtime_dependencies_only(tmp_path: Path)
     assert status == 0, out
 
 
+# tests/ files that mypy --strict does not pass yet, each typed when next worked on: a file
+# made clean must leave this list (the test below says so), and no other file may join it.
+NOT_YET_STRICT = frozenset({
+})
+
+
 def python_folders() -> list[Path]:
     """tests/'s folders of Python files: mypy checks each on its own (their conftest.py share a name)."""
     return sorted({path.parent for path in TESTS.rglob("*.py") if "__pycache__" not in path.parts})
@@ -89,8 +95,16 @@ def python_folders() -> list[Path]:
 @pytest.mark.parametrize("folder", python_folders(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_mypy_strict_is_clean_on_tests(folder: Path) -> None:
     """A test imports its folder's helpers and tests/'s (pytest puts both on sys.path; fault/ adds
-    integration/): mypy is given the same path."""
+    integration/): mypy is given the same path. Errors count in the folder's own files (those
+    of a helper imported from elsewhere count in the helper's folder)."""
     pytest.importorskip("mypy", reason="mypy comes with the dev extra")
     path = os.pathsep.join(map(str, (folder, TESTS, TESTS / "integration")))
-    status, out = mypy(*map(str, sorted(folder.glob("*.py"))), env={**os.environ, "MYPYPATH": path})
-    assert status == 0, out
+    files = sorted(folder.glob("*.py"))
+    status, out = mypy(*map(str, files), env={**os.environ, "MYPYPATH": path})
+    mine = {str(file.relative_to(ROOT)) for file in files}
+    failing = {line.split(":")[0] for line in out.splitlines() if ": error: " in line} & mine
+    assert status == 0 or failing or " error: " in out, out  # a failure of mypy's own, not a file's
+    new = sorted(failing - NOT_YET_STRICT)
+    assert not new, "\n".join(line for line in out.splitlines() if line.split(":")[0] in new)
+    typed = sorted((NOT_YET_STRICT & mine) - failing)
+    assert not typed, f"mypy --strict passes these now: take them out of NOT_YET_STRICT: {typed}"

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from hs_integration import Programs, Recorder, assert_exact, frame_matches
+from hs_integration import Profile, Programs, Recorder, Recording, assert_exact, frame_matches
 
 
-def _recorded_upid(rec, name):
+def _recorded_upid(rec: Recording, name: str) -> tuple[Profile, int]:
     assert rec.returncode == 0, rec.describe()
     profile = rec.profile()
     return profile, profile.only_upid(name)

@@ -15,6 +15,8 @@ heap holds none of the first three. `--print-truth` prints
 {function: [count, request size, kept, heap]} as JSON.
 """
 
+from __future__ import annotations
+
 import ctypes
 import json
 import os
@@ -22,28 +24,28 @@ import sys
 
 N = 300
 BYTES_HEADER = 33  # offsetof(PyBytesObject, ob_sval) + 1 on 64-bit 3.8-3.13
-KEEP = []
+KEEP: list[object] = []
 LIBC = ctypes.CDLL(None)
 LIBC.malloc.restype = ctypes.c_void_p
 LIBC.malloc.argtypes = [ctypes.c_size_t]
 
 
 def big() -> None:
-    keep = [None] * N
+    keep: list[object] = [None] * N
     for i in range(N):
         keep[i] = bytearray(3000)  # ALLOC big
     KEEP.append(keep)
 
 
 def small() -> None:
-    keep = [None] * N
+    keep: list[object] = [None] * N
     for i in range(N):
         keep[i] = bytes(200)  # ALLOC small
     KEEP.append(keep)
 
 
 def gone() -> None:
-    tmp = [None] * N
+    tmp: list[object] = [None] * N
     for i in range(N):
         tmp[i] = bytearray(2000)  # ALLOC gone
     del tmp

@@ -10,18 +10,21 @@ they are seen only through the wrapped allocator domains. `--print-truth`
 prints {function: [count, request size, kept, through pymalloc]} as JSON.
 """
 
+from __future__ import annotations
+
 import array
 import asyncio
 import json
 import os
 import sys
 import threading
+from collections.abc import Iterator
 
 N = 400
 SIZES = {"kept": 1000, "freed": 1100, "gen": 1200, "coro": 1300, "worker": 1400, "Holder.method": 1500}
 SMALL = 200
 BYTES_HEADER = 33  # offsetof(PyBytesObject, ob_sval) + 1, on 64-bit 3.8-3.13
-KEEP = []
+KEEP: list[object] = []
 
 
 def kept() -> None:
@@ -30,7 +33,7 @@ def kept() -> None:
 
 
 def small() -> None:
-    keep = [None] * N
+    keep: list[object] = [None] * N
     for i in range(N):
         keep[i] = bytes(SMALL)  # ALLOC small
     KEEP.append(keep)
@@ -43,7 +46,7 @@ def freed() -> None:
     del tmp
 
 
-def gen():
+def gen() -> Iterator[bytearray]:
     for _ in range(N):
         yield bytearray(SIZES["gen"])  # ALLOC gen
 
