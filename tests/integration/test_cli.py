@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hs_integration import HEAPSCOPE, Programs, Recorder, exit_status, run_process
+from hs_integration import HEAPSCOPE, Programs, Recorder, Run, exit_status, run_process
 
 
 @pytest.mark.timeout(60)
@@ -38,7 +38,7 @@ def _marker_cmd(marker: Path) -> list[str]:
     return ["/bin/sh", "-c", 'echo started > "$1"', "sh", str(marker)]
 
 
-def _assert_refused(run, marker: Path | None) -> None:
+def _assert_refused(run: Run, marker: Path | None) -> None:
     err = run.stderr.decode(errors="replace")
     assert run.returncode != 0, run.describe()
     assert "Traceback" not in err, run.describe()
@@ -62,7 +62,7 @@ def test_bad_interval_is_refused_before_start(tmp_path: Path, interval: str) -> 
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("argv", [[], ["--"]], ids=["no-args", "empty-after-dashes"])
-def test_no_command_is_refused(tmp_path: Path, argv) -> None:
+def test_no_command_is_refused(tmp_path: Path, argv: list[str]) -> None:
     run = run_process([*HEAPSCOPE, "record", "-o", str(tmp_path / "p.db"), *argv])
     _assert_refused(run, None)
 

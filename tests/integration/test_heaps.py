@@ -494,7 +494,7 @@ int main(void) {
 """
 
 
-def attach_and_register_again(argv: list, db: Path) -> None:
+def attach_and_register_again(argv: list[str], db: Path) -> None:
     """Runs the dialogue of ATTACH_PROGRAM / ATTACH_PY: attach to the started
     target, fill its pool while its heap id is 0, register again, fill again,
     detach, and check the summary says what the attach could not see."""
@@ -506,7 +506,7 @@ def attach_and_register_again(argv: list, db: Path) -> None:
     rec = None
     try:
         target.out.wait_for(lambda s: s == "ready 0", "target start")
-        rec = Proc([*HEAPSCOPE, "-v", "record", "-i", "1", "-o", db, "-p", str(target.p.pid)])
+        rec = Proc([*HEAPSCOPE, "-v", "record", "-i", "1", "-o", str(db), "-p", str(target.p.pid)])
         rec.err.wait_for(lambda s: "attached to pid" in s, "the attach")
         target.send("a")  # on heap 0: nothing
         target.out.wait_for(lambda s: s == "filled", "the fill on heap 0")

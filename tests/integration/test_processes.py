@@ -43,7 +43,7 @@ def test_fork_exec_and_posix_spawn_children_are_own_processes(programs: Programs
 
     profile = rec.profile()
     spawn_upid = profile.upid_of_pid(int(m[1]))
-    assert spawn_upid is not None, f"no process with pid {m[1]}: {profile.processes_text()}"
+    assert spawn_upid is not None, f"no process with pid {m[1]!r}: {profile.processes_text()}"
     # after_spawn runs after posix_spawn (clone with CLONE_VM|CLONE_VFORK): the
     # parent's profile must survive it.
     assert_exact(profile, spawn_upid, programs.truth("spawn"), context=rec.describe())

@@ -14,7 +14,7 @@ PROGRAMS = build_programs.available()
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("name", PROGRAMS)
-def test_program_states_consistent_truth(programs: Programs, name) -> None:
+def test_program_states_consistent_truth(programs: Programs, name: str) -> None:
     truth = programs.truth(name)
     for fn, t in truth.items():
         fields = t.fields()

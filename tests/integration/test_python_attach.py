@@ -75,7 +75,7 @@ def _attach_and_check(tmp_path: Path, python: str, procs: Callable[[list[str]], 
     t = procs([*prefix, python, str(TARGET)])
     t.out.wait_for(lambda s: s == "ready", "target start")
     db = tmp_path / "attach.db"
-    h = procs(record("-o", db, "-i", str(interval), "-p", str(t.p.pid)))
+    h = procs(record("-o", str(db), "-i", str(interval), "-p", str(t.p.pid)))
     h.err.wait_for(lambda s: "attached to pid" in s, "the attach")
     t.send("wrap")
     assert t.out.wait_for(lambda s: s.startswith("wrapped"), "the wrap") == "wrapped 1"

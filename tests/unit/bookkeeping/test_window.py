@@ -19,7 +19,7 @@ S1, S2, S3 = 0x1111, 0x2222, 0x3333
 A, B, C, D = 0x7F00_0000_1000, 0x7F00_0000_2000, 0x7F00_0000_3000, 0x7F00_0000_4000
 
 
-def window(h) -> dict[int, tuple[int, ...]]:
+def window(h: Any) -> dict[int, tuple[int, ...]]:
     """callsite id (or stack id when it has none) -> (peak_size, peak_count, end_size, end_count, alloc_size)"""
     return {row[0] or row[1]: tuple(row[2:]) for row in WINDOW_ROW.iter_unpack(h.t.window())}
 

@@ -36,6 +36,7 @@ def test_each_dump_is_pushed_once(timed_profile: Path, pyroscope: PyroscopeServe
     db.close()
     fleet.dumped(timed_profile)
     got = pyroscope.wait_for(4)
+    assert fleet.server is not None
     with urllib.request.urlopen(fleet.server.url + "heap", timeout=20) as r:
         assert r.status == 200
     lines = fleet.close()
