@@ -84,8 +84,9 @@ def pyroscope() -> Iterator[PyroscopeServer]:
 
 @pytest.mark.timeout(300)
 def test_go_tool_pprof_fetches_heap(tiny: Path, tmp_path: Path) -> None:
-    if go_missing():
-        pytest.skip(go_missing())
+    missing = go_missing()
+    if missing:
+        pytest.skip(missing)
     with PprofServer(lambda: Snapshot(tiny), "127.0.0.1:0") as server:
         raw = go_pprof(["-raw", server.url + "heap"], tmp_path)
         top = go_pprof(["-top", server.url + "allocs"], tmp_path)
@@ -106,8 +107,9 @@ def test_push_to_pyroscope(tiny: Path, tmp_path: Path, pyroscope: PyroscopeServe
     (got,) = pyroscope.received
     assert got.labels["__app__"] == "api" and got.labels["host"] == "web1" and got.labels["executable"] == "tiny"
     assert digest(tiny) == before
-    if go_missing():
-        pytest.skip(go_missing())
+    missing = go_missing()
+    if missing:
+        pytest.skip(missing)
     f = tmp_path / "received.pb.gz"
     f.write_bytes(got.profile)
     assert raw_totals(go_pprof(["-raw", str(f)], tmp_path)) == report_totals(tiny)
@@ -124,8 +126,9 @@ def test_push_to_parca(tiny: Path, tmp_path: Path, pb2: ModuleType) -> None:
     assert run.returncode == 0, run.describe()
     (got,) = received
     assert got.labels["__name__"] == "memory" and got.labels["service"] == "api"
-    if go_missing():
-        pytest.skip(go_missing())
+    missing = go_missing()
+    if missing:
+        pytest.skip(missing)
     f = tmp_path / "received.pb.gz"
     f.write_bytes(got.profile)
     assert raw_totals(go_pprof(["-raw", str(f)], tmp_path)) == report_totals(tiny)
@@ -269,8 +272,9 @@ def inuse_at_dump(db: Path, n: int) -> dict[str, int]:
 def test_go_tool_pprof_scrapes_a_live_recording(live_record, tmp_path: Path) -> None:
     """phases holds 1000 x 100 bytes and waits on its stdin: the scrape takes a fresh dump (dump 1)
     whose totals are what go tool pprof reads, and the ground truth."""
-    if go_missing():
-        pytest.skip(go_missing())
+    missing = go_missing()
+    if missing:
+        pytest.skip(missing)
     rec = live_record("--serve", "127.0.0.1:0")
     served = rec.wait_for(rec.proc.stderr, b"/debug/pprof/heap and /allocs\n")
     url = re.search(rb"serving (http://127\.0\.0\.1:\d+/debug/pprof/)heap", served).group(1).decode()

@@ -541,7 +541,7 @@ def test_attach_gets_a_heap_registered_again(tmp_path: Path) -> None:
     subprocess.run(["cc", "-O0", "-g", "-fno-omit-frame-pointer", "-Wall", "-Werror", "-I", include.stdout.strip(),
                     "-o", str(exe), str(src)], check=True, timeout=120)
     db = tmp_path / "att.db"
-    attach_and_register_again([exe], db)
+    attach_and_register_again([str(exe)], db)
     profile = Profile(db)
     upid = heap_process(profile, "att.pool")
     assert heap_views(profile, upid, "att.pool", "fill_pool") == Views(100 * 48, 100, 100 * 48, 100)
@@ -582,7 +582,7 @@ def test_attach_python_heap_registered_again(tmp_path: Path) -> None:
     script = tmp_path / "attach_heap.py"
     script.write_text(ATTACH_PY)
     db = tmp_path / "attpy.db"
-    attach_and_register_again([sys.executable, script], db)
+    attach_and_register_again([sys.executable, str(script)], db)
     profile = Profile(db)
     upid = heap_process(profile, "att.py")
     rows = profile.query("SELECT SUM(size) AS s, SUM(count) AS n FROM heap_profile_allocation"

@@ -98,6 +98,7 @@ def test_target_survives_producer_sigkill(programs: Programs, tmp_path: Path, su
             bufsize=0,
             start_new_session=True,
         )
+    assert proc.stdin is not None and proc.stdout is not None
     target_pid = None
     deadline = time.monotonic() + DEADLINE_S
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,14 +18,14 @@ from heapscope.view.report import build_reports
 pytest.importorskip("chdb", reason="needs chDB: pip install '.[clickhouse]'")
 
 
-def report_rows(db, view):
+def report_rows(db: Path, view: str) -> list[tuple[Any, ...]]:
     with open_profile(db) as p:
         return sorted((r.process.info.pid, row.function, row.library, row.self_value, row.total_value)
                       for r in build_reports(p, view, dump="end", sort="total", keep_common=True)
                       for row in r.rows)
 
 
-def ch_rows(w: Writer, view: str, table: str = "heapscope.heapscope_samples"):
+def ch_rows(w: Writer, view: str, table: str = "heapscope.heapscope_samples") -> list[tuple[Any, ...]]:
     rows = w.query(f"SELECT pid, function, library, self_{view}, total_{view} FROM {table}_top_functions"
                    f" WHERE self_{view} != 0 OR total_{view} != 0")
     return sorted(tuple(r) for r in rows)

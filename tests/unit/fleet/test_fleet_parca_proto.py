@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from types import ModuleType
+from typing import Any
 
 from heapscope.fleet import _parca
 
 
-def repeated(f) -> bool:
+def repeated(f: Any) -> bool:
     # protobuf 7 dropped FieldDescriptor.label for is_repeated; older ones have only label (3 = repeated)
     return bool(f.is_repeated) if hasattr(f, "is_repeated") else f.label == 3
 
 
-def fields(descriptor) -> dict[str, list[tuple[str, int, int, bool, str]]]:
+def fields(descriptor: Any) -> dict[str, list[tuple[str, int, int, bool, str]]]:
     return {m.name: sorted((f.name, f.number, f.type, repeated(f), f.message_type.full_name if f.message_type else "")
                            for f in m.fields)
             for m in descriptor.message_types_by_name.values()}

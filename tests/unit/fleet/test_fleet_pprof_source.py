@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 from pathlib import Path
+from typing import Any
 
 import pytest
 from export_support import decode, packed_ints
@@ -28,8 +29,8 @@ def _samples(data: bytes) -> tuple[list[str], list[tuple[list[int], list[tuple[i
     return strings, samples, scalars  # type: ignore[return-value]
 
 
-def _labels(strings, sample_labels) -> dict[str, object]:
-    out: dict[str, object] = {}
+def _labels(strings: list[str], sample_labels: list[Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
     for label in sample_labels:
         d = dict(label)
         key = strings[d[1]]
@@ -87,8 +88,9 @@ def test_bad_selection_is_one_line(known_profile: Path) -> None:
 
 @pytest.mark.timeout(240)
 def test_go_tool_pprof_reads_it(known_profile: Path, tmp_path: Path) -> None:
-    if go_missing():
-        pytest.skip(go_missing())
+    missing = go_missing()
+    if missing:
+        pytest.skip(missing)
     with open_profile(known_profile) as p:
         f = tmp_path / "heap.pb.gz"
         f.write_bytes(pprof_source.build(p, view="alloc_space").data)

@@ -43,13 +43,13 @@ def default_type(body: bytes) -> str:
     return strings[next(v for f, v in msg if f == 14)]  # type: ignore[index]
 
 
-def test_heap_and_allocs(server) -> None:
+def test_heap_and_allocs(server: PprofServer) -> None:
     status, body, ctype = get(server.url + "heap")
     assert status == 200 and ctype == "application/octet-stream" and body[:2] == b"\x1f\x8b"
     assert default_type(body) == "inuse_space"
     status, body, _ = get(server.url + "allocs?gc=1")
     assert status == 200 and default_type(body) == "alloc_space"
-    assert len(server.calls) == 2  # a fresh snapshot per request
+    assert len(server.calls) == 2  # type: ignore[attr-defined]  # a fresh snapshot per request
     status, body, ctype = get(server.url)
     assert status == 200 and b"heap" in body and ctype.startswith("text/html")
     assert server.requests == 3 and server.errors == 0
@@ -62,7 +62,7 @@ def test_heap_and_allocs(server) -> None:
     ("heap?pid=abc", 400, "pid='abc': not a process id"),
     ("goroutine", 404, "/debug/pprof/goroutine: not served"),
 ])
-def test_refusals_are_one_line(server, query: str, status: int, line: str) -> None:
+def test_refusals_are_one_line(server: PprofServer, query: str, status: int, line: str) -> None:
     got, body, ctype = get(server.url + query)
     assert got == status and ctype.startswith("text/plain")
     text = body.decode()
@@ -70,7 +70,7 @@ def test_refusals_are_one_line(server, query: str, status: int, line: str) -> No
     assert server.errors == 1
 
 
-def test_pid_selects_one_process(server) -> None:
+def test_pid_selects_one_process(server: PprofServer) -> None:
     status, body, _ = get(server.url + "heap?pid=200")
     assert status == 200
     samples = [v for f, v in decode(gzip.decompress(body)) if f == 2]
@@ -100,15 +100,16 @@ def test_loopback_only_unless_allowed() -> None:
             parse_address(bad)
 
 
-def test_port_in_use_is_one_line(server) -> None:
+def test_port_in_use_is_one_line(server: PprofServer) -> None:
     with pytest.raises(UsageError, match=rf"--serve 127.0.0.1:{server.port}: cannot listen"):
         PprofServer(lambda: Snapshot(Path("x")), f"127.0.0.1:{server.port}")
 
 
 @pytest.mark.timeout(240)
-def test_go_tool_pprof_over_http(server, tmp_path: Path) -> None:
-    if go_missing():
-        pytest.skip(go_missing())
+def test_go_tool_pprof_over_http(server: PprofServer, tmp_path: Path) -> None:
+    missing = go_missing()
+    if missing:
+        pytest.skip(missing)
     raw = go_pprof(["-raw", server.url + "heap"], tmp_path)
     assert raw_totals(raw)["inuse_space"] == 434 + 4096
     top = go_pprof(["-top", server.url + "allocs?pid=100"], tmp_path)
