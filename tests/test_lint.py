@@ -90,19 +90,13 @@ NOT_YET_STRICT: frozenset[str] = frozenset({
     "tests/integration/test_import.py",
     "tests/integration/test_sessions.py",
     "tests/integration/test_views.py",
-    "tests/unit/bookkeeping/conftest.py",
-    "tests/unit/bookkeeping/test_joint_peak.py",
     "tests/unit/bookkeeping/test_tracker.py",
     "tests/unit/client/pyframes_target.py",
     "tests/unit/client/test_client.py",
     "tests/unit/export/test_export_unit.py",
     "tests/unit/importer/test_heapprofd_import.py",
-    "tests/unit/producer/conftest.py",
     "tests/unit/producer/test_ingest.py",
     "tests/unit/producer/test_producer.py",
-    "tests/unit/store/test_store_reader.py",
-    "tests/unit/symbolize/test_symbol_cache.py",
-    "tests/unit/view/test_view_select.py",
 })
 
 
@@ -114,11 +108,14 @@ def python_folders() -> list[Path]:
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("folder", python_folders(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_mypy_strict_is_clean_on_tests(folder: Path) -> None:
-    """A test imports its folder's helpers and tests/'s (pytest puts both on sys.path; fault/ adds
-    integration/): mypy is given the same path. Errors count in the folder's own files (those
-    of a helper imported from elsewhere count in the helper's folder)."""
+    """A test imports helpers from its folder and the folders above it, up to tests/ (pytest puts
+    each on sys.path, with their conftest.py; fault/conftest.py adds integration/): mypy is given
+    the same path. Errors count in the folder's own files (those of a helper imported from
+    elsewhere count in the helper's folder)."""
     pytest.importorskip("mypy", reason="mypy comes with the dev extra")
-    path = os.pathsep.join(map(str, (folder, TESTS, TESTS / "integration")))
+    above = [folder, *[p for p in folder.parents if p.is_relative_to(TESTS)]]
+    extra = [TESTS / "integration"] if folder == TESTS / "fault" else []
+    path = os.pathsep.join(map(str, above + extra))
     files = sorted(folder.glob("*.py"))
     status, out = mypy(*map(str, files), env={**os.environ, "MYPYPATH": path})
     mine = {str(file.relative_to(ROOT)) for file in files}

@@ -19,7 +19,7 @@ S1, S2, S3 = 0x1111, 0x2222, 0x3333
 A, B, C, D = 0x7F00_0000_1000, 0x7F00_0000_2000, 0x7F00_0000_3000, 0x7F00_0000_4000
 
 
-def two(make_heap: Any, dump_at_max: bool = False):
+def two(make_heap: Any, dump_at_max: bool = False) -> tuple[Any, Any]:
     m, p = make_heap(dump_at_max=dump_at_max), make_heap(dump_at_max=dump_at_max)
     p.t.share_peak(m.t)
     m.t.set_callsite(S1, 1)
@@ -104,7 +104,7 @@ def test_dump_at_max_dumps_both_heaps_at_the_joint_peak(make_heap: Any) -> None:
     assert p.dump() == [(2, 1, 900)]
 
 
-def window(h) -> dict[int, tuple[int, ...]]:
+def window(h: Any) -> dict[int, tuple[int, ...]]:
     return {row[0] or row[1]: tuple(row[2:]) for row in WINDOW_ROW.iter_unpack(h.t.window())}
 
 

@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 import wire_support as ws
-from hs_integration import Recorder
 
 from heapscope.wire import codec
 
@@ -309,7 +308,7 @@ def test_unknown_type_and_wrong_sizes_are_skipped(make_ring: Any) -> None:
         ("zero length", raw_record(0, codec.RecordType.MALLOC, 8)),
     ],
 )
-def test_broken_framing_marks_the_ring_corrupt(make_ring: Any, name: str, record: Recorder) -> None:
+def test_broken_framing_marks_the_ring_corrupt(make_ring: Any, name: str, record: bytes) -> None:
     # GIVEN one good record, then a badly framed one
     ring = make_ring()
     ring.feed([malloc(1, A, 10, S1), record])
