@@ -71,7 +71,9 @@ def test_interleaved_threads_many_addresses(make_heap: Any) -> None:
     # GIVEN a reference model, and ops submitted in a shuffled order within windows
     h = make_heap()
     rng = random.Random(1234)
-    ops, live, model = [], {}, {}
+    ops: list[tuple[int, int, Any, Any]] = []  # (seq, addr, size, stack); a free's are None
+    live: dict[int, tuple[int, int]] = {}
+    model: dict[int, tuple[int, int, int, int]] = {}
     pool = [0x5500_0000 + 16 * i for i in range(3000)]
     seq = 0
     for _ in range(40000):
@@ -495,7 +497,7 @@ def test_thread_totals_in_sequence_order_match_a_model(make_heap: Any) -> None:
     pool = [0x6600_0000 + 16 * i for i in range(500)]
     live: dict[int, tuple[int, int, int]] = {}
     model: dict[tuple[int, int], list[int]] = {}
-    ops = []
+    ops: list[tuple[int, int, Any, Any, Any]] = []  # (seq, addr, size, stack, tid); a free's are None
     for seq in range(1, 20001):
         addr = rng.choice(pool)
         if addr in live:

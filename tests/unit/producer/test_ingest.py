@@ -59,7 +59,9 @@ def test_interleaved_threads_many_addresses(make_ring: Any) -> None:
     # GIVEN a reference model, and ops written in a shuffled order within windows
     ring = make_ring(1 << 20)
     rng = random.Random(1234)
-    ops, live, model = [], {}, {}
+    ops: list[bytes] = []
+    live: dict[int, tuple[int, int]] = {}
+    model: dict[int, tuple[int, int, int, int]] = {}
     pool = [0x5500_0000 + 16 * i for i in range(3000)]
     seq = 0
     for _ in range(40000):
@@ -355,7 +357,8 @@ def test_record_crossing_the_end_is_corrupt(make_ring: Any, ingest_mod: ModuleTy
     [(12, 0), (0, 64), (4096 + 64, 0), (1 << 63, 8)],
     ids=["unaligned", "behind read_pos", "more than the ring", "absurd"],
 )
-def test_bad_positions_mark_the_ring_corrupt(make_ring: Any, ingest_mod: ModuleType, write_pos, read_pos: int) -> None:
+def test_bad_positions_mark_the_ring_corrupt(make_ring: Any, ingest_mod: ModuleType, write_pos: int,
+                                             read_pos: int) -> None:
     ring = make_ring(4096)
     ring.writer.set("read_pos", read_pos)
     ring.ingest.close()
@@ -409,7 +412,7 @@ def test_fuzz_arbitrary_bytes_never_crash(make_ring: Any) -> None:
             ring.put_raw(0, bytes(blob))
             wp = len(blob) & ~7
         else:
-            blob = _fuzz_records(rng)
+            blob = bytearray(_fuzz_records(rng))
             ring.put_raw(0, blob)
             wp = len(blob)
         ring.writer.set("write_pos", wp)
