@@ -90,8 +90,6 @@ NOT_YET_STRICT: frozenset[str] = frozenset({
     "tests/integration/test_import.py",
     "tests/integration/test_sessions.py",
     "tests/integration/test_views.py",
-    "tests/unit/client/pyframes_target.py",
-    "tests/unit/client/test_client.py",
     "tests/unit/export/test_export_unit.py",
     "tests/unit/importer/test_heapprofd_import.py",
     "tests/unit/producer/test_producer.py",
