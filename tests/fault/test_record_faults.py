@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import IO, Any
 
 import pytest
 
@@ -59,13 +60,13 @@ def bins(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 class Lines:
     """A pipe read line by line by a thread; wait_for() waits with a timeout."""
 
-    def __init__(self, pipe) -> None:  # noqa: ANN001
+    def __init__(self, pipe: IO[bytes] | None) -> None:
         self.q: queue.Queue[str | None] = queue.Queue()
         self.seen: list[str] = []
         self.closed = False
         threading.Thread(target=self._read, args=(pipe,), daemon=True).start()
 
-    def _read(self, pipe) -> None:  # noqa: ANN001
+    def _read(self, pipe: IO[bytes]) -> None:
         with contextlib.suppress(OSError):  # a pty's master reads EIO once its last user has gone: EOF
             for raw in iter(pipe.readline, b""):
                 self.q.put(raw.decode(errors="replace").rstrip("\n"))
@@ -103,7 +104,7 @@ class Lines:
 class Proc:
     """A child in its own session with piped stdio."""
 
-    def __init__(self, argv: list[str | Path], **kw) -> None:  # noqa: ANN003
+    def __init__(self, argv: list[str | Path], **kw: Any) -> None:
         self.p = subprocess.Popen([str(a) for a in argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, start_new_session=True, **kw)
         self.out = Lines(self.p.stdout)
@@ -120,7 +121,7 @@ class Proc:
             return self.p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            pytest.fail(f"{self.p.args} did not exit in {timeout} s; stderr:\n" + "\n".join(self.err.seen[-30:]))
+            pytest.fail(f"{self.p.args!r} did not exit in {timeout} s; stderr:\n" + "\n".join(self.err.seen[-30:]))
 
     def errors(self) -> list[str]:
         return self.err.rest()
@@ -136,7 +137,7 @@ class Proc:
 def procs() -> Iterator[Callable[..., Proc]]:
     started: list[Proc] = []
 
-    def start(argv: list[str | Path], **kw) -> Proc:  # noqa: ANN003
+    def start(argv: list[str | Path], **kw: Any) -> Proc:
         p = Proc(argv, **kw)
         started.append(p)
         return p
@@ -164,7 +165,7 @@ def record(*opts: str | Path, verbose: bool = True) -> list[str | Path]:
             "--no-symbolize", *opts]
 
 
-def query(db: Path, sql: str, params: tuple = ()) -> list[tuple]:
+def query(db: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
         return con.execute(sql, params).fetchall()
@@ -173,7 +174,8 @@ def query(db: Path, sql: str, params: tuple = ()) -> list[tuple]:
 
 
 def unreleased(db: Path) -> int:
-    return query(db, "SELECT COALESCE(SUM(size), 0) FROM heap_profile_allocation")[0][0]
+    total: int = query(db, "SELECT COALESCE(SUM(size), 0) FROM heap_profile_allocation")[0][0]
+    return total
 
 
 def heapscope_lines(lines: list[str]) -> list[str]:
@@ -317,7 +319,7 @@ def test_out_of_descriptors_is_counted_and_said(bins: dict[str, Path], tmp_path:
         resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
 
     db = tmp_path / "few.db"
-    argv = [*HEAPSCOPE, "record", "-o", str(db), "--shmem-size", "64k", "--", bins["record_fanout"], "together",
+    argv = [*HEAPSCOPE, "record", "-o", str(db), "--shmem-size", "64k", "--", str(bins["record_fanout"]), "together",
             "600"]
     r = subprocess.run(argv, capture_output=True, timeout=280, preexec_fn=limit)
     # THEN every process runs to its end; those heapscope could not take are counted and said
@@ -750,7 +752,7 @@ def test_a_flood_of_dump_requests_never_stops_the_recording(bins: dict[str, Path
     ["-o", ""], ["--skip-symbol-prefix", ""],
     ["-p", "0"], ["-p", "x"],
 ])
-def test_bad_option_values_are_refused_before_the_target_starts(tmp_path: Path, opts) -> None:
+def test_bad_option_values_are_refused_before_the_target_starts(tmp_path: Path, opts: list[str]) -> None:
     marker = tmp_path / "started"
     argv = [*HEAPSCOPE, "record", "-o", str(tmp_path / "o.db"), *opts]
     if opts[0] != "-p":
@@ -884,7 +886,7 @@ def unprivileged_user() -> Iterator[pwd.struct_passwd]:
 
 
 def test_attach_lock_is_not_a_planted_symlink(bins: dict[str, Path], tmp_path: Path, procs: Callable[..., Proc],
-                                              unprivileged_user) -> None:
+                                              unprivileged_user: pwd.struct_passwd) -> None:
     gdb_or_skip()
     # GIVEN a file of root's and a running target
     victim = tmp_path / "victim"
@@ -909,7 +911,7 @@ def test_attach_lock_is_not_a_planted_symlink(bins: dict[str, Path], tmp_path: P
 
 
 def test_attach_lock_is_not_held_by_another_user(bins: dict[str, Path], tmp_path: Path, procs: Callable[..., Proc],
-                                                 unprivileged_user) -> None:
+                                                 unprivileged_user: pwd.struct_passwd) -> None:
     gdb_or_skip()
     # GIVEN a running target of root's
     t = procs([bins["record_driven"]])

@@ -18,8 +18,9 @@ import sqlite3
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import IO, Any
 
 import pytest
 
@@ -47,18 +48,18 @@ def bin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 class Lines:
     """A pipe read line by line by a thread; get() waits with a timeout."""
 
-    def __init__(self, pipe) -> None:  # noqa: ANN001
+    def __init__(self, pipe: IO[bytes] | None) -> None:
         self.q: queue.Queue[str | None] = queue.Queue()
         self.seen: list[str] = []
         self.thread = threading.Thread(target=self._read, args=(pipe,), daemon=True)
         self.thread.start()
 
-    def _read(self, pipe) -> None:  # noqa: ANN001
+    def _read(self, pipe: IO[bytes]) -> None:
         for raw in iter(pipe.readline, b""):
             self.q.put(raw.decode(errors="replace").rstrip("\n"))
         self.q.put(None)
 
-    def wait_for(self, predicate, what: str, timeout: float = WAIT_S) -> str:  # noqa: ANN001
+    def wait_for(self, predicate: Callable[[str], bool], what: str, timeout: float = WAIT_S) -> str:
         while True:
             try:
                 line = self.q.get(timeout=timeout)
@@ -74,7 +75,7 @@ class Lines:
 class Proc:
     """A child in its own session with piped stdio; killed as a group if left running."""
 
-    def __init__(self, argv: list[str], **kw) -> None:  # noqa: ANN003
+    def __init__(self, argv: Sequence[str | Path], **kw: Any) -> None:
         self.p = subprocess.Popen([str(a) for a in argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, start_new_session=True, **kw)
         self.out = Lines(self.p.stdout)
@@ -96,7 +97,7 @@ class Proc:
             return self.p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            pytest.fail(f"{self.p.args} did not exit in {timeout} s")
+            pytest.fail(f"{self.p.args!r} did not exit in {timeout} s")
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -109,7 +110,7 @@ class Proc:
 def procs() -> Iterator[Callable[..., Proc]]:
     started: list[Proc] = []
 
-    def start(argv: list[str], **kw) -> Proc:  # noqa: ANN003
+    def start(argv: Sequence[str | Path], **kw: Any) -> Proc:
         p = Proc(argv, **kw)
         started.append(p)
         return p
@@ -120,7 +121,7 @@ def procs() -> Iterator[Callable[..., Proc]]:
             p.kill()
 
 
-def dump_line(reason: str, unreleased: int | None = None):  # noqa: ANN201
+def dump_line(reason: str, unreleased: int | None = None) -> Callable[[str], bool]:
     def match(line: str) -> bool:
         if f"({reason}) of pid" not in line:
             return False
@@ -128,7 +129,7 @@ def dump_line(reason: str, unreleased: int | None = None):  # noqa: ANN201
     return match
 
 
-def query(db: Path, sql: str, params: tuple = ()) -> list[tuple]:
+def query(db: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     con = sqlite3.connect(db)
     try:
         return con.execute(sql, params).fetchall()
@@ -143,7 +144,7 @@ def cumulative_by_dump(db: Path, upid: int) -> list[tuple[str, int]]:
                                " WHERE upid = ? AND ts <= ?", (upid, ts))[0][0]) for reason, ts in dumps]
 
 
-def record(*opts: str) -> list[str]:
+def record(*opts: str | Path) -> list[str | Path]:
     return [*HEAPSCOPE, "-v", "record", "-q", "-i", "1", "--seed", "1", "--no-symbolize", *opts]
 
 
@@ -354,7 +355,7 @@ class InProcess:
             if pattern in line:
                 return line
 
-    def run(self, steps) -> int:  # noqa: ANN001
+    def run(self, steps: Callable[[Recording, IO[bytes], Lines], None]) -> int:
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         with self.rec as rec:
@@ -386,12 +387,13 @@ def test_recording_in_process_dump_on_request(bin_dir: Path, tmp_path: Path) -> 
     db = tmp_path / "inproc.db"
     ip = InProcess(bin_dir, db)
 
-    def steps(rec: Recording, stdin, out: Lines) -> None:  # noqa: ANN001
+    def steps(rec: Recording, stdin: IO[bytes], out: Lines) -> None:
         out.wait_for(lambda s: s.startswith("ready"), "target start")
         stdin.write(b"a\n")
         out.wait_for(lambda s: s.startswith("ok a "), "phase a")
         # WHEN another thread asks for a dump (a live view, an HTTP endpoint)
         rec.request_dump("manual")
+        assert rec.child is not None
         ip.wait_log(f"(manual) of pid {rec.child.pid}: {MIB} bytes unreleased")
         stdin.write(b"a\nq\n")
 
@@ -408,7 +410,7 @@ def test_recording_in_process_stop_lets_the_target_run_on(bin_dir: Path, tmp_pat
     db = tmp_path / "stop.db"
     ip = InProcess(bin_dir, db)
 
-    def steps(rec: Recording, stdin, out: Lines) -> None:  # noqa: ANN001
+    def steps(rec: Recording, stdin: IO[bytes], out: Lines) -> None:
         out.wait_for(lambda s: s.startswith("ready"), "target start")
         stdin.write(b"a\n")
         out.wait_for(lambda s: s.startswith("ok a "), "phase a")
