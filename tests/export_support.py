@@ -7,6 +7,7 @@ import importlib.util
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 # The project's shared/ folder sits beside the checkout (on CI too).
@@ -193,11 +194,11 @@ def check_chrome_trace(doc: object) -> list[str]:
     return errs
 
 
-def chrome_stacks(doc: dict) -> list[dict[str, object]]:
+def chrome_stacks(doc: dict[str, Any]) -> list[dict[str, object]]:
     """Per memory dump: {pid, id, summary_size, summary_count, entries: [(names root first, count, size)]}."""
     out = []
     strings: dict[object, dict[int, str]] = {}
-    nodes: dict[object, dict[int, dict]] = {}
+    nodes: dict[object, dict[int, dict[str, Any]]] = {}
     for ev in doc["traceEvents"]:
         if ev.get("ph") != "v":
             continue

@@ -10,6 +10,7 @@ bind 127.0.0.1 on a free port and are stopped by the fixture that made them.
 
 from __future__ import annotations
 
+import email.message
 import email.parser
 import email.policy
 import gzip
@@ -85,7 +86,8 @@ class PyroscopeServer(_Base):
                     owner.hold.wait(timeout=30)
                 status = owner._next_failure()
                 if status is not None:
-                    self._answer(int(status), b"failing on purpose\n")
+                    assert isinstance(status, int), status  # an HTTP status, for this server
+                    self._answer(status, b"failing on purpose\n")
                     return
                 problem, received = owner.check(self.path, self.headers.get("Content-Type", ""), body)
                 if problem:
@@ -133,8 +135,7 @@ class PyroscopeServer(_Base):
             return "not multipart/form-data", None
         msg = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
             f"Content-Type: {content_type}\r\n\r\n".encode() + body)
-        parts = {p.get_param("name", header="content-disposition"): p.get_payload(decode=True)
-                 for p in msg.iter_parts()}
+        parts = {p.get_param("name", header="content-disposition"): _payload(p) for p in msg.iter_parts()}
         if "profile" not in parts:
             return "no profile part", None
         config = json.loads(parts.get("sample_type_config") or b"{}")
@@ -149,6 +150,13 @@ class PyroscopeServer(_Base):
             self.hold.set()
         self.server.shutdown()
         self.server.server_close()
+
+
+def _payload(part: email.message.Message) -> bytes:
+    """A form part's content, decoded (a non-multipart part's decoded payload is bytes)."""
+    data = part.get_payload(decode=True)
+    assert isinstance(data, bytes), type(data)
+    return data
 
 
 def parca_messages(out_dir: Path) -> ModuleType:

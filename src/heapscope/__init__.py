@@ -1,9 +1,12 @@
 """heapscope: a sampling native-heap profiler for Linux.
 
 Pipeline (one folder a part; imports point one way: cli -> hosts ->
-session -> producer -> bookkeeping -> wire, producer -> store, cli -> view |
-export | symbolize -> store; every part may use model and errors; client/ is
-C only; docs/ beside src/ explains each part):
+session -> producer -> bookkeeping -> wire, producer -> store, session -> view |
+symbolize -> store, hosts -> fleet -> export -> store, cli -> importer -> store;
+every part may use the top-level modules (model, errors, slots, ...), which sit
+under all of them; each part's docstring has a "May import:" line, and
+tests/test_architecture.py checks all of this against the code; client/ is C
+only; docs/ beside src/ explains each part):
 
     client/      LD_PRELOAD library inside the target: hooks, sampler, unwinder
     wire/        the protocol between client and producer (wire.h + mirror)
@@ -23,8 +26,10 @@ C only; docs/ beside src/ explains each part):
     symbolize/   function names from ELF files
     view/        reports built from a profile
     export/      a profile in other tools' formats (pprof, Perfetto, Chrome JSON, ...)
+    importer/    profiles other tools wrote (Perfetto heapprofd traces), into the database
     fleet/       profiles that leave the host: pprof bytes, Pyroscope/Parca pushers, ClickHouse
     cli/         the command line
+    include/     heapscope.h: the custom heap API for C programs (`heapscope --include`)
 
 The path of one sampled allocation: the client's malloc hook samples it,
 unwinds, and writes a MALLOC record (its stack id, and a STACK record the first

@@ -1,3 +1,8 @@
+"""`python -m heapscope`: the command line, as the console script runs it.
+
+May import: heapscope.cli.
+"""
+
 from heapscope.cli import run
 
 run()

@@ -4,6 +4,8 @@
 
     with api.recording(["./build_index", "--big"], "prof.db") as rec:
         ...
+
+May import: heapscope.hosts.api.
 """
 
 from heapscope.hosts.api import RunningRecording, record, recording

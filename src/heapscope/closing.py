@@ -5,6 +5,8 @@ Every dump went to `PROFILE-wal`; the final checkpoint copies it into `PROFILE`,
 about as much free space again. When the disk fills up there, the recording is whole but lives
 in two files: `PROFILE` alone, copied elsewhere, reads as an empty or older profile. The user is
 told which files make the profile and how to fold them into one once there is space.
+
+May import: nothing of heapscope.
 """
 
 from __future__ import annotations

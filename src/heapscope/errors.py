@@ -13,6 +13,8 @@
 Every command raises the same class, with the same wording, for the same
 mistake (heapscope.store.select builds those lines). Only heapscope.cli
 prints them; everything else raises.
+
+May import: nothing of heapscope.
 """
 
 from __future__ import annotations

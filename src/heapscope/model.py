@@ -2,6 +2,8 @@
 
 Ids are plain ints at run time; the NewTypes keep them apart for the type
 checker (a FrameId is not a CallsiteId).
+
+May import: heapscope.slots.
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ console entry point (heapscope.cli.run) blocks them first thing; the launch lets
 them through once its handlers are in place, and they are delivered then (a
 blocked signal stays pending). The target is spawned with the mask heapscope
 was given, never with these blocked.
+
+May import: nothing of heapscope.
 """
 
 from __future__ import annotations

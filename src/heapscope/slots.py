@@ -15,6 +15,8 @@ gave, from the class's own `__slots__` (its fields, in order):
 
 Each class writes its own `__init__` (defaults, checks). A class with these
 bases does not subclass another record class: `__slots__` lists every field.
+
+May import: nothing of heapscope.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ llvm-symbolizer (symbolize/llvm.py) (issue 13). This follows CPython 3.11's
 Lib/shutil.py on POSIX: a name with a slash is checked as it is, any other
 is looked up in $PATH (else os.confstr("CS_PATH")); a match is an existing,
 executable file that is not a directory.
+
+May import: nothing of heapscope.
 """
 
 from __future__ import annotations

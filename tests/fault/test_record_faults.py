@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import IO, Any
 
 import pytest
 
@@ -59,13 +60,13 @@ def bins(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 class Lines:
     """A pipe read line by line by a thread; wait_for() waits with a timeout."""
 
-    def __init__(self, pipe) -> None:  # noqa: ANN001
+    def __init__(self, pipe: IO[bytes] | None) -> None:
         self.q: queue.Queue[str | None] = queue.Queue()
         self.seen: list[str] = []
         self.closed = False
         threading.Thread(target=self._read, args=(pipe,), daemon=True).start()
 
-    def _read(self, pipe) -> None:  # noqa: ANN001
+    def _read(self, pipe: IO[bytes]) -> None:
         with contextlib.suppress(OSError):  # a pty's master reads EIO once its last user has gone: EOF
             for raw in iter(pipe.readline, b""):
                 self.q.put(raw.decode(errors="replace").rstrip("\n"))
@@ -103,7 +104,7 @@ class Lines:
 class Proc:
     """A child in its own session with piped stdio."""
 
-    def __init__(self, argv: list[str | Path], **kw) -> None:  # noqa: ANN003
+    def __init__(self, argv: list[str | Path], **kw: Any) -> None:
         self.p = subprocess.Popen([str(a) for a in argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, start_new_session=True, **kw)
         self.out = Lines(self.p.stdout)
@@ -120,7 +121,7 @@ class Proc:
             return self.p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            pytest.fail(f"{self.p.args} did not exit in {timeout} s; stderr:\n" + "\n".join(self.err.seen[-30:]))
+            pytest.fail(f"{self.p.args!r} did not exit in {timeout} s; stderr:\n" + "\n".join(self.err.seen[-30:]))
 
     def errors(self) -> list[str]:
         return self.err.rest()
@@ -133,10 +134,10 @@ class Proc:
 
 
 @pytest.fixture
-def procs() -> Iterator:
+def procs() -> Iterator[Callable[..., Proc]]:
     started: list[Proc] = []
 
-    def start(argv: list[str | Path], **kw) -> Proc:  # noqa: ANN003
+    def start(argv: list[str | Path], **kw: Any) -> Proc:
         p = Proc(argv, **kw)
         started.append(p)
         return p
@@ -164,7 +165,7 @@ def record(*opts: str | Path, verbose: bool = True) -> list[str | Path]:
             "--no-symbolize", *opts]
 
 
-def query(db: Path, sql: str, params: tuple = ()) -> list[tuple]:
+def query(db: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
         return con.execute(sql, params).fetchall()
@@ -173,7 +174,8 @@ def query(db: Path, sql: str, params: tuple = ()) -> list[tuple]:
 
 
 def unreleased(db: Path) -> int:
-    return query(db, "SELECT COALESCE(SUM(size), 0) FROM heap_profile_allocation")[0][0]
+    total: int = query(db, "SELECT COALESCE(SUM(size), 0) FROM heap_profile_allocation")[0][0]
+    return total
 
 
 def heapscope_lines(lines: list[str]) -> list[str]:
@@ -206,7 +208,9 @@ def gdb_or_skip() -> None:
 # --- the target ends badly, or heapscope does -----------------------------------------------
 
 
-def test_producer_sigkill_mid_run_leaves_the_target_running(bins, tmp_path, procs, subreaper) -> None:
+def test_producer_sigkill_mid_run_leaves_the_target_running(bins: dict[str, Path], tmp_path: Path,
+                                                            procs: Callable[..., Proc],
+                                                            subreaper: None) -> None:
     # GIVEN a recording whose target holds 64 KiB
     h = procs(record("-o", tmp_path / "k.db", "--", bins["record_driven"]))
     target = int(h.out.wait_for(r"^ready ").split()[1])
@@ -224,7 +228,9 @@ def test_producer_sigkill_mid_run_leaves_the_target_running(bins, tmp_path, proc
 
 @pytest.mark.parametrize(("command", "sig"), [("kill", signal.SIGKILL), ("segv", signal.SIGSEGV),
                                               ("abort", signal.SIGABRT)])
-def test_target_killed_record_exits_128_plus_n_and_writes(bins, tmp_path, procs, command, sig) -> None:
+def test_target_killed_record_exits_128_plus_n_and_writes(bins: dict[str, Path], tmp_path: Path, procs: Callable[...,
+                                                          Proc], command: str,
+                                                          sig: int) -> None:
     db = tmp_path / "d.db"
     h = procs(record("-o", db, "--", bins["record_driven"]))
     h.out.wait_for(r"^ready ")
@@ -239,7 +245,7 @@ def test_target_killed_record_exits_128_plus_n_and_writes(bins, tmp_path, procs,
     assert query(db, "SELECT COUNT(*) FROM process WHERE end_ts IS NOT NULL") == [(1,)]
 
 
-def test_64_concurrent_processes(bins, tmp_path) -> None:
+def test_64_concurrent_processes(bins: dict[str, Path], tmp_path: Path) -> None:
     db = tmp_path / "c.db"
     r = subprocess.run(record("-o", db, "--", bins["record_fanout"], "together", "64", verbose=False),
                        capture_output=True, timeout=240)
@@ -251,7 +257,7 @@ def test_64_concurrent_processes(bins, tmp_path) -> None:
                      " AND upid > 1") == [(128, 64 * 4000)]
 
 
-def test_1000_processes_in_one_recording(bins, tmp_path) -> None:
+def test_1000_processes_in_one_recording(bins: dict[str, Path], tmp_path: Path) -> None:
     db = tmp_path / "t.db"
     r = subprocess.run(record("-o", db, "--", bins["record_fanout"], "serial", "1000", "8", verbose=False),
                        capture_output=True, timeout=280)
@@ -263,7 +269,7 @@ def test_1000_processes_in_one_recording(bins, tmp_path) -> None:
     assert query(db, "SELECT SUM(size) FROM heap_profile_allocation WHERE upid > 1") == [(0,)]
 
 
-def test_descriptors_above_1024(bins, tmp_path) -> None:
+def test_descriptors_above_1024(bins: dict[str, Path], tmp_path: Path) -> None:
     # GIVEN heapscope holding 1100 descriptors before it starts (select() stops at 1024)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and hard < 1300:
@@ -287,7 +293,7 @@ def test_descriptors_above_1024(bins, tmp_path) -> None:
     assert query(db, "SELECT COUNT(*) FROM process") == [(17,)]
 
 
-def test_600_concurrent_processes_under_a_1024_descriptor_limit(bins, tmp_path) -> None:
+def test_600_concurrent_processes_under_a_1024_descriptor_limit(bins: dict[str, Path], tmp_path: Path) -> None:
     # GIVEN heapscope started with the common soft limit of 1024 descriptors, and
     # 600 processes alive at once (a socket and a ring each: 1200 descriptors)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -307,13 +313,13 @@ def test_600_concurrent_processes_under_a_1024_descriptor_limit(bins, tmp_path) 
     assert query(db, "SELECT SUM(count) FROM heap_profile_allocation WHERE upid > 1 AND count > 0") == [(1200,)]
 
 
-def test_out_of_descriptors_is_counted_and_said(bins, tmp_path) -> None:
+def test_out_of_descriptors_is_counted_and_said(bins: dict[str, Path], tmp_path: Path) -> None:
     # GIVEN a hard limit of 1024 descriptors that heapscope cannot raise, and 600 processes at once
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
 
     db = tmp_path / "few.db"
-    argv = [*HEAPSCOPE, "record", "-o", str(db), "--shmem-size", "64k", "--", bins["record_fanout"], "together",
+    argv = [*HEAPSCOPE, "record", "-o", str(db), "--shmem-size", "64k", "--", str(bins["record_fanout"]), "together",
             "600"]
     r = subprocess.run(argv, capture_output=True, timeout=280, preexec_fn=limit)
     # THEN every process runs to its end; those heapscope could not take are counted and said
@@ -352,7 +358,8 @@ def fill(directory: Path) -> Path:
     return filler
 
 
-def test_disk_full_keeps_what_fits_and_the_status(bins, procs, small_tmpfs) -> None:
+def test_disk_full_keeps_what_fits_and_the_status(bins: dict[str, Path], procs: Callable[..., Proc],
+                                                  small_tmpfs: Path) -> None:
     db = small_tmpfs / "full.db"
     h = procs(record("-o", db, "-c", "20", "--", bins["record_driven"]))
     h.out.wait_for(r"^ready ")
@@ -375,7 +382,7 @@ def test_disk_full_keeps_what_fits_and_the_status(bins, procs, small_tmpfs) -> N
     assert unreleased(db) >= BLOCK
 
 
-def test_a_disk_full_from_the_start_leaves_the_target_its_run_and_status(small_tmpfs) -> None:
+def test_a_disk_full_from_the_start_leaves_the_target_its_run_and_status(small_tmpfs: Path) -> None:
     # GIVEN a file system already full: the profile's files can be created (empty), its schema not.
     # `record` makes the schema after the target's spawn (issue 13), so the target starts.
     filler = fill(small_tmpfs)
@@ -401,7 +408,8 @@ def readable_alone(files: list[Path], into: Path) -> int:
     return unreleased(into / files[0].name)
 
 
-def test_a_disk_full_at_the_final_checkpoint_says_which_files_make_the_profile(bins, tmp_path) -> None:
+def test_a_disk_full_at_the_final_checkpoint_says_which_files_make_the_profile(bins: dict[str, Path],
+                                                                               tmp_path: Path) -> None:
     if os.geteuid() != 0:
         pytest.skip("mounting a small tmpfs needs root")
     # GIVEN file systems of sizes around the profile's: the smaller fill up during the dumps, the
@@ -439,7 +447,8 @@ def test_a_disk_full_at_the_final_checkpoint_says_which_files_make_the_profile(b
     assert checkpoint_only, "no size had room for the dumps and not for the checkpoint"
 
 
-def test_internal_error_one_line_and_target_supervised(bins, tmp_path, procs) -> None:
+def test_internal_error_one_line_and_target_supervised(bins: dict[str, Path], tmp_path: Path, procs: Callable[...,
+                                                       Proc]) -> None:
     # GIVEN a recording that works
     db = tmp_path / "ie.db"
     h = procs(record("-o", db, "--", bins["record_driven"]))
@@ -506,7 +515,9 @@ def counted_once(h: Proc, route: Callable[[], None], name: str, recorder: int) -
 
 
 @pytest.mark.parametrize("route", ["kill-group", "own-group", "timeout"])
-def test_a_signal_to_the_group_reaches_the_target_once(bins, tmp_path, procs, route) -> None:
+def test_a_signal_to_the_group_reaches_the_target_once(bins: dict[str, Path], tmp_path: Path, procs: Callable[...,
+                                                       Proc],
+                                                       route: str) -> None:
     # GIVEN a target that counts its signals, recorded without a terminal (as by a supervisor)
     argv = record("-o", tmp_path / "g.db", "--", bins["record_sigcount"])
     if route == "timeout":
@@ -526,7 +537,7 @@ def test_a_signal_to_the_group_reaches_the_target_once(bins, tmp_path, procs, ro
     assert h.wait() == 0, "\n".join(h.errors())
 
 
-def test_ctrl_c_on_a_terminal_reaches_the_target_once(bins, tmp_path) -> None:
+def test_ctrl_c_on_a_terminal_reaches_the_target_once(bins: dict[str, Path], tmp_path: Path) -> None:
     # GIVEN record in the foreground of a terminal (a pty), its target counting signals
     pid, master = pty.fork()
     if pid == 0:  # the child: a session of its own, the pty its controlling terminal
@@ -558,7 +569,8 @@ def test_ctrl_c_on_a_terminal_reaches_the_target_once(bins, tmp_path) -> None:
 
 @pytest.mark.parametrize("moment", ["start", "mid-run", "after-exit"])
 @pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGINT, signal.SIGTERM])
-def test_signals_at_any_moment(bins, tmp_path, procs, sig, moment) -> None:
+def test_signals_at_any_moment(bins: dict[str, Path], tmp_path: Path, procs: Callable[..., Proc], sig: int,
+                               moment: str) -> None:
     db = tmp_path / "s.db"
     h = procs(record("-o", db, "--", bins["record_driven"]))
     target = int(h.out.wait_for(r"^ready ").split()[1])
@@ -599,7 +611,8 @@ def blocked_signals(pid: int) -> int:
     pytest.fail(f"no SigBlk in /proc/{pid}/status")
 
 
-def test_a_dump_signal_while_record_starts_waits_for_its_handler(bins, tmp_path, procs) -> None:
+def test_a_dump_signal_while_record_starts_waits_for_its_handler(bins: dict[str, Path], tmp_path: Path,
+                                                                 procs: Callable[..., Proc]) -> None:
     # GIVEN record starting: its entry point has run its first line (SIGUSR1 held back), its
     # imports and handlers are still to come
     usr1 = 1 << (signal.SIGUSR1 - 1)
@@ -630,7 +643,8 @@ def test_a_dump_signal_while_record_starts_waits_for_its_handler(bins, tmp_path,
 
 
 @pytest.mark.parametrize("stderr", ["closed", "full"])
-def test_a_closed_or_failing_stderr_leaves_the_targets_status(bins, tmp_path, stderr) -> None:
+def test_a_closed_or_failing_stderr_leaves_the_targets_status(bins: dict[str, Path], tmp_path: Path,
+                                                              stderr: str) -> None:
     # GIVEN record with its summary and -v's log lines to write, its stderr closed (2>&-) or
     # on a device that refuses every write (2>/dev/full)
     db = tmp_path / "e.db"
@@ -647,7 +661,9 @@ def test_a_closed_or_failing_stderr_leaves_the_targets_status(bins, tmp_path, st
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1])
-def test_signals_from_the_targets_end_to_records_exit_leave_its_status(bins, tmp_path, procs, sig) -> None:
+def test_signals_from_the_targets_end_to_records_exit_leave_its_status(bins: dict[str, Path], tmp_path: Path,
+                                                                       procs: Callable[..., Proc],
+                                                                       sig: int) -> None:
     # One signal at a time finds the window only now and then (record died of SIGTERM, -15,
     # in one full run): from the target's end, one every 0.2 ms until record has exited.
     # Paced, to land in every moment of the window; a flood of dump requests is the next test.
@@ -688,7 +704,8 @@ print(sent)
 """
 
 
-def test_a_flood_of_dump_requests_never_stops_the_recording(bins, tmp_path, procs) -> None:
+def test_a_flood_of_dump_requests_never_stops_the_recording(bins: dict[str, Path], tmp_path: Path,
+                                                            procs: Callable[..., Proc]) -> None:
     # GIVEN a recording whose target keeps allocating while two processes send record SIGUSR1
     # (a dump request) as fast as they can, unpaced, until record has exited
     db = tmp_path / "f.db"
@@ -735,7 +752,7 @@ def test_a_flood_of_dump_requests_never_stops_the_recording(bins, tmp_path, proc
     ["-o", ""], ["--skip-symbol-prefix", ""],
     ["-p", "0"], ["-p", "x"],
 ])
-def test_bad_option_values_are_refused_before_the_target_starts(tmp_path, opts) -> None:
+def test_bad_option_values_are_refused_before_the_target_starts(tmp_path: Path, opts: list[str]) -> None:
     marker = tmp_path / "started"
     argv = [*HEAPSCOPE, "record", "-o", str(tmp_path / "o.db"), *opts]
     if opts[0] != "-p":
@@ -755,14 +772,14 @@ def attach_argv(pid: int | str, db: Path, *opts: str, verbose: bool = False) -> 
     return record("-o", db, "-p", str(pid), *opts, verbose=verbose)
 
 
-def test_attach_refuses_pid_1(tmp_path) -> None:
+def test_attach_refuses_pid_1(tmp_path: Path) -> None:
     gdb_or_skip()
     r = subprocess.run(attach_argv(1, tmp_path / "x.db"), capture_output=True, timeout=60)
     assert r.returncode != 0 and b"pid 1 is init" in r.stderr, r.stderr.decode()
     assert b"Traceback" not in r.stderr
 
 
-def test_attach_refuses_its_own_pid(tmp_path) -> None:
+def test_attach_refuses_its_own_pid(tmp_path: Path) -> None:
     gdb_or_skip()
     # sh's $$ becomes heapscope's pid through exec
     cmd = " ".join(f"'{a}'" for a in attach_argv("$$", tmp_path / "x.db")).replace("'$$'", "$$")
@@ -770,7 +787,7 @@ def test_attach_refuses_its_own_pid(tmp_path) -> None:
     assert r.returncode != 0 and b"this heapscope process itself" in r.stderr, r.stderr.decode()
 
 
-def test_attach_refuses_a_static_binary(tmp_path, procs) -> None:
+def test_attach_refuses_a_static_binary(tmp_path: Path, procs: Callable[..., Proc]) -> None:
     gdb_or_skip()
     exe = tmp_path / "idle_static"
     build = subprocess.run(["cc", "-static", "-O0", "-o", str(exe), str(HERE / "record_idle.c")],
@@ -786,7 +803,7 @@ def test_attach_refuses_a_static_binary(tmp_path, procs) -> None:
     assert t.wait() == 0
 
 
-def test_attach_refuses_a_jemalloc_program(tmp_path, procs) -> None:
+def test_attach_refuses_a_jemalloc_program(tmp_path: Path, procs: Callable[..., Proc]) -> None:
     gdb_or_skip()
     exe = tmp_path / "idle_jemalloc"
     build = subprocess.run(["cc", "-O0", "-o", str(exe), str(HERE / "record_idle.c"), "-ljemalloc"],
@@ -802,7 +819,7 @@ def test_attach_refuses_a_jemalloc_program(tmp_path, procs) -> None:
     assert t.wait() == 0
 
 
-def test_attach_refuses_a_stopped_process(bins, tmp_path, procs) -> None:
+def test_attach_refuses_a_stopped_process(bins: dict[str, Path], tmp_path: Path, procs: Callable[..., Proc]) -> None:
     gdb_or_skip()
     t = procs([bins["record_driven"]])
     t.out.wait_for(r"^ready ")
@@ -818,7 +835,8 @@ def test_attach_refuses_a_stopped_process(bins, tmp_path, procs) -> None:
     assert t.wait() == 0
 
 
-def test_ten_attaches_to_a_threaded_allocating_program_never_hang(bins, tmp_path, procs) -> None:
+def test_ten_attaches_to_a_threaded_allocating_program_never_hang(bins: dict[str, Path], tmp_path: Path,
+                                                                  procs: Callable[..., Proc]) -> None:
     gdb_or_skip()
     for i in range(10):
         # a fresh process each time: a process takes one attach in its life
@@ -835,7 +853,8 @@ def test_ten_attaches_to_a_threaded_allocating_program_never_hang(bins, tmp_path
         assert t.wait() == 0
 
 
-def test_target_dying_during_an_attach_session(bins, tmp_path, procs) -> None:
+def test_target_dying_during_an_attach_session(bins: dict[str, Path], tmp_path: Path, procs: Callable[...,
+                                               Proc]) -> None:
     gdb_or_skip()
     t = procs([bins["record_driven"]])
     t.out.wait_for(r"^ready ")
@@ -866,7 +885,8 @@ def unprivileged_user() -> Iterator[pwd.struct_passwd]:
         subprocess.run(["userdel", name], capture_output=True, timeout=30)
 
 
-def test_attach_lock_is_not_a_planted_symlink(bins, tmp_path, procs, unprivileged_user) -> None:
+def test_attach_lock_is_not_a_planted_symlink(bins: dict[str, Path], tmp_path: Path, procs: Callable[..., Proc],
+                                              unprivileged_user: pwd.struct_passwd) -> None:
     gdb_or_skip()
     # GIVEN a file of root's and a running target
     victim = tmp_path / "victim"
@@ -890,7 +910,8 @@ def test_attach_lock_is_not_a_planted_symlink(bins, tmp_path, procs, unprivilege
     assert t.wait() == 0
 
 
-def test_attach_lock_is_not_held_by_another_user(bins, tmp_path, procs, unprivileged_user) -> None:
+def test_attach_lock_is_not_held_by_another_user(bins: dict[str, Path], tmp_path: Path, procs: Callable[..., Proc],
+                                                 unprivileged_user: pwd.struct_passwd) -> None:
     gdb_or_skip()
     # GIVEN a running target of root's
     t = procs([bins["record_driven"]])
@@ -936,7 +957,9 @@ def session_dir_of(pid: int) -> Path:
     pytest.fail(f"pid {pid} has no HEAPSCOPE_SOCKET in its environment")
 
 
-def test_stale_session_dirs_of_a_killed_run_are_removed(bins, tmp_path, procs, subreaper) -> None:
+def test_stale_session_dirs_of_a_killed_run_are_removed(bins: dict[str, Path], tmp_path: Path, procs: Callable[...,
+                                                        Proc],
+                                                        subreaper: None) -> None:
     # GIVEN a run SIGKILLed mid-run: its session directory stays behind
     h = procs(record("-o", tmp_path / "k.db", "--", bins["record_driven"]))
     target = int(h.out.wait_for(r"^ready ").split()[1])

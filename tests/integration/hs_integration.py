@@ -19,6 +19,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -42,7 +43,7 @@ group by 1, 2, 3, 4, 5, 6, 7 order by space_size desc;
 """
 
 
-def _load_build_module():
+def _load_build_module() -> ModuleType:
     spec = importlib.util.spec_from_file_location("heapscope_test_programs_build", PROGRAMS_DIR / "build.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -104,7 +105,7 @@ class Programs:
 # --- running processes ------------------------------------------------------------
 
 
-def kill_group(proc: subprocess.Popen) -> None:
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL the session/process group a test started, then reap its leader."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
@@ -127,16 +128,16 @@ class Run:
 
 
 def run_process(
-    argv: Sequence[str],
+    argv: Sequence[str | Path],
     *,
     input: bytes | None = None,
     timeout: float = 60,
     env: dict[str, str] | None = None,
 ) -> Run:
     """Run argv in its own session; on timeout kill the whole group and fail."""
-    argv = [str(a) for a in argv]
+    args = [str(a) for a in argv]
     proc = subprocess.Popen(
-        argv,
+        args,
         stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -147,11 +148,11 @@ def run_process(
         stdout, stderr = proc.communicate(input=input, timeout=timeout)
     except subprocess.TimeoutExpired:
         kill_group(proc)
-        pytest.fail(f"timed out after {timeout}s: {' '.join(argv)}")
+        pytest.fail(f"timed out after {timeout}s: {' '.join(args)}")
     finally:
         if proc.returncode is None:
             kill_group(proc)
-    return Run(argv, proc.returncode, stdout, stderr)
+    return Run(args, proc.returncode, stdout, stderr)
 
 
 def exit_status(returncode: int) -> int:

@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hs_integration import HEAPSCOPE, exit_status, run_process
+from hs_integration import HEAPSCOPE, Programs, Recorder, Run, exit_status, run_process
 
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(("mode", "status"), [("exit3", 3), ("sigterm", 143)])
-def test_exit_status_is_the_targets(programs, record, mode, status):
+def test_exit_status_is_the_targets(programs: Programs, record: Recorder, mode: str, status: int) -> None:
     target = programs.path("lifecycle")
     plain = run_process([target, mode])
     assert exit_status(plain.returncode) == status  # the program itself
@@ -21,7 +21,7 @@ def test_exit_status_is_the_targets(programs, record, mode, status):
 
 
 @pytest.mark.timeout(60)
-def test_stdin_stdout_stderr_pass_through_unchanged(programs, record):
+def test_stdin_stdout_stderr_pass_through_unchanged(programs: Programs, record: Recorder) -> None:
     target = programs.path("lifecycle")
     stdin = b"line A\nline B \x00\xfe\xff\n" * 1000 + b"no newline at the end"
     plain = run_process([target, "io"], input=stdin)
@@ -38,7 +38,7 @@ def _marker_cmd(marker: Path) -> list[str]:
     return ["/bin/sh", "-c", 'echo started > "$1"', "sh", str(marker)]
 
 
-def _assert_refused(run, marker: Path | None) -> None:
+def _assert_refused(run: Run, marker: Path | None) -> None:
     err = run.stderr.decode(errors="replace")
     assert run.returncode != 0, run.describe()
     assert "Traceback" not in err, run.describe()
@@ -52,7 +52,7 @@ def _assert_refused(run, marker: Path | None) -> None:
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("interval", ["0", "-5", "abc"])
-def test_bad_interval_is_refused_before_start(tmp_path, interval):
+def test_bad_interval_is_refused_before_start(tmp_path: Path, interval: str) -> None:
     marker = tmp_path / "marker"
     run = run_process(
         [*HEAPSCOPE, "record", "-o", str(tmp_path / "p.db"), "-i", interval, "--", *_marker_cmd(marker)]
@@ -62,21 +62,21 @@ def test_bad_interval_is_refused_before_start(tmp_path, interval):
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("argv", [[], ["--"]], ids=["no-args", "empty-after-dashes"])
-def test_no_command_is_refused(tmp_path, argv):
+def test_no_command_is_refused(tmp_path: Path, argv: list[str]) -> None:
     run = run_process([*HEAPSCOPE, "record", "-o", str(tmp_path / "p.db"), *argv])
     _assert_refused(run, None)
 
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("cmd", ["/nonexistent/heapscope-test-cmd", "heapscope-test-no-such-command"])
-def test_command_not_found(tmp_path, cmd):
+def test_command_not_found(tmp_path: Path, cmd: str) -> None:
     run = run_process([*HEAPSCOPE, "record", "-o", str(tmp_path / "p.db"), "--", cmd])
     _assert_refused(run, None)
 
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("where", ["proc", "missing-dir"])
-def test_unwritable_output_is_refused_before_start(tmp_path, where):
+def test_unwritable_output_is_refused_before_start(tmp_path: Path, where: str) -> None:
     out = "/proc/heapscope-test.db" if where == "proc" else str(tmp_path / "missing" / "p.db")
     marker = tmp_path / "marker"
     run = run_process([*HEAPSCOPE, "record", "-o", out, "--", *_marker_cmd(marker)])

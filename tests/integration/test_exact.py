@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from hs_integration import assert_exact, frame_matches
+from hs_integration import Profile, Programs, Recorder, Recording, assert_exact, frame_matches
 
 
-def _recorded_upid(rec, name):
+def _recorded_upid(rec: Recording, name: str) -> tuple[Profile, int]:
     assert rec.returncode == 0, rec.describe()
     profile = rec.profile()
     return profile, profile.only_upid(name)
@@ -14,7 +14,7 @@ def _recorded_upid(rec, name):
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("unwinder", ["auto", "fp"])
-def test_basic_every_entry_point_exact(programs, record, unwinder):
+def test_basic_every_entry_point_exact(programs: Programs, record: Recorder, unwinder: str) -> None:
     """malloc, free, realloc growth, calloc, posix_memalign, aligned_alloc, memalign,
     valloc and pvalloc on their own paths, at several depths. The programs keep frame
     pointers, so the frame-pointer unwinder must find every path too."""
@@ -24,7 +24,7 @@ def test_basic_every_entry_point_exact(programs, record, unwinder):
 
 
 @pytest.mark.timeout(120)
-def test_basic_process_facts(programs, record):
+def test_basic_process_facts(programs: Programs, record: Recorder) -> None:
     rec = record([programs.path("basic")], interval=1)
     profile, upid = _recorded_upid(rec, "basic")
     hp = profile.heapscope_process(upid)
@@ -36,7 +36,7 @@ def test_basic_process_facts(programs, record):
 
 
 @pytest.mark.timeout(120)
-def test_no_callsite_goes_negative(programs, record):
+def test_no_callsite_goes_negative(programs: Programs, record: Recorder) -> None:
     """Profiled from startup, no callsite can have freed more than it allocated."""
     rec = record([programs.path("basic")], interval=1)
     profile, upid = _recorded_upid(rec, "basic")
@@ -45,14 +45,14 @@ def test_no_callsite_goes_negative(programs, record):
 
 
 @pytest.mark.timeout(120)
-def test_cxx_new_delete_exact(programs, record):
+def test_cxx_new_delete_exact(programs: Programs, record: Recorder) -> None:
     rec = record([programs.path("cxx")], interval=1)
     profile, upid = _recorded_upid(rec, "cxx")
     assert_exact(profile, upid, programs.truth("cxx"), context=rec.describe())
 
 
 @pytest.mark.timeout(120)
-def test_cxx_leaf_is_operator_new_and_parent_is_caller(programs, record):
+def test_cxx_leaf_is_operator_new_and_parent_is_caller(programs: Programs, record: Recorder) -> None:
     rec = record([programs.path("cxx")], interval=1)
     profile, upid = _recorded_upid(rec, "cxx")
     stacks = profile.stacks(upid)
@@ -73,7 +73,7 @@ def test_cxx_leaf_is_operator_new_and_parent_is_caller(programs, record):
 
 
 @pytest.mark.timeout(120)
-def test_leaf_frame_is_the_function_that_called_malloc(programs, record):
+def test_leaf_frame_is_the_function_that_called_malloc(programs: Programs, record: Recorder) -> None:
     """Our own client frames and malloc itself are stripped from the stack."""
     rec = record([programs.path("tiny")], interval=1)
     profile, upid = _recorded_upid(rec, "tiny")
@@ -87,7 +87,7 @@ def test_leaf_frame_is_the_function_that_called_malloc(programs, record):
 
 
 @pytest.mark.timeout(120)
-def test_callsite_tree_is_consistent(programs, record):
+def test_callsite_tree_is_consistent(programs: Programs, record: Recorder) -> None:
     """depth 0 is a root with no parent; a child is exactly one deeper than its parent."""
     rec = record([programs.path("basic")], interval=1)
     profile, _ = _recorded_upid(rec, "basic")
@@ -111,7 +111,7 @@ def test_callsite_tree_is_consistent(programs, record):
 
 
 @pytest.mark.timeout(180)
-def test_more_stacks_than_the_first_table_holds(programs, record):
+def test_more_stacks_than_the_first_table_holds(programs: Programs, record: Recorder) -> None:
     """20,000 distinct paths (manystacks.c): most of their stack ids go to the client's big
     table (client/stacks.c: 2 MiB aligned, huge pages where the kernel has them). Each path is
     a callsite of its own, sent and booked exactly."""

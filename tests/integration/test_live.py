@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from hs_integration import HEAPSCOPE
+from hs_integration import HEAPSCOPE, Programs
 
 from heapscope.store.reader import open_profile
 from heapscope.view.report import build_reports
@@ -53,7 +53,7 @@ class Tmux:
     def keys(self, *keys: str) -> None:
         self._tmux("send-keys", *keys)
 
-    def wait_for(self, what: str | Callable[[str], bool], timeout: float = 60) -> str:
+    def wait_for(self, what: str | Callable[[str], object], timeout: float = 60) -> str:
         """The screen, once `what` (a text, or a test of the screen) is on it."""
         test = what if callable(what) else (lambda screen: what in screen)
         deadline = time.monotonic() + timeout
@@ -100,7 +100,7 @@ class Fifo:
 
 
 @pytest.fixture
-def live(programs, tmp_path) -> Iterator[Callable[..., tuple[Tmux, Fifo]]]:
+def live(programs: Programs, tmp_path: Path) -> Iterator[Callable[..., tuple[Tmux, Fifo]]]:
     if shutil.which("tmux") is None:
         pytest.skip("tmux is not installed (apt-get install tmux; .ci/run does)")
     pytest.importorskip("textual", reason="needs textual: pip install '.[live]'")
@@ -172,7 +172,7 @@ def totals(db: Path, functions: tuple[str, ...] = ("grow_one", "grow_two")) -> d
 
 
 @pytest.mark.timeout(300)
-def test_phases_keys_and_quit(live, tmp_path):
+def test_phases_keys_and_quit(live: Callable[..., tuple[Tmux, Fifo]], tmp_path: Path) -> None:
     tmux, fifo = live()
     tmux.wait_for("threads [t]: all")
     fifo.step()  # step 1: grow_one keeps 1000 x 1000 bytes
@@ -215,7 +215,7 @@ def test_phases_keys_and_quit(live, tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_target_exit_closes_the_view(live, tmp_path):
+def test_target_exit_closes_the_view(live: Callable[..., tuple[Tmux, Fifo]], tmp_path: Path) -> None:
     tmux, fifo = live()
     tmux.wait_for("threads [t]: all")
     fifo.step()
@@ -229,7 +229,7 @@ def test_target_exit_closes_the_view(live, tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_thread_filter(live, tmp_path):
+def test_thread_filter(live: Callable[..., tuple[Tmux, Fifo]], tmp_path: Path) -> None:
     """threadsteps.c: hs-alpha, hs-beta and main allocate from alpha_work, beta_work and main_work.
     Filtering on one thread leaves only its function; "all threads" brings every row back."""
     tmux, fifo = live(program="threadsteps")
@@ -242,8 +242,11 @@ def test_thread_filter(live, tmp_path):
     # Each thread alone: only its own function (main also has pthread_create's own allocations)
     for name, function in (("hs-beta", "beta_work"), ("hs-alpha", "alpha_work")):
         pick_thread(tmux, f" {name} ")
-        screen = tmux.wait_for(lambda s, name=name, function=function: table_functions(s) == [function]
-                               and re.search(rf"threads \[t\]: \d+ {name}\s", s) is not None)
+
+        def alone(s: str, name: str = name, function: str = function) -> bool:
+            return table_functions(s) == [function] and re.search(rf"threads \[t\]: \d+ {name}\s", s) is not None
+
+        screen = tmux.wait_for(alone)
         assert row_of(screen, function).split()[:3] == truth[function], screen
     pick_thread(tmux, " threadsteps ")
     screen = tmux.wait_for(lambda s: "threads [t]: " in s and "main_work" in table_functions(s))
@@ -263,7 +266,7 @@ def test_thread_filter(live, tmp_path):
 
 
 @pytest.mark.timeout(60)
-def test_no_terminal_is_one_line(tmp_path):
+def test_no_terminal_is_one_line(tmp_path: Path) -> None:
     run = subprocess.run([*HEAPSCOPE, "live", "--", "true"], stdin=subprocess.DEVNULL, capture_output=True,
                          cwd=tmp_path, timeout=60)
     assert run.returncode == 2
@@ -274,7 +277,7 @@ def test_no_terminal_is_one_line(tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_attach_and_quit(programs, tmp_path):
+def test_attach_and_quit(programs: Programs, tmp_path: Path) -> None:
     """`live -p PID`: the table shows what is allocated after the attach; q detaches, the target runs on."""
     if shutil.which("tmux") is None or shutil.which("gdb") is None:
         pytest.skip("tmux and gdb are needed (.ci/run installs both)")

@@ -13,7 +13,7 @@ import shutil
 import sqlite3
 import stat
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -59,7 +59,7 @@ def _strip(full: Path, out: Path) -> Path:
     return out
 
 
-def _record(tmp: Path, argv: list[str | Path], *extra: str, env: dict[str, str] | None = None,
+def _record(tmp: Path, argv: Sequence[str | Path], *extra: str, env: dict[str, str] | None = None,
             name: str = "p.db") -> tuple[Path, str]:
     db = tmp / name
     run = run_process([*HEAPSCOPE, "record", "-o", str(db), *extra, "--", *map(str, argv)], timeout=120,
@@ -245,7 +245,7 @@ def split_inlined(tmp_path: Path) -> tuple[Path, str, bytes]:
 
 
 @pytest.fixture
-def server_of(request: pytest.FixtureRequest) -> Iterator[object]:
+def server_of(request: pytest.FixtureRequest) -> Iterator[Callable[[dict[str, bytes]], DebuginfodServer]]:
     servers: list[DebuginfodServer] = []
 
     def start(files: dict[str, bytes]) -> DebuginfodServer:
@@ -259,7 +259,8 @@ def server_of(request: pytest.FixtureRequest) -> Iterator[object]:
 
 
 @pytest.mark.skipif(find_llvm_symbolizer() is None, reason="llvm-symbolizer not installed (Debian package `llvm`)")
-def test_record_symbolizes_from_debuginfod(tmp_path: Path, split_inlined, server_of) -> None:
+def test_record_symbolizes_from_debuginfod(tmp_path: Path, split_inlined: tuple[Path, str, bytes],
+                                           server_of: Callable[[dict[str, bytes]], DebuginfodServer]) -> None:
     prog, build_id, debug = split_inlined
     server = server_of({f"/buildid/{build_id}/debuginfo": debug})
     cache = tmp_path / "cache"
@@ -280,7 +281,8 @@ def test_record_symbolizes_from_debuginfod(tmp_path: Path, split_inlined, server
     assert f"/buildid/{build_id}/debuginfo" in server.requests, server.requests
 
 
-def test_debuginfod_without_the_file_says_so(tmp_path: Path, split_inlined, server_of) -> None:
+def test_debuginfod_without_the_file_says_so(tmp_path: Path, split_inlined: tuple[Path, str, bytes],
+                                             server_of: Callable[[dict[str, bytes]], DebuginfodServer]) -> None:
     prog, build_id, _debug = split_inlined
     server = server_of({})
     env = dict(os.environ, DEBUGINFOD_URLS=server.url, HEAPSCOPE_DEBUGINFOD_CACHE=str(tmp_path / "cache"))
@@ -289,7 +291,7 @@ def test_debuginfod_without_the_file_says_so(tmp_path: Path, split_inlined, serv
     assert "no debuginfod server had it" in line and "not found" in line, line
 
 
-def test_debuginfod_unreachable_is_one_line(tmp_path: Path, split_inlined) -> None:
+def test_debuginfod_unreachable_is_one_line(tmp_path: Path, split_inlined: tuple[Path, str, bytes]) -> None:
     prog, _build_id_, _debug = split_inlined
     # A port nothing listens on: bind, note the port, close.
     import socket
@@ -304,7 +306,9 @@ def test_debuginfod_unreachable_is_one_line(tmp_path: Path, split_inlined) -> No
     assert "Traceback" not in err
 
 
-def test_symbolize_with_debuginfod_refuses_a_symlinked_cache(tmp_path: Path, split_inlined, server_of) -> None:
+def test_symbolize_with_debuginfod_refuses_a_symlinked_cache(
+        tmp_path: Path, split_inlined: tuple[Path, str, bytes],
+        server_of: Callable[[dict[str, bytes]], DebuginfodServer]) -> None:
     prog, build_id, debug = split_inlined
     server = server_of({f"/buildid/{build_id}/debuginfo": debug})
     db, _err = _record(tmp_path, [prog], "-i", "1", "--no-symbolize")

@@ -15,6 +15,7 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,7 +46,7 @@ def record(db: Path, phases: Path, *opts: str) -> None:
     assert r.stdout.decode().splitlines()[-1] == "bye 0"
 
 
-def query(db: Path, sql: str) -> list[tuple]:
+def query(db: Path, sql: str) -> list[tuple[Any, ...]]:
     con = sqlite3.connect(db)
     try:
         return con.execute(sql).fetchall()

@@ -5,11 +5,11 @@ from __future__ import annotations
 import re
 
 import pytest
-from hs_integration import assert_exact, exit_status
+from hs_integration import Programs, Recorder, assert_exact, exit_status
 
 
 @pytest.mark.timeout(120)
-def test_fork_in_multithreaded_target(programs, record):
+def test_fork_in_multithreaded_target(programs: Programs, record: Recorder) -> None:
     """fork() while another thread is in malloc; the child allocates and _exits."""
     rec = record([programs.path("forking")], interval=1)
     assert rec.returncode == 0, rec.describe()
@@ -34,7 +34,7 @@ def test_fork_in_multithreaded_target(programs, record):
 
 
 @pytest.mark.timeout(120)
-def test_fork_exec_and_posix_spawn_children_are_own_processes(programs, record):
+def test_fork_exec_and_posix_spawn_children_are_own_processes(programs: Programs, record: Recorder) -> None:
     tiny = programs.path("tiny")
     rec = record([programs.path("spawn"), tiny], interval=1)
     assert rec.returncode == 0, rec.describe()
@@ -43,7 +43,7 @@ def test_fork_exec_and_posix_spawn_children_are_own_processes(programs, record):
 
     profile = rec.profile()
     spawn_upid = profile.upid_of_pid(int(m[1]))
-    assert spawn_upid is not None, f"no process with pid {m[1]}: {profile.processes_text()}"
+    assert spawn_upid is not None, f"no process with pid {m[1]!r}: {profile.processes_text()}"
     # after_spawn runs after posix_spawn (clone with CLONE_VM|CLONE_VFORK): the
     # parent's profile must survive it.
     assert_exact(profile, spawn_upid, programs.truth("spawn"), context=rec.describe())
@@ -60,7 +60,8 @@ def test_fork_exec_and_posix_spawn_children_are_own_processes(programs, record):
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(("mode", "status"), [("segv", 139), ("sigkill", 137)])
-def test_target_dying_of_a_signal_keeps_its_profile(programs, record, mode, status):
+def test_target_dying_of_a_signal_keeps_its_profile(programs: Programs, record: Recorder, mode: str,
+                                                    status: int) -> None:
     rec = record([programs.path("lifecycle"), mode], interval=1)
     assert exit_status(rec.returncode) == status, rec.describe()
     assert rec.stdout == f"about to {mode}\n".encode()

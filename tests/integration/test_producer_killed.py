@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hs_integration import HEAPSCOPE, exit_status, run_process
+from hs_integration import HEAPSCOPE, Programs, exit_status, run_process
 
 DEADLINE_S = 60
 
@@ -82,7 +82,7 @@ def _wait_for_exit(pid: int, deadline: float) -> int:
 
 
 @pytest.mark.timeout(120)
-def test_target_survives_producer_sigkill(programs, tmp_path, subreaper):
+def test_target_survives_producer_sigkill(programs: Programs, tmp_path: Path, subreaper: None) -> None:
     target = programs.path("phases")
     plain = run_process([target, tmp_path / "plain-done"], input=b"go\n")
     assert plain.returncode == 0 and (tmp_path / "plain-done").read_bytes() == b"ok\n"
@@ -98,6 +98,7 @@ def test_target_survives_producer_sigkill(programs, tmp_path, subreaper):
             bufsize=0,
             start_new_session=True,
         )
+    assert proc.stdin is not None and proc.stdout is not None
     target_pid = None
     deadline = time.monotonic() + DEADLINE_S
     try:

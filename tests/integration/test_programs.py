@@ -4,15 +4,17 @@ valgrind's "total heap usage", see tests/programs/README.md.)"""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
-from hs_integration import build_programs, exit_status, run_process
+from hs_integration import Programs, build_programs, exit_status, run_process
 
 PROGRAMS = build_programs.available()
 
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("name", PROGRAMS)
-def test_program_states_consistent_truth(programs, name):
+def test_program_states_consistent_truth(programs: Programs, name: str) -> None:
     truth = programs.truth(name)
     for fn, t in truth.items():
         fields = t.fields()
@@ -24,14 +26,14 @@ def test_program_states_consistent_truth(programs, name):
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("name", ["basic", "cxx", "tiny", "sampled", "threads"])
-def test_program_runs_unprofiled(programs, name):
+def test_program_runs_unprofiled(programs: Programs, name: str) -> None:
     run = run_process([programs.path(name)])
     assert run.returncode == 0, run.describe()
     assert run.stdout == b""
 
 
 @pytest.mark.timeout(60)
-def test_forking_spawn_phases_run_unprofiled(programs, tmp_path):
+def test_forking_spawn_phases_run_unprofiled(programs: Programs, tmp_path: Path) -> None:
     run = run_process([programs.path("forking")])
     assert run.returncode == 0 and run.stdout.startswith(b"child exited 0\nparent pid "), run.describe()
     run = run_process([programs.path("spawn"), programs.path("tiny")])
@@ -44,7 +46,7 @@ def test_forking_spawn_phases_run_unprofiled(programs, tmp_path):
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(("mode", "status"), [("exit3", 3), ("sigterm", 143), ("segv", 139), ("sigkill", 137)])
-def test_lifecycle_modes_unprofiled(programs, mode, status):
+def test_lifecycle_modes_unprofiled(programs: Programs, mode: str, status: int) -> None:
     run = run_process([programs.path("lifecycle"), mode])
     assert exit_status(run.returncode) == status
     assert run.stdout == f"about to {mode}\n".encode()

@@ -433,7 +433,8 @@ def test_the_board_keeps_the_largest_peaks_and_their_ties() -> None:
             assert sorted(v[0] for v in parent.board.values()) == want, (seed, i)
 
 
-def test_a_parent_that_does_not_answer_is_waited_for_a_bounded_time(tmp_path: Path, monkeypatch) -> None:
+def test_a_parent_that_does_not_answer_is_waited_for_a_bounded_time(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN the child's side of the plugin connected to a parent that never answers
     import socket
     import time

@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -25,10 +26,10 @@ TARGET = Path(__file__).parents[1] / "programs" / "python" / "attached.py"
 
 
 @pytest.fixture
-def procs():  # noqa: ANN201
+def procs() -> Iterator[Callable[[Sequence[str | Path]], Proc]]:
     started: list[Proc] = []
 
-    def start(argv: list[str]) -> Proc:
+    def start(argv: Sequence[str | Path]) -> Proc:
         p = Proc(argv)
         started.append(p)
         return p
@@ -42,7 +43,8 @@ def procs():  # noqa: ANN201
 @pytest.mark.skipif(not INTERPRETERS, reason="no CPython 3.8-3.13 installed")
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("python", INTERPRETERS)
-def test_attach_wraps_the_allocator_domains(tmp_path: Path, python: str, procs) -> None:  # noqa: ANN001
+def test_attach_wraps_the_allocator_domains(tmp_path: Path, python: str,
+                                            procs: Callable[[Sequence[str | Path]], Proc]) -> None:
     _attach_and_check(tmp_path, python, procs, [])
 
 
@@ -50,8 +52,8 @@ def test_attach_wraps_the_allocator_domains(tmp_path: Path, python: str, procs) 
 @pytest.mark.skipif(not INTERPRETERS, reason="no CPython 3.8-3.13 installed")
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("python", sorted({INTERPRETERS[0], INTERPRETERS[-1]}))
-def test_attach_to_malloc_backed_domains_counts_small_objects_once(tmp_path: Path, python: str,
-                                                                  procs) -> None:  # noqa: ANN001
+def test_attach_to_malloc_backed_domains_counts_small_objects_once(
+        tmp_path: Path, python: str, procs: Callable[[Sequence[str | Path]], Proc]) -> None:
     """With PYTHONMALLOC=malloc the MEM and OBJ domains are malloc itself: the wrappers must not
     take pymalloc's guard-free path for small requests (client/pymem.c, stock_pymalloc), or the
     malloc hook would count each small bytes object a second time. That path is only taken by an
@@ -61,7 +63,7 @@ def test_attach_to_malloc_backed_domains_counts_small_objects_once(tmp_path: Pat
     _attach_and_check(tmp_path, python, procs, ["env", "PYTHONMALLOC=malloc"], interval=512)
 
 
-def _attach_and_check(tmp_path: Path, python: str, procs, prefix: list[str],  # noqa: ANN001
+def _attach_and_check(tmp_path: Path, python: str, procs: Callable[[Sequence[str | Path]], Proc], prefix: list[str],
                       interval: int = 1) -> None:
     from hs_integration import Profile
 
@@ -72,7 +74,7 @@ def _attach_and_check(tmp_path: Path, python: str, procs, prefix: list[str],  # 
     t = procs([*prefix, python, str(TARGET)])
     t.out.wait_for(lambda s: s == "ready", "target start")
     db = tmp_path / "attach.db"
-    h = procs(record("-o", db, "-i", str(interval), "-p", str(t.p.pid)))
+    h = procs(record("-o", str(db), "-i", str(interval), "-p", str(t.p.pid)))
     h.err.wait_for(lambda s: "attached to pid" in s, "the attach")
     t.send("wrap")
     assert t.out.wait_for(lambda s: s.startswith("wrapped"), "the wrap") == "wrapped 1"

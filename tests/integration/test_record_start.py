@@ -13,6 +13,7 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,7 +30,7 @@ def _status_field(text: str, key: str) -> int:
     raise AssertionError(f"no {key} in {text!r}")
 
 
-def _query(db: Path, sql: str) -> list[tuple[object, ...]]:
+def _query(db: Path, sql: str) -> list[tuple[Any, ...]]:
     con = sqlite3.connect(db)
     try:
         return con.execute(sql).fetchall()

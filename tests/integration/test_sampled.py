@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hs_integration import Views
+from hs_integration import Programs, Recorder, Views
 
 INTERVAL = 4096
 
@@ -29,7 +29,7 @@ def _count_ok(got: int, n: int, size: int) -> tuple[bool, float, float]:
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("seed", [1, 20240601])
-def test_default_interval_within_four_sd(programs, record, seed):
+def test_default_interval_within_four_sd(programs: Programs, record: Recorder, seed: int) -> None:
     rec = record([programs.path("sampled")], interval=INTERVAL, seed=seed, timeout=150)
     assert rec.returncode == 0, rec.describe()
     profile = rec.profile()
@@ -64,7 +64,7 @@ def test_default_interval_within_four_sd(programs, record, seed):
 
 
 @pytest.mark.timeout(180)
-def test_fixed_seed_is_deterministic(programs, record):
+def test_fixed_seed_is_deterministic(programs: Programs, record: Recorder) -> None:
     """Single-threaded target, same seed: the same samples twice."""
     first = record([programs.path("sampled")], interval=INTERVAL, seed=99, timeout=150)
     second = record([programs.path("sampled")], interval=INTERVAL, seed=99, timeout=150)

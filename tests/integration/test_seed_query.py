@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
-from hs_integration import SEED_EXAMPLE_QUERY
+from hs_integration import SEED_EXAMPLE_QUERY, Programs, Recorder
 
 
 @pytest.mark.timeout(120)
-def test_seed_example_query_rows(programs, record):
+def test_seed_example_query_rows(programs: Programs, record: Recorder) -> None:
     binary = programs.path("tiny")
     rec = record([binary], interval=1)
     assert rec.returncode == 0, rec.describe()
@@ -22,7 +24,7 @@ def test_seed_example_query_rows(programs, record):
     assert sizes == sorted(sizes, reverse=True), "rows are not ordered by space_size desc"
 
     truth = programs.truth("tiny")
-    by_name: dict[str, list] = {fn: [] for fn in truth}
+    by_name: dict[str, list[Any]] = {fn: [] for fn in truth}
     for r in rows:
         if r["upid"] == upid and r["name"] in by_name:
             by_name[r["name"]].append(r)

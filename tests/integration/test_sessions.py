@@ -18,7 +18,9 @@ import sqlite3
 import subprocess
 import sys
 import threading
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import IO, Any
 
 import pytest
 
@@ -46,18 +48,18 @@ def bin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 class Lines:
     """A pipe read line by line by a thread; get() waits with a timeout."""
 
-    def __init__(self, pipe) -> None:  # noqa: ANN001
+    def __init__(self, pipe: IO[bytes] | None) -> None:
         self.q: queue.Queue[str | None] = queue.Queue()
         self.seen: list[str] = []
         self.thread = threading.Thread(target=self._read, args=(pipe,), daemon=True)
         self.thread.start()
 
-    def _read(self, pipe) -> None:  # noqa: ANN001
+    def _read(self, pipe: IO[bytes]) -> None:
         for raw in iter(pipe.readline, b""):
             self.q.put(raw.decode(errors="replace").rstrip("\n"))
         self.q.put(None)
 
-    def wait_for(self, predicate, what: str, timeout: float = WAIT_S) -> str:  # noqa: ANN001
+    def wait_for(self, predicate: Callable[[str], bool], what: str, timeout: float = WAIT_S) -> str:
         while True:
             try:
                 line = self.q.get(timeout=timeout)
@@ -73,7 +75,7 @@ class Lines:
 class Proc:
     """A child in its own session with piped stdio; killed as a group if left running."""
 
-    def __init__(self, argv: list[str], **kw) -> None:  # noqa: ANN003
+    def __init__(self, argv: Sequence[str | Path], **kw: Any) -> None:
         self.p = subprocess.Popen([str(a) for a in argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, start_new_session=True, **kw)
         self.out = Lines(self.p.stdout)
@@ -95,7 +97,7 @@ class Proc:
             return self.p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            pytest.fail(f"{self.p.args} did not exit in {timeout} s")
+            pytest.fail(f"{self.p.args!r} did not exit in {timeout} s")
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -105,10 +107,10 @@ class Proc:
 
 
 @pytest.fixture
-def procs():
+def procs() -> Iterator[Callable[..., Proc]]:
     started: list[Proc] = []
 
-    def start(argv: list[str], **kw) -> Proc:  # noqa: ANN003
+    def start(argv: Sequence[str | Path], **kw: Any) -> Proc:
         p = Proc(argv, **kw)
         started.append(p)
         return p
@@ -119,7 +121,7 @@ def procs():
             p.kill()
 
 
-def dump_line(reason: str, unreleased: int | None = None):  # noqa: ANN201
+def dump_line(reason: str, unreleased: int | None = None) -> Callable[[str], bool]:
     def match(line: str) -> bool:
         if f"({reason}) of pid" not in line:
             return False
@@ -127,7 +129,7 @@ def dump_line(reason: str, unreleased: int | None = None):  # noqa: ANN201
     return match
 
 
-def query(db: Path, sql: str, params: tuple = ()) -> list[tuple]:
+def query(db: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     con = sqlite3.connect(db)
     try:
         return con.execute(sql, params).fetchall()
@@ -142,11 +144,11 @@ def cumulative_by_dump(db: Path, upid: int) -> list[tuple[str, int]]:
                                " WHERE upid = ? AND ts <= ?", (upid, ts))[0][0]) for reason, ts in dumps]
 
 
-def record(*opts: str) -> list[str]:
+def record(*opts: str | Path) -> list[str | Path]:
     return [*HEAPSCOPE, "-v", "record", "-q", "-i", "1", "--seed", "1", "--no-symbolize", *opts]
 
 
-def test_continuous_dumps_show_growth_dump_by_dump(bin_dir: Path, tmp_path: Path, procs) -> None:
+def test_continuous_dumps_show_growth_dump_by_dump(bin_dir: Path, tmp_path: Path, procs: Callable[..., Proc]) -> None:
     # GIVEN a target that grows by 1 MiB per phase, recorded with a dump every 50 ms
     db = tmp_path / "c.db"
     h = procs(record("-o", db, "-c", "50", "--dump-phase", "0", "--", bin_dir / "phases"))
@@ -169,7 +171,7 @@ def test_continuous_dumps_show_growth_dump_by_dump(bin_dir: Path, tmp_path: Path
     assert len(series) > len(set(values))
 
 
-def test_sigusr1_dumps_once_per_signal(bin_dir: Path, tmp_path: Path, procs) -> None:
+def test_sigusr1_dumps_once_per_signal(bin_dir: Path, tmp_path: Path, procs: Callable[..., Proc]) -> None:
     db = tmp_path / "u.db"
     h = procs(record("-o", db, "--", bin_dir / "phases"))
     h.out.wait_for(lambda s: s.startswith("ready"), "target start")
@@ -187,7 +189,7 @@ def test_sigusr1_dumps_once_per_signal(bin_dir: Path, tmp_path: Path, procs) -> 
     assert cumulative_by_dump(db, upid) == [("signal", MIB), ("signal", 2 * MIB), ("exit", 2 * MIB)]
 
 
-def test_dump_at_max_reports_the_peak_not_the_end(bin_dir: Path, tmp_path: Path, procs) -> None:
+def test_dump_at_max_reports_the_peak_not_the_end(bin_dir: Path, tmp_path: Path, procs: Callable[..., Proc]) -> None:
     # GIVEN 3 MiB kept, all freed, 1 MiB kept again, and a 1 MiB spike that is freed at once
     db = tmp_path / "m.db"
     h = procs(record("-o", db, "--dump-at-max", "--", bin_dir / "phases"))
@@ -227,7 +229,8 @@ def _gdb_or_skip() -> None:
         pytest.skip("gdb is not installed (apt-get install gdb)")
 
 
-def test_attach_then_detach_leaves_the_target_running(bin_dir: Path, tmp_path: Path, procs) -> None:
+def test_attach_then_detach_leaves_the_target_running(bin_dir: Path, tmp_path: Path, procs: Callable[...,
+                                                      Proc]) -> None:
     _gdb_or_skip()
     # GIVEN a running target holding 4 blocks allocated before any attach
     expected = subprocess.run([bin_dir / "phases", "pre", "4"], input=b"a\nf\na\nq\n", capture_output=True,
@@ -258,7 +261,7 @@ def test_attach_then_detach_leaves_the_target_running(bin_dir: Path, tmp_path: P
     h.err.wait_for(lambda s: "detached from pid" in s, "the detach line")
 
 
-def test_attaching_twice_is_rejected(bin_dir: Path, tmp_path: Path, procs) -> None:
+def test_attaching_twice_is_rejected(bin_dir: Path, tmp_path: Path, procs: Callable[..., Proc]) -> None:
     _gdb_or_skip()
     t = procs([bin_dir / "phases"])
     t.out.wait_for(lambda s: s.startswith("ready"), "target start")
@@ -290,7 +293,7 @@ def test_attach_errors_are_clear(tmp_path: Path) -> None:
     assert b"Traceback" not in r.stderr
 
 
-def test_attach_with_duration_detaches_by_itself(bin_dir: Path, tmp_path: Path, procs) -> None:
+def test_attach_with_duration_detaches_by_itself(bin_dir: Path, tmp_path: Path, procs: Callable[..., Proc]) -> None:
     _gdb_or_skip()
     t = procs([bin_dir / "phases"])
     t.out.wait_for(lambda s: s.startswith("ready"), "target start")
@@ -304,7 +307,8 @@ def test_attach_with_duration_detaches_by_itself(bin_dir: Path, tmp_path: Path, 
     assert t.wait() == 0
 
 
-def test_memory_guardrail_stops_profiling_and_the_target_runs_on(bin_dir: Path, tmp_path: Path, procs) -> None:
+def test_memory_guardrail_stops_profiling_and_the_target_runs_on(bin_dir: Path, tmp_path: Path, procs: Callable[...,
+                                                                 Proc]) -> None:
     # GIVEN a limit of 1 MB for heapscope itself (a Python process never fits in it)
     db = tmp_path / "g.db"
     h = procs(record("-o", db, "--max-producer-memory", "1", "--", bin_dir / "phases"))
@@ -324,7 +328,7 @@ def test_memory_guardrail_stops_profiling_and_the_target_runs_on(bin_dir: Path, 
     assert query(db, "SELECT value FROM stats WHERE name = 'hit_guardrail'") == [(1,)]
 
 
-def test_cpu_guardrail(bin_dir: Path, tmp_path: Path, procs) -> None:
+def test_cpu_guardrail(bin_dir: Path, tmp_path: Path, procs: Callable[..., Proc]) -> None:
     db = tmp_path / "cpu.db"
     h = procs(record("-o", db, "--max-producer-cpu", "0.001", "--", bin_dir / "phases"))
     h.out.wait_for(lambda s: s.startswith("ready"), "target start")
@@ -351,7 +355,7 @@ class InProcess:
             if pattern in line:
                 return line
 
-    def run(self, steps) -> int:  # noqa: ANN001
+    def run(self, steps: Callable[[Recording, IO[bytes], Lines], None]) -> int:
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         with self.rec as rec:
@@ -383,12 +387,13 @@ def test_recording_in_process_dump_on_request(bin_dir: Path, tmp_path: Path) -> 
     db = tmp_path / "inproc.db"
     ip = InProcess(bin_dir, db)
 
-    def steps(rec: Recording, stdin, out: Lines) -> None:  # noqa: ANN001
+    def steps(rec: Recording, stdin: IO[bytes], out: Lines) -> None:
         out.wait_for(lambda s: s.startswith("ready"), "target start")
         stdin.write(b"a\n")
         out.wait_for(lambda s: s.startswith("ok a "), "phase a")
         # WHEN another thread asks for a dump (a live view, an HTTP endpoint)
         rec.request_dump("manual")
+        assert rec.child is not None
         ip.wait_log(f"(manual) of pid {rec.child.pid}: {MIB} bytes unreleased")
         stdin.write(b"a\nq\n")
 
@@ -405,7 +410,7 @@ def test_recording_in_process_stop_lets_the_target_run_on(bin_dir: Path, tmp_pat
     db = tmp_path / "stop.db"
     ip = InProcess(bin_dir, db)
 
-    def steps(rec: Recording, stdin, out: Lines) -> None:  # noqa: ANN001
+    def steps(rec: Recording, stdin: IO[bytes], out: Lines) -> None:
         out.wait_for(lambda s: s.startswith("ready"), "target start")
         stdin.write(b"a\n")
         out.wait_for(lambda s: s.startswith("ok a "), "phase a")

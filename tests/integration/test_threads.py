@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from hs_integration import assert_exact
+from hs_integration import Programs, Recorder, assert_exact
 
 
 @pytest.mark.timeout(180)
-def test_threads_hand_off_exact_per_thread_function(programs, record):
+def test_threads_hand_off_exact_per_thread_function(programs: Programs, record: Recorder) -> None:
     rec = record([programs.path("threads")], interval=1, timeout=150)
     assert rec.returncode == 0, rec.describe()
     profile = rec.profile()
@@ -21,7 +21,7 @@ def test_threads_hand_off_exact_per_thread_function(programs, record):
 
 
 @pytest.mark.timeout(180)
-def test_threads_no_callsite_goes_negative(programs, record):
+def test_threads_no_callsite_goes_negative(programs: Programs, record: Recorder) -> None:
     """A free applied before its malloc (or to the wrong reuse of an address) shows up
     as a callsite with negative space."""
     rec = record([programs.path("threads")], interval=1, timeout=150)

@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from hs_integration import HEAPSCOPE, run_process
+from hs_integration import HEAPSCOPE, Programs, run_process
 
 HERE = Path(__file__).resolve().parent
 VERIFY = re.compile(rb"heapscope: unwind verify: compared (\d+) same (\d+) fell_back (\d+) differ (\d+)")
@@ -44,7 +44,7 @@ def record_verified(tmp_path: Path, cmd: list[str], interval: int) -> tuple[dict
      ("-O3", "-fomit-frame-pointer")],
     ids=["O0-fp", "O2-fp", "O2-nofp", "O3-nofp"],
 )
-def test_cfa_walk_equals_libunwind_cxx_mix(tmp_path, flags):
+def test_cfa_walk_equals_libunwind_cxx_mix(tmp_path: Path, flags: tuple[str, ...]) -> None:
     cxx = shutil.which("c++")
     if cxx is None:
         pytest.skip("no C++ compiler")
@@ -61,7 +61,7 @@ def test_cfa_walk_equals_libunwind_cxx_mix(tmp_path, flags):
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name", ["basic", "cxx", "threads", "sampled"])
-def test_cfa_walk_equals_libunwind_test_programs(programs, tmp_path, name):
+def test_cfa_walk_equals_libunwind_test_programs(programs: Programs, tmp_path: Path, name: str) -> None:
     total, _ = record_verified(tmp_path, [str(programs.path(name))], 1)
     assert total["compared"] > 50, total
     assert total["fell_back"] == 0, total

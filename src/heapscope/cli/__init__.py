@@ -9,6 +9,11 @@ names a subcommand, only that subcommand's module is imported (the others
 are listed by name only); `heapscope --help`, or no subcommand, imports them all.
 `heapscope --version` alone imports nothing more than this module (not argparse), and
 `record` parses its usual command lines without argparse (cli/quickparse.py).
+
+May import: heapscope.session, heapscope.hosts, heapscope.launch, heapscope.producer
+(record's options and limits), heapscope.wire.handshake, heapscope.view, heapscope.export,
+heapscope.fleet, heapscope.importer, heapscope.symbolize, heapscope.store, heapscope.model,
+heapscope.errors, heapscope.sigmask, heapscope.which.
 """
 
 from __future__ import annotations

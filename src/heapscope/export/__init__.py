@@ -4,6 +4,8 @@ One module per format, each with `export(profile, out, *, view, pid, dump) -> No
 that writes to the binary file object `out` as it goes (nothing is built whole
 in memory). FORMATS is the one table the CLI reads; modules are imported only
 when their format is used, so `heapscope --help` stays light.
+
+May import: heapscope.store, heapscope.estimate, heapscope.model.
 """
 
 from __future__ import annotations

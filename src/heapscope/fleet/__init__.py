@@ -10,4 +10,7 @@ heapscope.store.reader and builds pprof with heapscope.export.pprof; imports
 nothing of the producer or the session. Network clients (grpcio,
 clickhouse-connect; chdb) are optional extras (`pip install heapscope[fleet]`, `[clickhouse]`),
 imported only when used.
+
+May import: heapscope.export (pprof, and its _common and _proto), heapscope.store,
+heapscope.model, heapscope.errors.
 """

@@ -8,4 +8,9 @@
 The command line's `record` (cli/record.py) is the fifth host: it prints the
 recording's status line and summary. Imports point down: a host imports the
 session and its published types, never the session a host.
+
+May import: heapscope.session, heapscope.producer (the recording's config, the stats
+`every` hands a host, the pytest plugin's private directory), heapscope.bookkeeping.rows,
+heapscope.fleet, heapscope.symbolize, heapscope.view.units, heapscope.store, heapscope.model,
+heapscope.errors.
 """

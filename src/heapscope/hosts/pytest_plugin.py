@@ -165,7 +165,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config, args: list[str]) 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
-    code = config.stash.get(_EXIT, None)
+    code: int | None = config.stash.get(_EXIT, None)
     if code is not None:
         emptied, held = config.stash[_ARGS]
         emptied[:] = held  # pytest.main(args) was given that list: as pytest left it

@@ -1,4 +1,6 @@
 """Reading profiles that other tools wrote into heapscope's profile database.
 
 heapprofd.py: Perfetto traces with heapprofd ProfilePackets (`.pftrace`).
+
+May import: heapscope.store.writer, heapscope.model, heapscope.errors.
 """

@@ -11,6 +11,6 @@ into the profile database. The extension `_ingest` is built from
 ingest_core.c and the bookkeeping's C core (meson.build; the flags are
 bookkeeping/native.flags).
 
-May import: heapscope.bookkeeping, heapscope.store, heapscope.wire,
-heapscope.model, heapscope.errors.
+May import: heapscope.bookkeeping, heapscope.store.writer, heapscope.wire,
+heapscope.heaps (a heap name's rule), heapscope.model, heapscope.errors, heapscope.slots.
 """

@@ -49,6 +49,10 @@ that state around). Five modules, not more: each one is a module import on
 
 Hosts (heapscope/hosts/, cli/record.py) read what the recording publishes
 (`progress`, `summary`, WindowSnapshot), never the producer's state.
+
+May import: heapscope.producer, heapscope.launch, heapscope.symbolize, heapscope.store,
+heapscope.view.peaks (the summary's largest stacks), heapscope.wire.handshake, heapscope.model,
+heapscope.errors, heapscope.closing, heapscope.sigmask, heapscope.slots, heapscope.which.
 """
 
 from heapscope.session.core import ProcessPeak, RecordingOptions, Summary, client_library

@@ -8,5 +8,6 @@
     llvm.py      llvm-symbolizer in batch mode
     symtab.py    one ELF file: build id and sorted function symbols (pyelftools + struct)
 
-May import: heapscope.store (the fallback name spelling), heapscope.model.
+May import: heapscope.store (the writer; the reader's fallback name spelling),
+heapscope.model, heapscope.slots, heapscope.which.
 """

@@ -21,8 +21,13 @@ from collections.abc import Iterable, Iterator
 from heapscope.model import unknown_code_pid
 from heapscope.slots import FrozenSlots
 from heapscope.symbolize.preload import preload_blocker
-from heapscope.symbolize.profile import MappingReport, SymbolizeReport
 from heapscope.which import which
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    # Annotations only: profile.py imports this module (dpkg_owners), so a run-time import
+    # back would make the two a cycle.
+    from heapscope.symbolize.profile import MappingReport, SymbolizeReport
 
 __all__ = ["ENTRY_FRAMES", "Unsymbolized", "debug_archive_advice", "fix_for", "is_mostly_shallow", "jit_fix",
            "jit_stats_rows", "mostly_shallow", "owning_package", "owning_packages", "preload_blocker",

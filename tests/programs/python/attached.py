@@ -11,6 +11,8 @@ Prints `ready`, then runs one command per line of stdin:
   quit   leaves with os._exit(0)
 """
 
+from __future__ import annotations
+
 import ctypes
 import os
 import sys
@@ -19,7 +21,7 @@ import time
 N = 500
 SMALL = 200
 BIG = 2000
-KEEP = []
+KEEP: list[object] = []
 
 
 class Allocator(ctypes.Structure):
@@ -27,8 +29,8 @@ class Allocator(ctypes.Structure):
                 ("realloc", ctypes.c_void_p), ("free", ctypes.c_void_p)]
 
 
-def allocators():
-    out = []
+def allocators() -> list[tuple[object, object]]:
+    out: list[tuple[object, object]] = []
     for domain in (1, 2):  # PYMEM_DOMAIN_MEM, PYMEM_DOMAIN_OBJ
         a = Allocator()
         ctypes.pythonapi.PyMem_GetAllocator(domain, ctypes.byref(a))
@@ -36,21 +38,21 @@ def allocators():
     return out
 
 
-def small():
-    keep = [None] * N
+def small() -> None:
+    keep: list[object] = [None] * N
     for i in range(N):
         keep[i] = bytes(SMALL)  # ALLOC small
     KEEP.append(keep)
 
 
-def big():
-    keep = [None] * N
+def big() -> None:
+    keep: list[object] = [None] * N
     for i in range(N):
         keep[i] = bytearray(BIG)  # ALLOC big
     KEEP.append(keep)
 
 
-def main():
+def main() -> None:
     if "--print-truth" in sys.argv:
         print(f"{N} {33 + SMALL} {BIG + 1} {bytearray.__basicsize__}")
         return

@@ -15,6 +15,8 @@ heap holds none of the first three. `--print-truth` prints
 {function: [count, request size, kept, heap]} as JSON.
 """
 
+from __future__ import annotations
+
 import ctypes
 import json
 import os
@@ -22,34 +24,34 @@ import sys
 
 N = 300
 BYTES_HEADER = 33  # offsetof(PyBytesObject, ob_sval) + 1 on 64-bit 3.8-3.13
-KEEP = []
+KEEP: list[object] = []
 LIBC = ctypes.CDLL(None)
 LIBC.malloc.restype = ctypes.c_void_p
 LIBC.malloc.argtypes = [ctypes.c_size_t]
 
 
-def big():
-    keep = [None] * N
+def big() -> None:
+    keep: list[object] = [None] * N
     for i in range(N):
         keep[i] = bytearray(3000)  # ALLOC big
     KEEP.append(keep)
 
 
-def small():
-    keep = [None] * N
+def small() -> None:
+    keep: list[object] = [None] * N
     for i in range(N):
         keep[i] = bytes(200)  # ALLOC small
     KEEP.append(keep)
 
 
-def gone():
-    tmp = [None] * N
+def gone() -> None:
+    tmp: list[object] = [None] * N
     for i in range(N):
         tmp[i] = bytearray(2000)  # ALLOC gone
     del tmp
 
 
-def native():
+def native() -> None:
     keep = [0] * N
     malloc = LIBC.malloc
     for i in range(N):
@@ -57,7 +59,7 @@ def native():
     KEEP.append(keep)
 
 
-def mixed():
+def mixed() -> None:
     keep = [0] * N
     malloc = LIBC.malloc
     for i in range(N):
@@ -69,7 +71,7 @@ def mixed():
         free(p)
 
 
-def main():
+def main() -> None:
     if "--print-truth" in sys.argv:
         print(json.dumps({
             "big": [N, 3001, True, "python.pymalloc"],

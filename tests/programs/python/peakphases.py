@@ -11,6 +11,8 @@ sum of the two own peaks is 8 MiB more than the program ever held at once
 {function: [count, request size, kept, heap]} as JSON.
 """
 
+from __future__ import annotations
+
 import ctypes
 import json
 import os
@@ -19,7 +21,7 @@ import sys
 NATIVE_N, NATIVE_SIZE = 128, 64 * 1024
 SMALL_N = 40000
 BYTES_HEADER = 33  # offsetof(PyBytesObject, ob_sval) + 1 on 64-bit 3.8-3.13
-KEEP = []
+KEEP: list[object] = []
 LIBC = ctypes.CDLL(None)
 LIBC.malloc.restype = ctypes.c_void_p
 LIBC.malloc.argtypes = [ctypes.c_size_t]
@@ -27,7 +29,7 @@ LIBC.free.restype = None
 LIBC.free.argtypes = [ctypes.c_void_p]
 
 
-def native():
+def native() -> None:
     blocks = [0] * NATIVE_N
     malloc, free = LIBC.malloc, LIBC.free
     for i in range(NATIVE_N):
@@ -36,14 +38,14 @@ def native():
         free(b)
 
 
-def small():
-    keep = [None] * SMALL_N
+def small() -> None:
+    keep: list[object] = [None] * SMALL_N
     for i in range(SMALL_N):
         keep[i] = bytes(200)  # ALLOC small
     KEEP.append(keep)
 
 
-def main():
+def main() -> None:
     if "--print-truth" in sys.argv:
         print(json.dumps({
             "native": [NATIVE_N, NATIVE_SIZE, False, "libc.malloc"],

@@ -10,6 +10,8 @@ blocks are freed with PyMem_Free at the end of `shrunk`. Each allocation line
 carries a marker comment `ALLOC <name>`.
 """
 
+from __future__ import annotations
+
 import ctypes
 
 N = 2000
@@ -22,13 +24,13 @@ API.PyMem_Free.restype = None
 API.PyMem_Free.argtypes = [ctypes.c_void_p]
 
 
-def grown(keep):
+def grown(keep: list[int]) -> None:
     malloc = API.PyMem_Malloc
     for i in range(N):
         keep[i] = malloc(600)  # ALLOC grown
 
 
-def shrunk(keep):
+def shrunk(keep: list[int]) -> None:
     realloc = API.PyMem_Realloc
     for i in range(N):
         keep[i] = realloc(keep[i], 40)  # ALLOC shrunk
@@ -37,7 +39,7 @@ def shrunk(keep):
         free(p)
 
 
-def main():
+def main() -> None:
     keep = [0] * N
     grown(keep)
     shrunk(keep)

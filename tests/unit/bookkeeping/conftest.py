@@ -36,7 +36,8 @@ class Heap:
         self.t.free(seq, addr, self.now_ns)
 
     def stats(self) -> dict[str, int]:
-        return self.t.stats()
+        stats: dict[str, int] = self.t.stats()
+        return stats
 
     def totals(self) -> dict[int, tuple[int, int, int, int]]:
         """stack id -> (alloc_bytes, free_bytes, alloc_count, free_count), stacks without callsite"""
@@ -70,7 +71,7 @@ class Heap:
     def dump_real(self) -> list[tuple[int, int, int, int]]:
         return list(DUMP_ROW.iter_unpack(self.t.dump()))
 
-    def peak(self) -> dict[int, tuple[int, int, int, int]]:
+    def peak(self) -> dict[int, tuple[int, ...]]:
         """callsite id -> (count, size, alloc_count, alloc_size) at the peak"""
         return {cs: v[:4] for cs, v in self.peak_real().items()}
 

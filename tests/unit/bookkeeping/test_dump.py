@@ -63,7 +63,7 @@ def _names(frames: FrameTable, trie: Any, callsite: int | None) -> list[str]:
     return out[::-1]
 
 
-def test_stacks_resolve_to_spliced_callsites(native_mod, make_heap) -> None:
+def test_stacks_resolve_to_spliced_callsites(native_mod: ModuleType, make_heap: Any) -> None:
     heap, frames, trie = _process(native_mod, discard=False)
     h = make_heap()
     h.malloc(1, A, 100, NATIVE)
@@ -74,7 +74,7 @@ def test_stacks_resolve_to_spliced_callsites(native_mod, make_heap) -> None:
     assert list(frames.python.values()) == [("build", "app.py", 16)]
 
 
-def test_a_profile_not_kept_resolves_no_stack(native_mod, make_heap) -> None:
+def test_a_profile_not_kept_resolves_no_stack(native_mod: ModuleType, make_heap: Any) -> None:
     # GIVEN the pytest plugin's case: only the windows are read, the profile is thrown away
     heap, frames, trie = _process(native_mod, discard=True)
     h = make_heap()
@@ -91,7 +91,7 @@ def test_a_profile_not_kept_resolves_no_stack(native_mod, make_heap) -> None:
     # (no final dump follows: a producer that keeps no profile makes none, test_pytest_plugin.py)
 
 
-def test_a_bad_line_table_is_found_when_a_frame_needs_it(native_mod, make_heap) -> None:
+def test_a_bad_line_table_is_found_when_a_frame_needs_it(native_mod: ModuleType, make_heap: Any) -> None:
     # GIVEN a code object whose line table is of a format no CPython has
     heap, frames, trie = _process(native_mod, discard=False)
     heap.define_code(1, "build", "app.py", 77, b"\x01\x02", 16)
@@ -103,7 +103,7 @@ def test_a_bad_line_table_is_found_when_a_frame_needs_it(native_mod, make_heap) 
     assert list(frames.python.values()) == [("build", "app.py", None)]
 
 
-def test_a_python_stack_waits_for_its_code_objects(native_mod, make_heap) -> None:
+def test_a_python_stack_waits_for_its_code_objects(native_mod: ModuleType, make_heap: Any) -> None:
     # GIVEN a stack naming code 2, whose record has not arrived (another thread sends it later),
     # and one naming code 0 (a frame whose code the client could not read: never sent)
     heap, frames, trie = _process(native_mod, discard=False)
@@ -125,7 +125,7 @@ def test_a_python_stack_waits_for_its_code_objects(native_mod, make_heap) -> Non
     assert ("leaf", "app.py", 21) in frames.python.values()
 
 
-def test_a_code_object_that_never_arrives_is_named_so_at_the_end(native_mod, make_heap) -> None:
+def test_a_code_object_that_never_arrives_is_named_so_at_the_end(native_mod: ModuleType, make_heap: Any) -> None:
     heap, frames, trie = _process(native_mod, discard=False)
     _define_stack(heap, 0x63, (EVAL_LO + 0x10,), ((9, 0, PY_FRAME_ENTRY),))
     h = make_heap()

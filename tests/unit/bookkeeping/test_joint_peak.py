@@ -7,6 +7,8 @@ rows are its state at that moment, not at its own peak.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from heapscope.bookkeeping.rows import WINDOW_ROW
@@ -17,7 +19,7 @@ S1, S2, S3 = 0x1111, 0x2222, 0x3333
 A, B, C, D = 0x7F00_0000_1000, 0x7F00_0000_2000, 0x7F00_0000_3000, 0x7F00_0000_4000
 
 
-def two(make_heap, dump_at_max: bool = False):
+def two(make_heap: Any, dump_at_max: bool = False) -> tuple[Any, Any]:
     m, p = make_heap(dump_at_max=dump_at_max), make_heap(dump_at_max=dump_at_max)
     p.t.share_peak(m.t)
     m.t.set_callsite(S1, 1)
@@ -26,7 +28,7 @@ def two(make_heap, dump_at_max: bool = False):
     return m, p
 
 
-def test_heaps_peaking_apart_have_one_peak_at_their_largest_sum(make_heap):
+def test_heaps_peaking_apart_have_one_peak_at_their_largest_sum(make_heap: Any) -> None:
     # GIVEN malloc's heap holds 800 then frees it (its own peak: 800 at ts 2), then
     # Python's holds 500 + 400 (its own peak: 900 at ts 4), with 100 of malloc's held throughout
     m, p = two(make_heap)
@@ -51,7 +53,7 @@ def test_heaps_peaking_apart_have_one_peak_at_their_largest_sum(make_heap):
     assert p.peak() == {2: (0, 0, 1, 500), 3: (1, 400, 1, 400)}
 
 
-def test_a_tracker_that_has_not_shared_keeps_its_own_peak(make_heap):
+def test_a_tracker_that_has_not_shared_keeps_its_own_peak(make_heap: Any) -> None:
     m, p = make_heap(), make_heap()
     m.t.set_callsite(S1, 1)
     p.t.set_callsite(S2, 2)
@@ -62,7 +64,7 @@ def test_a_tracker_that_has_not_shared_keeps_its_own_peak(make_heap):
     assert m.t.peak_group != p.t.peak_group and m.stats()["peak_heaps"] == 1
 
 
-def test_only_a_tracker_without_ops_shares_a_peak(make_heap):
+def test_only_a_tracker_without_ops_shares_a_peak(make_heap: Any) -> None:
     m, p, q = make_heap(), make_heap(), make_heap()
     m.malloc(1, A, 100, S1, ts=1)
     with pytest.raises(ValueError):
@@ -81,7 +83,7 @@ def test_only_a_tracker_without_ops_shares_a_peak(make_heap):
     assert m.stats()["peak_unfreed"] == 150 and m.stats()["peak_ts"] == 5
 
 
-def test_closing_one_tracker_leaves_the_other_working(make_heap):
+def test_closing_one_tracker_leaves_the_other_working(make_heap: Any) -> None:
     m, p = two(make_heap)
     m.malloc(1, A, 100, S1, ts=1)
     p.malloc(1, C, 500, S2, ts=3)
@@ -92,7 +94,7 @@ def test_closing_one_tracker_leaves_the_other_working(make_heap):
     assert st["peak_unfreed"] == 600  # the peak reached with the other heap stays
 
 
-def test_dump_at_max_dumps_both_heaps_at_the_joint_peak(make_heap):
+def test_dump_at_max_dumps_both_heaps_at_the_joint_peak(make_heap: Any) -> None:
     m, p = two(make_heap, dump_at_max=True)
     m.malloc(1, A, 800, S1, ts=1)
     m.free(2, A)
@@ -102,11 +104,11 @@ def test_dump_at_max_dumps_both_heaps_at_the_joint_peak(make_heap):
     assert p.dump() == [(2, 1, 900)]
 
 
-def window(h) -> dict[int, tuple[int, ...]]:
+def window(h: Any) -> dict[int, tuple[int, ...]]:
     return {row[0] or row[1]: tuple(row[2:]) for row in WINDOW_ROW.iter_unpack(h.t.window())}
 
 
-def test_a_window_is_one_for_both_heaps(make_heap):
+def test_a_window_is_one_for_both_heaps(make_heap: Any) -> None:
     # GIVEN 100 held by malloc's heap before the window
     m, p = two(make_heap)
     m.malloc(1, A, 100, S1, ts=1)

@@ -52,7 +52,8 @@ def c_layout(tmp_path_factory: pytest.TempPathFactory) -> dict[str, int]:
     subprocess.run([cc, *build_flags(), "-Werror", "-Wno-type-limits", "-I", str(SRC / "bookkeeping"),
                     "-o", str(d / "layout"), str(d / "layout.c")], check=True, timeout=60)
     out = subprocess.run([str(d / "layout")], check=True, capture_output=True, text=True, timeout=10).stdout
-    return json.loads(out)
+    layout: dict[str, int] = json.loads(out)
+    return layout
 
 
 @pytest.mark.parametrize("name", sorted(ROWS))

@@ -8,6 +8,7 @@ checks the live table, the totals, the dump and peak rows and the counters.
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,7 @@ SECOND = 1_000_000_000
 
 # ---- sequence order ----
 
-def test_in_order_malloc_and_free_totals(make_heap):
+def test_in_order_malloc_and_free_totals(make_heap: Any) -> None:
     # GIVEN two stacks, three mallocs and one free, in order
     h = make_heap()
     h.malloc(1, A, 100, S1, ts=10)
@@ -38,7 +39,7 @@ def test_in_order_malloc_and_free_totals(make_heap):
     assert h.t.last_ts == 20
 
 
-def test_free_arriving_before_its_malloc(make_heap):
+def test_free_arriving_before_its_malloc(make_heap: Any) -> None:
     # GIVEN thread 2 freed A (seq 2) and wrote its record before thread 1's malloc (seq 1)
     h = make_heap()
     h.free(2, A)
@@ -53,7 +54,7 @@ def test_free_arriving_before_its_malloc(make_heap):
     assert (st["pending"], st["max_pending"], st["committed_seq"]) == (0, 1, 2)
 
 
-def test_address_reused_by_another_thread(make_heap):
+def test_address_reused_by_another_thread(make_heap: Any) -> None:
     # GIVEN T1: malloc A (1), free A (2); T2 gets A back: malloc A (3).
     # T2's record lands before T1's free.
     h = make_heap()
@@ -66,11 +67,13 @@ def test_address_reused_by_another_thread(make_heap):
     assert h.stats()["implicit_frees"] == 0
 
 
-def test_interleaved_threads_many_addresses(make_heap):
+def test_interleaved_threads_many_addresses(make_heap: Any) -> None:
     # GIVEN a reference model, and ops submitted in a shuffled order within windows
     h = make_heap()
     rng = random.Random(1234)
-    ops, live, model = [], {}, {}
+    ops: list[tuple[int, int, Any, Any]] = []  # (seq, addr, size, stack); a free's are None
+    live: dict[int, tuple[int, int]] = {}
+    model: dict[int, tuple[int, int, int, int]] = {}
     pool = [0x5500_0000 + 16 * i for i in range(3000)]
     seq = 0
     for _ in range(40000):
@@ -104,7 +107,7 @@ def test_interleaved_threads_many_addresses(make_heap):
     assert st["current_unfreed"] == sum(size for _stack, size in live.values())
 
 
-def test_many_stacks_keep_first_seen_order(make_heap):
+def test_many_stacks_keep_first_seen_order(make_heap: Any) -> None:
     # GIVEN 5000 distinct stacks (the table grows several times), each used twice
     h = make_heap()
     rng = random.Random(99)
@@ -120,7 +123,7 @@ def test_many_stacks_keep_first_seen_order(make_heap):
     assert sorted(h.t.unresolved()) == sorted(ids)
 
 
-def test_realloc_like_free_then_malloc(make_heap):
+def test_realloc_like_free_then_malloc(make_heap: Any) -> None:
     # GIVEN realloc moving A to B, then realloc growing B in place
     h = make_heap()
     h.malloc(1, A, 100, S1)
@@ -132,7 +135,7 @@ def test_realloc_like_free_then_malloc(make_heap):
     assert h.live() == {B: (500, 500, S2, 5)}
 
 
-def test_implicit_free_when_address_is_still_live(make_heap):
+def test_implicit_free_when_address_is_still_live(make_heap: Any) -> None:
     # GIVEN A allocated twice with no free in between (the free was not sent)
     h = make_heap()
     h.malloc(1, A, 100, S1)
@@ -144,7 +147,7 @@ def test_implicit_free_when_address_is_still_live(make_heap):
     assert h.stats()["current_unfreed"] == 40
 
 
-def test_untracked_free(make_heap):
+def test_untracked_free(make_heap: Any) -> None:
     h = make_heap()
     h.free(1, A)
     h.malloc(2, B, 8, S1)
@@ -152,7 +155,7 @@ def test_untracked_free(make_heap):
     assert h.totals() == {S1: (8, 0, 1, 0)}
 
 
-def test_late_and_duplicate_records(make_heap):
+def test_late_and_duplicate_records(make_heap: Any) -> None:
     h = make_heap()
     h.malloc(1, A, 10, S1)
     h.malloc(2, B, 20, S1)
@@ -168,7 +171,7 @@ def test_late_and_duplicate_records(make_heap):
     assert h.live() == {B: (20, 20, S1, 2)}
 
 
-def test_duplicate_seq_while_pending(make_heap):
+def test_duplicate_seq_while_pending(make_heap: Any) -> None:
     h = make_heap()
     h.malloc(3, A, 10, S1)
     h.malloc(3, A, 10, S1)
@@ -180,7 +183,7 @@ def test_duplicate_seq_while_pending(make_heap):
     assert st["implicit_frees"] == 1
 
 
-def test_flush_skips_gaps(make_heap):
+def test_flush_skips_gaps(make_heap: Any) -> None:
     # GIVEN seq 2 and 5 never arrive
     h = make_heap()
     h.malloc(1, A, 10, S1)
@@ -201,7 +204,7 @@ def test_flush_skips_gaps(make_heap):
     assert h.totals()[S1] == (30, 30, 2, 2)
 
 
-def test_gap_given_up_after_one_second_by_the_callers_clock(make_heap):
+def test_gap_given_up_after_one_second_by_the_callers_clock(make_heap: Any) -> None:
     # GIVEN seq 2 arrived at t0 and seq 1 never does
     h = make_heap()
     t0 = h.now_ns
@@ -219,7 +222,7 @@ def test_gap_given_up_after_one_second_by_the_callers_clock(make_heap):
     assert h.live() == {A: (10, 10, S1, 2)}
 
 
-def test_gap_timeout_counts_from_the_oldest_waiting_op(make_heap):
+def test_gap_timeout_counts_from_the_oldest_waiting_op(make_heap: Any) -> None:
     # GIVEN seq 3 waits from t0 and seq 5 from t0 + 0.8 s (seq 1 and 4 missing)
     h = make_heap()
     t0 = h.now_ns
@@ -237,7 +240,7 @@ def test_gap_timeout_counts_from_the_oldest_waiting_op(make_heap):
     assert h.totals() == {S1: (30, 0, 2, 0)}
 
 
-def test_address_and_stack_zero(make_heap):
+def test_address_and_stack_zero(make_heap: Any) -> None:
     h = make_heap()
     h.malloc(1, 0, 16, 0)
     h.malloc(2, 16, 32, 0)
@@ -248,7 +251,7 @@ def test_address_and_stack_zero(make_heap):
 
 # ---- callsites and dumps ----
 
-def test_dump_rows_are_deltas_per_callsite(make_heap):
+def test_dump_rows_are_deltas_per_callsite(make_heap: Any) -> None:
     # GIVEN stacks S1 and S2 of callsite 7, S3 of callsite 9
     h = make_heap()
     h.malloc(1, A, 100, S1)
@@ -272,7 +275,7 @@ def test_dump_rows_are_deltas_per_callsite(make_heap):
     assert h.dump() == []
 
 
-def test_stack_first_seen_after_its_callsite(make_heap):
+def test_stack_first_seen_after_its_callsite(make_heap: Any) -> None:
     # GIVEN the stack is resolved (its STACK record came first) before any malloc of it
     h = make_heap()
     h.t.set_callsite(S1, 3)
@@ -284,7 +287,7 @@ def test_stack_first_seen_after_its_callsite(make_heap):
         h.t.set_callsite(S2, 0)
 
 
-def test_dump_at_max_rows_are_the_state_at_the_peak(make_heap):
+def test_dump_at_max_rows_are_the_state_at_the_peak(make_heap: Any) -> None:
     h = make_heap(dump_at_max=True)
     h.t.set_callsite(S1, 1)
     h.t.set_callsite(S2, 2)
@@ -307,7 +310,7 @@ def test_dump_at_max_rows_are_the_state_at_the_peak(make_heap):
 
 # ---- the peak ----
 
-def test_peak_rows_keep_what_was_allocated_up_to_the_peak(make_heap):
+def test_peak_rows_keep_what_was_allocated_up_to_the_peak(make_heap: Any) -> None:
     # GIVEN callsite 1: 100 allocated and freed, then 200 kept; callsite 2: 50 kept;
     # the peak (250) is reached by seq 4; then everything is freed
     h = make_heap()
@@ -328,7 +331,7 @@ def test_peak_rows_keep_what_was_allocated_up_to_the_peak(make_heap):
     assert h.callsite_totals() == {1: (300, 300, 2, 2), 2: (58, 50, 2, 1)}
 
 
-def test_peak_follows_stacks_resolved_after_it(make_heap):
+def test_peak_follows_stacks_resolved_after_it(make_heap: Any) -> None:
     # GIVEN the peak is reached before any stack has a callsite
     h = make_heap()
     h.malloc(1, A, 100, S1, ts=1)
@@ -350,7 +353,7 @@ def test_peak_follows_stacks_resolved_after_it(make_heap):
     assert h.stats()["peak_ts"] == 6
 
 
-def test_peak_matches_a_brute_force_model(make_heap):
+def test_peak_matches_a_brute_force_model(make_heap: Any) -> None:
     # GIVEN random mallocs and frees over 6 stacks of 3 callsites, some resolved midway
     rng = random.Random(5)
     h = make_heap()
@@ -392,7 +395,7 @@ def test_peak_matches_a_brute_force_model(make_heap):
 
 # ---- stream and life cycle ----
 
-def test_take_stream_rows(make_heap):
+def test_take_stream_rows(make_heap: Any) -> None:
     h = make_heap(stream=True)
     h.free(2, A)
     h.malloc(1, A, 4096, S1, ts=77, alloc_size=100)
@@ -408,13 +411,13 @@ def test_take_stream_rows(make_heap):
     assert h.t.last_ts == 77
 
 
-def test_stream_off_by_default(make_heap):
+def test_stream_off_by_default(make_heap: Any) -> None:
     h = make_heap()
     h.malloc(1, A, 8, S1)
     assert h.t.take_stream() == b""
 
 
-def test_close_is_idempotent_and_final(make_heap):
+def test_close_is_idempotent_and_final(make_heap: Any) -> None:
     h = make_heap()
     h.malloc(1, A, 8, S1)
     h.t.close()
@@ -429,7 +432,7 @@ def test_close_is_idempotent_and_final(make_heap):
         _ = h.t.last_ts
 
 
-def test_rows_carry_the_real_sizes_of_their_samples(make_heap):
+def test_rows_carry_the_real_sizes_of_their_samples(make_heap: Any) -> None:
     # GIVEN two small allocations sampled at 4096 bytes each and a large one recorded exactly
     h = make_heap()
     h.malloc(1, A, 4096, S1, alloc_size=24)
@@ -451,7 +454,7 @@ def test_rows_carry_the_real_sizes_of_their_samples(make_heap):
 T1, T2 = 4101, 4102  # kernel thread ids
 
 
-def test_thread_totals_follow_the_allocating_thread(make_heap):
+def test_thread_totals_follow_the_allocating_thread(make_heap: Any) -> None:
     # GIVEN a tracker that keeps threads: T1 and T2 allocate from S1, T2 also from S2
     h = make_heap(threads=True)
     assert h.t.keeps_threads
@@ -473,7 +476,7 @@ def test_thread_totals_follow_the_allocating_thread(make_heap):
     assert h.stats()["implicit_frees"] == 1
 
 
-def test_thread_rows_name_the_callsite_once_known(make_heap):
+def test_thread_rows_name_the_callsite_once_known(make_heap: Any) -> None:
     # GIVEN two stacks of one callsite, one thread each; then S1 is resolved
     h = make_heap(threads=True)
     h.malloc(1, A, 64, S1, tid=T1)
@@ -487,14 +490,14 @@ def test_thread_rows_name_the_callsite_once_known(make_heap):
     assert h.callsite_totals() == {5: (96, 32, 2, 1)}
 
 
-def test_thread_totals_in_sequence_order_match_a_model(make_heap):
+def test_thread_totals_in_sequence_order_match_a_model(make_heap: Any) -> None:
     # GIVEN ops of three threads over three stacks, shuffled within windows as the ring delivers them
     h = make_heap(threads=True)
     rng = random.Random(77)
     pool = [0x6600_0000 + 16 * i for i in range(500)]
     live: dict[int, tuple[int, int, int]] = {}
     model: dict[tuple[int, int], list[int]] = {}
-    ops = []
+    ops: list[tuple[int, int, Any, Any, Any]] = []  # (seq, addr, size, stack, tid); a free's are None
     for seq in range(1, 20001):
         addr = rng.choice(pool)
         if addr in live:
@@ -523,7 +526,7 @@ def test_thread_totals_in_sequence_order_match_a_model(make_heap):
     assert h.stats()["implicit_frees"] == h.stats()["untracked_frees"] == 0
 
 
-def test_no_thread_totals_unless_asked(make_heap):
+def test_no_thread_totals_unless_asked(make_heap: Any) -> None:
     # GIVEN a plain tracker (a plain recording): ops with thread ids
     h = make_heap()
     assert not h.t.keeps_threads
@@ -534,7 +537,7 @@ def test_no_thread_totals_unless_asked(make_heap):
     assert h.totals() == {S1: (64, 64, 1, 1)}
 
 
-def test_live_and_stream_rows_name_stacks_when_threads_are_kept(make_heap):
+def test_live_and_stream_rows_name_stacks_when_threads_are_kept(make_heap: Any) -> None:
     # GIVEN a tracker keeping threads and the stream: one stack allocated from two threads
     h = make_heap(stream=True, threads=True)
     h.malloc(1, A, 64, S1, ts=5, tid=T1)

@@ -7,6 +7,8 @@ The process's peak over all windows must survive the windows.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from heapscope.bookkeeping.rows import WINDOW_ROW
@@ -17,12 +19,12 @@ S1, S2, S3 = 0x1111, 0x2222, 0x3333
 A, B, C, D = 0x7F00_0000_1000, 0x7F00_0000_2000, 0x7F00_0000_3000, 0x7F00_0000_4000
 
 
-def window(h) -> dict[int, tuple[int, ...]]:
+def window(h: Any) -> dict[int, tuple[int, ...]]:
     """callsite id (or stack id when it has none) -> (peak_size, peak_count, end_size, end_count, alloc_size)"""
     return {row[0] or row[1]: tuple(row[2:]) for row in WINDOW_ROW.iter_unpack(h.t.window())}
 
 
-def test_window_peak_and_end_are_relative_to_its_start(make_heap):
+def test_window_peak_and_end_are_relative_to_its_start(make_heap: Any) -> None:
     # GIVEN 1000 bytes held before the window (callsite 1)
     h = make_heap()
     h.malloc(1, A, 1000, S1, ts=1)
@@ -50,7 +52,7 @@ def test_window_peak_and_end_are_relative_to_its_start(make_heap):
     assert window(h) == {2: (0, 0, -200, -1, 0)}
 
 
-def test_window_peak_above_its_start(make_heap):
+def test_window_peak_above_its_start(make_heap: Any) -> None:
     # GIVEN 100 held (callsite 1), then a window that goes to 100 + 700 and drops to 100 + 50
     h = make_heap()
     h.malloc(1, A, 100, S1)
@@ -73,7 +75,7 @@ def test_window_peak_above_its_start(make_heap):
     assert (st["peak_unfreed"], st["peak_ts"]) == (800, 6)
 
 
-def test_process_peak_survives_later_windows(make_heap):
+def test_process_peak_survives_later_windows(make_heap: Any) -> None:
     # GIVEN a first window that peaks at 900 (callsite 1), then frees it all
     h = make_heap()
     h.t.new_window()
@@ -97,7 +99,7 @@ def test_process_peak_survives_later_windows(make_heap):
     assert h.peak() == {1: (1, 800, 2, 1700), 2: (1, 200, 1, 200)}
 
 
-def test_stack_resolved_inside_a_window_keeps_its_start(make_heap):
+def test_stack_resolved_inside_a_window_keeps_its_start(make_heap: Any) -> None:
     # GIVEN S1 holds 500 and has no callsite when the window starts
     h = make_heap()
     h.malloc(1, A, 500, S1)
@@ -109,7 +111,7 @@ def test_stack_resolved_inside_a_window_keeps_its_start(make_heap):
     assert window(h) == {7: (100, 1, 100, 1, 100)}
 
 
-def test_unresolved_stacks_are_rows_by_stack_id(make_heap):
+def test_unresolved_stacks_are_rows_by_stack_id(make_heap: Any) -> None:
     h = make_heap()
     h.t.new_window()
     h.malloc(1, A, 64, S3)

@@ -93,7 +93,7 @@ def tracker_rows(t: Any) -> dict[tuple[int, int], tuple[int, ...]]:
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_windows_match_a_model_that_copies_everything(make_heap, seed):
+def test_windows_match_a_model_that_copies_everything(make_heap: Any, seed: int) -> None:
     rng = random.Random(seed)
     heaps = [make_heap(), make_heap()]
     heaps[1].t.share_peak(heaps[0].t)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -48,7 +49,7 @@ def client_lib(build_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def build_program(build_dir: Path):
+def build_program(build_dir: Path) -> Callable[..., Path]:
     """Compiles one C file of this folder into an executable (cached by name)."""
     built: dict[tuple[str, tuple[str, ...]], Path] = {}
 
@@ -69,7 +70,7 @@ def build_program(build_dir: Path):
 
 
 @pytest.fixture(scope="session")
-def c_unit(build_program):
+def c_unit(build_program: Callable[..., Path]) -> Callable[[str, str], str]:
     """Builds a C unit test of this folder against one client source and runs it: it must exit
     0 and print no FAIL line. Returns its output."""
 

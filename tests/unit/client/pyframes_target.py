@@ -2,8 +2,10 @@
 frames through pyframes_probe.c in many shapes of call chain and prints, for
 test_pyframes.py, what the walker saw next to the sys._getframe() chain.
 
-Must stay valid Python 3.8.
+Must stay valid Python 3.8 (annotations postponed: 3.8 cannot subscript list at run time).
 """
+
+from __future__ import annotations
 
 import asyncio
 import ctypes
@@ -11,6 +13,8 @@ import json
 import os
 import sys
 import threading
+from collections.abc import Iterator
+from types import CodeType, FrameType
 
 probe = ctypes.CDLL(sys.argv[1])  # CDLL: the GIL is released during calls
 probe.probe_walk.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
@@ -18,93 +22,94 @@ probe.probe_walk.restype = ctypes.c_int
 probe.probe_status.restype = ctypes.c_char_p
 probe.probe_detect_as.argtypes = [ctypes.c_ulong, ctypes.c_int]
 BUF = ctypes.create_string_buffer(1 << 21)
-results = {}
+results: dict[str, object] = {}
 
 
-def qualname(code):
-    return getattr(code, "co_qualname", code.co_name)
+def qualname(code: CodeType) -> str:
+    name: str = getattr(code, "co_qualname", code.co_name)
+    return name
 
 
-def chain(frame):
-    out = []
+def chain(frame: FrameType | None) -> list[list[object]]:
+    out: list[list[object]] = []
     while frame is not None:
         out.append([qualname(frame.f_code), frame.f_code.co_filename, frame.f_lineno])
         frame = frame.f_back
     return out
 
 
-def capture(label):
+def capture(label: str) -> str:
     n = probe.probe_walk(BUF, len(BUF))
     expected = chain(sys._getframe())
     results[label] = {"n": n, "walk": BUF.value.decode("utf-8", "surrogateescape"), "expected": expected}
     return label
 
 
-def c():
+def c() -> str:
     return capture("nested")
 
 
-def b():
+def b() -> str:
     return c()
 
 
-def a():
+def a() -> str:
     return b()
 
 
 class Klass:
-    def method(self):
+    def method(self) -> str:
         return capture("method")
 
     @staticmethod
-    def static():
+    def static() -> str:
         return capture("staticmethod")
 
 
-def generator():
+def generator() -> Iterator[str]:
     yield capture("generator")
 
 
-def outer_generator():
+def outer_generator() -> Iterator[str]:
     yield from generator()
 
 
-async def inner_coroutine():
+async def inner_coroutine() -> str:
     await asyncio.sleep(0)
     return capture("async")
 
 
-async def coroutine():
+async def coroutine() -> str:
     return await inner_coroutine()
 
 
-def in_thread():
+def in_thread() -> None:
     a2()
 
 
-def a2():
+def a2() -> None:
     capture("thread")
 
 
-def recurse(k):
+def recurse(k: int) -> str:
     if k == 0:
         return capture("deep")
     return recurse(k - 1)
 
 
-def naïve():
+def naïve() -> str:
     return capture("latin1-name")
 
 
-def 名前():
+def 名前() -> str:
     return capture("ucs2-name")
 
 
-def 𠀀():
+def 𠀀() -> str:
     return capture("ucs4-name")
 
 
-def fork_case():
+def fork_case() -> None:
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -123,7 +128,7 @@ def fork_case():
     results["fork"] = json.loads(data)
 
 
-def main():
+def main() -> None:
     state = probe.probe_detect()
     a()
     Klass().method()

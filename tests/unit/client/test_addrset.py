@@ -7,9 +7,11 @@ goes; a pinned range stays set; a fork child's reset empties it, the shards' fir
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 
 @pytest.mark.timeout(180)
-def test_addrset_c_unit(c_unit):
+def test_addrset_c_unit(c_unit: Callable[[str, str], str]) -> None:
     c_unit("addrset_test.c", "addrset.c")

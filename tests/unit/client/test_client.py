@@ -18,8 +18,10 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -157,7 +159,7 @@ class FakeProducer:
         os.close(self.memfd)
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def run(self, cmd: list[str], lib: Path, timeout: float = 60) -> subprocess.CompletedProcess:
+    def run(self, cmd: list[str], lib: Path, timeout: float = 60) -> subprocess.CompletedProcess[bytes]:
         """Runs cmd under the client and reads the ring until it exits."""
         proc = subprocess.Popen(cmd, env=self.env(lib), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE)
@@ -172,10 +174,10 @@ class FakeProducer:
 
 
 @pytest.fixture
-def producer_factory():
+def producer_factory() -> Iterator[Callable[..., FakeProducer]]:
     made: list[FakeProducer] = []
 
-    def make(**kw) -> FakeProducer:
+    def make(**kw: int) -> FakeProducer:
         p = FakeProducer(**kw)
         made.append(p)
         return p
@@ -185,8 +187,16 @@ def producer_factory():
         p.close()
 
 
-def decode(records: list[tuple[int, bytes]]):
-    mallocs, frees, stacks, modules, heaps = [], [], [], [], []
+Decoded = tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], list[Any], list[Any], list[Any]]
+
+
+def decode(records: list[tuple[int, bytes]]) -> Decoded:
+    """(MALLOC fields, FREE fields, stacks, modules, heaps): the records of each kind, decoded."""
+    mallocs: list[tuple[Any, ...]] = []
+    frees: list[tuple[Any, ...]] = []
+    stacks: list[Any] = []
+    modules: list[Any] = []
+    heaps: list[Any] = []
     for rtype, rec in records:
         body = rec[8:]
         if rtype == codec.RecordType.MALLOC:
@@ -204,8 +214,8 @@ def decode(records: list[tuple[int, bytes]]):
     return mallocs, frees, stacks, modules, heaps
 
 
-def expected_workload_sizes(iters: int, threads: int = 4) -> Counter:
-    sizes: Counter = Counter()
+def expected_workload_sizes(iters: int, threads: int = 4) -> Counter[int]:
+    sizes: Counter[int] = Counter()
     for t in range(threads):
         for i in range(iters):
             k = t * iters + i
@@ -224,7 +234,7 @@ def expected_workload_sizes(iters: int, threads: int = 4) -> Counter:
 
 
 @pytest.mark.timeout(120)
-def test_exports_only_the_malloc_family(client_lib):
+def test_exports_only_the_malloc_family(client_lib: Path) -> None:
     nm = shutil.which("nm")
     if nm is None:
         pytest.skip("no nm")
@@ -234,7 +244,7 @@ def test_exports_only_the_malloc_family(client_lib):
     assert names == EXPORTED
 
 
-def test_version_script_lists_the_family_of_family_h():
+def test_version_script_lists_the_family_of_family_h() -> None:
     text = (CLIENT_SRC / "preload.map").read_text()
     body = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
     glob = body[body.index("global:") + len("global:"):body.index("local:")]
@@ -242,7 +252,7 @@ def test_version_script_lists_the_family_of_family_h():
 
 
 @pytest.mark.timeout(120)
-def test_settings_are_read_with_secure_getenv(client_lib):
+def test_settings_are_read_with_secure_getenv(client_lib: Path) -> None:
     """A setuid target must not take the socket path or debug switch from its caller."""
     nm = shutil.which("nm")
     if nm is None:
@@ -256,7 +266,7 @@ def test_settings_are_read_with_secure_getenv(client_lib):
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("cmd", [["ls", "-la", "/"], ["sh", "-c", "echo hi; exit 3"]])
-def test_dormant_without_socket_is_invisible(client_lib, cmd):
+def test_dormant_without_socket_is_invisible(client_lib: Path, cmd: list[str]) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HEAPSCOPE_")}
     plain = subprocess.run(cmd, env=env, capture_output=True, timeout=30)
     env["LD_PRELOAD"] = str(client_lib)
@@ -265,7 +275,7 @@ def test_dormant_without_socket_is_invisible(client_lib, cmd):
 
 
 @pytest.mark.timeout(120)
-def test_dormant_workload_unchanged(client_lib, build_program):
+def test_dormant_workload_unchanged(client_lib: Path, build_program: Callable[..., Path]) -> None:
     exe = build_program("workload.c")
     env = {k: v for k, v in os.environ.items() if not k.startswith("HEAPSCOPE_")}
     plain = subprocess.run([str(exe)], env=env, capture_output=True, timeout=30)
@@ -278,7 +288,8 @@ def test_dormant_workload_unchanged(client_lib, build_program):
 
 
 @pytest.mark.timeout(180)
-def test_thread_id_costs_no_system_call_per_sample(client_lib, build_program, producer_factory):
+def test_thread_id_costs_no_system_call_per_sample(client_lib: Path, build_program: Callable[..., Path],
+                                                   producer_factory: Callable[..., FakeProducer]) -> None:
     """Each thread asks the kernel its id once (then it is cached in its TLS), not once per sample."""
     strace = shutil.which("strace")
     if strace is None:
@@ -307,7 +318,8 @@ def test_thread_id_costs_no_system_call_per_sample(client_lib, build_program, pr
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("unwinder", [codec.Unwinder.AUTO, codec.Unwinder.FP,
                                       codec.Unwinder.NONE])
-def test_interval_one_records_everything(client_lib, build_program, producer_factory, unwinder):
+def test_interval_one_records_everything(client_lib: Path, build_program: Callable[..., Path],
+                                         producer_factory: Callable[..., FakeProducer], unwinder: int) -> None:
     iters = 300
     exe = build_program("workload.c", f"-DITERS={iters}")
     prod = producer_factory(interval=1, ring_size=1 << 16, unwinder=unwinder)
@@ -389,7 +401,7 @@ def test_interval_one_records_everything(client_lib, build_program, producer_fac
     assert len(leaves) >= 6
 
 
-def _module_of(modules, pc: int) -> str:
+def _module_of(modules: list[codec.ModuleRecord], pc: int) -> str:
     for m in modules:
         if m.start <= pc < m.end:
             return m.path
@@ -397,7 +409,8 @@ def _module_of(modules, pc: int) -> str:
 
 
 @pytest.mark.timeout(180)
-def test_sampled_interval_estimate(client_lib, build_program, producer_factory):
+def test_sampled_interval_estimate(client_lib: Path, build_program: Callable[..., Path],
+                                   producer_factory: Callable[..., FakeProducer]) -> None:
     iters = 2000
     exe = build_program("workload.c", f"-DITERS={iters}")
     prod = producer_factory(interval=4096, ring_size=1 << 20)
@@ -413,7 +426,8 @@ def test_sampled_interval_estimate(client_lib, build_program, producer_factory):
 
 
 @pytest.mark.timeout(120)
-def test_fork_without_exec_does_not_hang(client_lib, build_program, producer_factory):
+def test_fork_without_exec_does_not_hang(client_lib: Path, build_program: Callable[..., Path],
+                                         producer_factory: Callable[..., FakeProducer]) -> None:
     exe = build_program("fork_threads.c")
     prod = producer_factory(interval=512, ring_size=1 << 16)
     res = prod.run([str(exe)], client_lib, timeout=90)
@@ -426,7 +440,8 @@ def test_fork_without_exec_does_not_hang(client_lib, build_program, producer_fac
 
 
 @pytest.mark.timeout(120)
-def test_producer_gone_while_ring_full(client_lib, build_program, producer_factory):
+def test_producer_gone_while_ring_full(client_lib: Path, build_program: Callable[..., Path],
+                                       producer_factory: Callable[..., FakeProducer]) -> None:
     exe = build_program("workload.c", "-DITERS=2000")
     env = {k: v for k, v in os.environ.items() if not k.startswith("HEAPSCOPE_")}
     plain = subprocess.run([str(exe)], env=env, capture_output=True, timeout=30)
@@ -446,7 +461,8 @@ def test_producer_gone_while_ring_full(client_lib, build_program, producer_facto
 
 
 @pytest.mark.timeout(120)
-def test_sampled_free_keeps_errno_through_a_ring_wait(client_lib, build_program, producer_factory):
+def test_sampled_free_keeps_errno_through_a_ring_wait(client_lib: Path, build_program: Callable[..., Path],
+                                                      producer_factory: Callable[..., FakeProducer]) -> None:
     """A free of a sampled address keeps the program's errno, also when its FREE record waits
     for ring space (the wait's recv and nanosleep set errno) and ends in a disable with a debug
     line: the free path leaves errno to the ring wait and hs_debug (record.c,
@@ -488,7 +504,8 @@ def test_sampled_free_keeps_errno_through_a_ring_wait(client_lib, build_program,
 
 
 @pytest.mark.timeout(120)
-def test_shutting_down_disables(client_lib, build_program, producer_factory):
+def test_shutting_down_disables(client_lib: Path, build_program: Callable[..., Path], producer_factory: Callable[...,
+                                FakeProducer]) -> None:
     exe = build_program("workload.c", "-DITERS=300")
     prod = producer_factory(interval=1, ring_size=1 << 16)
     codec.write_meta(prod.ring.shm, "shutting_down", 1)
@@ -499,7 +516,8 @@ def test_shutting_down_disables(client_lib, build_program, producer_factory):
 
 
 @pytest.mark.timeout(120)
-def test_drop_mode_counts_and_keeps_sequence(client_lib, build_program, producer_factory):
+def test_drop_mode_counts_and_keeps_sequence(client_lib: Path, build_program: Callable[..., Path],
+                                             producer_factory: Callable[..., FakeProducer]) -> None:
     exe = build_program("workload.c", "-DITERS=2000")
     prod = producer_factory(interval=1, ring_size=1 << 13, flags=0)
     proc = subprocess.Popen([str(exe)], env=prod.env(client_lib), stdout=subprocess.PIPE,
@@ -524,7 +542,8 @@ def test_drop_mode_counts_and_keeps_sequence(client_lib, build_program, producer
 
 
 @pytest.mark.timeout(120)
-def test_rejected_handshake_stays_dormant(client_lib, build_program, producer_factory):
+def test_rejected_handshake_stays_dormant(client_lib: Path, build_program: Callable[..., Path],
+                                          producer_factory: Callable[..., FakeProducer]) -> None:
     exe = build_program("workload.c", "-DITERS=50")
     prod = producer_factory()
     env = prod.env(client_lib)
@@ -535,7 +554,8 @@ def test_rejected_handshake_stays_dormant(client_lib, build_program, producer_fa
 
 
 @pytest.mark.timeout(120)
-def test_dlopen_after_start_sends_the_new_module(client_lib, build_program, producer_factory):
+def test_dlopen_after_start_sends_the_new_module(client_lib: Path, build_program: Callable[..., Path],
+                                                 producer_factory: Callable[..., FakeProducer]) -> None:
     plugin = build_program("plugin.c", "-shared", "-fPIC")
     exe = build_program("dlopen_prog.c", "-ldl")
     prod = producer_factory(interval=1, ring_size=1 << 16)
@@ -553,15 +573,15 @@ def test_dlopen_after_start_sends_the_new_module(client_lib, build_program, prod
     kinds = [(t, codec.decode_record(r)) for t, r in prod.ring.records
              if t in (codec.RecordType.MODULE, codec.RecordType.STACK)]
     first_mod = next(i for i, (t, r) in enumerate(kinds)
-                     if t == codec.RecordType.MODULE and r.path == str(plugin))
+                     if isinstance(r, codec.ModuleRecord) and r.path == str(plugin))
     first_stack = next(i for i, (t, r) in enumerate(kinds)
-                       if t == codec.RecordType.STACK and r.pcs
+                       if isinstance(r, codec.StackRecord) and r.pcs
                        and plug[0].start <= r.pcs[0] < plug[0].end)
     assert first_mod < first_stack
 
 
 def test_a_module_found_within_a_millisecond_of_another_is_sent_while_the_program_runs(
-        client_lib, build_program, producer_factory):
+        client_lib: Path, build_program: Callable[..., Path], producer_factory: Callable[..., FakeProducer]) -> None:
     # GIVEN a program that loads a library and allocates from it, then at once a second one from
     # which it allocates 1000 times in one stack (the second rescan waits out its millisecond),
     # and 20 ms later allocates once from main, in a stack all of whose modules are known
@@ -576,14 +596,14 @@ def test_a_module_found_within_a_millisecond_of_another_is_sent_while_the_progra
     # live reader such as the pytest plugin named its frames [unknown]+0x...)
     records = prod.ring.records
     module = next(i for i, (t, r) in enumerate(records)
-                  if t == codec.RecordType.MODULE and codec.decode_record(r).path == str(second))
+                  if t == codec.RecordType.MODULE and getattr(codec.decode_record(r), "path", None) == str(second))
     marker = next(i for i, (t, r) in enumerate(records)
                   if t == codec.RecordType.MALLOC and codec.MALLOC.unpack_from(r[8:])[3] == 31337)
     assert module < marker, (module, marker, len(records))
 
 
 @pytest.mark.timeout(60)
-def test_debug_lines_only_when_asked(client_lib):
+def test_debug_lines_only_when_asked(client_lib: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HEAPSCOPE_")}
     env.update({"LD_PRELOAD": str(client_lib), codec.ENV_SOCKET: "/nonexistent/s",
                 codec.ENV_TOKEN: "00" * 16})
@@ -596,7 +616,8 @@ def test_debug_lines_only_when_asked(client_lib):
 
 
 @pytest.mark.timeout(120)
-def test_operator_new_is_the_leaf(client_lib, build_dir, producer_factory):
+def test_operator_new_is_the_leaf(client_lib: Path, build_dir: Path, producer_factory: Callable[...,
+                                  FakeProducer]) -> None:
     cxx = shutil.which("c++")
     if cxx is None:
         pytest.skip("no C++ compiler")

@@ -5,9 +5,11 @@ ring are refused."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 
 @pytest.mark.timeout(180)
-def test_ring_c_unit(c_unit):
+def test_ring_c_unit(c_unit: Callable[[str, str], str]) -> None:
     c_unit("ring_test.c", "ring.c")

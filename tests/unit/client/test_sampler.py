@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 
 @pytest.mark.timeout(120)
-def test_sampler_c_unit(c_unit):
+def test_sampler_c_unit(c_unit: Callable[[str, str], str]) -> None:
     c_unit("sampler_test.c", "sampler.c")

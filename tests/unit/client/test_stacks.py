@@ -4,9 +4,11 @@ equal ids, and stacks of one depth that differ in one frame (at every position, 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 
 @pytest.mark.timeout(120)
-def test_stack_ids_c_unit(c_unit):
+def test_stack_ids_c_unit(c_unit: Callable[[str, str], str]) -> None:
     c_unit("stacks_test.c", "stacks.c")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+from pathlib import Path
 
 import pytest
 from export_support import check_chrome_trace, decode, packed_ints
@@ -21,7 +22,7 @@ START, OFFSET, BIAS = 0x555555554000, 0x1000, 0x0
 
 
 @pytest.fixture
-def db(tmp_path):
+def db(tmp_path: Path):
     path = tmp_path / "p.db"
     w = ProfileWriter(path)
     w.set_metadata("interval", 4096)
@@ -47,14 +48,14 @@ def run_export(db, fmt, **kw) -> bytes:
     return buf.getvalue()
 
 
-def test_varints():
+def test_varints() -> None:
     assert pb.varint(0) == b"\x00" and pb.varint(300) == b"\xac\x02"
     assert pb.varint(-1) == b"\xff" * 9 + b"\x01"
     assert decode(pb.uint(3, 300) + pb.string(6, "x")) == [(3, 300), (6, b"x")]
     assert packed_ints(b"".join(pb.varint(v) for v in (1, 300, 5))) == [1, 300, 5]
 
 
-def test_pprof_fields(db):
+def test_pprof_fields(db) -> None:
     msg = decode(gzip.decompress(run_export(db, "pprof", view="alloc_space")))
     strings = [v.decode() for f, v in msg if f == 6]
     assert strings[0] == ""
@@ -83,7 +84,7 @@ def test_pprof_fields(db):
             assert names == {0x1100: ["main"], 0x1200: ["helper", "parse"], 0x1300: []}[rel_pc]
 
 
-def test_perfetto_packets(db):
+def test_perfetto_packets(db) -> None:
     packets = [decode(v) for f, v in decode(run_export(db, "perfetto", dump="all"))]  # the peak by default
     assert dict(packets[0]).get(6), "first packet is the clock snapshot"
     clocks = [dict(decode(v)) for f, v in decode(dict(packets[0])[6]) if f == 1]
@@ -101,7 +102,7 @@ def test_perfetto_packets(db):
     assert totals[1][4] == (65536, 0, 1, 0)
 
 
-def test_collapsed_speedscope_chrome(db):
+def test_collapsed_speedscope_chrome(db) -> None:
     lines = run_export(db, "collapsed", view="space").decode().splitlines()
     assert sorted(lines) == ["main;demo+0x1300 65536",
                              "main;parse;helper;demo+0x1300 20480"]
@@ -115,13 +116,13 @@ def test_collapsed_speedscope_chrome(db):
     assert int(dumps[1]["args"]["dumps"]["allocators"]["malloc"]["attrs"]["size"]["value"], 16) == 65536 + 24576
 
 
-def test_desampling_follows_the_seed():
+def test_desampling_follows_the_seed() -> None:
     out = _desample({(CallsiteId(1), 64): 3, (CallsiteId(1), 8192): 2, (CallsiteId(2), 0): 1}, 4096)
     assert out[CallsiteId(1)] == (3 * 64 + 2, 3 * 4096 + 2 * 8192)
     assert out[CallsiteId(2)] == (1, 0)
 
 
-def test_dump_and_pid_selection(db):
+def test_dump_and_pid_selection(db) -> None:
     assert run_export(db, "collapsed", view="space", dump=1).decode().count("\n") == 2
     with pytest.raises(UsageError, match="--dump 3"):
         run_export(db, "collapsed", dump=3)

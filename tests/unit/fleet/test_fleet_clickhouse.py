@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,20 +18,20 @@ from heapscope.view.report import build_reports
 pytest.importorskip("chdb", reason="needs chDB: pip install '.[clickhouse]'")
 
 
-def report_rows(db, view):
+def report_rows(db: Path, view: str) -> list[tuple[Any, ...]]:
     with open_profile(db) as p:
         return sorted((r.process.info.pid, row.function, row.library, row.self_value, row.total_value)
                       for r in build_reports(p, view, dump="end", sort="total", keep_common=True)
                       for row in r.rows)
 
 
-def ch_rows(w: Writer, view: str, table: str = "heapscope.heapscope_samples"):
+def ch_rows(w: Writer, view: str, table: str = "heapscope.heapscope_samples") -> list[tuple[Any, ...]]:
     rows = w.query(f"SELECT pid, function, library, self_{view}, total_{view} FROM {table}_top_functions"
                    f" WHERE self_{view} != 0 OR total_{view} != 0")
     return sorted(tuple(r) for r in rows)
 
 
-def test_views_match_report(timed_profile, tmp_path):
+def test_views_match_report(timed_profile: Path, tmp_path: Path) -> None:
     dest = f"chdb:{tmp_path / 'ch'}"
     with open_profile(timed_profile) as p:
         n = clickhouse.write(p, dest, host="h1", labels={"service": "api"})
@@ -51,7 +53,7 @@ def test_views_match_report(timed_profile, tmp_path):
         assert parts == [["2023-11-14"]]  # partitioned by day
 
 
-def test_second_host_adds_rows_apart(timed_profile, tmp_path):
+def test_second_host_adds_rows_apart(timed_profile: Path, tmp_path: Path) -> None:
     dest = parse_destination(f"chdb:{tmp_path / 'ch'}#fleet.mem")
     with open_profile(timed_profile) as p:
         clickhouse.write(p, dest, host="h1")
@@ -61,7 +63,7 @@ def test_second_host_adds_rows_apart(timed_profile, tmp_path):
     assert got == [["h1", 4530], ["h2", 4096]]
 
 
-def test_sql_script_runs(timed_profile, tmp_path):
+def test_sql_script_runs(timed_profile: Path, tmp_path: Path) -> None:
     out = io.BytesIO()
     with open_profile(timed_profile) as p:
         n = clickhouse.write_script(p, out, database="s", host="h1")
@@ -82,13 +84,13 @@ def test_sql_script_runs(timed_profile, tmp_path):
     ("chdb:/x#db.t;drop", "table name 't;drop' is not a plain identifier"),
     ("http://h:99999/db", "Port out of range"),
 ])
-def test_bad_destinations_are_one_line(url, message):
+def test_bad_destinations_are_one_line(url: str, message: str) -> None:
     with pytest.raises(UsageError) as e:
         parse_destination(url)
     assert message in str(e.value) and "\n" not in str(e.value)
 
 
-def test_destinations():
+def test_destinations() -> None:
     d = parse_destination("https://bob:s%3Acret@ch.example:9000/prof/heap")
     assert (d.kind, d.host, d.port, d.secure, d.username, d.password, d.database, d.table) == (
         "server", "ch.example", 9000, True, "bob", "s:cret", "prof", "heap")
@@ -96,7 +98,7 @@ def test_destinations():
     assert (d.port, d.database, d.table) == (8123, "profiles", "heapscope_samples")
 
 
-def test_unreachable_server_is_one_line(timed_profile):
+def test_unreachable_server_is_one_line(timed_profile: Path) -> None:
     pytest.importorskip("clickhouse_connect", reason="needs clickhouse-connect: pip install '.[fleet]'")
     from fleet_support import free_port
 
@@ -106,7 +108,7 @@ def test_unreachable_server_is_one_line(timed_profile):
     assert str(e.value).startswith(f"ClickHouse 127.0.0.1:{port}: ") and "\n" not in str(e.value)
 
 
-def test_planted_staging_file_is_refused_and_kept(timed_profile, tmp_path):
+def test_planted_staging_file_is_refused_and_kept(timed_profile: Path, tmp_path: Path) -> None:
     # GIVEN the chDB directory exists with a symlink where heapscope stages its rows
     import os
 

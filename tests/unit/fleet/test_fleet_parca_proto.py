@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+from types import ModuleType
+from typing import Any
+
 from heapscope.fleet import _parca
 
 
-def repeated(f) -> bool:
+def repeated(f: Any) -> bool:
     # protobuf 7 dropped FieldDescriptor.label for is_repeated; older ones have only label (3 = repeated)
     return bool(f.is_repeated) if hasattr(f, "is_repeated") else f.label == 3
 
 
-def fields(descriptor) -> dict[str, list[tuple[str, int, int, bool, str]]]:
+def fields(descriptor: Any) -> dict[str, list[tuple[str, int, int, bool, str]]]:
     return {m.name: sorted((f.name, f.number, f.type, repeated(f), f.message_type.full_name if f.message_type else "")
                            for f in m.fields)
             for m in descriptor.message_types_by_name.values()}
 
 
-def test_descriptors_match_protoc(pb2):
+def test_descriptors_match_protoc(pb2: ModuleType) -> None:
     ours = _parca.WriteRawRequest.DESCRIPTOR.file
     theirs = pb2.DESCRIPTOR
     assert ours.package == theirs.package == "parca.profilestore.v1alpha1"
@@ -25,7 +28,7 @@ def test_descriptors_match_protoc(pb2):
     assert _parca.WRITE_RAW == f"/{method.containing_service.full_name}/{method.name}"
 
 
-def test_bytes_decode_with_generated_classes(pb2):
+def test_bytes_decode_with_generated_classes(pb2: ModuleType) -> None:
     req = _parca.write_raw_request(b"\x1f\x8bprofile", {"__name__": "memory", "host": "h1"})
     back = pb2.WriteRawRequest.FromString(req.SerializeToString())
     (series,) = back.series

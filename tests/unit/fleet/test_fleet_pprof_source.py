@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gzip
+from pathlib import Path
+from typing import Any
 
 import pytest
 from export_support import decode, packed_ints
@@ -27,8 +29,8 @@ def _samples(data: bytes) -> tuple[list[str], list[tuple[list[int], list[tuple[i
     return strings, samples, scalars  # type: ignore[return-value]
 
 
-def _labels(strings, sample_labels) -> dict[str, object]:
-    out: dict[str, object] = {}
+def _labels(strings: list[str], sample_labels: list[Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
     for label in sample_labels:
         d = dict(label)
         key = strings[d[1]]
@@ -36,7 +38,7 @@ def _labels(strings, sample_labels) -> dict[str, object]:
     return out
 
 
-def test_every_sample_has_pid_and_executable(known_profile):
+def test_every_sample_has_pid_and_executable(known_profile: Path) -> None:
     # GIVEN two processes with dumps; WHEN the last dump of each is built
     with open_profile(known_profile) as p:
         got = pprof_source.build(p)
@@ -52,7 +54,7 @@ def test_every_sample_has_pid_and_executable(known_profile):
     assert by_pid == {100: 434, 200: 4096}
 
 
-def test_one_process_one_dump(known_profile):
+def test_one_process_one_dump(known_profile: Path) -> None:
     with open_profile(known_profile) as p:
         got = pprof_source.build(p, pid=100, dump=1)
     strings, samples, _ = _samples(got.data)
@@ -61,7 +63,7 @@ def test_one_process_one_dump(known_profile):
     assert all(_labels(strings, lab) == {"pid": 100, "executable": "/usr/bin/prog"} for _, lab in samples)
 
 
-def test_time_with_a_wall_clock(timed_profile):
+def test_time_with_a_wall_clock(timed_profile: Path) -> None:
     with open_profile(timed_profile) as p:
         got = pprof_source.build(p, pid=100)
     _, _, scalars = _samples(got.data)
@@ -70,13 +72,13 @@ def test_time_with_a_wall_clock(timed_profile):
     assert (got.start_unix_ns, got.end_unix_ns) == (1_700_000_000_000_001_000, 1_700_000_000_000_002_000)
 
 
-def test_no_time_without_start(known_profile):
+def test_no_time_without_start(known_profile: Path) -> None:
     with open_profile(known_profile) as p:
         _, _, scalars = _samples(pprof_source.build(p).data)
     assert 9 not in scalars
 
 
-def test_bad_selection_is_one_line(known_profile):
+def test_bad_selection_is_one_line(known_profile: Path) -> None:
     with open_profile(known_profile) as p:
         with pytest.raises(HeapscopeError, match=r"no process with pid 7 \(pids present: 100, 200, 300\)"):
             pprof_source.build(p, pid=7)
@@ -85,9 +87,10 @@ def test_bad_selection_is_one_line(known_profile):
 
 
 @pytest.mark.timeout(240)
-def test_go_tool_pprof_reads_it(known_profile, tmp_path):
-    if go_missing():
-        pytest.skip(go_missing())
+def test_go_tool_pprof_reads_it(known_profile: Path, tmp_path: Path) -> None:
+    missing = go_missing()
+    if missing:
+        pytest.skip(missing)
     with open_profile(known_profile) as p:
         f = tmp_path / "heap.pb.gz"
         f.write_bytes(pprof_source.build(p, view="alloc_space").data)

@@ -6,9 +6,11 @@ import gzip
 import json
 import threading
 import time
+from pathlib import Path
+from types import ModuleType
 
 import pytest
-from fleet_support import ParcaServer, free_port
+from fleet_support import ParcaServer, PyroscopeServer, free_port
 
 from heapscope.errors import UsageError
 from heapscope.fleet import push
@@ -27,7 +29,7 @@ def item(n: int = 0, data: bytes = PPROF) -> PushItem:
 # --- URLs and labels ------------------------------------------------------------------------
 
 
-def test_targets():
+def test_targets() -> None:
     t = parse_target("pyroscope+http://127.0.0.1:4040/pyro/")
     assert (t.kind, t.host, t.port, t.tls, t.prefix) == ("pyroscope", "127.0.0.1", 4040, False, "/pyro")
     t = parse_target("parca+grpcs://[::1]")
@@ -46,13 +48,13 @@ def test_targets():
     ("parca+grpc://h:7070/x", "a gRPC address has no path"),
     ("parca+grpc://h:0", "port 0"),
 ])
-def test_malformed_urls_are_one_line(url, message):
+def test_malformed_urls_are_one_line(url: str, message: str) -> None:
     with pytest.raises(UsageError) as e:
         parse_target(url)
     assert str(e.value).startswith(f"push URL {url!r}: ") and message in str(e.value) and "\n" not in str(e.value)
 
 
-def test_labels():
+def test_labels() -> None:
     assert parse_labels(["service=api", "host.name=web-1"]) == {"service": "api", "host.name": "web-1"}
     for bad in ("service", "=x", "1a=b", "a=", "a=b,c", "a=b}"):
         with pytest.raises(UsageError, match="--label"):
@@ -62,7 +64,7 @@ def test_labels():
 # --- Pyroscope ------------------------------------------------------------------------------
 
 
-def test_pyroscope_request_shape(pyroscope, timed_profile):
+def test_pyroscope_request_shape(pyroscope: PyroscopeServer, timed_profile: Path) -> None:
     # GIVEN a real pprof of the known profile's dump
     with open_profile(timed_profile) as p:
         built = build(p, pid=100)
@@ -81,7 +83,7 @@ def test_pyroscope_request_shape(pyroscope, timed_profile):
     assert pusher.summary().startswith(f"push to {pyroscope.url}: 1 of 1 profiles sent")
 
 
-def test_retries_5xx_then_succeeds(pyroscope):
+def test_retries_5xx_then_succeeds(pyroscope: PyroscopeServer) -> None:
     pyroscope.fail_first = [503, 500]
     pusher = Pusher(pyroscope.url, backoff=0.01)
     pusher.submit(item())
@@ -90,7 +92,7 @@ def test_retries_5xx_then_succeeds(pyroscope):
     assert (stats.sent, stats.retries, stats.failed, pyroscope.requests) == (1, 2, 0, 3)
 
 
-def test_4xx_is_final(pyroscope):
+def test_4xx_is_final(pyroscope: PyroscopeServer) -> None:
     pyroscope.fail_first = [400]
     pusher = Pusher(pyroscope.url, backoff=0.01)
     pusher.submit(item())
@@ -101,7 +103,7 @@ def test_4xx_is_final(pyroscope):
                                      " Bad Request: failing on purpose)")
 
 
-def test_unreachable_server_is_counted():
+def test_unreachable_server_is_counted() -> None:
     pusher = Pusher(f"pyroscope+http://127.0.0.1:{free_port()}", attempts=2, backoff=0.01)
     for n in range(3):
         pusher.submit(item(n))
@@ -111,7 +113,7 @@ def test_unreachable_server_is_counted():
     assert stats.last_error == "dump 2: connection refused"
 
 
-def test_slow_server_times_out(pyroscope):
+def test_slow_server_times_out(pyroscope: PyroscopeServer) -> None:
     pyroscope.hold = threading.Event()  # every request waits until the test ends
     pusher = Pusher(pyroscope.url, attempts=1, timeout=0.3)
     pusher.submit(item())
@@ -120,7 +122,7 @@ def test_slow_server_times_out(pyroscope):
     assert stats.last_error == "dump 0: no answer within 0.3 s"
 
 
-def test_submit_never_blocks_and_counts_drops(pyroscope):
+def test_submit_never_blocks_and_counts_drops(pyroscope: PyroscopeServer) -> None:
     # GIVEN a server that does not answer until released, and a queue of 2
     pyroscope.hold = threading.Event()
     pusher = Pusher(pyroscope.url, queue_size=2, timeout=30)
@@ -136,7 +138,7 @@ def test_submit_never_blocks_and_counts_drops(pyroscope):
     assert stats.dropped == accepted.count(False)
 
 
-def test_close_gives_up_after_drain_timeout(pyroscope):
+def test_close_gives_up_after_drain_timeout(pyroscope: PyroscopeServer) -> None:
     pyroscope.hold = threading.Event()
     pusher = Pusher(pyroscope.url, queue_size=5, timeout=30)
     for n in range(3):
@@ -151,7 +153,7 @@ def test_close_gives_up_after_drain_timeout(pyroscope):
     assert pyroscope.wait_for(1) and stats.sent == 0  # the late answer changes no counter
 
 
-def test_sender_bug_is_counted_not_raised():
+def test_sender_bug_is_counted_not_raised() -> None:
     class Broken:
         timeout = 1.0
 
@@ -170,7 +172,7 @@ def test_sender_bug_is_counted_not_raised():
 # --- Parca ----------------------------------------------------------------------------------
 
 
-def test_parca_write_raw(parca: ParcaServer, timed_profile):
+def test_parca_write_raw(parca: ParcaServer, timed_profile: Path) -> None:
     with open_profile(timed_profile) as p:
         built = build(p)
     pusher = Pusher(parca.url, {"service": "api"})
@@ -181,7 +183,7 @@ def test_parca_write_raw(parca: ParcaServer, timed_profile):
     assert stats.sent == 1
 
 
-def test_parca_retryable_and_final_codes(pb2):
+def test_parca_retryable_and_final_codes(pb2: ModuleType) -> None:
     import grpc
 
     server = ParcaServer(pb2, fail_first=[grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INVALID_ARGUMENT])
@@ -195,7 +197,7 @@ def test_parca_retryable_and_final_codes(pb2):
     assert stats.last_error == "dump 1: gRPC INVALID_ARGUMENT: failing on purpose"
 
 
-def test_parca_unreachable_and_deadline(pb2):
+def test_parca_unreachable_and_deadline(pb2: ModuleType) -> None:
     pusher = Pusher(f"parca+grpc://127.0.0.1:{free_port()}", attempts=1, timeout=2)
     pusher.submit(item())
     stats = pusher.close(drain_timeout=20)
@@ -211,5 +213,5 @@ def test_parca_unreachable_and_deadline(pb2):
     assert stats.last_error == "dump 0: no answer within 0.3 s"
 
 
-def test_sample_type_config_is_json():
+def test_sample_type_config_is_json() -> None:
     assert json.loads(json.dumps(push.SAMPLE_TYPE_CONFIG))["inuse_space"]["units"] == "bytes"

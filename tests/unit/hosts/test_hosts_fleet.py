@@ -8,7 +8,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from fleet_support import free_port
+from fleet_support import PyroscopeServer, free_port
 
 from heapscope.cli.record import add_fleet_arguments
 from heapscope.errors import UsageError
@@ -22,7 +22,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def test_each_dump_is_pushed_once(timed_profile, pyroscope):
+def test_each_dump_is_pushed_once(timed_profile: Path, pyroscope: PyroscopeServer) -> None:
     fleet = live.Live.from_args(parse(["--push", pyroscope.url, "--label", "service=api", "--serve", "127.0.0.1:0"]),
                                 lambda: Snapshot(timed_profile))
     # GIVEN the profile has 3 dumps (two of pid 100, one of pid 200) WHEN `record` reports a dump
@@ -36,6 +36,7 @@ def test_each_dump_is_pushed_once(timed_profile, pyroscope):
     db.close()
     fleet.dumped(timed_profile)
     got = pyroscope.wait_for(4)
+    assert fleet.server is not None
     with urllib.request.urlopen(fleet.server.url + "heap", timeout=20) as r:
         assert r.status == 200
     lines = fleet.close()
@@ -47,7 +48,7 @@ def test_each_dump_is_pushed_once(timed_profile, pyroscope):
     assert lines[1].startswith(f"push to {pyroscope.url}: 4 of 4 profiles sent")
 
 
-def test_dead_server_is_a_counted_loss(timed_profile):
+def test_dead_server_is_a_counted_loss(timed_profile: Path) -> None:
     url = f"pyroscope+http://127.0.0.1:{free_port()}"
     fleet = live.Live(lambda: Snapshot(timed_profile), push=[url])
     fleet.dumped(timed_profile)
@@ -56,14 +57,14 @@ def test_dead_server_is_a_counted_loss(timed_profile):
     assert "connection refused" in line
 
 
-def test_unreadable_profile_is_a_counted_loss(tmp_path, pyroscope):
+def test_unreadable_profile_is_a_counted_loss(tmp_path: Path, pyroscope: PyroscopeServer) -> None:
     fleet = live.Live(lambda: Snapshot(tmp_path / "none.db"), push=[pyroscope.url])
     fleet.dumped(tmp_path / "none.db")
     (line,) = fleet.close(drain_timeout=20)
     assert "1 failed (last error: building the profile:" in line and "no such file" in line
 
 
-def test_bad_options_before_anything_starts():
+def test_bad_options_before_anything_starts() -> None:
     with pytest.raises(UsageError, match="unknown scheme"):
         live.Live.from_args(parse(["--push", "http://x"]), lambda: Snapshot(Path("x")))
     with pytest.raises(UsageError, match="not a loopback address"):

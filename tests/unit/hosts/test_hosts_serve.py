@@ -43,13 +43,13 @@ def default_type(body: bytes) -> str:
     return strings[next(v for f, v in msg if f == 14)]  # type: ignore[index]
 
 
-def test_heap_and_allocs(server):
+def test_heap_and_allocs(server: PprofServer) -> None:
     status, body, ctype = get(server.url + "heap")
     assert status == 200 and ctype == "application/octet-stream" and body[:2] == b"\x1f\x8b"
     assert default_type(body) == "inuse_space"
     status, body, _ = get(server.url + "allocs?gc=1")
     assert status == 200 and default_type(body) == "alloc_space"
-    assert len(server.calls) == 2  # a fresh snapshot per request
+    assert len(server.calls) == 2  # type: ignore[attr-defined]  # a fresh snapshot per request
     status, body, ctype = get(server.url)
     assert status == 200 and b"heap" in body and ctype.startswith("text/html")
     assert server.requests == 3 and server.errors == 0
@@ -62,7 +62,7 @@ def test_heap_and_allocs(server):
     ("heap?pid=abc", 400, "pid='abc': not a process id"),
     ("goroutine", 404, "/debug/pprof/goroutine: not served"),
 ])
-def test_refusals_are_one_line(server, query, status, line):
+def test_refusals_are_one_line(server: PprofServer, query: str, status: int, line: str) -> None:
     got, body, ctype = get(server.url + query)
     assert got == status and ctype.startswith("text/plain")
     text = body.decode()
@@ -70,14 +70,14 @@ def test_refusals_are_one_line(server, query, status, line):
     assert server.errors == 1
 
 
-def test_pid_selects_one_process(server):
+def test_pid_selects_one_process(server: PprofServer) -> None:
     status, body, _ = get(server.url + "heap?pid=200")
     assert status == 200
     samples = [v for f, v in decode(gzip.decompress(body)) if f == 2]
     assert len(samples) == 1
 
 
-def test_snapshot_failure_is_503(tmp_path):
+def test_snapshot_failure_is_503(tmp_path: Path) -> None:
     def broken() -> Snapshot:
         raise ProfileError(f"{tmp_path}/x.db: no such file")
 
@@ -86,7 +86,7 @@ def test_snapshot_failure_is_503(tmp_path):
     assert status == 503 and body.decode() == f"{tmp_path}/x.db: no such file\n"
 
 
-def test_loopback_only_unless_allowed():
+def test_loopback_only_unless_allowed() -> None:
     with pytest.raises(UsageError, match="not a loopback address.*--serve-remote"):
         parse_address("0.0.0.0:6060")
     with pytest.raises(UsageError, match="not a loopback address"):
@@ -100,15 +100,16 @@ def test_loopback_only_unless_allowed():
             parse_address(bad)
 
 
-def test_port_in_use_is_one_line(server):
+def test_port_in_use_is_one_line(server: PprofServer) -> None:
     with pytest.raises(UsageError, match=rf"--serve 127.0.0.1:{server.port}: cannot listen"):
         PprofServer(lambda: Snapshot(Path("x")), f"127.0.0.1:{server.port}")
 
 
 @pytest.mark.timeout(240)
-def test_go_tool_pprof_over_http(server, tmp_path):
-    if go_missing():
-        pytest.skip(go_missing())
+def test_go_tool_pprof_over_http(server: PprofServer, tmp_path: Path) -> None:
+    missing = go_missing()
+    if missing:
+        pytest.skip(missing)
     raw = go_pprof(["-raw", server.url + "heap"], tmp_path)
     assert raw_totals(raw)["inuse_space"] == 434 + 4096
     top = go_pprof(["-top", server.url + "allocs?pid=100"], tmp_path)
@@ -116,7 +117,7 @@ def test_go_tool_pprof_over_http(server, tmp_path):
 
 
 @pytest.mark.timeout(60)
-def test_close_leaves_requests_in_flight_to_finish(known_profile):
+def test_close_leaves_requests_in_flight_to_finish(known_profile: Path) -> None:
     """close() stops accepting at once (it does not wait for a scrape being answered, nor for a poll
     interval), may be called twice (a recording's end does), and frees the port."""
     import threading

@@ -102,7 +102,7 @@ def stat(db: Path, name: str) -> int:
         return sum(s.value for s in p.stats() if s.name == name)
 
 
-def test_cumulative_samples_become_alloc_and_free_rows(tmp_path):
+def test_cumulative_samples_become_alloc_and_free_rows(tmp_path: Path) -> None:
     text = INTERNED + dump(0, 100, sample(10, 100, 1)) + dump(1, 200, sample(10, 300, 3, 100, 1) + sample(11, 8, 1))
     _, db = run_import(tmp_path, text)
     assert rows(db) == [(100, "libc.malloc", "alloc_a", 1, 100),
@@ -118,7 +118,7 @@ def test_cumulative_samples_become_alloc_and_free_rows(tmp_path):
             (8, 8, 1, 1), (200, 300, 2, 3)]
 
 
-def test_mapping_frame_and_callsite_rows(tmp_path):
+def test_mapping_frame_and_callsite_rows(tmp_path: Path) -> None:
     _, db = run_import(tmp_path, INTERNED + dump(0, 100, sample(10, 100, 1) + sample(11, 5, 1)))
     with open_profile(db) as p:
         assert _sql(p).execute('SELECT build_id, name, start, "end", exact_offset FROM stack_profile_mapping'
@@ -129,7 +129,7 @@ def test_mapping_frame_and_callsite_rows(tmp_path):
             " ON f.id = c.frame_id").fetchall()) == [(0, "main", 256), (1, "alloc_a", 512), (1, "alloc_b", 768)]
 
 
-def test_samples_wait_for_the_end_of_a_continued_dump(tmp_path):
+def test_samples_wait_for_the_end_of_a_continued_dump(tmp_path: Path) -> None:
     """heapprofd interns new callstacks after the samples that use them, before the packet ending the dump."""
     late = """
 packet {
@@ -151,7 +151,7 @@ packet {
         assert len(p.dumps(1)) == 1  # the two packets are one dump
 
 
-def test_a_dump_without_its_last_packet_is_counted_not_imported(tmp_path):
+def test_a_dump_without_its_last_packet_is_counted_not_imported(tmp_path: Path) -> None:
     summary, db = run_import(tmp_path, INTERNED + dump(0, 100, sample(10, 1, 1)) + dump(1, 200, sample(10, 5, 2),
                                                                                          continued=True))
     assert rows(db) == [(100, "libc.malloc", "alloc_a", 1, 1)]
@@ -159,7 +159,7 @@ def test_a_dump_without_its_last_packet_is_counted_not_imported(tmp_path):
     assert stat(db, "heapprofd_non_finalized_profile") == 1
 
 
-def test_values_going_down_are_dropped_and_counted(tmp_path):
+def test_values_going_down_are_dropped_and_counted(tmp_path: Path) -> None:
     summary, db = run_import(tmp_path, INTERNED + dump(0, 100, sample(10, 100, 2)) + dump(1, 200, sample(10, 50, 1)))
     assert rows(db) == [(100, "libc.malloc", "alloc_a", 2, 100)]
     assert stat(db, "heapprofd_malformed_packet") == 1
@@ -168,7 +168,7 @@ def test_values_going_down_are_dropped_and_counted(tmp_path):
         assert s.idx == 1 and s.severity == "data_loss"
 
 
-def test_a_new_callstack_id_for_known_frames_continues_its_totals(tmp_path):
+def test_a_new_callstack_id_for_known_frames_continues_its_totals(tmp_path: Path) -> None:
     """heapprofd drops a callstack without live allocations and interns it again under a new id."""
     again = """
 packet { trusted_packet_sequence_id: 1 interned_data { callstacks { iid: 20 frame_ids: 1 frame_ids: 2 } } }
@@ -179,7 +179,7 @@ packet { trusted_packet_sequence_id: 1 interned_data { callstacks { iid: 20 fram
                         (200, "libc.malloc", "alloc_a", -1, -10), (200, "libc.malloc", "alloc_a", 1, 10)]
 
 
-def test_heaps_are_kept_apart(tmp_path):
+def test_heaps_are_kept_apart(tmp_path: Path) -> None:
     a, b = sample(10, 10, 1), sample(10, 7, 1)
     text = INTERNED + f"""
 packet {{
@@ -197,7 +197,7 @@ packet {{
         assert sorted(d.heap_name for d in p.dumps(1)) == ["custom", "libc.malloc"]
 
 
-def test_dump_at_max(tmp_path):
+def test_dump_at_max(tmp_path: Path) -> None:
     peak = "samples { callstack_id: 10 self_max: 4096 self_max_count: 3 }"
     _, db = run_import(tmp_path, INTERNED + dump(0, 100, peak, extra="orig_sampling_interval_bytes: 4096"))
     assert rows(db) == [(100, "libc.malloc", "alloc_a", 3, 4096)]
@@ -208,12 +208,12 @@ def test_dump_at_max(tmp_path):
     assert rows(db) == [(100, "libc.malloc", "alloc_a", 0, 4096)]
 
 
-def test_the_art_heap_has_no_free_rows(tmp_path):
+def test_the_art_heap_has_no_free_rows(tmp_path: Path) -> None:
     _, db = run_import(tmp_path, INTERNED + dump(0, 100, sample(10, 100, 2, 50, 1), heap="com.android.art"))
     assert rows(db) == [(100, "com.android.art", "alloc_a", 2, 100)]
 
 
-def test_a_dump_without_heap_name_is_unknown(tmp_path):
+def test_a_dump_without_heap_name_is_unknown(tmp_path: Path) -> None:
     text = INTERNED + """
 packet { trusted_packet_sequence_id: 1 profile_packet { index: 0
   process_dumps { pid: 42 timestamp: 100 samples { callstack_id: 10 self_allocated: 1 alloc_count: 1 } } } }
@@ -222,13 +222,13 @@ packet { trusted_packet_sequence_id: 1 profile_packet { index: 0
     assert rows(db) == [(100, "unknown", "alloc_a", 1, 1)]
 
 
-def test_index_gap_is_counted(tmp_path):
+def test_index_gap_is_counted(tmp_path: Path) -> None:
     summary, db = run_import(tmp_path, INTERNED + dump(0, 100, sample(10, 1, 1)) + dump(2, 200, sample(10, 2, 2)))
     assert summary.problems == {"heapprofd_missing_packet": 1}
     assert len(rows(db)) == 2
 
 
-def test_cleared_incremental_state_forgets_interned_data(tmp_path):
+def test_cleared_incremental_state_forgets_interned_data(tmp_path: Path) -> None:
     clear = "packet { trusted_packet_sequence_id: 1 sequence_flags: 1 }"
     summary, db = run_import(tmp_path, INTERNED + dump(0, 100, sample(10, 1, 1)) + clear
                              + dump(1, 200, sample(10, 2, 2)))
@@ -236,12 +236,12 @@ def test_cleared_incremental_state_forgets_interned_data(tmp_path):
     assert summary.problems == {"import_unresolved_callstack": 1}
 
 
-def test_sequences_have_their_own_interned_data(tmp_path):
+def test_sequences_have_their_own_interned_data(tmp_path: Path) -> None:
     summary, _ = run_import(tmp_path, INTERNED + dump(0, 100, sample(10, 1, 1), seq=2))
     assert summary.problems == {"import_unresolved_callstack": 1}
 
 
-def test_process_flags_stats_and_names(tmp_path):
+def test_process_flags_stats_and_names(tmp_path: Path) -> None:
     tree = """
 packet { process_tree { processes { pid: 42 ppid: 1 uid: 10001 cmdline: "/system/bin/app_process64" cmdline: "-x" } } }
 """
@@ -262,7 +262,7 @@ packet { process_tree { processes { pid: 42 ppid: 1 uid: 10001 cmdline: "/system
         assert (st["heap_samples"], st["unwinding_errors"], st["map_reparses"]) == (17, 2, 3)
 
 
-def test_other_packets_are_ignored(tmp_path):
+def test_other_packets_are_ignored(tmp_path: Path) -> None:
     other = """
 packet { trusted_packet_sequence_id: 3 track_event { name: "x" } }
 packet { trusted_packet_sequence_id: 4 streaming_profile_packet { callstack_iid: 1 timestamp_delta_us: 5 } }
@@ -272,7 +272,7 @@ packet { trusted_packet_sequence_id: 4 streaming_profile_packet { callstack_iid:
     assert len(rows(db)) == 1
 
 
-def test_compressed_packets(tmp_path):
+def test_compressed_packets(tmp_path: Path) -> None:
     inner = serialize(INTERNED + dump(0, 100, sample(10, 1, 1)))
     outer = pt.Trace()
     outer.packet.add().compressed_packets = zlib.compress(inner)
@@ -280,12 +280,12 @@ def test_compressed_packets(tmp_path):
     assert rows(db) == [(100, "libc.malloc", "alloc_a", 1, 1)]
 
 
-def test_gzip_file(tmp_path):
+def test_gzip_file(tmp_path: Path) -> None:
     _, db = run_import(tmp_path, gzip.compress(serialize(INTERNED + dump(0, 100, sample(10, 1, 1)))))
     assert rows(db) == [(100, "libc.malloc", "alloc_a", 1, 1)]
 
 
-def test_module_symbols_give_file_and_line(tmp_path):
+def test_module_symbols_give_file_and_line(tmp_path: Path) -> None:
     symbols = """
 packet { module_symbols { path: "/system/lib64/libc.so" build_id: "abcd"
   address_symbols { address: 512 lines { function_name: "inlined_a" source_file_name: "a.h" line_number: 3 }
@@ -306,19 +306,19 @@ packet { module_symbols { path: "/system/lib64/libc.so" build_id: "abcd"
     (b"\x0a\x50\x01\x02", "truncated"),
     (b"\x1f\x8b\x08\x00", "gzip"),
 ])
-def test_not_a_trace(tmp_path, data, why):
+def test_not_a_trace(tmp_path: Path, data: bytes, why: str) -> None:
     with pytest.raises(ProfileError, match=why):
         run_import(tmp_path, data)
     assert not (tmp_path / "t.pftrace.db").exists()
 
 
-def test_a_trace_without_heap_profiles(tmp_path):
+def test_a_trace_without_heap_profiles(tmp_path: Path) -> None:
     with pytest.raises(ProfileError, match="no heapprofd heap profile"):
         run_import(tmp_path, INTERNED + "packet { track_event { name: \"x\" } }")
     assert not (tmp_path / "t.pftrace.db").exists()
 
 
-def test_a_trace_of_streamed_allocations_only(tmp_path):
+def test_a_trace_of_streamed_allocations_only(tmp_path: Path) -> None:
     stream = """
 packet { trusted_packet_sequence_id: 5 streaming_allocation { address: 4096 size: 16 sample_size: 16 heap_id: 1 } }
 packet { trusted_packet_sequence_id: 5 streaming_free { address: 4096 heap_id: 1 } }
@@ -357,7 +357,7 @@ packet { deobfuscation_mapping { package_name: "com.example.app"
 """
 
 
-def test_java_frames_are_deobfuscated_with_the_map_of_their_package(tmp_path):
+def test_java_frames_are_deobfuscated_with_the_map_of_their_package(tmp_path: Path) -> None:
     """The apk path names the package of frame 1; frame 2 (JIT code) is the process's, by its uid."""
     _, db = run_import(tmp_path, JAVA + dump(0, 100, sample(10, 64, 1), heap="com.android.art"))
     with open_profile(db) as p:
@@ -367,7 +367,7 @@ def test_java_frames_are_deobfuscated_with_the_map_of_their_package(tmp_path):
             (32, "com.example.app.Cache.grow", "com.example.app.Cache.grow")]
 
 
-def test_a_value_past_63_bits_is_kept_whole(tmp_path):
+def test_a_value_past_63_bits_is_kept_whole(tmp_path: Path) -> None:
     """u64 addresses at the top of the address space survive the store (two's complement in SQLite)."""
     text = """
 packet { trusted_packet_sequence_id: 1 sequence_flags: 1 interned_data {
@@ -380,7 +380,7 @@ packet { trusted_packet_sequence_id: 1 sequence_flags: 1 interned_data {
         assert [f.rel_pc for f in p.frames().values()] == [2**64 - 1]
 
 
-def test_strings_that_are_not_utf8(tmp_path):
+def test_strings_that_are_not_utf8(tmp_path: Path) -> None:
     """protobuf hands proto2 `string` fields with invalid UTF-8 over as bytes; they are stored as text."""
     trace = pt.Trace.FromString(serialize(INTERNED + dump(0, 100, sample(10, 1, 1), heap="HEAP")))
     data = bytes(trace.SerializeToString()).replace(b"HEAP", b"\xff\xfeAP")

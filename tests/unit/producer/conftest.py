@@ -41,7 +41,8 @@ class Ring:
     now_ns: int = 1_000_000_000  # the clock every drain is given
 
     def drain(self, max_records: int = 0) -> list[bytes]:
-        return self.ingest.drain(self.now_ns, max_records)
+        records: list[bytes] = self.ingest.drain(self.now_ns, max_records)
+        return records
 
     def close(self) -> None:
         if not self.closed:
@@ -74,7 +75,8 @@ class Ring:
         self.shm[base:base + len(raw)] = raw
 
     def stats(self) -> dict[str, int]:
-        return self.ingest.stats()
+        stats: dict[str, int] = self.ingest.stats()
+        return stats
 
     def totals(self) -> dict[int, tuple[int, int, int, int]]:
         """stack id -> (alloc_bytes, free_bytes, alloc_count, free_count), no callsite being set"""

@@ -11,6 +11,8 @@ from __future__ import annotations
 import random
 import threading
 import time
+from types import ModuleType
+from typing import Any
 
 import pytest
 import wire_support as ws
@@ -38,7 +40,7 @@ def raw_record(size_field: int, rtype: int, body_len: int) -> bytes:
 
 # ---- ops reach the tracker ----
 
-def test_in_order_malloc_and_free_totals(make_ring):
+def test_in_order_malloc_and_free_totals(make_ring: Any) -> None:
     # GIVEN two stacks, three mallocs and one free, in order
     ring = make_ring()
     ring.feed([malloc(1, A, 100, S1, ts=10), malloc(2, B, 50, S2, ts=20),
@@ -53,11 +55,13 @@ def test_in_order_malloc_and_free_totals(make_ring):
     assert ring.ingest.tracker.last_ts == 20
 
 
-def test_interleaved_threads_many_addresses(make_ring):
+def test_interleaved_threads_many_addresses(make_ring: Any) -> None:
     # GIVEN a reference model, and ops written in a shuffled order within windows
     ring = make_ring(1 << 20)
     rng = random.Random(1234)
-    ops, live, model = [], {}, {}
+    ops: list[bytes] = []
+    live: dict[int, tuple[int, int]] = {}
+    model: dict[int, tuple[int, int, int, int]] = {}
     pool = [0x5500_0000 + 16 * i for i in range(3000)]
     seq = 0
     for _ in range(40000):
@@ -89,7 +93,7 @@ def test_interleaved_threads_many_addresses(make_ring):
     assert st["committed_seq"] == seq and st["pending"] == 0 and st["max_pending"] > 1
 
 
-def test_drain_gives_up_gaps_by_the_clock_it_is_given(make_ring):
+def test_drain_gives_up_gaps_by_the_clock_it_is_given(make_ring: Any) -> None:
     # GIVEN seq 2 read at t0, seq 1 never written
     ring = make_ring()
     t0 = ring.now_ns
@@ -107,7 +111,7 @@ def test_drain_gives_up_gaps_by_the_clock_it_is_given(make_ring):
     assert ring.live() == {A: (10, 10, S1, 2)}
 
 
-def test_ops_on_a_corrupt_ring_still_time_out(make_ring):
+def test_ops_on_a_corrupt_ring_still_time_out(make_ring: Any) -> None:
     # GIVEN an op waiting for seq 1, then broken framing
     ring = make_ring()
     ring.feed([malloc(2, A, 10, S1), raw_record(1 << 20, codec.RecordType.MALLOC, 48)])
@@ -120,7 +124,7 @@ def test_ops_on_a_corrupt_ring_still_time_out(make_ring):
     assert (st["pending"], st["gaps_skipped"], st["committed_seq"]) == (0, 1, 2)
 
 
-def test_stream_rows_come_through_the_ring(make_ring):
+def test_stream_rows_come_through_the_ring(make_ring: Any) -> None:
     ring = make_ring(stream=True)
     ring.feed([free(2, A), malloc(1, A, 4096, S1, ts=77, alloc_size=100)])
     assert ring.stream() == [(1, 1, A, 100, 4096, S1, 77), (2, 2, A, 100, 4096, S1, 0)]
@@ -128,7 +132,7 @@ def test_stream_rows_come_through_the_ring(make_ring):
 
 # ---- rare records ----
 
-def test_module_heap_returned_whole_in_ring_order_stacks_kept(make_ring):
+def test_module_heap_returned_whole_in_ring_order_stacks_kept(make_ring: Any) -> None:
     ring = make_ring()
     module = codec.ModuleRecord(base=0x400000, start=0x401000, end=0x402000, file_offset=0x1000,
                                 vaddr=0x1000, build_id=bytes(range(20)), path="/usr/lib/libfoo.so.1")
@@ -148,7 +152,7 @@ def test_module_heap_returned_whole_in_ring_order_stacks_kept(make_ring):
     assert ring.stats()["mallocs"] == 1 and ring.stats()["held_stacks"] == 2
 
 
-def test_a_drain_stops_before_a_stack_that_follows_a_module(make_ring):
+def test_a_drain_stops_before_a_stack_that_follows_a_module(make_ring: Any) -> None:
     # GIVEN a MODULE, then a STACK and a MALLOC of it (a library loaded where an unloaded one
     # was: the producer must apply the module before the stacks after it are kept)
     ring = make_ring()
@@ -168,7 +172,7 @@ def test_a_drain_stops_before_a_stack_that_follows_a_module(make_ring):
     assert resolver.waiting() == [S2, S1] and ring.stats()["mallocs"] == 1
 
 
-def test_held_stacks_stay_in_c_and_are_found_by_id(make_ring):
+def test_held_stacks_stay_in_c_and_are_found_by_id(make_ring: Any) -> None:
     # GIVEN a reader (its stacks are read by id when no profile is kept: the pytest plugin's case)
     ring = make_ring(size=1 << 12)  # small: the records below wrap it several times
     py = ((0x51, 12, codec.PY_FRAME_ENTRY), (0x52, -1, 0))
@@ -199,7 +203,7 @@ def test_held_stacks_stay_in_c_and_are_found_by_id(make_ring):
     assert ring.stats()["malformed_records"] == 1
 
 
-def test_max_records_limits_one_drain(make_ring):
+def test_max_records_limits_one_drain(make_ring: Any) -> None:
     ring = make_ring()
     module = ws.encode_module(codec.ModuleRecord(1, 2, 3, 4, 5, b"", "/p"))
     for _ in range(10):
@@ -213,7 +217,7 @@ def test_max_records_limits_one_drain(make_ring):
 
 # ---- the ring itself ----
 
-def test_wraparound_many_laps_with_pads_zeroes_what_it_read(make_ring):
+def test_wraparound_many_laps_with_pads_zeroes_what_it_read(make_ring: Any) -> None:
     # GIVEN a 4 KiB ring and records of uneven sizes, so writers pad at the end
     ring = make_ring(4096)
     rng = random.Random(7)
@@ -239,7 +243,7 @@ def test_wraparound_many_laps_with_pads_zeroes_what_it_read(make_ring):
     assert ring.data() == bytes(4096)
 
 
-def test_reserved_but_unwritten_record_stops_the_reader(make_ring):
+def test_reserved_but_unwritten_record_stops_the_reader(make_ring: Any) -> None:
     # GIVEN a writer that reserved space (write_pos moved) but has not stored its header yet
     ring = make_ring()
     ring.writer.write(malloc(1, A, 8, S1))
@@ -259,7 +263,7 @@ def test_reserved_but_unwritten_record_stops_the_reader(make_ring):
     assert ring.stats()["mallocs"] == 3 and ring.stats()["committed_seq"] == 3
 
 
-def test_read_pos_published_while_draining_a_full_ring(make_ring):
+def test_read_pos_published_while_draining_a_full_ring(make_ring: Any) -> None:
     # GIVEN a writer thread that blocks on a full ring until read_pos moves
     ring = make_ring(1 << 12)
     n = 20000
@@ -287,7 +291,7 @@ def test_read_pos_published_while_draining_a_full_ring(make_ring):
 
 # ---- a hostile or broken client ----
 
-def test_unknown_type_and_wrong_sizes_are_skipped(make_ring):
+def test_unknown_type_and_wrong_sizes_are_skipped(make_ring: Any) -> None:
     ring = make_ring()
     bad = [
         raw_record(16, 9, 8),                            # unknown type
@@ -326,7 +330,7 @@ def test_unknown_type_and_wrong_sizes_are_skipped(make_ring):
         ("zero length", raw_record(0, codec.RecordType.MALLOC, 8)),
     ],
 )
-def test_broken_framing_marks_the_ring_corrupt(make_ring, name, record):
+def test_broken_framing_marks_the_ring_corrupt(make_ring: Any, name: str, record: bytes) -> None:
     # GIVEN one good record, then a badly framed one
     ring = make_ring()
     ring.feed([malloc(1, A, 10, S1), record])
@@ -341,7 +345,7 @@ def test_broken_framing_marks_the_ring_corrupt(make_ring, name, record):
     assert ring.totals() == {S1: (10, 0, 1, 0)}
 
 
-def test_ops_pending_on_a_corrupt_ring_are_still_flushed(make_ring):
+def test_ops_pending_on_a_corrupt_ring_are_still_flushed(make_ring: Any) -> None:
     # GIVEN an op waiting for seq 1, then broken framing
     ring = make_ring()
     ring.feed([malloc(2, A, 10, S1), raw_record(1 << 20, codec.RecordType.MALLOC, 48)])
@@ -354,7 +358,7 @@ def test_ops_pending_on_a_corrupt_ring_are_still_flushed(make_ring):
     assert ring.totals() == {S1: (10, 0, 1, 0)}
 
 
-def test_record_crossing_the_end_is_corrupt(make_ring, ingest_mod):
+def test_record_crossing_the_end_is_corrupt(make_ring: Any, ingest_mod: ModuleType) -> None:
     # GIVEN a ring whose reader starts 64 bytes before the end
     ring = make_ring(4096)
     ring.writer.set("write_pos", 4096 - 64)
@@ -373,7 +377,8 @@ def test_record_crossing_the_end_is_corrupt(make_ring, ingest_mod):
     [(12, 0), (0, 64), (4096 + 64, 0), (1 << 63, 8)],
     ids=["unaligned", "behind read_pos", "more than the ring", "absurd"],
 )
-def test_bad_positions_mark_the_ring_corrupt(make_ring, ingest_mod, write_pos, read_pos):
+def test_bad_positions_mark_the_ring_corrupt(make_ring: Any, ingest_mod: ModuleType, write_pos: int,
+                                             read_pos: int) -> None:
     ring = make_ring(4096)
     ring.writer.set("read_pos", read_pos)
     ring.ingest.close()
@@ -402,7 +407,7 @@ def _fuzz_records(rng: random.Random) -> bytes:
     return out[:4096]
 
 
-def test_fuzz_arbitrary_bytes_never_crash(make_ring):
+def test_fuzz_arbitrary_bytes_never_crash(make_ring: Any) -> None:
     # GIVEN rings filled with random bytes, random positions, mutated valid records,
     # or plausibly framed random records
     rng = random.Random(20261123)
@@ -427,7 +432,7 @@ def test_fuzz_arbitrary_bytes_never_crash(make_ring):
             ring.put_raw(0, bytes(blob))
             wp = len(blob) & ~7
         else:
-            blob = _fuzz_records(rng)
+            blob = bytearray(_fuzz_records(rng))
             ring.put_raw(0, blob)
             wp = len(blob)
         ring.writer.set("write_pos", wp)
@@ -460,7 +465,7 @@ def test_fuzz_arbitrary_bytes_never_crash(make_ring):
 # ---- life cycle ----
 
 
-def test_constructor_checks_ring_size(ingest_mod, shm_factory):
+def test_constructor_checks_ring_size(ingest_mod: ModuleType, shm_factory: Any) -> None:
     fd, _ = shm_factory(4096)
     with pytest.raises(ValueError):
         ingest_mod.Ingest(fd, 3000)  # not a power of two
@@ -471,7 +476,7 @@ def test_constructor_checks_ring_size(ingest_mod, shm_factory):
     ingest_mod.Ingest(fd, 4096).close()
 
 
-def test_close_is_idempotent_and_final(make_ring):
+def test_close_is_idempotent_and_final(make_ring: Any) -> None:
     ring = make_ring()
     ring.feed([malloc(1, A, 8, S1)])
     ring.ingest.close()

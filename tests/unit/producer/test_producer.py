@@ -11,6 +11,7 @@ import socket
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import wire_support as ws
@@ -66,7 +67,7 @@ def producer(tmp_path: Path) -> Iterator[Producer]:
     writer.close()
 
 
-def _rows(producer: Producer, sql: str) -> list[tuple]:
+def _rows(producer: Producer, sql: str) -> list[tuple[Any, ...]]:
     producer.writer.commit()
     db = sqlite3.connect(producer.writer.path)
     try:
@@ -96,7 +97,7 @@ def test_records_become_a_dump_with_alloc_and_free_rows(producer: Producer) -> N
     _end(producer, c)
     # THEN one dump holds the allocations and the free, per callsite
     rows = _rows(producer, "SELECT callsite_id, count, size FROM heap_profile_allocation ORDER BY size")
-    by_leaf = {}
+    by_leaf: dict[int, list[tuple[int, int]]] = {}
     for cs, count, size in rows:
         by_leaf.setdefault(cs, []).append((count, size))
     assert sorted(by_leaf.values()) == sorted([[(-1, -100), (3, 170)], [(1, 30)]])
@@ -142,7 +143,8 @@ def test_a_corrupt_ring_ends_only_that_process(producer: Producer) -> None:
 
 
 @pytest.mark.parametrize("token,pid", [(b"\1" * 16, None), (None, 1)])
-def test_unknown_session_or_pid_is_rejected_and_counted(producer: Producer, token, pid) -> None:
+def test_unknown_session_or_pid_is_rejected_and_counted(producer: Producer, token: bytes | None,
+                                                        pid: int | None) -> None:
     c = FakeClient(producer, token=token, pid=pid)
     assert c.status == codec.Status.REJECTED and c.ring is None
     assert not producer.processes

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,7 +45,7 @@ def test_name_matching() -> None:
     {"interval": 0}, {"interval": MAX_INTERVAL + 1}, {"interval": 2**63}, {"seed": -1}, {"seed": 2**64},
     {"names": ("",)}, {"names": ("ok", " ")}, {"skip_symbol_prefixes": ("",)}, {"max_frames": 0},
 ])
-def test_record_config_refuses_out_of_range_values(kw: dict) -> None:
+def test_record_config_refuses_out_of_range_values(kw: dict[str, Any]) -> None:
     with pytest.raises(UsageError):
         RecordConfig(**kw)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from heapscope.errors import ProfileError
-from heapscope.model import CallsiteId, Frame, Mapping, MappingId
+from heapscope.model import CallsiteId, Frame, FrameId, Mapping, MappingId
 from heapscope.store.reader import ViewValues, fallback_frame_name, mapping_basename, open_profile
 from heapscope.store.writer import ProfileWriter
 
@@ -56,10 +56,10 @@ def test_callsite_values_default_to_the_last_dump(known_profile: Path) -> None:
 def test_callsite_and_frame_lookups(known_profile: Path) -> None:
     with open_profile(known_profile) as prof:
         cs = prof.callsites()
-        assert cs[1] == (None, 1) and cs[SITE_A] == (3, 4)
+        assert cs[CallsiteId(1)] == (None, 1) and cs[CallsiteId(SITE_A)] == (3, 4)
         frames = prof.frames()
-        assert frames[4].name == "malloc" and frames[4].mapping_name.endswith("libc.so.6")
-        assert frames[5].display_name == "prog+0x1a2b"
+        assert frames[FrameId(4)].name == "malloc" and frames[FrameId(4)].mapping_name.endswith("libc.so.6")
+        assert frames[FrameId(5)].display_name == "prog+0x1a2b"
 
 
 def test_names() -> None:
@@ -206,7 +206,7 @@ def test_stack_frames_and_peak_top_agree_with_the_whole_tables(tmp_path: Path) -
         assert prof.peak_top(3, 0) == (152, [])
         callsites, frames = prof.callsites(), prof.frames()
         walked = [info.display_name if info else "?" for info in prof.stack_frames(CallsiteId(7), 5)]
-        expected = []
+        expected: list[str] = []
         node: int | None = 7
         while node is not None and len(expected) < 5:
             expected.append(frames[callsites[CallsiteId(node)][1]].display_name)

@@ -13,6 +13,7 @@ import sqlite3
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from symbolize_progs import INLINED_SOURCE, build_id, compile_cxx, malloc_call_pc, needs_toolchain
@@ -56,7 +57,8 @@ def template(prog: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _symbolized(template: Path, out: Path, cache: SymbolCache | None) -> tuple[list[object], list[object]]:
+def _symbolized(template: Path, out: Path,
+                cache: SymbolCache | None) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     """Symbolize a copy of the template; its frame names and symbol rows."""
     shutil.copy(template, out)
     db = sqlite3.connect(out)

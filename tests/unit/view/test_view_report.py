@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from heapscope.errors import HeapscopeError
+from heapscope.model import Upid
 from heapscope.store.reader import open_profile
 from heapscope.view.report import build_process_report, build_reports
 
@@ -58,7 +59,7 @@ def test_self_and_total_per_view(known_profile: Path, view: str) -> None:
     with open_profile(known_profile) as prof:
         reports = build_reports(prof, view, sort="total")
     by_upid = {r.process.info.upid: r for r in reports}
-    r = by_upid[1]
+    r = by_upid[Upid(1)]
     total, rows = EXPECTED[view]
     assert r.view_total == total
     assert r.ts == 2000 and r.dump_count == 2

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from heapscope.errors import HeapscopeError, UnknownDumpError
-from heapscope.model import Frame, Mapping, MappingId, ProcessFlags, ProcessInfo, Upid
+from heapscope.model import CallsiteId, Frame, Mapping, MappingId, ProcessFlags, ProcessInfo, Upid
 from heapscope.store.reader import open_profile
 from heapscope.store.select import default_dump, parse_dump, process_state
 from heapscope.store.writer import ProfileWriter
@@ -55,7 +55,7 @@ def test_the_peak_end_and_dump_n(tmp_path: Path) -> None:
         peak = process_state(prof, p, None, "space")
         assert peak is not None and (peak.kind, peak.ts, peak.label) == ("peak", 1_500_000_000, "peak at 1.00 s")
         assert {cs: v.space for cs, v in peak.values.items()} == {2: 8 * 4096, 3: 65536}
-        assert peak.values[2].real_space == 8 * 256 and peak.interval == 4096
+        assert peak.values[CallsiteId(2)].real_space == 8 * 256 and peak.interval == 4096
         end = process_state(prof, p, None, "alloc_space")
         assert end is not None and end.label == "end (dump 2 of 2, exit, at 1.50 s)"
         assert {cs: v.space for cs, v in end.values.items()} == {2: 0, 3: 0}
@@ -73,4 +73,4 @@ def test_without_a_peak_or_real_sizes(tmp_path: Path) -> None:
         st = process_state(prof, p, "peak")
         assert st is not None and st.kind == "end" and st.label.endswith("; no peak recorded")
         first = process_state(prof, p, 1)
-        assert first is not None and first.values[2].real_space is None
+        assert first is not None and first.values[CallsiteId(2)].real_space is None

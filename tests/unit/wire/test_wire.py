@@ -97,7 +97,8 @@ def c_layout(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     subprocess.run([cc, "-std=c11", "-Wall", "-Werror", "-I", str(WIRE_H.parent), "-o", str(d / "layout"),
                     str(d / "layout.c")], check=True, timeout=60)
     out = subprocess.run([str(d / "layout")], check=True, capture_output=True, text=True, timeout=10).stdout
-    return json.loads(out)
+    layout: dict[str, int] = json.loads(out)
+    return layout
 
 
 @pytest.mark.parametrize("name", sorted(STRUCTS))
