@@ -19,7 +19,7 @@ again. Frees of addresses never reported are ignored.
 Attached to later (`heapscope record -p`): heaps registered before the attach
 stay disabled; register the name again (cheap while not profiled) to get it.
 
-May import: nothing of heapscope (a program imports it, under `record` or not).
+May import: heapscope.wire.heapnames (a program imports it, under `record` or not: that small module only).
 """
 
 from __future__ import annotations

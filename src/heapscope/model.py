@@ -3,7 +3,7 @@
 Ids are plain ints at run time; the NewTypes keep them apart for the type
 checker (a FrameId is not a CallsiteId).
 
-May import: heapscope.slots.
+May import: heapscope.slots, heapscope.wire.heapnames.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from typing import Any
 from heapscope.errors import UsageError
 from heapscope.export import otlp
 from heapscope.export._common import wall_clock
-from heapscope.fleet.push import PushError, PushItem, PushTarget
+from heapscope.fleet.items import PushError, PushItem, PushTarget
 from heapscope.store.reader import Process, Profile
 
 PATH = "/v1development/profiles"

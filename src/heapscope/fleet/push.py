@@ -42,7 +42,8 @@ from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import quote, urlencode, urlsplit
 
-from heapscope.errors import HeapscopeError, UsageError
+from heapscope.errors import UsageError
+from heapscope.fleet.items import PushError, PushItem, PushTarget
 
 SCHEMES = ("pyroscope+http", "pyroscope+https", "parca+grpc", "parca+grpcs", "otlp+http", "otlp+https", "otlp+grpc",
            "otlp+grpcs")
@@ -62,37 +63,6 @@ SAMPLE_TYPE_CONFIG = {
 _LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 _RETRY_GRPC = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "ABORTED", "INTERNAL",
                          "UNKNOWN"})
-
-
-class PushError(HeapscopeError):
-    """One failed send; `retry` says whether trying again may help."""
-
-    def __init__(self, message: str, *, retry: bool) -> None:
-        super().__init__(message)
-        self.retry = retry
-
-
-@dataclass(frozen=True, slots=True)
-class PushTarget:
-    """Where to push: a parsed push URL."""
-
-    url: str  # as given, for messages
-    kind: str  # "pyroscope", "parca", "otlp-http" or "otlp-grpc"
-    host: str
-    port: int
-    tls: bool
-    prefix: str = ""  # Pyroscope only: path before /ingest
-
-
-@dataclass(frozen=True, slots=True)
-class PushItem:
-    """One profile to send."""
-
-    pprof: bytes  # gzip pprof; for OTLP targets the encoded ExportProfilesServiceRequest
-    start_unix_ns: int
-    end_unix_ns: int
-    labels: tuple[tuple[str, str], ...] = ()  # extra labels of this profile (pid, executable, ...)
-    what: str = "profile"  # for messages: "dump 3 of pid 1234"
 
 
 @dataclass(slots=True)

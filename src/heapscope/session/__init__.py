@@ -51,7 +51,7 @@ Hosts (heapscope/hosts/, cli/record.py) read what the recording publishes
 (`progress`, `summary`, WindowSnapshot), never the producer's state.
 
 May import: heapscope.producer, heapscope.launch, heapscope.symbolize, heapscope.store,
-heapscope.view.peaks (the summary's largest stacks), heapscope.wire.handshake, heapscope.model,
+heapscope.view (the summary's largest stacks and figures), heapscope.wire.handshake, heapscope.model,
 heapscope.errors, heapscope.closing, heapscope.sigmask, heapscope.slots, heapscope.which.
 """
 

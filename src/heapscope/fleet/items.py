@@ -1,0 +1,42 @@
+"""What a push sends and to where, and how one send fails: shared by the pushers of
+push.py and the OpenTelemetry senders of otlp.py, which push.py picks by scheme.
+
+May import: heapscope.errors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from heapscope.errors import HeapscopeError
+
+
+class PushError(HeapscopeError):
+    """One failed send; `retry` says whether trying again may help."""
+
+    def __init__(self, message: str, *, retry: bool) -> None:
+        super().__init__(message)
+        self.retry = retry
+
+
+@dataclass(frozen=True, slots=True)
+class PushTarget:
+    """Where to push: a parsed push URL."""
+
+    url: str  # as given, for messages
+    kind: str  # "pyroscope", "parca", "otlp-http" or "otlp-grpc"
+    host: str
+    port: int
+    tls: bool
+    prefix: str = ""  # Pyroscope only: path before /ingest
+
+
+@dataclass(frozen=True, slots=True)
+class PushItem:
+    """One profile to send."""
+
+    pprof: bytes  # gzip pprof; for OTLP targets the encoded ExportProfilesServiceRequest
+    start_unix_ns: int
+    end_unix_ns: int
+    labels: tuple[tuple[str, str], ...] = ()  # extra labels of this profile (pid, executable, ...)
+    what: str = "profile"  # for messages: "dump 3 of pid 1234"
