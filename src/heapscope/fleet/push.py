@@ -37,11 +37,11 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import quote, urlencode, urlsplit
 
 from heapscope.errors import HeapscopeError, UsageError
+from heapscope.records import Record
 
 SCHEMES = ("pyroscope+http", "pyroscope+https", "parca+grpc", "parca+grpcs", "otlp+http", "otlp+https", "otlp+grpc",
            "otlp+grpcs")
@@ -71,8 +71,7 @@ class PushError(HeapscopeError):
         self.retry = retry
 
 
-@dataclass(frozen=True, slots=True)
-class PushTarget:
+class PushTarget(Record, frozen=True):
     """Where to push: a parsed push URL."""
 
     url: str  # as given, for messages
@@ -83,8 +82,7 @@ class PushTarget:
     prefix: str = ""  # Pyroscope only: path before /ingest
 
 
-@dataclass(frozen=True, slots=True)
-class PushItem:
+class PushItem(Record, frozen=True):
     """One profile to send."""
 
     pprof: bytes  # gzip pprof; for OTLP targets the encoded ExportProfilesServiceRequest
@@ -94,8 +92,7 @@ class PushItem:
     what: str = "profile"  # for messages: "dump 3 of pid 1234"
 
 
-@dataclass(slots=True)
-class PushStats:
+class PushStats(Record):
     """What became of the profiles handed to a Pusher."""
 
     submitted: int = 0

@@ -41,12 +41,12 @@ import sqlite3
 import stat
 import zlib
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from heapscope.errors import OutputError, ProfileError
 from heapscope.model import Frame, Mapping, ProcessFlags, ProcessInfo, Upid
+from heapscope.records import Record, field
 from heapscope.store.writer import ProfileWriter
 
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -140,8 +140,7 @@ def parse_packets(data: bytes, name: str) -> list[Any]:
 # --- import -------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class ImportSummary:
+class ImportSummary(Record):
     processes: int = 0
     dumps: int = 0
     samples: int = 0
@@ -154,8 +153,7 @@ class ImportSummary:
     problems: dict[str, int] = field(default_factory=dict)  # data-loss stat -> value
 
 
-@dataclass(slots=True)
-class _Sequence:
+class _Sequence(Record):
     """Interned data of one writer sequence, and the samples of the dump being read."""
 
     function_names: dict[int, bytes] = field(default_factory=dict)
@@ -193,8 +191,7 @@ class _Sequence:
             self.forget_resolved()
 
 
-@dataclass(slots=True)
-class _Dump:
+class _Dump(Record):
     upid: int
     heap: str
     ts: int
@@ -206,8 +203,7 @@ class _Dump:
 _ZERO = (0, 0, 0, 0)
 
 
-@dataclass(slots=True)
-class _HeapState:
+class _HeapState(Record):
     """What the deltas of one (sequence, process, heap) are computed from."""
 
     # callsite -> its last cumulative (alloc count, alloc bytes, free count, free bytes)
@@ -216,8 +212,7 @@ class _HeapState:
     sources: dict[int, tuple[int | frozenset[int], tuple[int, int, int, int]]] = field(default_factory=dict)
 
 
-@dataclass(slots=True)
-class _Proc:
+class _Proc(Record):
     upid: int
     pid: int
     flags: ProcessFlags = field(default_factory=lambda: ProcessFlags(from_startup=False))
