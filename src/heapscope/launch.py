@@ -33,8 +33,10 @@ import time
 from heapscope import sigmask
 from heapscope.errors import OutputError, TargetError
 from heapscope.producer.listener import Listener
+from heapscope.producer.procfs import status_field
+from heapscope.store.names import CREATE_FLAGS, PRIVATE_MODE, SIDECARS, WRITTEN_SIDECARS
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
     import signal as _signal
     from collections.abc import Callable
@@ -67,8 +69,6 @@ WANTED_NOFILE = 1 << 16
 # processes at once can take every one a hard limit allows): for the imports that follow, the
 # recording's wake-up socket pair, the profile's SQLite files, a few to spare.
 RESERVED_FDS = 16
-_PROFILE_SIDECARS = ("-wal", "-shm", "-journal")  # store/writer.py's _SIDECARS
-_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC  # store/files.py's
 
 
 def _quiet(_msg: str) -> None:
@@ -205,7 +205,7 @@ def spawn(argv: list[str], executable: str | None, env: dict[str, str], stdin: i
                                  **extra)  # type: ignore[arg-type]
     except OSError as e:
         raise TargetError(f"cannot run {argv[0]}: {e.strerror}") from e
-    return Child(pid, _own_hwm_kib())
+    return Child(pid, status_field("self", "VmHWM") or None)
 
 
 def _children_faults(pid: int) -> int | None:
@@ -217,18 +217,6 @@ def _children_faults(pid: int) -> int | None:
         return int(stat[stat.rfind(b")") + 2:].split()[8])
     except (OSError, ValueError, IndexError):
         return None
-
-
-def _own_hwm_kib() -> int | None:
-    """This process's VmHWM (producer/procfs.py's status_field, without its import); None when unreadable."""
-    try:
-        with open("/proc/self/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"VmHWM:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
 
 
 def _inherited_fds() -> list[int]:
@@ -285,7 +273,7 @@ def create_output(path: str, force: bool) -> bool:
     """The profile's files as store.writer.ProfileWriter creates them (0600, O_EXCL, never through
     a link), without its imports (sqlite3, pathlib), when nothing is in the way: True. False when
     the profile or one of its SQLite files exists: ProfileWriter checks and replaces those."""
-    for name in (path, *(path + s for s in _PROFILE_SIDECARS)):
+    for name in (path, *(path + s for s in SIDECARS)):
         try:
             os.lstat(name)
         except FileNotFoundError:
@@ -295,9 +283,9 @@ def create_output(path: str, force: bool) -> bool:
         return False
     made: list[str] = []
     try:
-        for name in (path, path + "-wal", path + "-shm"):
+        for name in (path, *(path + s for s in WRITTEN_SIDECARS)):
             try:
-                os.close(os.open(name, _CREATE_FLAGS, 0o600))
+                os.close(os.open(name, CREATE_FLAGS, PRIVATE_MODE))
             except FileExistsError as e:
                 raise OutputError(f"{name}: appeared while heapscope was creating it; refusing to use it") from e
             except OSError as e:

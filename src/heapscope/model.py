@@ -10,7 +10,7 @@ from heapscope.records import Record
 from heapscope.wire.heapnames import MALLOC_HEAP_NAME
 from heapscope.wire.heapnames import PY_HEAP_NAME as PY_HEAP_NAME
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
     from typing import NewType
 

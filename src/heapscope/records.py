@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from operator import attrgetter
 
-TYPE_CHECKING = False  # the `typing` module's constant; mypy treats this one as it
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any, TypeVar
@@ -102,7 +102,10 @@ def _complete(cls: type, ns: dict[str, Any], specs: dict[str, _Field], frozen: b
         elif seen_default:
             raise TypeError(f"{cls.__name__}: field {n!r} without a default follows one with a default")
     # Each field's slot descriptor sets it, whatever the class's __setattr__ (a frozen one's refuses).
-    setter = {n: next(k.__dict__[n] for k in cls.__mro__ if n in k.__dict__).__set__ for n in names}
+    setter: dict[str, Callable[[object, object], None]] = {}
+    for klass in cls.__mro__:  # the class's own slots first, then its bases'
+        for n in getattr(klass, "__slots__", ()):
+            setter.setdefault(n, klass.__dict__[n].__set__)
     setters = tuple(setter[n] for n in taken)
     later = tuple((setter[n], specs[n]) for n in names if not specs[n].init)
     given = tuple(specs[n] for n in taken)

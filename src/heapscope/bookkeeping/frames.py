@@ -13,7 +13,7 @@ FILTERED = "FILTERED"
 UNKNOWN_MAPPING = Mapping(build_id="", exact_offset=0, start_offset=0, start=0, end=0, load_bias=0,
                           name="[unknown]")
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Generic, TypeVar

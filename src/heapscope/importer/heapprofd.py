@@ -47,6 +47,7 @@ from typing import Any
 from heapscope.errors import OutputError, ProfileError
 from heapscope.model import Frame, Mapping, ProcessFlags, ProcessInfo, Upid
 from heapscope.records import Record, field
+from heapscope.store.names import SIDECARS
 from heapscope.store.writer import ProfileWriter
 
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -712,7 +713,7 @@ def import_trace(trace: str | os.PathLike[str], writer_factory: Any) -> tuple[Im
     except BaseException as e:
         # No half-written profile is left behind.
         writer.db.close()
-        for suffix in ("", "-wal", "-shm", "-journal"):
+        for suffix in ("", *SIDECARS):
             with contextlib.suppress(OSError):
                 os.unlink(f"{writer.path}{suffix}")
         if isinstance(e, OverflowError):

@@ -28,7 +28,7 @@ from heapscope.producer.tmpdir import make_private_dir, remove_dir
 from heapscope.records import Record
 from heapscope.wire import handshake as hs
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
     import mmap
     from collections.abc import Callable

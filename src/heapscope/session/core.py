@@ -21,7 +21,7 @@ from heapscope.producer.session import Guardrails
 from heapscope.records import Record, field
 from heapscope.store.writer import ProfileWriter
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
     from typing import Any
 

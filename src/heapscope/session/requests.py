@@ -14,7 +14,7 @@ from heapscope.producer.session import remove_stale_dirs
 from heapscope.records import Record
 from heapscope.session.core import END_MODULES, FRESH_DUMP_TIMEOUT_S, SYMBOLIZE_MODULES, SessionCore, _describe, _Waiter
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
     from typing import Any
 

@@ -27,13 +27,12 @@ from pathlib import Path
 
 from heapscope.errors import OutputError
 from heapscope.records import Record
+from heapscope.store.names import CREATE_FLAGS, PRIVATE_MODE
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
     from typing import BinaryIO
 
-PRIVATE_MODE = 0o600
-_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 PROFILE_FORMAT = "heapscope-profile"
 
 
@@ -112,7 +111,7 @@ def check_replaceable(path: Path, force: bool, kind: OutputKind) -> bool:
 def create_private(path: Path) -> int:
     """Create `path` anew (O_EXCL, never through a link), mode 0600; returns the open fd."""
     try:
-        return os.open(path, _CREATE_FLAGS, PRIVATE_MODE)
+        return os.open(path, CREATE_FLAGS, PRIVATE_MODE)
     except FileExistsError as e:
         raise OutputError(f"{path}: appeared while heapscope was creating it; refusing to use it") from e
     except OSError as e:

@@ -39,7 +39,7 @@ from pathlib import Path
 
 from heapscope.records import Record, field
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:  # imported where used: `record` creates a cache before its target connects
     from typing import Any
 

@@ -17,7 +17,7 @@ from elftools.common.exceptions import ELFError
 
 from heapscope.records import Record
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (`record`'s end path, issue 13)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:  # pyelftools' ELF classes cost ~30 ms to import: loaded when a file is read
     from typing import Any
 

@@ -24,7 +24,7 @@ import threading
 from heapscope.records import Record
 from heapscope.which import which
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
     from collections.abc import Sequence
 

@@ -32,7 +32,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from heapscope.records import Record, field
 from heapscope.symbolize.elfinfo import ElfInfo, NotElfError, file_crc32, is_elf, read_elf_info
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (`record`'s end path, issue 13)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
     from typing import Literal
 

@@ -30,7 +30,7 @@ import stat
 
 from heapscope.records import Record, field
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
     from typing import BinaryIO
 

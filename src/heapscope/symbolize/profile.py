@@ -37,7 +37,7 @@ from heapscope.symbolize.locate import DEFAULT_DEBUG_ROOTS, Locator
 
 # `record` imports this module at the end of every recording (issue 13): no dataclasses, no
 # typing, and what only a cache miss needs (llvm-symbolizer's runs, the reader) is imported there.
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Literal
