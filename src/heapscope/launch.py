@@ -1,12 +1,13 @@
-"""The target's start: its spawn, and what `record` does before the producer exists (issue 13).
+"""The target's start: its spawn, and what `record` does before the producer exists.
+
+The start module: it and what it imports follow the start path's rule
+(docs/README.md, "The start path": only what starting the target needs).
 
 A started target waits in its client's constructor for the answer to its
 handshake (client/connect.c): what `heapscope record` does
 before that answer is added to the target's run. So `record` spawns the
 target and answers its first handshakes with this module and
-producer/listener.py only (os, _signal, _socket, struct, mmap: no enum,
-socket, subprocess, pathlib, sqlite3, contextlib or threading, ~20 ms of
-imports), then imports the recording (producer, writer, ...) while the target
+producer/listener.py only, then imports the recording (producer, writer, ...) while the target
 runs, answering any further handshake between two imports (`serve`). The
 recording adopts what is here: the listener and its answered clients, the
 child, the signals it received meanwhile (heapscope.session.Recording,
@@ -27,6 +28,7 @@ in-process host: the pytest plugin, heapscope.api, `live`).
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 
@@ -38,12 +40,9 @@ from heapscope.store.names import CREATE_FLAGS, PRIVATE_MODE, SIDECARS, WRITTEN_
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
-    import signal as _signal
     from collections.abc import Callable
 
     from heapscope.producer.config import RecordConfig
-else:
-    import _signal  # the C module under `signal`, without its enums (~3 ms of imports)
 
 # Signals sent to heapscope are passed on to the target. Where job control cannot need the two
 # to share a process group (no controlling terminal, or heapscope is not the terminal's
@@ -53,11 +52,11 @@ else:
 # Otherwise (a shell's foreground or background job) they share one, for Ctrl-C, Ctrl-Z and `fg`:
 # SIGINT and SIGQUIT from the terminal already reach the target then, so they are passed on
 # only when heapscope is not in the foreground.
-FORWARDED = (_signal.SIGTERM, _signal.SIGHUP, _signal.SIGUSR2, _signal.SIGALRM)
-TERMINAL = (_signal.SIGINT, _signal.SIGQUIT)
+FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR2, signal.SIGALRM)
+TERMINAL = (signal.SIGINT, signal.SIGQUIT)
 # Python ignores these at its start; the target gets them back at their default (as
 # subprocess's restore_signals does).
-PYTHON_IGNORED = (_signal.SIGPIPE, _signal.SIGXFSZ)
+PYTHON_IGNORED = (signal.SIGPIPE, signal.SIGXFSZ)
 DEVNULL = -3  # subprocess.DEVNULL
 # The longest `record` waits for its target's first handshake before it goes on with its own
 # imports (a target that never connects: static, or LD_PRELOAD cleared by a wrapper).
@@ -325,7 +324,7 @@ class Launch:
     # -- signals ---------------------------------------------------------------
 
     def install(self, sig: int, handler: Callable[[int, object], None] | int) -> None:
-        old = _signal.signal(sig, handler)
+        old = signal.signal(sig, handler)
         self.restore.setdefault(sig, old)
 
     def forward_signals(self, install: Callable[[int, Callable[[int, object], None] | int], None] | None = None,
@@ -353,11 +352,11 @@ class Launch:
         for sig in FORWARDED:
             install(sig, forward)
         for sig in TERMINAL:
-            if in_foreground and _signal.getsignal(sig) != _signal.SIG_IGN:
+            if in_foreground and signal.getsignal(sig) != signal.SIG_IGN:
                 self._sigdef.append(sig)  # ignored by heapscope, not by the target
-            install(sig, _signal.SIG_IGN if in_foreground else forward)
+            install(sig, signal.SIG_IGN if in_foreground else forward)
         if usr1:
-            install(_signal.SIGUSR1, self._on_usr1)
+            install(signal.SIGUSR1, self._on_usr1)
         sigmask.release()  # what came while `record` started reaches these handlers now
 
     def _pass_on(self, child: Child, sig: int) -> None:
@@ -376,7 +375,7 @@ class Launch:
     def restore_signals(self) -> None:
         """The handlers before ours (nothing took them over)."""
         for sig, handler in self.restore.items():
-            _signal.signal(sig, handler)  # type: ignore[arg-type]  # what signal() returned
+            signal.signal(sig, handler)  # type: ignore[arg-type]  # what signal() returned
         self.restore.clear()
 
     def _on_usr1(self, _sig: int, _frame: object) -> None:

@@ -8,7 +8,7 @@ target starts (one line, exit 2).
 The target waits for heapscope's answer to its handshake before its main
 (heapscope/launch.py): a started command is spawned and answered with this
 module's light imports only, and the recording's modules are imported while
-it runs (issue 13: `_launch`).
+it runs (`_launch`; docs/README.md, "The start path").
 """
 
 from __future__ import annotations
