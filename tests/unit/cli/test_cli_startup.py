@@ -150,7 +150,7 @@ _NEVER_ON_A_CACHED_RUN = {"dataclasses", "inspect", "ast", "dis", "hashlib", "_h
 _AFTER_THE_TARGETS_START = {"heapscope.session", "heapscope.producer.producer", "heapscope.store.writer",
                             "heapscope.wire.codec", "heapscope.producer._ingest", "heapscope.bookkeeping._native",
                             "sqlite3", "subprocess",
-                            "pathlib", "socket", "signal", "threading", "contextlib", "selectors"}
+                            "pathlib", "socket", "threading", "contextlib", "selectors"}
 
 
 def test_record_spawns_its_target_before_the_end_paths_imports(tmp_path: Path) -> None:
