@@ -70,7 +70,9 @@ class _RecordType(type):
     """Makes each Record class: slots, __init__, ==, hash and repr from its annotations."""
 
     def __new__(mcs, name: str, bases: tuple[type, ...], ns: dict[str, Any], frozen: bool = False) -> _RecordType:
-        if "__slots__" in ns and bases:
+        if not bases:
+            return super().__new__(mcs, name, bases, ns)
+        if "__slots__" in ns:
             raise TypeError(f"{name}: a Record's fields are its annotations; it has no __slots__ of its own")
         specs: dict[str, _Field] = {}
         for base in reversed(bases):
@@ -78,46 +80,50 @@ class _RecordType(type):
             specs.update(inherited)
             if inherited and base.__dict__["__record_frozen__"] != frozen:
                 raise TypeError(f"{name}: frozen and mutable records do not mix")
-        own = [n for n, a in ns.get("__annotations__", {}).items() if not _is_class_var(a)]
-        for n in own:
+        slots = []
+        for n, annotation in ns.get("__annotations__", {}).items():
+            if _is_class_var(annotation):
+                continue
+            if n not in specs:
+                slots.append(n)
             value = ns.pop(n, _MISSING)
             specs[n] = value if isinstance(value, _Field) else _Field(value, None, True)
-        inherited = {n for base in bases for n in getattr(base, "__record_fields__", ())}
-        ns["__slots__"] = tuple(n for n in own if n not in inherited)
+        ns["__slots__"] = tuple(slots)
         ns["__record_fields__"] = specs
         ns["__record_frozen__"] = frozen
+        # The methods go in before the class is made (setting them on a class afterwards costs
+        # more); __init__ learns the slot descriptors once they exist.
+        post = ns.get("__post_init__")
+        for base in bases:
+            post = post or getattr(base, "__post_init__", None)
+        finish = _add_methods(ns.get("__qualname__", name), ns, specs, frozen, post)
         cls = super().__new__(mcs, name, bases, ns)
-        if bases:
-            _complete(cls, ns, specs, frozen)
+        finish(cls)
         return cls
 
 
-def _complete(cls: type, ns: dict[str, Any], specs: dict[str, _Field], frozen: bool) -> None:
+def _add_methods(label: str, ns: dict[str, Any], specs: dict[str, _Field], frozen: bool,
+                 post: Callable[[object], None] | None) -> Callable[[type], None]:
     names = tuple(specs)
     taken = tuple(n for n in names if specs[n].init)
-    seen_default = False
-    for n in taken:
-        if specs[n].default is not _MISSING or specs[n].factory is not None:
-            seen_default = True
-        elif seen_default:
-            raise TypeError(f"{cls.__name__}: field {n!r} without a default follows one with a default")
-    # Each field's slot descriptor sets it, whatever the class's __setattr__ (a frozen one's refuses).
-    setter: dict[str, Callable[[object, object], None]] = {}
-    for klass in cls.__mro__:  # the class's own slots first, then its bases'
-        for n in getattr(klass, "__slots__", ()):
-            setter.setdefault(n, klass.__dict__[n].__set__)
-    setters = tuple(setter[n] for n in taken)
-    later = tuple((setter[n], specs[n]) for n in names if not specs[n].init)
     given = tuple(specs[n] for n in taken)
     count = len(taken)
+    seen_default = False
+    for n, spec in zip(taken, given, strict=True):
+        if spec.default is not _MISSING or spec.factory is not None:
+            seen_default = True
+        elif seen_default:
+            raise TypeError(f"{label}: field {n!r} without a default follows one with a default")
     # Plain defaults of the last fields: a call by position that leaves them out needs no _bind.
     plain = 0
     while plain < count and given[count - plain - 1].factory is None \
             and given[count - plain - 1].default is not _MISSING:
         plain += 1
     tail = tuple(spec.default for spec in given[count - plain:])
-    post = getattr(cls, "__post_init__", None)
-    label = cls.__qualname__
+    # Each field's slot descriptor sets it, whatever the class's __setattr__ (a frozen one's
+    # refuses); filled in by finish() once the class exists.
+    setters: tuple[Callable[[object, object], None], ...] = ()
+    later: tuple[tuple[Callable[[object, object], None], _Field], ...] = ()
 
     def __init__(self: object, *args: object, **kwargs: object) -> None:
         if kwargs or len(args) != count:
@@ -143,20 +149,32 @@ def _complete(cls: type, ns: dict[str, Any], specs: dict[str, _Field], frozen: b
         shown = ", ".join([f"{n}={getattr(self, n)!r}" for n in names])
         return f"{self.__class__.__qualname__}({shown})"
 
-    methods: dict[str, object] = {"__init__": __init__, "__eq__": __eq__, "__repr__": __repr__,
-                                  "__match_args__": taken}
-    if frozen:
-        def __hash__(self: object) -> int:
-            return hash(values(self))
+    def __hash__(self: object) -> int:
+        return hash(values(self))
 
-        methods.update(__hash__=__hash__, __setattr__=_refuse_set, __delattr__=_refuse_delete)
+    own: dict[str, Any] = {"__init__": __init__, "__eq__": __eq__, "__repr__": __repr__}
+    if frozen:
+        own["__hash__"] = __hash__
+    for key, method in own.items():
+        method.__qualname__ = f"{label}.{key}"
+    if frozen:
+        own.update(__setattr__=_refuse_set, __delattr__=_refuse_delete)
     elif "__eq__" not in ns:
-        methods["__hash__"] = None  # mutable and compared by value, like a dataclass
-    for key, method in methods.items():
-        if key not in ns:  # a class's own method stays
-            if callable(method):
-                method.__qualname__ = f"{label}.{key}"  # type: ignore[attr-defined]
-            setattr(cls, key, method)
+        own["__hash__"] = None  # mutable and compared by value, like a dataclass
+    own["__match_args__"] = taken
+    for key, value in own.items():
+        ns.setdefault(key, value)  # a class's own method stays
+
+    def finish(cls: type) -> None:
+        nonlocal setters, later
+        setter: dict[str, Callable[[object, object], None]] = {}
+        for klass in cls.__mro__:  # the class's own slots first, then its bases'
+            for n in getattr(klass, "__slots__", ()):
+                setter.setdefault(n, klass.__dict__[n].__set__)
+        setters = tuple(setter[n] for n in taken)
+        later = tuple((setter[n], specs[n]) for n in names if not specs[n].init)
+
+    return finish
 
 
 def _refuse_set(self: object, name: str, _value: object) -> None:

@@ -89,3 +89,12 @@ def test_a_record_declares_no_slots_of_its_own_and_does_not_mix_frozen() -> None
     with pytest.raises(TypeError, match="do not mix"):
         class Thawed(Point):  # type: ignore[misc]
             z: int = 0
+
+
+def test_a_subclass_adds_fields_after_its_bases_and_keeps_their_post_init() -> None:
+    class Named(Tally):
+        note: str = ""
+
+    n = Named("a", [2, 3], "x")
+    assert (n.name, n.counts, n.total, n.note) == ("a", [2, 3], 5, "x")
+    assert vars(Named)["__slots__"] == ("note",)
