@@ -17,7 +17,7 @@ import sqlite3
 
 _SQLITE_FULL = 13  # sqlite3.h's SQLITE_FULL (the module names it from Python 3.11, typeshed not yet)
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
     from pathlib import Path
 

@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 from heapscope.wire.heapnames import RESERVED
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
     from typing import Any
 

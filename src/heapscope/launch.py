@@ -1,12 +1,13 @@
-"""The target's start: its spawn, and what `record` does before the producer exists (issue 13).
+"""The target's start: its spawn, and what `record` does before the producer exists.
+
+The start module: it and what it imports follow the start path's rule
+(docs/README.md, "The start path": only what starting the target needs).
 
 A started target waits in its client's constructor for the answer to its
 handshake (client/connect.c): what `heapscope record` does
 before that answer is added to the target's run. So `record` spawns the
 target and answers its first handshakes with this module and
-producer/listener.py only (os, _signal, _socket, struct, mmap: no enum,
-socket, subprocess, pathlib, sqlite3, contextlib or threading, ~20 ms of
-imports), then imports the recording (producer, writer, ...) while the target
+producer/listener.py only, then imports the recording (producer, writer, ...) while the target
 runs, answering any further handshake between two imports (`serve`). The
 recording adopts what is here: the listener and its answered clients, the
 child, the signals it received meanwhile (heapscope.session.Recording,
@@ -29,21 +30,21 @@ May import: heapscope.producer.listener, heapscope.sigmask, heapscope.errors.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 
 from heapscope import sigmask
 from heapscope.errors import OutputError, TargetError
 from heapscope.producer.listener import Listener
+from heapscope.producer.procfs import status_field
+from heapscope.store.names import CREATE_FLAGS, PRIVATE_MODE, SIDECARS, WRITTEN_SIDECARS
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
-    import signal as _signal
     from collections.abc import Callable
 
     from heapscope.producer.config import RecordConfig
-else:
-    import _signal  # the C module under `signal`, without its enums (~3 ms of imports)
 
 # Signals sent to heapscope are passed on to the target. Where job control cannot need the two
 # to share a process group (no controlling terminal, or heapscope is not the terminal's
@@ -53,11 +54,11 @@ else:
 # Otherwise (a shell's foreground or background job) they share one, for Ctrl-C, Ctrl-Z and `fg`:
 # SIGINT and SIGQUIT from the terminal already reach the target then, so they are passed on
 # only when heapscope is not in the foreground.
-FORWARDED = (_signal.SIGTERM, _signal.SIGHUP, _signal.SIGUSR2, _signal.SIGALRM)
-TERMINAL = (_signal.SIGINT, _signal.SIGQUIT)
+FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR2, signal.SIGALRM)
+TERMINAL = (signal.SIGINT, signal.SIGQUIT)
 # Python ignores these at its start; the target gets them back at their default (as
 # subprocess's restore_signals does).
-PYTHON_IGNORED = (_signal.SIGPIPE, _signal.SIGXFSZ)
+PYTHON_IGNORED = (signal.SIGPIPE, signal.SIGXFSZ)
 DEVNULL = -3  # subprocess.DEVNULL
 # The longest `record` waits for its target's first handshake before it goes on with its own
 # imports (a target that never connects: static, or LD_PRELOAD cleared by a wrapper).
@@ -69,8 +70,6 @@ WANTED_NOFILE = 1 << 16
 # processes at once can take every one a hard limit allows): for the imports that follow, the
 # recording's wake-up socket pair, the profile's SQLite files, a few to spare.
 RESERVED_FDS = 16
-_PROFILE_SIDECARS = ("-wal", "-shm", "-journal")  # store/writer.py's _SIDECARS
-_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC  # store/files.py's
 
 
 def _quiet(_msg: str) -> None:
@@ -207,7 +206,7 @@ def spawn(argv: list[str], executable: str | None, env: dict[str, str], stdin: i
                                  **extra)  # type: ignore[arg-type]
     except OSError as e:
         raise TargetError(f"cannot run {argv[0]}: {e.strerror}") from e
-    return Child(pid, _own_hwm_kib())
+    return Child(pid, status_field("self", "VmHWM") or None)
 
 
 def _children_faults(pid: int) -> int | None:
@@ -219,18 +218,6 @@ def _children_faults(pid: int) -> int | None:
         return int(stat[stat.rfind(b")") + 2:].split()[8])
     except (OSError, ValueError, IndexError):
         return None
-
-
-def _own_hwm_kib() -> int | None:
-    """This process's VmHWM (producer/procfs.py's status_field, without its import); None when unreadable."""
-    try:
-        with open("/proc/self/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"VmHWM:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
 
 
 def _inherited_fds() -> list[int]:
@@ -287,7 +274,7 @@ def create_output(path: str, force: bool) -> bool:
     """The profile's files as store.writer.ProfileWriter creates them (0600, O_EXCL, never through
     a link), without its imports (sqlite3, pathlib), when nothing is in the way: True. False when
     the profile or one of its SQLite files exists: ProfileWriter checks and replaces those."""
-    for name in (path, *(path + s for s in _PROFILE_SIDECARS)):
+    for name in (path, *(path + s for s in SIDECARS)):
         try:
             os.lstat(name)
         except FileNotFoundError:
@@ -297,9 +284,9 @@ def create_output(path: str, force: bool) -> bool:
         return False
     made: list[str] = []
     try:
-        for name in (path, path + "-wal", path + "-shm"):
+        for name in (path, *(path + s for s in WRITTEN_SIDECARS)):
             try:
-                os.close(os.open(name, _CREATE_FLAGS, 0o600))
+                os.close(os.open(name, CREATE_FLAGS, PRIVATE_MODE))
             except FileExistsError as e:
                 raise OutputError(f"{name}: appeared while heapscope was creating it; refusing to use it") from e
             except OSError as e:
@@ -339,7 +326,7 @@ class Launch:
     # -- signals ---------------------------------------------------------------
 
     def install(self, sig: int, handler: Callable[[int, object], None] | int) -> None:
-        old = _signal.signal(sig, handler)
+        old = signal.signal(sig, handler)
         self.restore.setdefault(sig, old)
 
     def forward_signals(self, install: Callable[[int, Callable[[int, object], None] | int], None] | None = None,
@@ -367,11 +354,11 @@ class Launch:
         for sig in FORWARDED:
             install(sig, forward)
         for sig in TERMINAL:
-            if in_foreground and _signal.getsignal(sig) != _signal.SIG_IGN:
+            if in_foreground and signal.getsignal(sig) != signal.SIG_IGN:
                 self._sigdef.append(sig)  # ignored by heapscope, not by the target
-            install(sig, _signal.SIG_IGN if in_foreground else forward)
+            install(sig, signal.SIG_IGN if in_foreground else forward)
         if usr1:
-            install(_signal.SIGUSR1, self._on_usr1)
+            install(signal.SIGUSR1, self._on_usr1)
         sigmask.release()  # what came while `record` started reaches these handlers now
 
     def _pass_on(self, child: Child, sig: int) -> None:
@@ -390,7 +377,7 @@ class Launch:
     def restore_signals(self) -> None:
         """The handlers before ours (nothing took them over)."""
         for sig, handler in self.restore.items():
-            _signal.signal(sig, handler)  # type: ignore[arg-type]  # what signal() returned
+            signal.signal(sig, handler)  # type: ignore[arg-type]  # what signal() returned
         self.restore.clear()
 
     def _on_usr1(self, _sig: int, _frame: object) -> None:

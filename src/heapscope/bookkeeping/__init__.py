@@ -41,5 +41,5 @@ compiles the same tracker and resolver C into its own extension (native.h
 says why), and nothing here imports the producer. The C headers include
 downwards only: resolver.h -> tracker.h, trie.h -> hashmap.h; wire.h.
 
-May import: heapscope.model, heapscope.wire.codec, heapscope.slots.
+May import: heapscope.model, heapscope.wire.codec, heapscope.records.
 """

@@ -12,10 +12,10 @@ from __future__ import annotations
 from heapscope.bookkeeping.frames import FrameTable, ProcessModules, PyCode, PySplice
 from heapscope.bookkeeping.rows import DUMP_ROW, PEAK_ROW, unpack_rows
 from heapscope.model import FrameId
-from heapscope.slots import Slots
+from heapscope.records import Record, field
 from heapscope.wire.codec import ModuleRecord
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 
 NO_FRAMES = "[no frames]"
 UNDEFINED_STACK = "[stack never received]"
@@ -24,28 +24,17 @@ if TYPE_CHECKING:
     from heapscope.bookkeeping._native import Resolver, Tracker, Trie
 
 
-class ProcessHeap(Slots):
+class ProcessHeap(Record):
     """What a process's dumps need: its modules, code objects and stacks."""
 
-    __slots__ = ("modules", "frame_cache", "python", "unreleased", "dumps", "resolver", "parked_at")
-    modules: ProcessModules
-    frame_cache: dict[int, FrameId]
-    python: PySplice
-    unreleased: int  # sum of the sizes of every row dumped so far
-    dumps: int
     resolver: Resolver  # the process's stacks, kept in C until resolved (the Ingest feeds it)
-    parked_at: int  # modules.generation at the last resolve_known(): stacks parked then wait for a new module
-
-    def __init__(self, resolver: Resolver, modules: ProcessModules | None = None,
-                 frame_cache: dict[int, FrameId] | None = None, python: PySplice | None = None,
-                 unreleased: int = 0, dumps: int = 0) -> None:
-        self.resolver = resolver
-        self.modules = ProcessModules() if modules is None else modules
-        self.frame_cache = {} if frame_cache is None else frame_cache
-        self.python = PySplice() if python is None else python
-        self.unreleased = unreleased
-        self.dumps = dumps
-        self.parked_at = -1
+    modules: ProcessModules = field(default_factory=ProcessModules)
+    frame_cache: dict[int, FrameId] = field(default_factory=dict)
+    python: PySplice = field(default_factory=PySplice)
+    unreleased: int = 0  # sum of the sizes of every row dumped so far
+    dumps: int = 0
+    # modules.generation at the last resolve_known(): stacks parked then wait for a new module
+    parked_at: int = field(init=False, default=-1)
 
     def callsite(self, stack_id: int) -> int | None:
         """The callsite a stack resolved to; None while it has none."""

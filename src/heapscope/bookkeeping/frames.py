@@ -6,14 +6,14 @@ import bisect
 
 from heapscope.bookkeeping.pylines import LineTable
 from heapscope.model import Frame, FrameId, Mapping, MappingId, unknown_code_name
-from heapscope.slots import Slots
+from heapscope.records import Record, field
 from heapscope.wire.codec import ModuleRecord
 
 FILTERED = "FILTERED"
 UNKNOWN_MAPPING = Mapping(build_id="", exact_offset=0, start_offset=0, start=0, end=0, load_bias=0,
                           name="[unknown]")
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Generic, TypeVar
@@ -62,24 +62,15 @@ def mapping_of(m: ModuleRecord) -> Mapping:
     )
 
 
-class ProcessModules(Slots):
+class ProcessModules(Record):
     """The loaded objects of one process, searchable by address."""
 
-    __slots__ = ("starts", "modules", "mapping_ids", "generation", "unknown")
-    starts: list[int]
-    modules: list[ModuleRecord]
-    mapping_ids: list[int]
-    generation: int  # modules added so far: what waits for a module may resolve once it moves
-    unknown: Mapping  # the mapping of pcs in no module: the process's own (unknown_code_mapping) when known
-
-    def __init__(self, starts: list[int] | None = None, modules: list[ModuleRecord] | None = None,
-                 mapping_ids: list[int] | None = None, generation: int = 0,
-                 unknown: Mapping = UNKNOWN_MAPPING) -> None:
-        self.starts = [] if starts is None else starts
-        self.modules = [] if modules is None else modules
-        self.mapping_ids = [] if mapping_ids is None else mapping_ids
-        self.generation = generation
-        self.unknown = unknown
+    starts: list[int] = field(default_factory=list)
+    modules: list[ModuleRecord] = field(default_factory=list)
+    mapping_ids: list[int] = field(default_factory=list)
+    generation: int = 0  # modules added so far: what waits for a module may resolve once it moves
+    # the mapping of pcs in no module: the process's own (unknown_code_mapping) when known
+    unknown: Mapping = UNKNOWN_MAPPING
 
     def add(self, m: ModuleRecord, mapping_id: int) -> None:
         """Add `m`; the modules whose addresses it overlaps are gone (unloaded before it was
@@ -123,18 +114,17 @@ _NAME_PC, _NAME_PYFRAME = 0, 1
 _FID_FILTERED, _FID_NOCACHE = 1 << 32, 1 << 33
 
 
-class PyCode(Slots):
+class PyCode(Record):
     """A code object of one process, as its HS_REC_PYCODE described it.
 
     Its line table is decoded when a frame first needs a line (`line()`): a
     test suite sends thousands of code objects, most never in a resolved stack.
     """
 
-    __slots__ = ("name", "file", "lines", "raw")
     name: str  # qualified name (3.11+), plain name before
     file: str
     lines: LineTable | None  # None when the table could not be decoded (or is not yet: raw)
-    raw: tuple[int, bytes, int] | None  # (format, table, first line), until decoded
+    raw: tuple[int, bytes, int] | None = None  # (format, table, first line), until decoded
 
     def line(self, offset: int) -> int | None:
         """The line at instruction byte `offset`; None if unknown."""
@@ -147,33 +137,17 @@ class PyCode(Slots):
                 self.lines = None
         return self.lines.line(offset) if self.lines is not None else None
 
-    def __init__(self, name: str, file: str, lines: LineTable | None,
-                 raw: tuple[int, bytes, int] | None = None) -> None:
-        self.name = name
-        self.file = file
-        self.lines = lines
-        self.raw = raw
 
-
-class PySplice(Slots):
+class PySplice(Record):
     """What the splice of one process needs: its code objects and the eval loop's range."""
 
-    __slots__ = ("codes", "frame_ids", "eval_lo", "eval_hi", "unplaced")
-    codes: dict[int, PyCode]
+    codes: dict[int, PyCode] = field(default_factory=dict)
     # (code key, instruction offset) -> frame, for codes received: a test runner's stacks
     # share most of their 30-odd Python frames, each worth a line lookup and three interns.
-    frame_ids: dict[tuple[int, int], FrameId]
-    eval_lo: int
-    eval_hi: int
-    unplaced: int  # Python frames put at the root end: no eval activation to put them at
-
-    def __init__(self, codes: dict[int, PyCode] | None = None, frame_ids: dict[tuple[int, int], FrameId] | None = None,
-                 eval_lo: int = 0, eval_hi: int = 0, unplaced: int = 0) -> None:
-        self.codes = {} if codes is None else codes
-        self.frame_ids = {} if frame_ids is None else frame_ids
-        self.eval_lo = eval_lo
-        self.eval_hi = eval_hi
-        self.unplaced = unplaced
+    frame_ids: dict[tuple[int, int], FrameId] = field(default_factory=dict)
+    eval_lo: int = 0
+    eval_hi: int = 0
+    unplaced: int = 0  # Python frames put at the root end: no eval activation to put them at
 
 
 class FrameTable:

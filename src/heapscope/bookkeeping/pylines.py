@@ -20,7 +20,7 @@ walk itself is C (bookkeeping/pylines.c, in the producer's extension).
 
 from __future__ import annotations
 
-from heapscope.slots import FrozenSlots
+from heapscope.records import Record
 
 LNOTAB = 1
 LINES_310 = 2
@@ -29,7 +29,7 @@ LOCATIONS = 3
 FORMATS = (LNOTAB, LINES_310, LOCATIONS)
 
 
-class LineTable(FrozenSlots):
+class LineTable(Record, frozen=True):
     """One code object's table; `line()` walks it in C up to the offset (bookkeeping/pylines.c).
 
     Nothing is decoded ahead: the producer asks once per (code object, offset)
@@ -39,16 +39,9 @@ class LineTable(FrozenSlots):
     producer's loop, and the ranges ~5 MiB of its memory (issue 13).
     """
 
-    __slots__ = ("fmt", "first_line", "table")
     fmt: int
     first_line: int
     table: bytes
-
-    def __init__(self, fmt: int, first_line: int, table: bytes) -> None:
-        set_field = object.__setattr__
-        set_field(self, "fmt", fmt)
-        set_field(self, "first_line", first_line)
-        set_field(self, "table", table)
 
     @classmethod
     def decode(cls, fmt: int, table: bytes, first_line: int) -> LineTable:

@@ -4,11 +4,9 @@ Each subcommand module has `NAME`, `HELP`, `add_arguments(parser)` and
 `main(args) -> int`. Errors are raised as heapscope.errors types and turned
 into one line on stderr here; a traceback only with -v.
 
-Start-up is part of every command's cost (issue 13): when the command line
-names a subcommand, only that subcommand's module is imported (the others
-are listed by name only); `heapscope --help`, or no subcommand, imports them all.
-`heapscope --version` alone imports nothing more than this module (not argparse), and
-`record` parses its usual command lines without argparse (cli/quickparse.py).
+Start-up is part of every command's cost: when the command line names a
+subcommand, only that subcommand's module is imported (the others are listed
+by name only); `heapscope --help`, or no subcommand, imports them all.
 
 May import: heapscope.session, heapscope.hosts, heapscope.launch, heapscope.producer
 (record's options and limits), heapscope.wire.handshake, heapscope.view, heapscope.export,
@@ -25,7 +23,7 @@ import sys
 from heapscope import __version__, sigmask
 from heapscope.errors import HeapscopeError
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Sequence
@@ -135,7 +133,6 @@ def _add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser], cmd: 
 def _print_include() -> type[argparse.Action]:
     """The action of `heapscope --include` (defined here: argparse is imported with the parser)."""
     import argparse
-    from pathlib import Path
 
     class _PrintInclude(argparse.Action):
         """`heapscope --include`: like --version, it prints and exits (no command needed)."""
@@ -149,7 +146,7 @@ def _print_include() -> type[argparse.Action]:
 
             # The package's directory, not importlib.resources.files(): an editable
             # (meson-python) install gives a Traversable whose str() is no path.
-            print(Path(heapscope.__file__).resolve().parent / "include")
+            print(os.path.join(os.path.dirname(os.path.realpath(heapscope.__file__)), "include"))
             parser.exit()
 
     return _PrintInclude
@@ -158,15 +155,9 @@ def _print_include() -> type[argparse.Action]:
 def main(argv: Sequence[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
-    if list(argv) == ["--version"]:  # argparse's version action, without importing argparse
-        print(f"heapscope {__version__}")
-        sys.exit(0)
     if _chosen(argv) != "record":
         sigmask.release()  # only record installs handlers for them
-    from heapscope.cli import quickparse
-
-    quick = quickparse.parse(argv, _load)  # record's usual lines, without argparse
-    args = build_parser(argv).parse_args(argv) if quick is None else quick
+    args = build_parser(argv).parse_args(argv)
     if _chosen(argv) in _READS:
         import gc
 

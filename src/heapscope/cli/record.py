@@ -8,7 +8,7 @@ target starts (one line, exit 2).
 The target waits for heapscope's answer to its handshake before its main
 (heapscope/launch.py): a started command is spawned and answered with this
 module's light imports only, and the recording's modules are imported while
-it runs (issue 13: `_launch`).
+it runs (`_launch`; docs/README.md, "The start path").
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from heapscope.producer.config import (
 from heapscope.which import which
 from heapscope.wire.handshake import UNWINDER_AUTO, UNWINDER_FP, UNWINDER_LIBUNWIND, UNWINDER_NONE
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
-if TYPE_CHECKING:  # argparse is imported only when cli/quickparse.py leaves the command line to it
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
+if TYPE_CHECKING:
     import argparse
     from collections.abc import Callable
 
@@ -246,7 +246,9 @@ def _launch(config: RecordConfig, output: str, force: bool, command: list[str], 
 
 def _remove_created(output: str) -> None:
     """The empty profile files create_output made, when the target never started."""
-    for name in (output, output + "-wal", output + "-shm"):
+    from heapscope.store.names import WRITTEN_SIDECARS
+
+    for name in (output, *(output + s for s in WRITTEN_SIDECARS)):
         try:  # noqa: SIM105 (contextlib is ~3 ms of imports on the target's path)
             os.unlink(name)
         except OSError:

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import BinaryIO
 
+from heapscope.records import Record
 from heapscope.store.reader import Profile
 
 
-@dataclass(frozen=True, slots=True)
-class ExportFormat:
+class ExportFormat(Record, frozen=True):
     name: str  # the --format value
     module: str  # module under heapscope.export
     suffix: str  # default output file suffix

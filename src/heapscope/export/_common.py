@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 from heapscope.model import CallsiteId, FrameId, MappingId
+from heapscope.records import Record
 from heapscope.store.reader import FrameInfo, Profile, mapping_basename
 from heapscope.store.reader import Process as StoredProcess
 from heapscope.store.select import (
@@ -41,8 +41,7 @@ def chosen_states(profile: Profile, processes: list[StoredProcess], dump: str | 
     return out
 
 
-@dataclass(frozen=True, slots=True)
-class SymLine:
+class SymLine(Record, frozen=True):
     """One function of a frame: several per frame when calls were inlined."""
 
     name: str

@@ -32,7 +32,6 @@ import re
 import socket
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -40,6 +39,7 @@ from heapscope.errors import HeapscopeError, UsageError
 from heapscope.export._common import Frames, interval_of, pick_dumps, process_label, select_processes
 from heapscope.fleet.pprof_source import wall_clock
 from heapscope.model import CallsiteId
+from heapscope.records import Record
 from heapscope.store.reader import Profile, mapping_basename
 
 DEFAULT_TABLE = "heapscope_samples"
@@ -175,8 +175,7 @@ def _numbered(chosen: Sequence[Any], every: Sequence[Any]) -> Iterator[tuple[int
 # --- destinations ---------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Destination:
+class Destination(Record, frozen=True):
     """A parsed --to URL."""
 
     url: str

@@ -1,14 +1,13 @@
 """What a push sends and to where, and how one send fails: shared by the pushers of
 push.py and the OpenTelemetry senders of otlp.py, which push.py picks by scheme.
 
-May import: heapscope.errors.
+May import: heapscope.errors, heapscope.records.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from heapscope.errors import HeapscopeError
+from heapscope.records import Record
 
 
 class PushError(HeapscopeError):
@@ -19,8 +18,7 @@ class PushError(HeapscopeError):
         self.retry = retry
 
 
-@dataclass(frozen=True, slots=True)
-class PushTarget:
+class PushTarget(Record, frozen=True):
     """Where to push: a parsed push URL."""
 
     url: str  # as given, for messages
@@ -31,8 +29,7 @@ class PushTarget:
     prefix: str = ""  # Pyroscope only: path before /ingest
 
 
-@dataclass(frozen=True, slots=True)
-class PushItem:
+class PushItem(Record, frozen=True):
     """One profile to send."""
 
     pprof: bytes  # gzip pprof; for OTLP targets the encoded ExportProfilesServiceRequest

@@ -22,11 +22,11 @@ allows in any order (https://protobuf.dev/programming-guides/encoding/#order).
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass
 
 from heapscope.export import _proto as pb
 from heapscope.export import pprof
 from heapscope.export._common import pick_dump, process_label, select_processes, wall_clock
+from heapscope.records import Record
 from heapscope.store.reader import Process, Profile
 
 # google/pprof proto/profile.proto
@@ -35,8 +35,7 @@ _TIME_NANOS, _DURATION_NANOS = 9, 10
 __all__ = ["PprofDump", "build", "wall_clock"]  # wall_clock moved to export._common; still importable here
 
 
-@dataclass(frozen=True, slots=True)
-class PprofDump:
+class PprofDump(Record, frozen=True):
     """One gzip pprof profile and what a sender needs to know about it."""
 
     data: bytes  # gzip-compressed perftools.profiles.Profile

@@ -38,12 +38,12 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import quote, urlencode, urlsplit
 
 from heapscope.errors import UsageError
 from heapscope.fleet.items import PushError, PushItem, PushTarget
+from heapscope.records import Record
 
 SCHEMES = ("pyroscope+http", "pyroscope+https", "parca+grpc", "parca+grpcs", "otlp+http", "otlp+https", "otlp+grpc",
            "otlp+grpcs")
@@ -65,8 +65,7 @@ _RETRY_GRPC = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED
                          "UNKNOWN"})
 
 
-@dataclass(slots=True)
-class PushStats:
+class PushStats(Record):
     """What became of the profiles handed to a Pusher."""
 
     submitted: int = 0

@@ -18,7 +18,7 @@ never touches the recording loop.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:  # imported where used: `record` without --serve/--push never loads http or ssl
     import argparse
     from collections.abc import Callable, Sequence

@@ -44,11 +44,12 @@ import signal
 import socket
 import struct
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+
+from heapscope.records import Record, field
 
 if TYPE_CHECKING:
     from heapscope.model import Frame, Mapping
@@ -260,8 +261,7 @@ def _run_parent(config: pytest.Config, given: Any) -> int:
         os.close(owner)
 
 
-@dataclass(slots=True)
-class _Named:
+class _Named(Record):
     name: str
     where: str  # the file it is in
     python: bool
@@ -551,8 +551,7 @@ _ALLOCATOR = frozenset({"malloc", "calloc", "realloc", "free", "posix_memalign",
 # -- the child: the tests ------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class HeapFigures:
+class HeapFigures(Record):
     nodeid: str
     peak: int
     leak: int

@@ -46,13 +46,13 @@ import socketserver
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from heapscope.errors import HeapscopeError, UsageError
+from heapscope.records import Record
 
 DEFAULT_ADDRESS = "127.0.0.1:6060"
 _VIEW_OF = {"/debug/pprof/heap": "space", "/debug/pprof/allocs": "alloc_space"}
@@ -63,8 +63,7 @@ _INDEX = (b"<html><head><title>/debug/pprof/</title></head><body>\n"
           b"<p>?pid=N picks one process</p>\n</body></html>\n")
 
 
-@dataclass(frozen=True, slots=True)
-class Snapshot:
+class Snapshot(Record, frozen=True):
     """What to serve: a profile file and one of its dumps (1 = first, -1/None = the last)."""
 
     path: Path

@@ -40,12 +40,13 @@ import sqlite3
 import stat
 import zlib
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from heapscope.errors import OutputError, ProfileError
 from heapscope.model import Frame, Mapping, ProcessFlags, ProcessInfo, Upid
+from heapscope.records import Record, field
+from heapscope.store.names import SIDECARS
 from heapscope.store.writer import ProfileWriter
 
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -277,8 +278,7 @@ def decode_packets(stream: _Input, name: str) -> Iterator[Any]:
 # --- import -------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class ImportSummary:
+class ImportSummary(Record):
     processes: int = 0
     dumps: int = 0
     samples: int = 0
@@ -291,8 +291,7 @@ class ImportSummary:
     problems: dict[str, int] = field(default_factory=dict)  # data-loss stat -> value
 
 
-@dataclass(slots=True)
-class _Sequence:
+class _Sequence(Record):
     """Interned data of one writer sequence, and the samples of the dump being read."""
 
     function_names: dict[int, bytes] = field(default_factory=dict)
@@ -330,8 +329,7 @@ class _Sequence:
             self.forget_resolved()
 
 
-@dataclass(slots=True)
-class _Dump:
+class _Dump(Record):
     upid: int
     heap: str
     ts: int
@@ -343,8 +341,7 @@ class _Dump:
 _ZERO = (0, 0, 0, 0)
 
 
-@dataclass(slots=True)
-class _HeapState:
+class _HeapState(Record):
     """What the deltas of one (sequence, process, heap) are computed from."""
 
     # callsite -> its last cumulative (alloc count, alloc bytes, free count, free bytes)
@@ -353,8 +350,7 @@ class _HeapState:
     sources: dict[int, tuple[int | frozenset[int], tuple[int, int, int, int]]] = field(default_factory=dict)
 
 
-@dataclass(slots=True)
-class _Proc:
+class _Proc(Record):
     upid: int
     pid: int
     flags: ProcessFlags = field(default_factory=lambda: ProcessFlags(from_startup=False))
@@ -858,7 +854,7 @@ def import_trace(trace: str | os.PathLike[str], writer_factory: Any) -> tuple[Im
     except BaseException as e:
         # No half-written profile is left behind.
         writer.db.close()
-        for suffix in ("", "-wal", "-shm", "-journal"):
+        for suffix in ("", *SIDECARS):
             with contextlib.suppress(OSError):
                 os.unlink(f"{writer.path}{suffix}")
         if isinstance(e, OverflowError):

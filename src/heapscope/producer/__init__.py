@@ -12,5 +12,5 @@ ingest_core.c and the bookkeeping's C core (meson.build; the flags are
 bookkeeping/native.flags).
 
 May import: heapscope.bookkeeping, heapscope.store.writer, heapscope.wire,
-heapscope.heaps (a heap name's rule), heapscope.model, heapscope.errors, heapscope.slots.
+heapscope.heaps (a heap name's rule), heapscope.model, heapscope.errors, heapscope.records.
 """

@@ -32,10 +32,10 @@ import shutil
 import signal
 import subprocess
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from heapscope.errors import TargetError
+from heapscope.records import Record
 
 GDB_TIMEOUT_S = 60.0  # one whole attach, all tries together
 GDB_INTERRUPT_S = 10.0  # for gdb to unwind an interrupted call and detach
@@ -245,8 +245,7 @@ class PidLock:
             self.fd = None
 
 
-@dataclass
-class Injection:
+class Injection(Record):
     """gdb running heapscope_attach() inside the target, in the background.
 
     Retries (a new gdb) while every thread of the target is inside the
@@ -258,7 +257,7 @@ class Injection:
     proc: subprocess.Popen[str]
     tries: int = 1
     retry_at: float = 0.0
-    output: str = field(default="")
+    output: str = ""
 
     def done(self) -> bool:
         if self.retry_at:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from heapscope.errors import UsageError
-from heapscope.slots import FrozenSlots
+from heapscope.records import Record
 from heapscope.wire.handshake import MAX_FRAMES, RING_MAX_SIZE, RING_MIN_SIZE, UNWINDER_AUTO
 
 # On `record`'s start path (the target waits for its handshake's answer, producer/listener.py):
@@ -20,40 +20,18 @@ MAX_DUMP_MS = 7 * 24 * 3600 * 1000  # a week between dumps: anything longer is a
 MAX_DURATION_S = 366 * 24 * 3600.0  # --duration
 
 
-class RecordConfig(FrozenSlots):
-    __slots__ = (
-        "interval", "seed", "unwinder", "shmem_size", "block_client", "skip_symbol_prefixes", "stream_allocations",
-        "max_frames", "dump_at_max", "names", "threads",
-    )
-    interval: int  # mean bytes between samples; 1 = every allocation
-    seed: int | None  # sampler seed; None = a random one per process
-    unwinder: int  # codec.Unwinder's values (an Unwinder is one)
-    shmem_size: int  # ring bytes per process
-    block_client: bool  # a full ring makes the target wait, never drops
-    skip_symbol_prefixes: tuple[str, ...]  # mappings shown as one FILTERED frame
-    stream_allocations: bool  # also store every malloc and free raw
-    max_frames: int
-    dump_at_max: bool  # dumps show the peak of unfreed sampled bytes, not the end state
-    names: tuple[str, ...]  # -n: profile only processes whose name matches one (empty = all)
-    threads: bool  # keep totals per (stack, thread) too: `live`'s thread filter
-
-    def __init__(self, interval: int = DEFAULT_INTERVAL, seed: int | None = None, unwinder: int = UNWINDER_AUTO,
-                 shmem_size: int = DEFAULT_SHMEM_SIZE, block_client: bool = True,
-                 skip_symbol_prefixes: tuple[str, ...] = (), stream_allocations: bool = False, max_frames: int = 128,
-                 dump_at_max: bool = False, names: tuple[str, ...] = (), threads: bool = False) -> None:
-        set_field = object.__setattr__
-        set_field(self, "interval", interval)
-        set_field(self, "seed", seed)
-        set_field(self, "unwinder", unwinder)
-        set_field(self, "shmem_size", shmem_size)
-        set_field(self, "block_client", block_client)
-        set_field(self, "skip_symbol_prefixes", skip_symbol_prefixes)
-        set_field(self, "stream_allocations", stream_allocations)
-        set_field(self, "max_frames", max_frames)
-        set_field(self, "dump_at_max", dump_at_max)
-        set_field(self, "names", names)
-        set_field(self, "threads", threads)
-        self.__post_init__()
+class RecordConfig(Record, frozen=True):
+    interval: int = DEFAULT_INTERVAL  # mean bytes between samples; 1 = every allocation
+    seed: int | None = None  # sampler seed; None = a random one per process
+    unwinder: int = UNWINDER_AUTO  # codec.Unwinder's values (an Unwinder is one)
+    shmem_size: int = DEFAULT_SHMEM_SIZE  # ring bytes per process
+    block_client: bool = True  # a full ring makes the target wait, never drops
+    skip_symbol_prefixes: tuple[str, ...] = ()  # mappings shown as one FILTERED frame
+    stream_allocations: bool = False  # also store every malloc and free raw
+    max_frames: int = 128
+    dump_at_max: bool = False  # dumps show the peak of unfreed sampled bytes, not the end state
+    names: tuple[str, ...] = ()  # -n: profile only processes whose name matches one (empty = all)
+    threads: bool = False  # keep totals per (stack, thread) too: `live`'s thread filter
 
     def __post_init__(self) -> None:
         if not 1 <= self.interval <= MAX_INTERVAL:

@@ -25,10 +25,10 @@ import struct
 
 from heapscope.producer.config import RecordConfig, name_matches
 from heapscope.producer.tmpdir import make_private_dir, remove_dir
-from heapscope.slots import Slots
+from heapscope.records import Record
 from heapscope.wire import handshake as hs
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
     import mmap
     from collections.abc import Callable
@@ -48,23 +48,14 @@ def _quiet(_msg: str) -> None:
     pass
 
 
-class Accepted(Slots):
+class Accepted(Record):
     """A client answered with a ring, not yet taken over by the producer (Producer.adopt)."""
 
-    __slots__ = ("conn", "info", "memfd", "shm", "ingest")
     conn: _socket.socket  # blocking: Producer.adopt makes it a socket.socket
     info: ProcessInfo  # read from /proc while the client waited
     memfd: int
     shm: mmap.mmap
-    ingest: object  # what `prepare` made before the answer (the producer's Ingest); None: made at adoption
-
-    def __init__(self, conn: _socket.socket, info: ProcessInfo, memfd: int, shm: mmap.mmap,
-                 ingest: object = None) -> None:
-        self.conn = conn
-        self.info = info
-        self.memfd = memfd
-        self.shm = shm
-        self.ingest = ingest
+    ingest: object = None  # what `prepare` made before the answer (the producer's Ingest); None: made at adoption
 
     def close(self) -> None:
         """Let the client go (it runs on unprofiled): told to stop, its ring and socket closed."""

@@ -31,7 +31,7 @@ from heapscope.producer.config import RecordConfig
 from heapscope.producer.listener import Accepted, Listener
 from heapscope.producer.process import CustomHeap, ProcessState
 from heapscope.producer.stats import StatRow, custom_heap_stats, process_stats_rows
-from heapscope.slots import FrozenSlots
+from heapscope.records import Record
 from heapscope.store.writer import ProfileWriter
 from heapscope.wire import codec
 
@@ -51,21 +51,13 @@ _MODULE_TYPE = int(codec.RecordType.MODULE).to_bytes(4, "little")  # a record he
 _POLL_IN = select.POLLIN | select.POLLPRI | select.POLLHUP | select.POLLERR
 
 
-class ProducerStats(FrozenSlots):
+class ProducerStats(Record, frozen=True):
     """The producer's figures at one moment: what a status line, a live view or an API reads."""
 
-    __slots__ = ("samples", "live_bytes", "running", "ended")
-    samples: int  # samples so far, every heap (samples_so_far)
-    live_bytes: int  # sampled bytes not yet freed, connected processes, malloc's heap
-    running: int  # processes connected now
-    ended: int  # processes that have ended
-
-    def __init__(self, samples: int = 0, live_bytes: int = 0, running: int = 0, ended: int = 0) -> None:
-        set_field = object.__setattr__
-        set_field(self, "samples", samples)
-        set_field(self, "live_bytes", live_bytes)
-        set_field(self, "running", running)
-        set_field(self, "ended", ended)
+    samples: int = 0  # samples so far, every heap (samples_so_far)
+    live_bytes: int = 0  # sampled bytes not yet freed, connected processes, malloc's heap
+    running: int = 0  # processes connected now
+    ended: int = 0  # processes that have ended
 
 
 def samples_so_far(p: ProcessState) -> int:
@@ -404,7 +396,8 @@ class Producer:
         conn = socket.socket(fileno=accepted.conn.detach())
         conn.setblocking(False)
         info.parent_upid = self._upid_of(info.ppid)
-        p = ProcessState(info=info, sock=conn, memfd=accepted.memfd, shm=accepted.shm, ingest=ingest)
+        p = ProcessState(info=info, sock=conn, memfd=accepted.memfd, shm=accepted.shm, ingest=ingest,
+                         heap=ProcessHeap(ingest.resolver))
         p.heap.modules.unknown = unknown_code_mapping(info.pid)  # its JIT code, named by its own perf map
         cfg = self.config
         p.flags.sampling_interval_bytes = p.flags.orig_sampling_interval_bytes = cfg.interval

@@ -52,7 +52,7 @@ Hosts (heapscope/hosts/, cli/record.py) read what the recording publishes
 
 May import: heapscope.producer, heapscope.launch, heapscope.symbolize, heapscope.store,
 heapscope.view (the summary's largest stacks and figures), heapscope.wire.handshake, heapscope.model,
-heapscope.errors, heapscope.closing, heapscope.sigmask, heapscope.slots, heapscope.which.
+heapscope.errors, heapscope.closing, heapscope.sigmask, heapscope.records, heapscope.which.
 """
 
 from heapscope.session.core import ProcessPeak, RecordingOptions, Summary, client_library

@@ -15,7 +15,7 @@ from heapscope.session.core import DETACH_SIGNALS, IDLE_POLL_S, _describe
 from heapscope.session.teardown import Teardown
 from heapscope.store.writer import ProfileWriter
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
 
     pass

@@ -18,7 +18,7 @@ from heapscope.session.core import (
 )
 from heapscope.session.requests import Windows
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
 
     pass

@@ -11,10 +11,10 @@ from collections.abc import Callable
 from heapscope.errors import HeapscopeError
 from heapscope.producer.producer import Producer
 from heapscope.producer.session import remove_stale_dirs
+from heapscope.records import Record
 from heapscope.session.core import END_MODULES, FRESH_DUMP_TIMEOUT_S, SYMBOLIZE_MODULES, SessionCore, _describe, _Waiter
-from heapscope.slots import FrozenSlots
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
     from typing import Any
 
@@ -167,25 +167,16 @@ class Requests(SessionCore):
                 return
 
 
-class WindowSnapshot(FrozenSlots):
+class WindowSnapshot(Record, frozen=True):
     """One process's figures since its window began (Recording.window_snapshot; the
     producer's window(): malloc's heap and python.pymalloc, summed at their joint peak).
     Its methods read the producer: only on the loop's thread (a watch() function)."""
 
-    __slots__ = ("peak", "leak", "pid", "_producer", "_process")
     peak: int  # highest sampled unreleased bytes in the window, above its start
     leak: int  # sampled unreleased bytes at the snapshot, above the window's start
     pid: int
     _producer: Producer
     _process: ProcessState
-
-    def __init__(self, peak: int, leak: int, producer: Producer, process: ProcessState) -> None:
-        set_field = object.__setattr__
-        set_field(self, "peak", peak)
-        set_field(self, "leak", leak)
-        set_field(self, "pid", process.info.pid)
-        set_field(self, "_producer", producer)
-        set_field(self, "_process", process)
 
     def window_rows(self) -> list[tuple[int, ...]]:
         """The window's rows by callsite or stack (bookkeeping/rows.py, WINDOW_ROW), as of now."""
@@ -226,7 +217,7 @@ class Windows(Requests):
             return None
         producer.catch_up(p, resolve=False)
         peak, leak = producer.window(p, restart, keep_peak)
-        return WindowSnapshot(peak, leak, producer, p)
+        return WindowSnapshot(peak, leak, p.info.pid, producer, p)
 
     def callsite_paths(self, first: int) -> list[tuple[int, int]]:
         """(parent callsite or 0, frame id) of every callsite from id `first` on, in id order."""

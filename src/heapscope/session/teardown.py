@@ -15,7 +15,7 @@ from heapscope.session.core import STACK_FRAMES_SHOWN, TOP_STACKS, UNSYMBOLIZED_
 from heapscope.session.loop import Loop
 from heapscope.wire.handshake import MAX_FRAMES
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
     from heapscope.store.reader import Profile
 

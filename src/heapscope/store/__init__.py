@@ -9,6 +9,6 @@
     files.py    creating files safely and the overwrite policy
     labels.py   how a process is named (argv[0]'s link, a compiler's file), its arguments
 
-May import: heapscope.model, heapscope.errors, heapscope.slots. Nothing here knows about the
+May import: heapscope.model, heapscope.errors, heapscope.records. Nothing here knows about the
 wire or the producer.
 """

@@ -26,14 +26,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from heapscope.errors import OutputError
-from heapscope.slots import FrozenSlots
+from heapscope.records import Record
+from heapscope.store.names import CREATE_FLAGS, PRIVATE_MODE
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
     from typing import BinaryIO
 
-PRIVATE_MODE = 0o600
-_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 PROFILE_FORMAT = "heapscope-profile"
 
 
@@ -63,22 +62,13 @@ def _never(_path: Path) -> bool:
     return False
 
 
-class OutputKind(FrozenSlots):
+class OutputKind(Record, frozen=True):
     """What a command writes, for the overwrite policy."""
 
-    __slots__ = ("what", "is_ours", "rewrite_ours", "others_with_force")
     what: str  # for messages: "heapscope profile", "export", ...
-    is_ours: Callable[[Path], bool]  # an existing file of this kind
-    rewrite_ours: bool  # replace our own earlier output without --force (pages)
-    others_with_force: bool  # replace any other regular file (never a profile) with --force
-
-    def __init__(self, what: str, is_ours: Callable[[Path], bool] = _never, rewrite_ours: bool = False,
-                 others_with_force: bool = False) -> None:
-        set_field = object.__setattr__
-        set_field(self, "what", what)
-        set_field(self, "is_ours", is_ours)
-        set_field(self, "rewrite_ours", rewrite_ours)
-        set_field(self, "others_with_force", others_with_force)
+    is_ours: Callable[[Path], bool] = _never  # an existing file of this kind
+    rewrite_ours: bool = False  # replace our own earlier output without --force (pages)
+    others_with_force: bool = False  # replace any other regular file (never a profile) with --force
 
 
 PROFILE = OutputKind("heapscope profile", is_profile)
@@ -121,7 +111,7 @@ def check_replaceable(path: Path, force: bool, kind: OutputKind) -> bool:
 def create_private(path: Path) -> int:
     """Create `path` anew (O_EXCL, never through a link), mode 0600; returns the open fd."""
     try:
-        return os.open(path, _CREATE_FLAGS, PRIVATE_MODE)
+        return os.open(path, CREATE_FLAGS, PRIVATE_MODE)
     except FileExistsError as e:
         raise OutputError(f"{path}: appeared while heapscope was creating it; refusing to use it") from e
     except OSError as e:
@@ -166,4 +156,3 @@ def atomic_output(path: Path, force: bool, kind: OutputKind) -> Iterator[BinaryI
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-

@@ -31,7 +31,7 @@ from typing import Concatenate, NamedTuple, ParamSpec, TypeVar, cast
 
 from heapscope.errors import ProfileError
 from heapscope.model import CallsiteId, FrameId, MappingId, ProcessFlags, ProcessInfo, Upid
-from heapscope.slots import FrozenSlots
+from heapscope.records import Record
 from heapscope.store.files import PROFILE_FORMAT
 from heapscope.store.values import (
     BadValue,
@@ -58,24 +58,16 @@ _SQLITE_HEADER_SIZE = 100
 MAX_CALLSITE_DEPTH = 1 << 16
 
 
-# Records built from FrozenSlots, not @dataclass: `record` reads its summary's peaks through
-# this module at the end of every recording (issue 13; heapscope/slots.py).
-class Process(FrozenSlots):
+class Process(Record, frozen=True):
     """A process of the profile with the producer's outcome for it."""
 
-    __slots__ = ("info", "flags")
     info: ProcessInfo
     flags: ProcessFlags | None  # None when the profile has no heapscope_process row
 
-    def __init__(self, info: ProcessInfo, flags: ProcessFlags | None) -> None:
-        object.__setattr__(self, "info", info)
-        object.__setattr__(self, "flags", flags)
 
-
-class Dump(FrozenSlots):
+class Dump(Record, frozen=True):
     """One `heap_profile` row: a snapshot of one process heap."""
 
-    __slots__ = ("id", "ts", "ts_end", "upid", "heap_name", "reason")
     id: int
     ts: int  # window start (ns)
     ts_end: int  # the dump's timestamp = heap_profile_allocation.ts
@@ -83,38 +75,18 @@ class Dump(FrozenSlots):
     heap_name: str
     reason: str  # exit, end, periodic, signal, peak
 
-    def __init__(self, id: int, ts: int, ts_end: int, upid: Upid, heap_name: str, reason: str) -> None:
-        set_field = object.__setattr__
-        set_field(self, "id", id)
-        set_field(self, "ts", ts)
-        set_field(self, "ts_end", ts_end)
-        set_field(self, "upid", upid)
-        set_field(self, "heap_name", heap_name)
-        set_field(self, "reason", reason)
 
-
-class ViewValues(FrozenSlots):
+class ViewValues(Record, frozen=True):
     """The four views of one callsite at one timestamp."""
 
-    __slots__ = ("space", "objects", "alloc_space", "alloc_objects", "real_space", "alloc_real_space")
     space: int  # unreleased bytes: SUM(size)
     objects: int  # unreleased allocations: SUM(count)
     alloc_space: int  # allocated bytes: SUM(size) of the positive rows
     alloc_objects: int  # allocations: SUM(count) of the positive rows
     # The real (asked-for) bytes of the samples behind objects / alloc_objects, for
     # heapscope/estimate.py; None in profiles written before the real_size column.
-    real_space: int | None
-    alloc_real_space: int | None
-
-    def __init__(self, space: int, objects: int, alloc_space: int, alloc_objects: int, real_space: int | None = None,
-                 alloc_real_space: int | None = None) -> None:
-        set_field = object.__setattr__
-        set_field(self, "space", space)
-        set_field(self, "objects", objects)
-        set_field(self, "alloc_space", alloc_space)
-        set_field(self, "alloc_objects", alloc_objects)
-        set_field(self, "real_space", real_space)
-        set_field(self, "alloc_real_space", alloc_real_space)
+    real_space: int | None = None
+    alloc_real_space: int | None = None
 
     def get(self, view: str) -> int:
         """The value of `view`, one of heapscope.model.VIEWS."""
@@ -124,21 +96,13 @@ class ViewValues(FrozenSlots):
 _NO_MAPPING = MappingId(0)
 
 
-class FrameInfo(FrozenSlots):
+class FrameInfo(Record, frozen=True):
     """What a report needs to know about a frame."""
 
-    __slots__ = ("name", "mapping_name", "rel_pc", "mapping_id")
     name: str  # '' when not symbolized
     mapping_name: str  # path of the mapping's file, or a pseudo name like [vdso]
     rel_pc: int
-    mapping_id: MappingId
-
-    def __init__(self, name: str, mapping_name: str, rel_pc: int, mapping_id: MappingId = _NO_MAPPING) -> None:
-        set_field = object.__setattr__
-        set_field(self, "name", name)
-        set_field(self, "mapping_name", mapping_name)
-        set_field(self, "rel_pc", rel_pc)
-        set_field(self, "mapping_id", mapping_id)
+    mapping_id: MappingId = _NO_MAPPING
 
     @property
     def display_name(self) -> str:
@@ -146,11 +110,9 @@ class FrameInfo(FrozenSlots):
         return self.name or fallback_frame_name(self.mapping_name, self.rel_pc)
 
 
-class Mapping(FrozenSlots):
+class Mapping(Record, frozen=True):
     """One `stack_profile_mapping` row, with flags of its frames' symbolization."""
 
-    __slots__ = ("id", "build_id", "exact_offset", "start_offset", "start", "end", "load_bias", "name", "all_named",
-                 "any_symbolized")
     id: MappingId
     build_id: str  # hex, '' when unknown
     exact_offset: int
@@ -161,20 +123,6 @@ class Mapping(FrozenSlots):
     name: str
     all_named: bool  # every frame of the mapping has a function name (False without frames)
     any_symbolized: bool  # some frame has symbol rows (file, line, inlines)
-
-    def __init__(self, id: MappingId, build_id: str, exact_offset: int, start_offset: int, start: int, end: int,
-                 load_bias: int, name: str, all_named: bool, any_symbolized: bool) -> None:
-        set_field = object.__setattr__
-        set_field(self, "id", id)
-        set_field(self, "build_id", build_id)
-        set_field(self, "exact_offset", exact_offset)
-        set_field(self, "start_offset", start_offset)
-        set_field(self, "start", start)
-        set_field(self, "end", end)
-        set_field(self, "load_bias", load_bias)
-        set_field(self, "name", name)
-        set_field(self, "all_named", all_named)
-        set_field(self, "any_symbolized", any_symbolized)
 
 
 class SymbolLine(NamedTuple):
@@ -220,25 +168,15 @@ class StreamEvent(NamedTuple):
     sample_size: int
 
 
-class Stat(FrozenSlots):
+class Stat(Record, frozen=True):
     """One `stats` row."""
 
-    __slots__ = ("name", "idx", "severity", "source", "value", "description")
     name: str
     idx: int | None  # upid for per-process stats
     severity: str  # info, data_loss, error
     source: str  # client, producer
     value: int
     description: str
-
-    def __init__(self, name: str, idx: int | None, severity: str, source: str, value: int, description: str) -> None:
-        set_field = object.__setattr__
-        set_field(self, "name", name)
-        set_field(self, "idx", idx)
-        set_field(self, "severity", severity)
-        set_field(self, "source", source)
-        set_field(self, "value", value)
-        set_field(self, "description", description)
 
 
 def mapping_basename(mapping_name: str) -> str:

@@ -11,7 +11,7 @@ import sqlite3
 
 from heapscope.errors import UnknownDumpError, UnknownProcessError, UnknownViewError, UsageError
 from heapscope.model import HEAP_NAME, PY_HEAP_NAME, VIEWS, CallsiteId
-from heapscope.slots import FrozenSlots
+from heapscope.records import Record
 from heapscope.store.reader import Dump, Process, Profile, ViewValues
 
 #: What each view measures, for --help texts.
@@ -133,23 +133,14 @@ def default_dump(view: str) -> str:
     return "peak" if view in HELD_VIEWS else "end"
 
 
-class State(FrozenSlots):
+class State(Record, frozen=True):
     """The values of one process at the state a command shows, and which state that is."""
 
-    __slots__ = ("kind", "ts", "label", "values", "interval")
     kind: str  # peak, end, dump
     ts: int
     label: str  # "peak at 1.20 s", "end (dump 2 of 2, exit)", "dump 1 of 3 (periodic)"
     values: dict[CallsiteId, ViewValues]  # raw sampled values (see heapscope.estimate)
     interval: int  # the process's sampling interval, for estimates
-
-    def __init__(self, kind: str, ts: int, label: str, values: dict[CallsiteId, ViewValues], interval: int) -> None:
-        set_field = object.__setattr__
-        set_field(self, "kind", kind)
-        set_field(self, "ts", ts)
-        set_field(self, "label", label)
-        set_field(self, "values", values)
-        set_field(self, "interval", interval)
 
 
 def process_interval(profile: Profile, p: Process | None = None) -> int:

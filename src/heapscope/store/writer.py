@@ -25,6 +25,7 @@ from pathlib import Path
 from heapscope.errors import OutputError
 from heapscope.model import Frame, Mapping, ProcessFlags, ProcessInfo
 from heapscope.store.files import PROFILE, PROFILE_FORMAT, check_replaceable, create_private, remove_file
+from heapscope.store.names import SIDECARS, WRITTEN_SIDECARS
 from heapscope.store.values import (
     BadValue,
     i64_to_sql,
@@ -36,7 +37,7 @@ from heapscope.store.values import (
     u64_to_sql,
 )
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
     from typing import Any
 
@@ -44,8 +45,6 @@ SCHEMA_VERSION = "1"
 # Host parameters per statement: SQLite's smallest default limit (999 before 3.32;
 # https://www.sqlite.org/limits.html, "Maximum Number Of Host Parameters").
 _MAX_VARIABLES = 999
-# SQLite's files beside a database while it is written (https://www.sqlite.org/tempfiles.html).
-_SIDECARS = ("-wal", "-shm", "-journal")
 
 
 def schema_sql() -> str:
@@ -68,10 +67,10 @@ class ProfileWriter:
                 remove_file(self.path)
             # The database and the SQLite files beside it are all created here,
             # O_EXCL and 0600, so that none of them can be a planted link.
-            for suffix in _SIDECARS:
+            for suffix in SIDECARS:
                 _remove_stale(Path(f"{self.path}{suffix}"))
             os.close(create_private(self.path))
-            for suffix in ("-wal", "-shm"):
+            for suffix in WRITTEN_SIDECARS:
                 os.close(create_private(Path(f"{self.path}{suffix}")))
         self._db: sqlite3.Connection | None = None
         if connect:

@@ -37,9 +37,9 @@ import re
 import stat
 from pathlib import Path
 
-from heapscope.slots import Slots
+from heapscope.records import Record, field
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:  # imported where used: `record` creates a cache before its target connects
     from typing import Any
 
@@ -71,37 +71,21 @@ def _sha256(data: bytes) -> Any:
     return sha256(data)
 
 
-class Entry(Slots):
+class Entry(Record):
     """What is known about one module: how it was located and the answers for its addresses."""
 
-    __slots__ = ("path", "build_id", "context", "files", "located", "answers", "changed", "ranges", "package",
-                 "_starts")
     path: str
     build_id: str
     context: str
     files: list[tuple[str, list[int] | None]]  # consulted file -> its identity when written (None: missing)
     located: Located
-    answers: dict[int, Answer]  # rel_pc -> answer
-    changed: bool  # answers added since it was read
+    answers: dict[int, Answer] = field(default_factory=dict)  # rel_pc -> answer
+    changed: bool = False  # answers added since it was read
     # A module without DWARF (located.status != "found"): every address's answer is its
     # symbol-table function, so one answer holds for the function's whole address range.
-    ranges: dict[int, tuple[int, str]]  # start -> (end, name or ""), [start, end)
-    package: str | None  # the Debian package of `path` ("" none), None when not asked
-    _starts: list[int] | None  # sorted ranges, built on use
-
-    def __init__(self, path: str, build_id: str, context: str, files: list[tuple[str, list[int] | None]],
-                 located: Located, answers: dict[int, Answer] | None = None, changed: bool = False,
-                 ranges: dict[int, tuple[int, str]] | None = None, package: str | None = None) -> None:
-        self.path = path
-        self.build_id = build_id
-        self.context = context
-        self.files = files
-        self.located = located
-        self.answers = {} if answers is None else answers
-        self.changed = changed
-        self.ranges = {} if ranges is None else ranges
-        self.package = package
-        self._starts = None
+    ranges: dict[int, tuple[int, str]] = field(default_factory=dict)  # start -> (end, name or ""), [start, end)
+    package: str | None = None  # the Debian package of `path` ("" none), None when not asked
+    _starts: list[int] | None = field(init=False, default=None)  # sorted ranges, built on use
 
     def range_name(self, pc: int) -> str | None:
         """The symbol-table name ("": no symbol there) whose recorded range holds `pc`, None when none does."""

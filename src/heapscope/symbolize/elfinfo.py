@@ -15,9 +15,9 @@ from pathlib import Path
 
 from elftools.common.exceptions import ELFError
 
-from heapscope.slots import FrozenSlots
+from heapscope.records import Record
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (`record`'s end path, issue 13)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:  # pyelftools' ELF classes cost ~30 ms to import: loaded when a file is read
     from typing import Any
 
@@ -32,24 +32,13 @@ class NotElfError(Exception):
     """The file is not an ELF object, or its headers cannot be read."""
 
 
-class ElfInfo(FrozenSlots):
-    __slots__ = ("path", "build_id", "has_dwarf", "has_symtab", "debuglink", "debuglink_crc")
+class ElfInfo(Record, frozen=True):
     path: str
     build_id: str  # hex, "" when the file has no NT_GNU_BUILD_ID note
     has_dwarf: bool  # a .debug_info with contents (not NOBITS)
     has_symtab: bool  # .symtab or .dynsym present
     debuglink: str  # file name from .gnu_debuglink, "" when none
     debuglink_crc: int  # CRC32 of the debug file the link names
-
-    def __init__(self, path: str, build_id: str, has_dwarf: bool, has_symtab: bool, debuglink: str,
-                 debuglink_crc: int) -> None:
-        set_field = object.__setattr__
-        set_field(self, "path", path)
-        set_field(self, "build_id", build_id)
-        set_field(self, "has_dwarf", has_dwarf)
-        set_field(self, "has_symtab", has_symtab)
-        set_field(self, "debuglink", debuglink)
-        set_field(self, "debuglink_crc", debuglink_crc)
 
 
 # What pyelftools raises for a file it cannot read: its own ELFError, and for

@@ -33,7 +33,7 @@ import time
 
 from heapscope.symbolize.cache import SymbolCache, default_dir
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
     from heapscope.store.writer import ProfileWriter
     from heapscope.symbolize.llvm import WarmSymbolizer

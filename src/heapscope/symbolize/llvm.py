@@ -21,10 +21,10 @@ import select
 import subprocess
 import threading
 
-from heapscope.slots import FrozenSlots
+from heapscope.records import Record
 from heapscope.which import which
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, issue 13)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -40,19 +40,12 @@ class SymbolizerError(Exception):
     """llvm-symbolizer failed or answered something unexpected."""
 
 
-class SourceFrame(FrozenSlots):
+class SourceFrame(Record, frozen=True):
     """One function of an address's inline chain."""
 
-    __slots__ = ("function", "file", "line")
     function: str  # demangled; "" when unknown
     file: str  # "" when unknown
     line: int  # 0 when unknown
-
-    def __init__(self, function: str, file: str, line: int) -> None:
-        set_field = object.__setattr__
-        set_field(self, "function", function)
-        set_field(self, "file", file)
-        set_field(self, "line", line)
 
 
 def find_llvm_symbolizer() -> str | None:

@@ -29,10 +29,10 @@ import os
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 
-from heapscope.slots import Slots
+from heapscope.records import Record, field
 from heapscope.symbolize.elfinfo import ElfInfo, NotElfError, file_crc32, is_elf, read_elf_info
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (`record`'s end path, issue 13)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
     from typing import Literal
 
@@ -43,23 +43,14 @@ if TYPE_CHECKING:
 DEFAULT_DEBUG_ROOTS = ("/usr/lib/debug",)
 _APK_PREFIX = "base.apk!"
 
-class Located(Slots):
+class Located(Record):
     """Where a mapping's symbols are, or why there are none."""
 
-    __slots__ = ("status", "debug_file", "matched", "symbol_files", "mismatches")
     status: LocateStatus
-    debug_file: str  # a matching file with DWARF (status "found")
-    matched: list[str]  # files of the right build, with DWARF or not
-    symbol_files: list[str]  # matching files with a symbol table
-    mismatches: list[tuple[str, str]]  # (path, its build id)
-
-    def __init__(self, status: LocateStatus, debug_file: str = "", matched: list[str] | None = None,
-                 symbol_files: list[str] | None = None, mismatches: list[tuple[str, str]] | None = None) -> None:
-        self.status = status
-        self.debug_file = debug_file
-        self.matched = [] if matched is None else matched
-        self.symbol_files = [] if symbol_files is None else symbol_files
-        self.mismatches = [] if mismatches is None else mismatches
+    debug_file: str = ""  # a matching file with DWARF (status "found")
+    matched: list[str] = field(default_factory=list)  # files of the right build, with DWARF or not
+    symbol_files: list[str] = field(default_factory=list)  # matching files with a symbol table
+    mismatches: list[tuple[str, str]] = field(default_factory=list)  # (path, its build id)
 
 
 class ElfInfoCache:
@@ -233,4 +224,3 @@ class Locator:
             return file_crc32(debug.path) == binary.debuglink_crc
         except OSError:
             return False
-

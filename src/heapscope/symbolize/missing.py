@@ -19,7 +19,7 @@ import subprocess
 from collections.abc import Iterable, Iterator
 
 from heapscope.model import unknown_code_pid
-from heapscope.slots import FrozenSlots
+from heapscope.records import Record
 from heapscope.symbolize.preload import preload_blocker
 from heapscope.which import which
 
@@ -39,21 +39,13 @@ SHALLOW_DEPTH = 2
 SHALLOW_SHARE = 0.5
 
 
-class Unsymbolized(FrozenSlots):
+class Unsymbolized(Record, frozen=True):
     """A module some of whose frames have no function name."""
 
-    __slots__ = ("module", "frames", "build_id", "fix")
     module: str  # the mapping's path
     frames: int  # frames left without a name
     build_id: str
     fix: str  # one phrase: what would symbolize them
-
-    def __init__(self, module: str, frames: int, build_id: str, fix: str) -> None:
-        set_field = object.__setattr__
-        set_field(self, "module", module)
-        set_field(self, "frames", frames)
-        set_field(self, "build_id", build_id)
-        set_field(self, "fix", fix)
 
 
 def unsymbolized_modules(report: SymbolizeReport) -> list[Unsymbolized]:

@@ -28,9 +28,9 @@ import bisect
 import os
 import stat
 
-from heapscope.slots import Slots
+from heapscope.records import Record, field
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
     from typing import BinaryIO
 
@@ -40,30 +40,17 @@ _BACK = 16  # earlier entries looked at for an address: a function inside anothe
 _CHUNK = 1 << 20
 
 
-class PerfMap(Slots):
+class PerfMap(Record):
     """The functions of one perf map, searchable by address; `status` says why it is empty."""
 
-    __slots__ = ("path", "status", "starts", "ends", "names", "truncated", "bad_lines", "bytes_read")
     path: str
-    status: str  # "read", "absent", or why it was refused or unreadable (one phrase)
-    starts: list[int]  # sorted
-    ends: list[int]
-    names: list[str]
-    truncated: bool  # larger than MAX_BYTES: the rest was not read
-    bad_lines: int  # lines not of the form `START SIZE name`
-    bytes_read: int
-
-    def __init__(self, path: str, status: str = "read", starts: list[int] | None = None,
-                 ends: list[int] | None = None, names: list[str] | None = None, truncated: bool = False,
-                 bad_lines: int = 0, bytes_read: int = 0) -> None:
-        self.path = path
-        self.status = status
-        self.starts = [] if starts is None else starts
-        self.ends = [] if ends is None else ends
-        self.names = [] if names is None else names
-        self.truncated = truncated
-        self.bad_lines = bad_lines
-        self.bytes_read = bytes_read
+    status: str = 'read'  # "read", "absent", or why it was refused or unreadable (one phrase)
+    starts: list[int] = field(default_factory=list)  # sorted
+    ends: list[int] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+    truncated: bool = False  # larger than MAX_BYTES: the rest was not read
+    bad_lines: int = 0  # lines not of the form `START SIZE name`
+    bytes_read: int = 0
 
     def __len__(self) -> int:
         return len(self.starts)

@@ -30,14 +30,14 @@ import os
 from collections import defaultdict
 
 from heapscope.model import unknown_code_pid
-from heapscope.slots import Slots
+from heapscope.records import Record, field
 from heapscope.store.writer import ProfileWriter, SymbolWriter
 from heapscope.symbolize.llvm import SymbolizerError, find_llvm_symbolizer
 from heapscope.symbolize.locate import DEFAULT_DEBUG_ROOTS, Locator
 
 # `record` imports this module at the end of every recording (issue 13): no dataclasses, no
 # typing, and what only a cache miss needs (llvm-symbolizer's runs, the reader) is imported there.
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Literal
@@ -63,59 +63,30 @@ if TYPE_CHECKING:
 _FILTERED = "FILTERED"
 
 
-class MappingReport(Slots):
-    __slots__ = ("mapping_id", "name", "build_id", "frames", "outcome", "with_lines", "named", "file", "detail")
+class MappingReport(Record):
     mapping_id: int
     name: str
     build_id: str
     frames: int  # frames of the mapping this run looked at
-    outcome: MappingOutcome
-    with_lines: int  # frames given symbol rows
-    named: int  # frames given a function name (with or without rows)
-    file: str  # the file used
-    detail: str
-
-    def __init__(self, mapping_id: int, name: str, build_id: str, frames: int, outcome: MappingOutcome = "not_found",
-                 with_lines: int = 0, named: int = 0, file: str = "", detail: str = "") -> None:
-        self.mapping_id = mapping_id
-        self.name = name
-        self.build_id = build_id
-        self.frames = frames
-        self.outcome = outcome
-        self.with_lines = with_lines
-        self.named = named
-        self.file = file
-        self.detail = detail
+    outcome: MappingOutcome = 'not_found'
+    with_lines: int = 0  # frames given symbol rows
+    named: int = 0  # frames given a function name (with or without rows)
+    file: str = ""  # the file used
+    detail: str = ""
 
 
-class SymbolizeReport(Slots):
-    __slots__ = ("symbolizer", "mappings", "index_files", "debuginfod", "debuginfod_errors", "debuginfod_missing",
-                 "cache_notes", "packages", "unanswered")
+class SymbolizeReport(Record):
     symbolizer: str | None  # the llvm-symbolizer used, None when none was
-    mappings: list[MappingReport]
-    index_files: int | None  # ELF files indexed, in index mode
-    debuginfod: list[str]  # the servers asked (DEBUGINFOD_URLS)
-    debuginfod_errors: list[str]  # one line per failure
-    debuginfod_missing: dict[str, str]  # build id -> why no server had it
-    cache_notes: list[str]  # problems of the symbol cache, one line each
-    packages: dict[str, str]  # module path -> its Debian package ("" none), known
+    mappings: list[MappingReport] = field(default_factory=list)
+    index_files: int | None = None  # ELF files indexed, in index mode
+    debuginfod: list[str] = field(default_factory=list)  # the servers asked (DEBUGINFOD_URLS)
+    debuginfod_errors: list[str] = field(default_factory=list)  # one line per failure
+    debuginfod_missing: dict[str, str] = field(default_factory=dict)  # build id -> why no server had it
+    cache_notes: list[str] = field(default_factory=list)  # problems of the symbol cache, one line each
+    packages: dict[str, str] = field(default_factory=dict)  # module path -> its Debian package ("" none), known
     # cache_only: per known module with DWARF, its debug file and the addresses of its frames that
     # the cache did not answer, which the end will ask llvm-symbolizer for: `record` asks them ahead
-    unanswered: list[tuple[str, list[int]]]
-
-    def __init__(self, symbolizer: str | None, mappings: list[MappingReport] | None = None,
-                 index_files: int | None = None, debuginfod: list[str] | None = None,
-                 debuginfod_errors: list[str] | None = None, debuginfod_missing: dict[str, str] | None = None,
-                 cache_notes: list[str] | None = None, packages: dict[str, str] | None = None) -> None:
-        self.symbolizer = symbolizer
-        self.mappings = [] if mappings is None else mappings
-        self.index_files = index_files
-        self.debuginfod = [] if debuginfod is None else debuginfod
-        self.debuginfod_errors = [] if debuginfod_errors is None else debuginfod_errors
-        self.debuginfod_missing = {} if debuginfod_missing is None else debuginfod_missing
-        self.cache_notes = [] if cache_notes is None else cache_notes
-        self.packages = {} if packages is None else packages
-        self.unanswered = []
+    unanswered: list[tuple[str, list[int]]] = field(init=False, default_factory=list)
 
     @property
     def frames(self) -> int:

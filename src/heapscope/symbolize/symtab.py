@@ -17,12 +17,12 @@ from __future__ import annotations
 import os
 import struct
 from bisect import bisect_right
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from elftools.elf.elffile import ELFFile
 
+from heapscope.records import Record, field
 from heapscope.symbolize.elfinfo import check_section_bounds, note_build_id, read_errors, section_headers
 
 _STT_FUNC = 2
@@ -115,8 +115,7 @@ class ElfReadError(Exception):
     """The file cannot be read as an ELF object."""
 
 
-@dataclass(slots=True)
-class ElfSymbols:
+class ElfSymbols(Record):
     """The function symbols of one ELF file, sorted by start address."""
 
     path: str

@@ -19,9 +19,9 @@ which is what the flamegraph page expects.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 from heapscope.model import VIEWS, CallsiteId, unknown_code_pid
+from heapscope.records import Record
 from heapscope.store.labels import process_label
 from heapscope.store.reader import Process, Profile, ViewValues, mapping_basename
 from heapscope.store.select import dump_position, process_with_dump
@@ -32,8 +32,7 @@ PathKey = tuple[tuple[str, str], ...]
 EXECUTABLE = "[executable]"  # `where` of a frame of the process's executable without a source file
 
 
-@dataclass(frozen=True, slots=True)
-class Side:
+class Side(Record, frozen=True):
     """One snapshot: where it comes from and each path's own value per view."""
 
     label: str  # e.g. "before.db pid 12 dump 2/3"
@@ -43,8 +42,7 @@ class Side:
     sources: dict[PathKey, str]
 
 
-@dataclass(frozen=True, slots=True)
-class Change:
+class Change(Record, frozen=True):
     """The growth of one call path (its own value, not its descendants')."""
 
     path: PathKey  # root first

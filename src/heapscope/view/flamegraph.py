@@ -32,11 +32,11 @@ from __future__ import annotations
 import base64
 import gzip
 import json
-from dataclasses import dataclass, field
 from importlib import resources
 
 from heapscope.estimate import add_values
 from heapscope.model import VIEWS, CallsiteId, Upid
+from heapscope.records import Record, field
 from heapscope.store.labels import process_label as named
 from heapscope.store.reader import DumpValues, Process, Profile, ViewValues, mapping_basename
 from heapscope.store.select import (
@@ -51,8 +51,7 @@ from heapscope.store.select import (
 from heapscope.view.tree import MergedTree, build_tree
 
 
-@dataclass(slots=True)
-class Snapshot:
+class Snapshot(Record):
     """One point of the timeline: per-node self values of every view."""
 
     ts: int
@@ -60,8 +59,7 @@ class Snapshot:
     self_values: dict[str, list[int]]  # view -> value per node of the tree
 
 
-@dataclass(slots=True)
-class ProcessGraph:
+class ProcessGraph(Record):
     """What the page shows for one process: its tree and a snapshot per dump."""
 
     label: str
@@ -188,8 +186,7 @@ def payload(graphs: list[ProcessGraph], *, title: str, mode: str = "profile",
     return out
 
 
-@dataclass(slots=True)
-class HeapGraphs:
+class HeapGraphs(Record):
     """The graphs of one heap (name "all": every heap merged)."""
 
     name: str

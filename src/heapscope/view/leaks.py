@@ -7,30 +7,26 @@ tree (functions, not addresses), each with its full stack, largest first.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from heapscope.estimate import Estimate, desampled_map, view_estimate
+from heapscope.records import Record
 from heapscope.store.reader import Process, Profile, mapping_basename
 from heapscope.store.select import process_state, select_processes
 from heapscope.view.tree import build_tree
 
 
-@dataclass(frozen=True, slots=True)
-class Frame:
+class Frame(Record, frozen=True):
     function: str
     library: str  # basename of the mapping
     source: str  # "file:line", or "" when unknown
 
 
-@dataclass(frozen=True, slots=True)
-class Leak:
+class Leak(Record, frozen=True):
     bytes: int  # unreleased at the final dump
     objects: int  # allocations still live (estimated; exact at interval 1)
     stack: list[Frame]  # leaf (the allocating function) first
 
 
-@dataclass(frozen=True, slots=True)
-class ProcessLeaks:
+class ProcessLeaks(Record, frozen=True):
     process: Process
     ts: int | None  # the state shown (the final dump by default), None without dumps
     reason: str  # which state: "end (dump 2 of 2, exit, ...)", "peak at ..."

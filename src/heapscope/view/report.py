@@ -33,11 +33,11 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field, replace
 
 from heapscope.errors import UsageError
 from heapscope.estimate import Estimate, add_values, combine, desampled, desampled_map, view_estimate
 from heapscope.model import CallsiteId, FrameId
+from heapscope.records import Record, field, replace
 from heapscope.store.reader import Process as StoredProcess
 from heapscope.store.reader import Profile, Stat, ViewValues, mapping_basename
 from heapscope.store.select import State, check_view, process_interval, process_state, select_processes
@@ -46,8 +46,7 @@ from heapscope.view.tree import NO_PYTHON, frame_functions
 from heapscope.view.units import human_bytes
 
 
-@dataclass(frozen=True, slots=True)
-class FunctionRow:
+class FunctionRow(Record, frozen=True):
     """One line of the report."""
 
     function: str  # demangled name, or `lib+0x...` when unknown; inlined ones end with ` [inlined]`
@@ -62,8 +61,7 @@ class FunctionRow:
 SORTS = ("self", "total")
 
 
-@dataclass(slots=True)
-class ProcessReport:
+class ProcessReport(Record):
     """The report of one process (or of processes merged) for one view at one state."""
 
     process: StoredProcess  # the first of `processes`
@@ -86,8 +84,7 @@ class ProcessReport:
     has_python: bool = False  # some stack of the report holds a Python frame
 
 
-@dataclass(frozen=True, slots=True)
-class ProcessLine:
+class ProcessLine(Record, frozen=True):
     """One line of the table of processes a report opens with."""
 
     process: StoredProcess

@@ -20,20 +20,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from heapscope.errors import UsageError
 from heapscope.estimate import estimate_int
 from heapscope.model import VIEWS, CallsiteId, FrameId
+from heapscope.records import Record, field
 from heapscope.store.reader import Profile, ViewValues, fallback_frame_name
 
 #: The four per-node numbers of experimental_flamegraph, in ViewValues order.
 FIELDS = ("space", "objects", "alloc_space", "alloc_objects")
 
 
-@dataclass(slots=True)
-class MergedTree:
+class MergedTree(Record):
     """Nodes in preorder; index i describes node i."""
 
     parent: list[int] = field(default_factory=list)  # -1 for a root
@@ -270,8 +269,7 @@ def build_tree(profile: Profile, callsite_ids: Iterable[CallsiteId], inlined: bo
     return tree
 
 
-@dataclass(frozen=True, slots=True)
-class FlamegraphRow:
+class FlamegraphRow(Record, frozen=True):
     """One row of experimental_flamegraph (docs/profile.md), in its column order."""
 
     id: int

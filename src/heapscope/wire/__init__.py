@@ -9,5 +9,5 @@
 
 tests/unit/wire compares every size and offset here with the C compiler's.
 
-May import: heapscope.slots.
+May import: heapscope.records.
 """

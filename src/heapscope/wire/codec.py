@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 from enum import IntEnum
 
-from heapscope.slots import FrozenSlots
+from heapscope.records import Record
 from heapscope.wire import handshake
 from heapscope.wire.heapnames import MALLOC_HEAP_ID as MALLOC_HEAP_ID
 from heapscope.wire.heapnames import MALLOC_HEAP_NAME as MALLOC_HEAP_NAME
@@ -130,23 +130,14 @@ def align8(n: int) -> int:
     return (n + 7) & ~7
 
 
-class Hello(FrozenSlots):
+class Hello(Record, frozen=True):
     """The client's first message."""
 
-    __slots__ = ("magic", "version", "pid", "ppid", "token")
     magic: int
     version: int
     pid: int
     ppid: int
     token: bytes
-
-    def __init__(self, magic: int, version: int, pid: int, ppid: int, token: bytes) -> None:
-        set_field = object.__setattr__
-        set_field(self, "magic", magic)
-        set_field(self, "version", version)
-        set_field(self, "pid", pid)
-        set_field(self, "ppid", ppid)
-        set_field(self, "token", token)
 
     def pack(self) -> bytes:
         return HELLO.pack(self.magic, self.version, self.pid, self.ppid, 0, self.token)
@@ -160,10 +151,9 @@ class Hello(FrozenSlots):
         return cls(magic, version, pid, ppid, token)
 
 
-class Config(FrozenSlots):
+class Config(Record, frozen=True):
     """The producer's answer to a Hello."""
 
-    __slots__ = ("status", "interval", "ring_size", "seed", "flags", "unwinder", "max_frames")
     status: int
     interval: int
     ring_size: int
@@ -171,17 +161,6 @@ class Config(FrozenSlots):
     flags: int
     unwinder: int
     max_frames: int
-
-    def __init__(self, status: int, interval: int, ring_size: int, seed: int, flags: int, unwinder: int,
-                 max_frames: int) -> None:
-        set_field = object.__setattr__
-        set_field(self, "status", status)
-        set_field(self, "interval", interval)
-        set_field(self, "ring_size", ring_size)
-        set_field(self, "seed", seed)
-        set_field(self, "flags", flags)
-        set_field(self, "unwinder", unwinder)
-        set_field(self, "max_frames", max_frames)
 
     def pack(self) -> bytes:
         return config_reply(self.status, self.interval, self.ring_size, self.seed, self.flags, self.unwinder,
@@ -199,32 +178,20 @@ class Config(FrozenSlots):
         return cls(status, interval, ring_size, seed, flags, unwinder, max_frames)
 
 
-class StackRecord(FrozenSlots):
+class StackRecord(Record, frozen=True):
     """A stack definition: return addresses, leaf first; Python frames innermost first."""
 
-    __slots__ = ("stack_id", "pcs", "truncated", "py", "py_flags", "python")
     stack_id: int
     pcs: tuple[int, ...]
     truncated: bool
-    py: tuple[tuple[int, int, int], ...]  # (code key, lasti, flags)
-    py_flags: int  # PY_WALK_* bits
-    python: bool  # the stack has a Python part (py may still be empty)
-
-    def __init__(self, stack_id: int, pcs: tuple[int, ...], truncated: bool, py: tuple[tuple[int, int, int], ...] = (),
-                 py_flags: int = 0, python: bool = False) -> None:
-        set_field = object.__setattr__
-        set_field(self, "stack_id", stack_id)
-        set_field(self, "pcs", pcs)
-        set_field(self, "truncated", truncated)
-        set_field(self, "py", py)
-        set_field(self, "py_flags", py_flags)
-        set_field(self, "python", python)
+    py: tuple[tuple[int, int, int], ...] = ()  # (code key, lasti, flags)
+    py_flags: int = 0  # PY_WALK_* bits
+    python: bool = False  # the stack has a Python part (py may still be empty)
 
 
-class PyCodeRecord(FrozenSlots):
+class PyCodeRecord(Record, frozen=True):
     """A Python code object: qualified name, file, first line and raw line table."""
 
-    __slots__ = ("code_key", "first_line", "line_format", "flags", "name", "file", "table")
     code_key: int
     first_line: int
     line_format: int
@@ -233,44 +200,21 @@ class PyCodeRecord(FrozenSlots):
     file: str
     table: bytes
 
-    def __init__(self, code_key: int, first_line: int, line_format: int, flags: int, name: str, file: str,
-                 table: bytes) -> None:
-        set_field = object.__setattr__
-        set_field(self, "code_key", code_key)
-        set_field(self, "first_line", first_line)
-        set_field(self, "line_format", line_format)
-        set_field(self, "flags", flags)
-        set_field(self, "name", name)
-        set_field(self, "file", file)
-        set_field(self, "table", table)
 
-
-class PyInfoRecord(FrozenSlots):
+class PyInfoRecord(Record, frozen=True):
     """The client's CPython detection: state, version, eval function range, status line."""
 
-    __slots__ = ("eval_lo", "eval_hi", "hexversion", "state", "status", "pymem")
     eval_lo: int
     eval_hi: int
     hexversion: int
     state: int
     status: str
-    pymem: bool  # Python's MEM and OBJ allocator domains are sampled too
-
-    def __init__(self, eval_lo: int, eval_hi: int, hexversion: int, state: int, status: str,
-                 pymem: bool = False) -> None:
-        set_field = object.__setattr__
-        set_field(self, "eval_lo", eval_lo)
-        set_field(self, "eval_hi", eval_hi)
-        set_field(self, "hexversion", hexversion)
-        set_field(self, "state", state)
-        set_field(self, "status", status)
-        set_field(self, "pymem", pymem)
+    pymem: bool = False  # Python's MEM and OBJ allocator domains are sampled too
 
 
-class ModuleRecord(FrozenSlots):
+class ModuleRecord(Record, frozen=True):
     """One loaded ELF object of the target; rel_pc = pc - base."""
 
-    __slots__ = ("base", "start", "end", "file_offset", "vaddr", "build_id", "path")
     base: int
     start: int
     end: int
@@ -279,37 +223,18 @@ class ModuleRecord(FrozenSlots):
     build_id: bytes
     path: str
 
-    def __init__(self, base: int, start: int, end: int, file_offset: int, vaddr: int, build_id: bytes,
-                 path: str) -> None:
-        set_field = object.__setattr__
-        set_field(self, "base", base)
-        set_field(self, "start", start)
-        set_field(self, "end", end)
-        set_field(self, "file_offset", file_offset)
-        set_field(self, "vaddr", vaddr)
-        set_field(self, "build_id", build_id)
-        set_field(self, "path", path)
 
-
-class HeapRecord(FrozenSlots):
+class HeapRecord(Record, frozen=True):
     """A heap the client samples, with its interval."""
 
-    __slots__ = ("heap_id", "interval", "name")
     heap_id: int
     interval: int
     name: str
 
-    def __init__(self, heap_id: int, interval: int, name: str) -> None:
-        set_field = object.__setattr__
-        set_field(self, "heap_id", heap_id)
-        set_field(self, "interval", interval)
-        set_field(self, "name", name)
 
-
-class HeapMallocRecord(FrozenSlots):
+class HeapMallocRecord(Record, frozen=True):
     """A sampled allocation on a custom heap; seq is that heap's own."""
 
-    __slots__ = ("heap_id", "seq", "addr", "sample_size", "alloc_size", "stack_id", "ts")
     heap_id: int
     seq: int
     addr: int
@@ -318,31 +243,13 @@ class HeapMallocRecord(FrozenSlots):
     stack_id: int
     ts: int
 
-    def __init__(self, heap_id: int, seq: int, addr: int, sample_size: int, alloc_size: int, stack_id: int,
-                 ts: int) -> None:
-        set_field = object.__setattr__
-        set_field(self, "heap_id", heap_id)
-        set_field(self, "seq", seq)
-        set_field(self, "addr", addr)
-        set_field(self, "sample_size", sample_size)
-        set_field(self, "alloc_size", alloc_size)
-        set_field(self, "stack_id", stack_id)
-        set_field(self, "ts", ts)
 
-
-class HeapFreeRecord(FrozenSlots):
+class HeapFreeRecord(Record, frozen=True):
     """A free of a sampled address on a custom heap."""
 
-    __slots__ = ("heap_id", "seq", "addr")
     heap_id: int
     seq: int
     addr: int
-
-    def __init__(self, heap_id: int, seq: int, addr: int) -> None:
-        set_field = object.__setattr__
-        set_field(self, "heap_id", heap_id)
-        set_field(self, "seq", seq)
-        set_field(self, "addr", addr)
 
 
 class MalformedRecord(ValueError):

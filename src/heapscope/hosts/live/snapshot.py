@@ -25,11 +25,11 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from heapscope.bookkeeping.rows import THREAD_ROW, TOTALS_ROW
 from heapscope.model import Frame, Mapping
+from heapscope.records import Record
 
 if TYPE_CHECKING:
     from heapscope.producer.process import ProcessState
@@ -46,8 +46,7 @@ NAME_REFRESH_MAX = 64
 FrameKey = tuple[str, int, str]
 
 
-@dataclass(frozen=True, slots=True)
-class Site:
+class Site(Record, frozen=True):
     """One stack of one process, now."""
 
     frames: tuple[FrameKey, ...]  # leaf first
@@ -67,8 +66,7 @@ class Site:
         return self.alloc_count
 
 
-@dataclass(frozen=True, slots=True)
-class ThreadView:
+class ThreadView(Record, frozen=True):
     """What one thread of one process allocated (a block's free counts for the thread that allocated it)."""
 
     tid: int  # the kernel's thread id; 0: not known
@@ -84,8 +82,7 @@ class ThreadView:
         return f"{self.tid} {self.name}" if self.name else f"{self.tid}"
 
 
-@dataclass(frozen=True, slots=True)
-class ProcessView:
+class ProcessView(Record, frozen=True):
     pid: int
     name: str
     running: bool  # False: ended (its last totals are kept)
@@ -99,8 +96,7 @@ class ProcessView:
         return f"{self.pid} {self.name.rsplit('/', 1)[-1] or '?'}" + ("" if self.running else " (ended)")
 
 
-@dataclass(frozen=True, slots=True)
-class HeapSnapshot:
+class HeapSnapshot(Record, frozen=True):
     seq: int  # 1, 2, ... in the order taken
     elapsed_s: float  # since the snapshotter started
     processes: tuple[ProcessView, ...]

@@ -1,0 +1,100 @@
+"""heapscope.records.Record: what a dataclass with slots gives, from fields written once."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import pytest
+
+from heapscope.records import Record, field, replace
+
+
+class Point(Record, frozen=True):
+    x: int
+    y: int
+    label: str = ""
+    LIMIT: ClassVar[int] = 10  # a class constant, not a field
+
+
+class Tally(Record):
+    name: str
+    counts: list[int] = field(default_factory=list)
+    total: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        self.total = sum(self.counts)
+
+
+def test_the_annotations_are_the_slots_and_the_init() -> None:
+    assert vars(Point)["__slots__"] == ("x", "y", "label")
+    p = Point(1, 2)
+    assert (p.x, p.y, p.label) == (1, 2, "")
+    assert Point(1, y=2, label="a") == Point(1, 2, "a")
+    assert Point.LIMIT == 10
+    with pytest.raises(AttributeError):
+        p.other = 1  # type: ignore[attr-defined]  # slots: no other attribute
+
+
+def test_a_call_that_does_not_fit_the_fields_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="missing required argument: 'y'"):
+        Point(1)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="takes 3 positional arguments but 4"):
+        Point(1, 2, "a", 4)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="multiple values for argument 'x'"):
+        Point(1, 2, x=3)  # type: ignore[misc]
+    with pytest.raises(TypeError, match="unexpected keyword argument 'z'"):
+        Point(1, 2, z=3)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="not set by __init__"):
+        replace(Tally("a"), total=3)
+
+
+def test_a_frozen_record_hashes_its_fields_and_refuses_changes() -> None:
+    p = Point(1, 2)
+    assert hash(p) == hash(Point(1, 2)) and {p: 1}[Point(1, 2)] == 1
+    with pytest.raises(AttributeError, match="frozen"):
+        p.x = 3  # type: ignore[misc]
+    with pytest.raises(AttributeError, match="frozen"):
+        del p.x
+    assert replace(p, label="b") == Point(1, 2, "b") and p.label == ""
+
+
+def test_a_mutable_record_compares_by_value_and_has_no_hash() -> None:
+    a, b = Tally("a", [1, 2]), Tally("a", [1, 2])
+    assert a == b and a is not b and a != Tally("b", [1, 2])
+    assert a.total == 3  # __post_init__ ran
+    assert Tally("c").counts is not Tally("c").counts  # a fresh list each
+    a.counts.append(4)
+    a.name = "z"
+    assert a != b
+    with pytest.raises(TypeError):
+        hash(a)
+    same_values: object = (1, 2, "")
+    assert Point(1, 2) != same_values  # another class: never equal
+
+
+def test_the_repr_is_a_dataclasss() -> None:
+    assert repr(Point(1, 2, "a")) == "Point(x=1, y=2, label='a')"
+    assert repr(Tally("a", [1])) == "Tally(name='a', counts=[1], total=1)"
+
+
+def test_a_record_declares_no_slots_of_its_own_and_does_not_mix_frozen() -> None:
+    with pytest.raises(TypeError, match="no __slots__"):
+        class Slotted(Record):
+            __slots__ = ("a",)
+            a: int
+    with pytest.raises(TypeError, match="field 'b' without a default follows"):
+        class Ordered(Record):
+            a: int = 0
+            b: int  # type: ignore[misc]
+    with pytest.raises(TypeError, match="do not mix"):
+        class Thawed(Point):  # type: ignore[misc]
+            z: int = 0
+
+
+def test_a_subclass_adds_fields_after_its_bases_and_keeps_their_post_init() -> None:
+    class Named(Tally):
+        note: str = ""
+
+    n = Named("a", [2, 3], "x")
+    assert (n.name, n.counts, n.total, n.note) == ("a", [2, 3], 5, "x")
+    assert vars(Named)["__slots__"] == ("note",)
