@@ -24,7 +24,8 @@ child, the signals it received meanwhile (heapscope.session.Recording,
 Recording.start uses `spawn` too when nothing was started before it (an
 in-process host: the pytest plugin, heapscope.api, `live`).
 
-May import: heapscope.producer.listener, heapscope.sigmask, heapscope.errors.
+May import: heapscope.producer.listener, heapscope.sigmask, heapscope.errors, heapscope.producer.procfs,
+heapscope.store.names.
 """
 
 from __future__ import annotations

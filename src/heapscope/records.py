@@ -22,6 +22,8 @@ Why not dataclasses themselves: this is every class's one style, the ones
 generating each class's methods would cost more than the whole budget's
 margin (docs/README.md, "The start path"). Nothing here compiles code: the
 methods are closures over the class's fields.
+
+May import: nothing of heapscope.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ that writes to the binary file object `out` as it goes (nothing is built whole
 in memory). FORMATS is the one table the CLI reads; modules are imported only
 when their format is used, so `heapscope --help` stays light.
 
-May import: heapscope.store, heapscope.estimate, heapscope.model, heapscope.errors.
+May import: heapscope.store, heapscope.estimate, heapscope.model, heapscope.errors, heapscope.records.
 """
 
 from __future__ import annotations

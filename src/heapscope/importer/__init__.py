@@ -2,5 +2,5 @@
 
 heapprofd.py: Perfetto traces with heapprofd ProfilePackets (`.pftrace`).
 
-May import: heapscope.store.writer, heapscope.model, heapscope.errors.
+May import: heapscope.store.writer, heapscope.model, heapscope.errors, heapscope.records, heapscope.store.names.
 """
