@@ -127,7 +127,8 @@ def main(args: argparse.Namespace) -> int:
         elif args.stacks:
             text = head + "\n".join(render_stacks(profile, r, args.top, width) for r in reports)
         else:
-            text = head + "\n".join(render_report(r, args.top, width=width, unnamed=fixes, path=str(args.file)) for r in reports)
+            text = head + "\n".join(render_report(r, args.top, width=width, unnamed=fixes, path=str(args.file))
+                                     for r in reports)
     if not reports:
         text = f"{args.file}: no processes in this profile\n"
     text = heaps + text

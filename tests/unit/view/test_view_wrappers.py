@@ -47,8 +47,8 @@ def test_the_allocator_wrappers_are_folded(name: str) -> None:
     "main", "parse_input", "__libc_start_main", "xmalloc_stats", "std::vector<int>::_M_realloc_insert",
     "operator delete(void*)", "sqlite3VdbeExec", "libsqlite3.so+0x1234",
     # growing a container is the caller's decision, as std::vector's _M_realloc_insert
-    "vec<int, va_heap, vl_ptr>::safe_grow_cleared(unsigned int, bool)", "node::Buffer::New(v8::Isolate*, unsigned long)",
-    "htab_find_slot_with_hash",
+    "vec<int, va_heap, vl_ptr>::safe_grow_cleared(unsigned int, bool)",
+    "node::Buffer::New(v8::Isolate*, unsigned long)", "htab_find_slot_with_hash",
 ])
 def test_code_that_does_more_than_pass_an_allocation_through_is_not(name: str) -> None:
     assert not is_wrapper(name)
