@@ -340,7 +340,7 @@ def unnamed_lines(rows: Sequence[FunctionRow], fixes: dict[str, Unnamed], path: 
     for lib in libs:
         u = fixes[lib]
         if not u.package:
-            texts.append(f"{lib}+0x…: " + (f"{u.why}; fix: {u.fix}" if u.why else u.fix))
+            texts.append(f"{lib}+0x… ({u.why}); fix: {u.fix}" if u.why else f"{lib}+0x…: {u.fix}")
     lines = []
     for text in texts:
         if width is None:
