@@ -30,6 +30,7 @@ from heapscope.store.select import (
 )
 from heapscope.symbolize.missing import debug_archive_advice, jit_fix, owning_packages
 from heapscope.view.names import cut_middle, elide
+from heapscope.view.peaks import count_names
 from heapscope.view.report import (
     SORTS,
     FunctionRow,
@@ -179,6 +180,10 @@ def render_processes(lines: Sequence[ProcessLine], minor: set[int] | frozenset[i
     """The table of processes, ranked by peak; the `minor` ones (upids) in one line at its end;
     within `width` columns (None: as long as they are), executables cut in the middle."""
     major = [r for r in lines if r.process.info.upid not in minor]
+    # A build's dozens of compilers would fill the first screen: the largest ones make the
+    # table, the others are counted in a line (their sections follow, in the same order).
+    below = major[TABLE_ROWS:] if len(major) > TABLE_ROWS + 1 else []
+    major = major[:len(major) - len(below)]
     header = ("pid", "peak", "allocated", "samples", "lifetime", "executable")
     cells = [header] + [
         (str(r.process.info.pid), format_bytes(r.peak), format_bytes(r.allocated), format_count(r.samples),
@@ -192,9 +197,15 @@ def render_processes(lines: Sequence[ProcessLine], minor: set[int] | frozenset[i
     for c in cells:
         exe = c[5] if room is None else cut_middle(c[5], room)
         out.append("  " + "  ".join([*(c[i].rjust(widths[i]) for i in range(5)), exe]).rstrip())
+    texts = []
+    if below:
+        names = count_names([r.process.info.name or os.path.basename(r.process.info.exe or "") or "?"
+                             for r in below])
+        texts.append(f"... and {len(below):,} more processes, each in its section below ({names})")
     rest = [r.process for r in lines if r.process.info.upid in minor]
     if rest:
-        text = minor_line(rest)
+        texts.append(minor_line(rest))
+    for text in texts:
         out.extend("  " + line for line in ([text] if width is None else textwrap.wrap(
             text, width - 2, break_long_words=False, break_on_hyphens=False, subsequent_indent="    ")))
     return "\n".join(out) + "\n"
@@ -223,6 +234,7 @@ def table_width() -> int:
 
 
 PIPED_WIDTH = 120
+TABLE_ROWS = 10  # processes in the table of processes; the others in one line under it
 MIN_NAME = 24  # a function column is never narrower than this, whatever the terminal
 
 

@@ -216,3 +216,25 @@ def test_the_frames_on_every_stack_fit_the_width(known_profile: Path) -> None:
     assert "  on every stack: _start > __libc_start_main" in line
     # AND at full width (--wide) every frame is there
     assert " > ".join(r.common) in render_report(r, 5)
+
+
+def test_a_builds_dozens_of_processes_leave_room_on_the_first_screen() -> None:
+    from heapscope.cli.report import TABLE_ROWS, render_processes
+    from heapscope.model import ProcessInfo, Upid
+    from heapscope.store.reader import Process
+    from heapscope.view.report import ProcessLine
+
+    # GIVEN 30 compilers of similar size (none under 1% of the largest), as `make -j2` runs
+    def line(upid: int, name: str, peak: int) -> ProcessLine:
+        info = ProcessInfo(Upid(upid), pid=upid, ppid=1, name=name, cmdline=f"{name} f{upid}.c", exe=f"/usr/bin/{name}",
+                           uid=0, start_ts=0)
+        return ProcessLine(Process(info, None), peak, peak, 1, 10)
+    lines = [line(k + 1, "cc1" if k % 3 else "as", 1000 - k) for k in range(30)]
+    # WHEN the table of processes is rendered
+    text = render_processes(lines, set(), 120).splitlines()
+    # THEN it shows the largest ones, and counts the others in one line
+    assert len(text) == 2 + TABLE_ROWS + 1, text
+    assert text[2].split()[0] == "1" and text[-2].split()[0] == str(TABLE_ROWS)
+    assert text[-1] == "  ... and 20 more processes, each in its section below (cc1 ×14, as ×6)"
+    # AND one process more than the table holds is shown rather than counted
+    assert len(render_processes(lines[:TABLE_ROWS + 1], set(), 120).splitlines()) == 2 + TABLE_ROWS + 1
