@@ -392,7 +392,7 @@ def _table(rows: Sequence[FunctionRow], view: str, whole: int, sort: str = "self
 
     cells = [header] + [
         (*pair(r, first), *pair(r, second), *((format_count(r.samples or 0),) if with_samples else ()),
-         r.function, _short(r.source) or "-", r.library)
+         r.function, _short(r.source) or "-", _library(r))
         for r in rows]
     widths = [max(len(c[i]) for c in cells) for i in range(len(header))]
     if width is not None:
@@ -407,6 +407,13 @@ def _table(rows: Sequence[FunctionRow], view: str, whole: int, sort: str = "self
         numbers = [c[i].rjust(widths[i]) for i in range(n)]
         out.append("  ".join([*numbers, c[n].ljust(widths[n]), c[n + 1].ljust(widths[n + 1]), c[n + 2]]).rstrip())
     return out
+
+
+def _library(row: FunctionRow) -> str:
+    """A row's library cell: blank when its location names that file already (a Python row's
+    `pd_job.py:5` in `pd_job.py`): the width goes to the function's name."""
+    where = _short(row.source)
+    return "" if where == row.library or where.startswith(row.library + ":") else row.library
 
 
 def render_tree(profile: object, r: ProcessReport, focus: re.Pattern[str] | None,

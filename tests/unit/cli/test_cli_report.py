@@ -238,3 +238,21 @@ def test_a_builds_dozens_of_processes_leave_room_on_the_first_screen() -> None:
     assert text[-1] == "  ... and 20 more processes, each in its section below (cc1 ×14, as ×6)"
     # AND one process more than the table holds is shown rather than counted
     assert len(render_processes(lines[:TABLE_ROWS + 1], set(), 120).splitlines()) == 2 + TABLE_ROWS + 1
+
+
+def test_a_python_rows_library_is_not_its_locations_file_again() -> None:
+    from heapscope.cli.report import _table
+    from heapscope.view.report import FunctionRow
+
+    # GIVEN Python rows (their library is their file) and a native row, long frozen-module locations
+    rows = [FunctionRow("_compile_bytecode", "<frozen importlib._bootstrap_external>", 20 << 20, 20 << 20,
+                        "<frozen importlib._bootstrap_external>:729"),
+            FunctionRow("load.<locals>.<listcomp>", "pd_job.py", 18 << 20, 18 << 20, "/tmp/x/pd_job.py:5"),
+            FunctionRow("_IO_file_doallocate", "libc.so.6", 8192, 8192, "filedoalloc.c:101")]
+    # WHEN the table is laid out for 120 columns
+    lines = _table(rows, "space", 40 << 20, width=120)
+    # THEN a Python row's library cell is blank, a native row's is there, and every line fits
+    assert lines[0].endswith("library") and lines[1].endswith("<frozen importlib._bootstrap_external>:729")
+    assert lines[2].endswith("pd_job.py:5") and lines[3].split()[-2:] == ["filedoalloc.c:101", "libc.so.6"]
+    assert all(len(line) + 2 <= 120 for line in lines), lines
+    assert "load.<locals>.<listcomp>" in lines[2]  # the name whole: the width went to it
