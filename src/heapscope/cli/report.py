@@ -28,7 +28,6 @@ from heapscope.store.select import (
     select_heap,
     select_processes,
 )
-from heapscope.symbolize.missing import debug_archive_advice, jit_fix, owning_packages
 from heapscope.view.names import cut_middle, elide
 from heapscope.view.peaks import count_names
 from heapscope.view.report import (
@@ -308,6 +307,8 @@ def unnamed_fixes(profile: Profile, rows: Sequence[FunctionRow], path: str) -> d
     unnamed = {r.library for r in rows if _is_unnamed(r)}
     if not unnamed:
         return {}
+    # only a report with an unnamed row needs dpkg and the debug-archive helpers
+    from heapscope.symbolize.missing import jit_fix, owning_packages
     named = {r.library for r in rows if not _is_unnamed(r)}
     files: dict[str, str] = {}  # library -> the path of its file
     for m in profile.mappings():
@@ -345,6 +346,7 @@ def unnamed_lines(rows: Sequence[FunctionRow], fixes: dict[str, Unnamed], path: 
     if packaged:
         pkgs = " ".join(dict.fromkeys(f"{fixes[lib].package}-dbgsym" for lib in packaged))
         fix = f"apt install {pkgs} (Debian's debug archive), then heapscope symbolize {path}"
+        from heapscope.symbolize.missing import debug_archive_advice
         advice = debug_archive_advice([fix], path)
         if advice:  # its last line: the debuginfod server that needs nothing installed
             fix += "; " + advice[-1].strip()
