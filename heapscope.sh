@@ -27,9 +27,9 @@ die() { say "$*"; exit 1; }
 BASE_PACKAGES=(gcc g++ python3 python3-dev python3-venv llvm libunwind8 gdb libc6-dbg systemtap-sdt-dev)
 # What the tests drive besides: jemalloc targets, the export readers (go tool pprof, Chromium,
 # node packages), tmux for `heapscope live`, clang's libFuzzer and sanitizers, a shared
-# libpython for the embedding tests.
+# libpython for the embedding tests; the sqlite3 shell (a real program with static allocator wrappers).
 TEST_PACKAGES=(binutils libjemalloc-dev libjemalloc2 clang libclang-rt-14-dev golang-go
-               golang-github-google-pprof-dev chromium tmux)
+               golang-github-google-pprof-dev chromium tmux sqlite3)
 
 # Installs the Debian packages of "$@" that are not installed yet.
 need_packages() {

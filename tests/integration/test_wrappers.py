@@ -7,6 +7,8 @@ pool_fill 10 x 4000 B through pool_alloc > xmalloc (the program's own wrapper). 
 from __future__ import annotations
 
 import json
+import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -84,3 +86,54 @@ def test_leaks_diff_flamegraph_and_exports_fold_them_too(db: Path, tmp_path: Pat
     assert "xmalloc" in heapscope("export", db, "--format", "collapsed", "-o", "-", "--keep-wrappers")
     page = tmp_path / "f.html"
     assert "wrote" in heapscope("flamegraph", db, "-o", page)
+
+
+def test_two_callers_under_five_shared_frames_are_told_apart(record: Recorder, programs: Programs) -> None:
+    # GIVEN a program whose two callers of xmalloc share the five frames above them
+    rec = record([programs.path("sharedwrap")])
+    assert rec.returncode == 0, rec.describe()
+    # WHEN report runs without flags
+    out = heapscope("report", rec.db)
+    # THEN its first self rows are the callers, with the ground truth's bytes, not xmalloc
+    table = out[out.index("  self  self %"):].splitlines()[1:3]
+    assert [line.split()[-3] for line in table] == ["read_symbols", "read_strings"], out
+    assert [line.split()[0] + " " + line.split()[1] for line in table] == ["195.3 KiB", "97.7 KiB"], out
+    # AND record's summary has one line for each, and the lines differ where the stacks do
+    err = rec.stderr.decode().splitlines()
+    start = next(i for i, ln in enumerate(err) if "largest stacks" in ln) + 1
+    first, second = err[start], err[start + 1]
+    assert first.endswith("> pass_four > read_symbols"), err
+    assert second.endswith("> pass_four > read_strings"), err
+
+
+SQL = b"""CREATE TABLE t(a INTEGER, b TEXT);
+WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x<200000)
+INSERT INTO t SELECT x, hex(randomblob(16)) FROM c;
+SELECT count(*) FROM (SELECT b FROM t ORDER BY b);
+"""
+
+
+def test_sqlite3_shell_through_its_static_wrappers(record: Recorder, tmp_path: Path) -> None:
+    # GIVEN the sqlite3 shell inserting and sorting 200k rows, its allocations through
+    # sqlite3Malloc > sqlite3MemMalloc (static: no symbol in a stripped libsqlite3)
+    sqlite3 = shutil.which("sqlite3")
+    if sqlite3 is None:
+        pytest.skip("no sqlite3 shell: apt-get install sqlite3")
+    rec = record([sqlite3, str(tmp_path / "t.db")], interval=None, input=SQL, timeout=150)
+    assert rec.returncode == 0, rec.describe()
+    assert b"200000" in rec.stdout
+    # WHEN report runs without flags, piped
+    out = heapscope("report", rec.db)
+    table = out[out.index("  self  self %"):].splitlines()[1:4]
+    functions = [line.split()[-3] for line in table]
+    # THEN its first self rows are not sqlite's wrappers
+    assert not any(re.fullmatch(r"sqlite3(Malloc|MemMalloc|Realloc|MallocZero|_malloc64)", f) for f in functions), out
+    assert "sqlite3Malloc" in out.split("\n", 1)[0], out  # folded, and said so
+    # AND every row fits 120 columns
+    assert all(len(line) <= 120 for line in out.splitlines()), out
+    # AND a row left as libsqlite3.so.0+0x... (its static functions, when the library has no
+    # symbols for them) comes with a line that says why and how to name it
+    if any(f.startswith("libsqlite3.so") and "+0x" in f for f in functions):
+        head = out[:out.index("  self  self %")]
+        assert "unnamed:" in head and "libsqlite3.so.0+0x… (static functions, no symbol in the file)" in head, out
+        assert "heapscope symbolize" in head, out

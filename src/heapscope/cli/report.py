@@ -7,13 +7,15 @@ import os
 import re
 import shutil
 import sys
+import textwrap
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from heapscope.cli.folding import add_fold_arguments, apply_fold
 from heapscope.errors import UsageError
-from heapscope.model import VIEWS
+from heapscope.model import VIEWS, unknown_code_pid
 from heapscope.store.labels import process_label
-from heapscope.store.reader import Profile, open_profile
+from heapscope.store.reader import Profile, mapping_basename, open_profile
 from heapscope.store.select import (
     DUMP_HELP,
     HEAP_HELP,
@@ -27,6 +29,7 @@ from heapscope.store.select import (
     select_processes,
 )
 from heapscope.view.names import cut_middle, elide
+from heapscope.view.peaks import count_names
 from heapscope.view.report import (
     SORTS,
     FunctionRow,
@@ -110,19 +113,21 @@ def main(args: argparse.Namespace) -> int:
         reports = build_reports(profile, args.view, args.pid, focus=focus, ignore=ignore, dump=dump,
                                 sort=args.sort, merge=args.merge, python_only=python_only, skip=minor)
         heaps = render_heaps(profile, shown, minor)
-        head = render_processes(ranked, minor) + "\n" if len(processes) > 1 else ""
+        width = None if args.wide else table_width()
+        head = render_processes(ranked, minor, width) + "\n" if len(processes) > 1 else ""
         if folded:  # after the table of processes: the report opens with what it is about
             head += fold_line(folded) + "\n\n"
         # Sections in the order of the table: by peak.
         rank = {line.process.info.upid: k for k, line in enumerate(ranked)}
         reports.sort(key=lambda r: min(rank.get(p.info.upid, 0) for p in r.processes or [r.process]))
-        width = None if args.wide else table_width()
+        fixes = unnamed_fixes(profile, [row for r in reports for row in r.rows[:args.top]], str(args.file))
         if args.tree:
             text = head + "\n".join(render_tree(profile, r, focus, ignore, args.min_percent, width) for r in reports)
         elif args.stacks:
             text = head + "\n".join(render_stacks(profile, r, args.top, width) for r in reports)
         else:
-            text = head + "\n".join(render_report(r, args.top, width=width) for r in reports)
+            text = head + "\n".join(render_report(r, args.top, width=width, unnamed=fixes, path=str(args.file))
+                                     for r in reports)
     if not reports:
         text = f"{args.file}: no processes in this profile\n"
     text = heaps + text
@@ -168,9 +173,15 @@ def _regex(pattern: str | None, flag: str) -> re.Pattern[str] | None:
     return None if pattern is None else focus_pattern(pattern, flag)  # one meaning: sql --focus's too
 
 
-def render_processes(lines: Sequence[ProcessLine], minor: set[int] | frozenset[int] = frozenset()) -> str:
-    """The table of processes, ranked by peak; the `minor` ones (upids) in one line at its end."""
+def render_processes(lines: Sequence[ProcessLine], minor: set[int] | frozenset[int] = frozenset(),
+                     width: int | None = None) -> str:
+    """The table of processes, ranked by peak; the `minor` ones (upids) in one line at its end;
+    within `width` columns (None: as long as they are), executables cut in the middle."""
     major = [r for r in lines if r.process.info.upid not in minor]
+    # A build's dozens of compilers would fill the first screen: the largest ones make the
+    # table, the others are counted in a line (their sections follow, in the same order).
+    below = major[TABLE_ROWS:] if len(major) > TABLE_ROWS + 1 else []
+    major = major[:len(major) - len(below)]
     header = ("pid", "peak", "allocated", "samples", "lifetime", "executable")
     cells = [header] + [
         (str(r.process.info.pid), format_bytes(r.peak), format_bytes(r.allocated), format_count(r.samples),
@@ -179,12 +190,22 @@ def render_processes(lines: Sequence[ProcessLine], minor: set[int] | frozenset[i
         for r in major
     ]
     widths = [max(len(c[i]) for c in cells) for i in range(len(header))]
+    room = None if width is None else max(width - 2 - sum(widths[:5]) - 2 * 5, MIN_NAME)
     out = [f"{len(lines)} processes, by peak (sampled bytes unreleased at each one's peak):"]
     for c in cells:
-        out.append("  " + "  ".join([*(c[i].rjust(widths[i]) for i in range(5)), c[5]]).rstrip())
+        exe = c[5] if room is None else cut_middle(c[5], room)
+        out.append("  " + "  ".join([*(c[i].rjust(widths[i]) for i in range(5)), exe]).rstrip())
+    texts = []
+    if below:
+        names = count_names([r.process.info.name or os.path.basename(r.process.info.exe or "") or "?"
+                             for r in below])
+        texts.append(f"... and {len(below):,} more processes, each in its section below ({names})")
     rest = [r.process for r in lines if r.process.info.upid in minor]
     if rest:
-        out.append("  " + minor_line(rest))
+        texts.append(minor_line(rest))
+    for text in texts:
+        out.extend("  " + line for line in ([text] if width is None else textwrap.wrap(
+            text, width - 2, break_long_words=False, break_on_hyphens=False, subsequent_indent="    ")))
     return "\n".join(out) + "\n"
 
 
@@ -211,12 +232,14 @@ def table_width() -> int:
 
 
 PIPED_WIDTH = 120
+TABLE_ROWS = 10  # processes in the table of processes; the others in one line under it
 MIN_NAME = 24  # a function column is never narrower than this, whatever the terminal
 
 
-def render_report(r: ProcessReport, top: int, stacks: bool = False, width: int | None = None) -> str:
+def render_report(r: ProcessReport, top: int, stacks: bool = False, width: int | None = None,
+                  unnamed: dict[str, Unnamed] | None = None, path: str = "PROFILE") -> str:
     """A header and the table of one process (or merged processes), ending with a newline;
-    `width`: the columns its table fits (None: full names)."""
+    `width`: the columns its table fits (None: full names); `unnamed`: unnamed_fixes()."""
     info, flags = r.process.info, r.process.flags
     if len(r.processes) > 1:
         pids = ", ".join(str(p.info.pid) for p in r.processes)
@@ -251,7 +274,12 @@ def render_report(r: ProcessReport, top: int, stacks: bool = False, width: int |
     if r.warnings:
         lines.append(f"  {'warnings:':<{_W}} {'; '.join(r.warnings)}")
     if r.common and r.rows:
-        lines.append(f"  {'on every stack:':<{_W}} {' > '.join(r.common)} (left out)")
+        common = f"{' > '.join(r.common)} (left out)"
+        if width is not None:
+            common = cut_middle(common[:-len(" (left out)")], max(width - _W - 4 - len(" (left out)"), MIN_NAME)) \
+                + " (left out)"
+        lines.append(f"  {'on every stack:':<{_W}} {common}")
+    lines.extend(unnamed_lines(r.rows[:top], unnamed or {}, path, width))
     lines.append("")
     if r.rows:
         lines.extend("  " + line for line in _table(r.rows[:top], r.view, r.view_total, r.sort, width))
@@ -261,6 +289,80 @@ def render_report(r: ProcessReport, top: int, stacks: bool = False, width: int |
     else:
         lines.append("  (no allocations in this view)")
     return "\n".join(lines) + "\n"
+
+
+class Unnamed(NamedTuple):
+    """Why a library's rows are shown as `lib+0x...`, and what names them."""
+
+    why: str  # "no symbols in the file", ...; '' for code in no file (JIT)
+    package: str  # its Debian package, '' when none
+    fix: str  # the fix when no package has its debug symbols
+
+
+def unnamed_fixes(profile: Profile, rows: Sequence[FunctionRow], path: str) -> dict[str, Unnamed]:
+    """library -> why its rows shown as `lib+0x...` have no name and how to name them, for the
+    libraries of `rows` with such a row, dpkg asked once for all. The end of `record` said the
+    same, but a report is read later too, or of a profile from elsewhere."""
+    unnamed = {r.library for r in rows if _is_unnamed(r)}
+    if not unnamed:
+        return {}
+    # only a report with an unnamed row needs dpkg and the debug-archive helpers
+    from heapscope.symbolize.missing import jit_fix, owning_packages
+    named = {r.library for r in rows if not _is_unnamed(r)}
+    files: dict[str, str] = {}  # library -> the path of its file
+    for m in profile.mappings():
+        base = mapping_basename(m.name)
+        if base in unnamed:
+            files.setdefault(base, m.name)
+    packages = owning_packages(list(files.values()))
+    out = {}
+    for lib in sorted(unnamed):
+        file = files.get(lib, lib)
+        if unknown_code_pid(file) is not None:
+            out[lib] = Unnamed("", "", jit_fix(""))
+            continue
+        # Named rows of the same file beside: its exported functions have symbols, its static ones not.
+        why = "static functions, no symbol in the file" if lib in named else "stripped: no symbols"
+        out[lib] = Unnamed(why, packages.get(file, ""),
+                           f"build it with -g, or give its debug file: heapscope symbolize {path} --binary-path DIR")
+    return out
+
+
+def _is_unnamed(row: FunctionRow) -> bool:
+    """Whether a row is a frame no symbol named: `lib+0x1a2b` (fallback_frame_name's spelling)."""
+    return row.function.startswith(row.library + "+0x")
+
+
+def unnamed_lines(rows: Sequence[FunctionRow], fixes: dict[str, Unnamed], path: str, width: int | None) -> list[str]:
+    """The header lines that say why the rows of `rows` shown as `lib+0x...` have no name and
+    how to name them: the libraries a Debian package has debug symbols for in one fix, the
+    others each with theirs; wrapped to `width` (None: one line each)."""
+    libs = list(dict.fromkeys(r.library for r in rows if _is_unnamed(r) and r.library in fixes))
+    if not libs:
+        return []
+    texts = []
+    packaged = [lib for lib in libs if fixes[lib].package]
+    if packaged:
+        pkgs = " ".join(dict.fromkeys(f"{fixes[lib].package}-dbgsym" for lib in packaged))
+        fix = f"apt install {pkgs} (Debian's debug archive), then heapscope symbolize {path}"
+        from heapscope.symbolize.missing import debug_archive_advice
+        advice = debug_archive_advice([fix], path)
+        if advice:  # its last line: the debuginfod server that needs nothing installed
+            fix += "; " + advice[-1].strip()
+        texts.append(", ".join(f"{lib}+0x… ({fixes[lib].why})" for lib in packaged) + f"; fix: {fix}")
+    for lib in libs:
+        u = fixes[lib]
+        if not u.package:
+            texts.append(f"{lib}+0x… ({u.why}); fix: {u.fix}" if u.why else f"{lib}+0x…: {u.fix}")
+    lines = []
+    for text in texts:
+        if width is None:
+            lines.append(f"  {'unnamed:':<{_W}} {text}")
+            continue
+        wrapped = textwrap.wrap(text, max(width - _W - 3, MIN_NAME), break_long_words=False,
+                                break_on_hyphens=False, subsequent_indent="  ")
+        lines.extend(f"  {'unnamed:' if not lines and k == 0 else '':<{_W}} {line}" for k, line in enumerate(wrapped))
+    return lines
 
 
 def _sampling(interval: int, asked: int) -> str:
@@ -291,7 +393,7 @@ def _table(rows: Sequence[FunctionRow], view: str, whole: int, sort: str = "self
 
     cells = [header] + [
         (*pair(r, first), *pair(r, second), *((format_count(r.samples or 0),) if with_samples else ()),
-         r.function, _short(r.source) or "-", r.library)
+         r.function, _short(r.source) or "-", _library(r))
         for r in rows]
     widths = [max(len(c[i]) for c in cells) for i in range(len(header))]
     if width is not None:
@@ -306,6 +408,13 @@ def _table(rows: Sequence[FunctionRow], view: str, whole: int, sort: str = "self
         numbers = [c[i].rjust(widths[i]) for i in range(n)]
         out.append("  ".join([*numbers, c[n].ljust(widths[n]), c[n + 1].ljust(widths[n + 1]), c[n + 2]]).rstrip())
     return out
+
+
+def _library(row: FunctionRow) -> str:
+    """A row's library cell: blank when its location names that file already (a Python row's
+    `pd_job.py:5` in `pd_job.py`): the width goes to the function's name."""
+    where = _short(row.source)
+    return "" if where == row.library or where.startswith(row.library + ":") else row.library
 
 
 def render_tree(profile: object, r: ProcessReport, focus: re.Pattern[str] | None,

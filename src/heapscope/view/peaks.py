@@ -27,7 +27,7 @@ import re
 from collections.abc import Sequence
 
 from heapscope.store.reader import PathFrame, Profile, mapping_basename
-from heapscope.view.names import elide
+from heapscope.view.names import cut_middle, elide
 from heapscope.view.wrappers import base_name, wrapper_pattern
 
 PEAK_CALLSITES = 64  # the largest callsites at the peak a Python process's lines are grouped from
@@ -118,6 +118,7 @@ def distinct_lines(stacks: Sequence[tuple[Sequence[str], int | None, int]], top:
             g[0] += size
     ranked = sorted(groups.items(), key=lambda kv: (-kv[1][0], kv[1][1]))[:top]
     out = []
+    whole = []  # each line unfitted
     for key, (size, _rank, wanted) in ranked:
         shown = set(range(min(frames, len(key))))
         if wanted >= 0:
@@ -131,11 +132,25 @@ def distinct_lines(stacks: Sequence[tuple[Sequence[str], int | None, int]], top:
                                                for i in range(len(key))):
                 shown.add(min(differs, len(key) - 1) if differs < len(key) else len(key) - 1)
         out.append((_join(key, sorted(shown)), size))
-    return out
+        whole.append(_join(key, sorted(shown), width=1 << 30))
+    return _apart(out, whole)
 
 
-def _join(labels: Sequence[str], shown: list[int]) -> str:
-    """Labels at the `shown` positions (innermost first, ascending), outermost first, `…` for each gap."""
+def _apart(lines: list[tuple[str, int]], whole: list[str]) -> list[tuple[str, int]]:
+    """`lines`, those that fitting to the width made read the same as another given `whole`."""
+    texts = [text for text, _ in lines]
+    return [(whole[i] if texts.count(text) > 1 else text, size) for i, (text, size) in enumerate(lines)]
+
+
+#: A summary line's stack at most: `record` prints it after `heapscope:` and the bytes, in 120
+#: columns (_join says how a wider one is made to fit).
+SUMMARY_LINE = 95
+_SHRINK = (32, 24, 20)  # the name lengths tried; no shorter: a name cut further reads as none
+
+
+def _join(labels: Sequence[str], shown: list[int], width: int = SUMMARY_LINE) -> str:
+    """Labels at the `shown` positions (innermost first, ascending), outermost first, `…` for each
+    gap; names shortened (each alike) while the line is wider than `width`."""
     parts: list[str] = []
     last = -1
     for i in shown:
@@ -145,7 +160,48 @@ def _join(labels: Sequence[str], shown: list[int]) -> str:
         last = i
     if len(labels) > last + 1:
         parts.append("…")
-    return " > ".join(reversed(parts)) if parts else "?"
+    if not parts:
+        return "?"
+    # Too wide: names shortened a first time, then the frames next to the innermost go (it is
+    # where the memory was asked for; the outermost shown is the program's own code or where
+    # the stack differs), then names shortened further.
+    first, *more = _SHRINK
+    parts = _shrunk(parts, first, width)
+    while len(" > ".join(parts)) > width:
+        named = [i for i, p in enumerate(parts) if p != "…"]
+        if len(named) <= 2:
+            break
+        k = named[1]
+        parts[k] = "…"
+        if k + 1 < len(parts) and parts[k + 1] == "…":
+            del parts[k + 1]
+        if parts[k - 1] == "…":
+            del parts[k]
+    for limit in more:
+        parts = _shrunk(parts, limit, width)
+    return " > ".join(reversed(parts))
+
+
+def _shrunk(parts: list[str], limit: int, width: int) -> list[str]:
+    """`parts` with each name shortened to `limit`, when they are wider than `width` together."""
+    if len(" > ".join(parts)) <= width:
+        return parts
+    return [p if p == "…" else _shrink(p, limit) for p in parts]
+
+
+_ADDRESS = re.compile(r"\+0x[0-9a-f]+$")
+_PYTHON_LABEL = re.compile(r"(?P<name>.+?)(?P<rest> \([^()]*\)(?: ×[\d-]+)?)")
+
+
+def _shrink(label: str, width: int) -> str:
+    """A label at most about `width` characters: a native name elided (view/names.py), a Python
+    label's function cut in its middle, its (file:line) kept whole."""
+    if _ADDRESS.search(label):
+        return label  # `lib+0x1a2b`, `[unknown pid 7]+0x7f…`: cut, an address names nothing
+    m = _PYTHON_LABEL.fullmatch(label)
+    if m is not None and ":" in m["rest"]:
+        return cut_middle(m["name"], max(width - len(m["rest"]), 16)) + m["rest"]
+    return elide(label, width)
 
 
 class _Line:

@@ -45,13 +45,18 @@ WRAPPERS: tuple[str, ...] = (
     # libc's own entry points, as seen when a frame of them survives the client's skipping
     r"(__libc_|__)?(malloc|calloc|realloc|reallocarray|memalign|valloc|pvalloc|aligned_alloc|posix_memalign)",
     r"(__)?strn?dup",
-    # C++: operator new / new[] (every overload) and the standard allocators
-    r"operator new(\[\])?",
+    # C++: operator new / new[] (every overload, a class's own too) and the standard allocators
+    r"([\w:]+::)?operator new(\[\])?",
     r"(std::|__gnu_cxx::)(__new_allocator|new_allocator|allocator|allocator_traits)<.*>::allocate",
     r"std::_Vector_base<.*>::_M_allocate|std::_Rb_tree<.*>::_M_get_node"
     r"|std::__detail::_Hashtable_alloc<.*>::_M_allocate_(node|buckets)|std::_Hashtable<.*>::_M_allocate_buckets",
     # GNU/git/gcc: xmalloc and kin
     r"x(malloc|mallocz|calloc|realloc|strdup|strndup|memdup|memdupz|zalloc|alloc)",
+    # gcc: its garbage collector's entry points and vec's reservation (as std::vector's _M_allocate);
+    # libiberty's and glibc's obstacks; binutils' bfd and objalloc arenas
+    r"ggc_internal_(cleared_)?alloc|ggc_(alloc|realloc|cleared_alloc|alloc_cleared)\w*"
+    r"|va_(heap|gc)::reserve|vec<.*>::reserve(_exact)?|vec_safe_reserve(_exact)?",
+    r"_obstack_(newchunk|begin|begin_1)|bfd_z?(alloc|malloc)|bfd_realloc(_or_free)?|_?objalloc_alloc",
     # redis
     r"z(try)?(malloc|calloc|realloc)(_usable)?(_internal)?|zstrdup|zmalloc_no_tcache|zcalloc_num",
     # sqlite
@@ -64,6 +69,12 @@ WRAPPERS: tuple[str, ...] = (
     r"|PyObject_GC_(New|NewVar)|gc_alloc|_PyObject_New(Var)?|PyType_GenericAlloc|_PyType_AllocNoTrack",
     # jemalloc and tcmalloc entry points
     r"je_\w*(alloc|allocx)|(mallocx|rallocx|xallocx)|imalloc(_body)?|malloc_default|tc_\w+",
+    # node and V8: the ArrayBuffer allocator and the backing-store calls down to it (the row left
+    # is the Buffer API that was called), V8's malloc with retry
+    r"node::NodeArrayBufferAllocator::(Allocate|AllocateUninitialized|Reallocate)"
+    r"|v8::internal::Heap::AllocateExternalBackingStore|v8::internal::BackingStore::Allocate"
+    r"|v8::ArrayBuffer::NewBackingStore(ForNodeLTS)?|v8::internal::(AllocWithRetry|AllocAtLeastWithRetry"
+    r"|AlignedAllocWithRetry|AlignedAlloc)",
     # OpenSSL, FFmpeg
     r"CRYPTO_(malloc|zalloc|realloc|strdup|strndup|memdup)|av_(malloc|mallocz|realloc|strdup|memdup)",
 )

@@ -22,8 +22,9 @@ def test_minor_processes_are_one_line_of_the_table(known_profile: Path,
     blocks = out.split("\npid ")
     # THEN the table names it in its last line, and its section is left out
     assert len(blocks) == 3, out
-    assert blocks[0].splitlines()[-1] == (
-        "  ... and 1 more process, each under 1% of the largest's peak and allocations (idle), not shown:"
+    # (wrapped to 120 columns when piped)
+    assert " ".join(line.strip() for line in blocks[0].splitlines()[-2:]) == (
+        "... and 1 more process, each under 1% of the largest's peak and allocations (idle), not shown:"
         " --pid PID shows one, --all-processes every one")
     assert "idle  (upid 3)" not in out
 
@@ -153,3 +154,105 @@ def test_closed_pipe_is_quiet(known_profile: Path) -> None:
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0
     assert err == b""
+
+
+def test_an_unnamed_row_comes_with_why_and_how_to_name_it(known_profile: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN a process with a row prog+0x1a2b beside named rows of prog (a file dpkg does not know)
+    assert main(["report", str(known_profile), "--pid", "100", "--keep-wrappers", "--wide"]) == 0
+    out = capsys.readouterr().out
+    # THEN its header says why that row has no name, and what names it
+    assert (f"  unnamed:       prog+0x… (static functions, no symbol in the file); fix: build it with -g, or give"
+            f" its debug file: heapscope symbolize {known_profile} --binary-path DIR\n") in out
+    # AND piped (120 columns) the line is wrapped under its label, none longer
+    assert main(["report", str(known_profile), "--pid", "100", "--keep-wrappers"]) == 0
+    out = capsys.readouterr().out
+    head = out[:out.index("  total") if "  total" in out else out.index("  self")]
+    assert "  unnamed:       prog+0x… (static functions" in head
+    assert all(len(line) <= 120 for line in out.splitlines()), out
+    # AND a report whose rows are all named has no such line
+    assert main(["report", str(known_profile), "--pid", "200"]) == 0
+    assert "unnamed:" not in capsys.readouterr().out
+
+
+def test_the_table_of_processes_fits_the_width() -> None:
+    from heapscope.cli.report import render_processes
+    from heapscope.model import ProcessInfo, Upid
+    from heapscope.store.reader import Process
+    from heapscope.view.report import ProcessLine
+
+    # GIVEN processes with a long executable and many small ones
+    def line(upid: int, exe: str, peak: int) -> ProcessLine:
+        info = ProcessInfo(Upid(upid), pid=1000 + upid, ppid=1, name=os.path.basename(exe), cmdline=f"{exe} -c x",
+                           exe=exe, uid=0, start_ts=0)
+        return ProcessLine(Process(info, None), peak, peak, 1, 10)
+    long_exe = "/usr/lib/gcc/x86_64-linux-gnu/12/" + "very-long-directory-name/" * 6 + "cc1"
+    lines = [line(1, long_exe, 1 << 30)] + [line(2 + k, f"/usr/bin/tool{k % 5}", 10) for k in range(60)]
+    minor = {2 + k for k in range(60)}
+    # WHEN it is rendered for 120 columns
+    text = render_processes(lines, minor, 120)
+    # THEN no line is wider, the executable cut in its middle, the line of the small ones wrapped
+    assert all(len(ln) <= 120 for ln in text.splitlines()), text
+    assert "…" in text.splitlines()[2] and text.splitlines()[2].endswith("/cc1")
+    assert text.splitlines()[-1].startswith("      ") and "--all-processes every one" in text
+    # AND without a width it is as long as it is
+    assert long_exe in render_processes(lines, minor)
+
+
+def test_the_frames_on_every_stack_fit_the_width(known_profile: Path) -> None:
+    from heapscope.cli.report import render_report
+    from heapscope.store.reader import open_profile
+    from heapscope.view.report import build_reports
+
+    # GIVEN a process whose stacks all start with many frames (a stripped binary: git+0x1f120 > ...)
+    with open_profile(known_profile) as profile:
+        [r] = build_reports(profile, "space", 100)
+    r.common = ["_start", "__libc_start_main", "__libc_start_call_main"] + [f"git+0x{k:x}f0b2" for k in range(12)]
+    # WHEN the report is rendered for 120 columns
+    text = render_report(r, 5, width=120)
+    # THEN that line fits, cut in its middle, its ends kept
+    [line] = [ln for ln in text.splitlines() if "on every stack:" in ln]
+    assert len(line) <= 120 and "…" in line and line.endswith("git+0xbf0b2 (left out)"), line
+    assert "  on every stack: _start > __libc_start_main" in line
+    # AND at full width (--wide) every frame is there
+    assert " > ".join(r.common) in render_report(r, 5)
+
+
+def test_a_builds_dozens_of_processes_leave_room_on_the_first_screen() -> None:
+    from heapscope.cli.report import TABLE_ROWS, render_processes
+    from heapscope.model import ProcessInfo, Upid
+    from heapscope.store.reader import Process
+    from heapscope.view.report import ProcessLine
+
+    # GIVEN 30 compilers of similar size (none under 1% of the largest), as `make -j2` runs
+    def line(upid: int, name: str, peak: int) -> ProcessLine:
+        info = ProcessInfo(Upid(upid), pid=upid, ppid=1, name=name, cmdline=f"{name} f{upid}.c", exe=f"/usr/bin/{name}",
+                           uid=0, start_ts=0)
+        return ProcessLine(Process(info, None), peak, peak, 1, 10)
+    lines = [line(k + 1, "cc1" if k % 3 else "as", 1000 - k) for k in range(30)]
+    # WHEN the table of processes is rendered
+    text = render_processes(lines, set(), 120).splitlines()
+    # THEN it shows the largest ones, and counts the others in one line
+    assert len(text) == 2 + TABLE_ROWS + 1, text
+    assert text[2].split()[0] == "1" and text[-2].split()[0] == str(TABLE_ROWS)
+    assert text[-1] == "  ... and 20 more processes, each in its section below (cc1 ×14, as ×6)"
+    # AND one process more than the table holds is shown rather than counted
+    assert len(render_processes(lines[:TABLE_ROWS + 1], set(), 120).splitlines()) == 2 + TABLE_ROWS + 1
+
+
+def test_a_python_rows_library_is_not_its_locations_file_again() -> None:
+    from heapscope.cli.report import _table
+    from heapscope.view.report import FunctionRow
+
+    # GIVEN Python rows (their library is their file) and a native row, long frozen-module locations
+    rows = [FunctionRow("_compile_bytecode", "<frozen importlib._bootstrap_external>", 20 << 20, 20 << 20,
+                        "<frozen importlib._bootstrap_external>:729"),
+            FunctionRow("load.<locals>.<listcomp>", "pd_job.py", 18 << 20, 18 << 20, "/tmp/x/pd_job.py:5"),
+            FunctionRow("_IO_file_doallocate", "libc.so.6", 8192, 8192, "filedoalloc.c:101")]
+    # WHEN the table is laid out for 120 columns
+    lines = _table(rows, "space", 40 << 20, width=120)
+    # THEN a Python row's library cell is blank, a native row's is there, and every line fits
+    assert lines[0].endswith("library") and lines[1].endswith("<frozen importlib._bootstrap_external>:729")
+    assert lines[2].endswith("pd_job.py:5") and lines[3].split()[-2:] == ["filedoalloc.c:101", "libc.so.6"]
+    assert all(len(line) + 2 <= 120 for line in lines), lines
+    assert "load.<locals>.<listcomp>" in lines[2]  # the name whole: the width went to it
