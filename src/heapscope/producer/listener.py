@@ -209,7 +209,7 @@ class Listener:
                    prepare: Callable[[int], object] | None) -> Accepted | None:
         conn.settimeout(HANDSHAKE_TIMEOUT_S)
         data = _recv_exactly(conn, hs.HELLO.size)
-        magic, version, pid, ppid, _, token = hs.HELLO.unpack(data)
+        magic, version, pid, ppid, _, token, start_ts = hs.HELLO.unpack(data)
         peer_pid, peer_uid, _ = PEERCRED.unpack(
             conn.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, PEERCRED.size))
         cfg = self.config
@@ -241,7 +241,7 @@ class Listener:
         from heapscope.producer import procfs  # imported by warm()
 
         upid = Upid(self.next_upid)
-        info = procfs.process_info(upid, pid, ppid, peer_uid)
+        info = procfs.process_info(upid, pid, ppid, peer_uid, start_ts)
         memfd, shm = create_ring(cfg.shmem_size)
         try:
             ingest = prepare(memfd) if prepare is not None else None

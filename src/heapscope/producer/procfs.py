@@ -11,13 +11,15 @@ import time
 from heapscope.model import ProcessInfo, Upid
 
 
-def process_info(upid: Upid, pid: int, ppid: int, uid: int) -> ProcessInfo:
-    """What /proc says about a client; it is alive, waiting for our answer."""
+def process_info(upid: Upid, pid: int, ppid: int, uid: int, told_start: int = 0) -> ProcessInfo:
+    """What /proc says about a client; it is alive, waiting for our answer. Its start is
+    `told_start`, the client's clock as it connected, when it said one: this answer comes later."""
+    now = time.monotonic_ns()
     args = cmdline_args(pid)
     exe = exe_path(pid, args)
     name = process_name(pid, args, exe)
     return ProcessInfo(upid=upid, pid=pid, ppid=ppid, name=name, cmdline=join_args(args), exe=exe,
-                       uid=uid, start_ts=time.monotonic_ns())
+                       uid=uid, start_ts=told_start if 0 < told_start <= now else now)
 
 
 def join_args(args: list[str]) -> str:

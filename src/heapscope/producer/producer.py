@@ -695,7 +695,11 @@ class Producer:
             pass
         p.ingest.tracker.flush()
         self._drain(p, limit=0)  # take the stream of what flush applied
-        p.info.end_ts = time.monotonic_ns() if at is None else max(p.info.start_ts, at)
+        seen = time.monotonic_ns() if at is None else at
+        # The client's own clock at its exit when it noted one: the producer sees an exit only
+        # later, and a process started meanwhile (a shell's next command) did not run with this one.
+        told = p.meta("exit_ts")
+        p.info.end_ts = max(p.info.start_ts, told if 0 < told <= seen else seen)
         if reason == "exit":
             self.exited_pids.add(p.info.pid)
         p.flags.disconnected = disconnected

@@ -118,7 +118,7 @@ PYFRAME = struct.Struct("<QiI")
 PYCODE = struct.Struct("<QiHHIIII")
 PYINFO = struct.Struct("<QQQIIII")
 
-META_STRUCT_SIZE = 328
+META_STRUCT_SIZE = 336
 CLIENT_COUNTERS = tuple(list(META_FIELDS)[9:])
 
 
@@ -138,17 +138,18 @@ class Hello(Record, frozen=True):
     pid: int
     ppid: int
     token: bytes
+    start_ts: int = 0  # the client's clock as it connected, ns (0: not known)
 
     def pack(self) -> bytes:
-        return HELLO.pack(self.magic, self.version, self.pid, self.ppid, 0, self.token)
+        return HELLO.pack(self.magic, self.version, self.pid, self.ppid, 0, self.token, self.start_ts)
 
     @classmethod
     def unpack(cls, data: bytes) -> Hello:
         """Raises MalformedRecord unless `data` is exactly one hs_hello."""
         if len(data) != HELLO.size:
             raise MalformedRecord(f"hello of {len(data)} bytes (expected {HELLO.size})")
-        magic, version, pid, ppid, _, token = HELLO.unpack(data)
-        return cls(magic, version, pid, ppid, token)
+        magic, version, pid, ppid, _, token, start_ts = HELLO.unpack(data)
+        return cls(magic, version, pid, ppid, token, start_ts)
 
 
 class Config(Record, frozen=True):

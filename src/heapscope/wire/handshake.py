@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     import mmap
 
 WIRE_MAGIC = 0x31575350414548
-WIRE_VERSION = 7
+WIRE_VERSION = 8
 TOKEN_SIZE = 16
 META_SIZE = 4096
 RING_MIN_SIZE = 4096  # the data ring: a power of two in [RING_MIN_SIZE, RING_MAX_SIZE]
@@ -32,7 +32,7 @@ STATUS_OK, STATUS_REJECTED, STATUS_NOT_TARGETED = 0, 1, 2
 UNWINDER_AUTO, UNWINDER_LIBUNWIND, UNWINDER_FP, UNWINDER_NONE, UNWINDER_CFA = 0, 1, 2, 3, 4
 CFG_BLOCK_CLIENT = 1
 
-HELLO = struct.Struct("<QIIII16s")
+HELLO = struct.Struct("<QIIII16sQ")
 CONFIG = struct.Struct("<QIIQQQIIII")
 
 # struct hs_ring_meta: field name -> (offset, struct format)
@@ -61,6 +61,7 @@ META_FIELDS: dict[str, tuple[int, str]] = {
     "python_codes_failed": (304, "<Q"),
     "exit_peak_rss": (312, "<Q"),  # the client's last destructor: VmHWM then, bytes (0: not known)
     "own_rss": (320, "<Q"),  # and heapscope's own mappings resident then, bytes (0: not known)
+    "exit_ts": (328, "<Q"),  # and when, CLOCK_MONOTONIC ns (0: not known)
 }
 
 

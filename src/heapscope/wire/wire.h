@@ -70,7 +70,7 @@
 #include <stdint.h>
 
 #define HS_WIRE_MAGIC 0x31575350414548ull /* "HEAPSW1" little endian */
-#define HS_WIRE_VERSION 7u
+#define HS_WIRE_VERSION 8u
 #define HS_TOKEN_SIZE 16
 #define HS_META_SIZE 4096u
 /* The ring of data after the meta page: a power of two in this range. */
@@ -151,6 +151,9 @@ struct hs_hello {
   uint32_t ppid;
   uint32_t reserved;
   uint8_t token[HS_TOKEN_SIZE];
+  uint64_t start_ts; /* CLOCK_MONOTONIC_COARSE ns (the records' clock) as the client connects: the process's start for its
+                        timeline (the producer reads the hello later; a short program may
+                        have reached its peak by then) */
 };
 
 /* producer -> client, with the ring memfd attached when status == OK. */
@@ -206,6 +209,8 @@ struct hs_ring_meta {
    * known (a signal killed it). */
   uint64_t exit_peak_rss; /* bytes: the process's VmHWM at that moment */
   uint64_t own_rss;       /* bytes of heapscope's own mappings resident then (client/own.h) */
+  uint64_t exit_ts;       /* CLOCK_MONOTONIC_COARSE ns at that moment: the process's end, as the
+                             producer's own sight of it comes later */
 };
 
 struct hs_malloc {
@@ -357,10 +362,10 @@ struct hs_heap_free {
 #else
 #define HS_STATIC_ASSERT _Static_assert
 #endif
-HS_STATIC_ASSERT(sizeof(struct hs_hello) == 40, "hs_hello");
+HS_STATIC_ASSERT(sizeof(struct hs_hello) == 48, "hs_hello");
 HS_STATIC_ASSERT(sizeof(struct hs_config) == 56, "hs_config");
 HS_STATIC_ASSERT(sizeof(struct hs_ring_meta) <= HS_META_SIZE, "meta");
-HS_STATIC_ASSERT(sizeof(struct hs_ring_meta) == 328, "hs_ring_meta");
+HS_STATIC_ASSERT(sizeof(struct hs_ring_meta) == 336, "hs_ring_meta");
 HS_STATIC_ASSERT(sizeof(struct hs_malloc) == 56, "hs_malloc");
 HS_STATIC_ASSERT(sizeof(struct hs_free) == 16, "hs_free");
 HS_STATIC_ASSERT(sizeof(struct hs_stack) == 16, "hs_stack");

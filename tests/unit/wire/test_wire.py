@@ -116,9 +116,9 @@ def test_meta_ends_with_the_clients_exit_figures(c_layout: dict[str, Any]) -> No
     """The meta's last fields, written by the client's last destructor, are mirrored: no field of
     the C struct lies past the codec's last one."""
     ends = {name: off + struct.calcsize(fmt) for name, (off, fmt) in codec.META_FIELDS.items()}
-    assert max(ends.values()) == ends["own_rss"] == c_layout["sizeof hs_ring_meta"]
-    assert ends["exit_peak_rss"] == c_layout["meta own_rss"]
-    assert {"exit_peak_rss", "own_rss"} <= set(codec.CLIENT_COUNTERS)
+    assert max(ends.values()) == ends["exit_ts"] == c_layout["sizeof hs_ring_meta"]
+    assert ends["exit_peak_rss"] == c_layout["meta own_rss"] and ends["own_rss"] == c_layout["meta exit_ts"]
+    assert {"exit_peak_rss", "own_rss", "exit_ts"} <= set(codec.CLIENT_COUNTERS)
     meta = mmap.mmap(-1, codec.META_SIZE)
     codec.write_meta(meta, "exit_peak_rss", 1 << 40)
     assert codec.read_meta(meta, "exit_peak_rss") == 1 << 40 and codec.read_meta(meta, "own_rss") == 0
