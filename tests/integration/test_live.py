@@ -14,7 +14,9 @@ import os
 import re
 import shlex
 import shutil
+import sqlite3
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -306,3 +308,68 @@ def test_attach_and_quit(programs, tmp_path):
         if target.poll() is None:
             target.kill()
             target.wait(timeout=30)
+
+
+def _bytes_of(text: str) -> int:
+    """`human_bytes`'s text ("39.3 MiB") back to bytes, to its precision."""
+    number, unit = text.split()
+    scale = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}[unit]
+    return int(float(number.replace(",", "")) * scale)
+
+
+def screen_unreleased(screen: str) -> int | None:
+    m = re.search(r"unreleased ([\d.,]+ [KMG]?i?B) \(peak shown", screen)
+    return _bytes_of(m.group(1)) if m else None
+
+
+def profile_unreleased(db: Path) -> int:
+    """Every heap's unreleased bytes at its last dump (the report's figure), summed."""
+    with open_profile(db) as p:
+        (proc,) = p.processes()
+        last: dict[str, int] = {}
+        for d in p.dumps(proc.info.upid):
+            last[d.heap_name] = max(last.get(d.heap_name, 0), d.ts_end)
+        con = sqlite3.connect(db)
+        try:
+            return sum(con.execute("SELECT COALESCE(SUM(size), 0) FROM heap_profile_allocation"
+                                   " WHERE upid = ? AND heap_name = ? AND ts <= ?",
+                                   (proc.info.upid, heap, ts)).fetchone()[0] for heap, ts in last.items())
+        finally:
+            con.close()
+
+
+@pytest.mark.timeout(300)
+def test_python_program_unreleased_is_every_heaps(tmp_path):
+    """A growing Python program: the view's unreleased figure counts Python's heap (pymalloc) as
+    well as malloc's, as the report does, and is the profile's at the same moment (a dump taken
+    while it stands still, within 10%)."""
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed (apt-get install tmux; .ci/run does)")
+    pytest.importorskip("textual", reason="needs textual: pip install '.[live]'")
+    ctl = tmp_path / "ctl"
+    os.mkfifo(ctl)
+    program = Path(__file__).parents[1] / "programs" / "python" / "growing.py"
+    tmux = Tmux([*HEAPSCOPE, "live", "-o", "py.db", "--", sys.executable, str(program), str(ctl), "24"], tmp_path)
+    fifo = None
+    try:
+        # WHEN it has grown by 24 MiB of small objects (pymalloc's) and 24 MiB of bytearrays (malloc's)
+        screen = tmux.wait_for(re.compile(r"grown \d+").search)
+        grown = int(re.search(r"grown (\d+)", screen).group(1))  # type: ignore[union-attr]
+        # THEN the figure reaches both halves (malloc's alone would be half of it)
+        screen = tmux.wait_for(lambda s: (screen_unreleased(s) or 0) >= 0.9 * grown)
+        shown = screen_unreleased(screen)
+        assert shown is not None
+        # AND it is the profile's: a dump now, while the program stands still
+        tmux.keys("d")
+        tmux.wait_for("dump written to py.db")
+        tmux.keys("q")
+        tmux.wait_for("view closed: profiling stopped; waiting for pid")
+        fifo = Fifo(ctl)
+        fifo.step()
+        assert tmux.exit_status() == 0
+        in_profile = profile_unreleased(tmp_path / "py.db")
+        assert abs(shown - in_profile) <= 0.1 * in_profile, (shown, in_profile, grown)
+    finally:
+        for x in (fifo, tmux):
+            if x is not None:
+                x.close()
