@@ -8,6 +8,7 @@ deadline; each test runs its own tmux server and kills it at the end.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import itertools
 import os
@@ -373,3 +374,58 @@ def test_python_program_unreleased_is_every_heaps(tmp_path):
         for x in (fifo, tmux):
             if x is not None:
                 x.close()
+
+
+def _cpython_312() -> str | None:
+    """A CPython 3.12+ (its -X perf trampolines are code generated at run time), or None."""
+    from python_support import installed_pythons
+
+    return next((str(p) for p in installed_pythons() if _minor(str(p)) >= 12), None)
+
+
+def _minor(python: str) -> int:
+    run = subprocess.run([python, "-c", "import sys; print(sys.version_info[1])"], capture_output=True, text=True,
+                         timeout=30)
+    return int(run.stdout) if run.returncode == 0 and run.stdout.strip().isdigit() else 0
+
+
+@pytest.mark.timeout(300)
+def test_jit_frames_are_named_from_the_perf_map(tmp_path):
+    """CPython 3.12+ with -X perf runs Python functions through trampolines it generates and lists
+    in /tmp/perf-PID.map: the view names them from it (py::grow_big:...), as `record` does at its end."""
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed (apt-get install tmux; .ci/run does)")
+    pytest.importorskip("textual", reason="needs textual: pip install '.[live]'")
+    python = _cpython_312()
+    if python is None:
+        pytest.skip("no CPython 3.12+ in pyenv (`pyenv versions`): -X perf needs 3.12")
+    ctl = tmp_path / "ctl"
+    os.mkfifo(ctl)
+    program = Path(__file__).parents[1] / "programs" / "python" / "growing.py"
+    tmux = Tmux([*HEAPSCOPE, "live", "-o", "jit.db", "--", python, "-X", "perf", str(program), str(ctl), "8"],
+                tmp_path)
+    fifo = None
+    try:
+        tmux.wait_for(re.compile(r"grown \d+").search)
+        tmux.keys("d")  # a dump resolves every stack to its callsite, whose frames the view then names
+        tmux.wait_for("dump written to jit.db")
+        screen = tmux.wait_for(lambda s: f"py::grow_big:{program}" in s or f"py::grow_small:{program}" in s)
+        assert "[unknown pid " not in screen, screen
+        tmux.keys("q")
+        tmux.wait_for("view closed: profiling stopped; waiting for pid")
+        fifo = Fifo(ctl)
+        fifo.step()
+        assert tmux.exit_status() == 0
+    finally:
+        for x in (fifo, tmux):
+            if x is not None:
+                x.close()
+        db = tmp_path / "jit.db"
+        if db.exists():  # the perf map the program left in /tmp
+            con = sqlite3.connect(db)
+            try:
+                for (pid,) in con.execute("SELECT pid FROM process"):
+                    with contextlib.suppress(OSError):
+                        os.unlink(f"/tmp/perf-{pid}.map")
+            finally:
+                con.close()

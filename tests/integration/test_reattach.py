@@ -19,12 +19,38 @@ from pathlib import Path
 
 import pytest
 from test_python import INTERPRETERS, _paths
-from test_sessions import HEAPSCOPE, MIB, Proc, bin_dir, cumulative_by_dump, procs, query, record  # noqa: F401
+from test_sessions import HEAPSCOPE, HERE, MIB, Proc, cumulative_by_dump, query, record
 
 pytestmark = pytest.mark.skipif(shutil.which("gdb") is None, reason="gdb is not installed (apt-get install gdb)")
 
 ATTACH_REFUSED = 3  # errors.AttachError.exit_code, docs/recording.md
 PY_TARGET = Path(__file__).parents[1] / "programs" / "python" / "attached.py"
+
+
+@pytest.fixture(scope="module")
+def bins(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """phases (tests/integration/sessions/phases.c): a C server that grows and frees on command."""
+    out = tmp_path_factory.mktemp("reattach-bin")
+    cc = shutil.which("cc") or shutil.which("gcc")
+    assert cc, "a C compiler is needed"
+    subprocess.run([cc, "-O1", "-g", "-fno-omit-frame-pointer", "-o", str(out / "phases"), str(HERE / "phases.c")],
+                   check=True, timeout=60)
+    return out
+
+
+@pytest.fixture
+def procs():  # noqa: ANN201
+    started: list[Proc] = []
+
+    def start(argv: list[str | Path]) -> Proc:
+        p = Proc([str(a) for a in argv])
+        started.append(p)
+        return p
+
+    yield start
+    for p in started:
+        if p.p.poll() is None:
+            p.kill()
 
 
 def _quiet_record(*opts: str) -> list[str]:
@@ -50,9 +76,9 @@ def _detach(h: Proc) -> None:
 
 
 @pytest.mark.timeout(300)
-def test_a_c_server_is_attached_three_times(bin_dir: Path, tmp_path: Path, procs) -> None:  # noqa: ANN001, F811
+def test_a_c_server_is_attached_three_times(bins: Path, tmp_path: Path, procs) -> None:  # noqa: ANN001
     # GIVEN a C server holding 4 blocks of 64 KiB from before any attach
-    t = procs([bin_dir / "phases", "pre", "4"])
+    t = procs([bins / "phases", "pre", "4"])
     t.out.wait_for(lambda s: s.startswith("ready"), "target start")
     pre = 4 * 64 * 1024
     # WHEN it is attached and grows by 1 MiB, then detached
@@ -87,7 +113,7 @@ def test_a_c_server_is_attached_three_times(bin_dir: Path, tmp_path: Path, procs
 
 @pytest.mark.skipif(not INTERPRETERS, reason="no CPython 3.8-3.13 installed")
 @pytest.mark.timeout(300)
-def test_a_python_server_is_attached_three_times(tmp_path: Path, procs) -> None:  # noqa: ANN001, F811
+def test_a_python_server_is_attached_three_times(tmp_path: Path, procs) -> None:  # noqa: ANN001
     from hs_integration import Profile
 
     python = INTERPRETERS[-1]
@@ -135,9 +161,9 @@ def test_attaching_a_pid_that_does_not_exist_is_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(120)
-def test_attaching_a_pid_another_session_profiles_is_refused(bin_dir: Path, tmp_path: Path,  # noqa: F811
+def test_attaching_a_pid_another_session_profiles_is_refused(bins: Path, tmp_path: Path,
                                                              procs) -> None:  # noqa: ANN001
-    t = procs([bin_dir / "phases"])
+    t = procs([bins / "phases"])
     t.out.wait_for(lambda s: s.startswith("ready"), "target start")
     h = _attach(tmp_path / "first.db", t.p.pid, procs)
     second = tmp_path / "second.db"
@@ -154,10 +180,10 @@ def test_attaching_a_pid_another_session_profiles_is_refused(bin_dir: Path, tmp_
 
 
 @pytest.mark.timeout(120)
-def test_attaching_a_program_started_under_heapscope_is_refused(bin_dir: Path, tmp_path: Path,  # noqa: F811
+def test_attaching_a_program_started_under_heapscope_is_refused(bins: Path, tmp_path: Path,
                                                                 procs) -> None:  # noqa: ANN001
     # GIVEN a program that `record` started (the client preloaded, its session running)
-    started = procs(record("-o", tmp_path / "started.db", "--", bin_dir / "phases"))
+    started = procs(record("-o", tmp_path / "started.db", "--", bins / "phases"))
     started.out.wait_for(lambda s: s.startswith("ready"), "target start")
     (pid,) = [int(p) for p in subprocess.run(["pgrep", "-P", str(started.p.pid)], capture_output=True,
                                              text=True, timeout=10).stdout.split()]

@@ -343,8 +343,8 @@ class Producer:
         for pc in pcs:
             addr = pc - 1
             i = mods.find(addr)
-            if i is None:
-                out.append(("[unknown]", addr, ""))
+            if i is None:  # as FrameTable names it: the process's own unknown code, for its perf map
+                out.append((mods.unknown.name, addr, ""))
                 continue
             m = mods.modules[i]
             if skip and m.path.startswith(skip):
