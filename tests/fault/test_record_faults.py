@@ -821,7 +821,7 @@ def test_attach_refuses_a_stopped_process(bins, tmp_path, procs) -> None:
 def test_ten_attaches_to_a_threaded_allocating_program_never_hang(bins, tmp_path, procs) -> None:
     gdb_or_skip()
     for i in range(10):
-        # a fresh process each time: a process takes one attach in its life
+        # a fresh process each time (one process attached again: the test after this one)
         t = procs([bins["record_threads3"]])
         t.out.wait_for(r"^ready ")
         r = subprocess.run(attach_argv(t.p.pid, tmp_path / f"a{i}.db", "-d", "300ms", verbose=True),

@@ -183,6 +183,15 @@ static void fail_start(struct hs_ring_meta *m, int error) {
 static char saved_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 static char saved_token[2 * HS_TOKEN_SIZE + 1];
 
+static void save_session(const char *path, const char *token) {
+  if (strlen(path) < sizeof saved_path && strlen(token) < sizeof saved_token) {
+    memcpy(saved_path, path, strlen(path) + 1);
+    memcpy(saved_token, token, strlen(token) + 1);
+  } else {
+    saved_path[0] = '\0'; /* a fork child then stays dormant */
+  }
+}
+
 /* Announces the heap, Python and the loaded objects, then turns sampling
  * on. Returns 0 when profiling runs. */
 static int announce(const struct hs_config *cfg) {
@@ -219,10 +228,7 @@ static int start(const char *path, const char *token) {
     start_maxrss = (uint64_t)ru.ru_maxrss;
   if (hs_connect_producer(path, token, &cfg) != 0)
     return -1;
-  if (strlen(path) < sizeof saved_path && strlen(token) < sizeof saved_token) {
-    memcpy(saved_path, path, strlen(path) + 1);
-    memcpy(saved_token, token, strlen(token) + 1);
-  }
+  save_session(path, token);
   hs_session.interval = cfg.interval;
   hs_session.seed = cfg.seed;
   hs_session.max_frames = cfg.max_frames == 0 || cfg.max_frames > HS_MAX_FRAMES ? HS_MAX_FRAMES
@@ -347,6 +353,7 @@ static int start_again(const char *path, const char *token) {
   struct hs_config cfg;
   if (hs_connect_producer(path, token, &cfg) != 0)
     return HS_ATTACH_NO_SESSION;
+  save_session(path, token); /* a fork child's restart joins this session, not the ended one */
   struct hs_ring_meta *m = hs_session.ring.meta;
   __atomic_store_n(&m->unwinder, unwinder, __ATOMIC_RELAXED);
   if (hs_stacks_init() != HS_OK || hs_modules_init() != HS_OK) {
