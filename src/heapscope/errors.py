@@ -8,7 +8,10 @@
     ├── OutputError           a file cannot be written (or must not be replaced)
     ├── ProfileError          an input file is not a readable heapscope profile
     ├── SqlError              a statement `heapscope sql` refuses or SQLite rejects
-    └── TargetError           the command to profile cannot be started
+    └── TargetError           the command to profile cannot be started (exit 127, a shell's
+        │                     "command not found")
+        └── AttachError       `record -p`: no process could be attached to, and why (exit 3);
+                              nothing is written
 
 Every command raises the same class, with the same wording, for the same
 mistake (heapscope.store.select builds those lines). Only heapscope.cli
@@ -54,3 +57,7 @@ class SqlError(HeapscopeError):
 
 class TargetError(HeapscopeError):
     exit_code = 127
+
+
+class AttachError(TargetError):
+    exit_code = 3

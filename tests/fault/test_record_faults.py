@@ -839,7 +839,7 @@ def test_ten_attaches_to_a_threaded_allocating_program_never_hang(bins: dict[str
                                                                   procs: Callable[..., Proc]) -> None:
     gdb_or_skip()
     for i in range(10):
-        # a fresh process each time: a process takes one attach in its life
+        # a fresh process each time (one process attached again: the test after this one)
         t = procs([bins["record_threads3"]])
         t.out.wait_for(r"^ready ")
         r = subprocess.run(attach_argv(t.p.pid, tmp_path / f"a{i}.db", "-d", "300ms", verbose=True),
@@ -851,6 +851,32 @@ def test_ten_attaches_to_a_threaded_allocating_program_never_hang(bins: dict[str
         t.out.wait_for(r"^ok c$", timeout=30)
         t.send("q")
         assert t.wait() == 0
+
+
+def test_one_threaded_allocating_program_attached_five_times(bins: dict[str, Path], tmp_path: Path,
+                                                             procs: Callable[..., Proc]) -> None:
+    """Each attach after the first starts a new session while the program's threads allocate and
+    free without pause: the old session's tables go only once no thread is inside them
+    (client/session.c, start_again). No crash, no hang, and every session sees samples."""
+    gdb_or_skip()
+    t = procs([bins["record_threads3"]])
+    t.out.wait_for(r"^ready ")
+    for i in range(5):
+        db = tmp_path / f"a{i}.db"
+        r = subprocess.run(attach_argv(t.p.pid, db, "-d", "300ms", verbose=True),
+                           capture_output=True, timeout=120)
+        assert r.returncode == 0, r.stderr.decode()
+        assert b"attached to pid" in r.stderr
+        con = sqlite3.connect(db)
+        try:
+            (samples,) = con.execute("SELECT value FROM stats WHERE name = 'heap_samples'").fetchone()
+        finally:
+            con.close()
+        assert samples > 0, i
+        t.send("c")
+        t.out.wait_for(r"^ok c$", timeout=30)
+    t.send("q")
+    assert t.wait() == 0
 
 
 def test_target_dying_during_an_attach_session(bins: dict[str, Path], tmp_path: Path, procs: Callable[...,

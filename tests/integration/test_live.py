@@ -8,13 +8,16 @@ deadline; each test runs its own tmux server and kills it at the end.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import itertools
 import os
 import re
 import shlex
 import shutil
+import sqlite3
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -309,3 +312,123 @@ def test_attach_and_quit(programs: Programs, tmp_path: Path) -> None:
         if target.poll() is None:
             target.kill()
             target.wait(timeout=30)
+
+
+def _bytes_of(text: str) -> int:
+    """`human_bytes`'s text ("39.3 MiB") back to bytes, to its precision."""
+    number, unit = text.split()
+    scale = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}[unit]
+    return int(float(number.replace(",", "")) * scale)
+
+
+def screen_unreleased(screen: str) -> int | None:
+    m = re.search(r"unreleased ([\d.,]+ [KMG]?i?B) \(peak shown", screen)
+    return _bytes_of(m.group(1)) if m else None
+
+
+def profile_unreleased(db: Path) -> int:
+    """Every heap's unreleased bytes at its last dump (the report's figure), summed."""
+    with open_profile(db) as p:
+        (proc,) = p.processes()
+        last: dict[str, int] = {}
+        for d in p.dumps(proc.info.upid):
+            last[d.heap_name] = max(last.get(d.heap_name, 0), d.ts_end)
+        con = sqlite3.connect(db)
+        try:
+            return sum(con.execute("SELECT COALESCE(SUM(size), 0) FROM heap_profile_allocation"
+                                   " WHERE upid = ? AND heap_name = ? AND ts <= ?",
+                                   (proc.info.upid, heap, ts)).fetchone()[0] for heap, ts in last.items())
+        finally:
+            con.close()
+
+
+@pytest.mark.timeout(300)
+def test_python_program_unreleased_is_every_heaps(tmp_path):
+    """A growing Python program: the view's unreleased figure counts Python's heap (pymalloc) as
+    well as malloc's, as the report does, and is the profile's at the same moment (a dump taken
+    while it stands still, within 10%)."""
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed (apt-get install tmux; .ci/run does)")
+    pytest.importorskip("textual", reason="needs textual: pip install '.[live]'")
+    ctl = tmp_path / "ctl"
+    os.mkfifo(ctl)
+    program = Path(__file__).parents[1] / "programs" / "python" / "growing.py"
+    tmux = Tmux([*HEAPSCOPE, "live", "-o", "py.db", "--", sys.executable, str(program), str(ctl), "24"], tmp_path)
+    fifo = None
+    try:
+        # WHEN it has grown by 24 MiB of small objects (pymalloc's) and 24 MiB of bytearrays (malloc's)
+        screen = tmux.wait_for(re.compile(r"grown \d+").search)
+        grown = int(re.search(r"grown (\d+)", screen).group(1))  # type: ignore[union-attr]
+        # THEN the figure reaches both halves (malloc's alone would be half of it)
+        screen = tmux.wait_for(lambda s: (screen_unreleased(s) or 0) >= 0.9 * grown)
+        shown = screen_unreleased(screen)
+        assert shown is not None
+        # AND it is the profile's: a dump now, while the program stands still
+        tmux.keys("d")
+        tmux.wait_for("dump written to py.db")
+        tmux.keys("q")
+        tmux.wait_for("view closed: profiling stopped; waiting for pid")
+        fifo = Fifo(ctl)
+        fifo.step()
+        assert tmux.exit_status() == 0
+        in_profile = profile_unreleased(tmp_path / "py.db")
+        assert abs(shown - in_profile) <= 0.1 * in_profile, (shown, in_profile, grown)
+    finally:
+        for x in (fifo, tmux):
+            if x is not None:
+                x.close()
+
+
+def _cpython_312() -> str | None:
+    """A CPython 3.12+ (its -X perf trampolines are code generated at run time), or None."""
+    from python_support import installed_pythons
+
+    return next((str(p) for p in installed_pythons() if _minor(str(p)) >= 12), None)
+
+
+def _minor(python: str) -> int:
+    run = subprocess.run([python, "-c", "import sys; print(sys.version_info[1])"], capture_output=True, text=True,
+                         timeout=30)
+    return int(run.stdout) if run.returncode == 0 and run.stdout.strip().isdigit() else 0
+
+
+@pytest.mark.timeout(300)
+def test_jit_frames_are_named_from_the_perf_map(tmp_path):
+    """CPython 3.12+ with -X perf runs Python functions through trampolines it generates and lists
+    in /tmp/perf-PID.map: the view names them from it (py::grow_big:...), as `record` does at its end."""
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed (apt-get install tmux; .ci/run does)")
+    pytest.importorskip("textual", reason="needs textual: pip install '.[live]'")
+    python = _cpython_312()
+    if python is None:
+        pytest.skip("no CPython 3.12+ in pyenv (`pyenv versions`): -X perf needs 3.12")
+    ctl = tmp_path / "ctl"
+    os.mkfifo(ctl)
+    program = Path(__file__).parents[1] / "programs" / "python" / "growing.py"
+    tmux = Tmux([*HEAPSCOPE, "live", "-o", "jit.db", "--", python, "-X", "perf", str(program), str(ctl), "8"],
+                tmp_path)
+    fifo = None
+    try:
+        tmux.wait_for(re.compile(r"grown \d+").search)
+        tmux.keys("d")  # a dump resolves every stack to its callsite, whose frames the view then names
+        tmux.wait_for("dump written to jit.db")
+        screen = tmux.wait_for(lambda s: f"py::grow_big:{program}" in s or f"py::grow_small:{program}" in s)
+        assert "[unknown pid " not in screen, screen
+        tmux.keys("q")
+        tmux.wait_for("view closed: profiling stopped; waiting for pid")
+        fifo = Fifo(ctl)
+        fifo.step()
+        assert tmux.exit_status() == 0
+    finally:
+        for x in (fifo, tmux):
+            if x is not None:
+                x.close()
+        db = tmp_path / "jit.db"
+        if db.exists():  # the perf map the program left in /tmp
+            con = sqlite3.connect(db)
+            try:
+                for (pid,) in con.execute("SELECT pid FROM process"):
+                    with contextlib.suppress(OSError):
+                        os.unlink(f"/tmp/perf-{pid}.map")
+            finally:
+                con.close()

@@ -150,9 +150,12 @@ HS_EXPORT uint32_t heapscope_heap_register_v1(const char *name, uint64_t interva
   int saved_errno = errno;
   int was = hs_guard_enter(t); /* the ring wait may allocate; and see the top of this file */
   uint32_t id = 0;
-  if (lock_bounded(&register_lock)) {
-    id = register_heap(name, len, interval);
-    unlock(&register_lock);
+  if (hs_session_enter()) {
+    if (lock_bounded(&register_lock)) {
+      id = register_heap(name, len, interval);
+      unlock(&register_lock);
+    }
+    hs_session_leave();
   }
   hs_guard_leave(t, was);
   errno = saved_errno;
@@ -226,15 +229,18 @@ HS_EXPORT void heapscope_heap_alloc_v1(uint32_t id, const void *addr, uint64_t s
     return;
   int saved_errno = errno;
   int was = hs_guard_enter(t); /* unwinding and the ring wait may allocate */
-  uint64_t sample_size = 0;
-  if (lock_bounded(&h->lock)) {
-    sample_size = hs_sampler_sample(&h->sampler, size);
-    unlock(&h->lock);
-  } else {
-    __atomic_fetch_add(&hs_session.ring.meta->dropped_records, 1, __ATOMIC_RELAXED);
+  if (hs_session_enter()) {
+    uint64_t sample_size = 0;
+    if (lock_bounded(&h->lock)) {
+      sample_size = hs_sampler_sample(&h->sampler, size);
+      unlock(&h->lock);
+    } else {
+      __atomic_fetch_add(&hs_session.ring.meta->dropped_records, 1, __ATOMIC_RELAXED);
+    }
+    if (sample_size)
+      sample(h, id, key, addr, size, sample_size);
+    hs_session_leave();
   }
-  if (sample_size)
-    sample(h, id, key, addr, size, sample_size);
   hs_guard_leave(t, was);
   errno = saved_errno;
 }
@@ -255,12 +261,15 @@ HS_EXPORT void heapscope_heap_free_v1(uint32_t id, const void *addr) {
     return; /* not sampled, or never reported: ignored */
   int saved_errno = errno;
   int was = hs_guard_enter(t);
-  if (hs_addrset_remove((const void *)(uintptr_t)key)) {
-    struct hs_ring r = hs_session.ring;
-    r.seq = &h->seq;
-    struct hs_heap_free rec = {0, id, 0, (uint64_t)(uintptr_t)addr};
-    int rc = hs_ring_write(&r, HS_REC_HEAP_FREE, &rec, sizeof rec, NULL, 0, 1);
-    (void)hs_ok(rc);
+  if (hs_session_enter()) {
+    if (hs_addrset_remove((const void *)(uintptr_t)key)) {
+      struct hs_ring r = hs_session.ring;
+      r.seq = &h->seq;
+      struct hs_heap_free rec = {0, id, 0, (uint64_t)(uintptr_t)addr};
+      int rc = hs_ring_write(&r, HS_REC_HEAP_FREE, &rec, sizeof rec, NULL, 0, 1);
+      (void)hs_ok(rc);
+    }
+    hs_session_leave();
   }
   hs_guard_leave(t, was);
   errno = saved_errno;

@@ -74,13 +74,16 @@ static size_t booked(size_t n) {
  * wrappers, whose context is the domain's entry in `wrapped`. */
 static struct py_domain stock;
 
-/* The client is off for good (hs_enabled goes 1 -> 0 only once; before the
- * session starts no Python runs): the countdown is set so far that this
- * thread's requests take the fast path again. A fork child's new session
- * sets its one thread's countdown afresh (session.c, restart_in_child). */
+/* The client is off (its session ended; before a session starts no Python
+ * runs): the countdown is set one mean interval away, so that this thread's
+ * requests take the fast path again, and still reach the slow path now and
+ * then, where a later session (an attach after a detach) sets the thread's
+ * sampler up afresh (record.c). A fork child's new session sets its one
+ * thread's countdown afresh (session.c, restart_in_child). */
 static inline void park_if_off(void) {
+  struct hs_sampler *s = &hs_thread_state.sampler;
   if (HS_UNLIKELY(!__atomic_load_n(&hs_enabled, __ATOMIC_RELAXED)))
-    hs_thread_state.sampler.countdown = INT64_MAX / 2;
+    s->countdown = s->interval ? (int64_t)s->interval : (int64_t)1 << 20;
 }
 
 static inline __attribute__((always_inline)) void *malloc_guarded(struct py_domain *d, size_t n) {

@@ -39,6 +39,7 @@ void hs_record_thread_init(struct hs_thread *t) {
   uint32_t index = __atomic_fetch_add(&hs_session.threads, 1, __ATOMIC_RELAXED);
   hs_sampler_init(&t->sampler, hs_session.interval, hs_sampler_mix_seed(hs_session.seed, index));
   t->errno_at = &errno;
+  t->gen = hs_session.gen;
 }
 
 /* The HEAP record of Python's heap, once per session, before the first
@@ -276,7 +277,9 @@ HS_INLINE void *record_alloc_slow(void *addr, size_t size, uint32_t heap) {
   struct hs_thread *t = &hs_thread_state;
   if (!__atomic_load_n(&hs_enabled, __ATOMIC_ACQUIRE))
     return addr;
-  if (t->sampler.interval == 0)
+  /* Not set up yet, or set up for an earlier session (an attach after a
+   * detach): this session's interval and seed. */
+  if (t->sampler.interval == 0 || t->gen != __atomic_load_n(&hs_session.gen, __ATOMIC_RELAXED))
     hs_record_thread_init(t);
   uint64_t sample_size = hs_sampler_sample(&t->sampler, size);
   /* The guard is looked at here, after the countdown moved, not in the
@@ -288,10 +291,13 @@ HS_INLINE void *record_alloc_slow(void *addr, size_t size, uint32_t heap) {
   int saved_errno = *err;
   /* Guard: unwinding, the loader and the ring wait may allocate. */
   int was = hs_guard_enter(t); /* 0, seen above: the store of 0 stays as cheap */
-  sample(t, addr, size, sample_size, heap);
-  if (HS_UNLIKELY(__atomic_load_n(&hs_py_late, __ATOMIC_RELAXED) == HS_LATE_WATCH) &&
-      hs_modules_libpython_seen())
-    hs_py_late_poll();
+  if (hs_session_enter()) {
+    sample(t, addr, size, sample_size, heap);
+    if (HS_UNLIKELY(__atomic_load_n(&hs_py_late, __ATOMIC_RELAXED) == HS_LATE_WATCH) &&
+        hs_modules_libpython_seen())
+      hs_py_late_poll();
+    hs_session_leave();
+  }
   hs_guard_leave(t, was);
   *err = saved_errno;
   return addr;
@@ -319,6 +325,10 @@ HS_INLINE void record_free_slow(void *addr, uint32_t heap) {
    * line of a disable (hs_debug), which keep it themselves; the address
    * set's writers make no system call that can fail (addrset.c). */
   int was = hs_guard_enter(t);
+  if (!hs_session_enter()) {
+    hs_guard_leave(t, was);
+    return;
+  }
   if (heap == HS_MALLOC_HEAP_ID) {
     if (hs_addrset_remove(addr)) {
       /* Its alloc fired: its free does, whatever becomes of the record. */
@@ -333,6 +343,7 @@ HS_INLINE void record_free_slow(void *addr, uint32_t heap) {
     struct hs_heap_free rec = {0, HS_PY_HEAP_ID, 0, (uint64_t)(uintptr_t)addr};
     (void)hs_ok(hs_ring_write(&r, HS_REC_HEAP_FREE, &rec, sizeof rec, NULL, 0, 1));
   }
+  hs_session_leave();
   hs_guard_leave(t, was);
 }
 

@@ -12,9 +12,11 @@
  *   - active: sampled mallocs and the frees of sampled addresses are written
  *     to the shared ring. The socket stays open and silent: its EOF is how
  *     each side learns that the other is gone.
- *   - disabled, for good, after the first failure (producer gone, shutting
- *     down, record too big): a process-local flag turns every hook into a
- *     pass-through, and meta.client_state/client_error say why.
+ *   - disabled after the first failure (producer gone, shutting down at a
+ *     detach, record too big): a process-local flag turns every hook into a
+ *     pass-through, and meta.client_state/client_error say why. It lasts
+ *     for the rest of the process, unless an attach starts a new session
+ *     (start_again).
  *
  * The connection (the socket and its descriptor, the handshake, the ring)
  * is connect.c's.
@@ -38,6 +40,7 @@
 #include "session.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +49,7 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "connect.h"
@@ -179,6 +183,15 @@ static void fail_start(struct hs_ring_meta *m, int error) {
 static char saved_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 static char saved_token[2 * HS_TOKEN_SIZE + 1];
 
+static void save_session(const char *path, const char *token) {
+  if (strlen(path) < sizeof saved_path && strlen(token) < sizeof saved_token) {
+    memcpy(saved_path, path, strlen(path) + 1);
+    memcpy(saved_token, token, strlen(token) + 1);
+  } else {
+    saved_path[0] = '\0'; /* a fork child then stays dormant */
+  }
+}
+
 /* Announces the heap, Python and the loaded objects, then turns sampling
  * on. Returns 0 when profiling runs. */
 static int announce(const struct hs_config *cfg) {
@@ -215,14 +228,12 @@ static int start(const char *path, const char *token) {
     start_maxrss = (uint64_t)ru.ru_maxrss;
   if (hs_connect_producer(path, token, &cfg) != 0)
     return -1;
-  if (strlen(path) < sizeof saved_path && strlen(token) < sizeof saved_token) {
-    memcpy(saved_path, path, strlen(path) + 1);
-    memcpy(saved_token, token, strlen(token) + 1);
-  }
+  save_session(path, token);
   hs_session.interval = cfg.interval;
   hs_session.seed = cfg.seed;
   hs_session.max_frames = cfg.max_frames == 0 || cfg.max_frames > HS_MAX_FRAMES ? HS_MAX_FRAMES
                                                                       : cfg.max_frames;
+  hs_session.gen = 1;
   struct hs_ring_meta *m = hs_session.ring.meta;
   if (hs_stacks_init() != HS_OK)
     hs_debug("no stack table; stacks are sent every time", UINT64_MAX);
@@ -279,10 +290,87 @@ static int restart_in_child(void) {
   return rc;
 }
 
-/* Set by the first session start, in the constructor or by an attach: a
- * process is profiled by one session in its life (the interned stacks and
- * the address set belong to that session). */
+/* Set by the first session start, in the constructor or by an attach. A
+ * later attach starts another session once that one ended (start_again). */
 static int session_taken;
+
+/* Has the current session ended: the client is off, the producer asked it
+ * to stop (a detach) or is gone (its end of the socket closed)? */
+static int session_ended(void) {
+  struct hs_ring_meta *m = hs_session.ring.meta;
+  if (!m || !__atomic_load_n(&hs_enabled, __ATOMIC_ACQUIRE) ||
+      __atomic_load_n(&m->shutting_down, __ATOMIC_ACQUIRE))
+    return 1;
+  int fd = hs_conn.sock;
+  if (fd < 0 || !hs_sock_is_ours(fd, hs_conn.sock_dev, hs_conn.sock_ino))
+    return 1;
+  char c;
+  ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/* Waits, bounded (2 s), until no thread is inside the ended session's slow
+ * paths (state.h, hs_session_enter): with the client off, each of them is
+ * on its way out (a ring write fails at once on a session that ended). */
+static int wait_no_users(void) {
+  for (int i = 0; i < 2000; i++) {
+    if (__atomic_load_n(&hs_session_users, __ATOMIC_SEQ_CST) == 0)
+      return 0;
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  return -1;
+}
+
+/* A new session in a process whose previous one ended (an attach after a
+ * detach). As a fork child's restart, everything of the old session is
+ * dropped: its ring and socket, the stack table, the sampled addresses (the
+ * frees of blocks sampled before are not this session's), the memos and
+ * the sequences; the unwinder, the Python layout and the wrapped allocator
+ * domains carry over. Other threads run meanwhile: the client is turned off
+ * first and the tables replaced only when no thread is inside them. Each
+ * thread sets its sampler up again at its next slow path (hs_thread.gen).
+ * Returns an enum hs_attach_result. */
+static int start_again(const char *path, const char *token) {
+  hs_disable(HS_ERR_SHUTTING_DOWN); /* no-op when already off */
+  if (wait_no_users() != 0)
+    return HS_ATTACH_DRAINING;
+  uint32_t unwinder = hs_session.ring.meta ? hs_session.ring.meta->unwinder : 0;
+  if (hs_conn.sock >= 0 && hs_sock_is_ours(hs_conn.sock, hs_conn.sock_dev, hs_conn.sock_ino))
+    close(hs_conn.sock); /* a pinned socket stays open, with its io_uring, until the process ends */
+  hs_conn.sock = -1;
+  if (hs_session.ring.meta) {
+    hs_own_unmap(hs_session.ring.meta);
+    (void)munmap(hs_session.ring.meta, HS_META_SIZE + hs_session.ring.size);
+  }
+  memset(&hs_session.ring, 0, sizeof hs_session.ring);
+  hs_record_reset();
+  __atomic_store_n(&hs_malloc_seq.next, 1, __ATOMIC_RELAXED);
+  __atomic_store_n(&hs_py_seq.next, 1, __ATOMIC_RELAXED);
+  __atomic_store_n(&hs_session.threads, 0, __ATOMIC_RELAXED);
+  hs_py_send_reset();
+  hs_py_memo_reset();
+  struct hs_config cfg;
+  if (hs_connect_producer(path, token, &cfg) != 0)
+    return HS_ATTACH_NO_SESSION;
+  save_session(path, token); /* a fork child's restart joins this session, not the ended one */
+  struct hs_ring_meta *m = hs_session.ring.meta;
+  __atomic_store_n(&m->unwinder, unwinder, __ATOMIC_RELAXED);
+  if (hs_stacks_init() != HS_OK || hs_modules_init() != HS_OK) {
+    fail_start(m, HS_ERR_OUT_OF_MEMORY);
+    return HS_ATTACH_NO_SESSION;
+  }
+  hs_session.interval = cfg.interval;
+  hs_session.seed = cfg.seed;
+  hs_session.max_frames = cfg.max_frames == 0 || cfg.max_frames > HS_MAX_FRAMES ? HS_MAX_FRAMES
+                                                                      : cfg.max_frames;
+  hs_pymem_session(hs_session.interval); /* the wrappers' fast path: below this interval */
+  __atomic_add_fetch(&hs_session.gen, 1, __ATOMIC_RELAXED); /* before hs_enabled, released by announce */
+  if (announce(&cfg) != 0)
+    return HS_ATTACH_NO_SESSION;
+  hs_debug("profiling again, session", hs_session.gen);
+  return HS_ATTACH_OK;
+}
 
 /* The next _exit and _Exit after ours (the C library's): see end_process. */
 typedef void (*exit_fn)(int);
@@ -320,15 +408,20 @@ __attribute__((constructor)) static void hs_client_init(void) {
  * this call are not tracked, and their frees pass through untracked.
  * Returns HS_ATTACH_OK, or why not (enum hs_attach_result in session.h). */
 HS_EXPORT int heapscope_attach(const char *socket_path, const char *token) {
-  if (__atomic_exchange_n(&session_taken, 1, __ATOMIC_ACQ_REL))
-    return HS_ATTACH_BUSY;
+  if (!socket_path || !token)
+    return HS_ATTACH_NO_SESSION;
   struct hs_thread *t = &hs_thread_state;
   int was = hs_guard_enter(t); /* as in the constructor (socket, loader, unwinder warm-up) */
   int result = HS_ATTACH_OK;
-  if (!socket_path || !token || start(socket_path, token) != 0)
+  if (__atomic_exchange_n(&session_taken, 1, __ATOMIC_ACQ_REL)) {
+    /* The hooks are in place already (preloaded, or injected by the first
+     * attach, and never taken out): only the session is new. */
+    result = session_ended() ? start_again(socket_path, token) : HS_ATTACH_BUSY;
+  } else if (start(socket_path, token) != 0) {
     result = HS_ATTACH_NO_SESSION;
-  else if (hs_inject_hooks() <= 0)
+  } else if (hs_inject_hooks() <= 0) {
     result = HS_ATTACH_NO_HOOKS;
+  }
   hs_guard_leave(t, was);
   return result;
 }

@@ -32,8 +32,10 @@
 #include "sampler.h"
 
 /* 1 while profiling; 0 when dormant (no HEAPSCOPE_SOCKET), disabled after a
- * failure, or in a forked child. Only ever goes 0 -> 1 once, at the end of
- * the session's start, then possibly 1 -> 0 for good. */
+ * failure or a detach, or in a forked child. Goes 0 -> 1 at the end of a
+ * session's start and 1 -> 0 when it ends; a later attach may start another
+ * session (session.c, heapscope_attach), after every thread left the old
+ * one (hs_session_enter). */
 extern int hs_enabled HS_HIDDEN;
 
 /* Everything one thread owns. Initial-exec TLS: one %fs-relative access, no
@@ -57,6 +59,9 @@ struct hs_thread {
    * (record.c, thread_init): a sample keeps errno without calling
    * __errno_location. */
   int *errno_at;
+  /* The session (hs_session.gen) this thread's sampler was set up for: a
+   * thread that meets a newer one sets it up again (record.c). */
+  uint32_t gen;
 };
 
 extern HS_TLS struct hs_thread hs_thread_state HS_HIDDEN;
@@ -93,12 +98,33 @@ struct hs_session {
   uint64_t seed;
   uint32_t max_frames;
   uint32_t threads; /* per-process thread index for sampler seeds */
+  uint32_t gen;     /* 1 for the first session, + 1 for each new one */
   int debug;        /* HEAPSCOPE_DEBUG=1 */
 };
 
 extern struct hs_session hs_session HS_HIDDEN;
 extern struct hs_seq_line hs_malloc_seq HS_HIDDEN; /* libc.malloc's (HS_REC_MALLOC/FREE) */
 extern struct hs_seq_line hs_py_seq HS_HIDDEN;     /* Python's heap's (HS_PY_HEAP_ID) */
+
+/* Threads inside a slow path that uses the session's tables and ring (the
+ * address set, the stack table, the ring). A new session in the same
+ * process (an attach after a detach) replaces them only once this is 0
+ * with hs_enabled 0: the counter is raised before hs_enabled is read, so
+ * either the thread sees the client off or the new session sees the thread
+ * (both sequentially consistent). */
+extern uint32_t hs_session_users HS_HIDDEN;
+
+/* Enters the session's slow path: 1 when the client is on (then call
+ * hs_session_leave after), 0 when off (nothing to leave). */
+static inline int hs_session_enter(void) {
+  __atomic_add_fetch(&hs_session_users, 1, __ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&hs_enabled, __ATOMIC_SEQ_CST))
+    return 1;
+  __atomic_sub_fetch(&hs_session_users, 1, __ATOMIC_RELEASE);
+  return 0;
+}
+
+static inline void hs_session_leave(void) { __atomic_sub_fetch(&hs_session_users, 1, __ATOMIC_RELEASE); }
 
 /* Page size, set by the constructor (for pvalloc). */
 extern size_t hs_page_size HS_HIDDEN;
@@ -107,7 +133,8 @@ extern size_t hs_page_size HS_HIDDEN;
  * never allocates, keeps errno. */
 HS_HIDDEN void hs_debug(const char *msg, uint64_t value);
 
-/* Turns the client off for good and says why in the ring's header. */
+/* Turns the client off (for the rest of the session) and says why in the
+ * ring's header. */
 HS_HIDDEN void hs_disable(int error);
 
 /* Checks a status: a negative one disables the client. Returns 1 if the

@@ -15,9 +15,11 @@
       -> the client patches the GOT of every loaded object; from here the
          process is profiled like a preloaded one, with from_startup = false
     detach: the producer sets shutting_down and closes the socket; the hooks
-    stay in place and pass straight through for the rest of the process's life.
+    stay in place and pass straight through until a later attach, which finds
+    the client loaded (dlopen returns it again) and starts a new session in it
+    (client/session.c, start_again).
 
-Every failure becomes one TargetError line that says what to do.
+Every failure becomes one AttachError line that says what to do.
 """
 
 from __future__ import annotations
@@ -34,14 +36,14 @@ import subprocess
 import time
 from pathlib import Path
 
-from heapscope.errors import TargetError
+from heapscope.errors import AttachError
 from heapscope.records import Record
 
 GDB_TIMEOUT_S = 60.0  # one whole attach, all tries together
 GDB_INTERRUPT_S = 10.0  # for gdb to unwind an interrupted call and detach
 RETRY_PAUSE_S = 0.02  # between two tries when every thread was inside the allocator
 # heapscope_attach() results (enum hs_attach_result in client/session.h).
-ATTACH_OK, ATTACH_BUSY, ATTACH_NO_SESSION, ATTACH_NO_HOOKS = 0, 1, 2, 3
+ATTACH_OK, ATTACH_BUSY, ATTACH_NO_SESSION, ATTACH_NO_HOOKS, ATTACH_DRAINING = 0, 1, 2, 3, 4
 # Allocators the client cannot sit in front of: their malloc is not glibc's,
 # and pointers from before the attach are theirs (a crash in
 # malloc_usable_size on redis-server, linked with libjemalloc).
@@ -96,41 +98,41 @@ else:
 _MARK = re.compile(r"^heapscope-(unsafe|handle|symbol|result)(?: (-?\d+))?$", re.MULTILINE)
 
 
-class AlreadyProfiled(TargetError):
+class AlreadyProfiled(AttachError):
     """Another heapscope session profiles this pid (rejected_concurrent)."""
 
 
 def check_target(pid: int) -> None:
     """Fail with a clear message when `pid` cannot (or must not) be attached to."""
     if pid == 1:
-        raise TargetError("pid 1 is init: heapscope does not attach to it (stopping it in gdb would "
+        raise AttachError("pid 1 is init: heapscope does not attach to it (stopping it in gdb would "
                           "stop the whole system)")
     if pid == os.getpid():
-        raise TargetError(f"pid {pid} is this heapscope process itself")
+        raise AttachError(f"pid {pid} is this heapscope process itself")
     try:
         st = os.stat(f"/proc/{pid}")
     except FileNotFoundError:
-        raise TargetError(f"no process with pid {pid}") from None
+        raise AttachError(f"no process with pid {pid}") from None
     me = os.geteuid()
     if me != 0 and st.st_uid != me:
         try:
             owner = pwd.getpwuid(st.st_uid).pw_name
         except KeyError:
             owner = str(st.st_uid)
-        raise TargetError(f"pid {pid} belongs to user {owner}: attach only to your own processes "
+        raise AttachError(f"pid {pid} belongs to user {owner}: attach only to your own processes "
                           "(or run heapscope as root)")
     try:
         os.readlink(f"/proc/{pid}/exe")
     except FileNotFoundError:
-        raise TargetError(f"pid {pid} is a kernel thread or a zombie: nothing to attach to") from None
+        raise AttachError(f"pid {pid} is a kernel thread or a zombie: nothing to attach to") from None
     except PermissionError:
-        raise TargetError(_ptrace_hint(pid)) from None
+        raise AttachError(_ptrace_hint(pid)) from None
     state, tracer = _state(pid)
     if state in ("T", "t"):
-        raise TargetError(f"pid {pid} is stopped: continue it first (kill -CONT {pid}); gdb could not run "
+        raise AttachError(f"pid {pid} is stopped: continue it first (kill -CONT {pid}); gdb could not run "
                           "anything in it")
     if tracer:
-        raise TargetError(f"pid {pid} is already traced by pid {tracer} (a debugger or strace): detach that first")
+        raise AttachError(f"pid {pid} is already traced by pid {tracer} (a debugger or strace): detach that first")
     check_linkage(pid)
 
 
@@ -153,21 +155,21 @@ def check_linkage(pid: int) -> None:
     try:
         maps = Path(f"/proc/{pid}/maps").read_text()
     except FileNotFoundError:
-        raise TargetError(f"no process with pid {pid} (it exited)") from None
+        raise AttachError(f"no process with pid {pid} (it exited)") from None
     except PermissionError:
-        raise TargetError(_ptrace_hint(pid)) from None
+        raise AttachError(_ptrace_hint(pid)) from None
     names = {os.path.basename(line.split(None, 5)[5]) for line in maps.splitlines() if len(line.split(None, 5)) == 6}
     if not _dynamic(pid):
-        raise TargetError(f"pid {pid} runs a statically linked program: there is no loader to bring the "
+        raise AttachError(f"pid {pid} runs a statically linked program: there is no loader to bring the "
                           "client in (attaching would kill it); it cannot be profiled")
     if not any(_LIBC.match(n) for n in names):
-        raise TargetError(f"pid {pid} is not linked with glibc: heapscope can only attach to glibc programs")
+        raise AttachError(f"pid {pid} is not linked with glibc: heapscope can only attach to glibc programs")
     foreign = sorted(n for n in names if FOREIGN_ALLOCATORS.match(n))
     if foreign:
-        raise TargetError(f"pid {pid} allocates with {foreign[0]}, not glibc's malloc: heapscope cannot attach "
+        raise AttachError(f"pid {pid} allocates with {foreign[0]}, not glibc's malloc: heapscope cannot attach "
                           "to it (profile it from its start with `heapscope record -- CMD` instead)")
     if _defines_malloc(pid):
-        raise TargetError(f"pid {pid} has its own malloc (its executable defines one): heapscope cannot attach "
+        raise AttachError(f"pid {pid} has its own malloc (its executable defines one): heapscope cannot attach "
                           "to it")
 
 
@@ -181,11 +183,11 @@ def _dynamic(pid: int) -> bool:
             elf = ELFFile(f)
             return any(seg["p_type"] == "PT_INTERP" for seg in elf.iter_segments())
     except FileNotFoundError:
-        raise TargetError(f"no process with pid {pid} (it exited)") from None
+        raise AttachError(f"no process with pid {pid} (it exited)") from None
     except PermissionError:
-        raise TargetError(_ptrace_hint(pid)) from None
+        raise AttachError(_ptrace_hint(pid)) from None
     except (OSError, ELFError) as e:
-        raise TargetError(f"cannot read the executable of pid {pid}: {e}") from None
+        raise AttachError(f"cannot read the executable of pid {pid}: {e}") from None
 
 
 def _defines_malloc(pid: int) -> bool:
@@ -210,7 +212,7 @@ def _defines_malloc(pid: int) -> bool:
 def find_gdb() -> str:
     gdb = shutil.which("gdb")
     if gdb is None:
-        raise TargetError("attaching (-p) needs gdb: install it with `apt-get install gdb` "
+        raise AttachError("attaching (-p) needs gdb: install it with `apt-get install gdb` "
                           "(Debian package gdb)")
     return gdb
 
@@ -229,9 +231,9 @@ class PidLock:
         try:
             fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
-            raise TargetError(f"no process with pid {pid}") from None
+            raise AttachError(f"no process with pid {pid}") from None
         except PermissionError:
-            raise TargetError(_ptrace_hint(pid)) from None
+            raise AttachError(_ptrace_hint(pid)) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -282,27 +284,31 @@ class Injection(Record):
         text = self.output
         if "ptrace: Operation not permitted" in text or "Could not attach to process" in text:
             if not alive(self.pid):
-                raise TargetError(f"pid {self.pid} exited while heapscope was attaching to it")
-            raise TargetError(_ptrace_hint(self.pid))
+                raise AttachError(f"pid {self.pid} exited while heapscope was attaching to it")
+            raise AttachError(_ptrace_hint(self.pid))
         if "No such process" in text or not alive(self.pid):
-            raise TargetError(f"pid {self.pid} exited while heapscope was attaching to it")
+            raise AttachError(f"pid {self.pid} exited while heapscope was attaching to it")
         if "Python scripting is not supported" in text:
-            raise TargetError("attaching (-p) needs gdb with Python scripting (Debian's gdb has it)")
+            raise AttachError("attaching (-p) needs gdb with Python scripting (Debian's gdb has it)")
         values = {m.group(1): m.group(2) for m in _MARK.finditer(text)}
         handle, symbol, result = values.get("handle"), values.get("symbol"), values.get("result")
         if handle is None or handle == "0":
-            raise TargetError(f"could not load the client into pid {self.pid} (dlopen failed):\n{_tail(text)}")
+            raise AttachError(f"could not load the client into pid {self.pid} (dlopen failed):\n{_tail(text)}")
         if symbol is None or symbol == "0" or result is None:
-            raise TargetError(f"gdb could not call heapscope_attach in pid {self.pid}:\n{_tail(text)}")
+            raise AttachError(f"gdb could not call heapscope_attach in pid {self.pid}:\n{_tail(text)}")
         code = int(result, 10)
         if code == ATTACH_BUSY:
-            raise AlreadyProfiled(f"pid {self.pid} is already being profiled (its client has a session)")
+            raise AlreadyProfiled(f"pid {self.pid} is already being profiled (it was started under heapscope, "
+                                  "or another session attached to it)")
         if code == ATTACH_NO_SESSION:
-            raise TargetError(f"the client in pid {self.pid} could not connect to this session")
+            raise AttachError(f"the client in pid {self.pid} could not connect to this session")
+        if code == ATTACH_DRAINING:
+            raise AttachError(f"a thread of pid {self.pid} is still inside the client of its previous session; "
+                              "attach again")
         if code == ATTACH_NO_HOOKS:
-            raise TargetError(f"pid {self.pid} has no malloc call to intercept (statically linked?)")
+            raise AttachError(f"pid {self.pid} has no malloc call to intercept (statically linked?)")
         if code != ATTACH_OK:
-            raise TargetError(f"heapscope_attach returned {code} in pid {self.pid}")
+            raise AttachError(f"heapscope_attach returned {code} in pid {self.pid}")
 
     def kill(self) -> None:
         """Give up: interrupt gdb first, so that it unwinds a call still running in
@@ -323,7 +329,7 @@ def start_injection(pid: int, library: Path, socket_path: str, token_hex: str) -
     lib = str(library)
     for s in (lib, socket_path, token_hex):
         if '"' in s or "\\" in s or "%" in s or "\n" in s:
-            raise TargetError(f"cannot pass {s!r} to gdb (quote, backslash or newline in a path)")
+            raise AttachError(f"cannot pass {s!r} to gdb (quote, backslash or newline in a path)")
     script = f"LIB = {lib!r}\nSOCK = {socket_path!r}\nTOKEN = {token_hex!r}\n" + _GDB_SCRIPT
     code = binascii.hexlify(script.encode()).decode()
     argv = [

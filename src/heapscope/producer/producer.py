@@ -317,11 +317,14 @@ class Producer:
 
     @staticmethod
     def totals(p: ProcessState) -> tuple[bytes, bytes | None]:
-        """`p`'s malloc heap totals as of the records drained so far (tracker.h hs_tracker_totals:
-        TOTALS_ROW per callsite, or per stack while its callsite is not known), and the same per
-        thread (THREAD_ROW) when the tracker keeps threads, else None. Read, never changed."""
+        """`p`'s totals as of the records drained so far, every heap's (malloc's, Python's and
+        the custom ones, as the report shows them; tracker.h hs_tracker_totals: TOTALS_ROW per
+        callsite, or per stack while its callsite is not known, one heap's rows after the
+        other's), and malloc's per thread (THREAD_ROW) when its tracker keeps threads, else None
+        (the other heaps' trackers keep none). Read, never changed."""
         tracker = p.ingest.tracker
-        return tracker.totals(), tracker.threads() if tracker.keeps_threads else None
+        rows = [tracker.totals(), *(h.tracker.totals() for h in p.custom_heaps.values())]
+        return b"".join(rows), tracker.threads() if tracker.keeps_threads else None
 
     def stack_keys(self, p: ProcessState, stack_id: int) -> tuple[tuple[str, int, str], ...] | None:
         """A stack without Python frames not resolved yet, leaf first, as (module path, offset in
@@ -336,8 +339,8 @@ class Producer:
         for pc in pcs:
             addr = pc - 1
             i = mods.find(addr)
-            if i is None:
-                out.append(("[unknown]", addr, ""))
+            if i is None:  # as FrameTable names it: the process's own unknown code, for its perf map
+                out.append((mods.unknown.name, addr, ""))
                 continue
             m = mods.modules[i]
             if skip and m.path.startswith(skip):

@@ -186,6 +186,7 @@ class SessionCore:
         self._watched: dict[int, Callable[[], None]] = {}
         self._stopping = False
         self._failed = False  # an internal error: profiling abandoned
+        self._discard = False  # nothing was profiled (every attach refused): no profile is left
         self._ended = False  # the loop is over: requests are ignored
         self._launch = launch
         # The handlers before heapscope's own (a launch's were installed first).

@@ -8,7 +8,7 @@ import threading
 import time
 
 from heapscope import __version__, sigmask
-from heapscope.errors import TargetError, UsageError
+from heapscope.errors import AttachError, TargetError, UsageError
 from heapscope.launch import Launch, raise_nofile
 from heapscope.producer.producer import Producer
 from heapscope.session.core import DETACH_SIGNALS, IDLE_POLL_S, _describe
@@ -17,9 +17,7 @@ from heapscope.store.writer import ProfileWriter
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
-
-    pass
-
+    from heapscope.producer.attach import PidLock
 
 
 class Recording(Teardown):
@@ -111,39 +109,52 @@ class Recording(Teardown):
 
     def attach(self, pids: list[int]) -> list[int]:
         """Attach to running processes; the pids attached. Refusals before any
-        attach raise TargetError; later failures are collected in `errors`."""
+        attach raise AttachError, as does an attach to none of them (then no
+        profile is written); later failures are collected in `errors`."""
         from heapscope.producer import attach  # gdb injection: only -p needs it
 
         for pid in pids:
             attach.check_target(pid)
         attach.find_gdb()
+        # Locked before the profile is created: a pid that another session profiles is refused
+        # with nothing written, and one of several refused is counted in the profile.
+        locks: dict[int, PidLock] = {}
+        refused: list[int] = []
+        try:
+            for pid in pids:
+                try:
+                    locks[pid] = attach.PidLock(pid)
+                except attach.AlreadyProfiled as e:
+                    refused.append(pid)
+                    self.errors.append(str(e))
+        except AttachError:
+            for lock in locks.values():
+                lock.release()
+            raise
+        if not locks:
+            raise AttachError("; ".join(self.errors))
         producer = self._open("-p " + ",".join(map(str, pids)))
+        for pid in refused:
+            producer.reject_concurrent(pid)
         self._raise_nofile()
         for sig in DETACH_SIGNALS:
             self._install_signal(sig, self._on_stop)
         sigmask.release()  # held back since the entry point: these handlers take them now
-        for pid in pids:
+        for pid, lock in locks.items():
             if self._stopping:
-                break
-            self._attach_one(producer, pid)
+                lock.release()
+                continue
+            self._attach_one(producer, pid, lock)
         if not self.attached and self.errors:
-            raise TargetError("; ".join(self.errors))
+            self._discard = True  # nothing was profiled: close() removes the profile
+            raise AttachError("; ".join(self.errors))
         self._start_symbolizer()
         self._warm_up()
         return list(self.attached)
 
-    def _attach_one(self, producer: Producer, pid: int) -> None:
+    def _attach_one(self, producer: Producer, pid: int, lock: PidLock) -> None:
         from heapscope.producer import attach
 
-        try:
-            lock = attach.PidLock(pid)
-        except attach.AlreadyProfiled as e:
-            producer.reject_concurrent(pid)
-            self.errors.append(str(e))
-            return
-        except TargetError as e:  # gone since its check, or not ours to open
-            self.errors.append(str(e))
-            return
         producer.attach_pids.add(pid)
         producer.target_pids.add(pid)
         t0 = time.monotonic()
@@ -153,7 +164,7 @@ class Recording(Teardown):
             while not injection.done():
                 if time.monotonic() - t0 > attach.GDB_TIMEOUT_S:
                     injection.kill()
-                    raise TargetError(f"attaching to pid {pid} timed out after {attach.GDB_TIMEOUT_S:.0f} s "
+                    raise AttachError(f"attaching to pid {pid} timed out after {attach.GDB_TIMEOUT_S:.0f} s "
                                       "(is it stopped?)")
                 self._poll(IDLE_POLL_S)
             injection.result()

@@ -212,6 +212,13 @@ class Teardown(Figures):
                 lock.release()
             self._locks.clear()
             self._figures()
+            if self.writer is not None and self._discard:
+                close_profile(self.writer, self.output)
+                for path in (self.output, self.output.with_name(self.output.name + "-wal"),
+                             self.output.with_name(self.output.name + "-shm")):
+                    with contextlib.suppress(OSError):
+                        path.unlink()
+                self.writer = None
             if self.writer is not None:
                 unfolded = close_profile(self.writer, self.output)
                 if unfolded is not None:
@@ -241,7 +248,7 @@ class Teardown(Figures):
 
     def _write_end(self) -> None:
         producer, writer = self.producer, self.writer
-        if producer is None or writer is None:
+        if producer is None or writer is None or self._discard:
             return
         if not self._failed:
             try:

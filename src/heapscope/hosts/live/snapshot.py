@@ -2,9 +2,10 @@
 
 `Snapshotter.take(producer)` is handed to `Recording.every(1.0, ...)`: it
 runs between two polls of the producer, so every process's totals are those
-of the records drained so far, all read at one moment. It reads the tracker's
-totals (tracker.h hs_tracker_totals: one bucket per callsite, or per stack
-while the stack's callsite is not known yet) and the frame tables, and
+of the records drained so far, all read at one moment. It reads the trackers'
+totals, every heap's as the report shows them (Producer.totals; tracker.h
+hs_tracker_totals: one bucket per callsite, or per stack while the stack's
+callsite is not known yet) and the frame tables, and
 changes nothing: dumps and the profile are exactly those of a plain
 recording. Frames are keyed by (module path, offset in it), the way a dump's
 frames are, so a stack's bucket and its callsite's bucket add up to one row.
