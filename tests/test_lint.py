@@ -4,10 +4,15 @@ and tests/ (all three come with the `dev` extra)."""
 
 from __future__ import annotations
 
+import ast
+import io
 import os
+import re
 import subprocess
 import sys
+import tokenize
 import venv
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
@@ -131,3 +136,66 @@ def test_mypy_strict_is_clean_on_tests(folder: Path) -> None:
     assert not new, "\n".join(line for line in out.splitlines() if line.split(":")[0] in new)
     typed = sorted((NOT_YET_STRICT & mine) - failing)
     assert not typed, f"mypy --strict passes these now: take them out of NOT_YET_STRICT: {typed}"
+
+
+# -- comments say why, without tracker numbers -------------------------------------------------------------------
+
+PACKAGE = ROOT / "src" / "heapscope"
+# "issue 13", "issues 12 and 13", "Issue #7", "bug 4", "(h42)", "h46": the forms a tracker number takes. A
+# comment gives the reason itself, or names the docs/ section that tells the longer story.
+TRACKER = re.compile(r"\b(?:issues?|bugs?|tickets?)\s*#?\d+|\(h\d+\)|\bh\d{2,}\b", re.IGNORECASE)
+
+
+def python_comments(path: Path) -> Iterator[tuple[int, str]]:
+    """Each comment and docstring of a Python file, with its first line."""
+    source = path.read_text()
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            yield tok.start[0], tok.string
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                yield body[0].lineno, body[0].value.value
+
+
+C_COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.DOTALL)
+
+
+def c_comments(path: Path) -> Iterator[tuple[int, str]]:
+    """Each comment of a C file, with its first line (string literals holding `/*` are not expected here)."""
+    source = path.read_text()
+    for m in C_COMMENT.finditer(source):
+        yield source.count("\n", 0, m.start()) + 1, m.group()
+
+
+def tracker_citations() -> list[str]:
+    found = []
+    for path in sorted(PACKAGE.rglob("*")):
+        if path.suffix == ".py":
+            comments = python_comments(path)
+        elif path.suffix in (".c", ".h"):
+            comments = c_comments(path)
+        else:
+            continue
+        for line, text in comments:
+            for m in TRACKER.finditer(text):
+                found.append(f"{path.relative_to(ROOT)}:{line + text.count(chr(10), 0, m.start())}: {m.group()!r}")
+    return found
+
+
+def test_the_tracker_pattern_finds_each_form(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text('"""Fast (issue 13)."""\n\n\ndef f() -> None:\n    """Issues 12 and 13."""\n'
+                      "    x = 1  # since h46\n    y = 2  # (h30)\n    z = 3  # bug #7\n    w = 4  # a hash h1, heap 12\n")
+    got = [(line, m.group()) for line, text in python_comments(sample) for m in TRACKER.finditer(text)]
+    assert sorted(got) == [(1, "issue 13"), (5, "Issues 12"), (6, "h46"), (7, "(h30)"), (8, "bug #7")]
+    c = tmp_path / "sample.c"
+    c.write_text("/* the free path\n * (issue 13) */\nint h46 = 1; // h48 here\n")
+    assert [(line, m.group()) for line, text in c_comments(c) for m in TRACKER.finditer(text)] == \
+        [(1, "issue 13"), (3, "h48")]
+
+
+def test_no_comment_in_the_package_cites_a_tracker_number() -> None:
+    assert tracker_citations() == []

@@ -157,7 +157,7 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
     samples = 0
     for p, st, name in chosen:
         label = pb.blob(3, pb.uint(1, pid_key) + pb.uint(3, p.info.pid)) if several else b""
-        # Custom heaps (issue 16): a `heap` label with the heap's name, on every sample of a
+        # Custom heaps: a `heap` label with the heap's name, on every sample of a
         # profile with several heaps (and on a lone heap not named libc.malloc).
         if name and (labelled or name != HEAP_NAME):
             heap_key = heap_key or w.s("heap")

@@ -35,7 +35,7 @@ from heapscope.store.writer import ProfileWriter, SymbolWriter
 from heapscope.symbolize.llvm import SymbolizerError, find_llvm_symbolizer
 from heapscope.symbolize.locate import DEFAULT_DEBUG_ROOTS, Locator
 
-# `record` imports this module at the end of every recording (issue 13): no dataclasses, no
+# `record` imports this module at the end of every recording (its imports are `record`'s cost): no dataclasses, no
 # typing, and what only a cache miss needs (llvm-symbolizer's runs, the reader) is imported there.
 TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:

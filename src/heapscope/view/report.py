@@ -16,8 +16,8 @@ name. For one view at one timestamp:
 
     main: self 0, total 130; parse: self 100, total 100 (not 200); emit: self 30, total 30
 
-The Python view (the default for a process whose stacks hold Python frames,
-issue 12; `report --native` turns it off) leaves native frames out: what
+The Python view (the default for a process whose stacks hold Python frames;
+`report --native` turns it off) leaves native frames out: what
 native code allocated counts for the Python frame that called it. Its rows
 are (function, file, line), as memray's are: `make pyobjects.py:20` and
 `make pyobjects.py:21` are two rows, so a row's location is the very line
