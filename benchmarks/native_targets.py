@@ -106,7 +106,7 @@ def report(label: str, plain: Costs, prof: Costs, stats: dict[str, int], samples
     fc = prof.calls.get(fk, 0)
     if fc:
         row(f"hs_record_free_slow ({fc:,} calls), per call", prof.inclusive.get(fk, []), fc)
-    # free_checked (hooks.c) became hs_free_checked (client.c, with the slow path inlined): older builds have the former.
+    # free_checked (hooks.c) became hs_free_checked (client.c, slow path inlined): older builds have the former.
     for hook in ("malloc", "free", "calloc", "realloc", "free_checked", "hs_free_checked", "malloc_recorded"):
         k = prof.find(LIB, hook)
         c = prof.calls.get(k, 0)

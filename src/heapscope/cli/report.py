@@ -100,8 +100,8 @@ def main(args: argparse.Namespace) -> int:
     with open_profile(args.file) as profile:
         shown = select_heap(profile, args.heap)
         folded = apply_fold(profile, args)
-        # The Python view by default where stacks hold Python frames (the first answer names the user's code); --stacks shows
-        # each stack in full unless --python-only asks.
+        # The Python view by default where stacks hold Python frames (the first answer names the user's
+        # code); --stacks shows each stack in full unless --python-only asks.
         python_only = True if args.python_only else False if args.native or args.stacks else None
         processes = select_processes(profile, args.pid)
         ranked = process_lines(profile, processes)

@@ -70,6 +70,8 @@ class _Writer:
         self.sink.write(pb.blob(number, body))
 
 
+# Long on purpose: one streamed pass that writes the Profile's fields in order, with the string, location
+# and function tables its nested helpers fill as the samples need them.
 def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | None = None,
            dump: str | int | None = None, heaps: Sequence[str] | None = None,
            labels: Callable[[Process], Sequence[tuple[str, int | str]]] | None = None,

@@ -105,6 +105,8 @@ class SymbolizeReport(Record):
         return [m for m in self.mappings if m.outcome != "symbolized" or m.with_lines < m.frames]
 
 
+# Long on purpose: one pass, frames grouped by module, cache, then tools, then writes, each stage feeding the
+# next and the one report; its options are the callers' (record's end, live passes, `symbolize`).
 def symbolize_profile(
     store: SymbolWriter | ProfileWriter,
     binary_path: Sequence[str] = (),

@@ -284,6 +284,8 @@ def holds_python(profile: Profile, values: dict[CallsiteId, int], python: set[Fr
     return False
 
 
+# Long on purpose: one walk of every stack that totals self, total and source lines at once; it is the
+# hot loop of `report`, and its interned tables stay local.
 def function_rows(profile: Profile, leaf_values: dict[CallsiteId, int], sort: str = "total",
                   keep_common: bool = False, python_only: bool = False,
                   python_frames: set[FrameId] | None = None) -> tuple[list[FunctionRow], list[str]]:
