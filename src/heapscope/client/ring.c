@@ -57,7 +57,7 @@ static uint64_t lost_grace_ns(const struct hs_ring *r) {
 
 /* Reserves room for one record, waiting (bounded) while the ring is full, and
  * writes it. Long on purpose: every wait's exit (shutdown, the producer lost,
- * the bound reached) must be seen on the one path that holds the reservation. */
+ * the bound reached) is seen on the one path that holds the reservation. */
 static int write_waiting(struct hs_ring *r, uint32_t type, const void *a, size_t alen,
                          const void *b, size_t blen, int take_seq) {
   struct hs_ring_meta *m = r->meta;

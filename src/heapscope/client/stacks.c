@@ -69,7 +69,7 @@ uint64_t hs_stack_id(const uint64_t *pcs, uint32_t depth) {
 #define HUGE_BYTES (UINT64_C(2) << 20) /* x86-64's transparent huge page */
 
 /* The big table, on a 2 MiB boundary and marked for transparent huge pages
- * (page faults: benchmarks/faults.py): ids land on it at random, so a program that gets past the
+ * (page faults): ids land on it at random, so a program that gets past the
  * first table soon touches every 4 KiB page of it, each twice (the probe's
  * read maps the zero page, the insert's write copies it): pyobjects.py's
  * ~11k ids there were 4,092 faults. In huge pages the same 8 MiB are 4 pages
