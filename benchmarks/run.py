@@ -212,7 +212,7 @@ def cc1plus_command(out: Path, quick: bool) -> list[str] | None:
 class Workload:
     name: str
     argv: list[str]
-    issues: tuple[str, ...]  # which issue's table the workload belongs to: "13", "12"
+    tables: tuple[str, ...]  # which of the report's tables the workload belongs to: "overhead", "python"
     kind: str  # synthetic, synthetic-2t, real, long, fixed, python, other: picks the target
     stdin: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
@@ -263,44 +263,45 @@ def workloads(quick: bool, out: Path, py: Python) -> list[Workload]:
     cc1plus = cc1plus_command(out, quick)
     pyhost = [str(HERE / "pyhost.py"), str(lib), "1", str(fast_ops), "25"]
 
-    def pyload(name: str, script: str, args: list[str], issues: tuple[str, ...],
+    def pyload(name: str, script: str, args: list[str], tables: tuple[str, ...],
                env: dict[str, str] | None = None) -> Workload:
         s = [str(HERE / script), *args]
-        return Workload(name, [py.exe, *s], issues, "python" if "12" in issues else "real", env=env or {},
+        return Workload(name, [py.exe, *s], tables, "python" if "python" in tables else "real", env=env or {},
                         script=s)
 
     found = [
-        Workload("synth 1 thread, ~1.1 M samples/s", [str(exe), "1", str(fast_ops), "25"], ("13",), "synthetic"),
-        Workload("synth 2 threads on 2 cores", [str(exe), "2", str(2 * fast_ops), "25"], ("13",), "synthetic-2t"),
-        Workload("synth 1 thread, 165 k samples/s", [str(exe), "1", str(old_ops)], ("13",), "other"),
-        Workload("synth 1 thread ~1.1 M/s, Python host", [py.exe, *pyhost], ("13",), "other", script=pyhost),
-        pyload("python json", "pywork.py", [str(20_000 if q else 200_000)], ("13", "12")),
-        pyload("python dicts, PYTHONMALLOC=malloc", "pydicts.py", [str(30_000 if q else 300_000)], ("13",),
+        Workload("synth 1 thread, ~1.1 M samples/s", [str(exe), "1", str(fast_ops), "25"], ("overhead",), "synthetic"),
+        Workload("synth 2 threads on 2 cores", [str(exe), "2", str(2 * fast_ops), "25"], ("overhead",), "synthetic-2t"),
+        Workload("synth 1 thread, 165 k samples/s", [str(exe), "1", str(old_ops)], ("overhead",), "other"),
+        Workload("synth 1 thread ~1.1 M/s, Python host", [py.exe, *pyhost], ("overhead",), "other", script=pyhost),
+        pyload("python json", "pywork.py", [str(20_000 if q else 200_000)], ("overhead", "python")),
+        pyload("python dicts, PYTHONMALLOC=malloc", "pydicts.py", [str(30_000 if q else 300_000)], ("overhead",),
                {"PYTHONMALLOC": "malloc"}),
     ]
     if shutil.which("sqlite3"):
-        found.append(Workload("sqlite3 inserts+sort", ["sqlite3", ":memory:"], ("13",), "real", stdin=sql))
+        found.append(Workload("sqlite3 inserts+sort", ["sqlite3", ":memory:"], ("overhead",), "real", stdin=sql))
     else:
         print("sqlite3 not on PATH: its row is left out", file=sys.stderr)
     if cc1plus:
-        found.append(Workload("cc1plus -fsyntax-only <bits/stdc++.h>", cc1plus, ("13",), "real"))
+        found.append(Workload("cc1plus -fsyntax-only <bits/stdc++.h>", cc1plus, ("overhead",), "real"))
     else:
         print("g++'s cc1plus not found: its row is left out", file=sys.stderr)
     if shutil.which("git"):
         repo = out / "history.git"
         generate_git_repo(repo, 200 if q else 4000)
         found.append(Workload("git log -p (generated history)", ["git", "-C", str(repo), "--no-pager", "log", "-p"],
-                              ("13",), "real"))
+                              ("overhead",), "real"))
     else:
         print("git not on PATH: its row is left out", file=sys.stderr)
     found += [
-        Workload("cc1 -O2, long run", [cc1, "-quiet", "-O2", str(big_c), "-o", str(out / "big.s")], ("13",), "long"),
-        Workload(FIXED, ["/bin/true"], ("13",), "fixed", repeat=2 if q else 5),
-        pyload("python dict/set building", "pydicts.py", [str(30_000 if q else 300_000)], ("12",)),
-        pyload("python objects", "pyobjects.py", ["12", "4"] if q else ["16", "22"], ("12",)),
+        Workload("cc1 -O2, long run", [cc1, "-quiet", "-O2", str(big_c), "-o", str(out / "big.s")], ("overhead",),
+                 "long"),
+        Workload(FIXED, ["/bin/true"], ("overhead",), "fixed", repeat=2 if q else 5),
+        pyload("python dict/set building", "pydicts.py", [str(30_000 if q else 300_000)], ("python",)),
+        pyload("python objects", "pyobjects.py", ["12", "4"] if q else ["16", "22"], ("python",)),
     ]
     if py.markdown:
-        found.append(pyload("python Markdown (PyPI)", "pylib.py", [str(100 if q else 1000)], ("12",)))
+        found.append(pyload("python Markdown (PyPI)", "pylib.py", [str(100 if q else 1000)], ("python",)))
     else:
         print("Markdown not installed in the benchmark venv: the library row is left out", file=sys.stderr)
     return found
@@ -361,7 +362,7 @@ class Heaptrack(Tool):
     name = "heaptrack"
 
     def argv(self, w: Workload, profile: Path, cpu_file: Path) -> list[str] | None:
-        return ["heaptrack", "-o", str(profile), *w.argv] if "13" in w.issues else None
+        return ["heaptrack", "-o", str(profile), *w.argv] if "overhead" in w.tables else None
 
 
 MEMRAY_MODES = {"memray": [], "memray --native": ["--native"],
@@ -439,7 +440,7 @@ def run_once(w: Workload, tool: Tool, profile: Path, work_dir: Path, want_peak: 
     if isinstance(tool, Heapscope) and profile.exists():
         sample.stats, sample.target_wall = heapscope_readout(profile)
         sample.peak = sample.stats.get("peak_heap_bytes")
-        if "12" in w.issues and w.script and proc.returncode == 0:
+        if "python" in w.tables and w.script and proc.returncode == 0:
             sample.script_peak = heapscope_script_peak(profile, w.script[0])
         # `record` ends with os._exit (cli/__init__.py), so self_cpu.py's atexit
         # hook does not run: the profile's own figures (taken just before its
@@ -622,8 +623,8 @@ class Results:
         return float("inf") if per == 0 else (1 / per) / (n / f.target_wall)
 
 
-def tools_for(results: Results, issue: str) -> list[Tool]:
-    return [t for t in results.tools if any(w.issues and issue in w.issues and (w.name, t.name) in results.fig
+def tools_for(results: Results, table: str) -> list[Tool]:
+    return [t for t in results.tools if any(w.tables and table in w.tables and (w.name, t.name) in results.fig
                                             for w in results.loads)]
 
 
@@ -634,11 +635,11 @@ WHOLE_TARGET = {"synthetic": 1.20, "synthetic-2t": 1.35, "real": 1.10, "long": 1
 
 
 def overhead_section(r: Results) -> list[str]:
-    loads = [w for w in r.loads if "13" in w.issues]
+    loads = [w for w in r.loads if "overhead" in w.tables]
     if not loads:
         return []
     fixed = next((w for w in loads if w.kind == "fixed"), None)
-    peers = [t.name for t in tools_for(r, "13") if t.name not in ("none", "heapscope")]
+    peers = [t.name for t in tools_for(r, "overhead") if t.name not in ("none", "heapscope")]
     lines = ["### Overhead side by side", "",
              "Whole command, median wall over the unprofiled run; heapscope's target alone in brackets. "
              "Targets: synthetic 1 thread at ~1 M samples/s <= 1.20x whole and <= 1.15x target; "
@@ -755,7 +756,7 @@ def overhead_section(r: Results) -> list[str]:
 
 
 def python_section(r: Results) -> list[str]:
-    loads = [w for w in r.loads if "12" in w.issues]
+    loads = [w for w in r.loads if "python" in w.tables]
     if not loads:
         return []
     memrays = [m for m in MEMRAY_MODES if any((w.name, m) in r.fig for w in loads)]
@@ -951,10 +952,9 @@ def main(argv: list[str] | None = None) -> int:
     out_lines: list[str] = []
     started = time.time()
     try:
-        wanted = {"overhead": "13", "python": "12"}
-        issues = {wanted[s] for s in sections if s in wanted}
+        tables = {s for s in sections if s in ("overhead", "python")}
         loads = [w for w in workloads(args.quick, work_dir, py)
-                 if set(w.issues) & issues and (not args.only or args.only in w.name)]
+                 if set(w.tables) & tables and (not args.only or args.only in w.name)]
         samples = run_rounds(loads, tools, rounds, work_dir)
         results = Results(loads, tools, samples)
         for section, make in (("overhead", overhead_section), ("python", python_section)):
