@@ -1,4 +1,4 @@
-"""The producer's CPU on cc1plus (issue 13): `heapscope record` of the cc1plus run.py measures.
+"""The producer's CPU on cc1plus: `heapscope record` of the cc1plus run.py measures.
 
     python benchmarks/cc1plus_producer.py [--rounds 5] [--heapscope [LABEL=]CMD ...] [--profile-dir DIR]
                                           [--record-args ARGS]

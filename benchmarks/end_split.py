@@ -1,4 +1,4 @@
-"""Where `heapscope record` spends the time after its target's exit (issue 13), per phase.
+"""Where `heapscope record` spends the time after its target's exit, per phase.
 
     python benchmarks/end_split.py [--rounds 3] [--python PY] [--variant LABEL=DIR ...] [--child-python PY]
                                    [--cprofile DIR] [--record-args ARGS] [WORKLOAD ...]

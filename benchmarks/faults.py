@@ -1,4 +1,4 @@
-"""Page faults in the target, per part, and what they cost it (issue 13).
+"""Page faults in the target, per part, and what they cost it.
 
     python benchmarks/faults.py [--heapscope [LABEL=]CMD ...] [--python PY] [--rounds N] [--top N]
                                 [--only true,objects,json,git,cc1plus] [--out DIR] [--no-perf]

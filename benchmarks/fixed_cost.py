@@ -1,4 +1,4 @@
-"""The fixed cost of `heapscope record` (issue 13): the whole command around a program that does nothing.
+"""The fixed cost of `heapscope record`: the whole command around a program that does nothing.
 
     python benchmarks/fixed_cost.py [--rounds 31] [--heapscope PATH] [--markdown]
     python benchmarks/fixed_cost.py --split [--rounds 31] [--compare PATH]
@@ -20,7 +20,7 @@ and prints, per variant, the median wall time and the median CPU time
 and both minus the unprofiled program's: the added cost. /bin/true makes
 no allocation the sampler picks (no frame to symbolize); `ls` at interval 1
 has a few hundred frames in ls, libc and ld.so, so its rows show what
-symbolization costs with the per-user symbol cache warm and empty. Wall time is what the issue's
+symbolization costs with the per-user symbol cache warm and empty. Wall time is what the fixed-cost
 target (<= 50 ms over the unprofiled program) is about; CPU time is the
 steadier figure on a machine shared with other work. Each command writes a
 fresh profile (no --force: that would read the old one first), removed
@@ -37,13 +37,13 @@ the rows give their medians, and the same minus the unprofiled /bin/date's.
 With --long the target is a shell that runs `ls -l /usr/bin` (frames to
 symbolize), idles 0.3 s, then execs the date: its "target -> end" is the
 time a recording of a longer program adds after the program's end, once the
-loop has had idle time to prepare the end (issue 13: the benchmark's rows).
+loop has had idle time to prepare the end.
 With --parent-cpu the target (a shell) first reads its parent's CPU time so far
 (/proc/PPID/schedstat, in ns: heapscope's own, whatever the machine's load),
 then runs the date; the rows add its median (the plain run's parent is this
 script: its column means nothing). It is heapscope's CPU up to its answer to
 the shell's handshake, plus what heapscope did meanwhile in parallel while the
-shell started (since issue 13's early start, its imports): an upper bound of
+shell started (since the early start, its imports): an upper bound of
 the CPU on the target's path.
 
 Use an installed heapscope (`pip install .`), not an editable one: an

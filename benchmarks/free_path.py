@@ -1,4 +1,4 @@
-"""What a free of an unsampled address costs the target: instructions and cache misses (issue 13).
+"""What a free of an unsampled address costs the target: instructions and cache misses.
 
     python benchmarks/free_path.py [--heapscope CMD] [--held N] [--list N] [--rounds N]
                                    [--pywork N] [--python EXE]
@@ -15,7 +15,7 @@ callgrind's output, per call of the client's free wrappers:
                   sampled frees that were sent (stats `frees`): the filter's
                   false positives, per unsampled free
   slow Ir, D1mr   the slow path (hs_record_free_slow / hs_record_py_free_slow
-                  inclusive; for free since h46, hs_free_checked's own and the
+                  inclusive; for free, hs_free_checked's own and the
                   set's remove) per call: what each false positive costs on top
   per unsampled   Ir and D1mr of the wrapper plus the false positives' share of
                   the slow path: what heapscope adds to one unsampled free
@@ -100,7 +100,7 @@ def row(p: Profile, label: str, hook_fn: str, slow_fns: tuple[str, ...], sent: i
         if p.calls.get(sk, 0):
             slow_calls = p.calls[sk]
             slow_cost = {e: float(p.get(p.inclusive, sk, e)) for e in EVENTS}
-            if fn == "hs_free_checked":  # h46: it ends in a jump to the real free, which its
+            if fn == "hs_free_checked":  # it ends in a jump to the real free, which its
                 # inclusive cost holds: its own cost and the address set's remove instead
                 rm = p.find(LIB, "hs_addrset_remove")
                 slow_cost = {e: float(p.get(p.exclusive, sk, e) + p.get(p.inclusive, rm, e)) for e in EVENTS}
@@ -142,7 +142,7 @@ def python_rows(hs: list[str], out: Path, python: str, n: int) -> list[Row]:
     prof, stats = callgrind(out, "pywork", argv, hs, 4096)
     py = stats.get("frees:python.pymalloc", 0)
     libc = stats.get("frees:libc.malloc", 0)
-    # the stock pymalloc's wrapper since h48 (client/pymem.c), w_free before and for other allocators
+    # the stock pymalloc's wrapper (client/pymem.c), w_free for other allocators and older builds
     wrapper = "s_free" if prof.calls.get(prof.find(LIB, "s_free"), 0) else "w_free"
     return [row(prof, f"pywork.py {n:,}, {wrapper} ({py:,} sampled frees)", wrapper, ("hs_record_py_free_slow",),
                 py),

@@ -32,7 +32,7 @@ Figures (instructions, user space only):
                     (hs_free_checked's own and the address set's remove; in older
                     builds hs_record_free_slow inclusive)
 
-Python section (issues 12 and 13: pymalloc wrapped, Python frames on), on
+Python section (pymalloc wrapped, Python frames on), on
 benchmarks/pyobjects.py and pywork.py with small arguments, each run unprofiled,
 under heapscope with nothing sampled, and at the default interval (4096, seed 1):
   pymalloc alloc    the MEM/OBJ domain wrapper (w_malloc) exclusive per call, on
@@ -120,7 +120,7 @@ LIB = "libheapscope"
 
 
 def sampled_free(p: Profile) -> float:
-    """The client's Ir per free of a sampled address: hs_free_checked's own (h46: the free hook's
+    """The client's Ir per free of a sampled address: hs_free_checked's own (the free hook's
     cold half with the slow path inlined; its inclusive cost holds the real free it jumps to) plus
     the address set's remove, or hs_record_free_slow inclusive in older builds."""
     calls = p.calls.get(p.find(LIB, "hs_free_checked"), 0)

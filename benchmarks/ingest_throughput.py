@@ -15,7 +15,7 @@ time: steady on a shared machine), with the wall figure beside. Usage:
 
     python benchmarks/ingest_throughput.py [--ring-mib 32] [--rounds 5] [--threads]
 
-With `--producer` it also measures the whole producer (issue 13's headroom):
+With `--producer` it also measures the whole producer (its headroom):
 `heapscope record -i 128` of benchmarks/alloc_bench.c (1 thread, 3 M
 allocations: ~2.6 M samples, each a MALLOC and later a FREE record), and
 reads from the profile's stats what heapscope's own process used

@@ -1,4 +1,4 @@
-"""The client's cost inside real native targets, per sample: cc1plus and git log -p (issue 13).
+"""The client's cost inside real native targets, per sample: cc1plus and git log -p.
 
     python benchmarks/native_targets.py [--heapscope CMD] [--only cc1plus|git|cc1] [--cache-sim [--ll SIZE,ASSOC,LINE]]
                                         [--perf [--rounds N] [--variants plain,prof,...]] [--reuse-plain]
@@ -106,7 +106,7 @@ def report(label: str, plain: Costs, prof: Costs, stats: dict[str, int], samples
     fc = prof.calls.get(fk, 0)
     if fc:
         row(f"hs_record_free_slow ({fc:,} calls), per call", prof.inclusive.get(fk, []), fc)
-    # free_checked (hooks.c) became hs_free_checked (client.c, with the slow path inlined) in h46.
+    # free_checked (hooks.c) became hs_free_checked (client.c, slow path inlined): older builds have the former.
     for hook in ("malloc", "free", "calloc", "realloc", "free_checked", "hs_free_checked", "malloc_recorded"):
         k = prof.find(LIB, hook)
         c = prof.calls.get(k, 0)

@@ -1,4 +1,4 @@
-"""Split a Python program's peak heap into what heapscope and memray each count (issue 12).
+"""Split a Python program's peak heap into what heapscope and memray each count.
 
     python benchmarks/peak_split.py --script SCRIPT [--heapscope PROFILE.db] [--memray CAPTURE.bin]
                                     [--top N] [--json]

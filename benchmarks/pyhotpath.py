@@ -1,4 +1,4 @@
-"""Where a Python program's added instructions go under heapscope (issue 12), per sample and per call.
+"""Where a Python program's added instructions go under heapscope, per sample and per call.
 
     python benchmarks/pyhotpath.py [--heapscope CMD] [--python EXE] [--workloads objects,markdown,json,dicts,pytest]
 
@@ -40,7 +40,7 @@ WORKLOADS = {
     "json": ["pywork.py", "40000"],
     "dicts": ["pydicts.py", "30000"],
 }
-# w_*: the wrappers of any allocator; s_*: those of the stock pymalloc (pymem.c), since h48
+# w_*: the wrappers of any allocator; s_*: those of the stock pymalloc (pymem.c), where built
 WRAPPERS = ("w_malloc", "w_free", "w_realloc", "w_calloc", "w_malloc_guarded", "w_calloc_guarded",
             "s_malloc", "s_free", "s_realloc", "s_calloc", "s_malloc_guarded", "s_calloc_guarded",
             "s_realloc_guarded")

@@ -1,4 +1,4 @@
-"""Ground truth for the Python peak comparison (issue 12, docs/python-frames.md section 7): the
+"""Ground truth for the Python peak comparison (docs/python-frames.md section 7): the
 script's own code holds COUNT bytes objects of SIZE bytes (it prints their sys.getsizeof sum)
 and imports modules that `memray run` has imported before any script starts (asyncio, logging,
 decimal, typing: memray 1.20's imports of rich, textual and jinja2 bring them in). At interval 1

@@ -6,18 +6,18 @@
 One command regenerates the overhead tables of benchmarks/RESULTS.md and prints them as
 markdown, each with the targets it checks and whether they are met:
 
-  overhead  issue 13: synthetic 1 thread at ~1.1 M samples/s (and the older 165 k/s one),
+  overhead  synthetic 1 thread at ~1.1 M samples/s (and the older 165 k/s one),
             2 threads on 2 cores, CPython json, CPython dicts with PYTHONMALLOC=malloc,
             sqlite3 inserts + sort, cc1plus -fsyntax-only of the libstdc++ headers,
             `git log -p` of a generated 4,000-commit history, cc1 -O2 of a generated file (a run of >= 10 s),
             and `record -- /bin/true` (the fixed cost); heapscope vs heaptrack (and memray
             where the target is a Python process)
-  python    issue 12: json, dict/set building, a small object-heavy program and a
+  python    json, dict/set building, a small object-heavy program and a
             pip-installed pure-Python library (Python-Markdown) doing real work; heapscope
             (default interval, Python frames on) vs `memray run`, `--native` and
             `--trace-python-allocators`; profile sizes and sampled peaks compared (whole, and
             like for like: the script's own bytes at the peak, benchmarks/peak_split.py)
-  fleet     issue 14: benchmarks/fleet.py --overhead (`--serve` with a scraper polling every
+  fleet     benchmarks/fleet.py --overhead (`--serve` with a scraper polling every
             second and `--push` every 10 s against a plain recording), bytes per pushed
             profile, rows/s into chDB
 
@@ -121,7 +121,7 @@ def generate_git_repo(path: Path, commits: int) -> None:
 
     120 text files; each commit edits six lines in each of six files (and every fifth
     commit moves a line), so `git log -p` diffs every commit: ~1.3 s of CPU for 4,000
-    commits, the length of the run issue 13 measured. Built once per output folder.
+    commits, the length of run the overhead targets name. Built once per output folder.
     """
     done = path / ".heapscope-bench"
     if done.exists() and done.read_text() == str(commits):
@@ -212,7 +212,7 @@ def cc1plus_command(out: Path, quick: bool) -> list[str] | None:
 class Workload:
     name: str
     argv: list[str]
-    issues: tuple[str, ...]  # which issue's table the workload belongs to: "13", "12"
+    tables: tuple[str, ...]  # which of the report's tables the workload belongs to: "overhead", "python"
     kind: str  # synthetic, synthetic-2t, real, long, fixed, python, other: picks the target
     stdin: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
@@ -263,44 +263,45 @@ def workloads(quick: bool, out: Path, py: Python) -> list[Workload]:
     cc1plus = cc1plus_command(out, quick)
     pyhost = [str(HERE / "pyhost.py"), str(lib), "1", str(fast_ops), "25"]
 
-    def pyload(name: str, script: str, args: list[str], issues: tuple[str, ...],
+    def pyload(name: str, script: str, args: list[str], tables: tuple[str, ...],
                env: dict[str, str] | None = None) -> Workload:
         s = [str(HERE / script), *args]
-        return Workload(name, [py.exe, *s], issues, "python" if "12" in issues else "real", env=env or {},
+        return Workload(name, [py.exe, *s], tables, "python" if "python" in tables else "real", env=env or {},
                         script=s)
 
     found = [
-        Workload("synth 1 thread, ~1.1 M samples/s", [str(exe), "1", str(fast_ops), "25"], ("13",), "synthetic"),
-        Workload("synth 2 threads on 2 cores", [str(exe), "2", str(2 * fast_ops), "25"], ("13",), "synthetic-2t"),
-        Workload("synth 1 thread, 165 k samples/s", [str(exe), "1", str(old_ops)], ("13",), "other"),
-        Workload("synth 1 thread ~1.1 M/s, Python host", [py.exe, *pyhost], ("13",), "other", script=pyhost),
-        pyload("python json", "pywork.py", [str(20_000 if q else 200_000)], ("13", "12")),
-        pyload("python dicts, PYTHONMALLOC=malloc", "pydicts.py", [str(30_000 if q else 300_000)], ("13",),
+        Workload("synth 1 thread, ~1.1 M samples/s", [str(exe), "1", str(fast_ops), "25"], ("overhead",), "synthetic"),
+        Workload("synth 2 threads on 2 cores", [str(exe), "2", str(2 * fast_ops), "25"], ("overhead",), "synthetic-2t"),
+        Workload("synth 1 thread, 165 k samples/s", [str(exe), "1", str(old_ops)], ("overhead",), "other"),
+        Workload("synth 1 thread ~1.1 M/s, Python host", [py.exe, *pyhost], ("overhead",), "other", script=pyhost),
+        pyload("python json", "pywork.py", [str(20_000 if q else 200_000)], ("overhead", "python")),
+        pyload("python dicts, PYTHONMALLOC=malloc", "pydicts.py", [str(30_000 if q else 300_000)], ("overhead",),
                {"PYTHONMALLOC": "malloc"}),
     ]
     if shutil.which("sqlite3"):
-        found.append(Workload("sqlite3 inserts+sort", ["sqlite3", ":memory:"], ("13",), "real", stdin=sql))
+        found.append(Workload("sqlite3 inserts+sort", ["sqlite3", ":memory:"], ("overhead",), "real", stdin=sql))
     else:
         print("sqlite3 not on PATH: its row is left out", file=sys.stderr)
     if cc1plus:
-        found.append(Workload("cc1plus -fsyntax-only <bits/stdc++.h>", cc1plus, ("13",), "real"))
+        found.append(Workload("cc1plus -fsyntax-only <bits/stdc++.h>", cc1plus, ("overhead",), "real"))
     else:
         print("g++'s cc1plus not found: its row is left out", file=sys.stderr)
     if shutil.which("git"):
         repo = out / "history.git"
         generate_git_repo(repo, 200 if q else 4000)
         found.append(Workload("git log -p (generated history)", ["git", "-C", str(repo), "--no-pager", "log", "-p"],
-                              ("13",), "real"))
+                              ("overhead",), "real"))
     else:
         print("git not on PATH: its row is left out", file=sys.stderr)
     found += [
-        Workload("cc1 -O2, long run", [cc1, "-quiet", "-O2", str(big_c), "-o", str(out / "big.s")], ("13",), "long"),
-        Workload(FIXED, ["/bin/true"], ("13",), "fixed", repeat=2 if q else 5),
-        pyload("python dict/set building", "pydicts.py", [str(30_000 if q else 300_000)], ("12",)),
-        pyload("python objects", "pyobjects.py", ["12", "4"] if q else ["16", "22"], ("12",)),
+        Workload("cc1 -O2, long run", [cc1, "-quiet", "-O2", str(big_c), "-o", str(out / "big.s")], ("overhead",),
+                 "long"),
+        Workload(FIXED, ["/bin/true"], ("overhead",), "fixed", repeat=2 if q else 5),
+        pyload("python dict/set building", "pydicts.py", [str(30_000 if q else 300_000)], ("python",)),
+        pyload("python objects", "pyobjects.py", ["12", "4"] if q else ["16", "22"], ("python",)),
     ]
     if py.markdown:
-        found.append(pyload("python Markdown (PyPI)", "pylib.py", [str(100 if q else 1000)], ("12",)))
+        found.append(pyload("python Markdown (PyPI)", "pylib.py", [str(100 if q else 1000)], ("python",)))
     else:
         print("Markdown not installed in the benchmark venv: the library row is left out", file=sys.stderr)
     return found
@@ -361,7 +362,7 @@ class Heaptrack(Tool):
     name = "heaptrack"
 
     def argv(self, w: Workload, profile: Path, cpu_file: Path) -> list[str] | None:
-        return ["heaptrack", "-o", str(profile), *w.argv] if "13" in w.issues else None
+        return ["heaptrack", "-o", str(profile), *w.argv] if "overhead" in w.tables else None
 
 
 MEMRAY_MODES = {"memray": [], "memray --native": ["--native"],
@@ -439,7 +440,7 @@ def run_once(w: Workload, tool: Tool, profile: Path, work_dir: Path, want_peak: 
     if isinstance(tool, Heapscope) and profile.exists():
         sample.stats, sample.target_wall = heapscope_readout(profile)
         sample.peak = sample.stats.get("peak_heap_bytes")
-        if "12" in w.issues and w.script and proc.returncode == 0:
+        if "python" in w.tables and w.script and proc.returncode == 0:
             sample.script_peak = heapscope_script_peak(profile, w.script[0])
         # `record` ends with os._exit (cli/__init__.py), so self_cpu.py's atexit
         # hook does not run: the profile's own figures (taken just before its
@@ -622,26 +623,26 @@ class Results:
         return float("inf") if per == 0 else (1 / per) / (n / f.target_wall)
 
 
-def tools_for(results: Results, issue: str) -> list[Tool]:
-    return [t for t in results.tools if any(w.issues and issue in w.issues and (w.name, t.name) in results.fig
+def tools_for(results: Results, table: str) -> list[Tool]:
+    return [t for t in results.tools if any(w.tables and table in w.tables and (w.name, t.name) in results.fig
                                             for w in results.loads)]
 
 
-# --- issue 13: overhead -----------------------------------------------------------
+# --- overhead -------------------------------------------------------------------
 
 
 WHOLE_TARGET = {"synthetic": 1.20, "synthetic-2t": 1.35, "real": 1.10, "long": 1.05, "python": 1.10}
 
 
 def overhead_section(r: Results) -> list[str]:
-    loads = [w for w in r.loads if "13" in w.issues]
+    loads = [w for w in r.loads if "overhead" in w.tables]
     if not loads:
         return []
     fixed = next((w for w in loads if w.kind == "fixed"), None)
-    peers = [t.name for t in tools_for(r, "13") if t.name not in ("none", "heapscope")]
-    lines = ["### Overhead side by side (issue 13)", "",
+    peers = [t.name for t in tools_for(r, "overhead") if t.name not in ("none", "heapscope")]
+    lines = ["### Overhead side by side", "",
              "Whole command, median wall over the unprofiled run; heapscope's target alone in brackets. "
-             "Targets (issue 13): synthetic 1 thread at ~1 M samples/s <= 1.20x whole and <= 1.15x target; "
+             "Targets: synthetic 1 thread at ~1 M samples/s <= 1.20x whole and <= 1.15x target; "
              "2 threads on 2 cores <= 1.35x; the real programs <= 1.10x, runs of >= 10 s <= 1.05x; "
              "added time <= 1/4 of heaptrack's; `record -- /bin/true` <= 50 ms over the program.", "",
              "| workload (unprofiled wall) | heapscope (target) | " + " | ".join(peers)
@@ -721,7 +722,7 @@ def overhead_section(r: Results) -> list[str]:
                 f"{fmt_size(f.rss)} | {fmt_size(f.size) if f.size else '-'} | {sps} | "
                 f"{'' if vs_ht is None else f'{vs_ht:.2f}'} | {'' if per is None else f'{per * 1e6:.2f} us'} |")
 
-    lines += ["", "Producer (heapscope's own process; CPU net of `record -- /bin/true`'s). Target (issue 13): at "
+    lines += ["", "Producer (heapscope's own process; CPU net of `record -- /bin/true`'s). Target: at "
               "least 5x headroom: records per second of producer CPU over records per second of the target.", "",
               "| workload | records | records/s in the target | producer CPU | CPU / record | headroom "
               "| producer peak RSS |", "|---|---|---|---|---|---|---|"]
@@ -744,24 +745,24 @@ def overhead_section(r: Results) -> list[str]:
                        low[0] >= 5))
     else:
         checks.append(("producer headroom >= 5x on every workload", "not measured", None))
-    lines += ["", "Against the targets of issue 13:", "", "| target | measured | met |", "|---|---|---|"]
+    lines += ["", "Against the overhead targets:", "", "| target | measured | met |", "|---|---|---|"]
     lines += [f"| {name} | {m} | {verdict(ok)} |" for name, m, ok in checks]
     lines += ["| a free of an unsampled address: one predictable branch, no shared cache line | "
               "instruction counts, not timed here (perf stat / callgrind) | n/a |"]
     return lines + noise_lines(r, loads)
 
 
-# --- issue 12: Python -------------------------------------------------------------
+# --- Python ---------------------------------------------------------------------
 
 
 def python_section(r: Results) -> list[str]:
-    loads = [w for w in r.loads if "12" in w.issues]
+    loads = [w for w in r.loads if "python" in w.tables]
     if not loads:
         return []
     memrays = [m for m in MEMRAY_MODES if any((w.name, m) in r.fig for w in loads)]
-    lines = ["### Python programs: heapscope next to memray (issue 12)", "",
+    lines = ["### Python programs: heapscope next to memray", "",
              "heapscope at the default interval with Python frames and pymalloc sampling on; wall x is the whole "
-             "command over the unprofiled run; 'added / X' is heapscope's added wall over X's. Targets (issue 12): "
+             "command over the unprofiled run; 'added / X' is heapscope's added wall over X's. Targets: "
              "<= 1.10x; <= 1/5 of memray's added time (checked against `memray run`, the others shown); a profile "
              ">= 10x smaller than memray's and the sampled peak within 5% of memray's, both checked against "
              "`memray run --trace-python-allocators`, the mode that sees the same allocators as heapscope (every "
@@ -832,12 +833,12 @@ def python_section(r: Results) -> list[str]:
             lines.append(f"| {w.name} | {t.name} | {f.wall:.2f}s | {fmt_x(None if none or not b else f.wall / b.wall)}"
                          f" | {fmt_x(None if none or not b or b.cpu <= 0 else f.cpu / b.cpu)} | {fmt_size(f.rss)} | "
                          f"{fmt_size(f.size) if f.size else '-'} | {fmt_size(f.peak) if f.peak else ''} |")
-    lines += ["", "Against the targets of issue 12:", "", "| target | measured | met |", "|---|---|---|"]
+    lines += ["", "Against the Python targets:", "", "| target | measured | met |", "|---|---|---|"]
     lines += [f"| {name} | {m} | {verdict(ok)} |" for name, m, ok in checks]
     return lines + noise_lines(r, loads)
 
 
-# --- issue 14: fleet --------------------------------------------------------------
+# --- fleet ----------------------------------------------------------------------
 
 
 def fleet_section(quick: bool, rounds: int, heapscope_cmd: list[str]) -> list[str]:
@@ -846,11 +847,11 @@ def fleet_section(quick: bool, rounds: int, heapscope_cmd: list[str]) -> list[st
 
     ops = 2_000_000 if quick else 40_000_000
     res = fleet.overhead(rounds, ops, heapscope_cmd)
-    lines = ["### Many machines: serving and pushing while recording (issue 14)", "",
+    lines = ["### Many machines: serving and pushing while recording", "",
              f"`benchmarks/fleet.py --overhead --rounds {rounds} --ops {ops}`, run from this command: "
              "`record -c 10000` of alloc_bench (1 thread) plain, with `--serve` and a scraper fetching "
              "/debug/pprof/heap every second, and with `--push` to a loopback Pyroscope-shaped server (a push per "
-             "10 s dump and the final one). Target (issue 14): <= 1% added wall.", ""]
+             "10 s dump and the final one). Target: <= 1% added wall.", ""]
     lines += res.table()
     lines += [""]
     serve, push = res.added("serve + scrape 1/s"), res.added("push every 10 s")
@@ -951,10 +952,9 @@ def main(argv: list[str] | None = None) -> int:
     out_lines: list[str] = []
     started = time.time()
     try:
-        wanted = {"overhead": "13", "python": "12"}
-        issues = {wanted[s] for s in sections if s in wanted}
+        tables = {s for s in sections if s in ("overhead", "python")}
         loads = [w for w in workloads(args.quick, work_dir, py)
-                 if set(w.issues) & issues and (not args.only or args.only in w.name)]
+                 if set(w.tables) & tables and (not args.only or args.only in w.name)]
         samples = run_rounds(loads, tools, rounds, work_dir)
         results = Results(loads, tools, samples)
         for section, make in (("overhead", overhead_section), ("python", python_section)):

@@ -2,7 +2,7 @@
 
 shutil imports bz2, lzma and fnmatch: ~1.5 ms of CPU that `record` paid
 before its target started (cli/record.py) and again at its end, finding
-llvm-symbolizer (symbolize/llvm.py) (issue 13). This follows CPython 3.11's
+llvm-symbolizer (symbolize/llvm.py). This follows CPython 3.11's
 Lib/shutil.py on POSIX: a name with a slash is checked as it is, any other
 is looked up in $PATH (else os.confstr("CS_PATH")); a match is an existing,
 executable file that is not a directory.

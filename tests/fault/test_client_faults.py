@@ -1,4 +1,4 @@
-"""The client never hangs or crashes its target (issue 10).
+"""The client never hangs or crashes its target.
 
 Each scenario runs a reproducer of tests/fault/programs/ (client_*.c) once on
 its own and once under `heapscope record`, and checks that stdout and the

@@ -384,7 +384,7 @@ def test_disk_full_keeps_what_fits_and_the_status(bins: dict[str, Path], procs: 
 
 def test_a_disk_full_from_the_start_leaves_the_target_its_run_and_status(small_tmpfs: Path) -> None:
     # GIVEN a file system already full: the profile's files can be created (empty), its schema not.
-    # `record` makes the schema after the target's spawn (issue 13), so the target starts.
+    # `record` makes the schema after the target's spawn (start-up cost), so the target starts.
     filler = fill(small_tmpfs)
     db = small_tmpfs / "full.db"
     # WHEN a program is recorded there

@@ -14,7 +14,7 @@ Targets, and what may escape each (anything else is a finding):
     rows      the same commands on a valid profile whose rows were edited
               (wrong types, NULLs, dangling ids, cycles): the mutations a
               byte flip rarely makes.
-    importer  importer/heapprofd.py on a trace in memory (gzipped or not,
+    importer  importer/heapprofd.py and tracefile.py on a trace in memory (gzipped or not,
               mutated from Perfetto's test traces): streamed, decoded, fed,
               finished and written: only ProfileError.
     readers   the reader layer itself (store/reader.py's queries and
@@ -337,12 +337,13 @@ if not TRACES.is_dir():
 def fuzz_importer(data: bytes) -> None:
     from heapscope.errors import ProfileError
     from heapscope.importer import heapprofd as hp
+    from heapscope.importer import tracefile
 
-    budget = hp._InflateBudget("fuzz", len(data))
-    stream = hp._Input(io.BytesIO(data), "fuzz", budget, data[:2] == hp._GZIP_MAGIC)
+    budget = tracefile.InflateBudget("fuzz", len(data))
+    stream = tracefile.TraceInput(io.BytesIO(data), "fuzz", budget, data[:2] == tracefile.GZIP_MAGIC)
     imp = hp.HeapprofdImporter(budget)
     try:
-        imp.feed(hp.decode_packets(stream, "fuzz"))
+        imp.feed(tracefile.decode_packets(stream, "fuzz"))
         imp.finish("fuzz")
     except ProfileError:
         return

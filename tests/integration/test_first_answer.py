@@ -1,4 +1,4 @@
-"""Issue 11, the first answer is the right one: what `report`, `flamegraph` and `leaks` show
+"""The first answer is the right one: what `report`, `flamegraph` and `leaks` show
 without flags for programs that free their memory before exiting, with inlined code, at the
 default sampling interval, and as trees of processes.
 

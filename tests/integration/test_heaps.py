@@ -1,4 +1,4 @@
-"""Custom heaps (issue 16): the C header and the Python API, under the real client.
+"""Custom heaps: the C header and the Python API, under the real client.
 
 tests/programs/arena.c reports a bump arena on two custom heaps with known
 objects per call path; the Python programs below do the same through
@@ -283,7 +283,7 @@ def test_header_compiles_cleanly(tmp_path: Path, compiler: list[str]) -> None:
     assert run.returncode == 0, run.describe()  # not profiled: register gave 0
 
 
-# -- default views show one heap; the others are listed and picked (issue 16) ----------------
+# -- default views show one heap; the others are listed and picked ---------------------------
 
 ARENA_PEAK = 2000 * 64 + 500 * 208 + 10 * 100000  # test.arena at its own peak (arena.c)
 POOL_PEAK = 300 * 32

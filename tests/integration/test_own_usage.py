@@ -1,4 +1,4 @@
-"""What `record` says about its own cost (issue 13): the heapscope process's CPU time and
+"""What `record` says about its own cost: the heapscope process's CPU time and
 peak RSS in `stats`, and the summary and exit status intact when it ends without the
 interpreter's teardown."""
 

@@ -1,4 +1,4 @@
-"""benchmarks/peak_split.py, the like-for-like peak of issue 12, on a real recording (this interpreter).
+"""benchmarks/peak_split.py, the like-for-like peak next to memray's, on a real recording (this interpreter).
 
 benchmarks/run.py checks heapscope's peak against memray's on the bytes the script's own code
 holds at the peak (docs/python-frames.md, section 7): the blocks whose Python stack has a frame of

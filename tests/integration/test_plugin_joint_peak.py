@@ -1,4 +1,4 @@
-"""The pytest plugin's window over both heaps of a Python program (issue 12).
+"""The pytest plugin's window over both heaps of a Python program.
 
 A test that holds 8 MiB through malloc, frees it, then holds 8 MiB of small
 Python objects never held more than about 8.6 MB at once: its peak must be

@@ -366,7 +366,7 @@ def test_multiprocessing_workers_exact_at_interval_1(tmp_path: Path, python: str
     assert stats.get("python_walks_invalid") == 0, stats
 
 
-# --- the Python view: report's default for a Python program (issue 12) ---------------------------------------------
+# --- the Python view: report's default for a Python program --------------------------------------------------------
 
 
 def _program_line(text: str, program: Path = PROGRAM) -> int:

@@ -1,4 +1,4 @@
-"""An embedded interpreter loaded after the start (issue 12: "embedded interpreters work").
+"""An embedded interpreter loaded after the start (embedded interpreters work too).
 
 A compiled C program (tests/programs/python/embed.c) dlopen()s a shared
 libpython with RTLD_GLOBAL after it started, runs Py_InitializeEx and then a

@@ -1,4 +1,4 @@
-"""Python's own heap (issue 12, requirement 2), end to end, under every installed CPython 3.8-3.13.
+"""Python's own heap (docs/python-frames.md section 5), end to end, under every installed CPython 3.8-3.13.
 
 The client books what comes through Python's MEM and OBJ allocator domains in
 the heap python.pymalloc, and what pymalloc passes on to malloc (requests over
@@ -182,7 +182,7 @@ PHASES = Path(__file__).parents[1] / "programs" / "python" / "peakphases.py"
 def test_the_peak_of_both_heaps_is_one_moment(tmp_path: Path) -> None:
     """libc.malloc peaks in phase 1 (8 MiB through ctypes, freed), python.pymalloc in phase 2
     (8.9 MiB of bytes objects, held): the process's peak is the moment their sum is largest
-    (phase 2), each heap at that moment, not each heap at its own peak (issue 12)."""
+    (phase 2), each heap at that moment, not each heap at its own peak."""
     python = INTERPRETERS[-1]
     db = tmp_path / "phases.db"
     run = run_process([*HEAPSCOPE, "record", "-o", str(db), "-i", "1", "--seed", "7", "--", python, str(PHASES)],

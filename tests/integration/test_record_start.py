@@ -1,4 +1,4 @@
-"""The start of `heapscope record` (heapscope/launch.py, producer/listener.py, issue 13): the target
+"""The start of `heapscope record` (heapscope/launch.py, producer/listener.py): the target
 is spawned with posix_spawn and answered before the recording's imports. What the target gets must
 be what it would get without heapscope (signals, descriptors, limits), and nothing of the profile
 may be lost to the early answer: clients that connect while `record` imports are profiled, and the

@@ -1,4 +1,4 @@
-/* arena: a bump arena reported to heapscope as custom heaps (issue 16).
+/* arena: a bump arena reported to heapscope as custom heaps (docs/custom-heaps.md).
  *
  * One malloc'ed block backs the arena; objects are carved from it and
  * reported on the heap "test.arena" (session interval), and some on

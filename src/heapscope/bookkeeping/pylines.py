@@ -36,7 +36,7 @@ class LineTable(Record, frozen=True):
     a resolved frame is at (bookkeeping/frames.py keeps the answer), and most
     of a process's code objects are never asked. Decoding every table whole in
     Python cost a multiprocessing Pool's four processes ~560 ms of the
-    producer's loop, and the ranges ~5 MiB of its memory (issue 13).
+    producer's loop, and the ranges ~5 MiB of its memory.
     """
 
     fmt: int

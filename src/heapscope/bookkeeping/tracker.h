@@ -42,7 +42,7 @@
  * branch that saves at_peak. A new window is O(1) (after the first, which
  * allocates win_start for every bucket), and an op pays nothing more.
  *
- * One peak for several heaps (issue 12). The peak state (struct hs_peak:
+ * One peak for several heaps, their sum's. The peak state (struct hs_peak:
  * running total, maximum, its ts, the epoch) lives apart from the tracker
  * and can be shared by the trackers of one process's heaps
  * (hs_tracker_share_peak): libc.malloc's and python.pymalloc's, disjoint

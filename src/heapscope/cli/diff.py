@@ -65,7 +65,7 @@ def main(args: argparse.Namespace) -> int:
             select_heap(profile, args.heap)  # default: the default heap, nothing counted twice
             folded.update(apply_fold(profile, args))
             procs.append(pick_process(profile, args.pid, procs[0] if procs else None))
-        # The Python view when both sides are Python programs (report's default, issue 12)
+        # The Python view when both sides are Python programs (report's default)
         python = args.python_only or (not args.native and all(
             p.info.upid in profile.python_upids() for profile, p in zip(profiles, procs, strict=True)))
 

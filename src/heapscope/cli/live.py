@@ -35,6 +35,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     record_cli.add_arguments(p)
 
 
+# Long on purpose: the recording and the view start, run and stop together here, so each error path
+# closes both in order.
 def main(args: argparse.Namespace) -> int:
     if not (sys.stdin.isatty() and sys.stderr.isatty()):  # the view reads stdin and draws on stderr
         raise UsageError("live needs a terminal (stdin or stderr is not one); "

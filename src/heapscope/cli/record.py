@@ -321,7 +321,7 @@ def _parse_duration(text: str) -> float:
         value = float(t)
     except ValueError:
         raise UsageError(f"--duration must be a time like 500ms, 30s or 2m, not {text!r}") from None
-    import math  # here: a C extension to load, for -d only (issue 13)
+    import math  # here: a C extension to load, for -d only (start-up cost)
 
     if not math.isfinite(value) or value <= 0 or value * mult > MAX_DURATION_S:
         raise UsageError(f"--duration must be a positive time up to a year, not {text!r}")
@@ -394,7 +394,7 @@ def say_line(msg: str) -> None:
 
 
 def print_summary(s: Summary) -> None:
-    from heapscope.view.units import human_bytes  # after the target's start (issue 13)
+    from heapscope.view.units import human_bytes  # after the target's start (start-up cost)
 
     unwinders = s.unwinders or ["none (no process connected)"]
     share = s.blocked_ms / 1e3 / s.elapsed_s * 100 if s.elapsed_s > 0 else 0.0

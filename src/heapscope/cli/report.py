@@ -103,8 +103,8 @@ def main(args: argparse.Namespace) -> int:
     with open_profile(args.file) as profile:
         shown = select_heap(profile, args.heap)
         folded = apply_fold(profile, args)
-        # The Python view by default where stacks hold Python frames (issue 12); --stacks shows
-        # each stack in full unless --python-only asks.
+        # The Python view by default where stacks hold Python frames (the first answer names the user's
+        # code); --stacks shows each stack in full unless --python-only asks.
         python_only = True if args.python_only else False if args.native or args.stacks else None
         processes = select_processes(profile, args.pid)
         ranked = process_lines(profile, processes)
@@ -147,7 +147,7 @@ def main(args: argparse.Namespace) -> int:
 def render_heaps(profile: Profile, shown: str | None, minor: set[int] | frozenset[int] = frozenset()) -> str:
     """The heaps of the profile, each at its peak per process (libc.malloc and python.pymalloc at
     the one they share, docs/profile.md), and which one the report shows, when it has more than
-    one heap (custom heaps, issue 16); '' otherwise."""
+    one heap (custom heaps); '' otherwise."""
     if len(heap_names(profile)) < 2:
         return ""
     names: dict[int, str] = {p.info.upid: f"pid {p.info.pid} {process_label(p.info)}" for p in profile.processes()}

@@ -43,7 +43,7 @@ static void bit_clear(uint64_t b) {
 
 /* Each shard's first table, side by side in zero-filled static storage: a
  * mmap call per shard was 256 system calls and 256 page faults in the
- * first samples of a program (cc1plus, git log -p: issue 13), where these
+ * first samples of a program (cc1plus, git log -p), where these
  * cost only the faults of the ~129 pages written, and no call. Grown tables
  * are mmapped as before. Accessed through struct hs_addr_table, whose
  * members are uint64_t too. Whole pages, page-aligned: a fork reset drops

@@ -2,7 +2,7 @@
  * addrset.h: the set of live sampled addresses, so that only frees of
  * sampled addresses leave the target.
  *
- * The filter (issue 13: a free of an unsampled address costs one
+ * The filter (so that a free of an unsampled address costs one
  * predictable branch and no shared cache line). In front of the set, one
  * bit per 16-byte granule of the address space, modulo its span: bucket(a)
  * = (a >> 4) mod 2^25, so the bitmap is 2^25 bits (4 MiB of zero-filled
@@ -13,7 +13,7 @@
  * predictable branch; no store, no lock, no table, no TLS.
  *
  * Why this shape (measured by benchmarks/free_path.py, benchmarks/RESULTS.md
- * "Free of an unsampled address (h30)"): the buckets are neighbours where
+ * "Free of an unsampled address"): the buckets are neighbours where
  * the addresses are, so one 64-bit word covers 1 KiB of neighbouring
  * addresses and one cache line 8 KiB: a program that frees a list, an
  * array of objects or a pool in address order reads the same line for
@@ -93,7 +93,7 @@ struct hs_addr_shard {
   struct hs_addr_table *table;  /* NULL until the first insert */
   uint64_t count;               /* live entries; under lock */
   /* table->mask, for the writers (under lock): one cache line less to
-   * load per insert and remove than the table's header (issue 13).
+   * load per insert and remove than the table's header.
    * Readers keep the pair behind the table pointer. */
   uint64_t mask;
   char pad[64 - 32];
@@ -105,7 +105,7 @@ extern struct hs_addr_shard hs_addr_shards[HS_ADDRSET_SHARDS] HS_HIDDEN;
  * Fibonacci hashing, b times 2^64 / phi, taken from bit 32 up, where every
  * bit of b reaches (for masks up to 2^32 - 1). One multiply and a shift:
  * a remove computes it for every entry it shifts back, and murmur3's
- * finalizer there cost ~10 instructions each (issue 13). The buckets of
+ * finalizer there cost ~10 instructions each. The buckets of
  * one shard differ in their low 6 and high 11 bits, and samples land on
  * them in runs and strides: a multiplicative hash spreads arithmetic
  * progressions evenly. */

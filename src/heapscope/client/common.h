@@ -25,7 +25,7 @@ enum { HS_OK = 0, HS_DROPPED = 1 };
 /* Writes in the pages of [p, p + len) in one call, the first time only
  * (*done goes 0 -> 1): a table that is read before it is written costs two
  * faults a page (the zero page, then its copy), and one that is populated at
- * start costs a program that never samples (issue 13). Contents are kept;
+ * start costs a program that never samples. Contents are kept;
  * a kernel without MADV_POPULATE_WRITE (before Linux 5.14) leaves it to the
  * faults. */
 #ifndef MADV_POPULATE_WRITE

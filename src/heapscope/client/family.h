@@ -1,5 +1,5 @@
 /*
- * family.h: the malloc family, written once (issue 9). Every list of it in
+ * family.h: the malloc family, written once (none missed). Every list of it in
  * the client is expanded from HS_MALLOC_FAMILY: the table of real functions
  * (real.h), their resolution and bootstrap fallbacks (real.c), the hidden
  * aliases of the hooks (hooks.c) and the GOT patch table (inject.c).

@@ -1,5 +1,5 @@
 /*
- * heaps.c: custom heaps (issue 16). A program that allocates from its own
+ * heaps.c: custom heaps. A program that allocates from its own
  * pools (arenas, object pools, slabs, a GPU runtime) reports them through
  * include/heapscope.h, which finds these exported functions at run time:
  *

@@ -106,7 +106,7 @@ static HS_COLD_PATH void *realloc_checked(void *old, size_t size) {
  * NULL, whose granule is never sampled nor pinned: it only goes to
  * realloc_checked on an alias, which takes it as hs_free_checked would). The
  * rest out of line, so that the common path keeps no frame and ends in a
- * jump (issue 13: 36 instructions to the real realloc, now 24). */
+ * jump (36 instructions to the real realloc, now 24). */
 HS_EXPORT void *realloc(void *old, size_t size) {
   if (HS_UNLIKELY(hs_addr_maybe_sampled(old)))
     return realloc_checked(old, size);

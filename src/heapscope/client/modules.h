@@ -56,7 +56,7 @@ static inline HS_MUST_CHECK int hs_modules_poll(struct hs_ring *r) {
   return hs_modules_poll_slow(r);
 }
 
-/* A libpython3 loaded after the start (an embedded interpreter, issue 12):
+/* A libpython3 loaded after the start (an embedded interpreter):
  * a scan that sees one notes its dynamic symbol table. Its symbols are then
  * found without dlsym (which takes the loader lock and may allocate): by a
  * lookup of its DT_GNU_HASH table, hook-safe. */

@@ -47,7 +47,7 @@ static size_t booked(size_t n) {
   return n ? n : 1;
 }
 
-/* The hot paths (issues 13 and 12). A request the wrapped allocator serves
+/* The hot paths (the cost per call). A request the wrapped allocator serves
  * itself (1 to `direct` bytes) and smaller than the sampling interval (both
  * in `fast`) that the countdown does not reach costs the countdown
  * decrement and a jump to that allocator (a tail call: no frame of ours, no
@@ -222,8 +222,8 @@ static __attribute__((noinline, cold)) void w_free_sampled(struct py_domain *d, 
   d->prev.free(d->prev.ctx, p);
 }
 
-/* An unsampled free (issue 13): the filter test (hs_record_py_free), then
- * a jump to the wrapped free. */
+/* An unsampled free (the cost per call): the filter test (hs_record_py_free),
+ * then a jump to the wrapped free. */
 static void w_free(void *ctx, void *p) {
   struct py_domain *d = ctx;
   if (HS_UNLIKELY(hs_addr_maybe_sampled(p))) {

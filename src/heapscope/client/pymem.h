@@ -1,6 +1,6 @@
 /*
- * pymem.h: Python's own allocator domains, sampled like malloc (issue 12,
- * requirement 2; docs/python-frames.md section 5).
+ * pymem.h: Python's own allocator domains, sampled like malloc
+ * (docs/python-frames.md section 5).
  *
  * Small Python objects (512 bytes or less) never reach malloc: pymalloc
  * carves them out of arenas it maps itself. hs_pymem_install() wraps the

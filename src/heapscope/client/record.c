@@ -356,7 +356,7 @@ void hs_record_free_slow(void *addr) {
 }
 
 /* The free hook's cold half, whole here so that the free of a sampled
- * address is one call deep (issue 13: free_checked in hooks.c, then this
+ * address is one call deep (not three: free_checked in hooks.c, then this
  * file's slow path, then the address set, each with its frame): the arena
  * (pinned in the filter, real.c) is never given to the real free; the rest
  * is recorded, then freed by a tail call. */

@@ -31,7 +31,7 @@ HS_HIDDEN void hs_free_checked(void *addr);
  * consumed). 0: the real allocation must be followed by
  * hs_record_alloc_slow(addr, size), which decides. Needs no address, so it
  * can run before the real allocator. The guard (state.h) is not looked at
- * here but in the slow path, which drops a sample taken under it (issue 13:
+ * here but in the slow path, which drops a sample taken under it (it saves
  * three instructions of every malloc, calloc and realloc; cc1plus makes 14
  * of them per sample): the client's own bytes then move the countdown too,
  * and the sample points that land on them are dropped, which leaves every

@@ -55,6 +55,9 @@ static uint64_t lost_grace_ns(const struct hs_ring *r) {
   return r->max_wait_ns / 2 < LOST_GRACE_NS ? r->max_wait_ns / 2 : LOST_GRACE_NS;
 }
 
+/* Reserves room for one record, waiting (bounded) while the ring is full, and
+ * writes it. Long on purpose: every wait's exit (shutdown, the producer lost,
+ * the bound reached) is seen on the one path that holds the reservation. */
 static int write_waiting(struct hs_ring *r, uint32_t type, const void *a, size_t alen,
                          const void *b, size_t blen, int take_seq) {
   struct hs_ring_meta *m = r->meta;

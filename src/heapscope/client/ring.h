@@ -64,7 +64,7 @@ HS_HIDDEN HS_MUST_CHECK int hs_ring_write_slow(struct hs_ring *r, uint32_t type,
  * guard, so signal handlers do not come in either (they see the guard) and
  * it does not create a thread before it leaves. The writers below then do
  * without locked instructions (each a full barrier, the bulk of a sample's
- * cost in git log -p: lock xadd, lock cmpxchg, xchg; issue 13): plain
+ * cost in git log -p: lock xadd, lock cmpxchg, xchg): plain
  * loads and stores do the same there. The producer, another process, only
  * reads write_pos and the headers, which stay ordered as before (release).
  * Weak and of default visibility, so that a libc without it gives a null

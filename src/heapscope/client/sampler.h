@@ -51,7 +51,7 @@ uint64_t hs_sampler_sample(struct hs_sampler *s, uint64_t size)
 
 /* -ln(x * 2^-53) for x in [1, 2^53]: the exponential variate of the
  * sampler, without libm's log (a call into another library, whose code is
- * two instruction-cache misses away from ours on every sample; issue 13).
+ * two instruction-cache misses away from ours on every sample).
  * x = 2^k * m with m in [sqrt(1/2), sqrt(2)) (k and m taken from the bits
  * of (double)x, which is exact), then ln(m) = 2 atanh(s) with s = (m - 1) /
  * (m + 1), |s| < 0.1716, by its series up to s^11 / 11: the first term

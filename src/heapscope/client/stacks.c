@@ -37,8 +37,8 @@ void hs_stacks_new_generation(void) {
 /* One multiplication per frame (rotate, xor, multiply: each step is a
  * bijection of the state for a given pc and of the pc for a given state),
  * in four independent lanes (frame i goes to lane i % 4): one chain of
- * multiplications over a deep stack was a visible part of a sample (issue
- * 13), four overlap. The lanes are then folded by the same step and mixed
+ * multiplications over a deep stack was a visible part of a sample, four
+ * overlap. The lanes are then folded by the same step and mixed
  * once. Two stacks of one depth that differ in a single frame differ in one
  * lane only, and every step after it is a bijection of that lane for the
  * others fixed: they never collide. */
@@ -69,7 +69,7 @@ uint64_t hs_stack_id(const uint64_t *pcs, uint32_t depth) {
 #define HUGE_BYTES (UINT64_C(2) << 20) /* x86-64's transparent huge page */
 
 /* The big table, on a 2 MiB boundary and marked for transparent huge pages
- * (issue 13): ids land on it at random, so a program that gets past the
+ * (page faults): ids land on it at random, so a program that gets past the
  * first table soon touches every 4 KiB page of it, each twice (the probe's
  * read maps the zero page, the insert's write copies it): pyobjects.py's
  * ~11k ids there were 4,092 faults. In huge pages the same 8 MiB are 4 pages

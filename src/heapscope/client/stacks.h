@@ -6,7 +6,7 @@
  * KiB, populated in one call at the first insert) that takes the first 2^14 ids,
  * then a big one of 2^20 (8 MiB of address space on a 2 MiB boundary, in
  * transparent huge pages where the system gives them: stacks.c, map_table).
- * Issue 13: with the big table alone, every id landed on a page of its
+ * Why: with the big table alone, every id landed on a page of its
  * own at random, and each of its 2,048 pages cost two faults (the probe's
  * read mapped the zero page, the insert's write copied it): 4,084 faults in
  * cc1plus -fsyntax-only, its 12k stacks, where the first table costs one

@@ -80,6 +80,8 @@ class _Maps:
         return n
 
 
+# Long on purpose: one streamed pass that writes the events in the order the format reads them, with the
+# frame and stream tables it shares between them.
 def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | None = None,
            dump: str | int | None = None, thresholds: bool = False, min_size: int = MIN_SIZE_THRESHOLD,
            min_count: int = MIN_COUNT_THRESHOLD, warn: Callable[[str], None] | None = None) -> None:

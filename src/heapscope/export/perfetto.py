@@ -47,6 +47,8 @@ _SEQ_INCREMENTAL_STATE_CLEARED, _SEQ_NEEDS_INCREMENTAL_STATE = 1, 2
 _I_FUNCTION_NAMES, _I_FRAMES, _I_CALLSTACKS, _I_BUILD_IDS, _I_MAPPING_PATHS, _I_MAPPINGS = 5, 6, 7, 16, 17, 19
 
 
+# Long on purpose: one streamed pass that writes the packets in the order trace_processor needs them
+# (clock, process tree, interned data, then each dump), with the state the packets share.
 def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | None = None,
            dump: str | int | None = None) -> None:
     """`dump`: peak (the default for space and objects, as every view: one ProfilePacket per

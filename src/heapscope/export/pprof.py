@@ -70,6 +70,8 @@ class _Writer:
         self.sink.write(pb.blob(number, body))
 
 
+# Long on purpose: one streamed pass that writes the Profile's fields in order, with the string, location
+# and function tables its nested helpers fill as the samples need them.
 def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | None = None,
            dump: str | int | None = None, heaps: Sequence[str] | None = None,
            labels: Callable[[Process], Sequence[tuple[str, int | str]]] | None = None,
@@ -157,7 +159,7 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
     samples = 0
     for p, st, name in chosen:
         label = pb.blob(3, pb.uint(1, pid_key) + pb.uint(3, p.info.pid)) if several else b""
-        # Custom heaps (issue 16): a `heap` label with the heap's name, on every sample of a
+        # Custom heaps: a `heap` label with the heap's name, on every sample of a
         # profile with several heaps (and on a lone heap not named libc.malloc).
         if name and (labelled or name != HEAP_NAME):
             heap_key = heap_key or w.s("heap")

@@ -59,7 +59,7 @@ class Live:
                 raise UsageError("HEAPSCOPE_SERVE_TOKEN: use letters, digits, '-', '_' and '.' only (it is a URL path)")
             self.server = PprofServer(snapshot, serve, allow_remote=allow_remote, token=token)
         self._pushed: dict[tuple[int, int], int] = {}  # (pusher, pid) -> number of its dumps already queued
-        import threading  # here: `record` reads add_arguments before its target starts (issue 13)
+        import threading  # here: `record` reads add_arguments before its target starts (start-up cost)
 
         self._lock = threading.Lock()
 

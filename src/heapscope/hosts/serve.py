@@ -200,6 +200,7 @@ class _V6Server(_Server):
     address_family = socket.AF_INET6
 
 
+# Long on purpose: it holds the handler class, whose methods close over the server that owns them.
 def _handler_class(owner: PprofServer, request_timeout: float) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "heapscope"

@@ -7,7 +7,7 @@ from heapscope.records import Record
 from heapscope.wire.handshake import MAX_FRAMES, RING_MAX_SIZE, RING_MIN_SIZE, UNWINDER_AUTO
 
 # On `record`'s start path (the target waits for its handshake's answer, producer/listener.py):
-# no codec (enums), no fnmatch (re), no math (a C extension to load) at import (issue 13).
+# no codec (enums), no fnmatch (re), no math (a C extension to load) at import (start-up cost).
 
 DEFAULT_INTERVAL = 4096
 DEFAULT_SHMEM_SIZE = 8 << 20

@@ -137,6 +137,9 @@ static int take_rare(struct hs_ingest *g, uint32_t type, const uint8_t *rec, uin
   return 0;
 }
 
+/* Reads what the ring holds, in order, up to max_records. Long on purpose: the
+ * per-record loop of the producer, with malloc's record handled inline and each
+ * check of a corrupt ring next to the read it guards. */
 void hs_ingest_drain(struct hs_ingest *g, uint64_t max_records, uint64_t now_ns) {
   g->records.len = 0;
   g->records_count = 0;

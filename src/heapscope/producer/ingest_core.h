@@ -46,8 +46,8 @@ struct hs_ingest_stats {
 };
 
 /* A custom heap whose HEAP_MALLOC / HEAP_FREE records go straight to a
- * tracker of its own here, not to Python (the Python heap of issue 12: as
- * busy as malloc's). Its HEAP record still goes to Python, which sets the
+ * tracker of its own here, not to Python (a heap as busy as malloc's,
+ * like Python's own). Its HEAP record still goes to Python, which sets the
  * route up (hs_ingest_route) once it has made the heap's tracker: the
  * records read before that went to Python, and the tracker orders both by
  * the heap's sequence numbers. */

@@ -1,4 +1,4 @@
-"""The session's socket and the clients' handshake, with light imports only (issue 13).
+"""The session's socket and the clients' handshake, with light imports only (start-up cost).
 
 A started target waits in its client's constructor (client/connect.c,
 the handshake) until the producer answers its hello with the config and the

@@ -1,7 +1,7 @@
 """What /proc says about a process: its command line, executable, status fields.
 
 Read with open(), not pathlib (~7 ms of imports): the handshake reads /proc while its
-client waits (producer/listener.py, issue 13)."""
+client waits (producer/listener.py)."""
 
 from __future__ import annotations
 

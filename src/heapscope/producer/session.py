@@ -3,7 +3,7 @@ and the session directories that crashed runs left behind.
 
 The recording itself (start or attach, the loop, dumps, signals, teardown)
 is heapscope.session.Recording. `record` checks the guardrails' limits before
-its target starts, with light imports only (issue 13): no pathlib, no contextlib.
+its target starts, with light imports only (start-up cost): no pathlib, no contextlib.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def remove_stale_dirs(tmp: str | None = None) -> int:
             continue
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != me:
             continue
-        path = entry.path  # a str: a Path per entry cost ~30 us, and temp dirs hold many (issue 13)
+        path = entry.path  # a str: a Path per entry cost ~30 us, and temp dirs hold many
         try:
             fd = os.open(os.path.join(path, OWNER_FILE), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:

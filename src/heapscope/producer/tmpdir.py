@@ -1,7 +1,7 @@
 """The shared temp directory and a private directory in it, with os calls only.
 
 tempfile (with random, shutil, bz2 and lzma, which it imports) cost every
-`heapscope record` ~2-3 ms of CPU to load (issue 13, benchmarks/RESULTS.md),
+`heapscope record` ~2-3 ms of CPU to load (benchmarks/RESULTS.md),
 for one gettempdir() and one mkdtemp(). These do what those two do on Linux
 (https://docs.python.org/3/library/tempfile.html#tempfile.gettempdir): the
 first of $TMPDIR, $TEMP, $TMP, /tmp, /var/tmp, /usr/tmp and the current
@@ -85,7 +85,7 @@ def remove_dir(path: str) -> None:
         return
     try:
         for name in names:
-            try:  # noqa: SIM105 (contextlib is ~3 ms of imports on the target's path, issue 13)
+            try:  # noqa: SIM105 (contextlib is ~3 ms of imports on the target's path)
                 os.unlink(os.path.join(path, name))
             except FileNotFoundError:
                 pass

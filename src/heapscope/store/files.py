@@ -1,6 +1,6 @@
 """Creating output files safely, and the one overwrite policy every command follows.
 
-The rules (issue 10):
+The rules (no command may write where the user did not ask):
 - nothing is written through a symbolic link, dangling or not: `-o link` is
   refused, and every file is created with O_EXCL | O_NOFOLLOW, so a name
   planted by another user in a shared directory makes the command fail with
@@ -138,7 +138,7 @@ def atomic_output(path: Path, force: bool, kind: OutputKind) -> Iterator[BinaryI
     renamed over it at the end (rename replaces a link itself, never its target).
     """
     check_replaceable(path, force, kind)
-    import tempfile  # here: `record` writes no file through this (issue 13)
+    import tempfile  # here: `record` writes no file through this (start-up cost)
 
     directory = path.parent if str(path.parent) else Path(".")
     try:

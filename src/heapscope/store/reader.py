@@ -758,7 +758,7 @@ class Profile:
         col = "heapscope_peak_allocation."
         # A process's peak rows have one ts (`record` writes one peak per process, heaps that
         # share a peak share it): then no grouping picks it. `record`'s summary runs this on a
-        # compiler's ~12k peak rows after its target's exit (issue 13): 10 ms -> 3.
+        # compiler's ~12k peak rows after its target's exit: 10 ms -> 3.
         span = self._rows("SELECT MIN(ts), MAX(ts) FROM heapscope_peak_allocation WHERE upid = ?", (upid,))
         if not span or span[0][0] is None:
             return None

@@ -184,7 +184,7 @@ def process_state(profile: Profile, p: Process, choice: str | int | None, view: 
     return State("end", d.ts_end, label, profile.callsite_values(upid, d.ts_end), interval)
 
 
-# -- heaps (issue 16: custom heaps; issue 12: Python's heap) -------------------
+# -- heaps (custom heaps; Python's heap) ----------------------------------------
 #
 # A pool's memory is seen twice: as the malloc block it carved from (in
 # libc.malloc) and as the objects it hands out (in its own heap). So views

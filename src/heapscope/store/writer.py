@@ -59,7 +59,7 @@ class ProfileWriter:
     def __init__(self, path: str | os.PathLike[str], *, force: bool = False, connect: bool = True,
                  created: bool = False) -> None:
         """Checks and creates the files; with `connect` False, the database and its schema are
-        made on first use (`record`: after its target's handshake, issue 13). `created`: they
+        made on first use (`record`: after its target's handshake). `created`: they
         were, empty, by heapscope.launch.create_output (`record`, before its target's start)."""
         self.path = Path(path)
         if not created:
@@ -94,7 +94,7 @@ class ProfileWriter:
             # survive heapscope's own end (a crash, a kill), which the kernel's page cache
             # gives; a disk flush per checkpoint does not add to that, and cost `record` a
             # wait on the disk at its start (the schema: 6 fdatasync) and at its end (the
-            # final dump's checkpoint: 3 more, 10-25 ms of wall on this machine's disk; issue 13).
+            # final dump's checkpoint: 3 more, 10-25 ms of wall on this machine's disk).
             # https://www.sqlite.org/pragma.html#pragma_synchronous: with OFF, a committed
             # transaction is safe when the application crashes, not when the OS does.
             db.execute("PRAGMA synchronous=OFF")
@@ -397,7 +397,7 @@ def symbolize_in_place(path: Path) -> Iterator[SymbolWriter]:
         st = os.fstat(src)
         if not stat.S_ISREG(st.st_mode):
             raise OutputError(f"{path}: cannot symbolize in place: not a regular file")
-        import tempfile  # here, with shutil below: `record` never symbolizes in place (issue 13)
+        import tempfile  # here, with shutil below: `record` never symbolizes in place (start-up cost)
 
         directory = path.parent if str(path.parent) else Path(".")
         try:

@@ -60,7 +60,7 @@ Answer = tuple[tuple["SourceFrame", ...], str | None]
 
 def _sha256(data: bytes) -> Any:
     """hashlib.sha256(data): CPython's own SHA-256 when it has one; hashlib loads OpenSSL (~2 ms
-    of CPU that `record` paid at its end for each module's cache file name, issue 13)."""
+    of CPU that `record` paid at its end for each module's cache file name)."""
     try:
         from _sha256 import sha256  # type: ignore[import-not-found,unused-ignore]  # CPython 3.10, 3.11
     except ImportError:
@@ -319,7 +319,7 @@ def _kept_answers(entry: Entry) -> dict[int, Answer]:
     """The answers a stored entry needs: without DWARF, one that a kept range gives back (its
     function's name, every address the same) is left out. symbolize_profile books the
     frames a range answered among the answers; stored, a compiler's entry grew to ~5,000 of
-    them (330 KB of JSON encoded at the end of each `record` that met a new function; issue 13)."""
+    them (330 KB of JSON encoded at the end of each `record` that met a new function)."""
     if not entry.ranges or entry.located.status == "found":
         return entry.answers
     return {pc: answer for pc, answer in entry.answers.items()

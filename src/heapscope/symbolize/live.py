@@ -18,13 +18,13 @@ Given the recording's writer, tick() also symbolizes, every EARLY_EVERY_S while
 the target runs, the frames written since its last pass that the cache answers
 (symbolize_profile's cache_only: no file read, no tool run): the end then has
 only the frames of the last moments and of modules the cache did not know (a
-compiler's ~2,500 frames took ~16 ms after its exit; issue 13). The end's pass
+compiler's ~2,500 frames took ~16 ms after its exit). The end's pass
 looks at every other frame, so the profile is as complete, and its report adds
 the early passes' figures. A pass that meets addresses the cache does not know in
 a known module with DWARF asks the warm tool for them there and then (as many as
 its pipe takes without waiting): the end finds their answers ready, instead of
 starting a tool that reads the module's debug info first (a Python program's new
-libpython addresses cost ~55-75 ms after its exit before; issue 13).
+libpython addresses cost ~55-75 ms after its exit before).
 """
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ class LiveSymbolizer:
             if entry is not None:
                 # Known: its frames come from the cache (new addresses are few). Without DWARF,
                 # a new address is named from the symbol table: read now, on a thread, while
-                # the target runs (a compiler's takes ~50 ms; issue 13).
+                # the target runs (a compiler's takes ~50 ms).
                 if entry.located.status != "found" and entry.located.symbol_files:
                     from heapscope.symbolize.symtab import read_ahead
 

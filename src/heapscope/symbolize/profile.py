@@ -35,7 +35,7 @@ from heapscope.store.writer import ProfileWriter, SymbolWriter
 from heapscope.symbolize.llvm import SymbolizerError, find_llvm_symbolizer
 from heapscope.symbolize.locate import DEFAULT_DEBUG_ROOTS, Locator
 
-# `record` imports this module at the end of every recording (issue 13): no dataclasses, no
+# `record` imports this module at the end of every recording (its imports are `record`'s cost): no dataclasses, no
 # typing, and what only a cache miss needs (llvm-symbolizer's runs, the reader) is imported there.
 TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
@@ -105,6 +105,8 @@ class SymbolizeReport(Record):
         return [m for m in self.mappings if m.outcome != "symbolized" or m.with_lines < m.frames]
 
 
+# Long on purpose: one pass, frames grouped by module, cache, then tools, then writes, each stage feeding the
+# next and the one report; its options are the callers' (record's end, live passes, `symbolize`).
 def symbolize_profile(
     store: SymbolWriter | ProfileWriter,
     binary_path: Sequence[str] = (),

@@ -40,7 +40,7 @@ class _CxaDemangler:
 
     By soname, through the dynamic loader's own search: `ctypes.util.find_library` (the cxxfilt
     package's way, which this replaces with the same answers) runs `/sbin/ldconfig -p` in a child
-    process, twice, while the target runs on the other core of a small machine (issue 13)."""
+    process, twice, while the target runs on the other core of a small machine."""
 
     def __init__(self) -> None:
         self.loaded = False
@@ -274,7 +274,7 @@ def _build_id(elf: ELFFile, headers: list[Any]) -> str:
 def _function_symbols(elf: ELFFile, table: Any, headers: list[Any]) -> tuple[list[int], list[int], list[int], bytes]:
     """(starts, ends, name offsets, string table) of the defined function symbols of `table`,
     sorted by start. A name is decoded only when looked up (_cstring): a large program has tens
-    of thousands of symbols and a profile names a few hundred (issue 13: producer CPU)."""
+    of thousands of symbols and a profile names a few hundred (producer CPU)."""
     data: bytes = table.data()
     strtab: bytes = elf.get_section(table["sh_link"]).data()
     endian = "<" if elf.little_endian else ">"

@@ -13,7 +13,7 @@ file needs no network and stays small. Its shape:
         "dumps": [{"ts": int, "label": str, "totals": {view: int},
                    "self": {view: [gap, value, gap, value, ...]}}]}]}
 
-A profile with several heaps (custom heaps, issue 16) adds
+A profile with several heaps (custom heaps) adds
 
     "heap": int,                            # the heap `processes` is of, opened first
     "heaps": [{"name": str, "processes": [...] or null}]   # null: the opened heap's, in `processes`

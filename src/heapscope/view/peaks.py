@@ -8,7 +8,7 @@ they are:
 A Python process (its client walked Python frames: the `python_frames` stat
 is 1) gets the Python part of each stack, its innermost Python frames with
 file:line and a run of one frame (recursion) collapsed, the native frames
-below them left out (issue 12: the first answer names the user's code):
+below them left out (the first answer names the user's code):
 
     … > main (pyobjects.py:47) > make (pyobjects.py:21) ×13-14 > make (pyobjects.py:20)
 

@@ -16,8 +16,8 @@ name. For one view at one timestamp:
 
     main: self 0, total 130; parse: self 100, total 100 (not 200); emit: self 30, total 30
 
-The Python view (the default for a process whose stacks hold Python frames,
-issue 12; `report --native` turns it off) leaves native frames out: what
+The Python view (the default for a process whose stacks hold Python frames;
+`report --native` turns it off) leaves native frames out: what
 native code allocated counts for the Python frame that called it. Its rows
 are (function, file, line), as memray's are: `make pyobjects.py:20` and
 `make pyobjects.py:21` are two rows, so a row's location is the very line
@@ -284,6 +284,8 @@ def holds_python(profile: Profile, values: dict[CallsiteId, int], python: set[Fr
     return False
 
 
+# Long on purpose: one walk of every stack that totals self, total and source lines at once; it is the
+# hot loop of `report`, and its interned tables stay local.
 def function_rows(profile: Profile, leaf_values: dict[CallsiteId, int], sort: str = "total",
                   keep_common: bool = False, python_only: bool = False,
                   python_frames: set[FrameId] | None = None) -> tuple[list[FunctionRow], list[str]]:

@@ -162,6 +162,8 @@ def frame_functions(profile: Profile) -> Callable[[FrameId], tuple[FrameFn, ...]
 NO_PYTHON = "[no Python frames]"
 
 
+# Long on purpose: the two passes (merge, then renumber in preorder) share the node tables, kept as local
+# lists for speed on large profiles.
 def build_tree(profile: Profile, callsite_ids: Iterable[CallsiteId], inlined: bool = True,
                python_only: bool = False, lines: bool = False, python_lines: bool = False) -> MergedTree:
     """The merged tree of `callsite_ids` and their ancestors; a frame with inlined calls is

@@ -20,7 +20,7 @@ from heapscope.wire.heapnames import MALLOC_HEAP_ID as MALLOC_HEAP_ID
 from heapscope.wire.heapnames import MALLOC_HEAP_NAME as MALLOC_HEAP_NAME
 from heapscope.wire.heapnames import PY_HEAP_NAME as PY_HEAP_NAME
 
-# The handshake's part of the format is defined in wire/handshake.py (light imports: issue 13).
+# The handshake's part of the format is defined in wire/handshake.py (light imports: start-up cost).
 WIRE_MAGIC = handshake.WIRE_MAGIC
 WIRE_VERSION = handshake.WIRE_VERSION
 TOKEN_SIZE = handshake.TOKEN_SIZE

@@ -1,4 +1,4 @@
-"""The handshake's part of wire.h, for the start of `heapscope record` (issue 13).
+"""The handshake's part of wire.h, for the start of `heapscope record` (light imports: start-up cost).
 
 What the producer needs to answer a client's hello (the sizes, the hello and
 config layouts, the ring's header fields) with nothing but `struct`: codec.py

@@ -236,7 +236,7 @@ struct hs_stack {
   uint32_t flags;  /* HS_STACK_TRUNCATED */
 };
 #define HS_STACK_TRUNCATED 1u
-/* ---- Python frames (issue 12; docs/python-frames.md) ----
+/* ---- Python frames (docs/python-frames.md) ----
  * HS_STACK_PYTHON: after pcs[depth] come struct hs_pystack and
  * struct hs_pyframe[py_depth], innermost first. The stack id covers them. */
 #define HS_STACK_PYTHON 2u
@@ -298,7 +298,7 @@ struct hs_heap {
   char name[HS_HEAP_NAME_SIZE]; /* NUL terminated */
 };
 
-/* ---- Custom heaps (issue 16) ----
+/* ---- Custom heaps (docs/custom-heaps.md) ----
  *
  * A program reports the allocations of its own pools through the public
  * API (include/heapscope.h, client/heaps.c). Each heap it registers gets an

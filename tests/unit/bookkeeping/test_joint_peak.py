@@ -1,4 +1,4 @@
-"""One peak for the heaps of one process (tracker.h: hs_tracker_share_peak; issue 12).
+"""One peak for the heaps of one process (tracker.h: hs_tracker_share_peak).
 
 libc.malloc and python.pymalloc are disjoint heaps whose sum is the program's
 memory: their peak is the moment that sum is largest, and each heap's peak

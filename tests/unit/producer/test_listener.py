@@ -1,4 +1,4 @@
-"""The handshake answered before the producer exists (producer/listener.py, issue 13): `record`
+"""The handshake answered before the producer exists (producer/listener.py): `record`
 answers its target with light imports, and the producer adopts the client later. The test plays
 the client (SO_PEERCRED gives the listener our pid), writing through the real ring it was given."""
 

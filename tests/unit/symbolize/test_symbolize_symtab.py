@@ -281,7 +281,7 @@ def test_demangling_starts_no_process(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", DEMANGLE_IN_A_FRESH_PROCESS], capture_output=True, text=True,
                          timeout=60, check=True, cwd=tmp_path).stdout.splitlines()
     # THEN names are demangled as c++filt does, invalid ones kept, and no process was started (the
-    # cxxfilt package's library search ran /sbin/ldconfig -p twice in the middle of a record: issue 13)
+    # cxxfilt package's library search ran /sbin/ldconfig -p twice in the middle of a record)
     assert out == ["ns::Klass::method(int) _Zbad _Z main f() [clone .cold]", "True", "[]"]
 
 
