@@ -343,7 +343,7 @@ def profile_unreleased(db: Path) -> int:
 
 
 @pytest.mark.timeout(300)
-def test_python_program_unreleased_is_every_heaps(tmp_path):
+def test_python_program_unreleased_is_every_heaps(tmp_path: Path) -> None:
     """A growing Python program: the view's unreleased figure counts Python's heap (pymalloc) as
     well as malloc's, as the report does, and is the profile's at the same moment (a dump taken
     while it stands still, within 10%)."""
@@ -393,7 +393,7 @@ def _minor(python: str) -> int:
 
 
 @pytest.mark.timeout(300)
-def test_jit_frames_are_named_from_the_perf_map(tmp_path):
+def test_jit_frames_are_named_from_the_perf_map(tmp_path: Path) -> None:
     """CPython 3.12+ with -X perf runs Python functions through trampolines it generates and lists
     in /tmp/perf-PID.map: the view names them from it (py::grow_big:...), as `record` does at its end."""
     if shutil.which("tmux") is None:

@@ -15,11 +15,14 @@ import shutil
 import signal
 import subprocess
 from collections import defaultdict
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from test_python import INTERPRETERS, _paths
 from test_sessions import HEAPSCOPE, HERE, MIB, Proc, cumulative_by_dump, query, record
+
+Procs = Callable[[list[str | Path]], Proc]
 
 pytestmark = pytest.mark.skipif(shutil.which("gdb") is None, reason="gdb is not installed (apt-get install gdb)")
 
@@ -39,7 +42,7 @@ def bins(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def procs():  # noqa: ANN201
+def procs() -> Iterator[Callable[[list[str | Path]], Proc]]:
     started: list[Proc] = []
 
     def start(argv: list[str | Path]) -> Proc:
@@ -53,7 +56,7 @@ def procs():  # noqa: ANN201
             p.kill()
 
 
-def _quiet_record(*opts: str) -> list[str]:
+def _quiet_record(*opts: str | Path) -> list[str | Path]:
     """`record` without -v (which shows a refusal's traceback, for debugging)."""
     return [*HEAPSCOPE, "record", "-q", "--no-symbolize", *opts]
 
@@ -63,7 +66,7 @@ def _no_profile(db: Path) -> None:
         assert not name.exists(), f"{name} was written by a refused attach"
 
 
-def _attach(db: Path, pid: int, procs, *opts: str) -> Proc:  # noqa: ANN001
+def _attach(db: Path, pid: int, procs: Procs, *opts: str) -> Proc:
     h: Proc = procs(record("-o", db, *opts, "-p", str(pid)))
     h.err.wait_for(lambda s: "attached to pid" in s, "the attach")
     return h
@@ -76,7 +79,7 @@ def _detach(h: Proc) -> None:
 
 
 @pytest.mark.timeout(300)
-def test_a_c_server_is_attached_three_times(bins: Path, tmp_path: Path, procs) -> None:  # noqa: ANN001
+def test_a_c_server_is_attached_three_times(bins: Path, tmp_path: Path, procs: Procs) -> None:
     # GIVEN a C server holding 4 blocks of 64 KiB from before any attach
     t = procs([bins / "phases", "pre", "4"])
     t.out.wait_for(lambda s: s.startswith("ready"), "target start")
@@ -113,7 +116,7 @@ def test_a_c_server_is_attached_three_times(bins: Path, tmp_path: Path, procs) -
 
 @pytest.mark.skipif(not INTERPRETERS, reason="no CPython 3.8-3.13 installed")
 @pytest.mark.timeout(300)
-def test_a_python_server_is_attached_three_times(tmp_path: Path, procs) -> None:  # noqa: ANN001
+def test_a_python_server_is_attached_three_times(tmp_path: Path, procs: Procs) -> None:
     from hs_integration import Profile
 
     python = INTERPRETERS[-1]
@@ -162,7 +165,7 @@ def test_attaching_a_pid_that_does_not_exist_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(120)
 def test_attaching_a_pid_another_session_profiles_is_refused(bins: Path, tmp_path: Path,
-                                                             procs) -> None:  # noqa: ANN001
+                                                             procs: Procs) -> None:
     t = procs([bins / "phases"])
     t.out.wait_for(lambda s: s.startswith("ready"), "target start")
     h = _attach(tmp_path / "first.db", t.p.pid, procs)
@@ -181,7 +184,7 @@ def test_attaching_a_pid_another_session_profiles_is_refused(bins: Path, tmp_pat
 
 @pytest.mark.timeout(120)
 def test_attaching_a_program_started_under_heapscope_is_refused(bins: Path, tmp_path: Path,
-                                                                procs) -> None:  # noqa: ANN001
+                                                                procs: Procs) -> None:
     # GIVEN a program that `record` started (the client preloaded, its session running)
     started = procs(record("-o", tmp_path / "started.db", "--", bins / "phases"))
     started.out.wait_for(lambda s: s.startswith("ready"), "target start")

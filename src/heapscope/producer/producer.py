@@ -30,7 +30,7 @@ from heapscope.producer._ingest import Ingest
 from heapscope.producer.config import RecordConfig
 from heapscope.producer.listener import Accepted, Listener
 from heapscope.producer.process import CustomHeap, ProcessState
-from heapscope.producer.stats import StatRow, custom_heap_stats, process_stats_rows
+from heapscope.producer.stats import StatRow, client_error_name, custom_heap_stats, process_stats_rows, unwinder_name
 from heapscope.records import Record
 from heapscope.store.writer import ProfileWriter
 from heapscope.wire import codec
@@ -707,8 +707,8 @@ class Producer:
             self.exited_pids.add(p.info.pid)
         p.flags.disconnected = disconnected
         self._end_rss(p)
-        p.flags.client_error = _client_error_name(p.meta("client_error"))
-        p.flags.unwinder = _unwinder_name(p.meta("unwinder"), p.meta("client_state"))
+        p.flags.client_error = client_error_name(p.meta("client_error"))
+        p.flags.unwinder = unwinder_name(p.meta("unwinder"), p.meta("client_state"))
         st = p.ingest.stats()
         p.stats.stacks += st["held_stacks"]  # kept in C by the process's resolver: never decoded here
         p.flags.buffer_corrupted = bool(st["corrupt"])
@@ -773,26 +773,6 @@ class Producer:
 def _plausible(nbytes: int) -> int:
     """A byte count the client wrote to the meta (the target can write anything there): 0 past 2^48."""
     return nbytes if nbytes < 1 << 48 else 0
-
-
-def _client_error_name(value: int) -> str:
-    if value == codec.ClientError.NONE:
-        return ""
-    try:
-        return codec.ClientError(value).name.lower()
-    except ValueError:
-        return f"unknown error {value}"
-
-
-def _unwinder_name(value: int, state: int) -> str:
-    if state != codec.ClientState.ACTIVE and value == 0:
-        return ""
-    try:
-        return {codec.Unwinder.LIBUNWIND: "libunwind", codec.Unwinder.FP: "frame pointers",
-                codec.Unwinder.CFA: "CFA walk (frame pointers where it stops)",
-                codec.Unwinder.NONE: "none"}[codec.Unwinder(value)]
-    except (KeyError, ValueError):
-        return str(value)
 
 
 def _absolute_module(pid: int, r: codec.ModuleRecord) -> codec.ModuleRecord:

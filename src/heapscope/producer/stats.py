@@ -155,3 +155,25 @@ def custom_heap_stats(p: ProcessState) -> list[StatRow]:
         ("custom_heap_sequence_gaps", u, "data_loss", "producer", sum(gaps),
          f"custom heap sequence numbers never received: {each(gaps)}"),
     ]
+
+
+def client_error_name(value: int) -> str:
+    """The client's error code as the flags name it; "" for none."""
+    if value == codec.ClientError.NONE:
+        return ""
+    try:
+        return codec.ClientError(value).name.lower()
+    except ValueError:
+        return f"unknown error {value}"
+
+
+def unwinder_name(value: int, state: int) -> str:
+    """The unwinder the client used, as the summary says it; "" when it never ran."""
+    if state != codec.ClientState.ACTIVE and value == 0:
+        return ""
+    try:
+        return {codec.Unwinder.LIBUNWIND: "libunwind", codec.Unwinder.FP: "frame pointers",
+                codec.Unwinder.CFA: "CFA walk (frame pointers where it stops)",
+                codec.Unwinder.NONE: "none"}[codec.Unwinder(value)]
+    except (KeyError, ValueError):
+        return str(value)

@@ -6,6 +6,8 @@ pymalloc's fall-through), all kept; prints `grown BYTES` (the bytes requested, b
 then waits for a line on CTL and leaves with os._exit(0), still holding them.
 """
 
+from __future__ import annotations
+
 import os
 import sys
 
@@ -13,18 +15,18 @@ SMALL = 200
 BIG = 64 * 1024
 
 
-def grow_small(total):
-    keep = []
+def grow_small(total: int) -> list[bytes]:
+    keep: list[bytes] = []
     for _ in range(total // (33 + SMALL)):  # a bytes object is 33 bytes of header + its data
         keep.append(bytes(SMALL))
     return keep
 
 
-def grow_big(total):
+def grow_big(total: int) -> list[bytearray]:
     return [bytearray(BIG) for _ in range(total // BIG)]
 
 
-def main():
+def main() -> None:
     ctl, mib = sys.argv[1], int(sys.argv[2])
     total = mib << 20
     kept = [grow_small(total), grow_big(total)]
