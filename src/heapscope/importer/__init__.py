@@ -2,5 +2,6 @@
 
 heapprofd.py: Perfetto traces with heapprofd ProfilePackets (`.pftrace`).
 
-May import: heapscope.store.writer, heapscope.model, heapscope.errors, heapscope.records, heapscope.store.names.
+May import: heapscope.store.writer, heapscope.model, heapscope.errors, heapscope.records, heapscope.store.names,
+heapscope.units.
 """

@@ -48,6 +48,7 @@ from heapscope.model import Frame, Mapping, ProcessFlags, ProcessInfo, Upid
 from heapscope.records import Record, field
 from heapscope.store.names import SIDECARS
 from heapscope.store.writer import ProfileWriter
+from heapscope.units import format_in
 
 _GZIP_MAGIC = b"\x1f\x8b"
 # Inflated bytes (a gzip file, compressed packets) may not pass this many times the file's own
@@ -87,9 +88,10 @@ class _InflateBudget:
     def take(self, n: int) -> None:
         self.used += n
         if self.used > self.limit:
+            limit, size, floor = (format_in(n, "MiB", sep=",") for n in (self.limit, self.file_size, INFLATE_FLOOR))
             raise ProfileError(
-                f"{self.name}: inflates to more than {_mib(self.limit)} ({INFLATE_RATIO} times the file's"
-                f" {_mib(self.file_size)}, at least {_mib(INFLATE_FLOOR)}): refused as a decompression bomb")
+                f"{self.name}: inflates to more than {limit} ({INFLATE_RATIO} times the file's"
+                f" {size}, at least {floor}): refused as a decompression bomb")
 
     def inflate(self, data: bytes, wbits: int) -> bytes:
         """`data` inflated whole (one compressed packet), within the budget."""
@@ -109,8 +111,6 @@ class _InflateBudget:
         return bytes(out)
 
 
-def _mib(n: int) -> str:
-    return f"{n / (1 << 20):,.1f} MiB"
 
 
 class _Input:
