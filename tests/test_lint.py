@@ -97,9 +97,6 @@ NOT_YET_STRICT: frozenset[str] = frozenset({
     "tests/integration/test_reload.py",
     "tests/integration/test_views.py",
     "tests/unit/bookkeeping/test_dump.py",
-    "tests/unit/export/test_export_unit.py",
-    "tests/unit/export/test_otlp_unit.py",
-    "tests/unit/fleet/test_fleet_otlp.py",
     "tests/unit/importer/test_heapprofd_import.py",
     "tests/unit/producer/test_producer.py",
 })
