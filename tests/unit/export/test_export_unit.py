@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
 import export_support
+import pytest
 from export_support import check_chrome_trace, packed_ints
 
 from heapscope.errors import UsageError
@@ -38,7 +38,8 @@ def db(tmp_path: Path) -> Path:
     w.add_process(info)
     w.set_process_flags(info, ProcessFlags(sampling_interval_bytes=4096, orig_sampling_interval_bytes=4096))
     w.add_mappings([(1, Mapping("ab" * 20, OFFSET, 0, START, START + 0x2000, BIAS, "/bin/demo"))])
-    w.add_frames([(1, Frame(MappingId(1), 0x1100, "main")), (2, Frame(MappingId(1), 0x1200, "parse")), (3, Frame(MappingId(1), 0x1300, ""))])
+    demo = MappingId(1)
+    w.add_frames([(1, Frame(demo, 0x1100, "main")), (2, Frame(demo, 0x1200, "parse")), (3, Frame(demo, 0x1300, ""))])
     w.symbols().write_symbols([(1, 9, "helper", "demo.c", 7, 1), (2, 9, "parse", "demo.c", 8, 0)],
                               [("parse", 9, 2)])
     w.add_callsites([(1, 0, None, 1), (2, 1, 1, 2), (3, 2, 2, 3), (4, 1, 1, 3)])
