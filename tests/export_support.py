@@ -194,7 +194,7 @@ def check_chrome_trace(doc: object) -> list[str]:
     return errs
 
 
-def chrome_stacks(doc: dict[str, Any]) -> list[dict[str, object]]:
+def chrome_stacks(doc: dict[str, Any]) -> list[dict[str, Any]]:
     """Per memory dump: {pid, id, summary_size, summary_count, entries: [(names root first, count, size)]}."""
     out = []
     strings: dict[object, dict[int, str]] = {}

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 PROTO = Path(__file__).resolve().parents[1] / "src" / "heapscope" / "fleet" / "profilestore.proto"
@@ -280,7 +281,7 @@ class OtlpHttpServer(_Base):
 
         super().__init__(fail_first)
         owner = self
-        self.requests_decoded: list[object] = []
+        self.requests_decoded: list[Any] = []  # protobuf messages (no stubs)
         ok = answer if answer is not None else service.ExportProfilesServiceResponse().SerializeToString()
 
         class Handler(BaseHTTPRequestHandler):
@@ -291,7 +292,8 @@ class OtlpHttpServer(_Base):
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 status = owner._next_failure()
                 if status is not None:
-                    self._answer(int(status), b"failing on purpose")
+                    assert isinstance(status, int), status  # an HTTP status, for this server
+                    self._answer(status, b"failing on purpose")
                     return
                 if self.path != "/v1development/profiles":
                     self._answer(404, f"{self.path}: not /v1development/profiles".encode())
@@ -342,7 +344,7 @@ class OtlpGrpcServer(_Base):
 
         super().__init__(fail_first)
         owner = self
-        self.requests_decoded: list[object] = []
+        self.requests_decoded: list[Any] = []  # protobuf messages (no stubs)
 
         def export(request: object, context: grpc.ServicerContext) -> object:
             code = owner._next_failure()

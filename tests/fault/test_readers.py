@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from hs_integration import HEAPSCOPE, run_process
+from hs_integration import HEAPSCOPE, Programs, run_process
 
 from heapscope.export import FORMATS
 from heapscope.model import Frame, Mapping, MappingId, ProcessFlags, ProcessInfo, Upid
@@ -168,7 +168,7 @@ _WRONG = {"text": "x\x00y", "int": 7, "null": None, "blob": b"\x00\xff"}
 
 
 @pytest.fixture(scope="module")
-def recorded(programs, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def recorded(programs: Programs, tmp_path_factory: pytest.TempPathFactory) -> Path:
     from hs_integration import Recorder
 
     # A shell and two programs: several dumps, so that one row damaged makes a second heap.

@@ -362,9 +362,11 @@ def fuzz_importer(data: bytes) -> None:
 
 def importer_seeds() -> dict[str, bytes]:
     import gzip
+    import importlib
 
-    from google.protobuf import text_format
-    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pt
+    # Generated protobuf code and its runtime: no type stubs.
+    text_format = importlib.import_module("google.protobuf.text_format")
+    pt = importlib.import_module("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
 
     seeds: dict[str, bytes] = {}
     for f in sorted(TRACES.glob("*.textproto")):
@@ -404,6 +406,8 @@ _ROWS_DB: list[sqlite3.Connection] = []  # the base profile, kept open: its prep
 
 def _memory_profile(image: bytes) -> sqlite3.Connection:
     db = sqlite3.connect(":memory:", isolation_level=None)
+    if sys.version_info < (3, 11):  # Connection.deserialize came in 3.11
+        raise RuntimeError("the readers' fuzz target needs Python 3.11 or later")
     db.deserialize(image)
     return db
 
@@ -460,11 +464,12 @@ def _edit_rows(db: sqlite3.Connection, b: Bytes) -> None:
 def _read_everything(profile: heapscope.store.reader.Profile, how: int) -> None:
     """The reader layer's queries; `how` (from the input) picks the heap and the state, so that
     one input costs a few queries, not every combination."""
+    from heapscope.model import HEAP_NAME
     from heapscope.store import select as sel
 
     profile._validate()
     profile.check()
-    sel.select_heap(profile, (None, "all", sel.HEAP_NAME)[how % 3])
+    sel.select_heap(profile, (None, "all", HEAP_NAME)[how % 3])
     sel.heap_peaks(profile)
     for p in profile.processes()[:2]:
         upid = p.info.upid

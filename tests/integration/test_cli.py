@@ -96,7 +96,7 @@ def _cpu_seconds(pid: int) -> float:
 
 
 @pytest.mark.timeout(120)
-def test_sql_obeys_ctrl_c_during_a_long_query(programs, record):
+def test_sql_obeys_ctrl_c_during_a_long_query(programs: Programs, record: Recorder) -> None:
     import signal
     import subprocess
 
@@ -126,7 +126,7 @@ def test_sql_obeys_ctrl_c_during_a_long_query(programs, record):
 
 
 @pytest.mark.timeout(60)
-def test_sql_table_valued_pragmas(programs, record):
+def test_sql_table_valued_pragmas(programs: Programs, record: Recorder) -> None:
     rec = record([programs.path("tiny")])
     assert rec.returncode == 0, rec.describe()
     # GIVEN a profile; WHEN read-only pragmas are used as table-valued functions THEN they answer

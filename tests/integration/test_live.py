@@ -26,8 +26,8 @@ import pytest
 from hs_integration import HEAPSCOPE, Programs
 
 from heapscope.store.reader import open_profile
+from heapscope.units import format_bytes
 from heapscope.view.report import build_reports
-from heapscope.view.units import human_bytes
 
 POLL_S = 0.05  # between two looks at the screen: a poll interval, not a synchronisation
 _servers = itertools.count()
@@ -238,8 +238,8 @@ def test_thread_filter(live: Callable[..., tuple[Tmux, Fifo]], tmp_path: Path) -
     tmux, fifo = live(program="threadsteps")
     tmux.wait_for("threads [t]: all")
     fifo.step()  # step 1: the three allocate, the threads live on
-    truth = {"alpha_work": [*human_bytes(300000).split(), "300"], "beta_work": [*human_bytes(800000).split(), "40"],
-             "main_work": [*human_bytes(30000).split(), "10"]}
+    truth = {"alpha_work": [*format_bytes(300000).split(), "300"], "beta_work": [*format_bytes(800000).split(), "40"],
+             "main_work": [*format_bytes(30000).split(), "10"]}
     screen = tmux.wait_for(lambda s: all(row_of(s, f).split()[:3] == v for f, v in truth.items()))
     assert "step 1 done" in screen
     # Each thread alone: only its own function (main also has pthread_create's own allocations)

@@ -219,15 +219,15 @@ def test_fp_unwinder_on_stacks_that_really_are_shallow_is_not_flagged(tmp_path: 
 
 
 def test_summary_shows_peak_and_largest_stacks(tmp_path: Path) -> None:
-    from heapscope.view.units import human_bytes
+    from heapscope.units import format_bytes
     prog = _build(tmp_path, "prog", "-O0", "-fno-omit-frame-pointer", "-fno-inline")
     _db, err = _record(tmp_path, [prog], "-i", "1")
     lines = err.splitlines()
     at = next(i for i, ln in enumerate(lines) if "largest stacks" in ln)
     # Nothing is freed: at interval 1 the peak is every byte allocated, 256 blocks of 4096+i bytes
     want = sum(4096 + i for i in range(256))
-    assert "prog (pid " in lines[at] and f"peak {human_bytes(want)} " in lines[at], lines[at]
-    assert lines[at + 1].split()[1:3] == human_bytes(want).split(), lines[at + 1]
+    assert "prog (pid " in lines[at] and f"peak {format_bytes(want)} " in lines[at], lines[at]
+    assert lines[at + 1].split()[1:3] == format_bytes(want).split(), lines[at + 1]
     assert lines[at + 1].endswith("top > middle > leaf_alloc"), lines[at + 1]
 
 

@@ -11,11 +11,12 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from export_support import decode, packed_ints
 from fleet_support import OTLP_INSTALL, OtlpGrpcServer, OtlpHttpServer, otlp_totals
-from hs_integration import HEAPSCOPE, Recorder, run_process
+from hs_integration import HEAPSCOPE, Programs, Recorder, Run, run_process
 
 profiles_pb2 = pytest.importorskip("opentelemetry.proto.profiles.v1development.profiles_pb2", reason=OTLP_INSTALL)
 
@@ -26,7 +27,7 @@ PEAKFREE_PEAK = (4000 * 256 + 16 * 65536, 4016)  # tests/programs/peakfree.c: he
 GO_TYPES = {"alloc_space": "bytes", "alloc_objects": "count", "inuse_space": "bytes", "inuse_objects": "count"}
 
 
-def heapscope(*args: object, timeout: float = 120):
+def heapscope(*args: object, timeout: float = 120) -> Run:
     return run_process([*HEAPSCOPE, *(str(a) for a in args)], timeout=timeout)
 
 
@@ -36,7 +37,7 @@ def export(db: Path, fmt: str, out: Path, *extra: str) -> bytes:
     return out.read_bytes()
 
 
-def otlp(db: Path, tmp: Path, *extra: str):
+def otlp(db: Path, tmp: Path, *extra: str) -> Any:
     return profiles_pb2.ProfilesData.FromString(export(db, "otlp", tmp / "p.otlp", *extra))
 
 
@@ -54,7 +55,7 @@ def pprof_totals(data: bytes) -> dict[str, int]:
     return out
 
 
-def check_shape(data) -> None:
+def check_shape(data: Any) -> None:
     """The rules of profiles.proto every reader may rely on: index 0 of each table the zero value,
     every index in range, one sample type per Profile, one value per sample."""
     d = data.dictionary
@@ -79,7 +80,7 @@ def check_shape(data) -> None:
                     assert 0 < s.stack_index < len(d.stack_table) and len(s.values) == 1 and s.values[0] != 0
 
 
-def frame_types(data) -> dict[str, set[str]]:
+def frame_types(data: Any) -> dict[str, set[str]]:
     """profile.frame.type -> the function names of the locations of that type."""
     d = data.dictionary
     out: dict[str, set[str]] = {}
@@ -92,12 +93,12 @@ def frame_types(data) -> dict[str, set[str]]:
     return out
 
 
-def resource(rp) -> dict[str, object]:
+def resource(rp: Any) -> dict[str, object]:
     return {a.key: a.value.string_value or a.value.int_value for a in rp.resource.attributes}
 
 
 @pytest.fixture(scope="module")
-def tiny(programs, tmp_path_factory) -> Path:
+def tiny(programs: Programs, tmp_path_factory: pytest.TempPathFactory) -> Path:
     rec = Recorder(tmp_path_factory.mktemp("tiny"))([programs.path("tiny")], interval=1)
     assert rec.returncode == 0, rec.describe()
     return rec.db
@@ -107,7 +108,7 @@ def tiny(programs, tmp_path_factory) -> Path:
 
 
 @pytest.mark.timeout(300)
-def test_export_matches_pprof_and_describes_the_process(tiny, programs, tmp_path):
+def test_export_matches_pprof_and_describes_the_process(tiny: Path, programs: Programs, tmp_path: Path) -> None:
     # GIVEN tiny recorded at interval 1, exported to OTLP and pprof at the same states
     for extra in ((), ("--dump", "end"), ("--view", "alloc_objects")):
         data = otlp(tiny, tmp_path, *extra)
@@ -141,7 +142,8 @@ def test_export_matches_pprof_and_describes_the_process(tiny, programs, tmp_path
 
 
 @pytest.mark.timeout(300)
-def test_export_holds_the_peak_and_every_dump_with_its_time(programs, record, tmp_path):
+def test_export_holds_the_peak_and_every_dump_with_its_time(programs: Programs, record: Recorder,
+                                                            tmp_path: Path) -> None:
     # GIVEN peakfree, whose 2 MB peak is freed before it exits (10 x 50 B left)
     rec = record([programs.path("peakfree")])
     assert rec.returncode == 0, rec.describe()
@@ -167,7 +169,7 @@ def test_export_holds_the_peak_and_every_dump_with_its_time(programs, record, tm
 
 
 @pytest.mark.timeout(300)
-def test_python_frames_are_typed_cpython(tmp_path):
+def test_python_frames_are_typed_cpython(tmp_path: Path) -> None:
     # GIVEN a Python program with known allocations per Python function, recorded
     db = tmp_path / "py.db"
     python = shutil.which("python3") or "/usr/bin/python3"
@@ -205,7 +207,7 @@ def collector() -> Iterator[OtlpHttpServer]:
 
 
 @pytest.mark.timeout(300)
-def test_push_to_an_otlp_http_collector(tiny, tmp_path, collector):
+def test_push_to_an_otlp_http_collector(tiny: Path, tmp_path: Path, collector: OtlpHttpServer) -> None:
     # WHEN the recording is pushed to a loopback OTLP/HTTP receiver, with labels
     run = heapscope("push", tiny, collector.url, "--label", "service=api", "--label", "deployment.environment=ci")
     assert run.returncode == 0, run.describe()
@@ -223,7 +225,7 @@ def test_push_to_an_otlp_http_collector(tiny, tmp_path, collector):
 
 
 @pytest.mark.timeout(300)
-def test_push_to_an_otlp_http_collector_retries_what_the_spec_retries(tiny):
+def test_push_to_an_otlp_http_collector_retries_what_the_spec_retries(tiny: Path) -> None:
     # GIVEN a collector that answers 503 once, then accepts
     server = OtlpHttpServer(fail_first=[503])
     try:
@@ -241,7 +243,7 @@ def test_push_to_an_otlp_http_collector_retries_what_the_spec_retries(tiny):
 
 
 @pytest.mark.timeout(300)
-def test_push_to_an_otlp_grpc_collector(tiny, tmp_path):
+def test_push_to_an_otlp_grpc_collector(tiny: Path, tmp_path: Path) -> None:
     pytest.importorskip("grpc", reason="needs grpcio: pip install '.[fleet]'")
     server = OtlpGrpcServer()
     try:
@@ -256,7 +258,7 @@ def test_push_to_an_otlp_grpc_collector(tiny, tmp_path):
     assert resource(req.resource_profiles[0])["service.name"] == "api"
 
 
-def test_missing_package_is_one_line(tiny, tmp_path):
+def test_missing_package_is_one_line(tiny: Path, tmp_path: Path) -> None:
     # GIVEN an interpreter that cannot import opentelemetry.proto (a meta path finder refuses it)
     code = ("import sys\n"
             "class No:\n"
@@ -276,7 +278,7 @@ def test_missing_package_is_one_line(tiny, tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_record_pushes_to_two_collectors(programs, tmp_path):
+def test_record_pushes_to_two_collectors(programs: Programs, tmp_path: Path) -> None:
     # GIVEN two OTLP collectors, one over HTTP and one over gRPC when grpcio is here
     first = OtlpHttpServer()
     second: OtlpHttpServer | OtlpGrpcServer = OtlpHttpServer()

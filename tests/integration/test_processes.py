@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from hs_integration import Programs, Recorder, assert_exact, exit_status
@@ -73,7 +74,7 @@ def test_target_dying_of_a_signal_keeps_its_profile(programs: Programs, record: 
 # --- how processes are named (store/labels.py) ----------------------------------------------------
 
 
-def _report_text(db, *args):
+def _report_text(db: Path, *args: str) -> str:
     from hs_integration import HEAPSCOPE, run_process
 
     run = run_process([*HEAPSCOPE, "report", str(db), *args], timeout=60)
@@ -81,7 +82,8 @@ def _report_text(db, *args):
     return run.stdout.decode()
 
 
-def test_a_program_run_through_a_link_is_named_as_run_and_its_empty_argument_kept(programs, record, tmp_path):
+def test_a_program_run_through_a_link_is_named_as_run_and_its_empty_argument_kept(programs: Programs, record: Recorder,
+                                                                                  tmp_path: Path) -> None:
     # GIVEN tiny run as `tiny-link --save '' 'a b'`, tiny-link a symlink to it (redis-server is one
     # to redis-check-rdb)
     link = tmp_path / "tiny-link"
@@ -99,7 +101,7 @@ def test_a_program_run_through_a_link_is_named_as_run_and_its_empty_argument_kep
     assert "tiny-link (pid " in rec.stderr.decode(), rec.describe()  # record's summary names it so too
 
 
-def test_a_program_run_by_its_own_path_keeps_its_name(programs, record):
+def test_a_program_run_by_its_own_path_keeps_its_name(programs: Programs, record: Recorder) -> None:
     rec = record([programs.path("tiny")])
     assert rec.returncode == 0, rec.describe()
     [row] = rec.profile().query("SELECT name FROM process")
@@ -107,7 +109,7 @@ def test_a_program_run_by_its_own_path_keeps_its_name(programs, record):
 
 
 @pytest.mark.timeout(180)
-def test_a_compilers_rows_name_the_file_it_compiled(record, tmp_path):
+def test_a_compilers_rows_name_the_file_it_compiled(record: Recorder, tmp_path: Path) -> None:
     import shutil
 
     if shutil.which("cc") is None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from heapscope.hosts.pytest_plugin import parse_bytes, standard_error
+from heapscope.hosts.pytest_plugin import standard_error
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -341,20 +341,6 @@ def test_pytest_main_in_process_returns_the_status_and_keeps_its_arguments(suite
     # THEN it returns the tests' status (1), the tests were measured, and the caller's list is as it gave it
     assert "exit 1 args kept" in proc.stdout, proc.stdout + proc.stderr
     assert "2 tests measured" in proc.stdout, proc.stdout
-
-
-@pytest.mark.parametrize(("text", "value"), [
-    ("24 MB", 24_000_000), ("24MB", 24_000_000), ("24 MiB", 24 * MIB), ("1.5 GB", 1_500_000_000),
-    ("512 kB", 512_000), ("512 KiB", 512 * 1024), ("100", 100), ("100 B", 100), (".5 MB", 500_000), (2048, 2048),
-])
-def test_parse_sizes(text: str | int, value: int) -> None:
-    assert parse_bytes(text) == value
-
-
-@pytest.mark.parametrize("text", ["", "MB", "-1 MB", "24 XB", "1e3", "nan", "24 MB extra"])
-def test_parse_sizes_refuses(text: str) -> None:
-    with pytest.raises(ValueError):
-        parse_bytes(text)
 
 
 def test_kept_profile_holds_the_process_peak_over_all_tests(suite_dir: Path, tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from hs_integration import HEAPSCOPE, PROGRAMS_DIR, Profile, Recorder, Views, frame_matches
+from hs_integration import HEAPSCOPE, PROGRAMS_DIR, Profile, Programs, Recorder, Views, frame_matches
 
 from heapscope.symbolize.elfinfo import read_elf_info
 from heapscope.symbolize.llvm import find_llvm_symbolizer
@@ -45,7 +45,7 @@ def _mappings_of(profile: Profile, function: str) -> set[tuple[str, str]]:
 @pytest.mark.parametrize(("same_path", "libc_dlclose"), [(False, False), (True, False), (False, True)],
                          ids=["two-files", "one-path-rebuilt", "libc-dlclose"])
 def test_a_library_loaded_where_an_unloaded_one_was_is_named_as_itself(
-        programs, record: Recorder, tmp_path: Path, same_path: bool, libc_dlclose: bool) -> None:
+        programs: Programs, record: Recorder, tmp_path: Path, same_path: bool, libc_dlclose: bool) -> None:
     # GIVEN two plugins of one size and layout, alpha and bravo (other names, other build ids),
     # and a host that loads alpha, calls it, unloads it, then loads bravo and calls it from the
     # same call site; with same_path both are loaded from one path, each copied there first;
@@ -55,8 +55,8 @@ def test_a_library_loaded_where_an_unloaded_one_was_is_named_as_itself(
     ids = {name: read_elf_info(lib).build_id for name, lib in (("alpha", alpha), ("bravo", bravo))}
     assert ids["alpha"] and ids["bravo"] and ids["alpha"] != ids["bravo"]
     loaded = tmp_path / "plugin.so"
-    argv = [programs.path("reload"), *(["--libc-dlclose"] if libc_dlclose else []), alpha, "alpha", bravo, "bravo",
-            *([loaded] if same_path else [])]
+    argv: list[str | Path] = [programs.path("reload"), *(["--libc-dlclose"] if libc_dlclose else []),
+                              alpha, "alpha", bravo, "bravo", *([loaded] if same_path else [])]
     # WHEN it is recorded, every allocation sampled
     rec = record(argv, extra=["-q"], timeout=TIMEOUT_S)
     assert rec.returncode == 0, rec.describe()

@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hs_integration import HEAPSCOPE, Programs, Recorder, run_process
@@ -43,7 +44,7 @@ def heapscope(*args: object, timeout: float = 120) -> str:
     return run.stdout.decode()
 
 
-def browser(tmp_path: Path, page: Path, steps: list[dict], timeout_ms: int = 20000) -> dict:
+def browser(tmp_path: Path, page: Path, steps: list[dict[str, Any]], timeout_ms: int = 20000) -> dict[str, Any]:
     """Run steps on `page` in headless chromium; fail on any console error or network request."""
     missing = [what for what, ok in (
         (CHROMIUM, Path(CHROMIUM).exists()), ("node", shutil.which("node") is not None),
@@ -57,7 +58,7 @@ def browser(tmp_path: Path, page: Path, steps: list[dict], timeout_ms: int = 200
     env = {**os.environ, "HS_NODE_MODULES": str(NODE_MODULES), "HS_CHROMIUM": CHROMIUM}
     proc = subprocess.run(["node", str(DRIVER), str(plan)], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout)
+    out: dict[str, Any] = json.loads(proc.stdout)
     assert out["errors"] == [], out["errors"]
     assert out["requests"] == [], f"the page asked the network for {out['requests']}"
     return out
@@ -102,7 +103,7 @@ def write_big_profile(path: Path, callsites: int = 200_000, seed: int = 7) -> No
     nfun = 4000
     w.add_frames([(f + 1, Frame(MappingId(1 + f % 3), 0x100 + f * 16,
                                 f"ns{f % 37}::Component{f % 113}::method_{f}")) for f in range(nfun)])
-    rows = [(1, 0, None, 1)]
+    rows: list[tuple[int, int, int | None, int]] = [(1, 0, None, 1)]
     depth = {1: 0}
     for cs in range(2, callsites + 1):
         parent = max(1, cs - 1 - int(rng.expovariate(1 / 40))) if rng.random() < 0.9 else rng.randint(1, cs - 1)
@@ -153,10 +154,11 @@ def test_diff_of_two_runs(record: Recorder, programs: Programs, tmp_path: Path) 
             proc = pick_process(prof, None)
             ts, label = dump_ts(prof, proc, None)
             sides.append(read_side(prof, proc, ts, label))
-    by_leaf = {c.path[-1][0]: (c.before, c.after) for c in changes(*sides, "space")}
+    before_side, after_side = sides
+    by_leaf = {c.path[-1][0]: (c.before, c.after) for c in changes(before_side, after_side, "space")}
     assert by_leaf == {"grow_cache": (2000, 6000), "shrink_pool": (12000, 4000)}
-    by_leaf = {c.path[-1][0]: c.delta for c in changes(*sides, "alloc_objects")}
-    assert by_leaf == {"grow_cache": 4, "shrink_pool": -4, "temp_work": 4}
+    deltas = {c.path[-1][0]: c.delta for c in changes(before_side, after_side, "alloc_objects")}
+    assert deltas == {"grow_cache": 4, "shrink_pool": -4, "temp_work": 4}
 
     html = tmp_path / "diff.html"
     out = heapscope("diff", before, after, "--dump-a", "end", "--dump-b", "end", "-o", html)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from heapscope.store.files import OutputKind, atomic_output
 from heapscope.store.select import HEAP_HELP
+from heapscope.units import format_in
 
 NAME = "flamegraph"
 HELP = "write an interactive HTML flamegraph (one file, works offline)"
@@ -85,5 +86,5 @@ def main(args: argparse.Namespace) -> int:
     html = render_html(payload(graphs, title=Path(args.file).name, subtitle=subtitle, heaps=heaps, heap=at))
     write_page(out, html, args.force)
     n = len([g for g in graphs if g.upid >= 0])
-    print(f"wrote {out} ({len(html.encode()) / 1024:.0f} KiB, {n} process{'' if n == 1 else 'es'})")
+    print(f"wrote {out} ({format_in(len(html.encode()), 'KiB', digits=0)}, {n} process{'' if n == 1 else 'es'})")
     return 0

@@ -71,8 +71,9 @@ def main(args: argparse.Namespace) -> int:
 
 def render(pl: object, top: int, depth: int) -> str:
     from heapscope.store.labels import process_label
+    from heapscope.units import format_bytes
     from heapscope.view.leaks import ProcessLeaks
-    from heapscope.view.units import format_bytes, format_percent
+    from heapscope.view.units import format_percent
 
     assert isinstance(pl, ProcessLeaks)
     info = pl.process.info

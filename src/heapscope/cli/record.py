@@ -24,8 +24,8 @@ from heapscope.producer.config import (
     RecordConfig,
     check_ms,
     check_positive,
-    parse_size,
 )
+from heapscope.units import format_bytes, parse_duration, parse_size
 from heapscope.which import which
 from heapscope.wire.handshake import UNWINDER_AUTO, UNWINDER_FP, UNWINDER_LIBUNWIND, UNWINDER_NONE
 
@@ -258,7 +258,7 @@ def _remove_created(output: str) -> None:
 def _check_options(args: argparse.Namespace) -> None:
     """What RecordingOptions and Guardrails check, before any target starts (they are built after)."""
     if args.duration is not None:
-        _parse_duration(args.duration)
+        parse_duration(args.duration, "--duration", MAX_DURATION_S)
     check_ms(args.continuous_dump, "--continuous-dump")
     check_ms(args.dump_phase, "--dump-phase")
     from heapscope.producer.session import MAX_CPU_S, MAX_MEMORY_MB
@@ -278,7 +278,7 @@ def recording_options(args: argparse.Namespace, command: list[str], pids: list[i
     from heapscope.session import RecordingOptions
 
     options = RecordingOptions(
-        duration=_parse_duration(args.duration) if args.duration is not None else None,
+        duration=parse_duration(args.duration, "--duration", MAX_DURATION_S) if args.duration is not None else None,
         continuous_ms=args.continuous_dump, phase_ms=args.dump_phase,
         max_memory_mb=args.max_producer_memory, max_cpu_s=args.max_producer_cpu,
         symbolize=not args.no_symbolize, force=args.force,
@@ -302,30 +302,6 @@ def parse_pids(values: list[str]) -> list[int]:
             if pid not in pids:
                 pids.append(pid)
     return pids
-
-
-def _parse_duration(text: str) -> float:
-    """'500ms', '30s', '2m', '1h' -> seconds. A bare number is refused, its unit asked for:
-    heap_profile's -d takes ms, a reader would guess seconds (`-d 10` recorded 10 ms)."""
-    t = text.strip().lower()
-    units = (("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0))
-    mult = 0.0
-    for suffix, m in units:
-        if t.endswith(suffix):
-            t, mult = t[: -len(suffix)], m
-            break
-    if not mult:
-        raise UsageError(f"--duration {text!r}: say its unit, e.g. {text.strip()}ms or {text.strip()}s"
-                         " (ms, s, m, h)")
-    try:
-        value = float(t)
-    except ValueError:
-        raise UsageError(f"--duration must be a time like 500ms, 30s or 2m, not {text!r}") from None
-    import math  # here: a C extension to load, for -d only (start-up cost)
-
-    if not math.isfinite(value) or value <= 0 or value * mult > MAX_DURATION_S:
-        raise UsageError(f"--duration must be a positive time up to a year, not {text!r}")
-    return value * mult
 
 
 def record_config(args: argparse.Namespace, threads: bool = False) -> RecordConfig:
@@ -370,12 +346,10 @@ class _StatusLine:
         if not self.enabled:
             return None
 
-        from heapscope.view.units import human_bytes
-
         def update(now: float) -> None:
             progress = rec.progress  # published by the loop just before this call
             self.show(f"heapscope: {now - started:6.1f} s  {progress.samples:,} samples"
-                      f"  {human_bytes(progress.live_bytes)} live")
+                      f"  {format_bytes(progress.live_bytes)} live")
         return update
 
     def show(self, text: str) -> None:
@@ -394,13 +368,11 @@ def say_line(msg: str) -> None:
 
 
 def print_summary(s: Summary) -> None:
-    from heapscope.view.units import human_bytes  # after the target's start (start-up cost)
-
     unwinders = s.unwinders or ["none (no process connected)"]
     share = s.blocked_ms / 1e3 / s.elapsed_s * 100 if s.elapsed_s > 0 else 0.0
     lines = [
         f"recorded {s.processes} process{'es' if s.processes != 1 else ''}, {s.samples:,} samples, "
-        f"{human_bytes(s.sampled_bytes)} sampled, interval {s.interval} B, {s.elapsed_s:.2f} s",
+        f"{format_bytes(s.sampled_bytes)} sampled, interval {s.interval} B, {s.elapsed_s:.2f} s",
         f"unwinder {', '.join(unwinders)}; target blocked {s.blocked_ms:.1f} ms ({share:.1f}%); "
         f"{s.dropped_records:,} records dropped",
     ]
@@ -437,12 +409,12 @@ def print_summary(s: Summary) -> None:
     shown = major if len(major) <= PEAKS_SHOWN + 1 and len(major) == len(s.peaks) else major[:PEAKS_SHOWN]
     for pk in shown:
         heap = f" in {pk.heap}" if pk.heap else ""
-        lines.append(f"{pk.name} (pid {pk.pid}): peak {human_bytes(pk.peak_bytes)} sampled unreleased{heap};"
+        lines.append(f"{pk.name} (pid {pk.pid}): peak {format_bytes(pk.peak_bytes)} sampled unreleased{heap};"
                      " largest stacks:")
-        lines += [f"  {human_bytes(size):>10}  {path}" for path, size in pk.top]
+        lines += [f"  {format_bytes(size):>10}  {path}" for path, size in pk.top]
         if pk.other_heaps:  # custom heaps: each at its own peak, never added to the one above
             lines.append("  other heaps, each at its own peak (report --heap NAME): "
-                         + ", ".join(f"{name} {human_bytes(size)}" for name, size in pk.other_heaps))
+                         + ", ".join(f"{name} {format_bytes(size)}" for name, size in pk.other_heaps))
     if len(shown) < len(s.peaks):
         names = count_names([pk.name.split(" ", 1)[0] for pk in s.peaks[len(shown):]])  # cc1 ×90, not each file
         lines.append(f"... and {len(s.peaks) - len(shown):,} more processes with smaller peaks"
@@ -458,7 +430,7 @@ def print_summary(s: Summary) -> None:
             lines.append(f"  ... and {_frames(rest)} of other modules (heapscope symbolize {s.output} lists them)")
         from heapscope.symbolize.missing import debug_archive_advice  # loaded by the summary already
         lines += debug_archive_advice([m.fix for m in s.unsymbolized], str(s.output))  # the archive -dbgsym needs
-    lines.append(f"profile written to {s.output} ({human_bytes(s.output_bytes)})")
+    lines.append(f"profile written to {s.output} ({format_bytes(s.output_bytes)})")
     lines.append(f"next: heapscope report {s.output}")
     for line in lines:
         print(f"heapscope: {line}", file=sys.stderr)

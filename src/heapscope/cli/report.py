@@ -28,6 +28,7 @@ from heapscope.store.select import (
     select_heap,
     select_processes,
 )
+from heapscope.units import format_bytes
 from heapscope.view.names import cut_middle, elide
 from heapscope.view.peaks import count_names
 from heapscope.view.report import (
@@ -41,7 +42,7 @@ from heapscope.view.report import (
     process_lines,
 )
 from heapscope.view.tree import focus_pattern
-from heapscope.view.units import format_bytes, format_count, format_percent, format_value
+from heapscope.view.units import format_count, format_percent, format_value
 from heapscope.view.wrappers import fold_line
 
 NAME = "report"

@@ -12,5 +12,5 @@ clickhouse-connect; chdb) are optional extras (`pip install heapscope[fleet]`, `
 imported only when used.
 
 May import: heapscope.export (pprof, and its _common and _proto), heapscope.store,
-heapscope.model, heapscope.errors, heapscope.records.
+heapscope.model, heapscope.errors, heapscope.records, heapscope.units.
 """

@@ -44,6 +44,7 @@ from urllib.parse import quote, urlencode, urlsplit
 from heapscope.errors import UsageError
 from heapscope.fleet.items import PushError, PushItem, PushTarget
 from heapscope.records import Record
+from heapscope.units import format_in
 
 SCHEMES = ("pyroscope+http", "pyroscope+https", "parca+grpc", "parca+grpcs", "otlp+http", "otlp+https", "otlp+grpc",
            "otlp+grpcs")
@@ -305,7 +306,7 @@ class Pusher:
     def summary(self) -> str:
         """One line: what was pushed where, and what was lost and why."""
         s = self.stats
-        line = f"push to {self.target.url}: {s.sent} of {s.submitted} profiles sent ({_kib(s.sent_bytes)})"
+        line = f"push to {self.target.url}: {s.sent} of {s.submitted} profiles sent ({format_in(s.sent_bytes, 'KiB')})"
         lost = []
         if s.failed:
             lost.append(f"{s.failed} failed")
@@ -423,8 +424,6 @@ def _oserror(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
 
-def _kib(n: int) -> str:
-    return f"{n / 1024:.1f} KiB"
 
 
 __all__ = ["PushError", "PushItem", "PushStats", "PushTarget", "Pusher", "make_sender", "parse_labels",

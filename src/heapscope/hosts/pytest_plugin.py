@@ -39,7 +39,6 @@ import contextlib
 import json
 import math
 import os
-import re
 import signal
 import socket
 import struct
@@ -50,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from heapscope.records import Record, field
+from heapscope.units import format_bytes, parse_limit
 
 if TYPE_CHECKING:
     from heapscope.model import Frame, Mapping
@@ -70,42 +70,13 @@ START = b'{"op": "start"}'
 STARTED = b'{"ok": 1}'
 _STARTED: dict[str, Any] = {"ok": 1}  # STARTED, decoded; never changed
 
-_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
-          "t": 1000**4, "tb": 1000**4, "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
-_LIMIT = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*")
-
-
-def parse_bytes(text: str | int | float) -> int:
-    """"24 MB" (SI, 10^6), "24 MiB" (IEC, 2^20), "512kB", "100" (bytes); ValueError otherwise."""
-    if isinstance(text, bool):
-        raise ValueError(f"not a size: {text!r}")
-    if isinstance(text, int | float):
-        value, unit = float(text), ""
-    else:
-        m = _LIMIT.fullmatch(str(text))
-        if m is None or m.group(2).lower() not in _UNITS:
-            raise ValueError(f"not a size: {text!r} (say e.g. 24 MB, 24 MiB, 512 kB)")
-        value, unit = float(m.group(1)), m.group(2).lower()
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"not a size: {text!r}")
-    return int(value * _UNITS[unit])
-
-
 def standard_error(interval: int, nbytes: int) -> float:
     """Standard error of a sampled byte estimate at `interval`: about sqrt(interval * bytes)."""
     return math.sqrt(interval * max(nbytes, 0)) if interval > 1 else 0.0
 
 
-def format_size(n: float) -> str:
-    """IEC units, as every other heapscope figure: 22.9 MiB, 500.0 KiB, 100 B (a limit may be
-    written in either system; parse_size reads both)."""
-    from heapscope.view.units import format_bytes
-
-    return format_bytes(round(n))
-
-
 def estimate(interval: int, nbytes: int) -> str:
-    return f"{format_size(nbytes)} ± {format_size(standard_error(interval, nbytes))}"
+    return f"{format_bytes(nbytes)} ± {format_bytes(round(standard_error(interval, nbytes)))}"
 
 
 # -- options and marks ---------------------------------------------------------
@@ -179,7 +150,7 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
 
 def _interval(opts: Any) -> int:
     try:
-        return parse_bytes(opts.heapscope_interval)
+        return parse_limit(opts.heapscope_interval)
     except ValueError as e:
         raise pytest.UsageError(f"--heapscope-interval: {e}") from None
 
@@ -656,7 +627,7 @@ class _Child:
             tr.write_line(f"{estimate(r.interval, r.peak):>24}  {r.nodeid}"
                           + (f"  (held at its end: {estimate(r.interval, r.leak)})" if r.leak > 0 else ""))
             for n, stack in named.get(r.nodeid, []):
-                tr.write_line(f"{'':>8}{format_size(n):>12}  " + " < ".join(stack))
+                tr.write_line(f"{'':>8}{format_bytes(n):>12}  " + " < ".join(stack))
 
 
 def _timeval(seconds: float) -> bytes:
@@ -674,7 +645,7 @@ def _limits(item: pytest.Item) -> dict[str, int]:
         if len(mark.args) != 1 or mark.kwargs:
             raise pytest.UsageError(f"{item.nodeid}: {name} takes one size, like {name}(\"24 MB\")")
         try:
-            limits[name] = parse_bytes(mark.args[0])
+            limits[name] = parse_limit(mark.args[0])
         except ValueError as e:
             raise pytest.UsageError(f"{item.nodeid}: {name}: {e}") from None
     return limits
@@ -688,8 +659,8 @@ def _check(res: HeapFigures, limits: dict[str, int]) -> list[str]:
         if limit is None or value <= limit:
             continue
         lines.append(f"heapscope {name}: the test's {what} is {estimate(res.interval, value)} "
-                     f"(standard error at interval {res.interval}), over its limit of {format_size(limit)}")
+                     f"(standard error at interval {res.interval}), over its limit of {format_bytes(limit)}")
         lines.append("top allocating stacks (leaf first):")
         for n, stack in stacks:
-            lines.append(f"  {format_size(n):>10}  " + " < ".join(stack))
+            lines.append(f"  {format_bytes(n):>10}  " + " < ".join(stack))
     return lines

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from heapscope.errors import ProfileError
+from heapscope.units import format_in
 
 GZIP_MAGIC = b"\x1f\x8b"
 # Inflated bytes (a gzip file, compressed packets) may not pass this many times the file's own
@@ -67,7 +68,7 @@ class InflateBudget:
 
 
 def _mib(n: int) -> str:
-    return f"{n / (1 << 20):,.1f} MiB"
+    return format_in(n, "MiB", sep=",")
 
 
 class TraceInput:

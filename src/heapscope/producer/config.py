@@ -52,25 +52,6 @@ class RecordConfig(Record, frozen=True):
             raise UsageError(f"--max-frames must be between 1 and {MAX_FRAMES}, not {self.max_frames}")
 
 
-def parse_size(text: str, what: str) -> int:
-    """'4096', '64k', '8M', '1G' -> bytes; anything else is a UsageError."""
-    t = text.strip().lower()
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-    mult = 1
-    if t[-1:] == "b":
-        t = t[:-1]
-    if t[-1:] in units:
-        mult = units[t[-1]]
-        t = t[:-1]
-    try:
-        value = int(t, 10)
-    except ValueError:
-        raise UsageError(f"{what} must be a number of bytes (like 4096 or 64k), not {text!r}") from None
-    if value < 1:
-        raise UsageError(f"{what} must be a positive number of bytes, not {text!r}")
-    return value * mult
-
-
 def check_positive(value: float | None, what: str, limit: float) -> float | None:
     """A finite number in (0, limit], or None; anything else is a UsageError."""
     if value is None:

@@ -9,5 +9,5 @@
     symtab.py    one ELF file: build id and sorted function symbols (pyelftools + struct)
 
 May import: heapscope.store (the writer; the reader's fallback name spelling),
-heapscope.model, heapscope.records, heapscope.which.
+heapscope.model, heapscope.records, heapscope.which, heapscope.units.
 """

@@ -32,6 +32,7 @@ from __future__ import annotations
 import time
 
 from heapscope.symbolize.cache import SymbolCache, default_dir
+from heapscope.units import format_in
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
@@ -95,7 +96,8 @@ class LiveSymbolizer:
         left = PERF_MAPS_MAX_BYTES - self._perf_map_bytes
         if left <= 0:
             if before is None:
-                self.perf_maps[pid] = PerfMap(perf_map_path(pid), f"not read: {PERF_MAPS_MAX_BYTES >> 20} MiB"
+                most = format_in(PERF_MAPS_MAX_BYTES, "MiB", digits=0)
+                self.perf_maps[pid] = PerfMap(perf_map_path(pid), f"not read: {most}"
                                                                   " of perf maps were read in this recording already")
             return
         m = read_perf_map(pid, uid, limit=min(MAX_BYTES, left))

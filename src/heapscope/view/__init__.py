@@ -7,5 +7,6 @@
     diff.py    growth per call path between two snapshots, matched by function and library
     leaks.py   call stacks never freed by a process's final dump
 
-May import: heapscope.store, heapscope.estimate, heapscope.model, heapscope.errors, heapscope.records.
+May import: heapscope.store, heapscope.estimate, heapscope.model, heapscope.errors, heapscope.records,
+heapscope.units.
 """

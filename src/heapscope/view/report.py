@@ -41,9 +41,9 @@ from heapscope.records import Record, field, replace
 from heapscope.store.reader import Process as StoredProcess
 from heapscope.store.reader import Profile, Stat, ViewValues, mapping_basename
 from heapscope.store.select import State, check_view, process_interval, process_state, select_processes
+from heapscope.units import format_bytes
 from heapscope.view.peaks import MINOR_SHARE, count_names, is_minor
 from heapscope.view.tree import NO_PYTHON, frame_functions
-from heapscope.view.units import human_bytes
 
 
 class FunctionRow(Record, frozen=True):
@@ -393,8 +393,8 @@ def coverage_line(stats: list[Stat]) -> str:
     if not rss:
         return ""
     own = by_name.get("client_own_rss_bytes", 0)
-    part = f"heapscope's own {human_bytes(own)} of it; " if own else ""
-    return f"seen {human_bytes(by_name.get('peak_heap_bytes', 0))} of RSS {human_bytes(rss)} ({part}peaks)"
+    part = f"heapscope's own {format_bytes(own)} of it; " if own else ""
+    return f"seen {format_bytes(by_name.get('peak_heap_bytes', 0))} of RSS {format_bytes(rss)} ({part}peaks)"
 
 
 def process_warnings(process: StoredProcess, stats: list[Stat]) -> list[str]:

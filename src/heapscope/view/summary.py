@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from heapscope.view.units import human_bytes
+from heapscope.units import format_bytes
 
 
 class Resident(NamedTuple):
@@ -62,11 +62,11 @@ def rss_line(seen: int, rss: int, own_rss: int, processes: int, where: str = "")
     process's among others. '' without an RSS."""
     if not rss:
         return ""
-    own = f"heapscope's own {human_bytes(own_rss)} of it; " if own_rss else ""
+    own = f"heapscope's own {format_bytes(own_rss)} of it; " if own_rss else ""
     if processes > 1 and not where:
-        return (f"seen {human_bytes(seen)} of RSS {human_bytes(rss)} in the processes that ran at one time"
+        return (f"seen {format_bytes(seen)} of RSS {format_bytes(rss)} in the processes that ran at one time"
                 f" ({own}each one's peak, summed: at most that much was resident at once)")
-    return f"seen {human_bytes(seen)} of RSS {human_bytes(rss)}{where} ({own}peak of the sampled heaps vs." \
+    return f"seen {format_bytes(seen)} of RSS {format_bytes(rss)}{where} ({own}peak of the sampled heaps vs." \
            " peak resident set)"
 
 

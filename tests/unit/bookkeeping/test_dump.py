@@ -153,7 +153,7 @@ def _mapping_names(frames: FrameTable, trie: Any, callsite: int) -> list[str]:
     return out[::-1]
 
 
-def test_a_module_loaded_where_another_was_names_the_stacks_after_it(native_mod, make_heap) -> None:
+def test_a_module_loaded_where_another_was_names_the_stacks_after_it(native_mod: ModuleType, make_heap: Any) -> None:
     # GIVEN a plugin whose stack was received and booked, its frame already named once
     heap, frames, trie = _process(native_mod, discard=False)
     frames.add_module(heap.modules, PLUG_A)

@@ -168,7 +168,7 @@ _START_PATH = {"heapscope", "heapscope.cli", "heapscope.cli.record", "heapscope.
                "heapscope.producer", "heapscope.producer.config", "heapscope.producer.listener",
                "heapscope.producer.procfs", "heapscope.producer.session", "heapscope.producer.tmpdir",
                "heapscope.store", "heapscope.store.names", "heapscope.wire", "heapscope.wire.handshake",
-               "heapscope.wire.heapnames"}
+               "heapscope.wire.heapnames", "heapscope.units"}
 
 
 def test_record_spawns_its_target_with_the_start_paths_modules_only(tmp_path: Path) -> None:

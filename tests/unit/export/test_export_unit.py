@@ -6,23 +6,30 @@ import gzip
 import io
 import json
 from pathlib import Path
+from typing import Any
 
+import export_support
 import pytest
-from export_support import check_chrome_trace, decode, packed_ints
+from export_support import check_chrome_trace, packed_ints
 
 from heapscope.errors import UsageError
 from heapscope.export import FORMATS, export
 from heapscope.export import _proto as pb
 from heapscope.export.chrome_json import _desample
-from heapscope.model import CallsiteId, Frame, Mapping, ProcessFlags, ProcessInfo, Upid
+from heapscope.model import CallsiteId, Frame, Mapping, MappingId, ProcessFlags, ProcessInfo, Upid
 from heapscope.store.reader import open_profile
 from heapscope.store.writer import ProfileWriter
 
 START, OFFSET, BIAS = 0x555555554000, 0x1000, 0x0
 
 
+def decode(buf: bytes) -> list[tuple[int, Any]]:
+    """export_support.decode, a field's value as Any: these tests know which fields are bytes."""
+    return export_support.decode(buf)
+
+
 @pytest.fixture
-def db(tmp_path: Path):
+def db(tmp_path: Path) -> Path:
     path = tmp_path / "p.db"
     w = ProfileWriter(path)
     w.set_metadata("interval", 4096)
@@ -31,7 +38,8 @@ def db(tmp_path: Path):
     w.add_process(info)
     w.set_process_flags(info, ProcessFlags(sampling_interval_bytes=4096, orig_sampling_interval_bytes=4096))
     w.add_mappings([(1, Mapping("ab" * 20, OFFSET, 0, START, START + 0x2000, BIAS, "/bin/demo"))])
-    w.add_frames([(1, Frame(1, 0x1100, "main")), (2, Frame(1, 0x1200, "parse")), (3, Frame(1, 0x1300, ""))])
+    demo = MappingId(1)
+    w.add_frames([(1, Frame(demo, 0x1100, "main")), (2, Frame(demo, 0x1200, "parse")), (3, Frame(demo, 0x1300, ""))])
     w.symbols().write_symbols([(1, 9, "helper", "demo.c", 7, 1), (2, 9, "parse", "demo.c", 8, 0)],
                               [("parse", 9, 2)])
     w.add_callsites([(1, 0, None, 1), (2, 1, 1, 2), (3, 2, 2, 3), (4, 1, 1, 3)])
@@ -41,7 +49,7 @@ def db(tmp_path: Path):
     return path
 
 
-def run_export(db, fmt, **kw) -> bytes:
+def run_export(db: Path, fmt: str, **kw: Any) -> bytes:
     buf = io.BytesIO()
     with open_profile(db) as p:
         export(fmt, p, buf, **kw)
@@ -55,7 +63,7 @@ def test_varints() -> None:
     assert packed_ints(b"".join(pb.varint(v) for v in (1, 300, 5))) == [1, 300, 5]
 
 
-def test_pprof_fields(db) -> None:
+def test_pprof_fields(db: Path) -> None:
     msg = decode(gzip.decompress(run_export(db, "pprof", view="alloc_space")))
     strings = [v.decode() for f, v in msg if f == 6]
     assert strings[0] == ""
@@ -69,7 +77,7 @@ def test_pprof_fields(db) -> None:
     (mapping,) = [dict(decode(v)) for f, v in msg if f == 3]
     assert strings[mapping[6]] == "ab" * 20 and strings[mapping[5]] == "/bin/demo"
     samples = [dict((f, packed_ints(v)) for f, v in decode(s)) for f, s in msg if f == 2]
-    by_leaf = {}
+    by_leaf: dict[tuple[int, ...], list[int]] = {}
     for s in samples:
         assert len(s[2]) == 4
         by_leaf[tuple(s[1])] = s[2]
@@ -84,7 +92,7 @@ def test_pprof_fields(db) -> None:
             assert names == {0x1100: ["main"], 0x1200: ["helper", "parse"], 0x1300: []}[rel_pc]
 
 
-def test_perfetto_packets(db) -> None:
+def test_perfetto_packets(db: Path) -> None:
     packets = [decode(v) for f, v in decode(run_export(db, "perfetto", dump="all"))]  # the peak by default
     assert dict(packets[0]).get(6), "first packet is the clock snapshot"
     clocks = [dict(decode(v)) for f, v in decode(dict(packets[0])[6]) if f == 1]
@@ -102,7 +110,7 @@ def test_perfetto_packets(db) -> None:
     assert totals[1][4] == (65536, 0, 1, 0)
 
 
-def test_collapsed_speedscope_chrome(db) -> None:
+def test_collapsed_speedscope_chrome(db: Path) -> None:
     lines = run_export(db, "collapsed", view="space").decode().splitlines()
     assert sorted(lines) == ["main;demo+0x1300 65536",
                              "main;parse;helper;demo+0x1300 20480"]
@@ -122,7 +130,7 @@ def test_desampling_follows_the_seed() -> None:
     assert out[CallsiteId(2)] == (1, 0)
 
 
-def test_dump_and_pid_selection(db) -> None:
+def test_dump_and_pid_selection(db: Path) -> None:
     assert run_export(db, "collapsed", view="space", dump=1).decode().count("\n") == 2
     with pytest.raises(UsageError, match="--dump 3"):
         run_export(db, "collapsed", dump=3)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from heapscope.errors import UsageError
@@ -12,7 +14,7 @@ pytest.importorskip("opentelemetry.proto.profiles.v1development.profiles_pb2",
 from heapscope.export import otlp  # noqa: E402
 
 
-def test_installed_package_is_the_schema_we_write():
+def test_installed_package_is_the_schema_we_write() -> None:
     pb, common, _resource, service = otlp.messages()
     # v1.10.0: Sample {stack_index 1, attribute_indices 2, link_index 3, values 4, timestamps_unix_nano 5}
     assert [(f.name, f.number) for f in pb.Sample.DESCRIPTOR.fields] == [
@@ -21,7 +23,7 @@ def test_installed_package_is_the_schema_we_write():
     assert "ProfilesService" in service.DESCRIPTOR.services_by_name
 
 
-def test_another_schema_is_refused(monkeypatch):
+def test_another_schema_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN a package whose Sample.values is where v1.9 had it (field 2)
     from opentelemetry.proto.profiles.v1development import profiles_pb2
 
@@ -41,13 +43,13 @@ def test_another_schema_is_refused(monkeypatch):
         otlp.messages()
 
 
-def test_names_that_are_not_utf8_and_huge_figures(tmp_path):
+def test_names_that_are_not_utf8_and_huge_figures(tmp_path: Path) -> None:
     # GIVEN a profile whose mapping and frame names hold bytes that are not UTF-8 and whose
     # addresses sit at the top of the u64 range
     import io
     import sqlite3
 
-    from heapscope.model import Frame, Mapping, ProcessInfo, Upid
+    from heapscope.model import Frame, Mapping, MappingId, ProcessInfo, Upid
     from heapscope.store.reader import open_profile
     from heapscope.store.writer import ProfileWriter
 
@@ -58,7 +60,7 @@ def test_names_that_are_not_utf8_and_huge_figures(tmp_path):
     w.add_process(ProcessInfo(upid=Upid(1), pid=7, ppid=1, name="demo", cmdline="demo -x",
                               exe="/bin/demo", uid=0, start_ts=1000))
     w.add_mappings([(1, Mapping("ab" * 20, 0x1000, 0, top, top + 0x2000, 0, "/bin/demo"))])
-    w.add_frames([(1, Frame(1, 0xFFF0, "main"))])
+    w.add_frames([(1, Frame(MappingId(1), 0xFFF0, "main"))])
     w.add_callsites([(1, 0, None, 1)])
     w.add_dump(1, 1000, 2000, "end", [(1, 2, 64)], "libc.malloc")
     w.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from fleet_support import OTLP_INSTALL, OtlpHttpServer, otlp_totals
 
@@ -14,7 +16,7 @@ service = pytest.importorskip("opentelemetry.proto.collector.profiles.v1developm
 from heapscope.fleet.otlp import push_item  # noqa: E402
 
 
-def test_targets():
+def test_targets() -> None:
     t = parse_target("otlp+http://127.0.0.1/collector/")
     assert (t.kind, t.host, t.port, t.tls, t.prefix) == ("otlp-http", "127.0.0.1", 4318, False, "/collector")
     t = parse_target("otlp+grpcs://[::1]")
@@ -24,7 +26,7 @@ def test_targets():
         parse_target("otlp+grpc://h:4317/x")
 
 
-def test_one_request_per_dump(timed_profile):
+def test_one_request_per_dump(timed_profile: Path) -> None:
     # GIVEN the known profile's process and its dumps
     with open_profile(timed_profile) as p:
         proc = next(q for q in p.processes() if p.dumps(q.info.upid))
@@ -41,7 +43,7 @@ def test_one_request_per_dump(timed_profile):
         assert set(otlp_totals(req)) <= {"alloc_space", "alloc_objects", "inuse_space", "inuse_objects"}
 
 
-def test_a_partial_success_that_rejects_is_a_failure(timed_profile):
+def test_a_partial_success_that_rejects_is_a_failure(timed_profile: Path) -> None:
     # GIVEN a collector that answers 200 with rejected_profiles
     answer = service.ExportProfilesServiceResponse()
     answer.partial_success.rejected_profiles = 4

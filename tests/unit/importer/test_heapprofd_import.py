@@ -9,6 +9,7 @@ same figures against trace_processor itself on Perfetto's own test traces.
 from __future__ import annotations
 
 import gzip
+import importlib
 import sqlite3
 import zlib
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 pt = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
-from google.protobuf import text_format  # noqa: E402
+text_format = importlib.import_module("google.protobuf.text_format")  # no type stubs
 
 from heapscope.errors import ProfileError  # noqa: E402
 from heapscope.importer.heapprofd import ImportSummary, import_trace  # noqa: E402
@@ -91,7 +92,7 @@ def run_import(tmp_path: Path, text: str | bytes, name: str = "t.pftrace") -> tu
 def rows(db: Path) -> list[tuple[int, str, str, int, int]]:
     """(ts, heap, leaf function, count, size) of every heap_profile_allocation row."""
     with open_profile(db) as p:
-        return [tuple(r) for r in _sql(p).execute(  # type: ignore[misc]
+        return [tuple(r) for r in _sql(p).execute(
             "SELECT a.ts, a.heap_name, f.name, a.count, a.size FROM heap_profile_allocation a"
             " JOIN stack_profile_callsite c ON c.id = a.callsite_id JOIN stack_profile_frame f ON f.id = c.frame_id"
             " ORDER BY a.ts, a.heap_name, f.name, a.size").fetchall()]

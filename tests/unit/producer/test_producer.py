@@ -68,8 +68,10 @@ def producer(tmp_path: Path) -> Iterator[Producer]:
 
 
 def _rows(producer: Producer, sql: str) -> list[tuple[Any, ...]]:
-    producer.writer.commit()
-    db = sqlite3.connect(producer.writer.path)
+    writer = producer.writer
+    assert isinstance(writer, ProfileWriter)  # the fixture's: this producer keeps a profile
+    writer.commit()
+    db = sqlite3.connect(writer.path)
     try:
         return db.execute(sql).fetchall()
     finally:

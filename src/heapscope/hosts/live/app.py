@@ -33,7 +33,7 @@ from textual.widgets.option_list import Option
 
 from heapscope.hosts.live.names import Namer
 from heapscope.hosts.live.snapshot import FrameKey, HeapSnapshot, ProcessView, Site, Snapshotter
-from heapscope.view.units import human_bytes
+from heapscope.units import format_bytes
 
 REFRESH_S = 0.25  # how often the view looks for a new snapshot (one is taken every second)
 TOP = 100  # stacks in the table
@@ -269,8 +269,8 @@ class LiveApp(App[None]):
         self._main.query_one("#unreleased", Sparkline).data = series_u[-120:] or [0.0]
         self._main.query_one("#allocated", Sparkline).data = series_a[-120:] or [0.0]
         self._main.query_one("#unreleased-label", Static).update(
-            f"unreleased {human_bytes(unreleased)} (peak shown {human_bytes(int(max(series_u or [0])))})")
-        self._main.query_one("#allocated-label", Static).update(f"allocated {human_bytes(allocated)}")
+            f"unreleased {format_bytes(unreleased)} (peak shown {format_bytes(int(max(series_u or [0])))})")
+        self._main.query_one("#allocated-label", Static).update(f"allocated {format_bytes(allocated)}")
         running = sum(1 for p in snap.processes if p.running)
         who = "all processes" if self.pid is None else next(
             (p.label for p in snap.processes if p.pid == self.pid), f"pid {self.pid}")
@@ -314,8 +314,8 @@ class LiveApp(App[None]):
         table.clear()
         for s in top:
             names = [self.namer.name(f) for f in s.frames]
-            table.add_row(human_bytes(s.value("space")), f"{s.value('objects'):,}",
-                          human_bytes(s.alloc_bytes), f"{s.alloc_count:,}", names[0] if names else "?",
+            table.add_row(format_bytes(s.value("space")), f"{s.value('objects'):,}",
+                          format_bytes(s.alloc_bytes), f"{s.alloc_count:,}", names[0] if names else "?",
                           " < ".join(names[1:4]) + (" < ..." if len(names) > 4 else ""))
         self._rows = top
         if top:
@@ -374,8 +374,8 @@ class LiveApp(App[None]):
             for t in p.threads:
                 choices.append((p.pid, t.tid))
                 where = "" if self.pid is not None or len(procs) == 1 else f"   pid {p.pid}"
-                labels.append(f"{t.label:<24} {human_bytes(t.unreleased):>10} unreleased  "
-                              f"{human_bytes(t.allocated):>10} allocated{where}")
+                labels.append(f"{t.label:<24} {format_bytes(t.unreleased):>10} unreleased  "
+                              f"{format_bytes(t.allocated):>10} allocated{where}")
         current = choices.index(self.thread) if self.thread in choices else 0
         scope = "all processes" if self.pid is None else f"pid {self.pid}"
         title = f"threads of {scope} ({len(choices) - 1} seen): enter filters the table on one, escape cancels"
