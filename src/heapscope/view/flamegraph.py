@@ -67,6 +67,7 @@ class ProcessGraph(Record):
     tree: MergedTree
     snapshots: list[Snapshot] = field(default_factory=list)
     start: int = -1  # the snapshot the page opens at (-1: the last)
+    dumps_left_out: int = 0  # dumps not carried (MAX_DUMPS): the page says so
     t0: int = 0  # the process's start (its timeline's 0 s); 0: unknown, the first snapshot's ts is 0 s
 
 
@@ -90,11 +91,29 @@ def process_label(p: Process) -> str:
     return f"pid {p.info.pid} {named(p.info)}"
 
 
+# A snapshot holds a value per node and view, so a day of -c dumps would not fit in a page;
+# past this many a process's timeline keeps this many, evenly spread, plus the peak and the end.
+MAX_DUMPS = 100
+
+
+def kept_dumps(count: int, limit: int, chosen: int | None = None) -> list[int]:
+    """The positions (0-based, ascending) of the dumps a timeline carries out of `count`: all when
+    `limit` is 0 or not exceeded, else `limit` evenly spread from the first to the last, and
+    `chosen` (the dump asked to open at) whatever the spread."""
+    if limit <= 0 or count <= limit:
+        return list(range(count))
+    keep = {count - 1} if limit == 1 else {round(k * (count - 1) / (limit - 1)) for k in range(limit)}
+    keep.add(count - 1)
+    if chosen is not None:
+        keep.add(chosen)
+    return sorted(keep)
+
+
 def process_graph(profile: Profile, process: Process, dump: str | int | None = None,
-                  python_only: bool = False) -> ProcessGraph:
-    """The merged tree of a process and its four views at each of its dumps and at its peak
-    (object views de-sampled); the page opens at the state `dump` (default: the peak).
-    python_only: native frames left out (view/tree.py build_tree)."""
+                  python_only: bool = False, max_dumps: int = MAX_DUMPS) -> ProcessGraph:
+    """The merged tree of a process and its four views at each of its dumps (at most `max_dumps`
+    of them, kept_dumps; 0: all) and at its peak (object views de-sampled); the page opens at the
+    state `dump` (default: the peak). python_only: native frames left out (view/tree.py build_tree)."""
     upid = process.info.upid
     interval = process_interval(profile, process)
     rows = profile.dump_values(upid)
@@ -108,20 +127,25 @@ def process_graph(profile: Profile, process: Process, dump: str | int | None = N
     # showed whichever line came first); native frames merge per function.
     tree = build_tree(profile, callsite_ids, python_only=python_only, python_lines=True)
     graph = ProcessGraph(process_label(process), upid, tree, t0=max(0, process.info.start_ts))
+    chosen = dump_position(dump, len(dump_ts), process_label(process)) if isinstance(dump, int) else None
+    kept = set(kept_dumps(len(dump_ts), max_dumps, chosen))
+    graph.dumps_left_out = len(dump_ts) - len(kept)
     running: dict[CallsiteId, ViewValues] = {}
-    peak_at = -1
+    peak_at = chosen_at = -1
     for n, ts in enumerate(dump_ts):
         if peak is not None and peak_at < 0 and peak[0] <= ts:
             peak_at = _add_peak(graph, peak, interval)
         for r in by_ts.get(ts, ()):
             o = running.get(r.callsite)
             running[r.callsite] = r.values if o is None else add_values(o, r.values)
-        graph.snapshots.append(Snapshot(ts, f"dump {n + 1}", tree.desampled_selfs(running, interval)))
+        if n in kept:  # the running sums go on through the dumps left out
+            if n == chosen:
+                chosen_at = len(graph.snapshots)
+            graph.snapshots.append(Snapshot(ts, f"dump {n + 1}", tree.desampled_selfs(running, interval)))
     if peak is not None and peak_at < 0:
         peak_at = _add_peak(graph, peak, interval)
-    if isinstance(dump, int):
-        dumps = [k for k, s in enumerate(graph.snapshots) if s.label != "peak"]
-        graph.start = dumps[dump_position(dump, len(dumps), process_label(process))]
+    if chosen is not None:
+        graph.start = chosen_at
     elif dump != "end" and peak_at >= 0:
         graph.start = peak_at
     return graph
@@ -170,10 +194,22 @@ def encode_process(graph: ProcessGraph, strings: Strings) -> dict[str, object]:
             "t0": min([graph.t0, *(s.ts for s in graph.snapshots)]) if graph.t0 > 0 else None}
 
 
+def left_out_line(graphs: list[ProcessGraph]) -> str:
+    """One line on the dumps the page does not carry (MAX_DUMPS), or "" when it carries every one."""
+    short = [g for g in graphs if g.dumps_left_out]
+    if not short:
+        return ""
+    n = sum(g.dumps_left_out for g in short)
+    return (f"timeline: {n} dump{'' if n == 1 else 's'} of {len(short)} process{'' if len(short) == 1 else 'es'}"
+            " left out (the dumps kept evenly spread, with the peak and the end; flamegraph --max-dumps 0: all)")
+
+
 def payload(graphs: list[ProcessGraph], *, title: str, mode: str = "profile",
             subtitle: str = "", heaps: list[HeapGraphs] | None = None, heap: int = 0) -> dict[str, object]:
     """The page data of `graphs`; with `heaps` (heap_graphs), of every heap, `heaps[heap]` opened
-    (its graphs are `graphs`)."""
+    (its graphs are `graphs`). The subtitle gets left_out_line's line when dumps were left out."""
+    note = left_out_line([g for h in heaps for g in h.graphs] if heaps else graphs)
+    subtitle = "; ".join(filter(None, (subtitle, note)))
     strings = Strings()
     processes = [encode_process(g, strings) for g in graphs]
     out: dict[str, object] = {"mode": mode, "title": title, "subtitle": subtitle, "views": list(VIEWS)}
@@ -194,7 +230,8 @@ class HeapGraphs(Record):
 
 
 def heap_graphs(profile: Profile, heap: str | None = None, pid: int | None = None, dump: str | int | None = None,
-                merge: str | None = None, python_only: bool = False) -> tuple[list[HeapGraphs], int]:
+                merge: str | None = None, python_only: bool = False,
+                max_dumps: int = MAX_DUMPS) -> tuple[list[HeapGraphs], int]:
     """The graphs of every heap of the profile (profile_graphs), then of all heaps merged when
     there are several, and the position of the heap to open at: `heap` as --heap takes it
     (store.select.resolve_heap; None: the default heap). Leaves the profile showing that heap."""
@@ -203,15 +240,15 @@ def heap_graphs(profile: Profile, heap: str | None = None, pid: int | None = Non
     out = []
     for name in names:
         select_heap(profile, name)
-        out.append(HeapGraphs(name, profile_graphs(profile, pid, dump, merge, python_only)))
+        out.append(HeapGraphs(name, profile_graphs(profile, pid, dump, merge, python_only, max_dumps)))
     if shown is not None and shown not in names:  # several heaps shown together (libc.malloc+python.pymalloc)
         select_heap(profile, shown)
-        out.append(HeapGraphs(shown, profile_graphs(profile, pid, dump, merge, python_only)))
+        out.append(HeapGraphs(shown, profile_graphs(profile, pid, dump, merge, python_only, max_dumps)))
     if len(names) > 1:
         select_heap(profile, ALL_HEAPS)
-        out.append(HeapGraphs(ALL_HEAPS, profile_graphs(profile, pid, dump, merge, python_only)))
+        out.append(HeapGraphs(ALL_HEAPS, profile_graphs(profile, pid, dump, merge, python_only, max_dumps)))
     if not out:  # no dumps at all
-        out.append(HeapGraphs(shown or "", profile_graphs(profile, pid, dump, merge, python_only)))
+        out.append(HeapGraphs(shown or "", profile_graphs(profile, pid, dump, merge, python_only, max_dumps)))
     at = next((k for k, h in enumerate(out) if h.name == (shown if shown is not None else ALL_HEAPS)), 0)
     select_heap(profile, out[at].name if len(names) > 1 else None)
     return out, at
@@ -245,7 +282,8 @@ def _markup(s: str) -> object:
 
 
 def profile_graphs(profile: Profile, pid: int | None = None, dump: str | int | None = None,
-                   merge: str | None = None, python_only: bool = False) -> list[ProcessGraph]:
+                   merge: str | None = None, python_only: bool = False,
+                   max_dumps: int = MAX_DUMPS) -> list[ProcessGraph]:
     """A graph per process with at least one dump (only `pid` when given; UnknownProcessError
     when the profile has no such process), largest peak first; with several, an "all processes"
     graph comes first:
@@ -253,7 +291,7 @@ def profile_graphs(profile: Profile, pid: int | None = None, dump: str | int | N
     python_only: native frames left out."""
     out = []
     for p in select_processes(profile, pid):
-        g = process_graph(profile, p, dump, python_only)
+        g = process_graph(profile, p, dump, python_only, max_dumps)
         if g.snapshots:
             out.append(g)
     # The page's picker largest first, as report's table: by what each holds where it opens
