@@ -33,6 +33,7 @@ import base64
 import gzip
 import json
 from importlib import resources
+from itertools import compress
 
 from heapscope.estimate import add_values
 from heapscope.model import VIEWS, CallsiteId, Upid
@@ -156,23 +157,30 @@ def _add_peak(graph: ProcessGraph, peak: tuple[int, dict[CallsiteId, ViewValues]
     return len(graph.snapshots) - 1
 
 
-def _sparse(values: list[int]) -> list[int]:
+def _sparse(values: list[int], shift: int = 0) -> list[int]:
+    """(gap, value) pairs of the non-zero values, node i of `values` being node i + shift."""
     out: list[int] = []
     last = 0
-    for i, v in enumerate(values):
-        if v:
-            out.append(i - last)
-            out.append(v)
-            last = i
+    for i in compress(range(shift, len(values) + shift), values):  # most nodes hold nothing themselves
+        out += (i - last, values[i - shift])
+        last = i
     return out
 
 
 def encode_process(graph: ProcessGraph, strings: Strings) -> dict[str, object]:
     """One process of the payload; node 0 is a synthetic root above the tree's roots."""
     t = graph.tree
+    index = strings.index
     depth = [0] + [d + 1 for d in t.depth]
-    name = [strings("all")] + [strings(n) for n in t.name]
-    lib = [strings("")] + [strings(mapping_basename(m)) for m in t.map_name]
+    # Strings are numbered as first met: names, then libraries, then sources, node by node.
+    name = [strings("all")] + [index.setdefault(n, len(index)) for n in t.name]
+    lib = [strings("")]
+    lib_of: dict[str, int] = {}  # a mapping's path -> its basename's string
+    for m in t.map_name:
+        k = lib_of.get(m)
+        if k is None:
+            k = lib_of[m] = strings(mapping_basename(m))
+        lib.append(k)
     src = [-1] + [
         -1 if f is None else strings(f if line is None else f"{f}:{line}")
         for f, line in zip(t.source_file, t.line_number, strict=True)
@@ -184,7 +192,7 @@ def encode_process(graph: ProcessGraph, strings: Strings) -> dict[str, object]:
             "label": s.label,
             "totals": {v: sum(vals) for v, vals in s.self_values.items()},
             # Shift by one for the root, which holds nothing itself.
-            "self": {v: _sparse([0, *vals]) for v, vals in s.self_values.items()},
+            "self": {v: _sparse(vals, 1) for v, vals in s.self_values.items()},
         })
     start = graph.start if 0 <= graph.start < len(dumps) else len(dumps) - 1
     return {"label": graph.label, "upid": graph.upid, "depth": depth, "name": name, "lib": lib,
@@ -312,47 +320,54 @@ def all_processes(profile: Profile, graphs: list[ProcessGraph], merge: str | Non
     one snapshot: every process at the state its own graph opens at."""
     by_upid = {p.info.upid: p for p in profile.processes()}
     tree = MergedTree()
-    selfs: dict[str, list[int]] = {v: [] for v in VIEWS}
     groups: dict[str, list[ProcessGraph]] = {}
     for g in graphs:
         p = by_upid.get(Upid(g.upid))
         key = g.label if merge is None or p is None else (p.info.exe or p.info.name or g.label)
         groups.setdefault(key, []).append(g)
+    placed: list[tuple[list[int], Snapshot]] = []  # per member: its nodes' places in `tree`, its values
+    t_parent, t_depth, t_name, t_map = tree.parent, tree.depth, tree.name, tree.map_name
+    t_src, t_line = tree.source_file, tree.line_number
     for key, members in groups.items():
         label = key if merge is None else f"{key} ({len(members)} process{'' if len(members) == 1 else 'es'})"
-        root = len(tree.parent)
-        _append_node(tree, selfs, -1, 0, label, "", None, None)
+        root = len(t_parent)
+        _append_node(tree, -1, 0, label, "", None, None)
         # Merge the members' trees under the root by (parent, name, mapping), like build_tree.
         keys: dict[tuple[int, str, str], int] = {}
         for g in members:
-            t = g.tree
-            snap = _opening(g)
-            mapped = [0] * len(t)
-            for i in range(len(t)):
-                parent = root if t.parent[i] < 0 else mapped[t.parent[i]]
-                k = (parent, t.name[i], t.map_name[i])
+            m = g.tree
+            mapped = [0] * len(m)
+            for i, (mp, name, map_name) in enumerate(zip(m.parent, m.name, m.map_name, strict=True)):
+                parent = root if mp < 0 else mapped[mp]
+                k = (parent, name, map_name)
                 node = keys.get(k)
                 if node is None:
-                    node = keys[k] = len(tree.parent)
-                    _append_node(tree, selfs, parent, tree.depth[parent] + 1, t.name[i], t.map_name[i],
-                                 t.source_file[i], t.line_number[i])
+                    node = keys[k] = len(t_parent)
+                    t_parent.append(parent)
+                    t_depth.append(t_depth[parent] + 1)
+                    t_name.append(name)
+                    t_map.append(map_name)
+                    t_src.append(m.source_file[i])
+                    t_line.append(m.line_number[i])
                 mapped[i] = node
-            for v in VIEWS:  # each view's values added in one pass over the member's nodes
-                acc = selfs[v]
-                for node, value in zip(mapped, snap.self_values[v], strict=True):
-                    if value:
-                        acc[node] += value
+            placed.append((mapped, _opening(g)))
+    selfs: dict[str, list[int]] = {v: [0] * len(t_parent) for v in VIEWS}
+    for mapped, snap in placed:
+        for v in VIEWS:  # each view's values added in one pass over the member's nodes
+            acc = selfs[v]
+            for node, value in zip(mapped, snap.self_values[v], strict=True):
+                if value:
+                    acc[node] += value
     # The nodes were appended parent first but not in preorder when several members merge: reorder.
     order = _preorder(tree)
-    new = MergedTree()
-    new_id = {old: k for k, old in enumerate(order)}
-    for old in order:
-        new.parent.append(-1 if tree.parent[old] < 0 else new_id[tree.parent[old]])
-        new.depth.append(tree.depth[old])
-        new.name.append(tree.name[old])
-        new.map_name.append(tree.map_name[old])
-        new.source_file.append(tree.source_file[old])
-        new.line_number.append(tree.line_number[old])
+    new_id = [0] * len(order)
+    for pos, old in enumerate(order):
+        new_id[old] = pos
+    new = MergedTree(
+        parent=[-1 if t_parent[old] < 0 else new_id[t_parent[old]] for old in order],
+        depth=[t_depth[old] for old in order], name=[t_name[old] for old in order],
+        map_name=[t_map[old] for old in order], source_file=[t_src[old] for old in order],
+        line_number=[t_line[old] for old in order])
     label = "all processes" + (" (merged by executable)" if merge else "")
     states = {"its peak" if g.snapshots[g.start].label == "peak"
               else "its end" if g.start in (-1, len(g.snapshots) - 1) else "the dump chosen" for g in graphs}
@@ -362,7 +377,7 @@ def all_processes(profile: Profile, graphs: list[ProcessGraph], merge: str | Non
     return ProcessGraph(label, -1, new, [snap], 0)
 
 
-def _append_node(tree: MergedTree, selfs: dict[str, list[int]], parent: int, depth: int, name: str,
+def _append_node(tree: MergedTree, parent: int, depth: int, name: str,
                  map_name: str, source_file: str | None, line_number: int | None) -> None:
     tree.parent.append(parent)
     tree.depth.append(depth)
@@ -370,8 +385,6 @@ def _append_node(tree: MergedTree, selfs: dict[str, list[int]], parent: int, dep
     tree.map_name.append(map_name)
     tree.source_file.append(source_file)
     tree.line_number.append(line_number)
-    for v in VIEWS:
-        selfs[v].append(0)
 
 
 def _preorder(tree: MergedTree) -> list[int]:
