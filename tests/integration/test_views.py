@@ -10,6 +10,7 @@ Screenshots land in the test's tmp_path.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -320,6 +321,81 @@ def test_flamegraph_opens_at_the_peak_of_all_processes(tmp_path: Path) -> None:
     assert r[1] == [9500, 23]
     # AND server's timeline has its dumps and its peak, between them, where the page opens it
     assert r[3] == ["dump 1", "peak", "dump 2"] and r[4] == 1
+
+
+def write_long_continuous_profile(path: Path, dumps: int) -> None:
+    """One process dumped `dumps` times, as a long `-c` recording is: dump k (1-based) adds k
+    bytes at cache_put; its peak, 10**6 bytes at handle_request, falls between dumps 3 and 4."""
+    w = ProfileWriter(path)
+    w.set_metadata("command", "long")
+    w.add_mappings([(1, Mapping("aa", 0, 0, 0x1000, 0x9000, 0, "/usr/bin/server"))])
+    w.add_frames([(1, Frame(MappingId(1), 0x10, "main")), (2, Frame(MappingId(1), 0x20, "handle_request")),
+                  (3, Frame(MappingId(1), 0x30, "cache_put"))])
+    w.add_callsites([(1, 0, None, 1), (2, 1, 1, 2), (3, 2, 2, 3)])
+    p = ProcessInfo(Upid(1), pid=42, ppid=1, name="server", cmdline="server", exe="/usr/bin/server", uid=0,
+                    start_ts=0)
+    w.add_process(p)
+    w.set_process_flags(p, ProcessFlags(unwinder="libunwind", sampling_interval_bytes=1,
+                                        orig_sampling_interval_bytes=1))
+    second = 1_000_000_000
+    for k in range(1, dumps + 1):
+        w.add_dump(1, (k - 1) * second, k * second, "exit" if k == dumps else "periodic", [(3, 1, k)], "libc.malloc")
+    w.add_peak(1, 3 * second + second // 2, "libc.malloc", [(2, 1, 10**6, 1, 10**6, 10**6, 10**6)])
+    w.commit()
+    w.close()
+
+
+def _page_data(html: Path) -> dict:
+    packed = re.search(r'id="hs-data"[^>]*>([A-Za-z0-9+/=]+)<', html.read_text())
+    assert packed, "no packed data in the page"
+    import base64
+    import gzip
+    return json.loads(gzip.decompress(base64.b64decode(packed.group(1))))
+
+
+def test_flamegraph_of_a_long_continuous_recording_carries_a_capped_timeline(tmp_path: Path) -> None:
+    # GIVEN a process dumped 250 times (a day of `-c` dumps would be tens of thousands)
+    db = tmp_path / "long.db"
+    write_long_continuous_profile(db, 250)
+    # WHEN its flamegraph is written with the default cap, with --dump 7, and with every dump
+    capped, at7, every = tmp_path / "capped.html", tmp_path / "at7.html", tmp_path / "every.html"
+    said = heapscope("flamegraph", db, "-o", capped)
+    heapscope("flamegraph", db, "-o", at7, "--dump", "7")
+    heapscope("flamegraph", db, "-o", every, "--max-dumps", "0")
+    # THEN the page carries 100 dumps evenly spread from the first to the last, and the peak
+    data = _page_data(capped)
+    (proc,) = data["processes"]
+    labels = [d["label"] for d in proc["dumps"]]
+    kept = [int(x.split()[1]) for x in labels if x != "peak"]
+    assert len(kept) == 100 and kept[0] == 1 and kept[-1] == 250 and kept == sorted(kept)
+    gaps = {b - a for a, b in itertools.pairwise(kept)}
+    assert gaps <= {2, 3}
+    # (the peak, at 3.5 s, between the kept dumps around it: dumps 2 and 3 are left out)
+    at = labels.index("peak")
+    assert labels.count("peak") == 1 and labels[at - 1:at + 2] == ["dump 1", "peak", "dump 4"]
+    # AND each kept dump holds what the process held then (every dump before it summed), the peak its own
+    for d in proc["dumps"]:
+        want = 10**6 if d["label"] == "peak" else sum(range(1, int(d["label"].split()[1]) + 1))
+        assert d["totals"]["space"] == want, d["label"]
+    assert labels[proc["start"]] == "peak"
+    # AND the page and the command say how many were left out, and how to see them all
+    line = "timeline: 150 dumps of 1 process left out"
+    assert line in data["subtitle"] and data["subtitle"].startswith("long; ")
+    assert line in said and "--max-dumps 0" in said
+    # AND a dump asked for is kept and opened at, whatever the spread
+    d7 = _page_data(at7)["processes"][0]
+    assert d7["dumps"][d7["start"]]["label"] == "dump 7" and d7["dumps"][d7["start"]]["totals"]["space"] == 28
+    # AND --max-dumps 0 carries every dump, and says nothing left out
+    full = _page_data(every)
+    assert len(full["processes"][0]["dumps"]) == 251 and "left out" not in full["subtitle"]
+
+
+def test_flamegraph_max_dumps_below_zero_is_one_clear_line(tmp_path: Path) -> None:
+    db = tmp_path / "long.db"
+    write_long_continuous_profile(db, 3)
+    run = run_process([*HEAPSCOPE, "flamegraph", str(db), "-o", str(tmp_path / "x.html"), "--max-dumps", "-1"])
+    assert run.returncode != 0 and "--max-dumps -1" in run.stderr.decode()
+    assert "Traceback" not in run.stderr.decode() and not (tmp_path / "x.html").exists()
 
 
 def test_flamegraph_of_200k_callsites_is_small_and_fast(tmp_path: Path) -> None:

@@ -22,6 +22,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dump", metavar="peak|end|N",
                    help="the state the page opens at: peak (the default), end, or dump N; every dump and"
                         " the peak stay on its timeline")
+    p.add_argument("--max-dumps", type=int, default=None, metavar="N",
+                   help="at most N dumps of each process on the timeline, evenly spread, with the peak and the"
+                        " end (default 100: a long -c recording still fits in a page; 0: every dump)")
     p.add_argument("--merge", choices=("exe",),
                    help="exe: the 'all processes' graph has one node per executable, its processes merged")
     p.add_argument("--heap", metavar="NAME",
@@ -65,17 +68,20 @@ PAGE = OutputKind("flamegraph page", _ours, rewrite_ours=True, others_with_force
 
 def main(args: argparse.Namespace) -> int:
     from heapscope.cli.folding import apply_fold
-    from heapscope.errors import UnknownProcessError
+    from heapscope.errors import UnknownProcessError, UsageError
     from heapscope.store.reader import open_profile
     from heapscope.store.select import parse_dump
-    from heapscope.view.flamegraph import heap_graphs, payload, render_html
+    from heapscope.view.flamegraph import MAX_DUMPS, heap_graphs, left_out_line, payload, render_html
     from heapscope.view.wrappers import fold_line
 
+    max_dumps = MAX_DUMPS if args.max_dumps is None else args.max_dumps
+    if max_dumps < 0:
+        raise UsageError(f"--max-dumps {max_dumps}: use 0 (every dump) or more")
     out = Path(args.output) if args.output else default_output(args.file)
     with open_profile(args.file) as profile:
         folded = apply_fold(profile, args)
         dump = None if args.dump is None else parse_dump(args.dump)
-        heaps, at = heap_graphs(profile, args.heap, args.pid, dump, args.merge, args.python_only)
+        heaps, at = heap_graphs(profile, args.heap, args.pid, dump, args.merge, args.python_only, max_dumps)
         graphs = heaps[at].graphs
         if args.pid is not None and not any(h.graphs for h in heaps):
             raise UnknownProcessError(f"{args.file}: process pid {args.pid} has no dump")
@@ -87,4 +93,7 @@ def main(args: argparse.Namespace) -> int:
     write_page(out, html, args.force)
     n = len([g for g in graphs if g.upid >= 0])
     print(f"wrote {out} ({format_in(len(html.encode()), 'KiB', digits=0)}, {n} process{'' if n == 1 else 'es'})")
+    note = left_out_line([g for h in heaps for g in h.graphs])
+    if note:
+        print(note)
     return 0

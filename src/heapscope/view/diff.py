@@ -136,6 +136,7 @@ def diff_graph(a: Side, b: Side) -> ProcessGraph:
         tree.line_number.append(None)
     graph = ProcessGraph(f"{process_label(b.process.info)}: {a.label} → {b.label}", b.process.info.upid, tree)
     for side, label in ((a, "before"), (b, "after")):
-        selfs = {v: [side.self_values.get(k, {}).get(v, 0) for k in keys] for v in VIEWS}
+        held = [side.self_values.get(k) for k in keys]  # each path looked up once, not once per view
+        selfs = {v: [0 if h is None else h.get(v, 0) for h in held] for v in VIEWS}
         graph.snapshots.append(Snapshot(side.ts, label, selfs))
     return graph

@@ -33,6 +33,7 @@ import base64
 import gzip
 import json
 from importlib import resources
+from itertools import compress
 
 from heapscope.estimate import add_values
 from heapscope.model import VIEWS, CallsiteId, Upid
@@ -67,6 +68,7 @@ class ProcessGraph(Record):
     tree: MergedTree
     snapshots: list[Snapshot] = field(default_factory=list)
     start: int = -1  # the snapshot the page opens at (-1: the last)
+    dumps_left_out: int = 0  # dumps not carried (MAX_DUMPS): the page says so
     t0: int = 0  # the process's start (its timeline's 0 s); 0: unknown, the first snapshot's ts is 0 s
 
 
@@ -90,11 +92,29 @@ def process_label(p: Process) -> str:
     return f"pid {p.info.pid} {named(p.info)}"
 
 
+# A snapshot holds a value per node and view, so a day of -c dumps would not fit in a page;
+# past this many a process's timeline keeps this many, evenly spread, plus the peak and the end.
+MAX_DUMPS = 100
+
+
+def kept_dumps(count: int, limit: int, chosen: int | None = None) -> list[int]:
+    """The positions (0-based, ascending) of the dumps a timeline carries out of `count`: all when
+    `limit` is 0 or not exceeded, else `limit` evenly spread from the first to the last, and
+    `chosen` (the dump asked to open at) whatever the spread."""
+    if limit <= 0 or count <= limit:
+        return list(range(count))
+    keep = {count - 1} if limit == 1 else {round(k * (count - 1) / (limit - 1)) for k in range(limit)}
+    keep.add(count - 1)
+    if chosen is not None:
+        keep.add(chosen)
+    return sorted(keep)
+
+
 def process_graph(profile: Profile, process: Process, dump: str | int | None = None,
-                  python_only: bool = False) -> ProcessGraph:
-    """The merged tree of a process and its four views at each of its dumps and at its peak
-    (object views de-sampled); the page opens at the state `dump` (default: the peak).
-    python_only: native frames left out (view/tree.py build_tree)."""
+                  python_only: bool = False, max_dumps: int = MAX_DUMPS) -> ProcessGraph:
+    """The merged tree of a process and its four views at each of its dumps (at most `max_dumps`
+    of them, kept_dumps; 0: all) and at its peak (object views de-sampled); the page opens at the
+    state `dump` (default: the peak). python_only: native frames left out (view/tree.py build_tree)."""
     upid = process.info.upid
     interval = process_interval(profile, process)
     rows = profile.dump_values(upid)
@@ -108,20 +128,25 @@ def process_graph(profile: Profile, process: Process, dump: str | int | None = N
     # showed whichever line came first); native frames merge per function.
     tree = build_tree(profile, callsite_ids, python_only=python_only, python_lines=True)
     graph = ProcessGraph(process_label(process), upid, tree, t0=max(0, process.info.start_ts))
+    chosen = dump_position(dump, len(dump_ts), process_label(process)) if isinstance(dump, int) else None
+    kept = set(kept_dumps(len(dump_ts), max_dumps, chosen))
+    graph.dumps_left_out = len(dump_ts) - len(kept)
     running: dict[CallsiteId, ViewValues] = {}
-    peak_at = -1
+    peak_at = chosen_at = -1
     for n, ts in enumerate(dump_ts):
         if peak is not None and peak_at < 0 and peak[0] <= ts:
             peak_at = _add_peak(graph, peak, interval)
         for r in by_ts.get(ts, ()):
             o = running.get(r.callsite)
             running[r.callsite] = r.values if o is None else add_values(o, r.values)
-        graph.snapshots.append(Snapshot(ts, f"dump {n + 1}", tree.desampled_selfs(running, interval)))
+        if n in kept:  # the running sums go on through the dumps left out
+            if n == chosen:
+                chosen_at = len(graph.snapshots)
+            graph.snapshots.append(Snapshot(ts, f"dump {n + 1}", tree.desampled_selfs(running, interval)))
     if peak is not None and peak_at < 0:
         peak_at = _add_peak(graph, peak, interval)
-    if isinstance(dump, int):
-        dumps = [k for k, s in enumerate(graph.snapshots) if s.label != "peak"]
-        graph.start = dumps[dump_position(dump, len(dumps), process_label(process))]
+    if chosen is not None:
+        graph.start = chosen_at
     elif dump != "end" and peak_at >= 0:
         graph.start = peak_at
     return graph
@@ -132,23 +157,30 @@ def _add_peak(graph: ProcessGraph, peak: tuple[int, dict[CallsiteId, ViewValues]
     return len(graph.snapshots) - 1
 
 
-def _sparse(values: list[int]) -> list[int]:
+def _sparse(values: list[int], shift: int = 0) -> list[int]:
+    """(gap, value) pairs of the non-zero values, node i of `values` being node i + shift."""
     out: list[int] = []
     last = 0
-    for i, v in enumerate(values):
-        if v:
-            out.append(i - last)
-            out.append(v)
-            last = i
+    for i in compress(range(shift, len(values) + shift), values):  # most nodes hold nothing themselves
+        out += (i - last, values[i - shift])
+        last = i
     return out
 
 
 def encode_process(graph: ProcessGraph, strings: Strings) -> dict[str, object]:
     """One process of the payload; node 0 is a synthetic root above the tree's roots."""
     t = graph.tree
+    index = strings.index
     depth = [0] + [d + 1 for d in t.depth]
-    name = [strings("all")] + [strings(n) for n in t.name]
-    lib = [strings("")] + [strings(mapping_basename(m)) for m in t.map_name]
+    # Strings are numbered as first met: names, then libraries, then sources, node by node.
+    name = [strings("all")] + [index.setdefault(n, len(index)) for n in t.name]
+    lib = [strings("")]
+    lib_of: dict[str, int] = {}  # a mapping's path -> its basename's string
+    for m in t.map_name:
+        k = lib_of.get(m)
+        if k is None:
+            k = lib_of[m] = strings(mapping_basename(m))
+        lib.append(k)
     src = [-1] + [
         -1 if f is None else strings(f if line is None else f"{f}:{line}")
         for f, line in zip(t.source_file, t.line_number, strict=True)
@@ -160,7 +192,7 @@ def encode_process(graph: ProcessGraph, strings: Strings) -> dict[str, object]:
             "label": s.label,
             "totals": {v: sum(vals) for v, vals in s.self_values.items()},
             # Shift by one for the root, which holds nothing itself.
-            "self": {v: _sparse([0, *vals]) for v, vals in s.self_values.items()},
+            "self": {v: _sparse(vals, 1) for v, vals in s.self_values.items()},
         })
     start = graph.start if 0 <= graph.start < len(dumps) else len(dumps) - 1
     return {"label": graph.label, "upid": graph.upid, "depth": depth, "name": name, "lib": lib,
@@ -170,10 +202,22 @@ def encode_process(graph: ProcessGraph, strings: Strings) -> dict[str, object]:
             "t0": min([graph.t0, *(s.ts for s in graph.snapshots)]) if graph.t0 > 0 else None}
 
 
+def left_out_line(graphs: list[ProcessGraph]) -> str:
+    """One line on the dumps the page does not carry (MAX_DUMPS), or "" when it carries every one."""
+    short = [g for g in graphs if g.dumps_left_out]
+    if not short:
+        return ""
+    n = sum(g.dumps_left_out for g in short)
+    return (f"timeline: {n} dump{'' if n == 1 else 's'} of {len(short)} process{'' if len(short) == 1 else 'es'}"
+            " left out (the dumps kept evenly spread, with the peak and the end; flamegraph --max-dumps 0: all)")
+
+
 def payload(graphs: list[ProcessGraph], *, title: str, mode: str = "profile",
             subtitle: str = "", heaps: list[HeapGraphs] | None = None, heap: int = 0) -> dict[str, object]:
     """The page data of `graphs`; with `heaps` (heap_graphs), of every heap, `heaps[heap]` opened
-    (its graphs are `graphs`)."""
+    (its graphs are `graphs`). The subtitle gets left_out_line's line when dumps were left out."""
+    note = left_out_line([g for h in heaps for g in h.graphs] if heaps else graphs)
+    subtitle = "; ".join(filter(None, (subtitle, note)))
     strings = Strings()
     processes = [encode_process(g, strings) for g in graphs]
     out: dict[str, object] = {"mode": mode, "title": title, "subtitle": subtitle, "views": list(VIEWS)}
@@ -194,7 +238,8 @@ class HeapGraphs(Record):
 
 
 def heap_graphs(profile: Profile, heap: str | None = None, pid: int | None = None, dump: str | int | None = None,
-                merge: str | None = None, python_only: bool = False) -> tuple[list[HeapGraphs], int]:
+                merge: str | None = None, python_only: bool = False,
+                max_dumps: int = MAX_DUMPS) -> tuple[list[HeapGraphs], int]:
     """The graphs of every heap of the profile (profile_graphs), then of all heaps merged when
     there are several, and the position of the heap to open at: `heap` as --heap takes it
     (store.select.resolve_heap; None: the default heap). Leaves the profile showing that heap."""
@@ -203,15 +248,15 @@ def heap_graphs(profile: Profile, heap: str | None = None, pid: int | None = Non
     out = []
     for name in names:
         select_heap(profile, name)
-        out.append(HeapGraphs(name, profile_graphs(profile, pid, dump, merge, python_only)))
+        out.append(HeapGraphs(name, profile_graphs(profile, pid, dump, merge, python_only, max_dumps)))
     if shown is not None and shown not in names:  # several heaps shown together (libc.malloc+python.pymalloc)
         select_heap(profile, shown)
-        out.append(HeapGraphs(shown, profile_graphs(profile, pid, dump, merge, python_only)))
+        out.append(HeapGraphs(shown, profile_graphs(profile, pid, dump, merge, python_only, max_dumps)))
     if len(names) > 1:
         select_heap(profile, ALL_HEAPS)
-        out.append(HeapGraphs(ALL_HEAPS, profile_graphs(profile, pid, dump, merge, python_only)))
+        out.append(HeapGraphs(ALL_HEAPS, profile_graphs(profile, pid, dump, merge, python_only, max_dumps)))
     if not out:  # no dumps at all
-        out.append(HeapGraphs(shown or "", profile_graphs(profile, pid, dump, merge, python_only)))
+        out.append(HeapGraphs(shown or "", profile_graphs(profile, pid, dump, merge, python_only, max_dumps)))
     at = next((k for k, h in enumerate(out) if h.name == (shown if shown is not None else ALL_HEAPS)), 0)
     select_heap(profile, out[at].name if len(names) > 1 else None)
     return out, at
@@ -245,7 +290,8 @@ def _markup(s: str) -> object:
 
 
 def profile_graphs(profile: Profile, pid: int | None = None, dump: str | int | None = None,
-                   merge: str | None = None, python_only: bool = False) -> list[ProcessGraph]:
+                   merge: str | None = None, python_only: bool = False,
+                   max_dumps: int = MAX_DUMPS) -> list[ProcessGraph]:
     """A graph per process with at least one dump (only `pid` when given; UnknownProcessError
     when the profile has no such process), largest peak first; with several, an "all processes"
     graph comes first:
@@ -253,7 +299,7 @@ def profile_graphs(profile: Profile, pid: int | None = None, dump: str | int | N
     python_only: native frames left out."""
     out = []
     for p in select_processes(profile, pid):
-        g = process_graph(profile, p, dump, python_only)
+        g = process_graph(profile, p, dump, python_only, max_dumps)
         if g.snapshots:
             out.append(g)
     # The page's picker largest first, as report's table: by what each holds where it opens
@@ -274,47 +320,54 @@ def all_processes(profile: Profile, graphs: list[ProcessGraph], merge: str | Non
     one snapshot: every process at the state its own graph opens at."""
     by_upid = {p.info.upid: p for p in profile.processes()}
     tree = MergedTree()
-    selfs: dict[str, list[int]] = {v: [] for v in VIEWS}
     groups: dict[str, list[ProcessGraph]] = {}
     for g in graphs:
         p = by_upid.get(Upid(g.upid))
         key = g.label if merge is None or p is None else (p.info.exe or p.info.name or g.label)
         groups.setdefault(key, []).append(g)
+    placed: list[tuple[list[int], Snapshot]] = []  # per member: its nodes' places in `tree`, its values
+    t_parent, t_depth, t_name, t_map = tree.parent, tree.depth, tree.name, tree.map_name
+    t_src, t_line = tree.source_file, tree.line_number
     for key, members in groups.items():
         label = key if merge is None else f"{key} ({len(members)} process{'' if len(members) == 1 else 'es'})"
-        root = len(tree.parent)
-        _append_node(tree, selfs, -1, 0, label, "", None, None)
+        root = len(t_parent)
+        _append_node(tree, -1, 0, label, "", None, None)
         # Merge the members' trees under the root by (parent, name, mapping), like build_tree.
         keys: dict[tuple[int, str, str], int] = {}
         for g in members:
-            t = g.tree
-            snap = _opening(g)
-            mapped = [0] * len(t)
-            for i in range(len(t)):
-                parent = root if t.parent[i] < 0 else mapped[t.parent[i]]
-                k = (parent, t.name[i], t.map_name[i])
+            m = g.tree
+            mapped = [0] * len(m)
+            for i, (mp, name, map_name) in enumerate(zip(m.parent, m.name, m.map_name, strict=True)):
+                parent = root if mp < 0 else mapped[mp]
+                k = (parent, name, map_name)
                 node = keys.get(k)
                 if node is None:
-                    node = keys[k] = len(tree.parent)
-                    _append_node(tree, selfs, parent, tree.depth[parent] + 1, t.name[i], t.map_name[i],
-                                 t.source_file[i], t.line_number[i])
+                    node = keys[k] = len(t_parent)
+                    t_parent.append(parent)
+                    t_depth.append(t_depth[parent] + 1)
+                    t_name.append(name)
+                    t_map.append(map_name)
+                    t_src.append(m.source_file[i])
+                    t_line.append(m.line_number[i])
                 mapped[i] = node
-            for v in VIEWS:  # each view's values added in one pass over the member's nodes
-                acc = selfs[v]
-                for node, value in zip(mapped, snap.self_values[v], strict=True):
-                    if value:
-                        acc[node] += value
+            placed.append((mapped, _opening(g)))
+    selfs: dict[str, list[int]] = {v: [0] * len(t_parent) for v in VIEWS}
+    for mapped, snap in placed:
+        for v in VIEWS:  # each view's values added in one pass over the member's nodes
+            acc = selfs[v]
+            for node, value in zip(mapped, snap.self_values[v], strict=True):
+                if value:
+                    acc[node] += value
     # The nodes were appended parent first but not in preorder when several members merge: reorder.
     order = _preorder(tree)
-    new = MergedTree()
-    new_id = {old: k for k, old in enumerate(order)}
-    for old in order:
-        new.parent.append(-1 if tree.parent[old] < 0 else new_id[tree.parent[old]])
-        new.depth.append(tree.depth[old])
-        new.name.append(tree.name[old])
-        new.map_name.append(tree.map_name[old])
-        new.source_file.append(tree.source_file[old])
-        new.line_number.append(tree.line_number[old])
+    new_id = [0] * len(order)
+    for pos, old in enumerate(order):
+        new_id[old] = pos
+    new = MergedTree(
+        parent=[-1 if t_parent[old] < 0 else new_id[t_parent[old]] for old in order],
+        depth=[t_depth[old] for old in order], name=[t_name[old] for old in order],
+        map_name=[t_map[old] for old in order], source_file=[t_src[old] for old in order],
+        line_number=[t_line[old] for old in order])
     label = "all processes" + (" (merged by executable)" if merge else "")
     states = {"its peak" if g.snapshots[g.start].label == "peak"
               else "its end" if g.start in (-1, len(g.snapshots) - 1) else "the dump chosen" for g in graphs}
@@ -324,7 +377,7 @@ def all_processes(profile: Profile, graphs: list[ProcessGraph], merge: str | Non
     return ProcessGraph(label, -1, new, [snap], 0)
 
 
-def _append_node(tree: MergedTree, selfs: dict[str, list[int]], parent: int, depth: int, name: str,
+def _append_node(tree: MergedTree, parent: int, depth: int, name: str,
                  map_name: str, source_file: str | None, line_number: int | None) -> None:
     tree.parent.append(parent)
     tree.depth.append(depth)
@@ -332,8 +385,6 @@ def _append_node(tree: MergedTree, selfs: dict[str, list[int]], parent: int, dep
     tree.map_name.append(map_name)
     tree.source_file.append(source_file)
     tree.line_number.append(line_number)
-    for v in VIEWS:
-        selfs[v].append(0)
 
 
 def _preorder(tree: MergedTree) -> list[int]:

@@ -161,6 +161,10 @@ def frame_functions(profile: Profile) -> Callable[[FrameId], tuple[FrameFn, ...]
 
 NO_PYTHON = "[no Python frames]"
 
+# One function of a frame as build_tree merges it: name, mapping, line (None: not told apart by
+# line), and its (source file, line) when known.
+_Step = tuple[str, str, int | None, tuple[str, int | None] | None]
+
 
 # Long on purpose: the two passes (merge, then renumber in preorder) share the node tables, kept as local
 # lists for speed on large profiles.
@@ -198,11 +202,24 @@ def build_tree(profile: Profile, callsite_ids: Iterable[CallsiteId], inlined: bo
     k_src: list[tuple[str, int | None] | None] = []
     raw_node: dict[CallsiteId, int] = {}
 
+    # Per frame, what each of its functions adds to a node's key, and its source: worked out
+    # once, not at every callsite of the frame (a build's processes share their frames).
+    frame_steps: dict[FrameId, tuple[_Step, ...]] = {}
+
+    def steps(frame_id: FrameId) -> tuple[_Step, ...]:
+        by_line = lines or (python_lines and frame_id in python_frames)
+        got = frame_steps[frame_id] = tuple(
+            (fn.name, fn.map_name, fn.line_number if by_line else None,
+             None if fn.source_file is None else (fn.source_file, fn.line_number))
+            for fn in functions(frame_id))
+        return got
+
+    n_callsites = len(callsites)
     for leaf in callsite_ids:
         # Collect the not yet merged part of the path, leaf first.
         chain: list[CallsiteId] = []
         node: CallsiteId | None = leaf
-        while node is not None and node not in raw_node and len(chain) <= len(callsites):
+        while node is not None and node not in raw_node and len(chain) <= n_callsites:
             entry = callsites.get(node)
             if entry is None:
                 break
@@ -210,22 +227,22 @@ def build_tree(profile: Profile, callsite_ids: Iterable[CallsiteId], inlined: bo
             node = entry[0]
         parent_node = raw_node.get(node, -1) if node is not None else -1
         for cs in reversed(chain):
-            if python is not None and callsites[cs][1] not in python:
+            frame_id = callsites[cs][1]
+            if python is not None and frame_id not in python:
                 raw_node[cs] = parent_node  # merged into its nearest Python ancestor (or -1: none)
                 continue
-            by_line = lines or (python_lines and callsites[cs][1] in python_frames)
-            for fn in functions(callsites[cs][1]):
-                src = None if fn.source_file is None else (fn.source_file, fn.line_number)
-                key = (parent_node, fn.name, fn.map_name, fn.line_number if by_line else None)
+            fsteps = frame_steps.get(frame_id)
+            for name, map_name, line_key, src in fsteps if fsteps is not None else steps(frame_id):
+                key = (parent_node, name, map_name, line_key)
                 idx = keys.get(key)
                 if idx is None:
                     idx = len(k_parent)
                     keys[key] = idx
                     k_parent.append(parent_node)
-                    k_name.append(fn.name)
-                    k_map.append(fn.map_name)
+                    k_name.append(name)
+                    k_map.append(map_name)
                     k_src.append(src)
-                elif k_src[idx] is None and src is not None:
+                elif src is not None and k_src[idx] is None:
                     k_src[idx] = src
                 parent_node = idx
             raw_node[cs] = parent_node
