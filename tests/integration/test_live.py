@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import itertools
+import math
 import os
 import re
 import shlex
@@ -25,6 +26,7 @@ from pathlib import Path
 import pytest
 from hs_integration import HEAPSCOPE, Programs
 
+from heapscope.producer.config import DEFAULT_INTERVAL
 from heapscope.store.reader import open_profile
 from heapscope.units import format_bytes
 from heapscope.view.report import build_reports
@@ -109,11 +111,14 @@ def live(programs: Programs, tmp_path: Path) -> Iterator[Callable[..., tuple[Tmu
     pytest.importorskip("textual", reason="needs textual: pip install '.[live]'")
     opened: list[Tmux | Fifo] = []
 
-    def start(*options: str, program: str = "steps") -> tuple[Tmux, Fifo]:
+    def start(*options: str, program: str = "steps", interval: int | None = 1) -> tuple[Tmux, Fifo]:
+        """interval None: the default one."""
         ctl = tmp_path / "ctl"
         os.mkfifo(ctl)
-        tmux = Tmux([*HEAPSCOPE, "live", "-i", "1", "-o", "live.db", *options, "--", str(programs.path(program)),
-                     str(ctl)], tmp_path)
+        sampling = [] if interval is None else ["-i", str(interval)]
+        # The FIFO by its name in the pane's directory: a short status line, its figures on the screen
+        tmux = Tmux([*HEAPSCOPE, "live", *sampling, "-o", "live.db", *options, "--", str(programs.path(program)),
+                     ctl.name], tmp_path)
         opened.append(tmux)
         fifo = Fifo(ctl)
         opened.append(fifo)
@@ -215,6 +220,46 @@ def test_phases_keys_and_quit(live: Callable[..., tuple[Tmux, Fifo]], tmp_path: 
         "grow_one": {"alloc_space": 1000000, "alloc_objects": 1000},
         "grow_two": {"space": 5000000, "objects": 100, "alloc_space": 5000000, "alloc_objects": 100},
     }
+
+
+def shown_at(screen: str) -> float:
+    """The elapsed seconds of the snapshot on the screen (the status line's)."""
+    m = re.search(r"([\d.]+) s\s+[\d,]+ samples", screen)
+    assert m, screen
+    return float(m.group(1))
+
+
+@pytest.mark.timeout(300)
+def test_counts_are_the_reports_estimates(live: Callable[..., tuple[Tmux, Fifo]], tmp_path: Path) -> None:
+    """At the default interval the count columns are estimated objects, not samples: for steps.c's
+    grow_one (1000 blocks of 1000 bytes, each sampled with probability p = 1 - e^(-1000/I)) the
+    figure is near 1000, and it is `report --view objects`'s for the same state (the same
+    estimate on the same sampled counts and sizes). At interval 1 they are the exact counts
+    (test_phases_keys_and_quit)."""
+    tmux, fifo = live(interval=None)
+    tmux.wait_for("objects held")
+    fifo.step()  # step 1: grow_one keeps 1000 x 1000 bytes; the target then waits for the next step
+    tmux.wait_for(lambda s: "step 1 done" in s and row_of(s, "grow_one") != "")
+    # A dump drains every record of step 1; a snapshot taken after the screen said so has them all.
+    tmux.keys("d")
+    dumped = shown_at(tmux.wait_for("dump written to live.db"))
+    screen = tmux.wait_for(lambda s: shown_at(s) > dumped and row_of(s, "grow_one") != "")
+    cells = row_of(screen, "grow_one").split()
+    held, allocated = int(cells[2].replace(",", "")), int(cells[5].replace(",", ""))
+    tmux.keys("q")
+    tmux.wait_for("view closed: profiling stopped; waiting for pid")
+    for _ in range(3):
+        fifo.step()
+    assert tmux.exit_status() == 0
+    tmux.wait_for("profile written to live.db")
+    # THEN the screen's figures are the report's (the end dump: profiling stopped at q, after step 1)
+    reported = totals(tmp_path / "live.db")["grow_one"]
+    assert (held, allocated) == (reported["objects"], reported["alloc_objects"]), (cells, reported)
+    # AND within the estimate's error of the truth (five standard errors of the one-size estimate;
+    # the raw sample count, about 1000 p = 217, is far outside)
+    p = -math.expm1(-1000 / DEFAULT_INTERVAL)
+    stderr = math.sqrt(1000 * (1 - p) / p)
+    assert held == allocated and abs(held - 1000) <= 5 * stderr, (held, stderr)
 
 
 @pytest.mark.timeout(300)

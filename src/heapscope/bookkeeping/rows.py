@@ -13,10 +13,10 @@ import struct
 DUMP_ROW = struct.Struct("<Qqqq")  # what changed at one callsite since the previous dump
 PEAK_ROW = struct.Struct("<7Q")  # one callsite at the process's peak, cumulative
 WINDOW_ROW = struct.Struct("<2Q4qQ")  # one bucket's change since a peak window began
-TOTALS_ROW = struct.Struct("<6Q")  # one bucket of totals now
+TOTALS_ROW = struct.Struct("<8Q")  # one bucket of totals now
 LIVE_ROW = struct.Struct("<5Q")  # one live sampled allocation
 STREAM_ROW = struct.Struct("<7Q")  # one op as applied (--stream-allocations)
-THREAD_ROW = struct.Struct("<7Q")  # one (stack, thread) pair's totals now (Tracker(threads=True))
+THREAD_ROW = struct.Struct("<9Q")  # one (stack, thread) pair's totals now (Tracker(threads=True))
 
 ROWS: dict[str, tuple[struct.Struct, tuple[str, ...]]] = {
     "hs_dump_row": (DUMP_ROW, ("callsite_id", "count", "size", "real_size")),
@@ -25,11 +25,11 @@ ROWS: dict[str, tuple[struct.Struct, tuple[str, ...]]] = {
     "hs_window_row": (WINDOW_ROW, ("callsite_id", "stack_id", "peak_size", "peak_count", "end_size", "end_count",
                                    "alloc_size")),
     "hs_totals_row": (TOTALS_ROW, ("callsite_id", "stack_id", "alloc_bytes", "free_bytes", "alloc_count",
-                                   "free_count")),
+                                   "free_count", "alloc_real", "free_real")),
     "hs_live_row": (LIVE_ROW, ("addr", "sample_size", "alloc_size", "stack_id", "seq")),
     "hs_stream_row": (STREAM_ROW, ("kind", "seq", "addr", "alloc_size", "sample_size", "stack_id", "ts")),
     "hs_thread_row": (THREAD_ROW, ("callsite_id", "stack_id", "tid", "alloc_bytes", "free_bytes", "alloc_count",
-                                   "free_count")),
+                                   "free_count", "alloc_real", "free_real")),
 }
 
 

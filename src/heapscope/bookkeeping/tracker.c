@@ -505,7 +505,8 @@ int64_t hs_tracker_totals(struct hs_tracker *t) {
     uint64_t callsite_id = t->rest[i].callsite_id;
     uint64_t stack_id = callsite_id ? 0 : t->stacks.ids[b->stack_idx];
     *row++ = (struct hs_totals_row){callsite_id, stack_id, b->cur.alloc_bytes, b->cur.free_bytes,
-                                    b->cur.alloc_count, b->cur.free_count};
+                                    b->cur.alloc_count, b->cur.free_count, b->cur.alloc_real,
+                                    b->cur.free_real};
   }
   t->out.len = (size_t)(row - first) * sizeof *row;
   return row - first;
@@ -548,7 +549,7 @@ int64_t hs_tracker_threads(struct hs_tracker *t) {
     const struct hs_stack_slot *s = hs_stacks_get(&t->stacks, stack_id); /* there: no add */
     const uint64_t callsite_id = s && s->bucket != HS_NO_BUCKET ? t->rest[s->bucket].callsite_id : 0;
     *row++ = (struct hs_thread_row){callsite_id, stack_id, key >> 32, x->alloc_bytes, x->free_bytes,
-                                    x->alloc_count, x->free_count};
+                                    x->alloc_count, x->free_count, x->alloc_real, x->free_real};
   }
   t->out.len = (size_t)(row - first) * sizeof *row;
   return row - first;

@@ -165,6 +165,8 @@ struct hs_totals_row {
   uint64_t free_bytes;
   uint64_t alloc_count;
   uint64_t free_count;
+  uint64_t alloc_real; /* the real sizes of the same samples (for heapscope/estimate.py) */
+  uint64_t free_real;
 };
 
 /* hs_tracker_live(): one live sampled allocation. */
@@ -186,6 +188,8 @@ struct hs_thread_row {
   uint64_t free_bytes;
   uint64_t alloc_count;
   uint64_t free_count;
+  uint64_t alloc_real; /* the real sizes of the same samples */
+  uint64_t free_real;
 };
 
 /* The stream (stream=1): one op as applied. For a free, sizes and stack are

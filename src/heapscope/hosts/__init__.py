@@ -11,6 +11,6 @@ session and its published types, never the session a host.
 
 May import: heapscope.session, heapscope.producer (the recording's config, the stats
 `every` hands a host, the pytest plugin's private directory), heapscope.bookkeeping.rows,
-heapscope.fleet, heapscope.symbolize, heapscope.store, heapscope.model,
+heapscope.fleet, heapscope.symbolize, heapscope.estimate, heapscope.store, heapscope.model,
 heapscope.errors, heapscope.records, heapscope.units.
 """

@@ -316,15 +316,17 @@ class Producer:
         return [tuple(r) for r in merged.values()]
 
     @staticmethod
-    def totals(p: ProcessState) -> tuple[bytes, bytes | None]:
+    def totals(p: ProcessState) -> tuple[list[tuple[int, bytes]], bytes | None]:
         """`p`'s totals as of the records drained so far, every heap's (malloc's, Python's and
-        the custom ones, as the report shows them; tracker.h hs_tracker_totals: TOTALS_ROW per
-        callsite, or per stack while its callsite is not known, one heap's rows after the
-        other's), and malloc's per thread (THREAD_ROW) when its tracker keeps threads, else None
-        (the other heaps' trackers keep none). Read, never changed."""
+        the custom ones, as the report shows them): per heap, its sampling interval (for the
+        estimated counts) and its rows (tracker.h hs_tracker_totals: TOTALS_ROW per callsite,
+        or per stack while its callsite is not known); and malloc's per thread (THREAD_ROW, at
+        malloc's interval) when its tracker keeps threads, else None (the other heaps'
+        trackers keep none). Read, never changed."""
         tracker = p.ingest.tracker
-        rows = [tracker.totals(), *(h.tracker.totals() for h in p.custom_heaps.values())]
-        return b"".join(rows), tracker.threads() if tracker.keeps_threads else None
+        heaps = [(p.flags.sampling_interval_bytes, tracker.totals()),
+                 *((h.interval, h.tracker.totals()) for h in p.custom_heaps.values())]
+        return heaps, tracker.threads() if tracker.keeps_threads else None
 
     def stack_keys(self, p: ProcessState, stack_id: int) -> tuple[tuple[str, int, str], ...] | None:
         """A stack without Python frames not resolved yet, leaf first, as (module path, offset in

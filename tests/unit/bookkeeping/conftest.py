@@ -41,12 +41,12 @@ class Heap:
 
     def totals(self) -> dict[int, tuple[int, int, int, int]]:
         """stack id -> (alloc_bytes, free_bytes, alloc_count, free_count), stacks without callsite"""
-        return {sid: (ab, fb, ac, fc) for cs, sid, ab, fb, ac, fc in TOTALS_ROW.iter_unpack(self.t.totals())
+        return {sid: (ab, fb, ac, fc) for cs, sid, ab, fb, ac, fc, _ar, _fr in TOTALS_ROW.iter_unpack(self.t.totals())
                 if cs == 0}
 
     def callsite_totals(self) -> dict[int, tuple[int, int, int, int]]:
         """callsite id -> (alloc_bytes, free_bytes, alloc_count, free_count)"""
-        return {cs: (ab, fb, ac, fc) for cs, _sid, ab, fb, ac, fc in TOTALS_ROW.iter_unpack(self.t.totals())
+        return {cs: (ab, fb, ac, fc) for cs, _sid, ab, fb, ac, fc, _ar, _fr in TOTALS_ROW.iter_unpack(self.t.totals())
                 if cs != 0}
 
     def live(self) -> dict[int, tuple[int, int, int, int]]:
@@ -56,7 +56,7 @@ class Heap:
     def threads(self) -> dict[tuple[int, int], tuple[int, int, int, int, int]]:
         """(stack id, tid) -> (callsite id, alloc_bytes, free_bytes, alloc_count, free_count)"""
         out = {}
-        for cs, sid, tid, ab, fb, ac, fc in THREAD_ROW.iter_unpack(self.t.threads()):
+        for cs, sid, tid, ab, fb, ac, fc, _ar, _fr in THREAD_ROW.iter_unpack(self.t.threads()):
             assert (sid, tid) not in out  # one row per pair
             out[(sid, tid)] = (cs, ab, fb, ac, fc)
         return out

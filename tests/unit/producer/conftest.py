@@ -81,7 +81,7 @@ class Ring:
     def totals(self) -> dict[int, tuple[int, int, int, int]]:
         """stack id -> (alloc_bytes, free_bytes, alloc_count, free_count), no callsite being set"""
         rows = TOTALS_ROW.iter_unpack(self.ingest.tracker.totals())
-        return {sid: (ab, fb, ac, fc) for _cs, sid, ab, fb, ac, fc in rows}
+        return {sid: (ab, fb, ac, fc) for _cs, sid, ab, fb, ac, fc, _ar, _fr in rows}
 
     def live(self) -> dict[int, tuple[int, int, int, int]]:
         """addr -> (sample_size, alloc_size, stack_id, seq)"""

@@ -2,7 +2,8 @@
 
     snapshot   Snapshotter: once a second, on the recording loop's thread, the
                per-callsite totals of every process (the heap tracker's totals(),
-               read, never changed), published as one immutable HeapSnapshot
+               read, never changed; counts estimated as the report's), published as
+               one immutable HeapSnapshot
     names      Namer: function names of the frames on screen, from llvm-symbolizer
                on its own thread (the profile itself is symbolized at the end, as usual)
     app        LiveApp: the Textual view; reads only published snapshots, asks the

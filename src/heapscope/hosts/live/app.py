@@ -8,7 +8,8 @@ thread, so the view stays responsive while the loop writes them.
 
     q  quit the view (final dumps; a started target runs on and is waited for)
     d  take a dump now            f  write a flamegraph page of the state now
-    1-4 sort by unreleased bytes, samples held, allocated bytes, samples taken
+    1-4 sort by unreleased bytes, objects held, allocated bytes, objects allocated (counts are
+        estimates at the sampling interval, the report's; exact at interval 1)
     p  next process (all, then each pid)
     t  thread filter: a picker of the threads seen in the process shown (all processes: in each),
        with their names, and "all threads"; it filters the table (the memory graph stays per process)
@@ -37,9 +38,10 @@ from heapscope.units import format_bytes
 
 REFRESH_S = 0.25  # how often the view looks for a new snapshot (one is taken every second)
 TOP = 100  # stacks in the table
-# The count columns are samples, not allocations: "objects" is said of estimates only (report's).
-VIEW_TITLES = {"space": "unreleased", "objects": "samples held", "alloc_space": "allocated",
-               "alloc_objects": "samples"}
+# The count columns are the report's estimated objects (snapshot.py), the report's names:
+# "objects" is said of estimates only, never of raw sample counts.
+VIEW_TITLES = {"space": "unreleased", "objects": "objects held", "alloc_space": "allocated",
+               "alloc_objects": "objects allocated"}
 OUTPUT_LINES = 500
 
 
@@ -180,9 +182,9 @@ class LiveApp(App[None]):
         Binding("d", "dump", "dump now"),
         Binding("f", "flamegraph", "flamegraph"),
         Binding("1", "sort('space')", "unreleased"),
-        Binding("2", "sort('objects')", "samples held"),
+        Binding("2", "sort('objects')", "objects held"),
         Binding("3", "sort('alloc_space')", "allocated"),
-        Binding("4", "sort('alloc_objects')", "samples"),
+        Binding("4", "sort('alloc_objects')", "objects allocated"),
         Binding("p", "next_process", "process"),
         Binding("t", "threads", "threads"),
     ]
@@ -303,8 +305,8 @@ class LiveApp(App[None]):
                 acc = merged.setdefault(s.frames, [0, 0, 0, 0])
                 acc[0] += s.alloc_bytes
                 acc[1] += s.free_bytes
-                acc[2] += s.alloc_count
-                acc[3] += s.free_count
+                acc[2] += s.objects
+                acc[3] += s.alloc_objects
         sites = [Site(f, *v) for f, v in merged.items()]
         sites.sort(key=lambda s: (-s.value(self.view_name), -s.alloc_bytes))
         top = sites[:TOP]
@@ -315,7 +317,7 @@ class LiveApp(App[None]):
         for s in top:
             names = [self.namer.name(f) for f in s.frames]
             table.add_row(format_bytes(s.value("space")), f"{s.value('objects'):,}",
-                          format_bytes(s.alloc_bytes), f"{s.alloc_count:,}", names[0] if names else "?",
+                          format_bytes(s.alloc_bytes), f"{s.alloc_objects:,}", names[0] if names else "?",
                           " < ".join(names[1:4]) + (" < ..." if len(names) > 4 else ""))
         self._rows = top
         if top:
@@ -326,7 +328,7 @@ class LiveApp(App[None]):
         table = self._main.query_one("#sites", DataTable)
         table.clear(columns=True)
         for view, title in VIEW_TITLES.items():
-            table.add_column(title + (" ▼" if view == self.view_name else ""), width=12)
+            table.add_column(title + (" ▼" if view == self.view_name else ""), width=max(12, len(title) + 2))
         table.add_column("function", width=28)
         table.add_column("called from")
 

@@ -10,6 +10,13 @@ changes nothing: dumps and the profile are exactly those of a plain
 recording. Frames are keyed by (module path, offset in it), the way a dump's
 frames are, so a stack's bucket and its callsite's bucket add up to one row.
 
+Counts are estimated objects, as the report's: a row's sampled counts, bytes and
+real bytes go through estimate_int (heapscope/estimate.py) at its heap's interval,
+the report's function on the report's inputs. Heaps of one interval (malloc's and
+Python's) are added before the estimate, as the report adds a callsite's heaps; a
+custom heap of another interval is estimated at its own. At interval 1 they are the
+sample counts, exact.
+
 Threads: the recording's trackers keep totals per (stack, thread) for the
 view (RecordConfig.threads; tracker.h hs_tracker_threads), and each process's
 view carries them grouped by thread, with the thread's name read from
@@ -29,6 +36,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from heapscope.bookkeeping.rows import THREAD_ROW, TOTALS_ROW
+from heapscope.estimate import estimate_int
 from heapscope.model import Frame, Mapping
 from heapscope.records import Record
 
@@ -45,26 +53,29 @@ NAME_REFRESH_MAX = 64
 
 # A frame: (module path, offset in the module, fixed name or ""); leaf first in a stack.
 FrameKey = tuple[str, int, str]
+# A stack's sampled totals per heap interval: interval -> [alloc bytes, free bytes, alloc count,
+# free count, alloc real bytes, free real bytes].
+Raw = dict[int, list[int]]
 
 
 class Site(Record, frozen=True):
-    """One stack of one process, now."""
+    """One stack of one process, now: sampled bytes, estimated objects (the report's views)."""
 
     frames: tuple[FrameKey, ...]  # leaf first
     alloc_bytes: int
     free_bytes: int
-    alloc_count: int
-    free_count: int
+    objects: int  # estimated allocations not freed (exact at interval 1)
+    alloc_objects: int  # estimated allocations made
 
     def value(self, view: str) -> int:
         """One of heapscope.model.VIEWS."""
         if view == "space":
             return self.alloc_bytes - self.free_bytes
         if view == "objects":
-            return self.alloc_count - self.free_count
+            return self.objects
         if view == "alloc_space":
             return self.alloc_bytes
-        return self.alloc_count
+        return self.alloc_objects
 
 
 class ThreadView(Record, frozen=True):
@@ -151,18 +162,20 @@ class Snapshotter:
             self._latest = snap
 
     def _process(self, producer: Producer, p: ProcessState) -> ProcessView:
-        by_frames: dict[tuple[FrameKey, ...], list[int]] = {}
+        by_frames: dict[tuple[FrameKey, ...], Raw] = {}
         unresolved: dict[int, tuple[FrameKey, ...]] = {}  # stack id -> frames, for this snapshot
-        totals, by_thread = producer.totals(p)
-        for callsite, stack, ab, fb, ac, fc in TOTALS_ROW.iter_unpack(totals):
-            _add(by_frames, self._frames_of(producer, p, callsite, stack, unresolved), ab, fb, ac, fc)
+        heaps, by_thread = producer.totals(p)
+        for interval, totals in heaps:
+            for callsite, stack, *values in TOTALS_ROW.iter_unpack(totals):
+                _add(by_frames, self._frames_of(producer, p, callsite, stack, unresolved), interval, values)
         sites = _sites(by_frames)
         threads: tuple[ThreadView, ...] = ()
         if by_thread is not None:
-            per_thread: dict[int, dict[tuple[FrameKey, ...], list[int]]] = {}
-            for callsite, stack, tid, ab, fb, ac, fc in THREAD_ROW.iter_unpack(by_thread):
+            malloc_interval = heaps[0][0]  # threads are malloc's heap's (Producer.totals)
+            per_thread: dict[int, dict[tuple[FrameKey, ...], Raw]] = {}
+            for callsite, stack, tid, *values in THREAD_ROW.iter_unpack(by_thread):
                 _add(per_thread.setdefault(tid, {}), self._frames_of(producer, p, callsite, stack, unresolved),
-                     ab, fb, ac, fc)
+                     malloc_interval, values)
             tids = sorted(per_thread)
             names = self._names_of(p.info.pid, tids)
             threads = tuple(_thread_view(tid, names.get(tid, ""), _sites(per_thread[tid])) for tid in tids)
@@ -233,20 +246,31 @@ def read_thread_name(pid: int, tid: int) -> str | None:
     return data.rstrip(b"\n").decode("utf-8", "replace")
 
 
-def _add(acc: dict[tuple[FrameKey, ...], list[int]], frames: tuple[FrameKey, ...],
-         ab: int, fb: int, ac: int, fc: int) -> None:
-    v = acc.get(frames)
+def _add(acc: dict[tuple[FrameKey, ...], Raw], frames: tuple[FrameKey, ...], interval: int,
+         values: list[int]) -> None:
+    """A row's six totals (TOTALS_ROW's after its ids) into its stack's, at its heap's interval."""
+    v = acc.setdefault(frames, {}).get(interval)
     if v is None:
-        acc[frames] = [ab, fb, ac, fc]
+        acc[frames][interval] = values
     else:
-        v[0] += ab
-        v[1] += fb
-        v[2] += ac
-        v[3] += fc
+        for i, x in enumerate(values):
+            v[i] += x
 
 
-def _sites(acc: dict[tuple[FrameKey, ...], list[int]]) -> tuple[Site, ...]:
-    return tuple(Site(f, *v) for f, v in acc.items() if v[0] or v[2])
+def _site(frames: tuple[FrameKey, ...], raw: Raw) -> Site:
+    """A stack's bytes, and its counts estimated per interval the way the report does
+    (heapscope/estimate.py desampled: objects from what is not freed, alloc_objects from what was allocated)."""
+    ab = fb = objects = alloc_objects = 0
+    for interval, (a_bytes, f_bytes, a_count, f_count, a_real, f_real) in raw.items():
+        ab += a_bytes
+        fb += f_bytes
+        objects += estimate_int(a_count - f_count, a_bytes - f_bytes, interval, a_real - f_real)
+        alloc_objects += estimate_int(a_count, a_bytes, interval, a_real)
+    return Site(frames, ab, fb, objects, alloc_objects)
+
+
+def _sites(acc: dict[tuple[FrameKey, ...], Raw]) -> tuple[Site, ...]:
+    return tuple(_site(f, raw) for f, raw in acc.items() if any(v[0] or v[2] for v in raw.values()))
 
 
 def _thread_view(tid: int, name: str, sites: tuple[Site, ...]) -> ThreadView:
