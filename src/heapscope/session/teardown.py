@@ -44,8 +44,9 @@ class Figures(Loop):
                                       for p in procs if p.flags.client_error})
             s.python = sorted({p.python_status for p in procs if p.python_status})
             from heapscope.view.summary import busiest_moment  # what ran together, not a sum over all
-            s.peak_heap, s.peak_rss, s.own_rss, _ = busiest_moment((p.info.start_ts, p.info.end_ts, p.final_stats.get(
-                "peak_unfreed", 0), p.peak_rss, p.own_rss) for p in procs)
+            busiest = busiest_moment((p.info.start_ts, p.info.end_ts, p.final_stats.get("peak_unfreed", 0),
+                                      p.peak_rss, p.own_rss) for p in procs)
+            s.peak_heap, s.peak_rss, s.own_rss = busiest.seen, busiest.rss, busiest.own_rss
             from heapscope.producer.stats import attach_heaps_note  # only where it applies
             s.attached_heaps_note = attach_heaps_note(procs)
             invalid = sum(p.final_meta.get("python_walks_invalid", 0) for p in procs)
