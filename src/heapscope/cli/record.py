@@ -45,7 +45,7 @@ PEAKS_SHOWN = 5  # processes whose peak the summary shows, largest first
 UNWINDERS = {"auto": UNWINDER_AUTO, "libunwind": UNWINDER_LIBUNWIND, "fp": UNWINDER_FP, "none": UNWINDER_NONE}
 # Imported between the target's spawn and the recording's start, leaves first, the clients that
 # connect meanwhile answered between two of them (Launch.serve): each step a few ms at most.
-START_MODULES = ("enum", "collections", "contextlib", "socket", "signal", "threading", "pathlib", "sqlite3",
+START_MODULES = ("enum", "collections", "contextlib", "signal", "threading", "pathlib", "sqlite3",
                  "heapscope.wire.codec", "heapscope.store.writer", "heapscope.bookkeeping.dump",
                  "heapscope.producer.process", "heapscope.producer.producer", "heapscope.session")
 

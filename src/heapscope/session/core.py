@@ -3,10 +3,10 @@ constants, how it fails, and the figures it ends with (Summary, ProcessPeak)."""
 
 from __future__ import annotations
 
+import _socket  # socket.py's enums and wrappers: ~3 ms of every recording's imports
 import contextlib
 import errno
 import signal
-import socket
 import sqlite3
 import threading
 import time
@@ -195,7 +195,7 @@ class SessionCore:
         # its later children would inherit the ignored signals (a Pool's workers outlive terminate()).
         self.exits_after_close = False
         self._old_wakeup: int | None = None
-        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r, self._wake_w = _socket.socketpair()
         for s in (self._wake_r, self._wake_w):
             s.setblocking(False)
         self._locks: list[attach.PidLock] = []
