@@ -1,7 +1,7 @@
 """The fixed cost of `heapscope record`: the whole command around a program that does nothing.
 
     python benchmarks/fixed_cost.py [--rounds 31] [--heapscope PATH] [--markdown]
-    python benchmarks/fixed_cost.py --split [--rounds 31] [--compare PATH]
+    python benchmarks/fixed_cost.py --split [--rounds 31] [--compare PATH [--compare-name NAME]]...
 
 Runs, interleaved round by round (so a busy spell of a shared machine hits
 every variant alike), each of:
@@ -117,8 +117,8 @@ def _split(args: argparse.Namespace) -> int:
         else "/bin/date"
     variants: dict[str, list[str]] = {plain: date,
                                       "record": [args.heapscope, "record", "-q", "-o", "{out}", "--", *date]}
-    if args.compare:
-        variants[f"record [{args.compare_name}]"] = [args.compare, *variants["record"][1:]]
+    for label, other in _compared(args):
+        variants[f"record [{label}]"] = [other, *variants["record"][1:]]
     figures: dict[str, list[tuple[float, ...]]] = {k: [] for k in variants}
     load_before = os.getloadavg()
     order = list(variants)
@@ -137,7 +137,7 @@ def _split(args: argparse.Namespace) -> int:
     load_after = os.getloadavg()
     print(f"{args.rounds} interleaved rounds, medians; load average {load_before[0]:.1f} before,"
           f" {load_after[0]:.1f} after; {args.heapscope}"
-          + (f"; [{args.compare_name}] = {args.compare}" if args.compare else ""))
+          + "".join(f"; [{label}] = {other}" for label, other in _compared(args)))
     base = [statistics.median(col) for col in zip(*figures[plain], strict=True)]
     extra = " heapscope CPU ms at the target's start |" if args.parent_cpu else ""
     print("| command | start -> target ms | added | target -> end ms | added | CPU ms | added |" + extra)
@@ -147,6 +147,13 @@ def _split(args: argparse.Namespace) -> int:
         print(f"| `{name}` | {med[0]:.1f} | {med[0] - base[0]:+.1f} | {med[1]:.1f} | {med[1] - base[1]:+.1f}"
               f" | {med[2]:.1f} | {med[2] - base[2]:+.1f} |" + (f" {med[3]:.1f} |" if extra else ""))
     return 0
+
+
+def _compared(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(label, heapscope command) of each --compare, labelled by the --compare-name in the same place."""
+    names = args.compare_name or []
+    return [(names[i] if i < len(names) else f"before{i + 1 if i else ''}", other)
+            for i, other in enumerate(args.compare or [])]
 
 
 def _editable(heapscope: str) -> bool:
@@ -166,8 +173,10 @@ def main() -> int:
     ap.add_argument("--heapscope", default=_heapscope_default(), help="the heapscope command to measure")
     ap.add_argument("--no-cold", action="store_true", help="skip the empty-symbol-cache variant")
     ap.add_argument("--markdown", action="store_true", help="print a table for RESULTS.md")
-    ap.add_argument("--compare", metavar="HEAPSCOPE", help="also measure this heapscope, interleaved")
-    ap.add_argument("--compare-name", default="before", help="its label in the table")
+    ap.add_argument("--compare", action="append", metavar="HEAPSCOPE",
+                    help="also measure this heapscope, interleaved (repeatable)")
+    ap.add_argument("--compare-name", action="append", metavar="NAME",
+                    help="the label of the --compare in the same place (default before, before2, ...)")
     ap.add_argument("--split", action="store_true",
                     help="time start -> target and target -> end around /bin/date instead")
     ap.add_argument("--long", action="store_true", help="with --split: a target that allocates, idles, then dates")
@@ -196,10 +205,11 @@ def main() -> int:
     if not args.no_cold:
         variants["record, empty symbol cache"] = (variants["record"][0], "/bin/true", True)
         variants["record -i 1 -- ls, empty cache"] = (variants["record -i 1 -- ls"][0], "ls -l /usr/bin", True)
-    if args.compare:  # another heapscope (say the previous commit's) in the same rounds
-        for name in [n for n in variants if n.startswith(("heapscope", "record"))]:
+    ours = [n for n in variants if n.startswith(("heapscope", "record"))]
+    for label, other in _compared(args):  # other heapscopes (say the previous commit's) in the same rounds
+        for name in ours:
             argv, base, cold = variants[name]
-            variants[f"{name} [{args.compare_name}]"] = ([args.compare, *argv[1:]], base, cold)
+            variants[f"{name} [{label}]"] = ([other, *argv[1:]], base, cold)
     walls: dict[str, list[float]] = {k: [] for k in variants}
     cpus: dict[str, list[float]] = {k: [] for k in variants}
     load_before = os.getloadavg()
@@ -229,7 +239,7 @@ def main() -> int:
     cores = os.cpu_count()
     print(f"{args.rounds} interleaved rounds, medians; {cores} cores; load average {load_before[0]:.1f} before,"
           f" {load_after[0]:.1f} after (a shared machine when well above 0); {hs}"
-          + (f"; [{args.compare_name}] = {args.compare}" if args.compare else ""))
+          + "".join(f"; [{label}] = {other}" for label, other in _compared(args)))
     if args.markdown:
         print("| command | wall ms | added wall ms | CPU ms | added CPU ms |")
         print("|---|---|---|---|---|")

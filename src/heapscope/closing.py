@@ -19,12 +19,10 @@ _SQLITE_FULL = 13  # sqlite3.h's SQLITE_FULL (the module names it from Python 3.
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from heapscope.store.writer import ProfileWriter
 
 
-def close_profile(writer: ProfileWriter, output: Path) -> str | None:
+def close_profile(writer: ProfileWriter, output: str) -> str | None:
     """Close `writer`; None when the profile is one file, else the problem to say (the log is
     left in place: the connection is not closed, so SQLite cannot remove it)."""
     try:

@@ -50,7 +50,7 @@ def write_page(out: Path, html: str, force: bool) -> None:
         f.write(html.encode("utf-8"))
 
 
-def _ours(path: Path) -> bool:
+def _ours(path: str | os.PathLike[str]) -> bool:
     try:
         with open(path, "rb", opener=_nofollow) as f:
             head = f.read(512)

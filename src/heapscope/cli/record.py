@@ -45,7 +45,7 @@ PEAKS_SHOWN = 5  # processes whose peak the summary shows, largest first
 UNWINDERS = {"auto": UNWINDER_AUTO, "libunwind": UNWINDER_LIBUNWIND, "fp": UNWINDER_FP, "none": UNWINDER_NONE}
 # Imported between the target's spawn and the recording's start, leaves first, the clients that
 # connect meanwhile answered between two of them (Launch.serve): each step a few ms at most.
-START_MODULES = ("enum", "collections", "contextlib", "socket", "signal", "threading", "pathlib", "sqlite3",
+START_MODULES = ("enum", "collections", "contextlib", "signal", "threading", "sqlite3",
                  "heapscope.wire.codec", "heapscope.store.writer", "heapscope.bookkeeping.dump",
                  "heapscope.producer.process", "heapscope.producer.producer", "heapscope.session")
 
@@ -149,13 +149,11 @@ def main(args: argparse.Namespace) -> int:
             _remove_created(output)
             say_line(f"error: {started.error}; the target runs on unprofiled")
             return started.wait()
-    from pathlib import Path
-
     from heapscope.session import Recording
 
     options = recording_options(args, command, pids)
     try:
-        rec = Recording(config, Path(output), options, library=Path(library), say=say, warn=say_line, log=log,
+        rec = Recording(config, output, options, library=library, say=say, warn=say_line, log=log,
                         launch=launch)
         rec.exits_after_close = True
     except Exception as failed:

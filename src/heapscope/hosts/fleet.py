@@ -126,15 +126,19 @@ class Live:
 def wire(rec: Recording, args: argparse.Namespace) -> Live:
     """--serve/--push/--label of `args` for `rec`: the server listens at once (a bad address fails
     here, before any target starts); pushes follow each continuous dump and the final ones."""
+    from pathlib import Path
+
     from heapscope.hosts.serve import Snapshot
+
+    output = Path(rec.output)
 
     def fresh_snapshot() -> Snapshot:
         """What the server serves: the profile after a fresh dump (its latest dumps)."""
         rec.fresh_dump()
-        return Snapshot(rec.output, None)
+        return Snapshot(output, None)
 
     fleet = Live.from_args(args, snapshot=fresh_snapshot)
-    rec.on_dump.append(fleet.dumped)
+    rec.on_dump.append(lambda _output: fleet.dumped(output))
 
     def end_fleet(complete: bool) -> list[str]:
         """Stop serving; push the final dumps (now symbolized); a bounded drain; one line each."""
@@ -143,7 +147,7 @@ def wire(rec: Recording, args: argparse.Namespace) -> Live:
         if complete:
             # Not contextlib.suppress: this module is read before the target's spawn (cli/record.py).
             try:  # noqa: SIM105
-                fleet.dumped(rec.output)
+                fleet.dumped(output)
             except Exception:  # a pusher only queues; nothing of it may end the recording badly
                 pass
         try:

@@ -323,7 +323,7 @@ class Injection(Record):
                 self.proc.communicate()
 
 
-def start_injection(pid: int, library: Path, socket_path: str, token_hex: str) -> Injection:
+def start_injection(pid: int, library: str | os.PathLike[str], socket_path: str, token_hex: str) -> Injection:
     """Start gdb, which loads the client into `pid` and calls heapscope_attach()."""
     gdb = find_gdb()
     lib = str(library)

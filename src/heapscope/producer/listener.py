@@ -51,7 +51,7 @@ def _quiet(_msg: str) -> None:
 class Accepted(Record):
     """A client answered with a ring, not yet taken over by the producer (Producer.adopt)."""
 
-    conn: _socket.socket  # blocking: Producer.adopt makes it a socket.socket
+    conn: _socket.socket  # blocking: Producer.adopt makes it non-blocking
     info: ProcessInfo  # read from /proc while the client waited
     memfd: int
     shm: mmap.mmap

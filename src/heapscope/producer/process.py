@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import _socket  # socket.py's enums and wrappers (~3 ms of imports) add nothing the producer uses
 import mmap
 import os
-import socket
 
 from heapscope.bookkeeping._native import Tracker
 from heapscope.bookkeeping.dump import ProcessHeap
@@ -38,7 +38,7 @@ class CustomHeap(Record):
 
 class ProcessState(Record):
     info: ProcessInfo
-    sock: socket.socket
+    sock: _socket.socket  # non-blocking
     memfd: int
     shm: mmap.mmap
     ingest: Ingest

@@ -10,11 +10,11 @@ process's peak). The caller runs it until the target exits, then calls
 
 from __future__ import annotations
 
+import _socket  # as producer/process.py
 import contextlib
 import itertools
 import os
 import select
-import socket
 import time
 from collections.abc import Callable
 
@@ -159,7 +159,7 @@ class Producer:
 
     # -- the loop ------------------------------------------------------------
 
-    def poll(self, timeout: float, wake: socket.socket | None = None, watch: tuple[int, ...] = ()) -> int:
+    def poll(self, timeout: float, wake: _socket.socket | None = None, watch: tuple[int, ...] = ()) -> int:
         """One round: accept, drain, end. Returns how much was drained (ring bytes; 0: nothing).
 
         `wake`, when given, also ends the wait when it becomes readable (the
@@ -398,7 +398,7 @@ class Producer:
                 self.log(f"client rejected: {e}")
                 accepted.close()
                 return
-        conn = socket.socket(fileno=accepted.conn.detach())
+        conn = _socket.socket(fileno=accepted.conn.detach())
         conn.setblocking(False)
         info.parent_upid = self._upid_of(info.ppid)
         p = ProcessState(info=info, sock=conn, memfd=accepted.memfd, shm=accepted.shm, ingest=ingest,
@@ -444,9 +444,9 @@ class Producer:
         return True
 
     @staticmethod
-    def _peer_closed(sock: socket.socket) -> bool:
+    def _peer_closed(sock: _socket.socket) -> bool:
         try:
-            return sock.recv(64, socket.MSG_DONTWAIT) == b""
+            return sock.recv(64, _socket.MSG_DONTWAIT) == b""
         except (BlockingIOError, InterruptedError):
             return False
         except OSError:

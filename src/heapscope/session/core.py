@@ -3,15 +3,15 @@ constants, how it fails, and the figures it ends with (Summary, ProcessPeak)."""
 
 from __future__ import annotations
 
+import _socket  # socket.py's enums and wrappers: ~3 ms of every recording's imports
 import contextlib
 import errno
+import os
 import signal
-import socket
 import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from heapscope.errors import HeapscopeError
 from heapscope.launch import Child, Launch, client_library_path
@@ -23,6 +23,7 @@ from heapscope.store.writer import ProfileWriter
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
+    from pathlib import Path
     from typing import Any
 
     from heapscope.producer import attach
@@ -94,7 +95,7 @@ class ProcessPeak(Record, frozen=True):
 class Summary(Record):
     """The figures of a finished recording."""
 
-    output: Path
+    output: str  # the profile's path, as given
     processes: int = 0
     samples: int = 0
     sampled_bytes: int = 0
@@ -136,10 +137,12 @@ class _Waiter:
 
 
 def client_library() -> Path:
+    from pathlib import Path  # here: a recording keeps its paths as str (pathlib: ~3 ms of imports)
+
     return Path(client_library_path())
 
 
-def _describe(e: BaseException, output: Path | None = None) -> str:
+def _describe(e: BaseException, output: str | None = None) -> str:
     """One line for an internal error; a full disk says so plainly."""
     text = str(e).splitlines()[0] if str(e) else type(e).__name__
     full = (isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)) or (
@@ -154,17 +157,17 @@ def _describe(e: BaseException, output: Path | None = None) -> str:
 class SessionCore:
     """The state of one recording and the few things every part of it does (wake the loop, fail)."""
 
-    def __init__(self, config: RecordConfig, output: Path, options: RecordingOptions | None = None, *,
-                 library: Path | None = None, say: Callable[[str], None] = _quiet,
+    def __init__(self, config: RecordConfig, output: str | os.PathLike[str], options: RecordingOptions | None = None,
+                 *, library: str | os.PathLike[str] | None = None, say: Callable[[str], None] = _quiet,
                  warn: Callable[[str], None] = _quiet, log: Callable[[str], None] = _quiet,
                  launch: Launch | None = None) -> None:
         """`launch`: the target started before the recording existed (`record`, heapscope/launch.py):
         start() takes it over, with its listener, its answered clients and its signal handlers."""
         self.config = config
-        self.output = Path(output)
+        self.output = os.fspath(output)  # str, as self.library: pathlib is ~3 ms of imports, `record` does without
         self.options = options or RecordingOptions()
         self.guard = Guardrails(self.options.max_memory_mb, self.options.max_cpu_s)
-        self.library = library or client_library()
+        self.library = os.fspath(library) if library else client_library_path()
         self.say = say  # progress, quiet with -q
         self.warn = warn  # always shown
         self.log = log  # -v
@@ -196,7 +199,7 @@ class SessionCore:
         # its later children would inherit the ignored signals (a Pool's workers outlive terminate()).
         self.exits_after_close = False
         self._old_wakeup: int | None = None
-        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r, self._wake_w = _socket.socketpair()
         for s in (self._wake_r, self._wake_w):
             s.setblocking(False)
         self._locks: list[attach.PidLock] = []
@@ -204,7 +207,7 @@ class SessionCore:
         self._symbol_report: Any = None  # the SymbolizeReport of the end of the recording
         self._target: tuple[str, str | None] | None = None  # started: (its path, why it cannot be preloaded)
         self._nofile: tuple[int, int] | None = None  # the limit before we raised it
-        self.on_dump: list[Callable[[Path], None]] = []  # after each committed continuous dump
+        self.on_dump: list[Callable[[str], None]] = []  # after each committed continuous dump
         # A host's end, called by close() after the final dumps are written and symbolized, with
         # whether the profile is complete (--serve stops, --push sends them: hosts/fleet.py).
         # Each returns its summary lines, kept in `host_lines`; it must not raise.

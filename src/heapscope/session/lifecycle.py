@@ -81,7 +81,7 @@ class Recording(Teardown):
             launch = Launch(self.config, self.log, listener=producer.listener)
             if self.options.forward_signals:
                 launch.forward_signals(install=self._install_signal, usr1=False)
-            launch.spawn(argv, executable, str(self.library), stdin, stdout, stderr)
+            launch.spawn(argv, executable, self.library, stdin, stdout, stderr)
         assert launch.child is not None
         self.child = launch.child
         self._spawned = launch.spawned

@@ -44,8 +44,9 @@ class Figures(Loop):
                                       for p in procs if p.flags.client_error})
             s.python = sorted({p.python_status for p in procs if p.python_status})
             from heapscope.view.summary import busiest_moment  # what ran together, not a sum over all
-            s.peak_heap, s.peak_rss, s.own_rss, _ = busiest_moment((p.info.start_ts, p.info.end_ts, p.final_stats.get(
-                "peak_unfreed", 0), p.peak_rss, p.own_rss) for p in procs)
+            busiest = busiest_moment((p.info.start_ts, p.info.end_ts, p.final_stats.get("peak_unfreed", 0),
+                                      p.peak_rss, p.own_rss) for p in procs)
+            s.peak_heap, s.peak_rss, s.own_rss = busiest.seen, busiest.rss, busiest.own_rss
             from heapscope.producer.stats import attach_heaps_note  # only where it applies
             s.attached_heaps_note = attach_heaps_note(procs)
             invalid = sum(p.final_meta.get("python_walks_invalid", 0) for p in procs)
@@ -84,7 +85,7 @@ class Figures(Loop):
                 s.symbol_notes = list(report.debuginfod_errors) + list(report.cache_notes)
                 s.unsymbolized_frames = sum(m.frames for m in mods)
                 s.unsymbolized = mods if len(mods) <= UNSYMBOLIZED_SHOWN + 1 else mods[:UNSYMBOLIZED_SHOWN]
-            if self.producer is None or not self.output.is_file() or not self.producer.ended or not s.samples:
+            if self.producer is None or not os.path.isfile(self.output) or not self.producer.ended or not s.samples:
                 return  # no sample, no peak: the profile need not be read back
             from heapscope.store.reader import open_profile
             with open_profile(self.output) as profile:
@@ -223,7 +224,7 @@ class Teardown(Figures):
                 unfolded = close_profile(self.writer, self.output)
                 if unfolded is not None:
                     self._problem(unfolded)
-                self.summary.output_bytes = self.output.stat().st_size if self.output.exists() else 0
+                self.summary.output_bytes = os.stat(self.output).st_size if os.path.exists(self.output) else 0
                 self._missing_figures()
             self.summary.elapsed_s = time.monotonic() - self.started
             self._close_hosts()
@@ -239,7 +240,7 @@ class Teardown(Figures):
     def _close_hosts(self) -> None:
         """The hosts' ends (on_close): a server stopped, the final dumps (now symbolized) pushed."""
         hooks, self.on_close = self.on_close, []
-        complete = self.writer is not None and self.output.exists() and not self._failed
+        complete = self.writer is not None and os.path.exists(self.output) and not self._failed
         for fn in hooks:
             try:
                 self.host_lines += fn(complete)

@@ -23,7 +23,6 @@ import sqlite3
 import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 from heapscope.errors import OutputError
 from heapscope.records import Record
@@ -31,12 +30,15 @@ from heapscope.store.names import CREATE_FLAGS, PRIVATE_MODE
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
+    from pathlib import Path
     from typing import BinaryIO
+
+    StrPath = str | os.PathLike[str]
 
 PROFILE_FORMAT = "heapscope-profile"
 
 
-def is_profile(path: Path) -> bool:
+def is_profile(path: StrPath) -> bool:
     """Whether `path` is a heapscope profile (SQLite with our format in heapscope_metadata).
 
     Never follows a link and never blocks (a FIFO is not a profile)."""
@@ -44,7 +46,9 @@ def is_profile(path: Path) -> bool:
         with open(path, "rb", opener=_nofollow_nonblock) as f:
             if not stat.S_ISREG(os.fstat(f.fileno()).st_mode) or not f.read(16).startswith(b"SQLite format 3"):
                 return False
-        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        from pathlib import Path  # here: the profile's own writer never asks (cli/record.py)
+
+        db = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)
         try:
             row = db.execute("SELECT value FROM heapscope_metadata WHERE key = 'format'").fetchone()
         finally:
@@ -58,7 +62,7 @@ def _nofollow_nonblock(path: str, flags: int) -> int:
     return os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
 
 
-def _never(_path: Path) -> bool:
+def _never(_path: StrPath) -> bool:
     return False
 
 
@@ -66,7 +70,7 @@ class OutputKind(Record, frozen=True):
     """What a command writes, for the overwrite policy."""
 
     what: str  # for messages: "heapscope profile", "export", ...
-    is_ours: Callable[[Path], bool] = _never  # an existing file of this kind
+    is_ours: Callable[[StrPath], bool] = _never  # an existing file of this kind
     rewrite_ours: bool = False  # replace our own earlier output without --force (pages)
     others_with_force: bool = False  # replace any other regular file (never a profile) with --force
 
@@ -75,7 +79,7 @@ PROFILE = OutputKind("heapscope profile", is_profile)
 EXPORT = OutputKind("export", others_with_force=True)
 
 
-def check_replaceable(path: Path, force: bool, kind: OutputKind) -> bool:
+def check_replaceable(path: StrPath, force: bool, kind: OutputKind) -> bool:
     """The overwrite policy: whether `path` exists and may be replaced; OutputError (one line) if not.
 
     Never a link (dangling or not), a directory or anything but a regular file.
@@ -108,7 +112,7 @@ def check_replaceable(path: Path, force: bool, kind: OutputKind) -> bool:
     raise OutputError(f"{path}: exists and is not a {kind.what}; refusing to replace it")
 
 
-def create_private(path: Path) -> int:
+def create_private(path: StrPath) -> int:
     """Create `path` anew (O_EXCL, never through a link), mode 0600; returns the open fd."""
     try:
         return os.open(path, CREATE_FLAGS, PRIVATE_MODE)
@@ -118,7 +122,7 @@ def create_private(path: Path) -> int:
         raise OutputError(f"{path}: cannot create: {e.strerror or e}") from e
 
 
-def remove_file(path: Path) -> None:
+def remove_file(path: StrPath) -> None:
     """Unlink `path` if it is a regular file or a link (never followed); missing is fine."""
     try:
         os.unlink(path)
@@ -139,6 +143,7 @@ def atomic_output(path: Path, force: bool, kind: OutputKind) -> Iterator[BinaryI
     """
     check_replaceable(path, force, kind)
     import tempfile  # here: `record` writes no file through this (start-up cost)
+    from pathlib import Path
 
     directory = path.parent if str(path.parent) else Path(".")
     try:

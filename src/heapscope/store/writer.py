@@ -20,7 +20,6 @@ import stat
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from itertools import chain
-from pathlib import Path
 
 from heapscope.errors import OutputError
 from heapscope.model import Frame, Mapping, ProcessFlags, ProcessInfo
@@ -39,6 +38,7 @@ from heapscope.store.values import (
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
+    from pathlib import Path
     from typing import Any
 
 SCHEMA_VERSION = "1"
@@ -50,7 +50,8 @@ _MAX_VARIABLES = 999
 def schema_sql() -> str:
     # Beside this module in the source tree and in every install (meson's install_subdir);
     # importlib.resources would cost every `record` ~10 ms of imports.
-    return Path(__file__).with_name("schema.sql").read_text()
+    with open(os.path.join(os.path.dirname(__file__), "schema.sql"), encoding="utf-8") as f:
+        return f.read()
 
 
 class ProfileWriter:
@@ -60,18 +61,19 @@ class ProfileWriter:
                  created: bool = False) -> None:
         """Checks and creates the files; with `connect` False, the database and its schema are
         made on first use (`record`: after its target's handshake). `created`: they
-        were, empty, by heapscope.launch.create_output (`record`, before its target's start)."""
-        self.path = Path(path)
+        were, empty, by heapscope.launch.create_output (`record`, before its target's start).
+        `path` is kept as a str: pathlib is ~3 ms of imports that `record` does without."""
+        self.path = os.fspath(path)
         if not created:
             if check_replaceable(self.path, force, PROFILE):
                 remove_file(self.path)
             # The database and the SQLite files beside it are all created here,
             # O_EXCL and 0600, so that none of them can be a planted link.
             for suffix in SIDECARS:
-                _remove_stale(Path(f"{self.path}{suffix}"))
+                _remove_stale(f"{self.path}{suffix}")
             os.close(create_private(self.path))
             for suffix in WRITTEN_SIDECARS:
-                os.close(create_private(Path(f"{self.path}{suffix}")))
+                os.close(create_private(f"{self.path}{suffix}"))
         self._db: sqlite3.Connection | None = None
         if connect:
             self._connect()
@@ -307,7 +309,7 @@ def _flat(rows: Iterable[tuple[int, ...]], width: int) -> list[int | None]:
     return list(chain.from_iterable((*r, *pad[len(r):]) if len(r) < width else r[:width] for r in rows))
 
 
-def _remove_stale(path: Path) -> None:
+def _remove_stale(path: str) -> None:
     """A leftover SQLite file beside the profile being replaced (or one planted there): unlink it."""
     try:
         st = os.lstat(path)
@@ -323,7 +325,7 @@ def _remove_stale(path: Path) -> None:
 class SymbolWriter:
     """What the symbolizer reads and writes: frames without symbols, mappings, symbol rows."""
 
-    def __init__(self, db: sqlite3.Connection, path: Path | None = None) -> None:
+    def __init__(self, db: sqlite3.Connection, path: str | os.PathLike[str] | None = None) -> None:
         self.db = db
         self.path = path
 
@@ -398,6 +400,7 @@ def symbolize_in_place(path: Path) -> Iterator[SymbolWriter]:
         if not stat.S_ISREG(st.st_mode):
             raise OutputError(f"{path}: cannot symbolize in place: not a regular file")
         import tempfile  # here, with shutil below: `record` never symbolizes in place (start-up cost)
+        from pathlib import Path
 
         directory = path.parent if str(path.parent) else Path(".")
         try:
@@ -407,7 +410,7 @@ def symbolize_in_place(path: Path) -> Iterator[SymbolWriter]:
     except BaseException:
         os.close(src)
         raise
-    tmp = Path(tmp_name)
+    tmp = tmp_name
     try:
         import shutil
 
@@ -428,6 +431,6 @@ def symbolize_in_place(path: Path) -> Iterator[SymbolWriter]:
     except OSError as e:
         raise OutputError(f"{path}: cannot symbolize in place: {e.strerror or e}") from e
     finally:
-        for name in (tmp, Path(f"{tmp}-journal")):
+        for name in (tmp, f"{tmp}-journal"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(name)

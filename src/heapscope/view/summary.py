@@ -18,13 +18,15 @@ that time; the line says so.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import NamedTuple
-
+from heapscope.records import Record
 from heapscope.units import format_bytes
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; the end of every recording imports this module
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
-class Resident(NamedTuple):
+
+class Resident(Record, frozen=True):
     """Figures of the processes alive together at the busiest moment, each one's peak summed."""
 
     seen: int  # peak sampled unreleased bytes

@@ -153,12 +153,20 @@ _AFTER_THE_TARGETS_START = {"heapscope.session", "heapscope.producer.producer", 
                             "pathlib", "socket", "threading", "contextlib", "selectors"}
 
 
+# Not needed by a command that makes no sample, start to end: argparse's formatters look up the
+# terminal's width without shutil (bz2, lzma), the recording's sockets are _socket's, the summary's
+# records are heapscope.records', the profile's paths str.
+_NEVER_FOR_A_SHORT_COMMAND = {"shutil", "bz2", "lzma", "socket", "selectors", "typing", "pathlib"}
+
+
 def test_record_spawns_its_target_before_the_end_paths_imports(tmp_path: Path) -> None:
     at_spawn, at_end = _record_run(tmp_path, "a.db", "/bin/true")
     assert "heapscope.launch" in at_spawn
     assert at_spawn & _AFTER_SPAWN == set()
     # the end loaded them (the summary's and symbolization's modules)
     assert "heapscope.symbolize.live" in at_end
+    # and nothing a command without samples does not use
+    assert at_end & _NEVER_FOR_A_SHORT_COMMAND == set()
 
 
 # The heapscope modules of the start path: the command line (cli, cli.record and the option
