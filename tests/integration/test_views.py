@@ -345,12 +345,13 @@ def write_long_continuous_profile(path: Path, dumps: int) -> None:
     w.close()
 
 
-def _page_data(html: Path) -> dict:
+def _page_data(html: Path) -> dict[str, Any]:
     packed = re.search(r'id="hs-data"[^>]*>([A-Za-z0-9+/=]+)<', html.read_text())
     assert packed, "no packed data in the page"
     import base64
     import gzip
-    return json.loads(gzip.decompress(base64.b64decode(packed.group(1))))
+    data: dict[str, Any] = json.loads(gzip.decompress(base64.b64decode(packed.group(1))))
+    return data
 
 
 def test_flamegraph_of_a_long_continuous_recording_carries_a_capped_timeline(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from heapscope.model import CallsiteId, FrameId
 from heapscope.producer.producer import Producer
 from heapscope.session.core import STACK_FRAMES_SHOWN, TOP_STACKS, UNSYMBOLIZED_SHOWN, ProcessPeak, _describe
 from heapscope.session.loop import Loop
+from heapscope.store.names import WRITTEN_SIDECARS
 from heapscope.wire.handshake import MAX_FRAMES
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
@@ -215,10 +216,9 @@ class Teardown(Figures):
             self._figures()
             if self.writer is not None and self._discard:
                 close_profile(self.writer, self.output)
-                for path in (self.output, self.output.with_name(self.output.name + "-wal"),
-                             self.output.with_name(self.output.name + "-shm")):
+                for path in (self.output, *(self.output + suffix for suffix in WRITTEN_SIDECARS)):
                     with contextlib.suppress(OSError):
-                        path.unlink()
+                        os.unlink(path)
                 self.writer = None
             if self.writer is not None:
                 unfolded = close_profile(self.writer, self.output)
