@@ -155,22 +155,85 @@ def fold_wrappers(profile: Profile, keep: bool = False, extra: Sequence[str] = (
     if not names:
         return sorted(inlined)
     try:
-        rows = db.execute("SELECT id, parent_id, frame_id FROM main.stack_profile_callsite").fetchall()
+        changed = _fold_below_wrappers(db, names)
+        if changed is None:  # not as `record` writes them: the whole table, walked
+            rows = db.execute("SELECT id, parent_id, frame_id FROM main.stack_profile_callsite").fetchall()
+            parent: dict[CallsiteId, CallsiteId | None] = {}
+            frame: dict[CallsiteId, FrameId] = {}
+            for cs, par, fid in rows:
+                parent[cs] = par
+                frame[cs] = fid
+            changed = _fold(parent, frame, names)
+        folded, new_rows = changed
+        if not folded:
+            return sorted(inlined)
+        db.execute("CREATE TEMP TABLE stack_profile_callsite"
+                   " (id INTEGER PRIMARY KEY, depth INTEGER NOT NULL, parent_id INTEGER, frame_id INTEGER NOT NULL)")
+        # The rows the fold leaves as they are, copied in SQLite (a parent that does not exist
+        # made a root, as the walk makes it), then the changed ones written over them.
+        db.execute("INSERT INTO temp.stack_profile_callsite SELECT c.id, c.depth, p.id, c.frame_id"
+                   " FROM main.stack_profile_callsite c LEFT JOIN main.stack_profile_callsite p ON p.id = c.parent_id")
+        db.executemany("INSERT OR REPLACE INTO temp.stack_profile_callsite VALUES (?, ?, ?, ?)", new_rows)
+        db.execute("CREATE INDEX temp.stack_profile_callsite_parent ON stack_profile_callsite(parent_id)")
     except sqlite3.DatabaseError as e:
         raise ProfileError(f"{profile.path}: {e}") from e
-    parent: dict[CallsiteId, CallsiteId | None] = {}
-    frame: dict[CallsiteId, FrameId] = {}
-    for cs, par, fid in rows:
-        parent[cs] = par
-        frame[cs] = fid
-    folded, new_rows = _fold(parent, frame, names)
-    if not folded:
-        return sorted(inlined)
-    db.execute("CREATE TEMP TABLE stack_profile_callsite"
-               " (id INTEGER PRIMARY KEY, depth INTEGER NOT NULL, parent_id INTEGER, frame_id INTEGER NOT NULL)")
-    db.executemany("INSERT INTO temp.stack_profile_callsite VALUES (?, ?, ?, ?)", new_rows)
-    db.execute("CREATE INDEX temp.stack_profile_callsite_parent ON stack_profile_callsite(parent_id)")
     return sorted(folded | inlined)
+
+
+def _fold_below_wrappers(db: sqlite3.Connection, wrappers: dict[FrameId, str]
+                         ) -> tuple[set[str], list[tuple[int, int, int | None, int]]] | None:
+    """The fold of the callsites at or below a wrapper frame, the only ones it changes (a
+    compiler build has ~450k callsites, a few percent of them there), read from SQLite through
+    the parent index, in one pass: `record` numbers a parent before its children. The rows
+    (id, depth, parent, frame) and the names folded; None when a row read has its parent's id
+    at or above its own (not as `record` writes them), for the walk of the whole table."""
+    db.execute("CREATE TEMP TABLE heapscope_fold_frame (id INTEGER PRIMARY KEY)")
+    try:
+        db.executemany("INSERT INTO temp.heapscope_fold_frame VALUES (?)", ((int(f),) for f in wrappers))
+        # Each row with its parent's parent (if it exists), frame and depth: a parent outside the subtrees is no
+        # wrapper, nor is any callsite above it, so it stays as it is and may be a fold's target.
+        rows = db.execute(
+            "WITH RECURSIVE below(id) AS ("
+            " SELECT id FROM main.stack_profile_callsite WHERE frame_id IN (SELECT id FROM temp.heapscope_fold_frame)"
+            " UNION SELECT c.id FROM below b JOIN main.stack_profile_callsite c ON c.parent_id = b.id)"
+            " SELECT c.id, c.parent_id, c.frame_id, g.id, p.frame_id, p.depth FROM main.stack_profile_callsite c"
+            " LEFT JOIN main.stack_profile_callsite p ON p.id = c.parent_id"
+            " LEFT JOIN main.stack_profile_callsite g ON g.id = p.parent_id"
+            " WHERE c.id IN (SELECT id FROM below) ORDER BY c.id").fetchall()
+    finally:
+        db.execute("DROP TABLE temp.heapscope_fold_frame")
+    # caller[c]: the nearest callsite at or above c whose frame is not a wrapper (None: all wrappers);
+    # place[c]: c's (depth, parent, frame) once folded, for the subtrees' callsites and their callers
+    caller: dict[int, int | None] = {}
+    place: dict[int, tuple[int, int | None, int]] = {}
+    folded: set[str] = set()
+    out: list[tuple[int, int, int | None, int]] = []
+    for cs, par, fid, p_par, p_fid, p_depth in rows:
+        if par is not None and (type(par) is not int or type(cs) is not int or par >= cs):
+            return None
+        if par is not None and par not in caller:
+            if p_fid is None:  # a parent that does not exist: a root, as the walk makes it
+                par = None
+            else:  # a callsite outside the subtrees, as it is: its own caller
+                caller[par] = par
+                place[par] = (int(p_depth), p_par, int(p_fid))
+        wrapper = wrappers.get(fid)
+        d = cs if wrapper is None else None if par is None else caller[par]
+        caller[cs] = d
+        if d is None:  # only wrappers from here to the root: shown as they are
+            new_par, new_fid = par, fid
+        else:
+            if d != cs and wrapper is not None:
+                folded.add(wrapper)
+            if d == cs:
+                new_par, new_fid = None if par is None else caller[par], fid
+            else:
+                new_par, new_fid = place[d][1], place[d][2]
+        # a callsite folded into its caller takes its place, depth too
+        depth = place[d][0] if d is not None and d != cs else 0 if new_par is None else place[new_par][0] + 1
+        place[cs] = (depth, new_par, new_fid)
+        out.append((cs, depth, new_par, new_fid))
+    return folded, out
 
 
 def _fold_inlined(profile: Profile, db: sqlite3.Connection, pattern: re.Pattern[str]) -> set[str]:
