@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from heapscope.errors import UsageError
-from heapscope.model import CallsiteId, FrameId
-from heapscope.view.wrappers import _fold, base_name, fold_line, is_wrapper, wrapper_pattern
+from heapscope.model import CallsiteId, Frame, FrameId, Mapping, MappingId
+from heapscope.store.reader import open_profile
+from heapscope.store.writer import ProfileWriter
+from heapscope.view.wrappers import _fold, base_name, fold_line, fold_wrappers, is_wrapper, wrapper_pattern
 
 
 @pytest.mark.parametrize(("name", "base"), [
@@ -83,6 +87,45 @@ def test_a_parent_cycle_ends_the_walk() -> None:
     c, f = CallsiteId, FrameId
     folded, rows = _fold({c(1): c(2), c(2): c(1)}, {c(1): f(1), c(2): f(1)}, {f(1): "xmalloc"})
     assert sorted(r[0] for r in rows) == [1, 2] and not folded
+
+
+# main(1) parse(2) xmalloc(3) xstrdup(4) callback(5): every place a wrapper can be in a stack
+TREE = [(1, None, 1), (2, 1, 2), (3, 2, 3), (4, 2, 4), (5, 4, 3), (6, 5, 5), (7, 6, 3), (8, 6, 2),
+        (9, 1, 3), (10, None, 3), (11, 10, 4), (12, 11, 5), (13, 12, 3), (14, 3, 3)]
+
+
+def folded_table(tmp_path: Path, tree: list[tuple[int, int | None, int]]) -> tuple[list[str], list[tuple[int, ...]]]:
+    path = tmp_path / f"p{len(list(tmp_path.iterdir()))}.db"
+    w = ProfileWriter(path)
+    w.add_mappings([(1, Mapping("ab" * 20, 0x1000, 0, 0x5000, 0x7000, 0x4000, "/bin/demo"))])
+    names = ["main", "parse", "xmalloc", "xstrdup", "callback"]
+    w.add_frames([(i + 1, Frame(MappingId(1), 0x1100 + i, name)) for i, name in enumerate(names)])
+    w.add_callsites([(cs, 0, par, fid) for cs, par, fid in tree])
+    w.close()
+    profile = open_profile(path)
+    folded = fold_wrappers(profile)
+    rows = profile.sql_connection().execute(
+        "SELECT id, parent_id, frame_id FROM temp.stack_profile_callsite ORDER BY id").fetchall()
+    return folded, rows
+
+
+def test_the_fold_in_sqlite_writes_what_the_walk_does(tmp_path: Path) -> None:
+    # GIVEN stacks with wrappers at the leaf, in a chain, above other code, at the root, and
+    # a parent that does not exist; one profile numbered parent first, one not
+    damaged = [*TREE, (15, 99, 3), (16, 15, 2)]
+    reordered = [(100 - cs, None if par is None else 100 - par, fid) for cs, par, fid in damaged]
+    for tree in (damaged, reordered):
+        # WHEN the fold runs on the profile
+        folded, rows = folded_table(tmp_path, tree)
+        # THEN its callsites are the walk's of the whole table
+        parent = {CallsiteId(cs): None if par is None else CallsiteId(par) for cs, par, _ in tree}
+        frame = {CallsiteId(cs): FrameId(fid) for cs, _, fid in tree}
+        names, expected = _fold(parent, frame, {FrameId(3): "xmalloc", FrameId(4): "xstrdup"})
+        assert rows == sorted((cs, par, fid) for cs, _, par, fid in expected)
+        assert folded == sorted(names) == ["xmalloc", "xstrdup"]
+        # AND parse's xmalloc reads parse, under main
+        main, xmalloc = (1, 3) if tree is damaged else (99, 97)
+        assert (xmalloc, main, 2) in rows
 
 
 def test_the_header_line_names_the_folded_wrappers() -> None:
