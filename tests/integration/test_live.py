@@ -16,6 +16,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -80,6 +81,30 @@ class Tmux:
 
     def close(self) -> None:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=30)
+
+    def live_pid(self) -> int:
+        """heapscope's pid: the child of the pane's shell."""
+        (shell,) = self._tmux("list-panes", "-F", "#{pane_pid}").split()
+        children = Path(f"/proc/{shell}/task/{shell}/children").read_text().split()
+        assert len(children) == 1, children
+        return int(children[0])
+
+
+def wait_gone(pid: int, timeout: float = 30) -> None:
+    """Until `pid` is no more (or a zombie: our child only if the test started it; here, never)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return
+        if state == "Z":
+            return
+        if time.monotonic() > deadline:
+            status = Path(f"/proc/{pid}/status").read_text()
+            os.kill(pid, signal.SIGKILL)
+            pytest.fail(f"pid {pid} still there {timeout} s after its end was due\n{status}")
+        time.sleep(POLL_S)
 
 
 class Fifo:
@@ -311,6 +336,39 @@ def test_thread_filter(live: Callable[..., tuple[Tmux, Fifo]], tmp_path: Path) -
     assert totals(tmp_path / "live.db", ("alpha_work", "beta_work", "main_work")) == {
         f: {"space": n * size, "objects": n, "alloc_space": n * size, "alloc_objects": n}
         for f, n, size in (("alpha_work", 300, 1000), ("beta_work", 40, 20000), ("main_work", 10, 3000))}
+
+
+@pytest.mark.timeout(300)
+def test_terminal_hang_up_ends_live(live: Callable[..., tuple[Tmux, Fifo]], tmp_path: Path) -> None:
+    """The terminal closes under live (its tmux server killed): the SIGHUP goes to the target,
+    which dies of it, and live then ends too, its profile written, although its view can no
+    longer write to the terminal (it stayed up until SIGKILL: Textual's close waited forever on
+    a terminal that had hung up)."""
+    tmux, fifo = live()
+    tmux.wait_for("threads [t]: all")
+    fifo.step()  # step 1: grow_one keeps 1000 x 1000 bytes
+    tmux.wait_for(lambda s: row_of(s, "grow_one").split()[:3] == ["976.6", "KiB", "1,000"])
+    pid = tmux.live_pid()
+    tmux.close()
+    wait_gone(pid)
+    assert totals(tmp_path / "live.db")["grow_one"] == {"space": 1000000, "objects": 1000,
+                                                        "alloc_space": 1000000, "alloc_objects": 1000}
+
+
+@pytest.mark.timeout(300)
+def test_sigterm_goes_to_the_target_and_ends_live(live: Callable[..., tuple[Tmux, Fifo]], tmp_path: Path) -> None:
+    """SIGTERM to live while its target runs: passed on, the target dies of it, and live exits
+    with its status (128 + 15) and the profile written, as `record` does."""
+    tmux, fifo = live()
+    tmux.wait_for("threads [t]: all")
+    fifo.step()
+    tmux.wait_for(lambda s: row_of(s, "grow_one").split()[:3] == ["976.6", "KiB", "1,000"])
+    pid = tmux.live_pid()
+    os.kill(pid, signal.SIGTERM)
+    assert tmux.exit_status() == 128 + signal.SIGTERM
+    tmux.wait_for("target died of SIGTERM")
+    wait_gone(pid)
+    assert totals(tmp_path / "live.db")["grow_one"]["space"] == 1000000
 
 
 @pytest.mark.timeout(60)

@@ -9,17 +9,26 @@ on, its output goes to the terminal, and heapscope waits for it and exits
 with its status, as `record` does. When the target exits first, the view
 closes by itself. The profile is written and the summary printed either way.
 
+SIGTERM and SIGHUP go to a started target, as with `record` (attached: they
+detach), and end live once the target is gone. A SIGHUP means the terminal is
+gone: the view draws into /dev/null from then on, and should closing it still
+hang (Textual writing to a terminal that failed under it), the profile is
+written and live exits with the target's status without it (Ending).
+
 Without a terminal (stdin or stderr not a tty) it refuses at once: one line, exit 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import threading
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 from heapscope.cli import record as record_cli
@@ -29,6 +38,8 @@ from heapscope.session import Recording, client_library
 NAME = "live"
 HELP = "record a command (or attach) and watch its heap in the terminal while it runs"
 SNAPSHOT_EVERY_S = 1.0
+END_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+VIEW_CLOSE_S = 5.0  # after a SIGTERM or SIGHUP and the target's end: the view's own close, at most
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -99,14 +110,29 @@ def main(args: argparse.Namespace) -> int:
             finally:
                 finished.set()
 
+        def end_without_view() -> None:
+            """The view is stuck on its terminal (Ending): the recording ends here, and the process."""
+            try:
+                rec.close()
+                _flush(messages)
+                _finish(args, rec)
+            finally:
+                for stream in (sys.stdout, sys.stderr):
+                    with contextlib.suppress(Exception):
+                        stream.flush()
+                os._exit(result[0] if result else 1)
+
+        ending = Ending(finished, end_without_view)
         loop = threading.Thread(target=run, name="heapscope-recording", daemon=True)
         loop.start()
         control = Control(rec.fresh_dump, output, finished, messages,
                           lambda pid, n: _flamegraph(rec, output, pid, n))
         app = LiveApp(snapshots, control, relay, title[:200])
+        ending.install()
         try:
             app.run()
         finally:
+            ending.view_closed()
             if relay is not None:
                 relay.pass_through()
             _flush(messages)
@@ -121,13 +147,84 @@ def main(args: argparse.Namespace) -> int:
     _flush(messages)
     if relay is not None:
         relay.join(timeout=2)
+    _finish(args, rec)
+    return result[0] if result else 1
+
+
+def _finish(args: argparse.Namespace, rec: Recording) -> None:
     for e in rec.errors:
         record_cli.say_line(f"error: {e}")
     if not args.quiet:
         record_cli.print_summary(rec.summary)
     for line in rec.host_lines:
         record_cli.say_line(line)
-    return result[0] if result else 1
+
+
+class Ending:
+    """SIGTERM and SIGHUP while the view is up: passed on as before (the recording's handlers
+    forward them to a started target, or detach), and live ends once the target has.
+
+    The view closes by itself at the target's end, but Textual's close writes to the
+    terminal: after a hang-up its output thread dies on EIO and the close then waits forever
+    for it (live stayed up, catching every SIGTERM, until SIGKILL). So a SIGHUP puts /dev/null
+    in the terminal's place, and a watcher, once the target is gone, gives the view VIEW_CLOSE_S
+    to close before `end` (the profile written, the exit) is done without it."""
+
+    def __init__(self, finished: threading.Event, end: Callable[[], None]) -> None:
+        self.finished = finished
+        self.end = end
+        self.signals: list[int] = []
+        self._previous: dict[int, object] = {}
+        self._closed = threading.Event()
+        self._claimed = False
+        self._lock = threading.Lock()
+
+    def install(self) -> None:
+        for sig in END_SIGNALS:
+            self._previous[sig] = signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, sig: int, frame: object) -> None:
+        previous = self._previous.get(sig)
+        if callable(previous):
+            previous(sig, frame)
+        if sig == signal.SIGHUP:
+            _leave_terminal()
+        if not self.signals:
+            threading.Thread(target=self._watch, name="heapscope-live-ending", daemon=True).start()
+        self.signals.append(sig)
+
+    def _watch(self) -> None:
+        while not self.finished.wait(0.5):  # the target runs on after the signal: it is supervised
+            pass
+        if self._closed.wait(VIEW_CLOSE_S):
+            return
+        with self._lock:
+            if self._closed.is_set():
+                return
+            self._claimed = True
+        self.end()
+
+    def view_closed(self) -> None:
+        """The view has closed (on the main thread): the end is the main thread's, unless the
+        watcher took it already; that one exits the process (os._exit), so this waits for it."""
+        with self._lock:
+            self._closed.set()
+            claimed = self._claimed
+        if claimed:
+            threading.Event().wait()
+
+
+def _leave_terminal() -> None:
+    """The terminal hung up: our standard descriptors point at /dev/null from now on, so that
+    nothing (the view's output thread, the summary) fails or waits writing to it."""
+    try:
+        null = os.open(os.devnull, os.O_RDWR)
+    except OSError:
+        return
+    for fd in (0, 1, 2):
+        with contextlib.suppress(OSError):
+            os.dup2(null, fd)
+    os.close(null)
 
 
 def _flush(messages: deque[str]) -> None:

@@ -108,6 +108,9 @@ def _lowest_priority() -> None:
 PIPE_ROOM = 16 * 1024
 
 
+READER_REAP_S = 5.0  # its output ended: it has exited, or soon will
+
+
 class WarmSymbolizer:
     """One llvm-symbolizer kept running while the target runs.
 
@@ -151,6 +154,10 @@ class WarmSymbolizer:
             reap = self._reap
         if reap:
             self.proc.wait()  # killed by stop(): its output ended with it
+        else:
+            # It ended by itself (a signal of its own: a hung-up terminal's SIGHUP reaches it too):
+            # reaped now, not left a zombie until a close() that may be far off.
+            wait_exit(self.proc, READER_REAP_S)
 
     def _ask(self, lines: list[str]) -> None:
         assert self.proc.stdin is not None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import sqlite3
 import subprocess
 import time
@@ -467,3 +468,19 @@ def test_a_warm_tool_asks_ahead_only_what_its_pipe_takes_and_answers_as_a_fresh_
         warm.stop()
     # AND stop() ends the tool without waiting for it; it is reaped all the same
     assert warm.gone(10)
+
+
+def test_warm_symbolizer_killed_from_outside_is_reaped() -> None:
+    """A tool that dies of a signal of its own (a hung-up terminal's SIGHUP reaches it too) is
+    reaped by its reader when its output ends, not left a zombie until close()."""
+    assert LLVM is not None
+    warm = WarmSymbolizer(LLVM)
+    try:
+        os.kill(warm.proc.pid, signal.SIGHUP)
+        deadline = time.monotonic() + 30
+        while warm.proc.returncode is None:  # set by the reader's wait, not by a poll of ours
+            assert time.monotonic() < deadline, "llvm-symbolizer killed by SIGHUP was not reaped"
+            time.sleep(0.05)
+        assert warm.proc.returncode == -signal.SIGHUP
+    finally:
+        warm.close()
