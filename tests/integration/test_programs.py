@@ -18,6 +18,8 @@ def test_program_states_consistent_truth(programs: Programs, name: str) -> None:
     truth = programs.truth(name)
     for fn, t in truth.items():
         fields = t.fields()
+        if set(fields.values()) == {-1}:
+            continue  # a function named without figures (templates.cpp: they follow libstdc++'s growth)
         for view in ("space", "objects"):
             assert fields[view] >= 0, (fn, fields)
         if t.alloc_space >= 0:
