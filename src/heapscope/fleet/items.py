@@ -37,3 +37,43 @@ class PushItem(Record, frozen=True):
     end_unix_ns: int
     labels: tuple[tuple[str, str], ...] = ()  # extra labels of this profile (pid, executable, ...)
     what: str = "profile"  # for messages: "dump 3 of pid 1234"
+
+
+def post(target: PushTarget, path: str, body: bytes, headers: dict[str, str], timeout: float,
+         read_limit: int) -> tuple[int, str, bytes]:
+    """One POST of `body` to `target`'s host over a connection of its own: (status, reason, the
+    answer's first `read_limit` bytes). What fails before an answer is a PushError saying whether
+    to try again: a timeout or a network error may pass, a TLS failure will not."""
+    import http.client
+    import ssl
+
+    conn: http.client.HTTPConnection
+    if target.tls:
+        conn = http.client.HTTPSConnection(target.host, target.port, timeout=timeout,
+                                           context=ssl.create_default_context())
+    else:
+        conn = http.client.HTTPConnection(target.host, target.port, timeout=timeout)
+    try:
+        conn.request("POST", path, body=body, headers={**headers, "User-Agent": "heapscope"})
+        resp = conn.getresponse()
+        return resp.status, resp.reason, resp.read(read_limit)
+    except TimeoutError as e:
+        raise PushError(f"no answer within {timeout:.3g} s", retry=True) from e
+    except ssl.SSLError as e:
+        raise PushError(f"TLS: {e.reason or e}", retry=False) from e
+    except (OSError, http.client.HTTPException) as e:
+        raise PushError(_network_error(e), retry=True) from e
+    finally:
+        conn.close()
+
+
+def _network_error(e: BaseException) -> str:
+    import socket
+
+    if isinstance(e, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(e, socket.gaierror):
+        return f"cannot resolve host ({e.strerror or e})"
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__

@@ -20,14 +20,12 @@ rejected profiles, is final.
 from __future__ import annotations
 
 import gzip
-import http.client
-import ssl
 from typing import Any
 
 from heapscope.errors import UsageError
 from heapscope.export import otlp
 from heapscope.export._common import wall_clock
-from heapscope.fleet.items import PushError, PushItem, PushTarget
+from heapscope.fleet.items import PushError, PushItem, PushTarget, post
 from heapscope.store.reader import Process, Profile
 
 PATH = "/v1development/profiles"
@@ -89,33 +87,16 @@ class OtlpHttpSender:
         self.target, self.labels, self.timeout = target, dict(labels), timeout
 
     def send(self, item: PushItem, timeout: float) -> None:
-        t = self.target
         body = gzip.compress(_with_labels(item.pprof, self.labels), compresslevel=6, mtime=0)
-        conn: http.client.HTTPConnection
-        if t.tls:
-            conn = http.client.HTTPSConnection(t.host, t.port, timeout=timeout,
-                                               context=ssl.create_default_context())
-        else:
-            conn = http.client.HTTPConnection(t.host, t.port, timeout=timeout)
-        try:
-            conn.request("POST", t.prefix + PATH, body=body, headers={
-                "Content-Type": "application/x-protobuf", "Content-Encoding": "gzip", "User-Agent": "heapscope"})
-            resp = conn.getresponse()
-            answer = resp.read(4 << 20)  # the response limit the specification recommends
-        except TimeoutError as e:
-            raise PushError(f"no answer within {timeout:.3g} s", retry=True) from e
-        except ssl.SSLError as e:
-            raise PushError(f"TLS: {e.reason or e}", retry=False) from e
-        except (OSError, http.client.HTTPException) as e:
-            raise PushError(f"{type(e).__name__}: {e}" if str(e) else type(e).__name__, retry=True) from e
-        finally:
-            conn.close()
-        if 200 <= resp.status < 300:
+        # 4 MiB: the response limit the specification recommends.
+        status, reason, answer = post(self.target, self.target.prefix + PATH, body, {
+            "Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"}, timeout, 4 << 20)
+        if 200 <= status < 300:
             rejected = _rejected(answer, self.service)
             if rejected:
                 raise PushError(rejected, retry=False)
             return
-        raise PushError(f"HTTP {resp.status} {resp.reason}{_detail(answer)}", retry=resp.status in _RETRY_HTTP)
+        raise PushError(f"HTTP {status} {reason}{_detail(answer)}", retry=status in _RETRY_HTTP)
 
     def close(self) -> None:
         pass

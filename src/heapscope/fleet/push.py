@@ -27,12 +27,9 @@ a server that is down costs the recording a counted, reported loss.
 
 from __future__ import annotations
 
-import http.client
 import json
 import random
 import re
-import socket
-import ssl
 import threading
 import time
 import uuid
@@ -42,7 +39,7 @@ from typing import Protocol
 from urllib.parse import quote, urlencode, urlsplit
 
 from heapscope.errors import UsageError
-from heapscope.fleet.items import PushError, PushItem, PushTarget
+from heapscope.fleet.items import PushError, PushItem, PushTarget, post
 from heapscope.records import Record
 from heapscope.units import format_in
 
@@ -160,32 +157,12 @@ class PyroscopeSender:
 
     def send(self, item: PushItem, timeout: float) -> None:
         path, body, content_type = self.request(item)
-        t = self.target
-        conn: http.client.HTTPConnection
-        if t.tls:
-            conn = http.client.HTTPSConnection(t.host, t.port, timeout=timeout,
-                                               context=ssl.create_default_context())
-        else:
-            conn = http.client.HTTPConnection(t.host, t.port, timeout=timeout)
-        try:
-            conn.request("POST", path, body=body, headers={"Content-Type": content_type,
-                                                            "User-Agent": "heapscope"})
-            resp = conn.getresponse()
-            answer = resp.read(4096)
-        except TimeoutError as e:
-            raise PushError(f"no answer within {timeout:.3g} s", retry=True) from e
-        except ssl.SSLError as e:
-            raise PushError(f"TLS: {e.reason or e}", retry=False) from e
-        except (OSError, http.client.HTTPException) as e:
-            raise PushError(_oserror(e), retry=True) from e
-        finally:
-            conn.close()
-        if 200 <= resp.status < 300:
+        status, reason, answer = post(self.target, path, body, {"Content-Type": content_type}, timeout, 4096)
+        if 200 <= status < 300:
             return
         text = answer.decode("utf-8", "replace").strip().splitlines()
         detail = f": {text[0][:200]}" if text else ""
-        raise PushError(f"HTTP {resp.status} {resp.reason}{detail}",
-                        retry=resp.status == 429 or resp.status >= 500)
+        raise PushError(f"HTTP {status} {reason}{detail}", retry=status == 429 or status >= 500)
 
     def close(self) -> None:
         pass
@@ -412,16 +389,6 @@ def _part(boundary: str, name: str, filename: str, content_type: str, data: byte
     head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"; filename=\"{filename}\"\r\n"
             f"Content-Type: {content_type}\r\n\r\n")
     return head.encode() + data + b"\r\n"
-
-
-def _oserror(e: BaseException) -> str:
-    if isinstance(e, ConnectionRefusedError):
-        return "connection refused"
-    if isinstance(e, socket.gaierror):
-        return f"cannot resolve host ({e.strerror or e})"
-    if isinstance(e, OSError) and e.strerror:
-        return e.strerror
-    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
 
 
