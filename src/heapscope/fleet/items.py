@@ -9,6 +9,10 @@ from __future__ import annotations
 from heapscope.errors import HeapscopeError
 from heapscope.records import Record
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
+if TYPE_CHECKING:
+    from typing import Any
+
 
 class PushError(HeapscopeError):
     """One failed send; `retry` says whether trying again may help."""
@@ -77,3 +81,24 @@ def _network_error(e: BaseException) -> str:
     if isinstance(e, OSError) and e.strerror:
         return e.strerror
     return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+
+
+def grpc_channel(grpc: Any, target: PushTarget) -> Any:
+    """A gRPC channel to `target` (grpcio passed in: it is an optional import)."""
+    address = f"[{target.host}]:{target.port}" if ":" in target.host else f"{target.host}:{target.port}"
+    if target.tls:
+        return grpc.secure_channel(address, grpc.ssl_channel_credentials())
+    return grpc.insecure_channel(address)
+
+
+def grpc_failure(e: Any, timeout: float, retry_codes: frozenset[str]) -> PushError:
+    """A failed gRPC call (a grpc.RpcError) as a PushError; `retry_codes`: the status codes the
+    receiving protocol says may pass."""
+    code = e.code() if hasattr(e, "code") else None
+    name = code.name if code is not None else "UNKNOWN"
+    details = (e.details() if hasattr(e, "details") else "") or ""
+    if name == "DEADLINE_EXCEEDED":
+        msg = f"no answer within {timeout:.3g} s"
+    else:
+        msg = f"gRPC {name}" + (f": {details.splitlines()[0][:200]}" if details else "")
+    return PushError(msg, retry=name in retry_codes)

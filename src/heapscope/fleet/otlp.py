@@ -25,7 +25,7 @@ from typing import Any
 from heapscope.errors import UsageError
 from heapscope.export import otlp
 from heapscope.export._common import wall_clock
-from heapscope.fleet.items import PushError, PushItem, PushTarget, post
+from heapscope.fleet.items import PushError, PushItem, PushTarget, grpc_channel, grpc_failure, post
 from heapscope.store.reader import Process, Profile
 
 PATH = "/v1development/profiles"
@@ -113,9 +113,7 @@ class OtlpGrpcSender:
         self.service = otlp.messages()[3]
         self._grpc = grpc
         self.target, self.labels, self.timeout = target, dict(labels), timeout
-        address = f"[{target.host}]:{target.port}" if ":" in target.host else f"{target.host}:{target.port}"
-        self.channel = (grpc.secure_channel(address, grpc.ssl_channel_credentials()) if target.tls
-                        else grpc.insecure_channel(address))
+        self.channel = grpc_channel(grpc, target)
         # The method's name as the package's own service descriptor spells it.
         method = self.service.DESCRIPTOR.services_by_name["ProfilesService"].methods_by_name["Export"]
         self.call = self.channel.unary_unary(
@@ -127,14 +125,7 @@ class OtlpGrpcSender:
             answer = self.call(_with_labels(item.pprof, self.labels), timeout=timeout,
                                compression=self._grpc.Compression.Gzip)
         except self._grpc.RpcError as e:
-            code = e.code() if hasattr(e, "code") else None
-            name = code.name if code is not None else "UNKNOWN"
-            details = (e.details() if hasattr(e, "details") else "") or ""
-            if name == "DEADLINE_EXCEEDED":
-                msg = f"no answer within {timeout:.3g} s"
-            else:
-                msg = f"gRPC {name}" + (f": {details.splitlines()[0][:200]}" if details else "")
-            raise PushError(msg, retry=name in _RETRY_GRPC) from e
+            raise grpc_failure(e, timeout, _RETRY_GRPC) from e
         rejected = _rejected(answer, self.service)
         if rejected:
             raise PushError(rejected, retry=False)

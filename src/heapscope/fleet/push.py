@@ -39,7 +39,7 @@ from typing import Protocol
 from urllib.parse import quote, urlencode, urlsplit
 
 from heapscope.errors import UsageError
-from heapscope.fleet.items import PushError, PushItem, PushTarget, post
+from heapscope.fleet.items import PushError, PushItem, PushTarget, grpc_channel, grpc_failure, post
 from heapscope.records import Record
 from heapscope.units import format_in
 
@@ -181,9 +181,7 @@ class ParcaSender:
         self._grpc, self._parca = grpc, _parca
         self.target, self.timeout = target, timeout
         self.labels = {**labels, "__name__": PARCA_NAME}
-        address = f"[{target.host}]:{target.port}" if ":" in target.host else f"{target.host}:{target.port}"
-        self.channel = (grpc.secure_channel(address, grpc.ssl_channel_credentials()) if target.tls
-                        else grpc.insecure_channel(address))
+        self.channel = grpc_channel(grpc, target)
         self.call = self.channel.unary_unary(
             _parca.WRITE_RAW, request_serializer=lambda m: m.SerializeToString(),
             response_deserializer=_parca.WriteRawResponse.FromString)
@@ -193,14 +191,7 @@ class ParcaSender:
         try:
             self.call(req, timeout=timeout)
         except self._grpc.RpcError as e:
-            code = e.code() if hasattr(e, "code") else None
-            name = code.name if code is not None else "UNKNOWN"
-            details = (e.details() if hasattr(e, "details") else "") or ""
-            if name == "DEADLINE_EXCEEDED":
-                msg = f"no answer within {timeout:.3g} s"
-            else:
-                msg = f"gRPC {name}" + (f": {details.splitlines()[0][:200]}" if details else "")
-            raise PushError(msg, retry=name in _RETRY_GRPC) from e
+            raise grpc_failure(e, timeout, _RETRY_GRPC) from e
 
     def close(self) -> None:
         self.channel.close()
