@@ -21,9 +21,12 @@ The expected numbers for every view are worked out in the tests that use it.
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fleet_support import PyroscopeServer
 
 from heapscope.model import Frame, Mapping, MappingId, ProcessFlags, ProcessInfo, Upid
 from heapscope.store.writer import ProfileWriter
@@ -87,3 +90,22 @@ def write_known_profile(path: Path) -> Path:
 @pytest.fixture
 def known_profile(tmp_path: Path) -> Path:
     return write_known_profile(tmp_path / "known.db")
+
+
+@pytest.fixture
+def pyroscope() -> Iterator[PyroscopeServer]:
+    """A loopback Pyroscope (tests/fleet_support.py), for the fleet's and the hosts' tests."""
+    s = PyroscopeServer()
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def timed_profile(known_profile: Path) -> Path:
+    """The known profile with the start time `record` stores, so dumps have wall-clock times."""
+    db = sqlite3.connect(known_profile)
+    db.executemany("INSERT OR REPLACE INTO heapscope_metadata VALUES (?, ?)",
+                   [("started_unix_ns", str(1_700_000_000_000_000_000)), ("started_monotonic_ns", "0")])
+    db.commit()
+    db.close()
+    return known_profile
