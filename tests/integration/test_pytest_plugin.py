@@ -270,7 +270,7 @@ def test_bad():
     assert "limit_memory: not a size: 'lots'" in run.stdout + run.stderr
     assert "Traceback" not in run.stderr
     run = run_pytest(suite_dir, "test_bad2.py", HEADER, "--heapscope", "--heapscope-interval", "0")
-    assert run.returncode == 4 and "--interval must be between 1" in run.stderr, run.stderr
+    assert run.returncode == 4 and "--heapscope-interval must be a positive number" in run.stderr, run.stderr
 
 
 COUNTING_CONFTEST = """

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from heapscope.records import Record, field
-from heapscope.units import format_bytes, parse_limit
+from heapscope.units import format_bytes, parse_limit, parse_size
 
 if TYPE_CHECKING:
     from heapscope.model import Frame, Mapping
@@ -149,10 +149,13 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
 
 
 def _interval(opts: Any) -> int:
+    """Read as `record -i` reads it (4k = 4096): the same interval under both spellings."""
+    from heapscope.errors import UsageError
+
     try:
-        return parse_limit(opts.heapscope_interval)
-    except ValueError as e:
-        raise pytest.UsageError(f"--heapscope-interval: {e}") from None
+        return parse_size(str(opts.heapscope_interval), "--heapscope-interval")
+    except UsageError as e:
+        raise pytest.UsageError(str(e)) from None
 
 
 # -- the parent: the recording ---------------------------------------------------
