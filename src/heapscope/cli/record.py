@@ -375,7 +375,7 @@ def print_summary(s: Summary) -> None:
         f"{s.dropped_records:,} records dropped",
     ]
     lines += s.python
-    from heapscope.view.peaks import count_names, is_minor
+    from heapscope.view.summary import count_names, is_minor, rss_line
 
     largest = s.peaks[0].peak_bytes if s.peaks else 0
     major = [pk for pk in s.peaks if not is_minor(pk.peak_bytes, 0, largest, 0)]
@@ -385,7 +385,7 @@ def print_summary(s: Summary) -> None:
         # python3 shim: 38 of them doubled the RSS of its one Python process)
         seen, rss, own_rss, where = major[0].seen, major[0].rss, major[0].own_rss, \
             f" in {major[0].name} (pid {major[0].pid})"
-    from heapscope.view.summary import rss_line  # several processes: those that ran together, said so
+    # several processes: those that ran together, said so (rss_line)
     lines += [rss_line(seen, rss, own_rss, s.processes, where)] if rss else []
     if s.client_errors:
         lines.append("client stopped early: " + "; ".join(s.client_errors))

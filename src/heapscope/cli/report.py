@@ -30,7 +30,7 @@ from heapscope.store.select import (
 )
 from heapscope.units import format_bytes
 from heapscope.view.names import cut_middle, elide
-from heapscope.view.peaks import count_names
+from heapscope.view.summary import count_names
 from heapscope.view.report import (
     SORTS,
     FunctionRow,

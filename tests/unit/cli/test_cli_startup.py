@@ -123,11 +123,11 @@ print(json.dumps({"code": code, "at_spawn": at_exit[0], "at_end": []}))
 
 
 def _record_run(tmp_path: Path, name: str, *target: str, probe: str = _RECORD_PROBE,
-                opts: tuple[str, ...] = ()) -> tuple[set[str], set[str]]:
-    """(modules loaded when the target was spawned, at the end) of `record -q -- TARGET` in a fresh
-    interpreter, with a symbol cache of its own under tmp_path."""
+                opts: tuple[str, ...] = ("-q",)) -> tuple[set[str], set[str]]:
+    """(modules loaded when the target was spawned, at the end) of `record -q -- TARGET` (`opts`
+    instead of -q when given) in a fresh interpreter, with a symbol cache of its own under tmp_path."""
     env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
-    done = subprocess.run([sys.executable, "-c", probe, "record", "-q", *opts, "-o", str(tmp_path / name), "--",
+    done = subprocess.run([sys.executable, "-c", probe, "record", *opts, "-o", str(tmp_path / name), "--",
                            *target], capture_output=True, text=True, timeout=120, env=env, check=True)
     out = json.loads(done.stdout.splitlines()[-1])
     assert out["code"] == 0, done.stderr
@@ -167,6 +167,15 @@ def test_record_spawns_its_target_before_the_end_paths_imports(tmp_path: Path) -
     assert "heapscope.symbolize.live" in at_end
     # and nothing a command without samples does not use
     assert at_end & _NEVER_FOR_A_SHORT_COMMAND == set()
+
+
+def test_the_summary_of_a_recording_without_samples_reads_no_profile(tmp_path: Path) -> None:
+    # WHEN a command is recorded at an interval (1 GiB) that samples none of its allocations, with
+    # its summary printed (no -q)
+    _, at_end = _record_run(tmp_path, "a.db", "/bin/true", opts=("-i", "1G", "--seed", "1"))
+    # THEN the summary's rules came without the profile reader's modules (nothing to read back)
+    assert "heapscope.view.summary" in at_end
+    assert at_end & ({"heapscope.store.reader", "heapscope.view.peaks"} | _NEVER_FOR_A_SHORT_COMMAND) == set()
 
 
 # The heapscope modules of the start path: the command line (cli, cli.record and the option
@@ -229,7 +238,7 @@ def test_the_end_paths_imports_are_done_while_the_target_runs(tmp_path: Path) ->
 
 def test_a_target_without_samples_does_not_import_the_end_paths_modules(tmp_path: Path) -> None:
     # GIVEN a target that runs a while, at an interval (1 GiB) that samples none of its allocations
-    _, at_end = _record_run(tmp_path, "a.db", "/bin/sh", "-c", "sleep 0.3", opts=("-i", "1G", "--seed", "1"))
+    _, at_end = _record_run(tmp_path, "a.db", "/bin/sh", "-c", "sleep 0.3", opts=("-q", "-i", "1G", "--seed", "1"))
     # THEN no peak was read back, and the loop did not import what that takes (symbolize.live warms
     # the announced modules in a run this long: its imports are its own)
     with sqlite3.connect(tmp_path / "a.db") as db:
