@@ -80,7 +80,8 @@ def test_an_unknown_command_names_every_command() -> None:
         assert f"'{cmd.NAME}'" in done.stderr
 
 
-# Runs `heapscope record` in this interpreter (as the console script does, without its os._exit)
+# Runs `heapscope record` in this interpreter (as the console script does, cli/start.py, without its
+# os._exit)
 # and prints the modules loaded when the target was spawned (os.posix_spawn, wrapped to look)
 # and at the end; the recording itself is real: client, producer, profile, symbolization.
 _RECORD_PROBE = """
@@ -94,7 +95,7 @@ def looking(spawn):
     return spawn_looking
 os.posix_spawn = looking(os.posix_spawn)
 os.posix_spawnp = looking(os.posix_spawnp)
-from heapscope.cli import main
+from heapscope.cli.start import main
 code = main(sys.argv[1:])
 at_end = sorted(sys.modules)
 import json
@@ -115,7 +116,7 @@ def looking(self):
         at_exit.append(sorted(sys.modules))
     return code
 Child.poll = looking
-from heapscope.cli import main
+from heapscope.cli.start import main
 code = main(sys.argv[1:])
 import json
 print(json.dumps({"code": code, "at_spawn": at_exit[0], "at_end": []}))
@@ -178,10 +179,10 @@ def test_the_summary_of_a_recording_without_samples_reads_no_profile(tmp_path: P
     assert at_end & ({"heapscope.store.reader", "heapscope.view.peaks"} | _NEVER_FOR_A_SHORT_COMMAND) == set()
 
 
-# The heapscope modules of the start path: the command line (cli, cli.record and the option
-# checks of producer.config), the listener that answers the handshake, and the spawn (launch).
-_START_PATH = {"heapscope", "heapscope.cli", "heapscope.cli.record", "heapscope.errors", "heapscope.sigmask",
-               "heapscope.launch", "heapscope.which", "heapscope.records", "heapscope.model",
+# The heapscope modules of the start path: the command line (cli, the start module, cli.record and
+# the option checks of producer.config), the listener that answers the handshake, and the spawn (launch).
+_START_PATH = {"heapscope", "heapscope.cli", "heapscope.cli.start", "heapscope.cli.record", "heapscope.errors",
+               "heapscope.sigmask", "heapscope.launch", "heapscope.which", "heapscope.records", "heapscope.model",
                "heapscope.producer", "heapscope.producer.config", "heapscope.producer.listener",
                "heapscope.producer.procfs", "heapscope.producer.session", "heapscope.producer.tmpdir",
                "heapscope.store", "heapscope.store.names", "heapscope.wire", "heapscope.wire.handshake",
