@@ -1,4 +1,6 @@
-"""Command line: one module per subcommand, a table of them, `main(argv) -> int`.
+"""Command line: one module per subcommand, a table of them, `main(argv) -> int`; the start
+module (start.py, the console entry point), record's summary (summary.py) and the folding
+options report and diff share (folding.py) beside them.
 
 Each subcommand module has `NAME`, `HELP`, `add_arguments(parser)` and
 `main(args) -> int`. Errors are raised as heapscope.errors types and turned

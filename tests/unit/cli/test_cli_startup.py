@@ -148,7 +148,8 @@ _NEVER_ON_A_CACHED_RUN = {"dataclasses", "inspect", "ast", "dis", "hashlib", "_h
 
 # What the recording needs once its target runs, and its target's start does not: the target
 # waits for the answer to its handshake, which heapscope/launch.py gives without them.
-_AFTER_THE_TARGETS_START = {"heapscope.session", "heapscope.producer.producer", "heapscope.store.writer",
+_AFTER_THE_TARGETS_START = {"heapscope.session", "heapscope.cli.summary", "heapscope.producer.producer",
+                            "heapscope.store.writer",
                             "heapscope.wire.codec", "heapscope.producer._ingest", "heapscope.bookkeeping._native",
                             "sqlite3", "subprocess",
                             "pathlib", "socket", "threading", "contextlib", "selectors"}
