@@ -79,7 +79,7 @@ TIMED = [
     ("heapscope.symbolize.live", "LiveSymbolizer", "finish"),
     ("heapscope.symbolize.live", "LiveSymbolizer", "close"),
     ("heapscope.symbolize.profile", "", "symbolize_profile"),
-    ("heapscope.cli.record", "", "_summary"),
+    ("heapscope.cli.summary", "", "print_summary"),
 ]
 
 

@@ -17,7 +17,8 @@ only; docs/ beside src/ explains each part):
                  teardown and the summary (the Recording, one concern a module)
     hosts/       what drives a recording and reads what it publishes: the API
                  (heapscope.api), the pytest plugin, the live view, the pprof
-                 server and pushers (--serve, --push)
+                 server and pushers (--serve, --push); of the layers below
+                 they import only the session (it re-exports what they need)
     bookkeeping/ all the state after the ring, in one C extension: the heap
                  tracker (sequence order, live allocations, totals per
                  callsite, the peak, dump rows), the stacks and their resolve,

@@ -3,6 +3,6 @@
 May import: heapscope.cli.
 """
 
-from heapscope.cli import run
+from heapscope.cli.start import run
 
 run()

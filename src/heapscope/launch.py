@@ -1,7 +1,7 @@
 """The target's start: its spawn, and what `record` does before the producer exists.
 
-The start module: it and what it imports follow the start path's rule
-(docs/README.md, "The start path": only what starting the target needs).
+On the start path, with cli/start.py and cli/record.py: it and what it imports follow the
+start path's rule (docs/README.md, "The start path": only what starting the target needs).
 
 A started target waits in its client's constructor for the answer to its
 handshake (client/connect.c): what `heapscope record` does

@@ -3,8 +3,8 @@
 Python takes ~40 ms to import `record` before its handlers are installed; a
 SIGUSR1 (a dump request) or a signal meant for the target arriving then would
 end heapscope at its default action, before the target even starts. The
-console entry point (heapscope.cli.run) blocks them first thing; the launch lets
-them through once its handlers are in place, and they are delivered then (a
+console entry point (heapscope.cli.start.run) blocks them first thing; the
+launch lets them through once its handlers are in place, and they are delivered then (a
 blocked signal stays pending). The target is spawned with the mask heapscope
 was given, never with these blocked.
 

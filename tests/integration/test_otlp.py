@@ -265,7 +265,7 @@ def test_missing_package_is_one_line(tiny: Path, tmp_path: Path) -> None:
             "    def find_spec(self, name, path=None, target=None):\n"
             "        if name.startswith('opentelemetry'): raise ImportError(name)\n"
             "sys.meta_path.insert(0, No())\n"
-            "from heapscope.cli import run\n"
+            "from heapscope.cli.start import run\n"
             "sys.exit(run())\n")
     out = tmp_path / "x.otlp"
     proc = subprocess.run([HEAPSCOPE[0], "-c", code, "export", str(tiny), "-f", "otlp", "-o", str(out)],

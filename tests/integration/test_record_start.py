@@ -119,7 +119,7 @@ def test_a_recording_that_cannot_start_after_the_spawn_still_supervises_the_targ
     # GIVEN a heapscope whose recording module cannot be imported (a broken install: the import
     # fails after the target was spawned and answered), run as the console script runs it
     probe = ("import sys; sys.modules['heapscope.session'] = None\n"
-             "from heapscope.cli import main\n"
+             "from heapscope.cli.start import main\n"
              "sys.exit(main(sys.argv[1:]))\n")
     db = tmp_path / "broken.db"
     done = subprocess.run([sys.executable, "-c", probe, "record", "-q", "-o", str(db), "--", "/bin/sh", "-c",

@@ -1,4 +1,6 @@
-"""Command line: one module per subcommand, a table of them, `main(argv) -> int`.
+"""Command line: one module per subcommand, a table of them, `main(argv) -> int`; the start
+module (start.py, the console entry point), record's summary (summary.py) and the folding
+options report and diff share (folding.py) beside them.
 
 Each subcommand module has `NAME`, `HELP`, `add_arguments(parser)` and
 `main(args) -> int`. Errors are raised as heapscope.errors types and turned
@@ -6,7 +8,11 @@ into one line on stderr here; a traceback only with -v.
 
 Start-up is part of every command's cost: when the command line names a
 subcommand, only that subcommand's module is imported (the others are listed
-by name only); `heapscope --help`, or no subcommand, imports them all.
+by name only); `heapscope --help`, or no subcommand, imports them all. The
+console entry point is cli/start.py, the start module: it parses a `record`
+command line with record's parser alone (command_parser) and spawns its
+target before anything else of the command line or the recording is
+imported; every other command line comes here, to main().
 
 May import: heapscope.session, heapscope.hosts, heapscope.launch, heapscope.producer
 (record's options and limits), heapscope.wire.handshake, heapscope.view, heapscope.export,
@@ -16,7 +22,6 @@ heapscope.errors, heapscope.sigmask, heapscope.which, heapscope.units.
 
 from __future__ import annotations
 
-import io
 import os
 import sys
 
@@ -28,7 +33,7 @@ if TYPE_CHECKING:
     import argparse
     from collections.abc import Sequence
     from types import ModuleType
-    from typing import TextIO
+    from typing import Any
 
 # In the order `heapscope --help` lists them.
 COMMAND_NAMES = ("record", "live", "report", "flamegraph", "diff", "leaks", "sql", "symbolize", "export", "import_",
@@ -52,7 +57,7 @@ EXAMPLES = {
 }
 
 # Options of the main parser that take no value: skipped when looking for the subcommand's name.
-_MAIN_FLAGS = ("-v", "--verbose")
+MAIN_FLAGS = ("-v", "--verbose")
 
 
 def _load(name: str) -> ModuleType | None:
@@ -72,10 +77,10 @@ def commands() -> list[ModuleType]:
     return [m for m in map(_load, COMMAND_NAMES) if m is not None]
 
 
-def _chosen(argv: Sequence[str]) -> str | None:
+def chosen(argv: Sequence[str]) -> str | None:
     """The module name of the subcommand `argv` names, None when it names none we know."""
     for arg in argv:
-        if arg in _MAIN_FLAGS:
+        if arg in MAIN_FLAGS:
             continue
         module = "import_" if arg == "import" else arg
         return module if module in COMMAND_NAMES and arg != "import_" else None
@@ -87,7 +92,7 @@ def _exits_early(argv: Sequence[str]) -> bool:
     for arg in argv:
         if arg in ("--version", "--include"):
             return True
-        if arg not in _MAIN_FLAGS:
+        if arg not in MAIN_FLAGS:
             return False
     return False
 
@@ -109,8 +114,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     # prog given: argparse would otherwise format the main parser's usage to find it (the same text)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", prog=parser.prog)
     sub.required = True
-    chosen = _chosen(argv) if argv is not None else None
-    chosen_module = _load(chosen) if chosen is not None else None
+    name = chosen(argv) if argv is not None else None
+    chosen_module = _load(name) if name is not None else None
     if chosen_module is None and not (argv is not None and _exits_early(argv)):
         for cmd in commands():
             _add_command(sub, cmd)
@@ -123,12 +128,27 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 
 def _add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser], cmd: ModuleType) -> None:
-    example = EXAMPLES.get(cmd.NAME)
-    p = sub.add_parser(cmd.NAME, help=cmd.HELP, description=cmd.HELP,
-                       epilog=f"example:\n  {example.replace(chr(10), chr(10) + '  ')}" if example else None,
-                       formatter_class=_formatters()[1])
+    p = sub.add_parser(cmd.NAME, help=cmd.HELP, **_command_settings(cmd))
     cmd.add_arguments(p)
     p.set_defaults(_main=cmd.main)
+
+
+def command_parser(cmd: ModuleType) -> argparse.ArgumentParser:
+    """Subcommand `cmd`'s parser alone, the same as `heapscope NAME` has for what follows NAME
+    (its usage, help and errors say `heapscope NAME`); the namespace it gives lacks `verbose`."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog=f"heapscope {cmd.NAME}", **_command_settings(cmd))
+    cmd.add_arguments(p)
+    p.set_defaults(_main=cmd.main)
+    return p
+
+
+def _command_settings(cmd: ModuleType) -> dict[str, Any]:
+    """A subcommand parser's description, example and formatter."""
+    example = EXAMPLES.get(cmd.NAME)
+    return {"description": cmd.HELP, "formatter_class": _formatters()[1],
+            "epilog": f"example:\n  {example.replace(chr(10), chr(10) + '  ')}" if example else None}
 
 
 _FORMATTERS: list[type[argparse.HelpFormatter]] = []
@@ -194,13 +214,18 @@ def _print_include() -> type[argparse.Action]:
 def main(argv: Sequence[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
-    if _chosen(argv) != "record":
+    if chosen(argv) != "record":
         sigmask.release()  # only record installs handlers for them
     args = build_parser(argv).parse_args(argv)
-    if _chosen(argv) in _READS:
+    if chosen(argv) in _READS:
         import gc
 
         gc.disable()
+    return call(args)
+
+
+def call(args: argparse.Namespace) -> int:
+    """Run the subcommand a parsed command line names: its exit status, an error as one line."""
     try:
         return int(args._main(args))
     except HeapscopeError as e:
@@ -218,68 +243,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 # callsite table) and end: the cyclic collector only traversed them, again and again (19 full
 # collections, 1.3 s of a 148-process build's 6.3 s flamegraph); reference counting frees them.
 _READS = ("report", "flamegraph", "leaks", "diff", "export")
-
-# Subcommands that close everything they open themselves (record: recording.Recording.close
-# writes, closes and removes all of it): the console entry point ends them with os._exit once
-# their output is flushed, skipping the interpreter's teardown of every module (measured
-# ~10-20 ms of CPU on this 2-core machine, paid by every profiled command).
-_FAST_EXIT = ("record",)
-
-
-class _Forgiving(io.TextIOBase):
-    """stderr whose failures are dropped (a full device, a closed pipe): a message that cannot
-    be written is lost, never the target's exit status (record exits with it, whatever happens)."""
-
-    def __init__(self, stream: TextIO) -> None:
-        super().__init__()
-        self._stream = stream
-
-    def write(self, text: str) -> int:
-        try:
-            return self._stream.write(text)
-        except (OSError, ValueError):
-            return len(text)
-
-    def flush(self) -> None:
-        try:  # noqa: SIM105 (contextlib: imports on the target's path)
-            self._stream.flush()
-        except (OSError, ValueError):
-            pass
-
-    def isatty(self) -> bool:
-        try:
-            return self._stream.isatty()
-        except (OSError, ValueError):
-            return False
-
-    def fileno(self) -> int:
-        return self._stream.fileno()
-
-
-def _guard_stderr() -> None:
-    """A closed stderr (`2>&-`) leaves sys.stderr None: messages go nowhere. One on a failing
-    device (`2>/dev/full`) drops what it cannot write."""
-    if sys.stderr is None:
-        # Opened close-on-exec, it takes descriptor 2 if that is free: the target still starts
-        # with its stderr closed, and no file of ours can land there for it to inherit.
-        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 (for the process's life)
-    elif not isinstance(sys.stderr, _Forgiving):
-        sys.stderr = _Forgiving(sys.stderr)
-
-
-def run() -> None:
-    """Console-script entry point."""
-    # First: record's dump and forwarded signals wait for its handlers (heapscope.sigmask). Here,
-    # not at import: a program (a test) that imports this module keeps its signals.
-    sigmask.hold()
-    _guard_stderr()
-    argv = sys.argv[1:]
-    code = main(argv)
-    if _chosen(argv) in _FAST_EXIT:
-        import contextlib
-
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        os._exit(code & 0xFF)  # what sys.exit(code) would give the parent
-    sys.exit(code)

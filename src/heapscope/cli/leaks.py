@@ -44,7 +44,7 @@ def main(args: argparse.Namespace) -> int:
         names = heap_names(profile)
         found = find_leaks(profile, args.pid, None if args.dump is None else parse_dump(args.dump))
         # Processes under 1% of the largest's peak and allocations in one line, as in `report`
-        # (view.peaks: the 38 shells of pyenv's python3 shim around a Python program).
+        # (view.summary.is_minor: the 38 shells of pyenv's python3 shim around a Python program).
         minor = set() if args.pid is not None or args.all_processes else minor_processes(
             process_lines(profile, [pl.process for pl in found]))
     head = ""

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from heapscope.cli import record as record_cli
+from heapscope.cli.summary import print_summary
 from heapscope.errors import UsageError
 from heapscope.session import Recording, client_library
 
@@ -155,7 +156,7 @@ def _finish(args: argparse.Namespace, rec: Recording) -> None:
     for e in rec.errors:
         record_cli.say_line(f"error: {e}")
     if not args.quiet:
-        record_cli.print_summary(rec.summary)
+        print_summary(rec.summary)
     for line in rec.host_lines:
         record_cli.say_line(line)
 

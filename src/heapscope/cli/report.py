@@ -30,7 +30,6 @@ from heapscope.store.select import (
 )
 from heapscope.units import format_bytes
 from heapscope.view.names import cut_middle, elide
-from heapscope.view.peaks import count_names
 from heapscope.view.report import (
     SORTS,
     FunctionRow,
@@ -41,6 +40,7 @@ from heapscope.view.report import (
     minor_processes,
     process_lines,
 )
+from heapscope.view.summary import count_names
 from heapscope.view.tree import focus_pattern
 from heapscope.view.units import format_count, format_percent, format_value
 from heapscope.view.wrappers import fold_line

@@ -7,10 +7,11 @@
 
 The command line's `record` (cli/record.py) is the fifth host: it prints the
 recording's status line and summary. Imports point down: a host imports the
-session and its published types, never the session a host.
+session and what it publishes (never the producer or the bookkeeping beneath
+it), never the session a host.
 
-May import: heapscope.session, heapscope.producer (the recording's config, the stats
-`every` hands a host, the pytest plugin's private directory), heapscope.bookkeeping.rows,
+May import: heapscope.session (what a host needs of the layers below it too: the recording's
+config, its stats, the live view's totals rows, the pytest plugin's private directory),
 heapscope.fleet, heapscope.symbolize, heapscope.estimate, heapscope.store, heapscope.model,
 heapscope.errors, heapscope.records, heapscope.units.
 """

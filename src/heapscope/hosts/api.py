@@ -25,9 +25,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from heapscope.producer.config import RecordConfig
-from heapscope.producer.producer import ProducerStats
-from heapscope.session import Recording, RecordingOptions, Summary
+from heapscope.session import ProducerStats, RecordConfig, Recording, RecordingOptions, Summary
 
 
 class RunningRecording:

@@ -167,21 +167,14 @@ def _run_parent(config: pytest.Config, given: Any) -> int:
     import shutil
 
     from heapscope.errors import HeapscopeError
-    from heapscope.producer.config import RecordConfig
-    from heapscope.producer.producer import OWNED_PREFIX, take_ownership
-    from heapscope.producer.tmpdir import make_private_dir
-    from heapscope.session import Recording, RecordingOptions
+    from heapscope.session import RecordConfig, Recording, RecordingOptions, owned_dir
 
     interval = _interval(given)
     out = given.heapscope_output
-    # A session directory like the producer's: its owner lock lets a later run remove it when
-    # this process dies without cleaning up (killed: producer/session.py, remove_stale_dirs).
-    work = Path(make_private_dir(OWNED_PREFIX + "pytest-"))
-    try:
-        owner = take_ownership(work)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
+    # A directory like the recording's own: its owner lock lets a later run remove it when this
+    # process dies without cleaning up (killed).
+    path, owner = owned_dir("pytest-")
+    work = Path(path)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         listener.bind(str(work / "control.sock"))

@@ -16,8 +16,9 @@ from collections.abc import Callable
 from heapscope.errors import HeapscopeError
 from heapscope.launch import Child, Launch, client_library_path
 from heapscope.producer.config import MAX_DURATION_S, check_ms, check_positive
-from heapscope.producer.producer import Producer, ProducerStats
+from heapscope.producer.producer import OWNED_PREFIX, Producer, ProducerStats, take_ownership
 from heapscope.producer.session import Guardrails
+from heapscope.producer.tmpdir import make_private_dir
 from heapscope.records import Record, field
 from heapscope.store.writer import ProfileWriter
 
@@ -140,6 +141,21 @@ def client_library() -> Path:
     from pathlib import Path  # here: a recording keeps its paths as str (pathlib: ~3 ms of imports)
 
     return Path(client_library_path())
+
+
+def owned_dir(name: str) -> tuple[str, int]:
+    """A private directory like a recording's own (mode 0700 in the temporary directory, its name
+    `heapscope-NAME` and a random part) and the descriptor of its owner lock: a later recording's
+    start removes it once its owner is gone (killed before its cleanup: producer/session.py,
+    remove_stale_dirs), never while the descriptor is open."""
+    path = make_private_dir(OWNED_PREFIX + name)
+    try:
+        return path, take_ownership(path)
+    except BaseException:
+        import shutil
+
+        shutil.rmtree(path, ignore_errors=True)
+        raise
 
 
 def _describe(e: BaseException, output: str | None = None) -> str:

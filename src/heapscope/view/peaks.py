@@ -32,28 +32,6 @@ from heapscope.view.wrappers import base_name, wrapper_pattern
 
 PEAK_CALLSITES = 64  # the largest callsites at the peak a Python process's lines are grouped from
 WALK_LIMIT = 4096  # frames read per callsite at most (the client's stacks are far shallower)
-# A process is minor when it holds and allocates less than this share of the largest (1/100):
-# `python3 app.py` through pyenv's shim is 38 bash, env and readlink processes of ~100 KiB
-# around a Python process of 100 MiB; the summary and `report` name them in one line.
-MINOR_SHARE = 100
-NAMES_SHOWN = 3  # executables named in that line, most processes first
-
-
-def is_minor(peak: int, allocated: int, largest_peak: int, largest_allocated: int) -> bool:
-    """Whether a process is too small next to the largest ones to be shown in full."""
-    return peak * MINOR_SHARE < largest_peak and allocated * MINOR_SHARE < max(largest_allocated, 1)
-
-
-def count_names(names: list[str]) -> str:
-    """`bash ×30, env ×6, readlink ×2`: the executables of some processes, most common first."""
-    counts: dict[str, int] = {}
-    for name in names:
-        counts[name] = counts.get(name, 0) + 1
-    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    shown = [f"{name} ×{n}" if n > 1 else name for name, n in ranked[:NAMES_SHOWN]]
-    if len(ranked) > NAMES_SHOWN:
-        shown.append(f"{len(ranked) - NAMES_SHOWN} other{'s' if len(ranked) - NAMES_SHOWN > 1 else ''}")
-    return ", ".join(shown)
 
 
 def peak_stacks(profile: Profile, upid: int, top: int, frames: int,

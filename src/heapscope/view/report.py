@@ -42,7 +42,7 @@ from heapscope.store.reader import Process as StoredProcess
 from heapscope.store.reader import Profile, Stat, ViewValues, mapping_basename
 from heapscope.store.select import State, check_view, process_interval, process_state, select_processes
 from heapscope.units import format_bytes
-from heapscope.view.peaks import MINOR_SHARE, count_names, is_minor
+from heapscope.view.summary import MINOR_SHARE, count_names, is_minor
 from heapscope.view.tree import NO_PYTHON, frame_functions
 
 
@@ -242,7 +242,7 @@ def minor_line(processes: Sequence[StoredProcess]) -> str:
 
 
 def minor_processes(ranked: Sequence[ProcessLine]) -> set[int]:
-    """The upids of the processes too small next to the largest to be shown in full (view.peaks)."""
+    """The upids of the processes too small next to the largest to be shown in full (view.summary.is_minor)."""
     if not ranked:
         return set()
     top_peak = max(r.peak for r in ranked)

@@ -1,5 +1,7 @@
 """Figures and lines of `record`'s summary that need a rule of their own: what was resident at
-one time in a tree of processes, and what the Python frames that could not be placed cost.
+one time in a tree of processes, what the Python frames that could not be placed cost, and
+which processes are too small to be shown one by one (a rule `report` shares). Light to
+import: the summary of a recording without samples reads no profile back.
 
 The summary's RSS line compares the sampled heaps' peak with the peak resident set. Each
 process has its own peak (VmHWM), reached at its own moment, so a sum over processes that
@@ -24,6 +26,30 @@ from heapscope.units import format_bytes
 TYPE_CHECKING = False  # typing.TYPE_CHECKING; the end of every recording imports this module
 if TYPE_CHECKING:
     from collections.abc import Iterable
+
+
+# A process is minor when it holds and allocates less than this share of the largest (1/100):
+# `python3 app.py` through pyenv's shim is 38 bash, env and readlink processes of ~100 KiB
+# around a Python process of 100 MiB; the summary and `report` name them in one line.
+MINOR_SHARE = 100
+NAMES_SHOWN = 3  # executables named in that line, most processes first
+
+
+def is_minor(peak: int, allocated: int, largest_peak: int, largest_allocated: int) -> bool:
+    """Whether a process is too small next to the largest ones to be shown in full."""
+    return peak * MINOR_SHARE < largest_peak and allocated * MINOR_SHARE < max(largest_allocated, 1)
+
+
+def count_names(names: list[str]) -> str:
+    """`bash ×30, env ×6, readlink ×2`: the executables of some processes, most common first."""
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    shown = [f"{name} ×{n}" if n > 1 else name for name, n in ranked[:NAMES_SHOWN]]
+    if len(ranked) > NAMES_SHOWN:
+        shown.append(f"{len(ranked) - NAMES_SHOWN} other{'s' if len(ranked) - NAMES_SHOWN > 1 else ''}")
+    return ", ".join(shown)
 
 
 class Resident(Record, frozen=True):

@@ -80,7 +80,8 @@ def test_an_unknown_command_names_every_command() -> None:
         assert f"'{cmd.NAME}'" in done.stderr
 
 
-# Runs `heapscope record` in this interpreter (as the console script does, without its os._exit)
+# Runs `heapscope record` in this interpreter (as the console script does, cli/start.py, without its
+# os._exit)
 # and prints the modules loaded when the target was spawned (os.posix_spawn, wrapped to look)
 # and at the end; the recording itself is real: client, producer, profile, symbolization.
 _RECORD_PROBE = """
@@ -94,7 +95,7 @@ def looking(spawn):
     return spawn_looking
 os.posix_spawn = looking(os.posix_spawn)
 os.posix_spawnp = looking(os.posix_spawnp)
-from heapscope.cli import main
+from heapscope.cli.start import main
 code = main(sys.argv[1:])
 at_end = sorted(sys.modules)
 import json
@@ -115,7 +116,7 @@ def looking(self):
         at_exit.append(sorted(sys.modules))
     return code
 Child.poll = looking
-from heapscope.cli import main
+from heapscope.cli.start import main
 code = main(sys.argv[1:])
 import json
 print(json.dumps({"code": code, "at_spawn": at_exit[0], "at_end": []}))
@@ -123,11 +124,11 @@ print(json.dumps({"code": code, "at_spawn": at_exit[0], "at_end": []}))
 
 
 def _record_run(tmp_path: Path, name: str, *target: str, probe: str = _RECORD_PROBE,
-                opts: tuple[str, ...] = ()) -> tuple[set[str], set[str]]:
-    """(modules loaded when the target was spawned, at the end) of `record -q -- TARGET` in a fresh
-    interpreter, with a symbol cache of its own under tmp_path."""
+                opts: tuple[str, ...] = ("-q",)) -> tuple[set[str], set[str]]:
+    """(modules loaded when the target was spawned, at the end) of `record -q -- TARGET` (`opts`
+    instead of -q when given) in a fresh interpreter, with a symbol cache of its own under tmp_path."""
     env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
-    done = subprocess.run([sys.executable, "-c", probe, "record", "-q", *opts, "-o", str(tmp_path / name), "--",
+    done = subprocess.run([sys.executable, "-c", probe, "record", *opts, "-o", str(tmp_path / name), "--",
                            *target], capture_output=True, text=True, timeout=120, env=env, check=True)
     out = json.loads(done.stdout.splitlines()[-1])
     assert out["code"] == 0, done.stderr
@@ -147,7 +148,8 @@ _NEVER_ON_A_CACHED_RUN = {"dataclasses", "inspect", "ast", "dis", "hashlib", "_h
 
 # What the recording needs once its target runs, and its target's start does not: the target
 # waits for the answer to its handshake, which heapscope/launch.py gives without them.
-_AFTER_THE_TARGETS_START = {"heapscope.session", "heapscope.producer.producer", "heapscope.store.writer",
+_AFTER_THE_TARGETS_START = {"heapscope.session", "heapscope.cli.summary", "heapscope.producer.producer",
+                            "heapscope.store.writer",
                             "heapscope.wire.codec", "heapscope.producer._ingest", "heapscope.bookkeeping._native",
                             "sqlite3", "subprocess",
                             "pathlib", "socket", "threading", "contextlib", "selectors"}
@@ -169,10 +171,19 @@ def test_record_spawns_its_target_before_the_end_paths_imports(tmp_path: Path) -
     assert at_end & _NEVER_FOR_A_SHORT_COMMAND == set()
 
 
-# The heapscope modules of the start path: the command line (cli, cli.record and the option
-# checks of producer.config), the listener that answers the handshake, and the spawn (launch).
-_START_PATH = {"heapscope", "heapscope.cli", "heapscope.cli.record", "heapscope.errors", "heapscope.sigmask",
-               "heapscope.launch", "heapscope.which", "heapscope.records", "heapscope.model",
+def test_the_summary_of_a_recording_without_samples_reads_no_profile(tmp_path: Path) -> None:
+    # WHEN a command is recorded at an interval (1 GiB) that samples none of its allocations, with
+    # its summary printed (no -q)
+    _, at_end = _record_run(tmp_path, "a.db", "/bin/true", opts=("-i", "1G", "--seed", "1"))
+    # THEN the summary's rules came without the profile reader's modules (nothing to read back)
+    assert "heapscope.view.summary" in at_end
+    assert at_end & ({"heapscope.store.reader", "heapscope.view.peaks"} | _NEVER_FOR_A_SHORT_COMMAND) == set()
+
+
+# The heapscope modules of the start path: the command line (cli, the start module, cli.record and
+# the option checks of producer.config), the listener that answers the handshake, and the spawn (launch).
+_START_PATH = {"heapscope", "heapscope.cli", "heapscope.cli.start", "heapscope.cli.record", "heapscope.errors",
+               "heapscope.sigmask", "heapscope.launch", "heapscope.which", "heapscope.records", "heapscope.model",
                "heapscope.producer", "heapscope.producer.config", "heapscope.producer.listener",
                "heapscope.producer.procfs", "heapscope.producer.session", "heapscope.producer.tmpdir",
                "heapscope.store", "heapscope.store.names", "heapscope.wire", "heapscope.wire.handshake",
@@ -229,7 +240,7 @@ def test_the_end_paths_imports_are_done_while_the_target_runs(tmp_path: Path) ->
 
 def test_a_target_without_samples_does_not_import_the_end_paths_modules(tmp_path: Path) -> None:
     # GIVEN a target that runs a while, at an interval (1 GiB) that samples none of its allocations
-    _, at_end = _record_run(tmp_path, "a.db", "/bin/sh", "-c", "sleep 0.3", opts=("-i", "1G", "--seed", "1"))
+    _, at_end = _record_run(tmp_path, "a.db", "/bin/sh", "-c", "sleep 0.3", opts=("-q", "-i", "1G", "--seed", "1"))
     # THEN no peak was read back, and the loop did not import what that takes (symbolize.live warms
     # the announced modules in a run this long: its imports are its own)
     with sqlite3.connect(tmp_path / "a.db") as db:

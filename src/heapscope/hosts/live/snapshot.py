@@ -35,10 +35,10 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING
 
-from heapscope.bookkeeping.rows import THREAD_ROW, TOTALS_ROW
 from heapscope.estimate import estimate_int
 from heapscope.model import Frame, Mapping
 from heapscope.records import Record
+from heapscope.session import THREAD_ROW, TOTALS_ROW
 
 if TYPE_CHECKING:
     from heapscope.producer.process import ProcessState
