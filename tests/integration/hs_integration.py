@@ -343,3 +343,13 @@ def assert_exact(
 ) -> None:
     bad = mismatches(profile, upid, truth, functions)
     assert not bad, "\n".join([*bad, context, profile.describe_process(upid)])
+
+
+def joined_fixes(stderr: str) -> str:
+    """record's summary with each module's fix back on its module's line: the summary puts a fix
+    on a line of its own when the two would not fit in 120 columns."""
+    lines = stderr.splitlines()
+    for line in lines:  # ...and only then: a line with a fix fits, or is the fix alone
+        if "; fix: " in line:
+            assert len(line) <= 120, line
+    return stderr.replace("\nheapscope:     fix: ", "; fix: ")

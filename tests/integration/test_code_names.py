@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hs_integration import HEAPSCOPE, run_process
+from hs_integration import HEAPSCOPE, joined_fixes, run_process
 from python_support import installed_pythons
 
 pytestmark = pytest.mark.timeout(240)
@@ -119,7 +119,7 @@ def _record(tmp: Path, argv: list[str | Path]) -> tuple[Path, str]:
     db = tmp / "p.db"
     run = run_process([*HEAPSCOPE, "record", "-o", str(db), "--", *map(str, argv)], timeout=180)
     assert run.returncode == 0, run.describe()
-    return db, run.stderr.decode(errors="replace")
+    return db, joined_fixes(run.stderr.decode(errors="replace"))
 
 
 @contextlib.contextmanager

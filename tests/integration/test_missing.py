@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from debuginfod_support import DebuginfodServer
-from hs_integration import HEAPSCOPE, run_process
+from hs_integration import HEAPSCOPE, joined_fixes, run_process
 
 from heapscope.symbolize.llvm import find_llvm_symbolizer
 
@@ -65,7 +65,7 @@ def _record(tmp: Path, argv: Sequence[str | Path], *extra: str, env: dict[str, s
     run = run_process([*HEAPSCOPE, "record", "-o", str(db), *extra, "--", *map(str, argv)], timeout=120,
                       env=env)
     assert run.returncode == 0, run.describe()
-    return db, run.stderr.decode(errors="replace")
+    return db, joined_fixes(run.stderr.decode(errors="replace"))
 
 
 def _stats(db: Path, name: str) -> list[tuple[int, str]]:

@@ -104,7 +104,10 @@ def print_summary(s: Summary) -> None:
     if s.unsymbolized:
         lines.append(f"{_frames(s.unsymbolized_frames)} left unsymbolized (shown as module+0x...):")
         for m in s.unsymbolized:
-            lines.append(f"  {m.module}: {_frames(m.frames)}; fix: {m.fix}")
+            line = f"  {m.module}: {_frames(m.frames)}; fix: {m.fix}"
+            # A long path and its fix go on two lines: the summary stays within 120 columns.
+            fits = len("heapscope: ") + len(line) <= 120
+            lines += [line] if fits else [f"  {m.module}: {_frames(m.frames)}", f"    fix: {m.fix}"]
         rest = s.unsymbolized_frames - sum(m.frames for m in s.unsymbolized)
         if rest > 0:
             lines.append(f"  ... and {_frames(rest)} of other modules (heapscope symbolize {s.output} lists them)")
