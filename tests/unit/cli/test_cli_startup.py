@@ -170,9 +170,9 @@ def test_record_spawns_its_target_before_the_end_paths_imports(tmp_path: Path) -
 
 
 # The heapscope modules of the start path: the command line (cli, cli.record and the option
-# checks of producer.config), the listener that answers the handshake, and the spawn (launch).
+# checks of producer.config), the listener that answers the handshake, and the spawn (launch, jobs).
 _START_PATH = {"heapscope", "heapscope.cli", "heapscope.cli.record", "heapscope.errors", "heapscope.sigmask",
-               "heapscope.launch", "heapscope.which", "heapscope.records", "heapscope.model",
+               "heapscope.jobs", "heapscope.launch", "heapscope.which", "heapscope.records", "heapscope.model",
                "heapscope.producer", "heapscope.producer.config", "heapscope.producer.listener",
                "heapscope.producer.procfs", "heapscope.producer.session", "heapscope.producer.tmpdir",
                "heapscope.store", "heapscope.store.names", "heapscope.wire", "heapscope.wire.handshake",

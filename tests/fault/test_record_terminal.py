@@ -1,0 +1,279 @@
+"""`heapscope record` in a terminal, as a shell's job: each signal reaches the target once and
+job control works as without heapscope (heapscope/jobs.py).
+
+An interactive bash runs in a tmux pane (a real terminal, a real shell's job control); the
+tests type into it and read what the pane shows through `tmux pipe-pane`, line by line, with a
+timeout on every wait. The target (programs/record_jobs.c) reads its commands from the
+terminal and prints its signal counts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import re
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent / "programs"
+WAIT_S = 30.0
+
+pytestmark = [pytest.mark.timeout(180),
+              pytest.mark.skipif(shutil.which("tmux") is None or shutil.which("bash") is None,
+                                 reason="tmux and bash are needed (apt-get install tmux)")]
+
+# What a terminal adds to the lines a program writes: colours, cursor moves, carriage returns,
+# its echo of Ctrl-C, Ctrl-Z and Ctrl-\\.
+ESCAPES = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>]|\r|\^[CZ\\]")
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("record-terminal-bin") / "record_jobs"
+    cc = shutil.which("cc") or shutil.which("gcc")
+    assert cc, "a C compiler is needed"
+    subprocess.run([cc, "-O0", "-g", "-Wall", "-o", str(out), str(HERE / "record_jobs.c")], check=True,
+                   timeout=120)
+    return out
+
+
+class Pane:
+    """An interactive bash in a tmux pane of its own server; what the pane shows, as lines."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.socket = str(tmp_path / "tmux.sock")
+        rc = tmp_path / "bashrc"
+        rc.write_text("PS1='$ '\nPROMPT_COMMAND=\nulimit -c 0\nbind 'set enable-bracketed-paste off'\n"
+                      f"cd {tmp_path}\n")
+        fifo = tmp_path / "pane.out"
+        os.mkfifo(fifo)
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.seen: list[str] = []
+        self.groups: list[int] = []  # process groups to kill if a test leaves them running
+        self.tmux("new-session", "-d", "-x", "200", "-y", "50", f"bash --noprofile --rcfile {rc} -i")
+        self.tmux("pipe-pane", "-t", "0", f"cat > {fifo}")
+        threading.Thread(target=self._read, args=(fifo,), daemon=True).start()
+
+    def tmux(self, *args: str) -> str:
+        done = subprocess.run(["tmux", "-S", self.socket, "-f", "/dev/null", *args], capture_output=True, text=True,
+                              timeout=20, check=True)
+        return done.stdout
+
+    def _read(self, fifo: Path) -> None:
+        with contextlib.suppress(OSError), open(fifo, "rb") as f:
+            for raw in f:
+                self.lines.put(ESCAPES.sub("", raw.decode(errors="replace")).rstrip("\n"))
+        self.lines.put(None)
+
+    def type(self, text: str) -> None:
+        """`text` typed, then Enter."""
+        self.tmux("send-keys", "-t", "0", "-l", text)
+        self.tmux("send-keys", "-t", "0", "Enter")
+
+    def key(self, key: str) -> None:
+        self.tmux("send-keys", "-t", "0", key)
+
+    def wait_for(self, pattern: str, timeout: float = WAIT_S) -> re.Match[str]:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                pytest.fail(f"timed out waiting for {pattern!r}; the pane showed:\n" + "\n".join(self.seen[-40:]))
+            if line is None:
+                pytest.fail(f"the pane closed while waiting for {pattern!r}:\n" + "\n".join(self.seen[-40:]))
+            self.seen.append(line)
+            found = re.search(pattern, line)
+            if found:
+                return found
+
+    def close(self) -> None:
+        with contextlib.suppress(subprocess.SubprocessError, OSError):
+            self.tmux("kill-server")
+
+
+@pytest.fixture
+def pane(tmp_path: Path) -> Iterator[Pane]:
+    p = Pane(tmp_path)
+    try:
+        yield p
+    finally:
+        for group in p.groups:  # record's and the target's, if a test left them running
+            with contextlib.suppress(OSError):
+                os.killpg(group, signal.SIGKILL)
+        p.close()
+
+
+class Job:
+    """`heapscope record -- record_jobs` typed into the pane, run as the shell's foreground job."""
+
+    def __init__(self, pane: Pane, tmp_path: Path, target: Path, *args: str, quiet: bool = True) -> None:
+        self.pane = pane
+        cmd = [sys.executable, "-m", "heapscope", "record", *(["-q"] if quiet else []), "-i", "1", "--seed", "1",
+               "--no-symbolize", "-o", str(tmp_path / "t.db"), "--", str(target), *args]
+        pane.type(" ".join(cmd))
+        ready = pane.wait_for(r"^ready pid=(\d+) pgid=(\d+) ppid=(\d+) fg=(\d)")
+        self.pid, self.pgid, self.recorder, fg = map(int, ready.groups())
+        pane.groups += [self.pgid, self.recorder]
+        # THEN (every test) the target has a group of its own, the terminal's foreground
+        assert self.pgid == self.pid and os.getpgid(self.recorder) == self.recorder != self.pgid
+        assert fg == 1
+
+    def counts(self, pattern: str) -> dict[str, int]:
+        """The counts of the first line matching `pattern` ("got ..." or "final ...")."""
+        line = self.pane.wait_for(pattern).string
+        return {k: int(v) for k, v in re.findall(r"([A-Z]+)=(\d+)", line)}
+
+    def finish(self, status: int) -> dict[str, int]:
+        """`x STATUS` typed: the target's final counts; the shell saw record exit with STATUS."""
+        self.pane.type(f"x {status}")
+        final = self.counts(r"\bfinal ")
+        self.pane.type("echo status=$?")
+        assert self.pane.wait_for(r"^status=(\d+)").group(1) == str(status)
+        return final
+
+
+@pytest.mark.parametrize("route", ["kill-group", "kill-0"])
+def test_a_signal_to_a_group_reaches_the_target_once(pane: Pane, tmp_path: Path, target: Path, route: str) -> None:
+    # GIVEN record as a shell's foreground job, its target counting signals
+    job = Job(pane, tmp_path, target)
+    # WHEN a SIGTERM reaches record's group (`kill -- -PGID`), or the target's own (`kill 0`)
+    if route == "kill-group":
+        os.killpg(job.recorder, signal.SIGTERM)
+    else:
+        pane.type("k")
+    assert job.counts(r"\bgot ")["TERM"] == 1
+    # ... then a SIGHUP and a SIGCONT to record alone, each passed on: once the target has the
+    # SIGCONT, anything record would have passed on before it has arrived (Python runs pending
+    # handlers lowest signal first, SIGTERM before SIGCONT)
+    os.kill(job.recorder, signal.SIGHUP)
+    pane.wait_for(r"\bgot .*HUP=1")
+    os.kill(job.recorder, signal.SIGCONT)
+    pane.wait_for(r"\bgot .*CONT=1")
+    # THEN each reached the target once, and record exits with its status
+    assert job.finish(3) == {"TERM": 1, "HUP": 1, "INT": 0, "CONT": 1}
+
+
+def test_ctrl_c_reaches_the_target_once(pane: Pane, tmp_path: Path, target: Path) -> None:
+    # GIVEN a target that counts SIGINT, in the foreground
+    job = Job(pane, tmp_path, target)
+    # WHEN the user types Ctrl-C (then a SIGCONT to record alone, passed on after it)
+    pane.key("C-c")
+    pane.wait_for(r"\bgot .*INT=1")
+    os.kill(job.recorder, signal.SIGCONT)
+    pane.wait_for(r"\bgot .*CONT=1")
+    # THEN the terminal's SIGINT reached it once; record did not die of it
+    assert job.finish(0) == {"TERM": 0, "HUP": 0, "INT": 1, "CONT": 1}
+
+
+@pytest.mark.parametrize(("key", "sig"), [("C-c", signal.SIGINT), ("C-\\", signal.SIGQUIT)])
+def test_a_target_killed_from_the_keyboard_gives_its_status_and_the_terminal_back(
+        pane: Pane, tmp_path: Path, target: Path, key: str, sig: signal.Signals) -> None:
+    # GIVEN `stty tostop`: a process writing to the terminal while another group has it stops
+    pane.type("stty tostop")
+    # ... and a target that dies of SIGINT and SIGQUIT, record's summary on
+    job = Job(pane, tmp_path, target, "die", quiet=False)
+    # WHEN the user types Ctrl-C or Ctrl-\
+    pane.key(key)
+    # THEN record writes its summary (its group has the terminal again) and exits with the status
+    pane.wait_for(rf"^heapscope: target died of {sig.name}")
+    pane.wait_for(r"^heapscope: next: heapscope report")
+    pane.type("echo status=$?")
+    assert pane.wait_for(r"^status=(\d+)").group(1) == str(128 + sig)
+    assert not os.path.exists(f"/proc/{job.pid}")
+
+
+def test_ctrl_z_stops_the_job_and_fg_resumes_it(pane: Pane, tmp_path: Path, target: Path) -> None:
+    # GIVEN a target in the foreground
+    job = Job(pane, tmp_path, target)
+    # WHEN the user types Ctrl-Z
+    pane.key("C-z")
+    # THEN the shell sees its job stopped and has the terminal back
+    pane.wait_for(r"^\[1\]\+\s+Stopped\s")
+    assert _state(job.pid) == "T" and _state(job.recorder) == "T"
+    pane.type("echo between")
+    pane.wait_for(r"^between$")
+    # WHEN `fg`
+    pane.type("fg")
+    # THEN the target is continued once, in the foreground: it reads the terminal and sets its modes
+    pane.wait_for(r"\bgot .*CONT=1")
+    pane.type("t")
+    pane.wait_for(r"^tty ok$")
+    pane.type("e again")
+    pane.wait_for(r"^echo again$")
+    # ... and its exit status is record's
+    assert job.finish(4) == {"TERM": 0, "HUP": 0, "INT": 0, "CONT": 1}
+
+
+def test_bg_runs_the_job_in_the_background_and_fg_brings_it_back(pane: Pane, tmp_path: Path,
+                                                                  target: Path) -> None:
+    # GIVEN a stopped job (Ctrl-Z) whose target leaves the terminal alone until a SIGHUP (a
+    # background job that reads the terminal would stop at the shell's next keystroke)
+    job = Job(pane, tmp_path, target)
+    pane.type("p")
+    pane.wait_for(r"^paused$")
+    pane.key("C-z")
+    pane.wait_for(r"^\[1\]\+\s+Stopped\s")
+    # WHEN `bg`
+    pane.type("bg")
+    # THEN the target runs on (continued once), in the background: the shell has the terminal
+    pane.wait_for(r"\bgot .*CONT=1")
+    pane.type("jobs")
+    pane.wait_for(r"^\[1\]\+\s+Running\s")
+    assert _state(job.pid) != "T" and _state(job.recorder) != "T"
+    # WHEN `fg` (the shell gives the terminal to record's group and continues nothing: the job
+    # runs), and the target reads the terminal again
+    pane.type("fg")
+    _wait_foreground(job.recorder, job.recorder)
+    os.kill(job.recorder, signal.SIGHUP)
+    pane.type("e back")
+    # THEN the kernel stops it (SIGTTIN: its group is not the foreground), record gives it the
+    # terminal and continues it, and it reads what was typed
+    pane.wait_for(r"^echo back$")
+    assert _foreground(job.recorder) == job.pgid
+    assert job.finish(6) == {"TERM": 0, "HUP": 1, "INT": 0, "CONT": 2}
+
+
+def test_a_target_that_reads_the_terminal(pane: Pane, tmp_path: Path) -> None:
+    # GIVEN `head -n 1` recorded in the foreground, under `stty tostop`
+    pane.type("stty tostop")
+    pane.type(f"{sys.executable} -m heapscope record -q --no-symbolize -o {tmp_path / 'h.db'} -- head -n 1")
+    # WHEN the user types a line
+    pane.wait_for(r"heapscope record")
+    pane.type("a line from the keyboard")
+    # THEN head read it from the terminal and printed it (the terminal's echo, then head's line)
+    pane.wait_for(r"^a line from the keyboard$")
+    pane.wait_for(r"^a line from the keyboard$")
+    pane.type("echo status=$?")
+    assert pane.wait_for(r"^status=(\d+)").group(1) == "0"
+
+
+def _state(pid: int) -> str:
+    """The state letter of /proc/PID/stat (T: stopped)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rfind(")") + 2]
+
+
+def _foreground(pid: int) -> int:
+    """The foreground process group of the terminal of `pid` (tpgid, /proc/PID/stat)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rfind(")") + 2:].split()[5])
+
+
+def _wait_foreground(pid: int, group: int, timeout: float = WAIT_S) -> None:
+    """Until the terminal of `pid` has `group` in the foreground (a bounded poll: nothing tells
+    another process when a shell calls tcsetpgrp)."""
+    deadline = time.monotonic() + timeout
+    while _foreground(pid) != group:
+        assert time.monotonic() < deadline, f"group {group} never got the terminal"
+        select.select([], [], [], 0.01)
