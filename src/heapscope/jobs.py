@@ -131,14 +131,18 @@ class JobControl:
             return
         # The shell sees its job stop; record goes on where it stopped when the shell continues
         # it, and its SIGCONT handler (continued) continues the target.
-        old = signal.signal(sig, signal.SIG_DFL) if sig != signal.SIGSTOP else None
-        try:
-            # To this thread: the stop takes it before the handler is back (a signal to the
-            # process could be taken by another thread after that).
-            signal.pthread_kill(_thread.get_ident(), sig)
-        finally:
-            if old is not None:
-                signal.signal(sig, old)
+        _suspend(sig)
+
+    def stop_requested(self) -> None:
+        """SIGTSTP to record alone: to the target's group while it runs (its stop then stops
+        record); after its end (the summary being written) record stops, as by default."""
+        if self.target is None or self.ended:
+            _suspend(signal.SIGTSTP)
+            return
+        try:  # noqa: SIM105 (contextlib: imports on the target's path)
+            os.killpg(self.target, signal.SIGTSTP)
+        except OSError:
+            pass  # its group is empty: the exit is on its way
 
     def continued(self) -> None:
         """SIGCONT to record (`fg`, `bg`, or anyone's): to the target's group, which has the
@@ -177,6 +181,18 @@ def restore() -> None:
     it away and has not given it back (record's last step, whatever happened before)."""
     if _active is not None:
         _active.restore()
+
+
+def _suspend(sig: int) -> None:
+    """Stop this process with `sig`, as its default action would (until a SIGCONT)."""
+    old = signal.signal(sig, signal.SIG_DFL) if sig != signal.SIGSTOP else None
+    try:
+        # To this thread: the stop takes it before the handler is back (a signal to the
+        # process could be taken by another thread after that).
+        signal.pthread_kill(_thread.get_ident(), sig)
+    finally:
+        if old is not None:
+            signal.signal(sig, old)
 
 
 def _foreground(tty: int) -> int | None:

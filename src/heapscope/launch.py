@@ -373,7 +373,7 @@ class Launch:
                 self._sigdef.append(sig)  # ignored by heapscope, not by the target
             install(sig, signal.SIG_IGN if in_foreground else forward)
         if self.jobs is not None:
-            install(signal.SIGTSTP, forward)  # `kill -TSTP` to record: the target stops, and record
+            install(signal.SIGTSTP, self._on_tstp)
             install(signal.SIGCONT, self._on_cont)
             install(signal.SIGCHLD, self._on_chld)
             # Our status line and messages reach the terminal while the target's group has it,
@@ -388,6 +388,10 @@ class Launch:
     def _on_chld(self, _sig: int, _frame: object) -> None:
         if self.jobs is not None:
             self.jobs.check()
+
+    def _on_tstp(self, _sig: int, _frame: object) -> None:
+        if self.jobs is not None:
+            self.jobs.stop_requested()
 
     def _on_cont(self, _sig: int, _frame: object) -> None:
         if self.jobs is not None:

@@ -193,11 +193,15 @@ def test_a_target_killed_from_the_keyboard_gives_its_status_and_the_terminal_bac
     assert not os.path.exists(f"/proc/{job.pid}")
 
 
-def test_ctrl_z_stops_the_job_and_fg_resumes_it(pane: Pane, tmp_path: Path, target: Path) -> None:
+@pytest.mark.parametrize("route", ["ctrl-z", "kill-tstp"])
+def test_ctrl_z_stops_the_job_and_fg_resumes_it(pane: Pane, tmp_path: Path, target: Path, route: str) -> None:
     # GIVEN a target in the foreground
     job = Job(pane, tmp_path, target)
-    # WHEN the user types Ctrl-Z
-    pane.key("C-z")
+    # WHEN the user types Ctrl-Z (SIGTSTP to the target's group), or SIGTSTP is sent to record alone
+    if route == "ctrl-z":
+        pane.key("C-z")
+    else:
+        os.kill(job.recorder, signal.SIGTSTP)
     # THEN the shell sees its job stopped and has the terminal back
     pane.wait_for(r"^\[1\]\+\s+Stopped\s")
     assert _state(job.pid) == "T" and _state(job.recorder) == "T"
@@ -242,6 +246,25 @@ def test_bg_runs_the_job_in_the_background_and_fg_brings_it_back(pane: Pane, tmp
     pane.wait_for(r"^echo back$")
     assert _foreground(job.recorder) == job.pgid
     assert job.finish(6) == {"TERM": 0, "HUP": 1, "INT": 0, "CONT": 2}
+
+
+def test_a_background_job_that_reads_the_terminal_stops_until_fg(pane: Pane, tmp_path: Path) -> None:
+    # GIVEN `head -n 1` recorded as a background job (`&`), the shell notifying at once (set -b)
+    pane.type("set -b")
+    pane.type(f"{sys.executable} -m heapscope record -q --no-symbolize -o {tmp_path / 'b.db'} -- head -n 1 &")
+    # WHEN head reads the terminal, which the shell has
+    # THEN the kernel stops it, record stops with it: the shell sees its job stopped for tty input
+    pane.wait_for(r"^\[1\]\+\s+Stopped\s")
+    pane.type("jobs -l")  # (`jobs` alone says only "Stopped")
+    pane.wait_for(r"^\[1\]\+\s+\d+ Stopped \(tty input\)\s")
+    # WHEN `fg`: head gets the terminal and reads the line typed
+    pane.type("fg")
+    pane.wait_for(r"head -n 1$")  # the shell echoes the job it brings to the foreground
+    pane.type("typed after fg")
+    pane.wait_for(r"^typed after fg$")
+    pane.wait_for(r"^typed after fg$")
+    pane.type("echo status=$?")
+    assert pane.wait_for(r"^status=(\d+)").group(1) == "0"
 
 
 def test_a_target_that_reads_the_terminal(pane: Pane, tmp_path: Path) -> None:
