@@ -10,7 +10,8 @@ reach the target once, from the kernel, and reading the terminal works. `record`
 job control between the target and the shell:
 
 - the target stops (Ctrl-Z: SIGTSTP; SIGTTIN, SIGTTOU, SIGSTOP): `record` stops itself with
-  the same signal, so the shell sees its job stopped and takes the terminal back;
+  the same signal, so the shell sees its job stopped and takes the terminal back (where the
+  kernel discards that stop, nobody doing job control above `record`, the target goes on);
 - `record` is continued (`fg`, `bg`: SIGCONT to its group): the terminal goes to the
   target's group again if the shell gave it to `record`'s (`fg`), then SIGCONT to the
   target's group;
@@ -130,8 +131,12 @@ class JobControl:
             self._continue()
             return
         # The shell sees its job stop; record goes on where it stopped when the shell continues
-        # it, and its SIGCONT handler (continued) continues the target.
-        _suspend(sig)
+        # it, and its SIGCONT handler (continued) continues the target. Nothing above record
+        # doing job control (it leads a session, or its shell has gone: an orphaned group),
+        # the kernel discards the stop, as it would have the target's own without heapscope:
+        # the target goes on, rather than waiting for a SIGCONT nobody would send.
+        if not _suspend(sig):
+            self._continue()
 
     def stop_requested(self) -> None:
         """SIGTSTP to record alone: to the target's group while it runs (its stop then stops
@@ -183,14 +188,20 @@ def restore() -> None:
         _active.restore()
 
 
-def _suspend(sig: int) -> None:
-    """Stop this process with `sig`, as its default action would (until a SIGCONT)."""
+def _suspend(sig: int) -> bool:
+    """Stop this process with `sig`, as its default action would, until a SIGCONT: True; False
+    when the kernel discarded the stop (an orphaned process group)."""
     old = signal.signal(sig, signal.SIG_DFL) if sig != signal.SIGSTOP else None
+    # SIGCONT held back meanwhile: pending after the stop, it says one happened (it continues
+    # the process blocked or not), and its handler runs once it is let through.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCONT})
     try:
-        # To this thread: the stop takes it before the handler is back (a signal to the
-        # process could be taken by another thread after that).
+        # To this thread: the stop takes it before the call returns (a signal to the process
+        # could be taken by another thread later).
         signal.pthread_kill(_thread.get_ident(), sig)
+        return signal.SIGCONT in signal.sigpending()
     finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         if old is not None:
             signal.signal(sig, old)
 

@@ -50,8 +50,11 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Path:
 class Pane:
     """An interactive bash in a tmux pane of its own server; what the pane shows, as lines."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, command: str | None = None) -> None:
+        """`command`: the pane's own (sh -c), instead of the shell; the pane stays once it exits."""
         self.socket = str(tmp_path / "tmux.sock")
+        self.conf = tmp_path / "tmux.conf"
+        self.conf.write_text("set -g remain-on-exit on\n")
         rc = tmp_path / "bashrc"
         rc.write_text("PS1='$ '\nPROMPT_COMMAND=\nulimit -c 0\nbind 'set enable-bracketed-paste off'\n"
                       f"cd {tmp_path}\n")
@@ -60,13 +63,14 @@ class Pane:
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.seen: list[str] = []
         self.groups: list[int] = []  # process groups to kill if a test leaves them running
-        self.tmux("new-session", "-d", "-x", "200", "-y", "50", f"bash --noprofile --rcfile {rc} -i")
+        shell = f"bash --noprofile --rcfile {rc} -i" if command is None else command
+        self.tmux("new-session", "-d", "-x", "200", "-y", "50", shell)
         self.tmux("pipe-pane", "-t", "0", f"cat > {fifo}")
         threading.Thread(target=self._read, args=(fifo,), daemon=True).start()
 
     def tmux(self, *args: str) -> str:
-        done = subprocess.run(["tmux", "-S", self.socket, "-f", "/dev/null", *args], capture_output=True, text=True,
-                              timeout=20, check=True)
+        done = subprocess.run(["tmux", "-S", self.socket, "-f", str(self.conf), *args], capture_output=True,
+                              text=True, timeout=20, check=True)
         return done.stdout
 
     def _read(self, fifo: Path) -> None:
@@ -279,6 +283,35 @@ def test_a_target_that_reads_the_terminal(pane: Pane, tmp_path: Path) -> None:
     pane.wait_for(r"^a line from the keyboard$")
     pane.type("echo status=$?")
     assert pane.wait_for(r"^status=(\d+)").group(1) == "0"
+
+
+def test_ctrl_z_where_nothing_does_job_control_leaves_no_target_stopped(tmp_path: Path, target: Path) -> None:
+    # GIVEN record leading the terminal's session (a pane's own command, no shell above it: its
+    # group is orphaned, and the kernel discards a stop of it), its target in the foreground
+    db = tmp_path / "s.db"
+    cmd = f"{sys.executable} -m heapscope record -q --no-symbolize -o {db} -- {target}"
+    pane = Pane(tmp_path, f"sh -c 'read go; exec {cmd}'")  # started once the pane is read
+    try:
+        pane.type("go")
+        ready = pane.wait_for(r"^ready pid=(\d+) pgid=(\d+) ppid=(\d+) fg=(\d)")
+        pid, _, recorder, fg = map(int, ready.groups())
+        pane.groups += [pid, recorder]
+        assert fg == 1 and os.getsid(recorder) == recorder
+        # WHEN the user types Ctrl-Z: the target stops (its group, under record, is not orphaned)
+        pane.key("C-z")
+        # THEN record, which could not stop, continues it: it runs on, and ends with its status
+        pane.wait_for(r"\bgot .*CONT=1")
+        pane.type("x 3")
+        assert dict(re.findall(r"([A-Z]+)=(\d+)", pane.wait_for(r"\bfinal ").string))["CONT"] == "1"
+        deadline = time.monotonic() + WAIT_S
+        while (dead := pane.tmux("display", "-p", "-t", "0", "#{pane_dead}:#{pane_dead_status}").strip()) != "1:3":
+            assert time.monotonic() < deadline, f"record did not exit with 3 ({dead})"
+            select.select([], [], [], 0.01)
+    finally:
+        for group in pane.groups:
+            with contextlib.suppress(OSError):
+                os.killpg(group, signal.SIGKILL)
+        pane.close()
 
 
 def _state(pid: int) -> str:
