@@ -271,6 +271,35 @@ def test_a_background_job_that_reads_the_terminal_stops_until_fg(pane: Pane, tmp
     assert pane.wait_for(r"^status=(\d+)").group(1) == "0"
 
 
+def test_in_a_pipeline_the_target_shares_records_group_and_job_control_works(pane: Pane, tmp_path: Path,
+                                                                               target: Path) -> None:
+    # GIVEN `record -- target | cat`: the shell's job is the pipeline, whose other command must
+    # keep the terminal's keys (a `less` there reads them); cat ignores the Ctrl-C below
+    pane.type("set -o pipefail")  # the job's status: record's, not cat's
+    pane.type(f"{sys.executable} -m heapscope record -q --no-symbolize -o {tmp_path / 'p.db'} -- {target}"
+              " | (trap '' INT; cat)")
+    ready = pane.wait_for(r"^ready pid=(\d+) pgid=(\d+) ppid=(\d+) fg=(\d)")
+    pid, pgid, recorder, fg = map(int, ready.groups())
+    pane.groups += [pgid]
+    # THEN the target stays in the pipeline's group (record leads it), the foreground
+    assert pgid == recorder != pid and fg == 1
+    # WHEN Ctrl-C (caught), Ctrl-Z then `fg`
+    pane.key("C-c")
+    pane.wait_for(r"\bgot .*INT=1")
+    pane.key("C-z")
+    pane.wait_for(r"^\[1\]\+\s+Stopped\s")
+    pane.type("fg")
+    pane.wait_for(r"\bgot .*CONT=1")
+    # THEN as without heapscope: one SIGINT, one SIGCONT, the terminal read, the status kept
+    pane.type("e piped")
+    pane.wait_for(r"^echo piped$")
+    pane.type("x 2")
+    assert dict(re.findall(r"([A-Z]+)=(\d+)", pane.wait_for(r"\bfinal ").string)) == {
+        "TERM": "0", "HUP": "0", "INT": "1", "CONT": "1"}
+    pane.type("echo status=$?")
+    assert pane.wait_for(r"^status=(\d+)").group(1) == "2"
+
+
 def test_a_target_that_reads_the_terminal(pane: Pane, tmp_path: Path) -> None:
     # GIVEN `head -n 1` recorded in the foreground, under `stty tostop`
     pane.type("stty tostop")
@@ -303,10 +332,7 @@ def test_ctrl_z_where_nothing_does_job_control_leaves_no_target_stopped(tmp_path
         pane.wait_for(r"\bgot .*CONT=1")
         pane.type("x 3")
         assert dict(re.findall(r"([A-Z]+)=(\d+)", pane.wait_for(r"\bfinal ").string))["CONT"] == "1"
-        deadline = time.monotonic() + WAIT_S
-        while (dead := pane.tmux("display", "-p", "-t", "0", "#{pane_dead}:#{pane_dead_status}").strip()) != "1:3":
-            assert time.monotonic() < deadline, f"record did not exit with 3 ({dead})"
-            select.select([], [], [], 0.01)
+        assert _exit_status(pane, recorder) == 3, "\n".join(pane.seen[-20:])
     finally:
         for group in pane.groups:
             with contextlib.suppress(OSError):
@@ -318,6 +344,31 @@ def _state(pid: int) -> str:
     """The state letter of /proc/PID/stat (T: stopped)."""
     stat = Path(f"/proc/{pid}/stat").read_text()
     return stat[stat.rfind(")") + 2]
+
+
+def _exit_status(pane: Pane, pid: int, timeout: float = WAIT_S) -> int:
+    """The exit status of the pane's own process `pid`: tmux's once it has reaped it, else the
+    zombie's (exit_code of /proc/PID/stat: tmux was seen to leave it unreaped for 30 s)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        dead = pane.tmux("display", "-p", "-t", "0", "#{pane_dead_status}").strip()
+        if dead:
+            return int(dead)
+        with contextlib.suppress(OSError):
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            fields = stat[stat.rfind(")") + 2:].split()
+            if fields[0] == "Z":
+                return os.waitstatus_to_exitcode(int(fields[49]))
+        assert time.monotonic() < deadline, f"pid {pid} did not exit: {_states(pid)}"
+        select.select([], [], [], 0.01)
+
+
+def _states(pid: int) -> str:
+    """The state of each thread of `pid` (a failure's message)."""
+    try:
+        return "".join(_state(int(tid)) for tid in os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return "gone"
 
 
 def _foreground(pid: int) -> int:
