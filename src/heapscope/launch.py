@@ -51,11 +51,12 @@ if TYPE_CHECKING:
 # when nothing needs the two to share one: a signal to heapscope's group (timeout(1),
 # `kill -- -PGID`, `kill 0`) then reaches the target once, through heapscope, as it would have
 # without it, and the target's own `kill 0` stays in its group. `record` run as a job of its own
-# in a terminal gives the target the terminal and relays job control (heapscope/jobs.py). Only a
-# process that shares the terminal's foreground group with others (a pipeline, a program that
-# started it), or leads a group it may share, keeps one group with its target, for Ctrl-C,
-# Ctrl-Z and `fg`: SIGINT and SIGQUIT from the terminal already reach the target then, so they
-# are passed on only when heapscope is not in the foreground.
+# in a terminal also gives the target the terminal and relays job control (heapscope/jobs.py).
+# Otherwise, in a terminal's foreground group or leading a job (a group shared with a pipeline's
+# other commands or with the program that started it; `live`, whose view keeps the terminal),
+# heapscope and its target share one group, for Ctrl-C, Ctrl-Z and `fg`: SIGINT and SIGQUIT from
+# the terminal already reach the target then, so they are passed on only when heapscope is not
+# in the foreground.
 FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR2, signal.SIGALRM)
 TERMINAL = (signal.SIGINT, signal.SIGQUIT)
 # Python ignores these at its start; the target gets them back at their default (as

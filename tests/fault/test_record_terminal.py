@@ -13,6 +13,7 @@ import contextlib
 import os
 import queue
 import re
+import resource
 import select
 import shutil
 import signal
@@ -338,6 +339,78 @@ def test_ctrl_z_where_nothing_does_job_control_leaves_no_target_stopped(tmp_path
             with contextlib.suppress(OSError):
                 os.killpg(group, signal.SIGKILL)
         pane.close()
+
+
+# The pane's own command: record made a foreground job of its own, as a shell would, by a
+# parent that does no job control after it (no shell takes the terminal back): what the terminal's
+# foreground group is once record has exited is what record left.
+LAUNCHER = """
+import os, signal, sys
+signal.signal(signal.SIGTTOU, signal.SIG_IGN)  # tcsetpgrp from here, its group in the background
+pid = os.fork()
+if pid == 0:
+    os.setpgid(0, 0)
+    os.tcsetpgrp(0, os.getpid())
+    signal.signal(signal.SIGTTOU, signal.SIG_DFL)
+    os.execv(sys.argv[1], sys.argv[1:])
+os.setpgid(pid, pid) if os.getpgid(pid) != pid else None
+_, status = os.waitpid(pid, 0)
+print(f"after record={pid} fg={os.tcgetpgrp(0)} status={os.waitstatus_to_exitcode(status)}", flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.mark.parametrize("end", ["exit", "ctrl-c", "record-fails"])
+def test_record_gives_the_terminal_back_to_its_group(tmp_path: Path, target: Path, end: str) -> None:
+    # GIVEN record as a foreground job of its own, started by a program that leaves the terminal
+    # as record leaves it
+    launcher = tmp_path / "launcher.py"
+    launcher.write_text(LAUNCHER)
+    db = tmp_path / "r.db"
+    cmd = " ".join([sys.executable, str(launcher), sys.executable, "-m", "heapscope", "-v", "record", "-q", "-i", "1",
+                    "--no-symbolize", "-o", str(db), "--", str(target), *(["die"] if end == "ctrl-c" else [])])
+    pane = Pane(tmp_path, f"sh -c 'read go; exec {cmd}'")
+    try:
+        pane.type("go")
+        ready = pane.wait_for(r"^ready pid=(\d+) pgid=(\d+) ppid=(\d+) fg=(\d)")
+        pid, _, recorder, fg = map(int, ready.groups())
+        pane.groups += [pid, recorder]
+        assert fg == 1
+        # WHEN the target exits, dies of the terminal's Ctrl-C, or exits after record's own code
+        # failed (it can no longer grow its files: a real EFBIG) and went on supervising it
+        if end == "record-fails":
+            _fail_writing(pane, recorder, db)
+        if end == "ctrl-c":
+            pane.key("C-c")
+        else:
+            pane.type("x 3")
+        # THEN record has exited with its status, and left its own group the terminal's foreground
+        after = pane.wait_for(r"^after record=(\d+) fg=(\d+) status=(\d+)")
+        assert after.groups() == (str(recorder), str(recorder), "3" if end != "ctrl-c" else "130")
+    finally:
+        for group in pane.groups:
+            with contextlib.suppress(OSError):
+                os.killpg(group, signal.SIGKILL)
+        pane.close()
+
+
+def _fail_writing(pane: Pane, recorder: int, db: Path) -> None:
+    """Dumps (SIGUSR1) of new allocations, record's files limited to their size, until it says
+    profiling stopped."""
+    pane.type("a")
+    pane.wait_for(r"^ok a ")
+    os.kill(recorder, signal.SIGUSR1)
+    pane.wait_for(r"\(signal\) of pid")
+    sizes = [p.stat().st_size for p in db.parent.iterdir() if p.name.startswith(db.name)]
+    resource.prlimit(recorder, resource.RLIMIT_FSIZE, (max(sizes), max(sizes)))
+    for _ in range(100):
+        pane.type("a")
+        pane.wait_for(r"^ok a ")
+        os.kill(recorder, signal.SIGUSR1)
+        if "error:" in pane.wait_for(r"\(signal\) of pid|error:").string:
+            assert "profiling stopped" in pane.seen[-1]
+            return
+    pytest.fail("no error while the profile could not grow")
 
 
 def _state(pid: int) -> str:

@@ -7,6 +7,7 @@
  * terminal:
  *   k        kill(0, SIGTERM): a signal to its own process group
  *   p        print "paused" and leave the terminal alone until its next SIGHUP
+ *   a        allocate 64 KiB, kept: "ok a BYTES" (BYTES: allocated so far)
  *   t        tcsetattr on the terminal (SIGTTOU unless its group is in the foreground): "tty ok"
  *   e WORD   print "echo WORD"
  *   x N      print "final TERM=t HUP=h INT=i CONT=c", exit with status N
@@ -52,6 +53,7 @@ int main(int argc, char **argv) {
   printf("ready pid=%d pgid=%d ppid=%d fg=%d\n", (int)getpid(), (int)getpgrp(), (int)getppid(),
          tcgetpgrp(0) == getpgrp());
   int seen = 0, paused_at = -1;
+  size_t allocated = 0;
   char line[128];
   size_t len = 0;
   for (;;) {
@@ -74,7 +76,13 @@ int main(int argc, char **argv) {
     }
     line[len] = '\0';
     len = 0;
-    if (line[0] == 'p') {
+    if (line[0] == 'a') {
+      char *block = malloc(64 * 1024);
+      if (block == NULL) return 99;
+      memset(block, 1, 64 * 1024);
+      allocated += 64 * 1024;
+      printf("ok a %zu\n", allocated);
+    } else if (line[0] == 'p') {
       paused_at = hup;
       printf("paused\n");
     } else if (line[0] == 'k') {
