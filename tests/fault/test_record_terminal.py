@@ -158,15 +158,17 @@ def test_a_signal_to_a_group_reaches_the_target_once(pane: Pane, tmp_path: Path,
     else:
         pane.type("k")
     assert job.counts(r"\bgot ")["TERM"] == 1
-    # ... then a SIGHUP and a SIGCONT to record alone, each passed on: once the target has the
-    # SIGCONT, anything record would have passed on before it has arrived (Python runs pending
-    # handlers lowest signal first, SIGTERM before SIGCONT)
+    # ... then a SIGHUP, a SIGINT and a SIGCONT to record alone, each passed on: once the target
+    # has the SIGCONT, anything record would have passed on before it has arrived (Python runs
+    # pending handlers lowest signal first, SIGTERM before SIGCONT)
     os.kill(job.recorder, signal.SIGHUP)
     pane.wait_for(r"\bgot .*HUP=1")
+    os.kill(job.recorder, signal.SIGINT)
+    pane.wait_for(r"\bgot .*INT=1")
     os.kill(job.recorder, signal.SIGCONT)
     pane.wait_for(r"\bgot .*CONT=1")
     # THEN each reached the target once, and record exits with its status
-    assert job.finish(3) == {"TERM": 1, "HUP": 1, "INT": 0, "CONT": 1}
+    assert job.finish(3) == {"TERM": 1, "HUP": 1, "INT": 1, "CONT": 1}
 
 
 def test_ctrl_c_reaches_the_target_once(pane: Pane, tmp_path: Path, target: Path) -> None:
