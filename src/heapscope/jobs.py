@@ -38,10 +38,6 @@ import os
 import signal
 import stat
 
-# What stops the target and what `record` then stops itself with: the shell says why the job
-# stopped ("Stopped (tty input)" for SIGTTIN) from the signal.
-STOPS = (signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGSTOP)
-
 _active: JobControl | None = None  # the one of this process, for restore() on any way out
 
 
@@ -130,11 +126,12 @@ class JobControl:
             self.hand_over()
             self._continue()
             return
-        # The shell sees its job stop; record goes on where it stopped when the shell continues
-        # it, and its SIGCONT handler (continued) continues the target. Nothing above record
-        # doing job control (it leads a session, or its shell has gone: an orphaned group),
-        # the kernel discards the stop, as it would have the target's own without heapscope:
-        # the target goes on, rather than waiting for a SIGCONT nobody would send.
+        # The shell sees its job stop, and why (`Stopped (tty input)`: the same signal); record
+        # goes on where it stopped when the shell continues it, and its SIGCONT handler
+        # (continued) continues the target. Nothing above record doing job control (it leads a
+        # session, or its shell has gone: an orphaned group), the kernel discards the stop, as
+        # it would have the target's own without heapscope: the target goes on, rather than
+        # wait for a SIGCONT nobody would send.
         if not _suspend(sig):
             self._continue()
 
