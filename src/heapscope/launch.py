@@ -25,7 +25,7 @@ Recording.start uses `spawn` too when nothing was started before it (an
 in-process host: the pytest plugin, heapscope.api, `live`).
 
 May import: heapscope.producer.listener, heapscope.sigmask, heapscope.errors, heapscope.producer.procfs,
-heapscope.store.names.
+heapscope.store.names, heapscope.jobs.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import signal
 import sys
 import time
 
-from heapscope import sigmask
+from heapscope import jobs, sigmask
 from heapscope.errors import OutputError, TargetError
 from heapscope.producer.listener import Listener
 from heapscope.producer.procfs import status_field
@@ -47,14 +47,16 @@ if TYPE_CHECKING:
 
     from heapscope.producer.config import RecordConfig
 
-# Signals sent to heapscope are passed on to the target. Where job control cannot need the two
-# to share a process group (no controlling terminal, or heapscope is not the terminal's
-# foreground group nor a job of its own), the target gets a group of its own: a signal to
-# heapscope's group (timeout(1), `kill -- -PGID`, `kill 0`) reaches the target once, through
-# heapscope, as it would have without it, and the target's own `kill 0` stays in its group.
-# Otherwise (a shell's foreground or background job) they share one, for Ctrl-C, Ctrl-Z and `fg`:
-# SIGINT and SIGQUIT from the terminal already reach the target then, so they are passed on
-# only when heapscope is not in the foreground.
+# Signals sent to heapscope are passed on to the target, which has a process group of its own
+# when nothing needs the two to share one: a signal to heapscope's group (timeout(1),
+# `kill -- -PGID`, `kill 0`) then reaches the target once, through heapscope, as it would have
+# without it, and the target's own `kill 0` stays in its group. `record` run as a job of its own
+# in a terminal also gives the target the terminal and relays job control (heapscope/jobs.py).
+# Otherwise, in a terminal's foreground group or leading a job (a group shared with a pipeline's
+# other commands or with the program that started it; `live`, whose view keeps the terminal),
+# heapscope and its target share one group, for Ctrl-C, Ctrl-Z and `fg`: SIGINT and SIGQUIT from
+# the terminal already reach the target then, so they are passed on only when heapscope is not
+# in the foreground.
 FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR2, signal.SIGALRM)
 TERMINAL = (signal.SIGINT, signal.SIGQUIT)
 # Python ignores these at its start; the target gets them back at their default (as
@@ -116,6 +118,7 @@ class Child:
         # Minor faults of the children it reaped (cminflt of /proc/PID/stat, read while a zombie):
         # 0 when it reaped none that ran, whose peaks would be in ru_maxrss (None: not known).
         self.children_faults: int | None = None
+        self.jobs: jobs.JobControl | None = None  # its group has the terminal (heapscope/jobs.py)
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -137,10 +140,14 @@ class Child:
             pid, status, usage = os.wait4(self.pid, 0)
         except ChildProcessError:
             self.returncode = 0  # reaped elsewhere: as Popen says
+            if self.jobs is not None:
+                self.jobs.restore()
             return
         if pid == self.pid:
             self.maxrss_kib = usage.ru_maxrss
             self.returncode = os.waitstatus_to_exitcode(status)
+            if self.jobs is not None:
+                self.jobs.restore()  # before record's own last lines: the terminal is its again
 
     def peak_rss(self) -> int:
         """Its peak resident set in bytes once reaped, whatever its end (_exit, a signal: no
@@ -323,6 +330,7 @@ class Launch:
         self.nofile: tuple[int, int] | None = None  # the descriptor limit before spawn() raised it
         self._sigdef: list[int] = []  # signals we ignore that the target must not inherit ignored
         self.own_group = False  # the target in a process group of its own (forward_signals decides)
+        self.jobs: jobs.JobControl | None = None  # the terminal handed to the target (forward_signals)
 
     # -- signals ---------------------------------------------------------------
 
@@ -331,12 +339,19 @@ class Launch:
         self.restore.setdefault(sig, old)
 
     def forward_signals(self, install: Callable[[int, Callable[[int, object], None] | int], None] | None = None,
-                        usr1: bool = True) -> None:
+                        usr1: bool = True, job_control: bool = False) -> None:
         """Pass signals sent to heapscope on to the target (kept until it is spawned); SIGUSR1 is
-        noted for the recording (a dump). `install(sig, handler)`: the recording's own, else ours."""
+        noted for the recording (a dump). `install(sig, handler)`: the recording's own, else ours.
+        `job_control`: a job of its own in a terminal hands it the terminal (heapscope/jobs.py)."""
         install = install or self.install
-        in_foreground, job = _terminal()
-        self.own_group = not (in_foreground or job)
+        tty = jobs.own_job() if job_control else None
+        if tty is not None:
+            self.jobs = jobs.JobControl(tty)
+            in_foreground = False  # the target's group gets the terminal's keys, not ours
+            self.own_group = True
+        else:
+            in_foreground, job = _terminal()
+            self.own_group = not (in_foreground or job)
 
         passing: list[int] = []  # signals being passed on; more than one: a handler runs inside another
 
@@ -358,9 +373,30 @@ class Launch:
             if in_foreground and signal.getsignal(sig) != signal.SIG_IGN:
                 self._sigdef.append(sig)  # ignored by heapscope, not by the target
             install(sig, signal.SIG_IGN if in_foreground else forward)
+        if self.jobs is not None:
+            install(signal.SIGTSTP, self._on_tstp)
+            install(signal.SIGCONT, self._on_cont)
+            install(signal.SIGCHLD, self._on_chld)
+            # Our status line and messages reach the terminal while the target's group has it,
+            # also under `stty tostop`; the target gets SIGTTOU at its default.
+            if signal.getsignal(signal.SIGTTOU) != signal.SIG_IGN:
+                self._sigdef.append(signal.SIGTTOU)
+            install(signal.SIGTTOU, signal.SIG_IGN)
         if usr1:
             install(signal.SIGUSR1, self._on_usr1)
         sigmask.release()  # what came while `record` started reaches these handlers now
+
+    def _on_chld(self, _sig: int, _frame: object) -> None:
+        if self.jobs is not None:
+            self.jobs.check()
+
+    def _on_tstp(self, _sig: int, _frame: object) -> None:
+        if self.jobs is not None:
+            self.jobs.stop_requested()
+
+    def _on_cont(self, _sig: int, _frame: object) -> None:
+        if self.jobs is not None:
+            self.jobs.continued()
 
     def _pass_on(self, child: Child, sig: int) -> None:
         """`sig` to the target; to its whole group when it has one of its own (what a signal to
@@ -396,6 +432,9 @@ class Launch:
         self.spawned = time.monotonic()
         child = spawn(argv, executable, env, stdin, stdout, stderr, tuple(self._sigdef), self.own_group)
         self.child = child
+        if self.jobs is not None:
+            child.jobs = self.jobs  # the terminal back to record's group once it is reaped
+            self.jobs.spawned(child.pid)
         self.listener.warm()  # the handshake's imports, while the target execs
         if self.nofile is None:  # heapscope's own, for the clients of a fork-heavy target
             self.nofile = raise_nofile()

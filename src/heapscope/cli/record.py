@@ -117,6 +117,15 @@ def add_fleet_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    try:
+        return _record(args)
+    finally:
+        from heapscope import jobs
+
+        jobs.restore()  # the terminal's foreground, given to the target, back to our group
+
+
+def _record(args: argparse.Namespace) -> int:
     config = record_config(args)
     command = list(args.command)
     if command and command[0] == "--":
@@ -151,7 +160,7 @@ def main(args: argparse.Namespace) -> int:
     from heapscope.cli.summary import StatusLine, print_summary
     from heapscope.session import Recording
 
-    options = recording_options(args, command, pids)
+    options = recording_options(args, command, pids, job_control=True)
     try:
         rec = Recording(config, output, options, library=library, say=say, warn=say_line, log=log,
                         launch=launch)
@@ -224,7 +233,7 @@ def _launch(config: RecordConfig, output: str, force: bool, command: list[str], 
         raise
     launch.created = True  # the recording's ProfileWriter takes the files as they are
     try:
-        launch.forward_signals()
+        launch.forward_signals(job_control=True)
         launch.spawn(command, executable, library)
     except BaseException:
         launch.abandon()
@@ -271,8 +280,10 @@ def quiet(_msg: str) -> None:
     pass
 
 
-def recording_options(args: argparse.Namespace, command: list[str], pids: list[int]) -> RecordingOptions:
-    """The session options `record` and `live` share, checked; -o checked too."""
+def recording_options(args: argparse.Namespace, command: list[str], pids: list[int],
+                      job_control: bool = False) -> RecordingOptions:
+    """The session options `record` and `live` share, checked; -o checked too. `job_control`:
+    record's (heapscope/jobs.py); live's view keeps the terminal."""
     from heapscope.session import RecordingOptions
 
     options = RecordingOptions(
@@ -281,6 +292,7 @@ def recording_options(args: argparse.Namespace, command: list[str], pids: list[i
         max_memory_mb=args.max_producer_memory, max_cpu_s=args.max_producer_cpu,
         symbolize=not args.no_symbolize, force=args.force,
         command=" ".join(command) if command else "-p " + ",".join(map(str, pids)),
+        job_control=job_control,
     )
     if args.output is not None and not args.output.strip():
         raise UsageError("-o/--output must not be empty")

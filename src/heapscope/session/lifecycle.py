@@ -80,7 +80,8 @@ class Recording(Teardown):
             producer = self._open(" ".join(argv))
             launch = Launch(self.config, self.log, listener=producer.listener)
             if self.options.forward_signals:
-                launch.forward_signals(install=self._install_signal, usr1=False)
+                launch.forward_signals(install=self._install_signal, usr1=False,
+                                       job_control=self.options.job_control)
             launch.spawn(argv, executable, self.library, stdin, stdout, stderr)
         assert launch.child is not None
         self.child = launch.child

@@ -293,12 +293,16 @@ class Teardown(Figures):
         # signal that would kill it now must not put its own death in place of the target's
         # status (SIGTERM just after the target's exit ended record with -15 instead of 3;
         # SIGINT raised KeyboardInterrupt: 130), so what had no handler of its own before (the
-        # default, Python's for SIGINT) is ignored.
+        # default, Python's for SIGINT) is ignored. Job control's (heapscope/jobs.py) go back to
+        # their default, which kills nothing: Ctrl-Z stops record while it writes its summary,
+        # and an ignored SIGCHLD would have the kernel reap children before we wait for them.
         ending = self.exits_after_close
         defaults = (signal.SIG_DFL, signal.default_int_handler)
+        harmless = (signal.SIGCHLD, signal.SIGCONT, signal.SIGTSTP)
         for sig, handler in self._restore.items():
             with contextlib.suppress(ValueError, TypeError, OSError):
-                signal.signal(sig, signal.SIG_IGN if ending and handler in defaults else handler)
+                ignore = ending and handler in defaults and sig not in harmless
+                signal.signal(sig, signal.SIG_IGN if ignore else handler)
         self._restore.clear()
         if self._old_wakeup is not None:
             with contextlib.suppress(ValueError):

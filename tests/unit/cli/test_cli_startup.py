@@ -181,9 +181,10 @@ def test_the_summary_of_a_recording_without_samples_reads_no_profile(tmp_path: P
 
 
 # The heapscope modules of the start path: the command line (cli, the start module, cli.record and
-# the option checks of producer.config), the listener that answers the handshake, and the spawn (launch).
+# the option checks of producer.config), the listener that answers the handshake, and the spawn (launch, jobs).
 _START_PATH = {"heapscope", "heapscope.cli", "heapscope.cli.start", "heapscope.cli.record", "heapscope.errors",
-               "heapscope.sigmask", "heapscope.launch", "heapscope.which", "heapscope.records", "heapscope.model",
+               "heapscope.sigmask", "heapscope.jobs", "heapscope.launch", "heapscope.which", "heapscope.records",
+               "heapscope.model",
                "heapscope.producer", "heapscope.producer.config", "heapscope.producer.listener",
                "heapscope.producer.procfs", "heapscope.producer.session", "heapscope.producer.tmpdir",
                "heapscope.store", "heapscope.store.names", "heapscope.wire", "heapscope.wire.handshake",
