@@ -166,6 +166,8 @@ static void book_free(struct hs_tracker *t, const struct hs_live *e) {
   t->cur_unfreed -= e->sample_size;
   t->pk->cur_unfreed -= e->sample_size;
   if (__builtin_expect(t->threads, 0)) thread_free(t, e);
+  hs_series_note(&t->series, t->series.last_ts, e->seq, t->cur_unfreed, t->alloc_bytes);
+  hs_series_freed(&t->series, e->seq, e->sample_size, (uint32_t)(b - t->buckets));
 }
 
 static void apply_malloc(struct hs_tracker *t, const struct hs_op *op) {
@@ -227,6 +229,7 @@ static void apply_malloc(struct hs_tracker *t, const struct hs_op *op) {
     pk->peak_epoch++; /* every bucket's cur, in every tracker of the peak, is now its state there */
   }
   if (op->ts > t->last_ts) t->last_ts = op->ts;
+  hs_series_note(&t->series, op->ts, op->seq, t->cur_unfreed, t->alloc_bytes);
   if (t->stream) {
     stream_row(t, HS_OP_MALLOC, op->seq, op->addr, op->alloc_size, op->sample_size, op->stack_id, op->ts);
   }
@@ -569,7 +572,8 @@ int hs_tracker_init(struct hs_tracker *t, int stream, int dump_at_max) {
     t->pk->n = 1;
   }
   if (!t->pk || hs_live_init(&t->live, HS_LIVE_INITIAL) < 0 || hs_stacks_init(&t->stacks, HS_STACKS_INITIAL) < 0 ||
-      hs_stacks_init(&t->callsites, HS_CALLSITES_INITIAL) < 0 || hs_pending_init(&t->pending) < 0) {
+      hs_stacks_init(&t->callsites, HS_CALLSITES_INITIAL) < 0 || hs_pending_init(&t->pending) < 0 ||
+      hs_series_init(&t->series) < 0) {
     hs_tracker_destroy(t);
     return -1;
   }
@@ -625,6 +629,7 @@ void hs_tracker_destroy(struct hs_tracker *t) {
   hs_stacks_destroy(&t->stacks);
   hs_stacks_destroy(&t->callsites);
   hs_pending_destroy(&t->pending);
+  hs_series_destroy(&t->series);
   free(t->buckets);
   free(t->rest);
   free(t->stream_rows.p);
