@@ -124,8 +124,8 @@ class Tracker:
     def series(self) -> bytes:
         """SERIES_ROW rows, the heap's memory over time, oldest first (tracker_series.h).
 
-        (ts of the span's first op, its largest sampled unreleased bytes,
-        sampled bytes allocated in all at its end); at most HS_SERIES_CAP.
+        (ts of the span's first op, its largest sampled unreleased bytes, those at
+        its end, sampled bytes allocated in all at its end); at most HS_SERIES_CAP.
         """
 
     def samples(self) -> bytes:

@@ -157,7 +157,8 @@ static inline uint32_t live_stack(const struct hs_tracker *t, const struct hs_li
   return __builtin_expect(t->threads, 0) ? (uint32_t)t->thread_keys.ids[e->stack_idx] : e->stack_idx;
 }
 
-static void book_free(struct hs_tracker *t, const struct hs_live *e) {
+/* op: the op that freed it (a FREE, or a MALLOC at its address), whose ts dates the free. */
+static void book_free(struct hs_tracker *t, const struct hs_live *e, const struct hs_op *op) {
   struct hs_bucket *b = bucket_of(t, e);
   touch(t, b);
   b->cur.free_bytes += e->sample_size;
@@ -166,7 +167,7 @@ static void book_free(struct hs_tracker *t, const struct hs_live *e) {
   t->cur_unfreed -= e->sample_size;
   t->pk->cur_unfreed -= e->sample_size;
   if (__builtin_expect(t->threads, 0)) thread_free(t, e);
-  hs_series_note(&t->series, t->series.last_ts, e->seq, t->cur_unfreed, t->alloc_bytes);
+  hs_series_note_free(&t->series, op->ts, op->seq, t->cur_unfreed, t->alloc_bytes);
   hs_series_freed(&t->series, e->seq, e->sample_size, (uint32_t)(b - t->buckets));
 }
 
@@ -203,7 +204,7 @@ static void apply_malloc(struct hs_tracker *t, const struct hs_op *op) {
   struct hs_live *e = hs_live_slot(&t->live, op->addr);
   if (e->bucket_plus1) {
     /* Its free was never seen (or not yet: then it will count as untracked). */
-    book_free(t, e);
+    book_free(t, e, op);
     t->st.implicit_frees++;
   } else {
     e->addr = op->addr;
@@ -242,7 +243,7 @@ static void apply_free(struct hs_tracker *t, const struct hs_op *op) {
     if (t->stream) stream_row(t, HS_OP_FREE, op->seq, op->addr, 0, 0, 0, 0);
     return;
   }
-  book_free(t, e);
+  book_free(t, e, op);
   if (t->stream) {
     stream_row(t, HS_OP_FREE, op->seq, op->addr, e->alloc_size, e->sample_size,
                t->stacks.ids[live_stack(t, e)], 0);
@@ -296,7 +297,10 @@ void hs_tracker_malloc(struct hs_tracker *t, uint64_t seq, uint64_t addr, uint64
 }
 
 void hs_tracker_free(struct hs_tracker *t, uint64_t seq, uint64_t addr, uint64_t now_ns) {
-  struct hs_op op = {seq, addr, 0, 0, 0, 0, HS_OP_FREE, 0};
+  /* A FREE record has no ts of its own: its arrival (the reader's clock, CLOCK_MONOTONIC as the
+   * client's coarse one) dates it for the series, later than the free by the ring's latency;
+   * a malloc after it would date it no better after an idle stretch. */
+  struct hs_op op = {seq, addr, 0, 0, 0, now_ns, HS_OP_FREE, 0};
   submit(t, &op, now_ns);
 }
 

@@ -26,7 +26,7 @@ void hs_series_destroy(struct hs_series *s) {
 }
 
 /* Neighbours in pairs, each pair one point: the first's ts and seq, the larger
- * unreleased, the second's allocated (the later). The step doubles with it. */
+ * unreleased, the second's end and allocated (the later). The step doubles with it. */
 static void merge_pairs(struct hs_series *s) {
   uint32_t k = 0;
   for (uint32_t i = 0; i < s->n; i += 2, k++) {
@@ -34,6 +34,7 @@ static void merge_pairs(struct hs_series *s) {
     if (i + 1 < s->n) {
       const struct hs_series_point *q = &s->pts[i + 1];
       if (q->unreleased > p.unreleased) p.unreleased = q->unreleased;
+      p.end = q->end;
       p.allocated = q->allocated;
     }
     s->pts[k] = p;
@@ -56,7 +57,7 @@ void hs_series_open(struct hs_series *s, uint64_t ts, uint64_t seq) {
   /* A new point starts where the last left off: its unreleased is at least the last's end,
    * which is not known apart from its max, so it starts at 0 and the op's own value sets it. */
   uint64_t allocated = s->n ? s->pts[s->n - 1].allocated : 0;
-  s->pts[s->n++] = (struct hs_series_point){ts, seq, 0, allocated};
+  s->pts[s->n++] = (struct hs_series_point){ts, seq, 0, 0, allocated};
   /* After a merge the open point may span more: the points stay evenly fine. */
   s->span_end = ts + s->step;
 }
@@ -108,7 +109,7 @@ int64_t hs_tracker_series(struct hs_tracker *t) {
   struct hs_series_row *row = out_rows(t, s->n, sizeof *row), *first = row;
   if (!row) return -1;
   for (uint32_t i = 0; i < s->n; i++)
-    *row++ = (struct hs_series_row){s->pts[i].ts, s->pts[i].unreleased, s->pts[i].allocated};
+    *row++ = (struct hs_series_row){s->pts[i].ts, s->pts[i].unreleased, s->pts[i].end, s->pts[i].allocated};
   t->out.len = (size_t)(row - first) * sizeof *row;
   return row - first;
 }

@@ -4,8 +4,8 @@
  *
  *   ops (ts, sampled unreleased, sampled allocated)
  *      --> points   one per span of HS_SERIES_STEP_NS of activity: the span's
- *                   first ts and seq, its largest unreleased, its allocated
- *                   at its end. At HS_SERIES_CAP points, neighbours merge in
+ *                   first ts and seq, its largest unreleased, its unreleased
+ *                   and allocated at its end. At HS_SERIES_CAP points, neighbours merge in
  *                   pairs (the larger unreleased kept: the peak is never
  *                   lost) and the step doubles, so a long run keeps at most
  *                   HS_SERIES_CAP points, evenly fine.
@@ -20,8 +20,9 @@
  * What an op pays: a compare with the open span's end, a max and a store
  * (the point), and for a free one hash and an append. A new span, a merge
  * and a thinning are out of line. The series' clock is the ops' own ts (the
- * client's CLOCK_MONOTONIC at the malloc); a free has none on the wire, so
- * it counts at the latest malloc ts of its heap (the open span).
+ * client's CLOCK_MONOTONIC_COARSE at the malloc); a FREE record has none on
+ * the wire, so a free counts at its arrival at the reader (tracker.c
+ * hs_tracker_free), or at the heap's latest op when that is later.
  *
  * A sample's malloc time is read from the points (the last span whose first
  * seq is not after its seq): exact to a span, which is what the flamegraph's
@@ -43,6 +44,7 @@ struct hs_series_point {
   uint64_t ts;         /* the span's first op's ts (ns) */
   uint64_t seq;        /* ... and seq */
   uint64_t unreleased; /* the span's largest sampled unreleased bytes */
+  uint64_t end;        /* ... at its end (a drop shows though the largest stays) */
   uint64_t allocated;  /* sampled bytes allocated in all, at the span's end */
 };
 
@@ -70,7 +72,8 @@ struct hs_series {
 /* hs_tracker_series(): one point, oldest first. */
 struct hs_series_row {
   uint64_t ts;
-  uint64_t unreleased;
+  uint64_t unreleased; /* largest in the span */
+  uint64_t end;        /* at the span's end */
   uint64_t allocated;
 };
 
@@ -114,8 +117,15 @@ static inline void hs_series_note(struct hs_series *s, uint64_t ts, uint64_t seq
   if (__builtin_expect(ts >= s->span_end, 0)) hs_series_open(s, ts, seq);
   struct hs_series_point *p = &s->pts[s->n - 1];
   if (unreleased > p->unreleased) p->unreleased = unreleased;
+  p->end = unreleased;
   p->allocated = allocated;
   if (ts > s->last_ts) s->last_ts = ts;
+}
+
+/* A free at ts (0 or earlier than the heap's latest op: at that op's time). */
+static inline void hs_series_note_free(struct hs_series *s, uint64_t ts, uint64_t seq, uint64_t unreleased,
+                                       uint64_t allocated) {
+  hs_series_note(s, ts > s->last_ts ? ts : s->last_ts, seq, unreleased, allocated);
 }
 
 /* A sample freed now (at s->last_ts): kept when the thinning says so. */

@@ -17,7 +17,7 @@ SAMPLES_CAP = 65536  # HS_SAMPLES_CAP
 S1, S2 = 0x1111, 0x2222
 
 
-def series(t: Tracker) -> list[tuple[int, int, int]]:
+def series(t: Tracker) -> list[tuple[int, int, int, int]]:
     return list(SERIES_ROW.iter_unpack(t.series()))
 
 
@@ -52,8 +52,8 @@ def test_phases_give_points_with_their_peaks() -> None:
     ops.malloc(2000, 500 * MS)
     ops.free(marker)
     # THEN one point per 10 ms span with activity: the span's first ts, its largest unreleased
-    # bytes, and what was allocated in all at its end
-    assert series(t) == [(100 * MS, 1000, 1000), (300 * MS, 1001, 1001), (500 * MS, 2001, 3001)]
+    # bytes, those at its end, and what was allocated in all at its end
+    assert series(t) == [(100 * MS, 1000, 1000, 1000), (300 * MS, 1001, 1, 1001), (500 * MS, 2001, 2000, 3001)]
 
 
 def test_a_span_keeps_its_largest_value() -> None:
@@ -65,8 +65,8 @@ def test_a_span_keeps_its_largest_value() -> None:
     ops.free(a)
     ops.free(b)
     ops.malloc(10, STEP)
-    # THEN the first point holds the peak (1200), not the end (0)
-    assert series(t) == [(0, 1200, 1200), (STEP, 10, 1210)]
+    # THEN the first point holds the peak (1200) and its end (0)
+    assert series(t) == [(0, 1200, 0, 1200), (STEP, 10, 10, 1210)]
 
 
 def test_points_stay_bounded_and_keep_the_peak() -> None:
@@ -92,7 +92,7 @@ def test_points_stay_bounded_and_keep_the_peak() -> None:
     assert [p[0] for p in pts] == sorted(p[0] for p in pts)
     assert max(p[1] for p in pts) == 1_000_000 + 100
     assert sum(p[1] == 1_000_000 + 100 for p in pts) == 1  # both spans merged into one point
-    assert pts[-1][2] == 100 * (n - 1) + 1_000_000
+    assert pts[-1][3] == 100 * (n - 1) + 1_000_000
     gaps = {b[0] - a[0] for a, b in zip(pts, pts[1:], strict=False)}
     assert len(gaps) <= 2  # the step of the merged points, and that of the open point's span
 
@@ -125,3 +125,23 @@ def test_samples_thinned_past_the_cap_stay_unbiased() -> None:
     assert len(weights) == 1 and weights.pop() >= 4
     est = sum(r[4] * r[5] for r in rows)
     assert abs(est - 10 * n) < 0.05 * 10 * n
+
+
+def test_a_free_is_dated_by_its_arrival() -> None:
+    # GIVEN a block allocated at 10 ms whose free record (no ts on the wire) arrives at 200 ms
+    t = Tracker()
+    t.malloc(1, 0x1000, 4096, 4096, S1, 10 * MS, 10 * MS)
+    t.free(2, 0x1000, 200 * MS)
+    # THEN the drop is a point of its own at 200 ms, and the sample's free is then
+    assert series(t) == [(10 * MS, 4096, 4096, 4096), (200 * MS, 0, 0, 4096)]
+    assert samples(t) == [(0, S1, 10 * MS, 200 * MS, 4096, 1)]
+
+
+def test_a_free_arriving_before_the_latest_malloc_counts_at_it() -> None:
+    # GIVEN a free whose arrival clock reads earlier than the latest malloc's ts
+    t = Tracker()
+    t.malloc(1, 0x1000, 100, 100, S1, 50 * MS, 0)
+    t.free(2, 0x1000, 20 * MS)
+    # THEN it counts at the latest op's time, in the open span
+    assert series(t) == [(50 * MS, 100, 0, 100)]
+    assert samples(t)[0][3] == 50 * MS
