@@ -1,7 +1,9 @@
 /* memphases: memory over time with a known shape, for the series (heapscope_memory_series)
  * and the flamegraph's range selection.
  *
- * Usage: memphases [HOLD_MS] (default 150)
+ * Usage: memphases [CTL [HOLD_MS]] (hold: default 150)
+ * With CTL (a FIFO), it waits for a line from it before the phases and for another before
+ * exiting (`heapscope live`'s tests read the screen meanwhile).
  *   t = 0          phase_one allocates X = 64 x 64 KiB (4 MiB) and holds it;
  *   t = HOLD       phase_one's blocks are freed, then mark() allocates 8 KiB (kept): the
  *                  free has no time of its own on the wire, so a malloc after it dates it;
@@ -18,8 +20,10 @@
  *   main > mark                    16384            2     16384        2
  * `--print-truth` prints these lines and exits without allocating.
  */
+#include <fcntl.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "truth.h"
 
@@ -50,6 +54,13 @@ static void release(int n) {
 
 static void mark(int k) { marks[k] = malloc(MARK); }
 
+/* One line from the control FIFO (or its end). */
+static void await_line(int fd) {
+  char c;
+  while (read(fd, &c, 1) == 1 && c != '\n') {
+  }
+}
+
 int main(int argc, char **argv) {
   if (wants_truth(argc, argv)) {
     truth_line("phase_one", (long long)N1 * BLOCK, N1, 0, 0);
@@ -57,7 +68,10 @@ int main(int argc, char **argv) {
     truth_line("mark", 2 * MARK, 2, 2 * MARK, 2);
     return 0;
   }
-  long ms = argc > 1 ? atol(argv[1]) : 150;
+  int ctl = argc > 1 ? open(argv[1], O_RDONLY) : -1;
+  long ms = argc > 2 ? atol(argv[2]) : 150;
+  if (argc > 1 && ctl < 0) return 2;
+  if (ctl >= 0) await_line(ctl);
   phase_one();
   hold(ms);
   release(N1);
@@ -68,5 +82,6 @@ int main(int argc, char **argv) {
   release(2 * N1);
   mark(1);
   truth_sink = marks[0];
+  if (ctl >= 0) await_line(ctl);
   return 0;
 }

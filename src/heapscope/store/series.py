@@ -9,6 +9,8 @@ heap's largest plus the others' ends, exact when they did not change within its 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from heapscope.store.reader import Profile
 
 SERIES = "heapscope_memory_series"
@@ -33,14 +35,19 @@ def memory_series(profile: Profile, upid: int) -> list[Point]:
         rows = profile.sql_connection().execute(
             f"SELECT heap_name, ts, unreleased, unreleased_end, allocated FROM {SERIES} WHERE upid = ?"
             " ORDER BY ts, heap_name", (upid,)).fetchall()
+    return sum_heaps((str(h), int(t), int(u), int(e), int(a)) for h, t, u, e, a in rows)
+
+
+def sum_heaps(rows: Iterable[tuple[str, int, int, int, int]]) -> list[Point]:
+    """One series of the points (heap, ts, unreleased, its end, allocated) of several heaps,
+    given by ts: at each, every heap as its latest point left it."""
     latest: dict[str, tuple[int, int]] = {}  # heap -> (unreleased at its latest point's end, allocated)
     out: list[Point] = []
     for heap, ts, unreleased, end, allocated in rows:
         # This heap's largest, with the others as their latest points left them.
         others = sum(e for h, (e, _) in latest.items() if h != heap)
-        latest[str(heap)] = (int(end), int(allocated))
-        point = (int(ts), others + int(unreleased), sum(e for e, _ in latest.values()),
-                 sum(a for _, a in latest.values()))
+        latest[heap] = (end, allocated)
+        point = (ts, others + unreleased, sum(e for e, _ in latest.values()), sum(a for _, a in latest.values()))
         if out and out[-1][0] == point[0]:
             prev = out[-1]  # heaps with a point at the same ts: one point, every heap in it
             out[-1] = (point[0], max(prev[1], point[1]), point[2], point[3])
