@@ -157,8 +157,7 @@ static inline uint32_t live_stack(const struct hs_tracker *t, const struct hs_li
   return __builtin_expect(t->threads, 0) ? (uint32_t)t->thread_keys.ids[e->stack_idx] : e->stack_idx;
 }
 
-/* op: the op that freed it (a FREE, or a MALLOC at its address), whose ts dates the free. */
-static void book_free(struct hs_tracker *t, const struct hs_live *e, const struct hs_op *op) {
+static void book_free(struct hs_tracker *t, const struct hs_live *e) {
   struct hs_bucket *b = bucket_of(t, e);
   touch(t, b);
   b->cur.free_bytes += e->sample_size;
@@ -167,8 +166,12 @@ static void book_free(struct hs_tracker *t, const struct hs_live *e, const struc
   t->cur_unfreed -= e->sample_size;
   t->pk->cur_unfreed -= e->sample_size;
   if (__builtin_expect(t->threads, 0)) thread_free(t, e);
-  hs_series_note_free(&t->series, op->ts, op->seq, t->cur_unfreed, t->alloc_bytes);
-  hs_series_freed(&t->series, e->seq, e->sample_size, (uint32_t)(b - t->buckets));
+}
+
+/* e freed by op (a FREE, or a MALLOC at its address, whose ts dates the free) in the series. */
+static inline void series_free(struct hs_tracker *t, const struct hs_live *e, const struct hs_op *op) {
+  hs_series_note_free(&t->series, op->ts, op->seq, t->cur_unfreed);
+  hs_series_freed(&t->series, e->seq, e->sample_size, e->bucket_plus1 - 1);
 }
 
 static void apply_malloc(struct hs_tracker *t, const struct hs_op *op) {
@@ -204,7 +207,8 @@ static void apply_malloc(struct hs_tracker *t, const struct hs_op *op) {
   struct hs_live *e = hs_live_slot(&t->live, op->addr);
   if (e->bucket_plus1) {
     /* Its free was never seen (or not yet: then it will count as untracked). */
-    book_free(t, e, op);
+    book_free(t, e);
+    series_free(t, e, op);
     t->st.implicit_frees++;
   } else {
     e->addr = op->addr;
@@ -243,7 +247,8 @@ static void apply_free(struct hs_tracker *t, const struct hs_op *op) {
     if (t->stream) stream_row(t, HS_OP_FREE, op->seq, op->addr, 0, 0, 0, 0);
     return;
   }
-  book_free(t, e, op);
+  book_free(t, e);
+  series_free(t, e, op);
   if (t->stream) {
     stream_row(t, HS_OP_FREE, op->seq, op->addr, e->alloc_size, e->sample_size,
                t->stacks.ids[live_stack(t, e)], 0);

@@ -15,6 +15,7 @@ int hs_series_init(struct hs_series *s) {
   s->pts = calloc(HS_SERIES_INITIAL, sizeof *s->pts);
   if (!s->pts) return -1;
   s->cap = HS_SERIES_INITIAL;
+  s->open = s->pts;
   s->step = HS_SERIES_STEP_NS;
   return 0;
 }
@@ -58,6 +59,7 @@ void hs_series_open(struct hs_series *s, uint64_t ts, uint64_t seq) {
    * which is not known apart from its max, so it starts at 0 and the op's own value sets it. */
   uint64_t allocated = s->n ? s->pts[s->n - 1].allocated : 0;
   s->pts[s->n++] = (struct hs_series_point){ts, seq, 0, 0, allocated};
+  s->open = &s->pts[s->n - 1];
   /* After a merge the open point may span more: the points stay evenly fine. */
   s->span_end = ts + s->step;
 }

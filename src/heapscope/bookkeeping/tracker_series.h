@@ -38,7 +38,7 @@
 
 #define HS_SERIES_STEP_NS 10000000ull /* 10 ms: the finest span */
 #define HS_SERIES_CAP 4096u           /* points per heap, at most */
-#define HS_SAMPLES_CAP 65536u         /* freed-sample records per heap, at most */
+#define HS_SAMPLES_CAP 16384u         /* freed-sample records per heap, at most (512 KiB) */
 
 struct hs_series_point {
   uint64_t ts;         /* the span's first op's ts (ns) */
@@ -58,6 +58,7 @@ struct hs_freed_sample {
 
 struct hs_series {
   struct hs_series_point *pts;
+  struct hs_series_point *open; /* pts + n - 1: what an op writes */
   uint32_t n, cap;
   uint64_t step;     /* the span of a point now (ns) */
   uint64_t span_end; /* ops before this ts go in the open point, pts[n - 1] */
@@ -95,42 +96,48 @@ void hs_series_destroy(struct hs_series *s);
 
 /* Out of line: open a new point at ts (merging when full). */
 void hs_series_open(struct hs_series *s, uint64_t ts, uint64_t seq);
-/* Out of line: a kept freed sample, appended (thinning when full). */
+/* Out of line: a kept freed sample, appended when there is no room left (growing or thinning). */
 void hs_series_keep_freed(struct hs_series *s, uint64_t alloc_seq, uint64_t size, uint32_t bucket);
 
-/* A 64-bit mix (splitmix64's finaliser): the samples kept do not follow seq's pattern. */
-static inline uint64_t hs_series_hash(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
+/* Kept: the top `thin` bits of seq * 2^64/phi are zero (Fibonacci hashing: one multiply). The
+ * fractions of k/phi are evenly spread for any run of seqs and any step through them, so a
+ * program's periodic pattern of allocations is kept at the same rate as the rest; and a seq
+ * kept at thin + 1 is kept at thin, so a thinning only ever drops. */
 static inline int hs_series_kept(const struct hs_series *s, uint64_t seq) {
-  return s->thin == 0 || (hs_series_hash(seq) >> (64 - s->thin)) == 0;
+  return seq * 0x9e3779b97f4a7c15ull <= (UINT64_MAX >> s->thin);
 }
 
 /* An op at ts (a malloc's; a free passes s->last_ts) leaving the heap at these totals. */
 static inline void hs_series_note(struct hs_series *s, uint64_t ts, uint64_t seq, uint64_t unreleased,
                                   uint64_t allocated) {
   if (__builtin_expect(ts >= s->span_end, 0)) hs_series_open(s, ts, seq);
-  struct hs_series_point *p = &s->pts[s->n - 1];
+  struct hs_series_point *p = s->open;
   if (unreleased > p->unreleased) p->unreleased = unreleased;
   p->end = unreleased;
   p->allocated = allocated;
   if (ts > s->last_ts) s->last_ts = ts;
 }
 
-/* A free at ts (0 or earlier than the heap's latest op: at that op's time). */
-static inline void hs_series_note_free(struct hs_series *s, uint64_t ts, uint64_t seq, uint64_t unreleased,
-                                       uint64_t allocated) {
-  hs_series_note(s, ts > s->last_ts ? ts : s->last_ts, seq, unreleased, allocated);
+/* A free at ts (0 or earlier than the heap's latest op: at that op's time), leaving the
+ * heap at `unreleased`: lower than before, so the span's largest stays, and allocated too. */
+static inline void hs_series_note_free(struct hs_series *s, uint64_t ts, uint64_t seq, uint64_t unreleased) {
+  if (__builtin_expect(ts > s->last_ts, 0)) {
+    s->last_ts = ts;
+    if (ts >= s->span_end) {
+      hs_series_open(s, ts, seq);
+      s->open->unreleased = unreleased;
+    }
+  }
+  s->open->end = unreleased;
 }
 
 /* A sample freed now (at s->last_ts): kept when the thinning says so. */
 static inline void hs_series_freed(struct hs_series *s, uint64_t alloc_seq, uint64_t size, uint32_t bucket) {
-  if (hs_series_kept(s, alloc_seq)) hs_series_keep_freed(s, alloc_seq, size, bucket);
+  if (!hs_series_kept(s, alloc_seq)) return;
+  if (__builtin_expect(s->nfreed < s->freed_cap, 1))
+    s->freed[s->nfreed++] = (struct hs_freed_sample){alloc_seq, s->last_ts, size, bucket, 0};
+  else
+    hs_series_keep_freed(s, alloc_seq, size, bucket);
 }
 
 /* The ts of the span a seq fell in (the first point's for seqs before it). */

@@ -10,7 +10,7 @@ at its end (or those also freed within it) are the weighted sums of the samples 
 Why samples and not per-time-bucket totals per callsite: a bucket's totals cannot tell a free of
 memory allocated in the range from one of older memory, and a matrix of (malloc bucket, free
 bucket) per callsite grows with the square of the buckets. A sample carries both of its times in
-four numbers. Their number is bounded twice: the tracker keeps at most 65536 freed ones a heap by
+four numbers. Their number is bounded twice: the tracker keeps at most 16384 freed ones a heap by
 a hash of their seq (tracker_series.h), and a process's page keeps at most MAX_SAMPLES, each
 kept with probability MAX_SAMPLES/n and its weight divided by it, so every sum stays unbiased
 (Horvitz-Thompson); the page says how many samples it carries. Sampled bytes are already
