@@ -116,28 +116,54 @@ int64_t hs_tracker_series(struct hs_tracker *t) {
   return row - first;
 }
 
+/* The samples a row set keeps: those kept now, freed and live, thinned further (a larger
+ * `thin`) while there are more than HS_SAMPLES_OUT, as a program that never frees would
+ * otherwise give a row for every live sample. A sample is kept at every thin up to the
+ * leading zeros of its hash, so one pass counts them for every thin. */
+static uint32_t out_thin(const struct hs_tracker *t) {
+  const struct hs_series *s = &t->series;
+  uint64_t at[66] = {0}; /* samples whose hash has this many leading zeros (64: all) */
+  for (uint32_t i = 0; i < s->nfreed; i++) {
+    uint64_t h = s->freed[i].alloc_seq * 0x9e3779b97f4a7c15ull;
+    at[h ? __builtin_clzll(h) : 64]++;
+  }
+  for (size_t i = 0; i <= t->live.mask; i++) {
+    const struct hs_live *e = &t->live.slots[i];
+    if (!e->bucket_plus1) continue;
+    uint64_t h = e->seq * 0x9e3779b97f4a7c15ull;
+    at[h ? __builtin_clzll(h) : 64]++;
+  }
+  uint64_t kept = 0; /* kept at thin k: those with at least k leading zeros */
+  for (uint32_t k = 0; k <= 64; k++) kept += at[k];
+  uint32_t thin = 0;
+  for (; thin < 63 && (thin < s->thin || kept > HS_SAMPLES_OUT); thin++) kept -= at[thin];
+  return thin;
+}
+
 /* A sample row booked in bucket b: its callsite's, or its stack's while it has none. */
 static struct hs_sample_row sample_row(const struct hs_tracker *t, uint32_t b, uint64_t alloc_seq,
-                                       uint64_t free_ts, uint64_t size) {
+                                       uint64_t free_ts, uint64_t size, uint64_t weight) {
   while (t->buckets[b].into_plus1) b = t->buckets[b].into_plus1 - 1; /* folded into its callsite's since */
   const uint64_t callsite_id = t->rest[b].callsite_id;
   const uint64_t stack_id = callsite_id ? 0 : t->stacks.ids[t->buckets[b].stack_idx];
   return (struct hs_sample_row){callsite_id, stack_id, hs_series_ts_of_seq(&t->series, alloc_seq), free_ts, size,
-                                1ull << t->series.thin};
+                                weight};
 }
 
 int64_t hs_tracker_samples(struct hs_tracker *t) {
-  const struct hs_series *s = &t->series;
-  struct hs_sample_row *row = out_rows(t, s->nfreed + t->live.count, sizeof *row), *first = row;
+  struct hs_series s = t->series; /* a copy, thinned for the rows */
+  s.thin = out_thin(t);
+  const uint64_t weight = 1ull << s.thin;
+  struct hs_sample_row *row = out_rows(t, s.nfreed + t->live.count, sizeof *row), *first = row;
   if (!row) return -1;
-  for (uint32_t i = 0; i < s->nfreed; i++) {
-    const struct hs_freed_sample *f = &s->freed[i];
-    *row++ = sample_row(t, f->bucket, f->alloc_seq, f->free_ts, f->size);
+  for (uint32_t i = 0; i < s.nfreed; i++) {
+    const struct hs_freed_sample *f = &s.freed[i];
+    if (hs_series_kept(&s, f->alloc_seq)) *row++ = sample_row(t, f->bucket, f->alloc_seq, f->free_ts, f->size, weight);
   }
   for (size_t i = 0; i <= t->live.mask; i++) {
     const struct hs_live *e = &t->live.slots[i];
-    if (!e->bucket_plus1 || !hs_series_kept(s, e->seq)) continue;
-    *row++ = sample_row(t, e->bucket_plus1 - 1, e->seq, HS_NOT_FREED, e->sample_size);
+    if (!e->bucket_plus1 || !hs_series_kept(&s, e->seq)) continue;
+    *row++ = sample_row(t, e->bucket_plus1 - 1, e->seq, HS_NOT_FREED, e->sample_size, weight);
   }
   t->out.len = (size_t)(row - first) * sizeof *row;
   return row - first;

@@ -15,7 +15,8 @@
  *                   (all at first); at HS_SAMPLES_CAP records `thin` grows
  *                   by one and half of them go. A kept record stands for
  *                   2^thin samples, so sums stay unbiased, and the live
- *                   samples are kept by the same test at the end.
+ *                   samples are kept by the same test at the end (more bits
+ *                   when freed and live are over HS_SAMPLES_OUT together).
  *
  * What an op pays: a compare with the open span's end, a max and a store
  * (the point), and for a free one hash and an append. A new span, a merge
@@ -39,6 +40,7 @@
 #define HS_SERIES_STEP_NS 10000000ull /* 10 ms: the finest span */
 #define HS_SERIES_CAP 4096u           /* points per heap, at most */
 #define HS_SAMPLES_CAP 16384u         /* freed-sample records per heap, at most (512 KiB) */
+#define HS_SAMPLES_OUT 32768u         /* sample rows per heap (freed and live), at most */
 
 struct hs_series_point {
   uint64_t ts;         /* the span's first op's ts (ns) */

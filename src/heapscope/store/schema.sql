@@ -170,7 +170,8 @@ CREATE TABLE IF NOT EXISTS heapscope_memory_series (
 -- The samples behind a range of that series (the flamegraph's selection):
 -- sampled allocations with their malloc's span and their free's time, kept
 -- by a hash of their sequence number when there are many (at most 16384
--- freed ones a heap, and the live ones the same hash keeps); each row
+-- freed ones a heap, and the live ones the same hash keeps: 32768 rows a
+-- heap at most); each row
 -- stands for `weight` samples, so weighted sums are unbiased.
 CREATE TABLE IF NOT EXISTS heapscope_memory_sample (
   upid INTEGER NOT NULL,

@@ -145,3 +145,19 @@ def test_a_free_arriving_before_the_latest_malloc_counts_at_it() -> None:
     # THEN it counts at the latest op's time, in the open span
     assert series(t) == [(50 * MS, 100, 0, 100)]
     assert samples(t)[0][3] == 50 * MS
+
+
+def test_live_samples_past_the_cap_are_thinned_too() -> None:
+    # GIVEN a program that never frees: 4 * SAMPLES_CAP live samples of 10 bytes
+    t = Tracker()
+    ops = Ops(t)
+    n = 4 * SAMPLES_CAP
+    for k in range(n):
+        ops.malloc(10, k * 1000)
+    rows = samples(t)
+    # THEN at most 2 * SAMPLES_CAP rows (HS_SAMPLES_OUT), all live, weighted to the live bytes
+    assert len(rows) <= 2 * SAMPLES_CAP
+    assert {r[3] for r in rows} == {NOT_FREED}
+    weights = {r[5] for r in rows}
+    assert len(weights) == 1 and weights.pop() >= 2
+    assert abs(sum(r[4] * r[5] for r in rows) - 10 * n) < 0.05 * 10 * n
