@@ -171,14 +171,14 @@ CREATE TABLE IF NOT EXISTS heapscope_memory_series (
 -- sampled allocations with their malloc's span and their free's time, kept
 -- by a hash of their sequence number when there are many (at most 16384
 -- freed ones a heap, and the live ones the same hash keeps: 32768 rows a
--- heap at most); each row
--- stands for `weight` samples, so weighted sums are unbiased.
+-- heap at most); each row stands for `weight` samples, so weighted sums are
+-- unbiased.
 CREATE TABLE IF NOT EXISTS heapscope_memory_sample (
   upid INTEGER NOT NULL,
   heap_name TEXT NOT NULL,
   callsite_id INTEGER NOT NULL,
   alloc_ts INTEGER NOT NULL,    -- the start of the series span its malloc fell in
-  free_ts INTEGER,              -- its free (the heap's latest malloc ts then); NULL: not freed
+  free_ts INTEGER,              -- its free (its record's arrival at the producer); NULL: not freed
   size INTEGER NOT NULL,        -- sampled bytes
   weight INTEGER NOT NULL       -- samples this row stands for
 );
