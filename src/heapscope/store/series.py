@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from heapscope.store.reader import Profile
+TYPE_CHECKING = False  # typing.TYPE_CHECKING: the live view imports this module, not the reader
+if TYPE_CHECKING:
+    from heapscope.store.reader import Profile
 
 SERIES = "heapscope_memory_series"
 SAMPLES = "heapscope_memory_sample"
