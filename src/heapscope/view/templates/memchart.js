@@ -137,6 +137,7 @@
       else for (const x of document.querySelectorAll("#mem-mode button")) x.classList.toggle("on", x.dataset.mode === sel.mode);
     });
     document.addEventListener("hs:shown", draw);
+    $("heap").addEventListener("change", draw);  // a heap without this process draws no timeline
   }
 
   // Hooks for tests: select a range in seconds of the timeline; where the chart is drawn.
