@@ -23,8 +23,9 @@ def test_live_shows_a_peak_between_snapshots(live: Callable[..., tuple[Tmux, Fif
     tmux.wait_for("threads [t]: all")
     fifo.step()  # the phases: 2X held 150 ms, all freed but two marks; then it waits
     peak = format_bytes(2 * X + MARK)
-    screen = tmux.wait_for(f"(peak shown {peak})")
-    assert f"unreleased {format_bytes(2 * MARK)}" in screen, screen
+    # THEN once the phases are over (a snapshot may have caught phase two's hold, or not: the
+    # series has it either way), the peak is still shown
+    tmux.wait_for(lambda s: f"unreleased {format_bytes(2 * MARK)} (peak shown {peak})" in s)
     tmux.keys("q")
     tmux.wait_for("view closed: profiling stopped; waiting for pid")
     fifo.step()  # the target exits

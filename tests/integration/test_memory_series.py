@@ -91,30 +91,35 @@ def test_flamegraph_chart_and_range_selection(record: Recorder, programs: Progra
     space = f"{hs}.rootTotal('space')"
     drawn = f"['phase_one', 'phase_two', 'mark'].filter(n => {hs}.frameCentre(n) !== null)"
     hold = HOLD_MS / 1000
+    # Times on the page count from the process's start; phase one begins at the first point.
+    t1 = f"({hs}.memory.series().t[0] / 1e6)"
     res = browser(tmp_path, html, [
         {"do": "eval", "js": f"[{hs}.memory.series(), document.getElementById('memory').hidden]"},
         # a drag over the first half of phase one: what it allocated there, held at its end
-        {"do": "drag", "js": f"({{x0: {hs}.memory.xOf(0), x1: {hs}.memory.xOf({hold / 2}), y: {hs}.memory.yMid()}})"},
+        {"do": "drag", "js": f"({{x0: {hs}.memory.xOf({t1} - 0.002), x1: {hs}.memory.xOf({t1} + {hold / 2}),"
+                             f" y: {hs}.memory.yMid()}})"},
         {"do": "eval", "js": f"[{hs}.memory.range(), {space}, {drawn}]"},
         {"do": "screenshot", "path": str(tmp_path / "range.png")},
         # the switch: allocated and freed within it (nothing, phase one is freed later)
         {"do": "click", "selector": "#mem-mode button[data-mode='freed']"},
         {"do": "eval", "js": f"[{hs}.memory.range(), {space}]"},
-        # phase one and its free, then the mark after it
-        {"do": "eval", "js": f"{hs}.memory.select(0, {1.5 * hold}, 'freed') && [{space}, {drawn}]"},
-        {"do": "eval", "js": f"{hs}.memory.select(0, {1.5 * hold}, 'held') && [{space}, {drawn}]"},
+        # phase one and its free (dated by its arrival: up to 0.8 HOLD late), then the mark after it
+        {"do": "eval", "js": f"{hs}.memory.select({t1} - 0.002, {t1} + {1.8 * hold}, 'freed') && [{space}, {drawn}]"},
+        {"do": "eval", "js": f"{hs}.memory.select({t1} - 0.002, {t1} + {1.8 * hold}, 'held') && [{space}, {drawn}]"},
         # a dump of the timeline again: the range is left
         {"do": "eval", "js": f"{hs}.state.dump = 0; [{hs}.memory.range()]"},
     ])
     r = res["results"]
     series, hidden = r[0]
     assert not hidden and max(series["u"]) >= 2 * X
+    first = series["t"][0] / 1e6
     (start, end, mode), held, names = r[2]
-    assert start <= 0.01 and abs(end - hold / 2) < 0.02 and mode == "held"
+    assert abs(start - (first - 0.002)) < 0.01 and abs(end - (first + hold / 2)) < 0.02 and mode == "held"
     assert near(held, X) and names == ["phase_one"], r[2]
     assert r[5][0][2] == "freed" and r[5][1] < SLACK
     assert near(r[6][0], X) and "phase_one" in r[6][1] and "phase_two" not in r[6][1]
     assert near(r[7][0], MARK) and r[7][1] == ["mark"]
+    assert r[8] == [None]
 
 
 def test_profile_without_series_still_reads(record: Recorder, programs: Programs, tmp_path: Path) -> None:
