@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 from heapscope.model import CallsiteId, Frame, Mapping, MappingId, ProcessFlags, ProcessInfo, Upid
 from heapscope.store.reader import open_profile
@@ -58,15 +59,15 @@ def test_a_big_profile_gives_a_bounded_chart_and_unbiased_samples(tmp_path: Path
     est = sum(b for a, f, b in zip(mem.alloc_ts, mem.free_ts, mem.size, strict=True)
               if a < half and (f is None or f > half))
     assert abs(est - held) < 0.05 * held
-    page = encode_memory(mem, 0)
-    assert len(page["t"]) == MAX_POINTS and page["kept"] == MAX_SAMPLES  # type: ignore[arg-type]
+    page: dict[str, Any] = encode_memory(mem, 0)
+    assert len(page["t"]) == MAX_POINTS and page["kept"] == MAX_SAMPLES
 
 
 def test_the_page_carries_each_process_memory(tmp_path: Path) -> None:
     db = tmp_path / "small.db"
     write_profile(db, points=10, samples=30)
     with open_profile(db) as prof:
-        data = payload(profile_graphs(prof), title="t")
-    (proc,) = data["processes"]  # type: ignore[misc]
+        data: dict[str, Any] = payload(profile_graphs(prof), title="t")
+    (proc,) = data["processes"]
     mem = proc["memory"]
     assert mem["t"] == [k * 10_000 for k in range(10)] and mem["kept"] == 30 and set(mem["sn"]) == {2}
