@@ -25,6 +25,7 @@ INGEST_SOURCES = [
     SRC / "bookkeeping" / "hashmap.c",
     SRC / "bookkeeping" / "tracker.c",
     SRC / "bookkeeping" / "tracker_order.c",
+    SRC / "bookkeeping" / "tracker_series.c",
     SRC / "bookkeeping" / "tracker_tables.c",
 ]
 INCLUDE_DIRS = [

@@ -148,6 +148,14 @@ static PyObject *Tracker_threads(TrackerObject *self, PyObject *Py_UNUSED(ignore
   return rows(self, hs_tracker_threads);
 }
 
+static PyObject *Tracker_series(TrackerObject *self, PyObject *Py_UNUSED(ignored)) {
+  return rows(self, hs_tracker_series);
+}
+
+static PyObject *Tracker_samples(TrackerObject *self, PyObject *Py_UNUSED(ignored)) {
+  return rows(self, hs_tracker_samples);
+}
+
 static PyObject *Tracker_unresolved(TrackerObject *self, PyObject *Py_UNUSED(ignored)) {
   if (tracker_check(self) < 0) return NULL;
   int64_t n = hs_tracker_unresolved(self->t);
@@ -275,6 +283,8 @@ static PyMethodDef Tracker_methods[] = {
     {"totals", (PyCFunction)Tracker_totals, METH_NOARGS, "totals() -> bytes (TOTALS_ROW rows)"},
     {"live", (PyCFunction)Tracker_live, METH_NOARGS, "live() -> bytes (LIVE_ROW rows)"},
     {"threads", (PyCFunction)Tracker_threads, METH_NOARGS, "threads() -> bytes (THREAD_ROW rows)"},
+    {"series", (PyCFunction)Tracker_series, METH_NOARGS, "series() -> bytes (SERIES_ROW rows)"},
+    {"samples", (PyCFunction)Tracker_samples, METH_NOARGS, "samples() -> bytes (SAMPLE_ROW rows)"},
     {"unresolved", (PyCFunction)Tracker_unresolved, METH_NOARGS, "unresolved() -> list[int]"},
     {"take_stream", (PyCFunction)Tracker_take_stream, METH_NOARGS, "take_stream() -> bytes (STREAM_ROW rows)"},
     {"stats", (PyCFunction)Tracker_stats, METH_NOARGS, "stats() -> dict[str, int]"},

@@ -121,6 +121,20 @@ class Tracker:
         (addr, sample_size, alloc_size, stack_id, seq of its malloc).
         """
 
+    def series(self) -> bytes:
+        """SERIES_ROW rows, the heap's memory over time, oldest first (tracker_series.h).
+
+        (ts of the span's first op, its largest sampled unreleased bytes, those at
+        its end, sampled bytes allocated in all at its end); at most HS_SERIES_CAP.
+        """
+
+    def samples(self) -> bytes:
+        """SAMPLE_ROW rows, the kept samples: freed ones, then live ones (free_ts 2^64 - 1).
+
+        (callsite_id (0 while the stack has none), stack_id, alloc_ts (its span's),
+        free_ts, sampled bytes, weight: the samples a row stands for).
+        """
+
     def threads(self) -> bytes:
         """THREAD_ROW rows, one per (stack, thread) that allocated, in first-seen order.
 

@@ -10,7 +10,7 @@ and reads back the rows of a dump, already summed per callsite.
 from __future__ import annotations
 
 from heapscope.bookkeeping.frames import FrameTable, ProcessModules, PyCode, PySplice
-from heapscope.bookkeeping.rows import DUMP_ROW, PEAK_ROW, unpack_rows
+from heapscope.bookkeeping.rows import DUMP_ROW, NOT_FREED, PEAK_ROW, SAMPLE_ROW, SERIES_ROW, unpack_rows
 from heapscope.model import FrameId
 from heapscope.records import Record, field
 from heapscope.wire.codec import ModuleRecord
@@ -159,3 +159,15 @@ class ProcessHeap(Record):
     def peak_values(tracker: Tracker) -> tuple[int, ...]:
         """peak_rows' rows in one flat tuple."""
         return unpack_rows(PEAK_ROW, tracker.peak())
+
+    def memory_values(self, tracker: Tracker) -> tuple[tuple[int, ...], list[int | None]]:
+        """The heap's memory over time and its kept samples, each in one flat sequence, as the
+        writer binds them (store/writer.py add_memory): (ts, unreleased, its end, allocated) a point, and
+        (callsite, alloc_ts, free_ts or None, size, weight) a sample. After the final dump's
+        resolve every stack has its callsite; a sample of one that has none is left out."""
+        samples: list[int | None] = []
+        for callsite, stack, alloc_ts, free_ts, size, weight in SAMPLE_ROW.iter_unpack(tracker.samples()):
+            cs = callsite or self.callsite(stack)
+            if cs:
+                samples += (cs, alloc_ts, None if free_ts == NOT_FREED else free_ts, size, weight)
+        return unpack_rows(SERIES_ROW, tracker.series()), samples

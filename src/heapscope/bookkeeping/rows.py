@@ -17,6 +17,9 @@ TOTALS_ROW = struct.Struct("<8Q")  # one bucket of totals now
 LIVE_ROW = struct.Struct("<5Q")  # one live sampled allocation
 STREAM_ROW = struct.Struct("<7Q")  # one op as applied (--stream-allocations)
 THREAD_ROW = struct.Struct("<9Q")  # one (stack, thread) pair's totals now (Tracker(threads=True))
+SERIES_ROW = struct.Struct("<4Q")  # one point of a heap's memory over time (tracker_series.h)
+SAMPLE_ROW = struct.Struct("<6Q")  # one kept sample with its malloc's and free's times
+NOT_FREED = 2**64 - 1  # SAMPLE_ROW's free_ts of a live sample (HS_NOT_FREED)
 
 ROWS: dict[str, tuple[struct.Struct, tuple[str, ...]]] = {
     "hs_dump_row": (DUMP_ROW, ("callsite_id", "count", "size", "real_size")),
@@ -30,6 +33,8 @@ ROWS: dict[str, tuple[struct.Struct, tuple[str, ...]]] = {
     "hs_stream_row": (STREAM_ROW, ("kind", "seq", "addr", "alloc_size", "sample_size", "stack_id", "ts")),
     "hs_thread_row": (THREAD_ROW, ("callsite_id", "stack_id", "tid", "alloc_bytes", "free_bytes", "alloc_count",
                                    "free_count", "alloc_real", "free_real")),
+    "hs_series_row": (SERIES_ROW, ("ts", "unreleased", "end", "allocated")),
+    "hs_sample_row": (SAMPLE_ROW, ("callsite_id", "stack_id", "alloc_ts", "free_ts", "size", "weight")),
 }
 
 

@@ -168,6 +168,12 @@ static void book_free(struct hs_tracker *t, const struct hs_live *e) {
   if (__builtin_expect(t->threads, 0)) thread_free(t, e);
 }
 
+/* e freed by op (a FREE, or a MALLOC at its address, whose ts dates the free) in the series. */
+static inline void series_free(struct hs_tracker *t, const struct hs_live *e, const struct hs_op *op) {
+  hs_series_note_free(&t->series, op->ts, op->seq, t->cur_unfreed);
+  hs_series_freed(&t->series, e->seq, e->sample_size, e->bucket_plus1 - 1);
+}
+
 static void apply_malloc(struct hs_tracker *t, const struct hs_op *op) {
   if (hs_live_reserve(&t->live) < 0) {
     t->oom = 1;
@@ -202,6 +208,7 @@ static void apply_malloc(struct hs_tracker *t, const struct hs_op *op) {
   if (e->bucket_plus1) {
     /* Its free was never seen (or not yet: then it will count as untracked). */
     book_free(t, e);
+    series_free(t, e, op);
     t->st.implicit_frees++;
   } else {
     e->addr = op->addr;
@@ -227,6 +234,7 @@ static void apply_malloc(struct hs_tracker *t, const struct hs_op *op) {
     pk->peak_epoch++; /* every bucket's cur, in every tracker of the peak, is now its state there */
   }
   if (op->ts > t->last_ts) t->last_ts = op->ts;
+  hs_series_note(&t->series, op->ts, op->seq, t->cur_unfreed, t->alloc_bytes);
   if (t->stream) {
     stream_row(t, HS_OP_MALLOC, op->seq, op->addr, op->alloc_size, op->sample_size, op->stack_id, op->ts);
   }
@@ -240,6 +248,7 @@ static void apply_free(struct hs_tracker *t, const struct hs_op *op) {
     return;
   }
   book_free(t, e);
+  series_free(t, e, op);
   if (t->stream) {
     stream_row(t, HS_OP_FREE, op->seq, op->addr, e->alloc_size, e->sample_size,
                t->stacks.ids[live_stack(t, e)], 0);
@@ -293,7 +302,10 @@ void hs_tracker_malloc(struct hs_tracker *t, uint64_t seq, uint64_t addr, uint64
 }
 
 void hs_tracker_free(struct hs_tracker *t, uint64_t seq, uint64_t addr, uint64_t now_ns) {
-  struct hs_op op = {seq, addr, 0, 0, 0, 0, HS_OP_FREE, 0};
+  /* A FREE record has no ts of its own: its arrival (the reader's clock, CLOCK_MONOTONIC as the
+   * client's coarse one) dates it for the series, later than the free by the ring's latency;
+   * a malloc after it would date it no better after an idle stretch. */
+  struct hs_op op = {seq, addr, 0, 0, 0, now_ns, HS_OP_FREE, 0};
   submit(t, &op, now_ns);
 }
 
@@ -569,7 +581,8 @@ int hs_tracker_init(struct hs_tracker *t, int stream, int dump_at_max) {
     t->pk->n = 1;
   }
   if (!t->pk || hs_live_init(&t->live, HS_LIVE_INITIAL) < 0 || hs_stacks_init(&t->stacks, HS_STACKS_INITIAL) < 0 ||
-      hs_stacks_init(&t->callsites, HS_CALLSITES_INITIAL) < 0 || hs_pending_init(&t->pending) < 0) {
+      hs_stacks_init(&t->callsites, HS_CALLSITES_INITIAL) < 0 || hs_pending_init(&t->pending) < 0 ||
+      hs_series_init(&t->series) < 0) {
     hs_tracker_destroy(t);
     return -1;
   }
@@ -625,6 +638,7 @@ void hs_tracker_destroy(struct hs_tracker *t) {
   hs_stacks_destroy(&t->stacks);
   hs_stacks_destroy(&t->callsites);
   hs_pending_destroy(&t->pending);
+  hs_series_destroy(&t->series);
   free(t->buckets);
   free(t->rest);
   free(t->stream_rows.p);

@@ -76,6 +76,7 @@
 #include <stdint.h>
 
 #include "tracker_order.h"
+#include "tracker_series.h"
 #include "tracker_tables.h"
 
 /* Ops that waited this long (by the caller's now_ns) no longer wait for a missing seq. */
@@ -263,6 +264,7 @@ struct hs_tracker {
   struct hs_stacks thread_keys;
   struct hs_totals *thread_totals;
   size_t thread_cap;
+  struct hs_series series;   /* this heap's memory over time and kept samples (tracker_series.h) */
   struct hs_buf stream_rows; /* hs_stream_row[] since the last take */
   struct hs_buf out;         /* the rows of the last row call below */
 };

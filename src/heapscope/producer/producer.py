@@ -641,11 +641,14 @@ class Producer:
             peak = heap.peak_values(tracker)
             if peak:
                 w.add_peak_values(p.info.upid, tracker.stats()["peak_ts"], p.heap_name, peak)
+            w.add_memory(p.info.upid, p.heap_name, *heap.memory_values(tracker))
         for h, h_rows in custom:
             w.add_dump_values(p.info.upid, p.last_dump_ts, ts, reason, h_rows, h.name)
             peak = heap.peak_values(h.tracker) if final else ()
             if peak:
                 w.add_peak_values(p.info.upid, h.tracker.stats()["peak_ts"], h.name, peak)
+            if final:
+                w.add_memory(p.info.upid, h.name, *heap.memory_values(h.tracker))
         p.last_dump_ts = ts
         if p.stream:
             w.add_stream(self._stream_rows(p))

@@ -5,6 +5,7 @@
     writer.py   ProfileWriter (record), SymbolWriter (symbolize, in place or live)
     reader.py   open_profile(): validation, then typed queries; the only way to read
     select.py   views, processes by pid, dumps by number: one error line per mistake
+    series.py   memory over time per process, and the samples behind a range of it
     sql.py      `heapscope sql`: read-only SQL (no writes, no ATTACH, no VACUUM INTO)
     files.py    creating files safely and the overwrite policy
     labels.py   how a process is named (argv[0]'s link, a compiler's file), its arguments

@@ -151,3 +151,34 @@ CREATE INDEX IF NOT EXISTS heap_profile_allocation_upid_ts
   ON heap_profile_allocation(upid, ts);
 CREATE INDEX IF NOT EXISTS stack_profile_callsite_parent
   ON stack_profile_callsite(parent_id);
+
+-- Each process heap's memory over time, kept by the tracker as ops are applied
+-- (bookkeeping/tracker_series.h), written at the process's final dump: a point
+-- per span of activity, 10 ms or coarser on a long run (at most 4096 a heap,
+-- neighbours merged keeping the larger unreleased, so the peak stays). Bytes
+-- are sampled bytes, unbiased estimates of the real ones. Absent from older
+-- profiles.
+CREATE TABLE IF NOT EXISTS heapscope_memory_series (
+  upid INTEGER NOT NULL,
+  heap_name TEXT NOT NULL,
+  ts INTEGER NOT NULL,          -- the span's first op (CLOCK_MONOTONIC ns)
+  unreleased INTEGER NOT NULL,  -- the span's largest sampled unreleased bytes
+  unreleased_end INTEGER NOT NULL, -- ... at the span's end
+  allocated INTEGER NOT NULL    -- sampled bytes allocated in all, at the span's end
+);
+
+-- The samples behind a range of that series (the flamegraph's selection):
+-- sampled allocations with their malloc's span and their free's time, kept
+-- by a hash of their sequence number when there are many (at most 16384
+-- freed ones a heap, and the live ones the same hash keeps: 32768 rows a
+-- heap at most); each row stands for `weight` samples, so weighted sums are
+-- unbiased.
+CREATE TABLE IF NOT EXISTS heapscope_memory_sample (
+  upid INTEGER NOT NULL,
+  heap_name TEXT NOT NULL,
+  callsite_id INTEGER NOT NULL,
+  alloc_ts INTEGER NOT NULL,    -- the start of the series span its malloc fell in
+  free_ts INTEGER,              -- its free (its record's arrival at the producer); NULL: not freed
+  size INTEGER NOT NULL,        -- sampled bytes
+  weight INTEGER NOT NULL       -- samples this row stands for
+);

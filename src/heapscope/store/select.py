@@ -216,7 +216,10 @@ HEAP_HELP = ("the heap to show: the default is libc.malloc, with python.pymalloc
              " (every heap merged: memory a pool hands out is counted twice)")
 
 #: The tables that carry a heap_name, shadowed by select_heap.
-_HEAP_TABLES = ("heap_profile", "heap_profile_allocation", "heapscope_peak_allocation")
+_HEAP_TABLES = ("heap_profile", "heap_profile_allocation", "heapscope_peak_allocation",
+                "heapscope_memory_series", "heapscope_memory_sample")
+#: Those a profile written before them lacks (store/series.py).
+_SERIES_TABLES = ("heapscope_memory_series", "heapscope_memory_sample")
 
 _ORDER = {HEAP_NAME: 0, PY_HEAP_NAME: 1}
 
@@ -304,6 +307,8 @@ def _shadow_heaps(profile: Profile, members: list[str] | None) -> None:
     among = "(" + ", ".join(_text_literal(n) for n in members) + ")"
     for table in _HEAP_TABLES:
         if table != "heapscope_peak_allocation" and not hide:
+            continue
+        if table in _SERIES_TABLES and not _has_table(db, table):
             continue
         if table == "heapscope_peak_allocation":
             if not _has_table(db, table):

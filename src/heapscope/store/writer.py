@@ -223,6 +223,17 @@ class ProfileWriter:
             (ts, upid, heap_name), values, 7,
             lambda r: (i64_to_sql(r[0]), i64_to_sql(r[1]), r[2], *(opt_i64_to_sql(v) for v in r[3:])))
 
+    def add_memory(self, upid: int, heap_name: str, series: Sequence[int],
+                   samples: Sequence[int | None]) -> None:
+        """A heap's memory over time and its kept samples (ProcessHeap.memory_values: flat rows
+        of 4 and of 5 values)."""
+        self._insert_flat(
+            "INSERT INTO heapscope_memory_series (upid, heap_name, ts, unreleased, unreleased_end, allocated)",
+            (upid, heap_name), series, 4, lambda r: (*r[:2], *(i64_to_sql(v) for v in r[2:])))
+        self._insert_flat(
+            "INSERT INTO heapscope_memory_sample (upid, heap_name, callsite_id, alloc_ts, free_ts, size, weight)",
+            (upid, heap_name), samples, 5, lambda r: (*r[:2], *(opt_i64_to_sql(v) for v in r[2:])))
+
     def _insert_flat(self, insert: str, head: tuple[Any, ...], values: Sequence[Any], width: int,
                      convert: Callable[[tuple[Any, ...]], tuple[Any, ...]]) -> None:
         """`insert` (INSERT INTO table (columns)) of rows `head` + `width` values each, taken in

@@ -4,6 +4,7 @@
     units.py   human-readable bytes, counts and percentages
     tree.py    the merged call tree (experimental_flamegraph's rule, focus, path filters)
     flamegraph.py  the self-contained HTML page (templates/: page, hand-written JS and CSS)
+    memory.py  the page's memory-over-time chart: its series and the samples behind a range
     diff.py    growth per call path between two snapshots, matched by function and library
     leaks.py   call stacks never freed by a process's final dump
 

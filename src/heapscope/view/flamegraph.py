@@ -49,6 +49,7 @@ from heapscope.store.select import (
     select_heap,
     select_processes,
 )
+from heapscope.view.memory import Memory, encode_memory, process_memory
 from heapscope.view.tree import MergedTree, build_tree
 
 
@@ -70,6 +71,7 @@ class ProcessGraph(Record):
     start: int = -1  # the snapshot the page opens at (-1: the last)
     dumps_left_out: int = 0  # dumps not carried (MAX_DUMPS): the page says so
     t0: int = 0  # the process's start (its timeline's 0 s); 0: unknown, the first snapshot's ts is 0 s
+    memory: Memory | None = None  # its chart of memory over time (view/memory.py); None: not in the profile
 
 
 class Strings:
@@ -145,6 +147,7 @@ def process_graph(profile: Profile, process: Process, dump: str | int | None = N
             graph.snapshots.append(Snapshot(ts, f"dump {n + 1}", tree.desampled_selfs(running, interval)))
     if peak is not None and peak_at < 0:
         peak_at = _add_peak(graph, peak, interval)
+    graph.memory = process_memory(profile, upid, tree.node_of)
     if chosen is not None:
         graph.start = chosen_at
     elif dump != "end" and peak_at >= 0:
@@ -195,11 +198,15 @@ def encode_process(graph: ProcessGraph, strings: Strings) -> dict[str, object]:
             "self": {v: _sparse(vals, 1) for v, vals in s.self_values.items()},
         })
     start = graph.start if 0 <= graph.start < len(dumps) else len(dumps) - 1
-    return {"label": graph.label, "upid": graph.upid, "depth": depth, "name": name, "lib": lib,
-            "src": src, "dumps": dumps, "start": start,
-            # The timeline's 0 s: the process's start, so its peak is drawn when it happened (the
-            # start is read in clock ticks: a first sample up to 10 ms before it moves 0 s back).
-            "t0": min([graph.t0, *(s.ts for s in graph.snapshots)]) if graph.t0 > 0 else None}
+    # The timeline's 0 s: the process's start, so its peak is drawn when it happened (the
+    # start is read in clock ticks: a first sample up to 10 ms before it moves 0 s back).
+    t0 = min([graph.t0, *(s.ts for s in graph.snapshots)]) if graph.t0 > 0 else None
+    out = {"label": graph.label, "upid": graph.upid, "depth": depth, "name": name, "lib": lib,
+           "src": src, "dumps": dumps, "start": start, "t0": t0}
+    if graph.memory is not None:
+        # Its times count from the timeline's 0 s too.
+        out["memory"] = encode_memory(graph.memory, t0 if t0 is not None else graph.memory.series[0][0])
+    return out
 
 
 def left_out_line(graphs: list[ProcessGraph]) -> str:
@@ -271,7 +278,8 @@ def render_html(data: dict[str, object]) -> str:
     templates = resources.files("heapscope.view") / "templates"
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
     page = env.from_string((templates / "flamegraph.html").read_text(encoding="utf-8"))
-    script = (templates / "flamegraph.js").read_text(encoding="utf-8")
+    # The memory chart is a partial and a script of its own (memory.html, memchart.js), run after the page's.
+    script = "\n".join((templates / f).read_text(encoding="utf-8") for f in ("flamegraph.js", "memchart.js"))
     style = (templates / "flamegraph.css").read_text(encoding="utf-8")
     if "</script" in script.lower() or "</style" in style.lower():
         raise AssertionError("a template asset closes its own tag")
@@ -279,6 +287,7 @@ def render_html(data: dict[str, object]) -> str:
         title=str(data["title"]),
         script=_markup(script),
         style=_markup(style),
+        memory=_markup((templates / "memory.html").read_text(encoding="utf-8")),
         data=base64.b64encode(packed).decode("ascii"),
     )
 

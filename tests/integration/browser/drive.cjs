@@ -5,7 +5,8 @@
 //        "steps": [{"do": "eval", "js": "..."}, {"do": "clickFrame", "name": "main"},
 //                  {"do": "click", "selector": "..."}, {"do": "type", "selector": "...", "text": "..."},
 //                  {"do": "waitFor", "js": "..."}, {"do": "hoverFrame", "name": "..."},
-//                  {"do": "select", "selector": "...", "label": "..."}, {"do": "screenshot", "path": "..."}]}
+//                  {"do": "select", "selector": "...", "label": "..."}, {"do": "screenshot", "path": "..."},
+//                  {"do": "drag", "js": "({x0, x1, y})"}: the mouse pressed at (x0, y), moved to (x1, y), released]}
 // Result: {"errors": [console errors and page errors], "requests": [non-file URLs asked for],
 //          "readyMs": wall time from navigation to body[data-ready], "results": [one per step]}
 // playwright-core is found in HS_NODE_MODULES (tests/.node/node_modules); no browser is downloaded.
@@ -42,6 +43,13 @@ async function main() {
         const c = await page.evaluate((n) => window.heapscope.frameCentre(n), s.name);
         if (!c) throw new Error("no drawn frame named " + s.name);
         if (s.do === "clickFrame") await page.mouse.click(c.x, c.y); else await page.mouse.move(c.x, c.y);
+        r = c;
+      } else if (s.do === "drag") {
+        const c = await page.evaluate(s.js);
+        await page.mouse.move(c.x0, c.y);
+        await page.mouse.down();
+        await page.mouse.move(c.x1, c.y, { steps: 8 });
+        await page.mouse.up();
         r = c;
       } else if (s.do === "screenshot") await page.screenshot({ path: s.path, fullPage: false });
       else throw new Error("unknown step " + s.do);

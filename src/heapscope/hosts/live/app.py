@@ -33,11 +33,12 @@ from textual.widgets import DataTable, Footer, OptionList, RichLog, Sparkline, S
 from textual.widgets.option_list import Option
 
 from heapscope.hosts.live.names import Namer
-from heapscope.hosts.live.snapshot import FrameKey, HeapSnapshot, ProcessView, Site, Snapshotter
+from heapscope.hosts.live.snapshot import FrameKey, HeapSnapshot, ProcessView, Site, Snapshotter, memory_columns
 from heapscope.units import format_bytes
 
 REFRESH_S = 0.25  # how often the view looks for a new snapshot (one is taken every second)
 TOP = 100  # stacks in the table
+SPARK_COLUMNS = 120  # the memory sparklines' width in columns
 # The count columns are the report's estimated objects (snapshot.py), the report's names:
 # "objects" is said of estimates only, never of raw sample counts.
 VIEW_TITLES = {"space": "unreleased", "objects": "objects held", "alloc_space": "allocated",
@@ -266,8 +267,11 @@ class LiveApp(App[None]):
         unreleased = sum(p.unreleased for p in procs)
         allocated = sum(p.allocated for p in procs)
         pids = {p.pid for p in procs}
-        series_u = [float(sum(v[0] for pid, v in point.items() if pid in pids)) for _t, point in snap.history]
-        series_a = [float(sum(v[1] for pid, v in point.items() if pid in pids)) for _t, point in snap.history]
+        # The trackers' series (a point per 10 ms of activity), else the snapshots' own history.
+        series_u, series_a = memory_columns(procs, SPARK_COLUMNS)
+        if not series_u:
+            series_u = [float(sum(v[0] for pid, v in point.items() if pid in pids)) for _t, point in snap.history]
+            series_a = [float(sum(v[1] for pid, v in point.items() if pid in pids)) for _t, point in snap.history]
         self._main.query_one("#unreleased", Sparkline).data = series_u[-120:] or [0.0]
         self._main.query_one("#allocated", Sparkline).data = series_a[-120:] or [0.0]
         self._main.query_one("#unreleased-label", Static).update(

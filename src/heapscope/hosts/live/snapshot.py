@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING
 from heapscope.estimate import estimate_int
 from heapscope.model import Frame, Mapping
 from heapscope.records import Record
-from heapscope.session import THREAD_ROW, TOTALS_ROW
+from heapscope.session import SERIES_ROW, THREAD_ROW, TOTALS_ROW
+from heapscope.store.series import Point, sum_heaps
 
 if TYPE_CHECKING:
     from heapscope.producer.process import ProcessState
@@ -102,6 +103,8 @@ class ProcessView(Record, frozen=True):
     unreleased: int  # sampled bytes not freed
     allocated: int  # sampled bytes allocated since it connected
     threads: tuple[ThreadView, ...] = ()  # by tid; empty when the tracker keeps no threads
+    # memory over time, its heaps summed (the trackers' series: tracker_series.h, as the profile keeps it)
+    series: tuple[Point, ...] = ()
 
     @property
     def label(self) -> str:
@@ -152,7 +155,7 @@ class Snapshotter:
             for v in last.processes:
                 if v.pid not in running and v.pid not in self._ended:
                     self._ended[v.pid] = ProcessView(v.pid, v.name, False, v.sites, v.unreleased, v.allocated,
-                                                     v.threads)
+                                                     v.threads, v.series)
         views += [v for pid, v in self._ended.items() if pid not in running]
         now = time.monotonic() - self._started
         self._history.append((now, {v.pid: (v.unreleased, v.allocated) for v in views if v.running}))
@@ -181,7 +184,8 @@ class Snapshotter:
             threads = tuple(_thread_view(tid, names.get(tid, ""), _sites(per_thread[tid])) for tid in tids)
         allocated = sum(s.alloc_bytes for s in sites)
         unreleased = sum(s.alloc_bytes - s.free_bytes for s in sites)
-        return ProcessView(p.info.pid, p.info.name or p.info.cmdline, True, sites, unreleased, allocated, threads)
+        return ProcessView(p.info.pid, p.info.name or p.info.cmdline, True, sites, unreleased, allocated, threads,
+                           _series(p))
 
     def _frames_of(self, producer: Producer, p: ProcessState, callsite: int, stack: int,
                    unresolved: dict[int, tuple[FrameKey, ...]]) -> tuple[FrameKey, ...]:
@@ -276,3 +280,39 @@ def _sites(acc: dict[tuple[FrameKey, ...], Raw]) -> tuple[Site, ...]:
 def _thread_view(tid: int, name: str, sites: tuple[Site, ...]) -> ThreadView:
     return ThreadView(tid, name, sites, sum(s.alloc_bytes - s.free_bytes for s in sites),
                       sum(s.alloc_bytes for s in sites))
+
+
+def _series(p: ProcessState) -> tuple[Point, ...]:
+    """The process's memory over time as its trackers keep it (every heap's, summed)."""
+    trackers = [(p.heap_name, p.ingest.tracker), *((h.name, h.tracker) for h in p.custom_heaps.values())]
+    rows = [(name, ts, u, e, a) for name, t in trackers for ts, u, e, a in SERIES_ROW.iter_unpack(t.series())]
+    rows.sort(key=lambda r: r[1])
+    return tuple(sum_heaps(rows))
+
+
+def memory_columns(views: list[ProcessView], n: int) -> tuple[list[float], list[float]]:
+    """The views' memory over time in `n` columns over the time their series span, summed:
+    per column the largest unreleased bytes (the peak between two snapshots is not lost), and
+    the allocated bytes at its end. A process that ended holds nothing after its last point.
+    Empty lists when no view has a series."""
+    shown = [v for v in views if v.series]
+    if not shown or n <= 0:
+        return [], []
+    t0 = min(v.series[0][0] for v in shown)
+    width = max(1, -(-(max(v.series[-1][0] for v in shown) + 1 - t0) // n))
+    unreleased, allocated = [0.0] * n, [0.0] * n
+    for v in shown:
+        k, end, alloc = 0, 0, 0
+        pts = v.series
+        last_col = (pts[-1][0] - t0) // width
+        for c in range(n):
+            top = end  # what the last point before this column left
+            while k < len(pts) and (pts[k][0] - t0) // width == c:
+                top = max(top, pts[k][1])
+                end, alloc = pts[k][2], pts[k][3]
+                k += 1
+            if c > last_col and not v.running:
+                top = end = 0
+            unreleased[c] += top
+            allocated[c] += alloc
+    return unreleased, allocated

@@ -71,7 +71,8 @@
     const key = dump + "|" + view;
     let v = p.cache.get(key);
     if (v) return v;
-    const self = new Float64Array(p.n), sp = p.dumps[dump].self[view];
+    // dump -1: a range of the memory chart (memchart.js, showRange)
+    const self = new Float64Array(p.n), sp = (dump < 0 ? p.range : p.dumps[dump]).self[view];
     for (let k = 0, i = 0; k < sp.length; k += 2) { i += sp[k]; self[i] = sp[k + 1]; }
     const total = Float64Array.from(self);
     for (let i = p.n - 1; i > 0; i--) total[p.parent[i]] += total[i];
@@ -207,7 +208,7 @@
     drawn = { xs, ws, ds, ns, rowY, deepest };
     crumbs(p);
     searchSummary(p, match, total);
-    const d = p.dumps[state.dump];
+    const d = state.dump < 0 ? p.range : p.dumps[state.dump];
     $("status").textContent =
       `${p.n.toLocaleString("en-US")} nodes, ${ns.length.toLocaleString("en-US")} drawn in ` +
       `${(performance.now() - t0).toFixed(0)} ms · ${d.label} · ${VIEW_LABEL[state.view][0].toLowerCase()} ` +
@@ -340,6 +341,7 @@
       }
     });
     svg.innerHTML = s;
+    document.dispatchEvent(new Event("hs:shown"));  // the memory chart (memchart.js) redraws too
   }
 
   // ---------- controls ----------
@@ -459,6 +461,16 @@
     zoomName: () => str(P().name[state.zoom]),
     matchText: () => $("match").textContent,
     dumpCount: () => P().dumps.length,
+    fmtBytes,
+    showRange(range) {
+      // The flamegraph at a range of the memory chart (memchart.js): a dump of its own, -1.
+      const p = P();
+      p.range = range;
+      for (const k of [...p.cache.keys()]) if (k.startsWith("-1|")) p.cache.delete(k);
+      state.dump = -1;
+      timeline();
+      render();
+    },
     frameCentre(name) {
       // Client coordinates of the widest drawn frame called `name`, or null.
       if (!drawn) return null;

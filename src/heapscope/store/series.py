@@ -1,0 +1,82 @@
+"""Reading a process's memory over time (heapscope_memory_series) and the samples behind a range
+of it (heapscope_memory_sample); both absent from profiles written before them, which then have
+none. The heaps read are those the profile shows (select.py's views shadow these tables too).
+
+Several heaps of one process (libc.malloc and python.pymalloc) have points at their own times:
+their sum at a time is each heap's latest point then, added: a point's largest value is its
+heap's largest plus the others' ends, exact when they did not change within its span.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING: the live view imports this module, not the reader
+if TYPE_CHECKING:
+    from heapscope.store.reader import Profile
+
+SERIES = "heapscope_memory_series"
+SAMPLES = "heapscope_memory_sample"
+
+
+def _has_table(profile: Profile, name: str) -> bool:
+    with profile.reading():
+        return profile.sql_connection().execute(
+            "SELECT 1 FROM main.sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone() is not None
+
+
+Point = tuple[int, int, int, int]  # ts, unreleased (the span's largest), unreleased at its end, allocated
+
+
+def memory_series(profile: Profile, upid: int) -> list[Point]:
+    """(ts, sampled unreleased bytes: the span's largest and at its end, sampled bytes allocated
+    in all) of a process, by time, its heaps summed; [] when the profile has no series."""
+    if not _has_table(profile, SERIES):
+        return []
+    with profile.reading():
+        rows = profile.sql_connection().execute(
+            f"SELECT heap_name, ts, unreleased, unreleased_end, allocated FROM {SERIES} WHERE upid = ?"
+            " ORDER BY ts, heap_name", (upid,)).fetchall()
+    return sum_heaps((str(h), int(t), int(u), int(e), int(a)) for h, t, u, e, a in rows)
+
+
+def sum_heaps(rows: Iterable[tuple[str, int, int, int, int]]) -> list[Point]:
+    """One series of the points (heap, ts, unreleased, its end, allocated) of several heaps,
+    given by ts: at each, every heap as its latest point left it."""
+    latest: dict[str, tuple[int, int]] = {}  # heap -> (unreleased at its latest point's end, allocated)
+    out: list[Point] = []
+    for heap, ts, unreleased, end, allocated in rows:
+        # This heap's largest, with the others as their latest points left them.
+        others = sum(e for h, (e, _) in latest.items() if h != heap)
+        latest[heap] = (end, allocated)
+        point = (ts, others + unreleased, sum(e for e, _ in latest.values()), sum(a for _, a in latest.values()))
+        if out and out[-1][0] == point[0]:
+            prev = out[-1]  # heaps with a point at the same ts: one point, every heap in it
+            out[-1] = (point[0], max(prev[1], point[1]), point[2], point[3])
+        else:
+            out.append(point)
+    return out
+
+
+def memory_samples(profile: Profile, upid: int) -> list[tuple[int, int, int | None, int, int]]:
+    """(callsite, alloc_ts, free_ts or None, sampled bytes, weight) of a process's kept samples;
+    [] when the profile has none."""
+    if not _has_table(profile, SAMPLES):
+        return []
+    with profile.reading():
+        rows = profile.sql_connection().execute(
+            f"SELECT callsite_id, alloc_ts, free_ts, size, weight FROM {SAMPLES} WHERE upid = ?", (upid,)).fetchall()
+    return [(int(c), int(a), None if f is None else int(f), int(s), int(w)) for c, a, f, s, w in rows]
+
+
+def thin_series(points: list[Point], limit: int) -> list[Point]:
+    """At most `limit` points: runs of neighbours merged, each keeping its first ts, its largest
+    unreleased, its last end and allocated (the peak is never lost)."""
+    if limit <= 0 or len(points) <= limit:
+        return points
+    per = -(-len(points) // limit)
+    out = []
+    for k in range(0, len(points), per):
+        run = points[k:k + per]
+        out.append((run[0][0], max(p[1] for p in run), run[-1][2], run[-1][3]))
+    return out
