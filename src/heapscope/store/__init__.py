@@ -4,6 +4,9 @@
     values.py   integers to and from SQLite, converted once each way
     writer.py   ProfileWriter (record), SymbolWriter (symbolize, in place or live)
     reader.py   open_profile(): validation, then typed queries; the only way to read
+    rows.py     the typed rows those queries return
+    checks.py   the file checks before SQLite opens a profile; one error line for a failed read
+    tree.py     the callsite tree as read, checked for cycles and depth
     select.py   views, processes by pid, dumps by number: one error line per mistake
     sql.py      `heapscope sql`: read-only SQL (no writes, no ATTACH, no VACUUM INTO)
     files.py    creating files safely and the overwrite policy

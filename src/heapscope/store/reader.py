@@ -22,19 +22,31 @@ import contextlib
 import functools
 import os
 import sqlite3
-import stat
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from operator import itemgetter
 from pathlib import Path
-from typing import Concatenate, NamedTuple, ParamSpec, TypeVar, cast
+from typing import Concatenate, ParamSpec, TypeVar
 
 from heapscope.errors import ProfileError
 from heapscope.model import CallsiteId, FrameId, MappingId, ProcessFlags, ProcessInfo, Upid
-from heapscope.records import Record
+from heapscope.store.checks import check_file, describe, profile_errors
 from heapscope.store.files import PROFILE_FORMAT
+from heapscope.store.rows import (
+    AllocationDelta,
+    Dump,
+    DumpValues,
+    FrameInfo,
+    Mapping,
+    PathFrame,
+    Process,
+    Stat,
+    StreamEvent,
+    SymbolLine,
+    ViewValues,
+    fallback_frame_name,
+    mapping_basename,
+)
+from heapscope.store.tree import check_tree, plain_callsites
 from heapscope.store.values import (
-    BadValue,
     int_from_sql,
     opt_int_from_sql,
     req_int_from_sql,
@@ -51,154 +63,11 @@ __all__ = [
     "open_profile",
 ]
 
-_SQLITE_MAGIC = b"SQLite format 3\x00"
-_SQLITE_HEADER_SIZE = 100
-# No real call stack is deeper: the client unwinds at most wire.codec.MAX_FRAMES
-# frames; a deeper chain is damage (and would make every path walk quadratic).
-MAX_CALLSITE_DEPTH = 1 << 16
-
-
-class Process(Record, frozen=True):
-    """A process of the profile with the producer's outcome for it."""
-
-    info: ProcessInfo
-    flags: ProcessFlags | None  # None when the profile has no heapscope_process row
-
-
-class Dump(Record, frozen=True):
-    """One `heap_profile` row: a snapshot of one process heap."""
-
-    id: int
-    ts: int  # window start (ns)
-    ts_end: int  # the dump's timestamp = heap_profile_allocation.ts
-    upid: Upid
-    heap_name: str
-    reason: str  # exit, end, periodic, signal, peak
-
-
-class ViewValues(Record, frozen=True):
-    """The four views of one callsite at one timestamp."""
-
-    space: int  # unreleased bytes: SUM(size)
-    objects: int  # unreleased allocations: SUM(count)
-    alloc_space: int  # allocated bytes: SUM(size) of the positive rows
-    alloc_objects: int  # allocations: SUM(count) of the positive rows
-    # The real (asked-for) bytes of the samples behind objects / alloc_objects, for
-    # heapscope/estimate.py; None in profiles written before the real_size column.
-    real_space: int | None = None
-    alloc_real_space: int | None = None
-
-    def get(self, view: str) -> int:
-        """The value of `view`, one of heapscope.model.VIEWS."""
-        return int(getattr(self, view))
-
-
-_NO_MAPPING = MappingId(0)
-
-
-class FrameInfo(Record, frozen=True):
-    """What a report needs to know about a frame."""
-
-    name: str  # '' when not symbolized
-    mapping_name: str  # path of the mapping's file, or a pseudo name like [vdso]
-    rel_pc: int
-    mapping_id: MappingId = _NO_MAPPING
-
-    @property
-    def display_name(self) -> str:
-        """The function name, or `<library>+0x<rel_pc>` when there is none."""
-        return self.name or fallback_frame_name(self.mapping_name, self.rel_pc)
-
-
-class Mapping(Record, frozen=True):
-    """One `stack_profile_mapping` row, with flags of its frames' symbolization."""
-
-    id: MappingId
-    build_id: str  # hex, '' when unknown
-    exact_offset: int
-    start_offset: int
-    start: int
-    end: int
-    load_bias: int
-    name: str
-    all_named: bool  # every frame of the mapping has a function name (False without frames)
-    any_symbolized: bool  # some frame has symbol rows (file, line, inlines)
-
-
-class SymbolLine(NamedTuple):
-    """One function of a symbolized frame (several when calls were inlined), innermost first."""
-
-    name: str
-    source_file: str  # '' when unknown
-    line_number: int  # 0 when unknown
-
-
-class PathFrame(NamedTuple):
-    """One frame of a call path read by Profile.stack_paths."""
-
-    info: FrameInfo | None  # None: a frame that is not in the profile
-    python: bool  # stack_profile_frame.type = 'python': info.mapping_name is its file, info.rel_pc its line
-
-
-class DumpValues(NamedTuple):
-    """The delta rows of one dump timestamp and callsite, summed as ViewValues."""
-
-    ts: int
-    callsite: CallsiteId
-    values: ViewValues
-
-
-class AllocationDelta(NamedTuple):
-    """One `heap_profile_allocation` row: +allocated or -freed since the previous dump."""
-
-    callsite: CallsiteId
-    allocations: int  # the row's count
-    size: int
-
-
-class StreamEvent(NamedTuple):
-    """One `heapscope_allocation_stream` row (record --stream-allocations)."""
-
-    kind: str  # malloc, free
-    ts: int | None
-    address: int
-    size: int
-    callsite: CallsiteId
-    seq: int
-    sample_size: int
-
-
-class Stat(Record, frozen=True):
-    """One `stats` row."""
-
-    name: str
-    idx: int | None  # upid for per-process stats
-    severity: str  # info, data_loss, error
-    source: str  # client, producer
-    value: int
-    description: str
-
-
-def mapping_basename(mapping_name: str) -> str:
-    """`libc.so.6` for `/usr/lib/x86_64-linux-gnu/libc.so.6`; pseudo names like `[vdso]` as they are."""
-    if not mapping_name:
-        return "[unknown]"
-    return mapping_name.rsplit("/", 1)[-1] or mapping_name
-
-
-def fallback_frame_name(mapping_name: str, rel_pc: int) -> str:
-    """The name of a frame without a symbol: `libfoo.so+0x1a2b`.
-
-    One spelling shared by the symbolizer (which stores it) and the views
-    (which show it for frames nobody symbolized), so the two never disagree.
-    """
-    return f"{mapping_basename(mapping_name)}+0x{rel_pc:x}"
-
 
 def open_profile(path: str | os.PathLike[str]) -> Profile:
     """Open and validate a heapscope profile, read-only. Raises ProfileError."""
     p = Path(path)
-    _check_file(p)
+    check_file(p)
     try:
         db = sqlite3.connect(f"{p.resolve().as_uri()}?mode=ro", uri=True)
     except (sqlite3.Error, OSError, ValueError) as e:
@@ -212,94 +81,9 @@ def open_profile(path: str | os.PathLike[str]) -> Profile:
     return profile
 
 
-_KINDS = ((stat.S_ISDIR, "is a directory"), (stat.S_ISFIFO, "is a FIFO"), (stat.S_ISSOCK, "is a socket"),
-          (stat.S_ISCHR, "is a character device"), (stat.S_ISBLK, "is a block device"))
-
-
-def _check_file(p: Path) -> None:
-    """The checks SQLite would do vaguely, slowly or not at all, with a clear line each.
-
-    The file is opened O_NONBLOCK (a FIFO without a writer would otherwise
-    block the open) and checked with fstat before a byte is read.
-    """
-    try:
-        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except FileNotFoundError as e:
-        raise ProfileError(f"{p}: no such file") from e
-    except OSError as e:
-        raise ProfileError(f"{p}: cannot read: {e.strerror or e}") from e
-    try:
-        st = os.fstat(fd)
-        for is_kind, kind in _KINDS:
-            if is_kind(st.st_mode):
-                raise ProfileError(f"{p}: {kind}, not a heapscope profile")
-        if not stat.S_ISREG(st.st_mode):
-            raise ProfileError(f"{p}: not a regular file, not a heapscope profile")
-        header = os.pread(fd, _SQLITE_HEADER_SIZE, 0)
-    except OSError as e:
-        raise ProfileError(f"{p}: cannot read: {e.strerror or e}") from e
-    finally:
-        os.close(fd)
-    size = st.st_size
-    _check_sidecars(p)
-    if not header:
-        raise ProfileError(f"{p}: empty file, not a heapscope profile")
-    if not header.startswith(_SQLITE_MAGIC):
-        raise ProfileError(f"{p}: not a heapscope profile (not an SQLite database)")
-    if len(header) < _SQLITE_HEADER_SIZE:
-        raise ProfileError(f"{p}: truncated ({size} bytes, shorter than the SQLite header)")
-    # The header's page count is valid when its "version-valid-for" number
-    # equals the change counter (SQLite file format, section 1.3.8). A profile
-    # still being recorded in WAL mode may legitimately be ahead of its main
-    # file, so the size check only applies without a -wal file beside it.
-    page_size = int.from_bytes(header[16:18], "big")
-    page_size = 65536 if page_size == 1 else page_size
-    change_counter = header[24:28]
-    page_count = int.from_bytes(header[28:32], "big")
-    valid_for = header[92:96]
-    wal_exists = os.path.lexists(f"{p}-wal")
-    if change_counter == valid_for and not wal_exists and size < page_size * page_count:
-        raise ProfileError(f"{p}: truncated ({size} of {page_size * page_count} bytes)")
-
-
-def _check_sidecars(p: Path) -> None:
-    """SQLite opens `p-journal` (a rollback journal it must replay) and `p-wal`/`p-shm` by name,
-    following links: one planted there by someone else would be read as part of the profile, or
-    block the open (a FIFO) or fail it as 'attempt to write a readonly database'. heapscope
-    never makes them links or anything but regular files, so such a file is refused by name."""
-    for suffix in ("-journal", "-wal", "-shm"):
-        side = Path(f"{p}{suffix}")
-        try:
-            st = os.lstat(side)
-        except FileNotFoundError:
-            continue
-        except OSError as e:
-            raise ProfileError(f"{p}: cannot check {side}: {e.strerror or e}") from e
-        if stat.S_ISLNK(st.st_mode):
-            raise ProfileError(f"{p}: {side} is a symbolic link, which SQLite would follow and read as part of"
-                               " the profile; remove it (heapscope never makes one)")
-        if not stat.S_ISREG(st.st_mode):
-            raise ProfileError(f"{p}: {side} is not a regular file, which SQLite would read as part of"
-                               " the profile; remove it")
-
-
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
 
-
-@contextmanager
-def _profile_errors(path: Path) -> Iterator[None]:
-    """Map failures met mid-read (corrupt pages, values of the wrong type) to one ProfileError line."""
-    try:
-        yield
-    except sqlite3.DatabaseError as e:
-        raise ProfileError(f"{path}: {_describe(e)}") from e
-    except BadValue as e:
-        raise ProfileError(f"{path}: corrupt profile ({e})") from e
-    except UnicodeDecodeError as e:  # an error message of SQLite's quoting bytes that are not UTF-8
-        raise ProfileError(f"{path}: corrupt profile (text that is not valid UTF-8)") from e
-    except (OverflowError, MemoryError, RecursionError) as e:
-        raise ProfileError(f"{path}: corrupt profile ({type(e).__name__}: {e})") from e
 
 
 def _reads(method: Callable[Concatenate[Profile, _P], _T]) -> Callable[Concatenate[Profile, _P], _T]:
@@ -307,7 +91,7 @@ def _reads(method: Callable[Concatenate[Profile, _P], _T]) -> Callable[Concatena
 
     @functools.wraps(method)
     def wrapper(self: Profile, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
-        with _profile_errors(self.path):
+        with profile_errors(self.path):
             return method(self, *args, **kwargs)
 
     return wrapper
@@ -341,11 +125,11 @@ class Profile:
         self._db.close()
 
     def _rows(self, sql: str, params: Sequence[object] = ()) -> list[tuple[object, ...]]:
-        with _profile_errors(self.path):
+        with profile_errors(self.path):
             return self._db.execute(sql, params).fetchall()
 
     def _iter(self, sql: str, params: Sequence[object] = ()) -> Iterator[tuple[object, ...]]:
-        with _profile_errors(self.path):
+        with profile_errors(self.path):
             yield from self._db.execute(sql, params)
 
     def _validate(self) -> None:
@@ -358,7 +142,7 @@ class Profile:
                 raise ProfileError(f"{self.path}: {journal} is the journal of a write that did not finish,"
                                    " which a read-only reader cannot replay (open the profile once with sqlite3,"
                                    " or remove the journal if it is not the profile's)") from e
-            raise ProfileError(f"{self.path}: {_describe(e)}") from e
+            raise ProfileError(f"{self.path}: {describe(e)}") from e
         except UnicodeDecodeError as e:  # SQLite's own message quotes a name that is not UTF-8
             raise ProfileError(f"{self.path}: corrupt profile (its schema is not valid UTF-8)") from e
         if not tables:
@@ -396,7 +180,7 @@ class Profile:
     def reading(self) -> contextlib.AbstractContextManager[None]:
         """A block whose failures (SQLite errors, values of the wrong type) become one ProfileError
         line, as every query here does: for the few statements made on sql_connection()."""
-        return _profile_errors(self.path)
+        return profile_errors(self.path)
 
     @_reads
     def heap_names(self) -> list[str]:
@@ -646,7 +430,7 @@ class Profile:
         """
         if self._callsites is None:
             rows = self._rows("SELECT id, parent_id, frame_id FROM stack_profile_callsite ORDER BY id")
-            plain = _plain_callsites(rows)
+            plain = plain_callsites(rows)
             if plain is not None:
                 self._callsites = plain
                 return plain
@@ -656,7 +440,7 @@ class Profile:
                 callsites[CallsiteId(req_int_from_sql(r[0], "stack_profile_callsite.id"))] = (
                     None if parent is None else CallsiteId(parent),
                     FrameId(req_int_from_sql(r[2], "stack_profile_callsite.frame_id")))
-            _check_tree(callsites)
+            check_tree(callsites)
             self._callsites = callsites
         return self._callsites
 
@@ -876,6 +660,7 @@ class Profile:
         return list(self._stats.get(upid, []))
 
 
+
 _ALLOC_CALLSITE = "heap_profile_allocation.callsite_id"
 
 _REQUIRED_TABLES = frozenset({
@@ -898,65 +683,3 @@ def _view_values(r: tuple[object, ...], first: int) -> ViewValues:
     return ViewValues(int_from_sql(r[first], col + "size"), int_from_sql(r[first + 1], col + "count"),
                       int_from_sql(r[first + 2], col + "size"), int_from_sql(r[first + 3], col + "count"),
                       real, alloc_real)
-
-
-def _plain_callsites(rows: list[tuple[object, ...]]) -> dict[CallsiteId, tuple[CallsiteId | None, FrameId]] | None:
-    """callsites() of rows (by id) as `record` writes them, taken as read: integers, each
-    parent's id below its child's, so no parent cycle can exist and a parent's depth is known
-    before its children's (one pass, not a conversion per value and a walk: a compiler build
-    has ~450k callsites); an over-deep chain goes to _check_tree for its message. None when
-    a row is not so: the checked conversions read it."""
-    depth: dict[object, int] = {}
-    get = depth.get
-    deepest = -1
-    for cs, parent, frame in rows:
-        if type(cs) is not int or type(frame) is not int or (
-                parent is not None and (type(parent) is not int or parent >= cs)):
-            return None
-        d = depth[cs] = get(parent, -1) + 1
-        if d > deepest:
-            deepest = d
-    callsites = cast("dict[CallsiteId, tuple[CallsiteId | None, FrameId]]",
-                     dict(zip(map(itemgetter(0), rows), map(itemgetter(1, 2), rows), strict=True)))
-    if deepest >= MAX_CALLSITE_DEPTH:
-        _check_tree(callsites)
-    return callsites
-
-
-def _check_tree(callsites: dict[CallsiteId, tuple[CallsiteId | None, FrameId]]) -> None:
-    """Refuse parent cycles and absurdly deep chains; one pass, each callsite walked once."""
-    depth: dict[CallsiteId, int] = {}
-    for start in callsites:
-        if start in depth:
-            continue
-        chain: list[CallsiteId] = []
-        on_chain: set[CallsiteId] = set()
-        node: CallsiteId | None = start
-        base = -1
-        while node is not None:
-            known = depth.get(node)
-            if known is not None:
-                base = known
-                break
-            if node in on_chain:
-                raise BadValue(f"stack_profile_callsite has a parent cycle through callsite {node}")
-            entry = callsites.get(node)
-            if entry is None:  # a dangling parent: its child is a root
-                break
-            chain.append(node)
-            on_chain.add(node)
-            node = entry[0]
-        for i, cs in enumerate(reversed(chain)):
-            depth[cs] = base + 1 + i
-        if chain and depth[chain[0]] >= MAX_CALLSITE_DEPTH:
-            raise BadValue(f"stack_profile_callsite {chain[0]} is {depth[chain[0]] + 1} frames deep"
-                           f" (at most {MAX_CALLSITE_DEPTH})")
-
-
-def _describe(e: sqlite3.DatabaseError) -> str:
-    msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-    if "not a database" in msg:
-        return "not a heapscope profile (not an SQLite database)"
-    if "malformed" in msg or "corrupt" in msg:
-        return f"corrupt profile ({msg})"
-    return f"cannot read profile ({msg})"
