@@ -24,7 +24,7 @@ import os
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Concatenate, ParamSpec, TypeVar
+from typing import Concatenate, ParamSpec, TypeVar, cast
 
 from heapscope.errors import ProfileError
 from heapscope.model import CallsiteId, FrameId, MappingId, ProcessFlags, ProcessInfo, Upid
@@ -108,6 +108,7 @@ class Profile:
         self._python: set[FrameId] | None = None
         self._callsites: dict[CallsiteId, tuple[CallsiteId | None, FrameId]] | None = None
         self._tables: dict[str, bool] = {}
+        self._overlay = False  # callsite_overlay() made one
         # Per-process values read in one pass for every process (a query per process scanned
         # the whole table each time: a 148-process build read its peak rows 296 times).
         # They depend on the heap shown: forget_values() drops them (store.select.select_heap).
@@ -302,8 +303,15 @@ class Profile:
                     self._peaks = {}
                 return None
             col = "heapscope_peak_allocation."
-            ts = max(req_int_from_sql(r[7], col + "ts") for r in rows)
-            got = ts, {CallsiteId(req_int_from_sql(r[0], col + "callsite_id")): _view_values(r, 1) for r in rows}
+            plain = _plain_values(rows, (0, 7), 1)
+            if plain is not None:
+                (callsites, stamps), values = plain
+                by_callsite = dict(zip(callsites, values, strict=True))
+                got = max(cast("list[int]", stamps)), cast("dict[CallsiteId, ViewValues]", by_callsite)
+            else:
+                ts = max(req_int_from_sql(r[7], col + "ts") for r in rows)
+                got = ts, {CallsiteId(req_int_from_sql(r[0], col + "callsite_id")): _view_values(r, 1)
+                           for r in rows}
             if self._peaks is None:
                 self._peaks = {}
             self._peaks[upid] = got
@@ -395,6 +403,10 @@ class Profile:
             + " FROM heap_profile_allocation WHERE upid = ? GROUP BY ts, callsite_id ORDER BY ts",
             (upid,),
         )
+        plain = _plain_values(rows, (0, 1), 2)
+        if plain is not None:
+            (stamps, callsites), values = plain
+            return list(map(_new_dump_values, zip(stamps, callsites, values, strict=True)))
         return [DumpValues(r[0] if type(r[0]) is int else req_int_from_sql(r[0], "heap_profile_allocation.ts"),
                            CallsiteId(r[1] if type(r[1]) is int else req_int_from_sql(r[1], _ALLOC_CALLSITE)),
                            _view_values(r, 2)) for r in rows]
@@ -429,7 +441,9 @@ class Profile:
         a chain deeper than MAX_CALLSITE_DEPTH is damage: ProfileError.
         """
         if self._callsites is None:
-            rows = self._rows("SELECT id, parent_id, frame_id FROM stack_profile_callsite ORDER BY id")
+            rows = self._rows("SELECT id, parent_id, frame_id FROM main.stack_profile_callsite ORDER BY id")
+            if self._overlay:
+                rows = self._overlaid(rows)
             plain = plain_callsites(rows)
             if plain is not None:
                 self._callsites = plain
@@ -443,6 +457,40 @@ class Profile:
             check_tree(callsites)
             self._callsites = callsites
         return self._callsites
+
+    def _overlaid(self, rows: list[tuple[object, ...]]) -> list[tuple[object, ...]]:
+        """`rows` (by id) with the overlay's rows in place of those of the same ids, by id."""
+        over = {r[0]: r for r in self._rows(f"SELECT id, parent_id, frame_id FROM {CALLSITE_OVERLAY}")}
+        if not over:
+            return rows
+        rows = [over.pop(r[0], r) for r in rows]
+        rows += over.values()  # ids the profile does not have: none from a fold
+        return rows
+
+    def callsite_overlay(self) -> str:
+        """A new, empty temp table of callsites (id, depth, parent_id, frame_id) that every later
+        read sees in place of the profile's callsites of the same ids; its name. view/wrappers.py's
+        fold writes there only the callsites it changes (a quarter of a compiler build's 450k), not
+        a copy of the table: callsites() puts them over the profile's rows as it reads them, and a
+        temp view of the table's name does the same for SQL (stack_frames, stack_paths)."""
+        self.drop_callsite_overlay()
+        with profile_errors(self.path):
+            self._db.execute(f"CREATE TABLE {CALLSITE_OVERLAY} (id INTEGER PRIMARY KEY, depth INTEGER NOT NULL,"
+                             " parent_id INTEGER, frame_id INTEGER NOT NULL)")
+            self._db.execute(
+                "CREATE TEMP VIEW stack_profile_callsite AS SELECT id, depth, parent_id, frame_id"
+                f" FROM {CALLSITE_OVERLAY} UNION ALL SELECT id, depth, parent_id, frame_id"
+                f" FROM main.stack_profile_callsite WHERE id NOT IN (SELECT id FROM {CALLSITE_OVERLAY})")
+        self._overlay = True
+        return CALLSITE_OVERLAY
+
+    def drop_callsite_overlay(self) -> None:
+        """Read the profile's own callsites again (no overlay; the cached tree forgotten)."""
+        with profile_errors(self.path):
+            self._db.execute("DROP VIEW IF EXISTS temp.stack_profile_callsite")
+            self._db.execute(f"DROP TABLE IF EXISTS {CALLSITE_OVERLAY}")
+        self._overlay = False
+        self._callsites = None
 
     @_reads
     def frames(self) -> dict[FrameId, FrameInfo]:
@@ -662,12 +710,35 @@ class Profile:
 
 
 _ALLOC_CALLSITE = "heap_profile_allocation.callsite_id"
+CALLSITE_OVERLAY = "temp.heapscope_callsite_overlay"
 
 _REQUIRED_TABLES = frozenset({
     "heapscope_metadata", "process", "heapscope_process", "stats", "stack_profile_mapping",
     "stack_profile_frame", "stack_profile_callsite", "heap_profile_allocation", "heap_profile",
     "stack_profile_symbol", "heapscope_allocation_stream",
 })
+
+
+_INT = frozenset({int})
+_INT_OR_NULL = frozenset({int, type(None)})
+_new_values = functools.partial(tuple.__new__, ViewValues)
+_new_dump_values = functools.partial(tuple.__new__, DumpValues)
+
+
+def _plain_values(rows: list[tuple[object, ...]], keys: tuple[int, ...],
+                  first: int) -> tuple[list[tuple[object, ...]], list[ViewValues]] | None:
+    """The columns `keys` of `rows` and the ViewValues of their columns first..first+5, when every
+    value is as `record` writes it (integers, NULL only in the two real-size columns): made a
+    column at a time at C speed rather than a conversion per value (a build's peaks: 93k rows).
+    None when some value is not so, for the checked conversions to read row by row."""
+    if not rows or len(rows[0]) < first + 6:
+        return None
+    cols = list(zip(*rows, strict=True))
+    if not all(set(map(type, cols[k])) <= _INT for k in (*keys, first, first + 1, first + 2, first + 3)):
+        return None
+    if not all(set(map(type, cols[k])) <= _INT_OR_NULL for k in (first + 4, first + 5)):
+        return None
+    return [cols[k] for k in keys], list(map(_new_values, zip(*cols[first:first + 6], strict=True)))
 
 
 def _view_values(r: tuple[object, ...], first: int) -> ViewValues:
