@@ -442,9 +442,17 @@ class Profile:
         """
         if self._callsites is None:
             rows = self._rows("SELECT id, parent_id, frame_id FROM main.stack_profile_callsite ORDER BY id")
-            if self._overlay:
-                rows = self._overlaid(rows)
             plain = plain_callsites(rows)
+            if self._overlay:
+                over = self._rows(f"SELECT id, parent_id, frame_id FROM {CALLSITE_OVERLAY} ORDER BY id")
+                over_plain = plain_callsites(over)
+                # Both as `record` writes them (every parent's id below its child's): so is the two
+                # put together, and no cycle can be made of such rows.
+                if plain is not None and over_plain is not None:
+                    plain.update(over_plain)
+                else:
+                    plain = None
+                    rows = self._overlaid(rows, over)
             if plain is not None:
                 self._callsites = plain
                 return plain
@@ -458,11 +466,10 @@ class Profile:
             self._callsites = callsites
         return self._callsites
 
-    def _overlaid(self, rows: list[tuple[object, ...]]) -> list[tuple[object, ...]]:
-        """`rows` (by id) with the overlay's rows in place of those of the same ids, by id."""
-        over = {r[0]: r for r in self._rows(f"SELECT id, parent_id, frame_id FROM {CALLSITE_OVERLAY}")}
-        if not over:
-            return rows
+    @staticmethod
+    def _overlaid(rows: list[tuple[object, ...]], overlay: list[tuple[object, ...]]) -> list[tuple[object, ...]]:
+        """`rows` (by id) with the `overlay` rows in place of those of the same ids, by id."""
+        over = {r[0]: r for r in overlay}
         rows = [over.pop(r[0], r) for r in rows]
         rows += over.values()  # ids the profile does not have: none from a fold
         return rows

@@ -190,10 +190,13 @@ def _fold_below_wrappers(profile: Profile, db: sqlite3.Connection, wrappers: dic
     db.execute("CREATE TEMP TABLE heapscope_fold_below (id INTEGER PRIMARY KEY)")
     try:
         db.executemany("INSERT INTO temp.heapscope_fold_frame VALUES (?)", ((int(f),) for f in wrappers))
-        db.execute(  # the callsites below a wrapper's callsite, through the parent index
+        # The callsites below a wrapper's callsite: the wrappers' callsites found in one scan
+        # (CROSS JOIN keeps that order: SQLite would rather look up each callsite's parent), then
+        # their children through the parent index.
+        db.execute(
             "INSERT INTO temp.heapscope_fold_below WITH RECURSIVE below(id) AS ("
-            " SELECT c.id FROM main.stack_profile_callsite w JOIN main.stack_profile_callsite c ON c.parent_id = w.id"
-            " WHERE w.frame_id IN (SELECT id FROM temp.heapscope_fold_frame)"
+            " SELECT c.id FROM main.stack_profile_callsite w CROSS JOIN main.stack_profile_callsite c"
+            " ON c.parent_id = w.id WHERE w.frame_id IN (SELECT id FROM temp.heapscope_fold_frame)"
             " UNION SELECT c.id FROM below b JOIN main.stack_profile_callsite c ON c.parent_id = b.id)"
             " SELECT id FROM below")
         # Each of those and their parents, with its parent's parent (if it exists), frame and depth.
