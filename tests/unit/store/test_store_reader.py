@@ -276,3 +276,19 @@ def test_peak_and_dump_values_read_column_wise_and_row_by_row_agree(tmp_path: Pa
     assert [(d.ts, d.callsite, d.values) for d in dumps] == [
         (10, 2, ViewValues(200, 2, 300, 3, 60, 90)), (10, 3, ViewValues(64, 1, 64, 1, None, None)),
         (20, 3, ViewValues(128, 2, 128, 2, 40, 40))]
+
+
+def test_a_peak_on_two_heaps_is_summed_per_callsite(tmp_path: Path) -> None:
+    # GIVEN a process whose peak is on two heaps that share a callsite, and one on one heap
+    path = tmp_path / "p.db"
+    w = ProfileWriter(path)
+    w.add_peak(1, 15, "libc.malloc", [(2, 2, 200, 3, 300), (3, 1, 64, 1, 64)])
+    w.add_peak(1, 15, "python.pymalloc", [(3, 2, 32, 4, 64)])
+    w.add_peak(2, 25, "libc.malloc", [(5, 1, 8, 1, 8)])
+    w.close()
+    # WHEN their peaks are read, the lone process first and then both
+    with open_profile(path) as prof:
+        lone, first, second = prof.peak_values(2), prof.peak_values(1), prof.peak_values(2)
+    # THEN the shared callsite's values are summed over the heaps
+    assert first == (15, {2: ViewValues(200, 2, 300, 3, None, None), 3: ViewValues(96, 3, 128, 5, None, None)})
+    assert lone == second == (25, {5: ViewValues(8, 1, 8, 1, None, None)})
