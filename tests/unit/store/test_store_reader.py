@@ -269,8 +269,10 @@ def test_peak_and_dump_values_read_column_wise_and_row_by_row_agree(tmp_path: Pa
     db.commit()
     db.close()
     checked = read()
-    # THEN both readings say the same, and what was written
+    # THEN both readings say the same, and what was written, also read a row at a time
     assert plain == checked
+    with open_profile(path) as prof:
+        assert list(prof.iter_dump_values(1, chunk=1)) == checked[1] and prof.dump_stamps(1) == [10, 20]
     peak, dumps = plain
     assert peak == (15, {2: ViewValues(200, 2, 300, 3, 60, 90), 3: ViewValues(64, 1, 64, 1, None, None)})
     assert [(d.ts, d.callsite, d.values) for d in dumps] == [
