@@ -132,7 +132,9 @@ def process_graph(profile: Profile, process: Process, dump: str | int | None = N
         if peak is not None and peak_at < 0 and peak[0] <= ts:
             peak_at = len(states)
             states.append((peak[0], "peak", peak[1]))
-        while row is not None and row.ts == ts:
+        # <=: a live profile's rows are read in a later statement than its dumps, and may have
+        # gained a dump since (its rows go to the next dump read, or to none after the last)
+        while row is not None and row.ts <= ts:
             o = running.get(row.callsite)
             running[row.callsite] = row.values if o is None else add_values(o, row.values)
             row = next(rows, None)
