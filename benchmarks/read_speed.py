@@ -12,12 +12,14 @@ periodic dump, peak rows), sized by the number of processes and dumps.
     python benchmarks/read_speed.py synth OUT.db --processes N --dumps D
     python benchmarks/read_speed.py scale PROFILE.db OUT.db --times K   # K copies of a real profile side by side
     python benchmarks/read_speed.py day OUT.db [--dumps 86400]           # a day-long `-c` recording of a small program
-    python benchmarks/read_speed.py time PROFILE.db [--runs 3] [--save DIR] [--only report,flamegraph]
+    python benchmarks/read_speed.py time PROFILE.db... [--runs 3] [--save DIR] [--only report,flamegraph]
 
 `time` prints, per command, the median wall time and the median CPU time of the
 child (user + sys from RUSAGE_CHILDREN), with the load average: the machine is shared,
 so CPU time is the figure to compare. `--save DIR` keeps every command's output, to
-compare two versions byte for byte (cmp -r).
+compare two versions byte for byte (cmp -r). With several profiles, smallest first, it ends
+with the growth table: every command's CPU seconds per profile, and its CPU seconds per MiB on
+the largest over that on the smallest (1.00: linear; below: less than linear).
 """
 
 from __future__ import annotations
@@ -195,11 +197,13 @@ def commands(db: Path, save: Path) -> dict[str, tuple[list[str], Path | None]]:
     return out
 
 
-def time_commands(db: Path, runs: int, save: Path, only: set[str] | None) -> None:
+def time_commands(db: Path, runs: int, save: Path, only: set[str] | None) -> dict[str, float]:
+    """Print the table of one profile; returns each command's median CPU seconds."""
     save.mkdir(parents=True, exist_ok=True)
     size = db.stat().st_size / 2**20
     print(f"{db} ({size:.1f} MiB), {runs} run(s) each; load average {os.getloadavg()[0]:.1f}")
     print(f"{'command':<20} {'wall s':>8} {'cpu s':>8}")
+    cpu_of: dict[str, float] = {}
     for name, (argv, out) in commands(db, save).items():
         if only and name not in only and name.split()[0] not in only:
             continue
@@ -208,8 +212,25 @@ def time_commands(db: Path, runs: int, save: Path, only: set[str] | None) -> Non
             wall, cpu = run(argv, out)
             walls.append(wall)
             cpus.append(cpu)
-        print(f"{name:<20} {statistics.median(walls):>8.2f} {statistics.median(cpus):>8.2f}", flush=True)
+        cpu_of[name] = statistics.median(cpus)
+        print(f"{name:<20} {statistics.median(walls):>8.2f} {cpu_of[name]:>8.2f}", flush=True)
     print(f"load average after: {os.getloadavg()[0]:.1f}")
+    return cpu_of
+
+
+def growth_table(sizes: list[tuple[Path, dict[str, float]]]) -> None:
+    """Every command's CPU seconds per profile, and per MiB relative to the first (1.00: linear)."""
+    first_mib = sizes[0][0].stat().st_size / 2**20
+    heads = [f"{db.stat().st_size / 2**20:.0f} MiB" for db, _ in sizes]
+    print("\n| command | " + " | ".join(heads) + " | per MiB, last / first |")
+    print("|---|" + "---|" * (len(sizes) + 1))
+    for name, base in sizes[0][1].items():
+        cells = [f"{cpu[name]:.2f}" if name in cpu else "" for _, cpu in sizes]
+        last_db, last = sizes[-1]
+        ratio = ""
+        if name in last and base > 0:
+            ratio = f"{last[name] / (last_db.stat().st_size / 2**20) / (base / first_mib):.2f}"
+        print(f"| {name} | " + " | ".join(cells) + f" | {ratio} |")
 
 
 def main() -> int:
@@ -231,7 +252,7 @@ def main() -> int:
     d.add_argument("out", type=Path)
     d.add_argument("--dumps", type=int, default=86_400)
     t = sub.add_parser("time")
-    t.add_argument("db", type=Path)
+    t.add_argument("db", type=Path, nargs="+", help="one profile, or several (smallest first): then the growth table")
     t.add_argument("--runs", type=int, default=3)
     t.add_argument("--save", type=Path, help="keep each command's output here (default: a directory beside DB)")
     t.add_argument("--only", help="comma-separated commands (report, leaks, flamegraph, diff, export)")
@@ -251,7 +272,9 @@ def main() -> int:
         print(f"wrote {args.out} ({args.out.stat().st_size / 2**20:.1f} MiB) in {time.perf_counter() - t0:.0f} s")
     else:
         only = set(args.only.split(",")) if args.only else None
-        time_commands(args.db, args.runs, args.save or args.db.with_suffix(".out"), only)
+        sizes = [(db, time_commands(db, args.runs, args.save or db.with_suffix(".out"), only)) for db in args.db]
+        if len(sizes) > 1:
+            growth_table(sizes)
     return 0
 
 
