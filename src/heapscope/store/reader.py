@@ -290,6 +290,10 @@ class Profile:
             " FROM heap_profile_allocation WHERE upid = ? AND ts <= ? GROUP BY callsite_id",
             (upid, ts),
         )
+        plain = plain_values(rows, (0,), 1)
+        if plain is not None:
+            (callsites,), values = plain
+            return cast("dict[CallsiteId, ViewValues]", dict(zip(callsites, values, strict=True)))
         return {CallsiteId(req_int_from_sql(r[0], _ALLOC_CALLSITE)): view_values(r, 1) for r in rows}
 
     @_reads

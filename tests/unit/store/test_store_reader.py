@@ -273,6 +273,14 @@ def test_peak_and_dump_values_read_column_wise_and_row_by_row_agree(tmp_path: Pa
     assert plain == checked
     with open_profile(path) as prof:
         assert list(prof.iter_dump_values(1, chunk=1)) == checked[1] and prof.dump_stamps(1) == [10, 20]
+        at_end = prof.callsite_values(1)
+    db = sqlite3.connect(path)
+    db.execute("UPDATE heap_profile_allocation SET size = '300' WHERE callsite_id = 2 AND size = 300")
+    db.commit()
+    db.close()
+    with open_profile(path) as prof:
+        assert prof.callsite_values(1) == at_end == {2: ViewValues(200, 2, 300, 3, 60, 90),
+                                                     3: ViewValues(192, 3, 192, 3, 40, 40)}
     peak, dumps = plain
     assert peak == (15, {2: ViewValues(200, 2, 300, 3, 60, 90), 3: ViewValues(64, 1, 64, 1, None, None)})
     assert [(d.ts, d.callsite, d.values) for d in dumps] == [
