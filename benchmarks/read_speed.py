@@ -10,12 +10,16 @@ periodic dump, peak rows), sized by the number of processes and dumps.
 
     python benchmarks/read_speed.py build SRC_DIR OUT.db     # record the build (SRC_DIR: an unpacked brotli sdist)
     python benchmarks/read_speed.py synth OUT.db --processes N --dumps D
-    python benchmarks/read_speed.py time PROFILE.db [--runs 3] [--save DIR] [--only report,flamegraph]
+    python benchmarks/read_speed.py scale PROFILE.db OUT.db --times K   # K copies of a real profile side by side
+    python benchmarks/read_speed.py day OUT.db [--dumps 86400]           # a day-long `-c` recording of a small program
+    python benchmarks/read_speed.py time PROFILE.db... [--runs 3] [--save DIR] [--only report,flamegraph]
 
 `time` prints, per command, the median wall time and the median CPU time of the
 child (user + sys from RUSAGE_CHILDREN), with the load average: the machine is shared,
 so CPU time is the figure to compare. `--save DIR` keeps every command's output, to
-compare two versions byte for byte (cmp -r).
+compare two versions byte for byte (cmp -r). With several profiles, smallest first, it ends
+with the growth table: every command's CPU seconds per profile, and its CPU seconds per MiB on
+the largest over that on the smallest (1.00: linear; below: less than linear).
 """
 
 from __future__ import annotations
@@ -117,6 +121,55 @@ def synth(out: Path, processes: int, dumps: int, leaves: int = 3000, seed: int =
     w.close()
 
 
+def scale(src: Path, out: Path, times: int) -> None:
+    """`src` and K-1 copies of it side by side in one profile, as if K such builds ran under one
+    `record`: every process, its dumps, rows, peaks and stats, and the callsite tree too, K times
+    (upids and callsite ids shifted per copy); frames, mappings and symbols stay one set (the
+    copies ran the same binaries). Every table but those three grows K times: the worst case for
+    linear growth (a real build K times larger would share more of its callsites)."""
+    import sqlite3
+
+    out.unlink(missing_ok=True)
+    subprocess.run(["cp", str(src), str(out)], check=True)
+    db = sqlite3.connect(out)
+    db.execute("PRAGMA journal_mode = OFF")
+    db.execute("PRAGMA synchronous = OFF")
+    upids = db.execute("SELECT MAX(upid) FROM process").fetchone()[0]
+    sites = db.execute("SELECT MAX(id) FROM stack_profile_callsite").fetchone()[0]
+    for k in range(1, times):
+        u, c = upids * k, sites * k
+        db.execute("INSERT INTO process (upid, pid, name, cmdline, start_ts, end_ts, parent_upid, uid)"
+                   f" SELECT upid + {u}, pid, name, cmdline, start_ts, end_ts, parent_upid + {u}, uid FROM process"
+                   f" WHERE upid <= {upids}")
+        db.execute(f"INSERT INTO heapscope_process SELECT upid + {u}, exe, ppid, from_startup, disconnected,"
+                   " buffer_overran, buffer_corrupted, rejected_concurrent, hit_guardrail, client_error, unwinder,"
+                   " sampling_interval_bytes, orig_sampling_interval_bytes"
+                   f" FROM heapscope_process WHERE upid <= {upids}")
+        db.execute(f"INSERT INTO stats SELECT name, idx + {u}, severity, source, value, description FROM stats"
+                   f" WHERE idx IS NOT NULL AND idx <= {upids}")
+        db.execute(f"INSERT INTO stack_profile_callsite SELECT id + {c}, depth, parent_id + {c}, frame_id"
+                   f" FROM stack_profile_callsite WHERE id <= {sites}")
+        db.execute("INSERT INTO heap_profile (ts, ts_end, dur, upid, heap_name, reason)"
+                   f" SELECT ts, ts_end, dur, upid + {u}, heap_name, reason FROM heap_profile WHERE upid <= {upids}")
+        db.execute("INSERT INTO heap_profile_allocation (ts, upid, heap_name, callsite_id, count, size, real_size)"
+                   f" SELECT ts, upid + {u}, heap_name, callsite_id + {c}, count, size, real_size"
+                   f" FROM heap_profile_allocation WHERE upid <= {upids}")
+        db.execute(f"INSERT INTO heapscope_peak_allocation SELECT ts, upid + {u}, heap_name, callsite_id + {c},"
+                   " count, size, alloc_count, alloc_size, real_size, alloc_real_size FROM heapscope_peak_allocation"
+                   f" WHERE upid <= {upids}")
+        db.execute(f"INSERT INTO heapscope_allocation_stream SELECT upid + {u}, seq, kind, ts, address, size,"
+                   f" sample_size, callsite_id + {c} FROM heapscope_allocation_stream WHERE upid <= {upids}")
+        db.commit()
+    db.close()
+
+
+def day(out: Path, dumps: int) -> None:
+    """A profile as `record -c 1s` of a small program for a day would write: one process, `dumps`
+    periodic dumps, a few hundred callsites, each dump with the rows of the callsites that changed
+    since the previous one (a service's steady churn), a peak."""
+    synth(out, processes=1, dumps=dumps, leaves=60)
+
+
 def run(argv: list[str], out: Path | None) -> tuple[float, float]:
     """Wall and CPU seconds of one CLI command in a fresh process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -144,11 +197,13 @@ def commands(db: Path, save: Path) -> dict[str, tuple[list[str], Path | None]]:
     return out
 
 
-def time_commands(db: Path, runs: int, save: Path, only: set[str] | None) -> None:
+def time_commands(db: Path, runs: int, save: Path, only: set[str] | None) -> dict[str, float]:
+    """Print the table of one profile; returns each command's median CPU seconds."""
     save.mkdir(parents=True, exist_ok=True)
     size = db.stat().st_size / 2**20
     print(f"{db} ({size:.1f} MiB), {runs} run(s) each; load average {os.getloadavg()[0]:.1f}")
     print(f"{'command':<20} {'wall s':>8} {'cpu s':>8}")
+    cpu_of: dict[str, float] = {}
     for name, (argv, out) in commands(db, save).items():
         if only and name not in only and name.split()[0] not in only:
             continue
@@ -157,8 +212,25 @@ def time_commands(db: Path, runs: int, save: Path, only: set[str] | None) -> Non
             wall, cpu = run(argv, out)
             walls.append(wall)
             cpus.append(cpu)
-        print(f"{name:<20} {statistics.median(walls):>8.2f} {statistics.median(cpus):>8.2f}", flush=True)
+        cpu_of[name] = statistics.median(cpus)
+        print(f"{name:<20} {statistics.median(walls):>8.2f} {cpu_of[name]:>8.2f}", flush=True)
     print(f"load average after: {os.getloadavg()[0]:.1f}")
+    return cpu_of
+
+
+def growth_table(sizes: list[tuple[Path, dict[str, float]]]) -> None:
+    """Every command's CPU seconds per profile, and per MiB relative to the first (1.00: linear)."""
+    first_mib = sizes[0][0].stat().st_size / 2**20
+    heads = [f"{db.stat().st_size / 2**20:.0f} MiB" for db, _ in sizes]
+    print("\n| command | " + " | ".join(heads) + " | per MiB, last / first |")
+    print("|---|" + "---|" * (len(sizes) + 1))
+    for name, base in sizes[0][1].items():
+        cells = [f"{cpu[name]:.2f}" if name in cpu else "" for _, cpu in sizes]
+        last_db, last = sizes[-1]
+        ratio = ""
+        if name in last and base > 0:
+            ratio = f"{last[name] / (last_db.stat().st_size / 2**20) / (base / first_mib):.2f}"
+        print(f"| {name} | " + " | ".join(cells) + f" | {ratio} |")
 
 
 def main() -> int:
@@ -172,21 +244,37 @@ def main() -> int:
     s.add_argument("--processes", type=int, default=125)
     s.add_argument("--dumps", type=int, default=1)
     s.add_argument("--leaves", type=int, default=3000)
+    k = sub.add_parser("scale")
+    k.add_argument("src", type=Path)
+    k.add_argument("out", type=Path)
+    k.add_argument("--times", type=int, required=True)
+    d = sub.add_parser("day")
+    d.add_argument("out", type=Path)
+    d.add_argument("--dumps", type=int, default=86_400)
     t = sub.add_parser("time")
-    t.add_argument("db", type=Path)
+    t.add_argument("db", type=Path, nargs="+", help="one profile, or several (smallest first): then the growth table")
     t.add_argument("--runs", type=int, default=3)
     t.add_argument("--save", type=Path, help="keep each command's output here (default: a directory beside DB)")
     t.add_argument("--only", help="comma-separated commands (report, leaks, flamegraph, diff, export)")
     args = ap.parse_args()
     if args.cmd == "build":
         record_build(args.src, args.out)
+    elif args.cmd in ("scale", "day"):
+        t0 = time.perf_counter()
+        if args.cmd == "scale":
+            scale(args.src, args.out, args.times)
+        else:
+            day(args.out, args.dumps)
+        print(f"wrote {args.out} ({args.out.stat().st_size / 2**20:.1f} MiB) in {time.perf_counter() - t0:.0f} s")
     elif args.cmd == "synth":
         t0 = time.perf_counter()
         synth(args.out, args.processes, args.dumps, args.leaves)
         print(f"wrote {args.out} ({args.out.stat().st_size / 2**20:.1f} MiB) in {time.perf_counter() - t0:.0f} s")
     else:
         only = set(args.only.split(",")) if args.only else None
-        time_commands(args.db, args.runs, args.save or args.db.with_suffix(".out"), only)
+        sizes = [(db, time_commands(db, args.runs, args.save or db.with_suffix(".out"), only)) for db in args.db]
+        if len(sizes) > 1:
+            growth_table(sizes)
     return 0
 
 

@@ -39,7 +39,7 @@ from heapscope.estimate import add_values
 from heapscope.model import VIEWS, CallsiteId, Upid
 from heapscope.records import Record, field
 from heapscope.store.labels import process_label as named
-from heapscope.store.reader import DumpValues, Process, Profile, ViewValues, mapping_basename
+from heapscope.store.reader import Process, Profile, ViewValues, mapping_basename
 from heapscope.store.select import (
     ALL_HEAPS,
     dump_position,
@@ -119,45 +119,47 @@ def process_graph(profile: Profile, process: Process, dump: str | int | None = N
     state `dump` (default: the peak). python_only: native frames left out (view/tree.py build_tree)."""
     upid = process.info.upid
     interval = process_interval(profile, process)
-    rows = profile.dump_values(upid)
-    dump_ts = sorted({d.ts_end for d in profile.dumps(upid)} | {r.ts for r in rows})
-    by_ts: dict[int, list[DumpValues]] = {}
-    for r in rows:
-        by_ts.setdefault(r.ts, []).append(r)
+    dump_ts = sorted({d.ts_end for d in profile.dumps(upid)} | set(profile.dump_stamps(upid)))
     peak = profile.peak_values(upid)
-    callsite_ids = sorted({r.callsite for r in rows} | (set(peak[1]) if peak else set()))
-    # Python frames are lines, as report's rows are (a node merging a function's lines
-    # showed whichever line came first); native frames merge per function.
-    tree = build_tree(profile, callsite_ids, python_only=python_only, python_lines=True)
-    graph = ProcessGraph(process_label(process), upid, tree, t0=max(0, process.info.start_ts))
     chosen = dump_position(dump, len(dump_ts), process_label(process)) if isinstance(dump, int) else None
     kept = set(kept_dumps(len(dump_ts), max_dumps, chosen))
-    graph.dumps_left_out = len(dump_ts) - len(kept)
+    # One pass over the rows, by timestamp; the running sums go on through the dumps left out, and
+    # those of the dumps kept are copied (a day of dumps: 100 copies, not 1.7 M rows held).
     running: dict[CallsiteId, ViewValues] = {}
+    states: list[tuple[int, str, dict[CallsiteId, ViewValues]]] = []
     peak_at = chosen_at = -1
+    rows = profile.iter_dump_values(upid)
+    row = next(rows, None)
     for n, ts in enumerate(dump_ts):
         if peak is not None and peak_at < 0 and peak[0] <= ts:
-            peak_at = _add_peak(graph, peak, interval)
-        for r in by_ts.get(ts, ()):
-            o = running.get(r.callsite)
-            running[r.callsite] = r.values if o is None else add_values(o, r.values)
-        if n in kept:  # the running sums go on through the dumps left out
+            peak_at = len(states)
+            states.append((peak[0], "peak", peak[1]))
+        # <=: a live profile's rows are read in a later statement than its dumps, and may have
+        # gained a dump since (its rows go to the next dump read, or to none after the last)
+        while row is not None and row.ts <= ts:
+            o = running.get(row.callsite)
+            running[row.callsite] = row.values if o is None else add_values(o, row.values)
+            row = next(rows, None)
+        if n in kept:
             if n == chosen:
-                chosen_at = len(graph.snapshots)
-            graph.snapshots.append(Snapshot(ts, f"dump {n + 1}", tree.desampled_selfs(running, interval)))
+                chosen_at = len(states)
+            states.append((ts, f"dump {n + 1}", dict(running)))
     if peak is not None and peak_at < 0:
-        peak_at = _add_peak(graph, peak, interval)
+        peak_at = len(states)
+        states.append((peak[0], "peak", peak[1]))
+    # Python frames are lines, as report's rows are (a node merging a function's lines
+    # showed whichever line came first); native frames merge per function.
+    callsite_ids = sorted(running.keys() | (peak[1].keys() if peak else set()))
+    tree = build_tree(profile, callsite_ids, python_only=python_only, python_lines=True)
+    graph = ProcessGraph(process_label(process), upid, tree, t0=max(0, process.info.start_ts))
+    graph.dumps_left_out = len(dump_ts) - len(kept)
+    graph.snapshots = [Snapshot(ts, label, tree.desampled_selfs(values, interval)) for ts, label, values in states]
     graph.memory = process_memory(profile, upid, tree.node_of)
     if chosen is not None:
         graph.start = chosen_at
     elif dump != "end" and peak_at >= 0:
         graph.start = peak_at
     return graph
-
-
-def _add_peak(graph: ProcessGraph, peak: tuple[int, dict[CallsiteId, ViewValues]], interval: int) -> int:
-    graph.snapshots.append(Snapshot(peak[0], "peak", graph.tree.desampled_selfs(peak[1], interval)))
-    return len(graph.snapshots) - 1
 
 
 def _sparse(values: list[int], shift: int = 0) -> list[int]:

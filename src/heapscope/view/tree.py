@@ -19,6 +19,7 @@ comes before its children. The tree serves the flamegraph HTML, `diff`,
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
@@ -134,7 +135,7 @@ def frame_functions(profile: Profile) -> Callable[[FrameId], tuple[FrameFn, ...]
     """
     frames = profile.frames()
     symbols = profile.frame_symbols()
-    cache: dict[FrameId, tuple[FrameFn, ...]] = {}
+    cache = _FUNCTIONS.setdefault(profile, {})
 
     def get(frame_id: FrameId) -> tuple[FrameFn, ...]:
         got = cache.get(frame_id)
@@ -164,6 +165,12 @@ NO_PYTHON = "[no Python frames]"
 # One function of a frame as build_tree merges it: name, mapping, line (None: not told apart by
 # line), and its (source file, line) when known.
 _Step = tuple[str, str, int | None, tuple[str, int | None] | None]
+
+# Per profile, what its frames are (frame_functions) and add to a node's key (build_tree, per
+# kind of tree): worked out once, not once per process (a build's processes share their frames).
+_FUNCTIONS: weakref.WeakKeyDictionary[Profile, dict[FrameId, tuple[FrameFn, ...]]] = weakref.WeakKeyDictionary()
+_STEPS: weakref.WeakKeyDictionary[Profile, dict[tuple[bool, bool, bool, bool], dict[FrameId, tuple[_Step, ...]]]] = (
+    weakref.WeakKeyDictionary())
 
 
 # Long on purpose: the two passes (merge, then renumber in preorder) share the node tables, kept as local
@@ -203,8 +210,8 @@ def build_tree(profile: Profile, callsite_ids: Iterable[CallsiteId], inlined: bo
     raw_node: dict[CallsiteId, int] = {}
 
     # Per frame, what each of its functions adds to a node's key, and its source: worked out
-    # once, not at every callsite of the frame (a build's processes share their frames).
-    frame_steps: dict[FrameId, tuple[_Step, ...]] = {}
+    # once, not at every callsite of the frame nor for every process.
+    frame_steps = _STEPS.setdefault(profile, {}).setdefault((inlined, python_only, lines, python_lines), {})
 
     def steps(frame_id: FrameId) -> tuple[_Step, ...]:
         by_line = lines or (python_lines and frame_id in python_frames)
@@ -266,7 +273,9 @@ def build_tree(profile: Profile, callsite_ids: Iterable[CallsiteId], inlined: bo
         return (src[1] or 0) if src is not None and lines else 0
 
     def order(ids: list[int]) -> list[int]:
-        # Reversed for the stack; by line too when nodes are lines.
+        # Reversed for the stack; by line too when nodes are lines. Most nodes have one child.
+        if len(ids) < 2:
+            return ids
         return sorted(ids, key=lambda i: (k_name[i], k_map[i], line_of(i)), reverse=True)
 
     tree = MergedTree()

@@ -4,9 +4,10 @@ A frame that only passes an allocation through (xmalloc, zmalloc, operator new,
 sqlite3Malloc, g_malloc, PyMem_Malloc, ...) names no code to change: the line
 to change is its caller's. So views fold such frames into their callers: a
 stack main > parse > xmalloc reads main > parse, and what xmalloc held is
-parse's self. The fold shadows the profile's callsite table on the view's own
-connection with a temporary table (as store.select.select_heap shadows the
-heap tables), so `report`, `leaks`, `diff`, the flamegraph, the exports and
+parse's self. The fold writes the callsites it changes to the profile's
+callsite overlay on the view's own connection (Profile.callsite_overlay: read
+in place of the profile's rows, as store.select.select_heap shadows the heap
+tables), so `report`, `leaks`, `diff`, the flamegraph, the exports and
 `record`'s summary all read the same folded stacks without knowing of it.
 
 A folded callsite keeps its id (the heap tables' rows stay as they are) and
@@ -140,7 +141,7 @@ def fold_wrappers(profile: Profile, keep: bool = False, extra: Sequence[str] = (
     A stack made of wrappers only is left as it is: there is no caller to fold into.
     """
     db = profile.sql_connection()
-    db.execute("DROP TABLE IF EXISTS temp.stack_profile_callsite")
+    profile.drop_callsite_overlay()
     db.execute("DROP TABLE IF EXISTS temp.stack_profile_symbol")
     pattern = wrapper_pattern(keep, extra)
     if pattern is None:
@@ -155,9 +156,9 @@ def fold_wrappers(profile: Profile, keep: bool = False, extra: Sequence[str] = (
     if not names:
         return sorted(inlined)
     try:
-        folded = _fold_below_wrappers(db, names)
+        folded = _fold_below_wrappers(profile, db, names)
         if folded is None:  # not as `record` writes them: the whole table, walked
-            db.execute("DROP TABLE IF EXISTS temp.stack_profile_callsite")
+            profile.drop_callsite_overlay()
             rows = db.execute("SELECT id, parent_id, frame_id FROM main.stack_profile_callsite").fetchall()
             parent: dict[CallsiteId, CallsiteId | None] = {}
             frame: dict[CallsiteId, FrameId] = {}
@@ -166,38 +167,36 @@ def fold_wrappers(profile: Profile, keep: bool = False, extra: Sequence[str] = (
                 frame[cs] = fid
             folded, new_rows = _fold(parent, frame, names)
             if folded:
-                db.execute(_SHADOW)
-                db.executemany("INSERT INTO temp.stack_profile_callsite VALUES (?, ?, ?, ?)", new_rows)
+                db.executemany(f"INSERT INTO {profile.callsite_overlay()} VALUES (?, ?, ?, ?)", new_rows)
         if not folded:
-            db.execute("DROP TABLE IF EXISTS temp.stack_profile_callsite")
+            profile.drop_callsite_overlay()
             return sorted(inlined)
     except sqlite3.DatabaseError as e:
         raise ProfileError(f"{profile.path}: {e}") from e
     return sorted(folded | inlined)
 
 
-_SHADOW = ("CREATE TEMP TABLE stack_profile_callsite"
-           " (id INTEGER PRIMARY KEY, depth INTEGER NOT NULL, parent_id INTEGER, frame_id INTEGER NOT NULL)")
-
-
-def _fold_below_wrappers(db: sqlite3.Connection, wrappers: dict[FrameId, str]) -> set[str] | None:
-    """Write the folded callsites to temp.stack_profile_callsite, mostly in SQLite, and return
-    the names folded; None when a callsite below a wrapper has its parent's id at or above its
-    own (not as `record` writes them), for the walk of the whole table.
+def _fold_below_wrappers(profile: Profile, db: sqlite3.Connection, wrappers: dict[FrameId, str]) -> set[str] | None:
+    """Write the callsites the fold changes to the profile's callsite overlay, mostly in SQLite,
+    and return the names folded; None when a callsite below a wrapper has its parent's id at or
+    above its own (not as `record` writes them), for the walk of the whole table.
 
     A compiler build has ~450k callsites, a quarter of them a wrapper's, nearly all of those
     with no wrapper above (the client's stack ends at the wrapper that called malloc): such a
-    callsite becomes its parent, and every callsite that is neither one nor below one stays as
-    it is; both are written by one statement each. The few below a wrapper's callsite are
+    callsite becomes its parent, written by one statement, and every callsite that is neither
+    one nor below one stays as it is, not written at all. The few below a wrapper's callsite are
     folded here in one pass over their rows by id, a parent's before its children's."""
     db.execute("CREATE TEMP TABLE heapscope_fold_frame (id INTEGER PRIMARY KEY)")
     db.execute("CREATE TEMP TABLE heapscope_fold_below (id INTEGER PRIMARY KEY)")
     try:
         db.executemany("INSERT INTO temp.heapscope_fold_frame VALUES (?)", ((int(f),) for f in wrappers))
-        db.execute(  # the callsites below a wrapper's callsite, through the parent index
+        # The callsites below a wrapper's callsite: the wrappers' callsites found in one scan
+        # (CROSS JOIN keeps that order: SQLite would rather look up each callsite's parent), then
+        # their children through the parent index.
+        db.execute(
             "INSERT INTO temp.heapscope_fold_below WITH RECURSIVE below(id) AS ("
-            " SELECT c.id FROM main.stack_profile_callsite w JOIN main.stack_profile_callsite c ON c.parent_id = w.id"
-            " WHERE w.frame_id IN (SELECT id FROM temp.heapscope_fold_frame)"
+            " SELECT c.id FROM main.stack_profile_callsite w CROSS JOIN main.stack_profile_callsite c"
+            " ON c.parent_id = w.id WHERE w.frame_id IN (SELECT id FROM temp.heapscope_fold_frame)"
             " UNION SELECT c.id FROM below b JOIN main.stack_profile_callsite c ON c.parent_id = b.id)"
             " SELECT id FROM below")
         # Each of those and their parents, with its parent's parent (if it exists), frame and depth.
@@ -211,22 +210,19 @@ def _fold_below_wrappers(db: sqlite3.Connection, wrappers: dict[FrameId, str]) -
         below = _fold_rows(rows, wrappers)
         if below is None:
             return None
-        db.execute(_SHADOW)
-        # As they are (a parent that does not exist made a root, as the walk makes it), then
-        # each wrapper's callsite with no wrapper above as its parent, then the ones below.
-        db.execute("INSERT INTO temp.stack_profile_callsite SELECT c.id, c.depth, p.id, c.frame_id"
-                   " FROM main.stack_profile_callsite c LEFT JOIN main.stack_profile_callsite p ON p.id = c.parent_id")
+        overlay = profile.callsite_overlay()
+        # Each wrapper's callsite with no wrapper above as its parent, then the ones below.
         db.execute(
-            "INSERT OR REPLACE INTO temp.stack_profile_callsite SELECT c.id, p.depth,"
+            f"INSERT INTO {overlay} SELECT c.id, p.depth,"
             " (SELECT g.id FROM main.stack_profile_callsite g WHERE g.id = p.parent_id), p.frame_id"
             " FROM main.stack_profile_callsite c JOIN main.stack_profile_callsite p ON p.id = c.parent_id"
             " WHERE c.frame_id IN (SELECT id FROM temp.heapscope_fold_frame)"
             " AND c.id NOT IN (SELECT id FROM temp.heapscope_fold_below)")
-        db.executemany("INSERT OR REPLACE INTO temp.stack_profile_callsite VALUES (?, ?, ?, ?)", below)
+        db.executemany(f"INSERT OR REPLACE INTO {overlay} VALUES (?, ?, ?, ?)", below)
         # A callsite folded takes a caller's frame, never a wrapper's: its frame changed.
         changed = db.execute(
-            "SELECT DISTINCT m.frame_id FROM main.stack_profile_callsite m"
-            " JOIN temp.stack_profile_callsite t ON t.id = m.id WHERE t.frame_id != m.frame_id").fetchall()
+            f"SELECT DISTINCT m.frame_id FROM {overlay} t"
+            " JOIN main.stack_profile_callsite m ON m.id = t.id WHERE t.frame_id != m.frame_id").fetchall()
         return {wrappers[FrameId(f)] for (f,) in changed}
     finally:
         db.execute("DROP TABLE temp.heapscope_fold_frame")

@@ -10,7 +10,7 @@ import pytest
 
 from heapscope.errors import ProfileError
 from heapscope.model import CallsiteId, Frame, FrameId, Mapping, MappingId
-from heapscope.store.reader import ViewValues, fallback_frame_name, mapping_basename, open_profile
+from heapscope.store.reader import DumpValues, ViewValues, fallback_frame_name, mapping_basename, open_profile
 from heapscope.store.writer import ProfileWriter
 
 # Leaf callsites of the known profile (tests/unit/conftest.py draws the tree).
@@ -245,3 +245,60 @@ def test_callsites_as_record_writes_them_and_otherwise(tmp_path: Path) -> None:
     assert got_dangling == {1: (None, 1), 3: (2, 3)}
     with open_profile(cycle) as prof, pytest.raises(ProfileError, match="parent cycle"):
         prof.callsites()
+
+
+def test_peak_and_dump_values_read_column_wise_and_row_by_row_agree(tmp_path: Path) -> None:
+    # GIVEN a profile with two dumps and a peak, as `record` writes them (real sizes in some rows only)
+    path = tmp_path / "p.db"
+    w = ProfileWriter(path)
+    w.add_dump(1, 0, 10, "periodic", [(2, 3, 300, 90), (3, 1, 64), (2, -1, -100, -30)], "libc.malloc")
+    w.add_dump(1, 10, 20, "exit", [(3, 2, 128, 40)], "libc.malloc")
+    w.add_peak(1, 15, "libc.malloc", [(2, 2, 200, 3, 300, 60, 90), (3, 1, 64, 1, 64)])
+    w.close()
+
+    def read() -> tuple[tuple[int, dict[CallsiteId, ViewValues]] | None, list[DumpValues]]:
+        with open_profile(path) as prof:
+            return prof.peak_values(1), prof.dump_values(1)
+
+    # WHEN it is read, and again once a value is text and another NULL (not as `record` writes
+    # them: the row-by-row conversions read those)
+    plain = read()
+    db = sqlite3.connect(path)
+    db.execute("UPDATE heapscope_peak_allocation SET size = '64' WHERE callsite_id = 3")
+    db.execute("UPDATE heap_profile_allocation SET size = '128' WHERE callsite_id = 3 AND ts = 20")
+    db.commit()
+    db.close()
+    checked = read()
+    # THEN both readings say the same, and what was written, also read a row at a time
+    assert plain == checked
+    with open_profile(path) as prof:
+        assert list(prof.iter_dump_values(1, chunk=1)) == checked[1] and prof.dump_stamps(1) == [10, 20]
+        at_end = prof.callsite_values(1)
+    db = sqlite3.connect(path)
+    db.execute("UPDATE heap_profile_allocation SET size = '300' WHERE callsite_id = 2 AND size = 300")
+    db.commit()
+    db.close()
+    with open_profile(path) as prof:
+        assert prof.callsite_values(1) == at_end == {2: ViewValues(200, 2, 300, 3, 60, 90),
+                                                     3: ViewValues(192, 3, 192, 3, 40, 40)}
+    peak, dumps = plain
+    assert peak == (15, {2: ViewValues(200, 2, 300, 3, 60, 90), 3: ViewValues(64, 1, 64, 1, None, None)})
+    assert [(d.ts, d.callsite, d.values) for d in dumps] == [
+        (10, 2, ViewValues(200, 2, 300, 3, 60, 90)), (10, 3, ViewValues(64, 1, 64, 1, None, None)),
+        (20, 3, ViewValues(128, 2, 128, 2, 40, 40))]
+
+
+def test_a_peak_on_two_heaps_is_summed_per_callsite(tmp_path: Path) -> None:
+    # GIVEN a process whose peak is on two heaps that share a callsite, and one on one heap
+    path = tmp_path / "p.db"
+    w = ProfileWriter(path)
+    w.add_peak(1, 15, "libc.malloc", [(2, 2, 200, 3, 300), (3, 1, 64, 1, 64)])
+    w.add_peak(1, 15, "python.pymalloc", [(3, 2, 32, 4, 64)])
+    w.add_peak(2, 25, "libc.malloc", [(5, 1, 8, 1, 8)])
+    w.close()
+    # WHEN their peaks are read, the lone process first and then both
+    with open_profile(path) as prof:
+        lone, first, second = prof.peak_values(2), prof.peak_values(1), prof.peak_values(2)
+    # THEN the shared callsite's values are summed over the heaps
+    assert first == (15, {2: ViewValues(200, 2, 300, 3, None, None), 3: ViewValues(96, 3, 128, 5, None, None)})
+    assert lone == second == (25, {5: ViewValues(8, 1, 8, 1, None, None)})

@@ -136,3 +136,30 @@ def test_the_header_line_names_the_folded_wrappers() -> None:
     assert len(many) <= 120 and many.endswith(" more (--keep-wrappers shows them)"), many
     assert fold_line(["std::__new_allocator<A>::allocate", "std::__new_allocator<B>::allocate"], 50) == (
         "wrappers folded into their callers: std::__new_allocator<A>::allocate and 1 more (--keep-wrappers shows them)")
+
+
+def test_every_read_sees_the_fold_until_it_is_undone(tmp_path: Path) -> None:
+    # GIVEN the tree above, numbered parents first as `record` writes it
+    path = tmp_path / "p.db"
+    w = ProfileWriter(path)
+    w.add_mappings([(1, Mapping("ab" * 20, 0x1000, 0, 0x5000, 0x7000, 0x4000, "/bin/demo"))])
+    w.add_frames([(i + 1, Frame(MappingId(1), 0x1100 + i, name))
+                  for i, name in enumerate(["main", "parse", "xmalloc", "xstrdup", "callback"])])
+    w.add_callsites([(cs, 0, par, fid) for cs, par, fid in TREE])
+    w.close()
+    parent = {CallsiteId(cs): None if par is None else CallsiteId(par) for cs, par, _ in TREE}
+    frame = {CallsiteId(cs): FrameId(fid) for cs, _, fid in TREE}
+    _, expected = _fold(parent, frame, {FrameId(3): "xmalloc", FrameId(4): "xstrdup"})
+    with open_profile(path) as profile:
+        unfolded = dict(profile.callsites())
+        # WHEN the wrappers are folded
+        fold_wrappers(profile)
+        # THEN the callsite tree and the SQL walks read the folded stacks
+        assert profile.callsites() == {cs: (par, fid) for cs, _, par, fid in expected}
+        assert [f.name if f else "?" for f in profile.stack_frames(CallsiteId(7), 9)] == ["callback", "parse", "main"]
+        assert [p.info.name if p.info else "?" for p in profile.stack_paths([CallsiteId(3)], 9)[CallsiteId(3)]] == [
+            "parse", "main"]
+        # AND once they are kept again, the profile's own rows are back
+        fold_wrappers(profile, keep=True)
+        assert profile.callsites() == unfolded
+        assert [f.name if f else "?" for f in profile.stack_frames(CallsiteId(3), 9)] == ["xmalloc", "parse", "main"]

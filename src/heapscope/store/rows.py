@@ -1,0 +1,153 @@
+"""The typed rows a profile's queries return (reader.py), and how a frame without a symbol is named."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from heapscope.model import CallsiteId, MappingId, ProcessFlags, ProcessInfo, Upid
+from heapscope.records import Record
+
+__all__ = [
+    "AllocationDelta", "Dump", "DumpValues", "FrameInfo", "Mapping", "PathFrame", "Process", "Stat", "StreamEvent",
+    "SymbolLine", "ViewValues", "fallback_frame_name", "mapping_basename",
+]
+
+
+class Process(Record, frozen=True):
+    """A process of the profile with the producer's outcome for it."""
+
+    info: ProcessInfo
+    flags: ProcessFlags | None  # None when the profile has no heapscope_process row
+
+
+class Dump(Record, frozen=True):
+    """One `heap_profile` row: a snapshot of one process heap."""
+
+    id: int
+    ts: int  # window start (ns)
+    ts_end: int  # the dump's timestamp = heap_profile_allocation.ts
+    upid: Upid
+    heap_name: str
+    reason: str  # exit, end, periodic, signal, peak
+
+
+class ViewValues(NamedTuple):
+    """The four views of one callsite at one timestamp. A tuple, not a Record: a report reads
+    one a callsite of each process's peak, a flamegraph one a callsite of each dump (a build's
+    profile: hundreds of thousands), and a tuple is made in a fifth of a Record's time."""
+
+    space: int  # unreleased bytes: SUM(size)
+    objects: int  # unreleased allocations: SUM(count)
+    alloc_space: int  # allocated bytes: SUM(size) of the positive rows
+    alloc_objects: int  # allocations: SUM(count) of the positive rows
+    # The real (asked-for) bytes of the samples behind objects / alloc_objects, for
+    # heapscope/estimate.py; None in profiles written before the real_size column.
+    real_space: int | None = None
+    alloc_real_space: int | None = None
+
+    def get(self, view: str) -> int:
+        """The value of `view`, one of heapscope.model.VIEWS."""
+        return int(getattr(self, view))
+
+
+_NO_MAPPING = MappingId(0)
+
+
+class FrameInfo(Record, frozen=True):
+    """What a report needs to know about a frame."""
+
+    name: str  # '' when not symbolized
+    mapping_name: str  # path of the mapping's file, or a pseudo name like [vdso]
+    rel_pc: int
+    mapping_id: MappingId = _NO_MAPPING
+
+    @property
+    def display_name(self) -> str:
+        """The function name, or `<library>+0x<rel_pc>` when there is none."""
+        return self.name or fallback_frame_name(self.mapping_name, self.rel_pc)
+
+
+class Mapping(Record, frozen=True):
+    """One `stack_profile_mapping` row, with flags of its frames' symbolization."""
+
+    id: MappingId
+    build_id: str  # hex, '' when unknown
+    exact_offset: int
+    start_offset: int
+    start: int
+    end: int
+    load_bias: int
+    name: str
+    all_named: bool  # every frame of the mapping has a function name (False without frames)
+    any_symbolized: bool  # some frame has symbol rows (file, line, inlines)
+
+
+class SymbolLine(NamedTuple):
+    """One function of a symbolized frame (several when calls were inlined), innermost first."""
+
+    name: str
+    source_file: str  # '' when unknown
+    line_number: int  # 0 when unknown
+
+
+class PathFrame(NamedTuple):
+    """One frame of a call path read by Profile.stack_paths."""
+
+    info: FrameInfo | None  # None: a frame that is not in the profile
+    python: bool  # stack_profile_frame.type = 'python': info.mapping_name is its file, info.rel_pc its line
+
+
+class DumpValues(NamedTuple):
+    """The delta rows of one dump timestamp and callsite, summed as ViewValues."""
+
+    ts: int
+    callsite: CallsiteId
+    values: ViewValues
+
+
+class AllocationDelta(NamedTuple):
+    """One `heap_profile_allocation` row: +allocated or -freed since the previous dump."""
+
+    callsite: CallsiteId
+    allocations: int  # the row's count
+    size: int
+
+
+class StreamEvent(NamedTuple):
+    """One `heapscope_allocation_stream` row (record --stream-allocations)."""
+
+    kind: str  # malloc, free
+    ts: int | None
+    address: int
+    size: int
+    callsite: CallsiteId
+    seq: int
+    sample_size: int
+
+
+class Stat(Record, frozen=True):
+    """One `stats` row."""
+
+    name: str
+    idx: int | None  # upid for per-process stats
+    severity: str  # info, data_loss, error
+    source: str  # client, producer
+    value: int
+    description: str
+
+
+def mapping_basename(mapping_name: str) -> str:
+    """`libc.so.6` for `/usr/lib/x86_64-linux-gnu/libc.so.6`; pseudo names like `[vdso]` as they are."""
+    if not mapping_name:
+        return "[unknown]"
+    return mapping_name.rsplit("/", 1)[-1] or mapping_name
+
+
+def fallback_frame_name(mapping_name: str, rel_pc: int) -> str:
+    """The name of a frame without a symbol: `libfoo.so+0x1a2b`.
+
+    One spelling shared by the symbolizer (which stores it) and the views
+    (which show it for frames nobody symbolized), so the two never disagree.
+    """
+    return f"{mapping_basename(mapping_name)}+0x{rel_pc:x}"
+

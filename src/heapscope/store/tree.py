@@ -1,0 +1,66 @@
+"""The callsite tree as read: checked for parent cycles and absurd depth before anyone walks it."""
+
+from __future__ import annotations
+
+from operator import itemgetter
+from typing import cast
+
+from heapscope.model import CallsiteId, FrameId
+from heapscope.store.values import BadValue
+
+# No real call stack is deeper: the client unwinds at most wire.codec.MAX_FRAMES
+# frames; a deeper chain is damage (and would make every path walk quadratic).
+MAX_CALLSITE_DEPTH = 1 << 16
+
+
+def plain_callsites(rows: list[tuple[object, ...]]) -> dict[CallsiteId, tuple[CallsiteId | None, FrameId]] | None:
+    """callsites() of rows (by id) as `record` writes them, taken as read: integers, each
+    parent's id below its child's, so no parent cycle can exist and a parent's depth is known
+    before its children's (one pass, not a conversion per value and a walk: a compiler build
+    has ~450k callsites); an over-deep chain goes to _check_tree for its message. None when
+    a row is not so: the checked conversions read it."""
+    depth: dict[object, int] = {}
+    get = depth.get
+    deepest = -1
+    for cs, parent, frame in rows:
+        if type(cs) is not int or type(frame) is not int or (
+                parent is not None and (type(parent) is not int or parent >= cs)):
+            return None
+        d = depth[cs] = get(parent, -1) + 1
+        if d > deepest:
+            deepest = d
+    callsites = cast("dict[CallsiteId, tuple[CallsiteId | None, FrameId]]",
+                     dict(zip(map(itemgetter(0), rows), map(itemgetter(1, 2), rows), strict=True)))
+    if deepest >= MAX_CALLSITE_DEPTH:
+        check_tree(callsites)
+    return callsites
+
+
+def check_tree(callsites: dict[CallsiteId, tuple[CallsiteId | None, FrameId]]) -> None:
+    """Refuse parent cycles and absurdly deep chains; one pass, each callsite walked once."""
+    depth: dict[CallsiteId, int] = {}
+    for start in callsites:
+        if start in depth:
+            continue
+        chain: list[CallsiteId] = []
+        on_chain: set[CallsiteId] = set()
+        node: CallsiteId | None = start
+        base = -1
+        while node is not None:
+            known = depth.get(node)
+            if known is not None:
+                base = known
+                break
+            if node in on_chain:
+                raise BadValue(f"stack_profile_callsite has a parent cycle through callsite {node}")
+            entry = callsites.get(node)
+            if entry is None:  # a dangling parent: its child is a root
+                break
+            chain.append(node)
+            on_chain.add(node)
+            node = entry[0]
+        for i, cs in enumerate(reversed(chain)):
+            depth[cs] = base + 1 + i
+        if chain and depth[chain[0]] >= MAX_CALLSITE_DEPTH:
+            raise BadValue(f"stack_profile_callsite {chain[0]} is {depth[chain[0]] + 1} frames deep"
+                           f" (at most {MAX_CALLSITE_DEPTH})")
