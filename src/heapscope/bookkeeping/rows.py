@@ -17,6 +17,8 @@ TOTALS_ROW = struct.Struct("<8Q")  # one bucket of totals now
 LIVE_ROW = struct.Struct("<5Q")  # one live sampled allocation
 STREAM_ROW = struct.Struct("<7Q")  # one op as applied (--stream-allocations)
 THREAD_ROW = struct.Struct("<9Q")  # one (stack, thread) pair's totals now (Tracker(threads=True))
+LABEL_DUMP_ROW = struct.Struct("<QQqqq")  # what changed at one (callsite, label set) since the previous label dump
+LABEL_PEAK_ROW = struct.Struct("<8Q")  # one (callsite, label set) at the process's peak, cumulative
 
 ROWS: dict[str, tuple[struct.Struct, tuple[str, ...]]] = {
     "hs_dump_row": (DUMP_ROW, ("callsite_id", "count", "size", "real_size")),
@@ -30,6 +32,9 @@ ROWS: dict[str, tuple[struct.Struct, tuple[str, ...]]] = {
     "hs_stream_row": (STREAM_ROW, ("kind", "seq", "addr", "alloc_size", "sample_size", "stack_id", "ts")),
     "hs_thread_row": (THREAD_ROW, ("callsite_id", "stack_id", "tid", "alloc_bytes", "free_bytes", "alloc_count",
                                    "free_count", "alloc_real", "free_real")),
+    "hs_label_dump_row": (LABEL_DUMP_ROW, ("callsite_id", "label_set", "count", "size", "real_size")),
+    "hs_label_peak_row": (LABEL_PEAK_ROW, ("callsite_id", "label_set", "count", "size", "alloc_count",
+                                           "alloc_size", "real_size", "alloc_real_size")),
 }
 
 

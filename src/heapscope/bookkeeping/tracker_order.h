@@ -28,6 +28,8 @@ struct hs_op {
   uint64_t ts;          /* MALLOC only */
   uint32_t kind;        /* HS_OP_MALLOC or HS_OP_FREE (tracker.h) */
   uint32_t tid;         /* MALLOC only: the allocating thread (0 = not known) */
+  uint32_t label_set;   /* MALLOC only: its label set (0 = none; tracker_labels.h) */
+  uint32_t pad_;
 };
 
 struct hs_arrival {

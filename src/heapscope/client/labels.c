@@ -1,0 +1,319 @@
+/*
+ * labels.c: allocation labels (labels.h, docs/labels.md). Exported, for
+ * include/heapscope.h and heapscope.label (api/labels.py):
+ *
+ *   heapscope_label_push_v1(key, value) -> 0, or -1 (not profiled, bad
+ *                           key or value, too deep: a level is pushed anyway)
+ *   heapscope_label_pop_v1()
+ *   heapscope_label_python_v1(get_tstate, offset) -> 0 or -1: where a
+ *                           thread's current Python context is
+ *   heapscope_label_bind_v1(ctx, pairs, len, count) -> the set's id (0:
+ *                           unbound, or not profiled)
+ *
+ * Sets. Interned in one process-wide open-addressed table of
+ * HS_MAX_LABEL_SETS slots (a set's id is its slot + 1, stable across
+ * sessions); a slot is claimed with a CAS and filled before it is marked
+ * ready. When the table is full every new set is HS_LABEL_SET_OVERFLOW,
+ * which the producer counts (docs/labels.md). Each set's LABELSET record is
+ * sent once per session: when it is made, and again by the first sample of
+ * a later session (an attach) or after a dropped write.
+ *
+ * Python contexts. The Python side binds a context object's address to a
+ * set id (heapscope_label_bind_v1, called with the GIL held, so binds never
+ * race each other) in a 4-way set-associative table; a sample reads its
+ * thread's PyThreadState.context (the offset the Python side found by
+ * running code in a context it made: no pointer of unknown kind is followed
+ * here) and looks it up. A reader without the GIL may race a bind of the
+ * same slot: it then takes a wrong set for one sample, never a crash (the
+ * table holds integers only).
+ */
+#include "labels.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "ring.h"
+#include "state.h"
+#include "wire.h"
+
+int hs_labels_used;
+
+struct label_set {
+  uint64_t hash;
+  uint32_t state;    /* 0 empty, 1 being filled, 2 ready */
+  uint32_t sent_gen; /* the session (hs_session.gen) that has its record; 0: none */
+  uint32_t count;
+  uint32_t len;
+  char text[HS_LABEL_TEXT_MAX];
+};
+
+static struct label_set sets[HS_MAX_LABEL_SETS];
+
+/* The C stack: each level's set; levels past LABEL_DEPTH are counted, not kept. */
+#define LABEL_DEPTH 16u
+static HS_TLS uint32_t stack_ids[LABEL_DEPTH];
+static HS_TLS uint32_t stack_depth;
+
+#define CTX_BUCKETS 1024u
+#define CTX_WAYS 4u
+struct ctx_entry {
+  uintptr_t ctx; /* a PyContext's address; 0 = free */
+  uint32_t id;
+  uint32_t pad_;
+};
+static struct ctx_entry ctx_table[CTX_BUCKETS][CTX_WAYS];
+static uint32_t ctx_used; /* entries bound; samples skip the lookup while 0 */
+typedef void *(*tstate_fn)(void);
+static tstate_fn get_tstate;
+static uint32_t ctx_offset; /* of PyThreadState.context; 0 = not known */
+
+static uint64_t text_hash(const char *s, uint32_t len) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (uint32_t i = 0; i < len; i++)
+    h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
+  return h;
+}
+
+/* The set with this text (key NUL value NUL ..., sorted by key): its id,
+ * made on first sight; HS_LABEL_SET_OVERFLOW when the table is full. */
+static uint32_t intern(const char *text, uint32_t len, uint32_t count) {
+  uint64_t h = text_hash(text, len);
+  uint32_t i = (uint32_t)(h % HS_MAX_LABEL_SETS);
+  for (uint32_t n = 0; n < HS_MAX_LABEL_SETS; n++, i = (i + 1) % HS_MAX_LABEL_SETS) {
+    struct label_set *s = &sets[i];
+    uint32_t st = __atomic_load_n(&s->state, __ATOMIC_ACQUIRE);
+    if (st == 0) {
+      uint32_t empty = 0;
+      if (__atomic_compare_exchange_n(&s->state, &empty, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+        s->hash = h;
+        s->count = count;
+        s->len = len;
+        memcpy(s->text, text, len);
+        __atomic_store_n(&s->state, 2, __ATOMIC_RELEASE);
+        return i + 1;
+      }
+      st = __atomic_load_n(&s->state, __ATOMIC_ACQUIRE);
+    }
+    /* Another thread is filling it: a bounded wait (past it the set may be
+     * made twice, under two ids, which the producer reads as one). */
+    for (int spin = 0; st == 1 && spin < 1000; spin++) {
+      sched_yield();
+      st = __atomic_load_n(&s->state, __ATOMIC_ACQUIRE);
+    }
+    if (st == 2 && s->hash == h && s->len == len && memcmp(s->text, text, len) == 0)
+      return i + 1;
+  }
+  return HS_LABEL_SET_OVERFLOW;
+}
+
+/* Sends set id's record if this session has not had it. Inside the session
+ * (hs_session_enter) and under the guard. */
+static void send_set(uint32_t id) {
+  if (id == 0 || id > HS_MAX_LABEL_SETS)
+    return;
+  struct label_set *s = &sets[id - 1];
+  uint32_t gen = hs_session.gen;
+  if (__atomic_load_n(&s->sent_gen, __ATOMIC_RELAXED) == gen ||
+      __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != 2)
+    return;
+  struct hs_labelset rec = {id, s->count, s->len, 0};
+  int rc = hs_ring_write(&hs_session.ring, HS_REC_LABELSET, &rec, sizeof rec, s->text, s->len, 0);
+  if (hs_ok(rc) && rc == HS_OK)
+    __atomic_store_n(&s->sent_gen, gen, __ATOMIC_RELAXED);
+}
+
+static int key_ok(const char *k, size_t *len) {
+  if (k == NULL)
+    return 0;
+  size_t n = 0;
+  for (; k[n] != '\0'; n++) {
+    char c = k[n];
+    if (n >= HS_LABEL_KEY_MAX || !((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                                   (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-'))
+      return 0;
+  }
+  *len = n;
+  return n > 0;
+}
+
+static int value_ok(const char *v, size_t *len) {
+  if (v == NULL)
+    return 0;
+  size_t n = strnlen(v, HS_LABEL_VALUE_MAX + 1);
+  *len = n;
+  return n <= HS_LABEL_VALUE_MAX;
+}
+
+static int put(char *out, uint32_t *len, const char *s, size_t n) {
+  if (*len + n + 1 > HS_LABEL_TEXT_MAX)
+    return -1;
+  memcpy(out + *len, s, n);
+  out[*len + n] = '\0';
+  *len += (uint32_t)n + 1;
+  return 0;
+}
+
+/* The set of `parent` with key = value (replacing the key's value): its id,
+ * HS_LABEL_SET_OVERFLOW when too long or the table is full. */
+static uint32_t with_pair(uint32_t parent, const char *key, size_t klen, const char *val, size_t vlen) {
+  if (parent == HS_LABEL_SET_OVERFLOW)
+    return parent;
+  char out[HS_LABEL_TEXT_MAX];
+  uint32_t len = 0, count = 0;
+  const char *p = "", *end = p;
+  if (parent != 0 && parent <= HS_MAX_LABEL_SETS) {
+    p = sets[parent - 1].text;
+    end = p + sets[parent - 1].len;
+  }
+  int placed = 0, bad = 0;
+  while (p < end) {
+    const char *k = p;
+    size_t kl = strnlen(k, (size_t)(end - k));
+    const char *v = k + kl + 1;
+    size_t vl = strnlen(v, (size_t)(end - v));
+    p = v + vl + 1;
+    int c = memcmp(k, key, kl < klen ? kl : klen);
+    if (c == 0)
+      c = (kl > klen) - (kl < klen);
+    if (!placed && c >= 0) {
+      bad |= put(out, &len, key, klen) | put(out, &len, val, vlen);
+      count++;
+      placed = 1;
+      if (c == 0)
+        continue;
+    }
+    bad |= put(out, &len, k, kl) | put(out, &len, v, vl);
+    count++;
+  }
+  if (!placed) {
+    bad |= put(out, &len, key, klen) | put(out, &len, val, vlen);
+    count++;
+  }
+  return bad ? HS_LABEL_SET_OVERFLOW : intern(out, len, count);
+}
+
+static inline uint32_t c_current(void) {
+  uint32_t d = stack_depth;
+  return d == 0 ? 0 : stack_ids[(d <= LABEL_DEPTH ? d : LABEL_DEPTH) - 1];
+}
+
+HS_EXPORT int heapscope_label_push_v1(const char *key, const char *value) {
+  uint32_t parent = c_current(), id = parent;
+  int rc = -1;
+  size_t klen, vlen;
+  struct hs_thread *t = &hs_thread_state;
+  if (stack_depth < LABEL_DEPTH && __atomic_load_n(&hs_enabled, __ATOMIC_ACQUIRE) && !hs_guard_held(t) &&
+      key_ok(key, &klen) && value_ok(value, &vlen)) {
+    int saved_errno = errno;
+    int was = hs_guard_enter(t); /* the ring wait may allocate */
+    id = with_pair(parent, key, klen, value, vlen);
+    __atomic_store_n(&hs_labels_used, 1, __ATOMIC_RELAXED);
+    if (hs_session_enter()) {
+      send_set(id);
+      hs_session_leave();
+    }
+    hs_guard_leave(t, was);
+    errno = saved_errno;
+    rc = 0;
+  }
+  if (stack_depth < LABEL_DEPTH)
+    stack_ids[stack_depth] = id;
+  stack_depth++;
+  return rc;
+}
+
+HS_EXPORT void heapscope_label_pop_v1(void) {
+  if (stack_depth > 0)
+    stack_depth--;
+}
+
+HS_EXPORT int heapscope_label_python_v1(void *tstate_getter, uint32_t offset) {
+  if (tstate_getter == NULL || offset == 0 || offset % 8 != 0 || offset > 4096)
+    return -1;
+  memcpy(&get_tstate, &tstate_getter, sizeof get_tstate);
+  __atomic_store_n(&ctx_offset, offset, __ATOMIC_RELEASE);
+  return 0;
+}
+
+static struct ctx_entry *ctx_bucket(uintptr_t ctx) {
+  uint64_t h = (uint64_t)ctx * 0x9e3779b97f4a7c15ull;
+  return ctx_table[h >> 54]; /* 10 bits: CTX_BUCKETS */
+}
+
+/* Python's side holds the GIL: binds are serialised. */
+static uint32_t bind(uintptr_t ctx, uint32_t id) {
+  struct ctx_entry *b = ctx_bucket(ctx), *free_slot = NULL;
+  for (uint32_t w = 0; w < CTX_WAYS; w++) {
+    if (b[w].ctx == ctx) {
+      if (id == 0) {
+        __atomic_store_n(&b[w].ctx, 0, __ATOMIC_RELEASE);
+        __atomic_fetch_sub(&ctx_used, 1, __ATOMIC_RELAXED);
+      } else {
+        __atomic_store_n(&b[w].id, id, __ATOMIC_RELEASE);
+      }
+      return id;
+    }
+    if (b[w].ctx == 0 && free_slot == NULL)
+      free_slot = &b[w];
+  }
+  if (id == 0)
+    return 0;
+  if (free_slot == NULL)
+    return 0; /* the bucket is full: this context's samples go unlabelled */
+  __atomic_store_n(&free_slot->id, id, __ATOMIC_RELAXED);
+  __atomic_store_n(&free_slot->ctx, ctx, __ATOMIC_RELEASE);
+  __atomic_fetch_add(&ctx_used, 1, __ATOMIC_RELAXED);
+  return id;
+}
+
+HS_EXPORT uint32_t heapscope_label_bind_v1(uintptr_t ctx, const char *pairs, uint32_t len, uint32_t count) {
+  if (ctx == 0 || !__atomic_load_n(&hs_enabled, __ATOMIC_ACQUIRE))
+    return 0;
+  if (len == 0)
+    return bind(ctx, 0);
+  if (pairs == NULL || len > HS_LABEL_TEXT_MAX || pairs[len - 1] != '\0')
+    return 0;
+  struct hs_thread *t = &hs_thread_state;
+  if (hs_guard_held(t))
+    return 0;
+  int saved_errno = errno;
+  int was = hs_guard_enter(t);
+  uint32_t id = intern(pairs, len, count);
+  __atomic_store_n(&hs_labels_used, 1, __ATOMIC_RELAXED);
+  if (hs_session_enter()) {
+    send_set(id);
+    hs_session_leave();
+  }
+  hs_guard_leave(t, was);
+  errno = saved_errno;
+  return bind(ctx, id);
+}
+
+/* The set bound to this thread's current Python context, 0 if none. */
+static uint32_t python_current(void) {
+  uint32_t off = __atomic_load_n(&ctx_offset, __ATOMIC_ACQUIRE);
+  if (off == 0 || __atomic_load_n(&ctx_used, __ATOMIC_RELAXED) == 0)
+    return 0;
+  uintptr_t ts = (uintptr_t)get_tstate();
+  if (ts == 0)
+    return 0;
+  uintptr_t ctx = __atomic_load_n((uintptr_t *)(ts + off), __ATOMIC_RELAXED);
+  if (ctx == 0)
+    return 0;
+  struct ctx_entry *b = ctx_bucket(ctx);
+  for (uint32_t w = 0; w < CTX_WAYS; w++) {
+    if (__atomic_load_n(&b[w].ctx, __ATOMIC_ACQUIRE) == ctx)
+      return __atomic_load_n(&b[w].id, __ATOMIC_ACQUIRE);
+  }
+  return 0;
+}
+
+uint32_t hs_labels_sample_slow(void) {
+  uint32_t id = python_current();
+  if (id == 0)
+    id = c_current();
+  send_set(id);
+  return id;
+}
