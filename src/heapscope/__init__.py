@@ -46,4 +46,13 @@ one also the peak) through store/writer.py.
 """
 
 __version__ = "0.1.0"
-__all__ = ["__version__"]
+__all__ = ["__version__", "label"]
+
+
+def __getattr__(name: str) -> object:
+    # heapscope.label (labels.py), imported on first use: `import heapscope` stays free.
+    if name == "label":
+        from heapscope.labels import label
+
+        return label
+    raise AttributeError(f"module 'heapscope' has no attribute {name!r}")
