@@ -33,9 +33,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top", type=int, default=15, metavar="N", help="growths and shrinks listed (default: 15)")
     p.add_argument("-o", "--output", metavar="HTML", help="also write a flamegraph coloured by growth")
     p.add_argument("--force", action="store_true", help="overwrite an existing output file")
+    from heapscope.store.alloc_labels import LABEL_HELP
     from heapscope.store.select import HEAP_HELP
     p.add_argument("--heap", metavar="NAME", help=HEAP_HELP + " (in both profiles)")
-    p.add_argument("--label", metavar="K=V", help="only the allocations made under label K=V, in both profiles (heapscope.label, heapscope_label_push)")
+    p.add_argument("--label", metavar="K=V", help=LABEL_HELP + ", in both profiles")
     from heapscope.cli.folding import add_fold_arguments
     add_fold_arguments(p)
 
@@ -44,8 +45,8 @@ def main(args: argparse.Namespace) -> int:
     from heapscope.cli.folding import apply_fold
     from heapscope.errors import UnknownProcessError
     from heapscope.model import CallsiteId
-    from heapscope.store.reader import Process, ViewValues, open_profile
     from heapscope.store.alloc_labels import select_label
+    from heapscope.store.reader import Process, ViewValues, open_profile
     from heapscope.store.select import default_dump, parse_dump, process_state, select_heap
     from heapscope.view.diff import changes, diff_graph, dump_ts, pick_process, read_side
     from heapscope.view.wrappers import fold_line

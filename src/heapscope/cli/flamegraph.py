@@ -6,6 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
+from heapscope.store.alloc_labels import LABEL_HELP
 from heapscope.store.files import OutputKind, atomic_output
 from heapscope.store.select import HEAP_HELP
 from heapscope.units import format_in
@@ -27,8 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         " end (default 100: a long -c recording still fits in a page; 0: every dump)")
     p.add_argument("--merge", choices=("exe",),
                    help="exe: the 'all processes' graph has one node per executable, its processes merged")
-    p.add_argument("--label", metavar="K=V", help="only the allocations made under label K=V (heapscope.label,"
-                   " heapscope_label_push)")
+    p.add_argument("--label", metavar="K=V", help=LABEL_HELP)
     p.add_argument("--heap", metavar="NAME",
                    help="the heap the page opens at (every heap is in the page, with a picker): "
                    + HEAP_HELP.split(": ", 1)[1])

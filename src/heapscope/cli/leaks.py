@@ -22,9 +22,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="frames shown per stack, leaf first (default: all)")
     p.add_argument("--dump", metavar="peak|end|N",
                    help="which state: end (the last dump, the default: what was never freed), peak, or dump N")
+    from heapscope.store.alloc_labels import LABEL_HELP
     from heapscope.store.select import HEAP_HELP
     p.add_argument("--heap", metavar="NAME", help=HEAP_HELP)
-    p.add_argument("--label", metavar="K=V", help="only the allocations made under label K=V (heapscope.label, heapscope_label_push)")
+    p.add_argument("--label", metavar="K=V", help=LABEL_HELP)
     from heapscope.cli.folding import add_fold_arguments
     add_fold_arguments(p)
 

@@ -12,10 +12,9 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from heapscope.cli.folding import add_fold_arguments, apply_fold
-from heapscope.store.alloc_labels import select_label
-from heapscope.view.labels import render_by_label
 from heapscope.errors import UsageError
 from heapscope.model import VIEWS, unknown_code_pid
+from heapscope.store.alloc_labels import LABEL_HELP, select_label
 from heapscope.store.labels import process_label
 from heapscope.store.reader import Profile, mapping_basename, open_profile
 from heapscope.store.select import (
@@ -31,6 +30,7 @@ from heapscope.store.select import (
     select_processes,
 )
 from heapscope.units import format_bytes
+from heapscope.view.labels import render_by_label
 from heapscope.view.names import cut_middle, elide
 from heapscope.view.peaks import count_names
 from heapscope.view.report import (
@@ -84,8 +84,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ignore", metavar="REGEX",
                    help="leave out call stacks with a function matching REGEX (searched, case-insensitively)")
     p.add_argument("--heap", metavar="NAME", help=HEAP_HELP)
-    p.add_argument("--label", metavar="K=V", help="only the allocations made under label K=V (heapscope.label, heapscope_label_push)")
-    p.add_argument("--by-label", metavar="K", help="allocated and unreleased bytes per value of label K, the top stacks of each")
+    p.add_argument("--label", metavar="K=V", help=LABEL_HELP)
+    p.add_argument("--by-label", metavar="K",
+                   help="allocated and unreleased bytes per value of allocation label K, the top stacks of each")
     add_fold_arguments(p)
     p.add_argument("--wide", action="store_true",
                    help="full function names; by default the table fits the terminal (120 columns when piped),"

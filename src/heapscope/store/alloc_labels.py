@@ -19,7 +19,8 @@ from heapscope.store.reader import Profile
 #: The tables --label shadows, and the columns each view gives.
 _SHADOWED = {
     "heap_profile_allocation": ("heapscope_label_allocation",
-                                "a.rowid AS id, a.ts, a.upid, a.heap_name, a.callsite_id, a.count, a.size, a.real_size"),
+                                "a.rowid AS id, a.ts, a.upid, a.heap_name, a.callsite_id, a.count, a.size,"
+                                " a.real_size"),
     "heapscope_peak_allocation": ("heapscope_label_peak_allocation",
                                   "a.ts, a.upid, a.heap_name, a.callsite_id, a.count, a.size, a.alloc_count,"
                                   " a.alloc_size, a.real_size, a.alloc_real_size"),
