@@ -5,7 +5,9 @@ program with threads and asyncio tasks (tests/programs/python/labelled.py), reco
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -82,3 +84,70 @@ def test_overflow_past_the_cap_is_counted_and_said(labelled: Path, tmp_path: Pat
     assert stats["label_set_overflow"] == 1100 - 1024, stats
     out = run_process([*HEAPSCOPE, "report", str(rec.db), "--by-label", "heapscope.overflow"], timeout=60)
     assert re.search(r"19\.0 KiB\s+19\.0 KiB\s+true", out.stdout.decode()), out.stdout
+
+
+@pytest.fixture(scope="module")
+def labelled_db(labelled: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    rec = Recorder(tmp_path_factory.mktemp("labelled_db"))([labelled])
+    assert rec.returncode == 0, rec.describe()
+    return rec.db
+
+
+def _export(db: Path, tmp_path: Path, fmt: str, name: str, *extra: str) -> Path:
+    """The state at the end (where the truth's unreleased bytes are); ClickHouse writes every dump."""
+    out = tmp_path / name
+    end = ("--dump", "end") if fmt != "clickhouse" else ()
+    run = run_process([*HEAPSCOPE, "export", str(db), "--format", fmt, *end, "-o", str(out), *extra], timeout=60)
+    assert run.returncode == 0, run.describe()
+    return out
+
+
+def test_pprof_samples_carry_the_labels(labelled: Path, labelled_db: Path, tmp_path: Path) -> None:
+    truth = truth_of([str(labelled)])
+    out = _export(labelled_db, tmp_path, "pprof", "p.pb.gz")
+    if shutil.which("go") is None:
+        pytest.skip("go not installed: `go tool pprof -tags` not run")
+    tags = subprocess.run(["go", "tool", "pprof", "-tags", "-sample_index=inuse_space", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert tags.returncode == 0, tags.stderr
+    for tenant, (_alloc, unreleased) in truth.items():
+        # pprof's kB are 1024 bytes.
+        assert re.search(rf"{unreleased / 1024:.1f}kB \(\s*[\d.]+%\): {tenant}\n", tags.stdout), tags.stdout
+    assert "/r0" in tags.stdout and "/r1" in tags.stdout
+
+
+def test_otlp_samples_carry_the_labels(labelled: Path, labelled_db: Path, tmp_path: Path) -> None:
+    profiles_pb2 = pytest.importorskip("opentelemetry.proto.profiles.v1development.profiles_pb2")
+    truth = truth_of([str(labelled)])
+    data = profiles_pb2.ProfilesData()
+    data.ParseFromString(_export(labelled_db, tmp_path, "otlp", "p.otlp").read_bytes())
+    strings, attrs = data.dictionary.string_table, data.dictionary.attribute_table
+    got: dict[str, int] = {}
+    for rp in data.resource_profiles:
+        for sp in rp.scope_profiles:
+            for prof in sp.profiles:
+                if strings[prof.sample_type.type_strindex] != "inuse_space":
+                    continue
+                for s in prof.samples:
+                    for i in s.attribute_indices:
+                        if strings[attrs[i].key_strindex] == "tenant":
+                            value = attrs[i].value.string_value
+                            got[value] = got.get(value, 0) + sum(s.values)
+    assert got == {t: v[1] for t, v in truth.items()}
+
+
+def test_clickhouse_rows_carry_the_labels(labelled: Path, labelled_db: Path, tmp_path: Path) -> None:
+    truth = truth_of([str(labelled)])
+    script = _export(labelled_db, tmp_path, "clickhouse", "rows.sql").read_text()
+    got: dict[str, int] = {}
+    for line in script.splitlines():
+        if line.startswith("{"):
+            row = json.loads(line)
+            tenant = row["labels"].get("tenant")
+            if tenant is not None and row["dump"] == max_dump(script):
+                got[tenant] = got.get(tenant, 0) + row["space"]
+    assert got == {t: v[1] for t, v in truth.items()}
+
+
+def max_dump(script: str) -> int:
+    return max(json.loads(line)["dump"] for line in script.splitlines() if line.startswith("{"))

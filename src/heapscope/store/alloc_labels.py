@@ -14,7 +14,7 @@ import re
 import sqlite3
 
 from heapscope.errors import UsageError
-from heapscope.store.reader import Profile
+from heapscope.store.reader import Profile, ViewValues
 
 #: The tables --label shadows, and the columns each view gives.
 _SHADOWED = {
@@ -51,6 +51,7 @@ def select_label(profile: Profile, spec: str | None) -> None:
     with profile.reading():
         for table in _SHADOWED:
             db.execute(f"DROP VIEW IF EXISTS temp.heapscope_labelled_{table}")
+        db.execute("DROP TABLE IF EXISTS temp.heapscope_label_selected")
         profile.forget_values()
         if spec is None:
             return
@@ -58,12 +59,12 @@ def select_label(profile: Profile, spec: str | None) -> None:
         if not has_labels(profile):
             raise UsageError(f"{profile.path}: no allocation labels in this profile (written before labels,"
                              " or the program set none)")
-        # Views take no parameters: the key and value go in as hex literals, which any text survives.
-        k, v = _literal(key), _literal(value)
+        # The label sets that have K=V, each process's: the views below and label_split read them.
+        db.execute("CREATE TEMP TABLE heapscope_label_selected AS SELECT DISTINCT upid, label_set_id"
+                   " FROM main.heapscope_label WHERE key = ? AND value = ?", (key, value))
         for table, (source, cols) in _SHADOWED.items():
             db.execute(f"CREATE TEMP VIEW heapscope_labelled_{table} AS SELECT {cols} FROM main.{source} a"
-                       " WHERE EXISTS (SELECT 1 FROM main.heapscope_label l WHERE l.upid = a.upid"
-                       f" AND l.label_set_id = a.label_set_id AND l.key = {k} AND l.value = {v})")
+                       " JOIN temp.heapscope_label_selected s ON s.upid = a.upid AND s.label_set_id = a.label_set_id")
 
 
 def labelled_source(db: sqlite3.Connection, table: str) -> str:
@@ -71,6 +72,54 @@ def labelled_source(db: sqlite3.Connection, table: str) -> str:
     name = f"heapscope_labelled_{table}"
     row = db.execute("SELECT 1 FROM temp.sqlite_master WHERE type = 'view' AND name = ?", (name,)).fetchone()
     return f"temp.{name}" if row is not None else f"main.{table}"
+
+
+def _selected(db: sqlite3.Connection) -> bool:
+    row = db.execute("SELECT 1 FROM temp.sqlite_master WHERE name = 'heapscope_label_selected'").fetchone()
+    return row is not None
+
+
+def label_pairs(profile: Profile, upid: int) -> dict[int, tuple[tuple[str, str], ...]]:
+    """A process's label sets: id -> (key, value) pairs sorted by key; {} without labels."""
+    if not has_labels(profile):
+        return {}
+    out: dict[int, list[tuple[str, str]]] = {}
+    for r in profile.sql_connection().execute(
+            "SELECT label_set_id, key, value FROM main.heapscope_label WHERE upid = ?", (upid,)):
+        out.setdefault(int(r[0]), []).append((str(r[1]), str(r[2])))
+    return {i: tuple(sorted(pairs)) for i, pairs in out.items()}
+
+
+def label_split(profile: Profile, upid: int, kind: str, ts: int) -> dict[int, list[tuple[int, ViewValues]]]:
+    """The labelled part of each callsite's values at one state of a process (kind peak: its
+    peak; else the dump at ts), per label set: callsite -> [(label_set_id, values)]. Only the
+    heaps the heap views show, and under --label only the sets it selected."""
+    if not has_labels(profile):
+        return {}
+    db = profile.sql_connection()
+    # heap_profile is shadowed by the heap selection (store/select.py): its heap names are the ones shown.
+    heaps = [str(r[0]) for r in db.execute("SELECT DISTINCT heap_name FROM heap_profile WHERE upid = ?", (upid,))]
+    among = "(" + ", ".join(_literal(h) for h in heaps) + ")"
+    only = (" AND a.label_set_id IN (SELECT label_set_id FROM temp.heapscope_label_selected WHERE upid = a.upid)"
+            if _selected(db) else "")
+    if kind == "peak":
+        rows = db.execute(
+            "SELECT a.callsite_id, a.label_set_id, SUM(a.size), SUM(a.count), SUM(a.alloc_size), SUM(a.alloc_count),"
+            " SUM(a.real_size), SUM(a.alloc_real_size) FROM main.heapscope_label_peak_allocation a"
+            f" WHERE a.upid = ? AND a.heap_name IN {among}{only} GROUP BY a.callsite_id, a.label_set_id", (upid,))
+    else:
+        rows = db.execute(
+            "SELECT a.callsite_id, a.label_set_id, SUM(a.size), SUM(a.count),"
+            " SUM(CASE WHEN a.size > 0 THEN a.size ELSE 0 END), SUM(CASE WHEN a.count > 0 THEN a.count ELSE 0 END),"
+            " SUM(a.real_size), SUM(CASE WHEN a.size > 0 THEN a.real_size ELSE 0 END)"
+            f" FROM main.heapscope_label_allocation a WHERE a.upid = ? AND a.ts <= ? AND a.heap_name IN {among}{only}"
+            " GROUP BY a.callsite_id, a.label_set_id", (upid, ts))
+    out: dict[int, list[tuple[int, ViewValues]]] = {}
+    for r in rows:
+        v = ViewValues(int(r[2]), int(r[3]), int(r[4]), int(r[5]), None if r[6] is None else int(r[6]),
+                       None if r[7] is None else int(r[7]))
+        out.setdefault(int(r[0]), []).append((int(r[1]), v))
+    return out
 
 
 def _literal(text: str) -> str:
