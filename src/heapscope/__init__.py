@@ -51,6 +51,10 @@ first use. May import: heapscope.labels.
 __version__ = "0.1.0"
 __all__ = ["__version__", "label"]
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
+if TYPE_CHECKING:
+    from heapscope.labels import label as label
+
 
 def __getattr__(name: str) -> object:
     # heapscope.label (labels.py), imported on first use: `import heapscope` stays free.

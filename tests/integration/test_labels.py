@@ -82,6 +82,7 @@ def test_overflow_past_the_cap_is_counted_and_said(labelled: Path, tmp_path: Pat
     assert rec.returncode == 0, rec.describe()
     stats = rec.profile().stats()
     assert stats["label_set_overflow"] == 1100 - 1024, stats
+    assert b"labels: 76 samples came past the cap of 1024 label sets" in rec.stderr, rec.describe()
     out = run_process([*HEAPSCOPE, "report", str(rec.db), "--by-label", "heapscope.overflow"], timeout=60)
     assert re.search(r"19\.0 KiB\s+19\.0 KiB\s+true", out.stdout.decode()), out.stdout
 
@@ -150,4 +151,4 @@ def test_clickhouse_rows_carry_the_labels(labelled: Path, labelled_db: Path, tmp
 
 
 def max_dump(script: str) -> int:
-    return max(json.loads(line)["dump"] for line in script.splitlines() if line.startswith("{"))
+    return max(int(json.loads(line)["dump"]) for line in script.splitlines() if line.startswith("{"))

@@ -12,8 +12,17 @@ from heapscope.wire.codec import LABEL_SET_OVERFLOW, LabelSetRecord
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Protocol
+
     from heapscope.bookkeeping._native import Tracker
-    from heapscope.store.writer import ProfileWriter
+
+    class LabelWriter(Protocol):
+        """store/writer.py's ProfileWriter, or the producer's NoProfile."""
+
+        def add_label_sets(self, upid: int, sets: Sequence[tuple[int, tuple[tuple[str, str], ...]]]) -> None: ...
+        def add_label_dump(self, upid: int, ts: int, heap_name: str, values: Sequence[int]) -> None: ...
+        def add_label_peak(self, upid: int, ts: int, heap_name: str, values: Sequence[int]) -> None: ...
 
 #: How the overflow bucket (sets past the client's cap, wire.h HS_LABEL_SET_OVERFLOW) is named.
 OVERFLOW_PAIRS = (("heapscope.overflow", "true"),)
@@ -29,7 +38,7 @@ class ProcessLabels(Record):
     def add(self, r: LabelSetRecord) -> None:
         self.sets.setdefault(r.label_set, r.pairs)  # sent again after a dropped write: the same set
 
-    def write(self, w: ProfileWriter, upid: int, ts_start: int, ts_end: int, heap_name: str,
+    def write(self, w: LabelWriter, upid: int, ts_start: int, ts_end: int, heap_name: str,
               tracker: Tracker, final: bool) -> None:
         """One dump's label rows of one heap's tracker (after its callsites were bound), and at
         the final dump its rows at the peak; the sets they name first."""
