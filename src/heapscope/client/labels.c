@@ -194,6 +194,91 @@ static uint32_t with_pair(uint32_t parent, const char *key, size_t klen, const c
   return bad ? HS_LABEL_SET_OVERFLOW : intern(out, len, count);
 }
 
+/* ---- the push's memo ----
+ * A server pushes the same few pairs (string constants, mostly) over and over: the set a
+ * push makes is remembered by (parent set, key pointer, value pointer), so that a repeated
+ * push costs a lookup and a compare of its two strings, not the making and interning of
+ * the set. Process-wide (no TLS: glibc keeps little static TLS for a library an attach
+ * dlopen()s). Each slot is under a sequence count (odd: being written): a reader that sees
+ * it change, or odd, misses. A hit is checked against the set itself: the pair at `off` of
+ * set `id` must read as the push's key and value now, so a buffer reused for another value
+ * (snprintf into the same array) misses rather than giving the old set. */
+#define MEMO_SLOTS 1024u
+struct push_memo {
+  uint32_t seq;
+  uint32_t parent;
+  uint32_t id;
+  uint16_t off;  /* of the key in set id's text (< HS_LABEL_TEXT_MAX) */
+  uint8_t klen;  /* <= HS_LABEL_KEY_MAX */
+  uint8_t vlen;  /* <= HS_LABEL_VALUE_MAX */
+  const char *key;
+  const char *value;
+};
+static struct push_memo memo[MEMO_SLOTS];
+
+static inline struct push_memo *memo_slot(uint32_t parent, const char *key, const char *value) {
+  uint64_t h = (uint64_t)(uintptr_t)key * 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)value * 0xc2b2ae3d27d4eb4full ^
+               (uint64_t)parent * 0x165667b19e3779f9ull;
+  return &memo[(h ^ (h >> 29)) & (MEMO_SLOTS - 1)];
+}
+
+/* Do key and value read, NUL included, as the klen + 1 and vlen + 1 bytes at t? Byte by
+ * byte: a string is never read past its NUL. */
+static inline int same_pair(const char *t, const char *key, uint32_t klen, const char *value, uint32_t vlen) {
+  for (uint32_t i = 0; i <= klen; i++)
+    if (key[i] != t[i])
+      return 0;
+  t += klen + 1;
+  for (uint32_t i = 0; i <= vlen; i++)
+    if (value[i] != t[i])
+      return 0;
+  return 1;
+}
+
+/* The memo's set for this push, 0 when it has none. */
+static uint32_t memo_find(uint32_t parent, const char *key, const char *value) {
+  struct push_memo *m = memo_slot(parent, key, value);
+  uint32_t s1 = __atomic_load_n(&m->seq, __ATOMIC_ACQUIRE);
+  if (s1 & 1)
+    return 0;
+  uint32_t p = __atomic_load_n(&m->parent, __ATOMIC_RELAXED), id = __atomic_load_n(&m->id, __ATOMIC_RELAXED);
+  uint32_t off = __atomic_load_n(&m->off, __ATOMIC_RELAXED), klen = __atomic_load_n(&m->klen, __ATOMIC_RELAXED);
+  uint32_t vlen = __atomic_load_n(&m->vlen, __ATOMIC_RELAXED);
+  const char *k = __atomic_load_n(&m->key, __ATOMIC_RELAXED), *v = __atomic_load_n(&m->value, __ATOMIC_RELAXED);
+  __atomic_thread_fence(__ATOMIC_ACQUIRE);
+  if (__atomic_load_n(&m->seq, __ATOMIC_RELAXED) != s1 || p != parent || k != key || v != value || id == 0 ||
+      id > HS_MAX_LABEL_SETS || __atomic_load_n(&sets[id - 1].state, __ATOMIC_ACQUIRE) != 2 ||
+      off + klen + vlen + 2 > sets[id - 1].len || !same_pair(sets[id - 1].text + off, key, klen, value, vlen))
+    return 0;
+  return id;
+}
+
+static void memo_keep(uint32_t parent, const char *key, size_t klen, const char *value, size_t vlen, uint32_t id) {
+  if (id == 0 || id > HS_MAX_LABEL_SETS)
+    return;
+  const struct label_set *s = &sets[id - 1];
+  uint32_t off = 0;
+  while (off < s->len && !(strnlen(s->text + off, s->len - off) == klen && memcmp(s->text + off, key, klen) == 0)) {
+    off += (uint32_t)strnlen(s->text + off, s->len - off) + 1;                /* the key */
+    off += off < s->len ? (uint32_t)strnlen(s->text + off, s->len - off) + 1 : 0; /* its value */
+  }
+  if (off >= s->len)
+    return;
+  struct push_memo *m = memo_slot(parent, key, value);
+  uint32_t s0 = __atomic_load_n(&m->seq, __ATOMIC_RELAXED);
+  if ((s0 & 1) || !__atomic_compare_exchange_n(&m->seq, &s0, s0 + 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+    return; /* another thread writes it: let it */
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+  __atomic_store_n(&m->parent, parent, __ATOMIC_RELAXED);
+  __atomic_store_n(&m->id, id, __ATOMIC_RELAXED);
+  __atomic_store_n(&m->off, (uint16_t)off, __ATOMIC_RELAXED);
+  __atomic_store_n(&m->klen, (uint8_t)klen, __ATOMIC_RELAXED);
+  __atomic_store_n(&m->vlen, (uint8_t)vlen, __ATOMIC_RELAXED);
+  __atomic_store_n(&m->key, key, __ATOMIC_RELAXED);
+  __atomic_store_n(&m->value, value, __ATOMIC_RELAXED);
+  __atomic_store_n(&m->seq, s0 + 2, __ATOMIC_RELEASE);
+}
+
 static inline uint32_t c_current(void) {
   uint32_t d = stack_depth;
   return d == 0 ? 0 : stack_ids[(d <= LABEL_DEPTH ? d : LABEL_DEPTH) - 1];
@@ -204,11 +289,17 @@ HS_EXPORT int heapscope_label_push_v1(const char *key, const char *value) {
   int rc = -1;
   size_t klen, vlen;
   struct hs_thread *t = &hs_thread_state;
-  if (stack_depth < LABEL_DEPTH && __atomic_load_n(&hs_enabled, __ATOMIC_ACQUIRE) && !hs_guard_held(t) &&
-      key_ok(key, &klen) && value_ok(value, &vlen)) {
+  if (stack_depth >= LABEL_DEPTH || !__atomic_load_n(&hs_enabled, __ATOMIC_ACQUIRE) || hs_guard_held(t) ||
+      key == NULL || value == NULL) {
+    /* not applied: a level all the same, so that pushes and pops stay paired */
+  } else if ((id = memo_find(parent, key, value)) != 0 &&
+             __atomic_load_n(&sets[id - 1].sent_gen, __ATOMIC_RELAXED) == hs_session.gen) {
+    rc = 0; /* a push made before, its set sent to this session: nothing else to do */
+  } else if (key_ok(key, &klen) && value_ok(value, &vlen)) {
     int saved_errno = errno;
     int was = hs_guard_enter(t); /* the ring wait may allocate */
     id = with_pair(parent, key, klen, value, vlen);
+    memo_keep(parent, key, klen, value, vlen, id);
     __atomic_store_n(&hs_labels_used, 1, __ATOMIC_RELAXED);
     if (hs_session_enter()) {
       send_set(id);
@@ -217,6 +308,8 @@ HS_EXPORT int heapscope_label_push_v1(const char *key, const char *value) {
     hs_guard_leave(t, was);
     errno = saved_errno;
     rc = 0;
+  } else {
+    id = parent;
   }
   if (stack_depth < LABEL_DEPTH)
     stack_ids[stack_depth] = id;
