@@ -24,8 +24,9 @@ profiled (and both not).
 --callgrind counts instructions instead (each build profiled, the target inside
 `valgrind --tool=callgrind`, one round): the whole process's instructions, and the label
 functions' own, per request. Callgrind counts the program's instructions only, not the
-kernel's: the system calls' own work is missing from those figures. Counts do not move with the machine's load, which on a shared
-2-core machine moves the times above by several percent from run to run.
+kernel's: the system calls' own work is missing from those figures. Counts do not move with
+the machine's load, which on a shared 2-core machine moves the times above by several
+percent from run to run.
 """
 
 from __future__ import annotations

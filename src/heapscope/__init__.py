@@ -61,5 +61,6 @@ def __getattr__(name: str) -> object:
     if name == "label":
         from heapscope.labels import label
 
+        globals()["label"] = label  # found directly from now on, without this call
         return label
     raise AttributeError(f"module 'heapscope' has no attribute {name!r}")

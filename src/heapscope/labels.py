@@ -39,63 +39,76 @@ from heapscope.wire.codec import LABEL_KEY_MAX, LABEL_TEXT_MAX, LABEL_VALUE_MAX
 TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import Any
+    from typing import Any, TypeVar
+
+    F = TypeVar("F", bound=Callable[..., Any])
 
 _KEY = re.compile(rf"[A-Za-z0-9_.-]{{1,{LABEL_KEY_MAX}}}")
 
-#: The labels in force: (key, value) pairs sorted by key.
-_current: contextvars.ContextVar[tuple[tuple[str, str], ...]] = contextvars.ContextVar("heapscope_labels",
-                                                                                         default=())
+Pairs = tuple[tuple[str, str], ...]
+
+
+class _Set:
+    """A label set as the client takes it: its pairs sorted by key, and their text (key NUL
+    value NUL ...). Made once per (outer set, block's pairs) and kept (_sets)."""
+
+    __slots__ = ("pairs", "text", "count")
+
+    def __init__(self, pairs: Pairs) -> None:
+        self.pairs = pairs
+        self.text = b"".join(k.encode() + b"\0" + v.encode("utf-8", "surrogateescape") + b"\0" for k, v in pairs)
+        self.count = len(pairs)
+
+
+_EMPTY = _Set(())
+#: The labels in force.
+_current: contextvars.ContextVar[_Set] = contextvars.ContextVar("heapscope_labels", default=_EMPTY)
+#: (outer set's pairs, a block's pairs) -> the set they make; bounded, as a program's label sets are.
+_sets: dict[tuple[Pairs, Pairs], _Set] = {}
+_SETS_KEPT = 4096
 
 
 class _Client:
-    """The client's label functions and where a thread state keeps its context; not found: off."""
+    """The client's bind function once it is found and knows where a thread state keeps its
+    context; `bind` None: not profiled (every block only sets its ContextVar)."""
 
     def __init__(self) -> None:
         import ctypes  # here: only a program that uses labels pays for it
 
-        self.on = False
-        self.offset = 0
+        self.bind: Callable[[int, bytes, int, int], int] | None = None
         try:
             lib = ctypes.PyDLL(None)  # PyDLL: the GIL stays held across the calls (client/labels.c)
-            self.bind = lib.heapscope_label_bind_v1
+            bind = lib.heapscope_label_bind_v1
             python = lib.heapscope_label_python_v1
         except (OSError, AttributeError):
             return  # not under heapscope
-        self.bind.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint32, ctypes.c_uint32]
-        self.bind.restype = ctypes.c_uint32
+        bind.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint32, ctypes.c_uint32]
+        bind.restype = ctypes.c_void_p
         python.argtypes = [ctypes.c_void_p, ctypes.c_uint32]
         python.restype = ctypes.c_int
         api = ctypes.pythonapi
         api.PyThreadState_Get.restype = ctypes.c_void_p
-        self._tstate = api.PyThreadState_Get
-        self.offset = self._find_offset()
+        offset = _context_offset(api.PyThreadState_Get)
         getter = ctypes.cast(api.PyGILState_GetThisThreadState, ctypes.c_void_p).value
-        if self.offset and python(getter, self.offset) == 0:
-            self.on = True
+        if offset and python(getter, offset) == 0:
+            self.bind = bind
 
-    def _find_offset(self) -> int:
-        """The offset of PyThreadState.context: the one word that is the running context's
-        address while code runs in two contexts made here (only the thread state's own words
-        are read; the struct is a few hundred bytes)."""
-        import ctypes
 
-        def words() -> list[int]:
-            ts = int(self._tstate())
-            return list((ctypes.c_uint64 * 64).from_address(ts))
+def _context_offset(tstate: Callable[[], int]) -> int:
+    """The offset of PyThreadState.context: the one word that is the running context's address
+    while code runs in two contexts made here (only the thread state's own first words are read;
+    the struct is a few hundred bytes)."""
+    import ctypes
 
-        found: set[int] | None = None
-        for _ in range(2):
-            ctx = contextvars.Context()
-            seen = ctx.run(words)
-            offs = {8 * i for i, w in enumerate(seen) if w == id(ctx)}
-            found = offs if found is None else found & offs
-        return min(found) if found and len(found) == 1 else 0
+    def words() -> list[int]:
+        return list((ctypes.c_uint64 * 64).from_address(int(tstate())))
 
-    def context(self) -> int:
-        import ctypes
-
-        return int(ctypes.c_uint64.from_address(int(self._tstate()) + self.offset).value)
+    found: set[int] | None = None
+    for _ in range(2):
+        ctx = contextvars.Context()
+        offs = {8 * i for i, w in enumerate(ctx.run(words)) if w == id(ctx)}
+        found = offs if found is None else found & offs
+    return min(found) if found and len(found) == 1 else 0
 
 
 _client: _Client | None = None
@@ -111,14 +124,35 @@ def _the_client() -> _Client:
     return _client
 
 
-def _text(pairs: tuple[tuple[str, str], ...]) -> bytes:
-    return b"".join(k.encode() + b"\0" + v.encode("utf-8", "surrogateescape") + b"\0" for k, v in pairs)
+def _set_of(outer: _Set, kv: Pairs) -> _Set:
+    got = _sets.get((outer.pairs, kv))
+    if got is None:
+        d = dict(outer.pairs)
+        d.update(kv)
+        got = _Set(tuple(sorted(d.items())))
+        if len(got.text) > LABEL_TEXT_MAX:
+            raise ValueError(f"labels {dict(got.pairs)}: more than {LABEL_TEXT_MAX} bytes in all")
+        if len(_sets) < _SETS_KEPT:
+            _sets[(outer.pairs, kv)] = got
+    return got
 
 
-def _merged(outer: tuple[tuple[str, str], ...], kv: dict[str, str]) -> tuple[tuple[str, str], ...]:
-    d = dict(outer)
-    d.update(kv)
-    return tuple(sorted(d.items()))
+#: A block's pairs as given -> as checked: a request handler makes the same few over and over.
+_checked: dict[tuple[tuple[str, object], ...], Pairs] = {}
+
+
+def _check(items: tuple[tuple[str, object], ...]) -> Pairs:
+    if not items:
+        raise ValueError("heapscope.label needs at least one key=value")
+    pairs = []
+    for k, v in items:
+        text = v if isinstance(v, str) else str(v)
+        if not _KEY.fullmatch(k):
+            raise ValueError(f"label key {k!r}: 1 to {LABEL_KEY_MAX} characters of [A-Za-z0-9_.-]")
+        if "\0" in text or len(text.encode("utf-8", "surrogateescape")) > LABEL_VALUE_MAX:
+            raise ValueError(f"label {k}: a value of at most {LABEL_VALUE_MAX} bytes without NUL")
+        pairs.append((k, text))
+    return tuple(pairs)
 
 
 class label:  # noqa: N801 - used as a function: heapscope.label(tenant="acme")
@@ -126,57 +160,56 @@ class label:  # noqa: N801 - used as a function: heapscope.label(tenant="acme")
     Keys: 1 to 63 characters of [A-Za-z0-9_.-]; values: str of up to 127 UTF-8 bytes without
     NUL (other values are str()'d). ValueError for a bad key or value."""
 
+    __slots__ = ("_kv", "_entered")
+
     def __init__(self, **kv: object) -> None:
-        if not kv:
-            raise ValueError("heapscope.label needs at least one key=value")
-        self._kv: dict[str, str] = {}
-        for k, v in kv.items():
-            text = v if isinstance(v, str) else str(v)
-            if not _KEY.fullmatch(k):
-                raise ValueError(f"label key {k!r}: 1 to {LABEL_KEY_MAX} characters of [A-Za-z0-9_.-]")
-            if "\0" in text or len(text.encode("utf-8", "surrogateescape")) > LABEL_VALUE_MAX:
-                raise ValueError(f"label {k}: a value of at most {LABEL_VALUE_MAX} bytes without NUL")
-            self._kv[k] = text
-        self._entered: list[tuple[contextvars.Token[tuple[tuple[str, str], ...]], int, bool]] = []
+        items = tuple(kv.items())
+        try:
+            checked = _checked.get(items)
+        except TypeError:  # a value that is not hashable: checked each time
+            checked = None
+        if checked is None:
+            checked = _check(items)
+            if len(_checked) < _SETS_KEPT and all(isinstance(v, str) for _, v in items):
+                _checked[items] = checked
+        self._kv: Pairs = checked
+        self._entered: list[tuple[contextvars.Token[_Set], int]] = []
 
     def __enter__(self) -> label:
-        outer = _current.get()
-        pairs = _merged(outer, self._kv)
-        token = _current.set(pairs)  # first: it makes the thread's context if it had none
-        client = _the_client()
-        ctx, bound = 0, False
-        if client.on:
-            ctx = client.context()
-            text = _text(pairs)
-            bound = len(text) <= LABEL_TEXT_MAX and client.bind(ctx, text, len(text), len(pairs)) != 0
-        self._entered.append((token, ctx, bound))
+        labels = _set_of(_current.get(), self._kv)
+        token = _current.set(labels)  # first: it makes the thread's context if it had none
+        bind = (_client or _the_client()).bind
+        # The client binds the context this block runs in, and says which (0: not profiled).
+        ctx = bind(0, labels.text, len(labels.text), labels.count) or 0 if bind is not None else 0
+        self._entered.append((token, ctx))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        token, ctx, bound = self._entered.pop()
+        token, ctx = self._entered.pop()
         _current.reset(token)
-        if bound:
+        if ctx:
+            # The outer block's set again, or none (its id comes back from the client's table).
             outer = _current.get()
-            text = _text(outer)
-            # The outer block's set again (or none): its id comes back from the client's table.
-            _the_client().bind(ctx, text, len(text), len(outer))
+            bind = _client.bind if _client is not None else None
+            if bind is not None:
+                bind(ctx, outer.text, len(outer.text), outer.count)
 
-    def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        kv = self._kv
+    def __call__(self, fn: F) -> F:
+        kv = dict(self._kv)
         if inspect.iscoroutinefunction(fn):
             @functools.wraps(fn)
             async def run_async(*args: Any, **kwargs: Any) -> Any:
                 with label(**kv):
                     return await fn(*args, **kwargs)
-            return run_async
+            return run_async  # type: ignore[return-value]  # the same signature, wrapped
 
         @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> Any:
             with label(**kv):
                 return fn(*args, **kwargs)
-        return run
+        return run  # type: ignore[return-value]
 
 
 def current() -> dict[str, str]:
     """The labels in force here (this thread's or task's context)."""
-    return dict(_current.get())
+    return dict(_current.get().pairs)

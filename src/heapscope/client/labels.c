@@ -7,8 +7,9 @@
  *   heapscope_label_pop_v1()
  *   heapscope_label_python_v1(get_tstate, offset) -> 0 or -1: where a
  *                           thread's current Python context is
- *   heapscope_label_bind_v1(ctx, pairs, len, count) -> the set's id (0:
- *                           unbound, or not profiled)
+ *   heapscope_label_bind_v1(ctx, pairs, len, count) -> the context bound
+ *                           or unbound (0: none, or not profiled); ctx 0:
+ *                           the calling thread's current context
  *
  * Sets. Interned in one process-wide open-addressed table of
  * HS_MAX_LABEL_SETS slots (a set's id is its slot + 1, stable across
@@ -284,32 +285,41 @@ static inline uint32_t c_current(void) {
   return d == 0 ? 0 : stack_ids[(d <= LABEL_DEPTH ? d : LABEL_DEPTH) - 1];
 }
 
+/* A push the memo could not answer: the set made (or found) and sent. Its id in *id
+ * (parent when the key or value is bad: -1). Out of line, so that the memo's path saves no
+ * registers for it. */
+__attribute__((noinline)) static int push_slow(uint32_t parent, const char *key, const char *value, uint32_t *id) {
+  size_t klen, vlen;
+  if (!key_ok(key, &klen) || !value_ok(value, &vlen)) {
+    *id = parent;
+    return -1;
+  }
+  struct hs_thread *t = &hs_thread_state;
+  int saved_errno = errno;
+  int was = hs_guard_enter(t); /* the ring wait may allocate */
+  *id = with_pair(parent, key, klen, value, vlen);
+  memo_keep(parent, key, klen, value, vlen, *id);
+  __atomic_store_n(&hs_labels_used, 1, __ATOMIC_RELAXED);
+  if (hs_session_enter()) {
+    send_set(*id);
+    hs_session_leave();
+  }
+  hs_guard_leave(t, was);
+  errno = saved_errno;
+  return 0;
+}
+
 HS_EXPORT int heapscope_label_push_v1(const char *key, const char *value) {
   uint32_t parent = c_current(), id = parent;
   int rc = -1;
-  size_t klen, vlen;
-  struct hs_thread *t = &hs_thread_state;
-  if (stack_depth >= LABEL_DEPTH || !__atomic_load_n(&hs_enabled, __ATOMIC_ACQUIRE) || hs_guard_held(t) ||
-      key == NULL || value == NULL) {
+  if (stack_depth >= LABEL_DEPTH || !__atomic_load_n(&hs_enabled, __ATOMIC_ACQUIRE) ||
+      hs_guard_held(&hs_thread_state) || key == NULL || value == NULL) {
     /* not applied: a level all the same, so that pushes and pops stay paired */
   } else if ((id = memo_find(parent, key, value)) != 0 &&
              __atomic_load_n(&sets[id - 1].sent_gen, __ATOMIC_RELAXED) == hs_session.gen) {
     rc = 0; /* a push made before, its set sent to this session: nothing else to do */
-  } else if (key_ok(key, &klen) && value_ok(value, &vlen)) {
-    int saved_errno = errno;
-    int was = hs_guard_enter(t); /* the ring wait may allocate */
-    id = with_pair(parent, key, klen, value, vlen);
-    memo_keep(parent, key, klen, value, vlen, id);
-    __atomic_store_n(&hs_labels_used, 1, __ATOMIC_RELAXED);
-    if (hs_session_enter()) {
-      send_set(id);
-      hs_session_leave();
-    }
-    hs_guard_leave(t, was);
-    errno = saved_errno;
-    rc = 0;
   } else {
-    id = parent;
+    rc = push_slow(parent, key, value, &id);
   }
   if (stack_depth < LABEL_DEPTH)
     stack_ids[stack_depth] = id;
@@ -361,11 +371,22 @@ static uint32_t bind(uintptr_t ctx, uint32_t id) {
   return id;
 }
 
-HS_EXPORT uint32_t heapscope_label_bind_v1(uintptr_t ctx, const char *pairs, uint32_t len, uint32_t count) {
-  if (ctx == 0 || !__atomic_load_n(&hs_enabled, __ATOMIC_ACQUIRE))
+/* The calling thread's current Python context (it holds the GIL: the pointer is stable). */
+static uintptr_t current_context(void) {
+  uint32_t off = __atomic_load_n(&ctx_offset, __ATOMIC_ACQUIRE);
+  uintptr_t ts = off != 0 ? (uintptr_t)get_tstate() : 0;
+  return ts != 0 ? *(uintptr_t *)(ts + off) : 0;
+}
+
+HS_EXPORT uintptr_t heapscope_label_bind_v1(uintptr_t ctx, const char *pairs, uint32_t len, uint32_t count) {
+  if (!__atomic_load_n(&hs_enabled, __ATOMIC_ACQUIRE))
     return 0;
-  if (len == 0)
-    return bind(ctx, 0);
+  if (ctx == 0 && (ctx = current_context()) == 0)
+    return 0;
+  if (len == 0) {
+    bind(ctx, 0);
+    return ctx;
+  }
   if (pairs == NULL || len > HS_LABEL_TEXT_MAX || pairs[len - 1] != '\0')
     return 0;
   struct hs_thread *t = &hs_thread_state;
@@ -381,7 +402,7 @@ HS_EXPORT uint32_t heapscope_label_bind_v1(uintptr_t ctx, const char *pairs, uin
   }
   hs_guard_leave(t, was);
   errno = saved_errno;
-  return bind(ctx, id);
+  return bind(ctx, id) != 0 ? ctx : 0;
 }
 
 /* The set bound to this thread's current Python context, 0 if none. */
