@@ -21,7 +21,8 @@ a contextvars.Context.run() started inside a block (a copy of the context) carri
 labels until it enters a block itself.
 
 Anywhere else than under `heapscope record` (the client not loaded, or not profiling this
-process) a block costs its ContextVar set and reset, and nothing is sent.
+process) a block costs its ContextVar set and reset, and nothing is sent; the client is
+looked for again every 4096 blocks, so that one `record -p` attached since is found.
 
 May import: heapscope.wire.codec (label limits).
 """
@@ -84,13 +85,14 @@ class _Client:
             return  # not under heapscope
         bind.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint32, ctypes.c_uint32]
         bind.restype = ctypes.c_void_p
-        python.argtypes = [ctypes.c_void_p, ctypes.c_uint32]
+        python.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint32]
         python.restype = ctypes.c_int
         api = ctypes.pythonapi
         api.PyThreadState_Get.restype = ctypes.c_void_p
         offset = _context_offset(api.PyThreadState_Get)
         getter = ctypes.cast(api.PyGILState_GetThisThreadState, ctypes.c_void_p).value
-        if offset and python(getter, offset) == 0:
+        initialized = ctypes.cast(api.Py_IsInitialized, ctypes.c_void_p).value
+        if offset and python(getter, initialized, offset) == 0:
             self.bind = bind
 
 
@@ -122,6 +124,18 @@ def _the_client() -> _Client:
             if _client is None:
                 _client = _Client()
     return _client
+
+
+_misses = 0
+
+
+def _not_found() -> None:
+    """Every 4096 blocks entered while the client is not found, look again: a client that
+    `heapscope record -p` attached since is found (as the C header does)."""
+    global _misses, _client
+    _misses += 1
+    if _misses % 4096 == 0:
+        _client = None
 
 
 def _set_of(outer: _Set, kv: Pairs) -> _Set:
@@ -179,6 +193,8 @@ class label:  # noqa: N801 - used as a function: heapscope.label(tenant="acme")
         labels = _set_of(_current.get(), self._kv)
         token = _current.set(labels)  # first: it makes the thread's context if it had none
         bind = (_client or _the_client()).bind
+        if bind is None:
+            _not_found()
         # The client binds the context this block runs in, and says which (0: not profiled).
         ctx = bind(0, labels.text, len(labels.text), labels.count) or 0 if bind is not None else 0
         self._entered.append((token, ctx))

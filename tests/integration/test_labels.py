@@ -75,6 +75,19 @@ def test_python_labels_follow_threads_and_tasks(tmp_path: Path) -> None:
         # The payloads exactly, plus each bytearray's object and the list's growth: a task that
         # took another tenant's label would be off by a whole 100 kB payload or more.
         assert size <= got[tenant][0] <= size * 1.03, (tenant, got[tenant], size)
+    # --label over the default heaps of a Python program (libc.malloc + python.pymalloc).
+    out = run_process([*HEAPSCOPE, "report", str(rec.db), "--label", "tenant=acme", "--view", "alloc_space",
+                       "--pid", str(_pid(rec.profile()))], timeout=60)
+    assert out.returncode == 0, out.describe()
+    m = re.search(r"alloc_space:\s+([\d.]+) KiB", out.stdout.decode())
+    assert m is not None, out.stdout
+    assert truth["acme"][0] <= float(m.group(1)) * 1024 <= truth["acme"][0] * 1.03 + 52, out.stdout
+
+
+def _pid(profile: Profile) -> int:
+    """The Python program's pid (an editable install's import may run a build child too)."""
+    rows = profile.query("SELECT p.pid FROM process p JOIN heapscope_label l ON l.upid = p.upid LIMIT 1")
+    return int(rows[0]["pid"])
 
 
 def test_overflow_past_the_cap_is_counted_and_said(labelled: Path, tmp_path: Path) -> None:

@@ -5,8 +5,8 @@
  *   heapscope_label_push_v1(key, value) -> 0, or -1 (not profiled, bad
  *                           key or value, too deep: a level is pushed anyway)
  *   heapscope_label_pop_v1()
- *   heapscope_label_python_v1(get_tstate, offset) -> 0 or -1: where a
- *                           thread's current Python context is
+ *   heapscope_label_python_v1(get_tstate, is_initialized, offset) -> 0 or
+ *                           -1: where a thread's current Python context is
  *   heapscope_label_bind_v1(ctx, pairs, len, count) -> the context bound
  *                           or unbound (0: none, or not profiled); ctx 0:
  *                           the calling thread's current context
@@ -67,7 +67,9 @@ struct ctx_entry {
 static struct ctx_entry ctx_table[CTX_BUCKETS][CTX_WAYS];
 static uint32_t ctx_used; /* entries bound; samples skip the lookup while 0 */
 typedef void *(*tstate_fn)(void);
-static tstate_fn get_tstate;
+typedef int (*initialized_fn)(void);
+static tstate_fn get_tstate;          /* PyGILState_GetThisThreadState */
+static initialized_fn is_initialized; /* Py_IsInitialized: no thread state is read after the end */
 static uint32_t ctx_offset; /* of PyThreadState.context; 0 = not known */
 
 static uint64_t text_hash(const char *s, uint32_t len) {
@@ -332,10 +334,11 @@ HS_EXPORT void heapscope_label_pop_v1(void) {
     stack_depth--;
 }
 
-HS_EXPORT int heapscope_label_python_v1(void *tstate_getter, uint32_t offset) {
-  if (tstate_getter == NULL || offset == 0 || offset % 8 != 0 || offset > 4096)
+HS_EXPORT int heapscope_label_python_v1(void *tstate_getter, void *initialized, uint32_t offset) {
+  if (tstate_getter == NULL || initialized == NULL || offset == 0 || offset % 8 != 0 || offset > 4096)
     return -1;
   memcpy(&get_tstate, &tstate_getter, sizeof get_tstate);
+  memcpy(&is_initialized, &initialized, sizeof is_initialized);
   __atomic_store_n(&ctx_offset, offset, __ATOMIC_RELEASE);
   return 0;
 }
@@ -408,7 +411,7 @@ HS_EXPORT uintptr_t heapscope_label_bind_v1(uintptr_t ctx, const char *pairs, ui
 /* The set bound to this thread's current Python context, 0 if none. */
 static uint32_t python_current(void) {
   uint32_t off = __atomic_load_n(&ctx_offset, __ATOMIC_ACQUIRE);
-  if (off == 0 || __atomic_load_n(&ctx_used, __ATOMIC_RELAXED) == 0)
+  if (off == 0 || __atomic_load_n(&ctx_used, __ATOMIC_RELAXED) == 0 || !is_initialized())
     return 0;
   uintptr_t ts = (uintptr_t)get_tstate();
   if (ts == 0)
