@@ -62,6 +62,10 @@ def test_c_labels_per_tenant_are_exact(labelled: Path, tmp_path: Path) -> None:
     assert f"{truth['globex'][1] / 1024:.1f} KiB" in leaks.stdout.decode(), leaks.stdout
     bad = run_process([*HEAPSCOPE, "report", str(rec.db), "--label", "tenant"], timeout=60)
     assert bad.returncode == 2 and b"KEY=VALUE" in bad.stderr and b"Traceback" not in bad.stderr, bad.describe()
+    none = run_process([*HEAPSCOPE, "flamegraph", str(rec.db), "--label", "tenant=nobody", "-o",
+                        str(tmp_path / "f.html")], timeout=60)
+    assert none.returncode == 2 and b"values of tenant: acme, globex, initech" in none.stderr, none.describe()
+    assert not (tmp_path / "f.html").exists()
 
 
 def test_python_labels_follow_threads_and_tasks(tmp_path: Path) -> None:

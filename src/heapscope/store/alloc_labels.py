@@ -62,6 +62,13 @@ def select_label(profile: Profile, spec: str | None) -> None:
         # The label sets that have K=V, each process's: the views below and label_split read them.
         db.execute("CREATE TEMP TABLE heapscope_label_selected AS SELECT DISTINCT upid, label_set_id"
                    " FROM main.heapscope_label WHERE key = ? AND value = ?", (key, value))
+        if db.execute("SELECT 1 FROM temp.heapscope_label_selected LIMIT 1").fetchone() is None:
+            # As --heap for a heap the profile lacks: say what there is.
+            values = [str(r[0]) for r in db.execute(
+                "SELECT DISTINCT value FROM main.heapscope_label WHERE key = ? ORDER BY value LIMIT 21", (key,))]
+            there = (f"values of {key}: {', '.join(values[:20])}{', ...' if len(values) > 20 else ''}" if values
+                     else f"no label {key!r}")
+            raise UsageError(f"{profile.path}: no allocation labelled {key}={value} ({there})")
         for table, (source, cols) in _SHADOWED.items():
             db.execute(f"CREATE TEMP VIEW heapscope_labelled_{table} AS SELECT {cols} FROM main.{source} a"
                        " JOIN temp.heapscope_label_selected s ON s.upid = a.upid AND s.label_set_id = a.label_set_id")
