@@ -169,3 +169,14 @@ def test_clickhouse_rows_carry_the_labels(labelled: Path, labelled_db: Path, tmp
 
 def max_dump(script: str) -> int:
     return max(int(json.loads(line)["dump"]) for line in script.splitlines() if line.startswith("{"))
+
+
+def test_the_c_api_refuses_what_it_cannot_carry_and_stays_paired(labelled: Path, tmp_path: Path) -> None:
+    # Not profiled: every push answers -1 (no client), and the program runs as without heapscope.
+    alone = run_process([labelled, "api"], timeout=60)
+    assert alone.returncode == 0 and alone.stdout == b"bad_key -1 too_long -1 ok -1 deepest -1 past -1\n"
+    rec = Recorder(tmp_path)([labelled, "api"])
+    assert rec.returncode == 0, rec.describe()
+    assert rec.stdout == b"bad_key -1 too_long -1 ok 0 deepest 0 past -1\n", rec.describe()
+    got = per_tenant(rec.profile(), "libc.malloc")
+    assert got == {"deep": (4000, 4000)}, got

@@ -6,6 +6,8 @@
  * nested push adds route=/r<n>. --print-truth prints per tenant: allocated
  * bytes, unreleased bytes. `labelled sets N` pushes N distinct tenant
  * values, one allocation each, to pass the client's cap of label sets.
+ * `labelled api` prints what refused pushes return and allocates under a
+ * stack 16 levels deep (see there).
  */
 #include <heapscope.h>
 #include <pthread.h>
@@ -54,6 +56,27 @@ int main(int argc, char **argv) {
         count[(i + t) % TENANTS]++;
     for (int k = 0; k < TENANTS; k++)
       printf("tenant %s %ld %ld\n", NAMES[k], count[k] * (long)(SIZE[k] + KEEP[k]), count[k] * (long)KEEP[k]);
+    return 0;
+  }
+  if (argc > 1 && strcmp(argv[1], "api") == 0) {
+    /* The push's answers: 0 applied, -1 not (a level all the same). Prints them, then
+     * allocates 4000 bytes under tenant=deep only if the 16 levels and the refused pushes
+     * left the stack where it should be. */
+    int bad_key = heapscope_label_push("bad key", "x");
+    int too_long = heapscope_label_push("tenant", "vvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvv");
+    heapscope_label_pop();
+    heapscope_label_pop();
+    int ok = heapscope_label_push("tenant", "deep");
+    int deepest = 0;
+    for (int i = 1; i < 16; i++)
+      deepest = heapscope_label_push("level", "x");
+    int past = heapscope_label_push("level", "past");
+    for (int i = 0; i < 16; i++)
+      heapscope_label_pop();
+    sink = malloc(4000); /* tenant=deep only */
+    heapscope_label_pop();
+    sink = malloc(5000); /* no labels */
+    printf("bad_key %d too_long %d ok %d deepest %d past %d\n", bad_key, too_long, ok, deepest, past);
     return 0;
   }
   if (argc > 2 && strcmp(argv[1], "sets") == 0) {
