@@ -27,17 +27,17 @@ def labelled(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def truth_of(argv: list[str]) -> dict[str, list[int]]:
+def truth_of(argv: list[str], key: str = "tenant") -> dict[str, list[int]]:
     out = subprocess.run([*argv, "--print-truth"], capture_output=True, text=True, timeout=60, check=True)
     return {p[1]: [int(x) for x in p[2:]] for p in (line.split() for line in out.stdout.splitlines())
-            if p and p[0] == "tenant"}
+            if p and p[0] == key}
 
 
-def per_tenant(profile: Profile, heap: str) -> dict[str, tuple[int, int]]:
+def per_tenant(profile: Profile, heap: str, key: str = "tenant") -> dict[str, tuple[int, int]]:
     rows = profile.query(
         "SELECT l.value AS v, SUM(CASE WHEN a.size > 0 THEN a.size ELSE 0 END) AS alloc, SUM(a.size) AS unrel"
         " FROM heapscope_label_allocation a JOIN heapscope_label l ON l.upid = a.upid"
-        " AND l.label_set_id = a.label_set_id AND l.key = 'tenant' WHERE a.heap_name = ? GROUP BY l.value", (heap,))
+        " AND l.label_set_id = a.label_set_id AND l.key = ? WHERE a.heap_name = ? GROUP BY l.value", (key, heap))
     return {r["v"]: (r["alloc"], r["unrel"]) for r in rows}
 
 
@@ -48,6 +48,9 @@ def test_c_labels_per_tenant_are_exact(labelled: Path, tmp_path: Path) -> None:
     profile = rec.profile()
     got = per_tenant(profile, "libc.malloc")
     assert got == {t: (v[0], v[1]) for t, v in truth.items()}, (got, truth)
+    routes = truth_of([str(labelled)], "route")
+    got = per_tenant(profile, "libc.malloc", "route")
+    assert got == {r: (v[0], v[1]) for r, v in routes.items()}, (got, routes)
     # The seed's table still holds every sample: the labelled rows are a part of its rows.
     total = profile.query("SELECT SUM(size) AS s FROM heap_profile_allocation")[0]["s"]
     assert total >= sum(v[1] for v in truth.values()) + 4 * 100

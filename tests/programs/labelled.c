@@ -56,6 +56,17 @@ int main(int argc, char **argv) {
         count[(i + t) % TENANTS]++;
     for (int k = 0; k < TENANTS; k++)
       printf("tenant %s %ld %ld\n", NAMES[k], count[k] * (long)(SIZE[k] + KEEP[k]), count[k] * (long)KEEP[k]);
+    /* The route is written into one stack buffer for every request: the same pointer, its
+     * value changing, which the client must never take for the previous one. */
+    long route[2][2] = {{0, 0}, {0, 0}};
+    for (int t = 0; t < THREADS; t++)
+      for (int i = 0; i < REQUESTS; i++) {
+        int k = (i + t) % TENANTS;
+        route[i % 2][0] += (long)(SIZE[k] + KEEP[k]);
+        route[i % 2][1] += (long)KEEP[k];
+      }
+    for (int r = 0; r < 2; r++)
+      printf("route /r%d %ld %ld\n", r, route[r][0], route[r][1]);
     return 0;
   }
   if (argc > 1 && strcmp(argv[1], "api") == 0) {

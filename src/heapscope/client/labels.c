@@ -47,7 +47,7 @@ struct label_set {
   uint32_t sent_gen; /* the session (hs_session.gen) that has its record; 0: none */
   uint32_t count;
   uint32_t len;
-  char text[HS_LABEL_TEXT_MAX];
+  char text[HS_LABEL_TEXT_MAX + 8]; /* + 8: a word compare near its end stays inside (same_str) */
 };
 
 static struct label_set sets[HS_MAX_LABEL_SETS];
@@ -225,17 +225,28 @@ static inline struct push_memo *memo_slot(uint32_t parent, const char *key, cons
   return &memo[(h ^ (h >> 29)) & (MEMO_SLOTS - 1)];
 }
 
-/* Do key and value read, NUL included, as the klen + 1 and vlen + 1 bytes at t? Byte by
- * byte: a string is never read past its NUL. */
-static inline int same_pair(const char *t, const char *key, uint32_t klen, const char *value, uint32_t vlen) {
-  for (uint32_t i = 0; i <= klen; i++)
-    if (key[i] != t[i])
-      return 0;
-  t += klen + 1;
-  for (uint32_t i = 0; i <= vlen; i++)
-    if (value[i] != t[i])
+/* Does the string s read as the n bytes at t (its NUL the last)? A string of up to 7
+ * characters is compared as one word when its 8 bytes lie in one page (the page of its
+ * first byte, which is readable): bytes past its NUL may then be read, never a page the
+ * program did not map. t is a set's text, read inside the sets table. Else byte by byte,
+ * never past the string's NUL. */
+static inline int same_str(const char *s, const char *t, uint32_t n) {
+  if (n <= 8 && ((uintptr_t)s & 4095u) <= 4096u - 8u) {
+    uint64_t a, b;
+    memcpy(&a, s, 8);
+    memcpy(&b, t, 8);
+    uint64_t mask = n == 8 ? ~UINT64_C(0) : (UINT64_C(1) << (8 * n)) - 1;
+    return ((a ^ b) & mask) == 0;
+  }
+  for (uint32_t i = 0; i < n; i++)
+    if (s[i] != t[i])
       return 0;
   return 1;
+}
+
+/* Do key and value read, NUL included, as the klen + 1 and vlen + 1 bytes at t? */
+static inline int same_pair(const char *t, const char *key, uint32_t klen, const char *value, uint32_t vlen) {
+  return same_str(key, t, klen + 1) && same_str(value, t + klen + 1, vlen + 1);
 }
 
 /* The memo's set for this push, 0 when it has none. */
