@@ -3,13 +3,21 @@
  * (include/heapscope.h, heapscope_label_push/pop) on four threads, with
  * known sizes: every request of tenant T allocates SIZE[T] bytes in
  * handle_request and keeps one block of KEEP[T] bytes (never freed); a
- * nested push adds route=/r<n>. --print-truth prints per tenant: allocated
- * bytes, unreleased bytes. `labelled sets N` pushes N distinct tenant
+ * nested push adds route=/r<n>. --print-truth prints per tenant and per
+ * route: allocated bytes, unreleased bytes; and the usual truth lines. `labelled sets N` pushes N distinct tenant
  * values, one allocation each, to pass the client's cap of label sets.
  * `labelled api` prints what refused pushes return and allocates under a
  * stack 16 levels deep (see there).
  */
+#if defined(__has_include)
+#if __has_include(<heapscope.h>)
 #include <heapscope.h>
+#else
+#include "../../src/heapscope/include/heapscope.h"
+#endif
+#else
+#include "../../src/heapscope/include/heapscope.h"
+#endif
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,8 +62,15 @@ int main(int argc, char **argv) {
     for (int t = 0; t < THREADS; t++)
       for (int i = 0; i < REQUESTS; i++)
         count[(i + t) % TENANTS]++;
-    for (int k = 0; k < TENANTS; k++)
+    long all = 0, kept = 0;
+    for (int k = 0; k < TENANTS; k++) {
       printf("tenant %s %ld %ld\n", NAMES[k], count[k] * (long)(SIZE[k] + KEEP[k]), count[k] * (long)KEEP[k]);
+      all += count[k] * (long)(SIZE[k] + KEEP[k]);
+      kept += count[k] * (long)KEEP[k];
+    }
+    /* truth FUNCTION alloc_space alloc_objects space objects, as the other programs'. */
+    printf("truth handle_request %ld %d %ld %d\n", all, 2 * THREADS * REQUESTS, kept, THREADS * REQUESTS);
+    printf("truth worker %d %d %d %d\n", 100 * THREADS, THREADS, 100 * THREADS, THREADS);
     /* The route is written into one stack buffer for every request: the same pointer, its
      * value changing, which the client must never take for the previous one. */
     long route[2][2] = {{0, 0}, {0, 0}};
