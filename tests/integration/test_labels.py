@@ -183,3 +183,24 @@ def test_the_c_api_refuses_what_it_cannot_carry_and_stays_paired(labelled: Path,
     assert rec.stdout == b"bad_key -1 too_long -1 ok 0 deepest 0 past -1\n", rec.describe()
     got = per_tenant(rec.profile(), "libc.malloc")
     assert got == {"deep": (4000, 4000)}, got
+
+
+@pytest.mark.timeout(300)
+def test_a_push_to_pyroscope_carries_the_labels(labelled: Path, labelled_db: Path, tmp_path: Path) -> None:
+    from fleet_support import PyroscopeServer
+
+    server = PyroscopeServer()
+    try:
+        run = run_process([*HEAPSCOPE, "push", str(labelled_db), server.url], timeout=120)
+        received = list(server.received)
+    finally:
+        server.close()
+    assert run.returncode == 0, run.describe()
+    (got,) = received
+    if shutil.which("go") is None:
+        pytest.skip("go not installed: `go tool pprof -tags` not run")
+    f = tmp_path / "received.pb.gz"
+    f.write_bytes(got.profile)
+    tags = subprocess.run(["go", "tool", "pprof", "-tags", str(f)], capture_output=True, text=True, timeout=300)
+    for tenant in truth_of([str(labelled)]):
+        assert f": {tenant}\n" in tags.stdout, tags.stdout + tags.stderr
