@@ -105,7 +105,8 @@ def import_graph() -> list[Import]:
 
 def parts() -> dict[str, Path]:
     """Each part and the file whose docstring has its "May import:" line."""
-    found: dict[str, Path] = {}
+    # The package itself: its __getattr__ hands out the public API (heapscope.label).
+    found: dict[str, Path] = {"heapscope": PACKAGE / "__init__.py"}
     for path in sorted(PACKAGE.iterdir()):
         if path.is_dir() and (path / "__init__.py").exists():
             found[f"heapscope.{path.name}"] = path / "__init__.py"

@@ -17,6 +17,7 @@ from heapscope.wire.codec import (
     HEAP,
     HEAP_FREE,
     HEAP_MALLOC,
+    LABELSET,
     MALLOC,
     META_FIELDS,
     META_SIZE,
@@ -44,9 +45,14 @@ def _record(rtype: int, body: bytes) -> bytes:
 
 
 def encode_malloc(seq: int, addr: int, sample_size: int, alloc_size: int,
-                  stack_id: int, ts: int, tid: int = 0) -> bytes:
-    """tid: the allocating thread's kernel id (0: not known)."""
-    return _record(RecordType.MALLOC, MALLOC.pack(seq, addr, sample_size, alloc_size, stack_id, ts, tid, 0))
+                  stack_id: int, ts: int, tid: int = 0, label_set: int = 0) -> bytes:
+    """tid: the allocating thread's kernel id (0: not known); label_set: its labels' id (0: none)."""
+    return _record(RecordType.MALLOC, MALLOC.pack(seq, addr, sample_size, alloc_size, stack_id, ts, tid, label_set))
+
+
+def encode_labelset(label_set: int, pairs: tuple[tuple[str, str], ...]) -> bytes:
+    text = b"".join(k.encode() + b"\0" + v.encode() + b"\0" for k, v in pairs)
+    return _record(RecordType.LABELSET, LABELSET.pack(label_set, len(pairs), len(text), 0) + text)
 
 
 def encode_free(seq: int, addr: int) -> bytes:
@@ -86,9 +92,9 @@ def encode_heap(heap_id: int, interval: int, name: str) -> bytes:
 
 
 def encode_heap_malloc(heap_id: int, seq: int, addr: int, sample_size: int, alloc_size: int,
-                       stack_id: int, ts: int) -> bytes:
+                       stack_id: int, ts: int, label_set: int = 0) -> bytes:
     return _record(RecordType.HEAP_MALLOC,
-                   HEAP_MALLOC.pack(seq, heap_id, 0, addr, sample_size, alloc_size, stack_id, ts))
+                   HEAP_MALLOC.pack(seq, heap_id, label_set, addr, sample_size, alloc_size, stack_id, ts))
 
 
 def encode_heap_free(heap_id: int, seq: int, addr: int) -> bytes:

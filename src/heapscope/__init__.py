@@ -4,7 +4,7 @@ Pipeline (one folder a part; imports point one way: cli -> hosts ->
 session -> producer -> bookkeeping -> wire, producer -> store, session -> view |
 symbolize -> store, hosts -> fleet -> export -> store, cli -> importer -> store;
 every part may use the top-level modules (model, errors, slots, ...), which sit
-under all of them; each part's docstring has a "May import:" line, and
+under all of them; each part's docstring lists what it may import, and
 tests/test_architecture.py checks all of this against the code; client/ is C
 only; docs/ beside src/ explains each part):
 
@@ -44,7 +44,24 @@ at each dump the resolver turns new stacks into callsites of the trie
 and tells the tracker each stack's callsite once; the producer writes the
 tracker's rows per callsite (what changed since the last dump; at the final
 one also the peak) through store/writer.py.
+
+The package's own attribute is the labels API (`heapscope.label`, labels.py), imported on
+first use. May import: heapscope.labels.
 """
 
 __version__ = "0.1.0"
-__all__ = ["__version__"]
+__all__ = ["__version__", "label"]
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
+if TYPE_CHECKING:
+    from heapscope.labels import label as label
+
+
+def __getattr__(name: str) -> object:
+    # heapscope.label (labels.py), imported on first use: `import heapscope` stays free.
+    if name == "label":
+        from heapscope.labels import label
+
+        globals()["label"] = label  # found directly from now on, without this call
+        return label
+    raise AttributeError(f"module 'heapscope' has no attribute {name!r}")

@@ -19,6 +19,7 @@
 #include "pylines.h"
 #include "resolver.h"
 #include "tracker.h"
+#include "tracker_labels.h"
 #include "trie.h"
 #include "wire.h"
 
@@ -68,12 +69,13 @@ static void Tracker_dealloc(TrackerObject *self) {
 
 static PyObject *Tracker_malloc(TrackerObject *self, PyObject *args) {
   unsigned long long seq, addr, alloc_size, sample_size, stack_id, ts, now_ns;
-  unsigned int tid = 0;
-  if (!PyArg_ParseTuple(args, "KKKKKKK|I:malloc", &seq, &addr, &alloc_size, &sample_size, &stack_id, &ts,
-                        &now_ns, &tid))
+  unsigned int tid = 0, label_set = 0;
+  if (!PyArg_ParseTuple(args, "KKKKKKK|II:malloc", &seq, &addr, &alloc_size, &sample_size, &stack_id, &ts,
+                        &now_ns, &tid, &label_set))
     return NULL;
   if (tracker_check(self) < 0) return NULL;
-  hs_tracker_malloc(self->t, seq, addr, alloc_size, sample_size, stack_id, ts, (uint32_t)tid, now_ns);
+  hs_tracker_malloc_labelled(self->t, seq, addr, alloc_size, sample_size, stack_id, ts, (uint32_t)tid,
+                             (uint32_t)label_set, now_ns);
   return tracker_oom(self->t, Py_NewRef(Py_None));
 }
 
@@ -154,6 +156,14 @@ static PyObject *Tracker_series(TrackerObject *self, PyObject *Py_UNUSED(ignored
 
 static PyObject *Tracker_samples(TrackerObject *self, PyObject *Py_UNUSED(ignored)) {
   return rows(self, hs_tracker_samples);
+}
+
+static PyObject *Tracker_label_dump(TrackerObject *self, PyObject *Py_UNUSED(ignored)) {
+  return rows(self, hs_tracker_label_dump);
+}
+
+static PyObject *Tracker_label_peak(TrackerObject *self, PyObject *Py_UNUSED(ignored)) {
+  return rows(self, hs_tracker_label_peak);
 }
 
 static PyObject *Tracker_unresolved(TrackerObject *self, PyObject *Py_UNUSED(ignored)) {
@@ -285,6 +295,8 @@ static PyMethodDef Tracker_methods[] = {
     {"threads", (PyCFunction)Tracker_threads, METH_NOARGS, "threads() -> bytes (THREAD_ROW rows)"},
     {"series", (PyCFunction)Tracker_series, METH_NOARGS, "series() -> bytes (SERIES_ROW rows)"},
     {"samples", (PyCFunction)Tracker_samples, METH_NOARGS, "samples() -> bytes (SAMPLE_ROW rows)"},
+    {"label_dump", (PyCFunction)Tracker_label_dump, METH_NOARGS, "label_dump() -> bytes (LABEL_DUMP_ROW rows)"},
+    {"label_peak", (PyCFunction)Tracker_label_peak, METH_NOARGS, "label_peak() -> bytes (LABEL_PEAK_ROW rows)"},
     {"unresolved", (PyCFunction)Tracker_unresolved, METH_NOARGS, "unresolved() -> list[int]"},
     {"take_stream", (PyCFunction)Tracker_take_stream, METH_NOARGS, "take_stream() -> bytes (STREAM_ROW rows)"},
     {"stats", (PyCFunction)Tracker_stats, METH_NOARGS, "stats() -> dict[str, int]"},

@@ -27,9 +27,10 @@ class Tracker:
         threads=True totals are also kept per (stack, thread) for threads()."""
 
     def malloc(self, seq: int, addr: int, alloc_size: int, sample_size: int, stack_id: int, ts: int,
-               now_ns: int, tid: int = 0, /) -> None:
+               now_ns: int, tid: int = 0, label_set: int = 0, /) -> None:
         """A sampled malloc with sequence number seq, arrived at now_ns (CLOCK_MONOTONIC),
-        made by thread tid (its kernel id; 0 = not known). Its free counts for that thread.
+        made by thread tid (its kernel id; 0 = not known) under label set label_set (0:
+        none). Its free counts for that thread and that set.
 
         Applied now if every smaller seq was, else kept until they are (or
         until they are given up on: expire(), flush()). A malloc at an
@@ -142,6 +143,13 @@ class Tracker:
         alloc_bytes, free_bytes, alloc_count, free_count), cumulative; a
         free counts for the thread of its malloc. b"" unless threads=True.
         """
+
+    def label_dump(self) -> bytes:
+        """LABEL_DUMP_ROW rows: what changed per (callsite, label set) since the previous
+        call, signs as dump()'s; b"" until a labelled malloc (bookkeeping/tracker_labels.h)."""
+
+    def label_peak(self) -> bytes:
+        """LABEL_PEAK_ROW rows: each (callsite, label set) at the process's peak, as peak()."""
 
     @property
     def keeps_threads(self) -> bool:

@@ -20,6 +20,8 @@ THREAD_ROW = struct.Struct("<9Q")  # one (stack, thread) pair's totals now (Trac
 SERIES_ROW = struct.Struct("<4Q")  # one point of a heap's memory over time (tracker_series.h)
 SAMPLE_ROW = struct.Struct("<6Q")  # one kept sample with its malloc's and free's times
 NOT_FREED = 2**64 - 1  # SAMPLE_ROW's free_ts of a live sample (HS_NOT_FREED)
+LABEL_DUMP_ROW = struct.Struct("<QQqqq")  # what changed at one (callsite, label set) since the previous label dump
+LABEL_PEAK_ROW = struct.Struct("<8Q")  # one (callsite, label set) at the process's peak, cumulative
 
 ROWS: dict[str, tuple[struct.Struct, tuple[str, ...]]] = {
     "hs_dump_row": (DUMP_ROW, ("callsite_id", "count", "size", "real_size")),
@@ -35,6 +37,9 @@ ROWS: dict[str, tuple[struct.Struct, tuple[str, ...]]] = {
                                    "free_count", "alloc_real", "free_real")),
     "hs_series_row": (SERIES_ROW, ("ts", "unreleased", "end", "allocated")),
     "hs_sample_row": (SAMPLE_ROW, ("callsite_id", "stack_id", "alloc_ts", "free_ts", "size", "weight")),
+    "hs_label_dump_row": (LABEL_DUMP_ROW, ("callsite_id", "label_set", "count", "size", "real_size")),
+    "hs_label_peak_row": (LABEL_PEAK_ROW, ("callsite_id", "label_set", "count", "size", "alloc_count",
+                                           "alloc_size", "real_size", "alloc_real_size")),
 }
 
 

@@ -1,6 +1,8 @@
 /* tracker.c: sequence ordering, the live table, totals per callsite, the peak, dump rows. */
 #include "tracker.h"
 
+#include "tracker_labels.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -166,6 +168,7 @@ static void book_free(struct hs_tracker *t, const struct hs_live *e) {
   t->cur_unfreed -= e->sample_size;
   t->pk->cur_unfreed -= e->sample_size;
   if (__builtin_expect(t->threads, 0)) thread_free(t, e);
+  if (__builtin_expect(t->labels != NULL, 0)) hs_labels_on_free(t, e->addr);
 }
 
 /* e freed by op (a FREE, or a MALLOC at its address, whose ts dates the free) in the series. */
@@ -224,6 +227,7 @@ static void apply_malloc(struct hs_tracker *t, const struct hs_op *op) {
   b->cur.alloc_bytes += op->sample_size;
   b->cur.alloc_count++;
   b->cur.alloc_real += op->alloc_size;
+  if (__builtin_expect(op->label_set != 0, 0)) hs_labels_on_malloc(t, idx, op); /* before a new peak's epoch */
   t->cur_unfreed += op->sample_size;
   t->alloc_bytes += op->sample_size;
   struct hs_peak *pk = t->pk;
@@ -297,7 +301,14 @@ static inline void submit(struct hs_tracker *t, const struct hs_op *op, uint64_t
 
 void hs_tracker_malloc(struct hs_tracker *t, uint64_t seq, uint64_t addr, uint64_t alloc_size,
                        uint64_t sample_size, uint64_t stack_id, uint64_t ts, uint32_t tid, uint64_t now_ns) {
-  struct hs_op op = {seq, addr, sample_size, alloc_size, stack_id, ts, HS_OP_MALLOC, tid};
+  struct hs_op op = {seq, addr, sample_size, alloc_size, stack_id, ts, HS_OP_MALLOC, tid, 0, 0};
+  submit(t, &op, now_ns);
+}
+
+void hs_tracker_malloc_labelled(struct hs_tracker *t, uint64_t seq, uint64_t addr, uint64_t alloc_size,
+                                uint64_t sample_size, uint64_t stack_id, uint64_t ts, uint32_t tid,
+                                uint32_t label_set, uint64_t now_ns) {
+  struct hs_op op = {seq, addr, sample_size, alloc_size, stack_id, ts, HS_OP_MALLOC, tid, label_set, 0};
   submit(t, &op, now_ns);
 }
 
@@ -305,7 +316,7 @@ void hs_tracker_free(struct hs_tracker *t, uint64_t seq, uint64_t addr, uint64_t
   /* A FREE record has no ts of its own: its arrival (the reader's clock, CLOCK_MONOTONIC as the
    * client's coarse one) dates it for the series, later than the free by the ring's latency;
    * a malloc after it would date it no better after an idle stretch. */
-  struct hs_op op = {seq, addr, 0, 0, 0, now_ns, HS_OP_FREE, 0};
+  struct hs_op op = {seq, addr, 0, 0, 0, now_ns, HS_OP_FREE, 0, 0, 0};
   submit(t, &op, now_ns);
 }
 
@@ -634,6 +645,8 @@ void hs_tracker_destroy(struct hs_tracker *t) {
   t->thread_totals = NULL;
   t->thread_cap = 0;
   t->threads = 0;
+  hs_labels_destroy(t->labels);
+  t->labels = NULL;
   hs_live_destroy(&t->live);
   hs_stacks_destroy(&t->stacks);
   hs_stacks_destroy(&t->callsites);

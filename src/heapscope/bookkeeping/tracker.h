@@ -231,6 +231,7 @@ struct hs_peak {
   uint32_t busy; /* the caller's: members in use outside its lock (producer/_ingest.c's drain) */
 };
 
+struct hs_labels; /* tracker_labels.h */
 struct hs_tracker {
   int stream;      /* keep hs_stream_rows for take_stream */
   int dump_at_max; /* dumps report the state at the peak (heapprofd §5.3) */
@@ -267,6 +268,7 @@ struct hs_tracker {
   struct hs_series series;   /* this heap's memory over time and kept samples (tracker_series.h) */
   struct hs_buf stream_rows; /* hs_stream_row[] since the last take */
   struct hs_buf out;         /* the rows of the last row call below */
+  struct hs_labels *labels;  /* the label dimension, from the first labelled malloc (tracker_labels.h) */
 };
 
 int hs_tracker_init(struct hs_tracker *t, int stream, int dump_at_max);
@@ -286,6 +288,10 @@ int hs_tracker_keep_threads(struct hs_tracker *t);
 void hs_tracker_malloc(struct hs_tracker *t, uint64_t seq, uint64_t addr, uint64_t alloc_size,
                        uint64_t sample_size, uint64_t stack_id, uint64_t ts, uint32_t tid, uint64_t now_ns);
 void hs_tracker_free(struct hs_tracker *t, uint64_t seq, uint64_t addr, uint64_t now_ns);
+/* hs_tracker_malloc with the sample's label set (0: none; tracker_labels.h). */
+void hs_tracker_malloc_labelled(struct hs_tracker *t, uint64_t seq, uint64_t addr, uint64_t alloc_size,
+                                uint64_t sample_size, uint64_t stack_id, uint64_t ts, uint32_t tid,
+                                uint32_t label_set, uint64_t now_ns);
 /* Give up on the missing seqs that ops arrived more than HS_GAP_TIMEOUT_NS
  * before now_ns wait for. */
 void hs_tracker_expire(struct hs_tracker *t, uint64_t now_ns);

@@ -33,8 +33,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top", type=int, default=15, metavar="N", help="growths and shrinks listed (default: 15)")
     p.add_argument("-o", "--output", metavar="HTML", help="also write a flamegraph coloured by growth")
     p.add_argument("--force", action="store_true", help="overwrite an existing output file")
+    from heapscope.store.alloc_labels import LABEL_HELP
     from heapscope.store.select import HEAP_HELP
     p.add_argument("--heap", metavar="NAME", help=HEAP_HELP + " (in both profiles)")
+    p.add_argument("--label", metavar="K=V", help=LABEL_HELP + ", in both profiles")
     from heapscope.cli.folding import add_fold_arguments
     add_fold_arguments(p)
 
@@ -43,6 +45,7 @@ def main(args: argparse.Namespace) -> int:
     from heapscope.cli.folding import apply_fold
     from heapscope.errors import UnknownProcessError
     from heapscope.model import CallsiteId
+    from heapscope.store.alloc_labels import select_label
     from heapscope.store.reader import Process, ViewValues, open_profile
     from heapscope.store.select import default_dump, parse_dump, process_state, select_heap
     from heapscope.view.diff import changes, diff_graph, dump_ts, pick_process, read_side
@@ -62,6 +65,7 @@ def main(args: argparse.Namespace) -> int:
         procs: list[Process] = []
         folded: set[str] = set()
         for profile in profiles:
+            select_label(profile, args.label)
             select_heap(profile, args.heap)  # default: the default heap, nothing counted twice
             folded.update(apply_fold(profile, args))
             procs.append(pick_process(profile, args.pid, procs[0] if procs else None))

@@ -29,6 +29,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--view", choices=VIEWS, default="space",
                    help="the view single-view formats show, and pprof's default sample type (default: space)")
     p.add_argument("-p", "--pid", type=int, metavar="PID", help="only this process")
+    p.add_argument("--only-label", metavar="K=V", help="only the allocations made under allocation label K=V"
+                   " (heapscope.label, heapscope_label_push; --label is ClickHouse's series labels)")
     p.add_argument("--heap", metavar="NAME",
                    help=HEAP_HELP + "; perfetto keeps heaps apart (each under its heap_name) and exports every"
                    " heap by default; pprof and otlp with all label each sample with its heap")
@@ -75,6 +77,9 @@ def main(args: argparse.Namespace) -> int:
         heap = args.heap
         if heap is None and args.format == "perfetto":
             heap = ALL_HEAPS  # the trace names each heap, as heapprofd's do: nothing is counted twice
+        from heapscope.store.alloc_labels import select_label
+
+        select_label(profile, args.only_label)
         shown = select_heap(profile, heap)
         folded = apply_fold(profile, args)
         said = _state_line(profile, args)

@@ -6,6 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
+from heapscope.store.alloc_labels import LABEL_HELP
 from heapscope.store.files import OutputKind, atomic_output
 from heapscope.store.select import HEAP_HELP
 from heapscope.units import format_in
@@ -27,6 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         " end (default 100: a long -c recording still fits in a page; 0: every dump)")
     p.add_argument("--merge", choices=("exe",),
                    help="exe: the 'all processes' graph has one node per executable, its processes merged")
+    p.add_argument("--label", metavar="K=V", help=LABEL_HELP)
     p.add_argument("--heap", metavar="NAME",
                    help="the heap the page opens at (every heap is in the page, with a picker): "
                    + HEAP_HELP.split(": ", 1)[1])
@@ -79,6 +81,9 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(f"--max-dumps {max_dumps}: use 0 (every dump) or more")
     out = Path(args.output) if args.output else default_output(args.file)
     with open_profile(args.file) as profile:
+        from heapscope.store.alloc_labels import select_label
+
+        select_label(profile, args.label)  # before the page's select_heap calls, which build on it
         folded = apply_fold(profile, args)
         dump = None if args.dump is None else parse_dump(args.dump)
         heaps, at = heap_graphs(profile, args.heap, args.pid, dump, args.merge, args.python_only, max_dumps)

@@ -22,8 +22,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="frames shown per stack, leaf first (default: all)")
     p.add_argument("--dump", metavar="peak|end|N",
                    help="which state: end (the last dump, the default: what was never freed), peak, or dump N")
+    from heapscope.store.alloc_labels import LABEL_HELP
     from heapscope.store.select import HEAP_HELP
     p.add_argument("--heap", metavar="NAME", help=HEAP_HELP)
+    p.add_argument("--label", metavar="K=V", help=LABEL_HELP)
     from heapscope.cli.folding import add_fold_arguments
     add_fold_arguments(p)
 
@@ -39,6 +41,9 @@ def main(args: argparse.Namespace) -> int:
     if args.top < 1:
         raise UsageError(f"--top must be at least 1, not {args.top}")
     with open_profile(args.file) as profile:
+        from heapscope.store.alloc_labels import select_label
+
+        select_label(profile, args.label)
         shown = select_heap(profile, args.heap)
         folded = apply_fold(profile, args)
         names = heap_names(profile)

@@ -14,6 +14,7 @@ from typing import NamedTuple
 from heapscope.cli.folding import add_fold_arguments, apply_fold
 from heapscope.errors import UsageError
 from heapscope.model import VIEWS, unknown_code_pid
+from heapscope.store.alloc_labels import LABEL_HELP, select_label
 from heapscope.store.labels import process_label
 from heapscope.store.reader import Profile, mapping_basename, open_profile
 from heapscope.store.select import (
@@ -29,6 +30,7 @@ from heapscope.store.select import (
     select_processes,
 )
 from heapscope.units import format_bytes
+from heapscope.view.labels import render_by_label
 from heapscope.view.names import cut_middle, elide
 from heapscope.view.report import (
     SORTS,
@@ -82,6 +84,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ignore", metavar="REGEX",
                    help="leave out call stacks with a function matching REGEX (searched, case-insensitively)")
     p.add_argument("--heap", metavar="NAME", help=HEAP_HELP)
+    p.add_argument("--label", metavar="K=V", help=LABEL_HELP)
+    p.add_argument("--by-label", metavar="K",
+                   help="allocated and unreleased bytes per value of allocation label K, the top stacks of each")
     add_fold_arguments(p)
     p.add_argument("--wide", action="store_true",
                    help="full function names; by default the table fits the terminal (120 columns when piped),"
@@ -102,7 +107,11 @@ def main(args: argparse.Namespace) -> int:
     focus, ignore = _regex(args.focus, "--focus"), _regex(args.ignore, "--ignore")
     dump = None if args.dump is None else parse_dump(args.dump)
     with open_profile(args.file) as profile:
+        select_label(profile, args.label)
         shown = select_heap(profile, args.heap)
+        if args.by_label is not None:
+            print(render_by_label(profile, args.by_label, heap_members(shown), args.top))
+            return 0
         folded = apply_fold(profile, args)
         # The Python view by default where stacks hold Python frames (the first answer names the user's
         # code); --stacks shows each stack in full unless --python-only asks.

@@ -100,6 +100,9 @@ def print_summary(s: Summary) -> None:
         lines.append(f"... and {len(s.peaks) - len(shown):,} more processes with smaller peaks"
                      f" ({names}; heapscope report {s.output})")
     lines += [f"shallow stacks: {line}" for line in s.shallow_stacks]
+    if s.label_overflow:
+        lines.append(f"labels: {s.label_overflow:,} samples came past the cap of 1024 label sets per process and"
+                     " are under heapscope.overflow=true; fix: fewer distinct label values (not one per request)")
     lines += s.symbol_notes
     if s.unsymbolized:
         lines.append(f"{_frames(s.unsymbolized_frames)} left unsymbolized (shown as module+0x...):")

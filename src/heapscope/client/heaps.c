@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "addrset.h"
+#include "labels.h"
 #include "modules.h"
 #include "ring.h"
 #include "sampler.h"
@@ -208,7 +209,7 @@ static void sample(struct custom_heap *h, uint32_t id, uint64_t key, const void 
   /* The same ring, with this heap's sequence counter. */
   struct hs_ring r = *shared;
   r.seq = &h->seq;
-  struct hs_heap_malloc rec = {0, id, 0, (uint64_t)(uintptr_t)addr, sample_size, size,
+  struct hs_heap_malloc rec = {0, id, hs_labels_sample(), (uint64_t)(uintptr_t)addr, sample_size, size,
                                stack_id, hs_coarse_ns()};
   int rc = hs_ring_write(&r, HS_REC_HEAP_MALLOC, &rec, sizeof rec, NULL, 0, 1);
   if (!hs_ok(rc))

@@ -12,6 +12,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "labels.h"
 #include "modules.h"
 #include "probes.h"
 #include "pyframes.h"
@@ -213,7 +214,7 @@ HS_INLINE void book_py(struct hs_ring_meta *m, void *addr, size_t size, uint64_t
     return; /* unannounced (its HEAP record was dropped): not booked, nor its free */
   struct hs_ring r = hs_session.ring;
   r.seq = &hs_py_seq.next;
-  struct hs_heap_malloc hrec = {0, HS_PY_HEAP_ID, 0, (uint64_t)(uintptr_t)addr, sample_size, size,
+  struct hs_heap_malloc hrec = {0, HS_PY_HEAP_ID, hs_labels_sample(), (uint64_t)(uintptr_t)addr, sample_size, size,
                                 id, hs_coarse_ns()};
   int rc = hs_ring_write(&r, HS_REC_HEAP_MALLOC, &hrec, sizeof hrec, NULL, 0, 1);
   if (!hs_ok(rc) || rc == HS_DROPPED)
@@ -229,6 +230,7 @@ HS_INLINE void book_malloc(struct hs_ring_meta *m, void *addr, size_t size, uint
   if (HS_UNLIKELY(thread_tid == 0))
     thread_tid = (uint32_t)syscall(SYS_gettid);
   uint64_t ts = hs_coarse_ns();
+  const uint32_t labels = hs_labels_sample(); /* before the reservation: it may write a record */
   /* Built in the ring where it fits at once (hs_ring_reserve): no copy. */
   const uint64_t rec_size = HS_ALIGN8(8 + sizeof(struct hs_malloc));
   int single;
@@ -241,10 +243,10 @@ HS_INLINE void book_malloc(struct hs_ring_meta *m, void *addr, size_t size, uint
     in->stack_id = id;
     in->ts = ts;
     in->tid = thread_tid;
-    in->reserved = 0;
+    in->label_set = labels;
     hs_ring_commit(dst, rec_size, HS_REC_MALLOC, hs_session.ring.seq, single);
   } else {
-    struct hs_malloc rec = {0, (uint64_t)(uintptr_t)addr, sample_size, size, id, ts, thread_tid, 0};
+    struct hs_malloc rec = {0, (uint64_t)(uintptr_t)addr, sample_size, size, id, ts, thread_tid, labels};
     int rc = hs_ring_write_slow(&hs_session.ring, HS_REC_MALLOC, &rec, sizeof rec, NULL, 0, 1);
     if (!hs_ok(rc) || rc == HS_DROPPED)
       return; /* the producer never hears of addr: neither should it of its free */

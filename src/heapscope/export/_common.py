@@ -6,7 +6,8 @@ from collections.abc import Callable, Iterator
 
 from heapscope.model import CallsiteId, FrameId, MappingId
 from heapscope.records import Record
-from heapscope.store.reader import FrameInfo, Profile, mapping_basename
+from heapscope.store.alloc_labels import label_pairs, label_split
+from heapscope.store.reader import FrameInfo, Profile, ViewValues, mapping_basename
 from heapscope.store.reader import Process as StoredProcess
 from heapscope.store.select import (
     State,
@@ -19,7 +20,7 @@ from heapscope.store.select import (
     select_processes,
 )
 
-__all__ = ["Frames", "SymLine", "check_view", "chosen_states", "interval_of", "pick_dump", "pick_dumps",
+__all__ = ["Frames", "LabelParts", "SymLine", "check_view", "chosen_states", "interval_of", "pick_dump", "pick_dumps",
            "process_label", "select_processes", "wall_clock"]
 
 
@@ -111,6 +112,42 @@ class Frames:
         for fid in self.path(cs):
             for s in self.chain(fid):
                 yield s.name
+
+
+Pairs = tuple[tuple[str, str], ...]
+
+
+class LabelParts:
+    """A process's values at one state split by allocation label set (docs/labels.md): each
+    callsite's labelled parts, then what is left without labels (pairs ()). A profile without
+    labels gives each callsite's values whole."""
+
+    def __init__(self, profile: Profile, upid: int, kind: str, ts: int) -> None:
+        """The state of process `upid` that a State names: kind peak, or the dump at ts."""
+        self.split = label_split(profile, upid, kind, ts)
+        self.pairs = label_pairs(profile, upid) if self.split else {}
+
+    def parts(self, cs: CallsiteId, v: ViewValues) -> list[tuple[Pairs, ViewValues]]:
+        pieces = self.split.get(cs)
+        if not pieces:
+            return [((), v)]
+        out: list[tuple[Pairs, ViewValues]] = []
+        rest = v
+        for label_set, part in pieces:
+            out.append((self.pairs.get(label_set, (("heapscope.label_set", str(label_set)),)), part))
+            rest = _minus(rest, part)
+        if rest.space or rest.objects or rest.alloc_space or rest.alloc_objects:
+            out.append(((), rest))
+        return out
+
+
+def _minus(a: ViewValues, b: ViewValues) -> ViewValues:
+    def opt(x: int | None, y: int | None) -> int | None:
+        return None if x is None or y is None else x - y
+
+    return ViewValues(a.space - b.space, a.objects - b.objects, a.alloc_space - b.alloc_space,
+                      a.alloc_objects - b.alloc_objects, opt(a.real_space, b.real_space),
+                      opt(a.alloc_real_space, b.alloc_real_space))
 
 
 def wall_clock(profile: Profile) -> Callable[[int], int]:

@@ -29,7 +29,8 @@ Layout (docs/exports.md, "OTLP"):
 - a Sample per callsite with a non-zero value of the Profile's type:
   `values` [the de-sampled estimate], no timestamps (the Profile's time is
   the sample's). Sample attributes: `heap` (as pprof's label) when the
-  profile has several heaps; labels go there too (see _sample_attributes).
+  profile has several heaps; allocation labels go there too, a sample per
+  (callsite, label set) and one for the rest (docs/labels.md).
 
 Unlike the pprof export this builds the message whole before writing it:
 the generated classes have no streaming writer (a profile of 100k callsites
@@ -42,9 +43,10 @@ from collections.abc import Sequence
 from typing import Any, BinaryIO
 
 from heapscope.errors import UsageError
-from heapscope.estimate import desampled_map
+from heapscope.estimate import desampled
 from heapscope.export._common import (
     Frames,
+    LabelParts,
     check_view,
     chosen_states,
     interval_of,
@@ -230,8 +232,8 @@ def _resource_attributes(p: Process) -> list[tuple[str, str | int]]:
 
 
 def _sample_attributes(d: _Dictionary, heap: str) -> list[int]:
-    """The attributes every sample of one (process, state, heap) carries. Labels recorded with the
-    samples would be added here, one dictionary attribute per key and value, as pprof's Sample.label."""
+    """The attributes every sample of one (process, state, heap) carries; a sample's allocation
+    labels are added to them, one dictionary attribute per key and value, as pprof's Sample.label."""
     return [d.attribute("heap", heap)] if heap else []
 
 
@@ -270,8 +272,12 @@ def build(profile: Profile, *, view: str = "space", pid: int | None = None, dump
                                            if isinstance(value, int) else common.AnyValue(string_value=_text(value)))
             scope = scopes[p.info.upid] = rp.scope_profiles.add()
             scope.scope.name, scope.scope.version = "heapscope", _text(version)
-        values = desampled_map(st.values, st.interval)
         attrs = _sample_attributes(d, heap if heap and (labelled or heap != HEAP_NAME) else "")
+        # A callsite's samples per allocation label set, each set's pairs as attributes (docs/labels.md).
+        split = LabelParts(profile, p.info.upid, st.kind, st.ts)
+        pieces = [(cs, attrs + [d.attribute(k, x) for k, x in pairs],
+                   desampled(raw, st.interval) if st.interval > 1 else raw)
+                  for cs, whole in st.values.items() for pairs, raw in split.parts(cs, whole)]
         state_attr = d.attribute("heapscope.state", st.label)
         for type_name in order:
             prof = scope.profiles.add(
@@ -279,10 +285,11 @@ def build(profile: Profile, *, view: str = "space", pid: int | None = None, dump
                 time_unix_nano=to_unix(st.ts) & _U64, duration_nano=0, period_type=period_type,
                 period=_i64(interval_of(profile, p)), attribute_indices=[state_attr])
             view_of = TYPE_VIEW[type_name]
-            for cs, v in values.items():
+            for cs, sample_attrs, v in pieces:
                 n = v.get(view_of)
                 if n:
-                    prof.samples.add(stack_index=d.stack(CallsiteId(cs)), attribute_indices=attrs, values=[_i64(n)])
+                    prof.samples.add(stack_index=d.stack(CallsiteId(cs)), attribute_indices=sample_attrs,
+                                     values=[_i64(n)])
     return data
 
 

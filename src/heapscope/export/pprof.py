@@ -12,6 +12,11 @@ counts are de-sampled estimates (heapscope/estimate.py). With several
 processes, samples carry a numeric label `pid`, and comments name each
 process with its state, the largest first; the period is the largest's.
 
+Allocation labels (docs/labels.md): a callsite's samples made under label sets are split
+out, one pprof sample per set with a string label per key (Go's convention for profiler
+labels, which `go tool pprof -tags` lists and `-tagfocus` filters on), and one sample for
+the rest without labels.
+
 Heaps (docs/profile.md, "Heaps"): the profile's current heap selection
 (store/select.py; `heapscope export` selects the default heap unless told);
 in a profile with several heaps every sample carries a string label `heap`,
@@ -34,9 +39,17 @@ import gzip
 from collections.abc import Callable, Sequence
 from typing import BinaryIO
 
-from heapscope.estimate import desampled_map
+from heapscope.estimate import desampled
 from heapscope.export import _proto as pb
-from heapscope.export._common import Frames, check_view, chosen_states, interval_of, process_label, select_processes
+from heapscope.export._common import (
+    Frames,
+    LabelParts,
+    check_view,
+    chosen_states,
+    interval_of,
+    process_label,
+    select_processes,
+)
 from heapscope.export._sink import Sink
 from heapscope.model import HEAP_NAME, CallsiteId, FrameId
 from heapscope.store.reader import Process, Profile
@@ -168,14 +181,21 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
             if key != "pid" or not several:
                 label += pb.blob(3, pb.uint(1, w.s(key)) + (pb.uint(3, value) if isinstance(value, int)
                                                              else pb.uint(2, w.s(value))))
-        values = desampled_map(st.values, st.interval)
-        for cs, v in values.items():
-            if not (v.alloc_objects or v.alloc_space or v.objects or v.space):
-                continue
-            locs = [location_id(f) for f in reversed(frames.path(CallsiteId(cs)))]  # leaf first
-            w.field(_SAMPLE, pb.packed(1, locs)
-                    + pb.packed(2, (v.alloc_objects, v.alloc_space, v.objects, v.space)) + label)
-            samples += 1
+        split = LabelParts(profile, p.info.upid, st.kind, st.ts)
+        for cs, whole in st.values.items():
+            locs: list[int] | None = None
+            # One sample per allocation label set (Go's string labels: `go tool pprof -tags`), and
+            # one for the rest, each de-sampled on its own.
+            for pairs, raw in split.parts(cs, whole):
+                v = desampled(raw, st.interval) if st.interval > 1 else raw
+                if not (v.alloc_objects or v.alloc_space or v.objects or v.space):
+                    continue
+                if locs is None:
+                    locs = [location_id(f) for f in reversed(frames.path(CallsiteId(cs)))]  # leaf first
+                tags = b"".join(pb.blob(3, pb.uint(1, w.s(k)) + pb.uint(2, w.s(x))) for k, x in pairs)
+                w.field(_SAMPLE, pb.packed(1, locs)
+                        + pb.packed(2, (v.alloc_objects, v.alloc_space, v.objects, v.space)) + label + tags)
+                samples += 1
     sink.write(trailer)
     sink.flush()
     gz.close()

@@ -19,6 +19,9 @@ labels and timestamp, sorted by profile type, labels, then time), adapted:
 - partitioned by day and ordered by (heap, host, timestamp), so one host's
   time range is one contiguous read; `profile_id` tells recordings apart.
 
+Allocation labels (docs/labels.md): a callsite's samples under each label set are a row of
+their own, the set's pairs added to the `labels` Map, and the rest a row without them.
+
 Values are each callsite's totals at the dump (what `heapscope report` shows
 for that dump), not deltas, so any one dump is a complete snapshot.
 """
@@ -36,7 +39,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from heapscope.errors import HeapscopeError, UsageError
-from heapscope.export._common import Frames, interval_of, pick_dumps, process_label, select_processes
+from heapscope.export._common import Frames, LabelParts, interval_of, pick_dumps, process_label, select_processes
 from heapscope.fleet.pprof_source import wall_clock
 from heapscope.model import CallsiteId
 from heapscope.records import Record
@@ -154,15 +157,20 @@ def _heap_rows(profile: Profile, pid: int | None, dump: int | None, host: str, l
                               profile.dumps(p.info.upid)):
             ts = to_unix(d.ts_end)
             stamp = _datetime64(ts)
-            for cs, v in sorted(profile.callsite_values(p.info.upid, d.ts_end).items()):
-                if not (v.space or v.objects or v.alloc_space or v.alloc_objects):
-                    continue
-                names, libs = stack(cs)
-                yield {"timestamp": stamp, "heap": d.heap_name, "host": host, "pid": p.info.pid,
-                       "executable": exe, "labels": labels, "profile_id": profile_id, "dump": n,
-                       "reason": d.reason, "period": period, "stack": names, "stack_libraries": libs,
-                       "space": v.space, "objects": v.objects, "alloc_space": v.alloc_space,
-                       "alloc_objects": v.alloc_objects}
+            split = LabelParts(profile, p.info.upid, "dump", d.ts_end)
+            for cs, whole in sorted(profile.callsite_values(p.info.upid, d.ts_end).items()):
+                # A row per allocation label set (its pairs in the labels Map, docs/labels.md), and
+                # one for the rest.
+                for pairs, v in split.parts(cs, whole):
+                    if not (v.space or v.objects or v.alloc_space or v.alloc_objects):
+                        continue
+                    names, libs = stack(cs)
+                    yield {"timestamp": stamp, "heap": d.heap_name, "host": host, "pid": p.info.pid,
+                           "executable": exe, "labels": {**labels, **dict(pairs)} if pairs else labels,
+                           "profile_id": profile_id, "dump": n,
+                           "reason": d.reason, "period": period, "stack": names, "stack_libraries": libs,
+                           "space": v.space, "objects": v.objects, "alloc_space": v.alloc_space,
+                           "alloc_objects": v.alloc_objects}
 
 
 def _numbered(chosen: Sequence[Any], every: Sequence[Any]) -> Iterator[tuple[int, Any]]:

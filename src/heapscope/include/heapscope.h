@@ -137,4 +137,59 @@ HEAPSCOPE__INLINE void heapscope_heap_free(uint32_t heap, const void *addr) {
   }
 }
 
+/* ---- Allocation labels (docs/labels.md) ----
+ *   heapscope_label_push("tenant", "acme");
+ *   handle(request);              // its samples carry tenant=acme
+ *   heapscope_label_pop();
+ * A stack per thread: a push adds key=value to the thread's current set
+ * (replacing the key's value), a pop goes back to the set before it. Keys:
+ * 1 to 63 characters of [A-Za-z0-9_.-]; values: up to 127 bytes, no NUL.
+ * Up to 16 levels; a push past that, or with a bad key or value, or while
+ * not profiled, returns -1 and still counts as a level (pop it as usual).
+ * Not profiled: the functions are looked up once per translation unit and
+ * then again every 4096 calls (to find a client an attach loaded since);
+ * the calls between are one predictable branch. */
+typedef int (*heapscope_label_push_fn)(const char *key, const char *value);
+typedef void (*heapscope_label_pop_fn)(void);
+
+static struct {
+  heapscope_label_push_fn push;
+  heapscope_label_pop_fn pop;
+  uint32_t misses; /* calls made while not found */
+} heapscope__labels __attribute__((unused));
+
+static inline void heapscope__label_lookup(void) {
+  heapscope_label_push_fn push;
+  heapscope_label_pop_fn pop;
+  void *p = heapscope__find("heapscope_label_push_v1");
+  memcpy(&push, &p, sizeof push);
+  p = heapscope__find("heapscope_label_pop_v1");
+  memcpy(&pop, &p, sizeof pop);
+  if (!push || !pop)
+    push = 0, pop = 0;
+  __atomic_store_n(&heapscope__labels.pop, pop, __ATOMIC_RELAXED);
+  __atomic_store_n(&heapscope__labels.push, push, __ATOMIC_RELEASE);
+}
+
+static inline int heapscope_label_push(const char *key, const char *value) {
+  heapscope_label_push_fn fn = __atomic_load_n(&heapscope__labels.push, __ATOMIC_ACQUIRE);
+  if (__builtin_expect(!fn, 0)) {
+    if ((__atomic_fetch_add(&heapscope__labels.misses, 1, __ATOMIC_RELAXED) & 4095u) != 0)
+      return -1;
+    heapscope__label_lookup();
+    fn = __atomic_load_n(&heapscope__labels.push, __ATOMIC_ACQUIRE);
+    if (!fn)
+      return -1;
+  }
+  return fn(key, value);
+}
+
+/* Pops what the thread's last push pushed. A pop whose push found no client
+ * is a no-op, as that push was. */
+static inline void heapscope_label_pop(void) {
+  heapscope_label_pop_fn fn = __atomic_load_n(&heapscope__labels.pop, __ATOMIC_RELAXED);
+  if (fn)
+    fn();
+}
+
 #endif /* HEAPSCOPE_H */

@@ -60,6 +60,12 @@ static int rare_record_ok(uint32_t type, const uint8_t *rec, uint32_t size) {
     }
     case HS_REC_HEAP_FREE:
       return body_size == sizeof(struct hs_heap_free);
+    case HS_REC_LABELSET: {
+      struct hs_labelset l;
+      if (body_size < sizeof l) return 0;
+      memcpy(&l, body, sizeof l);
+      return l.text_len <= HS_LABEL_TEXT_MAX && sizeof l + (uint64_t)l.text_len <= body_size;
+    }
     default:
       return 0;
   }
@@ -99,7 +105,8 @@ static int routed(struct hs_ingest *g, uint32_t type, const uint8_t *body, uint6
       return 1;
     }
     r->mallocs++;
-    hs_tracker_malloc(r->tracker, m.seq, m.addr, m.alloc_size, m.sample_size, m.stack_id, m.ts, 0, now_ns);
+    hs_tracker_malloc_labelled(r->tracker, m.seq, m.addr, m.alloc_size, m.sample_size, m.stack_id, m.ts, 0,
+                               m.label_set, now_ns);
     return 1;
   }
   struct hs_heap_free f;
@@ -113,7 +120,7 @@ static int routed(struct hs_ingest *g, uint32_t type, const uint8_t *body, uint6
 
 static int rare(uint32_t type) {
   return type == HS_REC_STACK || type == HS_REC_MODULE || type == HS_REC_HEAP || type == HS_REC_HEAP_MALLOC ||
-         type == HS_REC_HEAP_FREE || type == HS_REC_PYCODE || type == HS_REC_PYINFO;
+         type == HS_REC_HEAP_FREE || type == HS_REC_PYCODE || type == HS_REC_PYINFO || type == HS_REC_LABELSET;
 }
 
 /* One rare record at `rec` in the ring (its header hdr, read once): copied out first, then
@@ -182,8 +189,8 @@ void hs_ingest_drain(struct hs_ingest *g, uint64_t max_records, uint64_t now_ns)
         g->st.malformed_records++; /* sizes no real process has, that would wrap the sums */
       } else {
         g->st.mallocs++;
-        hs_tracker_malloc(g->tracker, m.seq, m.addr, m.alloc_size, m.sample_size, m.stack_id, m.ts, m.tid,
-                          now_ns);
+        hs_tracker_malloc_labelled(g->tracker, m.seq, m.addr, m.alloc_size, m.sample_size, m.stack_id, m.ts, m.tid,
+                                   m.label_set, now_ns);
       }
     } else if (type == HS_REC_FREE && size == 8 + sizeof(struct hs_free)) {
       struct hs_free f;

@@ -10,6 +10,7 @@ from heapscope.bookkeeping._native import Tracker
 from heapscope.bookkeeping.dump import ProcessHeap
 from heapscope.model import HEAP_NAME, ProcessFlags, ProcessInfo
 from heapscope.producer._ingest import Ingest
+from heapscope.producer.labels import ProcessLabels
 from heapscope.records import Record, field
 from heapscope.wire import codec
 
@@ -60,6 +61,7 @@ class ProcessState(Record):
     # still read, and its exit is seen here instead of as the socket's EOF.
     exit_fd: int | None = None
     custom_heaps: dict[int, CustomHeap] = field(default_factory=dict)  # by heap id
+    labels: ProcessLabels = field(default_factory=ProcessLabels)  # allocation label sets (producer/labels.py)
     # Kept when the process ends, after its ring is unmapped.
     final_stats: dict[str, int] = field(default_factory=dict)
     final_meta: dict[str, int] = field(default_factory=dict)

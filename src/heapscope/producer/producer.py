@@ -527,12 +527,14 @@ class Producer:
             h = self._custom_heap(p, r.heap_id)
             if h is not None:
                 h.samples += 1
-                h.tracker.malloc(r.seq, r.addr, r.alloc_size, r.sample_size, r.stack_id, r.ts, now)
+                h.tracker.malloc(r.seq, r.addr, r.alloc_size, r.sample_size, r.stack_id, r.ts, now, 0, r.label_set)
         elif isinstance(r, codec.HeapFreeRecord):
             h = self._custom_heap(p, r.heap_id)
             if h is not None:
                 h.frees += 1
                 h.tracker.free(r.seq, r.addr, now)
+        elif isinstance(r, codec.LabelSetRecord):
+            p.labels.add(r)
         elif isinstance(r, codec.StackRecord):  # not handed over: the ring reader keeps each in C (Ingest.resolver)
             p.stats.malformed_records += 1
         elif r.heap_id >= codec.FIRST_CUSTOM_HEAP:
@@ -649,6 +651,8 @@ class Producer:
                 w.add_peak_values(p.info.upid, h.tracker.stats()["peak_ts"], h.name, peak)
             if final:
                 w.add_memory(p.info.upid, h.name, *heap.memory_values(h.tracker))
+        for name, t in ((p.heap_name, tracker), *((h.name, h.tracker) for h, _ in custom)):
+            p.labels.write(w, p.info.upid, p.last_dump_ts, ts, name, t, final)
         p.last_dump_ts = ts
         if p.stream:
             w.add_stream(self._stream_rows(p))
@@ -735,7 +739,7 @@ class Producer:
             st = {**st, "sampled_bytes": st.get("sampled_bytes", 0) + pst.get("sampled_bytes", 0)}
         self.writer.add_process(p.info)
         self.writer.set_process_flags(p.info, p.flags)
-        self.writer.add_stats(process_stats_rows(p, st))
+        self.writer.add_stats(process_stats_rows(p, st) + p.labels.stats_rows(p.info.upid))
         if p.custom_heaps or not p.flags.from_startup:
             self.writer.add_stats(custom_heap_stats(p))
         self.writer.commit()

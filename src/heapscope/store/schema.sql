@@ -147,6 +147,44 @@ CREATE TABLE IF NOT EXISTS heapscope_allocation_stream (
   callsite_id INTEGER
 );
 
+-- Allocation labels (docs/labels.md): each process's label sets, one row per (key, value);
+-- label_set_id is the process's own (the client interns them), unique with upid.
+CREATE TABLE IF NOT EXISTS heapscope_label (
+  upid INTEGER NOT NULL,
+  label_set_id INTEGER NOT NULL,
+  key TEXT NOT NULL,
+  value TEXT NOT NULL
+);
+
+-- heap_profile_allocation's rows of the labelled samples, per label set as well:
+-- summed over label_set_id they are the labelled part of heap_profile_allocation
+-- (a sample without labels has rows there only).
+CREATE TABLE IF NOT EXISTS heapscope_label_allocation (
+  ts INTEGER NOT NULL,
+  upid INTEGER NOT NULL,
+  heap_name TEXT NOT NULL,
+  callsite_id INTEGER NOT NULL,
+  label_set_id INTEGER NOT NULL,
+  count INTEGER NOT NULL,
+  size INTEGER NOT NULL,
+  real_size INTEGER
+);
+
+-- heapscope_peak_allocation's rows per label set (the labelled samples' part).
+CREATE TABLE IF NOT EXISTS heapscope_label_peak_allocation (
+  ts INTEGER NOT NULL,
+  upid INTEGER NOT NULL,
+  heap_name TEXT NOT NULL,
+  callsite_id INTEGER NOT NULL,
+  label_set_id INTEGER NOT NULL,
+  count INTEGER NOT NULL,
+  size INTEGER NOT NULL,
+  alloc_count INTEGER NOT NULL,
+  alloc_size INTEGER NOT NULL,
+  real_size INTEGER,
+  alloc_real_size INTEGER
+);
+
 CREATE INDEX IF NOT EXISTS heap_profile_allocation_upid_ts
   ON heap_profile_allocation(upid, ts);
 CREATE INDEX IF NOT EXISTS stack_profile_callsite_parent

@@ -296,17 +296,26 @@ def _text_literal(text: str) -> str:
 
 
 def _shadow_heaps(profile: Profile, members: list[str] | None) -> None:
+    from heapscope.store.alloc_labels import labelled_source
+
     db = profile.sql_connection()
     for table in _HEAP_TABLES:
         db.execute(f"DROP VIEW IF EXISTS temp.{table}")
     profile.forget_values()
-    if members is None or len(heap_names(profile)) <= len(members) == 1:
+    source = {t: labelled_source(db, t) for t in _HEAP_TABLES}  # --label's rows (store/alloc_labels.py)
+    labelled = any(src.startswith("temp.") for src in source.values())
+    if (members is None or len(heap_names(profile)) <= len(members) == 1) and not labelled:
         return  # nothing to hide
+    if members is None:  # every heap, one label's rows
+        for table in _HEAP_TABLES:
+            if source[table].startswith("temp."):
+                db.execute(f"CREATE TEMP VIEW {table} AS SELECT * FROM {source[table]}")
+        return
     hide = len(heap_names(profile)) > len(members)
     # Views take no parameters; each name is one of heap_names, read from the profile.
     among = "(" + ", ".join(_text_literal(n) for n in members) + ")"
     for table in _HEAP_TABLES:
-        if table != "heapscope_peak_allocation" and not hide:
+        if table != "heapscope_peak_allocation" and not hide and not source[table].startswith("temp."):
             continue
         if table in _SERIES_TABLES and not _has_table(db, table):
             continue
@@ -318,11 +327,11 @@ def _shadow_heaps(profile: Profile, members: list[str] | None) -> None:
                 # peak per process (reader.peak_callsites). One ts for heaps sharing a peak.
                 cols = [str(r[1]) for r in db.execute(f"PRAGMA main.table_info({table})")]
                 out = ", ".join("m.peak_ts AS ts" if c == "ts" else f"a.{c}" for c in cols)
-                db.execute(f"CREATE TEMP VIEW {table} AS SELECT {out} FROM main.{table} a JOIN"
-                           f" (SELECT upid, MAX(ts) AS peak_ts FROM main.{table} WHERE heap_name IN {among}"
+                db.execute(f"CREATE TEMP VIEW {table} AS SELECT {out} FROM {source[table]} a JOIN"
+                           f" (SELECT upid, MAX(ts) AS peak_ts FROM {source[table]} WHERE heap_name IN {among}"
                            f" GROUP BY upid) m ON m.upid = a.upid WHERE a.heap_name IN {among}")
                 continue
-        db.execute(f"CREATE TEMP VIEW {table} AS SELECT * FROM main.{table} WHERE heap_name IN {among}")
+        db.execute(f"CREATE TEMP VIEW {table} AS SELECT * FROM {source[table]} WHERE heap_name IN {among}")
 
 
 def _has_table(db: sqlite3.Connection, name: str) -> bool:

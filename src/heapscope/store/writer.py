@@ -234,6 +234,26 @@ class ProfileWriter:
             "INSERT INTO heapscope_memory_sample (upid, heap_name, callsite_id, alloc_ts, free_ts, size, weight)",
             (upid, heap_name), samples, 5, lambda r: (*r[:2], *(opt_i64_to_sql(v) for v in r[2:])))
 
+    def add_label_sets(self, upid: int, sets: Sequence[tuple[int, tuple[tuple[str, str], ...]]]) -> None:
+        """Allocation label sets of a process: (label_set_id, its (key, value) pairs), a row per pair."""
+        self.db.executemany("INSERT INTO heapscope_label (upid, label_set_id, key, value) VALUES (?, ?, ?, ?)",
+                            [(upid, i, k, v) for i, pairs in sets for k, v in pairs])
+
+    def add_label_dump(self, upid: int, ts: int, heap_name: str, values: Sequence[int]) -> None:
+        """One dump's rows per (callsite, label set), flat: callsite_id, label_set_id, count, size,
+        real_size, ... (bookkeeping/rows.py LABEL_DUMP_ROW)."""
+        self._insert_flat(
+            "INSERT INTO heapscope_label_allocation (ts, upid, heap_name, callsite_id, label_set_id, count, size,"
+            " real_size)", (i64_to_sql(ts), upid, heap_name), values, 5,
+            lambda r: (*r[:3], *(i64_to_sql(v) for v in r[3:])))
+
+    def add_label_peak(self, upid: int, ts: int, heap_name: str, values: Sequence[int]) -> None:
+        """The rows per (callsite, label set) at the process's peak, flat (LABEL_PEAK_ROW)."""
+        self._insert_flat(
+            "INSERT INTO heapscope_label_peak_allocation (ts, upid, heap_name, callsite_id, label_set_id, count,"
+            " size, alloc_count, alloc_size, real_size, alloc_real_size)", (i64_to_sql(ts), upid, heap_name),
+            values, 8, lambda r: (*r[:3], *(i64_to_sql(v) for v in r[3:])))
+
     def _insert_flat(self, insert: str, head: tuple[Any, ...], values: Sequence[Any], width: int,
                      convert: Callable[[tuple[Any, ...]], tuple[Any, ...]]) -> None:
         """`insert` (INSERT INTO table (columns)) of rows `head` + `width` values each, taken in

@@ -58,6 +58,7 @@ class RecordType(IntEnum):
     HEAP_FREE = 7
     PYCODE = 8  # Python frames: a code object, once per key
     PYINFO = 9  # what the client's CPython detection found
+    LABELSET = 10  # an allocation label set, once per id (wire.h, "Allocation labels")
 
 
 class Status(IntEnum):
@@ -102,7 +103,7 @@ PY_STATE_ABSENT, PY_STATE_SUPPORTED, PY_STATE_UNSUPPORTED = 0, 1, 2
 HEADER = struct.Struct("<Q")
 MALLOC = struct.Struct("<QQQQQQII")
 # struct hs_malloc's fields in order (tests/unit/wire checks each offset against the compiler's).
-MALLOC_FIELDS = ("seq", "addr", "sample_size", "alloc_size", "stack_id", "ts", "tid", "reserved")
+MALLOC_FIELDS = ("seq", "addr", "sample_size", "alloc_size", "stack_id", "ts", "tid", "label_set")
 FREE = struct.Struct("<QQ")
 STACK = struct.Struct("<QII")
 MODULE = struct.Struct(f"<QQQQQII{BUILD_ID_MAX}s")
@@ -117,6 +118,13 @@ PYSTACK = struct.Struct("<II")
 PYFRAME = struct.Struct("<QiI")
 PYCODE = struct.Struct("<QiHHIIII")
 PYINFO = struct.Struct("<QQQIIII")
+# Allocation labels (wire.h, "Allocation labels").
+LABELSET = struct.Struct("<IIII")
+MAX_LABEL_SETS = 1024
+LABEL_SET_OVERFLOW = 0xFFFFFFFF
+LABEL_KEY_MAX = 63
+LABEL_VALUE_MAX = 127
+LABEL_TEXT_MAX = 512
 
 META_STRUCT_SIZE = 336
 CLIENT_COUNTERS = tuple(list(META_FIELDS)[9:])
@@ -243,6 +251,7 @@ class HeapMallocRecord(Record, frozen=True):
     alloc_size: int
     stack_id: int
     ts: int
+    label_set: int = 0  # its thread's label set (0: none)
 
 
 class HeapFreeRecord(Record, frozen=True):
@@ -253,11 +262,19 @@ class HeapFreeRecord(Record, frozen=True):
     addr: int
 
 
+class LabelSetRecord(Record, frozen=True):
+    """An allocation label set and its id in this process: (key, value) pairs sorted by key."""
+
+    label_set: int
+    pairs: tuple[tuple[str, str], ...]
+
+
 class MalformedRecord(ValueError):
     """A record or handshake message whose bytes do not fit its type."""
 
 
-RareRecord = StackRecord | ModuleRecord | HeapRecord | HeapMallocRecord | HeapFreeRecord | PyCodeRecord | PyInfoRecord
+RareRecord = (StackRecord | ModuleRecord | HeapRecord | HeapMallocRecord | HeapFreeRecord | PyCodeRecord | PyInfoRecord
+              | LabelSetRecord)
 
 
 def decode_record(rec: bytes) -> RareRecord:
@@ -320,14 +337,29 @@ def decode_record(rec: bytes) -> RareRecord:
     if rtype == RecordType.HEAP_MALLOC:
         if len(body) < HEAP_MALLOC.size:
             raise MalformedRecord("truncated heap malloc record")
-        seq, heap_id, _, addr, sample_size, alloc_size, stack_id, ts = HEAP_MALLOC.unpack_from(body)
-        return HeapMallocRecord(heap_id, seq, addr, sample_size, alloc_size, stack_id, ts)
+        seq, heap_id, label_set, addr, sample_size, alloc_size, stack_id, ts = HEAP_MALLOC.unpack_from(body)
+        return HeapMallocRecord(heap_id, seq, addr, sample_size, alloc_size, stack_id, ts, label_set)
     if rtype == RecordType.HEAP_FREE:
         if len(body) < HEAP_FREE.size:
             raise MalformedRecord("truncated heap free record")
         seq, heap_id, _, addr = HEAP_FREE.unpack_from(body)
         return HeapFreeRecord(heap_id, seq, addr)
+    if rtype == RecordType.LABELSET:
+        return _decode_labelset(body)
     raise MalformedRecord(f"unexpected record type {rtype}")
+
+
+def _decode_labelset(body: memoryview) -> LabelSetRecord:
+    if len(body) < LABELSET.size:
+        raise MalformedRecord("truncated label set record")
+    label_set, count, text_len, _ = LABELSET.unpack_from(body)
+    if not 1 <= label_set <= MAX_LABEL_SETS or text_len > LABEL_TEXT_MAX or len(body) < LABELSET.size + text_len:
+        raise MalformedRecord("label set record with bad id or length")
+    parts = bytes(body[LABELSET.size:LABELSET.size + text_len]).split(b"\0")
+    if len(parts) != 2 * count + 1 or parts[-1]:
+        raise MalformedRecord("label set record whose pairs do not match its count")
+    words = [p.decode("utf-8", "replace") for p in parts[:-1]]
+    return LabelSetRecord(label_set, tuple(zip(words[0::2], words[1::2], strict=True)))
 
 
 read_meta = handshake.read_meta

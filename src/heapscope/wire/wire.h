@@ -70,7 +70,7 @@
 #include <stdint.h>
 
 #define HS_WIRE_MAGIC 0x31575350414548ull /* "HEAPSW1" little endian */
-#define HS_WIRE_VERSION 8u
+#define HS_WIRE_VERSION 9u
 #define HS_TOKEN_SIZE 16
 #define HS_META_SIZE 4096u
 /* The ring of data after the meta page: a power of two in this range. */
@@ -96,7 +96,8 @@ enum hs_record_type {
   /* Python frames, see docs/python-frames.md: */
   HS_REC_PYCODE = 8, /* struct hs_pycode + name + file + line table */
   HS_REC_PYINFO = 9, /* struct hs_pyinfo + char status[status_len] */
-  HS_REC_TYPE_COUNT = 10,
+  HS_REC_LABELSET = 10, /* struct hs_labelset + pairs (allocation labels, below) */
+  HS_REC_TYPE_COUNT = 11,
 };
 
 enum hs_status {
@@ -222,7 +223,7 @@ struct hs_malloc {
   uint64_t ts;          /* CLOCK_MONOTONIC_COARSE, ns */
   uint32_t tid;         /* the allocating thread's kernel id (gettid(); 0 = not known),
                            cached in the thread's TLS: no system call per sample */
-  uint32_t reserved;    /* 0 */
+  uint32_t label_set;   /* the thread's label set (HS_REC_LABELSET); 0 = no labels */
 };
 
 struct hs_free {
@@ -318,7 +319,7 @@ struct hs_heap {
 struct hs_heap_malloc {
   uint64_t seq; /* the heap's own sequence number */
   uint32_t heap_id;
-  uint32_t reserved;
+  uint32_t label_set; /* as hs_malloc's */
   uint64_t addr;
   uint64_t sample_size;
   uint64_t alloc_size;
@@ -351,6 +352,34 @@ struct hs_heap_free {
 #define HS_MALLOC_HEAP_NAME "libc.malloc"
 #define HS_ALL_HEAPS_NAME "all"
 
+/* ---- Allocation labels (docs/labels.md) ----
+ *
+ * A thread's current label set (heapscope_label_push in include/heapscope.h,
+ * heapscope.label in Python) is interned by the client: each distinct set
+ * gets an id from 1 to HS_MAX_LABEL_SETS and one HS_REC_LABELSET record, sent
+ * when the set is first made in a session; samples carry only the id. A
+ * sample may reach the producer before its set's record (another thread made
+ * the set): the producer names ids at its dumps, not as it reads samples.
+ * Sets past the cap share HS_LABEL_SET_OVERFLOW, which no record defines.
+ *
+ * The tail: `count` pairs, each key NUL value NUL, text_len bytes in all
+ * (then padding). Keys are 1 to HS_LABEL_KEY_MAX of [A-Za-z0-9_.-], values
+ * up to HS_LABEL_VALUE_MAX bytes of UTF-8 without NUL; sorted by key, each
+ * key once.
+ */
+#define HS_MAX_LABEL_SETS 1024u
+#define HS_LABEL_SET_OVERFLOW UINT32_MAX
+#define HS_LABEL_KEY_MAX 63u
+#define HS_LABEL_VALUE_MAX 127u
+#define HS_LABEL_TEXT_MAX 512u /* bytes of one set's tail */
+
+struct hs_labelset {
+  uint32_t label_set; /* 1..HS_MAX_LABEL_SETS */
+  uint32_t count;     /* pairs that follow */
+  uint32_t text_len;
+  uint32_t reserved;
+};
+
 #define HS_RECORD_HEADER(size, type) \
   ((uint64_t)(uint32_t)(size) | ((uint64_t)(uint32_t)(type) << 32))
 #define HS_RECORD_SIZE(header) ((uint32_t)((header) & 0xffffffffu))
@@ -377,5 +406,6 @@ HS_STATIC_ASSERT(sizeof(struct hs_pystack) == 8, "hs_pystack");
 HS_STATIC_ASSERT(sizeof(struct hs_pyframe) == 16, "hs_pyframe");
 HS_STATIC_ASSERT(sizeof(struct hs_pycode) == 32, "hs_pycode");
 HS_STATIC_ASSERT(sizeof(struct hs_pyinfo) == 40, "hs_pyinfo");
+HS_STATIC_ASSERT(sizeof(struct hs_labelset) == 16, "hs_labelset");
 
 #endif /* HEAPSCOPE_WIRE_H */

@@ -45,7 +45,7 @@ def c_layout(tmp_path_factory: pytest.TempPathFactory) -> dict[str, int]:
             lines.append(f'  printf("\\"{name}.{f} signed\\": %d,\\n", (int)(({field_type})-1 < 0));')
     for const in ("HS_OP_MALLOC", "HS_OP_FREE"):
         lines.append(f'  printf("\\"{const}\\": %u,\\n", (unsigned)({const}));')
-    src = ("#include <stdio.h>\n#include <stddef.h>\n#include \"tracker.h\"\nint main(void) {\n"
+    src = ("#include <stdio.h>\n#include <stddef.h>\n#include \"tracker_labels.h\"\nint main(void) {\n"
            '  printf("{");\n' + "\n".join(lines) + '\n  printf("\\"end\\": 0}");\n  return 0;\n}\n')
     d = tmp_path_factory.mktemp("rows")
     (d / "layout.c").write_text(src)

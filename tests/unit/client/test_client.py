@@ -40,7 +40,9 @@ def malloc_family() -> list[str]:
 
 
 EXPORTED = {*malloc_family(), "heapscope_attach",
-            "heapscope_heap_register_v1", "heapscope_heap_alloc_v1", "heapscope_heap_free_v1", "_exit", "_Exit",
+            "heapscope_heap_register_v1", "heapscope_heap_alloc_v1", "heapscope_heap_free_v1",
+            "heapscope_label_push_v1", "heapscope_label_pop_v1", "heapscope_label_python_v1", "heapscope_label_bind_v1",
+            "_exit", "_Exit",
             "dlclose"}
 
 

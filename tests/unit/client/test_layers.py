@@ -18,7 +18,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("real", "inject"),
     ("cfa_eh", "cfa", "unwind"),
     ("pysend",),
-    ("record", "heaps"),
+    ("record", "heaps", "labels"),
     ("hooks", "pymem"),
     ("connect", "session"),
 ]

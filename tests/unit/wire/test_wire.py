@@ -31,6 +31,7 @@ STRUCTS = {
     "hs_pyframe": codec.PYFRAME,
     "hs_pycode": codec.PYCODE,
     "hs_pyinfo": codec.PYINFO,
+    "hs_labelset": codec.LABELSET,
 }
 CONSTANTS = {
     "HS_WIRE_MAGIC": codec.WIRE_MAGIC,
@@ -60,6 +61,12 @@ CONSTANTS = {
     "HS_MAX_PYFRAMES": codec.MAX_PYFRAMES,
     "HS_REC_PYCODE": codec.RecordType.PYCODE,
     "HS_REC_PYINFO": codec.RecordType.PYINFO,
+    "HS_REC_LABELSET": codec.RecordType.LABELSET,
+    "HS_MAX_LABEL_SETS": codec.MAX_LABEL_SETS,
+    "HS_LABEL_SET_OVERFLOW": codec.LABEL_SET_OVERFLOW,
+    "HS_LABEL_KEY_MAX": codec.LABEL_KEY_MAX,
+    "HS_LABEL_VALUE_MAX": codec.LABEL_VALUE_MAX,
+    "HS_LABEL_TEXT_MAX": codec.LABEL_TEXT_MAX,
     "HS_UNWINDER_FP": codec.Unwinder.FP,
     "HS_UNWINDER_CFA": codec.Unwinder.CFA,
     "HS_CLIENT_DISABLED": codec.ClientState.DISABLED,
@@ -163,6 +170,20 @@ def test_python_records_round_trip() -> None:
     info = codec.PyInfoRecord(0x1000, 0x2000, 0x30C00F0, codec.PY_STATE_SUPPORTED,
                               "python frames: CPython 3.12 (layout known)", True)
     assert codec.decode_record(ws.encode_pyinfo(info)) == info
+
+
+def test_label_set_records_round_trip() -> None:
+    pairs = (("route", "/search"), ("tenant", "acme\u00e9"))
+    assert codec.decode_record(ws.encode_labelset(3, pairs)) == codec.LabelSetRecord(3, pairs)
+    rec = ws.encode_heap_malloc(112, 1, 0x1000, 64, 64, 9, 5, label_set=3)
+    assert codec.decode_record(rec) == codec.HeapMallocRecord(112, 1, 0x1000, 64, 64, 9, 5, 3)
+
+
+@pytest.mark.parametrize("bad", [ws.encode_labelset(0, ()), ws.encode_labelset(codec.MAX_LABEL_SETS + 1, ()),
+                                 ws._record(codec.RecordType.LABELSET, codec.LABELSET.pack(1, 2, 4, 0) + b"a\0b\0")])
+def test_malformed_label_sets_raise(bad: bytes) -> None:
+    with pytest.raises(codec.MalformedRecord):
+        codec.decode_record(bad)
 
 
 @pytest.mark.parametrize("record", [
