@@ -111,8 +111,18 @@ FROM {t} GROUP BY timestamp, host, pid, executable ORDER BY timestamp""",
 
 
 def rows(profile: Profile, *, host: str | None = None, labels: dict[str, str] | None = None,
-         pid: int | None = None, dump: int | None = None) -> Iterator[dict[str, Any]]:
-    """The table's rows for every dump (or dump `dump`) of every process (or of `pid`)."""
+         pid: int | None = None, dump: int | str | None = None) -> Iterator[dict[str, Any]]:
+    """The table's rows for every dump (or dump `dump`: N, or "end", the last) of every process
+    (or of `pid`). The rows are dumps: a process's peak is not one of them unless recorded as one."""
+    from heapscope.store.select import ALL_HEAPS, heap_names, parse_dump, select_heap
+
+    if isinstance(dump, str):
+        dump = parse_dump(dump)  # as the command line gave it
+    if dump == "end":
+        dump = -1
+    elif dump == "peak":
+        raise UsageError(f"--dump {dump}: ClickHouse rows are the recorded dumps; choose end or a dump number"
+                         " (record with --dump-at-max to have the peak among them)")
     host = host if host is not None else socket.gethostname()
     labels = dict(labels or {})
     to_unix = wall_clock(profile)
@@ -137,7 +147,6 @@ def rows(profile: Profile, *, host: str | None = None, labels: dict[str, str] | 
 
     # Custom heaps: one heap at a time (callsite_values sums the heaps a profile shows); each
     # row names its heap, and dump numbers count the dumps of that heap.
-    from heapscope.store.select import ALL_HEAPS, heap_names, select_heap
     heaps = heap_names(profile)
     for heap in heaps or [ALL_HEAPS]:
         if len(heaps) > 1:
@@ -328,7 +337,7 @@ class Writer:
 
 
 def write(profile: Profile, dest: Destination | str, *, host: str | None = None,
-          labels: dict[str, str] | None = None, pid: int | None = None, dump: int | None = None) -> int:
+          labels: dict[str, str] | None = None, pid: int | None = None, dump: int | str | None = None) -> int:
     """Create the table and views if needed and insert the profile's rows; returns the row count."""
     dest = parse_destination(dest) if isinstance(dest, str) else dest
     count = 0
@@ -348,7 +357,7 @@ def write(profile: Profile, dest: Destination | str, *, host: str | None = None,
 
 def write_script(profile: Profile, out: BinaryIO, *, database: str = "heapscope", table: str = DEFAULT_TABLE,
                  host: str | None = None, labels: dict[str, str] | None = None, pid: int | None = None,
-                 dump: int | None = None) -> int:
+                 dump: int | str | None = None) -> int:
     """The same as a SQL script (`clickhouse-client --multiquery < FILE`); returns the row count."""
     for sql in schema(database, table):
         out.write((sql + ";\n").encode())

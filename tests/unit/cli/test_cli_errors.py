@@ -75,3 +75,20 @@ def test_the_profile_argument_has_one_spelling(command: str, capsys: pytest.Capt
         main([command, "--help"])
     usage = capsys.readouterr().out
     assert " PROFILE" in usage and " FILE" not in usage.split("options:")[0], usage
+
+
+@pytest.mark.parametrize(("dump", "code", "said"), [
+    ("end", 0, "wrote "), ("1", 0, "wrote "), ("-1", 0, "wrote "),
+    ("peak", 2, "heapscope: error: --dump peak: ClickHouse rows are the recorded dumps"),
+    ("9", 2, "heapscope: error: --dump 9: "), ("x", 2, "heapscope: error: --dump 'x': use peak, end"),
+])
+def test_the_clickhouse_script_takes_dump_as_the_other_exports_do(known_profile: Path, tmp_path: Path, dump: str,
+                                                                  code: int, said: str,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN --dump as typed on the command line (it reached the exporter as text, and ended in a traceback)
+    out = tmp_path / "ch.sql"
+    assert main(["export", str(known_profile), "--format", "clickhouse", "--dump", dump, "-o", str(out)]) == code
+    # THEN a script, or one line saying what --dump may be
+    err = capsys.readouterr().err
+    assert said in err and "Traceback" not in err, err
+    assert out.exists() == (code == 0)
