@@ -116,11 +116,10 @@ def rows(profile: Profile, *, host: str | None = None, labels: dict[str, str] | 
     (or of `pid`). The rows are dumps: a process's peak is not one of them unless recorded as one."""
     from heapscope.store.select import ALL_HEAPS, heap_names, parse_dump, select_heap
 
-    if isinstance(dump, str):
-        dump = parse_dump(dump)  # as the command line gave it
-    if dump == "end":
-        dump = -1
-    elif dump == "peak":
+    chosen = parse_dump(dump) if isinstance(dump, str) else dump  # as the command line gave it
+    if chosen == "end":
+        chosen = -1
+    elif isinstance(chosen, str):  # peak
         raise UsageError(f"--dump {dump}: ClickHouse rows are the recorded dumps; choose end or a dump number"
                          " (record with --dump-at-max to have the peak among them)")
     host = host if host is not None else socket.gethostname()
@@ -151,7 +150,7 @@ def rows(profile: Profile, *, host: str | None = None, labels: dict[str, str] | 
     for heap in heaps or [ALL_HEAPS]:
         if len(heaps) > 1:
             select_heap(profile, heap)
-        yield from _heap_rows(profile, pid, dump, host, labels, profile_id, to_unix, stack)
+        yield from _heap_rows(profile, pid, chosen, host, labels, profile_id, to_unix, stack)
     if len(heaps) > 1:
         select_heap(profile, ALL_HEAPS)
 
