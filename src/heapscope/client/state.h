@@ -15,8 +15,10 @@
  *   unwinder  cfa_eh.c (reading .eh_frame), cfa.c (its caches and walk),
  *             unwind.c
  *   Python    pysend.c: a sample's Python frames and their code objects
- *   sampler   record.c (the hooks' slow paths), heaps.c (custom heaps)
- *   hooks     hooks.c (the malloc family), pymem.c (Python's domains)
+ *   sampler   record.c (the hooks' slow paths), heaps.c (custom heaps),
+ *             maps.c (the mmap and brk heaps)
+ *   hooks     hooks.c (the malloc family), pymem.c (Python's domains),
+ *             maphooks.c (mmap, munmap, mremap, brk, sbrk)
  *   session   connect.c (the producer's socket and ring), session.c
  *             (start, fork, attach, exit; Python found at start or later)
  */
