@@ -5,6 +5,8 @@
  * client), books what it mapped or unmapped (maps.c).
  *
  *   mmap, mmap64: the real call, then the mapping booked.
+ *   mprotect:     the real call, then a reservation's pages made
+ *                 accessible booked (V8 reserves PROT_NONE and commits so).
  *   munmap:       the range's bookings ended BEFORE the real munmap (as
  *                 free: the range cannot be mapped again and booked first).
  *   mremap:       maps.c makes the real call between the two halves.
@@ -39,6 +41,13 @@ HS_EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_
   if (HS_UNLIKELY(hs_maps_watching()) && p != MAP_FAILED)
     hs_maps_mapped(p, len, prot, flags, __builtin_return_address(0));
   return p;
+}
+
+HS_EXPORT int mprotect(void *addr, size_t len, int prot) {
+  int rc = HS_REAL_MAP(mprotect)(addr, len, prot);
+  if (HS_UNLIKELY(hs_maps_watching()) && rc == 0)
+    hs_maps_protected(addr, len, prot, __builtin_return_address(0));
+  return rc;
 }
 
 HS_EXPORT int munmap(void *addr, size_t len) {

@@ -54,9 +54,15 @@ struct range {
   uint64_t start, end;  /* [start, end) */
   uint64_t sample_size; /* bytes it stands for */
   uint64_t stack_id;
-  uint32_t heap; /* HS_MMAP_HEAP_ID or HS_BRK_HEAP_ID */
+  uint32_t heap; /* HS_MMAP_HEAP_ID or HS_BRK_HEAP_ID; RESERVED: not booked */
   uint32_t pad;
 };
+
+/* An anonymous PROT_NONE range (address space a runtime reserved): not
+ * memory until mprotect makes it accessible, which books it then. */
+#define RESERVED 0u
+/* What take() takes: any range, or only those of one kind. */
+enum { TAKE_ANY, TAKE_RESERVED, TAKE_BOOKED };
 
 /* At most this many booked ranges live at once; past it a sample is not
  * booked and counted in addr_table_full (as malloc's address set does). */
@@ -168,13 +174,18 @@ static void insert(const struct range *r) {
   unlock();
 }
 
-/* Takes out up to TAKE_BATCH ranges that meet [a, b); returns how many. */
-static uint32_t take(uint64_t a, uint64_t b, struct range *out) {
+static int of_kind(const struct range *r, int kind) {
+  return kind == TAKE_ANY || (kind == TAKE_RESERVED) == (r->heap == RESERVED);
+}
+
+/* Takes out up to TAKE_BATCH ranges of a kind that meet [a, b); returns how
+ * many. */
+static uint32_t take(uint64_t a, uint64_t b, int kind, struct range *out) {
   uint32_t k = 0;
   if (!lock_bounded())
     return 0;
   for (uint32_t i = 0; i < nranges && k < TAKE_BATCH; i++) {
-    if (ranges[i].start < b && a < ranges[i].end) {
+    if (ranges[i].start < b && a < ranges[i].end && of_kind(&ranges[i], kind)) {
       out[k++] = ranges[i];
       ranges[i--] = ranges[--nranges];
     }
@@ -192,7 +203,8 @@ static int none_in(uint64_t a, uint64_t b) {
          a >= __atomic_load_n(&hi, __ATOMIC_RELAXED);
 }
 
-/* [s, e) of r booked on its own, at `at`, with r's weight per byte. */
+/* [s, e) of r booked on its own, at `at`, with r's weight per byte (a
+ * reserved one kept as such). */
 static void rebook(const struct range *r, uint64_t s, uint64_t e, uint64_t at) {
   if (s >= e)
     return;
@@ -201,29 +213,38 @@ static void rebook(const struct range *r, uint64_t s, uint64_t e, uint64_t at) {
       (uint64_t)((unsigned __int128)r->sample_size * (e - s) / (r->end - r->start));
   piece.start = at;
   piece.end = at + (e - s);
-  if (piece.sample_size && put_malloc(&piece))
+  if (r->heap == RESERVED || (piece.sample_size && put_malloc(&piece)))
     insert(&piece);
 }
 
-/* [a, b) goes: each booked range in it is freed, its parts outside booked
- * again. Ranges taken whole for mremap land in moved (up to TAKE_BATCH). */
-static uint32_t cut(uint64_t a, uint64_t b, struct range *moved) {
+/* r, taken out for [a, b): freed when booked, its parts outside kept. */
+static void split_out(const struct range *r, uint64_t a, uint64_t b) {
+  if (r->heap != RESERVED)
+    put_free(r);
+  rebook(r, r->start, a, r->start);
+  rebook(r, b, r->end, b);
+}
+
+/* [a, b) goes: each range of the kind in it is split out. Those taken land
+ * in moved, if given (up to TAKE_BATCH: mremap's). Returns how many landed
+ * there. */
+static uint32_t cut_kind(uint64_t a, uint64_t b, int kind, struct range *moved) {
   struct range out[TAKE_BATCH];
   uint32_t k, kept = 0;
   if (none_in(a, b))
     return 0;
   do {
-    k = take(a, b, out);
+    k = take(a, b, kind, out);
     for (uint32_t i = 0; i < k; i++) {
-      put_free(&out[i]);
-      rebook(&out[i], out[i].start, a, out[i].start);
-      rebook(&out[i], b, out[i].end, b);
+      split_out(&out[i], a, b);
       if (moved && kept < TAKE_BATCH)
         moved[kept++] = out[i];
     }
   } while (k == TAKE_BATCH);
   return kept;
 }
+
+static uint32_t cut(uint64_t a, uint64_t b, struct range *moved) { return cut_kind(a, b, TAKE_ANY, moved); }
 
 /* A sample of len bytes at start, if the countdown reaches it. */
 static void book(uint32_t heap, uint64_t start, uint64_t len) {
@@ -259,9 +280,7 @@ static void leave(int was, int saved_errno) {
   errno = saved_errno;
 }
 
-static int counted(int prot, int flags) {
-  if (prot == PROT_NONE)
-    return 0;
+static int counted(int flags) {
   if (session_flags & HS_CFG_MMAP_FILES)
     return 1;
   return (flags & MAP_ANONYMOUS) && (flags & MAP_TYPE) == MAP_PRIVATE;
@@ -273,8 +292,40 @@ void hs_maps_mapped(void *p, size_t len, int prot, int flags, const void *caller
     return;
   uint64_t a = (uint64_t)(uintptr_t)p, n = page_up(len);
   (void)cut(a, a + n, NULL);
-  if (counted(prot, flags))
+  if (counted(flags) && prot != PROT_NONE) {
     book(HS_MMAP_HEAP_ID, a, n);
+  } else if (counted(flags)) {
+    struct range r = {a, a + n, 0, 0, RESERVED, 0};
+    insert(&r);
+  }
+  leave(was, saved);
+}
+
+/* Committed: the reserved parts of [a, b) are booked (at mprotect's
+ * caller). Decommitted (PROT_NONE): the booked parts end and are reserved
+ * again. Other ranges are not ours to judge (a JIT's W^X flips stay as they
+ * are). */
+void hs_maps_protected(void *addr, size_t len, int prot, const void *caller) {
+  uint64_t a = (uint64_t)(uintptr_t)addr, b = a + page_up(len);
+  struct range out[TAKE_BATCH];
+  int was, saved;
+  if (len == 0 || none_in(a, b) || !enter(caller, &was, &saved))
+    return;
+  int kind = prot == PROT_NONE ? TAKE_BOOKED : TAKE_RESERVED;
+  uint32_t k;
+  do {
+    k = take(a, b, kind, out);
+    for (uint32_t i = 0; i < k; i++) {
+      split_out(&out[i], a, b);
+      uint64_t s = out[i].start > a ? out[i].start : a, e = out[i].end < b ? out[i].end : b;
+      if (kind == TAKE_RESERVED && out[i].heap == RESERVED) {
+        book(HS_MMAP_HEAP_ID, s, e - s);
+      } else if (out[i].heap == HS_MMAP_HEAP_ID) {
+        struct range r = {s, e, 0, 0, RESERVED, 0};
+        insert(&r);
+      }
+    }
+  } while (k == TAKE_BATCH);
   leave(was, saved);
 }
 
@@ -314,7 +365,10 @@ void *hs_maps_remap(void *old, size_t old_len, size_t new_len, int flags, void *
     uint64_t kept = old_n < new_n ? old_n : new_n;
     for (uint32_t i = 0; i < k; i++) /* moved (or not) with their stack; past the new end, gone */
       rebook_within(&moved[i], a, a + kept, at - a);
-    if (new_n > old_n && k > 0)
+    int booked = 0;
+    for (uint32_t i = 0; i < k; i++)
+      booked |= moved[i].heap == HS_MMAP_HEAP_ID;
+    if (new_n > old_n && booked)
       book(HS_MMAP_HEAP_ID, at + old_n, new_n - old_n);
   }
   leave(was, saved);

@@ -24,6 +24,9 @@ static inline int hs_maps_watching(void) {
 
 /* A successful mmap of len bytes at p (prot, flags as given). */
 HS_HIDDEN void hs_maps_mapped(void *p, size_t len, int prot, int flags, const void *caller);
+/* A successful mprotect: reserved (PROT_NONE) ranges made accessible are
+ * booked, booked ones made PROT_NONE end. */
+HS_HIDDEN void hs_maps_protected(void *addr, size_t len, int prot, const void *caller);
 /* [addr, addr + len) is about to be unmapped. */
 HS_HIDDEN void hs_maps_unmapping(void *addr, size_t len, const void *caller);
 /* The real mremap, with what it keeps, moves, adds and drops booked. */

@@ -294,6 +294,12 @@ static void *boot_map_mremap(void *old, size_t old_len, size_t new_len, int flag
   return (void *)raw_result(RAW(SYS_mremap, old, old_len, new_len, flags, to, 0), -1);
 }
 
+static int boot_map_mprotect(void *addr, size_t len, int prot) {
+  if (MAP_RESOLVED(mprotect))
+    return HS_REAL_MAP(mprotect)(addr, len, prot);
+  return (int)raw_result(RAW(SYS_mprotect, addr, len, prot, 0, 0, 0), -1);
+}
+
 static int boot_map_munmap(void *addr, size_t len) {
   if (MAP_RESOLVED(munmap))
     return HS_REAL_MAP(munmap)(addr, len);
