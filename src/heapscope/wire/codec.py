@@ -16,9 +16,9 @@ from enum import IntEnum
 
 from heapscope.records import Record
 from heapscope.wire import handshake
+from heapscope.wire.heapnames import BRK_HEAP_ID as BRK_HEAP_ID
 from heapscope.wire.heapnames import MALLOC_HEAP_ID as MALLOC_HEAP_ID
 from heapscope.wire.heapnames import MALLOC_HEAP_NAME as MALLOC_HEAP_NAME
-from heapscope.wire.heapnames import BRK_HEAP_ID as BRK_HEAP_ID
 from heapscope.wire.heapnames import MAP_HEAPS as MAP_HEAPS
 from heapscope.wire.heapnames import MMAP_HEAP_ID as MMAP_HEAP_ID
 from heapscope.wire.heapnames import PY_HEAP_NAME as PY_HEAP_NAME

@@ -1,6 +1,7 @@
 """The heaps heapscope names itself: wire.h's HS_MALLOC_HEAP_NAME, HS_PY_HEAP_NAME, the mmap and
-brk heaps' (HS_MMAP_HEAP_*, HS_BRK_HEAP_*) and HS_ALL_HEAPS_NAME, mirrored here once for every Python reader (model, heaps, codec), and
-checked against the C compiler's view by tests/unit/wire/test_wire.py. No imports: the
+brk heaps' (HS_MMAP_HEAP_*, HS_BRK_HEAP_*) and HS_ALL_HEAPS_NAME, mirrored here once for every
+Python reader (model, heaps, codec), and checked against the C compiler's view by
+tests/unit/wire/test_wire.py. No imports: the
 model and the start of `record` read it.
 """
 
