@@ -18,11 +18,14 @@
  * --mmap-files, its size then on the `file` line), reserve (8 MiB PROT_NONE).
  *
  * `mapheaps direct`: 4 MiB mapped and unmapped through syscall(SYS_mmap) and
- * syscall(SYS_munmap): two calls said as not seen. Prints `rss KIB` and
+ * syscall(SYS_munmap): two calls said as not seen.
+ * `mapheaps threads`: 4 threads each map 2000 x 64 KiB, unmap each one's first
+ * page, then the rest but for every 100th (the `threads` line: in churn_maps). Prints `rss KIB` and
  * `hwm KIB` on stderr at the end either way.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,6 +166,30 @@ static void direct(void) {
   syscall(SYS_munmap, p, 4 * MIB);
 }
 
+#define THREADS 4
+#define ROUNDS 2000
+#define CHUNK (64 * 1024L)
+
+static void *churn_maps(void *arg) {
+  long page = sysconf(_SC_PAGESIZE);
+  (void)arg;
+  for (int i = 0; i < ROUNDS; i++) {
+    char *p = map(CHUNK);
+    munmap(p, (size_t)page);
+    if (i % 100 != 0)
+      munmap(p + page, (size_t)(CHUNK - page));
+  }
+  return NULL;
+}
+
+static void threads(void) {
+  pthread_t t[THREADS];
+  for (int i = 0; i < THREADS; i++)
+    pthread_create(&t[i], NULL, churn_maps, NULL);
+  for (int i = 0; i < THREADS; i++)
+    pthread_join(t[i], NULL);
+}
+
 static void status_line(const char *field, const char *tag) {
   FILE *f = fopen("/proc/self/status", "r");
   char line[256];
@@ -197,10 +224,15 @@ int main(int argc, char **argv) {
     heap_line("libc.malloc", "big_blocks", 16 * MIB, 8, 16 * MIB, 8);
     long f = page_up(file_size(argv[0]));
     printf("file map_file %ld %d %ld %d\n", f, 1, f, 1);
+    long page = sysconf(_SC_PAGESIZE), kept = THREADS * (ROUNDS / 100);
+    printf("threads churn_maps %ld %ld %ld %ld\n", THREADS * ROUNDS * (2 * CHUNK - page), THREADS * ROUNDS * 2L,
+           kept * (CHUNK - page), kept);
     return 0;
   }
   if (argc > 1 && strcmp(argv[1], "direct") == 0) {
     direct();
+  } else if (argc > 1 && strcmp(argv[1], "threads") == 0) {
+    threads();
   } else {
     grow_brk(); /* first: nothing else moved the break since */
     shrink_brk();
