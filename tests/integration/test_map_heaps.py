@@ -123,6 +123,41 @@ def test_threads_mapping_and_cutting_at_once(programs: Programs, record: Recorde
     assert st["mmap_heap_sequence_gaps"] == st["addr_table_full"] == st["dropped_records"] == 0, st
 
 
+def test_an_attach_sees_what_is_mapped_after_it(programs: Programs, tmp_path: Path) -> None:
+    if shutil.which("gdb") is None:
+        pytest.skip("gdb is not installed (apt-get install gdb)")
+    import signal
+
+    from test_sessions import Proc
+
+    db = tmp_path / "att.db"
+    target = Proc([str(programs.path("mapheaps")), "serve"])
+    rec = None
+    try:
+        # GIVEN a running program, attached (record -p: the GOT's mapping calls point at the hooks)
+        target.out.wait_for(lambda s: s == "ready", "target start")
+        rec = Proc([*HEAPSCOPE, "-v", "record", "-i", "1", "-o", str(db), "-p", str(target.p.pid)])
+        rec.err.wait_for(lambda s: "attached to pid" in s, "the attach")
+        # WHEN it maps 32 MiB, then unmaps the last 8 MiB of them, and is detached
+        target.send("m")
+        target.out.wait_for(lambda s: s == "mapped", "the mapping")
+        target.send("u")
+        target.out.wait_for(lambda s: s == "unmapped", "the unmap")
+        rec.p.send_signal(signal.SIGINT)
+        assert rec.wait() == 0, "\n".join(rec.err.seen)
+        target.send("q")
+        assert target.wait() == 0
+    finally:
+        target.kill()
+        if rec is not None:
+            rec.kill()
+    # THEN the mapping is booked under late_map, cut to its 24 MiB left
+    profile = Profile(db)
+    upid = profile.only_upid("mapheaps")
+    got = heap_views(profile, upid, "mmap", "late_map")
+    assert got == Views((32 + 24) * MIB, 2, 24 * MIB, 1), profile.describe_process(upid)
+
+
 def test_report_shows_every_heap_by_default_and_heap_chooses(programs: Programs, record: Recorder) -> None:
     run = record([programs.path("mapheaps")], interval=1)
     assert run.returncode == 0, run.describe()

@@ -20,7 +20,10 @@
  * `mapheaps direct`: 4 MiB mapped and unmapped through syscall(SYS_mmap) and
  * syscall(SYS_munmap): two calls said as not seen.
  * `mapheaps threads`: 4 threads each map 2000 x 64 KiB, unmap each one's first
- * page, then the rest but for every 100th (the `threads` line: in churn_maps). Prints `rss KIB` and
+ * page, then the rest but for every 100th (the `threads` line: in churn_maps).
+ * `mapheaps serve`: says `ready`, then per line on stdin: `m` maps 32 MiB in
+ * late_map (`mapped`), `u` unmaps its last 8 MiB (`unmapped`), `q` quits: a
+ * target to attach to. Prints `rss KIB` and
  * `hwm KIB` on stderr at the end either way.
  */
 #define _GNU_SOURCE
@@ -190,6 +193,28 @@ static void threads(void) {
     pthread_join(t[i], NULL);
 }
 
+static char *late;
+
+static void late_map(void) {
+  late = map(32 * MIB);
+  touch(late, 32 * MIB);
+}
+
+static void serve(void) {
+  char line[16];
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  printf("ready\n");
+  while (fgets(line, sizeof line, stdin) && line[0] != 'q') {
+    if (line[0] == 'm') {
+      late_map();
+      printf("mapped\n");
+    } else if (line[0] == 'u') {
+      munmap(late + 24 * MIB, 8 * MIB);
+      printf("unmapped\n");
+    }
+  }
+}
+
 static void status_line(const char *field, const char *tag) {
   FILE *f = fopen("/proc/self/status", "r");
   char line[256];
@@ -233,6 +258,9 @@ int main(int argc, char **argv) {
     direct();
   } else if (argc > 1 && strcmp(argv[1], "threads") == 0) {
     threads();
+  } else if (argc > 1 && strcmp(argv[1], "serve") == 0) {
+    serve();
+    return 0;
   } else {
     grow_brk(); /* first: nothing else moved the break since */
     shrink_brk();

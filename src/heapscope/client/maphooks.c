@@ -95,3 +95,11 @@ HS_EXPORT long syscall(long n, ...) {
     hs_maps_direct(n, a, b, c, __builtin_return_address(0));
   return HS_REAL_MAP(syscall)(n, a, b, c, d, e, f);
 }
+
+/* Hidden aliases, as hooks.c's: inject.c points an attached process's GOT
+ * entries of the mapping calls at these (the mapping heaps then see what is
+ * mapped from the attach on; docs/mmap-heaps.md). */
+#define HS_MAP_HOOK_ALIAS(ret, name, params, required) \
+  extern ret hs_hook_##name params __attribute__((alias(#name), copy(name), visibility("hidden")));
+HS_MAP_FAMILY(HS_MAP_HOOK_ALIAS)
+#undef HS_MAP_HOOK_ALIAS

@@ -8,7 +8,10 @@
  * memoryless per byte, so sharing it leaves each heap unbiased, as for
  * Python's heap: record.h). A mapping is booked at its start with its length
  * rounded up to the page, what the kernel maps; a brk range to the byte.
- * PROT_NONE mappings are reservations, not memory: not booked.
+ * PROT_NONE mappings are reservations, not memory: kept in the table as
+ * such (no record), and booked part by part when mprotect makes them
+ * accessible (V8 commits its pages so); mprotect back to PROT_NONE ends a
+ * booked part and makes it a reservation again.
  *
  * Ranges. munmap, mremap and brk act on address ranges, not on the results
  * of earlier calls, so the sampled ranges are kept here in a table (a
@@ -413,12 +416,13 @@ int hs_maps_brk(void *end, const void *caller) {
 
 void hs_maps_direct(long n, long a, long b, long c, const void *caller) {
   (void)a;
-  if (allocators_own(caller))
-    return;
+  if (allocators_own(caller) || !hs_session_enter())
+    return; /* entered: the meta page stays mapped meanwhile (a detach waits) */
   struct hs_ring_meta *m = hs_session.ring.meta;
   uint64_t bytes = n == SYS_mmap ? (uint64_t)b : n == SYS_mremap ? (uint64_t)c : 0;
   __atomic_fetch_add(&m->direct_map_calls, 1, __ATOMIC_RELAXED);
   __atomic_fetch_add(&m->direct_map_bytes, bytes, __ATOMIC_RELAXED);
+  hs_session_leave();
 }
 
 /* ---- the session ---- */
