@@ -70,15 +70,16 @@ def samples_so_far(p: ProcessState) -> int:
     return int(p.ingest.stats()["mallocs"]) + custom + p.ingest.routed(codec.PY_HEAP_ID)[0]
 
 
+#: The heaps the client books itself beside malloc's, disjoint from it and from each other
+#: (client/pymem.c, client/maps.c): with malloc's, their sum is the program's memory.
+_JOINT_HEAPS = frozenset({codec.PY_HEAP_ID, *codec.MAP_HEAPS})
+
+
 def _window_trackers(p: ProcessState) -> list[Tracker]:
     """The trackers a window covers, those that share malloc's peak: malloc's and, when the
     process has them, Python's heap and the mmap and brk heaps."""
     return [p.ingest.tracker, *(h.tracker for h in p.custom_heaps.values() if h.heap_id in _JOINT_HEAPS)]
 
-
-#: The heaps the client books itself beside malloc's, disjoint from it and from each other
-#: (client/pymem.c, client/maps.c): with malloc's, their sum is the program's memory.
-_JOINT_HEAPS = frozenset({codec.PY_HEAP_ID, *codec.MAP_HEAPS})
 
 
 class NoProfile:
