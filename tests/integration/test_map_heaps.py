@@ -24,14 +24,17 @@ MIB = 1 << 20
 
 
 def truth(binary: Path) -> dict[tuple[str, str], Views]:
-    """(heap, function) -> its views at interval 1 (the `heap` lines); the file mapping's under
-    ("file", "map_file")."""
+    """(heap, function) -> its views at interval 1 (the `heap` lines, and `truth` lines for
+    libc.malloc); the file mapping's under ("file", "map_file"), the threads' under ("threads",
+    "churn_maps")."""
     out = subprocess.run([str(binary), "--print-truth"], capture_output=True, text=True, timeout=30, check=True)
     found = {}
     for line in out.stdout.splitlines():
         kind, *rest = line.split()
         if kind == "heap":
             found[(rest[0], rest[1])] = Views(*(int(p) for p in rest[2:]))
+        elif kind == "truth":
+            found[("libc.malloc", rest[0])] = Views(*(int(p) for p in rest[1:]))
         elif kind in ("file", "threads"):
             found[(kind, rest[0])] = Views(*(int(p) for p in rest[1:]))
     assert found, out.stdout

@@ -12,8 +12,9 @@
  *   mmap temp_map      1 MiB mapped and unmapped
  *   brk  grow_brk      16 MiB added by sbrk, written, kept
  *   brk  shrink_brk    2 MiB added by sbrk, 1 MiB given back
- *   libc.malloc small_blocks  4096 x 4 KiB kept (glibc's brk heap, not ours)
- *   libc.malloc big_blocks    8 x 2 MiB kept (glibc maps each: in malloc's heap only)
+ * and, as `truth` lines (libc.malloc):
+ *   small_blocks  4096 x 4 KiB kept (glibc's brk heap, not ours)
+ *   big_blocks    8 x 2 MiB kept (glibc maps each: in malloc's heap only)
  * Not booked: map_file (a private file mapping; in the mmap heap with
  * --mmap-files, its size then on the `file` line), reserve (8 MiB PROT_NONE).
  *
@@ -245,8 +246,8 @@ int main(int argc, char **argv) {
     heap_line("mmap", "temp_map", MIB, 1, 0, 0);
     heap_line("brk", "grow_brk", 16 * MIB, 1, 16 * MIB, 1);
     heap_line("brk", "shrink_brk", (2 + 1) * MIB, 2, MIB, 1);
-    heap_line("libc.malloc", "small_blocks", 4096L * 4096, 4096, 4096L * 4096, 4096);
-    heap_line("libc.malloc", "big_blocks", 16 * MIB, 8, 16 * MIB, 8);
+    truth_line("small_blocks", 4096LL * 4096, 4096, 4096LL * 4096, 4096);
+    truth_line("big_blocks", 16 * MIB, 8, 16 * MIB, 8);
     long f = page_up(file_size(argv[0]));
     printf("file map_file %ld %d %ld %d\n", f, 1, f, 1);
     long page = sysconf(_SC_PAGESIZE), kept = THREADS * (ROUNDS / 100);
