@@ -120,8 +120,13 @@ static int announce(uint32_t heap) {
   int st = __atomic_load_n(state, __ATOMIC_ACQUIRE);
   if (st == 2)
     return 1;
-  if (st == 1 || !__atomic_compare_exchange_n(state, &st, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-    return st == 2; /* another thread is announcing it: this sample is not booked */
+  if (st == 1 || !__atomic_compare_exchange_n(state, &st, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+    if (st == 2)
+      return 1;
+    /* another thread is announcing it: this sample is lost, and counted */
+    __atomic_fetch_add(&hs_session.ring.meta->dropped_records, 1, __ATOMIC_RELAXED);
+    return 0;
+  }
   struct hs_heap rec;
   memset(&rec, 0, sizeof rec);
   rec.interval = hs_session.interval; /* the malloc countdown's */
