@@ -9,7 +9,9 @@ May import: heapscope.records, heapscope.wire.heapnames.
 from __future__ import annotations
 
 from heapscope.records import Record
+from heapscope.wire.heapnames import BRK_HEAP_NAME as BRK_HEAP_NAME
 from heapscope.wire.heapnames import MALLOC_HEAP_NAME
+from heapscope.wire.heapnames import MMAP_HEAP_NAME as MMAP_HEAP_NAME
 from heapscope.wire.heapnames import PY_HEAP_NAME as PY_HEAP_NAME
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)

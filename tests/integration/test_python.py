@@ -531,8 +531,9 @@ def test_leaks_header_of_a_python_program_names_both_heaps(tmp_path: Path) -> No
     out = subprocess.run([*HEAPSCOPE, "leaks", str(db)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     head = out.stdout.splitlines()[0]
-    assert head == "heap: libc.malloc + python.pymalloc (every heap of the profile, their sum; --heap NAME for one)", \
-        out.stdout
+    # (+ mmap from CPython 3.11: its frame stack's chunks are mapped outside pymalloc)
+    assert head.startswith("heap: libc.malloc + python.pymalloc") and \
+        head.endswith(" (every heap of the profile, their sum; --heap NAME for one)"), out.stdout
 
 
 @pytest.mark.skipif(not INTERPRETERS, reason="no CPython 3.8-3.13 installed")

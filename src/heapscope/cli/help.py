@@ -19,8 +19,8 @@ TOPICS = {
 The peak of a process is the moment its sampled unreleased bytes (allocated and not yet
 freed) were highest. `report`, `flamegraph` and the `record` summary show what each stack
 held at that moment, not at the end: a program that frees everything before it exits still
-shows where its memory went. Each process has its own peak; for a Python program it is the
-moment the sum of malloc's and pymalloc's heaps was highest. `--dump N` or `--dump end`
+shows where its memory went. Each process has its own peak: the moment the sum of its
+malloc, pymalloc, mmap and brk heaps was highest. `--dump N` or `--dump end`
 show another moment; `leaks` shows the end (what was never freed). The header's
 `seen N of RSS M` sets the peak against the process's peak resident set.""",
     "estimates": """\
@@ -32,10 +32,12 @@ stack of a few KiB may show 0 or twice its size. Counts of objects are estimated
 samples and the sizes asked for, shown with their standard error. `-i 1` records every
 allocation: exact figures, at a higher cost.""",
     "heaps": """\
-A heap is a source of allocations, shown one at a time: libc.malloc (malloc, new: the
-default), python.pymalloc (Python's small objects; for a Python program the default is the
-sum libc.malloc+python.pymalloc) and the custom heaps a program registers for its own pools
-(heapscope_heap_register, heapscope.heaps.register). A pool's memory is both a malloc block
+A heap is a source of allocations: libc.malloc (malloc, new), python.pymalloc (Python's
+small objects), mmap and brk (memory the program maps itself: anonymous private mmap, brk
+and sbrk; --mmap-files adds file-backed and shared mappings; docs/mmap-heaps.md) and the
+custom heaps a program registers for its own pools (heapscope_heap_register,
+heapscope.heaps.register). The default is the sum of the first four, those present: they
+never hold the same memory. A pool's memory is both a malloc block
 and the objects it hands out, so adding heaps up counts it twice. Every command shows the
 default heap and lists the others with their peaks: `--heap NAME` picks one, `--heap all`
 merges them all (docs/custom-heaps.md).""",

@@ -67,6 +67,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                        help="when the ring is full the target waits (default)")
     block.add_argument("--no-block-client", dest="block_client", action="store_false",
                        help="when the ring is full drop records and count them")
+    p.add_argument("--mmap-files", action="store_true",
+                   help="the mmap heap counts file-backed and shared mappings too (default: anonymous private"
+                        " mappings only, the memory a program maps for itself)")
     p.add_argument("--skip-symbol-prefix", action="append", default=[], metavar="PREFIX",
                    help="show frames of mappings whose path starts with PREFIX as one FILTERED frame")
     p.add_argument("--stream-allocations", action="store_true",
@@ -321,6 +324,7 @@ def record_config(args: argparse.Namespace, threads: bool = False) -> RecordConf
         unwinder=UNWINDERS[args.unwinder],
         shmem_size=parse_size(args.shmem_size, "--shmem-size"),
         block_client=args.block_client,
+        mmap_files=args.mmap_files,
         skip_symbol_prefixes=tuple(args.skip_symbol_prefix),
         stream_allocations=args.stream_allocations,
         max_frames=args.max_frames,

@@ -155,8 +155,8 @@ def main(args: argparse.Namespace) -> int:
 
 
 def render_heaps(profile: Profile, shown: str | None, minor: set[int] | frozenset[int] = frozenset()) -> str:
-    """The heaps of the profile, each at its peak per process (libc.malloc and python.pymalloc at
-    the one they share, docs/profile.md), and which one the report shows, when it has more than
+    """The heaps of the profile, each at its peak per process (libc.malloc, python.pymalloc, mmap
+    and brk at the one they share, docs/profile.md), and which one the report shows, when it has more than
     one heap (custom heaps); '' otherwise."""
     if len(heap_names(profile)) < 2:
         return ""

@@ -69,6 +69,7 @@ def print_summary(s: Summary) -> None:
             f" in {major[0].name} (pid {major[0].pid})"
     # several processes: those that ran together, said so (rss_line)
     lines += [rss_line(seen, rss, own_rss, s.processes, where)] if rss else []
+    lines += s.unseen
     if s.client_errors:
         lines.append("client stopped early: " + "; ".join(s.client_errors))
     if s.no_descriptors:

@@ -14,6 +14,8 @@
 #define HEAPSCOPE_CLIENT_FAMILY_H
 
 #include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
 
 #define HS_MALLOC_FAMILY(X)                                      \
   X(void *, malloc, (size_t), 1)                                 \
@@ -27,5 +29,20 @@
   X(void *, valloc, (size_t), 0)                                 \
   X(void *, pvalloc, (size_t), 0)                                \
   X(size_t, malloc_usable_size, (void *), 0)
+
+/* The memory malloc never sees (maps.h): the calls that map and unmap it,
+ * hooked by maphooks.c, their real functions in real.h. None is required:
+ * one the C library lacks is served by the system call itself. syscall is
+ * here only to see the others made through it (counted, not booked).
+ * preload.map and tests/unit/client read this list too. */
+#define HS_MAP_FAMILY(X)                                         \
+  X(void *, mmap, (void *, size_t, int, int, int, off_t), 0)     \
+  X(void *, mmap64, (void *, size_t, int, int, int, off_t), 0)   \
+  X(void *, mremap, (void *, size_t, size_t, int, ...), 0)       \
+  X(int, mprotect, (void *, size_t, int), 0)                     \
+  X(int, munmap, (void *, size_t), 0)                            \
+  X(int, brk, (void *), 0)                                       \
+  X(void *, sbrk, (intptr_t), 0)                                 \
+  X(long, syscall, (long, ...), 0)
 
 #endif

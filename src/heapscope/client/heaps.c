@@ -91,8 +91,9 @@ static int name_ok(const char *name, size_t *len) {
       return 0;
   }
   if (strcmp(name, HS_MALLOC_HEAP_NAME) == 0 || strcmp(name, HS_ALL_HEAPS_NAME) == 0 ||
-      strcmp(name, HS_PY_HEAP_NAME) == 0)
-    return 0; /* "all": --heap all means every heap (store/select.py); Python's: pymem.c */
+      strcmp(name, HS_PY_HEAP_NAME) == 0 || strcmp(name, HS_MMAP_HEAP_NAME) == 0 ||
+      strcmp(name, HS_BRK_HEAP_NAME) == 0)
+    return 0; /* "all": --heap all means every heap (store/select.py); Python's: pymem.c; maps.c's */
   *len = n;
   return 1;
 }

@@ -13,14 +13,16 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-/* The hidden aliases of hooks.c. */
+/* The hidden aliases of hooks.c and maphooks.c. */
 #define HS_HOOK_DECL(ret, name, params, required) extern ret hs_hook_##name params HS_HIDDEN;
 HS_MALLOC_FAMILY(HS_HOOK_DECL)
+HS_MAP_FAMILY(HS_HOOK_DECL)
 #undef HS_HOOK_DECL
 
 static const struct hs_got_hook hooks[] = {
 #define HS_HOOK_ENTRY(ret, name, params, required) {#name, (void *)hs_hook_##name},
     HS_MALLOC_FAMILY(HS_HOOK_ENTRY)
+    HS_MAP_FAMILY(HS_HOOK_ENTRY)
 #undef HS_HOOK_ENTRY
 };
 

@@ -2,7 +2,7 @@
  * inject.h: interposition without LD_PRELOAD, for a client loaded into a
  * running process (heapscope_attach). As heaptrack's inject mode does, it
  * rewrites the GOT: every JUMP_SLOT / GLOB_DAT relocation of a malloc-family
- * symbol in every loaded object (except this library, the dynamic loader and
+ * symbol (and of a mapping call: family.h, HS_MAP_FAMILY) in every loaded object (except this library, the dynamic loader and
  * the vdso) is pointed at our hook. RELRO pages are made writable for the
  * store and read-only again after it. An 8-byte aligned store is atomic on
  * x86_64, so threads of the target calling through an entry see either the

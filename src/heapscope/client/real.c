@@ -3,7 +3,9 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "addrset.h"
@@ -61,6 +63,29 @@ struct hs_real_fns hs_real = {
 #undef HS_BOOT_INIT
 };
 
+#define HS_BOOT_MAP_DECL(ret, name, params, required) static ret boot_map_##name params;
+HS_MAP_FAMILY(HS_BOOT_MAP_DECL)
+#undef HS_BOOT_MAP_DECL
+
+struct hs_real_map_fns hs_real_map = {
+#define HS_BOOT_MAP_INIT(ret, name, params, required) boot_map_##name,
+    HS_MAP_FAMILY(HS_BOOT_MAP_INIT)
+#undef HS_BOOT_MAP_INIT
+};
+
+/* The mapping family's real functions, from the same dlsym scope: each one
+ * found replaces its boot_map_* (an absent one keeps it). Under the guard. */
+static void resolve_maps(void) {
+#define HS_MAP_PUBLISH(ret, name, params, required)                         \
+  {                                                                         \
+    ret(*fn) params = (ret(*) params)dlsym(RTLD_NEXT, #name);               \
+    if (fn)                                                                 \
+      __atomic_store_n(&hs_real_map.name, fn, __ATOMIC_RELAXED);            \
+  }
+  HS_MAP_FAMILY(HS_MAP_PUBLISH)
+#undef HS_MAP_PUBLISH
+}
+
 enum { UNRESOLVED = 0, RESOLVING = 1, RESOLVED = 2, FAILED = 3 };
 static int resolve_state;
 
@@ -86,6 +111,7 @@ int hs_real_resolve(void) {
     missing = 1;
   HS_MALLOC_FAMILY(HS_LOOKUP)
 #undef HS_LOOKUP
+  resolve_maps();
   hs_guard_leave(t, was);
   if (missing) {
     /* No allocator behind us: nothing sensible to do but keep serving the
@@ -194,4 +220,124 @@ static size_t boot_malloc_usable_size(void *p) {
   if (hs_real_resolve() && HS_REAL(malloc_usable_size) != boot_malloc_usable_size)
     return HS_REAL(malloc_usable_size)(p);
   return 0;
+}
+
+/* ---- the mapping family before resolution (real.h) ---- */
+
+long hs_raw_syscall(long n, long a, long b, long c, long d, long e, long f) {
+#if defined(__x86_64__)
+  register long r10 __asm__("r10") = d;
+  register long r8 __asm__("r8") = e;
+  register long r9 __asm__("r9") = f;
+  long ret;
+  __asm__ volatile("syscall"
+                   : "=a"(ret)
+                   : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+                   : "rcx", "r11", "memory");
+  return ret;
+#elif defined(__aarch64__)
+  register long x8 __asm__("x8") = n;
+  register long x0 __asm__("x0") = a;
+  register long x1 __asm__("x1") = b;
+  register long x2 __asm__("x2") = c;
+  register long x3 __asm__("x3") = d;
+  register long x4 __asm__("x4") = e;
+  register long x5 __asm__("x5") = f;
+  __asm__ volatile("svc 0"
+                   : "+r"(x0)
+                   : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5)
+                   : "memory");
+  return x0;
+#else
+#error "hs_raw_syscall: no system call sequence for this architecture"
+#endif
+}
+
+/* The kernel's -errno into errno and the C library's failure value. */
+static long raw_result(long r, long failed) {
+  if ((unsigned long)r > (unsigned long)-4096L) {
+    errno = (int)-r;
+    return failed;
+  }
+  return r;
+}
+
+#define RAW(n, a, b, c, d, e, f) \
+  hs_raw_syscall((n), (long)(a), (long)(b), (long)(c), (long)(d), (long)(e), (long)(f))
+
+/* Each boot_map_* calls the real function once it is found, else the
+ * system call (resolution under way, or the C library lacks it). */
+#define MAP_RESOLVED(name) (hs_real_resolve() && HS_REAL_MAP(name) != boot_map_##name)
+
+static void *boot_map_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
+  if (MAP_RESOLVED(mmap))
+    return HS_REAL_MAP(mmap)(addr, len, prot, flags, fd, off);
+  return (void *)raw_result(RAW(SYS_mmap, addr, len, prot, flags, fd, off), -1);
+}
+
+static void *boot_map_mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
+  if (MAP_RESOLVED(mmap64))
+    return HS_REAL_MAP(mmap64)(addr, len, prot, flags, fd, off);
+  return boot_map_mmap(addr, len, prot, flags, fd, off);
+}
+
+static void *boot_map_mremap(void *old, size_t old_len, size_t new_len, int flags, ...) {
+  void *to = NULL;
+  if (flags & MREMAP_FIXED) {
+    va_list ap;
+    va_start(ap, flags);
+    to = va_arg(ap, void *);
+    va_end(ap);
+  }
+  if (MAP_RESOLVED(mremap))
+    return HS_REAL_MAP(mremap)(old, old_len, new_len, flags, to);
+  return (void *)raw_result(RAW(SYS_mremap, old, old_len, new_len, flags, to, 0), -1);
+}
+
+static int boot_map_mprotect(void *addr, size_t len, int prot) {
+  if (MAP_RESOLVED(mprotect))
+    return HS_REAL_MAP(mprotect)(addr, len, prot);
+  return (int)raw_result(RAW(SYS_mprotect, addr, len, prot, 0, 0, 0), -1);
+}
+
+static int boot_map_munmap(void *addr, size_t len) {
+  if (MAP_RESOLVED(munmap))
+    return HS_REAL_MAP(munmap)(addr, len);
+  return (int)raw_result(RAW(SYS_munmap, addr, len, 0, 0, 0, 0), -1);
+}
+
+/* The kernel's brk answers with the break, moved or not. */
+static int boot_map_brk(void *addr) {
+  if (MAP_RESOLVED(brk))
+    return HS_REAL_MAP(brk)(addr);
+  if (RAW(SYS_brk, addr, 0, 0, 0, 0, 0) != (long)addr) {
+    errno = ENOMEM;
+    return -1;
+  }
+  return 0;
+}
+
+static void *boot_map_sbrk(intptr_t delta) {
+  if (MAP_RESOLVED(sbrk))
+    return HS_REAL_MAP(sbrk)(delta);
+  long cur = RAW(SYS_brk, 0, 0, 0, 0, 0, 0);
+  if (delta == 0)
+    return (void *)cur;
+  if (RAW(SYS_brk, cur + delta, 0, 0, 0, 0, 0) != cur + delta) {
+    errno = ENOMEM;
+    return (void *)-1;
+  }
+  return (void *)cur;
+}
+
+/* Six arguments whatever n takes: what the C library's syscall does too. */
+static long boot_map_syscall(long n, ...) {
+  va_list ap;
+  va_start(ap, n);
+  long a = va_arg(ap, long), b = va_arg(ap, long), c = va_arg(ap, long);
+  long d = va_arg(ap, long), e = va_arg(ap, long), f = va_arg(ap, long);
+  va_end(ap);
+  if (MAP_RESOLVED(syscall))
+    return HS_REAL_MAP(syscall)(n, a, b, c, d, e, f);
+  return raw_result(hs_raw_syscall(n, a, b, c, d, e, f), -1);
 }

@@ -30,6 +30,25 @@ extern struct hs_real_fns hs_real HS_HIDDEN;
 /* Loads one pointer of hs_real (relaxed: another thread may be publishing). */
 #define HS_REAL(fn) __atomic_load_n(&hs_real.fn, __ATOMIC_RELAXED)
 
+/* The mapping calls (family.h, HS_MAP_FAMILY), resolved with the malloc
+ * family. Until then, or when the C library lacks one, each is served by
+ * its system call (hs_raw_syscall): an mmap can come before any malloc (a
+ * constructor's), or from inside the resolution (an allocator that maps
+ * its memory through the PLT, called by dlsym). */
+struct hs_real_map_fns {
+#define HS_REAL_MAP_FIELD(ret, name, params, required) ret(*name) params;
+  HS_MAP_FAMILY(HS_REAL_MAP_FIELD)
+#undef HS_REAL_MAP_FIELD
+};
+
+extern struct hs_real_map_fns hs_real_map HS_HIDDEN;
+
+#define HS_REAL_MAP(fn) __atomic_load_n(&hs_real_map.fn, __ATOMIC_RELAXED)
+
+/* The system call n itself, with the kernel's result (-errno on failure):
+ * no C library function, no hook. */
+HS_HIDDEN long hs_raw_syscall(long n, long a, long b, long c, long d, long e, long f);
+
 /* Resolves the real functions now (idempotent). Returns 1 once resolved. */
 HS_HIDDEN int hs_real_resolve(void);
 

@@ -305,6 +305,11 @@ HS_INLINE void *record_alloc_slow(void *addr, size_t size, uint32_t heap) {
   return addr;
 }
 
+int hs_record_stack(uint64_t *id_out) {
+  uint64_t buf[SAMPLE_BUF_WORDS];
+  return sample_stack(&hs_thread_state, hs_session.ring.meta, buf, id_out);
+}
+
 void *hs_record_alloc_slow(void *addr, size_t size) {
   return record_alloc_slow(addr, size, HS_MALLOC_HEAP_ID);
 }

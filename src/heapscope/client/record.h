@@ -81,6 +81,12 @@ static inline void hs_record_py_free(void *addr) {
   hs_record_py_free_slow(addr);
 }
 
+/* The stack of a sample taken outside the malloc hooks (maps.c), as a
+ * malloc sample's (Python frames and all), sent when new; its id in
+ * *id_out. 0 when the sample goes no further. Under the guard, inside the
+ * session (hs_session_enter), holding no client lock. */
+HS_HIDDEN int hs_record_stack(uint64_t *id_out);
+
 /* The HEAP record of Python's heap, once per session, before the first
  * record of that heap (outside any hook, under the guard). */
 HS_HIDDEN HS_MUST_CHECK int hs_record_announce_py_heap(void);

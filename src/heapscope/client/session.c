@@ -54,6 +54,7 @@
 
 #include "connect.h"
 #include "inject.h"
+#include "maps.h"
 #include "modules.h"
 #include "own.h"
 #include "pyframes.h"
@@ -212,6 +213,7 @@ static int announce(const struct hs_config *cfg) {
     fail_start(m, -rc);
     return -1;
   }
+  hs_maps_session(cfg->flags);
   __atomic_store_n(&m->client_state, HS_CLIENT_ACTIVE, __ATOMIC_RELAXED);
   /* Release: a thread that sees hs_enabled (acquire in the slow paths) sees
    * the ring and the tables set up. */

@@ -16,8 +16,10 @@
  *             unwind.c
  *   Python    pysend.c: a sample's Python frames and their code objects
  *   sampler   record.c (the hooks' slow paths), heaps.c (custom heaps),
- *             labels.c (allocation labels)
- *   hooks     hooks.c (the malloc family), pymem.c (Python's domains)
+ *             labels.c (allocation labels),
+ *             maps.c (the mmap and brk heaps)
+ *   hooks     hooks.c (the malloc family), pymem.c (Python's domains),
+ *             maphooks.c (mmap, munmap, mremap, brk, sbrk)
  *   session   connect.c (the producer's socket and ring), session.c
  *             (start, fork, attach, exit; Python found at start or later)
  */

@@ -26,6 +26,7 @@ class RecordConfig(Record, frozen=True):
     unwinder: int = UNWINDER_AUTO  # codec.Unwinder's values (an Unwinder is one)
     shmem_size: int = DEFAULT_SHMEM_SIZE  # ring bytes per process
     block_client: bool = True  # a full ring makes the target wait, never drops
+    mmap_files: bool = False  # the mmap heap counts file-backed and shared mappings too (client/maps.c)
     skip_symbol_prefixes: tuple[str, ...] = ()  # mappings shown as one FILTERED frame
     stream_allocations: bool = False  # also store every malloc and free raw
     max_frames: int = 128

@@ -250,8 +250,9 @@ class Listener:
             os.close(memfd)
             raise
         seed = int.from_bytes(os.urandom(8), "little") if cfg.seed is None else (cfg.seed + upid - 1) & (2**64 - 1)
-        reply = hs.config_reply(hs.STATUS_OK, cfg.interval, cfg.shmem_size, seed,
-                                hs.CFG_BLOCK_CLIENT if cfg.block_client else 0, int(cfg.unwinder), cfg.max_frames)
+        flags = (hs.CFG_BLOCK_CLIENT if cfg.block_client else 0) | (hs.CFG_MMAP_FILES if cfg.mmap_files else 0)
+        reply = hs.config_reply(hs.STATUS_OK, cfg.interval, cfg.shmem_size, seed, flags, int(cfg.unwinder),
+                                cfg.max_frames)
         try:
             conn.sendmsg([reply], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, _FD.pack(memfd))])
         except OSError:

@@ -70,10 +70,16 @@ def samples_so_far(p: ProcessState) -> int:
     return int(p.ingest.stats()["mallocs"]) + custom + p.ingest.routed(codec.PY_HEAP_ID)[0]
 
 
+#: The heaps the client books itself beside malloc's, disjoint from it and from each other
+#: (client/pymem.c, client/maps.c): with malloc's, their sum is the program's memory.
+_JOINT_HEAPS = frozenset({codec.PY_HEAP_ID, *codec.MAP_HEAPS})
+
+
 def _window_trackers(p: ProcessState) -> list[Tracker]:
-    """The trackers a window covers: malloc's and, when the process has it, Python's heap."""
-    py = p.custom_heaps.get(codec.PY_HEAP_ID)
-    return [p.ingest.tracker] if py is None else [p.ingest.tracker, py.tracker]
+    """The trackers a window covers, those that share malloc's peak: malloc's and, when the
+    process has them, Python's heap and the mmap and brk heaps."""
+    return [p.ingest.tracker, *(h.tracker for h in p.custom_heaps.values() if h.heap_id in _JOINT_HEAPS)]
+
 
 
 class NoProfile:
@@ -548,18 +554,20 @@ class Producer:
     def _add_custom_heap(self, p: ProcessState, r: codec.HeapRecord) -> None:
         """A heap the program registered: its own tracker, its own sequence."""
         python = r.heap_id == codec.PY_HEAP_ID and r.name == codec.PY_HEAP_NAME  # the client's own (pymem.c)
+        builtin = python or codec.MAP_HEAPS.get(r.heap_id) == r.name  # and its mmap and brk heaps (maps.c)
         if (r.heap_id in p.custom_heaps or (r.heap_id >= codec.FIRST_CUSTOM_HEAP + codec.MAX_CUSTOM_HEAPS
-                                            and not python)
-                or not (python or valid_heap_name(r.name)) or r.interval < 1
+                                            and not builtin)
+                or not (builtin or valid_heap_name(r.name)) or r.interval < 1
                 or any(h.name == r.name for h in p.custom_heaps.values())):
             p.stats.malformed_records += 1
             return
         p.custom_heaps[r.heap_id] = CustomHeap(
             r.heap_id, r.name, r.interval, Tracker(dump_at_max=self.config.dump_at_max))
-        if r.heap_id == codec.PY_HEAP_ID:  # as busy as malloc's: its records stay in C (ingest_core.h)
-            # Disjoint from malloc's heap, their sum is the program's memory: one peak for both,
+        if builtin:
+            # Disjoint from malloc's heap, their sum is the program's memory: one peak for all,
             # the moment that sum is largest (tracker.h, "One peak for several heaps").
             p.custom_heaps[r.heap_id].tracker.share_peak(p.ingest.tracker)
+        if python:  # as busy as malloc's: its records stay in C (ingest_core.h)
             p.ingest.route(r.heap_id, p.custom_heaps[r.heap_id].tracker)
         self.log(f"pid {p.info.pid}: custom heap {r.name} (interval {r.interval})")
 
@@ -733,10 +741,12 @@ class Producer:
             routed_mallocs, routed_frees = p.ingest.routed(codec.PY_HEAP_ID)
             py.samples += routed_mallocs
             py.frees += routed_frees
-            # Python's heap is disjoint from malloc's (client/pymem.c books a request once), so the
-            # memory seen is both: their joint peak (st's already: the trackers share it).
-            pst = py.tracker.stats()
-            st = {**st, "sampled_bytes": st.get("sampled_bytes", 0) + pst.get("sampled_bytes", 0)}
+        # Python's heap and the mmap and brk heaps are disjoint from malloc's (client/pymem.c books a
+        # request once, client/maps.c not malloc's own mappings), so the memory seen is all of them:
+        # their joint peak (st's already: the trackers share it).
+        joint = [h.tracker.stats() for h in p.custom_heaps.values() if h.heap_id in _JOINT_HEAPS]
+        if joint:
+            st = {**st, "sampled_bytes": st.get("sampled_bytes", 0) + sum(j.get("sampled_bytes", 0) for j in joint)}
         self.writer.add_process(p.info)
         self.writer.set_process_flags(p.info, p.flags)
         self.writer.add_stats(process_stats_rows(p, st) + p.labels.stats_rows(p.info.upid))

@@ -46,7 +46,8 @@ def process_stats_rows(p: ProcessState, st: dict[str, int]) -> list[StatRow]:
         ("modules_replaced", "info", "producer", p.stats.modules_replaced,
          "loaded objects announced where an unloaded one was (each named as itself)"),
         ("peak_heap_bytes", "info", "producer", st.get("peak_unfreed", 0),
-         "peak of the sampled unreleased bytes of libc.malloc and python.pymalloc together (one moment)"),
+         "peak of the sampled unreleased bytes of libc.malloc, python.pymalloc, mmap and brk together"
+         " (one moment)"),
         ("peak_rss_bytes", "info", "producer", p.peak_rss,
          "peak resident set size (VmHWM): the largest read while the process ran, by its client at its exit,"
          " or by record's wait for the process it started; 0 if never read"),
@@ -54,6 +55,7 @@ def process_stats_rows(p: ProcessState, st: dict[str, int]) -> list[StatRow]:
          "heapscope's own memory resident in the process at its exit (ring, tables, caches), part of"
          " peak_rss_bytes; 0 if not known (killed by a signal)"),
     ]
+    rows += direct_map_rows(p)
     if p.python_state:
         supported = p.python_state == 1  # codec.PY_STATE_SUPPORTED
         rows += [
@@ -83,6 +85,41 @@ _REGISTER_NAME = b"heapscope_heap_register"
 _SCAN_LIMIT = 1 << 30  # executables larger than this are not searched for it (the note is then left out)
 
 
+#: The heaps the client names itself (not the program's custom heaps): Python's, mmap and brk.
+_BUILTIN_HEAPS = frozenset({codec.PY_HEAP_ID, *codec.MAP_HEAPS})
+
+#: What the mapping calls made through syscall(2) mean (stats, record's summary): docs/mmap-heaps.md.
+DIRECT_MAP_NOTE = ("made through syscall(2), not the C library's functions: the memory they mapped is not in"
+                   " the mmap and brk heaps, nor in \"seen\"")
+
+
+def direct_map_rows(p: ProcessState) -> list[tuple[str, str, str, int, str]]:
+    """The client's count of mmap, munmap, mremap and brk calls it could not book (wire.h,
+    direct_map_calls), with the bytes they asked for."""
+    calls, size = p.meta("direct_map_calls"), p.meta("direct_map_bytes")
+    return [("direct_map_calls", "data_loss", "client", calls, f"mmap, munmap, mremap and brk calls {DIRECT_MAP_NOTE}"),
+            ("direct_map_bytes", "info", "client", size, "bytes those mmap, mremap and brk calls asked for")]
+
+
+def map_heap_stats(p: ProcessState) -> list[StatRow]:
+    """Rows of the mmap and brk heaps (client/maps.c), those the process has: samples, frees and
+    sequence gaps each."""
+    out: list[StatRow] = []
+    for heap_id in sorted(codec.MAP_HEAPS):
+        h = p.custom_heaps.get(heap_id)
+        if h is None:
+            continue
+        out += [
+            (f"{h.name}_heap_samples", p.info.upid, "info", "producer", h.samples,
+             f"sampled {h.name} ranges booked (a range cut or moved is booked again)"),
+            (f"{h.name}_heap_frees", p.info.upid, "info", "producer", h.frees,
+             f"ends of sampled {h.name} ranges"),
+            (f"{h.name}_heap_sequence_gaps", p.info.upid, "data_loss", "producer",
+             h.tracker.stats()["gaps_skipped"], f"{h.name} sequence numbers never received"),
+        ]
+    return out
+
+
 def attach_heaps_note(processes: Iterable[ProcessState]) -> str:
     """ATTACH_HEAPS_NOTE when it applies to one of `processes`, else '' (record's summary)."""
     return ATTACH_HEAPS_NOTE if any(uses_heaps_after_attach(p) for p in processes) else ""
@@ -95,7 +132,7 @@ def uses_heaps_after_attach(p: ProcessState) -> bool:
     registers a heap again."""
     if p.flags.from_startup:
         return False
-    if any(h.heap_id != codec.PY_HEAP_ID for h in p.custom_heaps.values()):
+    if any(h.heap_id not in _BUILTIN_HEAPS for h in p.custom_heaps.values()):
         return True
     return _names_register(p.info.pid, p.info.exe)
 
@@ -131,7 +168,8 @@ def custom_heap_stats(p: ProcessState) -> list[StatRow]:
         ("python_heap_sequence_gaps", p.info.upid, "data_loss", "producer",
          py.tracker.stats()["gaps_skipped"], f"{py.name} sequence numbers never received"),
     ]
-    heaps = [h for h in p.custom_heaps.values() if h.heap_id != codec.PY_HEAP_ID]
+    own += map_heap_stats(p)
+    heaps = [h for h in p.custom_heaps.values() if h.heap_id not in _BUILTIN_HEAPS]
     noted = uses_heaps_after_attach(p)
     if not heaps and not noted:
         return own

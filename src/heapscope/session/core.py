@@ -121,6 +121,7 @@ class Summary(Record):
     peaks: list[ProcessPeak] = field(default_factory=list)  # largest peak first
     attached_heaps_note: str = ""  # -p: custom heaps registered before the attach are not seen
     not_profiled: list[str] = field(default_factory=list)  # targets the client never ran in, and why
+    unseen: list[str] = field(default_factory=list)  # memory no heap holds (mapped by direct system calls), and why
     shallow_stacks: list[str] = field(default_factory=list)  # --unwinder fp without frame pointers
     unsymbolized: list[Unsymbolized] = field(default_factory=list)  # modules left `lib+0x...`, with the fix
     unsymbolized_frames: int = 0  # frames without a function name, all modules

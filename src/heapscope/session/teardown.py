@@ -51,6 +51,10 @@ class Figures(Loop):
             s.peak_heap, s.peak_rss, s.own_rss = busiest.seen, busiest.rss, busiest.own_rss
             from heapscope.producer.stats import attach_heaps_note  # only where it applies
             s.attached_heaps_note = attach_heaps_note(procs)
+            direct = sum(p.final_meta.get("direct_map_calls", 0) for p in procs)
+            if direct:
+                from heapscope.view.summary import direct_map_line
+                s.unseen.append(direct_map_line(direct, sum(p.final_meta.get("direct_map_bytes", 0) for p in procs)))
             invalid = sum(p.final_meta.get("python_walks_invalid", 0) for p in procs)
             unplaced = sum(p.heap.python.unplaced for p in procs)
             if invalid:

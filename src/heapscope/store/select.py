@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlite3
 
 from heapscope.errors import UnknownDumpError, UnknownProcessError, UnknownViewError, UsageError
-from heapscope.model import HEAP_NAME, PY_HEAP_NAME, VIEWS, CallsiteId
+from heapscope.model import BRK_HEAP_NAME, HEAP_NAME, MMAP_HEAP_NAME, PY_HEAP_NAME, VIEWS, CallsiteId
 from heapscope.records import Record
 from heapscope.store.reader import Dump, Process, Profile, ViewValues
 
@@ -190,16 +190,15 @@ def process_state(profile: Profile, p: Process, choice: str | int | None, view: 
 # libc.malloc) and as the objects it hands out (in its own heap). So views
 # that add values up show the default heap unless told otherwise, and list
 # the others with their own peaks. The rule, also in docs/profile.md:
-#   - libc.malloc and python.pymalloc together when the profile has both (a
-#     Python program: the client books each request once, in Python's heap
-#     when it came through Python's allocator domains, so the two are
-#     disjoint and their sum is the program's memory);
-#   - else libc.malloc when the profile has it (a native program, with or
-#     without custom heaps);
+#   - libc.malloc with those of python.pymalloc, mmap and brk the profile
+#     has (the client books each request once: in Python's heap when it came
+#     through Python's allocator domains, in mmap and brk when the program
+#     mapped the memory itself, never malloc's own mappings; so they are
+#     disjoint and their sum is the program's memory: docs/mmap-heaps.md);
 #   - else the only heap; else, as Perfetto's UI opens a heapprofd trace at
 #     its first heap, the heap that held the most at its peak (ties by name).
 # Several heaps shown together are named NAME+NAME (a heap name has no '+');
-# --heap takes that form too. libc.malloc and python.pymalloc share one peak
+# --heap takes that form too. libc.malloc, python.pymalloc, mmap and brk share one peak
 # (the producer's trackers share it: bookkeeping/tracker.h), so their rows of
 # heapscope_peak_allocation are at one ts and add up to the process's peak;
 # alone, each is its state there. A custom heap's rows are at its own peak:
@@ -211,8 +210,9 @@ ALL_HEAPS = "all"
 #: Joins the heaps shown together (libc.malloc+python.pymalloc).
 HEAP_JOIN = "+"
 
-HEAP_HELP = ("the heap to show: the default is libc.malloc, with python.pymalloc added for a Python"
-             " program (the two never hold the same memory); a heap by name, several as A+B, or all"
+HEAP_HELP = ("the heap to show: the default is libc.malloc, with python.pymalloc (a Python program), mmap"
+             " and brk (what the program mapped itself) added when present (they never hold the same memory);"
+             " a heap by name, several as A+B, or all"
              " (every heap merged: memory a pool hands out is counted twice)")
 
 #: The tables that carry a heap_name, shadowed by select_heap.
@@ -221,15 +221,17 @@ _HEAP_TABLES = ("heap_profile", "heap_profile_allocation", "heapscope_peak_alloc
 #: Those a profile written before them lacks (store/series.py).
 _SERIES_TABLES = ("heapscope_memory_series", "heapscope_memory_sample")
 
-_ORDER = {HEAP_NAME: 0, PY_HEAP_NAME: 1}
+#: The heaps shown together by default, those the profile has, in this order (the rule above).
+_JOINT = (HEAP_NAME, PY_HEAP_NAME, MMAP_HEAP_NAME, BRK_HEAP_NAME)
+_ORDER = {name: i for i, name in enumerate(_JOINT)}
 
 
 def _heap_order(name: str) -> tuple[int, str]:
-    return _ORDER.get(name, 2), name
+    return _ORDER.get(name, len(_JOINT)), name
 
 
 def heap_names(profile: Profile) -> list[str]:
-    """The heaps that have dumps in the profile: libc.malloc, python.pymalloc, then by name."""
+    """The heaps that have dumps in the profile: libc.malloc, python.pymalloc, mmap, brk, then by name."""
     return sorted(profile.heap_names(), key=_heap_order)
 
 
@@ -248,10 +250,10 @@ def default_heap(profile: Profile) -> str | None:
     """The heap (or heaps, A+B) views show when no --heap is given (the rule above); None
     without dumps."""
     names = heap_names(profile)
-    if HEAP_NAME in names and PY_HEAP_NAME in names:
-        return HEAP_NAME + HEAP_JOIN + PY_HEAP_NAME
-    if HEAP_NAME in names or len(names) <= 1:
-        return HEAP_NAME if HEAP_NAME in names else (names[0] if names else None)
+    if HEAP_NAME in names:
+        return HEAP_JOIN.join(n for n in names if n in _ORDER)
+    if len(names) <= 1:
+        return names[0] if names else None
     held: dict[str, int] = {}
     for _upid, name, size, _count in heap_peaks(profile):
         held[name] = held.get(name, 0) + size

@@ -416,6 +416,8 @@ def process_warnings(process: StoredProcess, stats: list[Stat]) -> list[str]:
     for s in stats:
         if s.name in ("python_frames", "python_allocators") and s.severity == "data_loss":
             out.append(s.description)  # the one line saying why Python is not fully seen
+        elif s.name == "direct_map_calls" and s.value:
+            out.append(f"{s.value:,} {s.description}")  # memory in no heap (docs/mmap-heaps.md)
         elif s.severity in ("data_loss", "error") and s.value != 0:
             out.append(f"{s.name} = {s.value:,}")
     return out

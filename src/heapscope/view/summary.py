@@ -98,6 +98,15 @@ def rss_line(seen: int, rss: int, own_rss: int, processes: int, where: str = "")
            " peak resident set)"
 
 
+def direct_map_line(calls: int, size: int) -> str:
+    """What `calls` mmap, munmap, mremap or brk made through syscall(2) mean (the client counts
+    them, wire.h direct_map_calls): memory the mmap and brk heaps never saw."""
+    return (f"not seen: {calls:,} mmap/munmap/mremap/brk call{'s' if calls != 1 else ''} made through syscall(2),"
+            f" not the C library's functions ({format_bytes(size)} asked for): that memory is in RSS but in no"
+            " heap, nor in \"seen\"; calling mmap, munmap, mremap and brk themselves puts it in the mmap and"
+            " brk heaps (docs/mmap-heaps.md)")
+
+
 def unplaced_line(unplaced: int, cut: int, max_frames: int, whole: int) -> str:
     """The Python status line for `unplaced` Python frames that the splice could not put among
     the native frames that ran them (bookkeeping/frames.py): what it costs the user and what

@@ -76,6 +76,11 @@ WRAPPERS: tuple[str, ...] = (
     r"|v8::internal::Heap::AllocateExternalBackingStore|v8::internal::BackingStore::Allocate"
     r"|v8::ArrayBuffer::NewBackingStore(ForNodeLTS)?|v8::internal::(AllocWithRetry|AllocAtLeastWithRetry"
     r"|AlignedAllocWithRetry|AlignedAlloc)",
+    # V8's pages (the mmap heap: docs/mmap-heaps.md): the commit of a page and the chunk allocator
+    # down to it (the row left is the space that grew: a semispace, a large object, a paged space)
+    r"v8::base::OS::(SetPermissions|Allocate|AllocateShared)|v8::base::PageAllocator::\w+"
+    r"|v8::internal::MemoryAllocator::(AllocateAlignedMemory|AllocateUninitializedChunkAt|AllocateUninitializedChunk"
+    r"|AllocatePage|AllocateLargePage|AllocateReadOnlyPage|CommitMemory)|v8::internal::VirtualMemory::\w+",
     # OpenSSL, FFmpeg
     r"CRYPTO_(malloc|zalloc|realloc|strdup|strndup|memdup)|av_(malloc|mallocz|realloc|strdup|memdup)",
 )

@@ -16,8 +16,11 @@ from enum import IntEnum
 
 from heapscope.records import Record
 from heapscope.wire import handshake
+from heapscope.wire.heapnames import BRK_HEAP_ID as BRK_HEAP_ID
 from heapscope.wire.heapnames import MALLOC_HEAP_ID as MALLOC_HEAP_ID
 from heapscope.wire.heapnames import MALLOC_HEAP_NAME as MALLOC_HEAP_NAME
+from heapscope.wire.heapnames import MAP_HEAPS as MAP_HEAPS
+from heapscope.wire.heapnames import MMAP_HEAP_ID as MMAP_HEAP_ID
 from heapscope.wire.heapnames import PY_HEAP_NAME as PY_HEAP_NAME
 
 # The handshake's part of the format is defined in wire/handshake.py (light imports: start-up cost).
@@ -39,6 +42,7 @@ UNWINDER_FP = handshake.UNWINDER_FP
 UNWINDER_NONE = handshake.UNWINDER_NONE
 UNWINDER_CFA = handshake.UNWINDER_CFA
 CFG_BLOCK_CLIENT = handshake.CFG_BLOCK_CLIENT
+CFG_MMAP_FILES = handshake.CFG_MMAP_FILES
 HELLO = handshake.HELLO
 CONFIG = handshake.CONFIG
 META_FIELDS = handshake.META_FIELDS
@@ -126,7 +130,7 @@ LABEL_KEY_MAX = 63
 LABEL_VALUE_MAX = 127
 LABEL_TEXT_MAX = 512
 
-META_STRUCT_SIZE = 336
+META_STRUCT_SIZE = 352
 CLIENT_COUNTERS = tuple(list(META_FIELDS)[9:])
 
 

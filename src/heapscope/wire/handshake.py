@@ -31,6 +31,7 @@ ENV_TOKEN = "HEAPSCOPE_TOKEN"
 STATUS_OK, STATUS_REJECTED, STATUS_NOT_TARGETED = 0, 1, 2
 UNWINDER_AUTO, UNWINDER_LIBUNWIND, UNWINDER_FP, UNWINDER_NONE, UNWINDER_CFA = 0, 1, 2, 3, 4
 CFG_BLOCK_CLIENT = 1
+CFG_MMAP_FILES = 2  # the mmap heap counts file-backed and shared mappings too
 
 HELLO = struct.Struct("<QIIII16sQ")
 CONFIG = struct.Struct("<QIIQQQIIII")
@@ -62,6 +63,8 @@ META_FIELDS: dict[str, tuple[int, str]] = {
     "exit_peak_rss": (312, "<Q"),  # the client's last destructor: VmHWM then, bytes (0: not known)
     "own_rss": (320, "<Q"),  # and heapscope's own mappings resident then, bytes (0: not known)
     "exit_ts": (328, "<Q"),  # and when, CLOCK_MONOTONIC ns (0: not known)
+    "direct_map_calls": (336, "<Q"),  # mmap/munmap/mremap/brk through syscall(2): not in the mmap, brk heaps
+    "direct_map_bytes": (344, "<Q"),  # the bytes those mmap, mremap and brk calls asked for
 }
 
 

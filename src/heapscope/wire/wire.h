@@ -109,6 +109,8 @@ enum hs_status {
 
 enum hs_config_flags {
   HS_CFG_BLOCK_CLIENT = 1u << 0, /* wait for space instead of dropping */
+  HS_CFG_MMAP_FILES = 1u << 1,   /* the mmap heap counts file-backed and shared
+                                    mappings too, not only anonymous private ones */
 };
 
 enum hs_unwinder {
@@ -212,6 +214,11 @@ struct hs_ring_meta {
   uint64_t own_rss;       /* bytes of heapscope's own mappings resident then (client/own.h) */
   uint64_t exit_ts;       /* CLOCK_MONOTONIC_COARSE ns at that moment: the process's end, as the
                              producer's own sight of it comes later */
+  /* mmap, munmap, mremap and brk made through syscall(2) rather than the C
+   * library's functions (client/maphooks.c): the mmap and brk heaps do not
+   * see them. Bytes: what those mmap, mremap and brk calls asked for. */
+  uint64_t direct_map_calls;
+  uint64_t direct_map_bytes;
 };
 
 struct hs_malloc {
@@ -343,11 +350,23 @@ struct hs_heap_free {
 #define HS_PY_HEAP_ID 112u
 #define HS_PY_HEAP_NAME "python.pymalloc"
 
+/* The memory malloc never sees (client/maps.c): the program's own mmap and
+ * mremap (anonymous private mappings; file-backed and shared ones too with
+ * HS_CFG_MMAP_FILES) and its brk and sbrk. Fixed ids like Python's, announced
+ * by the client before its first record of each, carried like a custom heap
+ * (HEAP_MALLOC / HEAP_FREE, a sequence each). An allocator heapscope already
+ * counts (malloc's, pymalloc's) never books here. docs/mmap-heaps.md. */
+#define HS_MMAP_HEAP_ID 113u
+#define HS_MMAP_HEAP_NAME "mmap"
+#define HS_BRK_HEAP_ID 114u
+#define HS_BRK_HEAP_NAME "brk"
+
 /* The C library's malloc family: heap 1, announced first by every session
  * (HS_REC_MALLOC / HS_REC_FREE carry no heap id: theirs is this one). "all"
  * is what `--heap all` means, so no heap is called that. These names and
  * HS_PY_HEAP_NAME are the one definition of the heaps heapscope names
- * itself: wire/heapnames.py mirrors them, tests/unit/wire checks both. */
+ * itself (with the mmap and brk heaps'): wire/heapnames.py mirrors them,
+ * tests/unit/wire checks both. */
 #define HS_MALLOC_HEAP_ID 1u
 #define HS_MALLOC_HEAP_NAME "libc.malloc"
 #define HS_ALL_HEAPS_NAME "all"
@@ -394,7 +413,7 @@ struct hs_labelset {
 HS_STATIC_ASSERT(sizeof(struct hs_hello) == 48, "hs_hello");
 HS_STATIC_ASSERT(sizeof(struct hs_config) == 56, "hs_config");
 HS_STATIC_ASSERT(sizeof(struct hs_ring_meta) <= HS_META_SIZE, "meta");
-HS_STATIC_ASSERT(sizeof(struct hs_ring_meta) == 336, "hs_ring_meta");
+HS_STATIC_ASSERT(sizeof(struct hs_ring_meta) == 352, "hs_ring_meta");
 HS_STATIC_ASSERT(sizeof(struct hs_malloc) == 56, "hs_malloc");
 HS_STATIC_ASSERT(sizeof(struct hs_free) == 16, "hs_free");
 HS_STATIC_ASSERT(sizeof(struct hs_stack) == 16, "hs_stack");

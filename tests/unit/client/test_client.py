@@ -30,16 +30,24 @@ from heapscope.wire import codec
 CLIENT_SRC = Path(__file__).resolve().parents[3] / "src" / "heapscope" / "client"
 
 
-def malloc_family() -> list[str]:
-    """The hooked malloc family as family.h writes it once (HS_MALLOC_FAMILY)."""
+def family(macro: str = "HS_MALLOC_FAMILY") -> list[str]:
+    """A hooked family as family.h writes it once: the malloc family, or the mapping calls
+    (HS_MAP_FAMILY)."""
     text = (CLIENT_SRC / "family.h").read_text()
-    body = text[text.index("#define HS_MALLOC_FAMILY(X)"):].split("\n\n")[0]
+    body = text[text.index(f"#define {macro}(X)"):].split("\n\n")[0]
     names = re.findall(r"X\([^,]+,\s*(\w+)\s*,", body)
-    assert "malloc" in names and "free" in names, body
+    assert names, body
     return names
 
 
-EXPORTED = {*malloc_family(), "heapscope_attach",
+def malloc_family() -> list[str]:
+    """The hooked malloc family (HS_MALLOC_FAMILY)."""
+    names = family()
+    assert "malloc" in names and "free" in names, names
+    return names
+
+
+EXPORTED = {*malloc_family(), *family("HS_MAP_FAMILY"), "heapscope_attach",
             "heapscope_heap_register_v1", "heapscope_heap_alloc_v1", "heapscope_heap_free_v1",
             "heapscope_label_push_v1", "heapscope_label_pop_v1", "heapscope_label_python_v1", "heapscope_label_bind_v1",
             "_exit", "_Exit",

@@ -18,8 +18,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("real", "inject"),
     ("cfa_eh", "cfa", "unwind"),
     ("pysend",),
-    ("record", "heaps", "labels"),
-    ("hooks", "pymem"),
+    ("record", "heaps", "labels", "maps"),
+    ("hooks", "pymem", "maphooks"),
     ("connect", "session"),
 ]
 RANK = {name: i for i, names in enumerate(LAYERS) for name in names}

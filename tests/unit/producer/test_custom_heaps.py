@@ -87,3 +87,29 @@ def test_a_heap_record_of_the_wrong_size_is_malformed(producer: Producer) -> Non
     stats = dict(_rows(producer, "SELECT name, value FROM stats WHERE idx = 1"))
     assert stats["malformed_records"] == 2
     assert _heap_rows(producer) == {}
+
+
+def test_the_mapped_heaps_share_mallocs_peak_and_have_their_own_stats(producer: Producer) -> None:
+    # GIVEN the client's mmap and brk heaps (fixed ids, their own sequences) beside malloc: malloc
+    # peaks at 100 first, mmap's 4096 comes after malloc freed it, brk's 50 last; and a heap that
+    # claims mmap's id under another name, and one that claims the name under a custom id
+    c = FakeClient(producer)
+    c.send(ws.encode_heap(1, 1, HEAP_NAME), ws.encode_heap(codec.MMAP_HEAP_ID, 1, "mmap"),
+           ws.encode_heap(codec.BRK_HEAP_ID, 1, "brk"), ws.encode_heap(codec.MMAP_HEAP_ID + 10, 1, "mmap"),
+           ws.encode_heap(2, 1, "brk"), ws.encode_module(MODULE), ws.encode_stack(7, [0x401100]))
+    c.send(ws.encode_malloc(1, 0x1000, 100, 100, 7, 10), ws.encode_free(2, 0x1000),
+           ws.encode_heap_malloc(codec.MMAP_HEAP_ID, 1, 0x7000, 4096, 4096, 7, 11),
+           ws.encode_heap_malloc(codec.BRK_HEAP_ID, 1, 0x9000, 50, 50, 7, 12))
+    # WHEN the process ends
+    _end(producer, c)
+    # THEN both are heaps of their own, and the process's one peak is their sum's (4146), each
+    # heap's rows at that one moment
+    rows = _heap_rows(producer)
+    assert rows["mmap"] == [(1, 4096)] and rows["brk"] == [(1, 50)], rows
+    peaks = dict(_rows(producer, "SELECT heap_name, SUM(size) FROM heapscope_peak_allocation GROUP BY heap_name"))
+    assert peaks == {HEAP_NAME: 0, "mmap": 4096, "brk": 50}, peaks
+    stats = dict(_rows(producer, "SELECT name, value FROM stats WHERE idx = 1"))
+    assert stats["peak_heap_bytes"] == 4146
+    assert stats["mmap_heap_samples"] == stats["brk_heap_samples"] == 1, stats
+    assert "custom_heap_samples" not in stats  # they are not the program's custom heaps
+    assert stats["malformed_records"] == 2  # the two impostors

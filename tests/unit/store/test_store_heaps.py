@@ -122,3 +122,26 @@ def test_a_python_program_shows_malloc_and_pymalloc_together(tmp_path: Path) -> 
             resolve_heap(prof, "libc.malloc+nope")
     assert shown_total(db, "python.pymalloc") == ("python.pymalloc", 30000)
     assert shown_total(db, "libc.malloc") == ("libc.malloc", 1000)
+
+
+def test_the_mapped_heaps_join_the_default_sum(tmp_path: Path) -> None:
+    """mmap and brk (client/maps.c: what the program maps itself, never malloc's own mappings) are
+    disjoint from libc.malloc and python.pymalloc: by default all those present, summed, in that
+    order; a custom heap stays apart, and --heap picks one of them alone."""
+    w = ProfileWriter(tmp_path / "maps.db")
+    w.add_process(ProcessInfo(Upid(1), 42, 1, "p", "p", "/p", 0, 1))
+    w.add_mappings([(1, Mapping("", 0, 0, 0, 0, 0, "p"))])
+    w.add_frames([(1, Frame(MappingId(1), 0, "f"))])
+    w.add_callsites([(1, 0, None, 1), (2, 1, 1, 1)])
+    for name, size in (("brk", 7000), ("app.pool", 500), ("mmap", 40000), ("libc.malloc", 1000)):
+        w.add_dump(1, 0, 10, "exit", [(1, 1, size)], name)
+        w.add_peak(1, 5, name, [(1, 1, size, 1, size)])
+    w.commit()
+    w.close()
+    with open_profile(tmp_path / "maps.db") as prof:
+        assert heap_names(prof) == ["libc.malloc", "mmap", "brk", "app.pool"]
+        assert default_heap(prof) == "libc.malloc+mmap+brk"
+        assert select_heap(prof, None) == "libc.malloc+mmap+brk"
+        assert sum(v.space for v in prof.callsite_values(1).values()) == 48000
+        assert select_heap(prof, "mmap") == "mmap"
+        assert sum(v.space for v in prof.callsite_values(1).values()) == 40000

@@ -42,6 +42,12 @@ def test_base_name_drops_parameters_and_clone_suffixes(name: str, base: str) -> 
     "v8::internal::BackingStore::Allocate(v8::internal::Isolate*, unsigned long, v8::internal::SharedFlag,"
     " v8::internal::InitializedFlag)", "v8::internal::AllocAtLeastWithRetry(unsigned long)",
     "v8::internal::Malloced::operator new(unsigned long)",
+    # node's V8 pages in the mmap heap: the commit and the chunk allocator down to it
+    "v8::base::OS::SetPermissions(void*, unsigned long, v8::base::OS::MemoryPermission)",
+    "v8::internal::MemoryAllocator::AllocateAlignedMemory(unsigned long, unsigned long, unsigned long,"
+    " v8::internal::AllocationSpace, v8::internal::Executability, void*, v8::internal::VirtualMemory*)",
+    "v8::internal::MemoryAllocator::AllocateLargePage(v8::internal::LargeObjectSpace*, unsigned long,"
+    " v8::internal::Executability)",
 ])
 def test_the_allocator_wrappers_are_folded(name: str) -> None:
     assert is_wrapper(name)
@@ -53,6 +59,8 @@ def test_the_allocator_wrappers_are_folded(name: str) -> None:
     # growing a container is the caller's decision, as std::vector's _M_realloc_insert
     "vec<int, va_heap, vl_ptr>::safe_grow_cleared(unsigned int, bool)",
     "node::Buffer::New(v8::Isolate*, unsigned long)", "htab_find_slot_with_hash",
+    # the space that grew is the row a V8 page is booked to
+    "v8::internal::NewLargeObjectSpace::AllocateRaw(int)", "v8::internal::SemiSpace::GrowTo(unsigned long)",
 ])
 def test_code_that_does_more_than_pass_an_allocation_through_is_not(name: str) -> None:
     assert not is_wrapper(name)

@@ -56,6 +56,9 @@ CONSTANTS = {
     "HS_PY_HEAP_ID": codec.PY_HEAP_ID,
     "HS_MALLOC_HEAP_ID": heapnames.MALLOC_HEAP_ID,
     "HS_CFG_BLOCK_CLIENT": codec.CFG_BLOCK_CLIENT,
+    "HS_CFG_MMAP_FILES": codec.CFG_MMAP_FILES,
+    "HS_MMAP_HEAP_ID": heapnames.MMAP_HEAP_ID,
+    "HS_BRK_HEAP_ID": heapnames.BRK_HEAP_ID,
     "HS_STACK_TRUNCATED": codec.STACK_TRUNCATED,
     "HS_STACK_PYTHON": codec.STACK_PYTHON,
     "HS_MAX_PYFRAMES": codec.MAX_PYFRAMES,
@@ -80,6 +83,8 @@ CONSTANTS = {
 NAMES = {
     "HS_MALLOC_HEAP_NAME": heapnames.MALLOC_HEAP_NAME,
     "HS_PY_HEAP_NAME": heapnames.PY_HEAP_NAME,
+    "HS_MMAP_HEAP_NAME": heapnames.MMAP_HEAP_NAME,
+    "HS_BRK_HEAP_NAME": heapnames.BRK_HEAP_NAME,
     "HS_ALL_HEAPS_NAME": heapnames.ALL_HEAPS_NAME,
 }
 
@@ -120,10 +125,12 @@ def test_meta_offsets_match(c_layout: dict[str, Any]) -> None:
 
 
 def test_meta_ends_with_the_clients_exit_figures(c_layout: dict[str, Any]) -> None:
-    """The meta's last fields, written by the client's last destructor, are mirrored: no field of
-    the C struct lies past the codec's last one."""
+    """The meta's last fields, written by the client's last destructor, then the count of mapping
+    calls it could not book, are mirrored: no field of the C struct lies past the codec's last one."""
     ends = {name: off + struct.calcsize(fmt) for name, (off, fmt) in codec.META_FIELDS.items()}
-    assert max(ends.values()) == ends["exit_ts"] == c_layout["sizeof hs_ring_meta"]
+    assert max(ends.values()) == ends["direct_map_bytes"] == c_layout["sizeof hs_ring_meta"]
+    assert ends["exit_ts"] == c_layout["meta direct_map_calls"]
+    assert {"direct_map_calls", "direct_map_bytes"} <= set(codec.CLIENT_COUNTERS)
     assert ends["exit_peak_rss"] == c_layout["meta own_rss"] and ends["own_rss"] == c_layout["meta exit_ts"]
     assert {"exit_peak_rss", "own_rss", "exit_ts"} <= set(codec.CLIENT_COUNTERS)
     meta = mmap.mmap(-1, codec.META_SIZE)

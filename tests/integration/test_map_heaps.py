@@ -1,0 +1,315 @@
+"""The memory malloc never sees: the mmap and brk heaps (client/maps.c, docs/mmap-heaps.md), under
+the real client and producer.
+
+tests/programs/mapheaps.c maps, trims, punches, remaps and unmaps memory and grows and shrinks
+the break beside malloc, and prints the interval-1 truth of each path; a Python program, a
+program built on jemalloc, GCC's cc1plus and node show that an allocator heapscope counts already
+is not counted twice and that a runtime's own mapped heap lands under the stacks that mapped it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from hs_integration import HEAPSCOPE, Profile, Programs, Recorder, Recording, Views, frame_matches, run_process
+
+pytestmark = pytest.mark.timeout(240)
+
+MIB = 1 << 20
+
+
+def truth(binary: Path) -> dict[tuple[str, str], Views]:
+    """(heap, function) -> its views at interval 1 (the `heap` lines, and `truth` lines for
+    libc.malloc); the file mapping's under ("file", "map_file"), the threads' under ("threads",
+    "churn_maps")."""
+    out = subprocess.run([str(binary), "--print-truth"], capture_output=True, text=True, timeout=30, check=True)
+    found = {}
+    for line in out.stdout.splitlines():
+        kind, *rest = line.split()
+        if kind == "heap":
+            found[(rest[0], rest[1])] = Views(*(int(p) for p in rest[2:]))
+        elif kind == "truth":
+            found[("libc.malloc", rest[0])] = Views(*(int(p) for p in rest[1:]))
+        elif kind in ("file", "threads"):
+            found[(kind, rest[0])] = Views(*(int(p) for p in rest[1:]))
+    assert found, out.stdout
+    return found
+
+
+def heap_views(profile: Profile, upid: int, heap: str, function: str | None = None) -> Views:
+    """The four views of `heap` at the end, over the callsites whose stack holds `function` (all
+    of them for None)."""
+    rows = profile.query(
+        """SELECT callsite_id,
+                  SUM(CASE WHEN size > 0 THEN size ELSE 0 END) AS alloc_space,
+                  SUM(CASE WHEN count > 0 THEN count ELSE 0 END) AS alloc_objects,
+                  SUM(size) AS space, SUM(count) AS objects
+           FROM heap_profile_allocation WHERE upid = ? AND heap_name = ? GROUP BY callsite_id""",
+        (upid, heap))
+    stacks = profile.stacks(upid)
+    total = [0, 0, 0, 0]
+    for r in rows:
+        if function is None or any(frame_matches(n, function) for n in stacks.get(r["callsite_id"], [])):
+            for i, key in enumerate(("alloc_space", "alloc_objects", "space", "objects")):
+                total[i] += r[key]
+    return Views(*total)
+
+
+def heap_stacks(profile: Profile, upid: int, heap: str) -> list[list[str]]:
+    """The stacks (leaf first) of every callsite of `heap` in upid."""
+    ids = {r["callsite_id"] for r in profile.query(
+        "SELECT DISTINCT callsite_id FROM heap_profile_allocation WHERE upid = ? AND heap_name = ?", (upid, heap))}
+    return [[n or "" for n in names] for cid, names in profile.stacks(upid).items() if cid in ids]
+
+
+def heaps_of(profile: Profile, upid: int) -> set[str]:
+    return {r["heap_name"] for r in profile.query(
+        "SELECT DISTINCT heap_name FROM heap_profile_allocation WHERE upid = ?", (upid,))}
+
+
+def seen_and_rss(profile: Profile, upid: int) -> tuple[int, int]:
+    st = profile.stats(upid)
+    return st["peak_heap_bytes"], st["peak_rss_bytes"]
+
+
+def report(db: Path, *args: str) -> str:
+    run = run_process([*HEAPSCOPE, "report", str(db), *args], timeout=120)
+    assert run.returncode == 0, run.describe()
+    return run.stdout.decode()
+
+
+def test_each_heap_exact_at_interval_1(programs: Programs, record: Recorder) -> None:
+    # GIVEN mapheaps, which maps, trims, punches, remaps and unmaps, grows and shrinks the
+    # break, and mallocs small blocks (glibc's brk heap) and 2 MiB ones (glibc maps each)
+    binary = programs.path("mapheaps")
+    want = truth(binary)
+    run = record([binary], interval=1)
+    assert run.returncode == 0, run.describe()
+    profile = run.profile()
+    upid = profile.only_upid("mapheaps")
+    # THEN every path of every heap is its truth: a cut range freed and its parts booked again,
+    # a remapped range moved with its stack, what mremap adds booked at mremap's caller
+    bad = [f"{heap} {fn}: expected {v}, got {heap_views(profile, upid, heap, fn)}"
+           for (heap, fn), v in want.items()
+           if heap not in ("file", "threads") and heap_views(profile, upid, heap, fn) != v]
+    assert not bad, "\n".join([*bad, run.describe(), profile.describe_process(upid)])
+    # AND nothing else is in mmap or brk: not glibc's mapped blocks (big_blocks), nor its brk
+    # heap, nor heapscope's own tables, nor the file mapping or the PROT_NONE reservation
+    for heap in ("mmap", "brk"):
+        paths = [v for (h, _), v in want.items() if h == heap]
+        expected = Views(*(sum(getattr(v, f) for v in paths) for f in ("alloc_space", "alloc_objects", "space",
+                                                                          "objects")))
+        assert heap_views(profile, upid, heap) == expected, (heap, profile.describe_process(upid))
+    assert heap_views(profile, upid, "libc.malloc", "big_blocks") == want[("libc.malloc", "big_blocks")]
+    st = profile.stats(upid)
+    assert st["mmap_heap_sequence_gaps"] == st["brk_heap_sequence_gaps"] == st["direct_map_calls"] == 0, st
+    assert st["mmap_heap_samples"] == sum(v.alloc_objects for (h, _), v in want.items() if h == "mmap"), st
+
+
+def test_threads_mapping_and_cutting_at_once(programs: Programs, record: Recorder) -> None:
+    # GIVEN 4 threads that each map 2000 x 64 KiB, unmap the first page of each (booked again
+    # from the second page on) and then the rest of all but every 100th
+    binary = programs.path("mapheaps")
+    want = truth(binary)[("threads", "churn_maps")]
+    run = record([binary, "threads"], interval=1)
+    assert run.returncode == 0, run.describe()
+    profile = run.profile()
+    upid = profile.only_upid("mapheaps")
+    # THEN the mmap heap is the truth to the byte: no booking lost or doubled between threads
+    assert heap_views(profile, upid, "mmap", "churn_maps") == want, profile.describe_process(upid)
+    st = profile.stats(upid)
+    assert st["mmap_heap_sequence_gaps"] == st["addr_table_full"] == st["dropped_records"] == 0, st
+
+
+def test_an_attach_sees_what_is_mapped_after_it(programs: Programs, tmp_path: Path) -> None:
+    if shutil.which("gdb") is None:
+        pytest.skip("gdb is not installed (apt-get install gdb)")
+    import signal
+
+    from test_sessions import Proc
+
+    db = tmp_path / "att.db"
+    target = Proc([str(programs.path("mapheaps")), "serve"])
+    rec = None
+    try:
+        # GIVEN a running program, attached (record -p: the GOT's mapping calls point at the hooks)
+        target.out.wait_for(lambda s: s == "ready", "target start")
+        rec = Proc([*HEAPSCOPE, "-v", "record", "-i", "1", "-o", str(db), "-p", str(target.p.pid)])
+        rec.err.wait_for(lambda s: "attached to pid" in s, "the attach")
+        # WHEN it maps 32 MiB, then unmaps the last 8 MiB of them, and is detached
+        target.send("m")
+        target.out.wait_for(lambda s: s == "mapped", "the mapping")
+        target.send("u")
+        target.out.wait_for(lambda s: s == "unmapped", "the unmap")
+        rec.p.send_signal(signal.SIGINT)
+        assert rec.wait() == 0, "\n".join(rec.err.seen)
+        target.send("q")
+        assert target.wait() == 0
+    finally:
+        target.kill()
+        if rec is not None:
+            rec.kill()
+    # THEN the mapping is booked under late_map, cut to its 24 MiB left
+    profile = Profile(db)
+    upid = profile.only_upid("mapheaps")
+    got = heap_views(profile, upid, "mmap", "late_map")
+    assert got == Views((32 + 24) * MIB, 2, 24 * MIB, 1), profile.describe_process(upid)
+
+
+def test_report_shows_every_heap_by_default_and_heap_chooses(programs: Programs, record: Recorder) -> None:
+    run = record([programs.path("mapheaps")], interval=1)
+    assert run.returncode == 0, run.describe()
+    # THEN the default report sums libc.malloc, mmap and brk (disjoint) ...
+    text = report(run.db)
+    assert "showing: libc.malloc + mmap + brk" in text, text
+    assert "map_arena" in text and "grow_brk" in text and "small_blocks" in text, text
+    # ... and --heap mmap shows the mapped paths only
+    text = report(run.db, "--heap", "mmap")
+    assert "map_arena" in text and "small_blocks" not in text and "grow_brk" not in text, text
+
+
+def test_seen_is_most_of_rss(programs: Programs, record: Recorder) -> None:
+    # GIVEN mapheaps at the default interval: 107 MiB of its ~110 MiB RSS in the three heaps
+    run = record([programs.path("mapheaps")], interval=None)
+    assert run.returncode == 0, run.describe()
+    profile = run.profile()
+    seen, rss = seen_and_rss(profile, profile.only_upid("mapheaps"))
+    # THEN "seen" is at least 90% of the RSS, as record's summary says
+    assert seen >= 0.9 * rss, (seen, rss, run.describe())
+    assert b" of RSS " in run.stderr
+
+
+def test_file_mappings_with_the_flag(programs: Programs, record: Recorder) -> None:
+    binary = programs.path("mapheaps")
+    want = truth(binary)[("file", "map_file")]
+    run = record([binary], interval=1, extra=["--mmap-files"])
+    assert run.returncode == 0, run.describe()
+    profile = run.profile()
+    upid = profile.only_upid("mapheaps")
+    # THEN the private file mapping is in the mmap heap at its page-rounded size (without the
+    # flag it is not: test_each_heap_exact_at_interval_1's sums)
+    assert heap_views(profile, upid, "mmap", "map_file") == want, profile.describe_process(upid)
+
+
+def test_direct_system_calls_are_said_as_unseen(programs: Programs, record: Recorder) -> None:
+    # GIVEN a program that maps and unmaps 4 MiB through syscall(SYS_mmap), syscall(SYS_munmap)
+    run = record([programs.path("mapheaps"), "direct"], interval=1)
+    assert run.returncode == 0, run.describe()
+    profile = run.profile()
+    upid = profile.only_upid("mapheaps")
+    st = profile.stats(upid)
+    # THEN the two calls and the 4 MiB asked for are counted, not booked ...
+    assert st["direct_map_calls"] == 2 and st["direct_map_bytes"] == 4 * MIB, st
+    assert "mmap" not in heaps_of(profile, upid)
+    # ... and said at the end of record and in report's warnings
+    assert b"not seen: 2 mmap/munmap/mremap/brk calls made through syscall(2)" in run.stderr, run.describe()
+    assert "2 mmap, munmap, mremap and brk calls made through syscall(2)" in report(run.db)
+
+
+def test_pymalloc_arenas_not_counted_twice(record: Recorder, tmp_path: Path) -> None:
+    # GIVEN a Python program with 100k small objects (pymalloc's arenas, which it maps itself)
+    # and an 8 MiB private anonymous mmap.mmap made in make_map
+    script = tmp_path / "maps.py"
+    script.write_text(textwrap.dedent("""\
+        import mmap
+
+        def make_objects():
+            return [(i, str(i)) for i in range(100_000)]
+
+        def make_map():
+            m = mmap.mmap(-1, 8 << 20, flags=mmap.MAP_PRIVATE)
+            m.write(b"x" * (8 << 20))
+            return m
+
+        objects = make_objects()
+        kept = make_map()
+        """))
+    run = record([sys.executable, str(script)], interval=1, timeout=180)
+    assert run.returncode == 0, run.describe()
+    profile = run.profile()
+    rows = profile.query("SELECT DISTINCT upid FROM heap_profile_allocation WHERE heap_name = 'python.pymalloc'")
+    assert len(rows) == 1, profile.processes_text()
+    upid = int(rows[0]["upid"])
+    # THEN the mmap heap had the 8 MiB map under make_map (unmapped by the interpreter's end) ...
+    assert heap_views(profile, upid, "mmap", "make_map") == Views(8 * MIB, 1, 0, 0), profile.describe_process(upid)
+    # ... and besides it only the interpreter's frame stack (its chunks come from the arena
+    # allocator directly, in no other heap): pymalloc's arenas are mapped under its wrappers
+    # (the guard), their objects booked in python.pymalloc only
+    others = [s for s in heap_stacks(profile, upid, "mmap") if "make_map" not in s]
+    assert all("_PyThreadState_BumpFramePointerSlow" in s for s in others), others
+    assert not any(f in ("new_arena", "pymalloc_alloc", "_PyObject_Malloc") for s in others for f in s), others
+    assert heap_views(profile, upid, "python.pymalloc", "make_objects").alloc_space > 4 * MIB
+
+
+def _jemalloc() -> str | None:
+    out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=30).stdout
+    return next((line.split("=>")[-1].strip() for line in out.splitlines() if "libjemalloc.so " in line), None)
+
+
+def test_jemalloc_extents_not_counted_twice(record: Recorder, tmp_path: Path) -> None:
+    lib = _jemalloc()
+    if lib is None or shutil.which("cc") is None:
+        pytest.skip("no libjemalloc.so (apt install libjemalloc-dev) or no C compiler")
+    # GIVEN a program linked with jemalloc, whose extents it maps itself through the PLT
+    src = tmp_path / "jm.c"
+    src.write_text("#include <stdlib.h>\n#include <string.h>\nvoid *volatile keep;\n"
+                   "static void blocks(void) { for (int i = 0; i < 64; i++) { keep = malloc(1 << 20);"
+                   " memset(keep, 1, 1 << 20); } }\nint main(void) { blocks(); return 0; }\n")
+    binary = tmp_path / "jm"
+    subprocess.run(["cc", "-O0", "-g", "-fno-omit-frame-pointer", "-o", str(binary), str(src), lib],
+                   check=True, timeout=120)
+    run = record([binary], interval=1)
+    assert run.returncode == 0, run.describe()
+    profile = run.profile()
+    upid = profile.only_upid("jm")
+    # THEN its 64 MiB are in libc.malloc once, and jemalloc's mappings are not in the mmap heap
+    assert heap_views(profile, upid, "libc.malloc", "blocks").space == 64 * MIB, profile.describe_process(upid)
+    assert "mmap" not in heaps_of(profile, upid), heap_stacks(profile, upid, "mmap")
+
+
+def _major(profile: Profile, name: str) -> int:
+    rows = [r for r in profile.processes() if name in (r["name"] or "")]
+    assert rows, profile.processes_text()
+    return int(max(rows, key=lambda r: seen_and_rss(profile, r["upid"])[1])["upid"])
+
+
+def _runtime_heap(run: Recording, name: str, frame: str) -> tuple[Profile, int]:
+    assert run.returncode == 0, run.describe()
+    profile = run.profile()
+    upid = _major(profile, name)
+    stacks = heap_stacks(profile, upid, "mmap")
+    assert any(frame in f for s in stacks for f in s), (frame, stacks[:5])
+    return profile, upid
+
+
+def test_cc1plus_gc_heap_under_its_stacks(record: Recorder, tmp_path: Path) -> None:
+    if shutil.which("g++") is None:
+        pytest.skip("no g++")
+    # GIVEN cc1plus parsing the whole standard library (its GC heap is mmap'd: 6% seen before)
+    src = tmp_path / "big.cpp"
+    src.write_text("#include <bits/stdc++.h>\n")
+    run = record(["g++", "-O2", "-fsyntax-only", str(src)], interval=None, timeout=200)
+    # THEN its mmap heap holds the GC heap, under ggc's allocation stacks, most of its RSS seen
+    profile, upid = _runtime_heap(run, "cc1plus", "ggc_internal_alloc")
+    seen, rss = seen_and_rss(profile, upid)
+    assert heap_views(profile, upid, "mmap").alloc_space > 0.5 * seen, profile.describe_process(upid)
+    assert seen >= 0.75 * rss, (seen, rss)
+
+
+def test_node_v8_pages_under_their_stacks(record: Recorder) -> None:
+    if shutil.which("node") is None:
+        pytest.skip("no node")
+    # GIVEN node filling 300 arrays of 100k numbers: V8 reserves its pages PROT_NONE and commits
+    # them with mprotect (132 of 295 MiB seen before)
+    code = "let a=[]; for (let i=0;i<300;i++) a.push(new Array(100000).fill(i)); console.log(a.length)"
+    run = record(["node", "-e", code], interval=None, timeout=200)
+    # THEN they are in the mmap heap under V8's allocator, and most of the RSS is seen
+    profile, upid = _runtime_heap(run, "node", "v8::internal::MemoryAllocator")
+    seen, rss = seen_and_rss(profile, upid)
+    assert heap_views(profile, upid, "mmap").alloc_space > 0.5 * seen, profile.describe_process(upid)
+    assert seen >= 0.8 * rss, (seen, rss)
