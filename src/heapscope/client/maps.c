@@ -47,6 +47,7 @@
 #include <sys/mman.h>
 #include <sys/syscall.h>
 
+#include "labels.h"
 #include "own.h"
 #include "real.h"
 #include "record.h"
@@ -57,8 +58,8 @@ struct range {
   uint64_t start, end;  /* [start, end) */
   uint64_t sample_size; /* bytes it stands for */
   uint64_t stack_id;
-  uint32_t heap; /* HS_MMAP_HEAP_ID or HS_BRK_HEAP_ID; RESERVED: not booked */
-  uint32_t pad;
+  uint32_t heap;      /* HS_MMAP_HEAP_ID or HS_BRK_HEAP_ID; RESERVED: not booked */
+  uint32_t label_set; /* the mapper's labels when booked: its pieces keep them */
 };
 
 /* An anonymous PROT_NONE range (address space a runtime reserved): not
@@ -144,7 +145,7 @@ static int put_malloc(const struct range *r) {
   ring.seq = &seq_of(r->heap)->next;
   struct hs_heap_malloc rec = {.heap_id = r->heap, .addr = r->start, .sample_size = r->sample_size,
                                .alloc_size = r->end - r->start, .stack_id = r->stack_id,
-                               .ts = hs_coarse_ns()};
+                               .ts = hs_coarse_ns(), .label_set = r->label_set};
   int rc = hs_ring_write(&ring, HS_REC_HEAP_MALLOC, &rec, sizeof rec, NULL, 0, 1);
   return hs_ok(rc) && rc == HS_OK;
 }
@@ -263,6 +264,7 @@ static void book(uint32_t heap, uint64_t start, uint64_t len) {
   struct range r = {start, start + len, hs_sampler_sample(&t->sampler, len), 0, heap, 0};
   if (r.sample_size == 0 || !hs_record_stack(&r.stack_id) || !announce(heap))
     return;
+  r.label_set = hs_labels_sample();
   if (put_malloc(&r))
     insert(&r);
 }
