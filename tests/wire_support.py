@@ -49,8 +49,8 @@ def encode_malloc(seq: int, addr: int, sample_size: int, alloc_size: int,
     return _record(RecordType.MALLOC, MALLOC.pack(seq, addr, sample_size, alloc_size, stack_id, ts, tid, 0))
 
 
-def encode_free(seq: int, addr: int) -> bytes:
-    return _record(RecordType.FREE, FREE.pack(seq, addr))
+def encode_free(seq: int, addr: int, ts: int = 0) -> bytes:
+    return _record(RecordType.FREE, FREE.pack(seq, addr, ts))
 
 
 def encode_stack(stack_id: int, pcs: tuple[int, ...] | list[int], truncated: bool = False,
@@ -91,8 +91,8 @@ def encode_heap_malloc(heap_id: int, seq: int, addr: int, sample_size: int, allo
                    HEAP_MALLOC.pack(seq, heap_id, 0, addr, sample_size, alloc_size, stack_id, ts))
 
 
-def encode_heap_free(heap_id: int, seq: int, addr: int) -> bytes:
-    return _record(RecordType.HEAP_FREE, HEAP_FREE.pack(seq, heap_id, 0, addr))
+def encode_heap_free(heap_id: int, seq: int, addr: int, ts: int = 0) -> bytes:
+    return _record(RecordType.HEAP_FREE, HEAP_FREE.pack(seq, heap_id, 0, addr, ts))
 
 
 class RingWriter:

@@ -26,6 +26,7 @@ INGEST_SOURCES = [
     SRC / "bookkeeping" / "tracker.c",
     SRC / "bookkeeping" / "tracker_order.c",
     SRC / "bookkeeping" / "tracker_tables.c",
+    SRC / "bookkeeping" / "tracker_lifetime.c",
 ]
 INCLUDE_DIRS = [
     SRC / "wire",

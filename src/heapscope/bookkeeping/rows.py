@@ -17,6 +17,7 @@ TOTALS_ROW = struct.Struct("<8Q")  # one bucket of totals now
 LIVE_ROW = struct.Struct("<5Q")  # one live sampled allocation
 STREAM_ROW = struct.Struct("<7Q")  # one op as applied (--stream-allocations)
 THREAD_ROW = struct.Struct("<9Q")  # one (stack, thread) pair's totals now (Tracker(threads=True))
+LIFETIME_ROW = struct.Struct("<6Q")  # one lifetime or size bucket of one callsite, cumulative
 
 ROWS: dict[str, tuple[struct.Struct, tuple[str, ...]]] = {
     "hs_dump_row": (DUMP_ROW, ("callsite_id", "count", "size", "real_size")),
@@ -30,6 +31,7 @@ ROWS: dict[str, tuple[struct.Struct, tuple[str, ...]]] = {
     "hs_stream_row": (STREAM_ROW, ("kind", "seq", "addr", "alloc_size", "sample_size", "stack_id", "ts")),
     "hs_thread_row": (THREAD_ROW, ("callsite_id", "stack_id", "tid", "alloc_bytes", "free_bytes", "alloc_count",
                                    "free_count", "alloc_real", "free_real")),
+    "hs_lifetime_row": (LIFETIME_ROW, ("callsite_id", "kind", "bucket", "count", "size", "real_size")),
 }
 
 
@@ -44,3 +46,9 @@ def unpack_rows(row: struct.Struct, data: bytes) -> tuple[int, ...]:
 
 
 OP_MALLOC, OP_FREE = 1, 2  # hs_stream_row.kind (HS_OP_MALLOC, HS_OP_FREE)
+# hs_lifetime_row.kind (tracker_lifetime.h HS_LT_*): freed (bucket of its lifetime), still held (of
+# its age), freed without a lifetime, every sample by size, heaptrack's temporary.
+LT_FREED, LT_HELD, LT_UNKNOWN, LT_SIZE, LT_HEAPTRACK = 1, 2, 3, 4, 5
+# Lifetime bucket i < len(LIFETIME_BOUNDS) ends below LIFETIME_BOUNDS[i] ns (1-2-5 steps from 1 us
+# to 1000 s, tracker_lifetime.c); the last has no end. Size bucket b holds sizes [2^b, 2^(b+1)), 0 and 1 in 0.
+LIFETIME_BOUNDS = tuple(m * 10 ** e for e in range(3, 12) for m in (1, 2, 5)) + (10 ** 12,)

@@ -157,7 +157,9 @@ static inline uint32_t live_stack(const struct hs_tracker *t, const struct hs_li
   return __builtin_expect(t->threads, 0) ? (uint32_t)t->thread_keys.ids[e->stack_idx] : e->stack_idx;
 }
 
-static void book_free(struct hs_tracker *t, const struct hs_live *e) {
+/* The free at ts (0: not known) of live allocation e. */
+static void book_free(struct hs_tracker *t, const struct hs_live *e, uint64_t ts) {
+  if (hs_lifetimes_free(&t->lt, e, live_stack(t, e), ts) < 0) t->oom = 1;
   struct hs_bucket *b = bucket_of(t, e);
   touch(t, b);
   b->cur.free_bytes += e->sample_size;
@@ -201,7 +203,7 @@ static void apply_malloc(struct hs_tracker *t, const struct hs_op *op) {
   struct hs_live *e = hs_live_slot(&t->live, op->addr);
   if (e->bucket_plus1) {
     /* Its free was never seen (or not yet: then it will count as untracked). */
-    book_free(t, e);
+    book_free(t, e, 0);
     t->st.implicit_frees++;
   } else {
     e->addr = op->addr;
@@ -212,6 +214,7 @@ static void apply_malloc(struct hs_tracker *t, const struct hs_op *op) {
   e->alloc_size = op->alloc_size;
   e->stack_idx = live_idx;
   e->bucket_plus1 = s->bucket + 1;
+  if (hs_lifetimes_malloc(&t->lt, e, idx, op->ts, op->tid) < 0) t->oom = 1;
   struct hs_bucket *b = &t->buckets[s->bucket];
   touch(t, b);
   b->cur.alloc_bytes += op->sample_size;
@@ -236,13 +239,13 @@ static void apply_free(struct hs_tracker *t, const struct hs_op *op) {
   struct hs_live *e = hs_live_find(&t->live, op->addr);
   if (!e) {
     t->st.untracked_frees++;
-    if (t->stream) stream_row(t, HS_OP_FREE, op->seq, op->addr, 0, 0, 0, 0);
+    if (t->stream) stream_row(t, HS_OP_FREE, op->seq, op->addr, 0, 0, 0, op->ts);
     return;
   }
-  book_free(t, e);
+  book_free(t, e, op->ts);
   if (t->stream) {
     stream_row(t, HS_OP_FREE, op->seq, op->addr, e->alloc_size, e->sample_size,
-               t->stacks.ids[live_stack(t, e)], 0);
+               t->stacks.ids[live_stack(t, e)], op->ts);
   }
   hs_live_remove(&t->live, e);
 }
@@ -293,7 +296,11 @@ void hs_tracker_malloc(struct hs_tracker *t, uint64_t seq, uint64_t addr, uint64
 }
 
 void hs_tracker_free(struct hs_tracker *t, uint64_t seq, uint64_t addr, uint64_t now_ns) {
-  struct hs_op op = {seq, addr, 0, 0, 0, 0, HS_OP_FREE, 0};
+  hs_tracker_free_at(t, seq, addr, 0, now_ns);
+}
+
+void hs_tracker_free_at(struct hs_tracker *t, uint64_t seq, uint64_t addr, uint64_t ts, uint64_t now_ns) {
+  struct hs_op op = {seq, addr, 0, 0, 0, ts, HS_OP_FREE, 0};
   submit(t, &op, now_ns);
 }
 
@@ -569,7 +576,8 @@ int hs_tracker_init(struct hs_tracker *t, int stream, int dump_at_max) {
     t->pk->n = 1;
   }
   if (!t->pk || hs_live_init(&t->live, HS_LIVE_INITIAL) < 0 || hs_stacks_init(&t->stacks, HS_STACKS_INITIAL) < 0 ||
-      hs_stacks_init(&t->callsites, HS_CALLSITES_INITIAL) < 0 || hs_pending_init(&t->pending) < 0) {
+      hs_stacks_init(&t->callsites, HS_CALLSITES_INITIAL) < 0 || hs_pending_init(&t->pending) < 0 ||
+      hs_lifetimes_init(&t->lt) < 0) {
     hs_tracker_destroy(t);
     return -1;
   }
@@ -625,6 +633,7 @@ void hs_tracker_destroy(struct hs_tracker *t) {
   hs_stacks_destroy(&t->stacks);
   hs_stacks_destroy(&t->callsites);
   hs_pending_destroy(&t->pending);
+  hs_lifetimes_destroy(&t->lt);
   free(t->buckets);
   free(t->rest);
   free(t->stream_rows.p);

@@ -304,7 +304,7 @@ int hs_connect_producer(const char *path, const char *token, struct hs_config *c
   hello.version = HS_WIRE_VERSION;
   hello.pid = (uint32_t)getpid();
   hello.ppid = (uint32_t)getppid();
-  hello.start_ts = hs_coarse_ns(); /* the records' clock: no sample of this process is earlier */
+  hello.start_ts = hs_record_ns(); /* the records' clock: no sample of this process is earlier */
   int memfd = -1;
   if (send_all(fd, &hello, sizeof hello) != 0 || recv_config(fd, cfg, &memfd) != 0) {
     hs_debug("handshake failed, errno", (uint64_t)errno);

@@ -107,7 +107,7 @@ static int routed(struct hs_ingest *g, uint32_t type, const uint8_t *body, uint6
   struct hs_ingest_route *r = route_of(g, f.heap_id);
   if (!r) return 0;
   r->frees++;
-  hs_tracker_free(r->tracker, f.seq, f.addr, now_ns);
+  hs_tracker_free_at(r->tracker, f.seq, f.addr, f.ts, now_ns);
   return 1;
 }
 
@@ -189,7 +189,7 @@ void hs_ingest_drain(struct hs_ingest *g, uint64_t max_records, uint64_t now_ns)
       struct hs_free f;
       memcpy(&f, rec + 8, sizeof f);
       g->st.frees++;
-      hs_tracker_free(g->tracker, f.seq, f.addr, now_ns);
+      hs_tracker_free_at(g->tracker, f.seq, f.addr, f.ts, now_ns);
     } else if (g->nroutes &&
                ((type == HS_REC_HEAP_MALLOC && size == 8 + sizeof(struct hs_heap_malloc)) ||
                 (type == HS_REC_HEAP_FREE && size == 8 + sizeof(struct hs_heap_free))) &&

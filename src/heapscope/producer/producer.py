@@ -532,7 +532,7 @@ class Producer:
             h = self._custom_heap(p, r.heap_id)
             if h is not None:
                 h.frees += 1
-                h.tracker.free(r.seq, r.addr, now)
+                h.tracker.free(r.seq, r.addr, now, r.ts)
         elif isinstance(r, codec.StackRecord):  # not handed over: the ring reader keeps each in C (Ingest.resolver)
             p.stats.malformed_records += 1
         elif r.heap_id >= codec.FIRST_CUSTOM_HEAP:
@@ -625,7 +625,8 @@ class Producer:
 
         With dump_at_max the tracker's rows are the state at the peak
         (heapprofd's self_max), so SUM(size) up to this dump is the peak. The
-        final dump also writes the process's peak (heapscope_peak_allocation).
+        final dump also writes the process's peak (heapscope_peak_allocation) and its
+        lifetimes and sizes (heapscope_callsite_lifetime, heapscope_callsite_size).
         """
         if not self.keep:
             return  # nothing to write; the trackers' figures stay as they are
@@ -641,11 +642,14 @@ class Producer:
             peak = heap.peak_values(tracker)
             if peak:
                 w.add_peak_values(p.info.upid, tracker.stats()["peak_ts"], p.heap_name, peak)
+            w.add_lifetimes(p.info.upid, p.heap_name, *heap.lifetime_rows(tracker))
         for h, h_rows in custom:
             w.add_dump_values(p.info.upid, p.last_dump_ts, ts, reason, h_rows, h.name)
             peak = heap.peak_values(h.tracker) if final else ()
             if peak:
                 w.add_peak_values(p.info.upid, h.tracker.stats()["peak_ts"], h.name, peak)
+            if final:
+                w.add_lifetimes(p.info.upid, h.name, *heap.lifetime_rows(h.tracker))
         p.last_dump_ts = ts
         if p.stream:
             w.add_stream(self._stream_rows(p))

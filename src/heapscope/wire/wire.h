@@ -70,7 +70,7 @@
 #include <stdint.h>
 
 #define HS_WIRE_MAGIC 0x31575350414548ull /* "HEAPSW1" little endian */
-#define HS_WIRE_VERSION 8u
+#define HS_WIRE_VERSION 9u
 #define HS_TOKEN_SIZE 16
 #define HS_META_SIZE 4096u
 /* The ring of data after the meta page: a power of two in this range. */
@@ -151,7 +151,7 @@ struct hs_hello {
   uint32_t ppid;
   uint32_t reserved;
   uint8_t token[HS_TOKEN_SIZE];
-  uint64_t start_ts; /* CLOCK_MONOTONIC_COARSE ns (the records' clock) as the client connects: the process's start for its
+  uint64_t start_ts; /* CLOCK_MONOTONIC ns (the records' clock) as the client connects: the process's start for its
                         timeline (the producer reads the hello later; a short program may
                         have reached its peak by then) */
 };
@@ -209,7 +209,7 @@ struct hs_ring_meta {
    * known (a signal killed it). */
   uint64_t exit_peak_rss; /* bytes: the process's VmHWM at that moment */
   uint64_t own_rss;       /* bytes of heapscope's own mappings resident then (client/own.h) */
-  uint64_t exit_ts;       /* CLOCK_MONOTONIC_COARSE ns at that moment: the process's end, as the
+  uint64_t exit_ts;       /* CLOCK_MONOTONIC ns (the records' clock) at that moment: the process's end, as the
                              producer's own sight of it comes later */
 };
 
@@ -219,7 +219,8 @@ struct hs_malloc {
   uint64_t sample_size; /* bytes this sample stands for (interval*k or size) */
   uint64_t alloc_size;  /* bytes the program asked for */
   uint64_t stack_id;    /* hash of the stack; defined once by HS_REC_STACK */
-  uint64_t ts;          /* CLOCK_MONOTONIC_COARSE, ns */
+  uint64_t ts;          /* CLOCK_MONOTONIC ns (vDSO, no system call): fine enough for
+                           lifetimes of a millisecond (the free's ts less this one) */
   uint32_t tid;         /* the allocating thread's kernel id (gettid(); 0 = not known),
                            cached in the thread's TLS: no system call per sample */
   uint32_t reserved;    /* 0 */
@@ -228,6 +229,7 @@ struct hs_malloc {
 struct hs_free {
   uint64_t seq;
   uint64_t addr;
+  uint64_t ts; /* CLOCK_MONOTONIC ns as the free is sent: the allocation's lifetime ends */
 };
 
 struct hs_stack {
@@ -331,6 +333,7 @@ struct hs_heap_free {
   uint32_t heap_id;
   uint32_t reserved;
   uint64_t addr;
+  uint64_t ts; /* as hs_free's */
 };
 
 /* The heap of Python's MEM and OBJ allocator domains (client/pymem.c): one
@@ -367,12 +370,12 @@ HS_STATIC_ASSERT(sizeof(struct hs_config) == 56, "hs_config");
 HS_STATIC_ASSERT(sizeof(struct hs_ring_meta) <= HS_META_SIZE, "meta");
 HS_STATIC_ASSERT(sizeof(struct hs_ring_meta) == 336, "hs_ring_meta");
 HS_STATIC_ASSERT(sizeof(struct hs_malloc) == 56, "hs_malloc");
-HS_STATIC_ASSERT(sizeof(struct hs_free) == 16, "hs_free");
+HS_STATIC_ASSERT(sizeof(struct hs_free) == 24, "hs_free");
 HS_STATIC_ASSERT(sizeof(struct hs_stack) == 16, "hs_stack");
 HS_STATIC_ASSERT(sizeof(struct hs_module) == 88, "hs_module");
 HS_STATIC_ASSERT(sizeof(struct hs_heap) == 48, "hs_heap");
 HS_STATIC_ASSERT(sizeof(struct hs_heap_malloc) == 56, "hs_heap_malloc");
-HS_STATIC_ASSERT(sizeof(struct hs_heap_free) == 24, "hs_heap_free");
+HS_STATIC_ASSERT(sizeof(struct hs_heap_free) == 32, "hs_heap_free");
 HS_STATIC_ASSERT(sizeof(struct hs_pystack) == 8, "hs_pystack");
 HS_STATIC_ASSERT(sizeof(struct hs_pyframe) == 16, "hs_pyframe");
 HS_STATIC_ASSERT(sizeof(struct hs_pycode) == 32, "hs_pycode");
