@@ -28,7 +28,8 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "heapscope"
 FLAGS_FILE = SRC / "bookkeeping" / "native.flags"
 # bookkeeping/meson.build's bookkeeping_core: compiled into both extensions.
 BOOKKEEPING_CORE = [SRC / "bookkeeping" / f for f in
-                    ("tracker.c", "tracker_order.c", "tracker_tables.c", "tracker_lifetime.c", "hashmap.c", "trie.c", "resolver.c")]
+                    ("tracker.c", "tracker_order.c", "tracker_tables.c", "tracker_lifetime.c", "hashmap.c", "trie.c",
+                     "resolver.c")]
 EXTENSIONS = {  # module name -> its own sources, with the core
     "heapscope.bookkeeping._native": [SRC / "bookkeeping" / "_native.c", SRC / "bookkeeping" / "pylines.c"],
     "heapscope.producer._ingest": [SRC / "producer" / "_ingest.c", SRC / "producer" / "ingest_core.c"],

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import struct
 
+from heapscope.model import LIFETIME_BOUNDS as LIFETIME_BOUNDS
+
 DUMP_ROW = struct.Struct("<Qqqq")  # what changed at one callsite since the previous dump
 PEAK_ROW = struct.Struct("<7Q")  # one callsite at the process's peak, cumulative
 WINDOW_ROW = struct.Struct("<2Q4qQ")  # one bucket's change since a peak window began
@@ -49,6 +51,5 @@ OP_MALLOC, OP_FREE = 1, 2  # hs_stream_row.kind (HS_OP_MALLOC, HS_OP_FREE)
 # hs_lifetime_row.kind (tracker_lifetime.h HS_LT_*): freed (bucket of its lifetime), still held (of
 # its age), freed without a lifetime, every sample by size, heaptrack's temporary.
 LT_FREED, LT_HELD, LT_UNKNOWN, LT_SIZE, LT_HEAPTRACK = 1, 2, 3, 4, 5
-# Lifetime bucket i < len(LIFETIME_BOUNDS) ends below LIFETIME_BOUNDS[i] ns (1-2-5 steps from 1 us
-# to 1000 s, tracker_lifetime.c); the last has no end. Size bucket b holds sizes [2^b, 2^(b+1)), 0 and 1 in 0.
-LIFETIME_BOUNDS = tuple(m * 10 ** e for e in range(3, 12) for m in (1, 2, 5)) + (10 ** 12,)
+# Lifetime buckets: heapscope.model.LIFETIME_BOUNDS (test_rows checks them against the C). Size
+# bucket b holds sizes [2^b, 2^(b+1)), 0 and 1 in 0.

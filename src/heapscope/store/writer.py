@@ -223,7 +223,8 @@ class ProfileWriter:
             (ts, upid, heap_name), values, 7,
             lambda r: (i64_to_sql(r[0]), i64_to_sql(r[1]), r[2], *(opt_i64_to_sql(v) for v in r[3:])))
 
-    def add_lifetimes(self, upid: int, heap_name: str, lifetimes: Sequence[tuple[int, str, int, int | None, int, int, int]],
+    def add_lifetimes(self, upid: int, heap_name: str,
+                      lifetimes: Sequence[tuple[int, str, int, int | None, int, int, int]],
                       sizes: Sequence[tuple[int, int, int, int, int, int]]) -> None:
         """A process heap's lifetimes (callsite, kind, lo_ns, hi_ns, count, size, real_size) and sizes
         (callsite, lo, hi, count, size, real_size), cumulative, at its final dump."""
