@@ -1,0 +1,143 @@
+"""Lifetimes and sizes of sampled allocations, under the real client and producer.
+
+tests/programs/lifetimes.c has three paths of known lifetimes and sizes: path_temp frees each
+block right after its malloc, path_hold keeps its blocks at least HOLD_MS ms, path_never never
+frees. The temporary view must rank them so, the lifetimes' medians must fall in the right
+buckets, and at interval 1 the counts (heaptrack's definition included) are exact.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pytest
+from hs_integration import HEAPSCOPE, Programs, Recorder, run_process
+
+from heapscope.store.reader import open_profile
+from heapscope.store.select import select_heap
+from heapscope.view import lifetimes as lt
+
+pytestmark = pytest.mark.timeout(180)
+
+MS = 1_000_000
+LEAVES = {"temp_once": "path_temp", "hold_alloc": "path_hold", "never_alloc": "path_never"}
+
+
+def _consts(programs: Programs) -> tuple[int, int, int, int]:
+    out = subprocess.run([str(programs.path("lifetimes")), "--print-truth"], capture_output=True, text=True,
+                         timeout=30, check=True).stdout
+    line = next(ln for ln in out.splitlines() if ln.startswith("lifetimes "))
+    temp_n, hold_n, hold_ms, never_n = (int(v) for v in line.split()[1:])
+    return temp_n, hold_n, hold_ms, never_n
+
+
+def _rows(db: Path, threshold: int | str) -> dict[str, lt.LifetimeRow]:
+    with open_profile(db) as profile:
+        shown = select_heap(profile, None)
+        (p,) = profile.processes()
+        lives = lt.read(profile, [p.info.upid], None if shown is None else shown.split("+"))
+        assert lives is not None
+        interval = p.flags.sampling_interval_bytes if p.flags else 1
+        return {r.function: r for r in lt.lifetime_rows(profile, lives, threshold, interval)}
+
+
+def _report(db: Path, *args: str) -> str:
+    run = run_process([*HEAPSCOPE, "report", str(db), *args], timeout=60)
+    assert run.returncode == 0, run.describe()
+    return run.stdout.decode()
+
+
+def _stack_order(text: str) -> list[str]:
+    """The paths of the temporary view's stack lines, in their order."""
+    return [path for line in text.splitlines() for path in LEAVES.values() if f"> {path} >" in line]
+
+
+def test_interval_1_counts_are_exact(programs: Programs, record: Recorder) -> None:
+    temp_n, hold_n, hold_ms, never_n = _consts(programs)
+    rec = record([programs.path("lifetimes")], interval=1)
+    assert rec.returncode == 0, rec.describe()
+    rows = _rows(rec.db, lt.HEAPTRACK)
+    temp, hold, never = rows["temp_once"], rows["hold_alloc"], rows["never_alloc"]
+    # every allocation counted, none estimated
+    assert (temp.alloc.value, hold.alloc.value, never.alloc.value) == (temp_n, hold_n, never_n)
+    assert temp.alloc.stderr == hold.alloc.stderr == 0
+    # heaptrack's definition: each temp block is freed before its thread's next malloc, no held
+    # block is (path_never's mallocs come between)
+    assert (temp.temp.value, hold.temp.value, never.temp.value) == (temp_n, 0, 0)
+    assert (temp.held.value, hold.held.value, never.held.value) == (0, 0, never_n)
+    # lifetimes: the holds' median and p90 at HOLD_MS or more, the temps' median under 1 ms
+    assert hold.median is not None and hold.median[0] >= hold_ms * MS
+    assert temp.median is not None and temp.median[1] is not None and temp.median[1] <= MS
+    assert never.median is None
+    # the temporary view (1 ms) ranks path_temp first and alone: nothing held was freed so soon
+    text = _report(rec.db, "--view", "temporary")
+    assert _stack_order(text) == ["path_temp"], text
+    text = _report(rec.db, "--view", "temporary", "--temporary", "heaptrack")
+    assert f"{temp_n:,}" in text and _stack_order(text) == ["path_temp"], text
+
+
+def test_sizes_at_interval_1(programs: Programs, record: Recorder) -> None:
+    temp_n, hold_n, _hold_ms, never_n = _consts(programs)
+    rec = record([programs.path("lifetimes")], interval=1)
+    assert rec.returncode == 0, rec.describe()
+    with open_profile(rec.db) as profile:
+        (p,) = profile.processes()
+        lives = lt.read(profile, [p.info.upid], None)
+        assert lives is not None
+        sizes = {(r.lo, r.hi): r.allocations.value for r in lt.size_rows(lives.values(), 1)}
+    # 256 B, 4096 B and 100000 B, each in its power-of-two bucket, every allocation
+    assert sizes == {(256, 512): temp_n, (4096, 8192): hold_n, (65536, 131072): never_n}
+    text = _report(rec.db, "--sizes", "--focus", "path_hold")
+    assert "4.0 KiB-8.0 KiB" in text and "256 B-512 B" not in text, text
+
+
+@pytest.mark.parametrize("seed", [1, 20240601])
+def test_default_interval_ranks_and_medians_within_error(programs: Programs, record: Recorder, seed: int) -> None:
+    temp_n, hold_n, hold_ms, never_n = _consts(programs)
+    rec = record([programs.path("lifetimes")], interval=None, seed=seed)
+    assert rec.returncode == 0, rec.describe()
+    rows = _rows(rec.db, MS)
+    temp, hold, never = rows["temp_once"], rows["hold_alloc"], rows["never_alloc"]
+    # the temps' allocations are estimated (256 B < the interval) within 4 standard errors; the
+    # blocks of at least the interval are recorded exactly
+    assert abs(temp.alloc.value - temp_n) <= 4 * temp.alloc.stderr, temp
+    assert (hold.alloc.value, never.alloc.value) == (hold_n, never_n)
+    # nearly every temp is freed within 1 ms (a preempted one may not be); none of the others
+    assert temp.temp.value >= 0.9 * temp.alloc.value and hold.temp.value == never.temp.value == 0
+    assert hold.median is not None and hold.median[0] >= hold_ms * MS
+    assert temp.median is not None and temp.median[1] is not None and temp.median[1] <= MS
+    assert never.held.value == never_n and never.median is None
+    text = _report(rec.db, "--view", "temporary")
+    assert _stack_order(text) == ["path_temp"], text
+    assert "± " in text, text  # estimates carry their standard error
+
+
+def test_a_profile_without_lifetimes_says_so(programs: Programs, record: Recorder, tmp_path: Path) -> None:
+    # GIVEN a profile as written before the lifetime tables
+    rec = record([programs.path("lifetimes")], interval=1)
+    assert rec.returncode == 0, rec.describe()
+    with sqlite3.connect(rec.db) as db:
+        db.execute("DROP TABLE heapscope_callsite_lifetime")
+        db.execute("DROP TABLE heapscope_callsite_size")
+    db.close()
+    # THEN the lifetime views say it in one line, and the other views read it as before
+    for args in (("--view", "temporary"), ("--lifetimes",), ("--sizes",)):
+        run = run_process([*HEAPSCOPE, "report", str(rec.db), *args], timeout=60)
+        out = run.stdout.decode()
+        assert run.returncode == 0, run.describe()
+        assert out.strip().endswith("record the program again for --view temporary, --lifetimes and --sizes")
+        assert len(out.splitlines()) == 1 and not run.stderr, run.describe()
+    assert "never_alloc" in _report(rec.db)
+
+
+@pytest.mark.parametrize("args", [("--temporary", "soon"), ("--view", "temporary", "--temporary", "0ms"),
+                                  ("--lifetimes", "--sizes"), ("--temporary", "1ms")])
+def test_bad_lifetime_options_get_one_line(programs: Programs, record: Recorder, args: tuple[str, ...]) -> None:
+    rec = record([programs.path("tiny")], interval=1)
+    assert rec.returncode == 0, rec.describe()
+    run = run_process([*HEAPSCOPE, "report", str(rec.db), *args, *(("--lifetimes",) if "soon" in args else ())],
+                      timeout=60)
+    assert run.returncode != 0 and len(run.stderr.strip().splitlines()) == 1, run.describe()
+    assert b"Traceback" not in run.stderr
