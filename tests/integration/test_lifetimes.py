@@ -141,3 +141,19 @@ def test_bad_lifetime_options_get_one_line(programs: Programs, record: Recorder,
                       timeout=60)
     assert run.returncode != 0 and len(run.stderr.strip().splitlines()) == 1, run.describe()
     assert b"Traceback" not in run.stderr
+
+
+def test_diff_of_temporary_per_function(programs: Programs, record: Recorder) -> None:
+    # GIVEN lifetimes.c's profile and one of a program without its paths
+    before = record([programs.path("lifetimes")], interval=1)
+    after = record([programs.path("tiny")], interval=1)
+    assert before.returncode == after.returncode == 0, before.describe() + after.describe()
+    run = run_process([*HEAPSCOPE, "diff", str(before.db), str(after.db), "--view", "temporary"], timeout=60)
+    assert run.returncode == 0, run.describe()
+    text = run.stdout.decode()
+    # THEN temp_once's temporary bytes are the largest shrink, to nothing, its allocations exact
+    shrinks = text.split("largest shrinks:", 1)[1].splitlines()
+    assert "temp_once" in shrinks[2] and "-4.9 MiB" in shrinks[2] and " 0 B " in shrinks[2], text
+    assert "hold_alloc" not in text and "never_alloc" not in text, text
+    one = run_process([*HEAPSCOPE, "diff", str(before.db), "--dump-a", "1", "--view", "temporary"], timeout=60)
+    assert one.returncode != 0 and b"two profiles" in one.stderr, one.describe()

@@ -198,3 +198,47 @@ def render(profile: Profile, processes: Sequence[Process], args: argparse.Namesp
         else:
             out.append(render_temporary(profile, p, lives, threshold, args.top))
     return "\n".join(out)
+
+
+def render_diff(profiles: Sequence[Profile], processes: Sequence[Process], labels: Sequence[str],
+                shown: Sequence[str | None], args: argparse.Namespace) -> str:
+    """`diff --view temporary`: per leaf function, the temporary bytes and allocations of the two
+    profiles' processes, largest growths and shrinks first (lifetimes are whole runs: no dumps)."""
+    threshold = parse_temporary(args.temporary)
+    sides: list[dict[tuple[str, str], lt.LifetimeRow]] = []
+    intervals = []
+    for profile, p, heap in zip(profiles, processes, shown, strict=True):
+        if not has_lifetimes(profile):
+            return f"{profile.path}: {NO_LIFETIMES}\n"
+        interval = process_interval(profile, p)
+        intervals.append(interval)
+        lives = read_lifetimes(profile, [p.info.upid], heap_members(heap))
+        python = not args.native and p.info.upid in profile.python_upids()
+        sides.append({(r.function, r.library): r for r in lt.lifetime_rows(profile, lives, threshold, interval,
+                                                                            python)})
+    a, b = sides
+    ta, tb = (sum(r.temp_bytes for r in s.values()) for s in sides)
+    lines = [f"temporary: {format_bytes(ta)} ({labels[0]}) -> {format_bytes(tb)} ({labels[1]}),"
+             f" {'+' if tb >= ta else ''}{format_bytes(tb - ta)}",
+             f"  {threshold_line(threshold, max(intervals))}", ""]
+    keys = sorted(set(a) | set(b))
+    changes = [(b[k].temp_bytes if k in b else 0) - (a[k].temp_bytes if k in a else 0) for k in keys]
+
+    def est(side: dict[tuple[str, str], lt.LifetimeRow], k: tuple[str, str], interval: int) -> str:
+        return _estimate(side[k].temp, interval) if k in side else "0"
+
+    for title, sign in (("largest growths", 1), ("largest shrinks", -1)):
+        part = sorted((kc for kc in zip(keys, changes, strict=True) if kc[1] * sign > 0),
+                      key=lambda kc: (-abs(kc[1]), kc[0]))[:args.top]
+        lines.append(f"{title}:")
+        if not part:
+            lines.append("  (none)")
+        else:
+            lines += _table(("change", "before", "after", "allocations before", "after", "function", "library"),
+                            [(("+" if c > 0 else "") + format_bytes(c),
+                              format_bytes(a[k].temp_bytes if k in a else 0), format_bytes(b[k].temp_bytes if k in b
+                                                                                          else 0),
+                              est(a, k, intervals[0]), est(b, k, intervals[1]), k[0], k[1]) for k, c in part],
+                            left=2)
+        lines.append("")
+    return "\n".join(lines)
