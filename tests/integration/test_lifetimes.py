@@ -35,9 +35,9 @@ def _consts(programs: Programs) -> tuple[int, int, int, int]:
 
 def _rows(db: Path, threshold: int | str) -> dict[str, lt.LifetimeRow]:
     with open_profile(db) as profile:
-        shown = select_heap(profile, None)
+        select_heap(profile, None)
         (p,) = profile.processes()
-        lives = lt.read(profile, [p.info.upid], None if shown is None else shown.split("+"))
+        lives = lt.read(profile, [p.info.upid])
         assert lives is not None
         interval = p.flags.sampling_interval_bytes if p.flags else 1
         return {r.function: r for r in lt.lifetime_rows(profile, lives, threshold, interval)}
@@ -84,7 +84,7 @@ def test_sizes_at_interval_1(programs: Programs, record: Recorder) -> None:
     assert rec.returncode == 0, rec.describe()
     with open_profile(rec.db) as profile:
         (p,) = profile.processes()
-        lives = lt.read(profile, [p.info.upid], None)
+        lives = lt.read(profile, [p.info.upid])
         assert lives is not None
         sizes = {(r.lo, r.hi): r.allocations.value for r in lt.size_rows(lives.values(), 1)}
     # 256 B, 4096 B and 100000 B, each in its power-of-two bucket, every allocation

@@ -76,8 +76,7 @@ def main(args: argparse.Namespace) -> int:
 
             if args.after is None or args.dump_a is not None or args.dump_b is not None:
                 raise UsageError("diff --view temporary compares two profiles, each its whole run (no --dump-a/-b)")
-            shown = [select_heap(profile, args.heap) for profile in profiles]
-            sys.stdout.write(render_diff(profiles, procs, [Path(f).name for f in files], shown, args))
+            sys.stdout.write(render_diff(profiles, procs, [Path(f).name for f in files], args))
             return 0
         if args.temporary is not None:
             raise UsageError("--temporary applies to --view temporary")

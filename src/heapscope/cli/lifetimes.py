@@ -14,7 +14,7 @@ from heapscope.model import CallsiteId
 from heapscope.store.labels import process_label
 from heapscope.store.lifetimes import CallsiteLife, has_lifetimes, read_lifetimes
 from heapscope.store.reader import Process, Profile
-from heapscope.store.select import heap_members, process_interval
+from heapscope.store.select import process_interval
 from heapscope.units import format_bytes, parse_duration
 from heapscope.view import lifetimes as lt
 from heapscope.view.units import format_count, format_percent
@@ -176,18 +176,17 @@ def _bar(part: int, whole: int, width: int = 30) -> str:
     return "#" * max(1 if part else 0, round(width * part / whole)) if whole else ""
 
 
-def render(profile: Profile, processes: Sequence[Process], args: argparse.Namespace, shown: str | None,
+def render(profile: Profile, processes: Sequence[Process], args: argparse.Namespace,
            focus: re.Pattern[str] | None, ignore: re.Pattern[str] | None) -> str:
     """The text of the lifetime view `args` asks for (--view temporary, --lifetimes or --sizes),
-    one section per process."""
+    one section per process, of the heap the profile shows (store/select.py select_heap)."""
     threshold = parse_temporary(args.temporary)
     if not has_lifetimes(profile):
         return f"{args.file}: {NO_LIFETIMES}\n"
-    heaps = heap_members(shown)
     python = profile.python_upids() if args.lifetimes and not args.native else set()
     out = []
     for p in processes:
-        lives = read_lifetimes(profile, [p.info.upid], heaps)
+        lives = read_lifetimes(profile, [p.info.upid])
         keep = lt.callsite_filter(profile, lives, focus, ignore)
         if keep is not None:
             lives = {cs: v for cs, v in lives.items() if keep(cs)}
@@ -201,18 +200,18 @@ def render(profile: Profile, processes: Sequence[Process], args: argparse.Namesp
 
 
 def render_diff(profiles: Sequence[Profile], processes: Sequence[Process], labels: Sequence[str],
-                shown: Sequence[str | None], args: argparse.Namespace) -> str:
+                args: argparse.Namespace) -> str:
     """`diff --view temporary`: per leaf function, the temporary bytes and allocations of the two
     profiles' processes, largest growths and shrinks first (lifetimes are whole runs: no dumps)."""
     threshold = parse_temporary(args.temporary)
     sides: list[dict[tuple[str, str], lt.LifetimeRow]] = []
     intervals = []
-    for profile, p, heap in zip(profiles, processes, shown, strict=True):
+    for profile, p in zip(profiles, processes, strict=True):
         if not has_lifetimes(profile):
             return f"{profile.path}: {NO_LIFETIMES}\n"
         interval = process_interval(profile, p)
         intervals.append(interval)
-        lives = read_lifetimes(profile, [p.info.upid], heap_members(heap))
+        lives = read_lifetimes(profile, [p.info.upid])
         python = not args.native and p.info.upid in profile.python_upids()
         sides.append({(r.function, r.library): r for r in lt.lifetime_rows(profile, lives, threshold, interval,
                                                                             python)})

@@ -117,9 +117,10 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("--view temporary, --lifetimes and --sizes are views of their own: one at a time")
     with open_profile(args.file) as profile:
         shown = select_heap(profile, args.heap)
-        if lifetimes:  # views of their own tables (cli/lifetimes.py)
-            return _write(render_lifetimes(profile, select_processes(profile, args.pid), args, shown, focus, ignore))
         folded = apply_fold(profile, args)
+        if lifetimes:  # views of their own tables (cli/lifetimes.py)
+            text = fold_line(folded) + "\n\n" if folded else ""
+            return _write(text + render_lifetimes(profile, select_processes(profile, args.pid), args, focus, ignore))
         # The Python view by default where stacks hold Python frames (the first answer names the user's
         # code); --stacks shows each stack in full unless --python-only asks.
         python_only = True if args.python_only else False if args.native or args.stacks else None

@@ -2,13 +2,13 @@
 
 The tables (heapscope_callsite_lifetime, heapscope_callsite_size: schema.sql) are written at
 each process's final dump; a profile from before them has neither, and has_lifetimes() says so
-(the views then say the profile has no lifetimes). Heap choice (--heap) is the caller's: the
-rows are read for the heap names it gives (None: every heap).
+(the views then say the profile has no lifetimes). The heap is the one the profile shows
+(store/select.py select_heap shadows these tables too).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from typing import NamedTuple, TypeVar
 
 from heapscope.model import CallsiteId
@@ -70,27 +70,18 @@ def has_lifetimes(profile: Profile) -> bool:
     return names == {LIFETIME_TABLE, SIZE_TABLE}
 
 
-def _where(upids: Collection[int], heaps: Sequence[str] | None) -> tuple[str, list[object]]:
-    args: list[object] = list(upids)
-    sql = f" WHERE upid IN ({', '.join('?' * len(args))})"
-    if heaps is not None:
-        sql += f" AND heap_name IN ({', '.join('?' * len(heaps))})"
-        args += list(heaps)
-    return sql, args
-
-
-def read_lifetimes(profile: Profile, upids: Collection[int],
-                   heaps: Sequence[str] | None) -> dict[CallsiteId, CallsiteLife]:
-    """Each callsite's lifetimes and sizes over the processes `upids` and the heaps `heaps`
-    (None: all); empty when the profile has no lifetime tables (has_lifetimes)."""
+def read_lifetimes(profile: Profile, upids: Collection[int]) -> dict[CallsiteId, CallsiteLife]:
+    """Each callsite's lifetimes and sizes over the processes `upids`, of the heap the profile
+    shows; empty when the profile has no lifetime tables (has_lifetimes)."""
     if not upids or not has_lifetimes(profile):
         return {}
-    where, args = _where(upids, heaps)
+    args = list(upids)
+    where = f" WHERE upid IN ({', '.join('?' * len(args))})"
     out: dict[CallsiteId, CallsiteLife] = {}
     db = profile.sql_connection()
     col = LIFETIME_TABLE + "."
     with profile.reading():
-        for r in db.execute("SELECT callsite_id, kind, lo_ns, hi_ns, count, size, real_size FROM main."
+        for r in db.execute("SELECT callsite_id, kind, lo_ns, hi_ns, count, size, real_size FROM "
                             + LIFETIME_TABLE + where, args):
             cs = CallsiteId(int_from_sql(r[0], col + "callsite_id"))
             life = out.setdefault(cs, CallsiteLife())
@@ -106,7 +97,7 @@ def read_lifetimes(profile: Profile, upids: Collection[int],
             elif kind == "heaptrack":
                 life.heaptrack = life.heaptrack.plus(cell)
         col = SIZE_TABLE + "."
-        for r in db.execute("SELECT callsite_id, lo, hi, count, size, real_size FROM main." + SIZE_TABLE + where,
+        for r in db.execute("SELECT callsite_id, lo, hi, count, size, real_size FROM " + SIZE_TABLE + where,
                             args):
             cs = CallsiteId(int_from_sql(r[0], col + "callsite_id"))
             life = out.setdefault(cs, CallsiteLife())

@@ -216,7 +216,8 @@ HEAP_HELP = ("the heap to show: the default is libc.malloc, with python.pymalloc
              " (every heap merged: memory a pool hands out is counted twice)")
 
 #: The tables that carry a heap_name, shadowed by select_heap.
-_HEAP_TABLES = ("heap_profile", "heap_profile_allocation", "heapscope_peak_allocation")
+_HEAP_TABLES = ("heap_profile", "heap_profile_allocation", "heapscope_peak_allocation",
+                "heapscope_callsite_lifetime", "heapscope_callsite_size")  # the last three: not in older profiles
 
 _ORDER = {HEAP_NAME: 0, PY_HEAP_NAME: 1}
 
@@ -303,20 +304,17 @@ def _shadow_heaps(profile: Profile, members: list[str] | None) -> None:
     # Views take no parameters; each name is one of heap_names, read from the profile.
     among = "(" + ", ".join(_text_literal(n) for n in members) + ")"
     for table in _HEAP_TABLES:
-        if table != "heapscope_peak_allocation" and not hide:
+        if (table != "heapscope_peak_allocation" and not hide) or not _has_table(db, table):
             continue
-        if table == "heapscope_peak_allocation":
-            if not _has_table(db, table):
-                continue
-            if len(members) > 1:
-                # Each heap's peak rows, all at the latest of those peaks: a reader takes one
-                # peak per process (reader.peak_callsites). One ts for heaps sharing a peak.
-                cols = [str(r[1]) for r in db.execute(f"PRAGMA main.table_info({table})")]
-                out = ", ".join("m.peak_ts AS ts" if c == "ts" else f"a.{c}" for c in cols)
-                db.execute(f"CREATE TEMP VIEW {table} AS SELECT {out} FROM main.{table} a JOIN"
-                           f" (SELECT upid, MAX(ts) AS peak_ts FROM main.{table} WHERE heap_name IN {among}"
-                           f" GROUP BY upid) m ON m.upid = a.upid WHERE a.heap_name IN {among}")
-                continue
+        if table == "heapscope_peak_allocation" and len(members) > 1:
+            # Each heap's peak rows, all at the latest of those peaks: a reader takes one
+            # peak per process (reader.peak_callsites). One ts for heaps sharing a peak.
+            cols = [str(r[1]) for r in db.execute(f"PRAGMA main.table_info({table})")]
+            out = ", ".join("m.peak_ts AS ts" if c == "ts" else f"a.{c}" for c in cols)
+            db.execute(f"CREATE TEMP VIEW {table} AS SELECT {out} FROM main.{table} a JOIN"
+                       f" (SELECT upid, MAX(ts) AS peak_ts FROM main.{table} WHERE heap_name IN {among}"
+                       f" GROUP BY upid) m ON m.upid = a.upid WHERE a.heap_name IN {among}")
+            continue
         db.execute(f"CREATE TEMP VIEW {table} AS SELECT * FROM main.{table} WHERE heap_name IN {among}")
 
 

@@ -22,7 +22,7 @@ with sampling, "next" is the next sample. At interval 1 every figure is exact.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable
 
 from heapscope.estimate import Estimate, combine, estimate_count
 from heapscope.model import LIFETIME_BOUNDS, CallsiteId, FrameId
@@ -137,13 +137,13 @@ class SizeRow(Record, frozen=True):
     allocations: Estimate
 
 
-def read(profile: Profile, upids: Collection[int], heaps: Sequence[str] | None,
+def read(profile: Profile, upids: Collection[int],
          keep: Callable[[CallsiteId], bool] | None = None) -> dict[CallsiteId, CallsiteLife] | None:
-    """The lifetimes of the callsites of `upids` that `keep` keeps; None when the profile has
-    no lifetime tables (written before them)."""
+    """The lifetimes of the callsites of `upids` that `keep` keeps (of the heap the profile
+    shows); None when the profile has no lifetime tables (written before them)."""
     if not has_lifetimes(profile):
         return None
-    lives = read_lifetimes(profile, upids, heaps)
+    lives = read_lifetimes(profile, upids)
     return {cs: v for cs, v in lives.items() if keep is None or keep(cs)}
 
 
