@@ -157,3 +157,60 @@ def test_diff_of_temporary_per_function(programs: Programs, record: Recorder) ->
     assert "hold_alloc" not in text and "never_alloc" not in text, text
     one = run_process([*HEAPSCOPE, "diff", str(before.db), "--dump-a", "1", "--view", "temporary"], timeout=60)
     assert one.returncode != 0 and b"two profiles" in one.stderr, one.describe()
+
+
+def test_flamegraph_has_the_temporary_view_and_node_sizes(programs: Programs, record: Recorder) -> None:
+    from heapscope.view.flamegraph import heap_graphs, payload, render_html
+
+    temp_n, _hold_n, _hold_ms, _never_n = _consts(programs)
+    rec = record([programs.path("lifetimes")], interval=1)
+    assert rec.returncode == 0, rec.describe()
+    with open_profile(rec.db) as profile:
+        heaps, at = heap_graphs(profile)
+        data = payload(heaps[at].graphs, title="t")
+    assert data["views"] == ["space", "alloc_space", "objects", "alloc_objects", "temporary"]
+    (proc,) = data["processes"]  # type: ignore[attr-defined]
+    names = [data["strings"][k] for k in proc["name"]]  # type: ignore[index]
+    temp, hold = names.index("temp_once"), names.index("hold_alloc")
+    # the temporary view: path_temp's bytes (nearly all freed within 1 ms), none of path_hold's
+    for dump in proc["dumps"]:
+        sp = dump["self"]["temporary"]
+        selfs = {}
+        i = 0
+        for k in range(0, len(sp), 2):
+            i += sp[k]
+            selfs[i] = sp[k + 1]
+        assert 0.9 * temp_n * 256 <= selfs[temp] <= temp_n * 256 and hold not in selfs, selfs
+    # each node's sizes: (node, bucket, allocations, bytes), temp_once's 20000 in [256, 512)
+    sizes = proc["sizes"]
+    entries = [tuple(sizes[k:k + 4]) for k in range(0, len(sizes), 4)]
+    assert (temp, 8, temp_n, temp_n * 256) in entries and (hold, 12, 200, 200 * 4096) in entries, entries
+    assert "sizesHtml" in render_html(data)
+
+
+def test_flamegraph_temporary_view_and_size_tooltip_in_chromium(programs: Programs, record: Recorder,
+                                                                tmp_path: Path) -> None:
+    from test_views import browser
+
+    temp_n, _hold_n, _hold_ms, _never_n = _consts(programs)
+    rec = record([programs.path("lifetimes")], interval=1)
+    assert rec.returncode == 0, rec.describe()
+    html = tmp_path / "lifetimes.html"
+    run = run_process([*HEAPSCOPE, "flamegraph", str(rec.db), "-o", str(html)], timeout=60)
+    assert run.returncode == 0, run.describe()
+    res = browser(tmp_path, html, [
+        {"do": "click", "selector": "#views button[data-view='temporary']"},
+        {"do": "eval", "js": "[window.heapscope.state.view, window.heapscope.rootTotal()]"},
+        {"do": "hoverFrame", "name": "temp_once"},
+        {"do": "eval", "js": "document.getElementById('tip').innerText"},
+        {"do": "screenshot", "path": str(tmp_path / "temporary.png")},
+        {"do": "click", "selector": "#views button[data-view='space']"},
+        {"do": "hoverFrame", "name": "never_alloc"},
+        {"do": "eval", "js": "document.getElementById('tip').innerText"},
+    ])
+    r = res["results"]
+    # the temporary view: path_temp's bytes, nearly all freed within 1 ms
+    assert r[1][0] == "temporary" and 0.9 * temp_n * 256 <= r[1][1] <= temp_n * 256, r[1]
+    # each tooltip has the node's size histogram: 20,000 in 256 B-512 B; 50 in 64-128 KiB
+    assert "sizes asked for" in r[3] and "256 B–512 B" in r[3] and f"{temp_n:,}" in r[3], r[3]
+    assert "64.0 KiB–128.0 KiB" in r[7] and "\t50\t" in r[7], r[7]
