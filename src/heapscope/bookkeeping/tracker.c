@@ -214,7 +214,7 @@ static void apply_malloc(struct hs_tracker *t, const struct hs_op *op) {
   e->alloc_size = op->alloc_size;
   e->stack_idx = live_idx;
   e->bucket_plus1 = s->bucket + 1;
-  if (hs_lifetimes_malloc(&t->lt, e, idx, op->ts, op->tid) < 0) t->oom = 1;
+  if (hs_lifetimes_malloc(&t->lt, e, op->ts, op->tid) < 0) t->oom = 1;
   struct hs_bucket *b = &t->buckets[s->bucket];
   touch(t, b);
   b->cur.alloc_bytes += op->sample_size;

@@ -22,16 +22,19 @@ static const uint64_t bounds[HS_LT_BOUNDS] = {
 
 uint64_t hs_lifetime_bound(unsigned i) { return i < HS_LT_BOUNDS ? bounds[i] : UINT64_MAX; }
 
+/* The bucket of 2^l: where the bucket of any ns in [2^l, 2^(l+1)) starts, at most one bound
+ * below it (an octave holds at most one 1-2-5 step). A bisection's branches, at every free,
+ * cost the ring reader more than this lookup does. */
+static const uint8_t octave_start[64] = {
+    0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  1,  2,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11,
+    11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 20, 21, 22, 23, 24, 25, 26, 27, 28, 28, 28, 28,
+    28, 28, 28, 28, 28, 28, 28, 28, 28, 28, 28, 28, 28, 28, 28, 28, 28, 28, 28, 28,
+};
+
 unsigned hs_lifetime_bucket(uint64_t ns) {
-  unsigned lo = 0, hi = HS_LT_BOUNDS; /* the first bound above ns, by bisection */
-  while (lo < hi) {
-    unsigned mid = (lo + hi) / 2;
-    if (ns < bounds[mid])
-      hi = mid;
-    else
-      lo = mid + 1;
-  }
-  return lo;
+  if (ns == 0) return 0;
+  unsigned b = octave_start[63 - __builtin_clzll(ns)];
+  return b < HS_LT_BOUNDS && ns >= bounds[b] ? b + 1 : b;
 }
 
 int hs_lifetimes_init(struct hs_lifetimes *lt) {
@@ -71,37 +74,47 @@ static int64_t entry(struct hs_stacks *keys, void **array, size_t *cap, size_t s
   return (int64_t)i;
 }
 
-static inline uint64_t cell_key(uint32_t stack_idx, unsigned kind, unsigned bucket) {
-  return (uint64_t)stack_idx << 16 | (uint64_t)kind << 8 | bucket;
+/* The index of tid's entry in last_seq, made on first sight: a thread is most often one
+ * the cache holds. -1 on ENOMEM. */
+static inline int64_t thread_entry(struct hs_lifetimes *lt, uint32_t tid) {
+  unsigned slot = (tid ^ tid >> 6) & (HS_LT_THREAD_CACHE - 1);
+  if (lt->thread_cache[slot].idx_plus1 && lt->thread_cache[slot].tid == tid)
+    return (int64_t)lt->thread_cache[slot].idx_plus1 - 1;
+  int64_t th = entry(&lt->threads, (void **)&lt->last_seq, &lt->threads_cap, sizeof *lt->last_seq, tid);
+  if (th >= 0 && th < UINT32_MAX) {
+    lt->thread_cache[slot].tid = tid;
+    lt->thread_cache[slot].idx_plus1 = (uint32_t)th + 1;
+  }
+  return th;
 }
 
-static int add(struct hs_lifetimes *lt, uint32_t stack_idx, unsigned kind, unsigned bucket,
-               const struct hs_live *e) {
-  int64_t i = entry(&lt->keys, (void **)&lt->cells, &lt->cap, sizeof *lt->cells, cell_key(stack_idx, kind, bucket));
+int hs_lifetimes_malloc(struct hs_lifetimes *lt, struct hs_live *e, uint64_t ts, uint32_t tid) {
+  e->ts = ts;
+  e->tid = tid;
+  if (ts > lt->now_ts) lt->now_ts = ts;
+  int64_t th = thread_entry(lt, tid);
+  if (th < 0) return -1;
+  lt->last_seq[th] = e->seq;
+  return 0;
+}
+
+int hs_lifetimes_free(struct hs_lifetimes *lt, const struct hs_live *e, uint32_t stack_idx, uint64_t ts) {
+  if (ts > lt->now_ts) lt->now_ts = ts;
+  uint64_t key = (uint64_t)stack_idx << 16 | hs_size_bucket(e->alloc_size);
+  /* Its thread's latest malloc is still this one: heaptrack's temporary. */
+  int64_t th = thread_entry(lt, e->tid);
+  if (th >= 0 && lt->last_seq[th] == e->seq) key |= HS_LT_KEY_HEAPTRACK;
+  if (ts == 0 || e->ts == 0 || ts < e->ts)
+    key |= HS_LT_KEY_UNKNOWN;
+  else
+    key |= (uint64_t)hs_lifetime_bucket(ts - e->ts) << 8;
+  int64_t i = entry(&lt->keys, (void **)&lt->cells, &lt->cap, sizeof *lt->cells, key);
   if (i < 0) return -1;
   struct hs_lt_cell *c = &lt->cells[i];
   c->count++;
   c->size += e->sample_size;
   c->real += e->alloc_size;
-  return 0;
-}
-
-int hs_lifetimes_malloc(struct hs_lifetimes *lt, struct hs_live *e, uint32_t stack_idx, uint64_t ts, uint32_t tid) {
-  e->ts = ts;
-  e->tid = tid;
-  if (ts > lt->now_ts) lt->now_ts = ts;
-  int64_t th = entry(&lt->threads, (void **)&lt->last_seq, &lt->threads_cap, sizeof *lt->last_seq, tid);
-  if (th >= 0) lt->last_seq[th] = e->seq;
-  return th < 0 ? -1 : add(lt, stack_idx, HS_LT_SIZE, hs_size_bucket(e->alloc_size), e);
-}
-
-int hs_lifetimes_free(struct hs_lifetimes *lt, const struct hs_live *e, uint32_t stack_idx, uint64_t ts) {
-  if (ts > lt->now_ts) lt->now_ts = ts;
-  /* Its thread's latest malloc is still this one: heaptrack's temporary. */
-  int64_t th = entry(&lt->threads, (void **)&lt->last_seq, &lt->threads_cap, sizeof *lt->last_seq, e->tid);
-  if (th >= 0 && lt->last_seq[th] == e->seq && add(lt, stack_idx, HS_LT_HEAPTRACK, 0, e) < 0) return -1;
-  if (ts == 0 || e->ts == 0 || ts < e->ts) return add(lt, stack_idx, HS_LT_UNKNOWN, 0, e);
-  return add(lt, stack_idx, HS_LT_FREED, hs_lifetime_bucket(ts - e->ts), e);
+  return th < 0 ? -1 : 0;
 }
 
 /* ---- rows (tracker.h: hs_tracker_lifetimes) ---- */
@@ -138,9 +151,22 @@ static int sum_held(struct hs_tracker *t, struct hs_stacks *sums, struct hs_life
     uint64_t age = t->lt.now_ts > e->ts && e->ts ? t->lt.now_ts - e->ts : 0;
     struct hs_lt_cell c = {1, e->sample_size, e->alloc_size};
     uint64_t cs = callsite_of(t, idx);
-    if (cs && sum_into(sums, rows, cap, cs, HS_LT_HELD, hs_lifetime_bucket(age), &c) < 0) return -1;
+    if (cs && (sum_into(sums, rows, cap, cs, HS_LT_HELD, hs_lifetime_bucket(age), &c) < 0 ||
+               sum_into(sums, rows, cap, cs, HS_LT_SIZE, hs_size_bucket(e->alloc_size), &c) < 0))
+      return -1;
   }
   return 0;
+}
+
+/* A cell's rows: its lifetime (or its lack), its size, heaptrack's temporary. */
+static int sum_cell(struct hs_stacks *sums, struct hs_lifetime_row **rows, size_t *cap, uint64_t cs, uint64_t key,
+                    const struct hs_lt_cell *c) {
+  const unsigned life = (unsigned)(key >> 8) & 0x1f;
+  int rc = key & HS_LT_KEY_UNKNOWN ? sum_into(sums, rows, cap, cs, HS_LT_UNKNOWN, 0, c)
+                                   : sum_into(sums, rows, cap, cs, HS_LT_FREED, life, c);
+  if (rc == 0) rc = sum_into(sums, rows, cap, cs, HS_LT_SIZE, (unsigned)key & 0x3f, c);
+  if (rc == 0 && key & HS_LT_KEY_HEAPTRACK) rc = sum_into(sums, rows, cap, cs, HS_LT_HEAPTRACK, 0, c);
+  return rc;
 }
 
 int64_t hs_tracker_lifetimes(struct hs_tracker *t) {
@@ -153,7 +179,7 @@ int64_t hs_tracker_lifetimes(struct hs_tracker *t) {
   for (size_t i = 0; i < n && rc == 0; i++) {
     const uint64_t key = t->lt.keys.ids[i];
     uint64_t cs = callsite_of(t, (uint32_t)(key >> 16));
-    if (cs) rc = sum_into(&sums, &rows, &cap, cs, (unsigned)(key >> 8) & 0xff, (unsigned)key & 0xff, &t->lt.cells[i]);
+    if (cs) rc = sum_cell(&sums, &rows, &cap, cs, key, &t->lt.cells[i]);
   }
   if (rc == 0) rc = sum_held(t, &sums, &rows, &cap);
   size_t count = sums.count < cap ? sums.count : cap;
