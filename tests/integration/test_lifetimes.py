@@ -11,6 +11,7 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hs_integration import HEAPSCOPE, Programs, Recorder, run_process
@@ -169,8 +170,10 @@ def test_flamegraph_has_the_temporary_view_and_node_sizes(programs: Programs, re
         heaps, at = heap_graphs(profile)
         data = payload(heaps[at].graphs, title="t")
     assert data["views"] == ["space", "alloc_space", "objects", "alloc_objects", "temporary"]
-    (proc,) = data["processes"]  # type: ignore[attr-defined]
-    names = [data["strings"][k] for k in proc["name"]]  # type: ignore[index]
+    procs: Any = data["processes"]
+    strings: Any = data["strings"]
+    (proc,) = procs
+    names = [strings[k] for k in proc["name"]]
     temp, hold = names.index("temp_once"), names.index("hold_alloc")
     # the temporary view: path_temp's bytes (nearly all freed within 1 ms), none of path_hold's
     for dump in proc["dumps"]:
