@@ -239,13 +239,13 @@ static void apply_free(struct hs_tracker *t, const struct hs_op *op) {
   struct hs_live *e = hs_live_find(&t->live, op->addr);
   if (!e) {
     t->st.untracked_frees++;
-    if (t->stream) stream_row(t, HS_OP_FREE, op->seq, op->addr, 0, 0, 0, op->ts);
+    if (t->stream) stream_row(t, HS_OP_FREE, op->seq, op->addr, 0, 0, 0, 0);
     return;
   }
   book_free(t, e, op->ts);
   if (t->stream) {
     stream_row(t, HS_OP_FREE, op->seq, op->addr, e->alloc_size, e->sample_size,
-               t->stacks.ids[live_stack(t, e)], op->ts);
+               t->stacks.ids[live_stack(t, e)], 0);
   }
   hs_live_remove(&t->live, e);
 }

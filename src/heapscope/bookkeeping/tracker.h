@@ -194,8 +194,8 @@ struct hs_thread_row {
 };
 
 /* The stream (stream=1): one op as applied. For a free, sizes and stack are
- * those of the allocation it freed (0 if the address was not live), ts its own
- * (0 when its record carried none). */
+ * those of the allocation it freed (0 if the address was not live), ts 0 (the
+ * Chrome JSON export replays the stream up to a dump by the mallocs' ts only). */
 struct hs_stream_row {
   uint64_t kind; /* HS_OP_MALLOC or HS_OP_FREE */
   uint64_t seq;
