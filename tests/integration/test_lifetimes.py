@@ -55,10 +55,22 @@ def _stack_order(text: str) -> list[str]:
     return [path for line in text.splitlines() for path in LEAVES.values() if f"> {path} >" in line]
 
 
-def test_interval_1_counts_are_exact(programs: Programs, record: Recorder) -> None:
+@pytest.mark.parametrize("clock", ["default", "monotonic"])
+def test_interval_1_counts_are_exact(programs: Programs, record: Recorder, clock: str,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # The default clock is the TSC where producer/tsc.py finds it usable, converted by the producer
+    if clock == "monotonic":
+        monkeypatch.setenv("HEAPSCOPE_CLOCK", "monotonic")
     temp_n, hold_n, hold_ms, never_n = _consts(programs)
     rec = record([programs.path("lifetimes")], interval=1)
     assert rec.returncode == 0, rec.describe()
+    # the records' times are CLOCK_MONOTONIC ns, whichever clock stamped them: the peak (a
+    # malloc's ts) falls within the process's life
+    with sqlite3.connect(rec.db) as db:
+        ((start, end, peak),) = db.execute(
+            "SELECT start_ts, end_ts, (SELECT MAX(ts) FROM heapscope_peak_allocation) FROM process").fetchall()
+    db.close()
+    assert start <= peak <= end, (start, peak, end)
     rows = _rows(rec.db, lt.HEAPTRACK)
     temp, hold, never = rows["temp_once"], rows["hold_alloc"], rows["never_alloc"]
     # every allocation counted, none estimated

@@ -250,8 +250,11 @@ class Listener:
             os.close(memfd)
             raise
         seed = int.from_bytes(os.urandom(8), "little") if cfg.seed is None else (cfg.seed + upid - 1) & (2**64 - 1)
-        reply = hs.config_reply(hs.STATUS_OK, cfg.interval, cfg.shmem_size, seed,
-                                hs.CFG_BLOCK_CLIENT if cfg.block_client else 0, int(cfg.unwinder), cfg.max_frames)
+        from heapscope.producer.tsc import tsc_clock
+
+        flags = (hs.CFG_BLOCK_CLIENT if cfg.block_client else 0) | (hs.CFG_TSC if tsc_clock() else 0)
+        reply = hs.config_reply(hs.STATUS_OK, cfg.interval, cfg.shmem_size, seed, flags, int(cfg.unwinder),
+                                cfg.max_frames)
         try:
             conn.sendmsg([reply], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, _FD.pack(memfd))])
         except OSError:

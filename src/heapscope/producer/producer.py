@@ -31,6 +31,7 @@ from heapscope.producer.config import RecordConfig
 from heapscope.producer.listener import Accepted, Listener
 from heapscope.producer.process import CustomHeap, ProcessState
 from heapscope.producer.stats import StatRow, client_error_name, custom_heap_stats, process_stats_rows, unwinder_name
+from heapscope.producer.tsc import tsc_clock
 from heapscope.records import Record
 from heapscope.store.writer import ProfileWriter
 from heapscope.wire import codec
@@ -384,7 +385,7 @@ class Producer:
         """The ring reader of a client about to be answered (a failure rejects the client)."""
         cfg = self.config
         return Ingest(memfd, cfg.shmem_size, stream=cfg.stream_allocations, dump_at_max=cfg.dump_at_max,
-                      threads=cfg.threads)
+                      threads=cfg.threads, tsc=tsc_clock())  # the listener's answer said the same
 
     def adopt(self, accepted: Accepted) -> None:
         """Take over a client the listener answered (now, or before the producer existed)."""
@@ -527,12 +528,12 @@ class Producer:
             h = self._custom_heap(p, r.heap_id)
             if h is not None:
                 h.samples += 1
-                h.tracker.malloc(r.seq, r.addr, r.alloc_size, r.sample_size, r.stack_id, r.ts, now)
+                h.tracker.malloc(r.seq, r.addr, r.alloc_size, r.sample_size, r.stack_id, p.ingest.ns_of(r.ts), now)
         elif isinstance(r, codec.HeapFreeRecord):
             h = self._custom_heap(p, r.heap_id)
             if h is not None:
                 h.frees += 1
-                h.tracker.free(r.seq, r.addr, now, r.ts)
+                h.tracker.free(r.seq, r.addr, now, p.ingest.ns_of(r.ts))
         elif isinstance(r, codec.StackRecord):  # not handed over: the ring reader keeps each in C (Ingest.resolver)
             p.stats.malformed_records += 1
         elif r.heap_id >= codec.FIRST_CUSTOM_HEAP:

@@ -108,6 +108,10 @@ enum hs_status {
 
 enum hs_config_flags {
   HS_CFG_BLOCK_CLIENT = 1u << 0, /* wait for space instead of dropping */
+  HS_CFG_TSC = 1u << 1, /* x86-64: stamp MALLOC, FREE, HEAP_MALLOC and HEAP_FREE ts with the
+                           CPU's time-stamp counter (rdtsc: a third of CLOCK_MONOTONIC's cost),
+                           which the producer converts to CLOCK_MONOTONIC ns; given only where
+                           the TSC is the kernel's clocksource, constant and nonstop */
 };
 
 enum hs_unwinder {
@@ -219,8 +223,9 @@ struct hs_malloc {
   uint64_t sample_size; /* bytes this sample stands for (interval*k or size) */
   uint64_t alloc_size;  /* bytes the program asked for */
   uint64_t stack_id;    /* hash of the stack; defined once by HS_REC_STACK */
-  uint64_t ts;          /* CLOCK_MONOTONIC ns (vDSO, no system call): fine enough for
-                           lifetimes of a millisecond (the free's ts less this one) */
+  uint64_t ts;          /* CLOCK_MONOTONIC ns (vDSO, no system call), or with HS_CFG_TSC the
+                           TSC: fine enough for lifetimes of a millisecond (the free's ts
+                           less this one) */
   uint32_t tid;         /* the allocating thread's kernel id (gettid(); 0 = not known),
                            cached in the thread's TLS: no system call per sample */
   uint32_t reserved;    /* 0 */

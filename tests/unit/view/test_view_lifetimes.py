@@ -33,7 +33,7 @@ def test_durations_and_buckets_read_as_written() -> None:
 
 
 def test_quantiles_fall_in_the_bucket_that_holds_them() -> None:
-    weights = {(0, 1000): 10.0, (1000, 2000): 10.0, (10 ** 7, 2 * 10 ** 7): 80.0}
+    weights: dict[lt.Bucket, float] = {(0, 1000): 10.0, (1000, 2000): 10.0, (10 ** 7, 2 * 10 ** 7): 80.0}
     assert lt.quantile(weights, 0.5) == (10 ** 7, 2 * 10 ** 7)
     assert lt.quantile(weights, 0.1) == (0, 1000)
     assert lt.quantile({}, 0.5) is None
