@@ -34,10 +34,15 @@ UNDEFINED_STACK = "[stack never received]"
 if TYPE_CHECKING:
     from heapscope.bookkeeping._native import Resolver, Tracker, Trie
 
-LifetimeRow = tuple[int, str, int, "int | None", int, int, int]
+LifetimeRow = tuple[int, str, int, "int | None", int, int, int, int, int]
 SizeRow = tuple[int, int, int, int, int, int]
 _LT_KINDS = {LT_FREED: "freed", LT_HELD: "held", LT_UNKNOWN: "unknown", LT_HEAPTRACK: "heaptrack"}
 _I64_MAX = (1 << 63) - 1
+
+
+def _size_bounds(bucket: int) -> tuple[int, int]:
+    """Size bucket b's sizes [2^b, 2^(b+1)); 0 and 1 in [0, 2)."""
+    return 1 << bucket if bucket else 0, min(1 << (bucket + 1), _I64_MAX)
 
 
 class ProcessHeap(Record):
@@ -174,17 +179,19 @@ class ProcessHeap(Record):
     @staticmethod
     def lifetime_rows(tracker: Tracker) -> tuple[list[LifetimeRow], list[SizeRow]]:
         """The tracker's lifetimes and sizes per callsite, cumulative, as the store's rows:
-        (callsite, kind, lo_ns, hi_ns or None, count, size, real_size) and
+        (callsite, kind, lo_ns, hi_ns or None, size_lo, size_hi, count, size, real_size) and
         (callsite, lo, hi, count, size, real_size) (store/schema.sql)."""
         lifetimes: list[LifetimeRow] = []
         sizes: list[SizeRow] = []
         for cs, kind, bucket, count, size, real in LIFETIME_ROW.iter_unpack(tracker.lifetimes()):
             if kind == LT_SIZE:
-                sizes.append((cs, 1 << bucket if bucket else 0, min(1 << (bucket + 1), _I64_MAX), count, size, real))
+                sizes.append((cs, *_size_bounds(bucket), count, size, real))
             elif kind in _LT_KINDS:
-                lo = LIFETIME_BOUNDS[bucket - 1] if kind in (LT_FREED, LT_HELD) and bucket else 0
-                hi = LIFETIME_BOUNDS[bucket] if kind in (LT_FREED, LT_HELD) and bucket < len(LIFETIME_BOUNDS) else None
-                lifetimes.append((cs, _LT_KINDS[kind], lo, hi, count, size, real))
+                life = bucket >> 8
+                timed = kind in (LT_FREED, LT_HELD)
+                lo = LIFETIME_BOUNDS[life - 1] if timed and life else 0
+                hi = LIFETIME_BOUNDS[life] if timed and life < len(LIFETIME_BOUNDS) else None
+                lifetimes.append((cs, _LT_KINDS[kind], lo, hi, *_size_bounds(bucket & 0xFF), count, size, real))
         return lifetimes, sizes
 
     @staticmethod

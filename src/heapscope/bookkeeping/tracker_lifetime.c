@@ -129,8 +129,8 @@ static uint64_t callsite_of(struct hs_tracker *t, uint32_t idx) {
  * in rows[] (indexed by the table `sums`). */
 static int sum_into(struct hs_stacks *sums, struct hs_lifetime_row **rows, size_t *cap, uint64_t callsite_id,
                     unsigned kind, unsigned bucket, const struct hs_lt_cell *c) {
-  if (callsite_id >> 47) return 0; /* beyond the key: never the trie's */
-  int64_t i = entry(sums, (void **)rows, cap, sizeof **rows, callsite_id << 16 | (uint64_t)kind << 8 | bucket);
+  if (callsite_id >> 39) return 0; /* beyond the key: never the trie's */
+  int64_t i = entry(sums, (void **)rows, cap, sizeof **rows, callsite_id << 24 | (uint64_t)kind << 16 | bucket);
   if (i < 0) return -1;
   struct hs_lifetime_row *r = &(*rows)[i];
   r->callsite_id = callsite_id;
@@ -151,8 +151,9 @@ static int sum_held(struct hs_tracker *t, struct hs_stacks *sums, struct hs_life
     uint64_t age = t->lt.now_ts > e->ts && e->ts ? t->lt.now_ts - e->ts : 0;
     struct hs_lt_cell c = {1, e->sample_size, e->alloc_size};
     uint64_t cs = callsite_of(t, idx);
-    if (cs && (sum_into(sums, rows, cap, cs, HS_LT_HELD, hs_lifetime_bucket(age), &c) < 0 ||
-               sum_into(sums, rows, cap, cs, HS_LT_SIZE, hs_size_bucket(e->alloc_size), &c) < 0))
+    unsigned size = hs_size_bucket(e->alloc_size);
+    if (cs && (sum_into(sums, rows, cap, cs, HS_LT_HELD, hs_lifetime_bucket(age) << 8 | size, &c) < 0 ||
+               sum_into(sums, rows, cap, cs, HS_LT_SIZE, size, &c) < 0))
       return -1;
   }
   return 0;
@@ -161,11 +162,11 @@ static int sum_held(struct hs_tracker *t, struct hs_stacks *sums, struct hs_life
 /* A cell's rows: its lifetime (or its lack), its size, heaptrack's temporary. */
 static int sum_cell(struct hs_stacks *sums, struct hs_lifetime_row **rows, size_t *cap, uint64_t cs, uint64_t key,
                     const struct hs_lt_cell *c) {
-  const unsigned life = (unsigned)(key >> 8) & 0x1f;
-  int rc = key & HS_LT_KEY_UNKNOWN ? sum_into(sums, rows, cap, cs, HS_LT_UNKNOWN, 0, c)
-                                   : sum_into(sums, rows, cap, cs, HS_LT_FREED, life, c);
-  if (rc == 0) rc = sum_into(sums, rows, cap, cs, HS_LT_SIZE, (unsigned)key & 0x3f, c);
-  if (rc == 0 && key & HS_LT_KEY_HEAPTRACK) rc = sum_into(sums, rows, cap, cs, HS_LT_HEAPTRACK, 0, c);
+  const unsigned life = (unsigned)(key >> 8) & 0x1f, size = (unsigned)key & 0x3f;
+  int rc = key & HS_LT_KEY_UNKNOWN ? sum_into(sums, rows, cap, cs, HS_LT_UNKNOWN, size, c)
+                                   : sum_into(sums, rows, cap, cs, HS_LT_FREED, life << 8 | size, c);
+  if (rc == 0) rc = sum_into(sums, rows, cap, cs, HS_LT_SIZE, size, c);
+  if (rc == 0 && key & HS_LT_KEY_HEAPTRACK) rc = sum_into(sums, rows, cap, cs, HS_LT_HEAPTRACK, size, c);
   return rc;
 }
 

@@ -43,11 +43,14 @@
 #include "tracker_tables.h"
 
 /* hs_lifetime_row.kind */
-#define HS_LT_FREED 1u     /* bucket: the lifetime's (hs_lifetime_bound) */
-#define HS_LT_HELD 2u      /* still live: bucket of its age at the latest ts seen */
-#define HS_LT_UNKNOWN 3u   /* freed, lifetime not known (no ts); bucket 0 */
+/* The bucket of FREED, HELD, UNKNOWN and HEAPTRACK rows is lifetime bucket << 8 | size
+ * bucket: a row holds samples of one size class, so that the estimate of the allocations
+ * behind it (heapscope/estimate.py, from the samples' mean size) is not that of mixed sizes. */
+#define HS_LT_FREED 1u     /* lifetime bucket: the lifetime's (hs_lifetime_bound) */
+#define HS_LT_HELD 2u      /* still live: lifetime bucket of its age at the latest ts seen */
+#define HS_LT_UNKNOWN 3u   /* freed, lifetime not known (no ts); lifetime bucket 0 */
 #define HS_LT_SIZE 4u      /* every allocation: bucket of log2(asked-for size), 0 for sizes 0 and 1 */
-#define HS_LT_HEAPTRACK 5u /* freed before its thread's next malloc; bucket 0 */
+#define HS_LT_HEAPTRACK 5u /* freed before its thread's next malloc; lifetime bucket 0 */
 
 /* Lifetime buckets: bucket 0 is [0, 1 us), bucket i is [bound(i-1), bound(i)),
  * the last has no upper bound. */
@@ -95,7 +98,7 @@ static inline unsigned hs_size_bucket(uint64_t size) {
 struct hs_lifetime_row {
   uint64_t callsite_id;
   uint64_t kind;   /* HS_LT_* */
-  uint64_t bucket; /* of the kind's buckets */
+  uint64_t bucket; /* HS_LT_SIZE: the size bucket; else lifetime bucket << 8 | size bucket */
   uint64_t count;  /* samples */
   uint64_t size;   /* their sampled bytes */
   uint64_t real_size; /* their asked-for bytes (heapscope/estimate.py) */

@@ -42,10 +42,12 @@ def add_cell(where: dict[K, Cell], key: K, c: Cell) -> None:
 class CallsiteLife(Record):
     """One callsite's lifetimes and sizes, cumulative over the processes read."""
 
-    freed: dict[tuple[int, int | None], Cell] = field(default_factory=dict)  # (lo_ns, hi_ns): freed then
-    held: dict[tuple[int, int | None], Cell] = field(default_factory=dict)  # still live at the end, by age
-    unknown: Cell = Cell()  # freed, lifetime not known (a free without its time)
-    heaptrack: Cell = Cell()  # freed before the allocating thread's next malloc
+    # (lo_ns, hi_ns, size_lo): freed after a lifetime in [lo_ns, hi_ns), one size class a cell
+    # (the allocations are estimated per cell: heapscope/estimate.py wants one size)
+    freed: dict[tuple[int, int | None, int], Cell] = field(default_factory=dict)
+    held: dict[tuple[int, int | None, int], Cell] = field(default_factory=dict)  # still live at the end, by age
+    unknown: dict[int, Cell] = field(default_factory=dict)  # size_lo: freed, lifetime not known
+    heaptrack: dict[int, Cell] = field(default_factory=dict)  # size_lo: freed before its thread's next malloc
     sizes: dict[tuple[int, int], Cell] = field(default_factory=dict)  # (lo, hi) bytes asked for
 
     def merge(self, other: CallsiteLife) -> None:
@@ -56,8 +58,10 @@ class CallsiteLife(Record):
             add_cell(self.held, k, c)
         for s, c in other.sizes.items():
             add_cell(self.sizes, s, c)
-        self.unknown = self.unknown.plus(other.unknown)
-        self.heaptrack = self.heaptrack.plus(other.heaptrack)
+        for z, c in other.unknown.items():
+            add_cell(self.unknown, z, c)
+        for z, c in other.heaptrack.items():
+            add_cell(self.heaptrack, z, c)
 
 
 def has_lifetimes(profile: Profile) -> bool:
@@ -81,21 +85,22 @@ def read_lifetimes(profile: Profile, upids: Collection[int]) -> dict[CallsiteId,
     db = profile.sql_connection()
     col = LIFETIME_TABLE + "."
     with profile.reading():
-        for r in db.execute("SELECT callsite_id, kind, lo_ns, hi_ns, count, size, real_size FROM "
+        for r in db.execute("SELECT callsite_id, kind, lo_ns, hi_ns, size_lo, count, size, real_size FROM "
                             + LIFETIME_TABLE + where, args):
             cs = CallsiteId(int_from_sql(r[0], col + "callsite_id"))
             life = out.setdefault(cs, CallsiteLife())
-            cell = Cell(*(int_from_sql(v, col + "count") for v in r[4:7]))
+            cell = Cell(*(int_from_sql(v, col + "count") for v in r[5:8]))
             kind = str_from_sql(r[1])
-            bounds = (int_from_sql(r[2], col + "lo_ns"), opt_int_from_sql(r[3], col + "hi_ns"))
+            size_lo = int_from_sql(r[4], col + "size_lo")
+            bounds = (int_from_sql(r[2], col + "lo_ns"), opt_int_from_sql(r[3], col + "hi_ns"), size_lo)
             if kind == "freed":
                 add_cell(life.freed, bounds, cell)
             elif kind == "held":
                 add_cell(life.held, bounds, cell)
             elif kind == "unknown":
-                life.unknown = life.unknown.plus(cell)
+                add_cell(life.unknown, size_lo, cell)
             elif kind == "heaptrack":
-                life.heaptrack = life.heaptrack.plus(cell)
+                add_cell(life.heaptrack, size_lo, cell)
         col = SIZE_TABLE + "."
         for r in db.execute("SELECT callsite_id, lo, hi, count, size, real_size FROM " + SIZE_TABLE + where,
                             args):

@@ -138,6 +138,8 @@ CREATE TABLE IF NOT EXISTS heapscope_callsite_lifetime (
   kind TEXT NOT NULL,
   lo_ns INTEGER NOT NULL,
   hi_ns INTEGER,
+  size_lo INTEGER NOT NULL,      -- the samples' asked-for sizes, in [size_lo, size_hi): one
+  size_hi INTEGER NOT NULL,      -- power-of-two class a row (estimates need one size)
   count INTEGER NOT NULL,        -- samples
   size INTEGER NOT NULL,         -- their sampled bytes
   real_size INTEGER NOT NULL     -- their asked-for bytes (heapscope/estimate.py)

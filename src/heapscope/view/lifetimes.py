@@ -84,9 +84,9 @@ def _sum(cells: Iterable[Cell]) -> Cell:
 def temporary_cells(life: CallsiteLife, threshold: int | str) -> list[Cell]:
     """The cells of `life` that are temporary by `threshold` (ns, or HEAPTRACK)."""
     if threshold == HEAPTRACK:
-        return [life.heaptrack] if life.heaptrack.samples else []
+        return [c for c in life.heaptrack.values() if c.samples]
     assert isinstance(threshold, int)
-    return [c for (_lo, hi), c in life.freed.items() if hi is not None and hi <= threshold]
+    return [c for (_lo, hi, _size), c in life.freed.items() if hi is not None and hi <= threshold]
 
 
 def quantile(buckets: dict[Bucket, float], q: float) -> Bucket | None:
@@ -209,7 +209,9 @@ def lifetime_rows(profile: Profile, lives: dict[CallsiteId, CallsiteLife], thres
     for (fn, lib), life in merged.items():
         alloc = list(life.sizes.values())
         temp = temporary_cells(life, threshold)
-        weights: dict[Bucket, float] = {b: cell_estimate(c, interval).value for b, c in life.freed.items()}
+        weights: dict[Bucket, float] = {}
+        for (lo, hi, _size), c in life.freed.items():  # each size class estimated on its own
+            weights[(lo, hi)] = weights.get((lo, hi), 0.0) + cell_estimate(c, interval).value
         held = list(life.held.values())
         rows.append(LifetimeRow(
             fn, lib, _sum(alloc).size, combine([cell_estimate(c, interval) for c in alloc]),

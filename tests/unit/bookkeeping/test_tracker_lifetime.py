@@ -36,6 +36,11 @@ def bucket_of(ns: int) -> int:
     return sum(1 for b in LIFETIME_BOUNDS if b <= ns)
 
 
+def lb(life: int, size: int) -> int:
+    """A FREED/HELD/UNKNOWN/HEAPTRACK row's bucket: lifetime bucket << 8 | size bucket."""
+    return life << 8 | size
+
+
 def test_lifetime_buckets_are_the_bounds_of_the_model(native_mod: ModuleType) -> None:
     # GIVEN for each bound, an allocation freed 1 ns before it and one freed at it
     t = native_mod.Tracker()
@@ -46,7 +51,7 @@ def test_lifetime_buckets_are_the_bounds_of_the_model(native_mod: ModuleType) ->
             t.free(seq + 2, A, NOW, 100 + life)
             t.set_callsite(stack, stack)
             seq += 2
-    got = {cs: bucket for cs, kind, bucket, *_ in LIFETIME_ROW.iter_unpack(t.lifetimes()) if kind == LT_FREED}
+    got = {cs: bucket >> 8 for cs, kind, bucket, *_ in LIFETIME_ROW.iter_unpack(t.lifetimes()) if kind == LT_FREED}
     # THEN the first is in bucket i (which ends at the bound), the second in bucket i + 1
     for i in range(len(LIFETIME_BOUNDS)):
         assert (got[2 * i + 1], got[2 * i + 2]) == (i, i + 1), LIFETIME_BOUNDS[i]
@@ -68,14 +73,15 @@ def test_freed_held_sizes_and_heaptrack_per_callsite(native_mod: ModuleType) -> 
     # THEN callsite 1 has both lifetimes in [2 ms, 5 ms), A as heaptrack's temporary (not B),
     # and sizes 100 -> bucket 6 ([64, 128)), 3000 -> bucket 11 ([2048, 4096))
     two_ms = bucket_of(2 * MS)
-    assert r[(1, LT_FREED, two_ms)] == (2, 4196, 3100)
-    assert r[(1, LT_HEAPTRACK, 0)] == (1, 100, 100)
+    assert r[(1, LT_FREED, lb(two_ms, 6))] == (1, 100, 100)  # one size class a row
+    assert r[(1, LT_FREED, lb(two_ms, 11))] == (1, 4096, 3000)
+    assert r[(1, LT_HEAPTRACK, lb(0, 6))] == (1, 100, 100)
     assert r[(1, LT_SIZE, 6)] == (1, 100, 100)
     assert r[(1, LT_SIZE, 11)] == (1, 4096, 3000)
     # C is still held, aged from its malloc to the latest ts seen (23 ms): 2 ms
-    assert r[(2, LT_HELD, two_ms)] == (1, 70000, 70000)
+    assert r[(2, LT_HELD, lb(two_ms, 16))] == (1, 70000, 70000)
     assert r[(2, LT_SIZE, 16)] == (1, 70000, 70000)
-    assert len(r) == 6
+    assert len(r) == 7
 
 
 def test_heaptrack_is_per_thread(native_mod: ModuleType) -> None:
@@ -87,7 +93,7 @@ def test_heaptrack_is_per_thread(native_mod: ModuleType) -> None:
     t.free(4, B, NOW, 4)
     t.set_callsite(S1, 1)
     # THEN both are temporary by heaptrack's definition: no malloc of their own thread came between
-    assert rows(t)[(1, LT_HEAPTRACK, 0)] == (2, 16, 16)
+    assert rows(t)[(1, LT_HEAPTRACK, lb(0, 3))] == (2, 16, 16)
 
 
 def test_a_free_without_a_time_has_no_lifetime(native_mod: ModuleType) -> None:
@@ -103,10 +109,10 @@ def test_a_free_without_a_time_has_no_lifetime(native_mod: ModuleType) -> None:
     t.set_callsite(S1, 1)
     r = rows(t)
     # THEN the three are counted as unknown, none as freed; every allocation has its size
-    assert r[(1, LT_UNKNOWN, 0)] == (3, 24, 24)
+    assert r[(1, LT_UNKNOWN, lb(0, 3))] == (3, 24, 24)
     assert not [k for k in r if k[1] == LT_FREED]
     assert r[(1, LT_SIZE, 3)] == (4, 32, 32)
-    assert r[(1, LT_HELD, 0)] == (1, 8, 8)
+    assert r[(1, LT_HELD, lb(0, 3))] == (1, 8, 8)
 
 
 def test_stacks_of_one_callsite_sum_and_unresolved_stacks_wait(native_mod: ModuleType) -> None:
@@ -120,10 +126,10 @@ def test_stacks_of_one_callsite_sum_and_unresolved_stacks_wait(native_mod: Modul
     t.set_callsite(S2, 5)
     r = rows(t)
     # THEN callsite 5 sums both stacks; S3 has no row until it has a callsite
-    assert r[(5, LT_FREED, 0)] == (2, 32, 32)
+    assert r[(5, LT_FREED, lb(0, 4))] == (2, 32, 32)
     assert r[(5, LT_SIZE, 4)] == (2, 32, 32)
     t.set_callsite(S3, 6)
-    assert rows(t)[(6, LT_FREED, 0)] == (1, 16, 16)
+    assert rows(t)[(6, LT_FREED, lb(0, 4))] == (1, 16, 16)
 
 
 def test_threads_mode_books_lifetimes_to_the_stack(native_mod: ModuleType) -> None:
@@ -135,8 +141,8 @@ def test_threads_mode_books_lifetimes_to_the_stack(native_mod: ModuleType) -> No
     t.set_callsite(S1, 9)
     r = rows(t)
     # THEN the lifetimes and the held one are the stack's callsite's
-    assert r[(9, LT_FREED, bucket_of(3 * MS))] == (1, 16, 16)
-    assert r[(9, LT_HELD, bucket_of(3 * MS))] == (1, 16, 16)
+    assert r[(9, LT_FREED, lb(bucket_of(3 * MS), 4))] == (1, 16, 16)
+    assert r[(9, LT_HELD, lb(bucket_of(3 * MS), 4))] == (1, 16, 16)
 
 
 def test_the_producer_rows_name_kinds_and_bounds(native_mod: ModuleType) -> None:
@@ -151,12 +157,12 @@ def test_the_producer_rows_name_kinds_and_bounds(native_mod: ModuleType) -> None
     t.set_callsite(S2, 2)
     lifetimes, sizes = ProcessHeap.lifetime_rows(t)
     # THEN each row says its kind and its bucket's bounds in ns (no upper bound: None)
-    assert sorted(lifetimes) == sorted([
-        (1, "freed", MS, 2 * MS, 1, 256, 256),
-        (1, "heaptrack", 0, None, 1, 256, 256),
-        (1, "held", LIFETIME_BOUNDS[-1], None, 1, 4096, 1),
-        (2, "freed", LIFETIME_BOUNDS[-1], None, 1, 8, 8),
-        (2, "heaptrack", 0, None, 1, 8, 8),
-    ])
+    assert sorted(lifetimes, key=str) == sorted([
+        (1, "freed", MS, 2 * MS, 256, 512, 1, 256, 256),
+        (1, "heaptrack", 0, None, 256, 512, 1, 256, 256),
+        (1, "held", LIFETIME_BOUNDS[-1], None, 0, 2, 1, 4096, 1),
+        (2, "freed", LIFETIME_BOUNDS[-1], None, 8, 16, 1, 8, 8),
+        (2, "heaptrack", 0, None, 8, 16, 1, 8, 8),
+    ], key=str)
     # sizes in [2^b, 2^(b+1)), 1 B in [0, 2)
     assert sorted(sizes) == [(1, 0, 2, 1, 4096, 1), (1, 256, 512, 1, 256, 256), (2, 8, 16, 1, 8, 8)]

@@ -41,8 +41,9 @@ def test_quantiles_fall_in_the_bucket_that_holds_them() -> None:
 
 def test_temporary_rows_rank_by_bytes_and_desample_per_bucket() -> None:
     # GIVEN at interval 4096 a stack of 64 B blocks freed within 1 ms and one held 10 ms
-    fast = CallsiteLife(freed={(0, 1000): Cell(100, 409_600, 6_400)}, sizes={(64, 128): Cell(100, 409_600, 6_400)})
-    slow = CallsiteLife(freed={(10 ** 7, 2 * 10 ** 7): Cell(5, 20_480, 20_480)},
+    fast = CallsiteLife(freed={(0, 1000, 64): Cell(100, 409_600, 6_400)},
+                        sizes={(64, 128): Cell(100, 409_600, 6_400)})
+    slow = CallsiteLife(freed={(10 ** 7, 2 * 10 ** 7, 4096): Cell(5, 20_480, 20_480)},
                         sizes={(4096, 8192): Cell(5, 20_480, 20_480)})
     rows = lt.temporary_rows({CallsiteId(1): fast, CallsiteId(2): slow}, 1_000_000, 4096)
     # THEN only the fast one, its allocations estimated as 100 / p(64 B), with the error of that
