@@ -83,7 +83,7 @@ def build_records(ring_size: int, live: int, stacks: int, window: int) -> tuple[
         if kind == "m":
             parts.append(mh + codec.MALLOC.pack(seq, addr, 4096, 64, stack_ids[seq % stacks], seq, 1000 + seq % 4, 0))
         else:
-            parts.append(fh + codec.FREE.pack(seq, addr))
+            parts.append(fh + codec.FREE.pack(seq, addr, seq))
     data = b"".join(parts)
     assert len(data) <= ring_size
     return data, len(seqs)

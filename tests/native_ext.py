@@ -29,6 +29,7 @@ FLAGS_FILE = SRC / "bookkeeping" / "native.flags"
 # bookkeeping/meson.build's bookkeeping_core: compiled into both extensions.
 BOOKKEEPING_CORE = [SRC / "bookkeeping" / f for f in
                     ("tracker.c", "tracker_labels.c", "tracker_order.c", "tracker_series.c", "tracker_tables.c",
+                     "tracker_lifetime.c",
                      "hashmap.c", "trie.c",
                      "resolver.c")]
 EXTENSIONS = {  # module name -> its own sources, with the core

@@ -55,8 +55,8 @@ def encode_labelset(label_set: int, pairs: tuple[tuple[str, str], ...]) -> bytes
     return _record(RecordType.LABELSET, LABELSET.pack(label_set, len(pairs), len(text), 0) + text)
 
 
-def encode_free(seq: int, addr: int) -> bytes:
-    return _record(RecordType.FREE, FREE.pack(seq, addr))
+def encode_free(seq: int, addr: int, ts: int = 0) -> bytes:
+    return _record(RecordType.FREE, FREE.pack(seq, addr, ts))
 
 
 def encode_stack(stack_id: int, pcs: tuple[int, ...] | list[int], truncated: bool = False,
@@ -97,8 +97,8 @@ def encode_heap_malloc(heap_id: int, seq: int, addr: int, sample_size: int, allo
                    HEAP_MALLOC.pack(seq, heap_id, label_set, addr, sample_size, alloc_size, stack_id, ts))
 
 
-def encode_heap_free(heap_id: int, seq: int, addr: int) -> bytes:
-    return _record(RecordType.HEAP_FREE, HEAP_FREE.pack(seq, heap_id, 0, addr))
+def encode_heap_free(heap_id: int, seq: int, addr: int, ts: int = 0) -> bytes:
+    return _record(RecordType.HEAP_FREE, HEAP_FREE.pack(seq, heap_id, 0, addr, ts))
 
 
 class RingWriter:

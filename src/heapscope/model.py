@@ -30,6 +30,11 @@ else:  # what a NewType is at run time: the identity (typing costs `record` ~2 m
 
 HEAP_NAME = MALLOC_HEAP_NAME  # wire/heapnames.py: one definition with wire.h
 VIEWS = ("space", "alloc_space", "objects", "alloc_objects")
+# The lifetime buckets of the tracker (bookkeeping/tracker_lifetime.c) and the profile
+# (heapscope_callsite_lifetime): bucket i < len ends below LIFETIME_BOUNDS[i] ns, the first
+# starts at 0, the last has no end. 1-2-5 steps from 1 us to 1000 s: a threshold a person
+# writes (50us, 1ms, 2s) is a bound.
+LIFETIME_BOUNDS = tuple(m * 10 ** e for e in range(3, 12) for m in (1, 2, 5)) + (10 ** 12,)
 
 # The pseudo-mapping of one process's code outside every loaded object (JIT code,
 # mostly): one per process, so that a perf map (symbolize/perfmap.py) names the

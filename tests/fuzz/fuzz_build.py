@@ -27,6 +27,7 @@ INGEST_SOURCES = [
     SRC / "bookkeeping" / "tracker_order.c",
     SRC / "bookkeeping" / "tracker_series.c",
     SRC / "bookkeeping" / "tracker_tables.c",
+    SRC / "bookkeeping" / "tracker_lifetime.c",
 ]
 INCLUDE_DIRS = [
     SRC / "wire",

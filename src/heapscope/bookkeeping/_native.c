@@ -80,10 +80,10 @@ static PyObject *Tracker_malloc(TrackerObject *self, PyObject *args) {
 }
 
 static PyObject *Tracker_free(TrackerObject *self, PyObject *args) {
-  unsigned long long seq, addr, now_ns;
-  if (!PyArg_ParseTuple(args, "KKK:free", &seq, &addr, &now_ns)) return NULL;
+  unsigned long long seq, addr, now_ns, ts = 0;
+  if (!PyArg_ParseTuple(args, "KKK|K:free", &seq, &addr, &now_ns, &ts)) return NULL;
   if (tracker_check(self) < 0) return NULL;
-  hs_tracker_free(self->t, seq, addr, now_ns);
+  hs_tracker_free_at(self->t, seq, addr, ts, now_ns);
   return tracker_oom(self->t, Py_NewRef(Py_None));
 }
 
@@ -164,6 +164,10 @@ static PyObject *Tracker_label_dump(TrackerObject *self, PyObject *Py_UNUSED(ign
 
 static PyObject *Tracker_label_peak(TrackerObject *self, PyObject *Py_UNUSED(ignored)) {
   return rows(self, hs_tracker_label_peak);
+}
+
+static PyObject *Tracker_lifetimes(TrackerObject *self, PyObject *Py_UNUSED(ignored)) {
+  return rows(self, hs_tracker_lifetimes);
 }
 
 static PyObject *Tracker_unresolved(TrackerObject *self, PyObject *Py_UNUSED(ignored)) {
@@ -297,6 +301,7 @@ static PyMethodDef Tracker_methods[] = {
     {"samples", (PyCFunction)Tracker_samples, METH_NOARGS, "samples() -> bytes (SAMPLE_ROW rows)"},
     {"label_dump", (PyCFunction)Tracker_label_dump, METH_NOARGS, "label_dump() -> bytes (LABEL_DUMP_ROW rows)"},
     {"label_peak", (PyCFunction)Tracker_label_peak, METH_NOARGS, "label_peak() -> bytes (LABEL_PEAK_ROW rows)"},
+    {"lifetimes", (PyCFunction)Tracker_lifetimes, METH_NOARGS, "lifetimes() -> bytes (LIFETIME_ROW rows)"},
     {"unresolved", (PyCFunction)Tracker_unresolved, METH_NOARGS, "unresolved() -> list[int]"},
     {"take_stream", (PyCFunction)Tracker_take_stream, METH_NOARGS, "take_stream() -> bytes (STREAM_ROW rows)"},
     {"stats", (PyCFunction)Tracker_stats, METH_NOARGS, "stats() -> dict[str, int]"},

@@ -37,8 +37,9 @@ class Tracker:
         address still live first frees it (implicit_frees).
         """
 
-    def free(self, seq: int, addr: int, now_ns: int, /) -> None:
-        """A free of a sampled address, in sequence order as malloc()."""
+    def free(self, seq: int, addr: int, now_ns: int, ts: int = 0, /) -> None:
+        """A free of a sampled address, in sequence order as malloc(), sent at ts (the
+        records' clock; 0: not known): its allocation's lifetime ends there."""
 
     def expire(self, now_ns: int, /) -> None:
         """Give up on missing seqs whose successor arrived more than 1 s before now_ns."""
@@ -150,6 +151,12 @@ class Tracker:
 
     def label_peak(self) -> bytes:
         """LABEL_PEAK_ROW rows: each (callsite, label set) at the process's peak, as peak()."""
+
+    def lifetimes(self) -> bytes:
+        """LIFETIME_ROW rows (callsite_id, kind, bucket, count, size, real_size), cumulative,
+        one per (callsite, kind, bucket) with samples: lifetimes of the freed samples, ages of
+        the live ones, sizes of all, heaptrack's temporaries (rows.py LT_*). Stacks without a
+        callsite are left out."""
 
     @property
     def keeps_threads(self) -> bool:

@@ -10,7 +10,21 @@ and reads back the rows of a dump, already summed per callsite.
 from __future__ import annotations
 
 from heapscope.bookkeeping.frames import FrameTable, ProcessModules, PyCode, PySplice
-from heapscope.bookkeeping.rows import DUMP_ROW, NOT_FREED, PEAK_ROW, SAMPLE_ROW, SERIES_ROW, unpack_rows
+from heapscope.bookkeeping.rows import (
+    DUMP_ROW,
+    LIFETIME_BOUNDS,
+    LIFETIME_ROW,
+    LT_FREED,
+    LT_HEAPTRACK,
+    LT_HELD,
+    LT_SIZE,
+    LT_UNKNOWN,
+    NOT_FREED,
+    PEAK_ROW,
+    SAMPLE_ROW,
+    SERIES_ROW,
+    unpack_rows,
+)
 from heapscope.model import FrameId
 from heapscope.records import Record, field
 from heapscope.wire.codec import ModuleRecord
@@ -22,6 +36,16 @@ UNDEFINED_STACK = "[stack never received]"
 
 if TYPE_CHECKING:
     from heapscope.bookkeeping._native import Resolver, Tracker, Trie
+
+LifetimeRow = tuple[int, str, int, "int | None", int, int, int, int, int]
+SizeRow = tuple[int, int, int, int, int, int]
+_LT_KINDS = {LT_FREED: "freed", LT_HELD: "held", LT_UNKNOWN: "unknown", LT_HEAPTRACK: "heaptrack"}
+_I64_MAX = (1 << 63) - 1
+
+
+def _size_bounds(bucket: int) -> tuple[int, int]:
+    """Size bucket b's sizes [2^b, 2^(b+1)); 0 and 1 in [0, 2)."""
+    return 1 << bucket if bucket else 0, min(1 << (bucket + 1), _I64_MAX)
 
 
 class ProcessHeap(Record):
@@ -154,6 +178,24 @@ class ProcessHeap(Record):
     def peak_rows(tracker: Tracker) -> list[tuple[int, int, int, int, int, int, int]]:
         """Rows (callsite, count, size, alloc_count, alloc_size, real_size, alloc_real_size) at the peak."""
         return list(PEAK_ROW.iter_unpack(tracker.peak()))
+
+    @staticmethod
+    def lifetime_rows(tracker: Tracker) -> tuple[list[LifetimeRow], list[SizeRow]]:
+        """The tracker's lifetimes and sizes per callsite, cumulative, as the store's rows:
+        (callsite, kind, lo_ns, hi_ns or None, size_lo, size_hi, count, size, real_size) and
+        (callsite, lo, hi, count, size, real_size) (store/schema.sql)."""
+        lifetimes: list[LifetimeRow] = []
+        sizes: list[SizeRow] = []
+        for cs, kind, bucket, count, size, real in LIFETIME_ROW.iter_unpack(tracker.lifetimes()):
+            if kind == LT_SIZE:
+                sizes.append((cs, *_size_bounds(bucket), count, size, real))
+            elif kind in _LT_KINDS:
+                life = bucket >> 8
+                timed = kind in (LT_FREED, LT_HELD)
+                lo = LIFETIME_BOUNDS[life - 1] if timed and life else 0
+                hi = LIFETIME_BOUNDS[life] if timed and life < len(LIFETIME_BOUNDS) else None
+                lifetimes.append((cs, _LT_KINDS[kind], lo, hi, *_size_bounds(bucket & 0xFF), count, size, real))
+        return lifetimes, sizes
 
     @staticmethod
     def peak_values(tracker: Tracker) -> tuple[int, ...]:

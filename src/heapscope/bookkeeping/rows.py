@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import struct
 
+from heapscope.model import LIFETIME_BOUNDS as LIFETIME_BOUNDS
+
 DUMP_ROW = struct.Struct("<Qqqq")  # what changed at one callsite since the previous dump
 PEAK_ROW = struct.Struct("<7Q")  # one callsite at the process's peak, cumulative
 WINDOW_ROW = struct.Struct("<2Q4qQ")  # one bucket's change since a peak window began
@@ -22,6 +24,7 @@ SAMPLE_ROW = struct.Struct("<6Q")  # one kept sample with its malloc's and free'
 NOT_FREED = 2**64 - 1  # SAMPLE_ROW's free_ts of a live sample (HS_NOT_FREED)
 LABEL_DUMP_ROW = struct.Struct("<QQqqq")  # what changed at one (callsite, label set) since the previous label dump
 LABEL_PEAK_ROW = struct.Struct("<8Q")  # one (callsite, label set) at the process's peak, cumulative
+LIFETIME_ROW = struct.Struct("<6Q")  # one lifetime or size bucket of one callsite, cumulative
 
 ROWS: dict[str, tuple[struct.Struct, tuple[str, ...]]] = {
     "hs_dump_row": (DUMP_ROW, ("callsite_id", "count", "size", "real_size")),
@@ -40,6 +43,7 @@ ROWS: dict[str, tuple[struct.Struct, tuple[str, ...]]] = {
     "hs_label_dump_row": (LABEL_DUMP_ROW, ("callsite_id", "label_set", "count", "size", "real_size")),
     "hs_label_peak_row": (LABEL_PEAK_ROW, ("callsite_id", "label_set", "count", "size", "alloc_count",
                                            "alloc_size", "real_size", "alloc_real_size")),
+    "hs_lifetime_row": (LIFETIME_ROW, ("callsite_id", "kind", "bucket", "count", "size", "real_size")),
 }
 
 
@@ -54,3 +58,8 @@ def unpack_rows(row: struct.Struct, data: bytes) -> tuple[int, ...]:
 
 
 OP_MALLOC, OP_FREE = 1, 2  # hs_stream_row.kind (HS_OP_MALLOC, HS_OP_FREE)
+# hs_lifetime_row.kind (tracker_lifetime.h HS_LT_*): freed (bucket of its lifetime), still held (of
+# its age), freed without a lifetime, every sample by size, heaptrack's temporary.
+LT_FREED, LT_HELD, LT_UNKNOWN, LT_SIZE, LT_HEAPTRACK = 1, 2, 3, 4, 5
+# Lifetime buckets: heapscope.model.LIFETIME_BOUNDS (test_rows checks them against the C). Size
+# bucket b holds sizes [2^b, 2^(b+1)), 0 and 1 in 0.

@@ -159,7 +159,9 @@ static inline uint32_t live_stack(const struct hs_tracker *t, const struct hs_li
   return __builtin_expect(t->threads, 0) ? (uint32_t)t->thread_keys.ids[e->stack_idx] : e->stack_idx;
 }
 
-static void book_free(struct hs_tracker *t, const struct hs_live *e) {
+/* The free at ts (0: not known) of live allocation e. */
+static void book_free(struct hs_tracker *t, const struct hs_live *e, uint64_t ts) {
+  if (hs_lifetimes_free(&t->lt, e, live_stack(t, e), ts) < 0) t->oom = 1;
   struct hs_bucket *b = bucket_of(t, e);
   touch(t, b);
   b->cur.free_bytes += e->sample_size;
@@ -210,8 +212,8 @@ static void apply_malloc(struct hs_tracker *t, const struct hs_op *op) {
   struct hs_live *e = hs_live_slot(&t->live, op->addr);
   if (e->bucket_plus1) {
     /* Its free was never seen (or not yet: then it will count as untracked). */
-    book_free(t, e);
-    series_free(t, e, op);
+    book_free(t, e, 0);
+    series_free(t, e, op); /* dated by the malloc that found it */
     t->st.implicit_frees++;
   } else {
     e->addr = op->addr;
@@ -222,6 +224,7 @@ static void apply_malloc(struct hs_tracker *t, const struct hs_op *op) {
   e->alloc_size = op->alloc_size;
   e->stack_idx = live_idx;
   e->bucket_plus1 = s->bucket + 1;
+  if (hs_lifetimes_malloc(&t->lt, e, op->ts, op->tid) < 0) t->oom = 1;
   struct hs_bucket *b = &t->buckets[s->bucket];
   touch(t, b);
   b->cur.alloc_bytes += op->sample_size;
@@ -251,7 +254,7 @@ static void apply_free(struct hs_tracker *t, const struct hs_op *op) {
     if (t->stream) stream_row(t, HS_OP_FREE, op->seq, op->addr, 0, 0, 0, 0);
     return;
   }
-  book_free(t, e);
+  book_free(t, e, op->ts);
   series_free(t, e, op);
   if (t->stream) {
     stream_row(t, HS_OP_FREE, op->seq, op->addr, e->alloc_size, e->sample_size,
@@ -313,10 +316,11 @@ void hs_tracker_malloc_labelled(struct hs_tracker *t, uint64_t seq, uint64_t add
 }
 
 void hs_tracker_free(struct hs_tracker *t, uint64_t seq, uint64_t addr, uint64_t now_ns) {
-  /* A FREE record has no ts of its own: its arrival (the reader's clock, CLOCK_MONOTONIC as the
-   * client's coarse one) dates it for the series, later than the free by the ring's latency;
-   * a malloc after it would date it no better after an idle stretch. */
-  struct hs_op op = {seq, addr, 0, 0, 0, now_ns, HS_OP_FREE, 0, 0, 0};
+  hs_tracker_free_at(t, seq, addr, 0, now_ns);
+}
+
+void hs_tracker_free_at(struct hs_tracker *t, uint64_t seq, uint64_t addr, uint64_t ts, uint64_t now_ns) {
+  struct hs_op op = {seq, addr, 0, 0, 0, ts, HS_OP_FREE, 0, 0, 0};
   submit(t, &op, now_ns);
 }
 
@@ -593,7 +597,7 @@ int hs_tracker_init(struct hs_tracker *t, int stream, int dump_at_max) {
   }
   if (!t->pk || hs_live_init(&t->live, HS_LIVE_INITIAL) < 0 || hs_stacks_init(&t->stacks, HS_STACKS_INITIAL) < 0 ||
       hs_stacks_init(&t->callsites, HS_CALLSITES_INITIAL) < 0 || hs_pending_init(&t->pending) < 0 ||
-      hs_series_init(&t->series) < 0) {
+      hs_series_init(&t->series) < 0 || hs_lifetimes_init(&t->lt) < 0) {
     hs_tracker_destroy(t);
     return -1;
   }
@@ -652,6 +656,7 @@ void hs_tracker_destroy(struct hs_tracker *t) {
   hs_stacks_destroy(&t->callsites);
   hs_pending_destroy(&t->pending);
   hs_series_destroy(&t->series);
+  hs_lifetimes_destroy(&t->lt);
   free(t->buckets);
   free(t->rest);
   free(t->stream_rows.p);

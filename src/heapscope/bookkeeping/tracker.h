@@ -75,6 +75,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tracker_lifetime.h"
 #include "tracker_order.h"
 #include "tracker_series.h"
 #include "tracker_tables.h"
@@ -194,7 +195,8 @@ struct hs_thread_row {
 };
 
 /* The stream (stream=1): one op as applied. For a free, sizes and stack are
- * those of the allocation it freed (0 if the address was not live), ts 0. */
+ * those of the allocation it freed (0 if the address was not live), ts 0 (the
+ * Chrome JSON export replays the stream up to a dump by the mallocs' ts only). */
 struct hs_stream_row {
   uint64_t kind; /* HS_OP_MALLOC or HS_OP_FREE */
   uint64_t seq;
@@ -266,6 +268,7 @@ struct hs_tracker {
   struct hs_totals *thread_totals;
   size_t thread_cap;
   struct hs_series series;   /* this heap's memory over time and kept samples (tracker_series.h) */
+  struct hs_lifetimes lt;    /* lifetimes and sizes per stack (tracker_lifetime.h) */
   struct hs_buf stream_rows; /* hs_stream_row[] since the last take */
   struct hs_buf out;         /* the rows of the last row call below */
   struct hs_labels *labels;  /* the label dimension, from the first labelled malloc (tracker_labels.h) */
@@ -292,6 +295,9 @@ void hs_tracker_free(struct hs_tracker *t, uint64_t seq, uint64_t addr, uint64_t
 void hs_tracker_malloc_labelled(struct hs_tracker *t, uint64_t seq, uint64_t addr, uint64_t alloc_size,
                                 uint64_t sample_size, uint64_t stack_id, uint64_t ts, uint32_t tid,
                                 uint32_t label_set, uint64_t now_ns);
+/* hs_tracker_free of a free sent at ts (the records' clock): the allocation's lifetime
+ * ends there (tracker_lifetime.h); ts 0: not known. */
+void hs_tracker_free_at(struct hs_tracker *t, uint64_t seq, uint64_t addr, uint64_t ts, uint64_t now_ns);
 /* Give up on the missing seqs that ops arrived more than HS_GAP_TIMEOUT_NS
  * before now_ns wait for. */
 void hs_tracker_expire(struct hs_tracker *t, uint64_t now_ns);
@@ -310,6 +316,8 @@ int64_t hs_tracker_live(struct hs_tracker *t);       /* hs_live_row, no order */
 int64_t hs_tracker_unresolved(struct hs_tracker *t); /* uint64_t stack ids without callsite */
 int64_t hs_tracker_threads(struct hs_tracker *t);    /* hs_thread_row, first-seen order; none
                                                         unless keep_threads */
+int64_t hs_tracker_lifetimes(struct hs_tracker *t);  /* hs_lifetime_row (tracker_lifetime.h), cumulative,
+                                                        callsites known (tracker_lifetime.c) */
 
 /* Peak windows. From now on the peak (max_unfreed, hs_tracker_peak's state)
  * is that of a new window starting at the current state; each bucket's

@@ -25,7 +25,7 @@ struct hs_op {
   uint64_t sample_size; /* MALLOC only */
   uint64_t alloc_size;  /* MALLOC only */
   uint64_t stack_id;    /* MALLOC only */
-  uint64_t ts;          /* MALLOC: the client's; FREE: its arrival (tracker.c) */
+  uint64_t ts;          /* the op's (a FREE's: 0 when not known) */
   uint32_t kind;        /* HS_OP_MALLOC or HS_OP_FREE (tracker.h) */
   uint32_t tid;         /* MALLOC only: the allocating thread (0 = not known) */
   uint32_t label_set;   /* MALLOC only: its label set (0 = none; tracker_labels.h) */

@@ -44,6 +44,9 @@ struct hs_live {
                            live_stack): (stack, thread) in one u32 */
   uint32_t bucket_plus1; /* the tracker's bucket it was booked in, + 1; 0 = empty slot
                            (so address 0 needs no special case) */
+  uint64_t ts;          /* of its malloc: its lifetime starts (tracker_lifetime.h) */
+  uint32_t tid;         /* the thread of its malloc (0 = not known) */
+  uint32_t unused;
 };
 
 struct hs_live_table {

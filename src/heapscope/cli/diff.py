@@ -29,7 +29,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         help="the Python view, the default when both processes have Python frames: native frames"
                              " folded into the Python function that called them")
     frames.add_argument("--native", action="store_true", help="every frame, native ones too, also for Python")
-    p.add_argument("--view", choices=VIEWS, default="space", help="what to compare (default: space)")
+    p.add_argument("--view", choices=(*VIEWS, "temporary"), default="space",
+                   help="what to compare (default: space); temporary: bytes freed within --temporary, per function"
+                        " (two profiles, each whole run)")
+    from heapscope.cli.lifetimes import TEMPORARY_HELP
+    p.add_argument("--temporary", metavar="DURATION", help=TEMPORARY_HELP.replace("with --view temporary and"
+                                                                                  " --lifetimes", "with --view"
+                                                                                  " temporary"))
     p.add_argument("--top", type=int, default=15, metavar="N", help="growths and shrinks listed (default: 15)")
     p.add_argument("-o", "--output", metavar="HTML", help="also write a flamegraph coloured by growth")
     p.add_argument("--force", action="store_true", help="overwrite an existing output file")
@@ -69,6 +75,15 @@ def main(args: argparse.Namespace) -> int:
             select_heap(profile, args.heap)  # default: the default heap, nothing counted twice
             folded.update(apply_fold(profile, args))
             procs.append(pick_process(profile, args.pid, procs[0] if procs else None))
+        if args.view == "temporary":  # the lifetime tables, whole runs (cli/lifetimes.py)
+            from heapscope.cli.lifetimes import render_diff
+
+            if args.after is None or args.dump_a is not None or args.dump_b is not None:
+                raise UsageError("diff --view temporary compares two profiles, each its whole run (no --dump-a/-b)")
+            sys.stdout.write(render_diff(profiles, procs, [Path(f).name for f in files], args))
+            return 0
+        if args.temporary is not None:
+            raise UsageError("--temporary applies to --view temporary")
         # The Python view when both sides are Python programs (report's default)
         python = args.python_only or (not args.native and all(
             p.info.upid in profile.python_upids() for profile, p in zip(profiles, procs, strict=True)))

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from heapscope.cli.folding import add_fold_arguments, apply_fold
+from heapscope.cli.lifetimes import TEMPORARY_HELP
+from heapscope.cli.lifetimes import render as render_lifetimes
 from heapscope.errors import UsageError
 from heapscope.model import VIEWS, unknown_code_pid
 from heapscope.store.alloc_labels import LABEL_HELP, select_label
@@ -52,15 +54,22 @@ HELP = ("print the functions that hold the most memory, per process (a Python pr
         " --native shows native frames)")
 
 _W = len("alloc_objects:")  # width of the header labels
+TEMPORARY_VIEW = "temporary"  # report's view of its own: cli/lifetimes.py
 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="PROFILE", help="profile database written by `heapscope record`")
     p.add_argument(
-        "--view", choices=VIEWS, default="space",
-        help="what to rank by: " + "; ".join(f"{v}: {h}" for v, h in VIEW_HELP.items()) + " (default: space)",
+        "--view", choices=(*VIEWS, TEMPORARY_VIEW), default="space",
+        help="what to rank by: " + "; ".join(f"{v}: {h}" for v, h in VIEW_HELP.items())
+             + f"; {TEMPORARY_VIEW}: stacks by bytes freed within --temporary (default: space)",
     )
+    p.add_argument("--temporary", metavar="DURATION", help=TEMPORARY_HELP)
+    p.add_argument("--lifetimes", action="store_true",
+                   help="per function: allocated, %% temporary, median and p90 lifetime, %% still held at the end")
+    p.add_argument("--sizes", action="store_true",
+                   help="the histogram of the sizes asked for (power-of-two buckets); per stack with --focus")
     p.add_argument("--top", type=int, default=20, metavar="N", help="rows per process (default: 20)")
     p.add_argument("-p", "--pid", type=int, metavar="PID", help="only this process")
     p.add_argument("--all-processes", action="store_true",
@@ -106,6 +115,11 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(f"--top must be at least 1, not {args.top}")
     focus, ignore = _regex(args.focus, "--focus"), _regex(args.ignore, "--ignore")
     dump = None if args.dump is None else parse_dump(args.dump)
+    lifetimes = args.view == TEMPORARY_VIEW or args.lifetimes or args.sizes
+    if args.temporary is not None and not (args.view == TEMPORARY_VIEW or args.lifetimes):
+        raise UsageError("--temporary applies to --view temporary and --lifetimes")
+    if sum((args.view == TEMPORARY_VIEW, args.lifetimes, args.sizes)) > 1:
+        raise UsageError("--view temporary, --lifetimes and --sizes are views of their own: one at a time")
     with open_profile(args.file) as profile:
         select_label(profile, args.label)
         shown = select_heap(profile, args.heap)
@@ -113,6 +127,9 @@ def main(args: argparse.Namespace) -> int:
             print(render_by_label(profile, args.by_label, heap_members(shown), args.top))
             return 0
         folded = apply_fold(profile, args)
+        if lifetimes:  # views of their own tables (cli/lifetimes.py)
+            text = fold_line(folded) + "\n\n" if folded else ""
+            return _write(text + render_lifetimes(profile, select_processes(profile, args.pid), args, focus, ignore))
         # The Python view by default where stacks hold Python frames (the first answer names the user's
         # code); --stacks shows each stack in full unless --python-only asks.
         python_only = True if args.python_only else False if args.native or args.stacks else None
@@ -140,7 +157,10 @@ def main(args: argparse.Namespace) -> int:
                                      for r in reports)
     if not reports:
         text = f"{args.file}: no processes in this profile\n"
-    text = heaps + text
+    return _write(heaps + text)
+
+
+def _write(text: str) -> int:
     try:
         sys.stdout.write(text)
         sys.stdout.flush()

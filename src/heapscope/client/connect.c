@@ -267,6 +267,11 @@ static HS_MUST_CHECK int map_ring(int fd, int memfd, const struct hs_config *cfg
   hs_session.ring.data = (unsigned char *)shm + HS_META_SIZE;
   hs_session.ring.size = cfg->ring_size;
   hs_session.ring.block = (cfg->flags & HS_CFG_BLOCK_CLIENT) != 0;
+#if defined(__x86_64__)
+  hs_session.tsc = (cfg->flags & HS_CFG_TSC) != 0;
+#else
+  hs_session.tsc = 0; /* never asked of another architecture (producer/tsc.py) */
+#endif
   hs_session.ring.sock = fd;
   hs_session.ring.seq = &hs_malloc_seq.next;
   return 0;
@@ -304,7 +309,7 @@ int hs_connect_producer(const char *path, const char *token, struct hs_config *c
   hello.version = HS_WIRE_VERSION;
   hello.pid = (uint32_t)getpid();
   hello.ppid = (uint32_t)getppid();
-  hello.start_ts = hs_coarse_ns(); /* the records' clock: no sample of this process is earlier */
+  hello.start_ts = hs_mono_ns(); /* the records' clock: no sample of this process is earlier */
   int memfd = -1;
   if (send_all(fd, &hello, sizeof hello) != 0 || recv_config(fd, cfg, &memfd) != 0) {
     hs_debug("handshake failed, errno", (uint64_t)errno);

@@ -211,7 +211,7 @@ static void sample(struct custom_heap *h, uint32_t id, uint64_t key, const void 
   struct hs_ring r = *shared;
   r.seq = &h->seq;
   struct hs_heap_malloc rec = {0, id, hs_labels_sample(), (uint64_t)(uintptr_t)addr, sample_size, size,
-                               stack_id, hs_coarse_ns()};
+                               stack_id, hs_record_ns()};
   int rc = hs_ring_write(&r, HS_REC_HEAP_MALLOC, &rec, sizeof rec, NULL, 0, 1);
   if (!hs_ok(rc))
     return;
@@ -267,7 +267,7 @@ HS_EXPORT void heapscope_heap_free_v1(uint32_t id, const void *addr) {
     if (hs_addrset_remove((const void *)(uintptr_t)key)) {
       struct hs_ring r = hs_session.ring;
       r.seq = &h->seq;
-      struct hs_heap_free rec = {0, id, 0, (uint64_t)(uintptr_t)addr};
+      struct hs_heap_free rec = {0, id, 0, (uint64_t)(uintptr_t)addr, hs_record_ns()};
       int rc = hs_ring_write(&r, HS_REC_HEAP_FREE, &rec, sizeof rec, NULL, 0, 1);
       (void)hs_ok(rc);
     }

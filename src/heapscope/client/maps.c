@@ -145,7 +145,7 @@ static int put_malloc(const struct range *r) {
   ring.seq = &seq_of(r->heap)->next;
   struct hs_heap_malloc rec = {.heap_id = r->heap, .addr = r->start, .sample_size = r->sample_size,
                                .alloc_size = r->end - r->start, .stack_id = r->stack_id,
-                               .ts = hs_coarse_ns(), .label_set = r->label_set};
+                               .ts = hs_record_ns(), .label_set = r->label_set};
   int rc = hs_ring_write(&ring, HS_REC_HEAP_MALLOC, &rec, sizeof rec, NULL, 0, 1);
   return hs_ok(rc) && rc == HS_OK;
 }
@@ -153,7 +153,7 @@ static int put_malloc(const struct range *r) {
 static void put_free(const struct range *r) {
   struct hs_ring ring = hs_session.ring;
   ring.seq = &seq_of(r->heap)->next;
-  struct hs_heap_free rec = {.heap_id = r->heap, .addr = r->start};
+  struct hs_heap_free rec = {.heap_id = r->heap, .addr = r->start, .ts = hs_record_ns()};
   (void)hs_ok(hs_ring_write(&ring, HS_REC_HEAP_FREE, &rec, sizeof rec, NULL, 0, 1));
 }
 

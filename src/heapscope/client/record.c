@@ -215,7 +215,7 @@ HS_INLINE void book_py(struct hs_ring_meta *m, void *addr, size_t size, uint64_t
   struct hs_ring r = hs_session.ring;
   r.seq = &hs_py_seq.next;
   struct hs_heap_malloc hrec = {0, HS_PY_HEAP_ID, hs_labels_sample(), (uint64_t)(uintptr_t)addr, sample_size, size,
-                                id, hs_coarse_ns()};
+                                id, hs_record_ns()};
   int rc = hs_ring_write(&r, HS_REC_HEAP_MALLOC, &hrec, sizeof hrec, NULL, 0, 1);
   if (!hs_ok(rc) || rc == HS_DROPPED)
     return;
@@ -229,7 +229,7 @@ HS_INLINE void book_malloc(struct hs_ring_meta *m, void *addr, size_t size, uint
                            uint64_t id) {
   if (HS_UNLIKELY(thread_tid == 0))
     thread_tid = (uint32_t)syscall(SYS_gettid);
-  uint64_t ts = hs_coarse_ns();
+  uint64_t ts = hs_record_ns();
   const uint32_t labels = hs_labels_sample(); /* before the reservation: it may write a record */
   /* Built in the ring where it fits at once (hs_ring_reserve): no copy. */
   const uint64_t rec_size = HS_ALIGN8(8 + sizeof(struct hs_malloc));
@@ -340,14 +340,14 @@ HS_INLINE void record_free_slow(void *addr, uint32_t heap) {
     if (hs_addrset_remove(addr)) {
       /* Its alloc fired: its free does, whatever becomes of the record. */
       hs_probe_free(addr);
-      struct hs_free rec = {0, (uint64_t)(uintptr_t)addr};
+      struct hs_free rec = {0, (uint64_t)(uintptr_t)addr, hs_record_ns()};
       (void)hs_ok(hs_ring_write(&hs_session.ring, HS_REC_FREE, &rec, sizeof rec, NULL, 0, 1));
     }
   } else if (hs_addrset_remove((const void *)((uintptr_t)addr ^ HS_PY_HEAP_KEY))) {
     hs_probe_free(addr);
     struct hs_ring r = hs_session.ring;
     r.seq = &hs_py_seq.next;
-    struct hs_heap_free rec = {0, HS_PY_HEAP_ID, 0, (uint64_t)(uintptr_t)addr};
+    struct hs_heap_free rec = {0, HS_PY_HEAP_ID, 0, (uint64_t)(uintptr_t)addr, hs_record_ns()};
     (void)hs_ok(hs_ring_write(&r, HS_REC_HEAP_FREE, &rec, sizeof rec, NULL, 0, 1));
   }
   hs_session_leave();

@@ -448,7 +448,7 @@ static void note_exit(void) {
     peak = (uint64_t)ru.ru_maxrss * 1024;
   __atomic_store_n(&m->own_rss, hs_own_resident(), __ATOMIC_RELAXED);
   __atomic_store_n(&m->exit_peak_rss, peak, __ATOMIC_RELAXED);
-  __atomic_store_n(&m->exit_ts, hs_coarse_ns(), __ATOMIC_RELAXED); /* the records' clock, as start_ts */
+  __atomic_store_n(&m->exit_ts, hs_mono_ns(), __ATOMIC_RELAXED); /* the records' clock, as start_ts */
 }
 
 /* _exit and _Exit end a process with no destructor (os._exit: every fork

@@ -17,12 +17,59 @@
 #include <errno.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "ingest_core.h"
 #include "native.h"
 
 /* heapscope.bookkeeping._native's types, looked up when this module is imported. */
 static PyTypeObject *TrackerType, *ResolverType;
+
+/* ---- the TSC clock (wire.h HS_CFG_TSC; ingest_core.h struct hs_tsc_cal) ----
+ * One calibration for the process, changed with the GIL held only; each Ingest takes a copy
+ * before it drains without the GIL. */
+static struct hs_tsc_cal tsc_cal;
+
+static uint64_t mono_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+#if defined(__x86_64__)
+#define HAVE_TSC 1
+static uint64_t read_tsc(void) { return __builtin_ia32_rdtsc(); }
+#else
+#define HAVE_TSC 0
+static uint64_t read_tsc(void) { return 0; }
+#endif
+
+/* The anchor: both clocks now (tsc_start, before any client stamps with the TSC). */
+static void tsc_anchor(void) {
+  tsc_cal.tsc0 = read_tsc();
+  tsc_cal.ns0 = mono_ns();
+  tsc_cal.ns_per_tick = 0;
+}
+
+/* The rate from the anchor to now, over at least 1 ms (waited for once, at the first drain
+ * of a producer answered within 1 ms of its anchor). */
+static void tsc_refresh(void) {
+  if (tsc_cal.tsc0 == 0) tsc_anchor();
+  uint64_t tsc, ns;
+  do {
+    tsc = read_tsc();
+    ns = mono_ns();
+  } while (ns - tsc_cal.ns0 < 1000000u);
+  if (tsc > tsc_cal.tsc0) tsc_cal.ns_per_tick = (double)(ns - tsc_cal.ns0) / (double)(tsc - tsc_cal.tsc0);
+}
+
+static void tsc_missing(void) { PyErr_SetString(PyExc_ValueError, "no time-stamp counter on this architecture"); }
+
+static PyObject *tsc_start(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored)) {
+  if (!HAVE_TSC) return tsc_missing(), NULL;
+  tsc_anchor();
+  Py_RETURN_NONE;
+}
 
 #define tracker_check hs_tracker_object_check
 #define tracker_oom hs_tracker_object_oom
@@ -76,12 +123,13 @@ static int ingest_check(IngestObject *self) {
 }
 
 static int Ingest_init(IngestObject *self, PyObject *args, PyObject *kwds) {
-  static char *kwlist[] = {"fd", "ring_size", "stream", "dump_at_max", "threads", NULL};
-  int fd, stream = 0, dump_at_max = 0, threads = 0;
+  static char *kwlist[] = {"fd", "ring_size", "stream", "dump_at_max", "threads", "tsc", NULL};
+  int fd, stream = 0, dump_at_max = 0, threads = 0, tsc = 0;
   Py_ssize_t ring_size;
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "in|$ppp:Ingest", kwlist, &fd, &ring_size, &stream,
-                                   &dump_at_max, &threads))
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "in|$pppp:Ingest", kwlist, &fd, &ring_size, &stream,
+                                   &dump_at_max, &threads, &tsc))
     return -1;
+  if (tsc && !HAVE_TSC) return tsc_missing(), -1;
   if (self->tracker && self->tracker->busy) {
     PyErr_SetString(PyExc_RuntimeError, HS_BUSY_MESSAGE);
     return -1;
@@ -147,6 +195,7 @@ static int Ingest_init(IngestObject *self, PyObject *args, PyObject *kwds) {
     return -1;
   }
   hs_ingest_init(g, map, (uint64_t)ring_size, tr->t, resolver->s);
+  g->tsc = tsc;
   Py_XSETREF(self->tracker, tr);
   Py_XSETREF(self->resolver, resolver);
   self->g = g;
@@ -190,6 +239,10 @@ static PyObject *Ingest_drain(IngestObject *self, PyObject *args, PyObject *kwds
       tr->busy = 1;
       tr->t->pk->busy++;
     }
+  }
+  if (g->tsc) {
+    tsc_refresh();
+    g->cal = tsc_cal;
   }
   Py_BEGIN_ALLOW_THREADS
   hs_ingest_drain(g, max_records, now_ns);
@@ -300,7 +353,19 @@ static PyObject *Ingest_get_tracker(IngestObject *self, void *Py_UNUSED(closure)
   return Py_NewRef((PyObject *)self->tracker);
 }
 
+static PyObject *Ingest_ns_of(IngestObject *self, PyObject *arg) {
+  unsigned long long ts = PyLong_AsUnsignedLongLong(arg);
+  if (PyErr_Occurred()) return NULL;
+  if (ingest_check(self) < 0) return NULL;
+  if (!self->g->tsc) return PyLong_FromUnsignedLongLong(ts);
+  tsc_refresh();
+  self->g->cal = tsc_cal;
+  return PyLong_FromUnsignedLongLong(hs_tsc_ns(&self->g->cal, ts));
+}
+
 static PyMethodDef Ingest_methods[] = {
+    {"ns_of", (PyCFunction)Ingest_ns_of, METH_O,
+     "ns_of(ts) -> int\n--\n\nA record's ts as CLOCK_MONOTONIC ns (converted from the TSC with tsc=True)."},
     {"drain", (PyCFunction)(void (*)(void))Ingest_drain, METH_VARARGS | METH_KEYWORDS,
      "drain(now_ns, max_records=0) -> list[bytes]\n--\n\n"
      "Read committed records; MALLOC/FREE go to the tracker, STACK to the resolver; return the others whole."},
@@ -336,7 +401,7 @@ static PyTypeObject IngestType = {
     .tp_name = "heapscope.producer._ingest.Ingest",
     .tp_basicsize = sizeof(IngestObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Ingest(fd, ring_size, *, stream=False, dump_at_max=False, threads=False)\n--\n\n"
+    .tp_doc = "Ingest(fd, ring_size, *, stream=False, dump_at_max=False, threads=False, tsc=False)\n--\n\n"
               "Reads one process's shared ring into a Tracker of its own.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Ingest_init,
@@ -345,11 +410,19 @@ static PyTypeObject IngestType = {
     .tp_getset = Ingest_getset,
 };
 
+static PyMethodDef module_methods[] = {
+    {"tsc_start", (PyCFunction)tsc_start, METH_NOARGS,
+     "tsc_start() -> None\n--\n\nRead the TSC and CLOCK_MONOTONIC together: the anchor of every\n"
+     "conversion of TSC stamps (Ingest(tsc=True)); before any client is told to stamp with the TSC."},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef ingest_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_ingest",
     .m_doc = "The producer's ring reader (Ingest).",
     .m_size = -1,
+    .m_methods = module_methods,
 };
 
 PyMODINIT_FUNC PyInit__ingest(void) {

@@ -18,14 +18,21 @@ class Ingest:
     """
 
     def __init__(self, fd: int, ring_size: int, *, stream: bool = False,
-                 dump_at_max: bool = False, threads: bool = False) -> None:
+                 dump_at_max: bool = False, threads: bool = False, tsc: bool = False) -> None:
         """Map `fd` (HS_META_SIZE + ring_size bytes, MAP_SHARED, read/write).
 
         Raises ValueError if ring_size is not a power of two (>= 8), if the
         file is smaller than the mapping, or if the meta page's ring_size
         differs; OSError if fstat or mmap fails. stream, dump_at_max and
         threads are the Tracker's. Reading starts at the meta page's read_pos.
+        tsc: the client stamps records with the TSC (wire.h HS_CFG_TSC); their ts are
+        converted to CLOCK_MONOTONIC ns from tsc_start()'s anchor (ValueError where there
+        is no TSC).
         """
+
+    def ns_of(self, ts: int, /) -> int:
+        """A record's ts as CLOCK_MONOTONIC ns: converted from the TSC with tsc=True, else as is
+        (the records this Ingest hands to Python: custom heaps' HEAP_MALLOC and HEAP_FREE)."""
 
     @property
     def tracker(self) -> Tracker:
@@ -73,3 +80,8 @@ class Ingest:
 
     def close(self) -> None:
         """Unmap the ring and close the tracker; idempotent. Later calls raise ValueError."""
+
+
+def tsc_start() -> None:
+    """Read the TSC and CLOCK_MONOTONIC together: the anchor every Ingest(tsc=True) converts from.
+    Called before any client is told to stamp with the TSC (producer/tsc.py)."""

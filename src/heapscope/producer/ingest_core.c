@@ -92,6 +92,11 @@ static struct hs_ingest_route *route_of(struct hs_ingest *g, uint32_t heap_id) {
   return NULL;
 }
 
+/* A record's ts as CLOCK_MONOTONIC ns (ingest_core.h: the TSC clock). */
+static inline uint64_t ts_of(const struct hs_ingest *g, uint64_t ts) {
+  return g->tsc ? hs_tsc_ns(&g->cal, ts) : ts;
+}
+
 /* A HEAP_MALLOC / HEAP_FREE of a routed heap, applied here: 1; else 0 (it
  * goes to Python). body: the record's body in the ring (copied first). */
 static int routed(struct hs_ingest *g, uint32_t type, const uint8_t *body, uint64_t now_ns) {
@@ -105,7 +110,8 @@ static int routed(struct hs_ingest *g, uint32_t type, const uint8_t *body, uint6
       return 1;
     }
     r->mallocs++;
-    hs_tracker_malloc_labelled(r->tracker, m.seq, m.addr, m.alloc_size, m.sample_size, m.stack_id, m.ts, 0,
+    hs_tracker_malloc_labelled(r->tracker, m.seq, m.addr, m.alloc_size, m.sample_size, m.stack_id,
+                               ts_of(g, m.ts), 0,
                                m.label_set, now_ns);
     return 1;
   }
@@ -114,7 +120,7 @@ static int routed(struct hs_ingest *g, uint32_t type, const uint8_t *body, uint6
   struct hs_ingest_route *r = route_of(g, f.heap_id);
   if (!r) return 0;
   r->frees++;
-  hs_tracker_free(r->tracker, f.seq, f.addr, now_ns);
+  hs_tracker_free_at(r->tracker, f.seq, f.addr, ts_of(g, f.ts), now_ns);
   return 1;
 }
 
@@ -189,14 +195,15 @@ void hs_ingest_drain(struct hs_ingest *g, uint64_t max_records, uint64_t now_ns)
         g->st.malformed_records++; /* sizes no real process has, that would wrap the sums */
       } else {
         g->st.mallocs++;
-        hs_tracker_malloc_labelled(g->tracker, m.seq, m.addr, m.alloc_size, m.sample_size, m.stack_id, m.ts, m.tid,
+        hs_tracker_malloc_labelled(g->tracker, m.seq, m.addr, m.alloc_size, m.sample_size, m.stack_id,
+                                   ts_of(g, m.ts), m.tid,
                                    m.label_set, now_ns);
       }
     } else if (type == HS_REC_FREE && size == 8 + sizeof(struct hs_free)) {
       struct hs_free f;
       memcpy(&f, rec + 8, sizeof f);
       g->st.frees++;
-      hs_tracker_free(g->tracker, f.seq, f.addr, now_ns);
+      hs_tracker_free_at(g->tracker, f.seq, f.addr, ts_of(g, f.ts), now_ns);
     } else if (g->nroutes &&
                ((type == HS_REC_HEAP_MALLOC && size == 8 + sizeof(struct hs_heap_malloc)) ||
                 (type == HS_REC_HEAP_FREE && size == 8 + sizeof(struct hs_heap_free))) &&

@@ -58,6 +58,22 @@ struct hs_ingest_route {
   uint64_t mallocs, frees;    /* records applied here */
 };
 
+/* The TSC clock (wire.h HS_CFG_TSC): a client stamps its records with rdtsc, and the
+ * records' ts become CLOCK_MONOTONIC ns here, before the tracker sees them:
+ * ns = ns0 + (tsc - tsc0) * ns_per_tick, (tsc0, ns0) the producer's reading of both clocks
+ * before it answered any client, ns_per_tick measured from there to its latest drain
+ * (the span grows, the rate's error shrinks: ~20 ns of reading error over it). */
+struct hs_tsc_cal {
+  uint64_t tsc0, ns0;
+  double ns_per_tick; /* 0: not measured yet */
+};
+
+/* ts (a TSC reading) as CLOCK_MONOTONIC ns; 0 stays 0 (not known). */
+static inline uint64_t hs_tsc_ns(const struct hs_tsc_cal *c, uint64_t ts) {
+  if (ts == 0) return 0;
+  return c->ns0 + (uint64_t)(int64_t)((double)(int64_t)(ts - c->tsc0) * c->ns_per_tick);
+}
+
 struct hs_ingest {
   uint8_t *data;                /* ring data area (after the meta page) */
   struct hs_ring_meta *meta;
@@ -73,6 +89,8 @@ struct hs_ingest {
   size_t records_count;
   struct hs_ingest_route routes[HS_INGEST_MAX_ROUTES];
   uint32_t nroutes;
+  int tsc;                      /* the client stamps with the TSC: ts converted with `cal` */
+  struct hs_tsc_cal cal;        /* the caller's copy of the calibration, set before a drain */
 };
 
 /* map: HS_META_SIZE + ring_size bytes of the shared memory; the ops read go

@@ -250,7 +250,10 @@ class Listener:
             os.close(memfd)
             raise
         seed = int.from_bytes(os.urandom(8), "little") if cfg.seed is None else (cfg.seed + upid - 1) & (2**64 - 1)
-        flags = (hs.CFG_BLOCK_CLIENT if cfg.block_client else 0) | (hs.CFG_MMAP_FILES if cfg.mmap_files else 0)
+        from heapscope.producer.tsc import tsc_clock
+
+        flags = ((hs.CFG_BLOCK_CLIENT if cfg.block_client else 0) | (hs.CFG_MMAP_FILES if cfg.mmap_files else 0)
+                 | (hs.CFG_TSC if tsc_clock() else 0))
         reply = hs.config_reply(hs.STATUS_OK, cfg.interval, cfg.shmem_size, seed, flags, int(cfg.unwinder),
                                 cfg.max_frames)
         try:

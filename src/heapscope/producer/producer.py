@@ -31,6 +31,7 @@ from heapscope.producer.config import RecordConfig
 from heapscope.producer.listener import Accepted, Listener
 from heapscope.producer.process import CustomHeap, ProcessState
 from heapscope.producer.stats import StatRow, client_error_name, custom_heap_stats, process_stats_rows, unwinder_name
+from heapscope.producer.tsc import tsc_clock
 from heapscope.records import Record
 from heapscope.store.writer import ProfileWriter
 from heapscope.wire import codec
@@ -390,7 +391,7 @@ class Producer:
         """The ring reader of a client about to be answered (a failure rejects the client)."""
         cfg = self.config
         return Ingest(memfd, cfg.shmem_size, stream=cfg.stream_allocations, dump_at_max=cfg.dump_at_max,
-                      threads=cfg.threads)
+                      threads=cfg.threads, tsc=tsc_clock())  # the listener's answer said the same
 
     def adopt(self, accepted: Accepted) -> None:
         """Take over a client the listener answered (now, or before the producer existed)."""
@@ -533,12 +534,13 @@ class Producer:
             h = self._custom_heap(p, r.heap_id)
             if h is not None:
                 h.samples += 1
-                h.tracker.malloc(r.seq, r.addr, r.alloc_size, r.sample_size, r.stack_id, r.ts, now, 0, r.label_set)
+                h.tracker.malloc(r.seq, r.addr, r.alloc_size, r.sample_size, r.stack_id, p.ingest.ns_of(r.ts), now, 0,
+                                 r.label_set)
         elif isinstance(r, codec.HeapFreeRecord):
             h = self._custom_heap(p, r.heap_id)
             if h is not None:
                 h.frees += 1
-                h.tracker.free(r.seq, r.addr, now)
+                h.tracker.free(r.seq, r.addr, now, p.ingest.ns_of(r.ts))
         elif isinstance(r, codec.LabelSetRecord):
             p.labels.add(r)
         elif isinstance(r, codec.StackRecord):  # not handed over: the ring reader keeps each in C (Ingest.resolver)
@@ -635,7 +637,8 @@ class Producer:
 
         With dump_at_max the tracker's rows are the state at the peak
         (heapprofd's self_max), so SUM(size) up to this dump is the peak. The
-        final dump also writes the process's peak (heapscope_peak_allocation).
+        final dump also writes the process's peak (heapscope_peak_allocation) and its
+        lifetimes and sizes (heapscope_callsite_lifetime, heapscope_callsite_size).
         """
         if not self.keep:
             return  # nothing to write; the trackers' figures stay as they are
@@ -652,6 +655,7 @@ class Producer:
             if peak:
                 w.add_peak_values(p.info.upid, tracker.stats()["peak_ts"], p.heap_name, peak)
             w.add_memory(p.info.upid, p.heap_name, *heap.memory_values(tracker))
+            w.add_lifetimes(p.info.upid, p.heap_name, *heap.lifetime_rows(tracker))
         for h, h_rows in custom:
             w.add_dump_values(p.info.upid, p.last_dump_ts, ts, reason, h_rows, h.name)
             peak = heap.peak_values(h.tracker) if final else ()
@@ -659,6 +663,7 @@ class Producer:
                 w.add_peak_values(p.info.upid, h.tracker.stats()["peak_ts"], h.name, peak)
             if final:
                 w.add_memory(p.info.upid, h.name, *heap.memory_values(h.tracker))
+                w.add_lifetimes(p.info.upid, h.name, *heap.lifetime_rows(h.tracker))
         for name, t in ((p.heap_name, tracker), *((h.name, h.tracker) for h, _ in custom)):
             p.labels.write(w, p.info.upid, p.last_dump_ts, ts, name, t, final)
         p.last_dump_ts = ts

@@ -13,6 +13,7 @@
     sql.py      `heapscope sql`: read-only SQL (no writes, no ATTACH, no VACUUM INTO)
     files.py    creating files safely and the overwrite policy
     labels.py   how a process is named (argv[0]'s link, a compiler's file), its arguments
+    lifetimes.py  how long sampled allocations lived, and their sizes, per callsite
 
 May import: heapscope.model, heapscope.errors, heapscope.records. Nothing here knows about the
 wire or the producer.

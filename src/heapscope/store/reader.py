@@ -173,7 +173,8 @@ class Profile:
             self._rows(f"SELECT 1 FROM {table} LIMIT 1")
 
     def sql_connection(self) -> sqlite3.Connection:
-        """The connection itself, for store/sql.py, store/select.py's heap views and store/series.py only."""
+        """The connection itself, for store/sql.py, store/select.py's heap views, store/series.py and
+        store/lifetimes.py only."""
         return self._db
 
     def forget_values(self) -> None:

@@ -124,6 +124,40 @@ CREATE TABLE IF NOT EXISTS heapscope_peak_allocation (
   alloc_real_size INTEGER        -- real bytes of the samples made up to the peak
 );
 
+-- How long each callsite's sampled allocations lived (client timestamps of the
+-- malloc and of the free, CLOCK_MONOTONIC), written at the process's final dump:
+-- cumulative rows, one per (callsite, kind, bucket) with samples. kind: 'freed'
+-- (lo_ns <= lifetime < hi_ns), 'held' (still live at the end, by age at the
+-- latest timestamp of the process), 'unknown' (freed, no timestamp: lo_ns 0),
+-- 'heaptrack' (freed before the allocating thread's next malloc: exact at
+-- interval 1; lo_ns 0). hi_ns NULL: no upper bound. Absent in older profiles.
+CREATE TABLE IF NOT EXISTS heapscope_callsite_lifetime (
+  upid INTEGER NOT NULL,
+  heap_name TEXT NOT NULL,
+  callsite_id INTEGER NOT NULL,
+  kind TEXT NOT NULL,
+  lo_ns INTEGER NOT NULL,
+  hi_ns INTEGER,
+  size_lo INTEGER NOT NULL,      -- the samples' asked-for sizes, in [size_lo, size_hi): one
+  size_hi INTEGER NOT NULL,      -- power-of-two class a row (estimates need one size)
+  count INTEGER NOT NULL,        -- samples
+  size INTEGER NOT NULL,         -- their sampled bytes
+  real_size INTEGER NOT NULL     -- their asked-for bytes (heapscope/estimate.py)
+);
+
+-- The sizes each callsite asked for, in log2 buckets [lo, hi) (0 and 1 in
+-- [0, 2)), every sampled allocation, written with the lifetimes.
+CREATE TABLE IF NOT EXISTS heapscope_callsite_size (
+  upid INTEGER NOT NULL,
+  heap_name TEXT NOT NULL,
+  callsite_id INTEGER NOT NULL,
+  lo INTEGER NOT NULL,
+  hi INTEGER NOT NULL,
+  count INTEGER NOT NULL,
+  size INTEGER NOT NULL,
+  real_size INTEGER NOT NULL
+);
+
 -- One row per dump of a process heap, also when nothing changed.
 CREATE TABLE IF NOT EXISTS heap_profile (
   id INTEGER PRIMARY KEY,

@@ -217,9 +217,11 @@ HEAP_HELP = ("the heap to show: the default is libc.malloc, with python.pymalloc
 
 #: The tables that carry a heap_name, shadowed by select_heap.
 _HEAP_TABLES = ("heap_profile", "heap_profile_allocation", "heapscope_peak_allocation",
-                "heapscope_memory_series", "heapscope_memory_sample")
-#: Those a profile written before them lacks (store/series.py).
-_SERIES_TABLES = ("heapscope_memory_series", "heapscope_memory_sample")
+                "heapscope_memory_series", "heapscope_memory_sample", "heapscope_callsite_lifetime",
+                "heapscope_callsite_size")
+#: Those a profile written before them lacks (store/series.py, store/lifetimes.py).
+_NEWER_TABLES = ("heapscope_memory_series", "heapscope_memory_sample", "heapscope_callsite_lifetime",
+                 "heapscope_callsite_size")
 
 #: The heaps shown together by default, those the profile has, in this order (the rule above).
 _JOINT = (HEAP_NAME, PY_HEAP_NAME, MMAP_HEAP_NAME, BRK_HEAP_NAME)
@@ -319,7 +321,7 @@ def _shadow_heaps(profile: Profile, members: list[str] | None) -> None:
     for table in _HEAP_TABLES:
         if table != "heapscope_peak_allocation" and not hide and not source[table].startswith("temp."):
             continue
-        if table in _SERIES_TABLES and not _has_table(db, table):
+        if table in _NEWER_TABLES and not _has_table(db, table):
             continue
         if table == "heapscope_peak_allocation":
             if not _has_table(db, table):

@@ -254,6 +254,21 @@ class ProfileWriter:
             " size, alloc_count, alloc_size, real_size, alloc_real_size)", (i64_to_sql(ts), upid, heap_name),
             values, 8, lambda r: (*r[:3], *(i64_to_sql(v) for v in r[3:])))
 
+    def add_lifetimes(self, upid: int, heap_name: str,
+                      lifetimes: Sequence[tuple[int, str, int, int | None, int, int, int, int, int]],
+                      sizes: Sequence[tuple[int, int, int, int, int, int]]) -> None:
+        """A process heap's lifetimes (callsite, kind, lo_ns, hi_ns, size_lo, size_hi, count, size,
+        real_size) and sizes (callsite, lo, hi, count, size, real_size), cumulative, at its final dump."""
+        upid = i64_to_sql(upid)
+        self.db.executemany(
+            "INSERT INTO heapscope_callsite_lifetime (upid, heap_name, callsite_id, kind, lo_ns, hi_ns, size_lo,"
+            " size_hi, count, size, real_size) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            ((upid, heap_name, i64_to_sql(r[0]), r[1], *(opt_i64_to_sql(v) for v in r[2:])) for r in lifetimes))
+        self.db.executemany(
+            "INSERT INTO heapscope_callsite_size (upid, heap_name, callsite_id, lo, hi, count, size, real_size)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            ((upid, heap_name, i64_to_sql(r[0]), *(opt_i64_to_sql(v) for v in r[1:])) for r in sizes))
+
     def _insert_flat(self, insert: str, head: tuple[Any, ...], values: Sequence[Any], width: int,
                      convert: Callable[[tuple[Any, ...]], tuple[Any, ...]]) -> None:
         """`insert` (INSERT INTO table (columns)) of rows `head` + `width` values each, taken in

@@ -50,6 +50,7 @@ from heapscope.store.select import (
     select_processes,
 )
 from heapscope.view.memory import Memory, encode_memory, process_memory
+from heapscope.view.flamegraph_lifetimes import TEMPORARY, lifetime_values
 from heapscope.view.tree import MergedTree, build_tree
 
 
@@ -72,6 +73,7 @@ class ProcessGraph(Record):
     dumps_left_out: int = 0  # dumps not carried (MAX_DUMPS): the page says so
     t0: int = 0  # the process's start (its timeline's 0 s); 0: unknown, the first snapshot's ts is 0 s
     memory: Memory | None = None  # its chart of memory over time (view/memory.py); None: not in the profile
+    sizes: list[int] = field(default_factory=list)  # view/flamegraph_lifetimes.py's flat size histograms
 
 
 class Strings:
@@ -159,6 +161,11 @@ def process_graph(profile: Profile, process: Process, dump: str | int | None = N
         graph.start = chosen_at
     elif dump != "end" and peak_at >= 0:
         graph.start = peak_at
+    life = lifetime_values(profile, process, tree)
+    if life is not None:  # whole-run figures: the same at every snapshot
+        for s in graph.snapshots:
+            s.self_values[TEMPORARY] = life[0]
+        graph.sizes = life[1]
     return graph
 
 
@@ -204,7 +211,7 @@ def encode_process(graph: ProcessGraph, strings: Strings) -> dict[str, object]:
     # start is read in clock ticks: a first sample up to 10 ms before it moves 0 s back).
     t0 = min([graph.t0, *(s.ts for s in graph.snapshots)]) if graph.t0 > 0 else None
     out = {"label": graph.label, "upid": graph.upid, "depth": depth, "name": name, "lib": lib,
-           "src": src, "dumps": dumps, "start": start, "t0": t0}
+           "src": src, "dumps": dumps, "start": start, "t0": t0, **({"sizes": graph.sizes} if graph.sizes else {})}
     if graph.memory is not None:
         # Its times count from the timeline's 0 s too.
         out["memory"] = encode_memory(graph.memory, t0 if t0 is not None else graph.memory.series[0][0])
@@ -229,7 +236,8 @@ def payload(graphs: list[ProcessGraph], *, title: str, mode: str = "profile",
     subtitle = "; ".join(filter(None, (subtitle, note)))
     strings = Strings()
     processes = [encode_process(g, strings) for g in graphs]
-    out: dict[str, object] = {"mode": mode, "title": title, "subtitle": subtitle, "views": list(VIEWS)}
+    temporary = [TEMPORARY] if any(TEMPORARY in s.self_values for g in graphs for s in g.snapshots) else []
+    out: dict[str, object] = {"mode": mode, "title": title, "subtitle": subtitle, "views": [*VIEWS, *temporary]}
     if heaps is not None and len(heaps) > 1:
         out["heap"] = heap
         out["heaps"] = [{"name": h.name, "processes": None if k == heap else
@@ -362,9 +370,10 @@ def all_processes(profile: Profile, graphs: list[ProcessGraph], merge: str | Non
                     t_line.append(m.line_number[i])
                 mapped[i] = node
             placed.append((mapped, _opening(g)))
-    selfs: dict[str, list[int]] = {v: [0] * len(t_parent) for v in VIEWS}
+    views = [*VIEWS, *([TEMPORARY] if placed and all(TEMPORARY in s.self_values for _, s in placed) else [])]
+    selfs: dict[str, list[int]] = {v: [0] * len(t_parent) for v in views}
     for mapped, snap in placed:
-        for v in VIEWS:  # each view's values added in one pass over the member's nodes
+        for v in views:  # each view's values added in one pass over the member's nodes
             acc = selfs[v]
             for node, value in zip(mapped, snap.self_values[v], strict=True):
                 if value:
@@ -384,7 +393,7 @@ def all_processes(profile: Profile, graphs: list[ProcessGraph], merge: str | Non
               else "its end" if g.start in (-1, len(g.snapshots) - 1) else "the dump chosen" for g in graphs}
     what = "each process at " + " or ".join(sorted(states))
     snap = Snapshot(max((g.snapshots[g.start].ts for g in graphs), default=0), what,
-                    {v: [selfs[v][old] for old in order] for v in VIEWS})
+                    {v: [selfs[v][old] for old in order] for v in views})
     return ProcessGraph(label, -1, new, [snap], 0)
 
 

@@ -43,6 +43,7 @@ UNWINDER_NONE = handshake.UNWINDER_NONE
 UNWINDER_CFA = handshake.UNWINDER_CFA
 CFG_BLOCK_CLIENT = handshake.CFG_BLOCK_CLIENT
 CFG_MMAP_FILES = handshake.CFG_MMAP_FILES
+CFG_TSC = handshake.CFG_TSC
 HELLO = handshake.HELLO
 CONFIG = handshake.CONFIG
 META_FIELDS = handshake.META_FIELDS
@@ -108,7 +109,7 @@ HEADER = struct.Struct("<Q")
 MALLOC = struct.Struct("<QQQQQQII")
 # struct hs_malloc's fields in order (tests/unit/wire checks each offset against the compiler's).
 MALLOC_FIELDS = ("seq", "addr", "sample_size", "alloc_size", "stack_id", "ts", "tid", "label_set")
-FREE = struct.Struct("<QQ")
+FREE = struct.Struct("<QQQ")  # seq, addr, ts
 STACK = struct.Struct("<QII")
 MODULE = struct.Struct(f"<QQQQQII{BUILD_ID_MAX}s")
 HEAP = struct.Struct(f"<QII{HEAP_NAME_SIZE}s")
@@ -117,7 +118,7 @@ FIRST_CUSTOM_HEAP = 2
 MAX_CUSTOM_HEAPS = 64
 PY_HEAP_ID = 112  # wire.h HS_PY_HEAP_ID: Python's MEM and OBJ domains (client/pymem.c)
 HEAP_MALLOC = struct.Struct("<QIIQQQQQ")
-HEAP_FREE = struct.Struct("<QIIQ")
+HEAP_FREE = struct.Struct("<QIIQQ")  # seq, heap_id, reserved, addr, ts
 PYSTACK = struct.Struct("<II")
 PYFRAME = struct.Struct("<QiI")
 PYCODE = struct.Struct("<QiHHIIII")
@@ -264,6 +265,7 @@ class HeapFreeRecord(Record, frozen=True):
     heap_id: int
     seq: int
     addr: int
+    ts: int = 0  # the records' clock as the free was sent: the allocation's lifetime ends
 
 
 class LabelSetRecord(Record, frozen=True):
@@ -346,8 +348,8 @@ def decode_record(rec: bytes) -> RareRecord:
     if rtype == RecordType.HEAP_FREE:
         if len(body) < HEAP_FREE.size:
             raise MalformedRecord("truncated heap free record")
-        seq, heap_id, _, addr = HEAP_FREE.unpack_from(body)
-        return HeapFreeRecord(heap_id, seq, addr)
+        seq, heap_id, _, addr, ts = HEAP_FREE.unpack_from(body)
+        return HeapFreeRecord(heap_id, seq, addr, ts)
     if rtype == RecordType.LABELSET:
         return _decode_labelset(body)
     raise MalformedRecord(f"unexpected record type {rtype}")

@@ -32,6 +32,7 @@ STATUS_OK, STATUS_REJECTED, STATUS_NOT_TARGETED = 0, 1, 2
 UNWINDER_AUTO, UNWINDER_LIBUNWIND, UNWINDER_FP, UNWINDER_NONE, UNWINDER_CFA = 0, 1, 2, 3, 4
 CFG_BLOCK_CLIENT = 1
 CFG_MMAP_FILES = 2  # the mmap heap counts file-backed and shared mappings too
+CFG_TSC = 4  # wire.h HS_CFG_TSC: records stamped with the TSC, converted by the producer
 
 HELLO = struct.Struct("<QIIII16sQ")
 CONFIG = struct.Struct("<QIIQQQIIII")

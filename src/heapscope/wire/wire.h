@@ -111,6 +111,10 @@ enum hs_config_flags {
   HS_CFG_BLOCK_CLIENT = 1u << 0, /* wait for space instead of dropping */
   HS_CFG_MMAP_FILES = 1u << 1,   /* the mmap heap counts file-backed and shared
                                     mappings too, not only anonymous private ones */
+  HS_CFG_TSC = 1u << 2, /* x86-64: stamp MALLOC, FREE, HEAP_MALLOC and HEAP_FREE ts with the
+                           CPU's time-stamp counter (rdtsc: a third of CLOCK_MONOTONIC's cost),
+                           which the producer converts to CLOCK_MONOTONIC ns; given only where
+                           the TSC is the kernel's clocksource, constant and nonstop */
 };
 
 enum hs_unwinder {
@@ -154,7 +158,7 @@ struct hs_hello {
   uint32_t ppid;
   uint32_t reserved;
   uint8_t token[HS_TOKEN_SIZE];
-  uint64_t start_ts; /* CLOCK_MONOTONIC_COARSE ns (the records' clock) as the client connects: the process's start for its
+  uint64_t start_ts; /* CLOCK_MONOTONIC ns (the records' clock) as the client connects: the process's start for its
                         timeline (the producer reads the hello later; a short program may
                         have reached its peak by then) */
 };
@@ -212,7 +216,7 @@ struct hs_ring_meta {
    * known (a signal killed it). */
   uint64_t exit_peak_rss; /* bytes: the process's VmHWM at that moment */
   uint64_t own_rss;       /* bytes of heapscope's own mappings resident then (client/own.h) */
-  uint64_t exit_ts;       /* CLOCK_MONOTONIC_COARSE ns at that moment: the process's end, as the
+  uint64_t exit_ts;       /* CLOCK_MONOTONIC ns (the records' clock) at that moment: the process's end, as the
                              producer's own sight of it comes later */
   /* mmap, munmap, mremap and brk made through syscall(2) rather than the C
    * library's functions (client/maphooks.c): the mmap and brk heaps do not
@@ -227,7 +231,9 @@ struct hs_malloc {
   uint64_t sample_size; /* bytes this sample stands for (interval*k or size) */
   uint64_t alloc_size;  /* bytes the program asked for */
   uint64_t stack_id;    /* hash of the stack; defined once by HS_REC_STACK */
-  uint64_t ts;          /* CLOCK_MONOTONIC_COARSE, ns */
+  uint64_t ts;          /* CLOCK_MONOTONIC ns (vDSO, no system call), or with HS_CFG_TSC the
+                           TSC: fine enough for lifetimes of a millisecond (the free's ts
+                           less this one) */
   uint32_t tid;         /* the allocating thread's kernel id (gettid(); 0 = not known),
                            cached in the thread's TLS: no system call per sample */
   uint32_t label_set;   /* the thread's label set (HS_REC_LABELSET); 0 = no labels */
@@ -236,6 +242,7 @@ struct hs_malloc {
 struct hs_free {
   uint64_t seq;
   uint64_t addr;
+  uint64_t ts; /* CLOCK_MONOTONIC ns as the free is sent: the allocation's lifetime ends */
 };
 
 struct hs_stack {
@@ -339,6 +346,7 @@ struct hs_heap_free {
   uint32_t heap_id;
   uint32_t reserved;
   uint64_t addr;
+  uint64_t ts; /* as hs_free's */
 };
 
 /* The heap of Python's MEM and OBJ allocator domains (client/pymem.c): one
@@ -415,12 +423,12 @@ HS_STATIC_ASSERT(sizeof(struct hs_config) == 56, "hs_config");
 HS_STATIC_ASSERT(sizeof(struct hs_ring_meta) <= HS_META_SIZE, "meta");
 HS_STATIC_ASSERT(sizeof(struct hs_ring_meta) == 352, "hs_ring_meta");
 HS_STATIC_ASSERT(sizeof(struct hs_malloc) == 56, "hs_malloc");
-HS_STATIC_ASSERT(sizeof(struct hs_free) == 16, "hs_free");
+HS_STATIC_ASSERT(sizeof(struct hs_free) == 24, "hs_free");
 HS_STATIC_ASSERT(sizeof(struct hs_stack) == 16, "hs_stack");
 HS_STATIC_ASSERT(sizeof(struct hs_module) == 88, "hs_module");
 HS_STATIC_ASSERT(sizeof(struct hs_heap) == 48, "hs_heap");
 HS_STATIC_ASSERT(sizeof(struct hs_heap_malloc) == 56, "hs_heap_malloc");
-HS_STATIC_ASSERT(sizeof(struct hs_heap_free) == 24, "hs_heap_free");
+HS_STATIC_ASSERT(sizeof(struct hs_heap_free) == 32, "hs_heap_free");
 HS_STATIC_ASSERT(sizeof(struct hs_pystack) == 8, "hs_pystack");
 HS_STATIC_ASSERT(sizeof(struct hs_pyframe) == 16, "hs_pyframe");
 HS_STATIC_ASSERT(sizeof(struct hs_pycode) == 32, "hs_pycode");

@@ -10,7 +10,20 @@ import subprocess
 import pytest
 from native_ext import BOOKKEEPING_CORE, EXTENSIONS, FLAGS_FILE, SRC, build_flags
 
-from heapscope.bookkeeping.rows import DUMP_ROW, OP_FREE, OP_MALLOC, PEAK_ROW, ROWS, unpack_rows
+from heapscope.bookkeeping.rows import (
+    DUMP_ROW,
+    LT_FREED,
+    LT_HEAPTRACK,
+    LT_HELD,
+    LT_SIZE,
+    LT_UNKNOWN,
+    OP_FREE,
+    OP_MALLOC,
+    PEAK_ROW,
+    ROWS,
+    unpack_rows,
+)
+from heapscope.model import LIFETIME_BOUNDS
 
 
 def py_layout(s: struct.Struct) -> list[tuple[int, int, bool]]:
@@ -43,7 +56,8 @@ def c_layout(tmp_path_factory: pytest.TempPathFactory) -> dict[str, int]:
             lines.append(f'  printf("\\"{name}.{f} size\\": %zu,\\n", sizeof(((struct {name} *)0)->{f}));')
             field_type = f"__typeof__(((struct {name} *)0)->{f})"
             lines.append(f'  printf("\\"{name}.{f} signed\\": %d,\\n", (int)(({field_type})-1 < 0));')
-    for const in ("HS_OP_MALLOC", "HS_OP_FREE"):
+    for const in ("HS_OP_MALLOC", "HS_OP_FREE", "HS_LT_FREED", "HS_LT_HELD", "HS_LT_UNKNOWN", "HS_LT_SIZE",
+                  "HS_LT_HEAPTRACK", "HS_LT_BOUNDS"):
         lines.append(f'  printf("\\"{const}\\": %u,\\n", (unsigned)({const}));')
     src = ("#include <stdio.h>\n#include <stddef.h>\n#include \"tracker_labels.h\"\nint main(void) {\n"
            '  printf("{");\n' + "\n".join(lines) + '\n  printf("\\"end\\": 0}");\n  return 0;\n}\n')
@@ -69,6 +83,12 @@ def test_row_layout_matches_the_compiler(c_layout: dict[str, int], name: str) ->
 
 def test_stream_kinds_match(c_layout: dict[str, int]) -> None:
     assert (OP_MALLOC, OP_FREE) == (c_layout["HS_OP_MALLOC"], c_layout["HS_OP_FREE"])
+
+
+def test_lifetime_kinds_match(c_layout: dict[str, int]) -> None:
+    assert (LT_FREED, LT_HELD, LT_UNKNOWN, LT_SIZE, LT_HEAPTRACK) == tuple(
+        c_layout[f"HS_LT_{k}"] for k in ("FREED", "HELD", "UNKNOWN", "SIZE", "HEAPTRACK"))
+    assert len(LIFETIME_BOUNDS) == c_layout["HS_LT_BOUNDS"]
 
 
 def test_the_c_sources_are_where_meson_builds_them() -> None:

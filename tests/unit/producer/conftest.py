@@ -22,6 +22,17 @@ from heapscope.bookkeeping.rows import LIVE_ROW, STREAM_ROW, TOTALS_ROW
 from heapscope.wire import codec
 
 
+@pytest.fixture(autouse=True)
+def monotonic_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fake clients here stamp their records with CLOCK_MONOTONIC-like values, as a client
+    told to (Python reads no time-stamp counter): the producer asks for that clock, not the TSC
+    (producer/tsc.py; tests/unit/producer/test_tsc.py checks the TSC's conversion)."""
+    import heapscope.producer.tsc as tsc
+
+    monkeypatch.setenv("HEAPSCOPE_CLOCK", "monotonic")
+    monkeypatch.setattr(tsc, "_chosen", None)
+
+
 @pytest.fixture(scope="session")
 def ingest_mod(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
     return load_ingest(tmp_path_factory.mktemp("ingest_build"))

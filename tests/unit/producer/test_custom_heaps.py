@@ -80,7 +80,7 @@ def test_a_heap_record_of_the_wrong_size_is_malformed(producer: Producer) -> Non
     c = FakeClient(producer)
     c.send(ws.encode_heap(2, 1, "my.arena"))
     short = codec.HEADER.pack(codec.header(32, codec.RecordType.HEAP_MALLOC)) + b"\1" * 24
-    long = (codec.HEADER.pack(codec.header(40, codec.RecordType.HEAP_FREE)) + codec.HEAP_FREE.pack(1, 2, 0, 16)
+    long = (codec.HEADER.pack(codec.header(48, codec.RecordType.HEAP_FREE)) + codec.HEAP_FREE.pack(1, 2, 0, 16, 0)
             + b"\0" * 8)
     c.send(short, long)
     _end(producer, c)

@@ -12,8 +12,9 @@
     alloc_space: ["Allocated", "bytes allocated up to the dump, freed or not"],
     objects: ["Live objects", "allocations not yet freed at the dump"],
     alloc_objects: ["Allocations", "allocations made up to the dump"],
+    temporary: ["Temporary", "bytes freed within 1 ms of their allocation, over the whole run (report --view temporary)"],
   };
-  const BYTE_VIEWS = new Set(["space", "alloc_space"]);
+  const BYTE_VIEWS = new Set(["space", "alloc_space", "temporary"]);
   const $ = (id) => document.getElementById(id);
   const canvas = $("fg"), ctx = canvas.getContext("2d"), tip = $("tip");
   const FONT = '11.5px "DejaVu Sans Mono", ui-monospace, Menlo, Consolas, monospace';
@@ -71,8 +72,8 @@
     const key = dump + "|" + view;
     let v = p.cache.get(key);
     if (v) return v;
-    // dump -1: a range of the memory chart (memchart.js, showRange)
-    const self = new Float64Array(p.n), sp = (dump < 0 ? p.range : p.dumps[dump]).self[view];
+    // dump -1: a range of the memory chart (memchart.js, showRange); a view a graph lacks: none
+    const self = new Float64Array(p.n), sp = (dump < 0 ? p.range : p.dumps[dump]).self[view] || [];
     for (let k = 0, i = 0; k < sp.length; k += 2) { i += sp[k]; self[i] = sp[k + 1]; }
     const total = Float64Array.from(self);
     for (let i = p.n - 1; i > 0; i--) total[p.parent[i]] += total[i];
@@ -274,6 +275,30 @@
     return -1;
   }
 
+  // The size histogram of node i's subtree (view/flamegraph_lifetimes.py: node, bucket,
+  // allocations, bytes per entry); "" without sizes.
+  function sizesHtml(p, i) {
+    const sz = p.sizes;
+    if (!sz || !sz.length) return "";
+    let end = i + 1;
+    while (end < p.n && p.depth[end] > p.depth[i]) end++;
+    const by = new Map();
+    for (let k = 0; k < sz.length; k += 4) {
+      if (sz[k] < i || sz[k] >= end) continue;
+      const b = by.get(sz[k + 1]) || [0, 0];
+      b[0] += sz[k + 2]; b[1] += sz[k + 3];
+      by.set(sz[k + 1], b);
+    }
+    if (!by.size) return "";
+    const buckets = [...by.keys()].sort((a, b) => a - b);
+    const most = Math.max(...buckets.map((b) => by.get(b)[0]));
+    return '<div class="sizes"><div class="muted">sizes asked for (allocations)</div><table>' + buckets.map((b) => {
+      const [n, bytes] = by.get(b), bar = "█".repeat(Math.max(1, Math.round(12 * n / most)));
+      return `<tr><td>${fmtBytes(b ? 2 ** b : 0)}–${fmtBytes(2 ** (b + 1))}</td><td>${fmtCount(n)}</td>` +
+        `<td class="bar">${bar}</td><td class="muted">${fmtBytes(bytes)}</td></tr>`;
+    }).join("") + "</table></div>";
+  }
+
   function showTip(ev, i) {
     const p = P(), { self, total } = values(p, state.dump, state.view), all = total[0];
     const src = str(p.src[i]);
@@ -289,7 +314,7 @@
       rows.push(["growth", `<span class="${dl > 0 ? "up" : dl < 0 ? "down" : ""}">${dl > 0 ? "+" : ""}${fmt(dl)}</span>`]);
     }
     tip.innerHTML = `<div class="fn">${esc(str(p.name[i]))}</div><table>` +
-      rows.map(([k, v]) => `<tr><td>${k}</td><td>${v}</td></tr>`).join("") + "</table>";
+      rows.map(([k, v]) => `<tr><td>${k}</td><td>${v}</td></tr>`).join("") + "</table>" + sizesHtml(p, i);
     tip.hidden = false;
     const tw = tip.offsetWidth, th = tip.offsetHeight;
     let x = ev.clientX + 14, y = ev.clientY + 16;

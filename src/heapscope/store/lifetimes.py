@@ -1,0 +1,111 @@
+"""Reading how long sampled allocations lived and what sizes they asked for, per callsite.
+
+The tables (heapscope_callsite_lifetime, heapscope_callsite_size: schema.sql) are written at
+each process's final dump; a profile from before them has neither, and has_lifetimes() says so
+(the views then say the profile has no lifetimes). The heap is the one the profile shows
+(store/select.py select_heap shadows these tables too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import NamedTuple, TypeVar
+
+from heapscope.model import CallsiteId
+from heapscope.records import Record, field
+from heapscope.store.reader import Profile
+from heapscope.store.values import int_from_sql, opt_int_from_sql, str_from_sql
+
+LIFETIME_TABLE = "heapscope_callsite_lifetime"
+SIZE_TABLE = "heapscope_callsite_size"
+
+
+class Cell(NamedTuple):
+    """Samples, their sampled bytes and their asked-for bytes."""
+
+    samples: int = 0
+    size: int = 0
+    real: int = 0
+
+    def plus(self, other: Cell) -> Cell:
+        return Cell(self.samples + other.samples, self.size + other.size, self.real + other.real)
+
+
+K = TypeVar("K")
+
+
+def add_cell(where: dict[K, Cell], key: K, c: Cell) -> None:
+    """where[key] += c."""
+    where[key] = where.get(key, Cell()).plus(c)
+
+
+class CallsiteLife(Record):
+    """One callsite's lifetimes and sizes, cumulative over the processes read."""
+
+    # (lo_ns, hi_ns, size_lo): freed after a lifetime in [lo_ns, hi_ns), one size class a cell
+    # (the allocations are estimated per cell: heapscope/estimate.py wants one size)
+    freed: dict[tuple[int, int | None, int], Cell] = field(default_factory=dict)
+    held: dict[tuple[int, int | None, int], Cell] = field(default_factory=dict)  # still live at the end, by age
+    unknown: dict[int, Cell] = field(default_factory=dict)  # size_lo: freed, lifetime not known
+    heaptrack: dict[int, Cell] = field(default_factory=dict)  # size_lo: freed before its thread's next malloc
+    sizes: dict[tuple[int, int], Cell] = field(default_factory=dict)  # (lo, hi) bytes asked for
+
+    def merge(self, other: CallsiteLife) -> None:
+        """Add `other`'s figures to these."""
+        for k, c in other.freed.items():
+            add_cell(self.freed, k, c)
+        for k, c in other.held.items():
+            add_cell(self.held, k, c)
+        for s, c in other.sizes.items():
+            add_cell(self.sizes, s, c)
+        for z, c in other.unknown.items():
+            add_cell(self.unknown, z, c)
+        for z, c in other.heaptrack.items():
+            add_cell(self.heaptrack, z, c)
+
+
+def has_lifetimes(profile: Profile) -> bool:
+    """Whether the profile has the lifetime tables (profiles from before them do not)."""
+    db = profile.sql_connection()
+    with profile.reading():
+        names = {str(r[0]) for r in db.execute(
+            "SELECT name FROM main.sqlite_master WHERE type = 'table' AND name IN (?, ?)",
+            (LIFETIME_TABLE, SIZE_TABLE))}
+    return names == {LIFETIME_TABLE, SIZE_TABLE}
+
+
+def read_lifetimes(profile: Profile, upids: Collection[int]) -> dict[CallsiteId, CallsiteLife]:
+    """Each callsite's lifetimes and sizes over the processes `upids`, of the heap the profile
+    shows; empty when the profile has no lifetime tables (has_lifetimes)."""
+    if not upids or not has_lifetimes(profile):
+        return {}
+    args = list(upids)
+    where = f" WHERE upid IN ({', '.join('?' * len(args))})"
+    out: dict[CallsiteId, CallsiteLife] = {}
+    db = profile.sql_connection()
+    col = LIFETIME_TABLE + "."
+    with profile.reading():
+        for r in db.execute("SELECT callsite_id, kind, lo_ns, hi_ns, size_lo, count, size, real_size FROM "
+                            + LIFETIME_TABLE + where, args):
+            cs = CallsiteId(int_from_sql(r[0], col + "callsite_id"))
+            life = out.setdefault(cs, CallsiteLife())
+            cell = Cell(*(int_from_sql(v, col + "count") for v in r[5:8]))
+            kind = str_from_sql(r[1])
+            size_lo = int_from_sql(r[4], col + "size_lo")
+            bounds = (int_from_sql(r[2], col + "lo_ns"), opt_int_from_sql(r[3], col + "hi_ns"), size_lo)
+            if kind == "freed":
+                add_cell(life.freed, bounds, cell)
+            elif kind == "held":
+                add_cell(life.held, bounds, cell)
+            elif kind == "unknown":
+                add_cell(life.unknown, size_lo, cell)
+            elif kind == "heaptrack":
+                add_cell(life.heaptrack, size_lo, cell)
+        col = SIZE_TABLE + "."
+        for r in db.execute("SELECT callsite_id, lo, hi, count, size, real_size FROM " + SIZE_TABLE + where,
+                            args):
+            cs = CallsiteId(int_from_sql(r[0], col + "callsite_id"))
+            life = out.setdefault(cs, CallsiteLife())
+            add_cell(life.sizes, (int_from_sql(r[1], col + "lo"), int_from_sql(r[2], col + "hi")),
+                        Cell(*(int_from_sql(v, col + "count") for v in r[3:6])))
+    return out
