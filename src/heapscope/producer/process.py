@@ -9,6 +9,7 @@ import os
 from heapscope.bookkeeping._native import Tracker
 from heapscope.bookkeeping.dump import ProcessHeap
 from heapscope.model import HEAP_NAME, ProcessFlags, ProcessInfo
+from heapscope.producer import procfs
 from heapscope.producer._ingest import Ingest
 from heapscope.producer.labels import ProcessLabels
 from heapscope.records import Record, field
@@ -82,3 +83,13 @@ class ProcessState(Record):
         if self.exit_fd is not None:
             os.close(self.exit_fd)
             self.exit_fd = None
+
+
+def absolute_module(pid: int, r: codec.ModuleRecord) -> codec.ModuleRecord:
+    """A module the loader names by a relative path (`LD_LIBRARY_PATH=.`, dlopen("./plugin.so")),
+    named by its absolute one while the process still maps it: the relative name means nothing
+    to the symbolizer, which runs in another directory, maybe after the process has gone."""
+    path = procfs.mapped_path(pid, r.start, r.path)
+    if path is None:
+        return r  # the symbolizer tries it from its own directory, else lists it as unsymbolized
+    return codec.ModuleRecord(r.base, r.start, r.end, r.file_offset, r.vaddr, r.build_id, path)

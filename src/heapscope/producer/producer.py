@@ -29,7 +29,7 @@ from heapscope.producer import procfs
 from heapscope.producer._ingest import Ingest
 from heapscope.producer.config import RecordConfig
 from heapscope.producer.listener import Accepted, Listener
-from heapscope.producer.process import CustomHeap, ProcessState
+from heapscope.producer.process import CustomHeap, ProcessState, absolute_module
 from heapscope.producer.stats import StatRow, client_error_name, custom_heap_stats, process_stats_rows, unwinder_name
 from heapscope.producer.tsc import tsc_clock
 from heapscope.records import Record
@@ -522,7 +522,7 @@ class Producer:
                 return
             p.stats.modules += 1
             if r.path and not r.path.startswith(("/", "[")):
-                r = _absolute_module(p.info.pid, r)
+                r = absolute_module(p.info.pid, r)
             gone = p.heap.modules.overlapped(r)
             if gone:  # loaded where an unloaded object was: the stacks so far are that one's
                 p.stats.modules_replaced += 1
@@ -649,22 +649,15 @@ class Producer:
         w = self.writer
         self._write_tables()
         ts = max(time.monotonic_ns(), p.last_dump_ts + 1)
-        w.add_dump_values(p.info.upid, p.last_dump_ts, ts, reason, rows, p.heap_name)
-        if final:
-            peak = heap.peak_values(tracker)
-            if peak:
-                w.add_peak_values(p.info.upid, tracker.stats()["peak_ts"], p.heap_name, peak)
-            w.add_memory(p.info.upid, p.heap_name, *heap.memory_values(tracker))
-            w.add_lifetimes(p.info.upid, p.heap_name, *heap.lifetime_rows(tracker))
-        for h, h_rows in custom:
-            w.add_dump_values(p.info.upid, p.last_dump_ts, ts, reason, h_rows, h.name)
-            peak = heap.peak_values(h.tracker) if final else ()
-            if peak:
-                w.add_peak_values(p.info.upid, h.tracker.stats()["peak_ts"], h.name, peak)
+        # libc.malloc's heap, then each heap carried as a custom one
+        for name, t, heap_rows in ((p.heap_name, tracker, rows), *((h.name, h.tracker, r) for h, r in custom)):
+            w.add_dump_values(p.info.upid, p.last_dump_ts, ts, reason, heap_rows, name)
             if final:
-                w.add_memory(p.info.upid, h.name, *heap.memory_values(h.tracker))
-                w.add_lifetimes(p.info.upid, h.name, *heap.lifetime_rows(h.tracker))
-        for name, t in ((p.heap_name, tracker), *((h.name, h.tracker) for h, _ in custom)):
+                peak = heap.peak_values(t)
+                if peak:
+                    w.add_peak_values(p.info.upid, t.stats()["peak_ts"], name, peak)
+                w.add_memory(p.info.upid, name, *heap.memory_values(t))
+                w.add_lifetimes(p.info.upid, name, *heap.lifetime_rows(t))
             p.labels.write(w, p.info.upid, p.last_dump_ts, ts, name, t, final)
         p.last_dump_ts = ts
         if p.stream:
@@ -798,12 +791,3 @@ def _plausible(nbytes: int) -> int:
     """A byte count the client wrote to the meta (the target can write anything there): 0 past 2^48."""
     return nbytes if nbytes < 1 << 48 else 0
 
-
-def _absolute_module(pid: int, r: codec.ModuleRecord) -> codec.ModuleRecord:
-    """A module the loader names by a relative path (`LD_LIBRARY_PATH=.`, dlopen("./plugin.so")),
-    named by its absolute one while the process still maps it: the relative name means nothing
-    to the symbolizer, which runs in another directory, maybe after the process has gone."""
-    path = procfs.mapped_path(pid, r.start, r.path)
-    if path is None:
-        return r  # the symbolizer tries it from its own directory, else lists it as unsymbolized
-    return codec.ModuleRecord(r.base, r.start, r.end, r.file_offset, r.vaddr, r.build_id, path)

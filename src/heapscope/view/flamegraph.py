@@ -49,8 +49,8 @@ from heapscope.store.select import (
     select_heap,
     select_processes,
 )
-from heapscope.view.memory import Memory, encode_memory, process_memory
 from heapscope.view.flamegraph_lifetimes import TEMPORARY, lifetime_values
+from heapscope.view.memory import Memory, encode_memory, process_memory
 from heapscope.view.tree import MergedTree, build_tree
 
 
