@@ -210,8 +210,10 @@ def encode_process(graph: ProcessGraph, strings: Strings) -> dict[str, object]:
     # The timeline's 0 s: the process's start, so its peak is drawn when it happened (the
     # start is read in clock ticks: a first sample up to 10 ms before it moves 0 s back).
     t0 = min([graph.t0, *(s.ts for s in graph.snapshots)]) if graph.t0 > 0 else None
-    out = {"label": graph.label, "upid": graph.upid, "depth": depth, "name": name, "lib": lib,
-           "src": src, "dumps": dumps, "start": start, "t0": t0, **({"sizes": graph.sizes} if graph.sizes else {})}
+    out: dict[str, object] = {"label": graph.label, "upid": graph.upid, "depth": depth, "name": name, "lib": lib,
+                              "src": src, "dumps": dumps, "start": start, "t0": t0}
+    if graph.sizes:
+        out["sizes"] = graph.sizes
     if graph.memory is not None:
         # Its times count from the timeline's 0 s too.
         out["memory"] = encode_memory(graph.memory, t0 if t0 is not None else graph.memory.series[0][0])

@@ -127,11 +127,11 @@ def test_samples_thinned_past_the_cap_stay_unbiased() -> None:
     assert abs(est - 10 * n) < 0.05 * 10 * n
 
 
-def test_a_free_is_dated_by_its_arrival() -> None:
-    # GIVEN a block allocated at 10 ms whose free record (no ts on the wire) arrives at 200 ms
+def test_a_free_is_dated_by_its_own_time() -> None:
+    # GIVEN a block allocated at 10 ms whose free, sent at 200 ms, arrives at 300 ms
     t = Tracker()
     t.malloc(1, 0x1000, 4096, 4096, S1, 10 * MS, 10 * MS)
-    t.free(2, 0x1000, 200 * MS)
+    t.free(2, 0x1000, 300 * MS, 200 * MS)
     # THEN the drop is a point of its own at 200 ms, and the sample's free is then
     assert series(t) == [(10 * MS, 4096, 4096, 4096), (200 * MS, 0, 0, 4096)]
     assert samples(t) == [(0, S1, 10 * MS, 200 * MS, 4096, 1)]
