@@ -91,6 +91,25 @@ def test_python_labels_follow_threads_and_tasks(tmp_path: Path) -> None:
     assert truth["acme"][0] <= float(m.group(1)) * 1024 <= truth["acme"][0] * 1.03 + 52, out.stdout
 
 
+FOUND = """
+import heapscope, heapscope._labels as fast
+with heapscope.label(tenant="acme") as block:
+    print("found", fast.found(), "bound", block._entered[-1][1] != 0)
+"""
+
+
+def test_python_blocks_call_the_client_directly_only_when_profiled(tmp_path: Path) -> None:
+    """heapscope._labels (a block's direct C call into the client) finds the client's bind
+    under record and the block's context is bound; without record it finds nothing and the
+    block binds nothing."""
+    rec = Recorder(tmp_path)([sys.executable, "-c", FOUND])
+    assert rec.returncode == 0, rec.describe()
+    assert b"found True bound True" in rec.stdout, rec.describe()
+    plain = run_process([sys.executable, "-c", FOUND], timeout=60)
+    assert plain.returncode == 0, plain.describe()
+    assert b"found False bound False" in plain.stdout, plain.describe()
+
+
 def _pid(profile: Profile) -> int:
     """The Python program's pid (an editable install's import may run a build child too)."""
     rows = profile.query("SELECT p.pid FROM process p JOIN heapscope_label l ON l.upid = p.upid LIMIT 1")
