@@ -1,6 +1,6 @@
 /*
  * labels.c: allocation labels (labels.h, docs/labels.md). Exported, for
- * include/heapscope.h and heapscope.label (api/labels.py):
+ * include/heapscope.h and heapscope.label (labels.py, through _labels.c):
  *
  *   heapscope_label_push_v1(key, value) -> 0, or -1 (not profiled, bad
  *                           key or value, too deep: a level is pushed anyway)
@@ -22,9 +22,9 @@
  * Python contexts. The Python side binds a context object's address to a
  * set id (heapscope_label_bind_v1, called with the GIL held, so binds never
  * race each other) in a 4-way set-associative table; a sample reads its
- * thread's PyThreadState.context (the offset the Python side found by
- * running code in a context it made: no pointer of unknown kind is followed
- * here) and looks it up. A reader without the GIL may race a bind of the
+ * thread's PyThreadState.context (at the offset heapscope._labels, built for
+ * that Python, gives heapscope_label_python_v1: no pointer of unknown kind is
+ * followed here) and looks it up. A reader without the GIL may race a bind of the
  * same slot: it then takes a wrong set for one sample, never a crash (the
  * table holds integers only).
  */
