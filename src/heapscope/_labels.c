@@ -6,7 +6,7 @@
  *
  *   bind(ctx, text, count) -> int   heapscope_label_bind_v1(ctx, text, len(text), count):
  *                                   the context bound (0: none, or not profiled)
- *   found() -> bool                 whether the client's bind function is known now
+ *   found() -> bool                 whether a bind so far has found the client (no lookup)
  *
  * The client is looked for with dlsym(RTLD_DEFAULT) at the first call, and again every
  * 4096 calls while it is not found (as include/heapscope.h does), so that a client
@@ -78,15 +78,13 @@ static PyObject *labels_bind(PyObject *self, PyObject *const *args, Py_ssize_t n
 static PyObject *labels_found(PyObject *self, PyObject *unused) {
   (void)self;
   (void)unused;
-  if (client_bind == NULL)
-    lookup(); /* asked directly: look now, the count of misses untouched */
   return PyBool_FromLong(client_bind != NULL);
 }
 
 static PyMethodDef methods[] = {
     {"bind", (PyCFunction)(void (*)(void))labels_bind, METH_FASTCALL,
      "bind(ctx, text, count) -> the context bound by the client (0: none, or not profiled)"},
-    {"found", labels_found, METH_NOARGS, "found() -> whether the client's label functions are known"},
+    {"found", labels_found, METH_NOARGS, "found() -> whether a bind so far has found the client"},
     {NULL, NULL, 0, NULL},
 };
 

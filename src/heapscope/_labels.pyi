@@ -9,4 +9,4 @@ def bind(ctx: int, text: bytes, count: int, /) -> int:
     or unbound (ctx 0: the calling thread's current one); 0 when not profiled."""
 
 def found() -> bool:
-    """Whether the client's label functions are known (looked for now if they were not)."""
+    """Whether a bind so far has found the client (it does not look itself)."""
