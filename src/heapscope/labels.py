@@ -13,18 +13,19 @@ each asyncio task has its own; blocks nest, an inner key replacing an outer one'
 
 How a sample learns them: entering a block sets a ContextVar and binds the Python context
 object the block runs in (the one PyThreadState.context points to) to the interned label
-set in the client (client/labels.c, through ctypes with the GIL held); a sample on a thread
-with Python state reads its thread state's current context and looks it up there: no Python
-call from a malloc hook. Exact for the code of the block itself, on its thread or task, also
-while the GIL is released (native code called from the block). Not followed: a task or
-a contextvars.Context.run() started inside a block (a copy of the context) carries no
-labels until it enters a block itself.
+set in the client (client/labels.c, one direct C call through heapscope._labels with the
+GIL held); a sample on a thread with Python state reads its thread state's current context
+and looks it up there: no Python call from a malloc hook. Exact for the code of the block
+itself, on its thread or task, also while the GIL is released (native code called from the
+block). Not followed: a task or a contextvars.Context.run() started inside a block (a copy
+of the context) carries no labels until it enters a block itself.
 
 Anywhere else than under `heapscope record` (the client not loaded, or not profiling this
-process) a block costs its ContextVar set and reset, and nothing is sent; the client is
-looked for again every 4096 blocks, so that one `record -p` attached since is found.
+process) a block costs its ContextVar set and reset and a call that returns 0, and nothing
+is sent; the client is looked for again every 4096 blocks (_labels.c), so that one
+`record -p` attached since is found.
 
-May import: heapscope.wire.codec (label limits).
+May import: heapscope._labels, heapscope.wire.codec (label limits).
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ import contextvars
 import functools
 import inspect
 import re
-import threading
 
+from heapscope._labels import bind as _bind
 from heapscope.wire.codec import LABEL_KEY_MAX, LABEL_TEXT_MAX, LABEL_VALUE_MAX
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
@@ -51,103 +52,37 @@ Pairs = tuple[tuple[str, str], ...]
 
 class _Set:
     """A label set as the client takes it: its pairs sorted by key, and their text (key NUL
-    value NUL ...). Made once per (outer set, block's pairs) and kept (_sets)."""
+    value NUL ...). Made once per (outer set, block's pairs) and kept in the outer set's
+    `inner` (a block's enter is then one dict lookup)."""
 
-    __slots__ = ("pairs", "text", "count")
+    __slots__ = ("pairs", "text", "count", "inner")
 
     def __init__(self, pairs: Pairs) -> None:
         self.pairs = pairs
         self.text = b"".join(k.encode() + b"\0" + v.encode("utf-8", "surrogateescape") + b"\0" for k, v in pairs)
         self.count = len(pairs)
+        self.inner: dict[Pairs, _Set] = {}
 
 
 _EMPTY = _Set(())
 #: The labels in force.
 _current: contextvars.ContextVar[_Set] = contextvars.ContextVar("heapscope_labels", default=_EMPTY)
-#: (outer set's pairs, a block's pairs) -> the set they make; bounded, as a program's label sets are.
-_sets: dict[tuple[Pairs, Pairs], _Set] = {}
+#: How many sets the `inner` dicts keep in all: bounded, as a program's label sets are.
+_kept = 0
 _SETS_KEPT = 4096
 
 
-class _Client:
-    """The client's bind function once it is found and knows where a thread state keeps its
-    context; `bind` None: not profiled (every block only sets its ContextVar)."""
-
-    def __init__(self) -> None:
-        import ctypes  # here: only a program that uses labels pays for it
-
-        self.bind: Callable[[int, bytes, int, int], int] | None = None
-        try:
-            lib = ctypes.PyDLL(None)  # PyDLL: the GIL stays held across the calls (client/labels.c)
-            bind = lib.heapscope_label_bind_v1
-            python = lib.heapscope_label_python_v1
-        except (OSError, AttributeError):
-            return  # not under heapscope
-        bind.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint32, ctypes.c_uint32]
-        bind.restype = ctypes.c_void_p
-        python.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint32]
-        python.restype = ctypes.c_int
-        api = ctypes.pythonapi
-        api.PyThreadState_Get.restype = ctypes.c_void_p
-        offset = _context_offset(api.PyThreadState_Get)
-        getter = ctypes.cast(api.PyGILState_GetThisThreadState, ctypes.c_void_p).value
-        initialized = ctypes.cast(api.Py_IsInitialized, ctypes.c_void_p).value
-        if offset and python(getter, initialized, offset) == 0:
-            self.bind = bind
-
-
-def _context_offset(tstate: Callable[[], int]) -> int:
-    """The offset of PyThreadState.context: the one word that is the running context's address
-    while code runs in two contexts made here (only the thread state's own first words are read;
-    the struct is a few hundred bytes)."""
-    import ctypes
-
-    def words() -> list[int]:
-        return list((ctypes.c_uint64 * 64).from_address(int(tstate())))
-
-    found: set[int] | None = None
-    for _ in range(2):
-        ctx = contextvars.Context()
-        offs = {8 * i for i, w in enumerate(ctx.run(words)) if w == id(ctx)}
-        found = offs if found is None else found & offs
-    return min(found) if found and len(found) == 1 else 0
-
-
-_client: _Client | None = None
-_lock = threading.Lock()
-
-
-def _the_client() -> _Client:
-    global _client
-    if _client is None:
-        with _lock:
-            if _client is None:
-                _client = _Client()
-    return _client
-
-
-_misses = 0
-
-
-def _not_found() -> None:
-    """Every 4096 blocks entered while the client is not found, look again: a client that
-    `heapscope record -p` attached since is found (as the C header does)."""
-    global _misses, _client
-    _misses += 1
-    if _misses % 4096 == 0:
-        _client = None
-
-
 def _set_of(outer: _Set, kv: Pairs) -> _Set:
-    got = _sets.get((outer.pairs, kv))
-    if got is None:
-        d = dict(outer.pairs)
-        d.update(kv)
-        got = _Set(tuple(sorted(d.items())))
-        if len(got.text) > LABEL_TEXT_MAX:
-            raise ValueError(f"labels {dict(got.pairs)}: more than {LABEL_TEXT_MAX} bytes in all")
-        if len(_sets) < _SETS_KEPT:
-            _sets[(outer.pairs, kv)] = got
+    """The set that a block of pairs kv makes inside outer (outer.inner missed)."""
+    global _kept
+    d = dict(outer.pairs)
+    d.update(kv)
+    got = _Set(tuple(sorted(d.items())))
+    if len(got.text) > LABEL_TEXT_MAX:
+        raise ValueError(f"labels {dict(got.pairs)}: more than {LABEL_TEXT_MAX} bytes in all")
+    if _kept < _SETS_KEPT:
+        outer.inner[kv] = got
+        _kept += 1
     return got
 
 
@@ -187,28 +122,21 @@ class label:  # noqa: N801 - used as a function: heapscope.label(tenant="acme")
             if len(_checked) < _SETS_KEPT and all(isinstance(v, str) for _, v in items):
                 _checked[items] = checked
         self._kv: Pairs = checked
-        self._entered: list[tuple[contextvars.Token[_Set], int]] = []
+        self._entered: list[tuple[contextvars.Token[_Set], int, _Set]] = []
 
     def __enter__(self) -> label:
-        labels = _set_of(_current.get(), self._kv)
+        outer = _current.get()
+        labels = outer.inner.get(self._kv) or _set_of(outer, self._kv)
         token = _current.set(labels)  # first: it makes the thread's context if it had none
-        bind = (_client or _the_client()).bind
-        if bind is None:
-            _not_found()
         # The client binds the context this block runs in, and says which (0: not profiled).
-        ctx = bind(0, labels.text, len(labels.text), labels.count) or 0 if bind is not None else 0
-        self._entered.append((token, ctx))
+        self._entered.append((token, _bind(0, labels.text, labels.count), outer))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        token, ctx = self._entered.pop()
+        token, ctx, outer = self._entered.pop()
         _current.reset(token)
         if ctx:
-            # The outer block's set again, or none (its id comes back from the client's table).
-            outer = _current.get()
-            bind = _client.bind if _client is not None else None
-            if bind is not None:
-                bind(ctx, outer.text, len(outer.text), outer.count)
+            _bind(ctx, outer.text, outer.count)  # the outer block's set again, or none
 
     def __call__(self, fn: F) -> F:
         kv = dict(self._kv)

@@ -91,6 +91,48 @@ def test_python_labels_follow_threads_and_tasks(tmp_path: Path) -> None:
     assert truth["acme"][0] <= float(m.group(1)) * 1024 <= truth["acme"][0] * 1.03 + 52, out.stdout
 
 
+FOUND = """
+import heapscope, heapscope._labels as fast
+with heapscope.label(tenant="acme") as block:
+    print("found", fast.found(), "bound", block._entered[-1][1] != 0)
+"""
+
+
+def test_python_blocks_call_the_client_directly_only_when_profiled(tmp_path: Path) -> None:
+    """heapscope._labels (a block's direct C call into the client) finds the client's bind
+    under record and the block's context is bound; without record it finds nothing and the
+    block binds nothing."""
+    rec = Recorder(tmp_path)([sys.executable, "-c", FOUND])
+    assert rec.returncode == 0, rec.describe()
+    assert b"found True bound True" in rec.stdout, rec.describe()
+    plain = run_process([sys.executable, "-c", FOUND], timeout=60)
+    assert plain.returncode == 0, plain.describe()
+    assert b"found False bound False" in plain.stdout, plain.describe()
+
+
+LOOK_AGAIN = """
+import ctypes, os
+import heapscope._labels as fast
+from heapscope.launch import client_library_path
+text = b"tenant\\0acme\\0"
+fast.bind(0, text, 1)  # the first call looks, and finds no client
+ctypes.CDLL(client_library_path(), mode=os.RTLD_GLOBAL)  # loaded since, as an attach loads it
+seen = []
+for _ in range(5000):
+    fast.bind(0, text, 1)
+    seen.append(fast.found())
+print("found at", seen.index(True) if True in seen else -1)
+"""
+
+
+def test_python_blocks_look_for_a_client_loaded_since_every_4096_calls(tmp_path: Path) -> None:
+    """A client loaded after the first block (an attach) is found by the 4096th call after
+    it, not before: the calls between are one branch each."""
+    out = run_process([sys.executable, "-c", LOOK_AGAIN], timeout=60)
+    assert out.returncode == 0, out.describe()
+    assert b"found at 4095" in out.stdout, out.describe()
+
+
 def _pid(profile: Profile) -> int:
     """The Python program's pid (an editable install's import may run a build child too)."""
     rows = profile.query("SELECT p.pid FROM process p JOIN heapscope_label l ON l.upid = p.upid LIMIT 1")

@@ -3,7 +3,7 @@
  * (include/heapscope.h, heapscope_label_push/pop) on four threads, with
  * known sizes: every request of tenant T allocates SIZE[T] bytes in
  * handle_request and keeps one block of KEEP[T] bytes (never freed); a
- * nested push adds route=/r<n>. --print-truth prints per tenant and per
+ * nested push adds route=/r<n> or /products/r<n>. --print-truth prints per tenant and per
  * route: allocated bytes, unreleased bytes; and the usual truth lines. `labelled sets N` pushes N distinct tenant
  * values, one allocation each, to pass the client's cap of label sets.
  * `labelled api` prints what refused pushes return and allocates under a
@@ -32,9 +32,16 @@ static const size_t KEEP[TENANTS] = {64, 128, 512};
 
 static void *volatile sink;
 
+/* Routes /r0, /r1 and two longer than a word, /products/r2 and /r3, that differ only past
+ * their 8th byte: written into one buffer, each must be seen as itself. */
+#define ROUTES 4
+static void route_name(char *out, size_t size, int r) {
+  snprintf(out, size, r < 2 ? "/r%d" : "/products/r%d", r);
+}
+
 __attribute__((noinline)) static void handle_request(int tenant, int n) {
-  char route[16];
-  snprintf(route, sizeof route, "/r%d", n % 2);
+  char route[32];
+  route_name(route, sizeof route, n % ROUTES);
   heapscope_label_push("route", route);
   char *p = malloc(SIZE[tenant]);
   memset(p, 1, SIZE[tenant]);
@@ -73,15 +80,18 @@ int main(int argc, char **argv) {
     printf("truth worker %d %d %d %d\n", 100 * THREADS, THREADS, 100 * THREADS, THREADS);
     /* The route is written into one stack buffer for every request: the same pointer, its
      * value changing, which the client must never take for the previous one. */
-    long route[2][2] = {{0, 0}, {0, 0}};
+    long route[ROUTES][2] = {{0, 0}};
     for (int t = 0; t < THREADS; t++)
       for (int i = 0; i < REQUESTS; i++) {
         int k = (i + t) % TENANTS;
-        route[i % 2][0] += (long)(SIZE[k] + KEEP[k]);
-        route[i % 2][1] += (long)KEEP[k];
+        route[i % ROUTES][0] += (long)(SIZE[k] + KEEP[k]);
+        route[i % ROUTES][1] += (long)KEEP[k];
       }
-    for (int r = 0; r < 2; r++)
-      printf("route /r%d %ld %ld\n", r, route[r][0], route[r][1]);
+    for (int r = 0; r < ROUTES; r++) {
+      char name[32];
+      route_name(name, sizeof name, r);
+      printf("route %s %ld %ld\n", name, route[r][0], route[r][1]);
+    }
     return 0;
   }
   if (argc > 1 && strcmp(argv[1], "api") == 0) {

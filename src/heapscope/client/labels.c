@@ -1,6 +1,6 @@
 /*
  * labels.c: allocation labels (labels.h, docs/labels.md). Exported, for
- * include/heapscope.h and heapscope.label (api/labels.py):
+ * include/heapscope.h and heapscope.label (labels.py, through _labels.c):
  *
  *   heapscope_label_push_v1(key, value) -> 0, or -1 (not profiled, bad
  *                           key or value, too deep: a level is pushed anyway)
@@ -22,9 +22,9 @@
  * Python contexts. The Python side binds a context object's address to a
  * set id (heapscope_label_bind_v1, called with the GIL held, so binds never
  * race each other) in a 4-way set-associative table; a sample reads its
- * thread's PyThreadState.context (the offset the Python side found by
- * running code in a context it made: no pointer of unknown kind is followed
- * here) and looks it up. A reader without the GIL may race a bind of the
+ * thread's PyThreadState.context (at the offset heapscope._labels, built for
+ * that Python, gives heapscope_label_python_v1: no pointer of unknown kind is
+ * followed here) and looks it up. A reader without the GIL may race a bind of the
  * same slot: it then takes a wrong set for one sample, never a crash (the
  * table holds integers only).
  */
@@ -47,7 +47,7 @@ struct label_set {
   uint32_t sent_gen; /* the session (hs_session.gen) that has its record; 0: none */
   uint32_t count;
   uint32_t len;
-  char text[HS_LABEL_TEXT_MAX + 8]; /* + 8: a word compare near its end stays inside (same_str) */
+  char text[HS_LABEL_TEXT_MAX];
 };
 
 static struct label_set sets[HS_MAX_LABEL_SETS];
@@ -203,9 +203,11 @@ static uint32_t with_pair(uint32_t parent, const char *key, size_t klen, const c
  * push costs a lookup and a compare of its two strings, not the making and interning of
  * the set. Process-wide (no TLS: glibc keeps little static TLS for a library an attach
  * dlopen()s). Each slot is under a sequence count (odd: being written): a reader that sees
- * it change, or odd, misses. A hit is checked against the set itself: the pair at `off` of
- * set `id` must read as the push's key and value now, so a buffer reused for another value
- * (snprintf into the same array) misses rather than giving the old set. */
+ * it change, or odd, misses. A hit is checked against the strings' bytes now, NUL
+ * included, so that a buffer reused for another value (snprintf into the same array)
+ * misses rather than giving the old set: their first 8 bytes against the words the slot
+ * keeps (one load and compare each: labels are mostly that short), the bytes past them
+ * against set id's text, where the pair is at `off`. */
 #define MEMO_SLOTS 1024u
 struct push_memo {
   uint32_t seq;
@@ -216,8 +218,12 @@ struct push_memo {
   uint8_t vlen;  /* <= HS_LABEL_VALUE_MAX */
   const char *key;
   const char *value;
-};
-static struct push_memo memo[MEMO_SLOTS];
+  uint64_t khead; /* the key's first min(klen + 1, 8) bytes, NUL included; zeros past them */
+  uint64_t vhead; /* the value's, as khead */
+  uint64_t kmask; /* head_mask(klen + 1): which bytes of a word khead holds */
+  uint64_t vmask; /* head_mask(vlen + 1) */
+}; /* 64 bytes, aligned: a push reads one cache line of the memo */
+static struct push_memo memo[MEMO_SLOTS] __attribute__((aligned(64)));
 
 static inline struct push_memo *memo_slot(uint32_t parent, const char *key, const char *value) {
   uint64_t h = (uint64_t)(uintptr_t)key * 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)value * 0xc2b2ae3d27d4eb4full ^
@@ -225,44 +231,75 @@ static inline struct push_memo *memo_slot(uint32_t parent, const char *key, cons
   return &memo[(h ^ (h >> 29)) & (MEMO_SLOTS - 1)];
 }
 
-/* Does the string s read as the n bytes at t (its NUL the last)? A string of up to 7
- * characters is compared as one word when its 8 bytes lie in one page (the page of its
- * first byte, which is readable): bytes past its NUL may then be read, never a page the
- * program did not map. t is a set's text, read inside the sets table. Else byte by byte,
- * never past the string's NUL. */
-static inline int same_str(const char *s, const char *t, uint32_t n) {
-  if (n <= 8 && ((uintptr_t)s & 4095u) <= 4096u - 8u) {
-    uint64_t a, b;
+/* The mask of a string's first min(n, 8) bytes in a little-endian word. */
+static inline uint64_t head_mask(uint32_t n) { return n >= 8 ? ~UINT64_C(0) : (UINT64_C(1) << (8 * n)) - 1; }
+
+/* The word a slot keeps of a string of n bytes (NUL included), read at keep time. */
+static uint64_t head_of(const char *s, uint32_t n) {
+  uint64_t w = 0;
+  memcpy(&w, s, n < 8 ? n : 8);
+  return w;
+}
+
+/* same_head near the end of a page: out of line, so that the common path keeps its
+ * registers free. */
+__attribute__((noinline)) static int same_head_bytes(const char *s, uint64_t head, uint64_t mask) {
+  const unsigned char *h = (const unsigned char *)&head;
+  for (uint32_t i = 0; i < 8 && ((mask >> (8 * i)) & 0xff) != 0; i++)
+    if ((unsigned char)s[i] != h[i])
+      return 0;
+  return 1;
+}
+
+/* Do the first min(n, 8) bytes of s read as head (mask: head_mask(n), n the string's bytes
+ * with its NUL)? One word when s's 8 bytes lie in one page (the page of its first byte,
+ * which is readable): bytes past its NUL may then be read, never a page the program did
+ * not map. Else byte by byte, never past the first byte that differs (head's NUL is at
+ * n - 1 when n <= 8, so a string that matches is not read past its NUL). */
+static inline int same_head(const char *s, uint64_t head, uint64_t mask) {
+  if (HS_LIKELY(((uintptr_t)s & 4095u) <= 4096u - 8u)) {
+    uint64_t a;
     memcpy(&a, s, 8);
-    memcpy(&b, t, 8);
-    uint64_t mask = n == 8 ? ~UINT64_C(0) : (UINT64_C(1) << (8 * n)) - 1;
-    return ((a ^ b) & mask) == 0;
+    return ((a ^ head) & mask) == 0;
   }
-  for (uint32_t i = 0; i < n; i++)
+  return same_head_bytes(s, head, mask);
+}
+
+/* Do the bytes of s from the 9th on read as t's (n bytes in all, the NUL the last; s's
+ * first 8 matched, so none of them is its NUL)? Byte by byte: rare (labels over 7 bytes). */
+static int same_tail(const char *s, const char *t, uint32_t n) {
+  for (uint32_t i = 8; i < n; i++)
     if (s[i] != t[i])
       return 0;
   return 1;
 }
 
-/* Do key and value read, NUL included, as the klen + 1 and vlen + 1 bytes at t? */
-static inline int same_pair(const char *t, const char *key, uint32_t klen, const char *value, uint32_t vlen) {
-  return same_str(key, t, klen + 1) && same_str(value, t + klen + 1, vlen + 1);
+/* Do key's and value's bytes past their heads read as the pair at off in set id's text
+ * (ready and immutable once memo_keep saw it)? Out of line: labels over 7 bytes. */
+__attribute__((noinline)) static int same_tails(uint32_t id, uint32_t off, const char *key, uint32_t klen,
+                                                const char *value, uint32_t vlen) {
+  const struct label_set *set = &sets[id - 1];
+  return __atomic_load_n(&set->state, __ATOMIC_ACQUIRE) == 2 && off + klen + vlen + 2 <= set->len &&
+         same_tail(key, set->text + off, klen + 1) && same_tail(value, set->text + off + klen + 1, vlen + 1);
 }
 
-/* The memo's set for this push, 0 when it has none. */
-static uint32_t memo_find(uint32_t parent, const char *key, const char *value) {
+/* The memo's set for this push, 0 when it has none. The slot's fields are compared as they
+ * are read (a torn read only makes a compare fail, or is caught by the sequence count
+ * before a hit is returned): fewer values live at once, no spills. */
+static inline uint32_t memo_find(uint32_t parent, const char *key, const char *value) {
   struct push_memo *m = memo_slot(parent, key, value);
   uint32_t s1 = __atomic_load_n(&m->seq, __ATOMIC_ACQUIRE);
-  if (s1 & 1)
+  if ((s1 & 1) || __atomic_load_n(&m->key, __ATOMIC_RELAXED) != key ||
+      __atomic_load_n(&m->value, __ATOMIC_RELAXED) != value || __atomic_load_n(&m->parent, __ATOMIC_RELAXED) != parent ||
+      !same_head(key, __atomic_load_n(&m->khead, __ATOMIC_RELAXED), __atomic_load_n(&m->kmask, __ATOMIC_RELAXED)) ||
+      !same_head(value, __atomic_load_n(&m->vhead, __ATOMIC_RELAXED), __atomic_load_n(&m->vmask, __ATOMIC_RELAXED)))
     return 0;
-  uint32_t p = __atomic_load_n(&m->parent, __ATOMIC_RELAXED), id = __atomic_load_n(&m->id, __ATOMIC_RELAXED);
-  uint32_t off = __atomic_load_n(&m->off, __ATOMIC_RELAXED), klen = __atomic_load_n(&m->klen, __ATOMIC_RELAXED);
-  uint32_t vlen = __atomic_load_n(&m->vlen, __ATOMIC_RELAXED);
-  const char *k = __atomic_load_n(&m->key, __ATOMIC_RELAXED), *v = __atomic_load_n(&m->value, __ATOMIC_RELAXED);
+  uint32_t id = __atomic_load_n(&m->id, __ATOMIC_RELAXED), klen = __atomic_load_n(&m->klen, __ATOMIC_RELAXED);
+  uint32_t vlen = __atomic_load_n(&m->vlen, __ATOMIC_RELAXED), off = __atomic_load_n(&m->off, __ATOMIC_RELAXED);
   __atomic_thread_fence(__ATOMIC_ACQUIRE);
-  if (__atomic_load_n(&m->seq, __ATOMIC_RELAXED) != s1 || p != parent || k != key || v != value || id == 0 ||
-      id > HS_MAX_LABEL_SETS || __atomic_load_n(&sets[id - 1].state, __ATOMIC_ACQUIRE) != 2 ||
-      off + klen + vlen + 2 > sets[id - 1].len || !same_pair(sets[id - 1].text + off, key, klen, value, vlen))
+  if (__atomic_load_n(&m->seq, __ATOMIC_RELAXED) != s1 || id == 0 || id > HS_MAX_LABEL_SETS)
+    return 0;
+  if (HS_UNLIKELY(klen >= 8 || vlen >= 8) && !same_tails(id, off, key, klen, value, vlen))
     return 0;
   return id;
 }
@@ -290,6 +327,10 @@ static void memo_keep(uint32_t parent, const char *key, size_t klen, const char 
   __atomic_store_n(&m->vlen, (uint8_t)vlen, __ATOMIC_RELAXED);
   __atomic_store_n(&m->key, key, __ATOMIC_RELAXED);
   __atomic_store_n(&m->value, value, __ATOMIC_RELAXED);
+  __atomic_store_n(&m->khead, head_of(key, (uint32_t)klen + 1), __ATOMIC_RELAXED);
+  __atomic_store_n(&m->vhead, head_of(value, (uint32_t)vlen + 1), __ATOMIC_RELAXED);
+  __atomic_store_n(&m->kmask, head_mask((uint32_t)klen + 1), __ATOMIC_RELAXED);
+  __atomic_store_n(&m->vmask, head_mask((uint32_t)vlen + 1), __ATOMIC_RELAXED);
   __atomic_store_n(&m->seq, s0 + 2, __ATOMIC_RELEASE);
 }
 
@@ -322,22 +363,36 @@ __attribute__((noinline)) static int push_slow(uint32_t parent, const char *key,
   return 0;
 }
 
-HS_EXPORT int heapscope_label_push_v1(const char *key, const char *value) {
+/* A push the common path did not take: not applied, or the memo missed, or the set is
+ * not sent to this session yet. */
+__attribute__((noinline)) static int push_full(const char *key, const char *value) {
   uint32_t parent = c_current(), id = parent;
   int rc = -1;
   if (stack_depth >= LABEL_DEPTH || !__atomic_load_n(&hs_enabled, __ATOMIC_ACQUIRE) ||
       hs_guard_held(&hs_thread_state) || key == NULL || value == NULL) {
     /* not applied: a level all the same, so that pushes and pops stay paired */
-  } else if ((id = memo_find(parent, key, value)) != 0 &&
-             __atomic_load_n(&sets[id - 1].sent_gen, __ATOMIC_RELAXED) == hs_session.gen) {
-    rc = 0; /* a push made before, its set sent to this session: nothing else to do */
-  } else {
+  } else { /* the memo missed, or its set is not sent to this session yet */
     rc = push_slow(parent, key, value, &id);
   }
   if (stack_depth < LABEL_DEPTH)
     stack_ids[stack_depth] = id;
   stack_depth++;
   return rc;
+}
+
+/* The common push: one made before, its set sent to this session. No call on this path
+ * (everything else is push_full's, a tail call), so it saves no registers. */
+HS_EXPORT int heapscope_label_push_v1(const char *key, const char *value) {
+  uint32_t d = stack_depth, id;
+  if (HS_LIKELY(d < LABEL_DEPTH && __atomic_load_n(&hs_enabled, __ATOMIC_ACQUIRE) &&
+                !hs_guard_held(&hs_thread_state) && key != NULL && value != NULL) &&
+      (id = memo_find(d == 0 ? 0 : stack_ids[d - 1], key, value)) != 0 &&
+      __atomic_load_n(&sets[id - 1].sent_gen, __ATOMIC_RELAXED) == hs_session.gen) {
+    stack_ids[d] = id;
+    stack_depth = d + 1;
+    return 0;
+  }
+  return push_full(key, value);
 }
 
 HS_EXPORT void heapscope_label_pop_v1(void) {

@@ -5,7 +5,7 @@
  *
  *   C      heapscope_label_push/pop (include/heapscope.h): a stack in the
  *          thread's TLS; each level holds the id of the set it makes.
- *   Python heapscope.label (api/labels.py): the set bound to the Python
+ *   Python heapscope.label (labels.py, _labels.c): the set bound to the Python
  *          context the call runs in (PyThreadState.context, the object
  *          contextvars hangs off), so that each asyncio task and thread
  *          has its own; a sample on a thread with Python state reads its
