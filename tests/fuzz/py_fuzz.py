@@ -64,12 +64,15 @@ except ImportError:  # the plain mutator below still works
 # Coverage instrumentation only when atheris fuzzes (it slows every import down).
 _FUZZING = atheris is not None and __name__ == "__main__" and not {
     "--random", "--replay-sql", "--replay-elf", "--write-seeds"} & set(sys.argv)
-_instrument = atheris.instrument_imports() if _FUZZING else contextlib.nullcontext()
+# Only heapscope's own modules: the standard library's and protobuf's edges would be noise
+# in the coverage and cost every input.
+_instrument = atheris.instrument_imports(include=["heapscope"]) if _FUZZING else contextlib.nullcontext()
 with _instrument:
     import heapscope.cli
     import heapscope.cli.diff
     import heapscope.cli.export
     import heapscope.cli.flamegraph
+    import heapscope.cli.folding
     import heapscope.cli.leaks
     import heapscope.cli.report
     import heapscope.export.chrome_json
@@ -82,12 +85,26 @@ with _instrument:
     import heapscope.store.select
     import heapscope.symbolize.elfinfo
     import heapscope.symbolize.symtab
-    from heapscope.errors import ProfileError
+    import heapscope.view
+    from heapscope.errors import HeapscopeError, ProfileError
     from heapscope.importer import heapprofd as heapprofd_importer
     from heapscope.importer import tracefile
     from heapscope.model import Frame, Mapping, MappingId, ProcessFlags, ProcessInfo, Upid
     from heapscope.store.writer import ProfileWriter
     from heapscope.wire import codec
+
+    def _import_all(package: str) -> None:
+        """Every module of `package` now, so that each is instrumented: the commands import
+        theirs when first run, after the instrumentation ends."""
+        import importlib
+        import pkgutil
+
+        for info in pkgutil.walk_packages(importlib.import_module(package).__path__, package + "."):
+            with contextlib.suppress(ImportError):  # the otlp exporter without the otlp extra
+                importlib.import_module(info.name)
+
+    for _package in ("heapscope.store", "heapscope.view", "heapscope.export", "heapscope.importer"):
+        _import_all(_package)
 
 sys.path.insert(0, str(ROOT / "tests"))  # wire_support: the client's side of the wire, for tests
 import wire_support as ws  # noqa: E402
@@ -143,6 +160,13 @@ def write_profile(path: Path) -> None:
     w.add_dump(1, 0, 100, "periodic", [(3, 2, 8192), (5, 1, 4096)], "libc.malloc")
     w.add_dump(1, 100, 200, "exit", [(3, -1, -4096), (3, 1, 100), (2, 3, 12288)], "libc.malloc")
     w.add_dump(2, 0, 150, "exit", [(5, 4, 16384)], "libc.malloc")
+    # The peak tables (written at each process's final dump), a symbolized frame with its
+    # source line, and a Python frame: the readers' other tables are never empty.
+    w.add_peak(1, 150, "libc.malloc", [(3, 2, 8192, 3, 12288, 8100, 12200), (5, 1, 4096, 1, 4096, 4000, 4000)])
+    w.add_peak(2, 150, "libc.malloc", [(5, 4, 16384, 4, 16384, 16000, 16000)])
+    w.add_symbols([(1, 1, "work(int)", "/src/work.c", 42, 0), (2, 1, "inlined_helper", "/src/work.h", 7, 1)])
+    w.set_frame_symbols([("work", 1, 2)])
+    w.add_python_symbols([(4, "handler", "/src/app.py", 12)])
     w.add_stats([("heap_samples", 1, "info", "producer", 7, "samples"),
                  ("dropped_records", 2, "data_loss", "producer", 1, "lost")])
     w.close()
@@ -344,6 +368,8 @@ def _memory_writer() -> ProfileWriter:
     """A ProfileWriter on a fresh in-memory database holding the schema (restored from an
     image made once): the writer's code runs as on a file, without the file and its
     schema script (two thirds of an input's time when the importer wrote a file)."""
+    if sys.version_info < (3, 11):  # Connection.serialize came in 3.11
+        raise RuntimeError("the importer's fuzz target needs Python 3.11 or later")
     if not _SCHEMA_IMAGE:
         made = ProfileWriter(":memory:", created=True)
         _SCHEMA_IMAGE.append(made.db.serialize())
@@ -411,10 +437,11 @@ def _compressed_field(trace: bytes) -> bytes:
     return b"\xc2\x02" + _varint(len(blob)) + blob  # TracePacket.compressed_packets is field 50
 
 
-# --- the reader layer, in memory -------------------------------------------------
+# --- the readers, in memory -----------------------------------------------------
 
 _BASE_DB: list[bytes] = []
 _ROWS_DB: list[sqlite3.Connection] = []  # the base profile, kept open: its prepared statements stay
+_CURRENT: list[sqlite3.Connection] = []  # the database the input made, which open_profile hands out
 
 
 def _memory_profile(image: bytes) -> sqlite3.Connection:
@@ -425,15 +452,119 @@ def _memory_profile(image: bytes) -> sqlite3.Connection:
     return db
 
 
-def fuzz_readers(data: bytes) -> None:
-    from heapscope.errors import HeapscopeError
-    from heapscope.store.reader import Profile
+class _FuzzProfile(heapscope.store.reader.Profile):
+    """A profile on the input's in-memory database, which the harness closes (or rolls back)."""
 
+    def close(self) -> None:
+        pass
+
+
+def _open_fuzzed(path: str | os.PathLike[str]) -> heapscope.store.reader.Profile:
+    """open_profile on the input's database: validated as open_profile validates a file."""
+    profile = _FuzzProfile(Path(path), _CURRENT[0])
+    profile._validate()
+    return profile
+
+
+def _page_to_nothing(out: Path, html: str, force: bool) -> None:
+    html.encode("utf-8")  # what write_page does before its file: a lone surrogate fails here
+
+
+class _NullBytes(io.RawIOBase):
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: object) -> int:
+        return len(data)  # type: ignore[arg-type]
+
+
+class _NullText(io.TextIOBase):
+    """stdout and stderr of the commands: the text is made and dropped."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.buffer = _NullBytes()
+        self.errors_said = False
+
+    def write(self, s: str) -> int:
+        if s.startswith("heapscope: error:"):
+            self.errors_said = True
+        return len(s)
+
+
+# The readers an input can run, each a command line as a user types it (parsed once). The
+# input picks one: the whole set per input would cost ~30 ms. Folding the allocators' wrappers
+# into their callers (view/wrappers.py: temp tables, so every statement after is prepared
+# again) costs ~1 ms of an input's ~1.5: most lines keep the wrappers (-k), the first of
+# each command folds them.
+_K = "--keep-wrappers"
+READERS: list[list[str]] = [
+    ["report", "P"], ["report", _K, "--tree", "--min-percent", "0", "--heap", "all", "P"],
+    ["report", _K, "--stacks", "--dump", "end", "--view", "objects", "P"],
+    ["report", _K, "--sort", "total", "-p", "10", "--dump", "1", "P"], ["report", _K, "--native", "--wide", "P"],
+    ["report", "--fold", "work", "--focus", "main", "--ignore", "kid", "P"],
+    ["leaks", "P"], ["leaks", _K, "--dump", "peak", "--all-processes", "P"], ["leaks", _K, "-p", "11", "P"],
+    ["flamegraph", "-o", "x.html", "P"], ["flamegraph", _K, "--dump", "end", "--merge", "exe", "-o", "x.html", "P"],
+    ["flamegraph", _K, "--python-only", "--heap", "all", "-o", "x.html", "P"],
+    ["diff", "P", "P"], ["diff", _K, "--dump-a", "1", "--dump-b", "2", "-p", "10", "-o", "d.html", "P"],
+    ["diff", _K, "--dump-a", "end", "--view", "objects", "--native", "P", "P"],
+    ["export", "-f", "collapsed", "-o", "-", "P"],
+    *(["export", _K, "-f", f, "-o", "-", "P"] for f in heapscope.export.FORMATS),
+    ["export", _K, "-f", "perfetto", "--dump", "all", "-o", "-", "P"],
+    ["export", _K, "-f", "chrome-json", "--dump", "all", "--chrome-thresholds", "-o", "-", "P"],
+    ["export", _K, "-f", "pprof", "--heap", "all", "--dump", "end", "-o", "-", "P"],
+    ["export", _K, "-f", "otlp", "--heap", "all", "--dump", "all", "-o", "-", "P"],
+    ["export", _K, "-f", "speedscope", "--view", "alloc_space", "-o", "-", "P"],
+]
+_PARSED: list[object] = []
+
+
+def _install_in_memory_io() -> None:
+    """Every reading command opens the input's database and writes its files nowhere: no file,
+    no subprocess, no parsing per input. Only open_profile and write_page are replaced: the
+    validation, the queries and the rendering are the commands' own."""
+    for name, mod in list(sys.modules.items()):
+        if name.startswith("heapscope.") and hasattr(mod, "open_profile"):
+            mod.open_profile = _open_fuzzed  # type: ignore[attr-defined]
+    heapscope.cli.flamegraph.write_page = _page_to_nothing
+    _compile_templates_once()
+    # report asks dpkg-query which package owns a library without symbols (a process per
+    # input, 60 ms); with no PATH it says nothing, as on a system without dpkg.
+    os.environ["PATH"] = ""
+    for argv in READERS:
+        _PARSED.append(heapscope.cli.build_parser(argv).parse_args(argv))
+
+
+def _compile_templates_once() -> None:
+    """Jinja compiles the flamegraph page's template on every render (4 ms, three times the
+    rest of a flamegraph): here once per template source and settings. The input reaches the
+    page only through the data rendered into it, which is rendered every time."""
+    import jinja2
+
+    compiled: dict[tuple[object, ...], jinja2.Template] = {}
+    from_string = jinja2.Environment.from_string
+
+    def cached(env: jinja2.Environment, source: str, *args: object, **kwargs: object) -> jinja2.Template:
+        key = (source, env.autoescape, env.undefined, args, tuple(sorted(kwargs.items())))
+        if key not in compiled:
+            compiled[key] = from_string(env, source, *args, **kwargs)  # type: ignore[arg-type]
+        return compiled[key]
+
+    jinja2.Environment.from_string = cached  # type: ignore[method-assign,assignment]
+
+
+def _setup_readers() -> None:
     if not _BASE_DB:
         _BASE_DB.append(base_profile())
         _ROWS_DB.append(_memory_profile(_BASE_DB[0]))
+        _install_in_memory_io()
+
+
+def fuzz_readers(data: bytes) -> None:
+    _setup_readers()
     b = Bytes(data)
     mode = b.num(1) & 0xFF
+    reader = b.num(1) & 0xFF
     if mode % 4 == 0:  # bytes mode: up to 8 (offset, byte) patches of the file image
         out = bytearray(_BASE_DB[0])
         for _ in range(8):
@@ -449,13 +580,50 @@ def fuzz_readers(data: bytes) -> None:
         db = _ROWS_DB[0]
         db.execute("BEGIN")
         _edit_rows(db, b)
+    _CURRENT[:] = [db]
     try:
-        with contextlib.suppress(HeapscopeError):
-            _read_everything(Profile(Path("fuzz.db"), db), mode >> 2)
+        if reader % (len(READERS) + 1) == len(READERS):
+            with contextlib.suppress(HeapscopeError):
+                _read_everything(_open_fuzzed("fuzz.db"), mode >> 2)
+        else:
+            _run_reader(reader % (len(READERS) + 1))
     finally:
         if db is _ROWS_DB[0]:
-            db.execute("ROLLBACK")
+            db.execute("ROLLBACK")  # the edits, and the temp views and tables readers make
         else:
+            db.close()
+
+
+def _run_reader(k: int) -> None:
+    """READERS[k] as cli.main runs it: it returns a status, or raises heapscope's own error
+    (cli.main's one line); anything else escapes, a finding."""
+    import copy
+
+    args = copy.copy(_PARSED[k])  # export rewrites args.dump
+    sink = _NullText()
+    with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+        try:
+            status = args._main(args)  # type: ignore[attr-defined]
+        except HeapscopeError:
+            return
+    if not isinstance(status, int):
+        raise AssertionError(f"{READERS[k]}: returned {status!r}")
+
+
+def replay_readers(sql: str) -> None:
+    """Every reader, and the store layer, on the small profile edited by `sql` (a crashes/ file)."""
+    _setup_readers()
+    for k in range(len(READERS) + 1):
+        db = _memory_profile(_BASE_DB[0])
+        db.executescript(sql)
+        _CURRENT[:] = [db]
+        try:
+            if k == len(READERS):
+                with contextlib.suppress(HeapscopeError):
+                    _read_everything(_open_fuzzed("fuzz.db"), 0)
+            else:
+                _run_reader(k)
+        finally:
             db.close()
 
 
@@ -475,12 +643,11 @@ def _edit_rows(db: sqlite3.Connection, b: Bytes) -> None:
 
 
 def _read_everything(profile: heapscope.store.reader.Profile, how: int) -> None:
-    """The reader layer's queries; `how` (from the input) picks the heap and the state, so that
-    one input costs a few queries, not every combination."""
+    """The reader layer's queries and the peak tables; `how` (from the input) picks the heap and
+    the state, so that one input costs a few queries, not every combination."""
     from heapscope.model import HEAP_NAME
     from heapscope.store import select as sel
 
-    profile._validate()
     profile.check()
     sel.select_heap(profile, (None, "all", HEAP_NAME)[how % 3])
     sel.heap_peaks(profile)
@@ -668,6 +835,9 @@ def main(argv: list[str]) -> int:
         out.mkdir(parents=True, exist_ok=True)
         for name, data in TARGETS[target][1]().items():
             (out / name).write_bytes(data)
+        return 0
+    if rest[:1] == ["--replay-sql"] and target == "readers":
+        replay_readers(Path(rest[1]).read_text())
         return 0
     if rest[:1] == ["--replay-sql"]:
         prof = WORK / "replay.db"

@@ -59,13 +59,17 @@ def test_crash_input_is_handled(name: str, tmp_path: Path, request: pytest.Fixtu
     if name in CRASHES_OPEN:
         request.applymarker(pytest.mark.xfail(strict=True, reason=f"open finding {CRASHES_OPEN[name]}"))
     env = dict(os.environ, HEAPSCOPE_FUZZ_WORK=str(tmp_path))
-    mode = ["profile", "--replay-sql"] if name.endswith(".sql") else ["elf", "--replay-elf"]
-    try:
-        res = subprocess.run([sys.executable, str(PY_FUZZ), *mode, str(HERE / "crashes" / name)],
-                             capture_output=True, text=True, timeout=20, env=env)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"{name}: still running after 20 s")
-    assert res.returncode == 0, res.stderr[-3000:]
+    # An edited profile goes through the commands on a file, and through every reader of the
+    # readers target (their options: --focus, --fold, the exports' --dump all, ...) in memory.
+    modes = ([["profile", "--replay-sql"], ["readers", "--replay-sql"]] if name.endswith(".sql")
+             else [["elf", "--replay-elf"]])
+    for mode in modes:
+        try:
+            res = subprocess.run([sys.executable, str(PY_FUZZ), *mode, str(HERE / "crashes" / name)],
+                                 capture_output=True, text=True, timeout=20, env=env)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{name}, {mode[0]}: still running after 20 s")
+        assert res.returncode == 0, f"{mode[0]}: {res.stderr[-3000:]}"
 
 
 def test_codec_handshake_messages_of_the_wrong_size() -> None:
