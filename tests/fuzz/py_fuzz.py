@@ -16,22 +16,31 @@ Targets, and what may escape each (anything else is a finding):
               byte flip rarely makes.
     importer  importer/heapprofd.py and tracefile.py on a trace in memory (gzipped or not,
               mutated from Perfetto's test traces): streamed, decoded, fed,
-              finished and written: only ProfileError.
-    readers   the reader layer itself (store/reader.py's queries and
-              store/select.py's heaps and states) on a small profile held
-              in an in-memory database, its rows edited or its bytes
-              mutated: only heapscope's own errors. No command, no file:
-              fast enough for runs of millions of inputs.
+              finished and written into an in-memory database: only
+              ProfileError.
+    readers   every reading command (report, leaks, flamegraph, diff, each
+              export; READERS lists the 27 command lines) and the store layer
+              (the peak tables, store/select.py's heaps and states), one picked
+              by each input, on a small profile held in an in-memory database,
+              its rows edited or its bytes mutated: only heapscope's own
+              errors. The commands run through their own main on the database
+              (open_profile and write_page are the harness's): no file, no
+              subprocess, no parsing per input, fast enough for runs of
+              millions of inputs.
     elf       symbolize/'s ELF readers (symtab.read_elf_symbols,
               elfinfo.read_elf_info) on a mutated small ELF file: only
               ElfReadError, NotElfError or OSError.
+
+With HEAPSCOPE_FUZZ_PROGRESS=N in the environment, a `#N PROGRESS` line on stderr
+every N inputs tells a long run's count (libFuzzer's own `#N` lines come at powers
+of two only).
 
 Without atheris (no wheel for this Python), `--random N` runs N inputs made by
 a plain random mutator from the same seeds; tests/fuzz/test_fuzz_python.py
 uses it then. Seeds are written with `--write-seeds DIR`; `profile --replay-sql
 FILE` runs the commands once on the small profile edited by FILE's SQL
-(tests/fuzz/crashes/), and `elf --replay-elf FILE` reads the small ELF
-patched by FILE.
+(tests/fuzz/crashes/), `readers --replay-sql FILE` every reader of the readers
+target on it, and `elf --replay-elf FILE` reads the small ELF patched by FILE.
 """
 
 from __future__ import annotations

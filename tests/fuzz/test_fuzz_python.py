@@ -1,10 +1,11 @@
 """Coverage-guided fuzzing of the Python readers (atheris), for a bounded time each.
 
 Targets (tests/fuzz/py_fuzz.py): the wire decoders of codec.py, a byte-mutated
-profile and a row-edited profile through every reading command, the ELF
-readers of symbolize/, the heapprofd importer on traces in memory, and the
-reader layer on a profile in an in-memory database (the last two fast enough
-for long runs: `python tests/fuzz/py_fuzz.py importer -runs=10000000 CORPUS`).
+profile and a row-edited profile through every reading command on a file, the
+ELF readers of symbolize/, the heapprofd importer on traces in memory, and every
+reading command and the store layer on a profile in an in-memory database (the
+last two made for long runs: `python tests/fuzz/py_fuzz.py importer
+-runs=10000000 CORPUS`; benchmarks/fuzz.py --py-runs).
 A traceback other than heapscope's own errors, or an
 input slower than 10 s, fails the test and leaves the input in the work
 folder. Without atheris the same harnesses run on a plain random mutator.
