@@ -37,6 +37,7 @@ from collections.abc import Iterable, Sequence
 from heapscope.errors import ProfileError, UsageError
 from heapscope.model import CallsiteId, FrameId
 from heapscope.store.reader import Profile
+from heapscope.store.values import BadValue, req_int_from_sql
 from heapscope.view.names import elide, without_return_type
 from heapscope.view.names import template_spans as collapse_spans
 
@@ -173,6 +174,8 @@ def fold_wrappers(profile: Profile, keep: bool = False, extra: Sequence[str] = (
             return sorted(inlined)
     except sqlite3.DatabaseError as e:
         raise ProfileError(f"{profile.path}: {e}") from e
+    except BadValue as e:
+        raise ProfileError(f"{profile.path}: corrupt profile ({e})") from e
     return sorted(folded | inlined)
 
 
@@ -252,7 +255,8 @@ def _fold_rows(rows: list[tuple[int, int | None, int, int | None, int | None, in
                 par = None
             else:
                 caller[par] = par
-                place[par] = (int(p_depth), p_par, int(p_fid))
+                place[par] = (req_int_from_sql(p_depth, "stack_profile_callsite.depth"), p_par,
+                              req_int_from_sql(p_fid, "stack_profile_callsite.frame_id"))
         d = cs if FrameId(fid) not in wrappers else None if par is None else caller[par]
         caller[cs] = d
         if d is None:  # only wrappers from here to the root: shown as they are

@@ -136,3 +136,25 @@ def test_the_header_line_names_the_folded_wrappers() -> None:
     assert len(many) <= 120 and many.endswith(" more (--keep-wrappers shows them)"), many
     assert fold_line(["std::__new_allocator<A>::allocate", "std::__new_allocator<B>::allocate"], 50) == (
         "wrappers folded into their callers: std::__new_allocator<A>::allocate and 1 more (--keep-wrappers shows them)")
+
+
+@pytest.mark.parametrize("bad", ["''", "'x'", "2.5", "x'00'"])
+def test_a_value_of_the_wrong_type_above_a_wrapper_is_damage(tmp_path: Path, bad: str) -> None:
+    """Found by the readers fuzz target: text in the frame_id of a wrapper's caller's callsite
+    ended the fold in ValueError; the profile is said to be damaged, in one line."""
+    import sqlite3
+
+    from heapscope.errors import ProfileError
+
+    path = tmp_path / "bad.db"
+    w = ProfileWriter(path)
+    w.add_mappings([(1, Mapping("", 0, 0, 0x5000, 0x7000, 0, "/bin/demo"))])
+    w.add_frames([(i + 1, Frame(MappingId(1), 0x1100 + i, name)) for i, name in enumerate(["main", "xmalloc"])])
+    w.add_callsites([(1, 0, None, 1), (2, 1, 1, 2), (3, 2, 2, 1)])  # main > xmalloc > main
+    w.close()
+    db = sqlite3.connect(path)
+    db.execute(f"UPDATE stack_profile_callsite SET frame_id = {bad} WHERE id = 1")
+    db.commit()
+    db.close()
+    with open_profile(path) as profile, pytest.raises(ProfileError, match="corrupt profile"):
+        fold_wrappers(profile)
