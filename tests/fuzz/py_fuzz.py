@@ -569,11 +569,19 @@ def _setup_readers() -> None:
         _install_in_memory_io()
 
 
+# The readers already run on the profile as it is: an input that changes nothing (an edit of
+# a row that does not exist, a constraint that said no, a byte set to its own value: half of
+# the mutations) would run one of them again, identically; it is skipped instead.
+_RAN_UNEDITED: set[tuple[int, int]] = set()
+
+
 def fuzz_readers(data: bytes) -> None:
     _setup_readers()
     b = Bytes(data)
     mode = b.num(1) & 0xFF
-    reader = b.num(1) & 0xFF
+    k = (b.num(1) & 0xFF) % (len(READERS) + 1)
+    how = (mode >> 2) % 12  # the store layer's heap and state (_read_everything)
+    unedited = (k, how if k == len(READERS) else 0)
     if mode % 4 == 0:  # bytes mode: up to 8 (offset, byte) patches of the file image
         out = bytearray(_BASE_DB[0])
         for _ in range(8):
@@ -581,6 +589,10 @@ def fuzz_readers(data: bytes) -> None:
                 break
             at = b.num(2) % len(out)
             out[at] = b.num(1) & 0xFF
+        if out == _BASE_DB[0]:
+            if unedited in _RAN_UNEDITED:
+                return
+            _RAN_UNEDITED.add(unedited)
         try:
             db = _memory_profile(bytes(out))
         except sqlite3.Error:
@@ -588,14 +600,20 @@ def fuzz_readers(data: bytes) -> None:
     else:  # rows mode: edits inside a transaction, rolled back after the reads
         db = _ROWS_DB[0]
         db.execute("BEGIN")
+        changes = db.total_changes
         _edit_rows(db, b)
+        if db.total_changes == changes:
+            if unedited in _RAN_UNEDITED:
+                db.execute("ROLLBACK")
+                return
+            _RAN_UNEDITED.add(unedited)
     _CURRENT[:] = [db]
     try:
-        if reader % (len(READERS) + 1) == len(READERS):
+        if k == len(READERS):
             with contextlib.suppress(HeapscopeError):
-                _read_everything(_open_fuzzed("fuzz.db"), mode >> 2)
+                _read_everything(_open_fuzzed("fuzz.db"), how)
         else:
-            _run_reader(reader % (len(READERS) + 1))
+            _run_reader(k)
     finally:
         if db is _ROWS_DB[0]:
             db.execute("ROLLBACK")  # the edits, and the temp views and tables readers make
