@@ -72,7 +72,7 @@ except ImportError:  # the plain mutator below still works
 
 # Coverage instrumentation only when atheris fuzzes (it slows every import down).
 _FUZZING = atheris is not None and __name__ == "__main__" and not {
-    "--random", "--replay-sql", "--replay-elf", "--write-seeds"} & set(sys.argv)
+    "--random", "--replay-sql", "--replay-elf", "--write-seeds", "--self-check"} & set(sys.argv)
 # Only heapscope's own modules: the standard library's and protobuf's edges would be noise
 # in the coverage and cost every input.
 _instrument = atheris.instrument_imports(include=["heapscope"]) if _FUZZING else contextlib.nullcontext()
@@ -480,24 +480,29 @@ def _page_to_nothing(out: Path, html: str, force: bool) -> None:
 
 
 class _NullBytes(io.RawIOBase):
+    def __init__(self) -> None:
+        super().__init__()
+        self.bytes = 0
+
     def writable(self) -> bool:
         return True
 
     def write(self, data: object) -> int:
-        return len(data)  # type: ignore[arg-type]
+        n = len(data)  # type: ignore[arg-type]
+        self.bytes += n
+        return n
 
 
 class _NullText(io.TextIOBase):
-    """stdout and stderr of the commands: the text is made and dropped."""
+    """stdout and stderr of the commands: the text is made, counted and dropped."""
 
     def __init__(self) -> None:
         super().__init__()
         self.buffer = _NullBytes()
-        self.errors_said = False
+        self.chars = 0
 
     def write(self, s: str) -> int:
-        if s.startswith("heapscope: error:"):
-            self.errors_said = True
+        self.chars += len(s)
         return len(s)
 
 
@@ -621,9 +626,10 @@ def fuzz_readers(data: bytes) -> None:
             db.close()
 
 
-def _run_reader(k: int) -> None:
+def _run_reader(k: int) -> str:
     """READERS[k] as cli.main runs it: it returns a status, or raises heapscope's own error
-    (cli.main's one line); anything else escapes, a finding."""
+    (cli.main's one line); anything else escapes, a finding. Returns how it ended: `ok`
+    (status 0 and some output), `exit N`, or `error: ...`."""
     import copy
 
     args = copy.copy(_PARSED[k])  # export rewrites args.dump
@@ -631,27 +637,34 @@ def _run_reader(k: int) -> None:
     with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
         try:
             status = args._main(args)  # type: ignore[attr-defined]
-        except HeapscopeError:
-            return
+        except HeapscopeError as e:
+            return f"error: {e}"
     if not isinstance(status, int):
         raise AssertionError(f"{READERS[k]}: returned {status!r}")
+    return "ok" if status == 0 and (sink.chars or sink.buffer.bytes) else f"exit {status}"
 
 
-def replay_readers(sql: str) -> None:
-    """Every reader, and the store layer, on the small profile edited by `sql` (a crashes/ file)."""
+def replay_readers(sql: str) -> list[str]:
+    """Every reader, and the store layer, on the small profile edited by `sql` (a crashes/
+    file): how each ended (_run_reader)."""
     _setup_readers()
+    ended = []
     for k in range(len(READERS) + 1):
         db = _memory_profile(_BASE_DB[0])
         db.executescript(sql)
         _CURRENT[:] = [db]
         try:
             if k == len(READERS):
-                with contextlib.suppress(HeapscopeError):
+                try:
                     _read_everything(_open_fuzzed("fuzz.db"), 0)
+                    ended.append("ok")
+                except HeapscopeError as e:
+                    ended.append(f"error: {e}")
             else:
-                _run_reader(k)
+                ended.append(_run_reader(k))
         finally:
             db.close()
+    return ended
 
 
 def _edit_rows(db: sqlite3.Connection, b: Bytes) -> None:
@@ -866,6 +879,13 @@ def main(argv: list[str]) -> int:
     if rest[:1] == ["--replay-sql"] and target == "readers":
         replay_readers(Path(rest[1]).read_text())
         return 0
+    if rest[:1] == ["--self-check"] and target == "readers":
+        # Each reader on the unedited profile must succeed: one that fails at its start (a
+        # harness that broke its reading) would still pass every fuzzed input, having read nothing.
+        ended = replay_readers("")
+        for argv, how in zip([*READERS, ["store layer"]], ended, strict=True):
+            print(f"{how:8.8}  {' '.join(argv)}", file=sys.stderr)
+        return 0 if all(how == "ok" for how in ended) else 1
     if rest[:1] == ["--replay-sql"]:
         prof = WORK / "replay.db"
         prof.write_bytes(base_profile())

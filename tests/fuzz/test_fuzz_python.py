@@ -54,6 +54,17 @@ def test_fuzz_python_bounded(target: str, tmp_path: Path) -> None:
     assert res.returncode == 0 and not artifacts, f"{target}: {artifacts}\n{res.stderr[-6000:]}"
 
 
+def test_every_reader_of_the_readers_target_reads(tmp_path: Path) -> None:
+    """The readers target runs each command on its in-memory profile; a harness that broke
+    them all at their start (a read-only connection refused the temp tables they make) would
+    still pass every input. On the unedited profile each must end with status 0 and output."""
+    env = dict(os.environ, HEAPSCOPE_FUZZ_WORK=str(tmp_path))
+    res = subprocess.run([sys.executable, str(PY_FUZZ), "readers", "--self-check"], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert res.returncode == 0, res.stderr[-4000:]
+    assert res.stderr.count("ok  ") >= 20, res.stderr[-4000:]
+
+
 @pytest.mark.parametrize("name", sorted(p.name for p in (HERE / "crashes").iterdir()
                                          if p.suffix in (".sql", ".elfpatch")))
 def test_crash_input_is_handled(name: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
