@@ -31,9 +31,11 @@ Targets, and what may escape each (anything else is a finding):
               elfinfo.read_elf_info) on a mutated small ELF file: only
               ElfReadError, NotElfError or OSError.
 
-With HEAPSCOPE_FUZZ_PROGRESS=N in the environment, a `#N PROGRESS` line on stderr
-every N inputs tells a long run's count (libFuzzer's own `#N` lines come at powers
-of two only).
+HEAPSCOPE_FUZZ_PROFILE=FILE makes a recorded profile the one the profile, rows and
+readers targets mutate, in place of the small one written here (the readers'
+--self-check expects the small one's pids). With HEAPSCOPE_FUZZ_PROGRESS=N in the
+environment, a `#N PROGRESS` line on stderr every N inputs tells a long run's count
+(libFuzzer's own `#N` lines come at powers of two only).
 
 Without atheris (no wheel for this Python), `--random N` runs N inputs made by
 a plain random mutator from the same seeds; tests/fuzz/test_fuzz_python.py
@@ -186,9 +188,20 @@ def write_profile(path: Path) -> None:
 
 
 def base_profile() -> bytes:
+    """The profile the profile, rows and readers targets mutate: write_profile's, or a recorded
+    one named by HEAPSCOPE_FUZZ_PROFILE (copied whole, its log folded in)."""
     path = WORK / "base.db"
     if not path.exists():
-        write_profile(path)
+        recorded = os.environ.get("HEAPSCOPE_FUZZ_PROFILE")
+        if recorded:
+            src = sqlite3.connect(f"file:{recorded}?mode=ro", uri=True)
+            dst = sqlite3.connect(path)
+            src.backup(dst)
+            dst.execute("PRAGMA journal_mode=DELETE")
+            dst.close()
+            src.close()
+        else:
+            write_profile(path)
     return path.read_bytes()
 
 
