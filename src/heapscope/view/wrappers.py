@@ -236,6 +236,11 @@ def _fold_below_wrappers(db: sqlite3.Connection, wrappers: dict[FrameId, str]) -
         db.execute("DROP TABLE temp.heapscope_fold_below")
 
 
+# A depth no stack reaches (the client walks at most a few hundred frames), far enough below
+# 2^63 that the depths a fold gives below it still fit SQLite's INTEGER.
+_DEEPEST = 1 << 62
+
+
 def _fold_rows(rows: list[tuple[int, int | None, int, int | None, int | None, int | None]],
                wrappers: dict[FrameId, str]) -> list[tuple[int, int, int | None, int]] | None:
     """The folded rows (id, depth, parent, frame) of `rows` (id, parent, frame, and the parent's
@@ -255,8 +260,10 @@ def _fold_rows(rows: list[tuple[int, int | None, int, int | None, int | None, in
                 par = None
             else:
                 caller[par] = par
-                place[par] = (req_int_from_sql(p_depth, "stack_profile_callsite.depth"), p_par,
-                              req_int_from_sql(p_fid, "stack_profile_callsite.frame_id"))
+                depth = req_int_from_sql(p_depth, "stack_profile_callsite.depth")
+                if depth >= _DEEPEST:  # its children's depth, one more, would not fit an INTEGER
+                    raise BadValue(f"a callsite {depth} frames deep in stack_profile_callsite")
+                place[par] = (depth, p_par, req_int_from_sql(p_fid, "stack_profile_callsite.frame_id"))
         d = cs if FrameId(fid) not in wrappers else None if par is None else caller[par]
         caller[cs] = d
         if d is None:  # only wrappers from here to the root: shown as they are

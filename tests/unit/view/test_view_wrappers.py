@@ -138,10 +138,13 @@ def test_the_header_line_names_the_folded_wrappers() -> None:
         "wrappers folded into their callers: std::__new_allocator<A>::allocate and 1 more (--keep-wrappers shows them)")
 
 
-@pytest.mark.parametrize("bad", ["''", "'x'", "2.5", "x'00'"])
-def test_a_value_of_the_wrong_type_above_a_wrapper_is_damage(tmp_path: Path, bad: str) -> None:
+@pytest.mark.parametrize(("column", "bad"), [("frame_id", "''"), ("frame_id", "'x'"), ("frame_id", "2.5"),
+                                             ("frame_id", "x'00'"), ("depth", "9223372036854775807"),
+                                             ("depth", "'18446744073709551615'")])
+def test_a_value_of_the_wrong_type_above_a_wrapper_is_damage(tmp_path: Path, column: str, bad: str) -> None:
     """Found by the readers fuzz target: text in the frame_id of a wrapper's caller's callsite
-    ended the fold in ValueError; the profile is said to be damaged, in one line."""
+    ended the fold in ValueError, and a depth of 2^63 - 1 there in OverflowError (its child's
+    depth, one more, did not fit an INTEGER); the profile is said to be damaged, in one line."""
     import sqlite3
 
     from heapscope.errors import ProfileError
@@ -153,7 +156,7 @@ def test_a_value_of_the_wrong_type_above_a_wrapper_is_damage(tmp_path: Path, bad
     w.add_callsites([(1, 0, None, 1), (2, 1, 1, 2), (3, 2, 2, 1)])  # main > xmalloc > main
     w.close()
     db = sqlite3.connect(path)
-    db.execute(f"UPDATE stack_profile_callsite SET frame_id = {bad} WHERE id = 1")
+    db.execute(f"UPDATE stack_profile_callsite SET {column} = {bad} WHERE id = 1")
     db.commit()
     db.close()
     with open_profile(path) as profile, pytest.raises(ProfileError, match="corrupt profile"):
