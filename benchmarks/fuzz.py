@@ -1,14 +1,17 @@
 """Long fuzzing runs of every harness of tests/fuzz/, with a Markdown table of the results.
 
-    python benchmarks/fuzz.py [--c-runs 10000000] [--py-seconds 120] [--only ingest,codec,...]
+    python benchmarks/fuzz.py [--c-runs 10000000] [--py-seconds 120] [--py-runs N] [--only ingest,codec,...]
 
 Harnesses:
 
   ingest    the C ingest loop (libFuzzer + ASan + UBSan), tests/fuzz/ingest_fuzz.c;
             runs --c-runs inputs (default 10 M)
-  codec, profile, rows, elf
-            the Python readers under atheris (tests/fuzz/py_fuzz.py), each for
-            --py-seconds (they run 10^2 to 10^4 inputs a second, not 10^5)
+  codec, profile, rows, elf, importer, readers
+            the Python harnesses under atheris (tests/fuzz/py_fuzz.py), each for
+            --py-seconds, or until --py-runs inputs ran when given (the importer and
+            readers are made for runs of millions: `--only importer --py-runs 10000000`);
+            they run 10^0 (profile, rows: every command on a file) to 10^4 inputs a
+            second, not 10^5
 
 Per harness: inputs run, crashes, hangs (an input over the timeout), other
 failures (leaks, out of memory) and execs/s. The Python harnesses step over the
@@ -32,7 +35,7 @@ sys.path.insert(0, str(FUZZ))
 
 import fuzz_build as build  # noqa: E402
 
-PY_TARGETS = ("codec", "profile", "rows", "elf")
+PY_TARGETS = ("codec", "profile", "rows", "elf", "importer", "readers")
 
 
 def _artifacts(work: Path) -> dict[str, int]:
@@ -66,13 +69,15 @@ def run_ingest(work: Path, runs: int) -> dict[str, object]:
             "seconds": round(secs)}
 
 
-def run_python(target: str, work: Path, seconds: int) -> dict[str, object]:
-    env = dict(os.environ, HEAPSCOPE_FUZZ_WORK=str(work / "scratch"))
+def run_python(target: str, work: Path, seconds: int, runs: int | None = None) -> dict[str, object]:
+    # A #N line every 100,000 inputs in the log: libFuzzer's own come at powers of two only.
+    env = dict(os.environ, HEAPSCOPE_FUZZ_WORK=str(work / "scratch"), HEAPSCOPE_FUZZ_PROGRESS="100000")
     corpus = work / "corpus"
     py_fuzz = str(FUZZ / "py_fuzz.py")
     subprocess.run([sys.executable, py_fuzz, target, "--write-seeds", str(corpus)], check=True, env=env)
+    limit = f"-runs={runs}" if runs is not None else f"-max_total_time={seconds}"
     t0 = time.monotonic()
-    res = subprocess.run([sys.executable, py_fuzz, target, f"-max_total_time={seconds}", "-timeout=10",
+    res = subprocess.run([sys.executable, py_fuzz, target, limit, "-timeout=10",
                           "-rss_limit_mb=4096", "-print_final_stats=1", f"-artifact_prefix={work}/", str(corpus)],
                          capture_output=True, text=True, env=env, cwd=work)
     secs = time.monotonic() - t0
@@ -90,6 +95,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--c-runs", type=int, default=10_000_000)
     ap.add_argument("--py-seconds", type=int, default=120)
+    ap.add_argument("--py-runs", type=int, default=None, help="inputs per Python harness, instead of --py-seconds")
     ap.add_argument("--only", default="ingest," + ",".join(PY_TARGETS))
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="hs-fuzz-bench-"))
@@ -101,7 +107,7 @@ def main() -> int:
         if name == "ingest":
             rows.append(run_ingest(sub, args.c_runs))
         else:
-            rows.append(run_python(name, sub, args.py_seconds))
+            rows.append(run_python(name, sub, args.py_seconds, args.py_runs))
     cols = ["harness", "inputs", "crash", "timeout", "other", "execs/s", "seconds"]
     print("| " + " | ".join(c if c != "timeout" else "hangs" for c in cols) + " |")
     print("|" + "---|" * len(cols))

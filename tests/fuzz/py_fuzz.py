@@ -16,22 +16,33 @@ Targets, and what may escape each (anything else is a finding):
               byte flip rarely makes.
     importer  importer/heapprofd.py and tracefile.py on a trace in memory (gzipped or not,
               mutated from Perfetto's test traces): streamed, decoded, fed,
-              finished and written: only ProfileError.
-    readers   the reader layer itself (store/reader.py's queries and
-              store/select.py's heaps and states) on a small profile held
-              in an in-memory database, its rows edited or its bytes
-              mutated: only heapscope's own errors. No command, no file:
-              fast enough for runs of millions of inputs.
+              finished and written into an in-memory database: only
+              ProfileError.
+    readers   every reading command (report, leaks, flamegraph, diff, each
+              export; READERS lists the 27 command lines) and the store layer
+              (the peak tables, store/select.py's heaps and states), one picked
+              by each input, on a small profile held in an in-memory database,
+              its rows edited or its bytes mutated: only heapscope's own
+              errors. The commands run through their own main on the database
+              (open_profile and write_page are the harness's): no file, no
+              subprocess, no parsing per input, fast enough for runs of
+              millions of inputs.
     elf       symbolize/'s ELF readers (symtab.read_elf_symbols,
               elfinfo.read_elf_info) on a mutated small ELF file: only
               ElfReadError, NotElfError or OSError.
+
+HEAPSCOPE_FUZZ_PROFILE=FILE makes a recorded profile the one the profile, rows and
+readers targets mutate, in place of the small one written here (the readers'
+--self-check expects the small one's pids). With HEAPSCOPE_FUZZ_PROGRESS=N in the
+environment, a `#N PROGRESS` line on stderr every N inputs tells a long run's count
+(libFuzzer's own `#N` lines come at powers of two only).
 
 Without atheris (no wheel for this Python), `--random N` runs N inputs made by
 a plain random mutator from the same seeds; tests/fuzz/test_fuzz_python.py
 uses it then. Seeds are written with `--write-seeds DIR`; `profile --replay-sql
 FILE` runs the commands once on the small profile edited by FILE's SQL
-(tests/fuzz/crashes/), and `elf --replay-elf FILE` reads the small ELF
-patched by FILE.
+(tests/fuzz/crashes/), `readers --replay-sql FILE` every reader of the readers
+target on it, and `elf --replay-elf FILE` reads the small ELF patched by FILE.
 """
 
 from __future__ import annotations
@@ -63,13 +74,16 @@ except ImportError:  # the plain mutator below still works
 
 # Coverage instrumentation only when atheris fuzzes (it slows every import down).
 _FUZZING = atheris is not None and __name__ == "__main__" and not {
-    "--random", "--replay-sql", "--replay-elf", "--write-seeds"} & set(sys.argv)
-_instrument = atheris.instrument_imports() if _FUZZING else contextlib.nullcontext()
+    "--random", "--replay-sql", "--replay-elf", "--write-seeds", "--self-check"} & set(sys.argv)
+# Only heapscope's own modules: the standard library's and protobuf's edges would be noise
+# in the coverage and cost every input.
+_instrument = atheris.instrument_imports(include=["heapscope"]) if _FUZZING else contextlib.nullcontext()
 with _instrument:
     import heapscope.cli
     import heapscope.cli.diff
     import heapscope.cli.export
     import heapscope.cli.flamegraph
+    import heapscope.cli.folding
     import heapscope.cli.leaks
     import heapscope.cli.report
     import heapscope.export.chrome_json
@@ -82,9 +96,26 @@ with _instrument:
     import heapscope.store.select
     import heapscope.symbolize.elfinfo
     import heapscope.symbolize.symtab
+    import heapscope.view
+    from heapscope.errors import HeapscopeError, ProfileError
+    from heapscope.importer import heapprofd as heapprofd_importer
+    from heapscope.importer import tracefile
     from heapscope.model import Frame, Mapping, MappingId, ProcessFlags, ProcessInfo, Upid
     from heapscope.store.writer import ProfileWriter
     from heapscope.wire import codec
+
+    def _import_all(package: str) -> None:
+        """Every module of `package` now, so that each is instrumented: the commands import
+        theirs when first run, after the instrumentation ends."""
+        import importlib
+        import pkgutil
+
+        for info in pkgutil.walk_packages(importlib.import_module(package).__path__, package + "."):
+            with contextlib.suppress(ImportError):  # the otlp exporter without the otlp extra
+                importlib.import_module(info.name)
+
+    for _package in ("heapscope.store", "heapscope.view", "heapscope.export", "heapscope.importer"):
+        _import_all(_package)
 
 sys.path.insert(0, str(ROOT / "tests"))  # wire_support: the client's side of the wire, for tests
 import wire_support as ws  # noqa: E402
@@ -140,6 +171,13 @@ def write_profile(path: Path) -> None:
     w.add_dump(1, 0, 100, "periodic", [(3, 2, 8192), (5, 1, 4096)], "libc.malloc")
     w.add_dump(1, 100, 200, "exit", [(3, -1, -4096), (3, 1, 100), (2, 3, 12288)], "libc.malloc")
     w.add_dump(2, 0, 150, "exit", [(5, 4, 16384)], "libc.malloc")
+    # The peak tables (written at each process's final dump), a symbolized frame with its
+    # source line, and a Python frame: the readers' other tables are never empty.
+    w.add_peak(1, 150, "libc.malloc", [(3, 2, 8192, 3, 12288, 8100, 12200), (5, 1, 4096, 1, 4096, 4000, 4000)])
+    w.add_peak(2, 150, "libc.malloc", [(5, 4, 16384, 4, 16384, 16000, 16000)])
+    w.add_symbols([(1, 1, "work(int)", "/src/work.c", 42, 0), (2, 1, "inlined_helper", "/src/work.h", 7, 1)])
+    w.set_frame_symbols([("work", 1, 2)])
+    w.add_python_symbols([(4, "handler", "/src/app.py", 12)])
     w.add_stats([("heap_samples", 1, "info", "producer", 7, "samples"),
                  ("dropped_records", 2, "data_loss", "producer", 1, "lost")])
     w.close()
@@ -150,9 +188,20 @@ def write_profile(path: Path) -> None:
 
 
 def base_profile() -> bytes:
+    """The profile the profile, rows and readers targets mutate: write_profile's, or a recorded
+    one named by HEAPSCOPE_FUZZ_PROFILE (copied whole, its log folded in)."""
     path = WORK / "base.db"
     if not path.exists():
-        write_profile(path)
+        recorded = os.environ.get("HEAPSCOPE_FUZZ_PROFILE")
+        if recorded:
+            src = sqlite3.connect(f"file:{recorded}?mode=ro", uri=True)
+            dst = sqlite3.connect(path)
+            src.backup(dst)
+            dst.execute("PRAGMA journal_mode=DELETE")
+            dst.close()
+            src.close()
+        else:
+            write_profile(path)
     return path.read_bytes()
 
 
@@ -334,30 +383,42 @@ if not TRACES.is_dir():
     TRACES = Path("/work/shared/heapprofd-traces")
 
 
-def fuzz_importer(data: bytes) -> None:
-    from heapscope.errors import ProfileError
-    from heapscope.importer import heapprofd as hp
-    from heapscope.importer import tracefile
+_SCHEMA_IMAGE: list[bytes] = []
 
+
+def _memory_writer() -> ProfileWriter:
+    """A ProfileWriter on a fresh in-memory database holding the schema (restored from an
+    image made once): the writer's code runs as on a file, without the file and its
+    schema script (two thirds of an input's time when the importer wrote a file)."""
+    if sys.version_info < (3, 11):  # Connection.serialize came in 3.11
+        raise RuntimeError("the importer's fuzz target needs Python 3.11 or later")
+    if not _SCHEMA_IMAGE:
+        made = ProfileWriter(":memory:", created=True)
+        _SCHEMA_IMAGE.append(made.db.serialize())
+        made.db.close()
+    writer = ProfileWriter(":memory:", connect=False, created=True)
+    db = sqlite3.connect(":memory:", check_same_thread=False)
+    db.deserialize(_SCHEMA_IMAGE[0])
+    writer._db = db
+    return writer
+
+
+def fuzz_importer(data: bytes) -> None:
     budget = tracefile.InflateBudget("fuzz", len(data))
     stream = tracefile.TraceInput(io.BytesIO(data), "fuzz", budget, data[:2] == tracefile.GZIP_MAGIC)
-    imp = hp.HeapprofdImporter(budget)
+    imp = heapprofd_importer.HeapprofdImporter(budget)
     try:
         imp.feed(tracefile.decode_packets(stream, "fuzz"))
         imp.finish("fuzz")
     except ProfileError:
         return
-    out = WORK / "imported.db"
-    for suffix in ("", "-wal", "-shm", "-journal"):
-        with contextlib.suppress(OSError):
-            os.unlink(f"{out}{suffix}")
-    writer = ProfileWriter(out)
+    writer = _memory_writer()
     try:
         imp.write(writer, "fuzz")
     except (ProfileError, OverflowError):
         pass  # import_trace says a value above 2**63 - 1 in one line
     finally:
-        writer.close()
+        writer.db.close()
 
 
 def importer_seeds() -> dict[str, bytes]:
@@ -398,10 +459,11 @@ def _compressed_field(trace: bytes) -> bytes:
     return b"\xc2\x02" + _varint(len(blob)) + blob  # TracePacket.compressed_packets is field 50
 
 
-# --- the reader layer, in memory -------------------------------------------------
+# --- the readers, in memory -----------------------------------------------------
 
 _BASE_DB: list[bytes] = []
 _ROWS_DB: list[sqlite3.Connection] = []  # the base profile, kept open: its prepared statements stay
+_CURRENT: list[sqlite3.Connection] = []  # the database the input made, which open_profile hands out
 
 
 def _memory_profile(image: bytes) -> sqlite3.Connection:
@@ -412,15 +474,132 @@ def _memory_profile(image: bytes) -> sqlite3.Connection:
     return db
 
 
-def fuzz_readers(data: bytes) -> None:
-    from heapscope.errors import HeapscopeError
-    from heapscope.store.reader import Profile
+class _FuzzProfile(heapscope.store.reader.Profile):
+    """A profile on the input's in-memory database, which the harness closes (or rolls back)."""
 
+    def close(self) -> None:
+        pass
+
+
+def _open_fuzzed(path: str | os.PathLike[str]) -> heapscope.store.reader.Profile:
+    """open_profile on the input's database: validated as open_profile validates a file."""
+    profile = _FuzzProfile(Path(path), _CURRENT[0])
+    profile._validate()
+    return profile
+
+
+def _page_to_nothing(out: Path, html: str, force: bool) -> None:
+    html.encode("utf-8")  # what write_page does before its file: a lone surrogate fails here
+
+
+class _NullBytes(io.RawIOBase):
+    def __init__(self) -> None:
+        super().__init__()
+        self.bytes = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: object) -> int:
+        n = len(data)  # type: ignore[arg-type]
+        self.bytes += n
+        return n
+
+
+class _NullText(io.TextIOBase):
+    """stdout and stderr of the commands: the text is made, counted and dropped."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.buffer = _NullBytes()
+        self.chars = 0
+
+    def write(self, s: str) -> int:
+        self.chars += len(s)
+        return len(s)
+
+
+# The readers an input can run, each a command line as a user types it (parsed once). The
+# input picks one: the whole set per input would cost ~30 ms. Folding the allocators' wrappers
+# into their callers (view/wrappers.py: temp tables, so every statement after is prepared
+# again) costs ~1 ms of an input's ~1.5: most lines keep the wrappers (-k), the first of
+# each command folds them.
+_K = "--keep-wrappers"
+READERS: list[list[str]] = [
+    ["report", "P"], ["report", _K, "--tree", "--min-percent", "0", "--heap", "all", "P"],
+    ["report", _K, "--stacks", "--dump", "end", "--view", "objects", "P"],
+    ["report", _K, "--sort", "total", "-p", "10", "--dump", "1", "P"], ["report", _K, "--native", "--wide", "P"],
+    ["report", "--fold", "work", "--focus", "main", "--ignore", "kid", "P"],
+    ["leaks", "P"], ["leaks", _K, "--dump", "peak", "--all-processes", "P"], ["leaks", _K, "-p", "11", "P"],
+    ["flamegraph", "-o", "x.html", "P"], ["flamegraph", _K, "--dump", "end", "--merge", "exe", "-o", "x.html", "P"],
+    ["flamegraph", _K, "--python-only", "--heap", "all", "-o", "x.html", "P"],
+    ["diff", "P", "P"], ["diff", _K, "--dump-a", "1", "--dump-b", "2", "-p", "10", "-o", "d.html", "P"],
+    ["diff", _K, "--dump-a", "end", "--view", "objects", "--native", "P", "P"],
+    ["export", "-f", "collapsed", "-o", "-", "P"],
+    *(["export", _K, "-f", f, "-o", "-", "P"] for f in heapscope.export.FORMATS),
+    ["export", _K, "-f", "perfetto", "--dump", "all", "-o", "-", "P"],
+    ["export", _K, "-f", "chrome-json", "--dump", "all", "--chrome-thresholds", "-o", "-", "P"],
+    ["export", _K, "-f", "pprof", "--heap", "all", "--dump", "end", "-o", "-", "P"],
+    ["export", _K, "-f", "otlp", "--heap", "all", "--dump", "all", "-o", "-", "P"],
+    ["export", _K, "-f", "speedscope", "--view", "alloc_space", "-o", "-", "P"],
+]
+_PARSED: list[object] = []
+
+
+def _install_in_memory_io() -> None:
+    """Every reading command opens the input's database and writes its files nowhere: no file,
+    no subprocess, no parsing per input. Only open_profile and write_page are replaced: the
+    validation, the queries and the rendering are the commands' own."""
+    for name, mod in list(sys.modules.items()):
+        if name.startswith("heapscope.") and hasattr(mod, "open_profile"):
+            mod.open_profile = _open_fuzzed  # type: ignore[attr-defined]
+    heapscope.cli.flamegraph.write_page = _page_to_nothing
+    _compile_templates_once()
+    # report asks dpkg-query which package owns a library without symbols (a process per
+    # input, 60 ms); with no PATH it says nothing, as on a system without dpkg.
+    os.environ["PATH"] = ""
+    for argv in READERS:
+        _PARSED.append(heapscope.cli.build_parser(argv).parse_args(argv))
+
+
+def _compile_templates_once() -> None:
+    """Jinja compiles the flamegraph page's template on every render (4 ms, three times the
+    rest of a flamegraph): here once per template source and settings. The input reaches the
+    page only through the data rendered into it, which is rendered every time."""
+    import jinja2
+
+    compiled: dict[tuple[object, ...], jinja2.Template] = {}
+    from_string = jinja2.Environment.from_string
+
+    def cached(env: jinja2.Environment, source: str, *args: object, **kwargs: object) -> jinja2.Template:
+        key = (source, env.autoescape, env.undefined, args, tuple(sorted(kwargs.items())))
+        if key not in compiled:
+            compiled[key] = from_string(env, source, *args, **kwargs)  # type: ignore[arg-type]
+        return compiled[key]
+
+    jinja2.Environment.from_string = cached  # type: ignore[method-assign,assignment]
+
+
+def _setup_readers() -> None:
     if not _BASE_DB:
         _BASE_DB.append(base_profile())
         _ROWS_DB.append(_memory_profile(_BASE_DB[0]))
+        _install_in_memory_io()
+
+
+# The readers already run on the profile as it is: an input that changes nothing (an edit of
+# a row that does not exist, a constraint that said no, a byte set to its own value: half of
+# the mutations) would run one of them again, identically; it is skipped instead.
+_RAN_UNEDITED: set[tuple[int, int]] = set()
+
+
+def fuzz_readers(data: bytes) -> None:
+    _setup_readers()
     b = Bytes(data)
     mode = b.num(1) & 0xFF
+    k = (b.num(1) & 0xFF) % (len(READERS) + 1)
+    how = (mode >> 2) % 12  # the store layer's heap and state (_read_everything)
+    unedited = (k, how if k == len(READERS) else 0)
     if mode % 4 == 0:  # bytes mode: up to 8 (offset, byte) patches of the file image
         out = bytearray(_BASE_DB[0])
         for _ in range(8):
@@ -428,6 +607,10 @@ def fuzz_readers(data: bytes) -> None:
                 break
             at = b.num(2) % len(out)
             out[at] = b.num(1) & 0xFF
+        if out == _BASE_DB[0]:
+            if unedited in _RAN_UNEDITED:
+                return
+            _RAN_UNEDITED.add(unedited)
         try:
             db = _memory_profile(bytes(out))
         except sqlite3.Error:
@@ -435,15 +618,66 @@ def fuzz_readers(data: bytes) -> None:
     else:  # rows mode: edits inside a transaction, rolled back after the reads
         db = _ROWS_DB[0]
         db.execute("BEGIN")
+        changes = db.total_changes
         _edit_rows(db, b)
+        if db.total_changes == changes:
+            if unedited in _RAN_UNEDITED:
+                db.execute("ROLLBACK")
+                return
+            _RAN_UNEDITED.add(unedited)
+    _CURRENT[:] = [db]
     try:
-        with contextlib.suppress(HeapscopeError):
-            _read_everything(Profile(Path("fuzz.db"), db), mode >> 2)
+        if k == len(READERS):
+            with contextlib.suppress(HeapscopeError):
+                _read_everything(_open_fuzzed("fuzz.db"), how)
+        else:
+            _run_reader(k)
     finally:
         if db is _ROWS_DB[0]:
-            db.execute("ROLLBACK")
+            db.execute("ROLLBACK")  # the edits, and the temp views and tables readers make
         else:
             db.close()
+
+
+def _run_reader(k: int) -> str:
+    """READERS[k] as cli.main runs it: it returns a status, or raises heapscope's own error
+    (cli.main's one line); anything else escapes, a finding. Returns how it ended: `ok`
+    (status 0 and some output), `exit N`, or `error: ...`."""
+    import copy
+
+    args = copy.copy(_PARSED[k])  # export rewrites args.dump
+    sink = _NullText()
+    with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+        try:
+            status = args._main(args)  # type: ignore[attr-defined]
+        except HeapscopeError as e:
+            return f"error: {e}"
+    if not isinstance(status, int):
+        raise AssertionError(f"{READERS[k]}: returned {status!r}")
+    return "ok" if status == 0 and (sink.chars or sink.buffer.bytes) else f"exit {status}"
+
+
+def replay_readers(sql: str) -> list[str]:
+    """Every reader, and the store layer, on the small profile edited by `sql` (a crashes/
+    file): how each ended (_run_reader)."""
+    _setup_readers()
+    ended = []
+    for k in range(len(READERS) + 1):
+        db = _memory_profile(_BASE_DB[0])
+        db.executescript(sql)
+        _CURRENT[:] = [db]
+        try:
+            if k == len(READERS):
+                try:
+                    _read_everything(_open_fuzzed("fuzz.db"), 0)
+                    ended.append("ok")
+                except HeapscopeError as e:
+                    ended.append(f"error: {e}")
+            else:
+                ended.append(_run_reader(k))
+        finally:
+            db.close()
+    return ended
 
 
 def _edit_rows(db: sqlite3.Connection, b: Bytes) -> None:
@@ -462,12 +696,11 @@ def _edit_rows(db: sqlite3.Connection, b: Bytes) -> None:
 
 
 def _read_everything(profile: heapscope.store.reader.Profile, how: int) -> None:
-    """The reader layer's queries; `how` (from the input) picks the heap and the state, so that
-    one input costs a few queries, not every combination."""
+    """The reader layer's queries and the peak tables; `how` (from the input) picks the heap and
+    the state, so that one input costs a few queries, not every combination."""
     from heapscope.model import HEAP_NAME
     from heapscope.store import select as sel
 
-    profile._validate()
     profile.check()
     sel.select_heap(profile, (None, "all", HEAP_NAME)[how % 3])
     sel.heap_peaks(profile)
@@ -624,6 +857,26 @@ def random_run(target: str, n: int, seed: int) -> int:
     return failures
 
 
+def with_progress(fn: Callable[[bytes], None], every: int) -> Callable[[bytes], None]:
+    """`fn`, saying on stderr every `every` inputs how many ran: libFuzzer's own `#N` lines
+    come at powers of two only, hours apart in a run of millions."""
+    import time
+
+    count = 0
+    start = time.monotonic()
+
+    def counted(data: bytes) -> None:
+        nonlocal count
+        count += 1
+        if count % every == 0:
+            secs = time.monotonic() - start
+            print(f"#{count}\tPROGRESS {secs:.0f} s, {count / secs:.0f} exec/s, "
+                  f"{time.strftime('%H:%M:%S', time.gmtime())} UTC", file=sys.stderr, flush=True)
+        fn(data)
+
+    return counted
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 2 or argv[1] not in TARGETS:
         print(__doc__, file=sys.stderr)
@@ -636,6 +889,16 @@ def main(argv: list[str]) -> int:
         for name, data in TARGETS[target][1]().items():
             (out / name).write_bytes(data)
         return 0
+    if rest[:1] == ["--replay-sql"] and target == "readers":
+        replay_readers(Path(rest[1]).read_text())
+        return 0
+    if rest[:1] == ["--self-check"] and target == "readers":
+        # Each reader on the unedited profile must succeed: one that fails at its start (a
+        # harness that broke its reading) would still pass every fuzzed input, having read nothing.
+        ended = replay_readers("")
+        for argv, how in zip([*READERS, ["store layer"]], ended, strict=True):
+            print(f"{how:8.8}  {' '.join(argv)}", file=sys.stderr)
+        return 0 if all(how == "ok" for how in ended) else 1
     if rest[:1] == ["--replay-sql"]:
         prof = WORK / "replay.db"
         prof.write_bytes(base_profile())
@@ -657,7 +920,8 @@ def main(argv: list[str]) -> int:
         return 2
     fn = TARGETS[target][0]
     TARGETS[target][1]()  # build the base files before fuzzing starts
-    atheris.Setup([argv[0], *rest], fn)
+    every = int(os.environ.get("HEAPSCOPE_FUZZ_PROGRESS", "0"))
+    atheris.Setup([argv[0], *rest], with_progress(fn, every) if every > 0 else fn)
     atheris.Fuzz()
     return 0
 

@@ -1,10 +1,11 @@
 """Coverage-guided fuzzing of the Python readers (atheris), for a bounded time each.
 
 Targets (tests/fuzz/py_fuzz.py): the wire decoders of codec.py, a byte-mutated
-profile and a row-edited profile through every reading command, the ELF
-readers of symbolize/, the heapprofd importer on traces in memory, and the
-reader layer on a profile in an in-memory database (the last two fast enough
-for long runs: `python tests/fuzz/py_fuzz.py importer -runs=10000000 CORPUS`).
+profile and a row-edited profile through every reading command on a file, the
+ELF readers of symbolize/, the heapprofd importer on traces in memory, and every
+reading command and the store layer on a profile in an in-memory database (the
+last two made for long runs: `python tests/fuzz/py_fuzz.py importer
+-runs=10000000 CORPUS`; benchmarks/fuzz.py --py-runs).
 A traceback other than heapscope's own errors, or an
 input slower than 10 s, fails the test and leaves the input in the work
 folder. Without atheris the same harnesses run on a plain random mutator.
@@ -53,19 +54,34 @@ def test_fuzz_python_bounded(target: str, tmp_path: Path) -> None:
     assert res.returncode == 0 and not artifacts, f"{target}: {artifacts}\n{res.stderr[-6000:]}"
 
 
+def test_every_reader_of_the_readers_target_reads(tmp_path: Path) -> None:
+    """The readers target runs each command on its in-memory profile; a harness that broke
+    them all at their start (a read-only connection refused the temp tables they make) would
+    still pass every input. On the unedited profile each must end with status 0 and output."""
+    env = dict(os.environ, HEAPSCOPE_FUZZ_WORK=str(tmp_path))
+    res = subprocess.run([sys.executable, str(PY_FUZZ), "readers", "--self-check"], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert res.returncode == 0, res.stderr[-4000:]
+    assert res.stderr.count("ok  ") >= 20, res.stderr[-4000:]
+
+
 @pytest.mark.parametrize("name", sorted(p.name for p in (HERE / "crashes").iterdir()
                                          if p.suffix in (".sql", ".elfpatch")))
 def test_crash_input_is_handled(name: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     if name in CRASHES_OPEN:
         request.applymarker(pytest.mark.xfail(strict=True, reason=f"open finding {CRASHES_OPEN[name]}"))
     env = dict(os.environ, HEAPSCOPE_FUZZ_WORK=str(tmp_path))
-    mode = ["profile", "--replay-sql"] if name.endswith(".sql") else ["elf", "--replay-elf"]
-    try:
-        res = subprocess.run([sys.executable, str(PY_FUZZ), *mode, str(HERE / "crashes" / name)],
-                             capture_output=True, text=True, timeout=20, env=env)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"{name}: still running after 20 s")
-    assert res.returncode == 0, res.stderr[-3000:]
+    # An edited profile goes through the commands on a file, and through every reader of the
+    # readers target (their options: --focus, --fold, the exports' --dump all, ...) in memory.
+    modes = ([["profile", "--replay-sql"], ["readers", "--replay-sql"]] if name.endswith(".sql")
+             else [["elf", "--replay-elf"]])
+    for mode in modes:
+        try:
+            res = subprocess.run([sys.executable, str(PY_FUZZ), *mode, str(HERE / "crashes" / name)],
+                                 capture_output=True, text=True, timeout=20, env=env)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{name}, {mode[0]}: still running after 20 s")
+        assert res.returncode == 0, f"{mode[0]}: {res.stderr[-3000:]}"
 
 
 def test_codec_handshake_messages_of_the_wrong_size() -> None:

@@ -215,7 +215,7 @@ def dpkg_owners(paths: Iterable[str]) -> dict[str, str] | None:
     start, timed out, said nothing sensible): an answer worth keeping only when not None."""
     names: dict[str, list[str]] = {}  # a name dpkg may know the file by -> the paths asked
     for path in paths:
-        if not path.startswith("/"):
+        if not path.startswith("/") or "\0" in path:  # a NUL (a damaged profile's name): no file's name
             continue
         for p in (path, os.path.realpath(path)):
             # merged /usr: dpkg may know /lib/... when the loader says /usr/lib/..., or the other way

@@ -259,7 +259,14 @@ def filter_callsites(
 
     tree = build_tree(profile, sorted(values))
     ok = path_filter(tree, focus, ignore)
-    return {cs: v for cs, v in values.items() if ok[tree.node_of[cs]]}
+
+    def passes(cs: CallsiteId) -> bool:
+        node = tree.node_of.get(cs)
+        if node is None:  # no row for this callsite (a damaged profile): no function on its path
+            return focus is None
+        return ok[node]
+
+    return {cs: v for cs, v in values.items() if passes(cs)}
 
 
 def holds_python(profile: Profile, values: dict[CallsiteId, int], python: set[FrameId]) -> bool:

@@ -38,6 +38,7 @@ from collections.abc import Iterable, Sequence
 from heapscope.errors import ProfileError, UsageError
 from heapscope.model import CallsiteId, FrameId
 from heapscope.store.reader import Profile
+from heapscope.store.values import BadValue, req_int_from_sql
 from heapscope.view.names import elide, without_return_type
 from heapscope.view.names import template_spans as collapse_spans
 
@@ -178,6 +179,8 @@ def fold_wrappers(profile: Profile, keep: bool = False, extra: Sequence[str] = (
             return sorted(inlined)
     except sqlite3.DatabaseError as e:
         raise ProfileError(f"{profile.path}: {e}") from e
+    except BadValue as e:
+        raise ProfileError(f"{profile.path}: corrupt profile ({e})") from e
     return sorted(folded | inlined)
 
 
@@ -234,6 +237,11 @@ def _fold_below_wrappers(profile: Profile, db: sqlite3.Connection, wrappers: dic
         db.execute("DROP TABLE temp.heapscope_fold_below")
 
 
+# A depth no stack reaches (the client walks at most a few hundred frames), far enough below
+# 2^63 that the depths a fold gives below it still fit SQLite's INTEGER.
+_DEEPEST = 1 << 62
+
+
 def _fold_rows(rows: list[tuple[int, int | None, int, int | None, int | None, int | None]],
                wrappers: dict[FrameId, str]) -> list[tuple[int, int, int | None, int]] | None:
     """The folded rows (id, depth, parent, frame) of `rows` (id, parent, frame, and the parent's
@@ -253,7 +261,10 @@ def _fold_rows(rows: list[tuple[int, int | None, int, int | None, int | None, in
                 par = None
             else:
                 caller[par] = par
-                place[par] = (int(p_depth), p_par, int(p_fid))
+                depth = req_int_from_sql(p_depth, "stack_profile_callsite.depth")
+                if depth >= _DEEPEST:  # its children's depth, one more, would not fit an INTEGER
+                    raise BadValue(f"a callsite {depth} frames deep in stack_profile_callsite")
+                place[par] = (depth, p_par, req_int_from_sql(p_fid, "stack_profile_callsite.frame_id"))
         d = cs if FrameId(fid) not in wrappers else None if par is None else caller[par]
         caller[cs] = d
         if d is None:  # only wrappers from here to the root: shown as they are

@@ -108,6 +108,13 @@ def test_owning_package_of_a_system_file() -> None:
     assert set(both.values()) == {"libc6"} and len(both) == 2
 
 
+def test_a_name_with_a_nul_has_no_package() -> None:
+    """Found by the readers fuzz target: a NUL in a mapping's name (a damaged or imported
+    profile) made report's question to dpkg end in ValueError from os.path.realpath."""
+    assert owning_packages(["/usr/bin/pr\0g", "relative"]) == {}
+    assert owning_package("/lib/libc.so.6\0") == ""
+
+
 def test_damaged_elf_headers_are_no_verdict(tmp_path: Path) -> None:
     short = tmp_path / "short"
     short.write_bytes(b"\x7fELF\x02\x01\x01" + b"\0" * 9 + b"\x02\x00")

@@ -109,3 +109,23 @@ def test_unknown_pid_lists_the_pids_present(known_profile: Path) -> None:
 def test_unknown_view(known_profile: Path) -> None:
     with open_profile(known_profile) as prof, pytest.raises(HeapscopeError, match="unknown view"):
         build_reports(prof, "bytes")
+
+
+def test_focus_and_ignore_on_a_callsite_without_its_row(known_profile: Path) -> None:
+    """Found by the readers fuzz target: dump rows naming a callsite whose row is gone (a damaged
+    profile) made --focus and --ignore end in KeyError. No function of its path can match: --focus
+    leaves it out, --ignore keeps it (its bytes still count in the process's total)."""
+    import re
+    import sqlite3
+
+    db = sqlite3.connect(known_profile)
+    db.execute("DELETE FROM stack_profile_callsite WHERE id = 8")  # SITE_D: main parse malloc, 300 bytes
+    db.commit()
+    db.close()
+    with open_profile(known_profile) as prof:
+        kept = build_reports(prof, "space", pid=100, sort="total")[0]
+        focused = build_reports(prof, "space", pid=100, focus=re.compile("parse"), sort="total")[0]
+        ignored = build_reports(prof, "space", pid=100, ignore=re.compile("emit"), sort="total")[0]
+    assert kept.view_total == 434
+    assert focused.view_total == 434 - 300 - 8  # D has no path; C (prog+0x1a2b) has no parse
+    assert ignored.view_total == 434

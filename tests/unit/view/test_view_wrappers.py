@@ -171,3 +171,28 @@ def test_every_read_sees_the_fold_until_it_is_undone(tmp_path: Path) -> None:
         fold_wrappers(profile, keep=True)
         assert profile.callsites() == unfolded
         assert [f.name if f else "?" for f in profile.stack_frames(CallsiteId(3), 9)] == ["xmalloc", "parse", "main"]
+
+
+@pytest.mark.parametrize(("column", "bad"), [("frame_id", "''"), ("frame_id", "'x'"), ("frame_id", "2.5"),
+                                             ("frame_id", "x'00'"), ("depth", "9223372036854775807"),
+                                             ("depth", "'18446744073709551615'")])
+def test_a_value_of_the_wrong_type_above_a_wrapper_is_damage(tmp_path: Path, column: str, bad: str) -> None:
+    """Found by the readers fuzz target: text in the frame_id of a wrapper's caller's callsite
+    ended the fold in ValueError, and a depth of 2^63 - 1 there in OverflowError (its child's
+    depth, one more, did not fit an INTEGER); the profile is said to be damaged, in one line."""
+    import sqlite3
+
+    from heapscope.errors import ProfileError
+
+    path = tmp_path / "bad.db"
+    w = ProfileWriter(path)
+    w.add_mappings([(1, Mapping("", 0, 0, 0x5000, 0x7000, 0, "/bin/demo"))])
+    w.add_frames([(i + 1, Frame(MappingId(1), 0x1100 + i, name)) for i, name in enumerate(["main", "xmalloc"])])
+    w.add_callsites([(1, 0, None, 1), (2, 1, 1, 2), (3, 2, 2, 1)])  # main > xmalloc > main
+    w.close()
+    db = sqlite3.connect(path)
+    db.execute(f"UPDATE stack_profile_callsite SET {column} = {bad} WHERE id = 1")
+    db.commit()
+    db.close()
+    with open_profile(path) as profile, pytest.raises(ProfileError, match="corrupt profile"):
+        fold_wrappers(profile)
