@@ -28,6 +28,7 @@ INGEST_SOURCES = [
     SRC / "bookkeeping" / "tracker_series.c",
     SRC / "bookkeeping" / "tracker_tables.c",
     SRC / "bookkeeping" / "tracker_lifetime.c",
+    SRC / "bookkeeping" / "tracker_labels.c",
 ]
 INCLUDE_DIRS = [
     SRC / "wire",

@@ -23,8 +23,8 @@
  *
  * Besides the sanitizers, the harness checks the ingest's own promises
  * after every drain and aborts when one breaks: every record handed over
- * for Python is a MODULE, HEAP, HEAP_MALLOC, HEAP_FREE, PYCODE or PYINFO
- * record with a sane body (a STACK never: the resolver keeps it), read_pos
+ * for Python is a MODULE, HEAP, HEAP_MALLOC, HEAP_FREE, PYCODE, PYINFO or
+ * LABELSET record with a sane body (a STACK never: the resolver keeps it), read_pos
  * is published, and a ring marked corrupt is never read again. The live
  * table, the per-callsite totals and the peak rows must balance after every
  * batch (the per-thread totals too, when kept), and the dump rows at the
@@ -134,6 +134,13 @@ static void check_records(const struct hs_ingest *g) {
         if (size - 8 < sizeof i) fail("short PYINFO handed over");
         memcpy(&i, body, sizeof i);
         if (sizeof i + (uint64_t)i.status_len > size - 8) fail("PYINFO length");
+        break;
+      }
+      case HS_REC_LABELSET: {
+        struct hs_labelset l;
+        if (size - 8 < sizeof l) fail("short LABELSET handed over");
+        memcpy(&l, body, sizeof l);
+        if (l.text_len > HS_LABEL_TEXT_MAX || sizeof l + (uint64_t)l.text_len > size - 8) fail("LABELSET length");
         break;
       }
       default:
