@@ -131,10 +131,8 @@ def render_lifetimes(profile: Profile, p: Process, lives: dict[CallsiteId, Calls
     if not rows:
         lines.append("  (no allocations)")
         return "\n".join(lines) + "\n"
-    table = [(format_bytes(r.alloc_bytes), _estimate(r.alloc, interval),
-              format_percent(round(r.temp.value * 1000), round(r.alloc.value * 1000)),
-              lt.format_bucket(r.median), lt.format_bucket(r.p90),
-              format_percent(round(r.held.value * 1000), round(r.alloc.value * 1000)),
+    table = [(format_bytes(r.alloc_bytes), _estimate(r.alloc, interval), share(r.temp, r.alloc),
+              lt.format_bucket(r.median), lt.format_bucket(r.p90), share(r.held, r.alloc),
               r.function, r.library) for r in rows[:top]]
     lines += _table(("allocated", "allocations", "temporary", "median", "p90", "held", "function", "library"),
                     table, left=2)
@@ -241,3 +239,11 @@ def render_diff(profiles: Sequence[Profile], processes: Sequence[Process], label
                             left=2)
         lines.append("")
     return "\n".join(lines)
+
+
+def share(part: Estimate, whole: Estimate) -> str:
+    """part's share of whole in estimated allocations, at most 100%: part is a subset of whole's
+    samples, but the two are estimated over different groupings of them (by lifetime, by size),
+    so their ratio can pass 1 by the estimates' own error."""
+    w = round(whole.value * 1000)
+    return format_percent(min(round(part.value * 1000), w), w)

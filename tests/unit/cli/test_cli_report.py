@@ -256,3 +256,15 @@ def test_a_python_rows_library_is_not_its_locations_file_again() -> None:
     assert lines[2].endswith("pd_job.py:5") and lines[3].split()[-2:] == ["filedoalloc.c:101", "libc.so.6"]
     assert all(len(line) + 2 <= 120 for line in lines), lines
     assert "load.<locals>.<listcomp>" in lines[2]  # the name whole: the width went to it
+
+
+@pytest.mark.parametrize(("part", "whole", "shown"), [(0.0, 10.0, "0.0%"), (5.0, 10.0, "50.0%"),
+                                                     (10.0, 10.0, "100.0%"), (10.22, 10.0, "100.0%")])
+def test_a_share_of_estimated_allocations_never_passes_100_percent(part: float, whole: float, shown: str) -> None:
+    # GIVEN a temporary (or held) estimate over lifetime cells and the allocations' over size cells:
+    # a subset of the same samples whose estimate came out above the whole's (102.2% was shown)
+    from heapscope.cli.lifetimes import share
+    from heapscope.estimate import Estimate
+
+    # THEN the share says at most all of them
+    assert share(Estimate(part, 0.5), Estimate(whole, 0.5)) == shown
