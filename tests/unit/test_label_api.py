@@ -1,6 +1,6 @@
 """heapscope.label without a client (heapscope/labels.py): what a block sees, nesting, the
 decorator on plain and async functions, contextvars' rules for threads and tasks, and the
-one-line errors for keys and values the wire cannot carry. Under the client: tests/integration/test_labels.py."""
+one-line errors for keys and values the wire cannot carry. Under the client: tests/integration/test_alloc_labels.py."""
 
 from __future__ import annotations
 
