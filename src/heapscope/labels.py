@@ -35,7 +35,8 @@ import functools
 import inspect
 import re
 
-from heapscope._labels import bind as _bind
+from heapscope._labels import Block as _Block
+from heapscope._labels import setup as _setup
 from heapscope.wire.codec import LABEL_KEY_MAX, LABEL_TEXT_MAX, LABEL_VALUE_MAX
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
@@ -104,39 +105,27 @@ def _check(items: tuple[tuple[str, object], ...]) -> Pairs:
     return tuple(pairs)
 
 
-class label:  # noqa: N801 - used as a function: heapscope.label(tenant="acme")
+def _checked_pairs(items: tuple[tuple[str, object], ...]) -> Pairs:
+    """A block's pairs as given -> as checked, kept for the next block that gives them (the
+    C side, _labels.Block, looks in _checked first)."""
+    checked = _check(items)
+    if len(_checked) < _SETS_KEPT and all(isinstance(v, str) for _, v in items):
+        _checked[items] = checked
+    return checked
+
+
+_setup(_current, _checked, _checked_pairs, _set_of)
+
+
+class label(_Block):  # noqa: N801 - used as a function: heapscope.label(tenant="acme")
     """Labels for the allocations of a block, a function or a coroutine (module docstring).
     Keys: 1 to 63 characters of [A-Za-z0-9_.-]; values: str of up to 127 UTF-8 bytes without
-    NUL (other values are str()'d). ValueError for a bad key or value."""
+    NUL (other values are str()'d). ValueError for a bad key or value.
 
-    __slots__ = ("_kv", "_entered")
+    Construction, enter and exit are _labels.Block's, in C: a request pays them each time
+    (in Python they cost ~3 us a block); what happens once per distinct set stays here."""
 
-    def __init__(self, **kv: object) -> None:
-        items = tuple(kv.items())
-        try:
-            checked = _checked.get(items)
-        except TypeError:  # a value that is not hashable: checked each time
-            checked = None
-        if checked is None:
-            checked = _check(items)
-            if len(_checked) < _SETS_KEPT and all(isinstance(v, str) for _, v in items):
-                _checked[items] = checked
-        self._kv: Pairs = checked
-        self._entered: list[tuple[contextvars.Token[_Set], int, _Set]] = []
-
-    def __enter__(self) -> label:
-        outer = _current.get()
-        labels = outer.inner.get(self._kv) or _set_of(outer, self._kv)
-        token = _current.set(labels)  # first: it makes the thread's context if it had none
-        # The client binds the context this block runs in, and says which (0: not profiled).
-        self._entered.append((token, _bind(0, labels.text, labels.count), outer))
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        token, ctx, outer = self._entered.pop()
-        _current.reset(token)
-        if ctx:
-            _bind(ctx, outer.text, outer.count)  # the outer block's set again, or none
+    __slots__ = ()
 
     def __call__(self, fn: F) -> F:
         kv = dict(self._kv)
