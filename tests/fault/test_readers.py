@@ -190,7 +190,8 @@ def _columns(profile: Path) -> dict[str, list[tuple[str, str]]]:
 def _reader_commands(profile: Path, out: Path) -> list[list[str]]:
     p, o = str(profile), str(out)
     cmds = [["report", p], ["report", "--tree", "--min-percent", "0", p], ["leaks", p], ["flamegraph", p, "-o", o],
-            ["diff", p, p], ["sql", p, "--flamegraph"], ["sql", p, "SELECT * FROM heap_profile"]]
+            ["diff", p, p], ["sql", p, "--flamegraph"], ["sql", p, "SELECT * FROM heap_profile"],
+            ["report", "--view", "temporary", p], ["report", "--lifetimes", p], ["report", "--sizes", p]]
     return cmds + [["export", p, "--format", fmt, "-o", o] for fmt in FORMATS]
 
 
@@ -219,7 +220,10 @@ def test_recorded_profile_has_the_tables_damaged_below(recorded: Path) -> None:
 
 _DAMAGED_TABLES = ["heapscope_metadata", "process", "heapscope_process", "stats", "stack_profile_mapping",
                    "stack_profile_frame", "stack_profile_callsite", "heap_profile_allocation", "heap_profile",
-                   "stack_profile_symbol", "heapscope_allocation_stream", "heapscope_peak_allocation"]
+                   "stack_profile_symbol", "heapscope_allocation_stream", "heapscope_peak_allocation",
+                   "heapscope_memory_series", "heapscope_memory_sample", "heapscope_callsite_lifetime",
+                   "heapscope_callsite_size", "heapscope_label", "heapscope_label_allocation",
+                   "heapscope_label_peak_allocation"]
 
 
 @pytest.mark.parametrize("table", _DAMAGED_TABLES)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from heapscope.store.values import opt_int_from_sql, req_int_from_sql, str_from_sql
+
 TYPE_CHECKING = False  # typing.TYPE_CHECKING: the live view imports this module, not the reader
 if TYPE_CHECKING:
     from heapscope.store.reader import Profile
@@ -33,11 +35,14 @@ def memory_series(profile: Profile, upid: int) -> list[Point]:
     in all) of a process, by time, its heaps summed; [] when the profile has no series."""
     if not _has_table(profile, SERIES):
         return []
-    with profile.reading():
+    with profile.reading():  # values of the wrong type: one ProfileError, as every reader's
         rows = profile.sql_connection().execute(
             f"SELECT heap_name, ts, unreleased, unreleased_end, allocated FROM {SERIES} WHERE upid = ?"
             " ORDER BY ts, heap_name", (upid,)).fetchall()
-    return sum_heaps((str(h), int(t), int(u), int(e), int(a)) for h, t, u, e, a in rows)
+        points = [(str_from_sql(h), req_int_from_sql(t, f"{SERIES}.ts"), req_int_from_sql(u, f"{SERIES}.unreleased"),
+                   req_int_from_sql(e, f"{SERIES}.unreleased_end"), req_int_from_sql(a, f"{SERIES}.allocated"))
+                  for h, t, u, e, a in rows]
+    return sum_heaps(points)
 
 
 def sum_heaps(rows: Iterable[tuple[str, int, int, int, int]]) -> list[Point]:
@@ -66,7 +71,9 @@ def memory_samples(profile: Profile, upid: int) -> list[tuple[int, int, int | No
     with profile.reading():
         rows = profile.sql_connection().execute(
             f"SELECT callsite_id, alloc_ts, free_ts, size, weight FROM {SAMPLES} WHERE upid = ?", (upid,)).fetchall()
-    return [(int(c), int(a), None if f is None else int(f), int(s), int(w)) for c, a, f, s, w in rows]
+        return [(req_int_from_sql(c, f"{SAMPLES}.callsite_id"), req_int_from_sql(a, f"{SAMPLES}.alloc_ts"),
+                 opt_int_from_sql(f, f"{SAMPLES}.free_ts"), req_int_from_sql(s, f"{SAMPLES}.size"),
+                 req_int_from_sql(w, f"{SAMPLES}.weight")) for c, a, f, s, w in rows]
 
 
 def thin_series(points: list[Point], limit: int) -> list[Point]:
