@@ -121,3 +121,25 @@ def test_elf_section_sizes_past_the_file_are_unreadable(patch: str, tmp_path: Pa
         symtab.read_elf_symbols(path)
     with pytest.raises(elfinfo.NotElfError, match="not a readable ELF file"):
         elfinfo.read_elf_info(path)
+
+
+#: Raw inputs of the readers target that ended a run, replayed as they were found (the target
+#: reads them as edits of its built-in profile): name -> the input, base64.
+READERS_FOUND = {
+    # The wrapper fold's first statements (its copy of stack_profile_symbol, leaving inlined
+    # wrappers out) ran outside the reader's error handling: a malformed page there ended
+    # `report` in a DatabaseError traceback instead of one line.
+    "fold_copy_malformed_page": "4AXqIeAq4AE=",
+}
+
+
+@pytest.mark.parametrize("name", sorted(READERS_FOUND))
+def test_readers_input_found_is_handled(name: str, tmp_path: Path) -> None:
+    import base64
+
+    found = tmp_path / name
+    found.write_bytes(base64.b64decode(READERS_FOUND[name]))
+    env = dict(os.environ, HEAPSCOPE_FUZZ_WORK=str(tmp_path / "work"))
+    res = subprocess.run([sys.executable, str(PY_FUZZ), "readers", str(found)], capture_output=True, text=True,
+                         timeout=60, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]

@@ -146,6 +146,11 @@ def fold_wrappers(profile: Profile, keep: bool = False, extra: Sequence[str] = (
     Call it before anything reads the profile's callsites (they are cached).
     A stack made of wrappers only is left as it is: there is no caller to fold into.
     """
+    with profile.reading():  # a damaged file fails in its first statement here: one line, as any reader's
+        return _fold_wrappers(profile, keep, extra)
+
+
+def _fold_wrappers(profile: Profile, keep: bool, extra: Sequence[str]) -> list[str]:
     db = profile.sql_connection()
     profile.drop_callsite_overlay()
     db.execute("DROP TABLE IF EXISTS temp.stack_profile_symbol")

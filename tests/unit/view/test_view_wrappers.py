@@ -196,3 +196,4 @@ def test_a_value_of_the_wrong_type_above_a_wrapper_is_damage(tmp_path: Path, col
     db.close()
     with open_profile(path) as profile, pytest.raises(ProfileError, match="corrupt profile"):
         fold_wrappers(profile)
+
