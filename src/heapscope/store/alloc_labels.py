@@ -15,6 +15,7 @@ import sqlite3
 
 from heapscope.errors import UsageError
 from heapscope.store.reader import Profile, ViewValues
+from heapscope.store.values import int_from_sql, opt_int_from_sql, str_from_sql
 
 #: The tables --label shadows, and the columns each view gives.
 _SHADOWED = {
@@ -91,9 +92,10 @@ def label_pairs(profile: Profile, upid: int) -> dict[int, tuple[tuple[str, str],
     if not has_labels(profile):
         return {}
     out: dict[int, list[tuple[str, str]]] = {}
-    for r in profile.sql_connection().execute(
-            "SELECT label_set_id, key, value FROM main.heapscope_label WHERE upid = ?", (upid,)):
-        out.setdefault(int(r[0]), []).append((str(r[1]), str(r[2])))
+    with profile.reading():  # damage (a wrong type, a malformed page): one line, as every reader's
+        for r in profile.sql_connection().execute(
+                "SELECT label_set_id, key, value FROM main.heapscope_label WHERE upid = ?", (upid,)):
+            out.setdefault(int_from_sql(r[0]), []).append((str_from_sql(r[1]), str_from_sql(r[2])))
     return {i: tuple(sorted(pairs)) for i, pairs in out.items()}
 
 
@@ -103,30 +105,35 @@ def label_split(profile: Profile, upid: int, kind: str, ts: int) -> dict[int, li
     heaps the heap views show, and under --label only the sets it selected."""
     if not has_labels(profile):
         return {}
-    db = profile.sql_connection()
-    # heap_profile is shadowed by the heap selection (store/select.py): its heap names are the ones shown.
-    heaps = [str(r[0]) for r in db.execute("SELECT DISTINCT heap_name FROM heap_profile WHERE upid = ?", (upid,))]
-    among = "(" + ", ".join(_literal(h) for h in heaps) + ")"
-    only = (" AND a.label_set_id IN (SELECT label_set_id FROM temp.heapscope_label_selected WHERE upid = a.upid)"
-            if _selected(db) else "")
-    if kind == "peak":
-        rows = db.execute(
-            "SELECT a.callsite_id, a.label_set_id, SUM(a.size), SUM(a.count), SUM(a.alloc_size), SUM(a.alloc_count),"
-            " SUM(a.real_size), SUM(a.alloc_real_size) FROM main.heapscope_label_peak_allocation a"
-            f" WHERE a.upid = ? AND a.heap_name IN {among}{only} GROUP BY a.callsite_id, a.label_set_id", (upid,))
-    else:
-        rows = db.execute(
-            "SELECT a.callsite_id, a.label_set_id, SUM(a.size), SUM(a.count),"
-            " SUM(CASE WHEN a.size > 0 THEN a.size ELSE 0 END), SUM(CASE WHEN a.count > 0 THEN a.count ELSE 0 END),"
-            " SUM(a.real_size), SUM(CASE WHEN a.size > 0 THEN a.real_size ELSE 0 END)"
-            f" FROM main.heapscope_label_allocation a WHERE a.upid = ? AND a.ts <= ? AND a.heap_name IN {among}{only}"
-            " GROUP BY a.callsite_id, a.label_set_id", (upid, ts))
-    out: dict[int, list[tuple[int, ViewValues]]] = {}
-    for r in rows:
-        v = ViewValues(int(r[2]), int(r[3]), int(r[4]), int(r[5]), None if r[6] is None else int(r[6]),
-                       None if r[7] is None else int(r[7]))
-        out.setdefault(int(r[0]), []).append((int(r[1]), v))
-    return out
+    with profile.reading():  # damage: one line, as every reader's
+        db = profile.sql_connection()
+        # heap_profile is shadowed by the heap selection (store/select.py): its heap names are the ones shown.
+        heaps = [str_from_sql(r[0])
+                 for r in db.execute("SELECT DISTINCT heap_name FROM heap_profile WHERE upid = ?", (upid,))]
+        among = "(" + ", ".join(_literal(h) for h in heaps) + ")"
+        only = (" AND a.label_set_id IN (SELECT label_set_id FROM temp.heapscope_label_selected"
+                " WHERE upid = a.upid)" if _selected(db) else "")
+        if kind == "peak":
+            rows = db.execute(
+                "SELECT a.callsite_id, a.label_set_id, SUM(a.size), SUM(a.count), SUM(a.alloc_size),"
+                " SUM(a.alloc_count), SUM(a.real_size), SUM(a.alloc_real_size)"
+                " FROM main.heapscope_label_peak_allocation a"
+                f" WHERE a.upid = ? AND a.heap_name IN {among}{only} GROUP BY a.callsite_id, a.label_set_id", (upid,))
+        else:
+            rows = db.execute(
+                "SELECT a.callsite_id, a.label_set_id, SUM(a.size), SUM(a.count),"
+                " SUM(CASE WHEN a.size > 0 THEN a.size ELSE 0 END),"
+                " SUM(CASE WHEN a.count > 0 THEN a.count ELSE 0 END),"
+                " SUM(a.real_size), SUM(CASE WHEN a.size > 0 THEN a.real_size ELSE 0 END)"
+                " FROM main.heapscope_label_allocation a"
+                f" WHERE a.upid = ? AND a.ts <= ? AND a.heap_name IN {among}{only}"
+                " GROUP BY a.callsite_id, a.label_set_id", (upid, ts))
+        out: dict[int, list[tuple[int, ViewValues]]] = {}
+        for r in rows:
+            v = ViewValues(int_from_sql(r[2]), int_from_sql(r[3]), int_from_sql(r[4]), int_from_sql(r[5]),
+                           opt_int_from_sql(r[6]), opt_int_from_sql(r[7]))
+            out.setdefault(int_from_sql(r[0]), []).append((int_from_sql(r[1]), v))
+        return out
 
 
 def _literal(text: str) -> str:
@@ -138,11 +145,13 @@ def label_values(profile: Profile, key: str, heaps: list[str] | None) -> list[tu
     objects) of each callsite under each value of label `key`, in the heaps shown (None: all)."""
     db = profile.sql_connection()
     among = "" if heaps is None else " AND a.heap_name IN (" + ", ".join(_literal(h) for h in heaps) + ")"
-    rows = db.execute(
-        "SELECT l.value, a.callsite_id, SUM(CASE WHEN a.size > 0 THEN a.size ELSE 0 END), SUM(a.size), SUM(a.count)"
-        " FROM main.heapscope_label_allocation a JOIN main.heapscope_label l ON l.upid = a.upid"
-        f" AND l.label_set_id = a.label_set_id AND l.key = ?{among} GROUP BY l.value, a.callsite_id", (key,))
-    return [(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in rows]
+    with profile.reading():  # damage: one line, as every reader's
+        rows = db.execute(
+            "SELECT l.value, a.callsite_id, SUM(CASE WHEN a.size > 0 THEN a.size ELSE 0 END), SUM(a.size),"
+            " SUM(a.count) FROM main.heapscope_label_allocation a JOIN main.heapscope_label l ON l.upid = a.upid"
+            f" AND l.label_set_id = a.label_set_id AND l.key = ?{among} GROUP BY l.value, a.callsite_id", (key,))
+        return [(str_from_sql(r[0]), int_from_sql(r[1]), int_from_sql(r[2]), int_from_sql(r[3]), int_from_sql(r[4]))
+                for r in rows]
 
 
 def callsite_names(profile: Profile, callsite_id: int, most: int = 4) -> list[str]:
@@ -150,11 +159,12 @@ def callsite_names(profile: Profile, callsite_id: int, most: int = 4) -> list[st
     db = profile.sql_connection()
     out: list[str] = []
     cid: int | None = callsite_id
-    while cid is not None and len(out) < most:
-        r = db.execute("SELECT c.parent_id, f.name FROM main.stack_profile_callsite c"
-                       " JOIN main.stack_profile_frame f ON f.id = c.frame_id WHERE c.id = ?", (cid,)).fetchone()
-        if r is None:
-            break
-        out.append(str(r[1]) if r[1] else "?")
-        cid = None if r[0] is None else int(r[0])
+    with profile.reading():  # damage: one line, as every reader's
+        while cid is not None and len(out) < most:
+            r = db.execute("SELECT c.parent_id, f.name FROM main.stack_profile_callsite c"
+                           " JOIN main.stack_profile_frame f ON f.id = c.frame_id WHERE c.id = ?", (cid,)).fetchone()
+            if r is None:
+                break
+            out.append(str_from_sql(r[1]) if r[1] else "?")
+            cid = opt_int_from_sql(r[0])
     return out
