@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,12 +27,18 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "heapscope"
 FLAGS_FILE = SRC / "bookkeeping" / "native.flags"
-# bookkeeping/meson.build's bookkeeping_core: compiled into both extensions.
-BOOKKEEPING_CORE = [SRC / "bookkeeping" / f for f in
-                    ("tracker.c", "tracker_labels.c", "tracker_order.c", "tracker_series.c", "tracker_tables.c",
-                     "tracker_lifetime.c",
-                     "hashmap.c", "trie.c",
-                     "resolver.c")]
+
+
+def _bookkeeping_core() -> list[Path]:
+    """bookkeeping/meson.build's bookkeeping_core, read from it: compiled into both extensions
+    and into the ingest fuzz harness (tests/fuzz/fuzz_build.py), listed once there."""
+    text = (SRC / "bookkeeping" / "meson.build").read_text()
+    m = re.search(r"bookkeeping_core\s*=\s*files\(([^)]*)\)", text)
+    assert m is not None, "bookkeeping/meson.build has no bookkeeping_core = files(...)"
+    return [SRC / "bookkeeping" / name for name in re.findall(r"'([^']+\.c)'", m.group(1))]
+
+
+BOOKKEEPING_CORE = _bookkeeping_core()
 EXTENSIONS = {  # module name -> its own sources, with the core
     "heapscope.bookkeeping._native": [SRC / "bookkeeping" / "_native.c", SRC / "bookkeeping" / "pylines.c"],
     "heapscope.producer._ingest": [SRC / "producer" / "_ingest.c", SRC / "producer" / "ingest_core.c"],

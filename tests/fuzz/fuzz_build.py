@@ -2,7 +2,7 @@
 
 Shared by tests/fuzz/test_fuzz.py (a bounded run in CI) and benchmarks/fuzz.py
 (the long run). The C sources the harness links and their include folders are
-listed once, here at the top: when a file moves, change only these lists.
+listed at the top: the bookkeeping's as its meson.build lists them (native_ext.py reads it).
 """
 
 from __future__ import annotations
@@ -18,18 +18,10 @@ SRC = ROOT / "src" / "heapscope"
 HERE = Path(__file__).resolve().parent
 
 # --- the C under test: sources compiled into the harness, and their include dirs ---
-INGEST_SOURCES = [
-    SRC / "producer" / "ingest_core.c",
-    SRC / "bookkeeping" / "resolver.c",
-    SRC / "bookkeeping" / "trie.c",
-    SRC / "bookkeeping" / "hashmap.c",
-    SRC / "bookkeeping" / "tracker.c",
-    SRC / "bookkeeping" / "tracker_order.c",
-    SRC / "bookkeeping" / "tracker_series.c",
-    SRC / "bookkeeping" / "tracker_tables.c",
-    SRC / "bookkeeping" / "tracker_lifetime.c",
-    SRC / "bookkeeping" / "tracker_labels.c",
-]
+sys.path.insert(0, str(HERE.parent))
+from native_ext import BOOKKEEPING_CORE  # noqa: E402  (bookkeeping/meson.build's list, read from it)
+
+INGEST_SOURCES = [SRC / "producer" / "ingest_core.c", *BOOKKEEPING_CORE]
 INCLUDE_DIRS = [
     SRC / "wire",
     SRC / "producer",
