@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from labels_overhead import REQUEST_WORK  # the same request work as the pipe loop
+
 REQUEST, ANSWER = 64, 256
 
 C_SERVER = r"""
@@ -44,8 +46,7 @@ C_SERVER = r"""
 
 static const char *TENANTS[8] = {"acme", "globex", "initech", "umbrella", "hooli", "stark", "wayne", "tyrell"};
 static const char *ROUTES[4] = {"/search", "/cart", "/login", "/static"};
-static void *kept[4096];
-static volatile unsigned long sink;
+""" + REQUEST_WORK + r"""
 
 static int full(int fd, char *buf, size_t n, int out) {
   for (size_t done = 0; done < n;) {
@@ -58,19 +59,7 @@ static int full(int fd, char *buf, size_t n, int out) {
 }
 
 __attribute__((noinline)) static void handle(long i, char *answer) {
-  void *blocks[16];
-  unsigned long h = (unsigned long)i;
-  for (int k = 0; k < 16; k++) {
-    size_t size = 32u << ((i + k) % 8);
-    blocks[k] = malloc(size);
-    memset(blocks[k], (int)k, size);
-    for (size_t j = 0; j < size; j += 64)
-      h = h * 31 + ((unsigned char *)blocks[k])[j];
-  }
-  for (int k = 0; k < 16; k++)
-    free(blocks[k]);
-  free(kept[i & 4095]);
-  kept[i & 4095] = malloc(64);
+  unsigned long h = request_work(i);
   snprintf(answer, 256, "ok %lu", h);
   sink = h;
 }
