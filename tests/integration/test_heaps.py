@@ -544,8 +544,11 @@ def test_attach_gets_a_heap_registered_again(tmp_path: Path) -> None:
     attach_and_register_again([str(exe)], db)
     profile = Profile(db)
     upid = heap_process(profile, "att.pool")
-    assert heap_views(profile, upid, "att.pool", "fill_pool") == Views(100 * 48, 100, 100 * 48, 100)
     stats = profile.stats(upid)
+    # Custom heaps' stacks are walked as malloc's are: libunwind alone gave none in some attached
+    # sessions (1 run in 8: every sample "[no frames]")
+    assert stats.get("unwinding_errors", 0) == 0, stats
+    assert heap_views(profile, upid, "att.pool", "fill_pool") == Views(100 * 48, 100, 100 * 48, 100)
     assert stats["custom_heaps_after_attach"] == 1 and stats["custom_heap_samples"] == 100, stats
 
 

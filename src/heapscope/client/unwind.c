@@ -229,11 +229,13 @@ __attribute__((destructor)) static void verify_at_exit(void) {
     verify_summary();
 }
 
+/* The same walk as a malloc sample's (our CFA walk first): custom heaps'
+ * stacks went to libunwind alone, which in some attached sessions gave no
+ * frame for any of them. */
 uint32_t hs_unwind_in_place(uint64_t *buf, uint32_t max_frames, int *truncated,
                             uint32_t *first) {
   _Static_assert(sizeof(void *) == sizeof(uint64_t), "64-bit only");
-  uint32_t n = hs_unwind_raw(buf, max_frames + HS_UNWIND_SLACK);
-  return hs_unwind_trim(buf, n, max_frames, truncated, first);
+  return hs_unwind_here(buf, max_frames, truncated, first);
 }
 
 uint32_t hs_unwind(uint64_t *pcs, uint32_t max_frames, int *truncated) {
@@ -365,6 +367,7 @@ uint32_t hs_unwind_init(uint32_t requested) {
    * its dl_iterate_phdr bookkeeping). */
   uint64_t pcs[8];
   int truncated;
+  (void)hs_unwind_raw(pcs, 8);
   (void)hs_unwind(pcs, 8, &truncated);
   /* Said as what walks the stacks: without libunwind, our CFA walk takes every one it can
    * (hs_unwind_here); frame pointers only finish what it cannot. */
