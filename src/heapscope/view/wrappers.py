@@ -34,6 +34,7 @@ from __future__ import annotations
 import re
 import sqlite3
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 
 from heapscope.errors import ProfileError, UsageError
 from heapscope.model import CallsiteId, FrameId
@@ -89,6 +90,9 @@ WRAPPERS: tuple[str, ...] = (
 _CLONE = re.compile(r"( \[clone [^]]*\])+$|(\.(constprop|isra|part|cold|lto_priv|llvm)\.\d+)+$")
 
 
+# Remembered: a compiler's deep stacks repeat the same long C++ names in every callsite, and
+# the walk below is per character (record's summary spent seconds of cc1plus's run on it).
+@lru_cache(maxsize=1 << 16)
 def base_name(name: str) -> str:
     """A function's name as WRAPPERS match it: without its return type, parameter list,
     function template arguments and clone suffixes: `operator new(unsigned long)` ->
