@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from terminal_support import WAIT_S, Pane, state
+from terminal_support import WAIT_S, Pane, foreground, state
 
 HERE = Path(__file__).resolve().parent / "programs"
 
@@ -268,3 +268,94 @@ def test_a_stop_and_continue_of_makes_group_at_once_leave_the_target_running(tmp
         with contextlib.suppress(OSError):
             os.killpg(make.pid, signal.SIGKILL)
         make.wait()
+
+
+@pytest.fixture(scope="module")
+def reader(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """programs/record_jobs.c: a target that reads the terminal (test_record_terminal.py's)."""
+    out = tmp_path_factory.mktemp("record-shared-reader") / "record_jobs"
+    cc = shutil.which("cc") or shutil.which("gcc")
+    assert cc, "a C compiler is needed"
+    subprocess.run([cc, "-O0", "-g", "-Wall", "-o", str(out), str(HERE / "record_jobs.c")], check=True,
+                   timeout=120)
+    return out
+
+
+def test_under_time_a_target_that_uses_the_terminal_gets_it_and_job_control_works(pane: Pane, tmp_path: Path,
+                                                                                   reader: Path) -> None:
+    if not os.access("/usr/bin/time", os.X_OK):
+        pytest.skip("/usr/bin/time is needed (apt-get install time)")
+    # GIVEN `/usr/bin/time heapscope record -- prog`, prog reading the terminal and setting its
+    # modes as an editor does
+    pane.type(f"/usr/bin/time -f 'time status=%x' {heapscope('record', tmp_path, 'vi')}{reader}")
+    pid, pgid, recorder, fg = map(int, pane.wait_for(r"^ready pid=(\d+) pgid=(\d+) ppid=(\d+) fg=(\d)").groups())
+    job = os.getpgid(recorder)
+    pane.groups += [pgid, job]
+    assert pgid == pid != job and fg == 0  # its own group; time's keeps the terminal for now
+    # WHEN it sets the terminal's modes (SIGTTOU), then reads it
+    pane.type("t")
+    pane.wait_for(r"^tty ok$")
+    pane.type("e typed")
+    pane.wait_for(r"^echo typed$")
+    # THEN it was given the terminal (continued once to take it: that count came with the lines above)
+    assert foreground(pid) == pid
+    if not [line for line in pane.seen if re.search(r"got .*CONT=1", line)]:  # (its line may share the echo's)
+        pane.wait_for(r"got .*CONT=1")
+    # WHEN Ctrl-Z (to its group alone now): time and record stop too, the shell has its job stopped
+    pane.key("C-z")
+    pane.wait_for(r"^\[\d+\]\+\s+Stopped\s")
+    assert state(pid) == "T" and state(recorder) == "T" and state(job) == "T"
+    # ... and `fg`: the terminal is the target's again, continued once, and reads
+    pane.type("fg")
+    pane.wait_for(r"\bgot .*CONT=2")
+    pane.type("e again")
+    pane.wait_for(r"^echo again$")
+    pane.type("x 4")
+    assert dict(re.findall(r"([A-Z]+)=(\d+)", pane.wait_for(r"\bfinal ").string)) == {
+        "TERM": "0", "HUP": "0", "INT": "0", "CONT": "2"}
+    # THEN time saw record exit with its status, and the shell has the terminal back
+    pane.wait_for(r"time status=4")
+    pane.type("echo status=$?")
+    assert pane.wait_for(r"^status=(\d+)").group(1) == "4"
+
+
+def test_a_signal_ignored_when_record_starts_stays_ignored_in_its_target(tmp_path: Path) -> None:
+    # GIVEN record started with SIGHUP ignored (as by nohup), its target `sleep`, which sets nothing
+    db = tmp_path / "n.db"
+    argv = [sys.executable, "-m", "heapscope", "record", "-q", "--no-symbolize", "-o", str(db), "--", "sleep", "60"]
+    p = subprocess.Popen(argv, process_group=0, stdin=subprocess.DEVNULL,
+                         preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))  # noqa: PLW1509
+    try:
+        sleep = _child_running(p.pid, b"sleep\0")
+        # THEN the target inherited it ignored
+        assert _ignores(sleep, signal.SIGHUP)
+        # WHEN a SIGHUP reaches record's group: passed on, ignored, the target runs on
+        os.killpg(p.pid, signal.SIGHUP)
+        os.kill(p.pid, signal.SIGTERM)  # passed on after it (lowest signal first): it ends the target
+        # THEN it died of the SIGTERM, not of the SIGHUP
+        assert p.wait(timeout=WAIT_S) == 128 + signal.SIGTERM
+    finally:
+        with contextlib.suppress(OSError):
+            os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+
+
+def _child_running(pid: int, cmdline: bytes) -> int:
+    """The child of `pid` that runs `cmdline` (its start, NUL-separated), once it does (a bounded
+    poll: an editable install's import may run ninja first)."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{child}/cmdline").read_bytes().startswith(cmdline):
+                    return int(child)
+        assert time.monotonic() < deadline, f"{pid} runs no {cmdline!r}"
+        select.select([], [], [], 0.01)
+
+
+def _ignores(pid: int, sig: int) -> bool:
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("SigIgn:"):
+                return bool(int(line.split()[1], 16) & (1 << (sig - 1)))
+    return False
