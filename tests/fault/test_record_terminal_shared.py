@@ -250,7 +250,8 @@ def test_a_stop_and_continue_of_makes_group_at_once_leave_the_target_running(tmp
     wrap = heapscope("record", tmp_path, "tstp") if under else ""
     makefile = tmp_path / "tstp.mk"
     makefile.write_text(f"all:\n\t{wrap}{target} {run.commands} {run.out}\n")
-    make = subprocess.Popen(["make", "-s", "-f", str(makefile)], process_group=0, stdin=subprocess.DEVNULL)
+    make = subprocess.Popen(["make", "-s", "-f", str(makefile)], preexec_fn=os.setpgrp,  # noqa: PLW1509
+                            stdin=subprocess.DEVNULL)
     try:
         run.wait_for(r"^ready ")
         # WHEN a SIGTSTP then a SIGCONT reach make's group at once, again and again (record may
@@ -323,8 +324,11 @@ def test_a_signal_ignored_when_record_starts_stays_ignored_in_its_target(tmp_pat
     # GIVEN record started with SIGHUP ignored (as by nohup), its target `sleep`, which sets nothing
     db = tmp_path / "n.db"
     argv = [sys.executable, "-m", "heapscope", "record", "-q", "--no-symbolize", "-o", str(db), "--", "sleep", "60"]
-    p = subprocess.Popen(argv, process_group=0, stdin=subprocess.DEVNULL,
-                         preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))  # noqa: PLW1509
+    def nohup() -> None:  # in the child: a group of its own, SIGHUP ignored
+        os.setpgrp()
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, preexec_fn=nohup)  # noqa: PLW1509
     try:
         sleep = _child_running(p.pid, b"sleep\0")
         # THEN the target inherited it ignored
