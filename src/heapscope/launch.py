@@ -47,17 +47,13 @@ if TYPE_CHECKING:
 
     from heapscope.producer.config import RecordConfig
 
-# Signals sent to heapscope are passed on to the target, which has a process group of its own
-# when nothing needs the two to share one: a signal to heapscope's group (timeout(1),
-# `kill -- -PGID`, `kill 0`) then reaches the target once, through heapscope, as it would have
-# without it, and the target's own `kill 0` stays in its group. `record` run as a job of its own
-# in a terminal also gives the target the terminal and relays job control (heapscope/jobs.py).
-# Otherwise, in a terminal's foreground group or leading a job (a group shared with a pipeline's
-# other commands or with the program that started it; `live`, whose view keeps the terminal),
-# heapscope and its target share one group, for Ctrl-C, Ctrl-Z and `fg`: SIGINT and SIGQUIT from
-# the terminal already reach the target then, so they are passed on only when heapscope is not
-# in the foreground.
-FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR2, signal.SIGALRM)
+# Signals sent to heapscope are passed on to the target, which has a process group of its own: a
+# signal to heapscope's group (timeout(1), `kill -- -PGID`, `kill 0`, the terminal's keys when
+# that group has the terminal) then reaches the target once, through heapscope, as it would have
+# without it, and the target's own `kill 0` stays in its group. `record` relays job control and
+# the terminal between its target and the shell (heapscope/jobs.py). A signal heapscope was
+# started with ignored (nohup, a script's `&`) stays ignored until the target has inherited that.
+FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR2, signal.SIGALRM, signal.SIGWINCH)
 TERMINAL = (signal.SIGINT, signal.SIGQUIT)
 # Python ignores these at its start; the target gets them back at their default (as
 # subprocess's restore_signals does).
@@ -77,22 +73,6 @@ RESERVED_FDS = 16
 
 def _quiet(_msg: str) -> None:
     pass
-
-
-def _terminal() -> tuple[bool, bool]:
-    """(heapscope's process group is its controlling terminal's foreground group, heapscope leads a
-    group in a session with a terminal: a job a shell may bring to the foreground)."""
-    try:
-        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY | os.O_CLOEXEC)
-    except OSError:
-        return False, False  # no controlling terminal
-    try:
-        foreground = os.tcgetpgrp(fd) == os.getpgrp()
-    except OSError:
-        foreground = False
-    finally:
-        os.close(fd)
-    return foreground, os.getpgrp() == os.getpid()
 
 
 def in_main_thread() -> bool:
@@ -329,6 +309,10 @@ class Launch:
         self.dumps_requested = 0  # SIGUSR1 before the recording took over
         self.nofile: tuple[int, int] | None = None  # the descriptor limit before spawn() raised it
         self._sigdef: list[int] = []  # signals we ignore that the target must not inherit ignored
+        # Handlers installed once the target is spawned: of signals heapscope was started with
+        # ignored, which the target inherits ignored only if they still are at its spawn.
+        self._after_spawn: list[tuple[Callable[[int, Callable[[int, object], None] | int], None], int,
+                                      Callable[[int, object], None]]] = []
         self.own_group = False  # the target in a process group of its own (forward_signals decides)
         self.jobs: jobs.JobControl | None = None  # the terminal handed to the target (forward_signals)
 
@@ -342,16 +326,15 @@ class Launch:
                         usr1: bool = True, job_control: bool = False) -> None:
         """Pass signals sent to heapscope on to the target (kept until it is spawned); SIGUSR1 is
         noted for the recording (a dump). `install(sig, handler)`: the recording's own, else ours.
-        `job_control`: a job of its own in a terminal hands it the terminal (heapscope/jobs.py)."""
+        The target gets a process group of its own. `job_control`: its stops are relayed and it
+        is given the terminal as it needs it (heapscope/jobs.py); without (`live`, whose view
+        keeps the terminal), only signals are passed on."""
         install = install or self.install
-        tty = jobs.own_job() if job_control else None
-        if tty is not None:
-            self.jobs = jobs.JobControl(tty)
-            in_foreground = False  # the target's group gets the terminal's keys, not ours
-            self.own_group = True
-        else:
-            in_foreground, job = _terminal()
-            self.own_group = not (in_foreground or job)
+        self.own_group = True
+        if job_control:
+            tty = jobs.own_job()
+            self.jobs = (jobs.JobControl(tty, shared=False) if tty is not None
+                         else jobs.JobControl(jobs.controlling_terminal(), shared=True))
 
         passing: list[int] = []  # signals being passed on; more than one: a handler runs inside another
 
@@ -367,14 +350,17 @@ class Launch:
                 self._pass_on(child, passing[0])
                 del passing[0]
 
-        for sig in FORWARDED:
-            install(sig, forward)
-        for sig in TERMINAL:
-            if in_foreground and signal.getsignal(sig) != signal.SIG_IGN:
-                self._sigdef.append(sig)  # ignored by heapscope, not by the target
-            install(sig, signal.SIG_IGN if in_foreground else forward)
+        handlers: list[tuple[int, Callable[[int, object], None]]] = [(sig, forward) for sig in FORWARDED + TERMINAL]
         if self.jobs is not None:
-            install(signal.SIGTSTP, self._on_tstp)
+            handlers.append((signal.SIGTSTP, self._on_tstp))
+        for sig, handler in handlers:
+            # Ignored (nohup, a script's `&`): the target inherits that, and gets what is sent to
+            # the group all the same should it handle the signal itself.
+            if signal.getsignal(sig) == signal.SIG_IGN:
+                self._after_spawn.append((install, sig, handler))
+            else:
+                install(sig, handler)
+        if self.jobs is not None:
             install(signal.SIGCONT, self._on_cont)
             install(signal.SIGCHLD, self._on_chld)
             # Our status line and messages reach the terminal while the target's group has it,
@@ -432,6 +418,9 @@ class Launch:
         self.spawned = time.monotonic()
         child = spawn(argv, executable, env, stdin, stdout, stderr, tuple(self._sigdef), self.own_group)
         self.child = child
+        for install, sig, handler in self._after_spawn:
+            install(sig, handler)
+        self._after_spawn.clear()
         if self.jobs is not None:
             child.jobs = self.jobs  # the terminal back to record's group once it is reaped
             self.jobs.spawned(child.pid)

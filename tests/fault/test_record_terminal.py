@@ -11,31 +11,23 @@ from __future__ import annotations
 
 import contextlib
 import os
-import queue
 import re
 import resource
-import select
 import shutil
 import signal
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from terminal_support import Pane, exit_status, foreground, state, wait_foreground
 
 HERE = Path(__file__).resolve().parent / "programs"
-WAIT_S = 30.0
 
 pytestmark = [pytest.mark.timeout(180),
               pytest.mark.skipif(shutil.which("tmux") is None or shutil.which("bash") is None,
                                  reason="tmux and bash are needed (apt-get install tmux)")]
-
-# What a terminal adds to the lines a program writes: colours, cursor moves, carriage returns,
-# its echo of Ctrl-C, Ctrl-Z and Ctrl-\\.
-ESCAPES = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>]|\r|\^[CZ\\]")
 
 
 @pytest.fixture(scope="module")
@@ -46,65 +38,6 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Path:
     subprocess.run([cc, "-O0", "-g", "-Wall", "-o", str(out), str(HERE / "record_jobs.c")], check=True,
                    timeout=120)
     return out
-
-
-class Pane:
-    """An interactive bash in a tmux pane of its own server; what the pane shows, as lines."""
-
-    def __init__(self, tmp_path: Path, command: str | None = None) -> None:
-        """`command`: the pane's own (sh -c), instead of the shell; the pane stays once it exits."""
-        self.socket = str(tmp_path / "tmux.sock")
-        self.conf = tmp_path / "tmux.conf"
-        self.conf.write_text("set -g remain-on-exit on\n")
-        rc = tmp_path / "bashrc"
-        rc.write_text("PS1='$ '\nPROMPT_COMMAND=\nulimit -c 0\nbind 'set enable-bracketed-paste off'\n"
-                      f"cd {tmp_path}\n")
-        fifo = tmp_path / "pane.out"
-        os.mkfifo(fifo)
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        self.seen: list[str] = []
-        self.groups: list[int] = []  # process groups to kill if a test leaves them running
-        shell = f"bash --noprofile --rcfile {rc} -i" if command is None else command
-        self.tmux("new-session", "-d", "-x", "200", "-y", "50", shell)
-        self.tmux("pipe-pane", "-t", "0", f"cat > {fifo}")
-        threading.Thread(target=self._read, args=(fifo,), daemon=True).start()
-
-    def tmux(self, *args: str) -> str:
-        done = subprocess.run(["tmux", "-S", self.socket, "-f", str(self.conf), *args], capture_output=True,
-                              text=True, timeout=20, check=True)
-        return done.stdout
-
-    def _read(self, fifo: Path) -> None:
-        with contextlib.suppress(OSError), open(fifo, "rb") as f:
-            for raw in f:
-                self.lines.put(ESCAPES.sub("", raw.decode(errors="replace")).rstrip("\n"))
-        self.lines.put(None)
-
-    def type(self, text: str) -> None:
-        """`text` typed, then Enter."""
-        self.tmux("send-keys", "-t", "0", "-l", text)
-        self.tmux("send-keys", "-t", "0", "Enter")
-
-    def key(self, key: str) -> None:
-        self.tmux("send-keys", "-t", "0", key)
-
-    def wait_for(self, pattern: str, timeout: float = WAIT_S) -> re.Match[str]:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                pytest.fail(f"timed out waiting for {pattern!r}; the pane showed:\n" + "\n".join(self.seen[-40:]))
-            if line is None:
-                pytest.fail(f"the pane closed while waiting for {pattern!r}:\n" + "\n".join(self.seen[-40:]))
-            self.seen.append(line)
-            found = re.search(pattern, line)
-            if found:
-                return found
-
-    def close(self) -> None:
-        with contextlib.suppress(subprocess.SubprocessError, OSError):
-            self.tmux("kill-server")
 
 
 @pytest.fixture
@@ -211,7 +144,7 @@ def test_ctrl_z_stops_the_job_and_fg_resumes_it(pane: Pane, tmp_path: Path, targ
         os.kill(job.recorder, signal.SIGTSTP)
     # THEN the shell sees its job stopped and has the terminal back
     pane.wait_for(r"^\[1\]\+\s+Stopped\s")
-    assert _state(job.pid) == "T" and _state(job.recorder) == "T"
+    assert state(job.pid) == "T" and state(job.recorder) == "T"
     pane.type("echo between")
     pane.wait_for(r"^between$")
     # WHEN `fg`
@@ -241,17 +174,17 @@ def test_bg_runs_the_job_in_the_background_and_fg_brings_it_back(pane: Pane, tmp
     pane.wait_for(r"\bgot .*CONT=1")
     pane.type("jobs")
     pane.wait_for(r"^\[1\]\+\s+Running\s")
-    assert _state(job.pid) != "T" and _state(job.recorder) != "T"
+    assert state(job.pid) != "T" and state(job.recorder) != "T"
     # WHEN `fg` (the shell gives the terminal to record's group and continues nothing: the job
     # runs), and the target reads the terminal again
     pane.type("fg")
-    _wait_foreground(job.recorder, job.recorder)
+    wait_foreground(job.recorder, job.recorder)
     os.kill(job.recorder, signal.SIGHUP)
     pane.type("e back")
     # THEN the kernel stops it (SIGTTIN: its group is not the foreground), record gives it the
     # terminal and continues it, and it reads what was typed
     pane.wait_for(r"^echo back$")
-    assert _foreground(job.recorder) == job.pgid
+    assert foreground(job.recorder) == job.pgid
     assert job.finish(6) == {"TERM": 0, "HUP": 1, "INT": 0, "CONT": 2}
 
 
@@ -274,8 +207,8 @@ def test_a_background_job_that_reads_the_terminal_stops_until_fg(pane: Pane, tmp
     assert pane.wait_for(r"^status=(\d+)").group(1) == "0"
 
 
-def test_in_a_pipeline_the_target_shares_records_group_and_job_control_works(pane: Pane, tmp_path: Path,
-                                                                               target: Path) -> None:
+def test_in_a_pipeline_the_target_gets_the_terminal_when_it_reads_it(pane: Pane, tmp_path: Path,
+                                                                      target: Path) -> None:
     # GIVEN `record -- target | cat`: the shell's job is the pipeline, whose other command must
     # keep the terminal's keys (a `less` there reads them); cat ignores the Ctrl-C below
     pane.type("set -o pipefail")  # the job's status: record's, not cat's
@@ -283,22 +216,27 @@ def test_in_a_pipeline_the_target_shares_records_group_and_job_control_works(pan
               " | (trap '' INT; cat)")
     ready = pane.wait_for(r"^ready pid=(\d+) pgid=(\d+) ppid=(\d+) fg=(\d)")
     pid, pgid, recorder, fg = map(int, ready.groups())
-    pane.groups += [pgid]
-    # THEN the target stays in the pipeline's group (record leads it), the foreground
-    assert pgid == recorder != pid and fg == 1
-    # WHEN Ctrl-C (caught), Ctrl-Z then `fg`
+    pane.groups += [pgid, recorder]
+    # THEN the target has a group of its own; the pipeline's (record leads it) keeps the terminal
+    assert pgid == pid and os.getpgid(recorder) == recorder and fg == 0
+    # WHEN Ctrl-C (caught; record passes it on), Ctrl-Z then `fg`
     pane.key("C-c")
     pane.wait_for(r"\bgot .*INT=1")
     pane.key("C-z")
     pane.wait_for(r"^\[1\]\+\s+Stopped\s")
     pane.type("fg")
     pane.wait_for(r"\bgot .*CONT=1")
-    # THEN as without heapscope: one SIGINT, one SIGCONT, the terminal read, the status kept
+    # ... and the target reads the terminal: stopped by the kernel (SIGTTIN), its group is given
+    # the terminal and continued, and it reads what was typed
     pane.type("e piped")
     pane.wait_for(r"^echo piped$")
+    assert foreground(pid) == pid
     pane.type("x 2")
+    # THEN one SIGINT, and the SIGCONT of `fg` plus the one that continued it with the terminal
+    # (a target that never reads the terminal gets none: test_record_terminal_shared.py); the
+    # status kept
     assert dict(re.findall(r"([A-Z]+)=(\d+)", pane.wait_for(r"\bfinal ").string)) == {
-        "TERM": "0", "HUP": "0", "INT": "1", "CONT": "1"}
+        "TERM": "0", "HUP": "0", "INT": "1", "CONT": "2"}
     pane.type("echo status=$?")
     assert pane.wait_for(r"^status=(\d+)").group(1) == "2"
 
@@ -335,7 +273,7 @@ def test_ctrl_z_where_nothing_does_job_control_leaves_no_target_stopped(tmp_path
         pane.wait_for(r"\bgot .*CONT=1")
         pane.type("x 3")
         assert dict(re.findall(r"([A-Z]+)=(\d+)", pane.wait_for(r"\bfinal ").string))["CONT"] == "1"
-        assert _exit_status(pane, recorder) == 3, "\n".join(pane.seen[-20:])
+        assert exit_status(pane, recorder) == 3, "\n".join(pane.seen[-20:])
     finally:
         for group in pane.groups:
             with contextlib.suppress(OSError):
@@ -413,49 +351,3 @@ def _fail_writing(pane: Pane, recorder: int, db: Path) -> None:
             assert "profiling stopped" in pane.seen[-1]
             return
     pytest.fail("no error while the profile could not grow")
-
-
-def _state(pid: int) -> str:
-    """The state letter of /proc/PID/stat (T: stopped)."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat[stat.rfind(")") + 2]
-
-
-def _exit_status(pane: Pane, pid: int, timeout: float = WAIT_S) -> int:
-    """The exit status of the pane's own process `pid`: tmux's once it has reaped it, else the
-    zombie's (exit_code of /proc/PID/stat: tmux was seen to leave it unreaped for 30 s)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        dead = pane.tmux("display", "-p", "-t", "0", "#{pane_dead_status}").strip()
-        if dead:
-            return int(dead)
-        with contextlib.suppress(OSError):
-            stat = Path(f"/proc/{pid}/stat").read_text()
-            fields = stat[stat.rfind(")") + 2:].split()
-            if fields[0] == "Z":
-                return os.waitstatus_to_exitcode(int(fields[49]))
-        assert time.monotonic() < deadline, f"pid {pid} did not exit: {_states(pid)}"
-        select.select([], [], [], 0.01)
-
-
-def _states(pid: int) -> str:
-    """The state of each thread of `pid` (a failure's message)."""
-    try:
-        return "".join(_state(int(tid)) for tid in os.listdir(f"/proc/{pid}/task"))
-    except OSError:
-        return "gone"
-
-
-def _foreground(pid: int) -> int:
-    """The foreground process group of the terminal of `pid` (tpgid, /proc/PID/stat)."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return int(stat[stat.rfind(")") + 2:].split()[5])
-
-
-def _wait_foreground(pid: int, group: int, timeout: float = WAIT_S) -> None:
-    """Until the terminal of `pid` has `group` in the foreground (a bounded poll: nothing tells
-    another process when a shell calls tcsetpgrp)."""
-    deadline = time.monotonic() + timeout
-    while _foreground(pid) != group:
-        assert time.monotonic() < deadline, f"group {group} never got the terminal"
-        select.select([], [], [], 0.01)

@@ -54,9 +54,12 @@ def run() -> None:
 
 def main(argv: Sequence[str]) -> int:
     """`heapscope ARGV...`: its exit status."""
-    args = record_args(argv)
-    if args is None:
-        return cli.main(argv)
+    try:
+        args = record_args(argv)
+        if args is None:
+            return cli.main(argv)
+    except KeyboardInterrupt:
+        return 130  # Ctrl-C while the command line's modules are imported: as cli.call says it
     return cli.call(args)
 
 

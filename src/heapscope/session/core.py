@@ -68,9 +68,9 @@ class RecordingOptions(Record, frozen=True):
     # Pass SIGTERM, SIGHUP, ... on to a started target (the CLI); an in-process
     # host (a test runner with its own SIGALRM timeout, say) keeps its handlers.
     forward_signals: bool = True
-    # With forward_signals: `record` run as a job of its own in a terminal gives its target a
-    # process group and the terminal, and relays job control (heapscope/jobs.py); a host that
-    # keeps the terminal itself (live's view) does not.
+    # With forward_signals the target has a process group of its own; `job_control`: `record`
+    # relays its stops and gives it the terminal as it needs it (heapscope/jobs.py); a host
+    # that keeps the terminal itself (live's view) does not.
     job_control: bool = False
     force: bool = False  # replace an existing heapscope profile at the output path
     # False: no profile at all (the pytest plugin without --heapscope-output reads only the
