@@ -15,7 +15,6 @@ from heapscope.cli.folding import add_fold_arguments, apply_fold
 from heapscope.cli.lifetimes import TEMPORARY_HELP
 from heapscope.cli.lifetimes import render as render_lifetimes
 from heapscope.errors import UsageError
-from heapscope.estimate import bytes_stderr
 from heapscope.model import VIEWS, unknown_code_pid
 from heapscope.store.alloc_labels import LABEL_HELP, select_label
 from heapscope.store.labels import process_label
@@ -41,6 +40,7 @@ from heapscope.view.report import (
     ProcessLine,
     ProcessReport,
     build_reports,
+    bytes_error,
     minor_line,
     minor_processes,
     process_lines,
@@ -295,7 +295,7 @@ def render_report(r: ProcessReport, top: int, stacks: bool = False, width: int |
         sampling = _sampling(flags.sampling_interval_bytes, flags.orig_sampling_interval_bytes)
         lines.append(f"  {'sampling:':<{_W}} {sampling}")
         if r.ts is not None and r.view in ("space", "alloc_space") and flags.sampling_interval_bytes > 1:
-            lines.append(f"  {'error:':<{_W}} {_bytes_error(flags.sampling_interval_bytes, r.view_total, r.rows)}")
+            lines.append(f"  {'error:':<{_W}} {bytes_error(flags.sampling_interval_bytes, r.view_total, r.rows)}")
         lines.append(f"  {'unwinder:':<{_W}} {flags.unwinder or 'unknown'}")
         if not flags.from_startup:
             lines.append(f"  {'attached:':<{_W}} while running (-p): allocations before the attach are not seen")
@@ -396,16 +396,6 @@ def unnamed_lines(rows: Sequence[FunctionRow], fixes: dict[str, Unnamed], path: 
                                 break_on_hyphens=False, subsequent_indent="  ")
         lines.extend(f"  {'unnamed:' if not lines and k == 0 else '':<{_W}} {line}" for k, line in enumerate(wrapped))
     return lines
-
-
-def _bytes_error(interval: int, total: int, rows: Sequence[FunctionRow]) -> str:
-    """The standard error of the byte figures at `interval` (estimate.bytes_stderr), said for the
-    total and the largest row: at one sample per 512 KiB a row of 1 MiB is within ~0.7 MiB only."""
-    text = f"±{format_bytes(round(bytes_stderr(interval, total)))} on the total"
-    first = max((row.self_value for row in rows), default=0)
-    if 0 < first < total:
-        text += f", ±{format_bytes(round(bytes_stderr(interval, first)))} on a row of {format_bytes(first)}"
-    return text + ", at most (standard errors: heapscope help estimates)"
 
 
 def _sampling(interval: int, asked: int) -> str:
