@@ -46,6 +46,10 @@ the shell's handshake, plus what heapscope did meanwhile in parallel while the
 shell started (since the early start, its imports): an upper bound of
 the CPU on the target's path.
 
+--busy N keeps N busy loops running (one Python process each, started before
+the first round and ended after the last) to show the cost on a busy machine:
+N = the number of cores makes every command share its CPU with a loop.
+
 Use an installed heapscope (`pip install .`), not an editable one: an
 editable install checks its build tree with ninja on every start (~30 ms);
 the script warns when it sees one.
@@ -70,6 +74,28 @@ TARGET = "/bin/true"
 def _heapscope_default() -> str:
     beside = Path(sys.executable).with_name("heapscope")
     return str(beside) if beside.is_file() else (shutil.which("heapscope") or "heapscope")
+
+
+class Busy:
+    """N busy loops, started on entry and ended on exit (each by its own pid)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def __enter__(self) -> Busy:
+        for _ in range(self.n):
+            self.procs.append(subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL))
+        return self  # their own start-up falls in round 0, the warm-up, whose figures are not kept
+
+    def __exit__(self, *exc: object) -> None:
+        for proc in self.procs:
+            proc.kill()
+            proc.wait()
+
+    def said(self) -> str:
+        return f"; {self.n} busy loop(s) running" if self.n else ""
 
 
 def _run(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
@@ -120,23 +146,24 @@ def _split(args: argparse.Namespace) -> int:
     for label, other in _compared(args):
         variants[f"record [{label}]"] = [other, *variants["record"][1:]]
     figures: dict[str, list[tuple[float, ...]]] = {k: [] for k in variants}
-    load_before = os.getloadavg()
     order = list(variants)
     rng = random.Random(13)
     try:
-        for rnd in range(args.rounds + 1):
-            rng.shuffle(order)
-            for name in order:
-                out = str(work / f"r{rnd}.db")
-                got = _run_dated([a.replace("{out}", out) for a in variants[name]], env)
-                Path(out).unlink(missing_ok=True)
-                if rnd > 0:
-                    figures[name].append(got)
+        with Busy(args.busy) as busy:
+            load_before = os.getloadavg()
+            for rnd in range(args.rounds + 1):
+                rng.shuffle(order)
+                for name in order:
+                    out = str(work / f"r{rnd}.db")
+                    got = _run_dated([a.replace("{out}", out) for a in variants[name]], env)
+                    Path(out).unlink(missing_ok=True)
+                    if rnd > 0:
+                        figures[name].append(got)
+            load_after = os.getloadavg()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    load_after = os.getloadavg()
     print(f"{args.rounds} interleaved rounds, medians; load average {load_before[0]:.1f} before,"
-          f" {load_after[0]:.1f} after; {args.heapscope}"
+          f" {load_after[0]:.1f} after{busy.said()}; {args.heapscope}"
           + "".join(f"; [{label}] = {other}" for label, other in _compared(args)))
     base = [statistics.median(col) for col in zip(*figures[plain], strict=True)]
     extra = " heapscope CPU ms at the target's start |" if args.parent_cpu else ""
@@ -182,6 +209,8 @@ def main() -> int:
     ap.add_argument("--long", action="store_true", help="with --split: a target that allocates, idles, then dates")
     ap.add_argument("--parent-cpu", action="store_true",
                     help="with --split: the target prints heapscope's CPU time at its start first")
+    ap.add_argument("--busy", type=int, default=0, metavar="N",
+                    help="keep N busy loops running during the rounds (a busy machine; N = cores: every CPU shared)")
     args = ap.parse_args()
     hs = args.heapscope
     if _editable(hs):
@@ -212,25 +241,26 @@ def main() -> int:
             variants[f"{name} [{label}]"] = ([other, *argv[1:]], base, cold)
     walls: dict[str, list[float]] = {k: [] for k in variants}
     cpus: dict[str, list[float]] = {k: [] for k in variants}
-    load_before = os.getloadavg()
     order = list(variants)
     rng = random.Random(13)
     try:
-        for rnd in range(args.rounds + 1):  # round 0 warms the page cache and the symbol cache
-            rng.shuffle(order)
-            for name in order:
-                out = str(work / f"r{rnd}.db")
-                argv, _base, cold = variants[name]
-                run_env = dict(env, XDG_CACHE_HOME=str(work / f"cold{rnd}-{len(walls[name])}-{abs(hash(name))}")) \
-                    if cold else env
-                wall, cpu = _run([a.replace("{out}", out) for a in argv], run_env)
-                Path(out).unlink(missing_ok=True)
-                if rnd > 0:
-                    walls[name].append(wall)
-                    cpus[name].append(cpu)
+        with Busy(args.busy) as busy:
+            load_before = os.getloadavg()
+            for rnd in range(args.rounds + 1):  # round 0 warms the page cache and the symbol cache
+                rng.shuffle(order)
+                for name in order:
+                    out = str(work / f"r{rnd}.db")
+                    argv, _base, cold = variants[name]
+                    run_env = dict(env, XDG_CACHE_HOME=str(work / f"cold{rnd}-{len(walls[name])}-"
+                                                                   f"{abs(hash(name))}")) if cold else env
+                    wall, cpu = _run([a.replace("{out}", out) for a in argv], run_env)
+                    Path(out).unlink(missing_ok=True)
+                    if rnd > 0:
+                        walls[name].append(wall)
+                        cpus[name].append(cpu)
+            load_after = os.getloadavg()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    load_after = os.getloadavg()
     rows = []
     for name, (_argv, base, _cold) in variants.items():
         w, c = statistics.median(walls[name]), statistics.median(cpus[name])
@@ -238,7 +268,7 @@ def main() -> int:
         rows.append((name, w * 1e3, (w - base_w) * 1e3, c * 1e3, (c - base_c) * 1e3))
     cores = os.cpu_count()
     print(f"{args.rounds} interleaved rounds, medians; {cores} cores; load average {load_before[0]:.1f} before,"
-          f" {load_after[0]:.1f} after (a shared machine when well above 0); {hs}"
+          f" {load_after[0]:.1f} after (a shared machine when well above 0){busy.said()}; {hs}"
           + "".join(f"; [{label}] = {other}" for label, other in _compared(args)))
     if args.markdown:
         print("| command | wall ms | added wall ms | CPU ms | added CPU ms |")

@@ -52,6 +52,18 @@ if TYPE_CHECKING:
 LARGE_RATIO = math.e / (math.e - 1.0)
 
 
+def bytes_stderr(interval: int, nbytes: float) -> float:
+    """The standard error of a sampled byte figure of `nbytes` at `interval`: at most
+    sqrt(interval x nbytes).
+
+    An allocation of s < I bytes is recorded as k*I bytes, k the Poisson count of crossings
+    (mean s/I): its sampled bytes have variance I*s, so a figure made of such allocations has
+    variance I times its bytes; an allocation of at least I bytes is recorded exactly and adds
+    none. 0 at interval 1 (every allocation recorded).
+    """
+    return math.sqrt(interval * nbytes) if interval > 1 and nbytes > 0 else 0.0
+
+
 class Estimate(NamedTuple):
     """An estimated number of allocations and its standard error."""
 

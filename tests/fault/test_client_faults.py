@@ -401,6 +401,43 @@ def test_unpinned_lost_socket_waits_out_a_stalled_producer(tmp_path: Path) -> No
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("block", [True, False])
+def test_one_cpu_full_ring_waits_for_the_producer_or_counts_the_loss(tmp_path: Path, block: bool) -> None:
+    """The producer and the program on one CPU (a 1-CPU container, `taskset -c 0`), with a
+    ring far too small for the program's records: it fills again and again, and each time
+    the writer wakes the producer (a byte on the socket, which the producer must take for a
+    wake-up, not for the process's end) and leaves it the CPU. Blocking: every allocation
+    arrives and the client reports no error. Not blocking: what did not fit is counted and
+    said in the summary."""
+    exe = build("client_ring.c", PLAIN)
+    db = tmp_path / "onecpu.db"
+    cpu = min(os.sched_getaffinity(0))
+    argv = [*HEAPSCOPE, "record", "-o", str(db), "-i", "1", "--block-client" if block else "--no-block-client",
+            "--shmem-size", "65536", "--", str(exe), "wait"]
+    env = dict(os.environ)
+    env.pop("HEAPSCOPE_MAX_WAIT_MS", None)  # the default bound (10 s)
+    proc = subprocess.run(argv, input=b"go\n", capture_output=True, timeout=90, env=env,
+                          preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+    err = proc.stderr.decode(errors="replace")
+    assert proc.returncode == 0, err
+    assert proc.stdout == b"ready\ndone\n"
+    profile = Profile(db)
+    try:
+        assert client_errors(profile) == {""}, err
+        dropped = profile.stats().get("dropped_records", 0)
+        fill = profile.views_of(profile.processes()[0]["upid"], "ring_fill")
+        if block:
+            assert dropped == 0, err
+            assert fill == Views(2_000_000, 20000, 0, 0)
+        else:
+            assert f"{dropped:,} records dropped" in err
+            assert fill.alloc_objects <= 20000
+            assert dropped > 0 or fill.alloc_objects == 20000
+    finally:
+        profile.close()
+
+
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize(
     "mode,pin,reason",
     [("wait", "1", "wait_timeout"), ("closefrom", "1", "wait_timeout"), ("closefrom", "0", "socket_lost")],

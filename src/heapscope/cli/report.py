@@ -40,6 +40,7 @@ from heapscope.view.report import (
     ProcessLine,
     ProcessReport,
     build_reports,
+    bytes_error,
     minor_line,
     minor_processes,
     process_lines,
@@ -293,6 +294,8 @@ def render_report(r: ProcessReport, top: int, stacks: bool = False, width: int |
     if flags is not None:
         sampling = _sampling(flags.sampling_interval_bytes, flags.orig_sampling_interval_bytes)
         lines.append(f"  {'sampling:':<{_W}} {sampling}")
+        if r.ts is not None and r.view in ("space", "alloc_space") and flags.sampling_interval_bytes > 1:
+            lines.append(f"  {'error:':<{_W}} {bytes_error(flags.sampling_interval_bytes, r.view_total, r.rows)}")
         lines.append(f"  {'unwinder:':<{_W}} {flags.unwinder or 'unknown'}")
         if not flags.from_startup:
             lines.append(f"  {'attached:':<{_W}} while running (-p): allocations before the attach are not seen")

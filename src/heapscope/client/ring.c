@@ -2,6 +2,7 @@
 #include "ring.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -55,6 +56,36 @@ static uint64_t lost_grace_ns(const struct hs_ring *r) {
   return r->max_wait_ns / 2 < LOST_GRACE_NS ? r->max_wait_ns / 2 : LOST_GRACE_NS;
 }
 
+/* A full ring is told to the producer at once, not left for its next poll
+ * (its loop naps up to 5 ms between rounds when it drained little): one
+ * byte on the socket, which its poll() sees as readable; it drains every
+ * ring, then reads and drops the byte (producer.py, _peer_closed). On one
+ * CPU this is what gets the producer onto it while the writer sleeps; on
+ * two it shortens the wait. At most one a millisecond per process (the
+ * callers copy struct hs_ring, so the time is kept here), none on a
+ * descriptor that is no longer our socket. */
+#define WAKE_EVERY_NS 1000000
+static uint64_t woken_ns;
+
+static void wake_producer(const struct hs_ring *r, uint64_t now) {
+  uint64_t last = __atomic_load_n(&woken_ns, __ATOMIC_RELAXED);
+  if (last && now >= last && now - last < WAKE_EVERY_NS)
+    return;
+  __atomic_store_n(&woken_ns, now, __ATOMIC_RELAXED);
+  if (!hs_sock_is_ours(r->sock, r->sock_dev, r->sock_ino))
+    return;
+  static const char byte = 0;
+  (void)send(r->sock, &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+/* 1 when this thread may run on one CPU only (taskset -c 0, a 1-CPU
+ * container's cpuset): spinning there only keeps the producer off the CPU
+ * it needs to make room, so the wait sleeps at once. */
+static int one_cpu(void) {
+  cpu_set_t set;
+  return sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) == 1;
+}
+
 /* Reserves room for one record, waiting (bounded) while the ring is full, and
  * writes it. Long on purpose: every wait's exit (shutdown, the producer lost,
  * the bound reached) is seen on the one path that holds the reservation. */
@@ -89,11 +120,17 @@ static int write_waiting(struct hs_ring *r, uint32_t type, const void *a, size_t
     /* Full. */
     if (!r->block) {
       __atomic_fetch_add(&m->dropped_records, 1, __ATOMIC_RELAXED);
+      wake_producer(r, hs_now_ns());
       return HS_DROPPED;
     }
     if (__atomic_load_n(&m->shutting_down, __ATOMIC_RELAXED)) {
       rc = -HS_ERR_SHUTTING_DOWN;
       break;
+    }
+    if (!spins && !wait_start) {
+      wake_producer(r, hs_now_ns());
+      if (one_cpu())
+        spins = SPINS_BEFORE_SLEEP;
     }
     if (spins < SPINS_BEFORE_SLEEP) {
       spins++;
@@ -113,6 +150,7 @@ static int write_waiting(struct hs_ring *r, uint32_t type, const void *a, size_t
          * it happens, not only once it ends. */
         __atomic_fetch_add(&m->blocked_ns, now - last_check, __ATOMIC_RELAXED);
         last_check = now;
+        wake_producer(r, now); /* a wake may have come before the producer's last drain */
         rc = producer_check(r);
         if (rc == -HS_ERR_SOCKET_LOST && now - moved_at < lost_grace_ns(r))
           rc = HS_OK; /* still bounded: by the grace, or by max_wait_ns below */

@@ -7,8 +7,11 @@
  * that would cross the end of the data area is preceded by an HS_REC_PAD
  * record filling the rest (reserved in the same CAS).
  *
- * When the ring is full: with HS_CFG_BLOCK_CLIENT the writer waits (spins a
- * little, then sleeps ~75 us at a time), watching meta.shutting_down and,
+ * When the ring is full the writer first wakes the producer (one byte on
+ * the socket, at most one a millisecond per process: ring.c, wake_producer).
+ * Then with HS_CFG_BLOCK_CLIENT it waits (spins a little, unless it may run
+ * on one CPU only, where a spin keeps the producer off the CPU it needs;
+ * then sleeps ~75 us at a time), watching meta.shutting_down and,
  * every millisecond, whether the producer is still alive (EOF on the
  * socket) and whether the descriptor is still our socket (hs_sock_is_ours:
  * a program that closed it and opened a file of its own in the same slot

@@ -35,7 +35,15 @@ import re
 from collections.abc import Collection, Sequence
 
 from heapscope.errors import UsageError
-from heapscope.estimate import Estimate, add_values, combine, desampled, desampled_map, view_estimate
+from heapscope.estimate import (
+    Estimate,
+    add_values,
+    bytes_stderr,
+    combine,
+    desampled,
+    desampled_map,
+    view_estimate,
+)
 from heapscope.model import CallsiteId, FrameId
 from heapscope.records import Record, field, replace
 from heapscope.store.reader import Process as StoredProcess
@@ -428,3 +436,13 @@ def process_warnings(process: StoredProcess, stats: list[Stat]) -> list[str]:
         elif s.severity in ("data_loss", "error") and s.value != 0:
             out.append(f"{s.name} = {s.value:,}")
     return out
+
+
+def bytes_error(interval: int, total: int, rows: Sequence[FunctionRow]) -> str:
+    """The standard error of a byte view's figures at `interval` (estimate.bytes_stderr), said for
+    the total and the largest row: at one sample per 512 KiB a row of 1 MiB is within ~0.7 MiB only."""
+    text = f"±{format_bytes(round(bytes_stderr(interval, total)))} on the total"
+    first = max((row.self_value for row in rows), default=0)
+    if 0 < first < total:
+        text += f", ±{format_bytes(round(bytes_stderr(interval, first)))} on a row of {format_bytes(first)}"
+    return text + ", at most (standard errors: heapscope help estimates)"

@@ -49,7 +49,10 @@ def test_all_processes_prints_every_process(known_profile: Path, capsys: pytest.
     assert "  showing:       end (dump 2 of 2, exit, at 0.00 s); no peak recorded (--dump peak|end|N)\n" in prog
     assert "  space:         434 B\n" in prog
     assert "  on every stack: main (left out)\n" in prog
+    # (the error of byte figures at the interval: sqrt(4096 x 434 B), of the first row sqrt(4096 x 410 B))
     assert "  sampling:      one sample per 4,096 bytes on average\n" in prog
+    assert ("  error:         ±1.3 KiB on the total, ±1.3 KiB on a row of 410 B, at most (standard errors: "
+            "heapscope help estimates)\n") in prog
     assert "  unwinder:      libunwind\n" in prog
     assert "warnings" not in prog
     assert prog.endswith("  prog+0x1a2b  -         prog\n")  # the table; its layout is checked below

@@ -157,8 +157,8 @@ _AFTER_THE_TARGETS_START = {"heapscope.session", "heapscope.cli.summary", "heaps
 
 # Not needed by a command that makes no sample, start to end: argparse's formatters look up the
 # terminal's width without shutil (bz2, lzma), the recording's sockets are _socket's, the summary's
-# records are heapscope.records', the profile's paths str.
-_NEVER_FOR_A_SHORT_COMMAND = {"shutil", "bz2", "lzma", "socket", "selectors", "typing", "pathlib"}
+# records are heapscope.records', the profile's paths str, the machine's name os.uname()'s.
+_NEVER_FOR_A_SHORT_COMMAND = {"shutil", "bz2", "lzma", "socket", "selectors", "typing", "pathlib", "platform"}
 
 
 def test_record_spawns_its_target_before_the_end_paths_imports(tmp_path: Path) -> None:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 
 import pytest
 
-from heapscope.estimate import Estimate, combine, desampled, estimate_count
+from heapscope.estimate import Estimate, bytes_stderr, combine, desampled, estimate_count
 from heapscope.store.reader import ViewValues
 
 
@@ -87,3 +88,19 @@ def test_objects_views_are_replaced_and_byte_views_kept() -> None:
 
 def test_combined_errors_add_in_quadrature() -> None:
     assert combine([Estimate(10, 3), Estimate(5, 4)]) == Estimate(15, 5.0)
+
+
+def test_sampled_bytes_spread_as_the_bytes_standard_error_says() -> None:
+    # GIVEN 64 MiB in allocations of 8 KiB, sampled at one per 512 KiB (the always-on rate)
+    interval, sizes = 512 << 10, [8192] * 8192
+    got = [sample(sizes, interval, seed)[1] for seed in range(100)]
+    # THEN the sampled bytes spread around the truth by sqrt(interval x bytes), ~5.7 MiB
+    spread = statistics.pstdev(got)
+    assert bytes_stderr(interval, sum(sizes)) == math.sqrt(interval * sum(sizes))
+    assert 0.75 < spread / bytes_stderr(interval, sum(sizes)) < 1.25, spread
+    assert abs(statistics.mean(got) - sum(sizes)) < 4 * bytes_stderr(interval, sum(sizes)) / 10
+
+
+def test_bytes_are_exact_at_interval_one() -> None:
+    assert bytes_stderr(1, 1 << 30) == 0.0
+    assert bytes_stderr(4096, 0) == 0.0
