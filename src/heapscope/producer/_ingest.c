@@ -68,7 +68,7 @@ static void tsc_missing(void) { PyErr_SetString(PyExc_ValueError, "no time-stamp
 static PyObject *tsc_start(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored)) {
   if (!HAVE_TSC) return tsc_missing(), NULL;
   tsc_anchor();
-  Py_RETURN_NONE;
+  return PyLong_FromUnsignedLongLong(tsc_cal.tsc0);
 }
 
 #define tracker_check hs_tracker_object_check
@@ -412,7 +412,7 @@ static PyTypeObject IngestType = {
 
 static PyMethodDef module_methods[] = {
     {"tsc_start", (PyCFunction)tsc_start, METH_NOARGS,
-     "tsc_start() -> None\n--\n\nRead the TSC and CLOCK_MONOTONIC together: the anchor of every\n"
+     "tsc_start() -> int\n--\n\nRead the TSC and CLOCK_MONOTONIC together: the anchor of every\n"
      "conversion of TSC stamps (Ingest(tsc=True)); before any client is told to stamp with the TSC."},
     {NULL, NULL, 0, NULL},
 };

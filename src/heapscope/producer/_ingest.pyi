@@ -82,6 +82,7 @@ class Ingest:
         """Unmap the ring and close the tracker; idempotent. Later calls raise ValueError."""
 
 
-def tsc_start() -> None:
+def tsc_start() -> int:
     """Read the TSC and CLOCK_MONOTONIC together: the anchor every Ingest(tsc=True) converts from.
-    Called before any client is told to stamp with the TSC (producer/tsc.py)."""
+    Called before any client is told to stamp with the TSC (producer/tsc.py). Returns the
+    anchor's TSC reading."""

@@ -29,9 +29,11 @@ def ring_fd() -> Iterator[int]:
 
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="the TSC clock is x86-64's")
 def test_tsc_stamps_convert_linearly_from_the_anchor(ring_fd: int) -> None:
-    _ingest.tsc_start()
+    anchor = _ingest.tsc_start()
     ing = _ingest.Ingest(ring_fd, RING, tsc=True)
-    base = 10 ** 12
+    # Stamps after the anchor, as a client's are (a fixed 10^12 fell before it once the machine
+    # had run ~7 h: a time before the clock's start)
+    base = anchor + 1000
     a, b = ing.ns_of(base), ing.ns_of(base + 3_000_000_000)
     # THEN 0 stays "not known", and 3e9 ticks are a positive span of at most a few seconds
     # (a TSC of 1 to 10 GHz) wherever the conversion's anchor lies
