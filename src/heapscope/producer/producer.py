@@ -383,9 +383,11 @@ class Producer:
         for accepted in self.listener.take():
             self.adopt(accepted)
         if self.listener.fileno() >= 0:
-            self.listener.accept(self.attach_pids, prepare=self._prepare)
+            answered = self.listener.accept(self.attach_pids, prepare=self._prepare)
             for accepted in self.listener.take():
                 self.adopt(accepted)
+            if answered:  # a process tree's next client is answered without making its ring first
+                self.listener.make_ahead(self._prepare)
 
     def _prepare(self, memfd: int) -> Ingest:
         """The ring reader of a client about to be answered (a failure rejects the client)."""
@@ -421,8 +423,10 @@ class Producer:
         # producer existed (`record`'s early start, listener.py) can take that drain a while,
         # and a short program may be gone by its end (or have exec'd another).
         self._read_rss(p, time.monotonic_ns(), check_exe=True)
+        # Committed with what comes next (its end, a dump, the early resolve): a commit per
+        # process start cost a build's ~110 short processes ~30 us each, for a row that its
+        # end writes again.
         self.writer.add_process(info)
-        self.writer.commit()
         self.log(f"pid {info.pid} ({info.name}) connected as upid {info.upid}")
 
     def _upid_of(self, pid: int) -> Upid | None:
@@ -632,13 +636,14 @@ class Producer:
         w.add_callsites_flat(new[3])
         return any(new)
 
-    def dump(self, p: ProcessState, reason: str, final: bool = False) -> None:
+    def dump(self, p: ProcessState, reason: str, final: bool = False, commit: bool = True) -> None:
         """Write one dump of `p`: the change of every callsite since the last one.
 
         With dump_at_max the tracker's rows are the state at the peak
         (heapprofd's self_max), so SUM(size) up to this dump is the peak. The
         final dump also writes the process's peak (heapscope_peak_allocation) and its
         lifetimes and sizes (heapscope_callsite_lifetime, heapscope_callsite_size).
+        `commit` False: the caller commits (and says it), with rows of its own (_end).
         """
         if not self.keep:
             return  # nothing to write; the trackers' figures stay as they are
@@ -662,9 +667,13 @@ class Producer:
         p.last_dump_ts = ts
         if p.stream:
             w.add_stream(self._stream_rows(p))
-        w.commit()
+        if commit:
+            w.commit()
+            self._said_dump(p, reason)
+
+    def _said_dump(self, p: ProcessState, reason: str) -> None:
         # Said once it is in the file (a test that fills the disk after it relies on that).
-        self.log(f"dump {heap.dumps} ({reason}) of pid {p.info.pid}: {heap.unreleased} bytes unreleased")
+        self.log(f"dump {p.heap.dumps} ({reason}) of pid {p.info.pid}: {p.heap.unreleased} bytes unreleased")
 
     def dump_all(self, reason: str) -> None:
         """A consistent dump of every process: each ring is drained first."""
@@ -708,7 +717,8 @@ class Producer:
     def _end(self, p: ProcessState, reason: str, disconnected: bool, at: int | None = None) -> None:
         """Final drain, flush of pending operations, final dump, stats; `at`: when its exit was
         seen (the end_ts), default now."""
-        self._read_rss(p, time.monotonic_ns())  # often too late (the memory is gone), sometimes not
+        if not p.meta("exit_peak_rss"):  # else its client read VmHWM at its very end (_end_rss)
+            self._read_rss(p, time.monotonic_ns())  # often too late (the memory is gone), sometimes not
         while self._drain(p, limit=0):
             pass
         p.ingest.tracker.flush()
@@ -728,7 +738,9 @@ class Producer:
         p.stats.stacks += st["held_stacks"]  # kept in C by the process's resolver: never decoded here
         p.flags.buffer_corrupted = bool(st["corrupt"])
         p.flags.buffer_overran = p.meta("dropped_records") > 0
-        self.dump(p, reason, final=True)
+        # One commit for the final dump and the process's rows below: a short process (a build's
+        # compiler driver, a shell's command) paid two, ~30 us each.
+        self.dump(p, reason, final=True, commit=False)
         if self.on_process_end is not None and p.heap.modules.unknown in self.frames.mappings.ids:
             try:
                 self.on_process_end(p.info.pid, p.info.uid, self.jitdumps.get(p.info.upid))
@@ -751,6 +763,8 @@ class Producer:
         if p.custom_heaps or not p.flags.from_startup:
             self.writer.add_stats(custom_heap_stats(p))
         self.writer.commit()
+        if self.keep:
+            self._said_dump(p, reason)
         p.final_stats = st
         p.final_meta = {name: p.meta(name) for name in codec.CLIENT_COUNTERS}
         del self.processes[p.sock.fileno()]
