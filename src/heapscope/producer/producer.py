@@ -525,7 +525,10 @@ class Producer:
                 self.jitdumps[p.info.upid] = r.path
                 return
             p.stats.modules += 1
-            if r.path and not r.path.startswith(("/", "[")):
+            # A relative name (./plugin.so, lib/x.so) is looked up in /proc/PID/maps; a name with no
+            # '/' is the loader's name of no file (linux-vdso.so.1, which every process has: a read
+            # of its maps each, for nothing), as the client takes it (client/modules.c, collect).
+            if "/" in r.path and not r.path.startswith(("/", "[")):
                 r = absolute_module(p.info.pid, r)
             gone = p.heap.modules.overlapped(r)
             if gone:  # loaded where an unloaded object was: the stacks so far are that one's
