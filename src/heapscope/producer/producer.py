@@ -633,10 +633,16 @@ class Producer:
         w = self.writer
         new = (self.frames.mappings.take_new(), self.frames.frames.take_new(), self.frames.take_new_python(),
                self.trie.take_new_flat())
-        w.add_mappings(new[0])
-        w.add_frames(new[1])
-        w.add_python_symbols(new[2])
-        w.add_callsites_flat(new[3])
+        # Only what there is: a short process's final dump has new mappings and nothing else,
+        # and each empty executemany still cost a statement's bind and step.
+        if new[0]:
+            w.add_mappings(new[0])
+        if new[1]:
+            w.add_frames(new[1])
+        if new[2]:
+            w.add_python_symbols(new[2])
+        if new[3]:
+            w.add_callsites_flat(new[3])
         return any(new)
 
     def dump(self, p: ProcessState, reason: str, final: bool = False, commit: bool = True) -> None:
