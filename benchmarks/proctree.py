@@ -123,7 +123,8 @@ def _table(heads: list[str], rows: list[list[str]], markdown: bool) -> None:
         return
     widths = [max(len(r[i]) for r in [heads, *rows]) for i in range(len(heads))]
     for row in [heads, *rows]:
-        print("  ".join(cell.ljust(wd) if i == 0 else cell.rjust(wd) for i, (cell, wd) in enumerate(zip(row, widths))))
+        cells = zip(row, widths, strict=True)
+        print("  ".join(cell.ljust(wd) if i == 0 else cell.rjust(wd) for i, (cell, wd) in enumerate(cells)))
 
 
 def main() -> int:

@@ -382,12 +382,10 @@ class Producer:
         # before new clients can take the descriptors left (heapscope/launch.py keeps a few free).
         for accepted in self.listener.take():
             self.adopt(accepted)
-        if self.listener.fileno() >= 0:
-            answered = self.listener.accept(self.attach_pids, prepare=self._prepare)
+        if self.listener.fileno() >= 0 and self.listener.accept(self.attach_pids, prepare=self._prepare):
             for accepted in self.listener.take():
                 self.adopt(accepted)
-            if answered:  # a process tree's next client is answered without making its ring first
-                self.listener.make_ahead(self._prepare)
+            self.listener.make_ahead(self._prepare)  # a process tree's next client: no ring to make first
 
     def _prepare(self, memfd: int) -> Ingest:
         """The ring reader of a client about to be answered (a failure rejects the client)."""
@@ -423,10 +421,7 @@ class Producer:
         # producer existed (`record`'s early start, listener.py) can take that drain a while,
         # and a short program may be gone by its end (or have exec'd another).
         self._read_rss(p, time.monotonic_ns(), check_exe=True)
-        # Committed with what comes next (its end, a dump, the early resolve): a commit per
-        # process start cost a build's ~110 short processes ~30 us each, for a row that its
-        # end writes again.
-        self.writer.add_process(info)
+        self.writer.add_process(info)  # committed with what comes next: its end rewrites it anyway
         self.log(f"pid {info.pid} ({info.name}) connected as upid {info.upid}")
 
     def _upid_of(self, pid: int) -> Upid | None:
@@ -525,9 +520,7 @@ class Producer:
                 self.jitdumps[p.info.upid] = r.path
                 return
             p.stats.modules += 1
-            # A relative name (./plugin.so, lib/x.so) is looked up in /proc/PID/maps; a name with no
-            # '/' is the loader's name of no file (linux-vdso.so.1, which every process has: a read
-            # of its maps each, for nothing), as the client takes it (client/modules.c, collect).
+            # A name without '/' names no file (linux-vdso.so.1: client/modules.c, collect).
             if "/" in r.path and not r.path.startswith(("/", "[")):
                 r = absolute_module(p.info.pid, r)
             gone = p.heap.modules.overlapped(r)
@@ -633,16 +626,11 @@ class Producer:
         w = self.writer
         new = (self.frames.mappings.take_new(), self.frames.frames.take_new(), self.frames.take_new_python(),
                self.trie.take_new_flat())
-        # Only what there is: a short process's final dump has new mappings and nothing else,
-        # and each empty executemany still cost a statement's bind and step.
-        if new[0]:
-            w.add_mappings(new[0])
-        if new[1]:
-            w.add_frames(new[1])
-        if new[2]:
-            w.add_python_symbols(new[2])
-        if new[3]:
-            w.add_callsites_flat(new[3])
+        adders: tuple[Callable[..., None], ...] = (w.add_mappings, w.add_frames, w.add_python_symbols,
+                                                   w.add_callsites_flat)
+        for rows, add in zip(new, adders, strict=True):
+            if rows:  # a short process's final dump has new mappings only: no empty executemany
+                add(rows)
         return any(new)
 
     def dump(self, p: ProcessState, reason: str, final: bool = False, commit: bool = True) -> None:
@@ -678,11 +666,8 @@ class Producer:
             w.add_stream(self._stream_rows(p))
         if commit:
             w.commit()
-            self._said_dump(p, reason)
-
-    def _said_dump(self, p: ProcessState, reason: str) -> None:
-        # Said once it is in the file (a test that fills the disk after it relies on that).
-        self.log(f"dump {p.heap.dumps} ({reason}) of pid {p.info.pid}: {p.heap.unreleased} bytes unreleased")
+            # Said once it is in the file (a test that fills the disk after it relies on that).
+            self.log(f"dump {heap.dumps} ({reason}) of pid {p.info.pid}: {heap.unreleased} bytes unreleased")
 
     def dump_all(self, reason: str) -> None:
         """A consistent dump of every process: each ring is drained first."""
@@ -747,9 +732,7 @@ class Producer:
         p.stats.stacks += st["held_stacks"]  # kept in C by the process's resolver: never decoded here
         p.flags.buffer_corrupted = bool(st["corrupt"])
         p.flags.buffer_overran = p.meta("dropped_records") > 0
-        # One commit for the final dump and the process's rows below: a short process (a build's
-        # compiler driver, a shell's command) paid two, ~30 us each.
-        self.dump(p, reason, final=True, commit=False)
+        self.dump(p, reason, final=True, commit=False)  # one commit for it and the rows below
         if self.on_process_end is not None and p.heap.modules.unknown in self.frames.mappings.ids:
             try:
                 self.on_process_end(p.info.pid, p.info.uid, self.jitdumps.get(p.info.upid))
@@ -773,7 +756,7 @@ class Producer:
             self.writer.add_stats(custom_heap_stats(p))
         self.writer.commit()
         if self.keep:
-            self._said_dump(p, reason)
+            self.log(f"dump {p.heap.dumps} ({reason}) of pid {p.info.pid}: {p.heap.unreleased} bytes unreleased")
         p.final_stats = st
         p.final_meta = {name: p.meta(name) for name in codec.CLIENT_COUNTERS}
         del self.processes[p.sock.fileno()]
