@@ -363,12 +363,18 @@ uint32_t hs_unwind_init(uint32_t requested) {
     else if (!(off && off[0] == '0' && off[1] == '\0'))
       hs_unwind_cfa = 1;
   }
-  /* Warm up: the first unwind allocates (libunwind's per-thread cache and
-   * its dl_iterate_phdr bookkeeping). */
-  uint64_t pcs[8];
-  int truncated;
-  (void)hs_unwind_raw(pcs, 8);
-  (void)hs_unwind(pcs, 8, &truncated);
+  /* No warm-up unwind through libunwind: its first one in a thread sets up that thread's
+   * trace cache (an mmap and ~80k instructions of filling), and it stops reading a frame's
+   * CFI once it reaches the loader's start code, checking each word it reads with a system
+   * call (~100 of them). Together ~14% of the instructions of a short process under the
+   * client, paid by every process of a build even when nothing it allocates is sampled or
+   * when our CFA walk takes every stack. Every other thread sets its cache up at its first
+   * sample that needs libunwind, inside the hooks' guard; the main thread now does the
+   * same. The frame-pointer walk's warm-up (the stack's bounds) stays: it is cheap. */
+  if (active != HS_UNWINDER_LIBUNWIND) {
+    uint64_t pcs[8];
+    (void)hs_unwind_raw(pcs, 8);
+  }
   /* Said as what walks the stacks: without libunwind, our CFA walk takes every one it can
    * (hs_unwind_here); frame pointers only finish what it cannot. */
   if (active == HS_UNWINDER_FP && hs_unwind_cfa == 1)

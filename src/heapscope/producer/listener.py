@@ -77,6 +77,9 @@ class Listener:
         self.untargeted_clients = 0  # valid clients left dormant by -n
         self.no_descriptors = 0  # clients turned away: heapscope was out of file descriptors
         self.accepted: list[Accepted] = []  # answered, waiting for the producer
+        # The next client's ring and its reader, made after an answer (make_ahead): the memfd,
+        # its mapping and the producer's Ingest (None: made at adoption).
+        self._ahead: tuple[int, mmap.mmap, object] | None = None
         self._spare_fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)  # for _refuse_one
         # A private (0700) directory in the shared temp dir; the owner lock in
         # it tells a later run whether this one is still alive (session.py).
@@ -113,12 +116,15 @@ class Listener:
         """No new clients from now on."""
         if self.sock.fileno() >= 0:
             self.sock.close()
+        self._drop_ahead()
 
     def remove(self) -> None:
         """Stop listening and remove the session's directory; safe to call more than once."""
         sock = getattr(self, "sock", None)
         if sock is not None:
             self.close()
+        else:
+            self._drop_ahead()
         try:  # noqa: SIM105 (contextlib is ~3 ms of imports on the target's path)
             remove_dir(self.directory)
         except OSError:
@@ -181,6 +187,49 @@ class Listener:
                 answered += 1
         return answered
 
+    def make_ahead(self, prepare: Callable[[int], object] | None = None) -> None:
+        """Make the next client's ring (and, with `prepare`, its reader) now, so that its answer
+        waits on neither: called once a process tree shows (a second client answered), after
+        the answers, while the answered clients run their start. A failure (out of descriptors
+        or memory) is left to that handshake to meet, count and say."""
+        if self._ahead is not None or self.sock.fileno() < 0 or self.next_upid <= 2:
+            return
+        try:
+            memfd, shm = create_ring(self.config.shmem_size)
+        except OSError:
+            return
+        try:
+            ingest = prepare(memfd) if prepare is not None else None
+        except Exception:  # noqa: BLE001 (the handshake that needs a ring meets it again and says it)
+            shm.close()
+            os.close(memfd)
+            return
+        self._ahead = (memfd, shm, ingest)
+
+    def _ring(self, prepare: Callable[[int], object] | None) -> tuple[int, mmap.mmap, object]:
+        """The ring of the client being answered, and its reader: the ones made ahead, else new."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and (ahead[2] is not None or prepare is None):
+            return ahead
+        memfd, shm = ahead[:2] if ahead is not None else create_ring(self.config.shmem_size)
+        try:
+            return memfd, shm, prepare(memfd) if prepare is not None else None
+        except Exception:
+            shm.close()
+            os.close(memfd)
+            raise
+
+    def _drop_ahead(self) -> None:
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            return
+        memfd, shm, ingest = ahead
+        close = getattr(ingest, "close", None)
+        if close is not None:
+            close()
+        shm.close()
+        os.close(memfd)
+
     def take(self) -> list[Accepted]:
         """The clients answered since the last call, for the producer."""
         got, self.accepted = self.accepted, []
@@ -242,13 +291,7 @@ class Listener:
 
         upid = Upid(self.next_upid)
         info = procfs.process_info(upid, pid, ppid, peer_uid, start_ts)
-        memfd, shm = create_ring(cfg.shmem_size)
-        try:
-            ingest = prepare(memfd) if prepare is not None else None
-        except Exception:
-            shm.close()
-            os.close(memfd)
-            raise
+        memfd, shm, ingest = self._ring(prepare)
         seed = int.from_bytes(os.urandom(8), "little") if cfg.seed is None else (cfg.seed + upid - 1) & (2**64 - 1)
         from heapscope.producer.tsc import tsc_clock
 

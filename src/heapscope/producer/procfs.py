@@ -81,12 +81,16 @@ def exe_path(pid: int, args: list[str]) -> str:
 
 def status_field(pid: int | str, key: str) -> int:
     """A number from /proc/PID/status (`pid` may be "self"); 0 when unreadable."""
+    head = key + ":"
     try:
         with open(f"/proc/{pid}/status") as f:
             text = f.read()
-        for line in text.splitlines():
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
+        # Found, not split into its ~55 lines: read for every process of a tree as it starts.
+        at = 0 if text.startswith(head) else text.find("\n" + head) + 1
+        if at == 0 and not text.startswith(head):
+            return 0
+        end = text.find("\n", at)
+        return int(text[at + len(head):end if end >= 0 else len(text)].split()[0])
     except (OSError, ValueError, IndexError):
         pass
     return 0

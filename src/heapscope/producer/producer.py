@@ -382,10 +382,10 @@ class Producer:
         # before new clients can take the descriptors left (heapscope/launch.py keeps a few free).
         for accepted in self.listener.take():
             self.adopt(accepted)
-        if self.listener.fileno() >= 0:
-            self.listener.accept(self.attach_pids, prepare=self._prepare)
+        if self.listener.fileno() >= 0 and self.listener.accept(self.attach_pids, prepare=self._prepare):
             for accepted in self.listener.take():
                 self.adopt(accepted)
+            self.listener.make_ahead(self._prepare)  # a process tree's next client: no ring to make first
 
     def _prepare(self, memfd: int) -> Ingest:
         """The ring reader of a client about to be answered (a failure rejects the client)."""
@@ -421,8 +421,7 @@ class Producer:
         # producer existed (`record`'s early start, listener.py) can take that drain a while,
         # and a short program may be gone by its end (or have exec'd another).
         self._read_rss(p, time.monotonic_ns(), check_exe=True)
-        self.writer.add_process(info)
-        self.writer.commit()
+        self.writer.add_process(info)  # committed with what comes next: its end rewrites it anyway
         self.log(f"pid {info.pid} ({info.name}) connected as upid {info.upid}")
 
     def _upid_of(self, pid: int) -> Upid | None:
@@ -521,7 +520,8 @@ class Producer:
                 self.jitdumps[p.info.upid] = r.path
                 return
             p.stats.modules += 1
-            if r.path and not r.path.startswith(("/", "[")):
+            # A name without '/' names no file (linux-vdso.so.1: client/modules.c, collect).
+            if "/" in r.path and not r.path.startswith(("/", "[")):
                 r = absolute_module(p.info.pid, r)
             gone = p.heap.modules.overlapped(r)
             if gone:  # loaded where an unloaded object was: the stacks so far are that one's
@@ -626,19 +626,21 @@ class Producer:
         w = self.writer
         new = (self.frames.mappings.take_new(), self.frames.frames.take_new(), self.frames.take_new_python(),
                self.trie.take_new_flat())
-        w.add_mappings(new[0])
-        w.add_frames(new[1])
-        w.add_python_symbols(new[2])
-        w.add_callsites_flat(new[3])
+        adders: tuple[Callable[..., None], ...] = (w.add_mappings, w.add_frames, w.add_python_symbols,
+                                                   w.add_callsites_flat)
+        for rows, add in zip(new, adders, strict=True):
+            if rows:  # a short process's final dump has new mappings only: no empty executemany
+                add(rows)
         return any(new)
 
-    def dump(self, p: ProcessState, reason: str, final: bool = False) -> None:
+    def dump(self, p: ProcessState, reason: str, final: bool = False, commit: bool = True) -> None:
         """Write one dump of `p`: the change of every callsite since the last one.
 
         With dump_at_max the tracker's rows are the state at the peak
         (heapprofd's self_max), so SUM(size) up to this dump is the peak. The
         final dump also writes the process's peak (heapscope_peak_allocation) and its
         lifetimes and sizes (heapscope_callsite_lifetime, heapscope_callsite_size).
+        `commit` False: the caller commits (and says it), with rows of its own (_end).
         """
         if not self.keep:
             return  # nothing to write; the trackers' figures stay as they are
@@ -662,9 +664,10 @@ class Producer:
         p.last_dump_ts = ts
         if p.stream:
             w.add_stream(self._stream_rows(p))
-        w.commit()
-        # Said once it is in the file (a test that fills the disk after it relies on that).
-        self.log(f"dump {heap.dumps} ({reason}) of pid {p.info.pid}: {heap.unreleased} bytes unreleased")
+        if commit:
+            w.commit()
+            # Said once it is in the file (a test that fills the disk after it relies on that).
+            self.log(f"dump {heap.dumps} ({reason}) of pid {p.info.pid}: {heap.unreleased} bytes unreleased")
 
     def dump_all(self, reason: str) -> None:
         """A consistent dump of every process: each ring is drained first."""
@@ -708,7 +711,8 @@ class Producer:
     def _end(self, p: ProcessState, reason: str, disconnected: bool, at: int | None = None) -> None:
         """Final drain, flush of pending operations, final dump, stats; `at`: when its exit was
         seen (the end_ts), default now."""
-        self._read_rss(p, time.monotonic_ns())  # often too late (the memory is gone), sometimes not
+        if not p.meta("exit_peak_rss"):  # else its client read VmHWM at its very end (_end_rss)
+            self._read_rss(p, time.monotonic_ns())  # often too late (the memory is gone), sometimes not
         while self._drain(p, limit=0):
             pass
         p.ingest.tracker.flush()
@@ -728,7 +732,7 @@ class Producer:
         p.stats.stacks += st["held_stacks"]  # kept in C by the process's resolver: never decoded here
         p.flags.buffer_corrupted = bool(st["corrupt"])
         p.flags.buffer_overran = p.meta("dropped_records") > 0
-        self.dump(p, reason, final=True)
+        self.dump(p, reason, final=True, commit=False)  # one commit for it and the rows below
         if self.on_process_end is not None and p.heap.modules.unknown in self.frames.mappings.ids:
             try:
                 self.on_process_end(p.info.pid, p.info.uid, self.jitdumps.get(p.info.upid))
@@ -751,6 +755,8 @@ class Producer:
         if p.custom_heaps or not p.flags.from_startup:
             self.writer.add_stats(custom_heap_stats(p))
         self.writer.commit()
+        if self.keep:
+            self.log(f"dump {p.heap.dumps} ({reason}) of pid {p.info.pid}: {p.heap.unreleased} bytes unreleased")
         p.final_stats = st
         p.final_meta = {name: p.meta(name) for name in codec.CLIENT_COUNTERS}
         del self.processes[p.sock.fileno()]

@@ -143,6 +143,18 @@ class LiveSymbolizer:
             self._early.append(report)
         for debug_file, addresses in report.unanswered:
             self._warm_file(debug_file, addresses)
+        for symbol_file in report.unnamed:
+            self._read_symbols_ahead(symbol_file)
+
+    def _read_symbols_ahead(self, symbol_file: str) -> None:
+        """Have a symbol table read on a thread now, while the target runs (a compiler's takes
+        ~50 ms), for the end to name new addresses from; once per file."""
+        if symbol_file in self._read_ahead:
+            return
+        from heapscope.symbolize.symtab import read_ahead
+
+        read_ahead(symbol_file)
+        self._read_ahead.append(symbol_file)
 
     def _warm_file(self, debug_file: str, addresses: list[int] | None = None) -> None:
         """Have the warm tool read a file's debug info now, on the idle core, starting the
@@ -182,13 +194,14 @@ class LiveSymbolizer:
             entry = self.cache.lookup(path, build_id, self._context)
             if entry is not None:
                 # Known: its frames come from the cache (new addresses are few). Without DWARF,
-                # a new address is named from the symbol table: read now, on a thread, while
-                # the target runs (a compiler's takes ~50 ms).
-                if entry.located.status != "found" and entry.located.symbol_files:
-                    from heapscope.symbolize.symtab import read_ahead
-
-                    read_ahead(entry.located.symbol_files[0])
-                    self._read_ahead.append(entry.located.symbol_files[0])
+                # a new address is named from the symbol table, read ahead on a thread once an
+                # early pass meets such an address (report.unnamed): read for every module
+                # announced, it cost each recording that ran past WARM_AFTER_S ~40 ms of CPU to
+                # import the ELF reader and more to read tables that named nothing (every
+                # process of a build announces ld.so, libc, sh...). Without early passes, now.
+                if entry.located.status != "found" and entry.located.symbol_files and (
+                        self.writer is None or self._debuginfod is not None):
+                    self._read_symbols_ahead(entry.located.symbol_files[0])
                 continue
             located, consulted = self._locator.locate_traced(path, build_id)
             self._traced[(path, build_id)] = (located, consulted)

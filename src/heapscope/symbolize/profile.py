@@ -87,6 +87,9 @@ class SymbolizeReport(Record):
     # cache_only: per known module with DWARF, its debug file and the addresses of its frames that
     # the cache did not answer, which the end will ask llvm-symbolizer for: `record` asks them ahead
     unanswered: list[tuple[str, list[int]]] = field(init=False, default_factory=list)
+    # cache_only: the symbol table of each known module without DWARF that has frames the cache
+    # did not answer, which the end will name from it: `record` has it read ahead
+    unnamed: list[str] = field(init=False, default_factory=list)
 
     @property
     def frames(self) -> int:
@@ -187,6 +190,8 @@ def symbolize_profile(
             if len(cached) < len(frames) and entry.located.status == "found" and entry.located.debug_file:
                 report.unanswered.append((entry.located.debug_file,
                                           [pc for _, pc, _ in frames if pc not in entry.answers]))
+            elif len(cached) < len(frames) and entry.located.symbol_files:
+                report.unnamed.append(entry.located.symbol_files[0])
             frames = pending[mapping_id] = cached
             if not frames:
                 continue

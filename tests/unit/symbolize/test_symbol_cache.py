@@ -484,3 +484,37 @@ def test_warm_symbolizer_killed_from_outside_is_reaped() -> None:
         assert warm.proc.returncode == -signal.SIGHUP
     finally:
         warm.close()
+
+
+def test_a_known_modules_symbol_table_is_read_ahead_only_for_addresses_it_must_name(prog: Path, tmp_path: Path,
+                                                                                   monkeypatch: pytest.MonkeyPatch
+                                                                                   ) -> None:
+    assert LLVM is not None
+    monkeypatch.setenv("HEAPSCOPE_LLVM_SYMBOLIZER", LLVM)  # the same tool (cache context) whatever PATH says
+    monkeypatch.delenv("DEBUGINFOD_URLS", raising=False)  # with a server, the early passes are off: read at once
+    d = tmp_path / "cache" / "heapscope"
+    bare = tmp_path / "bare"  # the program without its DWARF: named from its symbol table
+    subprocess.run(["objcopy", "--strip-debug", str(prog), str(bare)], check=True)
+    pc = malloc_call_pc(prog)
+    frames = [Frame(MappingId(1), pc), Frame(MappingId(1), pc - 3), Frame(MappingId(1), 0x10)]
+    # GIVEN a cache that knows the program from a run that saw one address
+    _recorded(tmp_path / "fill.db", bare, [frames[:1]], d, early=False)
+    live = LiveSymbolizer(SymbolCache(d), writer=ProfileWriter(tmp_path / "early.db"))
+    w = live.writer
+    assert w is not None
+    w.add_mappings([(1, Mapping(build_id(bare), 0, 0, 0x1000, 0x9000, 0, str(bare)))])
+    live.module(str(bare), build_id(bare))
+    # WHEN the recording's target runs a while with only that address in its profile
+    w.add_frames([(1, frames[0])])
+    w.commit()
+    live.tick(time.monotonic() + 60)
+    # THEN no symbol table is read (every process of a build announces libc, ld.so, sh: nothing to name)
+    assert live._read_ahead == []
+    # WHEN an early pass meets addresses the cache does not know
+    w.add_frames([(2, frames[1]), (3, frames[2])])
+    w.commit()
+    live.tick(time.monotonic() + 120)
+    # THEN the program's symbol table is read ahead, once, for the end to name them from
+    assert [Path(f).resolve() for f in live._read_ahead] == [bare.resolve()]
+    assert live.finish(w) is not None
+    w.close()
