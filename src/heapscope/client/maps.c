@@ -30,7 +30,8 @@
  * sequence number is taken; a mapping's record after the real mmap.
  *
  * Not counted twice. The guard (state.h) is held while the client and
- * pymalloc's wrappers (pymem.c) run: pymalloc's arenas are in Python's heap.
+ * pymalloc's wrappers (pymem.c) run, and while pymalloc maps an arena (its
+ * arena allocator, wrapped there too): pymalloc's arenas are in Python's heap.
  * glibc's malloc maps its large blocks and grows its brk heap through
  * internal calls that never reach a hook. Another allocator interposed as
  * malloc from a shared object (jemalloc, tcmalloc) calls mmap through the
