@@ -84,8 +84,9 @@ def report(db: Path, *args: str) -> str:
 
 
 def test_each_heap_exact_at_interval_1(programs: Programs, record: Recorder) -> None:
-    # GIVEN mapheaps, which maps, trims, punches, remaps and unmaps, grows and shrinks the
-    # break, and mallocs small blocks (glibc's brk heap) and 2 MiB ones (glibc maps each)
+    # GIVEN mapheaps, which maps, trims, punches, remaps and unmaps, gives pages back with
+    # madvise, grows and shrinks the break, and mallocs small blocks (glibc's brk heap) and
+    # 2 MiB ones (glibc maps each)
     binary = programs.path("mapheaps")
     want = truth(binary)
     run = record([binary], interval=1)
@@ -93,7 +94,8 @@ def test_each_heap_exact_at_interval_1(programs: Programs, record: Recorder) -> 
     profile = run.profile()
     upid = profile.only_upid("mapheaps")
     # THEN every path of every heap is its truth: a cut range freed and its parts booked again,
-    # a remapped range moved with its stack, what mremap adds booked at mremap's caller
+    # a remapped range moved with its stack, what mremap adds booked at mremap's caller, pages
+    # given back (MADV_DONTNEED, MADV_FREE) no longer held until mprotect makes them memory again
     bad = [f"{heap} {fn}: expected {v}, got {heap_views(profile, upid, heap, fn)}"
            for (heap, fn), v in want.items()
            if heap not in ("file", "threads") and heap_views(profile, upid, heap, fn) != v]
