@@ -1,6 +1,6 @@
 """`heapscope live` driven in tmux: a real terminal, real keys, the screen read back.
 
-The targets (tests/programs/steps.c, threadsteps.c) take one step per line the
+The targets (tests/programs/steps.c, threadsteps.c, lifetimes.c) take one step per line the
 test writes into a FIFO, so each phase starts when the test says so. Every wait polls
 `tmux capture-pane` (or a file) until what is expected appears, with a
 deadline; each test runs its own tmux server and kills it at the end.
@@ -29,7 +29,9 @@ from hs_integration import HEAPSCOPE, Programs
 
 from heapscope.producer.config import DEFAULT_INTERVAL
 from heapscope.store.reader import open_profile
+from heapscope.store.select import select_heap
 from heapscope.units import format_bytes
+from heapscope.view import lifetimes as lt
 from heapscope.view.report import build_reports
 
 POLL_S = 0.05  # between two looks at the screen: a poll interval, not a synchronisation
@@ -535,3 +537,82 @@ def test_jit_frames_are_named_from_the_perf_map(tmp_path: Path) -> None:
                         os.unlink(f"/tmp/perf-{pid}.map")
             finally:
                 con.close()
+
+
+def cells_of(screen: str, function: str) -> dict[str, str]:
+    """The row of `function`, cut at its table header's titles: title -> cell text."""
+    lines = screen.splitlines()
+    head = next(line for line in lines if "function" in line and "called from" in line)
+    titles = [t.rstrip(" ▼") for t in re.split(r"\s{2,}", head.strip(" │")) if t]
+    starts: list[int] = []
+    at = 0
+    for t in titles:  # each after the one before: "allocations" also ends "temp. allocations"
+        starts.append(head.index(t, at))
+        at = starts[-1] + len(t)
+    row = row_of(screen, function)
+    assert row, screen
+    ends = [*starts[1:], len(row)]
+    return {t: row[s:e].strip() for t, s, e in zip(titles, starts, ends, strict=True)}
+
+
+@pytest.mark.timeout(300)
+def test_temporary_and_lifetimes_views(live: Callable[..., tuple[Tmux, Fifo]], programs: Programs,
+                                       tmp_path: Path) -> None:
+    """lifetimes.c at interval 1: temp_once frees each of its 20,000 x 256 B at once, hold_alloc
+    holds 200 x 4 KiB for 10 ms, never_alloc keeps 50 x 100,000 B. Key 5 shows what churns
+    (temp_once alone), key 6 each stack's lifetimes; both are the report's figures for the
+    same state (the profile's lifetime tables, written at the end)."""
+    out = subprocess.run([str(programs.path("lifetimes")), "--print-truth"], capture_output=True, text=True,
+                         timeout=30, check=True).stdout
+    line = next(ln for ln in out.splitlines() if ln.startswith("lifetimes "))
+    temp_n, hold_n, hold_ms, never_n = (int(v) for v in line.split()[1:])
+    tmux, fifo = live(program="lifetimes")
+    tmux.wait_for("threads [t]: all")
+    tmux.keys("5")
+    tmux.wait_for("temporary ▼")
+    fifo.step()  # the three paths run; the target then waits for the next line
+    tmux.wait_for("paths done")
+    # A dump drains every record of the paths; a snapshot taken after the screen said so has them all.
+    tmux.keys("d")
+    dumped = shown_at(tmux.wait_for("dump written to live.db"))
+    screen = tmux.wait_for(lambda s: shown_at(s) > dumped and row_of(s, "temp_once") != "")
+    assert "view [1-6]: temporary (temporary: freed within 1 ms" in screen, screen
+    # THEN what churns is temp_once, alone: nothing held or kept was freed within 1 ms
+    assert table_functions(screen) == ["temp_once"], screen
+    temporary = cells_of(screen, "temp_once")
+    tmux.keys("m")  # the next threshold: 10 ms (hold_alloc's blocks live 10 ms or more)
+    screen = tmux.wait_for("temporary: freed within 10 ms")
+    assert table_functions(screen) == ["temp_once"], screen
+    tmux.keys("6")
+    screen = tmux.wait_for(lambda s: "median lifetime" in s and all(
+        row_of(s, f) for f in ("temp_once", "hold_alloc", "never_alloc")))
+    shown = {f: cells_of(screen, f) for f in ("temp_once", "hold_alloc", "never_alloc")}
+    tmux.keys("q")
+    tmux.wait_for("view closed: profiling stopped; waiting for pid")
+    fifo.step()
+    assert tmux.exit_status() == 0
+    tmux.wait_for("profile written to live.db")
+    # The truth at interval 1: every allocation counted; hold_alloc's lifetimes 10 ms or more,
+    # temp_once's under 1 ms (the median; a preempted one may take longer), never_alloc's all held
+    assert int(temporary["temp. allocations"].replace(",", "")) >= 0.9 * temp_n, temporary
+    assert temporary["allocations"] == f"{temp_n:,}" and temporary["allocated"] == format_bytes(temp_n * 256)
+    assert [shown[f]["allocations"] for f in ("temp_once", "hold_alloc", "never_alloc")] == [
+        f"{temp_n:,}", f"{hold_n:,}", f"{never_n:,}"], shown
+    assert shown["never_alloc"]["median lifetime"] == "-" and shown["never_alloc"]["% held"] == "100%", shown
+    assert shown["hold_alloc"]["% held"] == "0%" and shown["hold_alloc"]["% temporary"] == "0%", shown
+    # AND they are the report's, from the profile written at the end
+    with open_profile(tmp_path / "live.db") as profile:
+        select_heap(profile, None)
+        (p,) = profile.processes()
+        lives = lt.read(profile, [p.info.upid])
+        assert lives is not None
+        rows = {r.function: r for r in lt.lifetime_rows(profile, lives, 1_000_000, 1)}
+    for f, cells in shown.items():
+        r = rows[f]
+        assert cells["median lifetime"] == lt.format_bucket(r.median), (f, cells, r)
+        assert cells["p90 lifetime"] == lt.format_bucket(r.p90), (f, cells, r)
+    hold = rows["hold_alloc"]
+    assert hold.median is not None and hold.median[0] >= hold_ms * 1_000_000, hold
+    temp = rows["temp_once"]
+    assert temporary["temp. allocations"] == f"{round(temp.temp.value):,}", (temporary, temp)
+    assert temp.median is not None and temp.median[1] is not None and temp.median[1] <= 1_000_000, temp

@@ -13,9 +13,15 @@
  *       50 x malloc(100000), kept to the end
  * `--print-truth` prints the truth lines and, for the lifetime tests, one line
  * `lifetimes TEMP_N HOLD_N HOLD_MS NEVER_N`.
+ *
+ * `lifetimes FIFO` (for `heapscope live`): opens FIFO for reading, runs the paths at
+ * the first '\n' read from it, prints "paths done", and exits at the next '\n' (or
+ * the end of file), so the view can be read while the process still runs.
  */
+#include <fcntl.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "truth.h"
 
@@ -62,6 +68,15 @@ static void release_holds(long long since) {
   for (int i = 0; i < HOLD_N; i++) free(hold_blocks[i]);
 }
 
+/* Reads up to a '\n': 1, or 0 at the end of file (or an error). */
+static int next_line(int fd) {
+  char c = 0;
+  while (c != '\n') {
+    if (read(fd, &c, 1) != 1) return 0;
+  }
+  return 1;
+}
+
 int main(int argc, char **argv) {
   if (wants_truth(argc, argv)) {
     truth_line("path_temp", (long long)TEMP_N * TEMP_SIZE, TEMP_N, 0, 0);
@@ -70,11 +85,20 @@ int main(int argc, char **argv) {
     printf("lifetimes %d %d %d %d\n", TEMP_N, HOLD_N, HOLD_MS, NEVER_N);
     return 0;
   }
+  int fd = -1;
+  if (argc == 2) {
+    fd = open(argv[1], O_RDONLY);
+    if (fd < 0 || !next_line(fd)) return 1;
+  }
   path_hold();
   long long held_since = now_ns();
   path_never();
   path_temp();
   release_holds(held_since);
   truth_sink = never_blocks;
+  if (fd >= 0) {
+    if (write(1, "paths done\n", 11) != 11) return 1;
+    (void)next_line(fd);
+  }
   return 0;
 }

@@ -10,6 +10,12 @@
  *                      with its stack, the 2 MiB added are a new allocation
  *   mmap shrink_remap  2 MiB mapped, mremap'd to 1 MiB
  *   mmap temp_map      1 MiB mapped and unmapped
+ *   mmap give_back     4 MiB mapped and written; its second MiB given back with
+ *                      MADV_DONTNEED (the range freed, its first MiB and last 2 MiB
+ *                      booked again), its last MiB with MADV_FREE (the last 2 MiB
+ *                      freed, their first booked again), then the second MiB made
+ *                      memory again by mprotect (a new allocation) and written:
+ *                      3 MiB held of 4 + 1 + 2 + 1 + 1 allocated
  *   brk  grow_brk      16 MiB added by sbrk, written, kept
  *   brk  shrink_brk    2 MiB added by sbrk, 1 MiB given back
  * and, as `truth` lines (libc.malloc):
@@ -100,6 +106,25 @@ static void temp_map(void) {
   void *p = map(MIB);
   touch(p, MIB);
   munmap(p, MIB);
+}
+
+static void advise(void *p, long size, int advice) {
+  if (madvise(p, (size_t)size, advice) != 0) {
+    perror("madvise");
+    exit(2);
+  }
+}
+
+static void give_back(void) {
+  char *p = map(4 * MIB);
+  touch(p, 4 * MIB);
+  advise(p + MIB, MIB, MADV_DONTNEED);
+  advise(p + 3 * MIB, MIB, MADV_FREE);
+  if (mprotect(p + MIB, MIB, RW) != 0) {
+    perror("mprotect");
+    exit(2);
+  }
+  touch(p + MIB, MIB);
 }
 
 static void grow_brk(void) {
@@ -244,6 +269,7 @@ int main(int argc, char **argv) {
     heap_line("mmap", "grow_remap", (1 + 1 + 2) * MIB, 3, 3 * MIB, 2);
     heap_line("mmap", "shrink_remap", (2 + 1) * MIB, 2, MIB, 1);
     heap_line("mmap", "temp_map", MIB, 1, 0, 0);
+    heap_line("mmap", "give_back", (4 + 1 + 2 + 1 + 1) * MIB, 5, 3 * MIB, 3);
     heap_line("brk", "grow_brk", 16 * MIB, 1, 16 * MIB, 1);
     heap_line("brk", "shrink_brk", (2 + 1) * MIB, 2, MIB, 1);
     truth_line("small_blocks", 4096LL * 4096, 4096, 4096LL * 4096, 4096);
@@ -271,6 +297,7 @@ int main(int argc, char **argv) {
     grow_remap();
     shrink_remap();
     temp_map();
+    give_back();
     small_blocks();
     big_blocks();
     map_file(argv[0]);

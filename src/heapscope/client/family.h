@@ -40,6 +40,7 @@
   X(void *, mmap64, (void *, size_t, int, int, int, off_t), 0)   \
   X(void *, mremap, (void *, size_t, size_t, int, ...), 0)       \
   X(int, mprotect, (void *, size_t, int), 0)                     \
+  X(int, madvise, (void *, size_t, int), 0)                      \
   X(int, munmap, (void *, size_t), 0)                            \
   X(int, brk, (void *), 0)                                       \
   X(void *, sbrk, (intptr_t), 0)                                 \

@@ -7,6 +7,8 @@
  *   mmap, mmap64: the real call, then the mapping booked.
  *   mprotect:     the real call, then a reservation's pages made
  *                 accessible booked (V8 reserves PROT_NONE and commits so).
+ *   madvise:      the real call, then the booked pages it gives back
+ *                 (MADV_DONTNEED, MADV_FREE, MADV_REMOVE) end.
  *   munmap:       the range's bookings ended BEFORE the real munmap (as
  *                 free: the range cannot be mapped again and booked first).
  *   mremap:       maps.c makes the real call between the two halves.
@@ -47,6 +49,19 @@ HS_EXPORT int mprotect(void *addr, size_t len, int prot) {
   int rc = HS_REAL_MAP(mprotect)(addr, len, prot);
   if (HS_UNLIKELY(hs_maps_watching()) && rc == 0)
     hs_maps_protected(addr, len, prot, __builtin_return_address(0));
+  return rc;
+}
+
+/* The advice that gives a range's pages back to the kernel while it stays
+ * mapped; any other (a hint, MADV_DONTFORK, ...) leaves the booking alone. */
+static int gives_back(int advice) {
+  return advice == MADV_DONTNEED || advice == MADV_FREE || advice == MADV_REMOVE;
+}
+
+HS_EXPORT int madvise(void *addr, size_t len, int advice) {
+  int rc = HS_REAL_MAP(madvise)(addr, len, advice);
+  if (HS_UNLIKELY(hs_maps_watching()) && rc == 0 && gives_back(advice))
+    hs_maps_given_back(addr, len, __builtin_return_address(0));
   return rc;
 }
 

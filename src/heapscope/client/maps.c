@@ -11,7 +11,9 @@
  * PROT_NONE mappings are reservations, not memory: kept in the table as
  * such (no record), and booked part by part when mprotect makes them
  * accessible (V8 commits its pages so); mprotect back to PROT_NONE ends a
- * booked part and makes it a reservation again.
+ * booked part and makes it a reservation again, and so does madvise when
+ * it gives the pages back (MADV_DONTNEED, MADV_FREE, MADV_REMOVE): mapped
+ * still, they are no longer the program's memory.
  *
  * Ranges. munmap, mremap and brk act on address ranges, not on the results
  * of earlier calls, so the sampled ranges are kept here in a table (a
@@ -29,9 +31,9 @@
  * the addresses cannot be mapped again (and booked) before their free's
  * sequence number is taken; a mapping's record after the real mmap.
  *
- * Not counted twice. The guard (state.h) is held while the client runs,
- * and while pymalloc maps an arena (pymem.c wraps the arena allocator):
- * pymalloc's arenas are in Python's heap.
+ * Not counted twice. The guard (state.h) is held while the client and
+ * pymalloc's wrappers (pymem.c) run, and while pymalloc maps an arena (its
+ * arena allocator, wrapped there too): pymalloc's arenas are in Python's heap.
  * glibc's malloc maps its large blocks and grows its brk heap through
  * internal calls that never reach a hook. Another allocator interposed as
  * malloc from a shared object (jemalloc, tcmalloc) calls mmap through the
@@ -313,17 +315,12 @@ void hs_maps_mapped(void *p, size_t len, int prot, int flags, const void *caller
   leave(was, saved);
 }
 
-/* Committed: the reserved parts of [a, b) are booked (at mprotect's
- * caller). Decommitted (PROT_NONE): the booked parts end and are reserved
- * again. Other ranges are not ours to judge (a JIT's W^X flips stay as they
- * are). */
-void hs_maps_protected(void *addr, size_t len, int prot, const void *caller) {
-  uint64_t a = (uint64_t)(uintptr_t)addr, b = a + page_up(len);
+/* kind TAKE_RESERVED, committed: the reserved parts of [a, b) are booked
+ * (at the caller of the hook). TAKE_BOOKED, decommitted or given back: the
+ * booked parts end, those of the mmap heap reserved again (a brk range given
+ * back just ends). Under enter(). */
+static void switch_kind(uint64_t a, uint64_t b, int kind) {
   struct range out[TAKE_BATCH];
-  int was, saved;
-  if (len == 0 || none_in(a, b) || !enter(caller, &was, &saved))
-    return;
-  int kind = prot == PROT_NONE ? TAKE_BOOKED : TAKE_RESERVED;
   uint32_t k;
   do {
     k = take(a, b, kind, out);
@@ -338,6 +335,31 @@ void hs_maps_protected(void *addr, size_t len, int prot, const void *caller) {
       }
     }
   } while (k == TAKE_BATCH);
+}
+
+/* Committed: the reserved parts are booked (at mprotect's caller).
+ * Decommitted (PROT_NONE): the booked parts end and are reserved again.
+ * Other ranges are not ours to judge (a JIT's W^X flips stay as they are). */
+void hs_maps_protected(void *addr, size_t len, int prot, const void *caller) {
+  uint64_t a = (uint64_t)(uintptr_t)addr, b = a + page_up(len);
+  int was, saved;
+  if (len == 0 || none_in(a, b) || !enter(caller, &was, &saved))
+    return;
+  switch_kind(a, b, prot == PROT_NONE ? TAKE_BOOKED : TAKE_RESERVED);
+  leave(was, saved);
+}
+
+/* The pages are no longer memory of the program's (not resident, nor
+ * charged to it) though still mapped: what was booked there ends and is a
+ * reservation, booked again when mprotect (or a new mapping over it) makes
+ * it memory. A program that reuses such pages by touching them (GCC's
+ * collector does) is not seen doing so: docs/mmap-heaps.md. */
+void hs_maps_given_back(void *addr, size_t len, const void *caller) {
+  uint64_t a = (uint64_t)(uintptr_t)addr, b = a + page_up(len);
+  int was, saved;
+  if (len == 0 || none_in(a, b) || !enter(caller, &was, &saved))
+    return;
+  switch_kind(a, b, TAKE_BOOKED);
   leave(was, saved);
 }
 

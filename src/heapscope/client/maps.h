@@ -27,6 +27,10 @@ HS_HIDDEN void hs_maps_mapped(void *p, size_t len, int prot, int flags, const vo
 /* A successful mprotect: reserved (PROT_NONE) ranges made accessible are
  * booked, booked ones made PROT_NONE end. */
 HS_HIDDEN void hs_maps_protected(void *addr, size_t len, int prot, const void *caller);
+/* A successful madvise gave [addr, addr + len)'s pages back (MADV_DONTNEED,
+ * MADV_FREE, MADV_REMOVE): the booked ones there end, as mprotect PROT_NONE
+ * ends them, and are booked again when mprotect or mmap makes them memory. */
+HS_HIDDEN void hs_maps_given_back(void *addr, size_t len, const void *caller);
 /* [addr, addr + len) is about to be unmapped. */
 HS_HIDDEN void hs_maps_unmapping(void *addr, size_t len, const void *caller);
 /* The real mremap, with what it keeps, moves, adds and drops booked. */

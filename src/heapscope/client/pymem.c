@@ -241,6 +241,56 @@ static void s_free(void *ctx, void *p) {
   stock.prev.free(ctx, p);
 }
 
+/* PyObjectArenaAllocator (Include/cpython/objimpl.h, the same from 3.4 on):
+ * what pymalloc maps its arenas with, and (3.11 on) the interpreter its
+ * frame stack's chunks. */
+struct py_arena_allocator {
+  void *ctx;
+  void *(*alloc)(void *ctx, size_t size);
+  void (*free)(void *ctx, void *ptr, size_t size);
+};
+typedef void (*arena_allocator_fn)(struct py_arena_allocator *);
+
+static struct py_arena_allocator arena_prev;
+static size_t arena_size; /* pymalloc's ARENA_SIZE; 0: not wrapped */
+
+/* pymalloc's arenas hold its objects, booked in Python's heap as they are
+ * carved out: an arena is mapped under the guard, so that the mmap heap
+ * does not count it a second time (the fast paths above call pymalloc
+ * without the guard, and a request there may need a new arena). Arenas
+ * are told by their size, ARENA_SIZE: the frame stack's chunks (16 KiB
+ * times a power of two) are in no other heap and stay the mmap heap's. A
+ * chunk of exactly ARENA_SIZE (a frame of 64k slots) would be missed. The
+ * free needs no wrapper: an unmap ends only what was booked. */
+static void *arena_alloc(void *ctx, size_t size) {
+  if (size != arena_size)
+    return arena_prev.alloc(ctx, size);
+  struct hs_thread *t = &hs_thread_state;
+  int was = hs_guard_enter(t);
+  void *p = arena_prev.alloc(ctx, size);
+  hs_guard_leave(t, was);
+  return p;
+}
+
+/* Puts arena_alloc in front of pymalloc's arena allocator (stock pymalloc
+ * only: there ARENA_SIZE is known, 1 MiB from 3.10 on 64-bit platforms,
+ * 256 KiB before). As wrap_domains: before Py_Initialize or with the GIL. */
+static void wrap_arenas(void) {
+  arena_allocator_fn get = (arena_allocator_fn)hs_py_symbol("PyObject_GetArenaAllocator");
+  arena_allocator_fn set = (arena_allocator_fn)hs_py_symbol("PyObject_SetArenaAllocator");
+  struct py_arena_allocator now;
+  memset(&now, 0, sizeof now);
+  if (!get || !set)
+    return;
+  get(&now);
+  if (!now.alloc || !now.free || now.alloc == arena_alloc)
+    return;
+  arena_prev = now;
+  arena_size = hs_py_hexversion() >= 0x030a0000 && sizeof(void *) > 4 ? (size_t)1 << 20 : (size_t)1 << 18;
+  struct py_arena_allocator w = {now.ctx, arena_alloc, now.free};
+  set(&w);
+}
+
 typedef int (*add_pending_fn)(int (*fn)(void *), void *arg);
 
 static set_allocator_fn set_fn;
@@ -293,54 +343,6 @@ void hs_pymem_session(uint64_t interval) {
   __atomic_store_n(&stock.fast, fast_limit(stock.direct, interval), __ATOMIC_RELAXED);
 }
 
-/* PyObjectArenaAllocator, as in CPython's Include/cpython/objimpl.h (the
- * same from 3.4 to 3.13). */
-struct py_arena_allocator {
-  void *ctx;
-  void *(*alloc)(void *ctx, size_t size);
-  void (*free)(void *ctx, void *ptr, size_t size);
-};
-typedef void (*arena_allocator_fn)(struct py_arena_allocator *allocator);
-
-static struct py_arena_allocator arena_prev;
-static size_t arena_bytes; /* pymalloc's ARENA_SIZE */
-
-/* pymalloc maps a new arena from inside a request, and a request of the
- * fast path runs without the guard: the mapping hook would book the arena
- * in `mmap` while its objects are booked in python.pymalloc, the same
- * memory twice. An arena is mapped under the guard here. The interpreter's
- * frame stack (3.11+) takes its chunks from the same allocator, in sizes
- * other than an arena's: nobody else books those, so `mmap` does. The
- * unmap is left to the hook, which ends nothing for an unbooked arena. */
-static void *arena_alloc(void *ctx, size_t n) {
-  if (n != arena_bytes)
-    return arena_prev.alloc(ctx, n);
-  struct hs_thread *t = &hs_thread_state;
-  int was = hs_guard_enter(t);
-  void *p = arena_prev.alloc(ctx, n);
-  hs_guard_leave(t, was);
-  return p;
-}
-
-/* With the stock pymalloc only: any other allocator's requests all take the
- * guarded path. ARENA_SIZE is 256 KiB up to 3.9 and 1 MiB from 3.10 on
- * (64-bit builds: USE_LARGE_ARENAS). Same threading as wrap_domains. */
-static void wrap_arenas(void) {
-  arena_allocator_fn get = (arena_allocator_fn)hs_py_symbol("PyObject_GetArenaAllocator");
-  arena_allocator_fn set = (arena_allocator_fn)hs_py_symbol("PyObject_SetArenaAllocator");
-  if (!get || !set || sizeof(void *) != 8)
-    return;
-  struct py_arena_allocator cur;
-  memset(&cur, 0, sizeof cur);
-  get(&cur);
-  if (!cur.alloc || !cur.free || cur.alloc == arena_alloc)
-    return;
-  arena_prev = cur;
-  arena_bytes = hs_py_hexversion() >= 0x030a0000 ? (size_t)1 << 20 : (size_t)1 << 18;
-  struct py_arena_allocator ours = {cur.ctx, arena_alloc, cur.free};
-  set(&ours);
-}
-
 /* Reads the allocators in place and puts the wrappers in front of them.
  * Either before Py_Initialize (no other thread runs Python) or with the GIL
  * held: the MEM and OBJ domains are only called with the GIL, so no thread
@@ -363,6 +365,7 @@ static int wrap_domains(void) {
     stock.prev = wrapped[PY_DOMAIN_OBJ].prev;
     stock.direct = direct;
     stock.fast = fast_limit(direct, hs_session.interval);
+    wrap_arenas();
   }
   for (unsigned i = 0; i < NDOMAINS; i++) {
     int d = domains[i];
@@ -373,8 +376,6 @@ static int wrap_domains(void) {
       w = (struct py_allocator){NULL, s_malloc, s_calloc, s_realloc, s_free};
     set_fn(d, &w);
   }
-  if (pymalloc)
-    wrap_arenas();
   return 1;
 }
 

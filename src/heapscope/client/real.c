@@ -300,6 +300,12 @@ static int boot_map_mprotect(void *addr, size_t len, int prot) {
   return (int)raw_result(RAW(SYS_mprotect, addr, len, prot, 0, 0, 0), -1);
 }
 
+static int boot_map_madvise(void *addr, size_t len, int advice) {
+  if (MAP_RESOLVED(madvise))
+    return HS_REAL_MAP(madvise)(addr, len, advice);
+  return (int)raw_result(RAW(SYS_madvise, addr, len, advice, 0, 0, 0), -1);
+}
+
 static int boot_map_munmap(void *addr, size_t len) {
   if (MAP_RESOLVED(munmap))
     return HS_REAL_MAP(munmap)(addr, len);

@@ -12,6 +12,7 @@ it), never the session a host.
 
 May import: heapscope.session (what a host needs of the layers below it too: the recording's
 config, its stats, the live view's totals rows, the pytest plugin's private directory),
-heapscope.fleet, heapscope.symbolize, heapscope.estimate, heapscope.store, heapscope.model,
+heapscope.fleet, heapscope.symbolize, heapscope.view (the live view's lifetime figures, the
+report's functions), heapscope.estimate, heapscope.store, heapscope.model,
 heapscope.errors, heapscope.records, heapscope.units.
 """

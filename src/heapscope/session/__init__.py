@@ -52,7 +52,8 @@ Hosts (heapscope/hosts/, cli/record.py) read what the recording publishes
 host needs of the layers below comes from here too: RecordConfig (what the
 client is asked to do), ProducerStats (the type of `progress`), TOTALS_ROW and
 THREAD_ROW (the rows of the totals a live view's `every` function reads), SERIES_ROW
-(the memory-over-time points it draws) and
+(the memory-over-time points it draws), LIFETIME_ROW and its kinds LT_* (the lifetimes
+and sizes it shows per stack) and
 owned_dir() (a private directory like the recording's own, for a host's own
 sockets: the pytest plugin's).
 
@@ -62,12 +63,23 @@ hosts), heapscope.wire.handshake, heapscope.model,
 heapscope.errors, heapscope.closing, heapscope.sigmask, heapscope.records, heapscope.which.
 """
 
-from heapscope.bookkeeping.rows import SERIES_ROW, THREAD_ROW, TOTALS_ROW
+from heapscope.bookkeeping.rows import (
+    LIFETIME_ROW,
+    LT_FREED,
+    LT_HEAPTRACK,
+    LT_HELD,
+    LT_SIZE,
+    LT_UNKNOWN,
+    SERIES_ROW,
+    THREAD_ROW,
+    TOTALS_ROW,
+)
 from heapscope.producer.config import RecordConfig
 from heapscope.producer.producer import ProducerStats
 from heapscope.session.core import ProcessPeak, RecordingOptions, Summary, client_library, owned_dir
 from heapscope.session.lifecycle import Recording
 from heapscope.session.requests import WindowSnapshot
 
-__all__ = ["SERIES_ROW", "THREAD_ROW", "TOTALS_ROW", "ProcessPeak", "ProducerStats", "RecordConfig", "Recording",
-           "RecordingOptions", "Summary", "WindowSnapshot", "client_library", "owned_dir"]
+__all__ = ["LIFETIME_ROW", "LT_FREED", "LT_HEAPTRACK", "LT_HELD", "LT_SIZE", "LT_UNKNOWN", "SERIES_ROW",
+           "THREAD_ROW", "TOTALS_ROW", "ProcessPeak", "ProducerStats", "RecordConfig", "Recording", "RecordingOptions",
+           "Summary", "WindowSnapshot", "client_library", "owned_dir"]

@@ -10,6 +10,12 @@ thread, so the view stays responsive while the loop writes them.
     d  take a dump now            f  write a flamegraph page of the state now
     1-4 sort by unreleased bytes, objects held, allocated bytes, objects allocated (counts are
         estimates at the sampling interval, the report's; exact at interval 1)
+    5  temporary allocations: per stack, the bytes and allocations freed within the threshold
+       (report --view temporary's figures), by temporary bytes
+    6  lifetimes: per stack, the median and 90th percentile lifetime of the freed allocations
+       and what is still held (report --lifetimes's figures, per stack), by allocated bytes
+    m  the threshold of 5 and 6: 1 ms (the report's default), 10 ms, 100 ms, 1 s, 10 us,
+       100 us, heaptrack's (freed before the thread's next allocation: exact at -i 1)
     p  next process (all, then each pid)
     t  thread filter: a picker of the threads seen in the process shown (all processes: in each),
        with their names, and "all threads"; it filters the table (the memory graph stays per process)
@@ -33,8 +39,19 @@ from textual.widgets import DataTable, Footer, OptionList, RichLog, Sparkline, S
 from textual.widgets.option_list import Option
 
 from heapscope.hosts.live.names import Namer
-from heapscope.hosts.live.snapshot import FrameKey, HeapSnapshot, ProcessView, Site, Snapshotter, memory_columns
+from heapscope.hosts.live.snapshot import (
+    FrameKey,
+    HeapSnapshot,
+    LifeFigures,
+    ProcessView,
+    Site,
+    Snapshotter,
+    life_figures,
+    memory_columns,
+)
+from heapscope.store.lifetimes import CallsiteLife
 from heapscope.units import format_bytes
+from heapscope.view.lifetimes import DEFAULT_TEMPORARY_NS, HEAPTRACK, format_bucket, format_ns
 
 REFRESH_S = 0.25  # how often the view looks for a new snapshot (one is taken every second)
 TOP = 100  # stacks in the table
@@ -43,6 +60,14 @@ SPARK_COLUMNS = 120  # the memory sparklines' width in columns
 # "objects" is said of estimates only, never of raw sample counts.
 VIEW_TITLES = {"space": "unreleased", "objects": "objects held", "alloc_space": "allocated",
                "alloc_objects": "objects allocated"}
+# The lifetime views (5, 6): their titles, and their columns before the function's.
+LIFE_TITLES = {"temporary": "temporary", "lifetimes": "lifetimes"}
+LIFE_COLUMNS = {"temporary": ("temporary", "temp. allocations", "allocated", "allocations", "% temporary"),
+                "lifetimes": ("allocated", "allocations", "median lifetime", "p90 lifetime", "% temporary",
+                              "% held")}
+# What `m` steps through (ns, or heaptrack's definition); the first is the report's default.
+THRESHOLDS: tuple[int | str, ...] = (DEFAULT_TEMPORARY_NS, 10_000_000, 100_000_000, 1_000_000_000, 10_000, 100_000,
+                                     HEAPTRACK)
 OUTPUT_LINES = 500
 
 
@@ -126,6 +151,20 @@ class Control:
 
 ThreadKey = tuple[int, int]  # (pid, tid)
 CANCELLED = -1
+NOT_SHOWN: tuple[int, int, str, int | None, ThreadKey | None, int | str] = (-1, -1, "", None, None, 0)
+
+
+def _count(value: float) -> str:
+    return f"{round(value):,}"
+
+
+def _percent(part: float, whole: float) -> str:
+    return f"{100 * part / whole:.0f}%" if whole > 0 else "-"
+
+
+def _lifetime_cells(f: LifeFigures) -> tuple[str, ...]:
+    return (format_bytes(f.alloc_bytes), _count(f.alloc.value), format_bucket(f.median), format_bucket(f.p90),
+            _percent(f.temp.value, f.alloc.value), _percent(f.held.value, f.alloc.value))
 
 
 class ThreadPicker(ModalScreen[int]):
@@ -186,6 +225,9 @@ class LiveApp(App[None]):
         Binding("2", "sort('objects')", "objects held"),
         Binding("3", "sort('alloc_space')", "allocated"),
         Binding("4", "sort('alloc_objects')", "objects allocated"),
+        Binding("5", "sort('temporary')", "temporary"),
+        Binding("6", "sort('lifetimes')", "lifetimes"),
+        Binding("m", "threshold", "threshold", show=False),
         Binding("p", "next_process", "process"),
         Binding("t", "threads", "threads"),
     ]
@@ -198,13 +240,14 @@ class LiveApp(App[None]):
         self.heading = title
         self.namer = Namer()
         self.view_name = "space"
+        self.threshold: int | str = DEFAULT_TEMPORARY_NS
         self.pid: int | None = None  # None: every process
         self.thread: ThreadKey | None = None  # None: every thread
         self.quit_by_key = False
-        self._shown: tuple[int, int, str, int | None, ThreadKey | None] = (-1, -1, "", None, None)
+        self._shown: tuple[int, int, str, int | None, ThreadKey | None, int | str] = NOT_SHOWN
         self._output_version = 0
         self._messages_seen = 0
-        self._rows: list[Site] = []
+        self._rows: list[tuple[FrameKey, ...]] = []  # the table's stacks, top to bottom
         self._flamegraphs = 0
         self._last_action = ""
 
@@ -245,7 +288,7 @@ class LiveApp(App[None]):
             return
         self._show_output()
         snap = self.snapshots.latest()
-        key = (snap.seq if snap else 0, self.namer.known, self.view_name, self.pid, self.thread)
+        key = (snap.seq if snap else 0, self.namer.known, self.view_name, self.pid, self.thread, self.threshold)
         if snap is None or key == self._shown:
             return
         self._shown = key
@@ -280,12 +323,26 @@ class LiveApp(App[None]):
         running = sum(1 for p in snap.processes if p.running)
         who = "all processes" if self.pid is None else next(
             (p.label for p in snap.processes if p.pid == self.pid), f"pid {self.pid}")
+        view = VIEW_TITLES.get(self.view_name) or LIFE_TITLES[self.view_name]
+        if self.view_name in LIFE_TITLES:
+            view += f" (temporary: {self._threshold_text()}; m: threshold)"
+            if self.thread is not None:
+                view += ", every thread's: lifetimes are kept per process"
         self._main.query_one("#picker", Static).update(
             f"process [p]: {who} ({running} running, {len(snap.processes)} seen)"
-            f"   threads [t]: {self._thread_label(snap)}   sort [1-4]: {VIEW_TITLES[self.view_name]}")
+            f"   threads [t]: {self._thread_label(snap)}   view [1-6]: {view}")
         self._main.query_one("#status", Static).update(
             f"{self.heading}   {snap.elapsed_s:6.1f} s   {snap.samples:,} samples   {self._last_action}")
-        self._table(procs)
+        if self.view_name in LIFE_TITLES:
+            self._life_table(snap, procs)
+        else:
+            self._table(procs)
+
+    def _threshold_text(self) -> str:
+        if self.threshold == HEAPTRACK:
+            return "freed before the thread's next allocation"
+        assert isinstance(self.threshold, int)
+        return f"freed within {format_ns(self.threshold)}"
 
     def _thread_label(self, snap: HeapSnapshot) -> str:
         if self.thread is None:
@@ -313,26 +370,56 @@ class LiveApp(App[None]):
                 acc[3] += s.alloc_objects
         sites = [Site(f, *v) for f, v in merged.items()]
         sites.sort(key=lambda s: (-s.value(self.view_name), -s.alloc_bytes))
-        top = sites[:TOP]
-        self.namer.want(f for s in top for f in s.frames[:8])
+        self._fill([(s.frames, (format_bytes(s.value("space")), f"{s.value('objects'):,}",
+                                format_bytes(s.alloc_bytes), f"{s.alloc_objects:,}")) for s in sites[:TOP]])
+
+    def _life_table(self, snap: HeapSnapshot, procs: list[ProcessView]) -> None:
+        """The lifetime views: per stack over the processes shown (all threads: lifetimes are
+        kept per process); empty until a snapshot taken while they were wanted."""
+        merged: dict[tuple[FrameKey, ...], dict[int, CallsiteLife]] = {}
+        for p in procs:
+            for site in p.lives:
+                by = merged.setdefault(site.frames, {})
+                for interval, life in site.lives:
+                    by.setdefault(interval, CallsiteLife()).merge(life)
+        figures = [life_figures(frames, by, self.threshold) for frames, by in merged.items()]
+        rows: list[tuple[tuple[FrameKey, ...], tuple[str, ...]]]
+        if self.view_name == "temporary":
+            figures = [f for f in figures if f.temp.value > 0]
+            figures.sort(key=lambda f: (-f.temp_bytes, -f.temp.value, -f.alloc_bytes))
+            rows = [(f.frames, (format_bytes(f.temp_bytes), _count(f.temp.value), format_bytes(f.alloc_bytes),
+                                _count(f.alloc.value), _percent(f.temp.value, f.alloc.value))) for f in figures[:TOP]]
+        else:
+            figures.sort(key=lambda f: (-f.alloc_bytes, -f.alloc.value))
+            rows = [(f.frames, _lifetime_cells(f)) for f in figures[:TOP]]
+        self._fill(rows)
+        if not snap.lifetimes:
+            self._main.query_one("#stack", Static).update("lifetimes: from the next snapshot (one a second)")
+
+    def _fill(self, rows: list[tuple[tuple[FrameKey, ...], tuple[str, ...]]]) -> None:
+        """The table's rows: each stack's figures, then its function and where it is called from."""
+        self.namer.want(f for frames, _cells in rows for f in frames[:8])
         table = self._main.query_one("#sites", DataTable)
         cursor = table.cursor_row
         table.clear()
-        for s in top:
-            names = [self.namer.name(f) for f in s.frames]
-            table.add_row(format_bytes(s.value("space")), f"{s.value('objects'):,}",
-                          format_bytes(s.alloc_bytes), f"{s.alloc_objects:,}", names[0] if names else "?",
+        for frames, cells in rows:
+            names = [self.namer.name(f) for f in frames]
+            table.add_row(*cells, names[0] if names else "?",
                           " < ".join(names[1:4]) + (" < ..." if len(names) > 4 else ""))
-        self._rows = top
-        if top:
-            table.move_cursor(row=min(cursor, len(top) - 1), scroll=False)
+        self._rows = [frames for frames, _cells in rows]
+        if rows:
+            table.move_cursor(row=min(cursor, len(rows) - 1), scroll=False)
         self._stack(table.cursor_row)
 
     def _columns(self) -> None:
         table = self._main.query_one("#sites", DataTable)
         table.clear(columns=True)
-        for view, title in VIEW_TITLES.items():
-            table.add_column(title + (" ▼" if view == self.view_name else ""), width=max(12, len(title) + 2))
+        if self.view_name in LIFE_COLUMNS:
+            for i, title in enumerate(LIFE_COLUMNS[self.view_name]):
+                table.add_column(title + (" ▼" if i == 0 else ""), width=max(12, len(title) + 2))
+        else:
+            for view, title in VIEW_TITLES.items():
+                table.add_column(title + (" ▼" if view == self.view_name else ""), width=max(12, len(title) + 2))
         table.add_column("function", width=28)
         table.add_column("called from")
 
@@ -342,7 +429,7 @@ class LiveApp(App[None]):
     def _stack(self, row: int) -> None:
         text = ""
         if 0 <= row < len(self._rows):
-            names = [self.namer.name(f) for f in self._rows[row].frames]
+            names = [self.namer.name(f) for f in self._rows[row]]
             text = "stack: " + " < ".join(names)
         self._main.query_one("#stack", Static).update(text)
 
@@ -354,8 +441,13 @@ class LiveApp(App[None]):
 
     def action_sort(self, view: str) -> None:
         self.view_name = view
+        self.snapshots.lifetimes = view in LIFE_TITLES  # read from the next snapshot on
         self._columns()
-        self._shown = (-1, -1, "", None, None)
+        self._shown = NOT_SHOWN
+        self._tick()
+
+    def action_threshold(self) -> None:
+        self.threshold = THRESHOLDS[(THRESHOLDS.index(self.threshold) + 1) % len(THRESHOLDS)]
         self._tick()
 
     def action_next_process(self) -> None:
@@ -421,4 +513,4 @@ class LiveApp(App[None]):
         self._last_action = text
         self.notify(text, severity="error" if severity == "error" else "information", timeout=6, markup=False)
         self._main.query_one("#output", RichLog).write(f"heapscope: {text}")
-        self._shown = (-1, -1, "", None, None)
+        self._shown = NOT_SHOWN

@@ -24,6 +24,15 @@ view carries them grouped by thread, with the thread's name read from
 read shows its id alone). A thread id the kernel hands out again after its
 thread ended adds to the same row.
 
+Lifetimes: while the view shows temporary allocations or lifetimes (it sets
+`lifetimes`), each snapshot also reads every heap tracker's lifetime and size
+cells per callsite (tracker_lifetime.h hs_tracker_lifetimes: the rows the final
+dump writes to the profile and the report reads), kept per heap interval so the
+allocations behind them are estimated as the report's (view/lifetimes.py). They
+cost a pass over the tracker's live table, so no snapshot reads them otherwise.
+Stacks whose callsite is not known yet have none (the loop resolves them every
+100 ms); lifetimes are per process, never per thread.
+
 The result is an immutable HeapSnapshot, swapped in under a lock; readers
 (the view's thread) take `latest()` and never see a half-built one.
 """
@@ -35,11 +44,23 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING
 
-from heapscope.estimate import estimate_int
-from heapscope.model import Frame, Mapping
+from heapscope.estimate import Estimate, combine, estimate_int
+from heapscope.model import LIFETIME_BOUNDS, Frame, Mapping
 from heapscope.records import Record
-from heapscope.session import SERIES_ROW, THREAD_ROW, TOTALS_ROW
+from heapscope.session import (
+    LIFETIME_ROW,
+    LT_FREED,
+    LT_HEAPTRACK,
+    LT_HELD,
+    LT_SIZE,
+    LT_UNKNOWN,
+    SERIES_ROW,
+    THREAD_ROW,
+    TOTALS_ROW,
+)
+from heapscope.store.lifetimes import CallsiteLife, Cell, add_cell
 from heapscope.store.series import Point, sum_heaps
+from heapscope.view.lifetimes import Bucket, cell_estimate, quantile, temporary_cells
 
 if TYPE_CHECKING:
     from heapscope.producer.process import ProcessState
@@ -95,6 +116,29 @@ class ThreadView(Record, frozen=True):
         return f"{self.tid} {self.name}" if self.name else f"{self.tid}"
 
 
+class SiteLife(Record, frozen=True):
+    """One stack's lifetimes and sizes now, cumulative: per heap interval, the tracker's cells
+    (store/lifetimes.py CallsiteLife, as the profile's final dump writes them). Not changed once
+    published."""
+
+    frames: tuple[FrameKey, ...]  # leaf first
+    lives: tuple[tuple[int, CallsiteLife], ...]  # (heap interval, its cells)
+
+
+class LifeFigures(Record, frozen=True):
+    """One stack's temporary allocations and lifetimes, the report's figures (view/lifetimes.py):
+    sampled bytes, and allocations estimated per cell at its heap's interval (exact at 1)."""
+
+    frames: tuple[FrameKey, ...]
+    temp_bytes: int  # sampled bytes freed within the threshold
+    temp: Estimate  # allocations freed within it
+    alloc_bytes: int
+    alloc: Estimate
+    held: Estimate  # allocations still live
+    median: Bucket | None  # of the freed allocations' lifetimes (the bucket it falls in)
+    p90: Bucket | None
+
+
 class ProcessView(Record, frozen=True):
     pid: int
     name: str
@@ -105,6 +149,7 @@ class ProcessView(Record, frozen=True):
     threads: tuple[ThreadView, ...] = ()  # by tid; empty when the tracker keeps no threads
     # memory over time, its heaps summed (the trackers' series: tracker_series.h, as the profile keeps it)
     series: tuple[Point, ...] = ()
+    lives: tuple[SiteLife, ...] = ()  # only in a snapshot taken while lifetimes were wanted
 
     @property
     def label(self) -> str:
@@ -118,6 +163,7 @@ class HeapSnapshot(Record, frozen=True):
     # (elapsed s, {pid: (unreleased, allocated)}), oldest first
     history: tuple[tuple[float, dict[int, tuple[int, int]]], ...]
     samples: int  # so far, every heap (the producer's stats(), as record's summary counts them)
+    lifetimes: bool = False  # the processes' lives were read (Snapshotter.lifetimes)
 
 
 class Snapshotter:
@@ -133,6 +179,8 @@ class Snapshotter:
         self._ended: dict[int, ProcessView] = {}  # by pid: the last view of processes that ended
         self._history: deque[tuple[float, dict[int, tuple[int, int]]]] = deque(maxlen=HISTORY)
         self._thread_names: dict[tuple[int, int], str] = {}  # (pid, tid) -> the name read last
+        # Set by the view while it shows lifetimes (a plain bool: read once per snapshot).
+        self.lifetimes = False
 
     def latest(self) -> HeapSnapshot | None:
         with self._lock:
@@ -144,8 +192,9 @@ class Snapshotter:
         self._catch_up(producer)
         views: list[ProcessView] = []
         running: set[int] = set()
+        lifetimes = self.lifetimes
         for p in producer.running():
-            view = self._process(producer, p)
+            view = self._process(producer, p, lifetimes)
             views.append(view)
             running.add(view.pid)
         samples = producer.stats().samples  # every heap, python.pymalloc included: record's count
@@ -155,16 +204,16 @@ class Snapshotter:
             for v in last.processes:
                 if v.pid not in running and v.pid not in self._ended:
                     self._ended[v.pid] = ProcessView(v.pid, v.name, False, v.sites, v.unreleased, v.allocated,
-                                                     v.threads, v.series)
+                                                     v.threads, v.series, v.lives)
         views += [v for pid, v in self._ended.items() if pid not in running]
         now = time.monotonic() - self._started
         self._history.append((now, {v.pid: (v.unreleased, v.allocated) for v in views if v.running}))
         self._seq += 1
-        snap = HeapSnapshot(self._seq, now, tuple(views), tuple(self._history), samples)
+        snap = HeapSnapshot(self._seq, now, tuple(views), tuple(self._history), samples, lifetimes)
         with self._lock:
             self._latest = snap
 
-    def _process(self, producer: Producer, p: ProcessState) -> ProcessView:
+    def _process(self, producer: Producer, p: ProcessState, lifetimes: bool) -> ProcessView:
         by_frames: dict[tuple[FrameKey, ...], Raw] = {}
         unresolved: dict[int, tuple[FrameKey, ...]] = {}  # stack id -> frames, for this snapshot
         heaps, by_thread = producer.totals(p)
@@ -185,7 +234,17 @@ class Snapshotter:
         allocated = sum(s.alloc_bytes for s in sites)
         unreleased = sum(s.alloc_bytes - s.free_bytes for s in sites)
         return ProcessView(p.info.pid, p.info.name or p.info.cmdline, True, sites, unreleased, allocated, threads,
-                           _series(p))
+                           _series(p), self._lives(p) if lifetimes else ())
+
+    def _lives(self, p: ProcessState) -> tuple[SiteLife, ...]:
+        """Every heap's lifetimes and sizes per stack, as the final dump writes them."""
+        acc: dict[tuple[FrameKey, ...], dict[int, CallsiteLife]] = {}
+        trackers = [(p.flags.sampling_interval_bytes, p.ingest.tracker),
+                    *((h.interval, h.tracker) for h in p.custom_heaps.values())]
+        for interval, tracker in trackers:
+            for callsite, life in lives_of(tracker.lifetimes()).items():
+                acc.setdefault(self._path(callsite), {}).setdefault(interval, CallsiteLife()).merge(life)
+        return tuple(SiteLife(frames, tuple(sorted(by.items()))) for frames, by in acc.items())
 
     def _frames_of(self, producer: Producer, p: ProcessState, callsite: int, stack: int,
                    unresolved: dict[int, tuple[FrameKey, ...]]) -> tuple[FrameKey, ...]:
@@ -316,3 +375,61 @@ def memory_columns(views: list[ProcessView], n: int) -> tuple[list[float], list[
             unreleased[c] += top
             allocated[c] += alloc
     return unreleased, allocated
+
+
+_I64_MAX = (1 << 63) - 1
+
+
+def _size_bounds(bucket: int) -> tuple[int, int]:
+    """Size bucket b's sizes [2^b, 2^(b+1)); 0 and 1 in [0, 2) (the store's, bookkeeping/dump.py)."""
+    return 1 << bucket if bucket else 0, min(1 << (bucket + 1), _I64_MAX)
+
+
+def _life_bounds(bucket: int) -> tuple[int, int | None]:
+    """Lifetime bucket b's [lo, hi) in ns, hi None for the last (heapscope.model.LIFETIME_BOUNDS)."""
+    return (LIFETIME_BOUNDS[bucket - 1] if bucket else 0,
+            LIFETIME_BOUNDS[bucket] if bucket < len(LIFETIME_BOUNDS) else None)
+
+
+def lives_of(rows: bytes) -> dict[int, CallsiteLife]:
+    """A tracker's LIFETIME_ROW rows per callsite, keyed as the profile's tables are read
+    (store/lifetimes.py read_lifetimes), so that the report's functions take them as they are."""
+    out: dict[int, CallsiteLife] = {}
+    for callsite, kind, bucket, count, size, real in LIFETIME_ROW.iter_unpack(rows):
+        life = out.setdefault(callsite, CallsiteLife())
+        cell = Cell(count, size, real)
+        size_lo = _size_bounds(bucket & 0xFF)[0]
+        if kind == LT_SIZE:
+            add_cell(life.sizes, _size_bounds(bucket), cell)
+        elif kind == LT_FREED:
+            add_cell(life.freed, (*_life_bounds(bucket >> 8), size_lo), cell)
+        elif kind == LT_HELD:
+            add_cell(life.held, (*_life_bounds(bucket >> 8), size_lo), cell)
+        elif kind == LT_UNKNOWN:
+            add_cell(life.unknown, size_lo, cell)
+        elif kind == LT_HEAPTRACK:
+            add_cell(life.heaptrack, size_lo, cell)
+    return out
+
+
+def life_figures(frames: tuple[FrameKey, ...], by_interval: dict[int, CallsiteLife],
+                 threshold: int | str) -> LifeFigures:
+    """A stack's figures over its heaps: the report's temporary view and lifetimes
+    (view/lifetimes.py temporary_rows, lifetime_rows), each cell estimated at its heap's interval."""
+    temp_bytes = alloc_bytes = 0
+    temp: list[Estimate] = []
+    alloc: list[Estimate] = []
+    held: list[Estimate] = []
+    weights: dict[Bucket, float] = {}
+    for interval, life in by_interval.items():
+        for c in temporary_cells(life, threshold):
+            temp_bytes += c.size
+            temp.append(cell_estimate(c, interval))
+        for c in life.sizes.values():
+            alloc_bytes += c.size
+            alloc.append(cell_estimate(c, interval))
+        held += [cell_estimate(c, interval) for c in life.held.values()]
+        for (lo, hi, _size), c in life.freed.items():
+            weights[(lo, hi)] = weights.get((lo, hi), 0.0) + cell_estimate(c, interval).value
+    return LifeFigures(frames, temp_bytes, combine(temp), alloc_bytes, combine(alloc), combine(held),
+                       quantile(weights, 0.5), quantile(weights, 0.9))
