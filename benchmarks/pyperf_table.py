@@ -19,8 +19,10 @@ Each runs plain and under:
                      frames and pymalloc sampled)
   memray             `python -m memray run -q -f -o FILE ...`
   memray --native    the same with --native
-  fil                `fil-profile -q run -o DIR --no-browser ...` (Fil writes its reports at the exit)
-  scalene --memory   `python -m scalene --memory --cli --outfile FILE ... --- ARGS` (memory only)
+  fil                `fil-profile -o DIR --no-browser run ...` (Fil writes its reports at the exit)
+  scalene --memory   `python -m scalene run --memory -o FILE ... --- ARGS`: Scalene 2's memory
+                     profiling (it has no memory-only mode: --memory is on by default, with its
+                     CPU sampling; `--cpu-only` turns memory off)
   memory_profiler    `python -m memory_profiler ...`, the workload's function decorated with its
                      `profile` (its documented way; without a decorated function it does nothing)
 
@@ -34,7 +36,7 @@ cell reads ">Nx" and enters the tool's median at N (a lower bound, so that media
 The peers and the programs' libraries run in a venv this script creates
 (benchmarks/out/pyperf-venv, versions pinned in PYPERF_PACKAGES) on this interpreter's base
 Python; every workload runs with that venv's python, plain too. Nothing here asserts on time.
---quick (1 round, 1 loop, small programs) is a smoke test of the harness: its figures mean
+--quick (1 round, small programs) is a smoke test of the harness: its figures mean
 nothing.
 """
 
@@ -59,27 +61,27 @@ from run import fmt_x, heapscope_readout, verdict
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "out"
 PYPERF_PACKAGES = [
-    "pyperformance==1.14.0", "pyperf==2.10.0", "docutils==0.22.4", "sympy==1.14.0",
+    "pyperformance==1.14.0", "pyperf==2.11.0", "docutils==0.23", "sympy==1.14.0",
     "memray==1.20.0", "filprofiler==2024.11.2", "scalene==2.4.0", "memory-profiler==0.61.0", "psutil==7.2.2",
-    "pandas==3.1.1", "numpy==2.3.5", "black==26.10.1",
+    "pandas==3.1.1", "numpy==2.4.6", "black==26.10.1",
 ]
-# name -> (loops, loops with --quick): about a second plain each on the 2-core machine
+# name -> loops: one loop is 0.4-4.4 s of CPU plain on the 2-core machine (mdp the longest)
 PYPERFORMANCE = {
-    "async_tree_none": (4, 1),
-    "async_tree_io": (4, 1),
-    "async_tree_memoization": (4, 1),
-    "async_tree_cpu_io_mixed": (4, 1),
-    "docutils": (1, 1),
-    "fannkuch": (2, 1),
-    "mdp": (1, 1),
-    "pprint_pformat": (2, 1),
-    "raytrace": (2, 1),
-    "sympy_expand": (6, 1),
+    "async_tree_none": 1,
+    "async_tree_io": 1,
+    "async_tree_memoization": 1,
+    "async_tree_cpu_io_mixed": 1,
+    "docutils": 1,
+    "fannkuch": 1,
+    "mdp": 1,
+    "pprint_pformat": 1,
+    "raytrace": 1,
+    "sympy_expand": 1,
 }
 # name -> (pylib.py/pywork.py arguments, with --quick)
 PROGRAMS = {
     "pandas/numpy job": (["pylib.py", "pandas", "1000000"], ["pylib.py", "pandas", "100000"]),
-    "black, a large module": (["pylib.py", "black", "1500"], ["pylib.py", "black", "100"]),
+    "black, a generated module": (["pylib.py", "black", "100"], ["pylib.py", "black", "20"]),
     "json/dict service": (["pywork.py", "service", "150000"], ["pywork.py", "service", "10000"]),
 }
 TOOLS = ("none", "heapscope", "memray", "memray --native", "fil", "scalene --memory", "memory_profiler")
@@ -114,9 +116,9 @@ def command(tool: str, w: Workload, py: Path, heapscope: list[str], out: Path) -
         native = ["--native"] if tool == "memray --native" else []
         return [str(py), "-m", "memray", "run", "-q", "-f", "-o", str(out / "memray.bin"), *native, *w.script], {}
     if tool == "fil":
-        return [str(py.parent / "fil-profile"), "-q", "run", "-o", str(out / "fil"), "--no-browser", *w.script], {}
+        return [str(py.parent / "fil-profile"), "-o", str(out / "fil"), "--no-browser", "run", *w.script], {}
     if tool == "scalene --memory":
-        return [str(py), "-m", "scalene", "--memory", "--cli", "--outfile", str(out / "scalene.txt"), w.script[0],
+        return [str(py), "-m", "scalene", "run", "--memory", "-o", str(out / "scalene.json"), w.script[0],
                 "---", *w.script[1:]], {}
     if tool == "memory_profiler":
         return [str(py), "-m", "memory_profiler", *w.script], {"BENCH_DECORATE_MAIN": "1"}
@@ -195,9 +197,8 @@ def workloads(py: Path, quick: bool, only: str | None) -> list[Workload]:
     loads: list[Workload] = []
     if found.returncode == 0:
         root = found.stdout.strip()
-        for name, (loops, quick_loops) in PYPERFORMANCE.items():
-            n = quick_loops if quick else loops
-            loads.append(Workload(name, [str(HERE / "pyperf_one.py"), root, name, str(n)], "pyperformance"))
+        for name, loops in PYPERFORMANCE.items():
+            loads.append(Workload(name, [str(HERE / "pyperf_one.py"), root, name, str(loops)], "pyperformance"))
     else:
         print("pyperformance is not importable in the venv: its table is left out", file=sys.stderr)
     for name, (args, quick_args) in PROGRAMS.items():
@@ -243,16 +244,17 @@ class Cell:
     cut: bool = False
 
 
-def cell(runs: list[Run], plain: list[Run], cap: float) -> Cell:
-    base = [r.wall for r in plain if r.status == 0]
+def cell(runs: list[Run], plain: list[Run], cap: float, cpu: bool = False) -> Cell:
+    """Wall (or with cpu, user+sys of the tree) over the plain run's, medians."""
+    base = [r.cpu if cpu else r.wall for r in plain if r.status == 0]
     if not runs or not base:
         return Cell(None, "n/a")
     failed = [r.status for r in runs if r.status > 0]
     if failed:
         return Cell(None, f"failed (exit {failed[0]}, {len(failed)}/{len(runs)})")
     if any(r.status == -1 for r in runs):
-        return Cell(cap, f">{cap:.0f}x", cut=True)
-    x = statistics.median(r.wall for r in runs) / statistics.median(base)
+        return Cell(None, "cut") if cpu else Cell(cap, f">{cap:.0f}x", cut=True)
+    x = statistics.median(r.cpu if cpu else r.wall for r in runs) / statistics.median(base)
     return Cell(x, fmt_x(x, TARGET))
 
 
@@ -281,9 +283,25 @@ def tables(loads: list[Workload], tools: list[str], runs: dict[tuple[str, str], 
     if programs:
         lines += ["", "| program (plain wall) | " + " | ".join(shown) + " |", "|---|" + "---|" * len(shown)]
         lines += [row(w, shown, cells, runs) for w in programs]
-    lines += ["", "heapscope's own figures (medians): whole command wall x, CPU x (user+sys of the tree), "
-              "samples taken (malloc + pymalloc), nothing lost:", "",
-              "| workload | wall x | CPU x | samples | dropped or unwinding errors |", "|---|---|---|---|---|"]
+    cpu_cells = {(w.name, t): cell(runs.get((w.name, t), []), runs.get((w.name, "none"), []), cap, cpu=True)
+                 for w in loads for t in shown}
+    lines += ["", "The same runs in CPU time (user+sys of the whole process tree: the tool's own processes too) over "
+              "the plain run's, medians; a cut run has no CPU figure:", "",
+              "| workload (plain CPU) | " + " | ".join(shown) + " |", "|---|" + "---|" * len(shown)]
+    for w in loads:
+        base = [r.cpu for r in runs.get((w.name, "none"), []) if r.status == 0]
+        lines.append(f"| {w.name} ({statistics.median(base) if base else float('nan'):.2f} s) | "
+                     + " | ".join(cpu_cells[(w.name, t)].text for t in shown) + " |")
+    lines.append("")
+    for t in shown:
+        xs = [c.x for w in bench if (c := cpu_cells[(w.name, t)]).x is not None]
+        if bench:
+            lines.append(f"- {t}: median CPU x over the pyperformance benchmarks it finished "
+                         f"({len(xs)}/{len(bench)}): {fmt_x(statistics.median(xs)) if xs else 'n/a'}")
+    lines += ["", "heapscope's own figures (medians): whole command wall x, CPU x (user+sys of the tree), its "
+              "producer's CPU (`stats` producer_cpu_ns), samples taken (malloc + pymalloc), stacks, nothing lost:",
+              "", "| workload | wall x | CPU x | producer CPU | samples | stacks | dropped or unwinding errors |",
+              "|---|---|---|---|---|---|---|"]
     for w in loads:
         hs, plain = runs.get((w.name, "heapscope"), []), runs.get((w.name, "none"), [])
         ok = [r for r in hs if r.status == 0]
@@ -294,7 +312,9 @@ def tables(loads: list[Workload], tools: list[str], runs: dict[tuple[str, str], 
         last = ok[-1].stats
         samples = last.get("heap_samples", 0) + last.get("python_heap_samples", 0)
         lost = {k: v for k, v in last.items() if v and ("drop" in k or "error" in k or "lost" in k or "gap" in k)}
-        lines.append(f"| {w.name} | {cells[(w.name, 'heapscope')].text} | {fmt_x(cpu)} | {samples:,} | "
+        producer = statistics.median(r.stats.get("producer_cpu_ns", 0) for r in ok) / 1e9
+        lines.append(f"| {w.name} | {cells[(w.name, 'heapscope')].text} | {fmt_x(cpu)} | {producer:.2f} s | "
+                     f"{samples:,} | {last.get('stacks', 0):,} | "
                      f"{', '.join(f'{k}={v}' for k, v in lost.items()) or 'none'} |")
     checks: list[tuple[str, str, bool | None]] = []
     if "heapscope" in medians:
@@ -335,7 +355,7 @@ def row(w: Workload, shown: list[str], cells: dict[tuple[str, str], Cell],
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="1 round, 1 loop, small programs: a smoke test")
+    parser.add_argument("--quick", action="store_true", help="1 round, small programs: a smoke test")
     parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 5, --quick 1)")
     parser.add_argument("--only", default=None, help="run only the workloads whose name contains this")
     parser.add_argument("--tools", default=",".join(TOOLS[1:]),
@@ -343,8 +363,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heapscope", default=None, help="heapscope command (default: on PATH, else python -m)")
     parser.add_argument("--venv", type=Path, default=OUT / "pyperf-venv",
                         help="venv of the peers and the programs' libraries, created if missing")
-    parser.add_argument("--cap", type=float, default=10.0,
-                        help="stop a run at this many times the plain wall (default 10)")
+    parser.add_argument("--cap", type=float, default=5.0,
+                        help="stop a run at this many times the plain wall (default 5)")
     args = parser.parse_args(argv)
     rounds = args.rounds or (1 if args.quick else 5)
     wanted = [t.strip() for t in args.tools.split(",") if t.strip()]
@@ -375,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
             f"Linux {platform.release()}, Python {platform.python_version()}, load average {load_before:.1f} at the "
             f"start and {os.getloadavg()[0]:.1f} at the end. {hs_version} at {commit}; {versions(py)}.", ""]
     if args.quick:
-        head += ["**--quick: one round of one loop, a smoke test of the harness; these figures are not "
+        head += ["**--quick: one round, small programs, a smoke test of the harness; these figures are not "
                  "measurements.**", ""]
     print("\n".join(["", *head, *tables(loads, tools, runs, args.cap, why)]))
     return 0
