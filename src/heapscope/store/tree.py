@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from heapscope.model import CallsiteId, FrameId
-from heapscope.store._callsites import plain_rows
+from heapscope.store._callsites import plain_rows, read_table
 from heapscope.store.values import BadValue
 
 # No real call stack is deeper: the client unwinds at most wire.codec.MAX_FRAMES
@@ -18,6 +18,20 @@ def plain_callsites(rows: list[tuple[object, ...]]) -> dict[CallsiteId, tuple[Ca
     an over-deep chain goes to check_tree for its message. None when a row is not so: the
     checked conversions read it."""
     got = plain_rows(rows)
+    if got is None:
+        return None
+    callsites, deepest = got
+    if deepest >= MAX_CALLSITE_DEPTH:
+        check_tree(callsites)
+    return callsites
+
+
+def read_callsites(uri: str) -> dict[CallsiteId, tuple[CallsiteId | None, FrameId]] | None:
+    """plain_callsites() of the profile's stack_profile_callsite, read from the file at `uri` (the
+    reader's read-only URI) by SQLite's C interface in _callsites.c, without a row tuple each;
+    None when a row is not as `record` writes them or SQLite fails: the reader's query then
+    reads the table and says what is wrong."""
+    got = read_table(uri)
     if got is None:
         return None
     callsites, deepest = got
