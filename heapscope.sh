@@ -23,8 +23,9 @@ die() { say "$*"; exit 1; }
 # What `demo` needs: a compiler and Python's headers to build the C parts, llvm-symbolizer for
 # file:line and inlined frames, libunwind (the client's unwinder), gdb for `record -p`,
 # libc6-dbg to see inside libc, systemtap-sdt-dev's <sys/sdt.h> for the client's otel_memory
-# USDT probes (docs/otel.md; the client builds without them when it is missing).
-BASE_PACKAGES=(gcc g++ python3 python3-dev python3-venv llvm libunwind8 gdb libc6-dbg systemtap-sdt-dev)
+# USDT probes (docs/otel.md; the client builds without them when it is missing), libsqlite3-dev
+# for the profile reader's C part (it reads the callsite table through SQLite's C interface).
+BASE_PACKAGES=(gcc g++ python3 python3-dev python3-venv llvm libunwind8 gdb libc6-dbg systemtap-sdt-dev libsqlite3-dev)
 # What the tests drive besides: jemalloc targets, the export readers (go tool pprof, Chromium,
 # node packages), tmux for `heapscope live`, clang's libFuzzer and sanitizers, a shared
 # libpython for the embedding tests; the sqlite3 shell (a real program with static allocator wrappers).

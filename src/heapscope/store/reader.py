@@ -48,7 +48,7 @@ from heapscope.store.rows import (
     fallback_frame_name,
     mapping_basename,
 )
-from heapscope.store.tree import check_tree, plain_callsites
+from heapscope.store.tree import check_tree, plain_callsites, read_callsites
 from heapscope.store.values import (
     int_from_sql,
     opt_int_from_sql,
@@ -72,10 +72,11 @@ def open_profile(path: str | os.PathLike[str]) -> Profile:
     p = Path(path)
     check_file(p)
     try:
-        db = sqlite3.connect(f"{p.resolve().as_uri()}?mode=ro", uri=True)
+        uri = f"{p.resolve().as_uri()}?mode=ro"
+        db = sqlite3.connect(uri, uri=True)
     except (sqlite3.Error, OSError, ValueError) as e:
         raise ProfileError(f"{p}: cannot open: {e}") from e
-    profile = Profile(p, db)
+    profile = Profile(p, db, uri)
     try:
         profile._validate()
     except BaseException:
@@ -86,7 +87,6 @@ def open_profile(path: str | os.PathLike[str]) -> Profile:
 
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
-
 
 
 def _reads(method: Callable[Concatenate[Profile, _P], _T]) -> Callable[Concatenate[Profile, _P], _T]:
@@ -103,9 +103,8 @@ def _reads(method: Callable[Concatenate[Profile, _P], _T]) -> Callable[Concatena
 class Profile:
     """A validated, read-only profile database. Close it, or use it as a context manager."""
 
-    def __init__(self, path: Path, db: sqlite3.Connection) -> None:
-        self.path = path
-        self._db = db
+    def __init__(self, path: Path, db: sqlite3.Connection, uri: str = "") -> None:
+        self.path, self._db, self._uri = path, db, uri  # uri: what `db` opened, for callsites()
         self._frames: dict[FrameId, FrameInfo] | None = None
         self._symbols: dict[FrameId, list[SymbolLine]] | None = None
         self._python: set[FrameId] | None = None
@@ -490,8 +489,10 @@ class Profile:
         a chain deeper than MAX_CALLSITE_DEPTH is damage: ProfileError.
         """
         if self._callsites is None:
-            rows = self._rows("SELECT id, parent_id, frame_id FROM main.stack_profile_callsite ORDER BY id")
-            plain = plain_callsites(rows)
+            sql = "SELECT id, parent_id, frame_id FROM main.stack_profile_callsite ORDER BY id"
+            plain = read_callsites(self._uri) if self._uri else None  # None: read and checked here
+            rows = self._rows(sql) if plain is None else []
+            plain = plain_callsites(rows) if plain is None else plain
             if self._overlay:
                 over = self._rows(f"SELECT id, parent_id, frame_id FROM {CALLSITE_OVERLAY} ORDER BY id")
                 over_plain = plain_callsites(over)
@@ -501,7 +502,7 @@ class Profile:
                     plain.update(over_plain)
                 else:
                     plain = None
-                    rows = self._overlaid(rows, over)
+                    rows = self._overlaid(rows or self._rows(sql), over)
             if plain is not None:
                 self._callsites = plain
                 return plain
@@ -762,7 +763,6 @@ class Profile:
                     by_idx.setdefault(st.idx, []).append(st)
             self._stats = by_idx
         return list(self._stats.get(upid, []))
-
 
 
 _ALLOC_CALLSITE = "heap_profile_allocation.callsite_id"

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from operator import itemgetter
-from typing import cast
-
 from heapscope.model import CallsiteId, FrameId
+from heapscope.store._callsites import plain_rows, read_table
 from heapscope.store.values import BadValue
 
 # No real call stack is deeper: the client unwinds at most wire.codec.MAX_FRAMES
@@ -16,21 +14,27 @@ MAX_CALLSITE_DEPTH = 1 << 16
 def plain_callsites(rows: list[tuple[object, ...]]) -> dict[CallsiteId, tuple[CallsiteId | None, FrameId]] | None:
     """callsites() of rows (by id) as `record` writes them, taken as read: integers, each
     parent's id below its child's, so no parent cycle can exist and a parent's depth is known
-    before its children's (one pass, not a conversion per value and a walk: a compiler build
-    has ~450k callsites); an over-deep chain goes to _check_tree for its message. None when
-    a row is not so: the checked conversions read it."""
-    depth: dict[object, int] = {}
-    get = depth.get
-    deepest = -1
-    for cs, parent, frame in rows:
-        if type(cs) is not int or type(frame) is not int or (
-                parent is not None and (type(parent) is not int or parent >= cs)):
-            return None
-        d = depth[cs] = get(parent, -1) + 1
-        if d > deepest:
-            deepest = d
-    callsites = cast("dict[CallsiteId, tuple[CallsiteId | None, FrameId]]",
-                     dict(zip(map(itemgetter(0), rows), map(itemgetter(1, 2), rows), strict=True)))
+    before its children's (one pass in C, _callsites.c: a compiler build has ~450k callsites);
+    an over-deep chain goes to check_tree for its message. None when a row is not so: the
+    checked conversions read it."""
+    got = plain_rows(rows)
+    if got is None:
+        return None
+    callsites, deepest = got
+    if deepest >= MAX_CALLSITE_DEPTH:
+        check_tree(callsites)
+    return callsites
+
+
+def read_callsites(uri: str) -> dict[CallsiteId, tuple[CallsiteId | None, FrameId]] | None:
+    """plain_callsites() of the profile's stack_profile_callsite, read from the file at `uri` (the
+    reader's read-only URI) by SQLite's C interface in _callsites.c, without a row tuple each;
+    None when a row is not as `record` writes them or SQLite fails: the reader's query then
+    reads the table and says what is wrong."""
+    got = read_table(uri)
+    if got is None:
+        return None
+    callsites, deepest = got
     if deepest >= MAX_CALLSITE_DEPTH:
         check_tree(callsites)
     return callsites

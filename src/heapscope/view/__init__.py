@@ -3,6 +3,7 @@
     report.py  top functions per process: self and total for each view
     units.py   human-readable bytes, counts and percentages
     tree.py    the merged call tree (experimental_flamegraph's rule, focus, path filters)
+    _paths.c   the per-callsite loops of tree.py and report.py in C (merge, preorder, totals)
     flamegraph.py  the self-contained HTML page (templates/: page, hand-written JS and CSS)
     memory.py  the page's memory-over-time chart: its series and the samples behind a range
     diff.py    growth per call path between two snapshots, matched by function and library

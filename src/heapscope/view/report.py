@@ -50,6 +50,7 @@ from heapscope.store.reader import Process as StoredProcess
 from heapscope.store.reader import Profile, Stat, ViewValues, mapping_basename
 from heapscope.store.select import State, check_view, process_interval, process_state, select_processes
 from heapscope.units import format_bytes
+from heapscope.view._paths import function_totals
 from heapscope.view.summary import MINOR_SHARE, count_names, is_minor
 from heapscope.view.tree import NO_PYTHON, frame_functions
 
@@ -317,69 +318,34 @@ def function_rows(profile: Profile, leaf_values: dict[CallsiteId, int], sort: st
     functions = frame_functions(profile)
     python = (profile.python_frames() if python_frames is None else python_frames) if python_only else None
 
-    # Intern functions to small ints so the path walk below hashes ints only.
+    # Intern functions and source lines to small ints so the walk (_paths.c) hashes ints only.
     function_ids: dict[tuple[str, str, str], int] = {}
-    frame_fns: dict[FrameId, tuple[tuple[int, str], ...]] = {}
+    source_ids: dict[str, int] = {}
+    frame_fns: dict[FrameId, tuple[int, ...]] = {}
 
-    def fns_of(frame_id: FrameId) -> tuple[tuple[int, str], ...]:
-        got = frame_fns.get(frame_id)
-        if got is None:
-            fns = []
-            for f in functions(frame_id):
-                src = ("" if f.source_file is None else f"{f.source_file}:{f.line_number}" if f.line_number
-                       else f.source_file)
-                # The Python view's rows are lines: the source is part of the key.
-                key = (f.name, mapping_basename(f.map_name), src if python is not None else "")
-                fns.append((function_ids.setdefault(key, len(function_ids)), src))
-            got = tuple(fns)
-            frame_fns[frame_id] = got
+    def fns_of(frame_id: FrameId) -> tuple[int, ...]:
+        fns: list[int] = []
+        for f in functions(frame_id):
+            src = ("" if f.source_file is None else f"{f.source_file}:{f.line_number}" if f.line_number
+                   else f.source_file)
+            # The Python view's rows are lines: the source is part of the key.
+            key = (f.name, mapping_basename(f.map_name), src if python is not None else "")
+            fns += (function_ids.setdefault(key, len(function_ids)),
+                    source_ids.setdefault(src, len(source_ids)) if src else -1)
+        got = frame_fns[frame_id] = tuple(fns)
         return got
 
-    self_values: dict[int, int] = {}
-    total_values: dict[int, int] = {}
+    # A stack without any Python frame is one row, NO_PYTHON (interned first: ids are not shown).
+    no_python = function_ids.setdefault((NO_PYTHON, "", ""), 0) if python is not None else 0
+    # One walk of every stack, leaf to root (the reader has refused parent cycles): a function's
+    # self from the leaves whose innermost function it is, its total once per path.
+    self_values, totals, where_rows, prefix = function_totals(callsites, leaf_values, frame_fns, fns_of, python,
+                                                              no_python)
+    total_values = dict(totals)
+    sources = list(source_ids)
     where: dict[int, dict[str, int]] = {}  # function -> source line -> value held there
-    prefix: list[int] | None = None  # the root functions common to every stack so far
-    for leaf, value in leaf_values.items():
-        if value == 0:
-            continue
-        seen: set[int] = set()
-        path: list[int] = []
-        node: CallsiteId | None = leaf
-        first = True
-        # Walk leaf -> root; the reader has refused parent cycles.
-        while node is not None:
-            entry = callsites.get(node)
-            if entry is None:
-                break
-            parent, frame_id = entry
-            if python is not None and frame_id not in python:
-                node = parent
-                continue
-            for fn, src in reversed(fns_of(frame_id)):  # innermost inlined function first
-                path.append(fn)
-                if first:
-                    self_values[fn] = self_values.get(fn, 0) + value
-                    first = False
-                if fn not in seen:
-                    seen.add(fn)
-                    total_values[fn] = total_values.get(fn, 0) + value
-                    if src:
-                        w = where.setdefault(fn, {})
-                        w[src] = w.get(src, 0) + value
-            node = parent
-        if python is not None and first:  # no Python frame on this stack: one row says so
-            fn = function_ids.setdefault((NO_PYTHON, "", ""), len(function_ids))
-            path.append(fn)
-            self_values[fn] = self_values.get(fn, 0) + value
-            total_values[fn] = total_values.get(fn, 0) + value
-        path.reverse()
-        if prefix is None:
-            prefix = path
-        else:
-            n = 0
-            while n < len(prefix) and n < len(path) and prefix[n] == path[n]:
-                n += 1
-            del prefix[n:]
+    for fn, src_id, held in where_rows:
+        where.setdefault(fn, {})[sources[src_id]] = held
 
     names = {fn: key for key, fn in function_ids.items()}
     # A root function on every stack says nothing about where memory goes;

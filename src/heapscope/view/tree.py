@@ -21,13 +21,14 @@ from __future__ import annotations
 import re
 import weakref
 from collections.abc import Callable, Iterable
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from heapscope.errors import UsageError
 from heapscope.estimate import estimate_int
 from heapscope.model import VIEWS, CallsiteId, FrameId
 from heapscope.records import Record, field
 from heapscope.store.reader import Profile, ViewValues, fallback_frame_name
+from heapscope.view._paths import merge_paths, preorder
 
 #: The four per-node numbers of experimental_flamegraph, in ViewValues order.
 FIELDS = ("space", "objects", "alloc_space", "alloc_objects")
@@ -162,19 +163,29 @@ def frame_functions(profile: Profile) -> Callable[[FrameId], tuple[FrameFn, ...]
 
 NO_PYTHON = "[no Python frames]"
 
-# One function of a frame as build_tree merges it: name, mapping, line (None: not told apart by
-# line), and its (source file, line) when known.
-_Step = tuple[str, str, int | None, tuple[str, int | None] | None]
+# What build_tree merges nodes by: a function's (name, mapping, line or None: not told apart by
+# line), interned per profile and kind of tree to a small int, so the merge (_paths.c) hashes ints.
+_Key = tuple[str, str, int | None]
+
+
+class _Steps:
+    """Per profile and kind of tree: each frame's node keys and sources, as merge_paths takes
+    them (a flat (key, source, key, source, ...) per frame), and the keys' table. Worked out
+    once, not once per process: a build's processes share their frames."""
+
+    def __init__(self) -> None:
+        self.by_frame: dict[FrameId, tuple[object, ...]] = {}
+        self.ids: dict[_Key, int] = {}
+        self.keys: list[_Key] = []
+
 
 # Per profile, what its frames are (frame_functions) and add to a node's key (build_tree, per
-# kind of tree): worked out once, not once per process (a build's processes share their frames).
+# kind of tree).
 _FUNCTIONS: weakref.WeakKeyDictionary[Profile, dict[FrameId, tuple[FrameFn, ...]]] = weakref.WeakKeyDictionary()
-_STEPS: weakref.WeakKeyDictionary[Profile, dict[tuple[bool, bool, bool, bool], dict[FrameId, tuple[_Step, ...]]]] = (
-    weakref.WeakKeyDictionary())
+_STEPS: weakref.WeakKeyDictionary[Profile, dict[tuple[bool, bool, bool, bool], _Steps]] = weakref.WeakKeyDictionary()
 
 
-# Long on purpose: the two passes (merge, then renumber in preorder) share the node tables, kept as local
-# lists for speed on large profiles.
+# Long on purpose: the merge's inputs and the renumbering in preorder share the node tables.
 def build_tree(profile: Profile, callsite_ids: Iterable[CallsiteId], inlined: bool = True,
                python_only: bool = False, lines: bool = False, python_lines: bool = False) -> MergedTree:
     """The merged tree of `callsite_ids` and their ancestors; a frame with inlined calls is
@@ -201,58 +212,27 @@ def build_tree(profile: Profile, callsite_ids: Iterable[CallsiteId], inlined: bo
         # row (the innermost inlined function's), as Perfetto joins symbol_set_id.
         return (fns[0]._replace(source_file=fns[-1].source_file, line_number=fns[-1].line_number),)
 
-    # First pass: merge in arbitrary order, with node keys (parent, name, map).
-    keys: dict[tuple[int, str, str, int | None], int] = {}
-    k_parent: list[int] = []
-    k_name: list[str] = []
-    k_map: list[str] = []
-    k_src: list[tuple[str, int | None] | None] = []
-    raw_node: dict[CallsiteId, int] = {}
+    table = _STEPS.setdefault(profile, {}).setdefault((inlined, python_only, lines, python_lines), _Steps())
 
-    # Per frame, what each of its functions adds to a node's key, and its source: worked out
-    # once, not at every callsite of the frame nor for every process.
-    frame_steps = _STEPS.setdefault(profile, {}).setdefault((inlined, python_only, lines, python_lines), {})
-
-    def steps(frame_id: FrameId) -> tuple[_Step, ...]:
+    def steps(frame_id: FrameId) -> tuple[object, ...]:
         by_line = lines or (python_lines and frame_id in python_frames)
-        got = frame_steps[frame_id] = tuple(
-            (fn.name, fn.map_name, fn.line_number if by_line else None,
-             None if fn.source_file is None else (fn.source_file, fn.line_number))
-            for fn in functions(frame_id))
+        flat: list[object] = []
+        for fn in functions(frame_id):
+            key = (fn.name, fn.map_name, fn.line_number if by_line else None)
+            k = table.ids.get(key)
+            if k is None:
+                k = table.ids[key] = len(table.keys)
+                table.keys.append(key)
+            flat += (k, None if fn.source_file is None else (fn.source_file, fn.line_number))
+        got = table.by_frame[frame_id] = tuple(flat)
         return got
 
-    n_callsites = len(callsites)
-    for leaf in callsite_ids:
-        # Collect the not yet merged part of the path, leaf first.
-        chain: list[CallsiteId] = []
-        node: CallsiteId | None = leaf
-        while node is not None and node not in raw_node and len(chain) <= n_callsites:
-            entry = callsites.get(node)
-            if entry is None:
-                break
-            chain.append(node)
-            node = entry[0]
-        parent_node = raw_node.get(node, -1) if node is not None else -1
-        for cs in reversed(chain):
-            frame_id = callsites[cs][1]
-            if python is not None and frame_id not in python:
-                raw_node[cs] = parent_node  # merged into its nearest Python ancestor (or -1: none)
-                continue
-            fsteps = frame_steps.get(frame_id)
-            for name, map_name, line_key, src in fsteps if fsteps is not None else steps(frame_id):
-                key = (parent_node, name, map_name, line_key)
-                idx = keys.get(key)
-                if idx is None:
-                    idx = len(k_parent)
-                    keys[key] = idx
-                    k_parent.append(parent_node)
-                    k_name.append(name)
-                    k_map.append(map_name)
-                    k_src.append(src)
-                elif src is not None and k_src[idx] is None:
-                    k_src[idx] = src
-                parent_node = idx
-            raw_node[cs] = parent_node
+    # First pass (_paths.c): each path merged, root first, by (parent node, key); a node's
+    # source is the first one met.
+    k_parent, k_key, k_src_any, raw_node = merge_paths(callsites, callsite_ids, table.by_frame, steps, python)
+    k_src = cast("list[tuple[str, int | None] | None]", k_src_any)
+    k_name = [table.keys[k][0] for k in k_key]
+    k_map = [table.keys[k][1] for k in k_key]
 
     if python is not None and any(n < 0 for n in raw_node.values()):
         orphan = len(k_parent)
@@ -262,37 +242,15 @@ def build_tree(profile: Profile, callsite_ids: Iterable[CallsiteId], inlined: bo
         k_src.append(None)
         raw_node = {cs: orphan if n < 0 else n for cs, n in raw_node.items()}
 
-    # Second pass: renumber in preorder, siblings by (name, mapping).
-    children: list[list[int]] = [[] for _ in k_parent]
-    roots: list[int] = []
-    for i, p in enumerate(k_parent):
-        (roots if p < 0 else children[p]).append(i)
-
-    def line_of(i: int) -> int:
-        src = k_src[i]
-        return (src[1] or 0) if src is not None and lines else 0
-
-    def order(ids: list[int]) -> list[int]:
-        # Reversed for the stack; by line too when nodes are lines. Most nodes have one child.
-        if len(ids) < 2:
-            return ids
-        return sorted(ids, key=lambda i: (k_name[i], k_map[i], line_of(i)), reverse=True)
-
-    tree = MergedTree()
-    new_id = [0] * len(k_parent)
-    stack = [(i, -1, 0) for i in order(roots)]
-    while stack:
-        old, parent, depth = stack.pop()
-        nid = len(tree.parent)
-        new_id[old] = nid
-        tree.parent.append(parent)
-        tree.depth.append(depth)
-        tree.name.append(k_name[old])
-        tree.map_name.append(k_map[old])
-        src = k_src[old]
-        tree.source_file.append(src[0] if src else None)
-        tree.line_number.append(src[1] if src else None)
-        stack.extend((c, nid, depth + 1) for c in order(children[old]))
+    # Second pass (_paths.c): renumber in preorder, siblings by (name, mapping), and by line
+    # when nodes are lines.
+    line_of = [(src[1] or 0) if src is not None else 0 for src in k_src] if lines else None
+    order, new_id, parents, depths = preorder(k_parent, k_name, k_map, line_of)
+    sources = [k_src[old] for old in order]
+    tree = MergedTree(parent=parents, depth=depths, name=[k_name[old] for old in order],
+                      map_name=[k_map[old] for old in order],
+                      source_file=[src[0] if src else None for src in sources],
+                      line_number=[src[1] if src else None for src in sources])
     tree.node_of = {cs: new_id[old] for cs, old in raw_node.items()}
     return tree
 

@@ -1,0 +1,34 @@
+"""The views' per-callsite loops, in C (_paths.c, _totals.c)."""
+
+from collections.abc import Callable, Iterable, Mapping, Set
+
+from heapscope.model import CallsiteId, FrameId
+
+def merge_paths(
+    callsites: Mapping[CallsiteId, tuple[CallsiteId | None, FrameId]],
+    leaves: Iterable[CallsiteId],
+    frame_steps: dict[FrameId, tuple[object, ...]],
+    steps: Callable[[FrameId], tuple[object, ...]],
+    python: Set[FrameId] | None,
+) -> tuple[list[int], list[int], list[object], dict[CallsiteId, int]]:
+    """build_tree's first pass: each leaf's path merged into nodes by (parent node, step key);
+    the nodes' parents, keys and sources, and {callsite: node} (view/tree.py)."""
+
+def preorder(
+    parents: list[int], names: list[str], maps: list[str], lines: list[int] | None,
+) -> tuple[list[int], list[int], list[int], list[int]]:
+    """build_tree's second pass: the nodes (each parent before its children, -1: a root) in
+    preorder, siblings by (name, mapping, line), equal ones by id descending: the nodes in that
+    order, each node's new id, and by new id each one's parent and depth."""
+
+def function_totals(
+    callsites: Mapping[CallsiteId, tuple[CallsiteId | None, FrameId]],
+    values: Mapping[CallsiteId, int],
+    frame_fns: dict[FrameId, tuple[int, ...]],
+    fns_of: Callable[[FrameId], tuple[int, ...]],
+    python: Set[FrameId] | None,
+    no_python: int,
+) -> tuple[dict[int, int], list[tuple[int, int]], list[tuple[int, int, int]], list[int] | None]:
+    """function_rows' walk of every stack with a non-zero value: each function's self and (once
+    per path) total, the totals in the order first counted, the value held per (function,
+    source id), and the root functions common to every path (None: no path); view/report.py."""
