@@ -119,6 +119,7 @@ class JobControl:
         self.holds = tty is not None and not shared
         self.requested = False  # record got a SIGTSTP and passed it on: the target's stop is its
         self.stopped = False  # the target's last stop has not been followed by our SIGCONT
+        self.stuck = False  # heal() saw the target stopped while its parent ran
         _active = self
 
     def spawned(self, pid: int) -> None:
@@ -195,6 +196,19 @@ class JobControl:
         except OSError:
             self.requested = False  # its group is empty: the exit is on its way
 
+    def heal(self) -> None:
+        """Called every 0.1 s by the recording: in a group shared with its parent (make, time) a
+        stop of the target always stops the parent too, so a target seen stopped twice in a row
+        while the parent runs was left so by a SIGTSTP and a SIGCONT to the group that met
+        record's handlers out of order: it runs on (the target comes first)."""
+        stuck = (self.shared and self.target is not None and not self.ended and _parent_in_group()
+                 and _stopped_state(self.target) and not _parent_stopping())
+        if stuck and self.stuck:
+            self.requested = False
+            self._continue()
+            stuck = False
+        self.stuck = stuck
+
     def continued(self) -> None:
         """SIGCONT to record (`fg`, `bg`, or anyone's): to the target's group, which has the
         terminal if record's group was given it and the target is to have it."""
@@ -267,6 +281,15 @@ def _parent_in_group() -> bool:
     try:
         return os.getpgid(os.getppid()) == os.getpgrp()
     except OSError:
+        return False
+
+
+def _stopped_state(pid: int) -> bool:
+    """`pid` is stopped by a signal (/proc/PID/stat's state T; not a debugger's t)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2].split()[0] == b"T"
+    except (OSError, IndexError):
         return False
 
 

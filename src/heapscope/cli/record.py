@@ -177,6 +177,9 @@ def _record(args: argparse.Namespace) -> int:
         say_line(f"error: {failed or type(failed).__name__}; the target runs on unprofiled")
         return _Started(launch, str(failed)).wait()
     status_line = StatusLine(enabled=not args.quiet and sys.stderr.isatty())
+    jobs_now = launch.jobs if launch is not None else None
+    if jobs_now is not None:
+        rec.every(0.1, lambda _producer: jobs_now.heal())  # heapscope/jobs.py: a target left stopped
     with rec:
         if args.serve or args.push:
             from heapscope.hosts import fleet

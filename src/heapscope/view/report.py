@@ -411,4 +411,4 @@ def bytes_error(interval: int, total: int, rows: Sequence[FunctionRow]) -> str:
     first = max((row.self_value for row in rows), default=0)
     if 0 < first < total:
         text += f", ±{format_bytes(round(bytes_stderr(interval, first)))} on a row of {format_bytes(first)}"
-    return text + ", at most (standard errors: heapscope help estimates)"
+    return text + " (standard errors: heapscope help estimates)"  # fits 120 columns with the label

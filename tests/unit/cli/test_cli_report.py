@@ -51,7 +51,7 @@ def test_all_processes_prints_every_process(known_profile: Path, capsys: pytest.
     assert "  on every stack: main (left out)\n" in prog
     # (the error of byte figures at the interval: sqrt(4096 x 434 B), of the first row sqrt(4096 x 410 B))
     assert "  sampling:      one sample per 4,096 bytes on average\n" in prog
-    assert ("  error:         ±1.3 KiB on the total, ±1.3 KiB on a row of 410 B, at most (standard errors: "
+    assert ("  error:         ±1.3 KiB on the total, ±1.3 KiB on a row of 410 B (standard errors: "
             "heapscope help estimates)\n") in prog
     assert "  unwinder:      libunwind\n" in prog
     assert "warnings" not in prog
