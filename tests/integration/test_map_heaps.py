@@ -250,37 +250,8 @@ def test_pymalloc_arenas_not_counted_twice(record: Recorder, tmp_path: Path, int
     assert not any(f in arena_frames for s in others for f in s), others
     assert heap_views(profile, upid, "mmap").alloc_space - 8 * MIB <= MIB, profile.describe_process(upid)
     assert heap_views(profile, upid, "python.pymalloc", "make_objects").alloc_space > 4 * MIB
-
-
-@pytest.mark.timeout(240)
-def test_pymalloc_arenas_not_counted_twice_at_the_default_interval(record: Recorder, tmp_path: Path) -> None:
-    """At the default interval most requests take pymalloc's fast path, outside the guard, and
-    pymalloc maps its new arenas from there: they were booked in `mmap` beside their objects in
-    python.pymalloc (a 300k-object script showed 298 MiB seen of an RSS of 188)."""
-    # GIVEN a Python program holding ~60 MiB of small objects (60+ of pymalloc's arenas)
-    script = tmp_path / "arenas.py"
-    script.write_text(textwrap.dedent("""\
-        def make_objects():
-            return [str(i) * 3 for i in range(600_000)]
-
-        objects = make_objects()
-        print(len(objects))
-        """))
-    run = record([sys.executable, str(script)], timeout=180)
-    assert run.returncode == 0, run.describe()
-    profile = run.profile()
-    rows = profile.query("SELECT DISTINCT upid FROM heap_profile_allocation WHERE heap_name = 'python.pymalloc'")
-    assert len(rows) == 1, profile.processes_text()
-    upid = int(rows[0]["upid"])
-    # THEN the objects are in python.pymalloc, estimated near their ~55 MiB ...
-    assert heap_views(profile, upid, "python.pymalloc", "make_objects").alloc_space > 30 * MIB
-    # ... and no arena of pymalloc is in `mmap` (the interpreter's frame stack maps its chunks
-    # through the same _PyObject_ArenaMmap, not from pymalloc's functions: it stays)
-    arenas = [s for s in heap_stacks(profile, upid, "mmap")
-              if any(f in ("new_arena", "allocate_from_new_pool", "pymalloc_alloc") for f in s)]
-    assert not arenas, arenas
-    assert heap_views(profile, upid, "mmap").alloc_space < 8 * MIB, heap_stacks(profile, upid, "mmap")
-    # ... and what the summary calls seen is not more than the process ever had resident
+    # ... and what the summary calls seen is not more than the process ever had resident (with
+    # the arenas counted twice a 2 M-string script showed 298 MiB seen of an RSS of 188)
     seen, rss = seen_and_rss(profile, upid)
     assert seen < rss * 1.2, (seen, rss)
 

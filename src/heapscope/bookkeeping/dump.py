@@ -48,19 +48,13 @@ def _size_bounds(bucket: int) -> tuple[int, int]:
     return 1 << bucket if bucket else 0, min(1 << (bucket + 1), _I64_MAX)
 
 
-_SIZE_BOUNDS = [_size_bounds(b) for b in range(64)]
+# The bounds of a row's buckets by index (its size bucket is a byte; a timed row's lifetime bucket
+# l is [LIFETIME_BOUNDS[l - 1], LIFETIME_BOUNDS[l]), from 0, open at the top), not computed per row.
+_SIZE_BOUNDS = [_size_bounds(b) for b in range(256)]
 _TIMED = frozenset((LT_FREED, LT_HELD))
-# A timed row's lifetime bucket l: [LIFETIME_BOUNDS[l - 1], LIFETIME_BOUNDS[l]), from 0, open at the top.
 _LIFE_BOUNDS: list[tuple[int, int | None]] = [
     (LIFETIME_BOUNDS[k - 1] if k else 0, LIFETIME_BOUNDS[k] if k < len(LIFETIME_BOUNDS) else None)
     for k in range(len(LIFETIME_BOUNDS) + 1)]
-
-
-def _untimed(kind: int, life: int) -> tuple[int, int | None]:
-    """The lifetime bounds of a row the table has not: an untimed kind's (0, open), else as computed."""
-    if kind not in _TIMED:
-        return 0, None
-    return LIFETIME_BOUNDS[life - 1] if life else 0, LIFETIME_BOUNDS[life] if life < len(LIFETIME_BOUNDS) else None
 
 
 class ProcessHeap(Record):
@@ -199,19 +193,14 @@ class ProcessHeap(Record):
         """The tracker's lifetimes and sizes per callsite, cumulative, as the store's rows:
         (callsite, kind, lo_ns, hi_ns or None, size_lo, size_hi, count, size, real_size) and
         (callsite, lo, hi, count, size, real_size) (store/schema.sql)."""
-        # Bounds from tables, not computed per row: a compiler's ~37k rows at its final dump.
         lifetimes: list[LifetimeRow] = []
         sizes: list[SizeRow] = []
-        add_size, add_life = sizes.append, lifetimes.append
         for cs, kind, bucket, count, size, real in LIFETIME_ROW.iter_unpack(tracker.lifetimes()):
             if kind == LT_SIZE:
-                lo_b, hi_b = _SIZE_BOUNDS[bucket] if bucket < 64 else _size_bounds(bucket)
-                add_size((cs, lo_b, hi_b, count, size, real))
+                sizes.append((cs, *_SIZE_BOUNDS[bucket & 0xFF], count, size, real))
             elif kind in _LT_KINDS:
-                life = bucket >> 8
-                lo, hi = _LIFE_BOUNDS[life] if kind in _TIMED and life < len(_LIFE_BOUNDS) else _untimed(kind, life)
-                lo_b, hi_b = _SIZE_BOUNDS[bucket & 0xFF] if bucket & 0xFF < 64 else _size_bounds(bucket & 0xFF)
-                add_life((cs, _LT_KINDS[kind], lo, hi, lo_b, hi_b, count, size, real))
+                lo, hi = _LIFE_BOUNDS[bucket >> 8] if kind in _TIMED else (0, None)
+                lifetimes.append((cs, _LT_KINDS[kind], lo, hi, *_SIZE_BOUNDS[bucket & 0xFF], count, size, real))
         return lifetimes, sizes
 
     @staticmethod

@@ -17,13 +17,7 @@ def plain_callsites(rows: list[tuple[object, ...]]) -> dict[CallsiteId, tuple[Ca
     before its children's (one pass in C, _callsites.c: a compiler build has ~450k callsites);
     an over-deep chain goes to check_tree for its message. None when a row is not so: the
     checked conversions read it."""
-    got = plain_rows(rows)
-    if got is None:
-        return None
-    callsites, deepest = got
-    if deepest >= MAX_CALLSITE_DEPTH:
-        check_tree(callsites)
-    return callsites
+    return _deep_checked(plain_rows(rows))
 
 
 def read_callsites(uri: str) -> dict[CallsiteId, tuple[CallsiteId | None, FrameId]] | None:
@@ -31,7 +25,12 @@ def read_callsites(uri: str) -> dict[CallsiteId, tuple[CallsiteId | None, FrameI
     reader's read-only URI) by SQLite's C interface in _callsites.c, without a row tuple each;
     None when a row is not as `record` writes them or SQLite fails: the reader's query then
     reads the table and says what is wrong."""
-    got = read_table(uri)
+    return _deep_checked(read_table(uri))
+
+
+def _deep_checked(got: tuple[dict[CallsiteId, tuple[CallsiteId | None, FrameId]], int] | None
+                  ) -> dict[CallsiteId, tuple[CallsiteId | None, FrameId]] | None:
+    """The callsites of a C read, their deepest chain past the limit given to check_tree for its message."""
     if got is None:
         return None
     callsites, deepest = got
