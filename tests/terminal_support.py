@@ -10,9 +10,12 @@ import os
 import queue
 import re
 import select
+import shutil
+import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -127,3 +130,25 @@ def wait_foreground(pid: int, group: int, timeout: float = WAIT_S) -> None:
     while foreground(pid) != group:
         assert time.monotonic() < deadline, f"group {group} never got the terminal"
         select.select([], [], [], 0.01)
+
+
+def compiled(out_dir: Path, source: Path) -> Path:
+    """`source` (a C program of tests/fault) built into out_dir, named after it."""
+    out = out_dir / source.stem
+    cc = shutil.which("cc") or shutil.which("gcc")
+    assert cc, "a C compiler is needed"
+    subprocess.run([cc, "-O0", "-g", "-Wall", "-o", str(out), str(source)], check=True, timeout=120)
+    return out
+
+
+def pane_for(tmp_path: Path) -> Iterator[Pane]:
+    """A test's pane (the body of its `pane` fixture): closed at the end, and record's and the
+    target's groups killed if the test left them running."""
+    p = Pane(tmp_path)
+    try:
+        yield p
+    finally:
+        for group in p.groups:
+            with contextlib.suppress(OSError):
+                os.killpg(group, signal.SIGKILL)
+        p.close()

@@ -15,13 +15,12 @@ import re
 import resource
 import shutil
 import signal
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from terminal_support import Pane, exit_status, foreground, state, wait_foreground
+from terminal_support import Pane, compiled, exit_status, foreground, pane_for, state, wait_foreground
 
 HERE = Path(__file__).resolve().parent / "programs"
 
@@ -32,24 +31,12 @@ pytestmark = [pytest.mark.timeout(180),
 
 @pytest.fixture(scope="module")
 def target(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("record-terminal-bin") / "record_jobs"
-    cc = shutil.which("cc") or shutil.which("gcc")
-    assert cc, "a C compiler is needed"
-    subprocess.run([cc, "-O0", "-g", "-Wall", "-o", str(out), str(HERE / "record_jobs.c")], check=True,
-                   timeout=120)
-    return out
+    return compiled(tmp_path_factory.mktemp("record-terminal-bin"), HERE / "record_jobs.c")
 
 
 @pytest.fixture
 def pane(tmp_path: Path) -> Iterator[Pane]:
-    p = Pane(tmp_path)
-    try:
-        yield p
-    finally:
-        for group in p.groups:  # record's and the target's, if a test left them running
-            with contextlib.suppress(OSError):
-                os.killpg(group, signal.SIGKILL)
-        p.close()
+    yield from pane_for(tmp_path)
 
 
 class Job:

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from terminal_support import WAIT_S, Pane, foreground, state
+from terminal_support import WAIT_S, Pane, compiled, foreground, pane_for, state
 
 HERE = Path(__file__).resolve().parent / "programs"
 
@@ -45,24 +45,12 @@ EXPECTED = {
 
 @pytest.fixture(scope="module")
 def target(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("record-shared-bin") / "record_groupsig"
-    cc = shutil.which("cc") or shutil.which("gcc")
-    assert cc, "a C compiler is needed"
-    subprocess.run([cc, "-O0", "-g", "-Wall", "-o", str(out), str(HERE / "record_groupsig.c")], check=True,
-                   timeout=120)
-    return out
+    return compiled(tmp_path_factory.mktemp("record-shared-bin"), HERE / "record_groupsig.c")
 
 
 @pytest.fixture
 def pane(tmp_path: Path) -> Iterator[Pane]:
-    p = Pane(tmp_path)
-    try:
-        yield p
-    finally:
-        for group in p.groups:  # the job's and the target's, if a test left them running
-            with contextlib.suppress(OSError):
-                os.killpg(group, signal.SIGKILL)
-        p.close()
+    yield from pane_for(tmp_path)
 
 
 class Target:
@@ -252,8 +240,9 @@ def test_a_stop_and_continue_of_makes_group_at_once_leave_the_target_running(tmp
     makefile.write_text(f"all:\n\t{wrap}{target} {run.commands} {run.out}\n")
     make = subprocess.Popen(["make", "-s", "-f", str(makefile)], preexec_fn=os.setpgrp,  # noqa: PLW1509
                             stdin=subprocess.DEVNULL)
+    target_group = None
     try:
-        run.wait_for(r"^ready ")
+        target_group = int(run.wait_for(r"^ready pid=\d+ pgid=(\d+)").group(1))
         # WHEN a SIGTSTP then a SIGCONT reach make's group at once, again and again (record may
         # see the SIGCONT before its SIGTSTP handler has run)
         rounds = 20
@@ -266,20 +255,17 @@ def test_a_stop_and_continue_of_makes_group_at_once_leave_the_target_running(tmp
         assert run.counts(r"^final ") == {"TERM": 0, "INT": 0, "HUP": 0, "USR2": 0, "CONT": rounds}
         assert make.wait(timeout=WAIT_S) == 0
     finally:
-        with contextlib.suppress(OSError):
-            os.killpg(make.pid, signal.SIGKILL)
+        for group in (make.pid, target_group):  # the target has a group of its own under record
+            if group is not None:
+                with contextlib.suppress(OSError):
+                    os.killpg(group, signal.SIGKILL)
         make.wait()
 
 
 @pytest.fixture(scope="module")
 def reader(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """programs/record_jobs.c: a target that reads the terminal (test_record_terminal.py's)."""
-    out = tmp_path_factory.mktemp("record-shared-reader") / "record_jobs"
-    cc = shutil.which("cc") or shutil.which("gcc")
-    assert cc, "a C compiler is needed"
-    subprocess.run([cc, "-O0", "-g", "-Wall", "-o", str(out), str(HERE / "record_jobs.c")], check=True,
-                   timeout=120)
-    return out
+    return compiled(tmp_path_factory.mktemp("record-shared-reader"), HERE / "record_jobs.c")
 
 
 def test_under_time_a_target_that_uses_the_terminal_gets_it_and_job_control_works(pane: Pane, tmp_path: Path,
