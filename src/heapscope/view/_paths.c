@@ -363,14 +363,15 @@ static int visit(const Children *c, const Py_ssize_t *parent, Py_ssize_t n, Py_s
   return 0;
 }
 
-/* Python ints as C ones, each in [lo, hi); -1 with an exception when one is not. */
-static int c_ints(PyObject *list, Py_ssize_t n, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t *out) {
+/* Python ints as C ones, each in [lo, hi] (inclusive: a line may be 2^63 - 1); -1 with an
+ * exception naming `what` when one is not. */
+static int c_ints(PyObject *list, Py_ssize_t n, Py_ssize_t lo, Py_ssize_t hi, const char *what, Py_ssize_t *out) {
   for (Py_ssize_t i = 0; i < n; i++) {
     Py_ssize_t v = PyLong_AsSsize_t(PyList_GET_ITEM(list, i));
     if (v == -1 && PyErr_Occurred())
       return -1;
-    if (v < lo || v >= hi) {
-      PyErr_SetString(PyExc_ValueError, "a node's parent out of range");
+    if (v < lo || v > hi) {
+      PyErr_Format(PyExc_ValueError, "%s out of range", what);
       return -1;
     }
     out[i] = v;
@@ -414,7 +415,7 @@ static PyObject *preorder(PyObject *self, PyObject *args) {
   Py_ssize_t *parent = buf, *line = buf + n + 1, *order = line + n + 1, *new_id = order + n + 1;
   Py_ssize_t *new_parent = new_id + n + 1, *new_depth = new_parent + n + 1;
   const Py_ssize_t *lines_c = NULL;
-  if (c_ints(parents, n, -1, n, parent) < 0)
+  if (c_ints(parents, n, -1, n - 1, "a node's parent", parent) < 0)
     goto done;
   /* a parent must come before its child in the merge's order: no cycle, every node reached */
   for (Py_ssize_t i = 0; i < n; i++)
@@ -423,7 +424,7 @@ static PyObject *preorder(PyObject *self, PyObject *args) {
       goto done;
     }
   if (lines != Py_None) {
-    if (c_ints(lines, n, PY_SSIZE_T_MIN, PY_SSIZE_T_MAX, line) < 0)
+    if (c_ints(lines, n, PY_SSIZE_T_MIN, PY_SSIZE_T_MAX, "a line", line) < 0)
       goto done;
     lines_c = line;
   }

@@ -131,6 +131,8 @@ def test_preorder_ranks_siblings_by_name_mapping_and_line() -> None:
     assert preorder([-1, -1], ["f", "f"], ["m", "m"], [10, 20])[0] == [0, 1]
     assert preorder([-1, -1], ["f", "f"], ["m2", "m1"], [10, 20])[0] == [1, 0]
     assert preorder([], [], [], None) == ([], [], [], [])
+    big = 2**63 - 1  # SQLite's largest integer, a line a damaged profile may hold
+    assert preorder([-1, -1], ["f", "f"], ["m", "m"], [big, -big - 1])[0] == [1, 0]
     with pytest.raises(ValueError):
         preorder([1, -1], ["a", "b"], ["", ""], None)  # a parent after its child: no preorder
     with pytest.raises(TypeError):
