@@ -1,4 +1,4 @@
-"""`python -m heapscope`: the command line, as the console script runs it.
+"""`python -m heapscope`: the command line, as the `heapscope` command (cli/launcher.c) runs it.
 
 May import: heapscope.cli.
 """

@@ -3,10 +3,15 @@
 Python takes ~40 ms to import `record` before its handlers are installed; a
 SIGUSR1 (a dump request) or a signal meant for the target arriving then would
 end heapscope at its default action, before the target even starts. The
-console entry point (heapscope.cli.start.run) blocks them first thing; the
+entry point (heapscope.cli.start.run) blocks them first thing; the
 launch lets them through once its handlers are in place, and they are delivered then (a
 blocked signal stays pending). The target is spawned with the mask heapscope
 was given, never with these blocked.
+
+Python's own start is the rest of that time: the `heapscope` command
+(cli/launcher.c) blocks HELD and SIGINT before it execs the interpreter and
+names in HEAPSCOPE_LAUNCHER_HELD the ones it blocked; hold() counts those as
+never blocked, and lets SIGINT through at once (a Ctrl-C then is status 130).
 
 May import: nothing of heapscope.
 """
@@ -24,11 +29,31 @@ HELD = (_signal.SIGUSR1, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGUSR2, _sign
 _before: set[int] | None = None  # the mask before hold(), while held
 
 
+LAUNCHER_HELD = "HEAPSCOPE_LAUNCHER_HELD"  # cli/launcher.c: "10,15,..." (the signals it blocked)
+
+
 def hold() -> None:
     """Block HELD (the first thing a command that installs handlers for them does)."""
     global _before
     if _before is None:
-        _before = set(_signal.pthread_sigmask(_signal.SIG_BLOCK, HELD))
+        before = set(_signal.pthread_sigmask(_signal.SIG_BLOCK, HELD))
+        launched = _launcher_held()
+        if launched:
+            before -= launched
+            _signal.pthread_sigmask(_signal.SIG_SETMASK, before | set(HELD))
+        _before = before
+
+
+def _launcher_held() -> set[int]:
+    """The signals cli/launcher.c blocked (none without it); its variable leaves the environment
+    here, so the target never sees it."""
+    import os  # loaded by the interpreter's start already
+
+    text = os.environ.pop(LAUNCHER_HELD, "")
+    try:
+        return {int(s) for s in text.split(",") if s} & {*HELD, _signal.SIGINT}
+    except ValueError:
+        return set()
 
 
 def release() -> None:

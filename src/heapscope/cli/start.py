@@ -1,4 +1,4 @@
-"""The console entry point (`heapscope`, `python -m heapscope`): the start module.
+"""The entry point (the `heapscope` command, cli/launcher.c, and `python -m heapscope`): the start module.
 
 `heapscope record -- CMD` adds what it runs before its target's spawn to
 every command it wraps, and the target waits in its client for the answer to
@@ -38,7 +38,10 @@ def run() -> None:
     """Console-script entry point."""
     # First: record's dump and forwarded signals wait for its handlers (heapscope.sigmask). Here,
     # not at import: a program (a test) that imports this module keeps its signals.
-    sigmask.hold()
+    try:
+        sigmask.hold()
+    except KeyboardInterrupt:  # a Ctrl-C the launcher held while the interpreter started
+        sys.exit(130)
     _guard_stderr()
     argv = sys.argv[1:]
     code = main(argv)
