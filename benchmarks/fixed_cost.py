@@ -68,6 +68,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from self_cpu import interpreter_of  # benchmarks/ (run from there)
+
 TARGET = "/bin/true"
 
 
@@ -184,12 +186,13 @@ def _compared(args: argparse.Namespace) -> list[tuple[str, str]]:
 
 
 def _editable(heapscope: str) -> bool:
+    found = interpreter_of(heapscope)
+    if found is None:
+        return False
     try:
-        head = Path(heapscope).read_text(errors="replace")[:200]
-        python = head.splitlines()[0].removeprefix("#!").strip()
-        out = subprocess.run([python, "-c", "import heapscope; print(heapscope.__file__)"], capture_output=True,
+        out = subprocess.run([*found[0], "-c", "import heapscope; print(heapscope.__file__)"], capture_output=True,
                              text=True, timeout=60, check=False).stdout
-    except (OSError, IndexError, subprocess.TimeoutExpired):
+    except (OSError, subprocess.TimeoutExpired):
         return False
     return "/site-packages/" not in out
 

@@ -78,6 +78,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from peak_split import ScriptFiles, heapscope_split
+from self_cpu import interpreter_of
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -352,13 +353,8 @@ class Heapscope(Tool):
         """cmd under self_cpu.py: (its interpreter and self_cpu.py, the script), or None if it is not Python."""
         if len(cmd) >= 3 and cmd[1] == "-m":
             return [cmd[0], str(HERE / "self_cpu.py")], ["-m", *cmd[2:]]
-        if len(cmd) == 1:
-            try:
-                first = Path(cmd[0]).read_bytes()[:200].split(b"\n", 1)[0].decode()
-            except (OSError, UnicodeDecodeError):
-                return None
-            if first.startswith("#!") and "python" in first:
-                return [*shlex.split(first[2:]), str(HERE / "self_cpu.py")], [cmd[0]]
+        if len(cmd) == 1 and (found := interpreter_of(cmd[0])) is not None:
+            return [*found[0], str(HERE / "self_cpu.py")], found[1]
         return None
 
     def argv(self, w: Workload, profile: Path, cpu_file: Path) -> list[str] | None:

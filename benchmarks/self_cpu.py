@@ -14,7 +14,26 @@ import atexit
 import os
 import resource
 import runpy
+import shlex
 import sys
+from pathlib import Path
+
+
+def interpreter_of(command: str) -> tuple[list[str], list[str]] | None:
+    """How the heapscope command runs Python: (the interpreter, what it is given before heapscope's
+    arguments). A console script's shebang and the script; the C launcher (src/heapscope/cli/
+    launcher.c) with the python3 beside it and `-m heapscope`; None for neither."""
+    try:
+        head = Path(command).read_bytes()[:200]
+    except OSError:
+        return None
+    if head.startswith(b"\x7fELF"):
+        beside = Path(command).parent / "python3"
+        return ([str(beside)], ["-m", "heapscope"]) if beside.exists() else None
+    first = head.split(b"\n", 1)[0].decode(errors="replace")
+    if first.startswith("#!") and "python" in first:
+        return shlex.split(first[2:]), [command]
+    return None
 
 
 def main() -> None:
