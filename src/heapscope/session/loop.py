@@ -13,6 +13,8 @@ from heapscope.session.core import (
     CHORES_AFTER_S,
     GUARDRAIL_EVERY_S,
     IDLE_POLL_S,
+    QUIET_AFTER_S,
+    QUIET_POLL_S,
     STATUS_EVERY_S,
     _describe,
 )
@@ -96,6 +98,7 @@ class Loop(Windows):
         timeout = IDLE_POLL_S
         chores_from = started + CHORES_AFTER_S
         polled = time.monotonic()
+        quiet_from = polled + QUIET_AFTER_S
         while True:
             drained = self._poll(timeout)
             # The idle nap too when, at the rate this round drained, it fills under a quarter
@@ -103,6 +106,8 @@ class Loop(Windows):
             was, polled = polled, time.monotonic()
             slow = drained * IDLE_POLL_S * 4 <= batch * (polled - was)
             timeout = 0.0 if drained >= batch else BUSY_POLL_S if drained and not slow else IDLE_POLL_S
+            if drained or self._chores:
+                quiet_from = polled + QUIET_AFTER_S
             if self._chores and drained < batch and (
                     producer.processes or producer.ended or polled >= chores_from):
                 self._chore()
@@ -149,6 +154,10 @@ class Loop(Windows):
                     self._symbolizer.tick(now)
                 except Exception as e:  # symbolization is a bonus: the frames get names at the end
                     self.log(f"early symbolization stopped: {_describe(e)}")
+            if timeout == IDLE_POLL_S and now >= quiet_from:
+                due = [t for t in (next_dump, next_guard, end_at, next_status) if t is not None]
+                due += [job[2] for job in self._every]
+                timeout = max(IDLE_POLL_S, min([now + QUIET_POLL_S, *due]) - now)
 
     def _run_every(self, producer: Producer, now: float) -> None:
         """The every() functions that are due."""
