@@ -43,10 +43,12 @@ IDLE_POLL_S = 0.005
 # busy for them; a short nap lets a batch build up. An 8 MiB ring at ~1 M
 # samples/s fills in ~70 ms, far longer than this nap.
 BUSY_POLL_S = 0.001
-# After this long without a record (and no start-up chore left), the nap grows to QUIET_POLL_S,
-# bounded by the next timer: an idle always-on recording wakes 20 times a second, not 200
-# (about a tenth of the CPU). A record wakes it back to IDLE_POLL_S, and what cannot wait
-# wakes it at once: a full ring, the target's exit, a signal, a dump asked for.
+# After this long of idle naps (rounds that drained little, no start-up chore left), the nap
+# grows up to QUIET_POLL_S: as long as a quarter of a ring's batch takes to fill at the last
+# round's rate, and no later than the next timer. An idle always-on recording then wakes 20
+# times a second, not 200 (a fifth of the CPU); a busy round brings back the short naps, and
+# what cannot wait wakes the loop at once: a full ring, the target's exit, a signal, a dump
+# asked for.
 QUIET_AFTER_S = 0.25
 QUIET_POLL_S = 0.05
 GUARDRAIL_EVERY_S = 1.0

@@ -106,8 +106,11 @@ class Loop(Windows):
             was, polled = polled, time.monotonic()
             slow = drained * IDLE_POLL_S * 4 <= batch * (polled - was)
             timeout = 0.0 if drained >= batch else BUSY_POLL_S if drained and not slow else IDLE_POLL_S
-            if drained or self._chores:
+            if self._chores or timeout != IDLE_POLL_S:
                 quiet_from = polled + QUIET_AFTER_S
+            # At this round's rate, how long a quarter of `batch` takes to fill: how long a quiet
+            # loop may nap (one sample per 512 KiB, always on, drains a little every round).
+            fill_s = batch / 4 * (polled - was) / drained if drained else QUIET_POLL_S
             if self._chores and drained < batch and (
                     producer.processes or producer.ended or polled >= chores_from):
                 self._chore()
@@ -157,7 +160,7 @@ class Loop(Windows):
             if timeout == IDLE_POLL_S and now >= quiet_from:
                 due = [t for t in (next_dump, next_guard, end_at, next_status) if t is not None]
                 due += [job[2] for job in self._every]
-                timeout = max(IDLE_POLL_S, min([now + QUIET_POLL_S, *due]) - now)
+                timeout = max(IDLE_POLL_S, min([now + min(QUIET_POLL_S, fill_s), *due]) - now)
 
     def _run_every(self, producer: Producer, now: float) -> None:
         """The every() functions that are due."""
