@@ -111,3 +111,32 @@ def test_a_command_other_than_record_keeps_the_mask_it_was_given(tmp_path: Path)
     finally:
         p.kill()
         p.wait()
+
+
+def test_a_launcher_whose_python_is_gone_runs_the_one_beside_it_or_says_so(tmp_path: Path) -> None:
+    # GIVEN the launcher built for an interpreter that is not there (a wheel built in one
+    # environment, installed in another)
+    (tmp_path / "launcher_config.h").write_text('#define HEAPSCOPE_PYTHON "/nonexistent/bin/python3"\n')
+    cc = shutil.which("cc") or shutil.which("gcc")
+    assert cc, "a C compiler is needed"
+    alone, env = tmp_path / "alone", tmp_path / "env"
+    beside = env / "bin"
+    alone.mkdir()
+    beside.mkdir(parents=True)
+    if (Path(sys.prefix) / "pyvenv.cfg").exists():  # this Python's virtual environment, seen from env/
+        shutil.copy(Path(sys.prefix) / "pyvenv.cfg", env / "pyvenv.cfg")
+        (env / "lib").symlink_to(Path(sys.prefix) / "lib")
+    source = Path(sigmask.__file__).parent / "cli" / "launcher.c"
+    subprocess.run([cc, "-O1", "-Wall", "-I", str(tmp_path), "-o", str(alone / "heapscope"), str(source)], check=True,
+                   timeout=120)
+    shutil.copy(alone / "heapscope", beside / "heapscope")
+    (beside / "python3").symlink_to(sys.executable)
+    # WHEN each runs: one with a python3 beside it (a virtual environment's bin/), one alone
+    found = subprocess.run([str(beside / "heapscope"), "--version"], capture_output=True, text=True, timeout=WAIT_S)
+    lost = subprocess.run([str(alone / "heapscope"), "--version"], capture_output=True, text=True, timeout=WAIT_S)
+    # THEN the first runs heapscope with it; the second says in one line what is missing and what to run
+    assert found.returncode == 0 and found.stdout.startswith("heapscope "), found.stderr
+    assert lost.returncode == 127
+    assert lost.stderr.splitlines() == [
+        "heapscope: cannot run the Python it was installed for, /nonexistent/bin/python3 (No such file or "
+        "directory); `python3 -m heapscope` runs it with another"]
