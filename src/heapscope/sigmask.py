@@ -27,6 +27,7 @@ else:
 HELD = (_signal.SIGUSR1, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGUSR2, _signal.SIGALRM)
 
 _before: set[int] | None = None  # the mask before hold(), while held
+launched = False  # started by cli/launcher.c (known once hold() has run)
 
 
 LAUNCHER_HELD = "HEAPSCOPE_LAUNCHER_HELD"  # cli/launcher.c: "10,15,..." (the signals it blocked)
@@ -49,7 +50,10 @@ def _launcher_held() -> set[int]:
     here, so the target never sees it."""
     import os  # loaded by the interpreter's start already
 
-    text = os.environ.pop(LAUNCHER_HELD, "")
+    global launched
+    text = os.environ.pop(LAUNCHER_HELD, None)
+    launched = text is not None
+    text = text or ""
     try:
         return {int(s) for s in text.split(",") if s} & {*HELD, _signal.SIGINT}
     except ValueError:

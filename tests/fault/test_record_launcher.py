@@ -79,15 +79,18 @@ def _blocked(status: str) -> int:
     return int(m.group(1), 16)
 
 
-def test_the_target_gets_the_mask_and_environment_record_was_given(tmp_path: Path) -> None:
+def test_the_target_gets_the_mask_and_environment_record_was_given_and_record_its_name(tmp_path: Path) -> None:
     # WHEN record starts a target that shows its signal mask and looks for the launcher's variable
     r = subprocess.run([str(LAUNCHER), "record", "-q", "--no-symbolize", "-o", str(tmp_path / "t.db"), "--", "sh",
-                        "-c", "cat /proc/self/status; echo launcher=${HEAPSCOPE_LAUNCHER_HELD-none}"],
+                        "-c", "cat /proc/self/status; echo launcher=${HEAPSCOPE_LAUNCHER_HELD-none};"
+                        " echo parent=$(cat /proc/$PPID/comm)"],
                        capture_output=True, text=True, timeout=WAIT_S)
     assert r.returncode == 0, r.stderr
-    # THEN it has this process's mask (a test runner may block some), nothing more, and no variable
+    # THEN it has this process's mask (a test runner may block some), nothing more, and no
+    # variable; and record, its parent, is `heapscope` in ps and pgrep (not the python3 it execs)
     assert _blocked(r.stdout) == _blocked(Path("/proc/self/status").read_text())
     assert "launcher=none" in r.stdout
+    assert "parent=heapscope" in r.stdout
 
 
 def test_a_command_other_than_record_keeps_the_mask_it_was_given(tmp_path: Path) -> None:

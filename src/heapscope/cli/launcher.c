@@ -25,15 +25,12 @@
 /* heapscope.sigmask.HELD, then SIGINT (tests/unit/cli/test_launcher.py compares them). */
 static const int held[] = {SIGUSR1, SIGTERM, SIGHUP, SIGUSR2, SIGALRM, SIGINT};
 
-/* sys.argv becomes [heapscope's argv[0], its arguments...], as a console script has it; the
- * first entry of sys.path (the working directory, for -c) goes first, so that no file there
- * can stand in for a module heapscope imports. */
+/* One line, as `ps` shows it. The first entry of sys.path (the working directory, for -c) goes
+ * first, so that no file there can stand in for a module heapscope imports; sys.argv becomes
+ * [heapscope's argv[0], its arguments...], as a console script has it. */
 static const char code[] =
-    "import sys\n"
-    "if sys.path and sys.path[0] == '': del sys.path[0]\n"
-    "del sys.argv[0]\n"
-    "from heapscope.cli.start import run\n"
-    "run()\n";
+    "import sys; '' in sys.path[:1] and sys.path.pop(0); del sys.argv[0]; "
+    "from heapscope.cli.start import run; run()";
 
 /* The interpreter beside this executable (a virtual environment's bin/), when the one heapscope
  * was built with is gone (a wheel built in one environment and installed in another). */

@@ -42,6 +42,8 @@ def run() -> None:
         sigmask.hold()
     except KeyboardInterrupt:  # a Ctrl-C the launcher held while the interpreter started
         sys.exit(130)
+    if sigmask.launched:
+        _name_process()
     _guard_stderr()
     argv = sys.argv[1:]
     code = main(argv)
@@ -53,6 +55,16 @@ def run() -> None:
                 stream.flush()
         os._exit(code & 0xFF)  # what sys.exit(code) would give the parent
     sys.exit(code)
+
+
+def _name_process() -> None:
+    """`heapscope` in ps, top and pgrep, as under a console script: the launcher's exec of the
+    interpreter named the process python3."""
+    try:
+        with open("/proc/self/comm", "w") as comm:
+            comm.write("heapscope")
+    except OSError:
+        pass
 
 
 def main(argv: Sequence[str]) -> int:
