@@ -38,9 +38,9 @@ def hold() -> None:
     global _before
     if _before is None:
         before = set(_signal.pthread_sigmask(_signal.SIG_BLOCK, HELD))
-        launched = _launcher_held()
-        if launched:
-            before -= launched
+        by_launcher = _launcher_held()
+        if by_launcher:
+            before -= by_launcher
             _signal.pthread_sigmask(_signal.SIG_SETMASK, before | set(HELD))
         _before = before
 

@@ -35,7 +35,7 @@ FAST_EXIT = ("record",)
 
 
 def run() -> None:
-    """Console-script entry point."""
+    """The entry point of the `heapscope` command and of `python -m heapscope`."""
     # First: record's dump and forwarded signals wait for its handlers (heapscope.sigmask). Here,
     # not at import: a program (a test) that imports this module keeps its signals.
     try:
