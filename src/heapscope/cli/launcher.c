@@ -104,11 +104,11 @@ int main(int argc, char **argv) {
     args[3 + i] = argv[i];
 
   static char beside[PATH_MAX];
-  const char *tried[] = {HEAPSCOPE_PYTHON, NULL, NULL};
+  const char *tried[] = {HEAPSCOPE_PYTHON, NULL};
   if (beside_self(beside, sizeof beside, "python3") == 0)
     tried[1] = beside;
   int err = 0;
-  for (size_t i = 0; i < 3; i++) {
+  for (size_t i = 0; i < 2; i++) {
     if (tried[i] == NULL)
       continue;
     args[0] = (char *)tried[i];
