@@ -339,8 +339,9 @@ def function_rows(profile: Profile, leaf_values: dict[CallsiteId, int], sort: st
     no_python = function_ids.setdefault((NO_PYTHON, "", ""), 0) if python is not None else 0
     # One walk of every stack, leaf to root (the reader has refused parent cycles): a function's
     # self from the leaves whose innermost function it is, its total once per path.
-    self_values, totals, where_rows, prefix = function_totals(callsites, leaf_values, frame_fns, fns_of, python,
-                                                              no_python)
+    with profile.reading():  # absurd counts give estimates past 126 bits: OverflowError, a damaged profile
+        self_values, totals, where_rows, prefix = function_totals(callsites, leaf_values, frame_fns, fns_of,
+                                                                  python, no_python)
     total_values = dict(totals)
     sources = list(source_ids)
     where: dict[int, dict[str, int]] = {}  # function -> source line -> value held there
