@@ -35,25 +35,25 @@ LAUNCHER_HELD = "HEAPSCOPE_LAUNCHER_HELD"  # cli/launcher.c: "10,15,..." (the si
 
 def hold() -> None:
     """Block HELD (the first thing a command that installs handlers for them does)."""
-    global _before
+    global _before, launched
     if _before is None:
         before = set(_signal.pthread_sigmask(_signal.SIG_BLOCK, HELD))
         by_launcher = _launcher_held()
+        launched = by_launcher is not None
         if by_launcher:
             before -= by_launcher
             _signal.pthread_sigmask(_signal.SIG_SETMASK, before | set(HELD))
         _before = before
 
 
-def _launcher_held() -> set[int]:
-    """The signals cli/launcher.c blocked (none without it); its variable leaves the environment
-    here, so the target never sees it."""
+def _launcher_held() -> set[int] | None:
+    """The signals cli/launcher.c blocked; None when it did not start us. Its variable leaves the
+    environment here, so the target never sees it."""
     import os  # loaded by the interpreter's start already
 
-    global launched
     text = os.environ.pop(LAUNCHER_HELD, None)
-    launched = text is not None
-    text = text or ""
+    if text is None:
+        return None
     try:
         return {int(s) for s in text.split(",") if s} & {*HELD, _signal.SIGINT}
     except ValueError:

@@ -80,15 +80,13 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < sizeof held / sizeof *held; i++)
     sigaddset(&want, held[i]);
   sigprocmask(SIG_BLOCK, &want, &before);
-  for (size_t i = 0; i < sizeof held / sizeof *held; i++)
-    if (!WAS_BLOCKED(before, held[i]))
-      sigdelset(&before, held[i]);  /* blocked at the entry point, not by our parent */
-
-  char added[64] = "";
+  char added[64] = ""; /* the ones blocked here (at the entry point too), not by our parent */
   size_t len = 0;
   for (size_t i = 0; i < sizeof held / sizeof *held; i++)
-    if (!sigismember(&before, held[i]))
+    if (!WAS_BLOCKED(before, held[i])) {
+      sigdelset(&before, held[i]);
       len += (size_t)snprintf(added + len, sizeof added - len, "%s%d", len ? "," : "", held[i]);
+    }
   if (setenv("HEAPSCOPE_LAUNCHER_HELD", added, 1) != 0) {
     sigprocmask(SIG_SETMASK, &before, NULL);  /* heapscope.sigmask could not tell: held by nobody */
   }
