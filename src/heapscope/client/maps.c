@@ -42,7 +42,6 @@
  */
 #include "maps.h"
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <link.h>
 #include <sched.h>
@@ -458,34 +457,43 @@ void hs_maps_direct(long n, long a, long b, long c, const void *caller) {
 
 /* ---- the session ---- */
 
-struct text_of {
-  uintptr_t addr;   /* in: an address of the object */
-  uintptr_t lo, hi; /* out: the span of its executable segments */
-  int main;         /* out: the object is the program itself */
+/* One pass over the loaded objects (dl_iterate_phdr: a few thousand
+ * instructions; two dladdr calls cost ~180,000, a quarter of a short
+ * process's time under the client, as each scans a symbol table). */
+struct allocator_of {
+  uintptr_t malloc_at, mmap_at; /* in: the real malloc's and mmap's addresses */
+  const void *malloc_obj;       /* out: the object holding malloc (its program headers) */
+  const void *mmap_obj;         /* out: the object holding mmap */
+  uintptr_t lo, hi;             /* out: the span of malloc's object's executable segments */
+  int main;                     /* out: malloc's object is the program itself */
 };
 
-static int find_text(struct dl_phdr_info *info, size_t size, void *data) {
+static int find_allocator_objects(struct dl_phdr_info *info, size_t size, void *data) {
   (void)size;
-  struct text_of *w = data;
+  struct allocator_of *w = data;
   uintptr_t lo = UINTPTR_MAX, hi = 0;
-  int has = 0;
+  int has_malloc = 0, has_mmap = 0;
   for (int i = 0; i < info->dlpi_phnum; i++) {
     const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
     if (ph->p_type != PT_LOAD)
       continue;
     uintptr_t s = info->dlpi_addr + ph->p_vaddr, e = s + ph->p_memsz;
-    has |= w->addr - s < e - s;
+    has_malloc |= w->malloc_at - s < e - s;
+    has_mmap |= w->mmap_at - s < e - s;
     if ((ph->p_flags & PF_X) && s < lo)
       lo = s;
     if ((ph->p_flags & PF_X) && e > hi)
       hi = e;
   }
-  if (!has)
-    return 0;
-  w->lo = lo;
-  w->hi = hi;
-  w->main = info->dlpi_name == NULL || info->dlpi_name[0] == '\0';
-  return 1;
+  if (has_mmap)
+    w->mmap_obj = info->dlpi_phdr;
+  if (has_malloc) {
+    w->malloc_obj = info->dlpi_phdr;
+    w->lo = lo;
+    w->hi = hi;
+    w->main = info->dlpi_name == NULL || info->dlpi_name[0] == '\0';
+  }
+  return w->malloc_obj && w->mmap_obj;
 }
 
 /* An allocator other than the C library's, interposed as malloc from a
@@ -493,17 +501,14 @@ static int find_text(struct dl_phdr_info *info, size_t size, void *data) {
  * into the program itself cannot be told from the program's own calls, so
  * its mappings are booked too (docs/mmap-heaps.md). */
 static void find_allocator(void) {
-  Dl_info mal, map;
+  struct allocator_of w = {(uintptr_t)HS_REAL(malloc), (uintptr_t)HS_REAL_MAP(mmap), 0, 0, 0, 0, 0};
   alloc_lo = alloc_hi = 0;
-  if (!dladdr((void *)HS_REAL(malloc), &mal) || !dladdr((void *)HS_REAL_MAP(mmap), &map) ||
-      mal.dli_fbase == map.dli_fbase)
+  (void)dl_iterate_phdr(find_allocator_objects, &w);
+  if (!w.malloc_obj || !w.mmap_obj || w.malloc_obj == w.mmap_obj || w.main || w.lo >= w.hi)
     return;
-  struct text_of w = {(uintptr_t)HS_REAL(malloc), 0, 0, 0};
-  if (dl_iterate_phdr(find_text, &w) == 1 && !w.main && w.lo < w.hi) {
-    alloc_lo = w.lo;
-    alloc_hi = w.hi;
-    hs_debug("mapping calls from the allocator's text are its own, from", alloc_lo);
-  }
+  alloc_lo = w.lo;
+  alloc_hi = w.hi;
+  hs_debug("mapping calls from the allocator's text are its own, from", alloc_lo);
 }
 
 void hs_maps_session(uint32_t flags) {
