@@ -1,0 +1,59 @@
+"""Installs this tree with the lifetime stamps and the mapping hooks taken out: the "before"
+of their cost, measured against the same tree in the same rounds.
+
+    python benchmarks/stampless_build.py VENV [--rev REV]
+    python benchmarks/run.py --sections overhead --no-peers --compare VENV/bin/heapscope \\
+        --compare-label stampless ...
+
+The copy differs from REV (default HEAD) in three places only: the records' clock is the
+coarse one the records had before lifetimes (`client/state.h`, hs_record_ns), a sent free
+carries no time (`client/record.c`), and the mapping calls are no longer exported
+(`client/preload.map`), so nothing of the program's reaches maphooks.c. Its profiles have no
+usable lifetimes and no mmap or brk heap: it is for timing only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MAP_CALLS = ("mmap", "mmap64", "mremap", "mprotect", "madvise", "munmap", "brk", "sbrk", "syscall")
+
+
+def edit(path: Path, old: str, new: str, count: int = 1) -> None:
+    text = path.read_text()
+    if text.count(old) != count:
+        sys.exit(f"stampless_build: {path.name} no longer has {old!r} {count} time(s); update this script")
+    path.write_text(text.replace(old, new))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("venv", type=Path, help="the venv to create (or reuse) and install into")
+    ap.add_argument("--rev", default="HEAD", help="the commit to copy (default HEAD)")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="hs-stampless-") as tmp:
+        src = Path(tmp) / "src"
+        src.mkdir()
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.rev], check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+        client = src / "src" / "heapscope" / "client"
+        edit(client / "state.h", "    return __builtin_ia32_rdtsc();\n", "    return hs_coarse_ns();\n")
+        edit(client / "state.h", "  return hs_mono_ns();\n}", "  return hs_coarse_ns();\n}")
+        edit(client / "record.c", "{0, (uint64_t)(uintptr_t)addr, hs_record_ns()}", "{0, (uint64_t)(uintptr_t)addr, 0}")
+        for name in MAP_CALLS:
+            edit(client / "preload.map", f"    {name};\n", "")
+        if not (args.venv / "bin" / "python").exists():
+            subprocess.run([sys.executable, "-m", "venv", str(args.venv)], check=True)
+        subprocess.run([str(args.venv / "bin" / "pip"), "install", "-q", str(src)], check=True)
+    print(f"{args.venv}/bin/heapscope: {args.rev} without the lifetime stamps and the mapping hooks")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
