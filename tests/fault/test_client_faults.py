@@ -172,6 +172,28 @@ def test_socket_survives_a_close_loop_below_a_raised_hard_limit(record: Recorder
     check_exact(rec, FDS_TRUTH)
 
 
+@pytest.mark.timeout(300)
+def test_socket_number_stays_low_under_a_large_limit(record: Recorder, tmp_path: Path) -> None:
+    """Under a large soft limit the socket went to 7/8 of it, and every process of a tree
+    allocated and copied a descriptor table that size (8 MiB under a container's 2^20): it
+    now goes no higher than 1000 there, and the process stays connected."""
+    import resource
+
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    with open("/proc/sys/fs/nr_open") as f:
+        soft = min(int(f.read()), 1 << 20) if hard == resource.RLIM_INFINITY else hard
+    if soft < 2000:
+        pytest.skip(f"hard RLIMIT_NOFILE {hard}: no soft limit large enough to tell")
+    script = tmp_path / "large-limit.sh"
+    # The soft limit raised to the hard one; ls, under the client, lists its own descriptors.
+    script.write_text(f"#!/bin/sh\nulimit -Sn {soft} || exit 99\nexec ls -l /proc/self/fd/\n")
+    script.chmod(0o755)
+    rec = record([script], timeout=60)
+    assert rec.returncode == 0, rec.describe()
+    sockets = [int(line.split()[-3]) for line in rec.stdout.decode().splitlines() if "socket:[" in line]
+    assert sockets and max(sockets) <= 1000, rec.stdout.decode()
+
+
 # --- frame-pointer walks through code without frame pointers ------------------------
 
 

@@ -135,27 +135,35 @@ static HS_MUST_CHECK int recv_config(int fd, struct hs_config *cfg, int *memfd) 
 /* Moves fd out of the way of the program: programs reuse the lowest free
  * numbers, and daemons close everything they did not open, commonly with a
  * loop up to the soft RLIMIT_NOFILE (sysconf(_SC_OPEN_MAX)). When the hard
- * limit allows, the socket goes just above the soft limit (raised for the
- * one F_DUPFD_CLOEXEC, then put back: a descriptor keeps working above the
- * limit), where neither such a loop nor the program's own opens reach it;
- * else just below it. closefrom()/close_range() still close it: the
+ * limit allows and the soft one is at most ABOVE_MAX, the socket goes just
+ * above the soft limit (raised for the one F_DUPFD_CLOEXEC, then put back: a
+ * descriptor keeps working above the limit), where neither such a loop nor
+ * the program's own opens reach it; else below it, at 7/8 of the limit but
+ * no higher than BELOW_MAX. closefrom()/close_range() still close it: the
  * identity check (hs_sock_is_ours) notices that, and the client stops.
  * Returns the new descriptor (the old one is closed), or fd unchanged. */
 static int keep_high(int fd) {
+  /* The kernel's descriptor table grows to hold the highest number in use,
+   * and every fork copies it: at 7/8 of a container's common limit of 2^20
+   * each process of a tree allocated and copied an 8 MiB table. Below a limit
+   * a close loop reaches the socket wherever it is, so higher gains nothing. */
+  enum { ABOVE_MAX = 4096, BELOW_MAX = 1000 };
   struct rlimit rl;
   if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur < 64)
     return fd;
   int moved = -1;
   rlim_t soft = rl.rlim_cur;
-  if (rl.rlim_max == RLIM_INFINITY || rl.rlim_max > soft + 16) {
+  if (soft <= ABOVE_MAX && (rl.rlim_max == RLIM_INFINITY || rl.rlim_max > soft + 16)) {
     struct rlimit raised = {soft + 16, rl.rlim_max};
     if (setrlimit(RLIMIT_NOFILE, &raised) == 0) {
       moved = fcntl(fd, F_DUPFD_CLOEXEC, (int)soft);
       (void)setrlimit(RLIMIT_NOFILE, &rl);
     }
   }
-  if (moved < 0)
-    moved = fcntl(fd, F_DUPFD_CLOEXEC, (int)(soft - soft / 8));
+  if (moved < 0) {
+    rlim_t below = soft - soft / 8;
+    moved = fcntl(fd, F_DUPFD_CLOEXEC, (int)(below < BELOW_MAX ? below : BELOW_MAX));
+  }
   if (moved < 0)
     return fd;
   close(fd);
