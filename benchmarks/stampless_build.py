@@ -1,7 +1,7 @@
 """Installs this tree with the lifetime stamps and the mapping hooks taken out: the "before"
 of their cost, measured against the same tree in the same rounds.
 
-    python benchmarks/stampless_build.py VENV [--rev REV]
+    python benchmarks/stampless_build.py VENV [--rev REV] [--only stamps|hooks]
     python benchmarks/run.py --sections overhead --no-peers --compare VENV/bin/heapscope \\
         --compare-label stampless ...
 
@@ -9,7 +9,8 @@ The copy differs from REV (default HEAD) in three places only: the records' cloc
 coarse one the records had before lifetimes (`client/state.h`, hs_record_ns), a sent free
 carries no time (`client/record.c`), and the mapping calls are no longer exported
 (`client/preload.map`), so nothing of the program's reaches maphooks.c. Its profiles have no
-usable lifetimes and no mmap or brk heap: it is for timing only.
+usable lifetimes and no mmap or brk heap: it is for timing only. `--only` takes out one of the
+two (the stamps, or the mapping hooks), to tell their costs apart.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("venv", type=Path, help="the venv to create (or reuse) and install into")
     ap.add_argument("--rev", default="HEAD", help="the commit to copy (default HEAD)")
+    ap.add_argument("--only", choices=("stamps", "hooks"), help="take out only this one")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="hs-stampless-") as tmp:
         src = Path(tmp) / "src"
@@ -43,15 +45,20 @@ def main() -> int:
                                  capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
         client = src / "src" / "heapscope" / "client"
-        edit(client / "state.h", "    return __builtin_ia32_rdtsc();\n", "    return hs_coarse_ns();\n")
-        edit(client / "state.h", "  return hs_mono_ns();\n}", "  return hs_coarse_ns();\n}")
-        edit(client / "record.c", "{0, (uint64_t)(uintptr_t)addr, hs_record_ns()}", "{0, (uint64_t)(uintptr_t)addr, 0}")
-        for name in MAP_CALLS:
-            edit(client / "preload.map", f"    {name};\n", "")
+        if args.only != "hooks":
+            edit(client / "state.h", "    return __builtin_ia32_rdtsc();\n", "    return hs_coarse_ns();\n")
+            edit(client / "state.h", "  return hs_mono_ns();\n}", "  return hs_coarse_ns();\n}")
+            free_rec = "{0, (uint64_t)(uintptr_t)addr, "
+            edit(client / "record.c", free_rec + "hs_record_ns()}", free_rec + "0}")
+        if args.only != "stamps":
+            for name in MAP_CALLS:
+                edit(client / "preload.map", f"    {name};\n", "")
         if not (args.venv / "bin" / "python").exists():
             subprocess.run([sys.executable, "-m", "venv", str(args.venv)], check=True)
         subprocess.run([str(args.venv / "bin" / "pip"), "install", "-q", str(src)], check=True)
-    print(f"{args.venv}/bin/heapscope: {args.rev} without the lifetime stamps and the mapping hooks")
+    both = "the lifetime stamps and the mapping hooks"
+    gone = {"stamps": "the lifetime stamps", "hooks": "the mapping hooks"}.get(args.only or "", both)
+    print(f"{args.venv}/bin/heapscope: {args.rev} without {gone}")
     return 0
 
 
