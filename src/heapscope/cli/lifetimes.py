@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from heapscope.errors import UsageError
 from heapscope.model import CallsiteId
 from heapscope.store.labels import process_label
-from heapscope.store.lifetimes import CallsiteLife, has_lifetimes, read_lifetimes
+from heapscope.store.lifetimes import CallsiteLife, has_lifetimes, read_lifetimes, read_lifetimes_by_process
 from heapscope.store.reader import Process, Profile
 from heapscope.store.select import process_interval
 from heapscope.units import format_bytes, parse_duration
@@ -183,8 +183,9 @@ def render(profile: Profile, processes: Sequence[Process], args: argparse.Namesp
         return f"{args.file}: {NO_LIFETIMES}\n"
     python = profile.python_upids() if args.lifetimes and not args.native else set()
     out = []
+    by_process = read_lifetimes_by_process(profile, [p.info.upid for p in processes])  # one pass for all
     for p in processes:
-        lives = read_lifetimes(profile, [p.info.upid])
+        lives = by_process.get(p.info.upid, {})
         keep = lt.callsite_filter(profile, lives, focus, ignore)
         if keep is not None:
             lives = {cs: v for cs, v in lives.items() if keep(cs)}

@@ -77,22 +77,43 @@ def has_lifetimes(profile: Profile) -> bool:
 def read_lifetimes(profile: Profile, upids: Collection[int]) -> dict[CallsiteId, CallsiteLife]:
     """Each callsite's lifetimes and sizes over the processes `upids`, of the heap the profile
     shows; empty when the profile has no lifetime tables (has_lifetimes)."""
+    return _read(profile, upids, by_process=False).get(0, {})
+
+
+def read_lifetimes_by_process(profile: Profile, upids: Collection[int]
+                              ) -> dict[int, dict[CallsiteId, CallsiteLife]]:
+    """The same, each process's apart (keyed by upid), in one pass over the tables: a pass per
+    process read a build's ~250k rows once for each of its ~110 processes."""
+    return _read(profile, upids, by_process=True)
+
+
+# Past this many processes the tables are read whole and filtered here: an IN list that long
+# costs as much as the scan, and old SQLite builds take at most 999 parameters.
+_MAX_IN = 500
+
+
+def _read(profile: Profile, upids: Collection[int], by_process: bool) -> dict[int, dict[CallsiteId, CallsiteLife]]:
+    """The lifetimes of `upids`, keyed by upid (by_process) or all under 0."""
     if not upids or not has_lifetimes(profile):
         return {}
-    args = list(upids)
-    where = f" WHERE upid IN ({', '.join('?' * len(args))})"
-    out: dict[CallsiteId, CallsiteLife] = {}
+    wanted = set(upids)
+    args = list(wanted) if len(wanted) <= _MAX_IN else []
+    where = f" WHERE upid IN ({', '.join('?' * len(args))})" if args else ""
+    out: dict[int, dict[CallsiteId, CallsiteLife]] = {}
     db = profile.sql_connection()
     col = LIFETIME_TABLE + "."
     with profile.reading():
-        for r in db.execute("SELECT callsite_id, kind, lo_ns, hi_ns, size_lo, count, size, real_size FROM "
+        for r in db.execute("SELECT upid, callsite_id, kind, lo_ns, hi_ns, size_lo, count, size, real_size FROM "
                             + LIFETIME_TABLE + where, args):
-            cs = CallsiteId(int_from_sql(r[0], col + "callsite_id"))
-            life = out.setdefault(cs, CallsiteLife())
-            cell = Cell(*(int_from_sql(v, col + "count") for v in r[5:8]))
-            kind = str_from_sql(r[1])
-            size_lo = int_from_sql(r[4], col + "size_lo")
-            bounds = (int_from_sql(r[2], col + "lo_ns"), opt_int_from_sql(r[3], col + "hi_ns"), size_lo)
+            upid = int_from_sql(r[0], col + "upid")
+            if upid not in wanted:
+                continue
+            cs = CallsiteId(int_from_sql(r[1], col + "callsite_id"))
+            life = out.setdefault(upid if by_process else 0, {}).setdefault(cs, CallsiteLife())
+            cell = Cell(*(int_from_sql(v, col + "count") for v in r[6:9]))
+            kind = str_from_sql(r[2])
+            size_lo = int_from_sql(r[5], col + "size_lo")
+            bounds = (int_from_sql(r[3], col + "lo_ns"), opt_int_from_sql(r[4], col + "hi_ns"), size_lo)
             if kind == "freed":
                 add_cell(life.freed, bounds, cell)
             elif kind == "held":
@@ -102,10 +123,13 @@ def read_lifetimes(profile: Profile, upids: Collection[int]) -> dict[CallsiteId,
             elif kind == "heaptrack":
                 add_cell(life.heaptrack, size_lo, cell)
         col = SIZE_TABLE + "."
-        for r in db.execute("SELECT callsite_id, lo, hi, count, size, real_size FROM " + SIZE_TABLE + where,
+        for r in db.execute("SELECT upid, callsite_id, lo, hi, count, size, real_size FROM " + SIZE_TABLE + where,
                             args):
-            cs = CallsiteId(int_from_sql(r[0], col + "callsite_id"))
-            life = out.setdefault(cs, CallsiteLife())
-            add_cell(life.sizes, (int_from_sql(r[1], col + "lo"), int_from_sql(r[2], col + "hi")),
-                        Cell(*(int_from_sql(v, col + "count") for v in r[3:6])))
+            upid = int_from_sql(r[0], col + "upid")
+            if upid not in wanted:
+                continue
+            cs = CallsiteId(int_from_sql(r[1], col + "callsite_id"))
+            life = out.setdefault(upid if by_process else 0, {}).setdefault(cs, CallsiteLife())
+            add_cell(life.sizes, (int_from_sql(r[2], col + "lo"), int_from_sql(r[3], col + "hi")),
+                        Cell(*(int_from_sql(v, col + "count") for v in r[4:7])))
     return out

@@ -14,7 +14,8 @@ tables adds neither, and the page shows no such view.
 
 from __future__ import annotations
 
-from heapscope.store.lifetimes import has_lifetimes, read_lifetimes
+from heapscope.model import CallsiteId
+from heapscope.store.lifetimes import CallsiteLife, has_lifetimes, read_lifetimes
 from heapscope.store.reader import Process, Profile
 from heapscope.store.select import process_interval
 from heapscope.view.lifetimes import DEFAULT_TEMPORARY_NS, cell_estimate, temporary_cells
@@ -23,15 +24,19 @@ from heapscope.view.tree import MergedTree
 TEMPORARY = "temporary"
 
 
-def lifetime_values(profile: Profile, process: Process, tree: MergedTree) -> tuple[list[int], list[int]] | None:
+def lifetime_values(profile: Profile, process: Process, tree: MergedTree,
+                    lives: dict[CallsiteId, CallsiteLife] | None = None) -> tuple[list[int], list[int]] | None:
     """(temporary sampled bytes per node of `tree`, its flat "sizes" list) of `process`; None
-    when the profile has no lifetimes."""
+    when the profile has no lifetimes. `lives`: its lifetimes, when read already
+    (store/lifetimes.py read_lifetimes_by_process)."""
     if not has_lifetimes(profile):
         return None
     interval = process_interval(profile, process)
     temporary = [0] * len(tree)
     sizes: list[int] = []
-    for cs, life in sorted(read_lifetimes(profile, [process.info.upid]).items()):
+    if lives is None:
+        lives = read_lifetimes(profile, [process.info.upid])
+    for cs, life in sorted(lives.items()):
         node = tree.node_of.get(cs)
         if node is None:
             continue

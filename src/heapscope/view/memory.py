@@ -45,14 +45,16 @@ class Memory(Record):
 
 
 def process_memory(profile: Profile, upid: int, node_of: dict[CallsiteId, int], max_points: int = MAX_POINTS,
-                   max_samples: int = MAX_SAMPLES) -> Memory | None:
+                   max_samples: int = MAX_SAMPLES,
+                   samples: list[tuple[int, int, int | None, int, int]] | None = None) -> Memory | None:
     """The chart and the samples of process `upid`, its samples placed by `node_of` (callsite ->
-    node of the page's tree, the root being node 0); None when the profile has no series."""
+    node of the page's tree, the root being node 0); None when the profile has no series.
+    `samples`: its memory_samples, when read already (store/series.py memory_samples_by_process)."""
     series = memory_series(profile, upid)
     if not series:
         return None
     mem = Memory(thin_series(series, max_points))
-    rows = memory_samples(profile, upid)
+    rows = memory_samples(profile, upid) if samples is None else list(samples)
     mem.samples_in_profile = len(rows)
     scale = 1.0
     if len(rows) > max_samples > 0:
