@@ -226,6 +226,17 @@ def test_flamegraph_reads_each_new_table_once_for_all_processes(programs: Progra
     assert len(graphs) >= 3, [g.label for g in heaps[at].graphs]
     assert all(g.sizes and g.memory.node for g in graphs), [g.label for g in graphs]
     assert reads == dict.fromkeys(tables, 1), reads
+    # Past MAX_IN_LIST processes the tables are read whole and filtered: the same answers.
+    from heapscope.store.lifetimes import read_lifetimes_by_process
+    from heapscope.store.series import memory_samples_by_process
+
+    real = [g.upid for g in graphs]
+    many = [*real, *range(10**6, 10**6 + 600)]
+    with open_profile(rec.db) as profile:
+        lives, lives_many = read_lifetimes_by_process(profile, real), read_lifetimes_by_process(profile, many)
+        assert {u: {cs: (v.freed, v.held, v.sizes) for cs, v in d.items()} for u, d in lives.items()} == \
+            {u: {cs: (v.freed, v.held, v.sizes) for cs, v in d.items()} for u, d in lives_many.items()}
+        assert memory_samples_by_process(profile, real) == memory_samples_by_process(profile, many)
 
 
 def test_flamegraph_temporary_view_and_size_tooltip_in_chromium(programs: Programs, record: Recorder,

@@ -14,7 +14,7 @@ from typing import NamedTuple, TypeVar
 from heapscope.model import CallsiteId
 from heapscope.records import Record, field
 from heapscope.store.reader import Profile
-from heapscope.store.values import int_from_sql, opt_int_from_sql, str_from_sql
+from heapscope.store.values import MAX_IN_LIST, int_from_sql, opt_int_from_sql, str_from_sql
 
 LIFETIME_TABLE = "heapscope_callsite_lifetime"
 SIZE_TABLE = "heapscope_callsite_size"
@@ -87,17 +87,12 @@ def read_lifetimes_by_process(profile: Profile, upids: Collection[int]
     return _read(profile, upids, by_process=True)
 
 
-# Past this many processes the tables are read whole and filtered here: an IN list that long
-# costs as much as the scan, and old SQLite builds take at most 999 parameters.
-_MAX_IN = 500
-
-
 def _read(profile: Profile, upids: Collection[int], by_process: bool) -> dict[int, dict[CallsiteId, CallsiteLife]]:
     """The lifetimes of `upids`, keyed by upid (by_process) or all under 0."""
     if not upids or not has_lifetimes(profile):
         return {}
     wanted = set(upids)
-    args = list(wanted) if len(wanted) <= _MAX_IN else []
+    args = list(wanted) if len(wanted) <= MAX_IN_LIST else []
     where = f" WHERE upid IN ({', '.join('?' * len(args))})" if args else ""
     out: dict[int, dict[CallsiteId, CallsiteLife]] = {}
     db = profile.sql_connection()

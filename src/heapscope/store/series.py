@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from heapscope.store.values import opt_int_from_sql, req_int_from_sql, str_from_sql
+from heapscope.store.values import MAX_IN_LIST, opt_int_from_sql, req_int_from_sql, str_from_sql
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING: the live view imports this module, not the reader
 if TYPE_CHECKING:
@@ -69,10 +69,6 @@ def memory_samples(profile: Profile, upid: int) -> list[tuple[int, int, int | No
     return memory_samples_by_process(profile, [upid]).get(upid, [])
 
 
-# Past this many processes the table is read whole and filtered here (as store/lifetimes.py).
-_MAX_IN = 500
-
-
 def memory_samples_by_process(profile: Profile, upids: Iterable[int]
                               ) -> dict[int, list[tuple[int, int, int | None, int, int]]]:
     """memory_samples of each of `upids` (keyed by upid), in one pass over the table: a pass per
@@ -80,7 +76,7 @@ def memory_samples_by_process(profile: Profile, upids: Iterable[int]
     wanted = set(upids)
     if not wanted or not _has_table(profile, SAMPLES):
         return {}
-    args = list(wanted) if len(wanted) <= _MAX_IN else []
+    args = list(wanted) if len(wanted) <= MAX_IN_LIST else []
     where = f" WHERE upid IN ({', '.join('?' * len(args))})" if args else ""
     out: dict[int, list[tuple[int, int, int | None, int, int]]] = {}
     with profile.reading():

@@ -18,6 +18,11 @@ BadValue, which the reader turns into one ProfileError line.
 from __future__ import annotations
 
 U64_MASK = (1 << 64) - 1
+
+# Readers of per-process rows for many processes at once: past this many the table is read whole
+# and filtered in Python (an IN list that long costs as much as the scan, and old SQLite builds
+# take at most 999 parameters).
+MAX_IN_LIST = 500
 I64_MIN = -(1 << 63)
 I64_MAX = (1 << 63) - 1
 
