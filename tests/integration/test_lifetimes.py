@@ -224,7 +224,7 @@ def test_flamegraph_reads_each_new_table_once_for_all_processes(programs: Progra
         heaps, at = heap_graphs(profile)
         graphs = [g for g in heaps[at].graphs if g.memory is not None]
     assert len(graphs) >= 3, [g.label for g in heaps[at].graphs]
-    assert all(g.sizes and g.memory.node for g in graphs), [g.label for g in graphs]
+    assert all(g.sizes and g.memory is not None and g.memory.node for g in graphs), [g.label for g in graphs]
     assert reads == dict.fromkeys(tables, 1), reads
     # Past MAX_IN_LIST processes the tables are read whole and filtered: the same answers.
     from heapscope.store.lifetimes import read_lifetimes_by_process
