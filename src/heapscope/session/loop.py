@@ -20,6 +20,9 @@ from heapscope.session.core import (
 )
 from heapscope.session.requests import Windows
 
+# How long the end waits for the reaped target's socket to reach EOF (_target_exited).
+TARGET_EOF_WAIT_S = 0.2
+
 TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
 
@@ -217,6 +220,13 @@ class Loop(Windows):
                 producer.stop_accepting()
                 while producer.poll(0):
                     pass
+                # The target's own socket can reach EOF a moment after it was reaped (the
+                # kernel drops its io_uring pin in a worker): wait for it, bounded, so that
+                # its final dump is its exit, not the session's end.
+                deadline = time.monotonic() + TARGET_EOF_WAIT_S
+                while time.monotonic() < deadline and any(
+                        p.info.pid in producer.target_pids for p in producer.processes.values()):
+                    producer.poll(0.01)
             except Exception as e:
                 self._fail(e)
         return 128 - code if code < 0 else code
