@@ -14,7 +14,7 @@ from typing import NamedTuple, TypeVar
 from heapscope.model import CallsiteId
 from heapscope.records import Record, field
 from heapscope.store.reader import Profile
-from heapscope.store.values import MAX_IN_LIST, int_from_sql, opt_int_from_sql, str_from_sql
+from heapscope.store.values import int_from_sql, opt_int_from_sql, str_from_sql, upid_filter
 
 LIFETIME_TABLE = "heapscope_callsite_lifetime"
 SIZE_TABLE = "heapscope_callsite_size"
@@ -92,8 +92,7 @@ def _read(profile: Profile, upids: Collection[int], by_process: bool) -> dict[in
     if not upids or not has_lifetimes(profile):
         return {}
     wanted = set(upids)
-    args = list(wanted) if len(wanted) <= MAX_IN_LIST else []
-    where = f" WHERE upid IN ({', '.join('?' * len(args))})" if args else ""
+    where, args = upid_filter(wanted)
     out: dict[int, dict[CallsiteId, CallsiteLife]] = {}
     db = profile.sql_connection()
     col = LIFETIME_TABLE + "."

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from heapscope.store.values import MAX_IN_LIST, opt_int_from_sql, req_int_from_sql, str_from_sql
+from heapscope.store.values import opt_int_from_sql, req_int_from_sql, str_from_sql, upid_filter
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING: the live view imports this module, not the reader
 if TYPE_CHECKING:
@@ -76,8 +76,7 @@ def memory_samples_by_process(profile: Profile, upids: Iterable[int]
     wanted = set(upids)
     if not wanted or not _has_table(profile, SAMPLES):
         return {}
-    args = list(wanted) if len(wanted) <= MAX_IN_LIST else []
-    where = f" WHERE upid IN ({', '.join('?' * len(args))})" if args else ""
+    where, args = upid_filter(wanted)
     out: dict[int, list[tuple[int, int, int | None, int, int]]] = {}
     with profile.reading():
         for u, c, a, f, s, w in profile.sql_connection().execute(

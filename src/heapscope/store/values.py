@@ -23,6 +23,13 @@ U64_MASK = (1 << 64) - 1
 # and filtered in Python (an IN list that long costs as much as the scan, and old SQLite builds
 # take at most 999 parameters).
 MAX_IN_LIST = 500
+
+
+def upid_filter(wanted: set[int]) -> tuple[str, list[int]]:
+    """The WHERE clause and its parameters that pick the rows of `wanted` processes: an IN list
+    up to MAX_IN_LIST of them, else none (the caller filters each row by `wanted`)."""
+    args = list(wanted) if len(wanted) <= MAX_IN_LIST else []
+    return (f" WHERE upid IN ({', '.join('?' * len(args))})" if args else ""), args
 I64_MIN = -(1 << 63)
 I64_MAX = (1 << 63) - 1
 
