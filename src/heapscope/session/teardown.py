@@ -128,8 +128,8 @@ class Figures(Loop):
         return rows
 
     def _peaks(self, profile: Profile) -> None:
-        """Each process's peak and its largest stacks, read with a few indexed queries (the
-        callsite and frame tables, ~100k rows for a compiler, are never loaded whole)."""
+        """Each process's peak and its largest stacks, read with a few queries for all processes
+        (the callsite and frame tables, ~100k rows for a compiler, are never loaded whole)."""
         s = self.summary
         # One heap (store.select: a pool's memory is in its malloc block too); the others by their peaks.
         from heapscope.store.labels import process_label  # `cc1 parse.c`, named as in every view
@@ -146,18 +146,21 @@ class Figures(Loop):
                 if name not in members:
                     others.setdefault(upid_, []).append((name, size))
         ended = {int(p.info.upid): p for p in self.producer.ended} if self.producer is not None else {}
-        for stored in profile.processes():
-            upid = int(stored.info.upid)
-            peak = peak_stacks(profile, upid, TOP_STACKS, STACK_FRAMES_SHOWN, upid in python)
-            if peak is not None:
-                total, rows = peak
-                if total > 0 or upid in others:
-                    st = ended.get(upid)
-                    s.peaks.append(ProcessPeak(stored.info.pid, process_label(stored.info), total, rows,
-                                               heap_label(heap) if upid in others and heap else "",
-                                               others.get(upid, []),
-                                               st.final_stats.get("peak_unfreed", 0) if st else 0,
-                                               st.peak_rss if st else 0, st.own_rss if st else 0))
+        stored = profile.processes()
+        peaks = peak_stacks(profile, [(int(pr.info.upid), int(pr.info.upid) in python, pr.info.exe) for pr in stored],
+                            TOP_STACKS, STACK_FRAMES_SHOWN)
+        for proc in stored:
+            upid = int(proc.info.upid)
+            if upid not in peaks:
+                continue
+            total, rows = peaks[upid]
+            if total > 0 or upid in others:
+                st = ended.get(upid)
+                s.peaks.append(ProcessPeak(proc.info.pid, process_label(proc.info), total, rows,
+                                           heap_label(heap) if upid in others and heap else "",
+                                           others.get(upid, []),
+                                           st.final_stats.get("peak_unfreed", 0) if st else 0,
+                                           st.peak_rss if st else 0, st.own_rss if st else 0))
         s.peaks.sort(key=lambda pk: -pk.peak_bytes)
 
 

@@ -50,6 +50,7 @@ from heapscope.store.rows import (
 )
 from heapscope.store.tree import check_tree, plain_callsites, read_callsites
 from heapscope.store.values import (
+    MAX_IN_LIST,
     int_from_sql,
     opt_int_from_sql,
     req_int_from_sql,
@@ -117,6 +118,7 @@ class Profile:
         self._peak_raw: dict[object, list[tuple[object, ...]]] | None = None
         self._peaks: dict[int, tuple[int, dict[CallsiteId, ViewValues]]] | None = None
         self._stats: dict[int | None, list[Stat]] | None = None
+        self._peak_tops: dict[int, dict[int, tuple[int, list[tuple[CallsiteId, int]]]]] = {}  # by n
 
     def __enter__(self) -> Profile:
         return self
@@ -643,29 +645,41 @@ class Profile:
     @_reads
     def peak_top(self, upid: int, n: int) -> tuple[int, list[tuple[CallsiteId, int]]] | None:
         """What peak_callsites(upid) says, in SQL: the bytes of its callsites with more than 0
-        unreleased, and the `n` largest of them; None when the profile has no peak rows for it."""
+        unreleased, and the `n` largest of them; None when the profile has no peak rows for it.
+        The first call reads every process's at once (`record`'s summary asks for each process
+        of a build in turn: a query each scanned the table 113 times, 1-4 s after make's exit)."""
+        tops = self._peak_tops.get(n)
+        if tops is None:
+            tops = self._peak_tops[n] = self._read_peak_tops(n)
+        top = tops.get(upid)
+        return None if top is None else (top[0], list(top[1]))
+
+    def _read_peak_tops(self, n: int) -> dict[int, tuple[int, list[tuple[CallsiteId, int]]]]:
         col = "heapscope_peak_allocation."
-        # A process's peak rows have one ts (`record` writes one peak per process, heaps that
-        # share a peak share it): then no grouping picks it. `record`'s summary runs this on a
-        # compiler's ~12k peak rows after its target's exit: 10 ms -> 3.
-        span = self._rows("SELECT MIN(ts), MAX(ts) FROM heapscope_peak_allocation WHERE upid = ?", (upid,))
-        if not span or span[0][0] is None:
-            return None
-        ts = req_int_from_sql(span[0][0], col + "ts")
-        if span[0][0] != span[0][1]:
-            first = self._rows(
-                "SELECT ts FROM heapscope_peak_allocation WHERE upid = ? GROUP BY ts, callsite_id"
-                " ORDER BY SUM(size) DESC, callsite_id LIMIT 1", (upid,))
-            ts = req_int_from_sql(first[0][0], col + "ts")
-        # The n largest and, beside each, the sum over all callsites with more than 0 (the
-        # window sum is taken before the LIMIT): n rows read, not one per callsite.
+        # Per process: its peak's ts, the one of its largest (ts, callsite) sum (a process's
+        # rows have one ts as `record` writes them, heaps that share a peak share it); there,
+        # the callsites with more than 0 and their sum (the window is taken before the cut to
+        # n). A process whose peak holds nothing keeps its row, with no callsite.
         rows = self._rows(
-            "SELECT callsite_id, size, SUM(size) OVER () FROM (SELECT callsite_id, SUM(size) AS size"
-            " FROM heapscope_peak_allocation WHERE upid = ? AND ts = ? GROUP BY callsite_id HAVING SUM(size) > 0)"
-            " ORDER BY 2 DESC, 1 LIMIT ?", (upid, ts, max(n, 1)))
-        top = [(CallsiteId(req_int_from_sql(r[0], col + "callsite_id")), int_from_sql(r[1], col + "size"))
-               for r in rows[:n]]
-        return (int_from_sql(rows[0][2], col + "size") if rows else 0), top
+            "WITH g AS (SELECT upid, ts, callsite_id, SUM(size) AS size FROM heapscope_peak_allocation"
+            " GROUP BY upid, ts, callsite_id),"
+            " peak AS (SELECT upid, ts FROM (SELECT upid, ts, ROW_NUMBER() OVER"
+            " (PARTITION BY upid ORDER BY size DESC, callsite_id) AS r FROM g) WHERE r = 1),"
+            " held AS (SELECT g.upid, g.callsite_id, g.size, SUM(g.size) OVER (PARTITION BY g.upid) AS total,"
+            " ROW_NUMBER() OVER (PARTITION BY g.upid ORDER BY g.size DESC, g.callsite_id) AS r"
+            " FROM g JOIN peak p ON p.upid = g.upid AND p.ts = g.ts WHERE g.size > 0)"
+            " SELECT p.upid, h.callsite_id, h.size, h.total FROM peak p"
+            " LEFT JOIN held h ON h.upid = p.upid AND h.r <= ? ORDER BY p.upid, h.r", (max(n, 1),))
+        out: dict[int, tuple[int, list[tuple[CallsiteId, int]]]] = {}
+        for r in rows:
+            upid = req_int_from_sql(r[0], col + "upid")
+            entry = out.get(upid)
+            if entry is None:
+                entry = out[upid] = (0 if r[3] is None else int_from_sql(r[3], col + "size"), [])
+            if r[1] is not None and len(entry[1]) < n:
+                entry[1].append((CallsiteId(req_int_from_sql(r[1], col + "callsite_id")),
+                                 int_from_sql(r[2], col + "size")))
+        return out
 
     @_reads
     def stack_frames(self, cs: CallsiteId, limit: int) -> list[FrameInfo | None]:
@@ -707,16 +721,21 @@ class Profile:
         if not out or limit < 1:
             return out
         # Each callsite once (UNION, not UNION ALL: the stacks share their roots, and a
-        # parent cycle ends the walk), then the paths put together here.
-        rows = self._rows(
-            "WITH RECURSIVE walk(id) AS ("
-            f" SELECT id FROM stack_profile_callsite WHERE id IN ({', '.join('?' * len(out))})"
-            " UNION SELECT c.parent_id FROM walk w JOIN stack_profile_callsite c ON c.id = w.id"
-            " WHERE c.parent_id IS NOT NULL)"
-            " SELECT c.id, c.parent_id, f.id, f.name, m.name, f.rel_pc, f.mapping, f.type FROM walk w"
-            " JOIN stack_profile_callsite c ON c.id = w.id"
-            " LEFT JOIN stack_profile_frame f ON f.id = c.frame_id"
-            " LEFT JOIN stack_profile_mapping m ON m.id = f.mapping", tuple(out))
+        # parent cycle ends the walk), then the paths put together here. At most MAX_IN_LIST
+        # leaves a query (SQLite's limit on parameters can be 999).
+        leaves_in = list(out)
+        rows: list[tuple[object, ...]] = []
+        for at in range(0, len(leaves_in), MAX_IN_LIST):
+            chunk = leaves_in[at:at + MAX_IN_LIST]
+            rows += self._rows(
+                "WITH RECURSIVE walk(id) AS ("
+                f" SELECT id FROM stack_profile_callsite WHERE id IN ({', '.join('?' * len(chunk))})"
+                " UNION SELECT c.parent_id FROM walk w JOIN stack_profile_callsite c ON c.id = w.id"
+                " WHERE c.parent_id IS NOT NULL)"
+                " SELECT c.id, c.parent_id, f.id, f.name, m.name, f.rel_pc, f.mapping, f.type FROM walk w"
+                " JOIN stack_profile_callsite c ON c.id = w.id"
+                " LEFT JOIN stack_profile_frame f ON f.id = c.frame_id"
+                " LEFT JOIN stack_profile_mapping m ON m.id = f.mapping", tuple(chunk))
         nodes: dict[int, tuple[int | None, PathFrame]] = {}
         for r in rows:
             nodes[req_int_from_sql(r[0], "stack_profile_callsite.id")] = (
