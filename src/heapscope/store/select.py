@@ -329,9 +329,12 @@ def _shadow_heaps(profile: Profile, members: list[str] | None) -> None:
             if len(members) > 1:
                 # Each heap's peak rows, all at the latest of those peaks: a reader takes one
                 # peak per process (reader.peak_callsites). One ts for heaps sharing a peak.
+                # CROSS JOIN keeps the rows outside and the per-process peaks inside, looked
+                # up by an automatic index: with a plain JOIN SQLite scanned every row once per
+                # process (a build's 98k rows, 113 processes: 1.05 s for a read of all, 0.14 now).
                 cols = [str(r[1]) for r in db.execute(f"PRAGMA main.table_info({table})")]
                 out = ", ".join("m.peak_ts AS ts" if c == "ts" else f"a.{c}" for c in cols)
-                db.execute(f"CREATE TEMP VIEW {table} AS SELECT {out} FROM {source[table]} a JOIN"
+                db.execute(f"CREATE TEMP VIEW {table} AS SELECT {out} FROM {source[table]} a CROSS JOIN"
                            f" (SELECT upid, MAX(ts) AS peak_ts FROM {source[table]} WHERE heap_name IN {among}"
                            f" GROUP BY upid) m ON m.upid = a.upid WHERE a.heap_name IN {among}")
                 continue
