@@ -323,3 +323,44 @@ def test_node_v8_pages_under_their_stacks(record: Recorder) -> None:
     seen, rss = seen_and_rss(profile, upid)
     assert heap_views(profile, upid, "mmap").alloc_space > 0.5 * seen, profile.describe_process(upid)
     assert seen >= 0.8 * rss, (seen, rss)
+
+
+def test_flamegraph_all_heaps_is_the_default_sum_built_once(programs: Programs, record: Recorder,
+                                                            tmp_path: Path) -> None:
+    """With malloc, mmap and brk the default heap is their sum, and "all heaps merged" read the
+    same rows (each process's heaps peak at one ts): the page built its graphs a second time
+    (5.8 of a build's 17.5 s). Now it takes the sum's; when a process's heaps peak at different
+    times (a profile written so), "all" is built on its own, and the data are as before."""
+    import sqlite3
+
+    from heapscope.store.reader import open_profile
+    from heapscope.store.select import ALL_HEAPS, peaks_share_one_ts, select_heap
+    from heapscope.view.flamegraph import heap_graphs, payload, profile_graphs
+
+    run = record([programs.path("mapheaps")], interval=1)
+    assert run.returncode == 0, run.describe()
+
+    def pages(db: Path) -> tuple[bool, bool, object, object]:
+        with open_profile(db) as prof:
+            heaps, at = heap_graphs(prof)
+            by_name = {h.name: h for h in heaps}
+            assert list(by_name)[at] == "libc.malloc+mmap+brk" and list(by_name)[-1] == ALL_HEAPS, list(by_name)
+            summed, every = by_name["libc.malloc+mmap+brk"], by_name[ALL_HEAPS]
+            shared = all(a is b for a, b in zip(summed.graphs, every.graphs, strict=True))
+            page_all = payload(every.graphs, title="t")
+            select_heap(prof, ALL_HEAPS)  # "all" built on its own, as before
+            return peaks_share_one_ts(prof), shared, page_all, payload(profile_graphs(prof), title="t")
+
+    one_ts, shared, page_all, alone = pages(run.db)
+    assert one_ts and shared
+    assert page_all == alone  # the sum's graphs are what "all" built on its own shows
+    # WHEN a process's mmap peak rows are put at another ts
+    odd = tmp_path / "odd.db"
+    odd.write_bytes(run.db.read_bytes())
+    db = sqlite3.connect(odd)
+    db.execute("UPDATE heapscope_peak_allocation SET ts = ts - 1 WHERE heap_name = 'mmap'")
+    db.commit()
+    db.close()
+    one_ts, shared, page_all, alone = pages(odd)
+    # THEN "all" is built on its own, as before
+    assert not one_ts and not shared and page_all == alone

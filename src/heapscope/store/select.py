@@ -294,6 +294,18 @@ def select_heap(profile: Profile, heap: str | None) -> str | None:
     return shown
 
 
+def peaks_share_one_ts(profile: Profile) -> bool:
+    """Whether each process's peak rows, whatever their heap, have one ts (`record` writes one
+    peak per process, heaps that share it share it): then every heap merged and the sum of all
+    heaps (its view puts each process's rows at their latest peak) read the same peak rows."""
+    db = profile.sql_connection()
+    with profile.reading():
+        if not _has_table(db, "heapscope_peak_allocation"):
+            return True
+        return db.execute("SELECT 1 FROM main.heapscope_peak_allocation GROUP BY upid"
+                          " HAVING MIN(ts) != MAX(ts) LIMIT 1").fetchone() is None
+
+
 def _text_literal(text: str) -> str:
     """`text` as an SQL literal that any text survives (quotes, NULs): its UTF-8 bytes in hex."""
     return f"CAST(X'{text.encode('utf-8', 'surrogateescape').hex()}' AS TEXT)"
