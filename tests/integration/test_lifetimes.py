@@ -269,39 +269,46 @@ def test_flamegraph_temporary_view_and_size_tooltip_in_chromium(programs: Progra
 
 def test_lifetime_rows_as_written_and_damaged_read_alike(programs: Programs, record: Recorder,
                                                          tmp_path: Path) -> None:
-    """The lifetime and size rows are taken as they come when SQLite says all of them have the
-    types `record` writes (one check in SQL, not one per value: a build's flamegraph spent 3.8 s
-    there); any other value goes through the checks: one read as before, damage a ProfileError."""
+    """The lifetime, size and memory-sample rows are taken as they come when SQLite says all of
+    them have the types `record` writes (one check in SQL, not one per value: a build's
+    flamegraph spent ~4 s there); any other value goes through the checks: one read as before,
+    damage a ProfileError."""
     from heapscope.errors import ProfileError
     from heapscope.store.lifetimes import read_lifetimes_by_process
+    from heapscope.store.series import memory_samples_by_process
 
     rec = record([programs.path("lifetimes")], interval=1)
     assert rec.returncode == 0, rec.describe()
 
-    def lives(db: Path) -> dict[int, dict[int, tuple[object, ...]]]:
+    def lives(db: Path) -> tuple[object, object]:
         with open_profile(db) as profile:
             upids = [int(p.info.upid) for p in profile.processes()]
-            return {u: {int(cs): (sorted(v.freed.items(), key=repr), sorted(v.held.items(), key=repr), v.unknown,
-                                  v.heaptrack, v.sizes) for cs, v in d.items()}
-                    for u, d in read_lifetimes_by_process(profile, upids).items()}
+            return ({u: {int(cs): (sorted(v.freed.items(), key=repr), sorted(v.held.items(), key=repr), v.unknown,
+                                   v.heaptrack, v.sizes) for cs, v in d.items()}
+                     for u, d in read_lifetimes_by_process(profile, upids).items()},
+                    memory_samples_by_process(profile, upids))
 
     fast = lives(rec.db)
-    assert fast and any(any(v[0] for v in d.values()) for d in fast.values()), fast
-    # WHEN a count is stored as text, as a float and a real size as NULL (values.py reads them)
+    assert fast[0] and fast[1], fast
+    # WHEN counts are stored as text, sizes as floats (values.py reads them)
     odd = tmp_path / "odd.db"
     odd.write_bytes(rec.db.read_bytes())
     db = sqlite3.connect(odd)
     db.execute("UPDATE heapscope_callsite_lifetime SET count = CAST(count AS TEXT), size = size * 1.0")
     db.execute("UPDATE heapscope_callsite_size SET count = CAST(count AS TEXT)")
+    db.execute("UPDATE heapscope_memory_sample SET weight = CAST(weight AS TEXT), size = size * 1.0")
     db.commit()
     db.close()
     # THEN the figures are the same
     assert lives(odd) == fast
-    # AND a value that is no number is a ProfileError naming its column
-    db = sqlite3.connect(odd)
-    db.execute("UPDATE heapscope_callsite_size SET hi = 'junk' WHERE rowid = (SELECT MIN(rowid) FROM"
-               " heapscope_callsite_size)")
-    db.commit()
-    db.close()
-    with pytest.raises(ProfileError, match="heapscope_callsite_size.hi"):
-        lives(odd)
+    # AND a value that is no number (text, a blob) is a ProfileError naming its column
+    for table, column, value in (("heapscope_callsite_size", "hi", "'junk'"),
+                                 ("heapscope_memory_sample", "alloc_ts", "X'00'")):
+        bad = tmp_path / f"{column}.db"
+        bad.write_bytes(odd.read_bytes())
+        db = sqlite3.connect(bad)
+        db.execute(f"UPDATE {table} SET {column} = {value} WHERE rowid = (SELECT MIN(rowid) FROM {table})")
+        db.commit()
+        db.close()
+        with pytest.raises(ProfileError, match=f"{table}.{column}"):
+            lives(bad)

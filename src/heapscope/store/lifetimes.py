@@ -8,14 +8,22 @@ each process's final dump; a profile from before them has neither, and has_lifet
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Collection, Iterable
 from typing import NamedTuple, TypeVar
 
 from heapscope.model import CallsiteId
 from heapscope.records import Record, field
 from heapscope.store.reader import Profile
-from heapscope.store.values import int_from_sql, opt_int_from_sql, str_from_sql, upid_filter
+from heapscope.store.values import (
+    INT,
+    INT_OR_NULL,
+    TEXT,
+    all_as_written,
+    int_from_sql,
+    opt_int_from_sql,
+    str_from_sql,
+    upid_filter,
+)
 
 LIFETIME_TABLE = "heapscope_callsite_lifetime"
 SIZE_TABLE = "heapscope_callsite_size"
@@ -89,26 +97,16 @@ def read_lifetimes_by_process(profile: Profile, upids: Collection[int]
     return _read(profile, upids, by_process=True)
 
 
-# Per table, the columns read and the SQL types each may hold as written (the fast path of
-# _read takes their values as they come; any other value is read through values.py's checks).
-_INT, _TEXT, _INT_OR_NULL = ("integer",), ("text",), ("integer", "null")
-_LIFETIME_COLUMNS = (("upid", _INT), ("callsite_id", _INT), ("kind", _TEXT), ("lo_ns", _INT), ("hi_ns", _INT_OR_NULL),
-                     ("size_lo", _INT), ("count", _INT), ("size", _INT), ("real_size", _INT))
-_SIZE_COLUMNS = (("upid", _INT), ("callsite_id", _INT), ("lo", _INT), ("hi", _INT), ("count", _INT), ("size", _INT),
-                 ("real_size", _INT))
+# Per table, the columns read and the SQL types each may hold as written (_read takes the values
+# as they come when all_as_written says so; else each goes through values.py's checks).
+_LIFETIME_COLUMNS = (("upid", INT), ("callsite_id", INT), ("kind", TEXT), ("lo_ns", INT), ("hi_ns", INT_OR_NULL),
+                     ("size_lo", INT), ("count", INT), ("size", INT), ("real_size", INT))
+_SIZE_COLUMNS = (("upid", INT), ("callsite_id", INT), ("lo", INT), ("hi", INT), ("count", INT), ("size", INT),
+                 ("real_size", INT))
 
 # upid, callsite_id, kind, lo_ns, hi_ns, size_lo, count, size, real_size
 _LifetimeRow = tuple[int, int, str, int, int | None, int, int, int, int]
 _SizeRow = tuple[int, int, int, int, int, int, int]  # upid, callsite_id, lo, hi, count, size, real_size
-
-
-def _as_written(db: sqlite3.Connection, table: str, columns: tuple[tuple[str, tuple[str, ...]], ...], where: str,
-                args: list[int]) -> bool:
-    """Whether every row `where` picks holds values of the types `record` writes (one pass in
-    SQLite): then they need no check each, the ~400k rows of a build's profile cost 3.8 s so."""
-    odd = " OR ".join(f"typeof({c}) NOT IN ({', '.join(repr(t) for t in types)})" for c, types in columns)
-    cond = f"{where} AND ({odd})" if where else f" WHERE {odd}"
-    return db.execute(f"SELECT 1 FROM {table}{cond} LIMIT 1", args).fetchone() is None
 
 
 def _read(profile: Profile, upids: Collection[int], by_process: bool) -> dict[int, dict[CallsiteId, CallsiteLife]]:
@@ -132,7 +130,7 @@ def _read(profile: Profile, upids: Collection[int], by_process: bool) -> dict[in
     with profile.reading():
         rows: Iterable[_LifetimeRow] = db.execute(
             f"SELECT {', '.join(c for c, _ in _LIFETIME_COLUMNS)} FROM {LIFETIME_TABLE}{where}", args)
-        if not _as_written(db, LIFETIME_TABLE, _LIFETIME_COLUMNS, where, args):
+        if not all_as_written(db, LIFETIME_TABLE, _LIFETIME_COLUMNS, where, args):
             rows = (_checked_lifetime_row(r) for r in rows)
         for upid, cs, kind, lo_ns, hi_ns, size_lo, count, size, real in rows:
             if upid not in wanted:
@@ -149,7 +147,7 @@ def _read(profile: Profile, upids: Collection[int], by_process: bool) -> dict[in
                 add_cell(life.heaptrack, size_lo, cell)
         sizes: Iterable[_SizeRow] = db.execute(
             f"SELECT {', '.join(c for c, _ in _SIZE_COLUMNS)} FROM {SIZE_TABLE}{where}", args)
-        if not _as_written(db, SIZE_TABLE, _SIZE_COLUMNS, where, args):
+        if not all_as_written(db, SIZE_TABLE, _SIZE_COLUMNS, where, args):
             sizes = (_checked_size_row(r) for r in sizes)
         for upid, cs, lo, hi, count, size, real in sizes:
             if upid in wanted:

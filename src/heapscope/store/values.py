@@ -17,6 +17,9 @@ BadValue, which the reader turns into one ProfileError line.
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Sequence
+
 U64_MASK = (1 << 64) - 1
 
 # Readers of per-process rows for many processes at once: past this many the table is read whole
@@ -30,6 +33,23 @@ def upid_filter(wanted: set[int]) -> tuple[str, list[int]]:
     up to MAX_IN_LIST of them, else none (the caller filters each row by `wanted`)."""
     args = list(wanted) if len(wanted) <= MAX_IN_LIST else []
     return (f" WHERE upid IN ({', '.join('?' * len(args))})" if args else ""), args
+
+
+# The SQL types a column may hold as the writer writes it (typeof()'s names).
+INT, TEXT, INT_OR_NULL = ("integer",), ("text",), ("integer", "null")
+
+
+def all_as_written(db: sqlite3.Connection, table: str, columns: Sequence[tuple[str, tuple[str, ...]]],
+                   where: str = "", args: Sequence[object] = ()) -> bool:
+    """Whether every row `where` picks holds, in each of `columns` (name, the types it may
+    hold), a value of a type the writer writes: one pass in SQLite. Then a reader of many rows
+    may take their values as they come instead of checking each (a build's flamegraph spent
+    ~4 s so on ~700k rows); else it checks each, and damage is a ProfileError as always."""
+    odd = " OR ".join(f"typeof({c}) NOT IN ({', '.join(repr(t) for t in types)})" for c, types in columns)
+    cond = f"{where} AND ({odd})" if where else f" WHERE {odd}"
+    return db.execute(f"SELECT 1 FROM {table}{cond} LIMIT 1", list(args)).fetchone() is None
+
+
 I64_MIN = -(1 << 63)
 I64_MAX = (1 << 63) - 1
 
