@@ -354,6 +354,27 @@ def test_flamegraph_all_heaps_is_the_default_sum_built_once(programs: Programs, 
     one_ts, shared, page_all, alone = pages(run.db)
     assert one_ts and shared
     assert page_all == alone  # the sum's graphs are what "all" built on its own shows
+    # AND the page carries them once: "all" names the opened sum's, and the picker shows them
+    with open_profile(run.db) as prof:
+        heaps, at = heap_graphs(prof)
+        entries = payload(heaps[at].graphs, title="t", heaps=heaps, heap=at)["heaps"]
+    assert entries[-1] == {"name": ALL_HEAPS, "processes": None, "same": at}, entries[-1]  # type: ignore[index]
+    from test_views import browser
+
+    html = tmp_path / "maps.html"
+    page = run_process([*HEAPSCOPE, "flamegraph", str(run.db), "-o", str(html)], timeout=60)
+    assert page.returncode == 0, page.describe()
+    shown = "[window.heapscope.heapName(), window.heapscope.rootTotal('space'), window.heapscope.processLabels()]"
+    res = browser(tmp_path, html, [
+        {"do": "eval", "js": shown},
+        {"do": "select", "selector": "#heap", "label": "all heaps merged (pools counted twice)"},
+        {"do": "eval", "js": shown},
+        {"do": "select", "selector": "#heap", "label": "mmap"},
+        {"do": "eval", "js": shown},
+    ])
+    summed_view, all_view, mmap_view = res["results"][0::2]  # the evals: each step has a result
+    assert summed_view[0] == "libc.malloc+mmap+brk" and all_view[0] == ALL_HEAPS, res["results"]
+    assert all_view[1:] == summed_view[1:] and summed_view[1] > mmap_view[1] > 0, res["results"]
     # WHEN a process's mmap peak rows are put at another ts
     odd = tmp_path / "odd.db"
     odd.write_bytes(run.db.read_bytes())

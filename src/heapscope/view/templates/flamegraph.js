@@ -517,7 +517,11 @@
       $("status").textContent = "cannot read the embedded profile data: " + e;
       throw e;
     }
-    if (D.heaps) D.heaps[D.heap].processes = D.processes;  // the opened heap's are not repeated
+    if (D.heaps) {
+      D.heaps[D.heap].processes = D.processes;  // the opened heap's are not repeated
+      // nor those of a heap that has another's graphs ("all" when the sum is every heap)
+      for (const h of D.heaps) if (h.same !== undefined) h.processes = D.heaps[h.same].processes;
+    }
     if (!D.processes.length && !D.heaps) {
       $("status").textContent = "no process of this profile has a dump";
       document.body.dataset.ready = "1";
