@@ -8,7 +8,7 @@ each process's final dump; a profile from before them has neither, and has_lifet
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from typing import NamedTuple, TypeVar
 
 from heapscope.model import CallsiteId
@@ -72,6 +72,30 @@ class CallsiteLife(Record):
             add_cell(self.unknown, z, c)
         for z, c in other.heaptrack.items():
             add_cell(self.heaptrack, z, c)
+
+
+def merged_lifetimes(parts: Sequence[dict[int, dict[CallsiteId, CallsiteLife]]]
+                     ) -> dict[int, dict[CallsiteId, CallsiteLife]]:
+    """read_lifetimes_by_process of several heaps (each part one heap's, disjoint rows) added up:
+    what it reads of a sum of those heaps. A callsite in one part only keeps that part's record
+    (shared: the readers do not change them); one in several gets a new one."""
+    out: dict[int, dict[CallsiteId, CallsiteLife]] = {}
+    for part in parts:
+        for upid, lives in part.items():
+            into = out.get(upid)
+            if into is None:
+                out[upid] = dict(lives)
+                continue
+            for cs, life in lives.items():
+                have = into.get(cs)
+                if have is None:
+                    into[cs] = life
+                else:
+                    both = CallsiteLife({}, {}, {}, {}, {})
+                    both.merge(have)
+                    both.merge(life)
+                    into[cs] = both
+    return out
 
 
 def has_lifetimes(profile: Profile) -> bool:
