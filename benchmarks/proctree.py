@@ -203,10 +203,25 @@ def main() -> int:
         row = [tag.strip(" []") or "this", f"{per_w:.2f}", f"{per_c:.2f}"]
         if not args.no_make:
             row += [f"{w[f'record make{tag}'] / w['make']:.2f}x", f"{c[f'record make{tag}'] / c['make']:.2f}x"]
+            if tag:  # the same round's build under this heapscope over under the compared one
+                row += [_paired(walls["record make"], walls[f"record make{tag}"]),
+                        _paired(cpus["record make"], cpus[f"record make{tag}"])]
+            else:
+                row += ["", ""]
         rows.append(row)
     heads = ["heapscope", "added wall ms a process", "added CPU ms a process"]
-    _table(heads + ([] if args.no_make else ["make -j2 wall", "make -j2 CPU"]), rows, args.markdown)
+    _table(heads + ([] if args.no_make else ["make -j2 wall", "make -j2 CPU", "this over it, wall (paired)",
+                                             "this over it, CPU (paired)"]), rows, args.markdown)
     return 0
+
+
+def _paired(ours: list[float], theirs: list[float]) -> str:
+    """The median over the rounds of ours / theirs in the same round, as a change, and in how
+    many rounds ours was slower: interleaved rounds cancel what the machine did meanwhile."""
+    ratios = [a / b for a, b in zip(ours, theirs, strict=True) if b > 0]
+    if not ratios:
+        return ""
+    return f"{(statistics.median(ratios) - 1) * 100:+.1f}% ({sum(r > 1 for r in ratios)} of {len(ratios)} slower)"
 
 
 if __name__ == "__main__":
