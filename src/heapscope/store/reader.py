@@ -182,6 +182,7 @@ class Profile:
         """Drop what was read of the heap tables, after the heap shown changed (select_heap)."""
         self._peak_raw = None
         self._peaks = None
+        self._peak_tops = {}
 
     def reading(self) -> contextlib.AbstractContextManager[None]:
         """A block whose failures (SQLite errors, values of the wrong type) become one ProfileError

@@ -186,3 +186,14 @@ def test_the_default_heaps_peak_rows_are_read_in_time_linear_in_the_rows(tmp_pat
     small = _peak_view_steps(tmp_path / "small.db", 100)
     large = _peak_view_steps(tmp_path / "large.db", 400)
     assert large < 6 * small, (small, large)
+
+
+def test_the_summarys_peak_read_follows_the_heap_shown(tmp_path: Path) -> None:
+    """peak_top reads every process's peak once and keeps it: a later select_heap must drop it,
+    as it drops the other values read of the heap tables."""
+    path = write(tmp_path / "p.db", {"libc.malloc": 1000, "app.pool": 300})
+    with open_profile(path) as prof:
+        assert select_heap(prof, "libc.malloc") == "libc.malloc"
+        assert prof.peak_top(1, 3) == (1000, [(1, 1000)])
+        assert select_heap(prof, "app.pool") == "app.pool"
+        assert prof.peak_top(1, 3) == (300, [(1, 300)])
