@@ -88,23 +88,24 @@ def memory_samples_by_process(profile: Profile, upids: Iterable[int]
     out: dict[int, list[tuple[int, int, int | None, int, int]]] = {}
     db = profile.sql_connection()
     with profile.reading():
-        rows = db.execute(f"SELECT upid, callsite_id, alloc_ts, free_ts, size, weight FROM {SAMPLES}{where}", args)
-        if all_as_written(db, SAMPLES, _SAMPLE_COLUMNS, where, args):
-            for u, c, a, f, s, w in rows:  # ~300k rows of a build: taken as they come
-                if u in wanted:
-                    samples = out.get(u)
-                    if samples is None:
-                        samples = out[u] = []
-                    samples.append((c, a, f, s, w))
-            return out
+        rows: Iterable[tuple[int, int, int, int | None, int, int]] = db.execute(
+            f"SELECT upid, callsite_id, alloc_ts, free_ts, size, weight FROM {SAMPLES}{where}", args)
+        if not all_as_written(db, SAMPLES, _SAMPLE_COLUMNS, where, args):  # else ~300k rows as they come
+            rows = (_checked_sample(r) for r in rows)
         for u, c, a, f, s, w in rows:
-            upid = req_int_from_sql(u, f"{SAMPLES}.upid")
-            if upid in wanted:
-                out.setdefault(upid, []).append((
-                    req_int_from_sql(c, f"{SAMPLES}.callsite_id"), req_int_from_sql(a, f"{SAMPLES}.alloc_ts"),
-                    opt_int_from_sql(f, f"{SAMPLES}.free_ts"), req_int_from_sql(s, f"{SAMPLES}.size"),
-                    req_int_from_sql(w, f"{SAMPLES}.weight")))
+            if u in wanted:
+                samples = out.get(u)
+                if samples is None:
+                    samples = out[u] = []
+                samples.append((c, a, f, s, w))
     return out
+
+
+def _checked_sample(r: tuple[object, ...]) -> tuple[int, int, int, int | None, int, int]:
+    """A memory-sample row through values.py's checks: ProfileError (BadValue) on damage."""
+    return (req_int_from_sql(r[0], f"{SAMPLES}.upid"), req_int_from_sql(r[1], f"{SAMPLES}.callsite_id"),
+            req_int_from_sql(r[2], f"{SAMPLES}.alloc_ts"), opt_int_from_sql(r[3], f"{SAMPLES}.free_ts"),
+            req_int_from_sql(r[4], f"{SAMPLES}.size"), req_int_from_sql(r[5], f"{SAMPLES}.weight"))
 
 
 _SAMPLE_COLUMNS = (("upid", INT), ("callsite_id", INT), ("alloc_ts", INT), ("free_ts", INT_OR_NULL),

@@ -249,15 +249,16 @@ def payload(graphs: list[ProcessGraph], *, title: str, mode: str = "profile",
     out: dict[str, object] = {"mode": mode, "title": title, "subtitle": subtitle, "views": [*VIEWS, *temporary]}
     if heaps is not None and len(heaps) > 1:
         out["heap"] = heap
+        # Each set of graphs is carried once: the opened heap's are `processes`, and a heap whose
+        # graphs are another's ("all" when the sum is every heap: heap_graphs) names that heap
+        # (a build's page: 67 -> 39 MB of JSON).
+        carried = {tuple(map(id, heaps[heap].graphs)): heap}
         entries: list[dict[str, object]] = []
         for k, h in enumerate(heaps):
-            # A heap whose graphs are another's ("all" when the sum is every heap: heap_graphs)
-            # names that one instead of carrying them again (a build's page: 67 -> 39 MB of JSON).
-            same = next((j for j in [heap, *range(k)] if j != k and "same" not in (entries[j] if j < k else {})
-                         and _same_graphs(heaps[j], h)), None)
+            same = carried.setdefault(tuple(map(id, h.graphs)), k)
             if k == heap:
                 entries.append({"name": h.name, "processes": None})
-            elif same is not None:
+            elif same != k:
                 entries.append({"name": h.name, "processes": None, "same": same})
             else:
                 entries.append({"name": h.name, "processes": [encode_process(g, strings) for g in h.graphs]})
@@ -265,10 +266,6 @@ def payload(graphs: list[ProcessGraph], *, title: str, mode: str = "profile",
     out["strings"] = strings.table()
     out["processes"] = processes
     return out
-
-
-def _same_graphs(a: HeapGraphs, b: HeapGraphs) -> bool:
-    return len(a.graphs) == len(b.graphs) and all(x is y for x, y in zip(a.graphs, b.graphs, strict=True))
 
 
 class HeapGraphs(Record):

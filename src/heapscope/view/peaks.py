@@ -23,6 +23,7 @@ allocates before running any code) keeps its native line.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 
@@ -51,7 +52,6 @@ def peak_stacks(profile: Profile, processes: Sequence[tuple[int, bool, str]], to
             peaks[upid] = peak
     paths = profile.stack_paths([cs for _total, rows in peaks.values() for cs, _size in rows], WALK_LIMIT)
     pattern = wrapper_pattern()
-    labels: dict[str, str] = {}  # the processes of a build share most of their frames
     out: dict[int, tuple[int, list[tuple[str, int]]]] = {}
     for upid, python, exe in processes:
         if upid not in peaks:
@@ -61,7 +61,7 @@ def peak_stacks(profile: Profile, processes: Sequence[tuple[int, bool, str]], to
         if python and any(f.python for path, _ in stacks for f in path):
             out[upid] = total, _python_lines(stacks, top, frames)
         else:
-            out[upid] = total, distinct_lines([([_native_label(f, labels) for f in path], _own_code(path, exe), size)
+            out[upid] = total, distinct_lines([([_native_label(f) for f in path], _own_code(path, exe), size)
                                                for path, size in stacks], top, frames)
     return out
 
@@ -76,17 +76,14 @@ def _unwrapped(path: list[PathFrame], pattern: re.Pattern[str] | None) -> list[P
 SUMMARY_NAME = 40  # a native frame's name in a summary line at most (C++ templates elided: view/names.py)
 
 
-def _native_label(f: PathFrame, known: dict[str, str] | None = None) -> str:
-    """A native frame's label; `known`, the labels made so far (by name)."""
-    if f.info is None:
-        return "?"
-    name = f.info.display_name
-    if known is None:
-        return elide(name, SUMMARY_NAME)
-    label = known.get(name)
-    if label is None:
-        label = known[name] = elide(name, SUMMARY_NAME)
-    return label
+def _native_label(f: PathFrame) -> str:
+    return _elided(f.info.display_name) if f.info is not None else "?"
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _elided(name: str) -> str:
+    """A name elided for a summary line, once per name: a build's processes share most frames."""
+    return elide(name, SUMMARY_NAME)
 
 
 def _own_code(path: list[PathFrame], exe: str) -> int | None:
