@@ -119,6 +119,9 @@ class Profile:
         self._peaks: dict[int, tuple[int, dict[CallsiteId, ViewValues]]] | None = None
         self._stats: dict[int | None, list[Stat]] | None = None
         self._peak_tops: dict[int, dict[int, tuple[int, list[tuple[CallsiteId, int]]]]] = {}  # by n
+        # Whether each process's peak rows have one ts, whatever their heap (store.select
+        # peaks_share_one_ts): a fact of the file, kept across heap switches.
+        self.peaks_one_ts: bool | None = None
 
     def __enter__(self) -> Profile:
         return self

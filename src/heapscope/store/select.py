@@ -298,12 +298,13 @@ def peaks_share_one_ts(profile: Profile) -> bool:
     """Whether each process's peak rows, whatever their heap, have one ts (`record` writes one
     peak per process, heaps that share it share it): then every heap merged and the sum of all
     heaps (its view puts each process's rows at their latest peak) read the same peak rows."""
-    db = profile.sql_connection()
-    with profile.reading():
-        if not _has_table(db, "heapscope_peak_allocation"):
-            return True
-        return db.execute("SELECT 1 FROM main.heapscope_peak_allocation GROUP BY upid"
-                          " HAVING MIN(ts) != MAX(ts) LIMIT 1").fetchone() is None
+    if profile.peaks_one_ts is None:  # one scan of the rows (~20 ms for a build's), then kept
+        db = profile.sql_connection()
+        with profile.reading():
+            profile.peaks_one_ts = not _has_table(db, "heapscope_peak_allocation") or db.execute(
+                "SELECT 1 FROM main.heapscope_peak_allocation GROUP BY upid"
+                " HAVING MIN(ts) != MAX(ts) LIMIT 1").fetchone() is None
+    return profile.peaks_one_ts
 
 
 def _text_literal(text: str) -> str:
@@ -330,26 +331,29 @@ def _shadow_heaps(profile: Profile, members: list[str] | None) -> None:
     hide = len(heap_names(profile)) > len(members)
     # Views take no parameters; each name is one of heap_names, read from the profile.
     among = "(" + ", ".join(_text_literal(n) for n in members) + ")"
+    # Rows at one peak per process already (as `record` writes them): the heaps' peak rows need
+    # no view to line them up, only the heap filter the other tables take (a build's summary read
+    # its peaks 55 ms slower through that view; the check costs ~20).
+    one_peak = len(members) == 1 or peaks_share_one_ts(profile)
     for table in _HEAP_TABLES:
-        if table != "heapscope_peak_allocation" and not hide and not source[table].startswith("temp."):
+        peaks = table == "heapscope_peak_allocation"
+        lined_up = peaks and not one_peak
+        if not lined_up and not hide and not source[table].startswith("temp."):
             continue
-        if table in _NEWER_TABLES and not _has_table(db, table):
+        if (peaks or table in _NEWER_TABLES) and not _has_table(db, table):
             continue
-        if table == "heapscope_peak_allocation":
-            if not _has_table(db, table):
-                continue
-            if len(members) > 1:
-                # Each heap's peak rows, all at the latest of those peaks: a reader takes one
-                # peak per process (reader.peak_callsites). One ts for heaps sharing a peak.
-                # CROSS JOIN keeps the rows outside and the per-process peaks inside, looked
-                # up by an automatic index: with a plain JOIN SQLite scanned every row once per
-                # process (a build's 98k rows, 113 processes: 1.05 s for a read of all, 0.14 now).
-                cols = [str(r[1]) for r in db.execute(f"PRAGMA main.table_info({table})")]
-                out = ", ".join("m.peak_ts AS ts" if c == "ts" else f"a.{c}" for c in cols)
-                db.execute(f"CREATE TEMP VIEW {table} AS SELECT {out} FROM {source[table]} a CROSS JOIN"
-                           f" (SELECT upid, MAX(ts) AS peak_ts FROM {source[table]} WHERE heap_name IN {among}"
-                           f" GROUP BY upid) m ON m.upid = a.upid WHERE a.heap_name IN {among}")
-                continue
+        if lined_up:
+            # Each heap's peak rows, all at the latest of those peaks: a reader takes one
+            # peak per process (reader.peak_callsites). One ts for heaps sharing a peak.
+            # CROSS JOIN keeps the rows outside and the per-process peaks inside, looked
+            # up by an automatic index: with a plain JOIN SQLite scanned every row once per
+            # process (a build's 98k rows, 113 processes: 1.05 s for a read of all, 0.14 now).
+            cols = [str(r[1]) for r in db.execute(f"PRAGMA main.table_info({table})")]
+            out = ", ".join("m.peak_ts AS ts" if c == "ts" else f"a.{c}" for c in cols)
+            db.execute(f"CREATE TEMP VIEW {table} AS SELECT {out} FROM {source[table]} a CROSS JOIN"
+                       f" (SELECT upid, MAX(ts) AS peak_ts FROM {source[table]} WHERE heap_name IN {among}"
+                       f" GROUP BY upid) m ON m.upid = a.upid WHERE a.heap_name IN {among}")
+            continue
         db.execute(f"CREATE TEMP VIEW {table} AS SELECT * FROM {source[table]} WHERE heap_name IN {among}")
 
 
