@@ -217,7 +217,8 @@ def test_flamegraph_reads_each_new_table_once_for_all_processes(programs: Progra
 
     def count(sql: str) -> None:  # the check of the rows' types (store/lifetimes.py) is not a read of them
         for t in tables:
-            reads[t] += sql.lstrip().upper().startswith("SELECT") and f"FROM {t}" in sql and "typeof(" not in sql
+            reads[t] += (sql.lstrip().upper().startswith("SELECT") and (f"FROM {t}" in sql or f"FROM main.{t}" in sql)
+                         and "typeof(" not in sql)
 
     with open_profile(rec.db) as profile:
         profile.sql_connection().set_trace_callback(count)

@@ -355,6 +355,14 @@ def test_flamegraph_all_heaps_is_the_default_sum_built_once(programs: Programs, 
     one_ts, shared, page_all, alone = pages(run.db)
     assert one_ts and shared
     assert page_all == alone  # the sum's graphs are what "all" built on its own shows
+    # Each heap's graphs, their memory samples picked out of one read of every heap's, are what
+    # that heap shown alone reads and builds
+    with open_profile(run.db) as prof:
+        heaps, _ = heap_graphs(prof)
+        for h in heaps[:-1]:
+            select_heap(prof, h.name)
+            assert payload(h.graphs, title="t") == payload(profile_graphs(prof), title="t"), h.name
+            assert any(g.memory is not None and g.memory.node for g in h.graphs), h.name
     # AND the page carries them once: "all" names the opened sum's, and the picker shows them
     with open_profile(run.db) as prof:
         heaps, at = heap_graphs(prof)

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from heapscope.store.values import (
     INT,
     INT_OR_NULL,
+    TEXT,
     all_as_written,
     opt_int_from_sql,
     req_int_from_sql,
@@ -98,6 +99,51 @@ def memory_samples_by_process(profile: Profile, upids: Iterable[int]
                 if samples is None:
                     samples = out[u] = []
                 samples.append((c, a, f, s, w))
+    return out
+
+
+Sample = tuple[int, int, int | None, int, int]  # callsite, alloc_ts, free_ts or None, sampled bytes, weight
+
+
+def memory_samples_by_heap(profile: Profile, upids: Iterable[int]) -> dict[int, list[tuple[str, Sample]]]:
+    """memory_samples_by_process of every heap at once, whatever heap is shown (the --label
+    chosen still applies), each sample with its heap's name, in the table's order: a page of
+    several heaps and their sums (the flamegraph) picks each one's rows out of one read with
+    samples_of (a build's ~300k rows took ~0.45 s a read, and its page read them three times)."""
+    from heapscope.store.alloc_labels import labelled_source
+
+    wanted = set(upids)
+    if not wanted or not _has_table(profile, SAMPLES):
+        return {}
+    where, args = upid_filter(wanted)
+    out: dict[int, list[tuple[str, Sample]]] = {}
+    db = profile.sql_connection()
+    with profile.reading():
+        source = labelled_source(db, SAMPLES)
+        rows: Iterable[tuple[str, int, int, int, int | None, int, int]] = db.execute(
+            f"SELECT heap_name, upid, callsite_id, alloc_ts, free_ts, size, weight FROM {source}{where}", args)
+        if not all_as_written(db, source, (("heap_name", TEXT), *_SAMPLE_COLUMNS), where, args):
+            # a name that is not text matches no heap, as in the views' heap_name IN (...)
+            rows = ((r[0] if isinstance(r[0], str) else "", *_checked_sample(r[1:])) for r in rows)
+        for h, u, c, a, f, s, w in rows:
+            if u in wanted:
+                samples = out.get(u)
+                if samples is None:
+                    samples = out[u] = []
+                samples.append((h, (c, a, f, s, w)))
+    return out
+
+
+def samples_of(by_heap: dict[int, list[tuple[str, Sample]]], heaps: Iterable[str] | None) -> dict[int, list[Sample]]:
+    """The memory samples of the heaps named (None: every heap; several: all of theirs, in the
+    table's order) out of memory_samples_by_heap's read: what memory_samples_by_process reads
+    with them shown."""
+    among = None if heaps is None else set(heaps)
+    out: dict[int, list[Sample]] = {}
+    for upid, rows in by_heap.items():
+        picked = [r for h, r in rows if among is None or h in among]
+        if picked:
+            out[upid] = picked
     return out
 
 

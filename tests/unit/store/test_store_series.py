@@ -1,8 +1,21 @@
-"""store/series.py: several heaps' points summed into one series, and a series thinned."""
+"""store/series.py: several heaps' points summed into one series, a series thinned, and the
+memory samples of every heap read at once."""
 
 from __future__ import annotations
 
-from heapscope.store.series import sum_heaps, thin_series
+from pathlib import Path
+
+from heapscope.model import Frame, Mapping, MappingId, ProcessInfo, Upid
+from heapscope.store.reader import open_profile
+from heapscope.store.select import ALL_HEAPS, select_heap
+from heapscope.store.series import (
+    memory_samples_by_heap,
+    memory_samples_by_process,
+    samples_of,
+    sum_heaps,
+    thin_series,
+)
+from heapscope.store.writer import ProfileWriter
 
 
 def test_heaps_sum_as_their_latest_points_left_them() -> None:
@@ -26,3 +39,31 @@ def test_thinning_keeps_the_peak_and_the_last_values() -> None:
     assert max(p[1] for p in thin) == 1000
     assert thin[-1][2:] == (99 // 2, 990)
     assert thin_series(pts, 0) == pts and thin_series(pts, 100) == pts
+
+
+def test_every_heaps_samples_read_once_pick_what_each_heap_shown_reads(tmp_path: Path) -> None:
+    """The flamegraph reads the memory samples of every heap once (memory_samples_by_heap) and
+    gives each heap, and each sum of heaps, its own (samples_of): the same rows in the same order
+    as memory_samples_by_process reads with that heap shown, the order a page's sampling and
+    sort keep."""
+    w = ProfileWriter(tmp_path / "p.db")
+    w.add_mappings([(1, Mapping("", 0, 0, 0, 0, 0, "p"))])
+    w.add_frames([(1, Frame(MappingId(1), 0, "f"))])
+    w.add_callsites([(1, 0, None, 1), (2, 1, 1, 1)])
+    for upid in (1, 2):
+        w.add_process(ProcessInfo(Upid(upid), 40 + upid, 1, "p", "p", "/p", 0, 1))
+        for heap in ("libc.malloc", "mmap", "libc.malloc"):  # rows of the heaps interleaved
+            w.add_dump(upid, 0, 10, "exit", [(1, 1, 64)], heap)
+            w.add_memory(upid, heap, [5, 64, 64, 64],
+                         [1 if heap == "mmap" else 2, upid, None, 64, 1, 2, upid + 3, 9, 4096, 2])
+    w.commit()
+    w.close()
+    with open_profile(tmp_path / "p.db") as prof:
+        by_heap = memory_samples_by_heap(prof, [1, 2])
+        for shown, among in (("libc.malloc", ["libc.malloc"]), ("mmap", ["mmap"]),
+                             ("libc.malloc+mmap", ["libc.malloc", "mmap"]), (ALL_HEAPS, None)):
+            select_heap(prof, shown)
+            read = memory_samples_by_process(prof, [1, 2])
+            assert samples_of(by_heap, among) == read, shown
+        assert len(samples_of(by_heap, None)[2]) == 6
+        assert memory_samples_by_heap(prof, [2]).keys() == {2}
