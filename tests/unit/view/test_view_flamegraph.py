@@ -1,10 +1,16 @@
-"""Which dumps a flamegraph's timeline carries when a process has more than the cap."""
+"""Which dumps a flamegraph's timeline carries when a process has more than the cap, and the
+"all processes" graph that puts every process's tree under a root of its own."""
 
 from __future__ import annotations
 
 from itertools import pairwise
+from pathlib import Path
 
-from heapscope.view.flamegraph import kept_dumps
+from heapscope.model import VIEWS, Mapping, ProcessInfo, Upid
+from heapscope.store.reader import open_profile
+from heapscope.store.writer import ProfileWriter
+from heapscope.view.flamegraph import ProcessGraph, Snapshot, all_processes, kept_dumps
+from heapscope.view.tree import MergedTree
 
 
 def test_every_dump_kept_within_the_cap_or_without_one() -> None:
@@ -25,3 +31,50 @@ def test_the_dump_asked_for_and_the_end_are_kept_whatever_the_cap() -> None:
     assert kept_dumps(9, 3, chosen=5) == [0, 4, 5, 8]
     assert kept_dumps(9, 1) == [8]
     assert kept_dumps(9, 1, chosen=0) == [0, 8]
+
+
+def _graph(upid: int, nodes: list[tuple[int, str, int | None]], space: list[int]) -> ProcessGraph:
+    """A process's graph: its tree's nodes (parent, name, line) in preorder, one snapshot."""
+    tree = MergedTree(parent=[p for p, _, _ in nodes], name=[n for _, n, _ in nodes],
+                      map_name=["/bin/p"] * len(nodes), source_file=[None] * len(nodes),
+                      line_number=[line for _, _, line in nodes])
+    depth: list[int] = []
+    for p, _, _ in nodes:
+        depth.append(0 if p < 0 else depth[p] + 1)
+    tree.depth = depth
+    return ProcessGraph(f"pid {upid} p", upid, tree, [Snapshot(5, "peak", {v: list(space) for v in VIEWS})], 0)
+
+
+def _flat(g: ProcessGraph) -> list[tuple[int, str, int]]:
+    return [(p, n, s) for p, n, s in zip(g.tree.parent, g.tree.name, g.snapshots[0].self_values["space"],
+                                         strict=True)]
+
+
+def test_all_processes_in_preorder_whether_trees_merge_or_not(tmp_path: Path) -> None:
+    """Each process's tree goes under a root of its own; when no node merges with another, the
+    trees, each in preorder already, are kept as they came (no reordering pass); when nodes
+    merge (processes of one executable, a function's lines under one parent), the result is
+    reordered into preorder, a merged node's values added."""
+    w = ProfileWriter(tmp_path / "p.db")
+    w.add_mappings([(1, Mapping("", 0, 0, 0, 0, 0, "/bin/p"))])
+    for upid in (1, 2):
+        w.add_process(ProcessInfo(Upid(upid), 40 + upid, 1, "p", "p", "/bin/p", 0, 1))
+    w.commit()
+    w.close()
+    a = _graph(1, [(-1, "main", None), (0, "f", None), (1, "h", None), (0, "g", None)], [0, 1, 2, 3])
+    b = _graph(2, [(-1, "main", None), (0, "f", None)], [0, 4])
+    with open_profile(tmp_path / "p.db") as prof:
+        apart = all_processes(prof, [a, b])
+        assert _flat(apart) == [(-1, "pid 1 p", 0), (0, "main", 0), (1, "f", 1), (2, "h", 2), (1, "g", 3),
+                                (-1, "pid 2 p", 0), (5, "main", 0), (6, "f", 4)]
+        assert apart.tree.depth == [0, 1, 2, 3, 2, 0, 1, 2]
+        # one executable: b's main > f is a's
+        together = all_processes(prof, [a, b], merge="exe")
+        assert _flat(together) == [(-1, "p (2 processes)", 0), (0, "main", 0), (1, "f", 5), (2, "h", 2),
+                                   (1, "g", 3)]
+        # Python's lines of one function, siblings apart in a process's tree, merge here: the
+        # second line's child comes after g when appended, and goes back under f
+        lines = _graph(1, [(-1, "main", None), (0, "f", 3), (0, "g", None), (0, "f", 4), (3, "k", None)],
+                       [0, 1, 2, 3, 4])
+        merged = all_processes(prof, [lines])
+        assert _flat(merged) == [(-1, "pid 1 p", 0), (0, "main", 0), (1, "f", 4), (2, "k", 4), (1, "g", 2)]
