@@ -275,22 +275,25 @@ def test_lifetime_rows_as_written_and_damaged_read_alike(programs: Programs, rec
     flamegraph spent ~4 s there); any other value goes through the checks: one read as before,
     damage a ProfileError."""
     from heapscope.errors import ProfileError
-    from heapscope.store.lifetimes import read_lifetimes_by_process
+    from heapscope.store.lifetimes import life_sums, life_sums_by_process, read_lifetimes_by_process
     from heapscope.store.series import memory_samples_by_process
 
     rec = record([programs.path("lifetimes")], interval=1)
     assert rec.returncode == 0, rec.describe()
 
-    def lives(db: Path) -> tuple[object, object]:
+    def lives(db: Path) -> tuple[object, object, object]:
         with open_profile(db) as profile:
             upids = [int(p.info.upid) for p in profile.processes()]
+            read = read_lifetimes_by_process(profile, upids)
+            sums = life_sums_by_process(profile, upids, 1_000_000)  # the flamegraph's: summed in SQL
+            assert sums == {u: life_sums(d, 1_000_000) for u, d in read.items()}
             return ({u: {int(cs): (sorted(v.freed.items(), key=repr), sorted(v.held.items(), key=repr), v.unknown,
                                    v.heaptrack, v.sizes) for cs, v in d.items()}
-                     for u, d in read_lifetimes_by_process(profile, upids).items()},
-                    memory_samples_by_process(profile, upids))
+                     for u, d in read.items()},
+                    memory_samples_by_process(profile, upids), sums)
 
     fast = lives(rec.db)
-    assert fast[0] and fast[1], fast
+    assert fast[0] and fast[1] and fast[2], fast
     # WHEN counts are stored as text, sizes as floats (values.py reads them)
     odd = tmp_path / "odd.db"
     odd.write_bytes(rec.db.read_bytes())
@@ -313,3 +316,6 @@ def test_lifetime_rows_as_written_and_damaged_read_alike(programs: Programs, rec
         db.close()
         with pytest.raises(ProfileError, match=f"{table}.{column}"):
             lives(bad)
+        if table == "heapscope_callsite_size":
+            with open_profile(bad) as profile, pytest.raises(ProfileError, match=f"{table}.{column}"):
+                life_sums_by_process(profile, [int(p.info.upid) for p in profile.processes()], 1_000_000)

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hs_integration import HEAPSCOPE, Profile, Programs, Recorder, Recording, Views, frame_matches, run_process
@@ -384,22 +383,22 @@ def test_flamegraph_all_heaps_is_the_default_sum_built_once(programs: Programs, 
     summed_view, all_view, mmap_view = res["results"][0::2]  # the evals: each step has a result
     assert summed_view[0] == "libc.malloc+mmap+brk" and all_view[0] == ALL_HEAPS, res["results"]
     assert all_view[1:] == summed_view[1:] and summed_view[1] > mmap_view[1] > 0, res["results"]
-    # AND the sum's lifetimes, added up from each heap's, are what reading the sum gives
-    from heapscope.store.lifetimes import merged_lifetimes, read_lifetimes_by_process
-
-    def flat(lives: dict[int, dict[Any, Any]]) -> dict[tuple[int, int], tuple[object, ...]]:
-        return {(u, int(cs)): (v.freed, v.held, v.unknown, v.heaptrack, v.sizes)
-                for u, d in lives.items() for cs, v in d.items()}
+    # AND the sum's lifetimes, added up from each heap's, are what reading the sum gives; the
+    # page's sums (SQLite adding the temporary bytes) are those of the lifetimes read whole
+    from heapscope.store.lifetimes import life_sums, life_sums_by_process, merged_life_sums, read_lifetimes_by_process
 
     with open_profile(run.db) as prof:
         upids = [int(p.info.upid) for p in prof.processes()]
         parts = []
         for name in ("libc.malloc", "mmap", "brk"):
             select_heap(prof, name)
-            parts.append(read_lifetimes_by_process(prof, upids))
+            parts.append(life_sums_by_process(prof, upids, 1_000_000))
+            assert parts[-1] == {u: life_sums(lives, 1_000_000)
+                                 for u, lives in read_lifetimes_by_process(prof, upids).items()}, name
         select_heap(prof, None)
-        read = read_lifetimes_by_process(prof, upids)
-    assert all(parts) and flat(merged_lifetimes(parts)) == flat(read)
+        read = life_sums_by_process(prof, upids, 1_000_000)
+    assert all(parts) and merged_life_sums(parts) == read
+    assert any(s.temporary and any(s.temporary.values()) and s.sizes for s in read.values()), read
     # WHEN a process's mmap peak rows are put at another ts
     odd = tmp_path / "odd.db"
     odd.write_bytes(run.db.read_bytes())

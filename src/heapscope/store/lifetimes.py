@@ -9,7 +9,7 @@ each process's final dump; a profile from before them has neither, and has_lifet
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from heapscope.model import CallsiteId
 from heapscope.records import Record, field
@@ -74,27 +74,103 @@ class CallsiteLife(Record):
             add_cell(self.heaptrack, z, c)
 
 
-def merged_lifetimes(parts: Sequence[dict[int, dict[CallsiteId, CallsiteLife]]]
-                     ) -> dict[int, dict[CallsiteId, CallsiteLife]]:
-    """read_lifetimes_by_process of several heaps (each part one heap's, disjoint rows) added up:
-    what it reads of a sum of those heaps. A callsite in one part only keeps that part's record
-    (shared: the readers do not change them); one in several gets a new one."""
-    out: dict[int, dict[CallsiteId, CallsiteLife]] = {}
+def freed_within(life: CallsiteLife, threshold_ns: int) -> list[Cell]:
+    """The cells of `life` freed within `threshold_ns` (a bucket's end at most that): its
+    temporary allocations. FREED_WITHIN_SQL is the same rule for the rows of LIFETIME_TABLE."""
+    return [c for (_lo, hi, _size), c in life.freed.items() if hi is not None and hi <= threshold_ns]
+
+
+# freed_within in SQL, on LIFETIME_TABLE's rows; its one parameter is the threshold.
+FREED_WITHIN_SQL = "kind = 'freed' AND hi_ns IS NOT NULL AND hi_ns <= ?"
+
+
+class LifeSums(NamedTuple):
+    """What a flamegraph shows of one process's lifetimes: per callsite the sampled bytes freed
+    within a threshold (freed_within's cells, their sizes summed) and its size cells."""
+
+    temporary: dict[CallsiteId, int]
+    sizes: dict[CallsiteId, dict[tuple[int, int], Cell]]
+
+
+def life_sums(lives: dict[CallsiteId, CallsiteLife], threshold_ns: int) -> LifeSums:
+    """The LifeSums of lifetimes read whole (read_lifetimes_by_process): a callsite in `temporary`
+    when it has a cell freed within the threshold, in `sizes` when it has a size cell."""
+    temporary: dict[CallsiteId, int] = {}
+    for cs, life in lives.items():
+        cells = freed_within(life, threshold_ns)
+        if cells:
+            temporary[cs] = sum(c.size for c in cells)
+    return LifeSums(temporary, {cs: life.sizes for cs, life in lives.items() if life.sizes})
+
+
+def life_sums_by_process(profile: Profile, upids: Collection[int], threshold_ns: int) -> dict[int, LifeSums]:
+    """The LifeSums of each of `upids` (keyed by upid), of the heap the profile shows: SQLite sums
+    the temporary bytes, and only the size rows come to Python (a build's ~380k lifetime and size
+    rows, each made a Cell of a CallsiteLife, took ~1.7 s a heap). Tables holding values of
+    types other than those written are read whole through the checks (read_lifetimes_by_process)."""
+    if not upids or not has_lifetimes(profile):
+        return {}
+    wanted = set(upids)
+    where, args = upid_filter(wanted)
+    db = profile.sql_connection()
+    out: dict[int, LifeSums] = {}
+    with profile.reading():
+        if not (all_as_written(db, LIFETIME_TABLE, _LIFETIME_COLUMNS, where, args)
+                and all_as_written(db, SIZE_TABLE, _SIZE_COLUMNS, where, args)):
+            return {u: life_sums(lives, threshold_ns) for u, lives in _read(profile, upids, True).items()}
+        rows: Iterable[tuple[int, int, int]] = db.execute(
+            f"SELECT upid, callsite_id, SUM(size) FROM {LIFETIME_TABLE}{where} {'AND' if where else 'WHERE'}"
+            f" {FREED_WITHIN_SQL} GROUP BY upid, callsite_id", [*args, threshold_ns])
+        for upid, cs, size in rows:
+            if upid in wanted:
+                sums = out.get(upid)
+                if sums is None:
+                    sums = out[upid] = LifeSums({}, {})
+                sums.temporary[CallsiteId(cs)] = size
+        sizes: Iterable[_SizeRow] = db.execute(
+            f"SELECT {', '.join(c for c, _ in _SIZE_COLUMNS)} FROM {SIZE_TABLE}{where}", args)
+        current: int | None = None
+        by_callsite: dict[Any, dict[tuple[int, int], Cell]] = {}  # the current process's
+        for upid, cs, lo, hi, count, size, real in sizes:
+            if upid != current:  # a process's rows come together as written
+                if upid not in wanted:
+                    continue
+                current = upid
+                sums = out.get(upid)
+                if sums is None:
+                    sums = out[upid] = LifeSums({}, {})
+                by_callsite = sums.sizes
+            cells = by_callsite.get(cs)
+            if cells is None:
+                cells = by_callsite[cs] = {}
+            old = cells.get((lo, hi))
+            cell = _cell(Cell, (count, size, real))
+            cells[(lo, hi)] = cell if old is None else old.plus(cell)
+    return out
+
+
+def merged_life_sums(parts: Sequence[dict[int, LifeSums]]) -> dict[int, LifeSums]:
+    """life_sums_by_process of several heaps (each part one heap's, disjoint rows) added up: what
+    it reads of a sum of those heaps. What one part alone has is shared, not copied (the readers
+    do not change it)."""
+    out: dict[int, LifeSums] = {}
     for part in parts:
-        for upid, lives in part.items():
+        for upid, sums in part.items():
             into = out.get(upid)
             if into is None:
-                out[upid] = dict(lives)
+                out[upid] = LifeSums(dict(sums.temporary), dict(sums.sizes))
                 continue
-            for cs, life in lives.items():
-                have = into.get(cs)
+            for cs, size in sums.temporary.items():
+                into.temporary[cs] = into.temporary.get(cs, 0) + size
+            for cs, cells in sums.sizes.items():
+                have = into.sizes.get(cs)
                 if have is None:
-                    into[cs] = life
-                else:
-                    both = CallsiteLife({}, {}, {}, {}, {})
-                    both.merge(have)
-                    both.merge(life)
-                    into[cs] = both
+                    into.sizes[cs] = cells
+                    continue
+                both = dict(have)
+                for key, c in cells.items():
+                    add_cell(both, key, c)
+                into.sizes[cs] = both
     return out
 
 
@@ -139,44 +215,65 @@ def _read(profile: Profile, upids: Collection[int], by_process: bool) -> dict[in
         return {}
     wanted = set(upids)
     where, args = upid_filter(wanted)
-    out: dict[int, dict[CallsiteId, CallsiteLife]] = {}
+    out: dict[int, dict[Any, CallsiteLife]] = {}  # by callsite id, a CallsiteId
     db = profile.sql_connection()
 
-    def life_of(upid: int, cs: int) -> CallsiteLife:
-        lives = out.get(upid if by_process else 0)
-        if lives is None:
-            lives = out[upid if by_process else 0] = {}
-        life = lives.get(CallsiteId(cs))
-        if life is None:  # every field given: no defaults to fill in (records.py), ~100k of them
-            life = lives[CallsiteId(cs)] = CallsiteLife({}, {}, {}, {}, {})
-        return life
-
+    # ~380k rows for a build, so each loop keeps to the least a row needs: a process's rows come
+    # together as written, so its callsites' dict is looked up when the process changes.
+    new_life = CallsiteLife
+    lives: dict[Any, CallsiteLife] = {}  # the current process's, by callsite id
     with profile.reading():
         rows: Iterable[_LifetimeRow] = db.execute(
             f"SELECT {', '.join(c for c, _ in _LIFETIME_COLUMNS)} FROM {LIFETIME_TABLE}{where}", args)
         if not all_as_written(db, LIFETIME_TABLE, _LIFETIME_COLUMNS, where, args):
             rows = (_checked_lifetime_row(r) for r in rows)
+        current: int | None = None
+        cells: dict[Any, Cell]  # the kind's cells: keyed by (lo_ns, hi_ns, size_lo) or by size_lo
+        key: Any
         for upid, cs, kind, lo_ns, hi_ns, size_lo, count, size, real in rows:
-            if upid not in wanted:
-                continue
-            life = life_of(upid, cs)
-            cell = Cell(count, size, real)
+            if upid != current:
+                if upid not in wanted:
+                    continue
+                current = upid
+                lives = out.setdefault(upid if by_process else 0, {})
+            life = lives.get(cs)
+            if life is None:  # every field given: no defaults to fill in (records.py), ~100k of them
+                life = lives[cs] = new_life({}, {}, {}, {}, {})
             if kind == "freed":
-                add_cell(life.freed, (lo_ns, hi_ns, size_lo), cell)
+                cells, key = life.freed, (lo_ns, hi_ns, size_lo)
             elif kind == "held":
-                add_cell(life.held, (lo_ns, hi_ns, size_lo), cell)
+                cells, key = life.held, (lo_ns, hi_ns, size_lo)
             elif kind == "unknown":
-                add_cell(life.unknown, size_lo, cell)
+                cells, key = life.unknown, size_lo
             elif kind == "heaptrack":
-                add_cell(life.heaptrack, size_lo, cell)
+                cells, key = life.heaptrack, size_lo
+            else:
+                continue
+            old = cells.get(key)
+            cell = _cell(Cell, (count, size, real))
+            cells[key] = cell if old is None else old.plus(cell)
         sizes: Iterable[_SizeRow] = db.execute(
             f"SELECT {', '.join(c for c, _ in _SIZE_COLUMNS)} FROM {SIZE_TABLE}{where}", args)
         if not all_as_written(db, SIZE_TABLE, _SIZE_COLUMNS, where, args):
             sizes = (_checked_size_row(r) for r in sizes)
+        current = None
         for upid, cs, lo, hi, count, size, real in sizes:
-            if upid in wanted:
-                add_cell(life_of(upid, cs).sizes, (lo, hi), Cell(count, size, real))
+            if upid != current:
+                if upid not in wanted:
+                    continue
+                current = upid
+                lives = out.setdefault(upid if by_process else 0, {})
+            life = lives.get(cs)
+            if life is None:
+                life = lives[cs] = new_life({}, {}, {}, {}, {})
+            old = life.sizes.get((lo, hi))
+            cell = _cell(Cell, (count, size, real))
+            life.sizes[(lo, hi)] = cell if old is None else old.plus(cell)
     return out
+
+
+# A Cell made from its three values without the keyword defaults' handling (half the time).
+_cell = tuple.__new__
 
 
 def _checked_lifetime_row(r: tuple[object, ...]) -> _LifetimeRow:

@@ -39,7 +39,7 @@ from heapscope.estimate import add_values
 from heapscope.model import VIEWS, CallsiteId, Upid
 from heapscope.records import Record, field
 from heapscope.store.labels import process_label as named
-from heapscope.store.lifetimes import CallsiteLife, merged_lifetimes, read_lifetimes_by_process
+from heapscope.store.lifetimes import LifeSums, life_sums_by_process, merged_life_sums
 from heapscope.store.reader import Process, Profile, ViewValues, mapping_basename
 from heapscope.store.select import (
     ALL_HEAPS,
@@ -54,6 +54,7 @@ from heapscope.store.select import (
 )
 from heapscope.store.series import Sample, memory_samples_by_heap, memory_samples_by_process, samples_of
 from heapscope.view.flamegraph_lifetimes import TEMPORARY, lifetime_values
+from heapscope.view.lifetimes import DEFAULT_TEMPORARY_NS
 from heapscope.view.memory import Memory, encode_memory, process_memory
 from heapscope.view.tree import MergedTree, build_tree
 
@@ -120,12 +121,12 @@ def kept_dumps(count: int, limit: int, chosen: int | None = None) -> list[int]:
 
 def process_graph(profile: Profile, process: Process, dump: str | int | None = None,
                   python_only: bool = False, max_dumps: int = MAX_DUMPS,
-                  lives: dict[CallsiteId, CallsiteLife] | None = None,
+                  lives: LifeSums | None = None,
                   samples: list[tuple[int, int, int | None, int, int]] | None = None) -> ProcessGraph:
     """The merged tree of a process and its four views at each of its dumps (at most `max_dumps`
     of them, kept_dumps; 0: all) and at its peak (object views de-sampled); the page opens at the
     state `dump` (default: the peak). python_only: native frames left out (view/tree.py build_tree).
-    `lives`, `samples`: its lifetimes and memory samples when read already (profile_graphs)."""
+    `lives`, `samples`: its lifetimes' sums and memory samples when read already (profile_graphs)."""
     upid = process.info.upid
     interval = process_interval(profile, process)
     dump_ts = sorted({d.ts_end for d in profile.dumps(upid)} | set(profile.dump_stamps(upid)))
@@ -286,20 +287,21 @@ def heap_graphs(profile: Profile, heap: str | None = None, pid: int | None = Non
     out = []
     # Each heap's lifetimes, read once: a sum of heaps adds them up (a build's ~380k rows took
     # 1.8 s to read again for libc.malloc+mmap).
-    lives: dict[str, dict[int, dict[CallsiteId, CallsiteLife]]] = {}
+    lives: dict[str, dict[int, LifeSums]] = {}
     # Every heap's memory samples in one read, each heap or sum taking its own (a build's ~300k
     # rows were read once for each: 0.45 s a read).
     samples = memory_samples_by_heap(profile, [p.info.upid for p in profile.processes()
                                                if pid is None or p.info.pid == pid])
     for name in names:
         select_heap(profile, name)
-        lives[name] = read_lifetimes_by_process(profile, [p.info.upid for p in select_processes(profile, pid)])
+        lives[name] = life_sums_by_process(profile, [p.info.upid for p in select_processes(profile, pid)],
+                                           DEFAULT_TEMPORARY_NS)
         out.append(HeapGraphs(name, profile_graphs(profile, pid, dump, merge, python_only, max_dumps, lives[name],
                                                    samples_of(samples, [name]))))
     if shown is not None and shown not in names:  # several heaps shown together (libc.malloc+python.pymalloc)
         select_heap(profile, shown)
         members = heap_members(shown) or []
-        added = merged_lifetimes([lives[m] for m in members]) if members and all(m in lives for m in members) \
+        added = merged_life_sums([lives[m] for m in members]) if members and all(m in lives for m in members) \
             else None
         out.append(HeapGraphs(shown, profile_graphs(profile, pid, dump, merge, python_only, max_dumps, added,
                                                     samples_of(samples, members) if members else None)))
@@ -353,7 +355,7 @@ def _markup(s: str) -> object:
 def profile_graphs(profile: Profile, pid: int | None = None, dump: str | int | None = None,
                    merge: str | None = None, python_only: bool = False,
                    max_dumps: int = MAX_DUMPS,
-                   lives: dict[int, dict[CallsiteId, CallsiteLife]] | None = None,
+                   lives: dict[int, LifeSums] | None = None,
                    samples: dict[int, list[Sample]] | None = None) -> list[ProcessGraph]:
     """A graph per process with at least one dump (only `pid` when given; UnknownProcessError
     when the profile has no such process), largest peak first; with several, an "all processes"
@@ -367,11 +369,11 @@ def profile_graphs(profile: Profile, pid: int | None = None, dump: str | int | N
     # once for each of its ~110 processes (25 s of a 34 s page).
     upids = [p.info.upid for p in processes]
     if lives is None:
-        lives = read_lifetimes_by_process(profile, upids)
+        lives = life_sums_by_process(profile, upids, DEFAULT_TEMPORARY_NS)
     if samples is None:
         samples = memory_samples_by_process(profile, upids)
     for p in processes:
-        g = process_graph(profile, p, dump, python_only, max_dumps, lives.get(p.info.upid, {}),
+        g = process_graph(profile, p, dump, python_only, max_dumps, lives.get(p.info.upid, _NO_LIVES),
                           samples.get(p.info.upid, []))
         if g.snapshots:
             out.append(g)
@@ -381,6 +383,9 @@ def profile_graphs(profile: Profile, pid: int | None = None, dump: str | int | N
     if len(out) > 1 or (merge is not None and out):
         out.insert(0, all_processes(profile, out, merge))
     return out
+
+
+_NO_LIVES = LifeSums({}, {})  # a process without lifetime rows (read only)
 
 
 def _opening(g: ProcessGraph) -> Snapshot:

@@ -14,33 +14,37 @@ tables adds neither, and the page shows no such view.
 
 from __future__ import annotations
 
-from heapscope.model import CallsiteId
-from heapscope.store.lifetimes import CallsiteLife, has_lifetimes, read_lifetimes
+from heapscope.store.lifetimes import LifeSums, has_lifetimes, life_sums_by_process
 from heapscope.store.reader import Process, Profile
 from heapscope.store.select import process_interval
-from heapscope.view.lifetimes import DEFAULT_TEMPORARY_NS, cell_estimate, temporary_cells
+from heapscope.view.lifetimes import DEFAULT_TEMPORARY_NS, cell_estimate
 from heapscope.view.tree import MergedTree
 
 TEMPORARY = "temporary"
 
 
 def lifetime_values(profile: Profile, process: Process, tree: MergedTree,
-                    lives: dict[CallsiteId, CallsiteLife] | None = None) -> tuple[list[int], list[int]] | None:
+                    lives: LifeSums | None = None) -> tuple[list[int], list[int]] | None:
     """(temporary sampled bytes per node of `tree`, its flat "sizes" list) of `process`; None
-    when the profile has no lifetimes. `lives`: its lifetimes, when read already
-    (store/lifetimes.py read_lifetimes_by_process)."""
+    when the profile has no lifetimes. `lives`: its lifetimes' sums, when read already
+    (store/lifetimes.py life_sums_by_process, at DEFAULT_TEMPORARY_NS)."""
     if not has_lifetimes(profile):
         return None
     interval = process_interval(profile, process)
     temporary = [0] * len(tree)
     sizes: list[int] = []
     if lives is None:
-        lives = read_lifetimes(profile, [process.info.upid])
-    for cs, life in sorted(lives.items()):
-        node = tree.node_of.get(cs)
+        upid = process.info.upid
+        lives = life_sums_by_process(profile, [upid], DEFAULT_TEMPORARY_NS).get(upid, LifeSums({}, {}))
+    node_of = tree.node_of
+    for cs, size in lives.temporary.items():
+        node = node_of.get(cs)
+        if node is not None:
+            temporary[node] += size
+    for cs, cells in sorted(lives.sizes.items()):
+        node = node_of.get(cs)
         if node is None:
             continue
-        temporary[node] += sum(c.size for c in temporary_cells(life, DEFAULT_TEMPORARY_NS))
-        for (lo, _hi), c in sorted(life.sizes.items()):
+        for (lo, _hi), c in sorted(cells.items()):
             sizes += (node + 1, max(lo, 1).bit_length() - 1, round(cell_estimate(c, interval).value), c.size)
     return temporary, sizes

@@ -27,7 +27,7 @@ from collections.abc import Callable, Collection, Iterable
 from heapscope.estimate import Estimate, combine, estimate_count
 from heapscope.model import LIFETIME_BOUNDS, CallsiteId, FrameId
 from heapscope.records import Record
-from heapscope.store.lifetimes import CallsiteLife, Cell, add_cell, has_lifetimes, read_lifetimes
+from heapscope.store.lifetimes import CallsiteLife, Cell, add_cell, freed_within, has_lifetimes, read_lifetimes
 from heapscope.store.reader import Profile, mapping_basename
 from heapscope.view.tree import frame_functions
 
@@ -86,7 +86,7 @@ def temporary_cells(life: CallsiteLife, threshold: int | str) -> list[Cell]:
     if threshold == HEAPTRACK:
         return [c for c in life.heaptrack.values() if c.samples]
     assert isinstance(threshold, int)
-    return [c for (_lo, hi, _size), c in life.freed.items() if hi is not None and hi <= threshold]
+    return freed_within(life, threshold)
 
 
 def quantile(buckets: dict[Bucket, float], q: float) -> Bucket | None:
