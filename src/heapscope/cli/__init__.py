@@ -87,6 +87,10 @@ def chosen(argv: Sequence[str]) -> str | None:
     return None
 
 
+#: What `heapscope --version` prints.
+VERSION = f"heapscope {__version__}"
+
+
 def _exits_early(argv: Sequence[str]) -> bool:
     """`heapscope --version` / `--include` (before any subcommand name): print and exit."""
     for arg in argv:
@@ -107,7 +111,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         description="Sampling native-heap profiler: which call stacks hold your memory.",
         formatter_class=plain,
     )
-    parser.add_argument("--version", action="version", version=f"heapscope {__version__}")
+    parser.add_argument("--version", action="version", version=VERSION)
     parser.add_argument("-v", "--verbose", action="store_true", help="show tracebacks on errors")
     parser.add_argument("--include", action=_print_include(),
                         help="print the directory of heapscope.h (the custom heap API) and exit")
@@ -216,6 +220,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv = sys.argv[1:]
     if chosen(argv) != "record":
         sigmask.release()  # only record installs handlers for them
+    if "--version" in argv and all(a == "--version" or a in MAIN_FLAGS for a in argv):
+        # What the parser would print, without importing argparse for it (~6 ms of ~20).
+        print(VERSION)
+        return 0
     args = build_parser(argv).parse_args(argv)
     if chosen(argv) in _READS:
         import gc
