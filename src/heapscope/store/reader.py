@@ -119,9 +119,9 @@ class Profile:
         self._peaks: dict[int, tuple[int, dict[CallsiteId, ViewValues]]] | None = None
         self._stats: dict[int | None, list[Stat]] | None = None
         self._peak_tops: dict[int, dict[int, tuple[int, list[tuple[CallsiteId, int]]]]] = {}  # by n
-        # Whether each process's peak rows have one ts, whatever their heap (store.select
-        # peaks_share_one_ts): a fact of the file, kept across heap switches.
-        self.peaks_one_ts: bool | None = None
+        # Whether each process's peak rows have one ts, whatever their heap (peaks_at_one_ts):
+        # a fact of the file, kept across heap switches.
+        self._peaks_one_ts: bool | None = None
 
     def __enter__(self) -> Profile:
         return self
@@ -425,6 +425,16 @@ class Profile:
                 str(r[1]) == column for r in self._rows(f"PRAGMA table_info({table})"))
         return got
 
+    @_reads
+    def peaks_at_one_ts(self) -> bool:
+        """Whether each process's peak rows, whatever their heap, have one ts (`record` writes one
+        peak per process; heaps that share it share it): one scan of the rows (~20-35 ms for a
+        build's), then kept."""
+        if self._peaks_one_ts is None:
+            self._peaks_one_ts = not self._has_table("heapscope_peak_allocation") or not self._rows(
+                "SELECT 1 FROM main.heapscope_peak_allocation GROUP BY upid HAVING MIN(ts) != MAX(ts) LIMIT 1")
+        return self._peaks_one_ts
+
     def _has_table(self, name: str) -> bool:
         got = self._tables.get(name)
         if got is None:
@@ -660,18 +670,26 @@ class Profile:
 
     def _read_peak_tops(self, n: int) -> dict[int, tuple[int, list[tuple[CallsiteId, int]]]]:
         col = "heapscope_peak_allocation."
-        # Per process: its peak's ts, the one of its largest (ts, callsite) sum (a process's
-        # rows have one ts as `record` writes them, heaps that share a peak share it); there,
-        # the callsites with more than 0 and their sum (the window is taken before the cut to
-        # n). A process whose peak holds nothing keeps its row, with no callsite.
+        # Per process: its peak's ts, the one of its largest (ts, callsite) sum; there, the
+        # callsites with more than 0 and their sum (the window is taken before the cut to n).
+        # A process whose peak holds nothing keeps its row, with no callsite. Rows at one ts
+        # per process (as `record` writes them) need no search for the peak's ts: a build's
+        # summary read them in 0.08 s instead of 0.17-0.22.
+        if self.peaks_at_one_ts():
+            g, peak, on = ("SELECT upid, callsite_id, SUM(size) AS size FROM heapscope_peak_allocation"
+                           " GROUP BY upid, callsite_id", "SELECT DISTINCT upid FROM heapscope_peak_allocation",
+                           "p.upid = g.upid")
+        else:
+            g, peak, on = ("SELECT upid, ts, callsite_id, SUM(size) AS size FROM heapscope_peak_allocation"
+                           " GROUP BY upid, ts, callsite_id",
+                           "SELECT upid, ts FROM (SELECT upid, ts, ROW_NUMBER() OVER"
+                           " (PARTITION BY upid ORDER BY size DESC, callsite_id) AS r FROM g) WHERE r = 1",
+                           "p.upid = g.upid AND p.ts = g.ts")
         rows = self._rows(
-            "WITH g AS (SELECT upid, ts, callsite_id, SUM(size) AS size FROM heapscope_peak_allocation"
-            " GROUP BY upid, ts, callsite_id),"
-            " peak AS (SELECT upid, ts FROM (SELECT upid, ts, ROW_NUMBER() OVER"
-            " (PARTITION BY upid ORDER BY size DESC, callsite_id) AS r FROM g) WHERE r = 1),"
+            f"WITH g AS ({g}), peak AS ({peak}),"
             " held AS (SELECT g.upid, g.callsite_id, g.size, SUM(g.size) OVER (PARTITION BY g.upid) AS total,"
             " ROW_NUMBER() OVER (PARTITION BY g.upid ORDER BY g.size DESC, g.callsite_id) AS r"
-            " FROM g JOIN peak p ON p.upid = g.upid AND p.ts = g.ts WHERE g.size > 0)"
+            f" FROM g JOIN peak p ON {on} WHERE g.size > 0)"
             " SELECT p.upid, h.callsite_id, h.size, h.total FROM peak p"
             " LEFT JOIN held h ON h.upid = p.upid AND h.r <= ? ORDER BY p.upid, h.r", (max(n, 1),))
         out: dict[int, tuple[int, list[tuple[CallsiteId, int]]]] = {}

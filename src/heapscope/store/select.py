@@ -298,13 +298,7 @@ def peaks_share_one_ts(profile: Profile) -> bool:
     """Whether each process's peak rows, whatever their heap, have one ts (`record` writes one
     peak per process, heaps that share it share it): then every heap merged and the sum of all
     heaps (its view puts each process's rows at their latest peak) read the same peak rows."""
-    if profile.peaks_one_ts is None:  # one scan of the rows (~20 ms for a build's), then kept
-        db = profile.sql_connection()
-        with profile.reading():
-            profile.peaks_one_ts = not _has_table(db, "heapscope_peak_allocation") or db.execute(
-                "SELECT 1 FROM main.heapscope_peak_allocation GROUP BY upid"
-                " HAVING MIN(ts) != MAX(ts) LIMIT 1").fetchone() is None
-    return profile.peaks_one_ts
+    return profile.peaks_at_one_ts()
 
 
 def _text_literal(text: str) -> str:

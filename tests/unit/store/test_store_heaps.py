@@ -225,7 +225,7 @@ def test_peaks_at_one_ts_are_read_without_lining_them_up(tmp_path: Path) -> None
         path = _two_heaps(tmp_path / f"p{mmap_ts}.db", mmap_ts)
         with open_profile(path) as prof:
             assert select_heap(prof, None) == "libc.malloc+mmap"
-            assert prof.peaks_one_ts is (not lined_up)
+            assert prof.peaks_at_one_ts() is (not lined_up)
             db = prof.sql_connection()
             view = db.execute("SELECT sql FROM temp.sqlite_master WHERE name = 'heapscope_peak_allocation'"
                               ).fetchone()
@@ -236,4 +236,23 @@ def test_peaks_at_one_ts_are_read_without_lining_them_up(tmp_path: Path) -> None
             assert peak is not None and peak[0] == mmap_ts
             assert select_heap(prof, "mmap") == "mmap"
             assert prof.peak_top(2, 3) == (4096, [(2, 4096)])
-            assert prof.peaks_one_ts is (not lined_up)
+            assert prof.peaks_at_one_ts() is (not lined_up)
+
+
+def test_a_peak_read_finds_its_ts_when_a_process_has_several(tmp_path: Path) -> None:
+    """peak_top reads rows at one ts per process (as `record` writes them) without looking for
+    the peak's ts; rows at several ts (a profile not written by `record`) still give the ts of
+    the largest (ts, callsite) sum, and only its rows."""
+    w = ProfileWriter(tmp_path / "p.db")
+    w.add_process(ProcessInfo(Upid(1), 42, 1, "p", "p", "/p", 0, 1))
+    w.add_mappings([(1, Mapping("", 0, 0, 0, 0, 0, "p"))])
+    w.add_frames([(1, Frame(MappingId(1), 0, "f"))])
+    w.add_callsites([(1, 0, None, 1), (2, 1, 1, 1)])
+    w.add_dump(1, 0, 10, "exit", [(1, 1, 64)], "libc.malloc")
+    w.add_peak(1, 5, "libc.malloc", [(1, 1, 300, 1, 300), (2, 1, 100, 1, 100)])
+    w.add_peak(1, 8, "libc.malloc", [(2, 1, 500, 1, 500)])
+    w.commit()
+    w.close()
+    with open_profile(tmp_path / "p.db") as prof:
+        assert not prof.peaks_at_one_ts()
+        assert prof.peak_top(1, 3) == (500, [(2, 500)])
