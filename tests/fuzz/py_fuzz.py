@@ -92,6 +92,7 @@ with _instrument:
     import heapscope.export.pprof
     import heapscope.export.speedscope
     import heapscope.importer.heapprofd
+    import heapscope.store.paths
     import heapscope.store.reader
     import heapscope.store.select
     import heapscope.symbolize.elfinfo
@@ -712,7 +713,7 @@ def _read_everything(profile: heapscope.store.reader.Profile, how: int) -> None:
         for d in profile.dumps(upid)[:2]:
             profile.allocation_deltas(upid, d.heap_name, d.ts, d.ts_end)
         used = profile.used_callsites([upid])
-        profile.stack_paths(used[:4], 8)
+        heapscope.store.paths.stack_paths(profile, used[:4], 8)
         for cs in used[:2]:
             profile.stack_frames(cs, 8)
     profile.python_frames()

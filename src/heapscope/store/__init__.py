@@ -8,6 +8,7 @@
     convert.py  many rows' values converted at once (a column at a time when plain)
     checks.py   the file checks before SQLite opens a profile; one error line for a failed read
     tree.py     the callsite tree as read, checked for cycles and depth (_callsites.c: its rows, in C)
+    paths.py    a few call paths walked in SQL, without the callsite table (record's summary)
     select.py   views, processes by pid, dumps by number: one error line per mistake
     series.py   memory over time per process, and the samples behind a range of it
     sql.py      `heapscope sql`: read-only SQL (no writes, no ATTACH, no VACUUM INTO)

@@ -50,7 +50,6 @@ from heapscope.store.rows import (
 )
 from heapscope.store.tree import check_tree, plain_callsites, read_callsites
 from heapscope.store.values import (
-    MAX_IN_LIST,
     int_from_sql,
     opt_int_from_sql,
     req_int_from_sql,
@@ -111,6 +110,7 @@ class Profile:
         self._python: set[FrameId] | None = None
         self._callsites: dict[CallsiteId, tuple[CallsiteId | None, FrameId]] | None = None
         self._tables: dict[str, bool] = {}
+        self._mappings: list[Mapping] | None = None
         self._overlay = False  # callsite_overlay() made one
         # Per-process values read in one pass for every process (a query per process scanned
         # the whole table each time: a 148-process build read its peak rows 296 times).
@@ -177,8 +177,8 @@ class Profile:
             self._rows(f"SELECT 1 FROM {table} LIMIT 1")
 
     def sql_connection(self) -> sqlite3.Connection:
-        """The connection itself, for store/sql.py, store/select.py's heap views, store/series.py and
-        store/lifetimes.py only."""
+        """The connection itself, for store/sql.py, store/select.py's heap views, store/series.py,
+        store/lifetimes.py and store/paths.py only."""
         return self._db
 
     def forget_values(self) -> None:
@@ -545,7 +545,7 @@ class Profile:
         read sees in place of the profile's callsites of the same ids; its name. view/wrappers.py's
         fold writes there only the callsites it changes (a quarter of a compiler build's 450k), not
         a copy of the table: callsites() puts them over the profile's rows as it reads them, and a
-        temp view of the table's name does the same for SQL (stack_frames, stack_paths)."""
+        temp view of the table's name does the same for SQL (stack_frames, store/paths.py)."""
         self.drop_callsite_overlay()
         with profile_errors(self.path):
             self._db.execute(f"CREATE TABLE {CALLSITE_OVERLAY} (id INTEGER PRIMARY KEY, depth INTEGER NOT NULL,"
@@ -616,7 +616,13 @@ class Profile:
 
     @_reads
     def mappings(self) -> list[Mapping]:
-        """Every mapping, by id, u64 values unsigned."""
+        """Every mapping, by id, u64 values unsigned; read once (chrome-json's export wants them
+        at every dump of every process: 1.5 s of a build's 3 s)."""
+        if self._mappings is None:
+            self._mappings = self._read_mappings()
+        return list(self._mappings)
+
+    def _read_mappings(self) -> list[Mapping]:
         rows = self._rows(
             'SELECT m.id, m.build_id, m.exact_offset, m.start_offset, m.start, m."end", m.load_bias, m.name,'
             " COALESCE(MIN(f.name != ''), 0),"
@@ -732,48 +738,6 @@ class Profile:
         producer/stats.py): one read of the stats for every process."""
         return {req_int_from_sql(r[0], "stats.idx") for r in self._rows(
             "SELECT DISTINCT idx FROM stats WHERE name = 'python_frames' AND value = 1 AND idx IS NOT NULL")}
-
-    @_reads
-    def stack_paths(self, leaves: Sequence[CallsiteId], limit: int) -> dict[CallsiteId, list[PathFrame]]:
-        """The frames of each callsite in `leaves`, innermost first, at most `limit` of each, in
-        one query: what `record`'s summary needs of a few dozen stacks without loading the
-        callsite table. A Python frame is marked: the producer writes its file as its mapping's
-        name and its line as its rel_pc (bookkeeping/frames.py), the same as its symbol row."""
-        out: dict[CallsiteId, list[PathFrame]] = {CallsiteId(int(cs)): [] for cs in leaves}
-        if not out or limit < 1:
-            return out
-        # Each callsite once (UNION, not UNION ALL: the stacks share their roots, and a
-        # parent cycle ends the walk), then the paths put together here. At most MAX_IN_LIST
-        # leaves a query (SQLite's limit on parameters can be 999).
-        leaves_in = list(out)
-        rows: list[tuple[object, ...]] = []
-        for at in range(0, len(leaves_in), MAX_IN_LIST):
-            chunk = leaves_in[at:at + MAX_IN_LIST]
-            rows += self._rows(
-                "WITH RECURSIVE walk(id) AS ("
-                f" SELECT id FROM stack_profile_callsite WHERE id IN ({', '.join('?' * len(chunk))})"
-                " UNION SELECT c.parent_id FROM walk w JOIN stack_profile_callsite c ON c.id = w.id"
-                " WHERE c.parent_id IS NOT NULL)"
-                " SELECT c.id, c.parent_id, f.id, f.name, m.name, f.rel_pc, f.mapping, f.type FROM walk w"
-                " JOIN stack_profile_callsite c ON c.id = w.id"
-                " LEFT JOIN stack_profile_frame f ON f.id = c.frame_id"
-                " LEFT JOIN stack_profile_mapping m ON m.id = f.mapping", tuple(chunk))
-        nodes: dict[int, tuple[int | None, PathFrame]] = {}
-        for r in rows:
-            nodes[req_int_from_sql(r[0], "stack_profile_callsite.id")] = (
-                opt_int_from_sql(r[1], "stack_profile_callsite.parent_id"),
-                PathFrame(None, False) if r[2] is None else PathFrame(FrameInfo(
-                    str_from_sql(r[3]), str_from_sql(r[4]), req_u64_from_sql(r[5], "stack_profile_frame.rel_pc"),
-                    MappingId(req_int_from_sql(r[6], "stack_profile_frame.mapping"))), r[7] == "python"))
-        for leaf, path in out.items():
-            node: int | None = int(leaf)
-            while node is not None and len(path) < limit:
-                entry = nodes.get(node)
-                if entry is None:
-                    break
-                node = entry[0]
-                path.append(entry[1])
-        return out
 
     def check(self) -> None:
         """Read every row through the typed queries: ProfileError at the first damaged value,

@@ -91,7 +91,7 @@ class SymbolLine(NamedTuple):
 
 
 class PathFrame(NamedTuple):
-    """One frame of a call path read by Profile.stack_paths."""
+    """One frame of a call path read by store/paths.py stack_paths."""
 
     info: FrameInfo | None  # None: a frame that is not in the profile
     python: bool  # stack_profile_frame.type = 'python': info.mapping_name is its file, info.rel_pc its line

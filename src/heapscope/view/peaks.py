@@ -27,6 +27,7 @@ import functools
 import re
 from collections.abc import Sequence
 
+from heapscope.store.paths import stack_paths
 from heapscope.store.reader import PathFrame, Profile, mapping_basename
 from heapscope.view.names import cut_middle, elide
 from heapscope.view.wrappers import base_name, wrapper_pattern
@@ -50,7 +51,7 @@ def peak_stacks(profile: Profile, processes: Sequence[tuple[int, bool, str]], to
         peak = profile.peak_top(upid, max(PEAK_CALLSITES, top))
         if peak is not None:
             peaks[upid] = peak
-    paths = profile.stack_paths([cs for _total, rows in peaks.values() for cs, _size in rows], WALK_LIMIT)
+    paths = stack_paths(profile, [cs for _total, rows in peaks.values() for cs, _size in rows], WALK_LIMIT)
     pattern = wrapper_pattern()
     out: dict[int, tuple[int, list[tuple[str, int]]]] = {}
     for upid, python, exe in processes:

@@ -8,6 +8,7 @@ import pytest
 
 from heapscope.errors import UsageError
 from heapscope.model import CallsiteId, Frame, FrameId, Mapping, MappingId
+from heapscope.store.paths import stack_paths
 from heapscope.store.reader import open_profile
 from heapscope.store.writer import ProfileWriter
 from heapscope.view.wrappers import _fold, base_name, fold_line, fold_wrappers, is_wrapper, wrapper_pattern
@@ -165,7 +166,7 @@ def test_every_read_sees_the_fold_until_it_is_undone(tmp_path: Path) -> None:
         # THEN the callsite tree and the SQL walks read the folded stacks
         assert profile.callsites() == {cs: (par, fid) for cs, _, par, fid in expected}
         assert [f.name if f else "?" for f in profile.stack_frames(CallsiteId(7), 9)] == ["callback", "parse", "main"]
-        assert [p.info.name if p.info else "?" for p in profile.stack_paths([CallsiteId(3)], 9)[CallsiteId(3)]] == [
+        assert [p.info.name if p.info else "?" for p in stack_paths(profile, [CallsiteId(3)], 9)[CallsiteId(3)]] == [
             "parse", "main"]
         # AND once they are kept again, the profile's own rows are back
         fold_wrappers(profile, keep=True)
