@@ -172,26 +172,32 @@ def _peaks(profile: Profile, processes: list[StoredProcess]
         visible[int(p.info.upid)] = sorted({d.heap_name for d in profile.dumps(p.info.upid)})
     every = heap_names(profile)
     shown = sorted({h for hs in visible.values() for h in hs})
-    out: list[tuple[Dump, StoredProcess, dict[CallsiteId, list[int]]]] = []
-    rest: list[StoredProcess] = []
+    # Heap by heap, each shown once for every process (a switch of heap drops what was read, and
+    # a build's 113 processes read the peak table 226 times: 1.2 s of a 3.5 s export).
+    found: dict[tuple[int, str], tuple[Dump, dict[CallsiteId, list[int]]]] = {}
     try:
-        for p in processes:
-            found = False
-            for heap in visible[int(p.info.upid)]:
-                if len(every) > 1:
-                    select_heap(profile, heap)
+        for heap in shown:
+            if len(every) > 1:
+                select_heap(profile, heap)
+            for p in processes:
+                if heap not in visible[int(p.info.upid)]:
+                    continue
                 st = process_state(profile, p, "peak")
                 if st is None or st.kind != "peak":
                     continue
-                found = True
                 totals = {cs: [v.alloc_space, v.alloc_space - v.space, v.alloc_objects, v.alloc_objects - v.objects]
                           for cs, v in st.values.items()}
-                out.append((Dump(-1, st.ts, st.ts, p.info.upid, heap, "peak"), p, totals))
-            if not found:
-                rest.append(p)
+                found[(int(p.info.upid), heap)] = Dump(-1, st.ts, st.ts, p.info.upid, heap, "peak"), totals
     finally:
         if len(every) > 1:
             select_heap(profile, ALL_HEAPS if shown == every else HEAP_JOIN.join(h for h in every if h in shown))
+    out: list[tuple[Dump, StoredProcess, dict[CallsiteId, list[int]]]] = []
+    rest: list[StoredProcess] = []
+    for p in processes:
+        mine = [found[key] for key in ((int(p.info.upid), h) for h in visible[int(p.info.upid)]) if key in found]
+        out += [(dump, p, totals) for dump, totals in mine]
+        if not mine:
+            rest.append(p)
     return out, rest
 
 
@@ -276,11 +282,35 @@ def _write_interned(profile: Profile, packet, upids: list[int], t0: int) -> set[
         pb.uint(1, fid) + pb.uint(2, names[info.name]) + pb.uint(3, info.mapping_id) + pb.uint(4, info.rel_pc)
         for fid, info in frames.info.items()))
     used: set[FrameId] = set()
+    # A callstack's frame ids (field 2, unpacked) are its parent's followed by its own frame's:
+    # each callsite's encoding is its parent's bytes and one more piece, made once (a build's
+    # ~200k callstacks of ~30 frames took 0.8 s a varint at a time).
+    piece_of: dict[FrameId, bytes] = {}
+    encoded: dict[CallsiteId, bytes] = {}
+    frame_key = pb.key(2, 0)
 
     def callstack(cs: CallsiteId) -> bytes:
-        path = frames.path(cs)
-        used.update(path)
-        return pb.uint(1, cs) + pb.unpacked(2, path)
+        todo: list[tuple[CallsiteId, FrameId]] = []
+        node: CallsiteId | None = cs
+        body = b""
+        while node is not None:  # the walk of Frames.path: up to a known callsite or a root
+            known = encoded.get(node)
+            if known is not None:
+                body = known
+                break
+            entry = frames.callsites.get(node)
+            if entry is None:
+                break
+            todo.append((node, entry[1]))
+            node = entry[0]
+        for node_id, frame in reversed(todo):
+            piece = piece_of.get(frame)
+            if piece is None:
+                piece = piece_of[frame] = frame_key + pb.varint(frame)
+                used.add(frame)
+            body += piece
+            encoded[node_id] = body
+        return pb.uint(1, cs) + body
 
     chunked(_I_CALLSTACKS, (callstack(cs) for cs in profile.used_callsites(upids)))
     if first:

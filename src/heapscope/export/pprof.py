@@ -166,6 +166,32 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
             w.field(_LOCATION, body)
         return lid
 
+    # A sample's location ids, leaf first, packed: its callsite's leaf location followed by its
+    # parent's, so each callsite's bytes are made once from its parent's (a build's ~200k
+    # samples of ~30 frames took 0.65 s a varint at a time). Locations are made in the order
+    # a sample meets them, leaf to root, as before.
+    packed_locs: dict[CallsiteId, bytes] = {}
+
+    def locations(cs: CallsiteId) -> bytes:
+        todo: list[tuple[CallsiteId, FrameId]] = []
+        node: CallsiteId | None = cs
+        body = b""
+        while node is not None:  # the walk of Frames.path: up to a known callsite or a root
+            known = packed_locs.get(node)
+            if known is not None:
+                body = known
+                break
+            entry = frames.callsites.get(node)
+            if entry is None:
+                break
+            todo.append((node, entry[1]))
+            node = entry[0]
+        ids = [location_id(frame) for _node, frame in todo]  # leaf first: new locations in that order
+        for (node_id, _frame), lid in zip(reversed(todo), reversed(ids), strict=True):
+            body = pb.varint(lid) + body
+            packed_locs[node_id] = body
+        return packed_locs.get(cs, body)
+
     several = len(processes) > 1
     pid_key = w.s("pid") if several else 0
     heap_key = 0
@@ -183,7 +209,7 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
                                                              else pb.uint(2, w.s(value))))
         split = LabelParts(profile, p.info.upid, st.kind, st.ts)
         for cs, whole in st.values.items():
-            locs: list[int] | None = None
+            locs: bytes | None = None
             # One sample per allocation label set (Go's string labels: `go tool pprof -tags`), and
             # one for the rest, each de-sampled on its own.
             for pairs, raw in split.parts(cs, whole):
@@ -191,9 +217,10 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
                 if not (v.alloc_objects or v.alloc_space or v.objects or v.space):
                     continue
                 if locs is None:
-                    locs = [location_id(f) for f in reversed(frames.path(CallsiteId(cs)))]  # leaf first
+                    body = locations(CallsiteId(cs))
+                    locs = pb.blob(1, body) if body else b""
                 tags = b"".join(pb.blob(3, pb.uint(1, w.s(k)) + pb.uint(2, w.s(x))) for k, x in pairs)
-                w.field(_SAMPLE, pb.packed(1, locs)
+                w.field(_SAMPLE, locs
                         + pb.packed(2, (v.alloc_objects, v.alloc_space, v.objects, v.space)) + label + tags)
                 samples += 1
     sink.write(trailer)
