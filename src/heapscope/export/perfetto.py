@@ -24,7 +24,7 @@ Interned ids are the profile's own frame, mapping and callsite ids (all >= 1).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import BinaryIO
 
 from heapscope.export import _proto as pb
@@ -282,14 +282,21 @@ def _write_interned(profile: Profile, packet, upids: list[int], t0: int) -> set[
         pb.uint(1, fid) + pb.uint(2, names[info.name]) + pb.uint(3, info.mapping_id) + pb.uint(4, info.rel_pc)
         for fid, info in frames.info.items()))
     used: set[FrameId] = set()
-    # A callstack's frame ids (field 2, unpacked) are its parent's followed by its own frame's:
-    # each callsite's encoding is its parent's bytes and one more piece, made once (a build's
-    # ~200k callstacks of ~30 frames took 0.8 s a varint at a time).
+    chunked(_I_CALLSTACKS, _callstacks(frames, profile.used_callsites(upids), used))
+    if first:
+        emit(_I_FUNCTION_NAMES, [])
+    return used
+
+
+def _callstacks(frames: Frames, callsites: Iterable[CallsiteId], used: set[FrameId]) -> Iterator[bytes]:
+    """Each callsite's Callstack (its id, then its frame ids root first, unpacked), the frames met
+    added to `used`. A callstack's frame ids are its parent's followed by its own frame's, so
+    each callsite's encoding is its parent's bytes and one more piece, made once (a build's
+    ~200k callstacks of ~30 frames took 0.8 s a varint at a time)."""
     piece_of: dict[FrameId, bytes] = {}
     encoded: dict[CallsiteId, bytes] = {}
     frame_key = pb.key(2, 0)
-
-    def callstack(cs: CallsiteId) -> bytes:
+    for cs in callsites:
         todo: list[tuple[CallsiteId, FrameId]] = []
         node: CallsiteId | None = cs
         body = b""
@@ -310,12 +317,7 @@ def _write_interned(profile: Profile, packet, upids: list[int], t0: int) -> set[
                 used.add(frame)
             body += piece
             encoded[node_id] = body
-        return pb.uint(1, cs) + body
-
-    chunked(_I_CALLSTACKS, (callstack(cs) for cs in profile.used_callsites(upids)))
-    if first:
-        emit(_I_FUNCTION_NAMES, [])
-    return used
+        yield pb.uint(1, cs) + body
 
 
 def _hex_bytes(h: str) -> bytes:

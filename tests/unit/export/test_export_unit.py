@@ -199,6 +199,6 @@ def test_stacks_made_from_their_parents_encodings_read_as_the_paths(tmp_path: Pa
     for p in packets:
         for f, v in decode(p.get(12, b"")):
             if f == 7:  # InternedData.callstacks: id, then each frame id (unpacked)
-                fields = decode(v)
-                stacks[dict(fields)[1]] = [x for g, x in fields if g == 2]
+                callstack = decode(v)
+                stacks[dict(callstack)[1]] = [x for g, x in callstack if g == 2]
     assert {cs: stacks[cs] for cs in leaves} == {cs: frames[::-1] for cs, frames in leaves.items()}
