@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from typing import TypeVar
 
 from heapscope.model import CallsiteId, FrameId, MappingId
 from heapscope.records import Record
@@ -19,6 +20,8 @@ from heapscope.store.select import (
     process_state,
     select_processes,
 )
+
+T = TypeVar("T")
 
 __all__ = ["Frames", "LabelParts", "SymLine", "check_view", "chosen_states", "interval_of", "pick_dump", "pick_dumps",
            "process_label", "select_processes", "wall_clock"]
@@ -67,28 +70,32 @@ class Frames:
 
     def path(self, cs: CallsiteId) -> tuple[FrameId, ...]:
         """Frames of a callsite, root (outermost) first."""
-        got = self._paths.get(cs)
-        if got is not None:
-            return got
+        todo, base = self.walk_to(cs, self._paths)
+        path = base if base is not None else ()
+        for node_id, frame in reversed(todo):
+            path = (*path, frame)
+            self._paths[node_id] = path
+        return path
+
+    def walk_to(self, cs: CallsiteId, known: Mapping[CallsiteId, T]
+                ) -> tuple[list[tuple[CallsiteId, FrameId]], T | None]:
+        """The callsites from `cs` up to the first one in `known` (left out) or a root, leaf first,
+        each with its frame, and what `known` holds for that one (None: a root was reached, or a
+        callsite missing from the table). What the exporters build per callsite from its
+        parent's (a path, encoded frames) is then made once for each; the reader refuses parent
+        cycles, so the walk ends."""
         todo: list[tuple[CallsiteId, FrameId]] = []
         node: CallsiteId | None = cs
-        base: tuple[FrameId, ...] = ()
-        # The reader refuses parent cycles, so this walk ends at a root.
         while node is not None:
-            known = self._paths.get(node)
-            if known is not None:
-                base = known
-                break
+            got = known.get(node)
+            if got is not None:
+                return todo, got
             entry = self.callsites.get(node)
             if entry is None:
                 break
             todo.append((node, entry[1]))
             node = entry[0]
-        path = base
-        for node_id, frame in reversed(todo):
-            path = (*path, frame)
-            self._paths[node_id] = path
-        return path
+        return todo, None
 
     def name(self, fid: FrameId) -> str:
         info = self.info.get(fid)

@@ -297,19 +297,8 @@ def _callstacks(frames: Frames, callsites: Iterable[CallsiteId], used: set[Frame
     encoded: dict[CallsiteId, bytes] = {}
     frame_key = pb.key(2, 0)
     for cs in callsites:
-        todo: list[tuple[CallsiteId, FrameId]] = []
-        node: CallsiteId | None = cs
-        body = b""
-        while node is not None:  # the walk of Frames.path: up to a known callsite or a root
-            known = encoded.get(node)
-            if known is not None:
-                body = known
-                break
-            entry = frames.callsites.get(node)
-            if entry is None:
-                break
-            todo.append((node, entry[1]))
-            node = entry[0]
+        todo, known = frames.walk_to(cs, encoded)
+        body = known if known is not None else b""
         for node_id, frame in reversed(todo):
             piece = piece_of.get(frame)
             if piece is None:

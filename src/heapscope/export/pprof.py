@@ -173,19 +173,8 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
     packed_locs: dict[CallsiteId, bytes] = {}
 
     def locations(cs: CallsiteId) -> bytes:
-        todo: list[tuple[CallsiteId, FrameId]] = []
-        node: CallsiteId | None = cs
-        body = b""
-        while node is not None:  # the walk of Frames.path: up to a known callsite or a root
-            known = packed_locs.get(node)
-            if known is not None:
-                body = known
-                break
-            entry = frames.callsites.get(node)
-            if entry is None:
-                break
-            todo.append((node, entry[1]))
-            node = entry[0]
+        todo, known = frames.walk_to(cs, packed_locs)
+        body = known if known is not None else b""
         ids = [location_id(frame) for _node, frame in todo]  # leaf first: new locations in that order
         for (node_id, _frame), lid in zip(reversed(todo), reversed(ids), strict=True):
             body = pb.varint(lid) + body

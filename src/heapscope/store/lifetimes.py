@@ -218,27 +218,26 @@ def _read(profile: Profile, upids: Collection[int], by_process: bool) -> dict[in
     out: dict[int, dict[Any, CallsiteLife]] = {}  # by callsite id, a CallsiteId
     db = profile.sql_connection()
 
-    # ~380k rows for a build, so each loop keeps to the least a row needs: a process's rows come
-    # together as written, so its callsites' dict is looked up when the process changes.
-    new_life = CallsiteLife
-    lives: dict[Any, CallsiteLife] = {}  # the current process's, by callsite id
+    def life_of(upid: int, cs: int) -> CallsiteLife:
+        lives = out.get(upid if by_process else 0)
+        if lives is None:
+            lives = out[upid if by_process else 0] = {}
+        life = lives.get(cs)  # by the int: a CallsiteId is one
+        if life is None:  # every field given: no defaults to fill in (records.py), ~100k of them
+            life = lives[cs] = CallsiteLife({}, {}, {}, {}, {})
+        return life
+
     with profile.reading():
         rows: Iterable[_LifetimeRow] = db.execute(
             f"SELECT {', '.join(c for c, _ in _LIFETIME_COLUMNS)} FROM {LIFETIME_TABLE}{where}", args)
         if not all_as_written(db, LIFETIME_TABLE, _LIFETIME_COLUMNS, where, args):
             rows = (_checked_lifetime_row(r) for r in rows)
-        current: int | None = None
         cells: dict[Any, Cell]  # the kind's cells: keyed by (lo_ns, hi_ns, size_lo) or by size_lo
         key: Any
         for upid, cs, kind, lo_ns, hi_ns, size_lo, count, size, real in rows:
-            if upid != current:
-                if upid not in wanted:
-                    continue
-                current = upid
-                lives = out.setdefault(upid if by_process else 0, {})
-            life = lives.get(cs)
-            if life is None:  # every field given: no defaults to fill in (records.py), ~100k of them
-                life = lives[cs] = new_life({}, {}, {}, {}, {})
+            if upid not in wanted:
+                continue
+            life = life_of(upid, cs)
             if kind == "freed":
                 cells, key = life.freed, (lo_ns, hi_ns, size_lo)
             elif kind == "held":
@@ -256,16 +255,10 @@ def _read(profile: Profile, upids: Collection[int], by_process: bool) -> dict[in
             f"SELECT {', '.join(c for c, _ in _SIZE_COLUMNS)} FROM {SIZE_TABLE}{where}", args)
         if not all_as_written(db, SIZE_TABLE, _SIZE_COLUMNS, where, args):
             sizes = (_checked_size_row(r) for r in sizes)
-        current = None
         for upid, cs, lo, hi, count, size, real in sizes:
-            if upid != current:
-                if upid not in wanted:
-                    continue
-                current = upid
-                lives = out.setdefault(upid if by_process else 0, {})
-            life = lives.get(cs)
-            if life is None:
-                life = lives[cs] = new_life({}, {}, {}, {}, {})
+            if upid not in wanted:
+                continue
+            life = life_of(upid, cs)
             old = life.sizes.get((lo, hi))
             cell = _cell(Cell, (count, size, real))
             life.sizes[(lo, hi)] = cell if old is None else old.plus(cell)
