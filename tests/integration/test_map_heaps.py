@@ -334,7 +334,7 @@ def test_flamegraph_all_heaps_is_the_default_sum_built_once(programs: Programs, 
     import sqlite3
 
     from heapscope.store.reader import open_profile
-    from heapscope.store.select import ALL_HEAPS, peaks_share_one_ts, select_heap
+    from heapscope.store.select import ALL_HEAPS, select_heap
     from heapscope.view.flamegraph import heap_graphs, payload, profile_graphs
 
     run = record([programs.path("mapheaps")], interval=1)
@@ -349,7 +349,7 @@ def test_flamegraph_all_heaps_is_the_default_sum_built_once(programs: Programs, 
             shared = all(a is b for a, b in zip(summed.graphs, every.graphs, strict=True))
             page_all = payload(every.graphs, title="t")
             select_heap(prof, ALL_HEAPS)  # "all" built on its own, as before
-            return peaks_share_one_ts(prof), shared, page_all, payload(profile_graphs(prof), title="t")
+            return prof.peaks_at_one_ts(), shared, page_all, payload(profile_graphs(prof), title="t")
 
     one_ts, shared, page_all, alone = pages(run.db)
     assert one_ts and shared

@@ -179,7 +179,7 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
         for (node_id, _frame), lid in zip(reversed(todo), reversed(ids), strict=True):
             body = pb.varint(lid) + body
             packed_locs[node_id] = body
-        return packed_locs.get(cs, body)
+        return body  # the leaf's: the loop ends at `cs`
 
     several = len(processes) > 1
     pid_key = w.s("pid") if several else 0

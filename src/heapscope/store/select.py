@@ -294,13 +294,6 @@ def select_heap(profile: Profile, heap: str | None) -> str | None:
     return shown
 
 
-def peaks_share_one_ts(profile: Profile) -> bool:
-    """Whether each process's peak rows, whatever their heap, have one ts (`record` writes one
-    peak per process, heaps that share it share it): then every heap merged and the sum of all
-    heaps (its view puts each process's rows at their latest peak) read the same peak rows."""
-    return profile.peaks_at_one_ts()
-
-
 def _text_literal(text: str) -> str:
     """`text` as an SQL literal that any text survives (quotes, NULs): its UTF-8 bytes in hex."""
     return f"CAST(X'{text.encode('utf-8', 'surrogateescape').hex()}' AS TEXT)"
@@ -328,7 +321,7 @@ def _shadow_heaps(profile: Profile, members: list[str] | None) -> None:
     # Rows at one peak per process already (as `record` writes them): the heaps' peak rows need
     # no view to line them up, only the heap filter the other tables take (a build's summary read
     # its peaks 55 ms slower through that view; the check costs ~20).
-    one_peak = len(members) == 1 or peaks_share_one_ts(profile)
+    one_peak = len(members) == 1 or profile.peaks_at_one_ts()
     for table in _HEAP_TABLES:
         peaks = table == "heapscope_peak_allocation"
         lined_up = peaks and not one_peak

@@ -46,7 +46,6 @@ from heapscope.store.select import (
     dump_position,
     heap_members,
     heap_names,
-    peaks_share_one_ts,
     process_interval,
     resolve_heap,
     select_heap,
@@ -307,7 +306,7 @@ def heap_graphs(profile: Profile, heap: str | None = None, pid: int | None = Non
                                                     samples_of(samples, members) if members else None)))
     if len(names) > 1:
         summed = next((h for h in out if set(heap_members(h.name) or ()) == set(names)), None)
-        if summed is not None and peaks_share_one_ts(profile):
+        if summed is not None and profile.peaks_at_one_ts():
             # The default sum is every heap already, and each process's heaps peak at one ts (as
             # `record` writes them): "all" reads the same rows, so its graphs are the sum's (a
             # build's page built them again: 5.8 of its 17.5 s).
