@@ -29,6 +29,7 @@ def stack_paths(profile: Profile, leaves: Sequence[CallsiteId], limit: int) -> d
     rows: list[tuple[object, ...]] = []
     db = profile.sql_connection()
     with profile.reading():
+        profile.callsites_in_sql()  # a view's fold (view/wrappers.py) shown here too
         for at in range(0, len(leaves_in), MAX_IN_LIST):
             chunk = leaves_in[at:at + MAX_IN_LIST]
             rows += db.execute(

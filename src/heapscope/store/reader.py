@@ -111,7 +111,11 @@ class Profile:
         self._callsites: dict[CallsiteId, tuple[CallsiteId | None, FrameId]] | None = None
         self._tables: dict[str, bool] = {}
         self._mappings: list[Mapping] | None = None
-        self._overlay = False  # callsite_overlay() made one
+        # The fold's callsites (id, depth, parent, frame) over the profile's (overlay_callsites), and
+        # whether SQL sees them too (callsites_in_sql)
+        self._overlay: dict[CallsiteId, tuple[CallsiteId | None, FrameId]] | None = None
+        self._overlay_depths: list[int] = []
+        self._overlay_in_sql = False
         # Per-process values read in one pass for every process (a query per process scanned
         # the whole table each time: a 148-process build read its peak rows 296 times).
         # They depend on the heap shown: forget_values() drops them (store.select.select_heap).
@@ -509,61 +513,57 @@ class Profile:
             plain = read_callsites(self._uri) if self._uri else None  # None: read and checked here
             rows = self._rows(sql) if plain is None else []
             plain = plain_callsites(rows) if plain is None else plain
-            if self._overlay:
-                over = self._rows(f"SELECT id, parent_id, frame_id FROM {CALLSITE_OVERLAY} ORDER BY id")
-                over_plain = plain_callsites(over)
-                # Both as `record` writes them (every parent's id below its child's): so is the two
-                # put together, and no cycle can be made of such rows.
-                if plain is not None and over_plain is not None:
-                    plain.update(over_plain)
-                else:
-                    plain = None
-                    rows = self._overlaid(rows or self._rows(sql), over)
-            if plain is not None:
-                self._callsites = plain
-                return plain
-            callsites: dict[CallsiteId, tuple[CallsiteId | None, FrameId]] = {}
-            for r in rows:
-                parent = opt_int_from_sql(r[1], "stack_profile_callsite.parent_id")
-                callsites[CallsiteId(req_int_from_sql(r[0], "stack_profile_callsite.id"))] = (
-                    None if parent is None else CallsiteId(parent),
-                    FrameId(req_int_from_sql(r[2], "stack_profile_callsite.frame_id")))
-            check_tree(callsites)
-            self._callsites = callsites
+            if plain is None:
+                plain = {}
+                for r in rows:
+                    parent = opt_int_from_sql(r[1], "stack_profile_callsite.parent_id")
+                    plain[CallsiteId(req_int_from_sql(r[0], "stack_profile_callsite.id"))] = (
+                        None if parent is None else CallsiteId(parent),
+                        FrameId(req_int_from_sql(r[2], "stack_profile_callsite.frame_id")))
+                check_tree(plain)
+            if self._overlay:  # the fold's rows, given before the first read
+                plain.update(self._overlay)
+            self._callsites = plain
         return self._callsites
 
-    @staticmethod
-    def _overlaid(rows: list[tuple[object, ...]], overlay: list[tuple[object, ...]]) -> list[tuple[object, ...]]:
-        """`rows` (by id) with the `overlay` rows in place of those of the same ids, by id."""
-        over = {r[0]: r for r in overlay}
-        rows = [over.pop(r[0], r) for r in rows]
-        rows += over.values()  # ids the profile does not have: none from a fold
-        return rows
-
-    def callsite_overlay(self) -> str:
-        """A new, empty temp table of callsites (id, depth, parent_id, frame_id) that every later
-        read sees in place of the profile's callsites of the same ids; its name. view/wrappers.py's
-        fold writes there only the callsites it changes (a quarter of a compiler build's 450k), not
-        a copy of the table: callsites() puts them over the profile's rows as it reads them, and a
-        temp view of the table's name does the same for SQL (stack_frames, store/paths.py)."""
+    def overlay_callsites(self, moved: dict[CallsiteId, tuple[CallsiteId | None, FrameId]],
+                          depths: list[int]) -> None:
+        """Every later read sees `moved` ({id: (parent, frame)}, of `depths` in the same order)
+        in place of the profile's callsites of the same ids: view/wrappers.py's fold, which gives
+        only the callsites it moves (a quarter of a compiler build's 450k) and never a cycle.
+        callsites() has them at once; SQL, which few reads need, once callsites_in_sql() writes them."""
         self.drop_callsite_overlay()
+        self._overlay, self._overlay_depths = moved, depths
+        if self._callsites is not None:  # the fold read them: the rows go over them in place
+            self._callsites.update(moved)
+
+    def callsites_in_sql(self) -> None:
+        """Make `stack_profile_callsite` (unqualified) in SQL on this connection read as
+        callsites() does: a temp view of the overlay's rows over the profile's (store/paths.py,
+        stack_frames). Written on the first call after overlay_callsites."""
+        if not self._overlay or self._overlay_in_sql:
+            return
         with profile_errors(self.path):
             self._db.execute(f"CREATE TABLE {CALLSITE_OVERLAY} (id INTEGER PRIMARY KEY, depth INTEGER NOT NULL,"
                              " parent_id INTEGER, frame_id INTEGER NOT NULL)")
+            self._db.executemany(f"INSERT INTO {CALLSITE_OVERLAY} VALUES (?, ?, ?, ?)",
+                                 ((cs, depth, parent, frame) for (cs, (parent, frame)), depth
+                                  in zip(self._overlay.items(), self._overlay_depths, strict=True)))
             self._db.execute(
                 "CREATE TEMP VIEW stack_profile_callsite AS SELECT id, depth, parent_id, frame_id"
                 f" FROM {CALLSITE_OVERLAY} UNION ALL SELECT id, depth, parent_id, frame_id"
                 f" FROM main.stack_profile_callsite WHERE id NOT IN (SELECT id FROM {CALLSITE_OVERLAY})")
-        self._overlay = True
-        return CALLSITE_OVERLAY
+        self._overlay_in_sql = True
 
     def drop_callsite_overlay(self) -> None:
         """Read the profile's own callsites again (no overlay; the cached tree forgotten)."""
-        with profile_errors(self.path):
-            self._db.execute("DROP VIEW IF EXISTS temp.stack_profile_callsite")
-            self._db.execute(f"DROP TABLE IF EXISTS {CALLSITE_OVERLAY}")
-        self._overlay = False
-        self._callsites = None
+        if self._overlay_in_sql:
+            with profile_errors(self.path):
+                self._db.execute("DROP VIEW IF EXISTS temp.stack_profile_callsite")
+                self._db.execute(f"DROP TABLE IF EXISTS {CALLSITE_OVERLAY}")
+        if self._overlay is not None:
+            self._callsites = None
+        self._overlay, self._overlay_depths, self._overlay_in_sql = None, [], False
 
     @_reads
     def frames(self) -> dict[FrameId, FrameInfo]:
@@ -714,6 +714,7 @@ class Profile:
         """The frames of callsite `cs`, innermost first, at most `limit` of them (None: a frame
         that is not in the profile), read row by row: what a few stacks need without
         loading the callsite table. Ends at a root, a missing callsite or a repeat."""
+        self.callsites_in_sql()
         out: list[FrameInfo | None] = []
         seen: set[int] = set()
         node: int | None = int(cs)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from heapscope.model import CallsiteId, FrameId
+from heapscope.store._callsites import fold as fold_tree
 from heapscope.store._callsites import plain_rows, read_table
 from heapscope.store.values import BadValue
+
+__all__ = ["MAX_CALLSITE_DEPTH", "check_tree", "fold_tree", "plain_callsites", "read_callsites"]
 
 # No real call stack is deeper: the client unwinds at most wire.codec.MAX_FRAMES
 # frames; a deeper chain is damage (and would make every path walk quadratic).

@@ -4,10 +4,10 @@ A frame that only passes an allocation through (xmalloc, zmalloc, operator new,
 sqlite3Malloc, g_malloc, PyMem_Malloc, ...) names no code to change: the line
 to change is its caller's. So views fold such frames into their callers: a
 stack main > parse > xmalloc reads main > parse, and what xmalloc held is
-parse's self. The fold writes the callsites it changes to the profile's
-callsite overlay on the view's own connection (Profile.callsite_overlay: read
-in place of the profile's rows, as store.select.select_heap shadows the heap
-tables), so `report`, `leaks`, `diff`, the flamegraph, the exports and
+parse's self. The fold (store.tree.fold_tree, in C) gives the callsites it
+moves to the profile's callsite overlay (Profile.overlay_callsites: read in
+place of the profile's rows, in memory and, when a read needs it, in SQL, as
+store.select.select_heap shadows the heap tables), so `report`, `leaks`, `diff`, the flamegraph, the exports and
 `record`'s summary all read the same folded stacks without knowing of it.
 
 A folded callsite keeps its id (the heap tables' rows stay as they are) and
@@ -39,7 +39,7 @@ from functools import lru_cache
 from heapscope.errors import ProfileError, UsageError
 from heapscope.model import CallsiteId, FrameId
 from heapscope.store.reader import Profile
-from heapscope.store.values import BadValue, req_int_from_sql
+from heapscope.store.tree import fold_tree
 from heapscope.view.names import elide, without_return_type
 from heapscope.view.names import template_spans as collapse_spans
 
@@ -170,123 +170,17 @@ def _fold_wrappers(profile: Profile, keep: bool, extra: Sequence[str]) -> list[s
                 names[fid] = base
     if not names:
         return sorted(inlined)
-    try:
-        folded = _fold_below_wrappers(profile, db, names)
-        if folded is None:  # not as `record` writes them: the whole table, walked
-            profile.drop_callsite_overlay()
-            rows = db.execute("SELECT id, parent_id, frame_id FROM main.stack_profile_callsite").fetchall()
-            parent: dict[CallsiteId, CallsiteId | None] = {}
-            frame: dict[CallsiteId, FrameId] = {}
-            for cs, par, fid in rows:
-                parent[cs] = par
-                frame[cs] = fid
-            folded, new_rows = _fold(parent, frame, names)
-            if folded:
-                db.executemany(f"INSERT INTO {profile.callsite_overlay()} VALUES (?, ?, ?, ?)", new_rows)
-        if not folded:
-            profile.drop_callsite_overlay()
-            return sorted(inlined)
-    except sqlite3.DatabaseError as e:
-        raise ProfileError(f"{profile.path}: {e}") from e
-    except BadValue as e:
-        raise ProfileError(f"{profile.path}: corrupt profile ({e})") from e
+    callsites = profile.callsites()
+    got = fold_tree(callsites, set(names))  # in C: a compiler build has ~450k callsites
+    if got is None:  # not as `record` writes them (parents below their children): walked here
+        folded, rows = _fold(callsites, names)
+        moved, depths = {cs: (par, fid) for cs, _, par, fid in rows}, [depth for _, depth, _, _ in rows]
+    else:
+        moved, depths, frames = got
+        folded = {names[f] for f in frames}
+    if folded:
+        profile.overlay_callsites(moved, depths)
     return sorted(folded | inlined)
-
-
-def _fold_below_wrappers(profile: Profile, db: sqlite3.Connection, wrappers: dict[FrameId, str]) -> set[str] | None:
-    """Write the callsites the fold changes to the profile's callsite overlay, mostly in SQLite,
-    and return the names folded; None when a callsite below a wrapper has its parent's id at or
-    above its own (not as `record` writes them), for the walk of the whole table.
-
-    A compiler build has ~450k callsites, a quarter of them a wrapper's, nearly all of those
-    with no wrapper above (the client's stack ends at the wrapper that called malloc): such a
-    callsite becomes its parent, written by one statement, and every callsite that is neither
-    one nor below one stays as it is, not written at all. The few below a wrapper's callsite are
-    folded here in one pass over their rows by id, a parent's before its children's."""
-    db.execute("CREATE TEMP TABLE heapscope_fold_frame (id INTEGER PRIMARY KEY)")
-    db.execute("CREATE TEMP TABLE heapscope_fold_below (id INTEGER PRIMARY KEY)")
-    try:
-        db.executemany("INSERT INTO temp.heapscope_fold_frame VALUES (?)", ((int(f),) for f in wrappers))
-        # The callsites below a wrapper's callsite: the wrappers' callsites found in one scan
-        # (CROSS JOIN keeps that order: SQLite would rather look up each callsite's parent), then
-        # their children through the parent index.
-        db.execute(
-            "INSERT INTO temp.heapscope_fold_below WITH RECURSIVE below(id) AS ("
-            " SELECT c.id FROM main.stack_profile_callsite w CROSS JOIN main.stack_profile_callsite c"
-            " ON c.parent_id = w.id WHERE w.frame_id IN (SELECT id FROM temp.heapscope_fold_frame)"
-            " UNION SELECT c.id FROM below b JOIN main.stack_profile_callsite c ON c.parent_id = b.id)"
-            " SELECT id FROM below")
-        # Each of those and their parents, with its parent's parent (if it exists), frame and depth.
-        rows = db.execute(
-            "SELECT c.id, c.parent_id, c.frame_id, g.id, p.frame_id, p.depth FROM main.stack_profile_callsite c"
-            " LEFT JOIN main.stack_profile_callsite p ON p.id = c.parent_id"
-            " LEFT JOIN main.stack_profile_callsite g ON g.id = p.parent_id"
-            " WHERE c.id IN (SELECT id FROM temp.heapscope_fold_below UNION SELECT parent_id"
-            " FROM main.stack_profile_callsite WHERE id IN (SELECT id FROM temp.heapscope_fold_below))"
-            " ORDER BY c.id").fetchall()
-        below = _fold_rows(rows, wrappers)
-        if below is None:
-            return None
-        overlay = profile.callsite_overlay()
-        # Each wrapper's callsite with no wrapper above as its parent, then the ones below.
-        db.execute(
-            f"INSERT INTO {overlay} SELECT c.id, p.depth,"
-            " (SELECT g.id FROM main.stack_profile_callsite g WHERE g.id = p.parent_id), p.frame_id"
-            " FROM main.stack_profile_callsite c JOIN main.stack_profile_callsite p ON p.id = c.parent_id"
-            " WHERE c.frame_id IN (SELECT id FROM temp.heapscope_fold_frame)"
-            " AND c.id NOT IN (SELECT id FROM temp.heapscope_fold_below)")
-        db.executemany(f"INSERT OR REPLACE INTO {overlay} VALUES (?, ?, ?, ?)", below)
-        # A callsite folded takes a caller's frame, never a wrapper's: its frame changed.
-        changed = db.execute(
-            f"SELECT DISTINCT m.frame_id FROM {overlay} t"
-            " JOIN main.stack_profile_callsite m ON m.id = t.id WHERE t.frame_id != m.frame_id").fetchall()
-        return {wrappers[FrameId(f)] for (f,) in changed}
-    finally:
-        db.execute("DROP TABLE temp.heapscope_fold_frame")
-        db.execute("DROP TABLE temp.heapscope_fold_below")
-
-
-# A depth no stack reaches (the client walks at most a few hundred frames), far enough below
-# 2^63 that the depths a fold gives below it still fit SQLite's INTEGER.
-_DEEPEST = 1 << 62
-
-
-def _fold_rows(rows: list[tuple[int, int | None, int, int | None, int | None, int | None]],
-               wrappers: dict[FrameId, str]) -> list[tuple[int, int, int | None, int]] | None:
-    """The folded rows (id, depth, parent, frame) of `rows` (id, parent, frame, and the parent's
-    parent if it exists, frame and depth), by id: subtrees and their roots' parents. A parent
-    not among the rows is no wrapper, nor is any callsite above it: it stays as it is and may be
-    a fold's target. None when a parent's id is not below its child's."""
-    # caller[c]: the nearest callsite at or above c whose frame is not a wrapper (None: all wrappers);
-    # place[c]: c's (depth, parent, frame) once folded, for the rows and their callers
-    caller: dict[int, int | None] = {}
-    place: dict[int, tuple[int, int | None, int]] = {}
-    out: list[tuple[int, int, int | None, int]] = []
-    for cs, par, fid, p_par, p_fid, p_depth in rows:
-        if par is not None and (type(par) is not int or type(cs) is not int or par >= cs):
-            return None
-        if par is not None and par not in caller:
-            if p_fid is None or p_depth is None:  # a parent that does not exist: a root, as the walk makes it
-                par = None
-            else:
-                caller[par] = par
-                depth = req_int_from_sql(p_depth, "stack_profile_callsite.depth")
-                if depth >= _DEEPEST:  # its children's depth, one more, would not fit an INTEGER
-                    raise BadValue(f"a callsite {depth} frames deep in stack_profile_callsite")
-                place[par] = (depth, p_par, req_int_from_sql(p_fid, "stack_profile_callsite.frame_id"))
-        d = cs if FrameId(fid) not in wrappers else None if par is None else caller[par]
-        caller[cs] = d
-        if d is None:  # only wrappers from here to the root: shown as they are
-            new_par, new_fid = par, fid
-        elif d == cs:
-            new_par, new_fid = None if par is None else caller[par], fid
-        else:
-            new_par, new_fid = place[d][1], place[d][2]
-        # a callsite folded into its caller takes its place, depth too
-        depth = place[d][0] if d is not None and d != cs else 0 if new_par is None else place[new_par][0] + 1
-        place[cs] = (depth, new_par, new_fid)
-        out.append((cs, depth, new_par, new_fid))
-    return out
 
 
 def _fold_inlined(profile: Profile, db: sqlite3.Connection, pattern: re.Pattern[str]) -> set[str]:
@@ -320,42 +214,43 @@ def _fold_inlined(profile: Profile, db: sqlite3.Connection, pattern: re.Pattern[
     return folded
 
 
-def _fold(parent: dict[CallsiteId, CallsiteId | None], frame: dict[CallsiteId, FrameId],
-          wrappers: dict[FrameId, str]) -> tuple[set[str], list[tuple[int, int, int | None, int]]]:
-    """The folded callsite rows (id, depth, parent, frame) and the wrapper names folded."""
-    limit = len(parent) + 1  # a parent cycle (damage) ends the walk: the callsite stays as it is
+def _fold(callsites: dict[CallsiteId, tuple[CallsiteId | None, FrameId]], wrappers: dict[FrameId, str]
+          ) -> tuple[set[str], list[tuple[CallsiteId, int, CallsiteId | None, FrameId]]]:
+    """The folded callsite rows (id, depth, parent, frame) and the wrapper names folded, walked
+    whatever the ids' order (store.tree.fold_tree needs each parent's id below its child's)."""
+    limit = len(callsites) + 1  # a parent cycle (damage) ends the walk: the callsite stays as it is
     # caller[c]: the nearest callsite at or above c whose frame is not a wrapper (None: all wrappers)
     caller: dict[CallsiteId, CallsiteId | None] = {}
-    for start in parent:
+    for start in callsites:
         chain: list[CallsiteId] = []
         node: CallsiteId | None = start
         found: CallsiteId | None = None
-        while node is not None and node in parent and len(chain) < limit:
+        while node is not None and node in callsites and len(chain) < limit:
             if node in caller:
                 found = caller[node]
                 break
-            if frame[node] not in wrappers:
+            if callsites[node][1] not in wrappers:
                 found = node
                 break
             chain.append(node)
-            node = parent[node]
+            node = callsites[node][0]
         for c in chain:
             caller[c] = found
         if start not in caller:
             caller[start] = found
     folded: set[str] = set()
     new: dict[CallsiteId, tuple[CallsiteId | None, FrameId]] = {}
-    for cs in parent:
+    for cs, (par, fid) in callsites.items():
         d = caller.get(cs)
         if d is None:  # only wrappers from here to the root: shown as they are
-            new[cs] = (parent[cs], frame[cs])
+            new[cs] = (par, fid)
             continue
         if d != cs:
-            folded.add(wrappers[frame[cs]])
-        p = parent[d]
-        new[cs] = (caller.get(p) if p is not None and p in parent else None, frame[d])
+            folded.add(wrappers[fid])
+        p = callsites[d][0]
+        new[cs] = (caller.get(p) if p is not None and p in callsites else None, callsites[d][1])
     depth: dict[CallsiteId, int] = {}
-    out: list[tuple[int, int, int | None, int]] = []
+    out: list[tuple[CallsiteId, int, CallsiteId | None, FrameId]] = []
     for cs, (par, fid) in new.items():
         chain = []
         up: CallsiteId | None = cs

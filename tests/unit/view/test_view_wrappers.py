@@ -82,8 +82,8 @@ def test_a_folded_callsite_takes_its_callers_frame_and_parent() -> None:
     parent = {c(1): None, c(2): c(1), c(3): c(2), c(4): c(3), c(5): c(1), c(6): None}
     frame = {c(1): f(10), c(2): f(20), c(3): f(30), c(4): f(40), c(5): f(40), c(6): f(40)}
     # WHEN xstrdup and xmalloc are folded
-    folded, rows = _fold(parent, frame, {f(30): "xstrdup", f(40): "xmalloc"})
-    by_id = {r[0]: r[1:] for r in rows}
+    folded, rows = _fold({cs: (parent[cs], frame[cs]) for cs in parent}, {f(30): "xstrdup", f(40): "xmalloc"})
+    by_id = {int(r[0]): r[1:] for r in rows}
     # THEN both wrappers of the first stack become parse, under main, at parse's depth
     assert by_id[3] == (1, 1, 20) and by_id[4] == (1, 1, 20)
     # AND main's own xmalloc call becomes main, a root; the stack of wrappers only stays as it is
@@ -94,7 +94,7 @@ def test_a_folded_callsite_takes_its_callers_frame_and_parent() -> None:
 
 def test_a_parent_cycle_ends_the_walk() -> None:
     c, f = CallsiteId, FrameId
-    folded, rows = _fold({c(1): c(2), c(2): c(1)}, {c(1): f(1), c(2): f(1)}, {f(1): "xmalloc"})
+    folded, rows = _fold({c(1): (c(2), f(1)), c(2): (c(1), f(1))}, {f(1): "xmalloc"})
     assert sorted(r[0] for r in rows) == [1, 2] and not folded
 
 
@@ -113,12 +113,14 @@ def folded_table(tmp_path: Path, tree: list[tuple[int, int | None, int]]) -> tup
     w.close()
     profile = open_profile(path)
     folded = fold_wrappers(profile)
+    profile.callsites_in_sql()
     rows = profile.sql_connection().execute(
         "SELECT id, parent_id, frame_id FROM temp.stack_profile_callsite ORDER BY id").fetchall()
+    assert sorted((int(cs), par, fid) for cs, (par, fid) in profile.callsites().items()) == rows
     return folded, rows
 
 
-def test_the_fold_in_sqlite_writes_what_the_walk_does(tmp_path: Path) -> None:
+def test_the_fold_in_c_gives_what_the_walk_does(tmp_path: Path) -> None:
     # GIVEN stacks with wrappers at the leaf, in a chain, above other code, at the root, and
     # a parent that does not exist; one profile numbered parent first, one not
     damaged = [*TREE, (15, 99, 3), (16, 15, 2)]
@@ -127,14 +129,54 @@ def test_the_fold_in_sqlite_writes_what_the_walk_does(tmp_path: Path) -> None:
         # WHEN the fold runs on the profile
         folded, rows = folded_table(tmp_path, tree)
         # THEN its callsites are the walk's of the whole table
-        parent = {CallsiteId(cs): None if par is None else CallsiteId(par) for cs, par, _ in tree}
-        frame = {CallsiteId(cs): FrameId(fid) for cs, _, fid in tree}
-        names, expected = _fold(parent, frame, {FrameId(3): "xmalloc", FrameId(4): "xstrdup"})
+        callsites = {CallsiteId(cs): (None if par is None else CallsiteId(par), FrameId(fid)) for cs, par, fid in tree}
+        names, expected = _fold(callsites, {FrameId(3): "xmalloc", FrameId(4): "xstrdup"})
         assert rows == sorted((cs, par, fid) for cs, _, par, fid in expected)
         assert folded == sorted(names) == ["xmalloc", "xstrdup"]
         # AND parse's xmalloc reads parse, under main
         main, xmalloc = (1, 3) if tree is damaged else (99, 97)
         assert (xmalloc, main, 2) in rows
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_fold_in_c_is_the_walk_on_random_trees(seed: int) -> None:
+    """store.tree.fold_tree (C) against the walk above, on trees numbered as `record` numbers
+    them (dense from 1) and not (gaps, ids below 0), with dangling parents."""
+    import random
+
+    from heapscope.store.tree import fold_tree
+
+    rng = random.Random(seed)
+    start, step = rng.choice([(1, 1), (-50, 1), (3, 7), (10**12, 1000)])
+    ids = [CallsiteId(start + k * step) for k in range(rng.randrange(1, 300))]
+    callsites: dict[CallsiteId, tuple[CallsiteId | None, FrameId]] = {}
+    for k, cs in enumerate(ids):
+        roll = rng.random()
+        parent = None if k == 0 or roll < 0.1 else CallsiteId(cs - 1 - step // 2) if roll < 0.15 and step > 1 \
+            else ids[rng.randrange(max(0, k - 20), k)]
+        callsites[cs] = (parent, FrameId(rng.randrange(1, 7)))
+    wrappers = {FrameId(3): "xmalloc", FrameId(4): "xstrdup"}
+    got = fold_tree(callsites, set(wrappers))
+    assert got is not None
+    moved, depths, frames = got
+    names, expected = _fold(callsites, wrappers)
+    assert {wrappers[f] for f in frames} == names
+    folded = {**callsites, **moved}
+    assert folded == {cs: (par, fid) for cs, _, par, fid in expected}
+    depth = {cs: d for cs, d, _, _ in expected}
+    assert list(moved) == sorted(moved) and [depth[cs] for cs in moved] == depths
+    # only what moved: a callsite left out keeps its parent and frame
+    assert all(callsites[cs] == folded[cs] for cs in callsites if cs not in moved)
+
+
+def test_the_fold_in_c_leaves_trees_not_numbered_parent_first_to_the_walk() -> None:
+    from heapscope.store.tree import fold_tree
+
+    c, f = CallsiteId, FrameId
+    assert fold_tree({c(2): (None, f(1)), c(1): (c(2), f(3))}, {f(3)}) is None  # a parent after its child
+    assert fold_tree({c(1): (c(1), f(3))}, {f(3)}) is None  # its own parent
+    assert fold_tree({c(2): (None, f(1)), c(1): (None, f(3))}, {f(3)}) is None  # ids not in order
+    assert fold_tree({}, {f(3)}) == ({}, [], set())
 
 
 def test_the_header_line_names_the_folded_wrappers() -> None:
@@ -156,9 +198,8 @@ def test_every_read_sees_the_fold_until_it_is_undone(tmp_path: Path) -> None:
                   for i, name in enumerate(["main", "parse", "xmalloc", "xstrdup", "callback"])])
     w.add_callsites([(cs, 0, par, fid) for cs, par, fid in TREE])
     w.close()
-    parent = {CallsiteId(cs): None if par is None else CallsiteId(par) for cs, par, _ in TREE}
-    frame = {CallsiteId(cs): FrameId(fid) for cs, _, fid in TREE}
-    _, expected = _fold(parent, frame, {FrameId(3): "xmalloc", FrameId(4): "xstrdup"})
+    callsites = {CallsiteId(cs): (None if par is None else CallsiteId(par), FrameId(fid)) for cs, par, fid in TREE}
+    _, expected = _fold(callsites, {FrameId(3): "xmalloc", FrameId(4): "xstrdup"})
     with open_profile(path) as profile:
         unfolded = dict(profile.callsites())
         # WHEN the wrappers are folded
@@ -174,27 +215,44 @@ def test_every_read_sees_the_fold_until_it_is_undone(tmp_path: Path) -> None:
         assert [f.name if f else "?" for f in profile.stack_frames(CallsiteId(3), 9)] == ["xmalloc", "parse", "main"]
 
 
-@pytest.mark.parametrize(("column", "bad"), [("frame_id", "''"), ("frame_id", "'x'"), ("frame_id", "2.5"),
-                                             ("frame_id", "x'00'"), ("depth", "9223372036854775807"),
-                                             ("depth", "'18446744073709551615'")])
-def test_a_value_of_the_wrong_type_above_a_wrapper_is_damage(tmp_path: Path, column: str, bad: str) -> None:
-    """Found by the readers fuzz target: text in the frame_id of a wrapper's caller's callsite
-    ended the fold in ValueError, and a depth of 2^63 - 1 there in OverflowError (its child's
-    depth, one more, did not fit an INTEGER); the profile is said to be damaged, in one line."""
+def _damaged(tmp_path: Path, column: str, bad: str) -> Path:
+    """main > xmalloc > main with `bad` in callsite 1's `column`."""
     import sqlite3
-
-    from heapscope.errors import ProfileError
 
     path = tmp_path / "bad.db"
     w = ProfileWriter(path)
     w.add_mappings([(1, Mapping("", 0, 0, 0x5000, 0x7000, 0, "/bin/demo"))])
     w.add_frames([(i + 1, Frame(MappingId(1), 0x1100 + i, name)) for i, name in enumerate(["main", "xmalloc"])])
-    w.add_callsites([(1, 0, None, 1), (2, 1, 1, 2), (3, 2, 2, 1)])  # main > xmalloc > main
+    w.add_callsites([(1, 0, None, 1), (2, 1, 1, 2), (3, 2, 2, 1)])
     w.close()
     db = sqlite3.connect(path)
     db.execute(f"UPDATE stack_profile_callsite SET {column} = {bad} WHERE id = 1")
     db.commit()
     db.close()
-    with open_profile(path) as profile, pytest.raises(ProfileError, match="corrupt profile"):
+    return path
+
+
+@pytest.mark.parametrize("bad", ["''", "'x'", "2.5", "x'00'"])
+def test_a_frame_of_the_wrong_type_above_a_wrapper_is_damage(tmp_path: Path, bad: str) -> None:
+    """Found by the readers fuzz target: text in the frame_id of a wrapper's caller's callsite
+    ended the fold in ValueError; the profile is said to be damaged, in one line."""
+    from heapscope.errors import ProfileError
+
+    with open_profile(_damaged(tmp_path, "frame_id", bad)) as profile, pytest.raises(ProfileError,
+                                                                                     match="corrupt profile"):
         fold_wrappers(profile)
+
+
+@pytest.mark.parametrize("bad", ["9223372036854775807", "'18446744073709551615'"])
+def test_the_fold_gives_depths_of_its_own_whatever_the_table_says(tmp_path: Path, bad: str) -> None:
+    """Found by the readers fuzz target: a depth of 2^63 - 1 above a wrapper ended the fold in
+    OverflowError (its child's depth, one more, did not fit an INTEGER). The fold counts depths
+    from the parents now; the table's are not read."""
+    with open_profile(_damaged(tmp_path, "depth", bad)) as profile:
+        assert fold_wrappers(profile) == ["xmalloc"]
+        assert profile.callsites() == {1: (None, 1), 2: (None, 1), 3: (1, 1)}
+        profile.callsites_in_sql()
+        assert profile.sql_connection().execute(
+            "SELECT id, depth, parent_id, frame_id FROM temp.heapscope_callsite_overlay ORDER BY id").fetchall() == [
+            (2, 0, None, 1), (3, 1, 1, 1)]
 
