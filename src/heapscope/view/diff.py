@@ -32,6 +32,22 @@ PathKey = tuple[tuple[str, str], ...]
 EXECUTABLE = "[executable]"  # `where` of a frame of the process's executable without a source file
 
 
+class CallPath(tuple[tuple[str, str], ...]):
+    """A PathKey that remembers its hash and its parent's path. A tuple's hash is computed
+    again at every lookup, over every frame: a build's ~93k paths, ~40 frames deep, were
+    hashed ~15 times each by a diff (most of its time). Equal to the plain tuple."""
+
+    parent: CallPath | None
+    _hash: int
+
+    def __hash__(self) -> int:
+        try:
+            return self._hash
+        except AttributeError:
+            self._hash = tuple.__hash__(self)
+            return self._hash
+
+
 class Side(Record, frozen=True):
     """One snapshot: where it comes from and each path's own value per view."""
 
@@ -70,27 +86,32 @@ def dump_ts(profile: Profile, process: Process, index: int | None, flag: str = "
 
 
 def read_side(profile: Profile, process: Process, ts: int, label: str, python: bool = False,
-              values: dict[CallsiteId, ViewValues] | None = None) -> Side:
+              values: dict[CallsiteId, ViewValues] | None = None,
+              shared: dict[PathKey, CallPath] | None = None) -> Side:
     """One snapshot's paths: the dump at `ts`, or `values` (a peak's) when given; `python`: the
     Python view (native frames folded into the Python function that called them, as report's;
-    view.tree.build_tree's python_only)."""
+    view.tree.build_tree's python_only). `shared`: the paths met so far, the other side's: a
+    path both sides have is then one object, and the diff's lookups compare it by identity."""
     if values is None:
         values = profile.callsite_values(process.info.upid, ts)
     tree = build_tree(profile, sorted(values), python_only=python)
-    keys = path_keys(tree, process.info.exe)
+    keys = path_keys(tree, process.info.exe, shared)
     selfs: dict[PathKey, dict[str, int]] = {}
     per_view = {v: tree.self_values(values, v) for v in VIEWS}
     for i, key in enumerate(keys):
         selfs[key] = {v: per_view[v][i] for v in VIEWS}
-    sources = {key: f"{tree.source_file[i]}:{tree.line_number[i]}" if tree.line_number[i] else str(tree.source_file[i])
-               for i, key in enumerate(keys) if tree.source_file[i]}
+    sources: dict[PathKey, str] = {
+        key: f"{tree.source_file[i]}:{tree.line_number[i]}" if tree.line_number[i] else str(tree.source_file[i])
+        for i, key in enumerate(keys) if tree.source_file[i]}
     return Side(label, process, ts, selfs, sources)
 
 
-def path_keys(tree: MergedTree, executable: str = "") -> list[PathKey]:
-    """Each node's path of (function, where), root first; see the module's docstring."""
+def path_keys(tree: MergedTree, executable: str = "", shared: dict[PathKey, CallPath] | None = None) -> list[CallPath]:
+    """Each node's path of (function, where), root first; see the module's docstring. The
+    paths already in `shared` are given as they are there; the others are added to it."""
     exe = os.path.basename(executable) if executable else ""
-    keys: list[PathKey] = []
+    known: dict[PathKey, CallPath] = {} if shared is None else shared
+    keys: list[CallPath] = []
     for i in range(len(tree)):
         source = tree.source_file[i]
         if source:
@@ -105,7 +126,11 @@ def path_keys(tree: MergedTree, executable: str = "") -> list[PathKey]:
                 where = EXECUTABLE
         here = (tree.name[i], where)
         p = tree.parent[i]
-        keys.append((*keys[p], here) if p >= 0 else (here,))
+        key = CallPath((*keys[p], here) if p >= 0 else (here,))
+        got = known.setdefault(key, key)
+        if got is key:
+            key.parent = keys[p] if p >= 0 else None
+        keys.append(got)
     return keys
 
 
@@ -127,7 +152,8 @@ def diff_graph(a: Side, b: Side) -> ProcessGraph:
     index = {k: i for i, k in enumerate(keys)}
     tree = MergedTree()
     for k in keys:
-        tree.parent.append(index[k[:-1]] if len(k) > 1 else -1)
+        parent = getattr(k, "parent", None) if len(k) > 1 else None  # a CallPath's, already made
+        tree.parent.append(index[parent if parent is not None else k[:-1]] if len(k) > 1 else -1)
         tree.depth.append(len(k) - 1)
         tree.name.append(k[-1][0])
         tree.map_name.append(k[-1][1])

@@ -74,3 +74,34 @@ def test_jit_frames_of_two_runs_match_by_their_names() -> None:
     # THEN their call paths are the same
     assert path_keys(tree(100), "/usr/bin/node") == path_keys(tree(200), "/usr/bin/node")
     assert path_keys(tree(100))[1][1] == ("JS:*makeBuffers app.js:2", "[unknown]")
+
+
+def test_paths_both_sides_have_are_one_object_and_read_as_plain_tuples() -> None:
+    """A diff's lookups hashed each ~40-frame path ~15 times (most of a build's diff): paths
+    remember their hash, and the two sides share each path they both have."""
+    from heapscope.model import VIEWS
+    from heapscope.store.reader import Process
+    from heapscope.view.diff import CallPath, PathKey, path_keys
+    from heapscope.view.tree import MergedTree
+
+    def tree(names: list[str]) -> MergedTree:
+        n = len(names)
+        return MergedTree(parent=[-1] + list(range(n - 1)), depth=list(range(n)), name=names,
+                          map_name=["/bin/demo"] * n, source_file=[None] * n, line_number=[None] * n)
+
+    # GIVEN main > parse > xmalloc on one side, main > parse > lex on the other
+    shared: dict[PathKey, CallPath] = {}
+    a = path_keys(tree(["main", "parse", "xmalloc"]), "/bin/demo", shared)
+    b = path_keys(tree(["main", "parse", "lex"]), "/bin/demo", shared)
+    # THEN the paths they share are the same objects, the others not, and each is its plain tuple
+    assert a[0] is b[0] and a[1] is b[1] and a[2] is not b[2]
+    plain = (("main", EXECUTABLE), ("parse", EXECUTABLE), ("lex", EXECUTABLE))
+    looked_up: dict[PathKey, int] = {plain: 1}
+    assert b[2] == plain and hash(b[2]) == hash(plain) and looked_up[b[2]] == 1
+    # AND the union tree of the two hangs each path under its parent
+    side: dict[PathKey, dict[str, int]] = {k: dict.fromkeys(VIEWS, 1) for k in a}
+    other: dict[PathKey, dict[str, int]] = {k: dict.fromkeys(VIEWS, 2) for k in b}
+    proc = Process(ProcessInfo(Upid(1), 7, 1, "demo", "demo", "/bin/demo", 0, 0), None)
+    graph = diff_graph(Side("a", proc, 1, side, {}), Side("b", proc, 2, other, {}))
+    assert graph.tree.name == ["main", "parse", "lex", "xmalloc"] and graph.tree.parent == [-1, 0, 1, 1]
+    assert graph.snapshots[0].self_values["space"] == [1, 1, 0, 1]
