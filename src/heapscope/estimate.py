@@ -160,6 +160,18 @@ def desampled_map(values: dict[CallsiteId, ViewValues], interval: int) -> dict[C
     return {cs: desampled(v, interval) for cs, v in values.items()}
 
 
+def desampled_view(values: dict[CallsiteId, ViewValues], view: str, interval: int) -> list[tuple[CallsiteId, int]]:
+    """(callsite, its value of `view`) for every callsite, in order: desampled()'s, one view
+    only (an exporter writing one view at a time estimated both object views of every callsite
+    for each)."""
+    if view == "objects" and interval > 1:
+        return [(cs, estimate_int(v.objects, v.space, interval, v.real_space)) for cs, v in values.items()]
+    if view == "alloc_objects" and interval > 1:
+        return [(cs, estimate_int(v.alloc_objects, v.alloc_space, interval, v.alloc_real_space))
+                for cs, v in values.items()]
+    return [(cs, v.get(view)) for cs, v in values.items()]
+
+
 def view_estimate(values: dict[CallsiteId, ViewValues], view: str, interval: int) -> Estimate:
     """The estimated number of allocations of an object view over `values`, with its standard error."""
     live = view == "objects"

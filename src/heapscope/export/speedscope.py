@@ -16,14 +16,13 @@ from __future__ import annotations
 import json
 from typing import BinaryIO
 
-from heapscope.estimate import desampled_map
+from heapscope.estimate import desampled_view
 from heapscope.export._common import Frames, check_view, chosen_states, process_label, select_processes
 from heapscope.export._sink import Sink
-from heapscope.model import VIEWS, CallsiteId
+from heapscope.model import VIEWS, CallsiteId, FrameId
 from heapscope.store.reader import Profile
 
 SCHEMA = "https://www.speedscope.app/file-format-schema.json"
-OBJECT_VIEWS = ("objects", "alloc_objects")
 UNITS = {"space": "bytes", "alloc_space": "bytes", "objects": "none", "alloc_objects": "none"}
 
 
@@ -34,20 +33,33 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
     frames = Frames(profile)
     sink = Sink(out)
     frame_index: dict[tuple[str, str, int], int] = {}
+    own: dict[FrameId, str] = {}  # a frame's functions' indices, outermost first
+    # a callsite's indices, root first: its parent's and its own frame's (a build's ~200k stacks,
+    # ~40 frames deep, each walked whole, were most of the export)
+    paths: dict[CallsiteId, str] = {}
     stacks: dict[CallsiteId, str] = {}
+
+    def frame_indices(fid: FrameId) -> str:
+        got = own.get(fid)
+        if got is None:
+            idx = []
+            for line in frames.chain(fid):
+                k = (line.name, line.file, line.line)
+                i = frame_index.get(k)
+                if i is None:
+                    i = frame_index[k] = len(frame_index)
+                idx.append(str(i))
+            got = own[fid] = ",".join(idx)
+        return got
 
     def stack(cs: CallsiteId) -> str:
         s = stacks.get(cs)
         if s is None:
-            idx = []
-            for fid in frames.path(cs):
-                for line in frames.chain(fid):
-                    k = (line.name, line.file, line.line)
-                    i = frame_index.get(k)
-                    if i is None:
-                        i = frame_index[k] = len(frame_index)
-                    idx.append(str(i))
-            s = stacks[cs] = "[" + ",".join(idx) + "]"
+            todo, body = frames.walk_to(cs, paths)
+            for node, fid in reversed(todo):  # root first: indices numbered as met from the root
+                body = f"{body},{frame_indices(fid)}" if body is not None else frame_indices(fid)
+                paths[node] = body
+            s = stacks[cs] = "[" + (body or "") + "]"
         return s
 
     # Each view at its own default state (the peak for held memory, the end for allocated totals).
@@ -65,9 +77,7 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
         for v in VIEWS:
             st = by_view[v].get(p.info.upid)
             # De-sampling changes the object views only: a byte view's values are as sampled.
-            values = ({} if st is None else desampled_map(st.values, st.interval) if v in OBJECT_VIEWS
-                      else st.values)
-            items = [(CallsiteId(cs), vals.get(v)) for cs, vals in values.items() if vals.get(v) > 0]
+            items = [] if st is None else [(cs, w) for cs, w in desampled_view(st.values, v, st.interval) if w > 0]
             title = f"{process_label(p)}: {v}" if several else v
             sink.text(("" if first_profile else ",") + f'{{"type":"sampled","name":{json.dumps(title)},'
                       f'"unit":"{UNITS[v]}","startValue":0,"endValue":{sum(w for _, w in items)},"samples":[')

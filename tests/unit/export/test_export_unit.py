@@ -163,8 +163,8 @@ def test_chrome_json_reads_the_mappings_once(db: Path) -> None:
 
 
 def test_stacks_made_from_their_parents_encodings_read_as_the_paths(tmp_path: Path) -> None:
-    """pprof's samples and Perfetto's callstacks encode a callsite's frames from its parent's
-    bytes, made once (a build's ~200k stacks of ~30 frames, a varint at a time, took 0.65 and
+    """pprof's samples, Perfetto's callstacks and speedscope's samples encode a callsite's frames
+    from its parent's encoding, made once (a build's ~200k stacks of ~30 frames, a varint at a time, took 0.65 and
     0.8 s). Decoded, every stack is its callsite's path, leaf first in pprof and root first in
     Perfetto, shared prefixes, a callsite whose parent is missing and one met before its
     parent included; pprof's locations stand for the frames they were made for."""
@@ -202,3 +202,10 @@ def test_stacks_made_from_their_parents_encodings_read_as_the_paths(tmp_path: Pa
                 callstack = decode(v)
                 stacks[dict(callstack)[1]] = [x for g, x in callstack if g == 2]
     assert {cs: stacks[cs] for cs in leaves} == {cs: frames[::-1] for cs, frames in leaves.items()}
+    # speedscope's samples too (each its callsite's frame indices, root first, from its parent's)
+    doc = json.loads(run_export(path, "speedscope", view="space", dump="end"))
+    names = [f["name"] for f in doc["shared"]["frames"]]
+    space = doc["profiles"][0]
+    got = {w // 64: [int(names[i][1:]) for i in sample] for sample, w in zip(space["samples"], space["weights"],
+                                                                            strict=True)}
+    assert got == {cs: frames[::-1] for cs, frames in leaves.items()}
