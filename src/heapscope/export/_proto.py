@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 _VARINT, _LEN = 0, 2
+LEN = _LEN  # the wire type of a length-delimited field, for keys made once
 _U64 = (1 << 64) - 1
 
 

@@ -59,6 +59,9 @@ from heapscope.store.select import ALL_HEAPS, State, heap_names, select_heap
 _SAMPLE_TYPE, _SAMPLE, _MAPPING, _LOCATION, _FUNCTION, _STRING = 1, 2, 3, 4, 5, 6
 _PERIOD_TYPE, _PERIOD, _COMMENT, _DEFAULT_SAMPLE_TYPE = 11, 12, 13, 14
 
+_SAMPLE_KEY, _VALUE_KEY = pb.key(_SAMPLE, pb.LEN), pb.key(2, pb.LEN)  # Profile.sample, Sample.value (packed)
+varint = pb.varint
+
 SAMPLE_TYPES = (("alloc_objects", "count"), ("alloc_space", "bytes"),
                 ("inuse_objects", "count"), ("inuse_space", "bytes"))
 VIEW_SAMPLE_TYPE = {"alloc_objects": "alloc_objects", "alloc_space": "alloc_space",
@@ -132,7 +135,7 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
     ranked = sorted(processes, key=lambda p: -weights.get(p.info.upid, 0))
     mapping_ids = _write_mappings(profile, w, list(dict.fromkeys(p.info.exe for p in ranked if p.info.exe)))
     frames = Frames(profile)
-    location_ids: dict[FrameId, int] = {}
+    location_ids: dict[FrameId, bytes] = {}
     function_ids: dict[tuple[str, str], int] = {}
     python_frames = profile.python_frames()
 
@@ -148,11 +151,12 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
                     + pb.opt_uint(4, w.s(file) if file else 0))
         return fid
 
-    def location_id(fid: FrameId) -> int:
-        lid = location_ids.get(fid)
-        if lid is None:
+    def location_id(fid: FrameId) -> bytes:
+        """The id of frame `fid`'s location, made at its first use, as its varint."""
+        got = location_ids.get(fid)
+        if got is None:
             lid = len(location_ids) + 1
-            location_ids[fid] = lid
+            got = location_ids[fid] = varint(lid)
             info = frames.info.get(fid)
             mid, address = 0, 0
             if info is not None:
@@ -164,7 +168,7 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
                     body += pb.blob(4, pb.uint(1, function_id(line.name, line.file, fid in python_frames))
                                     + pb.opt_uint(2, line.line))
             w.field(_LOCATION, body)
-        return lid
+        return got
 
     # A sample's location ids, leaf first, packed: its callsite's leaf location followed by its
     # parent's, so each callsite's bytes are made once from its parent's (a build's ~200k
@@ -177,7 +181,7 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
         body = known if known is not None else b""
         ids = [location_id(frame) for _node, frame in todo]  # leaf first: new locations in that order
         for (node_id, _frame), lid in zip(reversed(todo), reversed(ids), strict=True):
-            body = pb.varint(lid) + body
+            body = lid + body
             packed_locs[node_id] = body
         return body  # the leaf's: the loop ends at `cs`
 
@@ -208,9 +212,12 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
                 if locs is None:
                     body = locations(CallsiteId(cs))
                     locs = pb.blob(1, body) if body else b""
-                tags = b"".join(pb.blob(3, pb.uint(1, w.s(k)) + pb.uint(2, w.s(x))) for k, x in pairs)
-                w.field(_SAMPLE, locs
-                        + pb.packed(2, (v.alloc_objects, v.alloc_space, v.objects, v.space)) + label + tags)
+                tags = b"".join(pb.blob(3, pb.uint(1, w.s(k)) + pb.uint(2, w.s(x))) for k, x in pairs) if pairs \
+                    else b""
+                # Sample.value packed (field 2), spelled out: a build's ~100k samples
+                values = varint(v.alloc_objects) + varint(v.alloc_space) + varint(v.objects) + varint(v.space)
+                sample = locs + _VALUE_KEY + varint(len(values)) + values + label + tags
+                sink.write(_SAMPLE_KEY + varint(len(sample)) + sample)
                 samples += 1
     sink.write(trailer)
     sink.flush()
