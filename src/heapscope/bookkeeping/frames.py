@@ -166,6 +166,10 @@ class FrameTable:
         # the writer with their symbol rows (take_new_python).
         self.python: dict[int, tuple[str, str, int | None]] = {}
         self._python_new: list[tuple[int, str, str, int | None]] = []
+        # (mapping id, rel_pc) -> frame id of the frames of code in a module: each process of
+        # a build meets its compiler's frames at addresses of its own (its cache is per process),
+        # and a Frame record made and hashed per pc was most of the resolver's Python time.
+        self._code_frames: dict[tuple[int, int], int] = {}
 
     def add_module(self, mods: ProcessModules, m: ModuleRecord) -> None:
         mods.add(m, self.mappings.intern(mapping_of(m)))
@@ -244,8 +248,14 @@ class FrameTable:
             return self.frames.intern(Frame(mid, addr))
         m = mods.modules[i]
         mid = MappingId(mods.mapping_ids[i])
+        rel = addr - m.base
+        fid = self._code_frames.get((mid, rel))
+        if fid is not None:
+            return fid
         if self.skip_prefixes and m.path.startswith(self.skip_prefixes):
             fid = self.frames.intern(Frame(mid, 0, FILTERED))
             self.filtered.add(fid)
-            return fid
-        return self.frames.intern(Frame(mid, addr - m.base))
+        else:
+            fid = self.frames.intern(Frame(mid, rel))
+        self._code_frames[(mid, rel)] = fid
+        return fid

@@ -194,3 +194,30 @@ def test_modules_overlapping_a_new_one_give_way() -> None:
     assert mods.find(0x7201800) == 0 and mods.find(0x7301800) == 1
     # and the same object announced again (a fork child's scan) replaces nothing
     assert mods.overlapped(big) == []
+
+
+def test_a_modules_frames_are_interned_once_for_every_process_that_maps_it_alike() -> None:
+    """A build's compilers (non-PIE cc1, each at the same addresses) meet the same frames:
+    each (mapping, rel_pc) is interned once for the recording, without a Frame record made and
+    hashed per process and pc (most of the resolver's Python time); skipped modules' pcs too.
+    A library placed elsewhere is another mapping, its frames others."""
+    frames = FrameTable(skip_prefixes=("/opt/skip/",))
+    exe = ModuleRecord(0x400000, 0x401000, 0x500000, 0x1000, 0x1000, b"\x11" * 20, "/usr/lib/gcc/cc1")
+    skipped = ModuleRecord(0x7200000, 0x7201000, 0x7202000, 0x1000, 0x1000, b"", "/opt/skip/libx.so")
+    moved = ModuleRecord(0x5000000, 0x5001000, 0x5100000, 0x1000, 0x1000, b"\x11" * 20, "/usr/lib/gcc/cc1")
+    first, second, third = ProcessModules(), ProcessModules(), ProcessModules()
+    for mods, mod in ((first, exe), (first, skipped), (second, exe), (second, skipped), (third, moved)):
+        frames.add_module(mods, mod)
+    # WHEN two processes name a pc 0x2345 into the executable, and one into the skipped library
+    a = frames._intern_pc(first, exe.base + 0x2345)
+    b = frames._intern_pc(second, exe.base + 0x2345)
+    c = frames._intern_pc(first, skipped.start + 0x10)
+    d = frames._intern_pc(second, skipped.start + 0x20)
+    # THEN each is one frame, at its rel_pc (pc - 1, inside the call), the skipped ones FILTERED
+    assert a == b and c == d != a and c in frames.filtered
+    new = dict(frames.frames.take_new())
+    assert new[a].rel_pc == 0x2344 and new[c].name == "FILTERED" and len(new) == 2
+    # AND a pc met again is the same frame, nothing new interned; elsewhere, another frame
+    assert frames._intern_pc(second, exe.base + 0x2345) == a and frames.frames.take_new() == []
+    e = frames._intern_pc(third, moved.base + 0x2345)
+    assert e != a and dict(frames.frames.take_new())[e].rel_pc == 0x2344
