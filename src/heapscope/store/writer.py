@@ -26,6 +26,7 @@ from heapscope.model import Frame, Mapping, ProcessFlags, ProcessInfo
 from heapscope.store.files import PROFILE, PROFILE_FORMAT, check_replaceable, create_private, remove_file
 from heapscope.store.names import SIDECARS, WRITTEN_SIDECARS
 from heapscope.store.values import (
+    MAX_IN_LIST,
     BadValue,
     i64_to_sql,
     opt_i64_to_sql,
@@ -376,10 +377,21 @@ class SymbolWriter:
         self.db = db
         self.path = path
 
-    def mappings(self) -> dict[int, tuple[str, str]]:
-        """mapping id -> (path, build id in lower case)."""
+    def mappings(self, ids: Iterable[int] | None = None) -> dict[int, tuple[str, str]]:
+        """mapping id -> (path, build id in lower case), of the mappings `ids` (None: all). A
+        recording symbolizes as its processes end, each time the frames of a few mappings
+        among a build's ~1,100."""
+        if ids is None:
+            rows = self._rows("SELECT id, name, build_id FROM stack_profile_mapping")
+        else:
+            rows = []
+            wanted = [i64_to_sql(i) for i in ids]
+            for at in range(0, len(wanted), MAX_IN_LIST):
+                chunk = wanted[at:at + MAX_IN_LIST]
+                rows += self._rows(f"SELECT id, name, build_id FROM stack_profile_mapping"
+                                   f" WHERE id IN ({', '.join('?' * len(chunk))})", tuple(chunk))
         return {req_int_from_sql(r[0], "stack_profile_mapping.id"): (str_from_sql(r[1]), str_from_sql(r[2]).lower())
-                for r in self._rows("SELECT id, name, build_id FROM stack_profile_mapping")}
+                for r in rows}
 
     def unsymbolized_frames(self, after: int = 0, upto: int | None = None) -> list[tuple[int, int, int, str]]:
         """(frame id, mapping id, rel_pc, name) of every frame without a symbol set (of id in (after, upto])."""

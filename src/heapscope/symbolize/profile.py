@@ -157,11 +157,11 @@ def symbolize_profile(
         report.debuginfod = list(debuginfod.urls)
 
     symbols = store.symbols() if isinstance(store, ProfileWriter) else store
-    mappings = symbols.mappings()
     pending: dict[int, list[tuple[int, int, str]]] = defaultdict(list)
     for frame_id, mapping_id, rel_pc, name in symbols.unsymbolized_frames(after, upto):
         if name != _FILTERED and (done is None or frame_id not in done):
             pending[mapping_id].append((frame_id, rel_pc, name))
+    mappings = symbols.mappings(sorted(pending))
 
     next_symbol_id = symbols.next_symbol_id()
     symbol_rows: list[tuple[int, int, str, str | None, int | None, int]] = []

@@ -151,3 +151,19 @@ def test_libc_symbolized_from_debian_debug_files(tmp_path: Path) -> None:
     (_, name, file, line, inlined) = _symbols(db, 1)[-1]
     assert name in ("malloc", "__libc_malloc")
     assert file == "malloc.c" and line > 0 and inlined == 0
+
+
+def test_the_symbolizer_reads_the_mappings_it_asks_for(tmp_path: Path) -> None:
+    """`record` symbolizes as each process ends: it read every mapping each time (a build's
+    ~1,100, 66 times); now those of its frames, in lists of at most MAX_IN_LIST ids."""
+    from heapscope.store.values import MAX_IN_LIST
+
+    w = ProfileWriter(tmp_path / "p.db")
+    w.add_mappings([(i, Mapping(f"{i:040x}".upper(), 0, 0, 0x1000 * i, 0x1000 * i + 0x800, 0, f"/lib/m{i}.so"))
+                    for i in range(1, 2 * MAX_IN_LIST + 2)])
+    symbols = w.symbols()
+    assert symbols.mappings([3, 7, 99999]) == {3: ("/lib/m3.so", f"{3:040x}"), 7: ("/lib/m7.so", f"{7:040x}")}
+    many = list(range(2, 2 * MAX_IN_LIST + 2))
+    assert symbols.mappings(many) == {i: v for i, v in symbols.mappings().items() if i != 1}
+    assert symbols.mappings([]) == {}
+    w.close()
