@@ -659,7 +659,7 @@ class Producer:
                 if peak:
                     w.add_peak_values(p.info.upid, t.stats()["peak_ts"], name, peak)
                 w.add_memory(p.info.upid, name, *heap.memory_values(t))
-                w.add_lifetimes(p.info.upid, name, *heap.lifetime_rows(t))
+                w.add_lifetime_values(p.info.upid, name, *heap.lifetime_values(t))
             p.labels.write(w, p.info.upid, p.last_dump_ts, ts, name, t, final)
         p.last_dump_ts = ts
         if p.stream:

@@ -260,16 +260,22 @@ class ProfileWriter:
                       sizes: Sequence[tuple[int, int, int, int, int, int]]) -> None:
         """A process heap's lifetimes (callsite, kind, lo_ns, hi_ns, size_lo, size_hi, count, size,
         real_size) and sizes (callsite, lo, hi, count, size, real_size), cumulative, at its final dump."""
+        self.add_lifetime_values(upid, heap_name, list(chain.from_iterable(lifetimes)),
+                                 list(chain.from_iterable(sizes)))
+
+    def add_lifetime_values(self, upid: int, heap_name: str, lifetimes: Sequence[int | str | None],
+                            sizes: Sequence[int]) -> None:
+        """add_lifetimes' rows, each kind in one flat sequence (ProcessHeap.lifetime_values)."""
         # Many rows per statement, as the dumps' rows (a compiler's ~37k rows one by one, each
         # value converted in Python, were a fifth of its producer's CPU).
         head = (i64_to_sql(upid), heap_name)
         self._insert_flat(
             "INSERT INTO heapscope_callsite_lifetime (upid, heap_name, callsite_id, kind, lo_ns, hi_ns, size_lo,"
-            " size_hi, count, size, real_size)", head, list(chain.from_iterable(lifetimes)), 9,
+            " size_hi, count, size, real_size)", head, lifetimes, 9,
             lambda r: (*r[:2], i64_to_sql(r[2]), r[3], *(opt_i64_to_sql(v) for v in r[4:])))
         self._insert_flat(
             "INSERT INTO heapscope_callsite_size (upid, heap_name, callsite_id, lo, hi, count, size, real_size)",
-            head, list(chain.from_iterable(sizes)), 6, lambda r: (*r[:2], *(opt_i64_to_sql(v) for v in r[2:])))
+            head, sizes, 6, lambda r: (*r[:2], *(opt_i64_to_sql(v) for v in r[2:])))
 
     def _insert_flat(self, insert: str, head: tuple[Any, ...], values: Sequence[Any], width: int,
                      convert: Callable[[tuple[Any, ...]], tuple[Any, ...]]) -> None:

@@ -6,6 +6,7 @@ then reads LIFETIME_ROW rows per callsite, and the rows the producer writes (Pro
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -145,7 +146,7 @@ def test_threads_mode_books_lifetimes_to_the_stack(native_mod: ModuleType) -> No
     assert r[(9, LT_HELD, lb(bucket_of(3 * MS), 4))] == (1, 16, 16)
 
 
-def test_the_producer_rows_name_kinds_and_bounds(native_mod: ModuleType) -> None:
+def test_the_producer_rows_name_kinds_and_bounds(native_mod: ModuleType, tmp_path: Path) -> None:
     # GIVEN one freed at 1.5 ms, one held, one (its thread's only malloc) freed beyond the last bound
     t = native_mod.Tracker()
     t.malloc(1, A, 256, 256, S1, 1, NOW, 1)
@@ -166,3 +167,15 @@ def test_the_producer_rows_name_kinds_and_bounds(native_mod: ModuleType) -> None
     ], key=str)
     # sizes in [2^b, 2^(b+1)), 1 B in [0, 2)
     assert sorted(sizes) == [(1, 0, 2, 1, 4096, 1), (1, 256, 512, 1, 256, 256), (2, 8, 16, 1, 8, 8)]
+    # AND the flat lists the producer writes hold the same rows, in the same order
+    life, flat_sizes = ProcessHeap.lifetime_values(t)
+    assert life == [v for row in lifetimes for v in row] and flat_sizes == [v for row in sizes for v in row]
+    # AND written, the profile holds them as rows
+    from heapscope.store.writer import ProfileWriter
+
+    w = ProfileWriter(tmp_path / "p.db")
+    w.add_lifetime_values(1, "libc.malloc", life, flat_sizes)
+    got = w.db.execute("SELECT callsite_id, kind, lo_ns, hi_ns, size_lo, size_hi, count, size, real_size"
+                       " FROM heapscope_callsite_lifetime").fetchall()
+    assert sorted(got, key=str) == sorted(lifetimes, key=str)
+    w.close()
