@@ -296,19 +296,123 @@ typedef struct {
   Py_ssize_t old_depth;
 } Place;
 
-/* The index of callsite `id` among `ids` (ascending), through `dense` when set; -1 when absent. */
-static Py_ssize_t index_of(const int64_t *ids, Py_ssize_t n, const Py_ssize_t *dense, int64_t last, int64_t id) {
-  if (dense != NULL)
-    return id >= 0 && id <= last ? dense[id] : -1;
-  Py_ssize_t lo = 0, hi = n;
+/* The callsites of one fold, by index in id order (borrowed: nothing below runs Python code
+ * that could change the dict). */
+typedef struct {
+  Py_ssize_t n;
+  int64_t *ids, last;
+  PyObject **keys, **values;
+  Place *place;
+  Py_ssize_t *dense;  /* index by id when the ids allow it (`record` numbers them from 1), else NULL */
+} Tree;
+
+static void tree_free(Tree *t) {
+  PyMem_Free(t->ids);
+  PyMem_Free(t->keys);
+  PyMem_Free(t->values);
+  PyMem_Free(t->place);
+  PyMem_Free(t->dense);
+}
+
+/* The dict's callsites into `t`: 0, 1: not in id order or not (parent, frame) pairs, -1: MemoryError. */
+static int tree_read(Tree *t, PyObject *callsites) {
+  Py_ssize_t n = t->n = PyDict_GET_SIZE(callsites), size = n > 0 ? n : 1;
+  t->ids = PyMem_Malloc((size_t)size * sizeof *t->ids);
+  t->keys = PyMem_Malloc((size_t)size * sizeof *t->keys);
+  t->values = PyMem_Malloc((size_t)size * sizeof *t->values);
+  t->place = PyMem_Malloc((size_t)size * sizeof *t->place);
+  if (t->ids == NULL || t->keys == NULL || t->values == NULL || t->place == NULL) {
+    PyErr_NoMemory();
+    return -1;
+  }
+  PyObject *key, *value;
+  Py_ssize_t pos = 0, k = 0;
+  while (PyDict_Next(callsites, &pos, &key, &value)) {
+    if (plain_int(key, &t->ids[k]) < 0 || !PyTuple_Check(value) || PyTuple_GET_SIZE(value) != 2 ||
+        (k > 0 && t->ids[k] <= t->ids[k - 1]))
+      return 1;
+    t->keys[k] = key;
+    t->values[k] = value;
+    k++;
+  }
+  t->last = n > 0 ? t->ids[n - 1] : -1;
+  if (n > 0 && t->ids[0] >= 0 && t->last < 4 * (int64_t)n + 1024) {
+    t->dense = PyMem_Malloc((size_t)(t->last + 1) * sizeof *t->dense);
+    if (t->dense == NULL) {
+      PyErr_NoMemory();
+      return -1;
+    }
+    memset(t->dense, 0xff, (size_t)(t->last + 1) * sizeof *t->dense);
+    for (Py_ssize_t i = 0; i < n; i++)
+      t->dense[t->ids[i]] = i;
+  }
+  return 0;
+}
+
+/* The index of callsite `id`; -1 when it is not one. */
+static Py_ssize_t tree_index(const Tree *t, int64_t id) {
+  if (t->dense != NULL)
+    return id >= 0 && id <= t->last ? t->dense[id] : -1;
+  Py_ssize_t lo = 0, hi = t->n;
   while (lo < hi) {
     Py_ssize_t mid = lo + (hi - lo) / 2;
-    if (ids[mid] < id)
+    if (t->ids[mid] < id)
       lo = mid + 1;
     else
       hi = mid;
   }
-  return lo < n && ids[lo] == id ? lo : -1;
+  return lo < t->n && t->ids[lo] == id ? lo : -1;
+}
+
+/* Places callsite i, its parent's place known: 0 kept, 1 moved, 2 moved and folded away (a
+ * wrapper's), 3 not as `record` writes them (a parent not below it), -1 an error. */
+static int tree_place(Tree *t, Py_ssize_t i, PyObject *wrappers) {
+  PyObject *parent = PyTuple_GET_ITEM(t->values[i], 0), *frame = PyTuple_GET_ITEM(t->values[i], 1);
+  Py_ssize_t up = -1, old_parent = -1;  /* old_parent as Place.parent would say it */
+  if (parent != Py_None) {
+    int64_t parent_id;
+    if (plain_int(parent, &parent_id) < 0 || parent_id >= t->ids[i])
+      return 3;
+    up = tree_index(t, parent_id);
+    old_parent = up >= 0 ? up : -2;
+  }
+  int wrapper = PySet_Contains(wrappers, frame);
+  if (wrapper < 0)
+    return -1;
+  Place *p = &t->place[i];
+  p->old_depth = up >= 0 ? t->place[up].old_depth + 1 : 0;
+  if (!wrapper) {  /* its own frame, under its nearest caller that is no wrapper (a parent not
+                    * among the callsites: a root, as the views read it) */
+    p->caller = i;
+    p->parent = up >= 0 ? t->place[up].caller : -1;
+    p->frame = i;
+    p->depth = p->parent >= 0 ? t->place[p->parent].depth + 1 : 0;
+  } else if (up < 0 || t->place[up].caller < 0) {  /* wrappers up to the root: shown as they are */
+    p->caller = -1;
+    p->parent = old_parent;
+    p->frame = i;
+    p->depth = p->old_depth;
+  } else {  /* folded: its caller's place */
+    Place *c = &t->place[t->place[up].caller];
+    *p = (Place){c->parent, c->frame, c->depth, t->place[up].caller, p->old_depth};
+    return 2;
+  }
+  return p->parent == old_parent && p->frame == i && p->depth == p->old_depth ? 0 : 1;
+}
+
+/* Adds callsite i, moved, to `moved` and its depth to `depths`: 0, -1 an error. */
+static int tree_add_moved(const Tree *t, Py_ssize_t i, PyObject *moved, PyObject *depths) {
+  const Place *p = &t->place[i];
+  PyObject *parent = p->parent == -1 ? Py_None : p->parent == -2 ? PyTuple_GET_ITEM(t->values[i], 0)
+                                                                 : t->keys[p->parent];
+  PyObject *entry = PyTuple_Pack(2, parent, PyTuple_GET_ITEM(t->values[p->frame], 1));
+  PyObject *depth = entry == NULL ? NULL : PyLong_FromSsize_t(p->depth);
+  int rc = depth == NULL ? -1 : PyDict_SetItem(moved, t->keys[i], entry);
+  if (rc == 0)
+    rc = PyList_Append(depths, depth);
+  Py_XDECREF(entry);
+  Py_XDECREF(depth);
+  return rc;
 }
 
 /* fold(callsites, wrappers): see the top. */
@@ -317,106 +421,28 @@ static PyObject *fold(PyObject *self, PyObject *args) {
   PyObject *callsites, *wrappers;
   if (!PyArg_ParseTuple(args, "O!O!:fold", &PyDict_Type, &callsites, &PySet_Type, &wrappers))
     return NULL;
-  Py_ssize_t n = PyDict_GET_SIZE(callsites);
-  int64_t *ids = PyMem_Malloc((size_t)(n > 0 ? n : 1) * sizeof *ids);
-  PyObject **keys = PyMem_Malloc((size_t)(n > 0 ? n : 1) * sizeof *keys);
-  PyObject **values = PyMem_Malloc((size_t)(n > 0 ? n : 1) * sizeof *values);
-  Place *place = PyMem_Malloc((size_t)(n > 0 ? n : 1) * sizeof *place);
-  Py_ssize_t *dense = NULL;
-  PyObject *moved = NULL, *depths = NULL, *folded = NULL, *result = NULL;
-  int plain = 1;
-  if (ids == NULL || keys == NULL || values == NULL || place == NULL) {
-    PyErr_NoMemory();
-    goto done;
-  }
-  /* Borrowed: nothing below runs Python code that could change the dict. */
-  PyObject *key, *value;
-  Py_ssize_t pos = 0, k = 0;
-  while (PyDict_Next(callsites, &pos, &key, &value)) {
-    if (plain_int(key, &ids[k]) < 0 || !PyTuple_Check(value) || PyTuple_GET_SIZE(value) != 2 ||
-        (k > 0 && ids[k] <= ids[k - 1])) {
-      plain = 0;
-      goto done;
+  Tree t = {0};
+  PyObject *moved = PyDict_New(), *depths = PyList_New(0), *folded = PySet_New(NULL), *result = NULL;
+  int rc = moved == NULL || depths == NULL || folded == NULL ? -1 : tree_read(&t, callsites);
+  for (Py_ssize_t i = 0; rc == 0 && i < t.n; i++) {
+    int how = tree_place(&t, i, wrappers);
+    if (how == 3 || how < 0) {
+      rc = how < 0 ? -1 : 1;
+      break;
     }
-    keys[k] = key;
-    values[k] = value;
-    k++;
+    if (how == 2 && PySet_Add(folded, PyTuple_GET_ITEM(t.values[i], 1)) < 0)  /* a wrapper folded away */
+      rc = -1;
+    if (rc == 0 && how > 0 && tree_add_moved(&t, i, moved, depths) < 0)
+      rc = -1;
   }
-  int64_t last = n > 0 ? ids[n - 1] : -1;
-  if (n > 0 && ids[0] >= 0 && last < 4 * (int64_t)n + 1024) {
-    dense = PyMem_Malloc((size_t)(last + 1) * sizeof *dense);
-    if (dense == NULL) {
-      PyErr_NoMemory();
-      goto done;
-    }
-    memset(dense, 0xff, (size_t)(last + 1) * sizeof *dense);
-    for (Py_ssize_t i = 0; i < n; i++)
-      dense[ids[i]] = i;
-  }
-  moved = PyDict_New();
-  depths = PyList_New(0);
-  folded = PySet_New(NULL);
-  if (moved == NULL || depths == NULL || folded == NULL)
-    goto done;
-  for (Py_ssize_t i = 0; i < n; i++) {
-    PyObject *parent = PyTuple_GET_ITEM(values[i], 0), *frame = PyTuple_GET_ITEM(values[i], 1);
-    Py_ssize_t up = -1, old_parent = -1;  /* old_parent as Place.parent would say it */
-    if (parent != Py_None) {
-      int64_t parent_id;
-      if (plain_int(parent, &parent_id) < 0 || parent_id >= ids[i]) {
-        plain = 0;
-        goto done;
-      }
-      up = index_of(ids, n, dense, last, parent_id);
-      old_parent = up >= 0 ? up : -2;
-    }
-    int wrapper = PySet_Contains(wrappers, frame);
-    if (wrapper < 0)
-      goto done;
-    Place *p = &place[i];
-    p->old_depth = up >= 0 ? place[up].old_depth + 1 : 0;
-    if (!wrapper) {  /* its own frame, under its nearest caller that is no wrapper (a parent not
-                      * among the callsites: a root, as the views read it) */
-      p->caller = i;
-      p->parent = up >= 0 ? place[up].caller : -1;
-      p->frame = i;
-      p->depth = p->parent >= 0 ? place[p->parent].depth + 1 : 0;
-    } else if (up < 0 || place[up].caller < 0) {  /* wrappers up to the root: shown as they are */
-      p->caller = -1;
-      p->parent = old_parent;
-      p->frame = i;
-      p->depth = p->old_depth;
-    } else {  /* folded: its caller's place */
-      Place *c = &place[place[up].caller];
-      *p = (Place){c->parent, c->frame, c->depth, place[up].caller, p->old_depth};
-      if (PySet_Add(folded, frame) < 0)
-        goto done;
-    }
-    if (p->parent == old_parent && p->frame == i && p->depth == p->old_depth)
-      continue;
-    PyObject *entry = PyTuple_Pack(2, p->parent == -1 ? Py_None : p->parent == -2 ? parent : keys[p->parent],
-                                   PyTuple_GET_ITEM(values[p->frame], 1));
-    PyObject *depth = entry == NULL ? NULL : PyLong_FromSsize_t(p->depth);
-    int rc = depth == NULL ? -1 : PyDict_SetItem(moved, keys[i], entry);
-    if (rc == 0)
-      rc = PyList_Append(depths, depth);
-    Py_XDECREF(entry);
-    Py_XDECREF(depth);
-    if (rc < 0)
-      goto done;
-  }
-  result = PyTuple_Pack(3, moved, depths, folded);
-done:
-  if (!plain && !PyErr_Occurred())
+  if (rc == 0)
+    result = PyTuple_Pack(3, moved, depths, folded);
+  else if (rc == 1)
     result = Py_NewRef(Py_None);
+  tree_free(&t);
   Py_XDECREF(moved);
   Py_XDECREF(depths);
   Py_XDECREF(folded);
-  PyMem_Free(ids);
-  PyMem_Free(keys);
-  PyMem_Free(values);
-  PyMem_Free(place);
-  PyMem_Free(dense);
   return result;
 }
 
