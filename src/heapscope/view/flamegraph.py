@@ -388,6 +388,27 @@ def profile_graphs(profile: Profile, pid: int | None = None, dump: str | int | N
 _NO_LIVES = LifeSums({}, {})  # a process without lifetime rows (read only)
 
 
+def _placed_whole(tree: MergedTree, root: int, m: MergedTree) -> bool:
+    """Append the nodes of `m` under `root`, in its order, when no two siblings of it have the
+    same name and mapping (all_processes' merge would keep them apart anyway): whether it did.
+    A process of its own under its root, as every process is without --merge: its ~450k nodes
+    were each looked up and appended one by one, for each of the page's three sets of graphs."""
+    n = len(m)
+    if len(set(zip(m.parent, m.name, m.map_name, strict=True))) != n:
+        return False  # siblings that differ by line only (a lines tree): merged one by one
+    base = len(tree.parent)
+    depth = [0] * n
+    for i, parent in enumerate(m.parent):  # a parent before its children (MergedTree's preorder)
+        depth[i] = 1 if parent < 0 else depth[parent] + 1
+    tree.parent.extend([root if parent < 0 else parent + base for parent in m.parent])
+    tree.depth.extend([d + tree.depth[root] for d in depth])
+    tree.name.extend(m.name)
+    tree.map_name.extend(m.map_name)
+    tree.source_file.extend(m.source_file)
+    tree.line_number.extend(m.line_number)
+    return True
+
+
 def _opening(g: ProcessGraph) -> Snapshot:
     """The snapshot the page opens a process's graph at."""
     return g.snapshots[g.start if 0 <= g.start < len(g.snapshots) else -1]
@@ -403,7 +424,7 @@ def all_processes(profile: Profile, graphs: list[ProcessGraph], merge: str | Non
         p = by_upid.get(Upid(g.upid))
         key = g.label if merge is None or p is None else (p.info.exe or p.info.name or g.label)
         groups.setdefault(key, []).append(g)
-    placed: list[tuple[list[int], Snapshot]] = []  # per member: its nodes' places in `tree`, its values
+    placed: list[tuple[list[int] | range, Snapshot]] = []  # per member: its nodes' places in `tree`, its values
     t_parent, t_depth, t_name, t_map = tree.parent, tree.depth, tree.name, tree.map_name
     t_src, t_line = tree.source_file, tree.line_number
     merged = False  # a member's node met one already placed
@@ -411,6 +432,9 @@ def all_processes(profile: Profile, graphs: list[ProcessGraph], merge: str | Non
         label = key if merge is None else f"{key} ({len(members)} process{'' if len(members) == 1 else 'es'})"
         root = len(t_parent)
         _append_node(tree, -1, 0, label, "", None, None)
+        if len(members) == 1 and _placed_whole(tree, root, members[0].tree):
+            placed.append((range(root + 1, len(t_parent)), _opening(members[0])))
+            continue
         # Merge the members' trees under the root by (parent, name, mapping), like build_tree.
         keys: dict[tuple[int, str, str], int] = {}
         for g in members:
@@ -434,10 +458,15 @@ def all_processes(profile: Profile, graphs: list[ProcessGraph], merge: str | Non
             placed.append((mapped, _opening(g)))
     views = [*VIEWS, *([TEMPORARY] if placed and all(TEMPORARY in s.self_values for _, s in placed) else [])]
     selfs: dict[str, list[int]] = {v: [0] * len(t_parent) for v in views}
-    for mapped, snap in placed:
+    for nodes, snap in placed:
         for v in views:  # each view's values added in one pass over the member's nodes
-            acc = selfs[v]
-            for node, value in zip(mapped, snap.self_values[v], strict=True):
+            acc, values = selfs[v], snap.self_values[v]
+            if isinstance(nodes, range):  # nodes of its own, in its order: its values as they are
+                if len(values) != len(nodes):
+                    raise ValueError(f"{len(values)} values for {len(nodes)} nodes")
+                acc[nodes.start:nodes.stop] = values
+                continue
+            for node, value in zip(nodes, values, strict=True):
                 if value:
                     acc[node] += value
     label = "all processes" + (" (merged by executable)" if merge else "")
