@@ -334,8 +334,9 @@ class Unnamed(NamedTuple):
 
 def unnamed_fixes(profile: Profile, rows: Sequence[FunctionRow], path: str) -> dict[str, Unnamed]:
     """library -> why its rows shown as `lib+0x...` have no name and how to name them, for the
-    libraries of `rows` with such a row, dpkg asked once for all. The end of `record` said the
-    same, but a report is read later too, or of a profile from elsewhere."""
+    libraries of `rows` with such a row: their packages as `record` found them, dpkg asked once
+    for the others. The end of `record` said the same, but a report is read later too, or of a
+    profile from elsewhere."""
     unnamed = {r.library for r in rows if _is_unnamed(r)}
     if not unnamed:
         return {}
@@ -347,7 +348,9 @@ def unnamed_fixes(profile: Profile, rows: Sequence[FunctionRow], path: str) -> d
         base = mapping_basename(m.name)
         if base in unnamed:
             files.setdefault(base, m.name)
-    packages = owning_packages(list(files.values()))
+    packages = profile.packages()  # as `record` found them; dpkg asked for the others only
+    if any(file not in packages for file in files.values()):
+        packages.update(owning_packages([file for file in files.values() if file not in packages]))
     out = {}
     for lib in sorted(unnamed):
         file = files.get(lib, lib)

@@ -235,6 +235,7 @@ class SessionCore:
         self._locks: list[attach.PidLock] = []
         self._symbolizer: Any = None
         self._symbol_report: Any = None  # the SymbolizeReport of the end of the recording
+        self._unsymbolized: list[Any] = []  # its modules with nameless frames (symbolize.missing.Unsymbolized)
         self._target: tuple[str, str | None] | None = None  # started: (its path, why it cannot be preloaded)
         self._nofile: tuple[int, int] | None = None  # the limit before we raised it
         self.on_dump: list[Callable[[str], None]] = []  # after each committed continuous dump

@@ -84,10 +84,9 @@ class Figures(Loop):
         """Peaks, shallow fp stacks and unsymbolized modules, read back from the written profile."""
         s = self.summary
         report, self._symbol_report = self._symbol_report, None
+        mods, self._unsymbolized = self._unsymbolized, []
         try:
             if report is not None:
-                from heapscope.symbolize.missing import unsymbolized_modules
-                mods = unsymbolized_modules(report)
                 s.symbol_notes = list(report.debuginfod_errors) + list(report.cache_notes)
                 s.unsymbolized_frames = sum(m.frames for m in mods)
                 s.unsymbolized = mods if len(mods) <= UNSYMBOLIZED_SHOWN + 1 else mods[:UNSYMBOLIZED_SHOWN]
@@ -289,6 +288,16 @@ class Teardown(Figures):
                 writer.commit()
             except Exception as e:
                 self._fail(e)
+        report = self._symbol_report
+        if report is not None and not self._failed:
+            try:  # the modules left with nameless frames, and their packages kept for `report`
+                from heapscope.symbolize.missing import unsymbolized_modules
+                self._unsymbolized = unsymbolized_modules(report)
+                writer.add_packages((m.module, report.packages[m.module]) for m in self._unsymbolized
+                                    if m.module in report.packages)
+                writer.commit()
+            except Exception as e:  # a figure of the summary, never a reason to lose the profile
+                self.log(f"unsymbolized modules unavailable: {_describe(e)}")
 
     def _restore_nofile(self) -> None:
         """heapscope's limit back as it was (the target, spawned before the raise, kept it)."""

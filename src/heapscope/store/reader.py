@@ -734,6 +734,15 @@ class Profile:
         return out
 
     @_reads
+    def packages(self) -> dict[str, str]:
+        """file path -> its Debian package ('' none) as `record` found them for the files it left
+        with nameless frames (heapscope_mapping_package); {} in a profile without the table."""
+        if not self._has_table("heapscope_mapping_package"):
+            return {}
+        return {str_from_sql(r[0]): str_from_sql(r[1])
+                for r in self._rows("SELECT name, package FROM heapscope_mapping_package")}
+
+    @_reads
     def python_upids(self) -> set[int]:
         """The processes whose client walked Python frames (the `python_frames` stat is 1,
         producer/stats.py): one read of the stats for every process."""

@@ -66,6 +66,13 @@ CREATE TABLE IF NOT EXISTS stack_profile_mapping (
   name TEXT
 );
 
+-- The Debian package of each file with frames left nameless when `record` ended ('' when none):
+-- what `report` names for the fix without asking dpkg again.
+CREATE TABLE IF NOT EXISTS heapscope_mapping_package (
+  name TEXT PRIMARY KEY,    -- the file's path, as stack_profile_mapping.name
+  package TEXT NOT NULL
+);
+
 CREATE TABLE IF NOT EXISTS stack_profile_frame (
   id INTEGER PRIMARY KEY,
   name TEXT,                -- function name (demangled), '' until symbolized

@@ -316,6 +316,11 @@ class ProfileWriter:
         finally:
             self.db.execute("RELEASE in_range")
 
+    def add_packages(self, packages: Iterable[tuple[str, str]]) -> None:
+        """(file path, its Debian package or '') of the files with nameless frames."""
+        self.db.executemany("INSERT OR REPLACE INTO heapscope_mapping_package (name, package) VALUES (?, ?)",
+                            packages)
+
     def add_stats(self, rows: Iterable[tuple[str, int | None, str, str, int, str]]) -> None:
         """Rows of (name, idx, severity, source, value, description)."""
         self.db.executemany(

@@ -58,8 +58,12 @@ def unsymbolized_modules(report: SymbolizeReport) -> list[Unsymbolized]:
             first, frames = todo.get((m.name, m.build_id), (m, 0))
             todo[(m.name, m.build_id)] = (first, frames + m.frames - m.named)
     packages = {name: pkg for name, pkg in report.packages.items() if pkg}  # known from the symbol cache
-    packages.update(owning_packages(list(dict.fromkeys(
-        name for name, _ in todo if name not in report.packages and name.startswith("/")))))
+    asked = list(dict.fromkeys(name for name, _ in todo if name not in report.packages and name.startswith("/")))
+    found = dpkg_owners(asked) if asked else {}
+    if found is not None:  # dpkg's answer, kept with the report: the profile keeps it for `report`
+        packages.update(found)
+        for name in asked:
+            report.packages.setdefault(name, found.get(name, ""))
     out = [Unsymbolized(m.name, frames, m.build_id, fix_for(m, report, packages.get(m.name, "")))
            for m, frames in todo.values()]
     out.sort(key=lambda u: (-u.frames, u.module))
