@@ -54,7 +54,7 @@ def main(args: argparse.Namespace) -> int:
     from heapscope.store.alloc_labels import select_label
     from heapscope.store.reader import Process, ViewValues, open_profile
     from heapscope.store.select import default_dump, parse_dump, process_state, select_heap
-    from heapscope.view.diff import CallPath, PathKey, changes, diff_graph, dump_ts, pick_process, read_side
+    from heapscope.view.diff import SharedPaths, changes, diff_graph, dump_ts, pick_process, read_side
     from heapscope.view.wrappers import fold_line
 
     if args.top < 1:
@@ -105,7 +105,7 @@ def main(args: argparse.Namespace) -> int:
         if default == "peak" and any(c is None and st[3] == "end" for c, st in zip(asked, states, strict=True)):
             states = [state(k, "end") if c is None else st for k, (c, st) in enumerate(zip(asked, states, strict=True))]
         sides = []
-        shared: dict[PathKey, CallPath] = {}  # the paths met, one object for a path both sides have
+        shared: SharedPaths = {}  # the paths met, one object for a path both sides have
         for k, (ts, which, values, _kind) in enumerate(states):
             label = f"{Path(files[k]).name} {which}" if args.after else which
             sides.append(read_side(profiles[k], procs[k], ts, label, python, values, shared))

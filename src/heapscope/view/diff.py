@@ -48,6 +48,11 @@ class CallPath(tuple[tuple[str, str], ...]):
             return self._hash
 
 
+# The paths made so far, both sides': (id of the parent's CallPath, 0 for a root; its last
+# (function, where)) -> the CallPath (read_side's `shared`).
+SharedPaths = dict[tuple[int, tuple[str, str]], CallPath]
+
+
 class Side(Record, frozen=True):
     """One snapshot: where it comes from and each path's own value per view."""
 
@@ -87,7 +92,7 @@ def dump_ts(profile: Profile, process: Process, index: int | None, flag: str = "
 
 def read_side(profile: Profile, process: Process, ts: int, label: str, python: bool = False,
               values: dict[CallsiteId, ViewValues] | None = None,
-              shared: dict[PathKey, CallPath] | None = None) -> Side:
+              shared: SharedPaths | None = None) -> Side:
     """One snapshot's paths: the dump at `ts`, or `values` (a peak's) when given; `python`: the
     Python view (native frames folded into the Python function that called them, as report's;
     view.tree.build_tree's python_only). `shared`: the paths met so far, the other side's: a
@@ -97,20 +102,20 @@ def read_side(profile: Profile, process: Process, ts: int, label: str, python: b
     tree = build_tree(profile, sorted(values), python_only=python)
     keys = path_keys(tree, process.info.exe, shared)
     selfs: dict[PathKey, dict[str, int]] = {}
-    per_view = {v: tree.self_values(values, v) for v in VIEWS}
-    for i, key in enumerate(keys):
-        selfs[key] = {v: per_view[v][i] for v in VIEWS}
+    per_view = tree.all_self_values(values)
+    for key, *own in zip(keys, *(per_view[v] for v in VIEWS), strict=True):
+        selfs[key] = dict(zip(VIEWS, own, strict=True))
     sources: dict[PathKey, str] = {
         key: f"{tree.source_file[i]}:{tree.line_number[i]}" if tree.line_number[i] else str(tree.source_file[i])
         for i, key in enumerate(keys) if tree.source_file[i]}
     return Side(label, process, ts, selfs, sources)
 
 
-def path_keys(tree: MergedTree, executable: str = "", shared: dict[PathKey, CallPath] | None = None) -> list[CallPath]:
+def path_keys(tree: MergedTree, executable: str = "", shared: SharedPaths | None = None) -> list[CallPath]:
     """Each node's path of (function, where), root first; see the module's docstring. The
     paths already in `shared` are given as they are there; the others are added to it."""
     exe = os.path.basename(executable) if executable else ""
-    known: dict[PathKey, CallPath] = {} if shared is None else shared
+    known: SharedPaths = {} if shared is None else shared
     keys: list[CallPath] = []
     for i in range(len(tree)):
         source = tree.source_file[i]
@@ -126,22 +131,30 @@ def path_keys(tree: MergedTree, executable: str = "", shared: dict[PathKey, Call
                 where = EXECUTABLE
         here = (tree.name[i], where)
         p = tree.parent[i]
-        key = CallPath((*keys[p], here) if p >= 0 else (here,))
-        got = known.setdefault(key, key)
-        if got is key:
-            key.parent = keys[p] if p >= 0 else None
-        keys.append(got)
+        parent = keys[p] if p >= 0 else None
+        # A path is its parent's (one object: made before its children) and one more step: found
+        # by the two, without hashing or comparing the whole tuple (~40 frames deep).
+        slot = (0 if parent is None else id(parent), here)
+        key = known.get(slot)
+        if key is None:
+            key = known[slot] = CallPath(parent + (here,) if parent is not None else (here,))  # + copies in C
+            key.parent = parent
+        keys.append(key)
     return keys
 
 
 def changes(a: Side, b: Side, view: str) -> list[Change]:
     """Every path whose own value differs, largest growth first, largest shrink last."""
     out = []
-    for key in a.self_values.keys() | b.self_values.keys():
-        before = a.self_values.get(key, {}).get(view, 0)
-        after = b.self_values.get(key, {}).get(view, 0)
+    after_values = b.self_values
+    for key, va in a.self_values.items():  # each path looked up once in the other side
+        vb = after_values.get(key)
+        before, after = va.get(view, 0), 0 if vb is None else vb.get(view, 0)
         if before != after:
             out.append(Change(key, before, after))
+    before_values = a.self_values
+    out += [Change(key, 0, vb.get(view, 0)) for key, vb in after_values.items()
+            if key not in before_values and vb.get(view, 0) != 0]
     out.sort(key=lambda c: (-c.delta, c.path))
     return out
 
@@ -151,18 +164,25 @@ def diff_graph(a: Side, b: Side) -> ProcessGraph:
     keys = sorted(a.self_values.keys() | b.self_values.keys())
     index = {k: i for i, k in enumerate(keys)}
     tree = MergedTree()
+    sources: list[str | None] = [None] * len(keys)
+    for side in (a, b):  # the after side's source where both have one
+        for k, src in side.sources.items():
+            if src:
+                sources[index[k]] = src
     for k in keys:
         parent = getattr(k, "parent", None) if len(k) > 1 else None  # a CallPath's, already made
         tree.parent.append(index[parent if parent is not None else k[:-1]] if len(k) > 1 else -1)
         tree.depth.append(len(k) - 1)
         tree.name.append(k[-1][0])
         tree.map_name.append(k[-1][1])
-        src = b.sources.get(k) or a.sources.get(k)
-        tree.source_file.append(src)
-        tree.line_number.append(None)
+    tree.source_file = sources
+    tree.line_number = [None] * len(keys)
     graph = ProcessGraph(f"{process_label(b.process.info)}: {a.label} → {b.label}", b.process.info.upid, tree)
     for side, label in ((a, "before"), (b, "after")):
-        held = [side.self_values.get(k) for k in keys]  # each path looked up once, not once per view
-        selfs = {v: [0 if h is None else h.get(v, 0) for h in held] for v in VIEWS}
+        selfs = {v: [0] * len(keys) for v in VIEWS}
+        for k, values in side.self_values.items():  # each path looked up once, not once per view
+            i = index[k]
+            for v in VIEWS:
+                selfs[v][i] = values.get(v, 0)
         graph.snapshots.append(Snapshot(side.ts, label, selfs))
     return graph

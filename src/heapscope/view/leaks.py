@@ -49,8 +49,8 @@ def find_leaks(profile: Profile, pid: int | None = None, dump: str | int | None 
         raw = {cs: v for cs, v in st.values.items() if v.space > 0}
         values = desampled_map(raw, st.interval)
         tree = build_tree(profile, sorted(values))
-        space = tree.self_values(values, "space")
-        objects = tree.self_values(values, "objects")
+        own = tree.all_self_values(values)
+        space, objects = own["space"], own["objects"]
         leaks = []
         for node in range(len(tree)):
             if space[node] <= 0:

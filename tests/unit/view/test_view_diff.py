@@ -81,7 +81,7 @@ def test_paths_both_sides_have_are_one_object_and_read_as_plain_tuples() -> None
     remember their hash, and the two sides share each path they both have."""
     from heapscope.model import VIEWS
     from heapscope.store.reader import Process
-    from heapscope.view.diff import CallPath, PathKey, path_keys
+    from heapscope.view.diff import PathKey, SharedPaths, path_keys
     from heapscope.view.tree import MergedTree
 
     def tree(names: list[str]) -> MergedTree:
@@ -90,7 +90,7 @@ def test_paths_both_sides_have_are_one_object_and_read_as_plain_tuples() -> None
                           map_name=["/bin/demo"] * n, source_file=[None] * n, line_number=[None] * n)
 
     # GIVEN main > parse > xmalloc on one side, main > parse > lex on the other
-    shared: dict[PathKey, CallPath] = {}
+    shared: SharedPaths = {}
     a = path_keys(tree(["main", "parse", "xmalloc"]), "/bin/demo", shared)
     b = path_keys(tree(["main", "parse", "lex"]), "/bin/demo", shared)
     # THEN the paths they share are the same objects, the others not, and each is its plain tuple

@@ -82,3 +82,16 @@ def test_focus_means_one_thing_everywhere() -> None:
     assert not focus_pattern("^emit$").search("emit_node")
     with pytest.raises(UsageError, match="--focus '\\(': not a regular expression"):
         focus_pattern("(")
+
+
+def test_every_views_own_values_in_one_pass_are_each_views(known_profile: Path) -> None:
+    """all_self_values (one pass over the callsites, for a diff's sides and leaks) gives what
+    self_values gives view by view, callsites of the same node summed."""
+    from heapscope.model import VIEWS
+
+    with open_profile(known_profile) as prof:
+        for upid, ts in ((1, 2000), (1, 1000)):
+            values = prof.callsite_values(upid, ts)
+            tree = build_tree(prof, sorted(values))
+            assert tree.all_self_values(values) == {v: tree.self_values(values, v) for v in VIEWS}
+            assert list(tree.all_self_values(values)) == list(VIEWS)
