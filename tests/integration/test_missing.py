@@ -108,16 +108,24 @@ def _apt_has_debug_archive() -> bool:
                for f in files)
 
 
+def _packaged_git(tmp: Path) -> tuple[str, Path]:
+    """git as a Debian or Ubuntu package installed it, and an empty repository to run it in."""
+    git = shutil.which("git")
+    if git is None or shutil.which("dpkg-query") is None or not _debian_like():
+        pytest.skip("needs git from a Debian or Ubuntu package")
+    if subprocess.run(["dpkg-query", "-S", os.path.realpath(git)], capture_output=True, timeout=10).returncode:
+        pytest.skip("git is not from a package")
+    repo = tmp / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True, timeout=30)
+    return git, repo
+
+
 def test_a_packaged_program_without_its_debug_archive_gets_the_archive_line(tmp_path: Path) -> None:
     # GIVEN git as Debian or Ubuntu ship it (stripped; its -dbgsym in the debug archive), on a stock
     # system whose apt does not have the debug archive
-    git = shutil.which("git")
-    if git is None or shutil.which("dpkg-query") is None or not _debian_like() or _apt_has_debug_archive():
-        pytest.skip("needs git from a Debian or Ubuntu package and apt without the debug archive")
-    if subprocess.run(["dpkg-query", "-S", os.path.realpath(git)], capture_output=True, timeout=10).returncode:
-        pytest.skip("git is not from a package")
-    repo = tmp_path / "repo"
-    subprocess.run(["git", "init", "-q", str(repo)], check=True, timeout=30)
+    if _apt_has_debug_archive():
+        pytest.skip("needs apt without the debug archive")
+    git, repo = _packaged_git(tmp_path)
     # WHEN it is recorded
     db, err = _record(tmp_path, [git, "-C", str(repo), "status", "--short"])
     # THEN the fix names git's -dbgsym package, and the lines after it say how to get the archive
@@ -136,13 +144,7 @@ def test_a_packaged_program_without_its_debug_archive_gets_the_archive_line(tmp_
 def test_report_names_the_package_record_found_without_asking_dpkg(tmp_path: Path) -> None:
     """`report` asked dpkg for the packages of its unnamed rows' files each time (~55 ms of a
     build's 0.9 s report): `record` keeps what dpkg told it in the profile."""
-    git = shutil.which("git")
-    if git is None or shutil.which("dpkg-query") is None or not _debian_like():
-        pytest.skip("needs git from a Debian or Ubuntu package")
-    if subprocess.run(["dpkg-query", "-S", os.path.realpath(git)], capture_output=True, timeout=10).returncode:
-        pytest.skip("git is not from a package")
-    repo = tmp_path / "repo"
-    subprocess.run(["git", "init", "-q", str(repo)], check=True, timeout=30)
+    git, repo = _packaged_git(tmp_path)
     # GIVEN git recorded: its frames without names, its package said at the end
     db, err = _record(tmp_path, [git, "-C", str(repo), "status", "--short"])
     assert "git-dbgsym" in err, err
