@@ -111,8 +111,8 @@ class Profile:
         self._callsites: dict[CallsiteId, tuple[CallsiteId | None, FrameId]] | None = None
         self._tables: dict[str, bool] = {}
         self._mappings: list[Mapping] | None = None
-        # The fold's callsites (id, depth, parent, frame) over the profile's (overlay_callsites), and
-        # whether SQL sees them too (callsites_in_sql)
+        # The fold's callsites over the profile's ({id: (parent, frame)} and their depths,
+        # overlay_callsites), and whether SQL sees them too (callsites_in_sql)
         self._overlay: dict[CallsiteId, tuple[CallsiteId | None, FrameId]] | None = None
         self._overlay_depths: list[int] = []
         self._overlay_in_sql = False

@@ -7,8 +7,9 @@ stack main > parse > xmalloc reads main > parse, and what xmalloc held is
 parse's self. The fold (store.tree.fold_tree, in C) gives the callsites it
 moves to the profile's callsite overlay (Profile.overlay_callsites: read in
 place of the profile's rows, in memory and, when a read needs it, in SQL, as
-store.select.select_heap shadows the heap tables), so `report`, `leaks`, `diff`, the flamegraph, the exports and
-`record`'s summary all read the same folded stacks without knowing of it.
+store.select.select_heap shadows the heap tables), so `report`, `leaks`,
+`diff`, the flamegraph, the exports and `record`'s summary all read the same
+folded stacks without knowing of it.
 
 A folded callsite keeps its id (the heap tables' rows stay as they are) and
 takes its caller's frame and parent:
