@@ -223,7 +223,7 @@ _DAMAGED_TABLES = ["heapscope_metadata", "process", "heapscope_process", "stats"
                    "stack_profile_symbol", "heapscope_allocation_stream", "heapscope_peak_allocation",
                    "heapscope_memory_series", "heapscope_memory_sample", "heapscope_callsite_lifetime",
                    "heapscope_callsite_size", "heapscope_label", "heapscope_label_allocation",
-                   "heapscope_label_peak_allocation"]
+                   "heapscope_label_peak_allocation", "heapscope_mapping_package"]
 
 
 @pytest.mark.parametrize("table", _DAMAGED_TABLES)
