@@ -39,7 +39,7 @@ import gzip
 from collections.abc import Callable, Sequence
 from typing import BinaryIO
 
-from heapscope.estimate import desampled
+from heapscope.estimate import estimate_int
 from heapscope.export import _proto as pb
 from heapscope.export._common import (
     Frames,
@@ -201,13 +201,17 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
                 label += pb.blob(3, pb.uint(1, w.s(key)) + (pb.uint(3, value) if isinstance(value, int)
                                                              else pb.uint(2, w.s(value))))
         split = LabelParts(profile, p.info.upid, st.kind, st.ts)
+        interval = st.interval
         for cs, whole in st.values.items():
             locs: bytes | None = None
             # One sample per allocation label set (Go's string labels: `go tool pprof -tags`), and
-            # one for the rest, each de-sampled on its own.
-            for pairs, raw in split.parts(cs, whole):
-                v = desampled(raw, st.interval) if st.interval > 1 else raw
-                if not (v.alloc_objects or v.alloc_space or v.objects or v.space):
+            # one for the rest, each de-sampled on its own (estimate.desampled's figures).
+            for pairs, raw in split.parts(cs, whole) if split.split else (((), whole),):
+                alloc_objects, objects = raw.alloc_objects, raw.objects
+                if interval > 1:
+                    alloc_objects = estimate_int(alloc_objects, raw.alloc_space, interval, raw.alloc_real_space)
+                    objects = estimate_int(objects, raw.space, interval, raw.real_space)
+                if not (alloc_objects or raw.alloc_space or objects or raw.space):
                     continue
                 if locs is None:
                     body = locations(CallsiteId(cs))
@@ -215,7 +219,7 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
                 tags = b"".join(pb.blob(3, pb.uint(1, w.s(k)) + pb.uint(2, w.s(x))) for k, x in pairs) if pairs \
                     else b""
                 # Sample.value packed (field 2), spelled out: a build's ~100k samples
-                values = varint(v.alloc_objects) + varint(v.alloc_space) + varint(v.objects) + varint(v.space)
+                values = varint(alloc_objects) + varint(raw.alloc_space) + varint(objects) + varint(raw.space)
                 sample = locs + _VALUE_KEY + varint(len(values)) + values + label + tags
                 sink.write(_SAMPLE_KEY + varint(len(sample)) + sample)
                 samples += 1
