@@ -161,7 +161,9 @@ def changes(a: Side, b: Side, view: str) -> list[Change]:
 
 def diff_graph(a: Side, b: Side) -> ProcessGraph:
     """The union tree with two snapshots, before and after, for the flamegraph page."""
-    keys = sorted(a.self_values.keys() | b.self_values.keys())
+    # Each side's paths come in order (path_keys: its tree's preorder): the sort merges two runs
+    # (sorting the set's order cost three times as much on a build's ~46k paths).
+    keys = sorted(dict.fromkeys([*a.self_values, *b.self_values]))
     index = {k: i for i, k in enumerate(keys)}
     tree = MergedTree()
     sources: list[str | None] = [None] * len(keys)
