@@ -37,8 +37,6 @@ UNDEFINED_STACK = "[stack never received]"
 if TYPE_CHECKING:
     from heapscope.bookkeeping._native import Resolver, Tracker, Trie
 
-LifetimeRow = tuple[int, str, int, "int | None", int, int, int, int, int]
-SizeRow = tuple[int, int, int, int, int, int]
 _LT_KINDS = {LT_FREED: "freed", LT_HELD: "held", LT_UNKNOWN: "unknown", LT_HEAPTRACK: "heaptrack"}
 _I64_MAX = (1 << 63) - 1
 
@@ -201,18 +199,12 @@ class ProcessHeap(Record):
         return list(PEAK_ROW.iter_unpack(tracker.peak()))
 
     @staticmethod
-    def lifetime_rows(tracker: Tracker) -> tuple[list[LifetimeRow], list[SizeRow]]:
-        """The tracker's lifetimes and sizes per callsite, cumulative, as the store's rows:
-        (callsite, kind, lo_ns, hi_ns or None, size_lo, size_hi, count, size, real_size) and
-        (callsite, lo, hi, count, size, real_size) (store/schema.sql)."""
-        life, sizes = ProcessHeap.lifetime_values(tracker)
-        return ([tuple(life[k:k + 9]) for k in range(0, len(life), 9)],  # type: ignore[misc]
-                [tuple(sizes[k:k + 6]) for k in range(0, len(sizes), 6)])  # type: ignore[misc]
-
-    @staticmethod
     def lifetime_values(tracker: Tracker) -> tuple[list[int | str | None], list[int]]:
-        """lifetime_rows' rows, each kind in one flat list, as the writer binds them (store/writer.py
-        add_lifetime_values): a build's ~250k rows, a tuple each, were a tenth of its producer's CPU."""
+        """The tracker's lifetimes and sizes per callsite, cumulative, as the store's rows
+        (store/schema.sql), each kind in one flat list, as the writer binds them (store/writer.py
+        add_lifetime_values): (callsite, kind, lo_ns, hi_ns or None, size_lo, size_hi, count, size,
+        real_size) a row and (callsite, lo, hi, count, size, real_size) a row. A build's ~250k
+        rows, a tuple each, were a tenth of its producer's CPU."""
         life: list[int | str | None] = []
         sizes: list[int] = []
         heads = _ROW_HEADS

@@ -348,9 +348,8 @@ def unnamed_fixes(profile: Profile, rows: Sequence[FunctionRow], path: str) -> d
         base = mapping_basename(m.name)
         if base in unnamed:
             files.setdefault(base, m.name)
-    packages = profile.packages()  # as `record` found them; dpkg asked for the others only
-    if any(file not in packages for file in files.values()):
-        packages.update(owning_packages([file for file in files.values() if file not in packages]))
+    packages = profile.packages()  # as `record` found them; dpkg asked for the others only (none: not run)
+    packages.update(owning_packages([file for file in files.values() if file not in packages]))
     out = {}
     for lib in sorted(unnamed):
         file = files.get(lib, lib)

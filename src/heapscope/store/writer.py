@@ -255,17 +255,10 @@ class ProfileWriter:
             " size, alloc_count, alloc_size, real_size, alloc_real_size)", (i64_to_sql(ts), upid, heap_name),
             values, 8, lambda r: (*r[:3], *(i64_to_sql(v) for v in r[3:])))
 
-    def add_lifetimes(self, upid: int, heap_name: str,
-                      lifetimes: Sequence[tuple[int, str, int, int | None, int, int, int, int, int]],
-                      sizes: Sequence[tuple[int, int, int, int, int, int]]) -> None:
-        """A process heap's lifetimes (callsite, kind, lo_ns, hi_ns, size_lo, size_hi, count, size,
-        real_size) and sizes (callsite, lo, hi, count, size, real_size), cumulative, at its final dump."""
-        self.add_lifetime_values(upid, heap_name, list(chain.from_iterable(lifetimes)),
-                                 list(chain.from_iterable(sizes)))
-
     def add_lifetime_values(self, upid: int, heap_name: str, lifetimes: Sequence[int | str | None],
                             sizes: Sequence[int]) -> None:
-        """add_lifetimes' rows, each kind in one flat sequence (ProcessHeap.lifetime_values)."""
+        """A process heap's lifetimes and sizes, cumulative, at its final dump: each table's rows in
+        one flat sequence (ProcessHeap.lifetime_values: 9 and 6 values a row)."""
         # Many rows per statement, as the dumps' rows (a compiler's ~37k rows one by one, each
         # value converted in Python, were a fifth of its producer's CPU).
         head = (i64_to_sql(upid), heap_name)

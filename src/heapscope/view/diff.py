@@ -102,7 +102,7 @@ def read_side(profile: Profile, process: Process, ts: int, label: str, python: b
     tree = build_tree(profile, sorted(values), python_only=python)
     keys = path_keys(tree, process.info.exe, shared)
     selfs: dict[PathKey, dict[str, int]] = {}
-    per_view = tree.all_self_values(values)
+    per_view = tree.desampled_selfs(values, 1)  # every view in one pass, as recorded
     for key, *own in zip(keys, *(per_view[v] for v in VIEWS), strict=True):
         selfs[key] = dict(zip(VIEWS, own, strict=True))
     sources: dict[PathKey, str] = {

@@ -7,7 +7,7 @@ tree (functions, not addresses), each with its full stack, largest first.
 
 from __future__ import annotations
 
-from heapscope.estimate import Estimate, desampled_map, view_estimate
+from heapscope.estimate import Estimate, view_estimate
 from heapscope.records import Record
 from heapscope.store.reader import Process, Profile, mapping_basename
 from heapscope.store.select import process_state, select_processes
@@ -47,9 +47,8 @@ def find_leaks(profile: Profile, pid: int | None = None, dump: str | int | None 
             out.append(ProcessLeaks(p, None, "", 0, 0, []))
             continue
         raw = {cs: v for cs, v in st.values.items() if v.space > 0}
-        values = desampled_map(raw, st.interval)
-        tree = build_tree(profile, sorted(values))
-        own = tree.all_self_values(values)
+        tree = build_tree(profile, sorted(raw))
+        own = tree.desampled_selfs(raw, st.interval)
         space, objects = own["space"], own["objects"]
         leaks = []
         for node in range(len(tree)):

@@ -65,21 +65,6 @@ class MergedTree(Record):
                 out[node] += v.get(view)
         return out
 
-    def all_self_values(self, values: dict[CallsiteId, ViewValues]) -> dict[str, list[int]]:
-        """self_values() of every view (VIEWS' order), in one pass over `values`, not one per
-        view (a diff's side reads a build's ~90k callsites)."""
-        space, objects, alloc_space, alloc_objects = ([0] * len(self) for _ in range(4))
-        node_of = self.node_of
-        for cs, v in values.items():
-            node = node_of.get(cs)
-            if node is not None:
-                space[node] += v.space
-                objects[node] += v.objects
-                alloc_space[node] += v.alloc_space
-                alloc_objects[node] += v.alloc_objects
-        by_view = {"space": space, "objects": objects, "alloc_space": alloc_space, "alloc_objects": alloc_objects}
-        return {view: by_view[view] for view in VIEWS}
-
     def by_value(self, totals: list[int]) -> list[int]:
         """Node ids in preorder with siblings ranked by `totals` (per node, e.g. cumulative()),
         largest first, as a printed tree reads: the branch that holds the most comes first.
@@ -102,7 +87,8 @@ class MergedTree(Record):
 
     def desampled_selfs(self, values: dict[CallsiteId, ViewValues], interval: int) -> dict[str, list[int]]:
         """Per view (VIEWS' order), self_values of estimate.desampled_map(values, interval): one
-        pass, without the de-sampled copies (the flamegraph takes this at every dump)."""
+        pass, without the de-sampled copies (the flamegraph takes this at every dump; at
+        interval 1, every view as recorded, for a diff's sides and the tree rows)."""
         space, objects, alloc_space, alloc_objects = ([0] * len(self) for _ in range(4))
         node_of = self.node_of
         for cs, v in values.items():
@@ -311,7 +297,7 @@ def experimental_flamegraph(
     """
     values = profile.callsite_values(upid, ts)
     tree = build_tree(profile, sorted(values), inlined=False)
-    own = tree.all_self_values(values)
+    own = tree.desampled_selfs(values, 1)  # every view in one pass, as recorded
     selfs = {f: own[f] for f in FIELDS}
     keep = focus_mask(tree, focus_str) if focus_str else None
     if keep is not None:

@@ -85,13 +85,13 @@ def test_focus_means_one_thing_everywhere() -> None:
 
 
 def test_every_views_own_values_in_one_pass_are_each_views(known_profile: Path) -> None:
-    """all_self_values (one pass over the callsites, for a diff's sides and leaks) gives what
-    self_values gives view by view, callsites of the same node summed."""
+    """desampled_selfs at interval 1 (one pass over the callsites, for a diff's sides and the tree
+    rows) gives what self_values gives view by view, callsites of the same node summed."""
     from heapscope.model import VIEWS
 
     with open_profile(known_profile) as prof:
         for upid, ts in ((1, 2000), (1, 1000)):
             values = prof.callsite_values(upid, ts)
             tree = build_tree(prof, sorted(values))
-            assert tree.all_self_values(values) == {v: tree.self_values(values, v) for v in VIEWS}
-            assert list(tree.all_self_values(values)) == list(VIEWS)
+            assert tree.desampled_selfs(values, 1) == {v: tree.self_values(values, v) for v in VIEWS}
+            assert list(tree.desampled_selfs(values, 1)) == list(VIEWS)
