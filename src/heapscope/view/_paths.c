@@ -453,6 +453,8 @@ static PyMethodDef methods[] = {
      "preorder(parents, names, mappings, lines) -> (order, new_id, parent, depth)"},
     {"function_totals", paths_function_totals, METH_VARARGS,
      "function_totals(callsites, values, frame_fns, fns_of, python, no_python) -> (self, totals, where, prefix)"},
+    {"desampled_selfs", paths_desampled_selfs, METH_VARARGS,
+     "desampled_selfs(node_of, values, nodes, interval, estimate) -> (space, objects, alloc_space, alloc_objects)"},
     {NULL, NULL, 0, NULL},
 };
 

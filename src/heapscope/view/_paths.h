@@ -72,4 +72,7 @@ static inline int map_grow(NodeMap *m) {
 /* function_totals(callsites, values, frame_fns, fns_of, python, no_python) (_totals.c) */
 PyObject *paths_function_totals(PyObject *self, PyObject *args);
 
+/* desampled_selfs(node_of, values, nodes, interval, estimate) (_selfs.c) */
+PyObject *paths_desampled_selfs(PyObject *self, PyObject *args);
+
 #endif

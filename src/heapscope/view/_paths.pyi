@@ -3,6 +3,7 @@
 from collections.abc import Callable, Iterable, Mapping, Set
 
 from heapscope.model import CallsiteId, FrameId
+from heapscope.store.rows import ViewValues
 
 def merge_paths(
     callsites: Mapping[CallsiteId, tuple[CallsiteId | None, FrameId]],
@@ -32,3 +33,14 @@ def function_totals(
     """function_rows' walk of every stack with a non-zero value: each function's self and (once
     per path) total, the totals in the order first counted, the value held per (function,
     source id), and the root functions common to every path (None: no path); view/report.py."""
+
+def desampled_selfs(
+    node_of: dict[CallsiteId, int],
+    values: dict[CallsiteId, ViewValues],
+    nodes: int,
+    interval: int,
+    estimate: Callable[[int, int, int, int | None], int],
+) -> tuple[list[int], list[int], list[int], list[int]] | None:
+    """MergedTree.desampled_selfs' loop: per node the sums of space, objects, alloc_space and
+    alloc_objects (the object views de-sampled by estimate_int's arithmetic, `estimate` called
+    where C cannot be exact); None when a sum passes 64 bits (view/tree.py)."""

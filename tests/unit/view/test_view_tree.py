@@ -14,12 +14,15 @@
 
 from __future__ import annotations
 
+import random
 import re
 from pathlib import Path
 
 import pytest
 
-from heapscope.store.reader import open_profile
+from heapscope.estimate import estimate_int
+from heapscope.model import CallsiteId
+from heapscope.store.reader import ViewValues, open_profile
 from heapscope.view.tree import COLUMNS, build_tree, experimental_flamegraph, path_filter
 
 NAMES = ["main", "emit", "malloc", "parse", "malloc", "parse", "malloc", "prog+0x1a2b"]
@@ -95,3 +98,56 @@ def test_every_views_own_values_in_one_pass_are_each_views(known_profile: Path) 
             tree = build_tree(prof, sorted(values))
             assert tree.desampled_selfs(values, 1) == {v: tree.self_values(values, v) for v in VIEWS}
             assert list(tree.desampled_selfs(values, 1)) == list(VIEWS)
+
+
+def _selfs_in_python(node_of: dict[CallsiteId, int], values: dict[CallsiteId, ViewValues], n: int,
+                     interval: int) -> tuple[list[int], ...]:
+    """desampled_selfs' sums written out as estimate.py defines them, for the C loop to match."""
+    sums = [[0] * n for _ in range(4)]
+    for cs, v in values.items():
+        node = node_of.get(cs)
+        if node is None:
+            continue
+        sums[0][node] += v.space
+        sums[2][node] += v.alloc_space
+        sums[1][node] += estimate_int(v.objects, v.space, interval, v.real_space) if interval > 1 else v.objects
+        sums[3][node] += estimate_int(v.alloc_objects, v.alloc_space, interval, v.alloc_real_space) \
+            if interval > 1 else v.alloc_objects
+    return tuple(sums)
+
+
+def test_desampled_selfs_in_c_are_estimate_ints_sums() -> None:
+    """The C loop (_selfs.c) gives estimate_int's sums exactly: real bytes known or not, negative
+    (freed) rows, allocations of at least the interval, numbers past 2^53 (handed to Python) and
+    callsites outside the tree; a sum past 64 bits gives None."""
+    from heapscope.view._paths import desampled_selfs
+
+    rng = random.Random(7)
+    checked = 0
+    for case in range(300):
+        n = rng.randint(1, 40)
+        node_of = {CallsiteId(cs): rng.randrange(n) for cs in range(0, 120, 2)}
+        values: dict[CallsiteId, ViewValues] = {}
+        for cs in range(rng.randint(0, 120)):
+            samples = 2**54 + 1 if rng.random() < 0.01 else rng.choice([0, 1, 2, 3, 7, 1000, -1, -5])
+            size = abs(samples) * rng.choice([1, 3, 16, 4096, 5000, 100_000]) * (1 if samples >= 0 else -1)
+            real = 2**60 if rng.random() < 0.01 else \
+                rng.choice([None, 0, abs(size) // 2 + 1, abs(size), rng.randint(1, 10**6)])
+            if abs(samples) > 2**53:  # past C's exact range: handed to estimate_int's real-bytes branch
+                real = abs(size) // 3 + 1
+            if real is not None and samples < 0 and real:
+                real = -real
+            alloc_real = None if real is None else abs(real)
+            values[CallsiteId(cs)] = ViewValues(size, samples, abs(size), abs(samples), real, alloc_real)
+        for interval in (1, 2, 4096, 512 * 1024, 2**54):
+            want = _selfs_in_python(node_of, values, n, interval)
+            fits = all(-2**63 <= x < 2**63 for sums in want for x in sums)
+            got = desampled_selfs(node_of, values, n, interval, estimate_int)
+            assert got == (want if fits else None), (case, interval)
+            checked += fits
+    assert checked > 1000, checked  # most cases fit 64 bits: the C sums were compared
+    one, two = CallsiteId(1), CallsiteId(2)
+    big = {one: ViewValues(2**62, 1, 2**62, 1, 2**62, 2**62), two: ViewValues(2**62, 1, 2**62, 1, 2**62, 2**62)}
+    assert desampled_selfs({one: 0, two: 0}, big, 1, 4096, estimate_int) is None
+    with pytest.raises(IndexError):
+        desampled_selfs({one: 5}, {one: ViewValues(1, 1, 1, 1)}, 2, 4096, estimate_int)

@@ -1,0 +1,194 @@
+/*
+ * heapscope.view._paths.desampled_selfs: view/tree.py MergedTree.desampled_selfs in C. The
+ * flamegraph de-samples every callsite of every process at every dump it carries (a build's
+ * page: ~500 snapshots, a million callsite values), one Python call per value before.
+ *
+ * The object estimate is heapscope/estimate.py estimate_int's arithmetic for what `record`
+ * writes (a callsite's real bytes known): the same double operations in the same order, and
+ * Python's round-half-even. Anything else (no real bytes, numbers past 2^53 where C's doubles
+ * and Python's int division could differ) is passed to the `estimate` callable given, which is
+ * estimate_int itself; a sum past 64 bits gives None, and the caller sums in Python.
+ */
+#include "_paths.h"
+
+#include <limits.h>
+#include <math.h>
+
+#define EXACT_LIMIT (1LL << 53)
+
+/* Python's round() of a float: half to even. */
+static double round_half_even(double x) {
+  double r = round(x);
+  if (fabs(x - r) == 0.5)
+    r = 2.0 * round(x / 2.0);
+  return r;
+}
+
+/* estimate_int(samples, nbytes, interval, real) for interval > 1, in C when it can be;
+ * -1 with no error set: ask Python; -1 with an error set: failed. */
+static int estimate_c(long long samples, long long real, int has_real, long long interval, long long *out) {
+  if (samples == 0) {
+    *out = 0;
+    return 0;
+  }
+  long long sign = 1;
+  if (samples < 0) {
+    if (samples == LLONG_MIN || (has_real && real == LLONG_MIN))
+      return -1;
+    samples = -samples;
+    real = real < 0 ? -real : real;
+    sign = -1;
+  }
+  if (!has_real || real <= 0 || samples > EXACT_LIMIT || real > EXACT_LIMIT || interval > EXACT_LIMIT)
+    return -1;
+  double x = (double)real / (double)samples / (double)interval;
+  if (x >= 1.0) {
+    *out = sign * samples;
+    return 0;
+  }
+  double n = round_half_even((double)samples / -expm1(-x));
+  if (!(n < 9.0e18))
+    return -1;
+  *out = sign * (long long)n;
+  return 0;
+}
+
+/* The int of a tuple's field `i`; *overflow set when it does not fit 64 bits. */
+static int field_ll(PyObject *tuple, Py_ssize_t i, long long *out, int *overflow) {
+  PyObject *v = PyTuple_GET_ITEM(tuple, i);
+  *out = PyLong_AsLongLongAndOverflow(v, overflow);
+  return *out == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* One object view's estimate: in C, or by the Python `estimate`. */
+static int estimate_one(PyObject *estimate, PyObject *v, Py_ssize_t count_i, Py_ssize_t bytes_i, Py_ssize_t real_i,
+                        long long interval, PyObject *py_interval, long long *out, int *overflow) {
+  long long samples, real = 0;
+  int has_real = 0;
+  if (field_ll(v, count_i, &samples, overflow) < 0)
+    return -1;
+  if (*overflow)
+    return 0;
+  if (PyTuple_GET_SIZE(v) > real_i && PyTuple_GET_ITEM(v, real_i) != Py_None) {
+    if (field_ll(v, real_i, &real, overflow) < 0)
+      return -1;
+    has_real = !*overflow;
+    *overflow = 0;
+  }
+  if (estimate_c(samples, real, has_real, interval, out) == 0)
+    return 0;
+  PyObject *got = PyObject_CallFunctionObjArgs(
+      estimate, PyTuple_GET_ITEM(v, count_i), PyTuple_GET_ITEM(v, bytes_i), py_interval,
+      PyTuple_GET_SIZE(v) > real_i ? PyTuple_GET_ITEM(v, real_i) : Py_None, NULL);
+  if (got == NULL)
+    return -1;
+  *out = PyLong_AsLongLongAndOverflow(got, overflow);
+  Py_DECREF(got);
+  return *out == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+static PyObject *sums_list(const long long *sums, Py_ssize_t n) {
+  PyObject *list = PyList_New(n);
+  if (list == NULL)
+    return NULL;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *v = PyLong_FromLongLong(sums[i]);
+    if (v == NULL) {
+      Py_DECREF(list);
+      return NULL;
+    }
+    PyList_SET_ITEM(list, i, v);
+  }
+  return list;
+}
+
+/* Adds the four views of `v` to node `node`'s sums; 1 when something overflowed. */
+static int add_values(PyObject *v, Py_ssize_t node, long long *sums[4], long long interval, PyObject *py_interval,
+                      PyObject *estimate) {
+  long long x[4];
+  int overflow = 0;
+  for (int k = 0; k < 4; k += 2) { /* space, alloc_space */
+    if (field_ll(v, k, &x[k], &overflow) < 0)
+      return -1;
+    if (overflow)
+      return 1;
+  }
+  for (int k = 1; k < 4; k += 2) { /* objects, alloc_objects: samples of the bytes before them */
+    if (interval > 1) {
+      if (estimate_one(estimate, v, k, k - 1, 4 + k / 2, interval, py_interval, &x[k], &overflow) < 0)
+        return -1;
+    } else if (field_ll(v, k, &x[k], &overflow) < 0) {
+      return -1;
+    }
+    if (overflow)
+      return 1;
+  }
+  for (int k = 0; k < 4; k++)
+    if (__builtin_add_overflow(sums[k][node], x[k], &sums[k][node]))
+      return 1;
+  return 0;
+}
+
+PyObject *paths_desampled_selfs(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *node_of, *values, *py_interval, *estimate;
+  Py_ssize_t n;
+  if (!PyArg_ParseTuple(args, "O!O!nO!O:desampled_selfs", &PyDict_Type, &node_of, &PyDict_Type, &values, &n,
+                        &PyLong_Type, &py_interval, &estimate))
+    return NULL;
+  long long interval = PyLong_AsLongLong(py_interval);
+  if (interval == -1 && PyErr_Occurred())
+    return NULL;
+  if (n < 0) {
+    PyErr_SetString(PyExc_ValueError, "desampled_selfs: a negative node count");
+    return NULL;
+  }
+  long long *buf = PyMem_Calloc(4 * (size_t)n + 1, sizeof *buf);
+  if (buf == NULL)
+    return PyErr_NoMemory();
+  long long *sums[4] = {buf, buf + n, buf + 2 * n, buf + 3 * n};
+  PyObject *result = NULL, *cs, *v;
+  Py_ssize_t pos = 0;
+  while (PyDict_Next(values, &pos, &cs, &v)) {
+    PyObject *node_obj = PyDict_GetItemWithError(node_of, cs);
+    if (node_obj == NULL) {
+      if (PyErr_Occurred())
+        goto done;
+      continue;
+    }
+    Py_ssize_t node = PyLong_AsSsize_t(node_obj);
+    if (node == -1 && PyErr_Occurred())
+      goto done;
+    if (node < 0 || node >= n) {
+      PyErr_SetString(PyExc_IndexError, "desampled_selfs: a node out of the tree");
+      goto done;
+    }
+    if (!PyTuple_Check(v) || PyTuple_GET_SIZE(v) < 4) {
+      PyErr_SetString(PyExc_TypeError, "desampled_selfs: values must be ViewValues");
+      goto done;
+    }
+    Py_INCREF(v); /* the estimate's call could change the dict */
+    int got = add_values(v, node, sums, interval, py_interval, estimate);
+    Py_DECREF(v);
+    if (got < 0)
+      goto done;
+    if (got > 0) { /* past 64 bits: the caller sums these in Python */
+      result = Py_NewRef(Py_None);
+      goto done;
+    }
+  }
+  result = PyTuple_New(4);
+  if (result == NULL)
+    goto done;
+  for (int k = 0; k < 4; k++) {
+    PyObject *list = sums_list(sums[k], n);
+    if (list == NULL) {
+      Py_CLEAR(result);
+      goto done;
+    }
+    PyTuple_SET_ITEM(result, k, list);
+  }
+done:
+  PyMem_Free(buf);
+  return result;
+}
