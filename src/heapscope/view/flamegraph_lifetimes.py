@@ -14,10 +14,11 @@ tables adds neither, and the page shows no such view.
 
 from __future__ import annotations
 
+from heapscope.estimate import estimate_int
 from heapscope.store.lifetimes import LifeSums, has_lifetimes, life_sums_by_process
 from heapscope.store.reader import Process, Profile
 from heapscope.store.select import process_interval
-from heapscope.view.lifetimes import DEFAULT_TEMPORARY_NS, cell_estimate
+from heapscope.view.lifetimes import DEFAULT_TEMPORARY_NS
 from heapscope.view.tree import MergedTree
 
 TEMPORARY = "temporary"
@@ -45,6 +46,7 @@ def lifetime_values(profile: Profile, process: Process, tree: MergedTree,
         node = node_of.get(cs)
         if node is None:
             continue
-        for (lo, _hi), c in sorted(cells.items()):
-            sizes += (node + 1, max(lo, 1).bit_length() - 1, round(cell_estimate(c, interval).value), c.size)
+        for (lo, _hi), (count, size, real) in sorted(cells.items()):
+            # The value of view/lifetimes.py cell_estimate, without its standard error.
+            sizes += (node + 1, max(lo, 1).bit_length() - 1, estimate_int(count, size, interval, real), size)
     return temporary, sizes
