@@ -16,15 +16,19 @@ import pytest
 from hs_integration import HEAPSCOPE, PROGRAMS_DIR, Profile, Recorder, run_process
 
 
-@pytest.fixture(scope="module")
-def labelled(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """labelled.c built against the installed header, as a user would."""
+def built(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """A program of tests/programs built against the installed header, as a user would."""
     include = subprocess.run([*HEAPSCOPE, "--include"], capture_output=True, text=True, timeout=60, check=True)
-    out = tmp_path_factory.mktemp("labelled") / "labelled"
+    out = tmp_path_factory.mktemp(name) / name
     subprocess.run(["cc", "-O0", "-g", "-fno-omit-frame-pointer", "-fno-inline", "-pthread", "-Wall", "-Wextra",
-                    "-Werror", "-I", include.stdout.strip(), "-o", str(out), str(PROGRAMS_DIR / "labelled.c")],
+                    "-Werror", "-I", include.stdout.strip(), "-o", str(out), str(PROGRAMS_DIR / f"{name}.c")],
                    check=True, timeout=120)
     return out
+
+
+@pytest.fixture(scope="module")
+def labelled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return built(tmp_path_factory, "labelled")
 
 
 def truth_of(argv: list[str], key: str = "tenant") -> dict[str, list[int]]:
@@ -69,6 +73,20 @@ def test_c_labels_per_tenant_are_exact(labelled: Path, tmp_path: Path) -> None:
                         str(tmp_path / "f.html")], timeout=60)
     assert none.returncode == 2 and b"values of tenant: acme, globex, initech" in none.stderr, none.describe()
     assert not (tmp_path / "f.html").exists()
+
+
+def test_c_first_pushes_during_the_headers_first_lookup_are_applied(tmp_path_factory: pytest.TempPathFactory,
+                                                                    tmp_path: Path) -> None:
+    """Workers that start together push their first label while another one's push is still
+    in the header's first lookup of the client (labelfirst.c holds that lookup until they all
+    pushed): each finds the client itself, so no push is refused and every thread's block is
+    booked under its own tenant (they were unlabelled, one run in thirty, in labelled.c)."""
+    program = built(tmp_path_factory, "labelfirst")
+    rec = Recorder(tmp_path)([program])
+    assert rec.returncode == 0, rec.describe()
+    assert rec.stdout == b"pushes 0 0 0 0 0 0 0 0\n", rec.describe()
+    truth = truth_of([str(program)])
+    assert per_tenant(rec.profile(), "libc.malloc") == {t: (v[0], v[1]) for t, v in truth.items()}, truth
 
 
 def test_python_labels_follow_threads_and_tasks(tmp_path: Path) -> None:

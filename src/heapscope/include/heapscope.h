@@ -148,7 +148,9 @@ HEAPSCOPE__INLINE void heapscope_heap_free(uint32_t heap, const void *addr) {
  * not profiled, returns -1 and still counts as a level (pop it as usual).
  * Not profiled: the functions are looked up once per translation unit and
  * then again every 4096 calls (to find a client an attach loaded since);
- * the calls between are one predictable branch. */
+ * the calls between are one predictable branch. Until a first lookup has
+ * ended every push looks for itself: threads that start together would
+ * otherwise take another thread's lookup under way for "not profiled". */
 typedef int (*heapscope_label_push_fn)(const char *key, const char *value);
 typedef void (*heapscope_label_pop_fn)(void);
 
@@ -156,6 +158,7 @@ static struct {
   heapscope_label_push_fn push;
   heapscope_label_pop_fn pop;
   uint32_t misses; /* calls made while not found */
+  int looked_up;   /* a lookup has ended */
 } heapscope__labels __attribute__((unused));
 
 static inline void heapscope__label_lookup(void) {
@@ -165,16 +168,20 @@ static inline void heapscope__label_lookup(void) {
   memcpy(&push, &p, sizeof push);
   p = heapscope__find("heapscope_label_pop_v1");
   memcpy(&pop, &p, sizeof pop);
-  if (!push || !pop)
-    push = 0, pop = 0;
-  __atomic_store_n(&heapscope__labels.pop, pop, __ATOMIC_RELAXED);
-  __atomic_store_n(&heapscope__labels.push, push, __ATOMIC_RELEASE);
+  /* Stored only when found: a lookup that found nothing and ends after another found
+   * the client must not undo it (a level pushed would then never be popped). */
+  if (push && pop) {
+    __atomic_store_n(&heapscope__labels.pop, pop, __ATOMIC_RELAXED);
+    __atomic_store_n(&heapscope__labels.push, push, __ATOMIC_RELEASE);
+  }
+  __atomic_store_n(&heapscope__labels.looked_up, 1, __ATOMIC_RELEASE);
 }
 
 static inline int heapscope_label_push(const char *key, const char *value) {
   heapscope_label_push_fn fn = __atomic_load_n(&heapscope__labels.push, __ATOMIC_ACQUIRE);
   if (__builtin_expect(!fn, 0)) {
-    if ((__atomic_fetch_add(&heapscope__labels.misses, 1, __ATOMIC_RELAXED) & 4095u) != 0)
+    if ((__atomic_fetch_add(&heapscope__labels.misses, 1, __ATOMIC_RELAXED) & 4095u) != 0 &&
+        __atomic_load_n(&heapscope__labels.looked_up, __ATOMIC_ACQUIRE))
       return -1;
     heapscope__label_lookup();
     fn = __atomic_load_n(&heapscope__labels.push, __ATOMIC_ACQUIRE);
