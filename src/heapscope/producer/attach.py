@@ -54,13 +54,37 @@ _LIBC = re.compile(r"^libc\.so\.6$|^libc-2\.\d+\.so$")
 # Run inside gdb's Python: pick a thread outside the allocator and the loader,
 # call dlopen and heapscope_attach there. Prints heapscope-unsafe when there
 # is none, else heapscope-handle N and heapscope-result N.
+#
+# gdb's own calls save and restore every register, the vector ones too. gdb 13
+# cannot write those on CPUs with AMX (the kernel refuses the size of its XSAVE
+# buffer: "Couldn't write extended state status"), so the script first tries a
+# write it undoes at once; when that fails it makes each call itself, writing only
+# the general registers, on a thread stopped in a system call: there the vector
+# registers are the caller's to lose (the System V ABI), so the call may change
+# them. Its string arguments go on the thread's stack, not through malloc.
 _GDB_SCRIPT = r"""
 import gdb, re
 unsafe = re.compile(r"malloc|calloc|realloc|free|memalign|valloc|arena|tcache|_int_|_dl_|dl_open|dlopen|"
                     r"dlclose|dlsym|dlerror|dl_iterate|fork|heapscope|hs_|lll_lock|exit|_IO_cleanup|_IO_flush_all")
+inferior = gdb.selected_inferior()
+def vectors_writable():
+    try:
+        gdb.execute("set $xmm15.v2_int64[0] = $xmm15.v2_int64[0] ^ 1")
+    except gdb.error as e:
+        return "extended state" not in str(e)
+    gdb.execute("set $xmm15.v2_int64[0] = $xmm15.v2_int64[0] ^ 1")
+    return True
+by_gdb = not GENERAL_CALLS and vectors_writable()
+def in_syscall(frame):
+    try:
+        return bytes(inferior.read_memory(frame.pc() - 2, 2)) == b"\x0f\x05"
+    except gdb.error:
+        return False
 def is_safe(thread):
     thread.switch()
     frame = gdb.newest_frame()
+    if not by_gdb and not in_syscall(frame):
+        return False
     depth = 0
     while frame is not None and depth < 256:
         if unsafe.search(frame.name() or ""):
@@ -71,8 +95,56 @@ def is_safe(thread):
             return False
         depth += 1
     return frame is None
+GENERAL = ("rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11", "r12", "r13",
+           "r14", "r15", "eflags")
+def entry_point():
+    got = re.search(r"AT_ENTRY\b.*?(0x[0-9a-fA-F]+)", gdb.execute("info auxv", to_string=True))
+    return int(got.group(1), 16)
+def call_general(thread, fn, args):
+    frame = gdb.newest_frame()
+    frame.select()  # registers are written in the innermost frame only
+    saved = [(r, int(frame.read_register(r))) for r in GENERAL]
+    pc, orig_rax = int(frame.pc()), int(frame.read_register("orig_rax"))
+    ret = entry_point()  # never run again, as gdb's own calls return there too
+    sp = dict(saved)["rsp"] - 4096  # past the red zone and whatever the thread left below it
+    values = []
+    for a in args:
+        if isinstance(a, str):
+            sp -= len(a) + 1
+            inferior.write_memory(sp, a.encode() + b"\0")
+            a = sp
+        values.append(a)
+    sp = (sp & ~15) - 8  # as after a call instruction: the return address pushed
+    inferior.write_memory(sp, ret.to_bytes(8, "little"))
+    stop = gdb.Breakpoint("*%d" % ret, internal=True)
+    try:
+        for reg, v in zip(("rdi", "rsi", "rdx"), values):
+            gdb.execute("set $%s = %d" % (reg, v))
+        gdb.execute("set $rsp = %d" % sp)
+        gdb.execute("set $rip = %d" % fn)
+        gdb.execute("set $orig_rax = -1")  # no restart of the interrupted system call into fn
+        for _ in range(1000):  # a signal stopping another thread: go on
+            gdb.execute("continue", to_string=True)
+            if gdb.selected_thread() == thread and int(gdb.newest_frame().pc()) == ret:
+                return int(gdb.newest_frame().read_register("rax"))
+        raise gdb.error("the call did not return")
+    finally:
+        thread.switch()
+        gdb.newest_frame().select()
+        stop.delete()
+        for reg, v in saved:
+            gdb.execute("set $%s = %d" % (reg, v))
+        gdb.execute("set $rip = %d" % pc)
+        gdb.execute("set $orig_rax = %d" % orig_rax)
+def call(thread, fn, signature, args):
+    if not by_gdb:
+        address = fn if isinstance(fn, int) else int(gdb.parse_and_eval("(long) &%s" % fn))
+        return call_general(thread, address, args)
+    quoted = ", ".join('"%s"' % a if isinstance(a, str) else "(%s) %d" % (t, a)
+                       for a, t in zip(args, signature[1]))
+    return int(gdb.parse_and_eval("((%s (*)(%s)) %s)(%s)" % (signature[0], ", ".join(signature[1]), fn, quoted)))
 pick = None
-for t in sorted(gdb.selected_inferior().threads(), key=lambda t: t.num):
+for t in sorted(inferior.threads(), key=lambda t: t.num):
     try:
         if t.is_valid() and is_safe(t):
             pick = t
@@ -80,20 +152,20 @@ for t in sorted(gdb.selected_inferior().threads(), key=lambda t: t.num):
     except gdb.error:
         pass
 if pick is None:
-    print("heapscope-unsafe")
+    print("heapscope-unsafe %d" % (0 if by_gdb else 1))
 else:
     pick.switch()
     # RTLD_NOW | RTLD_GLOBAL (2 | 0x100): global, so that the custom heap functions are found by
     # the program's dlsym(RTLD_DEFAULT) (include/heapscope.h); objects loaded earlier (libc) come
     # first in the global scope, so no malloc resolves to the client's.
-    h = int(gdb.parse_and_eval('((void *(*)(const char *, int)) dlopen)("%s", 258)' % LIB))
+    h = call(pick, "dlopen", ("void *", ("const char *", "int")), (LIB, 258)) & 0xFFFFFFFFFFFFFFFF
     print("heapscope-handle %d" % h)
     if h:
-        f = int(gdb.parse_and_eval('((void *(*)(void *, const char *)) dlsym)((void *) %d, "heapscope_attach")' % h))
+        f = call(pick, "dlsym", ("void *", ("void *", "const char *")), (h, "heapscope_attach")) & 0xFFFFFFFFFFFFFFFF
         print("heapscope-symbol %d" % f)
         if f:
-            r = int(gdb.parse_and_eval('((int (*)(const char *, const char *)) %d)("%s", "%s")' % (f, SOCK, TOKEN)))
-            print("heapscope-result %d" % r)
+            r = call(pick, f, ("int", ("const char *", "const char *")), (SOCK, TOKEN))
+            print("heapscope-result %d" % ((r & 0xFFFFFFFF) - (1 << 32) if r & 0x80000000 else r & 0xFFFFFFFF))
 """
 _MARK = re.compile(r"^heapscope-(unsafe|handle|symbol|result)(?: (-?\d+))?$", re.MULTILINE)
 
@@ -260,6 +332,8 @@ class Injection(Record):
     tries: int = 1
     retry_at: float = 0.0
     output: str = ""
+    # gdb makes the calls itself only on a thread stopped in a system call (the script's comment)
+    waits_for_syscall: bool = False
 
     def done(self) -> bool:
         if self.retry_at:
@@ -274,6 +348,7 @@ class Injection(Record):
         out, err = self.proc.communicate()
         mark = _MARK.search(out)
         if mark is not None and mark.group(1) == "unsafe" and alive(self.pid):
+            self.waits_for_syscall = mark.group(2) == "1"
             self.retry_at = time.monotonic() + RETRY_PAUSE_S
             return False
         self.output = out + err
@@ -310,6 +385,14 @@ class Injection(Record):
         if code != ATTACH_OK:
             raise AttachError(f"heapscope_attach returned {code} in pid {self.pid}")
 
+    def timed_out(self) -> str:
+        """Why the attach went on until GDB_TIMEOUT_S, for its error line."""
+        if self.waits_for_syscall:
+            return (f"no thread of pid {self.pid} waited in a system call (I/O, a sleep, a lock) outside the "
+                    "allocator: this gdb cannot restore the vector registers on this CPU, so it calls only there "
+                    "(gdb 14 or later attaches at any point)")
+        return "is it stopped?"
+
     def kill(self) -> None:
         """Give up: interrupt gdb first, so that it unwinds a call still running in
         the target (unwindonsignal) and detaches cleanly; kill it only if it hangs."""
@@ -330,7 +413,9 @@ def start_injection(pid: int, library: str | os.PathLike[str], socket_path: str,
     for s in (lib, socket_path, token_hex):
         if '"' in s or "\\" in s or "%" in s or "\n" in s:
             raise AttachError(f"cannot pass {s!r} to gdb (quote, backslash or newline in a path)")
-    script = f"LIB = {lib!r}\nSOCK = {socket_path!r}\nTOKEN = {token_hex!r}\n" + _GDB_SCRIPT
+    general = os.environ.get("HEAPSCOPE_ATTACH_CALLS") == "registers"
+    script = (f"LIB = {lib!r}\nSOCK = {socket_path!r}\nTOKEN = {token_hex!r}\nGENERAL_CALLS = {general!r}\n"
+              + _GDB_SCRIPT)
     code = binascii.hexlify(script.encode()).decode()
     argv = [
         gdb, "-nx", "-batch", "-p", str(pid),

@@ -166,7 +166,7 @@ class Recording(Teardown):
                 if time.monotonic() - t0 > attach.GDB_TIMEOUT_S:
                     injection.kill()
                     raise AttachError(f"attaching to pid {pid} timed out after {attach.GDB_TIMEOUT_S:.0f} s "
-                                      "(is it stopped?)")
+                                      f"({injection.timed_out()})")
                 self._poll(IDLE_POLL_S)
             injection.result()
         except attach.AlreadyProfiled as e:
