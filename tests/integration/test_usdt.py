@@ -46,15 +46,17 @@ set confirm off
 # Breakpoints stay in while the target is stopped, and with them the semaphores gdb raises
 # when it puts a probe's breakpoint in (by default it takes both out at every stop).
 set breakpoint always-inserted on
+# The label is echoed, not a printf string argument: gdb would copy a string into the target
+# by calling its malloc, an inferior call (and gdb 13 cannot make one on a CPU with AMX).
 define semaphores
-  printf "semaphore %s %d ", $arg0, (unsigned short)otel_memory_alloc_semaphore
-  printf "%d\\n", (unsigned short)otel_memory_free_semaphore
+  echo semaphore $arg0\\040
+  printf "%d %d\\n", (unsigned short)otel_memory_alloc_semaphore, (unsigned short)otel_memory_free_semaphore
 end
 info probes stap otel_memory
-semaphores "before"
+semaphores before
 break -probe-stap otel_memory:alloc
 break -probe-stap otel_memory:free
-semaphores "armed"
+semaphores armed
 set $n = 0
 while $n < {STOPS}
   continue
@@ -66,7 +68,7 @@ while $n < {STOPS}
   set $n = $n + 1
 end
 delete
-semaphores "after"
+semaphores after
 detach
 """
 
