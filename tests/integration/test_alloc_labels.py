@@ -89,6 +89,21 @@ def test_c_first_pushes_during_the_headers_first_lookup_are_applied(tmp_path_fac
     assert per_tenant(rec.profile(), "libc.malloc") == {t: (v[0], v[1]) for t, v in truth.items()}, truth
 
 
+def test_c_push_and_pop_in_two_source_files_pair_up(tmp_path: Path) -> None:
+    """A push in one translation unit and its pop in another (labelsplit/): the pop reaches the
+    client the push found (the header's state is one per executable), so what is allocated after
+    it is unlabelled; it had stayed under the tenant, the pop a no-op in its file."""
+    include = subprocess.run([*HEAPSCOPE, "--include"], capture_output=True, text=True, timeout=60, check=True)
+    program = tmp_path / "labelsplit"
+    sources = [str(PROGRAMS_DIR / "labelsplit" / f) for f in ("main.c", "pop.c")]
+    subprocess.run(["cc", "-O0", "-g", "-fno-omit-frame-pointer", "-fno-inline", "-Wall", "-Wextra", "-Werror",
+                    "-I", include.stdout.strip(), "-o", str(program), *sources], check=True, timeout=120)
+    rec = Recorder(tmp_path)([program])
+    assert rec.returncode == 0, rec.describe()
+    truth = truth_of([str(program)])
+    assert per_tenant(rec.profile(), "libc.malloc") == {t: (v[0], v[1]) for t, v in truth.items()}, truth
+
+
 def test_python_labels_follow_threads_and_tasks(tmp_path: Path) -> None:
     script = PROGRAMS_DIR / "python" / "labelled.py"
     rec = Recorder(tmp_path)([sys.executable, script])

@@ -146,20 +146,24 @@ HEAPSCOPE__INLINE void heapscope_heap_free(uint32_t heap, const void *addr) {
  * 1 to 63 characters of [A-Za-z0-9_.-]; values: up to 127 bytes, no NUL.
  * Up to 16 levels; a push past that, or with a bad key or value, or while
  * not profiled, returns -1 and still counts as a level (pop it as usual).
- * Not profiled: the functions are looked up once per translation unit and
- * then again every 4096 calls (to find a client an attach loaded since);
+ * Not profiled: the functions are looked up once per executable or library
+ * and then again every 4096 calls (to find a client an attach loaded since);
  * the calls between are one predictable branch. Until a first lookup has
  * ended every push looks for itself: threads that start together would
  * otherwise take another thread's lookup under way for "not profiled". */
 typedef int (*heapscope_label_push_fn)(const char *key, const char *value);
 typedef void (*heapscope_label_pop_fn)(void);
 
-static struct {
+/* One for the whole executable or library, not one per translation unit (weak: each file
+ * that includes this defines it, the linker keeps one): a push in one file and its pop in
+ * another reach the same client. */
+struct heapscope__label_state {
   heapscope_label_push_fn push;
   heapscope_label_pop_fn pop;
   uint32_t misses; /* calls made while not found */
   int looked_up;   /* a lookup has ended */
-} heapscope__labels __attribute__((unused));
+};
+__attribute__((weak, visibility("hidden"))) struct heapscope__label_state heapscope__labels;
 
 static inline void heapscope__label_lookup(void) {
   heapscope_label_push_fn push;
