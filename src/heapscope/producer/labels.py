@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         """store/writer.py's ProfileWriter, or the producer's NoProfile."""
 
         def add_label_sets(self, upid: int, sets: Sequence[tuple[int, tuple[tuple[str, str], ...]]]) -> None: ...
+        def rename_label_set(self, upid: int, label_set: int, pairs: tuple[tuple[str, str], ...]) -> None: ...
         def add_label_dump(self, upid: int, ts: int, heap_name: str, values: Sequence[int]) -> None: ...
         def add_label_peak(self, upid: int, ts: int, heap_name: str, values: Sequence[int]) -> None: ...
 
@@ -33,6 +34,9 @@ class ProcessLabels(Record):
 
     sets: dict[int, tuple[tuple[str, str], ...]] = field(default_factory=dict)
     written: set[int] = field(default_factory=set)
+    # Written named by their id, their record not yet come (a full ring dropped it; the client
+    # sends it again): renamed at the next dump after it comes, counted if it never does.
+    unnamed: set[int] = field(default_factory=set)
     overflow_samples: int = 0  # samples booked to the overflow bucket, over every dump
 
     def add(self, r: LabelSetRecord) -> None:
@@ -46,6 +50,9 @@ class ProcessLabels(Record):
         peak = unpack_rows(LABEL_PEAK_ROW, tracker.label_peak()) if final else ()
         if not flat and not peak:
             return
+        for i in sorted(self.unnamed & self.sets.keys()):
+            w.rename_label_set(upid, i, self.sets[i])
+            self.unnamed.discard(i)
         ids = set(flat[1::5]) | set(peak[1::8])
         new = sorted(ids - self.written)
         if new:
@@ -62,7 +69,11 @@ class ProcessLabels(Record):
         if label_set == LABEL_SET_OVERFLOW:
             return OVERFLOW_PAIRS
         # A set whose record was lost (a full ring): named by its id, never dropped.
-        return self.sets.get(label_set, (("heapscope.label_set", str(label_set)),))
+        pairs = self.sets.get(label_set)
+        if pairs is None:
+            self.unnamed.add(label_set)
+            return (("heapscope.label_set", str(label_set)),)
+        return pairs
 
     def stats_rows(self, upid: int) -> list[tuple[str, int | None, str, str, int, str]]:
         if not self.written:
@@ -72,4 +83,7 @@ class ProcessLabels(Record):
                 ("label_set_overflow", upid, "data_loss" if self.overflow_samples else "info", "producer",
                  self.overflow_samples,
                  "samples whose label set came past the cap of 1024 sets per process: booked under"
-                 " heapscope.overflow=true (use fewer distinct label values)")]
+                 " heapscope.overflow=true (use fewer distinct label values)"),
+                ("label_sets_unnamed", upid, "data_loss" if self.unnamed else "info", "producer", len(self.unnamed),
+                 "label sets whose record never came (a full ring dropped it): their samples are booked under"
+                 " heapscope.label_set=ID (a larger --shmem-size)")]

@@ -240,6 +240,11 @@ class ProfileWriter:
         self.db.executemany("INSERT INTO heapscope_label (upid, label_set_id, key, value) VALUES (?, ?, ?, ?)",
                             [(upid, i, k, v) for i, pairs in sets for k, v in pairs])
 
+    def rename_label_set(self, upid: int, label_set: int, pairs: tuple[tuple[str, str], ...]) -> None:
+        """A label set written before its pairs were known, given them (producer/labels.py)."""
+        self.db.execute("DELETE FROM heapscope_label WHERE upid = ? AND label_set_id = ?", (upid, label_set))
+        self.add_label_sets(upid, [(label_set, pairs)])
+
     def add_label_dump(self, upid: int, ts: int, heap_name: str, values: Sequence[int]) -> None:
         """One dump's rows per (callsite, label set), flat: callsite_id, label_set_id, count, size,
         real_size, ... (bookkeeping/rows.py LABEL_DUMP_ROW)."""
