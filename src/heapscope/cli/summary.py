@@ -104,6 +104,9 @@ def print_summary(s: Summary) -> None:
     if s.label_overflow:
         lines.append(f"labels: {s.label_overflow:,} samples came past the cap of 1024 label sets per process and"
                      " are under heapscope.overflow=true; fix: fewer distinct label values (not one per request)")
+    if s.labels_unnamed:
+        lines.append(f"labels: {s.labels_unnamed:,} label sets lost their names (a full ring dropped their records):"
+                     " their samples are under heapscope.label_set=ID; fix: a larger --shmem-size")
     lines += s.symbol_notes
     if s.unsymbolized:
         lines.append(f"{_frames(s.unsymbolized_frames)} left unsymbolized (shown as module+0x...):")

@@ -135,6 +135,7 @@ class Summary(Record):
     unsymbolized_frames: int = 0  # frames without a function name, all modules
     symbol_notes: list[str] = field(default_factory=list)  # e.g. a debuginfod server that failed
     label_overflow: int = 0  # samples past the cap of allocation label sets (producer/labels.py)
+    labels_unnamed: int = 0  # label sets whose record never came (producer/labels.py)
 
 
 def _quiet(_msg: str) -> None:

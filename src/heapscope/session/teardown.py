@@ -45,6 +45,7 @@ class Figures(Loop):
                                       for p in procs if p.flags.client_error})
             s.python = sorted({p.python_status for p in procs if p.python_status})
             s.label_overflow = sum(p.labels.overflow_samples for p in procs)
+            s.labels_unnamed = sum(len(p.labels.unnamed) for p in procs)
             from heapscope.view.summary import busiest_moment  # what ran together, not a sum over all
             busiest = busiest_moment((p.info.start_ts, p.info.end_ts, p.final_stats.get("peak_unfreed", 0),
                                       p.peak_rss, p.own_rss) for p in procs)
