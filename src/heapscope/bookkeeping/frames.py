@@ -170,6 +170,11 @@ class FrameTable:
         # a build meets its compiler's frames at addresses of its own (its cache is per process),
         # and a Frame record made and hashed per pc was most of the resolver's Python time.
         self._code_frames: dict[tuple[int, int], int] = {}
+        # The same for Python frames: a source file's mapping id, and (mapping id, line, function)
+        # -> frame id (the instructions of one line are one frame; every process of a Python test
+        # run or build meets the same library frames at its own code keys).
+        self._python_mids: dict[str, MappingId] = {}
+        self._python_frames: dict[tuple[int, int, str], int] = {}
 
     def add_module(self, mods: ProcessModules, m: ModuleRecord) -> None:
         mods.add(m, self.mappings.intern(mapping_of(m)))
@@ -217,12 +222,17 @@ class FrameTable:
 
     def _python_frame_of(self, code: PyCode, lasti: int) -> FrameId:
         line = code.line(lasti)
-        mid = MappingId(self.mappings.intern(python_mapping(code.file)))
+        mid = self._python_mids.get(code.file)
+        if mid is None:
+            mid = self._python_mids[code.file] = MappingId(self.mappings.intern(python_mapping(code.file)))
         if self.skip_prefixes and code.file.startswith(self.skip_prefixes):
-            fid = self.frames.intern(Frame(mid, 0, FILTERED))
-            self.filtered.add(fid)
-            return FrameId(fid)
-        fid = self.frames.intern(Frame(mid, line or 0, code.name))
+            skipped = self.frames.intern(Frame(mid, 0, FILTERED))
+            self.filtered.add(skipped)
+            return FrameId(skipped)
+        key = (mid, line or 0, code.name)
+        fid = self._python_frames.get(key)
+        if fid is None:
+            fid = self._python_frames[key] = self.frames.intern(Frame(mid, line or 0, code.name))
         if fid not in self.python:
             self.python[fid] = (code.name, code.file, line)
             self._python_new.append((fid, code.name, code.file, line))

@@ -99,3 +99,21 @@ def test_unknown_code_and_skipped_files(native_mod: ModuleType) -> None:
     py = ((99, 0, PY_FRAME_ENTRY), (4, 0, PY_FRAME_ENTRY), (1, 0, PY_FRAME_ENTRY))
     path = _spliced(native_mod, table, mods, splice, pcs, py)
     assert _names(table, path) == ["main", "FILTERED", UNKNOWN_CODE]
+
+
+def test_a_python_line_met_in_two_processes_is_one_frame() -> None:
+    # GIVEN two processes whose code objects (keys of their own) are the same function, and a
+    # third line of another function of the file
+    table = FrameTable()
+    first, second = PySplice(), PySplice()
+    first.codes[11] = PyCode("load", "lib.py", LineTable.decode(LNOTAB, b"", 7))
+    second.codes[52] = PyCode("load", "lib.py", LineTable.decode(LNOTAB, b"", 7))
+    second.codes[53] = PyCode("save", "lib.py", LineTable.decode(LNOTAB, b"", 9))
+    name_first = table.namer(ProcessModules(), {}, first, "")
+    name_second = table.namer(ProcessModules(), {}, second, "")
+    # WHEN each names its frames, at two instructions of the one line
+    got = [name_first(1, 11, 0), name_first(1, 11, 4), name_second(1, 52, 2), name_second(1, 53, 0)]
+    # THEN the line is one frame wherever it is met, the other function's its own, one file mapping
+    assert got[0] == got[1] == got[2] != got[3]
+    assert [(n, f, ln) for _, n, f, ln in table.take_new_python()] == [("load", "lib.py", 7), ("save", "lib.py", 9)]
+    assert [m.name for m in table.mappings.ids] == ["lib.py"]
