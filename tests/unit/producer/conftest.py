@@ -11,6 +11,7 @@ import os
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -19,6 +20,9 @@ import wire_support as ws
 from native_ext import load_ingest
 
 from heapscope.bookkeeping.rows import LIVE_ROW, STREAM_ROW, TOTALS_ROW
+from heapscope.producer.config import RecordConfig
+from heapscope.producer.producer import Producer
+from heapscope.store.writer import ProfileWriter
 from heapscope.wire import codec
 
 
@@ -31,6 +35,17 @@ def monotonic_records(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setenv("HEAPSCOPE_CLOCK", "monotonic")
     monkeypatch.setattr(tsc, "_chosen", None)
+
+
+@pytest.fixture
+def producer(tmp_path: Path) -> Iterator[Producer]:
+    """A producer writing a profile (interval 1: every record a sample; a 64 KiB ring), which the
+    fake clients of test_producer.py connect to; a module may define its own."""
+    writer = ProfileWriter(tmp_path / "p.db")
+    p = Producer(writer, RecordConfig(interval=1, shmem_size=1 << 16))
+    yield p
+    p.finish()
+    writer.close()
 
 
 @pytest.fixture(scope="session")

@@ -3,28 +3,14 @@ real shared ring (FakeClient of test_producer.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 import wire_support as ws
 from test_producer import MODULE, FakeClient, _end, _rows
 
 from heapscope.model import HEAP_NAME
-from heapscope.producer.config import RecordConfig
 from heapscope.producer.producer import Producer
-from heapscope.store.writer import ProfileWriter
 
 pytestmark = pytest.mark.timeout(30)
-
-
-@pytest.fixture
-def producer(tmp_path: Path) -> Iterator[Producer]:
-    writer = ProfileWriter(tmp_path / "p.db")
-    p = Producer(writer, RecordConfig(interval=1, shmem_size=1 << 16))
-    yield p
-    p.finish()
-    writer.close()
 
 
 def _sets(producer: Producer) -> dict[int, list[tuple[str, str]]]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import mmap
 import socket
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,15 +55,6 @@ class FakeClient:
 
     def close(self) -> None:
         self.sock.close()
-
-
-@pytest.fixture
-def producer(tmp_path: Path) -> Iterator[Producer]:
-    writer = ProfileWriter(tmp_path / "p.db")
-    p = Producer(writer, RecordConfig(interval=1, shmem_size=1 << 16))
-    yield p
-    p.finish()
-    writer.close()
 
 
 def _rows(producer: Producer, sql: str) -> list[tuple[Any, ...]]:
