@@ -125,8 +125,11 @@ def call_general(thread, fn, args):
         gdb.execute("set $orig_rax = -1")  # no restart of the interrupted system call into fn
         for _ in range(1000):  # a signal stopping another thread: go on
             gdb.execute("continue", to_string=True)
-            if gdb.selected_thread() == thread and int(gdb.newest_frame().pc()) == ret:
-                return int(gdb.newest_frame().read_register("rax"))
+            if gdb.selected_thread() == thread:
+                if int(gdb.newest_frame().pc()) == ret:
+                    return int(gdb.newest_frame().read_register("rax"))
+                # stopped inside the call (a signal): undone, as gdb's unwindonsignal would
+                raise gdb.error("the call stopped in the target before it returned")
         raise gdb.error("the call did not return")
     finally:
         thread.switch()
