@@ -16,13 +16,14 @@ import pytest
 from hs_integration import HEAPSCOPE, PROGRAMS_DIR, Profile, Recorder, run_process
 
 
-def built(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
-    """A program of tests/programs built against the installed header, as a user would."""
+def built(tmp_path_factory: pytest.TempPathFactory, name: str, sources: tuple[str, ...] = ()) -> Path:
+    """A program of tests/programs built against the installed header, as a user would: `name`.c,
+    or its `sources` (paths in tests/programs)."""
     include = subprocess.run([*HEAPSCOPE, "--include"], capture_output=True, text=True, timeout=60, check=True)
     out = tmp_path_factory.mktemp(name) / name
+    files = [str(PROGRAMS_DIR / f) for f in sources or (f"{name}.c",)]
     subprocess.run(["cc", "-O0", "-g", "-fno-omit-frame-pointer", "-fno-inline", "-pthread", "-Wall", "-Wextra",
-                    "-Werror", "-I", include.stdout.strip(), "-o", str(out), str(PROGRAMS_DIR / f"{name}.c")],
-                   check=True, timeout=120)
+                    "-Werror", "-I", include.stdout.strip(), "-o", str(out), *files], check=True, timeout=120)
     return out
 
 
@@ -89,15 +90,12 @@ def test_c_first_pushes_during_the_headers_first_lookup_are_applied(tmp_path_fac
     assert per_tenant(rec.profile(), "libc.malloc") == {t: (v[0], v[1]) for t, v in truth.items()}, truth
 
 
-def test_c_push_and_pop_in_two_source_files_pair_up(tmp_path: Path) -> None:
+def test_c_push_and_pop_in_two_source_files_pair_up(tmp_path_factory: pytest.TempPathFactory,
+                                                     tmp_path: Path) -> None:
     """A push in one translation unit and its pop in another (labelsplit/): the pop reaches the
     client the push found (the header's state is one per executable), so what is allocated after
     it is unlabelled; it had stayed under the tenant, the pop a no-op in its file."""
-    include = subprocess.run([*HEAPSCOPE, "--include"], capture_output=True, text=True, timeout=60, check=True)
-    program = tmp_path / "labelsplit"
-    sources = [str(PROGRAMS_DIR / "labelsplit" / f) for f in ("main.c", "pop.c")]
-    subprocess.run(["cc", "-O0", "-g", "-fno-omit-frame-pointer", "-fno-inline", "-Wall", "-Wextra", "-Werror",
-                    "-I", include.stdout.strip(), "-o", str(program), *sources], check=True, timeout=120)
+    program = built(tmp_path_factory, "labelsplit", ("labelsplit/main.c", "labelsplit/pop.c"))
     rec = Recorder(tmp_path)([program])
     assert rec.returncode == 0, rec.describe()
     truth = truth_of([str(program)])

@@ -48,11 +48,11 @@ class ProcessLabels(Record):
         the final dump its rows at the peak; the sets they name first."""
         flat = unpack_rows(LABEL_DUMP_ROW, tracker.label_dump())
         peak = unpack_rows(LABEL_PEAK_ROW, tracker.label_peak()) if final else ()
-        if not flat and not peak:
-            return
-        for i in sorted(self.unnamed & self.sets.keys()):
+        for i in sorted(self.unnamed & self.sets.keys()):  # renamed at the first dump after: rows or not
             w.rename_label_set(upid, i, self.sets[i])
             self.unnamed.discard(i)
+        if not flat and not peak:
+            return
         ids = set(flat[1::5]) | set(peak[1::8])
         new = sorted(ids - self.written)
         if new:

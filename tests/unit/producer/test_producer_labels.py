@@ -29,8 +29,11 @@ def test_a_set_whose_record_comes_after_a_dump_is_renamed(producer: Producer) ->
            ws.encode_malloc(2, 0x2000, 50, 50, 7, 11, label_set=4))
     producer.dump_all("signal")
     assert _sets(producer) == {3: [("heapscope.label_set", "3")], 4: [("heapscope.label_set", "4")]}
-    c.send(ws.encode_labelset(3, (("tenant", "acme"), ("route", "/r0"))),
-           ws.encode_malloc(3, 0x3000, 20, 20, 7, 12, label_set=3))
+    c.send(ws.encode_labelset(3, (("tenant", "acme"), ("route", "/r0"))))
+    # a dump with no label rows of its own names it already
+    producer.dump_all("signal")
+    assert _sets(producer) == {3: [("route", "/r0"), ("tenant", "acme")], 4: [("heapscope.label_set", "4")]}
+    c.send(ws.encode_malloc(3, 0x3000, 20, 20, 7, 12, label_set=3))
     # WHEN the process ends
     _end(producer, c)
     # THEN set 3 has its pairs, set 4 keeps its id's name and is counted as a loss
