@@ -400,7 +400,7 @@ class Launch:
     def restore_signals(self) -> None:
         """The handlers before ours (nothing took them over)."""
         for sig, handler in self.restore.items():
-            signal.signal(sig, handler)  # type: ignore[arg-type]  # what signal() returned
+            sigmask.swap(sig, handler)
         self.restore.clear()
 
     def _on_usr1(self, _sig: int, _frame: object) -> None:

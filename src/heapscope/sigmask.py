@@ -68,6 +68,21 @@ def release() -> None:
         _signal.pthread_sigmask(_signal.SIG_SETMASK, before)
 
 
+def swap(sig: int, handler: object) -> object:
+    """signal.signal(sig, handler) with `sig` blocked in this thread meanwhile. Python runs a
+    handler after the C one noted the signal; one noted between signal()'s check and the swap to
+    SIG_IGN or SIG_DFL finds no Python handler and is printed as an "ignored due to race
+    condition" traceback (a flood of SIGUSR1 at record's end did it). Blocked, it stays pending:
+    dropped by SIG_IGN, or delivered to the new handler when unblocked."""
+    before = _signal.pthread_sigmask(_signal.SIG_BLOCK, {sig})
+    try:
+        # signal.SIG_IGN is an enum there; _signal takes only the plain int (typing: an int or a callable)
+        return _signal.signal(sig, int(handler) if isinstance(handler, int) else handler)  # type: ignore[arg-type]
+    finally:
+        if sig not in before:
+            _signal.pthread_sigmask(_signal.SIG_UNBLOCK, {sig})
+
+
 def spawn_mask() -> set[int] | None:
     """The mask a child must start with while HELD are held (None: this process's own)."""
     return None if _before is None else set(_before)

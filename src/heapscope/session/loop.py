@@ -6,6 +6,7 @@ import contextlib
 import signal
 import time
 
+from heapscope import sigmask
 from heapscope.errors import UsageError
 from heapscope.producer.producer import Producer
 from heapscope.session.core import (
@@ -212,7 +213,7 @@ class Loop(Windows):
         # between two bytecodes) no longer slows the final dump, symbolization and summary.
         if self.exits_after_close and signal.SIGUSR1 in self._restore:
             with contextlib.suppress(ValueError, OSError):
-                signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+                sigmask.swap(signal.SIGUSR1, signal.SIG_IGN)
         # The target is gone; its socket (and those of children that exited with
         # it) has reached EOF: end them as exited before ending the rest.
         if not self._failed:

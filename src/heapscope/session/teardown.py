@@ -8,6 +8,7 @@ import resource
 import signal
 import time
 
+from heapscope import sigmask
 from heapscope.closing import close_profile
 from heapscope.model import CallsiteId, FrameId
 from heapscope.producer.producer import Producer
@@ -320,7 +321,7 @@ class Teardown(Figures):
         for sig, handler in self._restore.items():
             with contextlib.suppress(ValueError, TypeError, OSError):
                 ignore = ending and handler in defaults and sig not in harmless
-                signal.signal(sig, signal.SIG_IGN if ignore else handler)
+                sigmask.swap(sig, signal.SIG_IGN if ignore else handler)
         self._restore.clear()
         if self._old_wakeup is not None:
             with contextlib.suppress(ValueError):
