@@ -179,12 +179,20 @@ def spawn(argv: list[str], executable: str | None, env: dict[str, str], stdin: i
             sources.add(spec)
         else:
             raise ValueError(f"spawn: unsupported descriptor {spec}")
-    actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in _inherited_fds() if fd > 2]
+    # glibc refuses a close action for a descriptor at or above the soft limit (EBADF), which a
+    # parent that lowered the limit may have given us: those are closed at the exec instead, and
+    # made inheritable again after it (the API host's are its program's own).
+    inherited = [fd for fd in _inherited_fds() if fd > 2]
+    soft = os.sysconf("SC_OPEN_MAX") if inherited else 0  # glibc's check: the soft RLIMIT_NOFILE
+    high = [fd for fd in inherited if 0 < soft <= fd]
+    actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in inherited if fd not in high]
     reset = tuple(dict.fromkeys(PYTHON_IGNORED + sigdef))
     mask = sigmask.spawn_mask()
     extra: dict[str, object] = {} if mask is None else {"setsigmask": mask}
     if own_group:
         extra["setpgroup"] = 0
+    for fd in high:
+        os.set_inheritable(fd, False)
     try:
         if executable is None:
             pid = os.posix_spawnp(argv[0], argv, env, file_actions=actions, setsigdef=reset,
@@ -194,6 +202,9 @@ def spawn(argv: list[str], executable: str | None, env: dict[str, str], stdin: i
                                  **extra)  # type: ignore[arg-type]
     except OSError as e:
         raise TargetError(f"cannot run {argv[0]}: {e.strerror}") from e
+    finally:
+        for fd in high:
+            os.set_inheritable(fd, True)
     return Child(pid, status_field("self", "VmHWM") or None)
 
 

@@ -6,6 +6,7 @@ records their rings hold meanwhile are all read."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import resource
 import shutil
@@ -39,12 +40,15 @@ def _query(db: Path, sql: str) -> list[tuple[Any, ...]]:
 
 
 def test_the_target_gets_the_signals_descriptors_and_limit_it_would_get_alone(tmp_path: Path) -> None:
-    # GIVEN heapscope started with a descriptor it may inherit (fd 3 in the shell's listing below)
-    # and a soft descriptor limit below the one heapscope raises its own to
+    # GIVEN heapscope started with a soft descriptor limit below the one heapscope raises its own
+    # to, and two descriptors it may inherit: one below that limit and one above it (a parent
+    # that lowered the limit after opening it; glibc refuses to close that one in a spawn)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = min(256, soft)
     r_fd, w_fd = os.pipe()
+    high_fd = fcntl.fcntl(w_fd, fcntl.F_DUPFD, want + 8)
     os.set_inheritable(w_fd, True)
+    os.set_inheritable(high_fd, True)
 
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
@@ -53,11 +57,13 @@ def test_the_target_gets_the_signals_descriptors_and_limit_it_would_get_alone(tm
         # WHEN it records a shell that shows what it got
         done = subprocess.run(
             [*HEAPSCOPE, "record", "-q", "-o", str(tmp_path / "a.db"), "--", "/bin/sh", "-c",
-             f"cat /proc/self/status; if test -e /proc/self/fd/{w_fd}; then echo LEAKED; fi; ulimit -n"],
-            capture_output=True, text=True, timeout=60, pass_fds=(w_fd,), preexec_fn=limit)
+             f"cat /proc/self/status; for fd in {w_fd} {high_fd}; do "
+             "if test -e /proc/self/fd/$fd; then echo LEAKED; fi; done; ulimit -n"],
+            capture_output=True, text=True, timeout=60, pass_fds=(w_fd, high_fd), preexec_fn=limit)
     finally:
         os.close(r_fd)
         os.close(w_fd)
+        os.close(high_fd)
     assert done.returncode == 0, done.stderr
     # THEN Python's ignored signals are back at their default, as subprocess's restore_signals gives
     ignored = _status_field(done.stdout, "SigIgn")
