@@ -275,8 +275,15 @@ def test_settings_are_read_with_secure_getenv(client_lib: Path) -> None:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("cmd", [["ls", "-la", "/"], ["sh", "-c", "echo hi; exit 3"]])
-def test_dormant_without_socket_is_invisible(client_lib: Path, cmd: list[str]) -> None:
+@pytest.mark.parametrize("cmd", [["ls", "-lA"], ["sh", "-c", "echo hi; exit 3"]])
+def test_dormant_without_socket_is_invisible(client_lib: Path, cmd: list[str], tmp_path: Path) -> None:
+    # ls lists a folder of its own: `/` changed between the two runs while other tests wrote /tmp
+    listed = tmp_path / "listed"
+    listed.mkdir()
+    for name in ("a", ".b", "c.txt"):
+        (listed / name).write_text(name)
+    if cmd[0] == "ls":
+        cmd = [*cmd, str(listed)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("HEAPSCOPE_")}
     plain = subprocess.run(cmd, env=env, capture_output=True, timeout=30)
     env["LD_PRELOAD"] = str(client_lib)
@@ -456,8 +463,10 @@ def test_producer_gone_while_ring_full(client_lib: Path, build_program: Callable
     env = {k: v for k, v in os.environ.items() if not k.startswith("HEAPSCOPE_")}
     plain = subprocess.run([str(exe)], env=env, capture_output=True, timeout=30)
     prod = producer_factory(interval=1, ring_size=1 << 13)
-    proc = subprocess.Popen([str(exe)], env=prod.env(client_lib), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    # The wait's own bound (10 s) far away: under load it ran out before the test closed the
+    # socket (WAIT_TIMEOUT, not the PRODUCER_GONE this test is about)
+    proc = subprocess.Popen([str(exe)], env=dict(prod.env(client_lib), HEAPSCOPE_MAX_WAIT_MS="600000"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     # Never read: wait until the client blocks on a full ring, then go away.
     deadline = time.monotonic() + 30
     while prod.ring.meta("blocked_ns") == 0:
