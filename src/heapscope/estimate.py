@@ -112,7 +112,9 @@ def estimate_count(samples: int, sampled_bytes: int, interval: int, real_bytes: 
     n_hat = samples / p
     mu = x / p
     var_k = max(mu * (1.0 + x - mu), 1e-12)
-    df = (p - x * math.exp(-x)) / (p * p)  # d/dx of x / (1 - e^-x)
+    # d/dx of x / (1 - e^-x); near 0 its series, where the difference cancels to 0 (a crafted
+    # profile's 2^52 samples)
+    df = (p - x * math.exp(-x)) / (p * p) if x > 1e-4 else 0.5 + x / 6.0
     var_x = var_k / samples / (df * df)
     dlog = math.exp(-x) / p  # -d/dx of log p(x)
     rel_var = (1.0 - p) / samples + dlog * dlog * var_x

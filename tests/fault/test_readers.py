@@ -256,22 +256,42 @@ def test_every_column_damaged_every_reader_ends_cleanly(recorded: Path, tmp_path
                 continue  # the schema refuses this value: no profile can hold it
             finally:
                 db.close()
-            # WHEN every reader runs on it
-            for argv in _reader_commands(profile, tmp_path / "out"):
-                out = tmp_path / "out"
-                if out.exists():
-                    out.unlink()
-                try:
-                    status, said = _run_in_process(argv)
-                except BaseException as e:  # noqa: BLE001 - what escapes is the finding
-                    failures.append(f"{column} ({what}): {argv[0]} {argv[-1] if argv[0] == 'export' else ''}"
-                                    f" raised {type(e).__name__}: {e}")
-                    continue
-                # THEN it ends with output and 0, or one error line and non-zero
-                lines = [x for x in said.splitlines() if x.startswith("heapscope: error:")]
-                if status != 0 and (len(lines) != 1 or "Traceback" in said):
-                    failures.append(f"{column} ({what}): {argv}: exit {status}: {said[-300:]!r}")
+            # WHEN every reader runs on it THEN each ends cleanly
+            failures += [f"{column} ({what}): {f}" for f in _unclean_readers(profile, tmp_path / "out")]
     assert not failures, "\n".join(failures[:20])
+
+
+def _unclean_readers(profile: Path, out: Path) -> list[str]:
+    """Every reader run on `profile`: those that did not end with output and 0, or with one
+    error line and non-zero."""
+    failures = []
+    for argv in _reader_commands(profile, out):
+        if out.exists():
+            out.unlink()
+        try:
+            status, said = _run_in_process(argv)
+        except BaseException as e:  # noqa: BLE001 - what escapes is the finding
+            failures.append(f"{argv[0]} {argv[-1] if argv[0] == 'export' else ''} raised {type(e).__name__}: {e}")
+            continue
+        lines = [x for x in said.splitlines() if x.startswith("heapscope: error:")]
+        if status != 0 and (len(lines) != 1 or "Traceback" in said):
+            failures.append(f"{argv}: exit {status}: {said[-300:]!r}")
+    return failures
+
+
+@pytest.mark.timeout(600)
+def test_sample_counts_beyond_a_doubles_precision_end_every_reader_cleanly(recorded: Path, tmp_path: Path) -> None:
+    # GIVEN the recorded profile at interval 2 with 2^61 samples of 2^62 sampled bytes a row, no
+    # real sizes (the estimate's ratio rounds to exactly 1: its derivative cancelled to 0)
+    profile = tmp_path / "huge.db"
+    profile.write_bytes(recorded.read_bytes())
+    _sql(profile, "UPDATE heapscope_process SET sampling_interval_bytes = 2, orig_sampling_interval_bytes = 2")
+    _sql(profile, "UPDATE heapscope_metadata SET value = '2' WHERE key = 'interval'")
+    _sql(profile, "UPDATE heap_profile_allocation SET real_size = NULL,"
+                  " count = CASE WHEN count < 0 THEN -(1 << 61) ELSE 1 << 61 END,"
+                  " size = CASE WHEN size < 0 THEN -(1 << 62) ELSE 1 << 62 END")
+    # WHEN every reader runs on it THEN each ends cleanly
+    assert not _unclean_readers(profile, tmp_path / "out")
 
 
 @pytest.mark.parametrize(("edit", "command"), [

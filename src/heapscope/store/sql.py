@@ -148,6 +148,9 @@ class SqlConsole:
             self._db.commit()
         except sqlite3.Error as e:
             raise SqlError(f"cannot build {name}: {_line(e)}") from e
+        except OverflowError as e:  # a crafted profile's sums past 2^63
+            self._db.rollback()
+            raise SqlError(f"cannot build {name}: a value does not fit SQLite's 64-bit integers") from e
         finally:
             self._db.execute("PRAGMA query_only = ON")
             self._unlocked = False

@@ -104,3 +104,10 @@ def test_sampled_bytes_spread_as_the_bytes_standard_error_says() -> None:
 def test_bytes_are_exact_at_interval_one() -> None:
     assert bytes_stderr(1, 1 << 30) == 0.0
     assert bytes_stderr(4096, 0) == 0.0
+
+
+@pytest.mark.parametrize("samples", [2**40, 2**52, 2**61])
+def test_samples_beyond_a_doubles_precision_estimate_without_dividing_by_zero(samples: int) -> None:
+    # 2^52 samples and more at a ratio of exactly 1: the derivative's difference cancelled to 0
+    e = estimate_count(samples, samples * 2, 2)
+    assert math.isfinite(e.value) and math.isfinite(e.stderr) and e.value >= samples
