@@ -136,9 +136,12 @@ PyObject *paths_desampled_selfs(PyObject *self, PyObject *args) {
   if (!PyArg_ParseTuple(args, "O!O!nO!O:desampled_selfs", &PyDict_Type, &node_of, &PyDict_Type, &values, &n,
                         &PyLong_Type, &py_interval, &estimate))
     return NULL;
-  long long interval = PyLong_AsLongLong(py_interval);
+  int big = 0;
+  long long interval = PyLong_AsLongLongAndOverflow(py_interval, &big);
   if (interval == -1 && PyErr_Occurred())
     return NULL;
+  if (big) /* a crafted profile's interval past 64 bits: the caller's Python arithmetic */
+    Py_RETURN_NONE;
   if (n < 0) {
     PyErr_SetString(PyExc_ValueError, "desampled_selfs: a negative node count");
     return NULL;
