@@ -115,7 +115,7 @@ FDS_TRUTH = {
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("unwinder", ["auto", "fp"])
+@pytest.mark.parametrize("unwinder", ["auto", "libunwind", "fp"])
 @pytest.mark.parametrize("kind", ["socket", "pipe", "file"])
 @pytest.mark.parametrize("how", ["loop", "closefrom", "dup2"])
 def test_program_closes_and_reuses_descriptors(record: Recorder, how: str, kind: str, unwinder: str) -> None:
@@ -198,7 +198,7 @@ def test_socket_number_stays_low_under_a_large_limit(record: Recorder, tmp_path:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("unwinder", ["fp", "none", "auto"])
+@pytest.mark.parametrize("unwinder", ["fp", "none", "auto", "libunwind"])
 @pytest.mark.parametrize("mode", ["rbp16", "rbp8", "signal", "altstack"])
 def test_frame_pointer_walk_survives_garbage_rbp(record: Recorder, mode: str, unwinder: str) -> None:
     """%rbp = -16 / -8 (alignment masks in code built without frame pointers),

@@ -58,7 +58,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, metavar="N",
                    help="sampler seed, for reproducible runs (default: random)")
     p.add_argument("--unwinder", choices=sorted(UNWINDERS), default="auto",
-                   help="how the target takes stacks (default auto: libunwind, else frame pointers)")
+                   help="how the target takes stacks (default auto: heapscope's DWARF CFA walk, frame pointers"
+                        " where code has no unwind table; libunwind: the CFA walk with libunwind behind it)")
     p.add_argument("--max-frames", type=int, default=128, metavar="N", help="deepest stack kept (default 128)")
     p.add_argument("--shmem-size", default=str(DEFAULT_SHMEM_SIZE), metavar="BYTES",
                    help="ring buffer per process, a power of two (default 8M)")

@@ -53,7 +53,7 @@ static uint64_t clears;
  * loader lock, in dl_iterate_phdr callbacks). */
 static unsigned long long seen_adds, seen_subs;
 static int have_counts;
-static uint64_t n_misses, n_giveups;
+static uint64_t n_misses, n_giveups, n_fp_steps;
 /* Set when a "give up" entry is stored: a load then scans the cache for them
  * only if one may be there (a scan is 65,536 loads, and a Python program
  * loads dozens of extension modules). */
@@ -120,6 +120,7 @@ int hs_cfa_init(void) {
 void hs_cfa_stats(struct hs_cfa_stats *out) {
   out->misses = __atomic_load_n(&n_misses, __ATOMIC_RELAXED);
   out->giveups = __atomic_load_n(&n_giveups, __ATOMIC_RELAXED);
+  out->fp_steps = __atomic_load_n(&n_fp_steps, __ATOMIC_RELAXED);
   hs_cfa_memo_stats(out);
 }
 
@@ -319,6 +320,15 @@ static __attribute__((noinline)) int give_up(void) {
   return -1;
 }
 
+int hs_cfa_fp_steps;
+
+/* The registers of a signal frame's ucontext: past uc_flags, uc_link and uc_stack. */
+#define UC_GREGS 40
+
+static __attribute__((noinline)) void note_fp_step(void) {
+  __atomic_fetch_add(&n_fp_steps, 1, __ATOMIC_RELAXED);
+}
+
 /* __builtin_frame_address makes GCC keep a frame pointer here: our own
  * frame is [fp] = the caller's rbp, [fp + 8] = the return address, and the
  * caller's rsp is fp + 16. Every later stack read is inside this thread's
@@ -351,6 +361,7 @@ int hs_cfa_backtrace(uint64_t *buf, uint32_t want) {
     if (out == last)
       return (int)want;
     out++;
+  rule_of_pc:;
     uintptr_t tag = pc >> HOT_SET_BITS;
     const uint64_t *set = hot_set_of(pc);
     uint64_t rule = __atomic_load_n(&set[0], __ATOMIC_RELAXED);
@@ -374,8 +385,37 @@ int hs_cfa_backtrace(uint64_t *buf, uint32_t want) {
         return give_up();
     } else if ((rule & 3) == KIND_END) {
       return (int)(out - buf);
+    } else if (rule == RULE_SIGFRAME && hs_cfa_fp_steps) {
+      /* pc is the signal return trampoline: sp is the kernel's ucontext, the interrupted
+       * rbp, rsp and rip in its registers (gregs from byte 40: REG_RBP 10, REG_RSP 15,
+       * REG_RIP 16). rip is no return address: it goes out as it is, and its rule is
+       * the one at rip (a return address's is at the byte before it). */
+      if (hi - sp < UC_GREGS + 17 * 8)
+        return give_up();
+      const uintptr_t *gregs = (const uintptr_t *)(sp + UC_GREGS);
+      uintptr_t rsp = gregs[15], rip = gregs[16];
+      if (rsp <= sp || rsp > hi - 8 || (rsp & 7) || rip == 0)
+        return give_up();
+      note_fp_step();
+      bp_at = &gregs[10];
+      sp = rsp;
+      *out = rip;
+      if (out == last)
+        return (int)want;
+      out++;
+      pc = rip + 1;
+      goto rule_of_pc;
     } else {
-      return give_up();
+      /* No rule for pc (JIT code, code without CFI): a frame-pointer step, the
+       * guess libunwind makes there too: rbp is this frame's base, the
+       * caller's rbp below the return address. Checked as an rbp rule. */
+      if (!hs_cfa_fp_steps)
+        return give_up();
+      cfa = *bp_at + 16;
+      if (cfa < sp + 16 || cfa > hi || (cfa & 7))
+        return give_up();
+      k8 = 16;
+      note_fp_step();
     }
     if (k8)
       bp_at = (const uintptr_t *)(cfa - k8);

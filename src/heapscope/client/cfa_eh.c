@@ -625,7 +625,7 @@ uint64_t hs_cfa_rule_in(const struct dl_phdr_info *info, uintptr_t pc, uintptr_t
   uint64_t giveup = make_rule(KIND_GIVEUP, 0, 0);
   if (text_end - pc >= sizeof sigreturn_code && memcmp((const void *)pc, sigreturn_code,
                                                        sizeof sigreturn_code) == 0)
-    return giveup;
+    return RULE_SIGFRAME;
   if (!hdr)
     return giveup;
   /* The last entry whose start is <= pc - 1. */

@@ -27,6 +27,10 @@ static inline uint64_t make_rule(unsigned kind, uint64_t off, uint64_t k) {
   return kind | off | k << OFF_BITS;
 }
 
+/* The signal return trampoline's rule: a give-up to every walk but the CFA walk's own, which
+ * reads the interrupted registers from the kernel's signal frame (cfa.c). */
+#define RULE_SIGFRAME (KIND_GIVEUP | 8u)
+
 /* Maps the memo of decoded FDEs (cfa_eh.c), unless HEAPSCOPE_UNWIND_MEMO=0;
  * without it every miss runs its FDE's program. */
 HS_HIDDEN void hs_cfa_memo_init(void);

@@ -216,6 +216,10 @@ static void verify_summary(void) {
   hs_cfa_stats(&st);
   put(&p, end, " misses ");
   put_num(&p, end, st.misses, 10);
+  put(&p, end, " fp_steps ");
+  put_num(&p, end, st.fp_steps, 10);
+  put(&p, end, " giveups ");
+  put_num(&p, end, st.giveups, 10);
   put(&p, end, " from_memo ");
   put_num(&p, end, st.memo_hits, 10);
   put(&p, end, " fdes_kept ");
@@ -334,9 +338,14 @@ uint32_t hs_unwind_init(uint32_t requested) {
     hs_thread_note_main();
   dl_iterate_phdr(find_own_text, (void *)(uintptr_t)&hs_unwind_init);
   active = HS_UNWINDER_FP;
+  const char *check = secure_getenv("HEAPSCOPE_UNWIND_VERIFY");
+  int verify = check && check[0] == '1' && check[1] == '\0';
+  /* auto loads no libunwind: the CFA walk takes a frame-pointer step where code has no CFI (JIT
+   * code), the one guess libunwind made for it, and libunwind with liblzma cost every process
+   * ~0.15 ms to load (relocated at once), sampled or not. Verify compares against it. */
   if (requested == HS_UNWINDER_NONE) {
     active = HS_UNWINDER_NONE;
-  } else if (requested == HS_UNWINDER_AUTO || requested == HS_UNWINDER_LIBUNWIND) {
+  } else if (requested == HS_UNWINDER_LIBUNWIND || (requested == HS_UNWINDER_AUTO && verify)) {
     /* RTLD_LOCAL: libunwind also exports a weak `backtrace`, which must not
      * replace glibc's for the program. */
     void *h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
@@ -357,12 +366,14 @@ uint32_t hs_unwind_init(uint32_t requested) {
   if ((requested == HS_UNWINDER_AUTO || requested == HS_UNWINDER_LIBUNWIND) &&
       hs_cfa_init() == 0) {
     const char *off = secure_getenv("HEAPSCOPE_UNWIND_CFA");
-    const char *check = secure_getenv("HEAPSCOPE_UNWIND_VERIFY");
-    if (check && check[0] == '1' && check[1] == '\0')
+    if (verify)
       hs_unwind_cfa = 2;
     else if (!(off && off[0] == '0' && off[1] == '\0'))
       hs_unwind_cfa = 1;
   }
+  /* Under --unwinder libunwind, a frame without a rule is libunwind's to step (it also reads
+   * a signal frame's context); else the walk steps it by its frame pointer (verify: as auto). */
+  hs_cfa_fp_steps = requested == HS_UNWINDER_AUTO || hs_unw_backtrace == NULL;
   /* No warm-up unwind through libunwind: its first one in a thread sets up that thread's
    * trace cache (an mmap and ~80k instructions of filling), and it stops reading a frame's
    * CFI once it reaches the loader's start code, checking each word it reads with a system

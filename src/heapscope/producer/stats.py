@@ -211,7 +211,7 @@ def unwinder_name(value: int, state: int) -> str:
         return ""
     try:
         return {codec.Unwinder.LIBUNWIND: "libunwind", codec.Unwinder.FP: "frame pointers",
-                codec.Unwinder.CFA: "CFA walk (frame pointers where it stops)",
+                codec.Unwinder.CFA: "CFA walk (frame pointers where code has no unwind table)",
                 codec.Unwinder.NONE: "none"}[codec.Unwinder(value)]
     except (KeyError, ValueError):
         return str(value)

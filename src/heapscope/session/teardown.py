@@ -121,7 +121,7 @@ class Figures(Loop):
                         continue
                     line = (f"{p.info.name or '?'} (pid {p.info.pid}): {shallow:,} of {n:,} stacks are at most"
                             f" {SHALLOW_DEPTH} frames deep with --unwinder fp: its code has no frame pointers;"
-                            " record with --unwinder libunwind (or build with -fno-omit-frame-pointer)")
+                            " record with --unwinder auto, the default (or build with -fno-omit-frame-pointer)")
                     self.summary.shallow_stacks.append(line)
                     rows.append(("shallow_fp_stacks", upid, "data_loss", "producer", shallow, line))
         except Exception as e:  # a check of the data, never a reason to lose it
