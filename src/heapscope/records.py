@@ -20,8 +20,9 @@ name=value)` is dataclasses.replace. mypy reads these classes as dataclasses
 Why not dataclasses themselves: this is every class's one style, the ones
 `record -- /bin/true` loads included, and there importing dataclasses and
 generating each class's methods would cost more than the whole budget's
-margin (docs/README.md, "The start path"). Nothing here compiles code: the
-methods are closures over the class's fields.
+margin (docs/README.md, "The start path"). The methods are closures over the
+class's fields; only a class made often (64 records) gets an `__init__`
+compiled for its fields, as a dataclass's is.
 
 May import: nothing of heapscope.
 """
@@ -127,7 +128,14 @@ def _add_methods(label: str, ns: dict[str, Any], specs: dict[str, _Field], froze
     setters: tuple[Callable[[object, object], None], ...] = ()
     later: tuple[tuple[Callable[[object, object], None], _Field], ...] = ()
 
+    calls = 0
+    cls_made: list[type] = []  # the class, once made (finish)
+
     def __init__(self: object, *args: object, **kwargs: object) -> None:
+        nonlocal calls
+        calls += 1
+        if calls >= _HOT and cls_made and cls_made[0].__dict__.get("__init__") is __init__:
+            cls_made[0].__init__ = _compiled_init(label, taken, given, setters, later, post)  # type: ignore[misc]
         if kwargs or len(args) != count:
             if not kwargs and count - plain <= len(args) < count:
                 args += tail[len(args) - count:]
@@ -175,8 +183,49 @@ def _add_methods(label: str, ns: dict[str, Any], specs: dict[str, _Field], froze
                 setter.setdefault(n, klass.__dict__[n].__set__)
         setters = tuple(setter[n] for n in taken)
         later = tuple((setter[n], specs[n]) for n in names if not specs[n].init)
+        cls_made.append(cls)
 
     return finish
+
+
+# Calls of a class's __init__ after which it is compiled for the class's own fields (_compiled_init).
+_HOT = 64
+
+
+def _compiled_init(label: str, taken: tuple[str, ...], given: tuple[_Field, ...],
+                   setters: tuple[Callable[[object, object], None], ...],
+                   later: tuple[tuple[Callable[[object, object], None], _Field], ...],
+                   post: Callable[[object], None] | None) -> Callable[..., None]:
+    """An __init__ with the fields as its parameters, as dataclasses writes one: Python binds
+    the arguments (a call by keyword cost ~6x the compiled one through _bind). Made for a
+    class at its _HOT-th record, so that the ~80 us of compiling it are paid only by classes
+    made often, never on `record`'s start path. A wrong call's TypeError is Python's own."""
+    env: dict[str, Any] = {"__hs_missing": _MISSING}
+    params, body = [], []
+    for i, (n, spec) in enumerate(zip(taken, given, strict=True)):
+        env[f"__hs_set{i}"] = setters[i]
+        if spec.factory is not None:
+            env[f"__hs_make{i}"] = spec.factory
+            params.append(f"{n}=__hs_missing")
+            body.append(f"    __hs_set{i}(__hs_self, __hs_make{i}() if {n} is __hs_missing else {n})")
+        else:
+            if spec.default is not _MISSING:
+                env[f"__hs_default{i}"] = spec.default
+                params.append(f"{n}=__hs_default{i}")
+            else:
+                params.append(n)
+            body.append(f"    __hs_set{i}(__hs_self, {n})")
+    for j, (set_field, spec) in enumerate(later):
+        env[f"__hs_later{j}"], env[f"__hs_value{j}"] = set_field, spec.value
+        body.append(f"    __hs_later{j}(__hs_self, __hs_value{j}())")
+    if post is not None:
+        env["__hs_post"] = post
+        body.append("    __hs_post(__hs_self)")
+    source = f"def __init__(__hs_self, {', '.join(params)}):\n" + "\n".join(body or ["    pass"]) + "\n"
+    exec(compile(source, f"<record {label}>", "exec"), env)  # noqa: S102 - our own text, of identifiers
+    init: Callable[..., None] = env["__init__"]
+    init.__qualname__ = f"{label}.__init__"
+    return init
 
 
 def _refuse_set(self: object, name: str, _value: object) -> None:

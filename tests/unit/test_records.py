@@ -98,3 +98,36 @@ def test_a_subclass_adds_fields_after_its_bases_and_keeps_their_post_init() -> N
     n = Named("a", [2, 3], "x")
     assert (n.name, n.counts, n.total, n.note) == ("a", [2, 3], 5, "x")
     assert vars(Named)["__slots__"] == ("note",)
+
+
+class _Often(Record, frozen=True):
+    a: int
+    b: str = "b"
+    c: list[int] = field(default_factory=list)
+    d: int = field(init=False, default=4)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "d", self.a * 2)
+
+
+def test_a_record_made_often_is_made_alike_through_its_compiled_init() -> None:
+    # GIVEN records made by position, by keyword and with defaults, before and after the class's
+    # __init__ is compiled for its fields (made 64 times)
+    generic = _Often.__init__
+    made = [(_Often(i), _Often(i, "x", [i]), _Often(a=i, c=[1])) for i in range(100)]
+    # THEN it was compiled, and every record is the same whichever __init__ made it
+    assert _Often.__init__ is not generic
+    for i, (plain, full, named) in enumerate(made):
+        assert (plain.a, plain.b, plain.c, plain.d) == (i, "b", [], 2 * i)
+        assert (full.a, full.b, full.c, full.d) == (i, "x", [i], 2 * i)
+        assert (named.a, named.b, named.c, named.d) == (i, "b", [1], 2 * i)
+    assert made[-1][0].c is not made[-2][0].c  # a factory's value made anew each time
+    # AND a wrong call is still refused
+    bad: tuple[object, ...]
+    for bad in ((), (1, "x", [], 4)):
+        with pytest.raises(TypeError):
+            _Often(*bad)
+    with pytest.raises(TypeError):
+        _Often(1, z=2)  # type: ignore[call-arg]
+    with pytest.raises(AttributeError):
+        made[0][0].a = 3  # type: ignore[misc]
