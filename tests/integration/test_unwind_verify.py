@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from hs_integration import HEAPSCOPE, Programs, run_process
+from python_support import installed_pythons
 
 HERE = Path(__file__).resolve().parent
 VERIFY = re.compile(rb"heapscope: unwind verify: compared (\d+) same (\d+) fell_back (\d+) differ (\d+)")
@@ -122,6 +123,30 @@ def test_jit_frames_are_stepped_by_their_frame_pointer(tmp_path: Path, flags: tu
                 cs = parent
             assert "callback" in names and "main" in names, names
             assert names.index("main") - names.index("callback") == 2, names  # the JIT frame between
+
+
+def _cpython_312() -> Path | None:
+    for exe in installed_pythons():
+        version = exe.parent.parent.name.split(".")
+        if len(version) >= 2 and version[0] == "3" and version[1].isdigit() and int(version[1]) >= 12:
+            return exe
+    return None
+
+
+@pytest.mark.timeout(300)
+def test_cpython_perf_trampolines_end_the_stack_as_libunwind_does(tmp_path: Path) -> None:
+    # GIVEN CPython 3.12+ with its perf trampolines: code written at run time that keeps no
+    # frame pointer (sub $8, %rsp; call *%rcx), so that rbp is no frame base there
+    python = _cpython_312()
+    if python is None:
+        pytest.skip("no CPython 3.12+ in pyenv (`pyenv versions`): -X perf needs 3.12")
+    script = tmp_path / "blocks.py"
+    script.write_text("keep = []\nfor i in range(300):\n    keep.append(bytearray(100000 + i))\n")
+    # WHEN it is recorded under --unwinder auto, each stack checked against libunwind's
+    total, _ = record_verified(tmp_path, [str(python), "-X", "perf", str(script)], 4096)
+    # THEN every stack is libunwind's, none given up on (they had all gone to a frame-pointer
+    # walk from the start, which found none of the interpreter's frames)
+    assert total["compared"] >= 300 and total["fell_back"] == 0, total
 
 
 DEEP = """

@@ -329,6 +329,24 @@ static __attribute__((noinline)) void note_fp_step(void) {
   __atomic_fetch_add(&n_fp_steps, 1, __ATOMIC_RELAXED);
 }
 
+/* A frame whose return address is the signal return trampoline: *sp is the kernel's
+ * ucontext, with the interrupted registers from byte UC_GREGS (REG_RBP 10, REG_RSP 15,
+ * REG_RIP 16). Moves sp and bp_at to the interrupted frame and gives its rip; -1 when the
+ * context is not on this stack above sp. */
+static int sigframe_step(uintptr_t *sp, const uintptr_t **bp_at, uintptr_t *rip, uintptr_t hi) {
+  if (hi - *sp < UC_GREGS + 17 * 8)
+    return -1;
+  const uintptr_t *gregs = (const uintptr_t *)(*sp + UC_GREGS);
+  uintptr_t rsp = gregs[15];
+  if (rsp <= *sp || rsp > hi - 8 || (rsp & 7) || gregs[16] == 0)
+    return -1;
+  note_fp_step();
+  *bp_at = &gregs[10];
+  *sp = rsp;
+  *rip = gregs[16];
+  return 0;
+}
+
 /* __builtin_frame_address makes GCC keep a frame pointer here: our own
  * frame is [fp] = the caller's rbp, [fp + 8] = the return address, and the
  * caller's rsp is fp + 16. Every later stack read is inside this thread's
@@ -386,34 +404,23 @@ int hs_cfa_backtrace(uint64_t *buf, uint32_t want) {
     } else if ((rule & 3) == KIND_END) {
       return (int)(out - buf);
     } else if (rule == RULE_SIGFRAME && hs_cfa_fp_steps) {
-      /* pc is the signal return trampoline: sp is the kernel's ucontext, the interrupted
-       * rbp, rsp and rip in its registers (gregs from byte 40: REG_RBP 10, REG_RSP 15,
-       * REG_RIP 16). rip is no return address: it goes out as it is, and its rule is
-       * the one at rip (a return address's is at the byte before it). */
-      if (hi - sp < UC_GREGS + 17 * 8)
+      uintptr_t rip;
+      if (sigframe_step(&sp, &bp_at, &rip, hi) < 0)
         return give_up();
-      const uintptr_t *gregs = (const uintptr_t *)(sp + UC_GREGS);
-      uintptr_t rsp = gregs[15], rip = gregs[16];
-      if (rsp <= sp || rsp > hi - 8 || (rsp & 7) || rip == 0)
-        return give_up();
-      note_fp_step();
-      bp_at = &gregs[10];
-      sp = rsp;
-      *out = rip;
+      *out = rip; /* no return address: out as it is, its rule the one at rip */
       if (out == last)
         return (int)want;
       out++;
       pc = rip + 1;
       goto rule_of_pc;
     } else {
-      /* No rule for pc (JIT code, code without CFI): a frame-pointer step, the
-       * guess libunwind makes there too: rbp is this frame's base, the
-       * caller's rbp below the return address. Checked as an rbp rule. */
+      /* No rule for pc (JIT code, code without CFI): a frame-pointer step, as libunwind
+       * takes; where rbp is no frame base the stack ends here, as libunwind's does. */
       if (!hs_cfa_fp_steps)
         return give_up();
       cfa = *bp_at + 16;
       if (cfa < sp + 16 || cfa > hi || (cfa & 7))
-        return give_up();
+        return (int)(out - buf);
       k8 = 16;
       note_fp_step();
     }
