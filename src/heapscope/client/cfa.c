@@ -403,7 +403,7 @@ int hs_cfa_backtrace(uint64_t *buf, uint32_t want) {
         return give_up();
     } else if ((rule & 3) == KIND_END) {
       return (int)(out - buf);
-    } else if (rule == RULE_SIGFRAME && hs_cfa_fp_steps) {
+    } else if ((rule & RULE_MASK) == RULE_SIGFRAME && hs_cfa_fp_steps) {
       uintptr_t rip;
       if (sigframe_step(&sp, &bp_at, &rip, hi) < 0)
         return give_up();
