@@ -129,13 +129,13 @@ def _add_methods(label: str, ns: dict[str, Any], specs: dict[str, _Field], froze
     later: tuple[tuple[Callable[[object, object], None], _Field], ...] = ()
 
     calls = 0
-    cls_made: list[type] = []  # the class, once made (finish)
+    made: type | None = None  # the class, once finish() has it
 
     def __init__(self: object, *args: object, **kwargs: object) -> None:
         nonlocal calls
         calls += 1
-        if calls >= _HOT and cls_made and cls_made[0].__dict__.get("__init__") is __init__:
-            cls_made[0].__init__ = _compiled_init(label, taken, given, setters, later, post)  # type: ignore[misc]
+        if calls >= _HOT and made is not None and made.__dict__.get("__init__") is __init__:
+            made.__init__ = _compiled_init(label, taken, given, setters, later, post)  # type: ignore[misc]
         if kwargs or len(args) != count:
             if not kwargs and count - plain <= len(args) < count:
                 args += tail[len(args) - count:]
@@ -176,14 +176,14 @@ def _add_methods(label: str, ns: dict[str, Any], specs: dict[str, _Field], froze
         ns.setdefault(key, value)  # a class's own method stays
 
     def finish(cls: type) -> None:
-        nonlocal setters, later
+        nonlocal setters, later, made
         setter: dict[str, Callable[[object, object], None]] = {}
         for klass in cls.__mro__:  # the class's own slots first, then its bases'
             for n in getattr(klass, "__slots__", ()):
                 setter.setdefault(n, klass.__dict__[n].__set__)
         setters = tuple(setter[n] for n in taken)
         later = tuple((setter[n], specs[n]) for n in names if not specs[n].init)
-        cls_made.append(cls)
+        made = cls
 
     return finish
 

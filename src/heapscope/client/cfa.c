@@ -325,8 +325,9 @@ int hs_cfa_fp_steps;
 /* The registers of a signal frame's ucontext: past uc_flags, uc_link and uc_stack. */
 #define UC_GREGS 40
 
-static __attribute__((noinline)) void note_fp_step(void) {
-  __atomic_fetch_add(&n_fp_steps, 1, __ATOMIC_RELAXED);
+static inline void note_fp_step(void) {
+  if (hs_cfa_fp_steps == 2)
+    __atomic_fetch_add(&n_fp_steps, 1, __ATOMIC_RELAXED);
 }
 
 /* A frame whose return address is the signal return trampoline: *sp is the kernel's

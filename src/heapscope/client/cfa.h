@@ -46,14 +46,15 @@ HS_HIDDEN int hs_cfa_backtrace(uint64_t *buf, uint32_t want);
  * 256th walk. Not under the loader lock. */
 HS_HIDDEN void hs_cfa_note_unload(void);
 
-/* Counters of the cache, for tests and the verify mode. */
-/* 1: a frame without a rule (JIT code, code without CFI) is stepped by its frame
- * pointer; 0: the walk gives up there (for libunwind behind it). Set at start. */
+/* A frame without a rule (JIT code, code without CFI, a signal frame): 0, the walk gives up
+ * there (for libunwind behind it); 1, it steps the frame; 2, it steps and counts it (verify
+ * mode: a shared counter has no place on the walk otherwise). Set at start. */
 extern int hs_cfa_fp_steps HS_HIDDEN;
 
+/* Counters of the cache, for tests and the verify mode. */
 struct hs_cfa_stats {
   uint64_t misses, giveups;
-  uint64_t fp_steps;   /* frames without a rule stepped anyway: by their frame pointer, or a signal frame by its context */
+  uint64_t fp_steps;   /* frames without a rule stepped, counted under verify only */
   uint64_t memo_hits;  /* misses answered from the memo of decoded FDEs */
   uint64_t memo_fills; /* FDEs decoded into it */
   uint64_t memo_fails; /* FDEs it could not hold (their misses run the program) */

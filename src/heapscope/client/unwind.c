@@ -373,7 +373,7 @@ uint32_t hs_unwind_init(uint32_t requested) {
   }
   /* Under --unwinder libunwind, a frame without a rule is libunwind's to step (it also reads
    * a signal frame's context); else the walk steps it by its frame pointer (verify: as auto). */
-  hs_cfa_fp_steps = requested == HS_UNWINDER_AUTO || hs_unw_backtrace == NULL;
+  hs_cfa_fp_steps = requested == HS_UNWINDER_AUTO || hs_unw_backtrace == NULL ? 1 + verify : 0;
   /* No warm-up unwind through libunwind: its first one in a thread sets up that thread's
    * trace cache (an mmap and ~80k instructions of filling), and it stops reading a frame's
    * CFI once it reaches the loader's start code, checking each word it reads with a system
