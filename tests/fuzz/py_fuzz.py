@@ -705,6 +705,8 @@ def _read_everything(profile: heapscope.store.reader.Profile, how: int) -> None:
     profile.check()
     sel.select_heap(profile, (None, "all", HEAP_NAME)[how % 3])
     sel.heap_peaks(profile)
+    profile.peak_totals()
+    profile.peak_tops([p.info.upid for p in profile.processes()[:3]], 2)
     for p in profile.processes()[:2]:
         upid = p.info.upid
         sel.process_state(profile, p, ("peak", "end", 1, -1)[how // 3 % 4])

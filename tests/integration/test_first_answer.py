@@ -472,3 +472,24 @@ def test_the_summary_reads_every_processs_peak_in_one_pass(record: Recorder, pro
             assert prof.peak_top(upid, PEAK_CALLSITES) == (total, top)
         # AND the largest line of a peakfree process names where its bytes were held
         assert all(any("hold_" in text for text, _ in peaks[upid][1]) for upid in held), peaks
+
+
+def test_the_summary_reads_the_stacks_of_the_processes_it_shows_only(programs: Programs, tmp_path: Path) -> None:
+    """`record`'s end read the largest stacks of every process (a build's 113: ~0.5 s after make's
+    exit) for the six at most its summary shows. Every process still gets its peak, ranked as
+    before; only the largest PEAKS_SHOWN + 1 get their stacks."""
+    from heapscope import api
+    from heapscope.session.core import PEAKS_SHOWN
+
+    exe = str(programs.path("peakfree"))
+    out = tmp_path / "p.db"
+    summary = api.record(["sh", "-c", "; ".join([exe] * (PEAKS_SHOWN + 4))], out)
+    assert summary.exit_status == 0, summary
+    with open_profile(out) as prof:
+        totals = {int(p.info.pid): (prof.peak_top(int(p.info.upid), 1) or (0, []))[0] for p in prof.processes()}
+    assert len(summary.peaks) >= PEAKS_SHOWN + 4, summary.peaks
+    assert [pk.peak_bytes for pk in summary.peaks] == sorted((pk.peak_bytes for pk in summary.peaks), reverse=True)
+    assert all(pk.peak_bytes == totals[pk.pid] for pk in summary.peaks), (summary.peaks, totals)
+    assert all(pk.top for pk in summary.peaks[:PEAKS_SHOWN + 1]), summary.peaks
+    assert not any(pk.top for pk in summary.peaks[PEAKS_SHOWN + 1:]), summary.peaks
+    assert any("hold_" in text for text, _ in summary.peaks[0].top), summary.peaks[0]

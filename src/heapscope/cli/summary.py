@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 
+from heapscope.session.core import PEAKS_SHOWN
 from heapscope.units import format_bytes
 from heapscope.view.summary import count_names, is_minor, rss_line
 
@@ -15,8 +16,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from heapscope.session import Recording, Summary
-
-PEAKS_SHOWN = 5  # processes whose peak the summary shows, largest first
 
 
 class StatusLine:

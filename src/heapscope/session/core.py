@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 STATUS_EVERY_S = 0.5
 FRESH_DUMP_TIMEOUT_S = 20.0  # a scrape waits this long for its dump, then gets an error
 TOP_STACKS = 3  # the largest stacks at each process's peak, in the summary
+# Processes whose peak and stacks the summary shows, largest first (one more when that is all of
+# them): only these get their stacks read at the end (ProcessPeak.top).
+PEAKS_SHOWN = 5
 STACK_FRAMES_SHOWN = 4  # innermost frames of each
 UNSYMBOLIZED_SHOWN = 5  # modules named (with their fix) in the summary
 IDLE_POLL_S = 0.005
@@ -97,7 +100,8 @@ class ProcessPeak(Record, frozen=True):
     pid: int
     name: str
     peak_bytes: int
-    top: list[tuple[str, int]]  # (call path, innermost frames last; bytes), largest first
+    # (call path, innermost frames last; bytes), largest first; [] past the PEAKS_SHOWN + 1 largest
+    top: list[tuple[str, int]]
     heap: str = ""  # the heap of peak_bytes and top (store.select.default_heap) when the profile has several
     other_heaps: list[tuple[str, int]] = field(default_factory=list)  # (name, bytes at its own peak), custom heaps
     seen: int = 0  # its part of Summary.peak_heap, .peak_rss and .own_rss

@@ -46,11 +46,7 @@ def peak_stacks(profile: Profile, processes: Sequence[tuple[int, bool, str]], to
 
     All processes at once: the peak rows are read in one pass and the stacks in one walk (a
     build's 113 processes, a query each, took 1-4 s of `record`'s end after make's exit)."""
-    peaks = {}
-    for upid, _python, _exe in processes:
-        peak = profile.peak_top(upid, max(PEAK_CALLSITES, top))
-        if peak is not None:
-            peaks[upid] = peak
+    peaks = profile.peak_tops([upid for upid, _python, _exe in processes], max(PEAK_CALLSITES, top))
     paths = stack_paths(profile, [cs for _total, rows in peaks.values() for cs, _size in rows], WALK_LIMIT)
     pattern = wrapper_pattern()
     out: dict[int, tuple[int, list[tuple[str, int]]]] = {}

@@ -232,6 +232,8 @@ def test_peaks_at_one_ts_are_read_without_lining_them_up(tmp_path: Path) -> None
             assert (view is not None) is lined_up, view
             assert prof.peak_top(1, 3) == (4196, [(2, 4096), (1, 100)])
             assert prof.peak_top(2, 3) == (4296, [(2, 4096), (1, 200)])
+            assert prof.peak_totals() == {1: 4196, 2: 4296}
+            assert prof.peak_tops([2], 1) == {2: (4296, [(2, 4096)])}
             peak = prof.peak_values(2)
             assert peak is not None and peak[0] == mmap_ts
             assert select_heap(prof, "mmap") == "mmap"
@@ -256,3 +258,29 @@ def test_a_peak_read_finds_its_ts_when_a_process_has_several(tmp_path: Path) -> 
     with open_profile(tmp_path / "p.db") as prof:
         assert not prof.peaks_at_one_ts()
         assert prof.peak_top(1, 3) == (500, [(2, 500)])
+        assert prof.peak_totals() == {1: 500}
+
+
+def test_peak_totals_and_tops_of_more_processes_than_one_statement_names(tmp_path: Path) -> None:
+    """peak_totals sums the rows of processes whose peaks it cannot read as they are (rows at two
+    ts here) in one more read, and peak_tops reads the tops of many processes: past the processes
+    one `upid IN (...)` names, both read every process's rows, with the same answers."""
+    w = ProfileWriter(tmp_path / "p.db")
+    w.add_mappings([(1, Mapping("", 0, 0, 0, 0, 0, "p"))])
+    w.add_frames([(1, Frame(MappingId(1), 0, "f"))])
+    w.add_callsites([(1, 0, None, 1), (2, 1, 1, 1)])
+    n = 1200
+    for upid in range(1, n + 1):
+        w.add_process(ProcessInfo(Upid(upid), 100 + upid, 1, "p", "p", "/p", 0, 1))
+        w.add_dump(upid, 0, 10, "exit", [(1, 1, 64)], "libc.malloc")
+        w.add_peak(upid, 5, "libc.malloc", [(1, 1, upid, 1, upid), (2, 1, 7, 1, 7)])
+        w.add_peak(upid, 8, "libc.malloc", [(2, 1, 2 * upid, 1, 2 * upid)])
+    w.commit()
+    w.close()
+    with open_profile(tmp_path / "p.db") as prof:
+        # each process's peak is at ts 8 (2 x upid > upid + 7 from upid 8 on), else at 5
+        want = {u: 2 * u if 2 * u > max(u, 7) else u + 7 for u in range(1, n + 1)}
+        assert prof.peak_totals() == want
+        tops = prof.peak_tops(list(range(1, n + 1)), 1)
+        assert tops == {u: prof.peak_top(u, 1) for u in range(1, n + 1)}
+        assert tops[n] == (2 * n, [(2, 2 * n)])

@@ -204,6 +204,10 @@ def test_stack_frames_and_peak_top_agree_with_the_whole_tables(tmp_path: Path) -
         ts3, rows3 = prof.peak_callsites(3) or (0, [])
         assert ts3 == 70 and prof.peak_top(3, 2) == (sum(s for _, s in rows3 if s > 0), [(3, 80), (7, 64)])
         assert prof.peak_top(3, 0) == (152, [])
+        # AND the totals alone, and the tops of a few processes, say the same (rows below 0, peaks
+        # at two ts, a callsite in two heaps: the exact sums)
+        assert prof.peak_totals() == {1: 256, 3: 152}
+        assert prof.peak_tops([3, 2], 2) == {3: (152, [(3, 80), (7, 64)])}
         callsites, frames = prof.callsites(), prof.frames()
         walked = [info.display_name if info else "?" for info in prof.stack_frames(CallsiteId(7), 5)]
         expected: list[str] = []
