@@ -93,6 +93,7 @@ with _instrument:
     import heapscope.export.speedscope
     import heapscope.importer.heapprofd
     import heapscope.store.paths
+    import heapscope.store.peak_tops
     import heapscope.store.reader
     import heapscope.store.select
     import heapscope.symbolize.elfinfo
@@ -705,13 +706,13 @@ def _read_everything(profile: heapscope.store.reader.Profile, how: int) -> None:
     profile.check()
     sel.select_heap(profile, (None, "all", HEAP_NAME)[how % 3])
     sel.heap_peaks(profile)
-    profile.peak_totals()
-    profile.peak_tops([p.info.upid for p in profile.processes()[:3]], 2)
+    heapscope.store.peak_tops.peak_totals(profile)
+    heapscope.store.peak_tops.peak_tops(profile, [p.info.upid for p in profile.processes()[:3]], 2)
     for p in profile.processes()[:2]:
         upid = p.info.upid
         sel.process_state(profile, p, ("peak", "end", 1, -1)[how // 3 % 4])
-        profile.peak_callsites(upid)
-        profile.peak_top(upid, 3)
+        heapscope.store.peak_tops.peak_callsites(profile, upid)
+        heapscope.store.peak_tops.peak_top(profile, upid, 3)
         for d in profile.dumps(upid)[:2]:
             profile.allocation_deltas(upid, d.heap_name, d.ts, d.ts_end)
         used = profile.used_callsites([upid])

@@ -20,6 +20,7 @@ import pytest
 from hs_integration import HEAPSCOPE, Programs, Recorder, run_process
 
 from heapscope.estimate import Estimate, estimate_count
+from heapscope.store.peak_tops import peak_callsites, peak_top
 from heapscope.store.reader import open_profile
 from heapscope.symbolize.llvm import find_llvm_symbolizer
 from heapscope.view.flamegraph import payload, profile_graphs
@@ -461,7 +462,7 @@ def test_the_summary_reads_every_processs_peak_in_one_pass(record: Recorder, pro
         held = [upid for upid, (total, _lines) in peaks.items() if total >= SMALL[1] + BIG[1]]
         assert len(held) == 3, peaks
         for upid, _python, _exe in procs:
-            whole = prof.peak_callsites(upid)
+            whole = peak_callsites(prof, upid)
             if whole is None:
                 assert upid not in peaks
                 continue
@@ -469,7 +470,7 @@ def test_the_summary_reads_every_processs_peak_in_one_pass(record: Recorder, pro
             total, _lines = peaks[upid]
             assert total == sum(size for size, _cs in positive), (upid, total, positive)
             top = [(cs, size) for size, cs in positive][:PEAK_CALLSITES]
-            assert prof.peak_top(upid, PEAK_CALLSITES) == (total, top)
+            assert peak_top(prof, upid, PEAK_CALLSITES) == (total, top)
         # AND the largest line of a peakfree process names where its bytes were held
         assert all(any("hold_" in text for text, _ in peaks[upid][1]) for upid in held), peaks
 
@@ -486,7 +487,7 @@ def test_the_summary_reads_the_stacks_of_the_processes_it_shows_only(programs: P
     summary = api.record(["sh", "-c", "; ".join([exe] * (PEAKS_SHOWN + 4))], out)
     assert summary.exit_status == 0, summary
     with open_profile(out) as prof:
-        totals = {int(p.info.pid): (prof.peak_top(int(p.info.upid), 1) or (0, []))[0] for p in prof.processes()}
+        totals = {int(p.info.pid): (peak_top(prof, int(p.info.upid), 1) or (0, []))[0] for p in prof.processes()}
     assert len(summary.peaks) >= PEAKS_SHOWN + 4, summary.peaks
     assert [pk.peak_bytes for pk in summary.peaks] == sorted((pk.peak_bytes for pk in summary.peaks), reverse=True)
     assert all(pk.peak_bytes == totals[pk.pid] for pk in summary.peaks), (summary.peaks, totals)

@@ -141,6 +141,7 @@ class Figures(Loop):
         s = self.summary
         # One heap (store.select: a pool's memory is in its malloc block too); the others by their peaks.
         from heapscope.store.labels import process_label  # `cc1 parse.c`, named as in every view
+        from heapscope.store.peak_tops import peak_totals
         from heapscope.store.select import heap_label, heap_members, heap_names, heap_peaks, select_heap
         from heapscope.view.peaks import peak_stacks  # a Python process's lines: its Python frames
         python = profile.python_upids()
@@ -154,7 +155,7 @@ class Figures(Loop):
                 if name not in members:
                     others.setdefault(upid_, []).append((name, size))
         ended = {int(p.info.upid): p for p in self.producer.ended} if self.producer is not None else {}
-        totals = profile.peak_totals()
+        totals = peak_totals(profile)
         listed = [pr for pr in profile.processes()
                   if int(pr.info.upid) in totals and (totals[int(pr.info.upid)] > 0 or int(pr.info.upid) in others)]
         listed.sort(key=lambda pr: -totals[int(pr.info.upid)])

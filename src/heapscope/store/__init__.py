@@ -9,6 +9,7 @@
     checks.py   the file checks before SQLite opens a profile; one error line for a failed read
     tree.py     the callsite tree as read, checked for cycles and depth (_callsites.c: its rows, in C)
     paths.py    a few call paths walked in SQL, without the callsite table (record's summary)
+    peak_tops.py  each process's peak and largest callsites there, in SQL (record's summary)
     select.py   views, processes by pid, dumps by number: one error line per mistake
     series.py   memory over time per process, and the samples behind a range of it
     sql.py      `heapscope sql`: read-only SQL (no writes, no ATTACH, no VACUUM INTO)

@@ -122,7 +122,6 @@ class Profile:
         self._peak_raw: dict[object, list[tuple[object, ...]]] | None = None
         self._peaks: dict[int, tuple[int, dict[CallsiteId, ViewValues]]] | None = None
         self._stats: dict[int | None, list[Stat]] | None = None
-        self._peak_tops: dict[int, dict[int, tuple[int, list[tuple[CallsiteId, int]]]]] = {}  # by n
         # Whether each process's peak rows have one ts, whatever their heap (peaks_at_one_ts):
         # a fact of the file, kept across heap switches.
         self._peaks_one_ts: bool | None = None
@@ -182,14 +181,13 @@ class Profile:
 
     def sql_connection(self) -> sqlite3.Connection:
         """The connection itself, for store/sql.py, store/select.py's heap views, store/series.py,
-        store/lifetimes.py and store/paths.py only."""
+        store/lifetimes.py, store/paths.py and store/peak_tops.py only."""
         return self._db
 
     def forget_values(self) -> None:
         """Drop what was read of the heap tables, after the heap shown changed (select_heap)."""
         self._peak_raw = None
         self._peaks = None
-        self._peak_tops = {}
 
     def reading(self) -> contextlib.AbstractContextManager[None]:
         """A block whose failures (SQLite errors, values of the wrong type) become one ProfileError
@@ -649,106 +647,6 @@ class Profile:
                     " WHERE upid = ? ORDER BY seq", (upid,))]
 
     @_reads
-    def peak_callsites(self, upid: int) -> tuple[int, list[tuple[CallsiteId, int]]] | None:
-        """A process's peak (heapscope_peak_allocation): its ts and the unreleased bytes of each callsite
-        there, largest first; None when the profile has no peak rows for it."""
-        rows = self._rows(
-            "SELECT ts, callsite_id, SUM(size) FROM heapscope_peak_allocation WHERE upid = ?"
-            " GROUP BY ts, callsite_id ORDER BY 3 DESC, 2", (upid,))
-        if not rows:
-            return None
-        col = "heapscope_peak_allocation."
-        ts = req_int_from_sql(rows[0][0], col + "ts")
-        return ts, [(CallsiteId(req_int_from_sql(r[1], col + "callsite_id")), int_from_sql(r[2], col + "size"))
-                    for r in rows if req_int_from_sql(r[0], col + "ts") == ts]
-
-    @_reads
-    def peak_top(self, upid: int, n: int) -> tuple[int, list[tuple[CallsiteId, int]]] | None:
-        """What peak_callsites(upid) says, in SQL: the bytes of its callsites with more than 0
-        unreleased, and the `n` largest of them; None when the profile has no peak rows for it.
-        The first call reads every process's at once (`record`'s summary asks for each process
-        of a build in turn: a query each scanned the table 113 times, 1-4 s after make's exit)."""
-        tops = self._peak_tops.get(n)
-        if tops is None:
-            tops = self._peak_tops[n] = self._read_peak_tops(n)
-        top = tops.get(upid)
-        return None if top is None else (top[0], list(top[1]))
-
-    @_reads
-    def peak_tops(self, upids: Sequence[int], n: int) -> dict[int, tuple[int, list[tuple[CallsiteId, int]]]]:
-        """peak_top of each of `upids` that has peak rows, in one read (of their rows only, when
-        they are few)."""
-        if not upids:
-            return {}
-        if len(upids) > _IN_LIST:
-            tops = self._peak_tops.get(n)
-            if tops is None:  # every process's, kept as peak_top keeps them
-                tops = self._peak_tops[n] = self._read_peak_tops(n)
-            return {u: (tops[u][0], list(tops[u][1])) for u in upids if u in tops}
-        return self._read_peak_tops(n, upids)
-
-    @_reads
-    def peak_totals(self) -> dict[int, int]:
-        """Each process's total as peak_top says it (the bytes of its callsites with more than 0
-        at its peak), for every process with peak rows, without ranking its callsites: `record`'s
-        summary ranks every process of a build by it and names the stacks of the largest few."""
-        col = "heapscope_peak_allocation."
-        out: dict[int, int] = {}
-        exact: list[int] = []
-        # A process's rows at one ts (as `record` writes them) are its peak; with no row below 0,
-        # a callsite's rows of several heaps sum to more than 0 exactly when one of them is: the
-        # sum of the rows above 0 is the total.
-        for r in self._rows("SELECT upid, SUM(CASE WHEN size > 0 THEN size ELSE 0 END), MIN(size), MIN(ts),"
-                            " MAX(ts) FROM heapscope_peak_allocation GROUP BY upid"):
-            upid = req_int_from_sql(r[0], col + "upid")
-            if isinstance(r[2], int) and r[2] >= 0 and isinstance(r[3], int) and r[3] == r[4]:
-                out[upid] = int_from_sql(r[1], col + "size")
-            else:
-                exact.append(upid)
-        if exact:  # rows below 0 or peaks at several ts: their callsites summed and ranked
-            tops = self._read_peak_tops(1, exact if len(exact) <= _IN_LIST else None)
-            out.update((upid, tops[upid][0]) for upid in exact if upid in tops)
-        return out
-
-    def _read_peak_tops(self, n: int, upids: Sequence[int] | None = None
-                        ) -> dict[int, tuple[int, list[tuple[CallsiteId, int]]]]:
-        """peak_top of every process, or of `upids` only (their rows grouped, the others' skipped)."""
-        col = "heapscope_peak_allocation."
-        where, args = ("", ()) if upids is None else (
-            f" WHERE upid IN ({', '.join('?' * len(upids))})", tuple(upids))
-        # Per process: its peak's ts, the one of its largest (ts, callsite) sum; there, the
-        # callsites with more than 0 and their sum (the window is taken before the cut to n).
-        # A process whose peak holds nothing keeps its row, with no callsite. Rows at one ts
-        # per process (as `record` writes them) need no search for the peak's ts: a build's
-        # summary read them in 0.08 s instead of 0.17-0.22.
-        if self.peaks_at_one_ts():
-            g, peak, on = (f"SELECT upid, callsite_id, SUM(size) AS size FROM heapscope_peak_allocation{where}"
-                           " GROUP BY upid, callsite_id", "SELECT DISTINCT upid FROM g", "p.upid = g.upid")
-        else:
-            g, peak, on = (f"SELECT upid, ts, callsite_id, SUM(size) AS size FROM heapscope_peak_allocation{where}"
-                           " GROUP BY upid, ts, callsite_id",
-                           "SELECT upid, ts FROM (SELECT upid, ts, ROW_NUMBER() OVER"
-                           " (PARTITION BY upid ORDER BY size DESC, callsite_id) AS r FROM g) WHERE r = 1",
-                           "p.upid = g.upid AND p.ts = g.ts")
-        rows = self._rows(
-            f"WITH g AS ({g}), peak AS ({peak}),"
-            " held AS (SELECT g.upid, g.callsite_id, g.size, SUM(g.size) OVER (PARTITION BY g.upid) AS total,"
-            " ROW_NUMBER() OVER (PARTITION BY g.upid ORDER BY g.size DESC, g.callsite_id) AS r"
-            f" FROM g JOIN peak p ON {on} WHERE g.size > 0)"
-            " SELECT p.upid, h.callsite_id, h.size, h.total FROM peak p"
-            " LEFT JOIN held h ON h.upid = p.upid AND h.r <= ? ORDER BY p.upid, h.r", (*args, max(n, 1)))
-        out: dict[int, tuple[int, list[tuple[CallsiteId, int]]]] = {}
-        for r in rows:
-            upid = req_int_from_sql(r[0], col + "upid")
-            entry = out.get(upid)
-            if entry is None:
-                entry = out[upid] = (0 if r[3] is None else int_from_sql(r[3], col + "size"), [])
-            if r[1] is not None and len(entry[1]) < n:
-                entry[1].append((CallsiteId(req_int_from_sql(r[1], col + "callsite_id")),
-                                 int_from_sql(r[2], col + "size")))
-        return out
-
-    @_reads
     def stack_frames(self, cs: CallsiteId, limit: int) -> list[FrameInfo | None]:
         """The frames of callsite `cs`, innermost first, at most `limit` of them (None: a frame
         that is not in the profile), read row by row: what a few stacks need without
@@ -820,9 +718,6 @@ class Profile:
 
 
 _ALLOC_CALLSITE = "heap_profile_allocation.callsite_id"
-# Processes named in one `upid IN (...)` at most: well below SQLite's bound on a statement's
-# variables (999 before 3.32); more are read with every process's rows.
-_IN_LIST = 500
 CALLSITE_OVERLAY = "temp.heapscope_callsite_overlay"
 
 _REQUIRED_TABLES = frozenset({

@@ -331,7 +331,7 @@ def _shadow_heaps(profile: Profile, members: list[str] | None) -> None:
             continue
         if lined_up:
             # Each heap's peak rows, all at the latest of those peaks: a reader takes one
-            # peak per process (reader.peak_callsites). One ts for heaps sharing a peak.
+            # peak per process (peak_tops.peak_callsites). One ts for heaps sharing a peak.
             # CROSS JOIN keeps the rows outside and the per-process peaks inside, looked
             # up by an automatic index: with a plain JOIN SQLite scanned every row once per
             # process (a build's 98k rows, 113 processes: 1.05 s for a read of all, 0.14 now).

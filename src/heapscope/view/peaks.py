@@ -28,6 +28,7 @@ import re
 from collections.abc import Sequence
 
 from heapscope.store.paths import stack_paths
+from heapscope.store.peak_tops import peak_tops
 from heapscope.store.reader import PathFrame, Profile, mapping_basename
 from heapscope.view.names import cut_middle, elide
 from heapscope.view.wrappers import base_name, wrapper_pattern
@@ -46,7 +47,7 @@ def peak_stacks(profile: Profile, processes: Sequence[tuple[int, bool, str]], to
 
     All processes at once: the peak rows are read in one pass and the stacks in one walk (a
     build's 113 processes, a query each, took 1-4 s of `record`'s end after make's exit)."""
-    peaks = profile.peak_tops([upid for upid, _python, _exe in processes], max(PEAK_CALLSITES, top))
+    peaks = peak_tops(profile, [upid for upid, _python, _exe in processes], max(PEAK_CALLSITES, top))
     paths = stack_paths(profile, [cs for _total, rows in peaks.values() for cs, _size in rows], WALK_LIMIT)
     pattern = wrapper_pattern()
     out: dict[int, tuple[int, list[tuple[str, int]]]] = {}

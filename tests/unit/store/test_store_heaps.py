@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from heapscope.model import Frame, Mapping, MappingId, ProcessInfo, Upid
+from heapscope.store.peak_tops import peak_top, peak_tops, peak_totals
 from heapscope.store.reader import open_profile
 from heapscope.store.select import (
     UnknownHeapError,
@@ -189,14 +190,14 @@ def test_the_default_heaps_peak_rows_are_read_in_time_linear_in_the_rows(tmp_pat
 
 
 def test_the_summarys_peak_read_follows_the_heap_shown(tmp_path: Path) -> None:
-    """peak_top reads every process's peak once and keeps it: a later select_heap must drop it,
-    as it drops the other values read of the heap tables."""
+    """peak_top reads the peak of the heap shown, whichever was shown before (it kept every
+    process's peak, and a later select_heap had to drop it, as it drops the other values read)."""
     path = write(tmp_path / "p.db", {"libc.malloc": 1000, "app.pool": 300})
     with open_profile(path) as prof:
         assert select_heap(prof, "libc.malloc") == "libc.malloc"
-        assert prof.peak_top(1, 3) == (1000, [(1, 1000)])
+        assert peak_top(prof, 1, 3) == (1000, [(1, 1000)])
         assert select_heap(prof, "app.pool") == "app.pool"
-        assert prof.peak_top(1, 3) == (300, [(1, 300)])
+        assert peak_top(prof, 1, 3) == (300, [(1, 300)])
 
 
 def _two_heaps(path: Path, mmap_peak_ts: int) -> Path:
@@ -230,14 +231,14 @@ def test_peaks_at_one_ts_are_read_without_lining_them_up(tmp_path: Path) -> None
             view = db.execute("SELECT sql FROM temp.sqlite_master WHERE name = 'heapscope_peak_allocation'"
                               ).fetchone()
             assert (view is not None) is lined_up, view
-            assert prof.peak_top(1, 3) == (4196, [(2, 4096), (1, 100)])
-            assert prof.peak_top(2, 3) == (4296, [(2, 4096), (1, 200)])
-            assert prof.peak_totals() == {1: 4196, 2: 4296}
-            assert prof.peak_tops([2], 1) == {2: (4296, [(2, 4096)])}
+            assert peak_top(prof, 1, 3) == (4196, [(2, 4096), (1, 100)])
+            assert peak_top(prof, 2, 3) == (4296, [(2, 4096), (1, 200)])
+            assert peak_totals(prof) == {1: 4196, 2: 4296}
+            assert peak_tops(prof, [2], 1) == {2: (4296, [(2, 4096)])}
             peak = prof.peak_values(2)
             assert peak is not None and peak[0] == mmap_ts
             assert select_heap(prof, "mmap") == "mmap"
-            assert prof.peak_top(2, 3) == (4096, [(2, 4096)])
+            assert peak_top(prof, 2, 3) == (4096, [(2, 4096)])
             assert prof.peaks_at_one_ts() is (not lined_up)
 
 
@@ -257,8 +258,8 @@ def test_a_peak_read_finds_its_ts_when_a_process_has_several(tmp_path: Path) -> 
     w.close()
     with open_profile(tmp_path / "p.db") as prof:
         assert not prof.peaks_at_one_ts()
-        assert prof.peak_top(1, 3) == (500, [(2, 500)])
-        assert prof.peak_totals() == {1: 500}
+        assert peak_top(prof, 1, 3) == (500, [(2, 500)])
+        assert peak_totals(prof) == {1: 500}
 
 
 def test_peak_totals_and_tops_of_more_processes_than_one_statement_names(tmp_path: Path) -> None:
@@ -280,7 +281,7 @@ def test_peak_totals_and_tops_of_more_processes_than_one_statement_names(tmp_pat
     with open_profile(tmp_path / "p.db") as prof:
         # each process's peak is at ts 8 (2 x upid > upid + 7 from upid 8 on), else at 5
         want = {u: 2 * u if 2 * u > max(u, 7) else u + 7 for u in range(1, n + 1)}
-        assert prof.peak_totals() == want
-        tops = prof.peak_tops(list(range(1, n + 1)), 1)
-        assert tops == {u: prof.peak_top(u, 1) for u in range(1, n + 1)}
+        assert peak_totals(prof) == want
+        tops = peak_tops(prof, list(range(1, n + 1)), 1)
+        assert tops == {u: peak_top(prof, u, 1) for u in range(1, n + 1)}
         assert tops[n] == (2 * n, [(2, 2 * n)])

@@ -10,6 +10,7 @@ import pytest
 
 from heapscope.errors import ProfileError
 from heapscope.model import CallsiteId, Frame, FrameId, Mapping, MappingId
+from heapscope.store.peak_tops import peak_callsites, peak_top, peak_tops, peak_totals
 from heapscope.store.reader import DumpValues, ViewValues, fallback_frame_name, mapping_basename, open_profile
 from heapscope.store.writer import ProfileWriter
 
@@ -195,19 +196,19 @@ def test_stack_frames_and_peak_top_agree_with_the_whole_tables(tmp_path: Path) -
     w.close()
     with open_profile(path) as prof:
         # WHEN the summary's queries read it
-        total, top = prof.peak_top(1, 3) or (0, [])
+        total, top = peak_top(prof, 1, 3) or (0, [])
         # THEN they say what the whole-table readers say
-        ts, rows = prof.peak_callsites(1) or (0, [])
+        ts, rows = peak_callsites(prof, 1) or (0, [])
         assert ts == 50 and total == sum(s for _, s in rows if s > 0) == 256
         assert top == [(cs, s) for cs, s in rows if s > 0][:3] == [(9, 128), (3, 64), (7, 64)]
-        assert prof.peak_top(2, 3) is None
-        ts3, rows3 = prof.peak_callsites(3) or (0, [])
-        assert ts3 == 70 and prof.peak_top(3, 2) == (sum(s for _, s in rows3 if s > 0), [(3, 80), (7, 64)])
-        assert prof.peak_top(3, 0) == (152, [])
+        assert peak_top(prof, 2, 3) is None
+        ts3, rows3 = peak_callsites(prof, 3) or (0, [])
+        assert ts3 == 70 and peak_top(prof, 3, 2) == (sum(s for _, s in rows3 if s > 0), [(3, 80), (7, 64)])
+        assert peak_top(prof, 3, 0) == (152, [])
         # AND the totals alone, and the tops of a few processes, say the same (rows below 0, peaks
         # at two ts, a callsite in two heaps: the exact sums)
-        assert prof.peak_totals() == {1: 256, 3: 152}
-        assert prof.peak_tops([3, 2], 2) == {3: (152, [(3, 80), (7, 64)])}
+        assert peak_totals(prof) == {1: 256, 3: 152}
+        assert peak_tops(prof, [3, 2], 2) == {3: (152, [(3, 80), (7, 64)])}
         callsites, frames = prof.callsites(), prof.frames()
         walked = [info.display_name if info else "?" for info in prof.stack_frames(CallsiteId(7), 5)]
         expected: list[str] = []
