@@ -10,5 +10,5 @@
     leaks.py   call stacks never freed by a process's final dump
 
 May import: heapscope.store, heapscope.estimate, heapscope.model, heapscope.errors, heapscope.records,
-heapscope.units.
+heapscope.units, heapscope.jsontext.
 """
