@@ -287,6 +287,16 @@ class Resolver:
         their first definition."""
 
 
+def lifetime_values(rows: bytes, kinds: tuple[str | None, ...],
+                    life: tuple[tuple[tuple[int, int | None], ...] | None, ...], sizes: tuple[tuple[int, int], ...],
+                    size_kind: int, /) -> tuple[list[int | str | None], list[int]]:
+    """Tracker.lifetimes()'s rows as the store's rows, each table's in one flat list: a row of kind
+    `size_kind` as (callsite, lo, hi, count, size, real_size) with sizes[bucket & 0xFF]; a row of a
+    kind named in `kinds` (by code; None, or past them: left out) as (callsite, kinds[kind], lo_ns,
+    hi_ns, size_lo, size_hi, count, size, real_size), its lifetime's bounds life[kind][bucket >> 8],
+    or (0, None) when life[kind] is None. IndexError for a bucket past the bounds given."""
+
+
 def addr2line(fmt: int, table: bytes, first_line: int, offset: int, /) -> int | None:
     """The line of the instruction at byte `offset` of a CPython line table of format `fmt`
     (heapscope.bookkeeping.pylines: LNOTAB, LINES_310, LOCATIONS), as that version's

@@ -179,3 +179,54 @@ def test_the_producer_rows_name_kinds_and_bounds(native_mod: ModuleType, tmp_pat
                        " FROM heapscope_callsite_lifetime").fetchall()
     assert sorted(got, key=str) == sorted(lifetimes, key=str)
     w.close()
+
+
+def _reference_values(data: bytes) -> tuple[list[int | str | None], list[int]]:
+    """The store's rows of LIFETIME_ROW `data`, written plainly: what bookkeeping/dump.py made in
+    Python before _native.lifetime_values made them in C."""
+    names = {LT_FREED: "freed", LT_HELD: "held", LT_UNKNOWN: "unknown", LT_HEAPTRACK: "heaptrack"}
+    bounds = [0, *LIFETIME_BOUNDS, None]
+    life: list[int | str | None] = []
+    sizes: list[int] = []
+    for cs, kind, bucket, count, size, real in LIFETIME_ROW.iter_unpack(data):
+        b = bucket & 0xFF
+        size_lo, size_hi = (1 << b if b else 0), min(1 << (b + 1), (1 << 63) - 1)
+        if kind == LT_SIZE:
+            sizes += (cs, size_lo, size_hi, count, size, real)
+        elif kind in names:
+            k = bucket >> 8
+            lo, hi = (bounds[k], bounds[k + 1]) if kind in (LT_FREED, LT_HELD) else (0, None)
+            life += (cs, names[kind], lo, hi, size_lo, size_hi, count, size, real)
+    return life, sizes
+
+
+def test_the_rows_made_in_c_are_the_plain_ones() -> None:
+    """Every kind (those the store has no row for among them), every lifetime bucket, size buckets
+    up to 255 (2^b past 64 bits), and values up to 2^64 - 1: the same rows as written plainly."""
+    import random
+
+    rng = random.Random(7)
+    kinds = [0, LT_FREED, LT_HELD, LT_UNKNOWN, LT_SIZE, LT_HEAPTRACK, 6, 2**40]
+    data = b"".join(LIFETIME_ROW.pack(rng.randrange(1, 2**64), rng.choice(kinds),
+                                      rng.randrange(len(LIFETIME_BOUNDS) + 1) << 8 | rng.randrange(256),
+                                      rng.randrange(2**64), rng.choice((0, 1, 2**63, 2**64 - 1)), rng.randrange(99))
+                    for _ in range(5000))
+    t = _RowsOf(data)
+    assert ProcessHeap.lifetime_values(t) == _reference_values(data)  # type: ignore[arg-type]
+    assert ProcessHeap.lifetime_values(_RowsOf(b"")) == ([], [])  # type: ignore[arg-type]
+    # AND a lifetime bucket past the bounds, or bytes that are not rows, are refused
+    past = LIFETIME_ROW.pack(1, LT_FREED, (len(LIFETIME_BOUNDS) + 1) << 8, 1, 1, 1)
+    with pytest.raises(IndexError):
+        ProcessHeap.lifetime_values(_RowsOf(past))  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        ProcessHeap.lifetime_values(_RowsOf(data[:-1]))  # type: ignore[arg-type]
+
+
+class _RowsOf:
+    """A tracker whose lifetimes() are the given rows."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def lifetimes(self) -> bytes:
+        return self.data
