@@ -23,6 +23,16 @@
 #include "trie.h"
 #include "wire.h"
 
+/* Append `n` new references to `out`, taking them (NULL among them: an error set, all released). */
+static int append_taken(PyObject *out, PyObject **v, int n) {
+  int rc = 0;
+  for (int i = 0; i < n; i++) {
+    if (!v[i] || (rc == 0 && PyList_Append(out, v[i]) < 0)) rc = -1;
+    Py_XDECREF(v[i]);
+  }
+  return rc;
+}
+
 /* ---- Tracker ---- */
 
 static void tracker_release(TrackerObject *self) {
@@ -631,6 +641,38 @@ static PyObject *Resolver_callsite(ResolverObject *self, PyObject *arg) {
   return PyLong_FromLongLong(hs_resolver_callsite(self->s, stack_id));
 }
 
+/* sample_values(rows, not_freed): the store's memory-sample rows of SAMPLE_ROW `rows`, flat. */
+static PyObject *Resolver_sample_values(ResolverObject *self, PyObject *args) {
+  Py_buffer b;
+  unsigned long long not_freed;
+  if (!PyArg_ParseTuple(args, "y*K:sample_values", &b, &not_freed)) return NULL;
+  PyObject *out = NULL;
+  if (resolver_check(self) < 0) goto done;
+  if ((size_t)b.len % sizeof(struct hs_sample_row)) {
+    PyErr_Format(PyExc_ValueError, "%zd bytes are not sample rows", b.len);
+    goto done;
+  }
+  if (!(out = PyList_New(0))) goto done;
+  for (size_t i = 0; i < (size_t)b.len / sizeof(struct hs_sample_row); i++) {
+    struct hs_sample_row r;
+    memcpy(&r, (const char *)b.buf + i * sizeof r, sizeof r);
+    /* Its stack's callsite when the tracker had none for it: resolved since (the final dump's). */
+    int64_t cs = r.callsite_id ? 0 : hs_resolver_callsite(self->s, r.stack_id);
+    if (!r.callsite_id && !cs) continue; /* a stack with no callsite: left out */
+    PyObject *v[5] = {r.callsite_id ? PyLong_FromUnsignedLongLong(r.callsite_id) : PyLong_FromLongLong(cs),
+                      PyLong_FromUnsignedLongLong(r.alloc_ts),
+                      r.free_ts == not_freed ? Py_NewRef(Py_None) : PyLong_FromUnsignedLongLong(r.free_ts),
+                      PyLong_FromUnsignedLongLong(r.size), PyLong_FromUnsignedLongLong(r.weight)};
+    if (append_taken(out, v, 5) < 0) {
+      Py_CLEAR(out);
+      goto done;
+    }
+  }
+done:
+  PyBuffer_Release(&b);
+  return out;
+}
+
 static PyObject *Resolver_bind(ResolverObject *self, PyObject *arg) {
   if (!PyObject_TypeCheck(arg, &TrackerType)) {
     PyErr_SetString(PyExc_TypeError, "bind() takes a Tracker");
@@ -698,6 +740,8 @@ static PyMethodDef Resolver_methods[] = {
      "forget_pcs() -> None\n--\n\nForget the frames named for pcs (another object is where one was)."},
     {"callsite", (PyCFunction)Resolver_callsite, METH_O,
      "callsite(stack_id) -> int\n--\n\nThe callsite of a resolved stack, 0 when none."},
+    {"sample_values", (PyCFunction)Resolver_sample_values, METH_VARARGS,
+     "sample_values(rows, not_freed) -> list\n--\n\nSAMPLE_ROW rows as the store's memory-sample rows, flat."},
     {"bind", (PyCFunction)Resolver_bind, METH_O,
      "bind(tracker) -> list[int]\n--\n\nGive tracker's unresolved stacks their callsites; the ids left."},
     {"waiting", (PyCFunction)Resolver_waiting, METH_NOARGS,
@@ -734,16 +778,6 @@ static PyObject *native_addr2line(PyObject *self, PyObject *args) {
 }
 
 /* ---- the store's lifetime and size rows (bookkeeping/dump.py lifetime_values) ---- */
-
-/* Append `n` new references to `out`, taking them (NULL among them: an error set, all released). */
-static int append_taken(PyObject *out, PyObject **v, int n) {
-  int rc = 0;
-  for (int i = 0; i < n; i++) {
-    if (!v[i] || (rc == 0 && PyList_Append(out, v[i]) < 0)) rc = -1;
-    Py_XDECREF(v[i]);
-  }
-  return rc;
-}
 
 /* A 2-tuple's items, borrowed; NULL with TypeError when `t` is none. */
 static int pair(PyObject *t, PyObject **a, PyObject **b) {

@@ -277,6 +277,11 @@ class Resolver:
     def callsite(self, stack_id: int, /) -> int:
         """The callsite stack_id resolved to; 0 while it has none."""
 
+    def sample_values(self, rows: bytes, not_freed: int, /) -> list[int | None]:
+        """Tracker.samples()'s rows as the store's memory-sample rows, in one flat list: (callsite,
+        alloc_ts, free_ts or None when it is `not_freed`, size, weight) a row, a callsite of 0 taken
+        from this resolver by the row's stack, a row whose stack has none left out."""
+
     def bind(self, tracker: Tracker, /) -> list[int]:
         """Give `tracker`'s unresolved stacks (a custom heap's) their callsites here; the ids of those
         that have none."""

@@ -21,7 +21,6 @@ from heapscope.bookkeeping.rows import (
     LT_UNKNOWN,
     NOT_FREED,
     PEAK_ROW,
-    SAMPLE_ROW,
     SERIES_ROW,
     unpack_rows,
 )
@@ -211,9 +210,4 @@ class ProcessHeap(Record):
         writer binds them (store/writer.py add_memory): (ts, unreleased, its end, allocated) a point, and
         (callsite, alloc_ts, free_ts or None, size, weight) a sample. After the final dump's
         resolve every stack has its callsite; a sample of one that has none is left out."""
-        samples: list[int | None] = []
-        for callsite, stack, alloc_ts, free_ts, size, weight in SAMPLE_ROW.iter_unpack(tracker.samples()):
-            cs = callsite or self.callsite(stack)
-            if cs:
-                samples += (cs, alloc_ts, None if free_ts == NOT_FREED else free_ts, size, weight)
-        return unpack_rows(SERIES_ROW, tracker.series()), samples
+        return unpack_rows(SERIES_ROW, tracker.series()), self.resolver.sample_values(tracker.samples(), NOT_FREED)

@@ -221,3 +221,34 @@ def test_a_modules_frames_are_interned_once_for_every_process_that_maps_it_alike
     assert frames._intern_pc(second, exe.base + 0x2345) == a and frames.frames.take_new() == []
     e = frames._intern_pc(third, moved.base + 0x2345)
     assert e != a and dict(frames.frames.take_new())[e].rel_pc == 0x2344
+
+
+def test_memory_sample_rows_take_their_callsite_from_the_resolver(native_mod: ModuleType, make_heap: Any) -> None:
+    """memory_values' samples, made in C (Resolver.sample_values): a row the tracker gave a
+    callsite keeps it, one of callsite 0 takes its stack's from the resolver, one whose stack has
+    none is left out, a live one's free is None; as the plain loop over the rows made them."""
+    from heapscope.bookkeeping.rows import NOT_FREED, SAMPLE_ROW
+
+    heap, frames, trie = _process(native_mod, discard=False)
+    h = make_heap()
+    h.malloc(1, A, 100, NATIVE)
+    h.malloc(2, B, 30, PYTHON)
+    heap.dump_rows(h.t, frames, trie, final=True)
+    native, python = heap.callsite(NATIVE), heap.callsite(PYTHON)
+    assert native and python and native != python
+    rows = [(7, 0x99, 10, 20, 64, 1), (0, NATIVE, 11, NOT_FREED, 128, 2), (0, PYTHON, 12, 30, 2**64 - 1, 4),
+            (0, 0x77, 13, 40, 8, 1), (2**64 - 1, 0, 14, NOT_FREED, 8, 1)]
+    data = b"".join(SAMPLE_ROW.pack(*r) for r in rows)
+    plain: list[int | None] = []
+    for callsite, stack, alloc_ts, free_ts, size, weight in SAMPLE_ROW.iter_unpack(data):
+        cs = callsite or heap.callsite(stack)
+        if cs:
+            plain += (cs, alloc_ts, None if free_ts == NOT_FREED else free_ts, size, weight)
+    got = heap.resolver.sample_values(data, NOT_FREED)
+    assert got == plain
+    assert got[5:10] == [native, 11, None, 128, 2] and len(got) == 4 * 5
+    with pytest.raises(ValueError):
+        heap.resolver.sample_values(data[:-1], NOT_FREED)
+    # AND memory_values gives the tracker's own samples so
+    _series, samples = heap.memory_values(h.t)
+    assert sorted(samples[k] or 0 for k in range(0, len(samples), 5)) == sorted([native, python])
