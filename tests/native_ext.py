@@ -40,7 +40,8 @@ def _bookkeeping_core() -> list[Path]:
 
 BOOKKEEPING_CORE = _bookkeeping_core()
 EXTENSIONS = {  # module name -> its own sources, with the core
-    "heapscope.bookkeeping._native": [SRC / "bookkeeping" / "_native.c", SRC / "bookkeeping" / "pylines.c"],
+    "heapscope.bookkeeping._native": [SRC / "bookkeeping" / "_native.c", SRC / "bookkeeping" / "native_rows.c",
+                                      SRC / "bookkeeping" / "pylines.c"],
     "heapscope.producer._ingest": [SRC / "producer" / "_ingest.c", SRC / "producer" / "ingest_core.c"],
 }
 

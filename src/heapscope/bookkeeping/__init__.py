@@ -19,6 +19,8 @@
     pylines.h/.c         CPython line tables (pylines.py reads them through it)
     native.h, _native.c  the extension heapscope.bookkeeping._native: Tracker,
                          Trie, Resolver, addr2line (_native.pyi)
+    native_rows.h/.c     the tracker's lifetime and sample rows as the lists the
+                         store's writer binds
     rows.py              the row structs' Python mirror (one definition each)
     frames.py            frames and mappings, interned; the resolver's namer
     dump.py              per-process glue: resolve, then the tracker's rows
