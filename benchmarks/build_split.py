@@ -16,7 +16,7 @@ medians of:
 `--parts` adds one recorded build run in-process by the heapscope's own Python (the
 `--heapscope` command's interpreter), whose producer is timed by part: SQLite's inserts and
 commits, the stacks' resolve (frames named in Python included), the lifetime and memory rows
-made in Python; process CPU of the whole recording. On a 2-core machine a build keeps both
+made (the tracker's sums and their lists); process CPU of the whole recording. On a 2-core machine a build keeps both
 cores busy, so each CPU second heapscope adds costs about half a second of wall.
 """
 
@@ -35,7 +35,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from proctree import _heapscope_default  # noqa: E402
 from read_speed import MAKEFILE  # noqa: E402
+from self_cpu import interpreter_of  # noqa: E402
 
 # Run by the heapscope's own interpreter: its producer's parts timed (process CPU) around one
 # recording; the parts nest in no other part.
@@ -68,21 +70,6 @@ print(f"heapscope's process CPU {time.process_time() - t0:.2f} s", file=sys.stde
 for k, v in sorted(acc.items(), key=lambda kv: -kv[1]):
     print(f"  {k:32} {v:.2f} s", file=sys.stderr)
 """
-
-
-def _heapscope_default() -> str:
-    beside = Path(sys.executable).with_name("heapscope")
-    return str(beside) if beside.is_file() else (shutil.which("heapscope") or "heapscope")
-
-
-def _interpreter(hs: str) -> str:
-    """The Python that runs the `heapscope` console script `hs`."""
-    path = shutil.which(hs) or hs
-    with open(path, "rb") as f:
-        first = f.readline()
-    if first.startswith(b"#!"):
-        return first[2:].decode().strip().split()[0]
-    return sys.executable
 
 
 def one(src: Path, hs: str | None, out: Path) -> tuple[float, float, float, float]:
@@ -140,7 +127,10 @@ def main() -> int:
         print(f"end (make's exit to record's): {med('record', 3):.2f} s")
         if args.parts:
             shutil.rmtree(src / "build", ignore_errors=True)
-            subprocess.run([_interpreter(args.heapscope), "-c", PARTS, str(out / "parts.db"),
+            how = interpreter_of(shutil.which(args.heapscope) or args.heapscope)
+            if how is None:
+                raise SystemExit(f"{args.heapscope}: not a heapscope console script or launcher")
+            subprocess.run([*how[0], "-c", PARTS, str(out / "parts.db"),
                             "make", "-s", "-f", "Makefile.heapscope", "-j2"], cwd=src, check=True)
     return 0
 

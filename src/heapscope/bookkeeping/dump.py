@@ -49,15 +49,15 @@ def _size_bounds(bucket: int) -> tuple[int, int]:
 # l is [LIFETIME_BOUNDS[l - 1], LIFETIME_BOUNDS[l]), from 0, open at the top), not computed per row.
 _SIZE_BOUNDS = tuple(_size_bounds(b) for b in range(256))
 _TIMED = frozenset((LT_FREED, LT_HELD))
-_LIFE_BOUNDS: list[tuple[int, int | None]] = [
+_LIFE_BOUNDS: tuple[tuple[int, int | None], ...] = tuple(
     (LIFETIME_BOUNDS[k - 1] if k else 0, LIFETIME_BOUNDS[k] if k < len(LIFETIME_BOUNDS) else None)
-    for k in range(len(LIFETIME_BOUNDS) + 1)]
+    for k in range(len(LIFETIME_BOUNDS) + 1))
 
 
 # By kind code: the store's name of a lifetime row's kind (None: no row for it), and its lifetime
 # buckets' bounds (None: a kind without a lifetime, [0, open)).
 _KIND_NAMES = tuple(_LT_KINDS.get(k) for k in range(max(_LT_KINDS) + 1))
-_KIND_BOUNDS = tuple(tuple(_LIFE_BOUNDS) if k in _TIMED else None for k in range(max(_LT_KINDS) + 1))
+_KIND_BOUNDS = tuple(_LIFE_BOUNDS if k in _TIMED else None for k in range(max(_LT_KINDS) + 1))
 
 
 class ProcessHeap(Record):

@@ -156,15 +156,14 @@ class Figures(Loop):
                     others.setdefault(upid_, []).append((name, size))
         ended = {int(p.info.upid): p for p in self.producer.ended} if self.producer is not None else {}
         totals = peak_totals(profile)
-        listed = [pr for pr in profile.processes()
-                  if int(pr.info.upid) in totals and (totals[int(pr.info.upid)] > 0 or int(pr.info.upid) in others)]
-        listed.sort(key=lambda pr: -totals[int(pr.info.upid)])
+        listed = [(upid, pr) for upid, pr in ((int(pr.info.upid), pr) for pr in profile.processes())
+                  if upid in totals and (totals[upid] > 0 or upid in others)]
+        listed.sort(key=lambda item: -totals[item[0]])
         # The stacks of those the summary can show only: a build's 113 processes' took ~0.5 s
         # after make's exit, for 6 at most shown.
-        peaks = peak_stacks(profile, [(int(pr.info.upid), int(pr.info.upid) in python, pr.info.exe)
-                                      for pr in listed[:PEAKS_SHOWN + 1]], TOP_STACKS, STACK_FRAMES_SHOWN)
-        for proc in listed:
-            upid = int(proc.info.upid)
+        peaks = peak_stacks(profile, [(upid, upid in python, pr.info.exe) for upid, pr in listed[:PEAKS_SHOWN + 1]],
+                            TOP_STACKS, STACK_FRAMES_SHOWN)
+        for upid, proc in listed:
             st = ended.get(upid)
             s.peaks.append(ProcessPeak(proc.info.pid, process_label(proc.info), totals[upid],
                                        peaks[upid][1] if upid in peaks else [],
