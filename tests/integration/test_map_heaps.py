@@ -354,13 +354,16 @@ def test_flamegraph_all_heaps_is_the_default_sum_built_once(programs: Programs, 
     one_ts, shared, page_all, alone = pages(run.db)
     assert one_ts and shared
     assert page_all == alone  # the sum's graphs are what "all" built on its own shows
-    # Each heap's graphs, their memory samples picked out of one read of every heap's, are what
-    # that heap shown alone reads and builds
+    # Each heap's graphs, their memory samples picked out of one read of every heap's and their
+    # trees the sum's, show what that heap shown alone reads and builds
+    from page_support import shown as page_shows
+
     with open_profile(run.db) as prof:
         heaps, _ = heap_graphs(prof)
         for h in heaps[:-1]:
             select_heap(prof, h.name)
-            assert payload(h.graphs, title="t") == payload(profile_graphs(prof), title="t"), h.name
+            assert page_shows(payload(h.graphs, title="t")) == page_shows(payload(profile_graphs(prof), title="t")), \
+                h.name
             assert any(g.memory is not None and g.memory.node for g in h.graphs), h.name
     # AND the page carries them once: "all" names the opened sum's, and the picker shows them
     with open_profile(run.db) as prof:
@@ -409,3 +412,64 @@ def test_flamegraph_all_heaps_is_the_default_sum_built_once(programs: Programs, 
     one_ts, shared, page_all, alone = pages(odd)
     # THEN "all" is built on its own, as before
     assert not one_ts and not shared and page_all == alone
+
+
+def test_flamegraph_carries_each_tree_once(programs: Programs, record: Recorder, tmp_path: Path) -> None:
+    """Every heap's graph of a process takes the tree of all heaps merged, and "all processes" is
+    its members' trees side by side: the page carries each tree once (a build's page: 8.9 -> 6.4
+    MB) and puts the rest together itself. What it shows is what each heap built alone shows."""
+    from page_support import heap_lists, materialized
+    from page_support import shown as page_shows
+    from test_views import _page_data, browser
+
+    from heapscope.store.reader import open_profile
+    from heapscope.store.select import select_heap
+    from heapscope.view.flamegraph import heap_graphs, payload, profile_graphs
+
+    # GIVEN three processes (a shell and two mapheaps), each with malloc, mmap and brk heaps
+    exe = programs.path("mapheaps")
+    run = record(["/bin/sh", "-c", f"{exe} && {exe}"], interval=1)
+    assert run.returncode == 0, run.describe()
+    with open_profile(run.db) as prof:
+        heaps, at = heap_graphs(prof)
+        data = payload(heaps[at].graphs, title="t", heaps=heaps, heap=at)
+        alone = {}
+        for h in heaps:
+            select_heap(prof, h.name)
+            alone[h.name] = page_shows(payload(profile_graphs(prof), title="t"))[""]
+    lists = heap_lists(data)
+    # THEN each process's tree travels once, and every "all processes" as its parts
+    distinct = list({id(entries): entries for entries in lists.values()}.values())  # "all" is the sum's
+    carried = [p["upid"] for entries in distinct for p in entries if "depth" in p]
+    assert sorted(carried) == sorted({p["upid"] for entries in distinct for p in entries if p["upid"] >= 0})
+    assert all("parts" in entries[0] and "depth" not in entries[0] for entries in distinct), lists
+    assert any("tree" in p for entries in distinct for p in entries)
+    # AND every heap shows what it shows built alone
+    assert page_shows(data) == alone
+    # AND the page puts "all processes" and the trees taken from another heap together as
+    # page_support does (names, libraries, depths and values node by node; the command's page
+    # has the wrappers folded, so it is read from its file)
+    html = tmp_path / "three.html"
+    page = run_process([*HEAPSCOPE, "flamegraph", str(run.db), "-o", str(html)], timeout=60)
+    assert page.returncode == 0, page.describe()
+    data = _page_data(html)
+    lists = heap_lists(data)
+    got = ("(() => { const D = window.heapscope.data(), p = D.processes[window.heapscope.state.proc];"
+           " return [window.heapscope.heapName(), p.depth, p.name.map((i) => D.strings[i]),"
+           " p.lib.map((i) => D.strings[i]), p.dumps[0].self]; })()")
+    steps: list[dict[str, object]] = []
+    for name, entries in lists.items():
+        steps.append({"do": "select", "selector": "#heap", "label": name if name != "all" else
+                      "all heaps merged (pools counted twice)"})
+        for entry in entries:
+            steps += [{"do": "select", "selector": "#proc", "label": entry["label"]}, {"do": "eval", "js": got}]
+    res = browser(tmp_path, html, steps)
+    evals = iter(r for r, s in zip(res["results"], steps, strict=True) if s["do"] == "eval")
+    for name, entries in lists.items():
+        for entry in entries:
+            heap, depth, names, libs, selfs = next(evals)
+            want = materialized(data, entry, entries)
+            strings = want.get("_strings", data["strings"])
+            assert heap == name
+            assert depth == want["depth"] and selfs == want["dumps"][0]["self"], (name, entry["label"])
+            assert names == [strings[i] for i in want["name"]] and libs == [strings[i] for i in want["lib"]]

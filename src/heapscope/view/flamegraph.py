@@ -21,6 +21,16 @@ A profile with several heaps (custom heaps) adds
 with an entry per heap and a last one, "all", with every heap merged; the
 page's heap picker swaps `processes`. All heaps share `strings`.
 
+Each tree travels once. A process's graphs of every heap share one tree (heap_graphs): the
+first entry carries it, and the others name it instead of depth, name, lib and src:
+
+    "tree": [heap, position]                # heaps[heap].processes[position] carries it
+
+and "all processes", when it is its members' trees side by side (all_processes), names them;
+its one dump carries only its totals, and the page puts the tree and the values together:
+
+    "parts": [position, ...], "partLib": string index   # each member under a node of its label
+
 `self` lists only the non-zero self values of a view as (index gap, value)
 pairs, where each gap is counted from the previous listed node. A parent is
 recovered from the depths (the nearest earlier node one level up), so no
@@ -78,6 +88,9 @@ class ProcessGraph(Record):
     t0: int = 0  # the process's start (its timeline's 0 s); 0: unknown, the first snapshot's ts is 0 s
     memory: Memory | None = None  # its chart of memory over time (view/memory.py); None: not in the profile
     sizes: list[int] = field(default_factory=list)  # view/flamegraph_lifetimes.py's flat size histograms
+    # "all processes" when it is its members' trees side by side, each under a node of its label
+    # (all_processes): the page puts it together from theirs, so it is not carried twice.
+    parts: list[ProcessGraph] = field(default_factory=list)
 
 
 class Strings:
@@ -121,11 +134,14 @@ def kept_dumps(count: int, limit: int, chosen: int | None = None) -> list[int]:
 def process_graph(profile: Profile, process: Process, dump: str | int | None = None,
                   python_only: bool = False, max_dumps: int = MAX_DUMPS,
                   lives: LifeSums | None = None,
-                  samples: list[tuple[int, int, int | None, int, int]] | None = None) -> ProcessGraph:
+                  samples: list[tuple[int, int, int | None, int, int]] | None = None,
+                  tree: MergedTree | None = None) -> ProcessGraph:
     """The merged tree of a process and its four views at each of its dumps (at most `max_dumps`
     of them, kept_dumps; 0: all) and at its peak (object views de-sampled); the page opens at the
     state `dump` (default: the peak). python_only: native frames left out (view/tree.py build_tree).
-    `lives`, `samples`: its lifetimes' sums and memory samples when read already (profile_graphs)."""
+    `lives`, `samples`: its lifetimes' sums and memory samples when read already (profile_graphs).
+    `tree`: a tree of this process built already (another heap's, heap_graphs), taken when it holds
+    every callsite this graph needs, so that the heaps of a page share one tree."""
     upid = process.info.upid
     interval = process_interval(profile, process)
     dump_ts = sorted({d.ts_end for d in profile.dumps(upid)} | set(profile.dump_stamps(upid)))
@@ -158,8 +174,9 @@ def process_graph(profile: Profile, process: Process, dump: str | int | None = N
         states.append((peak[0], "peak", peak[1]))
     # Python frames are lines, as report's rows are (a node merging a function's lines
     # showed whichever line came first); native frames merge per function.
-    callsite_ids = sorted(running.keys() | (peak[1].keys() if peak else set()))
-    tree = build_tree(profile, callsite_ids, python_only=python_only, python_lines=True)
+    needed = running.keys() | (peak[1].keys() if peak else set())
+    if tree is None or not needed <= tree.node_of.keys():
+        tree = build_tree(profile, sorted(needed), python_only=python_only, python_lines=True)
     graph = ProcessGraph(process_label(process), upid, tree, t0=max(0, process.info.start_ts))
     graph.dumps_left_out = len(dump_ts) - len(kept)
     graph.snapshots = [Snapshot(ts, label, tree.desampled_selfs(values, interval)) for ts, label, values in states]
@@ -186,9 +203,8 @@ def _sparse(values: list[int], shift: int = 0) -> list[int]:
     return out
 
 
-def encode_process(graph: ProcessGraph, strings: Strings) -> dict[str, object]:
-    """One process of the payload; node 0 is a synthetic root above the tree's roots."""
-    t = graph.tree
+def _encode_tree(t: MergedTree, strings: Strings) -> dict[str, list[int]]:
+    """A tree's depth, name, lib and src lists in the payload, the synthetic root first."""
     index = strings.index
     depth = [0] + [d + 1 for d in t.depth]
     # Strings are numbered as first met: names, then libraries, then sources, node by node.
@@ -204,6 +220,27 @@ def encode_process(graph: ProcessGraph, strings: Strings) -> dict[str, object]:
         -1 if f is None else strings(f if line is None else f"{f}:{line}")
         for f, line in zip(t.source_file, t.line_number, strict=True)
     ]
+    return {"depth": depth, "name": name, "lib": lib, "src": src}
+
+
+def encode_process(graph: ProcessGraph, strings: Strings, tree_at: list[int] | None = None,
+                   parts: list[int] | None = None) -> dict[str, object]:
+    """One process of the payload; node 0 is a synthetic root above the tree's roots.
+    `tree_at`: [heap, process] of the entry that carries this graph's tree already (the page takes
+    its depth, name, lib and src); `parts`: for "all processes" made of its members' trees
+    (ProcessGraph.parts), their positions in the same list: the page puts its tree and values
+    together from theirs, and only its totals travel."""
+    if parts is not None:
+        s = graph.snapshots[0]
+        totals = {v: sum(vals) for v, vals in s.self_values.items()}
+        # Each member's node is named by its label; its library, as all_processes's tree gives it.
+        return {"label": graph.label, "upid": graph.upid, "parts": parts, "partLib": strings(mapping_basename("")),
+                "start": 0, "t0": None, "dumps": [{"ts": s.ts, "label": s.label, "totals": totals}]}
+    out: dict[str, object] = {"label": graph.label, "upid": graph.upid}
+    if tree_at is not None:
+        out["tree"] = tree_at
+    else:
+        out.update(_encode_tree(graph.tree, strings))
     dumps = []
     for s in graph.snapshots:
         dumps.append({
@@ -217,8 +254,7 @@ def encode_process(graph: ProcessGraph, strings: Strings) -> dict[str, object]:
     # The timeline's 0 s: the process's start, so its peak is drawn when it happened (the
     # start is read in clock ticks: a first sample up to 10 ms before it moves 0 s back).
     t0 = min([graph.t0, *(s.ts for s in graph.snapshots)]) if graph.t0 > 0 else None
-    out: dict[str, object] = {"label": graph.label, "upid": graph.upid, "depth": depth, "name": name, "lib": lib,
-                              "src": src, "dumps": dumps, "start": start, "t0": t0}
+    out.update(dumps=dumps, start=start, t0=t0)
     if graph.sizes:
         out["sizes"] = graph.sizes
     if graph.memory is not None:
@@ -244,7 +280,25 @@ def payload(graphs: list[ProcessGraph], *, title: str, mode: str = "profile",
     note = left_out_line([g for h in heaps for g in h.graphs] if heaps else graphs)
     subtitle = "; ".join(filter(None, (subtitle, note)))
     strings = Strings()
-    processes = [encode_process(g, strings) for g in graphs]
+    # Where each process tree went first ([heap, position]): the other heaps' graphs of that
+    # process share it (heap_graphs), and the page takes it from there (a build's page: each of
+    # ~450k nodes' four lists once, not once per heap).
+    trees_at: dict[int, list[int]] = {}
+    shares = heaps is not None and len(heaps) > 1
+
+    def encoded(gs: list[ProcessGraph], at: int) -> list[dict[str, object]]:
+        where = {id(g): k for k, g in enumerate(gs)}
+        out = []
+        for k, g in enumerate(gs):
+            parts = [where[id(m)] for m in g.parts if id(m) in where]
+            if g.parts and len(parts) == len(g.parts):
+                out.append(encode_process(g, strings, parts=parts))
+                continue
+            first = trees_at.setdefault(id(g.tree), [at, k]) if shares and g.upid >= 0 else None
+            out.append(encode_process(g, strings, None if first == [at, k] else first))
+        return out
+
+    processes = encoded(graphs, heap)
     temporary = [TEMPORARY] if any(TEMPORARY in s.self_values for g in graphs for s in g.snapshots) else []
     out: dict[str, object] = {"mode": mode, "title": title, "subtitle": subtitle, "views": [*VIEWS, *temporary]}
     if heaps is not None and len(heaps) > 1:
@@ -261,7 +315,7 @@ def payload(graphs: list[ProcessGraph], *, title: str, mode: str = "profile",
             elif same != k:
                 entries.append({"name": h.name, "processes": None, "same": same})
             else:
-                entries.append({"name": h.name, "processes": [encode_process(g, strings) for g in h.graphs]})
+                entries.append({"name": h.name, "processes": encoded(h.graphs, k)})
         out["heaps"] = entries
     out["strings"] = strings.table()
     out["processes"] = processes
@@ -280,41 +334,49 @@ def heap_graphs(profile: Profile, heap: str | None = None, pid: int | None = Non
                 max_dumps: int = MAX_DUMPS) -> tuple[list[HeapGraphs], int]:
     """The graphs of every heap of the profile (profile_graphs), then of all heaps merged when
     there are several, and the position of the heap to open at: `heap` as --heap takes it
-    (store.select.resolve_heap; None: the default heap). Leaves the profile showing that heap."""
+    (store.select.resolve_heap; None: the default heap). Leaves the profile showing that heap.
+    The widest set, every heap merged, is built first, and every other heap's graph of a process
+    takes its tree: one tree a process, whatever the heap (the page carries it once)."""
     shown = resolve_heap(profile, heap)
     names = heap_names(profile)
-    out = []
     # Each heap's lifetimes, read once: a sum of heaps adds them up (a build's ~380k rows took
     # 1.8 s to read again for libc.malloc+mmap).
     lives: dict[str, dict[int, LifeSums]] = {}
-    # Every heap's memory samples in one read, each heap or sum taking its own (a build's ~300k
-    # rows were read once for each: 0.45 s a read).
-    samples = memory_samples_by_heap(profile, [p.info.upid for p in profile.processes()
-                                               if pid is None or p.info.pid == pid])
     for name in names:
         select_heap(profile, name)
         lives[name] = life_sums_by_process(profile, [p.info.upid for p in select_processes(profile, pid)],
                                            DEFAULT_TEMPORARY_NS)
-        out.append(HeapGraphs(name, profile_graphs(profile, pid, dump, merge, python_only, max_dumps, lives[name],
-                                                   samples_of(samples, [name]))))
-    if shown is not None and shown not in names:  # several heaps shown together (libc.malloc+python.pymalloc)
-        select_heap(profile, shown)
-        members = heap_members(shown) or []
-        added = merged_life_sums([lives[m] for m in members]) if members and all(m in lives for m in members) \
-            else None
-        out.append(HeapGraphs(shown, profile_graphs(profile, pid, dump, merge, python_only, max_dumps, added,
-                                                    samples_of(samples, members) if members else None)))
+    # Every heap's memory samples in one read, each heap or sum taking its own (a build's ~300k
+    # rows were read once for each: 0.45 s a read).
+    samples = memory_samples_by_heap(profile, [p.info.upid for p in profile.processes()
+                                               if pid is None or p.info.pid == pid])
+
+    def graphs(name: str, trees: dict[int, MergedTree] | None) -> list[ProcessGraph]:
+        select_heap(profile, name)
+        members = [name] if name in names else heap_members(name) or []
+        added = (lives[members[0]] if len(members) == 1 else merged_life_sums([lives[m] for m in members])) \
+            if members and all(m in lives for m in members) else None
+        return profile_graphs(profile, pid, dump, merge, python_only, max_dumps, added,
+                              samples_of(samples, members) if members else None, trees)
+
+    sets = names + ([shown] if shown is not None and shown not in names else [])
+    every: list[ProcessGraph] | None = None  # every heap merged
+    reused = None  # the sum of every heap whose graphs are those
     if len(names) > 1:
-        summed = next((h for h in out if set(heap_members(h.name) or ()) == set(names)), None)
+        summed = next((h for h in sets if set(heap_members(h) or ()) == set(names)), None)
         if summed is not None and profile.peaks_at_one_ts():
             # The default sum is every heap already, and each process's heaps peak at one ts (as
             # `record` writes them): "all" reads the same rows, so its graphs are the sum's (a
             # build's page built them again: 5.8 of its 17.5 s).
-            out.append(HeapGraphs(ALL_HEAPS, list(summed.graphs)))
+            every, reused = graphs(summed, None), summed
         else:
             select_heap(profile, ALL_HEAPS)
-            out.append(HeapGraphs(ALL_HEAPS, profile_graphs(profile, pid, dump, merge, python_only, max_dumps,
-                                                            samples=samples_of(samples, None))))
+            every = profile_graphs(profile, pid, dump, merge, python_only, max_dumps,
+                                   samples=samples_of(samples, None))
+    trees = None if every is None else {g.upid: g.tree for g in every if g.upid >= 0}
+    out = [HeapGraphs(h, every if h == reused and every is not None else graphs(h, trees)) for h in sets]
+    if every is not None:
+        out.append(HeapGraphs(ALL_HEAPS, every))
     if not out:  # no dumps at all
         out.append(HeapGraphs(shown or "", profile_graphs(profile, pid, dump, merge, python_only, max_dumps)))
     at = next((k for k, h in enumerate(out) if h.name == (shown if shown is not None else ALL_HEAPS)), 0)
@@ -356,13 +418,14 @@ def profile_graphs(profile: Profile, pid: int | None = None, dump: str | int | N
                    merge: str | None = None, python_only: bool = False,
                    max_dumps: int = MAX_DUMPS,
                    lives: dict[int, LifeSums] | None = None,
-                   samples: dict[int, list[Sample]] | None = None) -> list[ProcessGraph]:
+                   samples: dict[int, list[Sample]] | None = None,
+                   trees: dict[int, MergedTree] | None = None) -> list[ProcessGraph]:
     """A graph per process with at least one dump (only `pid` when given; UnknownProcessError
     when the profile has no such process), largest peak first; with several, an "all processes"
     graph comes first:
     one node per process (per executable with merge="exe"), each at the state it opens at.
     python_only: native frames left out. `lives`, `samples`: the processes' lifetimes and memory
-    samples (by upid) when read already."""
+    samples (by upid) when read already; `trees`: trees to take (by upid; process_graph)."""
     out = []
     processes = select_processes(profile, pid)
     # Each table read once for all the processes: a read per process scanned a build's tables
@@ -374,7 +437,7 @@ def profile_graphs(profile: Profile, pid: int | None = None, dump: str | int | N
         samples = memory_samples_by_process(profile, upids)
     for p in processes:
         g = process_graph(profile, p, dump, python_only, max_dumps, lives.get(p.info.upid, _NO_LIVES),
-                          samples.get(p.info.upid, []))
+                          samples.get(p.info.upid, []), None if trees is None else trees.get(p.info.upid))
         if g.snapshots:
             out.append(g)
     # The page's picker largest first, as report's table: by what each holds where it opens
@@ -475,10 +538,11 @@ def all_processes(profile: Profile, graphs: list[ProcessGraph], merge: str | Non
     what = "each process at " + " or ".join(sorted(states))
     ts = max((g.snapshots[g.start].ts for g in graphs), default=0)
     if not merged:
+        whole = merge is None and all(isinstance(nodes, range) for nodes, _ in placed)
         # Each member's nodes went in as they came, in its own preorder (MergedTree's), each
         # under its root: the tree is in preorder already (a build's 3 pages of ~450k nodes
         # spent 0.4 s reordering them to the same order).
-        return ProcessGraph(label, -1, tree, [Snapshot(ts, what, selfs)], 0)
+        return ProcessGraph(label, -1, tree, [Snapshot(ts, what, selfs)], 0, parts=list(graphs) if whole else [])
     # The nodes were appended parent first but not in preorder when several members merge: reorder.
     order = _preorder(tree)
     new_id = [0] * len(order)

@@ -68,6 +68,44 @@
     Object.assign(p, { n, parent, first, next, maxDepth, cache: new Map() });
   }
 
+  // A process whose tree another heap's entry carries ("tree": [heap, position]), and "all
+  // processes" made of its members' trees ("parts", each under a node of its label): filled in
+  // when first shown, so the payload carries each tree once (view/flamegraph.py encode_process).
+  function materialize(p, list) {
+    if (p.depth) return;
+    if (p.tree) {
+      const from = D.heaps[p.tree[0]].processes, q = from[p.tree[1]];
+      materialize(q, from);
+      Object.assign(p, { depth: q.depth, name: q.name, lib: q.lib, src: q.src });
+      return;
+    }
+    const parts = p.parts.map((k) => list[k]);
+    for (const q of parts) materialize(q, list);
+    const depth = [0], name = [parts[0].name[0]], lib = [parts[0].lib[0]], src = [-1];
+    const views = Object.keys(p.dumps[0].totals), self = {};
+    for (const v of views) self[v] = [];
+    const last = {};
+    for (const v of views) last[v] = 0;
+    for (const q of parts) {
+      const base = depth.length;
+      depth.push(1); name.push(D.strings.push(q.label) - 1); lib.push(p.partLib); src.push(-1);
+      for (let i = 1; i < q.depth.length; i++) {
+        depth.push(q.depth[i] + 1); name.push(q.name[i]); lib.push(q.lib[i]); src.push(q.src[i]);
+      }
+      const at = q.dumps[q.start !== undefined && q.start >= 0 && q.start < q.dumps.length ? q.start : q.dumps.length - 1];
+      for (const v of views) {
+        const sp = at.self[v] || [], out = self[v];
+        for (let k = 0, i = 0; k < sp.length; k += 2) {
+          i += sp[k];
+          out.push(base + i - last[v], sp[k + 1]);
+          last[v] = base + i;
+        }
+      }
+    }
+    Object.assign(p, { depth, name, lib, src });
+    p.dumps[0].self = self;
+  }
+
   function values(p, dump, view) {
     const key = dump + "|" + view;
     let v = p.cache.get(key);
@@ -462,6 +500,7 @@
   function selectProcess(k) {
     state.proc = k;
     const p = P();
+    materialize(p, D.processes);
     if (!p.parent) prepare(p);
     state.dump = p.start !== undefined && p.start >= 0 && p.start < p.dumps.length ? p.start : p.dumps.length - 1;
     state.zoom = 0;
