@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+from collections.abc import Iterator
 from importlib import resources
 from itertools import compress
 
@@ -50,7 +51,7 @@ from heapscope.model import VIEWS, CallsiteId, Upid
 from heapscope.records import Record, field
 from heapscope.store.labels import process_label as named
 from heapscope.store.lifetimes import LifeSums, life_sums_by_process, merged_life_sums
-from heapscope.store.reader import Process, Profile, ViewValues, mapping_basename
+from heapscope.store.reader import DumpValues, Process, Profile, ViewValues, mapping_basename
 from heapscope.store.select import (
     ALL_HEAPS,
     dump_position,
@@ -131,54 +132,106 @@ def kept_dumps(count: int, limit: int, chosen: int | None = None) -> list[int]:
     return sorted(keep)
 
 
+class DumpStates(Record):
+    """A process's running sums at the dumps its graph keeps (kept_dumps), read from its rows."""
+
+    count: int  # its dumps
+    chosen: int | None  # the dump asked to open at (process_graph's `dump`), when one was
+    states: list[tuple[int, int, dict[CallsiteId, ViewValues]]]  # (dump position, ts, sums) of each kept
+
+
+def dump_states(profile: Profile, process: Process, dump: str | int | None, max_dumps: int,
+                sets: dict[str, list[str] | None] | None = None) -> dict[str, DumpStates]:
+    """The DumpStates of `process` in each heap set of `sets` (name -> its heaps; None: every
+    heap) from one pass over its rows, read with the profile showing every heap (heap_graphs);
+    without `sets`, of the heap the profile shows, under the name "". One pass, by timestamp: the
+    running sums go on through the dumps left out, and those of the dumps kept are copied (a
+    day of dumps: 100 copies, not 1.7 M rows held)."""
+    upid = process.info.upid
+    dumps = profile.dumps(upid)
+    plans: list[tuple[str, list[int], set[int], int | None]] = []
+    in_sets: dict[str, list[int]] = {}  # a heap -> the sets holding it
+    if sets is None:
+        sets = {"": None}
+        rows: Iterator[tuple[int, str, DumpValues]] = ((r.ts, "", r) for r in profile.iter_dump_values(upid))
+        stamps = {"": set(profile.dump_stamps(upid))}
+        every_dump = {d.ts_end for d in dumps}
+        dump_ts = {"": sorted(every_dump | stamps[""])}
+    else:
+        rows = profile.iter_dump_values_by_heap(upid)
+        by_heap: dict[str, set[int]] = {}
+        for d in dumps:
+            by_heap.setdefault(d.heap_name, set()).add(d.ts_end)
+        for heap, ts in profile.dump_stamps_by_heap(upid):
+            by_heap.setdefault(heap, set()).add(ts)
+        dump_ts = {name: sorted(set().union(*(ts for h, ts in by_heap.items() if heaps is None or h in heaps)))
+                   for name, heaps in sets.items()}
+    for k, (name, heaps) in enumerate(sets.items()):
+        count = len(dump_ts[name])
+        chosen = dump_position(dump, count, process_label(process)) if isinstance(dump, int) else None
+        plans.append((name, dump_ts[name], set(kept_dumps(count, max_dumps, chosen)), chosen))
+        for heap in heaps if heaps is not None else ["*"]:
+            in_sets.setdefault(heap, []).append(k)
+    every = in_sets.pop("*", [])
+    running: list[dict[CallsiteId, ViewValues]] = [{} for _ in plans]
+    states: list[list[tuple[int, int, dict[CallsiteId, ViewValues]]]] = [[] for _ in plans]
+    # Each set's dumps in the order of their timestamps: a dump's copy takes the rows up to it.
+    events = sorted((ts, k, n) for k, (_, stamps_of, _, _) in enumerate(plans) for n, ts in enumerate(stamps_of))
+    row = next(rows, None)
+    for ts, k, n in events:
+        # <=: a live profile's rows are read in a later statement than its dumps, and may have
+        # gained a dump since (its rows go to the next dump read, or to none after the last)
+        while row is not None and row[0] <= ts:
+            _, heap, r = row
+            for j in every + in_sets.get(heap, []) if in_sets else every:
+                into = running[j]
+                o = into.get(r.callsite)
+                into[r.callsite] = r.values if o is None else add_values(o, r.values)
+            row = next(rows, None)
+        if n in plans[k][2]:
+            states[k].append((n, ts, dict(running[k])))
+    return {name: DumpStates(len(stamps_of), chosen, states[k])
+            for k, (name, stamps_of, _, chosen) in enumerate(plans)}
+
+
 def process_graph(profile: Profile, process: Process, dump: str | int | None = None,
                   python_only: bool = False, max_dumps: int = MAX_DUMPS,
                   lives: LifeSums | None = None,
                   samples: list[tuple[int, int, int | None, int, int]] | None = None,
-                  tree: MergedTree | None = None) -> ProcessGraph:
+                  tree: MergedTree | None = None, read: DumpStates | None = None) -> ProcessGraph:
     """The merged tree of a process and its four views at each of its dumps (at most `max_dumps`
     of them, kept_dumps; 0: all) and at its peak (object views de-sampled); the page opens at the
     state `dump` (default: the peak). python_only: native frames left out (view/tree.py build_tree).
     `lives`, `samples`: its lifetimes' sums and memory samples when read already (profile_graphs).
     `tree`: a tree of this process built already (another heap's, heap_graphs), taken when it holds
-    every callsite this graph needs, so that the heaps of a page share one tree."""
+    every callsite this graph needs, so that the heaps of a page share one tree. `read`: its
+    dump_states in the heap shown, when read already."""
     upid = process.info.upid
     interval = process_interval(profile, process)
-    dump_ts = sorted({d.ts_end for d in profile.dumps(upid)} | set(profile.dump_stamps(upid)))
+    if read is None:
+        read = dump_states(profile, process, dump, max_dumps)[""]
     peak = profile.peak_values(upid)
-    chosen = dump_position(dump, len(dump_ts), process_label(process)) if isinstance(dump, int) else None
-    kept = set(kept_dumps(len(dump_ts), max_dumps, chosen))
-    # One pass over the rows, by timestamp; the running sums go on through the dumps left out, and
-    # those of the dumps kept are copied (a day of dumps: 100 copies, not 1.7 M rows held).
-    running: dict[CallsiteId, ViewValues] = {}
     states: list[tuple[int, str, dict[CallsiteId, ViewValues]]] = []
     peak_at = chosen_at = -1
-    rows = profile.iter_dump_values(upid)
-    row = next(rows, None)
-    for n, ts in enumerate(dump_ts):
+    for n, ts, sums in read.states:
         if peak is not None and peak_at < 0 and peak[0] <= ts:
             peak_at = len(states)
             states.append((peak[0], "peak", peak[1]))
-        # <=: a live profile's rows are read in a later statement than its dumps, and may have
-        # gained a dump since (its rows go to the next dump read, or to none after the last)
-        while row is not None and row.ts <= ts:
-            o = running.get(row.callsite)
-            running[row.callsite] = row.values if o is None else add_values(o, row.values)
-            row = next(rows, None)
-        if n in kept:
-            if n == chosen:
-                chosen_at = len(states)
-            states.append((ts, f"dump {n + 1}", dict(running)))
+        if n == read.chosen:
+            chosen_at = len(states)
+        states.append((ts, f"dump {n + 1}", sums))
     if peak is not None and peak_at < 0:
         peak_at = len(states)
         states.append((peak[0], "peak", peak[1]))
+    chosen = read.chosen
+    running = read.states[-1][2] if read.states else {}  # the last dump is always kept
     # Python frames are lines, as report's rows are (a node merging a function's lines
     # showed whichever line came first); native frames merge per function.
     needed = running.keys() | (peak[1].keys() if peak else set())
     if tree is None or not needed <= tree.node_of.keys():
         tree = build_tree(profile, sorted(needed), python_only=python_only, python_lines=True)
     graph = ProcessGraph(process_label(process), upid, tree, t0=max(0, process.info.start_ts))
-    graph.dumps_left_out = len(dump_ts) - len(kept)
+    graph.dumps_left_out = read.count - len(read.states)
     graph.snapshots = [Snapshot(ts, label, tree.desampled_selfs(values, interval)) for ts, label, values in states]
     graph.memory = process_memory(profile, upid, tree.node_of, samples=samples)
     if chosen is not None:
@@ -351,28 +404,39 @@ def heap_graphs(profile: Profile, heap: str | None = None, pid: int | None = Non
     samples = memory_samples_by_heap(profile, [p.info.upid for p in profile.processes()
                                                if pid is None or p.info.pid == pid])
 
+    sets = names + ([shown] if shown is not None and shown not in names else [])
+    # The default sum is every heap already, and each process's heaps peak at one ts (as `record`
+    # writes them): "all" reads the same rows, so its graphs are the sum's (a build's page built
+    # them again: 5.8 of its 17.5 s).
+    summed = next((h for h in sets if set(heap_members(h) or ()) == set(names)), None) if len(names) > 1 else None
+    reused = summed if summed is not None and profile.peaks_at_one_ts() else None
+    # Each process's rows read once for every heap and sum of the page (a build's ~195k rows were
+    # read once a heap and once for their sum: 0.9 s), each set's sums at its dumps kept.
+    reads: dict[str, dict[int, DumpStates]] = {}
+    if len(names) > 1:
+        select_heap(profile, ALL_HEAPS)
+        heaps_of: dict[str, list[str] | None] = {h: [h] if h in names else heap_members(h) or [] for h in sets}
+        if reused is None:
+            heaps_of[ALL_HEAPS] = None
+        for p in select_processes(profile, pid):
+            for name, got in dump_states(profile, p, dump, max_dumps, heaps_of).items():
+                reads.setdefault(name, {})[p.info.upid] = got
+
     def graphs(name: str, trees: dict[int, MergedTree] | None) -> list[ProcessGraph]:
         select_heap(profile, name)
         members = [name] if name in names else heap_members(name) or []
         added = (lives[members[0]] if len(members) == 1 else merged_life_sums([lives[m] for m in members])) \
             if members and all(m in lives for m in members) else None
         return profile_graphs(profile, pid, dump, merge, python_only, max_dumps, added,
-                              samples_of(samples, members) if members else None, trees)
+                              samples_of(samples, members) if members else None, trees, reads.get(name))
 
-    sets = names + ([shown] if shown is not None and shown not in names else [])
     every: list[ProcessGraph] | None = None  # every heap merged
-    reused = None  # the sum of every heap whose graphs are those
-    if len(names) > 1:
-        summed = next((h for h in sets if set(heap_members(h) or ()) == set(names)), None)
-        if summed is not None and profile.peaks_at_one_ts():
-            # The default sum is every heap already, and each process's heaps peak at one ts (as
-            # `record` writes them): "all" reads the same rows, so its graphs are the sum's (a
-            # build's page built them again: 5.8 of its 17.5 s).
-            every, reused = graphs(summed, None), summed
-        else:
-            select_heap(profile, ALL_HEAPS)
-            every = profile_graphs(profile, pid, dump, merge, python_only, max_dumps,
-                                   samples=samples_of(samples, None))
+    if reused is not None:
+        every = graphs(reused, None)
+    elif len(names) > 1:
+        select_heap(profile, ALL_HEAPS)
+        every = profile_graphs(profile, pid, dump, merge, python_only, max_dumps,
+                               samples=samples_of(samples, None), reads=reads.get(ALL_HEAPS))
     trees = None if every is None else {g.upid: g.tree for g in every if g.upid >= 0}
     out = [HeapGraphs(h, every if h == reused and every is not None else graphs(h, trees)) for h in sets]
     if every is not None:
@@ -419,13 +483,15 @@ def profile_graphs(profile: Profile, pid: int | None = None, dump: str | int | N
                    max_dumps: int = MAX_DUMPS,
                    lives: dict[int, LifeSums] | None = None,
                    samples: dict[int, list[Sample]] | None = None,
-                   trees: dict[int, MergedTree] | None = None) -> list[ProcessGraph]:
+                   trees: dict[int, MergedTree] | None = None,
+                   reads: dict[int, DumpStates] | None = None) -> list[ProcessGraph]:
     """A graph per process with at least one dump (only `pid` when given; UnknownProcessError
     when the profile has no such process), largest peak first; with several, an "all processes"
     graph comes first:
     one node per process (per executable with merge="exe"), each at the state it opens at.
     python_only: native frames left out. `lives`, `samples`: the processes' lifetimes and memory
-    samples (by upid) when read already; `trees`: trees to take (by upid; process_graph)."""
+    samples (by upid) when read already; `trees`: trees to take, `reads`: their dump_states (by
+    upid; process_graph)."""
     out = []
     processes = select_processes(profile, pid)
     # Each table read once for all the processes: a read per process scanned a build's tables
@@ -437,7 +503,8 @@ def profile_graphs(profile: Profile, pid: int | None = None, dump: str | int | N
         samples = memory_samples_by_process(profile, upids)
     for p in processes:
         g = process_graph(profile, p, dump, python_only, max_dumps, lives.get(p.info.upid, _NO_LIVES),
-                          samples.get(p.info.upid, []), None if trees is None else trees.get(p.info.upid))
+                          samples.get(p.info.upid, []), None if trees is None else trees.get(p.info.upid),
+                          None if reads is None else reads.get(p.info.upid))
         if g.snapshots:
             out.append(g)
     # The page's picker largest first, as report's table: by what each holds where it opens
@@ -456,15 +523,11 @@ def _placed_whole(tree: MergedTree, root: int, m: MergedTree) -> bool:
     same name and mapping (all_processes' merge would keep them apart anyway): whether it did.
     A process of its own under its root, as every process is without --merge: its ~450k nodes
     were each looked up and appended one by one, for each of the page's three sets of graphs."""
-    n = len(m)
-    if len(set(zip(m.parent, m.name, m.map_name, strict=True))) != n:
+    if m.lines_apart and len(set(zip(m.parent, m.name, m.map_name, strict=True))) != len(m):
         return False  # siblings that differ by line only (a lines tree): merged one by one
-    base = len(tree.parent)
-    depth = [0] * n
-    for i, parent in enumerate(m.parent):  # a parent before its children (MergedTree's preorder)
-        depth[i] = 1 if parent < 0 else depth[parent] + 1
+    base, below = len(tree.parent), tree.depth[root] + 1
     tree.parent.extend([root if parent < 0 else parent + base for parent in m.parent])
-    tree.depth.extend([d + tree.depth[root] for d in depth])
+    tree.depth.extend([d + below for d in m.depth])
     tree.name.extend(m.name)
     tree.map_name.extend(m.map_name)
     tree.source_file.extend(m.source_file)

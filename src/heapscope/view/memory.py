@@ -20,6 +20,9 @@ unbiased estimates of real bytes, so the chart's and the range's bytes are estim
 from __future__ import annotations
 
 import random
+from itertools import compress
+from operator import itemgetter
+from typing import cast
 
 from heapscope.model import CallsiteId
 from heapscope.records import Record, field
@@ -61,29 +64,29 @@ def process_memory(profile: Profile, upid: int, node_of: dict[CallsiteId, int], 
         # Seeded by the process: the same profile gives the same page.
         rows = random.Random(upid).sample(rows, max_samples)
         scale = mem.samples_in_profile / max_samples
-    rows.sort(key=lambda r: r[1])
-    for callsite, alloc_ts, free_ts, size, weight in rows:
-        node = node_of.get(CallsiteId(callsite))
-        if node is None:
-            continue
-        mem.node.append(node + 1)  # the page's node 0 is its synthetic root
-        mem.alloc_ts.append(alloc_ts)
-        mem.free_ts.append(free_ts)
-        mem.size.append(size * weight * scale)
-        mem.weight.append(weight * scale)
+    rows.sort(key=itemgetter(1))
+    # Column by column: a build's page places ~600k samples (a loop appending to five lists
+    # took 0.3 s of it).
+    found = list(map(cast("dict[int, int]", node_of).get, (r[0] for r in rows)))
+    if None in found:  # a sample whose callsite the tree does not have
+        rows = list(compress(rows, [n is not None for n in found]))
+    nodes = [n for n in found if n is not None]
+    if rows:
+        _, alloc_ts, free_ts, size, weight = zip(*rows, strict=True)
+        mem.node = [n + 1 for n in nodes]  # the page's node 0 is its synthetic root
+        mem.alloc_ts, mem.free_ts = list(alloc_ts), list(free_ts)
+        mem.size = [s * w * scale for s, w in zip(size, weight, strict=True)]
+        mem.weight = [w * scale for w in weight]
     return mem
 
 
 def encode_memory(mem: Memory, t0: int) -> dict[str, object]:
     """The page's "memory" of a process: times in µs after `t0` (ns), a free of None as -1."""
-    def us(ts: int) -> int:
-        return (ts - t0) // 1000
-
     return {
-        "t": [us(p[0]) for p in mem.series], "u": [p[1] for p in mem.series], "e": [p[2] for p in mem.series],
-        "a": [p[3] for p in mem.series],
-        "sn": mem.node, "sa": [us(t) for t in mem.alloc_ts],
-        "sf": [-1 if t is None else max(0, us(t)) for t in mem.free_ts],
+        "t": [(p[0] - t0) // 1000 for p in mem.series], "u": [p[1] for p in mem.series],
+        "e": [p[2] for p in mem.series], "a": [p[3] for p in mem.series],
+        "sn": mem.node, "sa": [(t - t0) // 1000 for t in mem.alloc_ts],
+        "sf": [-1 if t is None else max(0, (t - t0) // 1000) for t in mem.free_ts],
         "sb": [round(b) for b in mem.size], "sw": [round(w, 3) for w in mem.weight],
         "kept": len(mem.node), "samples": mem.samples_in_profile,
     }

@@ -44,6 +44,9 @@ class MergedTree(Record):
     source_file: list[str | None] = field(default_factory=list)  # from stack_profile_symbol
     line_number: list[int | None] = field(default_factory=list)
     node_of: dict[CallsiteId, int] = field(default_factory=dict)  # callsite -> its node
+    # Whether two siblings may have the same name and mapping, told apart by their line (a
+    # Python frame with python_lines, any with lines): False when build_tree knows they cannot.
+    lines_apart: bool = True
 
     def __len__(self) -> int:
         return len(self.parent)
@@ -258,6 +261,7 @@ def build_tree(profile: Profile, callsite_ids: Iterable[CallsiteId], inlined: bo
                       source_file=[src[0] if src else None for src in sources],
                       line_number=[src[1] if src else None for src in sources])
     tree.node_of = {cs: new_id[old] for cs, old in raw_node.items()}
+    tree.lines_apart = lines or (python_lines and bool(python_frames))
     return tree
 
 

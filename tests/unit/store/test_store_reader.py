@@ -278,6 +278,10 @@ def test_peak_and_dump_values_read_column_wise_and_row_by_row_agree(tmp_path: Pa
     assert plain == checked
     with open_profile(path) as prof:
         assert list(prof.iter_dump_values(1, chunk=1)) == checked[1] and prof.dump_stamps(1) == [10, 20]
+        # AND read per heap (the flamegraph's one pass for all heaps), the same rows with their heap
+        by_heap = [(d.ts, "libc.malloc", d) for d in checked[1]]
+        assert list(prof.iter_dump_values_by_heap(1)) == list(prof.iter_dump_values_by_heap(1, chunk=1)) == by_heap
+        assert sorted(prof.dump_stamps_by_heap(1)) == [("libc.malloc", 10), ("libc.malloc", 20)]
         at_end = prof.callsite_values(1)
     db = sqlite3.connect(path)
     db.execute("UPDATE heap_profile_allocation SET size = '300' WHERE callsite_id = 2 AND size = 300")

@@ -78,3 +78,43 @@ def test_all_processes_in_preorder_whether_trees_merge_or_not(tmp_path: Path) ->
                        [0, 1, 2, 3, 4])
         merged = all_processes(prof, [lines])
         assert _flat(merged) == [(-1, "pid 1 p", 0), (0, "main", 0), (1, "f", 4), (2, "k", 4), (1, "g", 2)]
+
+
+def test_one_pass_over_the_rows_gives_each_heap_what_it_reads_alone(tmp_path: Path) -> None:
+    """dump_states of several heap sets at once (heap_graphs: each process's rows read once for
+    every heap and sum of the page) is, set by set, what the profile showing that set reads:
+    dumps at times of their own per heap, a callsite in two heaps, kept dumps and a chosen one."""
+    from heapscope.model import Frame, MappingId, ProcessFlags
+    from heapscope.store.select import ALL_HEAPS, select_heap
+    from heapscope.view.flamegraph import dump_states
+
+    db = tmp_path / "heaps.db"
+    w = ProfileWriter(db)
+    w.add_mappings([(1, Mapping("aa", 0, 0, 0x1000, 0x9000, 0, "/usr/bin/p"))])
+    w.add_frames([(1, Frame(MappingId(1), 0x10, "main")), (2, Frame(MappingId(1), 0x20, "both")),
+                  (3, Frame(MappingId(1), 0x30, "maps"))])
+    w.add_callsites([(1, 0, None, 1), (2, 1, 1, 2), (3, 1, 1, 3)])
+    p = ProcessInfo(Upid(1), pid=42, ppid=1, name="p", cmdline="p", exe="/usr/bin/p", uid=0, start_ts=0)
+    w.add_process(p)
+    w.set_process_flags(p, ProcessFlags(unwinder="fp", sampling_interval_bytes=4096,
+                                        orig_sampling_interval_bytes=4096))
+    s = 1_000_000_000
+    for k in range(1, 6):  # malloc's dumps at 1-5 s; mmap's at 2 and 4 s, and one of its own at 4.5 s
+        w.add_dump(1, (k - 1) * s, k * s, "periodic", [(2, k, 4096 * k)], "libc.malloc")
+        if k % 2 == 0:
+            w.add_dump(1, (k - 1) * s, k * s, "periodic", [(2, 1, 1 << 20), (3, k, 8192 * k)], "mmap")
+    w.add_dump(1, 4 * s, 4 * s + s // 2, "periodic", [(3, -1, -8192)], "mmap")
+    w.commit()
+    w.close()
+    sets: dict[str, list[str] | None] = {"libc.malloc": ["libc.malloc"], "mmap": ["mmap"],
+                                         "libc.malloc+mmap": ["libc.malloc", "mmap"], ALL_HEAPS: None}
+    with open_profile(db) as prof:
+        (process,) = prof.processes()
+        for dump, max_dumps in ((None, 0), (None, 2), (2, 2), ("end", 1)):
+            select_heap(prof, ALL_HEAPS)
+            together = dump_states(prof, process, dump, max_dumps, sets)
+            for name in sets:
+                select_heap(prof, name)
+                alone = dump_states(prof, process, dump, max_dumps)[""]
+                assert together[name] == alone, (name, dump, max_dumps)
+            assert together["libc.malloc+mmap"].count == 6 and together["mmap"].count == 3
