@@ -10,6 +10,7 @@
     tree.py     the callsite tree as read, checked for cycles and depth (_callsites.c: its rows, in C)
     paths.py    a few call paths walked in SQL, without the callsite table (record's summary)
     peak_tops.py  each process's peak and largest callsites there, in SQL (record's summary)
+    peaks_by_heap.py  each heap set's peaks from one read of the peak rows (the flamegraph's heaps)
     select.py   views, processes by pid, dumps by number: one error line per mistake
     series.py   memory over time per process, and the samples behind a range of it
     sql.py      `heapscope sql`: read-only SQL (no writes, no ATTACH, no VACUUM INTO)

@@ -51,6 +51,7 @@ from heapscope.model import VIEWS, CallsiteId, Upid
 from heapscope.records import Record, field
 from heapscope.store.labels import process_label as named
 from heapscope.store.lifetimes import LifeSums, life_sums_by_process, merged_life_sums
+from heapscope.store.peaks_by_heap import Peak, peak_values_by_heap
 from heapscope.store.reader import DumpValues, Process, Profile, ViewValues, mapping_basename
 from heapscope.store.select import (
     ALL_HEAPS,
@@ -198,19 +199,20 @@ def process_graph(profile: Profile, process: Process, dump: str | int | None = N
                   python_only: bool = False, max_dumps: int = MAX_DUMPS,
                   lives: LifeSums | None = None,
                   samples: list[tuple[int, int, int | None, int, int]] | None = None,
-                  tree: MergedTree | None = None, read: DumpStates | None = None) -> ProcessGraph:
+                  tree: MergedTree | None = None, read: DumpStates | None = None,
+                  peaks: dict[int, Peak] | None = None) -> ProcessGraph:
     """The merged tree of a process and its four views at each of its dumps (at most `max_dumps`
     of them, kept_dumps; 0: all) and at its peak (object views de-sampled); the page opens at the
     state `dump` (default: the peak). python_only: native frames left out (view/tree.py build_tree).
     `lives`, `samples`: its lifetimes' sums and memory samples when read already (profile_graphs).
     `tree`: a tree of this process built already (another heap's, heap_graphs), taken when it holds
     every callsite this graph needs, so that the heaps of a page share one tree. `read`: its
-    dump_states in the heap shown, when read already."""
+    dump_states in the heap shown, `peaks`: every process's peak_values there, when read already."""
     upid = process.info.upid
     interval = process_interval(profile, process)
     if read is None:
         read = dump_states(profile, process, dump, max_dumps)[""]
-    peak = profile.peak_values(upid)
+    peak = profile.peak_values(upid) if peaks is None else peaks.get(upid)
     states: list[tuple[int, str, dict[CallsiteId, ViewValues]]] = []
     peak_at = chosen_at = -1
     for n, ts, sums in read.states:
@@ -413,6 +415,7 @@ def heap_graphs(profile: Profile, heap: str | None = None, pid: int | None = Non
     # Each process's rows read once for every heap and sum of the page (a build's ~195k rows were
     # read once a heap and once for their sum: 0.9 s), each set's sums at its dumps kept.
     reads: dict[str, dict[int, DumpStates]] = {}
+    peaks: dict[str, dict[int, Peak]] = {}
     if len(names) > 1:
         select_heap(profile, ALL_HEAPS)
         heaps_of: dict[str, list[str] | None] = {h: [h] if h in names else heap_members(h) or [] for h in sets}
@@ -421,6 +424,7 @@ def heap_graphs(profile: Profile, heap: str | None = None, pid: int | None = Non
         for p in select_processes(profile, pid):
             for name, got in dump_states(profile, p, dump, max_dumps, heaps_of).items():
                 reads.setdefault(name, {})[p.info.upid] = got
+        peaks = peak_values_by_heap(profile, heaps_of) or {}  # the peak rows read once too
 
     def graphs(name: str, trees: dict[int, MergedTree] | None) -> list[ProcessGraph]:
         select_heap(profile, name)
@@ -428,7 +432,8 @@ def heap_graphs(profile: Profile, heap: str | None = None, pid: int | None = Non
         added = (lives[members[0]] if len(members) == 1 else merged_life_sums([lives[m] for m in members])) \
             if members and all(m in lives for m in members) else None
         return profile_graphs(profile, pid, dump, merge, python_only, max_dumps, added,
-                              samples_of(samples, members) if members else None, trees, reads.get(name))
+                              samples_of(samples, members) if members else None, trees, reads.get(name),
+                              peaks.get(name))
 
     every: list[ProcessGraph] | None = None  # every heap merged
     if reused is not None:
@@ -436,7 +441,8 @@ def heap_graphs(profile: Profile, heap: str | None = None, pid: int | None = Non
     elif len(names) > 1:
         select_heap(profile, ALL_HEAPS)
         every = profile_graphs(profile, pid, dump, merge, python_only, max_dumps,
-                               samples=samples_of(samples, None), reads=reads.get(ALL_HEAPS))
+                               samples=samples_of(samples, None), reads=reads.get(ALL_HEAPS),
+                               peaks=peaks.get(ALL_HEAPS))
     trees = None if every is None else {g.upid: g.tree for g in every if g.upid >= 0}
     out = [HeapGraphs(h, every if h == reused and every is not None else graphs(h, trees)) for h in sets]
     if every is not None:
@@ -484,14 +490,15 @@ def profile_graphs(profile: Profile, pid: int | None = None, dump: str | int | N
                    lives: dict[int, LifeSums] | None = None,
                    samples: dict[int, list[Sample]] | None = None,
                    trees: dict[int, MergedTree] | None = None,
-                   reads: dict[int, DumpStates] | None = None) -> list[ProcessGraph]:
+                   reads: dict[int, DumpStates] | None = None,
+                   peaks: dict[int, Peak] | None = None) -> list[ProcessGraph]:
     """A graph per process with at least one dump (only `pid` when given; UnknownProcessError
     when the profile has no such process), largest peak first; with several, an "all processes"
     graph comes first:
     one node per process (per executable with merge="exe"), each at the state it opens at.
     python_only: native frames left out. `lives`, `samples`: the processes' lifetimes and memory
     samples (by upid) when read already; `trees`: trees to take, `reads`: their dump_states (by
-    upid; process_graph)."""
+    upid), `peaks`: their peaks (process_graph)."""
     out = []
     processes = select_processes(profile, pid)
     # Each table read once for all the processes: a read per process scanned a build's tables
@@ -504,7 +511,7 @@ def profile_graphs(profile: Profile, pid: int | None = None, dump: str | int | N
     for p in processes:
         g = process_graph(profile, p, dump, python_only, max_dumps, lives.get(p.info.upid, _NO_LIVES),
                           samples.get(p.info.upid, []), None if trees is None else trees.get(p.info.upid),
-                          None if reads is None else reads.get(p.info.upid))
+                          None if reads is None else reads.get(p.info.upid), peaks)
         if g.snapshots:
             out.append(g)
     # The page's picker largest first, as report's table: by what each holds where it opens
