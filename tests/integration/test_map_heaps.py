@@ -473,3 +473,30 @@ def test_flamegraph_carries_each_tree_once(programs: Programs, record: Recorder,
             assert heap == name
             assert depth == want["depth"] and selfs == want["dumps"][0]["self"], (name, entry["label"])
             assert names == [strings[i] for i in want["name"]] and libs == [strings[i] for i in want["lib"]]
+
+
+def test_flamegraph_reads_each_table_once_for_every_heap(programs: Programs, record: Recorder) -> None:
+    """A page of several heaps read a process's delta rows once per heap and once for their sum,
+    the peak table once per heap, and checked the lifetime and size tables' types once per heap.
+    Each is read (or checked) once now, whatever the heaps."""
+    from heapscope.store.reader import open_profile
+    from heapscope.view.flamegraph import heap_graphs
+
+    exe = programs.path("mapheaps")
+    run = record(["/bin/sh", "-c", f"{exe} && {exe}"], interval=1)
+    assert run.returncode == 0, run.describe()
+    statements: list[str] = []
+    with open_profile(run.db) as prof:
+        prof.sql_connection().set_trace_callback(statements.append)
+        heaps, _ = heap_graphs(prof)
+        processes = len([g for g in heaps[-1].graphs if g.upid >= 0])
+    assert len(heaps) == 5 and processes == 3, [h.name for h in heaps]
+
+    def count(table: str, *words: str) -> int:
+        return sum(1 for s in statements if f"FROM {table}" in s or f"FROM main.{table}" in s
+                   if all(w in s for w in words))
+
+    assert count("heap_profile_allocation", "GROUP BY ts") == processes  # the delta rows: once a process
+    assert count("heapscope_peak_allocation", "callsite_id, size") == 1  # the peak rows: once
+    for table in ("heapscope_callsite_lifetime", "heapscope_callsite_size", "heapscope_memory_sample"):
+        assert count(table, "typeof(") == 1, (table, [s for s in statements if table in s])

@@ -115,8 +115,10 @@ def life_sums_by_process(profile: Profile, upids: Collection[int], threshold_ns:
     db = profile.sql_connection()
     out: dict[int, LifeSums] = {}
     with profile.reading():
-        if not (all_as_written(db, LIFETIME_TABLE, _LIFETIME_COLUMNS, where, args)
-                and all_as_written(db, SIZE_TABLE, _SIZE_COLUMNS, where, args)):
+        if not ((profile.as_written(LIFETIME_TABLE, _LIFETIME_COLUMNS)
+                 or all_as_written(db, LIFETIME_TABLE, _LIFETIME_COLUMNS, where, args))
+                and (profile.as_written(SIZE_TABLE, _SIZE_COLUMNS)
+                     or all_as_written(db, SIZE_TABLE, _SIZE_COLUMNS, where, args))):
             return {u: life_sums(lives, threshold_ns) for u, lives in _read(profile, upids, True).items()}
         rows: Iterable[tuple[int, int, int]] = db.execute(
             f"SELECT upid, callsite_id, SUM(size) FROM {LIFETIME_TABLE}{where} {'AND' if where else 'WHERE'}"
@@ -230,7 +232,8 @@ def _read(profile: Profile, upids: Collection[int], by_process: bool) -> dict[in
     with profile.reading():
         rows: Iterable[_LifetimeRow] = db.execute(
             f"SELECT {', '.join(c for c, _ in _LIFETIME_COLUMNS)} FROM {LIFETIME_TABLE}{where}", args)
-        if not all_as_written(db, LIFETIME_TABLE, _LIFETIME_COLUMNS, where, args):
+        if not (profile.as_written(LIFETIME_TABLE, _LIFETIME_COLUMNS)
+                or all_as_written(db, LIFETIME_TABLE, _LIFETIME_COLUMNS, where, args)):
             rows = (_checked_lifetime_row(r) for r in rows)
         cells: dict[Any, Cell]  # the kind's cells: keyed by (lo_ns, hi_ns, size_lo) or by size_lo
         key: Any
@@ -253,7 +256,8 @@ def _read(profile: Profile, upids: Collection[int], by_process: bool) -> dict[in
             cells[key] = cell if old is None else old.plus(cell)
         sizes: Iterable[_SizeRow] = db.execute(
             f"SELECT {', '.join(c for c, _ in _SIZE_COLUMNS)} FROM {SIZE_TABLE}{where}", args)
-        if not all_as_written(db, SIZE_TABLE, _SIZE_COLUMNS, where, args):
+        if not (profile.as_written(SIZE_TABLE, _SIZE_COLUMNS)
+                or all_as_written(db, SIZE_TABLE, _SIZE_COLUMNS, where, args)):
             sizes = (_checked_size_row(r) for r in sizes)
         for upid, cs, lo, hi, count, size, real in sizes:
             if upid not in wanted:
