@@ -18,7 +18,6 @@ from heapscope.store.values import (
     INT,
     INT_OR_NULL,
     TEXT,
-    all_as_written,
     int_from_sql,
     opt_int_from_sql,
     str_from_sql,
@@ -115,10 +114,8 @@ def life_sums_by_process(profile: Profile, upids: Collection[int], threshold_ns:
     db = profile.sql_connection()
     out: dict[int, LifeSums] = {}
     with profile.reading():
-        if not ((profile.as_written(LIFETIME_TABLE, _LIFETIME_COLUMNS)
-                 or all_as_written(db, LIFETIME_TABLE, _LIFETIME_COLUMNS, where, args))
-                and (profile.as_written(SIZE_TABLE, _SIZE_COLUMNS)
-                     or all_as_written(db, SIZE_TABLE, _SIZE_COLUMNS, where, args))):
+        if not (profile.as_written(LIFETIME_TABLE, _LIFETIME_COLUMNS, where, args)
+                and profile.as_written(SIZE_TABLE, _SIZE_COLUMNS, where, args)):
             return {u: life_sums(lives, threshold_ns) for u, lives in _read(profile, upids, True).items()}
         rows: Iterable[tuple[int, int, int]] = db.execute(
             f"SELECT upid, callsite_id, SUM(size) FROM {LIFETIME_TABLE}{where} {'AND' if where else 'WHERE'}"
@@ -200,7 +197,7 @@ def read_lifetimes_by_process(profile: Profile, upids: Collection[int]
 
 
 # Per table, the columns read and the SQL types each may hold as written (_read takes the values
-# as they come when all_as_written says so; else each goes through values.py's checks).
+# as they come when Profile.as_written says so; else each goes through values.py's checks).
 _LIFETIME_COLUMNS = (("upid", INT), ("callsite_id", INT), ("kind", TEXT), ("lo_ns", INT), ("hi_ns", INT_OR_NULL),
                      ("size_lo", INT), ("count", INT), ("size", INT), ("real_size", INT))
 _SIZE_COLUMNS = (("upid", INT), ("callsite_id", INT), ("lo", INT), ("hi", INT), ("count", INT), ("size", INT),
@@ -232,8 +229,7 @@ def _read(profile: Profile, upids: Collection[int], by_process: bool) -> dict[in
     with profile.reading():
         rows: Iterable[_LifetimeRow] = db.execute(
             f"SELECT {', '.join(c for c, _ in _LIFETIME_COLUMNS)} FROM {LIFETIME_TABLE}{where}", args)
-        if not (profile.as_written(LIFETIME_TABLE, _LIFETIME_COLUMNS)
-                or all_as_written(db, LIFETIME_TABLE, _LIFETIME_COLUMNS, where, args)):
+        if not profile.as_written(LIFETIME_TABLE, _LIFETIME_COLUMNS, where, args):
             rows = (_checked_lifetime_row(r) for r in rows)
         cells: dict[Any, Cell]  # the kind's cells: keyed by (lo_ns, hi_ns, size_lo) or by size_lo
         key: Any
@@ -256,8 +252,7 @@ def _read(profile: Profile, upids: Collection[int], by_process: bool) -> dict[in
             cells[key] = cell if old is None else old.plus(cell)
         sizes: Iterable[_SizeRow] = db.execute(
             f"SELECT {', '.join(c for c, _ in _SIZE_COLUMNS)} FROM {SIZE_TABLE}{where}", args)
-        if not (profile.as_written(SIZE_TABLE, _SIZE_COLUMNS)
-                or all_as_written(db, SIZE_TABLE, _SIZE_COLUMNS, where, args)):
+        if not profile.as_written(SIZE_TABLE, _SIZE_COLUMNS, where, args):
             sizes = (_checked_size_row(r) for r in sizes)
         for upid, cs, lo, hi, count, size, real in sizes:
             if upid not in wanted:

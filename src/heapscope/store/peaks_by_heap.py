@@ -25,23 +25,14 @@ def peak_values_by_heap(profile: Profile, sets: dict[str, list[str] | None]) -> 
     `record` writes them): the caller reads each set's as before."""
     if not profile.peaks_at_one_ts():
         return None
-    db = profile.sql_connection()
-    with profile.reading():
-        if not db.execute("SELECT 1 FROM main.sqlite_master WHERE type = 'table'"
-                          " AND name = 'heapscope_peak_allocation'").fetchall():
-            return {name: {} for name in sets}
-        real = (", real_size, alloc_real_size" if any(
-            r[1] == "real_size" for r in db.execute("PRAGMA main.table_info(heapscope_peak_allocation)"))
-            else ", NULL, NULL")
-        rows = db.execute("SELECT upid, callsite_id, size, count, alloc_size, alloc_count" + real
-                          + ", ts, heap_name FROM heapscope_peak_allocation").fetchall()
+    rows = profile.peak_rows_by_heap()
     if not rows:
         return {name: {} for name in sets}
-    plain = plain_values(rows, (0, 1, 8), 2)
+    plain = plain_values(rows, (0, 7, 8), 1)
     if plain is None:
         return None
     keys, values = plain
-    upids, callsites, stamps = cast("tuple[list[int], list[CallsiteId], list[int]]", keys)
+    callsites, stamps, upids = cast("tuple[list[CallsiteId], list[int], list[int]]", keys)
     heaps = [r[9] if type(r[9]) is str else "" for r in rows]  # not text: no heap's (the views' IN)
     out: dict[str, dict[int, Peak]] = {}
     for name, members in sets.items():

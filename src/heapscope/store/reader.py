@@ -343,12 +343,20 @@ class Profile:
         rows = self._rows(self._peak_sql(" WHERE upid = ?"), (upid,))
         return rows or None
 
-    def _peak_sql(self, where: str = "", summed: bool = True) -> str:
+    @_reads
+    def peak_rows_by_heap(self) -> list[tuple[object, ...]]:
+        """Every peak row as stored, unconverted: callsite, the four values and two real sizes,
+        ts, upid and heap name (store/peaks_by_heap.py sums them per heap set)."""
+        if not self._has_table("heapscope_peak_allocation"):
+            return []
+        return self._rows(self._peak_sql(summed=False, heap=True))
+
+    def _peak_sql(self, where: str = "", summed: bool = True, heap: bool = False) -> str:
         has_real = self._has_column("heapscope_peak_allocation", "real_size")
         if not summed:
             return ("SELECT callsite_id, size, count, alloc_size, alloc_count"
                     + (", real_size, alloc_real_size" if has_real else ", NULL, NULL")
-                    + ", ts, upid FROM heapscope_peak_allocation" + where)
+                    + ", ts, upid" + (", heap_name" if heap else "") + " FROM heapscope_peak_allocation" + where)
         real = ", SUM(real_size), SUM(alloc_real_size)" if has_real else ", NULL, NULL"
         return ("SELECT callsite_id, SUM(size), SUM(count), SUM(alloc_size), SUM(alloc_count)" + real +
                 ", MAX(ts), upid FROM heapscope_peak_allocation" + where +
@@ -439,15 +447,16 @@ class Profile:
                 "SELECT 1 FROM main.heapscope_peak_allocation GROUP BY upid HAVING MIN(ts) != MAX(ts) LIMIT 1")
         return self._peaks_one_ts
 
-    def as_written(self, table: str, columns: tuple[tuple[str, tuple[str, ...]], ...]) -> bool:
-        """values.all_as_written of every row of the file's `table` (whatever heap or label is
-        shown), checked once and then kept: a page reading a table once per heap checked the
-        whole table each time (a build's lifetimes and sizes: ~0.2 s a heap). False: check
-        the rows read (all_as_written), which may still be as written."""
-        got = self._as_written.get((table, columns))
-        if got is None:
-            got = self._as_written[(table, columns)] = all_as_written(self._db, f"main.{table}", columns)
-        return got
+    def as_written(self, table: str, columns: tuple[tuple[str, tuple[str, ...]], ...], where: str = "",
+                   args: Sequence[object] = (), source: str | None = None) -> bool:
+        """values.all_as_written of the rows `where` picks from `source` (default `table`, as
+        shown): yes at once when every row of the file's `table` is, which is checked once and
+        kept (a page reading a table once per heap scanned it whole each time: a build's lifetimes
+        and sizes, ~0.2 s a heap); else the rows picked are checked."""
+        whole = self._as_written.get((table, columns))
+        if whole is None:
+            whole = self._as_written[(table, columns)] = all_as_written(self._db, f"main.{table}", columns)
+        return whole or all_as_written(self._db, source or table, columns, where, args)
 
     def _has_table(self, name: str) -> bool:
         got = self._tables.get(name)

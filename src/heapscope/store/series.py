@@ -15,7 +15,6 @@ from heapscope.store.values import (
     INT,
     INT_OR_NULL,
     TEXT,
-    all_as_written,
     opt_int_from_sql,
     req_int_from_sql,
     str_from_sql,
@@ -91,8 +90,7 @@ def memory_samples_by_process(profile: Profile, upids: Iterable[int]
     with profile.reading():
         rows: Iterable[tuple[int, int, int, int | None, int, int]] = db.execute(
             f"SELECT upid, callsite_id, alloc_ts, free_ts, size, weight FROM {SAMPLES}{where}", args)
-        if not (profile.as_written(SAMPLES, _SAMPLE_COLUMNS)  # else ~300k rows as they come
-                or all_as_written(db, SAMPLES, _SAMPLE_COLUMNS, where, args)):
+        if not profile.as_written(SAMPLES, _SAMPLE_COLUMNS, where, args):  # else ~300k rows as they come
             rows = (_checked_sample(r) for r in rows)
         for u, c, a, f, s, w in rows:
             if u in wanted:
@@ -123,8 +121,7 @@ def memory_samples_by_heap(profile: Profile, upids: Iterable[int]) -> dict[int, 
         source = labelled_source(db, SAMPLES)
         rows: Iterable[tuple[str, int, int, int, int | None, int, int]] = db.execute(
             f"SELECT heap_name, upid, callsite_id, alloc_ts, free_ts, size, weight FROM {source}{where}", args)
-        if not (profile.as_written(SAMPLES, (("heap_name", TEXT), *_SAMPLE_COLUMNS))
-                or all_as_written(db, source, (("heap_name", TEXT), *_SAMPLE_COLUMNS), where, args)):
+        if not profile.as_written(SAMPLES, (("heap_name", TEXT), *_SAMPLE_COLUMNS), where, args, source):
             # a name that is not text matches no heap, as in the views' heap_name IN (...)
             rows = ((r[0] if isinstance(r[0], str) else "", *_checked_sample(r[1:])) for r in rows)
         for h, u, c, a, f, s, w in rows:

@@ -149,31 +149,30 @@ def dump_states(profile: Profile, process: Process, dump: str | int | None, max_
     running sums go on through the dumps left out, and those of the dumps kept are copied (a
     day of dumps: 100 copies, not 1.7 M rows held)."""
     upid = process.info.upid
-    dumps = profile.dumps(upid)
-    plans: list[tuple[str, list[int], set[int], int | None]] = []
-    in_sets: dict[str, list[int]] = {}  # a heap -> the sets holding it
+    # Each heap's dump times: its dumps' ends and the times of its rows.
+    by_heap: dict[str, set[int]] = {}
     if sets is None:
         sets = {"": None}
         rows: Iterator[tuple[int, str, DumpValues]] = ((r.ts, "", r) for r in profile.iter_dump_values(upid))
-        stamps = {"": set(profile.dump_stamps(upid))}
-        every_dump = {d.ts_end for d in dumps}
-        dump_ts = {"": sorted(every_dump | stamps[""])}
+        by_heap[""] = {d.ts_end for d in profile.dumps(upid)} | set(profile.dump_stamps(upid))
     else:
         rows = profile.iter_dump_values_by_heap(upid)
-        by_heap: dict[str, set[int]] = {}
-        for d in dumps:
+        for d in profile.dumps(upid):
             by_heap.setdefault(d.heap_name, set()).add(d.ts_end)
         for heap, ts in profile.dump_stamps_by_heap(upid):
             by_heap.setdefault(heap, set()).add(ts)
-        dump_ts = {name: sorted(set().union(*(ts for h, ts in by_heap.items() if heaps is None or h in heaps)))
-                   for name, heaps in sets.items()}
+    plans: list[tuple[str, list[int], set[int], int | None]] = []
+    in_sets: dict[str, list[int]] = {}  # a heap -> the sets holding it
+    every: list[int] = []  # the sets holding every heap
     for k, (name, heaps) in enumerate(sets.items()):
-        count = len(dump_ts[name])
-        chosen = dump_position(dump, count, process_label(process)) if isinstance(dump, int) else None
-        plans.append((name, dump_ts[name], set(kept_dumps(count, max_dumps, chosen)), chosen))
-        for heap in heaps if heaps is not None else ["*"]:
+        stamps = sorted(set().union(*(ts for h, ts in by_heap.items() if heaps is None or h in heaps)))
+        chosen = dump_position(dump, len(stamps), process_label(process)) if isinstance(dump, int) else None
+        plans.append((name, stamps, set(kept_dumps(len(stamps), max_dumps, chosen)), chosen))
+        for heap in heaps if heaps is not None else ():
             in_sets.setdefault(heap, []).append(k)
-    every = in_sets.pop("*", [])
+        if heaps is None:
+            every.append(k)
+    targets = {heap: every + ks for heap, ks in in_sets.items()}  # a row's heap -> the sets it adds to
     running: list[dict[CallsiteId, ViewValues]] = [{} for _ in plans]
     states: list[list[tuple[int, int, dict[CallsiteId, ViewValues]]]] = [[] for _ in plans]
     # Each set's dumps in the order of their timestamps: a dump's copy takes the rows up to it.
@@ -184,7 +183,7 @@ def dump_states(profile: Profile, process: Process, dump: str | int | None, max_
         # gained a dump since (its rows go to the next dump read, or to none after the last)
         while row is not None and row[0] <= ts:
             _, heap, r = row
-            for j in every + in_sets.get(heap, []) if in_sets else every:
+            for j in targets.get(heap, every):
                 into = running[j]
                 o = into.get(r.callsite)
                 into[r.callsite] = r.values if o is None else add_values(o, r.values)
@@ -226,10 +225,10 @@ def process_graph(profile: Profile, process: Process, dump: str | int | None = N
         peak_at = len(states)
         states.append((peak[0], "peak", peak[1]))
     chosen = read.chosen
-    running = read.states[-1][2] if read.states else {}  # the last dump is always kept
+    last = read.states[-1][2] if read.states else {}  # the last dump is always kept
     # Python frames are lines, as report's rows are (a node merging a function's lines
     # showed whichever line came first); native frames merge per function.
-    needed = running.keys() | (peak[1].keys() if peak else set())
+    needed = last.keys() | (peak[1].keys() if peak else set())
     if tree is None or not needed <= tree.node_of.keys():
         tree = build_tree(profile, sorted(needed), python_only=python_only, python_lines=True)
     graph = ProcessGraph(process_label(process), upid, tree, t0=max(0, process.info.start_ts))
