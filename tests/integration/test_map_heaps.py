@@ -498,5 +498,7 @@ def test_flamegraph_reads_each_table_once_for_every_heap(programs: Programs, rec
 
     assert count("heap_profile_allocation", "GROUP BY ts") == processes  # the delta rows: once a process
     assert count("heapscope_peak_allocation", "callsite_id, size") == 1  # the peak rows: once
+    # each table's types checked once at most (the size and sample rows as C reads them: none here)
     for table in ("heapscope_callsite_lifetime", "heapscope_callsite_size", "heapscope_memory_sample"):
-        assert count(table, "typeof(") == 1, (table, [s for s in statements if table in s])
+        assert count(table, "typeof(") <= 1, (table, [s for s in statements if table in s])
+    assert count("heapscope_callsite_lifetime", "typeof(") == 1

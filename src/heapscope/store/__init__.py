@@ -6,6 +6,7 @@
     reader.py   open_profile(): validation, then typed queries; the only way to read
     rows.py     the typed rows those queries return
     convert.py  many rows' values converted at once (a column at a time when plain)
+    grouped.py  many rows read in C and grouped by process (_rows.c), the reader's views applied
     checks.py   the file checks before SQLite opens a profile; one error line for a failed read
     tree.py     the callsite tree as read, checked for cycles and depth (_callsites.c: its rows, in C)
     paths.py    a few call paths walked in SQL, without the callsite table (record's summary)

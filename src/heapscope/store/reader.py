@@ -105,7 +105,9 @@ class Profile:
     """A validated, read-only profile database. Close it, or use it as a context manager."""
 
     def __init__(self, path: Path, db: sqlite3.Connection, uri: str = "") -> None:
-        self.path, self._db, self._uri = path, db, uri  # uri: what `db` opened, for callsites()
+        # uri: what `db` opened, for the reads in C on connections of their own (callsites(),
+        # store/grouped.py)
+        self.path, self._db, self.uri = path, db, uri
         self._frames: dict[FrameId, FrameInfo] | None = None
         self._symbols: dict[FrameId, list[SymbolLine]] | None = None
         self._python: set[FrameId] | None = None
@@ -183,7 +185,7 @@ class Profile:
 
     def sql_connection(self) -> sqlite3.Connection:
         """The connection itself, for store/sql.py, store/select.py's heap views, store/series.py,
-        store/lifetimes.py, store/paths.py and store/peak_tops.py only."""
+        store/lifetimes.py, store/grouped.py, store/paths.py and store/peak_tops.py only."""
         return self._db
 
     def forget_values(self) -> None:
@@ -564,7 +566,7 @@ class Profile:
         """
         if self._callsites is None:
             sql = "SELECT id, parent_id, frame_id FROM main.stack_profile_callsite ORDER BY id"
-            plain = read_callsites(self._uri) if self._uri else None  # None: read and checked here
+            plain = read_callsites(self.uri) if self.uri else None  # None: read and checked here
             rows = self._rows(sql) if plain is None else []
             plain = plain_callsites(rows) if plain is None else plain
             if plain is None:

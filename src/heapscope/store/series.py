@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from heapscope.store.grouped import grouped_rows
 from heapscope.store.values import (
     INT,
     INT_OR_NULL,
@@ -87,10 +88,14 @@ def memory_samples_by_process(profile: Profile, upids: Iterable[int]
     where, args = upid_filter(wanted)
     out: dict[int, list[tuple[int, int, int | None, int, int]]] = {}
     db = profile.sql_connection()
+    sql = f"SELECT upid, callsite_id, alloc_ts, free_ts, size, weight FROM {SAMPLES}{where}"
     with profile.reading():
-        rows: Iterable[tuple[int, int, int, int | None, int, int]] = db.execute(
-            f"SELECT upid, callsite_id, alloc_ts, free_ts, size, weight FROM {SAMPLES}{where}", args)
-        if not profile.as_written(SAMPLES, _SAMPLE_COLUMNS, where, args):  # else ~300k rows as they come
+        # Read in C, each value's type checked there: a build's ~300k rows took ~0.8 s below.
+        got = grouped_rows(profile, sql, args, [t for _, t in _SAMPLE_COLUMNS])
+        if got is not None:
+            return {u: got_rows for u, got_rows in got.items() if u in wanted}
+        rows: Iterable[tuple[int, int, int, int | None, int, int]] = db.execute(sql, args)
+        if not profile.as_written(SAMPLES, _SAMPLE_COLUMNS, where, args):
             rows = (_checked_sample(r) for r in rows)
         for u, c, a, f, s, w in rows:
             if u in wanted:
@@ -119,6 +124,12 @@ def memory_samples_by_heap(profile: Profile, upids: Iterable[int]) -> dict[int, 
     db = profile.sql_connection()
     with profile.reading():
         source = labelled_source(db, SAMPLES)
+        # Read in C as memory_samples_by_process's (a heap name not text goes the way below).
+        got = grouped_rows(
+            profile, f"SELECT upid, heap_name, callsite_id, alloc_ts, free_ts, size, weight FROM {source}{where}", args,
+            [INT, TEXT, *(t for _, t in _SAMPLE_COLUMNS[1:])], tagged=True)
+        if got is not None:
+            return {u: got_rows for u, got_rows in got.items() if u in wanted}
         rows: Iterable[tuple[str, int, int, int, int | None, int, int]] = db.execute(
             f"SELECT heap_name, upid, callsite_id, alloc_ts, free_ts, size, weight FROM {source}{where}", args)
         if not profile.as_written(SAMPLES, (("heap_name", TEXT), *_SAMPLE_COLUMNS), where, args, source):
