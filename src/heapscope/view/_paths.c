@@ -455,6 +455,8 @@ static PyMethodDef methods[] = {
      "function_totals(callsites, values, frame_fns, fns_of, python, no_python) -> (self, totals, where, prefix)"},
     {"desampled_selfs", paths_desampled_selfs, METH_VARARGS,
      "desampled_selfs(node_of, values, nodes, interval, estimate) -> (space, objects, alloc_space, alloc_objects)"},
+    {"size_cells", paths_size_cells, METH_VARARGS,
+     "size_cells(node_of, items, interval, estimate) -> [node + 1, bucket, allocations, bytes, ...] | None"},
     {NULL, NULL, 0, NULL},
 };
 

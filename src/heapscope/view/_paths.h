@@ -1,5 +1,5 @@
 /*
- * What the two files of heapscope.view._paths share (_paths.c: merged trees; _totals.c:
+ * What the files of heapscope.view._paths share (_paths.c: merged trees; _totals.c:
  * report's walk of every stack): a map from a 64-bit key to a node or row number.
  */
 #ifndef HEAPSCOPE_VIEW_PATHS_H
@@ -74,5 +74,8 @@ PyObject *paths_function_totals(PyObject *self, PyObject *args);
 
 /* desampled_selfs(node_of, values, nodes, interval, estimate) (_selfs.c) */
 PyObject *paths_desampled_selfs(PyObject *self, PyObject *args);
+
+/* size_cells(node_of, items, interval, estimate) (_selfs.c) */
+PyObject *paths_size_cells(PyObject *self, PyObject *args);
 
 #endif

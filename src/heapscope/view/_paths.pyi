@@ -1,6 +1,6 @@
-"""The views' per-callsite loops, in C (_paths.c, _totals.c)."""
+"""The views' per-callsite loops, in C (_paths.c, _totals.c, _selfs.c)."""
 
-from collections.abc import Callable, Iterable, Mapping, Set
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 
 from heapscope.model import CallsiteId, FrameId
 from heapscope.store.rows import ViewValues
@@ -44,3 +44,14 @@ def desampled_selfs(
     """MergedTree.desampled_selfs' loop: per node the sums of space, objects, alloc_space and
     alloc_objects (the object views de-sampled by estimate_int's arithmetic, `estimate` called
     where C cannot be exact); None when a sum passes 64 bits (view/tree.py)."""
+
+def size_cells(
+    node_of: dict[CallsiteId, int],
+    items: Sequence[tuple[CallsiteId, Mapping[tuple[int, int], tuple[int, int, int | None]]]],
+    interval: int,
+    estimate: Callable[[int, int, int, int | None], int],
+) -> list[int] | None:
+    """view/flamegraph_lifetimes.py's "sizes" list of the size cells `items` (sorted by callsite):
+    per cell of a callsite the tree shows, sorted by (lo, hi), its node + 1, its size class's
+    power of two, its allocations de-sampled (estimate_int's arithmetic, `estimate` called where C
+    cannot be exact) and its sampled bytes; None when a value is past 64 bits."""

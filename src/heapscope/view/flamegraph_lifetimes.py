@@ -18,6 +18,7 @@ from heapscope.estimate import estimate_int
 from heapscope.store.lifetimes import LifeSums, has_lifetimes, life_sums_by_process
 from heapscope.store.reader import Process, Profile
 from heapscope.store.select import process_interval
+from heapscope.view._paths import size_cells
 from heapscope.view.lifetimes import DEFAULT_TEMPORARY_NS
 from heapscope.view.tree import MergedTree
 
@@ -42,7 +43,11 @@ def lifetime_values(profile: Profile, process: Process, tree: MergedTree,
         node = node_of.get(cs)
         if node is not None:
             temporary[node] += size
-    for cs, cells in sorted(lives.sizes.items()):
+    items = sorted(lives.sizes.items())
+    got = size_cells(node_of, items, interval, estimate_int)  # in C (view/_selfs.c), this loop's values
+    if got is not None:
+        return temporary, got
+    for cs, cells in items:
         node = node_of.get(cs)
         if node is None:
             continue

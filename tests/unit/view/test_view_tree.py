@@ -22,6 +22,7 @@ import pytest
 
 from heapscope.estimate import estimate_int
 from heapscope.model import CallsiteId
+from heapscope.store.lifetimes import Cell
 from heapscope.store.reader import ViewValues, open_profile
 from heapscope.view.tree import COLUMNS, build_tree, experimental_flamegraph, path_filter
 
@@ -151,3 +152,47 @@ def test_desampled_selfs_in_c_are_estimate_ints_sums() -> None:
     assert desampled_selfs({one: 0, two: 0}, big, 1, 4096, estimate_int) is None
     with pytest.raises(IndexError):
         desampled_selfs({one: 5}, {one: ViewValues(1, 1, 1, 1)}, 2, 4096, estimate_int)
+
+
+def _size_cells_in_python(node_of: dict[CallsiteId, int], items: list[tuple[CallsiteId, dict[tuple[int, int], Cell]]],
+                          interval: int) -> list[int]:
+    """The flamegraph's "sizes" list as view/flamegraph_lifetimes.py wrote it before _selfs.c."""
+    out: list[int] = []
+    for cs, cells in items:
+        node = node_of.get(cs)
+        if node is not None:
+            for (lo, _hi), (count, size, real) in sorted(cells.items()):
+                out += (node + 1, max(lo, 1).bit_length() - 1, estimate_int(count, size, interval, real), size)
+    return out
+
+
+def test_size_cells_in_c_are_the_python_loops_list() -> None:
+    """size_cells (_selfs.c) gives the Python loop's list exactly: cells in (lo, hi) order
+    whatever the dict's, size classes of 0, 1 and 2^40, real bytes unknown (estimate_int called),
+    numbers past 2^53 and callsites outside the tree; None for a value past 64 bits."""
+    from heapscope.view._paths import size_cells
+
+    rng = random.Random(11)
+    checked = 0
+    for case in range(300):
+        node_of = {CallsiteId(cs): rng.randrange(50) for cs in range(0, 60, 3)}
+        items = []
+        for cs in sorted(rng.sample(range(60), rng.randint(0, 20))):
+            cells: dict[tuple[int, int], Cell] = {}
+            for _ in range(rng.randint(1, 6)):
+                lo = 2**62 if rng.random() < 0.01 else rng.choice([0, 1, 2, 3, 16, 4096, 2**40])
+                count = 2**54 + 1 if rng.random() < 0.01 else rng.choice([1, 2, 7, 1000])
+                size = count * max(lo, 1)
+                real = rng.choice([None, 0, size // 2 + 1, size, rng.randint(1, 10**6)])
+                cells[(lo, 2 * lo)] = Cell(count, size, real)  # type: ignore[arg-type]
+            items.append((CallsiteId(cs), cells))
+        # C takes the keys, samples and real bytes of the callsites shown as 64-bit integers
+        fits = all(-2**63 <= x < 2**63 for cs, cells in items if cs in node_of for k, c in cells.items()
+                   for x in (*k, c.samples, c.real or 0))
+        for interval in (1, 2, 4096, 512 * 1024):
+            want = _size_cells_in_python(node_of, items, interval) if fits else None
+            assert size_cells(node_of, items, interval, estimate_int) == want, (case, interval)
+            checked += fits
+    assert checked > 600, checked
+    past = [(CallsiteId(0), {(2**64, 2**65): Cell(1, 2**64, 2**64)})]
+    assert size_cells({CallsiteId(0): 0}, past, 4096, estimate_int) is None
