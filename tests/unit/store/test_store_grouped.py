@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from heapscope.errors import ProfileError
-from heapscope.model import Frame, Mapping, MappingId, ProcessInfo, Upid
+from heapscope.model import CallsiteId, Frame, Mapping, MappingId, ProcessInfo, Upid
 from heapscope.store.alloc_labels import select_label
 from heapscope.store.grouped import grouped_rows
 from heapscope.store.reader import open_profile
@@ -148,7 +148,7 @@ def test_lifetime_sums_read_in_c_or_by_the_reader_agree(tmp_path: Path) -> None:
         in_c = life_sums_by_process(prof, [1, 2], 1000)
         assert in_c == {u: life_sums(lives, 1000) for u, lives in read_lifetimes_by_process(prof, [1, 2]).items()}
         assert in_c[2].temporary == {1: 192}
-        assert in_c[2].sizes[2] == {(64, 128): (3, 192, 164), (4096, 8192): (2, 4096, 4096)}
+        assert in_c[2].sizes[CallsiteId(2)] == {(64, 128): (3, 192, 164), (4096, 8192): (2, 4096, 4096)}
         select_label(prof, "tenant=acme")
         assert grouped_rows(prof, "SELECT upid, callsite_id FROM heapscope_callsite_size", [], [INT, INT]) is None
         assert life_sums_by_process(prof, [1, 2], 1000) == in_c  # the tables carry no labels
