@@ -457,6 +457,7 @@ static PyMethodDef methods[] = {
      "desampled_selfs(node_of, values, nodes, interval, estimate) -> (space, objects, alloc_space, alloc_objects)"},
     {"size_cells", paths_size_cells, METH_VARARGS,
      "size_cells(node_of, items, interval, estimate) -> [node + 1, bucket, allocations, bytes, ...] | None"},
+    {"sparse", paths_sparse, METH_VARARGS, "sparse(values, shift) -> [gap, value, gap, value, ...]"},
     {NULL, NULL, 0, NULL},
 };
 

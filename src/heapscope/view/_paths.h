@@ -78,4 +78,7 @@ PyObject *paths_desampled_selfs(PyObject *self, PyObject *args);
 /* size_cells(node_of, items, interval, estimate) (_selfs.c) */
 PyObject *paths_size_cells(PyObject *self, PyObject *args);
 
+/* sparse(values, shift) (_selfs.c) */
+PyObject *paths_sparse(PyObject *self, PyObject *args);
+
 #endif

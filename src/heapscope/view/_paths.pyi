@@ -55,3 +55,7 @@ def size_cells(
     per cell of a callsite the tree shows, sorted by (lo, hi), its node + 1, its size class's
     power of two, its allocations de-sampled (estimate_int's arithmetic, `estimate` called where C
     cannot be exact) and its sampled bytes; None when a value is past 64 bits."""
+
+def sparse(values: list[int], shift: int) -> list[int]:
+    """(gap, value) pairs of the non-zero values of `values`, node i being node i + shift, the
+    first gap counted from node 0 (view/flamegraph.py _sparse)."""

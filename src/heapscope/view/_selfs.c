@@ -12,6 +12,10 @@
  * heapscope.view._paths.size_cells: view/flamegraph_lifetimes.py's flat list of every node's
  * size cells, their allocations de-sampled the same way (a build's page: ~250k cells, 0.4 s
  * in Python).
+ *
+ * heapscope.view._paths.sparse: the page's (gap, value) pairs of a per-node list's non-zero
+ * values (view/flamegraph.py _sparse): a build's page scans ~8M mostly zero values, 0.3 s in
+ * Python.
  */
 #include "_paths.h"
 
@@ -327,4 +331,36 @@ PyObject *paths_size_cells(PyObject *self, PyObject *args) {
   if (rc < 0)
     return NULL;
   Py_RETURN_NONE;
+}
+
+PyObject *paths_sparse(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *values;
+  Py_ssize_t shift;
+  if (!PyArg_ParseTuple(args, "O!n:sparse", &PyList_Type, &values, &shift))
+    return NULL;
+  PyObject *out = PyList_New(0);
+  if (out == NULL)
+    return NULL;
+  Py_ssize_t last = 0;
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(values); i++) {
+    PyObject *v = PyList_GET_ITEM(values, i);
+    int nonzero = PyObject_IsTrue(v); /* what itertools.compress asks of each */
+    if (nonzero < 0)
+      goto fail;
+    if (!nonzero)
+      continue;
+    Py_INCREF(v); /* a value's __bool__ could have changed the list */
+    PyObject *gap = PyLong_FromSsize_t(i + shift - last);
+    int rc = gap == NULL || PyList_Append(out, gap) < 0 || PyList_Append(out, v) < 0;
+    Py_XDECREF(gap);
+    Py_DECREF(v);
+    if (rc)
+      goto fail;
+    last = i + shift;
+  }
+  return out;
+fail:
+  Py_DECREF(out);
+  return NULL;
 }

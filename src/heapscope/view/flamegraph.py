@@ -43,7 +43,6 @@ import base64
 import gzip
 from collections.abc import Iterator
 from importlib import resources
-from itertools import compress
 
 from heapscope.estimate import add_values
 from heapscope.jsontext import compact
@@ -64,6 +63,7 @@ from heapscope.store.select import (
     select_processes,
 )
 from heapscope.store.series import Sample, memory_samples_by_heap, memory_samples_by_process, samples_of
+from heapscope.view._paths import sparse
 from heapscope.view.flamegraph_lifetimes import TEMPORARY, lifetime_values
 from heapscope.view.lifetimes import DEFAULT_TEMPORARY_NS
 from heapscope.view.memory import Memory, encode_memory, process_memory
@@ -247,16 +247,6 @@ def process_graph(profile: Profile, process: Process, dump: str | int | None = N
     return graph
 
 
-def _sparse(values: list[int], shift: int = 0) -> list[int]:
-    """(gap, value) pairs of the non-zero values, node i of `values` being node i + shift."""
-    out: list[int] = []
-    last = 0
-    for i in compress(range(shift, len(values) + shift), values):  # most nodes hold nothing themselves
-        out += (i - last, values[i - shift])
-        last = i
-    return out
-
-
 def _encode_tree(t: MergedTree, strings: Strings) -> dict[str, list[int]]:
     """A tree's depth, name, lib and src lists in the payload, the synthetic root first."""
     index = strings.index
@@ -296,13 +286,23 @@ def encode_process(graph: ProcessGraph, strings: Strings, tree_at: list[int] | N
     else:
         out.update(_encode_tree(graph.tree, strings))
     dumps = []
+    done: dict[int, tuple[int, list[int]]] = {}  # by id: the temporary view's list is every snapshot's
+
+    def encoded(vals: list[int]) -> tuple[int, list[int]]:
+        got = done.get(id(vals))
+        if got is None:
+            # Its total, and (gap, value) pairs of its non-zero values (most nodes hold nothing
+            # themselves), shifted by one for the root; pairs made in C (view/_selfs.c).
+            got = done[id(vals)] = (sum(vals), sparse(vals, 1))
+        return got
+
     for s in graph.snapshots:
+        views = {v: encoded(vals) for v, vals in s.self_values.items()}
         dumps.append({
             "ts": s.ts,
             "label": s.label,
-            "totals": {v: sum(vals) for v, vals in s.self_values.items()},
-            # Shift by one for the root, which holds nothing itself.
-            "self": {v: _sparse(vals, 1) for v, vals in s.self_values.items()},
+            "totals": {v: total for v, (total, _) in views.items()},
+            "self": {v: sparse for v, (_, sparse) in views.items()},
         })
     start = graph.start if 0 <= graph.start < len(dumps) else len(dumps) - 1
     # The timeline's 0 s: the process's start, so its peak is drawn when it happened (the

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import random
 from itertools import compress
-from operator import itemgetter
+from operator import itemgetter, mul
 from typing import cast
 
 from heapscope.model import CallsiteId
@@ -42,7 +42,7 @@ class Memory(Record):
     node: list[int] = field(default_factory=list)  # per sample: its node in the page's tree
     alloc_ts: list[int] = field(default_factory=list)
     free_ts: list[int | None] = field(default_factory=list)
-    size: list[float] = field(default_factory=list)  # bytes it stands for (size x weight)
+    size: list[float] = field(default_factory=list)  # bytes it stands for (size x weight): ints when all kept
     weight: list[float] = field(default_factory=list)  # samples it stands for
     samples_in_profile: int = 0
 
@@ -75,8 +75,11 @@ def process_memory(profile: Profile, upid: int, node_of: dict[CallsiteId, int], 
         _, alloc_ts, free_ts, size, weight = zip(*rows, strict=True)
         mem.node = [n + 1 for n in nodes]  # the page's node 0 is its synthetic root
         mem.alloc_ts, mem.free_ts = list(alloc_ts), list(free_ts)
-        mem.size = [s * w * scale for s, w in zip(size, weight, strict=True)]
-        mem.weight = [w * scale for w in weight]
+        if scale == 1.0:  # every sample kept: whole numbers, which the page carries as they are
+            mem.size, mem.weight = list(map(mul, size, weight)), list(weight)
+        else:
+            mem.size = [s * w * scale for s, w in zip(size, weight, strict=True)]
+            mem.weight = [w * scale for w in weight]
     return mem
 
 
@@ -87,6 +90,7 @@ def encode_memory(mem: Memory, t0: int) -> dict[str, object]:
         "e": [p[2] for p in mem.series], "a": [p[3] for p in mem.series],
         "sn": mem.node, "sa": [(t - t0) // 1000 for t in mem.alloc_ts],
         "sf": [-1 if t is None else max(0, (t - t0) // 1000) for t in mem.free_ts],
-        "sb": [round(b) for b in mem.size], "sw": [round(w, 3) for w in mem.weight],
+        "sb": list(map(round, mem.size)),
+        "sw": [round(w, 3) for w in mem.weight] if any(type(w) is float for w in mem.weight) else mem.weight,
         "kept": len(mem.node), "samples": mem.samples_in_profile,
     }

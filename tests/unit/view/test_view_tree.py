@@ -196,3 +196,25 @@ def test_size_cells_in_c_are_the_python_loops_list() -> None:
     assert checked > 600, checked
     past = [(CallsiteId(0), {(2**64, 2**65): Cell(1, 2**64, 2**64)})]
     assert size_cells({CallsiteId(0): 0}, past, 4096, estimate_int) is None
+
+
+def test_sparse_pairs_in_c_are_the_gaps_and_values_of_the_non_zero_nodes() -> None:
+    """sparse (_selfs.c), the page's encoding of a per-node list: (gap, value) pairs of the
+    non-zero values, the first gap counted from node 0, node i of the list being node i + shift."""
+    from heapscope.view._paths import sparse
+
+    def in_python(values: list[int], shift: int) -> list[int]:
+        out: list[int] = []
+        last = 0
+        for i, v in enumerate(values):
+            if v:
+                out += (i + shift - last, v)
+                last = i + shift
+        return out
+
+    rng = random.Random(5)
+    for _ in range(300):
+        values = [rng.choice([0, 0, 0, 0, 1, -3, 2**70, 4096]) for _ in range(rng.randint(0, 60))]
+        for shift in (0, 1, 7):
+            assert sparse(values, shift) == in_python(values, shift)
+    assert sparse([0, 0, 5, 0, -2], 1) == [3, 5, 2, -2] and sparse([], 1) == [] and sparse([0, 0], 0) == []
