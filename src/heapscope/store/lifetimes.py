@@ -115,7 +115,7 @@ def life_sums_by_process(profile: Profile, upids: Collection[int], threshold_ns:
     db = profile.sql_connection()
     out: dict[int, LifeSums] = {}
     with profile.reading():
-        if not profile.as_written(LIFETIME_TABLE, _LIFETIME_COLUMNS, where, args):
+        if not profile.as_written(LIFETIME_TABLE, _TEMPORARY_COLUMNS, where, args):
             return {u: life_sums(lives, threshold_ns) for u, lives in _read(profile, upids, True).items()}
         temporary_sql = (f"SELECT upid, callsite_id, SUM(size) FROM {LIFETIME_TABLE}{where}"
                          f" {'AND' if where else 'WHERE'} {FREED_WITHIN_SQL} GROUP BY upid, callsite_id")
@@ -206,6 +206,8 @@ _LIFETIME_COLUMNS = (("upid", INT), ("callsite_id", INT), ("kind", TEXT), ("lo_n
                      ("size_lo", INT), ("count", INT), ("size", INT), ("real_size", INT))
 _SIZE_COLUMNS = (("upid", INT), ("callsite_id", INT), ("lo", INT), ("hi", INT), ("count", INT), ("size", INT),
                  ("real_size", INT))
+# Those the temporary bytes are summed from (life_sums_by_process): only these are checked first.
+_TEMPORARY_COLUMNS = (("upid", INT), ("callsite_id", INT), ("kind", TEXT), ("hi_ns", INT_OR_NULL), ("size", INT))
 
 # upid, callsite_id, kind, lo_ns, hi_ns, size_lo, count, size, real_size
 _LifetimeRow = tuple[int, int, str, int, int | None, int, int, int, int]
