@@ -302,7 +302,7 @@ def encode_process(graph: ProcessGraph, strings: Strings, tree_at: list[int] | N
             "ts": s.ts,
             "label": s.label,
             "totals": {v: total for v, (total, _) in views.items()},
-            "self": {v: sparse for v, (_, sparse) in views.items()},
+            "self": {v: pairs for v, (_, pairs) in views.items()},
         })
     start = graph.start if 0 <= graph.start < len(dumps) else len(dumps) - 1
     # The timeline's 0 s: the process's start, so its peak is drawn when it happened (the
