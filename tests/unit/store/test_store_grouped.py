@@ -9,16 +9,16 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from store_support import two_callsite_writer
 
 from heapscope.errors import ProfileError
-from heapscope.model import CallsiteId, Frame, Mapping, MappingId, ProcessInfo, Upid
+from heapscope.model import CallsiteId
 from heapscope.store.alloc_labels import select_label
 from heapscope.store.grouped import grouped_rows
 from heapscope.store.reader import open_profile
 from heapscope.store.select import select_heap
 from heapscope.store.series import memory_samples_by_heap, memory_samples_by_process
 from heapscope.store.values import INT, INT_OR_NULL, TEXT
-from heapscope.store.writer import ProfileWriter
 
 SAMPLE_SQL = "SELECT upid, heap_name, callsite_id, alloc_ts, free_ts, size, weight FROM heapscope_memory_sample"
 SAMPLE_TYPES = [INT, TEXT, INT, INT, INT_OR_NULL, INT, INT]
@@ -27,12 +27,8 @@ SAMPLE_TYPES = [INT, TEXT, INT, INT, INT_OR_NULL, INT, INT]
 def _profile(path: Path) -> Path:
     """Two processes' memory samples in three heaps, their rows interleaved, some not freed, and
     their lifetimes and sizes."""
-    w = ProfileWriter(path)
-    w.add_mappings([(1, Mapping("", 0, 0, 0, 0, 0, "p"))])
-    w.add_frames([(1, Frame(MappingId(1), 0, "f"))])
-    w.add_callsites([(1, 0, None, 1), (2, 1, 1, 1)])
+    w = two_callsite_writer(path)
     for upid in (1, 2):
-        w.add_process(ProcessInfo(Upid(upid), 40 + upid, 1, "p", "p", "/p", 0, 1))
         # callsite, kind, lo_ns, hi_ns, size_lo, size_hi, count, size, real; callsite, lo, hi, count, size, real
         w.add_lifetime_values(upid, "libc.malloc", [1, "freed", 0, 1000, 64, 128, 3, 192, 190,
                                                     2, "freed", 1000, 2000, 64, 128, 1, 64, 64,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from store_support import two_callsite_writer
 
 from heapscope.model import Frame, Mapping, MappingId, ProcessInfo, Upid
 from heapscope.store.peak_tops import peak_top, peak_tops, peak_totals
@@ -202,12 +203,8 @@ def test_the_summarys_peak_read_follows_the_heap_shown(tmp_path: Path) -> None:
 
 def _two_heaps(path: Path, mmap_peak_ts: int) -> Path:
     """Two processes, libc.malloc and mmap, each process's libc.malloc peak at ts 5."""
-    w = ProfileWriter(path)
-    w.add_mappings([(1, Mapping("", 0, 0, 0, 0, 0, "p"))])
-    w.add_frames([(1, Frame(MappingId(1), 0, "f"))])
-    w.add_callsites([(1, 0, None, 1), (2, 1, 1, 1)])
+    w = two_callsite_writer(path)
     for upid in (1, 2):
-        w.add_process(ProcessInfo(Upid(upid), 40 + upid, 1, "p", "p", "/p", 0, 1))
         w.add_dump(upid, 0, 10, "exit", [(1, 1, 100)], "libc.malloc")
         w.add_dump(upid, 0, 10, "exit", [(2, 1, 4096)], "mmap")
         w.add_peak(upid, 5, "libc.malloc", [(1, 1, 100 * upid, 1, 100 * upid)])

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from heapscope.model import Frame, Mapping, MappingId, ProcessInfo, Upid
+from store_support import two_callsite_writer
+
 from heapscope.store.reader import open_profile
 from heapscope.store.select import ALL_HEAPS, select_heap
 from heapscope.store.series import (
@@ -15,7 +16,6 @@ from heapscope.store.series import (
     sum_heaps,
     thin_series,
 )
-from heapscope.store.writer import ProfileWriter
 
 
 def test_heaps_sum_as_their_latest_points_left_them() -> None:
@@ -46,12 +46,8 @@ def test_every_heaps_samples_read_once_pick_what_each_heap_shown_reads(tmp_path:
     gives each heap, and each sum of heaps, its own (samples_of): the same rows in the same order
     as memory_samples_by_process reads with that heap shown, the order a page's sampling and
     sort keep."""
-    w = ProfileWriter(tmp_path / "p.db")
-    w.add_mappings([(1, Mapping("", 0, 0, 0, 0, 0, "p"))])
-    w.add_frames([(1, Frame(MappingId(1), 0, "f"))])
-    w.add_callsites([(1, 0, None, 1), (2, 1, 1, 1)])
+    w = two_callsite_writer(tmp_path / "p.db")
     for upid in (1, 2):
-        w.add_process(ProcessInfo(Upid(upid), 40 + upid, 1, "p", "p", "/p", 0, 1))
         for heap in ("libc.malloc", "mmap", "libc.malloc"):  # rows of the heaps interleaved
             w.add_dump(upid, 0, 10, "exit", [(1, 1, 64)], heap)
             w.add_memory(upid, heap, [5, 64, 64, 64],
