@@ -33,6 +33,7 @@ from heapscope.model import CallsiteId, FrameId, MappingId, ProcessFlags, Proces
 from heapscope.store.checks import check_file, describe, profile_errors
 from heapscope.store.convert import new_dump_values, plain_values, view_values
 from heapscope.store.files import PROFILE_FORMAT
+from heapscope.store.grouped import dump_sums
 from heapscope.store.rows import (
     AllocationDelta,
     Dump,
@@ -476,14 +477,7 @@ class Profile:
         """dump_values(upid), read and converted `chunk` rows at a time: a day of dumps every second
         (1.7 M rows of one process) goes through without being held at once."""
         with profile_errors(self.path):
-            cursor = self._db.execute(
-                "SELECT ts, callsite_id, SUM(size), SUM(count),"
-                " SUM(CASE WHEN size > 0 THEN size ELSE 0 END), SUM(CASE WHEN count > 0 THEN count ELSE 0 END)"
-                + self._real_columns()
-                + " FROM heap_profile_allocation WHERE upid = ? GROUP BY ts, callsite_id ORDER BY ts",
-                (upid,),
-            )
-            while rows := cursor.fetchmany(chunk):
+            for rows in self._dump_chunks(upid, False, chunk):
                 plain = plain_values(rows, (0, 1), 2)
                 if plain is not None:
                     (stamps, callsites), values = plain
@@ -500,17 +494,9 @@ class Profile:
         ~195k rows were read once for each heap and once for their sum). A heap name that is not
         text reads as "", which no heap is named (the heap views' `heap_name IN` passes it by)."""
         with profile_errors(self.path):
-            cursor = self._db.execute(
-                "SELECT ts, callsite_id, SUM(size), SUM(count),"
-                " SUM(CASE WHEN size > 0 THEN size ELSE 0 END), SUM(CASE WHEN count > 0 THEN count ELSE 0 END)"
-                + self._real_columns()
-                + ", heap_name FROM heap_profile_allocation WHERE upid = ?"
-                " GROUP BY ts, heap_name, callsite_id ORDER BY ts",
-                (upid,),
-            )
-            while rows := cursor.fetchmany(chunk):
-                heaps = [r[-1] if type(r[-1]) is str else "" for r in rows]
-                plain = plain_values(rows, (0, 1), 2)
+            for rows in self._dump_chunks(upid, True, chunk):
+                heaps = [r[1] if type(r[1]) is str else "" for r in rows]
+                plain = plain_values(rows, (0, 2), 3)
                 if plain is not None:
                     (stamps, callsites), values = plain
                     yield from zip(stamps, heaps, map(new_dump_values, zip(stamps, callsites, values, strict=True)),
@@ -518,8 +504,26 @@ class Profile:
                     continue
                 for r, heap in zip(rows, heaps, strict=True):
                     ts = r[0] if type(r[0]) is int else req_int_from_sql(r[0], "heap_profile_allocation.ts")
-                    cs = CallsiteId(r[1] if type(r[1]) is int else req_int_from_sql(r[1], _ALLOC_CALLSITE))
-                    yield ts, heap, DumpValues(ts, cs, view_values(r[:-1], 2))
+                    cs = CallsiteId(r[2] if type(r[2]) is int else req_int_from_sql(r[2], _ALLOC_CALLSITE))
+                    yield ts, heap, DumpValues(ts, cs, view_values(r, 3))
+
+    def _dump_chunks(self, upid: int, by_heap: bool, chunk: int) -> Iterator[list[tuple[object, ...]]]:
+        """A process's delta rows summed per (ts, callsite), or (ts, heap name, callsite) `by_heap`,
+        and the six sums after them: summed in C when it can (store/grouped.py), else by SQLite,
+        `chunk` rows at a time."""
+        real = self._has_column("heap_profile_allocation", "real_size")
+        summed = dump_sums(self, upid, by_heap, real)
+        if summed is not None:
+            yield summed
+            return
+        keys = "ts, heap_name, callsite_id" if by_heap else "ts, callsite_id"
+        cursor = self._db.execute(
+            f"SELECT {keys}, SUM(size), SUM(count),"
+            " SUM(CASE WHEN size > 0 THEN size ELSE 0 END), SUM(CASE WHEN count > 0 THEN count ELSE 0 END)"
+            + self._real_columns() + f" FROM heap_profile_allocation WHERE upid = ? GROUP BY {keys} ORDER BY ts",
+            (upid,))
+        while rows := cursor.fetchmany(chunk):
+            yield rows
 
     @_reads
     def dump_stamps(self, upid: int) -> list[int]:

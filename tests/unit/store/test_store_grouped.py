@@ -148,3 +148,74 @@ def test_lifetime_sums_read_in_c_or_by_the_reader_agree(tmp_path: Path) -> None:
         select_label(prof, "tenant=acme")
         assert grouped_rows(prof, "SELECT upid, callsite_id FROM heapscope_callsite_size", [], [INT, INT]) is None
         assert life_sums_by_process(prof, [1, 2], 1000) == in_c  # the tables carry no labels
+
+
+def _delta_rows(path: Path, rows: list[tuple[int, int, str, int, int, int, int | None]]) -> Path:
+    """A profile whose delta rows are `rows`: (ts, upid, heap, callsite, count, size, real size)."""
+    w = two_callsite_writer(path)
+    w.commit()
+    w.close()
+    db = sqlite3.connect(path)
+    db.executemany("INSERT INTO heap_profile_allocation (ts, upid, heap_name, callsite_id, count, size, real_size)"
+                   " VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+    db.commit()
+    db.close()
+    return path
+
+
+_REFERENCE = ("SELECT ts, {keys}, SUM(size), SUM(count), SUM(CASE WHEN size > 0 THEN size ELSE 0 END),"
+              " SUM(CASE WHEN count > 0 THEN count ELSE 0 END), SUM(real_size),"
+              " SUM(CASE WHEN count > 0 THEN real_size END) FROM heap_profile_allocation WHERE upid = ?"
+              " GROUP BY ts, {keys} ORDER BY ts, {keys}")
+
+
+def test_delta_rows_summed_in_c_are_sqlites_group_by() -> None:
+    """dump_sums (_rows.c summed) gives the rows and the order of SQLite's GROUP BY: frees
+    (negative rows) netted, NULL real sizes skipped and a group of NULLs only None, heap names
+    in byte order, callsites and times as integers; iter_dump_values reads the same."""
+    import random
+    import tempfile
+
+    from heapscope.store.grouped import dump_sums
+
+    rng = random.Random(3)
+    heaps = ["libc.malloc", "mmap", "m", "", "é", "brk"]
+    rows = []
+    for _ in range(3000):
+        count = rng.choice([1, 2, -1, -2])
+        size = count * rng.choice([16, 4096, 1 << 40])
+        real = rng.choice([None, abs(size) - 1 if count > 0 else -(abs(size) - 1)])
+        rows.append((rng.choice([10, 20, 30, -5]), rng.choice([1, 2]), rng.choice(heaps), rng.randint(1, 40),
+                     count, size, real))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = _delta_rows(Path(tmp) / "p.db", rows)
+        with open_profile(path) as prof:
+            db = prof.sql_connection()
+            for upid in (1, 2):
+                for by_heap, keys in ((False, "callsite_id"), (True, "heap_name, callsite_id")):
+                    want = db.execute(_REFERENCE.format(keys=keys), (upid,)).fetchall()
+                    assert dump_sums(prof, upid, by_heap, True) == want, (upid, by_heap)
+                on_file = db.execute(_REFERENCE.format(keys="callsite_id"), (upid,)).fetchall()
+                assert [(d.ts, d.callsite, *d.values) for d in prof.iter_dump_values(upid)] == on_file
+                assert [r[1] for r in prof.iter_dump_values_by_heap(upid)] == \
+                    [r[1] for r in db.execute(_REFERENCE.format(keys="heap_name, callsite_id"), (upid,))]
+
+
+def test_sums_past_64_bits_or_many_groups_are_left_to_sqlite(tmp_path: Path) -> None:
+    """A sum past 64 bits gives None (SQLite's SUM fails there too, and the reader says so in one
+    line); so do more groups than asked for (a day of dumps is read a chunk at a time) and more
+    distinct key texts than C keeps."""
+    from heapscope.store.grouped import dump_sums, summed_rows
+
+    big = _delta_rows(tmp_path / "big.db", [(10, 1, "libc.malloc", 1, 1, 2**62, None)] * 2)
+    with open_profile(big) as prof:
+        assert dump_sums(prof, 1, False, True) is None
+        with pytest.raises(ProfileError, match="overflow"):
+            list(prof.iter_dump_values(1))
+    many = _delta_rows(tmp_path / "many.db", [(ts, 1, f"heap{ts % 70}", 1, 1, 16, 16) for ts in range(200)])
+    with open_profile(many) as prof:
+        sql = "SELECT ts, size FROM heap_profile_allocation"
+        assert summed_rows(prof, sql, [], [INT, INT_OR_NULL], 1, 200) is not None
+        assert summed_rows(prof, sql, [], [INT, INT_OR_NULL], 1, 199) is None
+        assert dump_sums(prof, 1, True, True) is None  # 70 heap names
+        assert len(list(prof.iter_dump_values_by_heap(1))) == 200
