@@ -1,9 +1,12 @@
-"""Small profiles written by hand for the store's tests."""
+"""Small profiles written by hand for the store's tests, and the store's reads in C traced."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from heapscope.model import Frame, Mapping, MappingId, ProcessInfo, Upid
 from heapscope.store.writer import ProfileWriter
@@ -19,3 +22,21 @@ def two_callsite_writer(path: Path, upids: Iterable[int] = (1, 2)) -> ProfileWri
     for upid in upids:
         w.add_process(ProcessInfo(Upid(upid), 40 + upid, 1, "p", "p", "/p", 0, 1))
     return w
+
+
+def read_in_c(monkeypatch: pytest.MonkeyPatch, seen: Callable[[str], None]) -> None:
+    """Gives `seen` each statement the store runs in C on a connection of its own
+    (store/grouped.py), as the reader connection's trace callback gets its own: a test that
+    counts the reads of a table counts both."""
+    from heapscope.store import grouped as module
+
+    for name in ("grouped", "summed"):
+        run = getattr(module, name)
+
+        def traced(*args: Any, run: Callable[..., Any] = run) -> Any:
+            got = run(*args)
+            if got is not None:  # None: the reader reads the rows itself, and its callback sees it
+                seen(args[2])
+            return got
+
+        monkeypatch.setattr(module, name, traced)

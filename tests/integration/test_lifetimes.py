@@ -221,18 +221,9 @@ def test_flamegraph_reads_each_new_table_once_for_all_processes(programs: Progra
             reads[t] += (sql.lstrip().upper().startswith("SELECT") and (f"FROM {t}" in sql or f"FROM main.{t}" in sql)
                          and "typeof(" not in sql)
 
-    from heapscope.store import grouped
+    from store_support import read_in_c
 
-    read_in_c = grouped.grouped_rows  # reads on a connection of its own (store/_rows.c)
-
-    def grouped_rows(*args: Any, **kwargs: Any) -> Any:
-        got = read_in_c(*args, **kwargs)
-        if got is not None:
-            count(args[1])
-        return got
-
-    for module in ("heapscope.store.series", "heapscope.store.lifetimes"):
-        monkeypatch.setattr(f"{module}.grouped_rows", grouped_rows)
+    read_in_c(monkeypatch, count)
     with open_profile(rec.db) as profile:
         profile.sql_connection().set_trace_callback(count)
         heaps, at = heap_graphs(profile)

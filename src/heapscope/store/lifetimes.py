@@ -9,11 +9,13 @@ each process's final dump; a profile from before them has neither, and has_lifet
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
+from itertools import groupby
+from operator import itemgetter
 from typing import Any, NamedTuple, TypeVar
 
 from heapscope.model import CallsiteId
 from heapscope.records import Record, field
-from heapscope.store.grouped import grouped_rows
+from heapscope.store.grouped import MOST_SUMMED, grouped_rows, summed_rows
 from heapscope.store.reader import Profile
 from heapscope.store.values import (
     INT,
@@ -104,9 +106,9 @@ def life_sums(lives: dict[CallsiteId, CallsiteLife], threshold_ns: int) -> LifeS
 
 
 def life_sums_by_process(profile: Profile, upids: Collection[int], threshold_ns: int) -> dict[int, LifeSums]:
-    """The LifeSums of each of `upids` (keyed by upid), of the heap the profile shows: SQLite sums
-    the temporary bytes, and only the size rows come to Python (a build's ~380k lifetime and size
-    rows, each made a Cell of a CallsiteLife, took ~1.7 s a heap). Tables holding values of
+    """The LifeSums of each of `upids` (keyed by upid), of the heap the profile shows: the
+    temporary bytes summed before they come to Python, with the size rows (a build's ~380k
+    lifetime and size rows, each made a Cell of a CallsiteLife, took ~1.7 s a heap). Tables holding values of
     types other than those written are read whole through the checks (read_lifetimes_by_process)."""
     if not upids or not has_lifetimes(profile):
         return {}
@@ -117,12 +119,15 @@ def life_sums_by_process(profile: Profile, upids: Collection[int], threshold_ns:
     with profile.reading():
         if not profile.as_written(LIFETIME_TABLE, _TEMPORARY_COLUMNS, where, args):
             return {u: life_sums(lives, threshold_ns) for u, lives in _read(profile, upids, True).items()}
-        temporary_sql = (f"SELECT upid, callsite_id, SUM(size) FROM {LIFETIME_TABLE}{where}"
-                         f" {'AND' if where else 'WHERE'} {FREED_WITHIN_SQL} GROUP BY upid, callsite_id")
+        freed = f"FROM {LIFETIME_TABLE}{where} {'AND' if where else 'WHERE'} {FREED_WITHIN_SQL}"
+        temporary_sql = f"SELECT upid, callsite_id, SUM(size) {freed} GROUP BY upid, callsite_id"
         sizes_sql = f"SELECT {', '.join(c for c, _ in _SIZE_COLUMNS)} FROM {SIZE_TABLE}{where}"
-        # Read in C when it can be, the size rows' types checked there: a build's ~90k sums
-        # and ~130k size rows took ~0.5 s a heap through the sqlite3 module.
-        temporary = grouped_rows(profile, temporary_sql, [*args, threshold_ns], [INT, INT, INT])
+        # Summed and read in C when they can be, the size rows' types checked there: a build's
+        # ~90k sums (SQLite's GROUP BY of ~150k rows) and ~130k size rows took ~0.5 s a heap.
+        summed = summed_rows(profile, f"SELECT upid, callsite_id, size {freed}", [*args, threshold_ns],
+                             [INT, INT, INT_OR_NULL], 2, MOST_SUMMED)
+        temporary = None if summed is None else {
+            upid: [(cs, size) for _, cs, size in rows] for upid, rows in groupby(summed, itemgetter(0))}
         sizes = None if temporary is None else grouped_rows(profile, sizes_sql, args, [t for _, t in _SIZE_COLUMNS])
         if temporary is None or sizes is None:
             if not profile.as_written(SIZE_TABLE, _SIZE_COLUMNS, where, args):
