@@ -399,15 +399,13 @@ static void rank_texts(Groups *g) {
   }
 }
 
-/* The groups as a list of (keys..., sums...) tuples in key order; NULL with an error set. */
-static PyObject *groups_list(Groups *g) {
-  PyObject *texts[MAX_TEXTS] = {0}, *out = NULL;
+/* The groups as a list of (keys..., sums...) tuples in key order, `texts` the key texts as
+ * strs; NULL with an error set. */
+static PyObject *groups_list(Groups *g, PyObject **texts) {
+  PyObject *out = NULL;
   Py_ssize_t *order = PyMem_Malloc((size_t)(g->n > 0 ? g->n : 1) * sizeof *order);
   if (order == NULL)
     return PyErr_NoMemory();
-  for (int t = 0; t < g->texts; t++)
-    if ((texts[t] = PyUnicode_DecodeUTF8(g->text[t], g->text_len[t], "strict")) == NULL)
-      goto done;
   for (Py_ssize_t i = 0; i < g->n; i++)
     order[i] = i;
   rank_texts(g);
@@ -439,8 +437,6 @@ static PyObject *groups_list(Groups *g) {
     }
   }
 done:
-  for (int t = 0; t < g->texts; t++)
-    Py_XDECREF(texts[t]);
   PyMem_Free(order);
   return out;
 }
@@ -476,8 +472,16 @@ static PyObject *summed(PyObject *self, PyObject *args) {
     rc = add_row(&g, st);
   if (rc == 0 && step != SQLITE_DONE)
     rc = 1;
+  PyObject *texts[MAX_TEXTS] = {0};
+  for (int t = 0; rc == 0 && t < g.texts; t++)
+    if ((texts[t] = PyUnicode_DecodeUTF8(g.text[t], g.text_len[t], "strict")) == NULL) {
+      PyErr_Clear();  /* not UTF-8: the sqlite3 module's read says so */
+      rc = 1;
+    }
   if (rc == 0)
-    out = groups_list(&g);
+    out = groups_list(&g, texts);
+  for (int t = 0; t < g.texts; t++)
+    Py_XDECREF(texts[t]);
   sqlite3_finalize(st);
   sqlite3_close(db);
   groups_free(&g);

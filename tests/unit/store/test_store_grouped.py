@@ -203,8 +203,8 @@ def test_delta_rows_summed_in_c_are_sqlites_group_by() -> None:
 
 def test_sums_past_64_bits_or_many_groups_are_left_to_sqlite(tmp_path: Path) -> None:
     """A sum past 64 bits gives None (SQLite's SUM fails there too, and the reader says so in one
-    line); so do more groups than asked for (a day of dumps is read a chunk at a time) and more
-    distinct key texts than C keeps."""
+    line); so do more groups than asked for (a day of dumps is read a chunk at a time), more
+    distinct key texts than C keeps, and a key text that is not UTF-8."""
     from heapscope.store.grouped import dump_sums, summed_rows
 
     big = _delta_rows(tmp_path / "big.db", [(10, 1, "libc.malloc", 1, 1, 2**62, None)] * 2)
@@ -219,3 +219,12 @@ def test_sums_past_64_bits_or_many_groups_are_left_to_sqlite(tmp_path: Path) -> 
         assert summed_rows(prof, sql, [], [INT, INT_OR_NULL], 1, 199) is None
         assert dump_sums(prof, 1, True, True) is None  # 70 heap names
         assert len(list(prof.iter_dump_values_by_heap(1))) == 200
+    bad = _delta_rows(tmp_path / "bad.db", [(10, 1, "libc.malloc", 1, 1, 16, 16)] * 2)
+    db = sqlite3.connect(bad)
+    db.execute("UPDATE heap_profile_allocation SET heap_name = CAST(X'ff' AS TEXT) WHERE rowid = 1")
+    db.commit()
+    db.close()
+    with open_profile(bad) as prof:  # a heap name that is not UTF-8: one line, as before
+        assert dump_sums(prof, 1, True, True) is None
+        with pytest.raises(ProfileError):
+            list(prof.iter_dump_values_by_heap(1))
