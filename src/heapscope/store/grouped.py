@@ -70,9 +70,15 @@ def _views(profile: Profile, sql: str) -> tuple[str, ...] | None:
     return tuple(views)
 
 
-# The values SQLite's SUMs add up in Profile.iter_dump_values' query, a row's, in its order.
-_DUMP_TERMS = ("size", "count", "CASE WHEN size > 0 THEN size ELSE 0 END", "CASE WHEN count > 0 THEN count ELSE 0 END")
-_REAL_TERMS = ("real_size", "CASE WHEN count > 0 THEN real_size END")
+def dump_terms(real: bool) -> tuple[str, ...]:
+    """What a delta row adds to its callsite's six values (ViewValues' order): the reader's
+    queries SUM them, dump_sums sums them in C. `real`: the table has real_size (an older
+    profile's real sums are NULL)."""
+    real_terms = ("real_size", "CASE WHEN count > 0 THEN real_size END") if real else ("NULL", "NULL")
+    return ("size", "count", "CASE WHEN size > 0 THEN size ELSE 0 END", "CASE WHEN count > 0 THEN count ELSE 0 END",
+            *real_terms)
+
+
 #: Groups of one process summed in C at most: a day of dumps every second (1.7 M rows) is read
 #: by SQL, a chunk at a time, not held at once.
 MOST_SUMMED = 1 << 18
@@ -81,10 +87,9 @@ MOST_SUMMED = 1 << 18
 def dump_sums(profile: Profile, upid: int, by_heap: bool, real: bool) -> list[tuple[Any, ...]] | None:
     """Profile.iter_dump_values' sums of a process's delta rows (per heap too, `by_heap`) made in
     C: (ts, callsite, six sums) or (ts, heap name, callsite, six sums), by ts, then heap and
-    callsite as SQLite's GROUP BY orders them. `real`: the table has real_size (older profiles'
-    real sums are None). None as summed_rows."""
+    callsite as SQLite's GROUP BY orders them. `real` as dump_terms. None as summed_rows."""
     keys = ("ts", "heap_name", "callsite_id") if by_heap else ("ts", "callsite_id")
-    terms = (*_DUMP_TERMS, *(_REAL_TERMS if real else ("NULL", "NULL")))
+    terms = dump_terms(real)
     sql = f"SELECT {', '.join((*keys, *terms))} FROM heap_profile_allocation WHERE upid = ?"
     types = [INT, TEXT, INT] if by_heap else [INT, INT]
     return summed_rows(profile, sql, [upid], [*types, *[INT_OR_NULL] * len(terms)], len(keys), MOST_SUMMED)

@@ -108,8 +108,9 @@ def life_sums(lives: dict[CallsiteId, CallsiteLife], threshold_ns: int) -> LifeS
 def life_sums_by_process(profile: Profile, upids: Collection[int], threshold_ns: int) -> dict[int, LifeSums]:
     """The LifeSums of each of `upids` (keyed by upid), of the heap the profile shows: the
     temporary bytes summed before they come to Python, with the size rows (a build's ~380k
-    lifetime and size rows, each made a Cell of a CallsiteLife, took ~1.7 s a heap). Tables holding values of
-    types other than those written are read whole through the checks (read_lifetimes_by_process)."""
+    lifetime and size rows, each made a Cell of a CallsiteLife, took ~1.7 s a heap). Tables
+    holding values of types other than those written are read whole through the checks
+    (read_lifetimes_by_process)."""
     if not upids or not has_lifetimes(profile):
         return {}
     wanted = set(upids)

@@ -33,7 +33,7 @@ from heapscope.model import CallsiteId, FrameId, MappingId, ProcessFlags, Proces
 from heapscope.store.checks import check_file, describe, profile_errors
 from heapscope.store.convert import new_dump_values, plain_values, view_values
 from heapscope.store.files import PROFILE_FORMAT
-from heapscope.store.grouped import dump_sums
+from heapscope.store.grouped import dump_sums, dump_terms
 from heapscope.store.rows import (
     AllocationDelta,
     Dump,
@@ -297,9 +297,7 @@ class Profile:
             if ts is None:
                 return {}
         rows = self._rows(
-            "SELECT callsite_id, SUM(size), SUM(count),"
-            " SUM(CASE WHEN size > 0 THEN size ELSE 0 END),"
-            " SUM(CASE WHEN count > 0 THEN count ELSE 0 END)" + self._real_columns() +
+            f"SELECT callsite_id, {self._view_sums()}"
             " FROM heap_profile_allocation WHERE upid = ? AND ts <= ? GROUP BY callsite_id",
             (upid, ts),
         )
@@ -426,11 +424,10 @@ class Profile:
                                                       int_from_sql(r[2], col + "size"),
                                                       int_from_sql(r[3], col + "count")) for r in rows}
 
-    def _real_columns(self) -> str:
-        """The two real-size sums of heap_profile_allocation rows, NULLs for older profiles."""
-        if not self._has_column("heap_profile_allocation", "real_size"):
-            return ", NULL, NULL"
-        return ", SUM(real_size), SUM(CASE WHEN count > 0 THEN real_size END)"
+    def _view_sums(self) -> str:
+        """The six sums of heap_profile_allocation rows that make a callsite's ViewValues (the
+        real sizes NULL for older profiles)."""
+        return ", ".join(f"SUM({t})" for t in dump_terms(self._has_column("heap_profile_allocation", "real_size")))
 
     def _has_column(self, table: str, column: str) -> bool:
         key = f"{table}.{column}"
@@ -517,11 +514,8 @@ class Profile:
             yield summed
             return
         keys = "ts, heap_name, callsite_id" if by_heap else "ts, callsite_id"
-        cursor = self._db.execute(
-            f"SELECT {keys}, SUM(size), SUM(count),"
-            " SUM(CASE WHEN size > 0 THEN size ELSE 0 END), SUM(CASE WHEN count > 0 THEN count ELSE 0 END)"
-            + self._real_columns() + f" FROM heap_profile_allocation WHERE upid = ? GROUP BY {keys} ORDER BY ts",
-            (upid,))
+        cursor = self._db.execute(f"SELECT {keys}, {self._view_sums()} FROM heap_profile_allocation"
+                                  f" WHERE upid = ? GROUP BY {keys} ORDER BY ts", (upid,))
         while rows := cursor.fetchmany(chunk):
             yield rows
 
