@@ -10,6 +10,13 @@ Where: $XDG_CACHE_HOME/heapscope (an absolute XDG_CACHE_HOME, else
 ~/.cache/heapscope; https://specifications.freedesktop.org/basedir-spec/latest/),
 one JSON file per module. HEAPSCOPE_SYMBOL_CACHE=off disables it.
 
+A module's file is read once per run and rewritten whenever the run answered a
+new address in it (sampling meets a few new ones each time), so both stay
+cheap: the source files are named once in a table and the answers refer to
+them by index, and an answer is decoded only when an address asks for it
+(libpython's entry of ~3,500 answers cost ~40 ms of Python a run, at the end
+of `record`, when it was decoded and encoded whole).
+
 An entry is used only when it still tells the truth:
   * every file the lookup consulted (locate.py's candidates, existing or not,
     and the debug files they led to) has the same identity as when the entry
@@ -22,10 +29,10 @@ Files follow store/files.py's rules: the directory is a real directory (never a
 symbolic link), ours, and writable by nobody else; entries are opened without
 following links, must be regular files of ours, and are written whole to an
 unpredictable name and renamed into place (a planted link at the name is
-replaced, never written through). A damaged or foreign entry is ignored and
-counted (`corrupt`); a directory that fails the checks disables the cache and
-says why (`refused`). The cache is a speed-up: no failure of it ever fails
-symbolization.
+replaced, never written through). A damaged or foreign entry is ignored, a
+damaged answer dropped (it is asked anew), and each entry counted (`corrupt`);
+a directory that fails the checks disables the cache and says why (`refused`).
+The cache is a speed-up: no failure of it ever fails symbolization.
 """
 
 from __future__ import annotations
@@ -40,13 +47,14 @@ from heapscope.records import Record, field
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:  # imported where used: `record` creates a cache before its target connects
+    from collections.abc import Callable
     from typing import Any
 
     from heapscope.symbolize.llvm import SourceFrame
     from heapscope.symbolize.locate import Located
 
 ENV_VAR = "HEAPSCOPE_SYMBOL_CACHE"
-FORMAT = 1
+FORMAT = 2  # 1: each answer named its source file; still read
 MAX_ENTRY_BYTES = 64 << 20  # a bigger file is not one we wrote: ignored, counted
 MAX_FRAMES = 200_000  # addresses kept per module; beyond it new ones are not added
 _BUILD_ID = re.compile(r"[0-9a-f]{8,128}")
@@ -70,6 +78,74 @@ def _sha256(data: bytes) -> Any:
     return sha256(data)
 
 
+class Answers:
+    """rel_pc -> Answer, as read from an entry's file: an answer is checked and decoded when
+    an address asks for it, and kept as stored otherwise (written back as it was read)."""
+
+    def __init__(self, stored: dict[str, Any] | None = None, sources: list[str] | None = None) -> None:
+        self._stored: dict[str, Any] = stored if stored is not None else {}  # hex pc -> [chain, name]
+        self._sources: list[str] = sources if sources is not None else []  # a stored frame's file, by index
+        self._source_ids: dict[str, int] | None = None  # built when an answer is added
+        self._decoded: dict[int, Answer] = {}
+        self.damaged = 0  # stored answers found not well formed (dropped)
+
+    def get(self, pc: int) -> Answer | None:
+        answer = self._decoded.get(pc)
+        if answer is None:
+            key = format(pc, "x")
+            item = self._stored.get(key)
+            if item is None:
+                return None
+            try:
+                answer = self._decoded[pc] = _decode_answer(item, self._sources)
+            except (ValueError, TypeError, IndexError):
+                del self._stored[key]
+                self.damaged += 1
+                return None
+        return answer
+
+    def __contains__(self, pc: int) -> bool:
+        return self.get(pc) is not None
+
+    def __len__(self) -> int:
+        return len(self._stored)
+
+    def __setitem__(self, pc: int, answer: Answer) -> None:
+        if self._source_ids is None:
+            self._source_ids = {f: i for i, f in enumerate(self._sources)}
+        ids = self._source_ids
+        frames = []
+        for f in answer[0]:
+            i = ids.get(f.file)
+            if i is None:
+                i = ids[f.file] = len(self._sources)
+                self._sources.append(f.file)
+            frames.append([f.function, i, f.line])
+        self._stored[format(pc, "x")] = [frames, answer[1]]
+        self._decoded[pc] = answer
+
+    def stored(self, drop: Callable[[int, str | None], bool] | None = None) -> tuple[dict[str, Any], list[str]]:
+        """The answers and source table to write; `drop(pc, name)` leaves out an answer without
+        frames that it says a range gives back."""
+        if drop is None:
+            return self._stored, self._sources
+        return {k: v for k, v in self._stored.items()
+                if not (isinstance(v, list) and len(v) == 2 and v[0] == [] and drop(int(k, 16), v[1]))}, self._sources
+
+
+def _decode_answer(item: object, sources: list[str]) -> Answer:
+    """One stored answer: [[[function, source index, line], ...], name]; format 1 (no `sources`)
+    named the file itself."""
+    from heapscope.symbolize.llvm import SourceFrame
+
+    chain, name = _list(item)
+    frames = []
+    for frame in _list(chain):
+        fn, fl, ln = _list(frame)
+        frames.append(SourceFrame(_str(fn), sources[_index(fl)] if sources else _str(fl), _int(ln)))
+    return tuple(frames), None if name is None else _str(name)
+
+
 class Entry(Record):
     """What is known about one module: how it was located and the answers for its addresses."""
 
@@ -78,7 +154,7 @@ class Entry(Record):
     context: str
     files: list[tuple[str, list[int] | None]]  # consulted file -> its identity when written (None: missing)
     located: Located
-    answers: dict[int, Answer] = field(default_factory=dict)  # rel_pc -> answer
+    answers: Answers = field(default_factory=lambda: Answers())  # rel_pc -> answer
     changed: bool = False  # answers added since it was read
     # A module without DWARF (located.status != "found"): every address's answer is its
     # symbol-table function, so one answer holds for the function's whole address range.
@@ -136,7 +212,7 @@ class SymbolCache:
         self.directory = os.path.normpath(directory) if directory is not None else None
         self.hits = 0  # frames answered from the cache
         self.misses = 0  # frames of cacheable modules that had to be symbolized
-        self.corrupt = 0  # entries ignored: unreadable, not ours, not well formed
+        self._corrupt = 0  # entries ignored: unreadable, not ours, not well formed
         self.links = 0  # entries that were symbolic links (refused, never followed)
         self.write_errors = 0
         self.refused = ""  # why the cache is not used at all, "" when it is (or is off)
@@ -144,6 +220,11 @@ class SymbolCache:
         self._opened = False
         self._looked: dict[tuple[str, str, str], Entry | None] = {}  # one read (and count) per module
         self.stored: set[tuple[str, str]] = set()  # (path, build id) of the entries written by this run
+
+    @property
+    def corrupt(self) -> int:
+        """Entries ignored (unreadable, not ours, not well formed) or with an answer dropped as damaged."""
+        return self._corrupt + sum(1 for e in self._looked.values() if e is not None and e.answers.damaged)
 
     # -- the directory -----------------------------------------------------------
 
@@ -225,10 +306,10 @@ class SymbolCache:
         try:
             entry = _decode(raw)
         except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError):
-            self.corrupt += 1
+            self._corrupt += 1
             return None
         if entry.path != path or entry.build_id != build_id:
-            self.corrupt += 1
+            self._corrupt += 1
             return None
         if entry.context != context or any(file_identity(p) != ident for p, ident in entry.files):
             return None  # stale: the next symbolization rewrites it
@@ -243,19 +324,19 @@ class SymbolCache:
             if e.errno == errno.ELOOP:
                 self.links += 1
             else:
-                self.corrupt += 1
+                self._corrupt += 1
             return None
         try:
             st = os.fstat(f)
             if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_size > MAX_ENTRY_BYTES:
-                self.corrupt += 1
+                self._corrupt += 1
                 return None
             chunks = []
             while chunk := os.read(f, 1 << 20):
                 chunks.append(chunk)
             return b"".join(chunks)
         except OSError:
-            self.corrupt += 1
+            self._corrupt += 1
             return None
         finally:
             os.close(f)
@@ -315,19 +396,19 @@ class SymbolCache:
         ]
 
 
-def _kept_answers(entry: Entry) -> dict[int, Answer]:
+def _kept_answers(entry: Entry) -> tuple[dict[str, Any], list[str]]:
     """The answers a stored entry needs: without DWARF, one that a kept range gives back (its
     function's name, every address the same) is left out. symbolize_profile books the
     frames a range answered among the answers; stored, a compiler's entry grew to ~5,000 of
     them (330 KB of JSON encoded at the end of each `record` that met a new function)."""
     if not entry.ranges or entry.located.status == "found":
-        return entry.answers
-    return {pc: answer for pc, answer in entry.answers.items()
-            if answer[0] or entry.range_name(pc) != answer[1]}
+        return entry.answers.stored()
+    return entry.answers.stored(lambda pc, name: entry.range_name(pc) == name)
 
 
 def _encode(entry: Entry) -> dict[str, Any]:
     loc = entry.located
+    answers, sources = _kept_answers(entry)
     return {
         "format": FORMAT,
         "path": entry.path,
@@ -336,8 +417,8 @@ def _encode(entry: Entry) -> dict[str, Any]:
         "files": [[p, ident] for p, ident in entry.files],
         "located": {"status": loc.status, "debug_file": loc.debug_file, "matched": loc.matched,
                     "symbol_files": loc.symbol_files, "mismatches": [list(m) for m in loc.mismatches]},
-        "answers": {format(pc, "x"): [[[f.function, f.file, f.line] for f in chain], name]
-                    for pc, (chain, name) in _kept_answers(entry).items()},
+        "sources": sources,
+        "answers": answers,
         "ranges": [[start, end, name] for start, (end, name) in entry.ranges.items()],
         "package": entry.package,
     }
@@ -361,6 +442,12 @@ def _list(v: object) -> list[Any]:
     return v
 
 
+def _index(v: object) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        raise TypeError("not an index")
+    return v
+
+
 _STATUSES = ("found", "no_debug_info", "not_found", "build_id_mismatch", "not_a_file")
 
 
@@ -368,11 +455,10 @@ def _decode(raw: bytes) -> Entry:
     """An entry from its file; ValueError/TypeError/KeyError when it is not one we would write."""
     import json
 
-    from heapscope.symbolize.llvm import SourceFrame
     from heapscope.symbolize.locate import Located
 
     d = json.loads(raw.decode("utf-8", "surrogateescape"))
-    if not isinstance(d, dict) or d.get("format") != FORMAT:
+    if not isinstance(d, dict) or d.get("format") not in (1, FORMAT):
         raise ValueError("not a symbol cache entry of this format")
     files: list[tuple[str, list[int] | None]] = []
     for item in _list(d["files"]):
@@ -384,15 +470,15 @@ def _decode(raw: bytes) -> Entry:
     located = Located(loc["status"], _str(loc["debug_file"]),
                       [_str(x) for x in _list(loc["matched"])], [_str(x) for x in _list(loc["symbol_files"])],
                       [(_str(a), _str(b)) for a, b in map(_list, _list(loc["mismatches"]))])
-    answers: dict[int, Answer] = {}
     table = d["answers"]
     if not isinstance(table, dict):
         raise TypeError("answers")
-    for key, value in table.items():
-        chain, name = _list(value)
-        answers[int(_str(key), 16)] = (
-            tuple(SourceFrame(_str(fn), _str(fl), _int(ln)) for fn, fl, ln in map(_list, _list(chain))),
-            None if name is None else _str(name))
+    if d["format"] == 1:  # each frame named its file: decoded whole, once, and written anew
+        answers = Answers()
+        for key, value in table.items():
+            answers[int(_str(key), 16)] = _decode_answer(value, [])
+    else:
+        answers = Answers(table, [_str(f) for f in _list(d["sources"])])
     ranges: dict[int, tuple[int, str]] = {}
     for item in _list(d.get("ranges", [])):  # absent in entries written before ranges were kept
         start, end, name = _list(item)
@@ -401,4 +487,4 @@ def _decode(raw: bytes) -> Entry:
         ranges[_int(start)] = (_int(end), _str(name))
     package = d.get("package")
     return Entry(_str(d["path"]), _str(d["build_id"]), _str(d["context"]), files, located, answers, ranges=ranges,
-                 package=None if package is None else _str(package))
+                 package=None if package is None else _str(package), changed=d["format"] != FORMAT)

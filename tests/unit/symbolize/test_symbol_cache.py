@@ -101,6 +101,69 @@ def test_a_cache_hit_gives_identical_symbols(template: Path, tmp_path: Path) -> 
     assert second.notes() == [] and second.corrupt == 0
 
 
+
+def _program_entry(d: Path, prog: Path) -> Path:
+    [entry] = [e for e in _entries(d) if json.loads(e.read_bytes())["path"] == str(prog)]
+    return entry
+
+
+def test_an_entry_names_each_source_file_once(template: Path, prog: Path, tmp_path: Path) -> None:
+    """An entry is read and written at every `record` that meets a new address of its module:
+    its answers name their source files by index into one table (libpython's entry was
+    mostly its ~150 file paths repeated, 630 KB instead of 240)."""
+    d = tmp_path / "cache" / "heapscope"
+    _symbolized(template, tmp_path / "first.db", SymbolCache(d))
+    stored = json.loads(_program_entry(d, prog).read_bytes())
+    assert stored["format"] == 2
+    frames = [f for chain, _name in stored["answers"].values() for f in chain]
+    assert frames and all(isinstance(f[1], int) for f in frames)
+    used = {stored["sources"][f[1]] for f in frames}
+    assert len(stored["sources"]) == len(used) and any(s.endswith(".cc") or s.endswith(".cpp") for s in used)
+
+
+def test_an_entry_of_the_first_format_is_read_and_rewritten(template: Path, prog: Path, tmp_path: Path) -> None:
+    # GIVEN a filled cache whose program entry is put back in the first format (each frame names its file)
+    expected = _symbolized(template, tmp_path / "plain.db", None)
+    d = tmp_path / "cache" / "heapscope"
+    _symbolized(template, tmp_path / "first.db", SymbolCache(d))
+    entry = _program_entry(d, prog)
+    stored = json.loads(entry.read_bytes())
+    sources = stored.pop("sources")
+    stored["format"] = 1
+    stored["answers"] = {pc: [[[fn, sources[i], line] for fn, i, line in chain], name]
+                         for pc, (chain, name) in stored["answers"].items()}
+    entry.write_text(json.dumps(stored))
+    # WHEN a run uses it
+    cache = SymbolCache(d)
+    got = _symbolized(template, tmp_path / "second.db", cache)
+    # THEN it answers as before, is not counted damaged, and is written in today's format
+    assert got == expected
+    assert (cache.hits, cache.misses, cache.corrupt) == (9, 0, 0)
+    assert json.loads(entry.read_bytes())["format"] == 2
+
+
+def test_a_damaged_answer_is_dropped_counted_and_asked_again(template: Path, prog: Path, tmp_path: Path) -> None:
+    # GIVEN a filled cache where one answer of the program's entry names a source file not in its table
+    expected = _symbolized(template, tmp_path / "plain.db", None)
+    d = tmp_path / "cache" / "heapscope"
+    _symbolized(template, tmp_path / "first.db", SymbolCache(d))
+    entry = _program_entry(d, prog)
+    stored = json.loads(entry.read_bytes())
+    pc = next(pc for pc, (chain, _name) in stored["answers"].items() if chain)
+    stored["answers"][pc][0][0][1] = len(stored["sources"])
+    entry.write_text(json.dumps(stored))
+    # WHEN a run uses it
+    cache = SymbolCache(d)
+    got = _symbolized(template, tmp_path / "second.db", cache)
+    # THEN that address is symbolized anew, the others come from the cache, and the damage is said
+    assert got == expected
+    assert (cache.hits, cache.misses, cache.corrupt) == (8, 1, 1)
+    assert any("damaged or foreign" in line for line in cache.notes())
+    # AND the entry is whole again for the next run
+    third = SymbolCache(d)
+    assert _symbolized(template, tmp_path / "third.db", third) == expected
+    assert (third.hits, third.corrupt) == (9, 0)
+
 def test_a_changed_file_makes_its_entry_stale(template: Path, prog: Path, tmp_path: Path) -> None:
     # GIVEN a cache filled by a run
     d = tmp_path / "heapscope"
