@@ -128,7 +128,7 @@ class Profile:
         self._stats: dict[int | None, list[Stat]] | None = None
         # Whether each process's peak rows have one ts, whatever their heap (peaks_at_one_ts):
         # a fact of the file, kept across heap switches.
-        self._peaks_one_ts: bool | None = None
+        self._peak_kind: tuple[bool, bool, int] | None = None
         self._as_written: dict[tuple[str, tuple[tuple[str, tuple[str, ...]], ...]], bool] = {}  # as_written
 
     def __enter__(self) -> Profile:
@@ -440,12 +440,19 @@ class Profile:
     @_reads
     def peaks_at_one_ts(self) -> bool:
         """Whether each process's peak rows, whatever their heap, have one ts (`record` writes one
-        peak per process; heaps that share it share it): one scan of the rows (~20-35 ms for a
-        build's), then kept."""
-        if self._peaks_one_ts is None:
-            self._peaks_one_ts = not self._has_table("heapscope_peak_allocation") or not self._rows(
-                "SELECT 1 FROM main.heapscope_peak_allocation GROUP BY upid HAVING MIN(ts) != MAX(ts) LIMIT 1")
-        return self._peaks_one_ts
+        peak per process; heaps that share it share it)."""
+        return self.peak_kind()[0]
+
+    def peak_kind(self) -> tuple[bool, bool, int]:
+        """(peaks_at_one_ts; whether a peak row holds fewer than 0 bytes or a value that is not an
+        integer, as `record` never writes; how many processes have peak rows): one scan of the
+        rows (~20-35 ms for a build's), then kept."""
+        if self._peak_kind is None:
+            rows = self._rows("SELECT MIN(ts) != MAX(ts), MIN(size) FROM main.heapscope_peak_allocation"
+                              " GROUP BY upid") if self._has_table("heapscope_peak_allocation") else []
+            self._peak_kind = (not any(r[0] for r in rows),
+                               any(r[1] is not None and not (type(r[1]) is int and r[1] >= 0) for r in rows), len(rows))
+        return self._peak_kind
 
     def as_written(self, table: str, columns: tuple[tuple[str, tuple[str, ...]], ...], where: str = "",
                    args: Sequence[object] = (), source: str | None = None) -> bool:

@@ -282,3 +282,66 @@ def test_peak_totals_and_tops_of_more_processes_than_one_statement_names(tmp_pat
         tops = peak_tops(prof, list(range(1, n + 1)), 1)
         assert tops == {u: peak_top(prof, u, 1) for u in range(1, n + 1)}
         assert tops[n] == (2 * n, [(2, 2 * n)])
+
+
+def _peaks_of(path: Path, peaks: dict[int, list[tuple[str, int, int]]]) -> Path:
+    """Processes whose peak rows are (heap, callsite, bytes held), all at ts 5."""
+    w = ProfileWriter(path)
+    w.add_mappings([(1, Mapping("", 0, 0, 0, 0, 0, "p"))])
+    w.add_frames([(1, Frame(MappingId(1), 0, "f"))])
+    w.add_callsites([(cs, 0, None, 1) for cs in range(1, 6)])
+    for upid, rows in peaks.items():
+        w.add_process(ProcessInfo(Upid(upid), 100 + upid, 1, "p", "p", "/p", 0, 1))
+        for heap in sorted({h for h, _, _ in rows}):
+            w.add_dump(upid, 0, 10, "exit", [(1, 1, 64)], heap)
+            w.add_peak(upid, 5, heap, [(cs, 1 if size else 0, size, 1, max(size, 1)) for h, cs, size in rows
+                                       if h == heap])
+    w.commit()
+    w.close()
+    return path
+
+
+def _statements(prof: object) -> list[str]:
+    seen: list[str] = []
+    prof.sql_connection().set_trace_callback(seen.append)  # type: ignore[attr-defined]
+    return seen
+
+
+def test_the_tops_of_peaks_as_record_writes_them_are_summed_from_their_rows_above_0(tmp_path: Path) -> None:
+    """Rows as `record` writes them (one ts a process, none below 0): a callsite's sum is above
+    0 exactly when one of its rows is, so the tops come from those rows alone, without SQLite
+    grouping every row (a Python program's summary paid 35 ms for it after the target's exit)."""
+    peaks = {
+        # two heaps sharing callsites; callsite 3 freed by the peak
+        1: [("libc.malloc", 1, 100), ("python.pymalloc", 1, 50), ("python.pymalloc", 2, 400), ("libc.malloc", 3, 0),
+            ("python.pymalloc", 4, 150)],
+        2: [("libc.malloc", 1, 0), ("libc.malloc", 2, 0)],  # holds nothing at its peak
+        3: [("libc.malloc", 5, 70), ("libc.malloc", 2, 70), ("libc.malloc", 4, 70)],  # a tie: by callsite
+    }
+    want = {1: (700, [(2, 400), (1, 150), (4, 150)]), 2: (0, []), 3: (210, [(2, 70), (4, 70), (5, 70)])}
+    path = _peaks_of(tmp_path / "p.db", peaks)
+    with open_profile(path) as prof:
+        assert select_heap(prof, None) == "libc.malloc+python.pymalloc"
+        seen = _statements(prof)
+        for n in (1, 2, 64):
+            seen.clear()
+            cut = {u: (total, top[:n]) for u, (total, top) in want.items()}
+            assert peak_tops(prof, [1, 2, 3], n) == cut
+            assert peak_tops(prof, [3, 1], n) == {u: cut[u] for u in (1, 3)}
+            assert not [s for s in seen if "GROUP BY upid, callsite_id" in s], seen
+            # one process of three: SQLite groups its rows alone, with the same answer
+            assert peak_top(prof, 2, n) == cut[2]
+            assert peak_top(prof, 1, n) == cut[1]
+        assert peak_top(prof, 9, 3) is None
+        assert select_heap(prof, "python.pymalloc") == "python.pymalloc"
+        assert peak_tops(prof, [1, 2, 3], 2) == {1: (600, [(2, 400), (4, 150)])}
+
+
+def test_peak_rows_below_0_are_summed_by_sqlite(tmp_path: Path) -> None:
+    """A file with a peak row below 0 (not one `record` wrote) is summed as SQLite sums it: the
+    callsite's rows together, its sum kept only above 0."""
+    path = _peaks_of(tmp_path / "p.db", {1: [("a", 1, 100), ("b", 1, -40), ("a", 2, 30), ("b", 3, -5)]})
+    with open_profile(path) as prof:
+        select_heap(prof, "all")
+        assert prof.peak_kind() == (True, True, 1)
+        assert peak_top(prof, 1, 3) == (90, [(1, 60), (2, 30)])
