@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import struct
 import zlib
-from pathlib import Path
 
 from elftools.common.exceptions import ELFError
 
@@ -19,6 +18,7 @@ from heapscope.records import Record
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:  # pyelftools' ELF classes cost ~30 ms to import: loaded when a file is read
+    from pathlib import Path
     from typing import Any
 
     from elftools.elf.elffile import ELFFile

@@ -18,7 +18,6 @@ import json
 import os
 import re
 import select
-import subprocess
 import threading
 
 from heapscope.records import Record
@@ -26,6 +25,7 @@ from heapscope.which import which
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
+    import subprocess
     from collections.abc import Sequence
 
 ENV_VAR = "HEAPSCOPE_LLVM_SYMBOLIZER"
@@ -81,6 +81,8 @@ def symbolize_files(tool: str, requests: Sequence[tuple[str, Sequence[int]]],
         return [[] for _ in requests]
     if any('"' in path or "\n" in path for path, _ in requests):
         raise SymbolizerError(f"{tool}: a file name with a quote or newline cannot be passed")
+    import subprocess  # here: a recording whose frames the cache answers starts no tool
+
     try:
         done = subprocess.run(
             [tool, *_FLAGS], input="".join(lines_in), capture_output=True, text=True,
@@ -128,6 +130,8 @@ class WarmSymbolizer:
         self.tool = tool
         # Lowest priority: it should use only a core the target leaves idle
         # (measured: at normal priority it slowed a 4-thread target on 2 cores).
+        import subprocess
+
         self.proc = subprocess.Popen([tool, *_FLAGS], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, text=True, errors="replace", bufsize=1,
                                      preexec_fn=_lowest_priority)
@@ -273,6 +277,8 @@ def wait_exit(proc: subprocess.Popen[str], timeout: float) -> bool:
     try:
         fd = os.pidfd_open(proc.pid)
     except OSError:  # reaped already, or a kernel without pidfds
+        import subprocess
+
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

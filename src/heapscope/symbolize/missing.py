@@ -15,7 +15,6 @@ Three kinds of gaps that `record` names at its end (and `stats` keeps):
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterable, Iterator
 
 from heapscope.model import unknown_code_pid
@@ -229,6 +228,8 @@ def dpkg_owners(paths: Iterable[str]) -> dict[str, str] | None:
                     known.append(path)
     if not names or which("dpkg-query") is None:
         return {}
+    import subprocess  # here: most recordings name every module and ask dpkg nothing
+
     try:
         run = subprocess.run(["dpkg-query", "-S", *names], capture_output=True, text=True, timeout=DPKG_TIMEOUT_S,
                              env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"})

@@ -245,6 +245,18 @@ def test_a_recording_answered_from_the_symbol_cache_loads_no_heavy_module(tmp_pa
     assert at_end & _NEVER_ON_A_CACHED_RUN == set()
 
 
+
+def test_a_recording_whose_frames_the_cache_answers_whole_starts_no_symbolizer(tmp_path: Path) -> None:
+    # GIVEN a first run of a program sampled at every allocation (the same frames each run)
+    program = ("/bin/ls", "-l", "/usr/bin")
+    _record_run(tmp_path, "first.db", *program, opts=("-q", "-i", "1"))
+    # WHEN it is recorded again
+    _, at_end = _record_run(tmp_path, "second.db", *program, opts=("-q", "-i", "1"))
+    # THEN every frame came from the cache: no tool was run, and what runs one was not imported
+    # (subprocess and selectors, ~4 ms at the end of a short recording)
+    assert "heapscope.symbolize.profile" in at_end
+    assert at_end & {"subprocess", "selectors"} == set()
+
 def test_the_end_paths_imports_are_done_while_the_target_runs(tmp_path: Path) -> None:
     # GIVEN a target that allocates (ls, a child of the shell), then runs on idle for a while
     target = ("/bin/sh", "-c", "ls -l /usr/bin >/dev/null; sleep 0.5")
