@@ -25,6 +25,14 @@ An entry is used only when it still tells the truth:
   * the tool and the lookup settings are the same (the context).
 A stale entry is replaced by the next symbolization of that module.
 
+Beside an entry, an empty `ask-...` file says that the last run that used it
+had to run llvm-symbolizer for new addresses of its module (sampling still
+meets new ones in a large library: libpython, ~10 a Python program's run):
+the next recording has the tool read that module's debug info as soon as the
+module is announced, so that a short program's new addresses cost no tool
+start after its exit (70-300 ms for libpython). A run that needed no tool for
+the module removes the file.
+
 Files follow store/files.py's rules: the directory is a real directory (never a
 symbolic link), ours, and writable by nobody else; entries are opened without
 following links, must be regular files of ours, and are written whole to an
@@ -286,6 +294,32 @@ class SymbolCache:
     def _name(path: str, build_id: str) -> str:
         where = _sha256(path.encode("utf-8", "surrogateescape")).hexdigest()[:16]
         return f"sym-{build_id}-{where}.json"
+
+    def asked_last(self, path: str, build_id: str) -> bool:
+        """Whether the last run that used this module's entry ran the tool for it (its
+        `ask-` file is there): one stat, for each module a target announces."""
+        if not self.cacheable(path, build_id):
+            return False
+        fd = self._dir_fd()
+        if fd is None:
+            return False
+        try:
+            st = os.stat(self._name(path, build_id).replace("sym-", "ask-", 1), dir_fd=fd, follow_symlinks=False)
+        except OSError:
+            return False
+        return stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid()
+
+    def note_asked(self, path: str, build_id: str, asked: bool) -> None:
+        """Keep (asked) or drop the module's `ask-` file; a failure only loses the speed-up."""
+        fd = self._dir_fd()
+        if fd is None or asked == self.asked_last(path, build_id):
+            return
+        name = self._name(path, build_id).replace("sym-", "ask-", 1)
+        with contextlib.suppress(OSError):
+            if asked:
+                os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd))
+            else:
+                os.unlink(name, dir_fd=fd)
 
     def lookup(self, path: str, build_id: str, context: str) -> Entry | None:
         """The entry of this module when it is there and still true, else None (read once per run)."""

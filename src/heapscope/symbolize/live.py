@@ -12,7 +12,9 @@ adds their answers to the cache. A known module without DWARF names a new
 address from its symbol table: tick() has that read on a thread while the
 target runs (symtab.read_ahead). A short command (`record -- /bin/true`)
 never starts llvm-symbolizer for modules it has seen before, nor imports its
-machinery before the target has connected.
+machinery before the target has connected, unless the last recording that
+used a module had to run the tool for it (cache.py's `ask-` files): that one
+is warmed as soon as it is announced.
 
 Given the recording's writer, tick() also symbolizes, every EARLY_EVERY_S while
 the target runs, the frames written since its last pass that the cache answers
@@ -76,10 +78,13 @@ class LiveSymbolizer:
         self._perf_map_bytes = 0
 
     def module(self, path: str, build_id: str) -> None:
-        """A module of a profiled process: noted (warmed later by tick(), if the target runs that long)."""
+        """A module of a profiled process: noted (warmed later by tick(), if the target runs that
+        long; at once when the last recording that used it had to run the tool for it)."""
         if (path, build_id) not in self._seen:
             self._seen.add((path, build_id))
             self._pending.append((path, build_id))
+            if self._warm_from and self.cache.asked_last(path, build_id):
+                self._warm_from = 0.0
 
     def process_ended(self, pid: int, uid: int, jitdump: str | None = None) -> None:
         """A process with code in no loaded object ended: its perf map (perfmap.py), if it
@@ -192,6 +197,13 @@ class LiveSymbolizer:
         assert self._context is not None
         for path, build_id in pending:
             entry = self.cache.lookup(path, build_id, self._context)
+            if entry is not None and entry.located.status == "found" and self.cache.asked_last(path, build_id):
+                # Known, but the last recording met new addresses of it (a large library, sampled):
+                # the tool reads its debug info now, and the end's new ones cost it no start.
+                self._warm_file(entry.located.debug_file)
+                if self._broken:
+                    return
+                continue
             if entry is not None:
                 # Known: its frames come from the cache (new addresses are few). Without DWARF,
                 # a new address is named from the symbol table, read ahead on a thread once an

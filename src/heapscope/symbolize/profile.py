@@ -176,6 +176,7 @@ def symbolize_profile(
     work = []
     entries: list[Entry | None] = []
     mapping_ids: list[int] = []
+    in_cache: set[int] = set()  # mappings whose entry was in the cache before this pass
     for mapping_id in sorted(pending):
         path, build_id = mappings.get(mapping_id, ("", ""))
         frames = pending[mapping_id]
@@ -207,6 +208,7 @@ def symbolize_profile(
                 if debuginfod is None or located.status == "found":  # a server may have it later
                     entry = Entry(path, build_id, context, [(f, file_identity(f)) for f in consulted], located)
             else:
+                in_cache.add(mapping_id)
                 located = entry.located
             if entry is not None:
                 _answer_from_ranges(entry, frames)
@@ -227,6 +229,10 @@ def symbolize_profile(
         frames = pending[mapping_id]
         fresh = {rel_pc: chain for (_, rel_pc, _), chain in zip(asked, asked_chains, strict=True)}
         keep = entry is not None and m.outcome != "symbolizer_failed"  # a failure is not an answer to keep
+        if keep and cache is not None and not cache_only and located.status == "found" and mapping_id in in_cache:
+            # A known module that still needed the tool (sampling meets new addresses of a large
+            # library run after run): the next recording warms the tool for it early.
+            cache.note_asked(path, m.build_id, bool(asked))
         for frame_id, rel_pc, old_name in frames:
             known = entry.answers.get(rel_pc) if entry is not None and rel_pc not in fresh else None
             chain = list(known[0]) if known is not None else fresh[rel_pc]

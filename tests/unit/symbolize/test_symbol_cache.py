@@ -510,6 +510,43 @@ def test_new_addresses_of_a_known_module_are_asked_while_the_target_runs(prog: P
     assert warm.gone(10)
 
 
+
+def _asked_files(d: Path) -> list[str]:
+    return sorted(p.name for p in d.glob("ask-*"))
+
+
+def test_a_module_the_tool_was_run_for_is_warmed_as_soon_as_the_next_recording_announces_it(
+        prog: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert LLVM is not None
+    monkeypatch.setenv("HEAPSCOPE_LLVM_SYMBOLIZER", LLVM)  # the same tool (cache context) whatever PATH says
+    d = tmp_path / "cache" / "heapscope"
+    pc = malloc_call_pc(prog)
+    # GIVEN a cache that knows the program (it has DWARF; a module met for the first time is
+    # not yet a reason to warm it), and a run that still had to run the tool for a new address
+    _names(_one_module_profile(tmp_path / "fill.db", prog, [pc]), SymbolCache(d))
+    assert _asked_files(d) == []
+    _names(_one_module_profile(tmp_path / "first.db", prog, [pc, pc - 3]), SymbolCache(d))
+    [entry] = _entries(d)
+    assert _asked_files(d) == [entry.name.replace("sym-", "ask-", 1)]
+    # WHEN a recording's target announces the program, and the loop ticks at once
+    live = LiveSymbolizer(SymbolCache(d))
+    live.module(str(prog), build_id(prog))
+    live.tick(time.monotonic())
+    # THEN the tool is reading its debug info already (a short target's new addresses cost no start at its end)
+    assert live.warm is not None and Path(next(iter(live.warm._warmed))).resolve() == prog.resolve()
+    live.close()
+    # AND a run that the cache answers whole removes the file: its next recording warms nothing early
+    _names(_one_module_profile(tmp_path / "second.db", prog, [pc]), SymbolCache(d))
+    assert _asked_files(d) == []
+    quiet = LiveSymbolizer(SymbolCache(d))
+    quiet.module(str(prog), build_id(prog))
+    quiet.tick(time.monotonic())
+    assert quiet.warm is None
+    quiet.close()
+    # AND a run that meets a new address makes it again
+    _names(_one_module_profile(tmp_path / "third.db", prog, [pc, 0x10]), SymbolCache(d))
+    assert len(_asked_files(d)) == 1
+
 def test_a_warm_tool_asks_ahead_only_what_its_pipe_takes_and_answers_as_a_fresh_one(prog: Path) -> None:
     assert LLVM is not None
     pc = malloc_call_pc(prog)
