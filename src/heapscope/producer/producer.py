@@ -41,6 +41,9 @@ RSS_EVERY_NS = 50_000_000  # VmHWM is read this often per process: the peak is g
 # the end of a recording is left with the stacks of its last moments only.
 RESOLVE_EVERY_NS = 100_000_000
 DRAIN_BATCH = 1 << 18  # records per ring per poll: keeps the loop responsive
+# Callsite rows written at a time while the processes run, the rings drained between: a Python
+# program's resolve wrote ~30k at once (~100 ms), and a full ring blocked its target meanwhile.
+CALLSITES_PER_WRITE = 8192
 # The session's socket and the handshake are producer/listener.py's (light imports: the target
 # waits for the answer); these names stay here for their users.
 HANDSHAKE_TIMEOUT_S = _listener.HANDSHAKE_TIMEOUT_S
@@ -610,27 +613,40 @@ class Producer:
         here, while the target runs: left to the final dump's commit, a compiler's ~100k
         callsites (4 MiB) were written to the log and checkpointed into the file after its
         exit (10 of the 23 ms of CPU its final dump took; benchmarks/end_split.py). Without
-        fsyncs (store/writer.py, synchronous=OFF) a commit costs the pages it writes."""
-        for p in self.processes.values():
+        fsyncs (store/writer.py, synchronous=OFF) a commit costs the pages it writes.
+
+        The rings are drained between the steps: a Python program's stacks took 40-70 ms to
+        resolve and 20-100 ms to write, and a ring that filled meanwhile blocked its target."""
+        for p in list(self.processes.values()):
             p.heap.resolve_known(self.frames, self.trie, p.ingest.tracker)
             for h in p.custom_heaps.values():  # Python's heap: its stacks' callsites, as a dump gives them
                 self.bind_callsites(p, h.tracker)
             # Between two processes too: a Pool's four Python processes took ~80 ms here, and a
             # worker killed by terminate() keeps the last VmHWM read before its peak
             self._read_rss_due()
-        if self._write_tables():
+            self._drain_all()
+        if self._write_tables(between=self._drain_all):
             self.writer.commit()
 
-    def _write_tables(self) -> bool:
-        """Write the mappings, frames and callsites interned since the last call; False when none."""
+    def _drain_all(self) -> None:
+        for p in list(self.processes.values()):
+            self._drain(p)
+
+    def _write_tables(self, between: Callable[[], None] | None = None) -> bool:
+        """Write the mappings, frames and callsites interned since the last call; False when none.
+        `between`: called between chunks of CALLSITES_PER_WRITE callsites."""
         w = self.writer
         new = (self.frames.mappings.take_new(), self.frames.frames.take_new(), self.frames.take_new_python(),
                self.trie.take_new_flat())
-        adders: tuple[Callable[..., None], ...] = (w.add_mappings, w.add_frames, w.add_python_symbols,
-                                                   w.add_callsites_flat)
-        for rows, add in zip(new, adders, strict=True):
+        adders: tuple[Callable[..., None], ...] = (w.add_mappings, w.add_frames, w.add_python_symbols)
+        for rows, add in zip(new[:3], adders, strict=True):
             if rows:  # a short process's final dump has new mappings only: no empty executemany
                 add(rows)
+        callsites, step = new[3], (CALLSITES_PER_WRITE * 4 if between is not None else len(new[3]))
+        for at in range(0, len(callsites), step or 1):
+            if at and between is not None:
+                between()
+            w.add_callsites_flat(callsites[at:at + step])
         return any(new)
 
     def dump(self, p: ProcessState, reason: str, final: bool = False, commit: bool = True) -> None:

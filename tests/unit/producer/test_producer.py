@@ -227,3 +227,33 @@ def test_peak_rss_takes_the_clients_reading_at_its_exit(producer: Producer, fact
         assert stats["peak_rss_bytes"] >= polled and stats["client_own_rss_bytes"] == 3 << 20
     else:
         assert polled <= stats["peak_rss_bytes"] < exit_peak and stats["client_own_rss_bytes"] == 0
+
+
+def test_stacks_resolved_while_the_target_runs_leave_its_ring_drained_meanwhile(producer: Producer) -> None:
+    """Resolving and writing a Python program's new stacks took 80-180 ms in one go, and a ring
+    that filled meanwhile blocked its target (a build's or a Python program's `client_blocked_us`,
+    up to 148 ms a run on a busy machine): the rings are drained between the steps, and the
+    callsites are written CALLSITES_PER_WRITE at a time."""
+    from heapscope.producer.producer import CALLSITES_PER_WRITE
+
+    producer.resolve_every_ns = 1 << 62  # resolve_early only when the test calls it
+    c = FakeClient(producer)
+    c.send(ws.encode_heap(1, 1, HEAP_NAME), ws.encode_module(MODULE))
+    # GIVEN more new stacks than two writes of callsites take (a root, 6 callers, 4,000 leaves each)
+    n = 2 * CALLSITES_PER_WRITE + 4000
+    for first in range(0, n, 500):
+        c.send(*(r for k in range(first, min(first + 500, n))
+                 for r in (ws.encode_stack(k + 1, [0x401001 + k % 4000, 0x401fb0 + k // 4000, 0x401ff0]),
+                           ws.encode_malloc(k + 1, 0x10000 + 16 * k, 16, 16, k + 1, 10))))
+        producer.poll(0)
+    # AND records that came after the last drain
+    c.send(*(ws.encode_malloc(n + 1 + k, 0x900000 + 16 * k, 16, 16, 1, 11) for k in range(50)))
+    assert c.ring is not None
+    assert c.ring.space() < c.ring.ring_size
+    # WHEN the stacks are resolved and written while the target runs
+    producer.resolve_early()
+    # THEN the ring was drained on the way, and every callsite is in the profile once
+    assert c.ring.space() == c.ring.ring_size
+    by_depth = _rows(producer, "SELECT depth, COUNT(*), COUNT(DISTINCT id) FROM stack_profile_callsite GROUP BY depth")
+    assert by_depth == [(0, 1, 1), (1, 6, 6), (2, n, n)]
+    _end(producer, c)
