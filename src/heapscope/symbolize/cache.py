@@ -25,9 +25,10 @@ An entry is used only when it still tells the truth:
   * the tool and the lookup settings are the same (the context).
 A stale entry is replaced by the next symbolization of that module.
 
-Beside an entry, an empty `ask-...` file says that the last run that used it
-had to run llvm-symbolizer for new addresses of its module (sampling still
-meets new ones in a large library: libpython, ~10 a Python program's run):
+Beside an entry, an empty `ask-BUILDID-...` file says that the last run that
+used it (known before that run) still had to run llvm-symbolizer for new
+addresses of its module (sampling meets new ones of a large library run after
+run: libpython, ~10 a Python program's run):
 the next recording has the tool read that module's debug info as soon as the
 module is announced, so that a short program's new addresses cost no tool
 start after its exit (70-300 ms for libpython). A run that needed no tool for
@@ -295,6 +296,10 @@ class SymbolCache:
         where = _sha256(path.encode("utf-8", "surrogateescape")).hexdigest()[:16]
         return f"sym-{build_id}-{where}.json"
 
+    @classmethod
+    def _ask_name(cls, path: str, build_id: str) -> str:
+        return "ask-" + cls._name(path, build_id).removeprefix("sym-").removesuffix(".json")
+
     def asked_last(self, path: str, build_id: str) -> bool:
         """Whether the last run that used this module's entry ran the tool for it (its
         `ask-` file is there): one stat, for each module a target announces."""
@@ -304,7 +309,7 @@ class SymbolCache:
         if fd is None:
             return False
         try:
-            st = os.stat(self._name(path, build_id).replace("sym-", "ask-", 1), dir_fd=fd, follow_symlinks=False)
+            st = os.stat(self._ask_name(path, build_id), dir_fd=fd, follow_symlinks=False)
         except OSError:
             return False
         return stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid()
@@ -314,7 +319,7 @@ class SymbolCache:
         fd = self._dir_fd()
         if fd is None or asked == self.asked_last(path, build_id):
             return
-        name = self._name(path, build_id).replace("sym-", "ask-", 1)
+        name = self._ask_name(path, build_id)
         with contextlib.suppress(OSError):
             if asked:
                 os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd))
