@@ -93,3 +93,24 @@ def absolute_module(pid: int, r: codec.ModuleRecord) -> codec.ModuleRecord:
     if path is None:
         return r  # the symbolizer tries it from its own directory, else lists it as unsymbolized
     return codec.ModuleRecord(r.base, r.start, r.end, r.file_offset, r.vaddr, r.build_id, path)
+
+
+def samples_so_far(p: ProcessState) -> int:
+    """The one count of a process's samples: every heap, malloc's, Python's (python.pymalloc)
+    and the custom ones. While it runs, Python's are counted in C (Ingest.routed); at its end
+    they are added to its heap's own count (_end), so they are never counted twice."""
+    custom = sum(h.samples for h in p.custom_heaps.values())
+    if p.final_stats:
+        return int(p.final_stats.get("mallocs", 0)) + custom
+    return int(p.ingest.stats()["mallocs"]) + custom + p.ingest.routed(codec.PY_HEAP_ID)[0]
+
+
+#: The heaps the client books itself beside malloc's, disjoint from it and from each other
+#: (client/pymem.c, client/maps.c): with malloc's, their sum is the program's memory.
+JOINT_HEAPS = frozenset({codec.PY_HEAP_ID, *codec.MAP_HEAPS})
+
+
+def window_trackers(p: ProcessState) -> list[Tracker]:
+    """The trackers a window covers, those that share malloc's peak: malloc's and, when the
+    process has them, Python's heap and the mmap and brk heaps."""
+    return [p.ingest.tracker, *(h.tracker for h in p.custom_heaps.values() if h.heap_id in JOINT_HEAPS)]

@@ -29,7 +29,14 @@ from heapscope.producer import procfs
 from heapscope.producer._ingest import Ingest
 from heapscope.producer.config import RecordConfig
 from heapscope.producer.listener import Accepted, Listener
-from heapscope.producer.process import CustomHeap, ProcessState, absolute_module
+from heapscope.producer.process import (
+    JOINT_HEAPS,
+    CustomHeap,
+    ProcessState,
+    absolute_module,
+    samples_so_far,
+    window_trackers,
+)
 from heapscope.producer.stats import StatRow, client_error_name, custom_heap_stats, process_stats_rows, unwinder_name
 from heapscope.producer.tsc import tsc_clock
 from heapscope.records import Record
@@ -41,9 +48,7 @@ RSS_EVERY_NS = 50_000_000  # VmHWM is read this often per process: the peak is g
 # the end of a recording is left with the stacks of its last moments only.
 RESOLVE_EVERY_NS = 100_000_000
 DRAIN_BATCH = 1 << 18  # records per ring per poll: keeps the loop responsive
-# Callsite rows written at a time while the processes run, the rings drained between: a Python
-# program's resolve wrote ~30k at once (~100 ms), and a full ring blocked its target meanwhile.
-CALLSITES_PER_WRITE = 8192
+CALLSITES_PER_WRITE = 8192  # written at a time while the processes run, the rings drained between
 # The session's socket and the handshake are producer/listener.py's (light imports: the target
 # waits for the answer); these names stay here for their users.
 HANDSHAKE_TIMEOUT_S = _listener.HANDSHAKE_TIMEOUT_S
@@ -62,28 +67,6 @@ class ProducerStats(Record, frozen=True):
     live_bytes: int = 0  # sampled bytes not yet freed, connected processes, malloc's heap
     running: int = 0  # processes connected now
     ended: int = 0  # processes that have ended
-
-
-def samples_so_far(p: ProcessState) -> int:
-    """The one count of a process's samples: every heap, malloc's, Python's (python.pymalloc)
-    and the custom ones. While it runs, Python's are counted in C (Ingest.routed); at its end
-    they are added to its heap's own count (_end), so they are never counted twice."""
-    custom = sum(h.samples for h in p.custom_heaps.values())
-    if p.final_stats:
-        return int(p.final_stats.get("mallocs", 0)) + custom
-    return int(p.ingest.stats()["mallocs"]) + custom + p.ingest.routed(codec.PY_HEAP_ID)[0]
-
-
-#: The heaps the client books itself beside malloc's, disjoint from it and from each other
-#: (client/pymem.c, client/maps.c): with malloc's, their sum is the program's memory.
-_JOINT_HEAPS = frozenset({codec.PY_HEAP_ID, *codec.MAP_HEAPS})
-
-
-def _window_trackers(p: ProcessState) -> list[Tracker]:
-    """The trackers a window covers, those that share malloc's peak: malloc's and, when the
-    process has them, Python's heap and the mmap and brk heaps."""
-    return [p.ingest.tracker, *(h.tracker for h in p.custom_heaps.values() if h.heap_id in _JOINT_HEAPS)]
-
 
 
 class NoProfile:
@@ -292,7 +275,7 @@ class Producer:
         moment their sum was highest. `restart`: a new window begins after this; with
         `keep_peak`, a closing window that holds the process's peak is resolved first, so that
         the profile keeps its rows. Call catch_up first for figures as of now."""
-        trackers = _window_trackers(p)
+        trackers = window_trackers(p)
         # One window per peak: trackers sharing a peak (Tracker.share_peak) have one window.
         groups = {t.peak_group: t for t in trackers}
         stats = [t.stats() for t in groups.values()]
@@ -311,7 +294,7 @@ class Producer:
     def window_rows(p: ProcessState) -> list[tuple[int, ...]]:
         """The rows of `p`'s window by callsite or stack (bookkeeping/rows.py, WINDOW_ROW), as of
         now; a bucket in both heaps is one row, their figures summed."""
-        trackers = _window_trackers(p)
+        trackers = window_trackers(p)
         if len(trackers) == 1:
             return list(WINDOW_ROW.iter_unpack(trackers[0].window()))
         merged: dict[tuple[int, int], list[int]] = {}
@@ -613,10 +596,8 @@ class Producer:
         here, while the target runs: left to the final dump's commit, a compiler's ~100k
         callsites (4 MiB) were written to the log and checkpointed into the file after its
         exit (10 of the 23 ms of CPU its final dump took; benchmarks/end_split.py). Without
-        fsyncs (store/writer.py, synchronous=OFF) a commit costs the pages it writes.
-
-        The rings are drained between the steps: a Python program's stacks took 40-70 ms to
-        resolve and 20-100 ms to write, and a ring that filled meanwhile blocked its target."""
+        fsyncs (store/writer.py, synchronous=OFF) a commit costs the pages it writes. The rings
+        are drained between the steps: a Python program's took 80-180 ms, and a full ring blocks."""
         for p in list(self.processes.values()):
             p.heap.resolve_known(self.frames, self.trie, p.ingest.tracker)
             for h in p.custom_heaps.values():  # Python's heap: its stacks' callsites, as a dump gives them
@@ -632,9 +613,9 @@ class Producer:
         for p in list(self.processes.values()):
             self._drain(p)
 
-    def _write_tables(self, between: Callable[[], None] | None = None) -> bool:
-        """Write the mappings, frames and callsites interned since the last call; False when none.
-        `between`: called between chunks of CALLSITES_PER_WRITE callsites."""
+    def _write_tables(self, between: Callable[[], None] = _nothing) -> bool:
+        """Write the mappings, frames and callsites interned since the last call, `between()` after
+        each CALLSITES_PER_WRITE callsites but the last; False when none."""
         w = self.writer
         new = (self.frames.mappings.take_new(), self.frames.frames.take_new(), self.frames.take_new_python(),
                self.trie.take_new_flat())
@@ -642,11 +623,11 @@ class Producer:
         for rows, add in zip(new[:3], adders, strict=True):
             if rows:  # a short process's final dump has new mappings only: no empty executemany
                 add(rows)
-        callsites, step = new[3], (CALLSITES_PER_WRITE * 4 if between is not None else len(new[3]))
-        for at in range(0, len(callsites), step or 1):
-            if at and between is not None:
+        step = CALLSITES_PER_WRITE * 4
+        for at in range(0, len(new[3]), step):
+            if at:
                 between()
-            w.add_callsites_flat(callsites[at:at + step])
+            w.add_callsites_flat(new[3][at:at + step])
         return any(new)
 
     def dump(self, p: ProcessState, reason: str, final: bool = False, commit: bool = True) -> None:
@@ -762,7 +743,7 @@ class Producer:
         # Python's heap and the mmap and brk heaps are disjoint from malloc's (client/pymem.c books a
         # request once, client/maps.c not malloc's own mappings), so the memory seen is all of them:
         # their joint peak (st's already: the trackers share it).
-        joint = [h.tracker.stats() for h in p.custom_heaps.values() if h.heap_id in _JOINT_HEAPS]
+        joint = [h.tracker.stats() for h in p.custom_heaps.values() if h.heap_id in JOINT_HEAPS]
         if joint:
             st = {**st, "sampled_bytes": st.get("sampled_bytes", 0) + sum(j.get("sampled_bytes", 0) for j in joint)}
         self.writer.add_process(p.info)
