@@ -142,13 +142,15 @@ def main() -> int:
     args = ap.parse_args()
     tools = [("", args.heapscope), *((f" [{label}]", other) for label, other in _compared(args))]
     work = Path(tempfile.mkdtemp(prefix="hs-proctree-"))
-    env = dict(os.environ, XDG_CACHE_HOME=str(work / "cache"))
-    # name -> (argv, working directory, a build to clean first)
-    variants: dict[str, tuple[list[str], Path | None, bool]] = {
-        "loop": (_loop(args.loop), None, False), "no loop": (_loop(0), None, False)}
+    # Each heapscope a symbol cache of its own: one version's entries may be in a format another
+    # reads as damaged (and symbolizes anew), which would time the cache's churn, not the build.
+    env = {tag: dict(os.environ, XDG_CACHE_HOME=str(work / f"cache{i}")) for i, (tag, _hs) in enumerate(tools)}
+    # name -> (argv, working directory, a build to clean first, the heapscope's tag)
+    variants: dict[str, tuple[list[str], Path | None, bool, str]] = {
+        "loop": (_loop(args.loop), None, False, ""), "no loop": (_loop(0), None, False, "")}
     for tag, hs in tools:
-        variants[f"record loop{tag}"] = ([hs, "record", "-o", "{out}", "--", *_loop(args.loop)], None, False)
-        variants[f"record no loop{tag}"] = ([hs, "record", "-o", "{out}", "--", *_loop(0)], None, False)
+        variants[f"record loop{tag}"] = ([hs, "record", "-o", "{out}", "--", *_loop(args.loop)], None, False, tag)
+        variants[f"record no loop{tag}"] = ([hs, "record", "-o", "{out}", "--", *_loop(0)], None, False, tag)
     src: Path | None = None
     if not args.no_make:
         sys.path.insert(0, str(HERE))
@@ -157,9 +159,9 @@ def main() -> int:
         src = _sources(args.src)
         (src / "Makefile.heapscope").write_text(MAKEFILE)
         make = ["make", "-s", "-f", "Makefile.heapscope", "-j2"]
-        variants["make"] = (make, src, True)
+        variants["make"] = (make, src, True, "")
         for tag, hs in tools:
-            variants[f"record make{tag}"] = ([hs, "record", "-o", "{out}", "--", *make], src, True)
+            variants[f"record make{tag}"] = ([hs, "record", "-o", "{out}", "--", *make], src, True, tag)
     walls: dict[str, list[float]] = {k: [] for k in variants}
     cpus: dict[str, list[float]] = {k: [] for k in variants}
     procs: dict[str, int] = {}
@@ -170,11 +172,11 @@ def main() -> int:
         for rnd in range(args.rounds + 1):  # round 0 warms the page cache and the symbol cache
             rng.shuffle(order)
             for name in order:
-                argv, cwd, clean = variants[name]
+                argv, cwd, clean, tag = variants[name]
                 if clean and cwd is not None:
                     shutil.rmtree(cwd / "build", ignore_errors=True)
                 out = str(work / f"r{rnd}.db")
-                wall, cpu = _run([a.replace("{out}", out) for a in argv], env, cwd)
+                wall, cpu = _run([a.replace("{out}", out) for a in argv], env[tag], cwd)
                 if name not in procs and name.startswith("record"):
                     procs[name] = _processes(out)
                 for f in (out, out + "-wal", out + "-shm"):
