@@ -107,6 +107,15 @@ def _program_entry(d: Path, prog: Path) -> Path:
     return entry
 
 
+def _filled(template: Path, prog: Path, tmp_path: Path) -> tuple[Any, Path, Path, dict[str, Any]]:
+    """The symbols without a cache, a cache filled by one run, its program entry's file and content."""
+    expected = _symbolized(template, tmp_path / "plain.db", None)
+    d = tmp_path / "cache" / "heapscope"
+    _symbolized(template, tmp_path / "first.db", SymbolCache(d))
+    entry = _program_entry(d, prog)
+    return expected, d, entry, json.loads(entry.read_bytes())
+
+
 def test_an_entry_names_each_source_file_once(template: Path, prog: Path, tmp_path: Path) -> None:
     """An entry is read and written at every `record` that meets a new address of its module:
     its answers name their source files by index into one table (libpython's entry was
@@ -123,11 +132,7 @@ def test_an_entry_names_each_source_file_once(template: Path, prog: Path, tmp_pa
 
 def test_an_entry_of_the_first_format_is_read_and_rewritten(template: Path, prog: Path, tmp_path: Path) -> None:
     # GIVEN a filled cache whose program entry is put back in the first format (each frame names its file)
-    expected = _symbolized(template, tmp_path / "plain.db", None)
-    d = tmp_path / "cache" / "heapscope"
-    _symbolized(template, tmp_path / "first.db", SymbolCache(d))
-    entry = _program_entry(d, prog)
-    stored = json.loads(entry.read_bytes())
+    expected, d, entry, stored = _filled(template, prog, tmp_path)
     sources = stored.pop("sources")
     stored["format"] = 1
     stored["answers"] = {pc: [[[fn, sources[i], line] for fn, i, line in chain], name]
@@ -144,11 +149,7 @@ def test_an_entry_of_the_first_format_is_read_and_rewritten(template: Path, prog
 
 def test_a_damaged_answer_is_dropped_counted_and_asked_again(template: Path, prog: Path, tmp_path: Path) -> None:
     # GIVEN a filled cache where one answer of the program's entry names a source file not in its table
-    expected = _symbolized(template, tmp_path / "plain.db", None)
-    d = tmp_path / "cache" / "heapscope"
-    _symbolized(template, tmp_path / "first.db", SymbolCache(d))
-    entry = _program_entry(d, prog)
-    stored = json.loads(entry.read_bytes())
+    expected, d, entry, stored = _filled(template, prog, tmp_path)
     pc = next(pc for pc, (chain, _name) in stored["answers"].items() if chain)
     stored["answers"][pc][0][0][1] = len(stored["sources"])
     entry.write_text(json.dumps(stored))
