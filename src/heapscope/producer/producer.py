@@ -182,12 +182,10 @@ class Producer:
         polled = time.monotonic_ns()
         ready = {watched.get(fd, fd) for fd, _ev in events}
         readable = [q.sock for fd, q in self.processes.items() if fd in ready]
-        drained = 0
         if (listening >= 0 and listening in ready) or self.listener.accepted:
             self._accept_all()
         now = time.monotonic_ns()
-        for p in list(self.processes.values()):
-            drained += self._drain(p)
+        drained = self._drain_all()
         self._read_rss_due()
         if now - self._resolved_ns >= self.resolve_every_ns and not self.frames.discard:
             self._resolved_ns = now
@@ -609,11 +607,11 @@ class Producer:
         if self._write_tables(between=self._drain_all):
             self.writer.commit()
 
-    def _drain_all(self) -> None:
-        for p in list(self.processes.values()):
-            self._drain(p)
+    def _drain_all(self) -> int:
+        """_drain every process's ring: the ring bytes consumed."""
+        return sum(self._drain(p) for p in list(self.processes.values()))
 
-    def _write_tables(self, between: Callable[[], None] = _nothing) -> bool:
+    def _write_tables(self, between: Callable[[], object] = _nothing) -> bool:
         """Write the mappings, frames and callsites interned since the last call, `between()` after
         each CALLSITES_PER_WRITE callsites but the last; False when none."""
         w = self.writer

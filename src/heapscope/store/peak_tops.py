@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from heapscope.model import CallsiteId
-from heapscope.store.values import MAX_IN_LIST, int_from_sql, req_int_from_sql
+from heapscope.store.values import I64_MAX, MAX_IN_LIST, int_from_sql, req_int_from_sql
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING: the end of every recording imports this module
 if TYPE_CHECKING:
@@ -114,8 +114,6 @@ def _read_tops(profile: Profile, n: int, upids: Sequence[int] | None) -> dict[in
     return out
 
 
-_INT64_MAX = (1 << 63) - 1
-
 
 def _tops_of_rows_above_0(profile: Profile, n: int, where: str, args: tuple[int, ...]) -> dict[int, Top] | None:
     """_read_tops for the rows `record` writes (each process's at one ts, none below 0), from
@@ -148,7 +146,7 @@ def _tops_of_rows_above_0(profile: Profile, n: int, where: str, args: tuple[int,
     out: dict[int, Top] = {}
     for upid, sums in held.items():
         total = sum(sums.values())
-        if total > _INT64_MAX:
+        if total > I64_MAX:
             return None
         top = sorted(sums.items(), key=lambda item: (-item[1], item[0]))[:n]
         out[upid] = (total, [(CallsiteId(cs), size) for cs, size in top])
