@@ -145,8 +145,12 @@ def _split(args: argparse.Namespace) -> int:
         else "/bin/date"
     variants: dict[str, list[str]] = {plain: date,
                                       "record": [args.heapscope, "record", "-q", "-o", "{out}", "--", *date]}
+    # Each heapscope its own symbol cache: versions whose cache formats differ would rewrite each
+    # other's entries every round and time the churn.
+    envs = {name: env for name in variants}
     for label, other in _compared(args):
         variants[f"record [{label}]"] = [other, *variants["record"][1:]]
+        envs[f"record [{label}]"] = dict(env, XDG_CACHE_HOME=str(work / f"cache-{label}"))
     figures: dict[str, list[tuple[float, ...]]] = {k: [] for k in variants}
     order = list(variants)
     rng = random.Random(13)
@@ -157,7 +161,7 @@ def _split(args: argparse.Namespace) -> int:
                 rng.shuffle(order)
                 for name in order:
                     out = str(work / f"r{rnd}.db")
-                    got = _run_dated([a.replace("{out}", out) for a in variants[name]], env)
+                    got = _run_dated([a.replace("{out}", out) for a in variants[name]], envs[name])
                     Path(out).unlink(missing_ok=True)
                     if rnd > 0:
                         figures[name].append(got)
@@ -238,10 +242,14 @@ def main() -> int:
         variants["record, empty symbol cache"] = (variants["record"][0], "/bin/true", True)
         variants["record -i 1 -- ls, empty cache"] = (variants["record -i 1 -- ls"][0], "ls -l /usr/bin", True)
     ours = [n for n in variants if n.startswith(("heapscope", "record"))]
+    # Each heapscope its own warm symbol cache: versions whose cache formats differ would rewrite
+    # each other's entries every round and time the churn.
+    envs = {name: env for name in variants}
     for label, other in _compared(args):  # other heapscopes (say the previous commit's) in the same rounds
         for name in ours:
             argv, base, cold = variants[name]
             variants[f"{name} [{label}]"] = ([other, *argv[1:]], base, cold)
+            envs[f"{name} [{label}]"] = dict(env, XDG_CACHE_HOME=str(work / f"cache-{label}"))
     walls: dict[str, list[float]] = {k: [] for k in variants}
     cpus: dict[str, list[float]] = {k: [] for k in variants}
     order = list(variants)
@@ -255,7 +263,7 @@ def main() -> int:
                     out = str(work / f"r{rnd}.db")
                     argv, _base, cold = variants[name]
                     run_env = dict(env, XDG_CACHE_HOME=str(work / f"cold{rnd}-{len(walls[name])}-"
-                                                                   f"{abs(hash(name))}")) if cold else env
+                                                                   f"{abs(hash(name))}")) if cold else envs[name]
                     wall, cpu = _run([a.replace("{out}", out) for a in argv], run_env)
                     Path(out).unlink(missing_ok=True)
                     if rnd > 0:

@@ -31,7 +31,7 @@ from heapscope.store.paths import stack_paths
 from heapscope.store.peak_tops import peak_tops
 from heapscope.store.reader import PathFrame, Profile, mapping_basename
 from heapscope.view.names import cut_middle, elide
-from heapscope.view.wrappers import base_name, wrapper_pattern
+from heapscope.view.wrappers import WrapperPattern, base_name, wrapper_pattern
 
 PEAK_CALLSITES = 64  # the largest callsites at the peak a Python process's lines are grouped from
 WALK_LIMIT = 4096  # frames read per callsite at most (the client's stacks are far shallower)
@@ -64,7 +64,7 @@ def peak_stacks(profile: Profile, processes: Sequence[tuple[int, bool, str]], to
     return out
 
 
-def _unwrapped(path: list[PathFrame], pattern: re.Pattern[str] | None) -> list[PathFrame]:
+def _unwrapped(path: list[PathFrame], pattern: WrapperPattern | None) -> list[PathFrame]:
     """`path` without its allocator wrappers (all of it when it is nothing else)."""
     kept = [f for f in path if f.info is None or not f.info.name or f.python
             or pattern is None or not pattern.fullmatch(base_name(f.info.name))]

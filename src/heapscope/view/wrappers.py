@@ -44,48 +44,66 @@ from heapscope.store.tree import fold_tree
 from heapscope.view.names import elide, without_return_type
 from heapscope.view.names import template_spans as collapse_spans
 
-#: Functions that only pass an allocation through, by family (full matches).
-WRAPPERS: tuple[str, ...] = (
+#: Functions that only pass an allocation through, by family: a regular expression (full
+#: matches) and the words one of which every name it matches contains. A name with none of a
+#: family's words never runs its expression (WrapperPattern).
+WRAPPERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # libc's own entry points, as seen when a frame of them survives the client's skipping
-    r"(__libc_|__)?(malloc|calloc|realloc|reallocarray|memalign|valloc|pvalloc|aligned_alloc|posix_memalign)",
-    r"(__)?strn?dup",
+    (r"(__libc_|__)?(malloc|calloc|realloc|reallocarray|memalign|valloc|pvalloc|aligned_alloc|posix_memalign)",
+     ("alloc", "memalign")),
+    (r"(__)?strn?dup",
+     ("dup",)),
     # C++: operator new / new[] (every overload, a class's own too) and the standard allocators
-    r"([\w:]+::)?operator new(\[\])?",
-    r"(std::|__gnu_cxx::)(__new_allocator|new_allocator|allocator|allocator_traits)<.*>::allocate",
-    r"std::_Vector_base<.*>::_M_allocate|std::_Rb_tree<.*>::_M_get_node"
-    r"|std::__detail::_Hashtable_alloc<.*>::_M_allocate_(node|buckets)|std::_Hashtable<.*>::_M_allocate_buckets",
+    (r"([\w:]+::)?operator new(\[\])?",
+     ("operator new",)),
+    (r"(std::|__gnu_cxx::)(__new_allocator|new_allocator|allocator|allocator_traits)<.*>::allocate",
+     ("::allocate",)),
+    (r"std::_Vector_base<.*>::_M_allocate|std::_Rb_tree<.*>::_M_get_node"
+     r"|std::__detail::_Hashtable_alloc<.*>::_M_allocate_(node|buckets)|std::_Hashtable<.*>::_M_allocate_buckets",
+     ("_M_allocate", "_M_get_node")),
     # GNU/git/gcc: xmalloc and kin
-    r"x(malloc|mallocz|calloc|realloc|strdup|strndup|memdup|memdupz|zalloc|alloc)",
+    (r"x(malloc|mallocz|calloc|realloc|strdup|strndup|memdup|memdupz|zalloc|alloc)",
+     ("alloc", "dup")),
     # gcc: its garbage collector's entry points and vec's reservation (as std::vector's _M_allocate);
     # libiberty's and glibc's obstacks; binutils' bfd and objalloc arenas
-    r"ggc_internal_(cleared_)?alloc|ggc_(alloc|realloc|cleared_alloc|alloc_cleared)\w*"
-    r"|va_(heap|gc)::reserve|vec<.*>::reserve(_exact)?|vec_safe_reserve(_exact)?",
-    r"_obstack_(newchunk|begin|begin_1)|bfd_z?(alloc|malloc)|bfd_realloc(_or_free)?|_?objalloc_alloc",
+    (r"ggc_internal_(cleared_)?alloc|ggc_(alloc|realloc|cleared_alloc|alloc_cleared)\w*"
+     r"|va_(heap|gc)::reserve|vec<.*>::reserve(_exact)?|vec_safe_reserve(_exact)?",
+     ("ggc_", "reserve")),
+    (r"_obstack_(newchunk|begin|begin_1)|bfd_z?(alloc|malloc)|bfd_realloc(_or_free)?|_?objalloc_alloc",
+     ("_obstack_", "bfd_", "objalloc_")),
     # redis
-    r"z(try)?(malloc|calloc|realloc)(_usable)?(_internal)?|zstrdup|zmalloc_no_tcache|zcalloc_num",
+    (r"z(try)?(malloc|calloc|realloc)(_usable)?(_internal)?|zstrdup|zmalloc_no_tcache|zcalloc_num",
+     ("alloc", "dup")),
     # sqlite
-    r"sqlite3(_malloc(64)?|_realloc(64)?|Malloc|MallocZero|Realloc|MemMalloc|MemRealloc"
-    r"|DbMalloc(Raw|RawNN|Zero|Size)?|DbRealloc|DbReallocOrFree|DbStrN?Dup|StrDup|DbSpanDup)",
+    (r"sqlite3(_malloc(64)?|_realloc(64)?|Malloc|MallocZero|Realloc|MemMalloc|MemRealloc"
+     r"|DbMalloc(Raw|RawNN|Zero|Size)?|DbRealloc|DbReallocOrFree|DbStrN?Dup|StrDup|DbSpanDup)",
+     ("sqlite3",)),
     # glib
-    r"g_(try_)?(malloc|malloc0|realloc)(_n)?|g_slice_alloc0?|g_strn?dup|g_memdup2?",
+    (r"g_(try_)?(malloc|malloc0|realloc)(_n)?|g_slice_alloc0?|g_strn?dup|g_memdup2?",
+     ("g_",)),
     # CPython's allocator domains and object allocators (a Python view hides them anyway)
-    r"_?PyMem_\w+|_?PyObject_(Malloc|Calloc|Realloc)|pymalloc_alloc|_PyObject_GC_(Alloc|New|NewVar|Link)"
-    r"|PyObject_GC_(New|NewVar)|gc_alloc|_PyObject_New(Var)?|PyType_GenericAlloc|_PyType_AllocNoTrack",
+    (r"_?PyMem_\w+|_?PyObject_(Malloc|Calloc|Realloc)|pymalloc_alloc|_PyObject_GC_(Alloc|New|NewVar|Link)"
+     r"|PyObject_GC_(New|NewVar)|gc_alloc|_PyObject_New(Var)?|PyType_GenericAlloc|_PyType_AllocNoTrack",
+     ("PyMem_", "PyObject_", "pymalloc_alloc", "gc_alloc", "PyType_")),
     # jemalloc and tcmalloc entry points
-    r"je_\w*(alloc|allocx)|(mallocx|rallocx|xallocx)|imalloc(_body)?|malloc_default|tc_\w+",
+    (r"je_\w*(alloc|allocx)|(mallocx|rallocx|xallocx)|imalloc(_body)?|malloc_default|tc_\w+",
+     ("je_", "alloc", "tc_")),
     # node and V8: the ArrayBuffer allocator and the backing-store calls down to it (the row left
     # is the Buffer API that was called), V8's malloc with retry
-    r"node::NodeArrayBufferAllocator::(Allocate|AllocateUninitialized|Reallocate)"
-    r"|v8::internal::Heap::AllocateExternalBackingStore|v8::internal::BackingStore::Allocate"
-    r"|v8::ArrayBuffer::NewBackingStore(ForNodeLTS)?|v8::internal::(AllocWithRetry|AllocAtLeastWithRetry"
-    r"|AlignedAllocWithRetry|AlignedAlloc)",
+    (r"node::NodeArrayBufferAllocator::(Allocate|AllocateUninitialized|Reallocate)"
+     r"|v8::internal::Heap::AllocateExternalBackingStore|v8::internal::BackingStore::Allocate"
+     r"|v8::ArrayBuffer::NewBackingStore(ForNodeLTS)?|v8::internal::(AllocWithRetry|AllocAtLeastWithRetry"
+     r"|AlignedAllocWithRetry|AlignedAlloc)",
+     ("node::", "v8::")),
     # V8's pages (the mmap heap: docs/mmap-heaps.md): the commit of a page and the chunk allocator
     # down to it (the row left is the space that grew: a semispace, a large object, a paged space)
-    r"v8::base::OS::(SetPermissions|Allocate|AllocateShared)|v8::base::PageAllocator::\w+"
-    r"|v8::internal::MemoryAllocator::(AllocateAlignedMemory|AllocateUninitializedChunkAt|AllocateUninitializedChunk"
-    r"|AllocatePage|AllocateLargePage|AllocateReadOnlyPage|CommitMemory)|v8::internal::VirtualMemory::\w+",
+    (r"v8::base::OS::(SetPermissions|Allocate|AllocateShared)|v8::base::PageAllocator::\w+"
+     r"|v8::internal::MemoryAllocator::(AllocateAlignedMemory|AllocateUninitializedChunkAt|AllocateUninitializedChunk"
+     r"|AllocatePage|AllocateLargePage|AllocateReadOnlyPage|CommitMemory)|v8::internal::VirtualMemory::\w+",
+     ("v8::",)),
     # OpenSSL, FFmpeg
-    r"CRYPTO_(malloc|zalloc|realloc|strdup|strndup|memdup)|av_(malloc|mallocz|realloc|strdup|memdup)",
+    (r"CRYPTO_(malloc|zalloc|realloc|strdup|strndup|memdup)|av_(malloc|mallocz|realloc|strdup|memdup)",
+     ("CRYPTO_", "av_")),
 )
 
 _CLONE = re.compile(r"( \[clone [^]]*\])+$|(\.(constprop|isra|part|cold|lto_priv|llvm)\.\d+)+$")
@@ -123,25 +141,67 @@ def base_name(name: str) -> str:
     return name
 
 
-def wrapper_pattern(keep: bool = False, extra: Sequence[str] = ()) -> re.Pattern[str] | None:
-    """One pattern for the functions to fold: WRAPPERS (unless `keep`) and the `extra` ones
-    (--fold); None when nothing is folded. UsageError for an extra that is not a regex."""
-    parts = [] if keep else list(WRAPPERS)
+UNION_AFTER = 512  # names asked before one expression of all is cheaper than the words' tests
+
+
+class WrapperPattern:
+    """A full match of a base name against WRAPPERS' families (or some of them) and --fold's
+    own expressions. A family's expression is compiled the first time a name holds one of its
+    words, and all of them as one once many names have been asked: compiling the sixteen took
+    ~6 ms of every recording's summary, which asks a few dozen names of one or two families."""
+
+    __slots__ = ("_families", "_compiled", "_answers", "_union", "_union_after")
+
+    def __init__(self, families: Sequence[tuple[str, tuple[str, ...]]], union_after: int = UNION_AFTER) -> None:
+        self._families = tuple(families)
+        self._union_after = union_after
+        self._compiled: list[re.Pattern[str] | None] = [None] * len(self._families)
+        self._answers: dict[str, bool] = {}  # a summary's stacks share most of their frames
+        self._union: re.Pattern[str] | None = None
+
+    def fullmatch(self, name: str) -> bool:
+        """Whether `name` (a base_name) is one of the functions to fold."""
+        if self._union is not None:
+            return self._union.fullmatch(name) is not None
+        known = self._answers.get(name)
+        if known is not None:
+            return known
+        if len(self._answers) < self._union_after:
+            known = self._answers[name] = self._by_family(name)
+            return known
+        self._union = re.compile("|".join(f"(?:{regex})" for regex, _words in self._families))
+        self._answers.clear()
+        return self.fullmatch(name)
+
+    def _by_family(self, name: str) -> bool:
+        for i, (regex, words) in enumerate(self._families):
+            if words and not any(word in name for word in words):
+                continue
+            compiled = self._compiled[i]
+            if compiled is None:
+                compiled = self._compiled[i] = re.compile(regex)
+            if compiled.fullmatch(name) is not None:
+                return True
+        return False
+
+
+def wrapper_pattern(keep: bool = False, extra: Sequence[str] = ()) -> WrapperPattern | None:
+    """The functions to fold: WRAPPERS (unless `keep`) and the `extra` ones (--fold, tried on
+    every name); None when nothing is folded. UsageError for an extra that is not a regex."""
+    families = [] if keep else list(WRAPPERS)
     for regex in extra:
         try:
             re.compile(regex)
         except re.error as e:
             raise UsageError(f"--fold {regex!r}: not a regular expression ({e})") from e
-        parts.append(regex)
-    if not parts:
-        return None
-    return re.compile("|".join(f"(?:{p})" for p in parts))
+        families.append((regex, ()))
+    return WrapperPattern(families) if families else None
 
 
-def is_wrapper(name: str, pattern: re.Pattern[str] | None = None) -> bool:
+def is_wrapper(name: str, pattern: WrapperPattern | None = None) -> bool:
     """Whether the function `name` is folded by `pattern` (default: WRAPPERS)."""
     pattern = pattern if pattern is not None else wrapper_pattern()
-    return pattern is not None and pattern.fullmatch(base_name(name)) is not None
+    return pattern is not None and pattern.fullmatch(base_name(name))
 
 
 def fold_wrappers(profile: Profile, keep: bool = False, extra: Sequence[str] = ()) -> list[str]:
@@ -184,7 +244,7 @@ def _fold_wrappers(profile: Profile, keep: bool, extra: Sequence[str]) -> list[s
     return sorted(folded | inlined)
 
 
-def _fold_inlined(profile: Profile, db: sqlite3.Connection, pattern: re.Pattern[str]) -> set[str]:
+def _fold_inlined(profile: Profile, db: sqlite3.Connection, pattern: WrapperPattern) -> set[str]:
     """Fold wrappers inlined into a frame's function (`xmalloc [inlined]` in parse's frame, from
     the symbolizer's inlined frames): their symbol rows are left out of a temporary
     stack_profile_symbol that shadows the profile's, so what they held is the self of the

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,17 @@ from heapscope.model import CallsiteId, Frame, FrameId, Mapping, MappingId
 from heapscope.store.paths import stack_paths
 from heapscope.store.reader import open_profile
 from heapscope.store.writer import ProfileWriter
-from heapscope.view.wrappers import _fold, base_name, fold_line, fold_wrappers, is_wrapper, wrapper_pattern
+from heapscope.view.wrappers import (
+    UNION_AFTER,
+    WRAPPERS,
+    WrapperPattern,
+    _fold,
+    base_name,
+    fold_line,
+    fold_wrappers,
+    is_wrapper,
+    wrapper_pattern,
+)
 
 
 @pytest.mark.parametrize(("name", "base"), [
@@ -27,7 +39,7 @@ def test_base_name_drops_parameters_and_clone_suffixes(name: str, base: str) -> 
     assert base_name(name) == base
 
 
-@pytest.mark.parametrize("name", [
+FOLDED = [
     "xmalloc", "xcalloc", "xrealloc", "xstrdup", "zmalloc_usable", "ztrymalloc_usable_internal", "zcalloc",
     "sqlite3Malloc", "sqlite3MemMalloc", "sqlite3DbMallocRawNN", "sqlite3_malloc64", "g_malloc0", "g_malloc_n",
     "PyMem_Malloc", "PyObject_Malloc", "_PyObject_GC_New", "operator new(unsigned long)",
@@ -49,7 +61,10 @@ def test_base_name_drops_parameters_and_clone_suffixes(name: str, base: str) -> 
     " v8::internal::AllocationSpace, v8::internal::Executability, void*, v8::internal::VirtualMemory*)",
     "v8::internal::MemoryAllocator::AllocateLargePage(v8::internal::LargeObjectSpace*, unsigned long,"
     " v8::internal::Executability)",
-])
+]
+
+
+@pytest.mark.parametrize("name", FOLDED)
 def test_the_allocator_wrappers_are_folded(name: str) -> None:
     assert is_wrapper(name)
 
@@ -65,6 +80,55 @@ def test_the_allocator_wrappers_are_folded(name: str) -> None:
 ])
 def test_code_that_does_more_than_pass_an_allocation_through_is_not(name: str) -> None:
     assert not is_wrapper(name)
+
+
+LIBRARIES = ("libc.so.6", "libstdc++.so.6", "libglib-2.0.so.0", "libsqlite3.so.0")
+
+
+def _exported_names() -> list[str]:
+    """The base names of the functions the system's libc, libstdc++, glib and sqlite export."""
+    names: set[str] = set()
+    for lib in LIBRARIES:
+        path = Path("/usr/lib/x86_64-linux-gnu") / lib
+        out = subprocess.run(["nm", "-D", "-C", "--defined-only", str(path)], capture_output=True, text=True,
+                             check=True, timeout=60).stdout
+        # `0000000000098930 T malloc@@GLIBC_2.2.5`: the name without its version
+        names.update(base_name(line.split(" ", 2)[2].split("@")[0]) for line in out.splitlines()
+                     if line.count(" ") >= 2)
+    return sorted(names)
+
+
+def test_each_familys_words_are_in_every_name_it_matches() -> None:
+    # GIVEN ~9k real function names and the wrappers above, and the families' expressions as one
+    union = re.compile("|".join(f"(?:{regex})" for regex, _words in WRAPPERS))
+    names = _exported_names() + [base_name(name) for name in FOLDED]
+    assert len(names) > 5000
+    by_words = WrapperPattern(WRAPPERS, union_after=len(names))  # every name through the words
+    # THEN the words skip no family a name matches
+    matched = [name for name in names if union.fullmatch(name)]
+    assert len(matched) > 60  # malloc, memalign, g_malloc0, sqlite3_malloc64, operator new, xmalloc, ...
+    assert [name for name in names if by_words.fullmatch(name)] == matched
+
+
+def test_a_few_names_compile_only_the_families_whose_words_they_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+    compiled: list[str] = []
+    real = re.compile
+
+    def counted(regex: str, *flags: int) -> re.Pattern[str]:
+        compiled.append(regex)
+        return real(regex, *flags)
+
+    monkeypatch.setattr(re, "compile", counted)
+    pattern = wrapper_pattern()
+    assert pattern is not None
+    assert pattern.fullmatch("xmalloc") and not pattern.fullmatch("main") and not pattern.fullmatch("parse_args")
+    # xmalloc holds "alloc": libc's family is tried and then xmalloc's matches; main holds no word
+    assert len(compiled) == 2
+    # AND past UNION_AFTER names one expression of all the families answers, the same
+    for i in range(UNION_AFTER):
+        pattern.fullmatch(f"f{i}")
+    assert pattern.fullmatch("g_malloc0") and not pattern.fullmatch("g_main_loop_run")
+    assert len(compiled) == 3 and all(regex in compiled[-1] for regex, _words in WRAPPERS)
 
 
 def test_fold_adds_a_projects_wrappers_and_keep_turns_the_list_off() -> None:
