@@ -21,9 +21,9 @@
  * What an op pays: a compare with the open span's end, a max and a store
  * (the point), and for a free one hash and an append. A new span, a merge
  * and a thinning are out of line. The series' clock is the ops' own ts (the
- * client's CLOCK_MONOTONIC_COARSE at the malloc); a FREE record has none on
- * the wire, so a free counts at its arrival at the reader (tracker.c
- * hs_tracker_free), or at the heap's latest op when that is later.
+ * client's at the malloc and at the sent free: the TSC or CLOCK_MONOTONIC,
+ * wire.h HS_CFG_TSC); a free without one (tracker.c hs_tracker_free) or
+ * dated before the heap's latest op counts at that op's time.
  *
  * A sample's malloc time is read from the points (the last span whose first
  * seq is not after its seq): exact to a span, which is what the flamegraph's

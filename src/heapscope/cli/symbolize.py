@@ -38,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    # Imported here so that `heapscope --help` does not load pyelftools.
+    # Imported here so that `heapscope --help` does not load the symbolizer.
     from heapscope.symbolize.missing import debug_archive_advice, fix_for
     from heapscope.symbolize.profile import symbolize_profile
 

@@ -1,10 +1,9 @@
 """One ELF file's function symbols, sorted for address lookup, and its build id.
 
-Owns reading ELF files; knows nothing of profiles. pyelftools parses the
-headers and notes; the symbol entries themselves are decoded here with
-`struct`, because pyelftools builds a Python object per symbol and is ~10x
-slower on a large `.symtab` (libpython has ~15k function symbols, a big C++
-binary several 100k).
+Owns reading ELF symbol tables; knows nothing of profiles. symbolize/elf.py
+reads the headers and notes; the symbol entries are decoded here with
+`struct` in bulk (libpython has ~15k function symbols, a big C++ binary
+several 100k), a name only when it is looked up.
 
 Lookup model: every function symbol covers [start, end). A sized symbol ends
 at start + size. A symbol of size 0 (hand-written assembly, some stripped
@@ -20,10 +19,8 @@ from bisect import bisect_right
 from pathlib import Path
 from typing import Any
 
-from elftools.elf.elffile import ELFFile
-
 from heapscope.records import Record, field
-from heapscope.symbolize.elfinfo import check_section_bounds, note_build_id, read_errors, section_headers
+from heapscope.symbolize.elf import EM_ARM, SHT_DYNSYM, SHT_SYMTAB, ElfError, ElfFile, Section
 
 _STT_FUNC = 2
 _STT_GNU_IFUNC = 10
@@ -247,36 +244,26 @@ def read_elf_symbols(path: str | Path) -> ElfSymbols:
     """
     with open(path, "rb") as f:
         try:
-            elf = ELFFile(f)
-            check_section_bounds(elf, os.fstat(f.fileno()).st_size)
-            headers = section_headers(elf)
-            build_id = _build_id(elf, headers)
-            for section_type in ("SHT_SYMTAB", "SHT_DYNSYM"):
-                index = next((i for i, h in enumerate(headers) if h["sh_type"] == section_type), None)
-                if index is None:
+            elf = ElfFile(f)
+            build_id = elf.build_id()
+            for section_type in (SHT_SYMTAB, SHT_DYNSYM):
+                table = next((s for s in elf.sections if s.type == section_type), None)
+                if table is None:
                     continue
-                table = elf.get_section(index)
-                starts, ends, offsets, strtab = _function_symbols(elf, table, headers)
+                starts, ends, offsets, strtab = _function_symbols(elf, table)
                 if starts:
                     return ElfSymbols(str(path), build_id, table.name, starts, ends, offsets, strtab)
             return ElfSymbols(str(path), build_id, "")
-        except read_errors() as e:
+        except ElfError as e:
             raise ElfReadError(f"{path}: not a readable ELF file ({e})") from e
 
 
-def _build_id(elf: ELFFile, headers: list[Any]) -> str:
-    for i, header in enumerate(headers):
-        if header["sh_type"] == "SHT_NOTE" and (build_id := note_build_id(elf.get_section(i))):
-            return build_id
-    return ""
-
-
-def _function_symbols(elf: ELFFile, table: Any, headers: list[Any]) -> tuple[list[int], list[int], list[int], bytes]:
+def _function_symbols(elf: ElfFile, table: Section) -> tuple[list[int], list[int], list[int], bytes]:
     """(starts, ends, name offsets, string table) of the defined function symbols of `table`,
     sorted by start. A name is decoded only when looked up (_cstring): a large program has tens
     of thousands of symbols and a profile names a few hundred (producer CPU)."""
-    data: bytes = table.data()
-    strtab: bytes = elf.get_section(table["sh_link"]).data()
+    data = elf.data(table)
+    strtab = elf.data(elf.sections[table.link]) if table.link < len(elf.sections) else b""
     endian = "<" if elf.little_endian else ">"
     if elf.elfclass == 64:
         entry = struct.Struct(endian + "IBBHQQ")  # name, info, other, shndx, value, size
@@ -289,9 +276,9 @@ def _function_symbols(elf: ELFFile, table: Any, headers: list[Any]) -> tuple[lis
         def fields(t: tuple[int, ...]) -> tuple[int, int, int, int, int]:
             return t[0], t[3], t[5], t[1], t[2]
 
-    stride = table["sh_entsize"] or entry.size
-    thumb = elf["e_machine"] == "EM_ARM"  # bit 0 of an ARM function address selects Thumb mode
-    section_ends = {i: h["sh_addr"] + h["sh_size"] for i, h in enumerate(headers)}
+    stride = table.entsize or entry.size
+    thumb = elf.machine == EM_ARM  # bit 0 of an ARM function address selects Thumb mode
+    section_ends = {s.index: s.addr + s.size for s in elf.sections}
 
     def rank(name_off: int, size: int, info: int) -> tuple[int, int, int]:
         # Prefer a sized symbol, then the most visible binding, then the name

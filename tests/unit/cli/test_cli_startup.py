@@ -246,6 +246,19 @@ def test_a_recording_answered_from_the_symbol_cache_loads_no_heavy_module(tmp_pa
 
 
 
+def test_frames_named_from_a_symbol_table_load_no_elf_library(tmp_path: Path) -> None:
+    # GIVEN ls, which has no DWARF here (its frames are named from its symbol table), and an empty cache
+    _, at_end = _record_run(tmp_path, "first.db", "/bin/ls", "-l", "/usr/bin", opts=("-q", "-i", "1"))
+    # THEN its modules were located and its symbol table read, named frames written
+    assert {"heapscope.symbolize.symtab", "heapscope.symbolize.elf"} <= at_end
+    with sqlite3.connect(tmp_path / "first.db") as db:
+        named = db.execute("SELECT COUNT(*) FROM stack_profile_frame f JOIN stack_profile_mapping m"
+                           " ON f.mapping = m.id WHERE m.name LIKE '%/ls' AND f.name != ''").fetchone()[0]
+    assert named > 0
+    # without pyelftools (40-80 ms of CPU to import, at the end of a short program)
+    assert not any(m.startswith("elftools") for m in at_end)
+
+
 def test_a_recording_whose_frames_the_cache_answers_whole_starts_no_symbolizer(tmp_path: Path) -> None:
     # GIVEN a first run of a program sampled at every allocation (the same frames each run)
     program = ("/bin/ls", "-l", "/usr/bin")

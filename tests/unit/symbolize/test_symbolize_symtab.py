@@ -285,12 +285,10 @@ def test_demangling_starts_no_process(tmp_path: Path) -> None:
     assert out == ["ns::Klass::method(int) _Zbad _Z main f() [clone .cold]", "True", "[]"]
 
 
-def test_a_note_name_without_its_terminator_is_a_read_error(binaries: Binaries, tmp_path: Path) -> None:
-    # Found by tests/fuzz (target elf): the build-id note's name "GNU\0" with its NUL
-    # overwritten made pyelftools raise its parser's ArrayError ("missing terminator"),
-    # which was not among the errors read_elf_symbols and read_elf_info turn into theirs.
-    from heapscope.symbolize.elfinfo import NotElfError, read_elf_info
-    from heapscope.symbolize.symtab import ElfReadError
+def test_a_note_name_without_its_terminator_names_no_build_id(binaries: Binaries, tmp_path: Path) -> None:
+    # Found by tests/fuzz (target elf): the build-id note's name "GNU\0" with its NUL overwritten
+    # made the ELF library of the time raise an error of its parser's that neither reader caught.
+    from heapscope.symbolize.elfinfo import read_elf_info
 
     data = bytearray(binaries.prog.read_bytes())
     # A note: namesz, descsz, type (3: NT_GNU_BUILD_ID), then the name.
@@ -299,7 +297,7 @@ def test_a_note_name_without_its_terminator_is_a_read_error(binaries: Binaries, 
     data[at + 15] = ord("S")
     bad = tmp_path / "bad-note"
     bad.write_bytes(bytes(data))
-    with pytest.raises(ElfReadError, match="not a readable ELF file"):
-        read_elf_symbols(bad)
-    with pytest.raises(NotElfError, match="not a readable ELF file"):
-        read_elf_info(bad)
+    # The note is not GNU's: the file has no build id, and its symbols read as before
+    assert read_elf_info(bad).build_id == ""
+    syms = read_elf_symbols(bad)
+    assert syms.build_id == "" and syms.starts == read_elf_symbols(binaries.prog).starts
