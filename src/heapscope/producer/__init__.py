@@ -12,5 +12,6 @@ ingest_core.c and the bookkeeping's C core (meson.build; the flags are
 bookkeeping/native.flags).
 
 May import: heapscope.bookkeeping, heapscope.store.writer, heapscope.wire,
-heapscope.heaps (a heap name's rule), heapscope.model, heapscope.errors, heapscope.records.
+heapscope.heaps (a heap name's rule), heapscope.model, heapscope.errors, heapscope.records,
+heapscope.elf (attaching: the target's loader and malloc).
 """

@@ -250,38 +250,28 @@ def check_linkage(pid: int) -> None:
 
 def _dynamic(pid: int) -> bool:
     """Does the program have an ELF interpreter (PT_INTERP), i.e. a dynamic loader?"""
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
+    from heapscope.elf import PT_INTERP, ElfError, ElfFile
 
     try:
         with open(f"/proc/{pid}/exe", "rb") as f:
-            elf = ELFFile(f)
-            return any(seg["p_type"] == "PT_INTERP" for seg in elf.iter_segments())
+            return PT_INTERP in ElfFile(f).segment_types()
     except FileNotFoundError:
         raise AttachError(f"no process with pid {pid} (it exited)") from None
     except PermissionError:
         raise AttachError(_ptrace_hint(pid)) from None
-    except (OSError, ELFError) as e:
+    except (OSError, ElfError) as e:
         raise AttachError(f"cannot read the executable of pid {pid}: {e}") from None
 
 
 def _defines_malloc(pid: int) -> bool:
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
-    from elftools.elf.sections import SymbolTableSection
+    from heapscope.elf import ElfError, ElfFile
 
     try:
         with open(f"/proc/{pid}/exe", "rb") as f:
-            section = ELFFile(f).get_section_by_name(".dynsym")
-            if not isinstance(section, SymbolTableSection):
-                return False
-            for name in ("malloc", "free"):
-                for sym in section.get_symbol_by_name(name) or []:
-                    if sym["st_shndx"] != "SHN_UNDEF" and sym["st_info"]["type"] in ("STT_FUNC", "STT_GNU_IFUNC"):
-                        return True
-    except (OSError, ELFError):
+            elf = ElfFile(f)
+            return elf.defines_function("malloc") or elf.defines_function("free")
+    except (OSError, ElfError):
         return False
-    return False
 
 
 def find_gdb() -> str:

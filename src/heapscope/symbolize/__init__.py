@@ -4,11 +4,10 @@
                  (stack_profile_symbol), symbol-table names as the fallback
     locate.py    which file holds a mapping's symbols: lookup order, index, debuglink,
                  build-id checks
-    elf.py       the ELF reader: section headers and names, section contents, the build id
     elfinfo.py   one ELF file's build id, DWARF presence, .gnu_debuglink (headers only)
     llvm.py      llvm-symbolizer in batch mode
     symtab.py    one ELF file: build id and sorted function symbols
 
 May import: heapscope.store (the writer; the reader's fallback name spelling),
-heapscope.model, heapscope.records, heapscope.which, heapscope.units.
+heapscope.model, heapscope.records, heapscope.which, heapscope.units, heapscope.elf.
 """

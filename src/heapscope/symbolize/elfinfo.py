@@ -11,8 +11,8 @@ from __future__ import annotations
 import struct
 import zlib
 
+from heapscope.elf import SHT_DYNSYM, SHT_NOBITS, SHT_NOTE, SHT_SYMTAB, ElfError, ElfFile, note_build_id
 from heapscope.records import Record
-from heapscope.symbolize.elf import SHT_DYNSYM, SHT_NOBITS, SHT_NOTE, SHT_SYMTAB, ElfError, ElfFile, note_build_id
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:

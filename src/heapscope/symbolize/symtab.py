@@ -1,6 +1,6 @@
 """One ELF file's function symbols, sorted for address lookup, and its build id.
 
-Owns reading ELF symbol tables; knows nothing of profiles. symbolize/elf.py
+Owns reading ELF symbol tables; knows nothing of profiles. heapscope/elf.py
 reads the headers and notes; the symbol entries are decoded here with
 `struct` in bulk (libpython has ~15k function symbols, a big C++ binary
 several 100k), a name only when it is looked up.
@@ -19,8 +19,8 @@ from bisect import bisect_right
 from pathlib import Path
 from typing import Any
 
+from heapscope.elf import EM_ARM, SHT_DYNSYM, SHT_SYMTAB, ElfError, ElfFile, Section
 from heapscope.records import Record, field
-from heapscope.symbolize.elf import EM_ARM, SHT_DYNSYM, SHT_SYMTAB, ElfError, ElfFile, Section
 
 _STT_FUNC = 2
 _STT_GNU_IFUNC = 10

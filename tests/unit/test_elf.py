@@ -1,5 +1,6 @@
-"""symbolize.elf: the section headers, names, contents and build id of real files, as pyelftools
-reads them; compressed sections; and damaged headers refused with ElfError, never more."""
+"""heapscope.elf: the section headers, names, contents and build id of real files, as pyelftools
+reads them; program headers and dynamic symbols; compressed sections; and damaged headers
+refused with ElfError, never more."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.enums import ENUM_SH_TYPE_AMD64, ENUM_SH_TYPE_BASE
 from elftools.elf.sections import NoteSection
 
-from heapscope.symbolize.elf import SHT_NOBITS, ElfError, ElfFile
+from heapscope.elf import PT_INTERP, SHT_NOBITS, ElfError, ElfFile
 from heapscope.symbolize.elfinfo import NotElfError, read_elf_info
+from heapscope.symbolize.symtab import read_elf_symbols
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -76,6 +78,21 @@ def test_a_compiled_programs_sections_contents_and_build_id(program: Path) -> No
                 assert ours.data(s) == theirs.get_section(s.index).data(), s.name
 
 
+def test_a_32_bit_file_reads_as_pyelftools_reads_it(tmp_path: Path) -> None:
+    # GIVEN an object with two functions, turned into a 32-bit ELF file (x32) by objcopy
+    src = tmp_path / "o.c"
+    src.write_text("int f(int x) { return x + 1; }\nint g(void) { return 2; }\n")
+    obj, obj32 = tmp_path / "o.o", tmp_path / "o32.o"
+    subprocess.run(["cc", "-c", "-g", "-o", str(obj), str(src)], check=True, timeout=60)
+    subprocess.run(["objcopy", "-O", "elf32-x86-64", str(obj), str(obj32)], check=True, timeout=60)
+    with open(obj32, "rb") as f:
+        assert ElfFile(f).elfclass == 32
+    # THEN its sections are pyelftools', and its symbol table is read in its 32-bit layout
+    assert _ours(obj32) == _theirs(obj32)
+    syms = read_elf_symbols(obj32)
+    assert syms.source == ".symtab" and sorted(syms.lookup(a) or "" for a in syms.starts) == ["f", "g"]
+
+
 def test_a_compressed_section_is_inflated(program: Path, tmp_path: Path) -> None:
     # GIVEN the program with its DWARF compressed (SHF_COMPRESSED, zlib)
     packed = tmp_path / "packed"
@@ -87,6 +104,31 @@ def test_a_compressed_section_is_inflated(program: Path, tmp_path: Path) -> None
         # THEN its contents are the uncompressed program's
         assert elf.data(info) == plain.data(next(s for s in plain.sections if s.name == ".debug_info"))
     assert read_elf_info(packed).has_dwarf
+
+
+def test_program_headers_and_dynamic_symbols(program: Path) -> None:
+    with open(program, "rb") as f:
+        elf = ElfFile(f)
+        # a dynamically linked program asks for a loader; it calls malloc but does not define it
+        assert PT_INTERP in elf.segment_types()
+        assert not elf.defines_function("malloc")
+    with open(LIBS / "libc.so.6", "rb") as f:
+        libc = ElfFile(f)
+        assert libc.defines_function("malloc") and libc.defines_function("free")
+        assert not libc.defines_function("no_such_function") and not libc.defines_function("mallo")
+
+
+def test_a_program_that_defines_its_own_malloc_exports_it(tmp_path: Path) -> None:
+    # GIVEN a program with a malloc of its own (the linker exports it: libc refers to malloc);
+    # attaching refuses such a program (producer/attach.py)
+    src = tmp_path / "own.c"
+    src.write_text("#include <stddef.h>\nstatic char pool[1 << 16]; static size_t used;\n"
+                   "void *malloc(size_t n) { void *p = pool + used; used += (n + 15) & ~(size_t)15; return p; }\n"
+                   "void free(void *p) { (void)p; }\nint main(void) { return malloc(8) == NULL; }\n")
+    exe = tmp_path / "own"
+    subprocess.run(["cc", "-O0", "-o", str(exe), str(src)], check=True, timeout=60)
+    with open(exe, "rb") as f:
+        assert ElfFile(f).defines_function("malloc")
 
 
 def _patched(path: Path, out: Path, at: int, fmt: str, value: int) -> Path:

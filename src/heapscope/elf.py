@@ -1,10 +1,13 @@
-"""The parts of an ELF file symbolization reads: its class, byte order and machine, its section
-headers and their names, a section's bytes, and its GNU build id.
+"""The parts of an ELF file heapscope reads: its class, byte order and machine, its section
+headers and their names, a section's bytes, its GNU build id, whether it asks for a dynamic
+loader (PT_INTERP) and whether it defines a function in its dynamic symbols.
 
 Read with `struct` from the file header down, every offset and size checked against the
-file's length before anything is read. pyelftools (which attaching still uses) took 40-80 ms
-of CPU to import in every recording that located a module or named a frame from a symbol
-table: most of `record`'s end after a short program's exit, for four facts and two tables.
+file's length before anything is read. pyelftools, which did this before, took 40-80 ms of CPU
+to import in every recording that located a module or named a frame from a symbol table: most
+of `record`'s end after a short program's exit.
+
+May import: nothing of heapscope.
 """
 
 from __future__ import annotations
@@ -22,20 +25,25 @@ SHT_NOTE = 7
 SHT_NOBITS = 8
 SHT_DYNSYM = 11
 SHF_COMPRESSED = 0x800
+PT_INTERP = 3
+ET_EXEC, ET_DYN = 2, 3
+STT_FUNC, STT_GNU_IFUNC = 2, 10
 EM_ARM = 40
 NT_GNU_BUILD_ID = 3
 _SHN_XINDEX = 0xFFFF
 _ELFCOMPRESS_ZLIB = 1
 MAX_SECTIONS = 1 << 20  # a header claiming more is not a file we can use
 MAX_INFLATED = 1 << 30  # a compressed section's stated size beyond this is damage
+MAX_SEGMENTS = 4096
 
 # e_type .. e_shstrndx, after e_ident (16 bytes); a section header; a compression header
 _HEADER = {1: "HHIIIIIHHHHHH", 2: "HHIQQQIHHHHHH"}
 _SECTION = {1: "IIIIIIIIII", 2: "IIQQQQIIQQ"}
 _CHDR = {1: "III", 2: "IIQQ"}
+_SYMBOL = {1: "IIIBBH", 2: "IBBHQQ"}  # 32: name, value, size, info, other, shndx; 64: name, info, other, shndx, ...
 
 
-class ElfError(Exception):
+class ElfError(ValueError):
     """Not an ELF file, or one whose headers do not hold together."""
 
 
@@ -64,8 +72,8 @@ class ElfFile:
         self._order = "<" if self.little_endian else ">"
         kind = ident[4]
         header = struct.Struct(self._order + _HEADER[kind])
-        (_type, self.machine, _version, _entry, _phoff, shoff, _flags, _ehsize, _phentsize, _phnum,
-         shentsize, shnum, shstrndx) = header.unpack(self._read(16, header.size))
+        (self.type, self.machine, _version, _entry, self._phoff, shoff, _flags, _ehsize, self._phentsize,
+         self._phnum, shentsize, shnum, shstrndx) = header.unpack(self._read(16, header.size))
         entry = struct.Struct(self._order + _SECTION[kind])
         self.sections: list[Section] = []
         if shoff == 0:
@@ -119,6 +127,31 @@ class ElfFile:
         if len(out) != size:
             raise ElfError(f"section {section.name or section.index}: {len(out)} bytes inflated, not {size}")
         return out
+
+    def segment_types(self) -> list[int]:
+        """p_type of each program header, in order."""
+        if self._phnum > MAX_SEGMENTS or (self._phnum and self._phentsize < 4):
+            raise ElfError(f"{self._phnum} program headers of {self._phentsize} bytes")
+        table = self._read(self._phoff, self._phnum * self._phentsize)
+        return [struct.unpack_from(self._order + "I", table, i * self._phentsize)[0] for i in range(self._phnum)]
+
+    def defines_function(self, name: str) -> bool:
+        """Whether the dynamic symbol table defines a function (or an ifunc) called `name`."""
+        entry = struct.Struct(self._order + _SYMBOL[1 if self.elfclass == 32 else 2])
+        wanted = name.encode()
+        for table in self.sections:
+            if table.type != SHT_DYNSYM:
+                continue
+            data = self.data(table)
+            names = self.data(self.sections[table.link]) if table.link < len(self.sections) else b""
+            stride = table.entsize or entry.size
+            for at in range(0, len(data) - entry.size + 1, max(stride, entry.size)):
+                row = entry.unpack_from(data, at)
+                name_at, info, shndx = (row[0], row[3], row[5]) if self.elfclass == 32 else (row[0], row[1], row[3])
+                if shndx and info & 0xF in (STT_FUNC, STT_GNU_IFUNC) and \
+                        names[name_at:name_at + len(wanted) + 1] == wanted + b"\0":
+                    return True
+        return False
 
     def build_id(self) -> str:
         """The GNU build id of the first note section that holds one, lower-case hex; '' if none."""
