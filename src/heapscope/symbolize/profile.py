@@ -193,6 +193,10 @@ def symbolize_profile(
                                           [pc for _, pc, _ in frames if pc not in entry.answers]))
             elif len(cached) < len(frames) and entry.located.symbol_files:
                 report.unnamed.append(entry.located.symbol_files[0])
+            elif entry.located.status == "found" and cache is not None:
+                # Answered whole so far: no reason left to warm it next time, unless the end
+                # pass still has to ask the tool for it (then it notes that again).
+                cache.note_asked(path, build_id, False)
             frames = pending[mapping_id] = cached
             if not frames:
                 continue

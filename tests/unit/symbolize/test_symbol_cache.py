@@ -548,6 +548,34 @@ def test_a_module_the_tool_was_run_for_is_warmed_as_soon_as_the_next_recording_a
     _names(_one_module_profile(tmp_path / "third.db", prog, [pc, 0x10]), SymbolCache(d))
     assert len(_asked_files(d)) == 1
 
+def test_a_run_whose_early_passes_answer_a_module_whole_drops_its_ask_file(
+        prog: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert LLVM is not None
+    monkeypatch.setenv("HEAPSCOPE_LLVM_SYMBOLIZER", LLVM)
+    d = tmp_path / "cache" / "heapscope"
+    pc = malloc_call_pc(prog)
+    # GIVEN a cache that knows two addresses of the program, and its ask- file from the run that met the second
+    _recorded(tmp_path / "fill.db", prog, [[Frame(MappingId(1), pc)]], d, early=False)
+    _recorded(tmp_path / "first.db", prog, [[Frame(MappingId(1), pc), Frame(MappingId(1), pc - 3)]], d, early=False)
+    assert len(_asked_files(d)) == 1
+    # WHEN a recording's early pass names all of its frames of the program from the cache, and the end has none left
+    path = tmp_path / "early.db"
+    live = LiveSymbolizer(SymbolCache(d), writer=ProfileWriter(path))
+    w = live.writer
+    assert w is not None
+    w.add_mappings([(1, Mapping(build_id(prog), 0, 0, 0x1000, 0x9000, 0, str(prog)))])
+    live.module(str(prog), build_id(prog))
+    w.add_frames([(1, Frame(MappingId(1), pc)), (2, Frame(MappingId(1), pc - 3))])
+    w.commit()
+    live.tick(time.monotonic() + 60)
+    live.finish(w)
+    named = [str(r[0]) for r in w.db.execute("SELECT name FROM stack_profile_frame ORDER BY id")]
+    w.close()
+    assert named == _names(_one_module_profile(tmp_path / "plain.db", prog, [pc, pc - 3]), None)
+    # THEN the file is gone: the next recording does not warm the tool for the program
+    assert _asked_files(d) == []
+
+
 def test_a_warm_tool_asks_ahead_only_what_its_pipe_takes_and_answers_as_a_fresh_one(prog: Path) -> None:
     assert LLVM is not None
     pc = malloc_call_pc(prog)
