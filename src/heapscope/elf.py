@@ -59,7 +59,9 @@ class Section:
 
 
 class ElfFile:
-    """An open ELF file's headers: sections, byte order, class, machine. Raises ElfError."""
+    """An open ELF file's headers: byte order, class, machine, type; its sections and program
+    headers when first asked (a damaged section table does not hide the program headers).
+    Raises ElfError."""
 
     def __init__(self, f: BinaryIO) -> None:
         self._f = f
@@ -70,14 +72,23 @@ class ElfFile:
         self.elfclass = 32 if ident[4] == 1 else 64
         self.little_endian = ident[5] == 1
         self._order = "<" if self.little_endian else ">"
-        kind = ident[4]
-        header = struct.Struct(self._order + _HEADER[kind])
-        (self.type, self.machine, _version, _entry, self._phoff, shoff, _flags, _ehsize, self._phentsize,
-         self._phnum, shentsize, shnum, shstrndx) = header.unpack(self._read(16, header.size))
-        entry = struct.Struct(self._order + _SECTION[kind])
-        self.sections: list[Section] = []
+        header = struct.Struct(self._order + _HEADER[ident[4]])
+        (self.type, self.machine, _version, _entry, self._phoff, self._shoff, _flags, _ehsize, self._phentsize,
+         self._phnum, self._shentsize, self._shnum, self._shstrndx) = header.unpack(self._read(16, header.size))
+        self._sections: list[Section] | None = None
+
+    @property
+    def sections(self) -> list[Section]:
+        """Every section header, in order, with its name."""
+        if self._sections is None:
+            self._sections = self._read_sections()
+        return self._sections
+
+    def _read_sections(self) -> list[Section]:
+        entry = struct.Struct(self._order + _SECTION[1 if self.elfclass == 32 else 2])
+        shoff, shentsize, shnum, shstrndx = self._shoff, self._shentsize, self._shnum, self._shstrndx
         if shoff == 0:
-            return  # no section headers (a stripped-to-the-bone file): nothing to read
+            return []  # no section headers (a stripped-to-the-bone file): nothing to read
         if shentsize < entry.size:
             raise ElfError(f"section headers of {shentsize} bytes")
         first = entry.unpack(self._read(shoff, entry.size))
@@ -95,7 +106,7 @@ class ElfFile:
         names = b""
         if 0 < shstrndx < shnum and rows[shstrndx][1] != SHT_NOBITS:
             names = self._read(rows[shstrndx][4], rows[shstrndx][5])
-        self.sections = [Section(i, _cstring(names, row[0]), row) for i, row in enumerate(rows)]
+        return [Section(i, _cstring(names, row[0]), row) for i, row in enumerate(rows)]
 
     def _read(self, offset: int, size: int) -> bytes:
         if offset > self.file_size or size > self.file_size - offset:

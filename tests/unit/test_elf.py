@@ -16,6 +16,7 @@ from elftools.elf.sections import NoteSection
 
 from heapscope.elf import PT_INTERP, SHT_NOBITS, ElfError, ElfFile
 from heapscope.symbolize.elfinfo import NotElfError, read_elf_info
+from heapscope.symbolize.preload import has_interpreter
 from heapscope.symbolize.symtab import read_elf_symbols
 
 pytestmark = pytest.mark.timeout(120)
@@ -118,6 +119,18 @@ def test_program_headers_and_dynamic_symbols(program: Path) -> None:
         assert not libc.defines_function("no_such_function") and not libc.defines_function("mallo")
 
 
+def test_damaged_section_headers_do_not_hide_the_program_headers(program: Path, tmp_path: Path) -> None:
+    # GIVEN a program whose section table is said to lie far past the end of the file
+    bad = _patched(program, tmp_path / "bad", 0x28, "<Q", 1 << 40)
+    with open(bad, "rb") as f:
+        elf = ElfFile(f)
+        # THEN its program headers still say it needs a loader; its sections are refused
+        assert PT_INTERP in elf.segment_types()
+        with pytest.raises(ElfError):
+            elf.sections  # noqa: B018
+    assert has_interpreter(str(bad))
+
+
 def test_a_program_that_defines_its_own_malloc_exports_it(tmp_path: Path) -> None:
     # GIVEN a program with a malloc of its own (the linker exports it: libc refers to malloc);
     # attaching refuses such a program (producer/attach.py)
@@ -181,6 +194,6 @@ def test_damaged_headers_are_refused_with_one_error(program: Path, tmp_path: Pat
             elf.data(next(s for s in elf.sections if s.name == ".debug_info"))
         return
     with open(bad, "rb") as f, pytest.raises(ElfError):
-        ElfFile(f)
+        ElfFile(f).sections  # noqa: B018  # read when first asked
     with pytest.raises(NotElfError):
         read_elf_info(bad)
