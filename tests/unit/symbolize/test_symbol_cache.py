@@ -479,6 +479,20 @@ def test_frames_symbolized_early_from_the_cache_end_as_in_one_pass(prog: Path, t
     assert (rows, figures) == _recorded(tmp_path / "once.db", prog, batches, d, early=False)[:2]
 
 
+def _ticked(path: Path, prog: Path, d: Path, pcs: list[int]) -> tuple[LiveSymbolizer, ProfileWriter]:
+    """A recording into `path` whose target announced `prog` and wrote frames at `pcs` in it, its
+    loop ticked long after the start (warming and an early pass done); the cache in `d`."""
+    live = LiveSymbolizer(SymbolCache(d), writer=ProfileWriter(path))
+    w = live.writer
+    assert w is not None
+    w.add_mappings([(1, Mapping(build_id(prog), 0, 0, 0x1000, 0x9000, 0, str(prog)))])
+    live.module(str(prog), build_id(prog))
+    w.add_frames([(i + 1, Frame(MappingId(1), pc)) for i, pc in enumerate(pcs)])
+    w.commit()
+    live.tick(time.monotonic() + 60)
+    return live, w
+
+
 def test_new_addresses_of_a_known_module_are_asked_while_the_target_runs(prog: Path, tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     assert LLVM is not None
@@ -488,15 +502,7 @@ def test_new_addresses_of_a_known_module_are_asked_while_the_target_runs(prog: P
     # GIVEN a cache that knows the program (it has DWARF) from a run that saw one address
     _recorded(tmp_path / "fill.db", prog, [[Frame(MappingId(1), pc)]], d, early=False)
     # WHEN a recording's early pass meets that address and two the cache does not know
-    path = tmp_path / "early.db"
-    live = LiveSymbolizer(SymbolCache(d), writer=ProfileWriter(path))
-    w = live.writer
-    assert w is not None
-    w.add_mappings([(1, Mapping(build_id(prog), 0, 0, 0x1000, 0x9000, 0, str(prog)))])
-    live.module(str(prog), build_id(prog))
-    w.add_frames([(1, Frame(MappingId(1), pc)), (2, Frame(MappingId(1), pc - 3)), (3, Frame(MappingId(1), 0x10))])
-    w.commit()
-    live.tick(time.monotonic() + 60)
+    live, w = _ticked(tmp_path / "early.db", prog, d, [pc, pc - 3, 0x10])
     # THEN a tool was started while the target runs and asked for the two new addresses (before,
     # the module being known, none was: the end started one and waited for it to read the DWARF)
     assert live.warm is not None
@@ -559,15 +565,7 @@ def test_a_run_whose_early_passes_answer_a_module_whole_drops_its_ask_file(
     _recorded(tmp_path / "first.db", prog, [[Frame(MappingId(1), pc), Frame(MappingId(1), pc - 3)]], d, early=False)
     assert len(_asked_files(d)) == 1
     # WHEN a recording's early pass names all of its frames of the program from the cache, and the end has none left
-    path = tmp_path / "early.db"
-    live = LiveSymbolizer(SymbolCache(d), writer=ProfileWriter(path))
-    w = live.writer
-    assert w is not None
-    w.add_mappings([(1, Mapping(build_id(prog), 0, 0, 0x1000, 0x9000, 0, str(prog)))])
-    live.module(str(prog), build_id(prog))
-    w.add_frames([(1, Frame(MappingId(1), pc)), (2, Frame(MappingId(1), pc - 3))])
-    w.commit()
-    live.tick(time.monotonic() + 60)
+    live, w = _ticked(tmp_path / "early.db", prog, d, [pc, pc - 3])
     live.finish(w)
     named = [str(r[0]) for r in w.db.execute("SELECT name FROM stack_profile_frame ORDER BY id")]
     w.close()
