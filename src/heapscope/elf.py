@@ -15,9 +15,11 @@ from __future__ import annotations
 import os
 import struct
 import zlib
+from operator import itemgetter
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from typing import BinaryIO
 
 SHT_SYMTAB = 2
@@ -40,7 +42,9 @@ MAX_SEGMENTS = 4096
 _HEADER = {1: "HHIIIIIHHHHHH", 2: "HHIQQQIHHHHHH"}
 _SECTION = {1: "IIIIIIIIII", 2: "IIQQQQIIQQ"}
 _CHDR = {1: "III", 2: "IIQQ"}
-_SYMBOL = {1: "IIIBBH", 2: "IBBHQQ"}  # 32: name, value, size, info, other, shndx; 64: name, info, other, shndx, ...
+# A symbol: 32-bit name, value, size, info, other, shndx; 64-bit name, info, other, shndx, value,
+# size; and where (name, info, shndx, value, size) are in each.
+_SYMBOL = {1: ("IIIBBH", itemgetter(0, 3, 5, 1, 2)), 2: ("IBBHQQ", itemgetter(0, 1, 3, 4, 5))}
 
 
 class ElfError(ValueError):
@@ -146,33 +150,43 @@ class ElfFile:
         table = self._read(self._phoff, self._phnum * self._phentsize)
         return [struct.unpack_from(self._order + "I", table, i * self._phentsize)[0] for i in range(self._phnum)]
 
+    def linked_data(self, section: Section) -> bytes:
+        """The contents of the section `section` links to (a symbol table's strings); b"" when none."""
+        return self.data(self.sections[section.link]) if section.link < len(self.sections) else b""
+
+    def symbols(self, table: Section) -> Iterator[tuple[int, int, int, int, int]]:
+        """(name offset, info, section index, value, size) of each entry of a symbol table, decoded
+        in bulk (a big C++ binary has several 100k)."""
+        data = self.data(table)
+        layout, pick = _SYMBOL[1 if self.elfclass == 32 else 2]
+        entry = struct.Struct(self._order + layout)
+        stride = table.entsize or entry.size
+        count = (len(data) - entry.size) // stride + 1 if len(data) >= entry.size else 0
+        rows = (entry.iter_unpack(data[:count * entry.size]) if stride == entry.size
+                else (entry.unpack_from(data, k * stride) for k in range(count)))
+        return map(pick, rows)
+
     def defines_function(self, name: str) -> bool:
         """Whether the dynamic symbol table defines a function (or an ifunc) called `name`."""
-        entry = struct.Struct(self._order + _SYMBOL[1 if self.elfclass == 32 else 2])
-        wanted = name.encode()
+        wanted = name.encode() + b"\0"
         for table in self.sections:
-            if table.type != SHT_DYNSYM:
-                continue
-            data = self.data(table)
-            names = self.data(self.sections[table.link]) if table.link < len(self.sections) else b""
-            stride = table.entsize or entry.size
-            for at in range(0, len(data) - entry.size + 1, max(stride, entry.size)):
-                row = entry.unpack_from(data, at)
-                name_at, info, shndx = (row[0], row[3], row[5]) if self.elfclass == 32 else (row[0], row[1], row[3])
-                if shndx and info & 0xF in (STT_FUNC, STT_GNU_IFUNC) and \
-                        names[name_at:name_at + len(wanted) + 1] == wanted + b"\0":
-                    return True
+            if table.type == SHT_DYNSYM:
+                names = self.linked_data(table)
+                for name_at, info, shndx, _value, _size in self.symbols(table):
+                    if shndx and (info & 0xF) in (STT_FUNC, STT_GNU_IFUNC) and \
+                            names[name_at:name_at + len(wanted)] == wanted:
+                        return True
         return False
 
     def build_id(self) -> str:
         """The GNU build id of the first note section that holds one, lower-case hex; '' if none."""
         for section in self.sections:
-            if section.type == SHT_NOTE and (found := note_build_id(self.data(section), self._order)):
+            if section.type == SHT_NOTE and (found := _note_build_id(self.data(section), self._order)):
                 return found
         return ""
 
 
-def note_build_id(notes: bytes, order: str = "<") -> str:
+def _note_build_id(notes: bytes, order: str) -> str:
     """The NT_GNU_BUILD_ID of a note section's contents (name `GNU`), hex; '' when none.
     Each note: namesz, descsz, type (4 bytes each), then the name and the descriptor, each
     padded to 4 bytes."""

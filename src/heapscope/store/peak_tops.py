@@ -114,7 +114,6 @@ def _read_tops(profile: Profile, n: int, upids: Sequence[int] | None) -> dict[in
     return out
 
 
-
 def _tops_of_rows_above_0(profile: Profile, n: int, where: str, args: tuple[int, ...]) -> dict[int, Top] | None:
     """_read_tops for the rows `record` writes (each process's at one ts, none below 0), from
     the rows above 0 alone: a callsite's sum is above 0 exactly when one of its rows is, so the

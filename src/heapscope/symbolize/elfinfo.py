@@ -11,7 +11,7 @@ from __future__ import annotations
 import struct
 import zlib
 
-from heapscope.elf import SHT_DYNSYM, SHT_NOBITS, SHT_NOTE, SHT_SYMTAB, ElfError, ElfFile, note_build_id
+from heapscope.elf import SHT_DYNSYM, SHT_NOBITS, SHT_SYMTAB, ElfError, ElfFile
 from heapscope.records import Record
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
@@ -51,14 +51,11 @@ def read_elf_info(path: str | Path) -> ElfInfo:
             raise NotElfError(f"{path}: not an ELF file")
         try:
             elf = ElfFile(f)
-            build_id = ""
+            build_id = elf.build_id()
             has_dwarf = has_symtab = False
             link, crc = "", 0
             for section in elf.sections:
-                if section.type == SHT_NOTE:
-                    if not build_id:
-                        build_id = note_build_id(elf.data(section), "<" if elf.little_endian else ">")
-                elif section.type in (SHT_SYMTAB, SHT_DYNSYM):
+                if section.type in (SHT_SYMTAB, SHT_DYNSYM):
                     has_symtab = True
                 elif section.name in _DWARF_SECTIONS and section.type != SHT_NOBITS and section.size > 0:
                     has_dwarf = True

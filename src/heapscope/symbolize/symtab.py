@@ -1,9 +1,9 @@
 """One ELF file's function symbols, sorted for address lookup, and its build id.
 
-Owns reading ELF symbol tables; knows nothing of profiles. heapscope/elf.py
-reads the headers and notes; the symbol entries are decoded here with
-`struct` in bulk (libpython has ~15k function symbols, a big C++ binary
-several 100k), a name only when it is looked up.
+Owns turning ELF symbol tables into address ranges; knows nothing of
+profiles. heapscope/elf.py reads the headers, notes and symbol entries (in
+bulk: libpython has ~15k function symbols, a big C++ binary several 100k);
+a name is decoded only when it is looked up.
 
 Lookup model: every function symbol covers [start, end). A sized symbol ends
 at start + size. A symbol of size 0 (hand-written assembly, some stripped
@@ -14,16 +14,13 @@ nearest-preceding rule, bounded so that it never runs into other code.
 from __future__ import annotations
 
 import os
-import struct
 from bisect import bisect_right
 from pathlib import Path
 from typing import Any
 
-from heapscope.elf import EM_ARM, SHT_DYNSYM, SHT_SYMTAB, ElfError, ElfFile, Section
+from heapscope.elf import EM_ARM, SHT_DYNSYM, SHT_SYMTAB, STT_FUNC, STT_GNU_IFUNC, ElfError, ElfFile, Section
 from heapscope.records import Record, field
 
-_STT_FUNC = 2
-_STT_GNU_IFUNC = 10
 _SHN_UNDEF = 0
 _SHN_LORESERVE = 0xFF00  # ABS, COMMON and friends: no section to bound a size-0 symbol
 _BINDING_RANK = {1: 2, 2: 1, 0: 0}  # GLOBAL over WEAK over LOCAL among aliases
@@ -262,21 +259,7 @@ def _function_symbols(elf: ElfFile, table: Section) -> tuple[list[int], list[int
     """(starts, ends, name offsets, string table) of the defined function symbols of `table`,
     sorted by start. A name is decoded only when looked up (_cstring): a large program has tens
     of thousands of symbols and a profile names a few hundred (producer CPU)."""
-    data = elf.data(table)
-    strtab = elf.data(elf.sections[table.link]) if table.link < len(elf.sections) else b""
-    endian = "<" if elf.little_endian else ">"
-    if elf.elfclass == 64:
-        entry = struct.Struct(endian + "IBBHQQ")  # name, info, other, shndx, value, size
-
-        def fields(t: tuple[int, ...]) -> tuple[int, int, int, int, int]:
-            return t[0], t[1], t[3], t[4], t[5]
-    else:
-        entry = struct.Struct(endian + "IIIBBH")  # name, value, size, info, other, shndx
-
-        def fields(t: tuple[int, ...]) -> tuple[int, int, int, int, int]:
-            return t[0], t[3], t[5], t[1], t[2]
-
-    stride = table.entsize or entry.size
+    strtab = elf.linked_data(table)
     thumb = elf.machine == EM_ARM  # bit 0 of an ARM function address selects Thumb mode
     section_ends = {s.index: s.addr + s.size for s in elf.sections}
 
@@ -288,12 +271,8 @@ def _function_symbols(elf: ElfFile, table: Section) -> tuple[list[int], list[int
     # start -> (name_offset, size, shndx, info): the best of the aliases at one address
     # (ranked only when there are several: most addresses have one symbol).
     best: dict[int, tuple[int, int, int, int]] = {}
-    count = (len(data) - entry.size) // stride + 1 if len(data) >= entry.size else 0
-    rows = (entry.iter_unpack(data[:count * entry.size]) if stride == entry.size
-            else (entry.unpack_from(data, k * stride) for k in range(count)))
-    for t in rows:
-        name_off, info, shndx, value, size = fields(t)
-        if (info & 0xF) not in (_STT_FUNC, _STT_GNU_IFUNC) or shndx == _SHN_UNDEF or name_off == 0:
+    for name_off, info, shndx, value, size in elf.symbols(table):
+        if (info & 0xF) not in (STT_FUNC, STT_GNU_IFUNC) or shndx == _SHN_UNDEF or name_off == 0:
             continue
         if thumb:
             value &= ~1
