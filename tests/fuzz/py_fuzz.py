@@ -485,7 +485,7 @@ class _FuzzProfile(heapscope.store.reader.Profile):
 
 def _open_fuzzed(path: str | os.PathLike[str]) -> heapscope.store.reader.Profile:
     """open_profile on the input's database: validated as open_profile validates a file."""
-    profile = _FuzzProfile(Path(path), _CURRENT[0])
+    profile = _FuzzProfile(os.fspath(path), _CURRENT[0])
     profile._validate()
     return profile
 

@@ -36,6 +36,7 @@ itself from the mapping's file and build id (`pprof -symbolize=local`).
 from __future__ import annotations
 
 import gzip
+import os
 from collections.abc import Callable, Sequence
 from typing import BinaryIO
 
@@ -126,7 +127,7 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
     w.field(_PERIOD_TYPE, pb.opt_uint(1, w.s("space")) + pb.opt_uint(2, w.s("bytes")))
     sink.write(pb.uint(_PERIOD, interval_of(profile, main_process)))
     sink.write(pb.uint(_DEFAULT_SAMPLE_TYPE, w.s(VIEW_SAMPLE_TYPE[view])))
-    sink.write(pb.uint(_COMMENT, w.s(f"heapscope export of {profile.path.name}")))
+    sink.write(pb.uint(_COMMENT, w.s(f"heapscope export of {os.path.basename(profile.path)}")))
     for p, st, h in sorted(chosen, key=lambda c: -weights[c[0].info.upid]):
         sink.write(pb.uint(_COMMENT, w.s(f"{process_label(p)}: {st.label}" + (f" (heap {h})" if h else ""))))
 

@@ -14,6 +14,7 @@ while the samples stream out.
 from __future__ import annotations
 
 import json
+import os
 from typing import BinaryIO
 
 from heapscope.estimate import desampled_view
@@ -69,7 +70,7 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
     if len(chosen) == 1:
         name = f"{process_label(chosen[0])}, {by_view[view][chosen[0].info.upid].label}"
     else:
-        name = profile.path.name + (f" ({len(chosen)} processes)" if several else "")
+        name = os.path.basename(profile.path) + (f" ({len(chosen)} processes)" if several else "")
     sink.text(f'{{"$schema":"{SCHEMA}","version":"0.0.1","name":{json.dumps(name + " heap")},'
               f'"exporter":"heapscope","activeProfileIndex":{VIEWS.index(view)},"profiles":[')
     first_profile = True

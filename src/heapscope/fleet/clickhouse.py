@@ -127,7 +127,7 @@ def rows(profile: Profile, *, host: str | None = None, labels: dict[str, str] | 
     to_unix = wall_clock(profile)
     meta = profile.metadata()
     profile_id = hashlib.sha1(
-        "\0".join((meta.get("started_unix_ns", ""), meta.get("command", ""), profile.path.name)).encode()
+        "\0".join((meta.get("started_unix_ns", ""), meta.get("command", ""), os.path.basename(profile.path))).encode()
     ).hexdigest()[:16]
     frames = Frames(profile)
     stacks: dict[CallsiteId, tuple[list[str], list[str]]] = {}

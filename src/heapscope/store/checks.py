@@ -13,7 +13,6 @@ import sqlite3
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 from heapscope.errors import ProfileError
 from heapscope.store.values import BadValue
@@ -25,7 +24,7 @@ _KINDS = ((stat.S_ISDIR, "is a directory"), (stat.S_ISFIFO, "is a FIFO"), (stat.
           (stat.S_ISCHR, "is a character device"), (stat.S_ISBLK, "is a block device"))
 
 
-def check_file(p: Path) -> None:
+def check_file(p: str) -> None:
     """The checks SQLite would do vaguely, slowly or not at all, with a clear line each.
 
     The file is opened O_NONBLOCK (a FIFO without a writer would otherwise
@@ -71,13 +70,13 @@ def check_file(p: Path) -> None:
         raise ProfileError(f"{p}: truncated ({size} of {page_size * page_count} bytes)")
 
 
-def check_sidecars(p: Path) -> None:
+def check_sidecars(p: str) -> None:
     """SQLite opens `p-journal` (a rollback journal it must replay) and `p-wal`/`p-shm` by name,
     following links: one planted there by someone else would be read as part of the profile, or
     block the open (a FIFO) or fail it as 'attempt to write a readonly database'. heapscope
     never makes them links or anything but regular files, so such a file is refused by name."""
     for suffix in ("-journal", "-wal", "-shm"):
-        side = Path(f"{p}{suffix}")
+        side = f"{p}{suffix}"
         try:
             st = os.lstat(side)
         except FileNotFoundError:
@@ -94,7 +93,7 @@ def check_sidecars(p: Path) -> None:
 
 
 @contextmanager
-def profile_errors(path: Path) -> Iterator[None]:
+def profile_errors(path: str) -> Iterator[None]:
     """Map failures met mid-read (corrupt pages, values of the wrong type) to one ProfileError line."""
     try:
         yield

@@ -25,14 +25,13 @@ import os
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from operator import itemgetter
-from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar, cast
 
 from heapscope.errors import ProfileError
 from heapscope.model import CallsiteId, FrameId, MappingId, ProcessFlags, ProcessInfo, Upid
 from heapscope.store.checks import check_file, describe, profile_errors
 from heapscope.store.convert import new_dump_values, plain_values, view_values
-from heapscope.store.files import PROFILE_FORMAT
+from heapscope.store.files import PROFILE_FORMAT, read_only_uri
 from heapscope.store.grouped import dump_sums, dump_terms
 from heapscope.store.rows import (
     AllocationDelta,
@@ -71,10 +70,10 @@ __all__ = [
 
 def open_profile(path: str | os.PathLike[str]) -> Profile:
     """Open and validate a heapscope profile, read-only. Raises ProfileError."""
-    p = Path(path)
+    p = os.fspath(path)
     check_file(p)
     try:
-        uri = f"{p.resolve().as_uri()}?mode=ro"
+        uri = read_only_uri(p)
         db = sqlite3.connect(uri, uri=True)
     except (sqlite3.Error, OSError, ValueError) as e:
         raise ProfileError(f"{p}: cannot open: {e}") from e
@@ -105,7 +104,7 @@ def _reads(method: Callable[Concatenate[Profile, _P], _T]) -> Callable[Concatena
 class Profile:
     """A validated, read-only profile database. Close it, or use it as a context manager."""
 
-    def __init__(self, path: Path, db: sqlite3.Connection, uri: str = "") -> None:
+    def __init__(self, path: str, db: sqlite3.Connection, uri: str = "") -> None:
         # uri: what `db` opened, for the reads in C on connections of their own (callsites(),
         # store/grouped.py)
         self.path, self._db, self.uri = path, db, uri

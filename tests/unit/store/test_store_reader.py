@@ -10,6 +10,7 @@ import pytest
 
 from heapscope.errors import ProfileError
 from heapscope.model import CallsiteId, Frame, FrameId, Mapping, MappingId
+from heapscope.store.files import read_only_uri
 from heapscope.store.peak_tops import peak_callsites, peak_top, peak_tops, peak_totals
 from heapscope.store.reader import DumpValues, ViewValues, fallback_frame_name, mapping_basename, open_profile
 from heapscope.store.writer import ProfileWriter
@@ -73,6 +74,22 @@ def test_names() -> None:
 def test_the_connection_is_read_only(known_profile: Path) -> None:
     with open_profile(known_profile) as prof, pytest.raises(sqlite3.OperationalError, match="readonly"):
         prof.sql_connection().execute("DELETE FROM process")
+
+
+@pytest.mark.parametrize("name", ["a b.db", "q?x=1.db", "h#frag.db", "p%41.db", "ünï.db", "é\udcff.db", "c:o;l,on.db"])
+def test_a_profile_opens_whatever_its_name_holds(known_profile: Path, tmp_path: Path, name: str) -> None:
+    """The URI SQLite opens is made without pathlib: `?`, `#` and `%` escaped, any byte of the
+    name (one that is not UTF-8 too) written %HH, through a symbolic link the file it names."""
+    d = tmp_path / "dir ?#%"
+    d.mkdir()
+    dst = d / name
+    shutil.copy(known_profile, dst)
+    assert read_only_uri(dst) == f"{dst.resolve().as_uri()}?mode=ro".replace("file:///", "file:/", 1)
+    (tmp_path / "link").symlink_to(d)
+    for path in (dst, str(tmp_path / "link" / name)):
+        with open_profile(path) as prof:
+            assert [p.info.pid for p in prof.processes()] == [100, 200, 300]
+            assert prof.path == str(path)
 
 
 # --- files that are not readable profiles: one line naming the file each ---
