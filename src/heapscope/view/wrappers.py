@@ -45,65 +45,66 @@ from heapscope.view.names import elide, without_return_type
 from heapscope.view.names import template_spans as collapse_spans
 
 #: Functions that only pass an allocation through, by family: a regular expression (full
-#: matches) and the words one of which every name it matches contains. A name with none of a
-#: family's words never runs its expression (WrapperPattern).
+#: matches) and the words one of which every name it matches holds: at its start (`^word`), at
+#: its end (`word$`) or anywhere. A name with none of a family's words never runs its
+#: expression (WrapperPattern).
 WRAPPERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # libc's own entry points, as seen when a frame of them survives the client's skipping
     (r"(__libc_|__)?(malloc|calloc|realloc|reallocarray|memalign|valloc|pvalloc|aligned_alloc|posix_memalign)",
-     ("alloc", "memalign")),
+     ("alloc$", "reallocarray$", "memalign$")),
     (r"(__)?strn?dup",
-     ("dup",)),
+     ("dup$",)),
     # C++: operator new / new[] (every overload, a class's own too) and the standard allocators
     (r"([\w:]+::)?operator new(\[\])?",
-     ("operator new",)),
+     ("operator new$", "operator new[]$")),
     (r"(std::|__gnu_cxx::)(__new_allocator|new_allocator|allocator|allocator_traits)<.*>::allocate",
-     ("::allocate",)),
+     ("::allocate$",)),
     (r"std::_Vector_base<.*>::_M_allocate|std::_Rb_tree<.*>::_M_get_node"
      r"|std::__detail::_Hashtable_alloc<.*>::_M_allocate_(node|buckets)|std::_Hashtable<.*>::_M_allocate_buckets",
      ("_M_allocate", "_M_get_node")),
     # GNU/git/gcc: xmalloc and kin
     (r"x(malloc|mallocz|calloc|realloc|strdup|strndup|memdup|memdupz|zalloc|alloc)",
-     ("alloc", "dup")),
+     ("^xmalloc", "^xcalloc", "^xrealloc", "^xstrdup", "^xstrndup", "^xmemdup", "^xzalloc", "^xalloc")),
     # gcc: its garbage collector's entry points and vec's reservation (as std::vector's _M_allocate);
     # libiberty's and glibc's obstacks; binutils' bfd and objalloc arenas
     (r"ggc_internal_(cleared_)?alloc|ggc_(alloc|realloc|cleared_alloc|alloc_cleared)\w*"
      r"|va_(heap|gc)::reserve|vec<.*>::reserve(_exact)?|vec_safe_reserve(_exact)?",
-     ("ggc_", "reserve")),
+     ("^ggc_", "reserve$", "reserve_exact$")),
     (r"_obstack_(newchunk|begin|begin_1)|bfd_z?(alloc|malloc)|bfd_realloc(_or_free)?|_?objalloc_alloc",
-     ("_obstack_", "bfd_", "objalloc_")),
+     ("^_obstack_", "^bfd_", "objalloc_alloc$")),
     # redis
     (r"z(try)?(malloc|calloc|realloc)(_usable)?(_internal)?|zstrdup|zmalloc_no_tcache|zcalloc_num",
-     ("alloc", "dup")),
+     ("^zmalloc", "^zcalloc", "^zrealloc", "^ztry", "^zstrdup")),
     # sqlite
     (r"sqlite3(_malloc(64)?|_realloc(64)?|Malloc|MallocZero|Realloc|MemMalloc|MemRealloc"
      r"|DbMalloc(Raw|RawNN|Zero|Size)?|DbRealloc|DbReallocOrFree|DbStrN?Dup|StrDup|DbSpanDup)",
-     ("sqlite3",)),
+     ("^sqlite3",)),
     # glib
     (r"g_(try_)?(malloc|malloc0|realloc)(_n)?|g_slice_alloc0?|g_strn?dup|g_memdup2?",
-     ("g_",)),
+     ("^g_",)),
     # CPython's allocator domains and object allocators (a Python view hides them anyway)
     (r"_?PyMem_\w+|_?PyObject_(Malloc|Calloc|Realloc)|pymalloc_alloc|_PyObject_GC_(Alloc|New|NewVar|Link)"
      r"|PyObject_GC_(New|NewVar)|gc_alloc|_PyObject_New(Var)?|PyType_GenericAlloc|_PyType_AllocNoTrack",
-     ("PyMem_", "PyObject_", "pymalloc_alloc", "gc_alloc", "PyType_")),
+     ("^PyMem_", "^_PyMem_", "^PyObject_", "^_PyObject_", "^pymalloc_alloc", "^gc_alloc", "^PyType_", "^_PyType_")),
     # jemalloc and tcmalloc entry points
     (r"je_\w*(alloc|allocx)|(mallocx|rallocx|xallocx)|imalloc(_body)?|malloc_default|tc_\w+",
-     ("je_", "alloc", "tc_")),
+     ("^je_", "allocx$", "^imalloc", "^malloc_default", "^tc_")),
     # node and V8: the ArrayBuffer allocator and the backing-store calls down to it (the row left
     # is the Buffer API that was called), V8's malloc with retry
     (r"node::NodeArrayBufferAllocator::(Allocate|AllocateUninitialized|Reallocate)"
      r"|v8::internal::Heap::AllocateExternalBackingStore|v8::internal::BackingStore::Allocate"
      r"|v8::ArrayBuffer::NewBackingStore(ForNodeLTS)?|v8::internal::(AllocWithRetry|AllocAtLeastWithRetry"
      r"|AlignedAllocWithRetry|AlignedAlloc)",
-     ("node::", "v8::")),
+     ("^node::", "^v8::")),
     # V8's pages (the mmap heap: docs/mmap-heaps.md): the commit of a page and the chunk allocator
     # down to it (the row left is the space that grew: a semispace, a large object, a paged space)
     (r"v8::base::OS::(SetPermissions|Allocate|AllocateShared)|v8::base::PageAllocator::\w+"
      r"|v8::internal::MemoryAllocator::(AllocateAlignedMemory|AllocateUninitializedChunkAt|AllocateUninitializedChunk"
      r"|AllocatePage|AllocateLargePage|AllocateReadOnlyPage|CommitMemory)|v8::internal::VirtualMemory::\w+",
-     ("v8::",)),
+     ("^v8::",)),
     # OpenSSL, FFmpeg
     (r"CRYPTO_(malloc|zalloc|realloc|strdup|strndup|memdup)|av_(malloc|mallocz|realloc|strdup|memdup)",
-     ("CRYPTO_", "av_")),
+     ("^CRYPTO_", "^av_")),
 )
 
 _CLONE = re.compile(r"( \[clone [^]]*\])+$|(\.(constprop|isra|part|cold|lto_priv|llvm)\.\d+)+$")
@@ -150,12 +151,17 @@ class WrapperPattern:
     words, and all of them as one once many names have been asked: compiling the sixteen took
     ~6 ms of every recording's summary, which asks a few dozen names of one or two families."""
 
-    __slots__ = ("_families", "_compiled", "_answers", "_union", "_union_after")
+    __slots__ = ("_families", "_compiled", "_words", "_answers", "_union", "_union_after")
 
     def __init__(self, families: Sequence[tuple[str, tuple[str, ...]]], union_after: int = UNION_AFTER) -> None:
         self._families = tuple(families)
         self._union_after = union_after
         self._compiled: list[re.Pattern[str] | None] = [None] * len(self._families)
+        # Each family's words as str methods take them: (prefixes, suffixes, anywhere)
+        self._words = [(tuple(w[1:] for w in words if w.startswith("^")),
+                        tuple(w[:-1] for w in words if w.endswith("$") and not w.startswith("^")),
+                        tuple(w for w in words if not w.startswith("^") and not w.endswith("$")))
+                       for _regex, words in self._families]
         self._answers: dict[str, bool] = {}  # a summary's stacks share most of their frames
         self._union: re.Pattern[str] | None = None
 
@@ -175,8 +181,10 @@ class WrapperPattern:
 
     def _by_family(self, name: str) -> bool:
         for i, (regex, words) in enumerate(self._families):
-            if words and not any(word in name for word in words):
-                continue
+            if words:
+                starts, ends, anywhere = self._words[i]
+                if not (name.startswith(starts) or name.endswith(ends) or any(w in name for w in anywhere)):
+                    continue
             compiled = self._compiled[i]
             if compiled is None:
                 compiled = self._compiled[i] = re.compile(regex)
