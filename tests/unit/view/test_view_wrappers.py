@@ -122,7 +122,10 @@ def test_a_few_names_compile_only_the_families_whose_words_they_hold(monkeypatch
     pattern = wrapper_pattern()
     assert pattern is not None
     assert pattern.fullmatch("xmalloc") and not pattern.fullmatch("main") and not pattern.fullmatch("parse_args")
-    # xmalloc holds "alloc": libc's family is tried and then xmalloc's matches; main holds no word
+    # xmalloc ends with "alloc": libc's family is tried and then xmalloc's matches; main holds no word
+    assert len(compiled) == 2
+    # AND a word only where every match holds it: ls's libc names compile nothing more
+    assert not any(pattern.fullmatch(n) for n in ("_IO_doallocbuf", "set_binding_values", "__nss_action_allocate"))
     assert len(compiled) == 2
     # AND past UNION_AFTER names one expression of all the families answers, the same
     for i in range(UNION_AFTER):
