@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
-from hs_integration import Programs, Recorder, assert_exact, exit_status
+from hs_integration import HEAPSCOPE, Profile, Programs, Recorder, assert_exact, exit_status, kill_group
 
 
 @pytest.mark.timeout(120)
@@ -69,6 +70,32 @@ def test_target_dying_of_a_signal_keeps_its_profile(programs: Programs, record: 
     profile = rec.profile()
     upid = profile.only_upid("lifecycle")
     assert_exact(profile, upid, programs.truth("lifecycle"), context=rec.describe())
+
+
+@pytest.mark.timeout(120)
+def test_a_target_that_exits_is_ended_as_exited_while_its_socket_lives_on(programs: Programs, tmp_path: Path) -> None:
+    # GIVEN a target that exits leaving a child made by the fork system call (no atfork handler:
+    # the child holds heapscope's socket, so the target's EOF never comes while it lives)
+    db = tmp_path / "held.db"
+    proc = subprocess.Popen([*HEAPSCOPE, "record", "-i", "1", "-o", str(db), "--", str(programs.path("lifecycle")),
+                             "heldsock"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        assert proc.stdout is not None and proc.stderr is not None and proc.stdin is not None
+        out, err = proc.stdout.read(), proc.stderr.read()  # the child's are /dev/null
+        # WHEN record ends, the child still waiting on its stdin
+        assert proc.wait(timeout=60) == 0, err.decode()
+        assert out == b"about to heldsock\n"
+        # THEN the target's final dump is its exit, with every block it kept, not the session's end
+        profile = Profile(db)
+        upid = profile.only_upid("lifecycle")
+        assert [r["reason"] for r in profile.query("SELECT reason FROM heap_profile WHERE upid = ?", (upid,))] == \
+            ["exit"], err.decode()
+        assert_exact(profile, upid, programs.truth("lifecycle"), context=err.decode())
+    finally:
+        if proc.stdin is not None:
+            proc.stdin.close()  # the child's EOF: it _exits
+        kill_group(proc)
 
 
 # --- how processes are named (store/labels.py) ----------------------------------------------------

@@ -8,6 +8,10 @@
  *   io      copies stdin to stdout between markers, writes binary bytes (NUL, 0xff,
  *           no final newline) to stdout and two lines to stderr, mixing stdio and
  *           write(2); exit status 0
+ *   heldsock _exits 0 (no destructor runs) leaving a child made by the fork system
+ *           call itself (no atfork handler runs: the child keeps every descriptor,
+ *           heapscope's socket too), its stdout and stderr on /dev/null, that waits
+ *           for EOF on stdin and _exits
  * Every mode first runs `before_end` and then writes "about to MODE\n" to stdout
  * with write(2) (so the line is out before any crash).
  *
@@ -17,10 +21,12 @@
  *       64 x malloc(1000), kept
  * `--print-truth` prints it and exits without allocating.
  */
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "truth.h"
@@ -57,7 +63,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (argc != 2) {
-    fprintf(stderr, "usage: lifecycle exit3|sigterm|segv|sigkill|io\n");
+    fprintf(stderr, "usage: lifecycle exit3|sigterm|segv|sigkill|io|heldsock\n");
     return 2;
   }
   const char *mode = argv[1];
@@ -76,6 +82,19 @@ int main(int argc, char **argv) {
   if (strcmp(mode, "io") == 0) {
     copy_io();
     return 0;
+  }
+  if (strcmp(mode, "heldsock") == 0) {
+    long child = syscall(SYS_fork);
+    if (child < 0) abort();
+    if (child == 0) {
+      int null = open("/dev/null", O_WRONLY);
+      if (null < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0) _exit(1);
+      char c;
+      while (read(0, &c, 1) > 0) {
+      }
+      _exit(0);
+    }
+    _exit(0);
   }
   return 2;
 }

@@ -208,6 +208,12 @@ class Producer:
         self.session_ending = True
         self.listener.close()
 
+    def end_reaped(self, pid: int, at: int) -> None:
+        """`pid`, reaped by the caller at `at` (monotonic ns): its processes end now, as exited. All
+        they wrote is in their rings; their sockets' EOF can come later (client/connect.c's pin)."""
+        for p in [q for q in self.processes.values() if q.info.pid == pid]:
+            self._end(p, reason="exit", disconnected=False, at=at)
+
     def finish(self) -> None:
         """End every process still connected (the session is over)."""
         self.stop_accepting()

@@ -21,9 +21,6 @@ from heapscope.session.core import (
 )
 from heapscope.session.requests import Windows
 
-# How long the end waits for the reaped target's socket to reach EOF (_target_exited).
-TARGET_EOF_WAIT_S = 0.2
-
 TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
 if TYPE_CHECKING:
 
@@ -214,20 +211,15 @@ class Loop(Windows):
         if self.exits_after_close and signal.SIGUSR1 in self._restore:
             with contextlib.suppress(ValueError, OSError):
                 sigmask.swap(signal.SIGUSR1, signal.SIG_IGN)
-        # The target is gone; its socket (and those of children that exited with
-        # it) has reached EOF: end them as exited before ending the rest.
+        # The target is gone: the sockets that reached EOF with it (children that exited
+        # with it) end as exited, then the target's own, whose EOF can come later.
         if not self._failed:
             try:
                 producer.stop_accepting()
                 while producer.poll(0):
                     pass
-                # The target's own socket can reach EOF a moment after it was reaped (the
-                # kernel drops its io_uring pin in a worker): wait for it, bounded, so that
-                # its final dump is its exit, not the session's end.
-                deadline = time.monotonic() + TARGET_EOF_WAIT_S
-                while time.monotonic() < deadline and any(
-                        p.info.pid in producer.target_pids for p in producer.processes.values()):
-                    producer.poll(0.01)
+                if self.child is not None and self._exited is not None:
+                    producer.end_reaped(self.child.pid, int(self._exited * 1e9))
             except Exception as e:
                 self._fail(e)
         return 128 - code if code < 0 else code
