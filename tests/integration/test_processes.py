@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -73,20 +74,24 @@ def test_target_dying_of_a_signal_keeps_its_profile(programs: Programs, record: 
 
 
 @pytest.mark.timeout(120)
-def test_a_target_that_exits_is_ended_as_exited_while_its_socket_lives_on(programs: Programs, tmp_path: Path) -> None:
-    # GIVEN a target that exits leaving a child made by the fork system call (no atfork handler:
-    # the child holds heapscope's socket, so the target's EOF never comes while it lives)
+@pytest.mark.parametrize("how", ["target", "child"])
+def test_a_process_that_exits_is_ended_as_exited_while_its_socket_lives_on(programs: Programs, tmp_path: Path,
+                                                                          how: str) -> None:
+    # GIVEN a program that _exits leaving a child made by the fork system call (no atfork handler:
+    # the child holds heapscope's socket, so the program's EOF never comes while it lives), run as
+    # the target or by a shell that exits right after it
     db = tmp_path / "held.db"
-    proc = subprocess.Popen([*HEAPSCOPE, "record", "-i", "1", "-o", str(db), "--", str(programs.path("lifecycle")),
-                             "heldsock"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
+    program = [str(programs.path("lifecycle")), "heldsock"]
+    target = program if how == "target" else ["/bin/sh", "-c", f"{shlex.join(program)}; true"]
+    proc = subprocess.Popen([*HEAPSCOPE, "record", "-i", "1", "-o", str(db), "--", *target], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
         assert proc.stdout is not None and proc.stderr is not None and proc.stdin is not None
         out, err = proc.stdout.read(), proc.stderr.read()  # the child's are /dev/null
         # WHEN record ends, the child still waiting on its stdin
         assert proc.wait(timeout=60) == 0, err.decode()
         assert out == b"about to heldsock\n"
-        # THEN the target's final dump is its exit, with every block it kept, not the session's end
+        # THEN the program's final dump is its exit, with every block it kept, not the session's end
         profile = Profile(db)
         upid = profile.only_upid("lifecycle")
         assert [r["reason"] for r in profile.query("SELECT reason FROM heap_profile WHERE upid = ?", (upid,))] == \

@@ -1,11 +1,10 @@
 """The producer loop: accept clients, drain their rings, dump their heaps.
 
-Single-threaded: one `poll()` call accepts new clients, drains every ring
-through the C ingest (whose MALLOC and FREE records go to the process's heap
-tracker, bookkeeping/tracker.h), decodes the rare records, and ends the
-processes whose socket reached EOF (final drain, flush, final dump with the
-process's peak). The caller runs it until the target exits, then calls
-`finish()`.
+Single-threaded: one `poll()` call accepts new clients, drains every ring through the C
+ingest (whose MALLOC and FREE records go to the process's heap tracker, bookkeeping/tracker.h),
+decodes the rare records, and ends the processes whose socket reached EOF (final drain, flush,
+final dump with the process's peak). The caller runs it until the target exits, then calls
+`end_reaped()` and `finish()`.
 """
 
 from __future__ import annotations
@@ -220,7 +219,8 @@ class Producer:
         try:
             for p in list(self.processes.values()):
                 p.request_shutdown()
-                self._end(p, reason="end", disconnected=False)
+                # One whose client noted its exit (its destructor, _exit) exited: its EOF was late.
+                self._end(p, reason="exit" if p.meta("exit_ts") else "end", disconnected=False)
         finally:
             self.abandon()
 
