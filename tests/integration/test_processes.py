@@ -75,13 +75,14 @@ def test_target_dying_of_a_signal_keeps_its_profile(programs: Programs, record: 
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("how", ["target", "child"])
+@pytest.mark.parametrize("mode", ["heldsock", "heldkill"])
 def test_a_process_that_exits_is_ended_as_exited_while_its_socket_lives_on(programs: Programs, tmp_path: Path,
-                                                                          how: str) -> None:
-    # GIVEN a program that _exits leaving a child made by the fork system call (no atfork handler:
-    # the child holds heapscope's socket, so the program's EOF never comes while it lives), run as
-    # the target or by a shell that exits right after it
+                                                                          how: str, mode: str) -> None:
+    # GIVEN a program that _exits or is killed, leaving a child made by the fork system call (no
+    # atfork handler: the child holds heapscope's socket, so the program's EOF never comes while it
+    # lives), run as the target or by a shell that exits right after it
     db = tmp_path / "held.db"
-    program = [str(programs.path("lifecycle")), "heldsock"]
+    program = [str(programs.path("lifecycle")), mode]
     target = program if how == "target" else ["/bin/sh", "-c", f"{shlex.join(program)}; true"]
     proc = subprocess.Popen([*HEAPSCOPE, "record", "-i", "1", "-o", str(db), "--", *target], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
@@ -89,8 +90,8 @@ def test_a_process_that_exits_is_ended_as_exited_while_its_socket_lives_on(progr
         assert proc.stdout is not None and proc.stderr is not None and proc.stdin is not None
         out, err = proc.stdout.read(), proc.stderr.read()  # the child's are /dev/null
         # WHEN record ends, the child still waiting on its stdin
-        assert proc.wait(timeout=60) == 0, err.decode()
-        assert out == b"about to heldsock\n"
+        assert exit_status(proc.wait(timeout=60)) == (137 if (mode, how) == ("heldkill", "target") else 0), err.decode()
+        assert out == f"about to {mode}\n".encode()
         # THEN the program's final dump is its exit, with every block it kept, not the session's end
         profile = Profile(db)
         upid = profile.only_upid("lifecycle")

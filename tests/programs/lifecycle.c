@@ -12,6 +12,7 @@
  *           call itself (no atfork handler runs: the child keeps every descriptor,
  *           heapscope's socket too), its stdout and stderr on /dev/null, that waits
  *           for EOF on stdin and _exits
+ *   heldkill the same child, then killed by SIGKILL (137)
  * Every mode first runs `before_end` and then writes "about to MODE\n" to stdout
  * with write(2) (so the line is out before any crash).
  *
@@ -63,7 +64,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (argc != 2) {
-    fprintf(stderr, "usage: lifecycle exit3|sigterm|segv|sigkill|io|heldsock\n");
+    fprintf(stderr, "usage: lifecycle exit3|sigterm|segv|sigkill|io|heldsock|heldkill\n");
     return 2;
   }
   const char *mode = argv[1];
@@ -83,7 +84,7 @@ int main(int argc, char **argv) {
     copy_io();
     return 0;
   }
-  if (strcmp(mode, "heldsock") == 0) {
+  if (strcmp(mode, "heldsock") == 0 || strcmp(mode, "heldkill") == 0) {
     long child = syscall(SYS_fork);
     if (child < 0) abort();
     if (child == 0) {
@@ -94,6 +95,7 @@ int main(int argc, char **argv) {
       }
       _exit(0);
     }
+    if (mode[4] == 'k') raise(SIGKILL);
     _exit(0);
   }
   return 2;

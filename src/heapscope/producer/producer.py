@@ -219,8 +219,8 @@ class Producer:
         try:
             for p in list(self.processes.values()):
                 p.request_shutdown()
-                # One whose client noted its exit (its destructor, _exit) exited: its EOF was late.
-                self._end(p, reason="exit" if p.meta("exit_ts") else "end", disconnected=False)
+                # One its client saw exit (destructor, _exit) or whose pid is gone had a late EOF.
+                self._end(p, "exit" if p.meta("exit_ts") or procfs.has_exited(p.info.pid) else "end", False)
         finally:
             self.abandon()
 
