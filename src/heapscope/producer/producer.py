@@ -219,7 +219,7 @@ class Producer:
         try:
             for p in list(self.processes.values()):
                 p.request_shutdown()
-                # One its client saw exit (destructor, _exit) or whose pid is gone had a late EOF.
+                # It exited if its client noted so or its pid is gone: only its socket's EOF was late.
                 self._end(p, "exit" if p.meta("exit_ts") or procfs.has_exited(p.info.pid) else "end", False)
         finally:
             self.abandon()
