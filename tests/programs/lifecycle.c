@@ -95,7 +95,7 @@ int main(int argc, char **argv) {
       }
       _exit(0);
     }
-    if (mode[4] == 'k') raise(SIGKILL);
+    if (strcmp(mode, "heldkill") == 0) raise(SIGKILL);
     _exit(0);
   }
   return 2;

@@ -4,7 +4,7 @@ Single-threaded: one `poll()` call accepts new clients, drains every ring throug
 ingest (whose MALLOC and FREE records go to the process's heap tracker, bookkeeping/tracker.h),
 decodes the rare records, and ends the processes whose socket reached EOF (final drain, flush,
 final dump with the process's peak). The caller runs it until the target exits, then calls
-`end_reaped()` and `finish()`.
+`finish()`.
 """
 
 from __future__ import annotations
@@ -207,19 +207,14 @@ class Producer:
         self.session_ending = True
         self.listener.close()
 
-    def end_reaped(self, pid: int, at: int) -> None:
-        """`pid`, reaped by the caller at `at` (monotonic ns): its processes end now, as exited. All
-        they wrote is in their rings; their sockets' EOF can come later (client/connect.c's pin)."""
-        for p in [q for q in self.processes.values() if q.info.pid == pid]:
-            self._end(p, reason="exit", disconnected=False, at=at)
-
     def finish(self) -> None:
         """End every process still connected (the session is over)."""
         self.stop_accepting()
         try:
             for p in list(self.processes.values()):
                 p.request_shutdown()
-                # It exited if its client noted so or its pid is gone: only its socket's EOF was late.
+                # Exited if its client noted so or its pid is gone: only its EOF was late (the
+                # client's pin, client/connect.c, or a child holding the socket); all it wrote is read.
                 self._end(p, "exit" if p.meta("exit_ts") or procfs.has_exited(p.info.pid) else "end", False)
         finally:
             self.abandon()

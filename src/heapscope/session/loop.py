@@ -212,14 +212,13 @@ class Loop(Windows):
             with contextlib.suppress(ValueError, OSError):
                 sigmask.swap(signal.SIGUSR1, signal.SIG_IGN)
         # The target is gone: the sockets that reached EOF with it (children that exited
-        # with it) end as exited, then the target's own, whose EOF can come later.
+        # with it) end as exited now; the rest, the target's own if its EOF is late (the
+        # client's pin outlives an exec, _exit or signal a while), in the end's finish().
         if not self._failed:
             try:
                 producer.stop_accepting()
                 while producer.poll(0):
                     pass
-                if self.child is not None and self._exited is not None:
-                    producer.end_reaped(self.child.pid, int(self._exited * 1e9))
             except Exception as e:
                 self._fail(e)
         return 128 - code if code < 0 else code

@@ -554,6 +554,7 @@ def test_a_module_the_tool_was_run_for_is_warmed_as_soon_as_the_next_recording_a
     _names(_one_module_profile(tmp_path / "third.db", prog, [pc, 0x10]), SymbolCache(d))
     assert len(_asked_files(d)) == 1
 
+
 def test_a_run_whose_early_passes_answer_a_module_whole_drops_its_ask_file(
         prog: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert LLVM is not None
