@@ -54,6 +54,46 @@ def memory_series(profile: Profile, upid: int) -> list[Point]:
     return sum_heaps(points)
 
 
+HeapPoint = tuple[str, int, int, int, int]  # a heap's point: its name, then a Point's values
+
+
+def memory_series_by_heap(profile: Profile, upids: Iterable[int]) -> dict[int, list[HeapPoint]]:
+    """The series points of every heap of each of `upids` (keyed by upid), whatever heap is shown,
+    by ts then heap name, in one read: a page of several heaps and their sums (the flamegraph)
+    sums each one's with series_of (a query a process and heap cost a build's page ~0.1 s)."""
+    from heapscope.store.alloc_labels import labelled_source
+
+    wanted = set(upids)
+    if not wanted or not _has_table(profile, SERIES):
+        return {}
+    where, args = upid_filter(wanted)
+    out: dict[int, list[HeapPoint]] = {}
+    db = profile.sql_connection()
+    with profile.reading():  # values of the wrong type: one ProfileError, as memory_series'
+        rows = db.execute(f"SELECT upid, heap_name, ts, unreleased, unreleased_end, allocated"
+                          f" FROM {labelled_source(db, SERIES)}{where} ORDER BY upid, ts, heap_name", args).fetchall()
+        for u, h, t, un, e, a in rows:
+            upid = req_int_from_sql(u, f"{SERIES}.upid")
+            if upid in wanted:
+                out.setdefault(upid, []).append((
+                    h if isinstance(h, str) else "", req_int_from_sql(t, f"{SERIES}.ts"),
+                    req_int_from_sql(un, f"{SERIES}.unreleased"), req_int_from_sql(e, f"{SERIES}.unreleased_end"),
+                    req_int_from_sql(a, f"{SERIES}.allocated")))
+    return out
+
+
+def series_of(by_heap: dict[int, list[HeapPoint]], heaps: Iterable[str] | None) -> dict[int, list[Point]]:
+    """The memory_series of each process with the heaps named shown (None: every heap; several:
+    summed) out of memory_series_by_heap's read."""
+    among = None if heaps is None else set(heaps)
+    out: dict[int, list[Point]] = {}
+    for upid, rows in by_heap.items():
+        picked = rows if among is None else [r for r in rows if r[0] in among]
+        if picked:
+            out[upid] = sum_heaps(picked)
+    return out
+
+
 def sum_heaps(rows: Iterable[tuple[str, int, int, int, int]]) -> list[Point]:
     """One series of the points (heap, ts, unreleased, its end, allocated) of several heaps,
     given by ts: at each, every heap as its latest point left it."""

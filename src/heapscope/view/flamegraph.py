@@ -62,7 +62,15 @@ from heapscope.store.select import (
     select_heap,
     select_processes,
 )
-from heapscope.store.series import Sample, memory_samples_by_heap, memory_samples_by_process, samples_of
+from heapscope.store.series import (
+    Point,
+    Sample,
+    memory_samples_by_heap,
+    memory_samples_by_process,
+    memory_series_by_heap,
+    samples_of,
+    series_of,
+)
 from heapscope.view._paths import sparse
 from heapscope.view.flamegraph_lifetimes import TEMPORARY, lifetime_values
 from heapscope.view.lifetimes import DEFAULT_TEMPORARY_NS
@@ -199,11 +207,12 @@ def process_graph(profile: Profile, process: Process, dump: str | int | None = N
                   lives: LifeSums | None = None,
                   samples: list[tuple[int, int, int | None, int, int]] | None = None,
                   tree: MergedTree | None = None, read: DumpStates | None = None,
-                  peaks: dict[int, Peak] | None = None) -> ProcessGraph:
+                  peaks: dict[int, Peak] | None = None, series: list[Point] | None = None) -> ProcessGraph:
     """The merged tree of a process and its four views at each of its dumps (at most `max_dumps`
     of them, kept_dumps; 0: all) and at its peak (object views de-sampled); the page opens at the
     state `dump` (default: the peak). python_only: native frames left out (view/tree.py build_tree).
-    `lives`, `samples`: its lifetimes' sums and memory samples when read already (profile_graphs).
+    `lives`, `samples`, `series`: its lifetimes' sums, memory samples and memory series when read
+    already (profile_graphs).
     `tree`: a tree of this process built already (another heap's, heap_graphs), taken when it holds
     every callsite this graph needs, so that the heaps of a page share one tree. `read`: its
     dump_states in the heap shown, `peaks`: every process's peak_values there, when read already."""
@@ -234,7 +243,7 @@ def process_graph(profile: Profile, process: Process, dump: str | int | None = N
     graph = ProcessGraph(process_label(process), upid, tree, t0=max(0, process.info.start_ts))
     graph.dumps_left_out = read.count - len(read.states)
     graph.snapshots = [Snapshot(ts, label, tree.desampled_selfs(values, interval)) for ts, label, values in states]
-    graph.memory = process_memory(profile, upid, tree.node_of, samples=samples)
+    graph.memory = process_memory(profile, upid, tree.node_of, samples=samples, series=series)
     if chosen is not None:
         graph.start = chosen_at
     elif dump != "end" and peak_at >= 0:
@@ -402,8 +411,9 @@ def heap_graphs(profile: Profile, heap: str | None = None, pid: int | None = Non
                                            DEFAULT_TEMPORARY_NS)
     # Every heap's memory samples in one read, each heap or sum taking its own (a build's ~300k
     # rows were read once for each: 0.45 s a read).
-    samples = memory_samples_by_heap(profile, [p.info.upid for p in profile.processes()
-                                               if pid is None or p.info.pid == pid])
+    upids = [p.info.upid for p in profile.processes() if pid is None or p.info.pid == pid]
+    samples = memory_samples_by_heap(profile, upids)
+    points = memory_series_by_heap(profile, upids)  # the same for their series (~0.1 s a build's page)
 
     sets = names + ([shown] if shown is not None and shown not in names else [])
     # The default sum is every heap already, and each process's heaps peak at one ts (as `record`
@@ -432,7 +442,7 @@ def heap_graphs(profile: Profile, heap: str | None = None, pid: int | None = Non
             if members and all(m in lives for m in members) else None
         return profile_graphs(profile, pid, dump, merge, python_only, max_dumps, added,
                               samples_of(samples, members) if members else None, trees, reads.get(name),
-                              peaks.get(name))
+                              peaks.get(name), series_of(points, members) if members else None)
 
     every: list[ProcessGraph] | None = None  # every heap merged
     if reused is not None:
@@ -441,7 +451,7 @@ def heap_graphs(profile: Profile, heap: str | None = None, pid: int | None = Non
         select_heap(profile, ALL_HEAPS)
         every = profile_graphs(profile, pid, dump, merge, python_only, max_dumps,
                                samples=samples_of(samples, None), reads=reads.get(ALL_HEAPS),
-                               peaks=peaks.get(ALL_HEAPS))
+                               peaks=peaks.get(ALL_HEAPS), series=series_of(points, None))
     trees = None if every is None else {g.upid: g.tree for g in every if g.upid >= 0}
     out = [HeapGraphs(h, every if h == reused and every is not None else graphs(h, trees)) for h in sets]
     if every is not None:
@@ -490,13 +500,14 @@ def profile_graphs(profile: Profile, pid: int | None = None, dump: str | int | N
                    samples: dict[int, list[Sample]] | None = None,
                    trees: dict[int, MergedTree] | None = None,
                    reads: dict[int, DumpStates] | None = None,
-                   peaks: dict[int, Peak] | None = None) -> list[ProcessGraph]:
+                   peaks: dict[int, Peak] | None = None,
+                   series: dict[int, list[Point]] | None = None) -> list[ProcessGraph]:
     """A graph per process with at least one dump (only `pid` when given; UnknownProcessError
     when the profile has no such process), largest peak first; with several, an "all processes"
     graph comes first:
     one node per process (per executable with merge="exe"), each at the state it opens at.
-    python_only: native frames left out. `lives`, `samples`: the processes' lifetimes and memory
-    samples (by upid) when read already; `trees`: trees to take, `reads`: their dump_states (by
+    python_only: native frames left out. `lives`, `samples`, `series`: the processes' lifetimes,
+    memory samples and memory series (by upid) when read already; `trees`: trees to take, `reads`: their dump_states (by
     upid), `peaks`: their peaks (process_graph)."""
     out = []
     processes = select_processes(profile, pid)
@@ -510,7 +521,8 @@ def profile_graphs(profile: Profile, pid: int | None = None, dump: str | int | N
     for p in processes:
         g = process_graph(profile, p, dump, python_only, max_dumps, lives.get(p.info.upid, _NO_LIVES),
                           samples.get(p.info.upid, []), None if trees is None else trees.get(p.info.upid),
-                          None if reads is None else reads.get(p.info.upid), peaks)
+                          None if reads is None else reads.get(p.info.upid), peaks,
+                          None if series is None else series.get(p.info.upid, []))
         if g.snapshots:
             out.append(g)
     # The page's picker largest first, as report's table: by what each holds where it opens

@@ -1,5 +1,5 @@
 """store/series.py: several heaps' points summed into one series, a series thinned, and the
-memory samples of every heap read at once."""
+memory samples and series of every heap read at once."""
 
 from __future__ import annotations
 
@@ -12,7 +12,10 @@ from heapscope.store.select import ALL_HEAPS, select_heap
 from heapscope.store.series import (
     memory_samples_by_heap,
     memory_samples_by_process,
+    memory_series,
+    memory_series_by_heap,
     samples_of,
+    series_of,
     sum_heaps,
     thin_series,
 )
@@ -63,3 +66,29 @@ def test_every_heaps_samples_read_once_pick_what_each_heap_shown_reads(tmp_path:
             assert samples_of(by_heap, among) == read, shown
         assert len(samples_of(by_heap, None)[2]) == 6
         assert memory_samples_by_heap(prof, [2]).keys() == {2}
+
+
+def test_every_heaps_series_read_once_sum_as_each_heap_shown_reads(tmp_path: Path) -> None:
+    """The flamegraph reads the series points of every heap once (memory_series_by_heap) and sums
+    each heap's, and each sum of heaps', (series_of): what memory_series reads with it shown."""
+    w = two_callsite_writer(tmp_path / "p.db")
+    for upid in (1, 2):
+        for k, heap in enumerate(("libc.malloc", "mmap", "libc.malloc")):  # heaps interleaved
+            w.add_dump(upid, 0, 10, "exit", [(1, 1, 64)], heap)
+            # points at their own times and at one shared time (20), each heap's own values
+            w.add_memory(upid, heap, [10 * k + upid, 100 * k + 7, 50 * k, 300 * k + upid, 20, 64 + k, 32 + k, 999 + k],
+                         [])
+    w.commit()
+    w.close()
+    with open_profile(tmp_path / "p.db") as prof:
+        points = memory_series_by_heap(prof, [1, 2])
+        assert points.keys() == {1, 2}
+        for shown, among in (("libc.malloc", ["libc.malloc"]), ("mmap", ["mmap"]),
+                             ("libc.malloc+mmap", ["libc.malloc", "mmap"]), (ALL_HEAPS, None)):
+            select_heap(prof, shown)
+            got = series_of(points, among)
+            for upid in (1, 2):
+                assert got[upid] == memory_series(prof, upid), (shown, upid)
+                assert len(got[upid]) > 1
+        assert series_of(points, ["brk"]) == {}  # a heap without points: no series
+        assert memory_series_by_heap(prof, [2]).keys() == {2}

@@ -63,6 +63,24 @@ def test_a_big_profile_gives_a_bounded_chart_and_unbiased_samples(tmp_path: Path
     assert len(page["t"]) == MAX_POINTS and page["kept"] == MAX_SAMPLES
 
 
+def test_samples_thinned_by_a_step_that_does_not_divide_them_stay_unbiased(tmp_path: Path) -> None:
+    db = tmp_path / "odd.db"
+    n = 5 * MAX_SAMPLES // 2 + 1  # every 3rd kept: fewer than MAX_SAMPLES, each standing for 3
+    held = write_profile(db, points=20, samples=n)
+    with open_profile(db) as prof:
+        mem = process_memory(prof, 1, {CallsiteId(2): 1})
+        again = process_memory(prof, 1, {CallsiteId(2): 1})
+    assert mem is not None and again is not None
+    assert n // 3 <= len(mem.node) <= n // 3 + 1 and set(mem.weight) == {3}
+    assert mem.size == [300] * len(mem.node) and mem.samples_in_profile == n
+    assert mem.alloc_ts == sorted(mem.alloc_ts) and (mem.alloc_ts, mem.free_ts) == (again.alloc_ts, again.free_ts)
+    half = 20 * 10 * MS // 2
+    est = sum(b for a, f, b in zip(mem.alloc_ts, mem.free_ts, mem.size, strict=True)
+              if a < half and (f is None or f > half))
+    assert abs(est - held) < 0.05 * held
+    assert encode_memory(mem, 0)["sw"] == [3] * len(mem.node)  # whole numbers, as the page reads them
+
+
 def test_the_page_carries_each_process_memory(tmp_path: Path) -> None:
     db = tmp_path / "small.db"
     write_profile(db, points=10, samples=30)
