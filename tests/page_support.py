@@ -71,6 +71,9 @@ def materialized(data: dict[str, Any], entry: dict[str, Any], siblings: list[dic
             "_strings": strings + extra}
 
 
+SAMPLE_KEYS = ("sn", "sa", "sf", "sb", "sw")  # a memory sample's node, times, bytes and weight
+
+
 def shown(data: dict[str, Any]) -> dict[str, list[tuple[Any, ...]]]:
     """Per heap, per process (label, upid, the dump it opens at): per dump its ts, label, totals
     and per view the non-zero self values by path; and its chart's samples and size histograms,
@@ -100,8 +103,11 @@ def shown(data: dict[str, Any]) -> dict[str, list[tuple[Any, ...]]]:
                     by_view[v] = values
                 dumps.append((dump["ts"], dump["label"], dump["totals"], by_view))
             extras: dict[str, object] = {}
-            if "memory" in p:  # the chart's samples by the path of their node
-                extras["memory"] = {**p["memory"], "sn": [paths[i] for i in p["memory"]["sn"]]}
+            if "memory" in p:  # the chart, and its samples by the path of their node, in any order
+                m = p["memory"]
+                extras["memory"] = {**{k: v for k, v in m.items() if k not in SAMPLE_KEYS},
+                                    "samples": sorted(zip([paths[i] for i in m["sn"]],
+                                                          *(m[k] for k in SAMPLE_KEYS[1:]), strict=True))}
             if "sizes" in p:  # (node, bucket, allocations, bytes) by the node's path
                 sz = p["sizes"]
                 extras["sizes"] = sorted((paths[sz[k]], *sz[k + 1:k + 4]) for k in range(0, len(sz), 4))

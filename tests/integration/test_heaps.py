@@ -445,7 +445,8 @@ def test_a_profile_with_one_heap_has_no_picker(tmp_path: Path) -> None:
     from heapscope.store.reader import open_profile
     from heapscope.store.select import default_heap, heap_names, select_heap
     from heapscope.store.writer import ProfileWriter
-    from heapscope.view.flamegraph import heap_graphs, payload
+    from heapscope.view.flamegraph import payload
+    from heapscope.view.flamegraph_heaps import heap_graphs
 
     db = tmp_path / "one.db"
     w = ProfileWriter(db)

@@ -173,7 +173,8 @@ def test_diff_of_temporary_per_function(programs: Programs, record: Recorder) ->
 
 
 def test_flamegraph_has_the_temporary_view_and_node_sizes(programs: Programs, record: Recorder) -> None:
-    from heapscope.view.flamegraph import heap_graphs, payload, render_html
+    from heapscope.view.flamegraph import payload, render_html
+    from heapscope.view.flamegraph_heaps import heap_graphs
 
     temp_n, _hold_n, _hold_ms, _never_n = _consts(programs)
     rec = record([programs.path("lifetimes")], interval=1)
@@ -208,7 +209,7 @@ def test_flamegraph_reads_each_new_table_once_for_all_processes(programs: Progra
     """The page read the lifetime, size and memory-sample tables once per process: on a build's
     profile (113 processes, ~700k rows) that was 25 s of a 34 s page. One read each now, and
     every process still gets its own figures."""
-    from heapscope.view.flamegraph import heap_graphs
+    from heapscope.view.flamegraph_heaps import heap_graphs
 
     exe = str(programs.path("lifetimes"))
     rec = record(["sh", "-c", f"{exe}; {exe}; {exe}"], interval=1)

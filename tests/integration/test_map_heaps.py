@@ -336,7 +336,8 @@ def test_flamegraph_all_heaps_is_the_default_sum_built_once(programs: Programs, 
 
     from heapscope.store.reader import open_profile
     from heapscope.store.select import ALL_HEAPS, select_heap
-    from heapscope.view.flamegraph import heap_graphs, payload, profile_graphs
+    from heapscope.view.flamegraph import payload, profile_graphs
+    from heapscope.view.flamegraph_heaps import heap_graphs
 
     run = record([programs.path("mapheaps")], interval=1)
     assert run.returncode == 0, run.describe()
@@ -352,12 +353,15 @@ def test_flamegraph_all_heaps_is_the_default_sum_built_once(programs: Programs, 
             select_heap(prof, ALL_HEAPS)  # "all" built on its own, as before
             return prof.peaks_at_one_ts(), shared, page_all, payload(profile_graphs(prof), title="t")
 
+    from page_support import shown as page_shows
+
     one_ts, shared, page_all, alone = pages(run.db)
     assert one_ts and shared
-    assert page_all == alone  # the sum's graphs are what "all" built on its own shows
+    # the sum's graphs, added up from its heaps' (their callsites apart), are what "all" built on
+    # its own shows; its memory samples are its heaps', in another order
+    assert page_shows(page_all) == page_shows(alone)  # type: ignore[arg-type]
     # Each heap's graphs, their memory samples picked out of one read of every heap's and their
-    # trees the sum's, show what that heap shown alone reads and builds
-    from page_support import shown as page_shows
+    # trees one a process, show what that heap shown alone reads and builds
 
     with open_profile(run.db) as prof:
         heaps, _ = heap_graphs(prof)
@@ -425,7 +429,8 @@ def test_flamegraph_carries_each_tree_once(programs: Programs, record: Recorder,
 
     from heapscope.store.reader import open_profile
     from heapscope.store.select import select_heap
-    from heapscope.view.flamegraph import heap_graphs, payload, profile_graphs
+    from heapscope.view.flamegraph import payload, profile_graphs
+    from heapscope.view.flamegraph_heaps import heap_graphs
 
     # GIVEN three processes (a shell and two mapheaps), each with malloc, mmap and brk heaps
     exe = programs.path("mapheaps")
@@ -482,7 +487,7 @@ def test_flamegraph_reads_each_table_once_for_every_heap(programs: Programs, rec
     the peak table once per heap, and checked the lifetime and size tables' types once per heap.
     Each is read (or checked) once now, whatever the heaps."""
     from heapscope.store.reader import open_profile
-    from heapscope.view.flamegraph import heap_graphs
+    from heapscope.view.flamegraph_heaps import heap_graphs
 
     exe = programs.path("mapheaps")
     run = record(["/bin/sh", "-c", f"{exe} && {exe}"], interval=1)

@@ -428,7 +428,8 @@ def test_flamegraph_of_one_heap_shows_no_heap_picker(record: Recorder, programs:
     # GIVEN a profile with one heap (libc.malloc)
     db = recorded(record, programs, "tiny")
     from heapscope.store.select import heap_names
-    from heapscope.view.flamegraph import heap_graphs, payload
+    from heapscope.view.flamegraph import payload
+    from heapscope.view.flamegraph_heaps import heap_graphs
     with open_profile(db) as prof:
         assert heap_names(prof) == ["libc.malloc"]
         heaps, at = heap_graphs(prof)

@@ -73,7 +73,8 @@ def main(args: argparse.Namespace) -> int:
     from heapscope.errors import UnknownProcessError, UsageError
     from heapscope.store.reader import open_profile
     from heapscope.store.select import parse_dump
-    from heapscope.view.flamegraph import MAX_DUMPS, heap_graphs, left_out_line, payload, render_html
+    from heapscope.view.flamegraph import MAX_DUMPS, left_out_line, payload, render_html
+    from heapscope.view.flamegraph_heaps import heap_graphs
     from heapscope.view.wrappers import fold_line
 
     max_dumps = MAX_DUMPS if args.max_dumps is None else args.max_dumps

@@ -237,7 +237,8 @@ def _flamegraph(rec: Recording, output: Path, pid: int | None, n: int) -> Path:
     """A fresh dump, then the flamegraph page of the profile so far beside it (`NAME.live-N.html`)."""
     from heapscope.cli.flamegraph import write_page
     from heapscope.store.reader import open_profile
-    from heapscope.view.flamegraph import heap_graphs, payload, render_html
+    from heapscope.view.flamegraph import payload, render_html
+    from heapscope.view.flamegraph_heaps import heap_graphs
 
     rec.fresh_dump()
     stem = output.name[:-3] if output.name.endswith(".db") else output.name

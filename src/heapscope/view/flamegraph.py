@@ -21,7 +21,7 @@ A profile with several heaps (custom heaps) adds
 with an entry per heap and a last one, "all", with every heap merged; the
 page's heap picker swaps `processes`. All heaps share `strings`.
 
-Each tree travels once. A process's graphs of every heap share one tree (heap_graphs): the
+Each tree travels once. A process's graphs of every heap share one tree (flamegraph_heaps.py): the
 first entry carries it, and the others name it instead of depth, name, lib and src:
 
     "tree": [heap, position]                # heaps[heap].processes[position] carries it
@@ -49,28 +49,11 @@ from heapscope.jsontext import compact
 from heapscope.model import VIEWS, CallsiteId, Upid
 from heapscope.records import Record, field
 from heapscope.store.labels import process_label as named
-from heapscope.store.lifetimes import LifeSums, life_sums_by_process, merged_life_sums
-from heapscope.store.peaks_by_heap import Peak, peak_values_by_heap
+from heapscope.store.lifetimes import LifeSums, life_sums_by_process
+from heapscope.store.peaks_by_heap import Peak
 from heapscope.store.reader import DumpValues, Process, Profile, ViewValues, mapping_basename
-from heapscope.store.select import (
-    ALL_HEAPS,
-    dump_position,
-    heap_members,
-    heap_names,
-    process_interval,
-    resolve_heap,
-    select_heap,
-    select_processes,
-)
-from heapscope.store.series import (
-    Point,
-    Sample,
-    memory_samples_by_heap,
-    memory_samples_by_process,
-    memory_series_by_heap,
-    samples_of,
-    series_of,
-)
+from heapscope.store.select import dump_position, process_interval, select_processes
+from heapscope.store.series import Point, Sample, memory_samples_by_process
 from heapscope.view._paths import sparse
 from heapscope.view.flamegraph_lifetimes import TEMPORARY, lifetime_values
 from heapscope.view.lifetimes import DEFAULT_TEMPORARY_NS
@@ -392,77 +375,6 @@ class HeapGraphs(Record):
     graphs: list[ProcessGraph]
 
 
-def heap_graphs(profile: Profile, heap: str | None = None, pid: int | None = None, dump: str | int | None = None,
-                merge: str | None = None, python_only: bool = False,
-                max_dumps: int = MAX_DUMPS) -> tuple[list[HeapGraphs], int]:
-    """The graphs of every heap of the profile (profile_graphs), then of all heaps merged when
-    there are several, and the position of the heap to open at: `heap` as --heap takes it
-    (store.select.resolve_heap; None: the default heap). Leaves the profile showing that heap.
-    The widest set, every heap merged, is built first, and every other heap's graph of a process
-    takes its tree: one tree a process, whatever the heap (the page carries it once)."""
-    shown = resolve_heap(profile, heap)
-    names = heap_names(profile)
-    # Each heap's lifetimes, read once: a sum of heaps adds them up (a build's ~380k rows took
-    # 1.8 s to read again for libc.malloc+mmap).
-    lives: dict[str, dict[int, LifeSums]] = {}
-    for name in names:
-        select_heap(profile, name)
-        lives[name] = life_sums_by_process(profile, [p.info.upid for p in select_processes(profile, pid)],
-                                           DEFAULT_TEMPORARY_NS)
-    # Every heap's memory samples in one read, each heap or sum taking its own (a build's ~300k
-    # rows were read once for each: 0.45 s a read).
-    upids = [p.info.upid for p in profile.processes() if pid is None or p.info.pid == pid]
-    samples = memory_samples_by_heap(profile, upids)
-    points = memory_series_by_heap(profile, upids)  # the same for their series (~0.1 s a build's page)
-
-    sets = names + ([shown] if shown is not None and shown not in names else [])
-    # The default sum is every heap already, and each process's heaps peak at one ts (as `record`
-    # writes them): "all" reads the same rows, so its graphs are the sum's (a build's page built
-    # them again: 5.8 of its 17.5 s).
-    summed = next((h for h in sets if set(heap_members(h) or ()) == set(names)), None) if len(names) > 1 else None
-    reused = summed if summed is not None and profile.peaks_at_one_ts() else None
-    # Each process's rows read once for every heap and sum of the page (a build's ~195k rows were
-    # read once a heap and once for their sum: 0.9 s), each set's sums at its dumps kept.
-    reads: dict[str, dict[int, DumpStates]] = {}
-    peaks: dict[str, dict[int, Peak]] = {}
-    if len(names) > 1:
-        select_heap(profile, ALL_HEAPS)
-        heaps_of: dict[str, list[str] | None] = {h: [h] if h in names else heap_members(h) or [] for h in sets}
-        if reused is None:
-            heaps_of[ALL_HEAPS] = None
-        for p in select_processes(profile, pid):
-            for name, got in dump_states(profile, p, dump, max_dumps, heaps_of).items():
-                reads.setdefault(name, {})[p.info.upid] = got
-        peaks = peak_values_by_heap(profile, heaps_of) or {}  # the peak rows read once too
-
-    def graphs(name: str, trees: dict[int, MergedTree] | None) -> list[ProcessGraph]:
-        select_heap(profile, name)
-        members = [name] if name in names else heap_members(name) or []
-        added = (lives[members[0]] if len(members) == 1 else merged_life_sums([lives[m] for m in members])) \
-            if members and all(m in lives for m in members) else None
-        return profile_graphs(profile, pid, dump, merge, python_only, max_dumps, added,
-                              samples_of(samples, members) if members else None, trees, reads.get(name),
-                              peaks.get(name), series_of(points, members) if members else None)
-
-    every: list[ProcessGraph] | None = None  # every heap merged
-    if reused is not None:
-        every = graphs(reused, None)
-    elif len(names) > 1:
-        select_heap(profile, ALL_HEAPS)
-        every = profile_graphs(profile, pid, dump, merge, python_only, max_dumps,
-                               samples=samples_of(samples, None), reads=reads.get(ALL_HEAPS),
-                               peaks=peaks.get(ALL_HEAPS), series=series_of(points, None))
-    trees = None if every is None else {g.upid: g.tree for g in every if g.upid >= 0}
-    out = [HeapGraphs(h, every if h == reused and every is not None else graphs(h, trees)) for h in sets]
-    if every is not None:
-        out.append(HeapGraphs(ALL_HEAPS, every))
-    if not out:  # no dumps at all
-        out.append(HeapGraphs(shown or "", profile_graphs(profile, pid, dump, merge, python_only, max_dumps)))
-    at = next((k for k, h in enumerate(out) if h.name == (shown if shown is not None else ALL_HEAPS)), 0)
-    select_heap(profile, out[at].name if len(names) > 1 else None)
-    return out, at
-
-
 def render_html(data: dict[str, object]) -> str:
     """The page: template, hand-written script and style, and the packed data."""
     import jinja2  # only the commands that write HTML pay for the import
@@ -519,7 +431,7 @@ def profile_graphs(profile: Profile, pid: int | None = None, dump: str | int | N
     if samples is None:
         samples = memory_samples_by_process(profile, upids)
     for p in processes:
-        g = process_graph(profile, p, dump, python_only, max_dumps, lives.get(p.info.upid, _NO_LIVES),
+        g = process_graph(profile, p, dump, python_only, max_dumps, lives.get(p.info.upid, NO_LIVES),
                           samples.get(p.info.upid, []), None if trees is None else trees.get(p.info.upid),
                           None if reads is None else reads.get(p.info.upid), peaks,
                           None if series is None else series.get(p.info.upid, []))
@@ -527,13 +439,13 @@ def profile_graphs(profile: Profile, pid: int | None = None, dump: str | int | N
             out.append(g)
     # The page's picker largest first, as report's table: by what each holds where it opens
     # (its peak, else its end), read from its own snapshots (pyenv's shim: bash and env came first).
-    out.sort(key=lambda g: -sum(_opening(g).self_values["space"]))
+    out.sort(key=lambda g: -sum(opening(g).self_values["space"]))
     if len(out) > 1 or (merge is not None and out):
         out.insert(0, all_processes(profile, out, merge))
     return out
 
 
-_NO_LIVES = LifeSums({}, {})  # a process without lifetime rows (read only)
+NO_LIVES = LifeSums({}, {})  # a process without lifetime rows (read only)
 
 
 def _placed_whole(tree: MergedTree, root: int, m: MergedTree) -> bool:
@@ -553,7 +465,7 @@ def _placed_whole(tree: MergedTree, root: int, m: MergedTree) -> bool:
     return True
 
 
-def _opening(g: ProcessGraph) -> Snapshot:
+def opening(g: ProcessGraph) -> Snapshot:
     """The snapshot the page opens a process's graph at."""
     return g.snapshots[g.start if 0 <= g.start < len(g.snapshots) else -1]
 
@@ -577,7 +489,7 @@ def all_processes(profile: Profile, graphs: list[ProcessGraph], merge: str | Non
         root = len(t_parent)
         _append_node(tree, -1, 0, label, "", None, None)
         if len(members) == 1 and _placed_whole(tree, root, members[0].tree):
-            placed.append((range(root + 1, len(t_parent)), _opening(members[0])))
+            placed.append((range(root + 1, len(t_parent)), opening(members[0])))
             continue
         # Merge the members' trees under the root by (parent, name, mapping), like build_tree.
         keys: dict[tuple[int, str, str], int] = {}
@@ -599,7 +511,7 @@ def all_processes(profile: Profile, graphs: list[ProcessGraph], merge: str | Non
                 else:
                     merged = True
                 mapped[i] = node
-            placed.append((mapped, _opening(g)))
+            placed.append((mapped, opening(g)))
     views = [*VIEWS, *([TEMPORARY] if placed and all(TEMPORARY in s.self_values for _, s in placed) else [])]
     selfs: dict[str, list[int]] = {v: [0] * len(t_parent) for v in views}
     for nodes, snap in placed:

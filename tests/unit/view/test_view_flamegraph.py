@@ -118,3 +118,53 @@ def test_one_pass_over_the_rows_gives_each_heap_what_it_reads_alone(tmp_path: Pa
                 alone = dump_states(prof, process, dump, max_dumps)[""]
                 assert together[name] == alone, (name, dump, max_dumps)
             assert together["libc.malloc+mmap"].count == 6 and together["mmap"].count == 3
+
+
+def _two_heaps(db: Path, mmap_callsite: int) -> None:
+    """One process with libc.malloc's rows at callsite 2 and mmap's at `mmap_callsite` (2: the
+    same callsite), a dump, a peak at one ts, a memory series and samples in each heap."""
+    from heapscope.model import Frame, MappingId, ProcessFlags
+
+    w = ProfileWriter(db)
+    w.add_mappings([(1, Mapping("aa", 0, 0, 0x1000, 0x9000, 0, "/usr/bin/p"))])
+    w.add_frames([(1, Frame(MappingId(1), 0x10, "main")), (2, Frame(MappingId(1), 0x20, "alloc")),
+                  (3, Frame(MappingId(1), 0x30, "maps"))])
+    w.add_callsites([(1, 0, None, 1), (2, 1, 1, 2), (3, 1, 1, 3)])
+    p = ProcessInfo(Upid(1), pid=42, ppid=1, name="p", cmdline="p", exe="/usr/bin/p", uid=0, start_ts=1)
+    w.add_process(p)
+    w.set_process_flags(p, ProcessFlags(unwinder="fp", sampling_interval_bytes=4096,
+                                        orig_sampling_interval_bytes=4096))
+    s = 1_000_000_000
+    # One sample of 100 bytes in malloc's heap, one of 10000 in mmap's: de-sampled as one
+    # callsite's two samples, their objects are not those of each heap's sample added
+    for heap, cs, size in (("libc.malloc", 2, 100), ("mmap", mmap_callsite, 10_000)):
+        w.add_dump(1, 0, 5 * s, "exit", [(cs, 1, size)], heap)
+        w.add_peak(1, 2 * s, heap, [(cs, 1, size, 1, size)])
+        w.add_memory(1, heap, [s, size, size, size, 3 * s, size, size, size], [cs, s, None, size, 1])
+    w.commit()
+    w.close()
+
+
+def test_the_sum_of_heaps_added_up_from_its_heaps_shows_what_reading_it_does(tmp_path: Path) -> None:
+    """heap_graphs adds the sum of every heap up from its heaps' graphs when their callsites are
+    apart, and reads it when a callsite is in two heaps (its de-sampled values are not the sum of
+    each heap's): either way the page shows what the profile showing the sum reads."""
+    from page_support import shown
+
+    from heapscope.store.select import select_heap
+    from heapscope.view.flamegraph import payload, profile_graphs
+    from heapscope.view.flamegraph_heaps import heap_graphs
+
+    objects = {}
+    for mmap_callsite in (3, 2):
+        db = tmp_path / f"heaps{mmap_callsite}.db"
+        _two_heaps(db, mmap_callsite)
+        with open_profile(db) as prof:
+            heaps, at = heap_graphs(prof)
+            assert [h.name for h in heaps] == ["libc.malloc", "mmap", "libc.malloc+mmap", "all"] and at == 2
+            page = payload(heaps[at].graphs, title="t")
+            select_heap(prof, "libc.malloc+mmap")
+            read = payload(profile_graphs(prof), title="t")
+        assert shown(page) == shown(read), mmap_callsite
+        objects[mmap_callsite] = page["processes"][0]["dumps"][-1]["totals"]["objects"]  # type: ignore[index]
+    assert objects[2] != objects[3], objects  # the shared callsite's values could not be added up
