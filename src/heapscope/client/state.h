@@ -169,7 +169,7 @@ static inline uint64_t hs_mono_ns(void) {
 }
 
 /* The records' clock (MALLOC, FREE and their heap forms): with HS_CFG_TSC the
- * time-stamp counter (~9 ns against the vDSO's ~23 on the test VM, read per sample
+ * time-stamp counter (~9-16 ns against the vDSO's ~23-27 on the test VMs, read per sample
  * and per sent free), converted by the producer; else hs_mono_ns. */
 static inline uint64_t hs_record_ns(void) {
 #if defined(__x86_64__)

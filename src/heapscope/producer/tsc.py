@@ -1,6 +1,6 @@
 """Whether clients stamp their records with the CPU's time-stamp counter (wire.h HS_CFG_TSC).
 
-rdtsc costs a client ~9 ns a reading against CLOCK_MONOTONIC's ~23 (vDSO) on the test VM,
+rdtsc costs a client ~9-16 ns a reading against CLOCK_MONOTONIC's ~23-27 (vDSO) on the test VMs,
 read at every sample and every sent free (benchmarks/RESULTS.md, "Lifetimes"). The producer
 converts the stamps to CLOCK_MONOTONIC ns (producer/ingest_core.h, struct hs_tsc_cal), which
 is right only where the counter ticks at one rate on every CPU and in every power state: so
