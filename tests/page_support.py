@@ -1,8 +1,9 @@
 """What the flamegraph page shows, read from its payload (view/flamegraph.py) in Python.
 
 The payload carries each tree once: a process of another heap names the entry that holds its
-tree ("tree": [heap, position]), and "all processes" names its members ("parts") and is put
-together in the page (flamegraph.js, materialize). `shown` does the same here and keys every
+tree ("tree": [heap, position]), a sum of heaps added up from its heaps' graphs names them
+("sum"), and "all processes" names its members ("parts"); the page puts them together
+(flamegraph.js, materialize). `shown` does the same here and keys every
 value by its frame's path, so two pages compare by what a user sees, whatever their node order
 or the nodes that hold nothing (a tree shared by several heaps has nodes another heap fills).
 """
@@ -34,6 +35,35 @@ def materialized(data: dict[str, Any], entry: dict[str, Any], siblings: list[dic
         lists = list(heap_lists(data).values())
         q = materialized(data, lists[h][k], lists[h])
         return {**entry, **{f: q[f] for f in ("depth", "name", "lib", "src")}}
+    if "sum" in entry:  # its heaps' graphs, added up
+        lists = list(heap_lists(data).values())
+        qs = [materialized(data, lists[h][k], lists[h]) for h, k in entry["sum"]]
+        dumps = []
+        for at, d in enumerate(qs[0]["dumps"]):
+            totals = {v: sum(q["dumps"][at]["totals"].get(v, 0) for q in qs) for v in d["totals"]}
+            selfs: dict[str, list[int]] = {}
+            for v in d["totals"]:
+                by_node: dict[int, int] = {}
+                for q in qs:
+                    sp, i = q["dumps"][at]["self"].get(v, []), 0
+                    for k in range(0, len(sp), 2):
+                        i += sp[k]
+                        by_node[i] = by_node.get(i, 0) + sp[k + 1]
+                gaps: list[int] = []
+                last = 0
+                for i in sorted(n for n, value in by_node.items() if value):
+                    gaps += (i - last, by_node[i])
+                    last = i
+                selfs[v] = gaps
+            dumps.append({"ts": d["ts"], "label": d["label"], "totals": totals, "self": selfs})
+        summed = {**entry, **{f: qs[0][f] for f in ("depth", "name", "lib", "src", "start", "t0")}, "dumps": dumps}
+        if any("sizes" in q for q in qs):
+            summed["sizes"] = [x for q in qs for x in q.get("sizes", [])]
+        if "memory" in entry:
+            ms = [q["memory"] for q in qs if "memory" in q]
+            summed["memory"] = {**entry["memory"], **{k: [x for m in ms for x in m[k]] for k in SAMPLE_KEYS},
+                             "kept": sum(m["kept"] for m in ms), "samples": sum(m["samples"] for m in ms)}
+        return summed
     parts = [materialized(data, siblings[k], siblings) for k in entry["parts"]]
     strings: list[str] = data["strings"]
     depth, name, lib, src = [0], [parts[0]["name"][0]], [parts[0]["lib"][0]], [-1]

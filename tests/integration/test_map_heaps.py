@@ -391,6 +391,16 @@ def test_flamegraph_all_heaps_is_the_default_sum_built_once(programs: Programs, 
     summed_view, all_view, mmap_view = res["results"][0::2]  # the evals: each step has a result
     assert summed_view[0] == "libc.malloc+mmap+brk" and all_view[0] == ALL_HEAPS, res["results"]
     assert all_view[1:] == summed_view[1:] and summed_view[1] > mmap_view[1] > 0, res["results"]
+    # AND the sum the page added up from its heaps' graphs (it carries only their places) is the
+    # one made here
+    from heapscope.view.flamegraph import opening
+
+    with open_profile(run.db) as prof:
+        heaps, at = heap_graphs(prof)
+        (summed_graph,) = heaps[at].graphs
+        data = payload(heaps[at].graphs, title="t", heaps=heaps, heap=at)
+    assert len(data["processes"][0]["sum"]) == 3  # type: ignore[index]
+    assert summed_view[1] == sum(opening(summed_graph).self_values["space"]), res["results"]
     # AND the sum's lifetimes, added up from each heap's, are what reading the sum gives; the
     # page's sums (SQLite adding the temporary bytes) are those of the lifetimes read whole
     from heapscope.store.lifetimes import life_sums, life_sums_by_process, merged_life_sums, read_lifetimes_by_process

@@ -26,6 +26,11 @@ first entry carries it, and the others name it instead of depth, name, lib and s
 
     "tree": [heap, position]                # heaps[heap].processes[position] carries it
 
+and a sum of heaps whose graph of a process is its heaps' graphs added up (flamegraph_heaps.py)
+names them, with only its memory series ("memory" without samples):
+
+    "sum": [[heap, position], ...]          # the page adds their dumps, sizes and samples up
+
 and "all processes", when it is its members' trees side by side (all_processes), names them;
 its one dump carries only its totals, and the page puts the tree and the values together:
 
@@ -84,6 +89,9 @@ class ProcessGraph(Record):
     # "all processes" when it is its members' trees side by side, each under a node of its label
     # (all_processes): the page puts it together from theirs, so it is not carried twice.
     parts: list[ProcessGraph] = field(default_factory=list)
+    # A sum of heaps' graph added up from its heaps' graphs of the process (flamegraph_heaps.py):
+    # the page adds them up itself, so the sum's values are not carried a second time.
+    summed: list[ProcessGraph] = field(default_factory=list)
 
 
 class Strings:
@@ -297,15 +305,30 @@ def encode_process(graph: ProcessGraph, strings: Strings, tree_at: list[int] | N
             "self": {v: pairs for v, (_, pairs) in views.items()},
         })
     start = graph.start if 0 <= graph.start < len(dumps) else len(dumps) - 1
-    # The timeline's 0 s: the process's start, so its peak is drawn when it happened (the
-    # start is read in clock ticks: a first sample up to 10 ms before it moves 0 s back).
-    t0 = min([graph.t0, *(s.ts for s in graph.snapshots)]) if graph.t0 > 0 else None
+    t0 = _t0(graph)
     out.update(dumps=dumps, start=start, t0=t0)
     if graph.sizes:
         out["sizes"] = graph.sizes
     if graph.memory is not None:
         # Its times count from the timeline's 0 s too.
         out["memory"] = encode_memory(graph.memory, t0 if t0 is not None else graph.memory.series[0][0])
+    return out
+
+
+def _t0(graph: ProcessGraph) -> int | None:
+    """A graph's timeline's 0 s: the process's start, so its peak is drawn when it happened (the
+    start is read in clock ticks: a first sample up to 10 ms before it moves 0 s back)."""
+    return min([graph.t0, *(s.ts for s in graph.snapshots)]) if graph.t0 > 0 else None
+
+
+def encode_sum(graph: ProcessGraph, refs: list[list[int]]) -> dict[str, object]:
+    """A graph of a sum of heaps whose values are those of the graphs at `refs` ([heap, process]
+    each, on one tree, with the same snapshots and 0 s) added up: the page adds their dumps, sizes
+    and memory samples; only the sum's memory series travels (thinned from the heaps' sum)."""
+    out: dict[str, object] = {"label": graph.label, "upid": graph.upid, "sum": refs}
+    t0 = _t0(graph)
+    if graph.memory is not None and t0 is not None:
+        out["memory"] = encode_memory(Memory(graph.memory.series), t0)
     return out
 
 
@@ -331,6 +354,13 @@ def payload(graphs: list[ProcessGraph], *, title: str, mode: str = "profile",
     # ~450k nodes' four lists once, not once per heap).
     trees_at: dict[int, list[int]] = {}
     shares = heaps is not None and len(heaps) > 1
+    # Where each graph is in the page ([heap, position]), first where several heaps hold it: a
+    # sum's graph names its heaps' (ProcessGraph.summed), or the one it is, and the page adds
+    # them up (a build's page: the sum's ~40% of the data).
+    placed: dict[int, list[int]] = {}
+    for k, h in enumerate(heaps if shares and heaps is not None else ()):
+        for position, g in enumerate(h.graphs):
+            placed.setdefault(id(g), [k, position])
 
     def encoded(gs: list[ProcessGraph], at: int) -> list[dict[str, object]]:
         where = {id(g): k for k, g in enumerate(gs)}
@@ -339,6 +369,10 @@ def payload(graphs: list[ProcessGraph], *, title: str, mode: str = "profile",
             parts = [where[id(m)] for m in g.parts if id(m) in where]
             if g.parts and len(parts) == len(g.parts):
                 out.append(encode_process(g, strings, parts=parts))
+                continue
+            refs = [placed.get(id(m), [at]) for m in g.summed or [g]]
+            if g.t0 > 0 and all(ref[0] != at for ref in refs):
+                out.append(encode_sum(g, refs))
                 continue
             first = trees_at.setdefault(id(g.tree), [at, k]) if shares and g.upid >= 0 else None
             out.append(encode_process(g, strings, None if first == [at, k] else first))

@@ -246,7 +246,7 @@ def _added(parts: list[ProcessGraph], series: list[Point]) -> ProcessGraph | Non
         snapshots.append(Snapshot(s.ts, s.label, values))
     return ProcessGraph(first.label, first.upid, first.tree, snapshots=snapshots, start=first.start,
                         dumps_left_out=first.dumps_left_out, t0=first.t0, memory=memory,
-                        sizes=[x for g in parts for x in g.sizes])
+                        sizes=[x for g in parts for x in g.sizes], summed=parts)
 
 
 def _plus(lists: list[list[int]]) -> list[int]:

@@ -79,6 +79,33 @@
       Object.assign(p, { depth: q.depth, name: q.name, lib: q.lib, src: q.src });
       return;
     }
+    if (p.sum) {
+      // A sum of heaps ("sum": [[heap, position], ...]): the graphs named share a tree and their
+      // snapshots, and their values add up (view/flamegraph_heaps.py); only its memory series travels.
+      const qs = p.sum.map(([h, k]) => {
+        const from = D.heaps[h].processes, q = from[k];
+        materialize(q, from);
+        return q;
+      });
+      const f = qs[0], n = f.depth.length;
+      const dumps = f.dumps.map((d, k) => {
+        const totals = {}, self = {};
+        for (const v of Object.keys(d.totals)) {
+          totals[v] = qs.reduce((sum, q) => sum + (q.dumps[k].totals[v] || 0), 0);
+          self[v] = addSparse(qs.map((q) => q.dumps[k].self[v] || []), n);
+        }
+        return { ts: d.ts, label: d.label, totals, self };
+      });
+      Object.assign(p, { depth: f.depth, name: f.name, lib: f.lib, src: f.src, dumps, start: f.start, t0: f.t0 });
+      if (qs.some((q) => q.sizes)) p.sizes = [].concat(...qs.map((q) => q.sizes || []));
+      if (p.memory) {
+        const ms = qs.filter((q) => q.memory).map((q) => q.memory);
+        for (const key of ["sn", "sa", "sf", "sb", "sw"]) p.memory[key] = [].concat(...ms.map((m) => m[key]));
+        p.memory.kept = ms.reduce((sum, m) => sum + m.kept, 0);
+        p.memory.samples = ms.reduce((sum, m) => sum + m.samples, 0);
+      }
+      return;
+    }
     const parts = p.parts.map((k) => list[k]);
     for (const q of parts) materialize(q, list);
     const depth = [0], name = [parts[0].name[0]], lib = [parts[0].lib[0]], src = [-1];
@@ -104,6 +131,16 @@
     }
     Object.assign(p, { depth, name, lib, src });
     p.dumps[0].self = self;
+  }
+
+  // (gap, value) pairs of several lists of one tree's n nodes, added node by node.
+  function addSparse(lists, n) {
+    if (lists.length === 1) return lists[0];
+    const v = new Float64Array(n);
+    for (const sp of lists) for (let k = 0, i = 0; k < sp.length; k += 2) { i += sp[k]; v[i] += sp[k + 1]; }
+    const out = [];
+    for (let i = 0, last = 0; i < n; i++) if (v[i]) { out.push(i - last, v[i]); last = i; }
+    return out;
   }
 
   function values(p, dump, view) {
