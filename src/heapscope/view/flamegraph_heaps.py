@@ -113,7 +113,7 @@ def heap_graphs(profile: Profile, heap: str | None = None, pid: int | None = Non
         select_heap(profile, reused)
         every = _every_heap(profile, pid, dump, merge, python_only, max_dumps, names,
                             [built[h] for h in names], reads, peaks, lives, shared,
-                            lambda: (samples_of(samples, names), series_of(points, names)))
+                            series_of(points, names), lambda: samples_of(samples, names))
     elif len(names) > 1:
         select_heap(profile, ALL_HEAPS)
         every = profile_graphs(profile, pid, dump, merge, python_only, max_dumps,
@@ -152,16 +152,17 @@ def _every_heap(profile: Profile, pid: int | None, dump: str | int | None, merge
                 max_dumps: int, names: list[str], graphs: list[list[ProcessGraph]],
                 reads: dict[str, dict[int, DumpStates]], peaks: dict[str, dict[int, Peak]],
                 lives: dict[str, dict[int, LifeSums]], trees: dict[int, MergedTree],
-                rows: Callable[[], tuple[dict[int, list[Sample]], dict[int, list[Point]]]]) -> list[ProcessGraph]:
+                series: dict[int, list[Point]], read_samples: Callable[[], dict[int, list[Sample]]]
+                ) -> list[ProcessGraph]:
     """profile_graphs of the sum of every heap (shown), each process's graph added up from its
-    heaps' `graphs` when their callsites are apart (_added), else read (`rows`: the sum's memory
-    samples and series)."""
+    heaps' `graphs` when their callsites are apart (_added), else read (`series`: the sum's memory
+    series; `read_samples`: its memory samples, taken only then)."""
     parts: dict[int, list[ProcessGraph]] = {}
     for heap_graphs_ in graphs:
         for part in heap_graphs_:
             if part.upid >= 0:
                 parts.setdefault(part.upid, []).append(part)
-    samples, series = rows()
+    samples: dict[int, list[Sample]] | None = None  # the sum's, for a process whose sum is read
     merged: dict[int, LifeSums] | None = None
     out = []
     for p in select_processes(profile, pid):
@@ -172,8 +173,9 @@ def _every_heap(profile: Profile, pid: int | None, dump: str | int | None, merge
                 and _apart([lives[h][upid].sizes.keys() for h in names if upid in lives.get(h, {})]):
             g = _added(parts[upid], series.get(upid, []))
         if g is None:
-            if merged is None:
+            if merged is None or samples is None:
                 merged = merged_life_sums([lives[h] for h in names if h in lives])
+                samples = read_samples()
             g = process_graph(profile, p, dump, python_only, max_dumps, merged.get(upid, NO_LIVES),
                               samples.get(upid, []), trees.get(upid), series=series.get(upid, []))
         if g.snapshots:
