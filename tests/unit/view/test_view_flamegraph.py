@@ -80,24 +80,32 @@ def test_all_processes_in_preorder_whether_trees_merge_or_not(tmp_path: Path) ->
         assert _flat(merged) == [(-1, "pid 1 p", 0), (0, "main", 0), (1, "f", 4), (2, "k", 4), (1, "g", 2)]
 
 
-def test_one_pass_over_the_rows_gives_each_heap_what_it_reads_alone(tmp_path: Path) -> None:
-    """dump_states of several heap sets at once (heap_graphs: each process's rows read once for
-    every heap and sum of the page) is, set by set, what the profile showing that set reads:
-    dumps at times of their own per heap, a callsite in two heaps, kept dumps and a chosen one."""
+def _one_process(db: Path) -> ProfileWriter:
+    """A writer of a profile with one process (upid 1, started at 1 ns, one sample per 4096
+    bytes) and callsites 2 and 3 under 1: a test adds its rows, commits and closes it."""
     from heapscope.model import Frame, MappingId, ProcessFlags
-    from heapscope.store.select import ALL_HEAPS, select_heap
-    from heapscope.view.flamegraph import dump_states
 
-    db = tmp_path / "heaps.db"
     w = ProfileWriter(db)
     w.add_mappings([(1, Mapping("aa", 0, 0, 0x1000, 0x9000, 0, "/usr/bin/p"))])
     w.add_frames([(1, Frame(MappingId(1), 0x10, "main")), (2, Frame(MappingId(1), 0x20, "both")),
                   (3, Frame(MappingId(1), 0x30, "maps"))])
     w.add_callsites([(1, 0, None, 1), (2, 1, 1, 2), (3, 1, 1, 3)])
-    p = ProcessInfo(Upid(1), pid=42, ppid=1, name="p", cmdline="p", exe="/usr/bin/p", uid=0, start_ts=0)
+    p = ProcessInfo(Upid(1), pid=42, ppid=1, name="p", cmdline="p", exe="/usr/bin/p", uid=0, start_ts=1)
     w.add_process(p)
     w.set_process_flags(p, ProcessFlags(unwinder="fp", sampling_interval_bytes=4096,
                                         orig_sampling_interval_bytes=4096))
+    return w
+
+
+def test_one_pass_over_the_rows_gives_each_heap_what_it_reads_alone(tmp_path: Path) -> None:
+    """dump_states of several heap sets at once (heap_graphs: each process's rows read once for
+    every heap and sum of the page) is, set by set, what the profile showing that set reads:
+    dumps at times of their own per heap, a callsite in two heaps, kept dumps and a chosen one."""
+    from heapscope.store.select import ALL_HEAPS, select_heap
+    from heapscope.view.flamegraph import dump_states
+
+    db = tmp_path / "heaps.db"
+    w = _one_process(db)
     s = 1_000_000_000
     for k in range(1, 6):  # malloc's dumps at 1-5 s; mmap's at 2 and 4 s, and one of its own at 4.5 s
         w.add_dump(1, (k - 1) * s, k * s, "periodic", [(2, k, 4096 * k)], "libc.malloc")
@@ -123,17 +131,7 @@ def test_one_pass_over_the_rows_gives_each_heap_what_it_reads_alone(tmp_path: Pa
 def _two_heaps(db: Path, mmap_callsite: int) -> None:
     """One process with libc.malloc's rows at callsite 2 and mmap's at `mmap_callsite` (2: the
     same callsite), a dump, a peak at one ts, a memory series and samples in each heap."""
-    from heapscope.model import Frame, MappingId, ProcessFlags
-
-    w = ProfileWriter(db)
-    w.add_mappings([(1, Mapping("aa", 0, 0, 0x1000, 0x9000, 0, "/usr/bin/p"))])
-    w.add_frames([(1, Frame(MappingId(1), 0x10, "main")), (2, Frame(MappingId(1), 0x20, "alloc")),
-                  (3, Frame(MappingId(1), 0x30, "maps"))])
-    w.add_callsites([(1, 0, None, 1), (2, 1, 1, 2), (3, 1, 1, 3)])
-    p = ProcessInfo(Upid(1), pid=42, ppid=1, name="p", cmdline="p", exe="/usr/bin/p", uid=0, start_ts=1)
-    w.add_process(p)
-    w.set_process_flags(p, ProcessFlags(unwinder="fp", sampling_interval_bytes=4096,
-                                        orig_sampling_interval_bytes=4096))
+    w = _one_process(db)
     s = 1_000_000_000
     # One sample of 100 bytes in malloc's heap, one of 10000 in mmap's: de-sampled as one
     # callsite's two samples, their objects are not those of each heap's sample added
