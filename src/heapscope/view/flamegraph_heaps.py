@@ -54,8 +54,9 @@ def heap_graphs(profile: Profile, heap: str | None = None, pid: int | None = Non
     """The graphs of every heap of the profile (profile_graphs), then of all heaps merged when
     there are several, and the position of the heap to open at: `heap` as --heap takes it
     (store.select.resolve_heap; None: the default heap). Leaves the profile showing that heap.
-    The widest set, every heap merged, is built first, and every other heap's graph of a process
-    takes its tree: one tree a process, whatever the heap (the page carries it once)."""
+    One tree a process, whatever the heap (the page carries it once): made of every callsite
+    the heaps' graphs need when the sum of every heap is added up from theirs (the module's
+    docstring), else that sum's, built first, which the other heaps' graphs take."""
     shown = resolve_heap(profile, heap)
     names = heap_names(profile)
     # Each heap's lifetimes, read once: a sum of heaps adds them up (a build's ~380k rows took
@@ -129,7 +130,6 @@ def heap_graphs(profile: Profile, heap: str | None = None, pid: int | None = Non
     at = next((k for k, h in enumerate(out) if h.name == (shown if shown is not None else ALL_HEAPS)), 0)
     select_heap(profile, out[at].name if len(names) > 1 else None)
     return out, at
-
 
 
 def _union_trees(profile: Profile, reads: list[dict[int, DumpStates]], peaks: list[dict[int, Peak]],
