@@ -54,9 +54,8 @@ def heap_graphs(profile: Profile, heap: str | None = None, pid: int | None = Non
     """The graphs of every heap of the profile (profile_graphs), then of all heaps merged when
     there are several, and the position of the heap to open at: `heap` as --heap takes it
     (store.select.resolve_heap; None: the default heap). Leaves the profile showing that heap.
-    One tree a process, whatever the heap (the page carries it once): made of every callsite
-    the heaps' graphs need when the sum of every heap is added up from theirs (the module's
-    docstring), else that sum's, built first, which the other heaps' graphs take."""
+    One tree a process, whatever the heap (the page carries it once): its heaps' callsites when
+    their sum is added up from theirs (the module's docstring), else that sum's, built first."""
     shown = resolve_heap(profile, heap)
     names = heap_names(profile)
     # Each heap's lifetimes, read once: a sum of heaps adds them up (a build's ~380k rows took
