@@ -575,6 +575,41 @@ def test_a_run_whose_early_passes_answer_a_module_whole_drops_its_ask_file(
     assert _asked_files(d) == []
 
 
+@pytest.mark.parametrize("other_frames", [0, 1])
+def test_a_run_without_frames_of_a_module_drops_its_ask_file(prog: Path, tmp_path: Path, other_frames: int,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A module announced but in no frame of the profile (ld.so in a recording of `ls`) needed no
+    tool in that run: its ask- file, set by a run that met new addresses of it, goes. Before, only
+    a run with its frames dropped it, and every later recording warmed the tool for it at start."""
+    assert LLVM is not None
+    monkeypatch.setenv("HEAPSCOPE_LLVM_SYMBOLIZER", LLVM)
+    d = tmp_path / "cache" / "heapscope"
+    pc = malloc_call_pc(prog)
+    # GIVEN the program's ask- file, from a run that met a new address of it
+    _names(_one_module_profile(tmp_path / "fill.db", prog, [pc]), SymbolCache(d))
+    _names(_one_module_profile(tmp_path / "first.db", prog, [pc, pc - 3]), SymbolCache(d))
+    assert len(_asked_files(d)) == 1
+    # WHEN a recording announces the program and libc, and writes no frame of the program (none
+    # at all, or one of libc)
+    live = LiveSymbolizer(SymbolCache(d))
+    w = ProfileWriter(tmp_path / "other.db")
+    w.add_mappings([(1, Mapping(build_id(prog), 0, 0, 0x1000, 0x9000, 0, str(prog))),
+                    (2, Mapping(build_id(Path(LIBC)), 0, 0, 0x1000, 0x9000, 0, LIBC))])
+    w.add_frames([(1, Frame(MappingId(2), 0x1000))][:other_frames])
+    w.commit()
+    live.module(str(prog), build_id(prog))
+    live.module(LIBC, build_id(Path(LIBC)))
+    live.finish(w)
+    w.close()
+    # THEN the file is gone: the next recording does not warm the tool for the program
+    assert _asked_files(d) == []
+    again = LiveSymbolizer(SymbolCache(d))
+    again.module(str(prog), build_id(prog))
+    again.tick(time.monotonic())
+    assert again.warm is None
+    again.close()
+
+
 def test_a_warm_tool_asks_ahead_only_what_its_pipe_takes_and_answers_as_a_fresh_one(prog: Path) -> None:
     assert LLVM is not None
     pc = malloc_call_pc(prog)
