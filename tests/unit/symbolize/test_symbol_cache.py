@@ -522,6 +522,16 @@ def _asked_files(d: Path) -> list[str]:
     return sorted(p.name for p in d.glob("ask-*"))
 
 
+def _warms_at_once(d: Path, prog: Path) -> bool:
+    """Whether a recording that announces `prog` has the tool read it as soon as its loop ticks."""
+    live = LiveSymbolizer(SymbolCache(d))
+    live.module(str(prog), build_id(prog))
+    live.tick(time.monotonic())
+    warmed = live.warm is not None
+    live.close()
+    return warmed
+
+
 def test_a_module_the_tool_was_run_for_is_warmed_as_soon_as_the_next_recording_announces_it(
         prog: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert LLVM is not None
@@ -545,11 +555,7 @@ def test_a_module_the_tool_was_run_for_is_warmed_as_soon_as_the_next_recording_a
     # AND a run that the cache answers whole removes the file: its next recording warms nothing early
     _names(_one_module_profile(tmp_path / "second.db", prog, [pc]), SymbolCache(d))
     assert _asked_files(d) == []
-    quiet = LiveSymbolizer(SymbolCache(d))
-    quiet.module(str(prog), build_id(prog))
-    quiet.tick(time.monotonic())
-    assert quiet.warm is None
-    quiet.close()
+    assert not _warms_at_once(d, prog)
     # AND a run that meets a new address makes it again
     _names(_one_module_profile(tmp_path / "third.db", prog, [pc, 0x10]), SymbolCache(d))
     assert len(_asked_files(d)) == 1
@@ -603,11 +609,7 @@ def test_a_run_without_frames_of_a_module_drops_its_ask_file(prog: Path, tmp_pat
     w.close()
     # THEN the file is gone: the next recording does not warm the tool for the program
     assert _asked_files(d) == []
-    again = LiveSymbolizer(SymbolCache(d))
-    again.module(str(prog), build_id(prog))
-    again.tick(time.monotonic())
-    assert again.warm is None
-    again.close()
+    assert not _warms_at_once(d, prog)
 
 
 def test_a_warm_tool_asks_ahead_only_what_its_pipe_takes_and_answers_as_a_fresh_one(prog: Path) -> None:
