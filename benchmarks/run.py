@@ -326,6 +326,7 @@ def workloads(quick: bool, out: Path, py: Python) -> list[Workload]:
 
 class Tool:
     name = ""
+    env: dict[str, str] = {}  # noqa: RUF012 (never changed in place: a tool sets its own)
 
     def argv(self, w: Workload, profile: Path, cpu_file: Path) -> list[str] | None:
         raise NotImplementedError
@@ -344,9 +345,14 @@ class Unprofiled(Tool):
 class Heapscope(Tool):
     name = "heapscope"
 
-    def __init__(self, cmd: list[str], name: str = "heapscope", interval: str | None = None) -> None:
+    def __init__(self, cmd: list[str], name: str = "heapscope", interval: str | None = None,
+                 cache: Path | None = None) -> None:
         self.cmd, self.name, self.interval = cmd, name, interval
         self.launcher = self._launcher(cmd)
+        # Two versions side by side each keep a symbol cache of their own: one may read the
+        # other's entries as damaged and symbolize anew at every round (llvm-symbolizer's time
+        # and RSS counted against it).
+        self.env = {"XDG_CACHE_HOME": str(cache)} if cache is not None else {}
 
     @staticmethod
     def _launcher(cmd: list[str]) -> tuple[list[str], list[str]] | None:
@@ -439,7 +445,7 @@ def run_once(w: Workload, tool: Tool, profile: Path, work_dir: Path, want_peak: 
     cpu_file.unlink(missing_ok=True)
     argv = tool.argv(w, profile, cpu_file)
     assert argv is not None
-    env = {**os.environ, **w.env}
+    env = {**os.environ, **w.env, **tool.env}
     with open(w.stdin, "rb") if w.stdin else open(os.devnull, "rb") as stdin_f:
         t0 = time.perf_counter()
         proc = subprocess.run([str(work_dir / "measure"), str(usage), *(prefix or []), *argv], stdin=stdin_f,
@@ -1005,12 +1011,18 @@ def main(argv: list[str] | None = None) -> int:
     setting = Setting(args.taskset, args.interval)
     if setting.taskset and not shutil.which("taskset"):
         parser.error("--taskset needs taskset (util-linux) on PATH")
-    heapscope = Heapscope(heapscope_cmd, interval=args.interval)
+
+    def own(tag: str) -> Path | None:
+        """With --compare, each heapscope's symbol cache (Heapscope's __init__ says why)."""
+        return work_dir / f"cache-{tag}" if args.compare else None
+
+    heapscope = Heapscope(heapscope_cmd, interval=args.interval, cache=own("heapscope"))
     if heapscope.launcher is None:
         print(f"{' '.join(heapscope_cmd)} is not a Python script: producer CPU is n/a", file=sys.stderr)
     tools: list[Tool] = [Unprofiled(), heapscope]
     if args.compare:
-        tools.append(Heapscope(shlex.split(args.compare), f"heapscope @ {args.compare_label}", args.interval))
+        tools.append(Heapscope(shlex.split(args.compare), f"heapscope @ {args.compare_label}", args.interval,
+                               own("compare")))
     if args.no_peers:
         pass
     elif shutil.which("heaptrack"):
