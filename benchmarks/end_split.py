@@ -3,7 +3,7 @@
     python benchmarks/end_split.py [--rounds 3] [--python PY] [--variant LABEL=DIR ...] [--child-python PY]
                                    [--cprofile DIR] [--record-args ARGS] [WORKLOAD ...]
 
-WORKLOAD: true, cc1plus, git, json, objects, markdown (default: all). Each run is
+WORKLOAD: true, ls, cc1plus, git, json, objects, markdown (default: all but ls). Each run is
 `heapscope record -o X -- TARGET` in a child interpreter (the console entry point's
 path: cli.main, then os._exit) with timers around the end path's functions
 (Recording.close and what it calls, Producer._end and dump, the writer's commits,
@@ -196,6 +196,8 @@ def _workloads(names: list[str], work: Path, python: str) -> dict[str, list[str]
     for name in names:
         if name == "true":
             found[name] = ["/bin/true"]
+        elif name == "ls":  # fixed_cost.py's short real program (with --record-args=-i\ 1 there)
+            found[name] = ["ls", "-l", "/usr/bin"]
         elif name == "cc1plus":
             cc1 = run.cc1plus_command(work, quick=False)
             if cc1:
