@@ -21,12 +21,6 @@ from heapscope.session.core import (
 )
 from heapscope.session.requests import Windows
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING; typing stays off the start path (docs/README.md)
-if TYPE_CHECKING:
-
-    pass
-
-
 
 class Loop(Windows):
     """The loop: poll the producer, dump, guard, end with the target."""
