@@ -73,3 +73,21 @@ def test_fixed_seed_is_deterministic(programs: Programs, record: Recorder) -> No
     ua, ub = a.only_upid("sampled"), b.only_upid("sampled")
     for fn in programs.truth("sampled"):
         assert a.views_of(ua, fn) == b.views_of(ub, fn), fn
+
+
+@pytest.mark.timeout(300)
+def test_unwinding_time_is_not_the_first_unwind_counted_64_times(programs: Programs, record: Recorder) -> None:
+    """The client times 1 unwind in 64 and scales it. Timing each thread's first (the coldest:
+    its unwind tables read for the first time) made a run of a few samples report ~64 of them;
+    with a random phase per thread, a run of one or two samples is rarely timed at all."""
+    timed, runs = 0, 0
+    for seed in range(1, 9):
+        rec = record([programs.path("tiny")], interval=65536, seed=seed, timeout=60)
+        assert rec.returncode == 0, rec.describe()
+        stats = rec.profile().stats()
+        if not 0 < stats["heap_samples"] <= 3:
+            continue
+        runs += 1
+        timed += stats["total_unwinding_time_us"] > 0
+    assert runs >= 5, f"only {runs} of 8 seeds sampled 1-3 allocations of tiny"
+    assert timed <= 2, f"{timed} of {runs} runs of 1-3 samples reported unwinding time"

@@ -56,6 +56,7 @@ struct hs_thread {
    * hs_guard_leave (below). */
   int guard;
   uint32_t unwinds; /* count of this thread's unwinds, for timing 1 in 64 */
+  uint32_t timed_at; /* which unwind of 64 is timed: a random phase per thread (record.c) */
   int stack_known;  /* stack_lo/hi set (hs_thread_stack_bounds) */
   uintptr_t stack_lo, stack_hi; /* this thread's stack, [lo, hi) */
   /* &errno of this thread (it never moves), taken with its sampler
