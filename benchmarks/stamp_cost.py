@@ -12,10 +12,10 @@ run on this machine, more than the 1% asked of the two.
    --compare, in alternated rounds, and for the program alone. The difference of the medians is
    what the stamps (and the hooks) add to a sample and its free, the clock's reading overlapped
    with the work around it, which a loop of readings alone (clock_cost.c) cannot show.
-2. **Per workload.** Each workload of run.py's overhead table and proctree.py's build, run once alone (its CPU: user +
-   sys of the tree, wait4) and once under `record` (its samples on every heap, of which the
-   `mmap` and `brk` heaps', and `total_unwinding_time_us`, from the stats). The two cost
-   it at most
+2. **Per workload.** Each workload of run.py's overhead table and proctree.py's build, run
+   once alone (its CPU: user + sys of the tree, wait4) and once under `record` (its samples on
+   every heap, of which the `mmap` and `brk` heaps', and `total_unwinding_time_us`, from the
+   stats). The two cost it at most
        (pair difference x samples + mapping samples x a sample's whole cost) / CPU alone
    where a sample's whole cost is its unwind time (the run's mean) plus this tree's pair cost
    over the program alone's: every sample the mapping hooks take is new, so all of it counts.
