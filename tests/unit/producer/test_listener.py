@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import resource
 import socket
 import sqlite3
 from pathlib import Path
@@ -108,3 +109,31 @@ def test_answered_clients_the_producer_never_adopted_are_told_to_stop() -> None:
     assert codec.read_meta(ring.shm, "shutting_down") == 1
     assert sock.recv(1) == b""
     sock.close()
+
+
+def test_every_client_waiting_while_out_of_descriptors_is_turned_away_in_one_call() -> None:
+    """Out of descriptors, accept() turned away one waiting client a call, which the loop makes
+    once a round: 600 processes at once on a busy machine waited past their connect's 10 s bound
+    and went dormant, neither profiled nor counted. One call now turns away every one waiting."""
+    listener = Listener(RecordConfig())
+    clients = []
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        for _ in range(8):
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.connect(listener.socket_path)  # queued in the listen backlog: nobody accepts yet
+            clients.append(c)
+        # GIVEN no descriptor left below the limit
+        lowest_free = os.open(os.devnull, os.O_RDONLY)
+        os.close(lowest_free)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, hard))
+        # WHEN the listener answers once
+        answered = listener.accept()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        listener.remove()
+    # THEN all eight were turned away and counted, and each sees its socket closed
+    assert answered == 0 and listener.no_descriptors == 8
+    for c in clients:
+        assert c.recv(1) == b""
+        c.close()
