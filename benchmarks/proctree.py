@@ -76,7 +76,7 @@ def _run(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> tuple
     return wall, usage.ru_utime + usage.ru_stime
 
 
-def _sources(src: Path | None) -> Path:
+def brotli_sources(src: Path | None) -> Path:
     """An unpacked brotli sdist: `src` itself, `src` unpacked, or the sdist from PyPI."""
     if src is not None and src.is_dir():
         return src
@@ -156,7 +156,7 @@ def main() -> int:
         sys.path.insert(0, str(HERE))
         from read_speed import MAKEFILE
 
-        src = _sources(args.src)
+        src = brotli_sources(args.src)
         (src / "Makefile.heapscope").write_text(MAKEFILE)
         make = ["make", "-s", "-f", "Makefile.heapscope", "-j2"]
         variants["make"] = (make, src, True, "")

@@ -36,7 +36,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from proctree import _sources
+from proctree import brotli_sources
 from read_speed import MAKEFILE
 from run import OUT, Heapscope, Python, Unprofiled, Workload, run_once, workloads
 
@@ -122,7 +122,7 @@ def main() -> int:
             if "overhead" in w.tables:
                 print(workload_bound(w, cmds[0], work, added, ours - alone), flush=True)
         if not args.no_build:
-            src = _sources(None)  # proctree.py's build: brotli's sdist, fetched once
+            src = brotli_sources(None)  # proctree.py's build: brotli's sdist, fetched once
             (src / "Makefile.heapscope").write_text(MAKEFILE)
             make = Workload("make -j2 of brotli (proctree.py's build)",
                             ["make", "-s", "-C", str(src), "-f", "Makefile.heapscope", "-j2"], ("overhead",), "real")

@@ -128,12 +128,17 @@ def test_every_client_waiting_while_out_of_descriptors_is_turned_away_in_one_cal
         os.close(lowest_free)
         resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, hard))
         # WHEN the listener answers once
-        answered = listener.accept()
+        try:
+            answered = listener.accept()
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        # THEN all eight were turned away and counted, and each sees its socket closed while the
+        # listener still listens (closing the listener would close those still waiting too)
+        assert answered == 0 and listener.no_descriptors == 8
+        for c in clients:
+            c.settimeout(5.0)
+            assert c.recv(1) == b""
     finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
         listener.remove()
-    # THEN all eight were turned away and counted, and each sees its socket closed
-    assert answered == 0 and listener.no_descriptors == 8
-    for c in clients:
-        assert c.recv(1) == b""
-        c.close()
+        for c in clients:
+            c.close()
