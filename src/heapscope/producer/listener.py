@@ -38,6 +38,7 @@ else:
     Upid = int  # model.py's NewType at run time, without importing model before the spawn
 
 HANDSHAKE_TIMEOUT_S = 5.0
+LISTEN_BACKLOG = 4096  # clients waiting to be accepted, at most
 PEERCRED = struct.Struct("3i")
 OWNED_PREFIX = "heapscope-"
 OWNER_FILE = "owner.lock"
@@ -90,7 +91,10 @@ class Listener:
             self.socket_path = os.path.join(self.directory, "producer.sock")
             self.sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)  # close-on-exec, as socket.socket
             self.sock.bind(self.socket_path)
-            self.sock.listen(64)
+            # Room for a fork storm's clients to wait (the kernel caps it at net.core.somaxconn):
+            # one that finds the queue full waits in connect, and past that wait's 10 s bound runs
+            # on unprofiled, never seen here, so never counted.
+            self.sock.listen(LISTEN_BACKLOG)
             self.sock.setblocking(False)
         except BaseException:
             self.remove()
