@@ -22,14 +22,9 @@ tables: it is for timing only.
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
-from stampless_build import edit
-
-ROOT = Path(__file__).resolve().parent.parent
+from stampless_build import edit, install_edited
 
 END_TABLES = ("                w.add_memory(p.info.upid, name, *heap.memory_values(t))\n"
               "                w.add_lifetime_values(p.info.upid, name, *heap.lifetime_values(t))\n")
@@ -65,19 +60,13 @@ def main() -> int:
     ap.add_argument("venv", type=Path, help="the venv to create (or reuse) and install into")
     ap.add_argument("--rev", default="HEAD", help="the commit to copy (default HEAD)")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="hs-lean-end-") as tmp:
-        src = Path(tmp) / "src"
-        src.mkdir()
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.rev], check=True,
-                                 capture_output=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
-        package = src / "src" / "heapscope"
+
+    def as_before(package: Path) -> None:
         edit(package / "producer" / "producer.py", END_TABLES, "")
         peaks = package / "view" / "peaks.py"
         peaks.write_text(peaks.read_text() + OLD_NATIVE_LINES)
-        if not (args.venv / "bin" / "python").exists():
-            subprocess.run([sys.executable, "-m", "venv", str(args.venv)], check=True)
-        subprocess.run([str(args.venv / "bin" / "pip"), "install", "-q", str(src)], check=True)
+
+    install_edited(args.venv, args.rev, as_before)
     print(f"{args.venv}/bin/heapscope: {args.rev} with record's end as before the re-cut")
     return 0
 

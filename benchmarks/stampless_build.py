@@ -19,6 +19,7 @@ import argparse
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,19 +33,30 @@ def edit(path: Path, old: str, new: str, count: int = 1) -> None:
     path.write_text(text.replace(old, new))
 
 
+def install_edited(venv: Path, rev: str, change: Callable[[Path], None]) -> None:
+    """Install into `venv` (made if missing) a copy of commit `rev` whose package folder
+    (src/heapscope) `change` has edited first."""
+    with tempfile.TemporaryDirectory(prefix="hs-edited-") as tmp:
+        src = Path(tmp) / "src"
+        src.mkdir()
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+        change(src / "src" / "heapscope")
+        if not (venv / "bin" / "python").exists():
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", str(src)], check=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("venv", type=Path, help="the venv to create (or reuse) and install into")
     ap.add_argument("--rev", default="HEAD", help="the commit to copy (default HEAD)")
     ap.add_argument("--only", choices=("stamps", "hooks"), help="take out only this one")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="hs-stampless-") as tmp:
-        src = Path(tmp) / "src"
-        src.mkdir()
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.rev], check=True,
-                                 capture_output=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
-        client = src / "src" / "heapscope" / "client"
+
+    def take_out(package: Path) -> None:
+        client = package / "client"
         if args.only != "hooks":
             edit(client / "state.h", "    return __builtin_ia32_rdtsc();\n", "    return hs_coarse_ns();\n")
             edit(client / "state.h", "  return hs_mono_ns();\n}", "  return hs_coarse_ns();\n}")
@@ -53,9 +65,8 @@ def main() -> int:
         if args.only != "stamps":
             for name in MAP_CALLS:
                 edit(client / "preload.map", f"    {name};\n", "")
-        if not (args.venv / "bin" / "python").exists():
-            subprocess.run([sys.executable, "-m", "venv", str(args.venv)], check=True)
-        subprocess.run([str(args.venv / "bin" / "pip"), "install", "-q", str(src)], check=True)
+
+    install_edited(args.venv, args.rev, take_out)
     both = "the lifetime stamps and the mapping hooks"
     gone = {"stamps": "the lifetime stamps", "hooks": "the mapping hooks"}.get(args.only or "", both)
     print(f"{args.venv}/bin/heapscope: {args.rev} without {gone}")
