@@ -494,3 +494,24 @@ def test_the_summary_reads_the_stacks_of_the_processes_it_shows_only(programs: P
     assert all(pk.top for pk in summary.peaks[:PEAKS_SHOWN + 1]), summary.peaks
     assert not any(pk.top for pk in summary.peaks[PEAKS_SHOWN + 1:]), summary.peaks
     assert any("hold_" in text for text, _ in summary.peaks[0].top), summary.peaks[0]
+
+
+def test_a_recording_with_no_summary_to_show_reads_no_peaks_back(programs: Programs, tmp_path: Path) -> None:
+    """`record -q` prints no summary, yet its end read every process's peak and largest stacks
+    back from the profile, importing the reader to do so: ~5-10 ms of every recording with samples."""
+    from heapscope.producer.config import RecordConfig
+    from heapscope.session import Recording, RecordingOptions
+
+    exe = str(programs.path("peakfree"))
+    summaries = []
+    # GIVEN the same program recorded with the summary's peaks asked for, and without
+    for peaks in (True, False):
+        options = RecordingOptions(symbolize=False, forward_signals=False, peaks=peaks)
+        with Recording(RecordConfig(), tmp_path / f"peaks-{peaks}.db", options) as rec:
+            rec.start([exe])
+            assert rec.run_until_exit() == 0
+        summaries.append(rec.summary)
+    # THEN both sampled it, and only the first read its peaks back
+    asked, not_asked = summaries
+    assert asked.samples > 0 and not_asked.samples > 0, summaries
+    assert asked.peaks and not not_asked.peaks, summaries

@@ -87,6 +87,9 @@ class RecordingOptions(Record, frozen=True):
     # False: no profile at all (the pytest plugin without --heapscope-output reads only the
     # trackers' figures, window_snapshot): no file, no dump, no stack resolved (Producer's keep).
     keep: bool = True
+    # False: the summary's peaks are not read back from the profile (`record -q` prints no
+    # summary; the read and its imports were ~5-10 ms of every recording with samples).
+    peaks: bool = True
 
     def __post_init__(self) -> None:
         check_positive(self.duration, "--duration (seconds)", MAX_DURATION_S)

@@ -138,7 +138,7 @@ class Requests(SessionCore):
         """Queue the imports the end of the recording will need, for the loop's idle time."""
         if not self.options.keep:
             return  # no profile: the end reads nothing back
-        modules = END_MODULES + (SYMBOLIZE_MODULES if self.options.symbolize else ())
+        modules = (END_MODULES if self.options.peaks else ()) + (SYMBOLIZE_MODULES if self.options.symbolize else ())
         self._chores += [(self._importer(m), False) for m in modules]
 
     def _importer(self, module: str) -> Callable[[], None]:

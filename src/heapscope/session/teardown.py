@@ -99,8 +99,9 @@ class Figures(Loop):
                 s.symbol_notes = list(report.debuginfod_errors) + list(report.cache_notes)
                 s.unsymbolized_frames = sum(m.frames for m in mods)
                 s.unsymbolized = mods if len(mods) <= UNSYMBOLIZED_SHOWN + 1 else mods[:UNSYMBOLIZED_SHOWN]
-            if self.producer is None or not os.path.isfile(self.output) or not self.producer.ended or not s.samples:
-                return  # no sample, no peak: the profile need not be read back
+            if (self.producer is None or not os.path.isfile(self.output) or not self.producer.ended or not s.samples
+                    or not self.options.peaks):
+                return  # no sample, no peak (or no summary to show them): the profile need not be read back
             from heapscope.store.reader import open_profile
             with open_profile(self.output) as profile:
                 self._peaks(profile)

@@ -76,3 +76,15 @@ def test_the_console_script_records_with_the_start_module(tmp_path: Path) -> Non
     assert done.returncode == 3, done.stderr
     assert wrong.returncode == 2
     assert wrong.stderr.splitlines()[-1] == "heapscope: error: unrecognized arguments: --bogus"
+
+
+def test_record_q_asks_the_session_for_no_peaks_and_a_summary_does() -> None:
+    # `record -q` prints no summary: its session reads no peaks back (the session's test:
+    # tests/integration/test_first_answer.py); without -q it does.
+    from heapscope import cli
+    from heapscope.cli import record
+
+    parser = cli.command_parser(record)
+    quiet = record.recording_options(parser.parse_args(["-q", "--", "true"]), ["true"], [])
+    plain = record.recording_options(parser.parse_args(["--", "true"]), ["true"], [])
+    assert (quiet.peaks, plain.peaks) == (False, True)
