@@ -498,7 +498,7 @@ def test_the_summary_reads_the_stacks_of_the_processes_it_shows_only(programs: P
 
 def test_a_recording_with_no_summary_to_show_reads_no_peaks_back(programs: Programs, tmp_path: Path) -> None:
     """`record -q` prints no summary, yet its end read every process's peak and largest stacks
-    back from the profile, importing the reader to do so: ~5-10 ms of every recording with samples."""
+    back from the profile, importing the reader to do so: ~5 ms of every recording with samples."""
     from heapscope.producer.config import RecordConfig
     from heapscope.session import Recording, RecordingOptions
 

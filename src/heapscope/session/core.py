@@ -88,7 +88,7 @@ class RecordingOptions(Record, frozen=True):
     # trackers' figures, window_snapshot): no file, no dump, no stack resolved (Producer's keep).
     keep: bool = True
     # False: the summary's peaks are not read back from the profile (`record -q` prints no
-    # summary; the read and its imports were ~5-10 ms of every recording with samples).
+    # summary; the read and its imports were ~5 ms of every recording with samples).
     peaks: bool = True
 
     def __post_init__(self) -> None:
