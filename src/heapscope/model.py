@@ -120,3 +120,22 @@ class ProcessFlags(Record):
     unwinder: str = ""
     sampling_interval_bytes: int = 0
     orig_sampling_interval_bytes: int = 0
+
+
+def mapping_basename(mapping_name: str) -> str:
+    """`libc.so.6` for `/usr/lib/x86_64-linux-gnu/libc.so.6`; pseudo names like `[vdso]` as they are."""
+    if not mapping_name:
+        return "[unknown]"
+    return mapping_name.rsplit("/", 1)[-1] or mapping_name
+
+
+def fallback_frame_name(mapping_name: str, rel_pc: int) -> str:
+    """The name of a frame without a symbol: `libfoo.so+0x1a2b`.
+
+    One spelling shared by the symbolizer (which stores it) and the views
+    (which show it for frames nobody symbolized), so the two never disagree;
+    here, not in the store's rows, so that the symbolizer names one without
+    importing the profile's reader (typing and its row classes: ~6 ms).
+    """
+    return f"{mapping_basename(mapping_name)}+0x{rel_pc:x}"
+

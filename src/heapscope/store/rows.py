@@ -1,10 +1,19 @@
-"""The typed rows a profile's queries return (reader.py), and how a frame without a symbol is named."""
+"""The typed rows a profile's queries return (reader.py)."""
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-from heapscope.model import CallsiteId, MappingId, ProcessFlags, ProcessInfo, Upid
+# fallback_frame_name and mapping_basename: exported with the rows, which the views read them with
+from heapscope.model import (
+    CallsiteId,
+    MappingId,
+    ProcessFlags,
+    ProcessInfo,
+    Upid,
+    fallback_frame_name,
+    mapping_basename,
+)
 from heapscope.records import Record
 
 __all__ = [
@@ -134,20 +143,3 @@ class Stat(Record, frozen=True):
     source: str  # client, producer
     value: int
     description: str
-
-
-def mapping_basename(mapping_name: str) -> str:
-    """`libc.so.6` for `/usr/lib/x86_64-linux-gnu/libc.so.6`; pseudo names like `[vdso]` as they are."""
-    if not mapping_name:
-        return "[unknown]"
-    return mapping_name.rsplit("/", 1)[-1] or mapping_name
-
-
-def fallback_frame_name(mapping_name: str, rel_pc: int) -> str:
-    """The name of a frame without a symbol: `libfoo.so+0x1a2b`.
-
-    One spelling shared by the symbolizer (which stores it) and the views
-    (which show it for frames nobody symbolized), so the two never disagree.
-    """
-    return f"{mapping_basename(mapping_name)}+0x{rel_pc:x}"
-

@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 
-from heapscope.model import unknown_code_pid
+from heapscope.model import fallback_frame_name, unknown_code_pid
 from heapscope.records import Record, field
 from heapscope.store.writer import ProfileWriter, SymbolWriter
 from heapscope.symbolize.llvm import SymbolizerError, find_llvm_symbolizer
@@ -256,12 +256,12 @@ def symbolize_profile(
                 m.with_lines += 1
                 if outer:
                     m.named += 1
-                frame_updates.append((outer or old_name or _fallback_name(path, rel_pc), set_id, frame_id))
+                frame_updates.append((outer or old_name or fallback_frame_name(path, rel_pc), set_id, frame_id))
                 continue
             fn = _symtab_name(known, names, rel_pc)
             if fn:
                 m.named += 1
-            frame_updates.append((fn or old_name or _fallback_name(path, rel_pc), None, frame_id))
+            frame_updates.append((fn or old_name or fallback_frame_name(path, rel_pc), None, frame_id))
 
     symbols.write_symbols(symbol_rows, frame_updates)
     if done is not None:
@@ -292,7 +292,7 @@ def _name_from_perf_map(mapping_id: int, path: str, frames: list[tuple[int, int,
         m.file, m.detail = perf_map.path, describe(perf_map)
     for frame_id, rel_pc, old_name in frames:
         fn = perf_map.lookup(rel_pc) if perf_map is not None else None
-        fallback = _fallback_name(path, rel_pc)
+        fallback = fallback_frame_name(path, rel_pc)
         if fn or (old_name and old_name != fallback):  # a name `record` gave from the map is kept
             m.named += 1
         frame_updates.append((fn or old_name or fallback, None, frame_id))
@@ -307,11 +307,6 @@ def _answer_from_ranges(entry: Entry, frames: list[tuple[int, int, str]]) -> Non
                 entry.answers[pc] = ((), fn)
 
 
-def _fallback_name(path: str, rel_pc: int) -> str:
-    """store.reader.fallback_frame_name; the reader is imported only for a frame that needs it."""
-    from heapscope.store.reader import fallback_frame_name
-
-    return fallback_frame_name(path, rel_pc)
 
 
 def _packages_of_unnamed(report: SymbolizeReport, entries: list[Entry | None]) -> None:

@@ -233,9 +233,9 @@ def test_record_spawns_its_target_before_the_recordings_imports(tmp_path: Path) 
 def test_a_recording_answered_from_the_symbol_cache_loads_no_heavy_module(tmp_path: Path) -> None:
     # GIVEN a first run of a program that allocates (it fills the symbol cache)
     program = ("/bin/ls", "-l", "/usr/bin")
-    _record_run(tmp_path, "first.db", *program)
-    # WHEN the same program is recorded again
-    at_spawn, at_end = _record_run(tmp_path, "second.db", *program)
+    _record_run(tmp_path, "first.db", *program, opts=())
+    # WHEN the same program is recorded again, with its summary
+    at_spawn, at_end = _record_run(tmp_path, "second.db", *program, opts=())
     # THEN its frames were symbolized (from the cache) and read back for the summary's peaks
     assert {"heapscope.symbolize.profile", "heapscope.store.reader"} <= at_end
     with sqlite3.connect(tmp_path / "second.db") as db:
@@ -275,11 +275,15 @@ def test_a_recording_whose_frames_the_cache_answers_whole_starts_no_symbolizer(t
 def test_the_end_paths_imports_are_done_while_the_target_runs(tmp_path: Path) -> None:
     # GIVEN a target that allocates (ls, a child of the shell), then runs on idle for a while
     target = ("/bin/sh", "-c", "ls -l /usr/bin >/dev/null; sleep 0.5")
-    # WHEN it is recorded
-    at_exit, _ = _record_run(tmp_path, "a.db", *target, probe=_EXIT_PROBE)
+    # WHEN it is recorded with its summary
+    at_exit, _ = _record_run(tmp_path, "a.db", *target, probe=_EXIT_PROBE, opts=())
     # THEN what the end needs was imported by the loop before the target's exit
     assert {"heapscope.symbolize.profile", "heapscope.symbolize.missing", "heapscope.store.reader",
             "heapscope.store.select"} <= at_exit
+    # AND with -q (no summary) the profile's reader is never imported: no peak is read back
+    _, at_end = _record_run(tmp_path, "q.db", *target)
+    assert {"heapscope.symbolize.profile", "heapscope.symbolize.missing"} <= at_end
+    assert {"heapscope.store.reader", "heapscope.store.select"} & at_end == set()
 
 
 def test_a_target_without_samples_does_not_import_the_end_paths_modules(tmp_path: Path) -> None:
