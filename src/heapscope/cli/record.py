@@ -299,7 +299,7 @@ def recording_options(args: argparse.Namespace, command: list[str], pids: list[i
         max_memory_mb=args.max_producer_memory, max_cpu_s=args.max_producer_cpu,
         symbolize=not args.no_symbolize, force=args.force,
         command=" ".join(command) if command else "-p " + ",".join(map(str, pids)),
-        job_control=job_control, peaks=not getattr(args, "quiet", False),
+        job_control=job_control, peaks=not args.quiet,
     )
     if args.output is not None and not args.output.strip():
         raise UsageError("-o/--output must not be empty")

@@ -307,8 +307,6 @@ def _answer_from_ranges(entry: Entry, frames: list[tuple[int, int, str]]) -> Non
                 entry.answers[pc] = ((), fn)
 
 
-
-
 def _packages_of_unnamed(report: SymbolizeReport, entries: list[Entry | None]) -> None:
     """The Debian package of each module left with nameless frames (the summary names its
     -dbgsym), kept in its cache entry: dpkg-query costs ~50 ms of CPU, asked once per module."""
