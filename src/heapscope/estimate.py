@@ -42,7 +42,9 @@ May import: heapscope.store.reader (only in functions: the views and exports imp
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
+
+from heapscope.records import TupleRecord
 
 if TYPE_CHECKING:
     from heapscope.model import CallsiteId
@@ -64,7 +66,7 @@ def bytes_stderr(interval: int, nbytes: float) -> float:
     return math.sqrt(interval * nbytes) if interval > 1 and nbytes > 0 else 0.0
 
 
-class Estimate(NamedTuple):
+class Estimate(TupleRecord):
     """An estimated number of allocations and its standard error."""
 
     value: float

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import pickle
 import subprocess
 import sys
 from typing import ClassVar
 
 import pytest
 
-from heapscope.records import Record, field, replace
+from heapscope.records import Record, TupleRecord, field, replace
 
 
 class Point(Record, frozen=True):
@@ -159,3 +160,59 @@ def test_compiling_a_hot_init_leaves_the_interpreters_ast_types_unmade() -> None
     # THEN the init was compiled, named for its class in tracebacks, and the AST types (~1 ms of
     # set-up, which compile() does and exec of a str does not) were never made
     assert out == ["True", "<record", "Hot>", "0", "199"]
+
+
+class Cell(TupleRecord):
+    """A cell of a table."""
+
+    row: int
+    column: int
+    text: str = ""
+
+    def shown(self) -> str:
+        return self.text.rjust(8)
+
+
+def test_a_tuple_record_is_the_named_tuple_its_annotations_say() -> None:
+    # GIVEN tuple rows made by position, by keyword and with a default
+    a, b = Cell(1, 2, "x"), Cell(row=1, column=3)
+    # THEN each is a tuple of its fields, in order, with the body's default, methods and docstring
+    assert tuple(a) == (1, 2, "x") and b == (1, 3, "")
+    row, column, text = a
+    assert (row, column, text) == (1, 2, "x")
+    assert Cell._fields == ("row", "column", "text") and Cell._field_defaults == {"text": ""}
+    assert a.shown() == "       x"
+    assert Cell.__doc__ == "A cell of a table." and Cell.__module__ == __name__
+    assert repr(b) == "Cell(row=1, column=3, text='')" and a._replace(text="y").text == "y"
+    assert pickle.loads(pickle.dumps(a)) == a
+
+
+def test_a_tuple_record_refuses_a_field_without_default_after_one_with() -> None:
+    with pytest.raises(TypeError, match="without a default follows"):
+        class _Bad(TupleRecord):
+            a: int = 0
+            b: int  # type: ignore[misc]
+
+
+_TUPLES_IN_A_FRESH_INTERPRETER = """
+import gc, sys
+from heapscope.records import TupleRecord
+
+def ast_types():
+    return len([o for o in gc.get_objects() if isinstance(o, type) and o.__name__ == "FunctionDef"])
+
+before = ast_types()
+class Row(TupleRecord):
+    a: int
+    b: "list[str] | None" = None
+print(Row(1), ast_types() - before, "typing" in sys.modules)
+"""
+
+
+def test_a_tuple_record_is_made_without_typing_or_the_ast_types() -> None:
+    # GIVEN a fresh interpreter that makes a tuple row class
+    out = subprocess.run([sys.executable, "-c", _TUPLES_IN_A_FRESH_INTERPRETER], capture_output=True, text=True,
+                         timeout=60, check=True).stdout.split()
+    # THEN it imported no typing (~2 ms) and compiled no annotation (typing.NamedTuple makes a
+    # ForwardRef of each, and the first compile() makes the AST types: ~1 ms)
+    assert out == ["Row(a=1,", "b=None)", "0", "False"]

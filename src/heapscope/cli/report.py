@@ -9,13 +9,13 @@ import shutil
 import sys
 import textwrap
 from collections.abc import Sequence
-from typing import NamedTuple
 
 from heapscope.cli.folding import add_fold_arguments, apply_fold
 from heapscope.cli.lifetimes import TEMPORARY_HELP
 from heapscope.cli.lifetimes import render as render_lifetimes
 from heapscope.errors import UsageError
 from heapscope.model import VIEWS, unknown_code_pid
+from heapscope.records import TupleRecord
 from heapscope.store.alloc_labels import LABEL_HELP, select_label
 from heapscope.store.labels import process_label
 from heapscope.store.reader import Profile, mapping_basename, open_profile
@@ -324,7 +324,7 @@ def render_report(r: ProcessReport, top: int, stacks: bool = False, width: int |
     return "\n".join(lines) + "\n"
 
 
-class Unnamed(NamedTuple):
+class Unnamed(TupleRecord):
     """Why a library's rows are shown as `lib+0x...`, and what names them."""
 
     why: str  # "no symbols in the file", ...; '' for code in no file (JIT)

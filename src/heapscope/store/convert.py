@@ -8,6 +8,10 @@ import functools
 from heapscope.store.rows import DumpValues, ViewValues
 from heapscope.store.values import int_from_sql, opt_int_from_sql
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING: record's summary reads through here (docs/README.md)
+if TYPE_CHECKING:
+    from typing import Any
+
 _INT = frozenset({int})
 _INT_OR_NULL = frozenset({int, type(None)})
 new_values = functools.partial(tuple.__new__, ViewValues)
@@ -15,7 +19,7 @@ new_dump_values = functools.partial(tuple.__new__, DumpValues)  # a DumpValues o
 
 
 def plain_values(rows: list[tuple[object, ...]], keys: tuple[int, ...],
-                 first: int) -> tuple[list[tuple[object, ...]], list[ViewValues]] | None:
+                 first: int) -> tuple[list[tuple[Any, ...]], list[ViewValues]] | None:
     """The columns `keys` of `rows` and the ViewValues of their columns first..first+5, when every
     value is as `record` writes it (integers, NULL only in the two real-size columns): made a
     column at a time at C speed rather than a conversion per value (a build's peaks: 93k rows).

@@ -7,13 +7,14 @@ SQLite's GROUP BY of the delta rows ten times."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from heapscope.store._rows import grouped, summed
 from heapscope.store.values import INT, INT_OR_NULL, TEXT
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING: store/series.py, which the live view imports, uses this
 if TYPE_CHECKING:
+    from typing import Any
+
     from heapscope.store.reader import Profile
 
 # SQLite keeps a temporary view's statement as CREATE VIEW ...; made again in the other

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Sequence
 from itertools import groupby
 from operator import itemgetter
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 from heapscope.model import CallsiteId
-from heapscope.records import Record, field
+from heapscope.records import Record, TupleRecord, field
 from heapscope.store.grouped import MOST_SUMMED, grouped_rows, summed_rows
 from heapscope.store.reader import Profile
 from heapscope.store.values import (
@@ -31,7 +31,7 @@ LIFETIME_TABLE = "heapscope_callsite_lifetime"
 SIZE_TABLE = "heapscope_callsite_size"
 
 
-class Cell(NamedTuple):
+class Cell(TupleRecord):
     """Samples, their sampled bytes and their asked-for bytes."""
 
     samples: int = 0
@@ -86,7 +86,7 @@ def freed_within(life: CallsiteLife, threshold_ns: int) -> list[Cell]:
 FREED_WITHIN_SQL = "kind = 'freed' AND hi_ns IS NOT NULL AND hi_ns <= ?"
 
 
-class LifeSums(NamedTuple):
+class LifeSums(TupleRecord):
     """What a flamegraph shows of one process's lifetimes: per callsite the sampled bytes freed
     within a threshold (freed_within's cells, their sizes summed) and its size cells."""
 

@@ -25,7 +25,6 @@ import os
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from operator import itemgetter
-from typing import Concatenate, ParamSpec, TypeVar, cast
 
 from heapscope.errors import ProfileError
 from heapscope.model import CallsiteId, FrameId, MappingId, ProcessFlags, ProcessInfo, Upid
@@ -61,6 +60,13 @@ from heapscope.store.values import (
 )
 from heapscope.store.writer import SCHEMA_VERSION
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING: record's summary reads through here (docs/README.md)
+if TYPE_CHECKING:
+    from typing import Concatenate, ParamSpec, TypeVar
+
+    _T = TypeVar("_T")
+    _P = ParamSpec("_P")
+
 __all__ = [
     "PROFILE_FORMAT", "AllocationDelta", "Dump", "DumpValues", "FrameInfo", "Mapping", "PathFrame", "Process",
     "Profile", "Stat", "StreamEvent", "SymbolLine", "ViewValues", "fallback_frame_name", "mapping_basename",
@@ -84,10 +90,6 @@ def open_profile(path: str | os.PathLike[str]) -> Profile:
         db.close()
         raise
     return profile
-
-
-_T = TypeVar("_T")
-_P = ParamSpec("_P")
 
 
 def _reads(method: Callable[Concatenate[Profile, _P], _T]) -> Callable[Concatenate[Profile, _P], _T]:
@@ -303,7 +305,7 @@ class Profile:
         plain = plain_values(rows, (0,), 1)
         if plain is not None:
             (callsites,), values = plain
-            return cast("dict[CallsiteId, ViewValues]", dict(zip(callsites, values, strict=True)))
+            return dict(zip(callsites, values, strict=True))
         return {CallsiteId(req_int_from_sql(r[0], _ALLOC_CALLSITE)): view_values(r, 1) for r in rows}
 
     @_reads
@@ -324,7 +326,7 @@ class Profile:
             if plain is not None:
                 (callsites, stamps), values = plain
                 by_callsite = dict(zip(callsites, values, strict=True))
-                got = max(cast("list[int]", stamps)), cast("dict[CallsiteId, ViewValues]", by_callsite)
+                got = max(stamps), by_callsite
             else:
                 ts = max(req_int_from_sql(r[7], col + "ts") for r in rows)
                 got = ts, {CallsiteId(req_int_from_sql(r[0], col + "callsite_id")): view_values(r, 1)

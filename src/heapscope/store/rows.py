@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 # fallback_frame_name and mapping_basename: exported with the rows, which the views read them with
 from heapscope.model import (
     CallsiteId,
@@ -14,7 +12,7 @@ from heapscope.model import (
     fallback_frame_name,
     mapping_basename,
 )
-from heapscope.records import Record
+from heapscope.records import Record, TupleRecord
 
 __all__ = [
     "AllocationDelta", "Dump", "DumpValues", "FrameInfo", "Mapping", "PathFrame", "Process", "Stat", "StreamEvent",
@@ -40,7 +38,7 @@ class Dump(Record, frozen=True):
     reason: str  # exit, end, periodic, signal, peak
 
 
-class ViewValues(NamedTuple):
+class ViewValues(TupleRecord):
     """The four views of one callsite at one timestamp. A tuple, not a Record: a report reads
     one a callsite of each process's peak, a flamegraph one a callsite of each dump (a build's
     profile: hundreds of thousands), and a tuple is made in a fifth of a Record's time."""
@@ -91,7 +89,7 @@ class Mapping(Record, frozen=True):
     any_symbolized: bool  # some frame has symbol rows (file, line, inlines)
 
 
-class SymbolLine(NamedTuple):
+class SymbolLine(TupleRecord):
     """One function of a symbolized frame (several when calls were inlined), innermost first."""
 
     name: str
@@ -99,14 +97,14 @@ class SymbolLine(NamedTuple):
     line_number: int  # 0 when unknown
 
 
-class PathFrame(NamedTuple):
+class PathFrame(TupleRecord):
     """One frame of a call path read by store/paths.py stack_paths."""
 
     info: FrameInfo | None  # None: a frame that is not in the profile
     python: bool  # stack_profile_frame.type = 'python': info.mapping_name is its file, info.rel_pc its line
 
 
-class DumpValues(NamedTuple):
+class DumpValues(TupleRecord):
     """The delta rows of one dump timestamp and callsite, summed as ViewValues."""
 
     ts: int
@@ -114,7 +112,7 @@ class DumpValues(NamedTuple):
     values: ViewValues
 
 
-class AllocationDelta(NamedTuple):
+class AllocationDelta(TupleRecord):
     """One `heap_profile_allocation` row: +allocated or -freed since the previous dump."""
 
     callsite: CallsiteId
@@ -122,7 +120,7 @@ class AllocationDelta(NamedTuple):
     size: int
 
 
-class StreamEvent(NamedTuple):
+class StreamEvent(TupleRecord):
     """One `heapscope_allocation_stream` row (record --stream-allocations)."""
 
     kind: str  # malloc, free

@@ -17,9 +17,9 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple
 
 from heapscope.errors import ProfileError, SqlError
+from heapscope.records import TupleRecord
 from heapscope.store.reader import Profile
 
 _ALLOWED = frozenset({
@@ -47,7 +47,7 @@ _PRAGMAS_ALLOWED = (f"the read-only pragmas are {', '.join(sorted(_READ_PRAGMAS)
 _PROGRESS_STEPS = 10_000
 
 
-class Result(NamedTuple):
+class Result(TupleRecord):
     """A statement's column names and rows (no columns for a statement that returns none)."""
 
     columns: list[str]

@@ -21,12 +21,12 @@ from __future__ import annotations
 import re
 import weakref
 from collections.abc import Callable, Iterable
-from typing import NamedTuple, cast
+from typing import cast
 
 from heapscope.errors import UsageError
 from heapscope.estimate import estimate_int
 from heapscope.model import VIEWS, CallsiteId, FrameId
-from heapscope.records import Record, field
+from heapscope.records import Record, TupleRecord, field
 from heapscope.store.reader import Profile, ViewValues, fallback_frame_name
 from heapscope.view._paths import desampled_selfs, merge_paths, preorder
 
@@ -127,7 +127,7 @@ class MergedTree(Record):
 INLINED = " [inlined]"
 
 
-class FrameFn(NamedTuple):
+class FrameFn(TupleRecord):
     """One function of a frame: the frame's own, or one inlined into it."""
 
     name: str  # inlined functions end with INLINED

@@ -245,6 +245,15 @@ def test_a_recording_answered_from_the_symbol_cache_loads_no_heavy_module(tmp_pa
     assert at_end & (_NEVER_ON_A_CACHED_RUN | {"pathlib"}) == set()
 
 
+def test_the_summarys_peaks_are_read_without_typing(tmp_path: Path) -> None:
+    # WHEN a program that allocates is recorded with its summary
+    _, at_end = _record_run(tmp_path, "a.db", "/bin/ls", "-l", "/usr/bin", opts=())
+    # THEN its peaks and their stacks were read back from the profile, and neither the reader's typed
+    # rows nor anything else imported typing (~2 ms, and ~1 ms more to compile each row's annotations)
+    assert {"heapscope.store.reader", "heapscope.view.peaks", "heapscope.store.labels"} <= at_end
+    assert "typing" not in at_end
+
+
 
 def test_frames_named_from_a_symbol_table_load_no_elf_library(tmp_path: Path) -> None:
     # GIVEN ls, which has no DWARF here (its frames are named from its symbol table), and an empty cache
