@@ -36,7 +36,8 @@ At interval 1 every allocation is a sample: the estimate is n, exact. Rows
 of fewer than I sampled bytes per sample cannot come from the sampler at
 interval I (they come from interval 1, or other tools): they are taken as exact.
 
-May import: heapscope.store.reader (only in functions: the views and exports import this module).
+May import: heapscope.records, heapscope.store.reader (the reader only in functions: the views and exports import
+this module).
 """
 
 from __future__ import annotations

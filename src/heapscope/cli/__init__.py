@@ -17,7 +17,8 @@ imported; every other command line comes here, to main().
 May import: heapscope.session, heapscope.hosts, heapscope.launch, heapscope.producer
 (record's options and limits), heapscope.wire.handshake, heapscope.view, heapscope.export,
 heapscope.fleet, heapscope.importer, heapscope.symbolize, heapscope.store, heapscope.model,
-heapscope.errors, heapscope.sigmask, heapscope.jobs, heapscope.which, heapscope.units.
+heapscope.records, heapscope.errors, heapscope.sigmask, heapscope.jobs, heapscope.which,
+heapscope.units.
 """
 
 from __future__ import annotations
