@@ -60,7 +60,8 @@ GUARDRAIL_EVERY_S = 1.0
 CHORES_AFTER_S = 0.05
 # Modules the end of a recording imports (symbolization, the summary's peaks): imported by the
 # loop while the target runs, so that its exit is not followed by their import.
-END_MODULES = ("heapscope.store.reader", "heapscope.store.select", "heapscope.view.units")
+END_MODULES = ("heapscope.store.reader", "heapscope.store.select", "heapscope.view.units", "heapscope.view.peaks",
+               "heapscope.store.labels")
 SYMBOLIZE_MODULES = ("heapscope.symbolize.profile", "heapscope.symbolize.missing")
 # Signals passed on to a started target: heapscope/launch.py's FORWARDED and TERMINAL.
 # Attached (-p): these end the session (detach); the targets are not ours to signal.

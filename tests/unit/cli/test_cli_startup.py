@@ -154,7 +154,8 @@ def _record_run(tmp_path: Path, name: str, *target: str, probe: str = _RECORD_PR
 # What the end of a recording imports and its start does not need: loaded after the spawn.
 _AFTER_SPAWN = {"heapscope.symbolize.live", "heapscope.symbolize.cache", "heapscope.symbolize.profile",
                 "heapscope.symbolize.preload", "heapscope.symbolize.missing", "heapscope.store.reader",
-                "heapscope.store.select", "heapscope.view.units", "json"}
+                "heapscope.store.select", "heapscope.view.units", "heapscope.view.peaks", "heapscope.store.labels",
+                "json"}
 # Heavy to import, and not needed by a recording whose modules are in the symbol cache: dataclasses
 # brings inspect, ast and dis; hashlib OpenSSL.
 _NEVER_ON_A_CACHED_RUN = {"dataclasses", "inspect", "ast", "dis", "hashlib", "_hashlib",
@@ -288,11 +289,11 @@ def test_the_end_paths_imports_are_done_while_the_target_runs(tmp_path: Path) ->
     at_exit, _ = _record_run(tmp_path, "a.db", *target, probe=_EXIT_PROBE, opts=())
     # THEN what the end needs was imported by the loop before the target's exit
     assert {"heapscope.symbolize.profile", "heapscope.symbolize.missing", "heapscope.store.reader",
-            "heapscope.store.select"} <= at_exit
+            "heapscope.store.select", "heapscope.view.peaks", "heapscope.store.labels"} <= at_exit
     # AND with -q (no summary) the profile's reader is never imported: no peak is read back
     _, at_end = _record_run(tmp_path, "q.db", *target)
     assert {"heapscope.symbolize.profile", "heapscope.symbolize.missing"} <= at_end
-    assert {"heapscope.store.reader", "heapscope.store.select"} & at_end == set()
+    assert {"heapscope.store.reader", "heapscope.store.select", "heapscope.view.peaks"} & at_end == set()
 
 
 def test_a_target_without_samples_does_not_import_the_end_paths_modules(tmp_path: Path) -> None:
