@@ -297,6 +297,8 @@ class _TupleRecordType(type):
         if not bases:
             return super().__new__(mcs, name, bases, ns)
         fields = tuple(ns.get("__annotations__", {}))
+        if not fields:  # e.g. annotations made lazily (PEP 649) without `from __future__ import annotations`
+            raise TypeError(f"{name}: a TupleRecord's fields are its annotations, and it has none")
         defaults = [ns[n] for n in fields if n in ns]
         if any(n in ns for n in fields[:len(fields) - len(defaults)]):
             raise TypeError(f"{name}: a field without a default follows one with a default")

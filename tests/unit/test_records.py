@@ -192,6 +192,9 @@ def test_a_tuple_record_refuses_a_field_without_default_after_one_with() -> None
         class _Bad(TupleRecord):
             a: int = 0
             b: int  # type: ignore[misc]
+    with pytest.raises(TypeError, match="has none"):
+        class _Empty(TupleRecord):  # no annotation: no field to make a tuple of
+            pass
 
 
 _TUPLES_IN_A_FRESH_INTERPRETER = """
