@@ -316,7 +316,12 @@ static int session_ended(void) {
  * on its way out (a ring write fails at once on a session that ended). */
 static int wait_no_users(void) {
   for (int i = 0; i < 2000; i++) {
-    if (__atomic_load_n(&hs_session_users, __ATOMIC_SEQ_CST) == 0)
+    /* A counter read as 0 after hs_enabled went 0 has no thread of the old
+     * session left: one that enters now sees the client off and goes. */
+    int users = 0;
+    for (int k = 0; k < HS_USER_SLOTS && !users; k++)
+      users = __atomic_load_n(&hs_session_users[k].n, __ATOMIC_SEQ_CST) != 0;
+    if (!users)
       return 0;
     struct timespec ts = {0, 1000000};
     nanosleep(&ts, NULL);

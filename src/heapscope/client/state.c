@@ -12,7 +12,7 @@ HS_TLS struct hs_thread hs_thread_state;
 int hs_enabled;
 size_t hs_page_size = 4096;
 struct hs_session hs_session;
-uint32_t hs_session_users;
+struct hs_user_slot hs_session_users[HS_USER_SLOTS];
 struct hs_seq_line hs_malloc_seq = {1, {0}};
 struct hs_seq_line hs_py_seq = {1, {0}};
 

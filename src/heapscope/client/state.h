@@ -113,23 +113,40 @@ extern struct hs_seq_line hs_py_seq HS_HIDDEN;     /* Python's heap's (HS_PY_HEA
 
 /* Threads inside a slow path that uses the session's tables and ring (the
  * address set, the stack table, the ring). A new session in the same
- * process (an attach after a detach) replaces them only once this is 0
- * with hs_enabled 0: the counter is raised before hs_enabled is read, so
+ * process (an attach after a detach) replaces them only once these are all 0
+ * with hs_enabled 0: a counter is raised before hs_enabled is read, so
  * either the thread sees the client off or the new session sees the thread
- * (both sequentially consistent). */
-extern uint32_t hs_session_users HS_HIDDEN;
+ * (both sequentially consistent). Counted in HS_USER_SLOTS counters, each on
+ * a cache line of its own, a thread's picked by the address of its state:
+ * with one counter, threads sampling at once moved its line between their
+ * cores at every sample and every sampled free (2 threads: ~2% of their
+ * CPU, benchmarks/RESULTS.md). */
+#define HS_USER_SLOTS 64
+struct hs_user_slot {
+  uint32_t n;
+  char pad[60];
+} __attribute__((aligned(64)));
+extern struct hs_user_slot hs_session_users[HS_USER_SLOTS] HS_HIDDEN;
+
+/* This thread's counter: a Fibonacci hash of its state's address (threads'
+ * TLS blocks are megabytes apart, so the low bits alone would not spread). */
+static inline uint32_t *hs_user_count(void) {
+  uint64_t a = (uint64_t)(uintptr_t)&hs_thread_state;
+  return &hs_session_users[(a * 0x9E3779B97F4A7C15ull) >> 58].n;
+}
 
 /* Enters the session's slow path: 1 when the client is on (then call
- * hs_session_leave after), 0 when off (nothing to leave). */
+ * hs_session_leave after, on the same thread), 0 when off (nothing to leave). */
 static inline int hs_session_enter(void) {
-  __atomic_add_fetch(&hs_session_users, 1, __ATOMIC_SEQ_CST);
+  uint32_t *n = hs_user_count();
+  __atomic_add_fetch(n, 1, __ATOMIC_SEQ_CST);
   if (__atomic_load_n(&hs_enabled, __ATOMIC_SEQ_CST))
     return 1;
-  __atomic_sub_fetch(&hs_session_users, 1, __ATOMIC_RELEASE);
+  __atomic_sub_fetch(n, 1, __ATOMIC_RELEASE);
   return 0;
 }
 
-static inline void hs_session_leave(void) { __atomic_sub_fetch(&hs_session_users, 1, __ATOMIC_RELEASE); }
+static inline void hs_session_leave(void) { __atomic_sub_fetch(hs_user_count(), 1, __ATOMIC_RELEASE); }
 
 /* Page size, set by the constructor (for pvalloc). */
 extern size_t hs_page_size HS_HIDDEN;
