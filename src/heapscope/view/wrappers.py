@@ -151,7 +151,7 @@ class WrapperPattern:
     words, and all of them as one once many names have been asked: compiling the sixteen took
     ~6 ms of every recording's summary, which asks a few dozen names of one or two families."""
 
-    __slots__ = ("_families", "_compiled", "_words", "_answers", "_union", "_union_after")
+    __slots__ = ("_families", "_compiled", "_words", "_all_words", "_answers", "_union", "_union_after")
 
     def __init__(self, families: Sequence[tuple[str, tuple[str, ...]]], union_after: int = UNION_AFTER) -> None:
         self._families = tuple(families)
@@ -162,6 +162,14 @@ class WrapperPattern:
                         tuple(w[:-1] for w in words if w.endswith("$") and not w.startswith("^")),
                         tuple(w for w in words if not w.startswith("^") and not w.endswith("$")))
                        for _regex, words in self._families]
+        # All families' words at once, when each family has some: a name with none of them (most
+        # names) is no family's, told in three calls rather than three a family (a summary's 87
+        # names took ~1 ms). None when a family (--fold's) is tried on every name.
+        self._all_words: tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]] | None = None
+        if all(words for _regex, words in self._families):
+            self._all_words = (tuple(w for family in self._words for w in family[0]),
+                               tuple(w for family in self._words for w in family[1]),
+                               tuple(w for family in self._words for w in family[2]))
         self._answers: dict[str, bool] = {}  # a summary's stacks share most of their frames
         self._union: re.Pattern[str] | None = None
 
@@ -180,6 +188,10 @@ class WrapperPattern:
         return self.fullmatch(name)
 
     def _by_family(self, name: str) -> bool:
+        if self._all_words is not None:
+            starts, ends, anywhere = self._all_words
+            if not (name.startswith(starts) or name.endswith(ends) or any(w in name for w in anywhere)):
+                return False
         for i, (regex, words) in enumerate(self._families):
             if words:
                 starts, ends, anywhere = self._words[i]
