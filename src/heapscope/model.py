@@ -135,7 +135,6 @@ def fallback_frame_name(mapping_name: str, rel_pc: int) -> str:
     One spelling shared by the symbolizer (which stores it) and the views
     (which show it for frames nobody symbolized), so the two never disagree;
     here, not in the store's rows, so that the symbolizer names one without
-    importing the profile's reader (typing and its row classes: ~6 ms).
+    importing the profile's reader and its row classes.
     """
     return f"{mapping_basename(mapping_name)}+0x{rel_pc:x}"
-

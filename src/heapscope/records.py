@@ -285,8 +285,7 @@ class Record(metaclass=_RecordType):
 _namedtuple: Callable[..., Any] = namedtuple  # called with names made at run time, not literals
 
 # Class attributes of a TupleRecord's body that are not copied onto the named tuple's class.
-_TUPLE_OWN = frozenset({"__module__", "__qualname__", "__annotations__", "__dict__", "__weakref__",
-                        "__static_attributes__", "__firstlineno__"})
+_TUPLE_OWN = frozenset({"__module__", "__qualname__", "__annotations__", "__static_attributes__", "__firstlineno__"})
 
 
 class _TupleRecordType(type):
@@ -296,7 +295,8 @@ class _TupleRecordType(type):
     def __new__(mcs, name: str, bases: tuple[type, ...], ns: dict[str, Any]) -> Any:
         if not bases:
             return super().__new__(mcs, name, bases, ns)
-        fields = tuple(ns.get("__annotations__", {}))
+        annotations = ns.get("__annotations__", {})
+        fields = tuple(annotations)
         if not fields:  # e.g. annotations made lazily (PEP 649) without `from __future__ import annotations`
             raise TypeError(f"{name}: a TupleRecord's fields are its annotations, and it has none")
         defaults = [ns[n] for n in fields if n in ns]
@@ -304,7 +304,7 @@ class _TupleRecordType(type):
             raise TypeError(f"{name}: a field without a default follows one with a default")
         cls = _namedtuple(name, fields, defaults=defaults, module=ns.get("__module__"))
         cls.__qualname__ = ns.get("__qualname__", name)
-        cls.__annotations__ = dict(ns.get("__annotations__", {}))
+        cls.__annotations__ = dict(annotations)
         for key, value in ns.items():
             if key not in _TUPLE_OWN and key not in fields:
                 setattr(cls, key, value)

@@ -165,11 +165,9 @@ class WrapperPattern:
         # All families' words at once, when each family has some: a name with none of them (most
         # names) is no family's, told in three calls rather than three a family (a summary's 87
         # names took ~1 ms). None when a family (--fold's) is tried on every name.
-        self._all_words: tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]] | None = None
+        self._all_words: tuple[tuple[str, ...], ...] | None = None
         if all(words for _regex, words in self._families):
-            self._all_words = (tuple(w for family in self._words for w in family[0]),
-                               tuple(w for family in self._words for w in family[1]),
-                               tuple(w for family in self._words for w in family[2]))
+            self._all_words = tuple(tuple(w for family in self._words for w in family[k]) for k in range(3))
         self._answers: dict[str, bool] = {}  # a summary's stacks share most of their frames
         self._union: re.Pattern[str] | None = None
 
