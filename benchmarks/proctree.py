@@ -1,6 +1,6 @@
 """What a process tree pays under `heapscope record`: each short process, and a real build.
 
-    python benchmarks/proctree.py [--rounds 9] [--loop 200] [--heapscope PATH] [--markdown]
+    python benchmarks/proctree.py [--rounds 9] [--loop 200] [--heapscope PATH] [--markdown] [--peers]
                                   [--compare PATH [--compare-name NAME]]... [--src BROTLI] [--no-make]
 
 Runs, interleaved round by round (the order shuffled each round, so that a busy
@@ -26,8 +26,10 @@ sdist is fetched once with `pip download` into benchmarks/out/. Each round start
 from a clean build directory; its make reads a warm page cache (round 0, not
 counted, warms it and the symbol cache). The recorded build's process count is
 read from its profile. `--compare` adds another heapscope (say main's install)
-to the same rounds, as benchmarks/fixed_cost.py does. The load average before
-and after is printed: on a shared machine, quote the CPU figures.
+to the same rounds, as benchmarks/fixed_cost.py does. `--peers` adds `heaptrack
+make` (heaptrack profiles make alone: its children run unprofiled). The load average
+before and after is printed: on a shared machine, quote the CPU figures. With
+`--markdown` the tables end with the issue's targets and whether each is met.
 
 Use installed heapscopes (`pip install .`): an editable install checks its build
 tree with ninja at every start.
@@ -127,7 +129,11 @@ def _table(heads: list[str], rows: list[list[str]], markdown: bool) -> None:
         print("  ".join(cell.ljust(wd) if i == 0 else cell.rjust(wd) for i, (cell, wd) in enumerate(cells)))
 
 
-def main() -> int:
+LOOP_TARGET_MS = 1.0  # a short process adds at most this, wall
+BUILD_TARGET_X = 1.10  # make -j2 of 100+ processes under record over plain
+
+
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--loop", type=int, default=200, help="short processes the shell starts")
@@ -139,7 +145,8 @@ def main() -> int:
     ap.add_argument("--src", type=Path, help="brotli's sources: an unpacked sdist or its .tar.gz")
     ap.add_argument("--no-make", action="store_true", help="the loop only")
     ap.add_argument("--markdown", action="store_true", help="print the tables for RESULTS.md")
-    args = ap.parse_args()
+    ap.add_argument("--peers", action="store_true", help="also `heaptrack make` (it profiles make alone)")
+    args = ap.parse_args(argv)
     tools = [("", args.heapscope), *((f" [{label}]", other) for label, other in _compared(args))]
     work = Path(tempfile.mkdtemp(prefix="hs-proctree-"))
     # Each heapscope a symbol cache of its own: one version's entries may be in a format another
@@ -162,6 +169,8 @@ def main() -> int:
         variants["make"] = (make, src, True, "")
         for tag, hs in tools:
             variants[f"record make{tag}"] = ([hs, "record", "-o", "{out}", "--", *make], src, True, tag)
+        if args.peers and shutil.which("heaptrack"):
+            variants["heaptrack make"] = (["heaptrack", "-o", "{out}", *make], src, True, "")
     walls: dict[str, list[float]] = {k: [] for k in variants}
     cpus: dict[str, list[float]] = {k: [] for k in variants}
     procs: dict[str, int] = {}
@@ -179,7 +188,7 @@ def main() -> int:
                 wall, cpu = _run([a.replace("{out}", out) for a in argv], env[tag], cwd)
                 if name not in procs and name.startswith("record"):
                     procs[name] = _processes(out)
-                for f in (out, out + "-wal", out + "-shm"):
+                for f in (out, out + "-wal", out + "-shm", out + ".zst", out + ".gz"):
                     Path(f).unlink(missing_ok=True)
                 if rnd > 0:
                     walls[name].append(wall)
@@ -214,7 +223,22 @@ def main() -> int:
     heads = ["heapscope", "added wall ms a process", "added CPU ms a process"]
     _table(heads + ([] if args.no_make else ["make -j2 wall", "make -j2 CPU", "this over it, wall (paired)",
                                              "this over it, CPU (paired)"]), rows, args.markdown)
+    if "heaptrack make" in w:
+        print(f"\nheaptrack make (make alone profiled): {w['heaptrack make'] / w['make']:.2f}x wall, "
+              f"{c['heaptrack make'] / c['make']:.2f}x CPU")
+    if args.markdown:
+        _targets(rows[0], args.no_make)
     return 0
+
+
+def _targets(this: list[str], no_make: bool) -> None:
+    """The issue's targets for this heapscope (the first row of the per-process table)."""
+    checks = [(f"a short process adds <= {LOOP_TARGET_MS:g} ms wall", f"{this[1]} ms",
+               float(this[1]) <= LOOP_TARGET_MS)]
+    if not no_make:
+        checks.append((f"make -j2 <= {BUILD_TARGET_X:.2f}x wall", this[3],
+                       float(this[3].rstrip("x")) <= BUILD_TARGET_X))
+    _table(["target", "measured", "met"], [[n, m, "**met**" if ok else "**not met**"] for n, m, ok in checks], True)
 
 
 def _paired(ours: list[float], theirs: list[float]) -> str:

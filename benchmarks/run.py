@@ -1,6 +1,6 @@
 """Overhead of `heapscope record` next to heaptrack and memray, in one run: the tables of RESULTS.md.
 
-    python benchmarks/run.py [--quick] [--rounds N] [--sections overhead,python,fleet]
+    python benchmarks/run.py [--quick] [--rounds N] [--sections overhead,python,fleet,trees,pyperf,reading]
                              [--only TEXT]... [--heapscope CMD] [--bench-venv DIR]
                              [--taskset CPUS] [--interval BYTES] [--no-peers]
 
@@ -18,9 +18,19 @@ markdown, each with the targets it checks and whether they are met:
             (default interval, Python frames on) vs `memray run`, `--native` and
             `--trace-python-allocators`; profile sizes and sampled peaks compared (whole, and
             like for like: the script's own bytes at the peak, benchmarks/peak_split.py)
+  onecore   the overhead table's synthetic and real programs again, every command under `taskset -c 0`
+  alwayson  the same at `record -i 512k` (the two settings below, heapscope alone)
   fleet     benchmarks/fleet.py --overhead (`--serve` with a scraper polling every
             second and `--push` every 10 s against a plain recording), bytes per pushed
             profile, rows/s into chDB
+  trees     benchmarks/proctree.py: a shell starting /bin/true 200 times (the ms each short process
+            adds) and `make -j2` of brotli's C sources (~113 processes), beside `heaptrack make`
+  pyperf    benchmarks/pyperf_table.py (rounds halved): Scalene's Table 3 benchmarks of pyperformance,
+            a pandas/numpy job, black and a json/dict service under heapscope, memray (and
+            --native), Fil, Scalene --memory and memory_profiler
+  reading   report, leaks, flamegraph, diff and every export of a recorded build (the read targets),
+            and each tool's own reader on its profile of cc1plus (heaptrack) and python json (memray)
+            (benchmarks/run_scripts.py runs these three)
 
 Two settings of the overhead table measure other targets (the table says which it checks):
 
@@ -78,13 +88,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from peak_split import ScriptFiles, heapscope_split
+from run_scripts import pyperf_section, reading_section, trees_section
 from self_cpu import interpreter_of
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 OUT = HERE / "out"
 BENCH_PACKAGES = ["memray==1.20.0", "Markdown==3.11.3"]
-SECTIONS = ("overhead", "python", "fleet")
+SECTIONS = ("overhead", "python", "fleet", "onecore", "alwayson", "trees", "pyperf", "reading")
+# The workloads of the one-core and always-on tables: the synthetic one and the real programs.
+SETTING_LOADS = ("synth 1 thread, ~1.1", "python json", "sqlite3", "cc1plus", "git log")
 FIXED = "record -- /bin/true"
 
 
@@ -1036,8 +1049,8 @@ def main(argv: list[str] | None = None) -> int:
     started, load_before = time.time(), os.getloadavg()[0]
     try:
         tables = {s for s in sections if s in ("overhead", "python")}
-        loads = [w for w in workloads(args.quick, work_dir, py)
-                 if set(w.tables) & tables and (not args.only or any(o in w.name for o in args.only))]
+        every = workloads(args.quick, work_dir, py)
+        loads = [w for w in every if set(w.tables) & tables and (not args.only or any(o in w.name for o in args.only))]
         samples = run_rounds(loads, tools, rounds, work_dir, setting.prefix())
         results = Results(loads, tools, samples, setting)
         for section, make in (("overhead", overhead_section), ("python", python_section)):
@@ -1048,6 +1061,8 @@ def main(argv: list[str] | None = None) -> int:
                 out_lines += [*fleet_section(args.quick, rounds, heapscope_cmd), ""]
             except Exception as e:  # the tables above are still worth printing
                 out_lines += [f"fleet section failed: {type(e).__name__}: {e}", ""]
+        out_lines += setting_sections(sections, args, rounds, heapscope_cmd, work_dir, every)
+        out_lines += script_sections(sections, args, rounds, heapscope_cmd, work_dir, every, py)
         stats_lines = [f"- {w.name}: " + ", ".join(f"{k}={v}" for k, v in f.stats.items())
                        for w in loads if (f := results.get(w, "heapscope")) is not None and f.stats]
     finally:
@@ -1073,6 +1088,44 @@ def main(argv: list[str] | None = None) -> int:
         print("heapscope `stats` (last round, summed over processes):")
         print("\n".join(stats_lines))
     return 0
+
+
+def setting_sections(sections: list[str], args: argparse.Namespace, rounds: int, heapscope_cmd: list[str],
+                     work_dir: Path, every: list[Workload]) -> list[str]:
+    """The overhead table again on one CPU (`taskset -c 0`) and at `-i 512k`, heapscope alone:
+    the one-core and always-on targets in the same run as the others."""
+    if args.only or args.taskset or args.interval:
+        return []  # the run is itself one of these settings
+    lines: list[str] = []
+    for section, setting in (("onecore", Setting("0", None)), ("alwayson", Setting(None, "512k"))):
+        if section not in sections or not shutil.which("taskset") and setting.taskset:
+            continue
+        loads = [w for w in every if w.name.startswith(SETTING_LOADS)]
+        tools: list[Tool] = [Unprofiled(), Heapscope(heapscope_cmd, interval=setting.interval)]
+        samples = run_rounds(loads, tools, rounds, work_dir, setting.prefix())
+        lines += [*overhead_section(Results(loads, tools, samples, setting)), ""]
+    return lines
+
+
+def script_sections(sections: list[str], args: argparse.Namespace, rounds: int, heapscope_cmd: list[str],
+                    work_dir: Path, loads: list[Workload], py: Python) -> list[str]:
+    """The trees, pyperf and reading sections (run_scripts.py), each after the tables above."""
+    if args.only or args.taskset or args.interval:
+        return []  # those options are the overhead tables'
+    one = heapscope_cmd[0] if len(heapscope_cmd) == 1 else str(Path(sys.executable).with_name("heapscope"))
+    lines: list[str] = []
+    if "trees" in sections:
+        lines += [*trees_section(args.quick, rounds, one, not args.no_peers), ""]
+    if "pyperf" in sections:
+        lines += [*pyperf_section(args.quick, (rounds + 1) // 2, shlex.join(heapscope_cmd), not args.no_peers), ""]
+    if "reading" in sections:
+        peers = [] if args.no_peers else [(w.name, w.argv, w.script) for w in loads
+                                          if w.name.startswith(("cc1plus", "python json"))]
+        try:
+            lines += [*reading_section(args.quick, rounds, work_dir, peers, py.exe if py.memray else None), ""]
+        except Exception as e:  # the tables above are still worth printing
+            lines += [f"reading section failed: {type(e).__name__}: {e}", ""]
+    return lines
 
 
 def run_rounds(loads: list[Workload], tools: list[Tool], rounds: int, work_dir: Path,
