@@ -57,6 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from run import fmt_x, heapscope_readout, verdict
+from self_cpu import interpreter_of
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "out"
@@ -84,8 +85,12 @@ PROGRAMS = {
     "black, a generated module": (["pylib.py", "black", "100"], ["pylib.py", "black", "20"]),
     "json/dict service": (["pywork.py", "service", "150000"], ["pywork.py", "service", "10000"]),
 }
-TOOLS = ("none", "heapscope", "memray", "memray --native", "fil", "scalene --memory", "memory_profiler")
-PEERS = TOOLS[2:]
+TOOLS = ("none", "heapscope", "heapscope (no profile)", "memray", "memray --native", "fil", "scalene --memory",
+         "memory_profiler")
+PEERS = TOOLS[3:]
+# benchmarks/no_profile.py: heapscope sampling and draining as `record` does, writing nothing. Not a
+# peer: the floor of what heapscope costs before its profile, beside what it costs with it.
+NO_PROFILE = "heapscope (no profile)"
 TARGET = 1.10
 NOISY_SPREAD = 0.10
 LONGEST = 600.0  # seconds: the bound of a run with no plain run to scale the cap from
@@ -122,6 +127,10 @@ def command(tool: str, w: Workload, py: Path, heapscope: list[str], out: Path) -
                 "---", *w.script[1:]], {}
     if tool == "memory_profiler":
         return [str(py), "-m", "memory_profiler", *w.script], {"BENCH_DECORATE_MAIN": "1"}
+    if tool == NO_PROFILE:
+        found = interpreter_of(heapscope[0]) if len(heapscope) == 1 else None
+        python = found[0] if found is not None else [heapscope[0]] if len(heapscope) > 1 else [sys.executable]
+        return [*python, str(HERE / "no_profile.py"), "--", str(py), *w.script], {}
     raise ValueError(tool)
 
 
@@ -169,7 +178,7 @@ def has(py: Path, module: str) -> bool:
 
 def available(py: Path) -> dict[str, str]:
     """tool -> why it cannot run here ("" when it can)."""
-    why = {"none": "", "heapscope": ""}
+    why = {"none": "", "heapscope": "", NO_PROFILE: ""}
     for tool, module in (("memray", "memray"), ("memray --native", "memray"), ("scalene --memory", "scalene"),
                          ("memory_profiler", "memory_profiler")):
         why[tool] = "" if has(py, module) else f"{module} not installed"
@@ -321,7 +330,7 @@ def tables(loads: list[Workload], tools: list[str], runs: dict[tuple[str, str], 
         m, _ = medians["heapscope"]
         checks.append((f"pyperformance: heapscope's median <= {TARGET:.2f}x", fmt_x(m, TARGET),
                        None if m is None else m <= TARGET))
-        peers = {t: v for t, (v, _) in medians.items() if t != "heapscope" and v is not None}
+        peers = {t: v for t, (v, _) in medians.items() if t in PEERS and v is not None}
         if m is not None and peers:
             low = min(peers, key=lambda t: peers[t])
             checks.append(("pyperformance: heapscope's median the lowest",
