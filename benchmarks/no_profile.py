@@ -1,6 +1,6 @@
 """`heapscope record` that keeps no profile: the floor of what any profile's rows could save.
 
-    python benchmarks/no_profile.py -- CMD...
+    python benchmarks/no_profile.py [-i BYTES] -- CMD...
 
 Runs CMD under a recording as `record` makes one (the default interval, Python frames
 and pymalloc sampled, a producer draining every ring), but with the session's keep off
@@ -18,16 +18,21 @@ from pathlib import Path
 
 from heapscope.producer.config import RecordConfig
 from heapscope.session import Recording, RecordingOptions
+from heapscope.units import parse_size
 
 
 def main(argv: list[str]) -> int:
+    interval = "4096"
+    if argv[:1] == ["-i"] and len(argv) > 1:
+        interval, argv = argv[1], argv[2:]
     if not argv or argv[0] != "--" or len(argv) < 2:
-        print("usage: no_profile.py -- CMD...", file=sys.stderr)
+        print("usage: no_profile.py [-i BYTES] -- CMD...", file=sys.stderr)
         return 2
     command = argv[1:]
     with tempfile.TemporaryDirectory() as work:
         options = RecordingOptions(symbolize=False, keep=False, command=" ".join(command), peaks=False)
-        with Recording(RecordConfig(), Path(work) / "unused.db", options) as rec:
+        config = RecordConfig(interval=parse_size(interval, "-i"))
+        with Recording(config, Path(work) / "unused.db", options) as rec:
             rec.start(command)
             code = rec.run_until_exit()
             if rec.producer is not None:

@@ -59,6 +59,15 @@ def _heapscope_default() -> str:
     return str(beside) if beside.is_file() else (shutil.which("heapscope") or "heapscope")
 
 
+def _no_profile(heapscope: str) -> list[str] | None:
+    """no_profile.py under the interpreter of `heapscope` (a console script or the C launcher)."""
+    sys.path.insert(0, str(HERE))
+    from self_cpu import interpreter_of
+
+    found = interpreter_of(heapscope)
+    return None if found is None else [*found[0], str(HERE / "no_profile.py"), "--"]
+
+
 def _loop(n: int) -> list[str]:
     return ["/bin/sh", "-c", f"for i in $(seq {n}); do /bin/true; done"]
 
@@ -169,6 +178,9 @@ def main(argv: list[str] | None = None) -> int:
         variants["make"] = (make, src, True, "")
         for tag, hs in tools:
             variants[f"record make{tag}"] = ([hs, "record", "-o", "{out}", "--", *make], src, True, tag)
+        floor = _no_profile(args.heapscope)
+        if floor is not None:  # record writing nothing (no_profile.py): what any profile change could reach
+            variants["no-profile make"] = ([*floor, *make], src, True, "")
         if args.peers and shutil.which("heaptrack"):
             variants["heaptrack make"] = (["heaptrack", "-o", "{out}", *make], src, True, "")
     walls: dict[str, list[float]] = {k: [] for k in variants}
@@ -223,6 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     heads = ["heapscope", "added wall ms a process", "added CPU ms a process"]
     _table(heads + ([] if args.no_make else ["make -j2 wall", "make -j2 CPU", "this over it, wall (paired)",
                                              "this over it, CPU (paired)"]), rows, args.markdown)
+    if "no-profile make" in w:
+        print(f"\nheapscope writing no profile (no_profile.py): {w['no-profile make'] / w['make']:.2f}x wall, "
+              f"{c['no-profile make'] / c['make']:.2f}x CPU")
     if "heaptrack make" in w:
         print(f"\nheaptrack make (make alone profiled): {w['heaptrack make'] / w['make']:.2f}x wall, "
               f"{c['heaptrack make'] / c['make']:.2f}x CPU")

@@ -53,7 +53,7 @@ def record_build(src: Path, out: Path) -> None:
     (src / "Makefile.heapscope").write_text(MAKEFILE)
     subprocess.run(["rm", "-rf", str(src / "build")], check=True)
     subprocess.run([sys.executable, "-m", "heapscope", "record", "-q", "-o", str(out), "--force", "--",
-                    "make", "-f", "Makefile.heapscope", "-j2"], cwd=src, check=True)
+                    "make", "-s", "-f", "Makefile.heapscope", "-j2"], cwd=src, check=True, stdout=subprocess.DEVNULL)
 
 
 def synth(out: Path, processes: int, dumps: int, leaves: int = 3000, seed: int = 7) -> None:

@@ -355,6 +355,24 @@ class Unprofiled(Tool):
         return w.argv
 
 
+class NoProfile(Tool):
+    """heapscope recording as `record` does but writing nothing (no_profile.py): the floor that
+    fewer rows, or rows written earlier, could reach."""
+
+    name = "heapscope (no profile)"
+
+    def __init__(self, cmd: list[str], interval: str | None = None) -> None:
+        found = interpreter_of(cmd[0]) if len(cmd) == 1 else None
+        self.python = found[0] if found is not None else cmd[:1] if len(cmd) > 1 else [sys.executable]
+        self.interval = interval
+
+    def argv(self, w: Workload, profile: Path, cpu_file: Path) -> list[str] | None:
+        if "overhead" not in w.tables:
+            return None
+        return [*self.python, str(HERE / "no_profile.py"), *(["-i", self.interval] if self.interval else []), "--",
+                *w.argv]
+
+
 class Heapscope(Tool):
     name = "heapscope"
 
@@ -1032,7 +1050,7 @@ def main(argv: list[str] | None = None) -> int:
     heapscope = Heapscope(heapscope_cmd, interval=args.interval, cache=own("heapscope"))
     if heapscope.launcher is None:
         print(f"{' '.join(heapscope_cmd)} is not a Python script: producer CPU is n/a", file=sys.stderr)
-    tools: list[Tool] = [Unprofiled(), heapscope]
+    tools: list[Tool] = [Unprofiled(), heapscope, NoProfile(heapscope_cmd, args.interval)]
     if args.compare:
         tools.append(Heapscope(shlex.split(args.compare), f"heapscope @ {args.compare_label}", args.interval,
                                own("compare")))
@@ -1101,7 +1119,8 @@ def setting_sections(sections: list[str], args: argparse.Namespace, rounds: int,
         if section not in sections or not shutil.which("taskset") and setting.taskset:
             continue
         loads = [w for w in every if w.name.startswith(SETTING_LOADS)]
-        tools: list[Tool] = [Unprofiled(), Heapscope(heapscope_cmd, interval=setting.interval)]
+        tools: list[Tool] = [Unprofiled(), Heapscope(heapscope_cmd, interval=setting.interval),
+                             NoProfile(heapscope_cmd, setting.interval)]
         samples = run_rounds(loads, tools, rounds, work_dir, setting.prefix())
         lines += [*overhead_section(Results(loads, tools, samples, setting)), ""]
     return lines
