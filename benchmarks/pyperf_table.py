@@ -67,18 +67,20 @@ PYPERF_PACKAGES = [
     "memray==1.20.0", "filprofiler==2024.11.2", "scalene==2.4.0", "memory-profiler==0.61.0", "psutil==7.2.2",
     "pandas==3.1.1", "numpy==2.4.6", "black==26.10.1",
 ]
-# name -> loops: one loop is 0.4-4.4 s of CPU plain on the 2-core machine (mdp the longest)
+# name -> loops: those of Scalene's own runs (test/expensive_benchmarks, each script's __main__:
+# docutils 5, fannkuch 3, mdp 5, pprint 7, raytrace and sympy_expand 25, each async_tree one tree),
+# 1-18 s plain on the 2-core machine; --quick runs one loop of each
 PYPERFORMANCE = {
     "async_tree_none": 1,
     "async_tree_io": 1,
     "async_tree_memoization": 1,
     "async_tree_cpu_io_mixed": 1,
-    "docutils": 1,
-    "fannkuch": 1,
-    "mdp": 1,
-    "pprint_pformat": 1,
-    "raytrace": 1,
-    "sympy_expand": 1,
+    "docutils": 5,
+    "fannkuch": 3,
+    "mdp": 5,
+    "pprint_pformat": 7,
+    "raytrace": 25,
+    "sympy_expand": 25,
 }
 # name -> (pylib.py/pywork.py arguments, with --quick)
 PROGRAMS = {
@@ -214,7 +216,8 @@ def workloads(py: Path, quick: bool, only: str | None) -> list[Workload]:
     if found.returncode == 0:
         root = found.stdout.strip()
         for name, loops in PYPERFORMANCE.items():
-            loads.append(Workload(name, [str(HERE / "pyperf_one.py"), root, name, str(loops)], "pyperformance"))
+            loads.append(Workload(name, [str(HERE / "pyperf_one.py"), root, name, str(1 if quick else loops)],
+                                  "pyperformance"))
     else:
         print("pyperformance is not importable in the venv: its table is left out", file=sys.stderr)
     for name, (args, quick_args) in PROGRAMS.items():
