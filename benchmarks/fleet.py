@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import secrets
 import statistics
 import sys
 import tempfile
@@ -263,16 +264,21 @@ def overhead(rounds: int, ops: int, heapscope: list[str] | None = None) -> Overh
                     stop = threading.Event()
                     scraper = None
                     before = len(pyroscope.received)
+                    env = dict(os.environ)
                     if config.startswith("serve"):
                         port = free_port()
                         argv += ["--serve", f"127.0.0.1:{port}"]
                         done = [0]
+                        # --serve answers only with its token: the scraper is given the one record takes
+                        token = env["HEAPSCOPE_SERVE_TOKEN"] = secrets.token_urlsafe(16)
 
-                        def scrape(port: int = port, done: list[int] = done, stop: threading.Event = stop) -> None:
+                        def scrape(port: int = port, done: list[int] = done, stop: threading.Event = stop,
+                                   token: str = token) -> None:
                             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
                             while not stop.wait(1.0):
                                 try:
-                                    conn.request("GET", "/debug/pprof/heap")
+                                    conn.request("GET", "/debug/pprof/heap",
+                                                 headers={"Authorization": f"Bearer {token}"})
                                     with conn.getresponse() as resp:
                                         resp.read()
                                     done[0] += 1 if resp.status == 200 else 0
@@ -283,7 +289,7 @@ def overhead(rounds: int, ops: int, heapscope: list[str] | None = None) -> Overh
                     elif config.startswith("push"):
                         argv += ["--push", pyroscope.url, "--label", "service=bench"]
                     t0 = time.perf_counter()
-                    proc = subprocess.Popen([*argv, *target], stdout=subprocess.DEVNULL)
+                    proc = subprocess.Popen([*argv, *target], stdout=subprocess.DEVNULL, env=env)
                     if scraper is not None:
                         scraper.start()
                     os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped: /proc is there

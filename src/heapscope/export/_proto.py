@@ -25,6 +25,8 @@ _ONE_BYTE = tuple(bytes((n,)) for n in range(0x80))
 
 def varint(n: int) -> bytes:
     """Base-128 varint of the value's low 64 bits: negative ints as their two's complement (int64 fields)."""
+    if 0 <= n < 0x80:  # most values and every key: before the mask (a build's perfetto export: 1.8 M calls)
+        return _ONE_BYTE[n]
     n &= _U64
     if n < 0x80:
         return _ONE_BYTE[n]
@@ -39,22 +41,30 @@ def varint(n: int) -> bytes:
 
 
 def key(field: int, wire_type: int) -> bytes:
-    return varint((field << 3) | wire_type)
+    k = (field << 3) | wire_type
+    return _ONE_BYTE[k] if k < 0x80 else varint(k)
 
 
+# uint, opt_uint and blob make their keys inline: a call less for each of the fields an export
+# writes (a build's ~0.9 M).
 def uint(field: int, n: int) -> bytes:
     """A varint field (int32/int64/uint64/bool/enum); zero is written too (explicit presence)."""
-    return key(field, _VARINT) + varint(n)
+    k = field << 3  # | _VARINT, 0
+    return (_ONE_BYTE[k] if k < 0x80 else varint(k)) + varint(n)
 
 
 def opt_uint(field: int, n: int) -> bytes:
     """A varint field, left out when zero (proto3 default)."""
-    return b"" if not n else key(field, _VARINT) + varint(n)
+    if not n:
+        return b""
+    k = field << 3
+    return (_ONE_BYTE[k] if k < 0x80 else varint(k)) + varint(n)
 
 
 def blob(field: int, data: bytes) -> bytes:
     """A length-delimited field: bytes, string or an encoded sub-message."""
-    return key(field, _LEN) + varint(len(data)) + data
+    k = (field << 3) | _LEN
+    return (_ONE_BYTE[k] if k < 0x80 else varint(k)) + varint(len(data)) + data
 
 
 def string(field: int, s: str) -> bytes:

@@ -25,6 +25,7 @@ from heapscope.store.reader import Profile
 
 SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 UNITS = {"space": "bytes", "alloc_space": "bytes", "objects": "none", "alloc_objects": "none"}
+_JOINED = 4096  # samples a write
 
 
 def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | None = None,
@@ -83,8 +84,9 @@ def export(profile: Profile, out: BinaryIO, *, view: str = "space", pid: int | N
             sink.text(("" if first_profile else ",") + f'{{"type":"sampled","name":{json.dumps(title)},'
                       f'"unit":"{UNITS[v]}","startValue":0,"endValue":{sum(w for _, w in items)},"samples":[')
             first_profile = False
-            for i, (cs, _) in enumerate(items):
-                sink.text(("," if i else "") + stack(cs))
+            # Joined a few thousand at a time: a write per sample was a tenth of a build's export.
+            for at in range(0, len(items), _JOINED):
+                sink.text(("," if at else "") + ",".join([stack(cs) for cs, _ in items[at:at + _JOINED]]))
             sink.text('],"weights":[' + ",".join(str(w) for _, w in items) + "]}")
     sink.text('],"shared":{"frames":[')
     for i, (fname, file, line) in enumerate(frame_index):

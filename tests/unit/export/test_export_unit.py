@@ -63,6 +63,31 @@ def test_varints() -> None:
     assert packed_ints(b"".join(pb.varint(v) for v in (1, 300, 5))) == [1, 300, 5]
 
 
+def _reference_varint(n: int) -> bytes:
+    """The wire format's varint, written from its definition: 7 bits a byte, low first, int64 as uint64."""
+    n &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n >= 0x80 else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def test_keys_and_fields_at_every_byte_boundary() -> None:
+    # The fields make their keys inline, one byte below 0x80 (fields 1-15): fields 15 and 16 sit
+    # on either side, and values on each boundary of one and two bytes, negatives as int64.
+    values = [0, 1, 0x7F, 0x80, 0x3FFF, 0x4000, (1 << 63) - 1, 1 << 63, -1, -0x80, -(1 << 63)]
+    for field in (1, 15, 16, 2047, 2048):
+        for v in values:
+            assert pb.varint(v) == _reference_varint(v), v
+            assert pb.uint(field, v) == _reference_varint(field << 3) + _reference_varint(v), (field, v)
+            assert pb.opt_uint(field, v) == (b"" if v == 0 else pb.uint(field, v)), (field, v)
+        assert pb.key(field, pb.LEN) == _reference_varint(field << 3 | 2), field
+        assert pb.blob(field, b"xyz") == _reference_varint(field << 3 | 2) + b"\x03xyz", field
+        assert decode(pb.uint(field, 300) + pb.blob(field + 1, b"ab")) == [(field, 300), (field + 1, b"ab")]
+
+
 def test_pprof_fields(db: Path) -> None:
     msg = decode(gzip.decompress(run_export(db, "pprof", view="alloc_space")))
     strings = [v.decode() for f, v in msg if f == 6]
