@@ -41,7 +41,6 @@ import argparse
 import os
 import random
 import shutil
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -50,6 +49,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from read_speed import MAKEFILE, processes
+from self_cpu import no_profile_argv
+
 HERE = Path(__file__).resolve().parent
 BROTLI = "brotli==1.2.1"
 
@@ -57,15 +59,6 @@ BROTLI = "brotli==1.2.1"
 def _heapscope_default() -> str:
     beside = Path(sys.executable).with_name("heapscope")
     return str(beside) if beside.is_file() else (shutil.which("heapscope") or "heapscope")
-
-
-def _no_profile(heapscope: str) -> list[str] | None:
-    """no_profile.py under the interpreter of `heapscope` (a console script or the C launcher)."""
-    sys.path.insert(0, str(HERE))
-    from self_cpu import interpreter_of
-
-    found = interpreter_of(heapscope)
-    return None if found is None else [*found[0], str(HERE / "no_profile.py"), "--"]
 
 
 def _loop(n: int) -> list[str]:
@@ -106,15 +99,6 @@ def brotli_sources(src: Path | None) -> Path:
         with tarfile.open(src) as tar:
             tar.extractall(out, filter="data")
     return unpacked
-
-
-def _processes(db: str) -> int:
-    """How many processes a profile holds (0 when it cannot be read)."""
-    try:
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
-            return int(con.execute("SELECT COUNT(*) FROM process").fetchone()[0])
-    except sqlite3.Error:
-        return 0
 
 
 def _compared(args: argparse.Namespace) -> list[tuple[str, str]]:
@@ -169,8 +153,6 @@ def main(argv: list[str] | None = None) -> int:
         variants[f"record no loop{tag}"] = ([hs, "record", "-o", "{out}", "--", *_loop(0)], None, False, tag)
     src: Path | None = None
     if not args.no_make:
-        sys.path.insert(0, str(HERE))
-        from read_speed import MAKEFILE
 
         src = brotli_sources(args.src)
         (src / "Makefile.heapscope").write_text(MAKEFILE)
@@ -178,9 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         variants["make"] = (make, src, True, "")
         for tag, hs in tools:
             variants[f"record make{tag}"] = ([hs, "record", "-o", "{out}", "--", *make], src, True, tag)
-        floor = _no_profile(args.heapscope)
-        if floor is not None:  # record writing nothing (no_profile.py): what any profile change could reach
-            variants["no-profile make"] = ([*floor, *make], src, True, "")
+        # record writing nothing (no_profile.py): what any change to the profile could reach
+        variants["no-profile make"] = ([*no_profile_argv([args.heapscope]), *make], src, True, "")
         if args.peers and shutil.which("heaptrack"):
             variants["heaptrack make"] = (["heaptrack", "-o", "{out}", *make], src, True, "")
     walls: dict[str, list[float]] = {k: [] for k in variants}
@@ -199,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
                 out = str(work / f"r{rnd}.db")
                 wall, cpu = _run([a.replace("{out}", out) for a in argv], env[tag], cwd)
                 if name not in procs and name.startswith("record"):
-                    procs[name] = _processes(out)
+                    procs[name] = processes(Path(out))
                 for f in (out, out + "-wal", out + "-shm", out + ".zst", out + ".gz"):
                     Path(f).unlink(missing_ok=True)
                 if rnd > 0:

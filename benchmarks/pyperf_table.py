@@ -58,7 +58,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from run import fmt_x, heapscope_readout, verdict
-from self_cpu import interpreter_of
+from self_cpu import no_profile_argv
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "out"
@@ -131,9 +131,7 @@ def command(tool: str, w: Workload, py: Path, heapscope: list[str], out: Path) -
     if tool == "memory_profiler":
         return [str(py), "-m", "memory_profiler", *w.script], {"BENCH_DECORATE_MAIN": "1"}
     if tool == NO_PROFILE:
-        found = interpreter_of(heapscope[0]) if len(heapscope) == 1 else None
-        python = found[0] if found is not None else [heapscope[0]] if len(heapscope) > 1 else [sys.executable]
-        return [*python, str(HERE / "no_profile.py"), "--", str(py), *w.script], {}
+        return [*no_profile_argv(heapscope), str(py), *w.script], {}
     raise ValueError(tool)
 
 

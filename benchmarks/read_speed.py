@@ -28,6 +28,7 @@ import argparse
 import os
 import random
 import resource
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -197,12 +198,7 @@ def commands(db: Path, save: Path) -> dict[str, tuple[list[str], Path | None]]:
     return out
 
 
-def time_commands(db: Path, runs: int, save: Path, only: set[str] | None) -> dict[str, float]:
-    """Print the table of one profile; returns each command's median CPU seconds."""
-    return {name: cpu for name, (_wall, cpu) in time_both(db, runs, save, only).items()}
-
-
-def time_both(db: Path, runs: int, save: Path, only: set[str] | None) -> dict[str, tuple[float, float]]:
+def time_commands(db: Path, runs: int, save: Path, only: set[str] | None) -> dict[str, tuple[float, float]]:
     """Print the table of one profile; returns each command's median wall and CPU seconds."""
     save.mkdir(parents=True, exist_ok=True)
     size = db.stat().st_size / 2**20
@@ -229,9 +225,9 @@ REPORT_TARGET_S, FLAMEGRAPH_TARGET_S, OTHERS_OVER_REPORT = 1.0, 3.0, 2.0
 
 
 def targets_markdown(db: Path, got: dict[str, tuple[float, float]]) -> list[str]:
-    """time_both's figures as a table with the targets and whether each is met (on wall time)."""
+    """time_commands' figures as a table with the targets and whether each is met (on wall time)."""
     report = got["report"][0]
-    lines = [f"`{db.name}`: {db.stat().st_size / 2**20:.1f} MiB, {_processes(db)} processes.", "",
+    lines = [f"`{db.name}`: {db.stat().st_size / 2**20:.1f} MiB, {processes(db)} processes.", "",
              "| command | wall s | CPU s | target | met |", "|---|---|---|---|---|"]
     for name, (wall, cpu) in got.items():
         if name == "report":
@@ -244,25 +240,27 @@ def targets_markdown(db: Path, got: dict[str, tuple[float, float]]) -> list[str]
     return lines
 
 
-def _processes(db: Path) -> int:
-    import sqlite3
+def processes(db: Path) -> int:
+    """How many processes a profile holds (0 when it cannot be read)."""
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
+            return int(con.execute("SELECT COUNT(*) FROM process").fetchone()[0])
+    except sqlite3.Error:
+        return 0
 
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
-        return int(con.execute("SELECT COUNT(*) FROM process").fetchone()[0])
 
-
-def growth_table(sizes: list[tuple[Path, dict[str, float]]]) -> None:
+def growth_table(sizes: list[tuple[Path, dict[str, tuple[float, float]]]]) -> None:
     """Every command's CPU seconds per profile, and per MiB relative to the first (1.00: linear)."""
     first_mib = sizes[0][0].stat().st_size / 2**20
     heads = [f"{db.stat().st_size / 2**20:.0f} MiB" for db, _ in sizes]
     print("\n| command | " + " | ".join(heads) + " | per MiB, last / first |")
     print("|---|" + "---|" * (len(sizes) + 1))
-    for name, base in sizes[0][1].items():
-        cells = [f"{cpu[name]:.2f}" if name in cpu else "" for _, cpu in sizes]
+    for name, (_wall, base) in sizes[0][1].items():
+        cells = [f"{got[name][1]:.2f}" if name in got else "" for _, got in sizes]
         last_db, last = sizes[-1]
         ratio = ""
         if name in last and base > 0:
-            ratio = f"{last[name] / (last_db.stat().st_size / 2**20) / (base / first_mib):.2f}"
+            ratio = f"{last[name][1] / (last_db.stat().st_size / 2**20) / (base / first_mib):.2f}"
         print(f"| {name} | " + " | ".join(cells) + f" | {ratio} |")
 
 

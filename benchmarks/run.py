@@ -89,7 +89,7 @@ from pathlib import Path
 
 from peak_split import ScriptFiles, heapscope_split
 from run_scripts import pyperf_section, reading_section, trees_section
-from self_cpu import interpreter_of
+from self_cpu import interpreter_of, no_profile_argv
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -362,15 +362,10 @@ class NoProfile(Tool):
     name = "heapscope (no profile)"
 
     def __init__(self, cmd: list[str], interval: str | None = None) -> None:
-        found = interpreter_of(cmd[0]) if len(cmd) == 1 else None
-        self.python = found[0] if found is not None else cmd[:1] if len(cmd) > 1 else [sys.executable]
-        self.interval = interval
+        self.prefix = no_profile_argv(cmd, interval)
 
     def argv(self, w: Workload, profile: Path, cpu_file: Path) -> list[str] | None:
-        if "overhead" not in w.tables:
-            return None
-        return [*self.python, str(HERE / "no_profile.py"), *(["-i", self.interval] if self.interval else []), "--",
-                *w.argv]
+        return [*self.prefix, *w.argv] if "overhead" in w.tables else None
 
 
 class Heapscope(Tool):

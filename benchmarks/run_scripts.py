@@ -59,7 +59,7 @@ def reading_section(quick: bool, rounds: int, work: Path, peer_loads: list[tuple
     targets; then each tool's reader on a profile of the same program. `peer_loads`: (name,
     argv, Python script) of run.py's workloads (cc1plus, python json)."""
     from proctree import brotli_sources
-    from read_speed import record_build, targets_markdown, time_both
+    from read_speed import record_build, targets_markdown, time_commands
 
     lines = ["### Reading profiles", ""]
     db = work / "build.db"
@@ -68,7 +68,7 @@ def reading_section(quick: bool, rounds: int, work: Path, peer_loads: list[tuple
     else:
         record_build(brotli_sources(None), db)
         with contextlib.redirect_stdout(sys.stderr):  # its plain-text table is progress here
-            got = time_both(db, max(rounds, 1), work / "build.out", None)
+            got = time_commands(db, max(rounds, 1), work / "build.out", None)
         lines += [f"`record -- make -j2` of brotli, then each command {max(rounds, 1)} times in a fresh process, "
                   "medians:", "", *targets_markdown(db, got), ""]
     lines += peer_readers(work, peer_loads, memray_python, max(rounds, 1))

@@ -36,6 +36,15 @@ def interpreter_of(command: str) -> tuple[list[str], list[str]] | None:
     return None
 
 
+def no_profile_argv(heapscope: list[str], interval: str | None = None) -> list[str]:
+    """benchmarks/no_profile.py, up to its `--`, in the interpreter that runs the `heapscope`
+    command (a console script, the C launcher, or `python -m heapscope`): the no-profile floor
+    of run.py, pyperf_table.py and proctree.py, recorded by the heapscope they measure."""
+    found = interpreter_of(heapscope[0]) if len(heapscope) == 1 else None
+    python = found[0] if found is not None else heapscope[:1] if len(heapscope) > 1 else [sys.executable]
+    return [*python, str(Path(__file__).with_name("no_profile.py")), *(["-i", interval] if interval else []), "--"]
+
+
 def main() -> None:
     out, script = sys.argv[1], sys.argv[2]
 
