@@ -281,39 +281,38 @@ class ProfileWriter:
         """`insert` (INSERT INTO table (columns)) of rows `head` + `width` values each, taken in
         order from the flat `values`: many rows per statement (a row per statement cost twice
         as much in binding and stepping: benchmarks/cc1plus_producer.py), the same rows in the
-        same order. Values are bound as they are; should one not fit SQLite's int64, the
-        attempt is undone and every row goes through `convert` (store/values.py)."""
+        same order. Values are bound as they are; from the statement where one does not fit
+        SQLite's int64 on, every row goes through `convert` (store/values.py)."""
         n, odd = divmod(len(values), width)
         if odd:
             raise ValueError(f"{len(values)} values are not rows of {width}")
         if not n:
             return
+        # OR FAIL: a statement that stops at a bad row keeps the rows before it, so SQLite
+        # keeps no statement journal (a copy of every page a statement changes, in a temp
+        # file: a fifth of the cost of a compiler's callsites). A failed write is rolled back
+        # whole by its caller anyway (session/core.py).
+        insert = insert.replace("INSERT INTO", "INSERT OR FAIL INTO", 1)
         h = len(head)
         per = (_MAX_VARIABLES - h) // width
-        one = "(" + ", ".join(["?"] * (h + width)) + ")"
-        full = n // per
-        if not self.db.in_transaction:
-            self.db.execute("BEGIN")  # else the savepoint's RELEASE would commit
-        self.db.execute("SAVEPOINT in_range")
+        # The head is bound once per statement, as ?1..?h; each plain ? after it takes the next
+        # number (https://www.sqlite.org/lang_expr.html#parameters). Only the head is numbered:
+        # a bind looks numbered names up one by one.
+        row = "(" + ", ".join([f"?{i + 1}" for i in range(h)] + ["?"] * width) + ")"
+        many = f"{insert} VALUES {', '.join([row] * per)}"
+        done = 0  # rows written
+        execute = self.db.execute
         try:
-            if full:
-                # The head is bound once per statement, as ?1..?h; each plain ? after it takes
-                # the next number (https://www.sqlite.org/lang_expr.html#parameters). Only the
-                # head is numbered: a bind looks numbered names up one by one.
-                row = "(" + ", ".join([f"?{i + 1}" for i in range(h)] + ["?"] * width) + ")"
-                many = ", ".join([row] * per)
-                chunk = per * width
-                part = (values[k * chunk:(k + 1) * chunk] for k in range(full))
-                self.db.executemany(f"{insert} VALUES {many}", ([*head, *p] for p in part) if h else part)
-            if full * per < n:
-                self.db.executemany(f"{insert} VALUES {one}",
-                                    ((*head, *values[k * width:(k + 1) * width]) for k in range(full * per, n)))
-        except OverflowError:
-            self.db.execute("ROLLBACK TO in_range")
+            while done < n:
+                k = min(per, n - done)
+                part = values[done * width:(done + k) * width]
+                execute(many if k == per else f"{insert} VALUES {', '.join([row] * k)}",
+                        [*head, *part] if h else part)
+                done += k
+        except OverflowError:  # raised binding the statement, before any of its rows was written
+            one = "(" + ", ".join(["?"] * (h + width)) + ")"
             self.db.executemany(f"{insert} VALUES {one}",
-                                (convert((*head, *values[k * width:(k + 1) * width])) for k in range(n)))
-        finally:
-            self.db.execute("RELEASE in_range")
+                                (convert((*head, *values[k * width:(k + 1) * width])) for k in range(done, n)))
 
     def add_packages(self, packages: Iterable[tuple[str, str]]) -> None:
         """(file path, its Debian package or '') of the files with nameless frames."""

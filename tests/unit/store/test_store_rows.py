@@ -74,7 +74,7 @@ def test_many_rows_per_statement_write_the_rows_one_per_statement_would(tmp_path
     assert got == want
 
 
-def test_a_value_past_int64_in_a_later_statement_undoes_the_attempt(tmp_path: Path) -> None:
+def test_a_value_past_int64_in_a_later_statement_is_clamped_and_no_row_written_twice(tmp_path: Path) -> None:
     # GIVEN dump rows past a statement's worth, one of them (in the third statement) past int64
     w = ProfileWriter(tmp_path / "big.db")
     w.commit()
@@ -94,5 +94,20 @@ def test_values_that_are_not_whole_rows_are_refused(tmp_path: Path) -> None:
     w = ProfileWriter(tmp_path / "odd.db")
     with pytest.raises(ValueError, match="not rows of 4"):
         w.add_callsites_flat([1, 0, None])
+    assert w.db.execute("SELECT COUNT(*) FROM stack_profile_callsite").fetchone() == (0,)
+    w.close()
+
+
+def test_a_row_that_breaks_a_constraint_fails_the_write_and_the_rollback_drops_it_whole(tmp_path: Path) -> None:
+    # GIVEN callsites past a statement's worth, one of them (in the second statement) a repeated id
+    w = ProfileWriter(tmp_path / "dup.db")
+    w.commit()
+    rows = _callsites(N)
+    rows[400] = rows[399]
+    # WHEN they are written THEN the write fails with SQLite's own error
+    with pytest.raises(sqlite3.IntegrityError):
+        w.add_callsites(rows)
+    # AND the caller's rollback (the session's, on any failed write) leaves none of them
+    w.rollback()
     assert w.db.execute("SELECT COUNT(*) FROM stack_profile_callsite").fetchone() == (0,)
     w.close()
