@@ -13,8 +13,6 @@ CPU (median over the rounds) and the tables that take the most of it.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import sqlite3
 import statistics
 import sys
@@ -25,34 +23,31 @@ from pathlib import Path
 from heapscope.store.writer import ProfileWriter
 
 
-def _tables(src: sqlite3.Connection) -> dict[str, list[str]]:
-    """Each table of the profile and its stored columns (a generated column is not written)."""
+def _tables(src: sqlite3.Connection) -> dict[str, str]:
+    """Each table of the profile and its stored columns, quoted and joined (a generated column
+    is not written)."""
     names = [str(r[0]) for r in src.execute(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY rowid")]
-    return {t: [str(r[1]) for r in src.execute(f"PRAGMA table_xinfo({t})") if r[6] == 0] for t in names}
+    return {t: ", ".join(f'"{r[1]}"' for r in src.execute(f"PRAGMA table_xinfo({t})") if r[6] == 0)
+            for t in names}
 
 
-def _once(src: sqlite3.Connection, tables: dict[str, list[str]], out: Path) -> tuple[float, dict[str, float]]:
-    for suffix in ("", "-wal", "-shm", "-journal"):
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(f"{out}{suffix}")
-    w = ProfileWriter(out)
+def _once(src: sqlite3.Connection, tables: dict[str, str], out: Path) -> tuple[float, dict[str, float]]:
+    w = ProfileWriter(out, force=True)  # the last round's copy replaced, as `record --force` does
     db = w.db
     db.execute("DELETE FROM heapscope_metadata")  # the copy brings the profile's own
     w.commit()
     db.execute("ATTACH ':memory:' AS m")
     for t, cols in tables.items():
-        quoted = ", ".join(f'"{c}"' for c in cols)
-        db.execute(f"CREATE TABLE m.{t} ({quoted})")
-        db.executemany(f"INSERT INTO m.{t} VALUES ({', '.join('?' * len(cols))})",
-                       src.execute(f"SELECT {quoted} FROM {t}"))
+        db.execute(f"CREATE TABLE m.{t} ({cols})")
+        db.executemany(f"INSERT INTO m.{t} VALUES ({', '.join('?' * (cols.count(',') + 1))})",
+                       src.execute(f"SELECT {cols} FROM {t}"))
     db.commit()
     per: dict[str, float] = {}
     start = time.process_time()
     for t, cols in tables.items():
         t0 = time.process_time()
-        quoted = ", ".join(f'"{c}"' for c in cols)
-        db.execute(f"INSERT INTO main.{t} ({quoted}) SELECT {quoted} FROM m.{t}")
+        db.execute(f"INSERT INTO main.{t} ({cols}) SELECT {cols} FROM m.{t}")
         db.commit()
         per[t] = time.process_time() - t0
     db.execute("DETACH m")

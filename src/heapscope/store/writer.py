@@ -186,7 +186,7 @@ class ProfileWriter:
         # The producer's ids are counters, always in range: bound as they are (a compiler's
         # final dump has ~100k rows; converting each value cost a third of writing them).
         self._insert_flat(
-            "INSERT INTO stack_profile_callsite (id, depth, parent_id, frame_id)", (), values, 4,
+            "stack_profile_callsite (id, depth, parent_id, frame_id)", (), values, 4,
             lambda r: (i64_to_sql(r[0]), i64_to_sql(r[1]), opt_i64_to_sql(r[2]), i64_to_sql(r[3])))
 
     def add_dump(self, upid: int, ts_start: int, ts_end: int, reason: str,
@@ -207,7 +207,7 @@ class ProfileWriter:
         # of 2^63 or more: bound as they are, as add_callsites' (a compiler's final dump has
         # ~20k rows).
         self._insert_flat(
-            "INSERT INTO heap_profile_allocation (ts, upid, heap_name, callsite_id, count, size, real_size)",
+            "heap_profile_allocation (ts, upid, heap_name, callsite_id, count, size, real_size)",
             (ts_end, upid, heap_name), values, 4,
             lambda r: (*r[:3], *(None if v is None else i64_to_sql(v) for v in r[3:])))
 
@@ -220,7 +220,7 @@ class ProfileWriter:
     def add_peak_values(self, upid: int, ts: int, heap_name: str, values: Sequence[int | None]) -> None:
         """add_peak's rows in one flat sequence of 7 values a row (ProcessHeap.peak_values)."""
         self._insert_flat(
-            "INSERT INTO heapscope_peak_allocation"
+            "heapscope_peak_allocation"
             " (ts, upid, heap_name, callsite_id, count, size, alloc_count, alloc_size, real_size, alloc_real_size)",
             (ts, upid, heap_name), values, 7,
             lambda r: (i64_to_sql(r[0]), i64_to_sql(r[1]), r[2], *(opt_i64_to_sql(v) for v in r[3:])))
@@ -230,10 +230,10 @@ class ProfileWriter:
         """A heap's memory over time and its kept samples (ProcessHeap.memory_values: flat rows
         of 4 and of 5 values)."""
         self._insert_flat(
-            "INSERT INTO heapscope_memory_series (upid, heap_name, ts, unreleased, unreleased_end, allocated)",
+            "heapscope_memory_series (upid, heap_name, ts, unreleased, unreleased_end, allocated)",
             (upid, heap_name), series, 4, lambda r: (*r[:2], *(i64_to_sql(v) for v in r[2:])))
         self._insert_flat(
-            "INSERT INTO heapscope_memory_sample (upid, heap_name, callsite_id, alloc_ts, free_ts, size, weight)",
+            "heapscope_memory_sample (upid, heap_name, callsite_id, alloc_ts, free_ts, size, weight)",
             (upid, heap_name), samples, 5, lambda r: (*r[:2], *(opt_i64_to_sql(v) for v in r[2:])))
 
     def add_label_sets(self, upid: int, sets: Sequence[tuple[int, tuple[tuple[str, str], ...]]]) -> None:
@@ -250,14 +250,14 @@ class ProfileWriter:
         """One dump's rows per (callsite, label set), flat: callsite_id, label_set_id, count, size,
         real_size, ... (bookkeeping/rows.py LABEL_DUMP_ROW)."""
         self._insert_flat(
-            "INSERT INTO heapscope_label_allocation (ts, upid, heap_name, callsite_id, label_set_id, count, size,"
+            "heapscope_label_allocation (ts, upid, heap_name, callsite_id, label_set_id, count, size,"
             " real_size)", (i64_to_sql(ts), upid, heap_name), values, 5,
             lambda r: (*r[:3], *(i64_to_sql(v) for v in r[3:])))
 
     def add_label_peak(self, upid: int, ts: int, heap_name: str, values: Sequence[int]) -> None:
         """The rows per (callsite, label set) at the process's peak, flat (LABEL_PEAK_ROW)."""
         self._insert_flat(
-            "INSERT INTO heapscope_label_peak_allocation (ts, upid, heap_name, callsite_id, label_set_id, count,"
+            "heapscope_label_peak_allocation (ts, upid, heap_name, callsite_id, label_set_id, count,"
             " size, alloc_count, alloc_size, real_size, alloc_real_size)", (i64_to_sql(ts), upid, heap_name),
             values, 8, lambda r: (*r[:3], *(i64_to_sql(v) for v in r[3:])))
 
@@ -269,16 +269,16 @@ class ProfileWriter:
         # value converted in Python, were a fifth of its producer's CPU).
         head = (i64_to_sql(upid), heap_name)
         self._insert_flat(
-            "INSERT INTO heapscope_callsite_lifetime (upid, heap_name, callsite_id, kind, lo_ns, hi_ns, size_lo,"
+            "heapscope_callsite_lifetime (upid, heap_name, callsite_id, kind, lo_ns, hi_ns, size_lo,"
             " size_hi, count, size, real_size)", head, lifetimes, 9,
             lambda r: (*r[:2], i64_to_sql(r[2]), r[3], *(opt_i64_to_sql(v) for v in r[4:])))
         self._insert_flat(
-            "INSERT INTO heapscope_callsite_size (upid, heap_name, callsite_id, lo, hi, count, size, real_size)",
+            "heapscope_callsite_size (upid, heap_name, callsite_id, lo, hi, count, size, real_size)",
             head, sizes, 6, lambda r: (*r[:2], *(opt_i64_to_sql(v) for v in r[2:])))
 
-    def _insert_flat(self, insert: str, head: tuple[Any, ...], values: Sequence[Any], width: int,
+    def _insert_flat(self, into: str, head: tuple[Any, ...], values: Sequence[Any], width: int,
                      convert: Callable[[tuple[Any, ...]], tuple[Any, ...]]) -> None:
-        """`insert` (INSERT INTO table (columns)) of rows `head` + `width` values each, taken in
+        """INSERT INTO `into` (table (columns)) of rows `head` + `width` values each, taken in
         order from the flat `values`: many rows per statement (a row per statement cost twice
         as much in binding and stepping: benchmarks/cc1plus_producer.py), the same rows in the
         same order. Values are bound as they are; from the statement where one does not fit
@@ -292,7 +292,7 @@ class ProfileWriter:
         # keeps no statement journal (a copy of every page a statement changes, in a temp
         # file: a fifth of the cost of a compiler's callsites). A failed write is rolled back
         # whole by its caller anyway (session/core.py).
-        insert = insert.replace("INSERT INTO", "INSERT OR FAIL INTO", 1)
+        insert = f"INSERT OR FAIL INTO {into}"
         h = len(head)
         per = (_MAX_VARIABLES - h) // width
         # The head is bound once per statement, as ?1..?h; each plain ? after it takes the next
