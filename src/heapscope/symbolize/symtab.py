@@ -16,17 +16,14 @@ from __future__ import annotations
 import os
 from bisect import bisect_right
 
-from heapscope.elf import EM_ARM, SHT_DYNSYM, SHT_SYMTAB, STT_FUNC, STT_GNU_IFUNC, ElfError, ElfFile, Section
+from heapscope.elf import EM_ARM, SHT_DYNSYM, SHT_SYMTAB, ElfError, ElfFile, Section
 from heapscope.records import Record, field
+from heapscope.symbolize._symtab import functions
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING: a recording's end names frames from here (pathlib: ~4 ms of imports)
 if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any
-
-_SHN_UNDEF = 0
-_SHN_LORESERVE = 0xFF00  # ABS, COMMON and friends: no section to bound a size-0 symbol
-_BINDING_RANK = {1: 2, 2: 1, 0: 0}  # GLOBAL over WEAK over LOCAL among aliases
 
 # Nested symbols (a local label symbol inside a function, say) are rare; the
 # lookup looks back this many symbols for one that still covers the address.
@@ -260,42 +257,13 @@ def read_elf_symbols(path: str | Path) -> ElfSymbols:
 
 def _function_symbols(elf: ElfFile, table: Section) -> tuple[list[int], list[int], list[int], bytes]:
     """(starts, ends, name offsets, string table) of the defined function symbols of `table`,
-    sorted by start. A name is decoded only when looked up (_cstring): a large program has tens
-    of thousands of symbols and a profile names a few hundred (producer CPU)."""
+    sorted by start (_symtab.c says which alias of an address is kept and where each ends). A
+    name is decoded only when looked up (_cstring): a large program has tens of thousands of
+    symbols and a profile names a few hundred (producer CPU)."""
     strtab = elf.linked_data(table)
-    thumb = elf.machine == EM_ARM  # bit 0 of an ARM function address selects Thumb mode
     section_ends = {s.index: s.addr + s.size for s in elf.sections}
-
-    def rank(name_off: int, size: int, info: int) -> tuple[int, int, int]:
-        # Prefer a sized symbol, then the most visible binding, then the name
-        # with fewer leading underscores (`malloc` over `__libc_malloc`).
-        return 1 if size else 0, _BINDING_RANK.get(info >> 4, 0), -_leading_underscores(strtab, name_off)
-
-    # start -> (name_offset, size, shndx, info): the best of the aliases at one address
-    # (ranked only when there are several: most addresses have one symbol).
-    best: dict[int, tuple[int, int, int, int]] = {}
-    for name_off, info, shndx, value, size in elf.symbols(table):
-        if (info & 0xF) not in (STT_FUNC, STT_GNU_IFUNC) or shndx == _SHN_UNDEF or name_off == 0:
-            continue
-        if thumb:
-            value &= ~1
-        old = best.get(value)
-        if old is None or rank(name_off, size, info) > rank(old[0], old[1], old[3]):
-            best[value] = (name_off, size, shndx, info)
-
-    starts = sorted(best)
-    ends: list[int] = []
-    offsets: list[int] = []
-    for k, start in enumerate(starts):
-        name_off, size, shndx, _info = best[start]
-        if size:
-            end = start + size
-        else:
-            end = starts[k + 1] if k + 1 < len(starts) else 1 << 64
-            if shndx < _SHN_LORESERVE and shndx in section_ends:
-                end = min(end, section_ends[shndx])
-        ends.append(end)
-        offsets.append(name_off)
+    starts, ends, offsets = functions(elf.data(table), strtab, elf.elfclass == 64, elf.little_endian, table.entsize,
+                                      elf.machine == EM_ARM, section_ends)
     return starts, ends, offsets, strtab
 
 
@@ -305,10 +273,3 @@ def _cstring(strtab: bytes, off: int) -> str:
     name = raw.decode("utf-8", "replace")
     # A versioned definition in .symtab (`memcpy@@GLIBC_2.14`): the version is not part of the name.
     return name.split("@", 1)[0] if "@" in name else name
-
-
-def _leading_underscores(strtab: bytes, off: int) -> int:
-    n = 0
-    while off + n < len(strtab) and strtab[off + n] == 0x5F:  # "_"
-        n += 1
-    return n
