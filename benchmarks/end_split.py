@@ -3,8 +3,8 @@
     python benchmarks/end_split.py [--rounds 3] [--python PY] [--variant LABEL=DIR ...] [--child-python PY]
                                    [--cprofile DIR] [--record-args ARGS] [WORKLOAD ...]
 
-WORKLOAD: true, ls, cc1plus, git, json, objects, markdown, pyperf:NAME (a pyperformance benchmark
-of pyperf_table.py, one loop; --python its venv's) (default: all but ls and pyperf). Each run is
+WORKLOAD: true, ls, cc1plus, git, json, objects, markdown, pandas, pyperf:NAME (a pyperformance benchmark
+of pyperf_table.py, one loop; --python its venv's) (default: all but ls, pandas and pyperf). Each run is
 `heapscope record -o X -- TARGET` in a child interpreter (the console entry point's
 path: cli.main, then os._exit) with timers around the end path's functions
 (Recording.close and what it calls, Producer._end and dump, the writer's commits,
@@ -217,6 +217,8 @@ def _workloads(names: list[str], work: Path, python: str) -> dict[str, list[str]
             found[name] = [python, str(HERE / "pyobjects.py"), "16", "22"]
         elif name == "markdown":
             found[name] = [python, str(HERE / "pylib.py"), "1000"]
+        elif name == "pandas":  # the pyperf table's pandas/numpy job (--python: a venv that has pandas)
+            found[name] = [python, str(HERE / "pylib.py"), "pandas", "1000000"]
         elif name.startswith("pyperf:"):  # a pyperformance benchmark, one loop (--python: a venv that has it)
             root = subprocess.run([python, "-c", "import pyperformance, pathlib; print(pathlib.Path("
                                    "pyperformance.__file__).parent / 'data-files' / 'benchmarks')"],
