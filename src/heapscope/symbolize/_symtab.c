@@ -184,12 +184,15 @@ static PyObject *functions(PyObject *self, PyObject *args) {
   (void)self;
   Py_buffer data, strtab;
   int is64, little, thumb;
-  Py_ssize_t entsize, n;
+  unsigned long long entsize_raw;
+  Py_ssize_t n;
   PyObject *section_ends, *result = NULL;
   Candidate *cands;
-  if (!PyArg_ParseTuple(args, "y*y*ppnpO!", &data, &strtab, &is64, &little, &entsize, &thumb, &PyDict_Type,
+  if (!PyArg_ParseTuple(args, "y*y*ppKpO!", &data, &strtab, &is64, &little, &entsize_raw, &thumb, &PyDict_Type,
                         &section_ends))
     return NULL;
+  /* The file's sh_entsize, any u64: past the table's length, one entry is all there is room for. */
+  Py_ssize_t entsize = entsize_raw > (unsigned long long)data.len ? data.len + 1 : (Py_ssize_t)entsize_raw;
   Py_BEGIN_ALLOW_THREADS
   n = collect(data.buf, data.len, strtab.buf, strtab.len, is64, little, entsize, thumb, &cands);
   Py_END_ALLOW_THREADS

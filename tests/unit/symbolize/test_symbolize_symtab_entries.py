@@ -107,6 +107,9 @@ def test_padded_entries_and_a_truncated_last_one() -> None:
     assert functions(data, STRTAB, True, True, 32, False, {})[0] == [0x10, 0x20]
     assert functions(data[:-9], STRTAB, True, True, 32, False, {})[0] == [0x10]
     assert functions(b"", STRTAB, True, True, 0, False, {}) == ([], [], [])
+    # AND an entry size past the table (up to 2**64 - 1, the fuzzer's): the first entry only
+    for huge in (len(data), 1 << 40, (1 << 64) - 1):
+        assert functions(data, STRTAB, True, True, huge, False, {})[0] == [0x10]
 
 
 def test_a_damaged_entry_size_or_name_offset_reads_no_byte_outside() -> None:
