@@ -153,7 +153,7 @@ class LiveSymbolizer:
 
     def _read_symbols_ahead(self, symbol_file: str) -> None:
         """Have a symbol table read on a thread now, while the target runs (a compiler's takes
-        ~50 ms), for the end to name new addresses from; once per file."""
+        ~10 ms, more from a cold disk), for the end to name new addresses from; once per file."""
         if symbol_file in self._read_ahead:
             return
         from heapscope.symbolize.symtab import read_ahead

@@ -206,7 +206,7 @@ def _identity(path: str) -> tuple[int, ...] | None:
 
 def read_ahead(path: str) -> None:
     """Start reading `path`'s symbols now, on a thread: `record` asks it for the modules
-    without DWARF it will name at the end (a big binary's table takes ~50 ms), while the
+    without DWARF it will name at the end (a compiler's table takes ~10 ms, more from a cold disk), while the
     target still runs. read_elf_symbols_shared() then takes the answer."""
     ident = _identity(path)
     if ident is not None and path not in _READ_AHEAD:
