@@ -1,9 +1,9 @@
 """One ELF file's function symbols, sorted for address lookup, and its build id.
 
 Owns turning ELF symbol tables into address ranges; knows nothing of
-profiles. heapscope/elf.py reads the headers, notes and symbol entries (in
-bulk: libpython has ~15k function symbols, a big C++ binary several 100k);
-a name is decoded only when it is looked up.
+profiles. heapscope/elf.py reads the headers, notes and sections, and
+_symtab.c turns a table's entries into functions (libpython has ~15k, a big
+C++ binary several 100k); a name is decoded only when it is looked up.
 
 Lookup model: every function symbol covers [start, end). A sized symbol ends
 at start + size. A symbol of size 0 (hand-written assembly, some stripped
@@ -206,8 +206,8 @@ def _identity(path: str) -> tuple[int, ...] | None:
 
 def read_ahead(path: str) -> None:
     """Start reading `path`'s symbols now, on a thread: `record` asks it for the modules
-    without DWARF it will name at the end (a compiler's table takes ~10 ms, more from a cold disk), while the
-    target still runs. read_elf_symbols_shared() then takes the answer."""
+    without DWARF it will name at the end (a compiler's table takes ~10 ms, more from a cold
+    disk), while the target still runs. read_elf_symbols_shared() then takes the answer."""
     ident = _identity(path)
     if ident is not None and path not in _READ_AHEAD:
         _READ_AHEAD[path] = _ReadAhead(path, ident)
