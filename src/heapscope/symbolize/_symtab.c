@@ -101,20 +101,12 @@ static PyObject *open_end(const Candidate *c, const Candidate *next, PyObject *t
 
 static PyObject *build(const Candidate *cands, Py_ssize_t n, PyObject *section_ends) {
   PyObject *starts = PyList_New(0), *ends = PyList_New(0), *offsets = PyList_New(0);
-  PyObject *one = PyLong_FromLong(1), *bits = PyLong_FromLong(64);
-  PyObject *top = one && bits ? PyNumber_Lshift(one, bits) : NULL;
+  PyObject *top = end_of(UINT64_MAX, 1); /* 1 << 64 */
   PyObject *result = NULL;
   if (starts == NULL || ends == NULL || offsets == NULL || top == NULL)
     goto done;
   for (Py_ssize_t i = 0; i < n; i++) {
-    if (i > 0 && cands[i].value == cands[i - 1].value)
-      continue;  /* an alias ranked below the one kept */
-    const Candidate *c = &cands[i], *next = NULL;
-    for (Py_ssize_t j = i + 1; j < n; j++)
-      if (cands[j].value != c->value) {
-        next = &cands[j];
-        break;
-      }
+    const Candidate *c = &cands[i], *next = i + 1 < n ? &cands[i + 1] : NULL;
     PyObject *s = PyLong_FromUnsignedLongLong(c->value);
     PyObject *e = c->size ? end_of(c->value, c->size) : open_end(c, next, top, section_ends);
     PyObject *o = PyLong_FromUnsignedLong(c->name);
@@ -131,14 +123,12 @@ done:
   Py_XDECREF(starts);
   Py_XDECREF(ends);
   Py_XDECREF(offsets);
-  Py_XDECREF(one);
-  Py_XDECREF(bits);
   Py_XDECREF(top);
   return result;
 }
 
-/* The candidates of the table (function entries with a section and a name), sorted by start, then
- * best first; *out NULL and -1 when memory ran out. Touches no Python object: run without the GIL
+/* The functions of the table (entries with a section and a name), the best alias of each start
+ * only, sorted by start; *out NULL and -1 when memory ran out. Touches no Python object: run without the GIL
  * (record reads a table on a thread of its own while the producer goes on). */
 static Py_ssize_t collect(const unsigned char *data, Py_ssize_t len, const unsigned char *strtab,
                           Py_ssize_t strtab_len, int is64, int little, Py_ssize_t entsize, int thumb,
@@ -176,8 +166,12 @@ static Py_ssize_t collect(const unsigned char *data, Py_ssize_t len, const unsig
   }
   if (n > 1)
     qsort(cands, (size_t)n, sizeof *cands, by_start_then_rank);
+  Py_ssize_t kept = 0; /* the best of each address, first after the sort: its aliases dropped */
+  for (Py_ssize_t i = 0; i < n; i++)
+    if (i == 0 || cands[i].value != cands[i - 1].value)
+      cands[kept++] = cands[i];
   *out = cands;
-  return n;
+  return kept;
 }
 
 static PyObject *functions(PyObject *self, PyObject *args) {
