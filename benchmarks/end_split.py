@@ -193,7 +193,8 @@ def _run(python: str, src: str | None, argv: list[str], cwd: Path, profile_to: s
     return got
 
 
-def _workloads(names: list[str], work: Path, python: str) -> dict[str, list[str]]:
+def workloads(names: list[str], work: Path, python: str) -> dict[str, list[str]]:
+    """Each named workload's command (the WORKLOAD list above); producer_split.py runs the same."""
     sys.path.insert(0, str(HERE))
     import run
 
@@ -294,7 +295,7 @@ def main() -> int:
     ap.add_argument("workloads", nargs="*", default=["true", "cc1plus", "git", "json", "objects", "markdown"])
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="hs-end-split-"))
-    loads = _workloads(args.workloads, work, args.python)
+    loads = workloads(args.workloads, work, args.python)
     variants = dict(v.split("=", 1) for v in args.variant) or {"": ""}
     if args.cache_from:  # each variant's cache starts as a copy of this one (a machine's warm cache)
         for label in variants:

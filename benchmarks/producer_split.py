@@ -2,7 +2,7 @@
 
     python benchmarks/producer_split.py [--rounds 3] [--heapscope CMD] [--python PY] [--freq HZ] [WORKLOAD ...]
 
-WORKLOAD: cc1plus, json, git, pandas (the pyperf table's job; --python a venv that has pandas)
+WORKLOAD: as end_split.py's (cc1plus, json, git, pandas with --python a venv that has it, ...)
 (default: cc1plus json). Each round runs, under `taskset -c 0` (the producer and the target on
 one CPU, as run.py's one-core section), `perf record -g -F HZ` of `heapscope record -o X --
 TARGET` and of benchmarks/no_profile.py -- TARGET (the same recording keeping no profile: the
@@ -38,6 +38,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from end_split import workloads  # noqa: E402
 from self_cpu import no_profile_argv  # noqa: E402
 
 CATEGORIES = ("sqlite", "resolver", "ingest", "symtab", "python", "system", "helpers")
@@ -77,28 +78,6 @@ def _category(chain: list[str]) -> str:
         if mark in text:
             return category
     return "system"
-
-
-def _workloads(names: list[str], work: Path, python: str) -> dict[str, list[str]]:
-    import run
-
-    found: dict[str, list[str]] = {}
-    for name in names:
-        if name == "cc1plus":
-            cmd = run.cc1plus_command(work, quick=False)
-            if cmd:
-                found[name] = cmd
-        elif name == "json":
-            found[name] = [python, str(HERE / "pywork.py"), "200000"]
-        elif name == "git":
-            repo = work / "history.git"
-            run.generate_git_repo(repo, 4000)
-            found[name] = ["git", "-C", str(repo), "--no-pager", "log", "-p"]
-        elif name == "pandas":
-            found[name] = [python, str(HERE / "pylib.py"), "pandas", "1000000"]
-        else:
-            raise SystemExit(f"unknown workload {name}")
-    return found
 
 
 def _perf(argv: list[str], data: Path, freq: int, cwd: Path) -> tuple[dict[str, int], int]:
@@ -141,7 +120,7 @@ def main() -> int:
         print("producer_split.py: needs perf and taskset", file=sys.stderr)
         return 2
     work = Path(tempfile.mkdtemp(prefix="hs-producer-split-"))
-    loads = _workloads(args.workloads, work, os.path.abspath(args.python))
+    loads = workloads(args.workloads, work, os.path.abspath(args.python))
     hs = [args.heapscope]
     variants = {"record": [*hs, "record", "-o", str(work / "p.db"), "--force", "--"], "floor": no_profile_argv(hs)}
     runs: dict[str, dict[str, list[tuple[dict[str, int], int]]]] = {n: {v: [] for v in variants} for n in loads}
