@@ -3,8 +3,8 @@
     python benchmarks/end_split.py [--rounds 3] [--python PY] [--variant LABEL=DIR ...] [--child-python PY]
                                    [--cprofile DIR] [--record-args ARGS] [WORKLOAD ...]
 
-WORKLOAD: true, ls, cc1plus, git, json, objects, markdown, pandas, pyperf:NAME (a pyperformance benchmark
-of pyperf_table.py, one loop; --python its venv's) (default: all but ls, pandas and pyperf). Each run is
+WORKLOAD: true, ls, cc1plus, git, json, objects, markdown, pandas, build, pyperf:NAME (a pyperformance benchmark
+of pyperf_table.py, one loop; --python its venv's) (default: all but ls, pandas, build and pyperf). Each run is
 `heapscope record -o X -- TARGET` in a child interpreter (the console entry point's
 path: cli.main, then os._exit) with timers around the end path's functions
 (Recording.close and what it calls, Producer._end and dump, the writer's commits,
@@ -220,6 +220,11 @@ def workloads(names: list[str], work: Path, python: str) -> dict[str, list[str]]
             found[name] = [python, str(HERE / "pylib.py"), "1000"]
         elif name == "pandas":  # the pyperf table's pandas/numpy job (--python: a venv that has pandas)
             found[name] = [python, str(HERE / "pylib.py"), "pandas", "1000000"]
+        elif name == "build":  # proctree.py's make -j2 of brotli (113 processes; proctree.py unpacks it first)
+            src = next((HERE / "out" / "proctree").glob("brotli-*/Makefile.heapscope"), None)
+            if src is None:
+                raise SystemExit("build: run benchmarks/proctree.py once first (it unpacks brotli)")
+            found[name] = ["sh", "-c", f"cd {src.parent} && rm -rf build && exec make -s -f Makefile.heapscope -j2"]
         elif name.startswith("pyperf:"):  # a pyperformance benchmark, one loop (--python: a venv that has it)
             root = subprocess.run([python, "-c", "import pyperformance, pathlib; print(pathlib.Path("
                                    "pyperformance.__file__).parent / 'data-files' / 'benchmarks')"],
