@@ -2,7 +2,7 @@
 
     python benchmarks/producer_split.py [--rounds 3] [--heapscope CMD] [--python PY] [--freq HZ] [WORKLOAD ...]
 
-WORKLOAD: as end_split.py's (cc1plus, json, git, pandas with --python a venv that has it, ...)
+WORKLOAD: as end_split.py's (cc1plus, json, git, pandas with --python a venv that has it, build, ...)
 (default: cc1plus json). Each round runs, under `taskset -c 0` (the producer and the target on
 one CPU, as run.py's one-core section), `perf record -g -F HZ` of `heapscope record -o X --
 TARGET` and of benchmarks/no_profile.py -- TARGET (the same recording keeping no profile: the
