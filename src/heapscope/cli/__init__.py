@@ -226,15 +226,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(VERSION)
         return 0
     args = build_parser(argv).parse_args(argv)
-    if chosen(argv) in _READS:
-        import gc
+    tune_collector(argv)
+    return call(args)
 
+
+def tune_collector(argv: Sequence[str]) -> None:
+    """Set the cyclic collector for the subcommand `argv` names, before it runs: every path to
+    `call` passes here (`record` from the start module, without this module's main)."""
+    import gc
+
+    if chosen(argv) in _READS:
         gc.disable()
     elif chosen(argv) in _RECORDS:
-        import gc
-
         gc.set_threshold(_RECORD_GC_THRESHOLD)
-    return call(args)
 
 
 def call(args: argparse.Namespace) -> int:

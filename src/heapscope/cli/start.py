@@ -75,6 +75,7 @@ def main(argv: Sequence[str]) -> int:
             return cli.main(argv)
     except KeyboardInterrupt:
         return 130  # Ctrl-C while the command line's modules are imported: as cli.call says it
+    cli.tune_collector(argv)
     return cli.call(args)
 
 

@@ -88,3 +88,16 @@ def test_record_q_asks_the_session_for_no_peaks_and_a_summary_does() -> None:
     quiet = record.recording_options(parser.parse_args(["-q", "--", "true"]), ["true"], [])
     plain = record.recording_options(parser.parse_args(["--", "true"]), ["true"], [])
     assert (quiet.peaks, plain.peaks) == (False, True)
+
+
+def test_the_start_module_sets_the_collector_of_the_command_it_runs(tmp_path: Path) -> None:
+    # WHEN the start module (the `heapscope` command's path) runs `record`, then `report` of
+    # its profile, each in an interpreter that prints its collector's settings afterwards
+    db = tmp_path / "p.db"
+    show = "import gc, sys; from heapscope.cli import start; code = start.main(sys.argv[1:]);" \
+           " print(code, gc.isenabled(), gc.get_threshold()[0])"
+    runs = [subprocess.run([sys.executable, "-c", show, *argv], capture_output=True, text=True, timeout=60)
+            for argv in (["record", "-q", "-o", str(db), "--", "/bin/true"], ["report", str(db)])]
+    # THEN record's collector runs after 20,000 new containers, and report's is off
+    assert runs[0].stdout.splitlines()[-1] == "0 True 20000", runs[0].stderr
+    assert runs[1].stdout.splitlines()[-1].startswith("0 False"), runs[1].stderr
