@@ -225,8 +225,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # What the parser would print, without importing argparse for it (~6 ms of ~20).
         print(VERSION)
         return 0
+    tune_collector(argv)  # before the parser imports the command's modules
     args = build_parser(argv).parse_args(argv)
-    tune_collector(argv)
     return call(args)
 
 
