@@ -231,8 +231,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def tune_collector(argv: Sequence[str]) -> None:
-    """Set the cyclic collector for the subcommand `argv` names, before it runs: every path to
-    `call` passes here (`record` from the start module, without this module's main)."""
+    """Set the cyclic collector for the subcommand `argv` names, before its modules are imported:
+    the start module calls it first, and main too (an entry point of its own); a second call
+    changes nothing."""
     import gc
 
     if chosen(argv) in _READS:
