@@ -108,15 +108,12 @@ def main(args: argparse.Namespace) -> int:
 
 def _state_line(profile: Profile, args: argparse.Namespace) -> str:
     """Which state of each process the export holds: `showing: peak at 5.02 s (pid 12)`."""
-    from heapscope.store.select import process_state, select_processes
+    from heapscope.store.select import select_processes, state_labels
 
     if args.dump == "all":
         return "showing: every dump of each process (--dump peak|end|N for one state)"
-    shown = []
-    for p in select_processes(profile, args.pid):
-        st = process_state(profile, p, args.dump, args.view)
-        if st is not None:
-            shown.append(f"{st.label} (pid {p.info.pid})")
+    shown = [f"{label} (pid {p.info.pid})"
+             for p, label in state_labels(profile, select_processes(profile, args.pid), args.dump, args.view)]
     more = f" and {len(shown) - 3} more processes" if len(shown) > 3 else ""
     return "showing: " + ("; ".join(shown[:3]) + more if shown else "no dumps") + " (--dump peak|end|N)"
 
