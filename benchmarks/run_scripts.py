@@ -69,8 +69,9 @@ def reading_section(quick: bool, rounds: int, work: Path, peer_loads: list[tuple
         record_build(brotli_sources(None), db)
         with contextlib.redirect_stdout(sys.stderr):  # its plain-text table is progress here
             got = time_commands(db, max(rounds, 1), work / "build.out", None)
-        lines += [f"`record -- make -j2` of brotli, then each command {max(rounds, 1)} times in a fresh process, "
-                  "medians:", "", *targets_markdown(db, got), ""]
+        lines += [f"`record -- make -j2` of brotli, then {max(rounds, 1)} interleaved rounds of the commands, each "
+                  "in a fresh process; medians, and for a ratio to report the median of the rounds' own:", "",
+                  *targets_markdown(db, got), ""]
     lines += peer_readers(work, peer_loads, memray_python, max(rounds, 1))
     return lines
 
