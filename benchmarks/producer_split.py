@@ -80,8 +80,10 @@ def _category(chain: list[str]) -> str:
     return "system"
 
 
-def _perf(argv: list[str], data: Path, freq: int, cwd: Path) -> tuple[dict[str, int], int]:
-    subprocess.run(["taskset", "-c", "0", "perf", "record", "-q", "-g", "-F", str(freq), "-o", str(data), "--", *argv],
+def _perf(argv: list[str], data: Path, freq: int, cwd: Path, faults: bool = False) -> tuple[dict[str, int], int]:
+    # --faults: a sample at every page fault (each a first touch of memory), not at a frequency.
+    every = ["-e", "page-faults", "-c", "1"] if faults else ["-F", str(freq)]
+    subprocess.run(["taskset", "-c", "0", "perf", "record", "-q", "-g", *every, "-o", str(data), "--", *argv],
                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd,
                    check=True, timeout=600)
     out = subprocess.run(["perf", "script", "-i", str(data), "-F", "comm,pid,ip,dso"], capture_output=True,
@@ -90,8 +92,9 @@ def _perf(argv: list[str], data: Path, freq: int, cwd: Path) -> tuple[dict[str, 
     return classify(out)
 
 
-def _report(name: str, runs: dict[str, list[tuple[dict[str, int], int]]], freq: int) -> None:
-    print(f"\n{name}: samples at {freq} Hz, medians of {len(runs['record'])} rounds")
+def _report(name: str, runs: dict[str, list[tuple[dict[str, int], int]]], freq: int, faults: bool = False) -> None:
+    unit = "page faults" if faults else f"samples at {freq} Hz"
+    print(f"\n{name}: {unit}, medians of {len(runs['record'])} rounds")
     print(f"  {'':10s} {'record':>8s} {'floor':>8s} {'profile':>8s}")
     rec = {c: statistics.median(r[0][c] for r in runs["record"]) for c in CATEGORIES}
     low = {c: statistics.median(r[0][c] for r in runs["floor"]) for c in CATEGORIES}
@@ -102,7 +105,7 @@ def _report(name: str, runs: dict[str, list[tuple[dict[str, int], int]]], freq: 
     print(f"  {'all':10s} {tot_r:8.0f} {tot_l:8.0f} {tot_r - tot_l:+8.0f}")
     tr = statistics.median(r[1] for r in runs["record"])
     tl = statistics.median(r[1] for r in runs["floor"])
-    print(f"  the target's own samples: {tr:.0f} under record, {tl:.0f} under the floor")
+    print(f"  the target's own {'faults' if faults else 'samples'}: {tr:.0f} under record, {tl:.0f} under the floor")
 
 
 def main() -> int:
@@ -114,6 +117,8 @@ def main() -> int:
     ap.add_argument("--python", default=str(bench) if bench.exists() else sys.executable,
                     help="the Python workloads' interpreter (pandas: one that has it)")
     ap.add_argument("--freq", type=int, default=1000)
+    ap.add_argument("--faults", action="store_true",
+                    help="sort page faults (every one) by code instead of CPU samples: memory first touched")
     ap.add_argument("workloads", nargs="*", default=["cc1plus", "json"])
     args = ap.parse_args()
     if not shutil.which("perf") or not shutil.which("taskset"):
@@ -127,10 +132,10 @@ def main() -> int:
     for rnd in range(args.rounds):
         for name, target in loads.items():
             for variant, head in (variants.items() if rnd % 2 == 0 else reversed(variants.items())):
-                runs[name][variant].append(_perf([*head, *target], work / "perf.data", args.freq, work))
+                runs[name][variant].append(_perf([*head, *target], work / "perf.data", args.freq, work, args.faults))
         print(f"round {rnd + 1}/{args.rounds} done", file=sys.stderr)
     for name in loads:
-        _report(name, runs[name], args.freq)
+        _report(name, runs[name], args.freq, args.faults)
     shutil.rmtree(work, ignore_errors=True)
     return 0
 
