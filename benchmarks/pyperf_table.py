@@ -27,11 +27,12 @@ Each runs plain and under:
                      `profile` (its documented way; without a decorated function it does nothing)
 
 Every (workload, tool) pair runs once per round; rounds are interleaved and the order of the
-tools rotates from round to round. The figure is the whole command's wall time as a user
-runs it (the tool's start, the run, its report), median over rounds, over the plain run's
-median. A run is cut at --cap times the plain run's wall (every wait here is bounded): its
-cell reads ">Nx" and enters the tool's median at N (a lower bound, so that median is marked
-">="). A tool that exits non-zero shows "failed" and is left out of the medians.
+tools rotates from round to round. Each workload's turn in a round begins with a plain run that
+is not counted, so that every tool finds the page cache as warm as the others. The figure is
+the whole command's wall time as a user runs it (the tool's start, the run, its report), median
+over rounds, over the plain run's median. A run is cut at --cap times the plain run's wall
+(every wait here is bounded): its cell reads ">Nx" and enters the tool's median at N (a lower
+bound, so that median is marked ">="). A tool that exits non-zero shows "failed" and is left out of the medians.
 
 The peers and the programs' libraries run in a venv this script creates
 (benchmarks/out/pyperf-venv, versions pinned in PYPERF_PACKAGES) on this interpreter's base
@@ -230,6 +231,13 @@ def run_rounds(loads: list[Workload], tools: list[str], rounds: int, py: Path, h
     for r in range(rounds):
         order = tools[r % len(tools):] + tools[: r % len(tools)]
         for w in loads:
+            if "none" in tools:
+                # Not counted: this VM drops file pages unused for a minute or two (DAMON's pageout),
+                # so the round's first run of a workload read its files from disk again (the pandas
+                # job: 5.7 s against 2.0 s, the same CPU): heapscope, first in round 2, paid it.
+                argv, env = command("none", w, py, heapscope, work)
+                x = run_once(argv, env, work, LONGEST, work / "stderr.txt")
+                print(f"round {r + 1}/{rounds} {w.name:26} {'(warm-up, none)':18} {x.wall:7.2f}s", file=sys.stderr)
             for tool in order:
                 out = work / tool.replace(" ", "").replace("-", "")
                 shutil.rmtree(out, ignore_errors=True)
