@@ -32,7 +32,8 @@ is not counted, so that every tool finds the page cache as warm as the others. T
 the whole command's wall time as a user runs it (the tool's start, the run, its report), median
 over rounds, over the plain run's median. A run is cut at --cap times the plain run's wall
 (every wait here is bounded): its cell reads ">Nx" and enters the tool's median at N (a lower
-bound, so that median is marked ">="). A tool that exits non-zero shows "failed" and is left out of the medians.
+bound, so that median is marked ">="). A tool that exits non-zero shows "failed" and is left
+out of the medians.
 
 The peers and the programs' libraries run in a venv this script creates
 (benchmarks/out/pyperf-venv, versions pinned in PYPERF_PACKAGES) on this interpreter's base

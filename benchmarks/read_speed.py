@@ -17,8 +17,8 @@ periodic dump, peak rows), sized by the number of processes and dumps.
 `time` runs the commands in interleaved rounds and prints, per command, the median wall time,
 the median CPU time of the child (user + sys from RUSAGE_CHILDREN) and the median of its
 rounds' wall over report's in the same round, with the load average: the machine is shared,
-so CPU time and the ratios are the figures to compare. `--save DIR` keeps every command's output, to
-compare two versions byte for byte (cmp -r). With several profiles, smallest first, it ends
+so CPU time and the ratios are the figures to compare. `--save DIR` keeps every command's
+output, to compare two versions byte for byte (cmp -r). With several profiles, smallest first, it ends
 with the growth table: every command's CPU seconds per profile, and its CPU seconds per MiB on
 the largest over that on the smallest (1.00: linear; below: less than linear).
 """

@@ -47,8 +47,8 @@ Two settings of the overhead table measure other targets (the table says which i
 Every (workload, tool) pair runs once per round (the /bin/true workload several times);
 rounds are interleaved and the order of the tools rotates from round to round, so drift
 of the machine hits every tool alike; each workload's turn begins with an unprofiled run that
-is not counted, so that every tool finds the page cache as warm. Figures are medians over rounds; ratios are against
-the unprofiled run of the same command in the same run. Columns:
+is not counted, so that every tool finds the page cache as warm. Figures are medians over
+rounds; ratios are against the unprofiled run of the same command in the same run. Columns:
 
   wall x          the whole command as a user runs it (heapscope: Python start-up, the
                   run, the final dumps, symbolization, the database) over the unprofiled one

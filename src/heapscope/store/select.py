@@ -161,24 +161,15 @@ def process_state(profile: Profile, p: Process, choice: str | int | None, view: 
     The peak falls back to the end, saying so, for a process without peak rows
     (profiles written before the peak table, or nothing allocated).
     """
-    if choice is None:
-        choice = default_dump(view)
+    choice = default_dump(view) if choice is None else choice
     upid = p.info.upid
-    interval = process_interval(profile, p)
-    dumps = profile.dumps(upid)
-    if choice == "peak":
-        peak = profile.peak_values(upid)
-        if peak is not None:
-            ts, values = peak
-            return State("peak", ts, _peak_label(p, ts), values, interval)
-    if not dumps:
+    peak = profile.peak_values(upid) if choice == "peak" else None
+    chosen = _chosen(p, profile.dumps(upid), choice, None if peak is None else peak[0])
+    if chosen is None:
         return None
-    if isinstance(choice, int):
-        pos = dump_position(choice, len(dumps), process_label(p))
-        return State("dump", dumps[pos].ts_end, _dump_label(p, dumps, pos),
-                     profile.callsite_values(upid, dumps[pos].ts_end), interval)
-    return State("end", dumps[-1].ts_end, _end_label(p, dumps, choice == "peak"),
-                 profile.callsite_values(upid, dumps[-1].ts_end), interval)
+    kind, ts, label = chosen
+    values = peak[1] if peak is not None else profile.callsite_values(upid, ts)
+    return State(kind, ts, label, values, process_interval(profile, p))
 
 
 def state_labels(profile: Profile, processes: list[Process], choice: str | int | None,
@@ -186,20 +177,26 @@ def state_labels(profile: Profile, processes: list[Process], choice: str | int |
     """process_state's label of each of `processes` that has dumps, without its values: a
     line that names the state an export holds read every process's peak rows for it (a
     build's: 0.2 s), which the Perfetto export, reading each heap alone, read again."""
-    if choice is None:
-        choice = default_dump(view)
+    choice = default_dump(view) if choice is None else choice
     peaks = _peak_stamps(profile) if choice == "peak" else {}
-    out = []
-    for p in processes:
-        dumps = profile.dumps(p.info.upid)
-        ts = peaks.get(p.info.upid)
-        if ts is not None:
-            out.append((p, _peak_label(p, ts)))
-        elif dumps and isinstance(choice, int):
-            out.append((p, _dump_label(p, dumps, dump_position(choice, len(dumps), process_label(p)))))
-        elif dumps:
-            out.append((p, _end_label(p, dumps, choice == "peak")))
-    return out
+    chosen = ((p, _chosen(p, profile.dumps(p.info.upid), choice, peaks.get(p.info.upid))) for p in processes)
+    return [(p, c[2]) for p, c in chosen if c is not None]
+
+
+def _chosen(p: Process, dumps: list[Dump], choice: str | int, peak_ts: int | None) -> tuple[str, int, str] | None:
+    """(kind, ts, label) of the state `choice` of `p`, given its dumps and its peak's ts (None:
+    no peak rows, or not asked for); None when it has no dumps and no peak."""
+    if peak_ts is not None:
+        return "peak", peak_ts, f"peak at {_seconds(p, peak_ts)}"
+    if not dumps:
+        return None
+    if isinstance(choice, int):
+        pos = dump_position(choice, len(dumps), process_label(p))
+        d = dumps[pos]
+        return "dump", d.ts_end, f"dump {pos + 1} of {len(dumps)} ({d.reason or '?'}, at {_seconds(p, d.ts_end)})"
+    d = dumps[-1]
+    label = f"end (dump {len(dumps)} of {len(dumps)}, {d.reason or '?'}, at {_seconds(p, d.ts_end)})"
+    return "end", d.ts_end, label + "; no peak recorded" if choice == "peak" else label
 
 
 def _peak_stamps(profile: Profile) -> dict[int, int]:
@@ -212,21 +209,6 @@ def _peak_stamps(profile: Profile) -> dict[int, int]:
         col = "heapscope_peak_allocation."
         return {req_int_from_sql(upid, col + "upid"): req_int_from_sql(ts, col + "ts")
                 for upid, ts in db.execute("SELECT upid, MAX(ts) FROM heapscope_peak_allocation GROUP BY upid")}
-
-
-def _peak_label(p: Process, ts: int) -> str:
-    return f"peak at {_seconds(p, ts)}"
-
-
-def _dump_label(p: Process, dumps: list[Dump], pos: int) -> str:
-    d = dumps[pos]
-    return f"dump {pos + 1} of {len(dumps)} ({d.reason or '?'}, at {_seconds(p, d.ts_end)})"
-
-
-def _end_label(p: Process, dumps: list[Dump], no_peak: bool) -> str:
-    d = dumps[-1]
-    label = f"end (dump {len(dumps)} of {len(dumps)}, {d.reason or '?'}, at {_seconds(p, d.ts_end)})"
-    return label + "; no peak recorded" if no_peak else label
 
 
 # -- heaps (custom heaps; Python's heap) ----------------------------------------
